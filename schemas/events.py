@@ -1,0 +1,226 @@
+"""Event records: what connectors publish on the raw topics.
+
+Every event is a frozen, keyword-only ``msgspec.Struct`` tagged by its schema
+name and version (``"pod.v1"``...). The tag is the only type information on the
+wire: never a Python class path. New fields must get defaults so old records
+still decode; a breaking change gets a new tag (``pod.v2``) beside the old one.
+
+Two fields matter to every consumer:
+
+* ``id`` is deterministic at the source (Kubernetes uid + resourceVersion, kmsg
+  boot id + sequence number...). Incident ids are derived from evidence ids, so
+  a source that invents random ids breaks replay.
+* ``time`` is *event time*, as the source observed it, not when we read it.
+
+``node`` decides the correlation key: ``cluster/node`` for node-scoped records,
+``cluster`` alone when it is empty (pending pods, autoscaler decisions).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from schemas.types import Op, Time
+
+
+class PodRef(msgspec.Struct, frozen=True, kw_only=True):
+    """A pod (and optionally one of its containers) named by namespace and name."""
+
+    namespace: str
+    name: str
+    container: str = ""
+
+
+class ObjectRef(msgspec.Struct, frozen=True, kw_only=True):
+    """The object a Kubernetes Event is about (its ``involvedObject``/``regarding``)."""
+
+    kind: str
+    name: str
+    namespace: str = ""
+    uid: str = ""
+
+
+class Termination(msgspec.Struct, frozen=True, kw_only=True):
+    """A container termination, from ``state.terminated`` or ``lastState.terminated``.
+
+    ``message`` is the termination message; with ``terminationMessagePolicy:
+    FallbackToLogsOnError`` it holds the last log lines, which is how the core can
+    see ``CUDA out of memory`` without any log source.
+    """
+
+    reason: str = ""
+    exit_code: int = 0
+    finished_at: Time | None = None
+    message: str = ""
+
+
+class ContainerStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """The slimmed status of one container."""
+
+    name: str
+    restart_count: int = 0
+    state: str = ""
+    """``waiting``, ``running`` or ``terminated`` (empty when unknown)."""
+    reason: str = ""
+    """Reason of the current state, e.g. ``CrashLoopBackOff``."""
+    terminated: Termination | None = None
+    last_terminated: Termination | None = None
+
+
+class PodCondition(msgspec.Struct, frozen=True, kw_only=True):
+    """The ``PodScheduled`` condition, which carries ``Unschedulable`` messages."""
+
+    status: str
+    reason: str = ""
+    message: str = ""
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="schema"):
+    """Fields every event carries. Never instantiated itself."""
+
+    id: str
+    cluster: str
+    time: Time
+
+
+class PodEvent(Event, tag="pod.v1", frozen=True, kw_only=True):
+    """A pod as the watch saw it, slimmed to what correlation needs."""
+
+    node: str = ""
+    op: Op = "modified"
+    namespace: str
+    name: str
+    uid: str = ""
+    phase: str = ""
+    reason: str = ""
+    """Pod-level reason: ``Evicted``, ``UnexpectedAdmissionError``, ``NodeLost``..."""
+    message: str = ""
+    gpu_requests: dict[str, int] = {}
+    """Extended GPU resources requested, summed over containers (MIG included)."""
+    gpu_limits: dict[str, int] = {}
+    owner_kind: str = ""
+    owner_name: str = ""
+    containers: tuple[ContainerStatus, ...] = ()
+    scheduled: PodCondition | None = None
+    created_at: Time | None = None
+    deleted_at: Time | None = None
+
+
+class NodeCondition(msgspec.Struct, frozen=True, kw_only=True):
+    """One node condition (``Ready``, ``MemoryPressure``...)."""
+
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+
+
+class Taint(msgspec.Struct, frozen=True, kw_only=True):
+    """One node taint."""
+
+    key: str
+    value: str = ""
+    effect: str = ""
+
+
+class NodeEvent(Event, tag="node.v1", frozen=True, kw_only=True):
+    """A node as the watch saw it: GPU capacity, allocatable, conditions, labels.
+
+    ``capacity`` and ``allocatable`` hold GPU resources only. A drop of
+    allocatable below capacity is how the device plugin says a GPU is unhealthy.
+    ``labels`` holds the GPU-relevant labels only (product, count, memory, MIG
+    config, sharing strategy, replicas, instance type, zone).
+    """
+
+    node: str
+    op: Op = "modified"
+    capacity: dict[str, int] = {}
+    allocatable: dict[str, int] = {}
+    conditions: tuple[NodeCondition, ...] = ()
+    labels: dict[str, str] = {}
+    taints: tuple[Taint, ...] = ()
+
+
+class KubeEvent(Event, tag="k8s_event.v1", frozen=True, kw_only=True):
+    """A core/v1 or events.k8s.io Event (``Evicted``, ``OOMKilling``...).
+
+    ``node`` is the node the event concerns: the involved node itself, or the
+    node of the involved pod, or the reporting host. Empty for cluster-scoped
+    events such as autoscaler decisions on a pending pod.
+    """
+
+    node: str = ""
+    reason: str
+    message: str = ""
+    type: str = "Normal"
+    involved: ObjectRef
+    source: str = ""
+    count: int = 1
+
+
+class XidEvent(Event, tag="xid.v1", frozen=True, kw_only=True):
+    """One NVIDIA XID (or NVSwitch SXid) occurrence on one GPU.
+
+    ``pci_bus_id`` is canonical (see :func:`schemas.pci.canonical_bus_id`).
+    ``gpu_uuid`` is filled when any source on the node knows the bus id mapping.
+    """
+
+    node: str
+    code: int
+    pci_bus_id: str = ""
+    gpu_uuid: str = ""
+    gpu_index: int | None = None
+    pid: int | None = None
+    process: str = ""
+    message: str = ""
+    source: str = "kmsg"
+    sxid: bool = False
+    recovery_action: str = ""
+    """For XID 154: the recovery action the driver now asks for."""
+    caused_by: int | None = None
+    """For XID 45: the earlier XID this cleanup follows."""
+
+
+class GpuBindingEvent(Event, tag="gpu_binding.v1", frozen=True, kw_only=True):
+    """Which pods hold one GPU (or MIG instance) now. An empty ``pods`` unbinds it.
+
+    Under time-slicing or MPS several pods share one GPU; all of them are listed.
+    """
+
+    node: str
+    gpu_uuid: str
+    pci_bus_id: str = ""
+    gpu_index: int | None = None
+    device: str = ""
+    mig_profile: str = ""
+    pods: tuple[PodRef, ...] = ()
+
+
+class AutoscalerEvent(Event, tag="autoscaler.v1", frozen=True, kw_only=True):
+    """A cluster-autoscaler or Karpenter scale decision or failure (cluster-scoped)."""
+
+    action: str
+    """``scale_up_triggered``, ``scale_up_failed``, ``no_scale_up``, ``scale_down``..."""
+    node_group: str = ""
+    reason: str = ""
+    """Failure class: ``quota``, ``zone_capacity``, ``max_size``, ``timeout``, ``backoff``..."""
+    message: str = ""
+    pods: tuple[PodRef, ...] = ()
+    source: str = "cluster-autoscaler"
+
+
+class Tick(Event, tag="tick.v1", frozen=True, kw_only=True):
+    """A clock reading: lets the watermark advance on keys that have gone quiet."""
+
+    node: str = ""
+
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    PodEvent,
+    NodeEvent,
+    KubeEvent,
+    XidEvent,
+    GpuBindingEvent,
+    AutoscalerEvent,
+    Tick,
+)

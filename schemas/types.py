@@ -1,0 +1,20 @@
+"""Shared field types.
+
+``Time`` insists on a timezone: a naive timestamp in a recorded file would be
+read as UTC by some tools and as local time by others, and the core's event-time
+ordering would silently depend on where it ran.
+"""
+
+from datetime import datetime
+from typing import Annotated, Literal
+
+import msgspec
+
+Time = Annotated[datetime, msgspec.Meta(tz=True)]
+"""An RFC 3339 timestamp with an explicit offset (``Z`` or ``+hh:mm``)."""
+
+Op = Literal["added", "modified", "deleted"]
+"""What happened to the Kubernetes object, as the watch API says it."""
+
+Severity = Literal["page", "ticket", "info"]
+IncidentStatus = Literal["open", "updated", "resolved"]

@@ -1,0 +1,1 @@
+"""Stream processing: the pure correlation core (``streams.core``) and its configuration."""

@@ -1,0 +1,98 @@
+"""The core's configuration: thresholds and the XID policy, as plain data.
+
+The core never reads files or the environment; it is handed a frozen
+:class:`CoreConfig`. :mod:`streams.config` builds one from the packaged XID
+catalog and a user's overrides.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import msgspec
+
+Severity = Literal["page", "ticket", "info"]
+XidClass = Literal["fatal", "app", "follow-up", "info", "unknown"]
+
+DEFAULT_SEVERITY: dict[str, Severity] = {
+    "device_unhealthy_eviction": "page",
+    "host_oom_kill": "ticket",
+    "suspected_cuda_oom": "ticket",
+    "gpu_degraded": "ticket",
+    "gpu_app_fault": "info",
+    "xid_repeat": "page",
+    "gpu_node_not_ready": "page",
+}
+
+
+class XidRule(msgspec.Struct, frozen=True, kw_only=True):
+    """How the core treats one XID code, with NVIDIA's words for the evidence text."""
+
+    xid_class: XidClass = "unknown"
+    mnemonic: str = ""
+    action: str = ""
+
+
+class CoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Every threshold the rules use. Defaults follow DESIGN §2.
+
+    Times are seconds of *event time*. ``grace_seconds`` is how far out of order
+    events may arrive and still be correlated exactly as if they had arrived in
+    order; it is also the latency the watermark adds before a rule can fire, so
+    it trades reordering tolerance against time to page.
+    """
+
+    grace_seconds: float = 0.5
+
+    eviction_window_seconds: float = 600.0
+    """device_unhealthy_eviction: how long after a fatal XID / allocatable drop pod failures join."""
+    eviction_lookback_seconds: float = 120.0
+    """...and how long *before* it (kubelet may report a failed pod before the node status)."""
+    failure_reasons: tuple[str, ...] = (
+        "Evicted",
+        "UnexpectedAdmissionError",
+        "DeviceFailed",
+        "NodeLost",
+        "NodeShutdown",
+        "Terminated",
+    )
+
+    oom_join_seconds: float = 60.0
+    """host_oom_kill: a node OOMKilling event and a container OOMKilled this close are one kill."""
+    oom_quiet_seconds: float = 900.0
+    """host_oom_kill resolves after this long without another OOM kill of the container."""
+
+    cuda_oom_restarts: int = 3
+    """suspected_cuda_oom fires when a GPU container restarts *more* than this often..."""
+    cuda_oom_window_seconds: float = 900.0
+    """...within this window (and resolves after this long without a restart)."""
+    cuda_oom_patterns: tuple[str, ...] = (
+        "CUDA out of memory",
+        "OutOfMemoryError",
+        "CUDA error: out of memory",
+        "CUBLAS_STATUS_ALLOC_FAILED",
+        "cudaErrorMemoryAllocation",
+    )
+
+    degraded_after_seconds: float = 300.0
+    """gpu_degraded: capacity - allocatable > 0 for longer than this."""
+
+    app_fault_quiet_seconds: float = 3600.0
+    """gpu_app_fault resolves after this long without another application XID on the GPU."""
+    app_fault_escalate_count: int = 3
+    """gpu_app_fault goes from ``info`` to ``ticket`` at this many XIDs in one episode."""
+
+    xid_repeat_count: int = 5
+    xid_repeat_window_seconds: float = 86400.0
+    xid_coalesce_seconds: float = 1.0
+    """The same code on the same GPU within this long is one occurrence (sources overlap)."""
+
+    not_ready_statuses: tuple[str, ...] = ("False", "Unknown")
+
+    max_evidence: int = 50
+    """Evidence kept per incident; further events are counted in ``evidence_omitted``."""
+
+    severity: dict[str, Severity] = msgspec.field(default_factory=lambda: dict(DEFAULT_SEVERITY))
+    xid: dict[int, XidRule] = {}
+    """The XID policy by code. Empty means every code is ``unknown``: build the config
+    with :func:`streams.config.default_core_config` to get the catalog."""
