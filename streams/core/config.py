@@ -55,6 +55,8 @@ class CoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
         "NodeLost",
         "NodeShutdown",
         "Terminated",
+        "TaintManagerEviction",
+        "Preempting",
     )
 
     oom_join_seconds: float = 60.0

@@ -1,0 +1,18 @@
+"""The pure correlation core: ``(state, event) -> (state, incidents)``.
+
+No I/O, no clock, no randomness (an import-linter contract and a test hold this
+line). Time arrives as data: event times and explicit ticks.
+"""
+
+from streams.core.config import CoreConfig, XidRule
+from streams.core.engine import CoreStats, Correlator, advance, correlation_key, step
+
+__all__ = [
+    "CoreConfig",
+    "CoreStats",
+    "Correlator",
+    "XidRule",
+    "advance",
+    "correlation_key",
+    "step",
+]

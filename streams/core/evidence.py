@@ -1,0 +1,79 @@
+"""One-line, human-readable evidence for each kind of event.
+
+These lines are what an on-call engineer reads in Slack at 3 a.m.: they say what
+happened in the terms of the source (XID code and NVIDIA's name for it, the
+allocatable numbers, the pod's reason), so nobody has to open the raw event.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from schemas.events import KubeEvent, NodeCondition, PodEvent, Termination, XidEvent
+from schemas.incidents import Evidence
+from streams.core.config import XidRule
+
+
+def _clip(text: str, limit: int = 160) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def xid(ev: XidEvent, rule: XidRule, gpu_uuid: str) -> Evidence:
+    kind = "SXid" if ev.sxid else "XID"
+    name = rule.mnemonic or "unknown code"
+    where = " / ".join(part for part in (gpu_uuid, ev.pci_bus_id) if part) or "unknown GPU"
+    text = f"{kind} {ev.code} ({rule.xid_class}: {name}) on {where}"
+    if ev.pid is not None or ev.process:
+        text += f", pid={ev.pid if ev.pid is not None else '?'} {ev.process}".rstrip()
+    if ev.recovery_action:
+        text += f", recovery action: {ev.recovery_action}"
+    if ev.message:
+        text += f": {_clip(ev.message, 100)}"
+    return Evidence(event_id=ev.id, schema="xid.v1", time=ev.time, text=text)
+
+
+def allocatable_change(event_id: str, ev_time: datetime, before: int, after: int,
+                       capacity: int) -> Evidence:
+    """The device plugin changed how many GPUs are allocatable."""
+    arrow = f"{before} → {after}" if before >= 0 else f"{after}"
+    text = f"GPU allocatable {arrow} (capacity {capacity})"
+    return Evidence(event_id=event_id, schema="node.v1", time=ev_time, text=text)
+
+
+def node_condition(event_id: str, ev_time: datetime, cond: NodeCondition) -> Evidence:
+    text = f"node {cond.type}={cond.status}"
+    if cond.reason:
+        text += f" ({cond.reason})"
+    if cond.message:
+        text += f": {_clip(cond.message, 100)}"
+    return Evidence(event_id=event_id, schema="node.v1", time=ev_time, text=text)
+
+
+def pod_status(ev: PodEvent, what: str) -> Evidence:
+    text = f"pod {ev.namespace}/{ev.name} {what}"
+    if ev.message:
+        text += f": {_clip(ev.message, 100)}"
+    return Evidence(event_id=ev.id, schema="pod.v1", time=ev.time, text=text)
+
+
+def termination(ev: PodEvent, container: str, term: Termination, extra: str = "") -> Evidence:
+    reason = term.reason or "Error"
+    text = (
+        f"container {ev.namespace}/{ev.name}/{container} terminated: "
+        f"{reason}, exit code {term.exit_code}"
+    )
+    if extra:
+        text += f"; {extra}"
+    if term.message:
+        text += f": {_clip(term.message, 100)}"
+    return Evidence(event_id=ev.id, schema="pod.v1", time=ev.time, text=text)
+
+
+def kube_event(ev: KubeEvent) -> Evidence:
+    obj = ev.involved
+    target = f"{obj.kind} {obj.namespace}/{obj.name}" if obj.namespace else f"{obj.kind} {obj.name}"
+    text = f"event {ev.reason} on {target}"
+    if ev.message:
+        text += f": {_clip(ev.message, 120)}"
+    return Evidence(event_id=ev.id, schema="k8s_event.v1", time=ev.time, text=text)

@@ -1,0 +1,152 @@
+"""Opening, updating, resolving and publishing incidents.
+
+Rules mutate :class:`~streams.core.state.OpenIncident` objects through a
+:class:`Step`, which collects every incident a single event (or timer) touched
+and publishes *one* revision per incident at the end. So an event that adds a pod
+and an evidence line to an incident yields one ``updated`` revision, not two.
+
+Evidence is published sorted by (time, event id): a chain whose trigger arrived
+after the first failure (the look-back case) still reads in causal order.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from schemas.incidents import Evidence, GpuRef, Incident, PodInfo
+from streams.core.config import CoreConfig
+from streams.core.ids import incident_id
+from streams.core.state import NEVER, NodeState, OpenIncident
+from streams.core.timeconv import to_datetime
+
+
+_ROLE_RANK = {
+    role: rank
+    for rank, role in enumerate(
+        ("evicted", "oom_killed", "failed", "restarting", "bound", "candidate", "running")
+    )
+}
+"""When one pod reaches an incident twice, the role earlier in this list is kept."""
+
+
+def _evidence_key(item: Evidence) -> tuple[float, str]:
+    return (item.time.timestamp(), item.event_id)
+
+
+class Step:
+    """The transient context of one event or timer applied to one node's state."""
+
+    __slots__ = ("config", "dirty", "now", "out", "state")
+
+    def __init__(self, state: NodeState, config: CoreConfig, now: float) -> None:
+        self.state = state
+        self.config = config
+        self.now = now
+        self.dirty: list[OpenIncident] = []
+        self.out: list[Incident] = []
+
+    # -- finding and creating -------------------------------------------------
+    def find(self, kind: str, subject: str) -> OpenIncident | None:
+        return self.state.incidents.get(f"{kind}|{subject}")
+
+    def open(self, kind: str, subject: str, anchor: str, first_seen: float) -> OpenIncident:
+        """A new incident whose id derives from ``anchor`` (the first evidence's id)."""
+        state = self.state
+        inc = OpenIncident(
+            id=incident_id(kind, state.cluster, state.node, subject, anchor),
+            type=kind,
+            subject=subject,
+            severity=self.config.severity.get(kind, "ticket"),
+            first_seen=first_seen,
+            last_seen=first_seen,
+        )
+        state.incidents[f"{kind}|{subject}"] = inc
+        self.touch(inc)
+        return inc
+
+    # -- mutating ---------------------------------------------------------------
+    def touch(self, inc: OpenIncident) -> None:
+        if inc not in self.dirty:
+            self.dirty.append(inc)
+
+    def add_evidence(self, inc: OpenIncident, item: Evidence) -> bool:
+        """Attach ``item`` unless already there; past ``max_evidence`` only count it."""
+        for known in inc.evidence:
+            if known.event_id == item.event_id:
+                return False
+        if len(inc.evidence) >= self.config.max_evidence:
+            inc.evidence_omitted += 1
+        else:
+            inc.evidence.append(item)
+        seen = item.time.timestamp()
+        inc.last_seen = max(inc.last_seen, seen)
+        inc.first_seen = min(inc.first_seen, seen)
+        self.touch(inc)
+        return True
+
+    def add_pod(self, inc: OpenIncident, pod: PodInfo) -> bool:
+        """Name a pod once per incident; a stronger role (``evicted`` over ``running``) wins."""
+        key = f"{pod.namespace}/{pod.name}"
+        known = inc.pods.get(key)
+        if known is not None:
+            if _ROLE_RANK.get(pod.role, 99) >= _ROLE_RANK.get(known.role, 99):
+                if known.container or not pod.container:
+                    return False
+                pod = msgspec.structs.replace(known, container=pod.container)
+            elif not pod.container and known.container:
+                pod = msgspec.structs.replace(pod, container=known.container)
+        inc.pods[key] = pod
+        self.touch(inc)
+        return True
+
+    def add_gpu(self, inc: OpenIncident, key: str, gpu: GpuRef) -> None:
+        if inc.gpus.get(key) != gpu:
+            inc.gpus[key] = gpu
+            self.touch(inc)
+
+    def set_deadline(self, inc: OpenIncident, when: float) -> None:
+        if inc.resolve_at != when:
+            inc.resolve_at = when
+            self.state.timers_dirty = True
+
+    def resolve(self, inc: OpenIncident, at: float, note: str = "") -> None:
+        """Publish the final revision now and forget the incident."""
+        self.state.incidents.pop(f"{inc.type}|{inc.subject}", None)
+        if inc in self.dirty:
+            self.dirty.remove(inc)
+        if note:
+            inc.attributes["resolution"] = note
+        inc.resolve_at = NEVER
+        self.state.timers_dirty = True
+        self.out.append(self._record(inc, "resolved", at))
+
+    # -- publishing -------------------------------------------------------------
+    def finish(self) -> list[Incident]:
+        """One revision per touched incident, in the order they were first touched."""
+        for inc in self.dirty:
+            self.out.append(self._record(inc, "open" if inc.revision == 0 else "updated", None))
+        self.dirty.clear()
+        return self.out
+
+    def _record(self, inc: OpenIncident, status: str, resolved: float | None) -> Incident:
+        inc.revision += 1
+        evidence = tuple(sorted(inc.evidence, key=_evidence_key))
+        return Incident(
+            id=inc.id,
+            type=inc.type,
+            status="resolved" if resolved is not None else status,  # type: ignore[arg-type]
+            revision=inc.revision,
+            severity=inc.severity,
+            cluster=self.state.cluster,
+            node=self.state.node,
+            gpus=tuple(inc.gpus.values()),
+            pods=tuple(inc.pods.values()),
+            first_seen=to_datetime(inc.first_seen),
+            last_seen=to_datetime(inc.last_seen),
+            resolved_at=None if resolved is None else to_datetime(resolved),
+            summary=inc.summary,
+            action=inc.action,
+            evidence=evidence,
+            evidence_omitted=inc.evidence_omitted,
+            attributes=dict(inc.attributes),
+        )

@@ -1,0 +1,300 @@
+"""Applying one event (or one timer) to one node's state.
+
+This is the node-scoped transition function: the engine calls
+:func:`apply_event` with events already in event-time order, and
+:func:`apply_timer` when the watermark passes :func:`next_deadline`.
+The handlers below only decode *what changed* in the object; the rules in
+:mod:`streams.core.rules` decide what it means.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from sys import intern
+from typing import Any
+
+from schemas.events import (
+    GpuBindingEvent,
+    KubeEvent,
+    NodeEvent,
+    PodEvent,
+    Termination,
+    XidEvent,
+)
+from schemas.incidents import Evidence, Incident
+from streams.core import evidence as text
+from streams.core.config import CoreConfig, XidRule
+from streams.core.lifecycle import Step
+from streams.core.rules import chain, cuda, degraded, not_ready, oom, xid
+from streams.core.rules.pods import pod_info
+from streams.core.state import NEVER, ContainerTrack, GpuTrack, NodeState, PodTrack
+
+_UNKNOWN_XID = XidRule()
+_RECENT_XIDS = 10
+_RESET_WORDS = ("reset", "reboot", "drain")
+_SHARING_LABEL = "nvidia.com/gpu.sharing-strategy"
+_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+_EVICTION_REASONS = ("Evicted", "TaintManagerEviction", "Preempting")
+
+
+# -- pods ------------------------------------------------------------------------
+def _on_pod(step: Step, ev: PodEvent) -> None:
+    state = step.state
+    key = f"{ev.namespace}/{ev.name}"
+    track = state.pods.get(key)
+    if track is not None and ev.uid and track.uid and track.uid != ev.uid:
+        _forget_pod(step, key, "pod replaced by a new pod of the same name")
+        track = None
+    if track is None:
+        gpus = sum(ev.gpu_requests.values()) or sum(ev.gpu_limits.values())
+        if gpus <= 0:
+            return
+        track = PodTrack(
+            uid=ev.uid,
+            gpus=gpus,
+            owner_kind=intern(ev.owner_kind),
+            owner_name=intern(ev.owner_name),
+        )
+        state.pods[key] = track
+    track.phase = intern(ev.phase)
+    for status in ev.containers:
+        ctr = _container(track, status.name)
+        for term in (status.last_terminated, status.terminated):
+            if term is None or term.finished_at is None:
+                continue
+            finished = term.finished_at.timestamp()
+            if finished <= ctr.last_finished:
+                continue
+            ctr.last_finished = finished
+            ctr.last_reason = intern(term.reason)
+            ctr.last_exit = term.exit_code
+            _on_termination(step, ev, key, track, ctr, term, finished)
+    reason = ""
+    if ev.phase == "Failed":
+        reason = ev.reason or "Failed"
+    elif ev.reason in step.config.failure_reasons:
+        reason = ev.reason
+    if reason and not track.failed:
+        track.failed = True
+        role = "evicted" if reason in _EVICTION_REASONS else "failed"
+        _on_pod_failure(step, key, track, text.pod_status(ev, f"{ev.phase or 'failed'}: {reason}"),
+                        role)
+    if ev.op == "deleted":
+        _forget_pod(step, key, "pod deleted")
+    elif ev.phase == "Succeeded":
+        _resolve_pod_incidents(step, key, "pod succeeded")
+
+
+def _container(track: PodTrack, name: str) -> ContainerTrack:
+    for ctr in track.containers:
+        if ctr.name == name:
+            return ctr
+    ctr = ContainerTrack(name=intern(name))
+    track.containers.append(ctr)
+    return ctr
+
+
+def _on_termination(step: Step, ev: PodEvent, key: str, track: PodTrack, ctr: ContainerTrack,
+                    term: Termination, finished: float) -> None:
+    if term.reason == "OOMKilled":
+        ctr.oom_at = finished
+        cuda.on_oom_killed(step, key, ctr)
+        item = text.termination(ev, ctr.name, term)
+        info = pod_info(key, track, "oom_killed", ctr.name)
+        oom.on_container_oom(step, f"{key}/{ctr.name}", info, item, finished)
+        return
+    if term.exit_code == 0:
+        return
+    item = text.termination(ev, ctr.name, term)
+    if _on_pod_failure(step, key, track, item, "failed", ctr.name):
+        return
+    cuda.on_crash(step, key, track, ctr, term, ev, finished)
+
+
+def _on_pod_failure(step: Step, key: str, track: PodTrack | None, item: Evidence, role: str,
+                    container: str = "") -> bool:
+    """Offer a GPU pod failure to the chain, then to a NotReady incident.
+
+    Returns True when the failure joined a device chain (so it is not a CUDA OOM).
+    """
+    info = pod_info(key, track, role, container)
+    if chain.on_failure(step, info, item):
+        return True
+    not_ready.on_failure(step, info, item)
+    return False
+
+
+def _resolve_pod_incidents(step: Step, key: str, note: str) -> None:
+    prefix = f"{key}/"
+    for inc in list(step.state.incidents.values()):
+        if inc.type in (oom.KIND, cuda.KIND) and inc.subject.startswith(prefix):
+            step.resolve(inc, step.now, note)
+
+
+def _forget_pod(step: Step, key: str, note: str) -> None:
+    _resolve_pod_incidents(step, key, note)
+    step.state.pods.pop(key, None)
+
+
+# -- nodes -----------------------------------------------------------------------
+def _on_node(step: Step, ev: NodeEvent) -> None:
+    state = step.state
+    if ev.op == "deleted":
+        for inc in list(state.incidents.values()):
+            step.resolve(inc, step.now, "node deleted")
+        fresh = NodeState(cluster=state.cluster, node=state.node)
+        for field in NodeState.__struct_fields__:
+            setattr(state, field, getattr(fresh, field))
+        state.timers_dirty = True
+        return
+    strategy = ev.labels.get(_SHARING_LABEL, "")
+    replicas = ev.labels.get(_REPLICAS_LABEL, "1")
+    if strategy in ("time-slicing", "mps"):
+        state.sharing = strategy
+    elif replicas.isdigit() and int(replicas) > 1:
+        state.sharing = "time-slicing"
+    else:
+        state.sharing = ""
+    if ev.capacity:
+        degraded.on_capacity(
+            step, ev, sum(ev.capacity.values()), sum(ev.allocatable.values())
+        )
+    for cond in ev.conditions:
+        if cond.type == "Ready":
+            not_ready.on_ready(step, ev, cond)
+
+
+# -- Kubernetes events -------------------------------------------------------------
+def _on_kube_event(step: Step, ev: KubeEvent) -> None:
+    if ev.reason in ("OOMKilling", "SystemOOM"):
+        oom.on_node_oom_event(step, text.kube_event(ev))
+        return
+    obj = ev.involved
+    if obj.kind != "Pod" or ev.reason not in step.config.failure_reasons:
+        return
+    key = f"{obj.namespace}/{obj.name}"
+    track = step.state.pods.get(key)
+    if track is None:
+        return
+    track.failed = True
+    role = "evicted" if ev.reason in _EVICTION_REASONS else "failed"
+    _on_pod_failure(step, key, track, text.kube_event(ev), role)
+
+
+# -- GPUs --------------------------------------------------------------------------
+def _gpu(state: NodeState, bus_id: str, uuid: str, index: int | None) -> tuple[str, GpuTrack]:
+    """The GPU these identifiers name, merging what different sources know about it."""
+    gpus = state.gpus
+    if bus_id:
+        key = bus_id
+        gpu = gpus.get(key)
+        if gpu is None:
+            old = state.uuid_index.get(uuid, "") if uuid else ""
+            gpu = gpus.pop(old) if old and old != key and old in gpus else GpuTrack()
+            gpus[key] = gpu
+        gpu.bus_id = bus_id
+    elif uuid:
+        key = state.uuid_index.get(uuid) or f"uuid:{uuid}"
+        gpu = gpus.get(key)
+        if gpu is None:
+            gpu = gpus[key] = GpuTrack()
+    else:
+        key = "unknown"
+        gpu = gpus.get(key)
+        if gpu is None:
+            gpu = gpus[key] = GpuTrack()
+    if uuid:
+        gpu.uuid = uuid
+        state.uuid_index[uuid] = key
+    if index is not None:
+        gpu.index = index
+    return key, gpu
+
+
+def _on_binding(step: Step, ev: GpuBindingEvent) -> None:
+    _, gpu = _gpu(step.state, ev.pci_bus_id, ev.gpu_uuid, ev.gpu_index)
+    gpu.pods = ev.pods
+
+
+def _on_xid(step: Step, ev: XidEvent) -> None:
+    state, config = step.state, step.config
+    rule = config.xid.get(ev.code, _UNKNOWN_XID)
+    key, gpu = _gpu(state, ev.pci_bus_id, ev.gpu_uuid, ev.gpu_index)
+    item = text.xid(ev, rule, gpu.uuid)
+    gpu.last_xid = max(gpu.last_xid, step.now)
+    if all(x.event_id != item.event_id for x in state.recent_xids):
+        state.recent_xids = [*state.recent_xids[-_RECENT_XIDS + 1 :], item]
+    degraded.on_xid(step, item, key, gpu.ref())
+    xid_class: str = rule.xid_class
+    if xid_class == "follow-up":
+        if ev.recovery_action or ev.code == 154:
+            action = ev.recovery_action.lower()
+            xid_class = "fatal" if any(w in action for w in _RESET_WORDS) else "info"
+        elif _follow(step, key, item):
+            return
+        else:
+            xid_class = "app"
+    if xid_class == "fatal":
+        chain.arm(step, item, key, gpu.ref(), ev.code)
+        if rule.xid_class == "fatal":
+            xid.on_fatal(step, key, gpu, item, ev.code)
+    elif xid_class == "app":
+        xid.on_app(step, key, gpu, item, ev.code)
+
+
+def _follow(step: Step, gpu_key: str, item: Evidence) -> bool:
+    """XID 45 follows an earlier error: attach it to that error's incident, if any."""
+    for kind, subject in ((chain.KIND, chain.SUBJECT), (xid.APP, gpu_key)):
+        inc = step.find(kind, subject)
+        if inc is not None and (kind == xid.APP or gpu_key in inc.gpus):
+            step.add_evidence(inc, item)
+            return True
+    return False
+
+
+_HANDLERS: dict[type[Any], Callable[[Step, Any], None]] = {
+    PodEvent: _on_pod,
+    NodeEvent: _on_node,
+    KubeEvent: _on_kube_event,
+    XidEvent: _on_xid,
+    GpuBindingEvent: _on_binding,
+}
+
+
+def apply_event(state: NodeState, event: Any, now: float, config: CoreConfig) -> list[Incident]:
+    """Apply one event at event time ``now``; return the incident revisions it caused."""
+    handler = _HANDLERS.get(type(event))
+    if handler is None:
+        return []
+    step = Step(state, config, now)
+    handler(step, event)
+    return step.finish()
+
+
+def apply_timer(state: NodeState, now: float, config: CoreConfig) -> list[Incident]:
+    """Fire everything due at or before ``now``, in a fixed order."""
+    step = Step(state, config, now)
+    chain.on_timer(step)
+    degraded.on_timer(step)
+    oom.on_timer(step)
+    due = sorted(
+        (inc for inc in state.incidents.values() if inc.resolve_at <= now),
+        key=lambda inc: (inc.resolve_at, inc.id),
+    )
+    for inc in due:
+        step.resolve(inc, inc.resolve_at, "quiet for the rule's window")
+    state.timers_dirty = True
+    return step.finish()
+
+
+def next_deadline(state: NodeState, config: CoreConfig) -> float:
+    """The earliest event time at which :func:`apply_timer` has something to do."""
+    found = min(
+        chain.deadline(state),
+        degraded.deadline(state, config.degraded_after_seconds),
+        oom.deadline(state, config.oom_join_seconds),
+    )
+    for inc in state.incidents.values():
+        found = min(found, inc.resolve_at)
+    return found if found > -math.inf else NEVER

@@ -1,0 +1,99 @@
+"""``host_oom_kill``: a GPU container terminated ``OOMKilled``, or the node's OOM killer fired.
+
+A container's OOM kill and the node's ``OOMKilling`` event describe the same
+kill when they are within ``oom_join_seconds``: they become one incident. An
+``OOMKilling`` event that no container termination claims within that time is a
+host-level kill (a system daemon, a non-GPU pod) and gets its own incident.
+
+One incident per container while it keeps being OOM-killed; it resolves after
+``oom_quiet_seconds`` without another kill, or when the pod goes away.
+"""
+
+from __future__ import annotations
+
+from schemas.incidents import Evidence, PodInfo
+from streams.core.lifecycle import Step
+from streams.core.state import NEVER, NodeState, OpenIncident
+
+KIND = "host_oom_kill"
+
+
+def on_container_oom(step: Step, subject: str, info: PodInfo, item: Evidence,
+                     finished: float) -> None:
+    inc = step.find(KIND, subject)
+    if inc is None:
+        inc = step.open(KIND, subject, item.event_id, finished)
+    inc.count += 1
+    step.add_pod(inc, info)
+    step.add_evidence(inc, item)
+    _claim_pending(step, inc, finished)
+    step.set_deadline(inc, step.now + step.config.oom_quiet_seconds)
+    inc.attributes["kills"] = str(inc.count)
+    times = "once" if inc.count == 1 else f"{inc.count} times"
+    inc.summary = (
+        f"container {subject} on {step.state.node} OOMKilled {times} "
+        "(host memory limit, not GPU memory)"
+    )
+    inc.action = (
+        "Raise the container's memory limit or reduce host-side memory use "
+        "(data loader workers, pinned buffers); check the node's memory pressure."
+    )
+
+
+def on_node_oom_event(step: Step, item: Evidence) -> None:
+    """A node ``OOMKilling`` event: join a nearby container kill, or wait for one."""
+    window = step.config.oom_join_seconds
+    best: OpenIncident | None = None
+    for inc in step.state.incidents.values():
+        if inc.type != KIND or inc.subject.startswith("node/"):
+            continue
+        if abs(inc.last_seen - step.now) <= window and (
+            best is None or (inc.last_seen, inc.id) > (best.last_seen, best.id)
+        ):
+            best = inc
+    if best is not None:
+        step.add_evidence(best, item)
+        return
+    pending = step.state.oom_pending
+    if all(e.event_id != item.event_id for _, e in pending):
+        pending.append((step.now, item))
+        step.state.timers_dirty = True
+
+
+def on_timer(step: Step) -> None:
+    state, config = step.state, step.config
+    due = [p for p in state.oom_pending if p[0] + config.oom_join_seconds <= step.now]
+    if not due:
+        return
+    state.oom_pending = [p for p in state.oom_pending if p[0] + config.oom_join_seconds > step.now]
+    state.timers_dirty = True
+    for seen, item in due:
+        inc = step.open(KIND, f"node/{item.event_id}", item.event_id, seen)
+        inc.count = 1
+        step.add_evidence(inc, item)
+        step.set_deadline(inc, seen + config.oom_quiet_seconds)
+        inc.summary = (
+            f"host OOM killer fired on {state.node} and no GPU container was OOMKilled "
+            "with it: a system process or non-GPU pod was killed"
+        )
+        inc.action = (
+            f"Check memory pressure on {state.node}: a killed kubelet, device plugin or "
+            "dcgm-exporter breaks GPU pods next."
+        )
+
+
+def deadline(state: NodeState, window: float) -> float:
+    return min((seen + window for seen, _ in state.oom_pending), default=NEVER)
+
+
+def _claim_pending(step: Step, inc: OpenIncident, finished: float) -> None:
+    window = step.config.oom_join_seconds
+    state = step.state
+    keep: list[tuple[float, Evidence]] = []
+    for seen, item in state.oom_pending:
+        if abs(seen - finished) <= window:
+            step.add_evidence(inc, item)
+            state.timers_dirty = True
+        else:
+            keep.append((seen, item))
+    state.oom_pending = keep

@@ -1,0 +1,37 @@
+"""Shared helpers for naming pods in incidents."""
+
+from __future__ import annotations
+
+from schemas.incidents import PodInfo
+from streams.core.state import NodeState, PodTrack
+
+
+def pod_info(key: str, track: PodTrack | None, role: str, container: str = "") -> PodInfo:
+    """A :class:`PodInfo` for the pod stored under ``namespace/name``."""
+    namespace, _, name = key.partition("/")
+    return PodInfo(
+        namespace=namespace,
+        name=name,
+        owner_kind=track.owner_kind if track else "",
+        owner_name=track.owner_name if track else "",
+        container=container,
+        role=role,
+    )
+
+
+def co_tenants(state: NodeState, key: str) -> list[str]:
+    """Other pods bound to any GPU this pod is bound to (time-slicing / MPS neighbours)."""
+    namespace, _, name = key.partition("/")
+    found: dict[str, None] = {}
+    for gpu in state.gpus.values():
+        if any(p.namespace == namespace and p.name == name for p in gpu.pods):
+            for other in gpu.pods:
+                other_key = f"{other.namespace}/{other.name}"
+                if other_key != key:
+                    found[other_key] = None
+    return list(found)
+
+
+def gpu_shared(state: NodeState, key: str) -> bool:
+    """True when the node shares GPUs between pods, or a GPU of this pod has several."""
+    return bool(state.sharing) or bool(co_tenants(state, key))

@@ -1,0 +1,105 @@
+"""``gpu_app_fault`` and ``xid_repeat``: what single XIDs say on their own.
+
+* Application-class XIDs (13, 31, 43, 94...) on a GPU are the workload's fault,
+  not the hardware's: one incident per GPU episode, naming the pod(s) bound to
+  it. Several pods on one GPU (time-slicing / MPS) are all named as candidates.
+* The same fatal XID ``xid_repeat_count`` times within ``xid_repeat_window_seconds``
+  on one GPU is failing hardware: escalate. Occurrences closer than
+  ``xid_coalesce_seconds`` count once, because two sources (kernel log and
+  dcgm-exporter) report the same occurrence.
+"""
+
+from __future__ import annotations
+
+from schemas.incidents import Evidence
+from streams.core.lifecycle import Step
+from streams.core.rules.pods import pod_info
+from streams.core.state import GpuTrack
+
+APP = "gpu_app_fault"
+REPEAT = "xid_repeat"
+
+
+def on_app(step: Step, gpu_key: str, gpu: GpuTrack, item: Evidence, code: int) -> None:
+    config, state = step.config, step.state
+    inc = step.find(APP, gpu_key)
+    if inc is None:
+        inc = step.open(APP, gpu_key, item.event_id, step.now)
+        shared = len(gpu.pods) > 1 or bool(state.sharing)
+        for ref in gpu.pods:
+            key = f"{ref.namespace}/{ref.name}"
+            role = "candidate" if shared else "bound"
+            step.add_pod(inc, pod_info(key, state.pods.get(key), role, ref.container))
+        if shared:
+            inc.attributes["shared_gpu"] = state.sharing or "shared"
+    inc.count += 1
+    step.add_gpu(inc, gpu_key, gpu.ref())
+    step.add_evidence(inc, item)
+    codes = inc.attributes.get("xids", "")
+    if str(code) not in codes.split(","):
+        inc.attributes["xids"] = f"{codes},{code}" if codes else str(code)
+    inc.attributes["count"] = str(inc.count)
+    if inc.count >= config.app_fault_escalate_count and inc.severity == "info":
+        inc.severity = "ticket"
+    step.set_deadline(inc, step.now + config.app_fault_quiet_seconds)
+    who = (
+        "no pod binding known"
+        if not inc.pods
+        else ", ".join(f"{p.namespace}/{p.name}" for p in inc.pods.values())
+    )
+    shared_note = " (shared GPU: candidates)" if "shared_gpu" in inc.attributes else ""
+    inc.summary = (
+        f"application XID {inc.attributes['xids']} on {gpu.uuid or gpu.bus_id} "
+        f"({step.state.node}), {inc.count}x: workload fault, not hardware; "
+        f"pods: {who}{shared_note}"
+    )
+    rule = config.xid.get(code)
+    inc.action = (rule.action if rule and rule.action else "Restart the application.") + (
+        " The GPU itself is healthy; check the workload's CUDA code and driver compatibility."
+    )
+
+
+def on_fatal(step: Step, gpu_key: str, gpu: GpuTrack, item: Evidence, code: int) -> None:
+    config = step.config
+    occurrences = gpu.fatal.get(code)
+    if occurrences is None:
+        occurrences = gpu.fatal[code] = []
+    if any(o.event_id == item.event_id for o in occurrences):
+        return
+    if occurrences and step.now - occurrences[-1].time.timestamp() < config.xid_coalesce_seconds:
+        return
+    occurrences.append(item)
+    if len(occurrences) > config.xid_repeat_count:
+        del occurrences[0]
+    subject = f"{gpu_key}/{code}"
+    inc = step.find(REPEAT, subject)
+    if inc is None:
+        first = occurrences[0].time.timestamp()
+        if len(occurrences) < config.xid_repeat_count:
+            return
+        if step.now - first > config.xid_repeat_window_seconds:
+            return
+        inc = step.open(REPEAT, subject, occurrences[0].event_id, first)
+        for earlier in occurrences:
+            step.add_evidence(inc, earlier)
+        inc.count = len(occurrences) - 1
+        for ref in gpu.pods:
+            key = f"{ref.namespace}/{ref.name}"
+            step.add_pod(inc, pod_info(key, step.state.pods.get(key), "bound", ref.container))
+    inc.count += 1
+    step.add_evidence(inc, item)
+    step.add_gpu(inc, gpu_key, gpu.ref())
+    step.set_deadline(inc, step.now + config.xid_repeat_window_seconds)
+    rule = config.xid.get(code)
+    name = rule.mnemonic if rule and rule.mnemonic else "fatal XID"
+    hours = config.xid_repeat_window_seconds / 3600
+    inc.attributes["xid"] = str(code)
+    inc.attributes["occurrences"] = str(inc.count)
+    inc.summary = (
+        f"XID {code} ({name}) {inc.count} times within {hours:g} h on "
+        f"{gpu.uuid or gpu.bus_id} ({step.state.node}): failing hardware"
+    )
+    inc.action = (
+        f"Drain {step.state.node} and open a hardware case for this GPU (RMA); "
+        "resets will not hold. " + (rule.action if rule and rule.action else "")
+    ).strip()
