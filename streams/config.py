@@ -25,9 +25,7 @@ import msgspec
 from schemas.xid_catalog import load_catalog
 from streams.core.config import CoreConfig, XidClass, XidRule
 
-_CLASS_KEYS: dict[str, XidClass] = {
-    name.replace("-", "_"): name for name in get_args(XidClass)
-}
+_CLASS_KEYS: dict[str, XidClass] = {name.replace("-", "_"): name for name in get_args(XidClass)}
 
 
 class ConfigError(ValueError):

@@ -47,8 +47,13 @@ def build(plan: list[tuple[str, int, int]]) -> list[AnyEvent]:
         c.node(node, 0, labels=shared)
         for p in range(3):
             c.pod(node, f"{node}-p{p}", 1)
-        c.bind(node, 2, f"GPU-{n}", "0000:9b:00.0", [f"{node}-p0", f"{node}-p1"] if shared else
-               [f"{node}-p0"])
+        c.bind(
+            node,
+            2,
+            f"GPU-{n}",
+            "0000:9b:00.0",
+            [f"{node}-p0", f"{node}-p1"] if shared else [f"{node}-p0"],
+        )
     for kind, n, s in plan:
         node = f"n{n}"
         if kind == "chain":
@@ -86,7 +91,9 @@ def build(plan: list[tuple[str, int, int]]) -> list[AnyEvent]:
 
 def within_grace(events: list[AnyEvent], rnd: random.Random) -> list[AnyEvent]:
     """Reorder so that no event arrives more than ``GRACE`` seconds behind another."""
-    keyed = [(e.time.timestamp() + rnd.uniform(0, GRACE * 0.99), i, e) for i, e in enumerate(events)]
+    keyed = [
+        (e.time.timestamp() + rnd.uniform(0, GRACE * 0.99), i, e) for i, e in enumerate(events)
+    ]
     return [e for _, _, e in sorted(keyed, key=lambda k: (k[0], k[1]))]
 
 
@@ -140,8 +147,9 @@ def test_a_resolved_incident_keeps_its_id(plan: list[tuple[str, int, int]]) -> N
 
 
 terminations = st.lists(
-    st.tuples(st.sampled_from([("Error", 1), ("OOMKilled", 137), ("Completed", 0)]),
-              st.integers(10, 400)),
+    st.tuples(
+        st.sampled_from([("Error", 1), ("OOMKilled", 137), ("Completed", 0)]), st.integers(10, 400)
+    ),
     min_size=1,
     max_size=14,
 )

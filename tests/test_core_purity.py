@@ -14,10 +14,30 @@ from pathlib import Path
 import pytest
 
 CORE = Path(__file__).resolve().parent.parent / "streams" / "core"
-FORBIDDEN_MODULES = {"time", "random", "uuid", "secrets", "os", "socket", "asyncio", "io",
-                     "pathlib", "threading", "subprocess", "logging"}
-FORBIDDEN_METHODS = {"now", "utcnow", "today", "time", "monotonic", "perf_counter", "urandom",
-                     "getenv"}
+FORBIDDEN_MODULES = {
+    "time",
+    "random",
+    "uuid",
+    "secrets",
+    "os",
+    "socket",
+    "asyncio",
+    "io",
+    "pathlib",
+    "threading",
+    "subprocess",
+    "logging",
+}
+FORBIDDEN_METHODS = {
+    "now",
+    "utcnow",
+    "today",
+    "time",
+    "monotonic",
+    "perf_counter",
+    "urandom",
+    "getenv",
+}
 FORBIDDEN_BUILTINS = {"open", "input", "print"}
 
 

@@ -126,8 +126,16 @@ def test_the_same_termination_seen_twice_counts_once() -> None:
 
 
 # -- suspected_cuda_oom --------------------------------------------------------------------
-def crash_loop(c: Cluster, node: str, pod: str, times: list[float], reason: str = "Error",
-               code: int = 1, message: str = "", gpus: int = 1) -> None:
+def crash_loop(
+    c: Cluster,
+    node: str,
+    pod: str,
+    times: list[float],
+    reason: str = "Error",
+    code: int = 1,
+    message: str = "",
+    gpus: int = 1,
+) -> None:
     for k, t in enumerate(times, start=1):
         c.pod(node, pod, t + 2, restarts=k, last=term(t, reason, code, message), gpus=gpus)
 
@@ -158,8 +166,13 @@ def test_restarts_spread_beyond_the_window_do_not_fire() -> None:
 def test_cuda_oom_message_confirms_it() -> None:
     c = Cluster()
     healthy(c, "n3", ["ft"])
-    crash_loop(c, "n3", "ft", [1 * MIN, 3 * MIN, 6 * MIN, 9 * MIN],
-               message="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB")
+    crash_loop(
+        c,
+        "n3",
+        "ft",
+        [1 * MIN, 3 * MIN, 6 * MIN, 9 * MIN],
+        message="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2 GiB",
+    )
     [inc] = of_type(run(c.events), "suspected_cuda_oom")
     assert inc.attributes["confidence"] == "log-confirmed"
 

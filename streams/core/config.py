@@ -45,7 +45,7 @@ class CoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     grace_seconds: float = 0.5
 
     eviction_window_seconds: float = 600.0
-    """device_unhealthy_eviction: how long after a fatal XID / allocatable drop pod failures join."""
+    """device_unhealthy_eviction: pod failures this long after a fatal XID / drop join it."""
     eviction_lookback_seconds: float = 120.0
     """...and how long *before* it (kubelet may report a failed pod before the node status)."""
     failure_reasons: tuple[str, ...] = (

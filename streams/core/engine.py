@@ -80,8 +80,11 @@ def new_state(event: AnyEvent) -> KeyState:
     return ClusterState(cluster=event.cluster)
 
 
-def step(state: KeyState | None, event: AnyEvent, config: CoreConfig,
-         ) -> tuple[KeyState, list[Incident]]:
+def step(
+    state: KeyState | None,
+    event: AnyEvent,
+    config: CoreConfig,
+) -> tuple[KeyState, list[Incident]]:
     """The pure transition ``(state, event) -> (state, incidents)`` for one key.
 
     The caller owns ``state`` and must apply events of one key in event-time order

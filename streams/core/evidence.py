@@ -33,8 +33,9 @@ def xid(ev: XidEvent, rule: XidRule, gpu_uuid: str) -> Evidence:
     return Evidence(event_id=ev.id, schema="xid.v1", time=ev.time, text=text)
 
 
-def allocatable_change(event_id: str, ev_time: datetime, before: int, after: int,
-                       capacity: int) -> Evidence:
+def allocatable_change(
+    event_id: str, ev_time: datetime, before: int, after: int, capacity: int
+) -> Evidence:
     """The device plugin changed how many GPUs are allocatable."""
     arrow = f"{before} → {after}" if before >= 0 else f"{after}"
     text = f"GPU allocatable {arrow} (capacity {capacity})"

@@ -19,7 +19,6 @@ from streams.core.ids import incident_id
 from streams.core.state import NEVER, NodeState, OpenIncident
 from streams.core.timeconv import to_datetime
 
-
 _ROLE_RANK = {
     role: rank
     for rank, role in enumerate(

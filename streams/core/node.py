@@ -78,8 +78,9 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
     if reason and not track.failed:
         track.failed = True
         role = "evicted" if reason in _EVICTION_REASONS else "failed"
-        _on_pod_failure(step, key, track, text.pod_status(ev, f"{ev.phase or 'failed'}: {reason}"),
-                        role)
+        _on_pod_failure(
+            step, key, track, text.pod_status(ev, f"{ev.phase or 'failed'}: {reason}"), role
+        )
     if ev.op == "deleted":
         _forget_pod(step, key, "pod deleted")
     elif ev.phase == "Succeeded":
@@ -95,8 +96,15 @@ def _container(track: PodTrack, name: str) -> ContainerTrack:
     return ctr
 
 
-def _on_termination(step: Step, ev: PodEvent, key: str, track: PodTrack, ctr: ContainerTrack,
-                    term: Termination, finished: float) -> None:
+def _on_termination(
+    step: Step,
+    ev: PodEvent,
+    key: str,
+    track: PodTrack,
+    ctr: ContainerTrack,
+    term: Termination,
+    finished: float,
+) -> None:
     if term.reason == "OOMKilled":
         ctr.oom_at = finished
         cuda.on_oom_killed(step, key, ctr)
@@ -112,8 +120,9 @@ def _on_termination(step: Step, ev: PodEvent, key: str, track: PodTrack, ctr: Co
     cuda.on_crash(step, key, track, ctr, term, ev, finished)
 
 
-def _on_pod_failure(step: Step, key: str, track: PodTrack | None, item: Evidence, role: str,
-                    container: str = "") -> bool:
+def _on_pod_failure(
+    step: Step, key: str, track: PodTrack | None, item: Evidence, role: str, container: str = ""
+) -> bool:
     """Offer a GPU pod failure to the chain, then to a NotReady incident.
 
     Returns True when the failure joined a device chain (so it is not a CUDA OOM).
@@ -157,9 +166,7 @@ def _on_node(step: Step, ev: NodeEvent) -> None:
     else:
         state.sharing = ""
     if ev.capacity:
-        degraded.on_capacity(
-            step, ev, sum(ev.capacity.values()), sum(ev.allocatable.values())
-        )
+        degraded.on_capacity(step, ev, sum(ev.capacity.values()), sum(ev.allocatable.values()))
     for cond in ev.conditions:
         if cond.type == "Ready":
             not_ready.on_ready(step, ev, cond)

@@ -62,8 +62,8 @@ class GpuTrack(msgspec.Struct):
     """Pods holding the GPU now, from the last binding event."""
     last_xid: float = -math.inf
     """Event time of the latest XID of any class on this GPU."""
-    fatal: dict[int, list[tuple[float, str]]] = {}
-    """Per fatal code, the (time, event id) of the last ``xid_repeat_count`` occurrences."""
+    fatal: dict[int, list[Evidence]] = {}
+    """Per fatal code, the evidence of the last ``xid_repeat_count`` occurrences."""
 
     def ref(self) -> GpuRef:
         return GpuRef(uuid=self.uuid, pci_bus_id=self.bus_id, index=self.index)

@@ -32,8 +32,13 @@ def armed(step: Step) -> bool:
     return bool(step.state.chain_triggers) and step.now <= step.state.chain_until
 
 
-def arm(step: Step, trigger: Evidence, gpu_key: str = "", gpu: GpuRef | None = None,
-        code: int | None = None) -> None:
+def arm(
+    step: Step,
+    trigger: Evidence,
+    gpu_key: str = "",
+    gpu: GpuRef | None = None,
+    code: int | None = None,
+) -> None:
     """A fatal XID or an allocatable drop: pod failures in the window now join the chain."""
     state, config = step.state, step.config
     inc = step.find(KIND, SUBJECT)
@@ -42,9 +47,10 @@ def arm(step: Step, trigger: Evidence, gpu_key: str = "", gpu: GpuRef | None = N
         state.chain_triggers = []
         state.chain_gpus = {}
         state.chain_codes = []
-    if all(t.event_id != trigger.event_id for t in state.chain_triggers):
-        if len(state.chain_triggers) < config.max_evidence:
-            state.chain_triggers.append(trigger)
+    if len(state.chain_triggers) < config.max_evidence and all(
+        t.event_id != trigger.event_id for t in state.chain_triggers
+    ):
+        state.chain_triggers.append(trigger)
     if gpu is not None:
         state.chain_gpus[gpu_key] = gpu
     if code is not None and code not in state.chain_codes:

@@ -25,8 +25,15 @@ KIND = "suspected_cuda_oom"
 _MAX_RESTARTS = 32
 
 
-def on_crash(step: Step, key: str, track: PodTrack, ctr: ContainerTrack, term: Termination,
-             ev: PodEvent, finished: float) -> None:
+def on_crash(
+    step: Step,
+    key: str,
+    track: PodTrack,
+    ctr: ContainerTrack,
+    term: Termination,
+    ev: PodEvent,
+    finished: float,
+) -> None:
     """A non-zero, non-OOM termination of a GPU container."""
     config = step.config
     window = config.cuda_oom_window_seconds
@@ -38,7 +45,9 @@ def on_crash(step: Step, key: str, track: PodTrack, ctr: ContainerTrack, term: T
     ordinal = len(ctr.restarts)
     earlier = ", ".join(to_datetime(t).strftime("%H:%M:%S") for t in ctr.restarts[:-1][-4:])
     item = text.termination(
-        ev, ctr.name, term,
+        ev,
+        ctr.name,
+        term,
         f"crash {ordinal} in {config.cuda_oom_window_seconds / 60:g} min"
         + (f" (earlier: {earlier})" if earlier else ""),
     )
@@ -65,11 +74,17 @@ def on_crash(step: Step, key: str, track: PodTrack, ctr: ContainerTrack, term: T
     inc.summary = (
         f"container {subject} on {step.state.node} restarted {inc.count} times in "
         f"{minutes:g} min with non-zero exits and no OOMKilled: "
-        + ("CUDA out of memory (seen in its termination message)" if confirmed
-           else "suspected CUDA OOM or driver error")
+        + (
+            "CUDA out of memory (seen in its termination message)"
+            if confirmed
+            else "suspected CUDA OOM or driver error"
+        )
     )
-    shared = " On a shared GPU, check the co-tenant pods' memory use." if (
-        "shared_gpu" in inc.attributes) else ""
+    shared = (
+        " On a shared GPU, check the co-tenant pods' memory use."
+        if ("shared_gpu" in inc.attributes)
+        else ""
+    )
     inc.action = (
         "Check the container's logs for torch.cuda.OutOfMemoryError; reduce batch size or "
         f"request a larger GPU / MIG profile.{shared}"

@@ -1,4 +1,4 @@
-"""``gpu_degraded``: capacity − allocatable of GPUs > 0 for longer than a threshold.
+"""``gpu_degraded``: capacity - allocatable of GPUs > 0 for longer than a threshold.
 
 This is the *silent* degradation: the device plugin quietly marked a GPU
 unhealthy and nobody's pod died (yet). When a ``device_unhealthy_eviction``

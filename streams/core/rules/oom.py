@@ -18,8 +18,9 @@ from streams.core.state import NEVER, NodeState, OpenIncident
 KIND = "host_oom_kill"
 
 
-def on_container_oom(step: Step, subject: str, info: PodInfo, item: Evidence,
-                     finished: float) -> None:
+def on_container_oom(
+    step: Step, subject: str, info: PodInfo, item: Evidence, finished: float
+) -> None:
     inc = step.find(KIND, subject)
     if inc is None:
         inc = step.open(KIND, subject, item.event_id, finished)
