@@ -1,0 +1,1 @@
+"""gputriage: the command line and the glue between connectors and the correlation core."""

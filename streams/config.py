@@ -23,7 +23,7 @@ from typing import Any, get_args
 import msgspec
 
 from schemas.xid_catalog import load_catalog
-from streams.core.config import CoreConfig, XidClass, XidRule
+from streams.core.config import DEFAULT_SEVERITY, CoreConfig, XidClass, XidRule
 
 _CLASS_KEYS: dict[str, XidClass] = {name.replace("-", "_"): name for name in get_args(XidClass)}
 
@@ -72,6 +72,12 @@ def core_config_from(
     if "xid" in values:
         raise ConfigError("core.xid: set XID classes in the [xid] table, not under [core]")
     values["xid"] = policy
+    if "severity" in values:
+        overrides = values["severity"]
+        if not isinstance(overrides, Mapping):
+            raise ConfigError("core.severity: expected a table of incident type = severity")
+        # Merge, do not replace: setting one type must keep the others' defaults.
+        values["severity"] = {**DEFAULT_SEVERITY, **overrides}
     try:
         return msgspec.convert(values, CoreConfig, strict=False)
     except msgspec.ValidationError as exc:

@@ -60,7 +60,8 @@ def test_core_module_is_pure(path: Path) -> None:
             names = [(node.module or "").split(".")[0]]
         else:
             names = []
-        problems += [f"line {node.lineno}: imports {n}" for n in names if n in FORBIDDEN_MODULES]
+        line = getattr(node, "lineno", 0)
+        problems += [f"line {line}: imports {n}" for n in names if n in FORBIDDEN_MODULES]
         if isinstance(node, ast.Call):
             func = node.func
             if isinstance(func, ast.Attribute) and func.attr in FORBIDDEN_METHODS:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from streams.config import core_config_from
 from tests.core_helpers import config, final, of_type, run
 from tests.factories import Cluster, term
 
@@ -32,7 +33,7 @@ def test_xid79_drop_and_evictions_are_one_incident() -> None:
     assert [p.role for p in inc.pods if p.name == "c"] == ["evicted"]
     schemas = [e.schema for e in inc.evidence]
     assert schemas[:2] == ["xid.v1", "node.v1"], "evidence reads in causal order"
-    assert inc.gpus[0].uuid == "GPU-1" and inc.gpus[0].pci_bus_id == "0000:9b:00.0"
+    assert (inc.gpus[0].uuid, inc.gpus[0].pci_bus_id) == ("GPU-1", "0000:9b:00.0")
     assert inc.severity == "page"
     assert [r.status for r in revisions if r.id == inc.id] == ["open", "updated", "updated"]
 
@@ -90,7 +91,7 @@ def test_container_oom_and_node_oomkilling_event_are_one_incident() -> None:
     c.pod("n2", "srv", 10 * MIN + 3, restarts=1, last=term(10 * MIN + 1, "OOMKilled", 137))
     [inc] = of_type(run(c.events), "host_oom_kill")
     assert [e.schema for e in inc.evidence] == ["k8s_event.v1", "pod.v1"]
-    assert inc.pods[0].role == "oom_killed" and inc.pods[0].container == "main"
+    assert (inc.pods[0].role, inc.pods[0].container) == ("oom_killed", "main")
 
 
 def test_unclaimed_node_oom_event_becomes_a_host_level_incident() -> None:
@@ -353,8 +354,6 @@ def test_node_deletion_resolves_its_incidents() -> None:
 
 # -- configuration and policy ---------------------------------------------------------
 def test_xid_policy_override_changes_the_class() -> None:
-    from streams.config import core_config_from
-
     c = Cluster()
     healthy(c, "n5", ["a"])
     c.xid("n5", 6 * MIN, 13)
@@ -381,3 +380,9 @@ def test_unknown_xid_codes_are_kept_as_evidence() -> None:
     c.tick(20 * MIN)
     [inc] = of_type(run(c.events), "gpu_degraded")
     assert any("XID 999 (unknown" in e.text for e in inc.evidence)
+
+
+def test_one_severity_override_keeps_the_other_defaults() -> None:
+    cfg = core_config_from(core={"severity": {"host_oom_kill": "page"}})
+    assert cfg.severity["host_oom_kill"] == "page"
+    assert cfg.severity["gpu_app_fault"] == "info"

@@ -1,0 +1,37 @@
+# Developer entry points. `make test` is what CI runs (.ci/run); it must work on
+# a fresh clone with nothing but python3 (>= 3.11) and network access to PyPI.
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# Reinstall only when the dependency declaration changes, not on every run.
+STAMP  := $(VENV)/.installed-pyproject
+# setuptools' editable-install notices are warnings, not errors: keep pip quiet.
+PIP    := PYTHONWARNINGS=ignore $(BIN)/python -m pip --disable-pip-version-check -q
+
+.PHONY: venv lint test demo schemas bench
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(PIP) install -e '.[test]'
+	@touch $@
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+	$(BIN)/lint-imports
+
+test: venv lint
+	$(BIN)/pytest
+
+demo: venv
+	$(BIN)/gputriage replay examples/scenario.jsonl
+
+schemas: venv
+	$(BIN)/gputriage schemas --write
+
+bench: venv
+	$(BIN)/python bench/core_bench.py

@@ -1,0 +1,213 @@
+"""Recorded files as a source: JSON lines from a path or stdin, plain or gzip.
+
+This is the offline seam every connector shares (DESIGN §4, principle 9): what
+a live connector would publish can be recorded to a file and replayed through
+the same core. It is deliberately synchronous; replay is CPU-bound and has no
+other I/O to overlap.
+
+Traps this module handles so callers need not:
+
+* Compression is detected by the gzip magic bytes, never by the file name: a
+  rotated ``events.log.1`` may be gzip and a ``.gz`` may have been unpacked in
+  place. Concatenated gzip members (``cat a.gz b.gz``) read as one stream.
+* Stdin cannot seek, so the two magic bytes read to sniff it are put back in
+  front of the stream rather than lost.
+* Line numbers are physical: blank lines are skipped but still counted, so
+  ``FILE:LINE`` in an error message is what an editor shows.
+* A truncated or corrupt gzip stream, or a read error half-way, ends that file
+  with an error *value* (a :class:`Record` holding a ``RecordError``) instead of
+  an exception, so merging several files does not lose the others.
+"""
+
+from __future__ import annotations
+
+import gzip
+import heapq
+import io
+import os
+import sys
+import zlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, BinaryIO, NamedTuple
+
+from schemas.codec import AnyEvent, RecordError, try_decode_event
+
+if TYPE_CHECKING:
+    from _typeshed import WriteableBuffer
+
+STDIN = "-"
+"""The path that means standard input."""
+
+_GZIP_MAGIC = b"\x1f\x8b"
+_NO_TIME = datetime.min.replace(tzinfo=UTC)
+
+
+class _Prefixed(io.RawIOBase):
+    """A non-seekable stream with the bytes already sniffed from it put back in front."""
+
+    def __init__(self, head: bytes, rest: BinaryIO) -> None:
+        super().__init__()
+        self._head = head
+        # read1 returns what a pipe has now instead of waiting to fill the request,
+        # so `tail -f log | gputriage replay -` streams rather than stalls.
+        self._read: Callable[[int], bytes] = getattr(rest, "read1", rest.read)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: WriteableBuffer) -> int:
+        view = memoryview(buffer).cast("B")
+        if self._head:
+            count = min(len(view), len(self._head))
+            view[:count] = self._head[:count]
+            self._head = self._head[count:]
+            return count
+        data = self._read(len(view))
+        view[: len(data)] = data
+        return len(data)
+
+
+class FileSource:
+    """One recorded file (or stdin), opened for reading lines.
+
+    Opening happens in the constructor so that a missing or unreadable file is
+    an ``OSError`` *before* any output is produced, which the CLI reports as a
+    usage error. Use it as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.name = "<stdin>" if path == STDIN else path
+        self._raw: BinaryIO
+        if path == STDIN:
+            self._raw = sys.stdin.buffer
+            self._owns_raw = False
+        else:
+            self._raw = open(path, "rb")  # noqa: SIM115 - closed by close()
+            self._owns_raw = True
+        self.size: int | None = self._disk_size()
+        """Bytes on disk, or ``None`` when unknown (pipes, terminals)."""
+        self._counted = 0
+        self._gzip: gzip.GzipFile | None = None
+        self._lines: Iterable[bytes] = self._detect()
+
+    def _disk_size(self) -> int | None:
+        try:
+            if not self._raw.seekable():
+                return None
+            return os.fstat(self._raw.fileno()).st_size
+        except (OSError, ValueError):
+            return None
+
+    def _detect(self) -> Iterable[bytes]:
+        seekable = self._raw.seekable()
+        # Seek back to where we started, not to 0: stdin redirected from a file
+        # may already be positioned past bytes another reader consumed.
+        start = self._raw.tell() if seekable else 0
+        head = self._raw.read(len(_GZIP_MAGIC))
+        base: BinaryIO | io.BufferedReader
+        if seekable:
+            self._raw.seek(start)
+            base = self._raw
+        else:
+            base = io.BufferedReader(_Prefixed(head, self._raw))
+        if head == _GZIP_MAGIC:
+            self._gzip = gzip.GzipFile(fileobj=base, mode="rb")
+            return self._gzip
+        return base
+
+    @property
+    def compressed(self) -> bool:
+        """Whether the data is gzip (by its magic bytes)."""
+        return self._gzip is not None
+
+    def position(self) -> int:
+        """Input bytes consumed so far (compressed bytes for gzip on disk): drives progress."""
+        if self.size is not None:
+            try:
+                return self._raw.tell()
+            except (OSError, ValueError):
+                return self._counted
+        return self._counted
+
+    def lines(self) -> Iterator[tuple[int, bytes]]:
+        """Yield ``(line_number, raw_line)`` for each non-blank line, line ending stripped.
+
+        Raises ``OSError``/``EOFError``/``zlib.error`` if the data ends or breaks
+        mid-stream; :func:`read_records` turns those into error values.
+        """
+        for number, line in enumerate(self._lines, start=1):
+            self._counted += len(line)
+            stripped = line.strip()
+            if stripped:
+                yield number, stripped
+
+    def close(self) -> None:
+        """Close the file (never stdin, which the process owns)."""
+        if self._gzip is not None:
+            self._gzip.close()
+        if self._owns_raw:
+            self._raw.close()
+
+    def __enter__(self) -> FileSource:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_lines(path: str) -> Iterator[tuple[int, bytes]]:
+    """Non-blank lines of ``path`` (``-`` for stdin) as ``(line_number, raw_bytes)``."""
+    with FileSource(path) as source:
+        yield from source.lines()
+
+
+class Record(NamedTuple):
+    """One line of one source, decoded: an event, or the error that explains why not."""
+
+    source: str
+    line: int
+    event: AnyEvent | RecordError
+
+
+def read_records(source: FileSource) -> Iterator[Record]:
+    """Decode every line of ``source``; a broken stream ends it with one error record."""
+    last_line = 0
+    try:
+        for number, raw in source.lines():
+            last_line = number
+            yield Record(source.name, number, try_decode_event(raw))
+    except (OSError, EOFError, zlib.error) as exc:
+        reason = "truncated gzip stream" if isinstance(exc, EOFError) else f"unreadable: {exc}"
+        yield Record(source.name, last_line + 1, RecordError(reason))
+
+
+def merge_by_time(streams: Sequence[Iterable[Record]]) -> Iterator[Record]:
+    """Interleave several sources in event-time order.
+
+    Each source is assumed to be roughly time-ordered already: ``heapq.merge``
+    never reorders within one source, so local disorder passes through for the
+    core's grace window to absorb. Ties go to the earlier source (merge is
+    stable), which keeps the output deterministic. An error record has no time
+    of its own; it takes the time of the last good record of its source so it
+    is reported near where it was found.
+    """
+    if len(streams) == 1:
+        yield from streams[0]
+        return
+    keyed = [_with_time(stream) for stream in streams]
+    for _, record in heapq.merge(*keyed, key=_time_of):
+        yield record
+
+
+def _with_time(stream: Iterable[Record]) -> Iterator[tuple[datetime, Record]]:
+    last = _NO_TIME
+    for record in stream:
+        if not isinstance(record.event, RecordError):
+            last = record.event.time
+        yield last, record
+
+
+def _time_of(item: tuple[datetime, Record]) -> datetime:
+    return item[0]

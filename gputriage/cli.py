@@ -1,0 +1,209 @@
+"""The ``gputriage`` command line.
+
+Click runs with ``standalone_mode=False`` so that this module, not click, decides
+what a failure looks like. The rule: a user mistake (an unknown option, a
+missing file, a bad configuration value) is ONE line on stderr,
+``gputriage: error: <message>``, and exit status 2 -- never a traceback and
+never a screenful of usage. Exit status 1 means the command ran but found a
+problem (bad input lines, drifted schema documents); 130 means interrupted.
+
+Trap: click's own ``main`` calls ``sys.exit`` on a broken pipe even in
+non-standalone mode, and Python prints an ``Exception ignored`` message if
+stdout is closed at exit; :func:`main` handles both so ``gputriage replay ... |
+head`` stays quiet.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn, cast
+
+import click
+
+from connectors.files import STDIN, FileSource
+from gputriage.replay import OUTPUTS, Output, ReplayOptions, replay
+from gputriage.settings import CONFIG_ENV, SettingsError, load_settings
+from schemas.jsonschema import DOCUMENT_DIR, drifted_documents, write_documents
+
+PROG = "gputriage"
+USAGE_ERROR = 2
+INTERRUPTED = 130
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+@click.group(context_settings=CONTEXT, invoke_without_command=True)
+@click.version_option(package_name="gputriage", prog_name=PROG, message="%(prog)s %(version)s")
+@click.option(
+    "--config",
+    "config_path",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help=f"TOML settings file ([core], [xid] tables); default ${CONFIG_ENV}. "
+    "GPUTRIAGE_<SECTION>__<KEY> environment variables override it.",
+)
+@click.pass_context
+def cli(ctx: click.Context, config_path: str | None) -> int:
+    """Join Kubernetes, XID and autoscaler signals of GPU clusters into incidents."""
+    ctx.obj = config_path
+    if ctx.invoked_subcommand is None:
+        click.echo(ctx.get_help())
+    return 0
+
+
+@cli.command("replay", context_settings=CONTEXT)
+@click.argument(
+    "files",
+    metavar="FILE...",
+    nargs=-1,
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, allow_dash=True),
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(OUTPUTS),
+    default="table",
+    show_default=True,
+    help="table: one row per incident; wide: more columns; json: every revision as JSON lines.",
+)
+@click.option(
+    "--evidence/--no-evidence",
+    default=True,
+    show_default=True,
+    help="table/wide: list each incident's evidence chain under its row.",
+)
+@click.option(
+    "--revisions",
+    is_flag=True,
+    help="table/wide: show every revision, not only the latest of each incident.",
+)
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help="Progress bar on stderr. Default: only when stderr is a terminal and input is large.",
+)
+@click.option("--stats", is_flag=True, help="Print the core's counters on stderr at the end.")
+@click.pass_context
+def replay_command(
+    ctx: click.Context,
+    *,
+    files: tuple[str, ...],
+    output: str,
+    evidence: bool,
+    revisions: bool,
+    progress: bool | None,
+    stats: bool,
+) -> int:
+    """Replay recorded events (JSON lines, plain or gzip; - for stdin) and print incidents.
+
+    Several FILEs are merged in event-time order. A line that does not decode is
+    reported as FILE:LINE on stderr and skipped; the exit status is then 1.
+    """
+    config = load_settings(ctx.obj).core_config()
+    if files.count(STDIN) > 1:
+        raise click.BadParameter("stdin (-) can be read only once", param_hint="FILE...")
+    options = ReplayOptions(
+        output=cast(Output, output),
+        evidence=evidence,
+        revisions=revisions,
+        progress=progress,
+        stats=stats,
+    )
+    sources = _open_all(files)
+    try:
+        result = replay(sources, config, options, sys.stdout.buffer, sys.stderr)
+    finally:
+        for source in sources:
+            source.close()
+    return result.exit_code
+
+
+def _open_all(paths: Sequence[str]) -> list[FileSource]:
+    sources: list[FileSource] = []
+    try:
+        for path in paths:
+            sources.append(FileSource(path))
+    except OSError as exc:
+        for source in sources:
+            source.close()
+        raise click.FileError(exc.filename or "?", hint=exc.strerror or str(exc)) from None
+    return sources
+
+
+@cli.command(context_settings=CONTEXT)
+@click.option("--write", "mode", flag_value="write", help="(Re)generate the documents.")
+@click.option("--check", "mode", flag_value="check", help="Exit 1 if any document has drifted.")
+@click.option(
+    "--dir",
+    "directory",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=DOCUMENT_DIR,
+    show_default="the package's schemas/jsonschema",
+    help="Where the documents live.",
+)
+def schemas(mode: str | None, directory: Path) -> int:
+    """Write or check the JSON Schema documents generated from the record types."""
+    if mode is None:
+        raise click.UsageError("choose --write or --check")
+    if mode == "write":
+        for name in write_documents(directory):
+            click.echo(f"wrote {_shown(directory / name)}")
+        return 0
+    drifted = drifted_documents(directory)
+    for name in drifted:
+        click.echo(f"{_shown(directory / name)}: out of date", err=True)
+    if drifted:
+        click.echo(f"{PROG}: run '{PROG} schemas --write' to regenerate", err=True)
+        return 1
+    return 0
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the working directory when it is below it."""
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _error(message: str) -> None:
+    text = " ".join(message.split())
+    print(f"{PROG}: error: {text}", file=sys.stderr)
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI and return the exit status instead of exiting (tests and embedding)."""
+    try:
+        result = cli.main(args=argv, prog_name=PROG, standalone_mode=False)
+    except click.UsageError as exc:
+        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+        _error(exc.format_message().rstrip(".") + hint)
+        return USAGE_ERROR
+    except click.ClickException as exc:
+        _error(exc.format_message())
+        return USAGE_ERROR
+    except SettingsError as exc:
+        _error(str(exc))
+        return USAGE_ERROR
+    except click.Abort:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return INTERRUPTED
+    return result if isinstance(result, int) else 0
+
+
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """The console-script entry point: run, flush, exit."""
+    try:
+        code = run(argv)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # The reader went away (`| head`): silence the flush Python retries at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        code = 1
+    sys.exit(code)

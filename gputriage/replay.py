@@ -1,0 +1,209 @@
+"""Replay recorded events through the correlation core and print the incidents.
+
+The same code path as production minus Kafka: decode each line with the one
+codec, feed good events to :class:`streams.core.Correlator` in (merged) event
+time order, flush at the end of input, print what came out.
+
+Contracts worth keeping:
+
+* Errors are values. A bad line is reported on stderr as ``FILE:LINE: reason
+  (at field)`` and the replay goes on; the exit status is 1 if any line was
+  bad, 0 otherwise. Output for the good lines is complete either way.
+* Stdout is a pure function of the input and the settings: no wall clock, no
+  environment, no locale (bytes are written as UTF-8 explicitly), no ordering
+  by hash. Replaying the same files twice gives byte-identical output.
+* Stdout carries only incidents. Progress, bad lines and statistics go to
+  stderr, so ``replay -o json > incidents.jsonl`` is clean.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, Final, Literal, TextIO
+
+from tqdm import tqdm
+
+from connectors.files import FileSource, Record, merge_by_time, read_records
+from gputriage import render
+from schemas.codec import RecordError, encode
+from schemas.incidents import Incident
+from streams.core import CoreStats, Correlator
+from streams.core.config import CoreConfig
+
+Output = Literal["table", "wide", "json"]
+OUTPUTS: Final[tuple[Output, ...]] = ("table", "wide", "json")
+
+PROGRESS_MIN_BYTES: Final = 4 * 1024 * 1024
+"""Inputs smaller than this finish before a progress bar would be worth drawing."""
+_PROGRESS_EVERY: Final = 2048
+"""Records between progress updates: reading file positions per line would cost more."""
+
+
+@dataclass(frozen=True)
+class ReplayOptions:
+    """How to print; every field has the CLI's default."""
+
+    output: Output = "table"
+    evidence: bool = True
+    """Table/wide: list each incident's evidence chain under its row."""
+    revisions: bool = False
+    """Table/wide: every revision instead of only the latest of each incident."""
+    progress: bool | None = None
+    """``None``: a bar when stderr is a terminal and the input is large."""
+    stats: bool = False
+    """Print the core's counters on stderr at the end."""
+
+
+@dataclass
+class ReplayResult:
+    """What a replay produced, for the exit status and for tests."""
+
+    revisions: list[Incident] = field(default_factory=list)
+    bad_lines: int = 0
+    records: int = 0
+    stats: CoreStats = field(default_factory=CoreStats)
+    """The correlator's counters at the end of the replay."""
+
+    @property
+    def exit_code(self) -> int:
+        """1 if any line was bad, else 0."""
+        return 1 if self.bad_lines else 0
+
+
+def bad_line_message(record: Record, error: RecordError) -> str:
+    """``FILE:LINE: reason (at field)``: one line, clickable in most editors and terminals."""
+    reason = render.one_line(error.reason) or "invalid record"
+    where = f" (at {error.field})" if error.field else ""
+    return f"{record.source}:{record.line}: {reason}{where}"
+
+
+def replay(
+    sources: Sequence[FileSource],
+    config: CoreConfig,
+    options: ReplayOptions,
+    stdout: BinaryIO,
+    stderr: TextIO,
+) -> ReplayResult:
+    """Replay ``sources`` (already open) and write the report; the caller closes them."""
+    result = ReplayResult()
+    correlator = Correlator(config)
+    streaming = options.output == "json"
+    records = merge_by_time([read_records(source) for source in sources])
+    with _progress_bar(sources, options.progress, stderr) as bar:
+        for record in bar.track(records):
+            result.records += 1
+            event = record.event
+            if isinstance(event, RecordError):
+                result.bad_lines += 1
+                bar.message(bad_line_message(record, event))
+                continue
+            _collect(correlator.ingest(event), result, stdout if streaming else None)
+        _collect(correlator.flush(), result, stdout if streaming else None)
+    result.stats = correlator.stats
+    if not streaming:
+        _write_table(result.revisions, options, stdout, stderr)
+    stdout.flush()
+    _write_summary(result, options, stderr)
+    return result
+
+
+def _collect(incidents: Iterable[Incident], result: ReplayResult, stream: BinaryIO | None) -> None:
+    for incident in incidents:
+        result.revisions.append(incident)
+        if stream is not None:
+            stream.write(encode(incident) + b"\n")
+
+
+def _write_table(
+    revisions: list[Incident], options: ReplayOptions, stdout: BinaryIO, stderr: TextIO
+) -> None:
+    shown = revisions if options.revisions else render.latest_revisions(revisions)
+    text = render.table(
+        render.display_order(shown), wide=options.output == "wide", evidence=options.evidence
+    )
+    if text:
+        stdout.write(text.encode("utf-8"))
+    else:
+        print("gputriage: no incidents", file=stderr)
+
+
+def _write_summary(result: ReplayResult, options: ReplayOptions, stderr: TextIO) -> None:
+    if options.stats:
+        stats = result.stats
+        incidents = len({incident.id for incident in result.revisions})
+        print(
+            f"gputriage: {result.records} records, {stats.events} events "
+            f"({stats.late} late, {stats.duplicates} duplicates), {stats.timers} timers, "
+            f"{incidents} incidents in {stats.revisions} revisions",
+            file=stderr,
+        )
+    if result.bad_lines:
+        plural = "" if result.bad_lines == 1 else "s"
+        print(
+            f"gputriage: {result.bad_lines} bad line{plural} of {result.records} skipped",
+            file=stderr,
+        )
+
+
+class _Progress:
+    """A tqdm bar over input bytes on stderr (never stdout), or a no-op when hidden."""
+
+    def __init__(self, sources: Sequence[FileSource], show: bool, stderr: TextIO) -> None:
+        self._sources = sources
+        self._stderr = stderr
+        sizes = [source.size for source in sources]
+        total = None if None in sizes else sum(size or 0 for size in sizes)
+        self._bar: Any = (
+            tqdm(
+                total=total,
+                unit="B",
+                unit_scale=True,
+                unit_divisor=1024,
+                file=stderr,
+                leave=False,
+                dynamic_ncols=True,
+            )
+            if show
+            else None
+        )
+        self._done = 0
+
+    def track(self, records: Iterator[Record]) -> Iterator[Record]:
+        """Pass ``records`` through, advancing the bar every few thousand."""
+        if self._bar is None:
+            yield from records
+            return
+        for count, record in enumerate(records, start=1):
+            if count % _PROGRESS_EVERY == 0:
+                self._advance()
+            yield record
+        self._advance()
+
+    def _advance(self) -> None:
+        position = sum(source.position() for source in self._sources)
+        self._bar.update(position - self._done)
+        self._done = position
+
+    def message(self, text: str) -> None:
+        """A line on stderr that does not tear the bar."""
+        if self._bar is None:
+            print(text, file=self._stderr)
+        else:
+            self._bar.write(text, file=self._stderr)
+
+    def __enter__(self) -> _Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def _progress_bar(sources: Sequence[FileSource], force: bool | None, stderr: TextIO) -> _Progress:
+    if force is None:
+        known = sum(source.size or 0 for source in sources)
+        show = stderr.isatty() and known >= PROGRESS_MIN_BYTES
+    else:
+        show = force
+    return _Progress(sources, show, stderr)

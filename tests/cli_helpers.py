@@ -1,0 +1,109 @@
+"""Run the real ``gputriage`` CLI in a subprocess, and write small scenario files.
+
+The subprocess runs ``python -m gputriage`` with this interpreter, so the tests
+exercise the installed package exactly as a user's shell would, with no
+``GPUTRIAGE_*`` variables leaking in from the developer's environment.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import msgspec
+
+from schemas.codec import dumps, encode
+from schemas.events import ContainerStatus, PodEvent, Termination, Tick
+from schemas.incidents import Incident
+
+CONSOLE_SCRIPT = Path(sys.executable).with_name("gputriage")
+
+
+def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The current environment without settings variables, plus ``extra``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUTRIAGE_")}
+    env.update(extra or {})
+    return env
+
+
+def gputriage(
+    *args: str,
+    stdin: bytes | None = None,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+) -> subprocess.CompletedProcess[bytes]:
+    """Run ``python -m gputriage ARGS`` and capture stdout/stderr as bytes."""
+    return subprocess.run(
+        [sys.executable, "-m", "gputriage", *args],
+        input=stdin if stdin is not None else b"",
+        capture_output=True,
+        env=clean_env(env),
+        cwd=cwd,
+        timeout=120,
+        check=False,
+    )
+
+
+def host_oom_events(node: str = "gpu-node-1", pod: str = "trainer-0") -> list[msgspec.Struct]:
+    """A GPU pod whose container was OOMKilled, then a tick an hour later."""
+    t0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
+    return [
+        PodEvent(
+            id=f"uid-{pod}/100",
+            cluster="c1",
+            time=t0,
+            node=node,
+            namespace="ml",
+            name=pod,
+            uid=f"uid-{pod}",
+            phase="Running",
+            gpu_requests={"nvidia.com/gpu": 1},
+            owner_kind="Job",
+            owner_name="trainer",
+            containers=(
+                ContainerStatus(
+                    name="main",
+                    restart_count=1,
+                    state="running",
+                    last_terminated=Termination(
+                        reason="OOMKilled", exit_code=137, finished_at=t0 - timedelta(seconds=2)
+                    ),
+                ),
+            ),
+        ),
+        Tick(id="tick/1", cluster="c1", time=t0 + timedelta(hours=1)),
+    ]
+
+
+def jsonl(events: Sequence[msgspec.Struct]) -> bytes:
+    """Events as JSON lines, the recorded-file format."""
+    return b"".join(encode(event) + b"\n" for event in events)
+
+
+def write_jsonl(path: Path, events: Sequence[msgspec.Struct]) -> Path:
+    """Write ``events`` to ``path`` and return it."""
+    path.write_bytes(jsonl(events))
+    return path
+
+
+def incidents_of(stdout: bytes) -> list[Incident]:
+    """Decode ``-o json`` output."""
+    return [msgspec.json.decode(line, type=Incident) for line in stdout.splitlines()]
+
+
+def bad_xid_line() -> bytes:
+    """An xid.v1 record whose ``code`` is not an integer."""
+    return dumps(
+        {
+            "schema": "xid.v1",
+            "id": "x",
+            "cluster": "c1",
+            "time": "2024-05-01T12:00:01Z",
+            "node": "n",
+            "code": "seventy-nine",
+        }
+    )

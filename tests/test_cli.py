@@ -1,0 +1,118 @@
+"""The CLI surface: help everywhere, and one-line errors with exit 2 for user mistakes."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.cli_helpers import CONSOLE_SCRIPT, clean_env, gputriage, host_oom_events, write_jsonl
+
+
+def _one_line_error(result: subprocess.CompletedProcess[bytes]) -> str:
+    """Assert the shape every user mistake must have; return the message."""
+    stderr = result.stderr.decode()
+    assert result.returncode == 2, stderr
+    assert "Traceback" not in stderr
+    assert result.stdout == b""
+    lines = stderr.splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("gputriage: error: ")
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", [[], ["replay"], ["schemas"]])
+def test_help_on_every_command(command: list[str]) -> None:
+    for flag in ("--help", "-h"):
+        result = gputriage(*command, flag)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.startswith(b"Usage: gputriage")
+        assert result.stderr == b""
+
+
+def test_no_command_prints_help() -> None:
+    result = gputriage()
+    assert result.returncode == 0
+    assert b"replay" in result.stdout
+    assert b"schemas" in result.stdout
+
+
+def test_the_console_script_runs_and_reports_its_version() -> None:
+    result = subprocess.run(
+        [str(CONSOLE_SCRIPT), "--version"], capture_output=True, env=clean_env(), check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.decode().startswith("gputriage 0.")
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--bogus"], ["replay", "--bogus", "x.jsonl"], ["schemas", "--bogus"], ["nonsense"]],
+)
+def test_an_unknown_option_or_command_is_one_line(args: list[str]) -> None:
+    message = _one_line_error(gputriage(*args))
+    assert "--help" in message
+
+
+def test_a_missing_file_is_one_line(tmp_path: Path) -> None:
+    message = _one_line_error(gputriage("replay", str(tmp_path / "missing.jsonl")))
+    assert "missing.jsonl" in message
+
+
+def test_a_directory_instead_of_a_file_is_one_line(tmp_path: Path) -> None:
+    _one_line_error(gputriage("replay", str(tmp_path)))
+
+
+def test_no_files_is_one_line() -> None:
+    assert "FILE" in _one_line_error(gputriage("replay"))
+
+
+def test_stdin_twice_is_one_line() -> None:
+    assert "stdin" in _one_line_error(gputriage("replay", "-", "-"))
+
+
+def test_a_bad_output_format_is_one_line(tmp_path: Path) -> None:
+    path = write_jsonl(tmp_path / "e.jsonl", host_oom_events())
+    assert "yaml" in _one_line_error(gputriage("replay", "-o", "yaml", str(path)))
+
+
+def test_a_bad_config_value_is_one_line_naming_the_key(tmp_path: Path) -> None:
+    events = write_jsonl(tmp_path / "e.jsonl", host_oom_events())
+    config = tmp_path / "bad.toml"
+    config.write_text('[core]\ngrace_seconds = "soon"\n', encoding="utf-8")
+    message = _one_line_error(gputriage("--config", str(config), "replay", str(events)))
+    assert "core.grace_seconds" in message
+
+
+def test_a_missing_config_file_is_one_line(tmp_path: Path) -> None:
+    events = write_jsonl(tmp_path / "e.jsonl", host_oom_events())
+    missing = str(tmp_path / "missing.toml")
+    message = _one_line_error(gputriage("--config", missing, "replay", str(events)))
+    assert "missing.toml" in message
+    via_env = gputriage("replay", str(events), env={"GPUTRIAGE_CONFIG": missing})
+    assert "missing.toml" in _one_line_error(via_env)
+
+
+def test_a_bad_environment_value_is_one_line(tmp_path: Path) -> None:
+    events = write_jsonl(tmp_path / "e.jsonl", host_oom_events())
+    result = gputriage("replay", str(events), env={"GPUTRIAGE_CORE__MAX_EVIDENCE": "lots"})
+    assert "core.max_evidence" in _one_line_error(result)
+
+
+def test_schemas_needs_a_mode() -> None:
+    assert "--write" in _one_line_error(gputriage("schemas"))
+
+
+def test_schemas_check_and_write(tmp_path: Path) -> None:
+    assert gputriage("schemas", "--check").returncode == 0
+
+    drifted = gputriage("schemas", "--check", "--dir", str(tmp_path))
+    assert drifted.returncode == 1
+    assert b"pod.v1.json: out of date" in drifted.stderr
+    assert b"Traceback" not in drifted.stderr
+
+    written = gputriage("schemas", "--write", "--dir", str(tmp_path))
+    assert written.returncode == 0
+    assert b"incident.v1.json" in written.stdout
+    assert gputriage("schemas", "--check", "--dir", str(tmp_path)).returncode == 0

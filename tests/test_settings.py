@@ -1,0 +1,118 @@
+"""Settings: a TOML file, environment overrides, and one-line errors naming the key."""
+
+from __future__ import annotations
+
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gputriage.settings import SettingsError, load_settings, parse_env_value
+
+
+def _config(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "gputriage.toml"
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def test_defaults_without_file_or_environment() -> None:
+    settings = load_settings(None, environ={})
+    assert settings.tables == {}
+    assert settings.core_config().grace_seconds == 0.5
+    assert settings.core_config().xid[79].xid_class == "fatal"
+
+
+def test_file_values_reach_the_core_config(tmp_path: Path) -> None:
+    path = _config(tmp_path, "[core]\ngrace_seconds = 2.5\n\n[xid]\ninfo = [79]\n")
+    config = load_settings(path, environ={}).core_config()
+    assert config.grace_seconds == 2.5
+    assert config.xid[79].xid_class == "info"
+
+
+def test_environment_overrides_the_file(tmp_path: Path) -> None:
+    path = _config(tmp_path, "[core]\ngrace_seconds = 2.5\nxid_repeat_count = 9\n")
+    environ = {
+        "GPUTRIAGE_CORE__GRACE_SECONDS": "2",
+        "GPUTRIAGE_XID__FOLLOW_UP": "[13]",
+        "GPUTRIAGE_CONFIG_UNRELATED": "ignored: no double underscore",
+        "OTHER__THING": "ignored: no prefix",
+    }
+    config = load_settings(path, environ=environ).core_config()
+    assert config.grace_seconds == 2.0
+    assert config.xid_repeat_count == 9
+    assert config.xid[13].xid_class == "follow-up"
+
+
+def test_gputriage_config_names_the_file(tmp_path: Path) -> None:
+    path = _config(tmp_path, "[core]\nxid_repeat_count = 7\n")
+    settings = load_settings(None, environ={"GPUTRIAGE_CONFIG": path})
+    assert settings.origin == path
+    assert settings.core_config().xid_repeat_count == 7
+
+
+def test_nested_environment_keys_build_tables() -> None:
+    settings = load_settings(None, environ={"GPUTRIAGE_CORE__SEVERITY__HOST_OOM_KILL": "page"})
+    assert settings.section("core") == {"severity": {"host_oom_kill": "page"}}
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("2", 2),
+        ("0.5", 0.5),
+        ("true", True),
+        ("[13, 31]", [13, 31]),
+        ('"quoted"', "quoted"),
+        ("page", "page"),
+        ("Evicted,NodeLost", "Evicted,NodeLost"),
+        ("2024-01-01", date(2024, 1, 1)),
+        ("", ""),
+        ("1\nx = 2", "1\nx = 2"),
+    ],
+)
+def test_environment_values_parse_as_toml_or_stay_strings(text: str, value: Any) -> None:
+    assert parse_env_value(text) == value
+
+
+def test_a_bad_value_names_the_key_and_the_file(tmp_path: Path) -> None:
+    path = _config(tmp_path, '[core]\ngrace_seconds = "soon"\n')
+    with pytest.raises(SettingsError, match=r"core\.grace_seconds") as caught:
+        load_settings(path, environ={}).core_config()
+    assert path in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_an_unknown_key_is_named(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="grace_secs"):
+        load_settings(_config(tmp_path, "[core]\ngrace_secs = 1\n"), environ={}).core_config()
+
+
+def test_an_unknown_section_is_an_error_not_ignored(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match=r"unknown section \[cor\]"):
+        load_settings(_config(tmp_path, "[cor]\ngrace_seconds = 1\n"), environ={})
+    with pytest.raises(SettingsError, match="GPUTRIAGE_COR__GRACE_SECONDS"):
+        load_settings(None, environ={"GPUTRIAGE_COR__GRACE_SECONDS": "1"})
+
+
+def test_a_section_that_is_not_a_table(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="core must be a table"):
+        load_settings(_config(tmp_path, "core = 1\n"), environ={})
+
+
+def test_an_empty_environment_key(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="SECTION__KEY"):
+        load_settings(None, environ={"GPUTRIAGE_CORE__": "1"})
+
+
+def test_invalid_toml_and_a_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match="not valid TOML"):
+        load_settings(_config(tmp_path, "[core\n"), environ={})
+    with pytest.raises(SettingsError, match="cannot read config file"):
+        load_settings(str(tmp_path / "missing.toml"), environ={})
+
+
+def test_xid_overrides_are_validated(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match=r"xid\.fatal"):
+        load_settings(None, environ={"GPUTRIAGE_XID__FATAL": "thirteen"}).core_config()
