@@ -1,0 +1,1 @@
+"""Benchmarks: a deterministic event-stream generator and the core benchmark."""
