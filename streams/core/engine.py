@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from sys import intern
 from typing import Any
 
 import msgspec
@@ -75,9 +76,10 @@ def correlation_key(event: AnyEvent) -> str:
 
 def new_state(event: AnyEvent) -> KeyState:
     node: str = getattr(event, "node", "")
+    cluster = intern(event.cluster)
     if node:
-        return NodeState(cluster=event.cluster, node=node)
-    return ClusterState(cluster=event.cluster)
+        return NodeState(cluster=cluster, node=node)
+    return ClusterState(cluster=cluster)
 
 
 def step(
@@ -135,11 +137,14 @@ class Correlator:
         self.grace = config.grace_seconds
         self.watermark = -math.inf
         self.max_time = -math.inf
-        self.keys: dict[str, KeyState] = {}
         self.stats = CoreStats()
+        # cluster -> node ("" for the cluster-scoped key) -> state. Two levels, so no
+        # "cluster/node" string is built per event or stored per key.
+        self._states: dict[str, dict[str, KeyState]] = {}
         self._pending: list[tuple[float, int, str, int, AnyEvent]] = []
-        self._timers: list[tuple[float, str]] = []
+        self._timers: list[tuple[float, str, str]] = []
         self._seq = 0
+        self._pushes = 0
         self._last: tuple[float, int, str] | None = None
 
     def ingest(self, event: AnyEvent) -> list[Incident]:
@@ -173,11 +178,25 @@ class Correlator:
         self._advance_to(self.max_time, out)
         return out
 
+    @property
+    def keys(self) -> dict[str, KeyState]:
+        """A snapshot of every key's state by correlation key (for inspection and tests)."""
+        return {
+            f"{cluster}/{node}" if node else cluster: state
+            for cluster, nodes in self._states.items()
+            for node, state in nodes.items()
+        }
+
+    def _node_states(self) -> list[NodeState]:
+        return [
+            s for nodes in self._states.values() for s in nodes.values() if isinstance(s, NodeState)
+        ]
+
     def tracked_pods(self) -> int:
-        return sum(len(s.pods) for s in self.keys.values() if isinstance(s, NodeState))
+        return sum(len(s.pods) for s in self._node_states())
 
     def open_incidents(self) -> int:
-        return sum(len(s.incidents) for s in self.keys.values() if isinstance(s, NodeState))
+        return sum(len(s.incidents) for s in self._node_states())
 
     # -- internals -------------------------------------------------------------------
     def _advance_to(self, watermark: float, out: list[Incident]) -> None:
@@ -188,10 +207,10 @@ class Correlator:
             event_at = pending[0][0] if pending else NEVER
             timer_at = timers[0][0] if timers else NEVER
             if timer_at < event_at and timer_at <= watermark:
-                due, key = heapq.heappop(timers)
-                state = self.keys.get(key)
+                due, cluster, node = heapq.heappop(timers)
+                state = self._states[cluster].get(node)
                 if isinstance(state, NodeState) and state.deadline == due:
-                    self._fire(key, state, due, out)
+                    self._fire(state, due, out)
             elif event_at <= watermark:
                 when, rank, event_id, _, event = heapq.heappop(pending)
                 ident = (when, rank, event_id)
@@ -205,10 +224,13 @@ class Correlator:
         self.watermark = watermark
 
     def _apply(self, event: AnyEvent, when: float, out: list[Incident]) -> None:
-        key = correlation_key(event)
-        state = self.keys.get(key)
+        nodes = self._states.get(event.cluster)
+        if nodes is None:
+            nodes = self._states[intern(event.cluster)] = {}
+        node: str = getattr(event, "node", "")
+        state = nodes.get(node)
         if state is None:
-            state = self.keys[key] = new_state(event)
+            state = nodes[node] = new_state(event)
         if isinstance(state, ClusterState):
             state.events += 1
             return
@@ -217,9 +239,9 @@ class Correlator:
             self.stats.revisions += len(incidents)
             out.extend(incidents)
         if _refresh_deadline(state, self.config) and state.deadline < NEVER:
-            heapq.heappush(self._timers, (state.deadline, key))
+            self._schedule(state)
 
-    def _fire(self, key: str, state: NodeState, due: float, out: list[Incident]) -> None:
+    def _fire(self, state: NodeState, due: float, out: list[Incident]) -> None:
         self.stats.timers += 1
         incidents = node_rules.apply_timer(state, due, self.config)
         if incidents:
@@ -230,4 +252,17 @@ class Correlator:
             # A rule left a deadline it cannot consume: never spin on it.
             state.deadline = NEVER
         if state.deadline < NEVER:
-            heapq.heappush(self._timers, (state.deadline, key))
+            self._schedule(state)
+
+    def _schedule(self, state: NodeState) -> None:
+        """Push the key's timer. Superseded entries stay in the heap (lazy deletion);
+        every few thousand pushes, a heap mostly made of them is rebuilt."""
+        heapq.heappush(self._timers, (state.deadline, state.cluster, state.node))
+        self._pushes += 1
+        if self._pushes % 4096 == 0:
+            live = [
+                (s.deadline, s.cluster, s.node) for s in self._node_states() if s.deadline < NEVER
+            ]
+            if len(self._timers) > 2 * len(live):
+                heapq.heapify(live)
+                self._timers = live

@@ -13,6 +13,7 @@ import math
 from collections.abc import Callable
 from sys import intern
 from typing import Any
+from zlib import crc32
 
 from schemas.events import (
     GpuBindingEvent,
@@ -28,10 +29,20 @@ from streams.core.config import CoreConfig, XidRule
 from streams.core.lifecycle import Step
 from streams.core.rules import chain, cuda, degraded, not_ready, oom, xid
 from streams.core.rules.pods import pod_info
-from streams.core.state import NEVER, ContainerTrack, GpuTrack, NodeState, PodTrack
+from streams.core.state import (
+    NEVER,
+    ContainerTrack,
+    GpuTrack,
+    NodeState,
+    PodTrack,
+    gpu_ref,
+    pack_uuid,
+    unpack_uuid,
+)
 
 _UNKNOWN_XID = XidRule()
-_RECENT_XIDS = 10
+_RECENT_XIDS = 5
+_RECENT_XID_SECONDS = 3600.0
 _RESET_WORDS = ("reset", "reboot", "drain")
 _SHARING_LABEL = "nvidia.com/gpu.sharing-strategy"
 _REPLICAS_LABEL = "nvidia.com/gpu.replicas"
@@ -43,7 +54,8 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
     state = step.state
     key = f"{ev.namespace}/{ev.name}"
     track = state.pods.get(key)
-    if track is not None and ev.uid and track.uid and track.uid != ev.uid:
+    uid = crc32(ev.uid.encode()) if ev.uid else 0
+    if track is not None and uid and track.uid and track.uid != uid:
         _forget_pod(step, key, "pod replaced by a new pod of the same name")
         track = None
     if track is None:
@@ -51,15 +63,19 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
         if gpus <= 0:
             return
         track = PodTrack(
-            uid=ev.uid,
-            gpus=gpus,
+            key=key,
+            uid=uid,
             owner_kind=intern(ev.owner_kind),
             owner_name=intern(ev.owner_name),
         )
         state.pods[key] = track
-    track.phase = intern(ev.phase)
+    if track.phase != ev.phase:
+        track.phase = intern(ev.phase)
+    window = step.config.cuda_oom_window_seconds
     for status in ev.containers:
         ctr = _container(track, status.name)
+        if ctr.restarts and ctr.restarts[-1] < step.now - window:
+            ctr.restarts = ()  # the crash window has passed: free it
         for term in (status.last_terminated, status.terminated):
             if term is None or term.finished_at is None:
                 continue
@@ -68,7 +84,6 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
                 continue
             ctr.last_finished = finished
             ctr.last_reason = intern(term.reason)
-            ctr.last_exit = term.exit_code
             _on_termination(step, ev, key, track, ctr, term, finished)
     reason = ""
     if ev.phase == "Failed":
@@ -88,11 +103,16 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
 
 
 def _container(track: PodTrack, name: str) -> ContainerTrack:
-    for ctr in track.containers:
+    known = track.containers
+    if isinstance(known, ContainerTrack):
+        if known.name == name:
+            return known
+        known = (known,)
+    for ctr in known:
         if ctr.name == name:
             return ctr
     ctr = ContainerTrack(name=intern(name))
-    track.containers.append(ctr)
+    track.containers = (*known, ctr) if known else ctr
     return ctr
 
 
@@ -191,48 +211,70 @@ def _on_kube_event(step: Step, ev: KubeEvent) -> None:
 
 # -- GPUs --------------------------------------------------------------------------
 def _gpu(state: NodeState, bus_id: str, uuid: str, index: int | None) -> tuple[str, GpuTrack]:
-    """The GPU these identifiers name, merging what different sources know about it."""
+    """The GPU these identifiers name, merging what different sources know about it.
+
+    Keyed by bus id; a GPU first named by uuid alone (``uuid:<uuid>``) moves under
+    its bus id when a source reveals it. Finding a GPU by uuid scans the node's
+    few GPUs rather than keeping a second index per node.
+    """
     gpus = state.gpus
+    gpu: GpuTrack | None
+    packed = pack_uuid(uuid) if uuid else ""
     if bus_id:
         key = bus_id
         gpu = gpus.get(key)
         if gpu is None:
-            old = state.uuid_index.get(uuid, "") if uuid else ""
-            gpu = gpus.pop(old) if old and old != key and old in gpus else GpuTrack()
+            old = f"uuid:{uuid}" if uuid else ""
+            gpu = gpus.pop(old, None) or GpuTrack()
+            # Nodes of one type share their bus layout: interned, the ids cost nothing.
+            key = intern(key)
             gpus[key] = gpu
-        gpu.bus_id = bus_id
     elif uuid:
-        key = state.uuid_index.get(uuid) or f"uuid:{uuid}"
-        gpu = gpus.get(key)
+        key, gpu = next(((k, g) for k, g in gpus.items() if g.uuid == packed), ("", None))
         if gpu is None:
+            key = f"uuid:{uuid}"
             gpu = gpus[key] = GpuTrack()
     else:
         key = "unknown"
         gpu = gpus.get(key)
         if gpu is None:
             gpu = gpus[key] = GpuTrack()
-    if uuid:
-        gpu.uuid = uuid
-        state.uuid_index[uuid] = key
-    if index is not None:
+    if packed and gpu.uuid != packed:
+        gpu.uuid = packed
+    if index is not None and gpu.index != index:
         gpu.index = index
     return key, gpu
 
 
+def _pod_key(state: NodeState, key: str) -> str:
+    """The key string the pod is already stored under, so a binding holds no copy."""
+    track = state.pods.get(key)
+    return track.key if track is not None else key
+
+
 def _on_binding(step: Step, ev: GpuBindingEvent) -> None:
-    _, gpu = _gpu(step.state, ev.pci_bus_id, ev.gpu_uuid, ev.gpu_index)
-    gpu.pods = ev.pods
+    state = step.state
+    key, gpu = _gpu(state, ev.pci_bus_id, ev.gpu_uuid, ev.gpu_index)
+    keys = tuple(_pod_key(state, f"{p.namespace}/{p.name}") for p in ev.pods)
+    pods: str | tuple[str, ...] = keys[0] if len(keys) == 1 else keys
+    if pods != gpu.pods:
+        gpu.pods = pods
+    if not pods and gpu.fatal is None and gpu.last_xid < step.now - _RECENT_XID_SECONDS:
+        # An idle GPU with no recent history: nothing to attribute, so nothing to keep.
+        # (Sources put the uuid on XID events themselves; the core needs no bus-id map.)
+        del state.gpus[key]
 
 
 def _on_xid(step: Step, ev: XidEvent) -> None:
     state, config = step.state, step.config
     rule = config.xid.get(ev.code, _UNKNOWN_XID)
     key, gpu = _gpu(state, ev.pci_bus_id, ev.gpu_uuid, ev.gpu_index)
-    item = text.xid(ev, rule, gpu.uuid)
+    item = text.xid(ev, rule, unpack_uuid(gpu.uuid))
     gpu.last_xid = max(gpu.last_xid, step.now)
-    if all(x.event_id != item.event_id for x in state.recent_xids):
-        state.recent_xids = [*state.recent_xids[-_RECENT_XIDS + 1 :], item]
-    degraded.on_xid(step, item, key, gpu.ref())
+    if all(x.event_id != item.event_id for _, x in state.recent_xids):
+        state.recent_xids = (*state.recent_xids[-_RECENT_XIDS + 1 :], (step.now, item))
+    ref = gpu_ref(key, gpu)
+    degraded.on_xid(step, item, key, ref)
     xid_class: str = rule.xid_class
     if xid_class == "follow-up":
         if ev.recovery_action or ev.code == 154:
@@ -243,7 +285,7 @@ def _on_xid(step: Step, ev: XidEvent) -> None:
         else:
             xid_class = "app"
     if xid_class == "fatal":
-        chain.arm(step, item, key, gpu.ref(), ev.code)
+        chain.arm(step, item, key, ref, ev.code)
         if rule.xid_class == "fatal":
             xid.on_fatal(step, key, gpu, item, ev.code)
     elif xid_class == "app":
@@ -275,8 +317,22 @@ def apply_event(state: NodeState, event: Any, now: float, config: CoreConfig) ->
     if handler is None:
         return []
     step = Step(state, config, now)
+    _prune(state, now, config)
     handler(step, event)
     return step.finish()
+
+
+def _prune(state: NodeState, now: float, config: CoreConfig) -> None:
+    """Drop look-back memories that can no longer matter (cheap when there are none)."""
+    if (
+        state.recent_failures
+        and state.recent_failures[0][0] < now - config.eviction_lookback_seconds
+    ):
+        lookback = now - config.eviction_lookback_seconds
+        state.recent_failures = tuple(f for f in state.recent_failures if f[0] >= lookback)
+    if state.recent_xids and state.recent_xids[0][0] < now - _RECENT_XID_SECONDS:
+        horizon = now - _RECENT_XID_SECONDS
+        state.recent_xids = tuple(x for x in state.recent_xids if x[0] >= horizon)
 
 
 def apply_timer(state: NodeState, now: float, config: CoreConfig) -> list[Incident]:

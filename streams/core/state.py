@@ -3,8 +3,12 @@
 Size matters: a 5,000-node cluster tracks ~150k pods, and the bar is 1 KB of
 state per tracked pod. Hence: only GPU pods are tracked; per-container history
 is a few floats, not copies of events; evidence is kept only once an incident
-exists (plus a handful of recent XIDs per node); repeated strings (namespaces,
-owner names, phases) are interned by the handlers.
+exists (plus a handful of recent XIDs per node, for an hour); strings that
+repeat across events (pod keys, owner names, GPU uuids and bus ids) are
+stored once (assigned only when they change, interned when many records
+share them: owners, phases, reasons), however often they arrive;
+collections that are usually empty are tuples defaulting to the shared ``()``,
+replaced (not mutated) on the rare change; leaf structs skip the GC header.
 
 Trap: never iterate a ``set`` of strings when producing output. String hashing
 is randomised per process, so set order differs between two replays of the same
@@ -14,10 +18,10 @@ file; every collection here that is iterated is a ``dict`` or a ``list``.
 from __future__ import annotations
 
 import math
+import re
 
 import msgspec
 
-from schemas.events import PodRef
 from schemas.incidents import Evidence, GpuRef, PodInfo
 from schemas.types import Severity
 
@@ -32,41 +36,89 @@ class ContainerTrack(msgspec.Struct, gc=False):
     last_finished: float = -math.inf
     """finishedAt of the newest termination already handled (dedupes repeats)."""
     last_reason: str = ""
-    last_exit: int = 0
-    restarts: list[float] = []
+    restarts: tuple[float, ...] = ()
     """Non-zero, non-OOM terminations inside the CUDA-OOM window."""
     oom_at: float = -math.inf
     cuda_log: bool = False
     """A termination message in the current window said ``CUDA out of memory``."""
 
 
-class PodTrack(msgspec.Struct):
-    """A GPU pod on this node."""
+class PodTrack(msgspec.Struct, gc=False):
+    """A GPU pod on this node.
 
-    uid: str
-    gpus: int
+    ``uid`` is a CRC-32 of the pod's uid, not the 36-character string: it only has
+    to tell a pod from its same-named successor, and it is 60 bytes smaller.
+    """
+
+    key: str
+    """Its own ``namespace/name`` key (the dict's key object): bindings point at it."""
+    uid: int
     owner_kind: str
     owner_name: str
     phase: str = ""
     failed: bool = False
-    containers: list[ContainerTrack] = []
+    containers: ContainerTrack | tuple[ContainerTrack, ...] = ()
+    """The one container itself in the usual case (a 1-tuple would add 48 bytes)."""
 
 
-class GpuTrack(msgspec.Struct):
-    """One GPU (or MIG instance) of this node, as bindings and XIDs reveal it."""
+class GpuTrack(msgspec.Struct, gc=False):
+    """One GPU (or MIG instance) of this node, as bindings and XIDs reveal it.
 
-    uuid: str = ""
-    bus_id: str = ""
+    Its key in :attr:`NodeState.gpus` is the canonical PCI bus id (or
+    ``uuid:<uuid>`` until a source tells the bus id), so the bus id is not
+    stored twice.
+    """
+
+    uuid: int | str = ""
+    """Packed by :func:`pack_uuid` (a 128-bit int, 44 bytes instead of 89); read it
+    with :func:`unpack_uuid`."""
     index: int | None = None
-    pods: tuple[PodRef, ...] = ()
-    """Pods holding the GPU now, from the last binding event."""
+    pods: str | tuple[str, ...] = ()
+    """Pods holding the GPU now (``namespace/name`` keys), from the last binding: the
+    key itself for the usual single pod (a 1-tuple would cost 48 bytes per GPU)."""
     last_xid: float = -math.inf
     """Event time of the latest XID of any class on this GPU."""
-    fatal: dict[int, list[Evidence]] = {}
+    fatal: dict[int, list[Evidence]] | None = None
     """Per fatal code, the evidence of the last ``xid_repeat_count`` occurrences."""
 
-    def ref(self) -> GpuRef:
-        return GpuRef(uuid=self.uuid, pci_bus_id=self.bus_id, index=self.index)
+
+_UUID = re.compile(
+    r"(GPU|MIG)-([0-9a-f]{8})-([0-9a-f]{4})-([0-9a-f]{4})-([0-9a-f]{4})-([0-9a-f]{12})"
+)
+_MIG_FLAG = 1 << 128
+
+
+def pack_uuid(text: str) -> int | str:
+    """``GPU-``/``MIG-`` + a lower-case UUID as one int; anything else stays text.
+
+    40k GPUs in a 5,000-node cluster make the UUID strings the largest single item
+    of the state; the int form round-trips exactly through :func:`unpack_uuid`.
+    """
+    match = _UUID.fullmatch(text)
+    if match is None:
+        return text
+    value = int("".join(match.group(2, 3, 4, 5, 6)), 16)
+    return value | _MIG_FLAG if match[1] == "MIG" else value
+
+
+def unpack_uuid(value: int | str) -> str:
+    if isinstance(value, str):
+        return value
+    prefix = "MIG" if value & _MIG_FLAG else "GPU"
+    h = f"{value & (_MIG_FLAG - 1):032x}"
+    return f"{prefix}-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def bound_pods(gpu: GpuTrack) -> tuple[str, ...]:
+    """The pod keys bound to ``gpu``, whichever way they are stored."""
+    pods = gpu.pods
+    return (pods,) if isinstance(pods, str) else pods
+
+
+def gpu_ref(key: str, gpu: GpuTrack) -> GpuRef:
+    """The published identity of the GPU stored under ``key``."""
+    bus = "" if key.startswith("uuid:") or key == "unknown" else key
+    return GpuRef(uuid=unpack_uuid(gpu.uuid), pci_bus_id=bus, index=gpu.index)
 
 
 class OpenIncident(msgspec.Struct):
@@ -106,20 +158,20 @@ class NodeState(msgspec.Struct):
     """GPU pods by ``namespace/name``."""
     gpus: dict[str, GpuTrack] = {}
     """GPUs by canonical PCI bus id (or ``uuid:<uuid>`` until the bus id is known)."""
-    uuid_index: dict[str, str] = {}
-    recent_xids: list[Evidence] = []
-    recent_failures: list[tuple[float, str, PodInfo, Evidence]] = []
+    recent_xids: tuple[tuple[float, Evidence], ...] = ()
+    """The node's latest XIDs of any class (an hour at most), evidence for gpu_degraded."""
+    recent_failures: tuple[tuple[float, PodInfo, Evidence], ...] = ()
     """GPU pod failures within the eviction look-back, for a chain armed just after."""
     chain_until: float = -math.inf
     """device_unhealthy_eviction: pod failures until this time join the chain."""
     chain_anchor: str = ""
-    chain_triggers: list[Evidence] = []
-    chain_gpus: dict[str, GpuRef] = {}
-    chain_codes: list[int] = []
+    chain_triggers: tuple[Evidence, ...] = ()
+    chain_gpus: tuple[tuple[str, GpuRef], ...] = ()
+    chain_codes: tuple[int, ...] = ()
     degraded_since: float | None = None
     degraded_evidence: Evidence | None = None
     degraded_checked: bool = False
-    oom_pending: list[tuple[float, Evidence]] = []
+    oom_pending: tuple[tuple[float, Evidence], ...] = ()
     """Node ``OOMKilling`` events not yet matched to a container."""
     incidents: dict[str, OpenIncident] = {}
     """Open incidents by ``type|subject``."""

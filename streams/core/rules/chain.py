@@ -43,18 +43,17 @@ def arm(
     state, config = step.state, step.config
     inc = step.find(KIND, SUBJECT)
     if inc is None and not armed(step):
+        _disarm(state)
         state.chain_anchor = trigger.event_id
-        state.chain_triggers = []
-        state.chain_gpus = {}
-        state.chain_codes = []
     if len(state.chain_triggers) < config.max_evidence and all(
         t.event_id != trigger.event_id for t in state.chain_triggers
     ):
-        state.chain_triggers.append(trigger)
-    if gpu is not None:
-        state.chain_gpus[gpu_key] = gpu
+        state.chain_triggers = (*state.chain_triggers, trigger)
+    if gpu is not None and (gpu_key, gpu) not in state.chain_gpus:
+        others = tuple(g for g in state.chain_gpus if g[0] != gpu_key)
+        state.chain_gpus = (*others, (gpu_key, gpu))
     if code is not None and code not in state.chain_codes:
-        state.chain_codes.append(code)
+        state.chain_codes = (*state.chain_codes, code)
     state.chain_until = max(state.chain_until, step.now + config.eviction_window_seconds)
     state.timers_dirty = True
     if inc is not None:
@@ -64,8 +63,8 @@ def arm(
         _describe(step, inc)
     lookback = step.now - config.eviction_lookback_seconds
     recent = [f for f in state.recent_failures if f[0] >= lookback]
-    state.recent_failures = []
-    for _, _, info, evidence in recent:
+    state.recent_failures = ()
+    for _, info, evidence in recent:
         _join(step, info, evidence)
 
 
@@ -77,8 +76,8 @@ def on_failure(step: Step, info: PodInfo, evidence: Evidence) -> bool:
     state = step.state
     lookback = step.now - step.config.eviction_lookback_seconds
     kept = [f for f in state.recent_failures if f[0] >= lookback]
-    kept.append((step.now, f"{info.namespace}/{info.name}", info, evidence))
-    state.recent_failures = kept[-_MAX_RECENT_FAILURES:]
+    kept.append((step.now, info, evidence))
+    state.recent_failures = tuple(kept[-_MAX_RECENT_FAILURES:])
     return False
 
 
@@ -117,9 +116,9 @@ def deadline(state: NodeState) -> float:
 
 
 def _disarm(state: NodeState) -> None:
-    state.chain_triggers = []
-    state.chain_gpus = {}
-    state.chain_codes = []
+    state.chain_triggers = ()
+    state.chain_gpus = ()
+    state.chain_codes = ()
     state.chain_anchor = ""
 
 
@@ -131,7 +130,7 @@ def _join(step: Step, info: PodInfo, evidence: Evidence) -> None:
         inc = step.open(KIND, SUBJECT, state.chain_anchor, first)
         for trigger in state.chain_triggers:
             step.add_evidence(inc, trigger)
-        for key, gpu in state.chain_gpus.items():
+        for key, gpu in state.chain_gpus:
             step.add_gpu(inc, key, gpu)
     step.add_pod(inc, info)
     step.add_evidence(inc, evidence)

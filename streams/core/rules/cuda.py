@@ -37,8 +37,10 @@ def on_crash(
     """A non-zero, non-OOM termination of a GPU container."""
     config = step.config
     window = config.cuda_oom_window_seconds
-    ctr.restarts = [t for t in ctr.restarts if t > finished - window][-_MAX_RESTARTS + 1 :]
-    ctr.restarts.append(finished)
+    kept = tuple(t for t in ctr.restarts if t > finished - window)[-_MAX_RESTARTS + 1 :]
+    ctr.restarts = (*kept, finished)
+    if not kept:
+        ctr.cuda_log = False  # a fresh window: forget the previous episode's log line
     if any(p in term.message for p in config.cuda_oom_patterns):
         ctr.cuda_log = True
     subject = f"{key}/{ctr.name}"

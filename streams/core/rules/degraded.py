@@ -15,7 +15,7 @@ from schemas.incidents import Evidence, GpuRef
 from streams.core import evidence as text
 from streams.core.lifecycle import Step
 from streams.core.rules import chain
-from streams.core.state import NEVER, NodeState, OpenIncident
+from streams.core.state import NEVER, NodeState, OpenIncident, gpu_ref
 
 KIND = "gpu_degraded"
 SUBJECT = "node"
@@ -77,12 +77,12 @@ def on_timer(step: Step) -> None:
         return
     inc = step.open(KIND, SUBJECT, state.degraded_evidence.event_id, since)
     step.add_evidence(inc, state.degraded_evidence)
-    for item in state.recent_xids:
+    for _, item in state.recent_xids:
         step.add_evidence(inc, item)
     recent = since - config.eviction_lookback_seconds
     for key, gpu in state.gpus.items():
         if gpu.last_xid >= recent:
-            step.add_gpu(inc, key, gpu.ref())
+            step.add_gpu(inc, key, gpu_ref(key, gpu))
     _describe(step, inc)
 
 

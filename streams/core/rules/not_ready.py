@@ -7,6 +7,8 @@ it (unless an eviction chain claims them first). Resolves when Ready=True again.
 
 from __future__ import annotations
 
+from sys import intern
+
 from schemas.events import NodeCondition, NodeEvent
 from schemas.incidents import Evidence, PodInfo
 from streams.core import evidence as text
@@ -19,7 +21,7 @@ SUBJECT = "node"
 
 def on_ready(step: Step, ev: NodeEvent, cond: NodeCondition) -> None:
     state, config = step.state, step.config
-    before, state.ready = state.ready, cond.status
+    before, state.ready = state.ready, intern(cond.status)
     if before == cond.status:
         return
     item = text.node_condition(ev.id, ev.time, cond)

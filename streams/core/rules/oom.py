@@ -57,7 +57,7 @@ def on_node_oom_event(step: Step, item: Evidence) -> None:
         return
     pending = step.state.oom_pending
     if all(e.event_id != item.event_id for _, e in pending):
-        pending.append((step.now, item))
+        step.state.oom_pending = (*pending, (step.now, item))
         step.state.timers_dirty = True
 
 
@@ -66,7 +66,9 @@ def on_timer(step: Step) -> None:
     due = [p for p in state.oom_pending if p[0] + config.oom_join_seconds <= step.now]
     if not due:
         return
-    state.oom_pending = [p for p in state.oom_pending if p[0] + config.oom_join_seconds > step.now]
+    state.oom_pending = tuple(
+        p for p in state.oom_pending if p[0] + config.oom_join_seconds > step.now
+    )
     state.timers_dirty = True
     for seen, item in due:
         inc = step.open(KIND, f"node/{item.event_id}", item.event_id, seen)
@@ -97,4 +99,4 @@ def _claim_pending(step: Step, inc: OpenIncident, finished: float) -> None:
             state.timers_dirty = True
         else:
             keep.append((seen, item))
-    state.oom_pending = keep
+    state.oom_pending = tuple(keep)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from schemas.incidents import PodInfo
-from streams.core.state import NodeState, PodTrack
+from streams.core.state import NodeState, PodTrack, bound_pods
 
 
 def pod_info(key: str, track: PodTrack | None, role: str, container: str = "") -> PodInfo:
@@ -21,14 +21,13 @@ def pod_info(key: str, track: PodTrack | None, role: str, container: str = "") -
 
 def co_tenants(state: NodeState, key: str) -> list[str]:
     """Other pods bound to any GPU this pod is bound to (time-slicing / MPS neighbours)."""
-    namespace, _, name = key.partition("/")
     found: dict[str, None] = {}
     for gpu in state.gpus.values():
-        if any(p.namespace == namespace and p.name == name for p in gpu.pods):
-            for other in gpu.pods:
-                other_key = f"{other.namespace}/{other.name}"
-                if other_key != key:
-                    found[other_key] = None
+        pods = bound_pods(gpu)
+        if key in pods:
+            for other in pods:
+                if other != key:
+                    found[other] = None
     return list(found)
 
 

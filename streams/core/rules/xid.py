@@ -14,7 +14,7 @@ from __future__ import annotations
 from schemas.incidents import Evidence
 from streams.core.lifecycle import Step
 from streams.core.rules.pods import pod_info
-from streams.core.state import GpuTrack
+from streams.core.state import GpuTrack, bound_pods, gpu_ref, unpack_uuid
 
 APP = "gpu_app_fault"
 REPEAT = "xid_repeat"
@@ -25,15 +25,15 @@ def on_app(step: Step, gpu_key: str, gpu: GpuTrack, item: Evidence, code: int) -
     inc = step.find(APP, gpu_key)
     if inc is None:
         inc = step.open(APP, gpu_key, item.event_id, step.now)
-        shared = len(gpu.pods) > 1 or bool(state.sharing)
-        for ref in gpu.pods:
-            key = f"{ref.namespace}/{ref.name}"
+        pods = bound_pods(gpu)
+        shared = len(pods) > 1 or bool(state.sharing)
+        for key in pods:
             role = "candidate" if shared else "bound"
-            step.add_pod(inc, pod_info(key, state.pods.get(key), role, ref.container))
+            step.add_pod(inc, pod_info(key, state.pods.get(key), role))
         if shared:
             inc.attributes["shared_gpu"] = state.sharing or "shared"
     inc.count += 1
-    step.add_gpu(inc, gpu_key, gpu.ref())
+    step.add_gpu(inc, gpu_key, gpu_ref(gpu_key, gpu))
     step.add_evidence(inc, item)
     codes = inc.attributes.get("xids", "")
     if str(code) not in codes.split(","):
@@ -49,7 +49,7 @@ def on_app(step: Step, gpu_key: str, gpu: GpuTrack, item: Evidence, code: int) -
     )
     shared_note = " (shared GPU: candidates)" if "shared_gpu" in inc.attributes else ""
     inc.summary = (
-        f"application XID {inc.attributes['xids']} on {gpu.uuid or gpu.bus_id} "
+        f"application XID {inc.attributes['xids']} on {unpack_uuid(gpu.uuid) or gpu_key} "
         f"({step.state.node}), {inc.count}x: workload fault, not hardware; "
         f"pods: {who}{shared_note}"
     )
@@ -61,6 +61,8 @@ def on_app(step: Step, gpu_key: str, gpu: GpuTrack, item: Evidence, code: int) -
 
 def on_fatal(step: Step, gpu_key: str, gpu: GpuTrack, item: Evidence, code: int) -> None:
     config = step.config
+    if gpu.fatal is None:
+        gpu.fatal = {}
     occurrences = gpu.fatal.get(code)
     if occurrences is None:
         occurrences = gpu.fatal[code] = []
@@ -83,12 +85,11 @@ def on_fatal(step: Step, gpu_key: str, gpu: GpuTrack, item: Evidence, code: int)
         for earlier in occurrences:
             step.add_evidence(inc, earlier)
         inc.count = len(occurrences) - 1
-        for ref in gpu.pods:
-            key = f"{ref.namespace}/{ref.name}"
-            step.add_pod(inc, pod_info(key, step.state.pods.get(key), "bound", ref.container))
+        for key in bound_pods(gpu):
+            step.add_pod(inc, pod_info(key, step.state.pods.get(key), "bound"))
     inc.count += 1
     step.add_evidence(inc, item)
-    step.add_gpu(inc, gpu_key, gpu.ref())
+    step.add_gpu(inc, gpu_key, gpu_ref(gpu_key, gpu))
     step.set_deadline(inc, step.now + config.xid_repeat_window_seconds)
     rule = config.xid.get(code)
     name = rule.mnemonic if rule and rule.mnemonic else "fatal XID"
@@ -97,7 +98,7 @@ def on_fatal(step: Step, gpu_key: str, gpu: GpuTrack, item: Evidence, code: int)
     inc.attributes["occurrences"] = str(inc.count)
     inc.summary = (
         f"XID {code} ({name}) {inc.count} times within {hours:g} h on "
-        f"{gpu.uuid or gpu.bus_id} ({step.state.node}): failing hardware"
+        f"{unpack_uuid(gpu.uuid) or gpu_key} ({step.state.node}): failing hardware"
     )
     inc.action = (
         f"Drain {step.state.node} and open a hardware case for this GPU (RMA); "
