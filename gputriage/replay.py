@@ -64,6 +64,7 @@ class ReplayResult:
     records: int = 0
     stats: CoreStats = field(default_factory=CoreStats)
     """The correlator's counters at the end of the replay."""
+    grace_seconds: float = 0.0
 
     @property
     def exit_code(self) -> int:
@@ -101,6 +102,7 @@ def replay(
             _collect(correlator.ingest(event), result, stdout if streaming else None)
         _collect(correlator.flush(), result, stdout if streaming else None)
     result.stats = correlator.stats
+    result.grace_seconds = config.grace_seconds
     if not streaming:
         _write_table(result.revisions, options, stdout, stderr)
     stdout.flush()
@@ -136,6 +138,15 @@ def _write_summary(result: ReplayResult, options: ReplayOptions, stderr: TextIO)
             f"gputriage: {result.records} records, {stats.events} events "
             f"({stats.late} late, {stats.duplicates} duplicates), {stats.timers} timers, "
             f"{incidents} incidents in {stats.revisions} revisions",
+            file=stderr,
+        )
+    if result.stats.late:
+        # Late events are applied, not dropped, but then file order can change the
+        # incidents: say so, since the replay is otherwise byte-reproducible.
+        print(
+            f"gputriage: {result.stats.late} events were more than {result.grace_seconds:g} s "
+            "older than events before them and were applied late; sort the input by time "
+            "or raise core.grace_seconds",
             file=stderr,
         )
     if result.bad_lines:

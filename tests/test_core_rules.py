@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from streams.config import core_config_from
+from streams.core import advance, step
 from tests.core_helpers import config, final, of_type, run
-from tests.factories import Cluster, term
+from tests.factories import T0, Cluster, term
 
 MIN = 60.0
+T0_S = T0.timestamp()
 
 
 def healthy(c: Cluster, node: str, pods: list[str], **labels: str) -> None:
@@ -386,3 +388,24 @@ def test_one_severity_override_keeps_the_other_defaults() -> None:
     cfg = core_config_from(core={"severity": {"host_oom_kill": "page"}})
     assert cfg.severity["host_oom_kill"] == "page"
     assert cfg.severity["gpu_app_fault"] == "info"
+
+
+# -- the per-key functional API ---------------------------------------------------------
+def test_step_and_advance_are_the_same_transition_as_the_engine() -> None:
+    c = Cluster()
+    healthy(c, "n4", [])
+    c.node("n4", 3 * MIN, alloc=7)
+    cfg = config()
+    state = None
+    opened = []
+    for event in c.events:
+        state, out = step(state, event, cfg)
+        opened += out
+    assert state is not None
+    assert opened == []
+    state, early = advance(state, (T0_S + 7 * MIN), cfg)
+    assert early == []
+    state, due = advance(state, (T0_S + 9 * MIN), cfg)
+    assert [i.type for i in due] == ["gpu_degraded"]
+    c.tick(9 * MIN)
+    assert [i.id for i in run(c.events)] == [due[0].id]

@@ -201,3 +201,14 @@ def test_progress_is_automatic_only_for_large_input_on_a_terminal(tmp_path: Path
     assert code == 0
     assert terminal == b""
     assert gputriage("replay", "-o", "json", str(big)).stderr == b""
+
+
+def test_events_later_than_grace_are_applied_and_reported(tmp_path: Path) -> None:
+    events = host_oom_events()
+    late_first = [*events[1:], events[0]]  # the pod's first sighting comes last
+    path = write_jsonl(tmp_path / "late.jsonl", late_first)
+    result = gputriage("replay", "--stats", str(path))
+    assert result.returncode == 0
+    assert b"applied late" in result.stderr
+    in_order = gputriage("replay", str(write_jsonl(tmp_path / "ok.jsonl", events)))
+    assert b"applied late" not in in_order.stderr

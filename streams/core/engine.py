@@ -95,13 +95,23 @@ def step(
     """
     if state is None:
         state = new_state(event)
-    now = event.time.timestamp()
+    incidents = _transition(state, event, event.time.timestamp(), config)
+    if isinstance(state, NodeState):
+        _refresh_deadline(state, config)
+    return state, incidents
+
+
+def _transition(
+    state: KeyState,
+    event: AnyEvent,
+    when: float,
+    config: CoreConfig,
+) -> list[Incident]:
+    """Apply one event to one key's state at event time ``when``."""
     if isinstance(state, ClusterState):
         state.events += 1
-        return state, []
-    incidents = node_rules.apply_event(state, event, now, config)
-    _refresh_deadline(state, config)
-    return state, incidents
+        return []
+    return node_rules.apply_event(state, event, when, config)
 
 
 def advance(state: KeyState, now: float, config: CoreConfig) -> tuple[KeyState, list[Incident]]:
@@ -231,10 +241,9 @@ class Correlator:
         state = nodes.get(node)
         if state is None:
             state = nodes[node] = new_state(event)
-        if isinstance(state, ClusterState):
-            state.events += 1
+        incidents = _transition(state, event, when, self.config)
+        if not isinstance(state, NodeState):
             return
-        incidents = node_rules.apply_event(state, event, when, self.config)
         if incidents:
             self.stats.revisions += len(incidents)
             out.extend(incidents)
