@@ -14,6 +14,7 @@ something was.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any, Final
 
 import msgspec
@@ -91,6 +92,25 @@ def encode(record: Event | Incident | msgspec.Struct) -> bytes:
 def to_builtins(record: msgspec.Struct) -> Any:
     """A record as plain dicts and lists (for ad-hoc output and JSON Schema checks)."""
     return msgspec.to_builtins(record)
+
+
+def msgpack_codec(type_: Any) -> tuple[Callable[[Any], bytes], Callable[[bytes], Any]]:
+    """An (encode, decode) pair of compact MessagePack for internal state of ``type_``.
+
+    For state that never leaves our own processes (changelog-backed tables): it is
+    about half the size of JSON and faster both ways. Records on public topics stay
+    JSON (:func:`encode`), which people and other tools can read.
+    """
+    encoder = msgspec.msgpack.Encoder()
+    decoder = msgspec.msgpack.Decoder(type_)
+
+    def decode(data: bytes) -> Any:
+        try:
+            return decoder.decode(data)
+        except msgspec.MsgspecError as exc:
+            raise _record_error(exc) from None
+
+    return encoder.encode, decode
 
 
 def loads(data: bytes | str) -> Any:

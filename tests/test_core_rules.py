@@ -409,3 +409,14 @@ def test_step_and_advance_are_the_same_transition_as_the_engine() -> None:
     assert [i.type for i in due] == ["gpu_degraded"]
     c.tick(9 * MIN)
     assert [i.id for i in run(c.events)] == [due[0].id]
+
+
+def test_a_same_named_successor_starts_a_fresh_pod() -> None:
+    c = Cluster()
+    healthy(c, "n2", ["db-0"])
+    c.pod("n2", "db-0", 2 * MIN, restarts=1, last=term(2 * MIN - 1, "OOMKilled", 137))
+    c.pod("n2", "db-0", 3 * MIN, phase="Failed", reason="Evicted")
+    c.pod("n2", "db-0", 4 * MIN, phase="Running", uid="uid-db-0-second")
+    [inc] = of_type(run(c.events), "host_oom_kill")
+    assert inc.status == "resolved"
+    assert inc.attributes["resolution"] == "pod replaced by a new pod of the same name"

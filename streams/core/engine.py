@@ -12,9 +12,21 @@ How it stays deterministic while events arrive out of order:
   timer due at ``T`` fires after every event with time ``< T`` and before any
   event with time ``>= T``... except that events at exactly ``T`` go first, so a
   timer sees everything that happened at its instant.
-* An event later than the watermark (beyond grace) is not dropped: it is applied
-  at once and counted in ``stats.late``. Its result may then differ from an
-  in-order run; that is the one place arrival order can matter, and it is visible.
+* An event later than the watermark (beyond grace) is applied at once and
+  counted in ``stats.late``: its result may then differ from an in-order run,
+  the one place arrival order can matter, and it is visible.
+* Each key remembers the last event it applied (its high-water mark). An event
+  that sorts at or before it is *stale*: a redelivery after a crash (Kafka is
+  at-least-once) or a late event that can no longer be placed in order. It is
+  skipped and counted in ``stats.stale``, which is what makes redelivery harmless.
+
+For a processor on Kafka, ``ingest`` takes an opaque ``token`` per event (the
+consumer's handle on the record) and :meth:`Correlator.take_released` hands
+back the tokens of every event that has been applied or skipped, so the caller
+can acknowledge (commit) exactly those and no event still waiting in the
+buffer. :meth:`Correlator.take_dirty` names the keys whose state changed, for
+writing to a changelog; :meth:`Correlator.restore` and :meth:`Correlator.forget`
+follow partition assignment.
 
 State is keyed by correlation key (``cluster/node`` or ``cluster``), so a
 partitioned deployment can hold each key's state next to its partition.
@@ -24,6 +36,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections.abc import Callable
 from sys import intern
 from typing import Any
 
@@ -64,6 +77,8 @@ class CoreStats(msgspec.Struct):
     """Events that arrived behind the watermark (more than ``grace`` out of order)."""
     duplicates: int = 0
     """Events delivered twice while still buffered (same time, schema and id)."""
+    stale: int = 0
+    """Events skipped because their key had already applied a later event (redeliveries)."""
     revisions: int = 0
     timers: int = 0
 
@@ -98,7 +113,7 @@ def step(
     incidents = _transition(state, event, event.time.timestamp(), config)
     if isinstance(state, NodeState):
         _refresh_deadline(state, config)
-    return state, incidents
+    return state, incidents or []
 
 
 def _transition(
@@ -106,8 +121,12 @@ def _transition(
     event: AnyEvent,
     when: float,
     config: CoreConfig,
-) -> list[Incident]:
-    """Apply one event to one key's state at event time ``when``."""
+) -> list[Incident] | None:
+    """Apply one event to one key's state at event time ``when``; None if it is stale."""
+    mark = (when, RANK[type(event)], event.id)
+    if mark <= (state.applied_time, state.applied_rank, state.applied_id):
+        return None
+    state.applied_time, state.applied_rank, state.applied_id = mark
     if isinstance(state, ClusterState):
         state.events += 1
         return []
@@ -135,6 +154,12 @@ def _refresh_deadline(state: NodeState, config: CoreConfig) -> bool:
     return True
 
 
+Token = Any
+"""The caller's handle on an ingested event (a Kafka record, say); opaque to the core."""
+
+_Pending = tuple[float, int, str, int, AnyEvent, Token]
+
+
 class Correlator:
     """All keys' state plus the shared event-time machinery. Pure: no I/O, no clock.
 
@@ -142,8 +167,11 @@ class Correlator:
     order they happened in event time.
     """
 
-    def __init__(self, config: CoreConfig) -> None:
+    def __init__(self, config: CoreConfig, *, track_dirty: bool = False) -> None:
+        """``track_dirty``: remember changed keys for :meth:`take_dirty` (a processor
+        with a changelog wants this; a replay does not, and would only pay for it)."""
         self.config = config
+        self._track_dirty = track_dirty
         self.grace = config.grace_seconds
         self.watermark = -math.inf
         self.max_time = -math.inf
@@ -151,25 +179,31 @@ class Correlator:
         # cluster -> node ("" for the cluster-scoped key) -> state. Two levels, so no
         # "cluster/node" string is built per event or stored per key.
         self._states: dict[str, dict[str, KeyState]] = {}
-        self._pending: list[tuple[float, int, str, int, AnyEvent]] = []
+        self._pending: list[_Pending] = []
         self._timers: list[tuple[float, str, str]] = []
         self._seq = 0
         self._pushes = 0
         self._last: tuple[float, int, str] | None = None
+        self._released: list[Token] = []
+        self._dirty: dict[tuple[str, str], KeyState] = {}
 
-    def ingest(self, event: AnyEvent) -> list[Incident]:
+    # -- feeding ---------------------------------------------------------------------
+    def ingest(self, event: AnyEvent, token: Token = None) -> list[Incident]:
         """Accept one event (in any order); return the revisions now decided."""
         out: list[Incident] = []
         when = event.time.timestamp()
         self.stats.events += 1
         if type(event) is Tick:
+            self._release(token)
             self._advance_to(when - self.grace, out)
             return out
         if when <= self.watermark:
             self.stats.late += 1
             self._apply(event, when, out)
+            self._release(token)
         else:
-            heapq.heappush(self._pending, (when, RANK[type(event)], event.id, self._seq, event))
+            entry = (when, RANK[type(event)], event.id, self._seq, event, token)
+            heapq.heappush(self._pending, entry)
             self._seq += 1
         if when > self.max_time:
             self.max_time = when
@@ -188,6 +222,51 @@ class Correlator:
         self._advance_to(self.max_time, out)
         return out
 
+    # -- for a processor on a partitioned log ---------------------------------------------
+    def take_released(self) -> list[Token]:
+        """Tokens of the events applied (or skipped as stale/duplicate) since the last call.
+
+        Once the incidents returned so far are delivered, these events are done: a
+        processor may commit them. Tokens of events still buffered are never here.
+        """
+        released, self._released = self._released, []
+        return released
+
+    def pending(self) -> int:
+        """Events waiting for the watermark."""
+        return len(self._pending)
+
+    def take_dirty(self) -> list[tuple[str, KeyState]]:
+        """``(correlation key, state)`` of every key changed since the last call."""
+        dirty, self._dirty = self._dirty, {}
+        return [(f"{c}/{n}" if n else c, state) for (c, n), state in dirty.items()]
+
+    def restore(self, state: KeyState) -> None:
+        """Adopt a key's state (from a changelog, after a restart or a rebalance)."""
+        node = state.node if isinstance(state, NodeState) else ""
+        nodes = self._states.setdefault(intern(state.cluster), {})
+        nodes[node] = state
+        if isinstance(state, NodeState) and state.deadline < NEVER:
+            self._schedule(state)
+
+    def forget(self, keep: Callable[[str], bool]) -> int:
+        """Drop every key (and its buffered events) for which ``keep(correlation key)``
+        is false: its partition went to another worker. Returns the events dropped;
+        their tokens are never released, so the new owner gets them again."""
+        for cluster, nodes in list(self._states.items()):
+            for node in [n for n in nodes if not keep(f"{cluster}/{n}" if n else cluster)]:
+                del nodes[node]
+                self._dirty.pop((cluster, node), None)
+        kept = [p for p in self._pending if keep(correlation_key(p[4]))]
+        dropped = len(self._pending) - len(kept)
+        heapq.heapify(kept)
+        self._pending = kept
+        live = [(s.deadline, s.cluster, s.node) for s in self._node_states() if s.deadline < NEVER]
+        heapq.heapify(live)
+        self._timers = live
+        return dropped
+
+    # -- inspection ---------------------------------------------------------------------
     @property
     def keys(self) -> dict[str, KeyState]:
         """A snapshot of every key's state by correlation key (for inspection and tests)."""
@@ -209,6 +288,10 @@ class Correlator:
         return sum(len(s.incidents) for s in self._node_states())
 
     # -- internals -------------------------------------------------------------------
+    def _release(self, token: Token) -> None:
+        if token is not None:
+            self._released.append(token)
+
     def _advance_to(self, watermark: float, out: list[Incident]) -> None:
         if watermark <= self.watermark:
             return
@@ -218,30 +301,38 @@ class Correlator:
             timer_at = timers[0][0] if timers else NEVER
             if timer_at < event_at and timer_at <= watermark:
                 due, cluster, node = heapq.heappop(timers)
-                state = self._states[cluster].get(node)
+                state = self._states.get(cluster, {}).get(node)
                 if isinstance(state, NodeState) and state.deadline == due:
                     self._fire(state, due, out)
             elif event_at <= watermark:
-                when, rank, event_id, _, event = heapq.heappop(pending)
+                when, rank, event_id, _, event, token = heapq.heappop(pending)
                 ident = (when, rank, event_id)
                 if ident == self._last:
                     self.stats.duplicates += 1
-                    continue
-                self._last = ident
-                self._apply(event, when, out)
+                else:
+                    self._last = ident
+                    self._apply(event, when, out)
+                self._release(token)
             else:
                 break
         self.watermark = watermark
 
     def _apply(self, event: AnyEvent, when: float, out: list[Incident]) -> None:
-        nodes = self._states.get(event.cluster)
+        cluster = event.cluster
+        nodes = self._states.get(cluster)
         if nodes is None:
-            nodes = self._states[intern(event.cluster)] = {}
+            cluster = intern(cluster)
+            nodes = self._states[cluster] = {}
         node: str = getattr(event, "node", "")
         state = nodes.get(node)
         if state is None:
             state = nodes[node] = new_state(event)
         incidents = _transition(state, event, when, self.config)
+        if incidents is None:
+            self.stats.stale += 1
+            return
+        if self._track_dirty:
+            self._dirty[(cluster, node)] = state
         if not isinstance(state, NodeState):
             return
         if incidents:
@@ -253,6 +344,8 @@ class Correlator:
     def _fire(self, state: NodeState, due: float, out: list[Incident]) -> None:
         self.stats.timers += 1
         incidents = node_rules.apply_timer(state, due, self.config)
+        if self._track_dirty:
+            self._dirty[(state.cluster, state.node)] = state
         if incidents:
             self.stats.revisions += len(incidents)
             out.extend(incidents)

@@ -13,7 +13,6 @@ import math
 from collections.abc import Callable
 from sys import intern
 from typing import Any
-from zlib import crc32
 
 from schemas.events import (
     GpuBindingEvent,
@@ -41,11 +40,13 @@ from streams.core.state import (
 )
 
 _UNKNOWN_XID = XidRule()
-_RECENT_XIDS = 5
-_RECENT_XID_SECONDS = 3600.0
+_RECENT_XIDS = 3
+_RECENT_XID_SECONDS = 1800.0
 _RESET_WORDS = ("reset", "reboot", "drain")
 _SHARING_LABEL = "nvidia.com/gpu.sharing-strategy"
 _REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+_LIVE_PHASES = ("Pending", "Running")
+_TERMINAL_PHASES = ("Succeeded", "Failed")
 _EVICTION_REASONS = ("Evicted", "TaintManagerEviction", "Preempting")
 
 
@@ -54,8 +55,9 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
     state = step.state
     key = f"{ev.namespace}/{ev.name}"
     track = state.pods.get(key)
-    uid = crc32(ev.uid.encode()) if ev.uid else 0
-    if track is not None and uid and track.uid and track.uid != uid:
+    if track is not None and _terminal(track) and ev.phase in _LIVE_PHASES:
+        # A finished pod never runs again: this is a new pod with the same name
+        # (StatefulSet) whose predecessor's deletion we did not see.
         _forget_pod(step, key, "pod replaced by a new pod of the same name")
         track = None
     if track is None:
@@ -64,7 +66,6 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
             return
         track = PodTrack(
             key=key,
-            uid=uid,
             owner_kind=intern(ev.owner_kind),
             owner_name=intern(ev.owner_name),
         )
@@ -100,6 +101,10 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
         _forget_pod(step, key, "pod deleted")
     elif ev.phase == "Succeeded":
         _resolve_pod_incidents(step, key, "pod succeeded")
+
+
+def _terminal(track: PodTrack) -> bool:
+    return track.failed or track.phase in _TERMINAL_PHASES
 
 
 def _container(track: PodTrack, name: str) -> ContainerTrack:
@@ -219,7 +224,7 @@ def _gpu(state: NodeState, bus_id: str, uuid: str, index: int | None) -> tuple[s
     """
     gpus = state.gpus
     gpu: GpuTrack | None
-    packed = pack_uuid(uuid) if uuid else ""
+    packed = pack_uuid(uuid)
     if bus_id:
         key = bus_id
         gpu = gpus.get(key)
