@@ -24,8 +24,18 @@ from typing import NoReturn, cast
 import click
 
 from connectors.files import STDIN, FileSource
+from connectors.kafka_config import KafkaConfigError, client_kwargs
+from connectors.topics import topic_layout
 from gputriage.replay import OUTPUTS, Output, ReplayOptions, replay
 from gputriage.settings import CONFIG_ENV, SettingsError, load_settings
+from gputriage.tail import (
+    CONNECT_TIMEOUT_S,
+    KafkaUnavailable,
+    StartAt,
+    TailOptions,
+    parse_start,
+    run_tail,
+)
 from schemas.jsonschema import DOCUMENT_DIR, drifted_documents, write_documents
 
 PROG = "gputriage"
@@ -43,7 +53,7 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
     metavar="FILE",
     type=click.Path(dir_okay=False),
     default=None,
-    help=f"TOML settings file ([core], [xid] tables); default ${CONFIG_ENV}. "
+    help=f"TOML settings file ([core], [xid], [kafka], [topics] tables); default ${CONFIG_ENV}. "
     "GPUTRIAGE_<SECTION>__<KEY> environment variables override it.",
 )
 @click.pass_context
@@ -120,6 +130,93 @@ def replay_command(
     finally:
         for source in sources:
             source.close()
+    return result.exit_code
+
+
+def _start_at(_ctx: click.Context, _param: click.Parameter, value: str) -> StartAt:
+    try:
+        return parse_start(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+@cli.command("tail", context_settings=CONTEXT)
+@click.option(
+    "--from",
+    "start",
+    metavar="now|beginning|TIME|OFFSET",
+    default="now",
+    show_default=True,
+    callback=_start_at,
+    help="Where to start: the end, the oldest record, an RFC 3339 time "
+    "(2026-11-30T10:00:00Z), or an offset in every partition.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(OUTPUTS),
+    default="table",
+    show_default=True,
+    help="table/wide: one row per incident revision; json: each revision as a JSON line.",
+)
+@click.option(
+    "--evidence/--no-evidence",
+    default=False,
+    show_default=True,
+    help="table/wide: list each revision's evidence chain under its row.",
+)
+@click.option(
+    "--brokers",
+    metavar="HOST:PORT[,...]",
+    default=None,
+    help="Kafka bootstrap servers; overrides kafka.brokers from the settings.",
+)
+@click.option(
+    "--connect-timeout",
+    "connect_timeout",
+    metavar="SECONDS",
+    type=click.FloatRange(min=0, min_open=True),
+    default=CONNECT_TIMEOUT_S,
+    show_default=True,
+    help="Give up when the brokers cannot be reached within this long.",
+)
+@click.pass_context
+def tail_command(
+    ctx: click.Context,
+    *,
+    start: StartAt,
+    output: str,
+    evidence: bool,
+    brokers: str | None,
+    connect_timeout: float,
+) -> int:
+    """Follow the incident topic and print each incident revision as it arrives.
+
+    Reads every partition without a consumer group (nothing is committed) until
+    Ctrl-C, which ends it with status 0. A record that does not decode is
+    reported on stderr with its partition and offset and skipped; the exit
+    status is then 1. An unreachable broker or a missing topic is one line on
+    stderr and status 1.
+    """
+    settings = load_settings(ctx.obj)
+    topic = settings.topic_settings()
+    try:
+        kwargs = client_kwargs(settings.kafka_settings(), brokers)
+    except KafkaConfigError as exc:
+        raise click.UsageError(f"{exc}, or pass --brokers") from None
+    options = TailOptions(
+        start=start,
+        output=cast(Output, output),
+        evidence=evidence,
+        connect_timeout_s=connect_timeout,
+    )
+    try:
+        result = run_tail(
+            kwargs, topic_layout(topic).incidents.name, options, sys.stdout.buffer, sys.stderr
+        )
+    except KafkaUnavailable as exc:
+        _error(str(exc))
+        return 1
     return result.exit_code
 
 

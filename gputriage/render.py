@@ -136,3 +136,52 @@ def latest_revisions(revisions: Iterable[Incident]) -> list[Incident]:
         if current is None or incident.revision >= current.revision:
             latest[incident.id] = incident
     return list(latest.values())
+
+
+_STREAM_WIDTHS: Final = {
+    "ID": 24,
+    "TYPE": 25,
+    "STATUS": 8,
+    "REV": 3,
+    "SEVERITY": 8,
+    "NODE": 12,
+    "GPUS": 12,
+    "PODS": 24,
+    "FIRST SEEN": 20,
+    "LAST SEEN": 20,
+    "RESOLVED": 20,
+    "CLUSTER": 8,
+    "EVIDENCE": 8,
+    "ACTION": 12,
+}
+"""Starting widths for :class:`StreamingTable`: typical values fit without shifting."""
+
+
+class StreamingTable:
+    """A table printed one row at a time, as incidents arrive (``gputriage tail``).
+
+    :func:`table` sizes columns from every row, which a stream does not have.
+    Here columns start at typical widths (ids, type names and timestamps have
+    known lengths) and only ever widen, so rows stay aligned with the header
+    in the common case and never lose text in the rare one.
+    """
+
+    def __init__(self, *, wide: bool = False, evidence: bool = False) -> None:
+        self.wide = wide
+        self.evidence = evidence
+        self.headers = [*HEADERS, *(WIDE_HEADERS if wide else ()), "SUMMARY"]
+        self.widths = [max(len(h), _STREAM_WIDTHS.get(h, 0)) for h in self.headers[:-1]]
+        self._header_done = False
+
+    def lines(self, incident: Incident) -> list[str]:
+        """The lines to print for one revision: the header first time, the row, its evidence."""
+        cells = row(incident, wide=self.wide)
+        self.widths = [max(w, len(c)) for w, c in zip(self.widths, cells, strict=False)]
+        out = []
+        if not self._header_done:
+            out.append(_line(self.headers, self.widths))
+            self._header_done = True
+        out.append(_line(cells, self.widths))
+        if self.evidence:
+            out.extend(evidence_lines(incident))
+        return out

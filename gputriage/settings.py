@@ -19,6 +19,11 @@ Traps:
   otherwise silently run with the defaults. Unknown *keys* are rejected by the
   consumer of the section (:func:`streams.config.core_config_from`).
 * Variables without ``__`` (``GPUTRIAGE_CONFIG`` itself) are not settings.
+* The Kafka SASL password is never a setting: a ``password`` key in ``[kafka]``,
+  from the file or from ``GPUTRIAGE_KAFKA__*``, is refused at load time, before
+  it is stored anywhere a ``repr`` could show it. It is read only from
+  ``$GPUTRIAGE_KAFKA_PASSWORD`` (captured here, masked) or from the file that
+  ``kafka.sasl_password_file`` names (read by :meth:`Settings.kafka_settings`).
 """
 
 from __future__ import annotations
@@ -29,13 +34,21 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from connectors.kafka_config import (
+    PASSWORD_ENV,
+    KafkaConfigError,
+    KafkaSettings,
+    Secret,
+    kafka_settings_from,
+)
+from connectors.topics import TopicConfigError, TopicSettings, topic_settings_from
 from streams.config import ConfigError, core_config_from
 from streams.core.config import CoreConfig
 
 ENV_PREFIX: Final = "GPUTRIAGE_"
 CONFIG_ENV: Final = "GPUTRIAGE_CONFIG"
-SECTIONS: Final = ("core", "xid")
-"""The tables a configuration file may hold (later: kafka, sources, sinks...)."""
+SECTIONS: Final = ("core", "xid", "kafka", "topics")
+"""The tables a configuration file may hold (later: sources, sinks...)."""
 
 
 class SettingsError(ValueError):
@@ -49,6 +62,8 @@ class Settings:
     tables: dict[str, dict[str, Any]] = field(default_factory=dict)
     origin: str = ""
     """The file the settings came from, or empty for defaults and environment only."""
+    kafka_password: Secret | None = field(default=None, repr=False, compare=False)
+    """``$GPUTRIAGE_KAFKA_PASSWORD`` as it was at load time (masked even if printed)."""
 
     def section(self, name: str) -> dict[str, Any]:
         """One section's values (empty when not set anywhere)."""
@@ -62,6 +77,22 @@ class Settings:
             where = f" in {self.origin}" if self.origin else ""
             raise SettingsError(f"invalid configuration{where}: {exc}") from None
 
+    def kafka_settings(self) -> KafkaSettings:
+        """The ``[kafka]`` table, validated, with the SASL password attached when SASL is on."""
+        try:
+            return kafka_settings_from(self.section("kafka"), password_env=self.kafka_password)
+        except KafkaConfigError as exc:
+            where = f" in {self.origin}" if self.origin else ""
+            raise SettingsError(f"invalid configuration{where}: {exc}") from None
+
+    def topic_settings(self) -> TopicSettings:
+        """The ``[topics]`` table, validated."""
+        try:
+            return topic_settings_from(self.section("topics"))
+        except TopicConfigError as exc:
+            where = f" in {self.origin}" if self.origin else ""
+            raise SettingsError(f"invalid configuration{where}: {exc}") from None
+
 
 def load_settings(path: str | None = None, environ: Mapping[str, str] | None = None) -> Settings:
     """Load ``path`` (or ``$GPUTRIAGE_CONFIG``, or nothing) and overlay the environment."""
@@ -71,7 +102,24 @@ def load_settings(path: str | None = None, environ: Mapping[str, str] | None = N
     for name, value in sorted(env.items()):
         if name.startswith(ENV_PREFIX) and "__" in name:
             _overlay(tables, name, value)
-    return Settings(tables=tables, origin=path or "")
+    _refuse_passwords(tables.get("kafka", {}), path)
+    password = env.get(PASSWORD_ENV)
+    return Settings(
+        tables=tables,
+        origin=path or "",
+        kafka_password=Secret(password) if password else None,
+    )
+
+
+def _refuse_passwords(kafka: Mapping[str, Any], path: str | None) -> None:
+    """Reject a password in ``[kafka]`` before it is stored (the error never quotes it)."""
+    for key in kafka:
+        if "password" in key and key != "sasl_password_file":
+            source = f"{path} or " if path else ""
+            raise SettingsError(
+                f"kafka.{key} (in {source}the environment): the SASL password is never read "
+                f"from settings; set ${PASSWORD_ENV} or kafka.sasl_password_file"
+            )
 
 
 def _read_file(path: str) -> dict[str, dict[str, Any]]:

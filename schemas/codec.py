@@ -20,6 +20,7 @@ from typing import Any, Final
 import msgspec
 import orjson
 
+from schemas.dead_letters import DeadLetter
 from schemas.events import (
     AutoscalerEvent,
     Event,
@@ -57,6 +58,7 @@ def _record_error(exc: msgspec.MsgspecError) -> RecordError:
 
 _event_decoder: Final = msgspec.json.Decoder(AnyEvent)
 _incident_decoder: Final = msgspec.json.Decoder(Incident)
+_dead_letter_decoder: Final = msgspec.json.Decoder(DeadLetter)
 _encoder: Final = msgspec.json.Encoder()
 
 
@@ -80,6 +82,14 @@ def decode_incident(data: bytes | str) -> Incident:
     """Decode one incident revision; raise :class:`RecordError` naming the bad field."""
     try:
         return _incident_decoder.decode(data)
+    except msgspec.MsgspecError as exc:
+        raise _record_error(exc) from None
+
+
+def decode_dead_letter(data: bytes | str) -> DeadLetter:
+    """Decode one dead-letter record (its ``key``/``value`` are base64 in JSON)."""
+    try:
+        return _dead_letter_decoder.decode(data)
     except msgspec.MsgspecError as exc:
         raise _record_error(exc) from None
 

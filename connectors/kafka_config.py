@@ -1,0 +1,302 @@
+"""Kafka connection settings: validated once, then turned into aiokafka or faust arguments.
+
+The ``[kafka]`` table of the settings file::
+
+    [kafka]
+    brokers = ["kafka-0:9093", "kafka-1:9093"]   # or "kafka-0:9093,kafka-1:9093"; empty: embedded
+    security_protocol = "SASL_SSL"               # PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL
+    ssl_cafile = "/etc/kafka/ca.pem"             # TLS: trust these CAs (default: the system's)
+    ssl_certfile = "/etc/kafka/client.pem"       # TLS client certificate (mutual TLS)
+    ssl_keyfile = "/etc/kafka/client.key"
+    sasl_mechanism = "SCRAM-SHA-512"             # PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
+    sasl_username = "gputriage"
+    sasl_password_file = "/var/run/secrets/kafka/password"
+
+The SASL password comes only from ``$GPUTRIAGE_KAFKA_PASSWORD`` or the file named
+by ``sasl_password_file``; never from the settings file, a ``GPUTRIAGE_KAFKA__*``
+variable or the command line, where it would end up in shell history, ``ps``
+output or a committed file. It is held in a :class:`Secret`, whose ``repr`` and
+``str`` are masked, so logging the settings cannot leak it.
+
+Traps:
+
+* aiokafka needs the password in plain text in its keyword arguments:
+  :func:`client_kwargs` returns a :class:`ClientKwargs`, a ``dict`` whose repr
+  masks it, but ``**kwargs`` unpacking into something that logs its arguments
+  would still show it. Never log the individual values.
+* A password file written by ``echo`` ends in a newline that is not part of the
+  password: one trailing line break is removed, nothing else (a password may
+  end in spaces).
+* TLS is on only for ``SSL`` and ``SASL_SSL``; setting ``ssl_*`` files with
+  another protocol is an error rather than a silently unencrypted connection.
+* The ``ssl_context`` is built fresh on every call: an ``SSLContext`` loads the
+  files when it is created, so a rotated certificate needs a new one.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+import msgspec
+
+if TYPE_CHECKING:
+    from faust.types.auth import CredentialsT
+
+SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+PASSWORD_ENV: Final = "GPUTRIAGE_KAFKA_PASSWORD"
+"""The only environment variable the SASL password is read from."""
+CLIENT_ID: Final = "gputriage"
+_TLS: Final = frozenset({"SSL", "SASL_SSL"})
+_SASL: Final = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
+_MASK: Final = "********"
+
+
+class KafkaConfigError(ValueError):
+    """A ``[kafka]`` value that cannot be used; the message names the key, never a secret."""
+
+
+class Secret:
+    """A string that does not show itself: ``repr``/``str``/f-strings print a mask.
+
+    Call :meth:`reveal` at the one place the value is handed to a client.
+    """
+
+    __slots__ = ("_value",)
+
+    def __init__(self, value: str) -> None:
+        self._value = value
+
+    def reveal(self) -> str:
+        """The secret itself."""
+        return self._value
+
+    def __repr__(self) -> str:
+        return f"Secret('{_MASK}')"
+
+    def __str__(self) -> str:
+        return _MASK
+
+    def __format__(self, spec: str) -> str:
+        return _MASK
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Secret) and other._value == self._value
+
+    def __hash__(self) -> int:
+        return hash((Secret, self._value))
+
+    def __reduce__(self) -> Any:
+        # Pickling would write the value out: refuse rather than leak it to a cache.
+        raise TypeError("a Secret cannot be pickled")
+
+
+class KafkaSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The validated ``[kafka]`` table; see the module docs for each key."""
+
+    brokers: tuple[str, ...] = ()
+    """``host:port`` bootstrap servers; empty means "start the embedded broker" (demo)."""
+    security_protocol: SecurityProtocol = "PLAINTEXT"
+    ssl_cafile: str = ""
+    ssl_certfile: str = ""
+    ssl_keyfile: str = ""
+    sasl_mechanism: SaslMechanism = "PLAIN"
+    sasl_username: str = ""
+    sasl_password_file: str = ""
+    client_id: str = CLIENT_ID
+    sasl_password: Secret | None = None
+    """Filled from ``$GPUTRIAGE_KAFKA_PASSWORD`` or ``sasl_password_file``, never from the table."""
+
+    @property
+    def embedded(self) -> bool:
+        """No brokers configured: ``demo`` starts its own."""
+        return not self.brokers
+
+    @property
+    def tls(self) -> bool:
+        """Whether connections use TLS."""
+        return self.security_protocol in _TLS
+
+    @property
+    def sasl(self) -> bool:
+        """Whether connections authenticate with SASL."""
+        return self.security_protocol in _SASL
+
+
+def split_brokers(value: Any) -> Any:
+    """``"a:9092, b:9092"`` or ``["a:9092"]`` as a list of non-empty names (others unchanged)."""
+    if isinstance(value, str):
+        return [part.strip() for part in value.split(",") if part.strip()]
+    if isinstance(value, list | tuple):
+        return [part.strip() if isinstance(part, str) else part for part in value]
+    return value
+
+
+def kafka_settings_from(
+    table: Mapping[str, Any], *, password_env: Secret | None = None
+) -> KafkaSettings:
+    """Validate the ``[kafka]`` table and attach the SASL password.
+
+    ``password_env`` is the value of ``$GPUTRIAGE_KAFKA_PASSWORD`` (already
+    wrapped so it cannot be printed). Raises :class:`KafkaConfigError`.
+    """
+    values = dict(table)
+    for key in values:
+        if "password" in key and key != "sasl_password_file":
+            raise KafkaConfigError(
+                f"kafka.{key}: the SASL password is never read from settings; "
+                f"set ${PASSWORD_ENV} or kafka.sasl_password_file"
+            )
+    known = [name for name in KafkaSettings.__struct_fields__ if name != "sasl_password"]
+    for key in values:
+        if key not in known:
+            raise KafkaConfigError(
+                f"kafka.{key}: unknown key (expected one of: {', '.join(known)})"
+            )
+    if "brokers" in values:
+        values["brokers"] = split_brokers(values["brokers"])
+    try:
+        settings = msgspec.convert(values, KafkaSettings)
+    except msgspec.ValidationError as exc:
+        raise KafkaConfigError(str(exc).replace("$.", "kafka.")) from None
+    _check_consistency(settings)
+    if settings.sasl:
+        password = _password(settings, password_env)
+        settings = msgspec.structs.replace(settings, sasl_password=password)
+    return settings
+
+
+def _check_consistency(settings: KafkaSettings) -> None:
+    protocol = settings.security_protocol
+    if not settings.tls:
+        for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            if getattr(settings, key):
+                raise KafkaConfigError(
+                    f"kafka.{key} is set but security_protocol is {protocol}: "
+                    "use SSL or SASL_SSL, or remove it"
+                )
+    if settings.ssl_keyfile and not settings.ssl_certfile:
+        raise KafkaConfigError("kafka.ssl_keyfile needs kafka.ssl_certfile")
+    if settings.sasl:
+        if not settings.sasl_username:
+            raise KafkaConfigError(f"kafka.sasl_username is required with {protocol}")
+    else:
+        for key in ("sasl_username", "sasl_password_file"):
+            if getattr(settings, key):
+                raise KafkaConfigError(
+                    f"kafka.{key} is set but security_protocol is {protocol}: "
+                    "use SASL_PLAINTEXT or SASL_SSL, or remove it"
+                )
+
+
+def _password(settings: KafkaSettings, password_env: Secret | None) -> Secret:
+    path = settings.sasl_password_file
+    if path and password_env is not None:
+        raise KafkaConfigError(
+            f"the SASL password is set twice (${PASSWORD_ENV} and kafka.sasl_password_file): "
+            "keep one"
+        )
+    if path:
+        try:
+            with open(path, encoding="utf-8") as file:
+                text = file.read()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise KafkaConfigError(
+                f"kafka.sasl_password_file: cannot read {path}: {reason or exc}"
+            ) from None
+        for ending in ("\r\n", "\n"):
+            if text.endswith(ending):
+                text = text[: -len(ending)]
+                break
+        password_env = Secret(text)
+    if password_env is None or not password_env.reveal():
+        raise KafkaConfigError(
+            f"{settings.security_protocol} needs a password: set ${PASSWORD_ENV} "
+            "or kafka.sasl_password_file"
+        )
+    return password_env
+
+
+class ClientKwargs(dict[str, Any]):
+    """aiokafka keyword arguments; the repr masks the password."""
+
+    def __repr__(self) -> str:
+        shown = {k: (_MASK if k == "sasl_plain_password" and v else v) for k, v in self.items()}
+        return f"ClientKwargs({shown!r})"
+
+    __str__ = __repr__
+
+
+def ssl_context(settings: KafkaSettings) -> ssl.SSLContext | None:
+    """A client TLS context (certificate and host name verified), or ``None`` without TLS."""
+    if not settings.tls:
+        return None
+    from aiokafka.helpers import create_ssl_context  # noqa: PLC0415 - only with TLS
+
+    try:
+        context: ssl.SSLContext = create_ssl_context(
+            cafile=settings.ssl_cafile or None,
+            certfile=settings.ssl_certfile or None,
+            keyfile=settings.ssl_keyfile or None,
+        )
+    except (OSError, ssl.SSLError) as exc:
+        raise KafkaConfigError(f"kafka TLS files: {exc}") from None
+    return context
+
+
+def client_kwargs(
+    settings: KafkaSettings, brokers: tuple[str, ...] | list[str] | str | None = None
+) -> ClientKwargs:
+    """Keyword arguments shared by aiokafka's producer, consumer and admin client.
+
+    ``brokers`` overrides ``settings.brokers`` (a ``--brokers`` option, or the
+    embedded broker's address). Raises :class:`KafkaConfigError` when there is
+    no broker at all, because aiokafka would silently try ``localhost:9092``.
+    """
+    servers = split_brokers(brokers) if brokers is not None else list(settings.brokers)
+    if not servers:
+        raise KafkaConfigError(
+            "no Kafka brokers configured: set kafka.brokers (or GPUTRIAGE_KAFKA__BROKERS)"
+        )
+    kwargs = ClientKwargs(
+        bootstrap_servers=servers,
+        client_id=settings.client_id,
+        security_protocol=settings.security_protocol,
+    )
+    context = ssl_context(settings)
+    if context is not None:
+        kwargs["ssl_context"] = context
+    if settings.sasl:
+        kwargs["sasl_mechanism"] = settings.sasl_mechanism
+        kwargs["sasl_plain_username"] = settings.sasl_username
+        password = settings.sasl_password
+        kwargs["sasl_plain_password"] = password.reveal() if password is not None else None
+    return kwargs
+
+
+def faust_credentials(settings: KafkaSettings) -> CredentialsT | None:
+    """The ``broker_credentials`` for a faust app; ``None`` for PLAINTEXT.
+
+    faust derives the security protocol from the credentials type (an
+    ``SSLContext`` inside ``SASLCredentials`` makes it SASL_SSL), so the mapping
+    below is exact for all four protocols. faust is imported here, not at module
+    level: it is slow to import and only the processor needs it.
+    """
+    import faust  # noqa: PLC0415 - heavy; only the processor needs it
+
+    context = ssl_context(settings)
+    if settings.sasl:
+        password = settings.sasl_password
+        return faust.SASLCredentials(
+            username=settings.sasl_username,
+            password=password.reveal() if password is not None else None,
+            ssl_context=context,
+            mechanism=settings.sasl_mechanism,
+        )
+    if context is not None:
+        return faust.SSLCredentials(context)
+    return None

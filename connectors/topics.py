@@ -1,0 +1,261 @@
+"""The topic layout as data, and creating the topics that are missing.
+
+Topics (with the default prefix ``gputriage``)::
+
+    gputriage.raw.pods           PodEvent          key: correlation key
+    gputriage.raw.nodes          NodeEvent         key: correlation key
+    gputriage.raw.k8s-events     KubeEvent         key: correlation key
+    gputriage.raw.xids           XidEvent          key: correlation key
+    gputriage.raw.gpu-bindings   GpuBindingEvent   key: correlation key
+    gputriage.raw.autoscaler     AutoscalerEvent   key: correlation key
+    gputriage.incidents          Incident          key: incident id (compacted)
+    gputriage.dead-letters       DeadLetter        key: the failed record's key
+
+The correlation key is ``cluster/node``, or ``cluster`` for cluster-scoped
+records (:func:`streams.core.correlation_key`). Every raw topic has the same
+partition count, so one key lands on the same partition number in each, and a
+worker owning partition *n* owns every signal about the nodes that hash there:
+that co-partitioning is what lets the processor scale out (DESIGN §4, principle 3).
+Changing the partition count of a running deployment re-homes keys; it needs a
+fresh state, not a config reload.
+
+The ``[topics]`` table::
+
+    [topics]
+    prefix = "gputriage"
+    partitions = 6
+    replication_factor = 1
+    incident_retention_ms = 2592000000    # 30 days; -1 keeps incidents forever
+    [topics.names]                        # override any name outright
+    xids = "nvidia.xid.events"
+
+Traps:
+
+* ``retention.ms`` does nothing on a topic whose ``cleanup.policy`` is only
+  ``compact``: compaction keeps the latest record of every key forever. So the
+  incident topic gets ``compact,delete`` (latest revision of each incident, and
+  incidents whose last revision is older than the retention go), or plain
+  ``compact`` when the retention is -1.
+* Many brokers (Tansu included) auto-create a topic with default settings the
+  first time a client names it. Run :func:`ensure_topics` before anything
+  produces, or the raw topics end up with one partition and no compaction, and
+  :func:`ensure_topics` will (by design) leave them alone.
+* Ticks have no topic: they come from each worker's own clock.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import msgspec
+
+from schemas.events import (
+    AutoscalerEvent,
+    Event,
+    GpuBindingEvent,
+    KubeEvent,
+    NodeEvent,
+    PodEvent,
+    XidEvent,
+)
+
+DEFAULT_PREFIX: Final = "gputriage"
+DEFAULT_PARTITIONS: Final = 6
+DEFAULT_INCIDENT_RETENTION_MS: Final = 30 * 24 * 3600 * 1000
+
+SOURCE_SCHEMAS: Final[Mapping[str, type[Event]]] = {
+    "pods": PodEvent,
+    "nodes": NodeEvent,
+    "k8s-events": KubeEvent,
+    "xids": XidEvent,
+    "gpu-bindings": GpuBindingEvent,
+    "autoscaler": AutoscalerEvent,
+}
+"""Each source's raw topic suffix and the one schema it carries."""
+SCHEMA_SOURCES: Final[Mapping[type[Event], str]] = {t: s for s, t in SOURCE_SCHEMAS.items()}
+
+INCIDENTS: Final = "incidents"
+DEAD_LETTERS: Final = "dead-letters"
+NAME_KEYS: Final = (*SOURCE_SCHEMAS, INCIDENTS, DEAD_LETTERS)
+"""Keys of ``[topics.names]`` (``_`` is accepted for ``-``: ``k8s_events``)."""
+
+_LEGAL_NAME: Final = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+class TopicConfigError(ValueError):
+    """A ``[topics]`` value that cannot be used; the message names the key."""
+
+
+class TopicError(RuntimeError):
+    """The broker refused to create a topic."""
+
+
+class TopicSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The validated ``[topics]`` table."""
+
+    prefix: str = DEFAULT_PREFIX
+    partitions: int = DEFAULT_PARTITIONS
+    replication_factor: int = 1
+    incident_retention_ms: int = DEFAULT_INCIDENT_RETENTION_MS
+    """How long an incident whose last revision is older is kept; -1: forever."""
+    names: dict[str, str] = {}
+    """Full topic names that replace ``<prefix>.<...>`` for individual topics."""
+
+
+def topic_settings_from(table: Mapping[str, Any]) -> TopicSettings:
+    """Validate the ``[topics]`` table; raises :class:`TopicConfigError` naming the key."""
+    known = list(TopicSettings.__struct_fields__)
+    for key in table:
+        if key not in known:
+            raise TopicConfigError(
+                f"topics.{key}: unknown key (expected one of: {', '.join(known)})"
+            )
+    try:
+        settings = msgspec.convert(dict(table), TopicSettings)
+    except msgspec.ValidationError as exc:
+        raise TopicConfigError(str(exc).replace("$.", "topics.")) from None
+    if settings.partitions < 1:
+        raise TopicConfigError("topics.partitions: must be at least 1")
+    if settings.replication_factor < 1:
+        raise TopicConfigError("topics.replication_factor: must be at least 1")
+    if settings.incident_retention_ms < 1 and settings.incident_retention_ms != -1:
+        raise TopicConfigError("topics.incident_retention_ms: must be positive, or -1 (forever)")
+    names = {}
+    for key, name in settings.names.items():
+        canonical = key.replace("_", "-")
+        if canonical not in NAME_KEYS:
+            raise TopicConfigError(
+                f"topics.names.{key}: unknown topic (expected one of: {', '.join(NAME_KEYS)})"
+            )
+        names[canonical] = name
+    settings = msgspec.structs.replace(settings, names=names)
+    layout = topic_layout(settings)
+    for spec in layout.all():
+        if not _LEGAL_NAME.match(spec.name):
+            raise TopicConfigError(
+                f"topic name {spec.name!r}: only letters, digits, '.', '_' and '-', "
+                "at most 249 characters"
+            )
+    return settings
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """One topic: what :func:`ensure_topics` creates and what its key means."""
+
+    name: str
+    partitions: int
+    replication_factor: int
+    key: str
+    """What the record key is, for people reading the layout."""
+    configs: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TopicLayout:
+    """Every topic gputriage uses, by role."""
+
+    raw: Mapping[str, TopicSpec]
+    """Raw topics by source name (``pods``, ``nodes``, ``k8s-events``...)."""
+    incidents: TopicSpec
+    dead_letters: TopicSpec
+
+    def all(self) -> tuple[TopicSpec, ...]:
+        """Every topic: the raw ones in source order, then incidents, then dead letters."""
+        return (*self.raw.values(), self.incidents, self.dead_letters)
+
+    def raw_topic(self, event: Event | type[Event]) -> str:
+        """The raw topic for an event (or event type); ``TypeError`` for ticks and unknowns."""
+        kind = event if isinstance(event, type) else type(event)
+        source = SCHEMA_SOURCES.get(kind)
+        if source is None:
+            raise TypeError(f"{kind.__name__} records have no raw topic")
+        return self.raw[source].name
+
+    @property
+    def raw_topics(self) -> tuple[str, ...]:
+        """The names of the raw topics, in source order."""
+        return tuple(spec.name for spec in self.raw.values())
+
+
+def topic_layout(settings: TopicSettings | None = None) -> TopicLayout:
+    """The layout the settings describe (defaults without settings)."""
+    settings = settings or TopicSettings()
+    prefix = f"{settings.prefix}." if settings.prefix else ""
+
+    def name(key: str, default: str) -> str:
+        return settings.names.get(key) or f"{prefix}{default}"
+
+    def spec(key: str, default: str, meaning: str, **configs: str) -> TopicSpec:
+        return TopicSpec(
+            name=name(key, default),
+            partitions=settings.partitions,
+            replication_factor=settings.replication_factor,
+            key=meaning,
+            configs=configs,
+        )
+
+    raw = {
+        source: spec(source, f"raw.{source}", "correlation key (cluster/node or cluster)")
+        for source in SOURCE_SCHEMAS
+    }
+    retention = settings.incident_retention_ms
+    incident_configs = (
+        {"cleanup.policy": "compact"}
+        if retention == -1
+        else {"cleanup.policy": "compact,delete", "retention.ms": str(retention)}
+    )
+    return TopicLayout(
+        raw=raw,
+        incidents=spec(INCIDENTS, INCIDENTS, "incident id", **incident_configs),
+        dead_letters=spec(DEAD_LETTERS, DEAD_LETTERS, "the failed record's key"),
+    )
+
+
+async def ensure_topics(
+    admin_kwargs: Mapping[str, Any], layout: TopicLayout, *, timeout_ms: int = 30_000
+) -> list[str]:
+    """Create the topics of ``layout`` that do not exist; return the names created.
+
+    Idempotent: an existing topic is left exactly as it is, even when its
+    partition count or configs differ from the layout (changing a live topic is
+    an operator's decision). Two workers racing to create the same topic is
+    fine: "already exists" counts as success for the loser.
+    """
+    from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # noqa: PLC0415
+    from aiokafka.errors import TopicAlreadyExistsError, for_code  # noqa: PLC0415
+
+    admin = AIOKafkaAdminClient(**admin_kwargs)
+    await admin.start()
+    try:
+        existing = set(await admin.list_topics())
+        missing = [spec for spec in layout.all() if spec.name not in existing]
+        if not missing:
+            return []
+        response = await admin.create_topics(
+            [
+                NewTopic(
+                    spec.name,
+                    spec.partitions,
+                    spec.replication_factor,
+                    topic_configs=dict(spec.configs),
+                )
+                for spec in missing
+            ],
+            timeout_ms=timeout_ms,
+        )
+    finally:
+        await admin.close()
+    created = []
+    for error in response.topic_errors:
+        # (topic, error_code) in v0, (topic, error_code, error_message) from v1.
+        topic, code = error[0], error[1]
+        if code == 0:
+            created.append(topic)
+        elif code != TopicAlreadyExistsError.errno:
+            message = error[2] if len(error) > 2 and error[2] else for_code(code).__name__
+            raise TopicError(f"cannot create topic {topic}: {message}")
+    return sorted(created)

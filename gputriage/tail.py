@@ -1,0 +1,337 @@
+"""``gputriage tail``: follow the incident topic and print each revision as it arrives.
+
+A plain aiokafka consumer with **no consumer group**: it assigns itself every
+partition of the incident topic and seeks, so it commits nothing, never
+rebalances anyone, and any number of people can tail at once. Where it starts:
+
+* ``now`` (default): the end of every partition, as it is when tail starts;
+* ``beginning``: the oldest record still on the topic (on a compacted topic,
+  that is at least the latest revision of every incident retained);
+* an RFC 3339 time (``2026-11-30T10:00:00Z``): the first record at or after it,
+  by Kafka record timestamp (``offsets_for_times``);
+* an offset (``42``): that offset in every partition, clamped to what exists.
+
+Output is JSON lines (``-o json``: each revision encoded by the one codec, the
+same bytes the processor writes) or a table row per revision. Stdout is
+flushed after every batch, so a pipe sees incidents as they arrive.
+
+Ctrl-C (SIGINT) or SIGTERM is the normal way to stop following: the consumer is
+closed and the exit status is 0, or 1 if any record failed to decode (reported
+on stderr with its partition and offset, and skipped: a tombstone, a null
+value on the compacted topic, is skipped silently). A second Ctrl-C while
+closing aborts with the CLI's usual 130.
+
+Traps:
+
+* Interruption does not rely on cancellation alone: aiokafka's ``stop()``
+  swallows a cancellation that lands inside it, so a signal also sets an event
+  every loop checks (:class:`_StopOnSignals`).
+* The end offsets for ``now`` are read explicitly; ``seek_to_end`` is lazy and
+  would resolve "the end" at the first fetch, a moment later.
+* Some brokers answer ``offsets_for_times`` for "no record at or after this time"
+  with offset 0 and timestamp -1 instead of no offset (Tansu does): both mean
+  "start at the end", never "start at 0". Tansu also indexes time by when it
+  received a record, not by the record's CreateTime.
+* Offsets are looked up before ``assign()``: once partitions are assigned, the
+  fetcher's long-poll holds the connection and each lookup waits ~0.5 s behind it.
+* aiokafka logs every refused connection at ERROR, and Python prints unhandled
+  log records on stderr: while connecting, its loggers are muted so that an
+  unreachable broker is one line, not a screenful. Once connected they are not:
+  a broker that goes away later should be visible.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING, Any, BinaryIO, Final, Literal, TextIO
+
+from gputriage import render
+from gputriage.replay import Output
+from schemas.codec import RecordError, decode_incident, encode
+
+if TYPE_CHECKING:
+    from aiokafka import AIOKafkaConsumer, ConsumerRecord
+
+# aiokafka is imported inside the functions: it costs ~0.2 s, more than the
+# whole of `gputriage replay`, which should not pay for it.
+
+StartAt = Literal["now", "beginning"] | datetime | int
+"""Where tail starts reading: see the module docs."""
+
+CONNECT_TIMEOUT_S: Final = 10.0
+_POLL_MS: Final = 500
+_RETRY_S: Final = 0.25
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class KafkaUnavailable(RuntimeError):
+    """The brokers could not be reached in time, or the topic does not exist."""
+
+
+def parse_start(text: str) -> StartAt:
+    """``now``, ``beginning``, an offset (digits) or an RFC 3339 time with an offset or ``Z``."""
+    value = text.strip()
+    if value in ("now", "beginning"):
+        return value  # type: ignore[return-value]  # narrowed by the membership test
+    if value.isdigit():
+        return int(value)
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{text!r} is not now, beginning, an offset or an RFC 3339 time") from None
+    if moment.tzinfo is None:
+        raise ValueError(f"{text!r} has no UTC offset: add Z or +hh:mm")
+    return moment
+
+
+@dataclass(frozen=True)
+class TailOptions:
+    """How to read and print; every field has the CLI's default."""
+
+    start: StartAt = "now"
+    output: Output = "table"
+    evidence: bool = False
+    """Table/wide: list each revision's evidence chain under its row."""
+    connect_timeout_s: float = CONNECT_TIMEOUT_S
+
+
+@dataclass
+class TailResult:
+    """What a tail printed, for the exit status and for tests."""
+
+    revisions: int = 0
+    bad_records: int = 0
+
+    @property
+    def exit_code(self) -> int:
+        """1 if any record failed to decode, else 0 (interruption is the normal end)."""
+        return 1 if self.bad_records else 0
+
+
+def run_tail(
+    client_kwargs: Mapping[str, Any],
+    topic: str,
+    options: TailOptions,
+    stdout: BinaryIO,
+    stderr: TextIO,
+) -> TailResult:
+    """Follow ``topic`` until interrupted (SIGINT/SIGTERM); returns what was printed.
+
+    Raises :class:`KafkaUnavailable` when the brokers cannot be reached within
+    ``options.connect_timeout_s`` or the topic does not exist.
+    """
+    return asyncio.run(tail(client_kwargs, topic, options, stdout, stderr))
+
+
+async def tail(
+    client_kwargs: Mapping[str, Any],
+    topic: str,
+    options: TailOptions,
+    stdout: BinaryIO,
+    stderr: TextIO,
+) -> TailResult:
+    """The coroutine behind :func:`run_tail`; cancelling it is how it stops."""
+    from aiokafka.errors import KafkaError  # noqa: PLC0415 - see the imports
+
+    result = TailResult()
+    stop = asyncio.Event()
+    signals = _StopOnSignals(stop)
+    consumer: AIOKafkaConsumer | None = None
+    try:
+        consumer = await _connect(client_kwargs, options.connect_timeout_s, stop)
+        if consumer is None:
+            return result
+        await _assign_and_seek(consumer, topic, options.start)
+        table = render.StreamingTable(wide=options.output == "wide", evidence=options.evidence)
+        while not stop.is_set():
+            batches = await consumer.getmany(timeout_ms=_POLL_MS)
+            records = [record for batch in batches.values() for record in batch]
+            records.sort(key=lambda r: (r.timestamp, r.partition, r.offset))
+            for record in records:
+                _print(record, options, table, result, stdout, stderr)
+            if records:
+                stdout.flush()
+    except asyncio.CancelledError:
+        if not stop.is_set():
+            raise  # cancelled by someone else, not by a signal: pass it on
+    finally:
+        signals.remove()
+        if consumer is not None:
+            with _muted("aiokafka"), contextlib.suppress(KafkaError, OSError):
+                await consumer.stop()
+        stdout.flush()
+    return result
+
+
+class _StopOnSignals:
+    """SIGINT/SIGTERM set ``stop`` and cancel the task; a second SIGINT/SIGTERM aborts.
+
+    Why not just asyncio.run's own SIGINT handling (it cancels the main task):
+    aiokafka's ``stop()`` awaits its own cancelled tasks with ``except
+    CancelledError: pass``, which swallows *our* cancellation if it lands there
+    (measured: Ctrl-C during connection retries was lost). So the loops also
+    check ``stop``; the cancellation only makes the current wait end early.
+    """
+
+    def __init__(self, stop: asyncio.Event) -> None:
+        self._stop = stop
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.current_task()
+        self._installed: list[signal.Signals] = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            try:
+                self._loop.add_signal_handler(sig, self._on_signal)
+            except (NotImplementedError, RuntimeError, ValueError):
+                continue  # not the main thread, or no signals here: Ctrl-C stays default
+            self._installed.append(sig)
+
+    def _on_signal(self) -> None:
+        if self._stop.is_set():
+            # Second time: the user means it. Default handlers back, and a
+            # KeyboardInterrupt (the CLI's "interrupted", status 130).
+            self.remove()
+            signal.raise_signal(signal.SIGINT)
+            return
+        self._stop.set()
+        if self._task is not None:
+            self._task.cancel()
+
+    def remove(self) -> None:
+        for sig in self._installed:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                self._loop.remove_signal_handler(sig)
+        self._installed = []
+
+
+def _print(
+    record: ConsumerRecord[bytes, bytes],
+    options: TailOptions,
+    table: render.StreamingTable,
+    result: TailResult,
+    stdout: BinaryIO,
+    stderr: TextIO,
+) -> None:
+    if record.value is None:
+        return  # a tombstone: an incident deleted from the compacted topic
+    try:
+        incident = decode_incident(record.value)
+    except RecordError as error:
+        result.bad_records += 1
+        where = f" (at {error.field})" if error.field else ""
+        reason = render.one_line(error.reason) or "invalid record"
+        print(
+            f"{record.topic} partition {record.partition} offset {record.offset}: {reason}{where}",
+            file=stderr,
+            flush=True,
+        )
+        return
+    result.revisions += 1
+    if options.output == "json":
+        stdout.write(encode(incident) + b"\n")
+    else:
+        text = "\n".join(table.lines(incident)) + "\n"
+        stdout.write(text.encode("utf-8"))
+
+
+async def _connect(
+    client_kwargs: Mapping[str, Any], timeout_s: float, stop: asyncio.Event
+) -> AIOKafkaConsumer | None:
+    """A started consumer, retrying failed connections until ``timeout_s`` has passed.
+
+    ``None`` when ``stop`` was set meanwhile (interrupted while connecting).
+    """
+    from aiokafka import AIOKafkaConsumer  # noqa: PLC0415 - see the imports
+    from aiokafka.errors import KafkaError  # noqa: PLC0415
+
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout_s
+    servers = client_kwargs.get("bootstrap_servers", "")
+    shown = ",".join(servers) if isinstance(servers, list | tuple) else str(servers)
+    while not stop.is_set():
+        consumer = AIOKafkaConsumer(
+            **client_kwargs,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+        )
+        remaining = deadline - loop.time()
+        try:
+            with _muted("aiokafka"):
+                await asyncio.wait_for(consumer.start(), max(remaining, 0.001))
+        except BaseException as exc:
+            with _muted("aiokafka"), contextlib.suppress(KafkaError, OSError):
+                await consumer.stop()
+            if not isinstance(exc, KafkaError | OSError | TimeoutError):
+                raise  # cancelled (Ctrl-C), or a bug: never retried
+            if stop.is_set():
+                break
+            if loop.time() + _RETRY_S >= deadline:
+                raise KafkaUnavailable(
+                    f"cannot reach Kafka at {shown} within {timeout_s:g} s: {_reason(exc)}"
+                ) from None
+            await asyncio.sleep(_RETRY_S)
+            continue
+        return consumer
+    return None
+
+
+def _reason(exc: BaseException) -> str:
+    """A short reason: aiokafka's messages quote address tuples and enum reprs."""
+    from aiokafka.errors import KafkaConnectionError  # noqa: PLC0415 - see the imports
+
+    if isinstance(exc, KafkaConnectionError):
+        return "connection failed"
+    if isinstance(exc, TimeoutError):
+        return "no answer"
+    return render.one_line(str(exc)) or type(exc).__name__
+
+
+async def _assign_and_seek(consumer: AIOKafkaConsumer, topic: str, start: StartAt) -> None:
+    from aiokafka import TopicPartition  # noqa: PLC0415 - see the imports
+
+    # topics() fetches metadata for all topics; asking for one topic by name
+    # could make a broker with auto-creation create it.
+    if topic not in await consumer.topics():
+        raise KafkaUnavailable(f"topic {topic} does not exist (is the processor running?)")
+    partitions = consumer.partitions_for_topic(topic) or set()
+    tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+    # Offsets are looked up *before* assign(): once assigned, the fetcher's
+    # long-poll (fetch_max_wait_ms) occupies the connection and each lookup
+    # would queue behind it (the protocol answers one connection in order).
+    ends = await consumer.end_offsets(tps)
+    if start == "now":
+        targets = dict(ends)
+    elif start == "beginning":
+        targets = dict(await consumer.beginning_offsets(tps))
+    elif isinstance(start, datetime):
+        # Integer arithmetic: float timestamps * 1000 can land a hair below the
+        # millisecond (…305.9999) and truncate to the one before.
+        ms = (start - _EPOCH) // timedelta(milliseconds=1)
+        found = await consumer.offsets_for_times(dict.fromkeys(tps, ms))
+        targets = {
+            tp: hit.offset if hit is not None and hit.timestamp >= 0 else ends[tp]
+            for tp, hit in found.items()
+        }
+    else:
+        firsts = await consumer.beginning_offsets(tps)
+        targets = {tp: min(max(start, firsts[tp]), ends[tp]) for tp in tps}
+    consumer.assign(tps)
+    for tp in tps:
+        consumer.seek(tp, targets[tp])
+
+
+@contextlib.contextmanager
+def _muted(name: str) -> Iterator[None]:
+    logger = logging.getLogger(name)
+    level = logger.level
+    logger.setLevel(logging.CRITICAL + 1)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

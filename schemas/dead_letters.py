@@ -1,0 +1,37 @@
+"""The dead-letter record: a Kafka record that could not be processed, and why.
+
+Errors are values (DESIGN §4, principle 7): a record that does not decode is
+published here, with its coordinates and the reason, and processing goes on.
+The dead-letter topic's message key is the failed record's key, unchanged.
+
+The original key and value are kept byte for byte. In JSON, ``bytes`` fields are
+**base64** strings (standard alphabet, with padding; msgspec's encoding of
+``bytes``): a garbage record is often not valid UTF-8, and a text field would
+have to mangle exactly the bytes someone needs to debug. Decode with
+``base64.b64decode(record["value"])`` or :func:`schemas.codec.decode_dead_letter`.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+
+class DeadLetter(
+    msgspec.Struct, frozen=True, kw_only=True, tag_field="schema", tag="dead_letter.v1"
+):
+    """A record that could not be processed: where it was, why, and its original bytes."""
+
+    topic: str
+    """The topic the record was read from."""
+    partition: int
+    offset: int
+    reason: str
+    """Why it failed, one line (e.g. ``Expected `int`, got `str```)."""
+    field: str = ""
+    """The JSON path of the offending field, e.g. ``$.code``, when known."""
+    key: bytes | None = None
+    """The original record key (base64 in JSON); null when the record had none."""
+    value: bytes | None = None
+    """The original record value (base64 in JSON); null for a tombstone."""
+    timestamp_ms: int | None = None
+    """The original record's Kafka timestamp, milliseconds since the epoch."""

@@ -1,0 +1,257 @@
+"""The faust-streaming worker: raw topics in, incidents out, state in a changelog table.
+
+One agent consumes every raw topic (they are co-partitioned by correlation key)
+in batches (``take_events``) and feeds a :class:`~streams.app.pipeline.Pipeline`;
+a timer feeds it the worker's clock (ticks), so quiet keys' windows still
+close. Delivery is at-least-once, in this order, for every batch and tick:
+
+1. publish incident revisions and dead letters, write changed key states to the
+   table (its changelog topic), then ``producer.flush()``: all of it acked;
+2. only then acknowledge the records the correlator has *released*. Records
+   still waiting for the watermark keep an extra reference (``incref``), so
+   faust cannot commit their offsets: after a crash they are read again.
+
+The table is only the durable copy of the correlator's per-key state: keys are
+restored from it when this worker gains partitions, and forgotten when it loses
+them. It uses the producer's partitioner (``use_partitioner``), so a key's
+snapshot lands on the same partition number as its raw records.
+
+Traps:
+
+* faust's ``take_events`` acks every event of a batch when the batch is done;
+  without the extra reference above, events still buffered for the watermark
+  would be committed and lost on a crash.
+* The timer and the agent share the correlator; a lock keeps a tick from
+  running while a batch is half delivered.
+* faust must not create the raw topics (a broker's defaults would give them one
+  partition): :func:`connectors.topics.ensure_topics` runs first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import faust
+from aiokafka.partitioner import murmur2
+
+from connectors.kafka_config import KafkaSettings, faust_credentials
+from connectors.topics import TopicLayout
+from schemas.codec import encode
+from streams.app.metrics import Metrics
+from streams.app.pipeline import BatchOutcome, Pipeline, RawRecord
+from streams.core import CoreConfig
+from streams.core.snapshot import decode_state
+
+log = logging.getLogger("gputriage.processor")
+
+
+@dataclass(frozen=True)
+class ProcessorOptions:
+    """The ``[processor]`` settings."""
+
+    app_id: str = "gputriage"
+    batch_max: int = 2000
+    """Records per batch at most."""
+    batch_within: float = 0.02
+    """Seconds a batch waits to fill: added to latency at low rates."""
+    tick_seconds: float = 0.25
+    """How often the worker's clock advances the watermark on quiet keys."""
+    metrics_port: int | None = 9464
+    """``/metrics`` port; ``None`` disables it, 0 picks a free port."""
+    metrics_addr: str = "0.0.0.0"
+
+
+def partition_for(key: str, partitions: int) -> int:
+    """The partition Kafka's default partitioner gives ``key`` (murmur2, as Java's)."""
+    return int(murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+
+
+class Processor:
+    """The agent and the timer of one worker, around one :class:`Pipeline`."""
+
+    def __init__(
+        self,
+        app: faust.App,
+        pipeline: Pipeline,
+        layout: TopicLayout,
+        options: ProcessorOptions,
+        metrics: Metrics,
+    ) -> None:
+        self.app = app
+        self.pipeline = pipeline
+        self.layout = layout
+        self.options = options
+        self.metrics = metrics
+        self.partitions = layout.raw[next(iter(layout.raw))].partitions
+        self._raw_names = set(layout.raw_topics)
+        self._positions: dict[Any, int] = {}
+        self.incidents_topic = app.topic(
+            layout.incidents.name, key_serializer="raw", value_serializer="raw"
+        )
+        self.dead_letter_topic = app.topic(
+            layout.dead_letters.name, key_serializer="raw", value_serializer="raw"
+        )
+        self.table = app.Table(
+            "core-state",
+            partitions=self.partitions,
+            key_serializer="raw",
+            value_serializer="raw",
+            use_partitioner=True,
+        )
+        self._stream: Any = None
+        self._lock = asyncio.Lock()
+        self._owned: frozenset[int] | None = None
+
+    # -- the agent -----------------------------------------------------------------
+    async def run(self, stream: Any) -> None:
+        self._stream = stream
+        async for events in stream.take_events(self.options.batch_max, self.options.batch_within):
+            records = []
+            newest = 0.0
+            for event in events:
+                message = event.message
+                message.incref()  # held until the correlator releases it
+                records.append(
+                    RawRecord(
+                        topic=message.topic,
+                        partition=message.partition,
+                        offset=message.offset,
+                        key=message.key,
+                        value=message.value,
+                        timestamp_ms=int(message.timestamp * 1000),
+                        token=event,
+                    )
+                )
+                newest = max(newest, message.timestamp)
+                self._positions[message.tp] = message.offset + 1
+            async with self._lock:
+                self._sync_ownership()
+                outcome = self.pipeline.process(records)
+                await self._deliver(outcome, newest)
+
+    # -- the timer -------------------------------------------------------------------
+    async def tick(self) -> None:
+        if self._stream is None or self.app.rebalancing:
+            return
+        async with self._lock:
+            self._sync_ownership()
+            outcome = self.pipeline.tick(time.time())
+            await self._deliver(outcome, 0.0)
+            self._observe_gauges()
+
+    # -- delivery ----------------------------------------------------------------------
+    async def _deliver(self, outcome: BatchOutcome, newest: float) -> None:
+        metrics = self.metrics
+        for incident in outcome.incidents:
+            await self.incidents_topic.send(key=incident.id.encode(), value=encode(incident))
+        for dead in outcome.dead_letters:
+            await self.dead_letter_topic.send(key=dead.key, value=encode(dead))
+        for key, data in outcome.snapshots:
+            self.table[key] = data
+        if outcome.incidents or outcome.dead_letters or outcome.snapshots:
+            await self.app.producer.flush()
+        acked_at = time.time()
+        for incident in outcome.incidents:
+            metrics.incidents_out.labels(incident.type, incident.severity, incident.status).inc()
+            if newest:
+                metrics.latency.observe(max(0.0, acked_at - newest))
+        for dead in outcome.dead_letters:
+            metrics.dead_letters.labels(dead.topic).inc()
+            log.warning(
+                "dead letter: %s[%d]@%d: %s%s",
+                dead.topic,
+                dead.partition,
+                dead.offset,
+                dead.reason,
+                f" (at {dead.field})" if dead.field else "",
+            )
+        for source, count in outcome.events_by_source.items():
+            metrics.events_in.labels(source).inc(count)
+        for event in outcome.released:
+            await self._stream.ack(event)
+
+    def _observe_gauges(self) -> None:
+        correlator = self.pipeline.correlator
+        self.metrics.open_incidents.set(correlator.open_incidents())
+        self.metrics.buffered.set(correlator.pending())
+        if correlator.watermark > 0:
+            self.metrics.watermark_delay.set(max(0.0, time.time() - correlator.watermark))
+        stale = correlator.stats.stale - self._stale_seen
+        if stale:
+            self.metrics.stale.inc(stale)
+            self._stale_seen = correlator.stats.stale
+        consumer = self.app.consumer
+        for tp in consumer.assignment():
+            if tp.topic in self._raw_names:
+                highwater = consumer.highwater(tp)
+                position = self._positions.get(tp)
+                if isinstance(highwater, int) and position is not None:
+                    self.metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(
+                        max(0, highwater - position)
+                    )
+
+    _stale_seen = 0
+
+    # -- partitions -------------------------------------------------------------------
+    def _sync_ownership(self) -> None:
+        """Follow the assignment: forget keys we lost, restore keys we gained."""
+        owned = frozenset(
+            tp.partition for tp in self.app.consumer.assignment() if tp.topic in self._raw_names
+        )
+        if owned == self._owned:
+            return
+        n = self.partitions
+        correlator = self.pipeline.correlator
+        dropped = correlator.forget(lambda key: partition_for(key, n) in owned)
+        known = set(correlator.keys)
+        restored = 0
+        for key, data in self.table.items():
+            if key is None or data is None:
+                continue
+            text = key.decode() if isinstance(key, bytes) else str(key)
+            if text in known or partition_for(text, n) not in owned:
+                continue
+            correlator.restore(decode_state(data))
+            restored += 1
+        log.info(
+            "partitions %s: restored %d keys from the changelog, dropped %d buffered events",
+            sorted(owned),
+            restored,
+            dropped,
+        )
+        self._owned = owned
+
+
+def create_app(
+    core: CoreConfig,
+    kafka: KafkaSettings,
+    brokers: list[str],
+    layout: TopicLayout,
+    options: ProcessorOptions,
+    metrics: Metrics | None = None,
+) -> tuple[faust.App, Processor]:
+    """The faust app and its processor, wired; the caller runs the worker."""
+    app = faust.App(
+        options.app_id,
+        broker=[f"kafka://{b}" for b in brokers],
+        broker_credentials=faust_credentials(kafka),
+        store="memory://",
+        web_enabled=False,
+        autodiscover=False,
+        topic_partitions=layout.raw[next(iter(layout.raw))].partitions,
+        topic_replication_factor=layout.incidents.replication_factor,
+        consumer_auto_offset_reset="earliest",
+        producer_acks=-1,
+        broker_commit_interval=1.0,
+        table_standby_replicas=0,
+    )
+    raw = app.topic(*layout.raw_topics, key_serializer="raw", value_serializer="raw")
+    pipeline = Pipeline(core, layout)
+    processor = Processor(app, pipeline, layout, options, metrics or Metrics())
+    app.agent(raw, name="correlate", concurrency=1)(processor.run)
+    app.timer(options.tick_seconds)(processor.tick)
+    return app, processor

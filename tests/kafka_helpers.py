@@ -1,0 +1,135 @@
+"""Helpers for tests against the real embedded broker: topics, clients, waiting on conditions.
+
+Synchronisation is always "wait until a condition holds, or fail at a
+deadline", never a fixed sleep: a sleep is either too short on a loaded CI
+machine or wasted time everywhere else.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from connectors.broker import EmbeddedBroker
+from connectors.topics import TopicLayout, TopicSettings, ensure_topics, topic_layout
+
+T = TypeVar("T")
+
+PARTITIONS = 3
+"""Fewer than the default 6: enough to exercise several partitions, fewer round trips."""
+
+
+@dataclass(frozen=True)
+class KafkaTestEnv:
+    """The session broker plus a topic prefix that belongs to one test."""
+
+    broker: EmbeddedBroker
+    prefix: str
+
+    @property
+    def bootstrap(self) -> str:
+        """``host:port`` of the broker."""
+        return self.broker.bootstrap
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """aiokafka client keyword arguments for the broker (PLAINTEXT)."""
+        return {"bootstrap_servers": self.bootstrap}
+
+    @property
+    def settings(self) -> TopicSettings:
+        """Topic settings with this test's prefix."""
+        return TopicSettings(prefix=self.prefix, partitions=PARTITIONS)
+
+    @property
+    def layout(self) -> TopicLayout:
+        """This test's topic layout."""
+        return topic_layout(self.settings)
+
+    @property
+    def env(self) -> dict[str, str]:
+        """Environment for a ``gputriage`` subprocess that should use these topics."""
+        return {
+            "GPUTRIAGE_KAFKA__BROKERS": f'"{self.bootstrap}"',
+            "GPUTRIAGE_TOPICS__PREFIX": f'"{self.prefix}"',
+            "GPUTRIAGE_TOPICS__PARTITIONS": str(PARTITIONS),
+        }
+
+    def create_topics(self) -> list[str]:
+        """Create this test's topics; returns the names created."""
+        return asyncio.run(ensure_topics(self.kwargs, self.layout))
+
+
+def wait_until(condition: Callable[[], T], *, timeout: float = 10.0, what: str = "") -> T:
+    """Poll ``condition`` until it returns something truthy; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what or condition}")
+        time.sleep(0.01)
+
+
+async def produce(
+    bootstrap: str, topic: str, records: list[tuple[bytes | None, bytes | None]]
+) -> list[Any]:
+    """Produce ``(key, value)`` records with a plain aiokafka producer; returns the metadata."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        futures = [await producer.send(topic, value, key=key) for key, value in records]
+        return list(await asyncio.gather(*futures))
+    finally:
+        await producer.stop()
+
+
+async def consume_all(
+    bootstrap: str, topics: list[str], count: int, *, timeout: float = 10.0
+) -> list[Any]:
+    """Read ``count`` records from the beginning of ``topics`` (no consumer group)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
+    await consumer.start()
+    try:
+        await consumer.topics()  # refresh metadata for the partition lists below
+        tps = [
+            TopicPartition(topic, partition)
+            for topic in topics
+            for partition in sorted(consumer.partitions_for_topic(topic) or ())
+        ]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        records: list[Any] = []
+        deadline = time.monotonic() + timeout
+        while len(records) < count:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"only {len(records)} of {count} records within {timeout} s")
+            batches = await consumer.getmany(timeout_ms=200)
+            for batch in batches.values():
+                records.extend(batch)
+        return records
+    finally:
+        await consumer.stop()
+
+
+async def with_consumer(
+    bootstrap: str, use: Callable[[AIOKafkaConsumer], Awaitable[T]], **options: Any
+) -> T:
+    """Run ``use`` with a started consumer (no group), always stopping it."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None, **options)
+    await consumer.start()
+    try:
+        return await use(consumer)
+    finally:
+        await consumer.stop()
+
+
+def as_mapping(entries: Any) -> Mapping[str, str]:
+    """DescribeConfigs entries ``(name, value, ...)`` as ``{name: value}``."""
+    return {entry[0]: entry[1] for entry in entries}

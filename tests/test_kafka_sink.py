@@ -1,0 +1,73 @@
+"""EventProducer: typed events land on their raw topics, keyed by correlation key, decodable."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+from datetime import timedelta
+from typing import Any
+
+import msgspec
+import pytest
+
+from connectors.kafka_sink import EventProducer
+from schemas.codec import AnyEvent, decode_event
+from schemas.events import NodeEvent, Tick, XidEvent
+from streams.core import correlation_key
+from tests.kafka_helpers import KafkaTestEnv, consume_all
+from tests.sample_records import SAMPLES
+
+
+def _events() -> list[AnyEvent]:
+    """Every sample but the tick, plus more events on several nodes and clusters."""
+    events: list[AnyEvent] = [s for s in SAMPLES if not isinstance(s, Tick)]  # type: ignore[misc]
+    xid = next(s for s in SAMPLES if isinstance(s, XidEvent))
+    node = next(s for s in SAMPLES if isinstance(s, NodeEvent))
+    for i in range(12):
+        where = {"cluster": f"c{i % 2}", "node": f"gpu-node-{i}"}
+        events.append(
+            msgspec.structs.replace(xid, id=f"x{i}", time=xid.time + timedelta(seconds=i), **where)
+        )
+        events.append(msgspec.structs.replace(node, id=f"n{i}", **where))
+    return events
+
+
+def test_events_round_trip_through_their_raw_topics(kafka: KafkaTestEnv) -> None:
+    kafka.create_topics()
+    layout = kafka.layout
+    events = _events()
+
+    async def produce() -> tuple[int, Any]:
+        async with EventProducer(kafka.kwargs, layout) as producer:
+            count = await producer.send_many(events[1:])
+            first = await producer.send(events[0])
+            assert producer.sent == len(events)
+        return count, first
+
+    count, first = asyncio.run(produce())
+    assert count == len(events) - 1
+    assert first.topic == layout.raw_topic(events[0])
+
+    records = asyncio.run(consume_all(kafka.bootstrap, list(layout.raw_topics), len(events)))
+    assert len(records) == len(events)
+    seen: list[AnyEvent] = []
+    partition_of_key: dict[bytes, set[int]] = defaultdict(set)
+    for record in records:
+        event = decode_event(record.value)
+        seen.append(event)
+        assert record.topic == layout.raw_topic(event)
+        assert record.key == correlation_key(event).encode()
+        partition_of_key[record.key].add(record.partition)
+    assert sorted(seen, key=lambda e: e.id) == sorted(events, key=lambda e: e.id)
+    # Co-partitioning: one correlation key is on the same partition number in
+    # every raw topic (same count, same default partitioner), which is what lets
+    # one worker own all the signals of a node.
+    assert all(len(partitions) == 1 for partitions in partition_of_key.values())
+    assert len({p for ps in partition_of_key.values() for p in ps}) > 1, "keys spread out"
+
+
+def test_a_tick_has_no_topic(kafka: KafkaTestEnv) -> None:
+    tick = next(s for s in SAMPLES if isinstance(s, Tick))
+    producer = EventProducer(kafka.kwargs, kafka.layout)
+    with pytest.raises(TypeError, match="Tick"):
+        producer.route(tick)

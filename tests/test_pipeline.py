@@ -1,0 +1,105 @@
+"""The processor's transport-free glue: dead letters, release discipline, snapshots."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from connectors.topics import topic_layout
+from schemas.codec import AnyEvent, encode
+from streams.app.pipeline import Pipeline, RawRecord
+from streams.core import correlation_key
+from streams.core.snapshot import decode_state
+from tests.core_helpers import config
+from tests.factories import Cluster, term
+
+LAYOUT = topic_layout()
+
+
+def records(events: Sequence[AnyEvent], start: int = 0) -> list[RawRecord]:
+    out = []
+    for i, event in enumerate(events, start=start):
+        out.append(
+            RawRecord(
+                topic=LAYOUT.raw_topic(event),
+                partition=0,
+                offset=i,
+                key=correlation_key(event).encode(),
+                value=encode(event),
+                token=i,
+            )
+        )
+    return out
+
+
+def oom_scenario() -> Cluster:
+    c = Cluster()
+    c.node("n", 0)
+    c.pod("n", "p", 1)
+    c.pod("n", "p", 60, restarts=1, last=term(59, "OOMKilled", 137))
+    return c
+
+
+def test_good_records_become_incidents_and_are_released_after_the_watermark() -> None:
+    pipeline = Pipeline(config(grace_seconds=5), LAYOUT)
+    c = oom_scenario()
+    outcome = pipeline.process(records(c.events))
+    assert outcome.released == [0, 1], "the last pod update waits for the watermark"
+    assert outcome.incidents == []
+    assert outcome.events_by_source == {"nodes": 1, "pods": 2}
+    later = pipeline.tick(c.events[-1].time.timestamp() + 10)
+    assert later.released == [2]
+    assert [i.type for i in later.incidents] == ["host_oom_kill"]
+    assert [key for key, _ in later.snapshots] == ["c1/n"]
+    assert decode_state(later.snapshots[0][1]) == pipeline.correlator.keys["c1/n"]
+
+
+def test_garbage_is_a_dead_letter_with_its_bytes_and_processing_goes_on() -> None:
+    pipeline = Pipeline(config(grace_seconds=0), LAYOUT)
+    c = oom_scenario()
+    good = records(c.events)
+    garbage = RawRecord(
+        topic=good[0].topic, partition=3, offset=99, key=b"c1/n", value=b"\xff not json", token="g"
+    )
+    outcome = pipeline.process([good[0], garbage, *good[1:]])
+    [dead] = outcome.dead_letters
+    assert (dead.topic, dead.partition, dead.offset) == (good[0].topic, 3, 99)
+    assert dead.value == b"\xff not json"
+    assert "g" in outcome.released
+    assert [i.type for i in outcome.incidents] == ["host_oom_kill"]
+
+
+def test_wrong_schema_for_the_topic_is_a_dead_letter() -> None:
+    pipeline = Pipeline(config(), LAYOUT)
+    c = oom_scenario()
+    [node_record] = records(c.events[:1])
+    misplaced = RawRecord(
+        topic=LAYOUT.raw["pods"].name,
+        partition=0,
+        offset=0,
+        key=node_record.key,
+        value=node_record.value,
+    )
+    [dead] = pipeline.process([misplaced]).dead_letters
+    assert "node.v1" in dead.reason
+    assert "pod.v1" in dead.reason
+
+
+def test_a_key_that_is_not_the_correlation_key_is_a_dead_letter() -> None:
+    pipeline = Pipeline(config(), LAYOUT)
+    [record] = records(oom_scenario().events[:1])
+    wrong = RawRecord(topic=record.topic, partition=0, offset=0, key=b"other", value=record.value)
+    [dead] = pipeline.process([wrong]).dead_letters
+    assert "correlation key" in dead.reason
+
+
+def test_a_restored_worker_skips_what_it_had_applied() -> None:
+    c = oom_scenario()
+    first = Pipeline(config(grace_seconds=0), LAYOUT)
+    outcome = first.process(records(c.events))
+    assert [i.status for i in outcome.incidents] == ["open"]
+    second = Pipeline(config(grace_seconds=0), LAYOUT)
+    second.restore(decode_state(data) for _, data in outcome.snapshots)
+    again = second.process(records(c.events))
+    assert again.incidents == []
+    assert second.correlator.stats.stale == len(c.events)
+    assert again.released == [0, 1, 2]
