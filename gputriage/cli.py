@@ -220,6 +220,38 @@ def tail_command(
     return result.exit_code
 
 
+@cli.command("process", context_settings=CONTEXT)
+@click.option(
+    "--brokers",
+    metavar="HOST:PORT[,...]",
+    help="Kafka bootstrap servers (default: kafka.brokers from the settings).",
+)
+@click.option("--app-id", help="Consumer group / app id; workers with the same id share work.")
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    help="Port of the Prometheus /metrics endpoint (default 9464; 0 picks a free one).",
+)
+@click.pass_context
+def process_command(
+    ctx: click.Context, *, brokers: str | None, app_id: str | None, metrics_port: int | None
+) -> int:
+    """Run a processor worker: raw topics in, incidents out, until Ctrl-C or SIGTERM.
+
+    Creates missing topics first. Several workers with the same app id split the
+    partitions between them; each keeps its keys' state in a changelog table.
+    """
+    from gputriage.process import run_worker  # noqa: PLC0415 - faust is slow to import
+
+    settings = load_settings(ctx.obj)
+    try:
+        settings.kafka_settings()
+        client_kwargs(settings.kafka_settings(), brokers)
+    except KafkaConfigError as exc:
+        raise click.UsageError(f"{exc}, or pass --brokers") from None
+    run_worker(settings, brokers, app_id=app_id, metrics_port=metrics_port)
+
+
 def _open_all(paths: Sequence[str]) -> list[FileSource]:
     sources: list[FileSource] = []
     try:

@@ -103,3 +103,33 @@ def test_a_restored_worker_skips_what_it_had_applied() -> None:
     assert again.incidents == []
     assert second.correlator.stats.stale == len(c.events)
     assert again.released == [0, 1, 2]
+
+
+def test_a_partition_with_a_backlog_holds_the_watermark() -> None:
+    """The fastest partition must not make a slower one's events late (then stale)."""
+    c = Cluster()
+    c.node("n", 0)
+    c.pod("n", "p", 1)
+    c.xid("n", 300, 79)
+    c.pod("n", "p", 320, phase="Failed", reason="Evicted")
+    c.node("n", 900)
+    node0, pod1, xid, pod2, node2 = records(c.events)
+    pipeline = Pipeline(config(grace_seconds=1), LAYOUT)
+    xids = (xid.topic, 0)
+    first = pipeline.process([node0, pod1, pod2, node2], busy=[xids])
+    assert first.released == [], "the xids partition has not been read yet"
+    second = pipeline.process([xid], busy=[])
+    assert pipeline.correlator.stats.late == 0
+    assert pipeline.correlator.stats.stale == 0
+    assert sorted(second.released) == [0, 1, 2, 3]
+    assert [i.type for i in second.incidents] == ["device_unhealthy_eviction"]
+
+
+def test_ticks_drive_the_watermark_only_when_nothing_is_left_to_read() -> None:
+    c = oom_scenario()
+    pipeline = Pipeline(config(grace_seconds=5), LAYOUT)
+    recs = records(c.events)
+    pipeline.process(recs, busy=[(recs[0].topic, 0)])
+    later = c.events[-1].time.timestamp() + 60
+    assert pipeline.tick(later, busy=[(recs[0].topic, 0)]).incidents == []
+    assert [i.type for i in pipeline.tick(later, busy=[]).incidents] == ["host_oom_kill"]

@@ -63,6 +63,8 @@ class ProcessorOptions:
     metrics_port: int | None = 9464
     """``/metrics`` port; ``None`` disables it, 0 picks a free port."""
     metrics_addr: str = "0.0.0.0"
+    startup_hold_seconds: float = 10.0
+    """After an assignment, how long a partition not yet read holds the watermark."""
 
 
 def partition_for(key: str, partitions: int) -> int:
@@ -98,13 +100,15 @@ class Processor:
         self.table = app.Table(
             "core-state",
             partitions=self.partitions,
-            key_serializer="raw",
-            value_serializer="raw",
+            schema=faust.Schema(
+                key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
+            ),
             use_partitioner=True,
         )
         self._stream: Any = None
         self._lock = asyncio.Lock()
         self._owned: frozenset[int] | None = None
+        self._assigned_at = time.monotonic()
 
     # -- the agent -----------------------------------------------------------------
     async def run(self, stream: Any) -> None:
@@ -130,7 +134,7 @@ class Processor:
                 self._positions[message.tp] = message.offset + 1
             async with self._lock:
                 self._sync_ownership()
-                outcome = self.pipeline.process(records)
+                outcome = self.pipeline.process(records, self._busy())
                 await self._deliver(outcome, newest)
 
     # -- the timer -------------------------------------------------------------------
@@ -139,7 +143,7 @@ class Processor:
             return
         async with self._lock:
             self._sync_ownership()
-            outcome = self.pipeline.tick(time.time())
+            outcome = self.pipeline.tick(time.time(), self._busy())
             await self._deliver(outcome, 0.0)
             self._observe_gauges()
 
@@ -151,7 +155,7 @@ class Processor:
         for dead in outcome.dead_letters:
             await self.dead_letter_topic.send(key=dead.key, value=encode(dead))
         for key, data in outcome.snapshots:
-            self.table[key] = data
+            self.table[key.encode()] = data
         if outcome.incidents or outcome.dead_letters or outcome.snapshots:
             await self.app.producer.flush()
         acked_at = time.time()
@@ -196,6 +200,30 @@ class Processor:
 
     _stale_seen = 0
 
+    def _busy(self) -> list[tuple[str, int]]:
+        """Assigned raw partitions with records left to read: they hold the watermark.
+
+        A partition we have read from is busy while our position is below its high
+        watermark. One we have not read from yet holds the watermark only for
+        ``startup_hold_seconds`` after an assignment (its backlog may not be
+        fetched yet); after that, an empty or fully committed partition must not
+        stall everyone.
+        """
+        consumer = self.app.consumer
+        holding = time.monotonic() - self._assigned_at < self.options.startup_hold_seconds
+        busy = []
+        for tp in consumer.assignment():
+            if tp.topic not in self._raw_names:
+                continue
+            highwater = consumer.highwater(tp)
+            position = self._positions.get(tp)
+            if position is not None:
+                if isinstance(highwater, int) and position < highwater:
+                    busy.append((tp.topic, tp.partition))
+            elif holding and (highwater is None or highwater > 0):
+                busy.append((tp.topic, tp.partition))
+        return busy
+
     # -- partitions -------------------------------------------------------------------
     def _sync_ownership(self) -> None:
         """Follow the assignment: forget keys we lost, restore keys we gained."""
@@ -224,6 +252,7 @@ class Processor:
             dropped,
         )
         self._owned = owned
+        self._assigned_at = time.monotonic()
 
 
 def create_app(

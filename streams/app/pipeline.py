@@ -20,6 +20,7 @@ contract is testable without a broker:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,34 +61,73 @@ class BatchOutcome:
     events_by_source: dict[str, int] = field(default_factory=dict)
 
 
+Partition = tuple[str, int]
+"""A topic and partition number."""
+
+
 class Pipeline:
-    """One worker's correlator and the checks in front of it."""
+    """One worker's correlator and the checks in front of it.
+
+    The watermark is per partition: a worker reads many topic-partitions at
+    different speeds (a backlog on one, nothing on another), and letting the
+    fastest one drive the watermark would make the others' events late, and
+    then stale. So the watermark is the slowest *busy* partition's newest event
+    time minus grace; a partition the transport reports as caught up (nothing
+    left to read) does not hold it back, and when every partition is caught up
+    the worker's clock (a tick) drives it.
+    """
 
     def __init__(self, config: CoreConfig, layout: TopicLayout) -> None:
         self.correlator = Correlator(config, track_dirty=True)
+        self.grace = config.grace_seconds
+        self._newest: dict[Partition, float] = {}
         self._schemas: dict[str, tuple[str, type[Event]]] = {}
         for source, spec in layout.raw.items():
             self._schemas[spec.name] = (source, SOURCE_SCHEMAS[source])
 
-    def process(self, records: Iterable[RawRecord]) -> BatchOutcome:
-        """Decode and correlate a batch."""
+    def process(
+        self,
+        records: Iterable[RawRecord],
+        busy: Iterable[Partition] | None = None,
+    ) -> BatchOutcome:
+        """Decode and correlate a batch.
+
+        ``busy``: the assigned partitions that still have records to read. None
+        means none do: every partition was read to its end (a caller feeding one
+        finite batch, as tests do), so the newest event time of all counts.
+        """
         outcome = BatchOutcome()
         correlator = self.correlator
         counts = outcome.events_by_source
+        newest = self._newest
         for record in records:
             event = self._decode(record, outcome)
             if event is None:
                 continue
             source = self._schemas[record.topic][0]
             counts[source] = counts.get(source, 0) + 1
-            outcome.incidents += correlator.ingest(event, token=record.token)
+            where = (record.topic, record.partition)
+            when = event.time.timestamp()
+            if when > newest.get(where, -math.inf):
+                newest[where] = when
+            outcome.incidents += correlator.ingest(event, token=record.token, hold=True)
+        outcome.incidents += correlator.advance_watermark(self._watermark(busy, None))
         return self._finish(outcome)
 
-    def tick(self, now: float) -> BatchOutcome:
-        """The worker's clock: quiet keys' timers fire, buffered events are released."""
+    def tick(self, now: float, busy: Iterable[Partition] = ()) -> BatchOutcome:
+        """The worker's clock: with nothing left to read, quiet keys' timers fire."""
         outcome = BatchOutcome()
-        outcome.incidents += self.correlator.advance(now)
+        outcome.incidents += self.correlator.advance_watermark(self._watermark(busy, now))
         return self._finish(outcome)
+
+    def _watermark(self, busy: Iterable[Partition] | None, now: float | None) -> float:
+        newest = self._newest
+        pending = [newest.get(p, -math.inf) for p in busy or ()]
+        if pending:
+            return min(pending) - self.grace
+        if now is not None:
+            return now - self.grace
+        return max(newest.values(), default=-math.inf) - self.grace
 
     def restore(self, snapshots: Iterable[Any]) -> None:
         """Adopt states read back from the changelog (already decoded)."""

@@ -188,8 +188,13 @@ class Correlator:
         self._dirty: dict[tuple[str, str], KeyState] = {}
 
     # -- feeding ---------------------------------------------------------------------
-    def ingest(self, event: AnyEvent, token: Token = None) -> list[Incident]:
-        """Accept one event (in any order); return the revisions now decided."""
+    def ingest(self, event: AnyEvent, token: Token = None, *, hold: bool = False) -> list[Incident]:
+        """Accept one event (in any order); return the revisions now decided.
+
+        ``hold``: do not let this event's time advance the watermark; the caller
+        drives it with :meth:`advance_watermark` (a consumer of several partitions
+        must: each partition's clock counts, not only the fastest one's).
+        """
         out: list[Incident] = []
         when = event.time.timestamp()
         self.stats.events += 1
@@ -207,7 +212,14 @@ class Correlator:
             self._seq += 1
         if when > self.max_time:
             self.max_time = when
-            self._advance_to(when - self.grace, out)
+            if not hold:
+                self._advance_to(when - self.grace, out)
+        return out
+
+    def advance_watermark(self, watermark: float) -> list[Incident]:
+        """Move the watermark itself (never backwards): release and fire what it passes."""
+        out: list[Incident] = []
+        self._advance_to(watermark, out)
         return out
 
     def advance(self, now: float) -> list[Incident]:
