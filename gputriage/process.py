@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import threading
 from typing import Any, NoReturn
 
 import msgspec
@@ -45,9 +47,7 @@ def processor_options(settings: Settings, **overrides: Any) -> Any:
 
 def run_worker(settings: Settings, brokers: str | None = None, **overrides: Any) -> NoReturn:
     """Create missing topics, serve ``/metrics``, then run the faust worker (blocks)."""
-    import faust  # noqa: PLC0415 - heavy; only this command needs it
-
-    from streams.app.faust_app import create_app  # noqa: PLC0415
+    from streams.app.faust_app import create_app  # noqa: PLC0415 - faust is heavy
 
     core = settings.core_config()
     kafka = settings.kafka_settings()
@@ -64,5 +64,62 @@ def run_worker(settings: Settings, brokers: str | None = None, **overrides: Any)
         port = metrics.serve(options.metrics_port, options.metrics_addr)
         log.info("metrics on http://%s:%d/metrics", options.metrics_addr, port)
     app, _processor = create_app(core, kafka, servers, layout, options, metrics)
-    worker = faust.Worker(app, loglevel="INFO", quiet=True, redirect_stdouts=False)
+    worker = _bounded_stop_worker(
+        app,
+        stop_timeout_s=options.stop_timeout_seconds,
+        loglevel="INFO",
+        quiet=True,
+        redirect_stdouts=False,
+    )
     worker.execute_from_commandline()  # exits the process when the worker stops
+    raise SystemExit(0)  # pragma: no cover - execute_from_commandline never returns
+
+
+def _bounded_stop_worker_class() -> Any:
+    import faust  # noqa: PLC0415
+
+    class BoundedStopWorker(faust.Worker):
+        """A faust worker whose stop on SIGINT/SIGTERM cannot hang forever.
+
+        faust 0.15's fetcher sometimes never finishes stopping when a signal lands
+        while a batch is being delivered (seen here against Tansu). Nothing is
+        lost by giving up: offsets of undelivered records were never committed,
+        so the next worker reads them again. After ``stop_timeout_s`` the process
+        exits with status 1 and says so.
+        """
+
+        def __init__(self, *args: Any, stop_timeout_s: float, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self._stop_timeout_s = stop_timeout_s
+            self._watchdog: threading.Timer | None = None
+
+        def _arm(self) -> None:
+            if self._watchdog is None:
+                self._watchdog = threading.Timer(
+                    self._stop_timeout_s, _give_up, [self._stop_timeout_s]
+                )
+                self._watchdog.daemon = True
+                self._watchdog.start()
+
+        def _on_sigint(self) -> None:
+            self._arm()
+            super()._on_sigint()
+
+        def _on_sigterm(self) -> None:
+            self._arm()
+            super()._on_sigterm()
+
+    return BoundedStopWorker
+
+
+def _give_up(seconds: float) -> None:
+    logging.getLogger("gputriage.processor").error(
+        "the worker did not stop within %g s; exiting (uncommitted records will be re-read)",
+        seconds,
+    )
+    logging.shutdown()
+    os._exit(1)
+
+
+def _bounded_stop_worker(app: Any, **kwargs: Any) -> Any:
+    return _bounded_stop_worker_class()(app, **kwargs)

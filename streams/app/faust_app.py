@@ -23,6 +23,9 @@ Traps:
   would be committed and lost on a crash.
 * The timer and the agent share the correlator; a lock keeps a tick from
   running while a batch is half delivered.
+* faust waits, on stop, until every record it handed out is acked
+  (``stream_wait_empty``): records held for the watermark never are, so that
+  wait is off; their offsets were not committed and the next worker reads them.
 * faust must not create the raw topics (a broker's defaults would give them one
   partition): :func:`connectors.topics.ensure_topics` runs first.
 """
@@ -63,6 +66,13 @@ class ProcessorOptions:
     metrics_port: int | None = 9464
     """``/metrics`` port; ``None`` disables it, 0 picks a free port."""
     metrics_addr: str = "0.0.0.0"
+    session_timeout_seconds: float = 10.0
+    """Consumer group session timeout: how long a dead worker keeps its partitions."""
+    rebalance_timeout_seconds: float = 10.0
+    """How long a rebalance waits for members. The group coordinator waits this long
+    for members before it completes a join, so it bounds every worker's start-up."""
+    stop_timeout_seconds: float = 15.0
+    """On SIGINT/SIGTERM, exit anyway after this long (see ``gputriage.process``)."""
     startup_hold_seconds: float = 10.0
     """After an assignment, how long a partition not yet read holds the watermark."""
 
@@ -276,6 +286,12 @@ def create_app(
         consumer_auto_offset_reset="earliest",
         producer_acks=-1,
         broker_commit_interval=1.0,
+        # Records held for the watermark are never acked before a stop, so waiting
+        # for "all acked" would hang the stop; they are simply read again.
+        stream_wait_empty=False,
+        broker_session_timeout=options.session_timeout_seconds,
+        broker_heartbeat_interval=min(1.0, options.session_timeout_seconds / 3),
+        broker_rebalance_timeout=options.rebalance_timeout_seconds,
         table_standby_replicas=0,
     )
     raw = app.topic(*layout.raw_topics, key_serializer="raw", value_serializer="raw")
