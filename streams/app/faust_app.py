@@ -110,9 +110,8 @@ class Processor:
         self.table = app.Table(
             "core-state",
             partitions=self.partitions,
-            schema=faust.Schema(
-                key_type=bytes, value_type=bytes, key_serializer="raw", value_serializer="raw"
-            ),
+            key_type=bytes,  # bytes means the "raw" codec, for writes *and* recovery
+            value_type=bytes,
             use_partitioner=True,
         )
         self._stream: Any = None

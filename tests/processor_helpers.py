@@ -1,0 +1,170 @@
+"""Running real ``gputriage process`` workers against the test broker, and reading results."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import msgspec
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from connectors.kafka_sink import EventProducer
+from schemas.codec import AnyEvent, decode_dead_letter, decode_incident
+from schemas.dead_letters import DeadLetter
+from schemas.events import Tick
+from schemas.incidents import Incident
+from streams.core import Correlator
+from tests.core_helpers import config
+from tests.kafka_helpers import KafkaTestEnv
+
+FAST_GROUP = {
+    "GPUTRIAGE_PROCESSOR__SESSION_TIMEOUT_SECONDS": "6",
+    "GPUTRIAGE_PROCESSOR__REBALANCE_TIMEOUT_SECONDS": "6",
+    "GPUTRIAGE_PROCESSOR__METRICS_PORT": "0",
+    "GPUTRIAGE_PROCESSOR__TICK_SECONDS": "0.1",
+}
+
+
+class Worker:
+    """One ``python -m gputriage process`` subprocess, its log in ``log_path``."""
+
+    def __init__(self, kafka: KafkaTestEnv, app_id: str, log_path: Path) -> None:
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("GPUTRIAGE_")},
+            **kafka.env,
+            **FAST_GROUP,
+            "GPUTRIAGE_PROCESSOR__APP_ID": f'"{app_id}"',
+        }
+        self.log_path = log_path
+        self._log = log_path.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gputriage", "process"],
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def kill(self) -> None:
+        """SIGKILL: no chance to commit, flush or say goodbye."""
+        self.process.kill()
+        self.process.wait(10)
+
+    def stop(self, timeout: float = 30.0) -> int:
+        """SIGTERM and wait; returns the exit status."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            return self.process.wait(timeout)
+        finally:
+            self._log.close()
+
+
+def produce_events(kafka: KafkaTestEnv, events: Iterable[AnyEvent]) -> int:
+    async def run() -> int:
+        producer = EventProducer(kafka.kwargs, kafka.layout)
+        await producer.start()
+        try:
+            return await producer.send_many(e for e in events if not isinstance(e, Tick))
+        finally:
+            await producer.stop()
+
+    return asyncio.run(run())
+
+
+def reference(events: Iterable[AnyEvent]) -> dict[str, Incident]:
+    """The final revision of every incident an uninterrupted run reaches, with every
+    window closed (live workers tick with the wall clock, far past the events)."""
+    correlator = Correlator(config())
+    last: dict[str, Incident] = {}
+    for event in events:
+        if isinstance(event, Tick):
+            continue
+        for inc in correlator.ingest(event):
+            last[inc.id] = inc
+    for inc in [*correlator.flush(), *correlator.advance(time.time() + 365 * 86400)]:
+        last[inc.id] = inc
+    return last
+
+
+class TopicReader:
+    """Reads a topic from the beginning, incrementally, without a consumer group."""
+
+    def __init__(self, kafka: KafkaTestEnv, topic: str) -> None:
+        self.kafka = kafka
+        self.topic = topic
+        self.records: list[Any] = []
+        self._loop = asyncio.new_event_loop()
+        self._consumer: AIOKafkaConsumer | None = None
+
+    def _run(self, coro: Any) -> Any:
+        return self._loop.run_until_complete(coro)
+
+    def poll(self) -> list[Any]:
+        """Fetch what arrived since the last call (at most ~0.2 s of waiting)."""
+        if self._consumer is None:
+            self._consumer = self._run(self._start())
+        batches = self._run(self._consumer.getmany(timeout_ms=200))
+        new = [r for batch in batches.values() for r in batch]
+        self.records += new
+        return new
+
+    async def _start(self) -> AIOKafkaConsumer:
+        # aiokafka clients must be created inside a running loop.
+        consumer = AIOKafkaConsumer(bootstrap_servers=self.kafka.bootstrap)
+        await consumer.start()
+        await consumer.topics()
+        parts = consumer.partitions_for_topic(self.topic) or set()
+        tps = [TopicPartition(self.topic, p) for p in sorted(parts)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        return consumer
+
+    def incidents(self) -> list[Incident]:
+        return [decode_incident(r.value) for r in self.records if r.value is not None]
+
+    def dead_letters(self) -> list[DeadLetter]:
+        return [decode_dead_letter(r.value) for r in self.records]
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._run(self._consumer.stop())
+        self._loop.close()
+
+
+def final(incidents: Iterable[Incident]) -> dict[str, Incident]:
+    last: dict[str, Incident] = {}
+    for inc in incidents:
+        if inc.id not in last or inc.revision >= last[inc.id].revision:
+            last[inc.id] = inc
+    return last
+
+
+def _shift(value: Any, delta: timedelta) -> Any:
+    if isinstance(value, datetime):
+        return value + delta
+    if isinstance(value, msgspec.Struct):
+        changes = {name: _shift(getattr(value, name), delta) for name in value.__struct_fields__}
+        return msgspec.structs.replace(value, **changes)
+    if isinstance(value, tuple):
+        return tuple(_shift(v, delta) for v in value)
+    return value
+
+
+def ending_days_ago(events: list[AnyEvent], days: float = 3.0) -> list[AnyEvent]:
+    """The same events moved in time (every timestamp, nested ones too) to end ``days``
+    ago: every window (24 h at most) has then closed by the live workers' clock, as it
+    has in :func:`reference`, whatever day the test runs."""
+    last = max(e.time for e in events)
+    delta = datetime.now(tz=UTC) - timedelta(days=days) - last
+    return [_shift(e, delta) for e in events]

@@ -1,0 +1,164 @@
+"""The live processor end to end: real broker, real ``gputriage process`` workers.
+
+Each test produces events to the raw topics, runs one or more workers as
+subprocesses, and reads the incident topic. The expected incidents come from the
+pure core run over the same events (:func:`tests.processor_helpers.reference`),
+so these tests say "live equals replay", crash or no crash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bench.generate import StreamSpec, generate_events
+from schemas.codec import AnyEvent, decode_event, encode
+from schemas.incidents import Incident
+from tests.kafka_helpers import KafkaTestEnv, produce, wait_until
+from tests.processor_helpers import (
+    TopicReader,
+    Worker,
+    ending_days_ago,
+    final,
+    produce_events,
+    reference,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIO = ROOT / "examples" / "scenario.jsonl"
+
+
+@pytest.fixture
+def incidents(kafka: KafkaTestEnv) -> Iterator[TopicReader]:
+    kafka.create_topics()
+    reader = TopicReader(kafka, kafka.layout.incidents.name)
+    yield reader
+    reader.close()
+
+
+def settled(reader: TopicReader, expected: dict[str, Incident]) -> bool:
+    """Every expected incident has reached its final revision on the topic."""
+    reader.poll()
+    got = final(reader.incidents())
+    return all(i in got and encode(got[i]) == encode(inc) for i, inc in expected.items())
+
+
+def await_settled(reader: TopicReader, expected: dict[str, Incident], timeout: float) -> None:
+    """Wait for :func:`settled`; on timeout, say what is missing or different."""
+    try:
+        wait_until(lambda: settled(reader, expected), timeout=timeout, what="all incidents")
+    except AssertionError:
+        got = final(reader.incidents())
+        missing = [i for i in expected if i not in got]
+        differ = [i for i in expected if i in got and encode(got[i]) != encode(expected[i])]
+        extra = [i for i in got if i not in expected]
+        detail = ""
+        if differ:
+            first = differ[0]
+            detail = f"\n got {encode(got[first])!r}\nwant {encode(expected[first])!r}"
+        raise AssertionError(
+            f"{len(missing)} missing, {len(differ)} differ, {len(extra)} extra "
+            f"of {len(expected)}{detail}"
+        ) from None
+
+
+def test_raw_events_become_the_expected_incidents(
+    kafka: KafkaTestEnv, incidents: TopicReader, tmp_path: Path
+) -> None:
+    events = ending_days_ago([decode_event(line) for line in SCENARIO.read_bytes().splitlines()])
+    expected = reference(events)
+    assert len({i.type for i in expected.values()}) == 7
+    produce_events(kafka, events)
+    worker = Worker(kafka, f"{kafka.prefix}-app", tmp_path / "worker.log")
+    try:
+        await_settled(incidents, expected, 60)
+        assert set(final(incidents.incidents())) == set(expected)
+    finally:
+        assert worker.stop() == 0, worker.log()
+
+
+def test_garbage_goes_to_the_dead_letter_topic_and_processing_continues(
+    kafka: KafkaTestEnv, incidents: TopicReader, tmp_path: Path
+) -> None:
+    events = ending_days_ago([decode_event(line) for line in SCENARIO.read_bytes().splitlines()])
+    half = len(events) // 2
+    produce_events(kafka, events[:half])
+    pods = kafka.layout.raw["pods"].name
+    asyncio.run(produce(kafka.bootstrap, pods, [(b"c/n", b"\x00garbage{")]))
+    produce_events(kafka, events[half:])
+    dead = TopicReader(kafka, kafka.layout.dead_letters.name)
+    worker = Worker(kafka, f"{kafka.prefix}-app", tmp_path / "worker.log")
+    try:
+        expected = reference(events)
+        await_settled(incidents, expected, 60)
+        wait_until(dead.poll, timeout=20, what="a dead letter")
+        [letter] = dead.dead_letters()
+        assert (letter.topic, letter.value) == (pods, b"\x00garbage{")
+        assert letter.reason
+    finally:
+        dead.close()
+        assert worker.stop() == 0, worker.log()
+
+
+def generated(events: int, nodes: int) -> list[AnyEvent]:
+    spec = StreamSpec(events=events, nodes=nodes, clusters=1, hours=1)
+    return ending_days_ago(list(generate_events(spec)))
+
+
+def test_a_killed_worker_restarted_loses_nothing_and_invents_nothing(
+    kafka: KafkaTestEnv, incidents: TopicReader, tmp_path: Path
+) -> None:
+    events = generated(30_000, 300)
+    expected = reference(events)
+    produce_events(kafka, events)
+    app = f"{kafka.prefix}-app"
+    first = Worker(kafka, app, tmp_path / "first.log")
+    wait_until(
+        lambda: len(incidents.poll()) > 0 or incidents.records,
+        timeout=60,
+        what="the first incidents",
+    )
+    first.kill()
+    second = Worker(kafka, app, tmp_path / "second.log")
+    try:
+        await_settled(incidents, expected, 120)
+        got = final(incidents.incidents())
+        assert set(got) == set(expected), "no lost incident, no invented id"
+    finally:
+        assert second.stop() == 0, second.log()
+
+
+def test_two_workers_split_the_partitions_and_agree_with_one(
+    kafka: KafkaTestEnv, incidents: TopicReader, tmp_path: Path
+) -> None:
+    events = generated(20_000, 200)
+    expected = reference(events)
+    produce_events(kafka, events)
+    app = f"{kafka.prefix}-app"
+    workers = [Worker(kafka, app, tmp_path / f"w{i}.log") for i in range(2)]
+    try:
+        await_settled(incidents, expected, 120)
+        assert set(final(incidents.incidents())) == set(expected)
+        wait_until(lambda: all(_last_owned(w.log()) for w in workers), timeout=30, what="both own")
+        logs = [w.log() for w in workers]
+    finally:
+        codes = [w.stop() for w in workers]
+    assert codes == [0, 0]
+    owned = [_last_owned(log) for log in logs]
+    assert all(owned), f"each worker owned partitions at the end: {owned}"
+    assert owned[0].isdisjoint(owned[1])
+    assert owned[0] | owned[1] == set(range(3))
+
+
+def _last_owned(log: str) -> set[int]:
+    """The partitions a worker's log says it owned last ("partitions [0, 2]: ...")."""
+    lines = [
+        line for line in log.splitlines() if "] partitions [" in line or " partitions [" in line
+    ]
+    if not lines:
+        return set()
+    listed = lines[-1].split("partitions [", 1)[1].split("]", 1)[0]
+    return {int(p) for p in listed.split(",") if p.strip()}
