@@ -28,7 +28,7 @@ test: venv lint
 	$(BIN)/pytest
 
 demo: venv
-	$(BIN)/gputriage replay examples/scenario.jsonl
+	$(BIN)/gputriage demo
 
 schemas: venv
 	$(BIN)/gputriage schemas --write

@@ -106,7 +106,7 @@ def free_port(host: str = HOST) -> int:
         return port
 
 
-def _die_with_parent() -> Callable[[], None] | None:
+def die_with_parent() -> Callable[[], None] | None:
     """A ``preexec_fn`` that makes the child get SIGKILL when its parent dies (Linux only).
 
     ``prctl`` is resolved here, in the parent: the child between fork and exec
@@ -244,7 +244,7 @@ class EmbeddedBroker:
                     stderr=subprocess.STDOUT,
                     env=env,
                     start_new_session=True,
-                    preexec_fn=_die_with_parent(),  # noqa: PLW1509 - fork-safe, see its docs
+                    preexec_fn=die_with_parent(),  # noqa: PLW1509 - fork-safe, see its docs
                 )
             except OSError as exc:
                 raise BrokerError(

@@ -19,7 +19,7 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn, cast
+from typing import Literal, NoReturn, cast
 
 import click
 
@@ -250,6 +250,67 @@ def process_command(
     except KafkaConfigError as exc:
         raise click.UsageError(f"{exc}, or pass --brokers") from None
     run_worker(settings, brokers, app_id=app_id, metrics_port=metrics_port)
+
+
+@cli.command("demo", context_settings=CONTEXT)
+@click.option(
+    "--scenario",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Recorded events to play (default: examples/scenario.jsonl).",
+)
+@click.option(
+    "--speed",
+    type=click.FloatRange(min=1.0, max=1000.0),
+    default=30.0,
+    show_default=True,
+    help="Play the scenario this many times faster than real time (windows scale with it).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["lines", "json"]),
+    default="lines",
+    show_default=True,
+    help="lines: one readable line per incident revision; json: JSON lines.",
+)
+@click.option(
+    "--linger",
+    type=click.FloatRange(min=0.0),
+    default=10.0,
+    show_default=True,
+    help="After the scenario, stop once no incident arrived for this many seconds.",
+)
+@click.option("--follow", is_flag=True, help="Keep running after the scenario, until Ctrl-C.")
+@click.pass_context
+def demo_command(
+    ctx: click.Context,
+    *,
+    scenario: Path | None,
+    speed: float,
+    output: str,
+    linger: float,
+    follow: bool,
+) -> int:
+    """Run the live pipeline on a simulated cluster and print incidents as they are published.
+
+    Starts the embedded Kafka-compatible broker (unless kafka.brokers is set), creates
+    the topics, starts a processor worker and plays the scenario into the raw topics.
+    Ctrl-C stops everything.
+    """
+    import asyncio  # noqa: PLC0415
+
+    from gputriage.demo import DEFAULT_SCENARIO, DemoOptions, run_demo  # noqa: PLC0415
+
+    settings = load_settings(ctx.obj)
+    options = DemoOptions(
+        scenario=scenario or DEFAULT_SCENARIO,
+        speed=speed,
+        output=cast(Literal["lines", "json"], output),
+        linger_s=linger,
+        follow=follow,
+    )
+    return asyncio.run(run_demo(settings, options, sys.stdout.buffer, sys.stderr))
 
 
 def _open_all(paths: Sequence[str]) -> list[FileSource]:

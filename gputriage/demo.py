@@ -1,0 +1,219 @@
+"""``gputriage demo``: the whole live pipeline on one machine, on a simulated cluster.
+
+1. Starts the embedded Kafka-compatible broker (Tansu, memory storage, loopback)
+   unless ``kafka.brokers`` is configured.
+2. Creates the topics and starts one processor worker (``gputriage process``,
+   a child process that dies with this one).
+3. Plays ``examples/scenario.jsonl`` into the raw topics at ``--speed`` times
+   real pace (default 30x: its 40 minutes in about 80 s), with the core's
+   windows scaled by the same factor (see :mod:`connectors.simulator`).
+4. Prints every incident revision as the worker publishes it, read back from the
+   incident topic like any downstream consumer would.
+
+It stops by itself once the scenario has played and the incident topic has been
+quiet for ``--linger`` seconds (or runs on with ``--follow``); Ctrl-C stops it at
+any time. Every task is supervised: if the worker or the feeder dies, the demo
+says so and exits 1; the worker and the broker are always stopped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Literal
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from connectors.broker import EmbeddedBroker, die_with_parent
+from connectors.kafka_config import client_kwargs
+from connectors.kafka_sink import EventProducer
+from connectors.simulator import play, scaled_core_settings
+from connectors.topics import TopicLayout, ensure_topics, topic_layout
+from gputriage import render
+from gputriage.settings import Settings
+from schemas.codec import decode_event, decode_incident, encode
+from schemas.incidents import Incident
+
+DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "examples" / "scenario.jsonl"
+WORKER_STOP_S = 20.0
+
+
+@dataclass(frozen=True)
+class DemoOptions:
+    scenario: Path = DEFAULT_SCENARIO
+    speed: float = 30.0
+    output: Literal["lines", "json"] = "lines"
+    linger_s: float = 10.0
+    follow: bool = False
+    metrics_port: int = 0
+
+
+class DemoFailed(RuntimeError):
+    """A supervised part of the demo died; the message says which and why."""
+
+
+def incident_line(incident: Incident) -> str:
+    """One line per revision: type, severity, node, GPUs, pods, first evidence line."""
+    first = incident.evidence[0].text if incident.evidence else incident.summary
+    gpus = render.listing([render.gpu_label(g) for g in incident.gpus])
+    pods = render.listing([render.pod_label(p) for p in incident.pods])
+    return (
+        f"{time.strftime('%H:%M:%S')}  {incident.status:<8} {incident.severity:<6} "
+        f"{incident.type:<26} {incident.node or '-':<12} gpus={gpus} pods={pods}  "
+        f"| {render.one_line(first)}"
+    )
+
+
+async def run_demo(settings: Settings, options: DemoOptions, out: IO[bytes], err: IO[str]) -> int:
+    kafka = settings.kafka_settings()
+    broker: EmbeddedBroker | None = None
+    if kafka.embedded:
+        broker = await EmbeddedBroker().start_async()
+        servers = broker.bootstrap
+        print(f"gputriage demo: embedded broker on {servers} (pid {broker.pid})", file=err)
+    else:
+        servers = ",".join(kafka.brokers)
+    worker: subprocess.Popen[bytes] | None = None
+    try:
+        kwargs = client_kwargs(kafka, servers)
+        layout = topic_layout(settings.topic_settings())
+        await ensure_topics(kwargs, layout)
+        worker = _start_worker(settings, servers, options)
+        print(f"gputriage demo: processor worker pid {worker.pid}", file=err)
+        return await _supervise(kwargs, layout, worker, options, out, err)
+    finally:
+        if worker is not None:
+            _stop_worker(worker, err)
+        if broker is not None:
+            await broker.stop_async()
+
+
+def _start_worker(
+    settings: Settings, servers: str, options: DemoOptions
+) -> subprocess.Popen[bytes]:
+    env = dict(os.environ)
+    for name, value in scaled_core_settings(settings.core_config(), options.speed).items():
+        env.setdefault(f"GPUTRIAGE_CORE__{name.upper()}", repr(value))
+    env.setdefault("GPUTRIAGE_PROCESSOR__SESSION_TIMEOUT_SECONDS", "6")
+    env.setdefault("GPUTRIAGE_PROCESSOR__REBALANCE_TIMEOUT_SECONDS", "6")
+    env.setdefault("GPUTRIAGE_PROCESSOR__APP_ID", f'"gputriage-demo-{os.getpid()}"')
+    args = [sys.executable, "-m", "gputriage"]
+    if settings.origin:
+        args += ["--config", settings.origin]
+    args += ["process", "--brokers", servers, "--metrics-port", str(options.metrics_port)]
+    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"gputriage-demo-worker-{os.getpid()}.log"
+    with log.open("wb") as handle:
+        return subprocess.Popen(
+            args,
+            env=env,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            preexec_fn=die_with_parent(),  # noqa: PLW1509 - fork-safe, see its docs
+        )
+
+
+def _stop_worker(worker: subprocess.Popen[bytes], err: IO[str]) -> None:
+    if worker.poll() is None:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(WORKER_STOP_S)
+        except subprocess.TimeoutExpired:
+            print("gputriage demo: the worker did not stop; killing it", file=err)
+            worker.kill()
+            worker.wait()
+
+
+async def _supervise(
+    kwargs: dict[str, object],
+    layout: TopicLayout,
+    worker: subprocess.Popen[bytes],
+    options: DemoOptions,
+    out: IO[bytes],
+    err: IO[str],
+) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    last_seen = [time.monotonic()]
+    fed = asyncio.Event()
+    feeder = asyncio.create_task(_feed(kwargs, layout, options, fed), name="feeder")
+    printer = asyncio.create_task(
+        _print_incidents(kwargs, layout, options, out, last_seen), name="printer"
+    )
+    try:
+        while not stop.is_set():
+            for task in (feeder, printer):
+                if task.done() and (task is printer or task.exception() is not None):
+                    raise DemoFailed(f"the {task.get_name()} stopped: {task.exception()!r}")
+            if worker.poll() is not None:
+                raise DemoFailed(f"the processor worker exited with status {worker.returncode}")
+            quiet = time.monotonic() - last_seen[0]
+            if fed.is_set() and not options.follow and quiet > options.linger_s:
+                break
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), 0.2)
+    except DemoFailed as exc:
+        print(f"gputriage demo: {exc}", file=err)
+        return 1
+    finally:
+        for task in (feeder, printer):
+            task.cancel()
+        await asyncio.gather(feeder, printer, return_exceptions=True)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+    return 0
+
+
+async def _feed(
+    kwargs: dict[str, object], layout: TopicLayout, options: DemoOptions, fed: asyncio.Event
+) -> None:
+    lines = options.scenario.read_bytes().splitlines()
+    events = [decode_event(line) for line in lines if line.strip()]
+    producer = EventProducer(kwargs, layout)
+    await producer.start()
+    try:
+        async for event in play(events, options.speed):
+            await producer.send(event)
+    finally:
+        await producer.stop()
+    fed.set()
+
+
+async def _print_incidents(
+    kwargs: dict[str, object],
+    layout: TopicLayout,
+    options: DemoOptions,
+    out: IO[bytes],
+    last_seen: list[float],
+) -> None:
+    consumer = AIOKafkaConsumer(**kwargs)
+    await consumer.start()
+    try:
+        topic = layout.incidents.name
+        await consumer.topics()
+        parts = consumer.partitions_for_topic(topic) or set()
+        tps = [TopicPartition(topic, p) for p in sorted(parts)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        while True:
+            batches = await consumer.getmany(timeout_ms=200)
+            for record in (r for batch in batches.values() for r in batch):
+                if record.value is None:
+                    continue
+                incident = decode_incident(record.value)
+                last_seen[0] = time.monotonic()
+                if options.output == "json":
+                    out.write(encode(incident) + b"\n")
+                else:
+                    out.write((incident_line(incident) + "\n").encode())
+            out.flush()
+    finally:
+        await consumer.stop()
