@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import sys
 import threading
 from typing import Any, NoReturn
 
@@ -56,13 +57,17 @@ def run_worker(settings: Settings, brokers: str | None = None, **overrides: Any)
     kwargs = client_kwargs(kafka, brokers)
     servers = split_brokers(brokers) if brokers is not None else list(kafka.brokers)
     created = asyncio.run(ensure_topics(kwargs, layout))
-    log = logging.getLogger("gputriage.processor")
+    # faust configures logging only when its worker starts: until then, say it on stderr.
     if created:
-        log.info("created topics: %s", ", ".join(created))
+        print(f"gputriage process: created topics {', '.join(created)}", file=sys.stderr)
     metrics = Metrics()
     if options.metrics_port is not None:
         port = metrics.serve(options.metrics_port, options.metrics_addr)
-        log.info("metrics on http://%s:%d/metrics", options.metrics_addr, port)
+        print(
+            f"gputriage process: metrics on http://{options.metrics_addr}:{port}/metrics",
+            file=sys.stderr,
+            flush=True,
+        )
     app, _processor = create_app(core, kafka, servers, layout, options, metrics)
     worker = _bounded_stop_worker(
         app,

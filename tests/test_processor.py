@@ -9,6 +9,7 @@ so these tests say "live equals replay", crash or no crash.
 from __future__ import annotations
 
 import asyncio
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 
 from bench.generate import StreamSpec, generate_events
 from schemas.codec import AnyEvent, decode_event, encode
+from schemas.events import PodEvent
 from schemas.incidents import Incident
 from tests.kafka_helpers import KafkaTestEnv, produce, wait_until
 from tests.processor_helpers import (
@@ -76,8 +78,37 @@ def test_raw_events_become_the_expected_incidents(
     try:
         await_settled(incidents, expected, 60)
         assert set(final(incidents.incidents())) == set(expected)
+        metrics = wait_until(lambda: _scrape(worker), timeout=10, what="metrics")
+        for name in (
+            "gputriage_events_in_total",
+            "gputriage_incidents_out_total",
+            "gputriage_open_incidents",
+            "gputriage_dead_letters_total",
+            "gputriage_consumer_lag",
+            "gputriage_watermark_delay_seconds",
+            "gputriage_processing_latency_seconds_bucket",
+        ):
+            assert name in metrics, name
+        pods_in = [
+            line
+            for line in metrics.splitlines()
+            if line.startswith('gputriage_events_in_total{source="pods"}')
+        ]
+        assert pods_in
+        assert float(pods_in[0].split()[-1]) == sum(isinstance(e, PodEvent) for e in events)
     finally:
         assert worker.stop() == 0, worker.log()
+
+
+def _scrape(worker: Worker) -> str:
+    """The worker's /metrics page, once its log names the port and the lag is known."""
+    lines = [line for line in worker.log().splitlines() if "metrics on http://" in line]
+    if not lines:
+        return ""
+    port = int(lines[-1].rsplit(":", 1)[1].split("/", 1)[0])
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text: str = response.read().decode()
+    return text if "gputriage_consumer_lag{" in text else ""
 
 
 def test_garbage_goes_to_the_dead_letter_topic_and_processing_continues(
