@@ -14,12 +14,15 @@ contract is testable without a broker:
   incidents and snapshots, await their acks, and only then acknowledge the
   released tokens. Deterministic incident ids make the redelivery after a crash
   harmless, and the core skips events it had already applied (``stats.stale``).
+* An exception inside the core (a bug) costs one record, which goes to the
+  dead-letter topic with the exception as its reason; the worker lives on.
 * A mismatched key matters because state is partitioned by key: a record on the
   wrong partition would be processed by a worker that does not own its state.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -32,6 +35,12 @@ from schemas.events import Event, Tick
 from schemas.incidents import Incident
 from streams.core import CoreConfig, Correlator, correlation_key
 from streams.core.snapshot import encode_state
+
+log = logging.getLogger("gputriage.processor")
+
+
+def _where(record: RawRecord) -> tuple[str, int, int]:
+    return record.topic, record.partition, record.offset
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,15 +119,25 @@ class Pipeline:
             when = event.time.timestamp()
             if when > newest.get(where, -math.inf):
                 newest[where] = when
-            outcome.incidents += correlator.ingest(event, token=record.token, hold=True)
-        outcome.incidents += correlator.advance_watermark(self._watermark(busy, None))
+            try:
+                outcome.incidents += correlator.ingest(event, token=record.token, hold=True)
+            except Exception as exc:  # a bug must cost one record, not the worker
+                log.exception("correlating %s[%d]@%d failed", *_where(record))
+                self._dead(record, outcome, RecordError(f"processing failed: {exc!r}"))
+        self._advance(outcome, self._watermark(busy, None))
         return self._finish(outcome)
 
     def tick(self, now: float, busy: Iterable[Partition] = ()) -> BatchOutcome:
         """The worker's clock: with nothing left to read, quiet keys' timers fire."""
         outcome = BatchOutcome()
-        outcome.incidents += self.correlator.advance_watermark(self._watermark(busy, now))
+        self._advance(outcome, self._watermark(busy, now))
         return self._finish(outcome)
+
+    def _advance(self, outcome: BatchOutcome, watermark: float) -> None:
+        try:
+            outcome.incidents += self.correlator.advance_watermark(watermark)
+        except Exception:  # keep the worker alive; the log says what broke
+            log.exception("advancing the watermark to %s failed", watermark)
 
     def _watermark(self, busy: Iterable[Partition] | None, now: float | None) -> float:
         newest = self._newest
