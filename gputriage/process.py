@@ -49,6 +49,7 @@ def processor_options(settings: Settings, **overrides: Any) -> Any:
 def run_worker(settings: Settings, brokers: str | None = None, **overrides: Any) -> NoReturn:
     """Create missing topics, serve ``/metrics``, then run the faust worker (blocks)."""
     from streams.app.faust_app import create_app  # noqa: PLC0415 - faust is heavy
+    from streams.app.faust_tuning import quiet_spinner  # noqa: PLC0415 - faust is heavy
 
     core = settings.core_config()
     kafka = settings.kafka_settings()
@@ -76,6 +77,7 @@ def run_worker(settings: Settings, brokers: str | None = None, **overrides: Any)
         quiet=True,
         redirect_stdouts=False,
     )
+    quiet_spinner(worker)  # or faust sets the root logger to DEBUG at WARN and above
     worker.execute_from_commandline()  # exits the process when the worker stops
     raise SystemExit(0)  # pragma: no cover - execute_from_commandline never returns
 

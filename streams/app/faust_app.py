@@ -6,15 +6,21 @@ a timer feeds it the worker's clock (ticks), so quiet keys' windows still
 close. Delivery is at-least-once, in this order, for every batch and tick:
 
 1. publish incident revisions and dead letters, write changed key states to the
-   table (its changelog topic), then ``producer.flush()``: all of it acked;
+   table's changelog topic, and await every one of those sends: all of it acked;
 2. only then acknowledge the records the correlator has *released*. Records
    still waiting for the watermark keep an extra reference (``incref``), so
    faust cannot commit their offsets: after a crash they are read again.
 
 The table is only the durable copy of the correlator's per-key state: keys are
 restored from it when this worker gains partitions, and forgotten when it loses
-them. It uses the producer's partitioner (``use_partitioner``), so a key's
-snapshot lands on the same partition number as its raw records.
+them. A key's snapshot lands on the same partition number as its raw records
+(murmur2, :func:`partition_for`, what ``use_partitioner`` would do). Snapshots are
+written with the producer directly (local store + changelog record, the bytes
+``table[key] = value`` would write): faust's own path publishes changelog
+records one at a time and was the slowest part of a batch. Recovery is faust's.
+
+faust is tuned in :mod:`streams.app.faust_tuning` (monitor, batch hand-over,
+``fetch_max_wait_ms``); see ``bench/pipeline_bench.py`` for the measurements.
 
 Traps:
 
@@ -44,6 +50,7 @@ from aiokafka.partitioner import murmur2
 from connectors.kafka_config import KafkaSettings, faust_credentials
 from connectors.topics import TopicLayout
 from schemas.codec import encode
+from streams.app import faust_tuning
 from streams.app.metrics import Metrics
 from streams.app.pipeline import BatchOutcome, Pipeline, RawRecord
 from streams.core import CoreConfig
@@ -75,6 +82,9 @@ class ProcessorOptions:
     """On SIGINT/SIGTERM, exit anyway after this long (see ``gputriage.process``)."""
     startup_hold_seconds: float = 10.0
     """After an assignment, how long a partition not yet read holds the watermark."""
+    fetch_max_wait_ms: int = 100
+    """How long a fetch may wait on the broker for records (faust hard-codes 1500 ms;
+    see :mod:`streams.app.faust_tuning`): the latency floor of every batch."""
 
 
 def partition_for(key: str, partitions: int) -> int:
@@ -101,12 +111,8 @@ class Processor:
         self.partitions = layout.raw[next(iter(layout.raw))].partitions
         self._raw_names = set(layout.raw_topics)
         self._positions: dict[Any, int] = {}
-        self.incidents_topic = app.topic(
-            layout.incidents.name, key_serializer="raw", value_serializer="raw"
-        )
-        self.dead_letter_topic = app.topic(
-            layout.dead_letters.name, key_serializer="raw", value_serializer="raw"
-        )
+        self.incidents_topic_name = layout.incidents.name
+        self.dead_letter_topic_name = layout.dead_letters.name
         self.table = app.Table(
             "core-state",
             partitions=self.partitions,
@@ -159,14 +165,43 @@ class Processor:
     # -- delivery ----------------------------------------------------------------------
     async def _deliver(self, outcome: BatchOutcome, newest: float) -> None:
         metrics = self.metrics
+        # Everything goes out through the producer at once and is awaited together
+        # (one round trip per batch, not one per record): faust's ``table[key] =``
+        # path queues each changelog record in a ``ProducerBuffer`` that publishes
+        # them one at a time (4-8k/s, see bench/faust/FINDINGS.md).
+        producer = self.app.producer
+        pending: list[Any] = []
         for incident in outcome.incidents:
-            await self.incidents_topic.send(key=incident.id.encode(), value=encode(incident))
+            pending.append(
+                await producer.send(
+                    self.incidents_topic_name,
+                    incident.id.encode(),
+                    encode(incident),
+                    None,
+                    None,
+                    None,
+                )
+            )
         for dead in outcome.dead_letters:
-            await self.dead_letter_topic.send(key=dead.key, value=encode(dead))
-        for key, data in outcome.snapshots:
-            self.table[key.encode()] = data
-        if outcome.incidents or outcome.dead_letters or outcome.snapshots:
-            await self.app.producer.flush()
+            pending.append(
+                await producer.send(
+                    self.dead_letter_topic_name, dead.key, encode(dead), None, None, None
+                )
+            )
+        if outcome.snapshots:
+            store = self.table.data
+            changelog = self.table.changelog_topic.get_topic_name()
+            n = self.partitions
+            for key, data in outcome.snapshots:
+                raw_key = key.encode()
+                store[raw_key] = data  # the local copy ``table.items()`` reads
+                # What ``table[raw_key] = data`` would write with ``use_partitioner``:
+                # the key's murmur2 partition, the raw key and value bytes.
+                pending.append(
+                    await producer.send(changelog, raw_key, data, partition_for(key, n), None, None)
+                )
+        if pending:
+            await asyncio.gather(*pending)
         acked_at = time.time()
         for incident in outcome.incidents:
             metrics.incidents_out.labels(incident.type, incident.severity, incident.status).inc()
@@ -273,6 +308,8 @@ def create_app(
     metrics: Metrics | None = None,
 ) -> tuple[faust.App, Processor]:
     """The faust app and its processor, wired; the caller runs the worker."""
+    patches = faust_tuning.install(options.fetch_max_wait_ms)
+    log.debug("faust tuning: %s", ", ".join(patches) or "none")
     app = faust.App(
         options.app_id,
         broker=[f"kafka://{b}" for b in brokers],
@@ -292,6 +329,7 @@ def create_app(
         broker_heartbeat_interval=min(1.0, options.session_timeout_seconds / 3),
         broker_rebalance_timeout=options.rebalance_timeout_seconds,
         table_standby_replicas=0,
+        Monitor=faust_tuning.NoopMonitor,
     )
     raw = app.topic(*layout.raw_topics, key_serializer="raw", value_serializer="raw")
     pipeline = Pipeline(core, layout)

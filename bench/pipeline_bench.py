@@ -1,0 +1,522 @@
+"""The whole live processor against plain aiokafka, in one run (issue 3: Throughput, Latency).
+
+One embedded broker (Tansu, memory storage), one topic layout with a fresh prefix,
+``--events`` generated events (default 200k over 2,000 nodes, shifted so they end
+``--days-ago`` days ago: every window has closed by the wall clock) produced to the
+raw topics. Then, side by side:
+
+a. **aiokafka**: a plain consumer (no group) assigned every raw partition reads
+   them all with ``getmany`` and decodes each value (``decode_event``): the
+   baseline. Timed from the first ``getmany`` to the last record.
+b. **processor**: one ``gputriage process`` worker (a subprocess, fresh app id,
+   so a fresh consumer group) from its first committed progress to every raw
+   record committed. The group's committed offsets are polled with an admin
+   client; the rate counts the records committed after the first progress was
+   seen, so start-up and the group join are excluded. Commits happen every
+   ``broker_commit_interval`` (1 s), so both ends carry up to that much
+   quantisation; the rate from the worker log's ``partitions [`` line (the first
+   batch) to the last commit is shown too.
+c. **latency**: with that worker caught up, ``--rate`` events/s for
+   ``--seconds`` generated with event times equal to the wall-clock time at
+   which they are produced (so the watermark is live). For each incident
+   revision the worker publishes, the *completing* event is the newest (by
+   produce ack) of its evidence events; the latency is from that event's
+   produce ack to the incident's arrival at a consumer of the incident topic
+   (``fetch_max_wait_ms=10``, so the measurement adds ≤ ~10 ms). The headline
+   counts first revisions of incident types an event opens (a container's
+   ``host_oom_kill``, ``suspected_cuda_oom``, ``gpu_node_not_ready``, the XID
+   rules); incidents a timer opens (``gpu_degraded``, ``device_unhealthy_eviction``,
+   a node-level ``host_oom_kill``) wait for their timer by design and are left out.
+
+Run::
+
+    .venv/bin/python bench/pipeline_bench.py            # ~2 minutes
+    .venv/bin/python bench/pipeline_bench.py --json     # machine-readable
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+if __package__ in {None, ""}:  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from bench.generate import StreamSpec, generate_events
+from connectors.broker import EmbeddedBroker
+from connectors.kafka_sink import EventProducer
+from connectors.topics import TopicLayout, TopicSettings, ensure_topics, topic_layout
+from schemas.codec import AnyEvent, decode_event, decode_incident
+
+BAR_EVENTS_PER_S = 20_000
+BAR_P99_S = 1.0
+EVENT_OPENED = {
+    "host_oom_kill",
+    "suspected_cuda_oom",
+    "gpu_node_not_ready",
+    "gpu_app_fault",
+    "xid_repeat",
+}
+"""Incident types whose first revision is opened by an event (not by a timer)."""
+
+
+def _log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+@dataclass
+class Env:
+    broker: EmbeddedBroker
+    prefix: str
+    partitions: int
+    workdir: Path
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        return {"bootstrap_servers": self.broker.bootstrap}
+
+    @property
+    def layout(self) -> TopicLayout:
+        return topic_layout(TopicSettings(prefix=self.prefix, partitions=self.partitions))
+
+    def raw_partitions(self) -> list[TopicPartition]:
+        return [
+            TopicPartition(topic, p)
+            for topic in self.layout.raw_topics
+            for p in range(self.partitions)
+        ]
+
+
+# ------------------------------------------------------------------------------ events
+
+
+def stream(
+    events: int, nodes: int, *, seed: int, start: datetime, seconds: float
+) -> list[AnyEvent]:
+    spec = StreamSpec(
+        events=events,
+        nodes=nodes,
+        seed=seed,
+        clusters=1,
+        hours=seconds / 3600,
+        jitter=0.0,
+        start=start.replace(microsecond=0),
+    )
+    return list(generate_events(spec))
+
+
+def backlog_events(events: int, nodes: int, days_ago: float) -> list[AnyEvent]:
+    """``events`` over ``nodes`` covering 1 h of event time, ending ``days_ago`` days ago."""
+    hours = 1.0
+    start = datetime.now(tz=UTC) - timedelta(days=days_ago, hours=hours)
+    return stream(events, nodes, seed=1, start=start, seconds=hours * 3600)
+
+
+async def produce(env: Env, events: Iterable[AnyEvent]) -> int:
+    async with EventProducer(env.kwargs, env.layout, linger_ms=20) as producer:
+        total = 0
+        chunk: list[AnyEvent] = []
+        for event in events:
+            chunk.append(event)
+            if len(chunk) >= 20_000:
+                total += await producer.send_many(chunk)
+                chunk = []
+        total += await producer.send_many(chunk)
+        return total
+
+
+# ------------------------------------------------------------------------------ (a)
+
+
+async def plain_aiokafka(env: Env, count: int, timeout: float = 120.0) -> dict[str, Any]:
+    """Read ``count`` records from every raw partition with ``getmany``; decode each."""
+    consumer = AIOKafkaConsumer(**env.kwargs, group_id=None, max_partition_fetch_bytes=4 << 20)
+    await consumer.start()
+    try:
+        tps = env.raw_partitions()
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        seen = 0
+        started = time.perf_counter()
+        deadline = started + timeout
+        while seen < count and time.perf_counter() < deadline:
+            batches = await consumer.getmany(timeout_ms=500, max_records=10_000)
+            for records in batches.values():
+                for record in records:
+                    decode_event(record.value)
+                seen += sum(len(r) for r in batches.values())
+        elapsed = time.perf_counter() - started
+    finally:
+        await consumer.stop()
+    return {"records": seen, "seconds": elapsed, "events_per_s": seen / elapsed}
+
+
+# ------------------------------------------------------------------------------ (b)
+
+
+class WorkerProcess:
+    """One ``python -m gputriage process``; its log in ``log_path``."""
+
+    def __init__(self, env: Env, app_id: str, extra_env: Mapping[str, str]) -> None:
+        self.app_id = app_id
+        self.log_path = env.workdir / f"{app_id}.log"
+        self._log = self.log_path.open("wb")
+        environ = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("GPUTRIAGE_")},
+            "GPUTRIAGE_KAFKA__BROKERS": f'"{env.broker.bootstrap}"',
+            "GPUTRIAGE_TOPICS__PREFIX": f'"{env.prefix}"',
+            "GPUTRIAGE_TOPICS__PARTITIONS": str(env.partitions),
+            "GPUTRIAGE_PROCESSOR__APP_ID": f'"{app_id}"',
+            # Fast group join on Tansu (it completes a join after half the session
+            # timeout); the rest are the production defaults.
+            "GPUTRIAGE_PROCESSOR__SESSION_TIMEOUT_SECONDS": "6",
+            "GPUTRIAGE_PROCESSOR__REBALANCE_TIMEOUT_SECONDS": "6",
+            "GPUTRIAGE_PROCESSOR__METRICS_PORT": "0",
+            **extra_env,
+        }
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gputriage", "process"],
+            env=environ,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.terminate()
+        try:
+            return self.process.wait(30)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            return self.process.wait(10)
+        finally:
+            self._log.close()
+
+
+async def committed_total(reader: AIOKafkaConsumer, tps: list[TopicPartition]) -> int:
+    """The group's committed offsets on ``tps``, summed (the reader never joins the group).
+
+    aiokafka's admin ``list_consumer_group_offsets`` cannot decode Tansu's answer;
+    a consumer of the group that never subscribes asks with OffsetFetch instead.
+    """
+    offsets = await asyncio.gather(*(reader.committed(tp) for tp in tps))
+    return sum(o for o in offsets if o)
+
+
+async def end_total(env: Env) -> int:
+    consumer = AIOKafkaConsumer(**env.kwargs, group_id=None)
+    await consumer.start()
+    try:
+        ends = await consumer.end_offsets(env.raw_partitions())
+        return sum(ends.values())
+    finally:
+        await consumer.stop()
+
+
+async def processor_throughput(
+    env: Env, worker: WorkerProcess, total: int, timeout: float
+) -> dict[str, Any]:
+    """Poll the worker's committed offsets until they reach the raw topics' ends."""
+    tps = env.raw_partitions()
+    reader = AIOKafkaConsumer(**env.kwargs, group_id=worker.app_id, enable_auto_commit=False)
+    await reader.start()
+    try:
+        launched = time.perf_counter()
+        deadline = launched + timeout
+        first: tuple[float, int] | None = None
+        logged_at: float | None = None
+        done = 0
+        progress: list[tuple[float, int]] = []
+        while time.perf_counter() < deadline:
+            if worker.process.poll() is not None:
+                raise RuntimeError(f"the worker exited:\n{worker.log()[-3000:]}")
+            now = time.perf_counter()
+            if logged_at is None and "partitions [" in worker.log():
+                logged_at = now
+            try:
+                done = await committed_total(reader, tps)
+            except Exception as exc:  # the group may not exist yet
+                _log(f"  offsets not readable yet: {type(exc).__name__}")
+                done = 0
+            if done and first is None:
+                first = (now, done)
+            if done and (not progress or progress[-1][1] != done):
+                progress.append((now - launched, done))
+            if done >= total:
+                break
+            await asyncio.sleep(0.1)
+        finished = time.perf_counter()
+    finally:
+        await reader.stop()
+    if done < total or first is None:
+        raise RuntimeError(f"only {done} of {total} committed within {timeout:g} s")
+    t_first, n_first = first
+    window = finished - t_first
+    result: dict[str, Any] = {
+        "records": total,
+        "startup_s": t_first - launched,
+        "first_commit_records": n_first,
+        "seconds": window,
+        "events_per_s": (total - n_first) / window if window > 0 else float("nan"),
+        "progress": progress,
+    }
+    if logged_at is not None:
+        result["from_log_seconds"] = finished - logged_at
+        result["from_log_events_per_s"] = total / (finished - logged_at)
+    return result
+
+
+# ------------------------------------------------------------------------------ (c)
+
+
+async def latency(
+    env: Env, rate: float, seconds: float, nodes: int, settle: float = 5.0
+) -> dict[str, Any]:
+    """Produce ``rate`` events/s of live events; match incidents to their completing events."""
+    count = int(rate * seconds)
+    start = datetime.now(tz=UTC) + timedelta(seconds=3)
+    events = stream(count, nodes, seed=2, start=start, seconds=seconds)
+    when = [e.time.timestamp() for e in events]
+    acked: dict[str, float] = {}
+
+    incidents = AIOKafkaConsumer(**env.kwargs, group_id=None, fetch_max_wait_ms=10)
+    await incidents.start()
+    topic = env.layout.incidents.name
+    tps = [TopicPartition(topic, p) for p in range(env.partitions)]
+    incidents.assign(tps)
+    await incidents.seek_to_end(*tps)
+    for tp in tps:  # resolve the positions now, not at the first fetch
+        await incidents.position(tp)
+    arrivals: list[tuple[float, bytes]] = []
+    stop = asyncio.Event()
+
+    async def read() -> None:
+        while not stop.is_set():
+            batches = await incidents.getmany(timeout_ms=50)
+            now = time.time()
+            arrivals.extend((now, r.value) for rs in batches.values() for r in rs if r.value)
+
+    reader = asyncio.create_task(read())
+    producer = EventProducer(env.kwargs, env.layout, linger_ms=0)
+    await producer.start()
+    lag: list[float] = []
+    try:
+        pending = []
+        i = 0
+        while i < len(events):
+            now = time.time()
+            if when[i] > now:
+                await asyncio.sleep(min(0.005, when[i] - now))
+                continue
+            while i < len(events) and when[i] <= now:
+                event = events[i]
+                topic, key, value = producer.route(event)
+                future = await producer.producer.send(topic, value, key=key)
+                future.add_done_callback(
+                    lambda _f, eid=event.id: acked.__setitem__(eid, time.time())
+                )
+                pending.append(future)
+                lag.append(now - when[i])
+                i += 1
+        await asyncio.gather(*pending)
+        await asyncio.sleep(settle)
+    finally:
+        stop.set()
+        await reader
+        await producer.stop()
+        await incidents.stop()
+
+    opened: list[float] = []
+    revisions: list[float] = []
+    by_type: dict[str, list[float]] = {}
+    for arrived, value in arrivals:
+        incident = decode_incident(value)
+        ours = [acked[e.event_id] for e in incident.evidence if e.event_id in acked]
+        if not ours or incident.status == "resolved":
+            continue
+        delay = arrived - max(ours)
+        revisions.append(delay)
+        node_level = incident.type == "host_oom_kill" and not incident.pods
+        if incident.revision == 1 and incident.type in EVENT_OPENED and not node_level:
+            opened.append(delay)
+            by_type.setdefault(incident.type, []).append(delay)
+    return {
+        "rate": rate,
+        "seconds": seconds,
+        "events": len(events),
+        "send_lag_p99_s": _quantile(lag, 0.99),
+        "incident_records": len(arrivals),
+        "opened": _summary(opened),
+        "revisions": _summary(revisions),
+        "by_type": {k: _summary(v) for k, v in sorted(by_type.items())},
+    }
+
+
+def _quantile(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def _summary(values: list[float]) -> dict[str, Any]:
+    return {
+        "n": len(values),
+        "p50_s": _quantile(values, 0.5),
+        "p90_s": _quantile(values, 0.9),
+        "p99_s": _quantile(values, 0.99),
+        "max_s": max(values, default=float("nan")),
+        "mean_s": statistics.fmean(values) if values else float("nan"),
+    }
+
+
+# ------------------------------------------------------------------------------ main
+
+
+@dataclass
+class Report:
+    args: dict[str, Any]
+    produce: dict[str, Any] = field(default_factory=dict)
+    aiokafka: dict[str, Any] = field(default_factory=dict)
+    processor: dict[str, Any] = field(default_factory=dict)
+    latency: dict[str, Any] = field(default_factory=dict)
+    worker_log_tail: str = ""
+
+
+def run(args: argparse.Namespace) -> Report:
+    report = Report(args=vars(args))
+    extra = dict(kv.split("=", 1) for kv in args.worker_env)
+    with (
+        tempfile.TemporaryDirectory(prefix="pipeline-bench-") as tmp,
+        EmbeddedBroker() as broker,
+    ):
+        env = Env(broker, f"bench{uuid.uuid4().hex[:8]}", args.partitions, Path(tmp))
+        asyncio.run(ensure_topics(env.kwargs, env.layout))
+        _log(f"broker {broker.bootstrap}, topics {env.prefix}.* ({args.partitions} partitions)")
+
+        t = time.perf_counter()
+        events = backlog_events(args.events, args.nodes, args.days_ago)
+        _log(f"generated {len(events)} events in {time.perf_counter() - t:.1f} s")
+        t = time.perf_counter()
+        sent = asyncio.run(produce(env, events))
+        elapsed = time.perf_counter() - t
+        del events
+        total = asyncio.run(end_total(env))
+        report.produce = {"events": sent, "seconds": elapsed, "events_per_s": sent / elapsed}
+        _log(f"produced {sent} events in {elapsed:.1f} s ({sent / elapsed:,.0f}/s)")
+
+        report.aiokafka = asyncio.run(plain_aiokafka(env, total))
+        _log(f"(a) plain aiokafka: {report.aiokafka['events_per_s']:,.0f} events/s")
+
+        worker = WorkerProcess(env, f"{env.prefix}-app", extra)
+        try:
+            report.processor = asyncio.run(processor_throughput(env, worker, total, args.timeout))
+            _log(f"(b) processor: {report.processor['events_per_s']:,.0f} events/s")
+            if args.seconds > 0:
+                report.latency = asyncio.run(latency(env, args.rate, args.seconds, args.nodes))
+                opened = report.latency["opened"]
+                _log(f"(c) latency: p50 {opened['p50_s']:.3f} s, p99 {opened['p99_s']:.3f} s")
+        finally:
+            code = worker.stop()
+            report.worker_log_tail = worker.log()[-4000:]
+            if code != 0:
+                _log(f"worker exited with {code}:\n{report.worker_log_tail}")
+    return report
+
+
+def render(report: Report) -> str:
+    a, b, c = report.aiokafka, report.processor, report.latency
+    ratio = b["events_per_s"] / a["events_per_s"]
+    lines = [
+        f"pipeline bench: {report.args['events']:,} events over {report.args['nodes']:,} nodes, "
+        f"{report.args['partitions']} partitions x 6 raw topics, "
+        f"{os.cpu_count()} CPUs, Python {platform.python_version()}",
+        "",
+        f"{'':<44}{'events/s':>12}{'seconds':>10}{'x aiokafka':>12}",
+        f"{'produce (EventProducer, send_many)':<44}{report.produce['events_per_s']:>12,.0f}"
+        f"{report.produce['seconds']:>10.1f}{'':>12}",
+        f"{'(a) plain aiokafka getmany + decode':<44}{a['events_per_s']:>12,.0f}"
+        f"{a['seconds']:>10.1f}{1.0:>12.3f}",
+        f"{'(b) gputriage process, first commit -> all':<44}{b['events_per_s']:>12,.0f}"
+        f"{b['seconds']:>10.1f}{ratio:>12.3f}",
+    ]
+    if "from_log_events_per_s" in b:
+        lines.append(
+            f"{'    from the partitions [ log line':<44}{b['from_log_events_per_s']:>12,.0f}"
+            f"{b['from_log_seconds']:>10.1f}{b['from_log_events_per_s'] / a['events_per_s']:>12.3f}"
+        )
+    lines.append(f"    worker start-up + group join: {b['startup_s']:.1f} s (excluded)")
+    verdict = "met" if b["events_per_s"] >= BAR_EVENTS_PER_S else "NOT met"
+    lines.append(f"    bar >= {BAR_EVENTS_PER_S:,} events/s per worker: {verdict}")
+    if c:
+        lines += [
+            "",
+            f"(c) latency at {c['rate']:,.0f} events/s for {c['seconds']:g} s "
+            f"({c['events']:,} events; producer's p99 send lag "
+            f"{c['send_lag_p99_s'] * 1000:.0f} ms)",
+            f"{'':<34}{'n':>6}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'max ms':>9}",
+        ]
+
+        def row(name: str, s: Mapping[str, Any]) -> str:
+            return (
+                f"{name:<34}{s['n']:>6}{s['p50_s'] * 1000:>9.0f}{s['p90_s'] * 1000:>9.0f}"
+                f"{s['p99_s'] * 1000:>9.0f}{s['max_s'] * 1000:>9.0f}"
+            )
+
+        lines.append(row("event-opened incidents (headline)", c["opened"]))
+        for name, s in c["by_type"].items():
+            lines.append(row(f"  {name}", s))
+        lines.append(row("every non-resolved revision", c["revisions"]))
+        p99 = c["opened"]["p99_s"]
+        verdict = "met" if p99 <= BAR_P99_S else "NOT met"
+        lines.append(f"    bar p99 <= {BAR_P99_S:g} s: {verdict}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--nodes", type=int, default=2_000)
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--days-ago", type=float, default=3.0)
+    parser.add_argument("--rate", type=float, default=2_000, help="latency phase events/s")
+    parser.add_argument("--seconds", type=float, default=20, help="latency phase (0: skip)")
+    parser.add_argument("--timeout", type=float, default=150, help="throughput phase limit")
+    parser.add_argument(
+        "--worker-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra environment for the worker (e.g. GPUTRIAGE_PROCESSOR__BATCH_MAX=5000)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args(argv)
+    report = run(args)
+    if args.json:
+        print(json.dumps(report.__dict__, indent=2, default=str))
+    else:
+        print(render(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
