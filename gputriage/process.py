@@ -16,6 +16,7 @@ Traps:
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import sys
@@ -70,6 +71,11 @@ def run_worker(settings: Settings, brokers: str | None = None, **overrides: Any)
             flush=True,
         )
     app, _processor = create_app(core, kafka, servers, layout, options, metrics)
+    # Fewer, cheaper collections: the worker holds many long-lived objects (faust's
+    # machinery, the core's state), which every full collection would walk again.
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
     worker = _bounded_stop_worker(
         app,
         stop_timeout_s=options.stop_timeout_seconds,

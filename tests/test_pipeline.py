@@ -49,8 +49,10 @@ def test_good_records_become_incidents_and_are_released_after_the_watermark() ->
     later = pipeline.tick(c.events[-1].time.timestamp() + 10)
     assert later.released == [2]
     assert [i.type for i in later.incidents] == ["host_oom_kill"]
-    assert [key for key, _ in later.snapshots] == ["c1/n"]
-    assert decode_state(later.snapshots[0][1]) == pipeline.correlator.keys["c1/n"]
+    snapshots = pipeline.snapshots()
+    assert [key for key, _ in snapshots] == ["c1/n"]
+    assert decode_state(snapshots[0][1]) == pipeline.correlator.keys["c1/n"]
+    assert pipeline.snapshots() == [], "each change is written once"
 
 
 def test_garbage_is_a_dead_letter_with_its_bytes_and_processing_goes_on() -> None:
@@ -98,7 +100,7 @@ def test_a_restored_worker_skips_what_it_had_applied() -> None:
     outcome = first.process(records(c.events))
     assert [i.status for i in outcome.incidents] == ["open"]
     second = Pipeline(config(grace_seconds=0), LAYOUT)
-    second.restore(decode_state(data) for _, data in outcome.snapshots)
+    second.restore(decode_state(data) for _, data in first.snapshots())
     again = second.process(records(c.events))
     assert again.incidents == []
     assert second.correlator.stats.stale == len(c.events)

@@ -11,9 +11,10 @@ contract is testable without a broker:
   (once the dead letter is delivered, the record is done) and processing goes on.
 * A good record's token is released only when the correlator has applied it
   (events wait for the watermark): the transport must publish the outcome's
-  incidents and snapshots, await their acks, and only then acknowledge the
-  released tokens. Deterministic incident ids make the redelivery after a crash
-  harmless, and the core skips events it had already applied (``stats.stale``).
+  incidents and the state snapshots taken after the release, await their acks,
+  and only then acknowledge the released tokens. Deterministic incident ids
+  make the redelivery after a crash harmless, and the core skips events it had
+  already applied (``stats.stale``).
 * An exception inside the core (a bug) costs one record, which goes to the
   dead-letter topic with the exception as its reason; the worker lives on.
 * A mismatched key matters because state is partitioned by key: a record on the
@@ -63,10 +64,9 @@ class BatchOutcome:
 
     incidents: list[Incident] = field(default_factory=list)
     dead_letters: list[DeadLetter] = field(default_factory=list)
-    snapshots: list[tuple[str, bytes]] = field(default_factory=list)
-    """``(correlation key, encoded state)`` to write to the changelog."""
     released: list[Any] = field(default_factory=list)
-    """Tokens that may be acknowledged once the above is delivered."""
+    """Tokens that may be acknowledged once the above is delivered, and the state
+    they changed is written (:meth:`Pipeline.snapshots`)."""
     events_by_source: dict[str, int] = field(default_factory=dict)
 
 
@@ -153,10 +153,16 @@ class Pipeline:
         for state in snapshots:
             self.correlator.restore(state)
 
+    def snapshots(self) -> list[tuple[str, bytes]]:
+        """``(correlation key, encoded state)`` of every key changed since the last call.
+
+        Call it as rarely as durability allows: a key touched by a thousand events
+        in between is written once. Tokens released before this call may be acked
+        once these snapshots (and the incidents) are delivered, not before.
+        """
+        return [(key, encode_state(state)) for key, state in self.correlator.take_dirty()]
+
     def _finish(self, outcome: BatchOutcome) -> BatchOutcome:
-        outcome.snapshots = [
-            (key, encode_state(state)) for key, state in self.correlator.take_dirty()
-        ]
         outcome.released += self.correlator.take_released()
         return outcome
 
