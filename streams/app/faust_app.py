@@ -67,7 +67,7 @@ class ProcessorOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     """Records per batch at most."""
     batch_within: float = 0.02
     """Seconds a batch waits to fill: added to latency at low rates."""
-    tick_seconds: float = 0.25
+    tick_seconds: float = 0.1
     """How often the worker's clock advances the watermark on quiet keys."""
     metrics_port: int | None = 9464
     """``/metrics`` port; ``None`` disables it, 0 picks a free port."""
