@@ -86,13 +86,18 @@ async def run_demo(settings: Settings, options: DemoOptions, out: IO[bytes], err
         layout = topic_layout(settings.topic_settings())
         await ensure_topics(kwargs, layout)
         worker = _start_worker(settings, servers, options)
-        print(f"gputriage demo: processor worker pid {worker.pid}", file=err)
+        print(f"gputriage demo: processor worker pid {worker.pid} (log: {worker_log()})", file=err)
         return await _supervise(kwargs, layout, worker, options, out, err)
     finally:
         if worker is not None:
             _stop_worker(worker, err)
         if broker is not None:
             await broker.stop_async()
+
+
+def worker_log() -> Path:
+    """Where the demo's worker writes its log (one file per demo process)."""
+    return Path(os.environ.get("TMPDIR", "/tmp")) / f"gputriage-demo-worker-{os.getpid()}.log"
 
 
 def _start_worker(
@@ -108,7 +113,7 @@ def _start_worker(
     if settings.origin:
         args += ["--config", settings.origin]
     args += ["process", "--brokers", servers, "--metrics-port", str(options.metrics_port)]
-    log = Path(os.environ.get("TMPDIR", "/tmp")) / f"gputriage-demo-worker-{os.getpid()}.log"
+    log = worker_log()
     with log.open("wb") as handle:
         return subprocess.Popen(
             args,

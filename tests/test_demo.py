@@ -26,8 +26,11 @@ def _alive(pid: int) -> bool:
 
 
 def _pids(stderr: str) -> list[int]:
+    """The broker's and the worker's pids, from the demo's ``(pid N)``/``pid N (log...)`` lines."""
     return [
-        int(line.rsplit("pid ", 1)[1].rstrip(")")) for line in stderr.splitlines() if "pid " in line
+        int(line.split("pid ", 1)[1].split()[0].rstrip(")"))
+        for line in stderr.splitlines()
+        if "pid " in line
     ]
 
 
