@@ -13,10 +13,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from connectors.kafka_sink import EventProducer
+from connectors.simulator import retime
 from schemas.codec import AnyEvent, decode_dead_letter, decode_incident
 from schemas.dead_letters import DeadLetter
 from schemas.events import Tick
@@ -150,21 +150,10 @@ def final(incidents: Iterable[Incident]) -> dict[str, Incident]:
     return last
 
 
-def _shift(value: Any, delta: timedelta) -> Any:
-    if isinstance(value, datetime):
-        return value + delta
-    if isinstance(value, msgspec.Struct):
-        changes = {name: _shift(getattr(value, name), delta) for name in value.__struct_fields__}
-        return msgspec.structs.replace(value, **changes)
-    if isinstance(value, tuple):
-        return tuple(_shift(v, delta) for v in value)
-    return value
-
-
 def ending_days_ago(events: list[AnyEvent], days: float = 3.0) -> list[AnyEvent]:
     """The same events moved in time (every timestamp, nested ones too) to end ``days``
     ago: every window (24 h at most) has then closed by the live workers' clock, as it
     has in :func:`reference`, whatever day the test runs."""
     last = max(e.time for e in events)
     delta = datetime.now(tz=UTC) - timedelta(days=days) - last
-    return [_shift(e, delta) for e in events]
+    return [retime(e, lambda moment: moment + delta) for e in events]
