@@ -135,3 +135,18 @@ def test_ticks_drive_the_watermark_only_when_nothing_is_left_to_read() -> None:
     later = c.events[-1].time.timestamp() + 60
     assert pipeline.tick(later, busy=[(recs[0].topic, 0)]).incidents == []
     assert [i.type for i in pipeline.tick(later, busy=[]).incidents] == ["host_oom_kill"]
+
+
+def test_snapshot_partitions_match_the_producers_partitioner() -> None:
+    """A key's state must land on the partition number of its raw records, or a worker
+    would restore state for keys it does not own (and miss its own)."""
+    from aiokafka.partitioner import DefaultPartitioner  # noqa: PLC0415
+
+    from streams.app.faust_app import partition_for  # noqa: PLC0415 - faust is heavy
+
+    partitioner = DefaultPartitioner()
+    for n in (1, 3, 6, 12):
+        parts = list(range(n))
+        for i in range(200):
+            key = f"cluster-{i % 3}/ip-10-0-{i}-{i * 7}.ec2.internal"
+            assert partition_for(key, n) == partitioner(key.encode(), parts, parts)

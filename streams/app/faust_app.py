@@ -130,6 +130,8 @@ class Processor:
         self._assigned_at = time.monotonic()
         self._to_ack: list[Any] = []
         self._last_flush = time.monotonic()
+        self._stale_seen = 0
+        self._gauges_at = 0.0
 
     # -- the agent -----------------------------------------------------------------
     async def run(self, stream: Any) -> None:
@@ -250,6 +252,12 @@ class Processor:
                 await self._stream.ack(event)
 
     def _observe_gauges(self) -> None:
+        """Refresh the gauges, at most once a second (counting open incidents walks
+        every key's state)."""
+        now = time.monotonic()
+        if now - self._gauges_at < 1.0:
+            return
+        self._gauges_at = now
         correlator = self.pipeline.correlator
         self.metrics.open_incidents.set(correlator.open_incidents())
         self.metrics.buffered.set(correlator.pending())
@@ -268,8 +276,6 @@ class Processor:
                     self.metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(
                         max(0, highwater - position)
                     )
-
-    _stale_seen = 0
 
     def _busy(self) -> list[tuple[str, int]]:
         """Assigned raw partitions with records left to read: they hold the watermark.
