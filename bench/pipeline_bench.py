@@ -63,6 +63,8 @@ from connectors.broker import EmbeddedBroker
 from connectors.kafka_sink import EventProducer
 from connectors.topics import TopicLayout, TopicSettings, ensure_topics, topic_layout
 from schemas.codec import AnyEvent, decode_event, decode_incident
+from streams.app.pipeline import Pipeline, RawRecord
+from streams.config import default_core_config
 
 BAR_EVENTS_PER_S = 20_000
 BAR_P99_S = 1.0
@@ -165,6 +167,51 @@ async def plain_aiokafka(env: Env, count: int, timeout: float = 120.0) -> dict[s
     finally:
         await consumer.stop()
     return {"records": seen, "seconds": elapsed, "events_per_s": seen / elapsed}
+
+
+async def plain_pipeline(env: Env, count: int, timeout: float = 120.0) -> dict[str, Any]:
+    """(a') The processor's own work without faust: plain aiokafka ``getmany`` batches
+    into :class:`~streams.app.pipeline.Pipeline` (decode, checks, core), with state
+    snapshots encoded once a second. Nothing is written back to Kafka, so this is an
+    upper bound of what a non-faust consumer in the worker could reach."""
+    pipeline = Pipeline(default_core_config(), env.layout)
+    consumer = AIOKafkaConsumer(**env.kwargs, group_id=None, max_partition_fetch_bytes=4 << 20)
+    await consumer.start()
+    try:
+        tps = env.raw_partitions()
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        seen = incidents = 0
+        started = last_snapshot = time.perf_counter()
+        deadline = started + timeout
+        while seen < count and time.perf_counter() < deadline:
+            batches = await consumer.getmany(timeout_ms=500, max_records=10_000)
+            records = [
+                RawRecord(
+                    topic=r.topic,
+                    partition=r.partition,
+                    offset=r.offset,
+                    key=r.key,
+                    value=r.value,
+                    timestamp_ms=r.timestamp,
+                )
+                for batch in batches.values()
+                for r in batch
+            ]
+            seen += len(records)
+            incidents += len(pipeline.process(records).incidents)
+            if time.perf_counter() - last_snapshot >= 1.0:
+                pipeline.snapshots()
+                last_snapshot = time.perf_counter()
+        elapsed = time.perf_counter() - started
+    finally:
+        await consumer.stop()
+    return {
+        "records": seen,
+        "seconds": elapsed,
+        "events_per_s": seen / elapsed,
+        "incident_revisions": incidents,
+    }
 
 
 # ------------------------------------------------------------------------------ (b)
@@ -397,6 +444,7 @@ class Report:
     args: dict[str, Any]
     produce: dict[str, Any] = field(default_factory=dict)
     aiokafka: dict[str, Any] = field(default_factory=dict)
+    plain_pipeline: dict[str, Any] = field(default_factory=dict)
     processor: dict[str, Any] = field(default_factory=dict)
     latency: dict[str, Any] = field(default_factory=dict)
     worker_log_tail: str = ""
@@ -426,6 +474,8 @@ def run(args: argparse.Namespace) -> Report:
 
         report.aiokafka = asyncio.run(plain_aiokafka(env, total))
         _log(f"(a) plain aiokafka: {report.aiokafka['events_per_s']:,.0f} events/s")
+        report.plain_pipeline = asyncio.run(plain_pipeline(env, total))
+        _log(f"(a') aiokafka + Pipeline: {report.plain_pipeline['events_per_s']:,.0f} events/s")
 
         worker = WorkerProcess(env, f"{env.prefix}-app", extra)
         try:
@@ -443,6 +493,9 @@ def run(args: argparse.Namespace) -> Report:
     return report
 
 
+PLAIN_PIPELINE_LABEL = "(a') aiokafka + Pipeline, no faust, no writes"
+
+
 def render(report: Report) -> str:
     a, b, c = report.aiokafka, report.processor, report.latency
     ratio = b["events_per_s"] / a["events_per_s"]
@@ -456,6 +509,9 @@ def render(report: Report) -> str:
         f"{report.produce['seconds']:>10.1f}{'':>12}",
         f"{'(a) plain aiokafka getmany + decode':<44}{a['events_per_s']:>12,.0f}"
         f"{a['seconds']:>10.1f}{1.0:>12.3f}",
+        f"{PLAIN_PIPELINE_LABEL:<44}"
+        f"{report.plain_pipeline['events_per_s']:>12,.0f}{report.plain_pipeline['seconds']:>10.1f}"
+        f"{report.plain_pipeline['events_per_s'] / a['events_per_s']:>12.3f}",
         f"{'(b) gputriage process, first commit -> all':<44}{b['events_per_s']:>12,.0f}"
         f"{b['seconds']:>10.1f}{ratio:>12.3f}",
     ]
