@@ -312,6 +312,9 @@ class Processor:
         n = self.partitions
         correlator = self.pipeline.correlator
         dropped = correlator.forget(lambda key: partition_for(key, n) in owned)
+        # Records of lost partitions are never acked here: their state changes were
+        # not snapshotted, so the new owner must read them again from the last commit.
+        self._to_ack = [e for e in self._to_ack if e.message.partition in owned]
         known = set(correlator.keys)
         restored = 0
         for key, data in self.table.items():
