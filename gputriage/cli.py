@@ -23,7 +23,7 @@ from typing import Literal, NoReturn, cast
 
 import click
 
-from connectors.files import STDIN, FileSource
+from connectors.files import STDIN, FileSource, Record
 from connectors.kafka_config import KafkaConfigError, client_kwargs
 from connectors.topics import topic_layout
 from gputriage.replay import OUTPUTS, Output, ReplayOptions, replay
@@ -36,6 +36,7 @@ from gputriage.tail import (
     parse_start,
     run_tail,
 )
+from schemas.codec import RecordError, encode
 from schemas.jsonschema import DOCUMENT_DIR, drifted_documents, write_documents
 
 PROG = "gputriage"
@@ -311,6 +312,87 @@ def demo_command(
         follow=follow,
     )
     return asyncio.run(run_demo(settings, options, sys.stdout.buffer, sys.stderr))
+
+
+@cli.group("ingest", context_settings=CONTEXT)
+def ingest_group() -> None:
+    """Read a source's recorded data offline and print the typed events it makes."""
+
+
+@ingest_group.command("k8s", context_settings=CONTEXT)
+@click.option(
+    "--file",
+    "path",
+    metavar="FILE",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, allow_dash=True),
+    help='Watch events as JSON lines ({"type":..,"object":..}), objects one per line, '
+    "or kubectl get -o json output (List or pretty-printed); plain or gzip; - for stdin.",
+)
+@click.option("--cluster", required=True, help="Cluster name to put on every event.")
+@click.option(
+    "--all",
+    "keep_all",
+    is_flag=True,
+    help="Keep every pod, node and event, not only GPU ones and the events involving them.",
+)
+@click.option(
+    "--resource",
+    "resources",
+    metavar="NAME",
+    multiple=True,
+    help="Extended resource counted as a GPU (repeatable; default nvidia.com/gpu).",
+)
+@click.option(
+    "--resource-prefix",
+    "prefixes",
+    metavar="PREFIX",
+    multiple=True,
+    help="Resource name prefix counted as a GPU (repeatable; default nvidia.com/mig-).",
+)
+def ingest_k8s_command(
+    *,
+    path: str,
+    cluster: str,
+    keep_all: bool,
+    resources: tuple[str, ...],
+    prefixes: tuple[str, ...],
+) -> int:
+    """Slim recorded Kubernetes objects into typed events, printed as JSON lines.
+
+    Pods and nodes are stamped with the newest status timestamp in the object
+    (a recording has no receive time). A bad line or object is reported as
+    FILE:LINE on stderr and skipped; the exit status is then 1.
+    """
+    from connectors.k8s.offline import slim_documents  # noqa: PLC0415
+    from connectors.k8s.slim import DEFAULT_CONFIG, GpuFilter, SlimConfig  # noqa: PLC0415
+    from gputriage.replay import bad_line_message  # noqa: PLC0415
+
+    config = SlimConfig(
+        gpu_resources=resources or DEFAULT_CONFIG.gpu_resources,
+        gpu_prefixes=prefixes or DEFAULT_CONFIG.gpu_prefixes,
+    )
+    gpu_only = None if keep_all else GpuFilter(config)
+    out = sys.stdout.buffer
+    bad = total = 0
+    (source,) = _open_all([path])
+    with source:
+        for record in slim_documents(source, cluster=cluster, config=config):
+            total += 1
+            event = record.event
+            if isinstance(event, RecordError):
+                bad += 1
+                message = bad_line_message(Record(record.source, record.line, event), event)
+                print(message, file=sys.stderr)
+                continue
+            if event is None or (gpu_only is not None and not gpu_only.keep(event)):
+                continue
+            out.write(encode(event) + b"\n")
+    out.flush()
+    if bad:
+        plural = "" if bad == 1 else "s"
+        print(f"{PROG}: {bad} bad object{plural} of {total} skipped", file=sys.stderr)
+    return 1 if bad else 0
 
 
 def _open_all(paths: Sequence[str]) -> list[FileSource]:

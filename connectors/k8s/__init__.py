@@ -1,0 +1,1 @@
+"""Kubernetes connector: slimming raw API objects into typed events, offline ingest."""

@@ -1,0 +1,144 @@
+"""Offline ingest: recorded watch streams and ``kubectl get -o json`` output to typed events.
+
+Accepted inputs, told apart by content, never by file name:
+
+* JSON lines of watch events, ``{"type": "MODIFIED", "object": {...}}`` (the API's
+  watch stream, or ``kubectl get -w -o json --output-watch-events`` squeezed
+  with ``jq -c``);
+* JSON lines of plain objects (``op`` is then ``added``);
+* ``List`` objects (``kubectl get pods -o json``), one per line or pretty-printed;
+* pretty-printed, concatenated documents (what ``kubectl get -w -o json`` prints).
+
+Trap: pretty-printed input cannot be read line by line, so when the first
+non-blank line is not a complete JSON document the whole input is read into
+memory and split with ``json.JSONDecoder.raw_decode``; one syntax error there
+ends the input (there is no line boundary to resync on). Line numbers always
+point at the first line of the document (for List items, the List's line).
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import zlib
+from collections.abc import Iterator
+from datetime import datetime
+from typing import Any, NamedTuple
+
+import orjson
+
+from connectors.files import FileSource
+from connectors.k8s.slim import (
+    DEFAULT_CONFIG,
+    SlimConfig,
+    Slimmed,
+    slim_object,
+    slim_watch_event,
+)
+from schemas.codec import RecordError
+
+
+class SlimmedRecord(NamedTuple):
+    """One slimmed object of one input: where it came from and what it became."""
+
+    source: str
+    line: int
+    event: Slimmed
+
+
+def documents(source: FileSource) -> Iterator[tuple[int, Any | RecordError]]:
+    """``(line, parsed JSON or RecordError)`` for each document of ``source``."""
+    lines = source.lines()
+    try:
+        for number, raw in lines:
+            try:
+                first = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                yield from _pretty(number, raw, lines)
+                return
+            yield number, first
+            for later, line in lines:
+                try:
+                    yield later, orjson.loads(line)
+                except orjson.JSONDecodeError as exc:
+                    yield later, RecordError(f"invalid JSON: {exc}")
+    except (OSError, EOFError, zlib.error) as exc:
+        reason = "truncated gzip stream" if isinstance(exc, EOFError) else f"unreadable: {exc}"
+        yield 0, RecordError(reason)
+
+
+def _pretty(
+    number: int, raw: bytes, rest: Iterator[tuple[int, bytes]]
+) -> Iterator[tuple[int, Any | RecordError]]:
+    starts: list[int] = []
+    numbers: list[int] = []
+    parts: list[str] = []
+    offset = 0
+    for line_number, line in ((number, raw), *rest):
+        text = line.decode("utf-8", errors="replace")
+        starts.append(offset)
+        numbers.append(line_number)
+        parts.append(text)
+        offset += len(text) + 1
+    text = "\n".join(parts)
+    decoder = json.JSONDecoder()
+    position = 0
+    while True:
+        while position < len(text) and text[position].isspace():
+            position += 1
+        if position >= len(text):
+            return
+        line_number = numbers[bisect.bisect_right(starts, position) - 1]
+        try:
+            value, position = decoder.raw_decode(text, position)
+        except json.JSONDecodeError as exc:
+            where = numbers[bisect.bisect_right(starts, exc.pos) - 1]
+            yield where, RecordError(f"invalid JSON: {exc.msg}; rest of input skipped")
+            return
+        yield line_number, value
+
+
+def _prefixed(result: Slimmed, prefix: str) -> Slimmed:
+    if isinstance(result, RecordError) and result.field.startswith("$"):
+        return RecordError(result.reason, prefix + result.field[1:])
+    return result
+
+
+def slim_documents(
+    source: FileSource,
+    *,
+    cluster: str,
+    observed: datetime | None = None,
+    config: SlimConfig = DEFAULT_CONFIG,
+) -> Iterator[SlimmedRecord]:
+    """Every object in ``source`` slimmed; BOOKMARKs are dropped, errors are values."""
+    for line, doc in documents(source):
+        if isinstance(doc, RecordError):
+            yield SlimmedRecord(source.name, line, doc)
+            continue
+        if isinstance(doc, dict) and "type" in doc and "object" in doc:
+            result = slim_watch_event(doc, cluster=cluster, observed=observed, config=config)
+            if result is not None:
+                yield SlimmedRecord(source.name, line, _prefixed(result, "$.object"))
+            continue
+        kind = doc.get("kind") if isinstance(doc, dict) else None
+        if isinstance(kind, str) and kind.endswith("List") and "items" in doc:
+            items = doc["items"]
+            if not isinstance(items, list):
+                yield SlimmedRecord(source.name, line, RecordError("expected an array", "$.items"))
+                continue
+            # Items of a List carry no kind when the server elides it: take it from the List.
+            item_kind = kind[: -len("List")] or None
+            for index, item in enumerate(items):
+                if isinstance(item, dict) and "kind" not in item and item_kind:
+                    item = {**item, "kind": item_kind}  # noqa: PLW2901
+                result = slim_object(
+                    item, "added", cluster=cluster, observed=observed, config=config
+                )
+                yield SlimmedRecord(source.name, line, _prefixed(result, f"$.items[{index}]"))
+            continue
+        yield SlimmedRecord(
+            source.name,
+            line,
+            slim_object(doc, "added", cluster=cluster, observed=observed, config=config),
+        )

@@ -1,0 +1,200 @@
+"""``gputriage ingest k8s`` end to end, through a subprocess like a user's shell."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from schemas.codec import decode_event
+from schemas.events import KubeEvent, NodeEvent, PodEvent
+from tests.cli_helpers import gputriage
+
+DATA = Path(__file__).parent / "data" / "k8s"
+
+ALL = (
+    "node_gpu",
+    "pod_training",
+    "pod_crashloop_oom",
+    "pod_evicted",
+    "pod_mig",
+    "pod_plain",
+    "pod_pending",
+    "event_evicted",
+    "event_failed_scheduling_v1",
+    "event_oomkilling",
+)
+
+
+def load(name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = orjson.loads((DATA / f"{name}.json").read_bytes())
+    return obj
+
+
+def watch_lines(*items: tuple[str, object]) -> bytes:
+    """JSON lines of watch events."""
+    return b"".join(orjson.dumps({"type": t, "object": o}) + b"\n" for t, o in items)
+
+
+def events_of(stdout: bytes) -> list[PodEvent | NodeEvent | KubeEvent]:
+    out = []
+    for line in stdout.splitlines():
+        event = decode_event(line)
+        assert isinstance(event, PodEvent | NodeEvent | KubeEvent)
+        out.append(event)
+    return out
+
+
+def test_watch_stream_gpu_only_by_default(tmp_path: Path) -> None:
+    path = tmp_path / "watch.jsonl"
+    path.write_bytes(
+        watch_lines(
+            *(("ADDED", load(name)) for name in ALL),
+            ("BOOKMARK", {"kind": "Pod", "metadata": {"resourceVersion": "99999"}}),
+        )
+    )
+    proc = gputriage("ingest", "k8s", "--file", str(path), "--cluster", "prod")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == b""
+    events = events_of(proc.stdout)
+    names = [getattr(e, "name", None) or e.node for e in events if not isinstance(e, KubeEvent)]
+    assert "web-5c6b-xyz" not in names
+    assert names == [
+        "gpu-node-1",
+        "trainer-0",
+        "finetune-0",
+        "infer-7d9f-abcde",
+        "notebook-0",
+        "trainer-1",
+    ]
+    assert [e.reason for e in events if isinstance(e, KubeEvent)] == [
+        "Evicted",
+        "FailedScheduling",
+        "OOMKilling",
+    ]
+    assert {e.cluster for e in events} == {"prod"}
+
+
+def test_all_keeps_non_gpu_objects(tmp_path: Path) -> None:
+    path = tmp_path / "watch.jsonl"
+    path.write_bytes(watch_lines(("MODIFIED", load("pod_plain"))))
+    proc = gputriage("ingest", "k8s", "--file", str(path), "--cluster", "c1", "--all")
+    assert proc.returncode == 0, proc.stderr
+    (event,) = events_of(proc.stdout)
+    assert isinstance(event, PodEvent)
+    assert event.op == "modified"
+
+
+def test_bad_lines_are_reported_and_skipped(tmp_path: Path) -> None:
+    broken = load("pod_crashloop_oom")
+    broken["status"]["containerStatuses"][0]["restartCount"] = "5"
+    no_uid = load("pod_training")
+    del no_uid["metadata"]["uid"]
+    path = tmp_path / "watch.jsonl"
+    path.write_bytes(
+        watch_lines(("ADDED", load("pod_evicted")), ("ADDED", broken))
+        + b"{not json\n\n"
+        + watch_lines(
+            ("MODIFIED", no_uid),
+            ("ERROR", {"kind": "Status", "code": 410, "reason": "Expired", "message": "gone"}),
+            ("ADDED", load("pod_mig")),
+        )
+    )
+    proc = gputriage("ingest", "k8s", "--file", str(path), "--cluster", "c1")
+    assert proc.returncode == 1
+    err = proc.stderr.decode().splitlines()
+    assert err[0] == (
+        f"{path}:2: expected an integer, got string "
+        "(at $.object.status.containerStatuses[0].restartCount)"
+    )
+    assert err[1].startswith(f"{path}:3: invalid JSON")
+    assert err[2].startswith(f"{path}:5: missing uid")
+    assert "$.object.metadata.uid" in err[2]
+    assert err[3].startswith(f"{path}:6: watch error 410")
+    assert err[4] == "gputriage: 4 bad objects of 6 skipped"
+    assert [e.id.rsplit(":", 1)[1] for e in events_of(proc.stdout)] == ["3003", "4004"]
+
+
+def test_kubectl_list_pretty_printed_and_gzip(tmp_path: Path) -> None:
+    listing = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "metadata": {"resourceVersion": ""},
+        "items": [load("node_gpu"), load("pod_training"), load("pod_plain")],
+    }
+    path = tmp_path / "pods.json.gz"
+    path.write_bytes(gzip.compress(orjson.dumps(listing, option=orjson.OPT_INDENT_2)))
+    proc = gputriage("ingest", "k8s", "--file", str(path), "--cluster", "c1")
+    assert proc.returncode == 0, proc.stderr
+    events = events_of(proc.stdout)
+    assert [type(e).__name__ for e in events] == ["NodeEvent", "PodEvent"]
+    assert all(e.op == "added" for e in events if isinstance(e, PodEvent | NodeEvent))
+
+
+def test_pod_list_items_without_kind_and_errors_name_the_item(tmp_path: Path) -> None:
+    good = load("pod_training")
+    bad = load("pod_mig")
+    del good["kind"]
+    del bad["kind"]
+    bad["metadata"]["uid"] = 7
+    listing = {"apiVersion": "v1", "kind": "PodList", "items": [good, bad]}
+    proc = gputriage(
+        "ingest", "k8s", "--file", "-", "--cluster", "c1", stdin=orjson.dumps(listing) + b"\n"
+    )
+    assert proc.returncode == 1
+    assert proc.stderr.decode().splitlines()[0] == (
+        "<stdin>:1: expected a string, got number (at $.items[1].metadata.uid)"
+    )
+    (event,) = events_of(proc.stdout)
+    assert isinstance(event, PodEvent)
+    assert event.name == "trainer-0"
+
+
+def test_pretty_printed_concatenated_watch_output(tmp_path: Path) -> None:
+    docs = [
+        {"type": "ADDED", "object": load("pod_evicted")},
+        {"type": "DELETED", "object": load("pod_evicted")},
+    ]
+    text = b"\n".join(orjson.dumps(doc, option=orjson.OPT_INDENT_2) for doc in docs) + b"\n"
+    path = tmp_path / "watch.json"
+    path.write_bytes(text + b'{\n  "type": \n')
+    proc = gputriage("ingest", "k8s", "--file", str(path), "--cluster", "c1")
+    assert proc.returncode == 1
+    events = events_of(proc.stdout)
+    assert [e.op for e in events if isinstance(e, PodEvent)] == ["added", "deleted"]
+    first_line_of_tail = text.count(b"\n") + 1
+    assert proc.stderr.decode().startswith(f"{path}:{first_line_of_tail + 1}: invalid JSON")
+
+
+def test_custom_gpu_resource(tmp_path: Path) -> None:
+    raw = load("pod_plain")
+    raw["spec"]["containers"][0]["resources"]["limits"]["amd.com/gpu"] = "1"
+    path = tmp_path / "watch.jsonl"
+    path.write_bytes(watch_lines(("ADDED", raw)))
+    proc = gputriage(
+        "ingest", "k8s", "--file", str(path), "--cluster", "c1", "--resource", "amd.com/gpu"
+    )
+    assert proc.returncode == 0, proc.stderr
+    (event,) = events_of(proc.stdout)
+    assert isinstance(event, PodEvent)
+    assert event.gpu_limits == {"amd.com/gpu": 1}
+
+
+def test_usage_errors_are_one_line() -> None:
+    proc = gputriage("ingest", "k8s", "--file", "/nonexistent/watch.jsonl", "--cluster", "c1")
+    assert proc.returncode == 2
+    assert len(proc.stderr.decode().splitlines()) == 1
+    proc = gputriage("ingest", "k8s", "--file", "-")
+    assert proc.returncode == 2
+    assert "--cluster" in proc.stderr.decode()
+
+
+def test_help() -> None:
+    proc = gputriage("ingest", "k8s", "--help")
+    assert proc.returncode == 0
+    text = proc.stdout.decode()
+    assert "--all" in text
+    assert "--cluster" in text
+    assert "ingest" in gputriage("--help").stdout.decode()

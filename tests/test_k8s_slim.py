@@ -1,0 +1,418 @@
+"""Slimming raw Kubernetes objects: realistic fixtures and malformed shapes."""
+
+from __future__ import annotations
+
+import copy
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from connectors.k8s.slim import (
+    MAX_TEXT,
+    GpuFilter,
+    SlimConfig,
+    Slimmed,
+    is_gpu_node,
+    is_gpu_pod,
+    slim_object,
+    slim_watch_event,
+)
+from schemas.codec import RecordError, decode_event, encode
+from schemas.events import KubeEvent, NodeEvent, PodEvent
+
+DATA = Path(__file__).parent / "data" / "k8s"
+
+
+def load(name: str) -> dict[str, Any]:
+    """A fixture object as orjson parses it."""
+    obj: dict[str, Any] = orjson.loads((DATA / f"{name}.json").read_bytes())
+    return obj
+
+
+def pod(name: str, **kwargs: Any) -> PodEvent:
+    result = slim_object(load(name), cluster="c1", **kwargs)
+    assert isinstance(result, PodEvent), result
+    return result
+
+
+def error(result: Slimmed) -> RecordError:
+    assert isinstance(result, RecordError), result
+    assert result.reason
+    return result
+
+
+def test_training_pod_drops_managed_fields_and_annotations() -> None:
+    raw = load("pod_training")
+    ev = pod("pod_training")
+    assert ev.id == "k8s:5f1c0a8e-0001-4b7e-9d1a-000000000001:1001"
+    assert (ev.namespace, ev.name, ev.node, ev.phase) == (
+        "ml",
+        "trainer-0",
+        "gpu-node-1",
+        "Running",
+    )
+    assert ev.gpu_requests == {"nvidia.com/gpu": 8} == ev.gpu_limits
+    assert (ev.owner_kind, ev.owner_name) == ("Job", "trainer")
+    assert ev.containers[0].state == "running"
+    assert ev.scheduled is not None
+    assert ev.scheduled.status == "True"
+    assert ev.created_at == datetime(2024, 5, 1, 11, 0, tzinfo=UTC)
+    # the newest status timestamp (container startedAt) is the event time offline
+    assert ev.time == datetime(2024, 5, 1, 11, 1, tzinfo=UTC)
+    assert len(orjson.dumps(raw)) > 10_000
+    assert len(encode(ev)) < 1_000
+    assert decode_event(encode(ev)) == ev
+
+
+def test_crashloop_pod_keeps_last_oom_termination() -> None:
+    ctr = pod("pod_crashloop_oom").containers[0]
+    assert (ctr.state, ctr.reason, ctr.restart_count) == ("waiting", "CrashLoopBackOff", 5)
+    assert ctr.last_terminated is not None
+    assert ctr.last_terminated.reason == "OOMKilled"
+    assert ctr.last_terminated.exit_code == 137
+    assert ctr.last_terminated.finished_at == datetime(2024, 5, 1, 11, 59, 30, tzinfo=UTC)
+
+
+def test_evicted_pod() -> None:
+    ev = pod("pod_evicted")
+    assert (ev.phase, ev.reason) == ("Failed", "Evicted")
+    assert "low on resource" in ev.message
+    assert (ev.owner_kind, ev.owner_name) == ("ReplicaSet", "infer-7d9f")
+    term = ev.containers[0].terminated
+    assert term is not None
+    assert (term.exit_code, term.finished_at) == (137, None)
+    assert ev.time == datetime(2024, 5, 1, 12, 10, tzinfo=UTC)
+
+
+def test_mig_pod_and_termination_message() -> None:
+    ev = pod("pod_mig")
+    assert ev.gpu_requests == {"nvidia.com/mig-1g.10gb": 1}
+    assert is_gpu_pod(ev)
+    last = ev.containers[0].last_terminated
+    assert last is not None
+    assert "CUDA out of memory" in last.message
+    assert [c.name for c in ev.containers] == ["jupyter", "sidecar"]
+
+
+def test_mig_resources_only_count_when_configured() -> None:
+    ev = pod("pod_mig", config=SlimConfig(gpu_prefixes=()))
+    assert not is_gpu_pod(ev)
+
+
+def test_plain_pod_is_not_a_gpu_pod() -> None:
+    assert not is_gpu_pod(pod("pod_plain"))
+
+
+def test_pending_pod_carries_unschedulable_condition() -> None:
+    ev = pod("pod_pending")
+    assert ev.node == ""
+    assert ev.scheduled is not None
+    assert ev.scheduled.reason == "Unschedulable"
+    assert "Insufficient nvidia.com/gpu" in ev.scheduled.message
+
+
+def test_init_container_counts_as_kubernetes_counts_it() -> None:
+    raw = load("pod_training")
+    init = copy.deepcopy(raw["spec"]["containers"][0])
+    init["name"] = "warmup"
+    init["resources"]["requests"]["nvidia.com/gpu"] = 2
+    raw["spec"]["initContainers"] = [init]
+    result = slim_object(raw, cluster="c1")
+    assert isinstance(result, PodEvent)
+    assert result.gpu_requests == {"nvidia.com/gpu": 8}
+
+
+def test_observed_time_wins_when_given() -> None:
+    now = datetime(2024, 5, 1, 13, 0, tzinfo=UTC)
+    assert pod("pod_training", observed=now).time == now
+
+
+def test_deletion_time_is_the_request_not_the_grace_deadline() -> None:
+    raw = load("pod_training")
+    raw["metadata"]["deletionTimestamp"] = "2024-05-01T12:30:30Z"
+    raw["metadata"]["deletionGracePeriodSeconds"] = 30
+    result = slim_watch_event({"type": "DELETED", "object": raw}, cluster="c1")
+    assert isinstance(result, PodEvent)
+    assert result.op == "deleted"
+    assert result.deleted_at == datetime(2024, 5, 1, 12, 30, tzinfo=UTC)
+    assert result.time == result.deleted_at
+
+
+def test_gpu_node() -> None:
+    result = slim_watch_event({"type": "MODIFIED", "object": load("node_gpu")}, cluster="c1")
+    assert isinstance(result, NodeEvent)
+    assert result.op == "modified"
+    assert result.node == "gpu-node-1"
+    assert result.capacity == {"nvidia.com/gpu": 8}
+    assert result.allocatable == {"nvidia.com/gpu": 7}
+    assert result.labels["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert result.labels["topology.kubernetes.io/zone"] == "us-east-1a"
+    assert "kubernetes.io/hostname" not in result.labels
+    assert "nvidia.com/cuda.driver.major" not in result.labels
+    assert [c.type for c in result.conditions] == ["MemoryPressure", "Ready"]
+    assert result.taints[0].key == "nvidia.com/gpu"
+    assert result.time == datetime(2024, 5, 1, 12, 3, tzinfo=UTC)
+    assert is_gpu_node(result)
+
+
+def test_node_without_gpus_and_legacy_labels() -> None:
+    raw = load("node_gpu")
+    del raw["status"]["capacity"]["nvidia.com/gpu"]
+    del raw["status"]["allocatable"]["nvidia.com/gpu"]
+    labels = raw["metadata"]["labels"]
+    labels["beta.kubernetes.io/instance-type"] = labels.pop("node.kubernetes.io/instance-type")
+    result = slim_object(raw, cluster="c1")
+    assert isinstance(result, NodeEvent)
+    assert not is_gpu_node(result)
+    assert result.labels["node.kubernetes.io/instance-type"] == "p5.48xlarge"
+
+
+def test_core_v1_evicted_event() -> None:
+    result = slim_object(load("event_evicted"), cluster="c1")
+    assert isinstance(result, KubeEvent)
+    assert (result.reason, result.type, result.source, result.count) == (
+        "Evicted",
+        "Warning",
+        "kubelet",
+        1,
+    )
+    assert result.involved.kind == "Pod"
+    assert result.involved.name == "infer-7d9f-abcde"
+    assert result.node == "gpu-node-1"  # source.host
+    assert result.time == datetime(2024, 5, 1, 12, 10, tzinfo=UTC)
+
+
+def test_events_k8s_io_event() -> None:
+    result = slim_object(load("event_failed_scheduling_v1"), cluster="c1")
+    assert isinstance(result, KubeEvent)
+    assert result.reason == "FailedScheduling"
+    assert "Insufficient nvidia.com/gpu" in result.message  # from `note`
+    assert (result.source, result.count, result.node) == ("default-scheduler", 4, "")
+    assert result.involved.name == "trainer-1"
+    assert result.time == datetime(2024, 5, 1, 12, 8, 0, 654321, tzinfo=UTC)
+
+
+def test_oomkilling_node_event() -> None:
+    result = slim_object(load("event_oomkilling"), cluster="c1")
+    assert isinstance(result, KubeEvent)
+    assert (result.reason, result.node, result.involved.kind) == (
+        "OOMKilling",
+        "gpu-node-1",
+        "Node",
+    )
+
+
+def test_core_event_with_only_event_time_and_series() -> None:
+    raw = load("event_evicted")
+    raw["lastTimestamp"] = raw["firstTimestamp"] = None
+    raw["count"] = None
+    raw["eventTime"] = "2024-05-01T12:11:00.000001Z"
+    raw["series"] = {"count": 3, "lastObservedTime": "2024-05-01T12:12:00.000001Z"}
+    result = slim_object(raw, cluster="c1")
+    assert isinstance(result, KubeEvent)
+    assert result.count == 3
+    assert result.time == datetime(2024, 5, 1, 12, 12, 0, 1, tzinfo=UTC)
+
+
+# -- odd shapes that are tolerated -------------------------------------------------
+def test_missing_status_gives_an_event() -> None:
+    raw = load("pod_pending")
+    del raw["status"]
+    ev = slim_object(raw, cluster="c1")
+    assert isinstance(ev, PodEvent)
+    assert (ev.phase, ev.containers, ev.scheduled) == ("", (), None)
+    assert ev.time == ev.created_at
+
+
+def test_null_container_statuses_gives_an_event() -> None:
+    raw = load("pod_training")
+    raw["status"]["containerStatuses"] = None
+    ev = slim_object(raw, cluster="c1")
+    assert isinstance(ev, PodEvent)
+    assert ev.containers == ()
+
+
+def test_unknown_fields_and_huge_annotations_are_ignored() -> None:
+    raw = load("pod_training")
+    raw["metadata"]["annotations"]["huge"] = "x" * 1_000_000
+    raw["status"]["futureField"] = {"nested": [1, 2, 3]}
+    raw["spec"]["containers"][0]["resources"]["requests"]["example.com/foo"] = "500m"
+    ev = slim_object(raw, cluster="c1")
+    assert isinstance(ev, PodEvent)
+    assert len(encode(ev)) < 1_000
+
+
+def test_long_messages_are_capped() -> None:
+    raw = load("pod_mig")
+    raw["status"]["containerStatuses"][0]["lastState"]["terminated"]["message"] = "y" * 20_000
+    ev = slim_object(raw, cluster="c1")
+    assert isinstance(ev, PodEvent)
+    last = ev.containers[0].last_terminated
+    assert last is not None
+    assert len(last.message) == MAX_TEXT
+    assert last.message.endswith("…")
+
+
+# -- malformed shapes: error values with a field -----------------------------------
+def _mutate(name: str, path: list[str | int], value: Any) -> dict[str, Any]:
+    raw = load(name)
+    target: Any = raw
+    for key in path[:-1]:
+        target = target[key]
+    if value is _DELETE:
+        del target[path[-1]]
+    else:
+        target[path[-1]] = value
+    return raw
+
+
+_DELETE = object()
+
+
+@pytest.mark.parametrize(
+    ("name", "path", "value", "field"),
+    [
+        (
+            "pod_crashloop_oom",
+            ["status", "containerStatuses", 0, "restartCount"],
+            "5",
+            "$.status.containerStatuses[0].restartCount",
+        ),
+        ("pod_training", ["metadata", "uid"], _DELETE, "$.metadata.uid"),
+        ("pod_training", ["metadata", "resourceVersion"], _DELETE, "$.metadata.resourceVersion"),
+        ("pod_training", ["metadata"], _DELETE, "$.metadata"),
+        ("pod_training", ["status"], "Running", "$.status"),
+        ("pod_training", ["status", "containerStatuses"], {"a": 1}, "$.status.containerStatuses"),
+        (
+            "pod_training",
+            ["spec", "containers", 0, "resources", "requests", "nvidia.com/gpu"],
+            "500m",
+            "$.spec.containers[0].resources.requests['nvidia.com/gpu']",
+        ),
+        (
+            "pod_crashloop_oom",
+            ["status", "containerStatuses", 0, "lastState", "terminated", "finishedAt"],
+            "yesterday",
+            "$.status.containerStatuses[0].lastState.terminated.finishedAt",
+        ),
+        (
+            "pod_crashloop_oom",
+            ["status", "containerStatuses", 0, "lastState", "terminated", "exitCode"],
+            True,
+            "$.status.containerStatuses[0].lastState.terminated.exitCode",
+        ),
+        ("node_gpu", ["status", "capacity", "nvidia.com/gpu"], "eight", None),
+        ("node_gpu", ["spec", "taints"], "none", "$.spec.taints"),
+        ("event_evicted", ["reason"], _DELETE, "$.reason"),
+        ("event_evicted", ["involvedObject"], [], "$.involvedObject"),
+        ("pod_training", ["kind"], "ConfigMap", "$.kind"),
+        ("pod_training", ["kind"], _DELETE, "$.kind"),
+    ],
+)
+def test_malformed_shapes_are_error_values(
+    name: str, path: list[str | int], value: Any, field: str | None
+) -> None:
+    err = error(slim_object(_mutate(name, path, value), cluster="c1"))
+    if field is not None:
+        assert err.field == field
+    else:
+        assert err.field.startswith("$.status.capacity")
+
+
+def test_no_timestamp_anywhere_is_an_error_offline_but_fine_live() -> None:
+    raw = load("pod_pending")
+    del raw["status"]
+    del raw["metadata"]["creationTimestamp"]
+    assert error(slim_object(raw, cluster="c1")).field == "$.metadata"
+    now = datetime(2024, 5, 1, tzinfo=UTC)
+    ev = slim_object(raw, cluster="c1", observed=now)
+    assert isinstance(ev, PodEvent)
+    assert ev.time == now
+
+
+@pytest.mark.parametrize("obj", [None, 3, "pod", [], {"kind": "Pod", "metadata": "x"}])
+def test_not_an_object(obj: object) -> None:
+    error(slim_object(obj, cluster="c1"))
+
+
+def test_watch_envelopes() -> None:
+    assert slim_watch_event({"type": "BOOKMARK", "object": {}}, cluster="c1") is None
+    gone = error(
+        slim_watch_event(
+            {
+                "type": "ERROR",
+                "object": {
+                    "kind": "Status",
+                    "code": 410,
+                    "reason": "Expired",
+                    "message": "too old",
+                },
+            },
+            cluster="c1",
+        )
+    )
+    assert "410" in gone.reason
+    assert "too old" in gone.reason
+    assert (
+        error(slim_watch_event({"type": "RENAMED", "object": {}}, cluster="c1")).field == "$.type"
+    )
+    assert error(slim_watch_event([1], cluster="c1")).field == "$"
+
+
+def test_ids_are_deterministic_per_resource_version() -> None:
+    first = pod("pod_training")
+    raw = load("pod_training")
+    raw["metadata"]["resourceVersion"] = "1002"
+    second = slim_object(raw, cluster="c1")
+    assert isinstance(second, PodEvent)
+    assert first.id == pod("pod_training").id
+    assert first.id != second.id
+
+
+def test_gpu_filter_keeps_events_about_gpu_pods_and_nodes() -> None:
+    keep = GpuFilter()
+    events = {
+        name: slim_object(load(name), cluster="c1")
+        for name in ("pod_plain", "pod_evicted", "node_gpu", "event_evicted", "event_oomkilling")
+    }
+    before = events["event_evicted"]
+    assert isinstance(before, KubeEvent)
+    assert not GpuFilter().keep(before)  # neither its pod nor its node seen yet
+    plain_event = KubeEvent(
+        id="x",
+        cluster="c1",
+        time=datetime(2024, 5, 1, tzinfo=UTC),
+        reason="Pulled",
+        involved=before.involved,
+    )
+    assert not keep.keep(plain_event)  # pod not seen yet, no node, no GPU words
+    decided = {}
+    for name, ev in events.items():
+        assert isinstance(ev, PodEvent | NodeEvent | KubeEvent)
+        decided[name] = keep.keep(ev)
+    assert decided == {
+        "pod_plain": False,
+        "pod_evicted": True,
+        "node_gpu": True,
+        "event_evicted": True,
+        "event_oomkilling": True,
+    }
+    assert keep.keep(plain_event)  # now the pod is known
+    failed = slim_object(load("event_failed_scheduling_v1"), cluster="c1")
+    assert isinstance(failed, KubeEvent)
+    assert GpuFilter().keep(failed)  # names nvidia.com/gpu in its message
+
+
+def test_bench_objects_are_realistic_and_slim() -> None:
+    from bench.slim_bench import make_pods  # noqa: PLC0415 - bench is not a package dependency
+
+    lines = make_pods(3)
+    assert len(set(lines)) == 3
+    for line in lines:
+        assert 10_240 <= len(line) < 12_000
+        event = slim_watch_event(orjson.loads(line), cluster="c1")
+        assert isinstance(event, PodEvent)
+        assert event.containers[0].last_terminated is not None
