@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-pyproject
 # setuptools' editable-install notices are warnings, not errors: keep pip quiet.
 PIP    := PYTHONWARNINGS=ignore $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: venv lint test demo schemas bench
+.PHONY: venv lint test demo schemas bench bench-pipeline bench-slim
 
 venv: $(STAMP)
 
@@ -35,3 +35,9 @@ schemas: venv
 
 bench: venv
 	$(BIN)/python bench/core_bench.py
+
+bench-pipeline: venv
+	$(BIN)/python bench/pipeline_bench.py
+
+bench-slim: venv
+	$(BIN)/python -m bench.slim_bench
