@@ -316,15 +316,16 @@ class Processor:
         # not snapshotted, so the new owner must read them again from the last commit.
         self._to_ack = [e for e in self._to_ack if e.message.partition in owned]
         known = set(correlator.keys)
-        restored = 0
-        for key, data in self.table.items():
-            if key is None or data is None:
-                continue
-            text = key.decode() if isinstance(key, bytes) else str(key)
-            if text in known or partition_for(text, n) not in owned:
-                continue
-            correlator.restore(decode_state(data))
-            restored += 1
+        gained = [
+            decode_state(data)
+            for key, data in self.table.items()
+            if key is not None
+            and data is not None
+            and (text := key.decode() if isinstance(key, bytes) else str(key)) not in known
+            and partition_for(text, n) in owned
+        ]
+        self.pipeline.restore(gained)
+        restored = len(gained)
         log.info(
             "partitions %s: restored %d keys from the changelog, dropped %d buffered events",
             sorted(owned),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import msgspec
 
 from schemas.incidents import Evidence, GpuRef, Incident, PodInfo
+from schemas.types import IncidentStatus
 from streams.core.config import CoreConfig
 from streams.core.ids import incident_id
 from streams.core.state import NEVER, NodeState, OpenIncident
@@ -127,13 +128,15 @@ class Step:
         self.dirty.clear()
         return self.out
 
-    def _record(self, inc: OpenIncident, status: str, resolved: float | None) -> Incident:
+    def _record(
+        self, inc: OpenIncident, status: IncidentStatus, resolved: float | None
+    ) -> Incident:
         inc.revision += 1
         evidence = tuple(sorted(inc.evidence, key=_evidence_key))
         return Incident(
             id=inc.id,
             type=inc.type,
-            status="resolved" if resolved is not None else status,  # type: ignore[arg-type]
+            status=status,
             revision=inc.revision,
             severity=inc.severity,
             cluster=self.state.cluster,
