@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-pyproject
 # setuptools' editable-install notices are warnings, not errors: keep pip quiet.
 PIP    := PYTHONWARNINGS=ignore $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: venv lint test demo schemas bench bench-pipeline bench-slim
+.PHONY: venv lint test demo schemas bench bench-pipeline bench-slim bench-faust
 
 venv: $(STAMP)
 
@@ -41,3 +41,8 @@ bench-pipeline: venv
 
 bench-slim: venv
 	$(BIN)/python -m bench.slim_bench
+
+# The faust-streaming investigation of issue 3 (bench/faust/FINDINGS.md); needs the extra.
+bench-faust: venv
+	$(PIP) install -e '.[test,faust]'
+	$(BIN)/python -m bench.faust.throughput

@@ -1,7 +1,7 @@
 """The whole live processor against plain aiokafka, in one run (issue 3: Throughput, Latency).
 
 One embedded broker (Tansu, memory storage), one topic layout with a fresh prefix,
-``--events`` generated events (default 200k over 2,000 nodes, shifted so they end
+``--events`` generated events (default 400k over 2,000 nodes, shifted so they end
 ``--days-ago`` days ago: every window has closed by the wall clock) produced to the
 raw topics. Then, side by side:
 
@@ -13,7 +13,7 @@ b. **processor**: one ``gputriage process`` worker (a subprocess, fresh app id,
    record committed. The group's committed offsets are polled with an admin
    client; the rate counts the records committed after the first progress was
    seen, so start-up and the group join are excluded. Commits happen every
-   ``broker_commit_interval`` (1 s), so both ends carry up to that much
+   ``snapshot_seconds`` (1 s), so both ends carry up to that much
    quantisation; the rate from the worker log's ``partitions [`` line (the first
    batch) to the last commit is shown too.
 c. **latency**: with that worker caught up, ``--rate`` events/s for
@@ -170,10 +170,10 @@ async def plain_aiokafka(env: Env, count: int, timeout: float = 120.0) -> dict[s
 
 
 async def plain_pipeline(env: Env, count: int, timeout: float = 120.0) -> dict[str, Any]:
-    """(a') The processor's own work without faust: plain aiokafka ``getmany`` batches
+    """(a') The processor's own work without its writes: plain aiokafka ``getmany`` batches
     into :class:`~streams.app.pipeline.Pipeline` (decode, checks, core), with state
     snapshots encoded once a second. Nothing is written back to Kafka, so this is an
-    upper bound of what a non-faust consumer in the worker could reach."""
+    upper bound of what the worker could reach (it also writes and commits)."""
     pipeline = Pipeline(default_core_config(), env.layout)
     consumer = AIOKafkaConsumer(**env.kwargs, group_id=None, max_partition_fetch_bytes=4 << 20)
     await consumer.start()
@@ -493,7 +493,7 @@ def run(args: argparse.Namespace) -> Report:
     return report
 
 
-PLAIN_PIPELINE_LABEL = "(a') aiokafka + Pipeline, no faust, no writes"
+PLAIN_PIPELINE_LABEL = "(a') aiokafka + Pipeline, no writes, no commits"
 
 
 def render(report: Report) -> str:
@@ -550,7 +550,7 @@ def render(report: Report) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--events", type=int, default=400_000)
     parser.add_argument("--nodes", type=int, default=2_000)
     parser.add_argument("--partitions", type=int, default=6)
     parser.add_argument("--days-ago", type=float, default=3.0)

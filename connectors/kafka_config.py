@@ -1,4 +1,4 @@
-"""Kafka connection settings: validated once, then turned into aiokafka or faust arguments.
+"""Kafka connection settings: validated once, then turned into aiokafka arguments.
 
 The ``[kafka]`` table of the settings file::
 
@@ -37,12 +37,9 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal
 
 import msgspec
-
-if TYPE_CHECKING:
-    from faust.types.auth import CredentialsT
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
@@ -276,27 +273,3 @@ def client_kwargs(
         password = settings.sasl_password
         kwargs["sasl_plain_password"] = password.reveal() if password is not None else None
     return kwargs
-
-
-def faust_credentials(settings: KafkaSettings) -> CredentialsT | None:
-    """The ``broker_credentials`` for a faust app; ``None`` for PLAINTEXT.
-
-    faust derives the security protocol from the credentials type (an
-    ``SSLContext`` inside ``SASLCredentials`` makes it SASL_SSL), so the mapping
-    below is exact for all four protocols. faust is imported here, not at module
-    level: it is slow to import and only the processor needs it.
-    """
-    import faust  # noqa: PLC0415 - heavy; only the processor needs it
-
-    context = ssl_context(settings)
-    if settings.sasl:
-        password = settings.sasl_password
-        return faust.SASLCredentials(
-            username=settings.sasl_username,
-            password=password.reveal() if password is not None else None,
-            ssl_context=context,
-            mechanism=settings.sasl_mechanism,
-        )
-    if context is not None:
-        return faust.SSLCredentials(context)
-    return None

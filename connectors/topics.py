@@ -10,6 +10,7 @@ Topics (with the default prefix ``gputriage``)::
     gputriage.raw.autoscaler     AutoscalerEvent   key: correlation key
     gputriage.incidents          Incident          key: incident id (compacted)
     gputriage.dead-letters       DeadLetter        key: the failed record's key
+    gputriage.state.<app id>     core key state    key: correlation key (compacted)
 
 The correlation key is ``cluster/node``, or ``cluster`` for cluster-scoped
 records (:func:`streams.core.correlation_key`). Every raw topic has the same
@@ -41,6 +42,10 @@ Traps:
   produces, or the raw topics end up with one partition and no compaction, and
   :func:`ensure_topics` will (by design) leave them alone.
 * Ticks have no topic: they come from each worker's own clock.
+* The state topic belongs to one processor app id (its consumer group): two apps
+  with different ids on the same raw topics keep separate state. It has the raw
+  topics' partition count, so partition *n* of it holds the state of the keys of
+  raw partition *n*, and a worker restores exactly the partitions it is given.
 """
 
 from __future__ import annotations
@@ -162,6 +167,8 @@ class TopicLayout:
     """Raw topics by source name (``pods``, ``nodes``, ``k8s-events``...)."""
     incidents: TopicSpec
     dead_letters: TopicSpec
+    prefix: str = DEFAULT_PREFIX
+    """The ``[topics] prefix`` (names of per-app topics, e.g. the state topic, start with it)."""
 
     def all(self) -> tuple[TopicSpec, ...]:
         """Every topic: the raw ones in source order, then incidents, then dead letters."""
@@ -212,13 +219,37 @@ def topic_layout(settings: TopicSettings | None = None) -> TopicLayout:
         raw=raw,
         incidents=spec(INCIDENTS, INCIDENTS, "incident id", **incident_configs),
         dead_letters=spec(DEAD_LETTERS, DEAD_LETTERS, "the failed record's key"),
+        prefix=settings.prefix,
+    )
+
+
+def state_topic(layout: TopicLayout, app_id: str) -> TopicSpec:
+    """The compacted topic holding processor ``app_id``'s per-key state snapshots.
+
+    ``<prefix>.state.<app id>``, co-partitioned with the raw topics.
+    """
+    raw = next(iter(layout.raw.values()))
+    name = f"{layout.prefix}.state.{app_id}" if layout.prefix else f"state.{app_id}"
+    if not _LEGAL_NAME.match(name):
+        raise TopicConfigError(f"state topic name {name!r} is not a legal topic name")
+    return TopicSpec(
+        name=name,
+        partitions=raw.partitions,
+        replication_factor=raw.replication_factor,
+        key="correlation key (cluster/node or cluster)",
+        configs={"cleanup.policy": "compact"},
     )
 
 
 async def ensure_topics(
-    admin_kwargs: Mapping[str, Any], layout: TopicLayout, *, timeout_ms: int = 30_000
+    admin_kwargs: Mapping[str, Any],
+    layout: TopicLayout,
+    *,
+    extra: tuple[TopicSpec, ...] = (),
+    timeout_ms: int = 30_000,
 ) -> list[str]:
-    """Create the topics of ``layout`` that do not exist; return the names created.
+    """Create the topics of ``layout`` (and ``extra``) that do not exist; return the
+    names created.
 
     Idempotent: an existing topic is left exactly as it is, even when its
     partition count or configs differ from the layout (changing a live topic is
@@ -232,7 +263,7 @@ async def ensure_topics(
     await admin.start()
     try:
         existing = set(await admin.list_topics())
-        missing = [spec for spec in layout.all() if spec.name not in existing]
+        missing = [spec for spec in (*layout.all(), *extra) if spec.name not in existing]
         if not missing:
             return []
         response = await admin.create_topics(

@@ -240,9 +240,9 @@ def process_command(
     """Run a processor worker: raw topics in, incidents out, until Ctrl-C or SIGTERM.
 
     Creates missing topics first. Several workers with the same app id split the
-    partitions between them; each keeps its keys' state in a changelog table.
+    partitions between them; each keeps its keys' state in a compacted state topic.
     """
-    from gputriage.process import run_worker  # noqa: PLC0415 - faust is slow to import
+    from gputriage.process import run_worker  # noqa: PLC0415 - aiokafka is slow to import
 
     settings = load_settings(ctx.obj)
     try:
@@ -250,7 +250,7 @@ def process_command(
         client_kwargs(settings.kafka_settings(), brokers)
     except KafkaConfigError as exc:
         raise click.UsageError(f"{exc}, or pass --brokers") from None
-    run_worker(settings, brokers, app_id=app_id, metrics_port=metrics_port)
+    return run_worker(settings, brokers, app_id=app_id, metrics_port=metrics_port)
 
 
 @cli.command("demo", context_settings=CONTEXT)

@@ -1,16 +1,22 @@
-"""``gputriage process``: run one processor worker (faust) until stopped.
+"""``gputriage process``: run one processor worker until stopped.
 
 Start as many as there are partitions to share: workers with the same
-``processor.app_id`` split the raw topics' partitions between them (faust's
+``processor.app_id`` split the raw topics' partitions between them (a Kafka
 consumer group), and each restores the state of the keys it is given from the
-changelog table.
+state topic (:mod:`streams.app.worker`).
 
 Traps:
 
-* Topics are created (``ensure_topics``) *before* faust starts: a broker's
-  auto-creation would make one-partition topics, and faust would use them.
-* faust's worker owns the event loop and the signal handlers (SIGINT/SIGTERM
-  stop it cleanly); nothing here may run its own loop around it.
+* Topics are created (``ensure_topics``) *before* the consumer subscribes: a
+  broker's auto-creation would make one-partition topics.
+* SIGINT/SIGTERM set a stop event: the worker finishes its batch, flushes,
+  commits and leaves the group (so the others take over at once, not after a
+  session timeout). If that hangs (a broker gone mid-stop), a watchdog exits
+  with status 1 after ``stop_timeout_seconds``: nothing is lost, since offsets
+  of undelivered records were never committed.
+* The worker holds many long-lived objects (the core's state): the garbage
+  collector's thresholds are raised and the start-up heap frozen, or every full
+  collection walks all of it again.
 """
 
 from __future__ import annotations
@@ -19,22 +25,25 @@ import asyncio
 import gc
 import logging
 import os
+import signal
 import sys
 import threading
-from typing import Any, NoReturn
+from typing import Any
 
 import msgspec
 
-from connectors.kafka_config import client_kwargs, split_brokers
-from connectors.topics import ensure_topics, topic_layout
+from connectors.kafka_config import client_kwargs
+from connectors.topics import ensure_topics, state_topic, topic_layout
+from gputriage.logs import LogConfigError, configure_logging
 from gputriage.settings import Settings, SettingsError
 from streams.app.metrics import Metrics
+from streams.app.worker import ProcessorOptions, Worker
+
+log = logging.getLogger("gputriage.processor")
 
 
-def processor_options(settings: Settings, **overrides: Any) -> Any:
-    """The ``[processor]`` table as :class:`~streams.app.faust_app.ProcessorOptions`."""
-    from streams.app.faust_app import ProcessorOptions  # noqa: PLC0415 - faust is heavy
-
+def processor_options(settings: Settings, **overrides: Any) -> ProcessorOptions:
+    """The ``[processor]`` table as :class:`~streams.app.worker.ProcessorOptions`."""
     values = {
         **settings.section("processor"),
         **{k: v for k, v in overrides.items() if v is not None},
@@ -47,92 +56,59 @@ def processor_options(settings: Settings, **overrides: Any) -> Any:
         ) from None
 
 
-def run_worker(settings: Settings, brokers: str | None = None, **overrides: Any) -> NoReturn:
-    """Create missing topics, serve ``/metrics``, then run the faust worker (blocks)."""
-    from streams.app.faust_app import create_app  # noqa: PLC0415 - faust is heavy
-    from streams.app.faust_tuning import quiet_spinner  # noqa: PLC0415 - faust is heavy
-
-    core = settings.core_config()
-    kafka = settings.kafka_settings()
-    layout = topic_layout(settings.topic_settings())
+def run_worker(settings: Settings, brokers: str | None = None, **overrides: Any) -> int:
+    """Create missing topics, serve ``/metrics``, then run the worker until a signal."""
+    try:
+        configure_logging(settings.section("log"))
+    except LogConfigError as exc:
+        raise SettingsError(f"invalid configuration: {exc}") from None
     options = processor_options(settings, **overrides)
-    kwargs = client_kwargs(kafka, brokers)
-    servers = split_brokers(brokers) if brokers is not None else list(kafka.brokers)
-    created = asyncio.run(ensure_topics(kwargs, layout))
-    # faust configures logging only when its worker starts: until then, say it on stderr.
+    return asyncio.run(_run(settings, brokers, options))
+
+
+async def _run(settings: Settings, brokers: str | None, options: ProcessorOptions) -> int:
+    kwargs = client_kwargs(settings.kafka_settings(), brokers)
+    layout = topic_layout(settings.topic_settings())
+    state = state_topic(layout, options.app_id)
+    created = await ensure_topics(kwargs, layout, extra=(state,))
     if created:
-        print(f"gputriage process: created topics {', '.join(created)}", file=sys.stderr)
+        log.info("created topics %s", ", ".join(created))
     metrics = Metrics()
     if options.metrics_port is not None:
         port = metrics.serve(options.metrics_port, options.metrics_addr)
-        print(
-            f"gputriage process: metrics on http://{options.metrics_addr}:{port}/metrics",
-            file=sys.stderr,
-            flush=True,
-        )
-    app, _processor = create_app(core, kafka, servers, layout, options, metrics)
-    # Fewer, cheaper collections: the worker holds many long-lived objects (faust's
-    # machinery, the core's state), which every full collection would walk again.
+        log.info("metrics on http://%s:%d/metrics", options.metrics_addr, port)
+    worker = Worker(settings.core_config(), kwargs, layout, state, options, metrics)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, _stopper(stop, options.stop_timeout_seconds))
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
-    worker = _bounded_stop_worker(
-        app,
-        stop_timeout_s=options.stop_timeout_seconds,
-        loglevel="INFO",
-        quiet=True,
-        redirect_stdouts=False,
-    )
-    quiet_spinner(worker)  # or faust sets the root logger to DEBUG at WARN and above
-    worker.execute_from_commandline()  # exits the process when the worker stops
-    raise SystemExit(0)  # pragma: no cover - execute_from_commandline never returns
+    log.info("worker %s starting (state in %s)", options.app_id, state.name)
+    await worker.run(stop)
+    log.info("worker stopped")
+    return 0
 
 
-def _bounded_stop_worker_class() -> Any:
-    import faust  # noqa: PLC0415
+def _stopper(stop: asyncio.Event, timeout_s: float) -> Any:
+    def on_signal() -> None:
+        if stop.is_set():  # a second Ctrl-C: the user means it
+            _give_up(0)
+        stop.set()
+        watchdog = threading.Timer(timeout_s, _give_up, [timeout_s])
+        watchdog.daemon = True
+        watchdog.start()
 
-    class BoundedStopWorker(faust.Worker):
-        """A faust worker whose stop on SIGINT/SIGTERM cannot hang forever.
-
-        faust 0.15's fetcher sometimes never finishes stopping when a signal lands
-        while a batch is being delivered (seen here against Tansu). Nothing is
-        lost by giving up: offsets of undelivered records were never committed,
-        so the next worker reads them again. After ``stop_timeout_s`` the process
-        exits with status 1 and says so.
-        """
-
-        def __init__(self, *args: Any, stop_timeout_s: float, **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self._stop_timeout_s = stop_timeout_s
-            self._watchdog: threading.Timer | None = None
-
-        def _arm(self) -> None:
-            if self._watchdog is None:
-                self._watchdog = threading.Timer(
-                    self._stop_timeout_s, _give_up, [self._stop_timeout_s]
-                )
-                self._watchdog.daemon = True
-                self._watchdog.start()
-
-        def _on_sigint(self) -> None:
-            self._arm()
-            super()._on_sigint()
-
-        def _on_sigterm(self) -> None:
-            self._arm()
-            super()._on_sigterm()
-
-    return BoundedStopWorker
+    return on_signal
 
 
 def _give_up(seconds: float) -> None:
-    logging.getLogger("gputriage.processor").error(
-        "the worker did not stop within %g s; exiting (uncommitted records will be re-read)",
-        seconds,
-    )
+    if seconds:
+        log.error(
+            "the worker did not stop within %g s; exiting (uncommitted records will be re-read)",
+            seconds,
+        )
     logging.shutdown()
+    sys.stderr.flush()
     os._exit(1)
-
-
-def _bounded_stop_worker(app: Any, **kwargs: Any) -> Any:
-    return _bounded_stop_worker_class()(app, **kwargs)

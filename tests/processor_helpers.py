@@ -36,12 +36,19 @@ FAST_GROUP = {
 class Worker:
     """One ``python -m gputriage process`` subprocess, its log in ``log_path``."""
 
-    def __init__(self, kafka: KafkaTestEnv, app_id: str, log_path: Path) -> None:
+    def __init__(
+        self,
+        kafka: KafkaTestEnv,
+        app_id: str,
+        log_path: Path,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("GPUTRIAGE_")},
             **kafka.env,
             **FAST_GROUP,
             "GPUTRIAGE_PROCESSOR__APP_ID": f'"{app_id}"',
+            **(extra_env or {}),
         }
         self.log_path = log_path
         self._log = log_path.open("wb")
@@ -68,6 +75,48 @@ class Worker:
             return self.process.wait(timeout)
         finally:
             self._log.close()
+
+
+SLOW_STEPS = {
+    "GPUTRIAGE_PROCESSOR__BATCH_MAX": "20",
+    "GPUTRIAGE_PROCESSOR__SNAPSHOT_SECONDS": "0.01",
+}
+"""A worker that commits after nearly every small batch: it takes seconds over a
+backlog of thousands, so a test can act while the backlog is half committed."""
+
+
+def committed(kafka: KafkaTestEnv, group: str) -> int:
+    """Records of the raw topics the consumer group ``group`` has committed, in all.
+
+    Asked with OffsetFetch by a consumer of that group that never subscribes (so it
+    never joins the group and causes no rebalance)."""
+
+    async def run() -> int:
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=kafka.bootstrap, group_id=group, enable_auto_commit=False
+        )
+        await consumer.start()
+        try:
+            tps = [
+                TopicPartition(topic, p)
+                for topic in kafka.layout.raw_topics
+                for p in range(kafka.settings.partitions)
+            ]
+            offsets = await asyncio.gather(*(consumer.committed(tp) for tp in tps))
+            return sum(o for o in offsets if o)
+        finally:
+            await consumer.stop()
+
+    return asyncio.run(run())
+
+
+def restored_keys(log: str) -> int:
+    """Keys a worker's log says it restored from the state topic, over all assignments."""
+    total = 0
+    for line in log.splitlines():
+        if ": restored " in line:
+            total += int(line.split(": restored ", 1)[1].split()[0])
+    return total
 
 
 def produce_events(kafka: KafkaTestEnv, events: Iterable[AnyEvent]) -> int:

@@ -9,9 +9,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import faust
 import pytest
-from faust.transport.drivers.aiokafka import credentials_to_aiokafka_auth
 
 from connectors.kafka_config import (
     ClientKwargs,
@@ -19,7 +17,6 @@ from connectors.kafka_config import (
     KafkaSettings,
     Secret,
     client_kwargs,
-    faust_credentials,
     kafka_settings_from,
 )
 from gputriage.settings import SettingsError, load_settings
@@ -44,7 +41,6 @@ def test_defaults_mean_embedded_plaintext() -> None:
     assert settings.embedded
     assert not settings.tls
     assert not settings.sasl
-    assert faust_credentials(settings) is None
     with pytest.raises(KafkaConfigError, match="no Kafka brokers configured"):
         client_kwargs(settings)
     assert client_kwargs(settings, "127.0.0.1:9092") == {
@@ -76,7 +72,6 @@ def test_the_password_comes_from_the_environment_and_never_shows() -> None:
     assert kafka.sasl_password.reveal() == PASSWORD
     kwargs = client_kwargs(kafka)
     assert kwargs["sasl_plain_password"] == PASSWORD, "aiokafka gets the real thing"
-    credentials = faust_credentials(kafka)
     shown = [
         repr(settings),
         str(settings),
@@ -86,7 +81,6 @@ def test_the_password_comes_from_the_environment_and_never_shows() -> None:
         f"{kafka.sasl_password!r}",
         repr(kwargs),
         str(kwargs),
-        repr(credentials),
         str(settings.tables),
     ]
     for text in shown:
@@ -194,12 +188,7 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     return cert, key
 
 
-def _faust_view(settings: KafkaSettings) -> dict[str, Any]:
-    """What faust hands aiokafka for our credentials (its own mapping function)."""
-    return dict(credentials_to_aiokafka_auth(faust_credentials(settings)))
-
-
-def test_tls_maps_to_an_ssl_context_for_aiokafka_and_faust(tls_files: tuple[Path, Path]) -> None:
+def test_tls_maps_to_an_ssl_context_for_aiokafka(tls_files: tuple[Path, Path]) -> None:
     cert, key = tls_files
     table = {
         "brokers": ["k:9093"],
@@ -217,11 +206,6 @@ def test_tls_maps_to_an_ssl_context_for_aiokafka_and_faust(tls_files: tuple[Path
     assert context.verify_mode == ssl.CERT_REQUIRED
     assert context.check_hostname
     assert "sasl_mechanism" not in kwargs
-    credentials = faust_credentials(settings)
-    assert isinstance(credentials, faust.SSLCredentials)
-    view = _faust_view(settings)
-    assert view["security_protocol"] == "SSL"
-    assert isinstance(view["ssl_context"], ssl.SSLContext)
 
 
 def test_a_bad_tls_file_is_a_config_error(tmp_path: Path) -> None:
@@ -236,7 +220,7 @@ def test_a_bad_tls_file_is_a_config_error(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
 @pytest.mark.parametrize("protocol", ["SASL_PLAINTEXT", "SASL_SSL"])
-def test_sasl_maps_the_same_for_aiokafka_and_faust(protocol: str, mechanism: str) -> None:
+def test_sasl_maps_to_aiokafka_arguments(protocol: str, mechanism: str) -> None:
     # No ssl_cafile: SASL_SSL verifies against the system's trust store.
     settings = kafka_settings_from(
         {
@@ -256,9 +240,3 @@ def test_sasl_maps_the_same_for_aiokafka_and_faust(protocol: str, mechanism: str
     }
     assert {k: kwargs[k] for k in expected} == expected
     assert ("ssl_context" in kwargs) == (protocol == "SASL_SSL")
-    credentials = faust_credentials(settings)
-    assert isinstance(credentials, faust.SASLCredentials)
-    view = _faust_view(settings)
-    assert {k: view[k] for k in expected} == expected
-    assert (view["ssl_context"] is not None) == (protocol == "SASL_SSL")
-    assert PASSWORD not in repr(credentials)

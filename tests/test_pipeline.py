@@ -142,7 +142,7 @@ def test_snapshot_partitions_match_the_producers_partitioner() -> None:
     would restore state for keys it does not own (and miss its own)."""
     from aiokafka.partitioner import DefaultPartitioner  # noqa: PLC0415
 
-    from streams.app.faust_app import partition_for  # noqa: PLC0415 - faust is heavy
+    from streams.app.changelog import partition_for  # noqa: PLC0415
 
     partitioner = DefaultPartitioner()
     for n in (1, 3, 6, 12):

@@ -21,12 +21,15 @@ from schemas.events import PodEvent
 from schemas.incidents import Incident
 from tests.kafka_helpers import KafkaTestEnv, produce, wait_until
 from tests.processor_helpers import (
+    SLOW_STEPS,
     TopicReader,
     Worker,
+    committed,
     ending_days_ago,
     final,
     produce_events,
     reference,
+    restored_keys,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -144,22 +147,56 @@ def test_a_killed_worker_restarted_loses_nothing_and_invents_nothing(
 ) -> None:
     events = generated(30_000, 300)
     expected = reference(events)
-    produce_events(kafka, events)
+    total = produce_events(kafka, events)
     app = f"{kafka.prefix}-app"
-    first = Worker(kafka, app, tmp_path / "first.log")
-    wait_until(
-        lambda: len(incidents.poll()) > 0 or incidents.records,
-        timeout=60,
-        what="the first incidents",
-    )
+    # A worker committing after every few records, killed once part of the backlog
+    # is committed: its successor must restore that part's state from the state
+    # topic and re-read the rest, some of which the first worker had already
+    # applied and published.
+    first = Worker(kafka, app, tmp_path / "first.log", SLOW_STEPS)
+    done = wait_until(lambda: committed(kafka, app), timeout=60, what="a first commit")
     first.kill()
+    done = committed(kafka, app)
+    assert 0 < done < total, f"killed mid-stream: {done} of {total} committed"
     second = Worker(kafka, app, tmp_path / "second.log")
     try:
         await_settled(incidents, expected, 120)
         got = final(incidents.incidents())
         assert set(got) == set(expected), "no lost incident, no invented id"
+        assert restored_keys(second.log()) > 0, second.log()
     finally:
         assert second.stop() == 0, second.log()
+
+
+def test_a_worker_joining_mid_stream_takes_over_state_and_the_result_is_the_same(
+    kafka: KafkaTestEnv, incidents: TopicReader, tmp_path: Path
+) -> None:
+    events = generated(20_000, 200)
+    expected = reference(events)
+    total = produce_events(kafka, events)
+    app = f"{kafka.prefix}-app"
+    first = Worker(kafka, app, tmp_path / "first.log", SLOW_STEPS)
+    workers = [first]
+    try:
+        wait_until(lambda: committed(kafka, app), timeout=60, what="a first commit")
+        # The second worker's join revokes everything from the first, which keeps
+        # some partitions (and must carry on where it was) and hands over the rest
+        # (whose state the second restores from the state topic).
+        workers.append(Worker(kafka, app, tmp_path / "second.log"))
+        await_settled(incidents, expected, 120)
+        assert set(final(incidents.incidents())) == set(expected)
+        wait_until(lambda: committed(kafka, app) == total, timeout=30, what="all committed")
+        logs = [w.log() for w in workers]
+    finally:
+        codes = [w.stop() for w in workers]
+    assert codes == [0, 0], logs
+    owned = [_last_owned(log) for log in logs]
+    assert owned[0], owned
+    assert owned[1], owned
+    assert owned[0].isdisjoint(owned[1]), owned
+    assert restored_keys(logs[1]) > 0, logs[1]
+    last = [line for line in logs[0].splitlines() if ": restored " in line][-1]
+    assert int(last.split(" kept ", 1)[1].split(",", 1)[0]) == len(owned[0]), last
 
 
 def test_two_workers_split_the_partitions_and_agree_with_one(

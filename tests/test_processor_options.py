@@ -13,7 +13,7 @@ EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "gputriage.toml"
 
 
 def test_the_example_settings_are_valid_and_match_the_defaults() -> None:
-    from streams.app.faust_app import ProcessorOptions  # noqa: PLC0415 - faust is heavy
+    from streams.app.worker import ProcessorOptions  # noqa: PLC0415
 
     assert processor_options(load_settings(str(EXAMPLE), environ={})) == ProcessorOptions()
 

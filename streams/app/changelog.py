@@ -1,0 +1,102 @@
+"""The state topic: where a worker writes key snapshots, and reads them back.
+
+Every ``snapshot_seconds`` the worker writes the state of each key that changed
+(``Pipeline.snapshots()``: msgpack bytes) to the compacted state topic, keyed by
+the correlation key, on the partition the key's raw records use
+(:func:`partition_for`). When a worker is given raw partitions, it reads the
+same partition numbers of the state topic from the beginning to their end and
+adopts the newest snapshot of every key.
+
+Traps:
+
+* The end offset is read *before* reading starts, and reading stops there:
+  nobody else writes a partition we were just given (the previous owner
+  flushed before it let go), and chasing a moving end would never finish.
+* A compacted partition has gaps in its offsets, and may begin above 0: the
+  loop ends on the consumer *position*, not on "the last record's offset + 1".
+* A tombstone (null value) deletes the key; a snapshot that does not decode is
+  logged and counted and the key starts empty, instead of the worker dying on
+  every restart (a crash loop would lose far more than one node's history).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.partitioner import murmur2
+
+from streams.core.snapshot import decode_state
+
+log = logging.getLogger("gputriage.processor")
+
+
+def partition_for(key: str, partitions: int) -> int:
+    """The partition Kafka's default partitioner gives ``key`` (murmur2, as Java's)."""
+    return int(murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+
+
+class ChangelogReader:
+    """Reads whole partitions of the state topic (no consumer group, nothing committed)."""
+
+    def __init__(self, client_kwargs: Mapping[str, Any], topic: str) -> None:
+        self.topic = topic
+        self._consumer = AIOKafkaConsumer(
+            **client_kwargs,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_partition_fetch_bytes=8 << 20,
+            fetch_max_wait_ms=50,
+        )
+        self.corrupt = 0
+        """Snapshots that did not decode, since the start."""
+
+    async def start(self) -> None:
+        await self._consumer.start()
+
+    async def stop(self) -> None:
+        await self._consumer.stop()
+
+    async def read(self, partitions: Iterable[int], timeout_s: float = 60.0) -> list[Any]:
+        """The newest decoded state of every key on ``partitions``."""
+        tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
+        if not tps:
+            return []
+        consumer = self._consumer
+        consumer.assign(tps)
+        ends = await consumer.end_offsets(tps)
+        await consumer.seek_to_beginning(*tps)
+        latest: dict[bytes, bytes | None] = {}
+        remaining = {tp for tp in tps if ends[tp] > 0}
+        deadline = time.monotonic() + timeout_s
+        while remaining:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"reading {self.topic} partitions {sorted(tp.partition for tp in remaining)} "
+                    f"took over {timeout_s:g} s"
+                )
+            batches = await consumer.getmany(*remaining, timeout_ms=200, max_records=10_000)
+            for records in batches.values():
+                for record in records:
+                    if record.key is not None:
+                        latest[record.key] = record.value
+            for tp in list(remaining):
+                if await consumer.position(tp) >= ends[tp]:
+                    remaining.discard(tp)
+        consumer.assign([])
+        states = []
+        for key, value in latest.items():
+            if value is None:
+                continue
+            try:
+                states.append(decode_state(value))
+            except Exception as exc:  # one bad snapshot must not stop the worker for good
+                self.corrupt += 1
+                log.error(
+                    "state of %r on %s does not decode (%r); it starts empty", key, self.topic, exc
+                )
+        return states
