@@ -1,0 +1,72 @@
+"""Retry delays for the Kubernetes connector: exponential backoff with full jitter, Retry-After.
+
+Why a small function and not a library: neither ``backoff`` nor ``tenacity`` is a
+dependency, and a watch loop needs exactly two things from one: "how long after
+the n-th failure in a row" and "what the server asked for". Both are pure here
+(the random source is a parameter), so tests pin them down exactly.
+
+Traps:
+
+* **Full jitter** (a uniform draw in ``[0, min(cap, base * 2**n)]``), not
+  "delay plus a little noise": after an API-server restart every connector
+  replica and every controller in the cluster retries at once, and only a
+  spread-out draw keeps them from arriving in waves.
+* **Retry-After** comes as delta-seconds (``"1"``, what the API server sends
+  with 429 from priority-and-fairness) or as an HTTP date. It wins over our own
+  backoff, but is capped (:attr:`Backoff.max_retry_after_s`): a proxy's
+  ``Retry-After: 86400`` must not park the connector for a day.
+* The attempt counter is the caller's: reset it only after a request that did
+  real work, or a server that accepts and instantly drops every watch would be
+  retried in a tight loop.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+
+
+@dataclass(frozen=True)
+class Backoff:
+    """Delays after consecutive failures: ``uniform(0, min(max_s, initial_s * factor**n))``."""
+
+    initial_s: float = 0.5
+    max_s: float = 30.0
+    factor: float = 2.0
+    max_retry_after_s: float = 120.0
+    """The longest Retry-After honoured; a longer one is cut to this."""
+
+    def delay(self, attempt: int, draw: Callable[[], float] = random.random) -> float:
+        """Seconds to wait after failure number ``attempt`` (0-based); ``draw`` gives [0, 1)."""
+        ceiling = min(self.max_s, self.initial_s * self.factor ** min(attempt, 64))
+        return ceiling * draw()
+
+    def after(
+        self, attempt: int, retry_after: float | None, draw: Callable[[], float] = random.random
+    ) -> float:
+        """The server's Retry-After (capped) when given, else :meth:`delay`."""
+        if retry_after is not None:
+            return min(max(retry_after, 0.0), self.max_retry_after_s)
+        return self.delay(attempt, draw)
+
+
+def retry_after_seconds(headers: Mapping[str, str], now: datetime | None = None) -> float | None:
+    """The ``Retry-After`` header in seconds (delta-seconds or an HTTP date); None if absent/bad."""
+    value = headers.get("Retry-After")
+    if value is None:
+        return None
+    value = value.strip()
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        pass
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max((when - (now or datetime.now(UTC))).total_seconds(), 0.0)

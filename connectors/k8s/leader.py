@@ -1,0 +1,259 @@
+"""Leader election over a coordination.k8s.io/v1 Lease: only one replica watches and produces.
+
+Several replicas of ``gputriage connect k8s`` would each produce every change
+(doubling the stream, and the load on the API server). With a Lease, one holds
+it and works; the others poll and take over when it stops renewing. This is
+client-go's ``leaderelection`` algorithm, reimplemented in a few dozen lines on
+raw dicts (``_preload_content=False``), so it can be read in one go:
+
+* **Acquire/renew**: read the Lease (create it when absent). If another
+  identity holds it and the lease has not expired, wait. Otherwise write our
+  identity and ``renewTime`` with a strategic-merge patch that carries the
+  ``resourceVersion`` we read: the API server rejects it with 409 if anybody
+  wrote in between (optimistic concurrency), so two candidates cannot both win.
+* **Expiry by observation, not by clocks**: a lease is expired when its record
+  (holder, renewTime...) has not *changed* for ``lease_duration_s`` as measured
+  by our own monotonic clock since we first saw it. Comparing the holder's
+  ``renewTime`` with our wall clock would trust clock sync between nodes.
+* **Renew deadline**: the leader renews every ``retry_period_s``; if no renewal
+  succeeds for ``renew_deadline_s`` it steps down *before* the lease can expire
+  for the others (``renew_deadline_s < lease_duration_s``), so there is no
+  window with two leaders that both believe it.
+* **Release** on a clean stop: the holder is cleared, the next replica takes
+  over at once instead of after ``lease_duration_s``.
+
+Trap: a leader that loses the lease must stop producing *immediately*;
+:meth:`LeaseElector.run` cancels the work when renewal fails. Events it
+produced late are duplicates with deterministic ids, harmless downstream.
+RBAC needs get/create/patch on leases, in the Lease's namespace only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import aiohttp
+import orjson
+from kubernetes_asyncio.client import ApiClient, CoordinationV1Api
+
+from connectors.k8s.metrics import ConnectorMetrics
+
+log = logging.getLogger("gputriage.connect.k8s.leader")
+
+
+@dataclass(frozen=True)
+class LeaseOptions:
+    """Which Lease, who we are, and client-go's three timings (defaults: 15/10/2 s)."""
+
+    namespace: str
+    identity: str
+    name: str = "gputriage-connect-k8s"
+    lease_duration_s: float = 15.0
+    renew_deadline_s: float = 10.0
+    retry_period_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if not self.identity:
+            raise ValueError("leader election needs a non-empty identity")
+        if not 0 < self.retry_period_s < self.renew_deadline_s < self.lease_duration_s:
+            raise ValueError("need 0 < retry period < renew deadline < lease duration")
+
+
+class LeadershipLost(Exception):
+    """Renewal failed for longer than the renew deadline: stop working now."""
+
+
+async def _raw(call: Awaitable[Any]) -> aiohttp.ClientResponse:
+    """The raw response of an API call made with ``_preload_content=False`` (typed as such)."""
+    response: aiohttp.ClientResponse = await call
+    return response
+
+
+def _micro_time(when: datetime) -> str:
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class LeaseElector:
+    """One candidate. :meth:`run` waits for the lease, works while holding it, releases it."""
+
+    def __init__(
+        self,
+        api: ApiClient,
+        options: LeaseOptions,
+        *,
+        metrics: ConnectorMetrics | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.options = options
+        self.metrics = metrics
+        self._api = CoordinationV1Api(api)
+        self._monotonic = monotonic
+        self.is_leader = False
+        self.attempts = 0
+        """Acquire/renew attempts so far (tests wait on it)."""
+        self._observed: tuple[Any, ...] | None = None
+        self._observed_at = 0.0
+
+    # -- one attempt -------------------------------------------------------------------
+    async def _read(self) -> dict[str, Any] | None:
+        o = self.options
+        response = await _raw(
+            self._api.read_namespaced_lease(o.name, o.namespace, _preload_content=False)
+        )
+        try:
+            body = await response.read()
+        finally:
+            response.release()
+        if response.status == 404:
+            return None
+        if response.status != 200:
+            raise RuntimeError(f"reading lease {o.namespace}/{o.name}: HTTP {response.status}")
+        lease = orjson.loads(body)
+        return lease if isinstance(lease, dict) else {}
+
+    async def try_acquire_or_renew(self) -> bool:
+        """One attempt; True when we hold the lease afterwards. Never raises for API errors."""
+        self.attempts += 1
+        o = self.options
+        now = _micro_time(datetime.now(UTC))
+        try:
+            lease = await self._read()
+            if lease is None:
+                body: Any = {
+                    "apiVersion": "coordination.k8s.io/v1",
+                    "kind": "Lease",
+                    "metadata": {"name": o.name, "namespace": o.namespace},
+                    "spec": {
+                        "holderIdentity": o.identity,
+                        "leaseDurationSeconds": max(1, round(o.lease_duration_s)),
+                        "acquireTime": now,
+                        "renewTime": now,
+                        "leaseTransitions": 0,
+                    },
+                }
+                response = await _raw(
+                    self._api.create_namespaced_lease(o.namespace, body, _preload_content=False)
+                )
+                response.release()
+                return response.status in (200, 201)
+            spec = lease.get("spec") if isinstance(lease.get("spec"), dict) else {}
+            assert isinstance(spec, dict)
+            record = tuple(
+                spec.get(k)
+                for k in ("holderIdentity", "renewTime", "acquireTime", "leaseTransitions")
+            )
+            if record != self._observed:
+                self._observed = record
+                self._observed_at = self._monotonic()
+            holder = spec.get("holderIdentity") or ""
+            duration = spec.get("leaseDurationSeconds") or o.lease_duration_s
+            if holder and holder != o.identity and self._monotonic() < self._observed_at + duration:
+                return False
+            transitions = spec.get("leaseTransitions") or 0
+            patch_spec: dict[str, Any] = {
+                "holderIdentity": o.identity,
+                "leaseDurationSeconds": max(1, round(o.lease_duration_s)),
+                "renewTime": now,
+            }
+            if holder != o.identity:
+                patch_spec["acquireTime"] = now
+                patch_spec["leaseTransitions"] = transitions + 1
+            meta = lease.get("metadata") if isinstance(lease.get("metadata"), dict) else {}
+            assert isinstance(meta, dict)
+            patch: dict[str, Any] = {"spec": patch_spec}
+            if meta.get("resourceVersion"):
+                patch["metadata"] = {"resourceVersion": meta["resourceVersion"]}
+            response = await _raw(
+                self._api.patch_namespaced_lease(o.name, o.namespace, patch, _preload_content=False)
+            )
+            response.release()
+            if response.status == 409:
+                return False  # somebody wrote in between: not ours this round
+            return 200 <= response.status < 300
+        except (aiohttp.ClientError, OSError, TimeoutError, RuntimeError, ValueError) as exc:
+            log.warning("lease %s/%s: %r", o.namespace, o.name, exc)
+            return False
+
+    # -- the loop ----------------------------------------------------------------------
+    def _set_leader(self, value: bool, how: str = "") -> None:
+        if value != self.is_leader:
+            log.warning(
+                "%s %s the lease %s/%s",
+                self.options.identity,
+                how or ("acquired" if value else "lost"),
+                self.options.namespace,
+                self.options.name,
+            )
+        self.is_leader = value
+        if self.metrics is not None:
+            self.metrics.leader.set(1 if value else 0)
+
+    async def acquire(self) -> None:
+        """Return once we hold the lease (tries every ``retry_period_s``)."""
+        while not await self.try_acquire_or_renew():
+            await asyncio.sleep(self.options.retry_period_s)
+        self._set_leader(True)
+
+    async def hold(self) -> None:
+        """Renew every ``retry_period_s``; raise :class:`LeadershipLost` after the deadline."""
+        o = self.options
+        last_success = self._monotonic()
+        while True:
+            await asyncio.sleep(o.retry_period_s)
+            if await self.try_acquire_or_renew():
+                last_success = self._monotonic()
+            elif self._monotonic() - last_success >= o.renew_deadline_s:
+                self._set_leader(False)
+                raise LeadershipLost(f"no renewal for {o.renew_deadline_s:g} s")
+
+    async def release(self) -> None:
+        """Give the lease up (if we hold it) so another replica takes over at once."""
+        if not self.is_leader:
+            return
+        o = self.options
+        self._set_leader(False, "releases")
+        try:
+            lease = await self._read()
+            spec = (lease or {}).get("spec") or {}
+            if lease is None or spec.get("holderIdentity") != o.identity:
+                return
+            meta = lease.get("metadata") or {}
+            patch: dict[str, Any] = {"spec": {"holderIdentity": "", "leaseDurationSeconds": 1}}
+            if meta.get("resourceVersion"):
+                patch["metadata"] = {"resourceVersion": meta["resourceVersion"]}
+            response = await _raw(
+                self._api.patch_namespaced_lease(o.name, o.namespace, patch, _preload_content=False)
+            )
+            response.release()
+        except (aiohttp.ClientError, OSError, TimeoutError, RuntimeError, ValueError) as exc:
+            log.warning("releasing lease %s/%s: %r", o.namespace, o.name, exc)
+
+    async def run(self, work: Callable[[], Awaitable[None]]) -> None:
+        """Acquire, run ``work`` while renewing, release at the end.
+
+        Raises :class:`LeadershipLost` (after cancelling ``work``) when renewal
+        fails: the caller should exit and let the process restart as a candidate.
+        """
+        await self.acquire()
+        holder = asyncio.ensure_future(self.hold())
+        worker = asyncio.ensure_future(work())
+        try:
+            await asyncio.wait({holder, worker}, return_when=asyncio.FIRST_COMPLETED)
+            if holder.done():
+                worker.cancel()
+                await asyncio.wait({worker})
+                holder.result()  # raises LeadershipLost
+            worker.result()
+        finally:
+            for task in (holder, worker):
+                task.cancel()
+            await asyncio.wait({holder, worker})
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(self.release())

@@ -1,0 +1,84 @@
+"""The GPU-only filter for a connector that runs for months: remembers, then forgets.
+
+:class:`connectors.k8s.slim.GpuFilter` remembers every GPU pod and node name it
+ever saw, which is right for a file and a slow leak for a live connector. This
+one keeps the same rules (GPU pods, GPU nodes, Events that involve them or name
+a GPU resource) and forgets a pod or node ``forget_after`` after its deletion.
+
+Traps:
+
+* Forget *late*, not at deletion: the Events about a pod (``Killing``,
+  ``Evicted``, ``FailedKillPod``) keep arriving after its DELETED, and the API
+  server keeps Events for an hour by default; the default here is two hours.
+* Time is the events' own time (the receive time for live pods and nodes), not
+  a clock read here, so the filter is deterministic in tests.
+* A name re-added before its forget time is live again: a StatefulSet pod
+  recreated under the same name must not be forgotten by its predecessor's timer.
+* Pods and nodes must be seen before the Events about them (the connector
+  lists pods and nodes first); an Event about a pod not yet seen is dropped
+  unless its message names a GPU resource.
+"""
+
+from __future__ import annotations
+
+import heapq
+from datetime import datetime, timedelta
+
+from connectors.k8s.slim import DEFAULT_CONFIG, SlimConfig, is_gpu_node, is_gpu_pod
+from schemas.events import KubeEvent, NodeEvent, PodEvent
+
+FORGET_AFTER = timedelta(hours=2)
+
+
+class LiveGpuFilter:
+    """Keeps GPU pods, GPU nodes and the Events involving them; forgets deleted names later."""
+
+    def __init__(
+        self, config: SlimConfig = DEFAULT_CONFIG, forget_after: timedelta = FORGET_AFTER
+    ) -> None:
+        self._config = config
+        self._forget_after = forget_after
+        self._names: dict[str, datetime | None] = {}
+        """``pod:ns/name`` or ``node:name`` -> when to forget it (None while it exists)."""
+        self._due: list[tuple[datetime, str]] = []
+        """A heap: event times are not monotonic (listed objects carry their own times)."""
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+    def _remember(self, key: str, event: PodEvent | NodeEvent) -> None:
+        if event.op == "deleted":
+            due = event.time + self._forget_after
+            self._names[key] = due
+            heapq.heappush(self._due, (due, key))
+        else:
+            self._names[key] = None
+
+    def _purge(self, now: datetime) -> None:
+        while self._due and self._due[0][0] <= now:
+            due, key = heapq.heappop(self._due)
+            if self._names.get(key) == due:
+                del self._names[key]
+
+    def keep(self, event: PodEvent | NodeEvent | KubeEvent) -> bool:
+        """Whether ``event`` belongs in the GPU-only stream (and remember GPU pods/nodes)."""
+        self._purge(event.time)
+        if isinstance(event, PodEvent):
+            if is_gpu_pod(event):
+                self._remember(f"pod:{event.namespace}/{event.name}", event)
+                return True
+            return False
+        if isinstance(event, NodeEvent):
+            if is_gpu_node(event):
+                self._remember(f"node:{event.node}", event)
+                return True
+            return False
+        ref = event.involved
+        if ref.kind == "Pod" and f"pod:{ref.namespace}/{ref.name}" in self._names:
+            return True
+        if event.node and f"node:{event.node}" in self._names:
+            return True
+        config = self._config
+        return any(name in event.message for name in config.gpu_resources) or any(
+            prefix in event.message for prefix in config.gpu_prefixes
+        )

@@ -1,0 +1,89 @@
+"""The Kubernetes connector's Prometheus metrics (one registry per connector, like the processor).
+
+=======================================================  ====================================
+``gputriage_connector_events_out_total{source}``         events acknowledged by the broker
+``gputriage_connector_dead_letters_total{resource}``     objects/lines sent to the dead-letter topic
+``gputriage_connector_buffered_events``                  items waiting between watch and producer
+``gputriage_connector_backpressure_seconds_total``       time the watch waited on a full buffer
+``gputriage_connector_delivery_failures_total``          failed produce attempts (each retried)
+``gputriage_connector_relists_total{resource}``          lists after the first (410 Gone)
+``gputriage_connector_watch_restarts_total{resource,reason}``  watches re-opened, by reason
+``gputriage_connector_api_errors_total{resource,code}``  API answers that were errors (0: no answer)
+``gputriage_connector_leader``                           1 while this replica holds the Lease
+=======================================================  ====================================
+
+Lives in ``connectors/`` (not ``streams/app/metrics.py``): the layer contract
+forbids connectors from importing the processor's modules.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+
+
+class ConnectorMetrics:
+    """Every metric of one connector process."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        self.events_out = Counter(
+            "gputriage_connector_events_out",
+            "Events acknowledged by the broker, by source.",
+            ["source"],
+            registry=r,
+        )
+        self.dead_letters = Counter(
+            "gputriage_connector_dead_letters",
+            "Objects or lines that could not be slimmed, sent to the dead-letter topic.",
+            ["resource"],
+            registry=r,
+        )
+        self.buffered = Gauge(
+            "gputriage_connector_buffered_events",
+            "Items waiting in the bounded buffer between the watch and the producer.",
+            registry=r,
+        )
+        self.backpressure = Counter(
+            "gputriage_connector_backpressure_seconds",
+            "Seconds the watch waited because the buffer was full (broker slow or down).",
+            registry=r,
+        )
+        self.delivery_failures = Counter(
+            "gputriage_connector_delivery_failures",
+            "Produce attempts that failed; the batch is kept and retried.",
+            registry=r,
+        )
+        self.relists = Counter(
+            "gputriage_connector_relists",
+            "Lists after the first one (the watch's resourceVersion was too old).",
+            ["resource"],
+            registry=r,
+        )
+        self.watch_restarts = Counter(
+            "gputriage_connector_watch_restarts",
+            "Watches re-opened, by reason (closed, silent, error).",
+            ["resource", "reason"],
+            registry=r,
+        )
+        self.api_errors = Counter(
+            "gputriage_connector_api_errors",
+            "Kubernetes API requests that failed, by HTTP status (0: no answer).",
+            ["resource", "code"],
+            registry=r,
+        )
+        self.leader = Gauge(
+            "gputriage_connector_leader",
+            "1 while this replica holds the leader Lease (or runs without election).",
+            registry=r,
+        )
+
+    def value(self, name: str, **labels: str) -> float:
+        """One sample's current value (0 when absent): for tests and logs."""
+        value = self.registry.get_sample_value(name, labels or None)
+        return 0.0 if value is None else value
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> int:
+        """Expose ``/metrics`` on ``port`` (0 picks a free one) in a daemon thread; the port."""
+        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        return int(server.server_address[1])

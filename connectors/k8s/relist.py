@@ -1,0 +1,108 @@
+"""What changed while we were not watching: the known set versus a fresh list, as changes.
+
+A watch that ends with ``410 Gone`` ("too old resource version") has missed an
+unknown number of changes: etcd compacted the history we would have resumed
+from. The only way back is a new list. Simply emitting that list as ``added``
+(what a naive informer restart does) hides the two things that matter most for
+incidents: objects that were *deleted* while we were away (an evicted GPU pod
+that is already gone) and objects that did *not* change (which must not be
+re-emitted as if something happened). :func:`diff` makes that explicit.
+
+The known set is ``uid -> Known``: the last resourceVersion we emitted for the
+object and, for pods and nodes, the last slimmed event (a few hundred bytes,
+not the 10 KB raw object), because a deletion seen only by its absence has no
+object to slim: the ``deleted`` event is the last known state with ``op``
+changed (see :func:`deletion`).
+
+Traps:
+
+* Identity is the **uid**, not namespace/name: a StatefulSet pod deleted and
+  recreated under the same name while we were away is a deletion *and* an
+  addition, and both must be emitted.
+* resourceVersions are opaque strings: compare them for equality only, never
+  order them (the API conventions say so, even though etcd's are integers).
+* A deletion needs a deterministic, *newer* id: the object's own final
+  resourceVersion is unknown, so the id uses the list's resourceVersion
+  (``k8s:<uid>:<listRV>``), which is newer than anything in that list.
+* Items without a usable uid cannot be diffed; they are returned as ``added``
+  so that slimming reports them as dead letters instead of dropping them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import msgspec
+
+from schemas.events import NodeEvent, PodEvent
+from schemas.types import Op
+
+
+@dataclass(frozen=True, slots=True)
+class Known:
+    """What we last emitted for one object: its resourceVersion and slimmed state."""
+
+    resource_version: str
+    event: PodEvent | NodeEvent | None = None
+    """The last slimmed pod/node (for deletions seen only by absence); None for Events
+    and for objects we do not forward (filtered out, or not slimmable)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Change:
+    """One difference: an object to slim (``added``/``modified``) or a ``deleted`` known one."""
+
+    op: Op
+    uid: str
+    obj: dict[str, Any] | None = None
+    """The raw object from the list (None for deletions)."""
+    last: Known | None = None
+    """What we knew (for modifications and deletions)."""
+
+
+def identity(obj: object) -> tuple[str, str]:
+    """``(uid, resourceVersion)`` of a raw object; empty strings when absent or malformed."""
+    if not isinstance(obj, dict):
+        return "", ""
+    meta = obj.get("metadata")
+    if not isinstance(meta, dict):
+        return "", ""
+    uid = meta.get("uid")
+    version = meta.get("resourceVersion")
+    return (
+        uid if isinstance(uid, str) else "",
+        version if isinstance(version, str) else "",
+    )
+
+
+def diff(known: Mapping[str, Known], items: Sequence[Any]) -> list[Change]:
+    """The changes that turn ``known`` into ``items``: list order first, then deletions by uid.
+
+    Unchanged objects (same uid, same resourceVersion) give nothing.
+    """
+    changes: list[Change] = []
+    seen: set[str] = set()
+    for item in items:
+        uid, version = identity(item)
+        if not uid:
+            changes.append(Change("added", "", item if isinstance(item, dict) else {"item": item}))
+            continue
+        seen.add(uid)
+        last = known.get(uid)
+        if last is None:
+            changes.append(Change("added", uid, item))
+        elif last.resource_version != version:
+            changes.append(Change("modified", uid, item, last))
+    for uid in sorted(known.keys() - seen):
+        changes.append(Change("deleted", uid, None, known[uid]))
+    return changes
+
+
+def deletion(
+    last: PodEvent | NodeEvent, uid: str, list_version: str, when: datetime
+) -> PodEvent | NodeEvent:
+    """The ``deleted`` event for an object that vanished: its last state, a newer id and time."""
+    return msgspec.structs.replace(last, op="deleted", id=f"k8s:{uid}:{list_version}", time=when)

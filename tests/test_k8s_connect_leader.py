@@ -1,0 +1,131 @@
+"""Lease leader election against kmock's emulator (it stores the Lease; we read it back).
+
+Trap for these tests: kmock does not enforce resourceVersion preconditions, so
+two candidates racing on the very same expired Lease could both "win" here
+(the real API server answers the loser 409). The tests therefore start the
+second candidate once the first holds the lease, which is the situation that
+matters in production (a running leader and a waiting replica).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from kubernetes_asyncio.client import CoordinationV1Api
+
+from connectors.k8s.leader import LeadershipLost, LeaseElector, LeaseOptions
+from connectors.k8s.metrics import ConnectorMetrics
+from tests.k8s_helpers import eventually, fake_cluster
+
+FAST: dict[str, Any] = {
+    "namespace": "gputriage",
+    "lease_duration_s": 1.0,
+    "renew_deadline_s": 0.6,
+    "retry_period_s": 0.05,
+}
+
+
+def lease_spec(cluster: Any) -> dict[str, Any]:
+    obj = cluster.server.objects[
+        cluster.server.resource("coordination.k8s.io", "v1", "leases"),
+        "gputriage",
+        "gputriage-connect-k8s",
+    ]
+    spec: dict[str, Any] = obj["spec"]
+    return spec
+
+
+def test_options_must_order_the_timings() -> None:
+    with pytest.raises(ValueError, match="retry period < renew deadline < lease duration"):
+        LeaseOptions(namespace="ns", identity="a", lease_duration_s=5, renew_deadline_s=5)
+    with pytest.raises(ValueError, match="identity"):
+        LeaseOptions(namespace="ns", identity="")
+
+
+def test_one_leader_and_the_other_takes_over_when_it_releases() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster:
+            a_metrics = ConnectorMetrics()
+            a = LeaseElector(cluster.api, LeaseOptions(identity="a", **FAST), metrics=a_metrics)
+            b = LeaseElector(cluster.api, LeaseOptions(identity="b", **FAST))
+            a_working = asyncio.Event()
+            a_stop = asyncio.Event()
+            b_working = asyncio.Event()
+
+            async def work_a() -> None:
+                a_working.set()
+                await a_stop.wait()
+
+            async def work_b() -> None:
+                b_working.set()
+                await asyncio.Event().wait()
+
+            task_a = asyncio.create_task(a.run(work_a))
+            await asyncio.wait_for(a_working.wait(), 5)
+            assert lease_spec(cluster)["holderIdentity"] == "a"
+            assert a_metrics.value("gputriage_connector_leader") == 1
+            task_b = asyncio.create_task(b.run(work_b))
+            # b keeps trying for longer than a lease duration, and never wins: a renews.
+            await eventually(lambda: b.attempts >= 25, what="b's attempts")
+            assert not b_working.is_set()
+            assert not b.is_leader
+            a_stop.set()  # a finishes its work: it releases the lease
+            await asyncio.wait_for(task_a, 5)
+            assert a_metrics.value("gputriage_connector_leader") == 0
+            await asyncio.wait_for(b_working.wait(), 2)
+            spec = lease_spec(cluster)
+            assert spec["holderIdentity"] == "b"
+            assert spec["leaseTransitions"] == 1
+            task_b.cancel()
+            await asyncio.gather(task_b, return_exceptions=True)
+
+    asyncio.run(asyncio.wait_for(scenario(), 20))
+
+
+def test_a_crashed_leader_is_replaced_after_the_lease_duration() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster:
+            a = LeaseElector(cluster.api, LeaseOptions(identity="a", **FAST))
+            b = LeaseElector(cluster.api, LeaseOptions(identity="b", **FAST))
+            await a.acquire()  # a holds it and then dies: no renewals, no release
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            await asyncio.wait_for(b.acquire(), 5)
+            waited = loop.time() - started
+            assert lease_spec(cluster)["holderIdentity"] == "b"
+            assert waited >= FAST["lease_duration_s"] * 0.9  # not before the lease expired
+
+    asyncio.run(asyncio.wait_for(scenario(), 20))
+
+
+def test_a_leader_that_cannot_renew_steps_down_and_stops_working() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster:
+            a = LeaseElector(cluster.api, LeaseOptions(identity="a", **FAST))
+            working = asyncio.Event()
+            cancelled = asyncio.Event()
+
+            async def work() -> None:
+                working.set()
+                try:
+                    await asyncio.Event().wait()
+                except asyncio.CancelledError:
+                    cancelled.set()
+                    raise
+
+            task = asyncio.create_task(a.run(work))
+            await asyncio.wait_for(working.wait(), 5)
+            # Another identity takes the lease behind a's back (an operator, a split brain).
+            await CoordinationV1Api(cluster.api).patch_namespaced_lease(
+                "gputriage-connect-k8s",
+                "gputriage",
+                {"spec": {"holderIdentity": "intruder", "renewTime": "2099-01-01T00:00:00Z"}},
+            )
+            with pytest.raises(LeadershipLost):
+                await asyncio.wait_for(task, 5)
+            assert cancelled.is_set()
+            assert not a.is_leader
+
+    asyncio.run(asyncio.wait_for(scenario(), 20))
