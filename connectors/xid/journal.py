@@ -1,0 +1,216 @@
+"""Following kernel messages in the systemd journal, where ``/dev/kmsg`` is out of reach.
+
+``gputriage connect kmsg --journal`` runs ``journalctl -o json --follow
+_TRANSPORT=kernel`` and parses its JSON lines with the same parser as every
+other framing (:func:`connectors.xid.lines.parse_line`; ids are
+``journal:<node>:<hash of the entry's cursor>``). The journal's own cursor is
+the position: it is saved (with the boot id) after the broker acknowledged a
+batch and passed back as ``--after-cursor`` on restart, so a restarted reader
+neither re-sends nor skips an entry.
+
+Traps:
+
+* ``journalctl -k`` implies ``-b`` (this boot only). Resuming with
+  ``--after-cursor`` after a reboot would then silently skip the end of the
+  previous boot, which is exactly where the XIDs that led to the reboot are.
+  So we match ``_TRANSPORT=kernel`` instead; only a first start (no cursor)
+  uses ``-b``, to begin at the current boot rather than at the journal's
+  oldest entry.
+* journald writes ``_BOOT_ID`` as 32 hex digits, ``/proc`` as a dashed UUID:
+  both are normalised (:func:`connectors.xid.kmsg.canonical_boot_id`). An entry
+  from another boot than the last one seen is a reboot, reported as a
+  ``Rebooted`` event timed at that boot's first kernel entry.
+* ``journalctl -o json`` separates keys and values with ``" : "`` in some
+  systemd versions and ``":"`` in others; nothing here assumes either.
+* Decoding the JSON of every entry would cost more than the parsing: only
+  entries that contain ``Xid`` are decoded (by the parser's fast path), the
+  boot id is found by a substring search, and only the last entry of each
+  chunk is decoded for its cursor.
+* If ``journalctl`` exits (missing binary, journal vacuumed under it), the
+  source ends; ``connect kmsg`` then exits non-zero and the DaemonSet restarts
+  it from the saved cursor. Its stderr is passed through to ours.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Final
+
+import msgspec
+import orjson
+
+from connectors.xid.kmsg import (
+    EPOCH,
+    Batch,
+    DeadLine,
+    ReadStats,
+    canonical_boot_id,
+    load_state,
+    reboot_event,
+    save_state,
+)
+from connectors.xid.lines import LineContext, parse_line
+from schemas.codec import RecordError
+from schemas.events import KubeEvent
+
+JOURNALCTL: Final = "journalctl"
+_BOOT_KEY: Final = b'"_BOOT_ID"'
+_CHUNK: Final = 1 << 16
+
+
+class JournalState(msgspec.Struct, frozen=True, kw_only=True):
+    """The journal cursor of the last entry handled, and the boot it belonged to."""
+
+    cursor: str
+    boot_id: str
+
+
+def journal_command(
+    executable: str, cursor: str, *, follow: bool, directory: str = ""
+) -> list[str]:
+    """The ``journalctl`` command line: resume after ``cursor``, or start at this boot."""
+    command = [executable, "-o", "json", "--no-pager", "-q"]
+    if directory:
+        command += ["-D", directory]
+    command += ["--after-cursor", cursor] if cursor else ["-b"]
+    if follow:
+        command.append("--follow")
+    command.append("_TRANSPORT=kernel")
+    return command
+
+
+class JournalSource:
+    """Kernel entries from ``journalctl``, as batches of events, resuming at the saved cursor."""
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        cluster: str,
+        state_path: str | Path,
+        boot_id: str,
+        executable: str = JOURNALCTL,
+        directory: str = "",
+        follow: bool = True,
+    ) -> None:
+        self.stats = ReadStats()
+        self.name = "journal"
+        self.state_path = Path(state_path)
+        self.state_path.parent.mkdir(parents=True, exist_ok=True)
+        self.context = LineContext(node=node, cluster=cluster)
+        self.state_error: RecordError | None = None
+        try:
+            saved = load_state(self.state_path, JournalState)
+        except RecordError as exc:
+            self.state_error, saved = exc, None
+        self.cursor = saved.cursor if saved else ""
+        self.boot_id = saved.boot_id if saved else canonical_boot_id(boot_id)
+        self.command = journal_command(executable, self.cursor, follow=follow, directory=directory)
+        self._process: asyncio.subprocess.Process | None = None
+        self._status: int | None = None
+        self._rest = b""
+
+    async def start(self) -> None:
+        """Start ``journalctl`` (``OSError`` if it cannot be run)."""
+        self._process = await asyncio.create_subprocess_exec(
+            *self.command, stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL
+        )
+
+    async def next_batch(self, wait_s: float) -> Batch | None:
+        """What ``journalctl`` printed within ``wait_s``; ``None`` once it has exited."""
+        process = self._process
+        if process is None or process.stdout is None:
+            raise RuntimeError("JournalSource is not started")
+        try:
+            data = await asyncio.wait_for(process.stdout.read(_CHUNK), wait_s)
+        except TimeoutError:
+            return Batch()
+        if not data:
+            return None
+        *lines, self._rest = (self._rest + data).split(b"\n")
+        return self._batch([line for line in lines if line.strip()])
+
+    def _batch(self, lines: Sequence[bytes]) -> Batch:
+        batch = Batch(records=len(lines))
+        for line in lines:
+            self.stats.records += 1
+            boot = _boot_of(line)
+            if boot and boot != self.boot_id:
+                batch.events.append(self._reboot(boot, line))
+            result = parse_line(line, self.context)
+            if result is None:
+                continue
+            if isinstance(result, RecordError):
+                self.stats.bad += 1
+                batch.dead.append(DeadLine(line, result, None))
+                continue
+            self.stats.xids += 1
+            batch.events.append(result)
+        cursor = _last_cursor(lines)
+        if cursor:
+            self.cursor = cursor
+            batch.state = JournalState(cursor=cursor, boot_id=self.boot_id)
+        return batch
+
+    def _reboot(self, boot: str, line: bytes) -> KubeEvent:
+        previous, self.boot_id = self.boot_id, boot
+        self.stats.reboots += 1
+        return reboot_event(self.context, boot, previous, _entry_time(line))
+
+    def commit(self, batch: Batch) -> None:
+        """Save the batch's cursor: only after its events and dead letters are acknowledged."""
+        if batch.state is not None:
+            save_state(self.state_path, batch.state)
+
+    async def close(self) -> None:
+        """Stop ``journalctl`` (it follows forever) and reap it."""
+        process, self._process = self._process, None
+        if process is None:
+            return
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.terminate()
+        self._status = await process.wait()
+
+    @property
+    def exit_status(self) -> int | None:
+        """``journalctl``'s exit status once it has ended (negative: killed by that signal)."""
+        if self._process is not None:
+            return self._process.returncode
+        return self._status
+
+
+def _boot_of(line: bytes) -> str:
+    """The entry's ``_BOOT_ID`` without decoding the JSON (``"K":"v"`` or ``"K" : "v"``)."""
+    key = line.find(_BOOT_KEY)
+    if key < 0:
+        return ""
+    start = line.find(b'"', key + len(_BOOT_KEY)) + 1
+    end = line.find(b'"', start) if start > 0 else -1
+    return canonical_boot_id(line[start:end].decode("ascii", "replace")) if end > start else ""
+
+
+def _decode(line: bytes) -> dict[str, Any]:
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def _last_cursor(lines: Sequence[bytes]) -> str:
+    for line in reversed(lines):
+        cursor = _decode(line).get("__CURSOR")
+        if isinstance(cursor, str) and cursor:
+            return cursor
+    return ""
+
+
+def _entry_time(line: bytes) -> datetime:
+    stamp = _decode(line).get("__REALTIME_TIMESTAMP")
+    text = str(stamp) if isinstance(stamp, str | int) else ""
+    return EPOCH + timedelta(microseconds=int(text) if text.isdigit() and len(text) < 18 else 0)

@@ -1,0 +1,348 @@
+"""Reading ``/dev/kmsg`` exactly once across restarts and reboots.
+
+``gputriage connect kmsg`` runs one reader per GPU node. :class:`KmsgSource`
+turns the device's records into batches of typed events and dead letters, and
+remembers how far it got in a small state file, so a restarted reader neither
+re-sends nor skips a record. The caller publishes a batch, waits for the
+broker's acknowledgement, and only then calls :meth:`KmsgSource.commit`: a
+crash between the two re-sends one batch (at-least-once; the ids are
+deterministic, ``kmsg:<node>:<boot id>:<seq>``, so the duplicates are
+harmless downstream), and never loses one.
+
+How ``/dev/kmsg`` behaves (kernel ``Documentation/ABI/testing/dev-kmsg``), and
+the traps that follow:
+
+* Each ``read()`` returns exactly one record, ``prio,seq,usec,flags;message\\n``,
+  possibly followed by dictionary lines that start with a space
+  (`` SUBSYSTEM=pci``), which we drop. A buffer smaller than the record is
+  ``EINVAL``, so we read 16 KiB at a time.
+* A fresh open starts at the *oldest* record still in the ring buffer, and the
+  device cannot seek to a sequence number. So a restarted reader reads from
+  the start and skips every record whose ``seq`` is not above the saved one.
+* **Sequence gaps.** The ring buffer is small; records overwritten before we
+  read them are gone. When that happens while we read, ``read()`` fails once
+  with ``EPIPE`` and the next read continues at the oldest surviving record.
+  Either way the gap shows as a jump in ``seq``: we count the missing records
+  (:attr:`ReadStats.skipped`) and report them; they cannot be recovered.
+* **Reboots.** ``seq`` restarts at 0 with every boot, so a saved sequence
+  number means nothing without its boot id
+  (``/proc/sys/kernel/random/boot_id``). A state file from another boot means
+  the node rebooted: the reader reads the new boot's ring from the start and
+  reports the reboot as a Kubernetes-style ``Rebooted`` event (the reason and
+  message kubelet itself uses), timed at the new boot.
+* **Event time.** ``usec`` is the kernel's clock since boot; the wall time is
+  the boot time (``btime`` in ``/proc/stat``, whole seconds) plus ``usec``.
+* **Continuation records.** Old kernels split a ``KERN_CONT`` line into
+  fragments (flags ``c`` then ``+``); newer ones merge them. Each record is
+  parsed on its own, so an XID line split that way (never seen from NVRM,
+  which prints whole lines) would be a dead letter, not a silent drop.
+* **Polling.** The device is opened non-blocking and polled when idle (one
+  ``read()`` per interval): the same code then reads a regular file or a FIFO
+  standing in for ``/dev/kmsg`` in tests, which ``epoll`` cannot watch.
+* The state file is replaced atomically (write a temporary file beside it,
+  ``fsync``, ``rename``), so a crash never leaves half a state file. A state
+  file that cannot be read is treated as missing (the reader starts over from
+  the oldest record; ids make the re-sent records harmless) and logged. Its
+  directory is created up front, so a missing one fails at start, not after the
+  first batch was already published.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Final, TypeVar, overload
+
+import msgspec
+
+from connectors.xid.lines import MARKER, LineContext, event_from_kmsg, parse_kmsg_record
+from schemas.codec import RecordError
+from schemas.events import KubeEvent, ObjectRef, XidEvent
+
+DEVICE: Final = "/dev/kmsg"
+BOOT_ID_PATH: Final = "/proc/sys/kernel/random/boot_id"
+PROC_STAT: Final = "/proc/stat"
+READ_SIZE: Final = 16384
+REBOOT_REASON: Final = "Rebooted"
+"""The reason kubelet gives its own reboot event; consumers already know it."""
+REBOOT_SOURCE: Final = "gputriage-kmsg"
+EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+class KmsgState(msgspec.Struct, frozen=True, kw_only=True):
+    """What survives a restart: the boot and the last sequence number handled in it."""
+
+    boot_id: str
+    seq: int
+    """The last record handled (published or deliberately skipped); -1 for none."""
+
+
+S = TypeVar("S", bound=msgspec.Struct)
+_state_encoder: Final = msgspec.json.Encoder()
+
+
+@overload
+def load_state(path: str | Path) -> KmsgState | None: ...
+@overload
+def load_state(path: str | Path, kind: type[S]) -> S | None: ...
+def load_state(path: str | Path, kind: type[msgspec.Struct] = KmsgState) -> msgspec.Struct | None:
+    """The saved state, or ``None`` when there is none; ``RecordError`` if unreadable."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        return msgspec.json.decode(data, type=kind)
+    except msgspec.DecodeError as exc:
+        raise RecordError(f"state file {path}: {exc}") from None
+
+
+def save_state(path: str | Path, state: msgspec.Struct) -> None:
+    """Replace the state file atomically: a temporary file, ``fsync``, ``rename``."""
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.tmp")
+    with open(tmp, "wb") as out:
+        out.write(_state_encoder.encode(state) + b"\n")
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, target)
+    with contextlib.suppress(OSError):  # some filesystems cannot fsync a directory
+        directory = os.open(target.parent, os.O_RDONLY)
+        try:
+            os.fsync(directory)
+        finally:
+            os.close(directory)
+
+
+def read_boot_id(path: str | Path = BOOT_ID_PATH) -> str:
+    """The current boot's id (a UUID the kernel draws at every boot)."""
+    return canonical_boot_id(Path(path).read_text(encoding="ascii"))
+
+
+def read_boot_time(path: str | Path = PROC_STAT) -> datetime:
+    """Boot time from ``btime`` in ``/proc/stat`` (whole seconds since the epoch)."""
+    for line in Path(path).read_text(encoding="ascii").splitlines():
+        if line.startswith("btime "):
+            return datetime.fromtimestamp(int(line.split()[1]), UTC)
+    raise ValueError(f"{path}: no btime line")
+
+
+def canonical_boot_id(raw: str) -> str:
+    """Boot ids as ``/proc`` writes them (a dashed UUID); journald drops the dashes."""
+    text = raw.strip().lower()
+    if len(text) == 32 and "-" not in text:
+        return f"{text[:8]}-{text[8:12]}-{text[12:16]}-{text[16:20]}-{text[20:]}"
+    return text
+
+
+def reboot_event(ctx: LineContext, boot_id: str, previous: str, time: datetime) -> KubeEvent:
+    """A reboot as kubelet reports its own (reason ``Rebooted``); one id per node and boot."""
+    node = ctx.node
+    return KubeEvent(
+        id=f"reboot:{node}:{boot_id}",
+        cluster=ctx.cluster,
+        time=time,
+        node=node,
+        reason=REBOOT_REASON,
+        message=f"Node {node} has been rebooted, boot id: {boot_id} (previous boot id: {previous})",
+        type="Warning",
+        involved=ObjectRef(kind="Node", name=node),
+        source=REBOOT_SOURCE,
+    )
+
+
+@dataclass
+class ReadStats:
+    """Counters for metrics and the final summary."""
+
+    records: int = 0
+    """Records read from the device (including ones already handled before a restart)."""
+    replayed: int = 0
+    """Records at or below the saved sequence number: handled before a restart, skipped."""
+    skipped: int = 0
+    """Records lost to the ring buffer (sequence gaps): never seen, cannot be recovered."""
+    overwritten: int = 0
+    """``EPIPE`` reads: the ring buffer overwrote records before we read them."""
+    xids: int = 0
+    bad: int = 0
+    reboots: int = 0
+
+
+@dataclass(frozen=True)
+class DeadLine:
+    """A record that could not be used: its bytes, why, and its sequence number if known."""
+
+    raw: bytes
+    error: RecordError
+    seq: int | None
+
+
+@dataclass
+class Batch:
+    """What one poll read: events to publish, dead letters, and the state to commit after."""
+
+    events: list[XidEvent | KubeEvent] = field(default_factory=list)
+    dead: list[DeadLine] = field(default_factory=list)
+    state: msgspec.Struct | None = None
+    """The state to save once everything above is acknowledged (``None``: nothing new)."""
+    records: int = 0
+    """Records read from the device for this batch (replayed ones included)."""
+
+    @property
+    def idle(self) -> bool:
+        """Nothing was read and nothing is to be published: time to wait for the device."""
+        return not (self.records or self.events or self.dead)
+
+
+class KmsgDevice:
+    """``/dev/kmsg`` (or a file or FIFO in its record format), opened non-blocking."""
+
+    def __init__(self, path: str | Path = DEVICE) -> None:
+        self.path = str(path)
+        self._fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK)
+        self._rest = b""
+        self._ready: list[bytes] = []
+        self.overwritten = 0
+
+    def read_records(self, limit: int) -> list[bytes]:
+        """Up to ``limit`` complete records available now (never blocks).
+
+        One ``read()`` of a file or FIFO may return many records; those beyond
+        ``limit`` wait for the next call.
+        """
+        records = self._ready
+        while len(records) < limit:
+            try:
+                data = os.read(self._fd, READ_SIZE)
+            except BlockingIOError:
+                break
+            except OSError as exc:
+                if exc.errno == errno.EPIPE:
+                    self.overwritten += 1
+                    continue
+                raise
+            if not data:
+                break
+            records.extend(self._split(data))
+        self._ready = records[limit:]
+        return records[:limit]
+
+    def _split(self, data: bytes) -> list[bytes]:
+        """Whole lines, dictionary lines dropped; a partial last line waits for more data."""
+        data = self._rest + data
+        *lines, self._rest = data.split(b"\n")
+        return [line for line in lines if line and not line.startswith(b" ")]
+
+    def close(self) -> None:
+        """Close the device (idempotent)."""
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+class KmsgSource:
+    """Turns the records of one boot's kmsg into batches, resuming from the state file.
+
+    Opening the device happens here, so a missing or unreadable device is an
+    ``OSError`` before anything is published. If publishing a batch fails, drop
+    this source (end the process): it has already moved past that batch in
+    memory, and only a new source, starting from the state file, re-reads it.
+    """
+
+    def __init__(
+        self,
+        *,
+        node: str,
+        cluster: str,
+        state_path: str | Path,
+        boot_id: str,
+        boot_time: datetime,
+        device: str | Path = DEVICE,
+    ) -> None:
+        self.stats = ReadStats()
+        self.name = f"kmsg:{device}"
+        """Where dead letters say they came from."""
+        self.state_path = Path(state_path)
+        self.state_path.parent.mkdir(parents=True, exist_ok=True)
+        self.boot_id = boot_id
+        self.boot_time = boot_time
+        self.context = LineContext(node=node, cluster=cluster, boot_time=boot_time, boot_id=boot_id)
+        self.state_error: RecordError | None = None
+        try:
+            saved = load_state(self.state_path)
+        except RecordError as exc:
+            self.state_error, saved = exc, None
+        self.previous_boot = saved.boot_id if saved and saved.boot_id != boot_id else ""
+        self._last = saved.seq if saved and saved.boot_id == boot_id else -1
+        self._pending: list[XidEvent | KubeEvent] = []
+        if self.previous_boot:
+            self.stats.reboots += 1
+            self._pending.append(self._reboot_event())
+        self.device = KmsgDevice(device)
+
+    @property
+    def last_seq(self) -> int:
+        """The last sequence number handled in this boot (-1: none yet)."""
+        return self._last
+
+    def _reboot_event(self) -> KubeEvent:
+        return reboot_event(self.context, self.boot_id, self.previous_boot, self.boot_time)
+
+    def poll(self, limit: int = 1000) -> Batch:
+        """Read what is available now (at most ``limit`` records) into one batch."""
+        batch = Batch(events=self._pending)
+        self._pending = []
+        before = self.device.overwritten
+        last = self._last
+        raws = self.device.read_records(limit)
+        batch.records = len(raws)
+        for raw in raws:
+            self.stats.records += 1
+            # Only the sequence number is needed for most records: split, no decoding.
+            fields = raw.split(b",", 2)
+            if len(fields) < 3 or not fields[1].isdigit() or len(fields[1]) > 20:
+                self.stats.bad += 1
+                error = RecordError("kmsg record prefix is not prio,seq,usec,flags", "prefix")
+                batch.dead.append(DeadLine(raw, error, None))
+                continue
+            seq = int(fields[1])
+            if seq <= last:
+                self.stats.replayed += 1
+                continue
+            if seq > last + 1:
+                self.stats.skipped += seq - last - 1
+            last = seq
+            if MARKER not in fields[2]:
+                continue
+            record = parse_kmsg_record(raw)
+            if isinstance(record, RecordError):
+                self.stats.bad += 1
+                batch.dead.append(DeadLine(raw, record, seq))
+                continue
+            result = event_from_kmsg(record, self.context, raw=raw)
+            if result is None:
+                continue
+            if isinstance(result, RecordError):
+                self.stats.bad += 1
+                batch.dead.append(DeadLine(raw, result, record.seq))
+                continue
+            self.stats.xids += 1
+            batch.events.append(result)
+        self.stats.overwritten += self.device.overwritten - before
+        if last != self._last or (batch.events and self.previous_boot):
+            batch.state = KmsgState(boot_id=self.boot_id, seq=last)
+        self._last = last
+        return batch
+
+    def commit(self, batch: Batch) -> None:
+        """Save the batch's state: call only after its events and dead letters are acknowledged."""
+        if batch.state is not None:
+            save_state(self.state_path, batch.state)
+
+    def close(self) -> None:
+        """Close the device."""
+        self.device.close()

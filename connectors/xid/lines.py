@@ -1,0 +1,437 @@
+"""Kernel-log lines to :class:`~schemas.events.XidEvent`: the pure, fast XID line parser.
+
+One function, :func:`parse_line`, takes one raw line in any of the framings a
+GPU node's kernel log comes in, and returns an ``XidEvent``, ``None`` (not an
+XID line: by far the common case) or a :class:`~schemas.codec.RecordError`
+(looks like an XID line but cannot be read: a dead letter). It never raises.
+
+Framings (told apart by content, never by file name)::
+
+    6,1234,5678901,-;NVRM: Xid (...)             /dev/kmsg record: prio,seq,usec,flags;message
+    [ 5678.901234] NVRM: Xid (...)                dmesg: seconds since boot
+    [Mon Dec  1 01:02:03 2026] NVRM: Xid (...)    dmesg -T / --ctime: local wall time
+    2026-12-01T01:02:03,123456+00:00 NVRM: ...    dmesg --time-format iso
+    Dec  1 01:02:03 host kernel: [  5.6] NVRM: .. syslog / journalctl -k (short); also ISO
+    {"MESSAGE": "NVRM: Xid ...", ...}             journalctl -k -o json
+
+XID message shapes (the driver's format string, NVIDIA/open-gpu-kernel-modules
+``krcReportXid_IMPL``: ``"NVRM: Xid (PCI:%04x:%02x:%02x[ GPU-I:%02u[ GPU-CI:%02u]]):
+%d, pid=%s, name=%s, %s%s"``, or ``"...: %d, %s%s"`` when no process is known)::
+
+    NVRM: Xid (PCI:0000:cb:00): 109, pid=1797828, name=pt_main_thread, Ch 00000008, ...
+    NVRM: Xid (PCI:0000:b5:00): 13, pid='<unknown>', name=<unknown>, Graphics ...
+    NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.          (no pid at all)
+    NVRM: Xid (0000:03:00): 14, Channel 00000001                         (legacy, no PCI:)
+    NVRM: Xid (PCI:0018:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 09 (0x025525c6 ...)
+    NVRM: Xid (PCI:0008:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x1
+        (GPU Reset Required)                                              -> recovery_action
+    NVRM: Xid (PCI:...): 45, pid=..., name=..., Ch 00000010 caused by previous Xid 149
+                                                                          -> caused_by
+    nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 ... -> sxid=True
+
+Traps:
+
+* **Speed.** A busy node logs thousands of lines for every XID. ``b"Xid" in
+  raw`` rejects a non-XID line before anything is decoded or matched (the
+  bench bar is 200k lines/s on one core); only lines that contain ``Xid`` pay
+  for decoding and regular expressions.
+* **Looks like an XID, but is not readable.** A line with ``NVRM: Xid`` or
+  ``SXid (`` whose shape does not parse (``NVRM: Xid (PCI:0000:66:00): abc``) is
+  a :class:`RecordError`, never silently dropped: that is how a new driver's
+  changed format becomes visible. Other lines that merely mention ``Xid`` (a
+  monitoring agent logging about XIDs) are not XID lines.
+* **kmsg escaping.** ``/dev/kmsg`` escapes every byte below 0x20, at or above
+  0x7f, and the backslash itself as ``\\xNN``; a message with a newline arrives
+  as one record with ``\\x0a`` in it, and a UTF-8 process name as ``\\xc3\\xa9``.
+  We unescape at the byte level, then decode. Newlines in a message become spaces.
+* **Relative times.** kmsg's ``usec`` and dmesg's ``[secs]`` count from boot
+  (the kernel's local clock, which does not advance during suspend): the event
+  time is the boot time plus that offset, so a boot time is needed
+  (:attr:`LineContext.boot_time`); without it the line is a ``RecordError``, not
+  a guess. ``dmesg -T`` is computed the same way by dmesg itself, in the host's
+  local time zone (:attr:`LineContext.tz`).
+* **Syslog has no year.** ``Dec  1 01:02:03`` takes :attr:`LineContext.year`;
+  a log from December read in January needs the previous year.
+* **32-bit PCI domains** (``PCI:00000001:3b:00``, ``PCI:10000:01:00``) and the
+  missing function number are normalised by :func:`schemas.pci.canonical_bus_id`.
+* **MIG attribution** (``PCI:0000:01:00 GPU-I:05 GPU-CI:00``): ``XidEvent`` has
+  no GPU-instance field yet, so the instance is kept at the front of
+  ``message`` (``GPU-I:05 GPU-CI:00: ...``) rather than lost.
+* **journald** stores a message that is not valid UTF-8 as an array of byte
+  values, not a string; the fast check also lets those through for JSON lines.
+* **Spoofing.** Anyone who can write ``/dev/kmsg`` (root) can log an XID line
+  (fault-injection tools do exactly that, with the ``user`` facility); it is
+  parsed like the driver's own.
+
+Ids are deterministic, so reading the same log twice gives the same events:
+``kmsg:<node>:<boot id>:<seq>`` for kmsg records (when the boot id is known),
+``journal:<node>:<hash of the journal cursor>``, and ``log:<node>:<hash of the
+raw line>`` otherwise (:mod:`connectors.xid.offline` adds ``:<n>`` to the n-th
+identical line of one file).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import Any, Final
+
+import orjson
+
+from schemas.codec import RecordError
+from schemas.events import XidEvent
+from schemas.pci import canonical_bus_id
+
+MARKER: Final = b"Xid"
+"""Every XID and SXid line contains this; the fast path rejects all others."""
+_JSON_BYTES_MESSAGE: Final = re.compile(rb'"MESSAGE"\s*:\s*\[')
+"""journald's MESSAGE as an array of bytes (``":"`` or ``" : "``, by systemd version)."""
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+_MAX_UPTIME_US: Final = 10**15
+"""About 31 years: a larger kmsg ``usec`` is garbage, and would overflow ``datetime``."""
+_MAX_DIGITS: Final = 9
+"""XID codes and pids longer than this are not real (and would not fit the wire format)."""
+
+_BUS = r"(?P<bus>(?:[0-9a-fA-F]{1,8}:)?[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2}(?:\.[0-7])?)"
+_XID_RE: Final = re.compile(
+    r"NVRM: Xid \((?:PCI:)?" + _BUS + r"(?P<mig>(?: GPU-C?I:\s?\d{1,3})*)\):\s*"
+    r"(?P<code>\d+)(?:,\s?(?P<rest>.*))?\Z",
+    re.DOTALL,
+)
+_SXID_RE: Final = re.compile(
+    r"SXid \((?:PCI:)?" + _BUS + r"\):\s*(?P<code>\d+)(?:,\s?(?P<rest>.*))?\Z", re.DOTALL
+)
+_PID_RE: Final = re.compile(
+    r"pid=(?:'(?P<quoted>[^']*)'|(?P<bare>[^,\s]*))(?:,\s?name=(?P<name>[^,]*))?(?:,\s?|\Z)"
+)
+_CAUSED_BY_RE: Final = re.compile(r"caused by previous Xid (\d{1,9})")
+_RECOVERY_RE: Final = re.compile(
+    r"recovery action changed from (?P<old>\S+)(?: \((?P<old_name>[^)]*)\))? to "
+    r"(?P<new>[^\s,]+)(?: \((?P<new_name>[^)]*)\))?"
+)
+
+_KMSG_RE: Final = re.compile(r"(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),(?P<flags>[^;,]*)[^;]*;")
+_DMESG_REL_RE: Final = re.compile(r"\[\s*(?P<sec>\d+)\.(?P<frac>\d{1,9})\]\s?")
+_DMESG_CTIME_RE: Final = re.compile(
+    r"\[(?P<ts>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d \d{4})\]\s?"
+)
+_ISO_RE: Final = re.compile(
+    r"(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)\s+"
+)
+_SYSLOG_RE: Final = re.compile(
+    r"(?P<ts>[A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d(?:\.\d{1,9})?)\s+(?P<host>\S+)\s+"
+)
+_HOST_KERNEL_RE: Final = re.compile(r"(?:\S+\s+)?kernel:\s?")
+_UNESCAPE_RE: Final = re.compile(rb"\\x([0-9a-fA-F]{2})")
+
+
+@dataclass(frozen=True, slots=True)
+class LineContext:
+    """What a line does not say about itself: which node, which boot, which clock."""
+
+    node: str
+    cluster: str = ""
+    boot_time: datetime | None = None
+    """Wall time of boot: turns kmsg ``usec`` and dmesg ``[secs]`` into event times."""
+    boot_id: str = ""
+    """``/proc/sys/kernel/random/boot_id`` of the boot the kmsg records belong to."""
+    tz: tzinfo = UTC
+    """Time zone of ``dmesg -T`` and syslog wall times (the host's local zone)."""
+    year: int | None = None
+    """Year of syslog timestamps, which carry none."""
+
+
+@dataclass(frozen=True, slots=True)
+class XidFields:
+    """What one XID or SXid message says, before framing adds time and id."""
+
+    code: int
+    pci_bus_id: str
+    pid: int | None
+    process: str
+    message: str
+    sxid: bool = False
+    recovery_action: str = ""
+    caused_by: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KmsgRecord:
+    """One ``/dev/kmsg`` record: ``prio,seq,usec,flags[,...];message`` (message unescaped)."""
+
+    prio: int
+    seq: int
+    usec: int
+    flags: str
+    message: str
+
+
+def digest(data: bytes) -> str:
+    """A short, stable hash for ids (not a security measure)."""
+    return hashlib.blake2b(data, digest_size=8).hexdigest()
+
+
+def _decode(data: bytes) -> str:
+    return data.decode("utf-8", errors="replace")
+
+
+def unescape_kmsg(data: bytes) -> bytes:
+    """Undo kmsg's ``\\xNN`` escaping (control bytes, non-ASCII bytes, the backslash)."""
+    if b"\\x" not in data:
+        return data
+    return _UNESCAPE_RE.sub(lambda m: bytes((int(m[1], 16),)), data)
+
+
+def parse_kmsg_record(raw: bytes) -> KmsgRecord | RecordError:
+    """Split one kmsg record; continuation lines (`` KEY=value``) after it are dropped.
+
+    The kernel may append dictionary lines (``\\n SUBSYSTEM=pci``) to a record
+    in the same ``read()``; they start with a space and are not part of the
+    message.
+    """
+    head, sep, body = raw.partition(b";")
+    if not sep:
+        return RecordError("kmsg record without ';'", "prefix")
+    fields = head.split(b",")
+    if len(fields) < 4 or not all(f.isdigit() and len(f) <= 20 for f in fields[:3]):
+        return RecordError("kmsg record prefix is not prio,seq,usec,flags", "prefix")
+    line = body.split(b"\n", 1)[0]
+    message = _decode(unescape_kmsg(line)).replace("\n", " ").rstrip("\r")
+    return KmsgRecord(
+        prio=int(fields[0]),
+        seq=int(fields[1]),
+        usec=int(fields[2]),
+        flags=_decode(fields[3]),
+        message=message,
+    )
+
+
+def parse_message(message: str) -> XidFields | RecordError | None:
+    """The XID/SXid fields of one kernel message, ``None`` if it is not an XID message."""
+    start = message.find("NVRM: Xid")
+    sxid = False
+    if start < 0:
+        start = message.find("SXid (")
+        if start < 0:
+            return None
+        sxid = True
+    text = message[start:].rstrip()
+    match = (_SXID_RE if sxid else _XID_RE).match(text)
+    kind = "SXid" if sxid else "XID"
+    if match is None:
+        return RecordError(f"unrecognised {kind} line: {_clip(text)}", "message")
+    code_text = match["code"]
+    if len(code_text) > _MAX_DIGITS:
+        return RecordError(f"{kind} code out of range: {code_text[:20]}", "code")
+    bus_id = canonical_bus_id(match["bus"])
+    if not bus_id:
+        return RecordError(f"bad PCI bus id {match['bus']!r}", "pci_bus_id")
+    rest = (match["rest"] or "").strip()
+    pid: int | None = None
+    process = ""
+    if not sxid and rest.startswith("pid="):
+        pid_match = _PID_RE.match(rest)
+        if pid_match is not None:
+            value = pid_match["quoted"] if pid_match["quoted"] is not None else pid_match["bare"]
+            if value.isdigit() and len(value) <= _MAX_DIGITS:
+                pid = int(value)
+            name = (pid_match["name"] or "").strip()
+            process = "" if name == "<unknown>" else name
+            rest = rest[pid_match.end() :].strip()
+    mig = " ".join(match["mig"].split()) if not sxid else ""
+    if mig:
+        rest = f"{mig}: {rest}" if rest else mig
+    recovery = ""
+    if "recovery action changed" in rest:
+        rec = _RECOVERY_RE.search(rest)
+        if rec is not None:
+            recovery = (rec["new_name"] or rec["new"]).strip()
+    caused_by: int | None = None
+    if "caused by previous Xid" in rest:
+        cause = _CAUSED_BY_RE.search(rest)
+        if cause is not None:
+            caused_by = int(cause[1])
+    return XidFields(
+        code=int(code_text),
+        pci_bus_id=bus_id,
+        pid=pid,
+        process=process,
+        message=rest,
+        sxid=sxid,
+        recovery_action=recovery,
+        caused_by=caused_by,
+    )
+
+
+def parse_line(raw: bytes, ctx: LineContext) -> XidEvent | RecordError | None:
+    """One raw line (any framing above) to an event, ``None``, or a :class:`RecordError`.
+
+    Never raises: an unexpected failure is a ``RecordError`` whose reason
+    starts with ``internal parser error`` (a bug to report, not a reason to
+    stop a DaemonSet).
+    """
+    if MARKER not in raw and not (raw[:1] == b"{" and _JSON_BYTES_MESSAGE.search(raw)):
+        return None
+    try:
+        return _parse_framed(raw, ctx)
+    except Exception as exc:  # the never-raise contract; see the docstring
+        return RecordError(f"internal parser error: {type(exc).__name__}: {exc}")
+
+
+def _parse_framed(raw: bytes, ctx: LineContext) -> XidEvent | RecordError | None:
+    data = raw.strip()
+    if data[:1] == b"{":
+        return _parse_journal(data, ctx)
+    if data[:1].isdigit():
+        head = data.split(b";", 1)[0]
+        if len(head) < 200 and _KMSG_RE.match(_decode(head) + ";") is not None:
+            return _from_kmsg(data, ctx)
+    text = _decode(data)
+    fields = parse_message(text)
+    if fields is None or isinstance(fields, RecordError):
+        return fields
+    start = text.find("NVRM: Xid")
+    prefix = text[: start if start >= 0 else text.find("SXid (")]
+    when = _prefix_time(prefix, ctx)
+    if isinstance(when, RecordError):
+        return when
+    source, time = when
+    return _event(fields, ctx, f"log:{ctx.node}:{digest(data)}", time, source)
+
+
+def _from_kmsg(data: bytes, ctx: LineContext) -> XidEvent | RecordError | None:
+    record = parse_kmsg_record(data)
+    if isinstance(record, RecordError):
+        return record
+    return event_from_kmsg(record, ctx, raw=data)
+
+
+def event_from_kmsg(
+    record: KmsgRecord, ctx: LineContext, *, raw: bytes = b""
+) -> XidEvent | RecordError | None:
+    """The XID event of one kmsg record (``None`` when it is not an XID record)."""
+    if "Xid" not in record.message:
+        return None
+    fields = parse_message(record.message)
+    if fields is None or isinstance(fields, RecordError):
+        return fields
+    if ctx.boot_time is None:
+        return RecordError("kmsg time is relative to boot and the boot time is unknown", "usec")
+    if record.usec > _MAX_UPTIME_US:
+        return RecordError(f"kmsg usec {record.usec} is not a time since boot", "usec")
+    time = ctx.boot_time + timedelta(microseconds=record.usec)
+    if ctx.boot_id:
+        event_id = f"kmsg:{ctx.node}:{ctx.boot_id}:{record.seq}"
+    else:
+        event_id = f"log:{ctx.node}:{digest(raw or record.message.encode())}"
+    return _event(fields, ctx, event_id, time, "kmsg")
+
+
+def _parse_journal(data: bytes, ctx: LineContext) -> XidEvent | RecordError | None:
+    try:
+        obj: Any = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        if MARKER in data:
+            return RecordError("journal line is not valid JSON", "$")
+        return None
+    if not isinstance(obj, dict):
+        return None
+    raw_message = obj.get("MESSAGE")
+    if isinstance(raw_message, list):
+        if not all(isinstance(b, int) and 0 <= b < 256 for b in raw_message):
+            return RecordError("MESSAGE is neither a string nor bytes", "$.MESSAGE")
+        message = _decode(bytes(raw_message))
+    elif isinstance(raw_message, str):
+        message = raw_message
+    else:
+        return None
+    fields = parse_message(message.replace("\n", " "))
+    if fields is None or isinstance(fields, RecordError):
+        return fields
+    stamp = obj.get("__REALTIME_TIMESTAMP")
+    if not (isinstance(stamp, str | int) and str(stamp).isdigit()) or len(str(stamp)) > 17:
+        return RecordError("missing or bad __REALTIME_TIMESTAMP", "$.__REALTIME_TIMESTAMP")
+    time = _EPOCH + timedelta(microseconds=int(stamp))
+    cursor = obj.get("__CURSOR")
+    anchor = cursor.encode() if isinstance(cursor, str) and cursor else data
+    return _event(fields, ctx, f"journal:{ctx.node}:{digest(anchor)}", time, "journal")
+
+
+def _prefix_time(prefix: str, ctx: LineContext) -> tuple[str, datetime] | RecordError:
+    """``(source, event time)`` from the text in front of ``NVRM:``/``SXid``."""
+    text = prefix.lstrip()
+    if text.startswith("kernel:"):
+        text = text[7:].lstrip()
+    if not text:
+        return RecordError("XID line without a timestamp", "time")
+    if text[0] == "[":
+        rel = _DMESG_REL_RE.match(text)
+        if rel is not None:
+            if ctx.boot_time is None:
+                return RecordError(
+                    "dmesg time is relative to boot and the boot time is unknown", "time"
+                )
+            if len(rel["sec"]) > 10:
+                return RecordError(f"dmesg time {rel['sec']} is not a time since boot", "time")
+            micros = int(rel["sec"]) * 1_000_000 + int(rel["frac"].ljust(6, "0")[:6])
+            return "dmesg", ctx.boot_time + timedelta(microseconds=micros)
+        ctime = _DMESG_CTIME_RE.match(text)
+        if ctime is not None:
+            parsed = _strptime(ctime["ts"], "%a %b %d %H:%M:%S %Y")
+            if parsed is None:
+                return RecordError(f"bad dmesg -T time {ctime['ts']!r}", "time")
+            return "dmesg", parsed.replace(tzinfo=ctx.tz)
+        return RecordError(f"unrecognised time prefix {_clip(text)}", "time")
+    iso = _ISO_RE.match(text)
+    if iso is not None:
+        try:
+            stamp = datetime.fromisoformat(iso["ts"].replace(",", "."))
+        except ValueError:
+            return RecordError(f"bad ISO time {iso['ts']!r}", "time")
+        if stamp.tzinfo is None:
+            stamp = stamp.replace(tzinfo=ctx.tz)
+        rest = text[iso.end() :]
+        return ("syslog" if _HOST_KERNEL_RE.match(rest) else "dmesg"), stamp
+    syslog = _SYSLOG_RE.match(text)
+    if syslog is not None:
+        if ctx.year is None:
+            return RecordError("syslog time has no year and none was given", "time")
+        fmt = "%Y %b %d %H:%M:%S.%f" if "." in syslog["ts"] else "%Y %b %d %H:%M:%S"
+        parsed = _strptime(f"{ctx.year} {syslog['ts']}", fmt)
+        if parsed is None:
+            return RecordError(f"bad syslog time {syslog['ts']!r}", "time")
+        return "syslog", parsed.replace(tzinfo=ctx.tz)
+    return RecordError(f"unrecognised time prefix {_clip(text)}", "time")
+
+
+def _strptime(text: str, fmt: str) -> datetime | None:
+    try:
+        return datetime.strptime(text, fmt)
+    except ValueError:
+        return None
+
+
+def _event(
+    fields: XidFields, ctx: LineContext, event_id: str, time: datetime, source: str
+) -> XidEvent:
+    return XidEvent(
+        id=event_id,
+        cluster=ctx.cluster,
+        time=time,
+        node=ctx.node,
+        code=fields.code,
+        pci_bus_id=fields.pci_bus_id,
+        pid=fields.pid,
+        process=fields.process,
+        message=fields.message,
+        source=source,
+        sxid=fields.sxid,
+        recovery_action=fields.recovery_action,
+        caused_by=fields.caused_by,
+    )
+
+
+def _clip(text: str, limit: int = 120) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
