@@ -1,0 +1,1 @@
+"""dcgm-exporter source: parse a scrape (exposition), diff scrapes (diff), poll (scrape)."""

@@ -1,0 +1,279 @@
+"""Parse one dcgm-exporter ``/metrics`` scrape into per-GPU samples (pure: no I/O, no clock).
+
+The Prometheus text format is parsed by prometheus-client's own parser
+(:func:`prometheus_client.parser.text_string_to_metric_families`), never by
+regular expressions: label values may hold escaped quotes, commas and braces.
+
+What a scrape is reduced to, per GPU (or MIG instance): its identity labels,
+the pods the exporter's Kubernetes pod mapper put on its series, the
+``DCGM_FI_DEV_XID_ERRORS`` gauge and the ``DCGM_EXP_XID_ERRORS_COUNT`` counts.
+Every other metric only contributes identity and pod labels.
+
+Traps (all seen in real exporter output, see ``tests/data/dcgm/``):
+
+* **Label names differ between exporter versions and flags.** The uuid is
+  ``UUID`` (default) or ``uuid`` (``--use-old-namespace``); the host is
+  ``Hostname`` (<= 3.x) or ``hostname`` (4.x); the model is ``modelName`` or
+  ``model_name``; the pod mapper writes ``pod``/``namespace``/``container`` or,
+  with the old namespace, ``pod_name``/``pod_namespace``/``container_name``.
+  The bus id (``pci_bus_id``, absent in older exporters) is NVML's spelling
+  ``00000000:9B:00.0``; it is canonicalised with :func:`schemas.pci.canonical_bus_id`.
+* **MIG.** With MIG on, every series carries ``GPU_I_ID``/``GPU_I_PROFILE`` and
+  the *parent's* uuid: one GPU uuid then has several instances, each a separate
+  GPU for binding purposes (key ``<uuid>/GI<id>``). The exporter repeats the
+  device-level XID gauge on each instance; XIDs are a property of the physical
+  GPU, so :mod:`connectors.dcgm.diff` folds them per uuid.
+* **Extra labels on the XID series.** Newer exporters (seen in 3.3.7 and 4.x
+  output) put ``err_code``/``err_msg`` (the text of the last XID) on the gauge, and the count metric
+  ``xid`` and ``window_size_in_ms``. They are *values*, not identity: a GPU whose
+  last XID changes must stay the same GPU.
+* **Time-slicing / per-process metrics.** Newer exporters emit one series per
+  pod sharing a GPU (with ``pod_uid``); all of those pods hold the GPU, so the
+  pods of a GPU are the union over all its series, never "the last one seen".
+* **Empty pod labels.** Kubernetes mode writes ``pod=""`` on idle GPUs; an
+  empty name is no pod.
+* Scrape the exporter itself, not a Prometheus federation endpoint: a server
+  adds its own *target* labels ``pod``/``namespace`` (naming the exporter pod),
+  indistinguishable from the pod mapper's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Final
+
+import msgspec
+from prometheus_client.parser import text_string_to_metric_families
+
+from schemas.codec import RecordError
+from schemas.events import PodRef
+from schemas.pci import canonical_bus_id
+
+XID_GAUGE: Final = "DCGM_FI_DEV_XID_ERRORS"
+"""Value of the *last* XID of the GPU (0: none since the exporter started). Last-value
+only: a second XID with the same code, or a burst between two scrapes, is invisible."""
+XID_COUNT: Final = "DCGM_EXP_XID_ERRORS_COUNT"
+"""Per GPU and ``xid`` code, how many XIDs DCGM saw in the last ``window_size_in_ms``
+(NVIDIA/dcgm-exporter#239, off by default). A sliding-window count: it falls as old XIDs age
+out and resets to 0 when the exporter restarts, so only its growth means new XIDs."""
+
+UUID_LABELS: Final = ("UUID", "uuid")
+BUS_LABELS: Final = ("pci_bus_id", "PCI_BUS_ID")
+HOST_LABELS: Final = ("Hostname", "hostname")
+MODEL_LABELS: Final = ("modelName", "model_name")
+POD_LABELS: Final = (
+    ("pod", "namespace", "container"),
+    ("pod_name", "pod_namespace", "container_name"),
+)
+MIG_ID_LABEL: Final = "GPU_I_ID"
+MIG_PROFILE_LABEL: Final = "GPU_I_PROFILE"
+SKIP_LABELS: Final = ("nvlink", "nvswitch")
+"""Series about a link or a switch, not about one GPU's own state."""
+
+
+class GpuSample(msgspec.Struct, frozen=True, kw_only=True):
+    """What one scrape says about one GPU or MIG instance."""
+
+    key: str
+    """``<uuid>`` for a whole GPU, ``<uuid>/GI<id>`` for a MIG instance."""
+    uuid: str
+    """The physical GPU's uuid (a MIG instance's parent)."""
+    gpu_index: int | None = None
+    pci_bus_id: str = ""
+    """Canonical (``0000:9b:00.0``), or empty when the exporter does not say."""
+    device: str = ""
+    model: str = ""
+    hostname: str = ""
+    mig_instance: str = ""
+    mig_profile: str = ""
+    pods: tuple[PodRef, ...] = ()
+    """Every pod on any series of this GPU, sorted, without duplicates."""
+    xid_last: int | None = None
+    """The ``DCGM_FI_DEV_XID_ERRORS`` value; None when the gauge is not exported."""
+    xid_text: str = ""
+    """The gauge's ``err_msg`` label (exporter >= 3.3.8), e.g. ``GPU has fallen off the bus``."""
+    xid_counts: dict[int, int] | None = None
+    """``DCGM_EXP_XID_ERRORS_COUNT`` by code; None when the count metric is not exported,
+    ``{}`` when it is but counts nothing."""
+    window_ms: int | None = None
+    """The count metric's ``window_size_in_ms``."""
+
+
+class Scrape(msgspec.Struct, frozen=True, kw_only=True):
+    """One parsed scrape."""
+
+    gpus: dict[str, GpuSample]
+    """By :attr:`GpuSample.key`, in order of first appearance."""
+    time: datetime | None = None
+    """The newest sample timestamp, when the exposition carries timestamps (dcgm-exporter
+    does not; a recording made through a tool that adds them does)."""
+    series: int = 0
+    """Samples read (for logs and metrics)."""
+
+
+class _Gpu:
+    """A mutable accumulator for one GPU while the families are read."""
+
+    __slots__ = (
+        "bus",
+        "counts",
+        "device",
+        "host",
+        "index",
+        "last",
+        "mig_id",
+        "mig_profile",
+        "model",
+        "pods",
+        "text",
+        "uuid",
+        "window",
+    )
+
+    def __init__(self, uuid: str, mig_id: str) -> None:
+        self.uuid = uuid
+        self.mig_id = mig_id
+        self.mig_profile = ""
+        self.index: int | None = None
+        self.bus = ""
+        self.device = ""
+        self.model = ""
+        self.host = ""
+        self.pods: set[PodRef] = set()
+        self.last: int | None = None
+        self.text = ""
+        self.counts: dict[int, int] | None = None
+        self.window: int | None = None
+
+    def freeze(self, key: str) -> GpuSample:
+        pods = tuple(sorted(self.pods, key=lambda p: (p.namespace, p.name, p.container)))
+        return GpuSample(
+            key=key,
+            uuid=self.uuid,
+            gpu_index=self.index,
+            pci_bus_id=self.bus,
+            device=self.device,
+            model=self.model,
+            hostname=self.host,
+            mig_instance=self.mig_id,
+            mig_profile=self.mig_profile,
+            pods=pods,
+            xid_last=self.last,
+            xid_text=self.text,
+            xid_counts=self.counts,
+            window_ms=self.window,
+        )
+
+
+def gpu_key(uuid: str, mig_instance: str) -> str:
+    """The identity of a GPU (``uuid``) or of a MIG instance (``uuid/GI<id>``)."""
+    return f"{uuid}/GI{mig_instance}" if mig_instance else uuid
+
+
+def _first(labels: Mapping[str, str], names: tuple[str, ...]) -> str:
+    for name in names:
+        value = labels.get(name)
+        if value:
+            return value
+    return ""
+
+
+def _int(value: float, what: str) -> int:
+    if not math.isfinite(value) or value < 0 or value != int(value):
+        raise RecordError(f"{what} is not a non-negative integer: {value!r}", what)
+    return int(value)
+
+
+def parse_exposition(text: str) -> Scrape | RecordError:
+    """Parse one scrape; a malformed exposition is a :class:`RecordError`, never an exception.
+
+    An exposition without a single GPU series is an error too: it is not a
+    dcgm-exporter scrape (a wrong URL, an HTML error page that came with 200).
+    """
+    try:
+        return _parse(text)
+    except RecordError as exc:
+        return exc
+    except (ValueError, TypeError, KeyError, IndexError) as exc:
+        # prometheus-client raises ValueError (sometimes wrapping others) on bad text.
+        return RecordError(f"invalid Prometheus text exposition: {exc}")
+
+
+def _parse(text: str) -> Scrape:
+    gpus: dict[str, _Gpu] = {}
+    newest: float | None = None
+    series = 0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            series += 1
+            labels = sample.labels
+            if sample.timestamp is not None:
+                stamp = float(sample.timestamp)
+                newest = stamp if newest is None else max(newest, stamp)
+            uuid = _first(labels, UUID_LABELS)
+            if not uuid or any(name in labels for name in SKIP_LABELS):
+                continue
+            mig_id = labels.get(MIG_ID_LABEL, "")
+            key = gpu_key(uuid, mig_id)
+            gpu = gpus.get(key)
+            if gpu is None:
+                gpu = gpus[key] = _Gpu(uuid, mig_id)
+            _identity(gpu, labels)
+            _pods(gpu, labels)
+            name = sample.name
+            if name == XID_GAUGE:
+                gpu.last = _int(sample.value, f"{XID_GAUGE}{{UUID={uuid!r}}}")
+                gpu.text = labels.get("err_msg", "")
+            elif name == XID_COUNT:
+                _count(gpu, labels, sample.value)
+    if not gpus:
+        raise RecordError("no GPU series (no sample has a UUID label): not a dcgm-exporter scrape")
+    time = None if newest is None else datetime.fromtimestamp(newest, UTC)
+    return Scrape(gpus={k: g.freeze(k) for k, g in gpus.items()}, time=time, series=series)
+
+
+def _identity(gpu: _Gpu, labels: Mapping[str, str]) -> None:
+    if gpu.index is None:
+        index = labels.get("gpu", "")
+        if index.isdigit():
+            gpu.index = int(index)
+    if not gpu.bus:
+        raw = _first(labels, BUS_LABELS)
+        if raw:
+            bus = canonical_bus_id(raw)
+            if not bus:
+                raise RecordError(f"pci_bus_id {raw!r} is not a PCI bus id", "pci_bus_id")
+            gpu.bus = bus
+    gpu.device = gpu.device or labels.get("device", "")
+    gpu.model = gpu.model or _first(labels, MODEL_LABELS)
+    gpu.host = gpu.host or _first(labels, HOST_LABELS)
+    gpu.mig_profile = gpu.mig_profile or labels.get(MIG_PROFILE_LABEL, "")
+
+
+def _pods(gpu: _Gpu, labels: Mapping[str, str]) -> None:
+    for pod_label, namespace_label, container_label in POD_LABELS:
+        name = labels.get(pod_label, "")
+        if name:
+            namespace = labels.get(namespace_label, "")
+            gpu.pods.add(
+                PodRef(namespace=namespace, name=name, container=labels.get(container_label, ""))
+            )
+            return
+
+
+def _count(gpu: _Gpu, labels: Mapping[str, str], value: float) -> None:
+    if gpu.counts is None:
+        gpu.counts = {}
+    window = labels.get("window_size_in_ms", "")
+    if window.isdigit():
+        gpu.window = int(window)
+    code = labels.get("xid", "")
+    if not code:
+        return  # the exporter's zero series for a GPU without XIDs in the window
+    if not code.isdigit():
+        raise RecordError(f"{XID_COUNT} has a non-numeric xid label {code!r}", "xid")
+    count = _int(value, f"{XID_COUNT}{{xid={code!r}}}")
+    # MIG instances repeat the device-level count; several series of one code: keep the max.
+    gpu.counts[int(code)] = max(count, gpu.counts.get(int(code), 0))

@@ -1,0 +1,279 @@
+"""NVML source: the PCI bus id <-> uuid <-> index map and XID critical-error events.
+
+Why NVML at all when the kernel log has every XID: a kernel XID line names the
+GPU by PCI bus id only (``NVRM: Xid (PCI:0000:9b:00): 79, ...``). NVML knows
+which uuid and index sit at that bus id, and a :class:`GpuBindingEvent` per GPU
+hands that map to the core, which then names the uuid (and, via the pod
+bindings, the pods) on kernel XIDs. NVML's own XID events
+(``nvmlEventTypeXidCriticalError``) are a second, driver-level witness.
+
+Structure: every pynvml call goes through :class:`Nvml`, a thin adapter over the
+pynvml *module* (passed in, so tests hand it a fake of the library's interface:
+NVML is an external C library this machine does not have). Everything else --
+:func:`inventory`, :func:`bindings`, :func:`xid_event` -- is pure.
+
+Traps:
+
+* **No driver is normal**, not a crash: on a CPU node, in CI, in a container
+  without the NVIDIA runtime, ``nvmlInit`` raises ``NVMLError_LibraryNotFound``
+  or ``NVMLError_DriverNotLoaded``. :meth:`Nvml.open` turns every init failure
+  into :class:`NvmlUnavailable`, one line naming the NVML error.
+* **Bus ids**: NVML writes ``00000000:9B:00.0`` (32-bit domain, upper case),
+  as bytes in older pynvml; canonicalised with :func:`schemas.pci.canonical_bus_id`.
+* **MIG**: a MIG device is listed under its parent (``nvmlDeviceGetMigDeviceHandleByIndex``)
+  with its own ``MIG-...`` uuid, no bus id of its own and ``nvmlDeviceGetGpuInstanceId``.
+  Its binding has an *empty* bus id: the core keys GPUs by bus id, and the
+  instances share the parent's. (dcgm-exporter names instances ``<parent uuid>/GI<id>``
+  because it does not export MIG uuids; the two sources' instance keys differ.)
+* **XID events are device-level.** On a MIG GPU the event names the parent's
+  handle (``gpuInstanceId`` may say which instance); the XID goes to the parent.
+* **Bindings from NVML carry no pods** (NVML does not know Kubernetes), and the
+  schema reads an empty ``pods`` as "unbound". On a node where a pod-aware source
+  (dcgm-exporter with pod mapping) binds whole GPUs, a restart of this source
+  would clear those pods in the core until they change; run it with
+  ``--no-bindings`` there, or send the map once before the pod-aware source starts.
+* ``nvmlEventSetWait`` blocks in C: it runs in a worker thread with a short
+  timeout so that Ctrl-C and SIGTERM are honoured within a second.
+* NVML event ids: NVML has no event sequence number and does not replay events
+  from before registration, so a restart cannot re-deliver one; ids hash the
+  uuid, code, observation time and a per-process counter.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from types import TracebackType
+from typing import Any, Final, Self
+
+from connectors.ids import hashed_id
+from schemas.events import GpuBindingEvent, XidEvent
+from schemas.pci import canonical_bus_id
+
+SOURCE: Final = "nvml"
+WAIT_MS: Final = 1000
+"""How long one ``nvmlEventSetWait`` blocks: the longest a stop request waits."""
+_NOT_APPLICABLE: Final = 0xFFFFFFFF
+"""``gpuInstanceId`` of an event that is not about one MIG instance."""
+
+
+class NvmlUnavailable(RuntimeError):
+    """NVML cannot be used here; the message is one line for the user."""
+
+
+@dataclass(frozen=True)
+class Device:
+    """One GPU or MIG device as NVML lists it."""
+
+    uuid: str
+    index: int
+    """The GPU's NVML index (a MIG device: its parent's)."""
+    pci_bus_id: str = ""
+    """Canonical; empty for a MIG device."""
+    name: str = ""
+    parent_uuid: str = ""
+    """Set on MIG devices only."""
+    gpu_instance_id: int | None = None
+    mig_profile: str = ""
+
+
+@dataclass(frozen=True)
+class RawXid:
+    """One ``nvmlEventSetWait`` result, resolved to its device."""
+
+    uuid: str
+    pci_bus_id: str
+    index: int | None
+    code: int
+    gpu_instance_id: int | None = None
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode(errors="replace") if isinstance(value, bytes) else value
+
+
+def mig_profile(name: str) -> str:
+    """``1g.10gb`` from a MIG device name such as ``NVIDIA A100-SXM4-40GB MIG 1g.10gb``."""
+    head, sep, tail = name.rpartition(" MIG ")
+    return tail.strip() if sep and head else ""
+
+
+class Nvml:
+    """The pynvml calls this source makes, on a library object (the pynvml module).
+
+    Use as a context manager: :meth:`open` initialises NVML (raising
+    :class:`NvmlUnavailable`), leaving shuts it down.
+    """
+
+    def __init__(self, lib: Any = None) -> None:
+        if lib is None:
+            import pynvml  # type: ignore[import-untyped]  # noqa: PLC0415 - no stubs
+
+            lib = pynvml
+        self.lib = lib
+        self._events: Any = None
+
+    def open(self) -> Self:
+        try:
+            self.lib.nvmlInit()
+        except self.lib.NVMLError as exc:
+            raise NvmlUnavailable(_unavailable(exc)) from None
+        return self
+
+    def close(self) -> None:
+        lib = self.lib
+        if self._events is not None:
+            with contextlib.suppress(lib.NVMLError):
+                lib.nvmlEventSetFree(self._events)
+            self._events = None
+        with contextlib.suppress(lib.NVMLError):
+            lib.nvmlShutdown()
+
+    def __enter__(self) -> Self:
+        return self.open()
+
+    def __exit__(
+        self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def driver_version(self) -> str:
+        return _text(self.lib.nvmlSystemGetDriverVersion())
+
+    def devices(self) -> list[Device]:
+        """Every GPU, each followed by its MIG devices when MIG is enabled."""
+        lib = self.lib
+        found: list[Device] = []
+        for index in range(lib.nvmlDeviceGetCount()):
+            handle = lib.nvmlDeviceGetHandleByIndex(index)
+            gpu = self._device(handle, index)
+            found.append(gpu)
+            found.extend(self._mig_devices(handle, gpu))
+        return found
+
+    def _device(self, handle: Any, index: int) -> Device:
+        lib = self.lib
+        bus = canonical_bus_id(_text(lib.nvmlDeviceGetPciInfo(handle).busId))
+        return Device(
+            uuid=_text(lib.nvmlDeviceGetUUID(handle)),
+            index=index,
+            pci_bus_id=bus,
+            name=_text(lib.nvmlDeviceGetName(handle)),
+        )
+
+    def _mig_devices(self, handle: Any, gpu: Device) -> Iterator[Device]:
+        lib = self.lib
+        try:
+            current, _pending = lib.nvmlDeviceGetMigMode(handle)
+        except lib.NVMLError:
+            return  # NVMLError_NotSupported: not a MIG-capable GPU
+        if current != lib.NVML_DEVICE_MIG_ENABLE:
+            return
+        for slot in range(lib.nvmlDeviceGetMaxMigDeviceCount(handle)):
+            try:
+                mig = lib.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            except lib.NVMLError:
+                continue  # NVMLError_NotFound: an empty slot
+            name = _text(lib.nvmlDeviceGetName(mig))
+            yield Device(
+                uuid=_text(lib.nvmlDeviceGetUUID(mig)),
+                index=gpu.index,
+                name=name,
+                parent_uuid=gpu.uuid,
+                gpu_instance_id=int(lib.nvmlDeviceGetGpuInstanceId(mig)),
+                mig_profile=mig_profile(name),
+            )
+
+    def watch_xids(self) -> None:
+        """Register every GPU for XID critical-error events (once, before :meth:`wait_xid`)."""
+        lib = self.lib
+        events = lib.nvmlEventSetCreate()
+        self._events = events
+        for index in range(lib.nvmlDeviceGetCount()):
+            handle = lib.nvmlDeviceGetHandleByIndex(index)
+            try:
+                lib.nvmlDeviceRegisterEvents(handle, lib.nvmlEventTypeXidCriticalError, events)
+            except lib.NVMLError as exc:
+                raise NvmlUnavailable(
+                    f"NVML: cannot watch XID events of GPU {index} ({type(exc).__name__}: {exc})"
+                ) from None
+
+    def wait_xid(self, timeout_ms: int = WAIT_MS) -> RawXid | None:
+        """The next XID event, or None after ``timeout_ms`` without one (blocks: use a thread)."""
+        lib = self.lib
+        try:
+            data = lib.nvmlEventSetWait(self._events, timeout_ms)
+        except lib.NVMLError_Timeout:
+            return None
+        if not data.eventType & lib.nvmlEventTypeXidCriticalError:
+            return None
+        handle = data.device
+        instance = int(data.gpuInstanceId)
+        try:
+            index: int | None = int(lib.nvmlDeviceGetIndex(handle))
+        except lib.NVMLError:
+            index = None
+        return RawXid(
+            uuid=_text(lib.nvmlDeviceGetUUID(handle)),
+            pci_bus_id=canonical_bus_id(_text(lib.nvmlDeviceGetPciInfo(handle).busId)),
+            index=index,
+            code=int(data.eventData),
+            gpu_instance_id=None if instance == _NOT_APPLICABLE else instance,
+        )
+
+
+def _unavailable(exc: BaseException) -> str:
+    name = type(exc).__name__
+    if name in ("NVMLError_LibraryNotFound", "NVMLError_DriverNotLoaded"):
+        return f"NVML: driver not found ({name}: {exc})"
+    return f"NVML: cannot initialise ({name}: {exc})"
+
+
+def _id(*parts: object) -> str:
+    return hashed_id(SOURCE, *parts)
+
+
+def bindings(
+    devices: Sequence[Device], *, cluster: str, node: str, time: datetime
+) -> list[GpuBindingEvent]:
+    """One pod-less binding per GPU and MIG device: the bus id <-> uuid <-> index map.
+
+    The id hashes the map entry itself (no time): sending the same map again,
+    after a restart, repeats the same ids.
+    """
+    out: list[GpuBindingEvent] = []
+    for d in devices:
+        mig = bool(d.parent_uuid)
+        out.append(
+            GpuBindingEvent(
+                id=_id(cluster, node, "map", d.uuid, d.pci_bus_id, d.index, d.mig_profile),
+                cluster=cluster,
+                time=time,
+                node=node,
+                gpu_uuid=d.uuid,
+                pci_bus_id=d.pci_bus_id,
+                gpu_index=None if mig else d.index,
+                device=f"nvidia{d.index}",
+                mig_profile=d.mig_profile,
+            )
+        )
+    return out
+
+
+def xid_event(raw: RawXid, *, cluster: str, node: str, time: datetime, serial: int) -> XidEvent:
+    """The :class:`XidEvent` of one NVML XID (``serial``: this process's event counter)."""
+    where = f" (GPU instance {raw.gpu_instance_id})" if raw.gpu_instance_id is not None else ""
+    return XidEvent(
+        id=_id(cluster, node, "xid", raw.uuid, raw.code, time.isoformat(), serial),
+        cluster=cluster,
+        time=time,
+        node=node,
+        code=raw.code,
+        pci_bus_id=raw.pci_bus_id,
+        gpu_uuid=raw.uuid,
+        gpu_index=raw.index,
+        message=f"NVML XID critical error {raw.code}{where}",
+        source=SOURCE,
+    )

@@ -1,0 +1,137 @@
+"""Parsing real dcgm-exporter scrapes (tests/data/dcgm/, sources cited in each file)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from connectors.dcgm.exposition import XID_COUNT, XID_GAUGE, Scrape, parse_exposition
+from schemas.codec import RecordError
+from schemas.events import PodRef
+
+DATA = Path(__file__).parent / "data" / "dcgm"
+RTX = "GPU-a8394b51-c086-568a-9f1a-c1e1c934c44c"
+A30 = "GPU-265c9814-6156-355b-e589-ff2064894f16"
+
+
+def scrape_of(name: str) -> Scrape:
+    result = parse_exposition((DATA / name).read_text())
+    assert isinstance(result, Scrape), result
+    return result
+
+
+def test_kubernetes_scrape_gives_identity_pods_and_the_xid_gauge() -> None:
+    scrape = scrape_of("rtx4000_k8s.prom")
+    assert list(scrape.gpus) == [RTX]
+    gpu = scrape.gpus[RTX]
+    assert gpu.pci_bus_id == "0000:00:02.0"  # NVML's 00000000:00:02.0, canonical
+    assert (gpu.gpu_index, gpu.device, gpu.model) == (
+        0,
+        "nvidia0",
+        "NVIDIA RTX 4000 Ada Generation",
+    )
+    assert gpu.hostname == "lke529760-766837-0a634ab30000"
+    assert gpu.pods == (
+        PodRef(namespace="default", name="cuda-75454ffb9f-8ljq7", container="cuda"),
+    )
+    # err_code/err_msg are values, not identity: still one GPU.
+    assert (gpu.xid_last, gpu.xid_text) == (0, "No Error")
+    assert gpu.xid_counts is None  # the count metric is off by default
+    assert scrape.series == 8
+    assert scrape.time is None  # the exporter writes no timestamps
+
+
+def test_mig_instances_are_separate_gpus_of_one_parent() -> None:
+    scrape = scrape_of("a30_mig.prom")
+    assert list(scrape.gpus) == [
+        f"{A30}/GI3",
+        f"{A30}/GI4",
+        f"{A30}/GI5",
+        f"{A30}/GI6",
+        "GPU-2d20791a-b4a6-ba59-97f1-e95b99fe5b49/GI3",
+        "GPU-2d20791a-b4a6-ba59-97f1-e95b99fe5b49/GI4",
+    ]
+    gi4 = scrape.gpus[f"{A30}/GI4"]
+    assert (gi4.uuid, gi4.mig_instance, gi4.mig_profile) == (A30, "4", "1g.6gb")
+    assert gi4.pci_bus_id == ""  # 3.x exporters had no pci_bus_id label
+    assert gi4.hostname == "yg-data-k8s-gpu-a30-node-test-test0003.mt"  # "Hostname"
+
+
+def test_old_namespace_labels_uuid_and_empty_pods() -> None:
+    scrape = scrape_of("a100_mig_old_namespace.prom")
+    gpu = scrape.gpus["GPU-ed1353d6-52ba-8793-7230-4d5d3eb68167/GI2"]
+    assert (gpu.uuid, gpu.mig_profile) == ("GPU-ed1353d6-52ba-8793-7230-4d5d3eb68167", "4g.40gb")
+    assert gpu.pods == ()  # pod_name="" is no pod
+    text = (DATA / "a100_mig_old_namespace.prom").read_text()
+    filled = text.replace('pod_name=""', 'pod_name="a-0"', 1).replace(
+        'pod_namespace=""', 'pod_namespace="ml"', 1
+    )
+    parsed = parse_exposition(filled)
+    assert isinstance(parsed, Scrape)
+    first = parsed.gpus["GPU-ed1353d6-52ba-8793-7230-4d5d3eb68167/GI1"]
+    assert first.pods == (PodRef(namespace="ml", name="a-0"),)
+
+
+def test_count_metric_by_code_and_the_zero_series() -> None:
+    scrape = scrape_of("xid_count.prom")
+    with_xid = scrape.gpus["GPU-b9f9e81b-bee7-34bc-af17-132ef6592740"]
+    assert (with_xid.xid_counts, with_xid.window_ms) == ({42: 1}, 300000)
+    without = scrape.gpus["GPU-41cc2907-3249-5a6b-f0e4-d04063b183a9"]
+    assert without.xid_counts == {}  # exported, nothing in the window
+    assert (without.hostname, without.pci_bus_id) == ("ip-172-31-16-106", "0000:00:1c.0")
+
+
+def test_time_sliced_gpu_lists_every_pod_once() -> None:
+    line = (DATA / "rtx4000_k8s.prom").read_text().splitlines()[-1]
+    other = line.replace("cuda-75454ffb9f-8ljq7", "cuda-75454ffb9f-zzzzz")
+    parsed = parse_exposition("\n".join([line, other, line]) + "\n")
+    assert isinstance(parsed, Scrape)
+    names = [p.name for p in parsed.gpus[RTX].pods]
+    assert names == ["cuda-75454ffb9f-8ljq7", "cuda-75454ffb9f-zzzzz"]
+
+
+def test_the_exporters_metric_names_match_its_counters_file() -> None:
+    # default-counters.csv is the exporter's own list (NVIDIA/dcgm-exporter etc/).
+    csv = (DATA / "default-counters.csv").read_text()
+    assert f"\n{XID_GAUGE}," in csv
+    assert f"\n# {XID_COUNT}," in csv  # present, but commented out: off by default
+
+
+def test_timestamps_become_the_scrape_time() -> None:
+    text = f'{XID_GAUGE}{{gpu="0",UUID="{RTX}"}} 79 1764550000000\n'
+    parsed = parse_exposition(text)
+    assert isinstance(parsed, Scrape)
+    assert parsed.time is not None
+    assert parsed.time.timestamp() == 1764550000.0
+
+
+def test_bad_expositions_are_errors_with_a_reason() -> None:
+    cases = {
+        "<html><body>502 Bad Gateway</body></html>\n": "invalid Prometheus text",
+        "# HELP x y\n": "no GPU series",
+        f'{XID_GAUGE}{{gpu="0",UUID="{RTX}"}} 79.5\n': "not a non-negative integer",
+        f'{XID_GAUGE}{{gpu="0",UUID="{RTX}"}} -1\n': "not a non-negative integer",
+        f'{XID_GAUGE}{{gpu="0",UUID="{RTX}",pci_bus_id="zz"}} 0\n': "not a PCI bus id",
+        f'{XID_COUNT}{{gpu="0",UUID="{RTX}",xid="abc"}} 1\n': "non-numeric xid",
+        f'{XID_GAUGE}{{gpu="0",UUID="{RTX}"}} NaN\n': "not a non-negative integer",
+    }
+    for text, reason in cases.items():
+        result = parse_exposition(text)
+        assert isinstance(result, RecordError), text
+        assert reason in result.reason, (text, result.reason)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(max_size=300))
+def test_arbitrary_text_never_raises(text: str) -> None:
+    result = parse_exposition(text)
+    assert isinstance(result, Scrape | RecordError)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(alphabet='{}",=\\# \nUID0123456789.eE+-xDCGM_FIXERORS', max_size=120))
+def test_near_miss_expositions_never_raise(text: str) -> None:
+    result = parse_exposition(f'{XID_GAUGE}{{gpu="0",UUID="{RTX}"}} 0\n' + text)
+    assert isinstance(result, Scrape | RecordError)

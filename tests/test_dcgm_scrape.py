@@ -1,0 +1,249 @@
+"""The dcgm-exporter poller against a local aiohttp server and the real embedded Kafka broker.
+
+The server serves real-format expositions (tests/data/dcgm/); the tests drive
+the poller round by round (:meth:`DcgmPoller.poll_once`) or let :meth:`run`
+loop and wait on a condition with a deadline -- never a sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from connectors.dcgm.scrape import DcgmMetrics, DcgmPoller, KafkaPublisher, PollOptions
+from connectors.k8s.backoff import Backoff
+from connectors.kafka_sink import EventProducer
+from schemas.codec import decode_dead_letter, decode_event
+from schemas.events import GpuBindingEvent, PodRef, XidEvent
+from tests.kafka_helpers import KafkaTestEnv, consume_all
+
+DATA = Path(__file__).parent / "data" / "dcgm"
+RTX = "GPU-a8394b51-c086-568a-9f1a-c1e1c934c44c"
+FAST = Backoff(initial_s=0.001, max_s=0.01)
+
+
+def burst(n: int) -> str:
+    return (DATA / "burst" / f"{n:02d}.prom").read_text()
+
+
+class Exporter:
+    """A stand-in dcgm-exporter: answers queued (status, body, headers), then ``current``."""
+
+    def __init__(self) -> None:
+        self.queue: list[tuple[int, str, dict[str, str]]] = []
+        self.current: tuple[int, str, dict[str, str]] = (200, burst(1), {})
+        self.hits = 0
+        self.hang = asyncio.Event()  # set() releases a hanging request
+        self.hanging = False
+
+    async def handle(self, _request: web.Request) -> web.Response:
+        self.hits += 1
+        if self.hanging:
+            await self.hang.wait()
+        status, body, headers = self.queue.pop(0) if self.queue else self.current
+        return web.Response(status=status, text=body, content_type="text/plain", headers=headers)
+
+
+@asynccontextmanager
+async def serving(exporter: Exporter, port: int = 0) -> AsyncIterator[str]:
+    app = web.Application()
+    app.router.add_get("/metrics", exporter.handle)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", port)
+    await site.start()
+    bound = runner.addresses[0][1]
+    try:
+        yield f"http://127.0.0.1:{bound}/metrics"
+    finally:
+        exporter.hang.set()
+        await runner.cleanup()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def sample(metrics: DcgmMetrics, name: str, **labels: str) -> float:
+    return metrics.registry.get_sample_value(name, labels) or 0.0
+
+
+async def wait_for(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.005)
+
+
+def options(url: str, **kw: Any) -> PollOptions:
+    return PollOptions(url=url, cluster="c1", node="gpu-node-1", backoff=FAST, **kw)
+
+
+async def with_producer(
+    kafka: KafkaTestEnv, use: Callable[[EventProducer], Awaitable[None]]
+) -> None:
+    async with EventProducer(kafka.kwargs, kafka.layout) as producer:
+        await use(producer)
+
+
+def published(kafka: KafkaTestEnv, count: int) -> list[Any]:
+    topics = [kafka.layout.raw_topic(XidEvent), kafka.layout.raw_topic(GpuBindingEvent)]
+    records = asyncio.run(consume_all(kafka.bootstrap, topics, count))
+    events = [decode_event(r.value) for r in records]
+    return sorted(events, key=lambda e: (e.time, e.id))
+
+
+def test_burst_and_pod_bindings_reach_kafka_and_a_restart_resumes(
+    kafka: KafkaTestEnv, tmp_path: Path
+) -> None:
+    kafka.create_topics()
+    state = tmp_path / "dcgm-state.json"
+    exporter = Exporter()
+
+    async def scenario(producer: EventProducer) -> None:
+        async with serving(exporter) as url, aiohttp.ClientSession() as session:
+            poller = DcgmPoller(options(url, state_path=state), KafkaPublisher(producer))
+            for n in (1, 2):
+                exporter.current = (200, burst(n), {})
+                assert await poller.poll_once(session) == "ok"
+            assert state.exists()
+            # A restart: a new poller reads the saved state, so scrape 3 is no baseline.
+            restarted = DcgmPoller(options(url, state_path=state), KafkaPublisher(producer))
+            assert restarted.state == poller.state
+            exporter.current = (200, burst(3), {})
+            assert await restarted.poll_once(session) == "ok"
+            assert sample(restarted.metrics, "gputriage_dcgm_baseline_xids_total") == 0
+            assert sample(poller.metrics, "gputriage_dcgm_baseline_xids_total") == 2
+
+    asyncio.run(with_producer(kafka, scenario))
+    events = published(kafka, 5)
+    xids = [e for e in events if isinstance(e, XidEvent)]
+    bindings = [e for e in events if isinstance(e, GpuBindingEvent)]
+    # The gauge said 79 all along; the count went 1 -> 4: three XIDs, through the count.
+    assert [(x.code, x.gpu_uuid, x.pci_bus_id, x.source) for x in xids] == [
+        (79, RTX, "0000:00:02.0", "dcgm")
+    ] * 3
+    assert [b.pods for b in bindings] == [
+        (PodRef(namespace="default", name="cuda-75454ffb9f-8ljq7", container="cuda"),),
+        (),
+    ]
+    assert len({e.id for e in events}) == 5
+
+
+def test_bad_exposition_is_a_dead_letter_and_the_poller_goes_on(kafka: KafkaTestEnv) -> None:
+    kafka.create_topics()
+    exporter = Exporter()
+    html = "<html><body><h1>502 Bad Gateway</h1></body></html>\n"
+    exporter.queue = [(200, html, {})]
+
+    async def scenario(producer: EventProducer) -> None:
+        async with serving(exporter) as url, aiohttp.ClientSession() as session:
+            poller = DcgmPoller(options(url), KafkaPublisher(producer))
+            assert await poller.poll_once(session) == "bad_exposition"
+            assert sample(poller.metrics, "gputriage_dcgm_dead_letters_total") == 1
+            assert await poller.poll_once(session) == "ok"  # the next good scrape is used
+
+    asyncio.run(with_producer(kafka, scenario))
+    (record,) = asyncio.run(consume_all(kafka.bootstrap, [kafka.layout.dead_letters.name], 1))
+    letter = decode_dead_letter(record.value)
+    assert "invalid Prometheus text exposition" in letter.reason
+    assert letter.value == html.encode()
+    assert letter.topic.endswith("/metrics")
+    assert record.key == b"c1/gpu-node-1"
+
+
+def test_http_errors_refusals_and_timeouts_are_survived_and_retried(kafka: KafkaTestEnv) -> None:
+    kafka.create_topics()
+    exporter = Exporter()
+    port = free_port()
+
+    async def scenario(producer: EventProducer) -> None:
+        publisher = KafkaPublisher(producer)
+        url = f"http://127.0.0.1:{port}/metrics"
+        async with aiohttp.ClientSession() as session:
+            poller = DcgmPoller(options(url, timeout_s=0.2), publisher)
+            # Nobody listens yet: connection refused.
+            assert await poller.poll_once(session) == "unreachable"
+            assert poller.failures == 1
+            assert 0 <= poller.next_delay() <= FAST.initial_s
+            async with serving(exporter, port):
+                exporter.queue = [(500, "oops", {}), (503, "busy", {"Retry-After": "0"})]
+                assert await poller.poll_once(session) == "http_error"
+                assert await poller.poll_once(session) == "http_error"
+                assert poller.next_delay() == 0  # the server's Retry-After wins
+                exporter.hanging = True
+                assert await poller.poll_once(session) == "timeout"
+                exporter.hanging = False
+                assert await poller.poll_once(session) == "ok"
+                assert poller.failures == 0
+                assert poller.next_delay() == poller.options.interval_s
+            m = poller.metrics
+            assert sample(m, "gputriage_dcgm_scrapes_total", outcome="unreachable") == 1
+            assert sample(m, "gputriage_dcgm_scrapes_total", outcome="http_error") == 2
+            assert sample(m, "gputriage_dcgm_scrapes_total", outcome="timeout") == 1
+            assert sample(m, "gputriage_dcgm_scrapes_total", outcome="ok") == 1
+
+    asyncio.run(with_producer(kafka, scenario))
+
+
+def test_run_loops_through_failures_until_stopped(kafka: KafkaTestEnv) -> None:
+    kafka.create_topics()
+    exporter = Exporter()
+    exporter.queue = [(500, "oops", {}), (500, "oops", {})]
+
+    async def scenario(producer: EventProducer) -> None:
+        async with serving(exporter) as url:
+            poller = DcgmPoller(options(url, interval_s=0.01), KafkaPublisher(producer))
+            stop = asyncio.Event()
+            task = asyncio.create_task(poller.run(stop))
+            ok = ("gputriage_dcgm_scrapes_total", "ok")
+            await wait_for(lambda: sample(poller.metrics, ok[0], outcome=ok[1]) >= 2, "two ok")
+            stop.set()
+            await asyncio.wait_for(task, 5)
+            assert sample(poller.metrics, ok[0], outcome="http_error") == 2
+
+    asyncio.run(with_producer(kafka, scenario))
+
+
+def test_a_failed_publish_is_resent_with_the_same_ids(kafka: KafkaTestEnv) -> None:
+    kafka.create_topics()
+    exporter = Exporter()
+
+    async def scenario() -> None:
+        producer = EventProducer(kafka.kwargs, kafka.layout)  # not started yet: sends fail
+        async with serving(exporter) as url, aiohttp.ClientSession() as session:
+            poller = DcgmPoller(options(url), KafkaPublisher(producer))
+            assert await poller.poll_once(session) == "publish_error"
+            assert poller.state is None  # the state advances only once the events are acked
+            pending = poller.pending
+            assert pending is not None
+            await producer.start()
+            try:
+                exporter.current = (200, burst(2), {})
+                assert await poller.poll_once(session) == "ok"
+            finally:
+                await producer.stop()
+            assert poller.pending is None
+            (binding,) = pending.events
+            assert (
+                sample(poller.metrics, "gputriage_dcgm_events_total", schema="gpu_binding.v1") == 1
+            )
+            assert sample(poller.metrics, "gputriage_dcgm_events_total", schema="xid.v1") == 3
+            return_ids.append(binding.id)
+
+    return_ids: list[str] = []
+    asyncio.run(scenario())
+    events = published(kafka, 4)
+    assert [e.id for e in events if isinstance(e, GpuBindingEvent)] == return_ids
