@@ -27,11 +27,9 @@ Traps:
   because it does not export MIG uuids; the two sources' instance keys differ.)
 * **XID events are device-level.** On a MIG GPU the event names the parent's
   handle (``gpuInstanceId`` may say which instance); the XID goes to the parent.
-* **Bindings from NVML carry no pods** (NVML does not know Kubernetes), and the
-  schema reads an empty ``pods`` as "unbound". On a node where a pod-aware source
-  (dcgm-exporter with pod mapping) binds whole GPUs, a restart of this source
-  would clear those pods in the core until they change; run it with
-  ``--no-bindings`` there, or send the map once before the pod-aware source starts.
+* **Bindings from NVML carry no pods** (NVML does not know Kubernetes): they
+  are sent with ``pods_known=False``, which the core reads as "identity only",
+  so they never clear pods a pod-aware source (dcgm-exporter) bound.
 * ``nvmlEventSetWait`` blocks in C: it runs in a worker thread with a short
   timeout so that Ctrl-C and SIGTERM are honoured within a second.
 * NVML event ids: NVML has no event sequence number and does not replay events
@@ -42,11 +40,13 @@ Traps:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
 from typing import Any, Final, Self
+
+import msgspec
 
 from connectors.ids import hashed_id
 from schemas.events import GpuBindingEvent, XidEvent
@@ -257,6 +257,7 @@ def bindings(
                 gpu_index=None if mig else d.index,
                 device=f"nvidia{d.index}",
                 mig_profile=d.mig_profile,
+                pods_known=False,  # NVML knows no pods: never unbind what dcgm bound
             )
         )
     return out
@@ -277,3 +278,29 @@ def xid_event(raw: RawXid, *, cluster: str, node: str, time: datetime, serial: i
         message=f"NVML XID critical error {raw.code}{where}",
         source=SOURCE,
     )
+
+
+def bus_map(devices: Sequence[Device]) -> dict[str, Device]:
+    """Whole GPUs by canonical PCI bus id (MIG devices have none of their own)."""
+    return {d.pci_bus_id: d for d in devices if d.pci_bus_id and not d.parent_uuid}
+
+
+def load_bus_map(lib: Any = None) -> dict[str, Device]:
+    """The node's GPUs by bus id, read once; raises :class:`NvmlUnavailable`."""
+    with Nvml(lib) as nvml:
+        return bus_map(nvml.devices())
+
+
+def attribute(event: XidEvent, gpus: Mapping[str, Device]) -> XidEvent:
+    """The event with the uuid and index of the GPU at its bus id, when known.
+
+    Why at the source: a kernel XID names only a bus id, and the GPU that just
+    fell off the bus (XID 79) may be gone from NVML a second later; a map read
+    while the node was healthy still names it. The event id is unchanged.
+    """
+    if event.gpu_uuid or not event.pci_bus_id:
+        return event
+    gpu = gpus.get(event.pci_bus_id)
+    if gpu is None:
+        return event
+    return msgspec.structs.replace(event, gpu_uuid=gpu.uuid, gpu_index=gpu.index)

@@ -185,6 +185,10 @@ class GpuBindingEvent(Event, tag="gpu_binding.v1", frozen=True, kw_only=True):
     """Which pods hold one GPU (or MIG instance) now. An empty ``pods`` unbinds it.
 
     Under time-slicing or MPS several pods share one GPU; all of them are listed.
+    A source that knows a GPU's identity but not its pods (NVML: the bus id <->
+    uuid <-> index map) sets ``pods_known`` false: then ``pods`` is ignored and
+    the binding only names the GPU, so it can never unbind what a pod-aware
+    source (dcgm-exporter) bound.
     """
 
     node: str
@@ -194,6 +198,7 @@ class GpuBindingEvent(Event, tag="gpu_binding.v1", frozen=True, kw_only=True):
     device: str = ""
     mig_profile: str = ""
     pods: tuple[PodRef, ...] = ()
+    pods_known: bool = True
 
 
 class AutoscalerEvent(Event, tag="autoscaler.v1", frozen=True, kw_only=True):

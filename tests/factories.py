@@ -133,7 +133,15 @@ class Cluster:
         return ev
 
     def bind(
-        self, node: str, t: float, uuid: str, bus: str, pods: list[str], namespace: str = "ns"
+        self,
+        node: str,
+        t: float,
+        uuid: str,
+        bus: str,
+        pods: list[str],
+        namespace: str = "ns",
+        *,
+        pods_known: bool = True,
     ) -> GpuBindingEvent:
         ev = GpuBindingEvent(
             id=self._id("bind"),
@@ -143,6 +151,7 @@ class Cluster:
             gpu_uuid=uuid,
             pci_bus_id=bus,
             pods=tuple(PodRef(namespace=namespace, name=p) for p in pods),
+            pods_known=pods_known,
         )
         self.events.append(ev)
         return ev

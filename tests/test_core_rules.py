@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from streams.config import core_config_from
 from streams.core import advance, step
 from tests.core_helpers import config, final, of_type, run
@@ -263,6 +265,20 @@ def test_app_xid_names_the_bound_pod_and_escalates_when_repeated() -> None:
     assert inc.severity == "ticket"
     assert inc.attributes["xids"] == "13,31"
     assert of_type(run(c.events), "device_unhealthy_eviction") == []
+
+
+@pytest.mark.parametrize(("pods_known", "named"), [(False, ["render"]), (True, [])])
+def test_an_identity_only_binding_never_unbinds_pods(pods_known: bool, named: list[str]) -> None:
+    # dcgm-exporter bound "render"; then a binding without pods: from NVML
+    # (pods_known false: identity only) it changes nothing, from a pod-aware
+    # source it unbinds.
+    c = Cluster()
+    healthy(c, "n5", ["render"])
+    c.bind("n5", 2, "GPU-5", "0000:4c:00.0", ["render"])
+    c.bind("n5", 3, "GPU-5", "0000:4c:00.0", [], pods_known=pods_known)
+    c.xid("n5", 6 * MIN, 13, bus="0000:4c:00.0")
+    [inc] = of_type(run(c.events), "gpu_app_fault")
+    assert [p.name for p in inc.pods] == named
 
 
 def test_app_xid_on_a_time_sliced_gpu_blames_no_single_pod() -> None:

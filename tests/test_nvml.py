@@ -16,10 +16,21 @@ from datetime import UTC, datetime
 from types import SimpleNamespace
 from typing import Any
 
+import msgspec
 import pynvml  # type: ignore[import-untyped]
 import pytest
 
-from connectors.nvml import Device, Nvml, NvmlUnavailable, RawXid, bindings, mig_profile, xid_event
+from connectors.nvml import (
+    Device,
+    Nvml,
+    NvmlUnavailable,
+    RawXid,
+    attribute,
+    bindings,
+    load_bus_map,
+    mig_profile,
+    xid_event,
+)
 from gputriage.connect_gpu import NvmlCommand, connect_nvml
 from schemas.codec import decode_event
 from schemas.events import GpuBindingEvent, XidEvent
@@ -297,3 +308,17 @@ def test_the_real_cli_without_a_driver_says_so_in_one_line() -> None:
     assert stderr.count("\n") == 1, stderr
     assert stderr.startswith("gputriage: error: NVML: driver not found (NVMLError_LibraryNotFound")
     assert proc.stdout == b""
+
+
+def test_kernel_xids_get_the_uuid_and_index_of_the_gpu_at_their_bus_id() -> None:
+    gpus = load_bus_map(FakeNvml())
+    assert sorted(gpus) == ["0000:07:00.0", "0000:0f:00.0"], "whole GPUs only, not MIG devices"
+    kernel = XidEvent(
+        id="kmsg:n1:boot:7", cluster="c", time=T0, node="n1", code=79, pci_bus_id="0000:0f:00.0"
+    )
+    named = attribute(kernel, gpus)
+    assert (named.id, named.gpu_uuid, named.gpu_index) == (kernel.id, V100, 1)
+    elsewhere = msgspec.structs.replace(kernel, pci_bus_id="0000:99:00.0")
+    assert attribute(elsewhere, gpus) is elsewhere, "an unknown bus id stays as it was"
+    with pytest.raises(NvmlUnavailable):
+        load_bus_map(FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))

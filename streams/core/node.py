@@ -260,11 +260,12 @@ def _pod_key(state: NodeState, key: str) -> str:
 def _on_binding(step: Step, ev: GpuBindingEvent) -> None:
     state = step.state
     key, gpu = _gpu(state, ev.pci_bus_id, ev.gpu_uuid, ev.gpu_index)
-    keys = tuple(_pod_key(state, f"{p.namespace}/{p.name}") for p in ev.pods)
-    pods: str | tuple[str, ...] = keys[0] if len(keys) == 1 else keys
-    if pods != gpu.pods:
-        gpu.pods = pods
-    if not pods and gpu.fatal is None and gpu.last_xid < step.now - _RECENT_XID_SECONDS:
+    if ev.pods_known:
+        keys = tuple(_pod_key(state, f"{p.namespace}/{p.name}") for p in ev.pods)
+        pods: str | tuple[str, ...] = keys[0] if len(keys) == 1 else keys
+        if pods != gpu.pods:
+            gpu.pods = pods
+    if not gpu.pods and gpu.fatal is None and gpu.last_xid < step.now - _RECENT_XID_SECONDS:
         # An idle GPU with no recent history: nothing to attribute, so nothing to keep.
         # (Sources put the uuid on XID events themselves; the core needs no bus-id map.)
         del state.gpus[key]
