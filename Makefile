@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-pyproject
 # setuptools' editable-install notices are warnings, not errors: keep pip quiet.
 PIP    := PYTHONWARNINGS=ignore $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: venv lint test demo schemas bench bench-pipeline bench-slim bench-faust
+.PHONY: venv lint test demo schemas bench bench-pipeline bench-slim bench-faust bench-kmsg
 
 venv: $(STAMP)
 
@@ -41,6 +41,9 @@ bench-pipeline: venv
 
 bench-slim: venv
 	$(BIN)/python -m bench.slim_bench
+
+bench-kmsg: venv
+	$(BIN)/python -m bench.kmsg_bench
 
 # The faust-streaming investigation of issue 3 (bench/faust/FINDINGS.md); needs the extra.
 bench-faust: venv

@@ -23,9 +23,21 @@ from typing import Literal, NoReturn, cast
 
 import click
 
-from connectors.files import STDIN, FileSource, Record
-from connectors.kafka_config import KafkaConfigError, client_kwargs
+from connectors.files import STDIN
 from connectors.topics import topic_layout
+from gputriage.cli_common import (
+    CONTEXT,
+    INTERRUPTED,
+    PROG,
+    USAGE_ERROR,
+    brokers_option,
+    error,
+    kafka_kwargs,
+    open_all,
+    settings_of,
+)
+from gputriage.cli_connect import connect_defaults, connect_group
+from gputriage.cli_ingest import ingest_group
 from gputriage.replay import OUTPUTS, Output, ReplayOptions, replay
 from gputriage.settings import CONFIG_ENV, SettingsError, load_settings
 from gputriage.tail import (
@@ -36,14 +48,7 @@ from gputriage.tail import (
     parse_start,
     run_tail,
 )
-from schemas.codec import RecordError, encode
 from schemas.jsonschema import DOCUMENT_DIR, drifted_documents, write_documents
-
-PROG = "gputriage"
-USAGE_ERROR = 2
-INTERRUPTED = 130
-
-CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
 @click.group(context_settings=CONTEXT, invoke_without_command=True)
@@ -54,13 +59,19 @@ CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
     metavar="FILE",
     type=click.Path(dir_okay=False),
     default=None,
-    help=f"TOML settings file ([core], [xid], [kafka], [topics] tables); default ${CONFIG_ENV}. "
+    help=f"TOML settings file ([core], [xid], [kafka], [topics], [processor], [log], "
+    f"[connect.<source>] tables); default ${CONFIG_ENV}. "
     "GPUTRIAGE_<SECTION>__<KEY> environment variables override it.",
 )
 @click.pass_context
 def cli(ctx: click.Context, config_path: str | None) -> int:
     """Join Kubernetes, XID and autoscaler signals of GPU clusters into incidents."""
     ctx.obj = config_path
+    if ctx.invoked_subcommand == "connect":
+        # [connect.k8s] cluster = "prod" (or GPUTRIAGE_CONNECT__K8S__CLUSTER=prod) is the
+        # default of `connect k8s --cluster`: connectors run in pods, configured by a
+        # mounted file or the environment rather than long argument lists.
+        ctx.default_map = {"connect": connect_defaults(load_settings(config_path))}
     if ctx.invoked_subcommand is None:
         click.echo(ctx.get_help())
     return 0
@@ -125,7 +136,7 @@ def replay_command(
         progress=progress,
         stats=stats,
     )
-    sources = _open_all(files)
+    sources = open_all(files)
     try:
         result = replay(sources, config, options, sys.stdout.buffer, sys.stderr)
     finally:
@@ -199,12 +210,9 @@ def tail_command(
     status is then 1. An unreachable broker or a missing topic is one line on
     stderr and status 1.
     """
-    settings = load_settings(ctx.obj)
+    settings = settings_of(ctx)
     topic = settings.topic_settings()
-    try:
-        kwargs = client_kwargs(settings.kafka_settings(), brokers)
-    except KafkaConfigError as exc:
-        raise click.UsageError(f"{exc}, or pass --brokers") from None
+    kwargs = kafka_kwargs(settings, brokers)
     options = TailOptions(
         start=start,
         output=cast(Output, output),
@@ -216,17 +224,13 @@ def tail_command(
             kwargs, topic_layout(topic).incidents.name, options, sys.stdout.buffer, sys.stderr
         )
     except KafkaUnavailable as exc:
-        _error(str(exc))
+        error(str(exc))
         return 1
     return result.exit_code
 
 
 @cli.command("process", context_settings=CONTEXT)
-@click.option(
-    "--brokers",
-    metavar="HOST:PORT[,...]",
-    help="Kafka bootstrap servers (default: kafka.brokers from the settings).",
-)
+@brokers_option
 @click.option("--app-id", help="Consumer group / app id; workers with the same id share work.")
 @click.option(
     "--metrics-port",
@@ -244,12 +248,8 @@ def process_command(
     """
     from gputriage.process import run_worker  # noqa: PLC0415 - aiokafka is slow to import
 
-    settings = load_settings(ctx.obj)
-    try:
-        settings.kafka_settings()
-        client_kwargs(settings.kafka_settings(), brokers)
-    except KafkaConfigError as exc:
-        raise click.UsageError(f"{exc}, or pass --brokers") from None
+    settings = settings_of(ctx)
+    kafka_kwargs(settings, brokers)  # a configuration mistake is a usage error, before start
     return run_worker(settings, brokers, app_id=app_id, metrics_port=metrics_port)
 
 
@@ -314,99 +314,6 @@ def demo_command(
     return asyncio.run(run_demo(settings, options, sys.stdout.buffer, sys.stderr))
 
 
-@cli.group("ingest", context_settings=CONTEXT)
-def ingest_group() -> None:
-    """Read a source's recorded data offline and print the typed events it makes."""
-
-
-@ingest_group.command("k8s", context_settings=CONTEXT)
-@click.option(
-    "--file",
-    "path",
-    metavar="FILE",
-    required=True,
-    type=click.Path(exists=True, dir_okay=False, allow_dash=True),
-    help='Watch events as JSON lines ({"type":..,"object":..}), objects one per line, '
-    "or kubectl get -o json output (List or pretty-printed); plain or gzip; - for stdin.",
-)
-@click.option("--cluster", required=True, help="Cluster name to put on every event.")
-@click.option(
-    "--all",
-    "keep_all",
-    is_flag=True,
-    help="Keep every pod, node and event, not only GPU ones and the events involving them.",
-)
-@click.option(
-    "--resource",
-    "resources",
-    metavar="NAME",
-    multiple=True,
-    help="Extended resource counted as a GPU (repeatable; default nvidia.com/gpu).",
-)
-@click.option(
-    "--resource-prefix",
-    "prefixes",
-    metavar="PREFIX",
-    multiple=True,
-    help="Resource name prefix counted as a GPU (repeatable; default nvidia.com/mig-).",
-)
-def ingest_k8s_command(
-    *,
-    path: str,
-    cluster: str,
-    keep_all: bool,
-    resources: tuple[str, ...],
-    prefixes: tuple[str, ...],
-) -> int:
-    """Slim recorded Kubernetes objects into typed events, printed as JSON lines.
-
-    Pods and nodes are stamped with the newest status timestamp in the object
-    (a recording has no receive time). A bad line or object is reported as
-    FILE:LINE on stderr and skipped; the exit status is then 1.
-    """
-    from connectors.k8s.offline import slim_documents  # noqa: PLC0415
-    from connectors.k8s.slim import DEFAULT_CONFIG, GpuFilter, SlimConfig  # noqa: PLC0415
-    from gputriage.replay import bad_line_message  # noqa: PLC0415
-
-    config = SlimConfig(
-        gpu_resources=resources or DEFAULT_CONFIG.gpu_resources,
-        gpu_prefixes=prefixes or DEFAULT_CONFIG.gpu_prefixes,
-    )
-    gpu_only = None if keep_all else GpuFilter(config)
-    out = sys.stdout.buffer
-    bad = total = 0
-    (source,) = _open_all([path])
-    with source:
-        for record in slim_documents(source, cluster=cluster, config=config):
-            total += 1
-            event = record.event
-            if isinstance(event, RecordError):
-                bad += 1
-                message = bad_line_message(Record(record.source, record.line, event), event)
-                print(message, file=sys.stderr)
-                continue
-            if event is None or (gpu_only is not None and not gpu_only.keep(event)):
-                continue
-            out.write(encode(event) + b"\n")
-    out.flush()
-    if bad:
-        plural = "" if bad == 1 else "s"
-        print(f"{PROG}: {bad} bad object{plural} of {total} skipped", file=sys.stderr)
-    return 1 if bad else 0
-
-
-def _open_all(paths: Sequence[str]) -> list[FileSource]:
-    sources: list[FileSource] = []
-    try:
-        for path in paths:
-            sources.append(FileSource(path))
-    except OSError as exc:
-        for source in sources:
-            source.close()
-        raise click.FileError(exc.filename or "?", hint=exc.strerror or str(exc)) from None
-    return sources
-
-
 @cli.command(context_settings=CONTEXT)
 @click.option("--write", "mode", flag_value="write", help="(Re)generate the documents.")
 @click.option("--check", "mode", flag_value="check", help="Exit 1 if any document has drifted.")
@@ -443,9 +350,8 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def _error(message: str) -> None:
-    text = " ".join(message.split())
-    print(f"{PROG}: error: {text}", file=sys.stderr)
+cli.add_command(ingest_group)
+cli.add_command(connect_group)
 
 
 def run(argv: Sequence[str] | None = None) -> int:
@@ -454,13 +360,13 @@ def run(argv: Sequence[str] | None = None) -> int:
         result = cli.main(args=argv, prog_name=PROG, standalone_mode=False)
     except click.UsageError as exc:
         hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-        _error(exc.format_message().rstrip(".") + hint)
+        error(exc.format_message().rstrip(".") + hint)
         return USAGE_ERROR
     except click.ClickException as exc:
-        _error(exc.format_message())
+        error(exc.format_message())
         return USAGE_ERROR
     except SettingsError as exc:
-        _error(str(exc))
+        error(str(exc))
         return USAGE_ERROR
     except click.Abort:
         print(f"{PROG}: interrupted", file=sys.stderr)

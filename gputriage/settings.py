@@ -47,7 +47,7 @@ from streams.core.config import CoreConfig
 
 ENV_PREFIX: Final = "GPUTRIAGE_"
 CONFIG_ENV: Final = "GPUTRIAGE_CONFIG"
-SECTIONS: Final = ("core", "xid", "kafka", "topics", "processor", "log")
+SECTIONS: Final = ("core", "xid", "kafka", "topics", "processor", "log", "connect")
 """The tables a configuration file may hold (later: sources, sinks...)."""
 
 

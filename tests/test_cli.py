@@ -22,13 +22,70 @@ def _one_line_error(result: subprocess.CompletedProcess[bytes]) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("command", [[], ["replay"], ["schemas"]])
-def test_help_on_every_command(command: list[str]) -> None:
+def _command_paths() -> list[list[str]]:
+    """Every command and group of the click tree, as argument lists."""
+    import click  # noqa: PLC0415
+
+    from gputriage.cli import cli  # noqa: PLC0415
+
+    paths: list[list[str]] = [[]]
+
+    def walk(group: click.Group, prefix: list[str]) -> None:
+        for name, command in sorted(group.commands.items()):
+            paths.append([*prefix, name])
+            if isinstance(command, click.Group):
+                walk(command, [*prefix, name])
+
+    walk(cli, [])
+    return paths
+
+
+@pytest.mark.parametrize("command", _command_paths(), ids=" ".join)
+def test_help_on_every_command(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from gputriage.cli import run  # noqa: PLC0415
+
     for flag in ("--help", "-h"):
-        result = gputriage(*command, flag)
-        assert result.returncode == 0, result.stderr
-        assert result.stdout.startswith(b"Usage: gputriage")
-        assert result.stderr == b""
+        assert run([*command, flag]) == 0
+        out, err = capsys.readouterr()
+        assert out.startswith("Usage: gputriage"), out
+        assert err == ""
+
+
+def test_help_by_the_installed_script() -> None:
+    result = gputriage("connect", "--help")
+    assert result.returncode == 0, result.stderr
+    for source in (b"k8s", b"kmsg", b"dcgm", b"nvml"):
+        assert source in result.stdout
+
+
+def test_connector_options_come_from_the_settings_file_and_the_environment(
+    tmp_path: Path,
+) -> None:
+    config = tmp_path / "g.toml"
+    config.write_text('[connect.nvml]\ncluster = "prod"\nnode = "n1"\n', encoding="utf-8")
+    # Without --cluster/--node on the command line, the file's values count: the
+    # command gets past option parsing to NVML itself (absent here: exit 1).
+    from_file = gputriage("--config", str(config), "connect", "nvml")
+    assert from_file.returncode == 1, from_file.stderr
+    assert b"NVML" in from_file.stderr
+    assert b"Missing option" not in from_file.stderr
+    env = clean_env({"GPUTRIAGE_CONNECT__NVML__CLUSTER": "prod"})
+    from_env = gputriage("connect", "nvml", "--node", "n1", env=env)
+    assert from_env.returncode == 1, from_env.stderr
+    assert b"Missing option" not in from_env.stderr
+    assert "--cluster" in _one_line_error(gputriage("connect", "nvml", "--node", "n1"))
+
+
+@pytest.mark.parametrize(
+    ("variable", "message"),
+    [
+        ("GPUTRIAGE_CONNECT__NVML__CLUSTR", "unknown key connect.nvml.clustr"),
+        ("GPUTRIAGE_CONNECT__KMSQ__NODE", "unknown section connect.kmsq"),
+    ],
+)
+def test_a_connector_setting_typo_is_an_error(variable: str, message: str) -> None:
+    result = gputriage("connect", "nvml", "--node", "n1", env=clean_env({variable: "x"}))
+    assert message in _one_line_error(result)
 
 
 def test_no_command_prints_help() -> None:

@@ -182,7 +182,9 @@ def test_a_worker_joining_mid_stream_takes_over_state_and_the_result_is_the_same
         # The second worker's join revokes everything from the first, which keeps
         # some partitions (and must carry on where it was) and hands over the rest
         # (whose state the second restores from the state topic).
-        workers.append(Worker(kafka, app, tmp_path / "second.log"))
+        second = Worker(kafka, app, tmp_path / "second.log")
+        workers.append(second)
+        wait_until(lambda: _last_owned(second.log()), timeout=60, what="the second's assignment")
         await_settled(incidents, expected, 120)
         assert set(final(incidents.incidents())) == set(expected)
         wait_until(lambda: committed(kafka, app) == total, timeout=30, what="all committed")

@@ -1,0 +1,215 @@
+"""``gputriage ingest``: read a source's recorded data offline, print the typed events.
+
+This is how a user checks what gputriage makes of their cluster's objects,
+kernel logs and exporter scrapes, without Kafka: each command prints JSON
+lines (one typed event per line) on stdout, and reports a bad line or object
+as ``FILE:LINE: reason`` on stderr with exit status 1.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from typing import Any, Protocol
+
+import click
+import msgspec
+
+from connectors.files import STDIN, Record
+from gputriage.cli_common import (
+    CONTEXT,
+    PROG,
+    boot_time_option,
+    cluster_option,
+    gpu_resource_options,
+    open_all,
+)
+from schemas.codec import RecordError, encode
+
+
+@click.group("ingest", context_settings=CONTEXT)
+def ingest_group() -> None:
+    """Read a source's recorded data offline and print the typed events it makes."""
+
+
+@ingest_group.command("k8s", context_settings=CONTEXT)
+@click.option(
+    "--file",
+    "path",
+    metavar="FILE",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, allow_dash=True),
+    help='Watch events as JSON lines ({"type":..,"object":..}), objects one per line, '
+    "or kubectl get -o json output (List or pretty-printed); plain or gzip; - for stdin.",
+)
+@cluster_option
+@gpu_resource_options
+def ingest_k8s_command(
+    *,
+    path: str,
+    cluster: str,
+    keep_all: bool,
+    resources: tuple[str, ...],
+    prefixes: tuple[str, ...],
+) -> int:
+    """Slim recorded Kubernetes objects into typed events, printed as JSON lines.
+
+    Pods and nodes are stamped with the newest status timestamp in the object
+    (a recording has no receive time). A bad line or object is reported as
+    FILE:LINE on stderr and skipped; the exit status is then 1.
+    """
+    from connectors.k8s.offline import slim_documents  # noqa: PLC0415
+    from connectors.k8s.slim import DEFAULT_CONFIG, GpuFilter, SlimConfig  # noqa: PLC0415
+
+    config = SlimConfig(
+        gpu_resources=resources or DEFAULT_CONFIG.gpu_resources,
+        gpu_prefixes=prefixes or DEFAULT_CONFIG.gpu_prefixes,
+    )
+    gpu_only = None if keep_all else GpuFilter(config)
+    (source,) = open_all([path])
+    with source:
+        records = slim_documents(source, cluster=cluster, config=config)
+        return _print_events(records, "object", gpu_only.keep if gpu_only else None)
+
+
+@ingest_group.command("kmsg", context_settings=CONTEXT)
+@click.option(
+    "--file",
+    "path",
+    metavar="FILE",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, allow_dash=True),
+    help="Kernel log: dmesg [-T | --time-format iso], syslog, journalctl -k [-o json], "
+    "or /dev/kmsg records; plain or gzip; - for stdin.",
+)
+@click.option("--node", required=True, help="Node name to put on every event.")
+@click.option("--cluster", default="", help="Cluster name to put on every event.")
+@click.option(
+    "--boot-time",
+    metavar="TIME",
+    callback=boot_time_option,
+    help="When the node booted (RFC 3339, or btime from /proc/stat): needed for times "
+    "relative to boot (dmesg [secs], kmsg records).",
+)
+@click.option("--boot-id", default="", help="Boot id of kmsg records (ids kmsg:NODE:BOOT:SEQ).")
+@click.option(
+    "--tz",
+    "tz_name",
+    metavar="ZONE",
+    default="UTC",
+    show_default=True,
+    help="Time zone of dmesg -T and syslog times (the node's local zone).",
+)
+@click.option(
+    "--year",
+    type=click.IntRange(1970, 9999),
+    default=None,
+    help="Year of syslog times, which have none (default: this year).",
+)
+def ingest_kmsg_command(
+    *,
+    path: str,
+    node: str,
+    cluster: str,
+    boot_time: datetime | None,
+    boot_id: str,
+    tz_name: str,
+    year: int | None,
+) -> int:
+    """Parse XID/SXid lines of a saved kernel log into typed events, printed as JSON lines.
+
+    Other lines are skipped. A line that looks like an XID but cannot be read is
+    reported as FILE:LINE on stderr; the exit status is then 1.
+    """
+    from datetime import UTC  # noqa: PLC0415
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # noqa: PLC0415
+
+    from connectors.xid.lines import LineContext  # noqa: PLC0415
+    from connectors.xid.offline import read_xids  # noqa: PLC0415
+
+    try:
+        tz = ZoneInfo(tz_name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise click.BadParameter(f"unknown time zone {tz_name!r}", param_hint="--tz") from None
+    ctx = LineContext(
+        node=node,
+        cluster=cluster,
+        boot_time=boot_time,
+        boot_id=boot_id,
+        tz=tz,
+        year=year or datetime.now(UTC).year,
+    )
+    (source,) = open_all([path])
+    with source:
+        return _print_events(read_xids(source, ctx), "XID line")
+
+
+@ingest_group.command("dcgm", context_settings=CONTEXT)
+@click.option(
+    "--file",
+    "paths",
+    metavar="FILE",
+    required=True,
+    multiple=True,
+    type=click.Path(exists=True, dir_okay=False, allow_dash=True),
+    help="A saved dcgm-exporter /metrics scrape (plain or gzip; - for stdin). Repeat it for "
+    "successive scrapes, oldest first: one file is one scrape.",
+)
+@click.option("--node", required=True, help="Node name to put on every event.")
+@click.option("--cluster", default="", help="Cluster name to put on every event.")
+def ingest_dcgm_command(*, paths: tuple[str, ...], node: str, cluster: str) -> int:
+    """Diff saved dcgm-exporter scrapes into XID and GPU binding events, printed as JSON lines.
+
+    Events are stamped with the file's modification time (or its samples'
+    timestamps). The first scrape of each GPU is a baseline: its bindings are
+    printed, a non-zero XID gauge or count is not (it may be hours old). A file
+    that is not an exposition is reported on stderr and skipped; the exit status
+    is then 1.
+    """
+    from gputriage.connect_gpu import ingest_dcgm  # noqa: PLC0415
+
+    if paths.count(STDIN) > 1:
+        raise click.BadParameter("stdin (-) can be read only once", param_hint="--file")
+    return ingest_dcgm(paths, cluster=cluster, node=node, out=sys.stdout.buffer, err=sys.stderr)
+
+
+class _Parsed(Protocol):
+    """What the offline readers yield: where a record was, and what it became."""
+
+    @property
+    def source(self) -> str: ...
+    @property
+    def line(self) -> int: ...
+    @property
+    def event(self) -> msgspec.Struct | RecordError | None: ...
+
+
+def _print_events(
+    records: Iterable[_Parsed], what: str, keep: Callable[[Any], bool] | None = None
+) -> int:
+    """Print each event as a JSON line, each error as ``FILE:LINE: reason`` on stderr.
+
+    ``None`` events (nothing to emit, e.g. a BOOKMARK) and those ``keep`` refuses
+    are skipped. Returns the exit status: 1 when any record was bad.
+    """
+    from gputriage.replay import bad_line_message  # noqa: PLC0415
+
+    out = sys.stdout.buffer
+    bad = total = 0
+    for record in records:
+        total += 1
+        event = record.event
+        if isinstance(event, RecordError):
+            bad += 1
+            message = bad_line_message(Record(record.source, record.line, event), event)
+            print(message, file=sys.stderr)
+            continue
+        if event is None or (keep is not None and not keep(event)):
+            continue
+        out.write(encode(event) + b"\n")
+    out.flush()
+    if bad:
+        plural = "" if bad == 1 else "s"
+        print(f"{PROG}: {bad} bad {what}{plural} of {total} skipped", file=sys.stderr)
+    return 1 if bad else 0

@@ -1,0 +1,324 @@
+"""``gputriage connect k8s``: pods, nodes and Events from the Kubernetes API into the raw topics.
+
+The pieces, each in its own module under ``connectors/k8s/``::
+
+    ResourceWatcher (pods) ─┐
+    ResourceWatcher (nodes) ├─► BoundedDelivery ─► EventProducer ─► raw topics (keyed)
+    ResourceWatcher (events)┘   (backpressure)   └─► dead-letter topic (Rejected items)
+
+* Pods and nodes are listed first; the Events watcher starts once both have
+  synced, so the GPU-only filter knows the GPU pods and nodes before the Events
+  about them arrive (:mod:`connectors.k8s.live_filter`).
+* One delivery task, one batch in flight: order per correlation key is the
+  watch order (:mod:`connectors.k8s.delivery`).
+* With ``--leader-election`` only the Lease holder runs all of this
+  (:mod:`connectors.k8s.leader`); the other replicas wait as candidates. A
+  leader that loses the Lease exits with status 1 (the Deployment restarts it
+  as a candidate): simpler and safer than trying to resume in-process.
+* Restarts: nothing is persisted; a restarted connector relists, and every
+  unchanged object gives the same event (id and time) as before, which the
+  correlation core skips (see ``connectors/k8s/watch.py``).
+
+Stopping (SIGINT/SIGTERM): the watchers stop, what is buffered is delivered
+for up to ``drain_timeout_s``, the producer flushes, the Lease is released.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import socket
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from kubernetes_asyncio.client import ApiClient, Configuration
+
+from connectors.k8s.backoff import Backoff
+from connectors.k8s.delivery import BoundedDelivery
+from connectors.k8s.leader import LeadershipLost, LeaseElector, LeaseOptions
+from connectors.k8s.live_filter import LiveGpuFilter
+from connectors.k8s.metrics import ConnectorMetrics
+from connectors.k8s.slim import DEFAULT_CONFIG, SlimConfig
+from connectors.k8s.watch import (
+    Emitted,
+    Rejected,
+    Resource,
+    ResourceWatcher,
+    Synced,
+    WatchOptions,
+    dead_letter,
+)
+from connectors.kafka_sink import EventProducer
+from connectors.topics import SCHEMA_SOURCES, TopicLayout
+from schemas.codec import encode
+
+log = logging.getLogger("gputriage.connect.k8s")
+
+SERVICE_ACCOUNT_NAMESPACE: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+DEFAULT_METRICS_PORT: Final = 9465
+"""Next to the processor's 9464, so both can run on one host."""
+
+
+class ConnectError(RuntimeError):
+    """A setup problem worth one line (no kubeconfig, no broker...)."""
+
+
+@dataclass(frozen=True)
+class ConnectOptions:
+    """Everything ``gputriage connect k8s`` needs besides the Kafka settings."""
+
+    cluster: str
+    namespace: str | None = None
+    kubeconfig: str | None = None
+    context: str | None = None
+    in_cluster: bool = False
+    gpu_only: bool = True
+    slim: SlimConfig = DEFAULT_CONFIG
+    watch: WatchOptions = field(default_factory=WatchOptions)
+    buffer_size: int = 10_000
+    batch_size: int = 500
+    delivery_backoff: Backoff = field(default_factory=lambda: Backoff(initial_s=0.2, max_s=10.0))
+    drain_timeout_s: float = 10.0
+    lease: LeaseOptions | None = None
+    """Leader election settings; None runs without election (one replica only!)."""
+
+
+async def kube_client(options: ConnectOptions) -> ApiClient:
+    """An ApiClient from the in-cluster service account or a kubeconfig (+ context)."""
+    from kubernetes_asyncio.config import (  # noqa: PLC0415 - config loading is rarely needed
+        ConfigException,
+        load_incluster_config,
+        load_kube_config,
+    )
+
+    configuration = Configuration()
+    try:
+        if options.in_cluster:
+            load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        else:
+            await load_kube_config(
+                config_file=options.kubeconfig,
+                context=options.context,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+    except (ConfigException, OSError, ValueError, KeyError, TypeError) as exc:
+        where = "in-cluster service account" if options.in_cluster else "kubeconfig"
+        raise ConnectError(f"cannot load the {where}: {exc}") from None
+    return ApiClient(configuration)
+
+
+def default_identity() -> str:
+    """This replica's name for the Lease: the pod name ($HOSTNAME) plus the pid."""
+    return f"{os.environ.get('HOSTNAME') or socket.gethostname()}_{os.getpid()}"
+
+
+def service_account_namespace() -> str | None:
+    """The namespace the pod runs in (in-cluster only), for the Lease."""
+    try:
+        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or None
+    except OSError:
+        return None
+
+
+class Connector:
+    """The watchers, the bounded delivery and the producer, wired; :meth:`run` until stopped."""
+
+    def __init__(
+        self,
+        api: ApiClient,
+        producer: EventProducer,
+        options: ConnectOptions,
+        metrics: ConnectorMetrics | None = None,
+    ) -> None:
+        self.api = api
+        self.producer = producer
+        self.options = options
+        self.metrics = metrics or ConnectorMetrics()
+        self.gpu_filter = LiveGpuFilter(options.slim) if options.gpu_only else None
+        keep = self.gpu_filter.keep if self.gpu_filter is not None else None
+        self.watchers: dict[Resource, ResourceWatcher] = {
+            resource: ResourceWatcher(
+                api,
+                resource,
+                cluster=options.cluster,
+                options=options.watch,
+                config=options.slim,
+                keep=keep,
+                metrics=self.metrics,
+            )
+            for resource in ("pods", "nodes", "events")
+        }
+        self.delivery: BoundedDelivery[Emitted | Rejected] = BoundedDelivery(
+            self._send,
+            capacity=options.buffer_size,
+            batch_size=options.batch_size,
+            backoff=options.delivery_backoff,
+            metrics=self.metrics,
+        )
+        self.synced: dict[Resource, asyncio.Event] = {r: asyncio.Event() for r in self.watchers}
+
+    async def _send(self, batch: Sequence[Emitted | Rejected]) -> None:
+        """Produce one batch and wait for every acknowledgement (raises on any failure)."""
+        events = [item.event for item in batch if isinstance(item, Emitted)]
+        letters = [item for item in batch if isinstance(item, Rejected)]
+        if events:
+            await self.producer.send_many(events)
+        if letters:
+            producer = self.producer.producer
+            topic = self.producer.layout.dead_letters.name
+            futures = []
+            for item in letters:
+                letter = dead_letter(item)
+                futures.append(await producer.send(topic, encode(letter), key=letter.key))
+            results = await asyncio.gather(*futures, return_exceptions=True)
+            for result in results:
+                if isinstance(result, BaseException):
+                    raise result
+        for event in events:
+            self.metrics.events_out.labels(SCHEMA_SOURCES[type(event)]).inc()
+
+    async def _pump(self, resource: Resource) -> None:
+        stream = self.watchers[resource].items()
+        try:
+            async for item in stream:
+                if isinstance(item, Synced):
+                    self.synced[resource].set()
+                    continue
+                await self.delivery.put(item)
+        finally:
+            await stream.aclose()
+
+    async def _watch_all(self) -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._pump("pods"))
+            group.create_task(self._pump("nodes"))
+            # Events after pods and nodes: the GPU filter must know them first.
+            await self.synced["pods"].wait()
+            await self.synced["nodes"].wait()
+            group.create_task(self._pump("events"))
+
+    async def run(self, stop: asyncio.Event | None = None) -> None:
+        """Watch and deliver until ``stop`` is set (or cancelled); then drain the buffer."""
+        self.metrics.leader.set(1)
+        stop = stop or asyncio.Event()
+        delivering = asyncio.create_task(self.delivery.run(), name="k8s-delivery")
+        watching = asyncio.create_task(self._watch_all(), name="k8s-watch")
+        stopping = asyncio.create_task(stop.wait())
+        try:
+            done, _ = await asyncio.wait(
+                {delivering, watching, stopping}, return_when=asyncio.FIRST_COMPLETED
+            )
+            for task in done - {stopping}:
+                task.result()  # a crash of a supervised task ends the connector, loudly
+        finally:
+            watching.cancel()
+            stopping.cancel()
+            await asyncio.gather(watching, stopping, return_exceptions=True)
+            if not delivering.done():
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(self.delivery.close(self.options.drain_timeout_s))
+            delivering.cancel()
+            await asyncio.gather(delivering, return_exceptions=True)
+            self.metrics.leader.set(0)
+
+
+async def run_connect(
+    options: ConnectOptions,
+    kafka_kwargs: dict[str, Any],
+    layout: TopicLayout,
+    *,
+    metrics_port: int | None = DEFAULT_METRICS_PORT,
+    metrics_addr: str = "0.0.0.0",
+    stop: asyncio.Event | None = None,
+) -> int:
+    """Create topics, connect, serve metrics, (elect,) watch and deliver; the exit status."""
+    from aiokafka.errors import KafkaError  # noqa: PLC0415
+
+    from connectors.topics import ensure_topics  # noqa: PLC0415
+
+    metrics = ConnectorMetrics()
+    if metrics_port is not None:
+        port = metrics.serve(metrics_port, metrics_addr)
+        log.warning("metrics on http://%s:%d/metrics", metrics_addr, port)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    api = await kube_client(options)
+    try:
+        created = await ensure_topics(kafka_kwargs, layout)
+    except (KafkaError, OSError) as exc:
+        await api.close()
+        raise ConnectError(f"cannot reach the Kafka brokers: {exc!r}") from None
+    if created:
+        log.warning("created topics %s", ", ".join(created))
+    producer = EventProducer(kafka_kwargs, layout)
+    try:
+        await producer.start()
+    except (KafkaError, OSError) as exc:
+        await api.close()
+        raise ConnectError(f"cannot reach the Kafka brokers: {exc!r}") from None
+    try:
+        connector = Connector(api, producer, options, metrics)
+        if options.lease is None:
+            await connector.run(stop)
+            return 0
+        elector = LeaseElector(api, options.lease, metrics=metrics)
+        candidate = asyncio.ensure_future(elector.run(lambda: connector.run(stop)))
+        stopping = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({candidate, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not candidate.done():  # stopped while still a candidate, or stopping the leader
+            if elector.is_leader:
+                await candidate  # the connector drains and returns, the lease is released
+            else:
+                candidate.cancel()
+                await asyncio.gather(candidate, return_exceptions=True)
+        stopping.cancel()
+        try:
+            candidate.result()
+        except LeadershipLost as exc:
+            log.error("lost the leader lease (%s); exiting so a candidate can take over", exc)
+            return 1
+        except asyncio.CancelledError:
+            pass
+        return 0
+    finally:
+        await producer.stop()
+        await api.close()
+
+
+def connect(
+    options: ConnectOptions,
+    kafka_kwargs: dict[str, Any],
+    layout: TopicLayout,
+    *,
+    metrics_port: int | None = DEFAULT_METRICS_PORT,
+) -> int:
+    """Blocking entry point for the CLI: logs to stderr, runs until SIGINT/SIGTERM."""
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    logging.getLogger("aiokafka").setLevel(logging.WARNING)
+    return asyncio.run(run_connect(options, kafka_kwargs, layout, metrics_port=metrics_port))
+
+
+__all__ = [
+    "ConnectError",
+    "ConnectOptions",
+    "Connector",
+    "connect",
+    "default_identity",
+    "kube_client",
+    "run_connect",
+    "service_account_namespace",
+]

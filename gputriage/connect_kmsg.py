@@ -1,0 +1,325 @@
+"""``gputriage connect kmsg``: one kernel-log reader per GPU node, publishing XIDs to Kafka.
+
+The source is ``/dev/kmsg`` (:class:`connectors.xid.kmsg.KmsgSource`) or, with
+``--journal``, the journal's kernel entries through ``journalctl``
+(:class:`connectors.xid.journal.JournalSource`); both go through one loop.
+
+The loop: poll the source, publish
+the batch's events to their raw topics and its bad lines to the dead-letter
+topic, wait for every acknowledgement, *then* save the state file. A crash or
+a failed publish ends the process before the state moves, so the restarted
+pod re-sends that batch (same ids) and loses nothing.
+
+Metrics (``/metrics``, default port 9465, so it can share a host network with
+a processor on 9464), each labelled ``source="kmsg"`` or ``source="journal"``:
+
+============================================  =======================================
+``gputriage_kmsg_records_total``              records read from the device
+``gputriage_kmsg_xids_total``                 XID/SXid events published
+``gputriage_kmsg_bad_lines_total``            lines sent to the dead-letter topic
+``gputriage_kmsg_skipped_records_total``      records lost to the ring buffer (seq gaps)
+``gputriage_kmsg_overwritten_total``          EPIPE reads (the ring overwrote unread records)
+``gputriage_kmsg_replayed_records_total``     records already handled before a restart
+``gputriage_kmsg_reboots_total``              reboots detected (new boot id)
+============================================  =======================================
+
+Dead letters from this source are not Kafka records: ``topic`` is
+``kmsg:<device path>`` (or ``journal``), ``partition`` is -1 and ``offset`` is
+the record's kmsg sequence number (-1 when unknown: an unreadable prefix, a
+journal entry); ``value`` is the raw record and ``key`` the node's correlation key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol, TextIO
+
+from prometheus_client import CollectorRegistry, Counter, start_http_server
+
+from connectors.kafka_sink import EventProducer
+from connectors.nvml import Device, NvmlUnavailable, attribute, load_bus_map
+from connectors.topics import TopicLayout, ensure_topics
+from connectors.xid.journal import JOURNALCTL, JournalSource
+from connectors.xid.kmsg import (
+    BOOT_ID_PATH,
+    DEVICE,
+    EPOCH,
+    PROC_STAT,
+    Batch,
+    KmsgSource,
+    ReadStats,
+    read_boot_id,
+    read_boot_time,
+)
+from connectors.xid.lines import LineContext
+from schemas.codec import encode
+from schemas.dead_letters import DeadLetter
+from schemas.events import Tick, XidEvent
+from streams.core import correlation_key
+
+log = logging.getLogger("gputriage.kmsg")
+
+DEFAULT_STATE = "/var/lib/gputriage/kmsg-state.json"
+DEFAULT_METRICS_PORT = 9465
+
+
+@dataclass(frozen=True)
+class KmsgOptions:
+    """Everything ``connect kmsg`` needs besides Kafka."""
+
+    node: str
+    cluster: str
+    device: str = DEVICE
+    state_path: str = DEFAULT_STATE
+    boot_id_path: str = BOOT_ID_PATH
+    proc_stat_path: str = PROC_STAT
+    boot_time: datetime | None = None
+    """Override the boot time (default: ``btime`` from ``proc_stat_path``)."""
+    journal: bool = False
+    """Follow the journal's kernel entries (``journalctl``) instead of ``device``."""
+    journalctl: str = JOURNALCTL
+    journal_dir: str = ""
+    """``journalctl -D``: a journal directory (the host's, mounted into the pod)."""
+    poll_s: float = 0.2
+    batch: int = 1000
+    once: bool = False
+    """Read what is there now, publish it, and exit (backfill; tests)."""
+    metrics_port: int | None = DEFAULT_METRICS_PORT
+    nvml: bool = True
+    """Put GPU uuids and indexes on XIDs from NVML's bus id map, where a driver is."""
+
+
+class Feed(Protocol):
+    """What the loop needs from a source: batches, commits, counters, a name, a node."""
+
+    stats: ReadStats
+    context: LineContext
+    name: str
+
+    async def next_batch(self, wait_s: float) -> Batch | None: ...
+
+    def commit(self, batch: Batch) -> None: ...
+
+    async def close(self) -> None: ...
+
+
+class KmsgFeed:
+    """:class:`KmsgSource` (synchronous, non-blocking) behind the :class:`Feed` interface."""
+
+    def __init__(self, source: KmsgSource, *, limit: int, once: bool, stop: asyncio.Event) -> None:
+        self.source = source
+        self.stats = source.stats
+        self.context = source.context
+        self.name = source.name
+        self._limit, self._once, self._stop = limit, once, stop
+
+    async def next_batch(self, wait_s: float) -> Batch | None:
+        """A batch; when the device is idle, wait ``wait_s`` first (``None`` with --once)."""
+        batch = self.source.poll(self._limit)
+        if batch.idle:
+            if self._once:
+                return None
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stop.wait(), wait_s)
+        return batch
+
+    def commit(self, batch: Batch) -> None:
+        self.source.commit(batch)
+
+    async def close(self) -> None:
+        self.source.close()
+
+
+class KmsgMetrics:
+    """The reader's counters, on their own registry, labelled by source (kmsg or journal)."""
+
+    def __init__(self, source: str = "kmsg", registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        r = self.registry
+        specs = {
+            "records": ("gputriage_kmsg_records", "Kernel log records read."),
+            "xids": ("gputriage_kmsg_xids", "XID/SXid events published."),
+            "bad": ("gputriage_kmsg_bad_lines", "Lines sent to the dead-letter topic."),
+            "skipped": (
+                "gputriage_kmsg_skipped_records",
+                "Records lost to the ring buffer before they were read (sequence gaps).",
+            ),
+            "overwritten": (
+                "gputriage_kmsg_overwritten",
+                "Reads that failed with EPIPE: the ring buffer overwrote unread records.",
+            ),
+            "replayed": (
+                "gputriage_kmsg_replayed_records",
+                "Records already handled before a restart, skipped.",
+            ),
+            "reboots": ("gputriage_kmsg_reboots", "Reboots detected (a new boot id)."),
+        }
+        self.counters = {
+            key: Counter(name, doc, ["source"], registry=r).labels(source=source)
+            for key, (name, doc) in specs.items()
+        }
+        self._seen = ReadStats()
+
+    def update(self, stats: ReadStats) -> None:
+        """Advance every counter to ``stats`` (counters only go up)."""
+        for name, counter in self.counters.items():
+            delta = getattr(stats, name) - getattr(self._seen, name)
+            if delta > 0:
+                counter.inc(delta)
+        self._seen = ReadStats(**vars(stats))
+
+    def serve(self, port: int, addr: str = "0.0.0.0") -> int:
+        """Expose ``/metrics`` on ``port`` (0 picks a free one); return the port."""
+        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        return int(server.server_address[1])
+
+
+async def publish(
+    producer: EventProducer,
+    layout: TopicLayout,
+    feed: Feed,
+    batch: Batch,
+    gpus: Mapping[str, Device] | None = None,
+) -> None:
+    """Produce the batch's events and dead letters and wait for every acknowledgement.
+
+    ``gpus`` (bus id -> GPU, from NVML) puts the uuid and index on XIDs.
+    """
+    events = batch.events
+    if gpus:
+        events = [attribute(e, gpus) if isinstance(e, XidEvent) else e for e in events]
+    await producer.send_many(events)
+    if not batch.dead:
+        return
+    ctx = feed.context
+    key = correlation_key(Tick(id="", cluster=ctx.cluster, time=EPOCH, node=ctx.node)).encode()
+    pending = []
+    for dead in batch.dead:
+        letter = DeadLetter(
+            topic=feed.name,
+            partition=-1,
+            offset=dead.seq if dead.seq is not None else -1,
+            reason=dead.error.reason,
+            field=dead.error.field,
+            key=key,
+            value=dead.raw,
+        )
+        pending.append(
+            await producer.producer.send(layout.dead_letters.name, encode(letter), key=key)
+        )
+    await asyncio.gather(*pending)
+
+
+def gpu_map(lib: Any = None) -> dict[str, Device]:
+    """NVML's bus id map, or ``{}`` (logged once) on a node without a usable driver."""
+    try:
+        gpus = load_bus_map(lib)
+    except NvmlUnavailable as exc:
+        log.info("%s: XIDs carry bus ids only (bindings name their GPUs)", exc)
+        return {}
+    log.info("NVML: %d GPUs; XIDs carry their uuids", len(gpus))
+    return gpus
+
+
+def open_feed(options: KmsgOptions, stop: asyncio.Event) -> Feed:
+    """The source the options name; a missing device or boot id file is an ``OSError`` here."""
+    boot_id = read_boot_id(options.boot_id_path)
+    if options.journal:
+        journal = JournalSource(
+            node=options.node,
+            cluster=options.cluster,
+            state_path=options.state_path,
+            boot_id=boot_id,
+            executable=options.journalctl,
+            directory=options.journal_dir,
+            follow=not options.once,
+        )
+        if journal.state_error is not None:
+            log.warning("%s; starting at the current boot", journal.state_error)
+        return journal
+    boot_time = options.boot_time or read_boot_time(options.proc_stat_path)
+    source = KmsgSource(
+        node=options.node,
+        cluster=options.cluster,
+        state_path=options.state_path,
+        boot_id=boot_id,
+        boot_time=boot_time,
+        device=options.device,
+    )
+    if source.state_error is not None:
+        log.warning("%s; starting from the oldest record", source.state_error)
+    if source.previous_boot:
+        log.warning("reboot detected: boot id %s (was %s)", boot_id, source.previous_boot)
+    return KmsgFeed(source, limit=options.batch, once=options.once, stop=stop)
+
+
+async def run_kmsg(
+    options: KmsgOptions,
+    client_kwargs: dict[str, Any],
+    layout: TopicLayout,
+    stderr: TextIO,
+    *,
+    stop: asyncio.Event | None = None,
+    metrics: KmsgMetrics | None = None,
+    gpus: Mapping[str, Device] | None = None,
+) -> int:
+    """Run the reader until ``stop`` is set, or once with ``options.once``; 1 if the source died.
+
+    Without a ``stop`` event of the caller's, SIGINT and SIGTERM stop it (after
+    the batch in flight is acknowledged and committed). ``gpus``: the bus id map
+    (default: read from NVML when ``options.nvml``; none without a driver).
+    """
+    if gpus is None:
+        gpus = gpu_map() if options.nvml else {}
+    own_stop = stop is None
+    stop = stop or asyncio.Event()
+    feed = open_feed(options, stop)
+    metrics = metrics or KmsgMetrics("journal" if options.journal else "kmsg")
+    if options.metrics_port is not None:
+        port = metrics.serve(options.metrics_port)
+        log.info("metrics on http://0.0.0.0:%d/metrics", port)
+    if own_stop and not options.once:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, stop.set)
+    producer = EventProducer(client_kwargs, layout)
+    ended = False
+    try:
+        created = await ensure_topics(client_kwargs, layout)
+        if created:
+            log.info("created topics %s", ", ".join(created))
+        await producer.start()
+        if isinstance(feed, JournalSource):
+            await feed.start()
+        log.info("reading %s for node %s", feed.name, options.node)
+        while not stop.is_set():
+            batch = await feed.next_batch(options.poll_s)
+            if batch is None:
+                ended = True
+                break
+            if batch.events or batch.dead:
+                await publish(producer, layout, feed, batch, gpus)
+            feed.commit(batch)
+            metrics.update(feed.stats)
+    finally:
+        await producer.stop()
+        await feed.close()
+    stats = feed.stats
+    print(
+        f"{feed.name}: {stats.records} records, {stats.xids} XIDs, {stats.bad} bad, "
+        f"{stats.skipped} lost to the ring buffer, {stats.replayed} already handled",
+        file=stderr,
+    )
+    if stats.skipped:
+        log.warning("%d kmsg records were overwritten before they could be read", stats.skipped)
+    if ended and isinstance(feed, JournalSource) and (feed.exit_status or not options.once):
+        # Following never ends by itself: journalctl died. Exit so the pod restarts.
+        log.error("journalctl exited with status %s", feed.exit_status)
+        return 1
+    return 0

@@ -1,0 +1,132 @@
+"""``gputriage ingest dcgm``: saved scrapes in, typed events out, through the real CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import os
+import shutil
+import signal
+from datetime import UTC, datetime
+from pathlib import Path
+
+from schemas.codec import decode_event
+from schemas.events import GpuBindingEvent, XidEvent
+from tests.cli_helpers import CONSOLE_SCRIPT, clean_env, gputriage
+from tests.kafka_helpers import KafkaTestEnv, consume_all
+from tests.test_dcgm_scrape import Exporter, serving, wait_for
+
+DATA = Path(__file__).parent / "data" / "dcgm"
+T0 = 1_764_496_800  # 2025-11-30T10:00:00Z
+
+
+def scrapes(tmp_path: Path) -> list[str]:
+    """The burst scenario's scrapes, 15 s apart by modification time (the event time)."""
+    paths = []
+    for n in range(1, 5):
+        path = tmp_path / f"scrape-{n}.prom"
+        shutil.copy(DATA / "burst" / f"{n:02d}.prom", path)
+        os.utime(path, (T0 + 15 * n, T0 + 15 * n))
+        paths.append(str(path))
+    return paths
+
+
+def args(paths: list[str]) -> list[str]:
+    return [arg for path in paths for arg in ("--file", path)]
+
+
+def test_successive_scrapes_print_xids_and_bindings(tmp_path: Path) -> None:
+    paths = scrapes(tmp_path)
+    proc = gputriage("ingest", "dcgm", "--node", "gpu-node-1", "--cluster", "c1", *args(paths))
+    assert proc.returncode == 0, proc.stderr
+    events = [decode_event(line) for line in proc.stdout.splitlines()]
+    kinds = [
+        (type(e).__name__, getattr(e, "code", None), len(getattr(e, "pods", ()))) for e in events
+    ]
+    assert kinds == [
+        ("GpuBindingEvent", None, 1),  # scrape 1: the pod holds the GPU (its XIDs: a baseline)
+        ("XidEvent", 79, 0),  # scrape 2: the count went 1 -> 4 under a gauge stuck at 79
+        ("XidEvent", 79, 0),
+        ("XidEvent", 79, 0),
+        ("GpuBindingEvent", None, 0),  # scrape 3: the pod is gone
+        ("GpuBindingEvent", None, 1),  # scrape 4: another pod
+    ]
+    assert {(e.cluster, getattr(e, "node", "")) for e in events} == {("c1", "gpu-node-1")}
+    xid = events[1]
+    assert isinstance(xid, XidEvent)
+    assert xid.time == datetime.fromtimestamp(T0 + 30, UTC)  # scrape 2's mtime
+    assert b"2 non-zero XID value(s) in a GPU's first scrape not reported" in proc.stderr
+    # The same files give the same events, ids included.
+    again = gputriage("ingest", "dcgm", "--node", "gpu-node-1", "--cluster", "c1", *args(paths))
+    assert again.stdout == proc.stdout
+
+
+def test_a_bad_file_is_reported_and_skipped(tmp_path: Path) -> None:
+    paths = scrapes(tmp_path)
+    bad = tmp_path / "error-page.html"
+    bad.write_text("<html><body>503 Service Unavailable</body></html>\n")
+    gz = tmp_path / "scrape-1.prom.gz"
+    gz.write_bytes(gzip.compress(Path(paths[0]).read_bytes()))
+    proc = gputriage("ingest", "dcgm", "--node", "n1", *args([str(gz), str(bad), paths[1]]))
+    assert proc.returncode == 1
+    lines = proc.stderr.decode().splitlines()
+    assert lines[0].startswith(f"{bad}: invalid Prometheus text exposition")
+    assert lines[-1] == "gputriage: 1 bad scrape file of 3 skipped"
+    events = [decode_event(line) for line in proc.stdout.splitlines()]
+    # The gzip scrape was read, the bad one skipped, the third diffed against the first.
+    assert [type(e) for e in events] == [GpuBindingEvent, XidEvent, XidEvent, XidEvent]
+
+
+def test_usage_errors_are_one_line() -> None:
+    proc = gputriage("ingest", "dcgm", "--file", str(DATA / "a30_mig.prom"))
+    assert proc.returncode == 2
+    assert proc.stderr.decode().count("\n") == 1
+    assert "--node" in proc.stderr.decode()
+    proc = gputriage("connect", "dcgm", "--url", "localhost:9400", "--node", "n", "--cluster", "c")
+    assert proc.returncode == 2
+    assert proc.stderr.decode().count("\n") == 1
+    assert "is not an http(s):// URL" in proc.stderr.decode()
+
+
+def test_connect_dcgm_publishes_until_sigterm(kafka: KafkaTestEnv) -> None:
+    """The real command against a local exporter and the embedded broker."""
+    exporter = Exporter()
+    exporter.queue = [(500, "warming up", {})]  # survived: retried after a backoff
+
+    async def scenario() -> tuple[int, bytes]:
+        async with serving(exporter) as url:
+            proc = await asyncio.create_subprocess_exec(
+                str(CONSOLE_SCRIPT),
+                "connect",
+                "dcgm",
+                "--url",
+                url,
+                "--node",
+                "gpu-node-1",
+                "--cluster",
+                "c1",
+                "--interval",
+                "0.1",
+                "--metrics-port",
+                "0",
+                env=clean_env(kafka.env),
+                stderr=asyncio.subprocess.PIPE,
+            )
+            # Ends early if the command died (its stderr then says why).
+            scraped = lambda: exporter.hits >= 3 or proc.returncode is not None  # noqa: E731
+            await wait_for(scraped, "three scrapes", timeout=30)
+            proc.send_signal(signal.SIGTERM)
+            _, stderr = await asyncio.wait_for(proc.communicate(), 10)
+            return await proc.wait(), stderr
+
+    status, stderr = asyncio.run(scenario())
+    assert status == 0, stderr
+    topic = kafka.layout.raw_topic(GpuBindingEvent)
+    (record,) = asyncio.run(consume_all(kafka.bootstrap, [topic], 1))
+    binding = decode_event(record.value)
+    assert isinstance(binding, GpuBindingEvent)
+    assert (binding.node, binding.gpu_uuid) == (
+        "gpu-node-1",
+        "GPU-a8394b51-c086-568a-9f1a-c1e1c934c44c",
+    )
+    assert b"HTTP 500" in stderr  # the failed scrape was logged

@@ -1,0 +1,196 @@
+"""``gputriage connect k8s`` end to end: kmock (Kubernetes) -> connector -> Tansu (Kafka).
+
+The broker outage is modelled by freezing the broker process (SIGSTOP, then
+SIGCONT) rather than stopping and restarting it: Tansu keeps everything in
+memory, so a restarted broker would have lost the records acknowledged before
+the outage, and :class:`connectors.broker.EmbeddedBroker` picks a new free port
+on every start. A frozen broker is what a network partition looks like to a
+client (requests time out, nothing is refused), and after SIGCONT every record
+from before and after the outage can be checked in one topic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+from kubernetes_asyncio.client import CoordinationV1Api
+
+from connectors.broker import EmbeddedBroker
+from connectors.k8s.backoff import Backoff
+from connectors.k8s.leader import LeaseOptions
+from connectors.kafka_sink import EventProducer
+from connectors.topics import ensure_topics
+from gputriage.cli import run as cli_run
+from gputriage.connect_k8s import ConnectOptions, Connector, run_connect
+from schemas.codec import decode_dead_letter, decode_event
+from schemas.events import PodEvent
+from tests.k8s_helpers import (
+    FAST_WATCH,
+    eventually,
+    fake_cluster,
+    kube_event,
+    kubeconfig,
+    node,
+    pod,
+)
+from tests.kafka_helpers import KafkaTestEnv, consume_all
+
+
+def test_connect_publishes_gpu_objects_and_dead_letters_with_leader_election(
+    kafka: KafkaTestEnv, tmp_path: Path
+) -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster:
+            cluster.pods.put(pod("trainer", "10"))
+            cluster.pods.put(pod("web", "11", gpus=0))
+            bad = pod("bad", "12")
+            bad["status"] = "Running"
+            cluster.pods.put(bad)
+            cluster.nodes.put(node("gpu-1", "5"))
+            cluster.nodes.put(node("cpu-1", "6", gpus=0))
+            cluster.events.put(kube_event("ev1", "20", reason="Evicted", pod_name="trainer"))
+            options = ConnectOptions(
+                cluster="c1",
+                kubeconfig=str(kubeconfig(tmp_path / "kubeconfig", cluster.url)),
+                context="kmock",
+                watch=FAST_WATCH,
+                lease=LeaseOptions(
+                    namespace="gputriage",
+                    identity="replica-1",
+                    lease_duration_s=2.0,
+                    renew_deadline_s=1.0,
+                    retry_period_s=0.1,
+                ),
+            )
+            await ensure_topics(kafka.kwargs, kafka.layout)  # before consuming from them
+            stop = asyncio.Event()
+            task = asyncio.create_task(
+                run_connect(options, kafka.kwargs, kafka.layout, metrics_port=0, stop=stop)
+            )
+            layout = kafka.layout
+            topics = [*layout.raw_topics, layout.dead_letters.name]
+            first = await consume_all(kafka.bootstrap, topics, 4)
+            await eventually(lambda: len(cluster.pods.watch_requests) >= 1, what="pod watch")
+            cluster.pods.event("MODIFIED", pod("trainer", "30", phase="Failed"))
+            records = await consume_all(kafka.bootstrap, topics, 5)
+            stop.set()
+            assert await asyncio.wait_for(task, 10) == 0
+            lease = await CoordinationV1Api(cluster.api).read_namespaced_lease(
+                "gputriage-connect-k8s", "gputriage"
+            )
+            assert lease.spec.holder_identity in ("", None)  # released on a clean stop
+        assert len(first) == 4
+        by_topic: dict[str, list[Any]] = {}
+        for record in records:
+            by_topic.setdefault(record.topic, []).append(record)
+        pods = [decode_event(r.value) for r in by_topic[layout.raw["pods"].name]]
+        assert [p.id for p in pods] == ["k8s:uid-trainer:10", "k8s:uid-trainer:30"]
+        assert all(isinstance(p, PodEvent) for p in pods)
+        assert {r.key for r in by_topic[layout.raw["pods"].name]} == {b"c1/gpu-1"}
+        nodes = [decode_event(r.value) for r in by_topic[layout.raw["nodes"].name]]
+        assert [n.id for n in nodes] == ["k8s:uid-gpu-1:5"]
+        events = [decode_event(r.value) for r in by_topic[layout.raw["k8s-events"].name]]
+        assert [e.id for e in events] == ["k8s:uid-ev1:20"]
+        (letter_record,) = by_topic[layout.dead_letters.name]
+        letter = decode_dead_letter(letter_record.value)
+        assert (letter.topic, letter.field) == ("kubernetes/pods", "$.status")
+        assert letter.reason == "expected an object, got string"
+        assert letter_record.key == b"uid-bad"
+
+    asyncio.run(asyncio.wait_for(scenario(), 30))
+
+
+def test_broker_outage_backpressures_the_watch_and_delivers_everything_in_order() -> None:
+    async def scenario() -> None:
+        async with EmbeddedBroker() as broker, fake_cluster() as cluster:
+            env = KafkaTestEnv(broker=broker, prefix="outage")
+            kwargs = env.kwargs
+            layout = env.layout
+            await ensure_topics(kwargs, layout)
+            producer = EventProducer(
+                kwargs, layout, linger_ms=0, request_timeout_ms=400, retry_backoff_ms=20
+            )
+            await producer.start()
+            options = ConnectOptions(
+                cluster="c1",
+                watch=FAST_WATCH,
+                buffer_size=4,
+                batch_size=2,
+                delivery_backoff=Backoff(initial_s=0.05, max_s=0.1),
+            )
+            connector = Connector(cluster.api, producer, options)
+            stop = asyncio.Event()
+            task = asyncio.create_task(connector.run(stop))
+            cluster.nodes.put(node("gpu-1", "1"))
+            cluster.nodes.put(node("gpu-2", "2"))
+            pods_topic = layout.raw["pods"].name
+            try:
+                await eventually(lambda: len(cluster.pods.watch_requests) == 1, what="watch")
+                cluster.pods.event("ADDED", pod("p1", "100", node="gpu-1"))
+                cluster.pods.event("ADDED", pod("p2", "101", node="gpu-2"))
+                await consume_all(broker.bootstrap, [pods_topic], 2)
+
+                os.kill(broker.pid or 0, signal.SIGSTOP)  # the outage begins
+                sent: dict[str, list[str]] = {"uid-p1": ["100"], "uid-p2": ["101"]}
+                version = 200
+                for round_ in range(8):
+                    for name, node_name in (("p1", "gpu-1"), ("p2", "gpu-2")):
+                        version += 1
+                        phase = "Running" if round_ % 2 else "Pending"
+                        cluster.pods.event(
+                            "MODIFIED", pod(name, str(version), node=node_name, phase=phase)
+                        )
+                        sent[f"uid-{name}"].append(str(version))
+                metrics = connector.metrics
+                await eventually(
+                    lambda: metrics.value("gputriage_connector_buffered_events") == 4,
+                    what="a full buffer",
+                )
+                await eventually(lambda: connector.delivery.failing_since is not None)
+                # The watch is held: its checkpoint is behind what the server sent.
+                assert connector.watchers["pods"].resource_version != str(version)
+            finally:
+                os.kill(broker.pid or 0, signal.SIGCONT)  # the outage ends
+            total = sum(len(v) for v in sent.values())
+            await eventually(lambda: connector.delivery.delivered >= total, timeout=15)
+            records = await consume_all(broker.bootstrap, [pods_topic], total)
+            stop.set()
+            await asyncio.wait_for(task, 10)
+            await producer.stop()
+        arrived: dict[str, list[str]] = {}
+        for record in records:  # one partition per key: topic order is key order
+            event = decode_event(record.value)
+            assert isinstance(event, PodEvent)
+            versions = arrived.setdefault(event.uid, [])
+            rv = event.id.rsplit(":", 1)[1]
+            if rv not in versions:  # a retried batch may repeat records (at-least-once)
+                versions.append(rv)
+        assert arrived == sent
+        assert metrics.value("gputriage_connector_backpressure_seconds_total") > 0
+        assert metrics.value("gputriage_connector_delivery_failures_total") >= 1
+
+    asyncio.run(asyncio.wait_for(scenario(), 40))
+
+
+def test_cli_mistakes_are_one_line_and_exit_2(capsys: Any) -> None:
+    assert cli_run(["connect", "k8s", "--cluster", "c", "--in-cluster", "--context", "x"]) == 2
+    assert "--in-cluster does not go with" in capsys.readouterr().err
+    assert cli_run(["connect", "k8s", "--cluster", "c", "--leader-election"]) == 2
+    err = capsys.readouterr().err
+    assert "--lease-namespace" in err
+    assert err.count("\n") == 1
+
+
+def test_no_service_account_outside_a_pod_is_one_line_and_exit_1(
+    capsys: Any, monkeypatch: Any
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)  # even when CI runs in a pod
+    args = ["connect", "k8s", "--cluster", "c", "--in-cluster", "--metrics-port", "0"]
+    assert cli_run([*args, "--brokers", "127.0.0.1:1"]) == 1
+    err = capsys.readouterr().err
+    assert "gputriage: error: cannot load the in-cluster service account" in err
+    assert "Traceback" not in err

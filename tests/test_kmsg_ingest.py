@@ -1,0 +1,361 @@
+"""``gputriage ingest kmsg`` and ``gputriage connect kmsg``, end to end through subprocesses.
+
+The connector runs against the real embedded broker with a fake ``/dev/kmsg``
+(a regular file in the record format), a fake boot id and a fake ``/proc/stat``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import io
+import signal
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+from connectors.xid.journal import JournalState
+from connectors.xid.kmsg import KmsgState, load_state
+from gputriage.connect_kmsg import KmsgMetrics, KmsgOptions, run_kmsg
+from schemas.codec import decode_dead_letter, decode_event, decode_incident
+from schemas.events import KubeEvent, XidEvent
+from tests.cli_helpers import clean_env, gputriage
+from tests.kafka_helpers import KafkaTestEnv, consume_all, wait_until
+from tests.test_kmsg_reader import BOOT_A, JOURNAL_BOOT_A, fake_journalctl, journal_entry
+
+DATA = Path(__file__).parent / "data" / "kmsg"
+BOOT = "2026-11-30T08:00:00Z"
+
+
+def xids_of(stdout: bytes) -> list[XidEvent]:
+    events = [decode_event(line) for line in stdout.splitlines()]
+    assert all(isinstance(e, XidEvent) for e in events)
+    return [e for e in events if isinstance(e, XidEvent)]
+
+
+def test_ingest_dmesg(tmp_path: Path) -> None:
+    args = ("ingest", "kmsg", "--file", str(DATA / "dmesg.log"), "--node", "gpu-node-01")
+    proc = gputriage(*args, "--cluster", "prod", "--boot-time", BOOT)
+    assert proc.returncode == 1, proc.stderr
+    events = xids_of(proc.stdout)
+    assert [(e.code, e.sxid) for e in events] == [
+        (12028, True),
+        (79, False),
+        (154, False),
+        (45, False),
+        (45, False),
+    ]
+    assert events[1].time == datetime(2026, 11, 30, 9, 0, 0, 500000, tzinfo=UTC)
+    assert events[2].recovery_action == "Node Reboot Required"
+    assert events[3].caused_by == 149
+    assert events[3].pci_bus_id == "0001:3b:00.0"
+    # Two identical lines: two events, distinct and stable ids.
+    assert events[4].id == f"{events[3].id}:2"
+    assert {e.cluster for e in events} == {"prod"}
+    assert proc.stderr.decode().splitlines() == [
+        f"{DATA / 'dmesg.log'}:12: unrecognised XID line: NVRM: Xid (PCI:0000:66:00): abc, "
+        "pid=2280636 (at message)",
+        "gputriage: 1 bad XID line of 6 skipped",
+    ]
+    again = gputriage(*args, "--cluster", "prod", "--boot-time", BOOT)
+    assert again.stdout == proc.stdout, "a re-read gives the same events and ids"
+
+
+def test_ingest_without_boot_time_reports_relative_lines(tmp_path: Path) -> None:
+    proc = gputriage("ingest", "kmsg", "--file", str(DATA / "dmesg.log"), "--node", "n")
+    assert proc.returncode == 1
+    assert proc.stdout == b""
+    assert proc.stderr.count(b"boot time is unknown") == 5
+
+
+def test_ingest_ctime_journal_and_kmsg_dump() -> None:
+    ctime = gputriage(
+        "ingest",
+        "kmsg",
+        "--file",
+        str(DATA / "dmesg_ctime.log"),
+        "--node",
+        "n",
+        "--tz",
+        "America/New_York",
+    )
+    assert ctime.returncode == 0, ctime.stderr
+    events = xids_of(ctime.stdout)
+    assert [e.code for e in events] == [13, 13, 109]
+    assert events[2].time == datetime(2024, 8, 30, 15, 43, 14, tzinfo=UTC)
+    assert (events[2].pid, events[2].process) == (1797828, "pt_main_thread")
+
+    journal = gputriage("ingest", "kmsg", "--file", str(DATA / "journal.jsonl"), "--node", "n")
+    assert journal.returncode == 0, journal.stderr
+    (nvlink,) = xids_of(journal.stdout)
+    assert (nvlink.code, nvlink.source, nvlink.pci_bus_id) == (149, "journal", "0018:01:00.0")
+
+    kmsg = gputriage(
+        "ingest",
+        "kmsg",
+        "--file",
+        str(DATA / "kmsg.txt"),
+        "--node",
+        "n",
+        "--boot-id",
+        "b-1",
+        "--boot-time",
+        "1764489600",
+    )
+    assert kmsg.returncode == 0, kmsg.stderr
+    assert [e.id for e in xids_of(kmsg.stdout)] == ["kmsg:n:b-1:1001", "kmsg:n:b-1:1002"]
+
+
+def test_ingest_gzip_from_stdin() -> None:
+    data = gzip.compress((DATA / "dmesg_ctime.log").read_bytes())
+    proc = gputriage("ingest", "kmsg", "--file", "-", "--node", "n", stdin=data)
+    assert proc.returncode == 0, proc.stderr
+    assert len(xids_of(proc.stdout)) == 3
+
+
+def test_ingest_usage_errors() -> None:
+    path = str(DATA / "dmesg.log")
+    for args, needle in (
+        (("--node", "n", "--boot-time", "yesterday"), b"RFC 3339"),
+        (("--node", "n", "--boot-time", "2026-11-30T08:00:00"), b"no UTC offset"),
+        (("--node", "n", "--tz", "Mars/Olympus"), b"unknown time zone"),
+        ((), b"--node"),
+    ):
+        proc = gputriage("ingest", "kmsg", "--file", path, *args)
+        assert proc.returncode == 2, (args, proc.stderr)
+        assert needle in proc.stderr
+        assert len(proc.stderr.splitlines()) == 1
+        assert b"Traceback" not in proc.stderr
+
+
+def test_connect_kmsg_publishes_resumes_and_reports_reboots(
+    kafka: KafkaTestEnv, tmp_path: Path
+) -> None:
+    device, state = tmp_path / "kmsg", tmp_path / "state.json"
+    boot_id, stat = tmp_path / "boot_id", tmp_path / "stat"
+    boot_id.write_text("boot-a\n")
+    stat.write_text("cpu 1 2 3\nbtime 1764489600\n")
+    device.write_bytes(
+        (DATA / "kmsg.txt").read_bytes() + b"3,1003,3700000000,-;NVRM: Xid (PCI:0000:66:00): abc\n"
+    )
+    args = (
+        "connect", "kmsg", "--cluster", "prod", "--device", str(device), "--state", str(state),
+        "--boot-id-file", str(boot_id), "--proc-stat", str(stat), "--metrics-port", "0", "--once",
+    )  # fmt: skip
+    env = {**kafka.env, "NODE_NAME": "gpu-node-01"}
+    first = gputriage(*args, env=env)
+    assert first.returncode == 0, first.stderr
+    assert b"2 XIDs, 1 bad" in first.stderr
+    assert load_state(state) == KmsgState(boot_id="boot-a", seq=1003)
+    layout = kafka.layout
+    records = asyncio.run(
+        consume_all(kafka.bootstrap, [layout.raw["xids"].name, layout.dead_letters.name], 3)
+    )
+    xids = [decode_event(r.value) for r in records if r.topic == layout.raw["xids"].name]
+    assert [e.id for e in xids] == ["kmsg:gpu-node-01:boot-a:1001", "kmsg:gpu-node-01:boot-a:1002"]
+    assert {r.key for r in records} == {b"prod/gpu-node-01"}
+    (dead,) = [decode_dead_letter(r.value) for r in records if r.topic == layout.dead_letters.name]
+    assert (dead.topic, dead.partition, dead.offset) == (f"kmsg:{device}", -1, 1003)
+    assert dead.value is not None
+    assert dead.value.startswith(b"3,1003,")
+
+    again = gputriage(*args, env=env)
+    assert again.returncode == 0, again.stderr
+    assert b"0 XIDs, 0 bad" in again.stderr
+    assert b"4 already handled" in again.stderr
+
+    boot_id.write_text("boot-b\n")
+    stat.write_text("btime 1764495000\n")
+    device.write_text("3,0,5000000,-;NVRM: Xid (PCI:0000:9b:00): 79, GPU has fallen off the bus.\n")
+    rebooted = gputriage(*args, env=env)
+    assert rebooted.returncode == 0, rebooted.stderr
+    assert load_state(state) == KmsgState(boot_id="boot-b", seq=0)
+    topics = [layout.raw["xids"].name, layout.raw["k8s-events"].name]
+    records = asyncio.run(consume_all(kafka.bootstrap, topics, 4))
+    events = [decode_event(r.value) for r in records]
+    (reboot,) = [e for e in events if isinstance(e, KubeEvent)]
+    assert (reboot.reason, reboot.node, reboot.time) == (
+        "Rebooted",
+        "gpu-node-01",
+        datetime.fromtimestamp(1764495000, UTC),
+    )
+    assert "boot-a" in reboot.message
+    assert [e.id for e in events if isinstance(e, XidEvent)][-1] == "kmsg:gpu-node-01:boot-b:0"
+
+
+def test_connect_kmsg_missing_device_is_a_usage_error(tmp_path: Path) -> None:
+    boot_id = tmp_path / "boot_id"
+    boot_id.write_text("boot-a\n")
+    proc = gputriage(
+        "connect", "kmsg", "--node", "n", "--cluster", "c", "--device", str(tmp_path / "nope"),
+        "--boot-id-file", str(boot_id), "--boot-time", BOOT, "--state", str(tmp_path / "s"),
+        "--brokers", "127.0.0.1:1", "--metrics-port", "0", "--once",
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert b"nope" in proc.stderr
+    assert b"Traceback" not in proc.stderr
+
+
+def test_reader_follows_the_device_until_stopped(kafka: KafkaTestEnv, tmp_path: Path) -> None:
+    """The daemon path (no --once): records appended while it runs are published, then
+    a stop ends it after committing; the counters match."""
+    device, boot_id = tmp_path / "kmsg", tmp_path / "boot_id"
+    boot_id.write_text("boot-a\n")
+    device.write_text("6,0,1,-;usb 1-1: new device\n")
+    options = KmsgOptions(
+        node="gpu-node-07",
+        cluster="prod",
+        device=str(device),
+        state_path=str(tmp_path / "state" / "kmsg.json"),
+        boot_id_path=str(boot_id),
+        boot_time=datetime(2026, 11, 30, 8, 0, tzinfo=UTC),
+        poll_s=0.02,
+        metrics_port=None,
+    )
+    metrics = KmsgMetrics()
+    layout = kafka.layout
+    kafka.create_topics()
+
+    async def scenario() -> list[XidEvent]:
+        stop = asyncio.Event()
+        task = asyncio.create_task(
+            run_kmsg(options, kafka.kwargs, layout, io.StringIO(), stop=stop, metrics=metrics)
+        )
+        with device.open("a") as out:
+            out.write("3,1,2000000,-;NVRM: Xid (PCI:0000:9b:00): 79, GPU has fallen off the bus.\n")
+            out.write("6,4,2000100,-;NVRM: Xid (PCI:0000:9b:00): 154, GPU recovery action ")
+            out.flush()
+            out.write("changed from 0x0 (None) to 0x2 (Node Reboot Required)\n")
+        records = await consume_all(kafka.bootstrap, [layout.raw["xids"].name], 2)
+        stop.set()
+        assert await asyncio.wait_for(task, 10) == 0
+        events = [decode_event(r.value) for r in records]
+        return [e for e in events if isinstance(e, XidEvent)]
+
+    xid79, xid154 = asyncio.run(scenario())
+    assert (xid79.code, xid154.recovery_action) == (79, "Node Reboot Required")
+    assert load_state(options.state_path) == KmsgState(boot_id="boot-a", seq=4)
+
+    def sample(name: str) -> float | None:
+        labels = {"source": "kmsg"}
+        return metrics.registry.get_sample_value(f"gputriage_kmsg_{name}_total", labels)
+
+    assert (sample("records"), sample("xids"), sample("skipped_records"), sample("bad_lines")) == (
+        3.0,
+        2.0,
+        2.0,
+        0.0,
+    )
+
+
+def test_connect_kmsg_stops_cleanly_on_sigterm(kafka: KafkaTestEnv, tmp_path: Path) -> None:
+    """A DaemonSet pod is stopped with SIGTERM: the reader commits and exits 0."""
+    device, state = tmp_path / "kmsg", tmp_path / "state.json"
+    boot_id = tmp_path / "boot_id"
+    boot_id.write_text("boot-a\n")
+    device.write_bytes((DATA / "kmsg.txt").read_bytes())
+    command = [
+        sys.executable, "-m", "gputriage", "connect", "kmsg", "--node", "gpu-node-01",
+        "--cluster", "prod", "--device", str(device), "--state", str(state),
+        "--boot-id-file", str(boot_id), "--boot-time", BOOT, "--metrics-port", "0",
+        "--poll-interval", "0.05",
+    ]  # fmt: skip
+    proc = subprocess.Popen(
+        command, env=clean_env(kafka.env), stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        wait_until(
+            lambda: state.exists() and load_state(state) == KmsgState(boot_id="boot-a", seq=1002),
+            timeout=30,
+            what="the reader to commit the device's records",
+        )
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, stderr
+    assert b"3 records, 2 XIDs, 0 bad" in stderr
+
+
+def test_connect_journal_once(kafka: KafkaTestEnv, tmp_path: Path) -> None:
+    """--journal: journalctl's kernel entries instead of /dev/kmsg; the cursor is saved."""
+    script, entries, _argv = fake_journalctl(tmp_path)
+    entries.write_text(
+        journal_entry(1, JOURNAL_BOOT_A, "NVRM: Xid (PCI:0000:3b:00): 48, DBE")
+        + journal_entry(2, JOURNAL_BOOT_A, "NVRM: Xid (PCI:0000:3b:00): x, broken")
+    )
+    boot_id, state = tmp_path / "boot_id", tmp_path / "state.json"
+    boot_id.write_text(BOOT_A)
+    args = (
+        "connect", "kmsg", "--node", "gpu-node-01", "--cluster", "prod", "--journal",
+        "--journalctl", str(script), "--state", str(state), "--boot-id-file", str(boot_id),
+        "--metrics-port", "0", "--once",
+    )  # fmt: skip
+    proc = gputriage(*args, env=kafka.env)
+    assert proc.returncode == 0, proc.stderr
+    assert b"journal: 2 records, 1 XIDs, 1 bad" in proc.stderr
+    layout = kafka.layout
+    topics = [layout.raw["xids"].name, layout.dead_letters.name]
+    records = asyncio.run(consume_all(kafka.bootstrap, topics, 2))
+    by_topic = {r.topic: r.value for r in records}
+    event = decode_event(by_topic[layout.raw["xids"].name])
+    assert isinstance(event, XidEvent)
+    assert (event.code, event.source) == (48, "journal")
+    assert event.id.startswith("journal:gpu-node-01:")
+    dead = decode_dead_letter(by_topic[layout.dead_letters.name])
+    assert (dead.topic, dead.offset) == ("journal", -1)
+    saved = load_state(state, JournalState)
+    assert saved is not None
+    assert saved.cursor.startswith("s=f00;i=2;")
+
+
+def test_a_kernel_xid_79_line_joins_the_eviction_incident(tmp_path: Path) -> None:
+    """ingest kmsg output replays with recorded Kubernetes events into ONE
+    device_unhealthy_eviction incident that names the GPU UUID and the evicted pods.
+
+    The Kubernetes and binding events are gpu-node-01's from the example
+    scenario; its recorded XID is replaced by one parsed from a dmesg line."""
+    scenario = Path(__file__).parent.parent / "examples" / "scenario.jsonl"
+    others = [
+        line
+        for line in scenario.read_bytes().splitlines()
+        if b'"node":"gpu-node-01"' in line and b'"schema":"xid.v1"' not in line
+    ]
+    events_file = tmp_path / "k8s.jsonl"
+    events_file.write_bytes(b"\n".join(others) + b"\n")
+    dmesg = tmp_path / "dmesg.log"
+    dmesg.write_text(
+        "[ 3599.900000] eth0: Link is Up\n"
+        "[ 3600.000000] NVRM: Xid (PCI:0000:9b:00): 79, pid='<unknown>', name=<unknown>, "
+        "GPU has fallen off the bus.\n"
+    )
+    ingest = gputriage(
+        "ingest", "kmsg", "--file", str(dmesg), "--node", "gpu-node-01", "--cluster",
+        "prod-us-east", "--boot-time", "2026-11-30T09:05:00Z",
+    )  # fmt: skip
+    assert ingest.returncode == 0, ingest.stderr
+    xids = tmp_path / "xids.jsonl"
+    xids.write_bytes(ingest.stdout)
+
+    replay = gputriage("replay", str(events_file), str(xids), "-o", "json")
+    assert replay.returncode == 0, replay.stderr
+    revisions = [decode_incident(line) for line in replay.stdout.splitlines()]
+    chains = [r for r in revisions if r.type == "device_unhealthy_eviction"]
+    assert len({r.id for r in chains}) == 1, "one incident for the whole chain"
+    final = chains[-1]
+    assert [g.uuid for g in final.gpus] == ["GPU-6f1c2a9e-79aa-4c1e-9d3b-000000000001"]
+    assert [g.pci_bus_id for g in final.gpus] == ["0000:9b:00.0"]
+    assert sorted(p.name for p in final.pods) == [
+        "llama-pretrain-0",
+        "llama-pretrain-1",
+        "llama-pretrain-2",
+    ]
+    (xid_id,) = decode_lines(ingest.stdout)
+    assert any(e.event_id == xid_id for e in final.evidence), "the kernel line is evidence"
+
+
+def decode_lines(stdout: bytes) -> list[str]:
+    return [decode_event(line).id for line in stdout.splitlines()]

@@ -1,0 +1,143 @@
+"""The connector's RBAC in deploy/rbac/ grants what it uses, and nothing it does not need.
+
+The "uses" side is measured, not listed by hand: a full connector session
+(list, watch, a relist after 410, leader election with a clean release) runs
+against kmock, and every request kmock recorded becomes an (apiGroup, resource,
+verb) triple, as the API server's authorizer would see it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from connectors.k8s.leader import LeaseOptions
+from connectors.topics import ensure_topics
+from gputriage.connect_k8s import ConnectOptions, run_connect
+from tests.k8s_helpers import (
+    FAST_WATCH,
+    eventually,
+    fake_cluster,
+    gone,
+    kube_event,
+    kubeconfig,
+    node,
+    pod,
+)
+from tests.kafka_helpers import KafkaTestEnv, consume_all
+
+RBAC = Path(__file__).parent.parent / "deploy" / "rbac" / "connect-k8s.yaml"
+Triple = tuple[str, str, str]
+
+
+def verb(request: Any) -> str:
+    """The Kubernetes verb of an HTTP request (what RBAC checks)."""
+    method = str(request.method.value if hasattr(request.method, "value") else request.method)
+    method = method.upper()
+    named = request.name is not None
+    if method == "GET":
+        if str(request.params.get("watch", "")).lower() in ("true", "1"):
+            return "watch"
+        return "get" if named else "list"
+    return {
+        "POST": "create",
+        "PUT": "update",
+        "PATCH": "patch",
+        "DELETE": "delete" if named else "deletecollection",
+    }[method]
+
+
+def granted(documents: list[dict[str, Any]]) -> tuple[set[Triple], dict[Triple, str]]:
+    """Triples of the ClusterRoles, and of the Roles with their namespace."""
+    cluster: set[Triple] = set()
+    namespaced: dict[Triple, str] = {}
+    for doc in documents:
+        if doc["kind"] not in ("ClusterRole", "Role"):
+            continue
+        for rule in doc["rules"]:
+            for group in rule["apiGroups"]:
+                for resource in rule["resources"]:
+                    for v in rule["verbs"]:
+                        if doc["kind"] == "ClusterRole":
+                            cluster.add((group, resource, v))
+                        else:
+                            namespaced[(group, resource, v)] = doc["metadata"]["namespace"]
+    return cluster, namespaced
+
+
+def load() -> list[dict[str, Any]]:
+    return [doc for doc in yaml.safe_load_all(RBAC.read_text()) if doc]
+
+
+def test_the_connector_needs_nothing_the_rbac_does_not_grant(
+    kafka: KafkaTestEnv, tmp_path: Path
+) -> None:
+    async def session() -> list[Any]:
+        async with fake_cluster() as cluster:
+            cluster.pods.put(pod("trainer", "10"))
+            cluster.nodes.put(node("gpu-1", "5"))
+            cluster.events.put(kube_event("ev1", "20", reason="Evicted", pod_name="trainer"))
+            await ensure_topics(kafka.kwargs, kafka.layout)
+            options = ConnectOptions(
+                cluster="c1",
+                kubeconfig=str(kubeconfig(tmp_path / "kubeconfig", cluster.url)),
+                context="kmock",
+                watch=FAST_WATCH,
+                lease=LeaseOptions(
+                    namespace="gputriage",
+                    identity="replica-1",
+                    lease_duration_s=2.0,
+                    renew_deadline_s=1.0,
+                    retry_period_s=0.05,
+                ),
+            )
+            stop = asyncio.Event()
+            task = asyncio.create_task(
+                run_connect(options, kafka.kwargs, kafka.layout, metrics_port=None, stop=stop)
+            )
+            await consume_all(kafka.bootstrap, list(kafka.layout.raw_topics), 3)
+            cluster.pods.send(gone())  # exercise the relist path too
+            await eventually(lambda: len(cluster.pods.list_requests) == 2, what="relist")
+            stop.set()
+            assert await asyncio.wait_for(task, 10) == 0
+            return cluster.requests()
+
+    requests = asyncio.run(asyncio.wait_for(session(), 30))
+    used: set[Triple] = set()
+    lease_namespaces: set[str | None] = set()
+    for request in requests:
+        assert request.resource is not None, f"non-resource request {request.url}"
+        triple = (request.resource.group, request.resource.plural, verb(request))
+        used.add(triple)
+        if request.resource.plural == "leases":
+            lease_namespaces.add(request.namespace)
+    cluster_grants, role_grants = granted(load())
+    # The session really exercised every path (or this test would prove little).
+    assert {("", "pods", "list"), ("", "pods", "watch"), ("", "events", "watch")} <= used
+    assert {("coordination.k8s.io", "leases", v) for v in ("get", "create")} <= used
+    assert ("coordination.k8s.io", "leases", "patch") in used  # the release
+    missing = used - cluster_grants - set(role_grants)
+    assert not missing, f"the connector uses what deploy/rbac does not grant: {sorted(missing)}"
+    assert lease_namespaces == {"gputriage"} == set(role_grants.values())
+
+
+def test_the_rbac_grants_nothing_beyond_reading_and_its_lease() -> None:
+    documents = load()
+    cluster_grants, role_grants = granted(documents)
+    assert cluster_grants == {
+        (group, resource, v)
+        for group, resource in (("", "pods"), ("", "nodes"), ("", "events"))
+        for v in ("get", "list", "watch")
+    }
+    assert set(role_grants) == {
+        ("coordination.k8s.io", "leases", v) for v in ("get", "create", "patch")
+    }
+    kinds = sorted(doc["kind"] for doc in documents)
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount"]
+    for doc in documents:
+        if doc["kind"].endswith("Binding"):
+            (subject,) = doc["subjects"]
+            assert (subject["kind"], subject["name"]) == ("ServiceAccount", "gputriage-connect-k8s")
