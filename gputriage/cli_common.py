@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, tzinfo
 from typing import Any, Final, TypeVar
 
 import click
@@ -86,6 +86,31 @@ def boot_time_option(
     if stamp.tzinfo is None:
         raise click.BadParameter(f"{value!r} has no UTC offset (add Z or +hh:mm)")
     return stamp
+
+
+def _time_zone(_ctx: click.Context, _param: click.Parameter, value: str) -> tzinfo:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # noqa: PLC0415
+
+    try:
+        return ZoneInfo(value)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise click.BadParameter(f"unknown time zone {value!r}") from None
+
+
+tz_option = click.option(
+    "--tz",
+    metavar="ZONE",
+    default="UTC",
+    show_default=True,
+    callback=_time_zone,
+    help="Time zone of dmesg -T and syslog times (the node's local zone).",
+)
+year_option = click.option(
+    "--year",
+    type=click.IntRange(1970, 9999),
+    default=None,
+    help="Year of syslog times, which have none (default: this year).",
+)
 
 
 def http_url_option(_ctx: click.Context, _param: click.Parameter, value: str) -> str:

@@ -15,7 +15,7 @@ line still wins. Trap: click ignores unknown keys of a ``default_map``, so
 from __future__ import annotations
 
 import sys
-from datetime import datetime
+from datetime import datetime, tzinfo
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,8 @@ from gputriage.cli_common import (
     node_option,
     settings_of,
     start_logging,
+    tz_option,
+    year_option,
 )
 
 if TYPE_CHECKING:
@@ -211,6 +213,16 @@ def connect_k8s_command(
 @click.option("--journalctl", default="journalctl", show_default=True, help="With --journal.")
 @click.option("--journal-dir", default="", help="With --journal: journalctl -D DIR.")
 @click.option(
+    "--file",
+    "log_file",
+    metavar="FILE",
+    default="",
+    help="Follow this kernel log file instead (dmesg -w, dmesg -T, syslog kern.log), "
+    "like tail -F: rotation by rename or truncation is followed.",
+)
+@tz_option
+@year_option
+@click.option(
     "--nvml/--no-nvml",
     default=True,
     show_default=True,
@@ -235,6 +247,9 @@ def connect_kmsg_command(
     journal: bool,
     journalctl: str,
     journal_dir: str,
+    log_file: str,
+    tz: tzinfo,
+    year: int | None,
     nvml: bool,
     once: bool,
 ) -> int:
@@ -243,8 +258,11 @@ def connect_kmsg_command(
     Resumes after the last record handled (the state file), reports a reboot
     (new boot id) as a Rebooted event, and sends unreadable XID lines to the
     dead-letter topic. Run one per GPU node (a DaemonSet). With --journal it
-    follows journalctl's kernel entries instead, resuming at the saved cursor.
+    follows journalctl's kernel entries instead, resuming at the saved cursor;
+    with --file a kernel log file, resuming at the saved inode and offset.
     """
+    if journal and log_file:
+        raise click.UsageError("--journal and --file are two different sources: choose one")
     import asyncio  # noqa: PLC0415
 
     from aiokafka.errors import KafkaError  # noqa: PLC0415
@@ -269,6 +287,9 @@ def connect_kmsg_command(
         poll_s=poll_interval,
         once=once,
         nvml=nvml,
+        file=log_file,
+        tz=tz,
+        year=year,
         metrics_port=metrics_port,
     )
     try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable
-from datetime import datetime
+from datetime import datetime, tzinfo
 from typing import Any, Protocol
 
 import click
@@ -24,6 +24,8 @@ from gputriage.cli_common import (
     cluster_option,
     gpu_resource_options,
     open_all,
+    tz_option,
+    year_option,
 )
 from schemas.codec import RecordError, encode
 
@@ -93,20 +95,8 @@ def ingest_k8s_command(
     "relative to boot (dmesg [secs], kmsg records).",
 )
 @click.option("--boot-id", default="", help="Boot id of kmsg records (ids kmsg:NODE:BOOT:SEQ).")
-@click.option(
-    "--tz",
-    "tz_name",
-    metavar="ZONE",
-    default="UTC",
-    show_default=True,
-    help="Time zone of dmesg -T and syslog times (the node's local zone).",
-)
-@click.option(
-    "--year",
-    type=click.IntRange(1970, 9999),
-    default=None,
-    help="Year of syslog times, which have none (default: this year).",
-)
+@tz_option
+@year_option
 def ingest_kmsg_command(
     *,
     path: str,
@@ -114,7 +104,7 @@ def ingest_kmsg_command(
     cluster: str,
     boot_time: datetime | None,
     boot_id: str,
-    tz_name: str,
+    tz: tzinfo,
     year: int | None,
 ) -> int:
     """Parse XID/SXid lines of a saved kernel log into typed events, printed as JSON lines.
@@ -123,15 +113,10 @@ def ingest_kmsg_command(
     reported as FILE:LINE on stderr; the exit status is then 1.
     """
     from datetime import UTC  # noqa: PLC0415
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # noqa: PLC0415
 
     from connectors.xid.lines import LineContext  # noqa: PLC0415
     from connectors.xid.offline import read_xids  # noqa: PLC0415
 
-    try:
-        tz = ZoneInfo(tz_name)
-    except (ZoneInfoNotFoundError, ValueError):
-        raise click.BadParameter(f"unknown time zone {tz_name!r}", param_hint="--tz") from None
     ctx = LineContext(
         node=node,
         cluster=cluster,

@@ -1,8 +1,10 @@
 """``gputriage connect kmsg``: one kernel-log reader per GPU node, publishing XIDs to Kafka.
 
-The source is ``/dev/kmsg`` (:class:`connectors.xid.kmsg.KmsgSource`) or, with
-``--journal``, the journal's kernel entries through ``journalctl``
-(:class:`connectors.xid.journal.JournalSource`); both go through one loop.
+The source is ``/dev/kmsg`` (:class:`connectors.xid.kmsg.KmsgSource`), or with
+``--journal`` the journal's kernel entries through ``journalctl``
+(:class:`connectors.xid.journal.JournalSource`), or with ``--file`` a kernel log
+file followed like ``tail -F`` (:class:`connectors.xid.textlog.TextLogSource`);
+all go through one loop.
 
 The loop: poll the source, publish
 the batch's events to their raw topics and its bad lines to the dead-letter
@@ -11,7 +13,7 @@ a failed publish ends the process before the state moves, so the restarted
 pod re-sends that batch (same ids) and loses nothing.
 
 Metrics (``/metrics``, default port 9465, so it can share a host network with
-a processor on 9464), each labelled ``source="kmsg"`` or ``source="journal"``:
+a processor on 9464), each labelled ``source="kmsg"``, ``"journal"`` or ``"file"``:
 
 ============================================  =======================================
 ``gputriage_kmsg_records_total``              records read from the device
@@ -37,7 +39,7 @@ import logging
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, tzinfo
 from typing import Any, Protocol, TextIO
 
 from prometheus_client import CollectorRegistry, Counter, start_http_server
@@ -58,6 +60,7 @@ from connectors.xid.kmsg import (
     read_boot_time,
 )
 from connectors.xid.lines import LineContext
+from connectors.xid.textlog import TextLogSource
 from schemas.codec import encode
 from schemas.dead_letters import DeadLetter
 from schemas.events import Tick, XidEvent
@@ -93,6 +96,17 @@ class KmsgOptions:
     metrics_port: int | None = DEFAULT_METRICS_PORT
     nvml: bool = True
     """Put GPU uuids and indexes on XIDs from NVML's bus id map, where a driver is."""
+    file: str = ""
+    """Follow this kernel log file (dmesg/syslog text) instead of ``device``."""
+    tz: tzinfo | None = None
+    """Time zone of the file's wall-clock times (``dmesg -T``, syslog); default UTC."""
+    year: int | None = None
+    """Year of syslog times, which have none (default: this year)."""
+
+    @property
+    def kind(self) -> str:
+        """The ``source`` label of the metrics."""
+        return "journal" if self.journal else "file" if self.file else "kmsg"
 
 
 class Feed(Protocol):
@@ -109,10 +123,26 @@ class Feed(Protocol):
     async def close(self) -> None: ...
 
 
-class KmsgFeed:
-    """:class:`KmsgSource` (synchronous, non-blocking) behind the :class:`Feed` interface."""
+class PolledSource(Protocol):
+    """A source read by non-blocking polls: the kmsg device or a followed log file."""
 
-    def __init__(self, source: KmsgSource, *, limit: int, once: bool, stop: asyncio.Event) -> None:
+    stats: ReadStats
+    context: LineContext
+    name: str
+
+    def poll(self, limit: int = 1000) -> Batch: ...
+
+    def commit(self, batch: Batch) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class KmsgFeed:
+    """A :class:`PolledSource` (synchronous, non-blocking) behind the :class:`Feed` interface."""
+
+    def __init__(
+        self, source: PolledSource, *, limit: int, once: bool, stop: asyncio.Event
+    ) -> None:
         self.source = source
         self.stats = source.stats
         self.context = source.context
@@ -137,7 +167,7 @@ class KmsgFeed:
 
 
 class KmsgMetrics:
-    """The reader's counters, on their own registry, labelled by source (kmsg or journal)."""
+    """The reader's counters, on their own registry, labelled by source (kmsg, journal, file)."""
 
     def __init__(self, source: str = "kmsg", registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
@@ -229,6 +259,19 @@ def gpu_map(lib: Any = None) -> dict[str, Device]:
 
 def open_feed(options: KmsgOptions, stop: asyncio.Event) -> Feed:
     """The source the options name; a missing device or boot id file is an ``OSError`` here."""
+    if options.file:
+        text = TextLogSource(
+            path=options.file,
+            node=options.node,
+            cluster=options.cluster,
+            state_path=options.state_path,
+            boot_time=options.boot_time,
+            tz=options.tz,
+            year=options.year,
+        )
+        if text.state_error is not None:
+            log.warning("%s; starting at the beginning of %s", text.state_error, options.file)
+        return KmsgFeed(text, limit=options.batch, once=options.once, stop=stop)
     boot_id = read_boot_id(options.boot_id_path)
     if options.journal:
         journal = JournalSource(
@@ -280,7 +323,7 @@ async def run_kmsg(
     own_stop = stop is None
     stop = stop or asyncio.Event()
     feed = open_feed(options, stop)
-    metrics = metrics or KmsgMetrics("journal" if options.journal else "kmsg")
+    metrics = metrics or KmsgMetrics(options.kind)
     if options.metrics_port is not None:
         port = metrics.serve(options.metrics_port)
         log.info("metrics on http://0.0.0.0:%d/metrics", port)
