@@ -1,8 +1,15 @@
-"""The dead-letter record: a Kafka record that could not be processed, and why.
+"""The dead-letter record: a Kafka record (or a connector's input) that could not be used, and why.
 
 Errors are values (DESIGN §4, principle 7): a record that does not decode is
 published here, with its coordinates and the reason, and processing goes on.
 The dead-letter topic's message key is the failed record's key, unchanged.
+
+Connectors use the same record for input that never was a Kafka record (a
+Kubernetes object, a kernel log line, a scrape): ``topic`` then names the
+source (``kubernetes/pods``, ``kmsg:/dev/kmsg``, ``journal``,
+``file:/var/log/kern.log``, the scrape URL), ``partition`` is -1 and ``offset``
+is a position in that source when it has one (kmsg sequence number, byte
+offset, scrape number), else -1.
 
 The original key and value are kept byte for byte. In JSON, ``bytes`` fields are
 **base64** strings (standard alphabet, with padding; msgspec's encoding of
@@ -22,9 +29,11 @@ class DeadLetter(
     """A record that could not be processed: where it was, why, and its original bytes."""
 
     topic: str
-    """The topic the record was read from."""
+    """The topic the record was read from, or a connector's source (see above)."""
     partition: int
+    """-1 for a connector's source."""
     offset: int
+    """The record's offset, or its position in a connector's source (-1: none)."""
     reason: str
     """Why it failed, one line (e.g. ``Expected `int`, got `str```)."""
     field: str = ""

@@ -118,6 +118,7 @@ class Cluster:
         bus: str = "0000:9b:00.0",
         uuid: str = "",
         recovery_action: str = "",
+        sxid: bool = False,
     ) -> XidEvent:
         ev = XidEvent(
             id=self._id("xid"),
@@ -128,6 +129,7 @@ class Cluster:
             pci_bus_id=bus,
             gpu_uuid=uuid,
             recovery_action=recovery_action,
+            sxid=sxid,
         )
         self.events.append(ev)
         return ev

@@ -267,6 +267,17 @@ def test_app_xid_names_the_bound_pod_and_escalates_when_repeated() -> None:
     assert of_type(run(c.events), "device_unhealthy_eviction") == []
 
 
+@pytest.mark.parametrize("sxid", [False, True])
+def test_an_nvswitch_sxid_is_never_read_as_the_gpu_xid_with_its_number(sxid: bool) -> None:
+    c = Cluster()
+    healthy(c, "n5", ["render"])
+    c.bind("n5", 2, "GPU-5", "0000:4c:00.0", ["render"])
+    for minute in (6, 7, 8):
+        c.xid("n5", minute * MIN, 13, bus="0000:4c:00.0", sxid=sxid)
+    faults = of_type(run(c.events), "gpu_app_fault")
+    assert bool(faults) is not sxid
+
+
 @pytest.mark.parametrize(("pods_known", "named"), [(False, ["render"]), (True, [])])
 def test_an_identity_only_binding_never_unbinds_pods(pods_known: bool, named: list[str]) -> None:
     # dcgm-exporter bound "render"; then a binding without pods: from NVML

@@ -273,7 +273,8 @@ def _on_binding(step: Step, ev: GpuBindingEvent) -> None:
 
 def _on_xid(step: Step, ev: XidEvent) -> None:
     state, config = step.state, step.config
-    rule = config.xid.get(ev.code, _UNKNOWN_XID)
+    # SXid codes are NVSwitch codes, a different catalog: never read as GPU XIDs.
+    rule = _UNKNOWN_XID if ev.sxid else config.xid.get(ev.code, _UNKNOWN_XID)
     key, gpu = _gpu(state, ev.pci_bus_id, ev.gpu_uuid, ev.gpu_index)
     item = text.xid(ev, rule, unpack_uuid(gpu.uuid))
     gpu.last_xid = max(gpu.last_xid, step.now)
