@@ -246,7 +246,7 @@ async def run_connect(
     metrics = ConnectorMetrics()
     if metrics_port is not None:
         port = metrics.serve(metrics_port, metrics_addr)
-        log.warning("metrics on http://%s:%d/metrics", metrics_addr, port)
+        log.info("metrics on http://%s:%d/metrics", metrics_addr, port)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

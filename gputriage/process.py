@@ -31,6 +31,7 @@ import threading
 from typing import Any
 
 import msgspec
+from aiokafka.errors import KafkaError
 
 from connectors.kafka_config import client_kwargs
 from connectors.topics import ensure_topics, state_topic, topic_layout
@@ -63,7 +64,15 @@ def run_worker(settings: Settings, brokers: str | None = None, **overrides: Any)
     except LogConfigError as exc:
         raise SettingsError(f"invalid configuration: {exc}") from None
     options = processor_options(settings, **overrides)
-    return asyncio.run(_run(settings, brokers, options))
+    try:
+        return asyncio.run(_run(settings, brokers, options))
+    except KafkaError as exc:
+        # Unreachable at start, or failed past the producer's retries mid-run: nothing
+        # undelivered was committed, so the restarted worker (its supervisor's job)
+        # re-reads it. One line, not a traceback.
+        log.error("Kafka: %s; exiting (uncommitted records will be re-read)", exc)
+        print(f"gputriage: error: Kafka: {exc}", file=sys.stderr)
+        return 1
 
 
 async def _run(settings: Settings, brokers: str | None, options: ProcessorOptions) -> int:
