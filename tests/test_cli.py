@@ -173,3 +173,11 @@ def test_schemas_check_and_write(tmp_path: Path) -> None:
     assert written.returncode == 0
     assert b"incident.v1.json" in written.stdout
     assert gputriage("schemas", "--check", "--dir", str(tmp_path)).returncode == 0
+
+
+def test_process_with_kafka_unreachable_says_so_without_a_traceback() -> None:
+    result = gputriage("process", "--brokers", "127.0.0.1:1", "--metrics-port", "0")
+    stderr = result.stderr.decode()
+    assert result.returncode == 1, stderr
+    assert "Traceback" not in stderr
+    assert stderr.splitlines()[-1].startswith("gputriage: error: Kafka: "), stderr
