@@ -35,7 +35,9 @@ from kmock._internal.rendering import Response  # not in kmock.__all__, same cla
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from connectors.k8s.backoff import Backoff
+from connectors.k8s.leader import LeaseOptions
 from connectors.k8s.watch import WatchOptions
+from gputriage.connect_k8s import ConnectOptions
 
 T = TypeVar("T")
 
@@ -357,3 +359,21 @@ contexts:
 """
     )
     return path
+
+
+def elected_options(tmp_path: Path, url: str, *, retry_period_s: float) -> ConnectOptions:
+    """``connect k8s`` options against the test server (kubeconfig context ``kmock``), with
+    fast watches and leader election as ``replica-1`` in namespace ``gputriage``."""
+    return ConnectOptions(
+        cluster="c1",
+        kubeconfig=str(kubeconfig(tmp_path / "kubeconfig", url)),
+        context="kmock",
+        watch=FAST_WATCH,
+        lease=LeaseOptions(
+            namespace="gputriage",
+            identity="replica-1",
+            lease_duration_s=2.0,
+            renew_deadline_s=1.0,
+            retry_period_s=retry_period_s,
+        ),
+    )

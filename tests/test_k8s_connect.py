@@ -21,7 +21,6 @@ from kubernetes_asyncio.client import CoordinationV1Api
 
 from connectors.broker import EmbeddedBroker
 from connectors.k8s.backoff import Backoff
-from connectors.k8s.leader import LeaseOptions
 from connectors.kafka_sink import EventProducer
 from connectors.topics import ensure_topics
 from gputriage.cli import run as cli_run
@@ -30,10 +29,10 @@ from schemas.codec import decode_dead_letter, decode_event
 from schemas.events import PodEvent
 from tests.k8s_helpers import (
     FAST_WATCH,
+    elected_options,
     eventually,
     fake_cluster,
     kube_event,
-    kubeconfig,
     node,
     pod,
 )
@@ -53,19 +52,7 @@ def test_connect_publishes_gpu_objects_and_dead_letters_with_leader_election(
             cluster.nodes.put(node("gpu-1", "5"))
             cluster.nodes.put(node("cpu-1", "6", gpus=0))
             cluster.events.put(kube_event("ev1", "20", reason="Evicted", pod_name="trainer"))
-            options = ConnectOptions(
-                cluster="c1",
-                kubeconfig=str(kubeconfig(tmp_path / "kubeconfig", cluster.url)),
-                context="kmock",
-                watch=FAST_WATCH,
-                lease=LeaseOptions(
-                    namespace="gputriage",
-                    identity="replica-1",
-                    lease_duration_s=2.0,
-                    renew_deadline_s=1.0,
-                    retry_period_s=0.1,
-                ),
-            )
+            options = elected_options(tmp_path, cluster.url, retry_period_s=0.1)
             await ensure_topics(kafka.kwargs, kafka.layout)  # before consuming from them
             stop = asyncio.Event()
             task = asyncio.create_task(

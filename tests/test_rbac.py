@@ -14,16 +14,14 @@ from typing import Any
 
 import yaml
 
-from connectors.k8s.leader import LeaseOptions
 from connectors.topics import ensure_topics
-from gputriage.connect_k8s import ConnectOptions, run_connect
+from gputriage.connect_k8s import run_connect
 from tests.k8s_helpers import (
-    FAST_WATCH,
+    elected_options,
     eventually,
     fake_cluster,
     gone,
     kube_event,
-    kubeconfig,
     node,
     pod,
 )
@@ -81,19 +79,7 @@ def test_the_connector_needs_nothing_the_rbac_does_not_grant(
             cluster.nodes.put(node("gpu-1", "5"))
             cluster.events.put(kube_event("ev1", "20", reason="Evicted", pod_name="trainer"))
             await ensure_topics(kafka.kwargs, kafka.layout)
-            options = ConnectOptions(
-                cluster="c1",
-                kubeconfig=str(kubeconfig(tmp_path / "kubeconfig", cluster.url)),
-                context="kmock",
-                watch=FAST_WATCH,
-                lease=LeaseOptions(
-                    namespace="gputriage",
-                    identity="replica-1",
-                    lease_duration_s=2.0,
-                    renew_deadline_s=1.0,
-                    retry_period_s=0.05,
-                ),
-            )
+            options = elected_options(tmp_path, cluster.url, retry_period_s=0.05)
             stop = asyncio.Event()
             task = asyncio.create_task(
                 run_connect(options, kafka.kwargs, kafka.layout, metrics_port=None, stop=stop)
