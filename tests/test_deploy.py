@@ -8,6 +8,7 @@ such drift fails here instead of in a crash-looping pod.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -111,3 +112,31 @@ def test_every_container_runs_a_real_command_with_real_options(
             for p in c.get("ports", [])
         }
         assert int(annotations["prometheus.io/port"]) in all_ports
+
+
+def _exported_metric_names() -> set[str]:
+    """Every sample name the processor and the connectors can export."""
+    from connectors.dcgm.scrape import DcgmMetrics  # noqa: PLC0415
+    from connectors.k8s.metrics import ConnectorMetrics  # noqa: PLC0415
+    from gputriage.connect_kmsg import KmsgMetrics  # noqa: PLC0415
+    from streams.app.metrics import Metrics  # noqa: PLC0415
+
+    names: set[str] = set()
+    for metrics in (Metrics(), ConnectorMetrics(), KmsgMetrics("kmsg"), DcgmMetrics()):
+        for family in metrics.registry.collect():
+            names.add(family.name)
+            kind = family.type
+            if kind == "counter":
+                names.add(f"{family.name}_total")
+            elif kind == "histogram":
+                names |= {f"{family.name}_{s}" for s in ("bucket", "sum", "count")}
+    return names
+
+
+def test_the_alerts_use_only_metrics_the_code_exports() -> None:
+    [rule] = [d for d in documents() if d["kind"] == "PrometheusRule"]
+    exprs = [r["expr"] for group in rule["spec"]["groups"] for r in group["rules"]]
+    used = {name for expr in exprs for name in re.findall(r"\bgputriage_[a-z_]+", expr)}
+    assert used, "the rules name gputriage metrics"
+    missing = used - _exported_metric_names()
+    assert not missing, f"alerts on metrics nobody exports: {sorted(missing)}"
