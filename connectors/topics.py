@@ -290,3 +290,31 @@ async def ensure_topics(
             message = error[2] if len(error) > 2 and error[2] else for_code(code).__name__
             raise TopicError(f"cannot create topic {topic}: {message}")
     return sorted(created)
+
+
+async def check_copartitioned(
+    client_kwargs: Mapping[str, Any], specs: tuple[TopicSpec, ...]
+) -> None:
+    """Raise :class:`TopicError` unless the topics ``specs`` name exist with one partition count.
+
+    :func:`ensure_topics` leaves existing topics alone, so a raw topic a broker
+    auto-created with one partition (a producer that ran before the processor)
+    stays that way, and the keys of one node would hash to different partition
+    numbers on different topics: signals that must meet would go to different
+    workers. The processor checks this before it joins its group.
+    """
+    from aiokafka import AIOKafkaConsumer  # noqa: PLC0415
+
+    consumer = AIOKafkaConsumer(**client_kwargs, group_id=None)
+    await consumer.start()
+    try:
+        await consumer.topics()
+        counts = {spec.name: len(consumer.partitions_for_topic(spec.name) or ()) for spec in specs}
+    finally:
+        await consumer.stop()
+    if len(set(counts.values())) > 1:
+        listed = ", ".join(f"{name} has {count}" for name, count in counts.items())
+        raise TopicError(
+            "topics must have the same partition count so that one key lands on the same "
+            f"partition number in each (co-partitioning): {listed}; recreate the odd ones"
+        )

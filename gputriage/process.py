@@ -34,7 +34,13 @@ import msgspec
 from aiokafka.errors import KafkaError
 
 from connectors.kafka_config import client_kwargs
-from connectors.topics import ensure_topics, state_topic, topic_layout
+from connectors.topics import (
+    TopicError,
+    check_copartitioned,
+    ensure_topics,
+    state_topic,
+    topic_layout,
+)
 from gputriage.logs import LogConfigError, configure_logging
 from gputriage.settings import Settings, SettingsError
 from streams.app.metrics import Metrics
@@ -73,6 +79,9 @@ def run_worker(settings: Settings, brokers: str | None = None, **overrides: Any)
         log.error("Kafka: %s; exiting (uncommitted records will be re-read)", exc)
         print(f"gputriage: error: Kafka: {exc}", file=sys.stderr)
         return 1
+    except TopicError as exc:
+        print(f"gputriage: error: {exc}", file=sys.stderr)
+        return 1
 
 
 async def _run(settings: Settings, brokers: str | None, options: ProcessorOptions) -> int:
@@ -82,6 +91,7 @@ async def _run(settings: Settings, brokers: str | None, options: ProcessorOption
     created = await ensure_topics(kwargs, layout, extra=(state,))
     if created:
         log.info("created topics %s", ", ".join(created))
+    await check_copartitioned(kwargs, (*layout.raw.values(), state))
     metrics = Metrics()
     if options.metrics_port is not None:
         port = metrics.serve(options.metrics_port, options.metrics_addr)

@@ -13,7 +13,9 @@ from aiokafka.errors import KafkaConnectionError
 from connectors.topics import (
     SOURCE_SCHEMAS,
     TopicConfigError,
+    TopicError,
     TopicSettings,
+    check_copartitioned,
     ensure_topics,
     topic_layout,
     topic_settings_from,
@@ -30,6 +32,7 @@ from schemas.events import (
     Tick,
     XidEvent,
 )
+from tests.cli_helpers import gputriage
 from tests.kafka_helpers import KafkaTestEnv, as_mapping
 from tests.sample_records import SAMPLES
 
@@ -174,3 +177,29 @@ def test_ensure_topics_against_an_unreachable_broker_raises() -> None:
                 {"bootstrap_servers": "127.0.0.1:1", "request_timeout_ms": 1000}, topic_layout()
             )
         )
+
+
+def test_a_topic_with_another_partition_count_is_refused_by_the_processor(
+    kafka: KafkaTestEnv,
+) -> None:
+    layout = kafka.layout
+    odd = layout.raw["xids"].name
+
+    async def precreate() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
+        await admin.start()
+        try:
+            await admin.create_topics([NewTopic(odd, 1, 1)])  # as a broker auto-creates it
+        finally:
+            await admin.close()
+
+    asyncio.run(precreate())
+    kafka.create_topics()
+    raw = tuple(layout.raw.values())
+    with pytest.raises(TopicError, match=f"{odd} has 1"):
+        asyncio.run(check_copartitioned(kafka.kwargs, raw))
+    others = tuple(spec for spec in raw if spec.name != odd)
+    asyncio.run(check_copartitioned(kafka.kwargs, others))  # the rest agree: no error
+    result = gputriage("process", "--metrics-port", "0", env=kafka.env)
+    assert result.returncode == 1
+    assert "co-partitioning" in result.stderr.decode().splitlines()[-1]
