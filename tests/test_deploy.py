@@ -8,6 +8,7 @@ such drift fails here instead of in a crash-looping pod.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -133,9 +134,11 @@ def _exported_metric_names() -> set[str]:
     return names
 
 
-def test_the_alerts_use_only_metrics_the_code_exports() -> None:
+def test_the_alerts_and_the_dashboard_use_only_metrics_the_code_exports() -> None:
     [rule] = [d for d in documents() if d["kind"] == "PrometheusRule"]
     exprs = [r["expr"] for group in rule["spec"]["groups"] for r in group["rules"]]
+    dashboard = json.loads((DEPLOY / "monitoring" / "dashboard.json").read_text())
+    exprs += [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
     used = {name for expr in exprs for name in re.findall(r"\bgputriage_[a-z_]+", expr)}
     assert used, "the rules name gputriage metrics"
     missing = used - _exported_metric_names()
