@@ -12,9 +12,7 @@ scrape file, Kafka or NVML unavailable), 130 interrupted.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import gzip
-import signal
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,6 +22,7 @@ from typing import IO, Any
 
 from connectors.dcgm.diff import DcgmState, diff
 from connectors.dcgm.exposition import parse_exposition
+from gputriage.signals import stop_on_signals
 from schemas.codec import AnyEvent, RecordError, encode
 
 PROG = "gputriage"
@@ -89,13 +88,6 @@ class KafkaTarget:
     """A :class:`connectors.topics.TopicSettings`."""
 
 
-def _stop_on_signals(stop: asyncio.Event) -> None:
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
-
-
 async def _producer(target: KafkaTarget, err: IO[str]) -> Any:
     """A started EventProducer on existing (or just created) topics, or None (reported)."""
     from aiokafka.errors import KafkaError  # noqa: PLC0415
@@ -136,15 +128,15 @@ async def _connect_dcgm(command: DcgmCommand, target: KafkaTarget, err: IO[str])
     from connectors.dcgm import scrape  # noqa: PLC0415
 
     stop = asyncio.Event()
-    _stop_on_signals(stop)
+    stop_on_signals(stop)
     producer = await _producer(target, err)
     if producer is None:
         return 1
     metrics = scrape.DcgmMetrics()
     if command.metrics_port is not None:
-        from prometheus_client import start_http_server  # noqa: PLC0415
+        from connectors.prometheus import serve_metrics  # noqa: PLC0415
 
-        start_http_server(command.metrics_port, registry=metrics.registry)
+        serve_metrics(metrics.registry, command.metrics_port)
     options = scrape.PollOptions(
         url=command.url,
         cluster=command.cluster,
@@ -206,7 +198,7 @@ async def _connect_nvml(
     from connectors.nvml import bindings, xid_event  # noqa: PLC0415
 
     stop = asyncio.Event()
-    _stop_on_signals(stop)
+    stop_on_signals(stop)
     producer = None
     if not command.print_only:
         if target is None:

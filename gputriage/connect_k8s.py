@@ -29,7 +29,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import socket
 import sys
 from collections.abc import Sequence
@@ -56,6 +55,7 @@ from connectors.k8s.watch import (
 )
 from connectors.kafka_sink import EventProducer
 from connectors.topics import SCHEMA_SOURCES, TopicLayout
+from gputriage.signals import stop_on_signals
 from schemas.codec import encode
 
 log = logging.getLogger("gputriage.connect.k8s")
@@ -248,10 +248,7 @@ async def run_connect(
         port = metrics.serve(metrics_port, metrics_addr)
         log.info("metrics on http://%s:%d/metrics", metrics_addr, port)
     stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
+    stop_on_signals(stop)
     api = await kube_client(options)
     try:
         created = await ensure_topics(kafka_kwargs, layout)

@@ -36,16 +36,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from typing import Any, Protocol, TextIO
 
-from prometheus_client import CollectorRegistry, Counter, start_http_server
+from prometheus_client import CollectorRegistry, Counter
 
 from connectors.kafka_sink import EventProducer
 from connectors.nvml import Device, NvmlUnavailable, attribute, load_bus_map
+from connectors.prometheus import serve_metrics
 from connectors.topics import TopicLayout, ensure_topics
 from connectors.xid.journal import JOURNALCTL, JournalSource
 from connectors.xid.kmsg import (
@@ -61,6 +61,7 @@ from connectors.xid.kmsg import (
 )
 from connectors.xid.lines import LineContext
 from connectors.xid.textlog import TextLogSource
+from gputriage.signals import stop_on_signals
 from schemas.codec import encode
 from schemas.dead_letters import DeadLetter
 from schemas.events import Tick, XidEvent
@@ -205,9 +206,8 @@ class KmsgMetrics:
         self._seen = ReadStats(**vars(stats))
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> int:
-        """Expose ``/metrics`` on ``port`` (0 picks a free one); return the port."""
-        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
-        return int(server.server_address[1])
+        """Expose ``/metrics`` on ``port`` (0 picks a free one); the port."""
+        return serve_metrics(self.registry, port, addr)
 
 
 async def publish(
@@ -328,9 +328,7 @@ async def run_kmsg(
         port = metrics.serve(options.metrics_port)
         log.info("metrics on http://0.0.0.0:%d/metrics", port)
     if own_stop and not options.once:
-        loop = asyncio.get_running_loop()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(signum, stop.set)
+        stop_on_signals(stop)
     producer = EventProducer(client_kwargs, layout)
     ended = False
     try:

@@ -38,6 +38,7 @@ from connectors.simulator import play, scaled_core_settings
 from connectors.topics import TopicLayout, ensure_topics, topic_layout
 from gputriage import render
 from gputriage.settings import Settings
+from gputriage.signals import stop_on_signals
 from schemas.codec import decode_event, decode_incident, encode
 from schemas.incidents import Incident
 
@@ -144,9 +145,7 @@ async def _supervise(
     err: IO[str],
 ) -> int:
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
+    restore_signals = stop_on_signals(stop)
     last_seen = [time.monotonic()]
     fed = asyncio.Event()
     feeder = asyncio.create_task(_feed(kwargs, layout, options, fed), name="feeder")
@@ -172,8 +171,7 @@ async def _supervise(
         for task in (feeder, printer):
             task.cancel()
         await asyncio.gather(feeder, printer, return_exceptions=True)
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(signum)
+        restore_signals()
     return 0
 
 

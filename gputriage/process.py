@@ -24,10 +24,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import os
-import signal
 import sys
-import threading
 from typing import Any
 
 import msgspec
@@ -43,6 +40,7 @@ from connectors.topics import (
 )
 from gputriage.logs import LogConfigError, configure_logging
 from gputriage.settings import Settings, SettingsError
+from gputriage.signals import stop_on_signals
 from streams.app.metrics import Metrics
 from streams.app.worker import ProcessorOptions, Worker
 
@@ -98,9 +96,7 @@ async def _run(settings: Settings, brokers: str | None, options: ProcessorOption
         log.info("metrics on http://%s:%d/metrics", options.metrics_addr, port)
     worker = Worker(settings.core_config(), kwargs, layout, state, options, metrics)
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, _stopper(stop, options.stop_timeout_seconds))
+    stop_on_signals(stop, give_up_after_s=options.stop_timeout_seconds)
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
@@ -108,26 +104,3 @@ async def _run(settings: Settings, brokers: str | None, options: ProcessorOption
     await worker.run(stop)
     log.info("worker stopped")
     return 0
-
-
-def _stopper(stop: asyncio.Event, timeout_s: float) -> Any:
-    def on_signal() -> None:
-        if stop.is_set():  # a second Ctrl-C: the user means it
-            _give_up(0)
-        stop.set()
-        watchdog = threading.Timer(timeout_s, _give_up, [timeout_s])
-        watchdog.daemon = True
-        watchdog.start()
-
-    return on_signal
-
-
-def _give_up(seconds: float) -> None:
-    if seconds:
-        log.error(
-            "the worker did not stop within %g s; exiting (uncommitted records will be re-read)",
-            seconds,
-        )
-    logging.shutdown()
-    sys.stderr.flush()
-    os._exit(1)

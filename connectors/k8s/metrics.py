@@ -18,7 +18,9 @@ forbids connectors from importing the processor's modules.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from connectors.prometheus import serve_metrics
 
 
 class ConnectorMetrics:
@@ -84,6 +86,5 @@ class ConnectorMetrics:
         return 0.0 if value is None else value
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> int:
-        """Expose ``/metrics`` on ``port`` (0 picks a free one) in a daemon thread; the port."""
-        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
-        return int(server.server_address[1])
+        """Expose ``/metrics`` on ``port`` (0 picks a free one); the port."""
+        return serve_metrics(self.registry, port, addr)

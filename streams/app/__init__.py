@@ -1,5 +1,6 @@
-"""The live processor: the pure core (``streams.core``) on Kafka, with faust-streaming.
+"""The live processor: the pure core (``streams.core``) on Kafka, with aiokafka.
 
 ``pipeline`` is the transport-free glue (decode, dead letters, the correlator,
-snapshots); ``metrics`` the Prometheus side; ``faust_app`` the faust worker.
+snapshots); ``metrics`` the Prometheus side; ``worker`` the consumer-group member
+(``offsets`` what it may commit, ``changelog`` its state topic).
 """

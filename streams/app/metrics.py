@@ -18,7 +18,9 @@ workers in one process without the default registry's duplicate-name errors).
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from connectors.prometheus import serve_metrics
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0)
 
@@ -75,9 +77,5 @@ class Metrics:
         )
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> int:
-        """Expose ``/metrics`` over HTTP on ``port`` (0 picks a free one); return the port.
-
-        The server runs in a daemon thread: it needs no supervision, and dies with
-        the worker."""
-        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
-        return int(server.server_address[1])
+        """Expose ``/metrics`` on ``port`` (0 picks a free one); the port."""
+        return serve_metrics(self.registry, port, addr)

@@ -1,6 +1,6 @@
 """From raw Kafka records to incidents, dead letters, state snapshots and acks.
 
-The transport (the faust agent) hands in :class:`RawRecord`s in batches and gets
+The transport (:mod:`streams.app.worker`) hands in :class:`RawRecord`s in batches and gets
 back a :class:`BatchOutcome` saying what to publish and what may be committed.
 Nothing here does I/O or reads a clock, so every rule of the at-least-once
 contract is testable without a broker:

@@ -135,9 +135,8 @@ class Worker:
         self.state_topic = state.name
         self.partitions = state.partitions
         self._raw_names = frozenset(layout.raw_topics)
-        self._kwargs = dict(client_kwargs)
         self.consumer = AIOKafkaConsumer(
-            **self._kwargs,
+            **client_kwargs,
             group_id=options.app_id,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
@@ -153,9 +152,9 @@ class Worker:
             partition_assignment_strategy=(RangePartitionAssignor,),
         )
         self.producer = AIOKafkaProducer(
-            **self._kwargs, acks="all", linger_ms=5, max_batch_size=1 << 20
+            **client_kwargs, acks="all", linger_ms=5, max_batch_size=1 << 20
         )
-        self.changelog = ChangelogReader(self._kwargs, state.name)
+        self.changelog = ChangelogReader(client_kwargs, state.name)
         self._lock = asyncio.Lock()
         self._offsets: dict[TopicPartition, PartitionOffsets] = {}
         self._owned: frozenset[int] = frozenset()
@@ -166,8 +165,6 @@ class Worker:
         self._fatal: BaseException | None = None
         self._stale_seen = 0
         self._gauges_at = 0.0
-        self.started = asyncio.Event()
-        """Set once the worker has its first assignment (tests and the demo wait on it)."""
 
     # -- running -------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
@@ -200,7 +197,6 @@ class Worker:
 
     async def _step(self, batches: Mapping[TopicPartition, list[Any]]) -> None:
         pipeline = self.pipeline
-        outcome: BatchOutcome | None = None
         newest = 0
         if batches:
             records = []
@@ -336,7 +332,6 @@ class Worker:
         self.pipeline.restore(states)
         self._owned = owned
         self._assigned_at = time.monotonic()
-        self.started.set()
         log.info(
             "partitions %s: restored %d keys from %s, kept %d, dropped %d buffered events",
             sorted(owned),

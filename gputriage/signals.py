@@ -1,0 +1,69 @@
+"""Stopping long-running commands on SIGINT/SIGTERM, in one place.
+
+Every long-running command (``process``, ``demo``, the ``connect`` sources)
+turns both signals into an :class:`asyncio.Event` its loop checks, so it can
+finish the batch in flight, deliver, commit and say goodbye instead of dying
+mid-write. Traps:
+
+* ``loop.add_signal_handler`` only works in the main thread of a Unix process;
+  elsewhere (an embedding test) it raises, and the default handlers stay.
+* A stop can hang (a broker gone mid-flush): with ``give_up_after_s`` a
+  watchdog thread exits the process with status 1 after that long, and a second
+  signal exits at once. Nothing is lost by giving up: what was not delivered
+  was not committed either, and is read again by the next start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable
+
+log = logging.getLogger("gputriage")
+
+
+def stop_on_signals(
+    stop: asyncio.Event, *, give_up_after_s: float | None = None
+) -> Callable[[], None]:
+    """Set ``stop`` on SIGINT or SIGTERM (call from the running loop's thread).
+
+    Returns a function that puts the previous handlers back (for callers that
+    go on running after their loop, such as tests embedding the demo).
+    """
+
+    def on_signal() -> None:
+        if stop.is_set() and give_up_after_s is not None:  # the second one: the user means it
+            _give_up(0.0)
+        stop.set()
+        if give_up_after_s is not None:
+            watchdog = threading.Timer(give_up_after_s, _give_up, [give_up_after_s])
+            watchdog.daemon = True
+            watchdog.start()
+
+    loop = asyncio.get_running_loop()
+    installed: list[signal.Signals] = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            loop.add_signal_handler(signum, on_signal)
+            installed.append(signum)
+
+    def restore() -> None:
+        for signum in installed:
+            loop.remove_signal_handler(signum)
+
+    return restore
+
+
+def _give_up(seconds: float) -> None:
+    if seconds:
+        log.error(
+            "did not stop within %g s; exiting (what was not delivered is read again)", seconds
+        )
+    logging.shutdown()
+    sys.stderr.flush()
+    os._exit(1)
