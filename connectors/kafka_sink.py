@@ -23,15 +23,44 @@ Traps:
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, Self
 
 from aiokafka import AIOKafkaProducer
 
-from connectors.topics import TopicLayout
+from connectors.topics import TopicError, TopicLayout, ensure_topics
 from schemas.codec import AnyEvent, encode
+from schemas.dead_letters import DeadLetter
 from streams.core import correlation_key
+
+log = logging.getLogger("gputriage.kafka")
+
+
+class KafkaUnreachable(RuntimeError):
+    """Kafka could not be reached or its topics not created; one line for the user."""
+
+
+async def start_producer(client_kwargs: Mapping[str, Any], layout: TopicLayout) -> EventProducer:
+    """Create missing topics, then a started :class:`EventProducer` (every connector's start).
+
+    Any failure is a :class:`KafkaUnreachable` naming the brokers, so every
+    connector says it the same way (and none with a traceback).
+    """
+    from aiokafka.errors import KafkaError  # noqa: PLC0415
+
+    producer = EventProducer(client_kwargs, layout)
+    try:
+        created = await ensure_topics(client_kwargs, layout)
+        if created:
+            log.info("created topics %s", ", ".join(created))
+        await producer.start()
+    except (KafkaError, OSError, TopicError) as exc:
+        await producer.stop()
+        servers = client_kwargs.get("bootstrap_servers", "?")
+        raise KafkaUnreachable(f"cannot reach Kafka at {servers}: {exc}") from None
+    return producer
 
 
 class EventProducer:
@@ -101,11 +130,19 @@ class EventProducer:
         cannot be routed (a tick) raises ``TypeError`` after the ones before it
         are settled.
         """
+        return await self._send_all(self.route(event) for event in events)
+
+    async def send_dead_letters(self, letters: Iterable[DeadLetter]) -> int:
+        """Produce dead letters to the dead-letter topic, keyed by the failed record's key,
+        then wait for every acknowledgement, as :meth:`send_many` does; returns how many."""
+        topic = self.layout.dead_letters.name
+        return await self._send_all((topic, letter.key, encode(letter)) for letter in letters)
+
+    async def _send_all(self, records: Iterable[tuple[str, bytes | None, bytes]]) -> int:
         producer = self.producer
         pending = []
         try:
-            for event in events:
-                topic, key, value = self.route(event)
+            for topic, key, value in records:
                 pending.append(await producer.send(topic, value, key=key))
         finally:
             # Also when routing or enqueueing failed half-way: settle what was sent.

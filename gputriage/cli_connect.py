@@ -267,6 +267,7 @@ def connect_kmsg_command(
 
     from aiokafka.errors import KafkaError  # noqa: PLC0415
 
+    from connectors.kafka_sink import KafkaUnreachable  # noqa: PLC0415
     from gputriage.connect_kmsg import KmsgOptions, run_kmsg  # noqa: PLC0415
 
     settings = settings_of(ctx)
@@ -294,7 +295,10 @@ def connect_kmsg_command(
     )
     try:
         return asyncio.run(run_kmsg(options, kwargs, layout, sys.stderr))
-    except KafkaError as exc:  # unreachable, or failed mid-run: the DaemonSet restarts us
+    except KafkaUnreachable as exc:  # at start: the DaemonSet restarts us
+        error(str(exc))
+        return 1
+    except KafkaError as exc:  # failed mid-run, past the producer's retries
         error(f"Kafka: {exc!r}")
         return 1
     except OSError as exc:

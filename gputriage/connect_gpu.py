@@ -90,22 +90,14 @@ class KafkaTarget:
 
 async def _producer(target: KafkaTarget, err: IO[str]) -> Any:
     """A started EventProducer on existing (or just created) topics, or None (reported)."""
-    from aiokafka.errors import KafkaError  # noqa: PLC0415
+    from connectors.kafka_sink import KafkaUnreachable, start_producer  # noqa: PLC0415
+    from connectors.topics import topic_layout  # noqa: PLC0415
 
-    from connectors.kafka_sink import EventProducer  # noqa: PLC0415
-    from connectors.topics import ensure_topics, topic_layout  # noqa: PLC0415
-
-    layout = topic_layout(target.topic_settings)
-    producer = EventProducer(target.client_kwargs, layout)
     try:
-        await ensure_topics(target.client_kwargs, layout)
-        await producer.start()
-    except (KafkaError, OSError) as exc:
-        await producer.stop()
-        servers = target.client_kwargs.get("bootstrap_servers", "?")
-        print(f"{PROG}: error: cannot reach Kafka at {servers}: {exc!r}", file=err)
+        return await start_producer(target.client_kwargs, topic_layout(target.topic_settings))
+    except KafkaUnreachable as exc:
+        print(f"{PROG}: error: {exc}", file=err)
         return None
-    return producer
 
 
 @dataclass(frozen=True)
@@ -147,7 +139,7 @@ async def _connect_dcgm(command: DcgmCommand, target: KafkaTarget, err: IO[str])
     )
     print(f"{PROG} connect dcgm: scraping {command.url} every {command.interval_s:g} s", file=err)
     try:
-        await scrape.DcgmPoller(options, scrape.KafkaPublisher(producer), metrics).run(stop)
+        await scrape.DcgmPoller(options, producer, metrics).run(stop)
     finally:
         await producer.stop()
     return 0

@@ -53,10 +53,9 @@ from connectors.k8s.watch import (
     WatchOptions,
     dead_letter,
 )
-from connectors.kafka_sink import EventProducer
+from connectors.kafka_sink import EventProducer, KafkaUnreachable, start_producer
 from connectors.topics import SCHEMA_SOURCES, TopicLayout
 from gputriage.signals import stop_on_signals
-from schemas.codec import encode
 
 log = logging.getLogger("gputriage.connect.k8s")
 
@@ -171,16 +170,7 @@ class Connector:
         if events:
             await self.producer.send_many(events)
         if letters:
-            producer = self.producer.producer
-            topic = self.producer.layout.dead_letters.name
-            futures = []
-            for item in letters:
-                letter = dead_letter(item)
-                futures.append(await producer.send(topic, encode(letter), key=letter.key))
-            results = await asyncio.gather(*futures, return_exceptions=True)
-            for result in results:
-                if isinstance(result, BaseException):
-                    raise result
+            await self.producer.send_dead_letters(dead_letter(item) for item in letters)
         for event in events:
             self.metrics.events_out.labels(SCHEMA_SOURCES[type(event)]).inc()
 
@@ -239,9 +229,6 @@ async def run_connect(
     stop: asyncio.Event | None = None,
 ) -> int:
     """Create topics, connect, serve metrics, (elect,) watch and deliver; the exit status."""
-    from aiokafka.errors import KafkaError  # noqa: PLC0415
-
-    from connectors.topics import ensure_topics  # noqa: PLC0415
 
     metrics = ConnectorMetrics()
     if metrics_port is not None:
@@ -251,18 +238,10 @@ async def run_connect(
     stop_on_signals(stop)
     api = await kube_client(options)
     try:
-        created = await ensure_topics(kafka_kwargs, layout)
-    except (KafkaError, OSError) as exc:
+        producer = await start_producer(kafka_kwargs, layout)
+    except KafkaUnreachable as exc:
         await api.close()
-        raise ConnectError(f"cannot reach the Kafka brokers: {exc!r}") from None
-    if created:
-        log.warning("created topics %s", ", ".join(created))
-    producer = EventProducer(kafka_kwargs, layout)
-    try:
-        await producer.start()
-    except (KafkaError, OSError) as exc:
-        await api.close()
-        raise ConnectError(f"cannot reach the Kafka brokers: {exc!r}") from None
+        raise ConnectError(str(exc)) from None
     try:
         connector = Connector(api, producer, options, metrics)
         if options.lease is None:

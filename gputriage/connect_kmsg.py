@@ -43,15 +43,14 @@ from typing import Any, Protocol, TextIO
 
 from prometheus_client import CollectorRegistry, Counter
 
-from connectors.kafka_sink import EventProducer
+from connectors.kafka_sink import EventProducer, start_producer
 from connectors.nvml import Device, NvmlUnavailable, attribute, load_bus_map
 from connectors.prometheus import serve_metrics
-from connectors.topics import TopicLayout, ensure_topics
+from connectors.topics import TopicLayout
 from connectors.xid.journal import JOURNALCTL, JournalSource
 from connectors.xid.kmsg import (
     BOOT_ID_PATH,
     DEVICE,
-    EPOCH,
     PROC_STAT,
     Batch,
     KmsgSource,
@@ -62,10 +61,9 @@ from connectors.xid.kmsg import (
 from connectors.xid.lines import LineContext
 from connectors.xid.textlog import TextLogSource
 from gputriage.signals import stop_on_signals
-from schemas.codec import encode
 from schemas.dead_letters import DeadLetter
-from schemas.events import Tick, XidEvent
-from streams.core import correlation_key
+from schemas.events import XidEvent
+from streams.core import key_of
 
 log = logging.getLogger("gputriage.kmsg")
 
@@ -227,11 +225,9 @@ async def publish(
     await producer.send_many(events)
     if not batch.dead:
         return
-    ctx = feed.context
-    key = correlation_key(Tick(id="", cluster=ctx.cluster, time=EPOCH, node=ctx.node)).encode()
-    pending = []
-    for dead in batch.dead:
-        letter = DeadLetter(
+    key = key_of(feed.context.cluster, feed.context.node).encode()
+    await producer.send_dead_letters(
+        DeadLetter(
             topic=feed.name,
             partition=-1,
             offset=dead.seq if dead.seq is not None else -1,
@@ -240,10 +236,8 @@ async def publish(
             key=key,
             value=dead.raw,
         )
-        pending.append(
-            await producer.producer.send(layout.dead_letters.name, encode(letter), key=key)
-        )
-    await asyncio.gather(*pending)
+        for dead in batch.dead
+    )
 
 
 def gpu_map(lib: Any = None) -> dict[str, Device]:
@@ -329,13 +323,9 @@ async def run_kmsg(
         log.info("metrics on http://0.0.0.0:%d/metrics", port)
     if own_stop and not options.once:
         stop_on_signals(stop)
-    producer = EventProducer(client_kwargs, layout)
+    producer = await start_producer(client_kwargs, layout)
     ended = False
     try:
-        created = await ensure_topics(client_kwargs, layout)
-        if created:
-            log.info("created topics %s", ", ".join(created))
-        await producer.start()
         if isinstance(feed, JournalSource):
             await feed.start()
         log.info("reading %s for node %s", feed.name, options.node)

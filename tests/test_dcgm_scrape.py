@@ -18,7 +18,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from connectors.dcgm.scrape import DcgmMetrics, DcgmPoller, KafkaPublisher, PollOptions
+from connectors.dcgm.scrape import DcgmMetrics, DcgmPoller, PollOptions
 from connectors.k8s.backoff import Backoff
 from connectors.kafka_sink import EventProducer
 from schemas.codec import decode_dead_letter, decode_event
@@ -114,13 +114,13 @@ def test_burst_and_pod_bindings_reach_kafka_and_a_restart_resumes(
 
     async def scenario(producer: EventProducer) -> None:
         async with serving(exporter) as url, aiohttp.ClientSession() as session:
-            poller = DcgmPoller(options(url, state_path=state), KafkaPublisher(producer))
+            poller = DcgmPoller(options(url, state_path=state), producer)
             for n in (1, 2):
                 exporter.current = (200, burst(n), {})
                 assert await poller.poll_once(session) == "ok"
             assert state.exists()
             # A restart: a new poller reads the saved state, so scrape 3 is no baseline.
-            restarted = DcgmPoller(options(url, state_path=state), KafkaPublisher(producer))
+            restarted = DcgmPoller(options(url, state_path=state), producer)
             assert restarted.state == poller.state
             exporter.current = (200, burst(3), {})
             assert await restarted.poll_once(session) == "ok"
@@ -150,7 +150,7 @@ def test_bad_exposition_is_a_dead_letter_and_the_poller_goes_on(kafka: KafkaTest
 
     async def scenario(producer: EventProducer) -> None:
         async with serving(exporter) as url, aiohttp.ClientSession() as session:
-            poller = DcgmPoller(options(url), KafkaPublisher(producer))
+            poller = DcgmPoller(options(url), producer)
             assert await poller.poll_once(session) == "bad_exposition"
             assert sample(poller.metrics, "gputriage_dcgm_dead_letters_total") == 1
             assert await poller.poll_once(session) == "ok"  # the next good scrape is used
@@ -170,7 +170,7 @@ def test_http_errors_refusals_and_timeouts_are_survived_and_retried(kafka: Kafka
     port = free_port()
 
     async def scenario(producer: EventProducer) -> None:
-        publisher = KafkaPublisher(producer)
+        publisher = producer
         url = f"http://127.0.0.1:{port}/metrics"
         async with aiohttp.ClientSession() as session:
             poller = DcgmPoller(options(url, timeout_s=0.2), publisher)
@@ -205,7 +205,7 @@ def test_run_loops_through_failures_until_stopped(kafka: KafkaTestEnv) -> None:
 
     async def scenario(producer: EventProducer) -> None:
         async with serving(exporter) as url:
-            poller = DcgmPoller(options(url, interval_s=0.01), KafkaPublisher(producer))
+            poller = DcgmPoller(options(url, interval_s=0.01), producer)
             stop = asyncio.Event()
             task = asyncio.create_task(poller.run(stop))
             ok = ("gputriage_dcgm_scrapes_total", "ok")
@@ -224,7 +224,7 @@ def test_a_failed_publish_is_resent_with_the_same_ids(kafka: KafkaTestEnv) -> No
     async def scenario() -> None:
         producer = EventProducer(kafka.kwargs, kafka.layout)  # not started yet: sends fail
         async with serving(exporter) as url, aiohttp.ClientSession() as session:
-            poller = DcgmPoller(options(url), KafkaPublisher(producer))
+            poller = DcgmPoller(options(url), producer)
             assert await poller.poll_once(session) == "publish_error"
             assert poller.state is None  # the state advances only once the events are acked
             pending = poller.pending

@@ -33,11 +33,11 @@ import logging
 import os
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Final
 
 import aiohttp
 import msgspec
@@ -47,8 +47,9 @@ from connectors.dcgm.diff import MAX_BURST, DcgmState, DiffResult, diff
 from connectors.dcgm.exposition import Scrape, parse_exposition
 from connectors.k8s.backoff import Backoff, retry_after_seconds
 from connectors.kafka_sink import EventProducer
-from schemas.codec import AnyEvent, RecordError, encode
+from schemas.codec import RecordError
 from schemas.dead_letters import DeadLetter
+from streams.core import key_of
 
 log = logging.getLogger("gputriage.dcgm")
 
@@ -56,28 +57,6 @@ MAX_BYTES: Final = 32 * 1024 * 1024
 """A full 8-GPU exposition is ~100 KiB; 32 MiB only stops a runaway endpoint."""
 DEAD_LETTER_BODY: Final = 1024 * 1024
 """Bytes of a bad body kept in its dead letter."""
-
-
-class Publisher(Protocol):
-    """Where the poller's output goes."""
-
-    async def send_many(self, events: Iterable[AnyEvent]) -> int: ...
-
-    async def dead_letter(self, letter: DeadLetter, key: bytes) -> None: ...
-
-
-class KafkaPublisher:
-    """Events to their raw topics, dead letters to the dead-letter topic (both acked)."""
-
-    def __init__(self, producer: EventProducer) -> None:
-        self.producer = producer
-
-    async def send_many(self, events: Iterable[AnyEvent]) -> int:
-        return await self.producer.send_many(events)
-
-    async def dead_letter(self, letter: DeadLetter, key: bytes) -> None:
-        topic = self.producer.layout.dead_letters.name
-        await self.producer.producer.send_and_wait(topic, encode(letter), key=key)
 
 
 class DcgmMetrics:
@@ -146,7 +125,7 @@ class DcgmPoller:
     def __init__(
         self,
         options: PollOptions,
-        publisher: Publisher,
+        publisher: EventProducer,
         metrics: DcgmMetrics | None = None,
         *,
         clock: Callable[[], datetime] = _now,
@@ -286,12 +265,12 @@ class DcgmPoller:
             offset=self.attempts,
             reason=error.reason,
             field=error.field,
-            key=f"{opts.cluster}/{opts.node}".encode(),
+            key=key_of(opts.cluster, opts.node).encode(),
             value=body[:DEAD_LETTER_BODY],
             timestamp_ms=int(self.clock().timestamp() * 1000),
         )
         try:
-            await self.publisher.dead_letter(letter, letter.key or b"")
+            await self.publisher.send_dead_letters([letter])
         except Exception as exc:  # the dead letter is best effort
             log.warning("dcgm %s: the dead letter could not be published: %r", opts.node, exc)
             return

@@ -5,7 +5,7 @@ line). Time arrives as data: event times and explicit ticks.
 """
 
 from streams.core.config import CoreConfig, XidRule
-from streams.core.engine import CoreStats, Correlator, advance, correlation_key, step
+from streams.core.engine import CoreStats, Correlator, advance, correlation_key, key_of, step
 
 __all__ = [
     "CoreConfig",
@@ -14,5 +14,6 @@ __all__ = [
     "XidRule",
     "advance",
     "correlation_key",
+    "key_of",
     "step",
 ]

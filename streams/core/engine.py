@@ -83,10 +83,14 @@ class CoreStats(msgspec.Struct):
     timers: int = 0
 
 
+def key_of(cluster: str, node: str = "") -> str:
+    """The correlation key of a node (``cluster/node``) or of a cluster (``cluster``)."""
+    return f"{cluster}/{node}" if node else cluster
+
+
 def correlation_key(event: AnyEvent) -> str:
     """``cluster/node`` for node-scoped events, ``cluster`` for cluster-scoped ones."""
-    node: str = getattr(event, "node", "")
-    return f"{event.cluster}/{node}" if node else event.cluster
+    return key_of(event.cluster, getattr(event, "node", ""))
 
 
 def new_state(event: AnyEvent) -> KeyState:
@@ -251,7 +255,7 @@ class Correlator:
     def take_dirty(self) -> list[tuple[str, KeyState]]:
         """``(correlation key, state)`` of every key changed since the last call."""
         dirty, self._dirty = self._dirty, {}
-        return [(f"{c}/{n}" if n else c, state) for (c, n), state in dirty.items()]
+        return [(key_of(c, n), state) for (c, n), state in dirty.items()]
 
     def restore(self, state: KeyState) -> None:
         """Adopt a key's state (from a changelog, after a restart or a rebalance)."""
@@ -266,7 +270,7 @@ class Correlator:
         is false: its partition went to another worker. Returns the events dropped;
         their tokens are never released, so the new owner gets them again."""
         for cluster, nodes in list(self._states.items()):
-            for node in [n for n in nodes if not keep(f"{cluster}/{n}" if n else cluster)]:
+            for node in [n for n in nodes if not keep(key_of(cluster, n))]:
                 del nodes[node]
                 self._dirty.pop((cluster, node), None)
         kept = [p for p in self._pending if keep(correlation_key(p[4]))]
@@ -283,7 +287,7 @@ class Correlator:
     def keys(self) -> dict[str, KeyState]:
         """A snapshot of every key's state by correlation key (for inspection and tests)."""
         return {
-            f"{cluster}/{node}" if node else cluster: state
+            key_of(cluster, node): state
             for cluster, nodes in self._states.items()
             for node, state in nodes.items()
         }
