@@ -13,13 +13,16 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, tzinfo
-from typing import Any, Final, TypeVar
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import click
 
 from connectors.files import FileSource
 from connectors.kafka_config import KafkaConfigError, client_kwargs
 from gputriage.settings import Settings, SettingsError, load_settings
+
+if TYPE_CHECKING:
+    from connectors.k8s.slim import SlimConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -142,6 +145,16 @@ def metrics_port_option(default: int) -> Callable[[F], F]:
         default=default,
         show_default=True,
         help="Port of the Prometheus /metrics endpoint (0 picks a free one).",
+    )
+
+
+def slim_config(resources: tuple[str, ...], prefixes: tuple[str, ...]) -> SlimConfig:
+    """What ``--resource``/``--resource-prefix`` say counts as a GPU (defaults if not given)."""
+    from connectors.k8s.slim import DEFAULT_CONFIG, SlimConfig  # noqa: PLC0415
+
+    return SlimConfig(
+        gpu_resources=resources or DEFAULT_CONFIG.gpu_resources,
+        gpu_prefixes=prefixes or DEFAULT_CONFIG.gpu_prefixes,
     )
 
 

@@ -14,6 +14,7 @@ line still wins. Trap: click ignores unknown keys of a ``default_map``, so
 
 from __future__ import annotations
 
+import asyncio
 import sys
 from datetime import datetime, tzinfo
 from pathlib import Path
@@ -34,6 +35,7 @@ from gputriage.cli_common import (
     metrics_port_option,
     node_option,
     settings_of,
+    slim_config,
     start_logging,
     tz_option,
     year_option,
@@ -119,24 +121,19 @@ def connect_k8s_command(
     down the watch waits (bounded buffer) and nothing is lost. Objects that cannot
     be slimmed go to the dead-letter topic.
     """
-    from dataclasses import replace  # noqa: PLC0415
-
     from connectors.k8s.leader import LeaseOptions  # noqa: PLC0415
-    from connectors.k8s.slim import DEFAULT_CONFIG, SlimConfig  # noqa: PLC0415
     from connectors.k8s.watch import WatchOptions  # noqa: PLC0415
     from gputriage.connect_k8s import (  # noqa: PLC0415
         ConnectError,
         ConnectOptions,
-        connect,
         default_identity,
+        run_connect,
         service_account_namespace,
     )
 
     if in_cluster and (kubeconfig or kube_context):
         raise click.UsageError("--in-cluster does not go with --kubeconfig/--context")
     watch = WatchOptions(namespace=namespace, silence_timeout_s=silence_timeout)
-    if silence_timeout <= watch.watch_timeout_s:
-        watch = replace(watch, watch_timeout_s=max(1, int(silence_timeout * 0.8)))
     lease = None
     if leader_election:
         lease_ns = lease_namespace or service_account_namespace()
@@ -147,15 +144,11 @@ def connect_k8s_command(
         )
     options = ConnectOptions(
         cluster=cluster,
-        namespace=namespace,
         kubeconfig=kubeconfig,
         context=kube_context,
         in_cluster=in_cluster,
         gpu_only=not keep_all,
-        slim=SlimConfig(
-            gpu_resources=resources or DEFAULT_CONFIG.gpu_resources,
-            gpu_prefixes=prefixes or DEFAULT_CONFIG.gpu_prefixes,
-        ),
+        slim=slim_config(resources, prefixes),
         watch=watch,
         buffer_size=buffer_size,
         lease=lease,
@@ -165,7 +158,7 @@ def connect_k8s_command(
     layout = topic_layout(settings.topic_settings())
     start_logging(settings)
     try:
-        return connect(options, kwargs, layout, metrics_port=metrics_port)
+        return asyncio.run(run_connect(options, kwargs, layout, metrics_port=metrics_port))
     except ConnectError as exc:
         error(str(exc))
         return 1

@@ -24,6 +24,7 @@ from gputriage.cli_common import (
     cluster_option,
     gpu_resource_options,
     open_all,
+    slim_config,
     tz_option,
     year_option,
 )
@@ -61,18 +62,15 @@ def ingest_k8s_command(
     (a recording has no receive time). A bad line or object is reported as
     FILE:LINE on stderr and skipped; the exit status is then 1.
     """
+    from connectors.k8s.gpu_filter import GpuFilter  # noqa: PLC0415
     from connectors.k8s.offline import slim_documents  # noqa: PLC0415
-    from connectors.k8s.slim import DEFAULT_CONFIG, GpuFilter, SlimConfig  # noqa: PLC0415
 
-    config = SlimConfig(
-        gpu_resources=resources or DEFAULT_CONFIG.gpu_resources,
-        gpu_prefixes=prefixes or DEFAULT_CONFIG.gpu_prefixes,
-    )
+    config = slim_config(resources, prefixes)
     gpu_only = None if keep_all else GpuFilter(config)
     (source,) = open_all([path])
     with source:
         records = slim_documents(source, cluster=cluster, config=config)
-        return _print_events(records, "object", gpu_only.keep if gpu_only else None)
+        return _print_events(records, "object", gpu_only.keep if gpu_only is not None else None)
 
 
 @ingest_group.command("kmsg", context_settings=CONTEXT)

@@ -8,7 +8,7 @@ The pieces, each in its own module under ``connectors/k8s/``::
 
 * Pods and nodes are listed first; the Events watcher starts once both have
   synced, so the GPU-only filter knows the GPU pods and nodes before the Events
-  about them arrive (:mod:`connectors.k8s.live_filter`).
+  about them arrive (:mod:`connectors.k8s.gpu_filter`).
 * One delivery task, one batch in flight: order per correlation key is the
   watch order (:mod:`connectors.k8s.delivery`).
 * With ``--leader-election`` only the Lease holder runs all of this
@@ -30,7 +30,6 @@ import contextlib
 import logging
 import os
 import socket
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -40,8 +39,8 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 
 from connectors.k8s.backoff import Backoff
 from connectors.k8s.delivery import BoundedDelivery
+from connectors.k8s.gpu_filter import GpuFilter
 from connectors.k8s.leader import LeadershipLost, LeaseElector, LeaseOptions
-from connectors.k8s.live_filter import LiveGpuFilter
 from connectors.k8s.metrics import ConnectorMetrics
 from connectors.k8s.slim import DEFAULT_CONFIG, SlimConfig
 from connectors.k8s.watch import (
@@ -60,8 +59,8 @@ from gputriage.signals import stop_on_signals
 log = logging.getLogger("gputriage.connect.k8s")
 
 SERVICE_ACCOUNT_NAMESPACE: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-DEFAULT_METRICS_PORT: Final = 9465
-"""Next to the processor's 9464, so both can run on one host."""
+DEFAULT_METRICS_PORT: Final = 9466
+"""The processor has 9464, connect kmsg 9465, connect dcgm 9467: one host can run all."""
 
 
 class ConnectError(RuntimeError):
@@ -73,7 +72,6 @@ class ConnectOptions:
     """Everything ``gputriage connect k8s`` needs besides the Kafka settings."""
 
     cluster: str
-    namespace: str | None = None
     kubeconfig: str | None = None
     context: str | None = None
     in_cluster: bool = False
@@ -140,7 +138,7 @@ class Connector:
         self.producer = producer
         self.options = options
         self.metrics = metrics or ConnectorMetrics()
-        self.gpu_filter = LiveGpuFilter(options.slim) if options.gpu_only else None
+        self.gpu_filter = GpuFilter(options.slim) if options.gpu_only else None
         keep = self.gpu_filter.keep if self.gpu_filter is not None else None
         self.watchers: dict[Resource, ResourceWatcher] = {
             resource: ResourceWatcher(
@@ -271,28 +269,10 @@ async def run_connect(
         await api.close()
 
 
-def connect(
-    options: ConnectOptions,
-    kafka_kwargs: dict[str, Any],
-    layout: TopicLayout,
-    *,
-    metrics_port: int | None = DEFAULT_METRICS_PORT,
-) -> int:
-    """Blocking entry point for the CLI: logs to stderr, runs until SIGINT/SIGTERM."""
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    logging.getLogger("aiokafka").setLevel(logging.WARNING)
-    return asyncio.run(run_connect(options, kafka_kwargs, layout, metrics_port=metrics_port))
-
-
 __all__ = [
     "ConnectError",
     "ConnectOptions",
     "Connector",
-    "connect",
     "default_identity",
     "kube_client",
     "run_connect",

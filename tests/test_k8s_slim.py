@@ -10,9 +10,9 @@ from typing import Any
 import orjson
 import pytest
 
+from connectors.k8s.gpu_filter import GpuFilter
 from connectors.k8s.slim import (
     MAX_TEXT,
-    GpuFilter,
     SlimConfig,
     Slimmed,
     is_gpu_node,

@@ -13,7 +13,7 @@ from typing import Any
 
 import orjson
 
-from connectors.k8s.live_filter import LiveGpuFilter
+from connectors.k8s.gpu_filter import GpuFilter
 from connectors.k8s.metrics import ConnectorMetrics
 from connectors.k8s.watch import (
     Emitted,
@@ -274,7 +274,7 @@ def test_gpu_filter_keeps_gpu_pods_and_their_events_only() -> None:
             cluster.pods.put(pod("web", "11", gpus=0))
             cluster.events.put(kube_event("e1", "20", reason="Evicted", pod_name="trainer"))
             cluster.events.put(kube_event("e2", "21", reason="Pulled", pod_name="web"))
-            gpu = LiveGpuFilter()
+            gpu = GpuFilter()
             pods = ResourceWatcher(cluster.api, "pods", cluster="c1", options=FAST, keep=gpu.keep)
             events = ResourceWatcher(
                 cluster.api, "events", cluster="c1", options=FAST, keep=gpu.keep

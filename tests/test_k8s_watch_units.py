@@ -10,7 +10,7 @@ import pytest
 
 from connectors.k8s.backoff import Backoff, retry_after_seconds
 from connectors.k8s.delivery import BoundedDelivery
-from connectors.k8s.live_filter import LiveGpuFilter
+from connectors.k8s.gpu_filter import GpuFilter
 from connectors.k8s.metrics import ConnectorMetrics
 from connectors.k8s.relist import Known, deletion, diff
 from connectors.k8s.slim import slim_object
@@ -114,7 +114,7 @@ def event_about(name: str, when: datetime, message: str = "x") -> KubeEvent:
 
 
 def test_live_filter_forgets_a_deleted_pod_only_after_the_grace() -> None:
-    keep = LiveGpuFilter(forget_after=timedelta(hours=1))
+    keep = GpuFilter(forget_after=timedelta(hours=1))
     trainer = slim_object(pod("trainer", "1"), cluster="c1", observed=T0)
     assert isinstance(trainer, PodEvent)
     assert keep.keep(trainer)
@@ -129,7 +129,7 @@ def test_live_filter_forgets_a_deleted_pod_only_after_the_grace() -> None:
 
 
 def test_live_filter_a_recreated_name_is_not_forgotten_by_its_predecessor() -> None:
-    keep = LiveGpuFilter(forget_after=timedelta(minutes=10))
+    keep = GpuFilter(forget_after=timedelta(minutes=10))
     deleted = slim_object(pod("w-0", "1"), "deleted", cluster="c1", observed=T0)
     recreated = slim_object(pod("w-0", "2", uid="u2"), cluster="c1", observed=T0)
     assert isinstance(deleted, PodEvent)

@@ -122,6 +122,12 @@ class WatchOptions:
     backoff: Backoff = field(default_factory=Backoff)
     max_line_bytes: int = 16 * 1024 * 1024
 
+    def __post_init__(self) -> None:
+        # The server must end a healthy watch before the silence timeout takes it for
+        # a dead one; a short silence timeout pulls the watch timeout down with it.
+        if self.silence_timeout_s <= self.watch_timeout_s:
+            object.__setattr__(self, "watch_timeout_s", max(1, int(self.silence_timeout_s * 0.8)))
+
 
 @dataclass(frozen=True, slots=True)
 class Emitted:

@@ -1,9 +1,9 @@
-"""The GPU-only filter for a connector that runs for months: remembers, then forgets.
+"""The GPU-only filter, live (a connector that runs for months) and offline (a file).
 
-:class:`connectors.k8s.slim.GpuFilter` remembers every GPU pod and node name it
-ever saw, which is right for a file and a slow leak for a live connector. This
-one keeps the same rules (GPU pods, GPU nodes, Events that involve them or name
-a GPU resource) and forgets a pod or node ``forget_after`` after its deletion.
+It keeps GPU pods, GPU nodes, and the Events that involve them or name a GPU
+resource (``Insufficient nvidia.com/gpu``), and forgets a pod or node
+``forget_after`` after its deletion: remembering every name ever seen would be
+a slow leak in a live connector.
 
 Traps:
 
@@ -30,7 +30,7 @@ from schemas.events import KubeEvent, NodeEvent, PodEvent
 FORGET_AFTER = timedelta(hours=2)
 
 
-class LiveGpuFilter:
+class GpuFilter:
     """Keeps GPU pods, GPU nodes and the Events involving them; forgets deleted names later."""
 
     def __init__(
