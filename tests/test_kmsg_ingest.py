@@ -15,8 +15,9 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+from connectors.state import load_state
 from connectors.xid.journal import JournalState
-from connectors.xid.kmsg import KmsgState, load_state
+from connectors.xid.kmsg import KmsgState
 from gputriage.connect_kmsg import KmsgMetrics, KmsgOptions, run_kmsg
 from schemas.codec import decode_dead_letter, decode_event, decode_incident
 from schemas.events import KubeEvent, XidEvent
@@ -147,7 +148,7 @@ def test_connect_kmsg_publishes_resumes_and_reports_reboots(
     first = gputriage(*args, env=env)
     assert first.returncode == 0, first.stderr
     assert b"2 XIDs, 1 bad" in first.stderr
-    assert load_state(state) == KmsgState(boot_id="boot-a", seq=1003)
+    assert load_state(state, KmsgState) == KmsgState(boot_id="boot-a", seq=1003)
     layout = kafka.layout
     records = asyncio.run(
         consume_all(kafka.bootstrap, [layout.raw["xids"].name, layout.dead_letters.name], 3)
@@ -170,7 +171,7 @@ def test_connect_kmsg_publishes_resumes_and_reports_reboots(
     device.write_text("3,0,5000000,-;NVRM: Xid (PCI:0000:9b:00): 79, GPU has fallen off the bus.\n")
     rebooted = gputriage(*args, env=env)
     assert rebooted.returncode == 0, rebooted.stderr
-    assert load_state(state) == KmsgState(boot_id="boot-b", seq=0)
+    assert load_state(state, KmsgState) == KmsgState(boot_id="boot-b", seq=0)
     topics = [layout.raw["xids"].name, layout.raw["k8s-events"].name]
     records = asyncio.run(consume_all(kafka.bootstrap, topics, 4))
     events = [decode_event(r.value) for r in records]
@@ -235,7 +236,7 @@ def test_reader_follows_the_device_until_stopped(kafka: KafkaTestEnv, tmp_path: 
 
     xid79, xid154 = asyncio.run(scenario())
     assert (xid79.code, xid154.recovery_action) == (79, "Node Reboot Required")
-    assert load_state(options.state_path) == KmsgState(boot_id="boot-a", seq=4)
+    assert load_state(options.state_path, KmsgState) == KmsgState(boot_id="boot-a", seq=4)
 
     def sample(name: str) -> float | None:
         labels = {"source": "kmsg"}
@@ -266,7 +267,10 @@ def test_connect_kmsg_stops_cleanly_on_sigterm(kafka: KafkaTestEnv, tmp_path: Pa
     )
     try:
         wait_until(
-            lambda: state.exists() and load_state(state) == KmsgState(boot_id="boot-a", seq=1002),
+            lambda: (
+                state.exists()
+                and load_state(state, KmsgState) == KmsgState(boot_id="boot-a", seq=1002)
+            ),
             timeout=30,
             what="the reader to commit the device's records",
         )

@@ -17,15 +17,14 @@ from pathlib import Path
 
 import pytest
 
+from connectors.state import load_state, save_state
 from connectors.xid.journal import JournalSource, JournalState
 from connectors.xid.kmsg import (
     KmsgDevice,
     KmsgSource,
     KmsgState,
-    load_state,
     read_boot_id,
     read_boot_time,
-    save_state,
 )
 from schemas.codec import RecordError
 from schemas.events import KubeEvent, XidEvent
@@ -81,7 +80,7 @@ def test_restart_in_the_middle_no_duplicate_no_gap(tmp_path: Path) -> None:
     lost_in_flight = first.poll(limit=10)
     assert xid_seqs(lost_in_flight.events) == [12, 15, 18]
     first.close()
-    assert load_state(state) == KmsgState(boot_id=BOOT_A, seq=9)
+    assert load_state(state, KmsgState) == KmsgState(boot_id=BOOT_A, seq=9)
 
     # The kernel keeps logging while the pod restarts.
     with device.open("a") as out:
@@ -97,7 +96,7 @@ def test_restart_in_the_middle_no_duplicate_no_gap(tmp_path: Path) -> None:
     assert seen == list(range(0, 40, 3)), "every XID exactly once, in order"
     assert second.stats.replayed == 10
     assert second.stats.skipped == 0
-    assert load_state(state) == KmsgState(boot_id=BOOT_A, seq=39)
+    assert load_state(state, KmsgState) == KmsgState(boot_id=BOOT_A, seq=39)
     # Ids and times come from the record itself.
     first_event = events[0]
     assert isinstance(first_event, XidEvent)
@@ -129,7 +128,7 @@ def test_reboot_is_reported_and_reading_restarts(tmp_path: Path) -> None:
     before = source(device, state)
     before.commit(before.poll())
     before.close()
-    assert load_state(state) == KmsgState(boot_id=BOOT_A, seq=9)
+    assert load_state(state, KmsgState) == KmsgState(boot_id=BOOT_A, seq=9)
 
     # Reboot: a new boot id, and the ring starts again at seq 0.
     device.write_text(ring(range(6)))
@@ -154,7 +153,7 @@ def test_reboot_is_reported_and_reading_restarts(tmp_path: Path) -> None:
     assert after.stats.replayed == 0
     after.commit(batch)
     after.close()
-    assert load_state(state) == KmsgState(boot_id=BOOT_B, seq=5)
+    assert load_state(state, KmsgState) == KmsgState(boot_id=BOOT_B, seq=5)
 
     # Restarting within the new boot reports no second reboot.
     again = source(device, state, boot_id=BOOT_B, boot_time=T_B)
@@ -172,7 +171,7 @@ def test_reboot_with_an_empty_ring_still_moves_the_state(tmp_path: Path) -> None
     assert [type(e) for e in batch.events] == [KubeEvent]
     reader.commit(batch)
     reader.close()
-    assert load_state(state) == KmsgState(boot_id=BOOT_B, seq=-1)
+    assert load_state(state, KmsgState) == KmsgState(boot_id=BOOT_B, seq=-1)
 
 
 def test_bad_xid_records_become_dead_lines(tmp_path: Path) -> None:
@@ -256,8 +255,14 @@ def test_state_file_is_replaced_atomically(tmp_path: Path) -> None:
     state = tmp_path / "state.json"
     save_state(state, KmsgState(boot_id=BOOT_A, seq=1))
     save_state(state, KmsgState(boot_id=BOOT_A, seq=2))
-    assert load_state(state) == KmsgState(boot_id=BOOT_A, seq=2)
+    assert load_state(state, KmsgState) == KmsgState(boot_id=BOOT_A, seq=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json"]
+    # A write that fails half-way (here: the temporary file cannot be created) must
+    # leave the previous state whole, never a truncated file.
+    (tmp_path / ".state.json.tmp").mkdir()
+    with pytest.raises(IsADirectoryError):
+        save_state(state, KmsgState(boot_id=BOOT_A, seq=3))
+    assert load_state(state, KmsgState) == KmsgState(boot_id=BOOT_A, seq=2)
 
 
 # --- the journal follower -------------------------------------------------------------------

@@ -17,7 +17,8 @@ from datetime import timedelta
 from pathlib import Path
 
 from connectors.nvml import Device
-from connectors.xid.kmsg import KmsgState, load_state
+from connectors.state import load_state
+from connectors.xid.kmsg import KmsgState
 from gputriage.connect_kmsg import KmsgOptions, run_kmsg
 from schemas.codec import decode_event
 from schemas.events import GpuBindingEvent, XidEvent
@@ -66,7 +67,7 @@ def test_a_kernel_xid_79_through_kafka_is_one_eviction_incident_naming_the_gpu(
     gpus = {BUS: Device(uuid=UUID, index=0, pci_bus_id=BUS)}
     published = asyncio.run(run_kmsg(options, kafka.kwargs, kafka.layout, io.StringIO(), gpus=gpus))
     assert published == 0
-    assert load_state(options.state_path) == KmsgState(
+    assert load_state(options.state_path, KmsgState) == KmsgState(
         boot_id="6a1f0c3e-0000-4000-8000-00000000b007", seq=2
     )
     produce_events(kafka, others)

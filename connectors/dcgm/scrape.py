@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import random
 import time
 from collections.abc import Callable
@@ -40,13 +39,13 @@ from pathlib import Path
 from typing import Final
 
 import aiohttp
-import msgspec
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from connectors.dcgm.diff import MAX_BURST, DcgmState, DiffResult, diff
 from connectors.dcgm.exposition import Scrape, parse_exposition
 from connectors.k8s.backoff import Backoff, retry_after_seconds
 from connectors.kafka_sink import EventProducer
+from connectors.state import load_state, save_state
 from schemas.codec import RecordError
 from schemas.dead_letters import DeadLetter
 from streams.core import key_of
@@ -136,7 +135,7 @@ class DcgmPoller:
         self.metrics = metrics or DcgmMetrics()
         self.clock = clock
         self.draw = draw
-        self.state: DcgmState | None = load_state(options.state_path)
+        self.state: DcgmState | None = _load(options.state_path)
         self.pending: DiffResult | None = None
         self.attempts = 0
         self.failures = 0
@@ -253,7 +252,7 @@ class DcgmPoller:
         self.state = result.state
         for event in result.events:
             self.metrics.events.labels(type(event).__struct_config__.tag).inc()
-        save_state(self.options.state_path, result.state)
+        _save(self.options.state_path, result.state)
         return True
 
     async def _dead_letter(self, body: bytes, error: RecordError) -> None:
@@ -277,29 +276,23 @@ class DcgmPoller:
         self.metrics.dead_letters.inc()
 
 
-_state_decoder: Final = msgspec.json.Decoder(DcgmState)
-
-
-def load_state(path: Path | None) -> DcgmState | None:
-    """The saved state, or None (missing, unreadable or undecodable: logged, a baseline)."""
+def _load(path: Path | None) -> DcgmState | None:
+    """The saved state, or None (missing or undecodable: logged, a baseline follows)."""
     if path is None:
         return None
+    path.parent.mkdir(parents=True, exist_ok=True)  # fail at start, not after a scrape
     try:
-        return _state_decoder.decode(path.read_bytes())
-    except FileNotFoundError:
-        return None
-    except (OSError, msgspec.MsgspecError) as exc:
+        return load_state(path, DcgmState)
+    except (OSError, RecordError) as exc:
         log.warning("dcgm state file %s ignored (a baseline scrape follows): %s", path, exc)
         return None
 
 
-def save_state(path: Path | None, state: DcgmState) -> None:
-    """Write ``state`` atomically: a crash mid-write leaves the previous file intact."""
+def _save(path: Path | None, state: DcgmState) -> None:
+    """Write ``state`` atomically (:func:`connectors.state.save_state`); a failure is logged."""
     if path is None:
         return
-    tmp = path.with_name(f".{path.name}.tmp")
     try:
-        tmp.write_bytes(msgspec.json.encode(state))
-        os.replace(tmp, path)
+        save_state(path, state)
     except OSError as exc:
         log.warning("dcgm state file %s could not be written: %s", path, exc)

@@ -43,15 +43,14 @@ from typing import Any, Final
 import msgspec
 import orjson
 
+from connectors.state import StateFile
 from connectors.xid.kmsg import (
     EPOCH,
     Batch,
     DeadLine,
     ReadStats,
     canonical_boot_id,
-    load_state,
     reboot_event,
-    save_state,
 )
 from connectors.xid.lines import LineContext, parse_line
 from schemas.codec import RecordError
@@ -99,14 +98,10 @@ class JournalSource:
     ) -> None:
         self.stats = ReadStats()
         self.name = "journal"
-        self.state_path = Path(state_path)
-        self.state_path.parent.mkdir(parents=True, exist_ok=True)
+        self.state_file = StateFile(state_path, JournalState)
         self.context = LineContext(node=node, cluster=cluster)
-        self.state_error: RecordError | None = None
-        try:
-            saved = load_state(self.state_path, JournalState)
-        except RecordError as exc:
-            self.state_error, saved = exc, None
+        saved = self.state_file.load()
+        self.state_error = self.state_file.error
         self.cursor = saved.cursor if saved else ""
         self.boot_id = saved.boot_id if saved else canonical_boot_id(boot_id)
         self.command = journal_command(executable, self.cursor, follow=follow, directory=directory)
@@ -163,8 +158,7 @@ class JournalSource:
 
     def commit(self, batch: Batch) -> None:
         """Save the batch's cursor: only after its events and dead letters are acknowledged."""
-        if batch.state is not None:
-            save_state(self.state_path, batch.state)
+        self.state_file.save(batch.state, published=bool(batch.events or batch.dead))
 
     async def close(self) -> None:
         """Stop ``journalctl`` (it follows forever) and reap it."""

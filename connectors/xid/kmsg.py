@@ -49,16 +49,16 @@ the traps that follow:
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final, TypeVar, overload
+from typing import Final
 
 import msgspec
 
+from connectors.state import StateFile
 from connectors.xid.lines import MARKER, LineContext, event_from_kmsg, parse_kmsg_record
 from schemas.codec import RecordError
 from schemas.events import KubeEvent, ObjectRef, XidEvent
@@ -79,43 +79,6 @@ class KmsgState(msgspec.Struct, frozen=True, kw_only=True):
     boot_id: str
     seq: int
     """The last record handled (published or deliberately skipped); -1 for none."""
-
-
-S = TypeVar("S", bound=msgspec.Struct)
-_state_encoder: Final = msgspec.json.Encoder()
-
-
-@overload
-def load_state(path: str | Path) -> KmsgState | None: ...
-@overload
-def load_state(path: str | Path, kind: type[S]) -> S | None: ...
-def load_state(path: str | Path, kind: type[msgspec.Struct] = KmsgState) -> msgspec.Struct | None:
-    """The saved state, or ``None`` when there is none; ``RecordError`` if unreadable."""
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        return None
-    try:
-        return msgspec.json.decode(data, type=kind)
-    except msgspec.DecodeError as exc:
-        raise RecordError(f"state file {path}: {exc}") from None
-
-
-def save_state(path: str | Path, state: msgspec.Struct) -> None:
-    """Replace the state file atomically: a temporary file, ``fsync``, ``rename``."""
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp")
-    with open(tmp, "wb") as out:
-        out.write(_state_encoder.encode(state) + b"\n")
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, target)
-    with contextlib.suppress(OSError):  # some filesystems cannot fsync a directory
-        directory = os.open(target.parent, os.O_RDONLY)
-        try:
-            os.fsync(directory)
-        finally:
-            os.close(directory)
 
 
 def read_boot_id(path: str | Path = BOOT_ID_PATH) -> str:
@@ -266,16 +229,12 @@ class KmsgSource:
         self.stats = ReadStats()
         self.name = f"kmsg:{device}"
         """Where dead letters say they came from."""
-        self.state_path = Path(state_path)
-        self.state_path.parent.mkdir(parents=True, exist_ok=True)
+        self.state_file = StateFile(state_path, KmsgState)
         self.boot_id = boot_id
         self.boot_time = boot_time
         self.context = LineContext(node=node, cluster=cluster, boot_time=boot_time, boot_id=boot_id)
-        self.state_error: RecordError | None = None
-        try:
-            saved = load_state(self.state_path)
-        except RecordError as exc:
-            self.state_error, saved = exc, None
+        saved = self.state_file.load()
+        self.state_error = self.state_file.error
         self.previous_boot = saved.boot_id if saved and saved.boot_id != boot_id else ""
         self._last = saved.seq if saved and saved.boot_id == boot_id else -1
         self._pending: list[XidEvent | KubeEvent] = []
@@ -340,8 +299,7 @@ class KmsgSource:
 
     def commit(self, batch: Batch) -> None:
         """Save the batch's state: call only after its events and dead letters are acknowledged."""
-        if batch.state is not None:
-            save_state(self.state_path, batch.state)
+        self.state_file.save(batch.state, published=bool(batch.events or batch.dead))
 
     def close(self) -> None:
         """Close the device."""

@@ -42,7 +42,8 @@ from typing import IO, Final
 
 import msgspec
 
-from connectors.xid.kmsg import Batch, DeadLine, ReadStats, load_state, save_state
+from connectors.state import StateFile
+from connectors.xid.kmsg import Batch, DeadLine, ReadStats
 from connectors.xid.lines import LineContext, parse_line
 from schemas.codec import RecordError
 
@@ -75,17 +76,13 @@ class TextLogSource:
         self.path = Path(path)
         self.name = f"file:{self.path}"
         self.stats = ReadStats()
-        self.state_path = Path(state_path)
-        self.state_path.parent.mkdir(parents=True, exist_ok=True)
+        self.state_file = StateFile(state_path, TextLogState)
         self.context = LineContext(
             node=node, cluster=cluster, boot_time=boot_time, tz=tz or UTC, year=year
         )
         self._fixed_year = year is not None
-        self.state_error: RecordError | None = None
-        try:
-            saved = load_state(self.state_path, TextLogState)
-        except RecordError as exc:
-            self.state_error, saved = exc, None
+        saved = self.state_file.load()
+        self.state_error = self.state_file.error
         self._file: IO[bytes] | None = None
         self._inode = -1
         self._offset = 0
@@ -177,8 +174,7 @@ class TextLogSource:
 
     def commit(self, batch: Batch) -> None:
         """Save the batch's state: call only after its events and dead letters are acknowledged."""
-        if batch.state is not None:
-            save_state(self.state_path, batch.state)
+        self.state_file.save(batch.state, published=bool(batch.events or batch.dead))
 
     def close(self) -> None:
         if self._file is not None:
