@@ -143,6 +143,16 @@ class FileSource:
             if stripped:
                 yield number, stripped
 
+    def read(self) -> bytes:
+        """The rest of the data, decompressed (for whole-file formats such as a scrape).
+
+        Raises ``OSError``/``EOFError``/``zlib.error`` when the data breaks, as
+        :meth:`lines` does.
+        """
+        data = b"".join(self._lines)
+        self._counted += len(data)
+        return data
+
     def close(self) -> None:
         """Close the file (never stdin, which the process owns)."""
         if self._gzip is not None:

@@ -12,8 +12,7 @@ scrape file, Kafka or NVML unavailable), 130 interrupted.
 from __future__ import annotations
 
 import asyncio
-import gzip
-import sys
+import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -22,6 +21,7 @@ from typing import IO, Any
 
 from connectors.dcgm.diff import DcgmState, diff
 from connectors.dcgm.exposition import parse_exposition
+from connectors.files import STDIN, FileSource
 from gputriage.signals import stop_on_signals
 from schemas.codec import AnyEvent, RecordError, encode
 
@@ -32,15 +32,11 @@ PROG = "gputriage"
 def _read(path: str) -> tuple[bytes, datetime]:
     """A scrape file's bytes (gunzipped when gzip) and its time: the file's mtime, so the
     same file always gives the same event times and ids; stdin: now."""
-    if path == "-":
-        data, when = sys.stdin.buffer.read(), datetime.now(UTC)
-    else:
-        file = Path(path)
-        data = file.read_bytes()
-        when = datetime.fromtimestamp(file.stat().st_mtime, UTC)
-    if data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
-    return data, when
+    with FileSource(path) as source:
+        data = source.read()
+    if path == STDIN:
+        return data, datetime.now(UTC)
+    return data, datetime.fromtimestamp(Path(path).stat().st_mtime, UTC)
 
 
 def ingest_dcgm(
@@ -53,7 +49,7 @@ def ingest_dcgm(
     for path in paths:
         try:
             data, when = _read(path)
-        except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        except (OSError, EOFError, zlib.error) as exc:
             print(f"{path}: cannot read: {exc}", file=err)
             bad += 1
             continue

@@ -77,6 +77,16 @@ def test_a_bad_file_is_reported_and_skipped(tmp_path: Path) -> None:
     assert [type(e) for e in events] == [GpuBindingEvent, XidEvent, XidEvent, XidEvent]
 
 
+def test_a_corrupt_gzip_file_is_reported_not_a_traceback(tmp_path: Path) -> None:
+    corrupt = tmp_path / "scrape.prom.gz"
+    corrupt.write_bytes(gzip.compress(b"DCGM_FI_DEV_XID_ERRORS 0\n")[:10] + b"garbage-bytes")
+    proc = gputriage("ingest", "dcgm", "--node", "n1", "--file", str(corrupt))
+    stderr = proc.stderr.decode()
+    assert proc.returncode == 1, stderr
+    assert "Traceback" not in stderr
+    assert stderr.startswith(f"{corrupt}: cannot read: ")
+
+
 def test_usage_errors_are_one_line() -> None:
     proc = gputriage("ingest", "dcgm", "--file", str(DATA / "a30_mig.prom"))
     assert proc.returncode == 2
