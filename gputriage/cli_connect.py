@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from connectors.topics import topic_layout
+from connectors.xid.journal import JOURNALCTL
+from connectors.xid.kmsg import BOOT_ID_PATH, DEFAULT_STATE, DEVICE, PROC_STAT
 from gputriage.cli_common import (
     CONTEXT,
     boot_time_option,
@@ -167,22 +169,22 @@ def connect_k8s_command(
 @connect_group.command("kmsg", context_settings=CONTEXT)
 @node_option
 @cluster_option
-@click.option("--device", default="/dev/kmsg", show_default=True, help="The kmsg device.")
+@click.option("--device", default=DEVICE, show_default=True, help="The kmsg device.")
 @click.option(
     "--state",
     "state_path",
     metavar="FILE",
-    default="/var/lib/gputriage/kmsg-state.json",
+    default=DEFAULT_STATE,
     show_default=True,
     help="Where the boot id and last sequence number are kept (a hostPath in a DaemonSet).",
 )
 @click.option(
     "--boot-id-file",
-    default="/proc/sys/kernel/random/boot_id",
+    default=BOOT_ID_PATH,
     show_default=True,
     help="The current boot id.",
 )
-@click.option("--proc-stat", default="/proc/stat", show_default=True, help="Where btime is read.")
+@click.option("--proc-stat", default=PROC_STAT, show_default=True, help="Where btime is read.")
 @click.option(
     "--boot-time",
     metavar="TIME",
@@ -203,7 +205,7 @@ def connect_k8s_command(
     is_flag=True,
     help="Follow the journal's kernel entries (journalctl) instead of the device.",
 )
-@click.option("--journalctl", default="journalctl", show_default=True, help="With --journal.")
+@click.option("--journalctl", default=JOURNALCTL, show_default=True, help="With --journal.")
 @click.option("--journal-dir", default="", help="With --journal: journalctl -D DIR.")
 @click.option(
     "--file",

@@ -124,7 +124,8 @@ async def _connect_dcgm(command: DcgmCommand, target: KafkaTarget, err: IO[str])
     if command.metrics_port is not None:
         from connectors.prometheus import serve_metrics  # noqa: PLC0415
 
-        serve_metrics(metrics.registry, command.metrics_port)
+        port = serve_metrics(metrics.registry, command.metrics_port)
+        print(f"{PROG} connect dcgm: metrics on http://0.0.0.0:{port}/metrics", file=err)
     options = scrape.PollOptions(
         url=command.url,
         cluster=command.cluster,

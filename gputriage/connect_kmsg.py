@@ -50,6 +50,7 @@ from connectors.topics import TopicLayout
 from connectors.xid.journal import JOURNALCTL, JournalSource
 from connectors.xid.kmsg import (
     BOOT_ID_PATH,
+    DEFAULT_STATE,
     DEVICE,
     PROC_STAT,
     Batch,
@@ -67,7 +68,6 @@ from streams.core import key_of
 
 log = logging.getLogger("gputriage.kmsg")
 
-DEFAULT_STATE = "/var/lib/gputriage/kmsg-state.json"
 DEFAULT_METRICS_PORT = 9465
 
 
@@ -312,11 +312,11 @@ async def run_kmsg(
     the batch in flight is acknowledged and committed). ``gpus``: the bus id map
     (default: read from NVML when ``options.nvml``; none without a driver).
     """
-    if gpus is None:
-        gpus = gpu_map() if options.nvml else {}
     own_stop = stop is None
     stop = stop or asyncio.Event()
-    feed = open_feed(options, stop)
+    feed = open_feed(options, stop)  # a missing device or boot id fails here, first
+    if gpus is None:
+        gpus = gpu_map() if options.nvml else {}
     metrics = metrics or KmsgMetrics(options.kind)
     if options.metrics_port is not None:
         port = metrics.serve(options.metrics_port)

@@ -66,6 +66,8 @@ from schemas.events import KubeEvent, ObjectRef, XidEvent
 DEVICE: Final = "/dev/kmsg"
 BOOT_ID_PATH: Final = "/proc/sys/kernel/random/boot_id"
 PROC_STAT: Final = "/proc/stat"
+DEFAULT_STATE: Final = "/var/lib/gputriage/kmsg-state.json"
+"""Where ``connect kmsg`` keeps its position (a hostPath in the DaemonSet)."""
 READ_SIZE: Final = 16384
 REBOOT_REASON: Final = "Rebooted"
 """The reason kubelet gives its own reboot event; consumers already know it."""
