@@ -99,15 +99,10 @@ def encode(record: Event | Incident | msgspec.Struct) -> bytes:
     return _encoder.encode(record)
 
 
-def to_builtins(record: msgspec.Struct) -> Any:
-    """A record as plain dicts and lists (for ad-hoc output and JSON Schema checks)."""
-    return msgspec.to_builtins(record)
-
-
 def msgpack_codec(type_: Any) -> tuple[Callable[[Any], bytes], Callable[[bytes], Any]]:
     """An (encode, decode) pair of compact MessagePack for internal state of ``type_``.
 
-    For state that never leaves our own processes (changelog-backed tables): it is
+    For state that never leaves our own processes (the processor's state topic): it is
     about half the size of JSON and faster both ways. Records on public topics stay
     JSON (:func:`encode`), which people and other tools can read.
     """

@@ -17,4 +17,6 @@ Op = Literal["added", "modified", "deleted"]
 """What happened to the Kubernetes object, as the watch API says it."""
 
 Severity = Literal["page", "ticket", "info"]
+XidClass = Literal["fatal", "app", "follow-up", "info", "unknown"]
+"""How the core treats an XID code (the catalog's ``class``)."""
 IncidentStatus = Literal["open", "updated", "resolved"]

@@ -10,12 +10,10 @@ from __future__ import annotations
 import tomllib
 from functools import cache
 from importlib import resources
-from typing import Literal
 
 import msgspec
 
-XidClass = Literal["fatal", "app", "follow-up", "info", "unknown"]
-XID_CLASSES: tuple[XidClass, ...] = ("fatal", "app", "follow-up", "info", "unknown")
+from schemas.types import Severity, XidClass
 
 
 class XidInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -25,7 +23,7 @@ class XidInfo(msgspec.Struct, frozen=True, kw_only=True):
     mnemonic: str
     action: str = ""
     xid_class: XidClass = msgspec.field(default="unknown", name="class")
-    severity: Literal["page", "ticket", "info"] = "info"
+    severity: Severity = "info"
 
 
 class _Catalog(msgspec.Struct, frozen=True):

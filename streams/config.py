@@ -22,8 +22,9 @@ from typing import Any, get_args
 
 import msgspec
 
+from schemas.types import XidClass
 from schemas.xid_catalog import load_catalog
-from streams.core.config import DEFAULT_SEVERITY, CoreConfig, XidClass, XidRule
+from streams.core.config import DEFAULT_SEVERITY, CoreConfig, XidRule
 
 _CLASS_KEYS: dict[str, XidClass] = {name.replace("-", "_"): name for name in get_args(XidClass)}
 
@@ -35,7 +36,12 @@ class ConfigError(ValueError):
 def catalog_policy() -> dict[int, XidRule]:
     """The XID policy as the packaged catalog states it."""
     return {
-        code: XidRule(xid_class=info.xid_class, mnemonic=info.mnemonic, action=info.action)
+        code: XidRule(
+            xid_class=info.xid_class,
+            mnemonic=info.mnemonic,
+            action=info.action,
+            severity=info.severity,
+        )
         for code, info in sorted(load_catalog().items())
     }
 

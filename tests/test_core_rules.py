@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from streams.config import core_config_from
@@ -88,13 +90,22 @@ def test_chain_stays_open_while_the_gpu_is_unallocatable() -> None:
 
 
 # -- host_oom_kill -----------------------------------------------------------------------
-def test_container_oom_and_node_oomkilling_event_are_one_incident() -> None:
+@pytest.mark.parametrize("namespace", ["ns", "node"])  # "node/..." must not look host-level
+def test_container_oom_and_node_oomkilling_event_are_one_incident(namespace: str) -> None:
     c = Cluster()
-    healthy(c, "n2", ["srv"])
-    c.kube("n2", 10 * MIN, "OOMKilling", kind="Node", name="n2", message="Killed process 42")
-    c.pod("n2", "srv", 10 * MIN + 3, restarts=1, last=term(10 * MIN + 1, "OOMKilled", 137))
+    c.node("n2", 0)
+    c.pod("n2", "srv", 1, namespace=namespace)
+    c.pod(
+        "n2",
+        "srv",
+        10 * MIN,
+        restarts=1,
+        last=term(10 * MIN - 1, "OOMKilled", 137),
+        namespace=namespace,
+    )
+    c.kube("n2", 10 * MIN + 3, "OOMKilling", kind="Node", name="n2", message="Killed process 4")
     [inc] = of_type(run(c.events), "host_oom_kill")
-    assert [e.schema for e in inc.evidence] == ["k8s_event.v1", "pod.v1"]
+    assert sorted(e.schema for e in inc.evidence) == ["k8s_event.v1", "pod.v1"]
     assert (inc.pods[0].role, inc.pods[0].container) == ("oom_killed", "main")
 
 
@@ -314,6 +325,10 @@ def test_xid_45_follows_the_earlier_error() -> None:
 
 
 # -- xid_repeat -----------------------------------------------------------------------
+CATALOG_TICKET_FATAL = 2
+"""A fatal code the XID catalog rates ``ticket`` (unused on current GPUs)."""
+
+
 def test_fifth_fatal_xid_in_a_day_escalates() -> None:
     c = Cluster()
     c.node("n6", 0)
@@ -341,6 +356,25 @@ def test_duplicates_from_two_sources_count_once() -> None:
         c.xid("n6", (k + 1) * 3600, 48, bus="0000:cb:00.0")
         c.xid("n6", (k + 1) * 3600 + 0.2, 48, bus="0000:cb:00.0", uuid="GPU-6")
     assert of_type(run(c.events), "xid_repeat") == []
+
+
+@pytest.mark.parametrize(
+    ("code", "overrides", "severity"),
+    [
+        (119, {}, "page"),  # the catalog says page: the type's severity stands
+        (CATALOG_TICKET_FATAL, {}, "ticket"),  # the catalog caps this code at ticket
+        (119, {"severity": {"xid_repeat": "ticket"}}, "ticket"),  # [core] is the ceiling
+    ],
+)
+def test_a_repeat_is_at_most_as_severe_as_the_catalog_says(
+    code: int, overrides: dict[str, Any], severity: str
+) -> None:
+    c = Cluster()
+    c.node("n6", 0)
+    for k in range(5):
+        c.xid("n6", (k + 1) * 3600, code, bus="0000:cb:00.0")
+    [inc] = of_type(run(c.events, config(**overrides)), "xid_repeat")
+    assert inc.severity == severity
 
 
 def test_repeat_threshold_comes_from_configuration() -> None:

@@ -7,12 +7,9 @@ catalog and a user's overrides.
 
 from __future__ import annotations
 
-from typing import Literal
-
 import msgspec
 
-Severity = Literal["page", "ticket", "info"]
-XidClass = Literal["fatal", "app", "follow-up", "info", "unknown"]
+from schemas.types import Severity, XidClass
 
 DEFAULT_SEVERITY: dict[str, Severity] = {
     "device_unhealthy_eviction": "page",
@@ -31,6 +28,9 @@ class XidRule(msgspec.Struct, frozen=True, kw_only=True):
     xid_class: XidClass = "unknown"
     mnemonic: str = ""
     action: str = ""
+    severity: Severity | None = None
+    """The catalog's severity for this code: an ``xid_repeat`` of it is at most this
+    severe (the incident type's severity is the ceiling; None: no cap)."""
 
 
 class CoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -84,7 +84,6 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
             if finished <= ctr.last_finished:
                 continue
             ctr.last_finished = finished
-            ctr.last_reason = intern(term.reason)
             _on_termination(step, ev, key, track, ctr, term, finished)
     reason = ""
     if ev.phase == "Failed":

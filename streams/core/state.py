@@ -35,7 +35,6 @@ class ContainerTrack(msgspec.Struct, gc=False, omit_defaults=True):
     name: str
     last_finished: float = -math.inf
     """finishedAt of the newest termination already handled (dedupes repeats)."""
-    last_reason: str = ""
     restarts: tuple[float, ...] = ()
     """Non-zero, non-OOM terminations inside the CUDA-OOM window."""
     oom_at: float = -math.inf

@@ -46,7 +46,7 @@ def on_node_oom_event(step: Step, item: Evidence) -> None:
     window = step.config.oom_join_seconds
     best: OpenIncident | None = None
     for inc in step.state.incidents.values():
-        if inc.type != KIND or inc.subject.startswith("node/"):
+        if inc.type != KIND or not inc.pods:  # host-level ones name no pod
             continue
         if abs(inc.last_seen - step.now) <= window and (
             best is None or (inc.last_seen, inc.id) > (best.last_seen, best.id)

@@ -29,8 +29,3 @@ def co_tenants(state: NodeState, key: str) -> list[str]:
                 if other != key:
                     found[other] = None
     return list(found)
-
-
-def gpu_shared(state: NodeState, key: str) -> bool:
-    """True when the node shares GPUs between pods, or a GPU of this pod has several."""
-    return bool(state.sharing) or bool(co_tenants(state, key))

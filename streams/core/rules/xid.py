@@ -18,6 +18,7 @@ from streams.core.state import GpuTrack, bound_pods, gpu_ref, unpack_uuid
 
 APP = "gpu_app_fault"
 REPEAT = "xid_repeat"
+_RANK = {"info": 0, "ticket": 1, "page": 2}
 
 
 def on_app(step: Step, gpu_key: str, gpu: GpuTrack, item: Evidence, code: int) -> None:
@@ -82,6 +83,11 @@ def on_fatal(step: Step, gpu_key: str, gpu: GpuTrack, item: Evidence, code: int)
         if step.now - first > config.xid_repeat_window_seconds:
             return
         inc = step.open(REPEAT, subject, occurrences[0].event_id, first)
+        capped = config.xid.get(code)
+        if capped is not None and capped.severity is not None:
+            # NVIDIA's codes for parts of older GPUs are ticket-worthy even when
+            # repeated; the type's severity ([core]) stays the ceiling.
+            inc.severity = min(inc.severity, capped.severity, key=_RANK.__getitem__)
         for earlier in occurrences:
             step.add_evidence(inc, earlier)
         inc.count = len(occurrences) - 1
