@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -298,19 +297,6 @@ def gone() -> dict[str, Any]:
             "message": "too old resource version: 1000 (1500)",
         },
     }
-
-
-# -- waiting --------------------------------------------------------------------------
-async def eventually(condition: Callable[[], T], *, timeout: float = 5.0, what: str = "") -> T:
-    """Poll ``condition`` until truthy; fail after ``timeout`` seconds (never a bare sleep)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:g} s waiting for {what or condition}")
-        await asyncio.sleep(0.01)
 
 
 @asynccontextmanager

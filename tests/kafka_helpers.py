@@ -133,3 +133,15 @@ async def with_consumer(
 def as_mapping(entries: Any) -> Mapping[str, str]:
     """DescribeConfigs entries ``(name, value, ...)`` as ``{name: value}``."""
     return {entry[0]: entry[1] for entry in entries}
+
+
+async def eventually(condition: Callable[[], T], *, timeout: float = 5.0, what: str = "") -> T:
+    """Poll ``condition`` until truthy; fail after ``timeout`` seconds (never a bare sleep)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what or condition}")
+        await asyncio.sleep(0.01)

@@ -13,8 +13,8 @@ from pathlib import Path
 from schemas.codec import decode_event
 from schemas.events import GpuBindingEvent, XidEvent
 from tests.cli_helpers import CONSOLE_SCRIPT, clean_env, gputriage
-from tests.kafka_helpers import KafkaTestEnv, consume_all
-from tests.test_dcgm_scrape import Exporter, serving, wait_for
+from tests.kafka_helpers import KafkaTestEnv, consume_all, eventually
+from tests.test_dcgm_scrape import Exporter, serving
 
 DATA = Path(__file__).parent / "data" / "dcgm"
 T0 = 1_764_496_800  # 2025-11-30T10:00:00Z
@@ -124,7 +124,7 @@ def test_connect_dcgm_publishes_until_sigterm(kafka: KafkaTestEnv) -> None:
             )
             # Ends early if the command died (its stderr then says why).
             scraped = lambda: exporter.hits >= 3 or proc.returncode is not None  # noqa: E731
-            await wait_for(scraped, "three scrapes", timeout=30)
+            await eventually(scraped, timeout=30, what="three scrapes")
             proc.send_signal(signal.SIGTERM)
             _, stderr = await asyncio.wait_for(proc.communicate(), 10)
             return await proc.wait(), stderr

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import socket
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -23,7 +22,7 @@ from connectors.k8s.backoff import Backoff
 from connectors.kafka_sink import EventProducer
 from schemas.codec import decode_dead_letter, decode_event
 from schemas.events import GpuBindingEvent, PodRef, XidEvent
-from tests.kafka_helpers import KafkaTestEnv, consume_all
+from tests.kafka_helpers import KafkaTestEnv, consume_all, eventually
 
 DATA = Path(__file__).parent / "data" / "dcgm"
 RTX = "GPU-a8394b51-c086-568a-9f1a-c1e1c934c44c"
@@ -77,14 +76,6 @@ def free_port() -> int:
 
 def sample(metrics: DcgmMetrics, name: str, **labels: str) -> float:
     return metrics.registry.get_sample_value(name, labels) or 0.0
-
-
-async def wait_for(condition: Callable[[], bool], what: str, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.005)
 
 
 def options(url: str, **kw: Any) -> PollOptions:
@@ -209,7 +200,9 @@ def test_run_loops_through_failures_until_stopped(kafka: KafkaTestEnv) -> None:
             stop = asyncio.Event()
             task = asyncio.create_task(poller.run(stop))
             ok = ("gputriage_dcgm_scrapes_total", "ok")
-            await wait_for(lambda: sample(poller.metrics, ok[0], outcome=ok[1]) >= 2, "two ok")
+            await eventually(
+                lambda: sample(poller.metrics, ok[0], outcome=ok[1]) >= 2, timeout=10, what="two ok"
+            )
             stop.set()
             await asyncio.wait_for(task, 5)
             assert sample(poller.metrics, ok[0], outcome="http_error") == 2

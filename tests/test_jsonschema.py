@@ -37,17 +37,6 @@ def test_one_document_per_record_type() -> None:
     assert {"pod.v1.json", "xid.v1.json", "incident.v1.json"} <= names
 
 
-def test_generation_is_byte_stable() -> None:
-    first, second = schema_documents(), schema_documents()
-    assert first == second
-    for text in first.values():
-        assert text.endswith("}\n")
-        assert (
-            json.dumps(json.loads(text), indent=2, sort_keys=True, ensure_ascii=False) + "\n"
-            == text
-        )
-
-
 def test_write_then_check_in_a_fresh_directory(tmp_path: Path) -> None:
     assert sorted(drifted_documents(tmp_path)) == sorted(schema_documents())
     assert sorted(write_documents(tmp_path)) == sorted(schema_documents())

@@ -30,13 +30,12 @@ from schemas.events import PodEvent
 from tests.k8s_helpers import (
     FAST_WATCH,
     elected_options,
-    eventually,
     fake_cluster,
     kube_event,
     node,
     pod,
 )
-from tests.kafka_helpers import KafkaTestEnv, consume_all
+from tests.kafka_helpers import KafkaTestEnv, consume_all, eventually
 
 
 def test_connect_publishes_gpu_objects_and_dead_letters_with_leader_election(

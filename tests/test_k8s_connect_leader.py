@@ -17,7 +17,8 @@ from kubernetes_asyncio.client import CoordinationV1Api
 
 from connectors.k8s.leader import LeadershipLost, LeaseElector, LeaseOptions
 from connectors.k8s.metrics import ConnectorMetrics
-from tests.k8s_helpers import eventually, fake_cluster
+from tests.k8s_helpers import fake_cluster
+from tests.kafka_helpers import eventually
 
 FAST: dict[str, Any] = {
     "namespace": "gputriage",

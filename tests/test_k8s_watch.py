@@ -30,7 +30,6 @@ from tests.k8s_helpers import (
     FakeCluster,
     bookmark,
     collecting,
-    eventually,
     fake_cluster,
     gone,
     ids,
@@ -38,6 +37,7 @@ from tests.k8s_helpers import (
     node,
     pod,
 )
+from tests.kafka_helpers import eventually
 
 FAST = FAST_WATCH
 

@@ -15,7 +15,8 @@ from connectors.k8s.metrics import ConnectorMetrics
 from connectors.k8s.relist import Known, deletion, diff
 from connectors.k8s.slim import slim_object
 from schemas.events import KubeEvent, ObjectRef, PodEvent
-from tests.k8s_helpers import eventually, pod
+from tests.k8s_helpers import pod
+from tests.kafka_helpers import eventually
 
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)
 

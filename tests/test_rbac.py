@@ -18,14 +18,13 @@ from connectors.topics import ensure_topics
 from gputriage.connect_k8s import run_connect
 from tests.k8s_helpers import (
     elected_options,
-    eventually,
     fake_cluster,
     gone,
     kube_event,
     node,
     pod,
 )
-from tests.kafka_helpers import KafkaTestEnv, consume_all
+from tests.kafka_helpers import KafkaTestEnv, consume_all, eventually
 
 RBAC = Path(__file__).parent.parent / "deploy" / "rbac" / "connect-k8s.yaml"
 Triple = tuple[str, str, str]
