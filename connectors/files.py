@@ -29,7 +29,7 @@ import sys
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, BinaryIO, NamedTuple
+from typing import TYPE_CHECKING, BinaryIO, NamedTuple, TypeVar
 
 from schemas.codec import AnyEvent, RecordError, try_decode_event
 
@@ -173,6 +173,9 @@ def read_lines(path: str) -> Iterator[tuple[int, bytes]]:
         yield from source.lines()
 
 
+R = TypeVar("R")
+
+
 class Record(NamedTuple):
     """One line of one source, decoded: an event, or the error that explains why not."""
 
@@ -181,16 +184,25 @@ class Record(NamedTuple):
     event: AnyEvent | RecordError
 
 
-def read_records(source: FileSource) -> Iterator[Record]:
-    """Decode every line of ``source``; a broken stream ends it with one error record."""
+def parse_lines(
+    source: FileSource, parse: Callable[[bytes], R]
+) -> Iterator[tuple[int, R | RecordError]]:
+    """``(line number, parse(line))`` for every line; a broken stream (truncated gzip,
+    an I/O error) ends it with one :class:`RecordError` instead of an exception."""
     last_line = 0
     try:
         for number, raw in source.lines():
             last_line = number
-            yield Record(source.name, number, try_decode_event(raw))
+            yield number, parse(raw)
     except (OSError, EOFError, zlib.error) as exc:
         reason = "truncated gzip stream" if isinstance(exc, EOFError) else f"unreadable: {exc}"
-        yield Record(source.name, last_line + 1, RecordError(reason))
+        yield last_line + 1, RecordError(reason)
+
+
+def read_records(source: FileSource) -> Iterator[Record]:
+    """Decode every line of ``source``; a broken stream ends it with one error record."""
+    for number, event in parse_lines(source, try_decode_event):
+        yield Record(source.name, number, event)
 
 
 def merge_by_time(streams: Sequence[Iterable[Record]]) -> Iterator[Record]:

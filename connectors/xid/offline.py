@@ -19,45 +19,28 @@ are never suffixed, so there a repeated record keeps its id and deduplicates.
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterator
-from typing import NamedTuple
 
 import msgspec
 
-from connectors.files import FileSource
+from connectors.files import FileSource, Record, parse_lines
 from connectors.xid.lines import LineContext, parse_line
-from schemas.codec import RecordError
 from schemas.events import XidEvent
 
 
-class XidRecord(NamedTuple):
-    """One XID line of one input: where it was and what it became."""
-
-    source: str
-    line: int
-    event: XidEvent | RecordError
-
-
-def read_xids(source: FileSource, ctx: LineContext) -> Iterator[XidRecord]:
+def read_xids(source: FileSource, ctx: LineContext) -> Iterator[Record]:
     """The XID events and bad XID lines of ``source``; other lines are skipped silently."""
     seen: dict[str, int] = {}
-    last_line = 0
-    try:
-        for number, raw in source.lines():
-            last_line = number
-            result = parse_line(raw, ctx)
-            if result is None:
-                continue
-            if isinstance(result, XidEvent) and result.id.startswith("log:"):
-                count = seen.get(result.id, 0) + 1
-                seen[result.id] = count
-                if count > 1:
-                    result = _with_id(result, f"{result.id}:{count}")
-            yield XidRecord(source.name, number, result)
-    except (OSError, EOFError, zlib.error) as exc:
-        reason = "truncated gzip stream" if isinstance(exc, EOFError) else f"unreadable: {exc}"
-        yield XidRecord(source.name, last_line + 1, RecordError(reason))
+    for number, parsed in parse_lines(source, lambda raw: parse_line(raw, ctx)):
+        if parsed is None:
+            continue
+        result = parsed
+        if isinstance(result, XidEvent) and result.id.startswith("log:"):
+            count = seen.get(result.id, 0) + 1
+            seen[result.id] = count
+            if count > 1:
+                result = _with_id(result, f"{result.id}:{count}")
+        yield Record(source.name, number, result)
 
 
 def _with_id(event: XidEvent, event_id: str) -> XidEvent:
