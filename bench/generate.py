@@ -39,6 +39,7 @@ from pathlib import Path
 from random import Random
 from typing import IO, cast
 
+from connectors.files import FileSource
 from schemas.codec import AnyEvent, encode
 from schemas.events import (
     ContainerStatus,
@@ -54,17 +55,12 @@ from schemas.events import (
     Termination,
     XidEvent,
 )
+from schemas.jsonschema import wire_tag
 
 GENERATOR_VERSION = 2
 """Bump when the generated stream changes, so cached files are regenerated."""
 
 GPU = "nvidia.com/gpu"
-
-_TAGS: dict[type, str] = {
-    cls: str(cls.__struct_config__.tag)
-    for cls in (PodEvent, NodeEvent, KubeEvent, XidEvent, GpuBindingEvent)
-}
-"""Schema name (``pod.v1``...) by event type, for the tallies."""
 
 Step = Iterator[AnyEvent | float]
 """A scenario: yields the events it emits, and floats (seconds to wait)."""
@@ -795,7 +791,7 @@ class Simulator:
             if event is None:
                 draw = draws[bisect.bisect_right(cumulative, rng.random() * total)]
                 event = draw() or self._routine_pod()
-            counts[_TAGS[type(event)]] += 1
+            counts[wire_tag(type(event))] += 1
             yield event
 
     def _push(self, due: float, scenario: Step) -> None:
@@ -1305,12 +1301,9 @@ def open_output(path: str) -> IO[bytes]:
 
 
 def read_lines(path: str | Path) -> list[bytes]:
-    """Load a generated file (gzip when the name ends in ``.gz``) as a list of lines."""
-    name = str(path)
-    opener = gzip.open if name.endswith(".gz") else open
-    with opener(name, "rb") as f:
-        data: bytes = f.read()
-    return data.splitlines()
+    """Load a generated file (plain or gzip, by its magic bytes) as a list of lines."""
+    with FileSource(str(path)) as source:
+        return source.read().splitlines()
 
 
 def main(argv: list[str] | None = None) -> int:

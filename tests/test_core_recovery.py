@@ -17,8 +17,8 @@ from schemas.incidents import Incident
 from streams.core import Correlator
 from streams.core.snapshot import decode_state, encode_state
 from tests.core_helpers import config, final, run
+from tests.episodes import GRACE, build, episodes
 from tests.factories import Cluster, term
-from tests.test_core_properties import GRACE, build, episodes
 
 
 class Worker:

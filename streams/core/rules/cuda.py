@@ -45,6 +45,19 @@ def on_crash(
         ctr.cuda_log = True
     subject = f"{key}/{ctr.name}"
     ordinal = len(ctr.restarts)
+    inc = step.find(KIND, subject)
+    if inc is None:
+        if len(ctr.restarts) <= config.cuda_oom_restarts:
+            return  # the common case on a crash: no text built for nothing
+        if ctr.oom_at > finished - window or chain.holds_pod(step, key):
+            return
+        inc = step.open(KIND, subject, ev.id, ctr.restarts[0])
+        step.add_pod(inc, pod_info(key, track, "restarting", ctr.name))
+        neighbours = co_tenants(step.state, key)
+        if neighbours or step.state.sharing:
+            inc.attributes["shared_gpu"] = step.state.sharing or "shared"
+        for other in neighbours:
+            step.add_pod(inc, pod_info(other, step.state.pods.get(other), "candidate"))
     earlier = ", ".join(to_datetime(t).strftime("%H:%M:%S") for t in ctr.restarts[:-1][-4:])
     item = text.termination(
         ev,
@@ -53,19 +66,6 @@ def on_crash(
         f"crash {ordinal} in {config.cuda_oom_window_seconds / 60:g} min"
         + (f" (earlier: {earlier})" if earlier else ""),
     )
-    inc = step.find(KIND, subject)
-    if inc is None:
-        if len(ctr.restarts) <= config.cuda_oom_restarts:
-            return
-        if ctr.oom_at > finished - window or chain.holds_pod(step, key):
-            return
-        inc = step.open(KIND, subject, item.event_id, ctr.restarts[0])
-        step.add_pod(inc, pod_info(key, track, "restarting", ctr.name))
-        neighbours = co_tenants(step.state, key)
-        if neighbours or step.state.sharing:
-            inc.attributes["shared_gpu"] = step.state.sharing or "shared"
-        for other in neighbours:
-            step.add_pod(inc, pod_info(other, step.state.pods.get(other), "candidate"))
     inc.count = len(ctr.restarts)
     step.add_evidence(inc, item)
     step.set_deadline(inc, step.now + window)
