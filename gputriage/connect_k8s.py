@@ -194,7 +194,6 @@ class Connector:
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Watch and deliver until ``stop`` is set (or cancelled); then drain the buffer."""
-        self.metrics.leader.set(1)
         stop = stop or asyncio.Event()
         delivering = asyncio.create_task(self.delivery.run(), name="k8s-delivery")
         watching = asyncio.create_task(self._watch_all(), name="k8s-watch")
@@ -214,7 +213,6 @@ class Connector:
                     await asyncio.shield(self.delivery.close(self.options.drain_timeout_s))
             delivering.cancel()
             await asyncio.gather(delivering, return_exceptions=True)
-            self.metrics.leader.set(0)
 
 
 async def run_connect(
@@ -242,8 +240,12 @@ async def run_connect(
         raise ConnectError(str(exc)) from None
     try:
         connector = Connector(api, producer, options, metrics)
-        if options.lease is None:
-            await connector.run(stop)
+        if options.lease is None:  # the only replica: always "the leader"
+            metrics.leader.set(1)
+            try:
+                await connector.run(stop)
+            finally:
+                metrics.leader.set(0)
             return 0
         elector = LeaseElector(api, options.lease, metrics=metrics)
         candidate = asyncio.ensure_future(elector.run(lambda: connector.run(stop)))

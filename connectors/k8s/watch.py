@@ -348,8 +348,10 @@ class ResourceWatcher:
         changes = diff(self.known, items)
         for change in changes:
             if change.op == "deleted":
-                last = self.known.pop(change.uid)
-                if last.event is not None:  # only forwarded objects have a last event
+                self.known.pop(change.uid, None)
+                last = change.last
+                # Only forwarded objects have a last event to turn into a deletion.
+                if last is not None and last.event is not None:
                     gone = deletion(last.event, change.uid, list_version, observed)
                     if self.keep is not None:
                         self.keep(gone)  # the GPU filter schedules forgetting the name
