@@ -47,7 +47,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -56,7 +56,7 @@ from typing import Any
 if __package__ in {None, ""}:  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from bench.generate import StreamSpec, generate_events
 from connectors.broker import EmbeddedBroker
@@ -146,8 +146,11 @@ async def produce(env: Env, events: Iterable[AnyEvent]) -> int:
 # ------------------------------------------------------------------------------ (a)
 
 
-async def plain_aiokafka(env: Env, count: int, timeout: float = 120.0) -> dict[str, Any]:
-    """Read ``count`` records from every raw partition with ``getmany``; decode each."""
+async def _drain(
+    env: Env, count: int, timeout: float, handle: Callable[[list[ConsumerRecord]], None]
+) -> tuple[int, float]:
+    """Read ``count`` records from every raw partition with ``getmany`` (no group), each
+    batch handed to ``handle``; ``(records, seconds)`` from the first ``getmany`` on."""
     consumer = AIOKafkaConsumer(**env.kwargs, group_id=None, max_partition_fetch_bytes=4 << 20)
     await consumer.start()
     try:
@@ -159,13 +162,22 @@ async def plain_aiokafka(env: Env, count: int, timeout: float = 120.0) -> dict[s
         deadline = started + timeout
         while seen < count and time.perf_counter() < deadline:
             batches = await consumer.getmany(timeout_ms=500, max_records=10_000)
-            for records in batches.values():
-                for record in records:
-                    decode_event(record.value)
-                seen += sum(len(r) for r in batches.values())
-        elapsed = time.perf_counter() - started
+            records = [r for batch in batches.values() for r in batch]
+            handle(records)
+            seen += len(records)
+        return seen, time.perf_counter() - started
     finally:
         await consumer.stop()
+
+
+async def plain_aiokafka(env: Env, count: int, timeout: float = 120.0) -> dict[str, Any]:
+    """Read ``count`` records from every raw partition with ``getmany``; decode each."""
+
+    def decode_all(records: list[ConsumerRecord]) -> None:
+        for record in records:
+            decode_event(record.value)
+
+    seen, elapsed = await _drain(env, count, timeout, decode_all)
     return {"records": seen, "seconds": elapsed, "events_per_s": seen / elapsed}
 
 
@@ -175,37 +187,28 @@ async def plain_pipeline(env: Env, count: int, timeout: float = 120.0) -> dict[s
     snapshots encoded once a second. Nothing is written back to Kafka, so this is an
     upper bound of what the worker could reach (it also writes and commits)."""
     pipeline = Pipeline(default_core_config(), env.layout)
-    consumer = AIOKafkaConsumer(**env.kwargs, group_id=None, max_partition_fetch_bytes=4 << 20)
-    await consumer.start()
-    try:
-        tps = env.raw_partitions()
-        consumer.assign(tps)
-        await consumer.seek_to_beginning(*tps)
-        seen = incidents = 0
-        started = last_snapshot = time.perf_counter()
-        deadline = started + timeout
-        while seen < count and time.perf_counter() < deadline:
-            batches = await consumer.getmany(timeout_ms=500, max_records=10_000)
-            records = [
-                RawRecord(
-                    topic=r.topic,
-                    partition=r.partition,
-                    offset=r.offset,
-                    key=r.key,
-                    value=r.value,
-                    timestamp_ms=r.timestamp,
-                )
-                for batch in batches.values()
-                for r in batch
-            ]
-            seen += len(records)
-            incidents += len(pipeline.process(records).incidents)
-            if time.perf_counter() - last_snapshot >= 1.0:
-                pipeline.snapshots()
-                last_snapshot = time.perf_counter()
-        elapsed = time.perf_counter() - started
-    finally:
-        await consumer.stop()
+    incidents = 0
+    last_snapshot = time.perf_counter()
+
+    def process(batch: list[ConsumerRecord]) -> None:
+        nonlocal incidents, last_snapshot
+        records = [
+            RawRecord(
+                topic=r.topic,
+                partition=r.partition,
+                offset=r.offset,
+                key=r.key,
+                value=r.value,
+                timestamp_ms=r.timestamp,
+            )
+            for r in batch
+        ]
+        incidents += len(pipeline.process(records).incidents)
+        if time.perf_counter() - last_snapshot >= 1.0:
+            pipeline.snapshots()
+            last_snapshot = time.perf_counter()
+
+    seen, elapsed = await _drain(env, count, timeout, process)
     return {
         "records": seen,
         "seconds": elapsed,
