@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import msgspec
 
 from connectors.dcgm.diff import DcgmState, DiffResult, diff
 from connectors.dcgm.exposition import XID_COUNT, XID_GAUGE, Scrape, parse_exposition
 from schemas.events import GpuBindingEvent, PodRef, XidEvent
+from tests import paths
 from tests.core_helpers import of_type
 from tests.core_helpers import run as core_run
 from tests.factories import Cluster, at
 
-DATA = Path(__file__).parent / "data" / "dcgm"
+DATA = paths.DATA / "dcgm"
 RTX = "GPU-a8394b51-c086-568a-9f1a-c1e1c934c44c"
 A30 = "GPU-265c9814-6156-355b-e589-ff2064894f16"
 T0 = datetime(2026, 11, 30, 10, 0, tzinfo=UTC)

@@ -10,9 +10,10 @@ import orjson
 
 from schemas.codec import decode_event
 from schemas.events import KubeEvent, NodeEvent, PodEvent
+from tests import paths
 from tests.cli_helpers import gputriage
 
-DATA = Path(__file__).parent / "data" / "k8s"
+DATA = paths.DATA / "k8s"
 
 ALL = (
     "node_gpu",

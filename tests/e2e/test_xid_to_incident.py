@@ -24,9 +24,10 @@ from schemas.codec import decode_event
 from schemas.events import GpuBindingEvent, XidEvent
 from schemas.incidents import Incident
 from tests.kafka_helpers import KafkaTestEnv, wait_until
+from tests.paths import EXAMPLES
 from tests.processor_helpers import TopicReader, Worker, ending_days_ago, final, produce_events
 
-SCENARIO = Path(__file__).resolve().parent.parent / "examples" / "scenario.jsonl"
+SCENARIO = EXAMPLES / "scenario.jsonl"
 NODE = "gpu-node-01"
 UUID = "GPU-6f1c2a9e-79aa-4c1e-9d3b-000000000001"
 BUS = "0000:9b:00.0"

@@ -12,11 +12,12 @@ from pathlib import Path
 
 from schemas.codec import decode_event
 from schemas.events import GpuBindingEvent, XidEvent
+from tests import paths
 from tests.cli_helpers import CONSOLE_SCRIPT, clean_env, gputriage
+from tests.connectors.dcgm.test_scrape import Exporter, serving
 from tests.kafka_helpers import KafkaTestEnv, consume_all, eventually
-from tests.test_dcgm_scrape import Exporter, serving
 
-DATA = Path(__file__).parent / "data" / "dcgm"
+DATA = paths.DATA / "dcgm"
 T0 = 1_764_496_800  # 2025-11-30T10:00:00Z
 
 

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from connectors.dcgm.exposition import XID_COUNT, XID_GAUGE, Scrape, parse_exposition
 from schemas.codec import RecordError
 from schemas.events import PodRef
+from tests import paths
 
-DATA = Path(__file__).parent / "data" / "dcgm"
+DATA = paths.DATA / "dcgm"
 RTX = "GPU-a8394b51-c086-568a-9f1a-c1e1c934c44c"
 A30 = "GPU-265c9814-6156-355b-e589-ff2064894f16"
 

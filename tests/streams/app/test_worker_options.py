@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from gputriage.process import processor_options
 from gputriage.settings import SettingsError, load_settings
+from tests.paths import EXAMPLES
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "gputriage.toml"
+EXAMPLE = EXAMPLES / "gputriage.toml"
 
 
 def test_the_example_settings_are_valid_and_match_the_defaults() -> None:

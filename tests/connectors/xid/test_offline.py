@@ -21,11 +21,13 @@ from connectors.xid.kmsg import KmsgState
 from gputriage.connect_kmsg import KmsgMetrics, KmsgOptions, run_kmsg
 from schemas.codec import decode_dead_letter, decode_event, decode_incident
 from schemas.events import KubeEvent, XidEvent
+from tests import paths
 from tests.cli_helpers import clean_env, gputriage
+from tests.connectors.xid.test_kmsg import BOOT_A, JOURNAL_BOOT_A, fake_journalctl, journal_entry
 from tests.kafka_helpers import KafkaTestEnv, consume_all, wait_until
-from tests.test_kmsg_reader import BOOT_A, JOURNAL_BOOT_A, fake_journalctl, journal_entry
+from tests.paths import EXAMPLES
 
-DATA = Path(__file__).parent / "data" / "kmsg"
+DATA = paths.DATA / "kmsg"
 BOOT = "2026-11-30T08:00:00Z"
 
 
@@ -322,7 +324,7 @@ def test_a_kernel_xid_79_line_joins_the_eviction_incident(tmp_path: Path) -> Non
 
     The Kubernetes and binding events are gpu-node-01's from the example
     scenario; its recorded XID is replaced by one parsed from a dmesg line."""
-    scenario = Path(__file__).parent.parent / "examples" / "scenario.jsonl"
+    scenario = EXAMPLES / "scenario.jsonl"
     others = [
         line
         for line in scenario.read_bytes().splitlines()

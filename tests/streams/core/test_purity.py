@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-CORE = Path(__file__).resolve().parent.parent / "streams" / "core"
+from tests.paths import ROOT
+
+CORE = ROOT / "streams" / "core"
 FORBIDDEN_MODULES = {
     "time",
     "random",

@@ -20,6 +20,7 @@ from schemas.codec import AnyEvent, decode_event, encode
 from schemas.events import PodEvent
 from schemas.incidents import Incident
 from tests.kafka_helpers import KafkaTestEnv, produce, wait_until
+from tests.paths import ROOT
 from tests.processor_helpers import (
     SLOW_STEPS,
     TopicReader,
@@ -32,7 +33,6 @@ from tests.processor_helpers import (
     restored_keys,
 )
 
-ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "examples" / "scenario.jsonl"
 
 

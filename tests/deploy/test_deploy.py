@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import re
-from pathlib import Path
 from typing import Any
 
 import click
@@ -20,8 +19,8 @@ import yaml
 from gputriage.cli import cli
 from gputriage.cli_connect import connect_defaults
 from gputriage.settings import load_settings
+from tests.paths import DEPLOY
 
-DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 WORKLOADS = ("Deployment", "DaemonSet", "StatefulSet")
 
 

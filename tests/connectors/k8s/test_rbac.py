@@ -25,8 +25,9 @@ from tests.k8s_helpers import (
     pod,
 )
 from tests.kafka_helpers import KafkaTestEnv, consume_all, eventually
+from tests.paths import DEPLOY
 
-RBAC = Path(__file__).parent.parent / "deploy" / "rbac" / "connect-k8s.yaml"
+RBAC = DEPLOY / "rbac" / "connect-k8s.yaml"
 Triple = tuple[str, str, str]
 
 

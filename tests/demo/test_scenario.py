@@ -12,8 +12,8 @@ from pathlib import Path
 
 from schemas.codec import decode_incident
 from tests.cli_helpers import gputriage
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "examples" / "scenario.jsonl"
 NODE_TYPES = {
     "device_unhealthy_eviction",

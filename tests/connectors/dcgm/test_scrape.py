@@ -22,9 +22,10 @@ from connectors.k8s.backoff import Backoff
 from connectors.kafka_sink import EventProducer
 from schemas.codec import decode_dead_letter, decode_event
 from schemas.events import GpuBindingEvent, PodRef, XidEvent
+from tests import paths
 from tests.kafka_helpers import KafkaTestEnv, consume_all, eventually
 
-DATA = Path(__file__).parent / "data" / "dcgm"
+DATA = paths.DATA / "dcgm"
 RTX = "GPU-a8394b51-c086-568a-9f1a-c1e1c934c44c"
 FAST = Backoff(initial_s=0.001, max_s=0.01)
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import orjson
@@ -22,8 +21,9 @@ from connectors.k8s.slim import (
 )
 from schemas.codec import RecordError, decode_event, encode
 from schemas.events import KubeEvent, NodeEvent, PodEvent
+from tests import paths
 
-DATA = Path(__file__).parent / "data" / "k8s"
+DATA = paths.DATA / "k8s"
 
 
 def load(name: str) -> dict[str, Any]:

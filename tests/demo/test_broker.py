@@ -20,6 +20,7 @@ from aiokafka.admin import AIOKafkaAdminClient
 import connectors.broker
 from connectors.broker import BrokerError, EmbeddedBroker
 from tests.kafka_helpers import wait_until
+from tests.paths import ROOT
 
 
 def _gone(pid: int) -> bool:
@@ -156,7 +157,7 @@ def test_the_broker_dies_with_a_killed_parent(tmp_path: Path) -> None:
     parent = subprocess.Popen(
         [sys.executable, "-c", script, str(tmp_path / "tansu.log")],
         stdout=subprocess.PIPE,
-        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+        cwd=str(ROOT),
     )
     try:
         assert parent.stdout is not None
