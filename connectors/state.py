@@ -19,14 +19,13 @@ import os
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import msgspec
 
-from schemas.codec import RecordError
+from schemas.codec import RecordError, decode_as, encode
 
 S = TypeVar("S", bound=msgspec.Struct)
-_encoder: Final = msgspec.json.Encoder()
 
 
 def load_state(path: str | Path, kind: type[S]) -> S | None:
@@ -36,8 +35,8 @@ def load_state(path: str | Path, kind: type[S]) -> S | None:
     except FileNotFoundError:
         return None
     try:
-        return msgspec.json.decode(data, type=kind)
-    except msgspec.DecodeError as exc:
+        return decode_as(data, kind)
+    except RecordError as exc:
         raise RecordError(f"state file {path}: {exc}") from None
 
 
@@ -46,7 +45,7 @@ def save_state(path: str | Path, state: msgspec.Struct) -> None:
     target = Path(path)
     tmp = target.with_name(f".{target.name}.tmp")
     with open(tmp, "wb") as out:
-        out.write(_encoder.encode(state) + b"\n")
+        out.write(encode(state) + b"\n")
         out.flush()
         os.fsync(out.fileno())
     os.replace(tmp, target)

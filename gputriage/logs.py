@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
-import orjson
+from schemas import codec
 
 FORMATS: Final = ("text", "json")
 NOISY: Final = ("aiokafka", "kafka", "kubernetes_asyncio")
@@ -40,7 +40,7 @@ class JsonFormatter(logging.Formatter):
         }
         if record.exc_info:
             entry["exc"] = self.formatException(record.exc_info)
-        return orjson.dumps(entry).decode()
+        return codec.dumps(entry).decode()
 
 
 def configure_logging(section: Mapping[str, Any]) -> None:

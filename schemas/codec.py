@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import msgspec
 import orjson
@@ -116,6 +116,43 @@ def msgpack_codec(type_: Any) -> tuple[Callable[[Any], bytes], Callable[[bytes],
             raise _record_error(exc) from None
 
     return encoder.encode, decode
+
+
+T = TypeVar("T")
+
+
+def typed_decoder(type_: type[T]) -> Callable[[bytes | str], T]:
+    """A JSON decoder straight into ``type_`` (a Struct, or a container of them) that raises
+    :class:`RecordError` naming the field: for a module's own typed files and views.
+
+    Build it once (at import or construction): a msgspec decoder compiles its type on
+    creation, and that is most of the cost of a one-off :func:`decode_as`.
+    """
+    decoder = msgspec.json.Decoder(type_)
+
+    def decode(data: bytes | str) -> T:
+        try:
+            return decoder.decode(data)
+        except msgspec.MsgspecError as exc:
+            raise _record_error(exc) from None
+
+    return decode
+
+
+def decode_as(data: bytes | str, type_: type[T]) -> T:
+    """Decode JSON into ``type_`` once (a file read at start-up); :class:`RecordError` if not.
+
+    Hot paths build a :func:`typed_decoder` instead.
+    """
+    try:
+        return msgspec.json.decode(data, type=type_)
+    except msgspec.MsgspecError as exc:
+        raise _record_error(exc) from None
+
+
+def json_schema(type_: Any) -> dict[str, Any]:
+    """The JSON Schema msgspec derives for ``type_`` (``$defs`` and all)."""
+    return msgspec.json.schema(type_)
 
 
 def loads(data: bytes | str) -> Any:

@@ -22,6 +22,7 @@ from typing import Any, Final
 
 import msgspec
 
+from schemas.codec import json_schema
 from schemas.dead_letters import DeadLetter
 from schemas.events import EVENT_TYPES
 from schemas.incidents import Incident
@@ -51,7 +52,7 @@ def schema_document(record_type: type[msgspec.Struct]) -> dict[str, Any]:
             f"Generated from {record_type.__module__}.{record_type.__qualname__} "
             "by `gputriage schemas --write`; do not edit."
         ),
-        **msgspec.json.schema(record_type),
+        **json_schema(record_type),
     }
     return document
 

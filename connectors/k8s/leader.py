@@ -40,10 +40,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import aiohttp
-import orjson
 from kubernetes_asyncio.client import ApiClient, CoordinationV1Api
 
 from connectors.k8s.metrics import ConnectorMetrics
+from schemas import codec
 
 log = logging.getLogger("gputriage.connect.k8s.leader")
 
@@ -115,7 +115,7 @@ class LeaseElector:
             return None
         if response.status != 200:
             raise RuntimeError(f"reading lease {o.namespace}/{o.name}: HTTP {response.status}")
-        lease = orjson.loads(body)
+        lease = codec.loads(body)
         return lease if isinstance(lease, dict) else {}
 
     async def try_acquire_or_renew(self) -> bool:

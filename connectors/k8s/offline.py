@@ -25,8 +25,6 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any, NamedTuple
 
-import orjson
-
 from connectors.files import FileSource
 from connectors.k8s.slim import (
     DEFAULT_CONFIG,
@@ -35,6 +33,7 @@ from connectors.k8s.slim import (
     slim_object,
     slim_watch_event,
 )
+from schemas import codec
 from schemas.codec import RecordError
 
 
@@ -52,16 +51,16 @@ def documents(source: FileSource) -> Iterator[tuple[int, Any | RecordError]]:
     try:
         for number, raw in lines:
             try:
-                first = orjson.loads(raw)
-            except orjson.JSONDecodeError:
+                first = codec.loads(raw)
+            except RecordError:
                 yield from _pretty(number, raw, lines)
                 return
             yield number, first
             for later, line in lines:
                 try:
-                    yield later, orjson.loads(line)
-                except orjson.JSONDecodeError as exc:
-                    yield later, RecordError(f"invalid JSON: {exc}")
+                    yield later, codec.loads(line)
+                except RecordError as exc:
+                    yield later, exc
     except (OSError, EOFError, zlib.error) as exc:
         reason = "truncated gzip stream" if isinstance(exc, EOFError) else f"unreadable: {exc}"
         yield 0, RecordError(reason)

@@ -76,13 +76,13 @@ from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 import aiohttp
-import orjson
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 
 from connectors.k8s.backoff import Backoff, retry_after_seconds
 from connectors.k8s.metrics import ConnectorMetrics
 from connectors.k8s.relist import Known, deletion, diff, identity
 from connectors.k8s.slim import DEFAULT_CONFIG, WATCH_OPS, SlimConfig, slim_object
+from schemas import codec
 from schemas.codec import RecordError
 from schemas.dead_letters import DeadLetter
 from schemas.events import KubeEvent, NodeEvent, PodEvent
@@ -281,10 +281,10 @@ class ResourceWatcher:
             response.release()
         message = ""
         try:
-            status = orjson.loads(body)
+            status = codec.loads(body)
             if isinstance(status, dict):
                 message = str(status.get("message") or status.get("reason") or "")
-        except orjson.JSONDecodeError:
+        except RecordError:
             message = body[:200].decode("utf-8", "replace")
         retry = retry_after_seconds(response.headers)
         error = Gone if response.status == 410 else ApiError
@@ -320,8 +320,8 @@ class ResourceWatcher:
                     finally:
                         response.release()
                     try:
-                        page = orjson.loads(body)
-                    except orjson.JSONDecodeError as exc:
+                        page = codec.loads(body)
+                    except RecordError as exc:
                         raise ApiError(response.status, f"list is not JSON: {exc}") from None
                     if not isinstance(page, dict):
                         raise ApiError(response.status, "list is not a JSON object")
@@ -395,7 +395,7 @@ class ResourceWatcher:
                     self.known.pop(uid, None)
                 else:
                     self.known[uid] = Known(version)
-            data = raw if isinstance(raw, bytes) else orjson.dumps(raw)
+            data = raw if isinstance(raw, bytes) else codec.dumps(raw)
             return self._reject(_prefixed(result, prefix), data, _key(raw_obj(raw)), observed)
         kept = self.keep is None or self.keep(result)
         if op == "deleted":
@@ -468,9 +468,9 @@ class ResourceWatcher:
                     yield self._reject(error, b"", "", observed)
                     continue
                 try:
-                    envelope = orjson.loads(line)
-                except orjson.JSONDecodeError as exc:
-                    yield self._reject(RecordError(f"invalid JSON: {exc}"), line, "", observed)
+                    envelope = codec.loads(line)
+                except RecordError as exc:
+                    yield self._reject(exc, line, "", observed)
                     continue
                 item = self._on_line(envelope, line, observed, kind)
                 if item is not None:
@@ -563,7 +563,7 @@ def raw_obj(raw: bytes | dict[str, Any]) -> object:
     if isinstance(raw, dict):
         return raw
     try:
-        envelope = orjson.loads(raw)
-    except orjson.JSONDecodeError:
+        envelope = codec.loads(raw)
+    except RecordError:
         return None
     return envelope.get("object") if isinstance(envelope, dict) else None

@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any, Final
 
 import msgspec
-import orjson
 
 from connectors.state import StateFile
 from connectors.xid.kmsg import (
@@ -53,6 +52,7 @@ from connectors.xid.kmsg import (
     reboot_event,
 )
 from connectors.xid.lines import LineContext, parse_line
+from schemas import codec
 from schemas.codec import RecordError
 from schemas.events import KubeEvent
 
@@ -190,8 +190,8 @@ def _boot_of(line: bytes) -> str:
 
 def _decode(line: bytes) -> dict[str, Any]:
     try:
-        obj = orjson.loads(line)
-    except orjson.JSONDecodeError:
+        obj = codec.loads(line)
+    except RecordError:
         return {}
     return obj if isinstance(obj, dict) else {}
 

@@ -78,8 +78,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, Final
 
-import orjson
-
+from schemas import codec
 from schemas.codec import RecordError
 from schemas.events import XidEvent
 from schemas.pci import canonical_bus_id
@@ -331,8 +330,8 @@ def event_from_kmsg(
 
 def _parse_journal(data: bytes, ctx: LineContext) -> XidEvent | RecordError | None:
     try:
-        obj: Any = orjson.loads(data)
-    except orjson.JSONDecodeError:
+        obj: Any = codec.loads(data)
+    except RecordError:
         if MARKER in data:
             return RecordError("journal line is not valid JSON", "$")
         return None
