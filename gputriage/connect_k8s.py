@@ -37,7 +37,7 @@ from typing import Any, Final
 
 from kubernetes_asyncio.client import ApiClient, Configuration
 
-from connectors.k8s.backoff import Backoff
+from connectors.backoff import Backoff
 from connectors.k8s.delivery import BoundedDelivery
 from connectors.k8s.gpu_filter import GpuFilter
 from connectors.k8s.leader import LeadershipLost, LeaseElector, LeaseOptions

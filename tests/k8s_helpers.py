@@ -33,7 +33,7 @@ import kmock
 from kmock._internal.rendering import Response  # not in kmock.__all__, same class
 from kubernetes_asyncio.client import ApiClient, Configuration
 
-from connectors.k8s.backoff import Backoff
+from connectors.backoff import Backoff
 from connectors.k8s.leader import LeaseOptions
 from connectors.k8s.watch import WatchOptions
 from gputriage.connect_k8s import ConnectOptions

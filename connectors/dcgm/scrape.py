@@ -11,7 +11,7 @@ Failure policy -- the poller never dies of its source:
 * HTTP errors (non-200, connection refused, DNS, timeouts, a body over
   ``max_bytes``) are logged, counted in ``gputriage_dcgm_scrapes_total{outcome}``,
   and retried after an exponential backoff with full jitter
-  (:class:`connectors.k8s.backoff.Backoff`; a 429/503 ``Retry-After`` wins, capped).
+  (:class:`connectors.backoff.Backoff`; a 429/503 ``Retry-After`` wins, capped).
 * A body that is not a dcgm-exporter exposition becomes one dead-letter record
   (reason, field, the body's bytes) and a backoff: a misconfigured URL produces a
   trickle of dead letters, not a flood.
@@ -41,9 +41,9 @@ from typing import Final
 import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
+from connectors.backoff import Backoff, retry_after_seconds
 from connectors.dcgm.diff import MAX_BURST, DcgmState, DiffResult, diff
 from connectors.dcgm.exposition import Scrape, parse_exposition
-from connectors.k8s.backoff import Backoff, retry_after_seconds
 from connectors.kafka_sink import EventProducer
 from connectors.state import load_state, save_state
 from schemas.codec import RecordError

@@ -35,7 +35,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
-from connectors.k8s.backoff import Backoff
+from connectors.backoff import Backoff
 from connectors.k8s.metrics import ConnectorMetrics
 
 log = logging.getLogger("gputriage.connect.k8s")

@@ -30,7 +30,7 @@ How it follows the API (what client-go's reflector does, minus the models):
    and watch again from the checkpoint.
 5. **Errors** (5xx, 429, connection failures, other ERROR events): back off
    exponentially with full jitter, honouring ``Retry-After``
-   (:mod:`connectors.k8s.backoff`), then watch again (list again after a 410).
+   (:mod:`connectors.backoff`), then watch again (list again after a 410).
 
 Traps, each handled here:
 
@@ -78,7 +78,7 @@ from typing import Any, Final, Literal
 import aiohttp
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 
-from connectors.k8s.backoff import Backoff, retry_after_seconds
+from connectors.backoff import Backoff, retry_after_seconds
 from connectors.k8s.metrics import ConnectorMetrics
 from connectors.k8s.relist import Known, deletion, diff, identity
 from connectors.k8s.slim import DEFAULT_CONFIG, WATCH_OPS, SlimConfig, slim_object

@@ -17,8 +17,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from connectors.backoff import Backoff
 from connectors.dcgm.scrape import DcgmMetrics, DcgmPoller, PollOptions
-from connectors.k8s.backoff import Backoff
 from connectors.kafka_sink import EventProducer
 from schemas.codec import decode_dead_letter, decode_event
 from schemas.events import GpuBindingEvent, PodRef, XidEvent

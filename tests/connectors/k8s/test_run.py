@@ -19,8 +19,8 @@ from typing import Any
 
 from kubernetes_asyncio.client import CoordinationV1Api
 
+from connectors.backoff import Backoff
 from connectors.broker import EmbeddedBroker
-from connectors.k8s.backoff import Backoff
 from connectors.kafka_sink import EventProducer
 from connectors.topics import ensure_topics
 from gputriage.cli import run as cli_run

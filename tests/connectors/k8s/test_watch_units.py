@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from connectors.k8s.backoff import Backoff, retry_after_seconds
+from connectors.backoff import Backoff, retry_after_seconds
 from connectors.k8s.delivery import BoundedDelivery
 from connectors.k8s.gpu_filter import GpuFilter
 from connectors.k8s.metrics import ConnectorMetrics
