@@ -1,4 +1,4 @@
-"""Retry delays for every connector (Kubernetes watches, dcgm scrapes, Kafka delivery): exponential backoff with full jitter, Retry-After.
+"""Retry delays for every connector: exponential backoff with full jitter, Retry-After.
 
 Why a small function and not a library: neither ``backoff`` nor ``tenacity`` is a
 dependency, and a watch loop needs exactly two things from one: "how long after
