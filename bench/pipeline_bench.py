@@ -60,9 +60,10 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from bench.generate import StreamSpec, generate_events
 from connectors.broker import EmbeddedBroker
-from connectors.kafka_sink import EventProducer
-from connectors.topics import TopicLayout, TopicSettings, ensure_topics, topic_layout
+from connectors.kafka.admin import ensure_topics
+from connectors.kafka.producer import EventProducer
 from schemas.codec import AnyEvent, decode_event, decode_incident
+from schemas.topics import TopicLayout, TopicSettings, topic_layout
 from streams.app.pipeline import Pipeline, RawRecord
 from streams.config import default_core_config
 

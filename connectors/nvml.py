@@ -48,8 +48,8 @@ from typing import Any, Final, Self
 
 import msgspec
 
-from connectors.ids import hashed_id
 from schemas.events import GpuBindingEvent, XidEvent
+from schemas.ids import hashed_id
 from schemas.pci import canonical_bus_id
 
 SOURCE: Final = "nvml"

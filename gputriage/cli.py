@@ -24,7 +24,6 @@ from typing import Literal, NoReturn, cast
 import click
 
 from connectors.files import STDIN
-from connectors.topics import topic_layout
 from gputriage.cli_common import (
     CONTEXT,
     INTERRUPTED,
@@ -49,6 +48,7 @@ from gputriage.tail import (
     run_tail,
 )
 from schemas.jsonschema import DOCUMENT_DIR, drifted_documents, write_documents
+from schemas.topics import topic_layout
 
 
 @click.group(context_settings=CONTEXT, invoke_without_command=True)

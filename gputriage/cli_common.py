@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import click
 
 from connectors.files import FileSource
-from connectors.kafka_config import KafkaConfigError, client_kwargs
+from connectors.kafka.config import KafkaConfigError, client_kwargs
 from gputriage.settings import Settings, SettingsError, load_settings
 
 if TYPE_CHECKING:

@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from connectors.topics import topic_layout
 from connectors.xid.journal import JOURNALCTL
 from connectors.xid.kmsg import BOOT_ID_PATH, DEFAULT_STATE, DEVICE, PROC_STAT
 from gputriage.cli_common import (
@@ -42,6 +41,7 @@ from gputriage.cli_common import (
     tz_option,
     year_option,
 )
+from schemas.topics import topic_layout
 
 if TYPE_CHECKING:
     from gputriage.connect_gpu import KafkaTarget
@@ -262,7 +262,7 @@ def connect_kmsg_command(
 
     from aiokafka.errors import KafkaError  # noqa: PLC0415
 
-    from connectors.kafka_sink import KafkaUnreachable  # noqa: PLC0415
+    from connectors.kafka.producer import KafkaUnreachable  # noqa: PLC0415
     from gputriage.connect_kmsg import KmsgOptions, run_kmsg  # noqa: PLC0415
 
     settings = settings_of(ctx)

@@ -81,13 +81,13 @@ def ingest_dcgm(
 class KafkaTarget:
     client_kwargs: dict[str, Any]
     topic_settings: Any
-    """A :class:`connectors.topics.TopicSettings`."""
+    """A :class:`schemas.topics.TopicSettings`."""
 
 
 async def _producer(target: KafkaTarget, err: IO[str]) -> Any:
     """A started EventProducer on existing (or just created) topics, or None (reported)."""
-    from connectors.kafka_sink import KafkaUnreachable, start_producer  # noqa: PLC0415
-    from connectors.topics import topic_layout  # noqa: PLC0415
+    from connectors.kafka.producer import KafkaUnreachable, start_producer  # noqa: PLC0415
+    from schemas.topics import topic_layout  # noqa: PLC0415
 
     try:
         return await start_producer(target.client_kwargs, topic_layout(target.topic_settings))

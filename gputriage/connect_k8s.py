@@ -52,9 +52,9 @@ from connectors.k8s.watch import (
     WatchOptions,
     dead_letter,
 )
-from connectors.kafka_sink import EventProducer, KafkaUnreachable, start_producer
-from connectors.topics import SCHEMA_SOURCES, TopicLayout
+from connectors.kafka.producer import EventProducer, KafkaUnreachable, start_producer
 from gputriage.signals import stop_on_signals
+from schemas.topics import SCHEMA_SOURCES, TopicLayout
 
 log = logging.getLogger("gputriage.connect.k8s")
 

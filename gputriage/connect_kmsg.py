@@ -43,10 +43,9 @@ from typing import Any, Protocol, TextIO
 
 from prometheus_client import CollectorRegistry, Counter
 
-from connectors.kafka_sink import EventProducer, start_producer
+from connectors.kafka.producer import EventProducer, start_producer
 from connectors.nvml import Device, NvmlUnavailable, attribute, load_bus_map
 from connectors.prometheus import serve_metrics
-from connectors.topics import TopicLayout
 from connectors.xid.journal import JOURNALCTL, JournalSource
 from connectors.xid.kmsg import (
     BOOT_ID_PATH,
@@ -64,7 +63,8 @@ from connectors.xid.textlog import TextLogSource
 from gputriage.signals import stop_on_signals
 from schemas.dead_letters import DeadLetter
 from schemas.events import XidEvent
-from streams.core import key_of
+from schemas.keys import key_of
+from schemas.topics import TopicLayout
 
 log = logging.getLogger("gputriage.kmsg")
 

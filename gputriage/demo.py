@@ -32,15 +32,16 @@ from typing import IO, Literal
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from connectors.broker import EmbeddedBroker, die_with_parent
-from connectors.kafka_config import client_kwargs
-from connectors.kafka_sink import EventProducer
+from connectors.kafka.admin import ensure_topics
+from connectors.kafka.config import client_kwargs
+from connectors.kafka.producer import EventProducer
 from connectors.simulator import play, scaled_core_settings
-from connectors.topics import TopicLayout, ensure_topics, topic_layout
 from gputriage import render
 from gputriage.settings import Settings
 from gputriage.signals import stop_on_signals
 from schemas.codec import decode_event, decode_incident, encode
 from schemas.incidents import Incident
+from schemas.topics import TopicLayout, topic_layout
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "examples" / "scenario.jsonl"
 WORKER_STOP_S = 20.0

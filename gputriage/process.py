@@ -30,17 +30,12 @@ from typing import Any
 import msgspec
 from aiokafka.errors import KafkaError
 
-from connectors.kafka_config import client_kwargs
-from connectors.topics import (
-    TopicError,
-    check_copartitioned,
-    ensure_topics,
-    state_topic,
-    topic_layout,
-)
+from connectors.kafka.admin import TopicError, check_copartitioned, ensure_topics
+from connectors.kafka.config import client_kwargs
 from gputriage.logs import LogConfigError, configure_logging
 from gputriage.settings import Settings, SettingsError
 from gputriage.signals import stop_on_signals
+from schemas.topics import state_topic, topic_layout
 from streams.app.metrics import Metrics
 from streams.app.worker import ProcessorOptions, Worker
 

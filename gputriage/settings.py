@@ -34,14 +34,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from connectors.kafka_config import (
+from connectors.kafka.config import (
     PASSWORD_ENV,
     KafkaConfigError,
     KafkaSettings,
     Secret,
     kafka_settings_from,
 )
-from connectors.topics import TopicConfigError, TopicSettings, topic_settings_from
+from schemas.topics import TopicConfigError, TopicSettings, topic_settings_from
 from streams.config import ConfigError, core_config_from
 from streams.core.config import CoreConfig
 

@@ -16,7 +16,8 @@ from typing import Any, TypeVar
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from connectors.broker import EmbeddedBroker
-from connectors.topics import TopicLayout, TopicSettings, ensure_topics, topic_layout
+from connectors.kafka.admin import ensure_topics
+from schemas.topics import TopicLayout, TopicSettings, topic_layout
 
 T = TypeVar("T")
 

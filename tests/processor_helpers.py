@@ -15,7 +15,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from connectors.kafka_sink import EventProducer
+from connectors.kafka.producer import EventProducer
 from connectors.simulator import retime
 from schemas.codec import AnyEvent, decode_dead_letter, decode_incident
 from schemas.dead_letters import DeadLetter

@@ -57,8 +57,8 @@ from typing import Final
 import msgspec
 
 from connectors.dcgm.exposition import XID_COUNT, XID_GAUGE, GpuSample, Scrape
-from connectors.ids import hashed_id
 from schemas.events import GpuBindingEvent, PodRef, XidEvent
+from schemas.ids import hashed_id
 
 MAX_BURST: Final = 64
 """Events per XID code, GPU and scrape at most (a count jumping by 10,000 is a storm)."""
@@ -136,7 +136,7 @@ def _fold(samples: Iterable[GpuSample]) -> dict[str, _Folded]:
 
 
 def event_id(*parts: object) -> str:
-    """``dcgm-`` + 20 hex digits of a hash of ``parts`` (:func:`connectors.ids.hashed_id`)."""
+    """``dcgm-`` + 20 hex digits of a hash of ``parts`` (:func:`schemas.ids.hashed_id`)."""
     return hashed_id("dcgm", *parts)
 
 

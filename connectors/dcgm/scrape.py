@@ -44,11 +44,11 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from connectors.backoff import Backoff, retry_after_seconds
 from connectors.dcgm.diff import MAX_BURST, DcgmState, DiffResult, diff
 from connectors.dcgm.exposition import Scrape, parse_exposition
-from connectors.kafka_sink import EventProducer
+from connectors.kafka.producer import EventProducer
 from connectors.state import load_state, save_state
 from schemas.codec import RecordError
 from schemas.dead_letters import DeadLetter
-from streams.core import key_of
+from schemas.keys import key_of
 
 log = logging.getLogger("gputriage.dcgm")
 

@@ -29,12 +29,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from connectors.topics import SOURCE_SCHEMAS, TopicLayout
 from schemas.codec import AnyEvent, RecordError, try_decode_event
 from schemas.dead_letters import DeadLetter
 from schemas.events import Event, Tick
 from schemas.incidents import Incident
-from streams.core import CoreConfig, Correlator, correlation_key
+from schemas.keys import correlation_key
+from schemas.topics import SOURCE_SCHEMAS, TopicLayout
+from streams.core import CoreConfig, Correlator
 from streams.core.snapshot import encode_state
 
 log = logging.getLogger("gputriage.processor")

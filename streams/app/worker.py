@@ -62,8 +62,8 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
-from connectors.topics import TopicLayout, TopicSpec
 from schemas.codec import encode
+from schemas.topics import TopicLayout, TopicSpec
 from streams.app.changelog import ChangelogReader, partition_for
 from streams.app.metrics import Metrics
 from streams.app.offsets import PartitionOffsets

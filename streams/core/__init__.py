@@ -5,7 +5,7 @@ line). Time arrives as data: event times and explicit ticks.
 """
 
 from streams.core.config import CoreConfig, XidRule
-from streams.core.engine import CoreStats, Correlator, advance, correlation_key, key_of, step
+from streams.core.engine import CoreStats, Correlator, advance, step
 
 __all__ = [
     "CoreConfig",
@@ -13,7 +13,5 @@ __all__ = [
     "Correlator",
     "XidRule",
     "advance",
-    "correlation_key",
-    "key_of",
     "step",
 ]

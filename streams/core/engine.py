@@ -53,6 +53,7 @@ from schemas.events import (
     XidEvent,
 )
 from schemas.incidents import Incident
+from schemas.keys import correlation_key, key_of
 from streams.core import node as node_rules
 from streams.core.config import CoreConfig
 from streams.core.state import NEVER, ClusterState, KeyState, NodeState
@@ -81,16 +82,6 @@ class CoreStats(msgspec.Struct):
     """Events skipped because their key had already applied a later event (redeliveries)."""
     revisions: int = 0
     timers: int = 0
-
-
-def key_of(cluster: str, node: str = "") -> str:
-    """The correlation key of a node (``cluster/node``) or of a cluster (``cluster``)."""
-    return f"{cluster}/{node}" if node else cluster
-
-
-def correlation_key(event: AnyEvent) -> str:
-    """``cluster/node`` for node-scoped events, ``cluster`` for cluster-scoped ones."""
-    return key_of(event.cluster, getattr(event, "node", ""))
 
 
 def new_state(event: AnyEvent) -> KeyState:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import msgspec
 
+from schemas.ids import incident_id
 from schemas.incidents import Evidence, GpuRef, Incident, PodInfo
 from schemas.types import IncidentStatus
 from streams.core.config import CoreConfig
-from streams.core.ids import incident_id
 from streams.core.state import NEVER, NodeState, OpenIncident
 from streams.core.timeconv import to_datetime
 

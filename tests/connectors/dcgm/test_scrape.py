@@ -19,7 +19,7 @@ from aiohttp import web
 
 from connectors.backoff import Backoff
 from connectors.dcgm.scrape import DcgmMetrics, DcgmPoller, PollOptions
-from connectors.kafka_sink import EventProducer
+from connectors.kafka.producer import EventProducer
 from schemas.codec import decode_dead_letter, decode_event
 from schemas.events import GpuBindingEvent, PodRef, XidEvent
 from tests import paths

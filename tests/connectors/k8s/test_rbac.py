@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from connectors.topics import ensure_topics
+from connectors.kafka.admin import ensure_topics
 from gputriage.connect_k8s import run_connect
 from tests.k8s_helpers import (
     elected_options,

@@ -21,8 +21,8 @@ from kubernetes_asyncio.client import CoordinationV1Api
 
 from connectors.backoff import Backoff
 from connectors.broker import EmbeddedBroker
-from connectors.kafka_sink import EventProducer
-from connectors.topics import ensure_topics
+from connectors.kafka.admin import ensure_topics
+from connectors.kafka.producer import EventProducer
 from gputriage.cli import run as cli_run
 from gputriage.connect_k8s import ConnectOptions, Connector, run_connect
 from schemas.codec import decode_dead_letter, decode_event

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from connectors.kafka_config import (
+from connectors.kafka.config import (
     ClientKwargs,
     KafkaConfigError,
     KafkaSettings,

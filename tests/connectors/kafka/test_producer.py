@@ -10,10 +10,10 @@ from typing import Any
 import msgspec
 import pytest
 
-from connectors.kafka_sink import EventProducer
+from connectors.kafka.producer import EventProducer
 from schemas.codec import AnyEvent, decode_event
 from schemas.events import NodeEvent, Tick, XidEvent
-from streams.core import correlation_key
+from schemas.keys import correlation_key
 from tests.kafka_helpers import KafkaTestEnv, consume_all
 from tests.sample_records import SAMPLES
 

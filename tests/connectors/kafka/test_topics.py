@@ -10,16 +10,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaConnectionError
 
-from connectors.topics import (
-    SOURCE_SCHEMAS,
-    TopicConfigError,
-    TopicError,
-    TopicSettings,
-    check_copartitioned,
-    ensure_topics,
-    topic_layout,
-    topic_settings_from,
-)
+from connectors.kafka.admin import TopicError, check_copartitioned, ensure_topics
 from gputriage.settings import SettingsError, load_settings
 from schemas.events import (
     EVENT_TYPES,
@@ -31,6 +22,13 @@ from schemas.events import (
     PodEvent,
     Tick,
     XidEvent,
+)
+from schemas.topics import (
+    SOURCE_SCHEMAS,
+    TopicConfigError,
+    TopicSettings,
+    topic_layout,
+    topic_settings_from,
 )
 from tests.cli_helpers import gputriage
 from tests.kafka_helpers import KafkaTestEnv, as_mapping

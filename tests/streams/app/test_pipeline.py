@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from connectors.topics import topic_layout
 from schemas.codec import AnyEvent, encode
+from schemas.keys import correlation_key
+from schemas.topics import topic_layout
 from streams.app.pipeline import Pipeline, RawRecord
-from streams.core import correlation_key
 from streams.core.snapshot import decode_state
 from tests.core_helpers import config
 from tests.factories import Cluster, term

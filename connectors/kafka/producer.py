@@ -1,8 +1,8 @@
 """Producing typed events to their raw topics: the demo's scenario feeder and the tests use it.
 
 Each event is encoded with the one codec (:func:`schemas.codec.encode`), sent to
-the raw topic of its schema (:class:`connectors.topics.TopicLayout`) and keyed by
-its correlation key (:func:`streams.core.correlation_key`), so every event
+the raw topic of its schema (:class:`schemas.topics.TopicLayout`) and keyed by
+its correlation key (:func:`schemas.keys.correlation_key`), so every event
 about one node lands on the same partition number of every raw topic.
 
 Traps:
@@ -16,7 +16,7 @@ Traps:
   fall straight out of a topic's time-based retention on a real cluster.
 * No idempotent producer: the embedded Tansu does not support it, and
   deterministic incident ids already make a duplicate harmless downstream.
-* Create the topics first (:func:`connectors.topics.ensure_topics`); many
+* Create the topics first (:func:`connectors.kafka.admin.ensure_topics`); many
   brokers would otherwise auto-create each one with a single partition.
 """
 
@@ -30,10 +30,11 @@ from typing import Any, Self
 
 from aiokafka import AIOKafkaProducer
 
-from connectors.topics import TopicError, TopicLayout, ensure_topics
+from connectors.kafka.admin import TopicError, ensure_topics
 from schemas.codec import AnyEvent, encode
 from schemas.dead_letters import DeadLetter
-from streams.core import correlation_key
+from schemas.keys import correlation_key
+from schemas.topics import TopicLayout
 
 log = logging.getLogger("gputriage.kafka")
 

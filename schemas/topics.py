@@ -1,4 +1,4 @@
-"""The topic layout as data, and creating the topics that are missing.
+"""The topic layout as data: every topic's name, partitioning, key and configs.
 
 Topics (with the default prefix ``gputriage``)::
 
@@ -13,7 +13,7 @@ Topics (with the default prefix ``gputriage``)::
     gputriage.state.<app id>     core key state    key: correlation key (compacted)
 
 The correlation key is ``cluster/node``, or ``cluster`` for cluster-scoped
-records (:func:`streams.core.correlation_key`). Every raw topic has the same
+records (:func:`schemas.keys.correlation_key`). Every raw topic has the same
 partition count, so one key lands on the same partition number in each, and a
 worker owning partition *n* owns every signal about the nodes that hash there:
 that co-partitioning is what lets the processor scale out (DESIGN §4, principle 3).
@@ -37,10 +37,9 @@ Traps:
   incident topic gets ``compact,delete`` (latest revision of each incident, and
   incidents whose last revision is older than the retention go), or plain
   ``compact`` when the retention is -1.
-* Many brokers (Tansu included) auto-create a topic with default settings the
-  first time a client names it. Run :func:`ensure_topics` before anything
-  produces, or the raw topics end up with one partition and no compaction, and
-  :func:`ensure_topics` will (by design) leave them alone.
+* Many brokers auto-create a topic with default settings the first time a
+  client names it: :func:`connectors.kafka.admin.ensure_topics` creates these
+  specs before anything produces.
 * Ticks have no topic: they come from each worker's own clock.
 * The state topic belongs to one processor app id (its consumer group): two apps
   with different ids on the same raw topics keep separate state. It has the raw
@@ -94,10 +93,6 @@ class TopicConfigError(ValueError):
     """A ``[topics]`` value that cannot be used; the message names the key."""
 
 
-class TopicError(RuntimeError):
-    """The broker refused to create a topic."""
-
-
 class TopicSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The validated ``[topics]`` table."""
 
@@ -149,7 +144,7 @@ def topic_settings_from(table: Mapping[str, Any]) -> TopicSettings:
 
 @dataclass(frozen=True)
 class TopicSpec:
-    """One topic: what :func:`ensure_topics` creates and what its key means."""
+    """One topic: what :func:`connectors.kafka.admin.ensure_topics` creates; what its key is."""
 
     name: str
     partitions: int
@@ -239,82 +234,3 @@ def state_topic(layout: TopicLayout, app_id: str) -> TopicSpec:
         key="correlation key (cluster/node or cluster)",
         configs={"cleanup.policy": "compact"},
     )
-
-
-async def ensure_topics(
-    admin_kwargs: Mapping[str, Any],
-    layout: TopicLayout,
-    *,
-    extra: tuple[TopicSpec, ...] = (),
-    timeout_ms: int = 30_000,
-) -> list[str]:
-    """Create the topics of ``layout`` (and ``extra``) that do not exist; return the
-    names created.
-
-    Idempotent: an existing topic is left exactly as it is, even when its
-    partition count or configs differ from the layout (changing a live topic is
-    an operator's decision). Two workers racing to create the same topic is
-    fine: "already exists" counts as success for the loser.
-    """
-    from aiokafka.admin import AIOKafkaAdminClient, NewTopic  # noqa: PLC0415
-    from aiokafka.errors import TopicAlreadyExistsError, for_code  # noqa: PLC0415
-
-    admin = AIOKafkaAdminClient(**admin_kwargs)
-    await admin.start()
-    try:
-        existing = set(await admin.list_topics())
-        missing = [spec for spec in (*layout.all(), *extra) if spec.name not in existing]
-        if not missing:
-            return []
-        response = await admin.create_topics(
-            [
-                NewTopic(
-                    spec.name,
-                    spec.partitions,
-                    spec.replication_factor,
-                    topic_configs=dict(spec.configs),
-                )
-                for spec in missing
-            ],
-            timeout_ms=timeout_ms,
-        )
-    finally:
-        await admin.close()
-    created = []
-    for error in response.topic_errors:
-        # (topic, error_code) in v0, (topic, error_code, error_message) from v1.
-        topic, code = error[0], error[1]
-        if code == 0:
-            created.append(topic)
-        elif code != TopicAlreadyExistsError.errno:
-            message = error[2] if len(error) > 2 and error[2] else for_code(code).__name__
-            raise TopicError(f"cannot create topic {topic}: {message}")
-    return sorted(created)
-
-
-async def check_copartitioned(
-    client_kwargs: Mapping[str, Any], specs: tuple[TopicSpec, ...]
-) -> None:
-    """Raise :class:`TopicError` unless the topics ``specs`` name exist with one partition count.
-
-    :func:`ensure_topics` leaves existing topics alone, so a raw topic a broker
-    auto-created with one partition (a producer that ran before the processor)
-    stays that way, and the keys of one node would hash to different partition
-    numbers on different topics: signals that must meet would go to different
-    workers. The processor checks this before it joins its group.
-    """
-    from aiokafka import AIOKafkaConsumer  # noqa: PLC0415
-
-    consumer = AIOKafkaConsumer(**client_kwargs, group_id=None)
-    await consumer.start()
-    try:
-        await consumer.topics()
-        counts = {spec.name: len(consumer.partitions_for_topic(spec.name) or ()) for spec in specs}
-    finally:
-        await consumer.stop()
-    if len(set(counts.values())) > 1:
-        listed = ", ".join(f"{name} has {count}" for name, count in counts.items())
-        raise TopicError(
-            "topics must have the same partition count so that one key lands on the same "
-            f"partition number in each (co-partitioning): {listed}; recreate the odd ones"
-        )
