@@ -44,7 +44,7 @@ from gputriage.cli_common import (
 from schemas.topics import topic_layout
 
 if TYPE_CHECKING:
-    from gputriage.connect_gpu import KafkaTarget
+    from connectors.kafka.producer import KafkaTarget
     from gputriage.settings import Settings
 
 
@@ -124,14 +124,14 @@ def connect_k8s_command(
     be slimmed go to the dead-letter topic.
     """
     from connectors.k8s.leader import LeaseOptions  # noqa: PLC0415
-    from connectors.k8s.watch import WatchOptions  # noqa: PLC0415
-    from gputriage.connect_k8s import (  # noqa: PLC0415
+    from connectors.k8s.run import (  # noqa: PLC0415
         ConnectError,
         ConnectOptions,
         default_identity,
         run_connect,
         service_account_namespace,
     )
+    from connectors.k8s.watch import WatchOptions  # noqa: PLC0415
 
     if in_cluster and (kubeconfig or kube_context):
         raise click.UsageError("--in-cluster does not go with --kubeconfig/--context")
@@ -263,7 +263,8 @@ def connect_kmsg_command(
     from aiokafka.errors import KafkaError  # noqa: PLC0415
 
     from connectors.kafka.producer import KafkaUnreachable  # noqa: PLC0415
-    from gputriage.connect_kmsg import KmsgOptions, run_kmsg  # noqa: PLC0415
+    from connectors.nvml.devices import enricher  # noqa: PLC0415
+    from connectors.xid.run import KmsgOptions, run_kmsg  # noqa: PLC0415
 
     settings = settings_of(ctx)
     start_logging(settings)
@@ -282,14 +283,15 @@ def connect_kmsg_command(
         journal_dir=journal_dir,
         poll_s=poll_interval,
         once=once,
-        nvml=nvml,
         file=log_file,
         tz=tz,
         year=year,
         metrics_port=metrics_port,
     )
     try:
-        return asyncio.run(run_kmsg(options, kwargs, layout, sys.stderr))
+        # The xid family knows nothing of NVML: the GPU map is joined in here.
+        enrich = enricher() if nvml else None
+        return asyncio.run(run_kmsg(options, kwargs, layout, sys.stderr, enrich=enrich))
     except KafkaUnreachable as exc:  # at start: the DaemonSet restarts us
         error(str(exc))
         return 1
@@ -304,12 +306,13 @@ def connect_kmsg_command(
 
 
 def _kafka_target(ctx: click.Context, brokers: str | None) -> KafkaTarget:
-    """Settings -> the Kafka client arguments and topic settings of a connector."""
-    from gputriage.connect_gpu import KafkaTarget  # noqa: PLC0415
+    """Settings -> the Kafka client arguments and topic layout of a connector."""
+    from connectors.kafka.producer import KafkaTarget  # noqa: PLC0415
 
     settings = settings_of(ctx)
     return KafkaTarget(
-        client_kwargs=kafka_kwargs(settings, brokers), topic_settings=settings.topic_settings()
+        client_kwargs=kafka_kwargs(settings, brokers),
+        layout=topic_layout(settings.topic_settings()),
     )
 
 
@@ -368,7 +371,7 @@ def connect_dcgm_command(
     labels change. HTTP errors are retried with backoff; a body that is not an
     exposition goes to the dead-letter topic.
     """
-    from gputriage.connect_gpu import DcgmCommand, connect_dcgm  # noqa: PLC0415
+    from connectors.dcgm.run import DcgmCommand, connect_dcgm  # noqa: PLC0415
 
     start_logging(settings_of(ctx))
     target = _kafka_target(ctx, brokers)
@@ -417,7 +420,7 @@ def connect_nvml_command(
 
     Needs the NVIDIA driver: without one it says so in one line and exits 1.
     """
-    from gputriage.connect_gpu import NvmlCommand, connect_nvml  # noqa: PLC0415
+    from connectors.nvml.run import NvmlCommand, connect_nvml  # noqa: PLC0415
 
     start_logging(settings_of(ctx))
     command = NvmlCommand(

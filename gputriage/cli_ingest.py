@@ -150,7 +150,7 @@ def ingest_dcgm_command(*, paths: tuple[str, ...], node: str, cluster: str) -> i
     that is not an exposition is reported on stderr and skipped; the exit status
     is then 1.
     """
-    from gputriage.connect_gpu import ingest_dcgm  # noqa: PLC0415
+    from connectors.dcgm.offline import ingest_dcgm  # noqa: PLC0415
 
     if paths.count(STDIN) > 1:
         raise click.BadParameter("stdin (-) can be read only once", param_hint="--file")

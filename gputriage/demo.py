@@ -35,10 +35,10 @@ from connectors.broker import EmbeddedBroker, die_with_parent
 from connectors.kafka.admin import ensure_topics
 from connectors.kafka.config import client_kwargs
 from connectors.kafka.producer import EventProducer
+from connectors.signals import stop_on_signals
 from connectors.simulator import play, scaled_core_settings
 from gputriage import render
 from gputriage.settings import Settings
-from gputriage.signals import stop_on_signals
 from schemas.codec import decode_event, decode_incident, encode
 from schemas.incidents import Incident
 from schemas.topics import TopicLayout, topic_layout

@@ -32,9 +32,9 @@ from aiokafka.errors import KafkaError
 
 from connectors.kafka.admin import TopicError, check_copartitioned, ensure_topics
 from connectors.kafka.config import client_kwargs
+from connectors.signals import stop_on_signals
 from gputriage.logs import LogConfigError, configure_logging
 from gputriage.settings import Settings, SettingsError
-from gputriage.signals import stop_on_signals
 from schemas.topics import state_topic, topic_layout
 from streams.app.metrics import Metrics
 from streams.app.worker import ProcessorOptions, Worker

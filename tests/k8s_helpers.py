@@ -35,8 +35,8 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 
 from connectors.backoff import Backoff
 from connectors.k8s.leader import LeaseOptions
+from connectors.k8s.run import ConnectOptions
 from connectors.k8s.watch import WatchOptions
-from gputriage.connect_k8s import ConnectOptions
 
 T = TypeVar("T")
 

@@ -25,8 +25,9 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import IO, Any, Self
 
 from aiokafka import AIOKafkaProducer
 
@@ -41,6 +42,23 @@ log = logging.getLogger("gputriage.kafka")
 
 class KafkaUnreachable(RuntimeError):
     """Kafka could not be reached or its topics not created; one line for the user."""
+
+
+@dataclass(frozen=True)
+class KafkaTarget:
+    """Where a connector publishes: the aiokafka client arguments and the topic layout."""
+
+    client_kwargs: Mapping[str, Any]
+    layout: TopicLayout
+
+
+async def start_reported(target: KafkaTarget, err: IO[str]) -> EventProducer | None:
+    """:func:`start_producer`, or ``None`` after the one-line error on ``err``."""
+    try:
+        return await start_producer(target.client_kwargs, target.layout)
+    except KafkaUnreachable as exc:
+        print(f"gputriage: error: {exc}", file=err)
+        return None
 
 
 async def start_producer(client_kwargs: Mapping[str, Any], layout: TopicLayout) -> EventProducer:

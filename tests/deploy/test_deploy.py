@@ -118,7 +118,7 @@ def _exported_metric_names() -> set[str]:
     """Every sample name the processor and the connectors can export."""
     from connectors.dcgm.scrape import DcgmMetrics  # noqa: PLC0415
     from connectors.k8s.metrics import ConnectorMetrics  # noqa: PLC0415
-    from gputriage.connect_kmsg import KmsgMetrics  # noqa: PLC0415
+    from connectors.xid.run import KmsgMetrics  # noqa: PLC0415
     from streams.app.metrics import Metrics  # noqa: PLC0415
 
     names: set[str] = set()

@@ -3,7 +3,7 @@ node's allocatable drop and the evictions into ONE ``device_unhealthy_eviction``
 
 Everything real but the node: a fake ``/dev/kmsg`` (a file of kmsg records), the
 NVML bus id map as a fake *driver* would report it (NVML itself is an external C
-library this machine lacks; :func:`connectors.nvml.load_bus_map` reads it), the
+library this machine lacks; :func:`connectors.nvml.devices.load_bus_map` reads it), the
 Tansu broker, the ``gputriage process`` worker. The scenario's binding events
 are left out, so the GPU's uuid on the incident can only have come from the
 kmsg connector's attribution.
@@ -12,14 +12,15 @@ kmsg connector's attribution.
 from __future__ import annotations
 
 import asyncio
+import functools
 import io
 from datetime import timedelta
 from pathlib import Path
 
-from connectors.nvml import Device
+from connectors.nvml.devices import Device, attribute
 from connectors.state import load_state
 from connectors.xid.kmsg import KmsgState
-from gputriage.connect_kmsg import KmsgOptions, run_kmsg
+from connectors.xid.run import KmsgOptions, run_kmsg
 from schemas.codec import decode_event
 from schemas.events import GpuBindingEvent, XidEvent
 from schemas.incidents import Incident
@@ -66,7 +67,10 @@ def test_a_kernel_xid_79_through_kafka_is_one_eviction_incident_naming_the_gpu(
         metrics_port=None,
     )
     gpus = {BUS: Device(uuid=UUID, index=0, pci_bus_id=BUS)}
-    published = asyncio.run(run_kmsg(options, kafka.kwargs, kafka.layout, io.StringIO(), gpus=gpus))
+    enrich = functools.partial(attribute, gpus=gpus)
+    published = asyncio.run(
+        run_kmsg(options, kafka.kwargs, kafka.layout, io.StringIO(), enrich=enrich)
+    )
     assert published == 0
     assert load_state(options.state_path, KmsgState) == KmsgState(
         boot_id="6a1f0c3e-0000-4000-8000-00000000b007", seq=2

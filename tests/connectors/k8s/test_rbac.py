@@ -14,8 +14,8 @@ from typing import Any
 
 import yaml
 
+from connectors.k8s.run import run_connect
 from connectors.kafka.admin import ensure_topics
-from gputriage.connect_k8s import run_connect
 from tests.k8s_helpers import (
     elected_options,
     fake_cluster,

@@ -21,10 +21,10 @@ from kubernetes_asyncio.client import CoordinationV1Api
 
 from connectors.backoff import Backoff
 from connectors.broker import EmbeddedBroker
+from connectors.k8s.run import ConnectOptions, Connector, run_connect
 from connectors.kafka.admin import ensure_topics
 from connectors.kafka.producer import EventProducer
 from gputriage.cli import run as cli_run
-from gputriage.connect_k8s import ConnectOptions, Connector, run_connect
 from schemas.codec import decode_dead_letter, decode_event
 from schemas.events import PodEvent
 from tests.k8s_helpers import (

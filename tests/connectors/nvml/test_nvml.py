@@ -20,7 +20,7 @@ import msgspec
 import pynvml  # type: ignore[import-untyped]
 import pytest
 
-from connectors.nvml import (
+from connectors.nvml.devices import (
     Device,
     Nvml,
     NvmlUnavailable,
@@ -31,7 +31,7 @@ from connectors.nvml import (
     mig_profile,
     xid_event,
 )
-from gputriage.connect_gpu import NvmlCommand, connect_nvml
+from connectors.nvml.run import NvmlCommand, connect_nvml
 from schemas.codec import decode_event
 from schemas.events import GpuBindingEvent, XidEvent
 from tests.cli_helpers import gputriage

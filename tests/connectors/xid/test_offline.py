@@ -18,7 +18,7 @@ from pathlib import Path
 from connectors.state import load_state
 from connectors.xid.journal import JournalState
 from connectors.xid.kmsg import KmsgState
-from gputriage.connect_kmsg import KmsgMetrics, KmsgOptions, run_kmsg
+from connectors.xid.run import KmsgMetrics, KmsgOptions, run_kmsg
 from schemas.codec import decode_dead_letter, decode_event, decode_incident
 from schemas.events import KubeEvent, XidEvent
 from tests import paths

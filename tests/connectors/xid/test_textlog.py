@@ -12,8 +12,8 @@ import io
 import os
 from pathlib import Path
 
+from connectors.xid.run import KmsgOptions, run_kmsg
 from connectors.xid.textlog import TextLogSource
-from gputriage.connect_kmsg import KmsgOptions, run_kmsg
 from schemas.codec import decode_event
 from schemas.events import XidEvent
 from tests.kafka_helpers import KafkaTestEnv, consume_all
@@ -119,7 +119,6 @@ def test_connect_kmsg_follows_a_file_into_kafka(kafka: KafkaTestEnv, tmp_path: P
         year=2026,
         once=True,
         metrics_port=None,
-        nvml=False,
     )
     assert asyncio.run(run_kmsg(options, kafka.kwargs, kafka.layout, io.StringIO())) == 0
     xids = asyncio.run(consume_all(kafka.bootstrap, [kafka.layout.raw["xids"].name], 1))

@@ -40,7 +40,9 @@ Traps:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+import functools
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from types import TracebackType
@@ -51,6 +53,8 @@ import msgspec
 from schemas.events import GpuBindingEvent, XidEvent
 from schemas.ids import hashed_id
 from schemas.pci import canonical_bus_id
+
+log = logging.getLogger("gputriage.nvml")
 
 SOURCE: Final = "nvml"
 WAIT_MS: Final = 1000
@@ -304,3 +308,15 @@ def attribute(event: XidEvent, gpus: Mapping[str, Device]) -> XidEvent:
     if gpu is None:
         return event
     return msgspec.structs.replace(event, gpu_uuid=gpu.uuid, gpu_index=gpu.index)
+
+
+def enricher(lib: Any = None) -> Callable[[XidEvent], XidEvent] | None:
+    """:func:`attribute` over NVML's bus id map, read once now; ``None`` (logged once) on a
+    node without a usable driver, where XIDs carry bus ids and GPU bindings name the GPUs."""
+    try:
+        gpus = load_bus_map(lib)
+    except NvmlUnavailable as exc:
+        log.info("%s: XIDs carry bus ids only (bindings name their GPUs)", exc)
+        return None
+    log.info("NVML: %d GPUs; XIDs carry their uuids", len(gpus))
+    return functools.partial(attribute, gpus=gpus)

@@ -53,7 +53,7 @@ from connectors.k8s.watch import (
     dead_letter,
 )
 from connectors.kafka.producer import EventProducer, KafkaUnreachable, start_producer
-from gputriage.signals import stop_on_signals
+from connectors.signals import stop_on_signals
 from schemas.topics import SCHEMA_SOURCES, TopicLayout
 
 log = logging.getLogger("gputriage.connect.k8s")

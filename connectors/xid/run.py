@@ -1,5 +1,7 @@
 """``gputriage connect kmsg``: one kernel-log reader per GPU node, publishing XIDs to Kafka.
 
+The click definition lives in :mod:`gputriage.cli.connect`.
+
 The source is ``/dev/kmsg`` (:class:`connectors.xid.kmsg.KmsgSource`), or with
 ``--journal`` the journal's kernel entries through ``journalctl``
 (:class:`connectors.xid.journal.JournalSource`), or with ``--file`` a kernel log
@@ -36,7 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from typing import Any, Protocol, TextIO
@@ -44,8 +46,8 @@ from typing import Any, Protocol, TextIO
 from prometheus_client import CollectorRegistry, Counter
 
 from connectors.kafka.producer import EventProducer, start_producer
-from connectors.nvml import Device, NvmlUnavailable, attribute, load_bus_map
 from connectors.prometheus import serve_metrics
+from connectors.signals import stop_on_signals
 from connectors.xid.journal import JOURNALCTL, JournalSource
 from connectors.xid.kmsg import (
     BOOT_ID_PATH,
@@ -60,7 +62,6 @@ from connectors.xid.kmsg import (
 )
 from connectors.xid.lines import LineContext
 from connectors.xid.textlog import TextLogSource
-from gputriage.signals import stop_on_signals
 from schemas.dead_letters import DeadLetter
 from schemas.events import XidEvent
 from schemas.keys import key_of
@@ -69,6 +70,9 @@ from schemas.topics import TopicLayout
 log = logging.getLogger("gputriage.kmsg")
 
 DEFAULT_METRICS_PORT = 9465
+
+Enrich = Callable[[XidEvent], XidEvent]
+"""Completes an XID before it is published (e.g. the GPU uuid of its bus id, from NVML)."""
 
 
 @dataclass(frozen=True)
@@ -93,8 +97,6 @@ class KmsgOptions:
     once: bool = False
     """Read what is there now, publish it, and exit (backfill; tests)."""
     metrics_port: int | None = DEFAULT_METRICS_PORT
-    nvml: bool = True
-    """Put GPU uuids and indexes on XIDs from NVML's bus id map, where a driver is."""
     file: str = ""
     """Follow this kernel log file (dmesg/syslog text) instead of ``device``."""
     tz: tzinfo | None = None
@@ -213,15 +215,16 @@ async def publish(
     layout: TopicLayout,
     feed: Feed,
     batch: Batch,
-    gpus: Mapping[str, Device] | None = None,
+    enrich: Enrich | None = None,
 ) -> None:
     """Produce the batch's events and dead letters and wait for every acknowledgement.
 
-    ``gpus`` (bus id -> GPU, from NVML) puts the uuid and index on XIDs.
+    ``enrich`` completes each XID before it is sent (NVML's bus id map puts the GPU's
+    uuid and index on it: :func:`connectors.nvml.devices.enricher`).
     """
     events = batch.events
-    if gpus:
-        events = [attribute(e, gpus) if isinstance(e, XidEvent) else e for e in events]
+    if enrich is not None:
+        events = [enrich(e) if isinstance(e, XidEvent) else e for e in events]
     await producer.send_many(events)
     if not batch.dead:
         return
@@ -238,17 +241,6 @@ async def publish(
         )
         for dead in batch.dead
     )
-
-
-def gpu_map(lib: Any = None) -> dict[str, Device]:
-    """NVML's bus id map, or ``{}`` (logged once) on a node without a usable driver."""
-    try:
-        gpus = load_bus_map(lib)
-    except NvmlUnavailable as exc:
-        log.info("%s: XIDs carry bus ids only (bindings name their GPUs)", exc)
-        return {}
-    log.info("NVML: %d GPUs; XIDs carry their uuids", len(gpus))
-    return gpus
 
 
 def open_feed(options: KmsgOptions, stop: asyncio.Event) -> Feed:
@@ -304,19 +296,17 @@ async def run_kmsg(
     *,
     stop: asyncio.Event | None = None,
     metrics: KmsgMetrics | None = None,
-    gpus: Mapping[str, Device] | None = None,
+    enrich: Enrich | None = None,
 ) -> int:
     """Run the reader until ``stop`` is set, or once with ``options.once``; 1 if the source died.
 
     Without a ``stop`` event of the caller's, SIGINT and SIGTERM stop it (after
-    the batch in flight is acknowledged and committed). ``gpus``: the bus id map
-    (default: read from NVML when ``options.nvml``; none without a driver).
+    the batch in flight is acknowledged and committed). ``enrich`` completes each
+    XID before it is sent (the caller's: the xid family knows nothing of NVML).
     """
     own_stop = stop is None
     stop = stop or asyncio.Event()
     feed = open_feed(options, stop)  # a missing device or boot id fails here, first
-    if gpus is None:
-        gpus = gpu_map() if options.nvml else {}
     metrics = metrics or KmsgMetrics(options.kind)
     if options.metrics_port is not None:
         port = metrics.serve(options.metrics_port)
@@ -335,7 +325,7 @@ async def run_kmsg(
                 ended = True
                 break
             if batch.events or batch.dead:
-                await publish(producer, layout, feed, batch, gpus)
+                await publish(producer, layout, feed, batch, enrich)
             feed.commit(batch)
             metrics.update(feed.stats)
     finally:

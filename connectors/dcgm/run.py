@@ -1,0 +1,64 @@
+"""``gputriage connect dcgm``: scrape dcgm-exporter and publish XID and GPU binding events.
+
+The click definition lives in :mod:`gputriage.cli.connect`; this does the work
+and returns the exit status (0 fine, 1 Kafka unavailable). The poller itself is
+:class:`connectors.dcgm.scrape.DcgmPoller`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+from connectors.kafka.producer import KafkaTarget, start_reported
+from connectors.signals import stop_on_signals
+
+PROG = "gputriage"
+
+
+@dataclass(frozen=True)
+class DcgmCommand:
+    url: str
+    cluster: str
+    node: str
+    interval_s: float
+    timeout_s: float
+    state_path: Path | None
+    metrics_port: int | None
+
+
+def connect_dcgm(command: DcgmCommand, target: KafkaTarget, err: IO[str]) -> int:
+    """Scrape dcgm-exporter and publish until SIGINT/SIGTERM."""
+    return asyncio.run(_connect_dcgm(command, target, err))
+
+
+async def _connect_dcgm(command: DcgmCommand, target: KafkaTarget, err: IO[str]) -> int:
+    from connectors.dcgm import scrape  # noqa: PLC0415
+
+    stop = asyncio.Event()
+    stop_on_signals(stop)
+    producer = await start_reported(target, err)
+    if producer is None:
+        return 1
+    metrics = scrape.DcgmMetrics()
+    if command.metrics_port is not None:
+        from connectors.prometheus import serve_metrics  # noqa: PLC0415
+
+        port = serve_metrics(metrics.registry, command.metrics_port)
+        print(f"{PROG} connect dcgm: metrics on http://0.0.0.0:{port}/metrics", file=err)
+    options = scrape.PollOptions(
+        url=command.url,
+        cluster=command.cluster,
+        node=command.node,
+        interval_s=command.interval_s,
+        timeout_s=command.timeout_s,
+        state_path=command.state_path,
+    )
+    print(f"{PROG} connect dcgm: scraping {command.url} every {command.interval_s:g} s", file=err)
+    try:
+        await scrape.DcgmPoller(options, producer, metrics).run(stop)
+    finally:
+        await producer.stop()
+    return 0
