@@ -1,6 +1,6 @@
 """Shared fixtures: one real Kafka-protocol broker per test session, unique topics per test.
 
-The broker is the embedded Tansu (:class:`connectors.broker.EmbeddedBroker`),
+The broker is the embedded Tansu (:class:`gputriage.demo.broker.EmbeddedBroker`),
 started lazily by the first test that asks for it (~50 ms) and stopped at the
 end of the session. Tests share it, so each one gets its own topic prefix from
 :func:`kafka`: no test sees another's records, and none has to clean up.
@@ -13,7 +13,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from connectors.broker import EmbeddedBroker
+from gputriage.demo.broker import EmbeddedBroker
 from tests.kafka_helpers import KafkaTestEnv
 
 

@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
-from connectors.broker import EmbeddedBroker
 from connectors.kafka.admin import ensure_topics
+from gputriage.demo.broker import EmbeddedBroker
 from schemas.topics import TopicLayout, TopicSettings, topic_layout
 
 T = TypeVar("T")

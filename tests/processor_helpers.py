@@ -16,7 +16,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from connectors.kafka.producer import EventProducer
-from connectors.simulator import retime
+from gputriage.demo.player import retime
 from schemas.codec import AnyEvent, decode_dead_letter, decode_incident
 from schemas.dead_letters import DeadLetter
 from schemas.events import Tick

@@ -17,13 +17,13 @@ import orjson
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 
-from connectors.broker import EmbeddedBroker
+from gputriage.demo.broker import EmbeddedBroker
 
 OUT_DIR = Path(__file__).resolve().parents[1] / "out" / "faust"
 
 
 Broker = EmbeddedBroker
-"""The project's embedded Tansu broker (:mod:`connectors.broker`): free port,
+"""The project's embedded Tansu broker (:mod:`gputriage.demo.broker`): free port,
 readiness check, clean stop, dies with its parent."""
 
 

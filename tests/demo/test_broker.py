@@ -17,8 +17,8 @@ import pytest
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient
 
-import connectors.broker
-from connectors.broker import BrokerError, EmbeddedBroker
+import gputriage.demo.broker
+from gputriage.demo.broker import BrokerError, EmbeddedBroker
 from tests.kafka_helpers import wait_until
 from tests.paths import ROOT
 
@@ -110,12 +110,12 @@ def test_a_taken_port_is_retried_on_another(monkeypatch: pytest.MonkeyPatch) -> 
         squatter.listen()
         taken = squatter.getsockname()[1]
         ports: Iterator[int] = iter([taken])
-        real_free_port = connectors.broker.free_port
+        real_free_port = gputriage.demo.broker.free_port
 
         def next_port(host: str = "127.0.0.1") -> int:
             return next(ports, None) or real_free_port(host)
 
-        monkeypatch.setattr(connectors.broker, "free_port", next_port)
+        monkeypatch.setattr(gputriage.demo.broker, "free_port", next_port)
         with EmbeddedBroker() as broker:
             assert broker.port != taken
             assert asyncio.run(_cluster_id(broker.bootstrap)) == broker.cluster_id
@@ -125,9 +125,9 @@ def test_another_kafka_on_the_port_is_not_mistaken_for_ours(
     broker: EmbeddedBroker, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ports = iter([broker.port])
-    real_free_port = connectors.broker.free_port
+    real_free_port = gputriage.demo.broker.free_port
     monkeypatch.setattr(
-        connectors.broker,
+        gputriage.demo.broker,
         "free_port",
         lambda host="127.0.0.1": next(ports, None) or real_free_port(host),
     )
@@ -148,7 +148,7 @@ def test_the_broker_dies_with_a_killed_parent(tmp_path: Path) -> None:
     script = textwrap.dedent(
         """
         import sys, threading
-        from connectors.broker import EmbeddedBroker
+        from gputriage.demo.broker import EmbeddedBroker
         broker = EmbeddedBroker(log_path=sys.argv[1]).start()
         print(broker.pid, flush=True)
         threading.Event().wait()

@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from gputriage.cli import cli
-from gputriage.cli_connect import connect_defaults
+from gputriage.cli.connect import connect_defaults
 from gputriage.settings import load_settings
 from tests.paths import DEPLOY
 

@@ -3,7 +3,7 @@
 The broker outage is modelled by freezing the broker process (SIGSTOP, then
 SIGCONT) rather than stopping and restarting it: Tansu keeps everything in
 memory, so a restarted broker would have lost the records acknowledged before
-the outage, and :class:`connectors.broker.EmbeddedBroker` picks a new free port
+the outage, and :class:`gputriage.demo.broker.EmbeddedBroker` picks a new free port
 on every start. A frozen broker is what a network partition looks like to a
 client (requests time out, nothing is refused), and after SIGCONT every record
 from before and after the outage can be checked in one topic.
@@ -20,11 +20,11 @@ from typing import Any
 from kubernetes_asyncio.client import CoordinationV1Api
 
 from connectors.backoff import Backoff
-from connectors.broker import EmbeddedBroker
 from connectors.k8s.run import ConnectOptions, Connector, run_connect
 from connectors.kafka.admin import ensure_topics
 from connectors.kafka.producer import EventProducer
 from gputriage.cli import run as cli_run
+from gputriage.demo.broker import EmbeddedBroker
 from schemas.codec import decode_dead_letter, decode_event
 from schemas.events import PodEvent
 from tests.k8s_helpers import (

@@ -17,7 +17,7 @@ import click
 import msgspec
 
 from connectors.files import STDIN, Record
-from gputriage.cli_common import (
+from gputriage.cli.common import (
     CONTEXT,
     PROG,
     boot_time_option,

@@ -2,8 +2,8 @@
 
 The commands live in three modules: :mod:`gputriage.cli` (the root group,
 ``replay``, ``tail``, ``process``, ``demo``, ``schemas``, and the error policy
-in :func:`gputriage.cli.run`), :mod:`gputriage.cli_ingest` (offline readers of
-recorded source data) and :mod:`gputriage.cli_connect` (the live connectors).
+in :func:`gputriage.cli.run`), :mod:`gputriage.cli.ingest` (offline readers of
+recorded source data) and :mod:`gputriage.cli.connect` (the live connectors).
 Heavy imports (aiokafka, kubernetes-asyncio, aiohttp, pynvml) stay inside the
 command functions, so ``gputriage --help`` stays fast.
 """

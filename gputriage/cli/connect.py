@@ -24,7 +24,7 @@ import click
 
 from connectors.xid.journal import JOURNALCTL
 from connectors.xid.kmsg import BOOT_ID_PATH, DEFAULT_STATE, DEVICE, PROC_STAT
-from gputriage.cli_common import (
+from gputriage.cli.common import (
     CONTEXT,
     boot_time_option,
     brokers_option,

@@ -4,9 +4,9 @@
    unless ``kafka.brokers`` is configured.
 2. Creates the topics and starts one processor worker (``gputriage process``,
    a child process that dies with this one).
-3. Plays ``examples/scenario.jsonl`` into the raw topics at ``--speed`` times
-   real pace (default 30x: its 40 minutes in about 80 s), with the core's
-   windows scaled by the same factor (see :mod:`connectors.simulator`).
+3. Plays the packaged scenario (``examples/scenario.jsonl``) into the raw topics
+   at ``--speed`` times real pace (default 30x: its 40 minutes in about 80 s),
+   with the core's windows scaled by the same factor (see :mod:`gputriage.demo.player`).
 4. Prints every incident revision as the worker publishes it, read back from the
    incident topic like any downstream consumer would.
 
@@ -31,19 +31,20 @@ from typing import IO, Literal
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from connectors.broker import EmbeddedBroker, die_with_parent
 from connectors.kafka.admin import ensure_topics
 from connectors.kafka.config import client_kwargs
 from connectors.kafka.producer import EventProducer
 from connectors.signals import stop_on_signals
-from connectors.simulator import play, scaled_core_settings
 from gputriage import render
+from gputriage.demo.broker import EmbeddedBroker, die_with_parent
+from gputriage.demo.player import play, scaled_core_settings
 from gputriage.settings import Settings
 from schemas.codec import decode_event, decode_incident, encode
 from schemas.incidents import Incident
 from schemas.topics import TopicLayout, topic_layout
 
-DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "examples" / "scenario.jsonl"
+DEFAULT_SCENARIO = Path(__file__).with_name("scenario.jsonl")
+"""The recorded scenario, package data (``examples/scenario.jsonl`` links to it)."""
 WORKER_STOP_S = 20.0
 
 

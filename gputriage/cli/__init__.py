@@ -24,7 +24,7 @@ from typing import Literal, NoReturn, cast
 import click
 
 from connectors.files import STDIN
-from gputriage.cli_common import (
+from gputriage.cli.common import (
     CONTEXT,
     INTERRUPTED,
     PROG,
@@ -35,8 +35,8 @@ from gputriage.cli_common import (
     open_all,
     settings_of,
 )
-from gputriage.cli_connect import connect_defaults, connect_group
-from gputriage.cli_ingest import ingest_group
+from gputriage.cli.connect import connect_defaults, connect_group
+from gputriage.cli.ingest import ingest_group
 from gputriage.replay import OUTPUTS, Output, ReplayOptions, replay
 from gputriage.settings import CONFIG_ENV, SettingsError, load_settings
 from gputriage.tail import (
@@ -258,7 +258,7 @@ def process_command(
     "--scenario",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     default=None,
-    help="Recorded events to play (default: examples/scenario.jsonl).",
+    help="Recorded events to play (default: the packaged scenario, as in examples/scenario.jsonl).",
 )
 @click.option(
     "--speed",
@@ -301,7 +301,7 @@ def demo_command(
     """
     import asyncio  # noqa: PLC0415
 
-    from gputriage.demo import DEFAULT_SCENARIO, DemoOptions, run_demo  # noqa: PLC0415
+    from gputriage.demo.run import DEFAULT_SCENARIO, DemoOptions, run_demo  # noqa: PLC0415
 
     settings = load_settings(ctx.obj)
     options = DemoOptions(
