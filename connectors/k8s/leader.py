@@ -3,8 +3,8 @@
 Several replicas of ``gputriage connect k8s`` would each produce every change
 (doubling the stream, and the load on the API server). With a Lease, one holds
 it and works; the others poll and take over when it stops renewing. This is
-client-go's ``leaderelection`` algorithm, reimplemented in a few dozen lines on
-raw dicts (``_preload_content=False``), so it can be read in one go:
+client-go's ``leaderelection`` algorithm, reimplemented on raw dicts
+(``_preload_content=False``), so it can be read in one go:
 
 * **Acquire/renew**: read the Lease (create it when absent). If another
   identity holds it and the lease has not expired, wait. Otherwise write our
@@ -12,26 +12,64 @@ raw dicts (``_preload_content=False``), so it can be read in one go:
   ``resourceVersion`` we read: the API server rejects it with 409 if anybody
   wrote in between (optimistic concurrency), so two candidates cannot both win.
 * **Expiry by observation, not by clocks**: a lease is expired when its record
-  (holder, renewTime...) has not *changed* for ``lease_duration_s`` as measured
-  by our own monotonic clock since we first saw it. Comparing the holder's
-  ``renewTime`` with our wall clock would trust clock sync between nodes.
+  (holder, renewTime...) has not *changed* for its ``leaseDurationSeconds`` as
+  measured by our own monotonic clock since we first saw it. Comparing the
+  holder's ``renewTime`` with our wall clock would trust clock sync between nodes.
 * **Renew deadline**: the leader renews every ``retry_period_s``; if no renewal
   succeeds for ``renew_deadline_s`` it steps down *before* the lease can expire
   for the others (``renew_deadline_s < lease_duration_s``), so there is no
-  window with two leaders that both believe it.
-* **Release** on a clean stop: the holder is cleared, the next replica takes
-  over at once instead of after ``lease_duration_s``.
+  window with two leaders that both believe it. The deadline counts from the
+  *start* of the last successful attempt (the write the others observe came
+  after it), and bounds every attempt: the client sends requests with no
+  timeout at all (``rest.py``: ``aiohttp.ClientTimeout()`` unless
+  ``_request_timeout``), so one hung call would otherwise keep a lease-less
+  leader working for ever.
+* **Release** on a clean stop (bounded by the renew deadline too): the holder
+  is cleared, the next replica takes over at once instead of after the lease
+  duration.
+
+Why not ``kubernetes_asyncio.leaderelection`` (checked in 36.1.0, which does
+ship ``LeaderElection``, ``Config`` and ``resourcelock/leaselock.py``; probed
+against kmock): it lets a replica keep working without the lease, which for
+us means two replicas publishing.
+
+* Cancelling ``LeaderElection.run()`` (its maintainers' advice for stopping,
+  tomplus/kubernetes_asyncio#411) never reaches ``task.cancel()``
+  (leaderelection.py:77): the ``onstarted_leading`` task runs on, unrenewed,
+  and another replica takes over next to it. So does any error other than
+  ``ApiException`` (the only one caught, leaselock.py:54/79/103): a connection
+  error or timeout leaves ``renew_loop`` by exception; a proxy's non-JSON
+  error page dies in ``json.loads`` (leaderelection.py:152).
+* On a lost lease it calls ``task.cancel()`` without awaiting the task, runs
+  ``onstopped_leading`` before the work even sees the cancellation, and
+  returns while the work is still cleaning up.
+* Nothing watches the work: when it returns or raises, ``renew_loop`` renews
+  for ever, so a crashed leader blocks failover (kubernetes-client/python#2075).
+  There is no release at all (no ``ReleaseOnCancel``), so every stop costs
+  the others a full lease duration.
+* Wall clock: deadlines and expiry use ``time.time()`` (leaderelection.py:112,
+  115, 177, 211, 248), so an NTP step stretches or cuts them. ``renewTime`` is
+  naive *local* time (``fromtimestamp``, :131) written with a ``Z``
+  (leaselock.py:163): hours off on a node not set to UTC.
+* ``Config`` refuses any timing under 1 s (electionconfig.py:56-63, so no
+  fast tests); a float ``lease_duration`` (ours are) crashes in
+  ``int("15.0")`` (leaselock.py:120); expiry uses our configured duration
+  (:217), not the holder's ``leaseDurationSeconds``; ``leaseTransitions`` is
+  never written.
+* It renews with PUT (``replace_namespaced_lease``, leaselock.py:99): sound
+  (the object read carries its ``resourceVersion``, a race gets 409), but it
+  needs the ``update`` verb our RBAC does not grant, and kmock 0.8 answers
+  PUT with 404. It logs each lost race with a stack trace.
 
 Trap: a leader that loses the lease must stop producing *immediately*;
-:meth:`LeaseElector.run` cancels the work when renewal fails. Events it
-produced late are duplicates with deterministic ids, harmless downstream.
-RBAC needs get/create/patch on leases, in the Lease's namespace only.
+:meth:`LeaseElector.run` cancels the work, and waits for it, when renewal
+fails. Events it produced late are duplicates with deterministic ids, harmless
+downstream. RBAC needs get/create/patch on leases, in the Lease's namespace only.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -100,6 +138,8 @@ class LeaseElector:
         """Acquire/renew attempts so far (tests wait on it)."""
         self._observed: tuple[Any, ...] | None = None
         self._observed_at = 0.0
+        self._renewed_at = 0.0
+        """Monotonic start of the last successful attempt while leading."""
 
     # -- one attempt -------------------------------------------------------------------
     async def _read(self) -> dict[str, Any] | None:
@@ -195,21 +235,41 @@ class LeaseElector:
         if self.metrics is not None:
             self.metrics.leader.set(1 if value else 0)
 
+    async def _attempt(self, limit_s: float) -> bool:
+        """:meth:`try_acquire_or_renew`, given up (False) after ``limit_s`` seconds."""
+        try:
+            async with asyncio.timeout(limit_s):
+                return await self.try_acquire_or_renew()
+        except TimeoutError:
+            o = self.options
+            log.warning("lease %s/%s: no answer in %.3g s", o.namespace, o.name, limit_s)
+            return False
+
     async def acquire(self) -> None:
         """Return once we hold the lease (tries every ``retry_period_s``)."""
-        while not await self.try_acquire_or_renew():
-            await asyncio.sleep(self.options.retry_period_s)
+        o = self.options
+        while True:
+            started = self._monotonic()
+            if await self._attempt(o.renew_deadline_s):
+                break
+            await asyncio.sleep(o.retry_period_s)
+        self._renewed_at = started
         self._set_leader(True)
 
     async def hold(self) -> None:
-        """Renew every ``retry_period_s``; raise :class:`LeadershipLost` after the deadline."""
+        """Renew every ``retry_period_s``; raise :class:`LeadershipLost` at the renew deadline.
+
+        The deadline runs from the start of the last successful attempt and cuts
+        short an attempt still waiting for the API server when it comes.
+        """
         o = self.options
-        last_success = self._monotonic()
         while True:
             await asyncio.sleep(o.retry_period_s)
-            if await self.try_acquire_or_renew():
-                last_success = self._monotonic()
-            elif self._monotonic() - last_success >= o.renew_deadline_s:
+            started = self._monotonic()
+            left = self._renewed_at + o.renew_deadline_s - started
+            if left > 0 and await self._attempt(left):
+                self._renewed_at = started
+            elif self._monotonic() >= self._renewed_at + o.renew_deadline_s:
                 self._set_leader(False)
                 raise LeadershipLost(f"no renewal for {o.renew_deadline_s:g} s")
 
@@ -220,26 +280,31 @@ class LeaseElector:
         o = self.options
         self._set_leader(False, "releases")
         try:
-            lease = await self._read()
-            spec = (lease or {}).get("spec") or {}
-            if lease is None or spec.get("holderIdentity") != o.identity:
-                return
-            meta = lease.get("metadata") or {}
-            patch: dict[str, Any] = {"spec": {"holderIdentity": "", "leaseDurationSeconds": 1}}
-            if meta.get("resourceVersion"):
-                patch["metadata"] = {"resourceVersion": meta["resourceVersion"]}
-            response = await _raw(
-                self._api.patch_namespaced_lease(o.name, o.namespace, patch, _preload_content=False)
-            )
-            response.release()
+            async with asyncio.timeout(o.renew_deadline_s):  # a hung API must not block a stop
+                lease = await self._read()
+                spec = (lease or {}).get("spec") or {}
+                if lease is None or spec.get("holderIdentity") != o.identity:
+                    return
+                meta = lease.get("metadata") or {}
+                patch: dict[str, Any] = {"spec": {"holderIdentity": "", "leaseDurationSeconds": 1}}
+                if meta.get("resourceVersion"):
+                    patch["metadata"] = {"resourceVersion": meta["resourceVersion"]}
+                response = await _raw(
+                    self._api.patch_namespaced_lease(
+                        o.name, o.namespace, patch, _preload_content=False
+                    )
+                )
+                response.release()
         except (aiohttp.ClientError, OSError, TimeoutError, RuntimeError, ValueError) as exc:
             log.warning("releasing lease %s/%s: %r", o.namespace, o.name, exc)
 
     async def run(self, work: Callable[[], Awaitable[None]]) -> None:
         """Acquire, run ``work`` while renewing, release at the end.
 
-        Raises :class:`LeadershipLost` (after cancelling ``work``) when renewal
-        fails: the caller should exit and let the process restart as a candidate.
+        Raises :class:`LeadershipLost` (after cancelling ``work`` and waiting for
+        it) when renewal fails: the caller should exit and let the process
+        restart as a candidate. Cancelling ``run`` cancels ``work`` too (and
+        waits for it) before releasing: no work outlives its elector.
         """
         await self.acquire()
         holder = asyncio.ensure_future(self.hold())
@@ -255,5 +320,9 @@ class LeaseElector:
             for task in (holder, worker):
                 task.cancel()
             await asyncio.wait({holder, worker})
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(self.release())
+            releasing = asyncio.ensure_future(self.release())
+            try:
+                await asyncio.shield(releasing)  # a second cancel does not skip the release
+            except asyncio.CancelledError:
+                await asyncio.wait({releasing})  # bounded: release() has its own deadline
+                raise  # ... nor is it swallowed

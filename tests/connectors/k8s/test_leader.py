@@ -5,19 +5,26 @@ two candidates racing on the very same expired Lease could both "win" here
 (the real API server answers the loser 409). The tests therefore start the
 second candidate once the first holds the lease, which is the situation that
 matters in production (a running leader and a waiting replica).
+
+The last tests pin what kubernetes_asyncio.leaderelection gets wrong (see the
+module docstring): a hung API server, a cancelled elector and failing work
+must never leave work running without a renewed lease, nor block a stop.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
+import kmock
 import pytest
 from kubernetes_asyncio.client import CoordinationV1Api
 
 from connectors.k8s.leader import LeadershipLost, LeaseElector, LeaseOptions
 from connectors.k8s.metrics import ConnectorMetrics
-from tests.k8s_helpers import fake_cluster
+from tests.k8s_helpers import Fail, FakeCluster, fake_cluster
 from tests.kafka_helpers import eventually
 
 FAST: dict[str, Any] = {
@@ -36,6 +43,24 @@ def lease_spec(cluster: Any) -> dict[str, Any]:
     ]
     spec: dict[str, Any] = obj["spec"]
     return spec
+
+
+@asynccontextmanager
+async def hung_leases(cluster: FakeCluster) -> AsyncIterator[list[str]]:
+    """From now on lease requests get no answer (until exit); yields their methods so far."""
+    seen: list[str] = []
+    gate = asyncio.Event()
+
+    async def hang(request: kmock.Request) -> Any:
+        seen.append(str(request.method))
+        await gate.wait()
+        return Fail(503).response()
+
+    cluster.server[kmock.resource("coordination.k8s.io", "v1", "leases")] << hang
+    try:
+        yield seen
+    finally:
+        gate.set()
 
 
 def test_options_must_order_the_timings() -> None:
@@ -128,5 +153,118 @@ def test_a_leader_that_cannot_renew_steps_down_and_stops_working() -> None:
                 await asyncio.wait_for(task, 5)
             assert cancelled.is_set()
             assert not a.is_leader
+
+    asyncio.run(asyncio.wait_for(scenario(), 20))
+
+
+def test_a_leader_whose_api_server_hangs_steps_down_before_the_lease_expires() -> None:
+    # The client sends requests without any timeout: a renewal that never gets an
+    # answer must still end at the renew deadline, or the others take over after
+    # the lease duration while this one keeps working.
+    async def scenario() -> None:
+        async with fake_cluster() as cluster:
+            options = LeaseOptions(identity="a", **{**FAST, "lease_duration_s": 3.0})
+            a = LeaseElector(cluster.api, options)
+            working = asyncio.Event()
+            cancelled = asyncio.Event()
+
+            async def work() -> None:
+                working.set()
+                try:
+                    await asyncio.Event().wait()
+                except asyncio.CancelledError:
+                    cancelled.set()
+                    raise
+
+            task = asyncio.create_task(a.run(work))
+            await asyncio.wait_for(working.wait(), 5)
+            loop = asyncio.get_running_loop()
+            async with hung_leases(cluster) as seen:
+                await eventually(lambda: seen, what="a hung lease request")
+                hung_at = loop.time()
+                with pytest.raises(LeadershipLost):
+                    await asyncio.wait_for(task, 5)
+                stepped_down_after = loop.time() - hung_at
+            assert cancelled.is_set()
+            assert not a.is_leader
+            assert stepped_down_after < options.lease_duration_s
+
+    asyncio.run(asyncio.wait_for(scenario(), 20))
+
+
+def test_a_stop_while_the_api_server_hangs_does_not_hang() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster:
+            metrics = ConnectorMetrics()
+            a = LeaseElector(cluster.api, LeaseOptions(identity="a", **FAST), metrics=metrics)
+            working = asyncio.Event()
+            stop = asyncio.Event()
+
+            async def work() -> None:
+                working.set()
+                await stop.wait()
+
+            task = asyncio.create_task(a.run(work))
+            await asyncio.wait_for(working.wait(), 5)
+            loop = asyncio.get_running_loop()
+            async with hung_leases(cluster) as seen:
+                stopped_at = loop.time()
+                stop.set()  # the work ends: the release gets no answer, and gives up
+                await asyncio.wait_for(task, 5)
+                took = loop.time() - stopped_at
+                assert seen  # it did try
+            # After the renew deadline (0.6 s), not when wait_for cancelled it at 5 s
+            # (a cancel that run() swallowed would also "return" here).
+            assert took < 2.5
+            assert not a.is_leader
+            assert metrics.value("gputriage_connector_leader") == 0
+
+    asyncio.run(asyncio.wait_for(scenario(), 20))
+
+
+def test_cancelling_the_elector_cancels_the_work_and_releases() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster:
+            a = LeaseElector(cluster.api, LeaseOptions(identity="a", **FAST))
+            working = asyncio.Event()
+            finished: list[str] = []
+
+            async def work() -> None:
+                working.set()
+                try:
+                    await asyncio.Event().wait()
+                except asyncio.CancelledError:
+                    await asyncio.sleep(0)  # some cleanup that awaits
+                    finished.append("cancelled")
+                    raise
+
+            task = asyncio.create_task(a.run(work))
+            await asyncio.wait_for(working.wait(), 5)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            assert finished == ["cancelled"]  # done before run() returned, not orphaned
+            assert lease_spec(cluster)["holderIdentity"] in ("", None)
+
+    asyncio.run(asyncio.wait_for(scenario(), 20))
+
+
+def test_a_leader_whose_work_fails_releases_the_lease_and_raises() -> None:
+    async def scenario() -> None:
+        async with fake_cluster() as cluster:
+            a = LeaseElector(cluster.api, LeaseOptions(identity="a", **FAST))
+            b = LeaseElector(cluster.api, LeaseOptions(identity="b", **FAST))
+
+            async def work() -> None:
+                raise RuntimeError("boom")
+
+            with pytest.raises(RuntimeError, match="boom"):
+                await asyncio.wait_for(a.run(work), 5)
+            assert not a.is_leader
+            assert lease_spec(cluster)["holderIdentity"] in ("", None)
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            await asyncio.wait_for(b.acquire(), 5)
+            assert loop.time() - started < FAST["lease_duration_s"]  # released: no expiry wait
 
     asyncio.run(asyncio.wait_for(scenario(), 20))
