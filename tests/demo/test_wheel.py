@@ -12,6 +12,7 @@ checkout, and waits for the first incident.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,7 +32,13 @@ PIP = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
-    subprocess.run([*PIP, "wheel", "--no-deps", "-w", str(out), str(ROOT)], check=True, env=env)
+    # pip builds a local directory in place: setuptools leaves build/ in the checkout.
+    leftover = not (ROOT / "build").exists()
+    try:
+        subprocess.run([*PIP, "wheel", "--no-deps", "-w", str(out), str(ROOT)], check=True, env=env)
+    finally:
+        if leftover:
+            shutil.rmtree(ROOT / "build", ignore_errors=True)
     [built] = out.glob("gputriage-*.whl")
     return built
 
