@@ -9,12 +9,16 @@ serialised N times with a different name, uid and resourceVersion each, so no
 pass can profit from an interned string or a cached parse. Passes, each over
 the same list of byte strings, best of ``--repeat`` runs:
 
-1. **parse** -- ``orjson.loads`` alone, the floor;
+1. **parse** -- ``orjson.loads`` alone, the floor of every pass that builds the dicts;
 2. **parse + slim** -- what the connector does: ``orjson.loads`` then
    :func:`connectors.k8s.slim.slim_watch_event`;
 3. **parse + slim + encode** -- plus ``schemas.codec.encode``, i.e. up to the
    bytes handed to Kafka;
-4. **parse + models** -- ``orjson.loads`` then kubernetes-asyncio's own
+4. **bytes -> views + slim** (and **+ encode**) --
+   :func:`connectors.k8s.slim.slim_watch_line`: the line decoded straight into
+   slim's msgspec views, no dict built (the path for a caller that holds the
+   line's bytes and needs nothing else from it);
+5. **parse + models** -- ``orjson.loads`` then kubernetes-asyncio's own
    deserialiser into ``V1Pod`` (``ApiClient.__deserialize``, the private method
    its ``deserialize`` wraps around an HTTP response; called directly so no
    response object or extra ``json.loads`` is timed).
@@ -42,7 +46,7 @@ from typing import Any
 import orjson
 from kubernetes_asyncio.client import ApiClient
 
-from connectors.k8s.slim import slim_watch_event
+from connectors.k8s.slim import slim_watch_event, slim_watch_line
 from schemas.codec import RecordError, encode
 from schemas.events import PodEvent
 
@@ -108,6 +112,21 @@ def _slim_encode(lines: list[bytes]) -> None:
         encode(event)
 
 
+def _views(lines: list[bytes]) -> None:
+    for line in lines:
+        event = slim_watch_line(line, cluster="bench")
+        if not isinstance(event, PodEvent):
+            raise SystemExit(f"slimming failed: {event!r}")
+
+
+def _views_encode(lines: list[bytes]) -> None:
+    for line in lines:
+        event = slim_watch_line(line, cluster="bench")
+        if event is None or isinstance(event, RecordError):
+            raise SystemExit(f"slimming failed: {event!r}")
+        encode(event)
+
+
 async def _models(lines: list[bytes], repeat: int) -> float:
     async with ApiClient() as client:
         deserialize: Callable[[Any, str], Any] = client._ApiClient__deserialize
@@ -135,6 +154,12 @@ def main(argv: list[str] | None = None) -> int:
         ("parse (orjson)", args.pods, _best(lambda: _parse(lines), args.repeat)),
         ("parse + slim", args.pods, _best(lambda: _slim(lines), args.repeat)),
         ("parse + slim + encode", args.pods, _best(lambda: _slim_encode(lines), args.repeat)),
+        ("bytes -> views + slim", args.pods, _best(lambda: _views(lines), args.repeat)),
+        (
+            "bytes -> views + slim + encode",
+            args.pods,
+            _best(lambda: _views_encode(lines), args.repeat),
+        ),
     ]
     model_lines = lines[: args.model_pods]
     rows.append(

@@ -150,6 +150,20 @@ def decode_as(data: bytes | str, type_: type[T]) -> T:
         raise _record_error(exc) from None
 
 
+def convert_as(obj: Any, type_: type[T]) -> T:
+    """Convert already-parsed JSON (dicts, lists, strings...) into ``type_``, validating as a
+    decode would; :class:`RecordError` naming the field (``$.status.phase``) if not.
+
+    For data that exists as Python objects anyway (an orjson parse other code needs too).
+    When the bytes are at hand, a :func:`typed_decoder` is faster: it never builds the
+    dicts. Trap: a wrong type at the top level names no field (``field`` is ``""``).
+    """
+    try:
+        return msgspec.convert(obj, type_)
+    except msgspec.MsgspecError as exc:
+        raise _record_error(exc) from None
+
+
 def json_schema(type_: Any) -> dict[str, Any]:
     """The JSON Schema msgspec derives for ``type_`` (``$defs`` and all)."""
     return msgspec.json.schema(type_)

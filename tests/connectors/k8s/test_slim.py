@@ -18,6 +18,7 @@ from connectors.k8s.slim import (
     is_gpu_pod,
     slim_object,
     slim_watch_event,
+    slim_watch_line,
 )
 from schemas.codec import RecordError, decode_event, encode
 from schemas.events import KubeEvent, NodeEvent, PodEvent
@@ -416,3 +417,174 @@ def test_bench_objects_are_realistic_and_slim() -> None:
         event = slim_watch_event(orjson.loads(line), cluster="c1")
         assert isinstance(event, PodEvent)
         assert event.containers[0].last_terminated is not None
+
+
+# -- the views: msgspec finds the path, the words stay ours ----------------------------
+@pytest.mark.parametrize(
+    ("name", "path", "value", "field", "reason"),
+    [
+        (
+            "pod_crashloop_oom",
+            ["status", "conditions", 1, "lastTransitionTime"],
+            1714564800,
+            "$.status.conditions[1].lastTransitionTime",
+            "expected an RFC 3339 time, got number",
+        ),
+        (
+            "pod_training",
+            ["spec", "containers", 0, "resources"],
+            "none",
+            "$.spec.containers[0].resources",
+            "expected an object, got string",
+        ),
+        (
+            "pod_training",
+            ["metadata", "ownerReferences", 0, "kind"],
+            False,
+            "$.metadata.ownerReferences[0].kind",
+            "expected a string, got boolean",
+        ),
+        (
+            "node_gpu",
+            ["status", "conditions"],
+            {"Ready": "True"},
+            "$.status.conditions",
+            "expected an array, got object",
+        ),
+        (
+            "event_evicted",
+            ["count"],
+            1.5,
+            "$.count",
+            "expected an integer, got number",
+        ),
+        (
+            "pod_crashloop_oom",
+            ["status", "containerStatuses", 0, "lastState", "terminated", "finishedAt"],
+            "2024-05-01T11:59:30",
+            "$.status.containerStatuses[0].lastState.terminated.finishedAt",
+            "time without a timezone '2024-05-01T11:59:30'",
+        ),
+    ],
+)
+def test_errors_name_the_json_path_in_our_words(
+    name: str, path: list[str | int], value: Any, field: str, reason: str
+) -> None:
+    err = error(slim_object(_mutate(name, path, value), cluster="c1"))
+    assert (err.field, err.reason) == (field, reason)
+
+
+def test_top_level_type_errors_are_at_the_root() -> None:
+    err = error(slim_object(3, cluster="c1"))
+    assert (err.field, err.reason) == ("$", "expected an object, got number")
+    err = error(slim_watch_event([1], cluster="c1"))
+    assert (err.field, err.reason) == ("$", "expected a watch event object, got array")
+    err = error(slim_object(None, cluster="c1"))
+    assert (err.field, err.reason) == ("$.kind", "object without a kind")
+
+
+def test_null_entries_in_lists_read_as_empty_ones() -> None:
+    raw = load("pod_training")
+    raw["status"]["conditions"].append(None)
+    raw["spec"]["containers"].append(None)
+    raw["metadata"]["ownerReferences"].insert(0, None)
+    ev = slim_object(raw, cluster="c1")
+    assert isinstance(ev, PodEvent)
+    assert ev == pod("pod_training")  # the controller reference still wins
+    raw["status"]["containerStatuses"].append(None)
+    err = error(slim_object(raw, cluster="c1"))
+    assert err.field == "$.status.containerStatuses[1].name"
+    node = load("node_gpu")
+    node["spec"]["taints"].append(None)
+    result = slim_object(node, cluster="c1")
+    assert isinstance(result, NodeEvent)
+    assert result.taints[-1].key == ""
+
+
+def test_unread_values_of_any_type_are_tolerated() -> None:
+    raw = load("pod_training")
+    raw["spec"]["containers"][0]["resources"]["requests"]["cpu"] = {"odd": True}
+    raw["status"]["conditions"][0]["type"] = 7
+    raw["metadata"]["ownerReferences"][0]["controller"] = "true"
+    raw["metadata"]["labels"] = "not read for pods"
+    assert isinstance(slim_object(raw, cluster="c1"), PodEvent)
+    node = load("node_gpu")
+    node["metadata"]["labels"]["nvidia.com/gpu.count"] = 8
+    node["metadata"]["annotations"] = ["not", "read"]
+    result = slim_object(node, cluster="c1")
+    assert isinstance(result, NodeEvent)
+    assert result.labels["nvidia.com/gpu.count"] == "8"
+
+
+# -- bytes straight into the views ----------------------------------------------------
+def _same(a: Slimmed, b: Slimmed) -> bool:
+    if isinstance(a, RecordError) or isinstance(b, RecordError):
+        return (
+            isinstance(a, RecordError)
+            and isinstance(b, RecordError)
+            and (a.reason, a.field) == (b.reason, b.field)
+        )
+    if a is None or b is None:
+        return a is b
+    return a == b and encode(a) == encode(b)
+
+
+_FIXTURES = [
+    "pod_training",
+    "pod_crashloop_oom",
+    "pod_evicted",
+    "pod_mig",
+    "pod_pending",
+    "pod_plain",
+    "node_gpu",
+    "event_evicted",
+    "event_failed_scheduling_v1",
+    "event_oomkilling",
+]
+
+
+@pytest.mark.parametrize("name", _FIXTURES)
+@pytest.mark.parametrize("observed", [None, datetime(2024, 5, 1, 13, 0, tzinfo=UTC)])
+def test_watch_line_slims_as_the_parsed_event_does(name: str, observed: datetime | None) -> None:
+    envelope = {"type": "MODIFIED", "object": load(name)}
+    line = orjson.dumps(envelope)
+    from_bytes = slim_watch_line(line, cluster="c1", observed=observed)
+    assert not isinstance(from_bytes, RecordError), from_bytes
+    assert _same(from_bytes, slim_watch_event(envelope, cluster="c1", observed=observed))
+
+
+@pytest.mark.parametrize(
+    ("name", "path", "value"),
+    [
+        ("pod_crashloop_oom", ["status", "containerStatuses", 0, "restartCount"], "5"),
+        ("pod_training", ["metadata", "uid"], _DELETE),
+        ("pod_training", ["metadata"], _DELETE),
+        ("pod_training", ["status"], "Running"),
+        (
+            "pod_training",
+            ["spec", "containers", 0, "resources", "requests", "nvidia.com/gpu"],
+            "1m",
+        ),
+        ("node_gpu", ["status", "capacity", "nvidia.com/gpu"], "eight"),
+        ("event_evicted", ["reason"], _DELETE),
+        ("pod_training", ["kind"], "ConfigMap"),
+        ("pod_training", ["kind"], _DELETE),
+    ],
+)
+def test_watch_line_errors_are_the_parsed_errors(
+    name: str, path: list[str | int], value: Any
+) -> None:
+    envelope = {"type": "ADDED", "object": _mutate(name, path, value)}
+    from_bytes = error(slim_watch_line(orjson.dumps(envelope), cluster="c1"))
+    assert _same(from_bytes, slim_watch_event(envelope, cluster="c1"))
+
+
+def test_watch_line_envelopes() -> None:
+    bookmark = {"type": "BOOKMARK", "object": {"kind": "Pod", "metadata": {"resourceVersion": "9"}}}
+    assert slim_watch_line(orjson.dumps(bookmark), cluster="c1") is None
+    gone = {"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old"}}
+    assert "410" in error(slim_watch_line(orjson.dumps(gone), cluster="c1")).reason
+    renamed = orjson.dumps({"type": "RENAMED", "object": load("pod_training")})
+    assert error(slim_watch_line(renamed, cluster="c1")).field == "$.type"
+    assert error(slim_watch_line(b"[1]", cluster="c1")).field == "$"
+    assert error(slim_watch_line(b"{not json", cluster="c1")).reason.startswith("invalid JSON")
