@@ -1,8 +1,10 @@
 """``gputriage connect dcgm``: scrape dcgm-exporter and publish XID and GPU binding events.
 
 The click definition lives in :mod:`gputriage.cli.connect`; this does the work
-and returns the exit status (0 fine, 1 Kafka unavailable). The poller itself is
-:class:`connectors.dcgm.scrape.DcgmPoller`.
+and returns the exit status (0 fine, 1 Kafka unavailable at start). The poller
+itself is :class:`connectors.dcgm.scrape.DcgmPoller`; it publishes through the
+one publish loop (:mod:`connectors.publish`), so a broker outage later on is
+waited out (bounded buffer, retries), not fatal.
 """
 
 from __future__ import annotations

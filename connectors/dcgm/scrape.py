@@ -15,24 +15,32 @@ Failure policy -- the poller never dies of its source:
 * A body that is not a dcgm-exporter exposition becomes one dead-letter record
   (reason, field, the body's bytes) and a backoff: a misconfigured URL produces a
   trickle of dead letters, not a flood.
-* A publish failure (Kafka down) keeps the diffed result *pending*: the next round
-  re-sends exactly the same events (same ids) before it scrapes again, and the
-  state only advances once they were acknowledged. At-least-once, never a gap.
+* Publishing: :meth:`DcgmPoller.run` (the live path, ``connect dcgm``) is a
+  :class:`DcgmSource` under the one publish loop (:mod:`connectors.publish`):
+  each scrape is a batch whose checkpoint is its diff state. While Kafka is
+  down the scrapes go on, each diffed against the *previous scrape* (not the
+  last acknowledged one: every event is reported once), and wait in the
+  bounded buffer; when it is full, scraping pauses. A failed send counts in
+  ``gputriage_connector_delivery_failures_total``, not as a scrape outcome.
+  :meth:`DcgmPoller.poll_once` (one round, for tests and debugging) sends
+  directly and keeps a failed result *pending*: the next round re-sends the same
+  events (same ids) before it scrapes again.
 
 The state (:class:`~connectors.dcgm.diff.DcgmState`) is written to ``state_path``
-(when given) after every acknowledged publish, atomically (temp file + rename),
-so a restarted poller diffs against its last scrape instead of taking a new
-baseline. A state file that does not decode is logged and ignored (a baseline).
+(when given) once the scrape it describes was acknowledged, atomically (temp
+file + rename), so a restarted poller diffs against its last delivered scrape
+instead of taking a new baseline (the events of scrapes lost in the buffer are
+found again: counters are cumulative). A state file that does not decode is
+logged and ignored (a baseline).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -44,9 +52,12 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from connectors.backoff import Backoff, retry_after_seconds
 from connectors.dcgm.diff import MAX_BURST, DcgmState, DiffResult, diff
 from connectors.dcgm.exposition import Scrape, parse_exposition
+from connectors.delivery import DeliveryMetrics
 from connectors.kafka.producer import EventProducer
+from connectors.publish import Publisher
+from connectors.source import Batch
 from connectors.state import load_state, save_state
-from schemas.codec import RecordError
+from schemas.codec import AnyEvent, RecordError
 from schemas.dead_letters import DeadLetter
 from schemas.keys import key_of
 
@@ -92,6 +103,8 @@ class DcgmMetrics:
             buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
             registry=r,
         )
+        self.delivery = DeliveryMetrics(r)
+        """The ``gputriage_connector_*`` delivery metrics every connector exports."""
 
 
 @dataclass(frozen=True)
@@ -165,31 +178,41 @@ class DcgmPoller:
         return self.options.backoff.after(self.failures - 1, self._retry_after, self.draw)
 
     async def run(self, stop: asyncio.Event) -> None:
-        """Poll until ``stop`` is set."""
+        """Poll and publish (the one publish loop, :class:`DcgmSource`) until ``stop`` is set."""
         async with aiohttp.ClientSession() as session:
-            while not stop.is_set():
-                await self.poll_once(session)
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stop.wait(), self.next_delay())
+            source = DcgmSource(self, session)
+            publisher = Publisher(source, self.publisher, metrics=self.metrics.delivery)
+            result = await publisher.run(stop)
+        if not result.drained:
+            log.warning("dcgm %s: scrapes not delivered before the stop", self.options.node)
 
     async def _round(self, session: aiohttp.ClientSession) -> str:
         self._retry_after = None
         if self.pending is not None and not await self._publish(self.pending):
             return "publish_error"
+        scraped = await self.scrape(session, self.state)
+        if scraped.letter is not None:
+            await self._dead_letter(scraped.letter)
+        if scraped.result is None:
+            return scraped.outcome
+        return "ok" if await self._publish(scraped.result) else "publish_error"
+
+    async def scrape(self, session: aiohttp.ClientSession, base: DcgmState | None) -> Scraped:
+        """Fetch, parse and diff against ``base``; nothing is sent and no state is kept."""
+        self._retry_after = None
         started = time.monotonic()
         try:
             body = await self._fetch(session)
         except _Failed as exc:
             self._retry_after = exc.retry_after
             log.warning("dcgm scrape of %s failed (%s): %s", self.options.url, exc.outcome, exc)
-            return exc.outcome
+            return Scraped(exc.outcome)
         parsed = parse_exposition(body.decode("utf-8", errors="replace"))
         self.metrics.duration.observe(time.monotonic() - started)
         if isinstance(parsed, RecordError):
-            await self._dead_letter(body, parsed)
-            return "bad_exposition"
-        result = self._diff(parsed)
-        return "ok" if await self._publish(result) else "publish_error"
+            return Scraped("bad_exposition", letter=self._letter(body, parsed))
+        when = parsed.time or self.clock()
+        return Scraped("ok", result=self._diff(base, parsed, when), time=when)
 
     async def _fetch(self, session: aiohttp.ClientSession) -> bytes:
         opts = self.options
@@ -215,14 +238,14 @@ class DcgmPoller:
             raise _Failed("http_error", str(exc) or type(exc).__name__) from None
         return body
 
-    def _diff(self, scrape: Scrape) -> DiffResult:
+    def _diff(self, base: DcgmState | None, scrape: Scrape, when: datetime) -> DiffResult:
         opts = self.options
         result = diff(
-            self.state,
+            base,
             scrape,
             cluster=opts.cluster,
             node=opts.node,
-            time=scrape.time or self.clock(),
+            time=when,
             max_burst=opts.max_burst,
         )
         self.metrics.suppressed.inc(result.suppressed)
@@ -249,16 +272,20 @@ class DcgmPoller:
             )
             return False
         self.pending = None
-        self.state = result.state
-        for event in result.events:
-            self.metrics.events.labels(type(event).__struct_config__.tag).inc()
-        _save(self.options.state_path, result.state)
+        self.delivered(result.state, result.events)
         return True
 
-    async def _dead_letter(self, body: bytes, error: RecordError) -> None:
+    def delivered(self, state: DcgmState, events: Sequence[AnyEvent]) -> None:
+        """``events`` and the scrape ``state`` describes are acknowledged: count, save."""
+        self.state = state
+        for event in events:
+            self.metrics.events.labels(type(event).__struct_config__.tag).inc()
+        _save(self.options.state_path, state)
+
+    def _letter(self, body: bytes, error: RecordError) -> DeadLetter:
         opts = self.options
         log.warning("dcgm scrape of %s is not a dcgm-exporter exposition: %s", opts.url, error)
-        letter = DeadLetter(
+        return DeadLetter(
             topic=opts.url,
             partition=-1,
             offset=self.attempts,
@@ -268,12 +295,80 @@ class DcgmPoller:
             value=body[:DEAD_LETTER_BODY],
             timestamp_ms=int(self.clock().timestamp() * 1000),
         )
+
+    async def _dead_letter(self, letter: DeadLetter) -> None:
+        opts = self.options
         try:
             await self.publisher.send_dead_letters([letter])
         except Exception as exc:  # the dead letter is best effort
             log.warning("dcgm %s: the dead letter could not be published: %r", opts.node, exc)
             return
         self.metrics.dead_letters.inc()
+
+
+@dataclass(frozen=True)
+class Scraped:
+    """One scrape: its outcome, and the diff (ok) or the dead letter (bad exposition)."""
+
+    outcome: str
+    result: DiffResult | None = None
+    letter: DeadLetter | None = None
+    time: datetime | None = None
+    """The scrape's time (the exposition's, else the poller's clock): the batch's progress."""
+
+
+class DcgmSource:
+    """A :class:`DcgmPoller` as a :class:`connectors.source.Source`: one scrape per batch.
+
+    Waits the poller's interval (or its backoff after a failed scrape) before
+    every scrape but the first. Diffs against the previous *scrape*, since the
+    publish loop reads ahead of the acknowledgements; the poller's own
+    ``state`` (and the state file) advance only on :meth:`commit`. A failed
+    scrape is an empty batch (dropped); a bad exposition a batch of one dead
+    letter. ``progress`` is the scrape's time.
+    """
+
+    def __init__(self, poller: DcgmPoller, session: aiohttp.ClientSession) -> None:
+        self.poller = poller
+        self.session = session
+        self.name = poller.options.url
+        opts = poller.options
+        self.key: bytes | None = key_of(opts.cluster, opts.node).encode()
+        self._base = poller.state
+        self._rounds = 0
+
+    async def next_batch(self) -> Batch | None:
+        poller = self.poller
+        if self._rounds:
+            await asyncio.sleep(poller.next_delay())
+        self._rounds += 1
+        poller.attempts += 1
+        try:
+            scraped = await poller.scrape(self.session, self._base)
+        except Exception:  # a bug must not end a DaemonSet's only XID witness: log, retry
+            log.exception("dcgm %s: scrape round failed", poller.options.node)
+            scraped = Scraped("internal_error")
+        poller.metrics.scrapes.labels(scraped.outcome).inc()
+        poller.failures = 0 if scraped.outcome == "ok" else poller.failures + 1
+        if scraped.letter is not None:
+            return Batch(dead=[scraped.letter], records=1)
+        if scraped.result is None:
+            return Batch()
+        result = scraped.result
+        self._base = result.state
+        return Batch(
+            events=list(result.events), state=result.state, records=1, progress=scraped.time
+        )
+
+    def commit(self, batch: Batch) -> None:
+        """Count and save what was acknowledged (the state file write is logged on failure)."""
+        if isinstance(batch.state, DcgmState):
+            self.poller.delivered(batch.state, batch.events)
+        if batch.dead:
+            self.poller.metrics.dead_letters.inc(len(batch.dead))
+
+    async def close(self) -> None:
+        """The session belongs to :meth:`DcgmPoller.run`, which closes it."""
 
 
 def _load(path: Path | None) -> DcgmState | None:

@@ -13,13 +13,16 @@
 =======================================================  ====================================
 
 Lives in ``connectors/`` (not ``streams/app/metrics.py``): the layer contract
-forbids connectors from importing the processor's modules.
+forbids connectors from importing the processor's modules. The four delivery
+metrics (events out, buffered, backpressure, delivery failures) are defined once,
+in :class:`connectors.delivery.DeliveryMetrics`, which every connector exports.
 """
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
+from connectors.delivery import DeliveryMetrics
 from connectors.prometheus import serve_metrics
 
 
@@ -29,31 +32,15 @@ class ConnectorMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
-        self.events_out = Counter(
-            "gputriage_connector_events_out",
-            "Events acknowledged by the broker, by source.",
-            ["source"],
-            registry=r,
-        )
+        self.delivery = DeliveryMetrics(r)
+        self.events_out = self.delivery.events_out
+        self.buffered = self.delivery.buffered
+        self.backpressure = self.delivery.backpressure
+        self.delivery_failures = self.delivery.delivery_failures
         self.dead_letters = Counter(
             "gputriage_connector_dead_letters",
             "Objects or lines that could not be slimmed, sent to the dead-letter topic.",
             ["resource"],
-            registry=r,
-        )
-        self.buffered = Gauge(
-            "gputriage_connector_buffered_events",
-            "Items waiting in the bounded buffer between the watch and the producer.",
-            registry=r,
-        )
-        self.backpressure = Counter(
-            "gputriage_connector_backpressure_seconds",
-            "Seconds the watch waited because the buffer was full (broker slow or down).",
-            registry=r,
-        )
-        self.delivery_failures = Counter(
-            "gputriage_connector_delivery_failures",
-            "Produce attempts that failed; the batch is kept and retried.",
             registry=r,
         )
         self.relists = Counter(

@@ -3,14 +3,19 @@
 The pieces, each in its own module under ``connectors/k8s/``::
 
     ResourceWatcher (pods) ─┐
-    ResourceWatcher (nodes) ├─► BoundedDelivery ─► EventProducer ─► raw topics (keyed)
-    ResourceWatcher (events)┘   (backpressure)   └─► dead-letter topic (Rejected items)
+    ResourceWatcher (nodes) ├─► WatchSource ─► Publisher ─► EventProducer ─► raw topics (keyed)
+    ResourceWatcher (events)┘   (a Source)   (bounded,    └─► dead-letter topic (Rejected)
+                                              backpressure)
 
 * Pods and nodes are listed first; the Events watcher starts once both have
   synced, so the GPU-only filter knows the GPU pods and nodes before the Events
   about them arrive (:mod:`connectors.k8s.gpu_filter`).
-* One delivery task, one batch in flight: order per correlation key is the
-  watch order (:mod:`connectors.k8s.delivery`).
+* The watchers are one :class:`connectors.source.Source` (:class:`WatchSource`),
+  published by the loop every connector uses (:mod:`connectors.publish`): one
+  delivery task, one chunk in flight, so order per correlation key is the watch
+  order (:mod:`connectors.delivery`). Each watch item is a batch of one, so
+  ``buffer_size`` and ``batch_size`` keep counting events. Nothing is committed
+  (the checkpoint is the watcher's resourceVersion, held in memory).
 * With ``--leader-election`` only the Lease holder runs all of this
   (:mod:`connectors.k8s.leader`); the other replicas wait as candidates. A
   leader that loses the Lease exits with status 1 (the Deployment restarts it
@@ -26,11 +31,10 @@ for up to ``drain_timeout_s``, the producer flushes, the Lease is released.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -38,7 +42,7 @@ from typing import Any, Final
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from connectors.backoff import Backoff
-from connectors.k8s.delivery import BoundedDelivery
+from connectors.delivery import BoundedDelivery
 from connectors.k8s.gpu_filter import GpuFilter
 from connectors.k8s.leader import LeadershipLost, LeaseElector, LeaseOptions
 from connectors.k8s.metrics import ConnectorMetrics
@@ -53,8 +57,10 @@ from connectors.k8s.watch import (
     dead_letter,
 )
 from connectors.kafka.producer import EventProducer, KafkaUnreachable, start_producer
+from connectors.publish import Publisher, PublishOptions
 from connectors.signals import stop_on_signals
-from schemas.topics import SCHEMA_SOURCES, TopicLayout
+from connectors.source import Batch
+from schemas.topics import TopicLayout
 
 log = logging.getLogger("gputriage.connect.k8s")
 
@@ -124,8 +130,85 @@ def service_account_namespace() -> str | None:
         return None
 
 
+class WatchSource:
+    """The pods, nodes and Events watchers as one :class:`connectors.source.Source`.
+
+    Each watcher runs in its own task (supervised: a crash of one is raised by
+    the next :meth:`next_batch`), handing items over through a one-slot queue,
+    so when the publish loop stops asking (its buffer is full) the watchers stop
+    reading their streams: backpressure reaches the API server's TCP window.
+    One watch item is one batch; ``progress`` is the event's time (a watch is
+    not in event-time order: a hint, not a bound). Rejected items become dead
+    letters with their resource and observed time (:func:`dead_letter`).
+
+    Trap: the Events watcher starts only once pods and nodes are listed, so the
+    GPU filter knows them before the Events about them arrive.
+    """
+
+    name = "kubernetes"
+    key: bytes | None = None
+
+    def __init__(
+        self, watchers: Mapping[Resource, ResourceWatcher], synced: Mapping[Resource, asyncio.Event]
+    ) -> None:
+        self.watchers = watchers
+        self.synced = synced
+        self._handoff: asyncio.Queue[Emitted | Rejected] = asyncio.Queue(1)
+        self._task: asyncio.Task[None] | None = None
+
+    async def next_batch(self) -> Batch | None:
+        """The next watch item as a batch; None if every watch ended (they do not, normally)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._watch_all(), name="k8s-watch")
+        watching = self._task
+        get = asyncio.ensure_future(self._handoff.get())
+        try:
+            await asyncio.wait({get, watching}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not get.done():
+                get.cancel()
+        if get.done() and not get.cancelled():
+            item = get.result()
+            if isinstance(item, Emitted):
+                return Batch(events=[item.event], records=1, progress=item.event.time)
+            return Batch(dead=[dead_letter(item)], records=1)
+        watching.result()  # a crashed watcher ends the connector, loudly
+        return None
+
+    def commit(self, batch: Batch) -> None:
+        """Nothing to save: a restarted connector relists (see ``connectors/k8s/watch.py``)."""
+
+    async def close(self) -> None:
+        """Stop the watchers."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    async def _pump(self, resource: Resource) -> None:
+        stream = self.watchers[resource].items()
+        try:
+            async for item in stream:
+                if isinstance(item, Synced):
+                    self.synced[resource].set()
+                    continue
+                await self._handoff.put(item)
+        finally:
+            await stream.aclose()
+
+    async def _watch_all(self) -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._pump("pods"))
+            group.create_task(self._pump("nodes"))
+            # Events after pods and nodes: the GPU filter must know them first.
+            await self.synced["pods"].wait()
+            await self.synced["nodes"].wait()
+            group.create_task(self._pump("events"))
+
+
 class Connector:
-    """The watchers, the bounded delivery and the producer, wired; :meth:`run` until stopped."""
+    """The watchers (a :class:`WatchSource`) and the producer, wired through the one publish
+    loop (:class:`connectors.publish.Publisher`); :meth:`run` until stopped."""
 
     def __init__(
         self,
@@ -152,67 +235,27 @@ class Connector:
             )
             for resource in ("pods", "nodes", "events")
         }
-        self.delivery: BoundedDelivery[Emitted | Rejected] = BoundedDelivery(
-            self._send,
-            capacity=options.buffer_size,
-            batch_size=options.batch_size,
-            backoff=options.delivery_backoff,
-            metrics=self.metrics,
-        )
         self.synced: dict[Resource, asyncio.Event] = {r: asyncio.Event() for r in self.watchers}
-
-    async def _send(self, batch: Sequence[Emitted | Rejected]) -> None:
-        """Produce one batch and wait for every acknowledgement (raises on any failure)."""
-        events = [item.event for item in batch if isinstance(item, Emitted)]
-        letters = [item for item in batch if isinstance(item, Rejected)]
-        if events:
-            await self.producer.send_many(events)
-        if letters:
-            await self.producer.send_dead_letters(dead_letter(item) for item in letters)
-        for event in events:
-            self.metrics.events_out.labels(SCHEMA_SOURCES[type(event)]).inc()
-
-    async def _pump(self, resource: Resource) -> None:
-        stream = self.watchers[resource].items()
-        try:
-            async for item in stream:
-                if isinstance(item, Synced):
-                    self.synced[resource].set()
-                    continue
-                await self.delivery.put(item)
-        finally:
-            await stream.aclose()
-
-    async def _watch_all(self) -> None:
-        async with asyncio.TaskGroup() as group:
-            group.create_task(self._pump("pods"))
-            group.create_task(self._pump("nodes"))
-            # Events after pods and nodes: the GPU filter must know them first.
-            await self.synced["pods"].wait()
-            await self.synced["nodes"].wait()
-            group.create_task(self._pump("events"))
+        self.source = WatchSource(self.watchers, self.synced)
+        self.publisher = Publisher(
+            self.source,
+            producer,
+            options=PublishOptions(
+                capacity=options.buffer_size,
+                chunk=options.batch_size,
+                backoff=options.delivery_backoff,
+                drain_timeout_s=options.drain_timeout_s,
+            ),
+            metrics=self.metrics.delivery,
+        )
+        self.delivery: BoundedDelivery[Batch] = self.publisher.delivery
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Watch and deliver until ``stop`` is set (or cancelled); then drain the buffer."""
-        stop = stop or asyncio.Event()
-        delivering = asyncio.create_task(self.delivery.run(), name="k8s-delivery")
-        watching = asyncio.create_task(self._watch_all(), name="k8s-watch")
-        stopping = asyncio.create_task(stop.wait())
         try:
-            done, _ = await asyncio.wait(
-                {delivering, watching, stopping}, return_when=asyncio.FIRST_COMPLETED
-            )
-            for task in done - {stopping}:
-                task.result()  # a crash of a supervised task ends the connector, loudly
+            await self.publisher.run(stop or asyncio.Event())
         finally:
-            watching.cancel()
-            stopping.cancel()
-            await asyncio.gather(watching, stopping, return_exceptions=True)
-            if not delivering.done():
-                with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(self.delivery.close(self.options.drain_timeout_s))
-            delivering.cancel()
-            await asyncio.gather(delivering, return_exceptions=True)
+            await self.source.close()
 
 
 async def run_connect(

@@ -3,20 +3,25 @@
 The click definition lives in :mod:`gputriage.cli.connect`; this does the work
 and returns the exit status (0 fine, 1 NVML or Kafka unavailable). NVML is
 opened first, so a node without a driver fails in one line before anything
-else is tried.
+else is tried. Publishing is the one publish loop (:mod:`connectors.publish`)
+over :class:`NvmlSource`: while Kafka is down the events wait in its bounded
+buffer and are retried; a stop that leaves some undelivered exits 1.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Any
 
 from connectors.kafka.producer import KafkaTarget, start_reported
+from connectors.publish import Publisher
 from connectors.signals import stop_on_signals
+from connectors.source import Batch
 from schemas.codec import AnyEvent, encode
+from schemas.keys import key_of
 
 PROG = "gputriage"
 
@@ -60,11 +65,65 @@ def connect_nvml(
         nvml.close()
 
 
+class NvmlSource:
+    """NVML as a :class:`connectors.source.Source`: the GPU map first, then XIDs as they come.
+
+    The map (``bindings``) is one batch; with ``once`` the source ends after
+    it. XIDs are waited for in a thread (``nvmlEventSetWait`` blocks), one
+    bounded wait per :meth:`next_batch`, so a stop is seen within
+    :data:`connectors.nvml.devices.WAIT_MS`. Nothing is checkpointed: NVML
+    delivers only events that happen while it is watched, so there is nothing to
+    resume. ``progress`` is the clock when the event was read (NVML gives no event time).
+    """
+
+    name = "nvml"
+
+    def __init__(self, nvml: Any, command: NvmlCommand) -> None:
+        self.nvml = nvml
+        self.command = command
+        self.key: bytes | None = key_of(command.cluster, command.node).encode()
+        self._started = False
+        self._watching = False
+        self._serial = 0
+
+    async def next_batch(self) -> Batch | None:
+        from connectors.nvml.devices import bindings, xid_event  # noqa: PLC0415
+
+        command = self.command
+        if not self._started:
+            self._started = True
+            if command.bindings:
+                now = datetime.now(UTC)
+                devices = self.nvml.devices()
+                events: list[AnyEvent] = list(
+                    bindings(devices, cluster=command.cluster, node=command.node, time=now)
+                )
+                return Batch(events=events, records=len(events), progress=now)
+        if command.once:
+            return None
+        if not self._watching:
+            self.nvml.watch_xids()
+            self._watching = True
+        raw = await asyncio.to_thread(self.nvml.wait_xid)
+        if raw is None:
+            return Batch()
+        self._serial += 1
+        now = datetime.now(UTC)
+        event = xid_event(
+            raw, cluster=command.cluster, node=command.node, time=now, serial=self._serial
+        )
+        return Batch(events=[event], records=1, progress=now)
+
+    def commit(self, batch: Batch) -> None:
+        """Nothing to save (see the class)."""
+
+    async def close(self) -> None:
+        """NVML itself is closed by :func:`connect_nvml`, which opened it."""
+
+
 async def _connect_nvml(
     nvml: Any, command: NvmlCommand, target: KafkaTarget | None, out: IO[bytes], err: IO[str]
 ) -> int:
-    from connectors.nvml.devices import bindings, xid_event  # noqa: PLC0415
-
     stop = asyncio.Event()
     stop_on_signals(stop)
     producer = None
@@ -74,15 +133,6 @@ async def _connect_nvml(
         producer = await start_reported(target, err)
         if producer is None:
             return 1
-
-    async def emit(events: Sequence[AnyEvent]) -> None:
-        if producer is None:
-            for event in events:
-                out.write(encode(event) + b"\n")
-            out.flush()
-        else:
-            await producer.send_many(events)
-
     try:
         devices = nvml.devices()
         gpus = sum(1 for d in devices if not d.parent_uuid)
@@ -91,24 +141,16 @@ async def _connect_nvml(
             f"{len(devices) - gpus} MIG device(s)",
             file=err,
         )
-        if command.bindings:
-            now = datetime.now(UTC)
-            await emit(bindings(devices, cluster=command.cluster, node=command.node, time=now))
-        if command.once:
+        source = NvmlSource(nvml, command)
+        if producer is None:  # --print: the offline form, JSON lines on ``out``
+            while not stop.is_set() and (batch := await source.next_batch()) is not None:
+                for event in batch.events:
+                    out.write(encode(event) + b"\n")
+                out.flush()
             return 0
-        nvml.watch_xids()
-        serial = 0
-        while not stop.is_set():
-            raw = await asyncio.to_thread(nvml.wait_xid)
-            if raw is None:
-                continue
-            serial += 1
-            now = datetime.now(UTC)
-            event = xid_event(
-                raw, cluster=command.cluster, node=command.node, time=now, serial=serial
-            )
-            await emit([event])
+        # No /metrics endpoint here (yet): the loop runs without the delivery metrics.
+        result = await Publisher(source, producer).run(stop)
+        return 0 if result.drained else 1
     finally:
         if producer is not None:
             await producer.stop()
-    return 0

@@ -26,6 +26,8 @@ Traps:
   entries that contain ``Xid`` are decoded (by the parser's fast path), the
   boot id is found by a substring search, and only the last entry of each
   chunk is decoded for its cursor.
+* A batch's ``progress`` (event time delivered so far) is the
+  ``__REALTIME_TIMESTAMP`` of its last entry; one more JSON decode per chunk.
 * If ``journalctl`` exits (missing binary, journal vacuumed under it), the
   source ends; ``connect kmsg`` then exits non-zero and the DaemonSet restarts
   it from the saved cursor. Its stderr is passed through to ours.
@@ -42,15 +44,9 @@ from typing import Any, Final
 
 import msgspec
 
+from connectors.source import Batch, DeadLine
 from connectors.state import StateFile
-from connectors.xid.kmsg import (
-    EPOCH,
-    Batch,
-    DeadLine,
-    ReadStats,
-    canonical_boot_id,
-    reboot_event,
-)
+from connectors.xid.kmsg import EPOCH, ReadStats, canonical_boot_id, reboot_event
 from connectors.xid.lines import LineContext, parse_line
 from schemas import codec
 from schemas.codec import RecordError
@@ -145,6 +141,9 @@ class JournalSource:
                 continue
             self.stats.xids += 1
             batch.events.append(result)
+        if lines:  # progress: the last entry's journal time (decoded once per chunk)
+            last = lines[-1]
+            batch.progress = _entry_time(last) if b"__REALTIME_TIMESTAMP" in last else None
         cursor = _last_cursor(lines)
         if cursor:
             self.cursor = cursor

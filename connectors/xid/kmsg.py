@@ -45,23 +45,29 @@ the traps that follow:
   the oldest record; ids make the re-sent records harmless) and logged. Its
   directory is created up front, so a missing one fails at start, not after the
   first batch was already published.
+* The batch (:class:`connectors.source.Batch`, with :class:`~connectors.source.DeadLine`
+  for bad records) is the shared source shape; both names stay importable from
+  here. Its ``progress`` is the time of the last record read (boot time +
+  ``usec``), whether or not that record published anything: the kernel clock
+  only goes forward within a boot.
 """
 
 from __future__ import annotations
 
 import errno
 import os
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Final
 
 import msgspec
 
+from connectors.source import Batch, DeadLine
 from connectors.state import StateFile
 from connectors.xid.lines import MARKER, LineContext, event_from_kmsg, parse_kmsg_record
-from schemas.codec import RecordError
-from schemas.events import KubeEvent, ObjectRef, XidEvent
+from schemas.codec import AnyEvent, RecordError
+from schemas.events import KubeEvent, ObjectRef
 
 DEVICE: Final = "/dev/kmsg"
 BOOT_ID_PATH: Final = "/proc/sys/kernel/random/boot_id"
@@ -135,32 +141,6 @@ class ReadStats:
     xids: int = 0
     bad: int = 0
     reboots: int = 0
-
-
-@dataclass(frozen=True)
-class DeadLine:
-    """A record that could not be used: its bytes, why, and its sequence number if known."""
-
-    raw: bytes
-    error: RecordError
-    seq: int | None
-
-
-@dataclass
-class Batch:
-    """What one poll read: events to publish, dead letters, and the state to commit after."""
-
-    events: list[XidEvent | KubeEvent] = field(default_factory=list)
-    dead: list[DeadLine] = field(default_factory=list)
-    state: msgspec.Struct | None = None
-    """The state to save once everything above is acknowledged (``None``: nothing new)."""
-    records: int = 0
-    """Records read from the device for this batch (replayed ones included)."""
-
-    @property
-    def idle(self) -> bool:
-        """Nothing was read and nothing is to be published: time to wait for the device."""
-        return not (self.records or self.events or self.dead)
 
 
 class KmsgDevice:
@@ -239,7 +219,7 @@ class KmsgSource:
         self.state_error = self.state_file.error
         self.previous_boot = saved.boot_id if saved and saved.boot_id != boot_id else ""
         self._last = saved.seq if saved and saved.boot_id == boot_id else -1
-        self._pending: list[XidEvent | KubeEvent] = []
+        self._pending: list[AnyEvent] = []
         if self.previous_boot:
             self.stats.reboots += 1
             self._pending.append(self._reboot_event())
@@ -294,10 +274,19 @@ class KmsgSource:
             self.stats.xids += 1
             batch.events.append(result)
         self.stats.overwritten += self.device.overwritten - before
+        if raws:
+            batch.progress = self._record_time(raws[-1])
         if last != self._last or (batch.events and self.previous_boot):
             batch.state = KmsgState(boot_id=self.boot_id, seq=last)
         self._last = last
         return batch
+
+    def _record_time(self, raw: bytes) -> datetime | None:
+        """The wall time of a record (boot time + ``usec``); None if its prefix is bad."""
+        fields = raw.split(b";", 1)[0].split(b",", 3)
+        if len(fields) < 3 or not fields[2].isdigit() or len(fields[2]) > 17:
+            return None
+        return self.boot_time + timedelta(microseconds=int(fields[2]))
 
     def commit(self, batch: Batch) -> None:
         """Save the batch's state: call only after its events and dead letters are acknowledged."""

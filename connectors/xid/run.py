@@ -8,11 +8,16 @@ The source is ``/dev/kmsg`` (:class:`connectors.xid.kmsg.KmsgSource`), or with
 file followed like ``tail -F`` (:class:`connectors.xid.textlog.TextLogSource`);
 all go through one loop.
 
-The loop: poll the source, publish
-the batch's events to their raw topics and its bad lines to the dead-letter
-topic, wait for every acknowledgement, *then* save the state file. A crash or
-a failed publish ends the process before the state moves, so the restarted
-pod re-sends that batch (same ids) and loses nothing.
+The loop is every connector's (:class:`connectors.publish.Publisher`): poll the
+source, publish the batch's events to their raw topics and its bad lines to the
+dead-letter topic, wait for every acknowledgement, *then* save the state file.
+While Kafka is down the batches wait in a bounded buffer and are retried with
+backoff; once it is full the source is no longer read (the kernel's ring buffer
+and the journal keep the records meanwhile; a ring that overflows shows as
+``skipped``). A crash before the acknowledgement leaves the state where it
+was, so the restarted pod re-sends that batch (same ids) and loses nothing.
+On a stop, what is buffered is delivered for up to ``drain_timeout_s`` (with
+``--once``: until it is); a reader that could not deliver everything exits 1.
 
 Metrics (``/metrics``, default port 9465, so it can share a host network with
 a processor on 9464), each labelled ``source="kmsg"``, ``"journal"`` or ``"file"``:
@@ -27,6 +32,10 @@ a processor on 9464), each labelled ``source="kmsg"``, ``"journal"`` or ``"file"
 ``gputriage_kmsg_reboots_total``              reboots detected (new boot id)
 ============================================  =======================================
 
+The same endpoint also serves the delivery metrics every connector exports
+(:class:`connectors.delivery.DeliveryMetrics`: ``gputriage_connector_events_out_total``,
+``_buffered_events``, ``_backpressure_seconds_total``, ``_delivery_failures_total``).
+
 Dead letters from this source are not Kafka records: ``topic`` is
 ``kmsg:<device path>`` (or ``journal``), ``partition`` is -1 and ``offset`` is
 the record's kmsg sequence number (-1 when unknown: an unreadable prefix, a
@@ -39,22 +48,24 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import datetime, tzinfo
 from typing import Any, Protocol, TextIO
 
 from prometheus_client import CollectorRegistry, Counter
 
-from connectors.kafka.producer import EventProducer, start_producer
+from connectors.delivery import DeliveryMetrics
+from connectors.kafka.producer import start_producer
 from connectors.prometheus import serve_metrics
+from connectors.publish import Publisher, PublishOptions
 from connectors.signals import stop_on_signals
+from connectors.source import Batch
 from connectors.xid.journal import JOURNALCTL, JournalSource
 from connectors.xid.kmsg import (
     BOOT_ID_PATH,
     DEFAULT_STATE,
     DEVICE,
     PROC_STAT,
-    Batch,
     KmsgSource,
     ReadStats,
     read_boot_id,
@@ -62,7 +73,7 @@ from connectors.xid.kmsg import (
 )
 from connectors.xid.lines import LineContext
 from connectors.xid.textlog import TextLogSource
-from schemas.dead_letters import DeadLetter
+from schemas.codec import AnyEvent
 from schemas.events import XidEvent
 from schemas.keys import key_of
 from schemas.topics import TopicLayout
@@ -103,6 +114,8 @@ class KmsgOptions:
     """Time zone of the file's wall-clock times (``dmesg -T``, syslog); default UTC."""
     year: int | None = None
     """Year of syslog times, which have none (default: this year)."""
+    publish: PublishOptions = field(default_factory=lambda: PublishOptions(capacity=50))
+    """Buffer (in batches of up to ``batch`` records), retry backoff, drain timeout."""
 
     @property
     def kind(self) -> str:
@@ -195,6 +208,8 @@ class KmsgMetrics:
             key: Counter(name, doc, ["source"], registry=r).labels(source=source)
             for key, (name, doc) in specs.items()
         }
+        self.delivery = DeliveryMetrics(r)
+        """The ``gputriage_connector_*`` delivery metrics every connector exports."""
         self._seen = ReadStats()
 
     def update(self, stats: ReadStats) -> None:
@@ -210,37 +225,44 @@ class KmsgMetrics:
         return serve_metrics(self.registry, port, addr)
 
 
-async def publish(
-    producer: EventProducer,
-    layout: TopicLayout,
-    feed: Feed,
-    batch: Batch,
-    enrich: Enrich | None = None,
-) -> None:
-    """Produce the batch's events and dead letters and wait for every acknowledgement.
+class XidSource:
+    """A :class:`Feed` as a :class:`connectors.source.Source` for the publish loop.
 
-    ``enrich`` completes each XID before it is sent (NVML's bus id map puts the GPU's
-    uuid and index on it: :func:`connectors.nvml.devices.enricher`).
+    Adds what the loop needs (the poll interval, the dead letters' key) and
+    what this family reports: the ``gputriage_kmsg_*`` counters follow the
+    feed's read counters after every read and every commit.
     """
-    events = batch.events
-    if enrich is not None:
-        events = [enrich(e) if isinstance(e, XidEvent) else e for e in events]
-    await producer.send_many(events)
-    if not batch.dead:
-        return
-    key = key_of(feed.context.cluster, feed.context.node).encode()
-    await producer.send_dead_letters(
-        DeadLetter(
-            topic=feed.name,
-            partition=-1,
-            offset=dead.seq if dead.seq is not None else -1,
-            reason=dead.error.reason,
-            field=dead.error.field,
-            key=key,
-            value=dead.raw,
-        )
-        for dead in batch.dead
-    )
+
+    def __init__(self, feed: Feed, *, poll_s: float, metrics: KmsgMetrics) -> None:
+        self.feed = feed
+        self.name = feed.name
+        self.key: bytes | None = key_of(feed.context.cluster, feed.context.node).encode()
+        self._poll_s = poll_s
+        self._metrics = metrics
+
+    async def next_batch(self) -> Batch | None:
+        batch = await self.feed.next_batch(self._poll_s)
+        self._metrics.update(self.feed.stats)
+        return batch
+
+    def commit(self, batch: Batch) -> None:
+        self.feed.commit(batch)
+        self._metrics.update(self.feed.stats)
+
+    async def close(self) -> None:
+        await self.feed.close()
+
+
+def _on_xids(enrich: Enrich | None) -> Callable[[AnyEvent], AnyEvent] | None:
+    """``enrich`` applied to XIDs only (the reboot events pass as they are)."""
+    if enrich is None:
+        return None
+    complete = enrich
+
+    def on_xids(event: AnyEvent) -> AnyEvent:
+        return complete(event) if isinstance(event, XidEvent) else event
+
+    return on_xids
 
 
 def open_feed(options: KmsgOptions, stop: asyncio.Event) -> Feed:
@@ -301,7 +323,8 @@ async def run_kmsg(
     """Run the reader until ``stop`` is set, or once with ``options.once``; 1 if the source died.
 
     Without a ``stop`` event of the caller's, SIGINT and SIGTERM stop it (after
-    the batch in flight is acknowledged and committed). ``enrich`` completes each
+    what is buffered is acknowledged and committed, for up to
+    ``options.publish.drain_timeout_s``; 1 if something was left). ``enrich`` completes each
     XID before it is sent (the caller's: the xid family knows nothing of NVML).
     """
     own_stop = stop is None
@@ -314,29 +337,35 @@ async def run_kmsg(
     if own_stop and not options.once:
         stop_on_signals(stop)
     producer = await start_producer(client_kwargs, layout)
-    ended = False
+    source = XidSource(feed, poll_s=options.poll_s, metrics=metrics)
+    publish = options.publish
+    if options.once:  # a backfill is done when everything is delivered, however long
+        publish = replace(publish, drain_timeout_s=None)
+    publisher = Publisher(
+        source, producer, options=publish, metrics=metrics.delivery, enrich=_on_xids(enrich)
+    )
     try:
         if isinstance(feed, JournalSource):
             await feed.start()
         log.info("reading %s for node %s", feed.name, options.node)
-        while not stop.is_set():
-            batch = await feed.next_batch(options.poll_s)
-            if batch is None:
-                ended = True
-                break
-            if batch.events or batch.dead:
-                await publish(producer, layout, feed, batch, enrich)
-            feed.commit(batch)
-            metrics.update(feed.stats)
+        result = await publisher.run(stop)
     finally:
         await producer.stop()
-        await feed.close()
+        await source.close()
+    ended = result.ended
     stats = feed.stats
     print(
         f"{feed.name}: {stats.records} records, {stats.xids} XIDs, {stats.bad} bad, "
         f"{stats.skipped} lost to the ring buffer, {stats.replayed} already handled",
         file=stderr,
     )
+    if not result.drained:
+        log.error(
+            "%d buffered batches were not delivered before the stop; the next start re-reads "
+            "them from the state file",
+            len(publisher.delivery),
+        )
+        return 1
     if stats.skipped:
         log.warning("%d kmsg records were overwritten before they could be read", stats.skipped)
     if ended and isinstance(feed, JournalSource) and (feed.exit_status or not options.once):

@@ -42,8 +42,9 @@ from typing import IO, Final
 
 import msgspec
 
+from connectors.source import Batch, DeadLine
 from connectors.state import StateFile
-from connectors.xid.kmsg import Batch, DeadLine, ReadStats
+from connectors.xid.kmsg import ReadStats
 from connectors.xid.lines import LineContext, parse_line
 from schemas.codec import RecordError
 
@@ -171,6 +172,7 @@ class TextLogSource:
         event_id = f"file:{self.context.node}:{self._inode}:{offset}"
         self.stats.xids += 1
         batch.events.append(msgspec.structs.replace(result, id=event_id))
+        batch.progress = result.time  # only lines that parse carry a time we trust
 
     def commit(self, batch: Batch) -> None:
         """Save the batch's state: call only after its events and dead letters are acknowledged."""

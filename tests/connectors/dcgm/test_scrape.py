@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp import web
 
 from connectors.backoff import Backoff
@@ -241,3 +242,54 @@ def test_a_failed_publish_is_resent_with_the_same_ids(kafka: KafkaTestEnv) -> No
     asyncio.run(scenario())
     events = published(kafka, 4)
     assert [e.id for e in events if isinstance(e, GpuBindingEvent)] == return_ids
+
+
+@pytest.mark.asyncio
+async def test_run_keeps_scraping_while_kafka_is_down_and_saves_state_only_once_acked(
+    kafka: KafkaTestEnv, tmp_path: Path
+) -> None:
+    """The live path (the one publish loop): a broker outage is waited out, not fatal.
+
+    Scrapes go on meanwhile, each diffed against the previous scrape, so every
+    event is counted exactly once when it is finally acknowledged; the state
+    file is written only then.
+    """
+    await kafka.acreate_topics()
+    exporter = Exporter()
+    state = tmp_path / "dcgm-state.json"
+    producer = EventProducer(kafka.kwargs, kafka.layout)  # not started yet: sends fail
+    async with serving(exporter) as url:
+        poller = DcgmPoller(options(url, interval_s=0.01, state_path=state), producer)
+        stop = asyncio.Event()
+        task = asyncio.create_task(poller.run(stop))
+        failures = "gputriage_connector_delivery_failures_total"
+
+        def acked() -> object:  # read anew each time (no narrowing across the outage)
+            return poller.state
+
+        try:
+            await eventually(
+                lambda: exporter.hits >= 3 and sample(poller.metrics, failures) >= 1,
+                timeout=10,
+                what="scrapes while the sends fail",
+            )
+            assert acked() is None, "nothing acknowledged: the state has not moved"
+            assert not state.exists()
+            exporter.current = (200, burst(2), {})
+            await producer.start()
+            xids = ("gputriage_dcgm_events_total", "xid.v1")
+            await eventually(
+                lambda: sample(poller.metrics, xids[0], schema=xids[1]) >= 3,
+                timeout=10,
+                what="the burst acknowledged",
+            )
+        finally:
+            stop.set()
+            await asyncio.wait_for(task, 10)
+            await producer.stop()
+    assert acked() is not None
+    assert state.exists()
+    events = "gputriage_dcgm_events_total"
+    assert sample(poller.metrics, events, schema="gpu_binding.v1") == 1, "once, not per retry"
+    assert sample(poller.metrics, events, schema="xid.v1") == 3
+    assert sample(poller.metrics, "gputriage_dcgm_scrapes_total", outcome="publish_error") == 0

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from connectors.source import DeadLine
 from connectors.state import load_state, save_state
 from connectors.xid.journal import JournalSource, JournalState
 from connectors.xid.kmsg import (
@@ -26,7 +27,7 @@ from connectors.xid.kmsg import (
     read_boot_id,
     read_boot_time,
 )
-from schemas.codec import RecordError
+from schemas.codec import AnyEvent, RecordError
 from schemas.events import KubeEvent, XidEvent
 from tests.kafka_helpers import wait_until
 
@@ -64,8 +65,22 @@ def source(
     )
 
 
-def xid_seqs(events: list[XidEvent | KubeEvent]) -> list[int]:
+def xid_seqs(events: list[AnyEvent]) -> list[int]:
     return [int(e.id.rsplit(":", 1)[1]) for e in events if isinstance(e, XidEvent)]
+
+
+def test_a_batch_carries_the_time_of_its_last_record_as_progress(tmp_path: Path) -> None:
+    device, state = tmp_path / "kmsg", tmp_path / "state.json"
+    device.write_text(record(0, xid_message(0), usec=1_000_000) + record(1, NOISE, usec=2_500_000))
+    reader = source(device, state)
+    batch = reader.poll()
+    # The last record published nothing, but the kernel clock got that far: that counts.
+    assert batch.progress == T_A + timedelta(microseconds=2_500_000)
+    reader.commit(batch)
+    idle = reader.poll()
+    assert idle.idle
+    assert idle.progress is None, "no new record: no new information (not a step back)"
+    reader.close()
 
 
 def test_restart_in_the_middle_no_duplicate_no_gap(tmp_path: Path) -> None:
@@ -87,7 +102,7 @@ def test_restart_in_the_middle_no_duplicate_no_gap(tmp_path: Path) -> None:
         out.write(ring(range(30, 40)))
     second = source(device, state)
     assert not second.previous_boot
-    events: list[XidEvent | KubeEvent] = []
+    events: list[AnyEvent] = []
     while not (batch := second.poll(limit=7)).idle:
         events.extend(batch.events)
         second.commit(batch)
@@ -184,8 +199,10 @@ def test_bad_xid_records_become_dead_lines(tmp_path: Path) -> None:
     reader = source(device, state)
     batch = reader.poll()
     assert xid_seqs(batch.events) == [1]
-    assert [(d.seq, d.raw[:5]) for d in batch.dead] == [(0, b"6,0,0"), (None, b"garba")]
-    assert all(isinstance(d.error, RecordError) for d in batch.dead)
+    dead = [d for d in batch.dead if isinstance(d, DeadLine)]
+    assert len(dead) == len(batch.dead), "the kmsg source's dead records are DeadLines"
+    assert [(d.seq, d.raw[:5]) for d in dead] == [(0, b"6,0,0"), (None, b"garba")]
+    assert all(isinstance(d.error, RecordError) for d in dead)
     assert reader.stats.bad == 2
     assert batch.state == KmsgState(boot_id=BOOT_A, seq=1)
     reader.close()
@@ -323,10 +340,10 @@ def journal_source(script: Path, state: Path, *, follow: bool = False) -> Journa
     )
 
 
-async def drain(source: JournalSource) -> list[XidEvent | KubeEvent]:
+async def drain(source: JournalSource) -> list[AnyEvent]:
     """Run a non-following source to its end, committing every batch."""
     await source.start()
-    events: list[XidEvent | KubeEvent] = []
+    events: list[AnyEvent] = []
     try:
         while (batch := await source.next_batch(5.0)) is not None:
             events.extend(batch.events)
@@ -387,9 +404,9 @@ def test_journal_follow_is_stopped_by_close(tmp_path: Path) -> None:
     entries.write_text(journal_entry(1, JOURNAL_BOOT_A, xid_message(1)))
     source = journal_source(script, tmp_path / "state.json", follow=True)
 
-    async def follow() -> tuple[list[XidEvent | KubeEvent], int | None]:
+    async def follow() -> tuple[list[AnyEvent], int | None]:
         await source.start()
-        events: list[XidEvent | KubeEvent] = []
+        events: list[AnyEvent] = []
         try:
             while not events:
                 batch = await source.next_batch(5.0)

@@ -1,0 +1,251 @@
+"""A bounded buffer between a source and the producer: backpressure, not loss, when Kafka is down.
+
+Every live connector's one "Kafka is down" policy (used through
+:mod:`connectors.publish`; first written for the Kubernetes watch, whose words
+the examples below keep). The source :meth:`~BoundedDelivery.put` items; one delivery task takes
+batches in arrival order, hands them to ``send`` (produce and await every
+acknowledgement) and only then takes the next batch. When ``send`` fails the
+*same* batch is retried with backoff, forever: nothing is dropped. The buffer
+fills up, ``put`` blocks, and the watch stops reading its stream: the API
+server's TCP window closes, the checkpoint (resourceVersion) stays where it
+was, and memory stays bounded by ``capacity + batch_size``. When the broker
+comes back, delivery resumes in order. If the API server ends the paused watch
+meanwhile, the watcher resumes from its checkpoint, or relists after a 410.
+
+Why not let aiokafka buffer: its accumulator is bounded by bytes, but on
+expiry it *fails* the records (``KafkaTimeoutError``) and forgets them; the
+retry has to live above it, holding the records, which is this class.
+
+Traps:
+
+* **Order per key** holds because there is one batch in flight at a time and a
+  failed batch is re-sent whole, before anything newer. A record of a failed
+  batch may have reached the broker anyway (the ack was lost), so a retry can
+  duplicate: at-least-once. Deterministic ids (``k8s:<uid>:<rv>``) make the
+  duplicate harmless downstream.
+* **Say it once.** A full buffer is logged when it starts and when it ends
+  (with how long), not per item; the metrics carry the rest.
+* Call :meth:`close` to deliver what is buffered on a clean stop; cancelling
+  :meth:`run` loses the buffer (the next start relists, see ``watch.py``; a
+  node-local source re-reads from its saved checkpoint).
+* **Failing to send is retried; failing after is not.** ``after`` (the publish
+  loop saves checkpoints there) runs once a chunk is acknowledged; if it raises,
+  :meth:`run` raises: a state file that cannot be written is a broken node, not
+  a slow broker, and retrying the send would only duplicate.
+* ``size`` weighs an item (a batch of events counts its events), so the
+  ``gputriage_connector_buffered_events`` gauge counts events, not batches;
+  ``capacity`` still counts items.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Generic, Protocol, TypeVar
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from connectors.backoff import Backoff
+
+log = logging.getLogger("gputriage.connect")
+
+T = TypeVar("T")
+
+
+class DeliveryMetrics:
+    """The delivery metrics every connector exports (names shared with the dashboards).
+
+    ============================================  =========================================
+    ``gputriage_connector_events_out_total``      events acknowledged by the broker, by source
+    ``gputriage_connector_buffered_events``       events waiting between source and producer
+    ``gputriage_connector_backpressure_seconds``  time the source waited on a full buffer
+    ``gputriage_connector_delivery_failures``     failed produce attempts (each retried)
+    ============================================  =========================================
+
+    One process runs one connector, so only ``events_out`` carries a label (the
+    event's source schema family, :data:`schemas.topics.SCHEMA_SOURCES`): the
+    others are per process, and the ``pod``/``job`` labels Prometheus adds tell
+    the connectors apart.
+    """
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = r = registry
+        self.events_out = Counter(
+            "gputriage_connector_events_out",
+            "Events acknowledged by the broker, by source.",
+            ["source"],
+            registry=r,
+        )
+        self.buffered = Gauge(
+            "gputriage_connector_buffered_events",
+            "Items waiting in the bounded buffer between the source and the producer.",
+            registry=r,
+        )
+        self.backpressure = Counter(
+            "gputriage_connector_backpressure_seconds",
+            "Seconds the source waited because the buffer was full (broker slow or down).",
+            registry=r,
+        )
+        self.delivery_failures = Counter(
+            "gputriage_connector_delivery_failures",
+            "Produce attempts that failed; the batch is kept and retried.",
+            registry=r,
+        )
+
+
+class _Gauge(Protocol):
+    def set(self, value: float) -> None: ...
+
+
+class _Counter(Protocol):
+    def inc(self, amount: float = 1) -> None: ...
+
+
+class BufferMetrics(Protocol):
+    """What :class:`BoundedDelivery` updates (a :class:`DeliveryMetrics`, or one that has them)."""
+
+    @property
+    def buffered(self) -> _Gauge: ...
+
+    @property
+    def backpressure(self) -> _Counter: ...
+
+    @property
+    def delivery_failures(self) -> _Counter: ...
+
+
+def _one(item: object) -> int:
+    return 1
+
+
+class BoundedDelivery(Generic[T]):
+    """An ``asyncio.Queue`` of ``capacity`` items, drained in batches by :meth:`run`."""
+
+    def __init__(
+        self,
+        send: Callable[[Sequence[T]], Awaitable[None]],
+        *,
+        capacity: int = 10_000,
+        batch_size: int = 500,
+        backoff: Backoff | None = None,
+        metrics: BufferMetrics | None = None,
+        size: Callable[[T], int] = _one,
+        after: Callable[[Sequence[T]], None] | None = None,
+    ) -> None:
+        if capacity < 1 or batch_size < 1:
+            raise ValueError("capacity and batch_size must be at least 1")
+        self._send = send
+        self._size = size
+        self._after = after
+        self._weight = 0
+        self._queue: asyncio.Queue[T] = asyncio.Queue(capacity)
+        self.capacity = capacity
+        self.batch_size = batch_size
+        self.backoff = backoff or Backoff(initial_s=0.2, max_s=10.0)
+        self.metrics = metrics
+        self.delivered = 0
+        """Items (by ``size``: events) acknowledged so far."""
+        self.failing_since: float | None = None
+        """``time.monotonic()`` of the first failure of the current outage; None when healthy."""
+        self._full_since: float | None = None
+        self._closed = False
+
+    def __len__(self) -> int:
+        return self._queue.qsize()
+
+    async def put(self, item: T) -> None:
+        """Add an item; waits (backpressure) while the buffer is full."""
+        if self._closed:
+            raise RuntimeError("delivery is closed")
+        queue = self._queue
+        if not queue.full():
+            queue.put_nowait(item)
+            self._weight += self._size(item)
+        else:
+            started = time.monotonic()
+            if self._full_since is None:
+                self._full_since = started
+                log.warning(
+                    "delivery buffer full (%d items): the broker is slow or down; "
+                    "the source waits, its checkpoint is kept",
+                    self.capacity,
+                )
+            try:
+                await queue.put(item)
+                self._weight += self._size(item)
+            finally:
+                if self.metrics is not None:
+                    self.metrics.backpressure.inc(time.monotonic() - started)
+        self._gauge()
+
+    def _gauge(self) -> None:
+        if self.metrics is not None:
+            self.metrics.buffered.set(self._weight)
+
+    async def _take(self) -> list[T]:
+        batch = [await self._queue.get()]
+        while len(batch) < self.batch_size and not self._queue.empty():
+            batch.append(self._queue.get_nowait())
+        self._weight -= sum(self._size(item) for item in batch)  # in flight, not buffered
+        return batch
+
+    async def run(self) -> None:
+        """Deliver batches until cancelled (or until closed and empty)."""
+        while not (self._closed and self._queue.empty()):
+            batch = await self._take()
+            await self._deliver(batch)
+            try:
+                if self._after is not None:
+                    self._after(batch)
+            finally:
+                for _ in batch:
+                    self._queue.task_done()
+            self._gauge()
+            if self._full_since is not None and not self._queue.full():
+                log.warning(
+                    "delivery buffer has room again after %.1f s of backpressure",
+                    time.monotonic() - self._full_since,
+                )
+                self._full_since = None
+
+    async def _deliver(self, batch: list[T]) -> None:
+        attempt = 0
+        while True:
+            try:
+                await self._send(batch)
+            except Exception as exc:  # any failure: keep the batch, retry
+                now = time.monotonic()
+                if self.failing_since is None:
+                    self.failing_since = now
+                    log.warning(
+                        "delivery failed (%r); holding %d buffered items and retrying",
+                        exc,
+                        len(batch) + self._queue.qsize(),
+                    )
+                if self.metrics is not None:
+                    self.metrics.delivery_failures.inc()
+                delay = self.backoff.delay(attempt)
+                attempt += 1
+                await asyncio.sleep(delay)
+                continue
+            if self.failing_since is not None:
+                log.warning(
+                    "delivery recovered after %.1f s", time.monotonic() - self.failing_since
+                )
+                self.failing_since = None
+            self.delivered += sum(self._size(item) for item in batch)
+            return
+
+    async def close(self, timeout: float | None) -> bool:
+        """Stop accepting items and wait up to ``timeout`` s (None: no limit) for the buffer
+        to drain. Only returns True while :meth:`run` is running; a caller that cannot be sure
+        of that waits on both (see :class:`connectors.publish.Publisher`)."""
+        self._closed = True
+        try:
+            await asyncio.wait_for(self._queue.join(), timeout)
+        except TimeoutError:
+            log.warning("%d buffered items not delivered at shutdown", self._queue.qsize())
+            return False
+        return True
