@@ -14,18 +14,33 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, Literal
+
+import msgspec
 
 from schemas import codec
 
-FORMATS: Final = ("text", "json")
 NOISY: Final = ("aiokafka", "kafka", "kubernetes_asyncio")
 
 
-class LogConfigError(ValueError):
-    """A ``[log]`` value that is not one of the allowed ones."""
+LogFormat = Literal["text", "json"]
+
+
+class LogSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The ``[log]`` table (a sub-tree of :class:`gputriage.settings.Settings`).
+
+    ``level`` is any standard level name in any case (``INFO``, ``debug``):
+    checked in ``__post_init__``, so a typo fails at load with its path
+    (``log.level: 'verbose' is not a log level``), not when logging starts.
+    """
+
+    level: str = "info"
+    format: LogFormat = "text"
+
+    def __post_init__(self) -> None:
+        if self.level.upper() not in logging.getLevelNamesMapping():
+            raise ValueError(f"level: {self.level.lower()!r} is not a log level")
 
 
 class JsonFormatter(logging.Formatter):
@@ -43,22 +58,13 @@ class JsonFormatter(logging.Formatter):
         return codec.dumps(entry).decode()
 
 
-def configure_logging(section: Mapping[str, Any]) -> None:
-    """Set up the root logger on stderr from the ``[log]`` table."""
-    unknown = set(section) - {"level", "format"}
-    if unknown:
-        raise LogConfigError(f"unknown key log.{sorted(unknown)[0]}")
-    level_name = str(section.get("level", "info")).upper()
-    level = logging.getLevelNamesMapping().get(level_name)
-    if level is None:
-        raise LogConfigError(f"log.level {level_name.lower()!r} is not a log level")
-    fmt = str(section.get("format", "text"))
-    if fmt not in FORMATS:
-        raise LogConfigError(f"log.format {fmt!r} is not one of: {', '.join(FORMATS)}")
+def configure_logging(settings: LogSettings) -> None:
+    """Set up the root logger on stderr from the ``[log]`` settings."""
+    level = logging.getLevelNamesMapping()[settings.level.upper()]
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         JsonFormatter()
-        if fmt == "json"
+        if settings.format == "json"
         else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
     )
     root = logging.getLogger()

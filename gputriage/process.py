@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-import sys
 from typing import Any
 
 import msgspec
@@ -33,9 +32,10 @@ from aiokafka.errors import KafkaError
 from connectors.kafka.admin import TopicError, check_copartitioned, ensure_topics
 from connectors.kafka.config import client_kwargs
 from connectors.signals import stop_on_signals
-from gputriage.logs import LogConfigError, configure_logging
+from gputriage.errors import error
+from gputriage.logs import configure_logging
 from gputriage.settings import Settings, SettingsError
-from schemas.topics import state_topic, topic_layout
+from schemas.topics import state_topic, topic_layout, validation_text
 from streams.app.metrics import Metrics
 from streams.app.worker import ProcessorOptions, Worker
 
@@ -43,26 +43,27 @@ log = logging.getLogger("gputriage.processor")
 
 
 def processor_options(settings: Settings, **overrides: Any) -> ProcessorOptions:
-    """The ``[processor]`` table as :class:`~streams.app.worker.ProcessorOptions`."""
+    """``[processor]`` as :class:`~streams.app.worker.ProcessorOptions`, given options winning.
+
+    ``None`` overrides are "not given" (the CLI's options default to ``None`` so
+    that the settings own every default). The settings were validated at load.
+    """
     values = {
-        **settings.section("processor"),
+        **msgspec.structs.asdict(settings.processor),
         **{k: v for k, v in overrides.items() if v is not None},
     }
     try:
-        return msgspec.convert(values, ProcessorOptions, strict=False)
-    except msgspec.ValidationError as exc:
-        raise SettingsError(
-            f"invalid configuration: {str(exc).replace('$.', 'processor.')}"
-        ) from None
+        return msgspec.convert(values, ProcessorOptions)
+    except msgspec.ValidationError as exc:  # an override of the wrong type (a caller's bug)
+        raise SettingsError(f"invalid option: {validation_text(exc, 'processor')}") from None
 
 
-def run_worker(settings: Settings, brokers: str | None = None, **overrides: Any) -> int:
-    """Create missing topics, serve ``/metrics``, then run the worker until a signal."""
-    try:
-        configure_logging(settings.section("log"))
-    except LogConfigError as exc:
-        raise SettingsError(f"invalid configuration: {exc}") from None
-    options = processor_options(settings, **overrides)
+def run_worker(settings: Settings, options: ProcessorOptions, brokers: str | None = None) -> int:
+    """Create missing topics, serve ``/metrics``, then run the worker until a signal.
+
+    The exit status: 0 after a signal, 1 when Kafka failed (one line on stderr).
+    """
+    configure_logging(settings.log)
     try:
         return asyncio.run(_run(settings, brokers, options))
     except KafkaError as exc:
@@ -70,16 +71,16 @@ def run_worker(settings: Settings, brokers: str | None = None, **overrides: Any)
         # undelivered was committed, so the restarted worker (its supervisor's job)
         # re-reads it. One line, not a traceback.
         log.error("Kafka: %s; exiting (uncommitted records will be re-read)", exc)
-        print(f"gputriage: error: Kafka: {exc}", file=sys.stderr)
+        error(f"Kafka: {exc}")
         return 1
     except TopicError as exc:
-        print(f"gputriage: error: {exc}", file=sys.stderr)
+        error(str(exc))
         return 1
 
 
 async def _run(settings: Settings, brokers: str | None, options: ProcessorOptions) -> int:
     kwargs = client_kwargs(settings.kafka_settings(), brokers)
-    layout = topic_layout(settings.topic_settings())
+    layout = topic_layout(settings.topics)
     state = state_topic(layout, options.app_id)
     created = await ensure_topics(kwargs, layout, extra=(state,))
     if created:

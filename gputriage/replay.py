@@ -110,6 +110,21 @@ def replay(
     return result
 
 
+def run_replay(
+    sources: Sequence[FileSource],
+    config: CoreConfig,
+    options: ReplayOptions,
+    stdout: BinaryIO,
+    stderr: TextIO,
+) -> int:
+    """:func:`replay`, then close the sources; the exit status (1: some line did not decode)."""
+    try:
+        return replay(sources, config, options, stdout, stderr).exit_code
+    finally:
+        for source in sources:
+            source.close()
+
+
 def _collect(incidents: Iterable[Incident], result: ReplayResult, stream: BinaryIO | None) -> None:
     for incident in incidents:
         result.revisions.append(incident)

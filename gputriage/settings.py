@@ -1,6 +1,16 @@
-"""Settings: a TOML file overlaid with ``GPUTRIAGE_<SECTION>__<KEY>`` environment variables.
+"""Settings: ONE typed tree, from a TOML file and ``GPUTRIAGE_<SECTION>__<KEY>`` variables.
 
-Precedence, lowest first: built-in defaults, the file (``--config FILE`` or
+:class:`Settings` is a tree of frozen msgspec ``Struct``\\ s, one per table, each
+living with its owner (:class:`~streams.config.CoreSettings`,
+:class:`~streams.config.XidSettings`, :class:`~connectors.kafka.config.KafkaSettings`,
+:class:`~schemas.topics.TopicSettings`, :class:`ProcessorSettings`,
+:class:`~gputriage.logs.LogSettings`, :class:`ConnectSettings`). :func:`load_settings`
+builds it with ONE ``msgspec.convert``, so every value is validated once, at load,
+and an error names its path: ``invalid configuration in FILE: topics.partitions:
+Expected `int`, got `str```. The structs own every default; the CLI's options
+default to "unset" (``None``) and only override what was typed.
+
+Precedence, lowest first: the structs' defaults, the file (``--config FILE`` or
 ``$GPUTRIAGE_CONFIG``), then environment variables. Environment variables exist
 for containers, where mounting a file for one threshold is a chore.
 
@@ -10,20 +20,22 @@ Traps:
   ``2`` is an integer, ``0.5`` a float, ``true`` a boolean and ``[13, 31]`` a
   list; anything that does not parse (``page``, ``Evicted``) stays a string.
   A string that happens to look like TOML (``2024-01-01`` is a date) must be
-  quoted: ``GPUTRIAGE_X__Y='"2024-01-01"'``.
+  quoted: ``GPUTRIAGE_X__Y='"2024-01-01"'``. The conversion is strict, so a
+  quoted ``'"2"'`` is a string and refused where a number is wanted.
 * ``__`` separates levels and names are lower-cased, so
   ``GPUTRIAGE_CORE__SEVERITY__HOST_OOM_KILL=page`` sets ``core.severity.host_oom_kill``
   and ``GPUTRIAGE_XID__FOLLOW_UP=[45]`` sets ``xid.follow_up`` (the XID table
-  accepts ``_`` for ``-``).
-* Unknown sections are errors, not ignored: a typo such as ``[cor]`` would
-  otherwise silently run with the defaults. Unknown *keys* are rejected by the
-  consumer of the section (:func:`streams.config.core_config_from`).
+  and the ``[connect.<source>]`` tables accept ``-`` for ``_``).
+* Unknown sections and keys are errors, not ignored: a typo such as ``[cor]`` or
+  ``grace_secs`` would otherwise silently run with the defaults. Every struct
+  has ``forbid_unknown_fields``; the message lists the keys that would do.
 * Variables without ``__`` (``GPUTRIAGE_CONFIG`` itself) are not settings.
 * The Kafka SASL password is never a setting: a ``password`` key in ``[kafka]``,
-  from the file or from ``GPUTRIAGE_KAFKA__*``, is refused at load time, before
-  it is stored anywhere a ``repr`` could show it. It is read only from
+  from the file or from ``GPUTRIAGE_KAFKA__*``, is refused before the
+  conversion, so no error or ``repr`` can quote it. It is read only from
   ``$GPUTRIAGE_KAFKA_PASSWORD`` (captured here, masked) or from the file that
-  ``kafka.sasl_password_file`` names (read by :meth:`Settings.kafka_settings`).
+  ``kafka.sasl_password_file`` names (read by :meth:`Settings.kafka_settings`,
+  i.e. only by commands that connect).
 """
 
 from __future__ import annotations
@@ -31,71 +43,232 @@ from __future__ import annotations
 import os
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Annotated, Any, Final
+
+import msgspec
 
 from connectors.kafka.config import (
     PASSWORD_ENV,
     KafkaConfigError,
     KafkaSettings,
     Secret,
-    kafka_settings_from,
+    check_kafka,
+    kafka_table,
+    with_password,
 )
-from schemas.topics import TopicConfigError, TopicSettings, topic_settings_from
-from streams.config import ConfigError, core_config_from
+from connectors.xid.journal import JOURNALCTL
+from connectors.xid.kmsg import BOOT_ID_PATH, DEFAULT_STATE, DEVICE, PROC_STAT
+from gputriage.logs import LogSettings
+from schemas.topics import TopicSettings, validation_text
+from streams.config import XID_UNDER_CORE, CoreSettings, XidSettings, core_config, xid_table
 from streams.core.config import CoreConfig
 
 ENV_PREFIX: Final = "GPUTRIAGE_"
 CONFIG_ENV: Final = "GPUTRIAGE_CONFIG"
 SECTIONS: Final = ("core", "xid", "kafka", "topics", "processor", "log", "connect")
-"""The tables a configuration file may hold (later: sources, sinks...)."""
+"""The tables a configuration file may hold (the fields of :class:`Settings`)."""
+
+Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
+"""A TCP port; 0 picks a free one."""
+Positive = Annotated[float, msgspec.Meta(gt=0)]
 
 
 class SettingsError(ValueError):
     """Settings that cannot be loaded or used; the message is one line naming the culprit."""
 
 
-@dataclass(frozen=True)
-class Settings:
-    """Every section as plain data, after the environment overlay."""
+class ProcessorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The ``[processor]`` table: :class:`streams.app.worker.ProcessorOptions` with ranges.
 
-    tables: dict[str, dict[str, Any]] = field(default_factory=dict)
+    Repeated here rather than imported because ``streams.app.worker`` imports
+    aiokafka, and every command (``replay`` too) loads the settings;
+    :func:`gputriage.process.processor_options` converts, and a test holds the
+    two field-for-field and default-for-default alike.
+    """
+
+    app_id: str = "gputriage"
+    batch_max: Annotated[int, msgspec.Meta(ge=1)] = 5000
+    tick_seconds: Positive = 0.1
+    metrics_port: Port | None = 9464
+    metrics_addr: str = "0.0.0.0"
+    session_timeout_seconds: Positive = 10.0
+    rebalance_timeout_seconds: Positive = 10.0
+    stop_timeout_seconds: Positive = 15.0
+    startup_hold_seconds: Annotated[float, msgspec.Meta(ge=0)] = 10.0
+    snapshot_seconds: Positive = 1.0
+    fetch_max_wait_ms: Annotated[int, msgspec.Meta(ge=0)] = 100
+    restore_timeout_seconds: Positive = 120.0
+
+
+# -- [connect.<source>]: the connectors' options ---------------------------------------
+# Field names are the click parameter names (``buffer_size`` for ``--buffer``), so a
+# command merges its given options over its table by name. ``None`` where the command
+# line has no default (``cluster``, ``node``: required, checked after the merge).
+
+
+class K8sConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[connect.k8s]``: defaults of ``gputriage connect k8s``."""
+
+    cluster: str | None = None
+    namespace: str | None = None
+    kubeconfig: str | None = None
+    kube_context: str | None = None
+    in_cluster: bool = False
+    keep_all: bool = False
+    resources: tuple[str, ...] = ()
+    prefixes: tuple[str, ...] = ()
+    brokers: str | None = None
+    metrics_port: Port = 9466
+    buffer_size: Annotated[int, msgspec.Meta(ge=1)] = 10_000
+    silence_timeout: Annotated[float, msgspec.Meta(ge=1.0)] = 300.0
+    leader_election: bool = False
+    lease_namespace: str | None = None
+    lease_name: str = "gputriage-connect-k8s"
+    identity: str | None = None
+
+
+class KmsgConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[connect.kmsg]``: defaults of ``gputriage connect kmsg``."""
+
+    node: str | None = None
+    cluster: str | None = None
+    device: str = DEVICE
+    state_path: str = DEFAULT_STATE
+    boot_id_file: str = BOOT_ID_PATH
+    proc_stat: str = PROC_STAT
+    boot_time: str | None = None
+    """RFC 3339 or epoch seconds, parsed by the command (one parser for both sources)."""
+    brokers: str | None = None
+    metrics_port: Port = 9465
+    poll_interval: Annotated[float, msgspec.Meta(ge=0.01, le=10.0)] = 0.2
+    journal: bool = False
+    journalctl: str = JOURNALCTL
+    journal_dir: str = ""
+    log_file: str = ""
+    tz: str = "UTC"
+    year: Annotated[int, msgspec.Meta(ge=1970, le=9999)] | None = None
+    nvml: bool = True
+    once: bool = False
+
+
+class DcgmConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[connect.dcgm]``: defaults of ``gputriage connect dcgm``."""
+
+    url: str | None = None
+    node: str | None = None
+    cluster: str | None = None
+    interval: Annotated[float, msgspec.Meta(ge=0.1)] = 15.0
+    timeout: Annotated[float, msgspec.Meta(ge=0.1)] = 10.0
+    state_path: str | None = None
+    brokers: str | None = None
+    metrics_port: Port = 9467
+
+
+class NvmlConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[connect.nvml]``: defaults of ``gputriage connect nvml``."""
+
+    node: str | None = None
+    cluster: str | None = None
+    bindings: bool = True
+    once: bool = False
+    print_only: bool = False
+    brokers: str | None = None
+
+
+class ConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[connect]``: one table per connector."""
+
+    k8s: K8sConnectSettings = K8sConnectSettings()
+    kmsg: KmsgConnectSettings = KmsgConnectSettings()
+    dcgm: DcgmConnectSettings = DcgmConnectSettings()
+    nvml: NvmlConnectSettings = NvmlConnectSettings()
+
+
+class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Every table, typed. Build it with :func:`load_settings` (which checks it once).
+
+    ``origin`` and ``kafka_password`` are not tables: :func:`load_settings` fills
+    them after the conversion (a file cannot set them: only :data:`SECTIONS`
+    reach the conversion).
+    """
+
+    core: CoreSettings = CoreSettings()
+    xid: XidSettings = XidSettings()
+    kafka: KafkaSettings = KafkaSettings()
+    """Validated, *without* the SASL password: see :meth:`kafka_settings`."""
+    topics: TopicSettings = TopicSettings()
+    processor: ProcessorSettings = ProcessorSettings()
+    log: LogSettings = LogSettings()
+    connect: ConnectSettings = ConnectSettings()
     origin: str = ""
     """The file the settings came from, or empty for defaults and environment only."""
-    kafka_password: Secret | None = field(default=None, repr=False, compare=False)
+    kafka_password: Secret | None = None
     """``$GPUTRIAGE_KAFKA_PASSWORD`` as it was at load time (masked even if printed)."""
 
+    @property
+    def tables(self) -> dict[str, dict[str, Any]]:
+        """What was set (file and environment), as plain data; defaults left out."""
+        tables = {name: self.section(name) for name in SECTIONS}
+        return {name: table for name, table in tables.items() if table}
+
     def section(self, name: str) -> dict[str, Any]:
-        """One section's values (empty when not set anywhere)."""
-        return self.tables.get(name, {})
+        """One table's explicitly set values, as plain data (empty when none)."""
+        value = explicit(getattr(self, name))
+        return value if isinstance(value, dict) else {}
 
     def core_config(self) -> CoreConfig:
-        """The correlation core's configuration; :class:`SettingsError` names a bad key."""
-        try:
-            return core_config_from(core=self.section("core"), xid=self.section("xid"))
-        except ConfigError as exc:
-            where = f" in {self.origin}" if self.origin else ""
-            raise SettingsError(f"invalid configuration{where}: {exc}") from None
+        """The correlation core's configuration (the core's own type, built from two tables)."""
+        return core_config(self.core, self.xid)
 
     def kafka_settings(self) -> KafkaSettings:
-        """The ``[kafka]`` table, validated, with the SASL password attached when SASL is on."""
+        """``[kafka]`` with the SASL password attached when SASL is on.
+
+        :class:`SettingsError` when the password is missing, set twice, or unreadable.
+        """
         try:
-            return kafka_settings_from(self.section("kafka"), password_env=self.kafka_password)
+            return with_password(self.kafka, self.kafka_password)
         except KafkaConfigError as exc:
-            where = f" in {self.origin}" if self.origin else ""
-            raise SettingsError(f"invalid configuration{where}: {exc}") from None
+            raise SettingsError(f"invalid configuration{self._where()}: {exc}") from None
 
     def topic_settings(self) -> TopicSettings:
-        """The ``[topics]`` table, validated."""
-        try:
-            return topic_settings_from(self.section("topics"))
-        except TopicConfigError as exc:
-            where = f" in {self.origin}" if self.origin else ""
-            raise SettingsError(f"invalid configuration{where}: {exc}") from None
+        """The ``[topics]`` table."""
+        return self.topics
+
+    def _where(self) -> str:
+        return f" in {self.origin}" if self.origin else ""
+
+
+def explicit(value: Any) -> Any:
+    """A struct as plain data without the fields that hold their defaults (recursively).
+
+    What ``[connect.<source>]`` tables contribute to a command, and what
+    :attr:`Settings.tables` shows: a default is not something the user said.
+    """
+    if not isinstance(value, msgspec.Struct):
+        return msgspec.to_builtins(value)
+    result: dict[str, Any] = {}
+    for info in msgspec.structs.fields(value):
+        current = getattr(value, info.name)
+        if isinstance(current, Secret):
+            continue
+        default = (
+            info.default_factory()
+            if info.default_factory is not msgspec.NODEFAULT
+            else info.default
+        )
+        if current == default:
+            continue
+        shown = explicit(current)
+        if shown != {}:
+            result[info.name] = shown
+    return result
 
 
 def load_settings(path: str | None = None, environ: Mapping[str, str] | None = None) -> Settings:
-    """Load ``path`` (or ``$GPUTRIAGE_CONFIG``, or nothing) and overlay the environment."""
+    """Load ``path`` (or ``$GPUTRIAGE_CONFIG``, or nothing), overlay the environment, validate.
+
+    Raises :class:`SettingsError` with one line naming the file and the key.
+    """
     env = os.environ if environ is None else environ
     path = path or env.get(CONFIG_ENV) or None
     tables = _read_file(path) if path else {}
@@ -103,12 +276,73 @@ def load_settings(path: str | None = None, environ: Mapping[str, str] | None = N
         if name.startswith(ENV_PREFIX) and "__" in name:
             _overlay(tables, name, value)
     _refuse_passwords(tables.get("kafka", {}), path)
+    where = f" in {path}" if path else ""
+    if "xid" in tables.get("core", {}):
+        raise SettingsError(f"invalid configuration{where}: {XID_UNDER_CORE}")
+    try:
+        settings = msgspec.convert(_normalised(tables), Settings)
+        check_kafka(settings.kafka)
+    except msgspec.ValidationError as exc:
+        raise SettingsError(f"invalid configuration{where}: {_describe(exc)}") from None
+    except KafkaConfigError as exc:
+        raise SettingsError(f"invalid configuration{where}: {exc}") from None
     password = env.get(PASSWORD_ENV)
-    return Settings(
-        tables=tables,
-        origin=path or "",
-        kafka_password=Secret(password) if password else None,
+    return msgspec.structs.replace(
+        settings, origin=path or "", kafka_password=Secret(password) if password else None
     )
+
+
+def _normalised(tables: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The spellings each table accepts, made the fields' own (before the one conversion)."""
+    values: dict[str, Any] = dict(tables)
+    if "xid" in values:
+        values["xid"] = xid_table(values["xid"])
+    if "kafka" in values:
+        values["kafka"] = kafka_table(values["kafka"])
+    connect = values.get("connect")
+    if isinstance(connect, dict):
+        values["connect"] = {
+            source: (
+                {key.replace("-", "_"): v for key, v in options.items()}
+                if isinstance(options, dict)
+                else options
+            )
+            for source, options in connect.items()
+        }
+    return values
+
+
+def _describe(exc: msgspec.ValidationError) -> str:
+    """msgspec's error as ``path.to.key: reason``, listing the keys an unknown one could be."""
+    text = validation_text(exc)
+    key, sep, rest = text.partition(": ")
+    if sep and rest == "unknown key":
+        *parents, name = key.split(".")
+        table = _struct_at(parents)
+        if table is not None:
+            known = ", ".join(f for f in table.__struct_fields__ if f != "sasl_password")
+            if not parents:
+                return f"unknown section [{name}] (expected one of: {known})"
+            if parents[0] == "connect" and len(parents) == 1:
+                return f"unknown section connect.{name} (expected one of: {known})"
+            if parents[0] == "connect":
+                source = parents[1]
+                return f"unknown key {key} (see 'gputriage connect {source} --help')"
+            return f"{key}: unknown key (expected one of: {known})"
+    return text
+
+
+def _struct_at(path: list[str]) -> type[msgspec.Struct] | None:
+    """The struct type at a dotted path of :class:`Settings` (for the list of known keys)."""
+    kind: Any = Settings
+    for name in path:
+        if not (isinstance(kind, type) and issubclass(kind, msgspec.Struct)):
+            return None
+        info = {f.name: f for f in msgspec.structs.fields(kind)}.get(name)
+        if info is None:
+            return None
+        kind = info.type
+    return kind if isinstance(kind, type) and issubclass(kind, msgspec.Struct) else None
 
 
 def _refuse_passwords(kafka: Mapping[str, Any], path: str | None) -> None:

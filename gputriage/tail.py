@@ -24,8 +24,16 @@ closing aborts with the CLI's usual 130.
 Traps:
 
 * Interruption does not rely on cancellation alone: aiokafka's ``stop()``
-  swallows a cancellation that lands inside it, so a signal also sets an event
-  every loop checks (:class:`_StopOnSignals`).
+  awaits its own cancelled tasks with ``except CancelledError: pass``, which
+  swallows *our* cancellation if it lands there (measured: Ctrl-C during
+  connection retries was lost). So the signal sets an event every loop checks
+  (the one helper, :func:`connectors.signals.stop_on_signals`), and a watcher
+  task also cancels the main task so the current wait ends early. The watcher
+  puts the default handlers back first: a second Ctrl-C is a plain
+  ``KeyboardInterrupt``, the CLI's "interrupted" (130).
+* An unreachable broker or a missing topic raises
+  :class:`connectors.kafka.producer.KafkaUnreachable`, the one "Kafka is not
+  there" error of every command; it is imported lazily (with aiokafka).
 * The end offsets for ``now`` are read explicitly; ``seek_to_end`` is lazy and
   would resolve "the end" at the first fetch, a moment later.
 * Some brokers answer ``offsets_for_times`` for "no record at or after this time"
@@ -45,14 +53,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, BinaryIO, Final, Literal, TextIO
 
+from connectors.signals import stop_on_signals
 from gputriage import render
+from gputriage.errors import error
 from gputriage.replay import Output
+from gputriage.times import parse_time
 from schemas.codec import RecordError, decode_incident, encode
 
 if TYPE_CHECKING:
@@ -70,10 +80,6 @@ _RETRY_S: Final = 0.25
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-class KafkaUnavailable(RuntimeError):
-    """The brokers could not be reached in time, or the topic does not exist."""
-
-
 def parse_start(text: str) -> StartAt:
     """``now``, ``beginning``, an offset (digits) or an RFC 3339 time with an offset or ``Z``."""
     value = text.strip()
@@ -81,13 +87,9 @@ def parse_start(text: str) -> StartAt:
         return value  # type: ignore[return-value]  # narrowed by the membership test
     if value.isdigit():
         return int(value)
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise ValueError(f"{text!r} is not now, beginning, an offset or an RFC 3339 time") from None
-    if moment.tzinfo is None:
-        raise ValueError(f"{text!r} has no UTC offset: add Z or +hh:mm")
-    return moment
+    if not value or value[0] not in "0123456789":
+        raise ValueError(f"{text!r} is not now, beginning, an offset or an RFC 3339 time")
+    return parse_time(text)
 
 
 @dataclass(frozen=True)
@@ -120,13 +122,21 @@ def run_tail(
     options: TailOptions,
     stdout: BinaryIO,
     stderr: TextIO,
-) -> TailResult:
-    """Follow ``topic`` until interrupted (SIGINT/SIGTERM); returns what was printed.
+) -> int:
+    """Follow ``topic`` until interrupted (SIGINT/SIGTERM); the exit status.
 
-    Raises :class:`KafkaUnavailable` when the brokers cannot be reached within
-    ``options.connect_timeout_s`` or the topic does not exist.
+    0 after an interruption, 1 if a record failed to decode, and 1 with one
+    line on ``stderr`` when the brokers cannot be reached within
+    ``options.connect_timeout_s`` or the topic does not exist
+    (:class:`~connectors.kafka.producer.KafkaUnreachable`).
     """
-    return asyncio.run(tail(client_kwargs, topic, options, stdout, stderr))
+    from connectors.kafka.producer import KafkaUnreachable  # noqa: PLC0415 - imports aiokafka
+
+    try:
+        return asyncio.run(tail(client_kwargs, topic, options, stdout, stderr)).exit_code
+    except KafkaUnreachable as exc:
+        error(str(exc), stderr)
+        return 1
 
 
 async def tail(
@@ -141,7 +151,8 @@ async def tail(
 
     result = TailResult()
     stop = asyncio.Event()
-    signals = _StopOnSignals(stop)
+    restore = stop_on_signals(stop)
+    watcher = asyncio.create_task(_cancel_on(stop, restore, asyncio.current_task()))
     consumer: AIOKafkaConsumer | None = None
     try:
         consumer = await _connect(client_kwargs, options.connect_timeout_s, stop)
@@ -161,7 +172,8 @@ async def tail(
         if not stop.is_set():
             raise  # cancelled by someone else, not by a signal: pass it on
     finally:
-        signals.remove()
+        watcher.cancel()
+        restore()
         if consumer is not None:
             with _muted("aiokafka"), contextlib.suppress(KafkaError, OSError):
                 await consumer.stop()
@@ -169,44 +181,14 @@ async def tail(
     return result
 
 
-class _StopOnSignals:
-    """SIGINT/SIGTERM set ``stop`` and cancel the task; a second SIGINT/SIGTERM aborts.
-
-    Why not just asyncio.run's own SIGINT handling (it cancels the main task):
-    aiokafka's ``stop()`` awaits its own cancelled tasks with ``except
-    CancelledError: pass``, which swallows *our* cancellation if it lands there
-    (measured: Ctrl-C during connection retries was lost). So the loops also
-    check ``stop``; the cancellation only makes the current wait end early.
-    """
-
-    def __init__(self, stop: asyncio.Event) -> None:
-        self._stop = stop
-        self._loop = asyncio.get_running_loop()
-        self._task = asyncio.current_task()
-        self._installed: list[signal.Signals] = []
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            try:
-                self._loop.add_signal_handler(sig, self._on_signal)
-            except (NotImplementedError, RuntimeError, ValueError):
-                continue  # not the main thread, or no signals here: Ctrl-C stays default
-            self._installed.append(sig)
-
-    def _on_signal(self) -> None:
-        if self._stop.is_set():
-            # Second time: the user means it. Default handlers back, and a
-            # KeyboardInterrupt (the CLI's "interrupted", status 130).
-            self.remove()
-            signal.raise_signal(signal.SIGINT)
-            return
-        self._stop.set()
-        if self._task is not None:
-            self._task.cancel()
-
-    def remove(self) -> None:
-        for sig in self._installed:
-            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-                self._loop.remove_signal_handler(sig)
-        self._installed = []
+async def _cancel_on(
+    stop: asyncio.Event, restore: Callable[[], None], task: asyncio.Task[Any] | None
+) -> None:
+    """Once ``stop`` is set (a signal): default handlers back, then cancel ``task``."""
+    await stop.wait()
+    restore()
+    if task is not None:
+        task.cancel()
 
 
 def _print(
@@ -221,10 +203,10 @@ def _print(
         return  # a tombstone: an incident deleted from the compacted topic
     try:
         incident = decode_incident(record.value)
-    except RecordError as error:
+    except RecordError as bad:
         result.bad_records += 1
-        where = f" (at {error.field})" if error.field else ""
-        reason = render.one_line(error.reason) or "invalid record"
+        where = f" (at {bad.field})" if bad.field else ""
+        reason = render.one_line(bad.reason) or "invalid record"
         print(
             f"{record.topic} partition {record.partition} offset {record.offset}: {reason}{where}",
             file=stderr,
@@ -249,6 +231,8 @@ async def _connect(
     from aiokafka import AIOKafkaConsumer  # noqa: PLC0415 - see the imports
     from aiokafka.errors import KafkaError  # noqa: PLC0415
 
+    from connectors.kafka.producer import KafkaUnreachable  # noqa: PLC0415 - imports aiokafka
+
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     servers = client_kwargs.get("bootstrap_servers", "")
@@ -272,7 +256,7 @@ async def _connect(
             if stop.is_set():
                 break
             if loop.time() + _RETRY_S >= deadline:
-                raise KafkaUnavailable(
+                raise KafkaUnreachable(
                     f"cannot reach Kafka at {shown} within {timeout_s:g} s: {_reason(exc)}"
                 ) from None
             await asyncio.sleep(_RETRY_S)
@@ -295,10 +279,12 @@ def _reason(exc: BaseException) -> str:
 async def _assign_and_seek(consumer: AIOKafkaConsumer, topic: str, start: StartAt) -> None:
     from aiokafka import TopicPartition  # noqa: PLC0415 - see the imports
 
+    from connectors.kafka.producer import KafkaUnreachable  # noqa: PLC0415 - imports aiokafka
+
     # topics() fetches metadata for all topics; asking for one topic by name
     # could make a broker with auto-creation create it.
     if topic not in await consumer.topics():
-        raise KafkaUnavailable(f"topic {topic} does not exist (is the processor running?)")
+        raise KafkaUnreachable(f"topic {topic} does not exist (is the processor running?)")
     partitions = consumer.partitions_for_topic(topic) or set()
     tps = [TopicPartition(topic, p) for p in sorted(partitions)]
     # Offsets are looked up *before* assign(): once assigned, the fetcher's

@@ -52,7 +52,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
 import msgspec
 
@@ -94,19 +94,46 @@ class TopicConfigError(ValueError):
 
 
 class TopicSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The validated ``[topics]`` table."""
+    """The validated ``[topics]`` table (a sub-tree of :class:`gputriage.settings.Settings`).
+
+    Ranges are ``msgspec.Meta`` constraints, so a bad count fails when the
+    settings are loaded, with its path; what a constraint cannot say (-1 as
+    "forever", the names' keys, a legal topic name) is checked in
+    ``__post_init__``, whose ``ValueError`` msgspec reports at ``$.topics``:
+    each message starts with the key it is about, for the path to be completed.
+    """
 
     prefix: str = DEFAULT_PREFIX
-    partitions: int = DEFAULT_PARTITIONS
-    replication_factor: int = 1
-    incident_retention_ms: int = DEFAULT_INCIDENT_RETENTION_MS
+    partitions: Annotated[int, msgspec.Meta(ge=1)] = DEFAULT_PARTITIONS
+    replication_factor: Annotated[int, msgspec.Meta(ge=1)] = 1
+    incident_retention_ms: Annotated[int, msgspec.Meta(ge=-1)] = DEFAULT_INCIDENT_RETENTION_MS
     """How long an incident whose last revision is older is kept; -1: forever."""
     names: dict[str, str] = {}
-    """Full topic names that replace ``<prefix>.<...>`` for individual topics."""
+    """Full topic names that replace ``<prefix>.<...>`` for individual topics
+    (keys as in :data:`NAME_KEYS`; ``_`` is accepted for ``-``)."""
+
+    def __post_init__(self) -> None:
+        if self.incident_retention_ms == 0:
+            raise ValueError("incident_retention_ms: must be positive, or -1 (forever)")
+        for key in self.names:
+            if key.replace("_", "-") not in NAME_KEYS:
+                raise ValueError(
+                    f"names.{key}: unknown topic (expected one of: {', '.join(NAME_KEYS)})"
+                )
+        for spec in topic_layout(self).all():
+            if not _LEGAL_NAME.match(spec.name):
+                raise ValueError(
+                    f"topic name {spec.name!r}: only letters, digits, '.', '_' and '-', "
+                    "at most 249 characters"
+                )
 
 
 def topic_settings_from(table: Mapping[str, Any]) -> TopicSettings:
-    """Validate the ``[topics]`` table; raises :class:`TopicConfigError` naming the key."""
+    """Validate a plain ``[topics]`` table; raises :class:`TopicConfigError` naming the key.
+
+    For tests and scripts: the CLI converts the whole settings tree at once
+    (:func:`gputriage.settings.load_settings`), with the same messages.
+    """
     known = list(TopicSettings.__struct_fields__)
     for key in table:
         if key not in known:
@@ -114,32 +141,46 @@ def topic_settings_from(table: Mapping[str, Any]) -> TopicSettings:
                 f"topics.{key}: unknown key (expected one of: {', '.join(known)})"
             )
     try:
-        settings = msgspec.convert(dict(table), TopicSettings)
+        return msgspec.convert(dict(table), TopicSettings)
     except msgspec.ValidationError as exc:
-        raise TopicConfigError(str(exc).replace("$.", "topics.")) from None
-    if settings.partitions < 1:
-        raise TopicConfigError("topics.partitions: must be at least 1")
-    if settings.replication_factor < 1:
-        raise TopicConfigError("topics.replication_factor: must be at least 1")
-    if settings.incident_retention_ms < 1 and settings.incident_retention_ms != -1:
-        raise TopicConfigError("topics.incident_retention_ms: must be positive, or -1 (forever)")
-    names = {}
-    for key, name in settings.names.items():
-        canonical = key.replace("_", "-")
-        if canonical not in NAME_KEYS:
-            raise TopicConfigError(
-                f"topics.names.{key}: unknown topic (expected one of: {', '.join(NAME_KEYS)})"
-            )
-        names[canonical] = name
-    settings = msgspec.structs.replace(settings, names=names)
-    layout = topic_layout(settings)
-    for spec in layout.all():
-        if not _LEGAL_NAME.match(spec.name):
-            raise TopicConfigError(
-                f"topic name {spec.name!r}: only letters, digits, '.', '_' and '-', "
-                "at most 249 characters"
-            )
-    return settings
+        raise TopicConfigError(validation_text(exc, "topics")) from None
+
+
+_KEYED: Final = re.compile(r"^[a-z_][a-z0-9_.\[\]-]*: ")
+_UNKNOWN: Final = re.compile(r"^Object contains unknown field `(.*)`$")
+_BOUNDS: Final = ((">=", "at least"), ("<=", "at most"), (">", "more than"), ("<", "less than"))
+
+
+def validation_text(exc: msgspec.ValidationError, prefix: str = "") -> str:
+    """One line naming the dotted key of a settings error, from msgspec's ``- at `$.x.y```.
+
+    The one translation of settings errors (:mod:`gputriage.settings` and the
+    per-table helpers use it; it lives in ``schemas`` because that is the one
+    layer every owner of a settings sub-tree may import). Traps it handles:
+
+    * msgspec puts the path last (``Expected `int`, got `str` - at `$.topics.partitions```)
+      and omits it at the root; both become ``topics.partitions: Expected ...``.
+    * A ``__post_init__`` error is reported at its *struct's* path; by convention
+      its message starts with the key (``names.logs: unknown topic``), which is
+      appended to the path here.
+    * Bounds read as words: ``Expected `int` >= 1`` is ``must be at least 1``.
+    """
+    text, _, path = str(exc).rpartition(" - at `")
+    if not text:
+        text, path = str(exc), "$"
+    where = ".".join(p for p in (prefix, path.rstrip("`")[2:]) if p)
+    unknown = _UNKNOWN.match(text)
+    if unknown:
+        return (
+            f"{where}.{unknown.group(1)}: unknown key"
+            if where
+            else f"{unknown.group(1)}: unknown key"
+        )
+    if _KEYED.match(text):
+        return f"{where}.{text}" if where else text
+    for sign, words in _BOUNDS:
+        text = re.sub(rf"Expected `(?:int|float)` {sign} (\S+)", rf"must be {words} \1", text)
+    return f"{where}: {text}" if where else text
 
 
 @dataclass(frozen=True)
@@ -189,7 +230,12 @@ def topic_layout(settings: TopicSettings | None = None) -> TopicLayout:
     prefix = f"{settings.prefix}." if settings.prefix else ""
 
     def name(key: str, default: str) -> str:
-        return settings.names.get(key) or f"{prefix}{default}"
+        # [topics.names] accepts k8s_events for k8s-events: look up both spellings.
+        return (
+            settings.names.get(key)
+            or settings.names.get(key.replace("-", "_"))
+            or f"{prefix}{default}"
+        )
 
     def spec(key: str, default: str, meaning: str, **configs: str) -> TopicSpec:
         return TopicSpec(

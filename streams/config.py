@@ -1,10 +1,10 @@
-"""Builds the core's :class:`~streams.core.config.CoreConfig` from the catalog and overrides.
+"""The ``[core]`` and ``[xid]`` settings, typed, and the core's :class:`CoreConfig` built from them.
 
 This module may read packaged data (the XID catalog); the core itself may not,
-which is why the two are apart.
-
-User overrides have two parts, mirroring the ``[core]`` and ``[xid]`` tables of
-the configuration file::
+which is why the two are apart. :class:`CoreSettings` and :class:`XidSettings`
+are the sub-trees of :class:`gputriage.settings.Settings`; the core never sees
+them, only the :class:`~streams.core.config.CoreConfig` that
+:func:`core_config` makes of them::
 
     [core]
     grace_seconds = 1.0
@@ -13,24 +13,91 @@ the configuration file::
     [xid]            # move codes between classes
     fatal = [13]
     info = [79]
+
+Traps:
+
+* :class:`CoreSettings` repeats :class:`CoreConfig`'s fields (minus ``xid``) so
+  that each can carry its range (``msgspec.Meta``) and fail at load with its
+  path; ``tests/cli/test_settings.py`` checks that the two stay field-for-field
+  alike, and the defaults are *read from* ``CoreConfig`` so they cannot drift.
+* ``[core.severity]`` *merges* into the defaults: setting one incident type must
+  keep the others' severities.
+* ``[xid]`` keys are XID classes with ``_`` for ``-`` (``follow_up``). A code
+  listed under two classes ends in the later one, in the order
+  ``fatal, app, follow_up, info, unknown`` (the field order, not the file's).
+* XID classes belong in ``[xid]``, never ``[core] xid``: that is refused with a
+  message saying where they go (:func:`gputriage.settings.load_settings`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, get_args
+from typing import Annotated, Any, Final
 
 import msgspec
 
-from schemas.types import XidClass
+from schemas.topics import validation_text
+from schemas.types import Severity, XidClass
 from schemas.xid_catalog import load_catalog
-from streams.core.config import DEFAULT_SEVERITY, CoreConfig, XidRule
+from streams.core.config import CoreConfig, XidRule
 
-_CLASS_KEYS: dict[str, XidClass] = {name.replace("-", "_"): name for name in get_args(XidClass)}
+_D: Final = CoreConfig()
+"""The core's own defaults: the single source of every number below."""
+
+Seconds = Annotated[float, msgspec.Meta(ge=0)]
+"""A duration in seconds of event time (0 allowed: "no window")."""
+Count = Annotated[int, msgspec.Meta(ge=1)]
 
 
 class ConfigError(ValueError):
     """A configuration value that cannot be used; the message names the key."""
+
+
+class CoreSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The ``[core]`` table: :class:`CoreConfig`'s thresholds with their ranges."""
+
+    grace_seconds: Seconds = _D.grace_seconds
+    eviction_window_seconds: Seconds = _D.eviction_window_seconds
+    eviction_lookback_seconds: Seconds = _D.eviction_lookback_seconds
+    failure_reasons: tuple[str, ...] = _D.failure_reasons
+    oom_join_seconds: Seconds = _D.oom_join_seconds
+    oom_quiet_seconds: Seconds = _D.oom_quiet_seconds
+    cuda_oom_restarts: Annotated[int, msgspec.Meta(ge=0)] = _D.cuda_oom_restarts
+    cuda_oom_window_seconds: Seconds = _D.cuda_oom_window_seconds
+    cuda_oom_patterns: tuple[str, ...] = _D.cuda_oom_patterns
+    degraded_after_seconds: Seconds = _D.degraded_after_seconds
+    app_fault_quiet_seconds: Seconds = _D.app_fault_quiet_seconds
+    app_fault_escalate_count: Count = _D.app_fault_escalate_count
+    xid_repeat_count: Count = _D.xid_repeat_count
+    xid_repeat_window_seconds: Seconds = _D.xid_repeat_window_seconds
+    xid_coalesce_seconds: Seconds = _D.xid_coalesce_seconds
+    not_ready_statuses: tuple[str, ...] = _D.not_ready_statuses
+    max_evidence: Count = _D.max_evidence
+    severity: dict[str, Severity] = {}
+    """Overrides by incident type, merged into the defaults (not replacing them)."""
+
+
+XidCodes = tuple[Annotated[int, msgspec.Meta(ge=0)], ...]
+
+
+class XidSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The ``[xid]`` table: codes to move into each class (empty: the catalog's class)."""
+
+    fatal: XidCodes = ()
+    app: XidCodes = ()
+    follow_up: XidCodes = ()
+    info: XidCodes = ()
+    unknown: XidCodes = ()
+
+
+_CLASSES: Final[dict[str, XidClass]] = {
+    "fatal": "fatal",
+    "app": "app",
+    "follow_up": "follow-up",
+    "info": "info",
+    "unknown": "unknown",
+}
+"""Each :class:`XidSettings` field's class (a test keeps it in step with ``XidClass``)."""
 
 
 def catalog_policy() -> dict[int, XidRule]:
@@ -46,51 +113,55 @@ def catalog_policy() -> dict[int, XidRule]:
     }
 
 
-def apply_xid_overrides(
-    policy: dict[int, XidRule], overrides: Mapping[str, Any]
-) -> dict[int, XidRule]:
-    """Return ``policy`` with codes moved to the classes ``overrides`` names."""
+def apply_xid_overrides(policy: dict[int, XidRule], xid: XidSettings) -> dict[int, XidRule]:
+    """Return ``policy`` with codes moved to the classes ``xid`` names."""
     result = dict(policy)
-    for key, codes in overrides.items():
-        xid_class = _CLASS_KEYS.get(key.replace("-", "_"))
-        if xid_class is None:
-            known = ", ".join(sorted(_CLASS_KEYS))
-            raise ConfigError(f"xid.{key}: unknown XID class (expected one of {known})")
-        if not isinstance(codes, list) or not all(
-            isinstance(c, int) and not isinstance(c, bool) for c in codes
-        ):
-            raise ConfigError(f"xid.{key}: expected a list of XID codes (integers)")
-        for code in codes:
+    for field in XidSettings.__struct_fields__:
+        for code in getattr(xid, field):
             base = result.get(code, XidRule())
-            result[code] = msgspec.structs.replace(base, xid_class=xid_class)
+            result[code] = msgspec.structs.replace(base, xid_class=_CLASSES[field])
     return dict(sorted(result.items()))
+
+
+def core_config(core: CoreSettings | None = None, xid: XidSettings | None = None) -> CoreConfig:
+    """The core's :class:`CoreConfig` from the typed ``[core]`` and ``[xid]`` settings."""
+    core = core or CoreSettings()
+    values = msgspec.structs.asdict(core)
+    values["severity"] = {**_D.severity, **core.severity}
+    values["xid"] = apply_xid_overrides(catalog_policy(), xid or XidSettings())
+    return CoreConfig(**values)
 
 
 def core_config_from(
     core: Mapping[str, Any] | None = None, xid: Mapping[str, Any] | None = None
 ) -> CoreConfig:
-    """A :class:`CoreConfig` from the ``[core]`` and ``[xid]`` tables of a config file.
+    """A :class:`CoreConfig` from plain ``[core]`` and ``[xid]`` tables (tests, scripts).
 
-    Raises :class:`ConfigError` naming the offending key.
+    Raises :class:`ConfigError` naming the offending key. The CLI does not come
+    through here: :func:`gputriage.settings.load_settings` converts the whole
+    tree at once.
     """
-    policy = apply_xid_overrides(catalog_policy(), xid or {})
-    values = dict(core or {})
-    if "xid" in values:
-        raise ConfigError("core.xid: set XID classes in the [xid] table, not under [core]")
-    values["xid"] = policy
-    if "severity" in values:
-        overrides = values["severity"]
-        if not isinstance(overrides, Mapping):
-            raise ConfigError("core.severity: expected a table of incident type = severity")
-        # Merge, do not replace: setting one type must keep the others' defaults.
-        values["severity"] = {**DEFAULT_SEVERITY, **overrides}
+    if core and "xid" in core:
+        raise ConfigError(XID_UNDER_CORE)
     try:
-        return msgspec.convert(values, CoreConfig, strict=False)
+        core_settings = msgspec.convert(dict(core or {}), CoreSettings, strict=False)
     except msgspec.ValidationError as exc:
-        text = str(exc).replace("$.", "core.")
-        raise ConfigError(text) from None
+        raise ConfigError(validation_text(exc, "core")) from None
+    try:
+        xid_settings = msgspec.convert(xid_table(xid or {}), XidSettings)
+    except msgspec.ValidationError as exc:
+        raise ConfigError(validation_text(exc, "xid")) from None
+    return core_config(core_settings, xid_settings)
+
+
+XID_UNDER_CORE: Final = "core.xid: set XID classes in the [xid] table, not under [core]"
+
+
+def xid_table(table: Mapping[str, Any]) -> dict[str, Any]:
+    """``[xid]`` with ``-`` spelled ``_`` (``follow-up`` and ``follow_up`` are one key)."""
+    return {key.replace("-", "_"): value for key, value in table.items()}
 
 
 def default_core_config() -> CoreConfig:
     """The DESIGN defaults with the packaged XID catalog."""
-    return core_config_from()
+    return core_config()

@@ -41,6 +41,8 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from schemas.topics import validation_text
+
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
@@ -135,10 +137,12 @@ def split_brokers(value: Any) -> Any:
 def kafka_settings_from(
     table: Mapping[str, Any], *, password_env: Secret | None = None
 ) -> KafkaSettings:
-    """Validate the ``[kafka]`` table and attach the SASL password.
+    """Validate a plain ``[kafka]`` table and attach the SASL password (tests, scripts).
 
     ``password_env`` is the value of ``$GPUTRIAGE_KAFKA_PASSWORD`` (already
-    wrapped so it cannot be printed). Raises :class:`KafkaConfigError`.
+    wrapped so it cannot be printed). Raises :class:`KafkaConfigError`. The CLI
+    converts the whole settings tree at once (:func:`gputriage.settings.load_settings`),
+    then calls :func:`check_kafka` and, where Kafka is used, :func:`with_password`.
     """
     values = dict(table)
     for key in values:
@@ -153,17 +157,39 @@ def kafka_settings_from(
             raise KafkaConfigError(
                 f"kafka.{key}: unknown key (expected one of: {', '.join(known)})"
             )
+    try:
+        settings = msgspec.convert(kafka_table(values), KafkaSettings)
+    except msgspec.ValidationError as exc:
+        raise KafkaConfigError(validation_text(exc, "kafka")) from None
+    check_kafka(settings)
+    return with_password(settings, password_env)
+
+
+def kafka_table(table: Mapping[str, Any]) -> dict[str, Any]:
+    """``[kafka]`` with ``brokers`` split (a comma string is as good as a list)."""
+    values = dict(table)
     if "brokers" in values:
         values["brokers"] = split_brokers(values["brokers"])
-    try:
-        settings = msgspec.convert(values, KafkaSettings)
-    except msgspec.ValidationError as exc:
-        raise KafkaConfigError(str(exc).replace("$.", "kafka.")) from None
+    return values
+
+
+def check_kafka(settings: KafkaSettings) -> None:
+    """Refuse combinations that would silently mean something else (see the module traps).
+
+    Raises :class:`KafkaConfigError`. Reads no file: fine at load time.
+    """
     _check_consistency(settings)
-    if settings.sasl:
-        password = _password(settings, password_env)
-        settings = msgspec.structs.replace(settings, sasl_password=password)
-    return settings
+
+
+def with_password(settings: KafkaSettings, password_env: Secret | None) -> KafkaSettings:
+    """``settings`` with the SASL password attached when SASL is on (else unchanged).
+
+    Reads ``sasl_password_file``, so it runs only where Kafka is used: a command
+    that never connects must not fail on an unreadable secret.
+    """
+    if not settings.sasl:
+        return settings
+    return msgspec.structs.replace(settings, sasl_password=_password(settings, password_env))
 
 
 def _check_consistency(settings: KafkaSettings) -> None:

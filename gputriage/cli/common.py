@@ -1,41 +1,36 @@
-"""What every ``gputriage`` command shares: names, the error line, files, settings.
+"""What every ``gputriage`` command shares: options, the time type, files, settings.
 
-The commands live in three modules: :mod:`gputriage.cli` (the root group,
-``replay``, ``tail``, ``process``, ``demo``, ``schemas``, and the error policy
-in :func:`gputriage.cli.run`), :mod:`gputriage.cli.ingest` (offline readers of
-recorded source data) and :mod:`gputriage.cli.connect` (the live connectors).
+One module per verb group: :mod:`gputriage.cli.replay`, ``tail``, ``process``,
+``demo``, ``schemas``, ``ingest`` and ``connect``; :mod:`gputriage.cli` holds only
+the root group and the error policy (:func:`gputriage.cli.run`). Each command
+builds ONE options value from its arguments and the settings and calls ONE
+``run_*`` function that returns the exit status.
 Heavy imports (aiokafka, kubernetes-asyncio, aiohttp, pynvml) stay inside the
 command functions, so ``gputriage --help`` stays fast.
 """
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime, tzinfo
+from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import click
+import msgspec
 
 from connectors.files import FileSource
 from connectors.kafka.config import KafkaConfigError, client_kwargs
-from gputriage.settings import Settings, SettingsError, load_settings
+from gputriage.settings import Settings, load_settings
+from gputriage.times import parse_time
 
 if TYPE_CHECKING:
     from connectors.k8s.slim import SlimConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-PROG: Final = "gputriage"
 USAGE_ERROR: Final = 2
 INTERRUPTED: Final = 130
 CONTEXT: Final[dict[str, Any]] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
-
-
-def error(message: str) -> None:
-    """The one-line error: ``gputriage: error: <message>`` on stderr."""
-    text = " ".join(message.split())
-    print(f"{PROG}: error: {text}", file=sys.stderr)
 
 
 def open_all(paths: Sequence[str]) -> list[FileSource]:
@@ -52,8 +47,20 @@ def open_all(paths: Sequence[str]) -> list[FileSource]:
 
 
 def settings_of(ctx: click.Context) -> Settings:
-    """The settings of this invocation (``--config`` / ``$GPUTRIAGE_CONFIG`` + environment)."""
-    return load_settings(ctx.find_root().obj)
+    """The settings of this invocation (``--config`` / ``$GPUTRIAGE_CONFIG`` + environment).
+
+    Loaded once per invocation and kept on the root context: a command that asks
+    twice (merging its options, then running) must not read the file twice and
+    risk seeing two versions of it.
+    """
+    root = ctx.find_root()
+    settings = root.meta.get(_SETTINGS)
+    if not isinstance(settings, Settings):
+        settings = root.meta[_SETTINGS] = load_settings(root.obj)
+    return settings
+
+
+_SETTINGS: Final = "gputriage.settings"
 
 
 def kafka_kwargs(settings: Settings, brokers: str | None) -> dict[str, Any]:
@@ -65,62 +72,55 @@ def kafka_kwargs(settings: Settings, brokers: str | None) -> dict[str, Any]:
 
 
 def start_logging(settings: Settings) -> None:
-    """Configure logging from ``[log]`` (long-running commands only)."""
-    from gputriage.logs import LogConfigError, configure_logging  # noqa: PLC0415
+    """Configure logging from ``[log]`` (long-running commands only; validated at load)."""
+    from gputriage.logs import configure_logging  # noqa: PLC0415
 
-    try:
-        configure_logging(settings.section("log"))
-    except LogConfigError as exc:
-        raise SettingsError(f"invalid configuration: {exc}") from None
+    configure_logging(settings.log)
 
 
-def boot_time_option(
-    _ctx: click.Context, _param: click.Parameter, value: str | None
-) -> datetime | None:
-    """``--boot-time``: RFC 3339 with an offset, or seconds since the epoch (``btime``)."""
-    if value is None:
-        return None
-    try:
-        if value.isdigit():
-            return datetime.fromtimestamp(int(value), UTC)
-        stamp = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except (ValueError, OverflowError):
-        raise click.BadParameter(f"{value!r} is not an RFC 3339 time or epoch seconds") from None
-    if stamp.tzinfo is None:
-        raise click.BadParameter(f"{value!r} has no UTC offset (add Z or +hh:mm)")
-    return stamp
+class TimeType(click.ParamType[datetime, Any]):
+    """``TIME``: an RFC 3339 time (:func:`gputriage.times.parse_time`) as a click type.
+
+    A bad value is click's usage error (one line, exit 2), naming the option.
+    """
+
+    name = "TIME"
+
+    def __init__(self, *, epoch_seconds: bool = False) -> None:
+        self.epoch_seconds = epoch_seconds
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> datetime:
+        if isinstance(value, datetime):
+            return value
+        try:
+            return parse_time(str(value), epoch_seconds=self.epoch_seconds)
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
 
 
-def _time_zone(_ctx: click.Context, _param: click.Parameter, value: str) -> tzinfo:
+def time_zone(value: str) -> tzinfo:
+    """``--tz`` / ``connect.kmsg.tz``: an IANA zone name (``BadParameter`` otherwise)."""
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # noqa: PLC0415
 
     try:
         return ZoneInfo(value)
     except (ZoneInfoNotFoundError, ValueError):
-        raise click.BadParameter(f"unknown time zone {value!r}") from None
+        raise click.BadParameter(f"unknown time zone {value!r}", param_hint="'--tz'") from None
 
 
-tz_option = click.option(
-    "--tz",
-    metavar="ZONE",
-    default="UTC",
-    show_default=True,
-    callback=_time_zone,
-    help="Time zone of dmesg -T and syslog times (the node's local zone).",
-)
-year_option = click.option(
-    "--year",
-    type=click.IntRange(1970, 9999),
-    default=None,
-    help="Year of syslog times, which have none (default: this year).",
-)
-
-
-def http_url_option(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+def http_url(value: str) -> str:
     """An ``http://`` or ``https://`` URL with something after the scheme."""
     if not value.startswith(("http://", "https://")) or len(value) <= len("https://"):
-        raise click.BadParameter(f"{value!r} is not an http(s):// URL")
+        raise click.BadParameter(f"{value!r} is not an http(s):// URL", param_hint="'--url'")
     return value
+
+
+def shown(table: type[msgspec.Struct], name: str) -> str:
+    """A settings field's default, for ``show_default`` (the struct owns the value)."""
+    value = getattr(table(), name)
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 # -- options several commands share (one definition, one help text) -------------------
@@ -129,21 +129,43 @@ brokers_option = click.option(
     metavar="HOST:PORT[,...]",
     help="Kafka bootstrap servers (default: kafka.brokers from the settings).",
 )
+
+
+class SettingsRequired(click.Option):
+    """A required option that ``[connect.<source>]`` may supply: click must not enforce it.
+
+    ``required`` stays true for ``--help`` ("[required]") and for tools that read
+    the click tree (``tests/deploy`` checks every required option is supplied);
+    the check itself runs after the settings are merged
+    (:func:`gputriage.cli.connect._require`), because click's runs before.
+    """
+
+    def process_value(self, ctx: click.Context, value: Any) -> Any:
+        required, self.required = self.required, False
+        try:
+            return super().process_value(ctx, value)
+        finally:
+            self.required = required
+
+
 node_option = click.option(
-    "--node", required=True, envvar="NODE_NAME", help="This node's name ($NODE_NAME)."
+    "--node",
+    cls=SettingsRequired,
+    required=True,
+    envvar="NODE_NAME",
+    help="This node's name ($NODE_NAME).",
 )
 cluster_option = click.option(
-    "--cluster", required=True, help="Cluster name to put on every event."
+    "--cluster", cls=SettingsRequired, required=True, help="Cluster name to put on every event."
 )
 
 
-def metrics_port_option(default: int) -> Callable[[F], F]:
-    """``--metrics-port`` with a per-command default (each process its own port)."""
+def metrics_port_option(table: type[msgspec.Struct]) -> Callable[[F], F]:
+    """``--metrics-port``, its default from the command's settings (each process its own port)."""
     return click.option(
         "--metrics-port",
         type=click.IntRange(0, 65535),
-        default=default,
-        show_default=True,
+        show_default=shown(table, "metrics_port"),
         help="Port of the Prometheus /metrics endpoint (0 picks a free one).",
     )
 

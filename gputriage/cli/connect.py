@@ -6,51 +6,101 @@ k8s 9466, dcgm 9467 by default, so they can share a node's network), and
 sends what it cannot read to the dead-letter topic instead of dying.
 
 Every option can also come from the settings: ``[connect.<source>]`` tables
-in the file, or ``GPUTRIAGE_CONNECT__<SOURCE>__<OPTION>`` variables (option
-names with ``_`` for ``-``), which become the options' defaults; the command
-line still wins. Trap: click ignores unknown keys of a ``default_map``, so
-:func:`connect_defaults` checks them, or a typo would silently do nothing.
+in the file, or ``GPUTRIAGE_CONNECT__<SOURCE>__<OPTION>`` variables (the
+parameter names of :mod:`gputriage.settings`' ``*ConnectSettings``, ``-`` or
+``_``). Those structs own every default; the options here default to ``None``
+("not given") and :func:`_merged` lays what was given over the settings, so
+the command line wins.
+
+Traps:
+
+* ``--cluster``/``--node``/``--url`` are required, but not to click: a value
+  may come from the settings, so the check runs after the merge
+  (:func:`_require`), with click's own "Missing option" wording
+  (:class:`~gputriage.cli.common.SettingsRequired` keeps them marked required).
+* A flag can only be *given* (``--once``); ``--nvml/--no-nvml`` pairs are
+  tri-state (``None`` when neither), so the settings can turn them either way.
+* A typo in a ``[connect.<source>]`` table fails when the settings load (the
+  structs forbid unknown fields), so it can never silently do nothing.
 """
 
 from __future__ import annotations
 
-import asyncio
 import sys
-from datetime import datetime, tzinfo
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+import msgspec
 
-from connectors.xid.journal import JOURNALCTL
-from connectors.xid.kmsg import BOOT_ID_PATH, DEFAULT_STATE, DEVICE, PROC_STAT
 from gputriage.cli.common import (
     CONTEXT,
-    boot_time_option,
+    SettingsRequired,
+    TimeType,
     brokers_option,
     cluster_option,
-    error,
     gpu_resource_options,
-    http_url_option,
+    http_url,
     kafka_kwargs,
     metrics_port_option,
     node_option,
     settings_of,
+    shown,
     slim_config,
     start_logging,
-    tz_option,
-    year_option,
+    time_zone,
+)
+from gputriage.errors import error
+from gputriage.settings import (
+    DcgmConnectSettings,
+    K8sConnectSettings,
+    KmsgConnectSettings,
+    NvmlConnectSettings,
+    Settings,
+    explicit,
 )
 from schemas.topics import topic_layout
 
 if TYPE_CHECKING:
     from connectors.kafka.producer import KafkaTarget
-    from gputriage.settings import Settings
+
+T = TypeVar("T", bound=msgspec.Struct)
+
+
+def _merged(ctx: click.Context, source: str, given: dict[str, Any]) -> Any:
+    """``[connect.<source>]`` with the options that were given laid over it."""
+    table = getattr(settings_of(ctx).connect, source)
+    changes = {k: v for k, v in given.items() if v is not None and v != ()}
+    return msgspec.structs.replace(table, **changes)
+
+
+def _require(merged: msgspec.Struct, source: str, *names: str) -> None:
+    """click's "Missing option" for a required value found neither given nor in the settings."""
+    for name in names:
+        if getattr(merged, name) is None:
+            raise click.UsageError(
+                f"Missing option '--{name}' (or set connect.{source}.{name} in the settings)"
+            )
+
+
+def _given(value: str | None) -> str:
+    """A value :func:`_require` has checked (narrows ``str | None`` for the type checker)."""
+    if value is None:  # pragma: no cover - _require ran first
+        raise click.UsageError("a required option is missing")
+    return value
 
 
 @click.group("connect", context_settings=CONTEXT)
 def connect_group() -> None:
-    """Run a live source connector: read a source, publish typed events to the raw topics."""
+    """Run a live source connector: read a source, publish typed events to the raw topics.
+
+    \b
+    Examples:
+      gputriage connect k8s --cluster prod --in-cluster
+      gputriage connect kmsg --cluster prod --node "$NODE_NAME"
+      gputriage connect dcgm --cluster prod --node n1 --url http://10.0.0.5:9400/metrics
+      gputriage connect nvml --cluster prod --node n1 --print --once
+    """
 
 
 @connect_group.command("k8s", context_settings=CONTEXT)
@@ -63,28 +113,27 @@ def connect_group() -> None:
     help="Kubeconfig file (default: $KUBECONFIG or ~/.kube/config).",
 )
 @click.option("--context", "kube_context", help="Kubeconfig context (default: the current one).")
-@click.option("--in-cluster", is_flag=True, help="Use the pod's service account.")
+@click.option("--in-cluster", is_flag=True, default=None, help="Use the pod's service account.")
 @gpu_resource_options
 @brokers_option
-@metrics_port_option(9466)
+@metrics_port_option(K8sConnectSettings)
 @click.option(
     "--buffer",
     "buffer_size",
     type=click.IntRange(min=1),
-    default=10_000,
-    show_default=True,
+    show_default=shown(K8sConnectSettings, "buffer_size"),
     help="Events held while the broker is slow or down; then the watch waits.",
 )
 @click.option(
     "--silence-timeout",
     type=click.FloatRange(min=1.0),
-    default=300.0,
-    show_default=True,
+    show_default=shown(K8sConnectSettings, "silence_timeout"),
     help="Reconnect a watch that sent nothing (not even a bookmark) for this many seconds.",
 )
 @click.option(
     "--leader-election",
     is_flag=True,
+    default=None,
     help="Only the holder of a coordination.k8s.io Lease works (run several replicas).",
 )
 @click.option(
@@ -92,37 +141,33 @@ def connect_group() -> None:
     help="Namespace of the Lease (default: the pod's own, in-cluster).",
 )
 @click.option(
-    "--lease-name", default="gputriage-connect-k8s", show_default=True, help="Name of the Lease."
+    "--lease-name", show_default=shown(K8sConnectSettings, "lease_name"), help="Name of the Lease."
 )
 @click.option("--identity", help="This replica's name in the Lease (default: $HOSTNAME_pid).")
 @click.pass_context
-def connect_k8s_command(
-    ctx: click.Context,
-    *,
-    cluster: str,
-    namespace: str | None,
-    kubeconfig: str | None,
-    kube_context: str | None,
-    in_cluster: bool,
-    keep_all: bool,
-    resources: tuple[str, ...],
-    prefixes: tuple[str, ...],
-    brokers: str | None,
-    metrics_port: int,
-    buffer_size: int,
-    silence_timeout: float,
-    leader_election: bool,
-    lease_namespace: str | None,
-    lease_name: str,
-    identity: str | None,
-) -> int:
+def connect_k8s_command(ctx: click.Context, /, **given: Any) -> int:
     """Watch pods, nodes and Events and publish them to the raw topics, until Ctrl-C or SIGTERM.
 
     Lists, then watches with bookmarks; relists on 410 Gone and emits what changed
     meanwhile (deletions included); backs off on API errors. When the broker is
     down the watch waits (bounded buffer) and nothing is lost. Objects that cannot
     be slimmed go to the dead-letter topic.
+
+    \b
+    Examples:
+      gputriage connect k8s --cluster prod --in-cluster
+      gputriage connect k8s --cluster dev --context kind-dev --namespace ml
+      gputriage connect k8s --cluster prod --in-cluster --leader-election
     """
+    o: K8sConnectSettings = _merged(ctx, "k8s", given)
+    _require(o, "k8s", "cluster")
+    return run_connect_k8s(settings_of(ctx), o)
+
+
+def run_connect_k8s(settings: Settings, o: K8sConnectSettings) -> int:
+    """``connect k8s`` with its options merged: build the connector's options, run it."""
+    import asyncio  # noqa: PLC0415
+
     from connectors.k8s.leader import LeaseOptions  # noqa: PLC0415
     from connectors.k8s.run import (  # noqa: PLC0415
         ConnectError,
@@ -133,34 +178,33 @@ def connect_k8s_command(
     )
     from connectors.k8s.watch import WatchOptions  # noqa: PLC0415
 
-    if in_cluster and (kubeconfig or kube_context):
+    if o.in_cluster and (o.kubeconfig or o.kube_context):
         raise click.UsageError("--in-cluster does not go with --kubeconfig/--context")
-    watch = WatchOptions(namespace=namespace, silence_timeout_s=silence_timeout)
+    watch = WatchOptions(namespace=o.namespace, silence_timeout_s=o.silence_timeout)
     lease = None
-    if leader_election:
-        lease_ns = lease_namespace or service_account_namespace()
+    if o.leader_election:
+        lease_ns = o.lease_namespace or service_account_namespace()
         if not lease_ns:
             raise click.UsageError("--leader-election needs --lease-namespace outside a pod")
         lease = LeaseOptions(
-            namespace=lease_ns, name=lease_name, identity=identity or default_identity()
+            namespace=lease_ns, name=o.lease_name, identity=o.identity or default_identity()
         )
     options = ConnectOptions(
-        cluster=cluster,
-        kubeconfig=kubeconfig,
-        context=kube_context,
-        in_cluster=in_cluster,
-        gpu_only=not keep_all,
-        slim=slim_config(resources, prefixes),
+        cluster=_given(o.cluster),
+        kubeconfig=o.kubeconfig,
+        context=o.kube_context,
+        in_cluster=o.in_cluster,
+        gpu_only=not o.keep_all,
+        slim=slim_config(o.resources, o.prefixes),
         watch=watch,
-        buffer_size=buffer_size,
+        buffer_size=o.buffer_size,
         lease=lease,
     )
-    settings = settings_of(ctx)
-    kwargs = kafka_kwargs(settings, brokers)
-    layout = topic_layout(settings.topic_settings())
+    kwargs = kafka_kwargs(settings, o.brokers)
+    layout = topic_layout(settings.topics)
     start_logging(settings)
     try:
-        return asyncio.run(run_connect(options, kwargs, layout, metrics_port=metrics_port))
+        return asyncio.run(run_connect(options, kwargs, layout, metrics_port=o.metrics_port))
     except ConnectError as exc:
         error(str(exc))
         return 1
@@ -169,85 +213,78 @@ def connect_k8s_command(
 @connect_group.command("kmsg", context_settings=CONTEXT)
 @node_option
 @cluster_option
-@click.option("--device", default=DEVICE, show_default=True, help="The kmsg device.")
+@click.option(
+    "--device", show_default=shown(KmsgConnectSettings, "device"), help="The kmsg device."
+)
 @click.option(
     "--state",
     "state_path",
     metavar="FILE",
-    default=DEFAULT_STATE,
-    show_default=True,
+    show_default=shown(KmsgConnectSettings, "state_path"),
     help="Where the boot id and last sequence number are kept (a hostPath in a DaemonSet).",
 )
 @click.option(
     "--boot-id-file",
-    default=BOOT_ID_PATH,
-    show_default=True,
+    show_default=shown(KmsgConnectSettings, "boot_id_file"),
     help="The current boot id.",
 )
-@click.option("--proc-stat", default=PROC_STAT, show_default=True, help="Where btime is read.")
+@click.option(
+    "--proc-stat", show_default=shown(KmsgConnectSettings, "proc_stat"), help="Where btime is read."
+)
 @click.option(
     "--boot-time",
     metavar="TIME",
-    callback=boot_time_option,
+    type=TimeType(epoch_seconds=True),
     help="Override the boot time (RFC 3339 or epoch seconds; default: btime).",
 )
 @brokers_option
-@metrics_port_option(9465)
+@metrics_port_option(KmsgConnectSettings)
 @click.option(
     "--poll-interval",
     type=click.FloatRange(min=0.01, max=10.0),
-    default=0.2,
-    show_default=True,
+    show_default=shown(KmsgConnectSettings, "poll_interval"),
     help="Seconds between reads when the device has nothing new.",
 )
 @click.option(
     "--journal",
     is_flag=True,
+    default=None,
     help="Follow the journal's kernel entries (journalctl) instead of the device.",
 )
-@click.option("--journalctl", default=JOURNALCTL, show_default=True, help="With --journal.")
-@click.option("--journal-dir", default="", help="With --journal: journalctl -D DIR.")
+@click.option(
+    "--journalctl", show_default=shown(KmsgConnectSettings, "journalctl"), help="With --journal."
+)
+@click.option("--journal-dir", help="With --journal: journalctl -D DIR.")
 @click.option(
     "--file",
     "log_file",
     metavar="FILE",
-    default="",
     help="Follow this kernel log file instead (dmesg -w, dmesg -T, syslog kern.log), "
     "like tail -F: rotation by rename or truncation is followed.",
 )
-@tz_option
-@year_option
+@click.option(
+    "--tz",
+    metavar="ZONE",
+    show_default=shown(KmsgConnectSettings, "tz"),
+    help="Time zone of dmesg -T and syslog times (the node's local zone).",
+)
+@click.option(
+    "--year",
+    type=click.IntRange(1970, 9999),
+    help="Year of syslog times, which have none (default: this year).",
+)
 @click.option(
     "--nvml/--no-nvml",
-    default=True,
-    show_default=True,
+    default=None,
+    show_default=shown(KmsgConnectSettings, "nvml"),
     help="Put GPU uuids and indexes on XIDs from NVML's bus id map (where a driver is; "
     "without one, XIDs carry bus ids and GPU bindings name their GPUs).",
 )
-@click.option("--once", is_flag=True, help="Publish what the source holds now, then exit.")
+@click.option(
+    "--once", is_flag=True, default=None, help="Publish what the source holds now, then exit."
+)
 @click.pass_context
-def connect_kmsg_command(
-    ctx: click.Context,
-    *,
-    node: str,
-    cluster: str,
-    device: str,
-    state_path: str,
-    boot_id_file: str,
-    proc_stat: str,
-    boot_time: datetime | None,
-    brokers: str | None,
-    metrics_port: int,
-    poll_interval: float,
-    journal: bool,
-    journalctl: str,
-    journal_dir: str,
-    log_file: str,
-    tz: tzinfo,
-    year: int | None,
-    nvml: bool,
-    once: bool,
-) -> int:
+def connect_kmsg_command(ctx: click.Context, /, **given: Any) -> int:
     """Read /dev/kmsg and publish XID/SXid events to the xids topic, until Ctrl-C or SIGTERM.
 
     Resumes after the last record handled (the state file), reports a reboot
@@ -255,8 +292,28 @@ def connect_kmsg_command(
     dead-letter topic. Run one per GPU node (a DaemonSet). With --journal it
     follows journalctl's kernel entries instead, resuming at the saved cursor;
     with --file a kernel log file, resuming at the saved inode and offset.
+
+    \b
+    Examples:
+      gputriage connect kmsg --cluster prod --node "$NODE_NAME"
+      gputriage connect kmsg --cluster prod --node n1 --journal
+      gputriage connect kmsg --cluster prod --node n1 --file /var/log/kern.log --tz Europe/Paris
+      gputriage connect kmsg --cluster prod --node n1 --once --no-nvml
     """
-    if journal and log_file:
+    boot_time = given.pop("boot_time")
+    o: KmsgConnectSettings = _merged(ctx, "kmsg", given)
+    _require(o, "kmsg", "node", "cluster")
+    if boot_time is None and o.boot_time is not None:
+        try:
+            boot_time = TimeType(epoch_seconds=True).convert(o.boot_time, None, None)
+        except click.BadParameter as exc:
+            raise click.BadParameter(exc.message, param_hint="connect.kmsg.boot_time") from None
+    return run_connect_kmsg(settings_of(ctx), o, boot_time)
+
+
+def run_connect_kmsg(settings: Settings, o: KmsgConnectSettings, boot_time: Any) -> int:
+    """``connect kmsg`` with its options merged: build the connector's options, run it."""
+    if o.journal and o.log_file:
         raise click.UsageError("--journal and --file are two different sources: choose one")
     import asyncio  # noqa: PLC0415
 
@@ -266,31 +323,31 @@ def connect_kmsg_command(
     from connectors.nvml.devices import enricher  # noqa: PLC0415
     from connectors.xid.run import KmsgOptions, run_kmsg  # noqa: PLC0415
 
-    settings = settings_of(ctx)
+    tz = time_zone(o.tz)
     start_logging(settings)
-    kwargs = kafka_kwargs(settings, brokers)
-    layout = topic_layout(settings.topic_settings())
+    kwargs = kafka_kwargs(settings, o.brokers)
+    layout = topic_layout(settings.topics)
     options = KmsgOptions(
-        node=node,
-        cluster=cluster,
-        device=device,
-        state_path=state_path,
-        boot_id_path=boot_id_file,
-        proc_stat_path=proc_stat,
+        node=_given(o.node),
+        cluster=_given(o.cluster),
+        device=o.device,
+        state_path=o.state_path,
+        boot_id_path=o.boot_id_file,
+        proc_stat_path=o.proc_stat,
         boot_time=boot_time,
-        journal=journal,
-        journalctl=journalctl,
-        journal_dir=journal_dir,
-        poll_s=poll_interval,
-        once=once,
-        file=log_file,
+        journal=o.journal,
+        journalctl=o.journalctl,
+        journal_dir=o.journal_dir,
+        poll_s=o.poll_interval,
+        once=o.once,
+        file=o.log_file,
         tz=tz,
-        year=year,
-        metrics_port=metrics_port,
+        year=o.year,
+        metrics_port=o.metrics_port,
     )
     try:
         # The xid family knows nothing of NVML: the GPU map is joined in here.
-        enrich = enricher() if nvml else None
+        enrich = enricher() if o.nvml else None
         return asyncio.run(run_kmsg(options, kwargs, layout, sys.stderr, enrich=enrich))
     except KafkaUnreachable as exc:  # at start: the DaemonSet restarts us
         error(str(exc))
@@ -305,23 +362,22 @@ def connect_kmsg_command(
         return 1
 
 
-def _kafka_target(ctx: click.Context, brokers: str | None) -> KafkaTarget:
+def _kafka_target(settings: Settings, brokers: str | None) -> KafkaTarget:
     """Settings -> the Kafka client arguments and topic layout of a connector."""
     from connectors.kafka.producer import KafkaTarget  # noqa: PLC0415
 
-    settings = settings_of(ctx)
     return KafkaTarget(
         client_kwargs=kafka_kwargs(settings, brokers),
-        layout=topic_layout(settings.topic_settings()),
+        layout=topic_layout(settings.topics),
     )
 
 
 @connect_group.command("dcgm", context_settings=CONTEXT)
 @click.option(
     "--url",
+    cls=SettingsRequired,
     required=True,
     metavar="URL",
-    callback=http_url_option,
     help="The exporter's metrics URL, e.g. http://$NODE_IP:9400/metrics.",
 )
 @node_option
@@ -329,60 +385,60 @@ def _kafka_target(ctx: click.Context, brokers: str | None) -> KafkaTarget:
 @click.option(
     "--interval",
     type=click.FloatRange(min=0.1),
-    default=15.0,
-    show_default=True,
+    show_default=shown(DcgmConnectSettings, "interval"),
     help="Seconds between scrapes (keep it well under the exporter's XID count window).",
 )
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0.1),
-    default=10.0,
-    show_default=True,
+    show_default=shown(DcgmConnectSettings, "timeout"),
     help="Seconds one scrape may take.",
 )
 @click.option(
     "--state",
     "state_path",
     metavar="FILE",
-    type=click.Path(dir_okay=False, path_type=Path),
-    default=None,
+    type=click.Path(dir_okay=False),
     help="Keep the last scrape's state here, so a restart resumes instead of taking a "
     "baseline (XIDs during a baseline scrape are not reported).",
 )
 @brokers_option
-@metrics_port_option(9467)
+@metrics_port_option(DcgmConnectSettings)
 @click.pass_context
-def connect_dcgm_command(
-    ctx: click.Context,
-    *,
-    url: str,
-    node: str,
-    cluster: str,
-    interval: float,
-    timeout: float,
-    state_path: Path | None,
-    brokers: str | None,
-    metrics_port: int,
-) -> int:
+def connect_dcgm_command(ctx: click.Context, /, **given: Any) -> int:
     """Scrape dcgm-exporter and publish XID and GPU binding events, until Ctrl-C or SIGTERM.
 
     An XID is reported when DCGM_EXP_XID_ERRORS_COUNT grows (one event per new
     occurrence) or DCGM_FI_DEV_XID_ERRORS changes; a binding when a GPU's pod
     labels change. HTTP errors are retried with backoff; a body that is not an
     exposition goes to the dead-letter topic.
+
+    \b
+    Examples:
+      gputriage connect dcgm --cluster prod --node n1 --url http://10.0.0.5:9400/metrics
+      gputriage connect dcgm --cluster prod --node n1 --url http://n1:9400/metrics \\
+          --state /var/lib/gputriage/dcgm.json
     """
+    o: DcgmConnectSettings = _merged(ctx, "dcgm", given)
+    _require(o, "dcgm", "url", "node", "cluster")
+    return run_connect_dcgm(settings_of(ctx), o)
+
+
+def run_connect_dcgm(settings: Settings, o: DcgmConnectSettings) -> int:
+    """``connect dcgm`` with its options merged: build the connector's command, run it."""
     from connectors.dcgm.run import DcgmCommand, connect_dcgm  # noqa: PLC0415
 
-    start_logging(settings_of(ctx))
-    target = _kafka_target(ctx, brokers)
+    url = http_url(_given(o.url))
+    start_logging(settings)
+    target = _kafka_target(settings, o.brokers)
     command = DcgmCommand(
         url=url,
-        cluster=cluster,
-        node=node,
-        interval_s=interval,
-        timeout_s=timeout,
-        state_path=state_path,
-        metrics_port=metrics_port,
+        cluster=_given(o.cluster),
+        node=_given(o.node),
+        interval_s=o.interval,
+        timeout_s=o.timeout,
+        state_path=Path(o.state_path) if o.state_path else None,
+        metrics_port=o.metrics_port,
     )
     return connect_dcgm(command, target, sys.stderr)
 
@@ -392,61 +448,61 @@ def connect_dcgm_command(
 @cluster_option
 @click.option(
     "--bindings/--no-bindings",
-    default=True,
-    show_default=True,
+    default=None,
+    show_default=shown(NvmlConnectSettings, "bindings"),
     help="Publish the bus id <-> uuid <-> index map at start, as identity-only GPU "
     "bindings (pods_known=false: they never unbind what dcgm-exporter bound).",
 )
-@click.option("--once", is_flag=True, help="Publish the map, then exit (no XID watch).")
+@click.option(
+    "--once", is_flag=True, default=None, help="Publish the map, then exit (no XID watch)."
+)
 @click.option(
     "--print",
     "print_only",
     is_flag=True,
+    default=None,
     help="Print the events as JSON lines instead of publishing them (no Kafka needed).",
 )
 @brokers_option
 @click.pass_context
-def connect_nvml_command(
-    ctx: click.Context,
-    *,
-    node: str,
-    cluster: str,
-    bindings: bool,
-    once: bool,
-    print_only: bool,
-    brokers: str | None,
-) -> int:
+def connect_nvml_command(ctx: click.Context, /, **given: Any) -> int:
     """Publish the GPU map and NVML XID critical-error events, until Ctrl-C or SIGTERM.
 
     Needs the NVIDIA driver: without one it says so in one line and exits 1.
+
+    \b
+    Examples:
+      gputriage connect nvml --cluster prod --node "$NODE_NAME"
+      gputriage connect nvml --cluster dev --node n1 --print --once
     """
+    o: NvmlConnectSettings = _merged(ctx, "nvml", given)
+    _require(o, "nvml", "node", "cluster")
+    return run_connect_nvml(settings_of(ctx), o)
+
+
+def run_connect_nvml(settings: Settings, o: NvmlConnectSettings) -> int:
+    """``connect nvml`` with its options merged: build the connector's command, run it."""
     from connectors.nvml.run import NvmlCommand, connect_nvml  # noqa: PLC0415
 
-    start_logging(settings_of(ctx))
+    start_logging(settings)
     command = NvmlCommand(
-        cluster=cluster, node=node, once=once, bindings=bindings, print_only=print_only
+        cluster=_given(o.cluster),
+        node=_given(o.node),
+        once=o.once,
+        bindings=o.bindings,
+        print_only=o.print_only,
     )
     # The Kafka settings are read only once NVML is known to work: on a node without a
     # driver, that is the one thing worth saying.
-    return connect_nvml(command, lambda: _kafka_target(ctx, brokers), sys.stdout.buffer, sys.stderr)
+    return connect_nvml(
+        command, lambda: _kafka_target(settings, o.brokers), sys.stdout.buffer, sys.stderr
+    )
 
 
-def connect_defaults(settings: Settings) -> dict[str, Any]:
-    """The ``[connect]`` table as click defaults, every source and option checked."""
-    from gputriage.settings import SettingsError  # noqa: PLC0415
-
-    table = settings.section("connect")
-    for source, options in table.items():
-        command = connect_group.commands.get(source)
-        if command is None:
-            known = ", ".join(sorted(connect_group.commands))
-            raise SettingsError(f"unknown section connect.{source} (expected one of: {known})")
-        if not isinstance(options, dict):
-            raise SettingsError(f"connect.{source} must be a table")
-        names = {p.name for p in command.params if p.name}
-        for key in options:
-            if key.replace("-", "_") not in names:
-                raise SettingsError(
-                    f"unknown key connect.{source}.{key} (see 'gputriage connect {source} --help')"
-                )
-    return {s: {k.replace("-", "_"): v for k, v in o.items()} for s, o in table.items()}
+def connect_defaults(settings: Settings) -> dict[str, dict[str, Any]]:
+    """What ``[connect.<source>]`` sets, per source (defaults left out; typos failed at load)."""
+    tables = {
+        source: explicit(getattr(settings.connect, source))
+        for source in settings.connect.__struct_fields__
+    }
+    return {source: table for source, table in tables.items() if table}

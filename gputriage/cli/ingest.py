@@ -19,21 +19,26 @@ import msgspec
 from connectors.files import STDIN, Record
 from gputriage.cli.common import (
     CONTEXT,
-    PROG,
-    boot_time_option,
-    cluster_option,
+    TimeType,
     gpu_resource_options,
     open_all,
     slim_config,
-    tz_option,
-    year_option,
+    time_zone,
 )
+from gputriage.errors import PROG
 from schemas.codec import RecordError, encode
 
 
 @click.group("ingest", context_settings=CONTEXT)
 def ingest_group() -> None:
-    """Read a source's recorded data offline and print the typed events it makes."""
+    """Read a source's recorded data offline and print the typed events it makes.
+
+    \b
+    Examples:
+      kubectl get pods -A -o json | gputriage ingest k8s --cluster prod --file -
+      gputriage ingest kmsg --node n1 --file dmesg.txt
+      gputriage ingest dcgm --node n1 --file scrape-1.txt --file scrape-2.txt
+    """
 
 
 @ingest_group.command("k8s", context_settings=CONTEXT)
@@ -46,7 +51,7 @@ def ingest_group() -> None:
     help='Watch events as JSON lines ({"type":..,"object":..}), objects one per line, '
     "or kubectl get -o json output (List or pretty-printed); plain or gzip; - for stdin.",
 )
-@cluster_option
+@click.option("--cluster", required=True, help="Cluster name to put on every event.")
 @gpu_resource_options
 def ingest_k8s_command(
     *,
@@ -61,6 +66,11 @@ def ingest_k8s_command(
     Pods and nodes are stamped with the newest status timestamp in the object
     (a recording has no receive time). A bad line or object is reported as
     FILE:LINE on stderr and skipped; the exit status is then 1.
+
+    \b
+    Examples:
+      kubectl get pods,nodes -A -o json | gputriage ingest k8s --cluster prod --file -
+      gputriage ingest k8s --cluster prod --all --file watch-events.jsonl.gz
     """
     from connectors.k8s.gpu_filter import GpuFilter  # noqa: PLC0415
     from connectors.k8s.offline import slim_documents  # noqa: PLC0415
@@ -88,13 +98,25 @@ def ingest_k8s_command(
 @click.option(
     "--boot-time",
     metavar="TIME",
-    callback=boot_time_option,
+    type=TimeType(epoch_seconds=True),
     help="When the node booted (RFC 3339, or btime from /proc/stat): needed for times "
     "relative to boot (dmesg [secs], kmsg records).",
 )
 @click.option("--boot-id", default="", help="Boot id of kmsg records (ids kmsg:NODE:BOOT:SEQ).")
-@tz_option
-@year_option
+@click.option(
+    "--tz",
+    metavar="ZONE",
+    default="UTC",
+    show_default=True,
+    callback=lambda _ctx, _param, value: time_zone(value),
+    help="Time zone of dmesg -T and syslog times (the node's local zone).",
+)
+@click.option(
+    "--year",
+    type=click.IntRange(1970, 9999),
+    default=None,
+    help="Year of syslog times, which have none (default: this year).",
+)
 def ingest_kmsg_command(
     *,
     path: str,
@@ -109,6 +131,12 @@ def ingest_kmsg_command(
 
     Other lines are skipped. A line that looks like an XID but cannot be read is
     reported as FILE:LINE on stderr; the exit status is then 1.
+
+    \b
+    Examples:
+      dmesg --ctime | gputriage ingest kmsg --node n1 --file -
+      gputriage ingest kmsg --node n1 --file /var/log/kern.log --tz Europe/Paris --year 2026
+      gputriage ingest kmsg --node n1 --file dmesg.txt --boot-time 2026-11-30T08:00:00Z
     """
     from datetime import UTC  # noqa: PLC0415
 
@@ -149,6 +177,11 @@ def ingest_dcgm_command(*, paths: tuple[str, ...], node: str, cluster: str) -> i
     printed, a non-zero XID gauge or count is not (it may be hours old). A file
     that is not an exposition is reported on stderr and skipped; the exit status
     is then 1.
+
+    \b
+    Examples:
+      curl -s http://n1:9400/metrics > scrape-2.txt
+      gputriage ingest dcgm --node n1 --file scrape-1.txt --file scrape-2.txt
     """
     from connectors.dcgm.offline import ingest_dcgm  # noqa: PLC0415
 

@@ -38,6 +38,7 @@ from connectors.signals import stop_on_signals
 from gputriage import render
 from gputriage.demo.broker import EmbeddedBroker, die_with_parent
 from gputriage.demo.player import play, scaled_core_settings
+from gputriage.errors import error
 from gputriage.settings import Settings
 from schemas.codec import decode_event, decode_incident, encode
 from schemas.incidents import Incident
@@ -74,7 +75,12 @@ def incident_line(incident: Incident) -> str:
     )
 
 
-async def run_demo(settings: Settings, options: DemoOptions, out: IO[bytes], err: IO[str]) -> int:
+def run_demo(settings: Settings, options: DemoOptions, out: IO[bytes], err: IO[str]) -> int:
+    """Run the demo to its end (or Ctrl-C); the exit status (1: a supervised part died)."""
+    return asyncio.run(_run_demo(settings, options, out, err))
+
+
+async def _run_demo(settings: Settings, options: DemoOptions, out: IO[bytes], err: IO[str]) -> int:
     kafka = settings.kafka_settings()
     broker: EmbeddedBroker | None = None
     if kafka.embedded:
@@ -86,7 +92,7 @@ async def run_demo(settings: Settings, options: DemoOptions, out: IO[bytes], err
     worker: subprocess.Popen[bytes] | None = None
     try:
         kwargs = client_kwargs(kafka, servers)
-        layout = topic_layout(settings.topic_settings())
+        layout = topic_layout(settings.topics)
         await ensure_topics(kwargs, layout)
         worker = _start_worker(settings, servers, options)
         print(f"gputriage demo: processor worker pid {worker.pid} (log: {worker_log()})", file=err)
@@ -167,7 +173,7 @@ async def _supervise(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.2)
     except DemoFailed as exc:
-        print(f"gputriage demo: {exc}", file=err)
+        error(f"demo: {exc}", err)
         return 1
     finally:
         for task in (feeder, printer):

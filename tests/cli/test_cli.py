@@ -181,3 +181,81 @@ def test_process_with_kafka_unreachable_says_so_without_a_traceback() -> None:
     assert result.returncode == 1, stderr
     assert "Traceback" not in stderr
     assert stderr.splitlines()[-1].startswith("gputriage: error: Kafka: "), stderr
+
+
+@pytest.mark.parametrize("command", _command_paths(), ids=" ".join)
+def test_every_verb_has_examples(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    from gputriage.cli import run  # noqa: PLC0415
+
+    assert run([*command, "--help"]) == 0
+    out = capsys.readouterr().out
+    examples = out.split("Examples:\n", 1)[1]
+    first = examples.splitlines()[0]
+    # Kept verbatim (click's \b), one command per line, not re-wrapped into a paragraph.
+    assert first.strip().startswith(("gputriage", "kubectl", "dmesg", "curl")), out
+    assert "gputriage" in examples
+
+
+@pytest.mark.parametrize(
+    ("command", "shown"),
+    [
+        (["connect", "kmsg"], "[default: (9465)"),
+        (["connect", "k8s"], "[default: (10000)"),
+        (["process"], "[default: (9464)"),
+        (["replay"], "[default: (table)"),
+        (["tail"], "[default: (10)"),
+    ],
+)
+def test_help_shows_the_defaults_the_settings_own(
+    command: list[str], shown: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # click shows a show_default string in parentheses: the value is read from the struct.
+    from gputriage.cli import run  # noqa: PLC0415
+
+    assert run([*command, "--help"]) == 0
+    assert shown in " ".join(capsys.readouterr().out.split())
+
+
+def test_the_command_line_wins_over_the_connector_settings(tmp_path: Path) -> None:
+    config = tmp_path / "g.toml"
+    config.write_text('[connect.dcgm]\nurl = "ftp://nope"\n', encoding="utf-8")
+    # The file's URL is used (and refused, naming it) when none is given...
+    line = _one_line_error(
+        gputriage("--config", str(config), "connect", "dcgm", "--node", "n", "--cluster", "c")
+    )
+    assert "'ftp://nope' is not an http(s):// URL" in line
+    # ...and the command line's wins: past the URL check to Kafka (none configured).
+    given = gputriage(
+        "--config", str(config), "connect", "dcgm", "--node", "n", "--cluster", "c",
+        "--url", "http://n:9400/metrics",
+    )  # fmt: skip
+    assert "brokers" in _one_line_error(given)
+
+
+def test_a_required_connector_option_missing_everywhere_is_one_line() -> None:
+    line = _one_line_error(gputriage("connect", "dcgm", "--node", "n", "--cluster", "c"))
+    assert "Missing option '--url'" in line
+    assert "connect.dcgm.url" in line
+
+
+def test_the_demo_help_defaults_are_the_demo_options() -> None:
+    from gputriage.cli.demo import HELP_DEFAULTS  # noqa: PLC0415
+    from gputriage.demo.run import DemoOptions  # noqa: PLC0415
+
+    defaults = DemoOptions()
+    assert {name: getattr(defaults, name) for name in HELP_DEFAULTS} == HELP_DEFAULTS
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        ([], {"GPUTRIAGE_CONNECT__KMSG__BOOT_TIME": '"yesterday"'}, "connect.kmsg.boot_time"),
+        (["--boot-time", "2026-01-01T00:00:00"], {}, "has no UTC offset"),
+        (["--tz", "Mars/Base"], {}, "unknown time zone 'Mars/Base'"),
+    ],
+)
+def test_a_bad_time_from_the_command_line_or_the_settings_is_one_line(
+    args: list[str], env: dict[str, str], message: str
+) -> None:
+    result = gputriage("connect", "kmsg", "--node", "n", "--cluster", "c", *args, env=env)
+    assert message in _one_line_error(result)

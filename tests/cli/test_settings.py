@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from datetime import date
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
-from gputriage.settings import SettingsError, load_settings, parse_env_value
+from gputriage.settings import Settings, SettingsError, load_settings, parse_env_value
+from schemas.types import XidClass
+from streams.config import default_core_config
+from tests.paths import EXAMPLES
 
 
 def _config(tmp_path: Path, text: str) -> str:
@@ -116,3 +119,72 @@ def test_invalid_toml_and_a_missing_file(tmp_path: Path) -> None:
 def test_xid_overrides_are_validated(tmp_path: Path) -> None:
     with pytest.raises(SettingsError, match=r"xid\.fatal"):
         load_settings(None, environ={"GPUTRIAGE_XID__FATAL": "thirteen"}).core_config()
+
+
+# -- the typed tree: one conversion, errors with their path ----------------------------
+def test_a_wrong_type_names_its_path_and_the_file(tmp_path: Path) -> None:
+    path = _config(tmp_path, '[topics]\npartitions = "six"\n')
+    with pytest.raises(SettingsError) as caught:
+        load_settings(path, environ={})
+    assert str(caught.value) == (
+        f"invalid configuration in {path}: topics.partitions: Expected `int`, got `str`"
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("GPUTRIAGE_CORE__GRACE_SECONDS", "-1", r"core\.grace_seconds: must be at least 0"),
+        ("GPUTRIAGE_CORE__XID_REPEAT_COUNT", "0", r"core\.xid_repeat_count: must be at least 1"),
+        ("GPUTRIAGE_TOPICS__REPLICATION_FACTOR", "0", r"topics\.replication_factor: must be at"),
+        ("GPUTRIAGE_CONNECT__K8S__BUFFER_SIZE", "0", r"connect\.k8s\.buffer_size: must be at"),
+        ("GPUTRIAGE_CONNECT__KMSG__METRICS_PORT", "70000", r"connect\.kmsg\.metrics_port: must"),
+        ("GPUTRIAGE_LOG__LEVEL", "verbose", r"log\.level: 'verbose' is not a log level"),
+        ("GPUTRIAGE_LOG__FORMAT", "xml", r"log\.format: Invalid enum value 'xml'"),
+        ("GPUTRIAGE_XID__FATAL", "[-1]", r"xid\.fatal\[0\]: must be at least 0"),
+    ],
+)
+def test_a_bad_value_fails_at_load_with_its_path(variable: str, value: str, message: str) -> None:
+    with pytest.raises(SettingsError, match=message) as caught:
+        load_settings(None, environ={variable: value})
+    assert "\n" not in str(caught.value)
+
+
+def test_an_unknown_key_lists_the_known_ones(tmp_path: Path) -> None:
+    with pytest.raises(SettingsError, match=r"core\.grace_secs: unknown key \(expected one of: "):
+        load_settings(_config(tmp_path, "[core]\ngrace_secs = 1\n"), environ={})
+    with pytest.raises(SettingsError, match=r"xid\.bogus: unknown key .*follow_up"):
+        load_settings(None, environ={"GPUTRIAGE_XID__BOGUS": "[1]"})
+
+
+def test_xid_classes_under_core_are_refused_with_where_they_go() -> None:
+    with pytest.raises(SettingsError, match=r"set XID classes in the \[xid\] table"):
+        load_settings(None, environ={"GPUTRIAGE_CORE__XID": "[1]"})
+
+
+def test_the_xid_table_accepts_dashes_and_underscores(tmp_path: Path) -> None:
+    path = _config(tmp_path, '[xid]\n"follow-up" = [13]\n')
+    assert load_settings(path, environ={}).core_config().xid[13].xid_class == "follow-up"
+
+
+def test_the_core_settings_mirror_the_core_config() -> None:
+    from streams.config import _CLASSES, CoreSettings, XidSettings  # noqa: PLC0415
+    from streams.core.config import CoreConfig  # noqa: PLC0415
+
+    assert (*CoreSettings.__struct_fields__, "xid") == CoreConfig.__struct_fields__
+    assert load_settings(None, environ={}).core_config() == default_core_config()
+    assert set(_CLASSES) == set(XidSettings.__struct_fields__)
+    assert set(_CLASSES.values()) == set(get_args(XidClass))
+
+
+def test_the_tree_is_typed_and_frozen() -> None:
+    settings = load_settings(None, environ={"GPUTRIAGE_TOPICS__PARTITIONS": "12"})
+    assert isinstance(settings, Settings)
+    assert settings.topics.partitions == 12
+    assert settings.connect.kmsg.metrics_port == 9465
+    with pytest.raises(AttributeError):
+        settings.topics = settings.topics  # type: ignore[misc]
+
+
+def test_the_example_file_is_the_defaults() -> None:
+    assert load_settings(str(EXAMPLES / "gputriage.toml"), environ={}).tables == {}

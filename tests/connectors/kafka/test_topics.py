@@ -114,9 +114,9 @@ def test_bad_topic_settings_name_the_key(table: dict[str, Any], message: str) ->
 
 
 def test_bad_topic_settings_are_settings_errors() -> None:
-    settings = load_settings(None, environ={"GPUTRIAGE_TOPICS__PARTITIONS": "0"})
+    # Refused when the settings are loaded (one conversion of the whole tree), not later.
     with pytest.raises(SettingsError, match=r"invalid configuration: topics\.partitions"):
-        settings.topic_settings()
+        load_settings(None, environ={"GPUTRIAGE_TOPICS__PARTITIONS": "0"}).topic_settings()
 
 
 async def _describe(bootstrap: str, names: list[str]) -> tuple[dict[str, int], dict[str, Any]]:
@@ -138,29 +138,31 @@ async def _describe(bootstrap: str, names: list[str]) -> tuple[dict[str, int], d
     return partitions, configs
 
 
-def test_ensure_topics_creates_exactly_the_missing_ones(kafka: KafkaTestEnv) -> None:
+async def _precreate(bootstrap: str, topics: list[NewTopic]) -> None:
+    """Create ``topics`` with a plain admin client, as an operator or a broker would."""
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics(topics)
+    finally:
+        await admin.close()
+
+
+@pytest.mark.asyncio
+async def test_ensure_topics_creates_exactly_the_missing_ones(kafka: KafkaTestEnv) -> None:
     layout = kafka.layout
     names = [spec.name for spec in layout.all()]
     # Two topics exist already, one of them with a different partition count:
     # both must be left exactly as they are.
     odd = layout.raw["pods"].name
-
-    async def precreate() -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
-        await admin.start()
-        try:
-            await admin.create_topics(
-                [NewTopic(odd, 1, 1), NewTopic(layout.dead_letters.name, 3, 1)]
-            )
-        finally:
-            await admin.close()
-
-    asyncio.run(precreate())
-    created = kafka.create_topics()
+    await _precreate(
+        kafka.bootstrap, [NewTopic(odd, 1, 1), NewTopic(layout.dead_letters.name, 3, 1)]
+    )
+    created = await kafka.acreate_topics()
     assert created == sorted(set(names) - {odd, layout.dead_letters.name})
-    assert kafka.create_topics() == [], "a second run creates nothing"
+    assert await kafka.acreate_topics() == [], "a second run creates nothing"
 
-    partitions, configs = asyncio.run(_describe(kafka.bootstrap, names))
+    partitions, configs = await _describe(kafka.bootstrap, names)
     assert partitions[odd] == 1
     assert all(partitions[name] == layout.incidents.partitions for name in names if name != odd)
     incident_configs = configs[layout.incidents.name]
@@ -168,36 +170,28 @@ def test_ensure_topics_creates_exactly_the_missing_ones(kafka: KafkaTestEnv) -> 
     assert incident_configs["retention.ms"] == str(kafka.settings.incident_retention_ms)
 
 
-def test_ensure_topics_against_an_unreachable_broker_raises() -> None:
+@pytest.mark.asyncio
+async def test_ensure_topics_against_an_unreachable_broker_raises() -> None:
     with pytest.raises(KafkaConnectionError):
-        asyncio.run(
-            ensure_topics(
-                {"bootstrap_servers": "127.0.0.1:1", "request_timeout_ms": 1000}, topic_layout()
-            )
+        await ensure_topics(
+            {"bootstrap_servers": "127.0.0.1:1", "request_timeout_ms": 1000}, topic_layout()
         )
 
 
-def test_a_topic_with_another_partition_count_is_refused_by_the_processor(
+@pytest.mark.asyncio
+async def test_a_topic_with_another_partition_count_is_refused_by_the_processor(
     kafka: KafkaTestEnv,
 ) -> None:
     layout = kafka.layout
     odd = layout.raw["xids"].name
-
-    async def precreate() -> None:
-        admin = AIOKafkaAdminClient(bootstrap_servers=kafka.bootstrap)
-        await admin.start()
-        try:
-            await admin.create_topics([NewTopic(odd, 1, 1)])  # as a broker auto-creates it
-        finally:
-            await admin.close()
-
-    asyncio.run(precreate())
-    kafka.create_topics()
+    await _precreate(kafka.bootstrap, [NewTopic(odd, 1, 1)])  # as a broker auto-creates it
+    await kafka.acreate_topics()
     raw = tuple(layout.raw.values())
     with pytest.raises(TopicError, match=f"{odd} has 1"):
-        asyncio.run(check_copartitioned(kafka.kwargs, raw))
+        await check_copartitioned(kafka.kwargs, raw)
     others = tuple(spec for spec in raw if spec.name != odd)
-    asyncio.run(check_copartitioned(kafka.kwargs, others))  # the rest agree: no error
-    result = gputriage("process", "--metrics-port", "0", env=kafka.env)
+    await check_copartitioned(kafka.kwargs, others)  # the rest agree: no error
+    # The CLI runs as a blocking subprocess: off the event loop.
+    result = await asyncio.to_thread(gputriage, "process", "--metrics-port", "0", env=kafka.env)
     assert result.returncode == 1
     assert "co-partitioning" in result.stderr.decode().splitlines()[-1]

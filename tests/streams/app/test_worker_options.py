@@ -24,6 +24,26 @@ def test_overrides_and_environment_apply() -> None:
 
 
 def test_a_typo_is_an_error_naming_the_key() -> None:
-    settings = load_settings(None, environ={"GPUTRIAGE_PROCESSOR__TICK_SECONDZ": "1"})
+    # Refused when the settings are loaded (one conversion of the whole tree), not later.
     with pytest.raises(SettingsError, match="tick_secondz"):
-        processor_options(settings)
+        processor_options(load_settings(None, environ={"GPUTRIAGE_PROCESSOR__TICK_SECONDZ": "1"}))
+
+
+def test_the_processor_settings_mirror_the_worker_options() -> None:
+    from gputriage.settings import ProcessorSettings  # noqa: PLC0415
+    from streams.app.worker import ProcessorOptions  # noqa: PLC0415
+
+    assert ProcessorSettings.__struct_fields__ == ProcessorOptions.__struct_fields__
+    assert processor_options(load_settings(None, environ={})) == ProcessorOptions()
+
+
+@pytest.mark.parametrize(
+    ("variable", "message"),
+    [
+        ("GPUTRIAGE_PROCESSOR__BATCH_MAX", r"processor\.batch_max: must be at least 1"),
+        ("GPUTRIAGE_PROCESSOR__TICK_SECONDS", r"processor\.tick_seconds: must be more than 0"),
+    ],
+)
+def test_a_bad_number_fails_at_load_with_its_path(variable: str, message: str) -> None:
+    with pytest.raises(SettingsError, match=message):
+        load_settings(None, environ={variable: "0"})

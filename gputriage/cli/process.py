@@ -1,0 +1,48 @@
+"""``gputriage process``: one processor worker (see :mod:`gputriage.process`).
+
+``--app-id``/``--metrics-port`` default to ``None``: ``[processor]`` owns the
+defaults; the worker module (and aiokafka with it) is imported only when run.
+"""
+
+from __future__ import annotations
+
+import click
+
+from gputriage.cli.common import CONTEXT, brokers_option, kafka_kwargs, settings_of, shown
+from gputriage.settings import ProcessorSettings
+
+
+@click.command("process", context_settings=CONTEXT)
+@brokers_option
+@click.option(
+    "--app-id",
+    show_default=shown(ProcessorSettings, "app_id"),
+    help="Consumer group / app id; workers with the same id share work.",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(0, 65535),
+    show_default=shown(ProcessorSettings, "metrics_port"),
+    help="Port of the Prometheus /metrics endpoint (0 picks a free one).",
+)
+@click.pass_context
+def process_command(
+    ctx: click.Context, *, brokers: str | None, app_id: str | None, metrics_port: int | None
+) -> int:
+    """Run a processor worker: raw topics in, incidents out, until Ctrl-C or SIGTERM.
+
+    Creates missing topics first. Several workers with the same app id split the
+    partitions between them; each keeps its keys' state in a compacted state topic.
+
+    \b
+    Examples:
+      gputriage process --brokers kafka-0:9092
+      GPUTRIAGE_PROCESSOR__APP_ID=prod gputriage --config /etc/gputriage.toml process
+      gputriage process --app-id canary --metrics-port 0
+    """
+    from gputriage.process import processor_options, run_worker  # noqa: PLC0415 - aiokafka
+
+    settings = settings_of(ctx)
+    kafka_kwargs(settings, brokers)  # a configuration mistake is a usage error, before start
+    options = processor_options(settings, app_id=app_id, metrics_port=metrics_port)
+    return run_worker(settings, options, brokers)

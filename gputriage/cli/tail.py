@@ -1,0 +1,93 @@
+"""``gputriage tail``: follow the incident topic (see :mod:`gputriage.tail`).
+
+Options default to ``None``: :class:`gputriage.tail.TailOptions` owns the defaults.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import fields
+from datetime import datetime
+from typing import Any
+
+import click
+
+from gputriage.cli.common import CONTEXT, brokers_option, kafka_kwargs, settings_of
+from gputriage.replay import OUTPUTS
+from gputriage.tail import StartAt, TailOptions, parse_start, run_tail
+from schemas.topics import topic_layout
+
+_DEFAULTS = TailOptions()
+
+
+class StartType(click.ParamType[StartAt, Any]):
+    """``--from``: ``now``, ``beginning``, an offset, or a TIME (the CLI's one time parser)."""
+
+    name = "now|beginning|TIME|OFFSET"
+
+    def convert(
+        self, value: Any, param: click.Parameter | None, ctx: click.Context | None
+    ) -> StartAt:
+        if isinstance(value, datetime | int):  # already converted (a default, a test)
+            return value
+        try:
+            return parse_start(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+@click.command("tail", context_settings=CONTEXT)
+@click.option(
+    "--from",
+    "start",
+    metavar="now|beginning|TIME|OFFSET",
+    type=StartType(),
+    show_default=str(_DEFAULTS.start),
+    help="Where to start: the end, the oldest record, an RFC 3339 time "
+    "(2026-11-30T10:00:00Z), or an offset in every partition.",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(OUTPUTS),
+    show_default=_DEFAULTS.output,
+    help="table/wide: one row per incident revision; json: each revision as a JSON line.",
+)
+@click.option(
+    "--evidence/--no-evidence",
+    default=None,
+    show_default=str(_DEFAULTS.evidence).lower(),
+    help="table/wide: list each revision's evidence chain under its row.",
+)
+@brokers_option
+@click.option(
+    "--connect-timeout",
+    "connect_timeout_s",
+    metavar="SECONDS",
+    type=click.FloatRange(min=0, min_open=True),
+    show_default=f"{_DEFAULTS.connect_timeout_s:g}",
+    help="Give up when the brokers cannot be reached within this long.",
+)
+@click.pass_context
+def tail_command(ctx: click.Context, /, *, brokers: str | None, **given: Any) -> int:
+    """Follow the incident topic and print each incident revision as it arrives.
+
+    Reads every partition without a consumer group (nothing is committed) until
+    Ctrl-C, which ends it with status 0. A record that does not decode is
+    reported on stderr with its partition and offset and skipped; the exit
+    status is then 1. An unreachable broker or a missing topic is one line on
+    stderr and status 1.
+
+    \b
+    Examples:
+      gputriage tail
+      gputriage tail --from beginning -o wide --evidence
+      gputriage tail --from 2026-11-30T10:00:00Z -o json | jq .severity
+      gputriage tail --brokers kafka-0:9092 --from 42
+    """
+    settings = settings_of(ctx)
+    kwargs = kafka_kwargs(settings, brokers)
+    names = {f.name for f in fields(TailOptions)}
+    options = TailOptions(**{k: v for k, v in given.items() if k in names and v is not None})
+    topic = topic_layout(settings.topics).incidents.name
+    return run_tail(kwargs, topic, options, sys.stdout.buffer, sys.stderr)
