@@ -123,6 +123,21 @@ def shown(table: type[msgspec.Struct], name: str) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
+class StructDefault(click.Option):
+    """An option whose default lives in a settings struct and is shown as it is.
+
+    Trap: the value is unset (``None``) so the settings can fill it, and click
+    renders a string ``show_default`` in parentheses (``[default: (9465)]``),
+    which reads like a remark; this shows ``[default: 9465]`` as for a real default.
+    """
+
+    def get_help_extra(self, ctx: click.Context) -> Any:
+        extra = super().get_help_extra(ctx)
+        if isinstance(self.show_default, str):
+            extra["default"] = self.show_default
+        return extra
+
+
 # -- options several commands share (one definition, one help text) -------------------
 brokers_option = click.option(
     "--brokers",
@@ -165,6 +180,7 @@ def metrics_port_option(table: type[msgspec.Struct]) -> Callable[[F], F]:
     return click.option(
         "--metrics-port",
         type=click.IntRange(0, 65535),
+        cls=StructDefault,
         show_default=shown(table, "metrics_port"),
         help="Port of the Prometheus /metrics endpoint (0 picks a free one).",
     )

@@ -36,6 +36,7 @@ import msgspec
 from gputriage.cli.common import (
     CONTEXT,
     SettingsRequired,
+    StructDefault,
     TimeType,
     brokers_option,
     cluster_option,
@@ -121,12 +122,14 @@ def connect_group() -> None:
     "--buffer",
     "buffer_size",
     type=click.IntRange(min=1),
+    cls=StructDefault,
     show_default=shown(K8sConnectSettings, "buffer_size"),
     help="Events held while the broker is slow or down; then the watch waits.",
 )
 @click.option(
     "--silence-timeout",
     type=click.FloatRange(min=1.0),
+    cls=StructDefault,
     show_default=shown(K8sConnectSettings, "silence_timeout"),
     help="Reconnect a watch that sent nothing (not even a bookmark) for this many seconds.",
 )
@@ -141,7 +144,10 @@ def connect_group() -> None:
     help="Namespace of the Lease (default: the pod's own, in-cluster).",
 )
 @click.option(
-    "--lease-name", show_default=shown(K8sConnectSettings, "lease_name"), help="Name of the Lease."
+    "--lease-name",
+    cls=StructDefault,
+    show_default=shown(K8sConnectSettings, "lease_name"),
+    help="Name of the Lease.",
 )
 @click.option("--identity", help="This replica's name in the Lease (default: $HOSTNAME_pid).")
 @click.pass_context
@@ -214,22 +220,30 @@ def run_connect_k8s(settings: Settings, o: K8sConnectSettings) -> int:
 @node_option
 @cluster_option
 @click.option(
-    "--device", show_default=shown(KmsgConnectSettings, "device"), help="The kmsg device."
+    "--device",
+    cls=StructDefault,
+    show_default=shown(KmsgConnectSettings, "device"),
+    help="The kmsg device.",
 )
 @click.option(
     "--state",
     "state_path",
     metavar="FILE",
+    cls=StructDefault,
     show_default=shown(KmsgConnectSettings, "state_path"),
     help="Where the boot id and last sequence number are kept (a hostPath in a DaemonSet).",
 )
 @click.option(
     "--boot-id-file",
+    cls=StructDefault,
     show_default=shown(KmsgConnectSettings, "boot_id_file"),
     help="The current boot id.",
 )
 @click.option(
-    "--proc-stat", show_default=shown(KmsgConnectSettings, "proc_stat"), help="Where btime is read."
+    "--proc-stat",
+    cls=StructDefault,
+    show_default=shown(KmsgConnectSettings, "proc_stat"),
+    help="Where btime is read.",
 )
 @click.option(
     "--boot-time",
@@ -242,6 +256,7 @@ def run_connect_k8s(settings: Settings, o: K8sConnectSettings) -> int:
 @click.option(
     "--poll-interval",
     type=click.FloatRange(min=0.01, max=10.0),
+    cls=StructDefault,
     show_default=shown(KmsgConnectSettings, "poll_interval"),
     help="Seconds between reads when the device has nothing new.",
 )
@@ -252,7 +267,10 @@ def run_connect_k8s(settings: Settings, o: K8sConnectSettings) -> int:
     help="Follow the journal's kernel entries (journalctl) instead of the device.",
 )
 @click.option(
-    "--journalctl", show_default=shown(KmsgConnectSettings, "journalctl"), help="With --journal."
+    "--journalctl",
+    cls=StructDefault,
+    show_default=shown(KmsgConnectSettings, "journalctl"),
+    help="With --journal.",
 )
 @click.option("--journal-dir", help="With --journal: journalctl -D DIR.")
 @click.option(
@@ -265,6 +283,7 @@ def run_connect_k8s(settings: Settings, o: K8sConnectSettings) -> int:
 @click.option(
     "--tz",
     metavar="ZONE",
+    cls=StructDefault,
     show_default=shown(KmsgConnectSettings, "tz"),
     help="Time zone of dmesg -T and syslog times (the node's local zone).",
 )
@@ -276,6 +295,7 @@ def run_connect_k8s(settings: Settings, o: K8sConnectSettings) -> int:
 @click.option(
     "--nvml/--no-nvml",
     default=None,
+    cls=StructDefault,
     show_default=shown(KmsgConnectSettings, "nvml"),
     help="Put GPU uuids and indexes on XIDs from NVML's bus id map (where a driver is; "
     "without one, XIDs carry bus ids and GPU bindings name their GPUs).",
@@ -385,12 +405,14 @@ def _kafka_target(settings: Settings, brokers: str | None) -> KafkaTarget:
 @click.option(
     "--interval",
     type=click.FloatRange(min=0.1),
+    cls=StructDefault,
     show_default=shown(DcgmConnectSettings, "interval"),
     help="Seconds between scrapes (keep it well under the exporter's XID count window).",
 )
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0.1),
+    cls=StructDefault,
     show_default=shown(DcgmConnectSettings, "timeout"),
     help="Seconds one scrape may take.",
 )
@@ -449,6 +471,7 @@ def run_connect_dcgm(settings: Settings, o: DcgmConnectSettings) -> int:
 @click.option(
     "--bindings/--no-bindings",
     default=None,
+    cls=StructDefault,
     show_default=shown(NvmlConnectSettings, "bindings"),
     help="Publish the bus id <-> uuid <-> index map at start, as identity-only GPU "
     "bindings (pods_known=false: they never unbind what dcgm-exporter bound).",

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from gputriage.cli.common import CONTEXT, settings_of
+from gputriage.cli.common import CONTEXT, StructDefault, settings_of
 
 # The defaults, repeated for --help only (importing DemoOptions would import aiokafka);
 # tests/cli/test_cli.py holds them equal to DemoOptions'.
@@ -28,6 +28,7 @@ HELP_DEFAULTS = {"speed": 30.0, "output": "lines", "linger_s": 10.0}
 @click.option(
     "--speed",
     type=click.FloatRange(min=1.0, max=1000.0),
+    cls=StructDefault,
     show_default=str(HELP_DEFAULTS["speed"]),
     help="Play the scenario this many times faster than real time (windows scale with it).",
 )
@@ -35,6 +36,7 @@ HELP_DEFAULTS = {"speed": 30.0, "output": "lines", "linger_s": 10.0}
     "-o",
     "--output",
     type=click.Choice(["lines", "json"]),
+    cls=StructDefault,
     show_default=str(HELP_DEFAULTS["output"]),
     help="lines: one readable line per incident revision; json: JSON lines.",
 )
@@ -42,6 +44,7 @@ HELP_DEFAULTS = {"speed": 30.0, "output": "lines", "linger_s": 10.0}
     "--linger",
     "linger_s",
     type=click.FloatRange(min=0.0),
+    cls=StructDefault,
     show_default=str(HELP_DEFAULTS["linger_s"]),
     help="After the scenario, stop once no incident arrived for this many seconds.",
 )
