@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import click
 
-from gputriage.cli.common import CONTEXT, brokers_option, kafka_kwargs, settings_of, shown
+from gputriage.cli.common import (
+    CONTEXT,
+    StructDefault,
+    brokers_option,
+    kafka_kwargs,
+    settings_of,
+    shown,
+)
 from gputriage.settings import ProcessorSettings
 
 
@@ -16,12 +23,14 @@ from gputriage.settings import ProcessorSettings
 @brokers_option
 @click.option(
     "--app-id",
+    cls=StructDefault,
     show_default=shown(ProcessorSettings, "app_id"),
     help="Consumer group / app id; workers with the same id share work.",
 )
 @click.option(
     "--metrics-port",
     type=click.IntRange(0, 65535),
+    cls=StructDefault,
     show_default=shown(ProcessorSettings, "metrics_port"),
     help="Port of the Prometheus /metrics endpoint (0 picks a free one).",
 )

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from connectors.files import STDIN
-from gputriage.cli.common import CONTEXT, open_all, settings_of
+from gputriage.cli.common import CONTEXT, StructDefault, open_all, settings_of
 from gputriage.replay import OUTPUTS, ReplayOptions, run_replay
 
 _DEFAULTS = ReplayOptions()
@@ -31,12 +31,14 @@ _DEFAULTS = ReplayOptions()
     "-o",
     "--output",
     type=click.Choice(OUTPUTS),
+    cls=StructDefault,
     show_default=_DEFAULTS.output,
     help="table: one row per incident; wide: more columns; json: every revision as JSON lines.",
 )
 @click.option(
     "--evidence/--no-evidence",
     default=None,
+    cls=StructDefault,
     show_default=str(_DEFAULTS.evidence).lower(),
     help="table/wide: list each incident's evidence chain under its row.",
 )

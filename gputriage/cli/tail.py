@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from gputriage.cli.common import CONTEXT, brokers_option, kafka_kwargs, settings_of
+from gputriage.cli.common import CONTEXT, StructDefault, brokers_option, kafka_kwargs, settings_of
 from gputriage.replay import OUTPUTS
 from gputriage.tail import StartAt, TailOptions, parse_start, run_tail
 from schemas.topics import topic_layout
@@ -42,6 +42,7 @@ class StartType(click.ParamType[StartAt, Any]):
     "start",
     metavar="now|beginning|TIME|OFFSET",
     type=StartType(),
+    cls=StructDefault,
     show_default=str(_DEFAULTS.start),
     help="Where to start: the end, the oldest record, an RFC 3339 time "
     "(2026-11-30T10:00:00Z), or an offset in every partition.",
@@ -50,12 +51,14 @@ class StartType(click.ParamType[StartAt, Any]):
     "-o",
     "--output",
     type=click.Choice(OUTPUTS),
+    cls=StructDefault,
     show_default=_DEFAULTS.output,
     help="table/wide: one row per incident revision; json: each revision as a JSON line.",
 )
 @click.option(
     "--evidence/--no-evidence",
     default=None,
+    cls=StructDefault,
     show_default=str(_DEFAULTS.evidence).lower(),
     help="table/wide: list each revision's evidence chain under its row.",
 )
@@ -65,6 +68,7 @@ class StartType(click.ParamType[StartAt, Any]):
     "connect_timeout_s",
     metavar="SECONDS",
     type=click.FloatRange(min=0, min_open=True),
+    cls=StructDefault,
     show_default=f"{_DEFAULTS.connect_timeout_s:g}",
     help="Give up when the brokers cannot be reached within this long.",
 )
