@@ -199,9 +199,9 @@ def test_every_verb_has_examples(command: list[str], capsys: pytest.CaptureFixtu
 @pytest.mark.parametrize(
     ("command", "shown"),
     [
-        (["connect", "kmsg"], "[default: 9465)"),
-        (["connect", "k8s"], "[default: 10000)"),
-        (["process"], "[default: 9464)"),
+        (["connect", "kmsg"], "[default: 9465;"),
+        (["connect", "k8s"], "[default: 10000;"),
+        (["process"], "[default: 9464;"),
         (["replay"], "[default: table]"),
         (["tail"], "[default: 10;"),
     ],
