@@ -62,8 +62,13 @@ class KafkaTestEnv:
         }
 
     def create_topics(self) -> list[str]:
-        """Create this test's topics; returns the names created."""
-        return asyncio.run(ensure_topics(self.kwargs, self.layout))
+        """Create this test's topics; returns the names created. For sync tests: it runs
+        its own event loop (an async test awaits :meth:`acreate_topics` instead)."""
+        return asyncio.run(self.acreate_topics())
+
+    async def acreate_topics(self) -> list[str]:
+        """Create this test's topics on the running loop; returns the names created."""
+        return await ensure_topics(self.kwargs, self.layout)
 
 
 def wait_until(condition: Callable[[], T], *, timeout: float = 10.0, what: str = "") -> T:

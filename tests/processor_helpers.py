@@ -65,7 +65,10 @@ class Worker:
     def kill(self) -> None:
         """SIGKILL: no chance to commit, flush or say goodbye."""
         self.process.kill()
-        self.process.wait(10)
+        try:
+            self.process.wait(10)
+        finally:
+            self._log.close()
 
     def stop(self, timeout: float = 30.0) -> int:
         """SIGTERM and wait; returns the exit status."""
@@ -86,28 +89,29 @@ backlog of thousands, so a test can act while the backlog is half committed."""
 
 
 def committed(kafka: KafkaTestEnv, group: str) -> int:
+    """:func:`fetch_committed` for sync tests (polled by ``wait_until``): its own loop."""
+    return asyncio.run(fetch_committed(kafka, group))
+
+
+async def fetch_committed(kafka: KafkaTestEnv, group: str) -> int:
     """Records of the raw topics the consumer group ``group`` has committed, in all.
 
     Asked with OffsetFetch by a consumer of that group that never subscribes (so it
     never joins the group and causes no rebalance)."""
-
-    async def run() -> int:
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=kafka.bootstrap, group_id=group, enable_auto_commit=False
-        )
-        await consumer.start()
-        try:
-            tps = [
-                TopicPartition(topic, p)
-                for topic in kafka.layout.raw_topics
-                for p in range(kafka.settings.partitions)
-            ]
-            offsets = await asyncio.gather(*(consumer.committed(tp) for tp in tps))
-            return sum(o for o in offsets if o)
-        finally:
-            await consumer.stop()
-
-    return asyncio.run(run())
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=kafka.bootstrap, group_id=group, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        tps = [
+            TopicPartition(topic, p)
+            for topic in kafka.layout.raw_topics
+            for p in range(kafka.settings.partitions)
+        ]
+        offsets = await asyncio.gather(*(consumer.committed(tp) for tp in tps))
+        return sum(o for o in offsets if o)
+    finally:
+        await consumer.stop()
 
 
 def restored_keys(log: str) -> int:
@@ -120,15 +124,18 @@ def restored_keys(log: str) -> int:
 
 
 def produce_events(kafka: KafkaTestEnv, events: Iterable[AnyEvent]) -> int:
-    async def run() -> int:
-        producer = EventProducer(kafka.kwargs, kafka.layout)
-        await producer.start()
-        try:
-            return await producer.send_many(e for e in events if not isinstance(e, Tick))
-        finally:
-            await producer.stop()
+    """:func:`send_events` for sync tests: its own event loop."""
+    return asyncio.run(send_events(kafka, events))
 
-    return asyncio.run(run())
+
+async def send_events(kafka: KafkaTestEnv, events: Iterable[AnyEvent]) -> int:
+    """Produce ``events`` (ticks skipped: they have no topic) to their raw topics."""
+    producer = EventProducer(kafka.kwargs, kafka.layout)
+    await producer.start()
+    try:
+        return await producer.send_many(e for e in events if not isinstance(e, Tick))
+    finally:
+        await producer.stop()
 
 
 def reference(events: Iterable[AnyEvent]) -> dict[str, Incident]:

@@ -10,6 +10,8 @@ import signal
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from schemas.codec import decode_event
 from schemas.events import GpuBindingEvent, XidEvent
 from tests import paths
@@ -99,41 +101,38 @@ def test_usage_errors_are_one_line() -> None:
     assert "is not an http(s):// URL" in proc.stderr.decode()
 
 
-def test_connect_dcgm_publishes_until_sigterm(kafka: KafkaTestEnv) -> None:
+@pytest.mark.asyncio
+async def test_connect_dcgm_publishes_until_sigterm(kafka: KafkaTestEnv) -> None:
     """The real command against a local exporter and the embedded broker."""
     exporter = Exporter()
     exporter.queue = [(500, "warming up", {})]  # survived: retried after a backoff
-
-    async def scenario() -> tuple[int, bytes]:
-        async with serving(exporter) as url:
-            proc = await asyncio.create_subprocess_exec(
-                str(CONSOLE_SCRIPT),
-                "connect",
-                "dcgm",
-                "--url",
-                url,
-                "--node",
-                "gpu-node-1",
-                "--cluster",
-                "c1",
-                "--interval",
-                "0.1",
-                "--metrics-port",
-                "0",
-                env=clean_env(kafka.env),
-                stderr=asyncio.subprocess.PIPE,
-            )
-            # Ends early if the command died (its stderr then says why).
-            scraped = lambda: exporter.hits >= 3 or proc.returncode is not None  # noqa: E731
-            await eventually(scraped, timeout=30, what="three scrapes")
-            proc.send_signal(signal.SIGTERM)
-            _, stderr = await asyncio.wait_for(proc.communicate(), 10)
-            return await proc.wait(), stderr
-
-    status, stderr = asyncio.run(scenario())
+    async with serving(exporter) as url:
+        proc = await asyncio.create_subprocess_exec(
+            str(CONSOLE_SCRIPT),
+            "connect",
+            "dcgm",
+            "--url",
+            url,
+            "--node",
+            "gpu-node-1",
+            "--cluster",
+            "c1",
+            "--interval",
+            "0.1",
+            "--metrics-port",
+            "0",
+            env=clean_env(kafka.env),
+            stderr=asyncio.subprocess.PIPE,
+        )
+        # Ends early if the command died (its stderr then says why).
+        scraped = lambda: exporter.hits >= 3 or proc.returncode is not None  # noqa: E731
+        await eventually(scraped, timeout=30, what="three scrapes")
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.wait_for(proc.communicate(), 10)
+        status = await proc.wait()
     assert status == 0, stderr
     topic = kafka.layout.raw_topic(GpuBindingEvent)
-    (record,) = asyncio.run(consume_all(kafka.bootstrap, [topic], 1))
+    (record,) = await consume_all(kafka.bootstrap, [topic], 1)
     binding = decode_event(record.value)
     assert isinstance(binding, GpuBindingEvent)
     assert (binding.node, binding.gpu_uuid) == (

@@ -12,10 +12,10 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from connectors.k8s.run import run_connect
-from connectors.kafka.admin import ensure_topics
 from tests.k8s_helpers import (
     elected_options,
     fake_cluster,
@@ -70,28 +70,27 @@ def load() -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(RBAC.read_text()) if doc]
 
 
-def test_the_connector_needs_nothing_the_rbac_does_not_grant(
+@pytest.mark.asyncio
+@pytest.mark.timeout(30)
+async def test_the_connector_needs_nothing_the_rbac_does_not_grant(
     kafka: KafkaTestEnv, tmp_path: Path
 ) -> None:
-    async def session() -> list[Any]:
-        async with fake_cluster() as cluster:
-            cluster.pods.put(pod("trainer", "10"))
-            cluster.nodes.put(node("gpu-1", "5"))
-            cluster.events.put(kube_event("ev1", "20", reason="Evicted", pod_name="trainer"))
-            await ensure_topics(kafka.kwargs, kafka.layout)
-            options = elected_options(tmp_path, cluster.url, retry_period_s=0.05)
-            stop = asyncio.Event()
-            task = asyncio.create_task(
-                run_connect(options, kafka.kwargs, kafka.layout, metrics_port=None, stop=stop)
-            )
-            await consume_all(kafka.bootstrap, list(kafka.layout.raw_topics), 3)
-            cluster.pods.send(gone())  # exercise the relist path too
-            await eventually(lambda: len(cluster.pods.list_requests) == 2, what="relist")
-            stop.set()
-            assert await asyncio.wait_for(task, 10) == 0
-            return cluster.requests()
-
-    requests = asyncio.run(asyncio.wait_for(session(), 30))
+    async with fake_cluster() as cluster:
+        cluster.pods.put(pod("trainer", "10"))
+        cluster.nodes.put(node("gpu-1", "5"))
+        cluster.events.put(kube_event("ev1", "20", reason="Evicted", pod_name="trainer"))
+        await kafka.acreate_topics()
+        options = elected_options(tmp_path, cluster.url, retry_period_s=0.05)
+        stop = asyncio.Event()
+        task = asyncio.create_task(
+            run_connect(options, kafka.kwargs, kafka.layout, metrics_port=None, stop=stop)
+        )
+        await consume_all(kafka.bootstrap, list(kafka.layout.raw_topics), 3)
+        cluster.pods.send(gone())  # exercise the relist path too
+        await eventually(lambda: len(cluster.pods.list_requests) == 2, what="relist")
+        stop.set()
+        assert await asyncio.wait_for(task, 10) == 0
+        requests: list[Any] = cluster.requests()  # kmock types group/plural as optional
     used: set[Triple] = set()
     lease_namespaces: set[str | None] = set()
     for request in requests:

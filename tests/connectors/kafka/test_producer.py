@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections import defaultdict
 from datetime import timedelta
-from typing import Any
 
 import msgspec
 import pytest
@@ -32,23 +30,20 @@ def _events() -> list[AnyEvent]:
     return events
 
 
-def test_events_round_trip_through_their_raw_topics(kafka: KafkaTestEnv) -> None:
-    kafka.create_topics()
+@pytest.mark.asyncio
+async def test_events_round_trip_through_their_raw_topics(kafka: KafkaTestEnv) -> None:
+    await kafka.acreate_topics()
     layout = kafka.layout
     events = _events()
 
-    async def produce() -> tuple[int, Any]:
-        async with EventProducer(kafka.kwargs, layout) as producer:
-            count = await producer.send_many(events[1:])
-            first = await producer.send(events[0])
-            assert producer.sent == len(events)
-        return count, first
-
-    count, first = asyncio.run(produce())
+    async with EventProducer(kafka.kwargs, layout) as producer:
+        count = await producer.send_many(events[1:])
+        first = await producer.send(events[0])
+        assert producer.sent == len(events)
     assert count == len(events) - 1
     assert first.topic == layout.raw_topic(events[0])
 
-    records = asyncio.run(consume_all(kafka.bootstrap, list(layout.raw_topics), len(events)))
+    records = await consume_all(kafka.bootstrap, list(layout.raw_topics), len(events))
     assert len(records) == len(events)
     seen: list[AnyEvent] = []
     partition_of_key: dict[bytes, set[int]] = defaultdict(set)
