@@ -33,10 +33,6 @@ class ConnectorMetrics:
         self.registry = registry or CollectorRegistry()
         r = self.registry
         self.delivery = DeliveryMetrics(r)
-        self.events_out = self.delivery.events_out
-        self.buffered = self.delivery.buffered
-        self.backpressure = self.delivery.backpressure
-        self.delivery_failures = self.delivery.delivery_failures
         self.dead_letters = Counter(
             "gputriage_connector_dead_letters",
             "Objects or lines that could not be slimmed, sent to the dead-letter topic.",

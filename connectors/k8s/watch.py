@@ -91,7 +91,6 @@ from schemas.types import Op
 log = logging.getLogger("gputriage.connect.k8s")
 
 Resource = Literal["pods", "nodes", "events"]
-RESOURCES: Final[tuple[Resource, ...]] = ("pods", "nodes", "events")
 KINDS: Final[dict[Resource, str]] = {"pods": "Pod", "nodes": "Node", "events": "Event"}
 """List items come without ``kind``; slimming needs it."""
 
