@@ -18,23 +18,6 @@ import pytest
 from gputriage.demo.broker import EmbeddedBroker
 from tests.kafka_helpers import KafkaTestEnv
 
-# Warnings are errors (pyproject.toml). These modules still leak files their tests open
-# (ResourceWarning, or PytestUnraisableExceptionWarning when the garbage collector finds
-# them): tests/cli/test_tail.py the stdout/stderr pipes of the Popen it kills, and
-# tests/connectors/xid/test_textlog.py TextLogSource readers it never closes. They are
-# being changed by others; until they close what they open, only these modules ignore
-# only these two warnings. Delete an entry once its module runs clean.
-LEAKING_MODULES = ("tests/cli/test_tail.py", "tests/connectors/xid/test_textlog.py")
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.nodeid.split("::", 1)[0] in LEAKING_MODULES:
-            item.add_marker(pytest.mark.filterwarnings("ignore::ResourceWarning"))
-            item.add_marker(
-                pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
-            )
-
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> object:

@@ -100,6 +100,34 @@ async def consume_all(
     bootstrap: str, topics: list[str], count: int, *, timeout: float = 10.0
 ) -> list[Any]:
     """Read ``count`` records from the beginning of ``topics`` (no consumer group)."""
+    try:
+        return await consume_until(
+            bootstrap, topics, lambda records: len(records) >= count, timeout=timeout
+        )
+    except TimedOut as late:
+        raise AssertionError(
+            f"only {len(late.records)} of {count} records within {timeout} s"
+        ) from None
+
+
+class TimedOut(AssertionError):
+    """:func:`consume_until` gave up; ``records`` is what it had read by then."""
+
+    def __init__(self, message: str, records: list[Any]) -> None:
+        super().__init__(message)
+        self.records = records
+
+
+async def consume_until(
+    bootstrap: str,
+    topics: list[str],
+    done: Callable[[list[Any]], object],
+    *,
+    timeout: float = 10.0,
+    what: str = "",
+) -> list[Any]:
+    """Read ``topics`` from the beginning (no consumer group) until ``done(records)``, the
+    records read so far, is truthy; returns them. Fails (:class:`TimedOut`) after ``timeout`` s."""
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=None)
     await consumer.start()
     try:
@@ -113,9 +141,13 @@ async def consume_all(
         await consumer.seek_to_beginning(*tps)
         records: list[Any] = []
         deadline = time.monotonic() + timeout
-        while len(records) < count:
+        while not done(records):
             if time.monotonic() > deadline:
-                raise AssertionError(f"only {len(records)} of {count} records within {timeout} s")
+                raise TimedOut(
+                    f"timed out after {timeout:g} s waiting for {what or done} "
+                    f"({len(records)} records read)",
+                    records,
+                )
             batches = await consumer.getmany(timeout_ms=200)
             for batch in batches.values():
                 records.extend(batch)

@@ -6,15 +6,13 @@ import asyncio
 import functools
 import io
 import os
-import queue
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from datetime import UTC, datetime, timedelta
-from typing import IO, Any
+from typing import Any
 
 import msgspec
 import pytest
@@ -26,7 +24,7 @@ from gputriage.tail import StartAt, _assign_and_seek, parse_start
 from schemas.codec import decode_incident, encode
 from schemas.incidents import Incident
 from tests.cli_helpers import clean_env
-from tests.kafka_helpers import KafkaTestEnv, produce, wait_until, with_consumer
+from tests.kafka_helpers import KafkaTestEnv, eventually, produce, with_consumer
 from tests.sample_records import INCIDENT
 
 
@@ -42,63 +40,71 @@ def _records(incidents: list[Incident]) -> list[tuple[bytes | None, bytes | None
 
 
 class _Lines:
-    """Lines of a subprocess pipe, collected by a thread, for waiting with a deadline."""
+    """Lines of a subprocess pipe, read on the test's loop, for waiting with a deadline."""
 
-    def __init__(self, pipe: IO[bytes]) -> None:
+    def __init__(self, pipe: asyncio.StreamReader | None) -> None:
+        assert pipe is not None
         self.lines: list[bytes] = []
-        self._queue: queue.Queue[bytes] = queue.Queue()
-        self._thread = threading.Thread(target=self._read, args=(pipe,), daemon=True)
-        self._thread.start()
+        self._pipe = pipe
 
-    def _read(self, pipe: IO[bytes]) -> None:
-        for line in iter(pipe.readline, b""):
-            self._queue.put(line)
-
-    def at_least(self, count: int, timeout: float = 15.0) -> list[bytes]:
-        deadline = time.monotonic() + timeout
-        while len(self.lines) < count:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                raise AssertionError(f"got {len(self.lines)} of {count} lines: {self.lines!r}")
-            try:
-                self.lines.append(self._queue.get(timeout=remaining))
-            except queue.Empty:
-                continue
+    async def at_least(self, count: int, timeout: float = 15.0) -> list[bytes]:
+        try:
+            async with asyncio.timeout(timeout):
+                while len(self.lines) < count:
+                    line = await self._pipe.readline()
+                    if not line:
+                        raise AssertionError(f"EOF after {len(self.lines)} of {count} lines")
+                    self.lines.append(line)
+        except TimeoutError:
+            raise AssertionError(
+                f"got {len(self.lines)} of {count} lines: {self.lines!r}"
+            ) from None
         return self.lines
 
-    def rest(self) -> list[bytes]:
-        self._thread.join(10)
-        while not self._queue.empty():
-            self.lines.append(self._queue.get_nowait())
+    async def rest(self) -> list[bytes]:
+        """Every line, once the process has ended (its pipe read to the end)."""
+        self.lines += (await asyncio.wait_for(self._pipe.read(), 10)).splitlines(keepends=True)
         return self.lines
 
 
-def _tail(kafka: KafkaTestEnv, *args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "gputriage", "tail", *args],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+async def _tail(kafka: KafkaTestEnv, *args: str) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "gputriage",
+        "tail",
+        *args,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
         env=clean_env(kafka.env),
     )
 
 
-def _interrupt(process: subprocess.Popen[bytes], sig: int = signal.SIGINT) -> int:
-    process.send_signal(sig)
-    return process.wait(15)
+async def _interrupt(process: asyncio.subprocess.Process, sig: int = signal.SIGINT) -> int:
+    """Send ``sig`` and wait for the exit status (a process still running then is killed)."""
+    if process.returncode is None:
+        process.send_signal(sig)
+    try:
+        return await asyncio.wait_for(process.wait(), 15)
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
 
 
-def test_tail_json_from_the_beginning_follows_and_stops_on_sigint(kafka: KafkaTestEnv) -> None:
-    kafka.create_topics()
+@pytest.mark.asyncio
+async def test_tail_json_from_the_beginning_follows_and_stops_on_sigint(
+    kafka: KafkaTestEnv,
+) -> None:
+    await kafka.acreate_topics()
     topic = kafka.layout.incidents.name
     before = [_revision("inc-a", 1), _revision("inc-b", 1), _revision("inc-a", 2)]
-    asyncio.run(produce(kafka.bootstrap, topic, [*_records(before), (b"inc-x", b"not json")]))
-    process = _tail(kafka, "-o", "json", "--from", "beginning")
+    await produce(kafka.bootstrap, topic, [*_records(before), (b"inc-x", b"not json")])
+    process = await _tail(kafka, "-o", "json", "--from", "beginning")
+    stdout, stderr = _Lines(process.stdout), _Lines(process.stderr)
     try:
-        assert process.stdout is not None
-        assert process.stderr is not None
-        stdout, stderr = _Lines(process.stdout), _Lines(process.stderr)
-        first = [decode_incident(line) for line in stdout.at_least(3)]
+        first = [decode_incident(line) for line in await stdout.at_least(3)]
         # Per incident id (one partition each), revisions arrive in order.
         assert sorted((i.id, i.revision) for i in first) == [
             ("inc-a", 1),
@@ -106,43 +112,44 @@ def test_tail_json_from_the_beginning_follows_and_stops_on_sigint(kafka: KafkaTe
             ("inc-b", 1),
         ]
         assert [i.revision for i in first if i.id == "inc-a"] == [1, 2]
-        bad = stderr.at_least(1)[0].decode()
+        bad = (await stderr.at_least(1))[0].decode()
         assert f"{topic} partition " in bad
         assert " offset 0: " in bad
         assert "malformed" in bad
 
         # It keeps following: a revision produced now shows up.
         later = _revision("inc-b", 2, summary="later")
-        asyncio.run(produce(kafka.bootstrap, topic, _records([later])))
-        lines = stdout.at_least(4)
+        await produce(kafka.bootstrap, topic, _records([later]))
+        lines = await stdout.at_least(4)
         assert decode_incident(lines[3]) == later
         assert lines[3] == encode(later) + b"\n", "the codec's exact bytes, one per line"
     finally:
-        code = _interrupt(process)
+        code = await _interrupt(process)
     assert code == 1, "interrupted normally, but a record did not decode"
-    assert len(stdout.rest()) == 4
-    assert len(stderr.rest()) == 1, stderr.lines
+    assert len(await stdout.rest()) == 4
+    assert len(await stderr.rest()) == 1, stderr.lines
 
 
-def test_tail_table_output_and_a_clean_exit_on_sigterm(kafka: KafkaTestEnv) -> None:
-    kafka.create_topics()
+@pytest.mark.asyncio
+async def test_tail_table_output_and_a_clean_exit_on_sigterm(kafka: KafkaTestEnv) -> None:
+    await kafka.acreate_topics()
     topic = kafka.layout.incidents.name
-    asyncio.run(produce(kafka.bootstrap, topic, _records([_revision("inc-t", 1)])))
+    await produce(kafka.bootstrap, topic, _records([_revision("inc-t", 1)]))
     # A tombstone (null value) is how an incident leaves a compacted topic: skipped.
-    asyncio.run(produce(kafka.bootstrap, topic, [(b"inc-gone", None)]))
-    process = _tail(kafka, "--from", "0", "--brokers", kafka.bootstrap)
+    await produce(kafka.bootstrap, topic, [(b"inc-gone", None)])
+    process = await _tail(kafka, "--from", "0", "--brokers", kafka.bootstrap)
+    stdout, stderr = _Lines(process.stdout), _Lines(process.stderr)
     try:
-        assert process.stdout is not None
-        lines = _Lines(process.stdout).at_least(2)
+        lines = await stdout.at_least(2)
     finally:
-        code = _interrupt(process, signal.SIGTERM)
+        code = await _interrupt(process, signal.SIGTERM)
     assert code == 0, "SIGTERM ends a tail like Ctrl-C does"
     header, row = (line.decode() for line in lines[:2])
     assert header.split()[:3] == ["ID", "TYPE", "STATUS"]
     assert row.split()[:5] == ["inc-t", "device_unhealthy_eviction", "open", "1", "page"]
     assert row.index("device_unhealthy_eviction") == header.index("TYPE")
-    assert process.stderr is not None
-    assert process.stderr.read() == b""
+    await stdout.rest()
+    assert await stderr.rest() == []
 
 
 async def _positions(kafka: KafkaTestEnv, starts: list[StartAt]) -> list[dict[int, int]]:
@@ -159,24 +166,25 @@ async def _positions(kafka: KafkaTestEnv, starts: list[StartAt]) -> list[dict[in
     ]
 
 
-def test_start_positions_now_beginning_offset_and_time(kafka: KafkaTestEnv) -> None:
-    kafka.create_topics()
+@pytest.mark.asyncio
+async def test_start_positions_now_beginning_offset_and_time(kafka: KafkaTestEnv) -> None:
+    await kafka.acreate_topics()
     topic = kafka.layout.incidents.name
     # All on one key, so on one partition, with a clock tick between the batches.
     early = [_revision("inc-p", n) for n in (1, 2, 3)]
-    metadata = asyncio.run(produce(kafka.bootstrap, topic, _records(early)))
+    metadata = await produce(kafka.bootstrap, topic, _records(early))
     partition = metadata[0].partition
     # Every early record was received before this millisecond ends; the late one
     # is produced once the clock has passed it, so the boundary falls between.
     boundary_ms = _now_ms() + 1
-    wait_until(lambda: _now_ms() > boundary_ms, what="the clock to pass the boundary")
-    asyncio.run(produce(kafka.bootstrap, topic, _records([_revision("inc-p", 4)])))
+    await eventually(lambda: _now_ms() > boundary_ms, what="the clock to pass the boundary")
+    await produce(kafka.bootstrap, topic, _records([_revision("inc-p", 4)]))
     boundary = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=boundary_ms)
     others = {p: 0 for p in range(kafka.settings.partitions) if p != partition}
 
     future = datetime.now(UTC) + timedelta(days=1)
     starts: list[StartAt] = ["beginning", "now", 2, 99, boundary, future]
-    assert asyncio.run(_positions(kafka, starts)) == [
+    assert await _positions(kafka, starts) == [
         {partition: 0, **others},
         {partition: 4, **others},
         {partition: 2, **others},
@@ -215,31 +223,23 @@ def test_ctrl_c_while_connecting_ends_promptly_with_status_0() -> None:
         silent.listen()
         silent.settimeout(30)
         address = f"127.0.0.1:{silent.getsockname()[1]}"
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "gputriage",
-                "tail",
-                "--brokers",
-                address,
-                "--connect-timeout",
-                "60",
-            ],
+        command = [sys.executable, "-m", "gputriage", "tail", "--brokers", address]
+        # As a context manager, Popen closes its pipes and waits, however the test ends.
+        with subprocess.Popen(
+            [*command, "--connect-timeout", "60"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=clean_env(),
-        )
-        try:
-            connection, _ = silent.accept()
-            connection.close()
-            started = time.monotonic()
-            process.send_signal(signal.SIGINT)
-            out, err = process.communicate(timeout=20)
-        finally:
-            if process.poll() is None:
-                process.kill()
-                process.wait()
+        ) as process:
+            try:
+                connection, _ = silent.accept()
+                connection.close()
+                started = time.monotonic()
+                process.send_signal(signal.SIGINT)
+                out, err = process.communicate(timeout=20)
+            finally:
+                if process.poll() is None:
+                    process.kill()
     assert process.returncode == 0, err
     assert time.monotonic() - started < 10
     assert out == b""

@@ -11,22 +11,24 @@ kmsg connector's attribution.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import io
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from connectors.nvml.devices import Device, attribute
 from connectors.state import load_state
 from connectors.xid.kmsg import KmsgState
 from connectors.xid.run import KmsgOptions, run_kmsg
-from schemas.codec import decode_event
+from schemas.codec import decode_event, decode_incident
 from schemas.events import GpuBindingEvent, XidEvent
 from schemas.incidents import Incident
-from tests.kafka_helpers import KafkaTestEnv, wait_until
+from tests.kafka_helpers import KafkaTestEnv, consume_until
 from tests.paths import EXAMPLES
-from tests.processor_helpers import TopicReader, Worker, ending_days_ago, final, produce_events
+from tests.processor_helpers import Worker, ending_days_ago, final, send_events
 
 SCENARIO = EXAMPLES / "scenario.jsonl"
 NODE = "gpu-node-01"
@@ -35,9 +37,17 @@ BUS = "0000:9b:00.0"
 UPTIME_S = 3600  # the XID is logged one hour after boot
 
 
-def test_a_kernel_xid_79_through_kafka_is_one_eviction_incident_naming_the_gpu(
+def evictions(records: list[Any]) -> list[Incident]:
+    """The latest revision of every eviction incident among the incident topic's records."""
+    incidents = [decode_incident(r.value) for r in records if r.value is not None]
+    return [i for i in final(incidents).values() if i.type == "device_unhealthy_eviction"]
+
+
+@pytest.mark.asyncio
+async def test_a_kernel_xid_79_through_kafka_is_one_eviction_incident_naming_the_gpu(
     kafka: KafkaTestEnv, tmp_path: Path
 ) -> None:
+    """Real time, not looptime: the broker and the worker are other processes."""
     node_events = [
         e
         for e in (decode_event(line) for line in SCENARIO.read_bytes().splitlines())
@@ -46,7 +56,7 @@ def test_a_kernel_xid_79_through_kafka_is_one_eviction_incident_naming_the_gpu(
     events = ending_days_ago(node_events)
     [recorded_xid] = [e for e in events if isinstance(e, XidEvent) and e.code == 79]
     others = [e for e in events if not isinstance(e, XidEvent | GpuBindingEvent)]
-    kafka.create_topics()
+    await kafka.acreate_topics()
 
     device = tmp_path / "kmsg"
     device.write_text(
@@ -68,30 +78,23 @@ def test_a_kernel_xid_79_through_kafka_is_one_eviction_incident_naming_the_gpu(
     )
     gpus = {BUS: Device(uuid=UUID, index=0, pci_bus_id=BUS)}
     enrich = functools.partial(attribute, gpus=gpus)
-    published = asyncio.run(
-        run_kmsg(options, kafka.kwargs, kafka.layout, io.StringIO(), enrich=enrich)
-    )
+    published = await run_kmsg(options, kafka.kwargs, kafka.layout, io.StringIO(), enrich=enrich)
     assert published == 0
     assert load_state(options.state_path, KmsgState) == KmsgState(
         boot_id="6a1f0c3e-0000-4000-8000-00000000b007", seq=2
     )
-    produce_events(kafka, others)
+    await send_events(kafka, others)
 
-    incidents = TopicReader(kafka, kafka.layout.incidents.name)
     worker = Worker(kafka, f"{kafka.prefix}-app", tmp_path / "worker.log")
     try:
-
-        def evictions() -> list[Incident]:
-            incidents.poll()
-            latest = final(incidents.incidents()).values()
-            return [i for i in latest if i.type == "device_unhealthy_eviction"]
-
-        wait_until(
-            lambda: any(len(i.pods) == 3 for i in evictions()),
+        records = await consume_until(
+            kafka.bootstrap,
+            [kafka.layout.incidents.name],
+            lambda records: any(len(i.pods) == 3 for i in evictions(records)),
             timeout=60,
             what="the eviction incident with its three pods",
         )
-        found = evictions()
+        found = evictions(records)
         assert len(found) == 1, "one incident for the whole chain"
         [incident] = found
         assert [(g.uuid, g.pci_bus_id) for g in incident.gpus] == [(UUID, BUS)]
@@ -104,5 +107,4 @@ def test_a_kernel_xid_79_through_kafka_is_one_eviction_incident_naming_the_gpu(
         assert kernel, "the kernel line is the anchoring evidence"
         assert UUID in kernel[0].text
     finally:
-        incidents.close()
         assert worker.stop() == 0, worker.log()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -84,44 +84,38 @@ def options(url: str, **kw: Any) -> PollOptions:
     return PollOptions(url=url, cluster="c1", node="gpu-node-1", backoff=FAST, **kw)
 
 
-async def with_producer(
-    kafka: KafkaTestEnv, use: Callable[[EventProducer], Awaitable[None]]
-) -> None:
-    async with EventProducer(kafka.kwargs, kafka.layout) as producer:
-        await use(producer)
-
-
-def published(kafka: KafkaTestEnv, count: int) -> list[Any]:
+async def published(kafka: KafkaTestEnv, count: int) -> list[Any]:
     topics = [kafka.layout.raw_topic(XidEvent), kafka.layout.raw_topic(GpuBindingEvent)]
-    records = asyncio.run(consume_all(kafka.bootstrap, topics, count))
+    records = await consume_all(kafka.bootstrap, topics, count)
     events = [decode_event(r.value) for r in records]
     return sorted(events, key=lambda e: (e.time, e.id))
 
 
-def test_burst_and_pod_bindings_reach_kafka_and_a_restart_resumes(
+@pytest.mark.asyncio
+async def test_burst_and_pod_bindings_reach_kafka_and_a_restart_resumes(
     kafka: KafkaTestEnv, tmp_path: Path
 ) -> None:
-    kafka.create_topics()
+    await kafka.acreate_topics()
     state = tmp_path / "dcgm-state.json"
     exporter = Exporter()
-
-    async def scenario(producer: EventProducer) -> None:
-        async with serving(exporter) as url, aiohttp.ClientSession() as session:
-            poller = DcgmPoller(options(url, state_path=state), producer)
-            for n in (1, 2):
-                exporter.current = (200, burst(n), {})
-                assert await poller.poll_once(session) == "ok"
-            assert state.exists()
-            # A restart: a new poller reads the saved state, so scrape 3 is no baseline.
-            restarted = DcgmPoller(options(url, state_path=state), producer)
-            assert restarted.state == poller.state
-            exporter.current = (200, burst(3), {})
-            assert await restarted.poll_once(session) == "ok"
-            assert sample(restarted.metrics, "gputriage_dcgm_baseline_xids_total") == 0
-            assert sample(poller.metrics, "gputriage_dcgm_baseline_xids_total") == 2
-
-    asyncio.run(with_producer(kafka, scenario))
-    events = published(kafka, 5)
+    async with (
+        EventProducer(kafka.kwargs, kafka.layout) as producer,
+        serving(exporter) as url,
+        aiohttp.ClientSession() as session,
+    ):
+        poller = DcgmPoller(options(url, state_path=state), producer)
+        for n in (1, 2):
+            exporter.current = (200, burst(n), {})
+            assert await poller.poll_once(session) == "ok"
+        assert state.exists()
+        # A restart: a new poller reads the saved state, so scrape 3 is no baseline.
+        restarted = DcgmPoller(options(url, state_path=state), producer)
+        assert restarted.state == poller.state
+        exporter.current = (200, burst(3), {})
+        assert await restarted.poll_once(session) == "ok"
+        assert sample(restarted.metrics, "gputriage_dcgm_baseline_xids_total") == 0
+        assert sample(poller.metrics, "gputriage_dcgm_baseline_xids_total") == 2
+    events = await published(kafka, 5)
     xids = [e for e in events if isinstance(e, XidEvent)]
     bindings = [e for e in events if isinstance(e, GpuBindingEvent)]
     # The gauge said 79 all along; the count went 1 -> 4: three XIDs, through the count.
@@ -135,21 +129,24 @@ def test_burst_and_pod_bindings_reach_kafka_and_a_restart_resumes(
     assert len({e.id for e in events}) == 5
 
 
-def test_bad_exposition_is_a_dead_letter_and_the_poller_goes_on(kafka: KafkaTestEnv) -> None:
-    kafka.create_topics()
+@pytest.mark.asyncio
+async def test_bad_exposition_is_a_dead_letter_and_the_poller_goes_on(
+    kafka: KafkaTestEnv,
+) -> None:
+    await kafka.acreate_topics()
     exporter = Exporter()
     html = "<html><body><h1>502 Bad Gateway</h1></body></html>\n"
     exporter.queue = [(200, html, {})]
-
-    async def scenario(producer: EventProducer) -> None:
-        async with serving(exporter) as url, aiohttp.ClientSession() as session:
-            poller = DcgmPoller(options(url), producer)
-            assert await poller.poll_once(session) == "bad_exposition"
-            assert sample(poller.metrics, "gputriage_dcgm_dead_letters_total") == 1
-            assert await poller.poll_once(session) == "ok"  # the next good scrape is used
-
-    asyncio.run(with_producer(kafka, scenario))
-    (record,) = asyncio.run(consume_all(kafka.bootstrap, [kafka.layout.dead_letters.name], 1))
+    async with (
+        EventProducer(kafka.kwargs, kafka.layout) as producer,
+        serving(exporter) as url,
+        aiohttp.ClientSession() as session,
+    ):
+        poller = DcgmPoller(options(url), producer)
+        assert await poller.poll_once(session) == "bad_exposition"
+        assert sample(poller.metrics, "gputriage_dcgm_dead_letters_total") == 1
+        assert await poller.poll_once(session) == "ok"  # the next good scrape is used
+    (record,) = await consume_all(kafka.bootstrap, [kafka.layout.dead_letters.name], 1)
     letter = decode_dead_letter(record.value)
     assert "invalid Prometheus text exposition" in letter.reason
     assert letter.value == html.encode()
@@ -157,91 +154,85 @@ def test_bad_exposition_is_a_dead_letter_and_the_poller_goes_on(kafka: KafkaTest
     assert record.key == b"c1/gpu-node-1"
 
 
-def test_http_errors_refusals_and_timeouts_are_survived_and_retried(kafka: KafkaTestEnv) -> None:
-    kafka.create_topics()
+@pytest.mark.asyncio
+async def test_http_errors_refusals_and_timeouts_are_survived_and_retried(
+    kafka: KafkaTestEnv,
+) -> None:
+    """Real time, not looptime: the 0.2 s scrape timeout elapses while the started
+    producer talks to Tansu, another process, whose answers looptime cannot see coming."""
+    await kafka.acreate_topics()
     exporter = Exporter()
     port = free_port()
-
-    async def scenario(producer: EventProducer) -> None:
-        publisher = producer
-        url = f"http://127.0.0.1:{port}/metrics"
-        async with aiohttp.ClientSession() as session:
-            poller = DcgmPoller(options(url, timeout_s=0.2), publisher)
-            # Nobody listens yet: connection refused.
-            assert await poller.poll_once(session) == "unreachable"
-            assert poller.failures == 1
-            assert 0 <= poller.next_delay() <= FAST.initial_s
-            async with serving(exporter, port):
-                exporter.queue = [(500, "oops", {}), (503, "busy", {"Retry-After": "0"})]
-                assert await poller.poll_once(session) == "http_error"
-                assert await poller.poll_once(session) == "http_error"
-                assert poller.next_delay() == 0  # the server's Retry-After wins
-                exporter.hanging = True
-                assert await poller.poll_once(session) == "timeout"
-                exporter.hanging = False
-                assert await poller.poll_once(session) == "ok"
-                assert poller.failures == 0
-                assert poller.next_delay() == poller.options.interval_s
-            m = poller.metrics
-            assert sample(m, "gputriage_dcgm_scrapes_total", outcome="unreachable") == 1
-            assert sample(m, "gputriage_dcgm_scrapes_total", outcome="http_error") == 2
-            assert sample(m, "gputriage_dcgm_scrapes_total", outcome="timeout") == 1
-            assert sample(m, "gputriage_dcgm_scrapes_total", outcome="ok") == 1
-
-    asyncio.run(with_producer(kafka, scenario))
+    url = f"http://127.0.0.1:{port}/metrics"
+    async with (
+        EventProducer(kafka.kwargs, kafka.layout) as producer,
+        aiohttp.ClientSession() as session,
+    ):
+        poller = DcgmPoller(options(url, timeout_s=0.2), producer)
+        # Nobody listens yet: connection refused.
+        assert await poller.poll_once(session) == "unreachable"
+        assert poller.failures == 1
+        assert 0 <= poller.next_delay() <= FAST.initial_s
+        async with serving(exporter, port):
+            exporter.queue = [(500, "oops", {}), (503, "busy", {"Retry-After": "0"})]
+            assert await poller.poll_once(session) == "http_error"
+            assert await poller.poll_once(session) == "http_error"
+            assert poller.next_delay() == 0  # the server's Retry-After wins
+            exporter.hanging = True
+            assert await poller.poll_once(session) == "timeout"
+            exporter.hanging = False
+            assert await poller.poll_once(session) == "ok"
+            assert poller.failures == 0
+            assert poller.next_delay() == poller.options.interval_s
+        m = poller.metrics
+        assert sample(m, "gputriage_dcgm_scrapes_total", outcome="unreachable") == 1
+        assert sample(m, "gputriage_dcgm_scrapes_total", outcome="http_error") == 2
+        assert sample(m, "gputriage_dcgm_scrapes_total", outcome="timeout") == 1
+        assert sample(m, "gputriage_dcgm_scrapes_total", outcome="ok") == 1
 
 
-def test_run_loops_through_failures_until_stopped(kafka: KafkaTestEnv) -> None:
-    kafka.create_topics()
+@pytest.mark.asyncio
+async def test_run_loops_through_failures_until_stopped(kafka: KafkaTestEnv) -> None:
+    """Real time, not looptime: the 10 ms intervals pass while the producer talks to Tansu."""
+    await kafka.acreate_topics()
     exporter = Exporter()
     exporter.queue = [(500, "oops", {}), (500, "oops", {})]
-
-    async def scenario(producer: EventProducer) -> None:
-        async with serving(exporter) as url:
-            poller = DcgmPoller(options(url, interval_s=0.01), producer)
-            stop = asyncio.Event()
-            task = asyncio.create_task(poller.run(stop))
-            ok = ("gputriage_dcgm_scrapes_total", "ok")
-            await eventually(
-                lambda: sample(poller.metrics, ok[0], outcome=ok[1]) >= 2, timeout=10, what="two ok"
-            )
-            stop.set()
-            await asyncio.wait_for(task, 5)
-            assert sample(poller.metrics, ok[0], outcome="http_error") == 2
-
-    asyncio.run(with_producer(kafka, scenario))
+    async with EventProducer(kafka.kwargs, kafka.layout) as producer, serving(exporter) as url:
+        poller = DcgmPoller(options(url, interval_s=0.01), producer)
+        stop = asyncio.Event()
+        task = asyncio.create_task(poller.run(stop))
+        ok = ("gputriage_dcgm_scrapes_total", "ok")
+        await eventually(
+            lambda: sample(poller.metrics, ok[0], outcome=ok[1]) >= 2, timeout=10, what="two ok"
+        )
+        stop.set()
+        await asyncio.wait_for(task, 5)
+        assert sample(poller.metrics, ok[0], outcome="http_error") == 2
 
 
-def test_a_failed_publish_is_resent_with_the_same_ids(kafka: KafkaTestEnv) -> None:
-    kafka.create_topics()
+@pytest.mark.asyncio
+async def test_a_failed_publish_is_resent_with_the_same_ids(kafka: KafkaTestEnv) -> None:
+    await kafka.acreate_topics()
     exporter = Exporter()
-
-    async def scenario() -> None:
-        producer = EventProducer(kafka.kwargs, kafka.layout)  # not started yet: sends fail
-        async with serving(exporter) as url, aiohttp.ClientSession() as session:
-            poller = DcgmPoller(options(url), producer)
-            assert await poller.poll_once(session) == "publish_error"
-            assert poller.state is None  # the state advances only once the events are acked
-            pending = poller.pending
-            assert pending is not None
-            await producer.start()
-            try:
-                exporter.current = (200, burst(2), {})
-                assert await poller.poll_once(session) == "ok"
-            finally:
-                await producer.stop()
-            assert poller.pending is None
-            (binding,) = pending.events
-            assert (
-                sample(poller.metrics, "gputriage_dcgm_events_total", schema="gpu_binding.v1") == 1
-            )
-            assert sample(poller.metrics, "gputriage_dcgm_events_total", schema="xid.v1") == 3
-            return_ids.append(binding.id)
-
-    return_ids: list[str] = []
-    asyncio.run(scenario())
-    events = published(kafka, 4)
-    assert [e.id for e in events if isinstance(e, GpuBindingEvent)] == return_ids
+    producer = EventProducer(kafka.kwargs, kafka.layout)  # not started yet: sends fail
+    async with serving(exporter) as url, aiohttp.ClientSession() as session:
+        poller = DcgmPoller(options(url), producer)
+        assert await poller.poll_once(session) == "publish_error"
+        assert poller.state is None  # the state advances only once the events are acked
+        pending = poller.pending
+        assert pending is not None
+        await producer.start()
+        try:
+            exporter.current = (200, burst(2), {})
+            assert await poller.poll_once(session) == "ok"
+        finally:
+            await producer.stop()
+        assert poller.pending is None
+        (binding,) = pending.events
+        assert sample(poller.metrics, "gputriage_dcgm_events_total", schema="gpu_binding.v1") == 1
+        assert sample(poller.metrics, "gputriage_dcgm_events_total", schema="xid.v1") == 3
+    events = await published(kafka, 4)
+    assert [e.id for e in events if isinstance(e, GpuBindingEvent)] == [binding.id]
 
 
 @pytest.mark.asyncio

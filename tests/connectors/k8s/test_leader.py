@@ -9,6 +9,13 @@ matters in production (a running leader and a waiting replica).
 The last tests pin what kubernetes_asyncio.leaderelection gets wrong (see the
 module docstring): a hung API server, a cancelled elector and failing work
 must never leave work running without a renewed lease, nor block a stop.
+
+Lease durations, renew deadlines and retry periods pass on the loop's fake
+clock (looptime): kmock serves from this same event loop, so looptime sees
+every request and answer as socket I/O and moves its clock only while both
+ends wait (see tests/connectors/k8s/test_watch.py). Each elector measures
+expiry and deadlines with that same clock (``monotonic=loop.time``), not the
+wall clock, so the timings asserted below are the elector's, exactly.
 """
 
 from __future__ import annotations
@@ -33,6 +40,16 @@ FAST: dict[str, Any] = {
     "renew_deadline_s": 0.6,
     "retry_period_s": 0.05,
 }
+
+
+def elector(
+    cluster: FakeCluster, identity: str, *, metrics: ConnectorMetrics | None = None, **timings: Any
+) -> LeaseElector:
+    """A candidate whose clock is the running loop's (looptime's fake one in these tests)."""
+    options = LeaseOptions(identity=identity, **{**FAST, **timings})
+    return LeaseElector(
+        cluster.api, options, metrics=metrics, monotonic=asyncio.get_running_loop().time
+    )
 
 
 def lease_spec(cluster: Any) -> dict[str, Any]:
@@ -70,201 +87,205 @@ def test_options_must_order_the_timings() -> None:
         LeaseOptions(namespace="ns", identity="")
 
 
-def test_one_leader_and_the_other_takes_over_when_it_releases() -> None:
-    async def scenario() -> None:
-        async with fake_cluster() as cluster:
-            a_metrics = ConnectorMetrics()
-            a = LeaseElector(cluster.api, LeaseOptions(identity="a", **FAST), metrics=a_metrics)
-            b = LeaseElector(cluster.api, LeaseOptions(identity="b", **FAST))
-            a_working = asyncio.Event()
-            a_stop = asyncio.Event()
-            b_working = asyncio.Event()
+@pytest.mark.asyncio
+@pytest.mark.looptime
+@pytest.mark.timeout(20)
+async def test_one_leader_and_the_other_takes_over_when_it_releases() -> None:
+    """b's 25 attempts (longer than a lease duration) pass on the fake clock."""
+    async with fake_cluster() as cluster:
+        a_metrics = ConnectorMetrics()
+        a = elector(cluster, "a", metrics=a_metrics)
+        b = elector(cluster, "b")
+        a_working = asyncio.Event()
+        a_stop = asyncio.Event()
+        b_working = asyncio.Event()
 
-            async def work_a() -> None:
-                a_working.set()
-                await a_stop.wait()
+        async def work_a() -> None:
+            a_working.set()
+            await a_stop.wait()
 
-            async def work_b() -> None:
-                b_working.set()
+        async def work_b() -> None:
+            b_working.set()
+            await asyncio.Event().wait()
+
+        task_a = asyncio.create_task(a.run(work_a))
+        await asyncio.wait_for(a_working.wait(), 5)
+        assert lease_spec(cluster)["holderIdentity"] == "a"
+        assert a_metrics.value("gputriage_connector_leader") == 1
+        task_b = asyncio.create_task(b.run(work_b))
+        # b keeps trying for longer than a lease duration, and never wins: a renews.
+        await eventually(lambda: b.attempts >= 25, what="b's attempts")
+        assert not b_working.is_set()
+        assert not b.is_leader
+        a_stop.set()  # a finishes its work: it releases the lease
+        await asyncio.wait_for(task_a, 5)
+        assert a_metrics.value("gputriage_connector_leader") == 0
+        await asyncio.wait_for(b_working.wait(), 2)
+        spec = lease_spec(cluster)
+        assert spec["holderIdentity"] == "b"
+        assert spec["leaseTransitions"] == 1
+        task_b.cancel()
+        await asyncio.gather(task_b, return_exceptions=True)
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+@pytest.mark.timeout(20)
+async def test_a_crashed_leader_is_replaced_after_the_lease_duration() -> None:
+    """The lease duration b waits out is fake-clock time, measured on that clock."""
+    async with fake_cluster() as cluster:
+        a = elector(cluster, "a")
+        b = elector(cluster, "b")
+        await a.acquire()  # a holds it and then dies: no renewals, no release
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await asyncio.wait_for(b.acquire(), 5)
+        waited = loop.time() - started
+        assert lease_spec(cluster)["holderIdentity"] == "b"
+        assert waited >= FAST["lease_duration_s"] * 0.9  # not before the lease expired
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+@pytest.mark.timeout(20)
+async def test_a_leader_that_cannot_renew_steps_down_and_stops_working() -> None:
+    """The renew deadline runs out on the fake clock."""
+    async with fake_cluster() as cluster:
+        a = elector(cluster, "a")
+        working = asyncio.Event()
+        cancelled = asyncio.Event()
+
+        async def work() -> None:
+            working.set()
+            try:
                 await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
 
-            task_a = asyncio.create_task(a.run(work_a))
-            await asyncio.wait_for(a_working.wait(), 5)
-            assert lease_spec(cluster)["holderIdentity"] == "a"
-            assert a_metrics.value("gputriage_connector_leader") == 1
-            task_b = asyncio.create_task(b.run(work_b))
-            # b keeps trying for longer than a lease duration, and never wins: a renews.
-            await eventually(lambda: b.attempts >= 25, what="b's attempts")
-            assert not b_working.is_set()
-            assert not b.is_leader
-            a_stop.set()  # a finishes its work: it releases the lease
-            await asyncio.wait_for(task_a, 5)
-            assert a_metrics.value("gputriage_connector_leader") == 0
-            await asyncio.wait_for(b_working.wait(), 2)
-            spec = lease_spec(cluster)
-            assert spec["holderIdentity"] == "b"
-            assert spec["leaseTransitions"] == 1
-            task_b.cancel()
-            await asyncio.gather(task_b, return_exceptions=True)
-
-    asyncio.run(asyncio.wait_for(scenario(), 20))
+        task = asyncio.create_task(a.run(work))
+        await asyncio.wait_for(working.wait(), 5)
+        # Another identity takes the lease behind a's back (an operator, a split brain).
+        await CoordinationV1Api(cluster.api).patch_namespaced_lease(
+            "gputriage-connect-k8s",
+            "gputriage",
+            {"spec": {"holderIdentity": "intruder", "renewTime": "2099-01-01T00:00:00Z"}},
+        )
+        with pytest.raises(LeadershipLost):
+            await asyncio.wait_for(task, 5)
+        assert cancelled.is_set()
+        assert not a.is_leader
 
 
-def test_a_crashed_leader_is_replaced_after_the_lease_duration() -> None:
-    async def scenario() -> None:
-        async with fake_cluster() as cluster:
-            a = LeaseElector(cluster.api, LeaseOptions(identity="a", **FAST))
-            b = LeaseElector(cluster.api, LeaseOptions(identity="b", **FAST))
-            await a.acquire()  # a holds it and then dies: no renewals, no release
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            await asyncio.wait_for(b.acquire(), 5)
-            waited = loop.time() - started
-            assert lease_spec(cluster)["holderIdentity"] == "b"
-            assert waited >= FAST["lease_duration_s"] * 0.9  # not before the lease expired
+@pytest.mark.asyncio
+@pytest.mark.looptime
+@pytest.mark.timeout(20)
+async def test_a_leader_whose_api_server_hangs_steps_down_before_the_lease_expires() -> None:
+    """The client sends requests without any timeout: a renewal that never gets an
+    answer must still end at the renew deadline, or the others take over after the
+    lease duration while this one keeps working. The hung request is kmock's handler
+    waiting on this loop, so the deadline passes on the fake clock."""
+    async with fake_cluster() as cluster:
+        a = elector(cluster, "a", lease_duration_s=3.0)
+        working = asyncio.Event()
+        cancelled = asyncio.Event()
 
-    asyncio.run(asyncio.wait_for(scenario(), 20))
+        async def work() -> None:
+            working.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                cancelled.set()
+                raise
 
-
-def test_a_leader_that_cannot_renew_steps_down_and_stops_working() -> None:
-    async def scenario() -> None:
-        async with fake_cluster() as cluster:
-            a = LeaseElector(cluster.api, LeaseOptions(identity="a", **FAST))
-            working = asyncio.Event()
-            cancelled = asyncio.Event()
-
-            async def work() -> None:
-                working.set()
-                try:
-                    await asyncio.Event().wait()
-                except asyncio.CancelledError:
-                    cancelled.set()
-                    raise
-
-            task = asyncio.create_task(a.run(work))
-            await asyncio.wait_for(working.wait(), 5)
-            # Another identity takes the lease behind a's back (an operator, a split brain).
-            await CoordinationV1Api(cluster.api).patch_namespaced_lease(
-                "gputriage-connect-k8s",
-                "gputriage",
-                {"spec": {"holderIdentity": "intruder", "renewTime": "2099-01-01T00:00:00Z"}},
-            )
+        task = asyncio.create_task(a.run(work))
+        await asyncio.wait_for(working.wait(), 5)
+        loop = asyncio.get_running_loop()
+        async with hung_leases(cluster) as seen:
+            await eventually(lambda: seen, what="a hung lease request")
+            hung_at = loop.time()
             with pytest.raises(LeadershipLost):
                 await asyncio.wait_for(task, 5)
-            assert cancelled.is_set()
-            assert not a.is_leader
-
-    asyncio.run(asyncio.wait_for(scenario(), 20))
-
-
-def test_a_leader_whose_api_server_hangs_steps_down_before_the_lease_expires() -> None:
-    # The client sends requests without any timeout: a renewal that never gets an
-    # answer must still end at the renew deadline, or the others take over after
-    # the lease duration while this one keeps working.
-    async def scenario() -> None:
-        async with fake_cluster() as cluster:
-            options = LeaseOptions(identity="a", **{**FAST, "lease_duration_s": 3.0})
-            a = LeaseElector(cluster.api, options)
-            working = asyncio.Event()
-            cancelled = asyncio.Event()
-
-            async def work() -> None:
-                working.set()
-                try:
-                    await asyncio.Event().wait()
-                except asyncio.CancelledError:
-                    cancelled.set()
-                    raise
-
-            task = asyncio.create_task(a.run(work))
-            await asyncio.wait_for(working.wait(), 5)
-            loop = asyncio.get_running_loop()
-            async with hung_leases(cluster) as seen:
-                await eventually(lambda: seen, what="a hung lease request")
-                hung_at = loop.time()
-                with pytest.raises(LeadershipLost):
-                    await asyncio.wait_for(task, 5)
-                stepped_down_after = loop.time() - hung_at
-            assert cancelled.is_set()
-            assert not a.is_leader
-            assert stepped_down_after < options.lease_duration_s
-
-    asyncio.run(asyncio.wait_for(scenario(), 20))
+            stepped_down_after = loop.time() - hung_at
+        assert cancelled.is_set()
+        assert not a.is_leader
+        assert stepped_down_after < a.options.lease_duration_s
 
 
-def test_a_stop_while_the_api_server_hangs_does_not_hang() -> None:
-    async def scenario() -> None:
-        async with fake_cluster() as cluster:
-            metrics = ConnectorMetrics()
-            a = LeaseElector(cluster.api, LeaseOptions(identity="a", **FAST), metrics=metrics)
-            working = asyncio.Event()
-            stop = asyncio.Event()
+@pytest.mark.asyncio
+@pytest.mark.looptime
+@pytest.mark.timeout(20)
+async def test_a_stop_while_the_api_server_hangs_does_not_hang() -> None:
+    """The release gives up at the renew deadline, on the fake clock."""
+    async with fake_cluster() as cluster:
+        metrics = ConnectorMetrics()
+        a = elector(cluster, "a", metrics=metrics)
+        working = asyncio.Event()
+        stop = asyncio.Event()
 
-            async def work() -> None:
-                working.set()
-                await stop.wait()
+        async def work() -> None:
+            working.set()
+            await stop.wait()
 
-            task = asyncio.create_task(a.run(work))
-            await asyncio.wait_for(working.wait(), 5)
-            loop = asyncio.get_running_loop()
-            async with hung_leases(cluster) as seen:
-                stopped_at = loop.time()
-                stop.set()  # the work ends: the release gets no answer, and gives up
-                await asyncio.wait_for(task, 5)
-                took = loop.time() - stopped_at
-                assert seen  # it did try
-            # After the renew deadline (0.6 s), not when wait_for cancelled it at 5 s
-            # (a cancel that run() swallowed would also "return" here).
-            assert took < 2.5
-            assert not a.is_leader
-            assert metrics.value("gputriage_connector_leader") == 0
-
-    asyncio.run(asyncio.wait_for(scenario(), 20))
-
-
-def test_cancelling_the_elector_cancels_the_work_and_releases() -> None:
-    async def scenario() -> None:
-        async with fake_cluster() as cluster:
-            a = LeaseElector(cluster.api, LeaseOptions(identity="a", **FAST))
-            working = asyncio.Event()
-            finished: list[str] = []
-
-            async def work() -> None:
-                working.set()
-                try:
-                    await asyncio.Event().wait()
-                except asyncio.CancelledError:
-                    await asyncio.sleep(0)  # some cleanup that awaits
-                    finished.append("cancelled")
-                    raise
-
-            task = asyncio.create_task(a.run(work))
-            await asyncio.wait_for(working.wait(), 5)
-            task.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await task
-            assert finished == ["cancelled"]  # done before run() returned, not orphaned
-            assert lease_spec(cluster)["holderIdentity"] in ("", None)
-
-    asyncio.run(asyncio.wait_for(scenario(), 20))
+        task = asyncio.create_task(a.run(work))
+        await asyncio.wait_for(working.wait(), 5)
+        loop = asyncio.get_running_loop()
+        async with hung_leases(cluster) as seen:
+            stopped_at = loop.time()
+            stop.set()  # the work ends: the release gets no answer, and gives up
+            await asyncio.wait_for(task, 5)
+            took = loop.time() - stopped_at
+            assert seen  # it did try
+        # After the renew deadline (0.6 s), not when wait_for cancelled it at 5 s
+        # (a cancel that run() swallowed would also "return" here).
+        assert took < 2.5
+        assert not a.is_leader
+        assert metrics.value("gputriage_connector_leader") == 0
 
 
-def test_a_leader_whose_work_fails_releases_the_lease_and_raises() -> None:
-    async def scenario() -> None:
-        async with fake_cluster() as cluster:
-            a = LeaseElector(cluster.api, LeaseOptions(identity="a", **FAST))
-            b = LeaseElector(cluster.api, LeaseOptions(identity="b", **FAST))
+@pytest.mark.asyncio
+@pytest.mark.timeout(20)
+async def test_cancelling_the_elector_cancels_the_work_and_releases() -> None:
+    async with fake_cluster() as cluster:
+        a = elector(cluster, "a")
+        working = asyncio.Event()
+        finished: list[str] = []
 
-            async def work() -> None:
-                raise RuntimeError("boom")
+        async def work() -> None:
+            working.set()
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                await asyncio.sleep(0)  # some cleanup that awaits
+                finished.append("cancelled")
+                raise
 
-            with pytest.raises(RuntimeError, match="boom"):
-                await asyncio.wait_for(a.run(work), 5)
-            assert not a.is_leader
-            assert lease_spec(cluster)["holderIdentity"] in ("", None)
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            await asyncio.wait_for(b.acquire(), 5)
-            assert loop.time() - started < FAST["lease_duration_s"]  # released: no expiry wait
+        task = asyncio.create_task(a.run(work))
+        await asyncio.wait_for(working.wait(), 5)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert finished == ["cancelled"]  # done before run() returned, not orphaned
+        assert lease_spec(cluster)["holderIdentity"] in ("", None)
 
-    asyncio.run(asyncio.wait_for(scenario(), 20))
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+@pytest.mark.timeout(20)
+async def test_a_leader_whose_work_fails_releases_the_lease_and_raises() -> None:
+    """The released lease is taken at once: less than a lease duration on the fake clock."""
+    async with fake_cluster() as cluster:
+        a = elector(cluster, "a")
+        b = elector(cluster, "b")
+
+        async def work() -> None:
+            raise RuntimeError("boom")
+
+        with pytest.raises(RuntimeError, match="boom"):
+            await asyncio.wait_for(a.run(work), 5)
+        assert not a.is_leader
+        assert lease_spec(cluster)["holderIdentity"] in ("", None)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await asyncio.wait_for(b.acquire(), 5)
+        assert loop.time() - started < FAST["lease_duration_s"]  # released: no expiry wait

@@ -17,6 +17,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes_asyncio.client import CoordinationV1Api
 
 from connectors.backoff import Backoff
@@ -38,128 +39,128 @@ from tests.k8s_helpers import (
 from tests.kafka_helpers import KafkaTestEnv, consume_all, eventually
 
 
-def test_connect_publishes_gpu_objects_and_dead_letters_with_leader_election(
+@pytest.mark.asyncio
+@pytest.mark.timeout(30)
+async def test_connect_publishes_gpu_objects_and_dead_letters_with_leader_election(
     kafka: KafkaTestEnv, tmp_path: Path
 ) -> None:
-    async def scenario() -> None:
-        async with fake_cluster() as cluster:
-            cluster.pods.put(pod("trainer", "10"))
-            cluster.pods.put(pod("web", "11", gpus=0))
-            bad = pod("bad", "12")
-            bad["status"] = "Running"
-            cluster.pods.put(bad)
-            cluster.nodes.put(node("gpu-1", "5"))
-            cluster.nodes.put(node("cpu-1", "6", gpus=0))
-            cluster.events.put(kube_event("ev1", "20", reason="Evicted", pod_name="trainer"))
-            options = elected_options(tmp_path, cluster.url, retry_period_s=0.1)
-            await ensure_topics(kafka.kwargs, kafka.layout)  # before consuming from them
-            stop = asyncio.Event()
-            task = asyncio.create_task(
-                run_connect(options, kafka.kwargs, kafka.layout, metrics_port=0, stop=stop)
+    """Real time, not looptime: the connector's peers include Tansu, another process."""
+    async with fake_cluster() as cluster:
+        cluster.pods.put(pod("trainer", "10"))
+        cluster.pods.put(pod("web", "11", gpus=0))
+        bad = pod("bad", "12")
+        bad["status"] = "Running"
+        cluster.pods.put(bad)
+        cluster.nodes.put(node("gpu-1", "5"))
+        cluster.nodes.put(node("cpu-1", "6", gpus=0))
+        cluster.events.put(kube_event("ev1", "20", reason="Evicted", pod_name="trainer"))
+        options = elected_options(tmp_path, cluster.url, retry_period_s=0.1)
+        await ensure_topics(kafka.kwargs, kafka.layout)  # before consuming from them
+        stop = asyncio.Event()
+        task = asyncio.create_task(
+            run_connect(options, kafka.kwargs, kafka.layout, metrics_port=0, stop=stop)
+        )
+        layout = kafka.layout
+        topics = [*layout.raw_topics, layout.dead_letters.name]
+        first = await consume_all(kafka.bootstrap, topics, 4)
+        await eventually(lambda: len(cluster.pods.watch_requests) >= 1, what="pod watch")
+        cluster.pods.event("MODIFIED", pod("trainer", "30", phase="Failed"))
+        records = await consume_all(kafka.bootstrap, topics, 5)
+        stop.set()
+        assert await asyncio.wait_for(task, 10) == 0
+        lease = await CoordinationV1Api(cluster.api).read_namespaced_lease(
+            "gputriage-connect-k8s", "gputriage"
+        )
+        assert lease.spec.holder_identity in ("", None)  # released on a clean stop
+    assert len(first) == 4
+    by_topic: dict[str, list[Any]] = {}
+    for record in records:
+        by_topic.setdefault(record.topic, []).append(record)
+    pods = [decode_event(r.value) for r in by_topic[layout.raw["pods"].name]]
+    assert [p.id for p in pods] == ["k8s:uid-trainer:10", "k8s:uid-trainer:30"]
+    assert all(isinstance(p, PodEvent) for p in pods)
+    assert {r.key for r in by_topic[layout.raw["pods"].name]} == {b"c1/gpu-1"}
+    nodes = [decode_event(r.value) for r in by_topic[layout.raw["nodes"].name]]
+    assert [n.id for n in nodes] == ["k8s:uid-gpu-1:5"]
+    events = [decode_event(r.value) for r in by_topic[layout.raw["k8s-events"].name]]
+    assert [e.id for e in events] == ["k8s:uid-ev1:20"]
+    (letter_record,) = by_topic[layout.dead_letters.name]
+    letter = decode_dead_letter(letter_record.value)
+    assert (letter.topic, letter.field) == ("kubernetes/pods", "$.status")
+    assert letter.reason == "expected an object, got string"
+    assert letter_record.key == b"uid-bad"
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(40)
+async def test_broker_outage_backpressures_the_watch_and_delivers_everything_in_order() -> None:
+    """Real time, not looptime: the outage is a frozen Tansu process."""
+    async with EmbeddedBroker() as broker, fake_cluster() as cluster:
+        env = KafkaTestEnv(broker=broker, prefix="outage")
+        kwargs = env.kwargs
+        layout = env.layout
+        await ensure_topics(kwargs, layout)
+        producer = EventProducer(
+            kwargs, layout, linger_ms=0, request_timeout_ms=400, retry_backoff_ms=20
+        )
+        await producer.start()
+        options = ConnectOptions(
+            cluster="c1",
+            watch=FAST_WATCH,
+            buffer_size=4,
+            batch_size=2,
+            delivery_backoff=Backoff(initial_s=0.05, max_s=0.1),
+        )
+        connector = Connector(cluster.api, producer, options)
+        stop = asyncio.Event()
+        task = asyncio.create_task(connector.run(stop))
+        cluster.nodes.put(node("gpu-1", "1"))
+        cluster.nodes.put(node("gpu-2", "2"))
+        pods_topic = layout.raw["pods"].name
+        try:
+            await eventually(lambda: len(cluster.pods.watch_requests) == 1, what="watch")
+            cluster.pods.event("ADDED", pod("p1", "100", node="gpu-1"))
+            cluster.pods.event("ADDED", pod("p2", "101", node="gpu-2"))
+            await consume_all(broker.bootstrap, [pods_topic], 2)
+
+            os.kill(broker.pid or 0, signal.SIGSTOP)  # the outage begins
+            sent: dict[str, list[str]] = {"uid-p1": ["100"], "uid-p2": ["101"]}
+            version = 200
+            for round_ in range(8):
+                for name, node_name in (("p1", "gpu-1"), ("p2", "gpu-2")):
+                    version += 1
+                    phase = "Running" if round_ % 2 else "Pending"
+                    cluster.pods.event(
+                        "MODIFIED", pod(name, str(version), node=node_name, phase=phase)
+                    )
+                    sent[f"uid-{name}"].append(str(version))
+            metrics = connector.metrics
+            await eventually(
+                lambda: metrics.value("gputriage_connector_buffered_events") == 4,
+                what="a full buffer",
             )
-            layout = kafka.layout
-            topics = [*layout.raw_topics, layout.dead_letters.name]
-            first = await consume_all(kafka.bootstrap, topics, 4)
-            await eventually(lambda: len(cluster.pods.watch_requests) >= 1, what="pod watch")
-            cluster.pods.event("MODIFIED", pod("trainer", "30", phase="Failed"))
-            records = await consume_all(kafka.bootstrap, topics, 5)
-            stop.set()
-            assert await asyncio.wait_for(task, 10) == 0
-            lease = await CoordinationV1Api(cluster.api).read_namespaced_lease(
-                "gputriage-connect-k8s", "gputriage"
-            )
-            assert lease.spec.holder_identity in ("", None)  # released on a clean stop
-        assert len(first) == 4
-        by_topic: dict[str, list[Any]] = {}
-        for record in records:
-            by_topic.setdefault(record.topic, []).append(record)
-        pods = [decode_event(r.value) for r in by_topic[layout.raw["pods"].name]]
-        assert [p.id for p in pods] == ["k8s:uid-trainer:10", "k8s:uid-trainer:30"]
-        assert all(isinstance(p, PodEvent) for p in pods)
-        assert {r.key for r in by_topic[layout.raw["pods"].name]} == {b"c1/gpu-1"}
-        nodes = [decode_event(r.value) for r in by_topic[layout.raw["nodes"].name]]
-        assert [n.id for n in nodes] == ["k8s:uid-gpu-1:5"]
-        events = [decode_event(r.value) for r in by_topic[layout.raw["k8s-events"].name]]
-        assert [e.id for e in events] == ["k8s:uid-ev1:20"]
-        (letter_record,) = by_topic[layout.dead_letters.name]
-        letter = decode_dead_letter(letter_record.value)
-        assert (letter.topic, letter.field) == ("kubernetes/pods", "$.status")
-        assert letter.reason == "expected an object, got string"
-        assert letter_record.key == b"uid-bad"
-
-    asyncio.run(asyncio.wait_for(scenario(), 30))
-
-
-def test_broker_outage_backpressures_the_watch_and_delivers_everything_in_order() -> None:
-    async def scenario() -> None:
-        async with EmbeddedBroker() as broker, fake_cluster() as cluster:
-            env = KafkaTestEnv(broker=broker, prefix="outage")
-            kwargs = env.kwargs
-            layout = env.layout
-            await ensure_topics(kwargs, layout)
-            producer = EventProducer(
-                kwargs, layout, linger_ms=0, request_timeout_ms=400, retry_backoff_ms=20
-            )
-            await producer.start()
-            options = ConnectOptions(
-                cluster="c1",
-                watch=FAST_WATCH,
-                buffer_size=4,
-                batch_size=2,
-                delivery_backoff=Backoff(initial_s=0.05, max_s=0.1),
-            )
-            connector = Connector(cluster.api, producer, options)
-            stop = asyncio.Event()
-            task = asyncio.create_task(connector.run(stop))
-            cluster.nodes.put(node("gpu-1", "1"))
-            cluster.nodes.put(node("gpu-2", "2"))
-            pods_topic = layout.raw["pods"].name
-            try:
-                await eventually(lambda: len(cluster.pods.watch_requests) == 1, what="watch")
-                cluster.pods.event("ADDED", pod("p1", "100", node="gpu-1"))
-                cluster.pods.event("ADDED", pod("p2", "101", node="gpu-2"))
-                await consume_all(broker.bootstrap, [pods_topic], 2)
-
-                os.kill(broker.pid or 0, signal.SIGSTOP)  # the outage begins
-                sent: dict[str, list[str]] = {"uid-p1": ["100"], "uid-p2": ["101"]}
-                version = 200
-                for round_ in range(8):
-                    for name, node_name in (("p1", "gpu-1"), ("p2", "gpu-2")):
-                        version += 1
-                        phase = "Running" if round_ % 2 else "Pending"
-                        cluster.pods.event(
-                            "MODIFIED", pod(name, str(version), node=node_name, phase=phase)
-                        )
-                        sent[f"uid-{name}"].append(str(version))
-                metrics = connector.metrics
-                await eventually(
-                    lambda: metrics.value("gputriage_connector_buffered_events") == 4,
-                    what="a full buffer",
-                )
-                await eventually(lambda: connector.delivery.failing_since is not None)
-                # The watch is held: its checkpoint is behind what the server sent.
-                assert connector.watchers["pods"].resource_version != str(version)
-            finally:
-                os.kill(broker.pid or 0, signal.SIGCONT)  # the outage ends
-            total = sum(len(v) for v in sent.values())
-            await eventually(lambda: connector.delivery.delivered >= total, timeout=15)
-            records = await consume_all(broker.bootstrap, [pods_topic], total)
-            stop.set()
-            await asyncio.wait_for(task, 10)
-            await producer.stop()
-        arrived: dict[str, list[str]] = {}
-        for record in records:  # one partition per key: topic order is key order
-            event = decode_event(record.value)
-            assert isinstance(event, PodEvent)
-            versions = arrived.setdefault(event.uid, [])
-            rv = event.id.rsplit(":", 1)[1]
-            if rv not in versions:  # a retried batch may repeat records (at-least-once)
-                versions.append(rv)
-        assert arrived == sent
-        assert metrics.value("gputriage_connector_backpressure_seconds_total") > 0
-        assert metrics.value("gputriage_connector_delivery_failures_total") >= 1
-
-    asyncio.run(asyncio.wait_for(scenario(), 40))
+            await eventually(lambda: connector.delivery.failing_since is not None)
+            # The watch is held: its checkpoint is behind what the server sent.
+            assert connector.watchers["pods"].resource_version != str(version)
+        finally:
+            os.kill(broker.pid or 0, signal.SIGCONT)  # the outage ends
+        total = sum(len(v) for v in sent.values())
+        await eventually(lambda: connector.delivery.delivered >= total, timeout=15)
+        records = await consume_all(broker.bootstrap, [pods_topic], total)
+        stop.set()
+        await asyncio.wait_for(task, 10)
+        await producer.stop()
+    arrived: dict[str, list[str]] = {}
+    for record in records:  # one partition per key: topic order is key order
+        event = decode_event(record.value)
+        assert isinstance(event, PodEvent)
+        versions = arrived.setdefault(event.uid, [])
+        rv = event.id.rsplit(":", 1)[1]
+        if rv not in versions:  # a retried batch may repeat records (at-least-once)
+            versions.append(rv)
+    assert arrived == sent
+    assert metrics.value("gputriage_connector_backpressure_seconds_total") > 0
+    assert metrics.value("gputriage_connector_delivery_failures_total") >= 1
 
 
 def test_cli_mistakes_are_one_line_and_exit_2(capsys: Any) -> None:

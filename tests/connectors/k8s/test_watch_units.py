@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from connectors.backoff import Backoff, retry_after_seconds
-from connectors.k8s.delivery import BoundedDelivery
+from connectors.delivery import BoundedDelivery
 from connectors.k8s.gpu_filter import GpuFilter
 from connectors.k8s.metrics import ConnectorMetrics
 from connectors.k8s.relist import Known, deletion, diff
@@ -156,45 +156,48 @@ class FlakySink:
         self.batches.append(list(batch))
 
 
-def test_delivery_applies_backpressure_and_loses_nothing_while_the_sink_is_down() -> None:
-    async def scenario() -> None:
-        sink = FlakySink()
-        metrics = ConnectorMetrics()
-        delivery: BoundedDelivery[int] = BoundedDelivery(
-            sink.send,
-            capacity=3,
-            batch_size=2,
-            backoff=Backoff(initial_s=0.01, max_s=0.02),
-            metrics=metrics,
-        )
-        runner = asyncio.create_task(delivery.run())
-        sink.down = True
-        producer_done = asyncio.Event()
+@pytest.mark.asyncio
+@pytest.mark.looptime
+@pytest.mark.timeout(10)
+async def test_delivery_applies_backpressure_and_loses_nothing_while_the_sink_is_down() -> None:
+    """The retry backoffs pass on the loop's fake clock (looptime): the sink is in-process,
+    there is no socket at all, so nothing can be on its way while the clock jumps. The
+    delivery times its backpressure with ``time.monotonic``: the real time the put waited."""
+    sink = FlakySink()
+    metrics = ConnectorMetrics()
+    delivery: BoundedDelivery[int] = BoundedDelivery(
+        sink.send,
+        capacity=3,
+        batch_size=2,
+        backoff=Backoff(initial_s=0.01, max_s=0.02),
+        metrics=metrics.delivery,  # the connector's delivery metrics, on its registry
+    )
+    runner = asyncio.create_task(delivery.run())
+    sink.down = True
+    producer_done = asyncio.Event()
 
-        async def produce() -> None:
-            for n in range(10):
-                await delivery.put(n)
-            producer_done.set()
+    async def produce() -> None:
+        for n in range(10):
+            await delivery.put(n)
+        producer_done.set()
 
-        task = asyncio.create_task(produce())
-        # Bounded: the in-flight batch (2) plus a full buffer (3); the producer waits.
-        await eventually(lambda: len(delivery) == 3 and sink.attempts >= 3, what="backpressure")
-        assert not producer_done.is_set()
-        assert metrics.value("gputriage_connector_buffered_events") == 3
-        assert delivery.failing_since is not None
-        sink.down = False
-        await asyncio.wait_for(task, 5)
-        assert await delivery.close(5)
-        runner.cancel()
-        await asyncio.gather(runner, return_exceptions=True)
-        delivered = [n for batch in sink.batches for n in batch]
-        assert delivered == list(range(10))  # everything, in order
-        assert all(len(batch) <= 2 for batch in sink.batches)
-        assert metrics.value("gputriage_connector_backpressure_seconds_total") > 0
-        assert metrics.value("gputriage_connector_delivery_failures_total") >= 3
-        assert delivery.failing_since is None
-
-    asyncio.run(asyncio.wait_for(scenario(), 10))
+    task = asyncio.create_task(produce())
+    # Bounded: the in-flight batch (2) plus a full buffer (3); the producer waits.
+    await eventually(lambda: len(delivery) == 3 and sink.attempts >= 3, what="backpressure")
+    assert not producer_done.is_set()
+    assert metrics.value("gputriage_connector_buffered_events") == 3
+    assert delivery.failing_since is not None
+    sink.down = False
+    await asyncio.wait_for(task, 5)
+    assert await delivery.close(5)
+    runner.cancel()
+    await asyncio.gather(runner, return_exceptions=True)
+    delivered = [n for batch in sink.batches for n in batch]
+    assert delivered == list(range(10))  # everything, in order
+    assert all(len(batch) <= 2 for batch in sink.batches)
+    assert metrics.value("gputriage_connector_backpressure_seconds_total") > 0
+    assert metrics.value("gputriage_connector_delivery_failures_total") >= 3
+    assert delivery.failing_since is None
 
 
 def test_delivery_rejects_nonsense_sizes() -> None:

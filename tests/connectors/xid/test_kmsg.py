@@ -8,7 +8,6 @@ its oldest record, exactly as a restarted pod reopens ``/dev/kmsg``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import sys
@@ -353,7 +352,9 @@ async def drain(source: JournalSource) -> list[AnyEvent]:
     return events
 
 
-def test_journal_resumes_at_the_cursor_and_reports_reboots(tmp_path: Path) -> None:
+@pytest.mark.asyncio
+async def test_journal_resumes_at_the_cursor_and_reports_reboots(tmp_path: Path) -> None:
+    """Real time, not looptime: the journal is a journalctl subprocess."""
     script, entries, argv = fake_journalctl(tmp_path)
     state = tmp_path / "state.json"
     old_boot = journal_entry(0, JOURNAL_BOOT_B, xid_message(0))  # an earlier boot: not read
@@ -363,7 +364,7 @@ def test_journal_resumes_at_the_cursor_and_reports_reboots(tmp_path: Path) -> No
         + journal_entry(2, JOURNAL_BOOT_A, xid_message(2))
     )
     first = journal_source(script, state)
-    events = asyncio.run(drain(first))
+    events = await drain(first)
     assert [e.code for e in events if isinstance(e, XidEvent)] == [79]
     assert all(isinstance(e, XidEvent) for e in events), "no reboot on a first start"
     calls = [json.loads(line) for line in argv.read_text().splitlines()]
@@ -381,7 +382,7 @@ def test_journal_resumes_at_the_cursor_and_reports_reboots(tmp_path: Path) -> No
         out.write(journal_entry(4, JOURNAL_BOOT_B, NOISE))
         out.write(journal_entry(5, JOURNAL_BOOT_B, xid_message(5)))
     second = journal_source(script, state)
-    events = asyncio.run(drain(second))
+    events = await drain(second)
     calls = [json.loads(line) for line in argv.read_text().splitlines()]
     assert calls[1][calls[1].index("--after-cursor") + 1] == saved.cursor
     assert "-b" not in calls[1]
@@ -396,26 +397,24 @@ def test_journal_resumes_at_the_cursor_and_reports_reboots(tmp_path: Path) -> No
         cursor=json.loads(journal_entry(5, JOURNAL_BOOT_B, ""))["__CURSOR"], boot_id=BOOT_B
     )
     # Nothing new: nothing published.
-    assert asyncio.run(drain(journal_source(script, state))) == []
+    assert await drain(journal_source(script, state)) == []
 
 
-def test_journal_follow_is_stopped_by_close(tmp_path: Path) -> None:
+@pytest.mark.asyncio
+@pytest.mark.timeout(20)
+async def test_journal_follow_is_stopped_by_close(tmp_path: Path) -> None:
+    """Real time, not looptime: the journal is a journalctl subprocess."""
     script, entries, _argv = fake_journalctl(tmp_path)
     entries.write_text(journal_entry(1, JOURNAL_BOOT_A, xid_message(1)))
     source = journal_source(script, tmp_path / "state.json", follow=True)
-
-    async def follow() -> tuple[list[AnyEvent], int | None]:
-        await source.start()
-        events: list[AnyEvent] = []
-        try:
-            while not events:
-                batch = await source.next_batch(5.0)
-                assert batch is not None, "a following journalctl does not end by itself"
-                events.extend(batch.events)
-        finally:
-            await source.close()
-        return events, source.exit_status
-
-    events, status = asyncio.run(asyncio.wait_for(follow(), 20))
+    await source.start()
+    events: list[AnyEvent] = []
+    try:
+        while not events:
+            batch = await source.next_batch(5.0)
+            assert batch is not None, "a following journalctl does not end by itself"
+            events.extend(batch.events)
+    finally:
+        await source.close()
     assert [e.code for e in events if isinstance(e, XidEvent)] == [79]
-    assert status is not None, "journalctl was reaped"
+    assert source.exit_status is not None, "journalctl was reaped"

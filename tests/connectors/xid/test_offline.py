@@ -15,6 +15,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from connectors.state import load_state
 from connectors.xid.journal import JournalState
 from connectors.xid.kmsg import KmsgState
@@ -132,9 +134,12 @@ def test_ingest_usage_errors() -> None:
         assert b"Traceback" not in proc.stderr
 
 
-def test_connect_kmsg_publishes_resumes_and_reports_reboots(
+@pytest.mark.asyncio
+async def test_connect_kmsg_publishes_resumes_and_reports_reboots(
     kafka: KafkaTestEnv, tmp_path: Path
 ) -> None:
+    """Each run is a whole ``connect kmsg --once`` subprocess that has exited before the
+    test reads the topics: nothing else runs on the test's loop while it blocks."""
     device, state = tmp_path / "kmsg", tmp_path / "state.json"
     boot_id, stat = tmp_path / "boot_id", tmp_path / "stat"
     boot_id.write_text("boot-a\n")
@@ -152,8 +157,8 @@ def test_connect_kmsg_publishes_resumes_and_reports_reboots(
     assert b"2 XIDs, 1 bad" in first.stderr
     assert load_state(state, KmsgState) == KmsgState(boot_id="boot-a", seq=1003)
     layout = kafka.layout
-    records = asyncio.run(
-        consume_all(kafka.bootstrap, [layout.raw["xids"].name, layout.dead_letters.name], 3)
+    records = await consume_all(
+        kafka.bootstrap, [layout.raw["xids"].name, layout.dead_letters.name], 3
     )
     xids = [decode_event(r.value) for r in records if r.topic == layout.raw["xids"].name]
     assert [e.id for e in xids] == ["kmsg:gpu-node-01:boot-a:1001", "kmsg:gpu-node-01:boot-a:1002"]
@@ -175,7 +180,7 @@ def test_connect_kmsg_publishes_resumes_and_reports_reboots(
     assert rebooted.returncode == 0, rebooted.stderr
     assert load_state(state, KmsgState) == KmsgState(boot_id="boot-b", seq=0)
     topics = [layout.raw["xids"].name, layout.raw["k8s-events"].name]
-    records = asyncio.run(consume_all(kafka.bootstrap, topics, 4))
+    records = await consume_all(kafka.bootstrap, topics, 4)
     events = [decode_event(r.value) for r in records]
     (reboot,) = [e for e in events if isinstance(e, KubeEvent)]
     assert (reboot.reason, reboot.node, reboot.time) == (
@@ -200,9 +205,11 @@ def test_connect_kmsg_missing_device_is_a_usage_error(tmp_path: Path) -> None:
     assert b"Traceback" not in proc.stderr
 
 
-def test_reader_follows_the_device_until_stopped(kafka: KafkaTestEnv, tmp_path: Path) -> None:
+@pytest.mark.asyncio
+async def test_reader_follows_the_device_until_stopped(kafka: KafkaTestEnv, tmp_path: Path) -> None:
     """The daemon path (no --once): records appended while it runs are published, then
-    a stop ends it after committing; the counters match."""
+    a stop ends it after committing; the counters match. Real time, not looptime: the
+    20 ms polls run while the producer talks to Tansu, another process."""
     device, boot_id = tmp_path / "kmsg", tmp_path / "boot_id"
     boot_id.write_text("boot-a\n")
     device.write_text("6,0,1,-;usb 1-1: new device\n")
@@ -218,25 +225,21 @@ def test_reader_follows_the_device_until_stopped(kafka: KafkaTestEnv, tmp_path: 
     )
     metrics = KmsgMetrics()
     layout = kafka.layout
-    kafka.create_topics()
-
-    async def scenario() -> list[XidEvent]:
-        stop = asyncio.Event()
-        task = asyncio.create_task(
-            run_kmsg(options, kafka.kwargs, layout, io.StringIO(), stop=stop, metrics=metrics)
-        )
-        with device.open("a") as out:
-            out.write("3,1,2000000,-;NVRM: Xid (PCI:0000:9b:00): 79, GPU has fallen off the bus.\n")
-            out.write("6,4,2000100,-;NVRM: Xid (PCI:0000:9b:00): 154, GPU recovery action ")
-            out.flush()
-            out.write("changed from 0x0 (None) to 0x2 (Node Reboot Required)\n")
-        records = await consume_all(kafka.bootstrap, [layout.raw["xids"].name], 2)
-        stop.set()
-        assert await asyncio.wait_for(task, 10) == 0
-        events = [decode_event(r.value) for r in records]
-        return [e for e in events if isinstance(e, XidEvent)]
-
-    xid79, xid154 = asyncio.run(scenario())
+    await kafka.acreate_topics()
+    stop = asyncio.Event()
+    task = asyncio.create_task(
+        run_kmsg(options, kafka.kwargs, layout, io.StringIO(), stop=stop, metrics=metrics)
+    )
+    with device.open("a") as out:
+        out.write("3,1,2000000,-;NVRM: Xid (PCI:0000:9b:00): 79, GPU has fallen off the bus.\n")
+        out.write("6,4,2000100,-;NVRM: Xid (PCI:0000:9b:00): 154, GPU recovery action ")
+        out.flush()
+        out.write("changed from 0x0 (None) to 0x2 (Node Reboot Required)\n")
+    records = await consume_all(kafka.bootstrap, [layout.raw["xids"].name], 2)
+    stop.set()
+    assert await asyncio.wait_for(task, 10) == 0
+    events = [decode_event(r.value) for r in records]
+    xid79, xid154 = [e for e in events if isinstance(e, XidEvent)]
     assert (xid79.code, xid154.recovery_action) == (79, "Node Reboot Required")
     assert load_state(options.state_path, KmsgState) == KmsgState(boot_id="boot-a", seq=4)
 
@@ -286,8 +289,10 @@ def test_connect_kmsg_stops_cleanly_on_sigterm(kafka: KafkaTestEnv, tmp_path: Pa
     assert b"3 records, 2 XIDs, 0 bad" in stderr
 
 
-def test_connect_journal_once(kafka: KafkaTestEnv, tmp_path: Path) -> None:
-    """--journal: journalctl's kernel entries instead of /dev/kmsg; the cursor is saved."""
+@pytest.mark.asyncio
+async def test_connect_journal_once(kafka: KafkaTestEnv, tmp_path: Path) -> None:
+    """--journal: journalctl's kernel entries instead of /dev/kmsg; the cursor is saved.
+    The ``--once`` subprocess has exited before the test reads the topics."""
     script, entries, _argv = fake_journalctl(tmp_path)
     entries.write_text(
         journal_entry(1, JOURNAL_BOOT_A, "NVRM: Xid (PCI:0000:3b:00): 48, DBE")
@@ -305,7 +310,7 @@ def test_connect_journal_once(kafka: KafkaTestEnv, tmp_path: Path) -> None:
     assert b"journal: 2 records, 1 XIDs, 1 bad" in proc.stderr
     layout = kafka.layout
     topics = [layout.raw["xids"].name, layout.dead_letters.name]
-    records = asyncio.run(consume_all(kafka.bootstrap, topics, 2))
+    records = await consume_all(kafka.bootstrap, topics, 2)
     by_topic = {r.topic: r.value for r in records}
     event = decode_event(by_topic[layout.raw["xids"].name])
     assert isinstance(event, XidEvent)

@@ -2,15 +2,18 @@
 
 The log is a real file that the test appends to, renames and truncates as
 syslog daemons and logrotate do; the reader is :class:`TextLogSource` with its
-real state file.
+real state file, opened with ``contextlib.closing`` so that every reader's file is
+closed, also when an assertion fails.
 """
 
 from __future__ import annotations
 
-import asyncio
 import io
 import os
+from contextlib import closing
 from pathlib import Path
+
+import pytest
 
 from connectors.xid.run import KmsgOptions, run_kmsg
 from connectors.xid.textlog import TextLogSource
@@ -47,15 +50,15 @@ def drain(reader: TextLogSource) -> list[XidEvent]:
 def test_appended_lines_are_read_once_and_a_half_line_waits(tmp_path: Path) -> None:
     log, state = tmp_path / "kern.log", tmp_path / "state.json"
     log.write_text(NOISE + xid_line(1))
-    reader = source(log, state)
-    [first] = drain(reader)
-    assert (first.code, first.pci_bus_id, first.source) == (79, "0000:9b:00.0", "syslog")
-    with log.open("a") as out:
-        out.write(xid_line(2)[:30])  # the writer is mid-line
-    assert drain(reader) == []
-    with log.open("a") as out:
-        out.write(xid_line(2)[30:] + xid_line(3, code=48))
-    later = drain(reader)
+    with closing(source(log, state)) as reader:
+        [first] = drain(reader)
+        assert (first.code, first.pci_bus_id, first.source) == (79, "0000:9b:00.0", "syslog")
+        with log.open("a") as out:
+            out.write(xid_line(2)[:30])  # the writer is mid-line
+        assert drain(reader) == []
+        with log.open("a") as out:
+            out.write(xid_line(2)[30:] + xid_line(3, code=48))
+        later = drain(reader)
     assert [e.code for e in later] == [79, 48]
     assert first.id not in {e.id for e in later}
 
@@ -63,52 +66,52 @@ def test_appended_lines_are_read_once_and_a_half_line_waits(tmp_path: Path) -> N
 def test_a_restart_neither_resends_nor_skips(tmp_path: Path) -> None:
     log, state = tmp_path / "kern.log", tmp_path / "state.json"
     log.write_text("".join(xid_line(n) for n in range(5)))
-    reader = source(log, state)
-    batch = reader.poll()  # read but never published: not committed
-    first_ids = [e.id for e in batch.events]
-    assert len(first_ids) == 5
-    reader.close()
-    again = source(log, state)
-    seen = drain(again)
-    assert [e.id for e in seen] == first_ids, "the unpublished batch comes again, same ids"
-    with log.open("a") as out:
-        out.write(xid_line(5) + xid_line(6))
-    again.close()
-    third = source(log, state)
-    assert [e.time.second for e in drain(third)] == [5, 6], "only what is new since the commit"
+    with closing(source(log, state)) as reader:
+        batch = reader.poll()  # read but never published: not committed
+        first_ids = [e.id for e in batch.events]
+        assert len(first_ids) == 5
+    with closing(source(log, state)) as again:  # the restart
+        seen = drain(again)
+        assert [e.id for e in seen] == first_ids, "the unpublished batch comes again, same ids"
+        with log.open("a") as out:
+            out.write(xid_line(5) + xid_line(6))
+    with closing(source(log, state)) as third:
+        assert [e.time.second for e in drain(third)] == [5, 6], "only what is new since the commit"
 
 
 def test_rotation_by_rename_finishes_the_old_file_then_reads_the_new(tmp_path: Path) -> None:
     log, state = tmp_path / "kern.log", tmp_path / "state.json"
     log.write_text(xid_line(1))
-    reader = source(log, state)
-    assert len(drain(reader)) == 1
-    with log.open("a") as out:  # the last line before the rotation ...
-        out.write(xid_line(2))
-    os.rename(log, tmp_path / "kern.log.1")  # ... logrotate moves the file away ...
-    log.write_text(xid_line(3))  # ... and the daemon writes a new one
-    assert [e.time.second for e in drain(reader)] == [2, 3]
-    assert drain(reader) == []
+    with closing(source(log, state)) as reader:
+        assert len(drain(reader)) == 1
+        with log.open("a") as out:  # the last line before the rotation ...
+            out.write(xid_line(2))
+        os.rename(log, tmp_path / "kern.log.1")  # ... logrotate moves the file away ...
+        log.write_text(xid_line(3))  # ... and the daemon writes a new one
+        assert [e.time.second for e in drain(reader)] == [2, 3]
+        assert drain(reader) == []
 
 
 def test_truncation_starts_over_and_counts_the_gap(tmp_path: Path) -> None:
     log, state = tmp_path / "kern.log", tmp_path / "state.json"
     log.write_text(xid_line(1) + xid_line(2))
-    reader = source(log, state)
-    assert len(drain(reader)) == 2
-    log.write_text(xid_line(7))  # copytruncate: same inode, shorter
-    assert [e.time.second for e in drain(reader)] == [7]
-    assert reader.stats.skipped == 1
+    with closing(source(log, state)) as reader:
+        assert len(drain(reader)) == 2
+        log.write_text(xid_line(7))  # copytruncate: same inode, shorter
+        assert [e.time.second for e in drain(reader)] == [7]
+        assert reader.stats.skipped == 1
 
 
 def test_identical_lines_stay_two_events(tmp_path: Path) -> None:
     log, state = tmp_path / "kern.log", tmp_path / "state.json"
     log.write_text(xid_line(1) + xid_line(1))
-    events = drain(source(log, state))
+    with closing(source(log, state)) as reader:
+        events = drain(reader)
     assert len({e.id for e in events}) == 2
 
 
-def test_connect_kmsg_follows_a_file_into_kafka(kafka: KafkaTestEnv, tmp_path: Path) -> None:
+@pytest.mark.asyncio
+async def test_connect_kmsg_follows_a_file_into_kafka(kafka: KafkaTestEnv, tmp_path: Path) -> None:
     log, state = tmp_path / "kern.log", tmp_path / "state.json"
     log.write_text(NOISE + xid_line(1) + "Dec  1 01:02:09 n kernel: NVRM: Xid (PCI:zz): 79, x\n")
     options = KmsgOptions(
@@ -120,10 +123,10 @@ def test_connect_kmsg_follows_a_file_into_kafka(kafka: KafkaTestEnv, tmp_path: P
         once=True,
         metrics_port=None,
     )
-    assert asyncio.run(run_kmsg(options, kafka.kwargs, kafka.layout, io.StringIO())) == 0
-    xids = asyncio.run(consume_all(kafka.bootstrap, [kafka.layout.raw["xids"].name], 1))
+    assert await run_kmsg(options, kafka.kwargs, kafka.layout, io.StringIO()) == 0
+    xids = await consume_all(kafka.bootstrap, [kafka.layout.raw["xids"].name], 1)
     [event] = [decode_event(r.value) for r in xids]
     assert isinstance(event, XidEvent)
     assert event.id.startswith("file:gpu-node-01:")
-    dead = asyncio.run(consume_all(kafka.bootstrap, [kafka.layout.dead_letters.name], 1))
+    dead = await consume_all(kafka.bootstrap, [kafka.layout.dead_letters.name], 1)
     assert len(dead) == 1, "the unreadable XID line is a dead letter"
