@@ -17,6 +17,21 @@ drops, then the pod on that GPU fails..."), otherwise a background draw: a
 routine update or the start of a new scenario. Event times get a small jitter
 (``jitter`` seconds, far below the core's grace period).
 
+Records and :mod:`gputriage.demo.events`: the builders shared with the tests and
+the demo scenario make this stream's Kubernetes events, XIDs, container statuses,
+terminations and ``Ready`` conditions, and give it the GPU resource name, a pod's
+GPU request and a GPU's device name. The three hot records (pod, node and GPU
+binding updates: about 96 % of the stream) are still built here, straight from the
+struct, because the shared builders cost too much at this volume: a keyword
+wrapper doubles a ``PodEvent``'s construction time, and the binding builder's
+bus-id check (a regex) made the whole generator ~5 % slower; so they reuse cached
+per-count resource dicts and conditions instead, and must be kept in step with the
+shared builders by hand. Two more traps, both about the bytes being a function of
+the seed: keep every rng draw in the order it had (compute arguments into locals
+rather than reorder a call), and keep ids and the start time as they are (they
+are this stream's own scheme, part of its cached file names); bump
+``GENERATOR_VERSION`` if the bytes ever must change.
+
 Command line::
 
     python bench/generate.py --events 1000000 --nodes 5000 --out bench/out/stream.jsonl.gz
@@ -40,6 +55,16 @@ from random import Random
 from typing import IO, cast
 
 from connectors.files import FileSource
+from gputriage.demo.events import (
+    GPU,
+    container,
+    device_name,
+    gpu_request,
+    kube_event,
+    ready_condition,
+    termination,
+    xid_event,
+)
 from schemas.codec import AnyEvent, encode
 from schemas.events import (
     ContainerStatus,
@@ -47,7 +72,6 @@ from schemas.events import (
     KubeEvent,
     NodeCondition,
     NodeEvent,
-    ObjectRef,
     PodCondition,
     PodEvent,
     PodRef,
@@ -59,8 +83,6 @@ from schemas.jsonschema import wire_tag
 
 GENERATOR_VERSION = 2
 """Bump when the generated stream changes, so cached files are regenerated."""
-
-GPU = "nvidia.com/gpu"
 
 Step = Iterator[AnyEvent | float]
 """A scenario: yields the events it emits, and floats (seconds to wait)."""
@@ -239,26 +261,20 @@ _APP_ERRORS = (
     "ValueError: checkpoint shard model-00003-of-00030.safetensors is truncated",
 )
 
-_READY = NodeCondition(
-    type="Ready", status="True", reason="KubeletReady", message="kubelet is posting ready status"
-)
+_READY = ready_condition("True", "KubeletReady", "kubelet is posting ready status")
 _PRESSURE = (
     NodeCondition(type="MemoryPressure", status="False", reason="KubeletHasSufficientMemory"),
     NodeCondition(type="DiskPressure", status="False", reason="KubeletHasNoDiskPressure"),
     NodeCondition(type="PIDPressure", status="False", reason="KubeletHasSufficientPID"),
 )
 _NOT_READY = {
-    "False": NodeCondition(
-        type="Ready",
-        status="False",
-        reason="KubeletNotReady",
-        message="PLEG is not healthy: pleg was last seen active 3m12.4s ago; threshold is 3m0s",
+    "False": ready_condition(
+        "False",
+        "KubeletNotReady",
+        "PLEG is not healthy: pleg was last seen active 3m12.4s ago; threshold is 3m0s",
     ),
-    "Unknown": NodeCondition(
-        type="Ready",
-        status="Unknown",
-        reason="NodeStatusUnknown",
-        message="Kubelet stopped posting node status.",
+    "Unknown": ready_condition(
+        "Unknown", "NodeStatusUnknown", "Kubelet stopped posting node status."
     ),
 }
 _TAINTS = (Taint(key=GPU, value="present", effect="NoSchedule"),)
@@ -388,19 +404,17 @@ class _Pod:
         names = self.workload.template.containers
         if keep_last and last is None and self.containers:
             last = self.containers[0].last_terminated
-        main = ContainerStatus(
-            name=names[0],
-            restart_count=self.restarts,
+        main = container(
+            names[0],
+            restarts=self.restarts,
             state=state,
             reason=reason,
-            terminated=terminated,
-            last_terminated=last,
+            current=terminated,
+            last=last,
         )
         side_state = "running" if state in {"running", "waiting"} else state
         side_reason = "" if side_state == "running" else reason
-        sidecars = tuple(
-            ContainerStatus(name=n, state=side_state, reason=side_reason) for n in names[1:]
-        )
+        sidecars = tuple(container(n, state=side_state, reason=side_reason) for n in names[1:])
         self.containers = (main, *sidecars)
 
 
@@ -423,7 +437,9 @@ class Simulator:
         self._seq = 0
         self._names: set[str] = set()
         self._workloads: dict[int, _Workload] = {}
-        self._requests = {n: {GPU: n} for n in (1, 2, 4, 8)}
+        # Shared by every record that carries them (never mutated): one dict per
+        # count instead of one per record. Nodes keep {GPU: 0}; pods never ask for 0.
+        self._requests = {n: gpu_request(n) for n in (1, 2, 4, 8)}
         self._allocatable = {n: {GPU: n} for n in range(9)}
         self.clusters: list[_Cluster] = [
             _Cluster(name, region, domain, self.rng.randrange(10_000_000, 90_000_000))
@@ -519,7 +535,7 @@ class Simulator:
                 if rng.random() < 0.05:
                     pod.restarts = rng.randint(1, 4)
                     finished = self.spec.start - timedelta(seconds=rng.uniform(60, 86400))
-                    last = Termination(reason="Error", exit_code=1, finished_at=finished)
+                    last = termination(finished)
                     pod.set_main("running", last=last)
                 else:
                     pod.set_main("running")
@@ -582,6 +598,8 @@ class Simulator:
         pod.pool_index = -1
 
     # ---------------------------------------------------------------- record builders
+    # Pod, node and binding records are built directly (the hot path, see the module
+    # docstring); keep them in step with gputriage.demo.events by hand.
 
     def _pod_event(
         self, pod: _Pod, op: str = "modified", deleted: datetime | None = None
@@ -644,7 +662,7 @@ class Simulator:
             gpu_uuid=gpu.uuid,
             pci_bus_id=gpu.bus_id,
             gpu_index=gpu.index,
-            device=f"nvidia{gpu.index}",
+            device=device_name(gpu.index),
             pods=pods,
         )
 
@@ -654,22 +672,29 @@ class Simulator:
         node: str,
         reason: str,
         message: str,
-        involved: ObjectRef,
         *,
+        kind: str,
+        name: str,
+        namespace: str = "",
+        uid: str = "",
         warning: bool = False,
         source: str = "kubelet",
         count: int = 1,
     ) -> KubeEvent:
         cluster.rv += 1
-        return KubeEvent(
+        # The id before the time: both draw from the rng, in this order.
+        return kube_event(
             id=f"{self._uuid()}/{cluster.rv}",
             cluster=cluster.name,
             time=self._time(),
             node=node,
             reason=reason,
             message=message,
-            type="Warning" if warning else "Normal",
-            involved=involved,
+            warning=warning,
+            kind=kind,
+            name=name,
+            namespace=namespace,
+            uid=uid,
             source=source,
             count=count,
         )
@@ -684,12 +709,19 @@ class Simulator:
         source: str = "kubelet",
         count: int = 1,
     ) -> KubeEvent:
-        ref = ObjectRef(
-            kind="Pod", name=pod.name, namespace=pod.workload.template.namespace, uid=pod.uid
-        )
         node = pod.node.name if pod.node is not None else ""
         return self._kube_event(
-            pod.cluster, node, reason, message, ref, warning=warning, source=source, count=count
+            pod.cluster,
+            node,
+            reason,
+            message,
+            kind="Pod",
+            name=pod.name,
+            namespace=pod.workload.template.namespace,
+            uid=pod.uid,
+            warning=warning,
+            source=source,
+            count=count,
         )
 
     def _node_kube_event(
@@ -701,9 +733,16 @@ class Simulator:
         warning: bool = False,
         source: str = "kubelet",
     ) -> KubeEvent:
-        ref = ObjectRef(kind="Node", name=node.name, uid=node.uid)
         return self._kube_event(
-            node.cluster, node.name, reason, message, ref, warning=warning, source=source
+            node.cluster,
+            node.name,
+            reason,
+            message,
+            kind="Node",
+            name=node.name,
+            uid=node.uid,
+            warning=warning,
+            source=source,
         )
 
     def _xid_event(
@@ -723,15 +762,15 @@ class Simulator:
         else:
             node.binding_seq += 1
             event_id = f"{source}/{node.uid}/{gpu.index}/{node.binding_seq}"
-        return XidEvent(
+        return xid_event(
             id=event_id,
             cluster=node.cluster.name,
             time=self._time(),
             node=node.name,
             code=code,
-            pci_bus_id=gpu.bus_id,
-            gpu_uuid=gpu.uuid,
-            gpu_index=gpu.index,
+            bus=gpu.bus_id,
+            uuid=gpu.uuid,
+            index=gpu.index,
             pid=pod.pid if with_pid and pod is not None else None,
             process="python3" if with_pid else "",
             message=_XID_TEXT.get(code, ""),
@@ -833,12 +872,11 @@ class Simulator:
         if pod is None:
             return None
         rng = self.rng
-        term = Termination(
-            reason="Error",
-            exit_code=rng.choice((1, 1, 1, 2, 134, 139)),
-            finished_at=self._time(-rng.uniform(1.0, 10.0)),
-            message=rng.choice(_APP_ERRORS),
-        )
+        # Four draws from the rng, in the order the bytes depend on: code, offset,
+        # the time's jitter, message.
+        code = rng.choice((1, 1, 1, 2, 134, 139))
+        finished = self._time(-rng.uniform(1.0, 10.0))
+        term = termination(finished, "Error", code, rng.choice(_APP_ERRORS))
         pod.restarts += 1
         pod.set_main("running", last=term)
         return self._pod_event(pod)
@@ -944,7 +982,7 @@ class Simulator:
                 node, "OOMKilling", message, warning=True, source="kernel-monitor"
             )
             yield rng.uniform(0.5, 5.0)
-        term = Termination(reason="OOMKilled", exit_code=137, finished_at=self._time(-0.5))
+        term = termination(self._time(-0.5), "OOMKilled", 137)
         pod.restarts += 1
         pod.set_main("running", last=term)
         yield self._pod_event(pod)
@@ -966,9 +1004,7 @@ class Simulator:
         message = _CUDA_OOM if rng.random() < 0.5 else ""
         backoff = 10.0
         for k in range(crashes):
-            term = Termination(
-                reason="Error", exit_code=1, finished_at=self._time(-0.3), message=message
-            )
+            term = termination(self._time(-0.3), "Error", 1, message)
             pod.set_main("waiting", "CrashLoopBackOff", last=term)
             yield self._pod_event(pod)
             yield rng.uniform(0.1, 1.0)
@@ -1011,7 +1047,7 @@ class Simulator:
         pod.reason = reason
         pod.message = message
         if terminated is None:
-            terminated = Termination(reason="Error", exit_code=1, finished_at=self._time(-0.5))
+            terminated = termination(self._time(-0.5), "Error", 1)
         pod.set_main("terminated", terminated.reason, terminated=terminated)
         yield self._pod_event(pod)
         yield rng.uniform(0.5, 3.0)
@@ -1044,7 +1080,7 @@ class Simulator:
         )
         yield self._pod_kube_event(pod, "Evicted", message, warning=True)
         yield rng.uniform(0.2, 2.0)
-        term = Termination(reason="Error", exit_code=137, finished_at=self._time(-0.2))
+        term = termination(self._time(-0.2), "Error", 137)
         yield from self._fail_and_replace(
             pod, phase="Failed", reason="Evicted", terminated=term, message=message
         )
@@ -1057,7 +1093,7 @@ class Simulator:
         pod.busy = True
         rng = self.rng
         if pod.workload.template.kind == "Job":
-            term = Termination(reason="Completed", exit_code=0, finished_at=self._time(-1.0))
+            term = termination(self._time(-1.0), "Completed", 0)
             yield from self._fail_and_replace(pod, phase="Succeeded", reason="", terminated=term)
             return
         # A rollout: the old pod is deleted gracefully, then a new one starts.
@@ -1065,7 +1101,7 @@ class Simulator:
         deleted = self._time()
         yield self._pod_event(pod, deleted=deleted)
         yield rng.uniform(1.0, 30.0)
-        term = Termination(reason="Error", exit_code=143, finished_at=self._time(-0.1))
+        term = termination(self._time(-0.1), "Error", 143)
         pod.set_main("terminated", "Error", terminated=term)
         yield self._pod_event(pod, deleted=deleted)
         yield from self._unbind(pod)
@@ -1102,9 +1138,7 @@ class Simulator:
         if rng.random() < 0.6:
             yield rng.uniform(1.0, 8.0)
             message = _CUDA_FAULT if code != 43 else _CUDA_LOST
-            term = Termination(
-                reason="Error", exit_code=1, finished_at=self._time(-0.5), message=message
-            )
+            term = termination(self._time(-0.5), "Error", 1, message)
             pod.restarts += 1
             pod.set_main("running", last=term)
             yield self._pod_event(pod)
@@ -1155,9 +1189,7 @@ class Simulator:
                 phase, reason = "Failed", "UnexpectedAdmissionError"
             else:
                 message, phase, reason = "", "Failed", ""
-            term = Termination(
-                reason="Error", exit_code=1, finished_at=self._time(-0.5), message=_CUDA_LOST
-            )
+            term = termination(self._time(-0.5), "Error", 1, _CUDA_LOST)
             replace = self._fail_and_replace(
                 pod,
                 phase=phase,
@@ -1232,9 +1264,7 @@ class Simulator:
             source="node-controller",
         )
         for pod in lost:
-            term = Termination(
-                reason="ContainerStatusUnknown", exit_code=137, finished_at=self._time(-1.0)
-            )
+            term = termination(self._time(-1.0), "ContainerStatusUnknown", 137)
             self._push(
                 self.now + rng.uniform(1.0, 20.0),
                 self._fail_and_replace(

@@ -2,6 +2,11 @@
 
 Run ``python examples/build_scenario.py`` after changing a schema; the file is
 committed so that users (and the tests) can replay it without running this.
+Records are built by :mod:`gputriage.demo.events` (shared with the tests and the
+bench); what stays here is the story, the scenario's id scheme (``k8s:pod-NAME:RV``,
+one resourceVersion counter) and its time unit (minutes after ``START``). The
+output must stay byte-identical to ``gputriage/demo/scenario.jsonl``: the tests
+rebuild it and compare.
 
 Seven GPU nodes, each showing one node-scoped incident type:
 
@@ -22,29 +27,18 @@ gpu-node-07     kubelet stops reporting with serving pods on it:
 from __future__ import annotations
 
 import sys
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from gputriage.demo import events as build_event
+from gputriage.demo.events import T0
 from schemas.codec import encode
-from schemas.events import (
-    ContainerStatus,
-    Event,
-    GpuBindingEvent,
-    KubeEvent,
-    NodeCondition,
-    NodeEvent,
-    ObjectRef,
-    PodEvent,
-    PodRef,
-    Termination,
-    Tick,
-    XidEvent,
-)
+from schemas.events import Event, PodRef, Termination, Tick
+from schemas.types import Op
 
 CLUSTER = "prod-us-east"
-START = datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC)
-GPU = "nvidia.com/gpu"
+START = T0
 LABELS = {
     "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
     "nvidia.com/gpu.count": "8",
@@ -57,10 +51,13 @@ _rv = [1000]
 
 
 def at(minutes: float) -> datetime:
-    return START + timedelta(seconds=round(minutes * 60, 3))
+    """Minutes after ``START`` (the story's unit), rounded to the millisecond: the
+    scenario's resolution, whatever float error ``minutes * 60`` carries."""
+    return build_event.at(round(minutes * 60, 3), START)
 
 
 def rv() -> str:
+    """The next resourceVersion; one counter for every object, as one etcd has."""
     _rv[0] += 1
     return str(_rv[0])
 
@@ -75,20 +72,15 @@ def node(
     labels: dict[str, str] | None = None,
 ) -> None:
     events.append(
-        NodeEvent(
+        build_event.node_event(
             id=f"k8s:node-{name}:{rv()}",
             cluster=CLUSTER,
             time=at(minutes),
             node=name,
-            capacity={GPU: 8},
-            allocatable={GPU: alloc},
-            conditions=(
-                NodeCondition(
-                    type="Ready",
-                    status=ready,
-                    reason=reason or ("KubeletReady" if ready == "True" else ""),
-                    message=message,
-                ),
+            capacity=8,
+            allocatable=alloc,
+            ready=build_event.ready_condition(
+                ready, reason or ("KubeletReady" if ready == "True" else ""), message
             ),
             labels={**LABELS, **(labels or {})},
         )
@@ -111,34 +103,31 @@ def pod(
     last: Termination | None = None,
     current: Termination | None = None,
     waiting: str = "",
-    op: str = "modified",
+    op: Op = "modified",
 ) -> None:
     state = "terminated" if current else ("waiting" if waiting else "running")
     events.append(
-        PodEvent(
+        build_event.pod_event(
             id=f"k8s:pod-{name}:{rv()}",
             cluster=CLUSTER,
             time=at(minutes),
             node=node_name,
-            op=op,  # type: ignore[arg-type]
+            op=op,
             namespace=ns,
             name=name,
-            uid=f"uid-{name}",
             phase=phase,
             reason=reason,
             message=message,
-            gpu_requests={GPU: gpus},
-            gpu_limits={GPU: gpus},
-            owner_kind=owner[0],
-            owner_name=owner[1],
+            gpus=gpus,
+            owner=owner,
             containers=(
-                ContainerStatus(
-                    name=container,
-                    restart_count=restarts,
+                build_event.container(
+                    container,
+                    restarts=restarts,
                     state=state,
                     reason=waiting,
-                    terminated=current,
-                    last_terminated=last,
+                    current=current,
+                    last=last,
                 ),
             ),
         )
@@ -146,7 +135,7 @@ def pod(
 
 
 def term(minutes: float, reason: str, code: int, message: str = "") -> Termination:
-    return Termination(reason=reason, exit_code=code, finished_at=at(minutes), message=message)
+    return build_event.termination(at(minutes), reason, code, message)
 
 
 def xid(
@@ -161,14 +150,14 @@ def xid(
     process: str = "",
 ) -> None:
     events.append(
-        XidEvent(
+        build_event.xid_event(
             id=f"kmsg:{node_name}:boot-1:{seq}",
             cluster=CLUSTER,
             time=at(minutes),
             node=node_name,
             code=code,
-            pci_bus_id=bus,
-            gpu_uuid=uuid,
+            bus=bus,
+            uuid=uuid,
             pid=pid,
             process=process,
             message=message,
@@ -185,16 +174,15 @@ def binding(
     pods: list[tuple[str, str, str]],
 ) -> None:
     events.append(
-        GpuBindingEvent(
+        build_event.binding_event(
             id=f"dcgm:{node_name}:{uuid}:{rv()}",
             cluster=CLUSTER,
             time=at(minutes),
             node=node_name,
-            gpu_uuid=uuid,
-            pci_bus_id=bus,
-            gpu_index=index,
-            device=f"nvidia{index}",
-            pods=tuple(PodRef(namespace=n, name=p, container=c) for n, p, c in pods),
+            uuid=uuid,
+            bus=bus,
+            index=index,
+            pods=(PodRef(namespace=n, name=p, container=c) for n, p, c in pods),
         )
     )
 
@@ -210,15 +198,18 @@ def kube_event(
     source: str = "kubelet",
 ) -> None:
     events.append(
-        KubeEvent(
+        build_event.kube_event(
             id=f"k8s-event:{reason}-{name}:{rv()}",
             cluster=CLUSTER,
             time=at(minutes),
             node=node_name,
             reason=reason,
             message=message,
-            type="Warning",
-            involved=ObjectRef(kind=kind, name=name, namespace=namespace, uid=f"uid-{name}"),
+            warning=True,
+            kind=kind,
+            name=name,
+            namespace=namespace,
+            uid=f"uid-{name}",
             source=source,
         )
     )

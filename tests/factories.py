@@ -2,33 +2,33 @@
 
 Each builder takes event time as seconds after ``T0`` so scenarios read like a
 timeline. Event ids come from a per-``Cluster`` counter: deterministic and unique.
+
+The records themselves are built by :mod:`gputriage.demo.events`, shared with the
+demo scenario and the bench generator; this module only adds the tests' timeline
+(seconds after ``T0``), their id counter and their terse defaults. Two of those
+defaults differ from the shared builders' on purpose and are passed explicitly, so
+the tests' records are the same as before the move: pods have no GPU limits, and
+container state is left unknown (``""``).
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
+from gputriage.demo import events as build
+from gputriage.demo.events import GPU, T0, at
 from schemas.codec import AnyEvent
 from schemas.events import (
-    ContainerStatus,
     GpuBindingEvent,
     KubeEvent,
-    NodeCondition,
     NodeEvent,
-    ObjectRef,
     PodEvent,
     PodRef,
     Termination,
     Tick,
     XidEvent,
 )
+from schemas.types import Op
 
-T0 = datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC)
-GPU = "nvidia.com/gpu"
-
-
-def at(seconds: float) -> datetime:
-    return T0 + timedelta(seconds=seconds)
+__all__ = ["GPU", "T0", "Cluster", "at", "term"]
 
 
 class Cluster:
@@ -52,18 +52,18 @@ class Cluster:
         alloc: int = 8,
         ready: str = "True",
         labels: dict[str, str] | None = None,
-        op: str = "modified",
+        op: Op = "modified",
     ) -> NodeEvent:
-        ev = NodeEvent(
+        ev = build.node_event(
             id=self._id("node"),
             cluster=self.name,
             time=at(t),
             node=node,
-            op=op,  # type: ignore[arg-type]
-            capacity={GPU: capacity},
-            allocatable={GPU: alloc},
-            conditions=(NodeCondition(type="Ready", status=ready),),
-            labels=labels or {},
+            op=op,
+            capacity=capacity,
+            allocatable=alloc,
+            ready=build.ready_condition(ready),
+            labels=labels,
         )
         self.events.append(ev)
         return ev
@@ -82,29 +82,25 @@ class Cluster:
         current: Termination | None = None,
         restarts: int = 0,
         namespace: str = "ns",
-        op: str = "modified",
+        op: Op = "modified",
         owner: tuple[str, str] = ("Job", "job"),
         uid: str = "",
     ) -> PodEvent:
-        ev = PodEvent(
+        ev = build.pod_event(
             id=self._id("pod"),
             cluster=self.name,
             time=at(t),
             node=node,
-            op=op,  # type: ignore[arg-type]
+            op=op,
             namespace=namespace,
             name=name,
-            uid=uid or f"uid-{name}",
+            uid=uid,
             phase=phase,
             reason=reason,
-            gpu_requests={GPU: gpus} if gpus else {},
-            owner_kind=owner[0],
-            owner_name=owner[1],
-            containers=(
-                ContainerStatus(
-                    name=container, restart_count=restarts, terminated=current, last_terminated=last
-                ),
-            ),
+            gpus=gpus,
+            limits=False,
+            owner=owner,
+            containers=(build.container(container, restarts=restarts, current=current, last=last),),
         )
         self.events.append(ev)
         return ev
@@ -120,14 +116,14 @@ class Cluster:
         recovery_action: str = "",
         sxid: bool = False,
     ) -> XidEvent:
-        ev = XidEvent(
+        ev = build.xid_event(
             id=self._id("xid"),
             cluster=self.name,
             time=at(t),
             node=node,
             code=code,
-            pci_bus_id=bus,
-            gpu_uuid=uuid,
+            bus=bus,
+            uuid=uuid,
             recovery_action=recovery_action,
             sxid=sxid,
         )
@@ -145,14 +141,14 @@ class Cluster:
         *,
         pods_known: bool = True,
     ) -> GpuBindingEvent:
-        ev = GpuBindingEvent(
+        ev = build.binding_event(
             id=self._id("bind"),
             cluster=self.name,
             time=at(t),
             node=node,
-            gpu_uuid=uuid,
-            pci_bus_id=bus,
-            pods=tuple(PodRef(namespace=namespace, name=p) for p in pods),
+            uuid=uuid,
+            bus=bus,
+            pods=(PodRef(namespace=namespace, name=p) for p in pods),
             pods_known=pods_known,
         )
         self.events.append(ev)
@@ -169,15 +165,17 @@ class Cluster:
         namespace: str = "ns",
         message: str = "",
     ) -> KubeEvent:
-        ev = KubeEvent(
+        ev = build.kube_event(
             id=self._id("kev"),
             cluster=self.name,
             time=at(t),
             node=node,
             reason=reason,
             message=message,
-            type="Warning",
-            involved=ObjectRef(kind=kind, name=name or node, namespace=namespace),
+            warning=True,
+            kind=kind,
+            name=name or node,
+            namespace=namespace,
         )
         self.events.append(ev)
         return ev
@@ -189,4 +187,5 @@ class Cluster:
 
 
 def term(t: float, reason: str = "Error", code: int = 1, message: str = "") -> Termination:
-    return Termination(reason=reason, exit_code=code, finished_at=at(t), message=message)
+    """A termination that finished ``t`` seconds after ``T0``."""
+    return build.termination(at(t), reason, code, message)
