@@ -4,8 +4,9 @@ Every live connector's one "Kafka is down" policy (used through
 :mod:`connectors.publish`; first written for the Kubernetes watch, whose words
 the examples below keep). The source :meth:`~BoundedDelivery.put` items; one delivery task takes
 batches in arrival order, hands them to ``send`` (produce and await every
-acknowledgement) and only then takes the next batch. When ``send`` fails the
-*same* batch is retried with backoff, forever: nothing is dropped. The buffer
+acknowledgement) and only then takes the next batch. When ``send`` fails
+because the broker is unreachable (:func:`transient`), the *same* batch is
+retried with backoff, forever: nothing is dropped. The buffer
 fills up, ``put`` blocks, and the watch stops reading its stream: the API
 server's TCP window closes, the checkpoint (resourceVersion) stays where it
 was, and memory stays bounded by ``capacity + batch_size``. When the broker
@@ -28,10 +29,21 @@ Traps:
 * Call :meth:`close` to deliver what is buffered on a clean stop; cancelling
   :meth:`run` loses the buffer (the next start relists, see ``watch.py``; a
   node-local source re-reads from its saved checkpoint).
-* **Failing to send is retried; failing after is not.** ``after`` (the publish
-  loop saves checkpoints there) runs once a chunk is acknowledged; if it raises,
-  :meth:`run` raises: a state file that cannot be written is a broken node, not
-  a slow broker, and retrying the send would only duplicate.
+* **Only a transient failure is retried** (:func:`transient`): a broker that is
+  down, slow or electing a leader. Anything else (a ``TypeError`` from routing a
+  tick, an encode error, a bug) would fail the same way on every retry and wedge
+  the connector behind that one batch while it looked like "Kafka is down": it is
+  logged and raised from :meth:`run`, so the process exits non-zero and is
+  restarted (a crash loop, which is loud, instead of a silent stall).
+* **aiokafka's own ``retriable`` flag is not the whole answer.**
+  ``KafkaTimeoutError`` says ``retriable = False``, yet it is what a broker
+  outage looks like from the producer (a batch expired in its accumulator):
+  it is transient here. Conversely ``ProducerClosed`` or
+  ``MessageSizeTooLargeError`` never get better by waiting.
+* **Failing to send may be retried; failing after is not.** ``after`` (the
+  publish loop saves checkpoints there) runs once a chunk is acknowledged; if it
+  raises, :meth:`run` raises: a state file that cannot be written is a broken
+  node, not a slow broker, and retrying the send would only duplicate.
 * ``size`` weighs an item (a batch of events counts its events), so the
   ``gputriage_connector_buffered_events`` gauge counts events, not batches;
   ``capacity`` still counts items.
@@ -43,8 +55,9 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
+from aiokafka.errors import KafkaError, KafkaTimeoutError
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from connectors.backoff import Backoff
@@ -52,6 +65,26 @@ from connectors.backoff import Backoff
 log = logging.getLogger("gputriage.connect")
 
 T = TypeVar("T")
+
+DELIVERY_BACKOFF = Backoff(initial_s=0.2, max_s=10.0)
+"""The retry delays of every connector's delivery (publish loop, k8s ``--delivery-backoff``
+default): short enough that a broker back from a restart is used within seconds, capped so
+that a long outage costs one attempt every few seconds. Frozen, so one instance is shared."""
+
+
+def transient(exc: BaseException) -> bool:
+    """Whether a failed send may succeed if the same batch is sent again later.
+
+    aiokafka's errors carry ``retriable``; ``KafkaTimeoutError`` is the exception
+    (see the module's traps). Socket-level failures (``OSError``, which covers
+    ``ConnectionError`` and ``TimeoutError``) are the broker being unreachable.
+    Everything else is a fault of the batch or of the code, not of the broker.
+    """
+    if isinstance(exc, KafkaTimeoutError):
+        return True
+    if isinstance(exc, KafkaError):
+        return bool(exc.retriable)
+    return isinstance(exc, (OSError, TimeoutError, ConnectionError))
 
 
 class DeliveryMetrics:
@@ -95,27 +128,6 @@ class DeliveryMetrics:
         )
 
 
-class _Gauge(Protocol):
-    def set(self, value: float) -> None: ...
-
-
-class _Counter(Protocol):
-    def inc(self, amount: float = 1) -> None: ...
-
-
-class BufferMetrics(Protocol):
-    """What :class:`BoundedDelivery` updates (a :class:`DeliveryMetrics`, or one that has them)."""
-
-    @property
-    def buffered(self) -> _Gauge: ...
-
-    @property
-    def backpressure(self) -> _Counter: ...
-
-    @property
-    def delivery_failures(self) -> _Counter: ...
-
-
 def _one(item: object) -> int:
     return 1
 
@@ -130,7 +142,7 @@ class BoundedDelivery(Generic[T]):
         capacity: int = 10_000,
         batch_size: int = 500,
         backoff: Backoff | None = None,
-        metrics: BufferMetrics | None = None,
+        metrics: DeliveryMetrics | None = None,
         size: Callable[[T], int] = _one,
         after: Callable[[Sequence[T]], None] | None = None,
     ) -> None:
@@ -143,7 +155,7 @@ class BoundedDelivery(Generic[T]):
         self._queue: asyncio.Queue[T] = asyncio.Queue(capacity)
         self.capacity = capacity
         self.batch_size = batch_size
-        self.backoff = backoff or Backoff(initial_s=0.2, max_s=10.0)
+        self.backoff = backoff or DELIVERY_BACKOFF
         self.metrics = metrics
         self.delivered = 0
         """Items (by ``size``: events) acknowledged so far."""
@@ -154,6 +166,11 @@ class BoundedDelivery(Generic[T]):
 
     def __len__(self) -> int:
         return self._queue.qsize()
+
+    @property
+    def closed(self) -> bool:
+        """:meth:`close` was called: no more :meth:`put`, what is buffered is being drained."""
+        return self._closed
 
     async def put(self, item: T) -> None:
         """Add an item; waits (backpressure) while the buffer is full."""
@@ -192,7 +209,10 @@ class BoundedDelivery(Generic[T]):
         return batch
 
     async def run(self) -> None:
-        """Deliver batches until cancelled (or until closed and empty)."""
+        """Deliver batches until cancelled (or until closed and empty).
+
+        Raises what ``after`` raised, or a send failure that is not :func:`transient`.
+        """
         while not (self._closed and self._queue.empty()):
             batch = await self._take()
             await self._deliver(batch)
@@ -215,7 +235,15 @@ class BoundedDelivery(Generic[T]):
         while True:
             try:
                 await self._send(batch)
-            except Exception as exc:  # any failure: keep the batch, retry
+            except Exception as exc:
+                if not transient(exc):
+                    log.error(
+                        "delivery failed with %r, which no retry can fix; stopping with %d "
+                        "items undelivered (their checkpoints are not saved)",
+                        exc,
+                        len(batch) + self._queue.qsize(),
+                    )
+                    raise
                 now = time.monotonic()
                 if self.failing_since is None:
                     self.failing_since = now

@@ -8,8 +8,11 @@ machine or wasted time everywhere else.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
+import signal
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -183,3 +186,37 @@ async def eventually(condition: Callable[[], T], *, timeout: float = 5.0, what: 
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:g} s waiting for {what or condition}")
         await asyncio.sleep(0.01)
+
+
+def _stopped(pid: int) -> bool:
+    """Every thread of ``pid`` is in the stopped state (``T`` in ``/proc/PID/task/*/stat``)."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except FileNotFoundError:
+        return False
+    states = []
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat", encoding="ascii") as stat:
+                states.append(stat.read().rsplit(") ", 1)[1][0])
+        except FileNotFoundError:
+            continue  # a thread that just exited
+    return bool(states) and all(state in "Tt" for state in states)
+
+
+@contextlib.contextmanager
+def frozen(broker: EmbeddedBroker) -> Iterator[None]:
+    """A broker outage: the broker process is stopped (SIGSTOP) until the block ends.
+
+    Trap: ``kill`` returns once the signal is queued, not once every thread of the
+    broker has stopped; a request sent in that moment can still be answered, and a
+    test that counts what was read "while down" is then off by a batch. So this
+    waits (bounded) until ``/proc`` shows every thread stopped.
+    """
+    pid = broker.pid or 0
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        wait_until(lambda: _stopped(pid), timeout=5, what="the broker's threads stopped")
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)

@@ -42,7 +42,7 @@ from typing import Any, Final
 from kubernetes_asyncio.client import ApiClient, Configuration
 
 from connectors.backoff import Backoff
-from connectors.delivery import BoundedDelivery
+from connectors.delivery import DELIVERY_BACKOFF, BoundedDelivery
 from connectors.k8s.gpu_filter import GpuFilter
 from connectors.k8s.leader import LeadershipLost, LeaseElector, LeaseOptions
 from connectors.k8s.metrics import ConnectorMetrics
@@ -56,7 +56,8 @@ from connectors.k8s.watch import (
     WatchOptions,
     dead_letter,
 )
-from connectors.kafka.producer import EventProducer, KafkaUnreachable, start_producer
+from connectors.kafka.config import KafkaUnreachable
+from connectors.kafka.producer import EventProducer, start_producer
 from connectors.publish import Publisher, PublishOptions
 from connectors.signals import stop_on_signals
 from connectors.source import Batch
@@ -65,12 +66,14 @@ from schemas.topics import TopicLayout
 log = logging.getLogger("gputriage.connect.k8s")
 
 SERVICE_ACCOUNT_NAMESPACE: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-DEFAULT_METRICS_PORT: Final = 9466
-"""The processor has 9464, connect kmsg 9465, connect dcgm 9467: one host can run all."""
 
 
 class ConnectError(RuntimeError):
-    """A setup problem worth one line (no kubeconfig, no broker...)."""
+    """A Kubernetes setup problem worth one line (no kubeconfig, no service account).
+
+    No broker is not one: that is the :class:`~connectors.kafka.config.KafkaUnreachable`
+    every connector raises, reported by the CLI.
+    """
 
 
 @dataclass(frozen=True)
@@ -86,7 +89,7 @@ class ConnectOptions:
     watch: WatchOptions = field(default_factory=WatchOptions)
     buffer_size: int = 10_000
     batch_size: int = 500
-    delivery_backoff: Backoff = field(default_factory=lambda: Backoff(initial_s=0.2, max_s=10.0))
+    delivery_backoff: Backoff = DELIVERY_BACKOFF
     drain_timeout_s: float = 10.0
     lease: LeaseOptions | None = None
     """Leader election settings; None runs without election (one replica only!)."""
@@ -263,7 +266,7 @@ async def run_connect(
     kafka_kwargs: dict[str, Any],
     layout: TopicLayout,
     *,
-    metrics_port: int | None = DEFAULT_METRICS_PORT,
+    metrics_port: int | None,
     metrics_addr: str = "0.0.0.0",
     stop: asyncio.Event | None = None,
 ) -> int:
@@ -278,9 +281,9 @@ async def run_connect(
     api = await kube_client(options)
     try:
         producer = await start_producer(kafka_kwargs, layout)
-    except KafkaUnreachable as exc:
+    except KafkaUnreachable:
         await api.close()
-        raise ConnectError(str(exc)) from None
+        raise
     try:
         connector = Connector(api, producer, options, metrics)
         if options.lease is None:  # the only replica: always "the leader"

@@ -6,6 +6,15 @@ opened first, so a node without a driver fails in one line before anything
 else is tried. Publishing is the one publish loop (:mod:`connectors.publish`)
 over :class:`NvmlSource`: while Kafka is down the events wait in its bounded
 buffer and are retried; a stop that leaves some undelivered exits 1.
+
+Delivery metrics: the loop keeps the same :class:`connectors.delivery.DeliveryMetrics`
+as every other connector (events out, buffered, backpressure, delivery
+failures), on a registry of its own. Nothing serves that registry yet (this
+connector has no ``/metrics`` port), so the connector alerts in
+``deploy/monitoring`` do not see nvml: a broker outage shows only in its log.
+Exposing them is one ``serve_metrics(metrics.registry, port)`` once a port is
+allotted; until then keeping them costs nothing and keeps the loop on the same
+code path as the connectors that are scraped.
 """
 
 from __future__ import annotations
@@ -16,7 +25,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Any
 
-from connectors.kafka.producer import KafkaTarget, start_reported
+from prometheus_client import CollectorRegistry
+
+from connectors.delivery import DeliveryMetrics
+from connectors.kafka.producer import KafkaTarget, start_producer
 from connectors.publish import Publisher
 from connectors.signals import stop_on_signals
 from connectors.source import Batch
@@ -41,12 +53,14 @@ def connect_nvml(
     out: IO[bytes],
     err: IO[str],
     lib: Any = None,
+    metrics: DeliveryMetrics | None = None,
 ) -> int:
     """Publish (or print) the GPU map, then NVML XID events until SIGINT/SIGTERM.
 
     NVML is opened first, so a node without a driver fails in one line before
     anything else (the Kafka settings: ``target``) is tried. ``lib`` is the
-    pynvml module (tests pass a fake of it).
+    pynvml module (tests pass a fake of it); ``metrics`` the delivery metrics
+    (default: on a registry of their own, unserved: see the module).
     """
     from connectors.nvml.devices import Nvml, NvmlUnavailable  # noqa: PLC0415
 
@@ -57,7 +71,8 @@ def connect_nvml(
         return 1
     try:
         kafka = None if command.print_only else target()
-        return asyncio.run(_connect_nvml(nvml, command, kafka, out, err))
+        metrics = metrics or DeliveryMetrics(CollectorRegistry())
+        return asyncio.run(_connect_nvml(nvml, command, kafka, out, err, metrics))
     except NvmlUnavailable as exc:
         print(f"{PROG}: error: {exc}", file=err)
         return 1
@@ -122,7 +137,12 @@ class NvmlSource:
 
 
 async def _connect_nvml(
-    nvml: Any, command: NvmlCommand, target: KafkaTarget | None, out: IO[bytes], err: IO[str]
+    nvml: Any,
+    command: NvmlCommand,
+    target: KafkaTarget | None,
+    out: IO[bytes],
+    err: IO[str],
+    metrics: DeliveryMetrics,
 ) -> int:
     stop = asyncio.Event()
     stop_on_signals(stop)
@@ -130,9 +150,7 @@ async def _connect_nvml(
     if not command.print_only:
         if target is None:
             raise ValueError("a Kafka target is needed unless print_only")
-        producer = await start_reported(target, err)
-        if producer is None:
-            return 1
+        producer = await start_producer(*target)  # KafkaUnreachable: for the CLI to say
     try:
         devices = nvml.devices()
         gpus = sum(1 for d in devices if not d.parent_uuid)
@@ -148,8 +166,7 @@ async def _connect_nvml(
                     out.write(encode(event) + b"\n")
                 out.flush()
             return 0
-        # No /metrics endpoint here (yet): the loop runs without the delivery metrics.
-        result = await Publisher(source, producer).run(stop)
+        result = await Publisher(source, producer, metrics=metrics).run(stop)
         return 0 if result.drained else 1
     finally:
         if producer is not None:

@@ -17,7 +17,12 @@ and the journal keep the records meanwhile; a ring that overflows shows as
 ``skipped``). A crash before the acknowledgement leaves the state where it
 was, so the restarted pod re-sends that batch (same ids) and loses nothing.
 On a stop, what is buffered is delivered for up to ``drain_timeout_s`` (with
-``--once``: until it is); a reader that could not deliver everything exits 1.
+``--once``: ``once_drain_timeout_s``, 60 s by default, since a backfill wants
+everything delivered); a reader that could not deliver everything exits 1.
+The ``--once`` bound is finite on purpose: with Kafka down, "until it is
+delivered" was a process that never exited, not even on Ctrl-C (the drain is
+shielded from the cancel). A backfill that exits 1 is re-run; its state file
+says where to resume.
 
 Metrics (``/metrics``, default port 9465, so it can share a host network with
 a processor on 9464), each labelled ``source="kmsg"``, ``"journal"`` or ``"file"``:
@@ -47,7 +52,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import datetime, tzinfo
 from typing import Any, Protocol, TextIO
@@ -57,7 +61,7 @@ from prometheus_client import CollectorRegistry, Counter
 from connectors.delivery import DeliveryMetrics
 from connectors.kafka.producer import start_producer
 from connectors.prometheus import serve_metrics
-from connectors.publish import Publisher, PublishOptions
+from connectors.publish import Enrich, Publisher, PublishOptions
 from connectors.signals import stop_on_signals
 from connectors.source import Batch
 from connectors.xid.journal import JOURNALCTL, JournalSource
@@ -80,10 +84,8 @@ from schemas.topics import TopicLayout
 
 log = logging.getLogger("gputriage.kmsg")
 
-DEFAULT_METRICS_PORT = 9465
-
-Enrich = Callable[[XidEvent], XidEvent]
-"""Completes an XID before it is published (e.g. the GPU uuid of its bus id, from NVML)."""
+ONCE_DRAIN_TIMEOUT_S = 60.0
+"""How long ``--once`` waits for what it read to be acknowledged once the source is read."""
 
 
 @dataclass(frozen=True)
@@ -107,7 +109,8 @@ class KmsgOptions:
     batch: int = 1000
     once: bool = False
     """Read what is there now, publish it, and exit (backfill; tests)."""
-    metrics_port: int | None = DEFAULT_METRICS_PORT
+    metrics_port: int | None = None
+    """``/metrics`` port (the CLI's default: ``[connect.kmsg]``); None serves none."""
     file: str = ""
     """Follow this kernel log file (dmesg/syslog text) instead of ``device``."""
     tz: tzinfo | None = None
@@ -116,6 +119,8 @@ class KmsgOptions:
     """Year of syslog times, which have none (default: this year)."""
     publish: PublishOptions = field(default_factory=lambda: PublishOptions(capacity=50))
     """Buffer (in batches of up to ``batch`` records), retry backoff, drain timeout."""
+    once_drain_timeout_s: float = ONCE_DRAIN_TIMEOUT_S
+    """With ``once``: the drain timeout instead of ``publish.drain_timeout_s`` (see the module)."""
 
     @property
     def kind(self) -> str:
@@ -253,7 +258,7 @@ class XidSource:
         await self.feed.close()
 
 
-def _on_xids(enrich: Enrich | None) -> Callable[[AnyEvent], AnyEvent] | None:
+def _on_xids(enrich: Enrich[XidEvent] | None) -> Enrich[AnyEvent] | None:
     """``enrich`` applied to XIDs only (the reboot events pass as they are)."""
     if enrich is None:
         return None
@@ -318,14 +323,15 @@ async def run_kmsg(
     *,
     stop: asyncio.Event | None = None,
     metrics: KmsgMetrics | None = None,
-    enrich: Enrich | None = None,
+    enrich: Enrich[XidEvent] | None = None,
 ) -> int:
     """Run the reader until ``stop`` is set, or once with ``options.once``; 1 if the source died.
 
     Without a ``stop`` event of the caller's, SIGINT and SIGTERM stop it (after
     what is buffered is acknowledged and committed, for up to
-    ``options.publish.drain_timeout_s``; 1 if something was left). ``enrich`` completes each
-    XID before it is sent (the caller's: the xid family knows nothing of NVML).
+    ``options.publish.drain_timeout_s``, or ``options.once_drain_timeout_s`` with
+    ``once``; 1 if something was left). ``enrich`` completes each XID as it is read
+    (the caller's: the xid family knows nothing of NVML); if it raises, so does this.
     """
     own_stop = stop is None
     stop = stop or asyncio.Event()
@@ -339,8 +345,8 @@ async def run_kmsg(
     producer = await start_producer(client_kwargs, layout)
     source = XidSource(feed, poll_s=options.poll_s, metrics=metrics)
     publish = options.publish
-    if options.once:  # a backfill is done when everything is delivered, however long
-        publish = replace(publish, drain_timeout_s=None)
+    if options.once:  # a backfill wants everything delivered: a longer, still finite, drain
+        publish = replace(publish, drain_timeout_s=options.once_drain_timeout_s)
     publisher = Publisher(
         source, producer, options=publish, metrics=metrics.delivery, enrich=_on_xids(enrich)
     )

@@ -8,6 +8,8 @@ loop and wait on a condition with a deadline -- never a sleep.
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -21,6 +23,7 @@ from aiohttp import web
 from connectors.backoff import Backoff
 from connectors.dcgm.scrape import DcgmMetrics, DcgmPoller, PollOptions
 from connectors.kafka.producer import EventProducer
+from gputriage.demo.broker import EmbeddedBroker
 from schemas.codec import decode_dead_letter, decode_event
 from schemas.events import GpuBindingEvent, PodRef, XidEvent
 from tests import paths
@@ -237,46 +240,58 @@ async def test_a_failed_publish_is_resent_with_the_same_ids(kafka: KafkaTestEnv)
 
 @pytest.mark.asyncio
 async def test_run_keeps_scraping_while_kafka_is_down_and_saves_state_only_once_acked(
-    kafka: KafkaTestEnv, tmp_path: Path
+    tmp_path: Path,
 ) -> None:
     """The live path (the one publish loop): a broker outage is waited out, not fatal.
 
     Scrapes go on meanwhile, each diffed against the previous scrape, so every
     event is counted exactly once when it is finally acknowledged; the state
-    file is written only then.
+    file is written only then. The outage is real: a broker of this test's own,
+    frozen with SIGSTOP (an unstarted producer would be a programming error,
+    which the loop rightly does not retry).
     """
-    await kafka.acreate_topics()
-    exporter = Exporter()
-    state = tmp_path / "dcgm-state.json"
-    producer = EventProducer(kafka.kwargs, kafka.layout)  # not started yet: sends fail
-    async with serving(exporter) as url:
-        poller = DcgmPoller(options(url, interval_s=0.01, state_path=state), producer)
-        stop = asyncio.Event()
-        task = asyncio.create_task(poller.run(stop))
+    async with EmbeddedBroker() as broker:  # our own: the outage must not hit other tests
+        env = KafkaTestEnv(broker=broker, prefix="dcgm-outage")
+        await env.acreate_topics()
+        producer = EventProducer(
+            env.kwargs, env.layout, linger_ms=0, request_timeout_ms=400, retry_backoff_ms=20
+        )
+        await producer.start()
+        exporter = Exporter()
+        state = tmp_path / "dcgm-state.json"
         failures = "gputriage_connector_delivery_failures_total"
-
-        def acked() -> object:  # read anew each time (no narrowing across the outage)
-            return poller.state
-
         try:
-            await eventually(
-                lambda: exporter.hits >= 3 and sample(poller.metrics, failures) >= 1,
-                timeout=10,
-                what="scrapes while the sends fail",
-            )
-            assert acked() is None, "nothing acknowledged: the state has not moved"
-            assert not state.exists()
-            exporter.current = (200, burst(2), {})
-            await producer.start()
-            xids = ("gputriage_dcgm_events_total", "xid.v1")
-            await eventually(
-                lambda: sample(poller.metrics, xids[0], schema=xids[1]) >= 3,
-                timeout=10,
-                what="the burst acknowledged",
-            )
+            async with serving(exporter) as url:
+                poller = DcgmPoller(options(url, interval_s=0.01, state_path=state), producer)
+
+                def acked() -> object:  # read anew each time (no narrowing across the outage)
+                    return poller.state
+
+                stop = asyncio.Event()
+                os.kill(broker.pid or 0, signal.SIGSTOP)  # the outage begins before any send
+                try:
+                    task = asyncio.create_task(poller.run(stop))
+                    await eventually(
+                        lambda: exporter.hits >= 3 and sample(poller.metrics, failures) >= 1,
+                        timeout=10,
+                        what="scrapes while the sends fail",
+                    )
+                    assert acked() is None, "nothing acknowledged: the state has not moved"
+                    assert not state.exists()
+                    exporter.current = (200, burst(2), {})
+                finally:
+                    os.kill(broker.pid or 0, signal.SIGCONT)  # the outage ends
+                try:
+                    xids = ("gputriage_dcgm_events_total", "xid.v1")
+                    await eventually(
+                        lambda: sample(poller.metrics, xids[0], schema=xids[1]) >= 3,
+                        timeout=20,
+                        what="the burst acknowledged",
+                    )
+                finally:
+                    stop.set()
+                    await asyncio.wait_for(task, 20)
         finally:
-            stop.set()
-            await asyncio.wait_for(task, 10)
             await producer.stop()
     assert acked() is not None
     assert state.exists()
