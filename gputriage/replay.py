@@ -22,8 +22,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Final, Literal, TextIO
 
-from tqdm import tqdm
-
 from connectors.files import FileSource, Record, merge_by_time, read_records
 from gputriage import render
 from schemas.codec import RecordError, encode
@@ -180,8 +178,11 @@ class _Progress:
         self._stderr = stderr
         sizes = [source.size for source in sources]
         total = None if None in sizes else sum(size or 0 for size in sizes)
-        self._bar: Any = (
-            tqdm(
+        self._bar: Any = None
+        if show:
+            from tqdm import tqdm  # noqa: PLC0415 - ~15 ms, only where a bar is shown
+
+            self._bar = tqdm(
                 total=total,
                 unit="B",
                 unit_scale=True,
@@ -190,9 +191,6 @@ class _Progress:
                 leave=False,
                 dynamic_ncols=True,
             )
-            if show
-            else None
-        )
         self._done = 0
 
     def track(self, records: Iterator[Record]) -> Iterator[Record]:

@@ -56,8 +56,7 @@ from connectors.kafka.config import (
     kafka_table,
     with_password,
 )
-from connectors.xid.journal import JOURNALCTL
-from connectors.xid.kmsg import BOOT_ID_PATH, DEFAULT_STATE, DEVICE, PROC_STAT
+from connectors.xid.paths import BOOT_ID_PATH, DEFAULT_STATE, DEVICE, JOURNALCTL, PROC_STAT
 from gputriage.logs import LogSettings
 from schemas.topics import TopicSettings, validation_text
 from streams.config import XID_UNDER_CORE, CoreSettings, XidSettings, core_config, xid_table
@@ -65,8 +64,6 @@ from streams.core.config import CoreConfig
 
 ENV_PREFIX: Final = "GPUTRIAGE_"
 CONFIG_ENV: Final = "GPUTRIAGE_CONFIG"
-SECTIONS: Final = ("core", "xid", "kafka", "topics", "processor", "log", "connect")
-"""The tables a configuration file may hold (the fields of :class:`Settings`)."""
 
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 """A TCP port; 0 picks a free one."""
@@ -236,6 +233,15 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
 
     def _where(self) -> str:
         return f" in {self.origin}" if self.origin else ""
+
+
+SECTIONS: Final = tuple(
+    info.name
+    for info in msgspec.structs.fields(Settings)
+    if isinstance(info.type, type) and issubclass(info.type, msgspec.Struct)
+)
+"""The tables a configuration file may hold: the fields of :class:`Settings` that are
+structs (not ``origin`` and ``kafka_password``), in their order."""
 
 
 def explicit(value: Any) -> Any:

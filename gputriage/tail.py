@@ -32,8 +32,8 @@ Traps:
   puts the default handlers back first: a second Ctrl-C is a plain
   ``KeyboardInterrupt``, the CLI's "interrupted" (130).
 * An unreachable broker or a missing topic raises
-  :class:`connectors.kafka.producer.KafkaUnreachable`, the one "Kafka is not
-  there" error of every command; it is imported lazily (with aiokafka).
+  :class:`connectors.kafka.config.KafkaUnreachable`, the one "Kafka is not
+  there" error of every command (defined apart from aiokafka, so cheap to import).
 * The end offsets for ``now`` are read explicitly; ``seek_to_end`` is lazy and
   would resolve "the end" at the first fetch, a moment later.
 * Some brokers answer ``offsets_for_times`` for "no record at or after this time"
@@ -58,6 +58,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, BinaryIO, Final, Literal, TextIO
 
+from connectors.kafka.config import KafkaUnreachable
 from connectors.signals import stop_on_signals
 from gputriage import render
 from gputriage.errors import error
@@ -128,10 +129,8 @@ def run_tail(
     0 after an interruption, 1 if a record failed to decode, and 1 with one
     line on ``stderr`` when the brokers cannot be reached within
     ``options.connect_timeout_s`` or the topic does not exist
-    (:class:`~connectors.kafka.producer.KafkaUnreachable`).
+    (:class:`~connectors.kafka.config.KafkaUnreachable`).
     """
-    from connectors.kafka.producer import KafkaUnreachable  # noqa: PLC0415 - imports aiokafka
-
     try:
         return asyncio.run(tail(client_kwargs, topic, options, stdout, stderr)).exit_code
     except KafkaUnreachable as exc:
@@ -231,8 +230,6 @@ async def _connect(
     from aiokafka import AIOKafkaConsumer  # noqa: PLC0415 - see the imports
     from aiokafka.errors import KafkaError  # noqa: PLC0415
 
-    from connectors.kafka.producer import KafkaUnreachable  # noqa: PLC0415 - imports aiokafka
-
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
     servers = client_kwargs.get("bootstrap_servers", "")
@@ -278,8 +275,6 @@ def _reason(exc: BaseException) -> str:
 
 async def _assign_and_seek(consumer: AIOKafkaConsumer, topic: str, start: StartAt) -> None:
     from aiokafka import TopicPartition  # noqa: PLC0415 - see the imports
-
-    from connectors.kafka.producer import KafkaUnreachable  # noqa: PLC0415 - imports aiokafka
 
     # topics() fetches metadata for all topics; asking for one topic by name
     # could make a broker with auto-creation create it.

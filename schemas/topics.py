@@ -52,7 +52,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Final
+from typing import Annotated, Final
 
 import msgspec
 
@@ -126,24 +126,6 @@ class TopicSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
                     f"topic name {spec.name!r}: only letters, digits, '.', '_' and '-', "
                     "at most 249 characters"
                 )
-
-
-def topic_settings_from(table: Mapping[str, Any]) -> TopicSettings:
-    """Validate a plain ``[topics]`` table; raises :class:`TopicConfigError` naming the key.
-
-    For tests and scripts: the CLI converts the whole settings tree at once
-    (:func:`gputriage.settings.load_settings`), with the same messages.
-    """
-    known = list(TopicSettings.__struct_fields__)
-    for key in table:
-        if key not in known:
-            raise TopicConfigError(
-                f"topics.{key}: unknown key (expected one of: {', '.join(known)})"
-            )
-    try:
-        return msgspec.convert(dict(table), TopicSettings)
-    except msgspec.ValidationError as exc:
-        raise TopicConfigError(validation_text(exc, "topics")) from None
 
 
 _KEYED: Final = re.compile(r"^[a-z_][a-z0-9_.\[\]-]*: ")

@@ -36,7 +36,6 @@ from typing import Annotated, Any, Final
 
 import msgspec
 
-from schemas.topics import validation_text
 from schemas.types import Severity, XidClass
 from schemas.xid_catalog import load_catalog
 from streams.core.config import CoreConfig, XidRule
@@ -47,10 +46,6 @@ _D: Final = CoreConfig()
 Seconds = Annotated[float, msgspec.Meta(ge=0)]
 """A duration in seconds of event time (0 allowed: "no window")."""
 Count = Annotated[int, msgspec.Meta(ge=1)]
-
-
-class ConfigError(ValueError):
-    """A configuration value that cannot be used; the message names the key."""
 
 
 class CoreSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -130,28 +125,6 @@ def core_config(core: CoreSettings | None = None, xid: XidSettings | None = None
     values["severity"] = {**_D.severity, **core.severity}
     values["xid"] = apply_xid_overrides(catalog_policy(), xid or XidSettings())
     return CoreConfig(**values)
-
-
-def core_config_from(
-    core: Mapping[str, Any] | None = None, xid: Mapping[str, Any] | None = None
-) -> CoreConfig:
-    """A :class:`CoreConfig` from plain ``[core]`` and ``[xid]`` tables (tests, scripts).
-
-    Raises :class:`ConfigError` naming the offending key. The CLI does not come
-    through here: :func:`gputriage.settings.load_settings` converts the whole
-    tree at once.
-    """
-    if core and "xid" in core:
-        raise ConfigError(XID_UNDER_CORE)
-    try:
-        core_settings = msgspec.convert(dict(core or {}), CoreSettings, strict=False)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(validation_text(exc, "core")) from None
-    try:
-        xid_settings = msgspec.convert(xid_table(xid or {}), XidSettings)
-    except msgspec.ValidationError as exc:
-        raise ConfigError(validation_text(exc, "xid")) from None
-    return core_config(core_settings, xid_settings)
 
 
 XID_UNDER_CORE: Final = "core.xid: set XID classes in the [xid] table, not under [core]"

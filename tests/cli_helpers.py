@@ -7,15 +7,18 @@ exercise the installed package exactly as a user's shell would, with no
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import msgspec
 
+from gputriage.settings import ENV_PREFIX, Settings, load_settings
 from schemas.codec import dumps, encode
 from schemas.events import ContainerStatus, PodEvent, Termination, Tick
 from schemas.incidents import Incident
@@ -28,6 +31,27 @@ def clean_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUTRIAGE_")}
     env.update(extra or {})
     return env
+
+
+def settings_env(tables: Mapping[str, Any], prefix: str = ENV_PREFIX) -> dict[str, str]:
+    """Plain tables (``{"kafka": {"brokers": ["k:1"]}}``) as ``GPUTRIAGE_<A>__<B>`` variables.
+
+    Each leaf is written as JSON, which for these values (strings, numbers, booleans,
+    lists) is also the TOML value :func:`gputriage.settings.load_settings` parses.
+    """
+    env: dict[str, str] = {}
+    for key, value in tables.items():
+        name = f"{prefix}{key.upper()}"
+        if isinstance(value, Mapping):
+            env.update(settings_env(value, f"{name}__"))
+        else:
+            env[name] = json.dumps(value)
+    return env
+
+
+def load_tables(tables: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> Settings:
+    """Plain tables (and ``environ``) through :func:`~gputriage.settings.load_settings`."""
+    return load_settings(None, environ={**settings_env(tables), **(environ or {})})
 
 
 def gputriage(

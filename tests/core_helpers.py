@@ -7,12 +7,12 @@ from typing import Any
 
 from schemas.codec import AnyEvent
 from schemas.incidents import Incident
-from streams.config import core_config_from
 from streams.core import CoreConfig, Correlator
+from tests.cli_helpers import load_tables
 
 
 def config(**core: Any) -> CoreConfig:
-    return core_config_from(core=core)
+    return load_tables({"core": core}).core_config()
 
 
 def run(events: Iterable[AnyEvent], cfg: CoreConfig | None = None) -> list[Incident]:

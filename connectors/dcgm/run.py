@@ -1,7 +1,8 @@
 """``gputriage connect dcgm``: scrape dcgm-exporter and publish XID and GPU binding events.
 
 The click definition lives in :mod:`gputriage.cli.connect`; this does the work
-and returns the exit status (0 fine, 1 Kafka unavailable at start). The poller
+and returns the exit status (0 fine); Kafka unreachable at start is a
+:class:`~connectors.kafka.config.KafkaUnreachable` for the CLI to report. The poller
 itself is :class:`connectors.dcgm.scrape.DcgmPoller`; it publishes through the
 one publish loop (:mod:`connectors.publish`), so a broker outage later on is
 waited out (bounded buffer, retries), not fatal.
@@ -10,12 +11,14 @@ waited out (bounded buffer, retries), not fatal.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
-from connectors.kafka.producer import KafkaTarget, start_reported
+from connectors.kafka.producer import start_producer
 from connectors.signals import stop_on_signals
+from schemas.topics import TopicLayout
 
 PROG = "gputriage"
 
@@ -31,19 +34,21 @@ class DcgmCommand:
     metrics_port: int | None
 
 
-def connect_dcgm(command: DcgmCommand, target: KafkaTarget, err: IO[str]) -> int:
+def connect_dcgm(
+    command: DcgmCommand, client_kwargs: Mapping[str, Any], layout: TopicLayout, err: IO[str]
+) -> int:
     """Scrape dcgm-exporter and publish until SIGINT/SIGTERM."""
-    return asyncio.run(_connect_dcgm(command, target, err))
+    return asyncio.run(_connect_dcgm(command, client_kwargs, layout, err))
 
 
-async def _connect_dcgm(command: DcgmCommand, target: KafkaTarget, err: IO[str]) -> int:
+async def _connect_dcgm(
+    command: DcgmCommand, client_kwargs: Mapping[str, Any], layout: TopicLayout, err: IO[str]
+) -> int:
     from connectors.dcgm import scrape  # noqa: PLC0415
 
     stop = asyncio.Event()
     stop_on_signals(stop)
-    producer = await start_reported(target, err)
-    if producer is None:
-        return 1
+    producer = await start_producer(client_kwargs, layout)
     metrics = scrape.DcgmMetrics()
     if command.metrics_port is not None:
         from connectors.prometheus import serve_metrics  # noqa: PLC0415

@@ -41,8 +41,6 @@ from typing import Any, Final, Literal
 
 import msgspec
 
-from schemas.topics import validation_text
-
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
@@ -56,6 +54,16 @@ _MASK: Final = "********"
 
 class KafkaConfigError(ValueError):
     """A ``[kafka]`` value that cannot be used; the message names the key, never a secret."""
+
+
+class KafkaUnreachable(RuntimeError):
+    """Kafka could not be reached or its topics not created; one line for the user.
+
+    Raised by :func:`connectors.kafka.producer.start_producer` (every connector's
+    start) and ``gputriage tail``; never printed under ``connectors/``: the CLI
+    reports it, once (:func:`gputriage.cli.run`). Defined here, not beside the
+    producer, so that catching it does not import aiokafka.
+    """
 
 
 class Secret:
@@ -132,37 +140,6 @@ def split_brokers(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [part.strip() if isinstance(part, str) else part for part in value]
     return value
-
-
-def kafka_settings_from(
-    table: Mapping[str, Any], *, password_env: Secret | None = None
-) -> KafkaSettings:
-    """Validate a plain ``[kafka]`` table and attach the SASL password (tests, scripts).
-
-    ``password_env`` is the value of ``$GPUTRIAGE_KAFKA_PASSWORD`` (already
-    wrapped so it cannot be printed). Raises :class:`KafkaConfigError`. The CLI
-    converts the whole settings tree at once (:func:`gputriage.settings.load_settings`),
-    then calls :func:`check_kafka` and, where Kafka is used, :func:`with_password`.
-    """
-    values = dict(table)
-    for key in values:
-        if "password" in key and key != "sasl_password_file":
-            raise KafkaConfigError(
-                f"kafka.{key}: the SASL password is never read from settings; "
-                f"set ${PASSWORD_ENV} or kafka.sasl_password_file"
-            )
-    known = [name for name in KafkaSettings.__struct_fields__ if name != "sasl_password"]
-    for key in values:
-        if key not in known:
-            raise KafkaConfigError(
-                f"kafka.{key}: unknown key (expected one of: {', '.join(known)})"
-            )
-    try:
-        settings = msgspec.convert(kafka_table(values), KafkaSettings)
-    except msgspec.ValidationError as exc:
-        raise KafkaConfigError(validation_text(exc, "kafka")) from None
-    check_kafka(settings)
-    return with_password(settings, password_env)
 
 
 def kafka_table(table: Mapping[str, Any]) -> dict[str, Any]:

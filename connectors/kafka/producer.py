@@ -25,13 +25,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from types import TracebackType
-from typing import IO, Any, Self
+from typing import Any, NamedTuple, Self
 
 from aiokafka import AIOKafkaProducer
 
 from connectors.kafka.admin import TopicError, ensure_topics
+from connectors.kafka.config import KafkaUnreachable
 from schemas.codec import AnyEvent, encode
 from schemas.dead_letters import DeadLetter
 from schemas.keys import correlation_key
@@ -40,32 +40,26 @@ from schemas.topics import TopicLayout
 log = logging.getLogger("gputriage.kafka")
 
 
-class KafkaUnreachable(RuntimeError):
-    """Kafka could not be reached or its topics not created; one line for the user."""
+class KafkaTarget(NamedTuple):
+    """Where a connector publishes: :func:`start_producer`'s two arguments, as one value.
 
-
-@dataclass(frozen=True)
-class KafkaTarget:
-    """Where a connector publishes: the aiokafka client arguments and the topic layout."""
+    The one shape Kafka settings travel in: every connector's entry point takes
+    ``client_kwargs, layout`` (``run_kmsg``, ``run_connect``, ``connect_dcgm``);
+    this names the pair where it must be one value (``connect_nvml`` gets a
+    function returning it, called only once NVML is known to work), and
+    ``start_producer(*target)`` spreads it again.
+    """
 
     client_kwargs: Mapping[str, Any]
     layout: TopicLayout
 
 
-async def start_reported(target: KafkaTarget, err: IO[str]) -> EventProducer | None:
-    """:func:`start_producer`, or ``None`` after the one-line error on ``err``."""
-    try:
-        return await start_producer(target.client_kwargs, target.layout)
-    except KafkaUnreachable as exc:
-        print(f"gputriage: error: {exc}", file=err)
-        return None
-
-
 async def start_producer(client_kwargs: Mapping[str, Any], layout: TopicLayout) -> EventProducer:
     """Create missing topics, then a started :class:`EventProducer` (every connector's start).
 
-    Any failure is a :class:`KafkaUnreachable` naming the brokers, so every
-    connector says it the same way (and none with a traceback).
+    Any failure is a :class:`~connectors.kafka.config.KafkaUnreachable` naming the
+    brokers; connectors let it through and the CLI says it, the same way for every
+    connector (and without a traceback).
     """
     from aiokafka.errors import KafkaError  # noqa: PLC0415
 

@@ -48,11 +48,11 @@ from connectors.source import Batch, DeadLine
 from connectors.state import StateFile
 from connectors.xid.kmsg import EPOCH, ReadStats, canonical_boot_id, reboot_event
 from connectors.xid.lines import LineContext, parse_line
+from connectors.xid.paths import JOURNALCTL as JOURNALCTL  # noqa: PLC0414 - re-exported
 from schemas import codec
 from schemas.codec import RecordError
 from schemas.events import KubeEvent
 
-JOURNALCTL: Final = "journalctl"
 _BOOT_KEY: Final = b'"_BOOT_ID"'
 _CHUNK: Final = 1 << 16
 

@@ -66,14 +66,13 @@ import msgspec
 from connectors.source import Batch, DeadLine
 from connectors.state import StateFile
 from connectors.xid.lines import MARKER, LineContext, event_from_kmsg, parse_kmsg_record
+from connectors.xid.paths import BOOT_ID_PATH as BOOT_ID_PATH  # noqa: PLC0414 - re-exported
+from connectors.xid.paths import DEFAULT_STATE as DEFAULT_STATE  # noqa: PLC0414 - re-exported
+from connectors.xid.paths import DEVICE as DEVICE  # noqa: PLC0414 - re-exported
+from connectors.xid.paths import PROC_STAT as PROC_STAT  # noqa: PLC0414 - re-exported
 from schemas.codec import AnyEvent, RecordError
 from schemas.events import KubeEvent, ObjectRef
 
-DEVICE: Final = "/dev/kmsg"
-BOOT_ID_PATH: Final = "/proc/sys/kernel/random/boot_id"
-PROC_STAT: Final = "/proc/stat"
-DEFAULT_STATE: Final = "/var/lib/gputriage/kmsg-state.json"
-"""Where ``connect kmsg`` keeps its position (a hostPath in the DaemonSet)."""
 READ_SIZE: Final = 16384
 REBOOT_REASON: Final = "Rebooted"
 """The reason kubelet gives its own reboot event; consumers already know it."""

@@ -28,6 +28,7 @@ from typing import Final, NoReturn
 
 import click
 
+from connectors.kafka.config import KafkaUnreachable
 from gputriage.cli.common import CONTEXT
 from gputriage.cli.connect import connect_group
 from gputriage.cli.demo import demo_command
@@ -39,6 +40,7 @@ from gputriage.cli.tail import tail_command
 from gputriage.errors import PROG, error
 from gputriage.settings import CONFIG_ENV, SettingsError
 
+FAILED: Final = 1
 USAGE_ERROR: Final = 2
 INTERRUPTED: Final = 130
 
@@ -90,8 +92,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     try:
         result = cli.main(args=argv, prog_name=PROG, standalone_mode=False)
     except click.UsageError as exc:
-        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-        error(exc.format_message().rstrip(".") + hint)
+        error(_with_help(exc.format_message().rstrip("."), exc.ctx))
         return USAGE_ERROR
     except click.ClickException as exc:
         error(exc.format_message())
@@ -99,10 +100,21 @@ def run(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         error(str(exc))
         return USAGE_ERROR
+    except KafkaUnreachable as exc:  # any connector's start (a DaemonSet restarts it)
+        error(str(exc))
+        return FAILED
     except click.Abort:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return INTERRUPTED
     return result if isinstance(result, int) else 0
+
+
+def _with_help(message: str, ctx: click.Context | None) -> str:
+    """``message (see 'CMD --help')``; into a closing parenthetical, one: ``(...; see ...)``."""
+    if ctx is None:
+        return message
+    see = f"see '{ctx.command_path} --help'"
+    return f"{message[:-1]}; {see})" if message.endswith(")") else f"{message} ({see})"
 
 
 def main(argv: Sequence[str] | None = None) -> NoReturn:

@@ -16,8 +16,12 @@ Traps:
 
 * ``--cluster``/``--node``/``--url`` are required, but not to click: a value
   may come from the settings, so the check runs after the merge
-  (:func:`_require`), with click's own "Missing option" wording
-  (:class:`~gputriage.cli.common.SettingsRequired` keeps them marked required).
+  (:func:`_require`, which asks :func:`connect_defaults`), with click's own
+  "Missing option" wording (:class:`~gputriage.cli.common.SettingsRequired`
+  keeps them marked required).
+* Kafka unreachable at a connector's start is a
+  :class:`~connectors.kafka.config.KafkaUnreachable` that no command here
+  catches: :func:`gputriage.cli.run` reports it, once for every connector (exit 1).
 * A flag can only be *given* (``--once``); ``--nvml/--no-nvml`` pairs are
   tri-state (``None`` when neither), so the settings can turn them either way.
 * A typo in a ``[connect.<source>]`` table fails when the settings load (the
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 import msgspec
@@ -62,9 +66,6 @@ from gputriage.settings import (
 )
 from schemas.topics import topic_layout
 
-if TYPE_CHECKING:
-    from connectors.kafka.producer import KafkaTarget
-
 T = TypeVar("T", bound=msgspec.Struct)
 
 
@@ -75,12 +76,13 @@ def _merged(ctx: click.Context, source: str, given: dict[str, Any]) -> Any:
     return msgspec.structs.replace(table, **changes)
 
 
-def _require(merged: msgspec.Struct, source: str, *names: str) -> None:
+def _require(ctx: click.Context, source: str, given: dict[str, Any], *names: str) -> None:
     """click's "Missing option" for a required value found neither given nor in the settings."""
+    defaults = connect_defaults(settings_of(ctx)).get(source, {})
     for name in names:
-        if getattr(merged, name) is None:
+        if given.get(name) is None and name not in defaults:
             raise click.UsageError(
-                f"Missing option '--{name}' (or set connect.{source}.{name} in the settings)"
+                f"Missing option '--{name}' (or connect.{source}.{name} in the settings)"
             )
 
 
@@ -165,8 +167,8 @@ def connect_k8s_command(ctx: click.Context, /, **given: Any) -> int:
       gputriage connect k8s --cluster dev --context kind-dev --namespace ml
       gputriage connect k8s --cluster prod --in-cluster --leader-election
     """
+    _require(ctx, "k8s", given, "cluster")
     o: K8sConnectSettings = _merged(ctx, "k8s", given)
-    _require(o, "k8s", "cluster")
     return run_connect_k8s(settings_of(ctx), o)
 
 
@@ -321,8 +323,8 @@ def connect_kmsg_command(ctx: click.Context, /, **given: Any) -> int:
       gputriage connect kmsg --cluster prod --node n1 --once --no-nvml
     """
     boot_time = given.pop("boot_time")
+    _require(ctx, "kmsg", given, "node", "cluster")
     o: KmsgConnectSettings = _merged(ctx, "kmsg", given)
-    _require(o, "kmsg", "node", "cluster")
     if boot_time is None and o.boot_time is not None:
         try:
             boot_time = TimeType(epoch_seconds=True).convert(o.boot_time, None, None)
@@ -339,7 +341,6 @@ def run_connect_kmsg(settings: Settings, o: KmsgConnectSettings, boot_time: Any)
 
     from aiokafka.errors import KafkaError  # noqa: PLC0415
 
-    from connectors.kafka.producer import KafkaUnreachable  # noqa: PLC0415
     from connectors.nvml.devices import enricher  # noqa: PLC0415
     from connectors.xid.run import KmsgOptions, run_kmsg  # noqa: PLC0415
 
@@ -369,9 +370,6 @@ def run_connect_kmsg(settings: Settings, o: KmsgConnectSettings, boot_time: Any)
         # The xid family knows nothing of NVML: the GPU map is joined in here.
         enrich = enricher() if o.nvml else None
         return asyncio.run(run_kmsg(options, kwargs, layout, sys.stderr, enrich=enrich))
-    except KafkaUnreachable as exc:  # at start: the DaemonSet restarts us
-        error(str(exc))
-        return 1
     except KafkaError as exc:  # failed mid-run, past the producer's retries
         error(f"Kafka: {exc!r}")
         return 1
@@ -380,16 +378,6 @@ def run_connect_kmsg(settings: Settings, o: KmsgConnectSettings, boot_time: Any)
     except ValueError as exc:  # an unreadable btime or boot id
         error(str(exc))
         return 1
-
-
-def _kafka_target(settings: Settings, brokers: str | None) -> KafkaTarget:
-    """Settings -> the Kafka client arguments and topic layout of a connector."""
-    from connectors.kafka.producer import KafkaTarget  # noqa: PLC0415
-
-    return KafkaTarget(
-        client_kwargs=kafka_kwargs(settings, brokers),
-        layout=topic_layout(settings.topics),
-    )
 
 
 @connect_group.command("dcgm", context_settings=CONTEXT)
@@ -441,8 +429,8 @@ def connect_dcgm_command(ctx: click.Context, /, **given: Any) -> int:
       gputriage connect dcgm --cluster prod --node n1 --url http://n1:9400/metrics \\
           --state /var/lib/gputriage/dcgm.json
     """
+    _require(ctx, "dcgm", given, "url", "node", "cluster")
     o: DcgmConnectSettings = _merged(ctx, "dcgm", given)
-    _require(o, "dcgm", "url", "node", "cluster")
     return run_connect_dcgm(settings_of(ctx), o)
 
 
@@ -452,7 +440,8 @@ def run_connect_dcgm(settings: Settings, o: DcgmConnectSettings) -> int:
 
     url = http_url(_given(o.url))
     start_logging(settings)
-    target = _kafka_target(settings, o.brokers)
+    kwargs = kafka_kwargs(settings, o.brokers)
+    layout = topic_layout(settings.topics)
     command = DcgmCommand(
         url=url,
         cluster=_given(o.cluster),
@@ -462,7 +451,7 @@ def run_connect_dcgm(settings: Settings, o: DcgmConnectSettings) -> int:
         state_path=Path(o.state_path) if o.state_path else None,
         metrics_port=o.metrics_port,
     )
-    return connect_dcgm(command, target, sys.stderr)
+    return connect_dcgm(command, kwargs, layout, sys.stderr)
 
 
 @connect_group.command("nvml", context_settings=CONTEXT)
@@ -498,13 +487,14 @@ def connect_nvml_command(ctx: click.Context, /, **given: Any) -> int:
       gputriage connect nvml --cluster prod --node "$NODE_NAME"
       gputriage connect nvml --cluster dev --node n1 --print --once
     """
+    _require(ctx, "nvml", given, "node", "cluster")
     o: NvmlConnectSettings = _merged(ctx, "nvml", given)
-    _require(o, "nvml", "node", "cluster")
     return run_connect_nvml(settings_of(ctx), o)
 
 
 def run_connect_nvml(settings: Settings, o: NvmlConnectSettings) -> int:
     """``connect nvml`` with its options merged: build the connector's command, run it."""
+    from connectors.kafka.producer import KafkaTarget  # noqa: PLC0415
     from connectors.nvml.run import NvmlCommand, connect_nvml  # noqa: PLC0415
 
     start_logging(settings)
@@ -518,12 +508,19 @@ def run_connect_nvml(settings: Settings, o: NvmlConnectSettings) -> int:
     # The Kafka settings are read only once NVML is known to work: on a node without a
     # driver, that is the one thing worth saying.
     return connect_nvml(
-        command, lambda: _kafka_target(settings, o.brokers), sys.stdout.buffer, sys.stderr
+        command,
+        lambda: KafkaTarget(kafka_kwargs(settings, o.brokers), topic_layout(settings.topics)),
+        sys.stdout.buffer,
+        sys.stderr,
     )
 
 
 def connect_defaults(settings: Settings) -> dict[str, dict[str, Any]]:
-    """What ``[connect.<source>]`` sets, per source (defaults left out; typos failed at load)."""
+    """What ``[connect.<source>]`` sets, per source (defaults left out; typos failed at load).
+
+    What :func:`_require` looks in for a required option that was not given (and
+    what the deploy tests check the manifests against).
+    """
     tables = {
         source: explicit(getattr(settings.connect, source))
         for source in settings.connect.__struct_fields__

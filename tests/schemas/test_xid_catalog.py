@@ -12,8 +12,9 @@ from typing import Any
 
 import pytest
 
+from gputriage.settings import SettingsError
 from schemas.xid_catalog import XidInfo, load_catalog
-from streams.config import ConfigError, core_config_from
+from tests.cli_helpers import load_tables
 
 # DESIGN §3: code -> class. Where DESIGN says "app / PCIe" (32) or "app / fatal" (68, 69)
 # the first reading is used for 32 and 68; 69 is fatal.
@@ -95,19 +96,19 @@ def test_codes_are_unique_and_sorted() -> None:
 
 
 def test_default_config_carries_catalog_classes() -> None:
-    policy = core_config_from().xid
+    policy = load_tables({}).core_config().xid
     for code, xid_class in DESIGN_CLASSES.items():
         assert policy[code].xid_class == xid_class
 
 
 def test_override_moves_code_to_another_class() -> None:
-    assert core_config_from().xid[13].xid_class == "app"
-    policy = core_config_from(xid={"fatal": [13]}).xid
+    assert load_tables({}).core_config().xid[13].xid_class == "app"
+    policy = load_tables({"xid": {"fatal": [13]}}).core_config().xid
     assert policy[13].xid_class == "fatal"
     assert policy[13].mnemonic == load_catalog()[13].mnemonic
     assert policy[31].xid_class == "app"
 
 
 def test_unknown_class_in_override_is_rejected() -> None:
-    with pytest.raises(ConfigError):
-        core_config_from(xid={"bogus": [1]})
+    with pytest.raises(SettingsError):
+        load_tables({"xid": {"bogus": [1]}})

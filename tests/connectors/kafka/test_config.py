@@ -12,17 +12,19 @@ from typing import Any
 import pytest
 
 from connectors.kafka.config import (
+    PASSWORD_ENV,
     ClientKwargs,
     KafkaConfigError,
     KafkaSettings,
     Secret,
     client_kwargs,
-    kafka_settings_from,
 )
 from gputriage.settings import SettingsError, load_settings
+from tests.cli_helpers import load_tables
 
 PASSWORD = "s3cr3t-Pa55w0rd"
 SASL = {"security_protocol": "SASL_PLAINTEXT", "sasl_username": "gputriage"}
+WITH_PASSWORD = {PASSWORD_ENV: PASSWORD}
 
 
 def _sasl_env(**extra: str) -> dict[str, str]:
@@ -158,12 +160,12 @@ def test_sasl_without_a_password_or_with_two(tmp_path: Path) -> None:
     ],
 )
 def test_bad_kafka_settings_name_the_key(table: dict[str, Any], message: str) -> None:
-    with pytest.raises(KafkaConfigError, match=message):
-        kafka_settings_from(table, password_env=Secret(PASSWORD))
+    with pytest.raises(SettingsError, match=message):
+        load_tables({"kafka": table}, WITH_PASSWORD).kafka_settings()
 
 
 def test_a_password_is_ignored_without_sasl() -> None:
-    kafka = kafka_settings_from({}, password_env=Secret(PASSWORD))
+    kafka = load_tables({}, WITH_PASSWORD).kafka_settings()
     assert kafka.sasl_password is None
     assert "sasl_plain_password" not in client_kwargs(kafka, "k:1")
 
@@ -197,7 +199,7 @@ def test_tls_maps_to_an_ssl_context_for_aiokafka(tls_files: tuple[Path, Path]) -
         "ssl_certfile": str(cert),
         "ssl_keyfile": str(key),
     }
-    settings = kafka_settings_from(table)
+    settings = load_tables({"kafka": table}).kafka_settings()
     kwargs = client_kwargs(settings)
     assert isinstance(kwargs, ClientKwargs)
     assert kwargs["security_protocol"] == "SSL"
@@ -211,9 +213,8 @@ def test_tls_maps_to_an_ssl_context_for_aiokafka(tls_files: tuple[Path, Path]) -
 def test_a_bad_tls_file_is_a_config_error(tmp_path: Path) -> None:
     bogus = tmp_path / "ca.pem"
     bogus.write_text("not a certificate", encoding="utf-8")
-    settings = kafka_settings_from(
-        {"brokers": ["k:1"], "security_protocol": "SSL", "ssl_cafile": str(bogus)}
-    )
+    table = {"brokers": ["k:1"], "security_protocol": "SSL", "ssl_cafile": str(bogus)}
+    settings = load_tables({"kafka": table}).kafka_settings()
     with pytest.raises(KafkaConfigError, match="kafka TLS files"):
         client_kwargs(settings)
 
@@ -222,15 +223,13 @@ def test_a_bad_tls_file_is_a_config_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize("protocol", ["SASL_PLAINTEXT", "SASL_SSL"])
 def test_sasl_maps_to_aiokafka_arguments(protocol: str, mechanism: str) -> None:
     # No ssl_cafile: SASL_SSL verifies against the system's trust store.
-    settings = kafka_settings_from(
-        {
-            "brokers": "k:9093",
-            "security_protocol": protocol,
-            "sasl_mechanism": mechanism,
-            "sasl_username": "gputriage",
-        },
-        password_env=Secret(PASSWORD),
-    )
+    table = {
+        "brokers": "k:9093",
+        "security_protocol": protocol,
+        "sasl_mechanism": mechanism,
+        "sasl_username": "gputriage",
+    }
+    settings = load_tables({"kafka": table}, WITH_PASSWORD).kafka_settings()
     kwargs = client_kwargs(settings)
     expected = {
         "security_protocol": protocol,

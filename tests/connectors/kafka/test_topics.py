@@ -25,12 +25,10 @@ from schemas.events import (
 )
 from schemas.topics import (
     SOURCE_SCHEMAS,
-    TopicConfigError,
     TopicSettings,
     topic_layout,
-    topic_settings_from,
 )
-from tests.cli_helpers import gputriage
+from tests.cli_helpers import gputriage, load_tables
 from tests.kafka_helpers import KafkaTestEnv, as_mapping
 from tests.sample_records import SAMPLES
 
@@ -109,8 +107,8 @@ def test_settings_change_prefix_counts_retention_and_single_names() -> None:
     ],
 )
 def test_bad_topic_settings_name_the_key(table: dict[str, Any], message: str) -> None:
-    with pytest.raises(TopicConfigError, match=message):
-        topic_settings_from(table)
+    with pytest.raises(SettingsError, match=message):
+        load_tables({"topics": table}).topic_settings()
 
 
 def test_bad_topic_settings_are_settings_errors() -> None:

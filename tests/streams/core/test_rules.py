@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from streams.config import core_config_from
 from streams.core import advance, step
+from tests.cli_helpers import load_tables
 from tests.core_helpers import config, final, of_type, run
 from tests.factories import T0, Cluster, term
 
@@ -423,7 +423,7 @@ def test_xid_policy_override_changes_the_class() -> None:
     c.pod("n5", "a", 6 * MIN + 10, phase="Failed", reason="Evicted")
     default = run(c.events)
     assert of_type(default, "device_unhealthy_eviction") == []
-    overridden = run(c.events, core_config_from(xid={"fatal": [13]}))
+    overridden = run(c.events, load_tables({"xid": {"fatal": [13]}}).core_config())
     assert len(of_type(overridden, "device_unhealthy_eviction")) == 1
 
 
@@ -446,7 +446,7 @@ def test_unknown_xid_codes_are_kept_as_evidence() -> None:
 
 
 def test_one_severity_override_keeps_the_other_defaults() -> None:
-    cfg = core_config_from(core={"severity": {"host_oom_kill": "page"}})
+    cfg = load_tables({"core": {"severity": {"host_oom_kill": "page"}}}).core_config()
     assert cfg.severity["host_oom_kill"] == "page"
     assert cfg.severity["gpu_app_fault"] == "info"
 
