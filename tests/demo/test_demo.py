@@ -42,7 +42,7 @@ def test_demo_shows_incident_types_and_stops_by_itself() -> None:
             "gputriage",
             "demo",
             "--speed",
-            "120",
+            "300",  # the scenario's 40 minutes in 8 s; all 7 types appear at 400x here
             "--linger",
             "3",
             "-o",
@@ -65,7 +65,7 @@ def test_demo_shows_incident_types_and_stops_by_itself() -> None:
 
 def test_ctrl_c_stops_everything_cleanly() -> None:
     demo = subprocess.Popen(
-        [sys.executable, "-m", "gputriage", "demo", "--follow"],
+        [sys.executable, "-m", "gputriage", "demo", "--follow", "--speed", "300"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         env=clean_env(),
