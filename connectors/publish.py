@@ -159,8 +159,8 @@ class Publisher:
 
         Checks ``stop`` itself rather than relying on being cancelled: on Python
         3.11, ``asyncio.wait_for`` swallows a cancellation that arrives as its
-        inner future completes (the kmsg feed's idle wait on the stop event does
-        exactly that), and the loop would spin on.
+        inner future completes (``connectors.xid.run.XidSource``'s idle wait on the
+        stop event does exactly that), and the loop would spin on.
         """
         enrich = self.enrich
         while not stop.is_set():

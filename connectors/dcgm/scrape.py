@@ -15,16 +15,19 @@ Failure policy -- the poller never dies of its source:
 * A body that is not a dcgm-exporter exposition becomes one dead-letter record
   (reason, field, the body's bytes) and a backoff: a misconfigured URL produces a
   trickle of dead letters, not a flood.
-* Publishing: :meth:`DcgmPoller.run` (the live path, ``connect dcgm``) is a
-  :class:`DcgmSource` under the one publish loop (:mod:`connectors.publish`):
-  each scrape is a batch whose checkpoint is its diff state. While Kafka is
-  down the scrapes go on, each diffed against the *previous scrape* (not the
-  last acknowledged one: every event is reported once), and wait in the
-  bounded buffer; when it is full, scraping pauses. A failed send counts in
-  ``gputriage_connector_delivery_failures_total``, not as a scrape outcome.
-  :meth:`DcgmPoller.poll_once` (one round, for tests and debugging) sends
-  directly and keeps a failed result *pending*: the next round re-sends the same
-  events (same ids) before it scrapes again.
+* Publishing: :meth:`DcgmPoller.run` (``connect dcgm``) is a
+  :class:`DcgmSource` under the one publish loop (:mod:`connectors.publish`),
+  the only publishing path there is (tests drive it too, so they exercise what
+  production runs): each scrape is a batch whose checkpoint is its diff state.
+  While Kafka is down the scrapes go on, each diffed against the *previous
+  scrape* (not the last acknowledged one: every event is reported once), and
+  wait in the bounded buffer; when it is full, scraping pauses. A failed send
+  is retried by the loop with the same batch (same ids) and counts in
+  ``gputriage_connector_delivery_failures_total``, never as a scrape outcome:
+  the scrape itself went fine. Trap: ``gputriage_dcgm_events_total`` and
+  ``gputriage_dcgm_dead_letters_total`` count on acknowledgement
+  (:meth:`DcgmSource.commit`), not when scraped, so they lag the scrapes by
+  the buffer while Kafka is down.
 
 The state (:class:`~connectors.dcgm.diff.DcgmState`) is written to ``state_path``
 (when given) once the scrape it describes was acknowledged, atomically (temp
@@ -77,7 +80,7 @@ class DcgmMetrics:
         self.scrapes = Counter(
             "gputriage_dcgm_scrapes",
             "Scrapes of dcgm-exporter, by outcome (ok, http_error, unreachable, timeout, "
-            "bad_exposition, publish_error, internal_error).",
+            "bad_exposition, internal_error).",
             ["outcome"],
             registry=r,
         )
@@ -132,7 +135,12 @@ def _now() -> datetime:
 
 
 class DcgmPoller:
-    """Scrape one exporter until stopped. :meth:`poll_once` is one round (tests drive it)."""
+    """Scrape one exporter until stopped (:meth:`run`); the rounds are :class:`DcgmSource`'s.
+
+    Holds what outlives one round: the acknowledged ``state`` (moved only by
+    :meth:`delivered`), the consecutive ``failures`` that drive the backoff,
+    and ``attempts`` (a dead letter's ``offset``).
+    """
 
     def __init__(
         self,
@@ -149,27 +157,10 @@ class DcgmPoller:
         self.clock = clock
         self.draw = draw
         self.state: DcgmState | None = _load(options.state_path)
-        self.pending: DiffResult | None = None
         self.attempts = 0
         self.failures = 0
         """Consecutive failed rounds (the backoff exponent)."""
         self._retry_after: float | None = None
-
-    async def poll_once(self, session: aiohttp.ClientSession) -> str:
-        """One round; returns its outcome (``ok`` or a failure class). Never raises for the
-        source's or the sink's failures."""
-        self.attempts += 1
-        try:
-            outcome = await self._round(session)
-        except Exception:  # a bug must not end a DaemonSet's only XID witness: log, retry
-            log.exception("dcgm %s: scrape round failed", self.options.node)
-            outcome = "internal_error"
-        self.metrics.scrapes.labels(outcome).inc()
-        if outcome == "ok":
-            self.failures = 0
-        else:
-            self.failures += 1
-        return outcome
 
     def next_delay(self) -> float:
         """Seconds until the next round: the interval after success, a backoff after failure."""
@@ -185,17 +176,6 @@ class DcgmPoller:
             result = await publisher.run(stop)
         if not result.drained:
             log.warning("dcgm %s: scrapes not delivered before the stop", self.options.node)
-
-    async def _round(self, session: aiohttp.ClientSession) -> str:
-        self._retry_after = None
-        if self.pending is not None and not await self._publish(self.pending):
-            return "publish_error"
-        scraped = await self.scrape(session, self.state)
-        if scraped.letter is not None:
-            await self._dead_letter(scraped.letter)
-        if scraped.result is None:
-            return scraped.outcome
-        return "ok" if await self._publish(scraped.result) else "publish_error"
 
     async def scrape(self, session: aiohttp.ClientSession, base: DcgmState | None) -> Scraped:
         """Fetch, parse and diff against ``base``; nothing is sent and no state is kept."""
@@ -259,22 +239,6 @@ class DcgmPoller:
             )
         return result
 
-    async def _publish(self, result: DiffResult) -> bool:
-        try:
-            await self.publisher.send_many(result.events)
-        except Exception as exc:  # any sink failure: keep it pending, retry
-            self.pending = result
-            log.warning(
-                "dcgm %s: publishing %d events failed: %r",
-                self.options.node,
-                len(result.events),
-                exc,
-            )
-            return False
-        self.pending = None
-        self.delivered(result.state, result.events)
-        return True
-
     def delivered(self, state: DcgmState, events: Sequence[AnyEvent]) -> None:
         """``events`` and the scrape ``state`` describes are acknowledged: count, save."""
         self.state = state
@@ -295,15 +259,6 @@ class DcgmPoller:
             value=body[:DEAD_LETTER_BODY],
             timestamp_ms=int(self.clock().timestamp() * 1000),
         )
-
-    async def _dead_letter(self, letter: DeadLetter) -> None:
-        opts = self.options
-        try:
-            await self.publisher.send_dead_letters([letter])
-        except Exception as exc:  # the dead letter is best effort
-            log.warning("dcgm %s: the dead letter could not be published: %r", opts.node, exc)
-            return
-        self.metrics.dead_letters.inc()
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ import contextlib
 import logging
 from dataclasses import dataclass, field, replace
 from datetime import datetime, tzinfo
-from typing import Any, Protocol, TextIO
+from typing import Any, TextIO
 
 from prometheus_client import CollectorRegistry, Counter
 
@@ -75,7 +75,6 @@ from connectors.xid.kmsg import (
     read_boot_id,
     read_boot_time,
 )
-from connectors.xid.lines import LineContext
 from connectors.xid.textlog import TextLogSource
 from schemas.codec import AnyEvent
 from schemas.events import XidEvent
@@ -128,63 +127,6 @@ class KmsgOptions:
         return "journal" if self.journal else "file" if self.file else "kmsg"
 
 
-class Feed(Protocol):
-    """What the loop needs from a source: batches, commits, counters, a name, a node."""
-
-    stats: ReadStats
-    context: LineContext
-    name: str
-
-    async def next_batch(self, wait_s: float) -> Batch | None: ...
-
-    def commit(self, batch: Batch) -> None: ...
-
-    async def close(self) -> None: ...
-
-
-class PolledSource(Protocol):
-    """A source read by non-blocking polls: the kmsg device or a followed log file."""
-
-    stats: ReadStats
-    context: LineContext
-    name: str
-
-    def poll(self, limit: int = 1000) -> Batch: ...
-
-    def commit(self, batch: Batch) -> None: ...
-
-    def close(self) -> None: ...
-
-
-class KmsgFeed:
-    """A :class:`PolledSource` (synchronous, non-blocking) behind the :class:`Feed` interface."""
-
-    def __init__(
-        self, source: PolledSource, *, limit: int, once: bool, stop: asyncio.Event
-    ) -> None:
-        self.source = source
-        self.stats = source.stats
-        self.context = source.context
-        self.name = source.name
-        self._limit, self._once, self._stop = limit, once, stop
-
-    async def next_batch(self, wait_s: float) -> Batch | None:
-        """A batch; when the device is idle, wait ``wait_s`` first (``None`` with --once)."""
-        batch = self.source.poll(self._limit)
-        if batch.idle:
-            if self._once:
-                return None
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), wait_s)
-        return batch
-
-    def commit(self, batch: Batch) -> None:
-        self.source.commit(batch)
-
-    async def close(self) -> None:
-        self.source.close()
-
-
 class KmsgMetrics:
     """The reader's counters, on their own registry, labelled by source (kmsg, journal, file)."""
 
@@ -230,32 +172,59 @@ class KmsgMetrics:
         return serve_metrics(self.registry, port, addr)
 
 
-class XidSource:
-    """A :class:`Feed` as a :class:`connectors.source.Source` for the publish loop.
+Reader = KmsgSource | TextLogSource | JournalSource
+"""The three kernel-log readers. Two are polled (``poll``: synchronous, never blocks, an idle
+read is an idle batch); the journal is awaited (``next_batch(wait_s)``: it waits itself, and
+returns None once ``journalctl`` has exited). They share ``stats``, ``context``, ``name`` and
+``commit``; :class:`XidSource` is the one place that knows the difference."""
 
-    Adds what the loop needs (the poll interval, the dead letters' key) and
-    what this family reports: the ``gputriage_kmsg_*`` counters follow the
-    feed's read counters after every read and every commit.
+
+class XidSource:
+    """A kernel-log :data:`Reader` as a :class:`connectors.source.Source`: the only adapter.
+
+    Adds what the publish loop needs and the readers do not know: the idle wait
+    of a polled reader (on ``stop``, so a stop is not delayed by ``poll_s``), the
+    end of ``--once`` (a polled reader is idle: everything there was is read),
+    the dead letters' key, and this family's ``gputriage_kmsg_*`` counters,
+    advanced to the reader's ``stats`` after every read (only reads move them;
+    a commit saves the state file and counts nothing).
+
+    Trap: the idle wait is ``wait_for(stop.wait())``, which on Python 3.11 can
+    swallow a cancel; the publish loop checks ``stop`` itself for that reason.
     """
 
-    def __init__(self, feed: Feed, *, poll_s: float, metrics: KmsgMetrics) -> None:
-        self.feed = feed
-        self.name = feed.name
-        self.key: bytes | None = key_of(feed.context.cluster, feed.context.node).encode()
-        self._poll_s = poll_s
+    def __init__(
+        self, reader: Reader, *, options: KmsgOptions, stop: asyncio.Event, metrics: KmsgMetrics
+    ) -> None:
+        self.reader = reader
+        self.name = reader.name
+        self.key: bytes | None = key_of(reader.context.cluster, reader.context.node).encode()
+        self._poll_s, self._limit, self._once = options.poll_s, options.batch, options.once
+        self._stop = stop
         self._metrics = metrics
 
     async def next_batch(self) -> Batch | None:
-        batch = await self.feed.next_batch(self._poll_s)
-        self._metrics.update(self.feed.stats)
+        reader = self.reader
+        if isinstance(reader, JournalSource):
+            batch = await reader.next_batch(self._poll_s)
+        else:
+            batch = reader.poll(self._limit)
+            if batch.idle and self._once:
+                batch = None
+            elif batch.idle:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._stop.wait(), self._poll_s)
+        self._metrics.update(reader.stats)
         return batch
 
     def commit(self, batch: Batch) -> None:
-        self.feed.commit(batch)
-        self._metrics.update(self.feed.stats)
+        self.reader.commit(batch)
 
     async def close(self) -> None:
-        await self.feed.close()
+        if isinstance(self.reader, JournalSource):
+            await self.reader.close()
+        else:
+            self.reader.close()
 
 
 def _on_xids(enrich: Enrich[XidEvent] | None) -> Enrich[AnyEvent] | None:
@@ -270,7 +239,7 @@ def _on_xids(enrich: Enrich[XidEvent] | None) -> Enrich[AnyEvent] | None:
     return on_xids
 
 
-def open_feed(options: KmsgOptions, stop: asyncio.Event) -> Feed:
+def open_reader(options: KmsgOptions) -> Reader:
     """The source the options name; a missing device or boot id file is an ``OSError`` here."""
     if options.file:
         text = TextLogSource(
@@ -284,7 +253,7 @@ def open_feed(options: KmsgOptions, stop: asyncio.Event) -> Feed:
         )
         if text.state_error is not None:
             log.warning("%s; starting at the beginning of %s", text.state_error, options.file)
-        return KmsgFeed(text, limit=options.batch, once=options.once, stop=stop)
+        return text
     boot_id = read_boot_id(options.boot_id_path)
     if options.journal:
         journal = JournalSource(
@@ -312,7 +281,7 @@ def open_feed(options: KmsgOptions, stop: asyncio.Event) -> Feed:
         log.warning("%s; starting from the oldest record", source.state_error)
     if source.previous_boot:
         log.warning("reboot detected: boot id %s (was %s)", boot_id, source.previous_boot)
-    return KmsgFeed(source, limit=options.batch, once=options.once, stop=stop)
+    return source
 
 
 async def run_kmsg(
@@ -335,7 +304,7 @@ async def run_kmsg(
     """
     own_stop = stop is None
     stop = stop or asyncio.Event()
-    feed = open_feed(options, stop)  # a missing device or boot id fails here, first
+    reader = open_reader(options)  # a missing device or boot id fails here, first
     metrics = metrics or KmsgMetrics(options.kind)
     if options.metrics_port is not None:
         port = metrics.serve(options.metrics_port)
@@ -343,7 +312,7 @@ async def run_kmsg(
     if own_stop and not options.once:
         stop_on_signals(stop)
     producer = await start_producer(client_kwargs, layout)
-    source = XidSource(feed, poll_s=options.poll_s, metrics=metrics)
+    source = XidSource(reader, options=options, stop=stop, metrics=metrics)
     publish = options.publish
     if options.once:  # a backfill wants everything delivered: a longer, still finite, drain
         publish = replace(publish, drain_timeout_s=options.once_drain_timeout_s)
@@ -351,17 +320,17 @@ async def run_kmsg(
         source, producer, options=publish, metrics=metrics.delivery, enrich=_on_xids(enrich)
     )
     try:
-        if isinstance(feed, JournalSource):
-            await feed.start()
-        log.info("reading %s for node %s", feed.name, options.node)
+        if isinstance(reader, JournalSource):
+            await reader.start()
+        log.info("reading %s for node %s", reader.name, options.node)
         result = await publisher.run(stop)
     finally:
         await producer.stop()
         await source.close()
     ended = result.ended
-    stats = feed.stats
+    stats = reader.stats
     print(
-        f"{feed.name}: {stats.records} records, {stats.xids} XIDs, {stats.bad} bad, "
+        f"{reader.name}: {stats.records} records, {stats.xids} XIDs, {stats.bad} bad, "
         f"{stats.skipped} lost to the ring buffer, {stats.replayed} already handled",
         file=stderr,
     )
@@ -374,8 +343,8 @@ async def run_kmsg(
         return 1
     if stats.skipped:
         log.warning("%d kmsg records were overwritten before they could be read", stats.skipped)
-    if ended and isinstance(feed, JournalSource) and (feed.exit_status or not options.once):
+    if ended and isinstance(reader, JournalSource) and (reader.exit_status or not options.once):
         # Following never ends by itself: journalctl died. Exit so the pod restarts.
-        log.error("journalctl exited with status %s", feed.exit_status)
+        log.error("journalctl exited with status %s", reader.exit_status)
         return 1
     return 0

@@ -1,17 +1,18 @@
 """The dcgm-exporter poller against a local aiohttp server and the real embedded Kafka broker.
 
-The server serves real-format expositions (tests/data/dcgm/); the tests drive
-the poller round by round (:meth:`DcgmPoller.poll_once`) or let :meth:`run`
-loop and wait on a condition with a deadline -- never a sleep.
+The server serves real-format expositions (tests/data/dcgm/). Every test
+goes through the code production runs: :meth:`DcgmPoller.run` (a
+:class:`DcgmSource` under the one publish loop) with a stop event, waiting on
+a condition with a deadline -- never a sleep; the outcome test steps
+:meth:`DcgmSource.next_batch` (the call the loop makes per round) by hand, so
+that each round's outcome and backoff can be asserted one at a time.
 """
 
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -21,13 +22,13 @@ import pytest
 from aiohttp import web
 
 from connectors.backoff import Backoff
-from connectors.dcgm.scrape import DcgmMetrics, DcgmPoller, PollOptions
+from connectors.dcgm.scrape import DcgmMetrics, DcgmPoller, DcgmSource, PollOptions
 from connectors.kafka.producer import EventProducer
 from gputriage.demo.broker import EmbeddedBroker
-from schemas.codec import decode_dead_letter, decode_event
+from schemas.codec import AnyEvent, decode_dead_letter, decode_event
 from schemas.events import GpuBindingEvent, PodRef, XidEvent
 from tests import paths
-from tests.kafka_helpers import KafkaTestEnv, consume_all, eventually
+from tests.kafka_helpers import KafkaTestEnv, consume_all, eventually, frozen
 
 DATA = paths.DATA / "dcgm"
 RTX = "GPU-a8394b51-c086-568a-9f1a-c1e1c934c44c"
@@ -87,6 +88,61 @@ def options(url: str, **kw: Any) -> PollOptions:
     return PollOptions(url=url, cluster="c1", node="gpu-node-1", backoff=FAST, **kw)
 
 
+OUTCOMES = ("ok", "http_error", "unreachable", "timeout", "bad_exposition", "internal_error")
+
+
+async def one_round(source: DcgmSource) -> str:
+    """One :meth:`DcgmSource.next_batch` (a scrape, as the loop runs it); the outcome it counted.
+
+    The outcome is read back from ``gputriage_dcgm_scrapes_total{outcome}``, what
+    production reports, and exactly one outcome must move per round.
+    """
+    metrics = source.poller.metrics
+    before = {o: sample(metrics, "gputriage_dcgm_scrapes_total", outcome=o) for o in OUTCOMES}
+    await source.next_batch()
+    after = {o: sample(metrics, "gputriage_dcgm_scrapes_total", outcome=o) for o in OUTCOMES}
+    moved = [o for o in OUTCOMES if after[o] > before[o]]
+    assert len(moved) == 1, moved
+    return moved[0]
+
+
+@asynccontextmanager
+async def running(poller: DcgmPoller) -> AsyncIterator[None]:
+    """``poller.run`` in a task until the block ends; then stop it and wait (bounded)."""
+    stop = asyncio.Event()
+    task = asyncio.create_task(poller.run(stop))
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.wait_for(task, 20)
+
+
+def counted(metrics: DcgmMetrics, schema: str) -> Callable[[], float]:
+    """``gputriage_dcgm_events_total{schema}``: events acknowledged (counted on commit)."""
+    return lambda: sample(metrics, "gputriage_dcgm_events_total", schema=schema)
+
+
+class RecordingProducer(EventProducer):
+    """The real producer, remembering every ``send_many`` attempt: its ids and whether it
+    was acknowledged (to see that a retry re-sends the very ids of the failed attempt)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.attempts: list[tuple[list[str], bool]] = []
+
+    async def send_many(self, events: Iterable[AnyEvent]) -> int:
+        events = list(events)
+        ids = [e.id for e in events]
+        try:
+            sent = await super().send_many(events)
+        except BaseException:
+            self.attempts.append((ids, False))
+            raise
+        self.attempts.append((ids, True))
+        return sent
+
+
 async def published(kafka: KafkaTestEnv, count: int) -> list[Any]:
     topics = [kafka.layout.raw_topic(XidEvent), kafka.layout.raw_topic(GpuBindingEvent)]
     records = await consume_all(kafka.bootstrap, topics, count)
@@ -98,34 +154,41 @@ async def published(kafka: KafkaTestEnv, count: int) -> list[Any]:
 async def test_burst_and_pod_bindings_reach_kafka_and_a_restart_resumes(
     kafka: KafkaTestEnv, tmp_path: Path
 ) -> None:
+    """Real time: the 10 ms intervals pass while the producer talks to Tansu.
+
+    Scraping one exposition again reports nothing new (the diff is against the
+    previous scrape), so the loop may scrape each one any number of times.
+    """
     await kafka.acreate_topics()
     state = tmp_path / "dcgm-state.json"
     exporter = Exporter()
-    async with (
-        EventProducer(kafka.kwargs, kafka.layout) as producer,
-        serving(exporter) as url,
-        aiohttp.ClientSession() as session,
-    ):
-        poller = DcgmPoller(options(url, state_path=state), producer)
-        for n in (1, 2):
-            exporter.current = (200, burst(n), {})
-            assert await poller.poll_once(session) == "ok"
+    async with EventProducer(kafka.kwargs, kafka.layout) as producer, serving(exporter) as url:
+        poller = DcgmPoller(options(url, interval_s=0.01, state_path=state), producer)
+        bindings = counted(poller.metrics, "gpu_binding.v1")
+        xids = counted(poller.metrics, "xid.v1")
+        async with running(poller):
+            await eventually(lambda: bindings() >= 1, timeout=10, what="scrape 1 acknowledged")
+            exporter.current = (200, burst(2), {})
+            await eventually(lambda: xids() >= 3, timeout=10, what="scrape 2 acknowledged")
         assert state.exists()
+        assert sample(poller.metrics, "gputriage_dcgm_scrapes_total", outcome="ok") >= 2
         # A restart: a new poller reads the saved state, so scrape 3 is no baseline.
-        restarted = DcgmPoller(options(url, state_path=state), producer)
+        restarted = DcgmPoller(options(url, interval_s=0.01, state_path=state), producer)
         assert restarted.state == poller.state
         exporter.current = (200, burst(3), {})
-        assert await restarted.poll_once(session) == "ok"
+        after = counted(restarted.metrics, "gpu_binding.v1")
+        async with running(restarted):
+            await eventually(lambda: after() >= 1, timeout=10, what="scrape 3 acknowledged")
         assert sample(restarted.metrics, "gputriage_dcgm_baseline_xids_total") == 0
         assert sample(poller.metrics, "gputriage_dcgm_baseline_xids_total") == 2
     events = await published(kafka, 5)
-    xids = [e for e in events if isinstance(e, XidEvent)]
-    bindings = [e for e in events if isinstance(e, GpuBindingEvent)]
+    xid_events = [e for e in events if isinstance(e, XidEvent)]
+    binding_events = [e for e in events if isinstance(e, GpuBindingEvent)]
     # The gauge said 79 all along; the count went 1 -> 4: three XIDs, through the count.
-    assert [(x.code, x.gpu_uuid, x.pci_bus_id, x.source) for x in xids] == [
+    assert [(x.code, x.gpu_uuid, x.pci_bus_id, x.source) for x in xid_events] == [
         (79, RTX, "0000:00:02.0", "dcgm")
     ] * 3
-    assert [b.pods for b in bindings] == [
+    assert [b.pods for b in binding_events] == [
         (PodRef(namespace="default", name="cuda-75454ffb9f-8ljq7", container="cuda"),),
         (),
     ]
@@ -140,15 +203,16 @@ async def test_bad_exposition_is_a_dead_letter_and_the_poller_goes_on(
     exporter = Exporter()
     html = "<html><body><h1>502 Bad Gateway</h1></body></html>\n"
     exporter.queue = [(200, html, {})]
-    async with (
-        EventProducer(kafka.kwargs, kafka.layout) as producer,
-        serving(exporter) as url,
-        aiohttp.ClientSession() as session,
-    ):
-        poller = DcgmPoller(options(url), producer)
-        assert await poller.poll_once(session) == "bad_exposition"
-        assert sample(poller.metrics, "gputriage_dcgm_dead_letters_total") == 1
-        assert await poller.poll_once(session) == "ok"  # the next good scrape is used
+    async with EventProducer(kafka.kwargs, kafka.layout) as producer, serving(exporter) as url:
+        poller = DcgmPoller(options(url, interval_s=0.01), producer)
+        m = poller.metrics
+        bindings = counted(m, "gpu_binding.v1")
+        async with running(poller):
+            # The next good scrape is used: its binding is published after the dead letter.
+            await eventually(lambda: bindings() >= 1, timeout=10, what="the next good scrape")
+        assert sample(m, "gputriage_dcgm_scrapes_total", outcome="bad_exposition") == 1
+        assert sample(m, "gputriage_dcgm_dead_letters_total") == 1  # counted once acked
+        assert sample(m, "gputriage_dcgm_scrapes_total", outcome="ok") >= 1
     (record,) = await consume_all(kafka.bootstrap, [kafka.layout.dead_letters.name], 1)
     letter = decode_dead_letter(record.value)
     assert "invalid Prometheus text exposition" in letter.reason
@@ -161,9 +225,12 @@ async def test_bad_exposition_is_a_dead_letter_and_the_poller_goes_on(
 async def test_http_errors_refusals_and_timeouts_are_survived_and_retried(
     kafka: KafkaTestEnv,
 ) -> None:
-    """Real time, not looptime: the 0.2 s scrape timeout elapses while the started
-    producer talks to Tansu, another process, whose answers looptime cannot see coming."""
-    await kafka.acreate_topics()
+    """Each round is one :meth:`DcgmSource.next_batch`, the production round (the loop
+    only calls it again); a failed scrape is an empty batch, which the loop drops.
+
+    Real time, not looptime: the 0.2 s scrape timeout elapses while the started
+    producer talks to Tansu, another process, whose answers looptime cannot see coming.
+    """
     exporter = Exporter()
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
@@ -172,21 +239,23 @@ async def test_http_errors_refusals_and_timeouts_are_survived_and_retried(
         aiohttp.ClientSession() as session,
     ):
         poller = DcgmPoller(options(url, timeout_s=0.2), producer)
+        source = DcgmSource(poller, session)
         # Nobody listens yet: connection refused.
-        assert await poller.poll_once(session) == "unreachable"
+        assert await one_round(source) == "unreachable"
         assert poller.failures == 1
         assert 0 <= poller.next_delay() <= FAST.initial_s
         async with serving(exporter, port):
             exporter.queue = [(500, "oops", {}), (503, "busy", {"Retry-After": "0"})]
-            assert await poller.poll_once(session) == "http_error"
-            assert await poller.poll_once(session) == "http_error"
+            assert await one_round(source) == "http_error"
+            assert await one_round(source) == "http_error"
             assert poller.next_delay() == 0  # the server's Retry-After wins
             exporter.hanging = True
-            assert await poller.poll_once(session) == "timeout"
+            assert await one_round(source) == "timeout"
             exporter.hanging = False
-            assert await poller.poll_once(session) == "ok"
+            assert await one_round(source) == "ok"
             assert poller.failures == 0
             assert poller.next_delay() == poller.options.interval_s
+        assert poller.state is None, "scraped is not acknowledged: only a commit moves the state"
         m = poller.metrics
         assert sample(m, "gputriage_dcgm_scrapes_total", outcome="unreachable") == 1
         assert sample(m, "gputriage_dcgm_scrapes_total", outcome="http_error") == 2
@@ -214,28 +283,49 @@ async def test_run_loops_through_failures_until_stopped(kafka: KafkaTestEnv) -> 
 
 
 @pytest.mark.asyncio
-async def test_a_failed_publish_is_resent_with_the_same_ids(kafka: KafkaTestEnv) -> None:
-    await kafka.acreate_topics()
-    exporter = Exporter()
-    producer = EventProducer(kafka.kwargs, kafka.layout)  # not started yet: sends fail
-    async with serving(exporter) as url, aiohttp.ClientSession() as session:
-        poller = DcgmPoller(options(url), producer)
-        assert await poller.poll_once(session) == "publish_error"
-        assert poller.state is None  # the state advances only once the events are acked
-        pending = poller.pending
-        assert pending is not None
+async def test_a_failed_publish_is_resent_with_the_same_ids() -> None:
+    """A send that fails (a real outage: a broker of this test's own, frozen) is retried
+    by the loop with the same batch: the ids of the acknowledged attempt are those of the
+    failed one, the state moves only then, and Kafka holds that one binding id."""
+    async with EmbeddedBroker() as broker:  # our own: the outage must not hit other tests
+        env = KafkaTestEnv(broker=broker, prefix="dcgm-resend")
+        await env.acreate_topics()
+        producer = RecordingProducer(
+            env.kwargs, env.layout, linger_ms=0, request_timeout_ms=400, retry_backoff_ms=20
+        )
         await producer.start()
+        exporter = Exporter()
         try:
-            exporter.current = (200, burst(2), {})
-            assert await poller.poll_once(session) == "ok"
+            async with serving(exporter) as url:
+                poller = DcgmPoller(options(url, interval_s=0.01), producer)
+                bindings = counted(poller.metrics, "gpu_binding.v1")
+                xids = counted(poller.metrics, "xid.v1")
+
+                def acked() -> object:  # read anew each time (no narrowing across the outage)
+                    return poller.state
+
+                async with running(poller):
+                    with frozen(broker):  # the outage begins before the first send
+                        await eventually(
+                            lambda: any(not ok for _, ok in producer.attempts),
+                            timeout=10,
+                            what="a failed send",
+                        )
+                        assert acked() is None, "the state advances only once the events are acked"
+                        assert bindings() == 0
+                    exporter.current = (200, burst(2), {})
+                    await eventually(lambda: xids() >= 3, timeout=20, what="scrape 2 acknowledged")
         finally:
             await producer.stop()
-        assert poller.pending is None
-        (binding,) = pending.events
-        assert sample(poller.metrics, "gputriage_dcgm_events_total", schema="gpu_binding.v1") == 1
-        assert sample(poller.metrics, "gputriage_dcgm_events_total", schema="xid.v1") == 3
-    events = await published(kafka, 4)
-    assert [e.id for e in events if isinstance(e, GpuBindingEvent)] == [binding.id]
+        assert acked() is not None
+        (failed, _), *_ = [a for a in producer.attempts if not a[1]]
+        (binding_id,) = failed  # scrape 1's one binding, the first batch with events
+        resent = [ids for ids, ok in producer.attempts if ok and binding_id in ids]
+        assert resent == [failed], "acknowledged once, with the ids of the failed attempt"
+        assert bindings() == 1, "counted once, not per retry"
+        assert xids() == 3
+        events = await published(env, 4)
+    assert {e.id for e in events if isinstance(e, GpuBindingEvent)} == {binding_id}
 
 
 @pytest.mark.asyncio
@@ -247,8 +337,8 @@ async def test_run_keeps_scraping_while_kafka_is_down_and_saves_state_only_once_
     Scrapes go on meanwhile, each diffed against the previous scrape, so every
     event is counted exactly once when it is finally acknowledged; the state
     file is written only then. The outage is real: a broker of this test's own,
-    frozen with SIGSTOP (an unstarted producer would be a programming error,
-    which the loop rightly does not retry).
+    frozen (:func:`tests.kafka_helpers.frozen`, SIGSTOP; an unstarted producer
+    would be a programming error, which the loop rightly does not retry).
     """
     async with EmbeddedBroker() as broker:  # our own: the outage must not hit other tests
         env = KafkaTestEnv(broker=broker, prefix="dcgm-outage")
@@ -267,30 +357,22 @@ async def test_run_keeps_scraping_while_kafka_is_down_and_saves_state_only_once_
                 def acked() -> object:  # read anew each time (no narrowing across the outage)
                     return poller.state
 
-                stop = asyncio.Event()
-                os.kill(broker.pid or 0, signal.SIGSTOP)  # the outage begins before any send
-                try:
-                    task = asyncio.create_task(poller.run(stop))
-                    await eventually(
-                        lambda: exporter.hits >= 3 and sample(poller.metrics, failures) >= 1,
-                        timeout=10,
-                        what="scrapes while the sends fail",
-                    )
-                    assert acked() is None, "nothing acknowledged: the state has not moved"
-                    assert not state.exists()
-                    exporter.current = (200, burst(2), {})
-                finally:
-                    os.kill(broker.pid or 0, signal.SIGCONT)  # the outage ends
-                try:
+                async with running(poller):
+                    with frozen(broker):  # the outage begins before any send
+                        await eventually(
+                            lambda: exporter.hits >= 3 and sample(poller.metrics, failures) >= 1,
+                            timeout=10,
+                            what="scrapes while the sends fail",
+                        )
+                        assert acked() is None, "nothing acknowledged: the state has not moved"
+                        assert not state.exists()
+                        exporter.current = (200, burst(2), {})
                     xids = ("gputriage_dcgm_events_total", "xid.v1")
                     await eventually(
                         lambda: sample(poller.metrics, xids[0], schema=xids[1]) >= 3,
                         timeout=20,
                         what="the burst acknowledged",
                     )
-                finally:
-                    stop.set()
-                    await asyncio.wait_for(task, 20)
         finally:
             await producer.stop()
     assert acked() is not None
