@@ -23,6 +23,13 @@ Traps (all seen in real exporter output, see ``tests/data/dcgm/``):
   GPU for binding purposes (key ``<uuid>/GI<id>``). The exporter repeats the
   device-level XID gauge on each instance; XIDs are a property of the physical
   GPU, so :mod:`connectors.dcgm.diff` folds them per uuid.
+* **No per-code "active XID" gauge.** The exporter has no
+  ``DCGM_FI_DEV_XID_ERRORS_ACTIVE`` (not in its sources, history or counters
+  file, nor among go-dcgm's field names); per-code information comes only from
+  ``DCGM_EXP_XID_ERRORS_COUNT{xid=…}``. go-dcgm (DCGM 4.6) renames field 230
+  ``DCGM_FI_DEV_XID_ERROR`` and keeps ``DCGM_FI_DEV_XID_ERRORS`` as an alias; the
+  exporter names a metric after its counters-file line, and its own file still
+  says ``DCGM_FI_DEV_XID_ERRORS``.
 * **Extra labels on the XID series.** Newer exporters (seen in 3.3.7 and 4.x
   output) put ``err_code``/``err_msg`` (the text of the last XID) on the gauge, and the count metric
   ``xid`` and ``window_size_in_ms``. They are *values*, not identity: a GPU whose
@@ -32,9 +39,26 @@ Traps (all seen in real exporter output, see ``tests/data/dcgm/``):
   pods of a GPU are the union over all its series, never "the last one seen".
 * **Empty pod labels.** Kubernetes mode writes ``pod=""`` on idle GPUs; an
   empty name is no pod.
-* Scrape the exporter itself, not a Prometheus federation endpoint: a server
-  adds its own *target* labels ``pod``/``namespace`` (naming the exporter pod),
-  indistinguishable from the pod mapper's.
+* **Scraped through Prometheus** (a ``/federate`` endpoint, or a recording of
+  stored series). Prometheus attaches its *target* labels to every series; a
+  ServiceMonitor's are ``pod``/``namespace``/``container`` of the *exporter* pod
+  (NVIDIA/dcgm-exporter#27: ``pod="…-dcgm-exporter-vfbhl"`` on every GPU). With
+  ``honor_labels: false`` (the chart's default) a scraped label that clashes is
+  renamed ``exported_<name>``, so the workload is ``exported_pod``/``exported_namespace``/
+  ``exported_container`` (NVIDIA/dcgm-exporter#85) and plain ``pod`` is the exporter.
+  Reading ``pod`` would bind the exporter to every GPU and blame it for the
+  workload's application XIDs. So, label by label, ``exported_<name>`` wins over
+  ``<name>``; it is per label because Prometheus renames only the labels the
+  target also has (a Service-level job that adds ``namespace`` but no ``pod``
+  leaves ``pod`` the workload's and renames only ``namespace``).
+* **Idle GPUs through Prometheus.** Prometheus drops empty labels, so an idle
+  GPU's ``pod=""`` is not renamed: the target's ``pod`` is all that is left, and
+  it looks exactly like a workload. A series that carries both the pod mapper's
+  labels (``exported_pod``, or ``pod_name`` with ``--use-old-namespace``, which
+  never clashes) and a plain ``pod`` reveals the target pod; that pod is dropped
+  from every GPU of the scrape. When *every* GPU of a scrape is idle nothing
+  reveals it and the exporter pod is read as a workload: scrape the exporter
+  itself, or set ``honorLabels: true``.
 """
 
 from __future__ import annotations
@@ -63,10 +87,13 @@ UUID_LABELS: Final = ("UUID", "uuid")
 BUS_LABELS: Final = ("pci_bus_id", "PCI_BUS_ID")
 HOST_LABELS: Final = ("Hostname", "hostname")
 MODEL_LABELS: Final = ("modelName", "model_name")
-POD_LABELS: Final = (
-    ("pod", "namespace", "container"),
-    ("pod_name", "pod_namespace", "container_name"),
-)
+POD_LABELS: Final = ("pod", "namespace", "container")
+"""The pod mapper's labels (``podAttribute``... in the exporter's transformation/const.go)."""
+OLD_POD_LABELS: Final = ("pod_name", "pod_namespace", "container_name")
+"""The same with ``--use-old-namespace``."""
+EXPORTED: Final = "exported_"
+"""The prefix Prometheus (``honor_labels: false``) gives a scraped label that clashes
+with a target label."""
 MIG_ID_LABEL: Final = "GPU_I_ID"
 MIG_PROFILE_LABEL: Final = "GPU_I_PROFILE"
 SKIP_LABELS: Final = ("nvlink", "nvswitch")
@@ -147,8 +174,10 @@ class _Gpu:
         self.counts: dict[int, int] | None = None
         self.window: int | None = None
 
-    def freeze(self, key: str) -> GpuSample:
-        pods = tuple(sorted(self.pods, key=lambda p: (p.namespace, p.name, p.container)))
+    def freeze(self, key: str, targets: set[tuple[str, str]]) -> GpuSample:
+        """``targets``: the (namespace, name) of Prometheus target pods (the exporter itself)."""
+        held = (p for p in self.pods if (p.namespace, p.name) not in targets)
+        pods = tuple(sorted(held, key=lambda p: (p.namespace, p.name, p.container)))
         return GpuSample(
             key=key,
             uuid=self.uuid,
@@ -203,6 +232,7 @@ def parse_exposition(text: str) -> Scrape | RecordError:
 
 def _parse(text: str) -> Scrape:
     gpus: dict[str, _Gpu] = {}
+    targets: set[tuple[str, str]] = set()
     newest: float | None = None
     series = 0
     for family in text_string_to_metric_families(text):
@@ -221,7 +251,7 @@ def _parse(text: str) -> Scrape:
             if gpu is None:
                 gpu = gpus[key] = _Gpu(uuid, mig_id)
             _identity(gpu, labels)
-            _pods(gpu, labels)
+            _pods(gpu, labels, targets)
             name = sample.name
             if name == XID_GAUGE:
                 gpu.last = _int(sample.value, f"{XID_GAUGE}{{UUID={uuid!r}}}")
@@ -231,7 +261,8 @@ def _parse(text: str) -> Scrape:
     if not gpus:
         raise RecordError("no GPU series (no sample has a UUID label): not a dcgm-exporter scrape")
     time = None if newest is None else datetime.fromtimestamp(newest, UTC)
-    return Scrape(gpus={k: g.freeze(k) for k, g in gpus.items()}, time=time, series=series)
+    frozen = {k: g.freeze(k, targets) for k, g in gpus.items()}
+    return Scrape(gpus=frozen, time=time, series=series)
 
 
 def _identity(gpu: _Gpu, labels: Mapping[str, str]) -> None:
@@ -252,15 +283,52 @@ def _identity(gpu: _Gpu, labels: Mapping[str, str]) -> None:
     gpu.mig_profile = gpu.mig_profile or labels.get(MIG_PROFILE_LABEL, "")
 
 
-def _pods(gpu: _Gpu, labels: Mapping[str, str]) -> None:
-    for pod_label, namespace_label, container_label in POD_LABELS:
-        name = labels.get(pod_label, "")
-        if name:
-            namespace = labels.get(namespace_label, "")
-            gpu.pods.add(
-                PodRef(namespace=namespace, name=name, container=labels.get(container_label, ""))
+def _pods(gpu: _Gpu, labels: Mapping[str, str], targets: set[tuple[str, str]]) -> None:
+    """Add the series' workload pod to ``gpu``; record a Prometheus target pod in ``targets``.
+
+    Precedence: ``exported_*`` (renamed by Prometheus), then the old-namespace
+    labels (the exporter writes either family, never both, so a plain ``pod``
+    beside ``pod_name`` is a target label), then plain ``pod``.
+    """
+    pod_label, namespace_label, container_label = POD_LABELS
+    plain = labels.get(pod_label, "")
+    exported = labels.get(EXPORTED + pod_label, "")
+    old = labels.get(OLD_POD_LABELS[0], "")
+    if exported:
+        gpu.pods.add(
+            PodRef(
+                namespace=_exported(labels, namespace_label),
+                name=exported,
+                container=_exported(labels, container_label),
             )
-            return
+        )
+        if plain:
+            # The target's namespace is plain ``namespace`` only if it clashed too.
+            renamed = bool(labels.get(EXPORTED + namespace_label))
+            targets.add((labels.get(namespace_label, "") if renamed else "", plain))
+    elif old:
+        gpu.pods.add(
+            PodRef(
+                namespace=labels.get(OLD_POD_LABELS[1], ""),
+                name=old,
+                container=labels.get(OLD_POD_LABELS[2], ""),
+            )
+        )
+        if plain:
+            targets.add((labels.get(namespace_label, ""), plain))
+    elif plain:
+        gpu.pods.add(
+            PodRef(
+                namespace=_exported(labels, namespace_label),
+                name=plain,
+                container=_exported(labels, container_label),
+            )
+        )
+
+
+def _exported(labels: Mapping[str, str], name: str) -> str:
+    """``exported_<name>`` when Prometheus renamed it, else ``<name>``."""
+    return labels.get(EXPORTED + name, "") or labels.get(name, "")
 
 
 def _count(gpu: _Gpu, labels: Mapping[str, str], value: float) -> None:

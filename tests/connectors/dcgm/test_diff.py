@@ -208,3 +208,36 @@ def test_the_core_names_the_uuid_and_pod_of_a_kernel_xid_through_a_dcgm_binding(
     [incident] = of_type(core_run(c.events), "device_unhealthy_eviction")
     assert [(g.uuid, g.pci_bus_id) for g in incident.gpus] == [(RTX, "0000:00:02.0")]
     assert [(p.namespace, p.name) for p in incident.pods] == [("default", "cuda-75454ffb9f-8ljq7")]
+
+
+def through_prometheus(n: int) -> Scrape:
+    return parse((DATA / "prometheus" / f"{n:02d}.prom").read_text())
+
+
+WORKLOAD = PodRef(namespace="default", name="cuda-75454ffb9f-8ljq7", container="cuda")
+
+
+def test_through_prometheus_the_workload_is_bound_and_the_exporter_never_is() -> None:
+    first, second = run(through_prometheus(1), through_prometheus(2))
+    bound = {b.gpu_uuid: b.pods for b in bindings(first)}
+    assert bound == {RTX: (WORKLOAD,), "GPU-5d0a7c3e-2f41-4b8e-9c6d-1e7f3a9b2c40": ()}
+    assert not any(p.name.startswith("nvidia-dcgm-exporter") for b in bound.values() for p in b)
+    assert bindings(second) == []
+    (xid,) = xids(second)
+    assert (xid.code, xid.gpu_uuid, xid.pci_bus_id) == (13, RTX, "0000:00:02.0")
+    assert "Graphics Engine Exception" in xid.message
+    again = run(through_prometheus(1), through_prometheus(2))
+    assert [e.id for e in again[1].events] == [xid.id]  # deterministic
+
+
+def test_an_application_xid_through_prometheus_blames_the_workload_not_the_exporter() -> None:
+    c = Cluster()
+    c.node("gpu-node-1", 0)
+    c.pod("gpu-node-1", "nvidia-dcgm-exporter-tvmlp", 1, namespace="gpu-operator", gpus=0)
+    c.pod("gpu-node-1", "cuda-75454ffb9f-8ljq7", 1, namespace="default", container="cuda")
+    for i, result in enumerate(run(through_prometheus(1), through_prometheus(2))):
+        for event in result.events:
+            c.events.append(msgspec.structs.replace(event, node="gpu-node-1", time=at(10 + i)))
+    [incident] = of_type(core_run(c.events), "gpu_app_fault")
+    assert incident.attributes["xids"] == "13"
+    assert [(p.namespace, p.name) for p in incident.pods] == [("default", "cuda-75454ffb9f-8ljq7")]

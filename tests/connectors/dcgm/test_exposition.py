@@ -134,3 +134,63 @@ def test_arbitrary_text_never_raises(text: str) -> None:
 def test_near_miss_expositions_never_raise(text: str) -> None:
     result = parse_exposition(f'{XID_GAUGE}{{gpu="0",UUID="{RTX}"}} 0\n' + text)
     assert isinstance(result, Scrape | RecordError)
+
+
+PROM_IDLE = "GPU-5d0a7c3e-2f41-4b8e-9c6d-1e7f3a9b2c40"
+
+
+def test_through_prometheus_the_exported_labels_name_the_workload_not_the_exporter() -> None:
+    # honor_labels: false renamed the pod mapper's pod/namespace/container exported_*; the
+    # plain ones are the ServiceMonitor's target labels: the exporter pod itself.
+    scrape = scrape_of("prometheus/01.prom")
+    assert list(scrape.gpus) == [RTX, PROM_IDLE]
+    busy = scrape.gpus[RTX]
+    assert busy.pods == (
+        PodRef(namespace="default", name="cuda-75454ffb9f-8ljq7", container="cuda"),
+    )
+    assert (busy.pci_bus_id, busy.gpu_index, busy.xid_last) == ("0000:00:02.0", 0, 0)
+    # The idle GPU's empty pod labels were dropped by Prometheus, so only the target's
+    # pod="nvidia-dcgm-exporter-tvmlp" is left on it: it is the exporter, not a workload.
+    assert scrape.gpus[PROM_IDLE].pods == ()
+    assert scrape.time is not None  # /federate writes timestamps
+    assert scrape.time.timestamp() == 1764583200.0
+
+
+def test_exported_labels_win_label_by_label() -> None:
+    # A Service-level job (NVIDIA/dcgm-exporter#363: kubernetes-service-endpoints) adds a
+    # namespace target label but no pod: only namespace clashes and is renamed.
+    line = (DATA / "rtx4000_k8s.prom").read_text().splitlines()[-1]
+    renamed = line.replace('namespace="default"', 'exported_namespace="default"').replace(
+        "pod_uid=", 'namespace="gpu-exporter",service="dcgm-gpu-exporter",pod_uid='
+    )
+    parsed = parse_exposition(renamed + "\n")
+    assert isinstance(parsed, Scrape)
+    assert parsed.gpus[RTX].pods == (
+        PodRef(namespace="default", name="cuda-75454ffb9f-8ljq7", container="cuda"),
+    )
+
+
+def test_old_namespace_labels_through_prometheus_never_clash_but_reveal_the_exporter() -> None:
+    # --use-old-namespace writes pod_name/pod_namespace: nothing to rename, so the target's
+    # pod/namespace sit beside them on every series, including the idle instances'.
+    text = (DATA / "a100_mig_old_namespace.prom").read_text()
+    lines = [
+        line.replace('pod_namespace=""}', 'pod_namespace="",namespace="monitoring",pod="dcgm-0"}')
+        for line in text.splitlines()
+    ]
+    busy = (
+        lines[3]
+        .replace('pod_name=""', 'pod_name="a-0"')
+        .replace('pod_namespace=""', 'pod_namespace="ml"')
+    )
+    # Prometheus drops empty labels: the idle instances keep only the target's pod.
+    empty = 'container_name="",pod_name="",pod_namespace="",'
+    idle = [line.replace(empty, "") for line in lines[4:]]
+    parsed = parse_exposition("\n".join([busy, *idle]) + "\n")
+    assert isinstance(parsed, Scrape)
+    pods = {key: gpu.pods for key, gpu in parsed.gpus.items()}
+    assert pods == {
+        "GPU-ed1353d6-52ba-8793-7230-4d5d3eb68167/GI1": (PodRef(namespace="ml", name="a-0"),),
+        "GPU-ed1353d6-52ba-8793-7230-4d5d3eb68167/GI2": (),
+        "GPU-6043e4b2-feaa-8010-34c7-61d1a01576bb/GI1": (),
+    }
