@@ -52,6 +52,22 @@ Traps:
   local time zone (:attr:`LineContext.tz`).
 * **Syslog has no year.** ``Dec  1 01:02:03`` takes :attr:`LineContext.year`;
   a log from December read in January needs the previous year.
+* **Lines pasted into bug reports** wear prefixes no kernel tool prints as
+  such: none at all (``NVRM: Xid ...``, ``kernel: NVRM: ...``), an elided
+  ``[...]`` / ``[…]``, whole seconds ``[123]``, an editor's or ``cat -n``'s line
+  number and a tab, a raw priority ``<3>`` (``dmesg -r``), a facility/level
+  label (``kern  :err   :`` from ``dmesg -x``, ``kern.err``, Talos'
+  ``10.0.0.5: kern: err: [2025-01-14T15:56:38.49Z]:``), or month and weekday
+  names of the host's locale (``Dez``, ``déc.``: dmesg and syslog format with
+  ``strftime``, whose ``%b`` follows ``LC_TIME``). The labels are peeled off,
+  the months are looked up in a table of common locales (never through
+  ``strptime``, whose ``%b`` depends on *our* locale), and the XID part is
+  parsed as usual. A line whose time still cannot be had is :class:`Untimed`:
+  with :attr:`LineContext.default_time` it gets that time, without it
+  :func:`parse_line` returns the ``RecordError`` it always did (the live
+  readers never set a default: a live line without a time is a bug to see).
+  :func:`parse_line_or_untimed` hands the ``Untimed`` itself to a caller that
+  wants to count the lines it stamped (:mod:`connectors.xid.offline`).
 * **32-bit PCI domains** (``PCI:00000001:3b:00``, ``PCI:10000:01:00``) and the
   missing function number are normalised by :func:`schemas.pci.canonical_bus_id`.
 * **MIG attribution** (``PCI:0000:01:00 GPU-I:05 GPU-CI:00``): ``XidEvent`` has
@@ -112,16 +128,56 @@ _RECOVERY_RE: Final = re.compile(
 )
 
 _KMSG_RE: Final = re.compile(r"(?P<prio>\d+),(?P<seq>\d+),(?P<usec>\d+),(?P<flags>[^;,]*)[^;]*;")
-_DMESG_REL_RE: Final = re.compile(r"\[\s*(?P<sec>\d+)\.(?P<frac>\d{1,9})\]\s?")
+_DMESG_REL_RE: Final = re.compile(r"\[\s*(?P<sec>\d+)(?:\.(?P<frac>\d{1,9}))?\]\s?")
+"""``[ 5678.901234]``, and ``[123]`` (whole seconds, as some tools and bug reports print it)."""
+_WORD: Final = r"[^\W\d_]{2,5}\.?"
+"""A month or weekday name in any locale: ``Dec``, ``Dez``, ``déc.``, ``janv.``, ``Mi``."""
 _DMESG_CTIME_RE: Final = re.compile(
-    r"\[(?P<ts>[A-Z][a-z]{2} [A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d \d{4})\]\s?"
+    rf"\[{_WORD} (?P<mon>{_WORD}) +(?P<day>\d{{1,2}}) (?P<hms>\d\d:\d\d:\d\d) "
+    r"(?P<year>\d{4})\]\s?"
 )
-_ISO_RE: Final = re.compile(
-    r"(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?)\s+"
-)
+_ISO: Final = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:Z|[+-]\d\d:?\d\d)?"
+_ISO_RE: Final = re.compile(rf"(?P<ts>{_ISO})\s+")
+_BRACKET_ISO_RE: Final = re.compile(rf"\[(?P<ts>{_ISO})\]:?\s?")
+"""Talos (``talosctl dmesg``): ``[2025-01-14T15:56:38.491526611Z]:``."""
 _SYSLOG_RE: Final = re.compile(
-    r"(?P<ts>[A-Z][a-z]{2} [ \d]?\d \d\d:\d\d:\d\d(?:\.\d{1,9})?)\s+(?P<host>\S+)\s+"
+    rf"(?P<mon>{_WORD}) +(?P<day>\d{{1,2}}) (?P<hms>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d{{1,9}}))?"
+    r"\s+(?P<host>\S+)\s+"
 )
+_LINE_NUMBER_RE: Final = re.compile(r"\d{1,9}\t\s*")
+"""An editor's or ``cat -n``'s line number and tab in front of a pasted line."""
+_PRIORITY_RE: Final = re.compile(r"<\d{1,3}>\s*")
+"""``dmesg -r`` / kmsg's raw ``<prio>``."""
+_FACILITY: Final = "kern|user|mail|daemon|auth|authpriv|syslog|lpr|news|uucp|cron|ftp|local[0-7]"
+_LEVEL: Final = "emerg|alert|crit|err|error|warn|warning|notice|info|debug"
+_LABEL_RE: Final = re.compile(
+    rf"(?:\S+:\s+)?(?:{_FACILITY})(?:\s*:\s*(?:{_LEVEL})\s*:|\.(?:{_LEVEL})(?=[\s:]):?)\s*"
+)
+"""``kern  :err   :`` (``dmesg -x``), ``syslog:err :``, ``kern.err``, Talos' ``n: kern: err:``."""
+_MONTHS: Final = {
+    name: number
+    for number, names in enumerate(
+        (
+            "jan janv ene gen",
+            "feb febr févr fév fev",
+            "mar mär mrz mars mrt",
+            "apr avr avril abr",
+            "may mai mei mag",
+            "jun juin giu",
+            "jul juil lug",
+            "aug août aoû ago",
+            "sep sept set",
+            "oct okt out ott",
+            "nov",
+            "dec dez déc dic",
+        ),
+        start=1,
+    )
+    for name in names.split()
+}
+"""Abbreviated month names (glibc ``%b``) of English, German, French, Spanish, Italian,
+Portuguese and Dutch, lower case without the trailing dot. No two locales here use one
+abbreviation for different months, so the table needs no locale to be given."""
 _HOST_KERNEL_RE: Final = re.compile(r"(?:\S+\s+)?kernel:\s?")
 _UNESCAPE_RE: Final = re.compile(rb"\\x([0-9a-fA-F]{2})")
 
@@ -140,6 +196,10 @@ class LineContext:
     """Time zone of ``dmesg -T`` and syslog wall times (the host's local zone)."""
     year: int | None = None
     """Year of syslog timestamps, which carry none."""
+    default_time: datetime | None = None
+    """Offline only: the time of an XID line whose framing gives none that can be used
+    (no prefix, ``[...]``, relative without :attr:`boot_time`, ...). ``None``: such a
+    line is a ``RecordError``, as the live readers want it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,6 +225,25 @@ class KmsgRecord:
     usec: int
     flags: str
     message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Untimed:
+    """An XID line that parses, but whose framing gives no usable event time.
+
+    Everything but the time is known, the id included (it never depends on the
+    time, so a line gets the same id whichever time it is given).
+    """
+
+    fields: XidFields
+    event_id: str
+    source: str
+    error: RecordError
+    """Why there is no time: what :func:`parse_line` returns without a default time."""
+
+    def event(self, ctx: LineContext, time: datetime) -> XidEvent:
+        """The event, stamped with ``time`` (an assumption the caller states)."""
+        return _event(self.fields, ctx, self.event_id, time, self.source)
 
 
 def digest(data: bytes) -> str:
@@ -273,13 +352,36 @@ def parse_line(raw: bytes, ctx: LineContext) -> XidEvent | RecordError | None:
     """
     if MARKER not in raw and not (raw[:1] == b"{" and _JSON_BYTES_MESSAGE.search(raw)):
         return None
+    return _resolve(_parse_guarded(raw, ctx), ctx)
+
+
+def parse_line_or_untimed(raw: bytes, ctx: LineContext) -> XidEvent | RecordError | Untimed | None:
+    """:func:`parse_line`, but a line without a usable time is returned as :class:`Untimed`
+    (even when :attr:`LineContext.default_time` is set), so that the caller can count
+    and report the lines it stamps with an assumed time."""
+    if MARKER not in raw and not (raw[:1] == b"{" and _JSON_BYTES_MESSAGE.search(raw)):
+        return None
+    return _parse_guarded(raw, ctx)
+
+
+def _resolve(
+    result: XidEvent | RecordError | Untimed | None, ctx: LineContext
+) -> XidEvent | RecordError | None:
+    if isinstance(result, Untimed):
+        if ctx.default_time is None:
+            return result.error
+        return result.event(ctx, ctx.default_time)
+    return result
+
+
+def _parse_guarded(raw: bytes, ctx: LineContext) -> XidEvent | RecordError | Untimed | None:
     try:
         return _parse_framed(raw, ctx)
-    except Exception as exc:  # the never-raise contract; see the docstring
+    except Exception as exc:  # the never-raise contract; see parse_line
         return RecordError(f"internal parser error: {type(exc).__name__}: {exc}")
 
 
-def _parse_framed(raw: bytes, ctx: LineContext) -> XidEvent | RecordError | None:
+def _parse_framed(raw: bytes, ctx: LineContext) -> XidEvent | RecordError | Untimed | None:
     data = raw.strip()
     if data[:1] == b"{":
         return _parse_journal(data, ctx)
@@ -293,42 +395,52 @@ def _parse_framed(raw: bytes, ctx: LineContext) -> XidEvent | RecordError | None
         return fields
     start = text.find("NVRM: Xid")
     prefix = text[: start if start >= 0 else text.find("SXid (")]
+    event_id = f"log:{ctx.node}:{digest(data)}"
     when = _prefix_time(prefix, ctx)
     if isinstance(when, RecordError):
-        return when
+        source = "syslog" if "kernel:" in prefix else "dmesg"
+        return Untimed(fields, event_id, source, when)
     source, time = when
-    return _event(fields, ctx, f"log:{ctx.node}:{digest(data)}", time, source)
+    return _event(fields, ctx, event_id, time, source)
 
 
-def _from_kmsg(data: bytes, ctx: LineContext) -> XidEvent | RecordError | None:
+def _from_kmsg(data: bytes, ctx: LineContext) -> XidEvent | RecordError | Untimed | None:
     record = parse_kmsg_record(data)
     if isinstance(record, RecordError):
         return record
-    return event_from_kmsg(record, ctx, raw=data)
+    return _kmsg_event(record, ctx, data)
 
 
 def event_from_kmsg(
     record: KmsgRecord, ctx: LineContext, *, raw: bytes = b""
 ) -> XidEvent | RecordError | None:
     """The XID event of one kmsg record (``None`` when it is not an XID record)."""
+    return _resolve(_kmsg_event(record, ctx, raw), ctx)
+
+
+def _kmsg_event(
+    record: KmsgRecord, ctx: LineContext, raw: bytes
+) -> XidEvent | RecordError | Untimed | None:
     if "Xid" not in record.message:
         return None
     fields = parse_message(record.message)
     if fields is None or isinstance(fields, RecordError):
         return fields
-    if ctx.boot_time is None:
-        return RecordError("kmsg time is relative to boot and the boot time is unknown", "usec")
-    if record.usec > _MAX_UPTIME_US:
-        return RecordError(f"kmsg usec {record.usec} is not a time since boot", "usec")
-    time = ctx.boot_time + timedelta(microseconds=record.usec)
     if ctx.boot_id:
         event_id = f"kmsg:{ctx.node}:{ctx.boot_id}:{record.seq}"
     else:
         event_id = f"log:{ctx.node}:{digest(raw or record.message.encode())}"
+    if ctx.boot_time is None:
+        error = RecordError("kmsg time is relative to boot and the boot time is unknown", "usec")
+        return Untimed(fields, event_id, "kmsg", error)
+    if record.usec > _MAX_UPTIME_US:
+        error = RecordError(f"kmsg usec {record.usec} is not a time since boot", "usec")
+        return Untimed(fields, event_id, "kmsg", error)
+    time = ctx.boot_time + timedelta(microseconds=record.usec)
     return _event(fields, ctx, event_id, time, "kmsg")
 
 
-def _parse_journal(data: bytes, ctx: LineContext) -> XidEvent | RecordError | None:
+def _parse_journal(data: bytes, ctx: LineContext) -> XidEvent | RecordError | Untimed | None:
     try:
         obj: Any = codec.loads(data)
     except RecordError:
@@ -349,67 +461,102 @@ def _parse_journal(data: bytes, ctx: LineContext) -> XidEvent | RecordError | No
     fields = parse_message(message.replace("\n", " "))
     if fields is None or isinstance(fields, RecordError):
         return fields
-    stamp = obj.get("__REALTIME_TIMESTAMP")
-    if not (isinstance(stamp, str | int) and str(stamp).isdigit()) or len(str(stamp)) > 17:
-        return RecordError("missing or bad __REALTIME_TIMESTAMP", "$.__REALTIME_TIMESTAMP")
-    time = _EPOCH + timedelta(microseconds=int(stamp))
     cursor = obj.get("__CURSOR")
     anchor = cursor.encode() if isinstance(cursor, str) and cursor else data
-    return _event(fields, ctx, f"journal:{ctx.node}:{digest(anchor)}", time, "journal")
+    event_id = f"journal:{ctx.node}:{digest(anchor)}"
+    stamp = obj.get("__REALTIME_TIMESTAMP")
+    if not (isinstance(stamp, str | int) and str(stamp).isdigit()) or len(str(stamp)) > 17:
+        error = RecordError("missing or bad __REALTIME_TIMESTAMP", "$.__REALTIME_TIMESTAMP")
+        return Untimed(fields, event_id, "journal", error)
+    time = _EPOCH + timedelta(microseconds=int(stamp))
+    return _event(fields, ctx, event_id, time, "journal")
 
 
 def _prefix_time(prefix: str, ctx: LineContext) -> tuple[str, datetime] | RecordError:
-    """``(source, event time)`` from the text in front of ``NVRM:``/``SXid``."""
+    """``(source, event time)`` from the text in front of ``NVRM:``/``SXid``.
+
+    Decorations that carry no time (a pasted line number, ``<prio>``, a facility
+    label, ``kernel:``) are peeled off first, in the order they are stacked.
+    """
     text = prefix.lstrip()
+    if text[:1].isdigit() and (number := _LINE_NUMBER_RE.match(text)) is not None:
+        text = text[number.end() :]
+    if text[:1] == "<" and (priority := _PRIORITY_RE.match(text)) is not None:
+        text = text[priority.end() :]
+    if (label := _LABEL_RE.match(text)) is not None:
+        text = text[label.end() :]
     if text.startswith("kernel:"):
         text = text[7:].lstrip()
     if not text:
         return RecordError("XID line without a timestamp", "time")
     if text[0] == "[":
-        rel = _DMESG_REL_RE.match(text)
-        if rel is not None:
-            if ctx.boot_time is None:
-                return RecordError(
-                    "dmesg time is relative to boot and the boot time is unknown", "time"
-                )
-            if len(rel["sec"]) > 10:
-                return RecordError(f"dmesg time {rel['sec']} is not a time since boot", "time")
-            micros = int(rel["sec"]) * 1_000_000 + int(rel["frac"].ljust(6, "0")[:6])
-            return "dmesg", ctx.boot_time + timedelta(microseconds=micros)
-        ctime = _DMESG_CTIME_RE.match(text)
-        if ctime is not None:
-            parsed = _strptime(ctime["ts"], "%a %b %d %H:%M:%S %Y")
-            if parsed is None:
-                return RecordError(f"bad dmesg -T time {ctime['ts']!r}", "time")
-            return "dmesg", parsed.replace(tzinfo=ctx.tz)
-        return RecordError(f"unrecognised time prefix {_clip(text)}", "time")
+        return _bracket_time(text, ctx)
     iso = _ISO_RE.match(text)
     if iso is not None:
-        try:
-            stamp = datetime.fromisoformat(iso["ts"].replace(",", "."))
-        except ValueError:
-            return RecordError(f"bad ISO time {iso['ts']!r}", "time")
-        if stamp.tzinfo is None:
-            stamp = stamp.replace(tzinfo=ctx.tz)
+        stamp = _iso_time(iso["ts"], ctx)
+        if isinstance(stamp, RecordError):
+            return stamp
         rest = text[iso.end() :]
         return ("syslog" if _HOST_KERNEL_RE.match(rest) else "dmesg"), stamp
     syslog = _SYSLOG_RE.match(text)
     if syslog is not None:
         if ctx.year is None:
             return RecordError("syslog time has no year and none was given", "time")
-        fmt = "%Y %b %d %H:%M:%S.%f" if "." in syslog["ts"] else "%Y %b %d %H:%M:%S"
-        parsed = _strptime(f"{ctx.year} {syslog['ts']}", fmt)
-        if parsed is None:
-            return RecordError(f"bad syslog time {syslog['ts']!r}", "time")
-        return "syslog", parsed.replace(tzinfo=ctx.tz)
+        parsed = _wall_time(ctx.year, syslog["mon"], syslog["day"], syslog["hms"], ctx)
+        if isinstance(parsed, RecordError):
+            return parsed
+        frac = syslog["frac"]
+        if frac:
+            parsed += timedelta(microseconds=int(frac.ljust(6, "0")[:6]))
+        return "syslog", parsed
     return RecordError(f"unrecognised time prefix {_clip(text)}", "time")
 
 
-def _strptime(text: str, fmt: str) -> datetime | None:
+def _bracket_time(text: str, ctx: LineContext) -> tuple[str, datetime] | RecordError:
+    """``[secs]``, ``[Tue Dec  1 01:02:03 2026]`` (any locale) or ``[ISO time]``."""
+    rel = _DMESG_REL_RE.match(text)
+    if rel is not None:
+        if ctx.boot_time is None:
+            return RecordError(
+                "dmesg time is relative to boot and the boot time is unknown", "time"
+            )
+        if len(rel["sec"]) > 10:
+            return RecordError(f"dmesg time {rel['sec']} is not a time since boot", "time")
+        frac = rel["frac"] or ""
+        micros = int(rel["sec"]) * 1_000_000 + int(frac.ljust(6, "0")[:6])
+        return "dmesg", ctx.boot_time + timedelta(microseconds=micros)
+    ctime = _DMESG_CTIME_RE.match(text)
+    if ctime is not None:
+        year = int(ctime["year"])
+        parsed = _wall_time(year, ctime["mon"], ctime["day"], ctime["hms"], ctx)
+        return parsed if isinstance(parsed, RecordError) else ("dmesg", parsed)
+    iso = _BRACKET_ISO_RE.match(text)
+    if iso is not None:
+        stamp = _iso_time(iso["ts"], ctx)
+        return stamp if isinstance(stamp, RecordError) else ("dmesg", stamp)
+    return RecordError(f"unrecognised time prefix {_clip(text)}", "time")
+
+
+def _iso_time(text: str, ctx: LineContext) -> datetime | RecordError:
     try:
-        return datetime.strptime(text, fmt)
+        stamp = datetime.fromisoformat(text.replace(",", "."))
     except ValueError:
-        return None
+        return RecordError(f"bad ISO time {text!r}", "time")
+    return stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=ctx.tz)
+
+
+def _wall_time(
+    year: int, month: str, day: str, hms: str, ctx: LineContext
+) -> datetime | RecordError:
+    """A local wall time from its parts; the month name in any locale of :data:`_MONTHS`."""
+    number = _MONTHS.get(month.rstrip(".").lower())
+    if number is None:
+        return RecordError(f"unknown month name {month!r}", "time")
+    hour, minute, second = (int(part) for part in hms.split(":"))
+    try:
+        return datetime(year, number, int(day), hour, minute, second, tzinfo=ctx.tz)
+    except ValueError:
+        return RecordError(f"bad time {month} {day} {hms}", "time")
 
 
 def _event(

@@ -15,26 +15,100 @@ same log (the earlier lines keep theirs). The other side of the trade: two
 overlapping captures concatenated into one file give the overlap twice, with
 distinct ids. kmsg (``--boot-id``) and journal ids name the record itself and
 are never suffixed, so there a repeated record keeps its id and deduplicates.
+
+Trap: lines copied from bug reports and chat often carry no usable time (no
+prefix at all, ``[...]``, dmesg's relative ``[secs]`` without ``--boot-time``).
+Offline such a line is never refused for its prefix: it is stamped with an
+*assumed* time, stated once on stderr with how many lines it applied to and the
+first one (:class:`AssumedTime`). The assumption is ``--default-time`` when given,
+else the file's modification time (stdin redirected from a file has one too),
+else, for a pipe, the time of reading. Not ``now`` for a file: reading the same
+file twice must give the same events, times included (the ids never depend on
+the time). The live readers never assume: a live line without a time is a
+``RecordError`` (:mod:`connectors.xid.lines`).
 """
 
 from __future__ import annotations
 
+import os
+import stat
+import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 import msgspec
 
-from connectors.files import FileSource, Record, parse_lines
-from connectors.xid.lines import LineContext, parse_line
+from connectors.files import STDIN, FileSource, Record, parse_lines
+from connectors.xid.lines import LineContext, Untimed, parse_line_or_untimed
 from schemas.events import XidEvent
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
-def read_xids(source: FileSource, ctx: LineContext) -> Iterator[Record]:
-    """The XID events and bad XID lines of ``source``; other lines are skipped silently."""
+
+@dataclass(slots=True)
+class AssumedTime:
+    """The time given to XID lines without a usable one, and which lines got it."""
+
+    time: datetime
+    basis: str
+    """Where the time comes from, for the warning: ``--default-time``, the file's mtime, ..."""
+    lines: int = 0
+    first_line: int = 0
+    first_reason: str = ""
+
+    def note(self, line: int, reason: str) -> None:
+        """Count one line stamped with :attr:`time`."""
+        self.lines += 1
+        if self.lines == 1:
+            self.first_line, self.first_reason = line, reason
+
+    def warning(self, name: str) -> str | None:
+        """The one warning line for ``name`` (``None`` when no line needed the assumption)."""
+        if not self.lines:
+            return None
+        plural = "" if self.lines == 1 else "s"
+        stamp = self.time.isoformat().replace("+00:00", "Z")
+        return (
+            f"{self.lines} XID line{plural} of {name} had no usable time (first: line "
+            f"{self.first_line}, {self.first_reason}); stamped {stamp}, {self.basis} "
+            "(give --boot-time or --default-time to choose)"
+        )
+
+
+def assumed_time(source: FileSource, given: datetime | None = None) -> AssumedTime:
+    """The assumption for ``source``: ``given``, else its modification time, else now."""
+    if given is not None:
+        return AssumedTime(given, "from --default-time")
+    try:
+        info = os.fstat(sys.stdin.fileno()) if source.path == STDIN else os.stat(source.path)
+    except (OSError, ValueError):
+        info = None
+    if info is not None and stat.S_ISREG(info.st_mode):
+        mtime = _EPOCH + timedelta(microseconds=info.st_mtime_ns // 1000)
+        return AssumedTime(mtime, "the file's modification time")
+    return AssumedTime(datetime.now(UTC).replace(microsecond=0), "the time of reading")
+
+
+def read_xids(
+    source: FileSource, ctx: LineContext, assumed: AssumedTime | None = None
+) -> Iterator[Record]:
+    """The XID events and bad XID lines of ``source``; other lines are skipped silently.
+
+    A line without a usable time gets ``assumed.time`` and is counted in ``assumed``
+    (default: :func:`assumed_time` of ``source`` and ``ctx.default_time``); the
+    caller reports :meth:`AssumedTime.warning` when the input is done.
+    """
+    if assumed is None:
+        assumed = assumed_time(source, ctx.default_time)
     seen: dict[str, int] = {}
-    for number, parsed in parse_lines(source, lambda raw: parse_line(raw, ctx)):
+    for number, parsed in parse_lines(source, lambda raw: parse_line_or_untimed(raw, ctx)):
         if parsed is None:
             continue
         result = parsed
+        if isinstance(result, Untimed):
+            assumed.note(number, result.error.reason)
+            result = result.event(ctx, assumed.time)
         if isinstance(result, XidEvent) and result.id.startswith("log:"):
             count = seen.get(result.id, 0) + 1
             seen[result.id] = count

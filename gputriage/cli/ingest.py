@@ -102,6 +102,14 @@ def ingest_k8s_command(
     help="When the node booted (RFC 3339, or btime from /proc/stat): needed for times "
     "relative to boot (dmesg [secs], kmsg records).",
 )
+@click.option(
+    "--default-time",
+    metavar="TIME",
+    type=TimeType(epoch_seconds=True),
+    help="Time of XID lines whose prefix gives none that can be used (none at all, [...], "
+    "[secs] without --boot-time); default: the file's modification time, for a pipe the "
+    "time of reading. One warning on stderr says which lines got it.",
+)
 @click.option("--boot-id", default="", help="Boot id of kmsg records (ids kmsg:NODE:BOOT:SEQ).")
 @click.option(
     "--tz",
@@ -123,6 +131,7 @@ def ingest_kmsg_command(
     node: str,
     cluster: str,
     boot_time: datetime | None,
+    default_time: datetime | None,
     boot_id: str,
     tz: tzinfo,
     year: int | None,
@@ -130,18 +139,22 @@ def ingest_kmsg_command(
     """Parse XID/SXid lines of a saved kernel log into typed events, printed as JSON lines.
 
     Other lines are skipped. A line that looks like an XID but cannot be read is
-    reported as FILE:LINE on stderr; the exit status is then 1.
+    reported as FILE:LINE on stderr; the exit status is then 1. A line whose
+    prefix gives no usable time (lines pasted from a bug report) is not refused:
+    it gets --default-time, else the file's modification time, and one warning
+    line on stderr says how many lines that was and where the first one is.
 
     \b
     Examples:
       dmesg --ctime | gputriage ingest kmsg --node n1 --file -
       gputriage ingest kmsg --node n1 --file /var/log/kern.log --tz Europe/Paris --year 2026
       gputriage ingest kmsg --node n1 --file dmesg.txt --boot-time 2026-11-30T08:00:00Z
+      gputriage ingest kmsg --node n1 --file pasted.txt --default-time 2026-11-30T09:00:00Z
     """
     from datetime import UTC  # noqa: PLC0415
 
     from connectors.xid.lines import LineContext  # noqa: PLC0415
-    from connectors.xid.offline import read_xids  # noqa: PLC0415
+    from connectors.xid.offline import assumed_time, read_xids  # noqa: PLC0415
 
     ctx = LineContext(
         node=node,
@@ -153,7 +166,12 @@ def ingest_kmsg_command(
     )
     (source,) = open_all([path])
     with source:
-        return _print_events(read_xids(source, ctx), "XID line")
+        assumed = assumed_time(source, default_time)
+        status = _print_events(read_xids(source, ctx, assumed), "XID line")
+    warning = assumed.warning(source.name)
+    if warning is not None:
+        print(f"{PROG}: warning: {warning}", file=sys.stderr)
+    return status
 
 
 @ingest_group.command("dcgm", context_settings=CONTEXT)

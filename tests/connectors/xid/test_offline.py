@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import gzip
 import io
+import os
 import signal
 import subprocess
 import sys
@@ -68,10 +69,104 @@ def test_ingest_dmesg(tmp_path: Path) -> None:
 
 
 def test_ingest_without_boot_time_reports_relative_lines(tmp_path: Path) -> None:
-    proc = gputriage("ingest", "kmsg", "--file", str(DATA / "dmesg.log"), "--node", "n")
-    assert proc.returncode == 1
-    assert proc.stdout == b""
-    assert proc.stderr.count(b"boot time is unknown") == 5
+    """Issue 10 changed this: relative lines without --boot-time are no longer refused
+    (they were 5 "boot time is unknown" errors and no output). They get the file's
+    modification time, and ONE warning names the count, the first line and the reason."""
+    log = tmp_path / "dmesg.log"
+    log.write_bytes((DATA / "dmesg.log").read_bytes())
+    os.utime(log, ns=(MTIME_NS, MTIME_NS))
+    proc = gputriage("ingest", "kmsg", "--file", str(log), "--node", "n")
+    assert proc.returncode == 1, "the unreadable XID part of line 12 is still an error"
+    events = xids_of(proc.stdout)
+    assert len(events) == 5
+    assert {e.time for e in events} == {MTIME}
+    lines = proc.stderr.decode().splitlines()
+    assert proc.stderr.count(b"boot time is unknown") == 1
+    assert lines[-1] == (
+        f"gputriage: warning: 5 XID lines of {log} had no usable time (first: line 5, dmesg "
+        "time is relative to boot and the boot time is unknown); stamped "
+        "2026-11-30T12:34:56.789012Z, the file's modification time (give --boot-time or "
+        "--default-time to choose)"
+    )
+
+
+MTIME = datetime(2026, 11, 30, 12, 34, 56, 789012, tzinfo=UTC)
+MTIME_NS = int(MTIME.timestamp()) * 10**9 + 789012 * 1000
+PUBLIC = DATA / "public_prefixes.log"
+
+
+def public_copy(tmp_path: Path) -> Path:
+    """tests/data/kmsg/public_prefixes.log with a known modification time."""
+    log = tmp_path / "public_prefixes.log"
+    log.write_bytes(PUBLIC.read_bytes())
+    os.utime(log, ns=(MTIME_NS, MTIME_NS))
+    return log
+
+
+def test_ingest_never_refuses_real_pasted_lines_for_their_prefix(tmp_path: Path) -> None:
+    """The 28 real lines of public_prefixes.log (sources in its header): before issue 10,
+    26 were refused for their time prefix (23 even with --boot-time); now every one is an
+    event, those without a usable time at the file's modification time."""
+    log = public_copy(tmp_path)
+    proc = gputriage("ingest", "kmsg", "--file", str(log), "--node", "n", "--year", "2024")
+    assert proc.returncode == 0, proc.stderr
+    events = xids_of(proc.stdout)
+    assert len(events) == 28
+    assert [e.code for e in events[:9]] == [79, 45, 45, 45, 45, 45, 45, 45, 32]
+    assert events[1].caused_by == 149
+    timed = {e.code: e.time for e in events if e.time != MTIME}
+    assert timed == {
+        79: datetime(2025, 5, 27, 4, 18, 56, 89671, tzinfo=UTC),  # syslog:err   : <ISO>
+        43: datetime(2024, 7, 31, 23, 14, 18, tzinfo=UTC),  # dmesg -T
+        31: datetime(2024, 8, 5, 3, 54, 13, tzinfo=UTC),
+    }
+    assert proc.stderr.decode().splitlines() == [
+        f"gputriage: warning: 25 XID lines of {log} had no usable time (first: line 15, XID "
+        "line without a timestamp); stamped 2026-11-30T12:34:56.789012Z, the file's "
+        "modification time (give --boot-time or --default-time to choose)"
+    ]
+    again = gputriage("ingest", "kmsg", "--file", str(log), "--node", "n", "--year", "2024")
+    assert again.stdout == proc.stdout, "the same file gives the same events, ids and times"
+    assert len({e.id for e in events}) == 28
+
+
+def test_ingest_boot_time_and_default_time_choose_the_times(tmp_path: Path) -> None:
+    log = public_copy(tmp_path)
+    base = ("ingest", "kmsg", "--file", str(log), "--node", "n", "--year", "2024")
+    proc = gputriage(*base, "--boot-time", BOOT, "--default-time", "2026-12-01T09:00:00+01:00")
+    assert proc.returncode == 0, proc.stderr
+    events = xids_of(proc.stdout)
+    relative = [e.time for e in events if e.code in (31, 32) and e.pid is None]
+    assert relative == [
+        datetime(2026, 11, 30, 14, 42, 8, 828315, tzinfo=UTC),
+        datetime(2026, 11, 30, 14, 42, 8, 828608, tzinfo=UTC),
+        datetime(2026, 11, 30, 14, 42, 8, 834365, tzinfo=UTC),
+    ]
+    assumed = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+    assert sum(e.time == assumed for e in events) == 22
+    (warning,) = proc.stderr.decode().splitlines()
+    assert "22 XID lines" in warning
+    assert "first: line 15" in warning
+    assert "stamped 2026-12-01T09:00:00+01:00, from --default-time" in warning
+    bad = gputriage(*base, "--default-time", "soon")
+    assert bad.returncode == 2
+    assert b"RFC 3339" in bad.stderr
+
+
+def test_ingest_from_a_pipe_assumes_the_time_of_reading(tmp_path: Path) -> None:
+    before = datetime.now(UTC).replace(microsecond=0)
+    proc = gputriage(
+        "ingest", "kmsg", "--file", "-", "--node", "n", stdin=b"NVRM: Xid (PCI:0000:44:00): 79, x\n"
+    )
+    assert proc.returncode == 0, proc.stderr
+    (event,) = xids_of(proc.stdout)
+    assert before <= event.time <= datetime.now(UTC)
+    (warning,) = proc.stderr.decode().splitlines()
+    assert warning.startswith("gputriage: warning: 1 XID line of <stdin> had no usable time")
+    assert "the time of reading" in warning
+    # Lines that all carry their own time: no warning at all.
+    dated = gputriage("ingest", "kmsg", "--file", str(DATA / "dmesg_ctime.log"), "--node", "n")
+    assert dated.stderr == b""
 
 
 def test_ingest_ctime_journal_and_kmsg_dump() -> None:
