@@ -38,6 +38,10 @@ class ObjectRef(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     namespace: str = ""
     uid: str = ""
+    container: str = ""
+    """For a Pod: the container the event is about, from the reference's ``fieldPath``
+    (``spec.containers{name}``, also ``initContainers``/``ephemeralContainers``); empty
+    when the event is about the whole object."""
 
 
 class Termination(msgspec.Struct, frozen=True, kw_only=True):
@@ -65,6 +69,22 @@ class ContainerStatus(msgspec.Struct, frozen=True, kw_only=True):
     """Reason of the current state, e.g. ``CrashLoopBackOff``."""
     terminated: Termination | None = None
     last_terminated: Termination | None = None
+
+
+class GpuShare(msgspec.Struct, frozen=True, kw_only=True):
+    """Part of a GPU, as a fractional-GPU scheduler's pod annotations ask for it.
+
+    Run:ai and the KAI Scheduler read ``gpu-fraction`` (a share of one GPU's
+    memory, ``"0.5"``) or ``gpu-memory`` (MiB, ``"2000"``), and
+    ``gpu-fraction-num-devices`` (how many GPUs get that share).
+    """
+
+    fraction: float = 0.0
+    """Share of each GPU (``gpu-fraction``); 0 when the pod asked by memory."""
+    memory_mib: int = 0
+    """GPU memory on each GPU in MiB (``gpu-memory``); 0 when the pod asked by fraction."""
+    devices: int = 1
+    """How many GPUs the share applies to (``gpu-fraction-num-devices``, 1 when absent)."""
 
 
 class PodCondition(msgspec.Struct, frozen=True, kw_only=True):
@@ -104,6 +124,11 @@ class PodEvent(Event, tag="pod.v1", frozen=True, kw_only=True):
     scheduled: PodCondition | None = None
     created_at: Time | None = None
     deleted_at: Time | None = None
+    gpu_share: GpuShare | None = None
+    """Set when the pod asked for *part* of a GPU through a fractional-GPU scheduler:
+    it runs on a GPU other pods share, and is a GPU pod though it requests no GPU
+    resource (``gpu_requests`` stays empty). Sharing a node declares for all its
+    GPUs (time-slicing, MPS) is its ``nvidia.com/gpu.sharing-strategy`` label."""
 
 
 class NodeCondition(msgspec.Struct, frozen=True, kw_only=True):
@@ -128,8 +153,9 @@ class NodeEvent(Event, tag="node.v1", frozen=True, kw_only=True):
 
     ``capacity`` and ``allocatable`` hold GPU resources only. A drop of
     allocatable below capacity is how the device plugin says a GPU is unhealthy.
-    ``labels`` holds the GPU-relevant labels only (product, count, memory, MIG
-    config, sharing strategy, replicas, instance type, zone).
+    ``labels`` holds the GPU-relevant labels only (product, count, memory, machine,
+    presence, MIG capability, config and strategy, sharing strategy, replicas,
+    instance type, zone).
     """
 
     node: str

@@ -9,6 +9,20 @@ Accepted inputs, told apart by content, never by file name:
 * ``List`` objects (``kubectl get pods -o json``), one per line or pretty-printed;
 * pretty-printed, concatenated documents (what ``kubectl get -w -o json`` prints).
 
+Objects without a ``kind`` (absent, ``null`` or ``""``), anywhere in these inputs:
+
+* **Items of a typed List** (``PodList``, ``NodeList``, ``EventList``): the API
+  server elides the items' kind, the List's name says it.
+* **Anything else** (items of a plain ``List``, bare objects such as
+  ``kubectl get pods -o json | jq '.items[]'`` prints, a watch event's object):
+  the kind is inferred from the shape by :func:`connectors.k8s.slim.infer_kind`
+  (a pod has ``spec.containers``; a node ``status.nodeInfo``, ``spec.podCIDR``,
+  ``spec.providerID`` or ``status.capacity`` without containers; an Event
+  ``reason`` with ``involvedObject``/``regarding``). An object no shape decides,
+  or two shapes at once, stays an "object without a kind" error at ``$.kind``.
+  A bare Event's API group (core/v1 or events.k8s.io/v1) is read from its shape
+  as well. The live watch never infers: the API server always sends ``kind``.
+
 Trap: pretty-printed input cannot be read line by line, so when the first
 non-blank line is not a complete JSON document the whole input is read into
 memory and split with ``json.JSONDecoder.raw_decode``; one syntax error there
@@ -28,13 +42,16 @@ from typing import Any, NamedTuple
 from connectors.files import FileSource
 from connectors.k8s.slim import (
     DEFAULT_CONFIG,
+    WATCH_OPS,
     SlimConfig,
     Slimmed,
+    infer_kind,
     slim_object,
     slim_watch_event,
 )
 from schemas import codec
 from schemas.codec import RecordError
+from schemas.types import Op
 
 
 class SlimmedRecord(NamedTuple):
@@ -103,6 +120,35 @@ def _prefixed(result: Slimmed, prefix: str) -> Slimmed:
     return result
 
 
+def _kinded(obj: object, listed: str | None = None) -> object:
+    """``obj`` with a kind: its own, else ``listed`` (its typed List's), else its shape's.
+
+    A copy gets the kind (the caller's dict is never changed); an object that
+    has no kind and no deciding shape gives the RecordError of :func:`infer_kind`.
+    Anything not a dict is returned as it is, for slimming to report.
+    """
+    if not isinstance(obj, dict) or obj.get("kind") not in (None, ""):
+        return obj
+    kind = listed or infer_kind(obj)
+    if isinstance(kind, RecordError):
+        return kind
+    return {**obj, "kind": kind}
+
+
+def _slim(
+    obj: object,
+    op: Op,
+    listed: str | None,
+    cluster: str,
+    observed: datetime | None,
+    config: SlimConfig,
+) -> Slimmed:
+    kinded = _kinded(obj, listed)
+    if isinstance(kinded, RecordError):
+        return kinded
+    return slim_object(kinded, op, cluster=cluster, observed=observed, config=config)
+
+
 def slim_documents(
     source: FileSource,
     *,
@@ -116,7 +162,18 @@ def slim_documents(
             yield SlimmedRecord(source.name, line, doc)
             continue
         if isinstance(doc, dict) and "type" in doc and "object" in doc:
-            result = slim_watch_event(doc, cluster=cluster, observed=observed, config=config)
+            # Only objects of changes get a kind: a BOOKMARK's or an ERROR's never needs one.
+            change = isinstance(doc["type"], str) and doc["type"] in WATCH_OPS
+            kinded = _kinded(doc["object"]) if change else doc["object"]
+            if isinstance(kinded, RecordError):
+                result: Slimmed = kinded
+            elif kinded is doc["object"]:
+                result = slim_watch_event(doc, cluster=cluster, observed=observed, config=config)
+            else:
+                envelope = {**doc, "object": kinded}
+                result = slim_watch_event(
+                    envelope, cluster=cluster, observed=observed, config=config
+                )
             if result is not None:
                 yield SlimmedRecord(source.name, line, _prefixed(result, "$.object"))
             continue
@@ -126,18 +183,11 @@ def slim_documents(
             if not isinstance(items, list):
                 yield SlimmedRecord(source.name, line, RecordError("expected an array", "$.items"))
                 continue
-            # Items of a List carry no kind when the server elides it: take it from the List.
+            # Items of a List carry no kind when the server elides it: take it from the
+            # List (PodList -> Pod); a plain List says nothing, so their shape decides.
             item_kind = kind[: -len("List")] or None
             for index, item in enumerate(items):
-                if isinstance(item, dict) and "kind" not in item and item_kind:
-                    item = {**item, "kind": item_kind}  # noqa: PLW2901
-                result = slim_object(
-                    item, "added", cluster=cluster, observed=observed, config=config
-                )
+                result = _slim(item, "added", item_kind, cluster, observed, config)
                 yield SlimmedRecord(source.name, line, _prefixed(result, f"$.items[{index}]"))
             continue
-        yield SlimmedRecord(
-            source.name,
-            line,
-            slim_object(doc, "added", cluster=cluster, observed=observed, config=config),
-        )
+        yield SlimmedRecord(source.name, line, _slim(doc, "added", None, cluster, observed, config))

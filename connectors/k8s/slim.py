@@ -61,6 +61,29 @@ Traps, each handled here:
   where it is read; fields read without a type check (``controller``, a
   condition's ``type``, ``apiVersion``) are ``Any``. Every type error is found
   before the checks here, so an object with two faults reports its type error.
+* **Part of a GPU** (Run:ai, KAI Scheduler): a pod asks for it with the pod
+  annotations ``gpu-fraction`` (``"0.5"``) or ``gpu-memory`` (MiB, ``"2000"``),
+  plus ``gpu-fraction-num-devices``, and requests *no* GPU resource, so reading
+  resources alone dropped it from the GPU-only stream. It becomes
+  ``PodEvent.gpu_share`` and :func:`is_gpu_pod` keeps it. Traps: the keys carry
+  no domain prefix, so any tool's ``gpu-fraction`` annotation counts (the
+  scheduler name is not checked: Run:ai can be a namespace's default and its
+  name is configurable); a value that is no fraction in (0, 1] or no whole MiB
+  (``"2Gi"``) is an error, like ``"500m"`` GPUs; the annotations are read
+  through a Struct, so the rest (``kubectl apply``'s copy of the object) is
+  still skipped unbuilt, but a pod's ``annotations`` that is not an object is
+  now a type error (the API never sends one). The scheduler's own bookkeeping
+  (``runai-allocated-gpus``) is not read: it is written after the fact.
+* **The container an Event is about** is in its reference's ``fieldPath``
+  (``spec.containers{trainer}``, as the kubelet writes it); other paths (a
+  field of a non-pod object) leave ``container`` empty rather than failing.
+* **Which Event API**: ``apiVersion`` decides; an Event without one (a bare
+  List item) is events.k8s.io/v1 when it has ``regarding`` or ``note`` and no
+  ``involvedObject``, else core/v1. Its component is ``reportingController``,
+  else ``deprecatedSource.component`` (an Event an old client wrote through
+  core/v1, read back as events.k8s.io/v1, has only the latter).
+* **Objects without a kind** are errors here (the API always sends it);
+  :func:`infer_kind` is for offline files, which may lack it.
 * **Error wording** is ours, not msgspec's (dead letters and ``gputriage
   ingest`` print it, and users grep for it): :func:`_worded` turns msgspec's
   "Expected `object | null`, got `str`" into "expected an object, got string".
@@ -68,6 +91,7 @@ Traps, each handled here:
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -79,6 +103,7 @@ from schemas import codec
 from schemas.codec import RecordError
 from schemas.events import (
     ContainerStatus,
+    GpuShare,
     KubeEvent,
     NodeCondition,
     NodeEvent,
@@ -100,10 +125,21 @@ GPU_LABELS: Final = (
     "nvidia.com/gpu.replicas",
     "nvidia.com/gpu.sharing-strategy",
     "nvidia.com/mig.config",
+    "nvidia.com/mig.strategy",
+    "nvidia.com/mig.capable",
+    "nvidia.com/gpu.present",
+    "nvidia.com/gpu.machine",
     "node.kubernetes.io/instance-type",
     "topology.kubernetes.io/zone",
 )
-"""Node labels kept on :class:`NodeEvent` (GPU feature discovery + well-known labels)."""
+"""Node labels kept on :class:`NodeEvent` (GPU feature discovery + well-known labels).
+
+GPU feature discovery writes ``gpu.product/count/memory/machine``, ``mig.capable``
+and ``mig.strategy`` (``single``: ``nvidia.com/gpu`` counts MIG devices, ``mixed``:
+one ``nvidia.com/mig-<profile>`` resource per profile); the gpu-operator writes
+``gpu.present`` (the node has an NVIDIA PCI device, even before any device plugin
+advertises ``nvidia.com/gpu``). Kept as strings, not interpreted here.
+"""
 
 _LEGACY_LABELS: Final = {
     "beta.kubernetes.io/instance-type": "node.kubernetes.io/instance-type",
@@ -160,8 +196,29 @@ class _MetaView(_View):
     deletion_grace_period_seconds: int | None = None
 
 
+class _SharedGpuView(
+    _View,
+    rename={
+        "gpu_fraction": "gpu-fraction",
+        "gpu_memory": "gpu-memory",
+        "devices": "gpu-fraction-num-devices",
+    },
+):
+    """The fractional-GPU scheduler annotations of a pod (Run:ai, KAI Scheduler).
+
+    A Struct, not ``dict[str, Any]``: the other annotations (``kubectl apply``'s
+    copy of the whole object among them) are skipped without being built. Values
+    are ``Any``: the API only sends strings, hand-written files may hold numbers.
+    """
+
+    gpu_fraction: Any = None
+    gpu_memory: Any = None
+    devices: Any = None
+
+
 class _PodMetaView(_MetaView):
     owner_references: list[_OwnerRefView | None] | None = None
+    annotations: _SharedGpuView | None = None
 
 
 class _NodeMetaView(_MetaView):
@@ -276,6 +333,7 @@ class _RefView(_View):
     name: str | None = None
     namespace: str | None = None
     uid: str | None = None
+    field_path: str | None = None
 
 
 class _SourceView(_View):
@@ -497,6 +555,51 @@ def _event_time(meta: _Identity, newest: datetime | None, observed: datetime | N
 
 
 # -- pods --------------------------------------------------------------------------
+_FRACTION_PATH: Final = "$.metadata.annotations['gpu-fraction']"
+_MEMORY_PATH: Final = "$.metadata.annotations['gpu-memory']"
+_DEVICES_PATH: Final = "$.metadata.annotations['gpu-fraction-num-devices']"
+
+
+def _fraction(value: object, field: str) -> float:
+    """A ``gpu-fraction``: a decimal in (0, 1], as a string (or a number by hand)."""
+    fraction: float | None = None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        fraction = float(value)
+    elif isinstance(value, str):
+        try:
+            fraction = float(value)
+        except ValueError:
+            fraction = None
+    if fraction is None or not math.isfinite(fraction) or not 0 < fraction <= 1:
+        raise _Bad(f"expected a GPU fraction in (0, 1], got {str(value)[:40]!r}", field)
+    return fraction
+
+
+def _gpu_share(meta: _PodMetaView) -> GpuShare | None:
+    """The part of a GPU the fractional-GPU annotations ask for, if any.
+
+    ``""`` reads as absent (as for times). ``gpu-fraction-num-devices`` is only
+    read (and checked) when a fraction or a memory amount is asked for.
+    """
+    shared = meta.annotations
+    if shared is None:
+        return None
+    fraction = 0.0
+    if shared.gpu_fraction not in (None, ""):
+        fraction = _fraction(shared.gpu_fraction, _FRACTION_PATH)
+    memory = 0
+    if shared.gpu_memory not in (None, ""):
+        memory = _quantity(shared.gpu_memory, _MEMORY_PATH)
+    if not fraction and not memory:
+        return None
+    devices = 1
+    if shared.devices not in (None, ""):
+        devices = _quantity(shared.devices, _DEVICES_PATH)
+        if devices < 1:
+            raise _Bad(f"expected at least 1 device, got {devices}", _DEVICES_PATH)
+    return GpuShare(fraction=fraction, memory_mib=memory, devices=devices)
+
+
 def _resources(
     containers: list[_ContainerView | None] | None, path: str, kind: str, config: SlimConfig
 ) -> list[dict[str, int]]:
@@ -668,6 +771,7 @@ def _pod(
         scheduled=scheduled,
         created_at=meta.created,
         deleted_at=meta.deleted,
+        gpu_share=_gpu_share(metadata),
     )
 
 
@@ -738,19 +842,41 @@ def _node(
 
 
 # -- events ------------------------------------------------------------------------
+_CONTAINER_PATH: Final = re.compile(
+    r"spec\.(?:containers|initContainers|ephemeralContainers)\{(?P<name>[^{}]+)\}"
+)
+"""A reference's ``fieldPath`` naming a container, as the kubelet writes it."""
+
+
+def _is_modern(view: _EventView) -> bool:
+    """events.k8s.io by ``apiVersion``; by shape when there is none (a bare List item).
+
+    Without an ``apiVersion`` an Event with ``regarding`` or ``note`` is an
+    events.k8s.io one (core/v1 has neither); one with ``involvedObject`` (or
+    neither) stays core/v1, as every Event without ``apiVersion`` was read before.
+    """
+    if view.api_version not in (None, ""):
+        return str(view.api_version).startswith("events.k8s.io/")
+    return view.involved_object is None and (view.regarding is not None or view.note is not None)
+
+
 def _kube_event(view: _EventView, cluster: str) -> KubeEvent:
     """core/v1 and events.k8s.io/v1 Events; the latter renames most fields.
 
     Times are parsed in the order they are preferred and only until one is
     found, so a bad time behind a good one is not reported (as before).
+    The component is ``reportingController``, else ``deprecatedSource.component``:
+    an Event written through the core/v1 API by an old client and read back as
+    events.k8s.io/v1 has only the latter.
     """
     meta = _identity(view.metadata or _no_metadata())
-    modern = str(view.api_version).startswith("events.k8s.io/")
+    modern = _is_modern(view)
     series = view.series or _EMPTY_SERIES
     if modern:
         ref, text = view.regarding, view.note
-        source_name = view.reporting_controller or ""
-        host = (view.deprecated_source or _EMPTY_SOURCE).host or ""
+        deprecated = view.deprecated_source or _EMPTY_SOURCE
+        source_name = view.reporting_controller or deprecated.component or ""
+        host = deprecated.host or ""
         if not host and source_name == "kubelet":
             host = view.reporting_instance or ""
         deprecated_count = 1 if view.deprecated_count is None else view.deprecated_count
@@ -779,11 +905,13 @@ def _kube_event(view: _EventView, cluster: str) -> KubeEvent:
     if time is None:
         raise _Bad("event without any timestamp", "$.lastTimestamp")
     ref = ref or _EMPTY_REF
+    container = None if not ref.field_path else _CONTAINER_PATH.fullmatch(ref.field_path)
     involved = ObjectRef(
         kind=ref.kind or "",
         name=ref.name or "",
         namespace=ref.namespace or "",
         uid=ref.uid or "",
+        container="" if container is None else container["name"],
     )
     reason = view.reason
     if not reason:
@@ -800,6 +928,57 @@ def _kube_event(view: _EventView, cluster: str) -> KubeEvent:
         source=source_name,
         count=count,
     )
+
+
+# -- objects without a kind ----------------------------------------------------------
+def infer_kind(obj: dict[str, Any]) -> str | RecordError:
+    """The kind of an object that has none, from its shape; a RecordError if no shape decides.
+
+    For objects printed without ``kind``/``apiVersion``, as ``kubectl get --raw``
+    or ``jq '.items[]'`` over an API List prints them. What decides:
+
+    * **Pod**: ``spec.containers`` (required on every pod). Workloads (Deployment,
+      Job, StatefulSet...) have ``spec.template.spec.containers`` instead, so they
+      never read as pods.
+    * **Node**: ``status.nodeInfo``, ``spec.podCIDR``, ``spec.providerID``, or
+      ``status.capacity`` without ``spec.containers``. Trap: a PersistentVolumeClaim
+      has ``status.capacity`` too (``storage``), so capacity with
+      ``spec.accessModes`` decides nothing.
+    * **Event**: ``reason`` together with ``involvedObject`` (core/v1) or
+      ``regarding`` (events.k8s.io/v1; which of the two is read from the shape
+      too, see :func:`_is_modern`).
+
+    What stays an error (at ``$.kind``, wording starting "object without a kind"
+    as before): no shape above (a ConfigMap, a Deployment, an Event without a
+    reason), or two of them at once (``spec.containers`` with ``status.nodeInfo``):
+    guessing would put invented facts into incidents. Only the presence of keys
+    is looked at; their types are checked by the view, as for any object.
+    """
+    spec = obj.get("spec")
+    status = obj.get("status")
+    spec_keys: dict[str, Any] = spec if isinstance(spec, dict) else {}
+    status_keys: dict[str, Any] = status if isinstance(status, dict) else {}
+    kinds: list[str] = []
+    pod = "containers" in spec_keys
+    if pod:
+        kinds.append("Pod")
+    if (
+        "nodeInfo" in status_keys
+        or "podCIDR" in spec_keys
+        or "providerID" in spec_keys
+        or ("capacity" in status_keys and not pod and "accessModes" not in spec_keys)
+    ):
+        kinds.append("Node")
+    if "reason" in obj and ("involvedObject" in obj or "regarding" in obj):
+        kinds.append("Event")
+    if len(kinds) == 1:
+        return kinds[0]
+    if kinds:
+        first, second = (f"an {k}" if k[0] in "AEIOU" else f"a {k}" for k in kinds[:2])
+        return RecordError(
+            f"object without a kind, shaped like both {first} and {second}", "$.kind"
+        )
+    return RecordError("object without a kind, and not shaped like a Pod, Node or Event", "$.kind")
 
 
 # -- entry points ------------------------------------------------------------------
@@ -940,8 +1119,12 @@ def slim_watch_line(
 
 # -- GPU-only filters --------------------------------------------------------------
 def is_gpu_pod(event: PodEvent) -> bool:
-    """A pod that requests (or only limits) any configured GPU resource."""
-    return bool(event.gpu_requests or event.gpu_limits)
+    """A pod that requests (or only limits) any configured GPU resource, or part of a GPU.
+
+    Part of a GPU: a fractional-GPU scheduler annotation (``gpu_share``); such a
+    pod requests no GPU resource at all, so the resources alone would drop it.
+    """
+    return bool(event.gpu_requests or event.gpu_limits or event.gpu_share is not None)
 
 
 def is_gpu_node(event: NodeEvent) -> bool:

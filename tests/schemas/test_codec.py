@@ -14,7 +14,7 @@ from schemas.codec import (
     loads,
     try_decode_event,
 )
-from schemas.events import EVENT_TYPES
+from schemas.events import EVENT_TYPES, GpuShare, KubeEvent, PodEvent
 from tests.sample_records import INCIDENT, SAMPLES
 
 GOOD_XID = (
@@ -110,3 +110,55 @@ def test_untyped_loads_raises_record_error() -> None:
 def test_unknown_fields_are_ignored_for_forward_compatibility() -> None:
     event = decode_event(GOOD_XID[:-1] + b',"added_in_v1_1":true}')
     assert event == decode_event(GOOD_XID)
+
+
+# Encoded by main before issue 10 (``encode`` of tests.sample_records.SAMPLES[:3] then),
+# byte for byte: the fields issue 10 added (PodEvent.gpu_share, ObjectRef.container)
+# are absent, as in every record already on the topics.
+_BEFORE_ISSUE_10 = (
+    b'{"schema":"pod.v1","id":"uid-1/100","cluster":"c1","time":"2024-05-01T12:00:00Z",'
+    b'"node":"gpu-node-1","op":"added","namespace":"ml","name":"trainer-0","uid":"uid-1",'
+    b'"phase":"Running","reason":"Evicted","message":"The node was low on resource: memory.",'
+    b'"gpu_requests":{"nvidia.com/gpu":2},"gpu_limits":{"nvidia.com/gpu":2},'
+    b'"owner_kind":"Job","owner_name":"trainer","containers":[{"name":"main",'
+    b'"restart_count":3,"state":"waiting","reason":"CrashLoopBackOff","terminated":'
+    b'{"reason":"Error","exit_code":1,"finished_at":"2024-05-01T12:00:00Z","message":""},'
+    b'"last_terminated":{"reason":"OOMKilled","exit_code":137,'
+    b'"finished_at":"2024-05-01T11:59:55Z","message":"CUDA out of memory"}}],'
+    b'"scheduled":{"status":"False","reason":"Unschedulable","message":"Insufficient"},'
+    b'"created_at":"2024-05-01T11:00:00Z","deleted_at":"2024-05-01T12:01:00Z"}',
+    b'{"schema":"node.v1","id":"node-uid/7","cluster":"c1","time":"2024-05-01T14:00:00+02:00",'
+    b'"node":"gpu-node-1","op":"modified","capacity":{"nvidia.com/gpu":8},'
+    b'"allocatable":{"nvidia.com/gpu":7},"conditions":[{"type":"Ready","status":"True",'
+    b'"reason":"KubeletReady","message":""}],'
+    b'"labels":{"nvidia.com/gpu.product":"NVIDIA-H100-80GB-HBM3"},'
+    b'"taints":[{"key":"nvidia.com/gpu","value":"present","effect":"NoSchedule"}]}',
+    b'{"schema":"k8s_event.v1","id":"ev-1","cluster":"c1","time":"2024-05-01T12:00:00Z",'
+    b'"node":"gpu-node-1","reason":"OOMKilling",'
+    b'"message":"Memory cgroup out of memory: Killed process 1234 (python)","type":"Warning",'
+    b'"involved":{"kind":"Node","name":"gpu-node-1","namespace":"","uid":"node-uid"},'
+    b'"source":"kernel-monitor","count":2}',
+)
+
+
+@pytest.mark.parametrize("line", _BEFORE_ISSUE_10, ids=["pod.v1", "node.v1", "k8s_event.v1"])
+def test_records_written_before_issue_10_still_decode(line: bytes) -> None:
+    """Issue 10 added fields with defaults to the same tags: old records decode as before."""
+    sample = {type(s): s for s in SAMPLES}
+    event = decode_event(line)
+    assert event == sample[type(event)]
+    if isinstance(event, PodEvent):
+        assert event.gpu_share is None  # not a pod on part of a GPU
+    if isinstance(event, KubeEvent):
+        assert event.involved.container == ""
+
+
+def test_a_pod_on_part_of_a_gpu_round_trips() -> None:
+    pod = SAMPLES[0]
+    assert isinstance(pod, PodEvent)
+    shared = msgspec.structs.replace(
+        pod, gpu_requests={}, gpu_limits={}, gpu_share=GpuShare(memory_mib=2000, devices=2)
+    )
+    data = encode(shared)
+    assert b'"gpu_share":{"fraction":0.0,"memory_mib":2000,"devices":2}' in data
+    assert decode_event(data) == shared

@@ -199,3 +199,120 @@ def test_help() -> None:
     assert "--all" in text
     assert "--cluster" in text
     assert "ingest" in gputriage("--help").stdout.decode()
+
+
+# -- issue 10: bare List items (no kind, no apiVersion) ----------------------------------
+ISSUE_10 = ("pod_runai_fraction", "node_gpu_operator_mig", "event_backoff_v1_deprecated_source")
+
+
+def bare(name: str) -> dict[str, Any]:
+    """A fixture as an API List item: no ``kind``, no ``apiVersion``."""
+    obj = load(name)
+    del obj["kind"], obj["apiVersion"]
+    return obj
+
+
+def test_jq_items_of_a_list_slim_as_the_full_objects(tmp_path: Path) -> None:
+    """``kubectl get ... -o json | jq '.items[]'``: pretty-printed, concatenated, kindless."""
+    names = (*ALL, *ISSUE_10)
+    bare_path = tmp_path / "items.json"
+    bare_path.write_bytes(
+        b"\n".join(orjson.dumps(bare(name), option=orjson.OPT_INDENT_2) for name in names) + b"\n"
+    )
+    full_path = tmp_path / "full.jsonl"
+    full_path.write_bytes(b"".join(orjson.dumps(load(name)) + b"\n" for name in names))
+    args = ("ingest", "k8s", "--cluster", "prod", "--all")
+    bare_run = gputriage(*args, "--file", str(bare_path))
+    full_run = gputriage(*args, "--file", str(full_path))
+    assert bare_run.returncode == 0, bare_run.stderr
+    assert bare_run.stderr == b""
+    assert full_run.returncode == 0, full_run.stderr
+    assert bare_run.stdout == full_run.stdout
+    assert len(events_of(bare_run.stdout)) == len(names)
+
+
+def test_bare_items_keep_what_slimming_dropped(tmp_path: Path) -> None:
+    path = tmp_path / "items.jsonl"
+    # trainer-0 first: the BackOff Event is about it, so the GPU-only filter keeps the Event
+    names = ("pod_training", *ISSUE_10)
+    path.write_bytes(b"".join(orjson.dumps(bare(name)) + b"\n" for name in names))
+    proc = gputriage("ingest", "k8s", "--file", str(path), "--cluster", "c1")
+    assert proc.returncode == 0, proc.stderr
+    trainer, pod, node, event = events_of(proc.stdout)  # all kept by the GPU-only filter
+    assert isinstance(trainer, PodEvent)
+    assert trainer.gpu_share is None
+    assert isinstance(pod, PodEvent)
+    assert pod.gpu_share is not None
+    assert (pod.gpu_share.fraction, pod.gpu_requests) == (0.5, {})
+    assert isinstance(node, NodeEvent)
+    assert node.labels["nvidia.com/mig.strategy"] == "mixed"
+    assert node.labels["nvidia.com/gpu.present"] == "true"
+    assert isinstance(event, KubeEvent)
+    assert (event.source, event.involved.container) == ("kubelet", "trainer")
+
+
+def test_items_no_shape_decides_are_reported_by_index(tmp_path: Path) -> None:
+    deployment = {
+        "metadata": {"name": "web", "namespace": "ml", "uid": "d-1", "resourceVersion": "1"},
+        "spec": {"replicas": 2, "template": {"spec": {"containers": [{"name": "web"}]}}},
+    }
+    listing = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [bare("pod_training"), deployment, bare("node_gpu")],
+    }
+    proc = gputriage(
+        "ingest", "k8s", "--file", "-", "--cluster", "c1", stdin=orjson.dumps(listing) + b"\n"
+    )
+    assert proc.returncode == 1
+    err = proc.stderr.decode().splitlines()
+    assert err[0] == (
+        "<stdin>:1: object without a kind, and not shaped like a Pod, Node or Event "
+        "(at $.items[1].kind)"
+    )
+    assert [type(e).__name__ for e in events_of(proc.stdout)] == ["PodEvent", "NodeEvent"]
+
+
+def test_event_list_items_are_read_by_their_shape(tmp_path: Path) -> None:
+    """An events.k8s.io EventList's items lack kind and apiVersion: regarding/note are read."""
+    listing = {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "EventList",
+        "items": [bare("event_failed_scheduling_v1"), bare("event_backoff_v1_deprecated_source")],
+    }
+    proc = gputriage(
+        "ingest",
+        "k8s",
+        "--file",
+        "-",
+        "--cluster",
+        "c1",
+        "--all",
+        stdin=orjson.dumps(listing) + b"\n",
+    )
+    assert proc.returncode == 0, proc.stderr
+    scheduling, backoff = events_of(proc.stdout)
+    assert isinstance(scheduling, KubeEvent)
+    assert (scheduling.involved.name, scheduling.source) == ("trainer-1", "default-scheduler")
+    assert isinstance(backoff, KubeEvent)
+    assert backoff.involved.container == "trainer"
+
+
+def test_watch_events_of_bare_objects(tmp_path: Path) -> None:
+    path = tmp_path / "watch.jsonl"
+    path.write_bytes(
+        watch_lines(
+            ("ADDED", bare("pod_runai_fraction")),
+            ("BOOKMARK", {"metadata": {"resourceVersion": "99999"}}),  # no kind: still skipped
+            ("MODIFIED", {"metadata": {"name": "x"}, "data": {}}),
+        )
+    )
+    proc = gputriage("ingest", "k8s", "--file", str(path), "--cluster", "c1")
+    assert proc.returncode == 1
+    assert proc.stderr.decode().splitlines()[0] == (
+        f"{path}:3: object without a kind, and not shaped like a Pod, Node or Event "
+        "(at $.object.kind)"
+    )
+    (event,) = events_of(proc.stdout)
+    assert isinstance(event, PodEvent)
+    assert event.gpu_share is not None

@@ -14,6 +14,7 @@ from connectors.k8s.slim import (
     MAX_TEXT,
     SlimConfig,
     Slimmed,
+    infer_kind,
     is_gpu_node,
     is_gpu_pod,
     slim_object,
@@ -21,7 +22,7 @@ from connectors.k8s.slim import (
     slim_watch_line,
 )
 from schemas.codec import RecordError, decode_event, encode
-from schemas.events import KubeEvent, NodeEvent, PodEvent
+from schemas.events import GpuShare, KubeEvent, NodeEvent, PodEvent
 from tests import paths
 
 DATA = paths.DATA / "k8s"
@@ -588,3 +589,280 @@ def test_watch_line_envelopes() -> None:
     assert error(slim_watch_line(renamed, cluster="c1")).field == "$.type"
     assert error(slim_watch_line(b"[1]", cluster="c1")).field == "$"
     assert error(slim_watch_line(b"{not json", cluster="c1")).reason.startswith("invalid JSON")
+
+
+# -- issue 10: what slimming dropped ----------------------------------------------------
+def test_fractional_gpu_pod_is_a_gpu_pod_on_a_shared_gpu() -> None:
+    """A Run:ai / KAI Scheduler pod asks for part of a GPU by annotation, with no GPU resource.
+
+    Keys and value shapes, from the schedulers' own docs and code:
+
+    * Run:ai, "Dynamic GPU Fractions" (run-ai-docs.nvidia.com/self-hosted/platform-management/
+      runai-scheduler/resource-optimization/dynamic-fractions), the pod annotation table:
+      ``gpu-fraction`` "a portion of GPU memory as a double-precision floating-point number"
+      (``0.25``, ``0.75``); ``gpu-memory`` "Memory size in MiB" (``2500``, ``4096``, "always
+      in MiB"); ``gpu-fraction-num-devices`` "the number of GPU devices to allocate using the
+      specified gpu-fraction or gpu-memory value"; its example pod requests only cpu/memory.
+    * NVIDIA/KAI-Scheduler (Run:ai's open-sourced scheduler): pkg/common/constants/constants.go
+      (``GpuFraction = "gpu-fraction"``, ``GpuMemory = "gpu-memory"``,
+      ``GpuFractionsNumDevices = "gpu-fraction-num-devices"``), docs/gpu-sharing/README.md and
+      gpu-memory.yaml (``gpu-memory: "2000" # in Mib``, values are strings).
+    * run-ai/fake-gpu-operator internal/common/constants/constants.go
+      (``GpuFractionAnnotation = "gpu-fraction"``).
+
+    The fixture is shaped like a scheduled Run:ai pod (its ``runai-allocated-*`` bookkeeping
+    annotations included, which are not read).
+    """
+    raw = load("pod_runai_fraction")
+    assert not any(
+        "nvidia.com" in name
+        for c in raw["spec"]["containers"]
+        for name in c["resources"].get("requests", {}) | c["resources"].get("limits", {})
+    )
+    ev = pod("pod_runai_fraction")
+    assert (ev.gpu_requests, ev.gpu_limits) == ({}, {})
+    assert ev.gpu_share == GpuShare(fraction=0.5, memory_mib=0, devices=1)
+    assert is_gpu_pod(ev)
+    assert GpuFilter().keep(ev)
+    assert (ev.node, ev.owner_kind) == ("gpu-node-1", "InteractiveWorkload")
+    assert decode_event(encode(ev)) == ev
+
+
+def test_gpu_memory_on_several_devices() -> None:
+    raw = load("pod_runai_fraction")
+    annotations = raw["metadata"]["annotations"]
+    del annotations["gpu-fraction"]
+    annotations["gpu-memory"] = "2000"
+    annotations["gpu-fraction-num-devices"] = "2"
+    ev = slim_object(raw, cluster="c1")
+    assert isinstance(ev, PodEvent)
+    assert ev.gpu_share == GpuShare(fraction=0.0, memory_mib=2000, devices=2)
+
+
+def test_whole_gpu_pods_and_empty_annotations_share_nothing() -> None:
+    assert pod("pod_training").gpu_share is None
+    assert pod("pod_plain").gpu_share is None
+    raw = load("pod_runai_fraction")
+    raw["metadata"]["annotations"]["gpu-fraction"] = ""  # empty reads as absent, as for times
+    raw["metadata"]["annotations"]["gpu-fraction-num-devices"] = "none"  # unread without a share
+    ev = slim_object(raw, cluster="c1")
+    assert isinstance(ev, PodEvent)
+    assert ev.gpu_share is None
+    assert not is_gpu_pod(ev)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "reason"),
+    [
+        ("gpu-fraction", "half", "expected a GPU fraction in (0, 1], got 'half'"),
+        ("gpu-fraction", "0", "expected a GPU fraction in (0, 1], got '0'"),
+        ("gpu-fraction", "1.5", "expected a GPU fraction in (0, 1], got '1.5'"),
+        ("gpu-fraction", "nan", "expected a GPU fraction in (0, 1], got 'nan'"),
+        ("gpu-fraction", True, "expected a GPU fraction in (0, 1], got 'True'"),
+        ("gpu-memory", "2Gi", "expected an integer quantity, got '2Gi'"),
+        ("gpu-fraction-num-devices", "0", "expected at least 1 device, got 0"),
+    ],
+)
+def test_bad_fractional_gpu_annotations_are_errors(key: str, value: object, reason: str) -> None:
+    raw = load("pod_runai_fraction")
+    raw["metadata"]["annotations"][key] = value
+    err = error(slim_object(raw, cluster="c1"))
+    assert (err.field, err.reason) == (f"$.metadata.annotations['{key}']", reason)
+    from_bytes = slim_watch_line(orjson.dumps({"type": "ADDED", "object": raw}), cluster="c1")
+    assert _same(from_bytes, err)
+
+
+def test_hand_written_numbers_in_fractional_annotations() -> None:
+    raw = load("pod_runai_fraction")
+    raw["metadata"]["annotations"]["gpu-fraction"] = 0.25
+    raw["metadata"]["annotations"]["gpu-fraction-num-devices"] = 4
+    ev = slim_object(raw, cluster="c1")
+    assert isinstance(ev, PodEvent)
+    assert ev.gpu_share == GpuShare(fraction=0.25, devices=4)
+
+
+def test_gpu_operator_node_labels_are_kept() -> None:
+    """MIG strategy/capability, GPU presence and machine labels, as the NVIDIA stack writes them.
+
+    * GPU feature discovery, NVIDIA/k8s-device-plugin docs/gpu-feature-discovery/README.md
+      ("Generated Labels"): ``nvidia.com/gpu.machine`` "Machine type" (``DGX-1``);
+      ``nvidia.com/mig.strategy`` "MIG strategy in use" (``single`` / ``mixed``).
+    * NVIDIA/gpu-operator controllers/state_manager.go: ``commonGPULabelKey =
+      "nvidia.com/gpu.present"`` (value ``"true"``, set on nodes with an NVIDIA PCI device)
+      and ``migCapableLabelKey = "nvidia.com/mig.capable"`` (``"true"``).
+
+    The fixture is a mixed-strategy A100 node labelled by gpu-operator + GFD (its
+    ``gpu.deploy.*`` and per-profile ``mig-1g.5gb.count`` labels are not kept).
+    """
+    result = slim_object(load("node_gpu_operator_mig"), cluster="c1")
+    assert isinstance(result, NodeEvent)
+    labels = result.labels
+    assert labels["nvidia.com/mig.strategy"] == "mixed"
+    assert labels["nvidia.com/mig.capable"] == "true"
+    assert labels["nvidia.com/gpu.present"] == "true"
+    assert labels["nvidia.com/gpu.machine"] == "p4d.24xlarge"
+    assert labels["nvidia.com/mig.config"] == "custom-mixed"
+    assert not any(key.startswith("nvidia.com/gpu.deploy.") for key in labels)
+    assert "nvidia.com/mig-1g.5gb.count" not in labels
+    assert "feature.node.kubernetes.io/pci-10de.present" not in labels
+    assert result.capacity == {"nvidia.com/mig-1g.5gb": 14, "nvidia.com/mig-3g.20gb": 2}
+    assert is_gpu_node(result)
+
+
+def test_events_k8s_io_deprecated_source_and_container() -> None:
+    """An Event the kubelet wrote through core/v1, read back as events.k8s.io/v1.
+
+    It has no ``reportingController``: the component is only in ``deprecatedSource``. The
+    container is the ``regarding.fieldPath`` the kubelet writes, ``spec.containers{name}``
+    (kubernetes pkg/kubelet/container/ref.go, ``fieldPath``).
+    """
+    result = slim_object(load("event_backoff_v1_deprecated_source"), cluster="c1")
+    assert isinstance(result, KubeEvent)
+    assert (result.reason, result.source, result.node, result.count) == (
+        "BackOff",
+        "kubelet",
+        "gpu-node-1",
+        12,
+    )
+    assert result.involved.container == "trainer"
+    assert (result.involved.kind, result.involved.name) == ("Pod", "trainer-0")
+    assert result.time == datetime(2024, 5, 1, 12, 6, tzinfo=UTC)
+
+
+def test_reporting_controller_wins_over_deprecated_source() -> None:
+    raw = load("event_backoff_v1_deprecated_source")
+    raw["reportingController"] = "kubelet-v2"
+    result = slim_object(raw, cluster="c1")
+    assert isinstance(result, KubeEvent)
+    assert result.source == "kubelet-v2"
+
+
+@pytest.mark.parametrize(
+    ("field_path", "container"),
+    [
+        ("spec.containers{trainer}", "trainer"),
+        ("spec.initContainers{warmup}", "warmup"),
+        ("spec.ephemeralContainers{debugger-x7k2p}", "debugger-x7k2p"),
+        ("spec.containers[0]", ""),  # the kubelet's form for a container without a name
+        ("status.conditions", ""),
+        ("", ""),
+    ],
+)
+def test_core_v1_event_container_from_field_path(field_path: str, container: str) -> None:
+    raw = load("event_evicted")
+    raw["involvedObject"]["fieldPath"] = field_path
+    result = slim_object(raw, cluster="c1")
+    assert isinstance(result, KubeEvent)
+    assert result.involved.container == container
+
+
+def test_a_field_path_of_the_wrong_type_is_an_error() -> None:
+    raw = load("event_backoff_v1_deprecated_source")
+    raw["regarding"]["fieldPath"] = ["spec"]
+    err = error(slim_object(raw, cluster="c1"))
+    assert (err.field, err.reason) == ("$.regarding.fieldPath", "expected a string, got array")
+
+
+# -- objects without a kind: inferred from the shape (offline files) ----------------------
+_SHAPED = {
+    "pod_training": "Pod",
+    "pod_pending": "Pod",
+    "pod_runai_fraction": "Pod",
+    "node_gpu": "Node",
+    "node_gpu_operator_mig": "Node",
+    "event_evicted": "Event",
+    "event_oomkilling": "Event",
+    "event_failed_scheduling_v1": "Event",
+    "event_backoff_v1_deprecated_source": "Event",
+}
+
+
+def bare(name: str) -> dict[str, Any]:
+    """A fixture as an API List item: no ``kind``, no ``apiVersion``."""
+    raw = load(name)
+    del raw["kind"], raw["apiVersion"]
+    return raw
+
+
+@pytest.mark.parametrize(("name", "kind"), _SHAPED.items())
+def test_kind_is_inferred_from_the_shape(name: str, kind: str) -> None:
+    raw = bare(name)
+    assert infer_kind(raw) == kind
+    # The API group of a bare Event comes from its shape too: the same event either way.
+    assert slim_object({**raw, "kind": kind}, cluster="c1") == slim_object(load(name), cluster="c1")
+
+
+def test_node_shapes_without_node_info() -> None:
+    node = bare("node_gpu")
+    del node["status"]["nodeInfo"], node["spec"]["providerID"]
+    assert "podCIDR" not in node["spec"]
+    assert infer_kind(node) == "Node"  # decided by status.capacity alone
+    assert infer_kind({"spec": {"providerID": "aws:///us-east-1a/i-0"}}) == "Node"
+    assert infer_kind({"spec": {"podCIDR": "10.244.0.0/24"}}) == "Node"
+    assert infer_kind({"status": {"nodeInfo": {"kubeletVersion": "v1.29.3"}}}) == "Node"
+
+
+@pytest.mark.parametrize(
+    ("obj", "reason"),
+    [
+        # a Deployment: its containers are under spec.template
+        (
+            {"metadata": {"name": "web"}, "spec": {"template": {"spec": {"containers": []}}}},
+            "object without a kind, and not shaped like a Pod, Node or Event",
+        ),
+        # a PersistentVolumeClaim: status.capacity, but spec.accessModes
+        (
+            {
+                "spec": {"accessModes": ["ReadWriteOnce"], "resources": {}},
+                "status": {"phase": "Bound", "capacity": {"storage": "10Gi"}},
+            },
+            "object without a kind, and not shaped like a Pod, Node or Event",
+        ),
+        # an Event without a reason
+        (
+            {"involvedObject": {"kind": "Pod", "name": "p"}, "message": "m"},
+            "object without a kind, and not shaped like a Pod, Node or Event",
+        ),
+        ({"data": {"k": "v"}}, "object without a kind, and not shaped like a Pod, Node or Event"),
+        (
+            {"spec": {"containers": []}, "status": {"nodeInfo": {}}},
+            "object without a kind, shaped like both a Pod and a Node",
+        ),
+        (
+            {"spec": {"containers": []}, "reason": "x", "regarding": {}},
+            "object without a kind, shaped like both a Pod and an Event",
+        ),
+    ],
+)
+def test_no_deciding_shape_stays_an_error(obj: dict[str, Any], reason: str) -> None:
+    err = infer_kind(obj)
+    assert isinstance(err, RecordError)
+    assert (err.field, err.reason) == ("$.kind", reason)
+
+
+def test_an_event_without_api_version_is_read_by_its_shape() -> None:
+    modern = load("event_failed_scheduling_v1")
+    del modern["apiVersion"]
+    result = slim_object(modern, cluster="c1")
+    assert isinstance(result, KubeEvent)
+    assert (result.involved.name, result.source, result.count) == (
+        "trainer-1",
+        "default-scheduler",
+        4,
+    )
+    core = load("event_evicted")
+    del core["apiVersion"]
+    assert slim_object(core, cluster="c1") == slim_object(load("event_evicted"), cluster="c1")
+
+
+@pytest.mark.parametrize(
+    "name", ["pod_runai_fraction", "node_gpu_operator_mig", "event_backoff_v1_deprecated_source"]
+)
+@pytest.mark.parametrize("observed", [None, datetime(2024, 5, 1, 13, 0, tzinfo=UTC)])
+def test_watch_line_slims_new_fixtures_as_the_parsed_event_does(
+    name: str, observed: datetime | None
+) -> None:
+    envelope = {"type": "MODIFIED", "object": load(name)}
+    from_bytes = slim_watch_line(orjson.dumps(envelope), cluster="c1", observed=observed)
+    assert not isinstance(from_bytes, RecordError), from_bytes
+    assert _same(from_bytes, slim_watch_event(envelope, cluster="c1", observed=observed))
