@@ -85,7 +85,10 @@ class Cluster:
         op: Op = "modified",
         owner: tuple[str, str] = ("Job", "job"),
         uid: str = "",
+        deleted_at: float | None = None,
     ) -> PodEvent:
+        """``deleted_at``: the pod's deletionTimestamp (seconds after ``T0``), set from
+        the moment it is deleted until it is gone (``op="deleted"``)."""
         ev = build.pod_event(
             id=self._id("pod"),
             cluster=self.name,
@@ -101,6 +104,7 @@ class Cluster:
             limits=False,
             owner=owner,
             containers=(build.container(container, restarts=restarts, current=current, last=last),),
+            deleted_at=None if deleted_at is None else at(deleted_at),
         )
         self.events.append(ev)
         return ev

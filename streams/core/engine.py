@@ -5,9 +5,10 @@ How it stays deterministic while events arrive out of order:
 * Every event waits in a buffer until the watermark passes its time. The
   watermark is ``max(event time seen, tick time) - grace`` and never goes back.
 * Released events are applied in a total order, ``(time, schema rank, event
-  id)``, which does not depend on arrival order. So any arrival order in which
-  no event is more than ``grace`` late yields the same state and the same
-  incidents, live or replayed.
+  id, cluster, node)``, which does not depend on arrival order. (The key is in
+  it because ids are unique per source, not across clusters: see ``_Pending``.)
+  So any arrival order in which no event is more than ``grace`` late yields the
+  same state and the same incidents, live or replayed.
 * Timers (windows closing, quiet periods) are merged into the same timeline: a
   timer due at ``T`` fires after every event with time ``< T`` and before any
   event with time ``>= T``... except that events at exactly ``T`` go first, so a
@@ -77,7 +78,8 @@ class CoreStats(msgspec.Struct):
     late: int = 0
     """Events that arrived behind the watermark (more than ``grace`` out of order)."""
     duplicates: int = 0
-    """Events delivered twice while still buffered (same time, schema and id)."""
+    """Events delivered twice while still buffered (same time, schema, id *and key*:
+    the same id in another cluster or on another node is another event)."""
     stale: int = 0
     """Events skipped because their key had already applied a later event (redeliveries)."""
     revisions: int = 0
@@ -152,7 +154,16 @@ def _refresh_deadline(state: NodeState, config: CoreConfig) -> bool:
 Token = Any
 """The caller's handle on an ingested event (a Kafka record, say); opaque to the core."""
 
-_Pending = tuple[float, int, str, int, AnyEvent, Token]
+_Pending = tuple[float, int, str, str, str, int, AnyEvent, Token]
+"""``(time, schema rank, event id, cluster, node, arrival seq, event, token)``.
+
+The event's key (cluster, node) is part of its identity in the buffer: event ids are
+unique per source, not across clusters (two clusters' kmsg readers, or two test
+factories, can both say ``xid-000001`` at the same instant for a node both call
+``gpu-node-01``). Sorting by the key before the arrival number keeps a redelivered
+copy next to its original, so the duplicate check below compares whole identities
+and never drops another cluster's (or node's) event that merely shares the id.
+"""
 
 
 class Correlator:
@@ -178,7 +189,7 @@ class Correlator:
         self._timers: list[tuple[float, str, str]] = []
         self._seq = 0
         self._pushes = 0
-        self._last: tuple[float, int, str] | None = None
+        self._last: tuple[float, int, str, str, str] | None = None
         self._released: list[Token] = []
         self._dirty: dict[tuple[str, str], KeyState] = {}
 
@@ -202,7 +213,9 @@ class Correlator:
             self._apply(event, when, out)
             self._release(token)
         else:
-            entry = (when, RANK[type(event)], event.id, self._seq, event, token)
+            node: str = getattr(event, "node", "")
+            rank = RANK[type(event)]
+            entry = (when, rank, event.id, event.cluster, node, self._seq, event, token)
             heapq.heappush(self._pending, entry)
             self._seq += 1
         if when > self.max_time:
@@ -264,7 +277,7 @@ class Correlator:
             for node in [n for n in nodes if not keep(key_of(cluster, n))]:
                 del nodes[node]
                 self._dirty.pop((cluster, node), None)
-        kept = [p for p in self._pending if keep(correlation_key(p[4]))]
+        kept = [p for p in self._pending if keep(correlation_key(p[6]))]
         dropped = len(self._pending) - len(kept)
         heapq.heapify(kept)
         self._pending = kept
@@ -312,8 +325,8 @@ class Correlator:
                 if isinstance(state, NodeState) and state.deadline == due:
                     self._fire(state, due, out)
             elif event_at <= watermark:
-                when, rank, event_id, _, event, token = heapq.heappop(pending)
-                ident = (when, rank, event_id)
+                when, rank, event_id, cluster, node, _, event, token = heapq.heappop(pending)
+                ident = (when, rank, event_id, cluster, node)
                 if ident == self._last:
                     self.stats.duplicates += 1
                 else:

@@ -15,6 +15,7 @@ from sys import intern
 from typing import Any
 
 from schemas.events import (
+    ContainerStatus,
     GpuBindingEvent,
     KubeEvent,
     NodeEvent,
@@ -48,6 +49,18 @@ _REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 _LIVE_PHASES = ("Pending", "Running")
 _TERMINAL_PHASES = ("Succeeded", "Failed")
 _EVICTION_REASONS = ("Evicted", "TaintManagerEviction", "Preempting")
+_SIGNAL_EXITS = {137: "SIGKILL", 143: "SIGTERM"}
+"""Exit codes 128 + n of a process killed by signal n from *outside* it.
+
+137 is SIGKILL: the kubelet after a failed liveness probe (its ``Unhealthy`` and
+``Killing`` events say so), after a preStop hook or the termination grace ran out,
+or an eviction; without the reason ``OOMKilled`` it is not a memory kill. 143 is
+SIGTERM: the polite first half of the same kills, and of every pod deletion. CUDA
+running out of memory is never one of them: it is an exception inside the process,
+which exits on its own (1, or 134 on abort). So a signal exit is never counted as a
+crash toward ``suspected_cuda_oom``, and a signal exit of a pod being deleted is not
+a failure at all: it is the deletion.
+"""
 
 
 # -- pods ------------------------------------------------------------------------
@@ -72,11 +85,14 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
         state.pods[key] = track
     if track.phase != ev.phase:
         track.phase = intern(ev.phase)
+    deleting = _deleting(ev)
     window = step.config.cuda_oom_window_seconds
     for status in ev.containers:
         ctr = _container(track, status.name)
         if ctr.restarts and ctr.restarts[-1] < step.now - window:
             ctr.restarts = ()  # the crash window has passed: free it
+        if not deleting:
+            _count_unseen_restarts(step, ctr, status)
         for term in (status.last_terminated, status.terminated):
             if term is None or term.finished_at is None:
                 continue
@@ -84,12 +100,15 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
             if finished <= ctr.last_finished:
                 continue
             ctr.last_finished = finished
-            _on_termination(step, ev, key, track, ctr, term, finished)
+            _on_termination(step, ev, key, track, ctr, term, finished, deleting)
     reason = ""
-    if ev.phase == "Failed":
-        reason = ev.reason or "Failed"
-    elif ev.reason in step.config.failure_reasons:
+    if ev.reason in step.config.failure_reasons:
         reason = ev.reason
+    elif ev.phase == "Failed" and not deleting:
+        # A deleted pod's kubelet moves it to a terminal phase (Failed once its
+        # containers exit 143) before it goes: that is the deletion, not a failure.
+        # A failure reason (Evicted, NodeLost, TaintManagerEviction...) still counts.
+        reason = ev.reason or "Failed"
     if reason and not track.failed:
         track.failed = True
         role = "evicted" if reason in _EVICTION_REASONS else "failed"
@@ -100,6 +119,65 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
         _forget_pod(step, key, "pod deleted")
     elif ev.phase == "Succeeded":
         _resolve_pod_incidents(step, key, "pod succeeded")
+
+
+def _count_unseen_restarts(step: Step, ctr: ContainerTrack, status: ContainerStatus) -> None:
+    """Restarts that ``restartCount`` shows but no update we saw carried (DESIGN §2:
+    restarts are counted from restartCount).
+
+    A watch that reconnects, a relist after a connector restart, or an API server that
+    coalesces updates shows a container at ``restartCount`` 6 whose previous update we
+    saw at 0: five terminations happened unseen and only the sixth is in
+    ``lastState``. Counting observed terminations alone misses that crash loop.
+
+    ``ctr.restart_count`` is the restart count already accounted for: the last count
+    seen, plus one when the current state is a termination (the kubelet's next
+    restart is that termination, which is counted when it is handled). The unseen
+    ones are the rest of the delta, less the new ``lastState`` termination this very
+    update carries. Traps:
+
+    * The first sight of a container is a baseline, not a delta: a pod first seen
+      (or seen again after a snapshot without this field) at restartCount 40 has
+      not crashed 40 times in the window.
+    * The unseen restarts take the class of the newest termination the update
+      shows: behind an ``OOMKilled``, a signal kill (137/143) or an exit 0 they are
+      not CUDA OOM crashes; with no termination at all there is nothing to say.
+    * Their times are unknown, only bounded by the previous sighting: they are
+      stamped at it, the earliest they can have happened, so a delta counts only
+      when that sighting is inside the window, and leaves the window first.
+    * A smaller count (a same-named successor we could not tell apart) re-baselines.
+    """
+    count = status.restart_count
+    accounted, seen = ctr.restart_count, ctr.seen_at
+    ahead = 1 if status.terminated is not None else 0
+    if ctr.restart_count != count + ahead:
+        ctr.restart_count = count + ahead
+    ctr.seen_at = step.now
+    if seen == -math.inf or count <= accounted:
+        return
+    last = status.last_terminated
+    fresh = (
+        last is not None
+        and last.finished_at is not None
+        and last.finished_at.timestamp() > ctr.last_finished
+    )
+    unseen = count - accounted - (1 if fresh else 0)
+    newest = status.terminated or last
+    if unseen <= 0 or newest is None or not _is_crash(newest):
+        return
+    cuda.on_unseen_restarts(step, ctr, unseen, seen)
+
+
+def _is_crash(term: Termination) -> bool:
+    """The process failed on its own: non-zero, not OOMKilled, not a signal from outside."""
+    return (
+        term.exit_code != 0 and term.reason != "OOMKilled" and term.exit_code not in _SIGNAL_EXITS
+    )
+
+
+def _deleting(ev: PodEvent) -> bool:
+    """Is this pod being deleted (deletionTimestamp set, or the watch's DELETED)?"""
+    return ev.op == "deleted" or ev.deleted_at is not None
 
 
 def _terminal(track: PodTrack) -> bool:
@@ -128,6 +206,7 @@ def _on_termination(
     ctr: ContainerTrack,
     term: Termination,
     finished: float,
+    deleting: bool,
 ) -> None:
     if term.reason == "OOMKilled":
         ctr.oom_at = finished
@@ -138,9 +217,14 @@ def _on_termination(
         return
     if term.exit_code == 0:
         return
+    signal = _SIGNAL_EXITS.get(term.exit_code)
+    if signal is not None and deleting:
+        return  # the deletion's own SIGTERM (or SIGKILL after the grace): not a crash
     item = text.termination(ev, ctr.name, term)
     if _on_pod_failure(step, key, track, item, "failed", ctr.name):
         return
+    if signal is not None:
+        return  # killed from outside (probe, preStop, eviction): not CUDA OOM
     cuda.on_crash(step, key, track, ctr, term, ev, finished)
 
 

@@ -40,6 +40,12 @@ class ContainerTrack(msgspec.Struct, gc=False, omit_defaults=True):
     oom_at: float = -math.inf
     cuda_log: bool = False
     """A termination message in the current window said ``CUDA out of memory``."""
+    restart_count: int = 0
+    """Restarts already accounted for: the last ``restartCount`` seen, plus one while
+    the container's current state is a termination (see ``node._count_unseen_restarts``)."""
+    seen_at: float = -math.inf
+    """Event time of the last update that showed this container; -inf: not yet (the
+    next ``restartCount`` is a baseline, not a delta)."""
 
 
 class PodTrack(msgspec.Struct, gc=False, omit_defaults=True):

@@ -3,7 +3,14 @@
 CUDA running out of GPU memory is invisible to Kubernetes: the process raises,
 exits 1, and the container restarts. So the rule needs no log source: more than
 ``cuda_oom_restarts`` non-zero terminations within ``cuda_oom_window_seconds``,
-none of them ``OOMKilled`` (that is host memory: ``host_oom_kill``). When a
+none of them ``OOMKilled`` (that is host memory: ``host_oom_kill``).
+
+Traps (DESIGN §2 refinements): exit 137 without ``OOMKilled`` and exit 143 are
+signals sent from outside (the kubelet after a failed liveness probe or preStop
+grace, an eviction, a deletion), never CUDA OOM, so :mod:`streams.core.node` does
+not count them here; and restarts are counted from ``restartCount`` too, so crashes
+between two updates we saw (a watch gap, a relist) still count
+(:func:`on_unseen_restarts`). When a
 termination message (``FallbackToLogsOnError``) says ``CUDA out of memory``, the
 incident says the suspicion is confirmed by the log.
 
@@ -58,7 +65,9 @@ def on_crash(
             inc.attributes["shared_gpu"] = step.state.sharing or "shared"
         for other in neighbours:
             step.add_pod(inc, pod_info(other, step.state.pods.get(other), "candidate"))
-    earlier = ", ".join(to_datetime(t).strftime("%H:%M:%S") for t in ctr.restarts[:-1][-4:])
+    # Unseen restarts (restartCount deltas) share one stamp: list each time once.
+    shown = dict.fromkeys(ctr.restarts[:-1])
+    earlier = ", ".join(to_datetime(t).strftime("%H:%M:%S") for t in list(shown)[-4:])
     item = text.termination(
         ev,
         ctr.name,
@@ -91,6 +100,23 @@ def on_crash(
         "Check the container's logs for torch.cuda.OutOfMemoryError; reduce batch size or "
         f"request a larger GPU / MIG profile.{shared}"
     )
+
+
+def on_unseen_restarts(step: Step, ctr: ContainerTrack, count: int, since: float) -> None:
+    """``count`` crashes that only ``restartCount`` shows, at the earliest ``since``.
+
+    They join the container's window as restarts stamped ``since`` (the last time we
+    saw the container): the next handled crash counts them, opens the incident if
+    they take it past ``cuda_oom_restarts`` (its evidence lists each earlier time once).
+    An OOM kill in the window still vetoes, as for seen crashes.
+    """
+    window = step.config.cuda_oom_window_seconds
+    if since <= step.now - window:
+        return  # the delta may be spread over more than the window: not a loop in it
+    kept = tuple(t for t in ctr.restarts if t > step.now - window)
+    if not kept:
+        ctr.cuda_log = False
+    ctr.restarts = (*kept, *((since,) * count))[-_MAX_RESTARTS + 1 :]
 
 
 def on_oom_killed(step: Step, key: str, ctr: ContainerTrack) -> None:
