@@ -14,6 +14,46 @@ between two updates we saw (a watch gap, a relist) still count
 termination message (``FallbackToLogsOnError``) says ``CUDA out of memory``, the
 incident says the suspicion is confirmed by the log.
 
+**A loop whose message names another cause is not CUDA OOM** (issue 10.8). Every
+exit-1 loop used to say "reduce batch size", even when the message said
+``uncorrectable ECC error encountered`` (the GPU), ``an illegal memory access was
+encountered`` (a kernel fault), ``NVMLError_Unknown`` (the driver) or an NCCL watchdog
+timeout (the network or a peer rank). Which texts name which cause is data:
+``schemas/termination_causes.toml``, each pattern with the public report it comes
+from, compiled once by :mod:`schemas.termination_causes`. It is loaded here as a
+module-level default (``_CAUSES``) because carrying it in :class:`CoreConfig` would
+need a new field in ``streams/core/config.py``; the file is packaged data read at
+import, like the XID catalog, so the core still does no I/O per event and no clock.
+The configuration's ``cuda_oom_patterns`` still confirm OOM as before (matched as
+given); the table's patterns match case-insensitively.
+
+The choice: the incident *type* stays ``suspected_cuda_oom`` (DESIGN §2's types are
+the contract, and the finding is still "this GPU container crash-loops"), but a loop
+with a named cause is its own incident:
+
+* subject ``<ns>/<pod>/<container>#<class>`` (``#gpu_fault``, ``#kernel_fault``,
+  ``#driver_fault``, ``#nccl_comm``), so its id is as deterministic as the OOM one
+  (type, subject, first crash's event id) and never collides with it;
+* ``attributes``: ``cause`` (the class), ``confidence = "log-named"``,
+  ``restarts_in_window``; summary and action say the named cause and its own action
+  (never "reduce batch size"); a cause that is the GPU or its driver (``names_gpu``)
+  names the pod's bound GPUs (UUID / bus id when a binding told us), and pods sharing
+  them are named ``bound``, not ``candidate`` (no co-tenant took memory);
+* the unnamed loop keeps the old subject ``<ns>/<pod>/<container>``, text and
+  attributes byte for byte (replay ids and output unchanged).
+
+Which cause a crash takes, in order: its own message, classified by the table in
+precedence order (``cuda_oom`` first: a message that also says ``CUDA out of memory``
+is OOM; ``nccl_comm`` last: the watchdog re-raises the CUDA error that killed it); an
+OOM text seen earlier in the window (``ctr.cuda_log``); else the named-cause incident
+already open for the container (a later crash whose message was cut short does not
+un-name the cause); else unnamed, i.e. suspected CUDA OOM. When a named cause opens
+while an *unconfirmed* suspicion is open, the suspicion is resolved as superseded (the
+text proved it wrong); a log-confirmed OOM stays open beside it. Trap: before an
+incident opens only the current crash's message is classified (the container track
+keeps no per-window cause; ``streams/core/state.py`` is not this rule's), so the crash
+that crosses the threshold names the cause, which in a real loop repeats every time.
+
 On a shared GPU (time-slicing / MPS) a neighbour may have taken the memory: the
 co-tenants are named as candidates, never one guessed culprit.
 """
@@ -21,15 +61,25 @@ co-tenants are named as candidates, never one guessed culprit.
 from __future__ import annotations
 
 from schemas.events import PodEvent, Termination
+from schemas.termination_causes import OOM, CauseClass, load_causes
 from streams.core import evidence as text
 from streams.core.lifecycle import Step
 from streams.core.rules import chain
 from streams.core.rules.pods import co_tenants, pod_info
-from streams.core.state import ContainerTrack, PodTrack
+from streams.core.state import ContainerTrack, OpenIncident, PodTrack, bound_pods, gpu_ref
 from streams.core.timeconv import to_datetime
 
 KIND = "suspected_cuda_oom"
 _MAX_RESTARTS = 32
+
+_CAUSES = load_causes()
+"""The packaged termination-cause table (not in CoreConfig: see the module docstring)."""
+_NAMED = tuple(cls for cls in _CAUSES.classes if cls.name != OOM)
+
+
+def cause_subject(base: str, cause: str) -> str:
+    """The subject of a crash loop of container ``base`` whose message named ``cause``."""
+    return f"{base}#{cause}"
 
 
 def on_crash(
@@ -48,16 +98,28 @@ def on_crash(
     ctr.restarts = (*kept, finished)
     if not kept:
         ctr.cuda_log = False  # a fresh window: forget the previous episode's log line
-    if any(p in term.message for p in config.cuda_oom_patterns):
-        ctr.cuda_log = True
-    subject = f"{key}/{ctr.name}"
+    message = term.message
+    named: CauseClass | None = None
+    if message:
+        if any(p in message for p in config.cuda_oom_patterns):
+            ctr.cuda_log = True
+        else:
+            named = _CAUSES.classify(message)
+            if named is not None and named.name == OOM:
+                ctr.cuda_log = True
+                named = None
+    base = f"{key}/{ctr.name}"
+    if named is None and not ctr.cuda_log:
+        named = _open_cause(step, base)
+    if named is not None:
+        _on_named_crash(step, key, track, ctr, term, ev, finished, base, named)
+        return
+    subject = base
     ordinal = len(ctr.restarts)
     inc = step.find(KIND, subject)
     if inc is None:
-        if len(ctr.restarts) <= config.cuda_oom_restarts:
+        if not _may_open(step, key, ctr, finished):
             return  # the common case on a crash: no text built for nothing
-        if ctr.oom_at > finished - window or chain.holds_pod(step, key):
-            return
         inc = step.open(KIND, subject, ev.id, ctr.restarts[0])
         step.add_pod(inc, pod_info(key, track, "restarting", ctr.name))
         neighbours = co_tenants(step.state, key)
@@ -65,19 +127,7 @@ def on_crash(
             inc.attributes["shared_gpu"] = step.state.sharing or "shared"
         for other in neighbours:
             step.add_pod(inc, pod_info(other, step.state.pods.get(other), "candidate"))
-    # Unseen restarts (restartCount deltas) share one stamp: list each time once.
-    shown = dict.fromkeys(ctr.restarts[:-1])
-    earlier = ", ".join(to_datetime(t).strftime("%H:%M:%S") for t in list(shown)[-4:])
-    item = text.termination(
-        ev,
-        ctr.name,
-        term,
-        f"crash {ordinal} in {config.cuda_oom_window_seconds / 60:g} min"
-        + (f" (earlier: {earlier})" if earlier else ""),
-    )
-    inc.count = len(ctr.restarts)
-    step.add_evidence(inc, item)
-    step.set_deadline(inc, step.now + window)
+    _add_crash(step, inc, ctr, term, ev, ordinal)
     confirmed = ctr.cuda_log
     inc.attributes["confidence"] = "log-confirmed" if confirmed else "suspected"
     inc.attributes["restarts_in_window"] = str(inc.count)
@@ -102,6 +152,101 @@ def on_crash(
     )
 
 
+def _may_open(step: Step, key: str, ctr: ContainerTrack, finished: float) -> bool:
+    """Whether the window's crashes make a loop: past the threshold, no OOM kill, no chain."""
+    config = step.config
+    if len(ctr.restarts) <= config.cuda_oom_restarts:
+        return False
+    if ctr.oom_at > finished - config.cuda_oom_window_seconds:
+        return False
+    return not chain.holds_pod(step, key)
+
+
+def _add_crash(
+    step: Step,
+    inc: OpenIncident,
+    ctr: ContainerTrack,
+    term: Termination,
+    ev: PodEvent,
+    ordinal: int,
+) -> None:
+    """The crash as evidence, the count, and the quiet deadline (shared by every cause)."""
+    window = step.config.cuda_oom_window_seconds
+    # Unseen restarts (restartCount deltas) share one stamp: list each time once.
+    shown = dict.fromkeys(ctr.restarts[:-1])
+    earlier = ", ".join(to_datetime(t).strftime("%H:%M:%S") for t in list(shown)[-4:])
+    item = text.termination(
+        ev,
+        ctr.name,
+        term,
+        f"crash {ordinal} in {window / 60:g} min" + (f" (earlier: {earlier})" if earlier else ""),
+    )
+    inc.count = len(ctr.restarts)
+    step.add_evidence(inc, item)
+    step.set_deadline(inc, step.now + window)
+
+
+def _open_cause(step: Step, base: str) -> CauseClass | None:
+    """The cause of a named-cause loop already open for the container, if any.
+
+    Several can be open (two different texts in one window): the first in precedence
+    order wins, so the choice never depends on dict order.
+    """
+    for cls in _NAMED:
+        if step.find(KIND, cause_subject(base, cls.name)) is not None:
+            return cls
+    return None
+
+
+def _on_named_crash(
+    step: Step,
+    key: str,
+    track: PodTrack,
+    ctr: ContainerTrack,
+    term: Termination,
+    ev: PodEvent,
+    finished: float,
+    base: str,
+    cause: CauseClass,
+) -> None:
+    """A crash of a loop whose termination message names ``cause`` (not CUDA OOM)."""
+    subject = cause_subject(base, cause.name)
+    ordinal = len(ctr.restarts)
+    inc = step.find(KIND, subject)
+    if inc is None:
+        if not _may_open(step, key, ctr, finished):
+            return
+        inc = step.open(KIND, subject, ev.id, ctr.restarts[0])
+        step.add_pod(inc, pod_info(key, track, "restarting", ctr.name))
+        suspicion = step.find(KIND, base)
+        if suspicion is not None and suspicion.attributes.get("confidence") == "suspected":
+            step.resolve(
+                suspicion,
+                step.now,
+                f"superseded: the termination message names {cause.label} ({subject})",
+            )
+    if cause.names_gpu:
+        for gpu_key, gpu in step.state.gpus.items():
+            pods = bound_pods(gpu)
+            if key in pods:
+                step.add_gpu(inc, gpu_key, gpu_ref(gpu_key, gpu))
+                for other in pods:
+                    if other != key:
+                        step.add_pod(inc, pod_info(other, step.state.pods.get(other), "bound"))
+    _add_crash(step, inc, ctr, term, ev, ordinal)
+    inc.attributes["cause"] = cause.name
+    inc.attributes["confidence"] = "log-named"
+    inc.attributes["restarts_in_window"] = str(inc.count)
+    minutes = step.config.cuda_oom_window_seconds / 60
+    inc.summary = (
+        f"container {base} on {step.state.node} restarted {inc.count} times in "
+        f"{minutes:g} min with non-zero exits and no OOMKilled: {cause.label} "
+        "(named in its termination message), not CUDA OOM"
+    )
+    gpus = ", ".join(g.uuid or g.pci_bus_id for g in inc.gpus.values() if g.uuid or g.pci_bus_id)
+    inc.action = cause.action + (f" GPU: {gpus}." if gpus else "")
+
+
 def on_unseen_restarts(step: Step, ctr: ContainerTrack, count: int, since: float) -> None:
     """``count`` crashes that only ``restartCount`` shows, at the earliest ``since``.
 
@@ -121,6 +266,10 @@ def on_unseen_restarts(step: Step, ctr: ContainerTrack, count: int, since: float
 
 def on_oom_killed(step: Step, key: str, ctr: ContainerTrack) -> None:
     """The container's last termination was OOMKilled: this is host memory, not CUDA."""
-    inc = step.find(KIND, f"{key}/{ctr.name}")
-    if inc is not None:
-        step.resolve(inc, step.now, "superseded: last termination was OOMKilled (host_oom_kill)")
+    base = f"{key}/{ctr.name}"
+    for subject in (base, *(cause_subject(base, cls.name) for cls in _NAMED)):
+        inc = step.find(KIND, subject)
+        if inc is not None:
+            step.resolve(
+                inc, step.now, "superseded: last termination was OOMKilled (host_oom_kill)"
+            )
