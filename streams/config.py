@@ -55,6 +55,9 @@ class CoreSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     eviction_window_seconds: Seconds = _D.eviction_window_seconds
     eviction_lookback_seconds: Seconds = _D.eviction_lookback_seconds
     failure_reasons: tuple[str, ...] = _D.failure_reasons
+    drop_persist_seconds: Seconds = _D.drop_persist_seconds
+    device_fault_near_seconds: Seconds = _D.device_fault_near_seconds
+    device_failure_patterns: tuple[str, ...] = _D.device_failure_patterns
     oom_join_seconds: Seconds = _D.oom_join_seconds
     oom_quiet_seconds: Seconds = _D.oom_quiet_seconds
     cuda_oom_restarts: Annotated[int, msgspec.Meta(ge=0)] = _D.cuda_oom_restarts
@@ -67,6 +70,7 @@ class CoreSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     xid_repeat_window_seconds: Seconds = _D.xid_repeat_window_seconds
     xid_coalesce_seconds: Seconds = _D.xid_coalesce_seconds
     not_ready_statuses: tuple[str, ...] = _D.not_ready_statuses
+    not_ready_grace_seconds: Seconds = _D.not_ready_grace_seconds
     max_evidence: Count = _D.max_evidence
     severity: dict[str, Severity] = {}
     """Overrides by incident type, merged into the defaults (not replacing them)."""

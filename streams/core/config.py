@@ -58,6 +58,30 @@ class CoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
         "TaintManagerEviction",
         "Preempting",
     )
+    drop_persist_seconds: float = 60.0
+    """An allocatable drop with no fatal XID arms the eviction chain only once it has lasted
+    this long: a device plugin that restarts re-registers its GPUs (8 -> 0 -> 8 in seconds),
+    which is not a fault."""
+    device_fault_near_seconds: float = 60.0
+    """An ordinary container crash joins a device chain only if it happened this close to
+    one of the chain's triggers (the XID killed it, the kubelet saw it before the drop)."""
+    device_failure_patterns: tuple[str, ...] = (
+        "UnexpectedAdmissionError",
+        "DeviceFailed",
+        "DeviceUnhealthy",
+        "Unhealthy devices",
+        "nvidia.com/gpu",
+        "CUDA error",
+        "CUDA_ERROR",
+        "cudaError",
+        "NVML",
+        "Xid",
+        "fallen off the bus",
+        "uncorrectable ECC",
+    )
+    """A pod failure whose reason or message contains one of these says *device*: it joins
+    a device chain wherever its GPU was. (A CUDA *out of memory* text is not one: it matches
+    ``cuda_oom_patterns`` and is the workload's, see :mod:`streams.core.rules.chain`.)"""
 
     oom_join_seconds: float = 60.0
     """host_oom_kill: a node OOMKilling event and a container OOMKilled this close are one kill."""
@@ -90,6 +114,11 @@ class CoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     """The same code on the same GPU within this long is one occurrence (sources overlap)."""
 
     not_ready_statuses: tuple[str, ...] = ("False", "Unknown")
+    not_ready_grace_seconds: float = 120.0
+    """gpu_node_not_ready pages only when the node stays NotReady longer than this (event
+    time), or a GPU pod on it fails meanwhile. Kubernetes itself waits out blips: the
+    node-monitor grace period and the NoExecute tolerations (300 s by default) mean a
+    30 s NotReady evicts nothing, so it must not wake anyone. 0 pages at once."""
 
     max_evidence: int = 50
     """Evidence kept per incident; further events are counted in ``evidence_omitted``."""

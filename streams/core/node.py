@@ -258,6 +258,7 @@ def _forget_pod(step: Step, key: str, note: str) -> None:
 def _on_node(step: Step, ev: NodeEvent) -> None:
     state = step.state
     if ev.op == "deleted":
+        not_ready.on_node_deleted(step)
         for inc in list(state.incidents.values()):
             step.resolve(inc, step.now, "node deleted")
         fresh = NodeState(cluster=state.cluster, node=state.node)
@@ -414,11 +415,9 @@ def apply_event(state: NodeState, event: Any, now: float, config: CoreConfig) ->
 
 def _prune(state: NodeState, now: float, config: CoreConfig) -> None:
     """Drop look-back memories that can no longer matter (cheap when there are none)."""
-    if (
-        state.recent_failures
-        and state.recent_failures[0][0] < now - config.eviction_lookback_seconds
-    ):
-        lookback = now - config.eviction_lookback_seconds
+    # A drop trusted only once it persisted looks back from its own, earlier, time.
+    lookback = now - config.eviction_lookback_seconds - config.drop_persist_seconds
+    if state.recent_failures and state.recent_failures[0][0] < lookback:
         state.recent_failures = tuple(f for f in state.recent_failures if f[0] >= lookback)
     if state.recent_xids and state.recent_xids[0][0] < now - _RECENT_XID_SECONDS:
         horizon = now - _RECENT_XID_SECONDS
@@ -431,6 +430,7 @@ def apply_timer(state: NodeState, now: float, config: CoreConfig) -> list[Incide
     chain.on_timer(step)
     degraded.on_timer(step)
     oom.on_timer(step)
+    not_ready.on_timer(step)
     due = sorted(
         (inc for inc in state.incidents.values() if inc.resolve_at <= now),
         key=lambda inc: (inc.resolve_at, inc.id),
@@ -444,9 +444,10 @@ def apply_timer(state: NodeState, now: float, config: CoreConfig) -> list[Incide
 def next_deadline(state: NodeState, config: CoreConfig) -> float:
     """The earliest event time at which :func:`apply_timer` has something to do."""
     found = min(
-        chain.deadline(state),
+        chain.deadline(state, config.drop_persist_seconds),
         degraded.deadline(state, config.degraded_after_seconds),
         oom.deadline(state, config.oom_join_seconds),
+        not_ready.deadline(state, config.not_ready_grace_seconds),
     )
     for inc in state.incidents.values():
         found = min(found, inc.resolve_at)

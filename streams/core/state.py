@@ -175,10 +175,18 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     chain_triggers: tuple[Evidence, ...] = ()
     chain_gpus: tuple[tuple[str, GpuRef], ...] = ()
     chain_codes: tuple[int, ...] = ()
+    drop_pending: tuple[float, Evidence] | None = None
+    """An allocatable drop not yet trusted (no fatal XID, not yet ``drop_persist_seconds``
+    old): its event time and change; None when none is pending. One field per node (not
+    two, not per pod): the bar is bytes per tracked pod."""
     degraded_since: float | None = None
     degraded_evidence: Evidence | None = None
     degraded_checked: bool = False
     oom_pending: tuple[tuple[float, Evidence], ...] = ()
+    not_ready_pending: tuple[float, Evidence] | None = None
+    """gpu_node_not_ready in its grace: the event time the node left Ready=True with
+    running GPU pods and the condition change that did it (the incident's anchor); None
+    when Ready or nothing is pending. One field per node, nothing per pod."""
     """Node ``OOMKilling`` events not yet matched to a container."""
     incidents: dict[str, OpenIncident] = {}
     """Open incidents by ``type|subject``."""

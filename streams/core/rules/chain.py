@@ -9,6 +9,50 @@ The incident opens only when a pod fails. A fatal XID on an idle node is left to
 ``gpu_degraded`` / ``xid_repeat``; a pod failure without any trigger is not a
 device incident. After the window closes, the incident resolves once the node's
 GPUs are allocatable again; while they are not, it stays open.
+
+This page says "cordon, drain, reset or replace the GPU", so both halves must be
+about a device (DESIGN §2 refinements):
+
+* **A drop must be trusted** before it arms the chain. A device plugin that
+  restarts (an upgrade, a crash, a kubelet restart) de-registers and
+  re-registers its GPUs: allocatable goes 8 -> 0 -> 8 within seconds, and that is
+  no fault. A drop arms the chain at once only when it comes with a fatal XID
+  (the chain is already armed, or the XID follows while the drop is pending) or
+  with a GPU pod failure at most ``device_fault_near_seconds`` *before* it that
+  says device (the kubelet saw the dead device first: an
+  ``UnexpectedAdmissionError``, a ``DeviceFailed`` eviction; never an ordinary
+  crash, which vouches for nothing). Otherwise it is
+  pending (``NodeState.drop_pending``) and arms when it has lasted
+  ``drop_persist_seconds`` (a timer on the watermark), anchored at the drop
+  itself, so window, look-back and incident id are those of the drop. A drop
+  undone while pending is forgotten: it was the plugin re-registering.
+* **A pod joins only if its failure is the device's.** It joins when its
+  failure says device (``device_failure_patterns`` in its reason or message:
+  ``UnexpectedAdmissionError``, ``DeviceFailed``/``DeviceUnhealthy`` evictions, a
+  CUDA/NVML error in its termination message), or when it was bound to one of
+  the chain's GPUs. When both its binding and the chain's GPUs are known and
+  they differ, it does not join (its GPU is fine). Otherwise (binding unknown, or
+  a drop that does not say which GPU) an eviction or a pod-level failure
+  reason (Kubernetes took the pod off the node: ``Evicted``, ``NodeLost``,
+  ``TaintManagerEviction``...) joins within the window, and an *ordinary crash*
+  (a container's non-zero exit, a pod ``Failed`` with no reason) joins only if
+  it happened within ``device_fault_near_seconds`` of a trigger: an XID 79 kills
+  its process at once, while an application bug crashes whenever it likes.
+  (Measured on the event time of the report of the failure, which the kubelet
+  sends within seconds of the exit.)
+
+An ordinary crash just before a drop still joins the chain once the drop has
+persisted (it is within ``device_fault_near_seconds`` of the trigger), but it
+does not make the drop trusted: a plugin restart a minute after an unrelated
+crash pages nobody.
+
+Traps: ``CUDA error: out of memory`` contains "CUDA error" but is the workload
+running out of memory (``suspected_cuda_oom``), never the device: texts that
+match ``cuda_oom_patterns`` do not say device. A kubelet pressure eviction ("The
+node was low on resource: memory") is the host's, not the GPU's, and does not
+join unless it names the GPU resource. A failure that does not join is still
+remembered for a later trigger's look-back, and still reaches the other rules
+(a crash-loop is then counted toward ``suspected_cuda_oom``).
 """
 
 from __future__ import annotations
@@ -17,11 +61,20 @@ import math
 
 from schemas.incidents import Evidence, GpuRef, PodInfo
 from streams.core.lifecycle import Step
-from streams.core.state import NEVER, NodeState, OpenIncident
+from streams.core.state import (
+    NEVER,
+    GpuTrack,
+    NodeState,
+    OpenIncident,
+    bound_pods,
+    unpack_uuid,
+)
 
 KIND = "device_unhealthy_eviction"
 SUBJECT = "chain"
 _MAX_RECENT_FAILURES = 64
+_PRESSURE = "low on resource"
+"""The kubelet's node-pressure eviction message: memory or disk, not the GPU."""
 
 
 def degraded(state: NodeState) -> bool:
@@ -38,9 +91,22 @@ def arm(
     gpu_key: str = "",
     gpu: GpuRef | None = None,
     code: int | None = None,
+    at: float | None = None,
 ) -> None:
-    """A fatal XID or an allocatable drop: pod failures in the window now join the chain."""
+    """A fatal XID or a trusted allocatable drop: pod failures in the window now join.
+
+    ``at``: the trigger's own time when it is armed later than it happened (a drop
+    trusted once it persisted); window and look-back count from it.
+    """
     state, config = step.state, step.config
+    when = step.now if at is None else at
+    pending = state.drop_pending
+    if pending is not None:
+        _forget_drop(state)
+        if pending[1].event_id != trigger.event_id:
+            # A fatal XID while a drop is pending: the drop came with it, trust it now,
+            # first (it is the earlier trigger, so it anchors the id).
+            arm(step, pending[1], at=pending[0])
     inc = step.find(KIND, SUBJECT)
     if inc is None and not armed(step):
         _disarm(state)
@@ -54,31 +120,113 @@ def arm(
         state.chain_gpus = (*others, (gpu_key, gpu))
     if code is not None and code not in state.chain_codes:
         state.chain_codes = (*state.chain_codes, code)
-    state.chain_until = max(state.chain_until, step.now + config.eviction_window_seconds)
+    state.chain_until = max(state.chain_until, when + config.eviction_window_seconds)
     state.timers_dirty = True
     if inc is not None:
         step.add_evidence(inc, trigger)
         if gpu is not None:
             step.add_gpu(inc, gpu_key, gpu)
         _describe(step, inc)
-    lookback = step.now - config.eviction_lookback_seconds
+    lookback = when - config.eviction_lookback_seconds
     recent = [f for f in state.recent_failures if f[0] >= lookback]
-    state.recent_failures = ()
-    for _, info, evidence in recent:
-        _join(step, info, evidence)
+    kept = []
+    for failure in recent:
+        if _belongs(step, failure[1], failure[2], failure[0]):
+            _join(step, failure[1], failure[2])
+        else:
+            kept.append(failure)
+    state.recent_failures = tuple(kept)
+
+
+def on_drop(step: Step, change: Evidence) -> None:
+    """Allocatable fell: arm the chain if the drop is trusted, else hold it pending."""
+    state, config = step.state, step.config
+    near = step.now - config.device_fault_near_seconds
+    if (
+        armed(step)
+        or step.find(KIND, SUBJECT) is not None
+        or config.drop_persist_seconds <= 0
+        or any(
+            near <= when <= step.now and _says_device_failure(step, info, evidence)
+            for when, info, evidence in state.recent_failures
+        )
+    ):
+        arm(step, change)
+        return
+    if state.drop_pending is None:
+        state.drop_pending = (step.now, change)
+        state.timers_dirty = True
 
 
 def on_failure(step: Step, info: PodInfo, evidence: Evidence) -> bool:
-    """A GPU pod failed. Join the armed chain, or remember it for the look-back."""
-    if armed(step):
+    """A GPU pod failed. Join the armed chain if it belongs, or remember it for the look-back."""
+    if armed(step) and _belongs(step, info, evidence, step.now):
         _join(step, info, evidence)
         return True
-    state = step.state
-    lookback = step.now - step.config.eviction_lookback_seconds
+    state, config = step.state, step.config
+    lookback = step.now - config.eviction_lookback_seconds - config.drop_persist_seconds
     kept = [f for f in state.recent_failures if f[0] >= lookback]
     kept.append((step.now, info, evidence))
     state.recent_failures = tuple(kept[-_MAX_RECENT_FAILURES:])
     return False
+
+
+def _belongs(step: Step, info: PodInfo, evidence: Evidence, when: float) -> bool:
+    """Is this failure the chain's device's doing? (See the module docstring.)"""
+    state, config = step.state, step.config
+    words = evidence.text
+    if any(p in words for p in config.device_failure_patterns) and not any(
+        p in words for p in config.cuda_oom_patterns
+    ):
+        return True
+    key = f"{info.namespace}/{info.name}"
+    # An XID with no GPU identity ("unknown") says nothing about where: not a GPU set.
+    affected = [(k, ref) for k, ref in state.chain_gpus if k != "unknown"]
+    bound = [(k, gpu) for k, gpu in state.gpus.items() if key in bound_pods(gpu)]
+    if bound and affected:
+        return any(_same_gpu(k, gpu, ak, ref) for k, gpu in bound for ak, ref in affected)
+    if _PRESSURE in words:
+        return False
+    if not _ordinary_crash(info, evidence):
+        return True
+    near = config.device_fault_near_seconds
+    return any(abs(when - t.time.timestamp()) <= near for t in state.chain_triggers)
+
+
+def _says_device_failure(step: Step, info: PodInfo, evidence: Evidence) -> bool:
+    """Does a failure just before a drop vouch for the drop? Only one that is not an
+    ordinary crash nor a host-pressure eviction: the kubelet taking pods off a dead
+    device (UnexpectedAdmissionError, a DeviceFailed eviction), or a text that says
+    device. An application crash a minute before a plugin restart vouches for nothing."""
+    config, words = step.config, evidence.text
+    if any(p in words for p in config.cuda_oom_patterns):
+        return False
+    if any(p in words for p in config.device_failure_patterns):
+        return True
+    return _PRESSURE not in words and not _ordinary_crash(info, evidence)
+
+
+def _same_gpu(key: str, gpu: GpuTrack, chain_key: str, ref: GpuRef) -> bool:
+    """Trap: the chain keeps the key the GPU had when it was armed (``uuid:<uuid>``
+    before a binding revealed the bus id), so compare identities, not only keys."""
+    if key == chain_key or (ref.pci_bus_id and key == ref.pci_bus_id):
+        return True
+    return bool(ref.uuid) and unpack_uuid(gpu.uuid) == ref.uuid
+
+
+def _ordinary_crash(info: PodInfo, evidence: Evidence) -> bool:
+    """A container's own non-zero exit, or a pod ``Failed`` with no reason given.
+
+    Reads the evidence line (``streams.core.evidence``): a termination names its
+    container; a pod status reads ``pod ns/name <phase>: <reason>[: message]``.
+    """
+    if info.container:
+        return True
+    head = f"pod {info.namespace}/{info.name} "
+    if evidence.schema != "pod.v1" or not evidence.text.startswith(head):
+        return False
+    parts = evidence.text[len(head) :].split(": ", 2)
+    return len(parts) > 1 and parts[1] == "Failed"
 
 
 def holds_pod(step: Step, key: str) -> bool:
@@ -91,6 +239,11 @@ def holds_pod(step: Step, key: str) -> bool:
 
 def on_timer(step: Step) -> None:
     state = step.state
+    pending = state.drop_pending
+    if pending is not None and step.now >= pending[0] + step.config.drop_persist_seconds:
+        _forget_drop(state)
+        if degraded(state):
+            arm(step, pending[1], at=pending[0])  # it persisted: not a plugin re-registering
     if state.chain_until == -math.inf or state.chain_until > step.now:
         return
     inc = step.find(KIND, SUBJECT)
@@ -104,15 +257,26 @@ def on_timer(step: Step) -> None:
 
 
 def on_restored(step: Step) -> None:
-    """All GPUs allocatable again: a chain whose window has closed can resolve."""
+    """All GPUs allocatable again: a chain whose window has closed can resolve, and a
+    pending drop was a device plugin re-registering (8 -> 0 -> 8): forget it."""
+    if step.state.drop_pending is not None:
+        _forget_drop(step.state)
     inc = step.find(KIND, SUBJECT)
     if inc is not None and step.state.chain_until < step.now:
         _disarm(step.state)
         step.resolve(inc, step.now, "all GPUs allocatable again")
 
 
-def deadline(state: NodeState) -> float:
-    return state.chain_until if state.chain_until != -math.inf else NEVER
+def deadline(state: NodeState, persist: float) -> float:
+    found = state.chain_until if state.chain_until != -math.inf else NEVER
+    if state.drop_pending is not None:
+        found = min(found, state.drop_pending[0] + persist)
+    return found
+
+
+def _forget_drop(state: NodeState) -> None:
+    state.drop_pending = None
+    state.timers_dirty = True
 
 
 def _disarm(state: NodeState) -> None:

@@ -5,7 +5,8 @@ unhealthy and nobody's pod died (yet). When a ``device_unhealthy_eviction``
 chain already reports the node, this rule stays quiet: one root cause, one page.
 XIDs seen on the node are attached as evidence, before and while it is open.
 
-A drop in allocatable (not a level) is also what arms the eviction chain.
+A drop in allocatable (not a level) is also what arms the eviction chain, once
+it is trusted (see :func:`streams.core.rules.chain.on_drop`).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ def on_capacity(step: Step, ev: NodeEvent, capacity: int, allocatable: int) -> N
         ev.id, ev.time, before_alloc if known else -1, allocatable, capacity
     )
     if known and gap > before_gap:
-        chain.arm(step, change)
+        chain.on_drop(step, change)
     if gap > 0:
         if state.degraded_since is None:
             state.degraded_since = step.now

@@ -1,0 +1,282 @@
+"""False pages (issue 10): signals that look like a fault but are Kubernetes working.
+
+Each test is a rule of the domain (DESIGN §2 refinements), driven through the real
+engine with real-shaped events from :mod:`tests.factories`; the docstring says why.
+"""
+
+from __future__ import annotations
+
+from streams.core import Correlator
+from tests.core_helpers import config, final, of_type, run
+from tests.factories import T0, Cluster, term
+
+MIN = 60.0
+T0_S = T0.timestamp()
+NOT_READY = "gpu_node_not_ready"
+
+
+def healthy(c: Cluster, node: str, pods: list[str]) -> None:
+    c.node(node, 0)
+    for name in pods:
+        c.pod(node, name, 1)
+
+
+# -- class 5: a NotReady blip is not a page -----------------------------------------------
+def test_a_30_second_not_ready_blip_does_not_page() -> None:
+    """Kubernetes waits out a short NotReady (node-monitor grace, 300 s NoExecute
+    tolerations): a 30 s blip evicts nothing and heals itself, so it publishes nothing."""
+    c = Cluster()
+    healthy(c, "n7", ["s1", "s2"])
+    c.node("n7", 10 * MIN, ready="Unknown")
+    c.node("n7", 10 * MIN + 30, ready="True")
+    c.tick(30 * MIN)
+    assert of_type(run(c.events), NOT_READY) == []
+
+
+def test_not_ready_longer_than_the_grace_pages_at_the_grace_in_event_time() -> None:
+    """Past the grace (default 120 s) the node is really down: it pages, anchored on the
+    transition (same id and first_seen as without a grace), when the *watermark* passes
+    the grace: a tick two minutes later, not a wall clock."""
+    c = Cluster()
+    healthy(c, "n7", ["s1"])
+    c.node("n7", 10 * MIN, ready="False")
+    correlator = Correlator(config())
+    for ev in c.events:
+        assert [i for i in correlator.ingest(ev) if i.type == NOT_READY] == []
+    c.events.clear()
+    early = c.tick(10 * MIN + 119)
+    assert correlator.ingest(early) == []
+    [opened] = correlator.ingest(c.tick(10 * MIN + 121))
+    assert (opened.type, opened.status, opened.severity) == (NOT_READY, "open", "page")
+    assert opened.first_seen.timestamp() == T0_S + 10 * MIN
+    assert [p.name for p in opened.pods] == ["s1"]
+
+
+def test_a_gpu_pod_failing_during_the_grace_pages_at_once() -> None:
+    """A GPU pod evicted or failed while the node is NotReady means the blip already
+    costs work: no reason to wait out the grace."""
+    c = Cluster()
+    healthy(c, "n7", ["s1", "s2"])
+    c.node("n7", 10 * MIN, ready="Unknown")
+    c.kube("n7", 10 * MIN + 20, "TaintManagerEviction", name="s1")
+    c.node("n7", 10 * MIN + 40, ready="True")
+    revisions = run(c.events)
+    [inc] = of_type(revisions, NOT_READY)
+    assert inc.severity == "page"
+    assert {(p.name, p.role) for p in inc.pods} == {("s1", "evicted"), ("s2", "running")}
+    assert [r.status for r in revisions if r.id == inc.id] == ["open", "resolved"]
+
+
+def test_false_then_unknown_is_one_episode_measured_from_the_first_transition() -> None:
+    """Ready=False then Unknown (the kubelet said unhealthy, then stopped reporting) is
+    one NotReady: the grace is not restarted by the second, and it pages once."""
+    c = Cluster()
+    healthy(c, "n7", ["s1"])
+    c.node("n7", 10 * MIN, ready="False")
+    c.node("n7", 11 * MIN, ready="Unknown")
+    c.node("n7", 12 * MIN + 30, ready="True")
+    revisions = run(c.events)
+    [inc] = of_type(revisions, NOT_READY)
+    opened = [r for r in revisions if r.id == inc.id and r.status == "open"]
+    assert len(opened) == 1
+    assert opened[0].first_seen.timestamp() == T0_S + 10 * MIN
+    assert inc.status == "resolved"
+
+
+def test_a_flapping_node_measures_each_stretch_and_does_not_page_on_short_flaps() -> None:
+    """Several short flaps (each < grace) do not add up: the grace restarts at each
+    transition. A later stretch past the grace does page, as its own incident."""
+    c = Cluster()
+    healthy(c, "n7", ["s1"])
+    for k in range(4):
+        c.node("n7", (10 + k) * MIN, ready="Unknown")
+        c.node("n7", (10 + k) * MIN + 45, ready="True")
+    assert of_type(run(list(c.events)), NOT_READY) == []
+    c.node("n7", 20 * MIN, ready="Unknown")
+    c.node("n7", 25 * MIN, ready="True")
+    [inc] = of_type(run(c.events), NOT_READY)
+    assert inc.first_seen.timestamp() == T0_S + 20 * MIN
+
+
+def test_a_node_deleted_while_not_ready_pages_and_resolves_as_deleted() -> None:
+    """Deleting a NotReady node inside the grace loses its GPU pods (the pod GC deletes
+    pods bound to a node that no longer exists): that is a failure, so it pages, and
+    resolves as deleted in the same breath; the pending timer dies with the node."""
+    c = Cluster()
+    healthy(c, "n7", ["s1"])
+    c.node("n7", 10 * MIN, ready="Unknown")
+    c.node("n7", 10 * MIN + 30, ready="Unknown", op="deleted")
+    c.tick(30 * MIN)
+    revisions = run(c.events)
+    [inc] = of_type(revisions, NOT_READY)
+    assert (inc.status, inc.attributes["resolution"]) == ("resolved", "node deleted")
+    assert len(final(revisions)) == 1
+
+
+def test_the_not_ready_grace_is_configurable() -> None:
+    """``not_ready_grace_seconds`` sets the wait; 0 restores paging on the transition."""
+    c = Cluster()
+    healthy(c, "n7", ["s1"])
+    c.node("n7", 10 * MIN, ready="False")
+    c.node("n7", 10 * MIN + 30, ready="True")
+    assert of_type(run(c.events, config(not_ready_grace_seconds=10)), NOT_READY) != []
+    assert of_type(run(c.events, config(not_ready_grace_seconds=0)), NOT_READY) != []
+    assert of_type(run(c.events, config(not_ready_grace_seconds=60)), NOT_READY) == []
+
+
+# -- class 4: a device-plugin restart is not a device fault ---------------------------------
+CHAIN = "device_unhealthy_eviction"
+
+
+def test_a_device_plugin_restart_and_an_unrelated_crash_do_not_page() -> None:
+    """A restarting device plugin de-registers and re-registers its GPUs: allocatable
+    8 -> 0 -> 8 in seconds is no fault, so it never arms the eviction chain, and an
+    application crash a minute later is the application's (no "cordon and drain" page)."""
+    c = Cluster()
+    healthy(c, "n1", ["a", "b"])
+    c.node("n1", 5 * MIN, alloc=0)
+    c.node("n1", 5 * MIN + 4, alloc=8)
+    c.pod("n1", "a", 6 * MIN + 30, phase="Failed", current=term(6 * MIN + 29))
+    c.tick(30 * MIN)
+    revisions = run(c.events)
+    assert of_type(revisions, CHAIN) == []
+    assert of_type(revisions, "gpu_degraded") == []
+
+
+def test_an_unrelated_crash_just_before_a_plugin_restart_does_not_page() -> None:
+    """The same restart with the application crash 30 s *before* it: an ordinary crash
+    does not vouch for a drop (only a failure that says device does: the kubelet's
+    UnexpectedAdmissionError, a DeviceFailed eviction), so the 4 s drop never arms."""
+    c = Cluster()
+    healthy(c, "n1", ["a", "b"])
+    c.pod("n1", "a", 5 * MIN - 30, phase="Failed", current=term(5 * MIN - 31))
+    c.node("n1", 5 * MIN, alloc=0)
+    c.node("n1", 5 * MIN + 4, alloc=8)
+    c.tick(30 * MIN)
+    revisions = run(c.events)
+    assert of_type(revisions, CHAIN) == []
+
+
+def test_an_admission_error_just_before_a_drop_trusts_it_at_once() -> None:
+    """The kubelet often sees a dead device first: a pod refused with
+    UnexpectedAdmissionError a few seconds before the plugin drops the GPU vouches for
+    the drop, which arms the chain without waiting for it to persist."""
+    c = Cluster()
+    healthy(c, "n1", ["a"])
+    c.pod("n1", "a", 5 * MIN - 10, phase="Failed", reason="UnexpectedAdmissionError")
+    c.node("n1", 5 * MIN, alloc=7)
+    [inc] = of_type(run(c.events), CHAIN)
+    assert [p.name for p in inc.pods] == ["a"]
+
+
+def test_a_drop_that_persists_arms_the_chain_anchored_at_the_drop() -> None:
+    """A drop still there after ``drop_persist_seconds`` (60 s) is the plugin marking a
+    GPU unhealthy: the chain arms from the drop's own time, so an eviction joins it."""
+    c = Cluster()
+    healthy(c, "n1", ["a"])
+    c.node("n1", 5 * MIN, alloc=7)
+    c.pod("n1", "a", 8 * MIN, phase="Failed", reason="Evicted")
+    [inc] = of_type(run(c.events), CHAIN)
+    assert inc.first_seen.timestamp() == T0_S + 5 * MIN
+    assert [p.name for p in inc.pods] == ["a"]
+    assert "GPU allocatable drop" in inc.summary
+
+
+def test_an_ordinary_crash_far_from_the_fault_does_not_join_a_drop_chain() -> None:
+    """A container's exit 1 minutes after the drop, with no device word and no binding
+    to say where it ran, is an application bug: it does not join (the eviction does)."""
+    c = Cluster()
+    healthy(c, "n1", ["a", "b"])
+    c.node("n1", 5 * MIN, alloc=7)
+    c.pod("n1", "a", 9 * MIN, phase="Running", restarts=1, last=term(9 * MIN - 2))
+    c.pod("n1", "b", 10 * MIN, phase="Failed", reason="Evicted")
+    [inc] = of_type(run(c.events), CHAIN)
+    assert [p.name for p in inc.pods] == ["b"]
+
+
+def test_a_crash_on_another_gpu_does_not_join_but_one_on_the_faulty_gpu_does() -> None:
+    """With bindings known, a pod joins only if it ran on the faulty GPU: a crash on a
+    healthy GPU of the same node, two minutes after an XID 79 on another, is unrelated."""
+    c = Cluster()
+    healthy(c, "n1", ["a", "b"])
+    c.bind("n1", 2, "GPU-1", "0000:9b:00.0", ["a"])
+    c.bind("n1", 2, "GPU-2", "0000:bb:00.0", ["b"])
+    c.xid("n1", 5 * MIN, 79, bus="0000:9b:00.0", uuid="GPU-1")
+    c.pod("n1", "b", 7 * MIN, phase="Running", restarts=1, last=term(7 * MIN - 1))
+    c.pod("n1", "a", 7 * MIN + 10, phase="Failed", current=term(7 * MIN + 5))
+    [inc] = of_type(run(c.events), CHAIN)
+    assert [p.name for p in inc.pods] == ["a"]
+
+
+def test_a_failure_that_says_device_joins_wherever_it_ran() -> None:
+    """``UnexpectedAdmissionError``, a ``DeviceUnhealthy`` eviction or a CUDA/NVML error
+    in the termination message say *device*: they join even far from the fault time.
+    A CUDA *out of memory* message does not: that is the workload's memory."""
+    c = Cluster()
+    healthy(c, "n1", ["a", "b", "d", "e"])
+    c.node("n1", 5 * MIN, alloc=7)
+    c.pod("n1", "a", 9 * MIN, phase="Failed", reason="UnexpectedAdmissionError")
+    c.kube("n1", 9 * MIN, "Evicted", name="b", message="DeviceUnhealthy: nvidia.com/gpu")
+    msg = "RuntimeError: CUDA error: uncorrectable ECC error encountered"
+    c.pod("n1", "d", 9 * MIN, restarts=1, last=term(9 * MIN - 1, message=msg))
+    oom = "torch.OutOfMemoryError: CUDA error: out of memory"
+    c.pod("n1", "e", 9 * MIN, restarts=1, last=term(9 * MIN - 1, message=oom))
+    [inc] = of_type(run(c.events), CHAIN)
+    assert sorted(p.name for p in inc.pods) == ["a", "b", "d"]
+
+
+def test_a_fatal_xid_while_a_drop_is_pending_trusts_the_drop_at_once() -> None:
+    """A drop that comes with a fatal XID is a fault, not a re-registration: the chain
+    arms at the XID without waiting, and the earlier drop anchors it."""
+    c = Cluster()
+    healthy(c, "n1", ["a"])
+    c.node("n1", 5 * MIN, alloc=7)
+    c.xid("n1", 5 * MIN + 5, 79)
+    c.pod("n1", "a", 5 * MIN + 20, phase="Failed", reason="Evicted")
+    [inc] = of_type(run(c.events), CHAIN)
+    assert [e.schema for e in inc.evidence][:2] == ["node.v1", "xid.v1"]
+    assert inc.first_seen.timestamp() == T0_S + 5 * MIN
+
+
+def test_a_memory_pressure_eviction_is_the_hosts_not_the_gpus() -> None:
+    """The kubelet evicting for node memory pressure is not the device's doing: it does
+    not join a drop chain (and, alone, opens none)."""
+    c = Cluster()
+    healthy(c, "n1", ["a"])
+    c.node("n1", 5 * MIN, alloc=7)
+    c.kube("n1", 8 * MIN, "Evicted", name="a", message="The node was low on resource: memory.")
+    assert of_type(run(c.events), CHAIN) == []
+
+
+def test_the_drop_persistence_is_configurable() -> None:
+    """``drop_persist_seconds`` = 0 trusts every drop at once (today's behaviour)."""
+    c = Cluster()
+    healthy(c, "n1", ["a"])
+    c.node("n1", 5 * MIN, alloc=0)
+    c.node("n1", 5 * MIN + 4, alloc=8)
+    c.pod("n1", "a", 5 * MIN + 30, phase="Failed", reason="Evicted")
+    assert of_type(run(c.events), CHAIN) == []
+    assert len(of_type(run(c.events, config(drop_persist_seconds=0)), CHAIN)) == 1
+
+
+def test_the_only_gpu_pod_failing_during_the_grace_still_pages() -> None:
+    """Trap: the failed pod is no longer "running"; when it was the node's only GPU pod
+    the page must not be lost for want of running pods."""
+    c = Cluster()
+    healthy(c, "n7", ["s1"])
+    c.node("n7", 10 * MIN, ready="Unknown")
+    c.kube("n7", 10 * MIN + 20, "TaintManagerEviction", name="s1")
+    [inc] = of_type(run(c.events), NOT_READY)
+    assert [(p.name, p.role) for p in inc.pods] == [("s1", "evicted")]
+
+
+def test_a_pod_on_the_faulty_gpu_joins_when_the_xid_named_it_by_uuid_only() -> None:
+    """Trap: an NVML XID names the GPU by uuid before a binding reveals its bus id; the
+    pod bound to that GPU (by bus id and uuid) is still on the faulty GPU."""
+    c = Cluster()
+    healthy(c, "n1", ["a"])
+    c.xid("n1", 5 * MIN, 79, bus="", uuid="GPU-00000000-0000-0000-0000-000000000001")
+    c.bind("n1", 5 * MIN + 1, "GPU-00000000-0000-0000-0000-000000000001", "0000:9b:00.0", ["a"])
+    c.pod("n1", "a", 9 * MIN, phase="Running", restarts=1, last=term(9 * MIN - 1))
+    [inc] = of_type(run(c.events), CHAIN)
+    assert [p.name for p in inc.pods] == ["a"]
