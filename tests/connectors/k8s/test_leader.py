@@ -52,6 +52,22 @@ def elector(
     )
 
 
+class EndlessWork:
+    """The leader's work: runs until cancelled, and says that it started and was cancelled."""
+
+    def __init__(self) -> None:
+        self.working = asyncio.Event()
+        self.cancelled = asyncio.Event()
+
+    async def __call__(self) -> None:
+        self.working.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
+
+
 def lease_spec(cluster: Any) -> dict[str, Any]:
     obj = cluster.server.objects[
         cluster.server.resource("coordination.k8s.io", "v1", "leases"),
@@ -152,19 +168,9 @@ async def test_a_leader_that_cannot_renew_steps_down_and_stops_working() -> None
     """The renew deadline runs out on the fake clock."""
     async with fake_cluster() as cluster:
         a = elector(cluster, "a")
-        working = asyncio.Event()
-        cancelled = asyncio.Event()
-
-        async def work() -> None:
-            working.set()
-            try:
-                await asyncio.Event().wait()
-            except asyncio.CancelledError:
-                cancelled.set()
-                raise
-
+        work = EndlessWork()
         task = asyncio.create_task(a.run(work))
-        await asyncio.wait_for(working.wait(), 5)
+        await asyncio.wait_for(work.working.wait(), 5)
         # Another identity takes the lease behind a's back (an operator, a split brain).
         await CoordinationV1Api(cluster.api).patch_namespaced_lease(
             "gputriage-connect-k8s",
@@ -173,7 +179,7 @@ async def test_a_leader_that_cannot_renew_steps_down_and_stops_working() -> None
         )
         with pytest.raises(LeadershipLost):
             await asyncio.wait_for(task, 5)
-        assert cancelled.is_set()
+        assert work.cancelled.is_set()
         assert not a.is_leader
 
 
@@ -187,19 +193,9 @@ async def test_a_leader_whose_api_server_hangs_steps_down_before_the_lease_expir
     waiting on this loop, so the deadline passes on the fake clock."""
     async with fake_cluster() as cluster:
         a = elector(cluster, "a", lease_duration_s=3.0)
-        working = asyncio.Event()
-        cancelled = asyncio.Event()
-
-        async def work() -> None:
-            working.set()
-            try:
-                await asyncio.Event().wait()
-            except asyncio.CancelledError:
-                cancelled.set()
-                raise
-
+        work = EndlessWork()
         task = asyncio.create_task(a.run(work))
-        await asyncio.wait_for(working.wait(), 5)
+        await asyncio.wait_for(work.working.wait(), 5)
         loop = asyncio.get_running_loop()
         async with hung_leases(cluster) as seen:
             await eventually(lambda: seen, what="a hung lease request")
@@ -207,7 +203,7 @@ async def test_a_leader_whose_api_server_hangs_steps_down_before_the_lease_expir
             with pytest.raises(LeadershipLost):
                 await asyncio.wait_for(task, 5)
             stepped_down_after = loop.time() - hung_at
-        assert cancelled.is_set()
+        assert work.cancelled.is_set()
         assert not a.is_leader
         assert stepped_down_after < a.options.lease_duration_s
 
