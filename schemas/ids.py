@@ -32,3 +32,28 @@ def incident_id(kind: str, cluster: str, node: str, subject: str, anchor: str) -
     on this node") and the id of the event that anchored it (its first evidence in event
     time): ``inc-`` + 20 hex digits."""
     return hashed_id("inc", kind, cluster, node, subject, anchor)
+
+
+def k8s_event_id(uid: str, resource_version: str) -> str:
+    """The id of an event made from a Kubernetes object: ``k8s:<uid>:<resourceVersion>``.
+
+    The object's own identity and version, so a relist or a redelivery of the same
+    version is the same event, and the core can read the version back
+    (:func:`k8s_version`) to tell a newer copy of an object from an older one.
+    """
+    return f"k8s:{uid}:{resource_version}"
+
+
+def k8s_version(event_id: str) -> int:
+    """The resourceVersion inside a :func:`k8s_event_id`; 0 when the id is not one.
+
+    Kubernetes calls resourceVersion opaque, but every API server in use backs it
+    with etcd's revision, a decimal counter that grows with every write across the
+    cluster: a larger number is a later version of the same object. Anything else
+    (a non-numeric version, an id of another source, a test's counter) is 0,
+    "unknown", and the caller must then not order by it.
+    """
+    if not event_id.startswith("k8s:"):
+        return 0
+    version = event_id[event_id.rfind(":") + 1 :]
+    return int(version) if version.isdigit() else 0

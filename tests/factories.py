@@ -2,6 +2,9 @@
 
 Each builder takes event time as seconds after ``T0`` so scenarios read like a
 timeline. Event ids come from a per-``Cluster`` counter: deterministic and unique.
+Pods and nodes get Kubernetes-shaped ids (``k8s:<uid>:<n>``, the counter as their
+resourceVersion, see :func:`schemas.ids.k8s_event_id`), so the core's per-object
+version rule (an older copy of an object is stale) is exercised by every test.
 
 The records themselves are built by :mod:`gputriage.demo.events`, shared with the
 demo scenario and the bench generator; this module only adds the tests' timeline
@@ -26,6 +29,7 @@ from schemas.events import (
     Tick,
     XidEvent,
 )
+from schemas.ids import k8s_event_id
 from schemas.types import Op
 
 __all__ = ["GPU", "T0", "Cluster", "at", "term"]
@@ -43,6 +47,13 @@ class Cluster:
         self._n += 1
         return f"{prefix}-{self._n:06d}"
 
+    def _k8s_id(self, uid: str, version: int | None = None) -> str:
+        """A Kubernetes object's id, ``k8s:<uid>:<resourceVersion>``, as the connector
+        makes it: the version grows with every event built, as etcd's revision does
+        (``version`` overrides it, to build an older copy of an object)."""
+        self._n += 1
+        return k8s_event_id(uid, str(self._n if version is None else version))
+
     def node(
         self,
         node: str,
@@ -53,9 +64,10 @@ class Cluster:
         ready: str = "True",
         labels: dict[str, str] | None = None,
         op: Op = "modified",
+        version: int | None = None,
     ) -> NodeEvent:
         ev = build.node_event(
-            id=self._id("node"),
+            id=self._k8s_id(f"node-{node}", version),
             cluster=self.name,
             time=at(t),
             node=node,
@@ -86,11 +98,13 @@ class Cluster:
         owner: tuple[str, str] = ("Job", "job"),
         uid: str = "",
         deleted_at: float | None = None,
+        version: int | None = None,
     ) -> PodEvent:
         """``deleted_at``: the pod's deletionTimestamp (seconds after ``T0``), set from
-        the moment it is deleted until it is gone (``op="deleted"``)."""
+        the moment it is deleted until it is gone (``op="deleted"``). ``version``: the
+        resourceVersion in its id (default: the next of this cluster's counter)."""
         ev = build.pod_event(
-            id=self._id("pod"),
+            id=self._k8s_id(uid or f"uid-{name}", version),
             cluster=self.name,
             time=at(t),
             node=node,

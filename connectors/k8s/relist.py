@@ -38,6 +38,7 @@ from typing import Any
 import msgspec
 
 from schemas.events import NodeEvent, PodEvent
+from schemas.ids import k8s_event_id
 from schemas.types import Op
 
 
@@ -105,4 +106,5 @@ def deletion(
     last: PodEvent | NodeEvent, uid: str, list_version: str, when: datetime
 ) -> PodEvent | NodeEvent:
     """The ``deleted`` event for an object that vanished: its last state, a newer id and time."""
-    return msgspec.structs.replace(last, op="deleted", id=f"k8s:{uid}:{list_version}", time=when)
+    event_id = k8s_event_id(uid, list_version)
+    return msgspec.structs.replace(last, op="deleted", id=event_id, time=when)

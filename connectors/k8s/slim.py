@@ -113,6 +113,7 @@ from schemas.events import (
     Taint,
     Termination,
 )
+from schemas.ids import k8s_event_id
 from schemas.types import Op
 
 MAX_TEXT: Final = 4096
@@ -539,7 +540,7 @@ def _identity(meta: _MetaView) -> _Identity:
         name=name,
         namespace=meta.namespace or "",
         uid=uid,
-        id=f"k8s:{uid}:{version}",
+        id=k8s_event_id(uid, version),
         created=_time(meta.creation_timestamp, "$.metadata.creationTimestamp"),
         deleted=deleted,
     )

@@ -13,10 +13,11 @@ grow test helpers.
 
 What is deliberately *not* here, and stays with each caller:
 
-* **Event ids.** Each stream has its own id scheme (the tests' ``pod-000001``
-  counter, the scenario's ``k8s:pod-NAME:RV``, the bench's ``UID/RV``), and ids are
-  part of the bytes: incident ids derive from evidence ids, and the scenario file
-  and the bench stream are checked byte for byte. Every builder takes ``id``.
+* **Event ids.** Each stream has its own id scheme (the tests' counter, as
+  ``k8s:uid-NAME:N`` for pods and nodes and ``xid-000001`` for the rest, the
+  scenario's ``k8s:pod-NAME:RV``, the bench's ``UID/RV``), and ids are part of the
+  bytes: incident ids derive from evidence ids, and the scenario file and the bench
+  stream are checked byte for byte. Every builder takes ``id``.
 * **Time units.** Builders take an aware :class:`~datetime.datetime`. The tests count
   seconds after :data:`T0`, the scenario minutes (rounded to the millisecond before
   conversion), the bench seconds after its own start plus jitter; :func:`at` is the

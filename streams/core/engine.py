@@ -17,9 +17,13 @@ How it stays deterministic while events arrive out of order:
   counted in ``stats.late``: its result may then differ from an in-order run,
   the one place arrival order can matter, and it is visible.
 * Each key remembers the last event it applied (its high-water mark). An event
-  that sorts at or before it is *stale*: a redelivery after a crash (Kafka is
-  at-least-once) or a late event that can no longer be placed in order. It is
-  skipped and counted in ``stats.stale``, which is what makes redelivery harmless.
+  that sorts at or before it is *stale* (a redelivery after a crash: Kafka is
+  at-least-once), skipped and counted in ``stats.stale``, which is what makes
+  redelivery harmless... unless its *object* says it is news: a Kubernetes object
+  whose resourceVersion is newer than the one its key applied (a relist's copy,
+  stamped with the object's own older times) is applied behind the mark and counted
+  in ``stats.late_applied`` (``streams.core.node.admits``); no evidence is lost.
+  An older or equal version of an object is stale even in order.
 
 For a processor on Kafka, ``ingest`` takes an opaque ``token`` per event (the
 consumer's handle on the record) and :meth:`Correlator.take_released` hands
@@ -81,7 +85,13 @@ class CoreStats(msgspec.Struct):
     """Events delivered twice while still buffered (same time, schema, id *and key*:
     the same id in another cluster or on another node is another event)."""
     stale: int = 0
-    """Events skipped because their key had already applied a later event (redeliveries)."""
+    """Events skipped as older copies: their key had already applied a later event and
+    their object brings no newer version (redeliveries), or their object had already
+    been applied at this version or a newer one."""
+    late_applied: int = 0
+    """Events that sorted behind their key's position but were applied, because their
+    object's version was newer than the one applied (a relist after 410 Gone, a restart
+    or a reconnect: objects changed meanwhile come stamped with their own older times)."""
     revisions: int = 0
     timers: int = 0
 
@@ -107,7 +117,7 @@ def step(
     """
     if state is None:
         state = new_state(event)
-    incidents = _transition(state, event, event.time.timestamp(), config)
+    incidents, _ = _transition(state, event, event.time.timestamp(), config)
     if isinstance(state, NodeState):
         _refresh_deadline(state, config)
     return state, incidents or []
@@ -118,16 +128,26 @@ def _transition(
     event: AnyEvent,
     when: float,
     config: CoreConfig,
-) -> list[Incident] | None:
-    """Apply one event to one key's state at event time ``when``; None if it is stale."""
+) -> tuple[list[Incident] | None, bool]:
+    """Apply one event to one key's state at event time ``when``.
+
+    Returns ``(incidents, late)``: incidents None if the event is stale; ``late`` when
+    it sorted at or before the key's position and was applied all the same, because its
+    object's own version is newer (``streams.core.node.admits``; a relist's copy).
+    The key's position never moves back.
+    """
     mark = (when, RANK[type(event)], event.id)
-    if mark <= (state.applied_time, state.applied_rank, state.applied_id):
-        return None
-    state.applied_time, state.applied_rank, state.applied_id = mark
+    late = mark <= (state.applied_time, state.applied_rank, state.applied_id)
     if isinstance(state, ClusterState):
+        if late:
+            return None, False
+        state.applied_time, state.applied_rank, state.applied_id = mark
         state.events += 1
-        return []
-    return node_rules.apply_event(state, event, when, config)
+        return [], False
+    incidents = node_rules.apply_event(state, event, when, config, late=late)
+    if incidents is not None and not late:
+        state.applied_time, state.applied_rank, state.applied_id = mark
+    return incidents, late
 
 
 def advance(state: KeyState, now: float, config: CoreConfig) -> tuple[KeyState, list[Incident]]:
@@ -347,10 +367,12 @@ class Correlator:
         state = nodes.get(node)
         if state is None:
             state = nodes[node] = new_state(event)
-        incidents = _transition(state, event, when, self.config)
+        incidents, late = _transition(state, event, when, self.config)
         if incidents is None:
             self.stats.stale += 1
             return
+        if late:
+            self.stats.late_applied += 1
         if self._track_dirty:
             self._dirty[(cluster, node)] = state
         if not isinstance(state, NodeState):

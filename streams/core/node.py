@@ -23,6 +23,7 @@ from schemas.events import (
     Termination,
     XidEvent,
 )
+from schemas.ids import k8s_version
 from schemas.incidents import Evidence, Incident
 from streams.core import evidence as text
 from streams.core.config import CoreConfig, XidRule
@@ -49,6 +50,13 @@ _REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 _LIVE_PHASES = ("Pending", "Running")
 _TERMINAL_PHASES = ("Succeeded", "Failed")
 _EVICTION_REASONS = ("Evicted", "TaintManagerEviction", "Preempting")
+TOMBSTONE_SECONDS = 3600.0
+"""How long (event time) a forgotten pod's last version is remembered in
+``NodeState.gone``: longer than any redelivery after a crash (the uncommitted tail of
+a partition) or a watch cache lagging behind; a copy older than that of a pod deleted
+that long ago is indistinguishable from a new pod and is applied."""
+_MAX_GONE = 256
+"""At most this many tombstones per node (a mass deletion keeps the newest)."""
 _SIGNAL_EXITS = {137: "SIGKILL", 143: "SIGTERM"}
 """Exit codes 128 + n of a process killed by signal n from *outside* it.
 
@@ -83,6 +91,8 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
             owner_name=intern(ev.owner_name),
         )
         state.pods[key] = track
+    version = k8s_version(ev.id)
+    track.version = max(track.version, version)
     if track.phase != ev.phase:
         track.phase = intern(ev.phase)
     deleting = _deleting(ev)
@@ -152,7 +162,7 @@ def _count_unseen_restarts(step: Step, ctr: ContainerTrack, status: ContainerSta
     ahead = 1 if status.terminated is not None else 0
     if ctr.restart_count != count + ahead:
         ctr.restart_count = count + ahead
-    ctr.seen_at = step.now
+    ctr.seen_at = max(seen, step.now)  # a late (relisted) copy never moves it back
     if seen == -math.inf or count <= accounted:
         return
     last = status.last_terminated
@@ -251,19 +261,49 @@ def _resolve_pod_incidents(step: Step, key: str, note: str) -> None:
 
 def _forget_pod(step: Step, key: str, note: str) -> None:
     _resolve_pod_incidents(step, key, note)
-    step.state.pods.pop(key, None)
+    track = step.state.pods.pop(key, None)
+    if track is not None and track.version:
+        _bury(step.state, ((key, track.version, step.now),))
+
+
+def _bury(state: NodeState, graves: tuple[tuple[str, int, float], ...]) -> None:
+    """Remember forgotten pods' last versions (``NodeState.gone``), newest last."""
+    keys = {g[0] for g in graves}
+    kept = tuple(g for g in state.gone if g[0] not in keys)
+    state.gone = (*kept, *graves)[-_MAX_GONE:]
+
+
+def _gone_version(state: NodeState, key: str) -> int:
+    for pod, version, _ in state.gone:
+        if pod == key:
+            return version
+    return 0
 
 
 # -- nodes -----------------------------------------------------------------------
+_SURVIVES_DELETION = frozenset(
+    ("node_version", "gone", "applied_time", "applied_rank", "applied_id", "deadline")
+)
+"""What a node's deletion does not reset: how far this key has applied, and which
+versions of which objects it has seen, so a late or redelivered copy of the node or of
+one of its pods cannot bring them back. (``deadline`` is the engine's, recomputed.)"""
+
+
 def _on_node(step: Step, ev: NodeEvent) -> None:
     state = step.state
+    version = k8s_version(ev.id)
+    state.node_version = max(state.node_version, version)
     if ev.op == "deleted":
         not_ready.on_node_deleted(step)
         for inc in list(state.incidents.values()):
             step.resolve(inc, step.now, "node deleted")
+        graves = tuple((k, t.version, step.now) for k, t in state.pods.items() if t.version)
+        if graves:
+            _bury(state, graves)
         fresh = NodeState(cluster=state.cluster, node=state.node)
         for field in NodeState.__struct_fields__:
-            setattr(state, field, getattr(fresh, field))
+            if field not in _SURVIVES_DELETION:
+                setattr(state, field, getattr(fresh, field))
         state.timers_dirty = True
         return
     strategy = ev.labels.get(_SHARING_LABEL, "")
@@ -402,8 +442,16 @@ _HANDLERS: dict[type[Any], Callable[[Step, Any], None]] = {
 }
 
 
-def apply_event(state: NodeState, event: Any, now: float, config: CoreConfig) -> list[Incident]:
-    """Apply one event at event time ``now``; return the incident revisions it caused."""
+def apply_event(
+    state: NodeState, event: Any, now: float, config: CoreConfig, *, late: bool = False
+) -> list[Incident] | None:
+    """Apply one event at event time ``now``; return the incident revisions it caused,
+    or None when it is stale: an older copy of its object (see :func:`admits`).
+
+    ``late``: the event sorts at or before the last one this key applied.
+    """
+    if not admits(state, event, config, late=late):
+        return None
     handler = _HANDLERS.get(type(event))
     if handler is None:
         return []
@@ -413,12 +461,64 @@ def apply_event(state: NodeState, event: Any, now: float, config: CoreConfig) ->
     return step.finish()
 
 
+def admits(state: NodeState, event: Any, config: CoreConfig, *, late: bool) -> bool:
+    """Does this event bring news about its own object? (DESIGN §2: no evidence is lost.)
+
+    In order, everything is news except an older (or the same) version of an object
+    already applied. Behind the key's position (``late``), only a *newer* version is:
+    after a relist (410 Gone, a restart, a reconnect) objects changed meanwhile arrive
+    stamped with their own, older, times, behind events of other pods the node's key
+    has already applied; skipping them would lose the very failures of a device
+    incident. Versions are Kubernetes resourceVersions (:func:`schemas.ids.k8s_version`).
+
+    Traps:
+
+    * An unknown version (0: a test's id, a state restored from an older release)
+      orders nothing: in order it applies, late it is stale, as before this rule.
+    * A pod never seen (no track, no tombstone) with a version is news even late: a
+      GPU pod created and failed while the watch was down is seen only in the relist.
+      A pod forgotten lately (``NodeState.gone``) is not: a redelivered copy of a
+      deleted pod must not bring it back.
+    * A late copy of the node object is news only when newer than the node's own
+      version; a late Kubernetes Event only when it reports a failure of a tracked
+      pod that has not failed yet (a repeat adds nothing; Events have no version of
+      the pod). Late XIDs, bindings and node OOM events stay stale: their sources
+      deliver in order.
+    """
+    kind = type(event)
+    if kind is PodEvent:
+        version = k8s_version(event.id)
+        if not version:
+            return not late
+        key = f"{event.namespace}/{event.name}"
+        track = state.pods.get(key)
+        if track is not None:
+            return version > track.version if track.version else not late
+        return version > _gone_version(state, key)
+    if kind is NodeEvent:
+        version = k8s_version(event.id)
+        if version and state.node_version:
+            return version > state.node_version
+        # Late and unversioned: news only if this key never saw the node object.
+        return not late or (version > 0 and state.capacity < 0 and not state.ready)
+    if not late:
+        return True
+    if kind is KubeEvent and event.involved.kind == "Pod":
+        if event.reason not in config.failure_reasons:
+            return False
+        track = state.pods.get(f"{event.involved.namespace}/{event.involved.name}")
+        return track is not None and not track.failed
+    return False
+
+
 def _prune(state: NodeState, now: float, config: CoreConfig) -> None:
     """Drop look-back memories that can no longer matter (cheap when there are none)."""
     # A drop trusted only once it persisted looks back from its own, earlier, time.
     lookback = now - config.eviction_lookback_seconds - config.drop_persist_seconds
     if state.recent_failures and state.recent_failures[0][0] < lookback:
         state.recent_failures = tuple(f for f in state.recent_failures if f[0] >= lookback)
+    if state.gone and state.gone[0][2] < now - TOMBSTONE_SECONDS:
+        state.gone = tuple(g for g in state.gone if g[2] >= now - TOMBSTONE_SECONDS)
     if state.recent_xids and state.recent_xids[0][0] < now - _RECENT_XID_SECONDS:
         horizon = now - _RECENT_XID_SECONDS
         state.recent_xids = tuple(x for x in state.recent_xids if x[0] >= horizon)

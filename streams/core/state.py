@@ -63,6 +63,11 @@ class PodTrack(msgspec.Struct, gc=False, omit_defaults=True):
     failed: bool = False
     containers: ContainerTrack | tuple[ContainerTrack, ...] = ()
     """The one container itself in the usual case (a 1-tuple would add 48 bytes)."""
+    version: int = 0
+    """The newest resourceVersion applied (:func:`schemas.ids.k8s_version`); 0: unknown.
+    An event of this pod at or below it is an older copy (a redelivery, a stale watch
+    cache) and is skipped; one above it is applied even when it sorts behind the node's
+    position (a relist's copy, stamped with the object's own older times)."""
 
 
 class GpuTrack(msgspec.Struct, gc=False, omit_defaults=True):
@@ -183,13 +188,19 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     degraded_evidence: Evidence | None = None
     degraded_checked: bool = False
     oom_pending: tuple[tuple[float, Evidence], ...] = ()
+    """Node ``OOMKilling`` events not yet matched to a container."""
     not_ready_pending: tuple[float, Evidence] | None = None
     """gpu_node_not_ready in its grace: the event time the node left Ready=True with
     running GPU pods and the condition change that did it (the incident's anchor); None
     when Ready or nothing is pending. One field per node, nothing per pod."""
-    """Node ``OOMKilling`` events not yet matched to a container."""
     incidents: dict[str, OpenIncident] = {}
     """Open incidents by ``type|subject``."""
+    node_version: int = 0
+    """The newest resourceVersion of the Node object applied; 0: unknown (as for pods)."""
+    gone: tuple[tuple[str, int, float], ...] = ()
+    """Pods forgotten lately (deleted, replaced, their node deleted): ``(pod key, last
+    resourceVersion, event time forgotten)``, kept ``node.TOMBSTONE_SECONDS``. Without
+    them a late copy of a deleted pod (a redelivery after a crash) would bring it back."""
     deadline: float = NEVER
     """The earliest timer of this key; recomputed when ``timers_dirty``."""
     timers_dirty: bool = False

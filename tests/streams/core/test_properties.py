@@ -6,16 +6,22 @@
 * A resolved incident keeps the id it was opened with.
 * suspected_cuda_oom is never raised for a container whose last termination was
   OOMKilled.
+* Delivering any event a second time (Kafka is at-least-once), or a relisted copy of a
+  Kubernetes object (the same version, stamped with the object's own, earlier, time),
+  never changes the incidents.
 """
 
 from __future__ import annotations
 
 import random
+from datetime import timedelta
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from schemas.codec import AnyEvent, decode_event, encode
+from schemas.events import NodeEvent, PodEvent
 from schemas.incidents import Incident
 from streams.core import Correlator
 from tests.core_helpers import config, run
@@ -108,3 +114,41 @@ def test_cuda_oom_is_never_raised_after_an_oomkill(seq: list[tuple[tuple[str, in
             if rev.type == "suspected_cuda_oom" and rev.status != "resolved":
                 assert last_reason != "OOMKilled"
                 assert rev.attributes["confidence"] == "suspected", "no log source needed"
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    plan=episodes,
+    picks=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 600)), max_size=4),
+)
+def test_a_second_delivery_or_a_relisted_copy_never_changes_the_incidents(
+    plan: list[tuple[str, int, int]], picks: list[tuple[float, float, float]]
+) -> None:
+    """Each pick copies one event and delivers the copy again at a later position of the
+    arrival order: anywhere when it is the same record (a redelivery: inside the grace
+    it is a buffered duplicate, after it a stale one); for a pod or node, as the relist
+    makes it, the same id ``back`` seconds earlier, arriving once the original has been
+    applied (a relist comes after the watch's event, never before it)."""
+    cfg = config(grace_seconds=GRACE)
+    ordered = build(plan)
+    arrival = list(ordered)
+    for which, where, back in picks:
+        i = min(int(which * len(ordered)), len(ordered) - 1)
+        original = ordered[i]
+        copy = original
+        earliest = arrival.index(original) + 1
+        if isinstance(original, PodEvent | NodeEvent) and back > 0:
+            when = original.time.timestamp()
+            copy = msgspec.structs.replace(original, time=original.time - timedelta(seconds=back))
+            later = [k for k, e in enumerate(arrival) if e.time.timestamp() > when + GRACE]
+            if not later:
+                continue
+            earliest = later[0] + 1  # once that event is in, the watermark has passed it
+        j = earliest + int(where * (len(arrival) - earliest))
+        arrival.insert(j, copy)
+    correlator = Correlator(cfg)
+    out: list[Incident] = []
+    for event in arrival:
+        out.extend(correlator.ingest(event))
+    out.extend(correlator.flush())
+    assert as_bytes(out) == as_bytes(run(ordered, cfg))
