@@ -18,6 +18,7 @@ from typing import IO, Any
 
 from connectors.kafka.producer import start_producer
 from connectors.signals import stop_on_signals
+from connectors.state import StateLock
 from schemas.topics import TopicLayout
 
 PROG = "gputriage"
@@ -42,6 +43,19 @@ def connect_dcgm(
 
 
 async def _connect_dcgm(
+    command: DcgmCommand, client_kwargs: Mapping[str, Any], layout: TopicLayout, err: IO[str]
+) -> int:
+    # One poller per state file (StateInUse, before anything starts): two would move
+    # each other's diff base and publish every change twice.
+    lock = StateLock(command.state_path) if command.state_path else None
+    try:
+        return await _poll(command, client_kwargs, layout, err)
+    finally:
+        if lock is not None:
+            lock.close()
+
+
+async def _poll(
     command: DcgmCommand, client_kwargs: Mapping[str, Any], layout: TopicLayout, err: IO[str]
 ) -> int:
     from connectors.dcgm import scrape  # noqa: PLC0415

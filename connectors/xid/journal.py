@@ -160,7 +160,8 @@ class JournalSource:
         self.state_file.save(batch.state, published=bool(batch.events or batch.dead))
 
     async def close(self) -> None:
-        """Stop ``journalctl`` (it follows forever) and reap it."""
+        """Stop ``journalctl`` (it follows forever) and reap it; release the state lock."""
+        self.state_file.close()
         process, self._process = self._process, None
         if process is None:
             return

@@ -292,5 +292,6 @@ class KmsgSource:
         self.state_file.save(batch.state, published=bool(batch.events or batch.dead))
 
     def close(self) -> None:
-        """Close the device."""
+        """Close the device and release the state file's lock."""
         self.device.close()
+        self.state_file.close()

@@ -179,6 +179,7 @@ class TextLogSource:
         self.state_file.save(batch.state, published=bool(batch.events or batch.dead))
 
     def close(self) -> None:
+        self.state_file.close()
         if self._file is not None:
             self._file.close()
             self._file = None

@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 import click
 import msgspec
 
+from connectors.state import StateInUse
 from gputriage.cli.common import (
     CONTEXT,
     SettingsRequired,
@@ -375,7 +376,7 @@ def run_connect_kmsg(settings: Settings, o: KmsgConnectSettings, boot_time: Any)
         return 1
     except OSError as exc:
         raise click.FileError(exc.filename or "?", hint=exc.strerror or str(exc)) from None
-    except ValueError as exc:  # an unreadable btime or boot id
+    except (ValueError, StateInUse) as exc:  # an unreadable btime or boot id; a 2nd reader
         error(str(exc))
         return 1
 
@@ -451,7 +452,11 @@ def run_connect_dcgm(settings: Settings, o: DcgmConnectSettings) -> int:
         state_path=Path(o.state_path) if o.state_path else None,
         metrics_port=o.metrics_port,
     )
-    return connect_dcgm(command, kwargs, layout, sys.stderr)
+    try:
+        return connect_dcgm(command, kwargs, layout, sys.stderr)
+    except StateInUse as exc:
+        error(str(exc))
+        return 1
 
 
 @connect_group.command("nvml", context_settings=CONTEXT)

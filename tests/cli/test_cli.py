@@ -259,3 +259,24 @@ def test_a_bad_time_from_the_command_line_or_the_settings_is_one_line(
 ) -> None:
     result = gputriage("connect", "kmsg", "--node", "n", "--cluster", "c", *args, env=env)
     assert message in _one_line_error(result)
+
+
+def test_a_second_dcgm_poller_of_one_state_file_is_one_line(tmp_path: Path) -> None:
+    """Issue 11.6: two pollers with one ``--state`` would each diff against the other's
+    last scrape and publish every change twice. Refused before anything connects."""
+    from connectors.state import StateLock  # noqa: PLC0415
+
+    state = tmp_path / "dcgm.json"
+    holder = StateLock(state)
+    try:
+        result = gputriage(
+            "connect", "dcgm", "--node", "n", "--cluster", "c", "--url", "http://n:9400/metrics",
+            "--state", str(state), "--brokers", "127.0.0.1:1",
+        )  # fmt: skip
+    finally:
+        holder.close()
+    stderr = result.stderr.decode()
+    assert result.returncode == 1, stderr  # not a usage error: the file is busy
+    assert len(stderr.splitlines()) == 1, stderr
+    assert stderr.startswith("gputriage: error: state file ")
+    assert "is in use by another process" in stderr

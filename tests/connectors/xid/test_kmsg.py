@@ -273,12 +273,13 @@ def test_state_file_is_replaced_atomically(tmp_path: Path) -> None:
     save_state(state, KmsgState(boot_id=BOOT_A, seq=2))
     assert load_state(state, KmsgState) == KmsgState(boot_id=BOOT_A, seq=2)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json"]
-    # A write that fails half-way (here: the temporary file cannot be created) must
-    # leave the previous state whole, never a truncated file.
-    (tmp_path / ".state.json.tmp").mkdir()
-    with pytest.raises(IsADirectoryError):
-        save_state(state, KmsgState(boot_id=BOOT_A, seq=3))
+    # A write that fails half-way (here: the state cannot be encoded, after the
+    # temporary file was created) must leave the previous state whole, never a
+    # truncated file, and no temporary file behind.
+    with pytest.raises(TypeError):
+        save_state(state, object())  # type: ignore[arg-type]
     assert load_state(state, KmsgState) == KmsgState(boot_id=BOOT_A, seq=2)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json"]
 
 
 # --- the journal follower -------------------------------------------------------------------

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.state import load_state
+from connectors.state import StateLock, load_state
 from connectors.xid.journal import JournalState
 from connectors.xid.kmsg import KmsgState
 from connectors.xid.run import KmsgMetrics, KmsgOptions, run_kmsg
@@ -465,3 +465,25 @@ def test_a_kernel_xid_79_line_joins_the_eviction_incident(tmp_path: Path) -> Non
 
 def decode_lines(stdout: bytes) -> list[str]:
     return [decode_event(line).id for line in stdout.splitlines()]
+
+
+def test_connect_kmsg_refuses_a_state_file_another_reader_holds(tmp_path: Path) -> None:
+    """Issue 11.6: two readers of one device with one state file would move each other's
+    position. The second is refused at start, in one line, before it reads anything."""
+    device, state, boot_id = tmp_path / "kmsg", tmp_path / "state.json", tmp_path / "boot_id"
+    device.write_text("3,0,5000000,-;NVRM: Xid (PCI:0000:9b:00): 79, GPU has fallen off the bus.\n")
+    boot_id.write_text("boot-a\n")
+    holder = StateLock(state)
+    try:
+        proc = gputriage(
+            "connect", "kmsg", "--node", "n", "--cluster", "c", "--device", str(device),
+            "--boot-id-file", str(boot_id), "--boot-time", BOOT, "--state", str(state),
+            "--brokers", "127.0.0.1:1", "--metrics-port", "0", "--once", "--no-nvml",
+        )  # fmt: skip
+    finally:
+        holder.close()
+    assert proc.returncode == 1, proc.stderr
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert b"is in use by another process" in proc.stderr
+    assert b"Traceback" not in proc.stderr
+    assert not state.exists()
