@@ -205,6 +205,25 @@ class XidEvent(Event, tag="xid.v1", frozen=True, kw_only=True):
     """For XID 154: the recovery action the driver now asks for."""
     caused_by: int | None = None
     """For XID 45: the earlier XID this cleanup follows."""
+    gpu_instance: int | None = None
+    """The MIG GPU instance the XID is attributed to, on the *parent* GPU that
+    ``pci_bus_id`` / ``gpu_uuid`` name: the kernel's ``GPU-I:05`` (``Xid
+    (PCI:0000:01:00 GPU-I:05): 94, ...``) is 5, NVML's event ``gpuInstanceId``
+    likewise. It is the id dcgm-exporter labels ``GPU_I_ID`` and
+    :attr:`GpuBindingEvent.gpu_instance` carries, so (parent GPU, instance) names
+    one MIG instance in every source.
+
+    Traps: ``None`` does not mean "not a MIG GPU": most XIDs on a MIG GPU are
+    device-level (79, 48, 154...) and name no instance, and the driver names one
+    only when it can attribute the fault; such an XID concerns every instance of
+    the GPU. ``gpu_uuid`` is never a ``MIG-`` uuid; dcgm-exporter's XID gauge is
+    device-level, so its XIDs never set this."""
+    compute_instance: int | None = None
+    """The MIG compute instance within :attr:`gpu_instance` (kernel ``GPU-CI:00``, NVML
+    ``computeInstanceId``), when the driver attributes the fault that finely; ``None``
+    otherwise. Only meaningful together with ``gpu_instance``. Kubernetes MIG devices
+    (the device plugin's ``nvidia.com/mig-*`` resources) are whole GPU instances with one
+    compute instance each, so bindings and joins use ``gpu_instance`` alone."""
 
 
 class GpuBindingEvent(Event, tag="gpu_binding.v1", frozen=True, kw_only=True):
@@ -215,16 +234,46 @@ class GpuBindingEvent(Event, tag="gpu_binding.v1", frozen=True, kw_only=True):
     uuid <-> index map) sets ``pods_known`` false: then ``pods`` is ignored and
     the binding only names the GPU, so it can never unbind what a pod-aware
     source (dcgm-exporter) bound.
+
+    **A MIG instance** is named the same way by every source: ``gpu_uuid``,
+    ``pci_bus_id`` and ``gpu_index`` are those of its *parent* GPU (whatever of
+    them the source knows), ``gpu_instance`` is its GPU instance id, ``mig_uuid``
+    NVML's ``MIG-...`` uuid when the source knows it, ``mig_profile`` its profile.
+    (parent GPU, ``gpu_instance``) is the key, and it is what an XID naming
+    ``GPU-I:NN`` carries (:attr:`XidEvent.gpu_instance`). Records written before
+    these fields existed spelled a dcgm instance ``gpu_uuid="<parent uuid>/GI<id>"``
+    with an empty bus id, and an NVML one ``gpu_uuid="MIG-..."``: they still decode,
+    with ``gpu_instance`` ``None``.
     """
 
     node: str
     gpu_uuid: str
+    """The GPU's uuid; for a MIG instance the parent's (``GPU-...``, never ``MIG-...``)."""
     pci_bus_id: str = ""
+    """Canonical; for a MIG instance the parent's, which all its instances share."""
     gpu_index: int | None = None
+    """NVML index; for a MIG instance the parent's."""
     device: str = ""
     mig_profile: str = ""
+    """The MIG profile (``1g.10gb``) of a MIG instance; empty for a whole GPU."""
     pods: tuple[PodRef, ...] = ()
     pods_known: bool = True
+    gpu_instance: int | None = None
+    """The MIG GPU instance id (dcgm-exporter ``GPU_I_ID``, NVML
+    ``nvmlDeviceGetGpuInstanceId``) of the instance this binding is about; ``None``
+    for a whole GPU. Trap: several bindings share one ``gpu_uuid`` / ``pci_bus_id``
+    when they differ here; a consumer that keys GPUs by bus id or uuid alone merges
+    the instances, and the last binding wins. Instance ids are per parent GPU (every
+    GPU of a node may have an instance 1), and are reused when instances are
+    destroyed and created again with other profiles."""
+    mig_uuid: str = ""
+    """NVML's uuid of the MIG device (``MIG-5e0b...``; what ``nvidia-smi -L`` lists and
+    ``NVIDIA_VISIBLE_DEVICES`` may name), when the source knows it (NVML does;
+    dcgm-exporter does not export it). Identity only: join on (parent, ``gpu_instance``).
+    Trap: a MIG device is a *compute* instance; a GPU instance split into several
+    compute instances has several ``MIG-`` uuids, hence several NVML bindings with
+    one ``gpu_instance`` (Kubernetes' MIG strategies make one compute instance per
+    GPU instance, so there it is one)."""
 
 
 class AutoscalerEvent(Event, tag="autoscaler.v1", frozen=True, kw_only=True):

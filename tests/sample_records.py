@@ -108,6 +108,8 @@ SAMPLES: tuple[msgspec.Struct, ...] = (
         sxid=False,
         recovery_action="reboot",
         caused_by=48,
+        gpu_instance=5,
+        compute_instance=0,
     ),
     GpuBindingEvent(
         id="dcgm/gpu-node-1/3/1",
@@ -120,6 +122,8 @@ SAMPLES: tuple[msgspec.Struct, ...] = (
         device="nvidia3",
         mig_profile="1g.10gb",
         pods=(PodRef(namespace="ml", name="trainer-0", container="main"),),
+        gpu_instance=5,
+        mig_uuid="MIG-5e0b4a8c-7c1f-5b2e-9a43-2d4bc1e0f6a1",
     ),
     AutoscalerEvent(
         id="ca/1",

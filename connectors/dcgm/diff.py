@@ -36,11 +36,18 @@ sight (they also carry the bus id <-> uuid <-> index map).
 
 **Bindings.** A :class:`GpuBindingEvent` when a GPU's pods, bus id, index,
 device or MIG profile differ from the previous scrape; a GPU that vanished from
-the scrape while it had pods gets one with empty ``pods``. A MIG instance is its
-own GPU, ``gpu_uuid = "<parent uuid>/GI<id>"`` with an empty bus id: the
-instances share the parent's bus id, and the core keys GPUs by bus id, so
-putting it there would merge all instances into one GPU and the last binding
-would win.
+the scrape while it had pods gets one with empty ``pods``. A MIG instance is
+bound on its own, named as every source names it: ``gpu_uuid``, ``pci_bus_id``
+(when the exporter has the label) and ``gpu_index`` of the *parent* GPU, and
+``gpu_instance`` = ``GPU_I_ID``, ``mig_profile`` = ``GPU_I_PROFILE``
+(``mig_uuid`` stays empty: the exporter has no MIG uuid). The state remembers
+each instance under its own key (``<uuid>/GI<id>``), so instances of one GPU
+never overwrite each other here; a consumer must key them by (parent,
+``gpu_instance``) too. Trap: releases before ``gpu_instance`` existed sent
+``gpu_uuid="<parent uuid>/GI<id>"`` with no bus id and index, and a state file
+they saved remembers that; the first scrape after an upgrade differs from it and
+re-sends every instance's binding in the new spelling (and a vanished instance is
+unbound in the spelling it was bound with).
 
 **Ids** are ``dcgm-`` + a hash of cluster, node, GPU, metric, code, the values
 before and after, the occurrence number, the scrape sequence number and the
@@ -81,6 +88,9 @@ class BindingMemory(msgspec.Struct, frozen=True, kw_only=True):
     device: str = ""
     mig_profile: str = ""
     pods: tuple[PodRef, ...] = ()
+    gpu_instance: int | None = None
+    """A MIG instance's ``GPU_I_ID`` (``gpu_uuid`` is then its parent's); absent in state
+    files saved before it existed, which spelled the instance in ``gpu_uuid``."""
 
 
 class DcgmState(msgspec.Struct, kw_only=True):
@@ -161,11 +171,11 @@ def diff(
         binding = _binding(sample)
         bindings[key] = binding
         if old.bindings.get(key) != binding:
-            events.append(_binding_event(binding, cluster, node, time, seq, stamp))
+            events.append(_binding_event(key, binding, cluster, node, time, seq, stamp))
     for key, gone in old.bindings.items():
         if key not in bindings and gone.pods:
             unbound = msgspec.structs.replace(gone, pods=())
-            events.append(_binding_event(unbound, cluster, node, time, seq, stamp))
+            events.append(_binding_event(key, unbound, cluster, node, time, seq, stamp))
 
     xids: dict[str, XidMemory] = {}
     suppressed = baseline = 0
@@ -194,23 +204,25 @@ def diff(
 
 
 def _binding(sample: GpuSample) -> BindingMemory:
-    mig = bool(sample.mig_instance)
     return BindingMemory(
-        gpu_uuid=sample.key,
-        pci_bus_id="" if mig else sample.pci_bus_id,
-        gpu_index=None if mig else sample.gpu_index,
+        gpu_uuid=sample.uuid,
+        pci_bus_id=sample.pci_bus_id,
+        gpu_index=sample.gpu_index,
         device=sample.device,
         mig_profile=sample.mig_profile,
         pods=sample.pods,
+        gpu_instance=sample.gpu_instance,
     )
 
 
 def _binding_event(
-    b: BindingMemory, cluster: str, node: str, time: datetime, seq: int, stamp: str
+    key: str, b: BindingMemory, cluster: str, node: str, time: datetime, seq: int, stamp: str
 ) -> GpuBindingEvent:
+    """``key``: the GPU's key in the state (``uuid`` or ``uuid/GI<id>``), which the id hashes:
+    instances of one GPU share uuid and bus id, and would otherwise share ids."""
     pods = ",".join(f"{p.namespace}/{p.name}/{p.container}" for p in b.pods)
     return GpuBindingEvent(
-        id=event_id(cluster, node, "binding", b.gpu_uuid, b.pci_bus_id, pods, seq, stamp),
+        id=event_id(cluster, node, "binding", key, b.pci_bus_id, pods, seq, stamp),
         cluster=cluster,
         time=time,
         node=node,
@@ -220,6 +232,7 @@ def _binding_event(
         device=b.device,
         mig_profile=b.mig_profile,
         pods=b.pods,
+        gpu_instance=b.gpu_instance,
     )
 
 

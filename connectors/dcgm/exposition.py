@@ -19,10 +19,23 @@ Traps (all seen in real exporter output, see ``tests/data/dcgm/``):
   The bus id (``pci_bus_id``, absent in older exporters) is NVML's spelling
   ``00000000:9B:00.0``; it is canonicalised with :func:`schemas.pci.canonical_bus_id`.
 * **MIG.** With MIG on, every series carries ``GPU_I_ID``/``GPU_I_PROFILE`` and
-  the *parent's* uuid: one GPU uuid then has several instances, each a separate
-  GPU for binding purposes (key ``<uuid>/GI<id>``). The exporter repeats the
-  device-level XID gauge on each instance; XIDs are a property of the physical
-  GPU, so :mod:`connectors.dcgm.diff` folds them per uuid.
+  the *parent's* uuid, index (``gpu``) and bus id: one GPU uuid then has several
+  instances, each a separate GPU for binding purposes (sample key
+  ``<uuid>/GI<id>``, :attr:`GpuSample.gpu_instance` the id). There is no MIG uuid
+  label (the exporter's pod mapper resolves the kubelet's ``MIG-`` device ids to
+  (GPU, GI) through NVML itself). The exporter repeats the device-level XID gauge
+  on each instance; XIDs are a property of the physical GPU, so
+  :mod:`connectors.dcgm.diff` folds them per uuid.
+* **MIG instance 0 exists**: a GPU split as one whole-GPU instance (``all-7g.80gb``)
+  has ``GPU_I_ID="0"`` (NVIDIA/dcgm-exporter#713), so an instance id is tested
+  for presence, never for truth. A ``GPU_I_ID`` that is not a number is not a
+  dcgm-exporter scrape (a :class:`RecordError`).
+* **The profile is decoration, not identity.** DCGM names the same instance
+  ``7g.79gb`` where the MIG manager, NVML and the node's resource name say
+  ``7g.80gb`` (NVIDIA/dcgm-exporter#713, #544), and old DCGM writes
+  ``GPU_I_PROFILE="<<<NULL>>>"`` (NVIDIA/gpu-monitoring-tools#193), DCGM's blank
+  marker: kept as written except the blank markers, which become empty; a MIG
+  instance is identified by (parent, ``GPU_I_ID``) only.
 * **No per-code "active XID" gauge.** The exporter has no
   ``DCGM_FI_DEV_XID_ERRORS_ACTIVE`` (not in its sources, history or counters
   file, nor among go-dcgm's field names); per-code information comes only from
@@ -96,6 +109,8 @@ EXPORTED: Final = "exported_"
 with a target label."""
 MIG_ID_LABEL: Final = "GPU_I_ID"
 MIG_PROFILE_LABEL: Final = "GPU_I_PROFILE"
+_MAX_INSTANCE_DIGITS: Final = 5
+"""GPU instance ids are small (at most 14 on today's GPUs); the driver's are 16-bit."""
 SKIP_LABELS: Final = ("nvlink", "nvswitch")
 """Series about a link or a switch, not about one GPU's own state."""
 
@@ -114,7 +129,11 @@ class GpuSample(msgspec.Struct, frozen=True, kw_only=True):
     model: str = ""
     hostname: str = ""
     mig_instance: str = ""
+    """``GPU_I_ID`` as written; empty for a whole GPU."""
+    gpu_instance: int | None = None
+    """``GPU_I_ID`` as a number (0 is an instance); None for a whole GPU."""
     mig_profile: str = ""
+    """``GPU_I_PROFILE``, without DCGM's blank markers (``<<<NULL>>>``)."""
     pods: tuple[PodRef, ...] = ()
     """Every pod on any series of this GPU, sorted, without duplicates."""
     xid_last: int | None = None
@@ -187,6 +206,7 @@ class _Gpu:
             model=self.model,
             hostname=self.host,
             mig_instance=self.mig_id,
+            gpu_instance=int(self.mig_id) if self.mig_id else None,
             mig_profile=self.mig_profile,
             pods=pods,
             xid_last=self.last,
@@ -246,6 +266,13 @@ def _parse(text: str) -> Scrape:
             if not uuid or any(name in labels for name in SKIP_LABELS):
                 continue
             mig_id = labels.get(MIG_ID_LABEL, "")
+            if mig_id and not (
+                mig_id.isascii() and mig_id.isdigit() and len(mig_id) <= _MAX_INSTANCE_DIGITS
+            ):
+                raise RecordError(
+                    f"{MIG_ID_LABEL} {mig_id[:20]!r} is not a GPU instance id", MIG_ID_LABEL
+                )
+            mig_id = str(int(mig_id)) if mig_id else ""  # "03" and "3" are one instance
             key = gpu_key(uuid, mig_id)
             gpu = gpus.get(key)
             if gpu is None:
@@ -280,7 +307,14 @@ def _identity(gpu: _Gpu, labels: Mapping[str, str]) -> None:
     gpu.device = gpu.device or labels.get("device", "")
     gpu.model = gpu.model or _first(labels, MODEL_LABELS)
     gpu.host = gpu.host or _first(labels, HOST_LABELS)
-    gpu.mig_profile = gpu.mig_profile or labels.get(MIG_PROFILE_LABEL, "")
+    if not gpu.mig_profile:
+        profile = labels.get(MIG_PROFILE_LABEL, "")
+        gpu.mig_profile = "" if _is_blank(profile) else profile
+
+
+def _is_blank(value: str) -> bool:
+    """DCGM's markers for a value it does not have: ``<<<NULL>>>``, ``<<<NOT_SUPPORTED>>>``..."""
+    return value.startswith("<<<") and value.endswith(">>>")
 
 
 def _pods(gpu: _Gpu, labels: Mapping[str, str], targets: set[tuple[str, str]]) -> None:

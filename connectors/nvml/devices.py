@@ -22,11 +22,22 @@ Traps:
   as bytes in older pynvml; canonicalised with :func:`schemas.pci.canonical_bus_id`.
 * **MIG**: a MIG device is listed under its parent (``nvmlDeviceGetMigDeviceHandleByIndex``)
   with its own ``MIG-...`` uuid, no bus id of its own and ``nvmlDeviceGetGpuInstanceId``.
-  Its binding has an *empty* bus id: the core keys GPUs by bus id, and the
-  instances share the parent's. (dcgm-exporter names instances ``<parent uuid>/GI<id>``
-  because it does not export MIG uuids; the two sources' instance keys differ.)
-* **XID events are device-level.** On a MIG GPU the event names the parent's
-  handle (``gpuInstanceId`` may say which instance); the XID goes to the parent.
+  Its binding names it the way every source does (:class:`GpuBindingEvent`): the
+  *parent's* uuid, bus id and index, ``gpu_instance`` = the GPU instance id (the
+  kernel's ``GPU-I:NN``, dcgm-exporter's ``GPU_I_ID``), the ``MIG-`` uuid in
+  ``mig_uuid`` and the profile from the device name. So (parent, instance) joins
+  the three sources, and a ``MIG-`` uuid (what the kubelet's pod-resources and
+  ``NVIDIA_VISIBLE_DEVICES`` name) resolves to it through this binding. Older
+  releases sent ``gpu_uuid="MIG-..."`` with an empty bus id.
+* **XID events are watched on the parent.** NVML registers events on whole GPUs; on
+  a MIG GPU an XID it can attribute carries ``gpuInstanceId`` (and maybe
+  ``computeInstanceId``), 0xFFFFFFFF when it cannot (NVIDIA/k8s-device-plugin's
+  health check matches MIG devices by exactly these ids on the parent's event). An
+  event whose handle is a MIG device handle (``nvmlDeviceIsMigDeviceHandle``) is
+  resolved to its parent (``nvmlDeviceGetDeviceHandleFromMigDeviceHandle``), the
+  instance ids read from the MIG handle when the event has none. Either way the
+  :class:`XidEvent` names the parent GPU plus ``gpu_instance`` / ``compute_instance``,
+  never a ``MIG-`` uuid.
 * **Bindings from NVML carry no pods** (NVML does not know Kubernetes): they
   are sent with ``pods_known=False``, which the core reads as "identity only",
   so they never clear pods a pod-aware source (dcgm-exporter) bound.
@@ -75,11 +86,12 @@ class Device:
     index: int
     """The GPU's NVML index (a MIG device: its parent's)."""
     pci_bus_id: str = ""
-    """Canonical; empty for a MIG device."""
+    """Canonical (a MIG device: its parent's, which all its instances share)."""
     name: str = ""
     parent_uuid: str = ""
     """Set on MIG devices only."""
     gpu_instance_id: int | None = None
+    """A MIG device's GPU instance id (None when NVML would not say)."""
     mig_profile: str = ""
 
 
@@ -92,6 +104,13 @@ class RawXid:
     index: int | None
     code: int
     gpu_instance_id: int | None = None
+    compute_instance_id: int | None = None
+
+
+def _instance(value: Any) -> int | None:
+    """An instance id of an event, None for NVML's "not applicable" (0xFFFFFFFF)."""
+    number = int(value)
+    return None if number == _NOT_APPLICABLE else number
 
 
 def _text(value: str | bytes) -> str:
@@ -181,12 +200,17 @@ class Nvml:
             except lib.NVMLError:
                 continue  # NVMLError_NotFound: an empty slot
             name = _text(lib.nvmlDeviceGetName(mig))
+            try:
+                instance: int | None = int(lib.nvmlDeviceGetGpuInstanceId(mig))
+            except lib.NVMLError:
+                instance = None  # the binding then names the parent only
             yield Device(
                 uuid=_text(lib.nvmlDeviceGetUUID(mig)),
                 index=gpu.index,
+                pci_bus_id=gpu.pci_bus_id,
                 name=name,
                 parent_uuid=gpu.uuid,
-                gpu_instance_id=int(lib.nvmlDeviceGetGpuInstanceId(mig)),
+                gpu_instance_id=instance,
                 mig_profile=mig_profile(name),
             )
 
@@ -214,7 +238,14 @@ class Nvml:
         if not data.eventType & lib.nvmlEventTypeXidCriticalError:
             return None
         handle = data.device
-        instance = int(data.gpuInstanceId)
+        instance = _instance(data.gpuInstanceId)
+        compute = _instance(getattr(data, "computeInstanceId", _NOT_APPLICABLE))
+        if self._is_mig(handle):
+            mig, handle = handle, lib.nvmlDeviceGetDeviceHandleFromMigDeviceHandle(handle)
+            if instance is None:
+                instance = int(lib.nvmlDeviceGetGpuInstanceId(mig))
+            if compute is None:
+                compute = int(lib.nvmlDeviceGetComputeInstanceId(mig))
         try:
             index: int | None = int(lib.nvmlDeviceGetIndex(handle))
         except lib.NVMLError:
@@ -224,8 +255,19 @@ class Nvml:
             pci_bus_id=canonical_bus_id(_text(lib.nvmlDeviceGetPciInfo(handle).busId)),
             index=index,
             code=int(data.eventData),
-            gpu_instance_id=None if instance == _NOT_APPLICABLE else instance,
+            gpu_instance_id=instance,
+            compute_instance_id=compute,
         )
+
+    def _is_mig(self, handle: Any) -> bool:
+        """Whether ``handle`` is a MIG device's (pynvml returns a ``c_uint``); False where
+        the driver cannot say (no MIG support: ``NVMLError_NotSupported``, or an old one)."""
+        lib = self.lib
+        try:
+            flag = lib.nvmlDeviceIsMigDeviceHandle(handle)
+        except lib.NVMLError:
+            return False
+        return bool(int(getattr(flag, "value", flag)))
 
 
 def _unavailable(exc: BaseException) -> str:
@@ -244,8 +286,10 @@ def bindings(
 ) -> list[GpuBindingEvent]:
     """One pod-less binding per GPU and MIG device: the bus id <-> uuid <-> index map.
 
-    The id hashes the map entry itself (no time): sending the same map again,
-    after a restart, repeats the same ids.
+    A MIG device's binding names its parent (uuid, bus id, index) and its
+    ``gpu_instance``, with its own ``MIG-`` uuid in ``mig_uuid``. The id hashes the
+    map entry itself (no time; a MIG device's own uuid among it): sending the same
+    map again, after a restart, repeats the same ids.
     """
     out: list[GpuBindingEvent] = []
     for d in devices:
@@ -256,12 +300,14 @@ def bindings(
                 cluster=cluster,
                 time=time,
                 node=node,
-                gpu_uuid=d.uuid,
+                gpu_uuid=d.parent_uuid if mig else d.uuid,
                 pci_bus_id=d.pci_bus_id,
-                gpu_index=None if mig else d.index,
+                gpu_index=d.index,
                 device=f"nvidia{d.index}",
                 mig_profile=d.mig_profile,
                 pods_known=False,  # NVML knows no pods: never unbind what dcgm bound
+                gpu_instance=d.gpu_instance_id if mig else None,
+                mig_uuid=d.uuid if mig else "",
             )
         )
     return out
@@ -281,6 +327,8 @@ def xid_event(raw: RawXid, *, cluster: str, node: str, time: datetime, serial: i
         gpu_index=raw.index,
         message=f"NVML XID critical error {raw.code}{where}",
         source=SOURCE,
+        gpu_instance=raw.gpu_instance_id,
+        compute_instance=raw.compute_instance_id if raw.gpu_instance_id is not None else None,
     )
 
 
@@ -300,7 +348,9 @@ def attribute(event: XidEvent, gpus: Mapping[str, Device]) -> XidEvent:
 
     Why at the source: a kernel XID names only a bus id, and the GPU that just
     fell off the bus (XID 79) may be gone from NVML a second later; a map read
-    while the node was healthy still names it. The event id is unchanged.
+    while the node was healthy still names it. The event id is unchanged. An XID
+    naming a MIG instance (``GPU-I:05``) gets the *parent's* uuid, as a MIG
+    binding names it; its ``gpu_instance`` stays as parsed.
     """
     if event.gpu_uuid or not event.pci_bus_id:
         return event

@@ -22,6 +22,9 @@ XID message shapes (the driver's format string, NVIDIA/open-gpu-kernel-modules
     NVRM: Xid (PCI:0000:b5:00): 13, pid='<unknown>', name=<unknown>, Graphics ...
     NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.          (no pid at all)
     NVRM: Xid (0000:03:00): 14, Channel 00000001                         (legacy, no PCI:)
+    NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9).
+        RST: No, D-RST: No                              -> gpu_instance=5 (MIG, parent's bus)
+    NVRM: Xid (PCI:0000:3b:00 GPU-I:01 GPU-CI:02): 13, ...  -> gpu_instance=1, compute_instance=2
     NVRM: Xid (PCI:0018:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 09 (0x025525c6 ...)
     NVRM: Xid (PCI:0008:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x1
         (GPU Reset Required)                                              -> recovery_action
@@ -70,9 +73,14 @@ Traps:
   wants to count the lines it stamped (:mod:`connectors.xid.offline`).
 * **32-bit PCI domains** (``PCI:00000001:3b:00``, ``PCI:10000:01:00``) and the
   missing function number are normalised by :func:`schemas.pci.canonical_bus_id`.
-* **MIG attribution** (``PCI:0000:01:00 GPU-I:05 GPU-CI:00``): ``XidEvent`` has
-  no GPU-instance field yet, so the instance is kept at the front of
-  ``message`` (``GPU-I:05 GPU-CI:00: ...``) rather than lost.
+* **MIG attribution** (``PCI:0000:01:00 GPU-I:05 GPU-CI:00``): when the driver can
+  attribute a fault to a MIG GPU instance it prints the instance (``GPU-I:``, the GPU
+  instance id that NVML and dcgm-exporter's ``GPU_I_ID`` use) and maybe the compute
+  instance (``GPU-CI:``) after the *parent's* bus id, inside the parentheses; they
+  become :attr:`XidEvent.gpu_instance` / ``compute_instance`` (``05`` -> 5, the
+  driver's ``%02u`` pads to two digits, never a hex number) and the bus id stays the
+  parent's. The message is what the driver wrote after the colon, without them. Most
+  XIDs on a MIG GPU (79, 48, 154...) name no instance: they are device-level.
 * **journald** stores a message that is not valid UTF-8 as an array of byte
   values, not a string; the fast check also lets those through for JSON lines.
 * **Spoofing.** Anyone who can write ``/dev/kmsg`` (root) can log an XID line
@@ -111,7 +119,7 @@ _MAX_DIGITS: Final = 9
 
 _BUS = r"(?P<bus>(?:[0-9a-fA-F]{1,8}:)?[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2}(?:\.[0-7])?)"
 _XID_RE: Final = re.compile(
-    r"NVRM: Xid \((?:PCI:)?" + _BUS + r"(?P<mig>(?: GPU-C?I:\s?\d{1,3})*)\):\s*"
+    r"NVRM: Xid \((?:PCI:)?" + _BUS + r"(?P<mig>(?: GPU-C?I:\s?\d{1,5})*)\):\s*"
     r"(?P<code>\d+)(?:,\s?(?P<rest>.*))?\Z",
     re.DOTALL,
 )
@@ -121,6 +129,8 @@ _SXID_RE: Final = re.compile(
 _PID_RE: Final = re.compile(
     r"pid=(?:'(?P<quoted>[^']*)'|(?P<bare>[^,\s]*))(?:,\s?name=(?P<name>[^,]*))?(?:,\s?|\Z)"
 )
+_MIG_RE: Final = re.compile(r"GPU-(C?I):\s?(\d+)")
+"""``GPU-I:05`` / ``GPU-CI:00`` (the driver's ``%02u`` of a 16-bit id: at most 5 digits)."""
 _CAUSED_BY_RE: Final = re.compile(r"caused by previous Xid (\d{1,9})")
 _RECOVERY_RE: Final = re.compile(
     r"recovery action changed from (?P<old>\S+)(?: \((?P<old_name>[^)]*)\))? to "
@@ -214,6 +224,8 @@ class XidFields:
     sxid: bool = False
     recovery_action: str = ""
     caused_by: int | None = None
+    gpu_instance: int | None = None
+    compute_instance: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -318,9 +330,13 @@ def parse_message(message: str) -> XidFields | RecordError | None:
             name = (pid_match["name"] or "").strip()
             process = "" if name == "<unknown>" else name
             rest = rest[pid_match.end() :].strip()
-    mig = " ".join(match["mig"].split()) if not sxid else ""
-    if mig:
-        rest = f"{mig}: {rest}" if rest else mig
+    gpu_instance = compute_instance = None
+    if not sxid and match["mig"]:
+        for kind, number in _MIG_RE.findall(match["mig"]):
+            if kind == "I":
+                gpu_instance = int(number)
+            else:
+                compute_instance = int(number)
     recovery = ""
     if "recovery action changed" in rest:
         rec = _RECOVERY_RE.search(rest)
@@ -340,6 +356,8 @@ def parse_message(message: str) -> XidFields | RecordError | None:
         sxid=sxid,
         recovery_action=recovery,
         caused_by=caused_by,
+        gpu_instance=gpu_instance,
+        compute_instance=compute_instance,
     )
 
 
@@ -576,6 +594,8 @@ def _event(
         sxid=fields.sxid,
         recovery_action=fields.recovery_action,
         caused_by=fields.caused_by,
+        gpu_instance=fields.gpu_instance,
+        compute_instance=fields.compute_instance,
     )
 
 

@@ -14,7 +14,7 @@ from schemas.codec import (
     loads,
     try_decode_event,
 )
-from schemas.events import EVENT_TYPES, GpuShare, KubeEvent, PodEvent
+from schemas.events import EVENT_TYPES, GpuBindingEvent, GpuShare, KubeEvent, PodEvent, XidEvent
 from tests.sample_records import INCIDENT, SAMPLES
 
 GOOD_XID = (
@@ -162,3 +162,74 @@ def test_a_pod_on_part_of_a_gpu_round_trips() -> None:
     data = encode(shared)
     assert b'"gpu_share":{"fraction":0.0,"memory_mib":2000,"devices":2}' in data
     assert decode_event(data) == shared
+
+
+# Encoded by main before MIG instances had fields of their own (``encode`` of
+# tests.sample_records.SAMPLES[3:5] then), byte for byte, and the two spellings of a MIG
+# instance those releases wrote: dcgm's ``<parent uuid>/GI<id>`` with no bus id, NVML's
+# ``MIG-`` uuid.
+_BEFORE_MIG_FIELDS = (
+    b'{"schema":"xid.v1","id":"boot-1/4711","cluster":"c1",'
+    b'"time":"2024-05-01T12:00:00.000250Z","node":"gpu-node-1","code":79,'
+    b'"pci_bus_id":"0000:9b:00.0","gpu_uuid":"GPU-0b7c1f7e-0000-0000-0000-000000000000",'
+    b'"gpu_index":3,"pid":4242,"process":"python","message":"GPU has fallen off the bus.",'
+    b'"source":"nvml","sxid":false,"recovery_action":"reboot","caused_by":48}',
+    b'{"schema":"gpu_binding.v1","id":"dcgm/gpu-node-1/3/1","cluster":"c1",'
+    b'"time":"2024-05-01T12:00:00Z","node":"gpu-node-1",'
+    b'"gpu_uuid":"GPU-0b7c1f7e-0000-0000-0000-000000000000","pci_bus_id":"0000:9b:00.0",'
+    b'"gpu_index":3,"device":"nvidia3","mig_profile":"1g.10gb",'
+    b'"pods":[{"namespace":"ml","name":"trainer-0","container":"main"}],"pods_known":true}',
+)
+_OLD_DCGM_MIG = (
+    b'{"schema":"gpu_binding.v1","id":"dcgm-0123456789abcdef0123","cluster":"c1",'
+    b'"time":"2026-11-30T10:00:00Z","node":"n1",'
+    b'"gpu_uuid":"GPU-265c9814-6156-355b-e589-ff2064894f16/GI3","pci_bus_id":"",'
+    b'"gpu_index":null,"device":"nvidia0","mig_profile":"1g.6gb",'
+    b'"pods":[{"namespace":"ml","name":"a-0","container":"main"}],"pods_known":true}'
+)
+_OLD_NVML_MIG = (
+    b'{"schema":"gpu_binding.v1","id":"nvml-0123456789abcdef0123","cluster":"c1",'
+    b'"time":"2026-11-30T10:00:00Z","node":"n1",'
+    b'"gpu_uuid":"MIG-5e0b4a8c-7c1f-5b2e-9a43-2d4bc1e0f6a1","pci_bus_id":"",'
+    b'"gpu_index":null,"device":"nvidia0","mig_profile":"3g.20gb","pods":[],"pods_known":false}'
+)
+
+
+@pytest.mark.parametrize("line", _BEFORE_MIG_FIELDS, ids=["xid.v1", "gpu_binding.v1"])
+def test_records_written_before_the_mig_fields_still_decode(line: bytes) -> None:
+    """The MIG fields (issue 10, class 12) have defaults: an old record decodes as a whole
+    GPU, with no instance, exactly as the sample without them."""
+    sample = {type(s): s for s in SAMPLES}
+    event = decode_event(line)
+    if isinstance(event, XidEvent):
+        assert (event.gpu_instance, event.compute_instance) == (None, None)
+        expected = msgspec.structs.replace(
+            sample[XidEvent], gpu_instance=None, compute_instance=None
+        )
+    else:
+        assert isinstance(event, GpuBindingEvent)
+        assert (event.gpu_instance, event.mig_uuid) == (None, "")
+        expected = msgspec.structs.replace(sample[GpuBindingEvent], gpu_instance=None, mig_uuid="")
+    assert event == expected
+
+
+def test_old_mig_spellings_decode_as_written() -> None:
+    """The old instance spellings are not rewritten by the codec: the core reads them."""
+    dcgm = decode_event(_OLD_DCGM_MIG)
+    assert isinstance(dcgm, GpuBindingEvent)
+    assert dcgm.gpu_uuid == "GPU-265c9814-6156-355b-e589-ff2064894f16/GI3"
+    assert (dcgm.gpu_instance, dcgm.mig_uuid, dcgm.mig_profile) == (None, "", "1g.6gb")
+    nvml = decode_event(_OLD_NVML_MIG)
+    assert isinstance(nvml, GpuBindingEvent)
+    assert nvml.gpu_uuid.startswith("MIG-")
+    assert (nvml.gpu_instance, nvml.mig_uuid, nvml.pods_known) == (None, "", False)
+
+
+def test_a_mig_instance_is_on_the_wire_with_its_parent_and_instance_id() -> None:
+    binding = SAMPLES[4]
+    assert isinstance(binding, GpuBindingEvent)
+    data = encode(binding)
+    assert b'"gpu_instance":5,"mig_uuid":"MIG-5e0b4a8c-7c1f-5b2e-9a43-2d4bc1e0f6a1"' in data
+    xid = SAMPLES[3]
+    assert isinstance(xid, XidEvent)
+    assert b'"gpu_instance":5,"compute_instance":0}' in encode(xid)

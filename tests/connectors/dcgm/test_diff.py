@@ -161,22 +161,69 @@ def test_a_storm_is_capped_and_counted() -> None:
 
 
 def test_mig_instances_bind_separately_and_an_xid_is_reported_once_per_gpu() -> None:
+    """Each instance is bound on its own, named (parent uuid, GPU_I_ID): the spelling kmsg
+    (``GPU-I:03`` on the parent's bus id) and NVML use for the same instance."""
     first, second = run(mig(1), mig(2))
-    keys = {b.gpu_uuid: b for b in bindings(first)}
-    assert set(keys) == {f"{A30}/GI3", f"{A30}/GI4"}
-    gi3 = keys[f"{A30}/GI3"]
+    keys = {(b.gpu_uuid, b.gpu_instance): b for b in bindings(first)}
+    assert set(keys) == {(A30, 3), (A30, 4)}
+    gi3 = keys[A30, 3]
     assert gi3.pods == (PodRef(namespace="ml", name="a-0", container="main"),)
-    assert (gi3.mig_profile, gi3.device, gi3.pci_bus_id, gi3.gpu_index) == (
+    assert (gi3.mig_profile, gi3.device, gi3.pci_bus_id, gi3.gpu_index, gi3.mig_uuid) == (
         "1g.6gb",
         "nvidia0",
-        "",
-        None,
+        "",  # 3.x exporters had no pci_bus_id label
+        0,  # the parent's index
+        "",  # the exporter has no MIG uuid
     )
-    # The device-level gauge is repeated on both instances: one XID, on the parent GPU.
+    assert len({b.id for b in bindings(first)}) == 2
+    # The device-level gauge is repeated on both instances: one XID, on the parent GPU, which
+    # names no instance (the exporter cannot tell which one, if any, it was).
     (xid,) = xids(second)
-    assert (xid.code, xid.gpu_uuid, xid.gpu_index) == (48, A30, 0)
+    assert (xid.code, xid.gpu_uuid, xid.gpu_index, xid.gpu_instance) == (48, A30, 0, None)
     (unbound,) = bindings(second)
-    assert (unbound.gpu_uuid, unbound.pods) == (f"{A30}/GI3", ())
+    assert (unbound.gpu_uuid, unbound.gpu_instance, unbound.pods) == (A30, 3, ())
+    # The state stays keyed per instance.
+    assert set(second.state.bindings) == {f"{A30}/GI3", f"{A30}/GI4"}
+
+
+def test_idle_mig_instances_of_one_gpu_get_distinct_binding_ids() -> None:
+    """a30_mig.prom: four idle instances share uuid, bus id and (no) pods; only the instance
+    tells their bindings apart, so it must be in the id."""
+    (first,) = run(parse((DATA / "a30_mig.prom").read_text()))
+    ours = [b for b in bindings(first) if b.gpu_uuid == A30]
+    assert [b.gpu_instance for b in ours] == [3, 4, 5, 6]
+    assert len({b.id for b in bindings(first)}) == len(bindings(first)) == 6
+
+
+def test_a_mig_binding_names_the_parents_bus_id_when_the_scrape_has_it() -> None:
+    text = (DATA / "mig" / "01.prom").read_text()
+    labelled = text.replace(f'UUID="{A30}",', f'UUID="{A30}",pci_bus_id="00000000:41:00.0",')
+    (first,) = run(parse(labelled))
+    assert [(b.gpu_uuid, b.pci_bus_id, b.gpu_index, b.gpu_instance) for b in bindings(first)] == [
+        (A30, "0000:41:00.0", 0, 3),
+        (A30, "0000:41:00.0", 0, 4),
+    ]
+
+
+def test_a_state_saved_before_the_instance_field_resends_bindings_in_the_new_spelling() -> None:
+    """A state file from a release that spelled instances ``<uuid>/GI<id>`` decodes; its
+    bindings differ from the new ones, which are sent again, and nothing is unbound."""
+    saved = (
+        b'{"scrapes":1,"xids":{"' + A30.encode() + b'":{"last":0,"counts":null}},'
+        b'"bindings":{"' + A30.encode() + b'/GI3":{"gpu_uuid":"' + A30.encode() + b'/GI3",'
+        b'"pci_bus_id":"","gpu_index":null,"device":"nvidia0","mig_profile":"1g.6gb",'
+        b'"pods":[{"namespace":"ml","name":"a-0","container":"main"}]},'
+        b'"' + A30.encode() + b'/GI4":{"gpu_uuid":"' + A30.encode() + b'/GI4",'
+        b'"pci_bus_id":"","gpu_index":null,"device":"nvidia0","mig_profile":"1g.6gb",'
+        b'"pods":[{"namespace":"ml","name":"b-0","container":"main"}]}}}'
+    )
+    state = msgspec.json.decode(saved, type=DcgmState)
+    assert state.bindings[f"{A30}/GI3"].gpu_instance is None
+    (resumed,) = run(mig(1), state=state)
+    assert [(b.gpu_uuid, b.gpu_instance, len(b.pods)) for b in bindings(resumed)] == [
+        (A30, 3, 1),
+        (A30, 4, 1),
+    ]
 
 
 def test_a_gpu_that_vanishes_with_pods_is_unbound() -> None:

@@ -54,8 +54,50 @@ def test_mig_instances_are_separate_gpus_of_one_parent() -> None:
     ]
     gi4 = scrape.gpus[f"{A30}/GI4"]
     assert (gi4.uuid, gi4.mig_instance, gi4.mig_profile) == (A30, "4", "1g.6gb")
+    assert (gi4.gpu_instance, gi4.gpu_index) == (4, 0)  # the parent's index ("gpu")
     assert gi4.pci_bus_id == ""  # 3.x exporters had no pci_bus_id label
     assert gi4.hostname == "yg-data-k8s-gpu-a30-node-test-test0003.mt"  # "Hostname"
+
+
+def test_a_mig_instance_carries_its_parents_bus_id_when_the_exporter_has_the_label() -> None:
+    """Exporters since NVIDIA/dcgm-exporter#326 put ``pci_bus_id`` (NVML's spelling) on every
+    series; on a MIG GPU it is the parent's, shared by all its instances. The a30_mig.prom
+    lines, with the label added the way #326's example output writes it."""
+    text = (DATA / "a30_mig.prom").read_text()
+    labelled = text.replace(f'UUID="{A30}",', f'UUID="{A30}",pci_bus_id="00000000:41:00.0",')
+    scrape = parse_exposition(labelled)
+    assert isinstance(scrape, Scrape)
+    ours = [g for g in scrape.gpus.values() if g.uuid == A30]
+    assert [(g.gpu_instance, g.pci_bus_id, g.gpu_index) for g in ours] == [
+        (3, "0000:41:00.0", 0),
+        (4, "0000:41:00.0", 0),
+        (5, "0000:41:00.0", 0),
+        (6, "0000:41:00.0", 0),
+    ]
+
+
+def test_instance_zero_is_an_instance_and_dcgm_blank_profiles_are_empty() -> None:
+    """NVIDIA/dcgm-exporter#713: a whole-GPU MIG instance has ``GPU_I_ID="0"`` (and DCGM's
+    profile ``7g.79gb`` where the node says 7g.80gb: kept as written, it is no key);
+    NVIDIA/gpu-monitoring-tools#193: ``GPU_I_PROFILE="<<<NULL>>>"`` is DCGM's blank."""
+    scrape = scrape_of("mig_instance_0_and_null_profile.prom")
+    whole = scrape.gpus["GPU-06357e72-c3ee-614b-775f-a89e18e8cc08/GI0"]
+    assert (whole.gpu_instance, whole.mig_instance, whole.mig_profile) == (0, "0", "7g.79gb")
+    assert whole.pods == ()  # pod="" is no pod
+    null = scrape.gpus["GPU-fc6d497e-d08c-374e-218c-7e44b065d764/GI6"]
+    assert (null.gpu_instance, null.mig_profile) == (6, "")
+
+
+def test_a_gpu_instance_id_that_is_no_number_is_an_error() -> None:
+    text = (DATA / "a30_mig.prom").read_text().replace('GPU_I_ID="4"', 'GPU_I_ID="four"', 1)
+    error = parse_exposition(text)
+    assert isinstance(error, RecordError)
+    assert "GPU_I_ID 'four' is not a GPU instance id" in str(error)
+    # A zero-padded id is the same instance as the unpadded one.
+    padded = (DATA / "a30_mig.prom").read_text().replace('GPU_I_ID="4"', 'GPU_I_ID="04"', 1)
+    scrape = parse_exposition(padded)
+    assert isinstance(scrape, Scrape)
+    assert scrape.gpus[f"{A30}/GI4"].gpu_instance == 4
 
 
 def test_old_namespace_labels_uuid_and_empty_pods() -> None:

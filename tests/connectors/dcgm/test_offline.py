@@ -140,3 +140,20 @@ async def test_connect_dcgm_publishes_until_sigterm(kafka: KafkaTestEnv) -> None
         "GPU-a8394b51-c086-568a-9f1a-c1e1c934c44c",
     )
     assert b"HTTP 500" in stderr  # the failed scrape was logged
+
+
+def test_ingest_prints_mig_instances_as_parent_and_instance_id() -> None:
+    """The MIG scenario's first scrape (real labels of NVIDIA/dcgm-exporter#317): one binding
+    per instance, on the wire with the parent's uuid and index and the instance id."""
+    proc = gputriage(
+        "ingest", "dcgm", "--node", "n1", "--cluster", "c1", "--file", str(DATA / "mig" / "01.prom")
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert len(lines) == 2
+    parent = b'"gpu_uuid":"GPU-265c9814-6156-355b-e589-ff2064894f16","pci_bus_id":"","gpu_index":0,'
+    for line, instance, pod in zip(lines, (3, 4), ("a-0", "b-0"), strict=True):
+        assert parent in line
+        assert b'"mig_profile":"1g.6gb"' in line
+        assert f'"name":"{pod}"'.encode() in line
+        assert line.endswith(f'"gpu_instance":{instance},"mig_uuid":""}}'.encode())

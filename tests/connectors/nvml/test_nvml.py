@@ -3,11 +3,19 @@ this machine has no driver for), and the real CLI on this driver-less machine.
 
 The fake keeps pynvml's shapes: its own exception classes (``NVMLError(code)``
 picks the subclass) and constants, ``nvmlPciInfo_t`` for PCI info, strings
-where pynvml decodes them, and the attributes of ``c_nvmlEventData_t``.
+where pynvml decodes them, the attributes of ``c_nvmlEventData_t``, and the
+``c_uint`` that ``nvmlDeviceIsMigDeviceHandle`` returns.
+
+MIG references: NVIDIA/k8s-device-plugin internal/rm/health.go registers XID
+events on the parent GPU and matches a MIG device by the event's
+``GpuInstanceId``/``ComputeInstanceId`` (0xFFFFFFFF: not attributed);
+kubernetes-sigs/dra-driver-nvidia-gpu#904 ("XID Reporting with MIG") says the
+same of the kernel line and the NVML event.
 """
 
 from __future__ import annotations
 
+import ctypes
 import io
 import os
 import signal
@@ -122,7 +130,24 @@ class FakeNvml:
         return ("mig", handle[1], slot)
 
     def nvmlDeviceGetGpuInstanceId(self, handle: tuple[Any, ...]) -> int:
+        if handle[0] != "mig":
+            raise self._error(pynvml.NVML_ERROR_INVALID_ARGUMENT)  # not a MIG handle
         return int(self._info(handle)["gi"])
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: tuple[Any, ...]) -> int:
+        if handle[0] != "mig":
+            raise self._error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return int(self._info(handle).get("ci", 0))
+
+    def nvmlDeviceIsMigDeviceHandle(self, handle: tuple[Any, ...]) -> ctypes.c_uint:
+        return ctypes.c_uint(1 if handle[0] == "mig" else 0)
+
+    def nvmlDeviceGetDeviceHandleFromMigDeviceHandle(
+        self, handle: tuple[Any, ...]
+    ) -> tuple[str, int]:
+        if handle[0] != "mig":
+            raise self._error(pynvml.NVML_ERROR_INVALID_ARGUMENT)
+        return ("gpu", handle[1])
 
     def nvmlEventSetCreate(self) -> str:
         return "event-set"
@@ -144,14 +169,20 @@ class FakeNvml:
         pass
 
 
-def xid_data(index: int, code: int, instance: int = 0xFFFFFFFF) -> SimpleNamespace:
+def xid_data(
+    index: int,
+    code: int,
+    instance: int = 0xFFFFFFFF,
+    compute: int = 0xFFFFFFFF,
+    device: tuple[Any, ...] | None = None,
+) -> SimpleNamespace:
     """The fields of pynvml's c_nvmlEventData_t (``device`` is a handle)."""
     return SimpleNamespace(
-        device=("gpu", index),
+        device=device or ("gpu", index),
         eventType=pynvml.nvmlEventTypeXidCriticalError,
         eventData=code,
         gpuInstanceId=instance,
-        computeInstanceId=0xFFFFFFFF,
+        computeInstanceId=compute,
     )
 
 
@@ -163,6 +194,7 @@ def test_inventory_maps_bus_ids_uuids_and_indexes_including_mig() -> None:
         Device(
             uuid=MIG_1,
             index=0,
+            pci_bus_id="0000:07:00.0",  # the parent's
             name="NVIDIA A100-SXM4-40GB MIG 3g.20gb",
             parent_uuid=A100,
             gpu_instance_id=1,
@@ -171,6 +203,7 @@ def test_inventory_maps_bus_ids_uuids_and_indexes_including_mig() -> None:
         Device(
             uuid=MIG_2,
             index=0,
+            pci_bus_id="0000:07:00.0",
             name="NVIDIA A100-SXM4-40GB MIG 1g.5gb",
             parent_uuid=A100,
             gpu_instance_id=5,
@@ -181,18 +214,26 @@ def test_inventory_maps_bus_ids_uuids_and_indexes_including_mig() -> None:
 
 
 def test_bindings_carry_the_map_and_keep_mig_instances_apart() -> None:
+    """A MIG device's binding names its parent (uuid, bus id, index) and its GPU instance,
+    as dcgm-exporter (``UUID`` + ``GPU_I_ID``) and the kernel (``PCI:... GPU-I:NN``) do; its
+    own ``MIG-`` uuid rides along in ``mig_uuid``."""
     with Nvml(FakeNvml()) as nvml:
         devices = nvml.devices()
     events = bindings(devices, cluster="c1", node="n1", time=T0)
     rows = [
-        (b.gpu_uuid, b.pci_bus_id, b.gpu_index, b.device, b.mig_profile, b.pods) for b in events
+        (b.gpu_uuid, b.pci_bus_id, b.gpu_index, b.gpu_instance, b.mig_uuid, b.mig_profile)
+        for b in events
     ]
     assert rows == [
-        (A100, "0000:07:00.0", 0, "nvidia0", "", ()),
-        (MIG_1, "", None, "nvidia0", "3g.20gb", ()),  # no bus id: the parent's is shared
-        (MIG_2, "", None, "nvidia0", "1g.5gb", ()),
-        (V100, "0000:0f:00.0", 1, "nvidia1", "", ()),
+        (A100, "0000:07:00.0", 0, None, "", ""),
+        (A100, "0000:07:00.0", 0, 1, MIG_1, "3g.20gb"),
+        (A100, "0000:07:00.0", 0, 5, MIG_2, "1g.5gb"),
+        (V100, "0000:0f:00.0", 1, None, "", ""),
     ]
+    assert {(b.device, b.pods, b.pods_known) for b in events} == {
+        ("nvidia0", (), False),
+        ("nvidia1", (), False),
+    }
     later = bindings(devices, cluster="c1", node="n1", time=T0.replace(hour=11))
     assert [b.id for b in later] == [b.id for b in events]  # the same map, the same ids
     assert len({b.id for b in events}) == 4
@@ -223,7 +264,10 @@ def test_xid_events_are_read_resolved_and_typed() -> None:
         0,
         "nvml",
     )
+    assert (event.gpu_instance, event.compute_instance) == (5, None)
     assert event.message == "NVML XID critical error 48 (GPU instance 5)"
+    whole = xid_event(first, cluster="c1", node="n1", time=T0, serial=1)
+    assert (whole.gpu_instance, whole.compute_instance) == (None, None)
     assert event.id != xid_event(third, cluster="c1", node="n1", time=T0, serial=3).id
 
 
@@ -253,12 +297,9 @@ def test_print_once_writes_the_map_as_json_lines() -> None:
     command = NvmlCommand(cluster="c1", node="n1", once=True, bindings=True, print_only=True)
     assert connect_nvml(command, _no_kafka, out, err, lib=fake) == 0
     events = [decode_event(line) for line in out.getvalue().splitlines()]
-    assert [e.gpu_uuid for e in events if isinstance(e, GpuBindingEvent)] == [
-        A100,
-        MIG_1,
-        MIG_2,
-        V100,
-    ]
+    assert [
+        (e.gpu_uuid, e.gpu_instance, e.mig_uuid) for e in events if isinstance(e, GpuBindingEvent)
+    ] == [(A100, None, ""), (A100, 1, MIG_1), (A100, 5, MIG_2), (V100, None, "")]
     assert "driver 580.95.05, 2 GPU(s), 2 MIG device(s)" in err.getvalue()
     assert fake.shutdown
 
@@ -322,3 +363,66 @@ def test_kernel_xids_get_the_uuid_and_index_of_the_gpu_at_their_bus_id() -> None
     assert attribute(elsewhere, gpus) is elsewhere, "an unknown bus id stays as it was"
     with pytest.raises(NvmlUnavailable):
         load_bus_map(FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))
+
+
+def test_an_xid_on_a_mig_device_handle_names_the_parent_and_the_instance() -> None:
+    """An event whose handle is a MIG device's (``nvmlDeviceIsMigDeviceHandle``) is the
+    parent GPU's XID with that instance: never a ``MIG-`` uuid, never without the parent's
+    bus id. Instance ids the event carries win over the handle's."""
+    fake = FakeNvml()
+    fake.migs[0, 2]["ci"] = 0
+    fake.events = [
+        xid_data(0, 13, device=("mig", 0, 2)),  # the event says no instance: the handle does
+        xid_data(0, 31, instance=1, compute=0),  # on the parent, attributed to GI 1 / CI 0
+    ]
+    with Nvml(fake) as nvml:
+        nvml.watch_xids()
+        on_handle, attributed = nvml.wait_xid(), nvml.wait_xid()
+    assert on_handle == RawXid(
+        uuid=A100,
+        pci_bus_id="0000:07:00.0",
+        index=0,
+        code=13,
+        gpu_instance_id=5,
+        compute_instance_id=0,
+    )
+    assert attributed == RawXid(
+        uuid=A100,
+        pci_bus_id="0000:07:00.0",
+        index=0,
+        code=31,
+        gpu_instance_id=1,
+        compute_instance_id=0,
+    )
+    event = xid_event(on_handle, cluster="c1", node="n1", time=T0, serial=1)
+    assert (event.gpu_uuid, event.pci_bus_id, event.gpu_instance, event.compute_instance) == (
+        A100,
+        "0000:07:00.0",
+        5,
+        0,
+    )
+
+
+def test_a_driver_that_cannot_tell_mig_handles_is_read_as_whole_gpus() -> None:
+    """``nvmlDeviceIsMigDeviceHandle`` raises on drivers or GPUs without MIG: not an error."""
+
+    class NoMig(FakeNvml):
+        def nvmlDeviceIsMigDeviceHandle(self, handle: tuple[Any, ...]) -> ctypes.c_uint:
+            raise self._error(pynvml.NVML_ERROR_NOT_SUPPORTED)
+
+    fake = NoMig()
+    fake.events = [xid_data(1, 79)]
+    with Nvml(fake) as nvml:
+        nvml.watch_xids()
+        raw = nvml.wait_xid()
+    assert raw == RawXid(uuid=V100, pci_bus_id="0000:0f:00.0", index=1, code=79)
+
+
+def test_print_shows_mig_bindings_on_the_wire() -> None:
+    """``connect nvml --print``, the offline form: the MIG map as JSON lines."""
+    out, err = io.BytesIO(), io.StringIO()
+    command = NvmlCommand(cluster="c1", node="n1", once=True, bindings=True, print_only=True)
+    assert connect_nvml(command, _no_kafka, out, err, lib=FakeNvml()) == 0
+    mig = out.getvalue().splitlines()[2]
+    assert f'"gpu_uuid":"{A100}","pci_bus_id":"0000:07:00.0","gpu_index":0,'.encode() in mig
+    assert mig.endswith(f'"pods_known":false,"gpu_instance":5,"mig_uuid":"{MIG_2}"}}'.encode())

@@ -18,6 +18,16 @@ around them is ours where the source gave the bare message):
 [a100] NVIDIA A100 GPU memory error management docs, MIG-attributed XID 94:
        "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9).
        RST: No, D-RST: No".
+[ec]   NVIDIA/open-gpu-kernel-modules, src/nvidia/src/kernel/gpu/arch/ampere/
+       kern_gpu_error_cont_ga100.c, _gpuGenerateErrorLog's examples: the same MIG-attributed
+       XID 94 as [a100] ("Contained Error with SMC Partition attribution"), and XID 94/95
+       without attribution on the same GPU ("NVRM: Xid (PCI:0000:01:00): 95, pid=7062,
+       Uncontained: LTC TAG (0x2, 0x1). RST: Yes, D-RST: No").
+[gpud-mig] leptonai/gpud, its NVRM XID extraction tests: "Contained error with MIG enabled"
+       (the [a100] line) beside "Contained error with MIG disabled" (the same without GPU-I).
+[dra]  kubernetes-sigs/dra-driver-nvidia-gpu#904 ("XID Reporting with MIG"): on a MIG GPU
+       the kernel log line and the NVML event may carry a valid GPU instance id, a compute
+       instance id, or both; XID events are watched through the parent GPU's handle.
 [forum] Ubuntu forums syslog excerpt: "May 10 22:25:01 jambi kernel: [176830.774761] NVRM:
        Xid (0000:03:00): 13, 0003 00000000 00008297 00001098 00000000 00000044".
 [bugs] public bug reports of XID 79 followed by 154 ("NVRM: Xid (PCI:0000:01:00): 79, GPU has
@@ -117,22 +127,65 @@ def test_missing_pid() -> None:
     )
 
 
-def test_pid_without_name() -> None:
-    # [a100] MIG attribution; pid without name=
+def test_pid_without_name_and_a_mig_gpu_instance() -> None:
+    """[a100] [ec] [gpud-mig]: the driver attributes a contained error to MIG GPU instance 5
+    of the GPU at 0000:01:00 (``GPU-I:%02u``). The bus id is the parent's (instances have
+    none of their own), the instance is its own field, and the message is the driver's text
+    after the colon, as on a GPU without MIG; pid without ``name=``."""
     ev = xid(
         "[1.0] NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel "
         "(0x9). RST: No, D-RST: No"
     )
     assert (ev.code, ev.pid, ev.process, ev.pci_bus_id) == (94, 7194, "", "0000:01:00.0")
-    # No GPU-instance field in xid.v1 yet: the instance is kept in front of the message.
-    assert ev.message == "GPU-I:05: Contained: CE User Channel (0x9). RST: No, D-RST: No"
+    assert (ev.gpu_instance, ev.compute_instance) == (5, None)
+    assert ev.message == "Contained: CE User Channel (0x9). RST: No, D-RST: No"
+
+
+def test_an_xid_without_attribution_on_a_mig_gpu_names_no_instance() -> None:
+    """[ec]: the uncontained XID 95 on the same MIG GPU carries no ``GPU-I``: it is
+    device-level (every instance of the GPU is concerned), so no instance is named."""
+    ev = xid(
+        "[1.0] NVRM: Xid (PCI:0000:01:00): 95, pid=7062, Uncontained: LTC TAG (0x2, 0x1). "
+        "RST: Yes, D-RST: No"
+    )
+    assert (ev.code, ev.pci_bus_id, ev.gpu_instance, ev.compute_instance) == (
+        95,
+        "0000:01:00.0",
+        None,
+        None,
+    )
+    assert ev.message == "Uncontained: LTC TAG (0x2, 0x1). RST: Yes, D-RST: No"
 
 
 def test_mig_gpu_and_compute_instance() -> None:
-    # [drv] "PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u"
+    """[drv] ``"PCI:%04x:%02x:%02x GPU-I:%02u GPU-CI:%02u"``: both instances attributed
+    (the driver prints ``GPU-CI`` only after ``GPU-I``), the id parsed as decimal."""
     ev = xid("[1.0] NVRM: Xid (PCI:0000:3b:00 GPU-I:01 GPU-CI:02): 13, pid=9, name=a, Graphics")
-    assert (ev.code, ev.pid, ev.process) == (13, 9, "a")
-    assert ev.message == "GPU-I:01 GPU-CI:02: Graphics"
+    assert (ev.code, ev.pid, ev.process, ev.pci_bus_id) == (13, 9, "a", "0000:3b:00.0")
+    assert (ev.gpu_instance, ev.compute_instance) == (1, 2)
+    assert ev.message == "Graphics"
+    # [drv] "%02u" pads, never truncates nor writes hex: GPU instance 10 is "10", not "0a".
+    ev = xid("[1.0] NVRM: Xid (PCI:0000:3b:00 GPU-I:10 GPU-CI:00): 31, Ch 00000010")
+    assert (ev.gpu_instance, ev.compute_instance, ev.message) == (10, 0, "Ch 00000010")
+
+
+def test_mig_instance_in_every_framing() -> None:
+    """[a100] The instance is parsed from the message, so kmsg, journal and syslog framings
+    of one MIG XID agree on it (and the SXid of a switch never has one)."""
+    message = (
+        "NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel "
+        "(0x9). RST: No, D-RST: No"
+    )
+    framed = (
+        f"6,4711,5678901234,-;{message}",
+        orjson.dumps({"MESSAGE": message, "__REALTIME_TIMESTAMP": "1764576000000000"}).decode(),
+        f"Nov 30 10:00:00 gpu-node-01 kernel: {message}",
+    )
+    for line in framed:
+        ev = xid(line)
+        assert (ev.pci_bus_id, ev.gpu_instance, ev.compute_instance) == ("0000:01:00.0", 5, None)
+        assert ev.message.startswith("Contained: CE User Channel")
+    assert xid("[1.0] nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, x").gpu_instance is None
 
 
 def test_minimal_form_without_text() -> None:

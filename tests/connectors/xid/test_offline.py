@@ -214,6 +214,26 @@ def test_ingest_gzip_from_stdin() -> None:
     assert len(xids_of(proc.stdout)) == 3
 
 
+def test_ingest_prints_the_mig_instance_an_xid_names() -> None:
+    """The driver's MIG-attributed XID 94 (open-gpu-kernel-modules kern_gpu_error_cont_ga100.c,
+    and NVIDIA's A100 memory error management docs) and its GPU-I/GPU-CI form (kernel_rc.c's
+    format string), as dmesg prints them: the instance ids are fields on the wire, the bus
+    id is the parent's, the message the driver's text after the colon."""
+    log = (
+        b"[ 3600.000001] NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User "
+        b"Channel (0x9). RST: No, D-RST: No\n"
+        b"[ 3600.000002] NVRM: Xid (PCI:0000:3b:00 GPU-I:01 GPU-CI:02): 13, pid=9, name=a, "
+        b"Graphics Exception\n"
+    )
+    proc = gputriage("ingest", "kmsg", "--file", "-", "--node", "n", "--boot-time", BOOT, stdin=log)
+    assert proc.returncode == 0, proc.stderr
+    first, second = proc.stdout.splitlines()
+    assert b'"pci_bus_id":"0000:01:00.0"' in first
+    assert b'"message":"Contained: CE User Channel (0x9). RST: No, D-RST: No"' in first
+    assert first.endswith(b'"gpu_instance":5,"compute_instance":null}')
+    assert second.endswith(b'"gpu_instance":1,"compute_instance":2}')
+
+
 def test_ingest_usage_errors() -> None:
     path = str(DATA / "dmesg.log")
     for args, needle in (
