@@ -17,8 +17,14 @@ class GpuRef(msgspec.Struct, frozen=True, kw_only=True):
     """A GPU as far as we know it: any of the identifiers may be empty."""
 
     uuid: str = ""
+    """For a MIG instance, its parent GPU's uuid (and bus id, index)."""
     pci_bus_id: str = ""
     index: int | None = None
+    gpu_instance: int | None = None
+    """The MIG GPU instance id when the incident is about one instance of the GPU
+    (an XID naming ``GPU-I:NN``, a pod bound to that instance); None for a whole GPU."""
+    mig_profile: str = ""
+    """That instance's MIG profile (``1g.10gb``), when a binding said it."""
 
 
 class PodInfo(msgspec.Struct, frozen=True, kw_only=True):

@@ -31,6 +31,7 @@ from streams.core.lifecycle import Step
 from streams.core.rules import chain, cuda, degraded, not_ready, oom, xid
 from streams.core.rules.pods import pod_info
 from streams.core.state import (
+    MIG_SEPARATOR,
     NEVER,
     ContainerTrack,
     GpuTrack,
@@ -38,6 +39,7 @@ from streams.core.state import (
     PodTrack,
     gpu_ref,
     pack_uuid,
+    split_gpu_key,
     unpack_uuid,
 )
 
@@ -339,32 +341,53 @@ def _on_kube_event(step: Step, ev: KubeEvent) -> None:
 
 
 # -- GPUs --------------------------------------------------------------------------
-def _gpu(state: NodeState, bus_id: str, uuid: str, index: int | None) -> tuple[str, GpuTrack]:
-    """The GPU these identifiers name, merging what different sources know about it.
+def _gpu(
+    state: NodeState, bus_id: str, uuid: str, index: int | None, instance: int | None = None
+) -> tuple[str, GpuTrack]:
+    """The GPU (or MIG instance) these identifiers name, merging what sources know of it.
 
     Keyed by bus id; a GPU first named by uuid alone (``uuid:<uuid>``) moves under
-    its bus id when a source reveals it. Finding a GPU by uuid scans the node's
-    few GPUs rather than keeping a second index per node.
+    its bus id when a source reveals it. A MIG instance is its parent's key plus
+    ``/GI<instance>`` (:data:`~streams.core.state.MIG_SEPARATOR`): every source names
+    an instance by its parent GPU and instance id (``GpuBindingEvent.gpu_instance``,
+    ``XidEvent.gpu_instance``), and records from before those fields spelled dcgm's
+    ``gpu_uuid="<uuid>/GI<id>"``, read here the same way. Finding a GPU by uuid scans
+    the node's few GPUs rather than keeping a second index per node; the parent and
+    its instances share the parent's uuid, so the scan matches the instance too.
     """
+    if instance is None and MIG_SEPARATOR in uuid:
+        parent, found = split_gpu_key(uuid)
+        if found is not None:
+            uuid, instance = parent, found
+    suffix = "" if instance is None else f"{MIG_SEPARATOR}{instance}"
     gpus = state.gpus
     gpu: GpuTrack | None
     packed = pack_uuid(uuid)
     if bus_id:
-        key = bus_id
+        key = bus_id + suffix
         gpu = gpus.get(key)
         if gpu is None:
-            old = f"uuid:{uuid}" if uuid else ""
+            old = f"uuid:{uuid}{suffix}" if uuid else ""
             gpu = gpus.pop(old, None) or GpuTrack()
             # Nodes of one type share their bus layout: interned, the ids cost nothing.
             key = intern(key)
             gpus[key] = gpu
+            if uuid:
+                _rekey_by_bus(gpus, uuid, bus_id)
     elif uuid:
-        key, gpu = next(((k, g) for k, g in gpus.items() if g.uuid == packed), ("", None))
+        key, gpu = next(
+            (
+                (k, g)
+                for k, g in gpus.items()
+                if g.uuid == packed and split_gpu_key(k)[1] == instance
+            ),
+            ("", None),
+        )
         if gpu is None:
-            key = f"uuid:{uuid}"
+            key = f"uuid:{uuid}{suffix}"
             gpu = gpus[key] = GpuTrack()
     else:
-        key = "unknown"
+        key = "unknown" + suffix
         gpu = gpus.get(key)
         if gpu is None:
             gpu = gpus[key] = GpuTrack()
@@ -375,6 +398,17 @@ def _gpu(state: NodeState, bus_id: str, uuid: str, index: int | None) -> tuple[s
     return key, gpu
 
 
+def _rekey_by_bus(gpus: dict[str, GpuTrack], uuid: str, bus_id: str) -> None:
+    """A source just told this uuid's bus id: move the GPU's other entries still keyed
+    by uuid (the parent, or sibling MIG instances dcgm-exporter named by the parent's
+    uuid alone) under the bus id, so an XID that names only the bus finds them all."""
+    prefix = f"uuid:{uuid}"
+    for old in [k for k in gpus if k == prefix or k.startswith(prefix + MIG_SEPARATOR)]:
+        new = intern(bus_id + old[len(prefix) :])
+        if new not in gpus:
+            gpus[new] = gpus.pop(old)
+
+
 def _pod_key(state: NodeState, key: str) -> str:
     """The key string the pod is already stored under, so a binding holds no copy."""
     track = state.pods.get(key)
@@ -383,7 +417,9 @@ def _pod_key(state: NodeState, key: str) -> str:
 
 def _on_binding(step: Step, ev: GpuBindingEvent) -> None:
     state = step.state
-    key, gpu = _gpu(state, ev.pci_bus_id, ev.gpu_uuid, ev.gpu_index)
+    key, gpu = _gpu(state, ev.pci_bus_id, ev.gpu_uuid, ev.gpu_index, ev.gpu_instance)
+    if ev.mig_profile and gpu.mig_profile != ev.mig_profile:
+        gpu.mig_profile = intern(ev.mig_profile)
     if ev.pods_known:
         keys = tuple(_pod_key(state, f"{p.namespace}/{p.name}") for p in ev.pods)
         pods: str | tuple[str, ...] = keys[0] if len(keys) == 1 else keys
@@ -399,7 +435,7 @@ def _on_xid(step: Step, ev: XidEvent) -> None:
     state, config = step.state, step.config
     # SXid codes are NVSwitch codes, a different catalog: never read as GPU XIDs.
     rule = _UNKNOWN_XID if ev.sxid else config.xid.get(ev.code, _UNKNOWN_XID)
-    key, gpu = _gpu(state, ev.pci_bus_id, ev.gpu_uuid, ev.gpu_index)
+    key, gpu = _gpu(state, ev.pci_bus_id, ev.gpu_uuid, ev.gpu_index, ev.gpu_instance)
     item = text.xid(ev, rule, unpack_uuid(gpu.uuid))
     gpu.last_xid = max(gpu.last_xid, step.now)
     if all(x.event_id != item.event_id for _, x in state.recent_xids):

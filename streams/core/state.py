@@ -88,6 +88,8 @@ class GpuTrack(msgspec.Struct, gc=False, omit_defaults=True):
     """Event time of the latest XID of any class on this GPU."""
     fatal: dict[int, list[Evidence]] | None = None
     """Per fatal code, the evidence of the last ``xid_repeat_count`` occurrences."""
+    mig_profile: str = ""
+    """A MIG instance's profile (``1g.10gb``), from its binding; empty for a whole GPU."""
 
 
 _UUID = re.compile(
@@ -127,10 +129,57 @@ def bound_pods(gpu: GpuTrack) -> tuple[str, ...]:
     return (pods,) if isinstance(pods, str) else pods
 
 
+MIG_SEPARATOR = "/GI"
+"""A MIG instance's key in :attr:`NodeState.gpus` is its parent GPU's key, this, and
+its GPU instance id: ``0000:07:00.0/GI5`` (or ``uuid:GPU-.../GI5`` until the bus id
+is known). Records written before ``gpu_instance`` existed spelled dcgm's instances
+``gpu_uuid="<uuid>/GI<id>"``: the same shape, on purpose."""
+
+
+def split_gpu_key(key: str) -> tuple[str, int | None]:
+    """``(parent GPU key, MIG instance id)``; the id is None for a whole GPU."""
+    at = key.rfind(MIG_SEPARATOR)
+    if at < 0:
+        return key, None
+    tail = key[at + len(MIG_SEPARATOR) :]
+    return (key[:at], int(tail)) if tail.isdigit() else (key, None)
+
+
+def pods_on(state: NodeState, key: str, gpu: GpuTrack) -> tuple[str, ...]:
+    """Pods a fault of the GPU stored under ``key`` concerns.
+
+    A whole GPU's own binding; for a MIG parent, also every pod bound to one of its
+    instances (an XID that names no instance, 79 or 48, is the whole GPU's: all its
+    MIG pods are candidates). A MIG instance's own pods only: its siblings run on
+    isolated slices.
+    """
+    pods = bound_pods(gpu)
+    if split_gpu_key(key)[1] is not None:
+        return pods
+    prefix = key + MIG_SEPARATOR
+    more = [
+        p
+        for k, g in state.gpus.items()
+        if k.startswith(prefix)
+        or (g.uuid and g.uuid == gpu.uuid and k != key and MIG_SEPARATOR in k)
+        for p in bound_pods(g)
+    ]
+    return tuple(dict.fromkeys((*pods, *more))) if more else pods
+
+
 def gpu_ref(key: str, gpu: GpuTrack) -> GpuRef:
-    """The published identity of the GPU stored under ``key``."""
-    bus = "" if key.startswith("uuid:") or key == "unknown" else key
-    return GpuRef(uuid=unpack_uuid(gpu.uuid), pci_bus_id=bus, index=gpu.index)
+    """The published identity of the GPU (or MIG instance) stored under ``key``."""
+    parent, instance = split_gpu_key(key)
+    bus = "" if parent.startswith("uuid:") or parent == "unknown" else parent
+    if instance is None:
+        return GpuRef(uuid=unpack_uuid(gpu.uuid), pci_bus_id=bus, index=gpu.index)
+    return GpuRef(
+        uuid=unpack_uuid(gpu.uuid),
+        pci_bus_id=bus,
+        index=gpu.index,
+        gpu_instance=instance,
+        mig_profile=gpu.mig_profile,
+    )
 
 
 class OpenIncident(msgspec.Struct, omit_defaults=True):

@@ -67,6 +67,7 @@ from streams.core.state import (
     NodeState,
     OpenIncident,
     bound_pods,
+    split_gpu_key,
     unpack_uuid,
 )
 
@@ -207,9 +208,22 @@ def _says_device_failure(step: Step, info: PodInfo, evidence: Evidence) -> bool:
 
 
 def _same_gpu(key: str, gpu: GpuTrack, chain_key: str, ref: GpuRef) -> bool:
-    """Trap: the chain keeps the key the GPU had when it was armed (``uuid:<uuid>``
-    before a binding revealed the bus id), so compare identities, not only keys."""
+    """Is the GPU (or MIG instance) under ``key`` the chain's GPU, or part of it?
+
+    Traps: the chain keeps the key the GPU had when it was armed (``uuid:<uuid>``
+    before a binding revealed the bus id), so compare identities, not only keys. A
+    MIG instance is part of its parent: a fault of the whole GPU (XID 79 names no
+    instance) is every instance's; a fault attributed to one instance is not its
+    siblings' (MIG isolates them), whatever the shared parent uuid says.
+    """
+    parent, instance = split_gpu_key(key)
+    if instance is not None and ref.gpu_instance is not None and instance != ref.gpu_instance:
+        return False
+    if instance is None and ref.gpu_instance is not None:
+        return False  # a whole GPU's pod is not on one instance of it
     if key == chain_key or (ref.pci_bus_id and key == ref.pci_bus_id):
+        return True
+    if instance is not None and ref.gpu_instance is None and parent in (chain_key, ref.pci_bus_id):
         return True
     return bool(ref.uuid) and unpack_uuid(gpu.uuid) == ref.uuid
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from schemas.incidents import Evidence
 from streams.core.lifecycle import Step
 from streams.core.rules.pods import pod_info
-from streams.core.state import GpuTrack, bound_pods, gpu_ref, unpack_uuid
+from streams.core.state import GpuTrack, gpu_ref, pods_on, unpack_uuid
 
 APP = "gpu_app_fault"
 REPEAT = "xid_repeat"
@@ -26,7 +26,7 @@ def on_app(step: Step, gpu_key: str, gpu: GpuTrack, item: Evidence, code: int) -
     inc = step.find(APP, gpu_key)
     if inc is None:
         inc = step.open(APP, gpu_key, item.event_id, step.now)
-        pods = bound_pods(gpu)
+        pods = pods_on(state, gpu_key, gpu)
         shared = len(pods) > 1 or bool(state.sharing)
         for key in pods:
             role = "candidate" if shared else "bound"
@@ -91,7 +91,7 @@ def on_fatal(step: Step, gpu_key: str, gpu: GpuTrack, item: Evidence, code: int)
         for earlier in occurrences:
             step.add_evidence(inc, earlier)
         inc.count = len(occurrences) - 1
-        for key in bound_pods(gpu):
+        for key in pods_on(step.state, gpu_key, gpu):
             step.add_pod(inc, pod_info(key, step.state.pods.get(key), "bound"))
     inc.count += 1
     step.add_evidence(inc, item)

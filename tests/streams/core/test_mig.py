@@ -1,0 +1,132 @@
+"""Issue 10, class 12: MIG instances are GPUs of their own, joined across sources.
+
+A MIG-partitioned GPU is several isolated GPU instances, each bound to its own pod.
+Every source names an instance the same way: its parent GPU (bus id and/or uuid) and
+its GPU instance id: the kernel's ``Xid (PCI:0000:07:00 GPU-I:05)``, dcgm-exporter's
+``GPU_I_ID``, NVML's ``nvmlDeviceGetGpuInstanceId`` (``connectors/`` fill
+``gpu_instance``; see tests/connectors/test_mig_identity.py). The core keys an instance
+as ``<parent>/GI<id>`` (``streams.core.state.MIG_SEPARATOR``).
+
+The old core keyed GPUs by bus id or uuid alone: all instances of one GPU merged
+into the parent, the last binding's pod won, and an XID of instance 5 blamed the pod
+of instance 3.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from schemas.events import XidEvent
+from tests.core_helpers import of_type, run
+from tests.factories import Cluster, term
+
+NODE = "a100-mig-01"
+BUS = "0000:07:00.0"
+UUID = "GPU-9d33a6b1-2f0c-4bb0-8c1d-3e5f6a7b8c9d"
+MIG5 = "MIG-0c8d2b11-5a4e-4d3c-9b2a-1f0e9d8c7b6a"
+
+
+def bind_instance(
+    c: Cluster, t: float, instance: int, pods: list[str], *, bus: str = "", profile: str = "1g.5gb"
+) -> None:
+    """dcgm-exporter's binding of one MIG instance: the parent's uuid (its bus id only
+    when the exporter has the label), the instance id and profile, the pod."""
+    ev = c.bind(NODE, t, UUID, bus, pods)
+    c.events[-1] = msgspec.structs.replace(ev, gpu_instance=instance, mig_profile=profile)
+
+
+def xid(c: Cluster, t: float, code: int, instance: int | None, *, uuid: str = "") -> XidEvent:
+    """A kernel XID on the parent's bus id, naming the instance (``GPU-I:NN``) or not."""
+    ev = c.xid(NODE, t, code, bus=BUS, uuid=uuid)
+    ev = msgspec.structs.replace(ev, gpu_instance=instance)
+    c.events[-1] = ev
+    return ev
+
+
+def mig_node() -> Cluster:
+    """One A100 with two 1g.5gb instances (3 and 5), one pod each, and NVML's identity
+    binding of instance 5 (bus id + uuid + instance + MIG uuid, pods unknown)."""
+    c = Cluster("prod")
+    c.node(NODE, 0, capacity=2, alloc=2)
+    c.pod(NODE, "infer-a", 1)
+    c.pod(NODE, "infer-b", 1)
+    bind_instance(c, 2, 3, ["infer-a"])
+    bind_instance(c, 2, 5, ["infer-b"])
+    nvml = c.bind(NODE, 3, UUID, BUS, [], pods_known=False)
+    c.events[-1] = msgspec.structs.replace(
+        nvml, gpu_instance=5, mig_uuid=MIG5, mig_profile="1g.5gb"
+    )
+    return c
+
+
+def test_an_xid_naming_a_gpu_instance_names_the_pod_of_that_instance() -> None:
+    """XID 94 (contained ECC error) on ``GPU-I:05``: the workload of instance 5 is told,
+    as the one bound pod, with the instance and its profile; instance 3's pod is not
+    named (MIG isolates it). The kmsg XID has only the bus id, dcgm's binding only the
+    uuid: NVML's identity binding of the instance joins them."""
+    c = mig_node()
+    xid(c, 60, 94, 5)
+    (fault,) = of_type(run(c.events), "gpu_app_fault")
+    assert [(p.name, p.role) for p in fault.pods] == [("infer-b", "bound")]
+    (gpu,) = fault.gpus
+    assert (gpu.pci_bus_id, gpu.uuid, gpu.gpu_instance, gpu.mig_profile) == (
+        BUS,
+        UUID,
+        5,
+        "1g.5gb",
+    )
+
+
+def test_an_xid_of_the_whole_gpu_makes_every_mig_pod_a_candidate() -> None:
+    """XID 13 with no ``GPU-I`` (the driver could not attribute it): it is the parent
+    GPU's, and any of its instances' pods may be the one; all are candidates, none is
+    named as *the* bound pod."""
+    c = mig_node()
+    xid(c, 60, 13, None)
+    (fault,) = of_type(run(c.events), "gpu_app_fault")
+    assert sorted((p.name, p.role) for p in fault.pods) == [
+        ("infer-a", "candidate"),
+        ("infer-b", "candidate"),
+    ]
+
+
+def test_records_from_before_gpu_instance_still_join() -> None:
+    """Wire compatibility: dcgm connectors before ``gpu_instance`` spelled an instance
+    ``gpu_uuid="<uuid>/GI<id>"`` with no bus id. Read the same way, the old binding and
+    a new XID naming instance 5 (by uuid, from NVML's enrichment) meet."""
+    c = Cluster("prod")
+    c.node(NODE, 0, capacity=2, alloc=2)
+    c.pod(NODE, "infer-a", 1)
+    c.pod(NODE, "infer-b", 1)
+    c.bind(NODE, 2, f"{UUID}/GI3", "", ["infer-a"])
+    c.bind(NODE, 2, f"{UUID}/GI5", "", ["infer-b"])
+    xid(c, 60, 94, 5, uuid=UUID)
+    (fault,) = of_type(run(c.events), "gpu_app_fault")
+    assert [p.name for p in fault.pods] == ["infer-b"]
+
+
+def test_a_fault_of_the_parent_gpu_takes_the_pods_of_its_instances_into_the_chain() -> None:
+    """XID 79 names no instance: the whole GPU fell off the bus, and with it every MIG
+    instance. The pods of both instances crash at once: both are bound to the chain's
+    GPU (through their instances), so both join the device chain."""
+    c = mig_node()
+    xid(c, 60, 79, None)
+    c.node(NODE, 62, capacity=2, alloc=0)
+    c.pod(NODE, "infer-a", 65, phase="Failed", current=term(64))
+    c.pod(NODE, "infer-b", 65, phase="Failed", current=term(64))
+    (chain,) = of_type(run(c.events), "device_unhealthy_eviction")
+    assert sorted(p.name for p in chain.pods) == ["infer-a", "infer-b"]
+
+
+def test_an_instance_fault_does_not_take_a_sibling_instances_pod() -> None:
+    """A fatal XID attributed to instance 5 arms the chain for instance 5. The pod of
+    instance 3 crashing long after is not that device's doing (its binding is known
+    and differs): it does not join; the instance-5 pod does."""
+    c = mig_node()
+    xid(c, 60, 95, 5)
+    c.pod(NODE, "infer-b", 61, phase="Failed", current=term(60))
+    c.pod(NODE, "infer-a", 400, phase="Failed", current=term(399))
+    (chain,) = of_type(run(c.events), "device_unhealthy_eviction")
+    assert [p.name for p in chain.pods] == ["infer-b"]
+    (gpu,) = chain.gpus
+    assert gpu.gpu_instance == 5
