@@ -15,7 +15,7 @@ venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -e '.[test]'
+	$(PIP) install -e '.[test,demo]'
 	@touch $@
 
 lint: venv
@@ -47,5 +47,5 @@ bench-kmsg: venv
 
 # The faust-streaming investigation of issue 3 (bench/faust/FINDINGS.md); needs the extra.
 bench-faust: venv
-	$(PIP) install -e '.[test,faust]'
+	$(PIP) install -e '.[test,demo,faust]'
 	$(BIN)/python -m bench.faust.throughput

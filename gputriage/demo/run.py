@@ -36,7 +36,7 @@ from connectors.kafka.config import client_kwargs
 from connectors.kafka.producer import EventProducer
 from connectors.signals import stop_on_signals
 from gputriage import render
-from gputriage.demo.broker import EmbeddedBroker, die_with_parent
+from gputriage.demo.broker import BrokerError, EmbeddedBroker, die_with_parent
 from gputriage.demo.player import play, scaled_core_settings
 from gputriage.errors import error
 from gputriage.settings import Settings
@@ -84,7 +84,11 @@ async def _run_demo(settings: Settings, options: DemoOptions, out: IO[bytes], er
     kafka = settings.kafka_settings()
     broker: EmbeddedBroker | None = None
     if kafka.embedded:
-        broker = await EmbeddedBroker().start_async()
+        try:
+            broker = await EmbeddedBroker().start_async()
+        except BrokerError as exc:  # not installed (the demo extra), or it would not start
+            error(f"demo: {exc}", err)
+            return 1
         servers = broker.bootstrap
         print(f"gputriage demo: embedded broker on {servers} (pid {broker.pid})", file=err)
     else:

