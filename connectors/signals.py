@@ -9,8 +9,13 @@ mid-write. Traps:
   elsewhere (an embedding test) it raises, and the default handlers stay.
 * A stop can hang (a broker gone mid-flush): with ``give_up_after_s`` a
   watchdog thread exits the process with status 1 after that long, and a second
-  signal exits at once. Nothing is lost by giving up: what was not delivered
-  was not committed either, and is read again by the next start.
+  signal *of the same kind* exits at once (Ctrl-C pressed twice; SIGTERM sent
+  twice). Nothing is lost by giving up: what was not delivered was not committed
+  either, and is read again by the next start.
+* A signal of the other kind is not "the user means it": a terminal's Ctrl-C
+  sends SIGINT to the whole process group, and a parent (``gputriage demo``, a
+  supervisor) then stops its child with SIGTERM. Counting that SIGTERM as a
+  second Ctrl-C made the demo's worker skip its clean stop every time.
 """
 
 from __future__ import annotations
@@ -36,9 +41,14 @@ def stop_on_signals(
     go on running after their loop, such as tests embedding the demo).
     """
 
-    def on_signal() -> None:
-        if stop.is_set() and give_up_after_s is not None:  # the second one: the user means it
-            _give_up(0.0)
+    first: list[signal.Signals] = []
+
+    def on_signal(signum: signal.Signals) -> None:
+        if first and give_up_after_s is not None:
+            if signum == first[0]:  # the same signal again: the user means it
+                _give_up(0.0)
+            return  # the other kind: a parent forwarding the stop (see the module docs)
+        first.append(signum)
         stop.set()
         if give_up_after_s is not None:
             watchdog = threading.Timer(give_up_after_s, _give_up, [give_up_after_s])
@@ -49,7 +59,7 @@ def stop_on_signals(
     installed: list[signal.Signals] = []
     for signum in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
-            loop.add_signal_handler(signum, on_signal)
+            loop.add_signal_handler(signum, on_signal, signum)
             installed.append(signum)
 
     def restore() -> None:

@@ -21,9 +21,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,16 +65,36 @@ class DemoFailed(RuntimeError):
     """A supervised part of the demo died; the message says which and why."""
 
 
-def incident_line(incident: Incident) -> str:
-    """One line per revision: type, severity, node, GPUs, pods, first evidence line."""
-    first = incident.evidence[0].text if incident.evidence else incident.summary
+def incident_line(incident: Incident, previous: Incident | None = None) -> str:
+    """One line per revision: status and revision, severity, type, node, GPUs, pods, and
+    what this revision says: the first evidence for an opening, else what changed
+    since ``previous`` (a severity change, the newest evidence, the resolution).
+
+    Two revisions of one incident used to print the same line (same status, same first
+    evidence): on-call could not tell an update from a repeat.
+    """
     gpus = render.listing([render.gpu_label(g) for g in incident.gpus])
     pods = render.listing([render.pod_label(p) for p in incident.pods])
     return (
-        f"{time.strftime('%H:%M:%S')}  {incident.status:<8} {incident.severity:<6} "
-        f"{incident.type:<26} {incident.node or '-':<12} gpus={gpus} pods={pods}  "
-        f"| {render.one_line(first)}"
+        f"{time.strftime('%H:%M:%S')}  {incident.status:<8} r{incident.revision:<3} "
+        f"{incident.severity:<6} {incident.type:<26} {incident.node or '-':<12} "
+        f"gpus={gpus} pods={pods}  | {render.one_line(_what_changed(incident, previous))}"
     )
+
+
+def _what_changed(incident: Incident, previous: Incident | None) -> str:
+    if previous is None or not incident.evidence:
+        return incident.evidence[0].text if incident.evidence else incident.summary
+    notes = []
+    if previous.severity != incident.severity:
+        notes.append(f"{previous.severity} -> {incident.severity}")
+    if incident.status == "resolved":
+        notes.append(incident.summary)
+    else:
+        seen = {e.event_id for e in previous.evidence}
+        new = [e.text for e in incident.evidence if e.event_id not in seen]
+        notes.append(f"+ {new[-1]}" if new else incident.summary)
+    return "; ".join(notes)
 
 
 def run_demo(settings: Settings, options: DemoOptions, out: IO[bytes], err: IO[str]) -> int:
@@ -94,27 +116,35 @@ async def _run_demo(settings: Settings, options: DemoOptions, out: IO[bytes], er
     else:
         servers = ",".join(kafka.brokers)
     worker: subprocess.Popen[bytes] | None = None
+    # The worker's log lives in a private directory (mkdtemp: 0700, an unpredictable
+    # name), removed on exit unless something failed: then its path is the one thing
+    # worth printing. (A fixed /tmp/gputriage-demo-worker-<pid>.log, 0644, was left
+    # behind by every run.)
+    scratch = Path(tempfile.mkdtemp(prefix="gputriage-demo-"))
+    status = 1
     try:
         kwargs = client_kwargs(kafka, servers)
         layout = topic_layout(settings.topics)
         await ensure_topics(kwargs, layout)
-        worker = _start_worker(settings, servers, options)
-        print(f"gputriage demo: processor worker pid {worker.pid} (log: {worker_log()})", file=err)
-        return await _supervise(kwargs, layout, worker, options, out, err)
+        worker = _start_worker(settings, servers, options, scratch / "worker.log")
+        print(f"gputriage demo: processor worker pid {worker.pid}", file=err)
+        status = await _supervise(kwargs, layout, worker, options, out, err)
     finally:
         if worker is not None:
-            _stop_worker(worker, err)
+            stopped = _stop_worker(worker, err)
+            if stopped != 0:
+                status = status or 1
         if broker is not None:
             await broker.stop_async()
-
-
-def worker_log() -> Path:
-    """Where the demo's worker writes its log (one file per demo process)."""
-    return Path(os.environ.get("TMPDIR", "/tmp")) / f"gputriage-demo-worker-{os.getpid()}.log"
+        if status == 0:
+            shutil.rmtree(scratch, ignore_errors=True)
+        else:
+            print(f"gputriage demo: the worker's log is kept in {scratch / 'worker.log'}", file=err)
+    return status
 
 
 def _start_worker(
-    settings: Settings, servers: str, options: DemoOptions
+    settings: Settings, servers: str, options: DemoOptions, log: Path
 ) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     for name, value in scaled_core_settings(settings.core_config(), options.speed).items():
@@ -122,11 +152,12 @@ def _start_worker(
     env.setdefault("GPUTRIAGE_PROCESSOR__SESSION_TIMEOUT_SECONDS", "6")
     env.setdefault("GPUTRIAGE_PROCESSOR__REBALANCE_TIMEOUT_SECONDS", "6")
     env.setdefault("GPUTRIAGE_PROCESSOR__APP_ID", f'"gputriage-demo-{os.getpid()}"')
+    # A demo's listeners are for this machine only.
+    env.setdefault("GPUTRIAGE_PROCESSOR__METRICS_ADDR", '"127.0.0.1"')
     args = [sys.executable, "-m", "gputriage"]
     if settings.origin:
         args += ["--config", settings.origin]
     args += ["process", "--brokers", servers, "--metrics-port", str(options.metrics_port)]
-    log = worker_log()
     with log.open("wb") as handle:
         return subprocess.Popen(
             args,
@@ -137,7 +168,14 @@ def _start_worker(
         )
 
 
-def _stop_worker(worker: subprocess.Popen[bytes], err: IO[str]) -> None:
+def _stop_worker(worker: subprocess.Popen[bytes], err: IO[str]) -> int:
+    """Stop the worker (SIGTERM; SIGKILL after ``WORKER_STOP_S``); its exit status.
+
+    Trap: after a terminal Ctrl-C the worker (same process group) has its own SIGINT
+    already; this SIGTERM is a second signal, which the worker must not take for the
+    user's second Ctrl-C (``connectors.signals``: only a repeat of the same signal
+    gives up). A non-zero status means it did not stop cleanly: said, and the log kept.
+    """
     if worker.poll() is None:
         worker.send_signal(signal.SIGTERM)
         try:
@@ -146,6 +184,9 @@ def _stop_worker(worker: subprocess.Popen[bytes], err: IO[str]) -> None:
             print("gputriage demo: the worker did not stop; killing it", file=err)
             worker.kill()
             worker.wait()
+    if worker.returncode != 0:
+        print(f"gputriage demo: the worker exited with status {worker.returncode}", file=err)
+    return worker.returncode
 
 
 async def _supervise(
@@ -211,6 +252,8 @@ async def _print_incidents(
 ) -> None:
     consumer = AIOKafkaConsumer(**kwargs)
     await consumer.start()
+    shown: dict[str, Incident] = {}
+    """The last revision printed of each incident, to say what the next one changed."""
     try:
         topic = layout.incidents.name
         await consumer.topics()
@@ -228,7 +271,9 @@ async def _print_incidents(
                 if options.output == "json":
                     out.write(encode(incident) + b"\n")
                 else:
-                    out.write((incident_line(incident) + "\n").encode())
+                    line = incident_line(incident, shown.get(incident.id))
+                    out.write((line + "\n").encode())
+                shown[incident.id] = incident
             out.flush()
     finally:
         await consumer.stop()

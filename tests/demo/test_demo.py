@@ -64,26 +64,36 @@ def test_demo_shows_incident_types_and_stops_by_itself() -> None:
     assert not any(_alive(pid) for pid in pids), "broker and worker are gone"
 
 
-def test_ctrl_c_stops_everything_cleanly() -> None:
+def test_ctrl_c_stops_everything_cleanly(tmp_path: Path) -> None:
+    """A terminal's Ctrl-C is SIGINT to the whole process group: demo, worker and
+    broker get it at once, then the demo stops its worker with SIGTERM. The worker
+    must take that for the same stop, not a second Ctrl-C (issue 11.4: it used to
+    ``os._exit(1)`` and skip its clean stop every time), and the demo must leave
+    nothing in the temporary directory (issue 11.7)."""
     demo = subprocess.Popen(
         [sys.executable, "-m", "gputriage", "demo", "--follow", "--speed", "300"],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        env=clean_env(),
+        env={**clean_env(), "TMPDIR": str(tmp_path)},
+        start_new_session=True,  # its own process group, as a terminal's job
     )
     assert demo.stdout is not None
     try:
         first = demo.stdout.readline()  # blocks until the first incident line
         assert first, "an incident before Ctrl-C"
-        demo.send_signal(signal.SIGINT)
+        assert b" r1 " in first, first  # every line says its revision
+        os.killpg(demo.pid, signal.SIGINT)
         _, err = demo.communicate(timeout=60)
     finally:
         if demo.poll() is None:
             demo.kill()
-    assert demo.returncode == 0, err.decode()
-    pids = _pids(err.decode())
+    stderr = err.decode()
+    assert demo.returncode == 0, stderr
+    assert "the worker exited with status" not in stderr
+    pids = _pids(stderr)
     assert len(pids) == 2
     wait_until(lambda: not any(_alive(p) for p in pids), timeout=10, what="no orphans")
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith("gputriage-demo")] == []
 
 
 def test_without_the_demo_extra_the_demo_says_how_to_install_it(tmp_path: Path) -> None:
