@@ -13,6 +13,7 @@ something was.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable
 from typing import Any, Final, TypeVar
@@ -20,7 +21,7 @@ from typing import Any, Final, TypeVar
 import msgspec
 import orjson
 
-from schemas.dead_letters import DeadLetter
+from schemas.dead_letters import MAX_LETTER_BYTES, DeadLetter
 from schemas.events import (
     AutoscalerEvent,
     Event,
@@ -181,3 +182,40 @@ def dumps(obj: Any, *, sort_keys: bool = False) -> bytes:
     """Serialise untyped data with orjson (UTC datetimes, no NaN surprises)."""
     option = orjson.OPT_SORT_KEYS if sort_keys else 0
     return orjson.dumps(obj, option=option)
+
+
+_MIN_HEAD: Final = 256
+
+
+def fitted_dead_letter(letter: DeadLetter, max_bytes: int = MAX_LETTER_BYTES) -> DeadLetter:
+    """``letter``, made small enough that its encoding fits in ``max_bytes``.
+
+    Why: a dead letter must always be deliverable. The value is base64 in JSON (+33 %),
+    so a raw record of ~800 KB, itself accepted by the broker, became a letter over
+    the producer's 1 MB limit; the send failed with ``MessageSizeTooLargeError`` and
+    the worker died on it at every restart (issue 11.1). A letter that would not fit
+    keeps the *head* of its value (what a human reads first: the schema tag, the
+    first fields), the original size and a SHA-256 of the whole value; a reason or a
+    key too long for the budget is cut the same way (the key is rarely the problem:
+    a correlation key is short). A letter that fits is returned as it is.
+    """
+    data = encode(letter)
+    if len(data) <= max_bytes:
+        return letter
+    reason = letter.reason if len(letter.reason) <= 1000 else letter.reason[:1000] + "…"
+    key = letter.key
+    if key is not None and len(key) > max_bytes // 8:
+        key = key[: max_bytes // 8]
+    value = letter.value or b""
+    stub = msgspec.structs.replace(
+        letter,
+        reason=reason,
+        key=key,
+        value=b"",
+        value_size=len(value),
+        value_sha256=hashlib.sha256(value).hexdigest(),
+    )
+    room = max_bytes - len(encode(stub))
+    head = max(0, room) * 3 // 4 - 4  # base64: 4 bytes of text per 3 of value, padding
+    head = max(head, min(_MIN_HEAD, len(value))) if room > 0 else 0
+    return msgspec.structs.replace(stub, value=value[:head])

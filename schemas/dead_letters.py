@@ -20,6 +20,8 @@ have to mangle exactly the bytes someone needs to debug. Decode with
 
 from __future__ import annotations
 
+from typing import Final
+
 import msgspec
 
 
@@ -44,3 +46,15 @@ class DeadLetter(
     """The original record value (base64 in JSON); null for a tombstone."""
     timestamp_ms: int | None = None
     """The original record's Kafka timestamp, milliseconds since the epoch."""
+    value_size: int | None = None
+    """Set when ``value`` was cut to fit (:func:`schemas.codec.fitted_dead_letter`):
+    the original value's size in bytes. ``value`` then holds only the head of it."""
+    value_sha256: str = ""
+    """Set with ``value_size``: the SHA-256 of the whole original value (hex), to find
+    the record again in the source or prove two letters are the same record."""
+
+
+MAX_LETTER_BYTES: Final = 1_000_000
+"""The default budget of one encoded dead letter: under Kafka's default 1 MiB
+``max.request.size`` / ``message.max.bytes`` with room for the record's key, headers
+and batch overhead."""
