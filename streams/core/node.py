@@ -410,9 +410,10 @@ def _on_xid(step: Step, ev: XidEvent) -> None:
         xid.remember(step, key, ev.code, last, step.now)
     if xid_class == "fatal":
         chain.arm(step, item, key, ref, ev.code)
-        degraded.on_fault(step, item, key, gpu, ev.code, action)
         if rule.xid_class == "fatal":
             xid.on_fatal(step, key, gpu, item, ev.code, new_episode)
+        if not xid.repeating(step, key):  # an xid_repeat page already tells this GPU
+            degraded.on_fault(step, item, key, gpu, ev.code, action)
     elif xid_class == "app":
         xid.on_app(step, key, gpu, item, ev.code, new_episode)
 

@@ -29,7 +29,10 @@ incident resolves after ``degraded_quiet_seconds`` (a day) without another fatal
 on the node, or at once when the driver says the GPU needs nothing any more (an XID
 154 whose recovery action changed to ``None``, which it logs after the reset): a GPU
 reset is invisible to Kubernetes, so only the driver or time can say it is over.
-Deleting the node resolves everything.
+When the fault comes back often enough to be an ``xid_repeat`` (RMA: resets will not
+hold), that page supersedes an XID-only ticket of that GPU alone: it is resolved,
+``superseded_by`` the repeat, and no new ticket opens for the GPU while the repeat is
+open. Deleting the node resolves everything.
 
 A drop in allocatable (not a level) is also what arms the eviction chain, once
 it is trusted (see :func:`streams.core.rules.chain.on_drop`).
@@ -155,6 +158,27 @@ def on_recovered(step: Step, gpu_key: str) -> None:
         and set(inc.gpus) <= {gpu_key}
     ):
         step.resolve(inc, step.now, "the driver reports no recovery action needed any more")
+
+
+def on_repeat(step: Step, gpu_key: str, repeat: OpenIncident) -> None:
+    """An ``xid_repeat`` opened for this GPU: its page (RMA, resets will not hold)
+    supersedes an XID-only ticket of this GPU alone, whose action was one reset. A
+    ticket that also tells a drop or failed pods stays: it has more to say."""
+    state = step.state
+    draft = state.fault_draft
+    if draft is not None and set(draft.gpus) <= {gpu_key}:
+        state.fault_draft = None
+        state.timers_dirty = True
+    inc = step.find(KIND, SUBJECT)
+    if (
+        inc is not None
+        and "xids" in inc.attributes
+        and "escalated" not in inc.attributes
+        and state.degraded_since is None
+        and set(inc.gpus) <= {gpu_key}
+    ):
+        inc.attributes["superseded_by"] = repeat.id
+        step.resolve(inc, step.now, f"superseded by xid_repeat {repeat.id}")
 
 
 def _add_fault(

@@ -22,6 +22,7 @@ import math
 from schemas.incidents import Evidence
 from streams.core.config import CoreConfig
 from streams.core.lifecycle import Step
+from streams.core.rules import degraded
 from streams.core.rules.pods import pod_info
 from streams.core.state import NEVER, GpuTrack, NodeState, bound_pods, gpu_ref, unpack_uuid
 
@@ -121,6 +122,12 @@ def on_app(
     )
 
 
+def repeating(step: Step, gpu_key: str) -> bool:
+    """Is an ``xid_repeat`` open for any code of this GPU?"""
+    prefix = f"{REPEAT}|{gpu_key}/"
+    return any(k.startswith(prefix) for k in step.state.incidents)
+
+
 def on_fatal(
     step: Step, gpu_key: str, gpu: GpuTrack, item: Evidence, code: int, new_episode: bool
 ) -> None:
@@ -161,6 +168,7 @@ def on_fatal(
         inc.count = len(occurrences) - 1
         for key in bound_pods(gpu):
             step.add_pod(inc, pod_info(key, step.state.pods.get(key), "bound"))
+        degraded.on_repeat(step, gpu_key, inc)
     inc.count += 1
     step.add_evidence(inc, item)
     step.add_gpu(inc, gpu_key, gpu_ref(gpu_key, gpu))

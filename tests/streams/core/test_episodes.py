@@ -16,11 +16,12 @@ NVLink codes always fatal) broke it.
 from __future__ import annotations
 
 from tests.core_helpers import config, of_type, run
-from tests.factories import Cluster
+from tests.factories import T0, Cluster
 from tests.xid_lines import dcgm, kmsg
 
 MIN = 60.0
 HOUR = 3600.0
+T0_S = T0.timestamp()
 BUS = "0000:4c:00.0"
 UUID = "GPU-c3d4e5f6-0a1b-4c2d-8e9f-000000000005"
 GSP = (
@@ -239,3 +240,30 @@ def test_dcgm_repeating_a_nonfatal_nvlink_line_is_not_fatal() -> None:
     dcgm(alone, "n8", HOUR + 40, 145, "GPU-8", bus="0018:01:00.0")
     alone.pod("n8", "a", HOUR + 50, phase="Failed", reason="Evicted")
     assert len(of_type(run(alone.events), "device_unhealthy_eviction")) == 1
+
+
+def test_the_repeat_page_supersedes_the_single_burst_ticket() -> None:
+    """The first episode is a ticket saying "reset the GPU"; when the fifth makes it an
+    ``xid_repeat`` ("RMA, resets will not hold") the ticket is resolved as superseded by
+    that page, and a sixth episode or the driver asking for a reset again open no new
+    ticket: one open incident, with one action, for the GPU. (The old core had no ticket
+    and paged at the fifth line.)"""
+    c = Cluster()
+    c.node("n6", 0)
+    for e in range(6):
+        kmsg(c, "n6", HOUR + e * 2 * HOUR, GSP, uuid="GPU-6")
+    reset = (
+        "NVRM: Xid (PCI:0000:cb:00): 154, GPU recovery action changed from 0x0 (None) to "
+        "0x1 (GPU Reset Required)"
+    )
+    kmsg(c, "n6", HOUR + 10 * HOUR + 1, reset, uuid="GPU-6")  # just after the sixth
+    c.tick(14 * HOUR)
+    revisions = run(c.events)
+    [repeat] = of_type(revisions, "xid_repeat")
+    [ticket] = of_type(revisions, "gpu_degraded")
+    assert ticket.status == "resolved"
+    assert ticket.attributes["superseded_by"] == repeat.id
+    assert ticket.resolved_at is not None
+    assert ticket.resolved_at.timestamp() == T0_S + HOUR + 4 * 2 * HOUR  # the fifth episode
+    assert repeat.status != "resolved"
+    assert repeat.attributes["occurrences"] == "6"
