@@ -1,4 +1,4 @@
-"""Builds ``scenario.jsonl``: a recorded half hour of a small GPU cluster.
+"""Builds ``scenario.jsonl``: a recorded 45 minutes of a small GPU cluster.
 
 Run ``python examples/build_scenario.py`` after changing a schema; the file is
 committed so that users (and the tests) can replay it without running this.
@@ -18,7 +18,9 @@ gpu-node-03     time-sliced GPU; a fine-tune crash-loops with CUDA OOM
                 while a notebook shares its GPU: suspected_cuda_oom
 gpu-node-04     allocatable 8 -> 7 with no pod failure: gpu_degraded
 gpu-node-05     XID 13 twice on a GPU bound to a render pod: gpu_app_fault
-gpu-node-06     XID 119 (GSP RPC timeout) five times on one GPU: xid_repeat
+gpu-node-06     XID 119 (GSP RPC timeout) on one GPU, reset each time (the driver's
+                XID 154 asks for a reset, then clears), back four times, 10.5 min
+                apart: five fault episodes, xid_repeat
 gpu-node-07     kubelet stops reporting with serving pods on it:
                 gpu_node_not_ready, later evictions join it
 ==============  ===========================================================
@@ -148,6 +150,7 @@ def xid(
     uuid: str = "",
     pid: int | None = None,
     process: str = "",
+    recovery_action: str = "",
 ) -> None:
     events.append(
         build_event.xid_event(
@@ -161,6 +164,7 @@ def xid(
             pid=pid,
             process=process,
             message=message,
+            recovery_action=recovery_action,
         )
     )
 
@@ -373,18 +377,41 @@ def build() -> list[Event]:
         process="blender",
     )
 
-    # gpu-node-06: XID 119 five times on one GPU: hardware, escalate.
+    # gpu-node-06: a GSP timeout, the driver asks for a reset, automation resets the GPU
+    # and the driver clears its request; the fault comes back: five episodes, each more
+    # than xid_episode_gap_seconds (10 min) after the last. Hardware: escalate (RMA).
     n6 = "gpu-node-06"
-    for k, minute in enumerate((1.0, 6.0, 12.0, 17.0, 22.0)):
+    uuid6 = "GPU-9a8b7c6d-5e4f-4321-8765-000000000006"
+    for k, minute in enumerate((1.0, 11.5, 22.0, 32.5, 43.0)):
         xid(
             n6,
             minute,
             119,
             "0000:cb:00.0",
-            5000 + k,
+            5000 + 3 * k,
             "Timeout after 6s of waiting for RPC response from GPU0 GSP! Expected function "
             "76 (GSP_RM_CONTROL) (0x20802a02 0x8).",
-            uuid="GPU-9a8b7c6d-5e4f-4321-8765-000000000006",
+            uuid=uuid6,
+        )
+        xid(
+            n6,
+            minute + 0.01,
+            154,
+            "0000:cb:00.0",
+            5001 + 3 * k,
+            "GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)",
+            uuid=uuid6,
+            recovery_action="GPU Reset Required",
+        )
+        xid(
+            n6,
+            minute + 1.5,
+            154,
+            "0000:cb:00.0",
+            5002 + 3 * k,
+            "GPU recovery action changed from 0x1 (GPU Reset Required) to 0x0 (None)",
+            uuid=uuid6,
+            recovery_action="None",
         )
 
     # gpu-node-07: the kubelet stops reporting with two serving pods on it.
@@ -412,8 +439,8 @@ def build() -> list[Event]:
         )
     node(n7, 24.0, ready="True")
 
-    # Forty minutes in: the clock has moved on, quiet windows close.
-    events.append(Tick(id="tick:40m", cluster=CLUSTER, time=at(40)))
+    # 45 minutes in: the clock has moved on, quiet windows close.
+    events.append(Tick(id="tick:45m", cluster=CLUSTER, time=at(45)))
     events.sort(key=lambda e: (e.time, e.id))
     return events
 

@@ -24,6 +24,8 @@ class XidInfo(msgspec.Struct, frozen=True, kw_only=True):
     action: str = ""
     xid_class: XidClass = msgspec.field(default="unknown", name="class")
     severity: Severity = "info"
+    line_severity: bool = False
+    """The line names its own severity (``Fatal`` / ``Nonfatal``): NVLink5 XIDs 144-150."""
 
 
 class _Catalog(msgspec.Struct, frozen=True):

@@ -64,11 +64,13 @@ class CoreSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     cuda_oom_window_seconds: Seconds = _D.cuda_oom_window_seconds
     cuda_oom_patterns: tuple[str, ...] = _D.cuda_oom_patterns
     degraded_after_seconds: Seconds = _D.degraded_after_seconds
+    degraded_quiet_seconds: Seconds = _D.degraded_quiet_seconds
     app_fault_quiet_seconds: Seconds = _D.app_fault_quiet_seconds
     app_fault_escalate_count: Count = _D.app_fault_escalate_count
     xid_repeat_count: Count = _D.xid_repeat_count
     xid_repeat_window_seconds: Seconds = _D.xid_repeat_window_seconds
     xid_coalesce_seconds: Seconds = _D.xid_coalesce_seconds
+    xid_episode_gap_seconds: Seconds = _D.xid_episode_gap_seconds
     not_ready_statuses: tuple[str, ...] = _D.not_ready_statuses
     not_ready_grace_seconds: Seconds = _D.not_ready_grace_seconds
     max_evidence: Count = _D.max_evidence
@@ -107,6 +109,7 @@ def catalog_policy() -> dict[int, XidRule]:
             mnemonic=info.mnemonic,
             action=info.action,
             severity=info.severity,
+            line_severity=info.line_severity,
         )
         for code, info in sorted(load_catalog().items())
     }

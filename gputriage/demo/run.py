@@ -5,7 +5,7 @@
 2. Creates the topics and starts one processor worker (``gputriage process``,
    a child process that dies with this one).
 3. Plays the packaged scenario (``examples/scenario.jsonl``) into the raw topics
-   at ``--speed`` times real pace (default 30x: its 40 minutes in about 80 s),
+   at ``--speed`` times real pace (default 30x: its 45 minutes in about 90 s),
    with the core's windows scaled by the same factor (see :mod:`gputriage.demo.player`).
 4. Prints every incident revision as the worker publishes it, read back from the
    incident topic like any downstream consumer would.

@@ -31,6 +31,9 @@ class XidRule(msgspec.Struct, frozen=True, kw_only=True):
     severity: Severity | None = None
     """The catalog's severity for this code: an ``xid_repeat`` of it is at most this
     severe (the incident type's severity is the ceiling; None: no cap)."""
+    line_severity: bool = False
+    """The line says its own severity (NVLink5 XIDs 144-150: ``... RLW_RXPIPE Nonfatal XC0
+    ...``): a ``Nonfatal`` line is recorded evidence (``info``), whatever the class."""
 
 
 class CoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -101,17 +104,36 @@ class CoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     )
 
     degraded_after_seconds: float = 300.0
-    """gpu_degraded: capacity - allocatable > 0 for longer than this."""
+    """gpu_degraded: capacity - allocatable > 0 for longer than this; or a fatal XID (or an
+    XID 154 asking for a reset, drain or reboot) that no eviction chain has reported after
+    this long (the chain opening first keeps one root cause, one page)."""
+    degraded_quiet_seconds: float = 86400.0
+    """A gpu_degraded opened by XIDs alone (no allocatable drop) resolves after this long
+    without another fatal XID on the node. Nothing else says a GPU that never left the
+    allocatable pool was repaired (a reset is invisible to Kubernetes), so it stays open
+    for a day: the ``xid_repeat`` window, so a fault that comes back within it is the same
+    ticket, not a new one. An allocatable drop, once seen, resolves it only on recovery."""
 
     app_fault_quiet_seconds: float = 3600.0
     """gpu_app_fault resolves after this long without another application XID on the GPU."""
     app_fault_escalate_count: int = 3
-    """gpu_app_fault goes from ``info`` to ``ticket`` at this many XIDs in one episode."""
+    """gpu_app_fault goes from ``info`` to ``ticket`` at this many XID *episodes* (see
+    ``xid_episode_gap_seconds``) in one incident."""
 
     xid_repeat_count: int = 5
+    """xid_repeat: this many *episodes* of one fatal code on one GPU..."""
     xid_repeat_window_seconds: float = 86400.0
+    """...within this window (their first lines), and it resolves after this long quiet."""
     xid_coalesce_seconds: float = 1.0
-    """The same code on the same GPU within this long is one occurrence (sources overlap)."""
+    """The same code on the same GPU within this long is one occurrence (sources overlap):
+    the floor of ``xid_episode_gap_seconds``, so setting that to 0 (count every occurrence)
+    still counts a line seen by the kernel log and by dcgm-exporter once."""
+    xid_episode_gap_seconds: float = 600.0
+    """One fault is logged as many lines (one XID 13 as three, a GSP hang as an XID 119
+    every few minutes): a line of a code less than this after the previous line of the same
+    code on the same GPU continues that fault's *episode*; at or past it, a new episode
+    starts. ``xid_repeat`` and ``gpu_app_fault`` count episodes, not lines, and an XID 45
+    follows the XIDs of its GPU this recent."""
 
     not_ready_statuses: tuple[str, ...] = ("False", "Unknown")
     not_ready_grace_seconds: float = 120.0

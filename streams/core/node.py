@@ -432,6 +432,15 @@ def _on_binding(step: Step, ev: GpuBindingEvent) -> None:
 
 
 def _on_xid(step: Step, ev: XidEvent) -> None:
+    """One XID line: its class, its fault episode, then the rules.
+
+    Episodes (DESIGN §2, issue 10.6): one fault is logged as several lines (one XID 13
+    as three, a hung GSP as an XID 119 every few minutes, one occurrence by the kernel
+    log and by dcgm-exporter). A line less than ``xid_episode_gap_seconds`` (at least
+    ``xid_coalesce_seconds``) after the previous line of its code on its GPU continues
+    that episode: evidence, never counted again. ``xid_repeat`` and ``gpu_app_fault``
+    count episodes.
+    """
     state, config = step.state, step.config
     # SXid codes are NVSwitch codes, a different catalog: never read as GPU XIDs.
     rule = _UNKNOWN_XID if ev.sxid else config.xid.get(ev.code, _UNKNOWN_XID)
@@ -441,32 +450,114 @@ def _on_xid(step: Step, ev: XidEvent) -> None:
     if all(x.event_id != item.event_id for _, x in state.recent_xids):
         state.recent_xids = (*state.recent_xids[-_RECENT_XIDS + 1 :], (step.now, item))
     ref = gpu_ref(key, gpu)
-    degraded.on_xid(step, item, key, ref)
+    horizon = step.now - xid.episode_gap(config)
+    episodes = xid.recent_episodes(state, key, horizon)
+    last, quiet = episodes.get(ev.code, xid.NO_EPISODE)
     xid_class: str = rule.xid_class
+    if rule.line_severity and xid_class != "info":
+        word = _severity_word(ev.message)
+        # A report without the word (dcgm-exporter, NVML) just after a Nonfatal line of
+        # the same code on the same GPU is that line seen by a second source.
+        if word == "nonfatal" or (not word and quiet > horizon and quiet > last):
+            xid_class = "info"
+    degraded.on_xid(step, item, key, ref)
+    action = rule.action
     if xid_class == "follow-up":
-        if ev.recovery_action or ev.code == 154:
-            action = ev.recovery_action.lower()
-            xid_class = "fatal" if any(w in action for w in _RESET_WORDS) else "info"
-        elif _follow(step, key, item):
-            return
+        if ev.recovery_action:
+            # XID 154 names the action: it asks for a reset / drain / reboot, or not.
+            words = ev.recovery_action.lower()
+            xid_class = "fatal" if any(w in words for w in _RESET_WORDS) else "info"
+            action = f"The driver asks: {ev.recovery_action}."
+            if xid_class == "info" and "none" in words.split():
+                degraded.on_recovered(step, key)
+        elif _follow(step, key, item, ev, episodes, horizon):
+            xid_class = ""  # joined what the earlier XID on this GPU opened or armed
+        elif ev.code == 154:
+            xid_class = "info"  # a recovery action we cannot read, following nothing
         else:
-            xid_class = "app"
+            xid_class = "app"  # alone, a cleanup XID 45 is the application's teardown
+    # Episode memory: the fault classes count (a reset-asking 154 is the driver's
+    # request, not a fault of its own); info lines (Nonfatal NVLink) are remembered apart.
+    counted = xid_class == "app" or (xid_class == "fatal" and rule.xid_class == "fatal")
+    new_episode = last <= horizon
+    if counted:
+        xid.remember(step, key, ev.code, step.now, quiet)
+    elif xid_class == "info" and rule.line_severity:
+        xid.remember(step, key, ev.code, last, step.now)
     if xid_class == "fatal":
         chain.arm(step, item, key, ref, ev.code)
         if rule.xid_class == "fatal":
-            xid.on_fatal(step, key, gpu, item, ev.code)
+            xid.on_fatal(step, key, gpu, item, ev.code, new_episode)
+        if not xid.repeating(step, key):  # an xid_repeat page already tells this GPU
+            degraded.on_fault(step, item, key, gpu, ev.code, action)
     elif xid_class == "app":
-        xid.on_app(step, key, gpu, item, ev.code)
+        xid.on_app(step, key, gpu, item, ev.code, new_episode)
 
 
-def _follow(step: Step, gpu_key: str, item: Evidence) -> bool:
-    """XID 45 follows an earlier error: attach it to that error's incident, if any."""
-    for kind, subject in ((chain.KIND, chain.SUBJECT), (xid.APP, gpu_key)):
-        inc = step.find(kind, subject)
-        if inc is not None and (kind == xid.APP or gpu_key in inc.gpus):
+def _severity_word(message: str) -> str:
+    """``fatal`` / ``nonfatal`` as an NVLink5 line states it, before its register dump:
+    ``RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 ...)``; ``""`` when it says neither."""
+    for token in message.split("(", 1)[0].split():
+        word = token.strip(",:;").lower()
+        if word in ("nonfatal", "non-fatal"):
+            return "nonfatal"
+        if word == "fatal":
+            return "fatal"
+    return ""
+
+
+def _follow(
+    step: Step,
+    gpu_key: str,
+    item: Evidence,
+    ev: XidEvent,
+    episodes: dict[int, tuple[float, float]],
+    horizon: float,
+) -> bool:
+    """A follow-up XID (45, or a 154 that names no action) takes the class of the XID it
+    follows on its GPU: the one it names (``caused by previous Xid 149``) or the latest
+    other XID there within the episode gap. It joins what that XID opened or armed and
+    never opens an incident of its own; returns False when it follows nothing recent.
+
+    After a fatal XID it is evidence of the fault (chain, pending or open gpu_degraded,
+    xid_repeat); after an application XID, of its gpu_app_fault (not counted); after a
+    Nonfatal NVLink line it is recorded only.
+    """
+    config = step.config
+    recent = {
+        code: times
+        for code, times in episodes.items()
+        if config.xid.get(code, _UNKNOWN_XID).xid_class != "follow-up"
+    }
+    cause: int | None
+    if ev.caused_by is not None and ev.caused_by in recent:
+        cause = ev.caused_by
+    else:
+        cause = max(recent, key=lambda c: (max(recent[c]), c), default=None)
+    if cause is None:
+        # Nothing recent: the incident an earlier XID of this GPU still holds, if any.
+        for kind, subject in ((chain.KIND, chain.SUBJECT), (xid.APP, gpu_key)):
+            inc = step.find(kind, subject)
+            if inc is not None and (kind == xid.APP or gpu_key in inc.gpus):
+                step.add_evidence(inc, item)
+                return True
+        return False
+    last, quiet = recent[cause]
+    if quiet > last:
+        return True  # it follows a Nonfatal / info line: recorded evidence only
+    if config.xid.get(cause, _UNKNOWN_XID).xid_class == "app":
+        inc = step.find(xid.APP, gpu_key)
+        if inc is not None:
             step.add_evidence(inc, item)
-            return True
-    return False
+        return True
+    inc = step.find(chain.KIND, chain.SUBJECT)
+    if inc is not None and gpu_key in inc.gpus:
+        step.add_evidence(inc, item)
+    degraded.on_follow(step, item)
+    repeat = step.find(xid.REPEAT, f"{gpu_key}/{cause}")
+    if repeat is not None:
+        step.add_evidence(repeat, item)
+    return True
 
 
 _HANDLERS: dict[type[Any], Callable[[Step, Any], None]] = {
@@ -567,6 +658,7 @@ def apply_timer(state: NodeState, now: float, config: CoreConfig) -> list[Incide
     degraded.on_timer(step)
     oom.on_timer(step)
     not_ready.on_timer(step)
+    xid.on_timer(step)
     due = sorted(
         (inc for inc in state.incidents.values() if inc.resolve_at <= now),
         key=lambda inc: (inc.resolve_at, inc.id),
@@ -584,6 +676,7 @@ def next_deadline(state: NodeState, config: CoreConfig) -> float:
         degraded.deadline(state, config.degraded_after_seconds),
         oom.deadline(state, config.oom_join_seconds),
         not_ready.deadline(state, config.not_ready_grace_seconds),
+        xid.deadline(state, xid.episode_gap(config)),
     )
     for inc in state.incidents.values():
         found = min(found, inc.resolve_at)

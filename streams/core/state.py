@@ -87,7 +87,7 @@ class GpuTrack(msgspec.Struct, gc=False, omit_defaults=True):
     last_xid: float = -math.inf
     """Event time of the latest XID of any class on this GPU."""
     fatal: dict[int, list[Evidence]] | None = None
-    """Per fatal code, the evidence of the last ``xid_repeat_count`` occurrences."""
+    """Per fatal code, the first line of each of its last ``xid_repeat_count`` episodes."""
     mig_profile: str = ""
     """A MIG instance's profile (``1g.10gb``), from its binding; empty for a whole GPU."""
 
@@ -242,6 +242,17 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     """gpu_node_not_ready in its grace: the event time the node left Ready=True with
     running GPU pods and the condition change that did it (the incident's anchor); None
     when Ready or nothing is pending. One field per node, nothing per pod."""
+    # -- XID episodes and hardware faults (issue 10.6, 10.10): two fields, kept together --
+    xid_episodes: tuple[tuple[str, int, float, float], ...] = ()
+    """XID codes seen on this node's GPUs within ``xid_episode_gap_seconds``: (GPU key,
+    code, event time of the last line of its current fault episode, of its last line
+    recorded as info: a ``Nonfatal`` NVLink line), -inf where none. Two floats per
+    recent code; an entry goes when its gap has passed (a timer), so a quiet node keeps
+    nothing. Per node, not per GPU: no slot on the many GPUs that never log an XID."""
+    fault_draft: OpenIncident | None = None
+    """The ``gpu_degraded`` a fatal XID (or an XID 154 asking for a reset) will open if no
+    eviction chain reports it within ``degraded_after_seconds`` of its first line: built
+    as the XIDs arrive, never published until then; None when no fault is pending."""
     incidents: dict[str, OpenIncident] = {}
     """Open incidents by ``type|subject``."""
     node_version: int = 0

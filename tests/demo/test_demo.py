@@ -43,7 +43,7 @@ def test_demo_shows_incident_types_and_stops_by_itself() -> None:
             "gputriage",
             "demo",
             "--speed",
-            "300",  # the scenario's 40 minutes in 8 s; all 7 types appear at 400x here
+            "300",  # the scenario's 45 minutes in 9 s; all 7 types appear at 400x here
             "--linger",
             "3",
             "-o",

@@ -58,6 +58,7 @@ remembered for a later trigger's look-back, and still reaches the other rules
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from schemas.incidents import Evidence, GpuRef, PodInfo
 from streams.core.lifecycle import Step
@@ -73,6 +74,10 @@ from streams.core.state import (
 
 KIND = "device_unhealthy_eviction"
 SUBJECT = "chain"
+DEGRADED = "gpu_degraded"
+DEGRADED_SUBJECT = "node"
+"""The node's ``gpu_degraded`` (:mod:`streams.core.rules.degraded`): a device failure that
+finds it open, and no chain incident, escalates it instead of opening a second incident."""
 _MAX_RECENT_FAILURES = 64
 _PRESSURE = "low on resource"
 """The kubelet's node-pressure eviction message: memory or disk, not the GPU."""
@@ -160,9 +165,18 @@ def on_drop(step: Step, change: Evidence) -> None:
 
 
 def on_failure(step: Step, info: PodInfo, evidence: Evidence) -> bool:
-    """A GPU pod failed. Join the armed chain if it belongs, or remember it for the look-back."""
-    if armed(step) and _belongs(step, info, evidence, step.now):
+    """A GPU pod failed. Join the armed chain if it belongs, or remember it for the look-back.
+
+    It joins the chain's incident too while that is still open after its window (the
+    GPU is still unallocatable), and, with no chain incident, it escalates the node's
+    open ``gpu_degraded`` (issue 10.11): an eviction that comes after the window closed
+    is still the degraded GPU's doing, not a failure floating unattached.
+    """
+    open_chain = step.find(KIND, SUBJECT) is not None
+    if (armed(step) or open_chain) and _belongs(step, info, evidence, step.now):
         _join(step, info, evidence)
+        return True
+    if not open_chain and _escalate(step, info, evidence):
         return True
     state, config = step.state, step.config
     lookback = step.now - config.eviction_lookback_seconds - config.drop_persist_seconds
@@ -174,6 +188,21 @@ def on_failure(step: Step, info: PodInfo, evidence: Evidence) -> bool:
 
 def _belongs(step: Step, info: PodInfo, evidence: Evidence, when: float) -> bool:
     """Is this failure the chain's device's doing? (See the module docstring.)"""
+    state = step.state
+    times = [t.time.timestamp() for t in state.chain_triggers]
+    return belongs_to(step, info, evidence, when, state.chain_gpus, times)
+
+
+def belongs_to(
+    step: Step,
+    info: PodInfo,
+    evidence: Evidence,
+    when: float,
+    gpus: Iterable[tuple[str, GpuRef]],
+    fault_times: Iterable[float],
+) -> bool:
+    """Is this failure the doing of the faulty ``gpus`` (whose faults were at
+    ``fault_times``)? The chain's test, for the chain and for a degraded GPU."""
     state, config = step.state, step.config
     words = evidence.text
     if any(p in words for p in config.device_failure_patterns) and not any(
@@ -182,7 +211,7 @@ def _belongs(step: Step, info: PodInfo, evidence: Evidence, when: float) -> bool
         return True
     key = f"{info.namespace}/{info.name}"
     # An XID with no GPU identity ("unknown") says nothing about where: not a GPU set.
-    affected = [(k, ref) for k, ref in state.chain_gpus if k != "unknown"]
+    affected = [(k, ref) for k, ref in gpus if k != "unknown"]
     bound = [(k, gpu) for k, gpu in state.gpus.items() if key in bound_pods(gpu)]
     if bound and affected:
         return any(_same_gpu(k, gpu, ak, ref) for k, gpu in bound for ak, ref in affected)
@@ -191,7 +220,7 @@ def _belongs(step: Step, info: PodInfo, evidence: Evidence, when: float) -> bool
     if not _ordinary_crash(info, evidence):
         return True
     near = config.device_fault_near_seconds
-    return any(abs(when - t.time.timestamp()) <= near for t in state.chain_triggers)
+    return any(abs(when - t) <= near for t in fault_times)
 
 
 def _says_device_failure(step: Step, info: PodInfo, evidence: Evidence) -> bool:
@@ -244,11 +273,15 @@ def _ordinary_crash(info: PodInfo, evidence: Evidence) -> bool:
 
 
 def holds_pod(step: Step, key: str) -> bool:
-    """Is this pod already part of the open chain (so its crashes are not CUDA OOM)?"""
-    inc = step.find(KIND, SUBJECT)
-    if inc is None:
-        return False
-    return any(f"{p.namespace}/{p.name}" == key for p in inc.pods.values())
+    """Is this pod already part of the open chain, or of an escalated gpu_degraded (so
+    its crashes are not CUDA OOM)?"""
+    for inc in (step.find(KIND, SUBJECT), step.find(DEGRADED, DEGRADED_SUBJECT)):
+        if inc is None or (inc.type == DEGRADED and "escalated" not in inc.attributes):
+            continue
+        named = (f"{p.namespace}/{p.name}" for p in inc.pods.values() if p.role != "candidate")
+        if key in named:
+            return True
+    return False
 
 
 def on_timer(step: Step) -> None:
@@ -304,6 +337,17 @@ def _join(step: Step, info: PodInfo, evidence: Evidence) -> None:
     state = step.state
     inc = step.find(KIND, SUBJECT)
     if inc is None:
+        degraded = step.find(DEGRADED, DEGRADED_SUBJECT)
+        if degraded is not None:
+            # The node's gpu_degraded already tells this fault: one root cause, one
+            # incident. The chain's triggers and GPUs join it, and the failure escalates it.
+            for trigger in state.chain_triggers:
+                step.add_evidence(degraded, trigger)
+            for key, gpu in state.chain_gpus:
+                step.add_gpu(degraded, key, gpu)
+            escalate(step, degraded, info, evidence)
+            return
+        state.fault_draft = None  # the chain reports the fault: no gpu_degraded for it
         first = min(t.time.timestamp() for t in state.chain_triggers)
         inc = step.open(KIND, SUBJECT, state.chain_anchor, first)
         for trigger in state.chain_triggers:
@@ -339,3 +383,55 @@ def _describe(step: Step, inc: OpenIncident) -> None:
     )
     if state.chain_codes:
         inc.attributes["xids"] = ",".join(str(c) for c in state.chain_codes)
+
+
+# -- a device failure that finds the node's gpu_degraded open (issue 10.11) ----------------
+def _escalate(step: Step, info: PodInfo, evidence: Evidence) -> bool:
+    """A device failure with no chain to join escalates an open ``gpu_degraded`` it belongs
+    to: the chain's test, against the degraded GPUs and the times of their XIDs / drop
+    (never an ordinary crash far from the fault, never a host-pressure eviction)."""
+    inc = step.find(DEGRADED, DEGRADED_SUBJECT)
+    if inc is None:
+        return False
+    times = [e.time.timestamp() for e in inc.evidence if e.schema in ("xid.v1", "node.v1")]
+    if not belongs_to(step, info, evidence, step.now, inc.gpus.items(), times):
+        return False
+    escalate(step, inc, info, evidence)
+    return True
+
+
+def escalate(step: Step, inc: OpenIncident, info: PodInfo, evidence: Evidence) -> None:
+    """The degraded GPU is now evicting workloads: the eviction chain's situation, in the
+    same incident (same id: a revision, not a new page), at the chain's severity."""
+    inc.severity = step.config.severity.get(KIND, "page")
+    inc.attributes["escalated"] = "pod failure"
+    step.add_pod(inc, info)
+    step.add_evidence(inc, evidence)
+    step.set_deadline(inc, NEVER if degraded(step.state) else inc.resolve_at)
+    describe_escalated(step, inc)
+
+
+def describe_escalated(step: Step, inc: OpenIncident) -> None:
+    state, config = step.state, step.config
+    codes = [c for c in inc.attributes.get("xids", "").split(",") if c]
+    causes = [f"XID {c}" for c in codes]
+    if any(e.schema == "node.v1" for e in inc.evidence):
+        causes.append("GPU allocatable drop")
+    cause = " + ".join(causes) or "device failure"
+    failed = {(p.namespace, p.name) for p in inc.pods.values() if p.role in ("evicted", "failed")}
+    where = ", ".join(g.uuid or g.pci_bus_id for g in inc.gpus.values()) or "a GPU"
+    n = len(failed)
+    inc.summary = (
+        f"{cause} on {state.node} ({where}) degraded the node, then {n} GPU "
+        f"pod{'s' if n != 1 else ''} failed or were evicted: the eviction chain's situation"
+    )
+    told = inc.attributes.get("recovery_action", "")
+    nvidia = f" The driver asks: {told}." if told else ""
+    for code in codes:
+        rule = config.xid.get(int(code))
+        if not nvidia and rule is not None and rule.action:
+            nvidia = f" NVIDIA's action for XID {code}: {rule.action}"
+    inc.action = (
+        f"Cordon and drain {state.node}, then reset or replace the GPU; the failed pods' "
+        f"controllers reschedule them elsewhere.{nvidia}"
+    )

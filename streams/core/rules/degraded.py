@@ -1,9 +1,38 @@
-"""``gpu_degraded``: capacity - allocatable of GPUs > 0 for longer than a threshold.
+"""``gpu_degraded``: a GPU is faulty, and no eviction chain reports it.
 
-This is the *silent* degradation: the device plugin quietly marked a GPU
-unhealthy and nobody's pod died (yet). When a ``device_unhealthy_eviction``
-chain already reports the node, this rule stays quiet: one root cause, one page.
-XIDs seen on the node are attached as evidence, before and while it is open.
+Two ways in, one incident per node (subject ``node``):
+
+* **Silent degradation**: capacity - allocatable of GPUs > 0 for longer than
+  ``degraded_after_seconds``. The device plugin quietly marked a GPU unhealthy and
+  nobody's pod died (yet).
+* **A hardware fault with no pod failure** (DESIGN §2 refinements, issue 10.10): a
+  fatal XID, or an XID 154 whose recovery action asks for a reset, a drain or a
+  reboot, that no ``device_unhealthy_eviction`` has reported ``degraded_after_seconds``
+  after its first line. An XID 62 (micro-controller halt) with pods still running on
+  the GPU, an XID 79 the device plugin has not noticed, a lone XID 154 "GPU Reset
+  Required": the GPU needs an intervention even though Kubernetes sees nothing. The
+  incident is drafted as the XIDs arrive (``NodeState.fault_draft``: never published)
+  and opens when the timer finds no chain; a chain opening first discards it.
+
+It names the GPU(s) (uuid, bus id), the pods bound to them (``candidate``: nothing
+has failed), the XIDs (``xids``) and the action: the driver's own words when an XID
+154 gave them (``recovery_action``), else the catalog's action for the code.
+
+When a ``device_unhealthy_eviction`` chain already reports the node, this rule stays
+quiet: one root cause, one page. XIDs seen on the node are attached as evidence,
+before and while it is open. A device failure that comes when it is open and no chain
+incident is (the chain's window closed, or it never armed) escalates it to the
+chain's situation (:func:`streams.core.rules.chain.escalate`): page, same id.
+
+Resolution: a drop resolves when all GPUs are allocatable again. An XID-only
+incident resolves after ``degraded_quiet_seconds`` (a day) without another fatal XID
+on the node, or at once when the driver says the GPU needs nothing any more (an XID
+154 whose recovery action changed to ``None``, which it logs after the reset): a GPU
+reset is invisible to Kubernetes, so only the driver or time can say it is over.
+When the fault comes back often enough to be an ``xid_repeat`` (RMA: resets will not
+hold), that page supersedes an XID-only ticket of that GPU alone: it is resolved,
+``superseded_by`` the repeat, and no new ticket opens for the GPU while the repeat is
+open. Deleting the node resolves everything.
 
 A drop in allocatable (not a level) is also what arms the eviction chain, once
 it is trusted (see :func:`streams.core.rules.chain.on_drop`).
@@ -12,14 +41,23 @@ it is trusted (see :func:`streams.core.rules.chain.on_drop`).
 from __future__ import annotations
 
 from schemas.events import NodeEvent
+from schemas.ids import incident_id
 from schemas.incidents import Evidence, GpuRef
 from streams.core import evidence as text
 from streams.core.lifecycle import Step
 from streams.core.rules import chain
-from streams.core.state import NEVER, NodeState, OpenIncident, gpu_ref
+from streams.core.rules.pods import pod_info
+from streams.core.state import (
+    NEVER,
+    GpuTrack,
+    NodeState,
+    OpenIncident,
+    gpu_ref,
+    pods_on,
+)
 
-KIND = "gpu_degraded"
-SUBJECT = "node"
+KIND = chain.DEGRADED
+SUBJECT = chain.DEGRADED_SUBJECT
 
 
 def on_capacity(step: Step, ev: NodeEvent, capacity: int, allocatable: int) -> None:
@@ -45,6 +83,7 @@ def on_capacity(step: Step, ev: NodeEvent, capacity: int, allocatable: int) -> N
         inc = step.find(KIND, SUBJECT)
         if inc is not None:
             step.add_evidence(inc, change)
+            step.set_deadline(inc, NEVER)  # unallocatable: it resolves on recovery
             _describe(step, inc)
         return
     if state.degraded_since is not None:
@@ -65,19 +104,181 @@ def on_xid(step: Step, item: Evidence, gpu_key: str, gpu: GpuRef) -> None:
         step.add_gpu(inc, gpu_key, gpu)
 
 
+def on_fault(
+    step: Step, item: Evidence, gpu_key: str, gpu: GpuTrack, code: int, action: str
+) -> None:
+    """A fatal XID line, or an XID 154 asking for a reset / drain / reboot."""
+    state = step.state
+    if step.find(chain.KIND, chain.SUBJECT) is not None:
+        return  # the chain reports it (and took the line as a trigger)
+    inc = step.find(KIND, SUBJECT)
+    if inc is not None:
+        _add_fault(step, inc, item, gpu_key, gpu, code, action)
+        if state.degraded_since is None:
+            step.set_deadline(inc, step.now + step.config.degraded_quiet_seconds)
+        _describe(step, inc)
+        return
+    draft = state.fault_draft
+    if draft is None:
+        draft = state.fault_draft = OpenIncident(
+            id=incident_id(KIND, state.cluster, state.node, SUBJECT, item.event_id),
+            type=KIND,
+            subject=SUBJECT,
+            severity=step.config.severity.get(KIND, "ticket"),
+            first_seen=step.now,
+            last_seen=step.now,
+        )
+        state.timers_dirty = True
+    _add_fault(step, draft, item, gpu_key, gpu, code, action)
+    _hide(step, draft)
+
+
+def on_follow(step: Step, item: Evidence) -> None:
+    """A follow-up XID (45) of a fatal one: evidence of the fault drafted or open."""
+    draft = step.state.fault_draft
+    if draft is not None:
+        step.add_evidence(draft, item)
+        _hide(step, draft)
+
+
+def on_recovered(step: Step, gpu_key: str) -> None:
+    """XID 154 says the GPU's recovery action is now None (logged after a reset): a
+    fault of this GPU alone, seen only through XIDs, is over."""
+    state = step.state
+    draft = state.fault_draft
+    if draft is not None and set(draft.gpus) <= {gpu_key}:
+        state.fault_draft = None
+        state.timers_dirty = True
+    inc = step.find(KIND, SUBJECT)
+    if (
+        inc is not None
+        and "xids" in inc.attributes
+        and "escalated" not in inc.attributes
+        and state.degraded_since is None
+        and set(inc.gpus) <= {gpu_key}
+    ):
+        step.resolve(inc, step.now, "the driver reports no recovery action needed any more")
+
+
+def on_repeat(step: Step, gpu_key: str, repeat: OpenIncident) -> None:
+    """An ``xid_repeat`` opened for this GPU: its page (RMA, resets will not hold)
+    supersedes an XID-only ticket of this GPU alone, whose action was one reset. A
+    ticket that also tells a drop or failed pods stays: it has more to say."""
+    state = step.state
+    draft = state.fault_draft
+    if draft is not None and set(draft.gpus) <= {gpu_key}:
+        state.fault_draft = None
+        state.timers_dirty = True
+    inc = step.find(KIND, SUBJECT)
+    if (
+        inc is not None
+        and "xids" in inc.attributes
+        and "escalated" not in inc.attributes
+        and state.degraded_since is None
+        and set(inc.gpus) <= {gpu_key}
+    ):
+        inc.attributes["superseded_by"] = repeat.id
+        step.resolve(inc, step.now, f"superseded by xid_repeat {repeat.id}")
+
+
+def _add_fault(
+    step: Step,
+    inc: OpenIncident,
+    item: Evidence,
+    gpu_key: str,
+    gpu: GpuTrack,
+    code: int,
+    action: str,
+) -> None:
+    state = step.state
+    step.add_evidence(inc, item)
+    step.add_gpu(inc, gpu_key, gpu_ref(gpu_key, gpu))
+    for key in pods_on(state, gpu_key, gpu):
+        step.add_pod(inc, pod_info(key, state.pods.get(key), "candidate"))
+    codes = inc.attributes.get("xids", "")
+    if str(code) not in codes.split(","):
+        inc.attributes["xids"] = f"{codes},{code}" if codes else str(code)
+    if code == 154 and action:
+        inc.attributes["recovery_action"] = action.removeprefix("The driver asks: ").rstrip(".")
+    elif action and "xid_action" not in inc.attributes:
+        inc.attributes["xid_action"] = f"NVIDIA's action for XID {code}: {action}"
+
+
+def _hide(step: Step, draft: OpenIncident) -> None:
+    """A draft is not published: undo the touch the Step's helpers made."""
+    if draft in step.dirty:
+        step.dirty.remove(draft)
+
+
 def on_timer(step: Step) -> None:
     state, config = step.state, step.config
+    draft = state.fault_draft
+    draft_due = draft is not None and step.now >= draft.first_seen + config.degraded_after_seconds
     since = state.degraded_since
-    if since is None or state.degraded_checked:
+    drop_due = (
+        since is not None
+        and not state.degraded_checked
+        and step.now >= since + config.degraded_after_seconds
+    )
+    # Both due in one timer: the earlier fault first (it anchors the incident's id).
+    if (
+        draft_due
+        and drop_due
+        and since is not None
+        and draft is not None
+        and since < draft.first_seen
+    ):
+        _open_drop(step)
+        drop_due = False
+    if draft_due:
+        _open_fault(step)
+    if drop_due:
+        _open_drop(step)
+
+
+def _open_fault(step: Step) -> None:
+    state, config = step.state, step.config
+    draft = state.fault_draft
+    state.fault_draft = None
+    state.timers_dirty = True
+    if draft is None or step.find(chain.KIND, chain.SUBJECT) is not None:
         return
-    if step.now < since + config.degraded_after_seconds:
-        return
+    inc = step.find(KIND, SUBJECT)
+    if inc is None:
+        state.incidents[f"{KIND}|{SUBJECT}"] = inc = draft
+    else:
+        for item in draft.evidence:
+            step.add_evidence(inc, item)
+        for key, ref in draft.gpus.items():
+            step.add_gpu(inc, key, ref)
+        for key, attr in draft.attributes.items():
+            inc.attributes.setdefault(key, attr)
+    step.touch(inc)
+    for key, gpu in state.gpus.items():  # the pods bound now, not only at the first line
+        if key in inc.gpus:
+            for pod in pods_on(state, key, gpu):
+                step.add_pod(inc, pod_info(pod, state.pods.get(pod), "candidate"))
+    if state.degraded_since is None:
+        step.set_deadline(inc, inc.last_seen + config.degraded_quiet_seconds)
+    _describe(step, inc)
+
+
+def _open_drop(step: Step) -> None:
+    state, config = step.state, step.config
+    since = state.degraded_since
     state.degraded_checked = True
     state.timers_dirty = True
-    if step.find(chain.KIND, chain.SUBJECT) is not None or state.degraded_evidence is None:
+    if (
+        since is None
+        or step.find(chain.KIND, chain.SUBJECT) is not None
+        or state.degraded_evidence is None
+    ):
         return
-    inc = step.open(KIND, SUBJECT, state.degraded_evidence.event_id, since)
+    inc = step.find(KIND, SUBJECT)
+    if inc is None:
+        inc = step.open(KIND, SUBJECT, state.degraded_evidence.event_id, since)
     step.add_evidence(inc, state.degraded_evidence)
+    step.set_deadline(inc, NEVER)
     for _, item in state.recent_xids:
         step.add_evidence(inc, item)
     recent = since - config.eviction_lookback_seconds
@@ -88,22 +289,61 @@ def on_timer(step: Step) -> None:
 
 
 def deadline(state: NodeState, after: float) -> float:
-    if state.degraded_since is None or state.degraded_checked:
-        return NEVER
-    return state.degraded_since + after
+    found = NEVER
+    if state.degraded_since is not None and not state.degraded_checked:
+        found = state.degraded_since + after
+    if state.fault_draft is not None:
+        found = min(found, state.fault_draft.first_seen + after)
+    return found
 
 
 def _describe(step: Step, inc: OpenIncident) -> None:
+    if "escalated" in inc.attributes:
+        chain.describe_escalated(step, inc)
+        return
     state, config = step.state, step.config
     gap = state.capacity - state.allocatable
     minutes = config.degraded_after_seconds / 60
-    inc.summary = (
-        f"{gap} of {state.capacity} GPUs on {state.node} unallocatable for more than "
-        f"{minutes:g} min (device plugin marked them unhealthy), no pod failure yet"
+    dropped = state.degraded_since is not None
+    if dropped:
+        inc.attributes["capacity"] = str(state.capacity)
+        inc.attributes["allocatable"] = str(state.allocatable)
+    codes = [c for c in inc.attributes.get("xids", "").split(",") if c]
+    if not codes:
+        inc.summary = (
+            f"{gap} of {state.capacity} GPUs on {state.node} unallocatable for more than "
+            f"{minutes:g} min (device plugin marked them unhealthy), no pod failure yet"
+        )
+        inc.action = (
+            f"Find the unhealthy GPU (nvidia-smi -q, XIDs below), cordon {state.node} and "
+            "schedule a GPU reset or node reboot before workloads land on it."
+        )
+        return
+    names = []
+    for code in codes:
+        rule = config.xid.get(int(code))
+        names.append(f"XID {code} ({rule.mnemonic})" if rule and rule.mnemonic else f"XID {code}")
+    where = ", ".join(
+        " / ".join(p for p in (g.uuid, g.pci_bus_id) if p) or key for key, g in inc.gpus.items()
     )
+    pods = [f"{p.namespace}/{p.name}" for p in inc.pods.values()]
+    who = ", ".join(pods) if pods else "none bound"
+    told = inc.attributes.get("recovery_action", "")
+    if told:
+        inc.summary = (
+            f"{' + '.join(names)} on {where} ({state.node}): the driver asks for "
+            f"'{told}'; no eviction chain followed"
+        )
+    else:
+        inc.summary = f"{' + '.join(names)} on {where} ({state.node}): no eviction chain followed"
+    if dropped:
+        inc.summary += f", {gap} of {state.capacity} GPUs unallocatable"
+    else:
+        inc.summary += " (no allocatable drop, no pod failure)"
+    inc.summary += f"; pods on it: {who}"
+    first = f"The driver asks: {told}." if told else inc.attributes.get("xid_action", "")
     inc.action = (
-        f"Find the unhealthy GPU (nvidia-smi -q, XIDs below), cordon {state.node} and "
-        "schedule a GPU reset or node reboot before workloads land on it."
-    )
-    inc.attributes["capacity"] = str(state.capacity)
-    inc.attributes["allocatable"] = str(state.allocatable)
+        f"{first} Cordon {state.node} and move the pods off {where} ({who}) before the "
+        "GPU reset / node reboot; nothing has failed yet, so it can be planned. "
+        "Check nvidia-smi -q (GPU Recovery Action) for the driver's current request."
+    ).strip()

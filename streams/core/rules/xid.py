@@ -1,27 +1,87 @@
-"""``gpu_app_fault`` and ``xid_repeat``: what single XIDs say on their own.
+"""``gpu_app_fault`` and ``xid_repeat``: what XID fault *episodes* say on their own.
+
+An episode (see :func:`streams.core.node._on_xid`) is one fault however many lines it
+is logged as: lines of one code on one GPU less than ``xid_episode_gap_seconds`` apart.
+Both rules count episodes; every line is still evidence.
 
 * Application-class XIDs (13, 31, 43, 94...) on a GPU are the workload's fault,
-  not the hardware's: one incident per GPU episode, naming the pod(s) bound to
-  it. Several pods on one GPU (time-slicing / MPS) are all named as candidates.
-* The same fatal XID ``xid_repeat_count`` times within ``xid_repeat_window_seconds``
-  on one GPU is failing hardware: escalate. Occurrences closer than
-  ``xid_coalesce_seconds`` count once, because two sources (kernel log and
-  dcgm-exporter) report the same occurrence.
+  not the hardware's: one incident per GPU, naming the pod(s) bound to it, going
+  from info to ticket at ``app_fault_escalate_count`` episodes. Several pods on one
+  GPU (time-slicing / MPS) are all named as candidates.
+* The same fatal XID in ``xid_repeat_count`` episodes within
+  ``xid_repeat_window_seconds`` on one GPU is failing hardware: escalate, and say RMA,
+  because it came back after each recovery. A single burst is not a repeat: its
+  action is the catalog's (reset), carried by ``gpu_degraded`` or the eviction chain
+  (NVIDIA/NVSentinel#1710: counting lines made 672 fatal events of application churn).
 """
 
 from __future__ import annotations
 
+import math
+
 from schemas.incidents import Evidence
+from streams.core.config import CoreConfig
 from streams.core.lifecycle import Step
+from streams.core.rules import degraded
 from streams.core.rules.pods import pod_info
-from streams.core.state import GpuTrack, gpu_ref, pods_on, unpack_uuid
+from streams.core.state import NEVER, GpuTrack, NodeState, gpu_ref, pods_on, unpack_uuid
 
 APP = "gpu_app_fault"
 REPEAT = "xid_repeat"
 _RANK = {"info": 0, "ticket": 1, "page": 2}
+NO_EPISODE = (-math.inf, -math.inf)
 
 
-def on_app(step: Step, gpu_key: str, gpu: GpuTrack, item: Evidence, code: int) -> None:
+# -- episode memory (NodeState.xid_episodes) --------------------------------------------------
+def episode_gap(config: CoreConfig) -> float:
+    """Lines of one code on one GPU closer than this are one episode. The dual-source
+    coalescing window is its floor: a gap of 0 still counts a line seen twice once."""
+    return max(config.xid_episode_gap_seconds, config.xid_coalesce_seconds)
+
+
+def recent_episodes(
+    state: NodeState, gpu_key: str, horizon: float
+) -> dict[int, tuple[float, float]]:
+    """The GPU's codes with a line after ``horizon``: code -> (last counted line, last
+    info line)."""
+    return {
+        code: (last, quiet)
+        for key, code, last, quiet in state.xid_episodes
+        if key == gpu_key and max(last, quiet) > horizon
+    }
+
+
+def remember(step: Step, gpu_key: str, code: int, last: float, quiet: float) -> None:
+    state = step.state
+    others = tuple(e for e in state.xid_episodes if e[0] != gpu_key or e[1] != code)
+    state.xid_episodes = (*others, (gpu_key, code, last, quiet))
+    state.timers_dirty = True
+
+
+def deadline(state: NodeState, gap: float) -> float:
+    """When the oldest remembered episode's gap has passed (it is forgotten then)."""
+    if not state.xid_episodes:
+        return NEVER
+    return min(max(last, quiet) for _, _, last, quiet in state.xid_episodes) + gap
+
+
+def on_timer(step: Step) -> None:
+    state = step.state
+    if not state.xid_episodes:
+        return
+    horizon = step.now - episode_gap(step.config)
+    kept = tuple(e for e in state.xid_episodes if max(e[2], e[3]) > horizon)
+    if len(kept) != len(state.xid_episodes):
+        state.xid_episodes = kept
+        state.timers_dirty = True
+
+
+# -- the rules ----------------------------------------------------------------------------
+
+
+def on_app(
+    step: Step, gpu_key: str, gpu: GpuTrack, item: Evidence, code: int, new_episode: bool
+) -> None:
     config, state = step.config, step.state
     inc = step.find(APP, gpu_key)
     if inc is None:
@@ -33,7 +93,8 @@ def on_app(step: Step, gpu_key: str, gpu: GpuTrack, item: Evidence, code: int) -
             step.add_pod(inc, pod_info(key, state.pods.get(key), role))
         if shared:
             inc.attributes["shared_gpu"] = state.sharing or "shared"
-    inc.count += 1
+    if new_episode or inc.count == 0:
+        inc.count += 1
     step.add_gpu(inc, gpu_key, gpu_ref(gpu_key, gpu))
     step.add_evidence(inc, item)
     codes = inc.attributes.get("xids", "")
@@ -51,7 +112,8 @@ def on_app(step: Step, gpu_key: str, gpu: GpuTrack, item: Evidence, code: int) -
     shared_note = " (shared GPU: candidates)" if "shared_gpu" in inc.attributes else ""
     inc.summary = (
         f"application XID {inc.attributes['xids']} on {unpack_uuid(gpu.uuid) or gpu_key} "
-        f"({step.state.node}), {inc.count}x: workload fault, not hardware; "
+        f"({step.state.node}), {inc.count} episode{'s' if inc.count != 1 else ''}: "
+        "workload fault, not hardware; "
         f"pods: {who}{shared_note}"
     )
     rule = config.xid.get(code)
@@ -60,7 +122,15 @@ def on_app(step: Step, gpu_key: str, gpu: GpuTrack, item: Evidence, code: int) -
     )
 
 
-def on_fatal(step: Step, gpu_key: str, gpu: GpuTrack, item: Evidence, code: int) -> None:
+def repeating(step: Step, gpu_key: str) -> bool:
+    """Is an ``xid_repeat`` open for any code of this GPU?"""
+    prefix = f"{REPEAT}|{gpu_key}/"
+    return any(k.startswith(prefix) for k in step.state.incidents)
+
+
+def on_fatal(
+    step: Step, gpu_key: str, gpu: GpuTrack, item: Evidence, code: int, new_episode: bool
+) -> None:
     config = step.config
     if gpu.fatal is None:
         gpu.fatal = {}
@@ -69,12 +139,17 @@ def on_fatal(step: Step, gpu_key: str, gpu: GpuTrack, item: Evidence, code: int)
         occurrences = gpu.fatal[code] = []
     if any(o.event_id == item.event_id for o in occurrences):
         return
-    if occurrences and step.now - occurrences[-1].time.timestamp() < config.xid_coalesce_seconds:
+    subject = f"{gpu_key}/{code}"
+    if not new_episode:
+        # The same fault, logged again: evidence of an open repeat, never a new count.
+        inc = step.find(REPEAT, subject)
+        if inc is not None:
+            step.add_evidence(inc, item)
+            step.set_deadline(inc, step.now + config.xid_repeat_window_seconds)
         return
     occurrences.append(item)
     if len(occurrences) > config.xid_repeat_count:
         del occurrences[0]
-    subject = f"{gpu_key}/{code}"
     inc = step.find(REPEAT, subject)
     if inc is None:
         first = occurrences[0].time.timestamp()
@@ -93,6 +168,7 @@ def on_fatal(step: Step, gpu_key: str, gpu: GpuTrack, item: Evidence, code: int)
         inc.count = len(occurrences) - 1
         for key in pods_on(step.state, gpu_key, gpu):
             step.add_pod(inc, pod_info(key, step.state.pods.get(key), "bound"))
+        degraded.on_repeat(step, gpu_key, inc)
     inc.count += 1
     step.add_evidence(inc, item)
     step.add_gpu(inc, gpu_key, gpu_ref(gpu_key, gpu))
@@ -103,10 +179,11 @@ def on_fatal(step: Step, gpu_key: str, gpu: GpuTrack, item: Evidence, code: int)
     inc.attributes["xid"] = str(code)
     inc.attributes["occurrences"] = str(inc.count)
     inc.summary = (
-        f"XID {code} ({name}) {inc.count} times within {hours:g} h on "
+        f"XID {code} ({name}) in {inc.count} separate fault episodes within {hours:g} h on "
         f"{unpack_uuid(gpu.uuid) or gpu_key} ({step.state.node}): failing hardware"
     )
     inc.action = (
-        f"Drain {step.state.node} and open a hardware case for this GPU (RMA); "
-        "resets will not hold. " + (rule.action if rule and rule.action else "")
+        f"Drain {step.state.node} and open a hardware case for this GPU (RMA): the fault "
+        "came back after each recovery, resets will not hold. "
+        + (f"NVIDIA's action for one episode: {rule.action}" if rule and rule.action else "")
     ).strip()

@@ -273,7 +273,10 @@ def test_app_xid_names_the_bound_pod_and_escalates_when_repeated() -> None:
     [inc] = of_type(revisions, "gpu_app_fault")
     assert (inc.severity, inc.pods[0].name, inc.pods[0].role) == ("info", "render", "bound")
     c.xid("n5", 7 * MIN, 31, bus="0000:4c:00.0")
-    c.xid("n5", 8 * MIN, 13, bus="0000:4c:00.0")
+    c.xid("n5", 8 * MIN, 13, bus="0000:4c:00.0")  # the first XID 13's episode, logged again
+    [inc] = of_type(run(list(c.events)), "gpu_app_fault")
+    assert (inc.severity, inc.attributes["count"]) == ("info", "2"), "episodes, not lines"
+    c.xid("n5", 30 * MIN, 13, bus="0000:4c:00.0")  # a third episode: past the 10 min gap
     [inc] = of_type(run(c.events), "gpu_app_fault")
     assert inc.severity == "ticket"
     assert inc.attributes["xids"] == "13,31"
