@@ -317,10 +317,50 @@ def _on_node(step: Step, ev: NodeEvent) -> None:
     else:
         state.sharing = ""
     if ev.capacity:
+        text = _unallocatable(ev)
+        if text != state.unallocatable:
+            state.unallocatable = text
         degraded.on_capacity(step, ev, sum(ev.capacity.values()), sum(ev.allocatable.values()))
     for cond in ev.conditions:
         if cond.type == "Ready":
             not_ready.on_ready(step, ev, cond)
+
+
+_MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
+_MIG_RESOURCE = "nvidia.com/mig-"
+
+
+def _unallocatable(ev: NodeEvent) -> str:
+    """The gap between capacity and allocatable, per GPU resource, in words; empty on a
+    plain ``nvidia.com/gpu`` node (the summary then says "N of M GPUs").
+
+    MIG, as NVIDIA's device plugin exposes it: the *mixed* strategy advertises one
+    resource per profile (``nvidia.com/mig-1g.10gb: 7``); the *single* strategy
+    advertises every instance as ``nvidia.com/gpu`` and GPU feature discovery appends
+    the profile to the product label (``NVIDIA-A100-SXM4-40GB-MIG-1g.5gb``), while
+    ``nvidia.com/gpu.count`` still counts physical GPUs. Either way "1 of 7 GPUs" on a
+    one-GPU node is wrong: these are instances, of a profile.
+    """
+    strategy = ev.labels.get(_MIG_STRATEGY_LABEL, "")
+    if set(ev.capacity) <= {"nvidia.com/gpu"} and strategy != "single":
+        return ""
+    parts = []
+    for name in sorted(ev.capacity):
+        total = ev.capacity[name]
+        gap = total - ev.allocatable.get(name, 0)
+        if gap <= 0:
+            continue
+        if name.startswith(_MIG_RESOURCE):
+            parts.append(f"{gap} of {total} MIG {name[len(_MIG_RESOURCE) :]} instances")
+        elif name == "nvidia.com/gpu" and strategy == "single":
+            product = ev.labels.get("nvidia.com/gpu.product", "")
+            profile = product.rsplit("-MIG-", 1)[1] + " " if "-MIG-" in product else ""
+            gpus = ev.labels.get("nvidia.com/gpu.count", "")
+            on = f" of {gpus} GPU{'s' if gpus != '1' else ''}" if gpus else ""
+            parts.append(f"{gap} of {total} MIG {profile}instances{on}")
+        else:
+            parts.append(f"{gap} of {total} {name}")
+    return ", ".join(parts)
 
 
 # -- Kubernetes events -------------------------------------------------------------

@@ -212,6 +212,11 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     capacity: int = -1
     """Sum of GPU resources in capacity; -1 until a node event says."""
     allocatable: int = -1
+    unallocatable: str = ""
+    """What is unallocatable, per GPU resource, when counting "GPUs" would mislead: a MIG
+    node (``1 of 7 MIG 1g.10gb instances``; a one-GPU node must not read "1 of 7
+    GPUs"), several GPU resources. Empty on a plain ``nvidia.com/gpu`` node, or with no
+    gap (see ``node._unallocatable``)."""
     ready: str = ""
     sharing: str = ""
     """``time-slicing`` or ``mps`` when GPUs are shared between pods; else empty."""

@@ -297,12 +297,16 @@ def deadline(state: NodeState, after: float) -> float:
     return found
 
 
+def _gap(state: NodeState) -> str:
+    """ "1 of 8 GPUs", or per resource on a MIG node ("1 of 7 MIG 1g.10gb instances")."""
+    return state.unallocatable or f"{state.capacity - state.allocatable} of {state.capacity} GPUs"
+
+
 def _describe(step: Step, inc: OpenIncident) -> None:
     if "escalated" in inc.attributes:
         chain.describe_escalated(step, inc)
         return
     state, config = step.state, step.config
-    gap = state.capacity - state.allocatable
     minutes = config.degraded_after_seconds / 60
     dropped = state.degraded_since is not None
     if dropped:
@@ -311,7 +315,7 @@ def _describe(step: Step, inc: OpenIncident) -> None:
     codes = [c for c in inc.attributes.get("xids", "").split(",") if c]
     if not codes:
         inc.summary = (
-            f"{gap} of {state.capacity} GPUs on {state.node} unallocatable for more than "
+            f"{_gap(state)} on {state.node} unallocatable for more than "
             f"{minutes:g} min (device plugin marked them unhealthy), no pod failure yet"
         )
         inc.action = (
@@ -337,7 +341,7 @@ def _describe(step: Step, inc: OpenIncident) -> None:
     else:
         inc.summary = f"{' + '.join(names)} on {where} ({state.node}): no eviction chain followed"
     if dropped:
-        inc.summary += f", {gap} of {state.capacity} GPUs unallocatable"
+        inc.summary += f", {_gap(state)} unallocatable"
     else:
         inc.summary += " (no allocatable drop, no pod failure)"
     inc.summary += f"; pods on it: {who}"

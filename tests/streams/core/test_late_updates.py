@@ -190,3 +190,22 @@ def test_restart_counts_in_a_relisted_copy_count_as_crashes() -> None:
     c.pod(NODE, "trainer-0", 600, restarts=6, last=term(590, "Error", 1))
     _, out = feed(c.events)
     assert of_type(out, "suspected_cuda_oom")
+
+
+def test_failures_relisted_after_the_chain_window_escalate_the_open_ticket() -> None:
+    """The relist can come later still: the key is past the chain's window (700 s) and
+    gpu_degraded has opened ("no eviction chain followed") when the three failures of
+    130 s arrive. They are still evidence: the ticket escalates to a page naming the
+    three pods (class 11's rule), one incident, nothing lost."""
+    c = running_node()
+    c.xid(NODE, 100, 79, bus=BUS, uuid=UUID)
+    c.node(NODE, 105, alloc=7)
+    for t in (900, 910):
+        c.node(NODE, t, alloc=7)
+    relisted_failures(c, 130)
+    correlator, out = feed(c.events)
+    (degraded,) = of_type(out, "gpu_degraded")
+    assert degraded.severity == "page"
+    assert sorted(p.name for p in degraded.pods) == sorted(PODS)
+    assert not of_type(out, "device_unhealthy_eviction")
+    assert correlator.stats.late_applied == 3

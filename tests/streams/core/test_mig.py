@@ -130,3 +130,42 @@ def test_an_instance_fault_does_not_take_a_sibling_instances_pod() -> None:
     assert [p.name for p in chain.pods] == ["infer-b"]
     (gpu,) = chain.gpus
     assert gpu.gpu_instance == 5
+
+
+def test_a_mig_node_degraded_counts_instances_of_a_profile_not_gpus() -> None:
+    """One A100 in MIG *mixed* strategy advertises ``nvidia.com/mig-1g.5gb: 7``. When the
+    device plugin marks one instance unhealthy, "1 of 7 GPUs on the node" is false (the
+    node has one GPU): say 1 of 7 MIG 1g.5gb instances."""
+    c = Cluster("prod")
+    labels = {"nvidia.com/mig.strategy": "mixed", "nvidia.com/gpu.count": "1"}
+    ev = c.node(NODE, 0, labels=labels)
+    mig = {"nvidia.com/mig-1g.5gb": 7}
+    c.events[-1] = msgspec.structs.replace(ev, capacity=mig, allocatable=mig)
+    ev = c.node(NODE, 60, labels=labels)
+    c.events[-1] = msgspec.structs.replace(
+        ev, capacity=mig, allocatable={"nvidia.com/mig-1g.5gb": 6}
+    )
+    c.tick(60 + 400)
+    (degraded,) = of_type(run(c.events), "gpu_degraded")
+    assert degraded.summary.startswith("1 of 7 MIG 1g.5gb instances on a100-mig-01"), (
+        degraded.summary
+    )
+
+
+def test_the_single_strategy_names_the_profile_from_the_product_label() -> None:
+    """Under the *single* strategy every instance is an ``nvidia.com/gpu`` and only GPU
+    feature discovery's product label says they are MIG instances (``...-MIG-1g.5gb``),
+    with ``nvidia.com/gpu.count`` still the physical GPUs."""
+    c = Cluster("prod")
+    labels = {
+        "nvidia.com/mig.strategy": "single",
+        "nvidia.com/gpu.product": "NVIDIA-A100-SXM4-40GB-MIG-1g.5gb",
+        "nvidia.com/gpu.count": "1",
+    }
+    c.node(NODE, 0, capacity=7, alloc=7, labels=labels)
+    c.node(NODE, 60, capacity=7, alloc=5, labels=labels)
+    c.tick(60 + 400)
+    (degraded,) = of_type(run(c.events), "gpu_degraded")
+    assert degraded.summary.startswith("2 of 7 MIG 1g.5gb instances of 1 GPU on a100-mig-01"), (
+        degraded.summary
+    )
