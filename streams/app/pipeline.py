@@ -136,6 +136,10 @@ class Pipeline:
         """(source, topic, partition) -> [progress, last heard]; progress -inf: none yet."""
         self.malformed_headers = 0
         """Records whose progress headers could not be read (treated as header-less)."""
+        self._progress_of: dict[bytes, float] = {}
+        """Progress header values already read (see :meth:`_hear`)."""
+        self._checked: set[bytes] = set()
+        """Source ids already found well-formed."""
         self._schemas: dict[str, tuple[str, type[Event]]] = {}
         for source, spec in layout.raw.items():
             self._schemas[spec.name] = (source, SOURCE_SCHEMAS[source])
@@ -191,24 +195,56 @@ class Pipeline:
             log.exception("advancing the watermark to %s failed", watermark)
 
     def _hear(self, record: RawRecord, now: float | None) -> bool:
-        """Note the record's source progress; False if it has none (or a malformed one)."""
-        got = wire.read(record.headers)
-        if got is None:
-            return False
-        if isinstance(got, str):
-            self.malformed_headers += 1
-            return False
-        source, progress = got
-        entry = self._sources.get((source, record.topic, record.partition))
+        """Note the record's source progress; False if it has none (or a malformed one).
+
+        Per record, so it is kept cheap: the publish loop's canonical pair of headers is
+        read without :func:`schemas.progress.read`'s generality, through a small cache of
+        the progress values and source ids already checked (a chunk shares one progress,
+        a worker hears a bounded set of sources); anything else takes the general path.
+        """
+        headers = record.headers
+        fast: tuple[bytes, float] | None = None
+        if len(headers) == 2:
+            (first, source), (second, value) = headers
+            if first == wire.SOURCE_HEADER and second == wire.PROGRESS_HEADER:
+                cached = self._progress_of.get(value)
+                if cached is not None and source in self._checked:
+                    fast = (source, cached)
+        if fast is None:
+            got = wire.read(headers)
+            if got is None:
+                return False
+            if isinstance(got, str):
+                self.malformed_headers += 1
+                return False
+            self._remember(headers, got)
+            fast = got
+        source, progress = fast
+        key = (source, record.topic, record.partition)
+        entry = self._sources.get(key)
         heard = -math.inf if now is None else now
         if entry is None:
-            self._sources[(source, record.topic, record.partition)] = [progress, heard]
-        else:
-            # An ended source (+inf) that publishes again has restarted: its new run's
-            # records follow the end on this partition, so they replace it.
-            entry[0] = progress if entry[0] == math.inf else max(entry[0], progress)
-            entry[1] = max(entry[1], heard)
+            self._sources[key] = [progress, heard]
+            return True
+        if entry[0] == math.inf:
+            # An ended source that publishes again has restarted: its new run's records
+            # follow the end on this partition, so they replace it.
+            entry[0] = progress
+        elif progress > entry[0]:
+            entry[0] = progress
+        entry[1] = max(entry[1], heard)
         return True
+
+    def _remember(self, headers: Sequence[tuple[str, bytes]], got: tuple[bytes, float]) -> None:
+        """Cache a well-formed pair for :meth:`_hear`'s fast path (bounded: reset when full)."""
+        for name, value in headers:
+            if name == wire.PROGRESS_HEADER:
+                if len(self._progress_of) >= 4096:
+                    self._progress_of.clear()
+                self._progress_of[value] = got[1]
+        if len(self._checked) >= 65_536:
+            self._checked.clear()
+        self._checked.add(got[0])
 
     def _alive(
         self, now: float | None, busy: Iterable[Partition]

@@ -277,3 +277,24 @@ def test_a_source_that_ended_holds_nothing_until_it_publishes_again() -> None:
     assert p.sources(NOW) == (2, 0), "restarted: it counts again"
     p.process([heartbeat("a", at(300), offset=3001)], now=NOW)
     assert p.correlator.watermark == at(100).timestamp() - GRACE, "held by the restarted run"
+
+
+def test_the_header_cache_never_lets_a_malformed_pair_through() -> None:
+    """The hot path caches progress values and source ids already checked: a bad id with
+    a cached progress, or a cached id with a bad progress, must still be malformed."""
+    p = pipeline()
+    good = heartbeat("a", at(100))
+    p.process([good], now=NOW)
+    [(_, source), (_, value)] = good.headers
+
+    def beat(headers: list[tuple[str, bytes]], offset: int) -> RawRecord:
+        return RawRecord(
+            topic=PODS, partition=0, offset=offset, key=None, value=good.value, headers=headers
+        )
+
+    bad_id = beat([(wire.SOURCE_HEADER, b"\xff"), (wire.PROGRESS_HEADER, value)], 1)
+    bad_progress = beat([(wire.SOURCE_HEADER, source), (wire.PROGRESS_HEADER, b"x1")], 2)
+    out = p.process([bad_id, bad_progress], now=NOW)
+    assert p.malformed_headers == 2
+    assert len(out.dead_letters) == 2, "a tick without (good) progress headers is refused"
+    assert p.sources(NOW) == (1, 0)
