@@ -44,7 +44,11 @@ Traps:
   (``PublishOptions.idle_is_caught_up``; off for a source replaying the past).
   The k8s watch reports idle batches only once every resource is listed: a
   relist under way is not caught up. Trap: a source that never reports idle
-  (blocking in ``next_batch`` while quiet) holds every watermark at its last event.
+  (blocking in ``next_batch`` while quiet) holds every watermark at its last event;
+  dcgm sleeps its interval inside ``next_batch`` and reports idle only for a failed
+  scrape round, so its progress trails by up to one scrape interval plus a
+  heartbeat (its events are stamped with the scrape's time, so a claim of "now"
+  between scrapes would be safe only for expositions without older timestamps).
 """
 
 from __future__ import annotations

@@ -120,6 +120,14 @@ class Pipeline:
       joining with an older progress holds it where it is, not earlier.
     * A source that has ended (``--once``) says so (progress ``+inf``): it holds
       nothing; if it publishes again it has restarted, and its new progress counts.
+    * **A partition a source has not used yet is unknown here.** Its first record on
+      a new partition may be read after its newer records on others; what covers it:
+      records carry the progress acknowledged *before* their chunk, so for a source
+      in event-time order (kmsg, journal, a replay) the new record is never behind
+      that progress; for an unordered one (k8s) grace covers it, as before.
+    * **The least progress is the slowest alive source's**: an event waits until
+      every source on this worker's partitions has vouched for its time, so a quiet
+      source that only heartbeats (every 5 s) delays incidents by up to that much.
     """
 
     def __init__(
