@@ -41,7 +41,10 @@ Traps:
   :mod:`connectors.delivery`): retrying cannot fix a read-only state directory,
   an event that has no topic (a tick) or one that cannot be encoded. Only an
   unreachable or busy broker is retried.
-* Three supervised tasks (read, deliver, the stop signal); the first to end
+* **Every record is signed with the source's progress**, and a quiet source
+  heartbeats (:class:`Publisher`, :mod:`schemas.progress`): the processor's
+  watermark follows the sources, not its own clock.
+* Four supervised tasks (read, deliver, heartbeat, the stop signal); the first to end
   decides, the others are cancelled and awaited: a crash of either surfaces
   as the exception of :meth:`Publisher.run`, after the buffer was drained.
 """
@@ -51,15 +54,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from connectors.backoff import Backoff
 from connectors.delivery import DELIVERY_BACKOFF, BoundedDelivery, DeliveryMetrics
 from connectors.kafka.producer import EventProducer
 from connectors.source import Batch, Source, dead_letters
+from schemas import progress as wire
 from schemas.codec import AnyEvent
+from schemas.events import Tick
 from schemas.topics import SCHEMA_SOURCES
 
 log = logging.getLogger("gputriage.connect")
@@ -88,10 +95,22 @@ class PublishOptions:
     drain_timeout_s: float = 10.0
     """On stop (or when the source ends): how long to deliver what is buffered. Finite: an
     unbounded drain with Kafka down never ends (see the module)."""
+    heartbeat_seconds: float | None = 5.0
+    """After this long without publishing, send the source's progress as a heartbeat (a
+    ``tick.v1``) to every raw partition it has published to; None: never. Keep it well
+    under the processor's ``source_idle_seconds`` (60 s), or a quiet source ages out."""
+    idle_is_caught_up: bool = True
+    """An idle batch (the source read nothing) means it has delivered everything up to
+    now: its progress becomes the wall clock. True for a live source (kmsg, journal,
+    dcgm, nvml, a synced k8s watch); False for one replaying the past (a backfill), whose
+    pauses say nothing about the present."""
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.drain_timeout_s) and self.drain_timeout_s >= 0):
             raise ValueError(f"drain_timeout_s must be finite and >= 0: {self.drain_timeout_s}")
+        beat = self.heartbeat_seconds
+        if beat is not None and not (math.isfinite(beat) and beat > 0):
+            raise ValueError(f"heartbeat_seconds must be finite and > 0: {beat}")
 
 
 @dataclass(frozen=True)
@@ -106,12 +125,59 @@ class PublishResult:
     """Events and dead letters acknowledged."""
 
 
-def _size(batch: Batch) -> int:
-    return len(batch.events) + len(batch.dead)
+@dataclass(frozen=True, slots=True)
+class Heartbeat:
+    """A heartbeat in the delivery buffer: sends the progress acknowledged by then, or
+    ``caught_up`` if later (taken when it was buffered: everything read before that
+    moment is ahead of it in the buffer)."""
+
+    caught_up: datetime | None = None
+    end: bool = False
+    """The source has ended: the last word, "hold nothing for me" (:data:`schemas.progress.END`)."""
+
+
+Outgoing = Batch | Heartbeat
+"""An item of the delivery buffer."""
+
+
+def _size(item: Outgoing) -> int:
+    return 0 if isinstance(item, Heartbeat) else len(item.events) + len(item.dead)
+
+
+def default_source_id(source: Source) -> str:
+    """The id a source's records are signed with: its name, and its key when it has one
+    (``kmsg:/dev/kmsg@c1/gpu-node-01``): stable across restarts, distinct across nodes."""
+    if source.key:
+        return f"{source.name}@{source.key.decode(errors='replace')}"
+    return source.name
 
 
 class Publisher:
-    """Publish one :class:`~connectors.source.Source` until it ends or ``stop`` is set."""
+    """Publish one :class:`~connectors.source.Source` until it ends or ``stop`` is set.
+
+    Every raw record carries the source's id and progress (:mod:`schemas.progress`),
+    and a quiet source heartbeats: that is what the processor's watermark is made of
+    (live results must not depend on how fast events arrive). Traps:
+
+    * **A heartbeat never overtakes a batch.** It goes through the same ordered
+      buffer, and is sent on its own once everything before it is acknowledged: a
+      progress on the log ahead of an unacked (perhaps retried) batch would let the
+      processor's watermark pass that batch's events.
+    * **Progress is acknowledged progress**, and never goes back. A chunk's records
+      carry the progress of the batches acknowledged *before* the chunk, not their
+      own: a record vouches for what is ahead of it on its partition, and the rest
+      of its own batch is behind it (a catch-up batch may span minutes of event
+      time). A busy source's progress therefore trails by one chunk; a quiet one's
+      heartbeat carries all of it.
+    * **No progress, no heartbeat.** A source that has not delivered an event time
+      yet has nothing to vouch for: its records carry only the source id (the
+      processor holds its watermark for it), and it sends no heartbeat.
+    * Heartbeats go to every raw topic-partition the source has published to since
+      it started (from the acks), so every worker that owns one of its keys hears it.
+    * **A source that ends says so** (``--once`` read everything): a last heartbeat
+      with :data:`~schemas.progress.END`, else every worker would hold its watermark
+      at that source's last progress until it ages out.
+    """
 
     def __init__(
         self,
@@ -121,13 +187,31 @@ class Publisher:
         options: PublishOptions | None = None,
         metrics: DeliveryMetrics | None = None,
         enrich: Enrich[AnyEvent] | None = None,
+        source_id: str | None = None,
     ) -> None:
         self.source = source
         self.producer = producer
         self.options = options = options or PublishOptions()
         self.metrics = metrics
         self.enrich = enrich
-        self.delivery: BoundedDelivery[Batch] = BoundedDelivery(
+        self.source_id = source_id or default_source_id(source)
+        self._source_header = (wire.SOURCE_HEADER, self.source_id.encode())
+        key = (source.key or b"").decode(errors="replace")
+        self._cluster = key.split("/", 1)[0]
+        self.progress: datetime | None = None
+        """The event time delivered up to: the greatest progress of the batches acknowledged
+        so far (see the class)."""
+        self._has_progress = False
+        self.used: set[tuple[str, int]] = set()
+        """Raw ``(topic, partition)`` this source has published to (acknowledged)."""
+        self.heartbeats = 0
+        """Heartbeats acknowledged (one per round, however many partitions it went to)."""
+        self._last_out = time.monotonic()
+        self._beat_pending = False
+        self._caught_up: datetime | None = None
+        self._fresh = False
+        """Events were buffered since the last heartbeat: a closing one is due when idle."""
+        self.delivery: BoundedDelivery[Outgoing] = BoundedDelivery(
             self._send,
             capacity=options.capacity,
             batch_size=options.chunk,
@@ -137,22 +221,67 @@ class Publisher:
             after=self._commit,
         )
 
-    async def _send(self, chunk: Sequence[Batch]) -> None:
-        """Produce the chunk's events and dead letters; raises unless every one is acked."""
-        events = [event for batch in chunk for event in batch.events]  # enriched when read
-        dead = [d for batch in chunk for d in batch.dead]
+    def _headers(self) -> list[tuple[str, bytes]]:
+        progress = self.progress
+        if progress is None:
+            return [self._source_header]
+        return [self._source_header, (wire.PROGRESS_HEADER, wire.encode_progress(progress))]
+
+    async def _send(self, chunk: Sequence[Outgoing]) -> None:
+        """Produce the chunk's events, dead letters and heartbeats; raises unless all are acked.
+
+        Batches go out together (one round of acks), signed with the progress acked
+        *before* this chunk; a heartbeat waits for the acks of everything before it
+        in the chunk, then goes out on its own (see the class).
+        """
+        batches: list[Batch] = []
+        for item in chunk:
+            if isinstance(item, Heartbeat):
+                await self._send_batches(batches)
+                batches = []
+                await self._send_heartbeat(item)
+            else:
+                batches.append(item)
+        await self._send_batches(batches)
+
+    async def _send_batches(self, batches: Sequence[Batch]) -> None:
+        events = [event for batch in batches for event in batch.events]  # enriched when read
+        dead = [d for batch in batches for d in batch.dead]
         if events:
-            await self.producer.send_many(events)
+            await self.producer.send_many(events, headers=self._headers(), used=self.used)
+            self._last_out = time.monotonic()
         if dead:
             source = self.source
             await self.producer.send_dead_letters(dead_letters(source.name, source.key, dead))
+        for batch in batches:  # all acknowledged: the progress they carry is delivered
+            if batch.progress is not None and (
+                self.progress is None or batch.progress > self.progress
+            ):
+                self.progress = batch.progress
         if self.metrics is not None:
             for event in events:
                 self.metrics.events_out.labels(SCHEMA_SOURCES.get(type(event), "other")).inc()
 
-    def _commit(self, chunk: Sequence[Batch]) -> None:
-        for batch in chunk:
-            self.source.commit(batch)
+    async def _send_heartbeat(self, item: Heartbeat) -> None:
+        try:
+            progress = self.progress
+            if item.caught_up is not None and (progress is None or item.caught_up > progress):
+                progress = item.caught_up
+            if (progress is not None or item.end) and self.used:
+                when = progress or datetime.now(UTC)
+                tick = Tick(id=f"heartbeat:{self.source_id}", cluster=self._cluster, time=when)
+                value = wire.END if item.end else wire.encode_progress(when)
+                signed = [self._source_header, (wire.PROGRESS_HEADER, value)]
+                await self.producer.send_heartbeats(tick, sorted(self.used), signed)
+                self.heartbeats += 1
+            self.progress = progress  # everything before it is acknowledged, and so is it
+        finally:
+            self._beat_pending = False
+
+    def _commit(self, chunk: Sequence[Outgoing]) -> None:
+        for item in chunk:
+            if not isinstance(item, Heartbeat):
+                self.source.commit(item)
 
     async def _read(self, stop: asyncio.Event) -> bool:
         """Put every batch into the buffer, enriched; True when the source ended.
@@ -163,10 +292,17 @@ class Publisher:
         stop event does exactly that), and the loop would spin on.
         """
         enrich = self.enrich
+        caught_up = self.options.idle_is_caught_up
         while not stop.is_set():
             batch = await self.source.next_batch()
             if batch is None:
+                # The last word, after everything else: the processor need not wait for a
+                # source that will publish nothing more (a stop is not an end: a restarted
+                # connector goes on, and its silence ages out instead).
+                await self.delivery.put(Heartbeat(end=True))
                 return True
+            if batch.idle and caught_up:
+                await self._idle()
             if batch.empty:
                 continue
             if enrich is not None and batch.events:
@@ -174,7 +310,46 @@ class Publisher:
                 # and an enrichment that raises is this source's failure, not Kafka's.
                 batch.events = [enrich(event) for event in batch.events]
             await self.delivery.put(batch)
+            if batch.events:
+                self._last_out = time.monotonic()
+                self._fresh = True
+            if batch.progress is not None:
+                self._has_progress = True
         return False
+
+    async def _idle(self) -> None:
+        """The source is caught up: its progress is now, and if it published since the
+        last heartbeat, a closing one goes out at once (the processor's watermark then
+        passes those events without waiting ``heartbeat_seconds``)."""
+        self._caught_up = datetime.now(UTC)
+        self._has_progress = True
+        if self._fresh and not self._beat_pending:
+            self._fresh = False
+            self._beat_pending = True
+            self._last_out = time.monotonic()
+            await self.delivery.put(Heartbeat(self._caught_up))
+
+    async def _beat(self) -> None:
+        """Put a heartbeat into the buffer whenever the source has published nothing for
+        ``heartbeat_seconds`` (never while one is still on its way). Runs until cancelled.
+
+        The sleep is this loop's clock (like a poll interval), not synchronisation.
+        """
+        interval = self.options.heartbeat_seconds
+        if interval is None:
+            await asyncio.Event().wait()  # never: cancelled with the others
+            return
+        while True:
+            delay = self._last_out + interval - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+                continue
+            self._last_out = time.monotonic()
+            if not self._has_progress or self._beat_pending or self.delivery.closed:
+                continue
+            self._beat_pending = True
+            self._fresh = False
+            await self.delivery.put(Heartbeat(self._caught_up))
 
     async def _drain(self, delivering: asyncio.Task[None]) -> bool:
         """Deliver what is buffered (within the drain timeout); False if something is left.
@@ -199,11 +374,12 @@ class Publisher:
         reading: asyncio.Task[bool],
         stopping: asyncio.Task[Any],
         delivering: asyncio.Task[None],
+        beating: asyncio.Task[None],
     ) -> tuple[bool, BaseException | None]:
         """Stop reading, drain (bounded), stop delivering: (drained, what the delivery raised)."""
-        for task in (reading, stopping):
+        for task in (reading, stopping, beating):
             task.cancel()
-        await asyncio.gather(reading, stopping, return_exceptions=True)
+        await asyncio.gather(reading, stopping, beating, return_exceptions=True)
         drained = False
         if not delivering.done():
             drained = await self._drain(delivering)
@@ -222,19 +398,24 @@ class Publisher:
         delivering = asyncio.create_task(self.delivery.run(), name=f"deliver:{self.source.name}")
         reading = asyncio.create_task(self._read(stop), name=f"read:{self.source.name}")
         stopping = asyncio.create_task(stop.wait(), name="stop")
+        beating = asyncio.create_task(self._beat(), name=f"heartbeat:{self.source.name}")
         ended = False
         try:
             done, _ = await asyncio.wait(
-                {delivering, reading, stopping}, return_when=asyncio.FIRST_COMPLETED
+                {delivering, reading, stopping, beating}, return_when=asyncio.FIRST_COMPLETED
             )
             if delivering in done:
                 delivering.result()  # a failed commit or a send no retry can fix: raise that
             if reading in done:
                 ended = reading.result()  # a source (or enrich) that failed raises here
+            if beating in done:
+                beating.result()  # it only ends by failing
         finally:
             # Whatever ended the wait (stop, the end, an error, a cancel), and even if a
             # cancel arrives now: the wind-down runs to its end, then that cancel is raised.
-            drained, failed = await _through_cancels(self._wind_down(reading, stopping, delivering))
+            drained, failed = await _through_cancels(
+                self._wind_down(reading, stopping, delivering, beating)
+            )
         if failed is not None:
             raise failed  # a commit failed, or a send no retry can fix, while draining
         return PublishResult(ended=ended, drained=drained, delivered=self.delivery.delivered)

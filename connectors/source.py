@@ -20,8 +20,12 @@ Traps:
   buffer like any other, so its commit cannot overtake an earlier, unacked one.
   Only a batch with nothing at all (:attr:`Batch.idle` and no state) is dropped.
 * **Event-time progress** (:attr:`Batch.progress`) is the event time up to
-  which this source has delivered, for the processor's watermark (the next
-  step; nothing consumes it yet). What it means per source:
+  which this source has delivered: the processor's watermark is made of it. The
+  publish loop signs every raw record with the source's id and the progress
+  acknowledged before it, and heartbeats it when the source is quiet
+  (:class:`connectors.publish.Publisher`, :mod:`schemas.progress`); the
+  processor's watermark is the least progress over the sources it has heard
+  recently (:class:`streams.app.pipeline.Pipeline`). What it means per source:
 
   ========  ==========================================================================
   kmsg      the time of the last record read (boot time + its ``usec``)
@@ -33,9 +37,18 @@ Traps:
             time, so this is a hint, not a bound: the processor's grace covers it)
   ========  ==========================================================================
 
-  ``None`` means "no new information" (an idle poll, a batch of dead letters
-  only, a record without a time): a consumer keeps the previous value, it does
-  not go back.
+  ``None`` means "no new information" (a batch of dead letters only, a record
+  without a time): a consumer keeps the previous value, it does not go back.
+  An *idle* batch (nothing read) of a live source says more: it has read
+  everything there is, so the publish loop takes the wall clock as its progress
+  (``PublishOptions.idle_is_caught_up``; off for a source replaying the past).
+  The k8s watch reports idle batches only once every resource is listed: a
+  relist under way is not caught up. Trap: a source that never reports idle
+  (blocking in ``next_batch`` while quiet) holds every watermark at its last event;
+  dcgm sleeps its interval inside ``next_batch`` and reports idle only for a failed
+  scrape round, so its progress trails by up to one scrape interval plus a
+  heartbeat (its events are stamped with the scrape's time, so a claim of "now"
+  between scrapes would be safe only for expositions without older timestamps).
 """
 
 from __future__ import annotations

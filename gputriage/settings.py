@@ -95,6 +95,7 @@ class ProcessorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     snapshot_seconds: Positive = 1.0
     fetch_max_wait_ms: Annotated[int, msgspec.Meta(ge=0)] = 100
     restore_timeout_seconds: Positive = 120.0
+    source_idle_seconds: Annotated[float, msgspec.Meta(ge=1.0, le=86_400.0)] = 60.0
 
 
 # -- [connect.<source>]: the connectors' options ---------------------------------------

@@ -220,3 +220,28 @@ def frozen(broker: EmbeddedBroker) -> Iterator[None]:
         yield
     finally:
         os.kill(pid, signal.SIGCONT)
+
+
+def without_heartbeats(records: list[Any]) -> list[Any]:
+    """The records that are not a connector's heartbeat (a ``tick.v1`` to an explicit
+    partition with no key, see :class:`connectors.publish.Publisher`): raw topics carry
+    both, and a test counting events wants the events."""
+    return [r for r in records if r.key is not None]
+
+
+async def consume_events(
+    bootstrap: str, topics: list[str], count: int, *, timeout: float = 10.0
+) -> list[Any]:
+    """:func:`consume_all` counting only records that are not heartbeats, and returning them."""
+    try:
+        records = await consume_until(
+            bootstrap,
+            topics,
+            lambda records: len(without_heartbeats(records)) >= count,
+            timeout=timeout,
+        )
+    except TimedOut as late:
+        raise AssertionError(
+            f"only {len(without_heartbeats(late.records))} of {count} records within {timeout} s"
+        ) from None
+    return without_heartbeats(records)

@@ -58,7 +58,7 @@ from connectors.k8s.watch import (
 )
 from connectors.kafka.config import KafkaUnreachable
 from connectors.kafka.producer import EventProducer, start_producer
-from connectors.publish import Publisher, PublishOptions
+from connectors.publish import Outgoing, Publisher, PublishOptions
 from connectors.signals import stop_on_signals
 from connectors.source import Batch
 from schemas.topics import TopicLayout
@@ -150,6 +150,8 @@ class WatchSource:
 
     name = "kubernetes"
     key: bytes | None = None
+    idle_s = 1.0
+    """With every watch synced, an idle batch after this long without an item."""
 
     def __init__(
         self, watchers: Mapping[Resource, ResourceWatcher], synced: Mapping[Resource, asyncio.Event]
@@ -166,7 +168,16 @@ class WatchSource:
         watching = self._task
         get = asyncio.ensure_future(self._handoff.get())
         try:
-            await asyncio.wait({get, watching}, return_when=asyncio.FIRST_COMPLETED)
+            while True:
+                await asyncio.wait(
+                    {get, watching}, timeout=self.idle_s, return_when=asyncio.FIRST_COMPLETED
+                )
+                if get.done() or watching.done():
+                    break
+                if all(event.is_set() for event in self.synced.values()):
+                    # Listed and watching, nothing new: caught up (the publish loop's
+                    # progress becomes the clock). Never while a (re)list is under way.
+                    return Batch()
         finally:
             if not get.done():
                 get.cancel()
@@ -250,8 +261,11 @@ class Connector:
                 drain_timeout_s=options.drain_timeout_s,
             ),
             metrics=self.metrics.delivery,
+            # The watch source has no key; the cluster makes its id distinct (two
+            # clusters' connectors must not merge into one progress).
+            source_id=f"{self.source.name}@{options.cluster}",
         )
-        self.delivery: BoundedDelivery[Batch] = self.publisher.delivery
+        self.delivery: BoundedDelivery[Outgoing] = self.publisher.delivery
 
     async def run(self, stop: asyncio.Event | None = None) -> None:
         """Watch and deliver until ``stop`` is set (or cancelled); then drain the buffer."""

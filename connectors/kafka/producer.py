@@ -14,6 +14,11 @@ Traps:
 * The Kafka record timestamp is left to the producer's clock, *not* set to the
   event time: a replay of month-old events stamped with their event times would
   fall straight out of a topic's time-based retention on a real cluster.
+* **Headers are progress, not payload** (:mod:`schemas.progress`): the publish
+  loop passes its source's id and progress for every record it sends, and
+  heartbeats go to explicit partitions (:meth:`EventProducer.send_heartbeats`),
+  the ones the acks of earlier sends named (``used``): a heartbeat keyed like an
+  event would reach one partition, not every one the source's keys hash to.
 * No idempotent producer: the embedded Tansu does not support it, and
   deterministic incident ids already make a duplicate harmless downstream.
 * Create the topics first (:func:`connectors.kafka.admin.ensure_topics`); many
@@ -34,7 +39,9 @@ from connectors.kafka.admin import TopicError, ensure_topics
 from connectors.kafka.config import KafkaUnreachable
 from schemas.codec import AnyEvent, encode
 from schemas.dead_letters import DeadLetter
+from schemas.events import Tick
 from schemas.keys import correlation_key
+from schemas.progress import Headers
 from schemas.topics import TopicLayout
 
 log = logging.getLogger("gputriage.kafka")
@@ -135,34 +142,75 @@ class EventProducer:
         self.sent += 1
         return metadata
 
-    async def send_many(self, events: Iterable[AnyEvent]) -> int:
+    async def send_many(
+        self,
+        events: Iterable[AnyEvent],
+        *,
+        headers: Headers | None = None,
+        used: set[tuple[str, int]] | None = None,
+    ) -> int:
         """Produce every event, then wait for all acknowledgements; returns how many.
 
         If one send fails, the others still complete (or fail) before the first
         error is raised, so no acknowledgement is left dangling. An event that
         cannot be routed (a tick) raises ``TypeError`` after the ones before it
-        are settled.
+        are settled. ``headers`` go on every record (the publish loop's source
+        progress, :mod:`schemas.progress`); ``used`` collects the ``(topic,
+        partition)`` of every acknowledged record (where heartbeats must go).
         """
-        return await self._send_all(self.route(event) for event in events)
+        shared = list(headers) if headers else None  # one list: aiokafka only reads it
+        records = ((*self.route(event), shared) for event in events)
+        return await self._send_records(records, used)
 
     async def send_dead_letters(self, letters: Iterable[DeadLetter]) -> int:
         """Produce dead letters to the dead-letter topic, keyed by the failed record's key,
         then wait for every acknowledgement, as :meth:`send_many` does; returns how many."""
         topic = self.layout.dead_letters.name
-        return await self._send_all((topic, letter.key, encode(letter)) for letter in letters)
+        records = ((topic, letter.key, encode(letter), None) for letter in letters)
+        return await self._send_records(records)
 
-    async def _send_all(self, records: Iterable[tuple[str, bytes | None, bytes]]) -> int:
+    async def send_heartbeats(
+        self, tick: Tick, partitions: Iterable[tuple[str, int]], headers: Headers
+    ) -> int:
+        """Produce ``tick`` to each raw ``(topic, partition)`` given (explicitly, no key),
+        with ``headers``, then wait for every acknowledgement; returns how many.
+
+        A source's heartbeat (see :class:`connectors.publish.Publisher`): the processor
+        reads it as progress only and never ingests it as an event.
+        """
+        producer = self.producer
+        value = encode(tick)
+        pending = []
+        try:
+            for topic, partition in partitions:
+                pending.append(
+                    await producer.send(topic, value, partition=partition, headers=list(headers))
+                )
+        finally:
+            results = await asyncio.gather(*pending, return_exceptions=True)
+        return self._settled(results, None)
+
+    async def _send_records(
+        self,
+        records: Iterable[tuple[str, bytes | None, bytes, Headers | None]],
+        used: set[tuple[str, int]] | None = None,
+    ) -> int:
         producer = self.producer
         pending = []
         try:
-            for topic, key, value in records:
-                pending.append(await producer.send(topic, value, key=key))
+            for topic, key, value, headers in records:
+                pending.append(await producer.send(topic, value, key=key, headers=headers))
         finally:
             # Also when routing or enqueueing failed half-way: settle what was sent.
             results = await asyncio.gather(*pending, return_exceptions=True)
+        return self._settled(results, used)
+
+    def _settled(self, results: list[Any], used: set[tuple[str, int]] | None) -> int:
         for result in results:
             if isinstance(result, BaseException):
                 raise result
+        if used is not None:
+            used.update((metadata.topic, metadata.partition) for metadata in results)
         self.sent += len(results)
         return len(results)
 

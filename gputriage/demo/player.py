@@ -5,25 +5,37 @@ happens "now" and the rest follow at ``speed`` times real pace; *every*
 timestamp in the event (a termination's ``finished_at`` too) goes through the
 same mapping, so intervals inside the scenario keep their proportions.
 
-Trap: at 30x, five minutes of scenario time are ten seconds of event time, so
-the core's windows must shrink by the same factor (:func:`scaled_core_settings`)
-or no ``gpu_degraded`` (5 min) would ever fire. The demo does that; a real
-deployment never re-times events.
+Traps:
+
+* At 30x, five minutes of scenario time are ten seconds of event time, so
+  the core's windows must shrink by the same factor (:func:`scaled_core_settings`)
+  or no ``gpu_degraded`` (5 min) would ever fire. The demo does that; a real
+  deployment never re-times events.
+* **The player is a source like any connector** (:class:`ScenarioSource`, published
+  by :class:`connectors.publish.Publisher`): its records carry its progress and it
+  heartbeats, because the processor's watermark follows the sources. Between
+  events it reports idle batches (it is caught up: its clock is the present), and
+  after the last one it stays on, idle, so the scenario's last windows close on the
+  simulated clock instead of waiting for the source to age out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
 
+from connectors.source import Batch
 from schemas.codec import AnyEvent
 from schemas.events import Tick
 from streams.core import CoreConfig
+
+IDLE_POLL_S = 0.2
+"""How long :meth:`ScenarioSource.next_batch` waits for the next event before saying "idle"."""
 
 
 def retime(value: Any, to: Callable[[datetime], datetime]) -> Any:
@@ -38,30 +50,59 @@ def retime(value: Any, to: Callable[[datetime], datetime]) -> Any:
     return value
 
 
-async def play(
-    events: Iterable[AnyEvent], speed: float, *, start: float | None = None
-) -> AsyncIterator[AnyEvent]:
-    """Yield ``events`` (sorted by time, ticks dropped) re-timed to wall-clock time.
+class ScenarioSource:
+    """A scenario played at ``speed`` as a :class:`~connectors.source.Source`: one event
+    per batch when it is due, re-timed so the first one happens at ``start`` (epoch
+    seconds, default now) and the rest follow at ``speed`` times real pace; idle batches
+    in between, and, once everything is out (:attr:`finished`), idle batches until it is
+    stopped. Ticks are dropped (they have no topic)."""
 
-    Pacing sleeps until each event is due: that is the simulation's clock, not
-    synchronisation. ``start`` (epoch seconds) defaults to now.
-    """
-    ordered = sorted((e for e in events if not isinstance(e, Tick)), key=lambda e: e.time)
-    if not ordered:
-        return
-    origin = ordered[0].time
-    begin = time.time() if start is None else start
-    begin_dt = datetime.fromtimestamp(begin, tz=UTC)
+    name = "demo"
+    key: bytes | None = None
 
-    def to(moment: datetime) -> datetime:
-        return begin_dt + (moment - origin) / speed
+    def __init__(
+        self, events: Iterable[AnyEvent], speed: float, *, start: float | None = None
+    ) -> None:
+        ordered = sorted((e for e in events if not isinstance(e, Tick)), key=lambda e: e.time)
+        self.finished = asyncio.Event()
+        """Set once the last event has been handed to the publish loop."""
+        self._queue: list[tuple[float, AnyEvent]] = []
+        if ordered:
+            origin = ordered[0].time
+            begin = time.time() if start is None else start
+            begin_dt = datetime.fromtimestamp(begin, tz=UTC)
 
-    for event in ordered:
-        due = begin + (event.time - origin) / timedelta(seconds=1) / speed
+            def to(moment: datetime) -> datetime:
+                return begin_dt + (moment - origin) / speed
+
+            self._queue = [
+                (begin + (e.time - origin) / timedelta(seconds=1) / speed, retime(e, to))
+                for e in ordered
+            ]
+        self._queue.reverse()
+        if not self._queue:
+            self.finished.set()
+
+    async def next_batch(self) -> Batch | None:
+        """The next event once due (the pacing sleep is the simulation's clock), else idle."""
+        if not self._queue:
+            self.finished.set()
+            await asyncio.sleep(IDLE_POLL_S)
+            return Batch()
+        due, event = self._queue[-1]
         delay = due - time.time()
         if delay > 0:
-            await asyncio.sleep(delay)
-        yield retime(event, to)
+            await asyncio.sleep(min(delay, IDLE_POLL_S))
+            if delay > IDLE_POLL_S:
+                return Batch()
+        self._queue.pop()
+        return Batch(events=[event], records=1, progress=event.time)
+
+    def commit(self, batch: Batch) -> None:
+        """Nothing to save: a demo plays from the start."""
+
+    async def close(self) -> None:
+        """Nothing to close."""
 
 
 def scaled_core_settings(config: CoreConfig, speed: float) -> dict[str, float]:

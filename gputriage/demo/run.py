@@ -36,10 +36,11 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from connectors.kafka.admin import ensure_topics
 from connectors.kafka.config import client_kwargs
 from connectors.kafka.producer import EventProducer
+from connectors.publish import Publisher, PublishOptions
 from connectors.signals import stop_on_signals
 from gputriage import render
 from gputriage.demo.broker import BrokerError, EmbeddedBroker, die_with_parent
-from gputriage.demo.player import play, scaled_core_settings
+from gputriage.demo.player import ScenarioSource, scaled_core_settings
 from gputriage.errors import error
 from gputriage.settings import Settings
 from schemas.codec import decode_event, decode_incident, encode
@@ -49,6 +50,9 @@ from schemas.topics import TopicLayout, topic_layout
 DEFAULT_SCENARIO = Path(__file__).with_name("scenario.jsonl")
 """The recorded scenario, package data (``examples/scenario.jsonl`` links to it)."""
 WORKER_STOP_S = 20.0
+FEED = PublishOptions(capacity=1000, chunk=50, heartbeat_seconds=0.5)
+"""The scenario's publish loop: a heartbeat every half second of scenario silence, so the
+worker's watermark follows the simulated clock closely (its windows are scaled down)."""
 
 
 @dataclass(frozen=True)
@@ -231,16 +235,29 @@ async def _supervise(
 async def _feed(
     kwargs: dict[str, object], layout: TopicLayout, options: DemoOptions, fed: asyncio.Event
 ) -> None:
+    """Publish the scenario through the one publish loop (the player is a source: its
+    records carry its progress, and it heartbeats); runs until cancelled."""
     lines = options.scenario.read_bytes().splitlines()
     events = [decode_event(line) for line in lines if line.strip()]
+    source = ScenarioSource(events, options.speed)
     producer = EventProducer(kwargs, layout)
     await producer.start()
     try:
-        async for event in play(events, options.speed):
-            await producer.send(event)
+        publisher = Publisher(source, producer, options=FEED)
+        publishing = asyncio.create_task(publisher.run(asyncio.Event()), name="publish")
+        finished = asyncio.create_task(source.finished.wait())
+        try:
+            await asyncio.wait({publishing, finished}, return_when=asyncio.FIRST_COMPLETED)
+            if publishing.done():
+                publishing.result()  # it only ends by failing
+            fed.set()
+            await publishing  # idle on: the scenario's clock goes on (see the player)
+        finally:
+            for task in (publishing, finished):
+                task.cancel()
+            await asyncio.gather(publishing, finished, return_exceptions=True)
     finally:
         await producer.stop()
-    fed.set()
 
 
 async def _print_incidents(

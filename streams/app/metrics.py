@@ -13,7 +13,12 @@ workers in one process without the default registry's duplicate-name errors).
 ``gputriage_buffered_events``                          events waiting for the watermark
 ``gputriage_stale_events_total``                       redelivered/late events skipped
 ``gputriage_processing_latency_seconds``               record on Kafka -> its incident acked
+``gputriage_sources_alive``                            sources heard within the idle timeout
+``gputriage_sources_idle``                             sources known but aged out
+``gputriage_malformed_progress_headers_total``         records whose progress headers were bad
 =====================================================  ==================================
+
+Sources are counted, never labelled: 5,000 kmsg connectors would be 5,000 series.
 """
 
 from __future__ import annotations
@@ -66,6 +71,21 @@ class Metrics:
         self.stale = Counter(
             "gputriage_stale_events",
             "Events skipped because their key had already applied a later one.",
+            registry=r,
+        )
+        self.sources_alive = Gauge(
+            "gputriage_sources_alive",
+            "Sources (connectors) heard within source_idle_seconds: they hold the watermark.",
+            registry=r,
+        )
+        self.sources_idle = Gauge(
+            "gputriage_sources_idle",
+            "Sources known to this worker but silent for longer than source_idle_seconds.",
+            registry=r,
+        )
+        self.malformed_progress = Counter(
+            "gputriage_malformed_progress_headers",
+            "Records whose source progress headers could not be read (taken as header-less).",
             registry=r,
         )
         self.latency = Histogram(

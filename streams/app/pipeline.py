@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from schemas import progress as wire
 from schemas.codec import AnyEvent, RecordError, try_decode_event
 from schemas.dead_letters import DeadLetter
 from schemas.events import Event, Tick
@@ -57,6 +58,8 @@ class RawRecord:
     timestamp_ms: int | None = None
     token: Any = None
     """The transport's handle, released back once the record is done."""
+    headers: Sequence[tuple[str, bytes]] = ()
+    """The record's headers as aiokafka gives them (the source's progress among them)."""
 
 
 @dataclass(slots=True)
@@ -75,22 +78,76 @@ Partition = tuple[str, int]
 """A topic and partition number."""
 
 
+SourceStream = tuple[bytes, str, int]
+"""A source id and a topic-partition it publishes to: one entry of the source table."""
+
+
 class Pipeline:
     """One worker's correlator and the checks in front of it.
 
-    The watermark is per partition: a worker reads many topic-partitions at
-    different speeds (a backlog on one, nothing on another), and letting the
-    fastest one drive the watermark would make the others' events late, and
-    then stale. So the watermark is the slowest *busy* partition's newest event
-    time minus grace; a partition the transport reports as caught up (nothing
-    left to read) does not hold it back, and when every partition is caught up
-    the worker's clock (a tick) drives it.
+    **The watermark follows the sources.** Every connector signs its records
+    with its source id and the event time it has delivered up to, and heartbeats
+    when quiet (:mod:`schemas.progress`). The pipeline keeps, per source *and*
+    topic-partition (a record vouches only for what precedes it on its own
+    partition), the greatest progress read and when it was last heard; the
+    watermark is the least progress over the entries that are *alive* (heard
+    within ``source_idle_seconds``, or on a partition that still has records to
+    read), minus grace. So an old event delivered slowly meets the watermark of
+    its own source, and live equals replay however fast events arrive.
+
+    **Records without those headers** (an older connector, a test producing raw
+    records directly) keep the rule from before: the slowest *busy* partition's
+    newest event time minus grace (a partition with nothing left to read does not
+    hold it back); with nothing busy, the newest event time of all (a batch) or
+    the worker's clock (a tick). When both kinds exist the watermark is the least
+    of both rules.
+
+    **When every known source has aged out, the clock drives again.** Timers must
+    still fire (a quiet GPU's window must close) when every connector is gone; a
+    source that is alive never ages out, because it heartbeats. The price: a source
+    silent for longer than ``source_idle_seconds`` (an outage) that comes back with
+    a backlog finds the watermark moved on by the others or by the clock, and its
+    backlog is late (``stats.late``), as it would be anywhere with an idleness timeout.
+
+    Traps:
+
+    * **No clock in here.** Ageing needs the time: the transport passes ``now``
+      (wall-clock seconds) in; without it (a caller feeding one batch) nothing ages.
+    * **A malformed header is no header** (counted in ``malformed_headers``), never a
+      lost record; a ``tick.v1`` on a raw topic is a heartbeat: progress only, never
+      ingested, and a dead letter when it carries no source headers (it means nothing).
+    * The watermark never goes back: the correlator ignores a lower one, so a source
+      joining with an older progress holds it where it is, not earlier.
+    * A source that has ended (``--once``) says so (progress ``+inf``): it holds
+      nothing; if it publishes again it has restarted, and its new progress counts.
+    * **A partition a source has not used yet is unknown here.** Its first record on
+      a new partition may be read after its newer records on others; what covers it:
+      records carry the progress acknowledged *before* their chunk, so for a source
+      in event-time order (kmsg, journal, a replay) the new record is never behind
+      that progress; for an unordered one (k8s) grace covers it, as before.
+    * **The least progress is the slowest alive source's**: an event waits until
+      every source on this worker's partitions has vouched for its time, so a quiet
+      source that only heartbeats (every 5 s) delays incidents by up to that much.
     """
 
-    def __init__(self, config: CoreConfig, layout: TopicLayout) -> None:
+    def __init__(
+        self, config: CoreConfig, layout: TopicLayout, *, source_idle_seconds: float = 60.0
+    ) -> None:
         self.correlator = Correlator(config, track_dirty=True)
         self.grace = config.grace_seconds
+        self.source_idle_seconds = source_idle_seconds
         self._newest: dict[Partition, float] = {}
+        """Newest event time read per partition, every record (the busy rule)."""
+        self._unsigned_newest = -math.inf
+        """Newest event time of the records without progress headers (their batch rule)."""
+        self._sources: dict[SourceStream, list[float]] = {}
+        """(source, topic, partition) -> [progress, last heard]; progress -inf: none yet."""
+        self.malformed_headers = 0
+        """Records whose progress headers could not be read (treated as header-less)."""
+        self._progress_of: dict[bytes, float] = {}
+        """Progress header values already read (see :meth:`_hear`)."""
+        self._checked: set[bytes] = set()
+        """Source ids already found well-formed."""
         self._schemas: dict[str, tuple[str, type[Event]]] = {}
         for source, spec in layout.raw.items():
             self._schemas[spec.name] = (source, SOURCE_SCHEMAS[source])
@@ -99,19 +156,22 @@ class Pipeline:
         self,
         records: Iterable[RawRecord],
         busy: Iterable[Partition] | None = None,
+        now: float | None = None,
     ) -> BatchOutcome:
         """Decode and correlate a batch.
 
         ``busy``: the assigned partitions that still have records to read. None
         means none do: every partition was read to its end (a caller feeding one
         finite batch, as tests do), so the newest event time of all counts.
+        ``now``: the wall clock, for when the sources were heard (see the class).
         """
         outcome = BatchOutcome()
         correlator = self.correlator
         counts = outcome.events_by_source
         newest = self._newest
         for record in records:
-            event = self._decode(record, outcome)
+            signed = bool(record.headers) and self._hear(record, now)
+            event = self._decode(record, outcome, signed)
             if event is None:
                 continue
             source = self._schemas[record.topic][0]
@@ -120,18 +180,20 @@ class Pipeline:
             when = event.time.timestamp()
             if when > newest.get(where, -math.inf):
                 newest[where] = when
+            if not signed and when > self._unsigned_newest:
+                self._unsigned_newest = when
             try:
                 outcome.incidents += correlator.ingest(event, token=record.token, hold=True)
             except Exception as exc:  # a bug must cost one record, not the worker
                 log.exception("correlating %s[%d]@%d failed", *_where(record))
                 self._dead(record, outcome, RecordError(f"processing failed: {exc!r}"))
-        self._advance(outcome, self._watermark(busy, None))
+        self._advance(outcome, self._watermark(busy, None, now))
         return self._finish(outcome)
 
     def tick(self, now: float, busy: Iterable[Partition] = ()) -> BatchOutcome:
         """The worker's clock: with nothing left to read, quiet keys' timers fire."""
         outcome = BatchOutcome()
-        self._advance(outcome, self._watermark(busy, now))
+        self._advance(outcome, self._watermark(busy, now, now))
         return self._finish(outcome)
 
     def _advance(self, outcome: BatchOutcome, watermark: float) -> None:
@@ -140,14 +202,104 @@ class Pipeline:
         except Exception:  # keep the worker alive; the log says what broke
             log.exception("advancing the watermark to %s failed", watermark)
 
-    def _watermark(self, busy: Iterable[Partition] | None, now: float | None) -> float:
+    def _hear(self, record: RawRecord, now: float | None) -> bool:
+        """Note the record's source progress; False if it has none (or a malformed one).
+
+        Per record, so it is kept cheap: the publish loop's canonical pair of headers is
+        read without :func:`schemas.progress.read`'s generality, through a small cache of
+        the progress values and source ids already checked (a chunk shares one progress,
+        a worker hears a bounded set of sources); anything else takes the general path.
+        """
+        headers = record.headers
+        fast: tuple[bytes, float] | None = None
+        if len(headers) == 2:
+            (first, source), (second, value) = headers
+            if first == wire.SOURCE_HEADER and second == wire.PROGRESS_HEADER:
+                cached = self._progress_of.get(value)
+                if cached is not None and source in self._checked:
+                    fast = (source, cached)
+        if fast is None:
+            got = wire.read(headers)
+            if got is None:
+                return False
+            if isinstance(got, str):
+                self.malformed_headers += 1
+                return False
+            self._remember(headers, got)
+            fast = got
+        source, progress = fast
+        key = (source, record.topic, record.partition)
+        entry = self._sources.get(key)
+        heard = -math.inf if now is None else now
+        if entry is None:
+            self._sources[key] = [progress, heard]
+            return True
+        if entry[0] == math.inf:
+            # An ended source that publishes again has restarted: its new run's records
+            # follow the end on this partition, so they replace it.
+            entry[0] = progress
+        elif progress > entry[0]:
+            entry[0] = progress
+        entry[1] = max(entry[1], heard)
+        return True
+
+    def _remember(self, headers: Sequence[tuple[str, bytes]], got: tuple[bytes, float]) -> None:
+        """Cache a well-formed pair for :meth:`_hear`'s fast path (bounded: reset when full)."""
+        for name, value in headers:
+            if name == wire.PROGRESS_HEADER:
+                if len(self._progress_of) >= 4096:
+                    self._progress_of.clear()
+                self._progress_of[value] = got[1]
+        if len(self._checked) >= 65_536:
+            self._checked.clear()
+        self._checked.add(got[0])
+
+    def _alive(
+        self, now: float | None, busy: Iterable[Partition]
+    ) -> Iterable[tuple[SourceStream, float]]:
+        """``(entry, progress)`` of every source entry alive at ``now`` (all, without it)."""
+        if now is None:
+            return ((key, entry[0]) for key, entry in self._sources.items())
+        oldest = now - self.source_idle_seconds
+        held = set(busy)
+        return (
+            (key, entry[0])
+            for key, entry in self._sources.items()
+            if entry[1] >= oldest or (key[1], key[2]) in held
+        )
+
+    def _watermark(
+        self, busy: Iterable[Partition] | None, clock: float | None, now: float | None
+    ) -> float:
         newest = self._newest
-        pending = [newest.get(p, -math.inf) for p in busy or ()]
+        busy = list(busy or ())
+        pending = [newest.get(p, -math.inf) for p in busy]
+        # The partition rule (records without progress headers, and the start-up hold).
         if pending:
-            return min(pending) - self.grace
-        if now is not None:
-            return now - self.grace
-        return max(newest.values(), default=-math.inf) - self.grace
+            low = min(pending)
+        elif clock is not None:
+            low = clock
+        elif self._unsigned_newest > -math.inf:
+            low = self._unsigned_newest
+        else:
+            low = math.inf  # no record without progress: no bound from this rule
+        if self._sources:
+            low = min(low, min((p for _, p in self._alive(now, busy)), default=math.inf))
+        return low - self.grace if low < math.inf else -math.inf
+
+    def sources(self, now: float, busy: Iterable[Partition] = ()) -> tuple[int, int]:
+        """``(alive, idle)``: source ids heard on some partition within the idle timeout,
+        and the others: heard only longer ago, or ended (the ``gputriage_sources_*`` gauges)."""
+        alive = {key[0] for key, progress in self._alive(now, busy) if progress < math.inf}
+        known = {key[0] for key in self._sources}
+        return len(alive), len(known - alive)
+
+    def retain(self, partitions: Iterable[Partition]) -> None:
+        """Forget the source entries of partitions no longer assigned (after a rebalance):
+        they would never be heard again here, and would hold the watermark until aged."""
+        keep = set(partitions)
+        for key in [k for k in self._sources if (k[1], k[2]) not in keep]:
+            del self._sources[key]
 
     def restore(self, snapshots: Iterable[Any]) -> None:
         """Adopt states read back from the changelog (already decoded)."""
@@ -167,7 +319,7 @@ class Pipeline:
         outcome.released += self.correlator.take_released()
         return outcome
 
-    def _decode(self, record: RawRecord, outcome: BatchOutcome) -> AnyEvent | None:
+    def _decode(self, record: RawRecord, outcome: BatchOutcome, signed: bool) -> AnyEvent | None:
         expected = self._schemas.get(record.topic)
         if expected is None:
             return self._dead(record, outcome, RecordError(f"not a raw topic: {record.topic}"))
@@ -177,7 +329,15 @@ class Pipeline:
         if isinstance(event, RecordError):
             return self._dead(record, outcome, event)
         schema = type(event)
-        if schema is Tick or schema is not expected[1]:
+        if schema is Tick:
+            if not signed:
+                return self._dead(
+                    record, outcome, RecordError(f"tick.v1 on {record.topic} without progress")
+                )
+            if record.token is not None:  # a heartbeat: its progress is noted, it is done
+                outcome.released.append(record.token)
+            return None
+        if schema is not expected[1]:
             got = schema.__struct_config__.tag
             want = expected[1].__struct_config__.tag
             return self._dead(

@@ -43,9 +43,14 @@ Traps:
 * **Co-partitioning**: the range assignor gives partition *n* of every raw topic
   to the same worker; an assignment that does not is refused (the worker exits):
   processing it would split one node's signals between two correlators.
-* The watermark is per partition (see :class:`Pipeline`); "busy" partitions are
-  those with records left to read (position < high watermark), and a partition
-  not read yet holds it for ``startup_hold_seconds`` after an assignment.
+* The watermark follows the sources' own progress, read from the records'
+  headers and the connectors' heartbeats (see :class:`Pipeline`); the worker's
+  clock only ages a silent source out (``source_idle_seconds``) and drives the
+  watermark when every source has gone. For records without progress headers it
+  is per partition: "busy" partitions are those with records left to read
+  (position < high watermark), and a partition not read yet holds it for
+  ``startup_hold_seconds`` after an assignment. A connector's heartbeat interval
+  (5 s) must stay below both, or a restarted worker's first ticks run on the clock.
 """
 
 from __future__ import annotations
@@ -103,6 +108,10 @@ class ProcessorOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     quiet stream (some brokers, Tansu among them, always wait this long)."""
     restore_timeout_seconds: float = 120.0
     """How long reading the state of newly assigned partitions may take."""
+    source_idle_seconds: float = 60.0
+    """A source (connector) not heard for this long no longer holds the watermark
+    (:class:`~streams.app.pipeline.Pipeline`). Connectors heartbeat every 5 s when
+    quiet; when every source has gone, the worker's clock drives the watermark."""
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
@@ -131,7 +140,7 @@ class Worker:
         self.options = options
         self.layout = layout
         self.metrics = metrics or Metrics()
-        self.pipeline = Pipeline(core, layout)
+        self.pipeline = Pipeline(core, layout, source_idle_seconds=options.source_idle_seconds)
         self.state_topic = state.name
         self.partitions = state.partitions
         self._raw_names = frozenset(layout.raw_topics)
@@ -164,6 +173,7 @@ class Worker:
         self._last_tick = 0.0
         self._fatal: BaseException | None = None
         self._stale_seen = 0
+        self._malformed_seen = 0
         self._gauges_at = 0.0
 
     # -- running -------------------------------------------------------------------------
@@ -198,6 +208,7 @@ class Worker:
     async def _step(self, batches: Mapping[TopicPartition, list[Any]]) -> None:
         pipeline = self.pipeline
         newest = 0
+        clock = time.time()
         if batches:
             records = []
             offsets = self._offsets
@@ -217,11 +228,12 @@ class Worker:
                             value=r.value,
                             timestamp_ms=r.timestamp,
                             token=(tp, r.offset),
+                            headers=r.headers,
                         )
                     )
                 newest = max(newest, batch[-1].timestamp)
             if records:
-                outcome = pipeline.process(records, self._busy())
+                outcome = pipeline.process(records, self._busy(), clock)
                 await self._send(outcome, newest / 1000)
         now = time.monotonic()
         if now - self._last_tick >= self.options.tick_seconds:
@@ -330,6 +342,7 @@ class Worker:
         gained = owned - self._owned
         states = await self.changelog.read(gained, self.options.restore_timeout_seconds)
         self.pipeline.restore(states)
+        self.pipeline.retain((tp.topic, tp.partition) for tp in raw)
         self._owned = owned
         self._assigned_at = time.monotonic()
         log.info(
@@ -381,6 +394,13 @@ class Worker:
         if stale:
             metrics.stale.inc(stale)
             self._stale_seen = correlator.stats.stale
+        alive, idle = self.pipeline.sources(time.time(), self._busy())
+        metrics.sources_alive.set(alive)
+        metrics.sources_idle.set(idle)
+        malformed = self.pipeline.malformed_headers - self._malformed_seen
+        if malformed:
+            metrics.malformed_progress.inc(malformed)
+            self._malformed_seen = self.pipeline.malformed_headers
         for tp, tracker in self._offsets.items():
             highwater = self.consumer.highwater(tp)
             if highwater is not None and tracker.next_offset is not None:

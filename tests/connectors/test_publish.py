@@ -25,7 +25,7 @@ from connectors.source import Batch, DeadLine
 from gputriage.demo.broker import EmbeddedBroker
 from schemas.codec import AnyEvent, RecordError, decode_dead_letter, decode_event
 from schemas.events import KubeEvent, ObjectRef
-from tests.kafka_helpers import KafkaTestEnv, consume_all, eventually, frozen
+from tests.kafka_helpers import KafkaTestEnv, consume_all, consume_events, eventually, frozen
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 PER_BATCH = 3
@@ -137,7 +137,7 @@ async def test_a_broker_outage_is_survived_bounded_and_nothing_is_lost() -> None
         assert (result.ended, result.drained) == (True, True)
         assert result.delivered == total * PER_BATCH
         assert_committed_after_acks(source, total)
-        records = await consume_all(broker.bootstrap, [topic], total * PER_BATCH + 1, timeout=20)
+        records = await consume_events(broker.bootstrap, [topic], total * PER_BATCH + 1, timeout=20)
         ids = {decode_event(r.value).id for r in records}
         assert ids >= {f"test:{n}" for n in range(total * PER_BATCH)}, "nothing lost"
         failures = metrics.registry.get_sample_value("gputriage_connector_delivery_failures_total")

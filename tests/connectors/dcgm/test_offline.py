@@ -17,7 +17,7 @@ from schemas.events import GpuBindingEvent, XidEvent
 from tests import paths
 from tests.cli_helpers import CONSOLE_SCRIPT, clean_env, gputriage
 from tests.connectors.dcgm.test_scrape import Exporter, serving
-from tests.kafka_helpers import KafkaTestEnv, consume_all, eventually
+from tests.kafka_helpers import KafkaTestEnv, consume_events, eventually
 
 DATA = paths.DATA / "dcgm"
 T0 = 1_764_496_800  # 2025-11-30T10:00:00Z
@@ -132,7 +132,7 @@ async def test_connect_dcgm_publishes_until_sigterm(kafka: KafkaTestEnv) -> None
         status = await proc.wait()
     assert status == 0, stderr
     topic = kafka.layout.raw_topic(GpuBindingEvent)
-    (record,) = await consume_all(kafka.bootstrap, [topic], 1)
+    (record,) = await consume_events(kafka.bootstrap, [topic], 1)
     binding = decode_event(record.value)
     assert isinstance(binding, GpuBindingEvent)
     assert (binding.node, binding.gpu_uuid) == (

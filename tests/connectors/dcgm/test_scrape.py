@@ -28,7 +28,7 @@ from gputriage.demo.broker import EmbeddedBroker
 from schemas.codec import AnyEvent, decode_dead_letter, decode_event
 from schemas.events import GpuBindingEvent, PodRef, XidEvent
 from tests import paths
-from tests.kafka_helpers import KafkaTestEnv, consume_all, eventually, frozen
+from tests.kafka_helpers import KafkaTestEnv, consume_all, consume_events, eventually, frozen
 
 DATA = paths.DATA / "dcgm"
 RTX = "GPU-a8394b51-c086-568a-9f1a-c1e1c934c44c"
@@ -131,11 +131,11 @@ class RecordingProducer(EventProducer):
         super().__init__(*args, **kwargs)
         self.attempts: list[tuple[list[str], bool]] = []
 
-    async def send_many(self, events: Iterable[AnyEvent]) -> int:
+    async def send_many(self, events: Iterable[AnyEvent], **options: Any) -> int:
         events = list(events)
         ids = [e.id for e in events]
         try:
-            sent = await super().send_many(events)
+            sent = await super().send_many(events, **options)
         except BaseException:
             self.attempts.append((ids, False))
             raise
@@ -145,7 +145,7 @@ class RecordingProducer(EventProducer):
 
 async def published(kafka: KafkaTestEnv, count: int) -> list[Any]:
     topics = [kafka.layout.raw_topic(XidEvent), kafka.layout.raw_topic(GpuBindingEvent)]
-    records = await consume_all(kafka.bootstrap, topics, count)
+    records = await consume_events(kafka.bootstrap, topics, count)
     events = [decode_event(r.value) for r in records]
     return sorted(events, key=lambda e: (e.time, e.id))
 

@@ -24,7 +24,7 @@ from tests.k8s_helpers import (
     node,
     pod,
 )
-from tests.kafka_helpers import KafkaTestEnv, consume_all, eventually
+from tests.kafka_helpers import KafkaTestEnv, consume_events, eventually
 from tests.paths import DEPLOY
 
 RBAC = DEPLOY / "rbac" / "connect-k8s.yaml"
@@ -85,7 +85,7 @@ async def test_the_connector_needs_nothing_the_rbac_does_not_grant(
         task = asyncio.create_task(
             run_connect(options, kafka.kwargs, kafka.layout, metrics_port=None, stop=stop)
         )
-        await consume_all(kafka.bootstrap, list(kafka.layout.raw_topics), 3)
+        await consume_events(kafka.bootstrap, list(kafka.layout.raw_topics), 3)
         cluster.pods.send(gone())  # exercise the relist path too
         await eventually(lambda: len(cluster.pods.list_requests) == 2, what="relist")
         stop.set()

@@ -36,7 +36,7 @@ from tests.k8s_helpers import (
     node,
     pod,
 )
-from tests.kafka_helpers import KafkaTestEnv, consume_all, eventually
+from tests.kafka_helpers import KafkaTestEnv, consume_events, eventually
 
 
 @pytest.mark.asyncio
@@ -62,10 +62,10 @@ async def test_connect_publishes_gpu_objects_and_dead_letters_with_leader_electi
         )
         layout = kafka.layout
         topics = [*layout.raw_topics, layout.dead_letters.name]
-        first = await consume_all(kafka.bootstrap, topics, 4)
+        first = await consume_events(kafka.bootstrap, topics, 4)
         await eventually(lambda: len(cluster.pods.watch_requests) >= 1, what="pod watch")
         cluster.pods.event("MODIFIED", pod("trainer", "30", phase="Failed"))
-        records = await consume_all(kafka.bootstrap, topics, 5)
+        records = await consume_events(kafka.bootstrap, topics, 5)
         stop.set()
         assert await asyncio.wait_for(task, 10) == 0
         lease = await CoordinationV1Api(cluster.api).read_namespaced_lease(
@@ -121,7 +121,7 @@ async def test_broker_outage_backpressures_the_watch_and_delivers_everything_in_
             await eventually(lambda: len(cluster.pods.watch_requests) == 1, what="watch")
             cluster.pods.event("ADDED", pod("p1", "100", node="gpu-1"))
             cluster.pods.event("ADDED", pod("p2", "101", node="gpu-2"))
-            await consume_all(broker.bootstrap, [pods_topic], 2)
+            await consume_events(broker.bootstrap, [pods_topic], 2)
 
             os.kill(broker.pid or 0, signal.SIGSTOP)  # the outage begins
             sent: dict[str, list[str]] = {"uid-p1": ["100"], "uid-p2": ["101"]}
@@ -146,7 +146,7 @@ async def test_broker_outage_backpressures_the_watch_and_delivers_everything_in_
             os.kill(broker.pid or 0, signal.SIGCONT)  # the outage ends
         total = sum(len(v) for v in sent.values())
         await eventually(lambda: connector.delivery.delivered >= total, timeout=15)
-        records = await consume_all(broker.bootstrap, [pods_topic], total)
+        records = await consume_events(broker.bootstrap, [pods_topic], total)
         stop.set()
         await asyncio.wait_for(task, 10)
         await producer.stop()

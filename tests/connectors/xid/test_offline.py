@@ -27,7 +27,7 @@ from schemas.events import KubeEvent, XidEvent
 from tests import paths
 from tests.cli_helpers import clean_env, gputriage
 from tests.connectors.xid.test_kmsg import BOOT_A, JOURNAL_BOOT_A, fake_journalctl, journal_entry
-from tests.kafka_helpers import KafkaTestEnv, consume_all, wait_until
+from tests.kafka_helpers import KafkaTestEnv, consume_events, wait_until
 from tests.paths import EXAMPLES
 
 DATA = paths.DATA / "kmsg"
@@ -272,7 +272,7 @@ async def test_connect_kmsg_publishes_resumes_and_reports_reboots(
     assert b"2 XIDs, 1 bad" in first.stderr
     assert load_state(state, KmsgState) == KmsgState(boot_id="boot-a", seq=1003)
     layout = kafka.layout
-    records = await consume_all(
+    records = await consume_events(
         kafka.bootstrap, [layout.raw["xids"].name, layout.dead_letters.name], 3
     )
     xids = [decode_event(r.value) for r in records if r.topic == layout.raw["xids"].name]
@@ -295,7 +295,7 @@ async def test_connect_kmsg_publishes_resumes_and_reports_reboots(
     assert rebooted.returncode == 0, rebooted.stderr
     assert load_state(state, KmsgState) == KmsgState(boot_id="boot-b", seq=0)
     topics = [layout.raw["xids"].name, layout.raw["k8s-events"].name]
-    records = await consume_all(kafka.bootstrap, topics, 4)
+    records = await consume_events(kafka.bootstrap, topics, 4)
     events = [decode_event(r.value) for r in records]
     (reboot,) = [e for e in events if isinstance(e, KubeEvent)]
     assert (reboot.reason, reboot.node, reboot.time) == (
@@ -350,7 +350,7 @@ async def test_reader_follows_the_device_until_stopped(kafka: KafkaTestEnv, tmp_
         out.write("6,4,2000100,-;NVRM: Xid (PCI:0000:9b:00): 154, GPU recovery action ")
         out.flush()
         out.write("changed from 0x0 (None) to 0x2 (Node Reboot Required)\n")
-    records = await consume_all(kafka.bootstrap, [layout.raw["xids"].name], 2)
+    records = await consume_events(kafka.bootstrap, [layout.raw["xids"].name], 2)
     stop.set()
     assert await asyncio.wait_for(task, 10) == 0
     events = [decode_event(r.value) for r in records]
@@ -425,7 +425,7 @@ async def test_connect_journal_once(kafka: KafkaTestEnv, tmp_path: Path) -> None
     assert b"journal: 2 records, 1 XIDs, 1 bad" in proc.stderr
     layout = kafka.layout
     topics = [layout.raw["xids"].name, layout.dead_letters.name]
-    records = await consume_all(kafka.bootstrap, topics, 2)
+    records = await consume_events(kafka.bootstrap, topics, 2)
     by_topic = {r.topic: r.value for r in records}
     event = decode_event(by_topic[layout.raw["xids"].name])
     assert isinstance(event, XidEvent)

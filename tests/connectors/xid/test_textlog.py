@@ -19,7 +19,7 @@ from connectors.xid.run import KmsgOptions, run_kmsg
 from connectors.xid.textlog import TextLogSource
 from schemas.codec import decode_event
 from schemas.events import XidEvent
-from tests.kafka_helpers import KafkaTestEnv, consume_all
+from tests.kafka_helpers import KafkaTestEnv, consume_events
 
 NOISE = "Dec  1 01:02:03 gpu-node-01 kernel: [ 1234.5] eth0: Link is Up\n"
 
@@ -124,9 +124,9 @@ async def test_connect_kmsg_follows_a_file_into_kafka(kafka: KafkaTestEnv, tmp_p
         metrics_port=None,
     )
     assert await run_kmsg(options, kafka.kwargs, kafka.layout, io.StringIO()) == 0
-    xids = await consume_all(kafka.bootstrap, [kafka.layout.raw["xids"].name], 1)
+    xids = await consume_events(kafka.bootstrap, [kafka.layout.raw["xids"].name], 1)
     [event] = [decode_event(r.value) for r in xids]
     assert isinstance(event, XidEvent)
     assert event.id.startswith("file:gpu-node-01:")
-    dead = await consume_all(kafka.bootstrap, [kafka.layout.dead_letters.name], 1)
+    dead = await consume_events(kafka.bootstrap, [kafka.layout.dead_letters.name], 1)
     assert len(dead) == 1, "the unreadable XID line is a dead letter"

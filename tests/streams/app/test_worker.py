@@ -90,6 +90,9 @@ def test_raw_events_become_the_expected_incidents(
             "gputriage_consumer_lag",
             "gputriage_watermark_delay_seconds",
             "gputriage_processing_latency_seconds_bucket",
+            "gputriage_sources_alive",
+            "gputriage_sources_idle",
+            "gputriage_malformed_progress_headers_total",
         ):
             assert name in metrics, name
         pods_in = [

@@ -1,0 +1,104 @@
+"""Source progress on the wire: two Kafka record headers, and how to read them.
+
+Every raw record a connector publishes says *who* sent it and *how far* that
+sender has delivered in event time::
+
+    gputriage-source    b"kmsg:/dev/kmsg@c1/gpu-node-01"   the source id (UTF-8)
+    gputriage-progress  b"1764576000123"                   event time delivered up to,
+                                                           integer ms since the epoch (ASCII);
+                                                           absent: none yet; b"end": the
+                                                           source has ended
+
+A source that has nothing to publish still speaks: every ``heartbeat_seconds``
+it sends a ``tick.v1`` record carrying the same headers to every raw
+topic-partition it has published to (:class:`connectors.publish.Publisher`).
+The processor's watermark is the minimum of these progresses over the sources
+it has heard recently (:class:`streams.app.pipeline.Pipeline`), so an old event
+delivered slowly meets the watermark of its own source, not the worker's clock.
+
+Why headers and not a field of every event: the events' schemas are the
+contract of the correlation core (and of replay files), progress is a fact
+about the transport; a header costs nothing to a consumer that ignores it, and
+older records (an older connector release, a test producing raw records
+directly) simply have none.
+
+Traps:
+
+* **Malformed is header-less, never fatal.** A value that is not ASCII digits
+  (or a source id that is empty or not UTF-8) makes :func:`read` return
+  :data:`MALFORMED`: the processor treats the record as header-less and counts
+  it; the record itself is processed as usual.
+* **Progress is a bound per topic-partition, not per source.** A record on
+  partition *p* vouches only for the records of its source before it on *p*
+  (Kafka orders nothing across partitions); the processor keeps one progress
+  per (source, topic, partition).
+* **Integer milliseconds.** Floats would round differently on the two sides;
+  an event time is never finer than that in this project's sources that matter
+  for grace (seconds), and the watermark only has to be a lower bound.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Final
+
+SOURCE_HEADER: Final = "gputriage-source"
+"""The sender's source id: stable per connector instance (family, cluster, node)."""
+PROGRESS_HEADER: Final = "gputriage-progress"
+"""Event time the sender has delivered up to: integer milliseconds since the epoch, ASCII."""
+
+Headers = Sequence[tuple[str, bytes]]
+"""Kafka record headers as aiokafka gives and takes them."""
+
+END: Final = b"end"
+"""The progress of a source that has ended (``--once`` read everything): it holds nothing."""
+
+_ABSENT: Final = object()
+
+MALFORMED: Final = "malformed"
+"""What :func:`read` returns for a record whose progress headers cannot be used."""
+
+
+def encode_progress(progress: datetime) -> bytes:
+    """``progress`` as the header's value (integer ms since the epoch, floored)."""
+    return str(math.floor(progress.timestamp() * 1000)).encode("ascii")
+
+
+def headers(source: str, progress: datetime) -> list[tuple[str, bytes]]:
+    """The two headers a record of ``source`` carries, delivered up to ``progress``."""
+    return [(SOURCE_HEADER, source.encode()), (PROGRESS_HEADER, encode_progress(progress))]
+
+
+def read(record_headers: Iterable[tuple[str, bytes]]) -> tuple[bytes, float] | str | None:
+    """``(source id, progress in epoch seconds)``, None without them, :data:`MALFORMED` if bad.
+
+    The source id stays bytes: the processor only compares it and uses it as a dict key.
+    A source id without a progress is a source that has delivered no event time yet:
+    its progress is ``-inf`` (it holds the watermark while it is alive). A progress
+    without a source id, an empty or non-UTF-8 id, or a progress that is not ASCII
+    digits (a time before the epoch, a float) is malformed. :data:`END` is ``+inf``.
+    """
+    source: object = _ABSENT
+    progress: object = _ABSENT
+    for name, value in record_headers:
+        if name == SOURCE_HEADER:
+            source = value
+        elif name == PROGRESS_HEADER:
+            progress = value
+    if source is _ABSENT and progress is _ABSENT:
+        return None
+    if not isinstance(source, bytes) or not source:
+        return MALFORMED
+    try:
+        source.decode()
+    except UnicodeDecodeError:
+        return MALFORMED
+    if progress is _ABSENT:
+        return source, -math.inf
+    if progress == END:
+        return source, math.inf
+    if not isinstance(progress, bytes) or not progress.isdigit():
+        return MALFORMED
+    return source, int(progress) / 1000

@@ -1,0 +1,300 @@
+"""The pipeline's source table (issue 10.3): the watermark follows the sources' progress.
+
+Every record a connector publishes carries its source id and the event time it
+has delivered up to (schemas/progress.py), and quiet connectors heartbeat with a
+``tick.v1``. These tests drive :class:`streams.app.pipeline.Pipeline` with explicit
+wall-clock ``now`` values: no clock is read, so ageing is exact.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from datetime import datetime
+
+from schemas import progress as wire
+from schemas.codec import AnyEvent, encode
+from schemas.events import Tick
+from schemas.keys import correlation_key
+from schemas.topics import topic_layout
+from streams.app.pipeline import Pipeline, RawRecord
+from tests.core_helpers import config
+from tests.factories import Cluster, at, term
+
+LAYOUT = topic_layout()
+PODS = LAYOUT.raw["pods"].name
+NOW = 2_000_000_000.0
+"""The wall clock, far past every event time: a watermark near it is the clock's."""
+IDLE = 60.0
+GRACE = 5.0
+
+
+def pipeline() -> Pipeline:
+    return Pipeline(config(grace_seconds=GRACE), LAYOUT, source_idle_seconds=IDLE)
+
+
+def signed(
+    events: Sequence[AnyEvent],
+    source: str | None,
+    progress: datetime | None,
+    *,
+    partition: int = 0,
+    start: int = 0,
+) -> list[RawRecord]:
+    """Records as the publish loop sends them: ``source`` None means header-less."""
+    headers: list[tuple[str, bytes]] = []
+    if source is not None:
+        headers = [(wire.SOURCE_HEADER, source.encode())]
+        if progress is not None:
+            headers.append((wire.PROGRESS_HEADER, wire.encode_progress(progress)))
+    return [
+        RawRecord(
+            topic=LAYOUT.raw_topic(event),
+            partition=partition,
+            offset=i,
+            key=correlation_key(event).encode(),
+            value=encode(event),
+            token=(partition, i),
+            headers=headers,
+        )
+        for i, event in enumerate(events, start=start)
+    ]
+
+
+def heartbeat(
+    source: str, progress: datetime, *, topic: str = PODS, partition: int = 0, offset: int = 999
+) -> RawRecord:
+    """A connector's heartbeat: a tick.v1 with the progress headers, explicit partition."""
+    tick = Tick(id=f"heartbeat:{source}", cluster="c1", time=progress)
+    return RawRecord(
+        topic=topic,
+        partition=partition,
+        offset=offset,
+        key=None,
+        value=encode(tick),
+        token=("hb", offset),
+        headers=wire.headers(source, progress),
+    )
+
+
+def oom() -> Cluster:
+    c = Cluster()
+    c.node("n", 0)
+    c.pod("n", "p", 1)
+    c.pod("n", "p", 60, restarts=1, last=term(59, "OOMKilled", 137))
+    return c
+
+
+def test_the_clock_does_not_move_the_watermark_past_a_live_source() -> None:
+    """The bug: a caught-up worker's tick used to take ``now - grace``, days past the
+    events, so the next (old, slowly delivered) event was late."""
+    p = pipeline()
+    c = oom()
+    p.process(signed(c.events, "a", at(0)), busy=[], now=NOW)
+    assert p.correlator.watermark == at(0).timestamp() - GRACE, "the records vouch for at(0)"
+    assert p.tick(NOW + 1).incidents == []
+    assert p.correlator.watermark == at(0).timestamp() - GRACE, "the clock did not move it"
+    nodes = LAYOUT.raw["nodes"].name
+    half = p.process([heartbeat("a", at(120))], busy=[], now=NOW + 2)
+    assert half.incidents == [], "its progress on the nodes partition is still at(0)"
+    done = p.process([heartbeat("a", at(120), topic=nodes)], busy=[], now=NOW + 2)
+    assert [i.type for i in done.incidents] == ["host_oom_kill"]
+    assert p.correlator.watermark == at(120).timestamp() - GRACE
+    assert p.correlator.stats.late == 0
+
+
+def test_the_watermark_is_the_least_progress_over_the_sources() -> None:
+    p = pipeline()
+    p.process([heartbeat("a", at(100)), heartbeat("b", at(40), partition=1)], now=NOW)
+    p.tick(NOW)
+    assert p.correlator.watermark == at(40).timestamp() - GRACE
+    p.process([heartbeat("b", at(300), partition=1, offset=1000)], now=NOW)
+    assert p.correlator.watermark == at(100).timestamp() - GRACE
+
+
+def test_progress_is_kept_per_partition_of_a_source() -> None:
+    """A record vouches only for what precedes it on its own partition: a source fast on
+    one partition and behind on another is as far as the slower one."""
+    p = pipeline()
+    p.process([heartbeat("k8s", at(500)), heartbeat("k8s", at(50), partition=2)], now=NOW)
+    p.tick(NOW)
+    assert p.correlator.watermark == at(50).timestamp() - GRACE
+
+
+def test_a_silent_source_ages_out_and_with_every_source_gone_the_clock_drives() -> None:
+    p = pipeline()
+    p.process([heartbeat("a", at(100)), heartbeat("b", at(40), partition=1)], now=NOW)
+    p.process([heartbeat("a", at(200), offset=1000)], now=NOW + IDLE)
+    p.tick(NOW + IDLE)
+    assert p.correlator.watermark == at(40).timestamp() - GRACE, "b: heard exactly IDLE ago"
+    assert p.sources(NOW + IDLE) == (2, 0)
+    p.tick(NOW + IDLE + 0.5)
+    assert p.correlator.watermark == at(200).timestamp() - GRACE, "b aged out, a holds"
+    assert p.sources(NOW + IDLE + 0.5) == (1, 1)
+    p.tick(NOW + 2 * IDLE + 1)
+    assert p.correlator.watermark == NOW + 2 * IDLE + 1 - GRACE, "all gone: the clock"
+    assert p.sources(NOW + 2 * IDLE + 1) == (0, 2)
+
+
+def test_a_source_on_a_partition_with_records_left_to_read_does_not_age() -> None:
+    """Its newer records may be right there in the backlog: silence is not idleness."""
+    p = pipeline()
+    p.process([heartbeat("a", at(100))], now=NOW)
+    p.tick(NOW + 10 * IDLE, busy=[(PODS, 0)])
+    assert p.correlator.watermark == at(100).timestamp() - GRACE
+    assert p.sources(NOW + 10 * IDLE, busy=[(PODS, 0)]) == (1, 0)
+
+
+def test_a_source_with_no_progress_yet_holds_the_watermark() -> None:
+    p = pipeline()
+    c = oom()
+    out = p.process(signed(c.events, "a", None), busy=[], now=NOW)
+    p.tick(NOW)
+    assert p.correlator.watermark == -math.inf
+    assert out.released == []
+
+
+def test_header_less_records_keep_the_partition_rule() -> None:
+    """An older connector release, or a test producing raw records directly."""
+    p = pipeline()
+    c = oom()
+    recs = signed(c.events, None, None)
+    p.process(recs, busy=[(PODS, 0)], now=NOW)
+    assert p.tick(NOW, busy=[(PODS, 0)]).incidents == [], "a busy partition holds it"
+    assert {i.type for i in p.tick(NOW, busy=[]).incidents} == {"host_oom_kill"}
+    assert p.correlator.watermark == NOW - GRACE, "caught up: the clock, as before"
+    assert p.sources(NOW) == (0, 0)
+
+
+def test_with_both_kinds_the_watermark_is_the_least_of_both_rules() -> None:
+    p = pipeline()
+    c = oom()
+    old = signed(c.events[:2], None, None)  # header-less, on a partition with a backlog
+    p.process(old, busy=[(PODS, 0)], now=NOW)
+    p.process([heartbeat("a", at(500), partition=1)], busy=[(PODS, 0)], now=NOW)
+    p.tick(NOW, busy=[(PODS, 0)])
+    assert p.correlator.watermark == at(1).timestamp() - GRACE, "the busy partition's newest"
+    p.tick(NOW, busy=[])
+    assert p.correlator.watermark == at(500).timestamp() - GRACE, "then the source's progress"
+
+
+def test_a_malformed_header_is_counted_and_the_record_is_header_less() -> None:
+    p = pipeline()
+    c = oom()
+    recs = [
+        RawRecord(
+            topic=r.topic,
+            partition=r.partition,
+            offset=r.offset,
+            key=r.key,
+            value=r.value,
+            token=r.token,
+            headers=[(wire.SOURCE_HEADER, b"a"), (wire.PROGRESS_HEADER, b"soon")],
+        )
+        for r in signed(c.events, None, None)
+    ]
+    out = p.process(recs, now=NOW)
+    assert p.malformed_headers == len(recs)
+    assert out.dead_letters == [], "the record itself is fine"
+    assert out.events_by_source == {"nodes": 1, "pods": 2}
+    assert p.sources(NOW) == (0, 0)
+    assert {i.type for i in p.tick(NOW).incidents} == {"host_oom_kill"}, "header-less: clock"
+
+
+def test_a_heartbeat_is_progress_only_never_an_event_nor_a_dead_letter() -> None:
+    p = pipeline()
+    beat = heartbeat("a", at(100))
+    out = p.process([beat], now=NOW)
+    assert out.dead_letters == []
+    assert out.released == [beat.token], "done at once: nothing waits for it"
+    assert out.events_by_source == {}
+    assert p.correlator.stats.events == 0
+    assert p.correlator.pending() == 0
+    assert p.correlator.watermark == at(100).timestamp() - GRACE
+
+
+def test_a_tick_without_progress_headers_on_a_raw_topic_is_a_dead_letter() -> None:
+    """It says nothing about anyone's progress (and is no event): refuse it loudly."""
+    p = pipeline()
+    beat = heartbeat("a", at(100))
+    bare = RawRecord(
+        topic=beat.topic, partition=0, offset=5, key=None, value=beat.value, token="bare"
+    )
+    out = p.process([bare], now=NOW)
+    [dead] = out.dead_letters
+    assert "tick.v1" in dead.reason
+    assert "progress" in dead.reason
+    assert out.released == ["bare"]
+    assert p.correlator.stats.events == 0
+
+
+def test_the_watermark_never_goes_back_when_a_slower_source_joins() -> None:
+    p = pipeline()
+    p.process([heartbeat("a", at(100))], now=NOW)
+    p.process([heartbeat("late-joiner", at(10), partition=1)], now=NOW)
+    p.tick(NOW)
+    assert p.correlator.watermark == at(100).timestamp() - GRACE
+
+
+def test_revoked_partitions_forget_their_sources() -> None:
+    p = pipeline()
+    p.process([heartbeat("a", at(100)), heartbeat("b", at(10), partition=1)], now=NOW)
+    p.retain([(PODS, 0)])
+    assert p.sources(NOW) == (1, 0)
+    p.process([heartbeat("a", at(200), offset=1000)], now=NOW)
+    assert p.correlator.watermark == at(200).timestamp() - GRACE, "b no longer holds it"
+
+
+def test_without_a_clock_nothing_ages() -> None:
+    """A caller feeding one finite batch (as most tests do) passes no ``now``."""
+    p = pipeline()
+    p.process([heartbeat("a", at(100)), heartbeat("b", at(40), partition=1)])
+    assert p.correlator.watermark == at(40).timestamp() - GRACE
+
+
+def ended(source: str, *, partition: int = 0, offset: int = 2000) -> RawRecord:
+    beat = heartbeat(source, at(0), partition=partition, offset=offset)
+    headers = [(wire.SOURCE_HEADER, source.encode()), (wire.PROGRESS_HEADER, wire.END)]
+    return RawRecord(
+        topic=beat.topic,
+        partition=partition,
+        offset=offset,
+        key=None,
+        value=beat.value,
+        token=beat.token,
+        headers=headers,
+    )
+
+
+def test_a_source_that_ended_holds_nothing_until_it_publishes_again() -> None:
+    """``--once`` read everything: waiting for it until it ages out would only delay."""
+    p = pipeline()
+    p.process([heartbeat("a", at(100)), heartbeat("once", at(10), partition=1)], now=NOW)
+    p.process([ended("once", partition=1)], now=NOW)
+    assert p.correlator.watermark == at(100).timestamp() - GRACE
+    assert p.sources(NOW) == (1, 1), "an ended source is not alive"
+    p.process([heartbeat("once", at(50), partition=1, offset=3000)], now=NOW)
+    assert p.sources(NOW) == (2, 0), "restarted: it counts again"
+    p.process([heartbeat("a", at(300), offset=3001)], now=NOW)
+    assert p.correlator.watermark == at(100).timestamp() - GRACE, "held by the restarted run"
+
+
+def test_the_header_cache_never_lets_a_malformed_pair_through() -> None:
+    """The hot path caches progress values and source ids already checked: a bad id with
+    a cached progress, or a cached id with a bad progress, must still be malformed."""
+    p = pipeline()
+    good = heartbeat("a", at(100))
+    p.process([good], now=NOW)
+    [(_, source), (_, value)] = good.headers
+
+    def beat(headers: list[tuple[str, bytes]], offset: int) -> RawRecord:
+        return RawRecord(
+            topic=PODS, partition=0, offset=offset, key=None, value=good.value, headers=headers
+        )
+
+    bad_id = beat([(wire.SOURCE_HEADER, b"\xff"), (wire.PROGRESS_HEADER, value)], 1)
+    bad_progress = beat([(wire.SOURCE_HEADER, source), (wire.PROGRESS_HEADER, b"x1")], 2)
+    out = p.process([bad_id, bad_progress], now=NOW)
+    assert p.malformed_headers == 2
+    assert len(out.dead_letters) == 2, "a tick without (good) progress headers is refused"
+    assert p.sources(NOW) == (1, 0)
