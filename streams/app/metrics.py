@@ -12,6 +12,7 @@ workers in one process without the default registry's duplicate-name errors).
 ``gputriage_watermark_delay_seconds``                  wall clock - event-time watermark
 ``gputriage_buffered_events``                          events waiting for the watermark
 ``gputriage_stale_events_total``                       redelivered/late events skipped
+``gputriage_late_applied_events_total``                late events applied: newer object versions
 ``gputriage_processing_latency_seconds``               record on Kafka -> its incident acked
 ``gputriage_sources_alive``                            sources heard within the idle timeout
 ``gputriage_sources_idle``                             sources known but aged out
@@ -71,6 +72,12 @@ class Metrics:
         self.stale = Counter(
             "gputriage_stale_events",
             "Events skipped because their key had already applied a later one.",
+            registry=r,
+        )
+        self.late_applied = Counter(
+            "gputriage_late_applied_events",
+            "Events behind their key's position applied anyway because their Kubernetes "
+            "object's resourceVersion was newer (a relist's copy): evidence, not duplicates.",
             registry=r,
         )
         self.sources_alive = Gauge(

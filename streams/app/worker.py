@@ -173,6 +173,7 @@ class Worker:
         self._last_tick = 0.0
         self._fatal: BaseException | None = None
         self._stale_seen = 0
+        self._late_applied_seen = 0
         self._malformed_seen = 0
         self._gauges_at = 0.0
 
@@ -394,6 +395,10 @@ class Worker:
         if stale:
             metrics.stale.inc(stale)
             self._stale_seen = correlator.stats.stale
+        late = correlator.stats.late_applied - self._late_applied_seen
+        if late:
+            metrics.late_applied.inc(late)
+            self._late_applied_seen = correlator.stats.late_applied
         alive, idle = self.pipeline.sources(time.time(), self._busy())
         metrics.sources_alive.set(alive)
         metrics.sources_idle.set(idle)

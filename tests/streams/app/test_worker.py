@@ -93,6 +93,7 @@ def test_raw_events_become_the_expected_incidents(
             "gputriage_sources_alive",
             "gputriage_sources_idle",
             "gputriage_malformed_progress_headers_total",
+            "gputriage_late_applied_events_total",
         ):
             assert name in metrics, name
         pods_in = [
