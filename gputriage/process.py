@@ -31,6 +31,7 @@ from aiokafka.errors import KafkaError
 
 from connectors.kafka.admin import TopicError, check_copartitioned, ensure_topics
 from connectors.kafka.config import client_kwargs
+from connectors.prometheus import MetricsUnavailable
 from connectors.signals import stop_on_signals
 from gputriage.errors import error
 from gputriage.logs import configure_logging
@@ -73,12 +74,17 @@ def run_worker(settings: Settings, options: ProcessorOptions, brokers: str | Non
         log.error("Kafka: %s; exiting (uncommitted records will be re-read)", exc)
         error(f"Kafka: {exc}")
         return 1
-    except TopicError as exc:
+    except (TopicError, MetricsUnavailable) as exc:
         error(str(exc))
         return 1
 
 
 async def _run(settings: Settings, brokers: str | None, options: ProcessorOptions) -> int:
+    # Bound first: a port in use is found at once, not after Kafka answered.
+    metrics = Metrics()
+    if options.metrics_port is not None:
+        port = metrics.serve(options.metrics_port, options.metrics_addr)  # MetricsUnavailable
+        log.info("metrics on http://%s:%d/metrics", options.metrics_addr, port)
     kwargs = client_kwargs(settings.kafka_settings(), brokers)
     layout = topic_layout(settings.topics)
     state = state_topic(layout, options.app_id)
@@ -86,10 +92,6 @@ async def _run(settings: Settings, brokers: str | None, options: ProcessorOption
     if created:
         log.info("created topics %s", ", ".join(created))
     await check_copartitioned(kwargs, (*layout.raw.values(), state))
-    metrics = Metrics()
-    if options.metrics_port is not None:
-        port = metrics.serve(options.metrics_port, options.metrics_addr)
-        log.info("metrics on http://%s:%d/metrics", options.metrics_addr, port)
     worker = Worker(settings.core_config(), kwargs, layout, state, options, metrics)
     stop = asyncio.Event()
     stop_on_signals(stop, give_up_after_s=options.stop_timeout_seconds)

@@ -40,6 +40,7 @@ Traps:
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from collections.abc import Mapping
@@ -52,13 +53,21 @@ from connectors.kafka.config import (
     KafkaConfigError,
     KafkaSettings,
     Secret,
+    check_brokers,
     check_kafka,
     kafka_table,
     with_password,
 )
 from connectors.xid.paths import BOOT_ID_PATH, DEFAULT_STATE, DEVICE, JOURNALCTL, PROC_STAT
 from gputriage.logs import LogSettings
-from schemas.topics import TopicSettings, validation_text
+from gputriage.times import parse_time
+from schemas.topics import (
+    TopicConfigError,
+    TopicSettings,
+    state_topic,
+    topic_layout,
+    validation_text,
+)
 from streams.config import XID_UNDER_CORE, CoreSettings, XidSettings, core_config, xid_table
 from streams.core.config import CoreConfig
 
@@ -67,11 +76,20 @@ CONFIG_ENV: Final = "GPUTRIAGE_CONFIG"
 
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 """A TCP port; 0 picks a free one."""
-Positive = Annotated[float, msgspec.Meta(gt=0)]
+Positive = Annotated[float, msgspec.Meta(gt=0, le=86400)]
+"""Seconds of wall-clock time, more than 0 and at most a day (so never inf, never nan)."""
 
 
 class SettingsError(ValueError):
-    """Settings that cannot be loaded or used; the message is one line naming the culprit."""
+    """Settings that cannot be loaded or used; the message is one line naming the culprit.
+
+    Trap: a message quotes what it refuses (an unknown key, a section, a variable's
+    name), which may hold a newline or another control character: those are written
+    as escapes (``\\n``), so the message stays one line and still shows the culprit.
+    """
+
+    def __init__(self, message: str) -> None:
+        super().__init__("".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in message))
 
 
 class ProcessorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -84,16 +102,16 @@ class ProcessorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     """
 
     app_id: str = "gputriage"
-    batch_max: Annotated[int, msgspec.Meta(ge=1)] = 5000
+    batch_max: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 5000
     tick_seconds: Positive = 0.1
     metrics_port: Port | None = 9464
     metrics_addr: str = "0.0.0.0"
     session_timeout_seconds: Positive = 10.0
     rebalance_timeout_seconds: Positive = 10.0
     stop_timeout_seconds: Positive = 15.0
-    startup_hold_seconds: Annotated[float, msgspec.Meta(ge=0)] = 10.0
+    startup_hold_seconds: Annotated[float, msgspec.Meta(ge=0, le=86400)] = 10.0
     snapshot_seconds: Positive = 1.0
-    fetch_max_wait_ms: Annotated[int, msgspec.Meta(ge=0)] = 100
+    fetch_max_wait_ms: Annotated[int, msgspec.Meta(ge=0, le=60_000)] = 100
     restore_timeout_seconds: Positive = 120.0
     source_idle_seconds: Annotated[float, msgspec.Meta(ge=1.0, le=86_400.0)] = 60.0
 
@@ -117,8 +135,8 @@ class K8sConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
     prefixes: tuple[str, ...] = ()
     brokers: str | None = None
     metrics_port: Port = 9466
-    buffer_size: Annotated[int, msgspec.Meta(ge=1)] = 10_000
-    silence_timeout: Annotated[float, msgspec.Meta(ge=1.0)] = 300.0
+    buffer_size: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 10_000
+    silence_timeout: Annotated[float, msgspec.Meta(ge=1.0, le=86400)] = 300.0
     leader_election: bool = False
     lease_namespace: str | None = None
     lease_name: str = "gputriage-connect-k8s"
@@ -148,6 +166,29 @@ class KmsgConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unkn
     nvml: bool = True
     once: bool = False
 
+    def __post_init__(self) -> None:
+        # Checked at load like every value, not when the connector starts: the message
+        # then names the key (msgspec reports it at $.connect.kmsg; see validation_text).
+        if self.boot_time is not None:
+            try:
+                parse_time(self.boot_time, epoch_seconds=True)
+            except ValueError as exc:
+                raise ValueError(f"boot_time: {exc}") from None
+        if not _is_time_zone(self.tz):
+            raise ValueError(f"tz: unknown time zone {self.tz!r}")
+
+
+def _is_time_zone(name: str) -> bool:
+    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # noqa: PLC0415 - only when set
+
+    if name == "UTC":
+        return True
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        return False
+    return True
+
 
 class DcgmConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``[connect.dcgm]``: defaults of ``gputriage connect dcgm``."""
@@ -155,8 +196,8 @@ class DcgmConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unkn
     url: str | None = None
     node: str | None = None
     cluster: str | None = None
-    interval: Annotated[float, msgspec.Meta(ge=0.1)] = 15.0
-    timeout: Annotated[float, msgspec.Meta(ge=0.1)] = 10.0
+    interval: Annotated[float, msgspec.Meta(ge=0.1, le=86400)] = 15.0
+    timeout: Annotated[float, msgspec.Meta(ge=0.1, le=3600)] = 10.0
     state_path: str | None = None
     brokers: str | None = None
     metrics_port: Port = 9467
@@ -286,17 +327,69 @@ def load_settings(path: str | None = None, environ: Mapping[str, str] | None = N
     where = f" in {path}" if path else ""
     if "xid" in tables.get("core", {}):
         raise SettingsError(f"invalid configuration{where}: {XID_UNDER_CORE}")
+    problem = _non_finite(tables)
+    if problem is not None:
+        raise SettingsError(f"invalid configuration{where}: {problem}")
     try:
         settings = msgspec.convert(_normalised(tables), Settings)
         check_kafka(settings.kafka)
+        _check_across(settings)
     except msgspec.ValidationError as exc:
         raise SettingsError(f"invalid configuration{where}: {_describe(exc)}") from None
-    except KafkaConfigError as exc:
+    except (KafkaConfigError, TopicConfigError) as exc:
         raise SettingsError(f"invalid configuration{where}: {exc}") from None
     password = env.get(PASSWORD_ENV)
     return msgspec.structs.replace(
         settings, origin=path or "", kafka_password=Secret(password) if password else None
     )
+
+
+def _non_finite(value: Any, path: str = "") -> str | None:
+    """``path: nan is not a finite number`` for the first nan or infinity in the tables.
+
+    TOML spells them ``nan`` and ``inf``; no setting means either, and a range
+    constraint does not refuse them all (``nan >= 0`` is false, so msgspec would
+    say "must be at least 0" of a value that is not below anything).
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return f"{path}: {value} is not a finite number"
+    items = (
+        value.items()
+        if isinstance(value, dict)
+        else enumerate(value)
+        if isinstance(value, list)
+        else ()
+    )
+    for key, child in items:
+        where = f"{path}[{key}]" if isinstance(key, int) else f"{path}.{key}" if path else str(key)
+        problem = _non_finite(child, where)
+        if problem is not None:
+            return problem
+    return None
+
+
+def _check_across(settings: Settings) -> None:
+    """What one field's constraint cannot say: values checked against other tables.
+
+    Raises :class:`KafkaConfigError` or :class:`TopicConfigError`, each naming its key.
+    """
+    check_app_id(settings.processor.app_id, settings.topics, "processor.app_id")
+    for source in ConnectSettings.__struct_fields__:
+        brokers = getattr(getattr(settings.connect, source), "brokers", None)
+        if brokers is not None:
+            check_brokers(brokers, f"connect.{source}.brokers")
+
+
+def check_app_id(app_id: str, topics: TopicSettings, where: str) -> None:
+    """A processor app id names its state topic, ``<prefix>.state.<app id>``: it must make a
+    legal topic name (:class:`TopicConfigError` naming ``where`` otherwise)."""
+    try:
+        state_topic(topic_layout(topics), app_id)
+    except TopicConfigError as exc:
+        raise TopicConfigError(
+            f"{where}: {app_id!r} does not make a legal state topic name ({exc}: only "
+            "letters, digits, '.', '_' and '-', at most 249 characters in all)"
+        ) from None
 
 
 def _normalised(tables: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -369,6 +462,10 @@ def _read_file(path: str) -> dict[str, dict[str, Any]]:
             data = tomllib.load(file)
     except OSError as exc:
         raise SettingsError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise SettingsError(
+            f"config file {path} is not UTF-8 text (byte {exc.start}: {exc.object[exc.start]:#04x})"
+        ) from None
     except tomllib.TOMLDecodeError as exc:
         raise SettingsError(f"config file {path} is not valid TOML: {exc}") from None
     tables: dict[str, dict[str, Any]] = {}

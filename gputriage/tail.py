@@ -174,7 +174,7 @@ async def tail(
         watcher.cancel()
         restore()
         if consumer is not None:
-            with _muted("aiokafka"), contextlib.suppress(KafkaError, OSError):
+            with muted("aiokafka"), contextlib.suppress(KafkaError, OSError):
                 await consumer.stop()
         stdout.flush()
     return result
@@ -243,10 +243,10 @@ async def _connect(
         )
         remaining = deadline - loop.time()
         try:
-            with _muted("aiokafka"):
+            with muted("aiokafka"):
                 await asyncio.wait_for(consumer.start(), max(remaining, 0.001))
         except BaseException as exc:
-            with _muted("aiokafka"), contextlib.suppress(KafkaError, OSError):
+            with muted("aiokafka"), contextlib.suppress(KafkaError, OSError):
                 await consumer.stop()
             if not isinstance(exc, KafkaError | OSError | TimeoutError):
                 raise  # cancelled (Ctrl-C), or a bug: never retried
@@ -254,7 +254,7 @@ async def _connect(
                 break
             if loop.time() + _RETRY_S >= deadline:
                 raise KafkaUnreachable(
-                    f"cannot reach Kafka at {shown} within {timeout_s:g} s: {_reason(exc)}"
+                    f"cannot reach Kafka at {shown} within {timeout_s:g} s: {kafka_reason(exc)}"
                 ) from None
             await asyncio.sleep(_RETRY_S)
             continue
@@ -262,7 +262,7 @@ async def _connect(
     return None
 
 
-def _reason(exc: BaseException) -> str:
+def kafka_reason(exc: BaseException) -> str:
     """A short reason: aiokafka's messages quote address tuples and enum reprs."""
     from aiokafka.errors import KafkaConnectionError  # noqa: PLC0415 - see the imports
 
@@ -308,7 +308,8 @@ async def _assign_and_seek(consumer: AIOKafkaConsumer, topic: str, start: StartA
 
 
 @contextlib.contextmanager
-def _muted(name: str) -> Iterator[None]:
+def muted(name: str) -> Iterator[None]:
+    """Silence logger ``name`` for the block (aiokafka logs every refused connection)."""
     logger = logging.getLogger(name)
     level = logger.level
     logger.setLevel(logging.CRITICAL + 1)

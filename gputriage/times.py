@@ -15,21 +15,39 @@ Traps:
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Final
+
+EARLIEST: Final = datetime(1970, 1, 1, tzinfo=UTC)
+"""No earlier time is accepted: Kafka timestamps and epoch seconds start here."""
+LATEST: Final = datetime(3000, 1, 1, tzinfo=UTC)
+"""Times from here on are refused: far enough for any real time, and far enough from
+``datetime.max`` that adding a boot-relative offset or a window cannot overflow."""
 
 
 def parse_time(text: str, *, epoch_seconds: bool = False) -> datetime:
     """An RFC 3339 time with an offset (``Z`` or ``+hh:mm``); with ``epoch_seconds``, digits too.
 
-    Raises ``ValueError`` with a message for the user that quotes ``text``.
+    Only times from 1970 to 2999 (:data:`EARLIEST`, :data:`LATEST`). Raises
+    ``ValueError`` with a message for the user that quotes ``text``.
     """
     value = text.strip()
+    digits = epoch_seconds and value.isascii() and value.isdigit()
     try:
-        if epoch_seconds and value.isdigit():
-            return datetime.fromtimestamp(int(value), UTC)
-        stamp = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except (ValueError, OverflowError):
+        if digits and len(value) <= len(str(int(LATEST.timestamp()))):
+            stamp = datetime.fromtimestamp(int(value), UTC)
+        elif digits:
+            stamp = LATEST  # too many digits for any time: refused below, never converted
+        else:
+            stamp = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except (ValueError, OverflowError, OSError):
         kinds = "an RFC 3339 time or epoch seconds" if epoch_seconds else "an RFC 3339 time"
         raise ValueError(f"{text!r} is not {kinds}") from None
     if stamp.tzinfo is None:
         raise ValueError(f"{text!r} has no UTC offset: add Z or +hh:mm")
+    try:
+        in_range = EARLIEST <= stamp < LATEST
+    except OverflowError:  # an offset that moves it past datetime's own range
+        in_range = False
+    if not in_range:
+        raise ValueError(f"{text!r} is not a time from 1970 to 2999")
     return stamp

@@ -104,9 +104,11 @@ class TopicSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     """
 
     prefix: str = DEFAULT_PREFIX
-    partitions: Annotated[int, msgspec.Meta(ge=1)] = DEFAULT_PARTITIONS
-    replication_factor: Annotated[int, msgspec.Meta(ge=1)] = 1
-    incident_retention_ms: Annotated[int, msgspec.Meta(ge=-1)] = DEFAULT_INCIDENT_RETENTION_MS
+    partitions: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = DEFAULT_PARTITIONS
+    replication_factor: Annotated[int, msgspec.Meta(ge=1, le=100)] = 1
+    incident_retention_ms: Annotated[int, msgspec.Meta(ge=-1, le=2**63 - 1)] = (
+        DEFAULT_INCIDENT_RETENTION_MS
+    )
     """How long an incident whose last revision is older is kept; -1: forever."""
     names: dict[str, str] = {}
     """Full topic names that replace ``<prefix>.<...>`` for individual topics

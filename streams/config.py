@@ -43,9 +43,9 @@ from streams.core.config import CoreConfig, XidRule
 _D: Final = CoreConfig()
 """The core's own defaults: the single source of every number below."""
 
-Seconds = Annotated[float, msgspec.Meta(ge=0)]
-"""A duration in seconds of event time (0 allowed: "no window")."""
-Count = Annotated[int, msgspec.Meta(ge=1)]
+Seconds = Annotated[float, msgspec.Meta(ge=0, le=30 * 86400)]
+"""A duration in seconds of event time (0 allowed: "no window"; at most 30 days)."""
+Count = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
 
 
 class CoreSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -60,7 +60,7 @@ class CoreSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     device_failure_patterns: tuple[str, ...] = _D.device_failure_patterns
     oom_join_seconds: Seconds = _D.oom_join_seconds
     oom_quiet_seconds: Seconds = _D.oom_quiet_seconds
-    cuda_oom_restarts: Annotated[int, msgspec.Meta(ge=0)] = _D.cuda_oom_restarts
+    cuda_oom_restarts: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = _D.cuda_oom_restarts
     cuda_oom_window_seconds: Seconds = _D.cuda_oom_window_seconds
     cuda_oom_patterns: tuple[str, ...] = _D.cuda_oom_patterns
     degraded_after_seconds: Seconds = _D.degraded_after_seconds
@@ -78,7 +78,7 @@ class CoreSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     """Overrides by incident type, merged into the defaults (not replacing them)."""
 
 
-XidCodes = tuple[Annotated[int, msgspec.Meta(ge=0)], ...]
+XidCodes = tuple[Annotated[int, msgspec.Meta(ge=0, le=65535)], ...]
 
 
 class XidSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -147,6 +147,15 @@ class GpuSample(msgspec.Struct, frozen=True, kw_only=True):
     """The count metric's ``window_size_in_ms``."""
 
 
+class BadSample(msgspec.Struct, frozen=True, kw_only=True):
+    """A sample left out of its scrape, and why (a dead letter of its own, the rest stands)."""
+
+    series: str
+    """The sample as ``name{label="value",...} value timestamp_ms``, for the reader."""
+    reason: str
+    field: str = ""
+
+
 class Scrape(msgspec.Struct, frozen=True, kw_only=True):
     """One parsed scrape."""
 
@@ -157,6 +166,8 @@ class Scrape(msgspec.Struct, frozen=True, kw_only=True):
     does not; a recording made through a tool that adds them does)."""
     series: int = 0
     """Samples read (for logs and metrics)."""
+    bad: tuple[BadSample, ...] = ()
+    """Samples left out: a timestamp that is not a time (``1e999``, ``NaN``, before 1970)."""
 
 
 class _Gpu:
@@ -235,6 +246,28 @@ def _int(value: float, what: str) -> int:
     return int(value)
 
 
+_LATEST_S: Final = 32_503_680_000.0
+"""3000-01-01T00:00:00Z in epoch seconds: a sample stamped later is not a real time."""
+
+
+def _timestamp_problem(stamp: float) -> str | None:
+    """Why a sample's timestamp (epoch seconds) is not a usable time, or ``None``."""
+    if not math.isfinite(stamp):
+        return f"sample timestamp {stamp * 1000!r} ms is not a finite number"
+    if not 0 <= stamp < _LATEST_S:
+        return f"sample timestamp {stamp * 1000:.0f} ms is not a time from 1970 to 2999"
+    return None
+
+
+def _spelled(name: str, labels: Mapping[str, str], value: float, stamp: float) -> str:
+    """A sample as the exposition line it came from (near enough: for a dead letter)."""
+    pairs = ",".join(
+        '{}="{}"'.format(k, v.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n"))
+        for k, v in labels.items()
+    )
+    return f"{name}{{{pairs}}} {value!r} {stamp * 1000!r}"
+
+
 def parse_exposition(text: str) -> Scrape | RecordError:
     """Parse one scrape; a malformed exposition is a :class:`RecordError`, never an exception.
 
@@ -252,6 +285,7 @@ def parse_exposition(text: str) -> Scrape | RecordError:
 
 def _parse(text: str) -> Scrape:
     gpus: dict[str, _Gpu] = {}
+    bad: list[BadSample] = []
     targets: set[tuple[str, str]] = set()
     newest: float | None = None
     series = 0
@@ -261,6 +295,11 @@ def _parse(text: str) -> Scrape:
             labels = sample.labels
             if sample.timestamp is not None:
                 stamp = float(sample.timestamp)
+                problem = _timestamp_problem(stamp)
+                if problem is not None:  # this sample out, never the whole scrape
+                    spelled = _spelled(sample.name, labels, sample.value, stamp)
+                    bad.append(BadSample(series=spelled, reason=problem, field="timestamp"))
+                    continue
                 newest = stamp if newest is None else max(newest, stamp)
             uuid = _first(labels, UUID_LABELS)
             if not uuid or any(name in labels for name in SKIP_LABELS):
@@ -285,11 +324,15 @@ def _parse(text: str) -> Scrape:
                 gpu.text = labels.get("err_msg", "")
             elif name == XID_COUNT:
                 _count(gpu, labels, sample.value)
+    if not gpus and bad:
+        raise RecordError(
+            f"no usable GPU series ({len(bad)} sample(s) left out; first: {bad[0].reason})"
+        )
     if not gpus:
         raise RecordError("no GPU series (no sample has a UUID label): not a dcgm-exporter scrape")
     time = None if newest is None else datetime.fromtimestamp(newest, UTC)
     frozen = {k: g.freeze(k, targets) for k, g in gpus.items()}
-    return Scrape(gpus=frozen, time=time, series=series)
+    return Scrape(gpus=frozen, time=time, series=series, bad=tuple(bad))
 
 
 def _identity(gpu: _Gpu, labels: Mapping[str, str]) -> None:

@@ -38,7 +38,10 @@ def ingest_dcgm(
     paths: Sequence[str], *, cluster: str, node: str, out: IO[bytes], err: IO[str]
 ) -> int:
     """Diff successive scrape files (one file = one scrape, in the order given) and print
-    the events as JSON lines. A bad file is reported on stderr and skipped (status 1)."""
+    the events as JSON lines. A bad file is reported on stderr and skipped (status 1);
+    a sample left out of a good one (a timestamp that is not a time) is reported on
+    stderr and the rest of the scrape is used (status 0, as ``connect dcgm`` publishes
+    the scrape with a dead letter for the sample)."""
     state: DcgmState | None = None
     bad = baseline = 0
     for path in paths:
@@ -53,6 +56,8 @@ def ingest_dcgm(
             print(f"{path}: {scrape}", file=err)
             bad += 1
             continue
+        for sample in scrape.bad:  # left out of the scrape, which stands without it
+            print(f"{path}: {sample.reason}: {sample.series}", file=err)
         result = diff(state, scrape, cluster=cluster, node=node, time=scrape.time or when)
         state = result.state
         baseline += result.baseline

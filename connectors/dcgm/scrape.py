@@ -14,7 +14,9 @@ Failure policy -- the poller never dies of its source:
   (:class:`connectors.backoff.Backoff`; a 429/503 ``Retry-After`` wins, capped).
 * A body that is not a dcgm-exporter exposition becomes one dead-letter record
   (reason, field, the body's bytes) and a backoff: a misconfigured URL produces a
-  trickle of dead letters, not a flood.
+  trickle of dead letters, not a flood. A sample of a good scrape whose timestamp is
+  not a time (``1e999``, ``NaN``) is left out of it and becomes a dead letter of its
+  own, published with the scrape's events: the rest of the scrape stands.
 * Publishing: :meth:`DcgmPoller.run` (``connect dcgm``) is a
   :class:`DcgmSource` under the one publish loop (:mod:`connectors.publish`),
   the only publishing path there is (tests drive it too, so they exercise what
@@ -54,7 +56,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from connectors.backoff import Backoff, retry_after_seconds
 from connectors.dcgm.diff import MAX_BURST, DcgmState, DiffResult, diff
-from connectors.dcgm.exposition import Scrape, parse_exposition
+from connectors.dcgm.exposition import BadSample, Scrape, parse_exposition
 from connectors.delivery import DeliveryMetrics
 from connectors.kafka.producer import EventProducer
 from connectors.publish import Publisher
@@ -192,7 +194,8 @@ class DcgmPoller:
         if isinstance(parsed, RecordError):
             return Scraped("bad_exposition", letter=self._letter(body, parsed))
         when = parsed.time or self.clock()
-        return Scraped("ok", result=self._diff(base, parsed, when), time=when)
+        letters = tuple(self._sample_letter(bad) for bad in parsed.bad)
+        return Scraped("ok", result=self._diff(base, parsed, when), time=when, letters=letters)
 
     async def _fetch(self, session: aiohttp.ClientSession) -> bytes:
         opts = self.options
@@ -246,6 +249,21 @@ class DcgmPoller:
             self.metrics.events.labels(type(event).__struct_config__.tag).inc()
         _save(self.options.state_path, state)
 
+    def _sample_letter(self, bad: BadSample) -> DeadLetter:
+        """One sample left out of a good scrape (the rest of it is published)."""
+        opts = self.options
+        log.warning("dcgm scrape of %s: sample left out: %s: %s", opts.url, bad.reason, bad.series)
+        return DeadLetter(
+            topic=opts.url,
+            partition=-1,
+            offset=self.attempts,
+            reason=bad.reason,
+            field=bad.field,
+            key=key_of(opts.cluster, opts.node).encode(),
+            value=bad.series.encode()[:DEAD_LETTER_BODY],
+            timestamp_ms=int(self.clock().timestamp() * 1000),
+        )
+
     def _letter(self, body: bytes, error: RecordError) -> DeadLetter:
         opts = self.options
         log.warning("dcgm scrape of %s is not a dcgm-exporter exposition: %s", opts.url, error)
@@ -270,6 +288,8 @@ class Scraped:
     letter: DeadLetter | None = None
     time: datetime | None = None
     """The scrape's time (the exposition's, else the poller's clock): the batch's progress."""
+    letters: tuple[DeadLetter, ...] = ()
+    """Samples left out of a good scrape (:attr:`Scrape.bad`), one dead letter each."""
 
 
 class DcgmSource:
@@ -312,7 +332,11 @@ class DcgmSource:
         result = scraped.result
         self._base = result.state
         return Batch(
-            events=list(result.events), state=result.state, records=1, progress=scraped.time
+            events=list(result.events),
+            dead=list(scraped.letters),
+            state=result.state,
+            records=1,
+            progress=scraped.time,
         )
 
     def commit(self, batch: Batch) -> None:

@@ -35,6 +35,8 @@ Traps:
 
 from __future__ import annotations
 
+import ipaddress
+import re
 import ssl
 from collections.abc import Mapping
 from typing import Any, Final, Literal
@@ -142,6 +144,44 @@ def split_brokers(value: Any) -> Any:
     return value
 
 
+_HOST: Final = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,253}$")
+"""A DNS name or an IPv4 address (IPv6 goes in brackets: ``[::1]:9092``)."""
+
+
+def broker_problem(address: str) -> str | None:
+    """Why ``address`` is not a ``host:port`` bootstrap server, or ``None`` when it is one.
+
+    aiokafka takes ``int()`` of whatever follows the last colon, so ``::::`` or
+    ``localhost:http`` would be a ``ValueError`` traceback deep inside a client's
+    start; a port is required (aiokafka's silent 9092 hides a forgotten one).
+    """
+    host, sep, port = address.rpartition(":")
+    if not sep or not host:
+        return f"{address!r} is not HOST:PORT"
+    if host.startswith("[") and host.endswith("]"):
+        try:
+            ipaddress.IPv6Address(host[1:-1])
+        except ValueError:
+            return f"{address!r}: {host} is not an IPv6 address"
+    elif not _HOST.match(host):
+        return f"{address!r} is not HOST:PORT (an IPv6 address goes in brackets: [::1]:9092)"
+    if not (port.isascii() and port.isdigit() and 1 <= int(port) <= 65535):
+        return f"{address!r}: the port must be a number from 1 to 65535"
+    return None
+
+
+def check_brokers(brokers: Any, where: str) -> list[str]:
+    """``brokers`` (a comma string or a list) as a list of ``host:port``, or
+    :class:`KafkaConfigError` naming ``where`` (``kafka.brokers``, ``--brokers``)."""
+    servers = split_brokers(brokers)
+    for index, server in enumerate(servers):
+        problem = broker_problem(server)
+        if problem is not None:
+            at = f"{where}[{index}]" if len(servers) > 1 else where
+            raise KafkaConfigError(f"{at}: {problem}")
+    return list(servers)
+
+
 def kafka_table(table: Mapping[str, Any]) -> dict[str, Any]:
     """``[kafka]`` with ``brokers`` split (a comma string is as good as a list)."""
     values = dict(table)
@@ -155,6 +195,7 @@ def check_kafka(settings: KafkaSettings) -> None:
 
     Raises :class:`KafkaConfigError`. Reads no file: fine at load time.
     """
+    check_brokers(settings.brokers, "kafka.brokers")
     _check_consistency(settings)
 
 
@@ -257,7 +298,7 @@ def client_kwargs(
     embedded broker's address). Raises :class:`KafkaConfigError` when there is
     no broker at all, because aiokafka would silently try ``localhost:9092``.
     """
-    servers = split_brokers(brokers) if brokers is not None else list(settings.brokers)
+    servers = check_brokers(brokers, "--brokers") if brokers is not None else list(settings.brokers)
     if not servers:
         raise KafkaConfigError(
             "no Kafka brokers configured: set kafka.brokers (or GPUTRIAGE_KAFKA__BROKERS)"

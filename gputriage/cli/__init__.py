@@ -29,6 +29,7 @@ from typing import Final, NoReturn
 import click
 
 from connectors.kafka.config import KafkaUnreachable
+from connectors.prometheus import MetricsUnavailable
 from gputriage.cli.common import CONTEXT
 from gputriage.cli.connect import connect_group
 from gputriage.cli.demo import demo_command
@@ -100,7 +101,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         error(str(exc))
         return USAGE_ERROR
-    except KafkaUnreachable as exc:  # any connector's start (a DaemonSet restarts it)
+    except (KafkaUnreachable, MetricsUnavailable) as exc:  # any connector's start
         error(str(exc))
         return FAILED
     except click.Abort:

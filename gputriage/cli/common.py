@@ -11,6 +11,7 @@ command functions, so ``gputriage --help`` stays fast.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from datetime import datetime, tzinfo
 from typing import TYPE_CHECKING, Any, Final, TypeVar
@@ -19,7 +20,7 @@ import click
 import msgspec
 
 from connectors.files import FileSource
-from connectors.kafka.config import KafkaConfigError, client_kwargs
+from connectors.kafka.config import KafkaConfigError, check_brokers, client_kwargs
 from gputriage.settings import Settings, load_settings
 from gputriage.times import parse_time
 
@@ -65,6 +66,13 @@ _SETTINGS: Final = "gputriage.settings"
 
 def kafka_kwargs(settings: Settings, brokers: str | None) -> dict[str, Any]:
     """aiokafka client arguments from ``[kafka]``, ``--brokers`` winning."""
+    if brokers is not None:
+        try:
+            check_brokers(brokers, "--brokers")
+        except KafkaConfigError as exc:
+            raise click.BadParameter(
+                str(exc).removeprefix("--brokers: "), param_hint="'--brokers'"
+            ) from None
     try:
         return dict(client_kwargs(settings.kafka_settings(), brokers))
     except KafkaConfigError as exc:
@@ -98,6 +106,49 @@ class TimeType(click.ParamType[datetime, Any]):
             return parse_time(str(value), epoch_seconds=self.epoch_seconds)
         except ValueError as exc:
             self.fail(str(exc), param, ctx)
+
+
+class FiniteRange(click.FloatRange):
+    """``click.FloatRange`` that also refuses ``nan`` and ``inf`` (a usage error, one line).
+
+    Trap: click's range check compares, and every comparison with ``nan`` is false,
+    so ``FloatRange(min=0)`` lets ``nan`` through (``tail --connect-timeout nan``
+    then waited forever); ``inf`` passes any range without a ``max``.
+    """
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = click.FloatRange.convert(self, value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
+def setting_range(table: type[msgspec.Struct], name: str) -> click.ParamType[Any, Any]:
+    """The click type of an option whose range a settings field owns (one range, two doors).
+
+    A field typed ``Annotated[float, Meta(ge=.., le=..)]`` gives a :class:`FiniteRange`,
+    an ``int`` one a ``click.IntRange``, with the same bounds as the settings check.
+    """
+    import msgspec.inspect  # noqa: PLC0415
+
+    info = msgspec.inspect.type_info(table)
+    assert isinstance(info, msgspec.inspect.StructType)
+    (field,) = (f for f in info.fields if f.name == name)
+    kind = field.type
+    if isinstance(kind, msgspec.inspect.UnionType):
+        (kind,) = (t for t in kind.types if not isinstance(t, msgspec.inspect.NoneType))
+    if isinstance(kind, msgspec.inspect.IntType):
+        return click.IntRange(
+            kind.ge if kind.gt is None else kind.gt + 1,
+            kind.le if kind.lt is None else kind.lt - 1,
+        )
+    assert isinstance(kind, msgspec.inspect.FloatType), f"{table.__name__}.{name} is not a number"
+    return FiniteRange(
+        min=kind.ge if kind.gt is None else kind.gt,
+        max=kind.le if kind.lt is None else kind.lt,
+        min_open=kind.gt is not None,
+        max_open=kind.lt is not None,
+    )
 
 
 def time_zone(value: str) -> tzinfo:
@@ -179,7 +230,7 @@ def metrics_port_option(table: type[msgspec.Struct]) -> Callable[[F], F]:
     """``--metrics-port``, its default from the command's settings (each process its own port)."""
     return click.option(
         "--metrics-port",
-        type=click.IntRange(0, 65535),
+        type=setting_range(table, "metrics_port"),
         cls=StructDefault,
         show_default=shown(table, "metrics_port"),
         help="Port of the Prometheus /metrics endpoint (0 picks a free one).",

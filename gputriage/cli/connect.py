@@ -50,6 +50,7 @@ from gputriage.cli.common import (
     kafka_kwargs,
     metrics_port_option,
     node_option,
+    setting_range,
     settings_of,
     shown,
     slim_config,
@@ -74,7 +75,11 @@ def _merged(ctx: click.Context, source: str, given: dict[str, Any]) -> Any:
     """``[connect.<source>]`` with the options that were given laid over it."""
     table = getattr(settings_of(ctx).connect, source)
     changes = {k: v for k, v in given.items() if v is not None and v != ()}
-    return msgspec.structs.replace(table, **changes)
+    try:
+        return msgspec.structs.replace(table, **changes)
+    except ValueError as exc:  # a table's own check (``tz: unknown time zone 'x'``)
+        name, _, reason = str(exc).partition(": ")
+        raise click.BadParameter(reason, param_hint=f"'--{name.replace('_', '-')}'") from None
 
 
 def _require(ctx: click.Context, source: str, given: dict[str, Any], *names: str) -> None:
@@ -124,14 +129,14 @@ def connect_group() -> None:
 @click.option(
     "--buffer",
     "buffer_size",
-    type=click.IntRange(min=1),
+    type=setting_range(K8sConnectSettings, "buffer_size"),
     cls=StructDefault,
     show_default=shown(K8sConnectSettings, "buffer_size"),
     help="Events held while the broker is slow or down; then the watch waits.",
 )
 @click.option(
     "--silence-timeout",
-    type=click.FloatRange(min=1.0),
+    type=setting_range(K8sConnectSettings, "silence_timeout"),
     cls=StructDefault,
     show_default=shown(K8sConnectSettings, "silence_timeout"),
     help="Reconnect a watch that sent nothing (not even a bookmark) for this many seconds.",
@@ -258,7 +263,7 @@ def run_connect_k8s(settings: Settings, o: K8sConnectSettings) -> int:
 @metrics_port_option(KmsgConnectSettings)
 @click.option(
     "--poll-interval",
-    type=click.FloatRange(min=0.01, max=10.0),
+    type=setting_range(KmsgConnectSettings, "poll_interval"),
     cls=StructDefault,
     show_default=shown(KmsgConnectSettings, "poll_interval"),
     help="Seconds between reads when the device has nothing new.",
@@ -393,14 +398,14 @@ def run_connect_kmsg(settings: Settings, o: KmsgConnectSettings, boot_time: Any)
 @cluster_option
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.1),
+    type=setting_range(DcgmConnectSettings, "interval"),
     cls=StructDefault,
     show_default=shown(DcgmConnectSettings, "interval"),
     help="Seconds between scrapes (keep it well under the exporter's XID count window).",
 )
 @click.option(
     "--timeout",
-    type=click.FloatRange(min=0.1),
+    type=setting_range(DcgmConnectSettings, "timeout"),
     cls=StructDefault,
     show_default=shown(DcgmConnectSettings, "timeout"),
     help="Seconds one scrape may take.",

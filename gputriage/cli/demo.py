@@ -11,8 +11,17 @@ from pathlib import Path
 from typing import Any
 
 import click
+import msgspec
 
-from gputriage.cli.common import CONTEXT, StructDefault, settings_of
+from connectors.kafka.config import split_brokers
+from gputriage.cli.common import (
+    CONTEXT,
+    FiniteRange,
+    StructDefault,
+    brokers_option,
+    kafka_kwargs,
+    settings_of,
+)
 
 # The defaults, repeated for --help only (importing DemoOptions would import aiokafka);
 # tests/cli/test_cli.py holds them equal to DemoOptions'.
@@ -27,7 +36,7 @@ HELP_DEFAULTS = {"speed": 30.0, "output": "lines", "linger_s": 10.0}
 )
 @click.option(
     "--speed",
-    type=click.FloatRange(min=1.0, max=1000.0),
+    type=FiniteRange(min=1.0, max=1000.0),
     cls=StructDefault,
     show_default=str(HELP_DEFAULTS["speed"]),
     help="Play the scenario this many times faster than real time (windows scale with it).",
@@ -43,7 +52,7 @@ HELP_DEFAULTS = {"speed": 30.0, "output": "lines", "linger_s": 10.0}
 @click.option(
     "--linger",
     "linger_s",
-    type=click.FloatRange(min=0.0),
+    type=FiniteRange(min=0.0, max=86400.0),
     cls=StructDefault,
     show_default=str(HELP_DEFAULTS["linger_s"]),
     help="After the scenario, stop once no incident arrived for this many seconds.",
@@ -51,11 +60,12 @@ HELP_DEFAULTS = {"speed": 30.0, "output": "lines", "linger_s": 10.0}
 @click.option(
     "--follow", is_flag=True, default=None, help="Keep running after the scenario, until Ctrl-C."
 )
+@brokers_option
 @click.pass_context
 def demo_command(ctx: click.Context, /, **given: Any) -> int:
     """Run the live pipeline on a simulated cluster and print incidents as they are published.
 
-    Starts the embedded Kafka-compatible broker (unless kafka.brokers is set), creates
+    Starts the embedded Kafka-compatible broker (unless --brokers or kafka.brokers is set), creates
     the topics, starts a processor worker and plays the scenario into the raw topics.
     Ctrl-C stops everything.
 
@@ -67,6 +77,11 @@ def demo_command(ctx: click.Context, /, **given: Any) -> int:
     """
     from gputriage.demo.run import DemoOptions, run_demo  # noqa: PLC0415 - aiokafka
 
+    brokers = given.pop("brokers")
     settings = settings_of(ctx)
+    if brokers is not None:  # checked (a usage error) and put where the demo looks
+        kafka_kwargs(settings, brokers)
+        kafka = msgspec.structs.replace(settings.kafka, brokers=tuple(split_brokers(brokers)))
+        settings = msgspec.structs.replace(settings, kafka=kafka)
     options = DemoOptions(**{k: v for k, v in given.items() if v is not None})
     return run_demo(settings, options, sys.stdout.buffer, sys.stderr)

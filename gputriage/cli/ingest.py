@@ -22,6 +22,7 @@ from gputriage.cli.common import (
     TimeType,
     gpu_resource_options,
     open_all,
+    settings_of,
     slim_config,
     time_zone,
 )
@@ -53,7 +54,9 @@ def ingest_group() -> None:
 )
 @click.option("--cluster", required=True, help="Cluster name to put on every event.")
 @gpu_resource_options
+@click.pass_context
 def ingest_k8s_command(
+    ctx: click.Context,
     *,
     path: str,
     cluster: str,
@@ -72,6 +75,7 @@ def ingest_k8s_command(
       kubectl get pods,nodes -A -o json | gputriage ingest k8s --cluster prod --file -
       gputriage ingest k8s --cluster prod --all --file watch-events.jsonl.gz
     """
+    settings_of(ctx)  # an invalid --config is one line here too, as for every verb
     from connectors.k8s.gpu_filter import GpuFilter  # noqa: PLC0415
     from connectors.k8s.offline import slim_documents  # noqa: PLC0415
 
@@ -125,7 +129,9 @@ def ingest_k8s_command(
     default=None,
     help="Year of syslog times, which have none (default: this year).",
 )
+@click.pass_context
 def ingest_kmsg_command(
+    ctx: click.Context,
     *,
     path: str,
     node: str,
@@ -151,12 +157,13 @@ def ingest_kmsg_command(
       gputriage ingest kmsg --node n1 --file dmesg.txt --boot-time 2026-11-30T08:00:00Z
       gputriage ingest kmsg --node n1 --file pasted.txt --default-time 2026-11-30T09:00:00Z
     """
+    settings_of(ctx)  # an invalid --config is one line here too, as for every verb
     from datetime import UTC  # noqa: PLC0415
 
     from connectors.xid.lines import LineContext  # noqa: PLC0415
     from connectors.xid.offline import assumed_time, read_xids  # noqa: PLC0415
 
-    ctx = LineContext(
+    lines = LineContext(
         node=node,
         cluster=cluster,
         boot_time=boot_time,
@@ -167,7 +174,7 @@ def ingest_kmsg_command(
     (source,) = open_all([path])
     with source:
         assumed = assumed_time(source, default_time)
-        status = _print_events(read_xids(source, ctx, assumed), "XID line")
+        status = _print_events(read_xids(source, lines, assumed), "XID line")
     warning = assumed.warning(source.name)
     if warning is not None:
         print(f"{PROG}: warning: {warning}", file=sys.stderr)
@@ -187,7 +194,10 @@ def ingest_kmsg_command(
 )
 @click.option("--node", required=True, help="Node name to put on every event.")
 @click.option("--cluster", default="", help="Cluster name to put on every event.")
-def ingest_dcgm_command(*, paths: tuple[str, ...], node: str, cluster: str) -> int:
+@click.pass_context
+def ingest_dcgm_command(
+    ctx: click.Context, *, paths: tuple[str, ...], node: str, cluster: str
+) -> int:
     """Diff saved dcgm-exporter scrapes into XID and GPU binding events, printed as JSON lines.
 
     Events are stamped with the file's modification time (or its samples'
@@ -201,6 +211,7 @@ def ingest_dcgm_command(*, paths: tuple[str, ...], node: str, cluster: str) -> i
       curl -s http://n1:9400/metrics > scrape-2.txt
       gputriage ingest dcgm --node n1 --file scrape-1.txt --file scrape-2.txt
     """
+    settings_of(ctx)  # an invalid --config is one line here too, as for every verb
     from connectors.dcgm.offline import ingest_dcgm  # noqa: PLC0415
 
     if paths.count(STDIN) > 1:

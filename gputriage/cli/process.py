@@ -13,10 +13,12 @@ from gputriage.cli.common import (
     StructDefault,
     brokers_option,
     kafka_kwargs,
+    setting_range,
     settings_of,
     shown,
 )
-from gputriage.settings import ProcessorSettings
+from gputriage.settings import ProcessorSettings, check_app_id
+from schemas.topics import TopicConfigError
 
 
 @click.command("process", context_settings=CONTEXT)
@@ -29,7 +31,7 @@ from gputriage.settings import ProcessorSettings
 )
 @click.option(
     "--metrics-port",
-    type=click.IntRange(0, 65535),
+    type=setting_range(ProcessorSettings, "metrics_port"),
     cls=StructDefault,
     show_default=shown(ProcessorSettings, "metrics_port"),
     help="Port of the Prometheus /metrics endpoint (0 picks a free one).",
@@ -53,5 +55,12 @@ def process_command(
 
     settings = settings_of(ctx)
     kafka_kwargs(settings, brokers)  # a configuration mistake is a usage error, before start
+    if app_id is not None:
+        try:
+            check_app_id(app_id, settings.topics, "--app-id")
+        except TopicConfigError as exc:
+            raise click.BadParameter(
+                str(exc).removeprefix("--app-id: "), param_hint="'--app-id'"
+            ) from None
     options = processor_options(settings, app_id=app_id, metrics_port=metrics_port)
     return run_worker(settings, options, brokers)

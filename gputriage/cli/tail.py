@@ -12,7 +12,14 @@ from typing import Any
 
 import click
 
-from gputriage.cli.common import CONTEXT, StructDefault, brokers_option, kafka_kwargs, settings_of
+from gputriage.cli.common import (
+    CONTEXT,
+    FiniteRange,
+    StructDefault,
+    brokers_option,
+    kafka_kwargs,
+    settings_of,
+)
 from gputriage.replay import OUTPUTS
 from gputriage.tail import StartAt, TailOptions, parse_start, run_tail
 from schemas.topics import topic_layout
@@ -67,7 +74,7 @@ class StartType(click.ParamType[StartAt, Any]):
     "--connect-timeout",
     "connect_timeout_s",
     metavar="SECONDS",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteRange(min=0, min_open=True, max=3600.0),
     cls=StructDefault,
     show_default=f"{_DEFAULTS.connect_timeout_s:g}",
     help="Give up when the brokers cannot be reached within this long.",

@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import IO, Literal
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka.errors import KafkaError
 
-from connectors.kafka.admin import ensure_topics
+from connectors.kafka.admin import TopicError, ensure_topics
 from connectors.kafka.config import client_kwargs
 from connectors.kafka.producer import EventProducer
 from connectors.publish import Publisher, PublishOptions
@@ -43,6 +44,7 @@ from gputriage.demo.broker import BrokerError, EmbeddedBroker, die_with_parent
 from gputriage.demo.player import ScenarioSource, scaled_core_settings
 from gputriage.errors import error
 from gputriage.settings import Settings
+from gputriage.tail import kafka_reason, muted
 from schemas.codec import decode_event, decode_incident, encode
 from schemas.incidents import Incident
 from schemas.topics import TopicLayout, topic_layout
@@ -129,7 +131,12 @@ async def _run_demo(settings: Settings, options: DemoOptions, out: IO[bytes], er
     try:
         kwargs = client_kwargs(kafka, servers)
         layout = topic_layout(settings.topics)
-        await ensure_topics(kwargs, layout)
+        try:
+            with muted("aiokafka"):  # its every refused connection would be a line of its own
+                await ensure_topics(kwargs, layout)
+        except (KafkaError, OSError, TopicError) as exc:
+            error(f"demo: cannot reach Kafka at {servers}: {kafka_reason(exc)}", err)
+            return 1
         worker = _start_worker(settings, servers, options, scratch / "worker.log")
         print(f"gputriage demo: processor worker pid {worker.pid}", file=err)
         status = await _supervise(kwargs, layout, worker, options, out, err)
@@ -140,7 +147,7 @@ async def _run_demo(settings: Settings, options: DemoOptions, out: IO[bytes], er
                 status = status or 1
         if broker is not None:
             await broker.stop_async()
-        if status == 0:
+        if status == 0 or worker is None:  # no worker, no log to keep
             shutil.rmtree(scratch, ignore_errors=True)
         else:
             print(f"gputriage demo: the worker's log is kept in {scratch / 'worker.log'}", file=err)

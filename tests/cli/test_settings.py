@@ -188,3 +188,25 @@ def test_the_tree_is_typed_and_frozen() -> None:
 
 def test_the_example_file_is_the_defaults() -> None:
     assert load_settings(str(EXAMPLES / "gputriage.toml"), environ={}).tables == {}
+
+
+def test_every_number_of_every_table_has_a_range() -> None:
+    """Issue 11.5: a bound on both sides of every numeric setting (so never inf, never nan)."""
+    import msgspec.inspect  # noqa: PLC0415
+
+    def numbers(kind: Any, path: str) -> list[tuple[str, Any]]:
+        if isinstance(kind, msgspec.inspect.StructType):
+            return [n for f in kind.fields for n in numbers(f.type, f"{path}.{f.name}")]
+        if isinstance(kind, msgspec.inspect.UnionType):
+            return [n for t in kind.types for n in numbers(t, path)]
+        if isinstance(kind, msgspec.inspect.VarTupleType | msgspec.inspect.ListType):
+            return numbers(kind.item_type, f"{path}[]")
+        if isinstance(kind, msgspec.inspect.IntType | msgspec.inspect.FloatType):
+            return [(path, kind)]
+        return []
+
+    found = numbers(msgspec.inspect.type_info(Settings), "")
+    assert len(found) > 30
+    for path, kind in found:
+        assert kind.ge is not None or kind.gt is not None, path
+        assert kind.le is not None or kind.lt is not None, path

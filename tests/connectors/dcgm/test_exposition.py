@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -236,3 +239,26 @@ def test_old_namespace_labels_through_prometheus_never_clash_but_reveal_the_expo
         "GPU-ed1353d6-52ba-8793-7230-4d5d3eb68167/GI2": (),
         "GPU-6043e4b2-feaa-8010-34c7-61d1a01576bb/GI1": (),
     }
+
+
+# -- issue 11.5: a timestamp that is not a time leaves its sample out, not the scrape -------
+@pytest.mark.parametrize("stamp", ["1e999", "-1e999", "NaN", "+Inf", "-5", "99999999999999999"])
+def test_a_sample_whose_timestamp_is_not_a_time_is_left_out_with_its_reason(stamp: str) -> None:
+    text = (
+        f'{XID_GAUGE}{{gpu="0",UUID="GPU-0"}} 79 {stamp}\n'
+        f'{XID_GAUGE}{{gpu="1",UUID="GPU-1"}} 0 1700000000000\n'
+    )
+    scrape = parse_exposition(text)
+    assert isinstance(scrape, Scrape), scrape
+    assert list(scrape.gpus) == ["GPU-1"]  # GPU-0's only sample was left out
+    assert scrape.time == datetime(2023, 11, 14, 22, 13, 20, tzinfo=UTC)
+    (bad,) = scrape.bad
+    assert bad.field == "timestamp"
+    assert bad.reason.startswith("sample timestamp ")
+    assert bad.series.startswith(f'{XID_GAUGE}{{gpu="0",UUID="GPU-0"}} 79')
+
+
+def test_a_scrape_of_only_bad_timestamps_is_one_error_saying_so() -> None:
+    result = parse_exposition(f'{XID_GAUGE}{{gpu="0",UUID="GPU-0"}} 0 1e999\n')
+    assert isinstance(result, RecordError)
+    assert "no usable GPU series (1 sample(s) left out; first: sample timestamp" in str(result)

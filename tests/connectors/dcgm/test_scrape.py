@@ -381,3 +381,35 @@ async def test_run_keeps_scraping_while_kafka_is_down_and_saves_state_only_once_
     assert sample(poller.metrics, events, schema="gpu_binding.v1") == 1, "once, not per retry"
     assert sample(poller.metrics, events, schema="xid.v1") == 3
     assert sample(poller.metrics, "gputriage_dcgm_scrapes_total", outcome="publish_error") == 0
+
+
+@pytest.mark.asyncio
+async def test_a_sample_with_a_bad_timestamp_is_a_dead_letter_and_the_scrape_is_published(
+    kafka: KafkaTestEnv,
+) -> None:
+    """Issue 11.5: ``1e999`` raised OverflowError in the parser; every round logged a
+    traceback and dropped the whole scrape, with no dead letter."""
+    await kafka.acreate_topics()
+    exporter = Exporter()
+    bad = 'DCGM_FI_DEV_XID_ERRORS{gpu="1",UUID="GPU-bad"} 0 1e999\n'
+    exporter.current = (200, burst(1) + bad, {})
+    async with EventProducer(kafka.kwargs, kafka.layout) as producer, serving(exporter) as url:
+        poller = DcgmPoller(options(url, interval_s=0.01), producer)
+        m = poller.metrics
+        bindings = counted(m, "gpu_binding.v1")
+        async with running(poller):
+            await eventually(lambda: bindings() >= 1, timeout=10, what="the scrape's binding")
+            await eventually(
+                lambda: sample(m, "gputriage_dcgm_dead_letters_total") >= 1,
+                timeout=10,
+                what="the sample's dead letter acknowledged",
+            )
+        assert sample(m, "gputriage_dcgm_scrapes_total", outcome="internal_error") == 0
+        assert sample(m, "gputriage_dcgm_scrapes_total", outcome="bad_exposition") == 0
+    (record, *_) = await consume_all(kafka.bootstrap, [kafka.layout.dead_letters.name], 1)
+    letter = decode_dead_letter(record.value)
+    assert letter.reason == "sample timestamp inf ms is not a finite number"
+    assert letter.field == "timestamp"
+    assert letter.value is not None
+    assert b'UUID="GPU-bad"' in letter.value
+    assert record.key == b"c1/gpu-node-1"
