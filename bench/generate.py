@@ -609,7 +609,7 @@ class Simulator:
         workload = pod.workload
         requests = self._requests[workload.gpus]
         return PodEvent(
-            id=f"{pod.uid}/{cluster.rv}",
+            id=f"k8s:{pod.uid}:{cluster.rv}",  # the connector's id: resourceVersion
             cluster=cluster.name,
             time=self._time(),
             node=pod.node.name if pod.node is not None else "",
@@ -635,7 +635,7 @@ class Simulator:
         cluster.rv += 1
         ready = _READY if node.ready == "True" else _NOT_READY[node.ready]
         return NodeEvent(
-            id=f"{node.uid}/{cluster.rv}",
+            id=f"k8s:{node.uid}:{cluster.rv}",
             cluster=cluster.name,
             time=self._time(),
             node=node.name,
@@ -684,7 +684,7 @@ class Simulator:
         cluster.rv += 1
         # The id before the time: both draw from the rng, in this order.
         return kube_event(
-            id=f"{self._uuid()}/{cluster.rv}",
+            id=f"k8s:{self._uuid()}:{cluster.rv}",
             cluster=cluster.name,
             time=self._time(),
             node=node,

@@ -15,7 +15,7 @@ What is deliberately *not* here, and stays with each caller:
 
 * **Event ids.** Each stream has its own id scheme (the tests' counter, as
   ``k8s:uid-NAME:N`` for pods and nodes and ``xid-000001`` for the rest, the
-  scenario's ``k8s:pod-NAME:RV``, the bench's ``UID/RV``), and ids are part of the
+  scenario's ``k8s:pod-NAME:RV``, the bench's ``k8s:UID:RV`` too), and ids are part of the
   bytes: incident ids derive from evidence ids, and the scenario file and the bench
   stream are checked byte for byte. Every builder takes ``id``.
 * **Time units.** Builders take an aware :class:`~datetime.datetime`. The tests count

@@ -34,6 +34,7 @@ from streams.core.state import (
     MIG_SEPARATOR,
     NEVER,
     ContainerTrack,
+    GpuResources,
     GpuTrack,
     NodeState,
     PodTrack,
@@ -318,8 +319,8 @@ def _on_node(step: Step, ev: NodeEvent) -> None:
         state.sharing = ""
     if ev.capacity:
         text = _unallocatable(ev)
-        if text != state.unallocatable:
-            state.unallocatable = text
+        if text or state.resources is not None:
+            _resources(state).unallocatable = text
         degraded.on_capacity(step, ev, sum(ev.capacity.values()), sum(ev.allocatable.values()))
     for cond in ev.conditions:
         if cond.type == "Ready":
@@ -328,6 +329,12 @@ def _on_node(step: Step, ev: NodeEvent) -> None:
 
 _MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
 _MIG_RESOURCE = "nvidia.com/mig-"
+
+
+def _resources(state: NodeState) -> GpuResources:
+    if state.resources is None:
+        state.resources = GpuResources()
+    return state.resources
 
 
 def _unallocatable(ev: NodeEvent) -> str:
@@ -413,7 +420,8 @@ def _gpu(
             key = intern(key)
             gpus[key] = gpu
             if uuid:
-                _rekey_by_bus(gpus, uuid, bus_id)
+                _moved_profile(state, old, key)
+                _rekey_by_bus(state, uuid, bus_id)
     elif uuid:
         key, gpu = next(
             (
@@ -438,15 +446,26 @@ def _gpu(
     return key, gpu
 
 
-def _rekey_by_bus(gpus: dict[str, GpuTrack], uuid: str, bus_id: str) -> None:
+def _rekey_by_bus(state: NodeState, uuid: str, bus_id: str) -> None:
     """A source just told this uuid's bus id: move the GPU's other entries still keyed
     by uuid (the parent, or sibling MIG instances dcgm-exporter named by the parent's
     uuid alone) under the bus id, so an XID that names only the bus finds them all."""
+    gpus = state.gpus
     prefix = f"uuid:{uuid}"
     for old in [k for k in gpus if k == prefix or k.startswith(prefix + MIG_SEPARATOR)]:
         new = intern(bus_id + old[len(prefix) :])
         if new not in gpus:
             gpus[new] = gpus.pop(old)
+            _moved_profile(state, old, new)
+
+
+def _moved_profile(state: NodeState, old: str, new: str) -> None:
+    """A GPU changed keys: its MIG profile (``GpuResources.profiles``) follows it."""
+    resources = state.resources
+    if resources is not None and old in resources.profiles:
+        profiles = dict(resources.profiles)
+        profiles[new] = profiles.pop(old)
+        resources.profiles = profiles
 
 
 def _pod_key(state: NodeState, key: str) -> str:
@@ -458,8 +477,10 @@ def _pod_key(state: NodeState, key: str) -> str:
 def _on_binding(step: Step, ev: GpuBindingEvent) -> None:
     state = step.state
     key, gpu = _gpu(state, ev.pci_bus_id, ev.gpu_uuid, ev.gpu_index, ev.gpu_instance)
-    if ev.mig_profile and gpu.mig_profile != ev.mig_profile:
-        gpu.mig_profile = intern(ev.mig_profile)
+    if ev.mig_profile:
+        profiles = _resources(state).profiles
+        if profiles.get(key) != ev.mig_profile:
+            _resources(state).profiles = {**profiles, key: intern(ev.mig_profile)}
     if ev.pods_known:
         keys = tuple(_pod_key(state, f"{p.namespace}/{p.name}") for p in ev.pods)
         pods: str | tuple[str, ...] = keys[0] if len(keys) == 1 else keys
@@ -489,7 +510,7 @@ def _on_xid(step: Step, ev: XidEvent) -> None:
     gpu.last_xid = max(gpu.last_xid, step.now)
     if all(x.event_id != item.event_id for _, x in state.recent_xids):
         state.recent_xids = (*state.recent_xids[-_RECENT_XIDS + 1 :], (step.now, item))
-    ref = gpu_ref(key, gpu)
+    ref = gpu_ref(key, gpu, state)
     horizon = step.now - xid.episode_gap(config)
     episodes = xid.recent_episodes(state, key, horizon)
     last, quiet = episodes.get(ev.code, xid.NO_EPISODE)

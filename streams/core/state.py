@@ -88,8 +88,6 @@ class GpuTrack(msgspec.Struct, gc=False, omit_defaults=True):
     """Event time of the latest XID of any class on this GPU."""
     fatal: dict[int, list[Evidence]] | None = None
     """Per fatal code, the first line of each of its last ``xid_repeat_count`` episodes."""
-    mig_profile: str = ""
-    """A MIG instance's profile (``1g.10gb``), from its binding; empty for a whole GPU."""
 
 
 _UUID = re.compile(
@@ -167,19 +165,33 @@ def pods_on(state: NodeState, key: str, gpu: GpuTrack) -> tuple[str, ...]:
     return tuple(dict.fromkeys((*pods, *more))) if more else pods
 
 
-def gpu_ref(key: str, gpu: GpuTrack) -> GpuRef:
-    """The published identity of the GPU (or MIG instance) stored under ``key``."""
+def gpu_ref(key: str, gpu: GpuTrack, state: NodeState | None = None) -> GpuRef:
+    """The published identity of the GPU (or MIG instance) stored under ``key``; the
+    node's ``state`` adds a MIG instance's profile."""
     parent, instance = split_gpu_key(key)
     bus = "" if parent.startswith("uuid:") or parent == "unknown" else parent
     if instance is None:
         return GpuRef(uuid=unpack_uuid(gpu.uuid), pci_bus_id=bus, index=gpu.index)
+    resources = state.resources if state is not None else None
     return GpuRef(
         uuid=unpack_uuid(gpu.uuid),
         pci_bus_id=bus,
         index=gpu.index,
         gpu_instance=instance,
-        mig_profile=gpu.mig_profile,
+        mig_profile=resources.profiles.get(key, "") if resources is not None else "",
     )
+
+
+class GpuResources(msgspec.Struct, omit_defaults=True):
+    """Per-node MIG facts, kept off :class:`GpuTrack` (35k GPUs in a big cluster: a slot
+    each for a profile almost none of them has costs 15 bytes per tracked pod)."""
+
+    unallocatable: str = ""
+    """What is unallocatable, per GPU resource, when counting "GPUs" would mislead: a MIG
+    node (``1 of 7 MIG 1g.10gb instances``; a one-GPU node must not read "1 of 7
+    GPUs"), several GPU resources. Empty with no gap (see ``node._unallocatable``)."""
+    profiles: dict[str, str] = {}
+    """MIG profile (``1g.10gb``) by GPU key (``<parent>/GI<id>``), from the bindings."""
 
 
 class OpenIncident(msgspec.Struct, omit_defaults=True):
@@ -212,11 +224,9 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     capacity: int = -1
     """Sum of GPU resources in capacity; -1 until a node event says."""
     allocatable: int = -1
-    unallocatable: str = ""
-    """What is unallocatable, per GPU resource, when counting "GPUs" would mislead: a MIG
-    node (``1 of 7 MIG 1g.10gb instances``; a one-GPU node must not read "1 of 7
-    GPUs"), several GPU resources. Empty on a plain ``nvidia.com/gpu`` node, or with no
-    gap (see ``node._unallocatable``)."""
+    resources: GpuResources | None = None
+    """What a MIG (or several-GPU-resource) node needs beyond a GPU count; None on a
+    plain ``nvidia.com/gpu`` node, so the common node pays one slot for it."""
     ready: str = ""
     sharing: str = ""
     """``time-slicing`` or ``mps`` when GPUs are shared between pods; else empty."""

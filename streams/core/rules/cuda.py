@@ -229,7 +229,7 @@ def _on_named_crash(
         for gpu_key, gpu in step.state.gpus.items():
             pods = bound_pods(gpu)
             if key in pods:
-                step.add_gpu(inc, gpu_key, gpu_ref(gpu_key, gpu))
+                step.add_gpu(inc, gpu_key, gpu_ref(gpu_key, gpu, step.state))
                 for other in pods:
                     if other != key:
                         step.add_pod(inc, pod_info(other, step.state.pods.get(other), "bound"))

@@ -192,7 +192,7 @@ def _add_fault(
 ) -> None:
     state = step.state
     step.add_evidence(inc, item)
-    step.add_gpu(inc, gpu_key, gpu_ref(gpu_key, gpu))
+    step.add_gpu(inc, gpu_key, gpu_ref(gpu_key, gpu, step.state))
     for key in pods_on(state, gpu_key, gpu):
         step.add_pod(inc, pod_info(key, state.pods.get(key), "candidate"))
     codes = inc.attributes.get("xids", "")
@@ -284,7 +284,7 @@ def _open_drop(step: Step) -> None:
     recent = since - config.eviction_lookback_seconds
     for key, gpu in state.gpus.items():
         if gpu.last_xid >= recent:
-            step.add_gpu(inc, key, gpu_ref(key, gpu))
+            step.add_gpu(inc, key, gpu_ref(key, gpu, step.state))
     _describe(step, inc)
 
 
@@ -299,7 +299,8 @@ def deadline(state: NodeState, after: float) -> float:
 
 def _gap(state: NodeState) -> str:
     """ "1 of 8 GPUs", or per resource on a MIG node ("1 of 7 MIG 1g.10gb instances")."""
-    return state.unallocatable or f"{state.capacity - state.allocatable} of {state.capacity} GPUs"
+    text = state.resources.unallocatable if state.resources is not None else ""
+    return text or f"{state.capacity - state.allocatable} of {state.capacity} GPUs"
 
 
 def _describe(step: Step, inc: OpenIncident) -> None:

@@ -95,7 +95,7 @@ def on_app(
             inc.attributes["shared_gpu"] = state.sharing or "shared"
     if new_episode or inc.count == 0:
         inc.count += 1
-    step.add_gpu(inc, gpu_key, gpu_ref(gpu_key, gpu))
+    step.add_gpu(inc, gpu_key, gpu_ref(gpu_key, gpu, step.state))
     step.add_evidence(inc, item)
     codes = inc.attributes.get("xids", "")
     if str(code) not in codes.split(","):
@@ -171,7 +171,7 @@ def on_fatal(
         degraded.on_repeat(step, gpu_key, inc)
     inc.count += 1
     step.add_evidence(inc, item)
-    step.add_gpu(inc, gpu_key, gpu_ref(gpu_key, gpu))
+    step.add_gpu(inc, gpu_key, gpu_ref(gpu_key, gpu, step.state))
     step.set_deadline(inc, step.now + config.xid_repeat_window_seconds)
     rule = config.xid.get(code)
     name = rule.mnemonic if rule and rule.mnemonic else "fatal XID"
