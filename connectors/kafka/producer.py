@@ -37,7 +37,7 @@ from aiokafka import AIOKafkaProducer
 
 from connectors.kafka.admin import TopicError, ensure_topics
 from connectors.kafka.config import KafkaUnreachable
-from schemas.codec import AnyEvent, encode
+from schemas.codec import AnyEvent, encode, fitted_dead_letter
 from schemas.dead_letters import DeadLetter
 from schemas.events import Tick
 from schemas.keys import correlation_key
@@ -166,7 +166,8 @@ class EventProducer:
         """Produce dead letters to the dead-letter topic, keyed by the failed record's key,
         then wait for every acknowledgement, as :meth:`send_many` does; returns how many."""
         topic = self.layout.dead_letters.name
-        records = ((topic, letter.key, encode(letter), None) for letter in letters)
+        fitted = (fitted_dead_letter(letter) for letter in letters)  # always under 1 MB
+        records = ((topic, letter.key, encode(letter), None) for letter in fitted)
         return await self._send_records(records)
 
     async def send_heartbeats(

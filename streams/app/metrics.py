@@ -8,6 +8,7 @@ workers in one process without the default registry's duplicate-name errors).
 ``gputriage_incidents_out_total{type,severity,status}``  incident revisions published
 ``gputriage_open_incidents``                           incidents open in this worker
 ``gputriage_dead_letters_total{topic}``                records sent to the dead-letter topic
+``gputriage_dead_letter_failures_total``               dead letters refused even cut small
 ``gputriage_consumer_lag{topic,partition}``            high watermark - position, in records
 ``gputriage_watermark_delay_seconds``                  wall clock - event-time watermark
 ``gputriage_buffered_events``                          events waiting for the watermark
@@ -53,6 +54,11 @@ class Metrics:
             "gputriage_dead_letters",
             "Records sent to the dead-letter topic.",
             ["topic"],
+            registry=r,
+        )
+        self.dead_letter_failures = Counter(
+            "gputriage_dead_letter_failures",
+            "Dead letters the broker refused even cut small: logged, and committed past.",
             registry=r,
         )
         self.consumer_lag = Gauge(

@@ -131,11 +131,18 @@ class Pipeline:
     """
 
     def __init__(
-        self, config: CoreConfig, layout: TopicLayout, *, source_idle_seconds: float = 60.0
+        self,
+        config: CoreConfig,
+        layout: TopicLayout,
+        *,
+        source_idle_seconds: float = 60.0,
+        max_future_seconds: float = 600.0,
     ) -> None:
         self.correlator = Correlator(config, track_dirty=True)
         self.grace = config.grace_seconds
         self.source_idle_seconds = source_idle_seconds
+        self.max_future_seconds = max_future_seconds
+        """How far ahead of the present an event time may be (see :meth:`_present`)."""
         self._newest: dict[Partition, float] = {}
         """Newest event time read per partition, every record (the busy rule)."""
         self._unsigned_newest = -math.inf
@@ -169,15 +176,20 @@ class Pipeline:
         correlator = self.correlator
         counts = outcome.events_by_source
         newest = self._newest
+        present = self._present(now)
+        latest = present + self.max_future_seconds if present > -math.inf else math.inf
         for record in records:
             signed = bool(record.headers) and self._hear(record, now)
             event = self._decode(record, outcome, signed)
             if event is None:
                 continue
+            when = event.time.timestamp()
+            if when > latest:
+                self._dead(record, outcome, self._too_far_ahead(event, latest))
+                continue
             source = self._schemas[record.topic][0]
             counts[source] = counts.get(source, 0) + 1
             where = (record.topic, record.partition)
-            when = event.time.timestamp()
             if when > newest.get(where, -math.inf):
                 newest[where] = when
             if not signed and when > self._unsigned_newest:
@@ -189,6 +201,30 @@ class Pipeline:
                 self._dead(record, outcome, RecordError(f"processing failed: {exc!r}"))
         self._advance(outcome, self._watermark(busy, None, now))
         return self._finish(outcome)
+
+    def _present(self, now: float | None) -> float:
+        """The present: the worker's clock; without one (a caller feeding batches with
+        no clock), the furthest progress a source has vouched for; -inf when neither is
+        known, and then nothing is refused. Not the sources' progress when there is a
+        clock: one source with a wrong clock would vouch for its own far-future records.
+
+        Why a bound at all (issue 11.2): a valid record dated 9999-12-31 (a node whose
+        clock went wrong, a typo in a hand-made file) waits for a watermark that never
+        comes, and the commit of its partition stops behind it forever, at every
+        restart. Further than ``max_future_seconds`` ahead of the present, it is a
+        dead letter with that reason (clamping it would invent a time).
+        """
+        if now is not None:
+            return now
+        return max((entry[0] for entry in self._sources.values()), default=-math.inf)
+
+    def _too_far_ahead(self, event: AnyEvent, latest: float) -> RecordError:
+        ahead = event.time.timestamp() - (latest - self.max_future_seconds)
+        return RecordError(
+            f"event time {event.time.isoformat()} is {ahead:.0f} s ahead of the present "
+            f"(max_future_seconds = {self.max_future_seconds:g})",
+            "$.time",
+        )
 
     def tick(self, now: float, busy: Iterable[Partition] = ()) -> BatchOutcome:
         """The worker's clock: with nothing left to read, quiet keys' timers fire."""

@@ -67,7 +67,8 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
-from schemas.codec import encode
+from schemas.codec import encode, fitted_dead_letter
+from schemas.dead_letters import DeadLetter
 from schemas.topics import TopicLayout, TopicSpec
 from streams.app.changelog import ChangelogReader, partition_for
 from streams.app.metrics import Metrics
@@ -76,6 +77,9 @@ from streams.app.pipeline import BatchOutcome, Partition, Pipeline, RawRecord
 from streams.core import CoreConfig
 
 log = logging.getLogger("gputriage.processor")
+
+FALLBACK_LETTER_BYTES = 64 << 10
+"""A dead letter the broker refused at full size is tried once more cut to this."""
 
 
 class ProcessorOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -112,6 +116,10 @@ class ProcessorOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     """A source (connector) not heard for this long no longer holds the watermark
     (:class:`~streams.app.pipeline.Pipeline`). Connectors heartbeat every 5 s when
     quiet; when every source has gone, the worker's clock drives the watermark."""
+    max_future_seconds: float = 600.0
+    """A record whose event time is further than this ahead of the present (the worker's
+    clock, or the sources' progress if ahead of it) is a dead letter: a clock set to
+    9999 would otherwise hold its partition's commit forever."""
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
@@ -140,7 +148,12 @@ class Worker:
         self.options = options
         self.layout = layout
         self.metrics = metrics or Metrics()
-        self.pipeline = Pipeline(core, layout, source_idle_seconds=options.source_idle_seconds)
+        self.pipeline = Pipeline(
+            core,
+            layout,
+            source_idle_seconds=options.source_idle_seconds,
+            max_future_seconds=options.max_future_seconds,
+        )
         self.state_topic = state.name
         self.partitions = state.partitions
         self._raw_names = frozenset(layout.raw_topics)
@@ -258,7 +271,8 @@ class Worker:
             pending.append(future)
         dead_topic = self.layout.dead_letters.name
         for dead in outcome.dead_letters:
-            pending.append(await producer.send(dead_topic, encode(dead), dead.key))
+            # A task of its own, awaited by the flush like every send: it never raises.
+            pending.append(asyncio.ensure_future(self._dead_letter(dead_topic, dead)))
             metrics.dead_letters.labels(dead.topic).inc()
             log.warning(
                 "dead letter: %s[%d]@%d: %s%s",
@@ -275,6 +289,46 @@ class Worker:
             tracker = offsets.get(tp)
             if tracker is not None:
                 tracker.release(offset)
+
+    async def _dead_letter(self, topic: str, dead: DeadLetter) -> None:
+        """Deliver one dead letter, fitted to the producer's limit; never raise.
+
+        The policy (issue 11.1): a dead letter always fits (:func:`fitted_dead_letter`
+        keeps the head of the value, its size and a SHA-256); if the broker still
+        refuses it (a dead-letter topic with a smaller ``max.message.bytes``, an error
+        past the producer's retries) it is tried once more cut to
+        ``FALLBACK_LETTER_BYTES``; if that fails too, it is logged at error level with
+        the record's coordinates and reason, counted in
+        ``gputriage_dead_letter_failures_total``, and the record is committed past: a
+        poison record must never stop its partition (before, an 800 KB one became a
+        1.07 MB letter, the send raised, the worker exited, and every restart died on
+        the same record).
+        """
+        letter = fitted_dead_letter(dead)
+        error = await self._try_send(topic, letter)
+        if error is not None:
+            smaller = fitted_dead_letter(letter, FALLBACK_LETTER_BYTES)
+            if smaller is not letter:
+                error = await self._try_send(topic, smaller)
+        if error is None:
+            return
+        self.metrics.dead_letter_failures.inc()
+        log.error(
+            "dead letter for %s[%d]@%d (%s) could not be written (%r): committed past it",
+            dead.topic,
+            dead.partition,
+            dead.offset,
+            dead.reason,
+            error,
+        )
+
+    async def _try_send(self, topic: str, letter: DeadLetter) -> KafkaError | None:
+        """Send and await one dead letter; the error instead of raising it."""
+        try:
+            await (await self.producer.send(topic, encode(letter), letter.key))
+        except KafkaError as exc:
+            return exc
+        return None
 
     async def _flush(self) -> None:
         """Snapshot changed keys, await every send, then commit what they cover."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections import defaultdict
 from datetime import timedelta
 
@@ -9,7 +10,8 @@ import msgspec
 import pytest
 
 from connectors.kafka.producer import EventProducer
-from schemas.codec import AnyEvent, decode_event
+from schemas.codec import AnyEvent, decode_dead_letter, decode_event
+from schemas.dead_letters import DeadLetter
 from schemas.events import NodeEvent, Tick, XidEvent
 from schemas.keys import correlation_key
 from tests.kafka_helpers import KafkaTestEnv, consume_all
@@ -66,3 +68,26 @@ def test_a_tick_has_no_topic(kafka: KafkaTestEnv) -> None:
     producer = EventProducer(kafka.kwargs, kafka.layout)
     with pytest.raises(TypeError, match="Tick"):
         producer.route(tick)
+
+
+@pytest.mark.asyncio
+async def test_a_dead_letter_of_a_huge_object_is_cut_to_fit_and_delivered(
+    kafka: KafkaTestEnv,
+) -> None:
+    """Issue 11.1 on the connectors' side: a Kubernetes object may be 1.5 MiB (etcd's
+    limit) and a rejected one is dead-lettered whole; base64 makes that ~2 MB, which the
+    producer refuses (MessageSizeTooLargeError) and the publish loop would retry forever.
+    The letter is cut to its head, with the original size and hash, and delivered."""
+    await kafka.acreate_topics()
+    value = b"{" + b"x" * 1_500_000
+    letter = DeadLetter(
+        topic="kubernetes/pods", partition=-1, offset=-1, reason="too big", value=value
+    )
+    async with EventProducer(kafka.kwargs, kafka.layout) as producer:
+        assert await producer.send_dead_letters([letter]) == 1
+    [record] = await consume_all(kafka.bootstrap, [kafka.layout.dead_letters.name], 1)
+    got = decode_dead_letter(record.value)
+    assert got.value_size == len(value)
+    assert got.value_sha256 == hashlib.sha256(value).hexdigest()
+    assert got.value is not None
+    assert value.startswith(got.value)

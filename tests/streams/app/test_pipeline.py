@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import msgspec
+
 from schemas.codec import AnyEvent, encode
 from schemas.keys import correlation_key
 from schemas.topics import topic_layout
@@ -150,3 +152,22 @@ def test_snapshot_partitions_match_the_producers_partitioner() -> None:
         for i in range(200):
             key = f"cluster-{i % 3}/ip-10-0-{i}-{i * 7}.ec2.internal"
             assert partition_for(key, n) == partitioner(key.encode(), parts, parts)
+
+
+def test_an_event_far_ahead_of_the_clock_is_a_dead_letter_and_released() -> None:
+    """Issue 11.2: a record dated 9999 held the watermark (and its partition's commit)
+    forever. Past ``max_future_seconds`` ahead of the worker's clock it is a dead letter
+    naming the field, and its token is released so the partition commits past it; one
+    a little ahead (clock skew between nodes) is still an event."""
+    pipeline = Pipeline(config(grace_seconds=0), LAYOUT, max_future_seconds=600)
+    c = oom_scenario()
+    now = c.events[-1].time.timestamp()
+    near = msgspec.structs.replace(c.events[1], id="near", time=c.events[1].time.replace(minute=9))
+    far = msgspec.structs.replace(c.events[1], id="far", time=c.events[1].time.replace(year=9999))
+    batch = records([*c.events, near, far])
+    outcome = pipeline.process(batch, now=now)
+    [dead] = outcome.dead_letters
+    assert dead.field == "$.time"
+    assert "ahead of the present (max_future_seconds = 600)" in dead.reason
+    assert len(batch) - 1 in outcome.released, "the far record's token is released"
+    assert outcome.events_by_source == {"nodes": 1, "pods": 3}
