@@ -51,6 +51,21 @@ Traps:
   (position < high watermark), and a partition not read yet holds it for
   ``startup_hold_seconds`` after an assignment. A connector's heartbeat interval
   (5 s) must stay below both, or a restarted worker's first ticks run on the clock.
+* **A bounded buffer** (``max_buffered_events``): in a backlog, events of the
+  partitions ahead in event time wait for the slowest one, in memory. At the cap
+  the worker pauses fetching from the busy partitions ahead of the watermark
+  (:meth:`Pipeline.ahead`), never from the ones holding it (or nothing would ever
+  move it), and resumes them all below 80 % of the cap; in between it resumes
+  any that has come to hold the watermark. A paused partition keeps its position
+  (aiokafka drops what it had prefetched and refetches from there), still counts
+  as busy (it has records left), and so holds the watermark at its own place,
+  which is ahead. A rebalance makes a new assignment, unpaused: the next batch
+  pauses again. The cap is soft: a batch is ingested before the check, and while
+  full each raw partition may still bring in about one batch (one not read yet
+  holds the watermark at minus infinity until its first batch is in; the slowest
+  ones, read in turn, each overshoot the next by up to a batch), plus what the
+  holders bring within grace of the watermark. So the peak is about
+  ``max_buffered_events + raw partitions x batch_max`` at worst.
 """
 
 from __future__ import annotations
@@ -76,6 +91,9 @@ from streams.app.pipeline import BatchOutcome, Partition, Pipeline, RawRecord
 from streams.core import CoreConfig
 
 log = logging.getLogger("gputriage.processor")
+
+RESUME_AT = 0.8
+"""Paused partitions resume when the buffer falls below this share of the cap."""
 
 
 class ProcessorOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -112,6 +130,11 @@ class ProcessorOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     """A source (connector) not heard for this long no longer holds the watermark
     (:class:`~streams.app.pipeline.Pipeline`). Connectors heartbeat every 5 s when
     quiet; when every source has gone, the worker's clock drives the watermark."""
+    max_buffered_events: int = 100_000
+    """Events waiting for the watermark at most (the memory of a backlog): at this many,
+    fetching pauses on the partitions ahead of the watermark, and resumes below 80 %.
+    Soft: up to about one batch (``batch_max``) per raw partition more (the module's
+    traps say why)."""
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
@@ -176,6 +199,9 @@ class Worker:
         self._late_applied_seen = 0
         self._malformed_seen = 0
         self._gauges_at = 0.0
+        self._peak = 0
+        self._paused: set[TopicPartition] = set()
+        self.metrics.buffered_cap.set(options.max_buffered_events)
 
     # -- running -------------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
@@ -243,6 +269,44 @@ class Worker:
             self._observe_gauges()
         if now - self._last_flush >= self.options.snapshot_seconds:
             await self._flush()
+        self._bound_buffer()
+
+    def _bound_buffer(self) -> None:
+        """Pause the partitions ahead of the watermark while the buffer is full."""
+        cap = self.options.max_buffered_events
+        buffered = self.pipeline.correlator.pending()
+        metrics = self.metrics
+        metrics.buffered.set(buffered)
+        if buffered > self._peak:
+            self._peak = buffered
+            metrics.buffered_peak.set(buffered)
+        paused = self._paused
+        if buffered < cap * RESUME_AT:
+            if paused:
+                self._resume(paused)
+            return
+        if not paused and buffered < cap:
+            return
+        ahead = self.pipeline.ahead(self._busy(), time.time())
+        assigned = self.consumer.assignment()
+        keep = {tp for tp in self._offsets if (tp.topic, tp.partition) in ahead and tp in assigned}
+        if buffered < cap:  # between the marks: pause nothing new
+            keep &= paused
+        self._resume(paused - keep)
+        new = keep - paused
+        if new:
+            self.consumer.pause(*new)
+            paused |= new
+            metrics.paused_partitions.set(len(paused))
+            metrics.pauses.inc(len(new))
+
+    def _resume(self, partitions: set[TopicPartition]) -> None:
+        if not partitions:
+            return
+        assigned = self.consumer.assignment()
+        self.consumer.resume(*(tp for tp in partitions if tp in assigned))
+        self._paused -= partitions
+        self.metrics.paused_partitions.set(len(self._paused))
 
     async def _send(self, outcome: BatchOutcome, newest: float) -> None:
         """Queue the outcome's records on the producer (this waits only while its buffer
@@ -340,6 +404,11 @@ class Worker:
             if tracker.next_offset is not None:
                 self.consumer.seek(tp, tracker.next_offset)
         self._offsets = {tp: kept.get(tp) or PartitionOffsets() for tp in raw}
+        # A new assignment starts unpaused, but a batch may have paused some of it before
+        # this callback got the lock: start from nothing paused (the next batch decides).
+        self.consumer.resume(*self.consumer.paused())
+        self._paused = set()
+        self.metrics.paused_partitions.set(0)
         gained = owned - self._owned
         states = await self.changelog.read(gained, self.options.restore_timeout_seconds)
         self.pipeline.restore(states)
@@ -388,7 +457,6 @@ class Worker:
         metrics = self.metrics
         correlator = self.pipeline.correlator
         metrics.open_incidents.set(correlator.open_incidents())
-        metrics.buffered.set(correlator.pending())
         if correlator.watermark > 0:
             metrics.watermark_delay.set(max(0.0, time.time() - correlator.watermark))
         stale = correlator.stats.stale - self._stale_seen
