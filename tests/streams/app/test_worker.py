@@ -256,10 +256,11 @@ def test_buffered_events_stay_under_the_cap_while_one_partition_lags(
     worker would buffer about two thirds of the stream; with the cap it pauses the
     partitions ahead, reads the one holding the watermark, and gets the same incidents.
 
-    The slack over the cap: a batch is ingested before the check, and every raw
-    partition can bring one batch past the cap while it is full: one not read yet holds
-    the watermark until its first batch is in, and the slowest partitions, read in turn,
-    each overshoot the next by up to a batch."""
+    The slack over the cap is one batch, ingested before the check, and one more shared
+    by all the partitions read while it is full (a partition not read yet holds the
+    watermark until its first batch is in; the slowest ones, read in turn, each overshoot
+    the next): the worker reads ``batch_max`` split between its raw partitions then.
+    Without pausing the peak is about 12,500."""
     events = lagging(generated(20_000, 200), partition=0, by=timedelta(hours=2))
     expected = reference(sorted(events, key=lambda e: e.time))
     total = produce_events(kafka, events)
@@ -282,9 +283,8 @@ def test_buffered_events_stay_under_the_cap_while_one_partition_lags(
     finally:
         assert worker.stop() == 0, worker.log()
     assert _value(metrics, "gputriage_buffered_events_cap") == cap
-    raw_partitions = len(kafka.layout.raw_topics) * PARTITIONS
     peak = _value(metrics, "gputriage_buffered_events_peak")
-    assert cap <= peak <= cap + raw_partitions * batch, peak
+    assert cap <= peak <= cap + 2 * batch, peak
     assert _value(metrics, "gputriage_partition_pauses_total") > 0
     assert _value(metrics, "gputriage_paused_partitions") == 0, "all resumed once caught up"
     assert _value(metrics, "gputriage_buffered_events") == 0
