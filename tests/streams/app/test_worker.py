@@ -12,6 +12,7 @@ import asyncio
 import urllib.request
 from collections.abc import Iterator
 from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -288,6 +289,45 @@ def test_buffered_events_stay_under_the_cap_while_one_partition_lags(
     assert _value(metrics, "gputriage_partition_pauses_total") > 0
     assert _value(metrics, "gputriage_paused_partitions") == 0, "all resumed once caught up"
     assert _value(metrics, "gputriage_buffered_events") == 0
+
+
+def test_a_rebalance_while_partitions_are_paused_changes_nothing(
+    kafka: KafkaTestEnv, incidents: TopicReader, tmp_path: Path
+) -> None:
+    """A worker throttled by a small cap (slow steps, so it still is) is joined by a
+    second: the new assignment starts with nothing paused, each worker pauses again as
+    its buffer fills, and the two together give the incidents of a replay."""
+    events = lagging(generated(20_000, 200), partition=0, by=timedelta(hours=2))
+    expected = reference(sorted(events, key=lambda e: e.time))
+    total = produce_events(kafka, events)
+    app = f"{kafka.prefix}-app"
+    capped = {"GPUTRIAGE_PROCESSOR__MAX_BUFFERED_EVENTS": "1000"}
+    first = Worker(kafka, app, tmp_path / "first.log", {**SLOW_STEPS, **capped})
+    workers = [first]
+    try:
+        wait_until(lambda: _pauses(first) > 0, timeout=60, what="the first worker to pause")
+        wait_until(lambda: committed(kafka, app), timeout=60, what="a first commit")
+        assert committed(kafka, app) < total, "still mid-stream"
+        second = Worker(kafka, app, tmp_path / "second.log", capped)
+        workers.append(second)
+        wait_until(lambda: _last_owned(second.log()), timeout=60, what="the second's assignment")
+        await_settled(incidents, expected, 120)
+        assert set(final(incidents.incidents())) == set(expected)
+        wait_until(lambda: committed(kafka, app) == total, timeout=60, what="all committed")
+        pages = [wait_until(partial(_scrape, w), timeout=10, what="metrics") for w in workers]
+        logs = [w.log() for w in workers]
+    finally:
+        codes = [w.stop() for w in workers]
+    assert codes == [0, 0], logs
+    assert all(_last_owned(log) for log in logs), logs
+    for page in pages:
+        assert _value(page, "gputriage_paused_partitions") == 0
+        assert _value(page, "gputriage_buffered_events") == 0
+
+
+def _pauses(worker: Worker) -> float:
+    page = _scrape(worker)
+    return _value(page, "gputriage_partition_pauses_total") if page else 0.0
 
 
 def _last_owned(log: str) -> set[int]:
