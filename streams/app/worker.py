@@ -287,8 +287,8 @@ class Worker:
         return [tp for tp in self._offsets if tp not in self._paused]
 
     def _batch_size(self) -> int:
-        """``batch_max``, or while partitions are paused that shared by every partition:
-        each one read while the buffer is full can overshoot the cap by a batch."""
+        """``batch_max``; while partitions are paused, ``batch_max`` split between the
+        assigned raw partitions (each one read while full can overshoot by a batch)."""
         if not self._paused:
             return self.options.batch_max
         return max(1, self.options.batch_max // max(1, len(self._offsets)))
