@@ -115,6 +115,7 @@ class ProcessorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     restore_timeout_seconds: Positive = 120.0
     source_idle_seconds: Annotated[float, msgspec.Meta(ge=1.0, le=86_400.0)] = 60.0
     max_future_seconds: Annotated[float, msgspec.Meta(ge=1.0, le=31_536_000.0)] = 600.0
+    max_buffered_events: Annotated[int, msgspec.Meta(ge=1, le=100_000_000)] = 100_000
 
 
 # -- [connect.<source>]: the connectors' options ---------------------------------------

@@ -12,6 +12,10 @@ workers in one process without the default registry's duplicate-name errors).
 ``gputriage_consumer_lag{topic,partition}``            high watermark - position, in records
 ``gputriage_watermark_delay_seconds``                  wall clock - event-time watermark
 ``gputriage_buffered_events``                          events waiting for the watermark
+``gputriage_buffered_events_peak``                     the most there were, since the start
+``gputriage_buffered_events_cap``                      max_buffered_events: pausing starts here
+``gputriage_paused_partitions``                        partitions paused: ahead of the watermark
+``gputriage_partition_pauses_total``                   times a partition was paused
 ``gputriage_stale_events_total``                       redelivered/late events skipped
 ``gputriage_late_applied_events_total``                late events applied: newer object versions
 ``gputriage_processing_latency_seconds``               record on Kafka -> its incident acked
@@ -74,6 +78,28 @@ class Metrics:
         )
         self.buffered = Gauge(
             "gputriage_buffered_events", "Events waiting for the watermark.", registry=r
+        )
+        self.buffered_peak = Gauge(
+            "gputriage_buffered_events_peak",
+            "The most events waiting for the watermark at once, since the worker started.",
+            registry=r,
+        )
+        self.buffered_cap = Gauge(
+            "gputriage_buffered_events_cap",
+            "max_buffered_events: at this many buffered events, fetching pauses on the "
+            "partitions ahead of the watermark (soft by up to one batch).",
+            registry=r,
+        )
+        self.paused_partitions = Gauge(
+            "gputriage_paused_partitions",
+            "Raw partitions whose fetching is paused: ahead of the watermark while the "
+            "buffer is full.",
+            registry=r,
+        )
+        self.pauses = Counter(
+            "gputriage_partition_pauses",
+            "Times a raw partition was paused because the buffer was full.",
+            registry=r,
         )
         self.stale = Counter(
             "gputriage_stale_events",

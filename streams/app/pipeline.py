@@ -323,6 +323,29 @@ class Pipeline:
             low = min(low, min((p for _, p in self._alive(now, busy)), default=math.inf))
         return low - self.grace if low < math.inf else -math.inf
 
+    def ahead(self, busy: Iterable[Partition], now: float | None = None) -> set[Partition]:
+        """The busy partitions that do not hold the watermark back: reading more of them
+        only buffers more (the worker pauses them while the buffer is full).
+
+        A partition's place in event time is the least of what it gives the watermark
+        rules (:meth:`_watermark`): its newest event time (it is busy) and the progress
+        of every alive source heard on it. The least place over those and every alive
+        source heard elsewhere holds the watermark; the partitions *at* it are never in
+        the result, so whoever holds the watermark is always read, and it moves.
+        """
+        newest = self._newest
+        place = {p: newest.get(p, -math.inf) for p in busy}
+        if not place:
+            return set()
+        low = min(place.values())
+        if self._sources:
+            for (_, topic, partition), progress in self._alive(now, place):
+                where = (topic, partition)
+                if where in place and progress < place[where]:
+                    place[where] = progress
+                low = min(low, progress)
+        return {p for p, at in place.items() if at > low}
+
     def sources(self, now: float, busy: Iterable[Partition] = ()) -> tuple[int, int]:
         """``(alive, idle)``: source ids heard on some partition within the idle timeout,
         and the others: heard only longer ago, or ended (the ``gputriage_sources_*`` gauges)."""

@@ -298,3 +298,41 @@ def test_the_header_cache_never_lets_a_malformed_pair_through() -> None:
     assert p.malformed_headers == 2
     assert len(out.dead_letters) == 2, "a tick without (good) progress headers is refused"
     assert p.sources(NOW) == (1, 0)
+
+
+def pods_at(
+    *seconds: int, partition: int, source: str | None = None, progress: int = 0
+) -> list[RawRecord]:
+    """Pod updates at those seconds on one pods partition (signed by ``source``)."""
+    c = Cluster()
+    for s in seconds:
+        c.pod(f"n{partition}", "p", s)
+    return signed(c.events, source, at(progress) if source else None, partition=partition)
+
+
+def test_the_partitions_ahead_of_the_watermark_are_those_past_the_slowest() -> None:
+    """Issue 11.3: what the worker pauses while its buffer is full."""
+    p = pipeline()
+    p.process(pods_at(10, partition=0) + pods_at(500, partition=1) + pods_at(500, partition=2))
+    busy = [(PODS, 0), (PODS, 1), (PODS, 2)]
+    assert p.ahead(busy, NOW) == {(PODS, 1), (PODS, 2)}
+    assert p.ahead(busy[1:], NOW) == set(), "the two tie: both hold it, neither is paused"
+    assert p.ahead([], NOW) == set()
+    unread = (LAYOUT.raw["nodes"].name, 0)
+    assert p.ahead([*busy, unread], NOW) == set(busy), "a partition not read yet holds it"
+
+
+def test_a_partition_a_slow_source_signs_holds_the_watermark_however_new_its_records() -> None:
+    p = pipeline()
+    p.process(pods_at(100, partition=0))
+    p.process(pods_at(500, partition=1, source="slow", progress=20), now=NOW)
+    assert p.ahead([(PODS, 0), (PODS, 1)], NOW) == {(PODS, 0)}
+
+
+def test_a_source_holding_the_watermark_from_a_partition_read_to_its_end_pauses_the_rest() -> None:
+    """Reading the others cannot move the watermark; the source's next heartbeat will."""
+    p = pipeline()
+    p.process([heartbeat("quiet", at(5), partition=2)], now=NOW)
+    p.process(pods_at(100, partition=0) + pods_at(200, partition=1))
+    assert p.ahead([(PODS, 0), (PODS, 1)], NOW) == {(PODS, 0), (PODS, 1)}
+    assert p.ahead([(PODS, 0), (PODS, 1)], NOW + IDLE + 1) == {(PODS, 1)}, "once it aged out"

@@ -11,15 +11,20 @@ from __future__ import annotations
 import asyncio
 import urllib.request
 from collections.abc import Iterator
+from datetime import timedelta
+from functools import partial
 from pathlib import Path
 
 import pytest
 
 from bench.generate import StreamSpec, generate_events
+from gputriage.demo.player import retime
 from schemas.codec import AnyEvent, decode_event, encode
 from schemas.events import PodEvent
 from schemas.incidents import Incident
-from tests.kafka_helpers import KafkaTestEnv, produce, wait_until
+from schemas.keys import correlation_key
+from streams.app.changelog import partition_for
+from tests.kafka_helpers import PARTITIONS, KafkaTestEnv, produce, wait_until
 from tests.paths import ROOT
 from tests.processor_helpers import (
     SLOW_STEPS,
@@ -225,6 +230,104 @@ def test_two_workers_split_the_partitions_and_agree_with_one(
     assert all(owned), f"each worker owned partitions at the end: {owned}"
     assert owned[0].isdisjoint(owned[1])
     assert owned[0] | owned[1] == set(range(3))
+
+
+def lagging(events: list[AnyEvent], partition: int, by: timedelta) -> list[AnyEvent]:
+    """The same stream with every event keyed to ``partition`` ``by`` earlier: a backlog
+    whose other partitions are all ahead of that one in event time (each partition stays
+    in order; the stream as a whole no longer is)."""
+    return [
+        retime(e, lambda moment: moment - by)
+        if partition_for(correlation_key(e), PARTITIONS) == partition
+        else e
+        for e in events
+    ]
+
+
+def _value(metrics: str, name: str) -> float:
+    [line] = [line for line in metrics.splitlines() if line.split(" ", 1)[0] == name]
+    return float(line.split()[-1])
+
+
+def test_buffered_events_stay_under_the_cap_while_one_partition_lags(
+    kafka: KafkaTestEnv, incidents: TopicReader, tmp_path: Path
+) -> None:
+    """Issue 11.3: partition 0's events are two hours older than the others', so every
+    event read from partitions 1 and 2 waits for partition 0 to catch up. Unbounded, the
+    worker would buffer about two thirds of the stream; with the cap it pauses the
+    partitions ahead, reads the one holding the watermark, and gets the same incidents.
+
+    The slack over the cap is one batch, ingested before the check, and one more shared
+    by all the partitions read while it is full (a partition not read yet holds the
+    watermark until its first batch is in; the slowest ones, read in turn, each overshoot
+    the next): the worker reads ``batch_max`` split between its raw partitions then.
+    Without pausing the peak is about 12,500."""
+    events = lagging(generated(20_000, 200), partition=0, by=timedelta(hours=2))
+    expected = reference(sorted(events, key=lambda e: e.time))
+    total = produce_events(kafka, events)
+    cap, batch = 2000, 100
+    app = f"{kafka.prefix}-app"
+    worker = Worker(
+        kafka,
+        app,
+        tmp_path / "worker.log",
+        {
+            "GPUTRIAGE_PROCESSOR__MAX_BUFFERED_EVENTS": str(cap),
+            "GPUTRIAGE_PROCESSOR__BATCH_MAX": str(batch),
+        },
+    )
+    try:
+        await_settled(incidents, expected, 120)
+        assert set(final(incidents.incidents())) == set(expected)
+        wait_until(lambda: committed(kafka, app) == total, timeout=30, what="all committed")
+        metrics = wait_until(lambda: _scrape(worker), timeout=10, what="metrics")
+    finally:
+        assert worker.stop() == 0, worker.log()
+    assert _value(metrics, "gputriage_buffered_events_cap") == cap
+    peak = _value(metrics, "gputriage_buffered_events_peak")
+    assert cap <= peak <= cap + 2 * batch, peak
+    assert _value(metrics, "gputriage_partition_pauses_total") > 0
+    assert _value(metrics, "gputriage_paused_partitions") == 0, "all resumed once caught up"
+    assert _value(metrics, "gputriage_buffered_events") == 0
+
+
+def test_a_rebalance_while_partitions_are_paused_changes_nothing(
+    kafka: KafkaTestEnv, incidents: TopicReader, tmp_path: Path
+) -> None:
+    """A worker throttled by a small cap (slow steps, so it still is) is joined by a
+    second: the new assignment starts with nothing paused, each worker pauses again as
+    its buffer fills, and the two together give the incidents of a replay."""
+    events = lagging(generated(20_000, 200), partition=0, by=timedelta(hours=2))
+    expected = reference(sorted(events, key=lambda e: e.time))
+    total = produce_events(kafka, events)
+    app = f"{kafka.prefix}-app"
+    capped = {"GPUTRIAGE_PROCESSOR__MAX_BUFFERED_EVENTS": "1000"}
+    first = Worker(kafka, app, tmp_path / "first.log", {**SLOW_STEPS, **capped})
+    workers = [first]
+    try:
+        wait_until(lambda: _pauses(first) > 0, timeout=60, what="the first worker to pause")
+        wait_until(lambda: committed(kafka, app), timeout=60, what="a first commit")
+        assert committed(kafka, app) < total, "still mid-stream"
+        second = Worker(kafka, app, tmp_path / "second.log", capped)
+        workers.append(second)
+        wait_until(lambda: _last_owned(second.log()), timeout=60, what="the second's assignment")
+        await_settled(incidents, expected, 120)
+        assert set(final(incidents.incidents())) == set(expected)
+        wait_until(lambda: committed(kafka, app) == total, timeout=60, what="all committed")
+        pages = [wait_until(partial(_scrape, w), timeout=10, what="metrics") for w in workers]
+        logs = [w.log() for w in workers]
+    finally:
+        codes = [w.stop() for w in workers]
+    assert codes == [0, 0], logs
+    assert all(_last_owned(log) for log in logs), logs
+    for page in pages:
+        assert _value(page, "gputriage_paused_partitions") == 0
+        assert _value(page, "gputriage_buffered_events") == 0
+
+
+def _pauses(worker: Worker) -> float:
+    page = _scrape(worker)
+    return _value(page, "gputriage_partition_pauses_total") if page else 0.0
 
 
 def _last_owned(log: str) -> set[int]:
