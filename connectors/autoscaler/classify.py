@@ -101,12 +101,13 @@ _AZURE: Final = (
 )
 
 
+_CLOUDS: Final = (("gce", _GCE), ("azure", _AZURE), ("aws", _AWS))
+
+
 def cloud_of(text: str, default: str = "") -> str:
     """``gce``, ``aws`` or ``azure`` when ``text`` shows which, else ``default``."""
-    if any(word in text for word in _GCE):
-        return "gce"
-    if any(word in text for word in _AZURE):
-        return "azure"
-    if any(word in text for word in _AWS):
-        return "aws"
+    for cloud, words in _CLOUDS:
+        for word in words:
+            if word in text:
+                return cloud
     return default

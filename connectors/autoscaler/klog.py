@@ -59,7 +59,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from connectors.autoscaler.classify import classify, cloud_of
@@ -89,6 +89,9 @@ class Fact:
     pods: tuple[PodRef, ...] = ()
 
 
+_SURELY_NEAREST: Final = timedelta(days=150)
+
+
 def klog_time(month: int, day: int, hms: str, frac: str, reference: datetime) -> datetime | None:
     """The time of a klog header, its year the one nearest ``reference``; ``None`` if invalid."""
     try:
@@ -96,8 +99,15 @@ def klog_time(month: int, day: int, hms: str, frac: str, reference: datetime) ->
         micro = int(frac[:6].ljust(6, "0")) if frac else 0
     except ValueError:
         return None
-    best: datetime | None = None
-    for year in (reference.year, reference.year - 1, reference.year + 1):
+    try:
+        best: datetime | None = datetime(
+            reference.year, month, day, hour, minute, second, micro, tzinfo=UTC
+        )
+    except ValueError:
+        best = None
+    if best is not None and abs(best - reference) <= _SURELY_NEAREST:
+        return best  # the neighbouring years are at least 200 days further
+    for year in (reference.year - 1, reference.year + 1):
         try:
             candidate = datetime(year, month, day, hour, minute, second, micro, tzinfo=UTC)
         except ValueError:

@@ -14,17 +14,17 @@ Time: the klog header's (year from :attr:`LineContext.reference`, see
 :func:`connectors.autoscaler.klog.klog_time`), else the Karpenter record's, else the
 wrapper's, else the reference time itself (a headerless paste).
 
-Speed: one regular expression of every message family's key words rejects a line
-that can state no fact before anything is unwrapped or decoded (most lines of a real
-log). Trap: the words are searched in the raw line, so a JSON wrapper that escaped
-ASCII in them (``\u0027`` for ``'``) would hide the line; docker, CRI and zap do not. Ids are
-deterministic: a hash of the source, the line's position and its text, and the
+Speed: a few substring tests (:data:`ANCHORS`) reject a line that can state no fact
+before anything is unwrapped or decoded (most lines of a real log). Trap: the words
+are searched in the raw line, so a JSON wrapper that escaped ASCII in them (``\\u0027``
+for ``'``) would hide the line; docker, CRI and zap do not.
+
+Ids are deterministic: a hash of the source, the line's position and its text, and the
 record's index within the line (a final plan names several groups).
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
@@ -41,10 +41,49 @@ FORMATS: Final = ("auto", "klog", "karpenter")
 _MAX_LINE: Final = 65536
 """Longer lines are cut before parsing (the evidence keeps the cut line)."""
 _KARPENTER_KEYS: Final = ("logger", "controller", "commit", "NodeClaim", "nodeclaim")
-_TRIGGER: Final = re.compile(
-    "|".join(re.escape(word) for word in (*klog.TRIGGERS, *karpenter.TRIGGERS))
+ANCHORS: Final = (
+    "cale",
+    "scaling failed",
+    "Failed adding",
+    "nodes",
+    "rror",
+    "node group",
+    "max ",
+    "quota",
+    "sched",
+    "Setting asg",
+    "Best option",
+    "Target size",
+    "predicate",
+    "No pod can fit",
+    "expansion",
+    "unneeded",
+    "ToBeDeleted",
+    "#CreateOrUpdate",
+    "reason: '",
+    "provisionable",
+    "atched ",
+    "nodeclaim",
+    "reating instance",
+    "isrupting",
+    "ainted node",
+    "eleted node",
+    "omputed packing",
+    "limits",
 )
-"""The fast path: a line with none of these words states no fact (most lines)."""
+"""The fast path: every key word of every message family (``klog.TRIGGERS``,
+``karpenter.TRIGGERS``) contains one of these (a test checks it), so a line with none
+states no fact; that is most lines of a real log."""
+_KLOG_SEVERITIES: Final = frozenset("IWEF")
+_BYTE_ANCHORS: Final = tuple(anchor.encode() for anchor in ANCHORS)
+
+
+def _may_state_fact(raw: str | bytes) -> bool:
+    anchors = _BYTE_ANCHORS if isinstance(raw, bytes) else ANCHORS
+    for anchor in anchors:  # noqa: SIM110 - a plain loop is faster than any() here
+        if anchor in raw:  # type: ignore[operator]
+            return True
+    return False
 
 
 @dataclass(slots=True, frozen=True)
@@ -65,14 +104,17 @@ def parse_line(
     raw: str | bytes, ctx: LineContext, position: object = ""
 ) -> tuple[AutoscalerEvent, ...] | RecordError:
     """The records of one line (see the module docstring); never raises."""
-    if isinstance(raw, bytes):
-        raw = raw.decode("utf-8", "replace")
     if len(raw) > _MAX_LINE:
         raw = raw[:_MAX_LINE]
-    if _TRIGGER.search(raw) is None:
+    if not _may_state_fact(raw):
         return ()
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", "replace")
     original = raw.rstrip("\r\n")
-    peeled = unwrap(raw)
+    if raw[:1] in _KLOG_SEVERITIES and raw[1:2].isdigit():
+        peeled = Unwrapped(original)  # a bare klog line: nothing to peel
+    else:
+        peeled = unwrap(raw)
     if ctx.fmt != "klog":
         record = peeled.record
         if record is None and peeled.text[:1].isdigit():

@@ -140,3 +140,11 @@ def test_arbitrary_lines_made_of_real_pieces_never_raise(raw: str) -> None:
     for fmt in ("klog", "karpenter"):
         other = parse_line(raw, LineContext(cluster="c", reference=CTX.reference, fmt=fmt), 1)
         assert isinstance(other, tuple | RecordError)
+
+
+def test_the_fast_path_anchors_cover_every_key_word() -> None:
+    from connectors.autoscaler import karpenter, klog  # noqa: PLC0415
+    from connectors.autoscaler.lines import ANCHORS  # noqa: PLC0415
+
+    for word in (*klog.TRIGGERS, *karpenter.TRIGGERS):
+        assert any(anchor in word for anchor in ANCHORS), word
