@@ -243,3 +243,15 @@ def test_karpenter_classifies_by_code_and_finds_the_nodepool() -> None:
     found = _one("karpenter.jsonl", 14)  # "... and 80 other(s)" is dropped
     assert len(found.pods) == 5
     assert found.pods[0].namespace == "dummy-test"
+
+
+def test_a_cloud_is_recorded_only_where_the_line_shows_it_and_then_right() -> None:
+    """``cloud`` comes from evidence in the line (codes, MIG URLs, provider file names);
+    wherever it is set it agrees with the block's cloud in SOURCES.md / labels.jsonl."""
+    shown = 0
+    for name, number, raw in corpus_lines():
+        for record in parse(name, number, raw):
+            if record.cloud:
+                shown += 1
+                assert record.cloud in LABELS[name, number]["cloud"].split("|"), (name, number)
+    assert shown >= 40  # 43 of the 134 records show their cloud
