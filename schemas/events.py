@@ -277,16 +277,56 @@ class GpuBindingEvent(Event, tag="gpu_binding.v1", frozen=True, kw_only=True):
 
 
 class AutoscalerEvent(Event, tag="autoscaler.v1", frozen=True, kw_only=True):
-    """A cluster-autoscaler or Karpenter scale decision or failure (cluster-scoped)."""
+    """A cluster-autoscaler or Karpenter scale decision or failure (cluster-scoped).
+
+    Parsed from the autoscaler's own log lines (``connectors/autoscaler``): one fact
+    per record, ``node`` always empty (the correlation key is the cluster), the
+    original line kept in ``line`` as evidence. Fields added after the first release
+    all have defaults, so records written before them still decode.
+    """
 
     action: str
-    """``scale_up_triggered``, ``scale_up_failed``, ``no_scale_up``, ``scale_down``..."""
+    """One of a fixed vocabulary: ``unschedulable`` (pods the autoscaler cannot place
+    yet), ``scale_up_planned`` (best option, estimate, final plan, setting group size,
+    TriggeredScaleUp/ScaledUpGroup, a created nodeclaim), ``scale_up_failed`` (the
+    cloud refused or failed to create nodes), ``scale_up_timeout`` (nodes did not
+    register in time), ``backoff`` (the group is skipped until ``until``),
+    ``max_size_reached`` (a node group's max size, the cluster's total limits, a
+    NodePool's limits), ``scale_down`` (nodes being removed, or failing to be).
+    Records of releases before this vocabulary may carry other words."""
     node_group: str = ""
+    """The node group (ASG, MIG URL, VMSS, Karpenter NodePool) the fact is about."""
     reason: str = ""
-    """Failure class: ``quota``, ``zone_capacity``, ``max_size``, ``timeout``, ``backoff``..."""
+    """Why, in a fixed vocabulary: ``quota`` (a cloud quota: QUOTA_EXCEEDED,
+    VcpuLimitExceeded, Azure "exceeding quota limit"), ``capacity`` (the cloud has no
+    machines: zone resource pool exhausted, stockout, InsufficientInstanceCapacity,
+    placeholder-cannot-be-fulfilled, provisioning-state-failed), ``max_size`` (the
+    group's max size or the autoscaler's own limits, including cluster-autoscaler's
+    "resource quotas"), ``timeout``, ``backoff`` (in backoff and the line gives no
+    cause), ``config`` (no node group fits: predicates, affinity, taints, a missing
+    node class), ``other`` (a failure of any other kind); empty when the fact has no
+    cause (a plan, a scale-down)."""
     message: str = ""
     pods: tuple[PodRef, ...] = ()
     source: str = "cluster-autoscaler"
+    """``cluster-autoscaler`` or ``karpenter``."""
+    size_from: int | None = None
+    """The group's size before a planned scale-up, when the line says it."""
+    size_to: int | None = None
+    """The size asked for, when the line says it."""
+    max_size: int | None = None
+    """The group's (or the cluster's) maximum, when the line says it."""
+    until: Time | None = None
+    """For ``backoff``: when scale-up of the group is allowed again, when given."""
+    cloud: str = ""
+    """``aws``, ``gce`` or ``azure`` when the line shows which; empty otherwise."""
+    cloud_code: str = ""
+    """The error code as logged (``QUOTA_EXCEEDED``, ``placeholder-cannot-be-fulfilled``,
+    ``InsufficientInstanceCapacity``, ``OperationNotAllowed``, ``timeout``...)."""
+    error_class: str = ""
+    """cluster-autoscaler's error class (``OutOfResource``, ``Other``) when logged."""
+    line: str = ""
+    """The original line, wrappers included: the evidence."""
 
 
 class Tick(Event, tag="tick.v1", frozen=True, kw_only=True):

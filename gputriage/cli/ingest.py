@@ -39,6 +39,7 @@ def ingest_group() -> None:
       kubectl get pods -A -o json | gputriage ingest k8s --cluster prod --file -
       gputriage ingest kmsg --node n1 --file dmesg.txt
       gputriage ingest dcgm --node n1 --file scrape-1.txt --file scrape-2.txt
+      gputriage ingest autoscaler --cluster prod --file ca.log --year 2026
     """
 
 
@@ -217,6 +218,104 @@ def ingest_dcgm_command(
     if paths.count(STDIN) > 1:
         raise click.BadParameter("stdin (-) can be read only once", param_hint="--file")
     return ingest_dcgm(paths, cluster=cluster, node=node, out=sys.stdout.buffer, err=sys.stderr)
+
+
+@ingest_group.command("autoscaler", context_settings=CONTEXT)
+@click.option(
+    "--file",
+    "path",
+    metavar="FILE",
+    required=True,
+    type=click.Path(exists=True, dir_okay=False, allow_dash=True),
+    help="cluster-autoscaler (klog) or Karpenter (JSON or console) log, raw or wrapped "
+    "(kubectl --prefix/--timestamps, docker json-file, CRI, JSON klog); plain or gzip; "
+    "- for stdin.",
+)
+@click.option("--cluster", required=True, help="Cluster name to put on every record.")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["auto", "klog", "karpenter"]),
+    default="auto",
+    show_default=True,
+    help="Log format; auto tells them apart line by line.",
+)
+@click.option(
+    "--year",
+    type=click.IntRange(1970, 9999),
+    default=None,
+    help="Year of every klog line (klog prints none). Exclusive with --reference-time.",
+)
+@click.option(
+    "--reference-time",
+    metavar="TIME",
+    type=TimeType(),
+    default=None,
+    help="klog lines take the year that puts them nearest this time (a log spanning "
+    "New Year works); default: the file's modification time, for a pipe now.",
+)
+@click.option(
+    "--cloud",
+    type=click.Choice(["aws", "gce", "azure"]),
+    default=None,
+    help="Cloud to record when a line does not show one.",
+)
+@click.pass_context
+def ingest_autoscaler_command(
+    ctx: click.Context,
+    *,
+    path: str,
+    cluster: str,
+    fmt: str,
+    year: int | None,
+    reference_time: datetime | None,
+    cloud: str | None,
+) -> int:
+    """Parse a saved autoscaler log into autoscaler.v1 records, printed as JSON lines.
+
+    Lines that state no scale-up, backoff, limit or scale-down fact are counted as
+    unrecognised (one line on stderr). A klog line that cannot be read is reported
+    as FILE:LINE on stderr; the exit status is then 1.
+
+    \b
+    Examples:
+      kubectl logs -n kube-system deploy/cluster-autoscaler | \\
+        gputriage ingest autoscaler --cluster prod --file -
+      gputriage ingest autoscaler --cluster prod --file ca.log --year 2026
+      gputriage ingest autoscaler --cluster prod --format karpenter --file karpenter.jsonl
+    """
+    settings_of(ctx)  # an invalid --config is one line here too, as for every verb
+    from connectors.autoscaler.lines import LineContext  # noqa: PLC0415
+    from connectors.autoscaler.offline import (  # noqa: PLC0415
+        Counts,
+        default_reference,
+        read_autoscaler,
+        year_reference,
+    )
+
+    if year is not None and reference_time is not None:
+        raise click.UsageError("give --year or --reference-time, not both")
+    (source,) = open_all([path])
+    with source:
+        if year is not None:
+            reference = year_reference(year)
+        else:
+            reference = reference_time or default_reference(source)
+        lines = LineContext(
+            cluster=cluster,
+            reference=reference,
+            source=source.name,
+            cloud=cloud or "",
+            fmt="klog" if fmt == "klog" else "karpenter" if fmt == "karpenter" else "auto",
+        )
+        counts = Counts()
+        status = _print_events(read_autoscaler(source, lines, counts), "autoscaler line")
+    print(
+        f"{PROG}: {source.name}: {counts.lines} lines, {counts.records} records, "
+        f"{counts.unrecognised} unrecognised, {counts.bad} bad",
+        file=sys.stderr,
+    )
+    return status
 
 
 class _Parsed(Protocol):

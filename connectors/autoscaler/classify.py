@@ -1,0 +1,113 @@
+"""The reason vocabulary: which cloud error means quota, which means capacity.
+
+Shared by the cluster-autoscaler (:mod:`connectors.autoscaler.klog`) and Karpenter
+(:mod:`connectors.autoscaler.karpenter`) parsers. Always classify by the *code* or the
+cloud's own words, never by the error class alone:
+
+* cluster-autoscaler's GCE client renames codes: any code containing ``QUOTA`` becomes
+  ``QUOTA_EXCEEDED``, ``ZONE_RESOURCE_POOL_EXHAUSTED[_WITH_DETAILS]`` becomes
+  ``RESOURCE_POOL_EXHAUSTED``, and all of them get errorClass ``OutOfResource``
+  (kubernetes/autoscaler ``cloudprovider/gce/autoscaling_gce_client.go`` ``GetErrorInfo``;
+  older releases said ``STOCKOUT``, PR #2521). The class cannot tell quota from stockout.
+* AWS: cluster-autoscaler reports every failed ASG activity as
+  ``placeholder-cannot-be-fulfilled`` (``cloudprovider/aws/auto_scaling_groups.go``); the EC2
+  cause (``InsufficientInstanceCapacity``, or ``VcpuLimitExceeded``, a quota) is only in
+  the ``ASG ... scaling failed with description`` line. Without it: ``capacity``.
+* Azure: asynchronous failures are ``provisioning-state-failed`` whatever the cause
+  (``cloudprovider/azure/azure_scale_set.go``): ``capacity``; synchronous ones carry the
+  ARM code and text (``Code="OperationNotAllowed" ... exceeding quota limit``).
+* Karpenter (aws/karpenter-provider-aws ``pkg/errors/errors.go``) counts
+  ``VcpuLimitExceeded``, ``MaxSpotInstanceCountExceeded`` ... as "insufficient capacity":
+  a quota code inside a capacity wrapper is ``quota``.
+
+Quota codes are looked for first, so a quota inside a capacity message wins.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Final
+
+_QUOTA_CODE: Final = re.compile(
+    r"VcpuLimitExceeded|VCPULimitExceeded|MaxSpotInstanceCountExceeded|MaxFleetCountExceeded|"
+    r"InstanceLimitExceeded|SpotQuotaExceeded|FleetQuotaExceeded|QuotaExceeded|[A-Z_]*QUOTA[A-Z_]*"
+)
+_QUOTA_TEXT: Final = re.compile(
+    r"exceeding (?:approved )?quota limit|Quota '[^']*' exceeded|quota limit exceeded"
+)
+_CAPACITY_CODE: Final = re.compile(
+    r"InsufficientInstanceCapacity|UnfulfillableCapacity|ReservationCapacityExceeded|"
+    r"(?:ZONE_)?RESOURCE_POOL_EXHAUSTED\w*|STOCKOUT|INSUFFICIENT_CAPACITY|"
+    r"placeholder-cannot-be-fulfilled|provisioning-state-failed|ZonalAllocationFailed|"
+    r"AllocationFailed|Overconstrained(?:Zonal)?AllocationRequest|SkuNotAvailable"
+)
+_CAPACITY_TEXT: Final = re.compile(
+    r"[Ii]nsufficient capacity|does not have enough resources available|cannot provision any more"
+)
+_CONFIG: Final = re.compile(
+    r"(?i)nodeclass|node class|predicate|affinity|taint|incompatible|not match"
+)
+_AZURE_CODE: Final = re.compile(r"Code=[\"'](?P<code>\w+)[\"']")
+
+
+def classify(text: str, code: str = "") -> tuple[str, str]:
+    """``(reason, cloud code)`` of a failure described by ``code`` and ``text``.
+
+    ``code`` is the structured code when the line has one (``errorCode=...``); the
+    text is searched for a code or wording that says more (a quota behind a
+    ``cloudProviderError``, the EC2 code inside an ICE message).
+    """
+    both = f"{code} {text}" if code else text
+    match = _QUOTA_CODE.search(both)
+    if match or _QUOTA_TEXT.search(text):
+        return "quota", code or (match.group(0) if match else _azure_code(text))
+    match = _CAPACITY_CODE.search(both)
+    if match or _CAPACITY_TEXT.search(text):
+        return "capacity", code or (match.group(0) if match else _azure_code(text))
+    if code == "timeout" or "timed out" in text:
+        return "timeout", code
+    if _CONFIG.search(text):
+        return "config", code or _azure_code(text)
+    return "other", code or _azure_code(text)
+
+
+def _azure_code(text: str) -> str:
+    match = _AZURE_CODE.search(text)
+    return match["code"] if match else ""
+
+
+_GCE: Final = ("googleapis.com", "QUOTA_EXCEEDED", "RESOURCE_POOL_EXHAUSTED", "STOCKOUT", "gce")
+_AWS: Final = (
+    "placeholder-cannot-be-fulfilled",
+    "auto_scaling_groups.go",
+    "aws_",
+    "AWS",
+    "EC2",
+    "aws:///",
+    "ec2nodeclass",
+    "InsufficientInstanceCapacity",
+    "VcpuLimitExceeded",
+    "ASG ",
+)
+_AZURE: Final = (
+    "azure",
+    "Azure",
+    "provisioning-state-failed",
+    "containerservice",
+    "VirtualMachineScaleSets",
+    "Microsoft.Compute",
+    "Standard_",
+    "-vmss",
+)
+
+
+_CLOUDS: Final = (("gce", _GCE), ("azure", _AZURE), ("aws", _AWS))
+
+
+def cloud_of(text: str, default: str = "") -> str:
+    """``gce``, ``aws`` or ``azure`` when ``text`` shows which, else ``default``."""
+    for cloud, words in _CLOUDS:
+        for word in words:
+            if word in text:
+                return cloud
+    return default

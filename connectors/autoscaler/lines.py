@@ -1,0 +1,204 @@
+"""One raw autoscaler log line to its ``autoscaler.v1`` records: unwrap, tell the format, parse.
+
+:func:`parse_line` never raises. It returns a tuple of records (most often empty:
+the line states no fact in the vocabulary, an *unrecognised* line the caller
+counts), or a :class:`~schemas.codec.RecordError` for a line that is plainly a
+klog record but cannot be read (an impossible date): a dead letter.
+
+Formats (``fmt``): ``klog`` (cluster-autoscaler), ``karpenter`` (JSON or console),
+``auto`` (per line, by content: a JSON record with Karpenter's keys or a console
+line is Karpenter, anything else is read as klog). Wrappers are peeled first
+(:mod:`connectors.autoscaler.unwrap`); the record's ``line`` keeps the original.
+
+Time: the klog header's (year from :attr:`LineContext.reference`, see
+:func:`connectors.autoscaler.klog.klog_time`), else the Karpenter record's, else the
+wrapper's, else the reference time itself (a headerless paste).
+
+Speed: a few substring tests (:data:`ANCHORS`) reject a line that can state no fact
+before anything is unwrapped or decoded (most lines of a real log). Trap: the words
+are searched in the raw line, so a JSON wrapper that escaped ASCII in them (``\\u0027``
+for ``'``) would hide the line; docker, CRI and zap do not.
+
+Ids are deterministic: a hash of the source, the line's position and its text, and the
+record's index within the line (a final plan names several groups).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final, Literal
+
+from connectors.autoscaler import karpenter, klog
+from connectors.autoscaler.classify import cloud_of
+from connectors.autoscaler.unwrap import Unwrapped, parse_time, unwrap
+from schemas.codec import RecordError
+from schemas.events import AutoscalerEvent
+from schemas.ids import hashed_id
+
+Format = Literal["auto", "klog", "karpenter"]
+FORMATS: Final = ("auto", "klog", "karpenter")
+_MAX_LINE: Final = 65536
+"""Longer lines are cut before parsing (the evidence keeps the cut line)."""
+_KARPENTER_KEYS: Final = ("logger", "controller", "commit", "NodeClaim", "nodeclaim")
+ANCHORS: Final = (
+    "cale",
+    "scaling failed",
+    "Failed adding",
+    "nodes",
+    "rror",
+    "node group",
+    "max ",
+    "quota",
+    "sched",
+    "Setting asg",
+    "Best option",
+    "Target size",
+    "predicate",
+    "No pod can fit",
+    "expansion",
+    "unneeded",
+    "ToBeDeleted",
+    "#CreateOrUpdate",
+    "reason: '",
+    "provisionable",
+    "atched ",
+    "nodeclaim",
+    "reating instance",
+    "isrupting",
+    "ainted node",
+    "eleted node",
+    "omputed packing",
+    "limits",
+)
+"""The fast path: every key word of every message family (``klog.TRIGGERS``,
+``karpenter.TRIGGERS``) contains one of these (a test checks it), so a line with none
+states no fact; that is most lines of a real log."""
+_KLOG_SEVERITIES: Final = frozenset("IWEF")
+_BYTE_ANCHORS: Final = tuple(anchor.encode() for anchor in ANCHORS)
+
+
+def _may_state_fact(raw: str | bytes) -> bool:
+    anchors = _BYTE_ANCHORS if isinstance(raw, bytes) else ANCHORS
+    for anchor in anchors:  # noqa: SIM110 - a plain loop is faster than any() here
+        if anchor in raw:  # type: ignore[operator]
+            return True
+    return False
+
+
+@dataclass(slots=True, frozen=True)
+class LineContext:
+    """What a line does not say: the cluster, the year, the source's name for ids."""
+
+    cluster: str
+    reference: datetime
+    """klog has no year: a line gets the year that puts it nearest this time."""
+    source: str = ""
+    """The file or pod the lines come from (part of every id)."""
+    cloud: str = ""
+    """The cloud to record when a line shows none."""
+    fmt: Format = "auto"
+
+
+def parse_line(
+    raw: str | bytes, ctx: LineContext, position: object = ""
+) -> tuple[AutoscalerEvent, ...] | RecordError:
+    """The records of one line (see the module docstring); never raises."""
+    if len(raw) > _MAX_LINE:
+        raw = raw[:_MAX_LINE]
+    if not _may_state_fact(raw):
+        return ()
+    if isinstance(raw, bytes):
+        raw = raw.decode("utf-8", "replace")
+    original = raw.rstrip("\r\n")
+    if raw[:1] in _KLOG_SEVERITIES and raw[1:2].isdigit():
+        peeled = Unwrapped(original)  # a bare klog line: nothing to peel
+    else:
+        peeled = unwrap(raw)
+    if ctx.fmt != "klog":
+        record = peeled.record
+        if record is None and peeled.text[:1].isdigit():
+            record = karpenter.console_record(peeled.text)
+        if record is not None and (
+            ctx.fmt == "karpenter" or any(key in record for key in _KARPENTER_KEYS)
+        ):
+            return _karpenter(record, peeled, ctx, position, original)
+        if ctx.fmt == "karpenter":
+            return ()
+    return _klog(peeled, ctx, position, original)
+
+
+def _klog(
+    peeled: Unwrapped, ctx: LineContext, position: object, original: str
+) -> tuple[AutoscalerEvent, ...] | RecordError:
+    text = peeled.text
+    header = klog.HEADER.match(text)
+    if header is not None:
+        message = text[header.end() :]
+        facts = klog.parse_message(message)
+        if not facts:
+            return ()
+        stamp = klog.header_time(header, ctx.reference)
+        if isinstance(stamp, RecordError):
+            return stamp
+        where = header["file"]
+    else:
+        headerless = klog._HEADERLESS.match(text)
+        message = text[headerless.end() :] if headerless else text
+        facts = klog.parse_message(message)
+        if not facts:
+            return ()
+        stamp = peeled.time or ctx.reference
+        where = headerless["file"] if headerless else peeled.source
+    cloud = cloud_of(f"{where} {message}", ctx.cloud)
+    return _events(facts, ctx, position, original, stamp, message, cloud, "cluster-autoscaler")
+
+
+def _karpenter(
+    record: dict[str, Any], peeled: Unwrapped, ctx: LineContext, position: object, original: str
+) -> tuple[AutoscalerEvent, ...]:
+    facts = karpenter.parse_record(record)
+    if not facts:
+        return ()
+    stamp = _record_time(record) or peeled.time or ctx.reference
+    message = karpenter.message_of(record)
+    error = record.get("error")
+    if isinstance(error, str) and error:
+        message = f"{message}: {error}"
+    cloud = cloud_of(original, ctx.cloud)
+    return _events(facts, ctx, position, original, stamp, message, cloud, "karpenter")
+
+
+def _record_time(record: dict[str, Any]) -> datetime | None:
+    value = record.get("time")
+    if isinstance(value, str):
+        return parse_time(value)
+    value = record.get("ts")
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0 <= value < 1e11:
+        return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(seconds=value)
+    return None
+
+
+def _events(
+    facts: tuple[klog.Fact, ...],
+    ctx: LineContext,
+    position: object,
+    original: str,
+    stamp: datetime,
+    message: str,
+    cloud: str,
+    source: str,
+) -> tuple[AutoscalerEvent, ...]:
+    return tuple(
+        klog.to_event(
+            fact,
+            event_id=hashed_id("as", ctx.source, position, original, index),
+            cluster=ctx.cluster,
+            time=stamp,
+            message=message,
+            cloud=cloud,
+            line=original,
+            source=source,
+        )
+        for index, fact in enumerate(facts)
+    )
