@@ -15,15 +15,16 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
+from bench.generate import StreamSpec, generate_events
 from connectors.kafka.producer import EventProducer
 from gputriage.demo.player import retime
-from schemas.codec import AnyEvent, decode_dead_letter, decode_incident
+from schemas.codec import AnyEvent, decode_dead_letter, decode_incident, encode
 from schemas.dead_letters import DeadLetter
 from schemas.events import Tick
 from schemas.incidents import Incident
 from streams.core import Correlator
 from tests.core_helpers import config
-from tests.kafka_helpers import KafkaTestEnv
+from tests.kafka_helpers import KafkaTestEnv, wait_until
 
 FAST_GROUP = {
     "GPUTRIAGE_PROCESSOR__SESSION_TIMEOUT_SECONDS": "6",
@@ -114,6 +115,42 @@ async def fetch_committed(kafka: KafkaTestEnv, group: str) -> int:
         await consumer.stop()
 
 
+class GroupOffsets:
+    """:func:`committed`, polled fast: one consumer of the group (never subscribed, so
+    never a member), kept open on a loop of its own, asked again on every call."""
+
+    def __init__(self, kafka: KafkaTestEnv, group: str) -> None:
+        self.kafka = kafka
+        self.group = group
+        self._loop = asyncio.new_event_loop()
+        self._consumer: AIOKafkaConsumer | None = None
+        self._tps = [
+            TopicPartition(topic, p)
+            for topic in kafka.layout.raw_topics
+            for p in range(kafka.settings.partitions)
+        ]
+
+    def __call__(self) -> int:
+        return self._loop.run_until_complete(self._count())
+
+    async def _count(self) -> int:
+        if self._consumer is None:
+            self._consumer = AIOKafkaConsumer(
+                bootstrap_servers=self.kafka.bootstrap,
+                group_id=self.group,
+                enable_auto_commit=False,
+            )
+            await self._consumer.start()
+        consumer = self._consumer
+        offsets = await asyncio.gather(*(consumer.committed(tp) for tp in self._tps))
+        return sum(o for o in offsets if o)
+
+    def close(self) -> None:
+        if self._consumer is not None:
+            self._loop.run_until_complete(self._consumer.stop())
+        self._loop.close()
+
+
 def restored_keys(log: str) -> int:
     """Keys a worker's log says it restored from the state topic, over all assignments."""
     total = 0
@@ -156,9 +193,13 @@ def reference(events: Iterable[AnyEvent]) -> dict[str, Incident]:
 class TopicReader:
     """Reads a topic from the beginning, incrementally, without a consumer group."""
 
-    def __init__(self, kafka: KafkaTestEnv, topic: str) -> None:
+    def __init__(self, kafka: KafkaTestEnv, topic: str, fetch_max_wait_ms: int = 500) -> None:
         self.kafka = kafka
         self.topic = topic
+        self.fetch_max_wait_ms = fetch_max_wait_ms
+        """How long the broker may hold a fetch (aiokafka's default, 500 ms; Tansu always
+        waits it out): the reader fetches only while :meth:`poll` runs, so a smaller one
+        sees new records sooner."""
         self.records: list[Any] = []
         self._loop = asyncio.new_event_loop()
         self._consumer: AIOKafkaConsumer | None = None
@@ -177,7 +218,9 @@ class TopicReader:
 
     async def _start(self) -> AIOKafkaConsumer:
         # aiokafka clients must be created inside a running loop.
-        consumer = AIOKafkaConsumer(bootstrap_servers=self.kafka.bootstrap)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.kafka.bootstrap, fetch_max_wait_ms=self.fetch_max_wait_ms
+        )
         await consumer.start()
         await consumer.topics()
         parts = consumer.partitions_for_topic(self.topic) or set()
@@ -213,3 +256,36 @@ def ending_days_ago(events: list[AnyEvent], days: float = 3.0) -> list[AnyEvent]
     last = max(e.time for e in events)
     delta = datetime.now(tz=UTC) - timedelta(days=days) - last
     return [retime(e, lambda moment: moment + delta) for e in events]
+
+
+def generated(events: int, nodes: int) -> list[AnyEvent]:
+    """A bench stream of ``events`` over ``nodes`` nodes (one cluster, one hour), moved
+    to end days ago (:func:`ending_days_ago`)."""
+    spec = StreamSpec(events=events, nodes=nodes, clusters=1, hours=1)
+    return ending_days_ago(list(generate_events(spec)))
+
+
+def settled(reader: TopicReader, expected: dict[str, Incident]) -> bool:
+    """Every expected incident has reached its final revision on the topic."""
+    reader.poll()
+    got = final(reader.incidents())
+    return all(i in got and encode(got[i]) == encode(inc) for i, inc in expected.items())
+
+
+def await_settled(reader: TopicReader, expected: dict[str, Incident], timeout: float) -> None:
+    """Wait for :func:`settled`; on timeout, say what is missing or different."""
+    try:
+        wait_until(lambda: settled(reader, expected), timeout=timeout, what="all incidents")
+    except AssertionError:
+        got = final(reader.incidents())
+        missing = [i for i in expected if i not in got]
+        differ = [i for i in expected if i in got and encode(got[i]) != encode(expected[i])]
+        extra = [i for i in got if i not in expected]
+        detail = ""
+        if differ:
+            first = differ[0]
+            detail = f"\n got {encode(got[first])!r}\nwant {encode(expected[first])!r}"
+        raise AssertionError(
+            f"{len(missing)} missing, {len(differ)} differ, {len(extra)} extra "
+            f"of {len(expected)}{detail}"
+        ) from None

@@ -17,11 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from bench.generate import StreamSpec, generate_events
 from gputriage.demo.player import retime
-from schemas.codec import AnyEvent, decode_event, encode
+from schemas.codec import AnyEvent, decode_event
 from schemas.events import PodEvent
-from schemas.incidents import Incident
 from schemas.keys import correlation_key
 from streams.app.changelog import partition_for
 from tests.kafka_helpers import PARTITIONS, KafkaTestEnv, produce, wait_until
@@ -30,9 +28,11 @@ from tests.processor_helpers import (
     SLOW_STEPS,
     TopicReader,
     Worker,
+    await_settled,
     committed,
     ending_days_ago,
     final,
+    generated,
     produce_events,
     reference,
     restored_keys,
@@ -47,32 +47,6 @@ def incidents(kafka: KafkaTestEnv) -> Iterator[TopicReader]:
     reader = TopicReader(kafka, kafka.layout.incidents.name)
     yield reader
     reader.close()
-
-
-def settled(reader: TopicReader, expected: dict[str, Incident]) -> bool:
-    """Every expected incident has reached its final revision on the topic."""
-    reader.poll()
-    got = final(reader.incidents())
-    return all(i in got and encode(got[i]) == encode(inc) for i, inc in expected.items())
-
-
-def await_settled(reader: TopicReader, expected: dict[str, Incident], timeout: float) -> None:
-    """Wait for :func:`settled`; on timeout, say what is missing or different."""
-    try:
-        wait_until(lambda: settled(reader, expected), timeout=timeout, what="all incidents")
-    except AssertionError:
-        got = final(reader.incidents())
-        missing = [i for i in expected if i not in got]
-        differ = [i for i in expected if i in got and encode(got[i]) != encode(expected[i])]
-        extra = [i for i in got if i not in expected]
-        detail = ""
-        if differ:
-            first = differ[0]
-            detail = f"\n got {encode(got[first])!r}\nwant {encode(expected[first])!r}"
-        raise AssertionError(
-            f"{len(missing)} missing, {len(differ)} differ, {len(extra)} extra "
-            f"of {len(expected)}{detail}"
-        ) from None
 
 
 def test_raw_events_become_the_expected_incidents(
@@ -144,11 +118,6 @@ def test_garbage_goes_to_the_dead_letter_topic_and_processing_continues(
     finally:
         dead.close()
         assert worker.stop() == 0, worker.log()
-
-
-def generated(events: int, nodes: int) -> list[AnyEvent]:
-    spec = StreamSpec(events=events, nodes=nodes, clusters=1, hours=1)
-    return ending_days_ago(list(generate_events(spec)))
 
 
 def test_a_killed_worker_restarted_loses_nothing_and_invents_nothing(

@@ -1,0 +1,192 @@
+"""Six SIGKILLs at different points of a 30k-event backlog, then a seventh worker to the end.
+
+Workers of one consumer group run in turn over the same backlog; each but the last is
+killed (SIGKILL: no flush, no commit, no goodbye) at another point of its cycle and at
+another depth of the backlog. The last one runs to the end. Then every incident's final
+revision on the incident topic must be the one the pure core reaches over the same
+events with every window closed (:func:`tests.processor_helpers.reference`), and no id
+may appear that the core does not make.
+
+Duplicates of ``(id, revision)`` are possible by design, and this test makes sure to
+produce some: delivery is at-least-once (:mod:`streams.app.worker`). A worker publishes
+a batch's incident revisions as soon as the batch is applied, but writes the key state
+and commits only at the next flush; killed in between, its successor restores the older
+state, re-reads the records behind it and publishes the same revisions again. What the
+design guarantees, and this test asserts, is that every copy of one ``(id, revision)``
+is byte-identical (the core is deterministic), so a reader that keeps one per
+``(id, revision)``, or the compacted topic's last record per id, loses nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+
+from schemas.codec import AnyEvent, decode_incident, encode
+from schemas.incidents import Incident
+from tests.kafka_helpers import KafkaTestEnv, wait_until
+from tests.processor_helpers import (
+    SLOW_STEPS,
+    GroupOffsets,
+    TopicReader,
+    Worker,
+    await_settled,
+    final,
+    generated,
+    produce_events,
+    reference,
+    restored_keys,
+)
+
+QUICK_GROUP = {
+    "GPUTRIAGE_PROCESSOR__SESSION_TIMEOUT_SECONDS": "2",
+    "GPUTRIAGE_PROCESSOR__REBALANCE_TIMEOUT_SECONDS": "2",
+}
+"""A killed worker's partitions are free again after 2 s (the group waits for a dead
+member that long before it completes the successor's join): six kills cost ~12 s."""
+
+KillPoint = Callable[[Worker, int], object]
+"""When to kill a worker, given it and the group's committed count when it started."""
+
+NO_COMMIT = {**SLOW_STEPS, "GPUTRIAGE_PROCESSOR__SNAPSHOT_SECONDS": "3600"}
+"""A worker that publishes every batch's revisions but never snapshots or commits."""
+
+
+def test_six_kills_at_different_points_lose_nothing_and_invent_nothing(
+    kafka: KafkaTestEnv, tmp_path: Path
+) -> None:
+    started = time.monotonic()
+    events = generated(30_000, 300)
+    kafka.create_topics()
+    # Kill points watch the topic and the group's commit closely (a fetch held the
+    # default 500 ms would let a worker run thousands of records past them).
+    incidents = TopicReader(kafka, kafka.layout.incidents.name, fetch_max_wait_ms=10)
+    count = GroupOffsets(kafka, f"{kafka.prefix}-app")
+    try:
+        _kills(kafka, incidents, tmp_path, events, count)
+    finally:
+        count.close()
+        incidents.close()
+    print(f"{time.monotonic() - started:.1f} s")
+
+
+def _kills(
+    kafka: KafkaTestEnv,
+    incidents: TopicReader,
+    tmp_path: Path,
+    events: list[AnyEvent],
+    count: GroupOffsets,
+) -> None:
+    expected = reference(events)
+    total = produce_events(kafka, events)
+    assert total >= 30_000
+    app = count.group
+
+    def grown(since: int) -> bool:
+        """The incident topic has more than ``since`` records."""
+        incidents.poll()
+        return len(incidents.records) > since
+
+    def passed(fraction: float) -> KillPoint:
+        """Right after a commit: the group's commit has passed ``fraction`` of the
+        backlog, and moved since this worker started (its predecessor may have been
+        killed past that point already)."""
+        return lambda _, start: (now := count()) >= total * fraction and now > start
+
+    revisions = sum(inc.revision for inc in expected.values())
+    out: set[tuple[str, int]] = set()
+    decoded: list[Incident] = []
+
+    def distinct() -> int:
+        """The ``(id, revision)`` pairs on the incident topic (duplicates once)."""
+        incidents.poll()
+        for incident in incidents.incidents()[len(decoded) :]:
+            decoded.append(incident)
+            out.add((incident.id, incident.revision))
+        return len(out)
+
+    def publishing(fraction: float) -> KillPoint:
+        """While publishing: as soon as ``fraction`` of all revisions are out, counting
+        only new ones (a successor first publishes again what its predecessor had
+        published past the last commit). Commits come in bursts, each right after the
+        revisions of its batches: a point after a commit would miss the burst."""
+        first: list[int] = []
+
+        def point(worker: Worker, start: int) -> bool:
+            now = distinct()
+            if not first:
+                first.append(now)
+            return now >= revisions * fraction and now > first[0]
+
+        return point
+
+    def restored(worker: Worker, start: int) -> bool:
+        """In its restore, just after start: as soon as its log says it restored keys."""
+        return restored_keys(worker.log()) > 0
+
+    def published(worker: Worker, start: int) -> bool:
+        """Before its first commit: it has published revisions (and commits never)."""
+        return grown(at_start[0])
+
+    log: list[str] = []
+    at_start: list[int] = []
+
+    def run(name: str, env: dict[str, str], kill_when: KillPoint) -> None:
+        start, began = count(), time.monotonic()
+        incidents.poll()
+        at_start[:] = [len(incidents.records)]
+        worker = Worker(kafka, app, tmp_path / f"{name}.log", {**QUICK_GROUP, **env})
+        try:
+            wait_until(lambda: kill_when(worker, start), timeout=60, what=f"kill point {name}")
+        except AssertionError as late:
+            raise AssertionError(f"{late}; {count()} of {total} committed; {log}") from None
+        finally:
+            worker.kill()
+        incidents.poll()
+        log.append(
+            f"{name}: committed {start} -> {count()} of {total}, incident records "
+            f"{at_start[0]} -> {len(incidents.records)}, {time.monotonic() - began:.1f} s"
+        )
+
+    run("after-commit", SLOW_STEPS, passed(1 / 7))
+    run("restore", SLOW_STEPS, restored)
+    run("publishing", SLOW_STEPS, publishing(2 / 7))
+    run("publishing-2", SLOW_STEPS, publishing(3 / 7))
+    run("after-commit-2", SLOW_STEPS, passed(4 / 7))
+    # Last: never committing, it never waits on the broker either, and may publish
+    # the rest of the backlog at once; its successor publishes all that again.
+    before = count()
+    run("before-first-commit", NO_COMMIT, published)
+    assert count() == before, "the no-commit worker committed nothing"
+    assert count() < total, f"the kills landed mid-backlog: {log}"
+
+    last = Worker(kafka, app, tmp_path / "last.log", QUICK_GROUP)
+    try:
+        await_settled(incidents, expected, 90)
+        wait_until(lambda: count() == total, timeout=30, what="all committed")
+    finally:
+        assert last.stop() == 0, last.log()
+    incidents.poll()  # what its clean stop may have flushed, for the count below
+
+    got = final(incidents.incidents())
+    lost = [i for i in expected if i not in got]
+    differ = [i for i in expected if i in got and encode(got[i]) != encode(expected[i])]
+    invented = [i for i in got if i not in expected]
+    copies: dict[tuple[str, int], set[bytes]] = defaultdict(set)
+    records = [r.value for r in incidents.records if r.value is not None]
+    per_revision: dict[tuple[str, int], int] = defaultdict(int)
+    for value in records:
+        incident = decode_incident(value)
+        copies[incident.id, incident.revision].add(value)
+        per_revision[incident.id, incident.revision] += 1
+    duplicated = sum(n - 1 for n in per_revision.values())
+    differing = {k: v for k, v in copies.items() if len(v) > 1}
+    print(
+        f"\n{len(records)} records, {len(expected)} incidents: {len(lost)} lost, "
+        f"{len(differ)} differing, {len(invented)} invented, {duplicated} duplicated "
+        f"(id, revision), {len(differing)} of them with different bytes\n" + "\n".join(log)
+    )
+    assert (lost, differ, invented) == ([], [], []), log
+    assert not differing, next(iter(differing.items()))
