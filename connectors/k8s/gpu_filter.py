@@ -48,7 +48,10 @@ class GpuFilter:
 
     def _remember(self, key: str, event: PodEvent | NodeEvent) -> None:
         if event.op == "deleted":
-            due = event.time + self._forget_after
+            # An object stamped near the end of time (a condition's lastTransitionTime of
+            # 9999-12-31, found by the ingest fuzz test) must not overflow: forget never.
+            room = datetime.max.replace(tzinfo=event.time.tzinfo) - event.time
+            due = event.time + min(self._forget_after, room)
             self._names[key] = due
             heapq.heappush(self._due, (due, key))
         else:

@@ -6,6 +6,7 @@ import copy
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 import orjson
 import pytest
 
@@ -866,3 +867,16 @@ def test_watch_line_slims_new_fixtures_as_the_parsed_event_does(
     from_bytes = slim_watch_line(orjson.dumps(envelope), cluster="c1", observed=observed)
     assert not isinstance(from_bytes, RecordError), from_bytes
     assert _same(from_bytes, slim_watch_event(envelope, cluster="c1", observed=observed))
+
+
+def test_the_gpu_filter_survives_a_deleted_pod_stamped_at_the_end_of_time() -> None:
+    """Found by tests/cli/test_fuzz.py: a DELETED pod whose condition says
+    ``lastTransitionTime: 9999-12-31T23:59:59Z`` has that event time, and remembering
+    when to forget its name overflowed ``datetime`` (OverflowError in ``ingest k8s``)."""
+    gpu_pod = pod("pod_training")
+    last = msgspec.structs.replace(
+        gpu_pod, op="deleted", time=datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
+    )
+    keep = GpuFilter()
+    assert keep.keep(gpu_pod)
+    assert keep.keep(last)
