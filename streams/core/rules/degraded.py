@@ -144,19 +144,8 @@ def on_follow(step: Step, item: Evidence) -> None:
 def on_recovered(step: Step, gpu_key: str) -> None:
     """XID 154 says the GPU's recovery action is now None (logged after a reset): a
     fault of this GPU alone, seen only through XIDs, is over."""
-    state = step.state
-    draft = state.fault_draft
-    if draft is not None and set(draft.gpus) <= {gpu_key}:
-        state.fault_draft = None
-        state.timers_dirty = True
-    inc = step.find(KIND, SUBJECT)
-    if (
-        inc is not None
-        and "xids" in inc.attributes
-        and "escalated" not in inc.attributes
-        and state.degraded_since is None
-        and set(inc.gpus) <= {gpu_key}
-    ):
+    inc = _xid_only_ticket(step, gpu_key)
+    if inc is not None:
         step.resolve(inc, step.now, "the driver reports no recovery action needed any more")
 
 
@@ -164,6 +153,15 @@ def on_repeat(step: Step, gpu_key: str, repeat: OpenIncident) -> None:
     """An ``xid_repeat`` opened for this GPU: its page (RMA, resets will not hold)
     supersedes an XID-only ticket of this GPU alone, whose action was one reset. A
     ticket that also tells a drop or failed pods stays: it has more to say."""
+    inc = _xid_only_ticket(step, gpu_key)
+    if inc is not None:
+        inc.attributes["superseded_by"] = repeat.id
+        step.resolve(inc, step.now, f"superseded by xid_repeat {repeat.id}")
+
+
+def _xid_only_ticket(step: Step, gpu_key: str) -> OpenIncident | None:
+    """Drop a pending draft about this GPU alone, and return the open ``gpu_degraded``
+    that only XIDs of this GPU made (no drop, not escalated), if there is one."""
     state = step.state
     draft = state.fault_draft
     if draft is not None and set(draft.gpus) <= {gpu_key}:
@@ -177,8 +175,8 @@ def on_repeat(step: Step, gpu_key: str, repeat: OpenIncident) -> None:
         and state.degraded_since is None
         and set(inc.gpus) <= {gpu_key}
     ):
-        inc.attributes["superseded_by"] = repeat.id
-        step.resolve(inc, step.now, f"superseded by xid_repeat {repeat.id}")
+        return inc
+    return None
 
 
 def _add_fault(
