@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable
 from datetime import datetime, tzinfo
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import click
 import msgspec
@@ -43,15 +43,25 @@ def ingest_group() -> None:
     """
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _input_file(help: str) -> Callable[[F], F]:
+    """The ``--file FILE`` every single-input verb takes (``-`` for stdin)."""
+    return click.option(
+        "--file",
+        "path",
+        metavar="FILE",
+        required=True,
+        type=click.Path(exists=True, dir_okay=False, allow_dash=True),
+        help=help,
+    )
+
+
 @ingest_group.command("k8s", context_settings=CONTEXT)
-@click.option(
-    "--file",
-    "path",
-    metavar="FILE",
-    required=True,
-    type=click.Path(exists=True, dir_okay=False, allow_dash=True),
-    help='Watch events as JSON lines ({"type":..,"object":..}), objects one per line, '
-    "or kubectl get -o json output (List or pretty-printed); plain or gzip; - for stdin.",
+@_input_file(
+    'Watch events as JSON lines ({"type":..,"object":..}), objects one per line, '
+    "or kubectl get -o json output (List or pretty-printed); plain or gzip; - for stdin."
 )
 @click.option("--cluster", required=True, help="Cluster name to put on every event.")
 @gpu_resource_options
@@ -89,14 +99,9 @@ def ingest_k8s_command(
 
 
 @ingest_group.command("kmsg", context_settings=CONTEXT)
-@click.option(
-    "--file",
-    "path",
-    metavar="FILE",
-    required=True,
-    type=click.Path(exists=True, dir_okay=False, allow_dash=True),
-    help="Kernel log: dmesg [-T | --time-format iso], syslog, journalctl -k [-o json], "
-    "or /dev/kmsg records; plain or gzip; - for stdin.",
+@_input_file(
+    "Kernel log: dmesg [-T | --time-format iso], syslog, journalctl -k [-o json], "
+    "or /dev/kmsg records; plain or gzip; - for stdin."
 )
 @click.option("--node", required=True, help="Node name to put on every event.")
 @click.option("--cluster", default="", help="Cluster name to put on every event.")
@@ -221,15 +226,10 @@ def ingest_dcgm_command(
 
 
 @ingest_group.command("autoscaler", context_settings=CONTEXT)
-@click.option(
-    "--file",
-    "path",
-    metavar="FILE",
-    required=True,
-    type=click.Path(exists=True, dir_okay=False, allow_dash=True),
-    help="cluster-autoscaler (klog) or Karpenter (JSON or console) log, raw or wrapped "
+@_input_file(
+    "cluster-autoscaler (klog) or Karpenter (JSON or console) log, raw or wrapped "
     "(kubectl --prefix/--timestamps, docker json-file, CRI, JSON klog); plain or gzip; "
-    "- for stdin.",
+    "- for stdin."
 )
 @click.option("--cluster", required=True, help="Cluster name to put on every record.")
 @click.option(
