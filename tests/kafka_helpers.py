@@ -14,12 +14,14 @@ import signal
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 
 from connectors.kafka.admin import ensure_topics
 from gputriage.demo.broker import EmbeddedBroker
+from schemas.events import KubeEvent, ObjectRef
 from schemas.topics import TopicLayout, TopicSettings, topic_layout
 
 T = TypeVar("T")
@@ -245,3 +247,23 @@ async def consume_events(
             f"only {len(without_heartbeats(late.records))} of {count} records within {timeout} s"
         ) from None
     return without_heartbeats(records)
+
+
+NUMBERED_T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+
+
+def numbered_event(n: int, *, prefix: str = "test", nodes: int = 4) -> KubeEvent:
+    """The ``n``-th of a stream of small, valid, distinct events over ``nodes`` nodes, one
+    second apart: what publish-loop tests push through the broker."""
+    node = f"gpu-{n % nodes}"
+    return KubeEvent(
+        id=f"{prefix}:{n}",
+        cluster="c1",
+        time=NUMBERED_T0 + timedelta(seconds=n),
+        node=node,
+        reason="Test",
+        message=f"event {n}",
+        type="Normal",
+        involved=ObjectRef(kind="Node", name=node),
+        source="test",
+    )

@@ -10,7 +10,6 @@ retried as if Kafka were down.
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime, timedelta
 
 import msgspec
 import pytest
@@ -24,10 +23,16 @@ from connectors.publish import Publisher, PublishOptions
 from connectors.source import Batch, DeadLine
 from gputriage.demo.broker import EmbeddedBroker
 from schemas.codec import AnyEvent, RecordError, decode_dead_letter, decode_event
-from schemas.events import KubeEvent, ObjectRef
-from tests.kafka_helpers import KafkaTestEnv, consume_all, consume_events, eventually, frozen
+from schemas.events import KubeEvent
+from tests.kafka_helpers import (
+    KafkaTestEnv,
+    consume_all,
+    consume_events,
+    eventually,
+    frozen,
+    numbered_event,
+)
 
-T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 PER_BATCH = 3
 
 
@@ -36,18 +41,7 @@ class Position(msgspec.Struct, frozen=True):
 
 
 def event(n: int) -> KubeEvent:
-    node = f"gpu-{n % 4}"
-    return KubeEvent(
-        id=f"test:{n}",
-        cluster="c1",
-        time=T0 + timedelta(seconds=n),
-        node=node,
-        reason="Test",
-        message=f"event {n}",
-        type="Normal",
-        involved=ObjectRef(kind="Node", name=node),
-        source="test",
-    )
+    return numbered_event(n, prefix="test", nodes=4)
 
 
 class ListSource:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterable, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -23,27 +23,14 @@ from connectors.publish import Publisher, PublishOptions
 from connectors.source import Batch
 from schemas import progress as wire
 from schemas.codec import AnyEvent, decode_event
-from schemas.events import KubeEvent, ObjectRef, Tick
+from schemas.events import KubeEvent, Tick
 from schemas.progress import Headers
 from schemas.topics import TopicSettings, topic_layout
-from tests.kafka_helpers import KafkaTestEnv, consume_until, eventually
-
-T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
+from tests.kafka_helpers import KafkaTestEnv, consume_until, eventually, numbered_event
 
 
 def event(n: int) -> KubeEvent:
-    node = f"gpu-{n % 5}"
-    return KubeEvent(
-        id=f"progress:{n}",
-        cluster="c1",
-        time=T0 + timedelta(seconds=n),
-        node=node,
-        reason="Test",
-        message=f"event {n}",
-        type="Normal",
-        involved=ObjectRef(kind="Node", name=node),
-        source="test",
-    )
+    return numbered_event(n, prefix="progress", nodes=5)
 
 
 class Script:
