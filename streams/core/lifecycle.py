@@ -36,12 +36,14 @@ def _evidence_key(item: Evidence) -> tuple[float, str]:
 class Step:
     """The transient context of one event or timer applied to one node's state."""
 
-    __slots__ = ("config", "dirty", "now", "out", "state")
+    __slots__ = ("config", "dirty", "now", "out", "state", "version")
 
     def __init__(self, state: NodeState, config: CoreConfig, now: float) -> None:
         self.state = state
         self.config = config
         self.now = now
+        self.version = 0
+        """The event's object resourceVersion (pods, nodes), 0 when none or unknown."""
         self.dirty: list[OpenIncident] = []
         self.out: list[Incident] = []
 

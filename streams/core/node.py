@@ -94,8 +94,7 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
             owner_name=intern(ev.owner_name),
         )
         state.pods[key] = track
-    version = k8s_version(ev.id)
-    track.version = max(track.version, version)
+    track.version = max(track.version, step.version)
     if track.phase != ev.phase:
         track.phase = intern(ev.phase)
     deleting = _deleting(ev)
@@ -294,8 +293,7 @@ one of its pods cannot bring them back. (``deadline`` is the engine's, recompute
 
 def _on_node(step: Step, ev: NodeEvent) -> None:
     state = step.state
-    version = k8s_version(ev.id)
-    state.node_version = max(state.node_version, version)
+    state.node_version = max(state.node_version, step.version)
     if ev.op == "deleted":
         not_ready.on_node_deleted(step)
         for inc in list(state.incidents.values()):
@@ -638,18 +636,23 @@ def apply_event(
 
     ``late``: the event sorts at or before the last one this key applied.
     """
-    if not admits(state, event, config, late=late):
+    kind = type(event)
+    version = k8s_version(event.id) if kind is PodEvent or kind is NodeEvent else 0
+    if not admits(state, event, config, version, late=late):
         return None
-    handler = _HANDLERS.get(type(event))
+    handler = _HANDLERS.get(kind)
     if handler is None:
         return []
     step = Step(state, config, now)
+    step.version = version  # parsed once: the handlers record it
     _prune(state, now, config)
     handler(step, event)
     return step.finish()
 
 
-def admits(state: NodeState, event: Any, config: CoreConfig, *, late: bool) -> bool:
+def admits(
+    state: NodeState, event: Any, config: CoreConfig, version: int = 0, *, late: bool
+) -> bool:
     """Does this event bring news about its own object? (DESIGN §2: no evidence is lost.)
 
     In order, everything is news except an older (or the same) version of an object
@@ -657,7 +660,8 @@ def admits(state: NodeState, event: Any, config: CoreConfig, *, late: bool) -> b
     after a relist (410 Gone, a restart, a reconnect) objects changed meanwhile arrive
     stamped with their own, older, times, behind events of other pods the node's key
     has already applied; skipping them would lose the very failures of a device
-    incident. Versions are Kubernetes resourceVersions (:func:`schemas.ids.k8s_version`).
+    incident. ``version`` is the object's Kubernetes resourceVersion, read from a pod's
+    or node's id by the caller (:func:`schemas.ids.k8s_version`; 0 for other events).
 
     Traps:
 
@@ -675,7 +679,6 @@ def admits(state: NodeState, event: Any, config: CoreConfig, *, late: bool) -> b
     """
     kind = type(event)
     if kind is PodEvent:
-        version = k8s_version(event.id)
         if not version:
             return not late
         key = f"{event.namespace}/{event.name}"
@@ -684,7 +687,6 @@ def admits(state: NodeState, event: Any, config: CoreConfig, *, late: bool) -> b
             return version > track.version if track.version else not late
         return version > _gone_version(state, key)
     if kind is NodeEvent:
-        version = k8s_version(event.id)
         if version and state.node_version:
             return version > state.node_version
         # Late and unversioned: news only if this key never saw the node object.
