@@ -17,6 +17,9 @@ Traps:
 * A tombstone (null value) deletes the key; a snapshot that does not decode is
   logged and counted and the key starts empty, instead of the worker dying on
   every restart (a crash loop would lose far more than one node's history).
+* The topic also holds one *mark* per raw partition (:mod:`streams.app.published`),
+  under a key no correlation key can have: it is returned apart, never decoded as
+  a state.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.partitioner import murmur2
 
+from streams.app.published import Offsets, decode_mark, is_mark
 from streams.core.snapshot import decode_state
 
 log = logging.getLogger("gputriage.processor")
@@ -61,11 +65,13 @@ class ChangelogReader:
     async def stop(self) -> None:
         await self._consumer.stop()
 
-    async def read(self, partitions: Iterable[int], timeout_s: float = 60.0) -> list[Any]:
-        """The newest decoded state of every key on ``partitions``."""
+    async def read(
+        self, partitions: Iterable[int], timeout_s: float = 60.0
+    ) -> tuple[list[Any], dict[int, Offsets]]:
+        """The newest decoded state of every key on ``partitions``, and their marks."""
         tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
         if not tps:
-            return []
+            return [], {}
         consumer = self._consumer
         consumer.assign(tps)
         ends = await consumer.end_offsets(tps)
@@ -89,8 +95,14 @@ class ChangelogReader:
                     remaining.discard(tp)
         consumer.assign([])
         states = []
+        marks: dict[int, Offsets] = {}
         for key, value in latest.items():
             if value is None:
+                continue
+            if is_mark(key):
+                mark = decode_mark(key, value)
+                if mark is not None:
+                    marks[mark[0]] = mark[1]
                 continue
             try:
                 states.append(decode_state(value))
@@ -99,4 +111,4 @@ class ChangelogReader:
                 log.error(
                     "state of %r on %s does not decode (%r); it starts empty", key, self.topic, exc
                 )
-        return states
+        return states, marks

@@ -101,6 +101,13 @@ class Metrics:
             "Times a raw partition was paused because the buffer was full.",
             registry=r,
         )
+        self.suppressed = Counter(
+            "gputriage_incident_revisions_suppressed",
+            "Incident revisions made again after a restore (records re-read past the last "
+            "flush) that the incident topic already held, or held a newer one of: not "
+            "published twice.",
+            registry=r,
+        )
         self.stale = Counter(
             "gputriage_stale_events",
             "Events skipped because their key had already applied a later one.",

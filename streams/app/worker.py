@@ -14,6 +14,10 @@ between batches, so quiet keys' windows still close. Delivery is at-least-once:
    (:class:`~streams.app.offsets.PartitionOffsets`). Records still held for
    the watermark are never committed: after a crash they are read again, and
    each key's high-water mark skips what its restored state already holds.
+3. the revisions a successor makes again from the records past the last flush are
+   not published twice: each flush also writes a mark of the incident topic's
+   offsets, and a worker given a partition scans the incident topic from it
+   (:mod:`streams.app.published`).
 
 Why not faust-streaming (the first design): with the same pipeline, one faust
 worker reached ~8k events/s and a plain aiokafka consumer ~84k/s (issue 3,
@@ -99,6 +103,7 @@ from streams.app.changelog import ChangelogReader, partition_for
 from streams.app.metrics import Metrics
 from streams.app.offsets import PartitionOffsets
 from streams.app.pipeline import BatchOutcome, Partition, Pipeline, RawRecord
+from streams.app.published import REFRESH_SECONDS, Offsets, Published, encode_mark, mark_key
 from streams.core import CoreConfig
 
 log = logging.getLogger("gputriage.processor")
@@ -208,6 +213,12 @@ class Worker:
             **client_kwargs, acks="all", linger_ms=5, max_batch_size=1 << 20
         )
         self.changelog = ChangelogReader(client_kwargs, state.name)
+        self.published = Published(
+            client_kwargs, layout.incidents.name, layout.incidents.partitions
+        )
+        self._marks: dict[int, Offsets] = {}
+        self._suppressed_told = 0
+        """Raw partition -> the mark last written for it (written again only when it moves)."""
         self._lock = asyncio.Lock()
         self._offsets: dict[TopicPartition, PartitionOffsets] = {}
         self._owned: frozenset[int] = frozenset()
@@ -230,6 +241,7 @@ class Worker:
         await self.producer.start()
         try:
             await self.changelog.start()
+            await self.published.start()
             await self.consumer.start()
             self.consumer.subscribe(topics=list(self.layout.raw_topics), listener=_Listener(self))
             tick_ms = max(1, int(self.options.tick_seconds * 1000))
@@ -247,7 +259,13 @@ class Worker:
             await self._close()
 
     async def _close(self) -> None:
-        for closing in (self.consumer.stop, self.changelog.stop, self.producer.stop):
+        closings = (
+            self.consumer.stop,
+            self.changelog.stop,
+            self.published.stop,
+            self.producer.stop,
+        )
+        for closing in closings:
             try:
                 await closing()
             except Exception:  # closing must close the rest
@@ -345,10 +363,15 @@ class Worker:
         producer = self.producer
         pending = self._pending
         incidents_topic = self.layout.incidents.name
+        published = self.published
         for incident in outcome.incidents:
-            future = await producer.send(incidents_topic, encode(incident), incident.id.encode())
+            value = encode(incident)
+            if published.already_held(incident.id, incident.revision, value):
+                metrics.suppressed.inc()
+                continue
+            future = await producer.send(incidents_topic, value, incident.id.encode())
             labels = metrics.incidents_out.labels(incident.type, incident.severity, incident.status)
-            future.add_done_callback(_on_incident_acked(labels, metrics, newest))
+            future.add_done_callback(_on_incident_acked(labels, metrics, newest, published))
             pending.append(future)
         dead_topic = self.layout.dead_letters.name
         for dead in outcome.dead_letters:
@@ -426,19 +449,46 @@ class Worker:
             self._pending.append(
                 await producer.send(topic, data, key.encode(), partition_for(key, n))
             )
+        await self._write_marks()
         pending, self._pending = self._pending, []
         if pending:
             await asyncio.gather(*pending)
+        if self.published.suppressed != self._suppressed_told:
+            self._suppressed_told = self.published.suppressed
+            log.info(
+                "not published again: %d incident revisions the incident topic already held "
+                "(made again from records re-read after a restore)",
+                self._suppressed_told,
+            )
         if not commits:
             return
         try:
             await self.consumer.commit(commits)
+            self.published.committed({tp: c.offset for tp, c in commits.items()})
         except (CommitFailedError, IllegalStateError) as exc:
             # A rebalance took the partitions: their next owner re-reads from the
             # previous commit, and the key high-water marks skip what is applied.
             log.warning("commit skipped (%s); the next owner re-reads those records", exc)
         except KafkaError as exc:
             log.warning("commit failed (%r); records will be re-read after a restart", exc)
+
+    async def _write_marks(self) -> None:
+        """Queue the mark of every owned raw partition whose mark moved, after its key
+        states: the same state partition, so a mark on the topic means the states sent
+        before it are there too (a mark newer than its states would suppress too little,
+        never too much, but would cost the guarantee)."""
+        published = self.published
+        await published.refresh(every=REFRESH_SECONDS)
+        written = self._marks
+        for partition in sorted(self._owned):
+            mark = published.mark(partition)
+            if mark and written.get(partition) != mark:
+                written[partition] = mark
+                self._pending.append(
+                    await self.producer.send(
+                        self.state_topic, encode_mark(mark), mark_key(partition), partition
+                    )
+                )
 
     # -- rebalances ------------------------------------------------------------------------
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
@@ -478,18 +528,28 @@ class Worker:
         self._paused = set()  # a new assignment: the next batch decides what waits
         self.metrics.paused_partitions.set(0)
         gained = owned - self._owned
-        states = await self.changelog.read(gained, self.options.restore_timeout_seconds)
+        lost = self._owned - owned
+        self.published.forget(lost)
+        for partition in lost:
+            self._marks.pop(partition, None)
+        timeout = self.options.restore_timeout_seconds
+        states, marks = await self.changelog.read(gained, timeout)
         self.pipeline.restore(states)
+        scanned = await self.published.inherit(
+            marks, (tp for tp in raw if tp.partition in gained), timeout
+        )
         self.pipeline.retain((tp.topic, tp.partition) for tp in raw)
         self._owned = owned
         self._assigned_at = time.monotonic()
         log.info(
-            "partitions %s: restored %d keys from %s, kept %d, dropped %d buffered events",
+            "partitions %s: restored %d keys from %s, kept %d, dropped %d buffered events, "
+            "read %d incident records past the marks",
             sorted(owned),
             len(states),
             self.state_topic,
             len(owned) - len(gained),
             dropped,
+            scanned,
         )
 
     # -- the watermark and metrics ---------------------------------------------------------
@@ -550,12 +610,15 @@ class Worker:
                 )
 
 
-def _on_incident_acked(labels: Any, metrics: Metrics, newest: float) -> Any:
-    """A done-callback counting an incident revision once the broker has it."""
+def _on_incident_acked(labels: Any, metrics: Metrics, newest: float, published: Published) -> Any:
+    """A done-callback counting an incident revision once the broker has it, and noting
+    where it landed (the bound of the next mark)."""
 
     def done(future: asyncio.Future[Any]) -> None:
         if future.cancelled() or future.exception() is not None:
             return
+        sent = future.result()
+        published.acked(sent.partition, sent.offset)
         labels.inc()
         if newest:
             metrics.latency.observe(max(0.0, time.time() - newest))
