@@ -26,6 +26,7 @@ from connectors.files import FileSource, Record, merge_by_time, read_records
 from gputriage import render
 from schemas.codec import RecordError, encode
 from schemas.incidents import Incident
+from schemas.keys import routed
 from streams.core import CoreStats, Correlator
 from streams.core.config import CoreConfig
 
@@ -97,7 +98,8 @@ def replay(
                 result.bad_lines += 1
                 bar.message(bad_line_message(record, event))
                 continue
-            _collect(correlator.ingest(event), result, stdout if streaming else None)
+            for routed_event in routed(event):  # as the producer routes it, live
+                _collect(correlator.ingest(routed_event), result, stdout if streaming else None)
         _collect(correlator.flush(), result, stdout if streaming else None)
     result.stats = correlator.stats
     result.grace_seconds = config.grace_seconds

@@ -13,14 +13,16 @@ Two fields matter to every consumer:
 * ``time`` is *event time*, as the source observed it, not when we read it.
 
 ``node`` decides the correlation key: ``cluster/node`` for node-scoped records,
-``cluster`` alone when it is empty (pending pods, autoscaler decisions).
+``cluster`` alone when it is empty (pending pods, autoscaler decisions), or when
+``scope`` is ``"cluster"``: the copy of a pod, node or GPU binding that the
+producer also sends to the cluster key (:func:`schemas.keys.routed`).
 """
 
 from __future__ import annotations
 
 import msgspec
 
-from schemas.types import Op, Time
+from schemas.types import Op, Scope, Time
 
 
 class PodRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -129,6 +131,10 @@ class PodEvent(Event, tag="pod.v1", frozen=True, kw_only=True):
     it runs on a GPU other pods share, and is a GPU pod though it requests no GPU
     resource (``gpu_requests`` stays empty). Sharing a node declares for all its
     GPUs (time-slicing, MPS) is its ``nvidia.com/gpu.sharing-strategy`` label."""
+    scope: Scope = "node"
+    """``"cluster"`` on the copy :func:`schemas.keys.routed` sends to the cluster key
+    (same id, time and fields as the original), for the cluster-scoped rules.
+    Records written before this field decode as ``"node"``."""
 
 
 class NodeCondition(msgspec.Struct, frozen=True, kw_only=True):
@@ -165,6 +171,10 @@ class NodeEvent(Event, tag="node.v1", frozen=True, kw_only=True):
     conditions: tuple[NodeCondition, ...] = ()
     labels: dict[str, str] = {}
     taints: tuple[Taint, ...] = ()
+    scope: Scope = "node"
+    """``"cluster"`` on the copy :func:`schemas.keys.routed` sends to the cluster key
+    (same id, time and fields as the original), for the cluster-scoped rules.
+    Records written before this field decode as ``"node"``."""
 
 
 class KubeEvent(Event, tag="k8s_event.v1", frozen=True, kw_only=True):
@@ -274,6 +284,10 @@ class GpuBindingEvent(Event, tag="gpu_binding.v1", frozen=True, kw_only=True):
     compute instances has several ``MIG-`` uuids, hence several NVML bindings with
     one ``gpu_instance`` (Kubernetes' MIG strategies make one compute instance per
     GPU instance, so there it is one)."""
+    scope: Scope = "node"
+    """``"cluster"`` on the copy :func:`schemas.keys.routed` sends to the cluster key
+    (same id, time and fields as the original), for the cluster-scoped rules.
+    Records written before this field decode as ``"node"``."""
 
 
 class AutoscalerEvent(Event, tag="autoscaler.v1", frozen=True, kw_only=True):

@@ -8,15 +8,36 @@ function byte for byte, which is why it lives with the schemas and not in
 either of them.
 
 * node-scoped records (pods, nodes, XIDs, GPU bindings, node Events): ``cluster/node``;
-* cluster-scoped records (autoscaler decisions, pending pods' cluster view): ``cluster``.
+* cluster-scoped records (autoscaler decisions, pending pods, and the copies
+  :func:`routed` makes): ``cluster``.
 
-Trap: changing this function, or the partition count of a running deployment,
-re-homes keys; it needs a fresh processor state, not a rolling upgrade.
+**Routing.** The cluster-scoped rules need facts that are node-scoped: a pending
+GPU pod has no node (its records go to the cluster key anyway) until it is
+scheduled, and from then on its records go to its node's key; the cross-source
+GPU count compares running pods' requests with the pods dcgm-exporter binds to
+GPUs, node by node. The cluster key may live on another worker than the node's,
+so the *producer* sends those records twice: as they are, and a copy with
+``scope = "cluster"`` keyed by the cluster (:func:`routed`). The replay does the
+same, so live equals replay; a copy that is already in the input (a dump of the
+raw topics) is a duplicate the engine drops.
+
+Traps:
+
+* changing this function, or the partition count of a running deployment,
+  re-homes keys; it needs a fresh processor state, not a rolling upgrade;
+* the copy keeps the original's id and time: the engine tells the two apart by
+  the key (``key_node``), never by the id;
+* only GPU pods, GPU nodes and pod-aware GPU bindings are copied: every copy lands
+  on one partition (the cluster's), so what is copied must stay a small share of
+  the stream.
 """
 
 from __future__ import annotations
 
+import msgspec
+
 from schemas.codec import AnyEvent
+from schemas.events import GpuBindingEvent, NodeEvent, PodEvent
 
 
 def key_of(cluster: str, node: str = "") -> str:
@@ -24,6 +45,34 @@ def key_of(cluster: str, node: str = "") -> str:
     return f"{cluster}/{node}" if node else cluster
 
 
+def is_copy(event: AnyEvent) -> bool:
+    """Is this the copy :func:`routed` made for the cluster key?"""
+    return getattr(event, "scope", "node") == "cluster"
+
+
+def key_node(event: AnyEvent) -> str:
+    """The node part of the event's key: its node, or ``""`` for the cluster key."""
+    if is_copy(event):
+        return ""
+    node: str = getattr(event, "node", "")
+    return node
+
+
 def correlation_key(event: AnyEvent) -> str:
     """``cluster/node`` for node-scoped events, ``cluster`` for cluster-scoped ones."""
-    return key_of(event.cluster, getattr(event, "node", ""))
+    return key_of(event.cluster, key_node(event))
+
+
+def routed(event: AnyEvent) -> tuple[AnyEvent, ...]:
+    """The event, and its copy for the cluster key when the cluster-scoped rules need it."""
+    if isinstance(event, PodEvent):
+        wanted = bool(event.node) and bool(event.gpu_requests or event.gpu_share)
+    elif isinstance(event, NodeEvent):
+        wanted = bool(event.capacity)
+    elif isinstance(event, GpuBindingEvent):
+        wanted = event.pods_known
+    else:
+        return (event,)
+    if not wanted or event.scope == "cluster":
+        return (event,)
+    return (event, msgspec.structs.replace(event, scope="cluster"))

@@ -73,6 +73,16 @@ class CoreSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     xid_episode_gap_seconds: Seconds = _D.xid_episode_gap_seconds
     not_ready_statuses: tuple[str, ...] = _D.not_ready_statuses
     not_ready_grace_seconds: Seconds = _D.not_ready_grace_seconds
+    starved_pending_seconds: Seconds = _D.starved_pending_seconds
+    starved_failures: Count = _D.starved_failures
+    scale_up_window_seconds: Seconds = _D.scale_up_window_seconds
+    scale_up_attempt_gap_seconds: Seconds = _D.scale_up_attempt_gap_seconds
+    scale_up_quiet_seconds: Seconds = _D.scale_up_quiet_seconds
+    quota_severity: Severity = _D.quota_severity
+    gpu_node_group_pattern: str = _D.gpu_node_group_pattern
+    mismatch_threshold: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = _D.mismatch_threshold
+    mismatch_after_seconds: Seconds = _D.mismatch_after_seconds
+    mismatch_ignore_namespaces: tuple[str, ...] = _D.mismatch_ignore_namespaces
     max_evidence: Count = _D.max_evidence
     severity: dict[str, Severity] = {}
     """Overrides by incident type, merged into the defaults (not replacing them)."""

@@ -7,6 +7,7 @@ from typing import Any
 
 from schemas.codec import AnyEvent
 from schemas.incidents import Incident
+from schemas.keys import routed
 from streams.core import CoreConfig, Correlator
 from tests.cli_helpers import load_tables
 
@@ -20,8 +21,18 @@ def run(events: Iterable[AnyEvent], cfg: CoreConfig | None = None) -> list[Incid
     correlator = Correlator(cfg or config())
     out: list[Incident] = []
     for event in events:
-        out.extend(correlator.ingest(event))
+        for copy in routed(event):  # as the producer and the replay route it
+            out.extend(correlator.ingest(copy))
     out.extend(correlator.flush())
+    return out
+
+
+def feed(correlator: Correlator, event: AnyEvent) -> list[Incident]:
+    """Ingest ``event`` as the producer would publish it: with its copy for the cluster
+    key, if it has one (:func:`schemas.keys.routed`)."""
+    out: list[Incident] = []
+    for copy in routed(event):
+        out.extend(correlator.ingest(copy))
     return out
 
 

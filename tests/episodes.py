@@ -45,6 +45,9 @@ def build(plan: list[tuple[str, int, int]]) -> list[AnyEvent]:
             "0000:9b:00.0",
             [f"{node}-p0", f"{node}-p1"] if shared else [f"{node}-p0"],
         )
+        if not shared:  # one GPU per pod, as dcgm-exporter reports them: the counts agree
+            for p, bus in ((1, "0000:9c:00.0"), (2, "0000:9d:00.0")):
+                c.bind(node, 2, f"GPU-{n}-{p}", bus, [f"{node}-p{p}"])
     for kind, n, s in plan:
         node = f"n{n}"
         if kind == "chain":

@@ -20,9 +20,11 @@ from gputriage.demo import events as build
 from gputriage.demo.events import GPU, T0, at
 from schemas.codec import AnyEvent
 from schemas.events import (
+    AutoscalerEvent,
     GpuBindingEvent,
     KubeEvent,
     NodeEvent,
+    PodCondition,
     PodEvent,
     PodRef,
     Termination,
@@ -194,6 +196,70 @@ class Cluster:
             kind=kind,
             name=name or node,
             namespace=namespace,
+        )
+        self.events.append(ev)
+        return ev
+
+    def pending(
+        self,
+        name: str,
+        t: float,
+        *,
+        gpus: int = 1,
+        created: float | None = None,
+        message: str = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.",
+        unschedulable: bool = True,
+        namespace: str = "ns",
+        owner: tuple[str, str] = ("Job", "job"),
+        op: Op = "modified",
+        deleted_at: float | None = None,
+    ) -> PodEvent:
+        """A GPU pod the scheduler has not placed (no node: the cluster key)."""
+        ev = build.pod_event(
+            id=self._k8s_id(f"uid-{name}"),
+            cluster=self.name,
+            time=at(t),
+            name=name,
+            namespace=namespace,
+            op=op,
+            phase="Pending",
+            gpus=gpus,
+            limits=False,
+            owner=owner,
+            scheduled=PodCondition(status="False", reason="Unschedulable", message=message)
+            if unschedulable
+            else None,
+            created_at=at(t if created is None else created),
+            deleted_at=None if deleted_at is None else at(deleted_at),
+        )
+        self.events.append(ev)
+        return ev
+
+    def autoscaler(
+        self,
+        t: float,
+        action: str,
+        group: str,
+        *,
+        reason: str = "",
+        code: str = "",
+        pods: tuple[str, ...] = (),
+        namespace: str = "ns",
+        until: float | None = None,
+        cloud: str = "aws",
+    ) -> AutoscalerEvent:
+        ev = AutoscalerEvent(
+            id=self._id("ca"),
+            cluster=self.name,
+            time=at(t),
+            action=action,
+            node_group=group,
+            reason=reason,
+            cloud=cloud,
+            cloud_code=code,
+            message=f"{action} {group} {reason} {code}".strip(),
+            pods=tuple(PodRef(namespace=namespace, name=p) for p in pods),
+            until=None if until is None else at(until),
         )
         self.events.append(ev)
         return ev

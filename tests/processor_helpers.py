@@ -22,6 +22,7 @@ from schemas.codec import AnyEvent, decode_dead_letter, decode_incident, encode
 from schemas.dead_letters import DeadLetter
 from schemas.events import Tick
 from schemas.incidents import Incident
+from schemas.keys import routed
 from streams.core import Correlator
 from tests.core_helpers import config
 from tests.kafka_helpers import KafkaTestEnv, wait_until
@@ -160,31 +161,37 @@ def restored_keys(log: str) -> int:
     return total
 
 
-def produce_events(kafka: KafkaTestEnv, events: Iterable[AnyEvent]) -> int:
+def produce_events(kafka: KafkaTestEnv, events: Iterable[AnyEvent], *, route: bool = True) -> int:
     """:func:`send_events` for sync tests: its own event loop."""
-    return asyncio.run(send_events(kafka, events))
+    return asyncio.run(send_events(kafka, events, route=route))
 
 
-async def send_events(kafka: KafkaTestEnv, events: Iterable[AnyEvent]) -> int:
-    """Produce ``events`` (ticks skipped: they have no topic) to their raw topics."""
+async def send_events(
+    kafka: KafkaTestEnv, events: Iterable[AnyEvent], *, route: bool = True
+) -> int:
+    """Produce ``events`` (ticks skipped: they have no topic) to their raw topics, with
+    the copies for the cluster key unless ``route`` is false (events already routed)."""
     producer = EventProducer(kafka.kwargs, kafka.layout)
     await producer.start()
     try:
-        return await producer.send_many(e for e in events if not isinstance(e, Tick))
+        chosen = (e for e in events if not isinstance(e, Tick))
+        return await producer.send_many(chosen, route=route)
     finally:
         await producer.stop()
 
 
-def reference(events: Iterable[AnyEvent]) -> dict[str, Incident]:
+def reference(events: Iterable[AnyEvent], *, route: bool = True) -> dict[str, Incident]:
     """The final revision of every incident an uninterrupted run reaches, with every
-    window closed (live workers tick with the wall clock, far past the events)."""
+    window closed (live workers tick with the wall clock, far past the events).
+    ``route``: as :func:`produce_events` was told."""
     correlator = Correlator(config())
     last: dict[str, Incident] = {}
     for event in events:
         if isinstance(event, Tick):
             continue
-        for inc in correlator.ingest(event):
-            last[inc.id] = inc
+        for copy in routed(event) if route else (event,):  # as the producer routes it
+            for inc in correlator.ingest(copy):
+                last[inc.id] = inc
     for inc in [*correlator.flush(), *correlator.advance(time.time() + 365 * 86400)]:
         last[inc.id] = inc
     return last

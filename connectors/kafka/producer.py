@@ -40,7 +40,7 @@ from connectors.kafka.config import KafkaUnreachable
 from schemas.codec import AnyEvent, encode, fitted_dead_letter
 from schemas.dead_letters import DeadLetter
 from schemas.events import Tick
-from schemas.keys import correlation_key
+from schemas.keys import correlation_key, routed
 from schemas.progress import Headers
 from schemas.topics import TopicLayout
 
@@ -136,10 +136,15 @@ class EventProducer:
         return topic, correlation_key(event).encode(), encode(event)
 
     async def send(self, event: AnyEvent) -> Any:
-        """Produce one event and wait for its acknowledgement; returns aiokafka's metadata."""
-        topic, key, value = self.route(event)
-        metadata = await self.producer.send_and_wait(topic, value, key=key)
-        self.sent += 1
+        """Produce one event (and its copy for the cluster key, if it has one:
+        :func:`schemas.keys.routed`) and wait for the acknowledgements; returns aiokafka's
+        metadata of the event itself."""
+        metadata = None
+        for copy in routed(event):
+            topic, key, value = self.route(copy)
+            sent = await self.producer.send_and_wait(topic, value, key=key)
+            metadata = metadata or sent
+            self.sent += 1
         return metadata
 
     async def send_many(
@@ -148,8 +153,12 @@ class EventProducer:
         *,
         headers: Headers | None = None,
         used: set[tuple[str, int]] | None = None,
+        route: bool = True,
     ) -> int:
-        """Produce every event, then wait for all acknowledgements; returns how many.
+        """Produce every event (and the copies :func:`schemas.keys.routed` makes for the
+        cluster key), then wait for all acknowledgements; returns how many records.
+        ``route=False`` publishes the events as they are: records already routed (a dump
+        of the raw topics, copies included), which routing again would copy twice.
 
         If one send fails, the others still complete (or fail) before the first
         error is raised, so no acknowledgement is left dangling. An event that
@@ -159,7 +168,8 @@ class EventProducer:
         partition)`` of every acknowledged record (where heartbeats must go).
         """
         shared = list(headers) if headers else None  # one list: aiokafka only reads it
-        records = ((*self.route(event), shared) for event in events)
+        fanned = (copy for event in events for copy in routed(event)) if route else events
+        records = ((*self.route(event), shared) for event in fanned)
         return await self._send_records(records, used)
 
     async def send_dead_letters(self, letters: Iterable[DeadLetter]) -> int:

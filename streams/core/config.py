@@ -19,7 +19,12 @@ DEFAULT_SEVERITY: dict[str, Severity] = {
     "gpu_app_fault": "info",
     "xid_repeat": "page",
     "gpu_node_not_ready": "page",
+    "gpu_pods_starved": "ticket",
+    "scale_up_failure": "ticket",
+    "allocation_mismatch": "ticket",
 }
+"""Per type; ``gpu_pods_starved`` and ``scale_up_failure`` take ``quota_severity``
+instead when the cloud refused for quota (it will not heal by waiting)."""
 
 
 class XidRule(msgspec.Struct, frozen=True, kw_only=True):
@@ -141,6 +146,40 @@ class CoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     time), or a GPU pod on it fails meanwhile. Kubernetes itself waits out blips: the
     node-monitor grace period and the NoExecute tolerations (300 s by default) mean a
     30 s NotReady evicts nothing, so it must not wake anyone. 0 pages at once."""
+
+    # -- cluster-scoped (streams.core.cluster) ----------------------------------------
+    starved_pending_seconds: float = 600.0
+    """gpu_pods_starved: how long a GPU pod must have been pending (and found
+    unschedulable) before it counts as starved."""
+    starved_failures: int = 3
+    """gpu_pods_starved: failed scale-up attempts of a matching node group (within
+    ``scale_up_window_seconds``) that make pending GPU pods starved, not just waiting."""
+    scale_up_window_seconds: float = 3600.0
+    """Failed scale-up attempts older than this no longer count."""
+    scale_up_attempt_gap_seconds: float = 60.0
+    """Failure records of one node group less than this apart are one attempt: one failed
+    scale-up is logged as several lines (the error, the backoff, the status), and a
+    group at its max size is reported on every autoscaler loop (10 s)."""
+    scale_up_quiet_seconds: float = 1800.0
+    """scale_up_failure resolves after this long without a new failure of its group and
+    reason."""
+    quota_severity: Severity = "page"
+    """gpu_pods_starved and scale_up_failure when the reason is a cloud quota."""
+    gpu_node_group_pattern: str = (
+        r"gpu|nvidia|(?<![a-z0-9])(a100|h100|h200|b200|gb200|l40s?|l4|t4|v100|p4de?|p5e?n?"
+        r"|p3dn|p3|g4dn|g5g?|g6e?|a2-|a3-|g2-|nc\d|nd\d|nv\d)"
+    )
+    """A node group whose name matches this (case-insensitive) is a GPU node group, for
+    scale_up_failure; one an autoscaler record ties to a GPU pod is one whatever its name."""
+    mismatch_threshold: int = 5
+    """allocation_mismatch: GPUs by which Kubernetes and dcgm-exporter may disagree, summed
+    over nodes (|requested - bound| per node: two nodes that err both ways are two errors)."""
+    mismatch_after_seconds: float = 300.0
+    """allocation_mismatch opens when the disagreement stays above the threshold this long
+    (a pod starts before the next dcgm-exporter scrape binds it: seconds, not minutes)."""
+    mismatch_ignore_namespaces: tuple[str, ...] = ()
+    """Namespaces whose pods are left out of the count (time-sliced workloads on nodes not
+    labelled as shared)."""
 
     max_evidence: int = 50
     """Evidence kept per incident; further events are counted in ``evidence_omitted``."""

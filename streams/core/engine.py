@@ -58,7 +58,8 @@ from schemas.events import (
     XidEvent,
 )
 from schemas.incidents import Incident
-from schemas.keys import correlation_key, key_of
+from schemas.keys import correlation_key, key_node, key_of
+from streams.core import cluster as cluster_rules
 from streams.core import node as node_rules
 from streams.core.config import CoreConfig
 from streams.core.state import NEVER, ClusterState, KeyState, NodeState
@@ -97,7 +98,7 @@ class CoreStats(msgspec.Struct):
 
 
 def new_state(event: AnyEvent) -> KeyState:
-    node: str = getattr(event, "node", "")
+    node = key_node(event)
     cluster = intern(event.cluster)
     if node:
         return NodeState(cluster=cluster, node=node)
@@ -118,8 +119,7 @@ def step(
     if state is None:
         state = new_state(event)
     incidents, _ = _transition(state, event, event.time.timestamp(), config)
-    if isinstance(state, NodeState):
-        _refresh_deadline(state, config)
+    _refresh_deadline(state, config)
     return state, incidents or []
 
 
@@ -143,7 +143,7 @@ def _transition(
             return None, False
         state.applied_time, state.applied_rank, state.applied_id = mark
         state.events += 1
-        return [], False
+        return cluster_rules.apply_event(state, event, when, config), False
     incidents = node_rules.apply_event(state, event, when, config, late=late)
     if incidents is not None and not late:
         state.applied_time, state.applied_rank, state.applied_id = mark
@@ -152,19 +152,28 @@ def _transition(
 
 def advance(state: KeyState, now: float, config: CoreConfig) -> tuple[KeyState, list[Incident]]:
     """Fire the timers of one key that are due at or before event time ``now``."""
-    if isinstance(state, ClusterState) or state.deadline > now:
+    if state.deadline > now:
         return state, []
-    incidents = node_rules.apply_timer(state, now, config)
+    incidents = _timer(state, now, config)
     _refresh_deadline(state, config)
     return state, incidents
 
 
-def _refresh_deadline(state: NodeState, config: CoreConfig) -> bool:
+def _timer(state: KeyState, now: float, config: CoreConfig) -> list[Incident]:
+    if isinstance(state, ClusterState):
+        return cluster_rules.apply_timer(state, now, config)
+    return node_rules.apply_timer(state, now, config)
+
+
+def _refresh_deadline(state: KeyState, config: CoreConfig) -> bool:
     """Recompute the key's deadline if a rule touched a timer; True if it changed."""
     if not state.timers_dirty:
         return False
     state.timers_dirty = False
-    deadline = node_rules.next_deadline(state, config)
+    if isinstance(state, ClusterState):
+        deadline = cluster_rules.next_deadline(state, config)
+    else:
+        deadline = node_rules.next_deadline(state, config)
     if deadline == state.deadline:
         return False
     state.deadline = deadline
@@ -233,7 +242,7 @@ class Correlator:
             self._apply(event, when, out)
             self._release(token)
         else:
-            node: str = getattr(event, "node", "")
+            node = key_node(event)
             rank = RANK[type(event)]
             entry = (when, rank, event.id, event.cluster, node, self._seq, event, token)
             heapq.heappush(self._pending, entry)
@@ -283,10 +292,9 @@ class Correlator:
 
     def restore(self, state: KeyState) -> None:
         """Adopt a key's state (from a changelog, after a restart or a rebalance)."""
-        node = state.node if isinstance(state, NodeState) else ""
         nodes = self._states.setdefault(intern(state.cluster), {})
-        nodes[node] = state
-        if isinstance(state, NodeState) and state.deadline < NEVER:
+        nodes[state.node] = state
+        if state.deadline < NEVER:
             self._schedule(state)
 
     def forget(self, keep: Callable[[str], bool]) -> int:
@@ -301,7 +309,7 @@ class Correlator:
         dropped = len(self._pending) - len(kept)
         heapq.heapify(kept)
         self._pending = kept
-        live = [(s.deadline, s.cluster, s.node) for s in self._node_states() if s.deadline < NEVER]
+        live = [(s.deadline, s.cluster, s.node) for s in self._all_states() if s.deadline < NEVER]
         heapq.heapify(live)
         self._timers = live
         return dropped
@@ -316,6 +324,9 @@ class Correlator:
             for node, state in nodes.items()
         }
 
+    def _all_states(self) -> list[KeyState]:
+        return [s for nodes in self._states.values() for s in nodes.values()]
+
     def _node_states(self) -> list[NodeState]:
         return [
             s for nodes in self._states.values() for s in nodes.values() if isinstance(s, NodeState)
@@ -325,7 +336,7 @@ class Correlator:
         return sum(len(s.pods) for s in self._node_states())
 
     def open_incidents(self) -> int:
-        return sum(len(s.incidents) for s in self._node_states())
+        return sum(len(s.incidents) for s in self._all_states())
 
     # -- internals -------------------------------------------------------------------
     def _release(self, token: Token) -> None:
@@ -342,7 +353,7 @@ class Correlator:
             if timer_at < event_at and timer_at <= watermark:
                 due, cluster, node = heapq.heappop(timers)
                 state = self._states.get(cluster, {}).get(node)
-                if isinstance(state, NodeState) and state.deadline == due:
+                if state is not None and state.deadline == due:
                     self._fire(state, due, out)
             elif event_at <= watermark:
                 when, rank, event_id, cluster, node, _, event, token = heapq.heappop(pending)
@@ -363,7 +374,7 @@ class Correlator:
         if nodes is None:
             cluster = intern(cluster)
             nodes = self._states[cluster] = {}
-        node: str = getattr(event, "node", "")
+        node = key_node(event)
         state = nodes.get(node)
         if state is None:
             state = nodes[node] = new_state(event)
@@ -375,17 +386,15 @@ class Correlator:
             self.stats.late_applied += 1
         if self._track_dirty:
             self._dirty[(cluster, node)] = state
-        if not isinstance(state, NodeState):
-            return
         if incidents:
             self.stats.revisions += len(incidents)
             out.extend(incidents)
         if _refresh_deadline(state, self.config) and state.deadline < NEVER:
             self._schedule(state)
 
-    def _fire(self, state: NodeState, due: float, out: list[Incident]) -> None:
+    def _fire(self, state: KeyState, due: float, out: list[Incident]) -> None:
         self.stats.timers += 1
-        incidents = node_rules.apply_timer(state, due, self.config)
+        incidents = _timer(state, due, self.config)
         if self._track_dirty:
             self._dirty[(state.cluster, state.node)] = state
         if incidents:
@@ -398,14 +407,14 @@ class Correlator:
         if state.deadline < NEVER:
             self._schedule(state)
 
-    def _schedule(self, state: NodeState) -> None:
+    def _schedule(self, state: KeyState) -> None:
         """Push the key's timer. Superseded entries stay in the heap (lazy deletion);
         every few thousand pushes, a heap mostly made of them is rebuilt."""
         heapq.heappush(self._timers, (state.deadline, state.cluster, state.node))
         self._pushes += 1
         if self._pushes % 4096 == 0:
             live = [
-                (s.deadline, s.cluster, s.node) for s in self._node_states() if s.deadline < NEVER
+                (s.deadline, s.cluster, s.node) for s in self._all_states() if s.deadline < NEVER
             ]
             if len(self._timers) > 2 * len(live):
                 heapq.heapify(live)

@@ -11,19 +11,32 @@ after the first failure (the look-back case) still reads in causal order.
 
 from __future__ import annotations
 
+from typing import Generic, TypeVar
+
 import msgspec
 
 from schemas.ids import incident_id
 from schemas.incidents import Evidence, GpuRef, Incident, PodInfo
 from schemas.types import IncidentStatus
 from streams.core.config import CoreConfig
-from streams.core.state import NEVER, NodeState, OpenIncident
+from streams.core.state import NEVER, ClusterState, NodeState, OpenIncident
 from streams.core.timeconv import to_datetime
 
 _ROLE_RANK = {
     role: rank
     for rank, role in enumerate(
-        ("evicted", "oom_killed", "failed", "restarting", "bound", "candidate", "running")
+        (
+            "evicted",
+            "oom_killed",
+            "failed",
+            "restarting",
+            "bound",
+            "candidate",
+            "running",
+            "scheduled",
+            "gone",
+            "pending",
+        )
     )
 }
 """When one pod reaches an incident twice, the role earlier in this list is kept."""
@@ -33,13 +46,17 @@ def _evidence_key(item: Evidence) -> tuple[float, str]:
     return (item.time.timestamp(), item.event_id)
 
 
-class Step:
-    """The transient context of one event or timer applied to one node's state."""
+S = TypeVar("S", NodeState, ClusterState)
+
+
+class KeyStep(Generic[S]):
+    """The transient context of one event or timer applied to one key's state (a node's:
+    :data:`Step`, or a cluster's: :data:`ClusterStep`)."""
 
     __slots__ = ("config", "dirty", "now", "out", "state", "version")
 
-    def __init__(self, state: NodeState, config: CoreConfig, now: float) -> None:
-        self.state = state
+    def __init__(self, state: S, config: CoreConfig, now: float) -> None:
+        self.state: S = state
         self.config = config
         self.now = now
         self.version = 0
@@ -154,3 +171,9 @@ class Step:
             evidence_omitted=inc.evidence_omitted,
             attributes=dict(inc.attributes),
         )
+
+
+Step = KeyStep[NodeState]
+"""A step of a node's key (the node rules)."""
+ClusterStep = KeyStep[ClusterState]
+"""A step of a cluster's key (:mod:`streams.core.cluster`)."""

@@ -291,6 +291,18 @@ versions of which objects it has seen, so a late or redelivered copy of the node
 one of its pods cannot bring them back. (``deadline`` is the engine's, recomputed.)"""
 
 
+def sharing_of(labels: dict[str, str]) -> str:
+    """``time-slicing`` or ``mps`` when the node's labels say its GPUs are shared (the GPU
+    operator's sharing strategy, or more than one replica per GPU); else empty."""
+    strategy = labels.get(_SHARING_LABEL, "")
+    if strategy in ("time-slicing", "mps"):
+        return strategy
+    replicas = labels.get(_REPLICAS_LABEL, "1")
+    if replicas.isdigit() and int(replicas) > 1:
+        return "time-slicing"
+    return ""
+
+
 def _on_node(step: Step, ev: NodeEvent) -> None:
     state = step.state
     state.node_version = max(state.node_version, step.version)
@@ -307,14 +319,7 @@ def _on_node(step: Step, ev: NodeEvent) -> None:
                 setattr(state, field, getattr(fresh, field))
         state.timers_dirty = True
         return
-    strategy = ev.labels.get(_SHARING_LABEL, "")
-    replicas = ev.labels.get(_REPLICAS_LABEL, "1")
-    if strategy in ("time-slicing", "mps"):
-        state.sharing = strategy
-    elif replicas.isdigit() and int(replicas) > 1:
-        state.sharing = "time-slicing"
-    else:
-        state.sharing = ""
+    state.sharing = sharing_of(ev.labels)
     if ev.capacity:
         text = _unallocatable(ev)
         if text or state.resources is not None:

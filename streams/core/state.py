@@ -285,13 +285,88 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     """The last event applied, in engine order: anything at or before it is stale."""
 
 
+class PendingPod(msgspec.Struct, omit_defaults=True):
+    """A GPU pod the scheduler has not placed (cluster key: it has no node yet)."""
+
+    namespace: str
+    name: str
+    owner_kind: str = ""
+    owner_name: str = ""
+    gpus: int = 0
+    """GPU devices requested (``nvidia.com/gpu`` and MIG resources, summed)."""
+    resource: str = ""
+    """The GPU resource it asks for (the first, when several)."""
+    since: float = 0.0
+    """Pending since: its creation time, else the first record of it."""
+    unschedulable: Evidence | None = None
+    """Why the scheduler could not place it (the condition or a ``FailedScheduling``
+    Event); None until one says so: a pod merely waiting for its first attempt is not
+    starved."""
+    groups: tuple[str, ...] = ()
+    """Node groups an autoscaler record tied to this pod (a plan naming it)."""
+    version: int = 0
+
+
+class GroupTrack(msgspec.Struct, omit_defaults=True):
+    """One node group's recent scale-up failures (``scale_up_failure``, ``gpu_pods_starved``)."""
+
+    attempts: tuple[float, ...] = ()
+    """Event times of the failed attempts counted within ``scale_up_window_seconds``
+    (records of one attempt within ``scale_up_attempt_gap_seconds`` count once)."""
+    reason: str = ""
+    """The most telling reason seen (quota over capacity over max_size, timeout, other)."""
+    cloud: str = ""
+    cloud_code: str = ""
+    until: float = -math.inf
+    """Backoff: no scale-up before this event time."""
+    gpu: bool = False
+    """Known to be a GPU node group (its name, or a GPU pod tied to it)."""
+    evidence: list[Evidence] = []
+    """The latest failure lines (a few)."""
+    last: float = -math.inf
+    """The last failure record's time (any, counted or not)."""
+
+
+class NodeTally(msgspec.Struct, omit_defaults=True, array_like=True):
+    """One GPU node in the cross-source count (``allocation_mismatch``)."""
+
+    requested: int = 0
+    """GPUs requested by the running GPU pods on it (Kubernetes' view)."""
+    bound: tuple[str, ...] = ()
+    """GPU keys dcgm-exporter reports with a pod label (the device's view)."""
+    shared: bool = False
+    """Time-sliced or MPS (by its labels): its counts cannot agree, it is left out."""
+    reported: bool = False
+    """A pod-aware binding source has reported this node: without one (no dcgm-exporter
+    there, ever) the node is left out rather than counted as all-unbound."""
+    last: Evidence | None = None
+    """The record that last changed its disagreement, while it has one (evidence)."""
+
+
 class ClusterState(msgspec.Struct, tag_field="kind", tag="cluster_state.v1", omit_defaults=True):
-    """Cluster-scoped state (pending pods, autoscaler). Room for the cluster-scoped
-    incident types (``gpu_pods_starved``, ``scale_up_failure``, ``allocation_mismatch``);
-    today it only counts what it is sent."""
+    """Everything the core knows about one ``cluster`` key: pending GPU pods, the
+    autoscaler's node groups, and the cross-source GPU count per node
+    (``streams.core.cluster``). Fed by cluster-scoped records and by the copies of pod,
+    node and binding records the producer routes here (:func:`schemas.keys.routed`)."""
 
     cluster: str
+    node: str = ""
+    """Always empty: incidents of this key are cluster-scoped (they name nodes inside)."""
     events: int = 0
+    pending: dict[str, PendingPod] = {}
+    """GPU pods not yet scheduled, by ``namespace/name``."""
+    groups: dict[str, GroupTrack] = {}
+    """Node groups with failures within ``scale_up_window_seconds``."""
+    placed: dict[str, tuple[str, int]] = {}
+    """Running GPU pods by ``namespace/name``: (node, GPUs requested)."""
+    tallies: dict[str, NodeTally] = {}
+    """GPU nodes by name."""
+    disagree: dict[str, float] = {}
+    """Nodes whose counts disagree now, and since when (the event time they began to)."""
+    incidents: dict[str, OpenIncident] = {}
+    """Open incidents by ``type|subject``."""
+    checked_at: float = -math.inf
+    """The event time the rules last ran at: thresholds reached by then are not timers."""
     deadline: float = NEVER
     timers_dirty: bool = False
     applied_time: float = -math.inf

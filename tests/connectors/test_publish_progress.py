@@ -86,6 +86,7 @@ class Recorder(EventProducer):
         *,
         headers: Headers | None = None,
         used: set[tuple[str, int]] | None = None,
+        route: bool = True,
     ) -> int:
         events = list(events)
         if self.gate is not None:

@@ -10,10 +10,12 @@ import signal
 from datetime import UTC, datetime
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from schemas.codec import decode_event
 from schemas.events import GpuBindingEvent, XidEvent
+from schemas.keys import is_copy
 from tests import paths
 from tests.cli_helpers import CONSOLE_SCRIPT, clean_env, gputriage
 from tests.connectors.dcgm.test_scrape import Exporter, serving
@@ -132,9 +134,11 @@ async def test_connect_dcgm_publishes_until_sigterm(kafka: KafkaTestEnv) -> None
         status = await proc.wait()
     assert status == 0, stderr
     topic = kafka.layout.raw_topic(GpuBindingEvent)
-    (record,) = await consume_events(kafka.bootstrap, [topic], 1)
-    binding = decode_event(record.value)
+    # The binding, and its copy for the cluster key (schemas.keys.routed).
+    records = await consume_events(kafka.bootstrap, [topic], 2)
+    copy, binding = sorted((decode_event(r.value) for r in records), key=lambda e: not is_copy(e))
     assert isinstance(binding, GpuBindingEvent)
+    assert copy == msgspec.structs.replace(binding, scope="cluster")
     assert (binding.node, binding.gpu_uuid) == (
         "gpu-node-1",
         "GPU-a8394b51-c086-568a-9f1a-c1e1c934c44c",
@@ -156,4 +160,4 @@ def test_ingest_prints_mig_instances_as_parent_and_instance_id() -> None:
         assert parent in line
         assert b'"mig_profile":"1g.6gb"' in line
         assert f'"name":"{pod}"'.encode() in line
-        assert line.endswith(f'"gpu_instance":{instance},"mig_uuid":""}}'.encode())
+        assert f'"gpu_instance":{instance},"mig_uuid":"",'.encode() in line

@@ -143,10 +143,15 @@ class RecordingProducer(EventProducer):
         return sent
 
 
-async def published(kafka: KafkaTestEnv, count: int) -> list[Any]:
+async def published(kafka: KafkaTestEnv, count: int, copies: int = 0) -> list[Any]:
+    """The ``count`` events published, in time order, once their ``copies`` for the cluster
+    key (pod-aware bindings: :func:`schemas.keys.routed`) are there too; without them."""
     topics = [kafka.layout.raw_topic(XidEvent), kafka.layout.raw_topic(GpuBindingEvent)]
-    records = await consume_events(kafka.bootstrap, topics, count)
+    records = await consume_events(kafka.bootstrap, topics, count + copies)
     events = [decode_event(r.value) for r in records]
+    routed = [e for e in events if getattr(e, "scope", "node") == "cluster"]
+    assert len(routed) == copies
+    events = [e for e in events if getattr(e, "scope", "node") == "node"]
     return sorted(events, key=lambda e: (e.time, e.id))
 
 
@@ -181,7 +186,7 @@ async def test_burst_and_pod_bindings_reach_kafka_and_a_restart_resumes(
             await eventually(lambda: after() >= 1, timeout=10, what="scrape 3 acknowledged")
         assert sample(restarted.metrics, "gputriage_dcgm_baseline_xids_total") == 0
         assert sample(poller.metrics, "gputriage_dcgm_baseline_xids_total") == 2
-    events = await published(kafka, 5)
+    events = await published(kafka, 5, copies=2)
     xid_events = [e for e in events if isinstance(e, XidEvent)]
     binding_events = [e for e in events if isinstance(e, GpuBindingEvent)]
     # The gauge said 79 all along; the count went 1 -> 4: three XIDs, through the count.
@@ -324,7 +329,7 @@ async def test_a_failed_publish_is_resent_with_the_same_ids() -> None:
         assert resent == [failed], "acknowledged once, with the ids of the failed attempt"
         assert bindings() == 1, "counted once, not per retry"
         assert xids() == 3
-        events = await published(env, 4)
+        events = await published(env, 4, copies=1)
     assert {e.id for e in events if isinstance(e, GpuBindingEvent)} == {binding_id}
 
 

@@ -28,6 +28,7 @@ from gputriage.cli import run as cli_run
 from gputriage.demo.broker import EmbeddedBroker
 from schemas.codec import decode_dead_letter, decode_event
 from schemas.events import PodEvent
+from schemas.keys import is_copy
 from tests.k8s_helpers import (
     FAST_WATCH,
     elected_options,
@@ -62,20 +63,27 @@ async def test_connect_publishes_gpu_objects_and_dead_letters_with_leader_electi
         )
         layout = kafka.layout
         topics = [*layout.raw_topics, layout.dead_letters.name]
-        first = await consume_events(kafka.bootstrap, topics, 4)
+        # The node and the pod are also routed to the cluster key (schemas.keys.routed).
+        first = await consume_events(kafka.bootstrap, topics, 4 + 2)
         await eventually(lambda: len(cluster.pods.watch_requests) >= 1, what="pod watch")
         cluster.pods.event("MODIFIED", pod("trainer", "30", phase="Failed"))
-        records = await consume_events(kafka.bootstrap, topics, 5)
+        records = await consume_events(kafka.bootstrap, topics, 5 + 3)
         stop.set()
         assert await asyncio.wait_for(task, 10) == 0
         lease = await CoordinationV1Api(cluster.api).read_namespaced_lease(
             "gputriage-connect-k8s", "gputriage"
         )
         assert lease.spec.holder_identity in ("", None)  # released on a clean stop
-    assert len(first) == 4
+    assert len(first) == 6
     by_topic: dict[str, list[Any]] = {}
+    copies = []
     for record in records:
+        if record.topic != layout.dead_letters.name and is_copy(decode_event(record.value)):
+            copies.append(record)
+            continue
         by_topic.setdefault(record.topic, []).append(record)
+    assert {r.key for r in copies} == {b"c1"}
+    assert len(copies) == 3
     pods = [decode_event(r.value) for r in by_topic[layout.raw["pods"].name]]
     assert [p.id for p in pods] == ["k8s:uid-trainer:10", "k8s:uid-trainer:30"]
     assert all(isinstance(p, PodEvent) for p in pods)
@@ -146,7 +154,8 @@ async def test_broker_outage_backpressures_the_watch_and_delivers_everything_in_
             os.kill(broker.pid or 0, signal.SIGCONT)  # the outage ends
         total = sum(len(v) for v in sent.values())
         await eventually(lambda: connector.delivery.delivered >= total, timeout=15)
-        records = await consume_events(broker.bootstrap, [pods_topic], total)
+        # Each pod record is also routed to the cluster key: twice as many records.
+        records = await consume_events(broker.bootstrap, [pods_topic], 2 * total)
         stop.set()
         await asyncio.wait_for(task, 10)
         await producer.stop()

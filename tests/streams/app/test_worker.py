@@ -20,7 +20,7 @@ import pytest
 from gputriage.demo.player import retime
 from schemas.codec import AnyEvent, decode_event
 from schemas.events import PodEvent
-from schemas.keys import correlation_key
+from schemas.keys import correlation_key, routed
 from streams.app.changelog import partition_for
 from tests.kafka_helpers import PARTITIONS, KafkaTestEnv, produce, wait_until
 from tests.paths import ROOT
@@ -58,7 +58,7 @@ def test_raw_events_become_the_expected_incidents(
     produce_events(kafka, events)
     worker = Worker(kafka, f"{kafka.prefix}-app", tmp_path / "worker.log")
     try:
-        await_settled(incidents, expected, 60)
+        await_settled(incidents, expected, 120)
         assert set(final(incidents.incidents())) == set(expected)
         metrics = wait_until(lambda: _scrape(worker), timeout=10, what="metrics")
         for name in (
@@ -81,7 +81,9 @@ def test_raw_events_become_the_expected_incidents(
             if line.startswith('gputriage_events_in_total{source="pods"}')
         ]
         assert pods_in
-        assert float(pods_in[0].split()[-1]) == sum(isinstance(e, PodEvent) for e in events)
+        # Every pod record counts, the copies routed to the cluster key too.
+        pods = [copy for e in events for copy in routed(e) if isinstance(copy, PodEvent)]
+        assert float(pods_in[0].split()[-1]) == len(pods)
     finally:
         assert worker.stop() == 0, worker.log()
 
@@ -110,7 +112,7 @@ def test_garbage_goes_to_the_dead_letter_topic_and_processing_continues(
     worker = Worker(kafka, f"{kafka.prefix}-app", tmp_path / "worker.log")
     try:
         expected = reference(events)
-        await_settled(incidents, expected, 60)
+        await_settled(incidents, expected, 120)
         wait_until(dead.poll, timeout=20, what="a dead letter")
         [letter] = dead.dead_letters()
         assert (letter.topic, letter.value) == (pods, b"\x00garbage{")
@@ -202,14 +204,17 @@ def test_two_workers_split_the_partitions_and_agree_with_one(
 
 
 def lagging(events: list[AnyEvent], partition: int, by: timedelta) -> list[AnyEvent]:
-    """The same stream with every event keyed to ``partition`` ``by`` earlier: a backlog
-    whose other partitions are all ahead of that one in event time (each partition stays
-    in order; the stream as a whole no longer is)."""
+    """The same stream, routed (the copies for the cluster key made here, so produce it
+    and compute its reference with ``route=False``), with every record keyed to
+    ``partition`` ``by`` earlier: a backlog whose other partitions are all ahead of that
+    one in event time (each partition stays in order; the stream as a whole no longer
+    is). Routed first, so a copy lags with its partition, not with its original's."""
     return [
         retime(e, lambda moment: moment - by)
         if partition_for(correlation_key(e), PARTITIONS) == partition
         else e
-        for e in events
+        for event in events
+        for e in routed(event)
     ]
 
 
@@ -232,8 +237,8 @@ def test_buffered_events_stay_under_the_cap_while_one_partition_lags(
     the next): the worker reads ``batch_max`` split between its raw partitions then.
     Without pausing the peak is about 12,500."""
     events = lagging(generated(20_000, 200), partition=0, by=timedelta(hours=2))
-    expected = reference(sorted(events, key=lambda e: e.time))
-    total = produce_events(kafka, events)
+    expected = reference(sorted(events, key=lambda e: e.time), route=False)
+    total = produce_events(kafka, events, route=False)
     cap, batch = 2000, 100
     app = f"{kafka.prefix}-app"
     worker = Worker(
@@ -267,8 +272,8 @@ def test_a_rebalance_while_partitions_are_paused_changes_nothing(
     second: the new assignment starts with nothing paused, each worker pauses again as
     its buffer fills, and the two together give the incidents of a replay."""
     events = lagging(generated(20_000, 200), partition=0, by=timedelta(hours=2))
-    expected = reference(sorted(events, key=lambda e: e.time))
-    total = produce_events(kafka, events)
+    expected = reference(sorted(events, key=lambda e: e.time), route=False)
+    total = produce_events(kafka, events, route=False)
     app = f"{kafka.prefix}-app"
     capped = {"GPUTRIAGE_PROCESSOR__MAX_BUFFERED_EVENTS": "1000"}
     first = Worker(kafka, app, tmp_path / "first.log", {**SLOW_STEPS, **capped})

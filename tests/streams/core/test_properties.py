@@ -24,7 +24,7 @@ from schemas.codec import AnyEvent, decode_event, encode
 from schemas.events import NodeEvent, PodEvent
 from schemas.incidents import Incident
 from streams.core import Correlator
-from tests.core_helpers import config, run
+from tests.core_helpers import config, feed, run
 from tests.episodes import GRACE, build, episodes
 from tests.factories import Cluster, term
 
@@ -52,7 +52,7 @@ def test_arrival_order_within_grace_does_not_change_incidents(
     correlator = Correlator(cfg)
     out: list[Incident] = []
     for event in shuffled:
-        out.extend(correlator.ingest(event))
+        out.extend(feed(correlator, event))
     out.extend(correlator.flush())
     assert correlator.stats.late == 0
     assert as_bytes(out) == as_bytes(run(ordered, cfg))
@@ -149,6 +149,6 @@ def test_a_second_delivery_or_a_relisted_copy_never_changes_the_incidents(
     correlator = Correlator(cfg)
     out: list[Incident] = []
     for event in arrival:
-        out.extend(correlator.ingest(event))
+        out.extend(feed(correlator, event))
     out.extend(correlator.flush())
     assert as_bytes(out) == as_bytes(run(ordered, cfg))

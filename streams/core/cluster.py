@@ -1,0 +1,152 @@
+"""The cluster key's rules: pending GPU pods, the autoscaler, the cross-source GPU count.
+
+A pending pod has no node, so its records are keyed by the cluster; once scheduled,
+they go to its node's key, and the producer sends a copy here
+(:func:`schemas.keys.routed`), which is how this key learns that a pod it holds as
+pending got a node. The same copies of GPU pods, GPU nodes and dcgm-exporter
+bindings keep the per-node count of :mod:`streams.core.rules.mismatch`. Autoscaler
+records (cluster-autoscaler and Karpenter logs, their Kubernetes Events, the status
+ConfigMap) are cluster-scoped at the source.
+
+Three incident types (DESIGN §3):
+
+* ``gpu_pods_starved`` (:mod:`streams.core.rules.starved`): GPU pods pending and
+  unschedulable for ``starved_pending_seconds`` while a matching node group failed to
+  scale up ``starved_failures`` times; one incident per owner.
+* ``scale_up_failure`` (same module): a GPU node group's failed scale-ups, by reason.
+* ``allocation_mismatch`` (:mod:`streams.core.rules.mismatch`).
+
+Traps:
+
+* Only the engine's key position orders this key (no per-object versions as on the
+  node keys): the copies and the pending records of one pod come from one watch, in
+  order.
+* A pod is pending here only while its records have no node; one record with a node
+  (the copy) ends it, whatever its phase. A deleted or finished pending pod ends it
+  too (a Job cancelled while it waited).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from schemas.events import AutoscalerEvent, GpuBindingEvent, KubeEvent, NodeEvent, PodEvent
+from schemas.incidents import Evidence, Incident
+from streams.core import evidence
+from streams.core.config import CoreConfig
+from streams.core.lifecycle import ClusterStep
+from streams.core.rules import mismatch, starved
+from streams.core.state import NEVER, ClusterState, PendingPod
+
+_NVIDIA_GPU = "nvidia.com/gpu"
+_NVIDIA_MIG = "nvidia.com/mig-"
+_FINISHED = frozenset(("Succeeded", "Failed"))
+
+
+def gpu_devices(requests: dict[str, int]) -> tuple[int, str]:
+    """``(devices, first resource)`` of NVIDIA GPU requests: whole GPUs and MIG devices,
+    which dcgm-exporter binds one by one."""
+    count, resource = 0, ""
+    for name, value in sorted(requests.items()):
+        if name == _NVIDIA_GPU or name.startswith(_NVIDIA_MIG):
+            count += value
+            resource = resource or name
+    return count, resource
+
+
+def apply_event(state: ClusterState, event: Any, now: float, config: CoreConfig) -> list[Incident]:
+    """Apply one cluster-scoped record (or a copy routed here) at event time ``now``."""
+    step = ClusterStep(state, config, now)
+    kind = type(event)
+    if kind is PodEvent:
+        _on_pod(step, event)
+    elif kind is AutoscalerEvent:
+        starved.on_autoscaler(step, event)
+    elif kind is KubeEvent:
+        _on_kube_event(step, event)
+    elif kind is NodeEvent:
+        mismatch.on_node(step, event)
+    elif kind is GpuBindingEvent:
+        mismatch.on_binding(step, event)
+    else:
+        return []
+    starved.evaluate(step)
+    mismatch.evaluate(step)
+    state.checked_at = now
+    state.timers_dirty = True
+    return step.finish()
+
+
+def _on_pod(step: ClusterStep, ev: PodEvent) -> None:
+    state = step.state
+    key = f"{ev.namespace}/{ev.name}"
+    devices, resource = gpu_devices(ev.gpu_requests)
+    finished = ev.op == "deleted" or ev.deleted_at is not None or ev.phase in _FINISHED
+    if ev.node:  # scheduled: the copy of a node-scoped record
+        if key in state.pending:
+            starved.on_left(step, key, f"scheduled on {ev.node}")
+        running = ev.phase == "Running" and not finished and ev.gpu_share is None
+        if ev.namespace in step.config.mismatch_ignore_namespaces:
+            running = False
+        mismatch.place(step, key, ev.node if running else "", devices, ev)
+        return
+    mismatch.place(step, key, "", 0, ev)
+    if finished or ev.phase not in ("", "Pending") or not (devices or ev.gpu_share):
+        if key in state.pending:
+            starved.on_left(step, key, "deleted while pending" if finished else ev.phase)
+        return
+    pod = state.pending.get(key)
+    if pod is None:
+        since = ev.created_at.timestamp() if ev.created_at is not None else step.now
+        pod = state.pending[key] = PendingPod(
+            namespace=ev.namespace,
+            name=ev.name,
+            owner_kind=ev.owner_kind,
+            owner_name=ev.owner_name,
+            since=min(since, step.now),
+        )
+    pod.gpus, pod.resource = devices, resource
+    cond = ev.scheduled
+    unschedulable = cond is not None and cond.status == "False" and cond.reason == "Unschedulable"
+    item = None
+    if unschedulable and cond is not None:
+        text = f"pod {ev.namespace}/{ev.name} unschedulable: {cond.message[:160]}"
+        item = Evidence(event_id=ev.id, schema="pod.v1", time=ev.time, text=text)
+    if item is not None and (pod.unschedulable is None or pod.unschedulable.text != item.text):
+        pod.unschedulable = item  # the latest message: the scheduler's count of nodes moves
+    step.state.timers_dirty = True
+
+
+def _on_kube_event(step: ClusterStep, ev: KubeEvent) -> None:
+    """``FailedScheduling`` on a pending GPU pod: the scheduler's word that it cannot fit."""
+    obj = ev.involved
+    if obj.kind != "Pod" or ev.reason != "FailedScheduling":
+        return
+    pod = step.state.pending.get(f"{obj.namespace}/{obj.name}")
+    if pod is not None and pod.unschedulable is None:
+        pod.unschedulable = evidence.kube_event(ev)
+
+
+def apply_timer(state: ClusterState, now: float, config: CoreConfig) -> list[Incident]:
+    """Fire everything due at or before ``now``: thresholds reached, quiet incidents."""
+    step = ClusterStep(state, config, now)
+    starved.evaluate(step)
+    mismatch.evaluate(step)
+    due = sorted(
+        (inc for inc in state.incidents.values() if inc.resolve_at <= now),
+        key=lambda inc: (inc.resolve_at, inc.id),
+    )
+    for inc in due:
+        step.resolve(inc, inc.resolve_at, "no new failure for scale_up_quiet_seconds")
+    state.checked_at = now
+    state.timers_dirty = True
+    return step.finish()
+
+
+def next_deadline(state: ClusterState, config: CoreConfig) -> float:
+    """The earliest event time at which :func:`apply_timer` has something to do."""
+    found = min(starved.deadline(state, config), mismatch.deadline(state, config))
+    for inc in state.incidents.values():
+        found = min(found, inc.resolve_at)
+    return found if found > -math.inf else NEVER

@@ -1,0 +1,204 @@
+"""``allocation_mismatch``: Kubernetes and dcgm-exporter disagree on how many GPUs pods hold.
+
+Reference §10, the cross-source sanity check: GPUs requested by running GPU pods
+(Kubernetes) against GPUs dcgm-exporter reports with a pod label. When they differ,
+pieces disagree silently: dcgm-exporter crashed or lost the kubelet's pod-resources
+socket on some nodes, a GPU fell off the bus under a running pod, a device plugin
+double-allocated. PromQL can only compare the two cluster sums; here the count is
+kept per node, so the incident names the nodes that disagree, which is what makes it
+actionable.
+
+* The measure is the sum over nodes of ``|requested - bound|`` (two nodes erring
+  both ways are two errors, not none), counting only nodes that have disagreed for
+  ``mismatch_after_seconds`` (a pod starts before the next scrape binds it: that
+  is seconds, on one node, and must never add up across a busy cluster). The
+  incident opens when that sum is above ``mismatch_threshold`` and resolves when it
+  falls back to or below it; it is revised when the set of nodes changes.
+* **Left out**: nodes whose labels say their GPUs are shared (time-slicing, MPS:
+  several pods on one GPU, so the counts cannot agree), pods asking for a fraction
+  of a GPU, namespaces in ``mismatch_ignore_namespaces``, and nodes no pod-aware
+  binding source has ever reported (no dcgm-exporter there at all: counting them as
+  "nothing bound" would page for every cluster without it).
+* Devices, not resources: a MIG instance is one binding and one requested
+  ``nvidia.com/mig-*`` device, like a whole GPU.
+* The tallies are kept as the records arrive (per pod: its node and devices; per
+  node: the GPU keys bound), so no record walks the cluster.
+* What it cannot see: a dcgm-exporter that is down entirely sends nothing, so its
+  last bindings stand; its scrape failures are the connector's metrics. One that is
+  up but lost the pod mapping reports GPUs without pods: that unbinds them here.
+"""
+
+from __future__ import annotations
+
+from schemas.events import GpuBindingEvent, NodeEvent, PodEvent
+from schemas.incidents import Evidence
+from streams.core import evidence
+from streams.core.config import CoreConfig
+from streams.core.lifecycle import ClusterStep
+from streams.core.node import sharing_of
+from streams.core.state import MIG_SEPARATOR, NEVER, ClusterState, NodeTally
+
+MISMATCH = "allocation_mismatch"
+_SUBJECT = "cluster"
+_NODES_SHOWN = 5
+
+
+def contribution(tally: NodeTally) -> int:
+    """This node's share of the disagreement (0 when it is left out)."""
+    if tally.shared or not tally.reported:
+        return 0
+    return abs(tally.requested - len(tally.bound))
+
+
+def _tally(state: ClusterState, node: str) -> NodeTally:
+    tally = state.tallies.get(node)
+    if tally is None:
+        tally = state.tallies[node] = NodeTally()
+    return tally
+
+
+def _changed(step: ClusterStep, node: str, before: int, item: Evidence | None) -> None:
+    state = step.state
+    tally = state.tallies.get(node)
+    after = contribution(tally) if tally is not None else 0
+    if tally is None or after == before:
+        return
+    tally.last = item if after else None
+    if not after:
+        state.disagree.pop(node, None)
+    elif node not in state.disagree:
+        state.disagree[node] = step.now
+        state.timers_dirty = True
+
+
+def place(step: ClusterStep, key: str, node: str, devices: int, ev: PodEvent) -> None:
+    """The pod ``key`` now holds ``devices`` GPUs on ``node`` ("": none, anywhere)."""
+    state = step.state
+    was = state.placed.get(key)
+    now_at = (node, devices) if node and devices else None
+    if was == now_at:
+        return
+    item = evidence.pod_status(ev, ev.phase.lower() or ev.op)
+    if was is not None:
+        del state.placed[key]
+        tally = state.tallies.get(was[0])
+        if tally is not None:
+            before = contribution(tally)
+            tally.requested -= was[1]
+            _changed(step, was[0], before, item)
+    if now_at is not None:
+        state.placed[key] = now_at
+        tally = _tally(state, node)
+        before = contribution(tally)
+        tally.requested += devices
+        _changed(step, node, before, item)
+
+
+def on_node(step: ClusterStep, ev: NodeEvent) -> None:
+    state = step.state
+    if ev.op == "deleted":
+        state.tallies.pop(ev.node, None)
+        state.disagree.pop(ev.node, None)
+        for key in [k for k, (n, _) in state.placed.items() if n == ev.node]:
+            del state.placed[key]
+        return
+    tally = _tally(state, ev.node)
+    before = contribution(tally)
+    tally.shared = bool(sharing_of(ev.labels))
+    _changed(step, ev.node, before, None)
+
+
+def on_binding(step: ClusterStep, ev: GpuBindingEvent) -> None:
+    if not ev.pods_known:
+        return
+    state = step.state
+    gpu = ev.gpu_uuid or ev.pci_bus_id
+    if ev.gpu_instance is not None:
+        gpu = f"{gpu}{MIG_SEPARATOR}{ev.gpu_instance}"
+    tally = _tally(state, ev.node)
+    before = contribution(tally)
+    tally.reported = True
+    bound = gpu in tally.bound
+    if ev.pods and not bound:
+        tally.bound = tuple(sorted((*tally.bound, gpu)))
+    elif not ev.pods and bound:
+        tally.bound = tuple(g for g in tally.bound if g != gpu)
+    pods = ", ".join(f"{p.namespace}/{p.name}" for p in ev.pods) or "no pod"
+    item = Evidence(
+        event_id=ev.id,
+        schema="gpu_binding.v1",
+        time=ev.time,
+        text=f"dcgm-exporter: GPU {gpu} on {ev.node} bound to {pods}",
+    )
+    _changed(step, ev.node, before, item)
+
+
+def _settled(state: ClusterState, now: float, config: CoreConfig) -> list[tuple[int, str]]:
+    """``(share, node)`` of the nodes that have disagreed for ``mismatch_after_seconds``."""
+    after = config.mismatch_after_seconds
+    found = []
+    for node, since in state.disagree.items():
+        tally = state.tallies.get(node)
+        if tally is not None and now - since >= after:
+            found.append((contribution(tally), node))
+    return sorted(found, key=lambda x: (-x[0], x[1]))
+
+
+def evaluate(step: ClusterStep) -> None:
+    """Open, update or resolve the incident from the nodes that disagree for long enough.
+
+    A revision only when the set of those nodes changes: counts move with every pod
+    that starts or ends, and a revision per pod would bury the one that matters."""
+    state = step.state
+    config = step.config
+    inc = step.find(MISMATCH, _SUBJECT)
+    nodes = _settled(state, step.now, config) if state.disagree else []
+    total = sum(share for share, _ in nodes)
+    if total <= config.mismatch_threshold:
+        if inc is not None:
+            step.resolve(inc, step.now, "the counts agree again")
+        return
+    names = ",".join(name for _, name in nodes)
+    if inc is not None and inc.attributes.get("nodes") == names:
+        return
+    if inc is None:
+        since = min(state.disagree[name] for _, name in nodes)
+        inc = step.open(MISMATCH, _SUBJECT, f"{names}@{since}", since)
+    tallies = [(name, state.tallies[name]) for _, name in nodes]
+    requested = sum(t.requested for _, t in tallies)
+    bound = sum(len(t.bound) for _, t in tallies)
+    shown = ", ".join(
+        f"{name} ({t.requested} requested, {len(t.bound)} bound)"
+        for name, t in tallies[:_NODES_SHOWN]
+    )
+    if len(tallies) > _NODES_SHOWN:
+        shown += f" and {len(tallies) - _NODES_SHOWN} more"
+    inc.summary = (
+        f"Kubernetes and dcgm-exporter disagree by {total} GPUs on {len(tallies)} "
+        f"node{'s' if len(tallies) != 1 else ''}: {shown}"
+    )
+    inc.attributes = {
+        "nodes": names,
+        "difference": str(total),
+        "requested": str(requested),
+        "bound": str(bound),
+    }
+    inc.action = (
+        "On each node named: is dcgm-exporter running and does it see the kubelet's "
+        "pod-resources socket (kubectl -n gpu-operator get ds nvidia-dcgm-exporter)? "
+        "A GPU that fell off the bus under a running pod shows here too."
+    )
+    for _, tally in tallies[:_NODES_SHOWN]:
+        if tally.last is not None:
+            step.add_evidence(inc, tally.last)
+    step.touch(inc)
+
+
+def deadline(state: ClusterState, config: CoreConfig) -> float:
+    """When the next disagreeing node has disagreed for ``mismatch_after_seconds``."""
+    found = NEVER
+    for since in state.disagree.values():
+        at = since + config.mismatch_after_seconds
+        if state.checked_at < at < found:
+            found = at
+    return found

@@ -1,0 +1,327 @@
+"""``gpu_pods_starved`` and ``scale_up_failure``: GPU pods that wait on an autoscaler that fails.
+
+Reference §7.4: a GPU pod pending for more than 10 minutes while the autoscaler has
+tried and failed more than three times is starved, not waiting; out of quota it will
+not heal (page someone), a zone out of capacity usually does (a ticket).
+
+* **Attempts, not lines.** One failed scale-up is several lines (cluster-autoscaler:
+  the cloud error, "Disabling scale-up ... until", the status ConfigMap; Karpenter: the
+  launch error and the event), and a group at its max size is reported on every loop
+  (10 s). Records of one group less than ``scale_up_attempt_gap_seconds`` apart count
+  as one attempt; attempts older than ``scale_up_window_seconds`` are forgotten.
+* **Which group is the pod's.** An autoscaler record that names the pod and a group
+  (a TriggeredScaleUp, a plan listing pods) ties them; tied pods are matched by their
+  own groups only (a pod waiting on a healthy group is not starved by another's
+  quota). A pod tied to no group is matched by every failing GPU node group: the
+  autoscaler failing to grow any GPU group is the reason it starves, as far as anyone
+  can tell (the incident says ``match = "cluster"``, not ``"named"``).
+* **A GPU node group** is one whose name matches ``gpu_node_group_pattern`` or one an
+  autoscaler record tied to a GPU pod. ``scale_up_failure`` is only about those: a CPU
+  group's failures are not this tool's business.
+* **The reason** is the most telling one a group has shown: quota over capacity over
+  max_size over timeout over other. The cloud's own code is kept (cluster-autoscaler
+  renames GCE codes: anything with QUOTA becomes ``QUOTA_EXCEEDED``, and both classes
+  are ``OutOfResource``, so the class alone cannot tell quota from capacity).
+* One ``gpu_pods_starved`` per owner (Job, JobSet, ReplicaSet, RayCluster...; a bare
+  pod is its own owner): all its pending pods are one page. It resolves when none of
+  them is pending any more (scheduled or deleted), not when the failures stop: the
+  pods are still starved while they wait.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from functools import lru_cache
+
+from schemas.events import AutoscalerEvent
+from schemas.incidents import Evidence, PodInfo
+from schemas.types import Severity
+from streams.core.config import CoreConfig
+from streams.core.lifecycle import ClusterStep
+from streams.core.state import NEVER, ClusterState, GroupTrack, OpenIncident, PendingPod
+from streams.core.timeconv import to_datetime
+
+STARVED = "gpu_pods_starved"
+SCALE_UP = "scale_up_failure"
+
+FAILURES = frozenset(("scale_up_failed", "scale_up_timeout", "max_size_reached"))
+"""Actions that are a failed attempt to grow a group."""
+CAUSES = ("quota", "capacity", "max_size", "timeout", "other")
+"""Reasons a failure can have, most telling first (``backoff`` alone says nothing)."""
+_RANK = {reason: rank for rank, reason in enumerate(CAUSES)}
+_KEEP_EVIDENCE = 5
+_NAMES_SHOWN = 3
+
+_ACTION = {
+    "quota": "Raise the cloud quota ({code}) for the node group's instance type and "
+    "region, or move the workload to a group whose quota has room: this does not heal "
+    "by waiting.",
+    "capacity": "The zone has no capacity for the instance type ({code}): usually "
+    "transient. Allow more zones or instance types for the group if it persists.",
+    "max_size": "Raise the node group's maximum size (or the Karpenter NodePool's "
+    "limits), or free GPU nodes.",
+    "timeout": "Nodes were created but did not register in time: check the instances' "
+    "boot (driver install, device plugin) and the cloud console.",
+    "other": "Check the autoscaler's log for node group {group}.",
+}
+
+
+@lru_cache(maxsize=8)
+def _pattern(text: str) -> re.Pattern[str]:
+    return re.compile(text, re.IGNORECASE)
+
+
+def is_gpu_group(name: str, config: CoreConfig) -> bool:
+    return bool(_pattern(config.gpu_node_group_pattern).search(name))
+
+
+def _reason_of(ev: AutoscalerEvent) -> str:
+    return ev.reason if ev.reason in _RANK else "other"
+
+
+def on_autoscaler(step: ClusterStep, ev: AutoscalerEvent) -> None:
+    state = step.state
+    config = step.config
+    group_name = ev.node_group
+    if ev.pods and group_name:
+        for ref in ev.pods:
+            pod = state.pending.get(f"{ref.namespace}/{ref.name}")
+            if pod is not None and group_name not in pod.groups:
+                pod.groups = (*pod.groups, group_name)
+                _group(state, group_name, config).gpu = True
+    if not group_name:
+        return
+    failure = ev.action in FAILURES or (ev.action == "backoff" and ev.reason in _RANK)
+    if ev.action == "backoff" and ev.until is not None:
+        group = _group(state, group_name, config)
+        group.until = max(group.until, ev.until.timestamp())
+    if not failure:
+        return
+    group = _group(state, group_name, config)
+    if not group.gpu and any(group_name in p.groups for p in state.pending.values()):
+        group.gpu = True
+    now = step.now
+    reason = _reason_of(ev)
+    counted = not group.attempts or now - group.attempts[-1] >= config.scale_up_attempt_gap_seconds
+    horizon = now - config.scale_up_window_seconds
+    group.attempts = tuple(t for t in group.attempts if t >= horizon)
+    if counted:
+        group.attempts = (*group.attempts, now)
+    if not group.reason or _RANK[reason] < _RANK.get(group.reason, 99):
+        group.reason = reason
+    if ev.cloud_code and (reason == group.reason or not group.cloud_code):
+        group.cloud_code = ev.cloud_code
+    group.cloud = ev.cloud or group.cloud
+    group.last = now
+    line = _line(ev)
+    group.evidence = [*group.evidence, line][-_KEEP_EVIDENCE:]
+    if group.gpu:
+        _scale_up_failure(step, group_name, group, reason, line, counted)
+
+
+def _group(state: ClusterState, name: str, config: CoreConfig) -> GroupTrack:
+    group = state.groups.get(name)
+    if group is None:
+        group = state.groups[name] = GroupTrack(gpu=is_gpu_group(name, config))
+    return group
+
+
+def _line(ev: AutoscalerEvent) -> Evidence:
+    text = ev.message or ev.line
+    if len(text) > 200:
+        text = text[:199] + "…"
+    return Evidence(event_id=ev.id, schema="autoscaler.v1", time=ev.time, text=text)
+
+
+def _severity(reason: str, config: CoreConfig, kind: str) -> Severity:
+    if reason == "quota":
+        return config.quota_severity
+    return config.severity.get(kind, "ticket")
+
+
+def _scale_up_failure(
+    step: ClusterStep, name: str, group: GroupTrack, reason: str, line: Evidence, counted: bool
+) -> None:
+    subject = f"{name}|{reason}"
+    inc = step.find(SCALE_UP, subject)
+    if inc is None:
+        inc = step.open(SCALE_UP, subject, line.event_id, step.now)
+        inc.severity = _severity(reason, step.config, SCALE_UP)
+    if counted:
+        inc.count += 1
+    step.add_evidence(inc, line)
+    code = group.cloud_code if reason == group.reason else ""
+    attempts = "attempt" if inc.count == 1 else "attempts"
+    inc.summary = f"scale-up of GPU node group {name} failed ({reason}"
+    inc.summary += f": {code})" if code else ")"
+    inc.summary += f", {inc.count} {attempts}"
+    if group.until > step.now:
+        inc.summary += f", in backoff until {to_datetime(group.until).isoformat()}"
+    inc.action = _ACTION[reason].format(code=code or "see the line", group=name)
+    attributes = {"node_group": name, "reason": reason, "attempts": str(inc.count)}
+    if code:
+        attributes["cloud_code"] = code
+    if group.cloud:
+        attributes["cloud"] = group.cloud
+    if group.until > -math.inf:
+        attributes["backoff_until"] = to_datetime(group.until).isoformat()
+    inc.attributes = attributes
+    step.set_deadline(inc, step.now + step.config.scale_up_quiet_seconds)
+    step.touch(inc)
+
+
+def on_left(step: ClusterStep, key: str, why: str) -> None:
+    """A pending pod was scheduled or went away: its owner's incident may end."""
+    state = step.state
+    pod = state.pending.pop(key, None)
+    if pod is None:
+        return
+    inc = step.find(STARVED, _owner(pod))
+    if inc is None:
+        return
+    left = [p for p in state.pending.values() if _owner(p) == inc.subject]
+    if left:
+        step.add_pod(inc, _info(pod, "scheduled" if why.startswith("scheduled") else "gone"))
+        return
+    step.resolve(inc, step.now, f"no pod pending any more (the last {why})")
+
+
+def _owner(pod: PendingPod) -> str:
+    if pod.owner_kind and pod.owner_name:
+        return f"{pod.owner_kind}/{pod.namespace}/{pod.owner_name}"
+    return f"Pod/{pod.namespace}/{pod.name}"
+
+
+def _info(pod: PendingPod, role: str) -> PodInfo:
+    return PodInfo(
+        namespace=pod.namespace,
+        name=pod.name,
+        owner_kind=pod.owner_kind,
+        owner_name=pod.owner_name,
+        role=role,
+    )
+
+
+def _starving(pod: PendingPod, now: float, config: CoreConfig) -> bool:
+    return pod.unschedulable is not None and now - pod.since >= config.starved_pending_seconds
+
+
+def _prune(step: ClusterStep) -> None:
+    """Forget groups with no failure within the window, no backoff ahead, no incident."""
+    state = step.state
+    horizon = step.now - step.config.scale_up_window_seconds
+    stale = [
+        name
+        for name, group in state.groups.items()
+        if group.last < horizon
+        and group.until < step.now
+        and not any(k.startswith(f"{SCALE_UP}|{name}|") for k in state.incidents)
+    ]
+    for name in stale:
+        del state.groups[name]
+
+
+def _failing(state: ClusterState, now: float, config: CoreConfig) -> dict[str, GroupTrack]:
+    """Groups with ``starved_failures`` attempts within the window, by name."""
+    horizon = now - config.scale_up_window_seconds
+    return {
+        name: group
+        for name, group in state.groups.items()
+        if sum(1 for t in group.attempts if t >= horizon) >= config.starved_failures
+    }
+
+
+def evaluate(step: ClusterStep) -> None:
+    """Open or update one incident per owner whose pods starve (cheap when none pend)."""
+    state = step.state
+    config = step.config
+    now = step.now
+    _prune(step)
+    if not state.pending:
+        return
+    failing = _failing(state, now, config)
+    by_owner: dict[str, list[PendingPod]] = {}
+    for pod in state.pending.values():
+        by_owner.setdefault(_owner(pod), []).append(pod)
+    for owner, pods in sorted(by_owner.items()):
+        inc = step.find(STARVED, owner)
+        starving = [p for p in pods if _starving(p, now, config)]
+        if inc is None and not starving:
+            continue
+        if any(p.groups for p in starving):  # tied: only their own groups count
+            named = sorted({g for p in starving for g in p.groups if g in failing})
+            match = "named"
+        else:
+            named = sorted(g for g in failing if failing[g].gpu)
+            match = "cluster"
+        if inc is None:
+            if not named:
+                continue
+            first = min(starving, key=lambda p: (p.since, p.name))
+            anchor = first.unschedulable.event_id if first.unschedulable else owner
+            inc = step.open(STARVED, owner, anchor, first.since)
+        _describe(step, inc, pods, [(g, state.groups[g]) for g in named], match)
+
+
+def _describe(
+    step: ClusterStep,
+    inc: OpenIncident,
+    pods: list[PendingPod],
+    groups: list[tuple[str, GroupTrack]],
+    match: str,
+) -> None:
+    """Fill the incident from the owner's pending pods and the failing groups; touch it
+    only when what it says changed (an event per scheduling attempt must not make a
+    revision each)."""
+    config = step.config
+    before = (inc.summary, inc.severity, dict(inc.attributes), len(inc.pods))
+    for pod in sorted(pods, key=lambda p: p.name):
+        step.add_pod(inc, _info(pod, "pending"))
+        if pod.unschedulable is not None:
+            step.add_evidence(inc, pod.unschedulable)
+    if groups:
+        reason = min((g.reason or "other" for _, g in groups), key=lambda r: _RANK.get(r, 99))
+        codes = sorted({g.cloud_code for _, g in groups if g.reason == reason and g.cloud_code})
+        attempts = max(len(g.attempts) for _, g in groups)
+        for _, group in groups:
+            for line in group.evidence[-2:]:
+                step.add_evidence(inc, line)
+        names = [name for name, _ in groups]
+        inc.severity = _severity(reason, config, STARVED)
+        inc.attributes = {
+            "node_groups": ",".join(names),
+            "reason": reason,
+            "attempts": str(attempts),
+            "match": match,
+            "pending_pods": str(len(pods)),
+        }
+        if codes:
+            inc.attributes["cloud_code"] = ",".join(codes)
+        shown = ", ".join(names[:_NAMES_SHOWN]) + (
+            f" and {len(names) - _NAMES_SHOWN} more" if len(names) > _NAMES_SHOWN else ""
+        )
+        owner = inc.subject.split("/", 1)
+        what = f"{len(pods)} GPU pod{'s' if len(pods) != 1 else ''} of {owner[0]} {owner[1]}"
+        minutes = int(config.starved_pending_seconds // 60)
+        inc.summary = (
+            f"{what} pending over {minutes} min: scale-up of {shown} failed {attempts} times "
+            f"({reason}{': ' + ', '.join(codes) if codes else ''})"
+        )
+        inc.action = _ACTION[reason].format(code=", ".join(codes) or "see the line", group=shown)
+    else:
+        inc.attributes = {**inc.attributes, "pending_pods": str(len(pods))}
+    if (inc.summary, inc.severity, inc.attributes, len(inc.pods)) != before:
+        step.touch(inc)
+
+
+def deadline(state: ClusterState, config: CoreConfig) -> float:
+    """When the next pending, unschedulable pod reaches ``starved_pending_seconds``
+    (after the rules last ran: one reached before was seen then)."""
+    found = NEVER
+    for pod in state.pending.values():
+        if pod.unschedulable is not None:
+            at = pod.since + config.starved_pending_seconds
+            if state.checked_at < at < found:
+                found = at
+    return found

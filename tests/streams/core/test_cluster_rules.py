@@ -1,0 +1,238 @@
+"""The cluster key's incidents: gpu_pods_starved, scale_up_failure, allocation_mismatch.
+
+Scenarios run through :func:`tests.core_helpers.run`, which routes each record as the
+producer does (a scheduled GPU pod, a GPU node and a pod-aware binding also go to the
+cluster key), so these are the incidents a live worker and a replay both make.
+"""
+
+from __future__ import annotations
+
+from schemas.codec import AnyEvent
+from schemas.incidents import Incident
+from streams.core import CoreConfig
+from tests.core_helpers import config, final, of_type
+from tests.core_helpers import run as run_in_order
+from tests.factories import T0, Cluster
+
+GROUP = "eks-gpu-p4d-2f9c1e"
+STARVED = "gpu_pods_starved"
+SCALE_UP = "scale_up_failure"
+MISMATCH = "allocation_mismatch"
+
+
+def run(events: list[AnyEvent], cfg: CoreConfig | None = None) -> list[Incident]:
+    """The scenario in event-time order (the builders below emit node by node; live, the
+    watermark orders records, and this key merges every node's)."""
+    return run_in_order(sorted(events, key=lambda e: e.time), cfg)
+
+
+def _pending_job(c: Cluster, pods: int = 3, owner: tuple[str, str] = ("Job", "trainer")) -> None:
+    for k in range(pods):
+        c.pending(f"{owner[1]}-{k}", 5 + k, namespace="ml", owner=owner, created=k)
+
+
+def _failures(c: Cluster, times: list[float], reason: str = "quota", code: str = "") -> None:
+    for t in times:
+        c.autoscaler(t, "scale_up_failed", GROUP, reason=reason, code=code)
+
+
+def test_pending_gpu_pods_and_three_quota_failures_page_once_naming_the_owner_and_group() -> None:
+    c = Cluster()
+    _pending_job(c)
+    _failures(c, [60, 400, 750], code="VcpuLimitExceeded")
+    for k in range(3):
+        c.pod("gpu-node-9", f"trainer-{k}", 1800 + k, namespace="ml", owner=("Job", "trainer"))
+    revisions = run(c.events)
+    (starved,) = of_type(revisions, STARVED)
+    history = [r for r in revisions if r.id == starved.id]
+    opened = history[0]
+    assert opened.status == "open"
+    assert opened.severity == "page"
+    assert opened.node == ""
+    assert opened.attributes["node_groups"] == GROUP
+    assert opened.attributes["reason"] == "quota"
+    assert opened.attributes["cloud_code"] == "VcpuLimitExceeded"
+    assert opened.attributes["match"] == "cluster"
+    assert {p.name for p in opened.pods} == {"trainer-0", "trainer-1", "trainer-2"}
+    assert {(p.owner_kind, p.owner_name) for p in opened.pods} == {("Job", "trainer")}
+    assert "Job ml/trainer" in opened.summary
+    # Opened by the third attempt, not before: two failures and ten minutes are not enough.
+    third = next(e for e in c.events if e.time.timestamp() - T0.timestamp() == 750)
+    assert opened.evidence[-1].time <= third.time
+    assert any(ev.event_id == third.id for ev in opened.evidence)
+    assert starved.status == "resolved"
+    assert "scheduled on gpu-node-9" in starved.attributes["resolution"]
+    assert len([r for r in history if r.status == "open"]) == 1
+
+
+def test_pending_then_a_successful_scale_up_is_no_incident() -> None:
+    c = Cluster()
+    _pending_job(c)
+    c.autoscaler(30, "scale_up_planned", GROUP, pods=("trainer-0",), namespace="ml")
+    for k in range(3):
+        c.pod("gpu-node-new", f"trainer-{k}", 240 + k, namespace="ml", owner=("Job", "trainer"))
+    c.tick(7200)
+    revisions = run(c.events)
+    assert revisions == []
+
+
+def test_two_failures_are_not_enough_and_one_attempt_is_many_lines() -> None:
+    c = Cluster()
+    _pending_job(c, pods=1)
+    # Two attempts, each logged as three lines within seconds.
+    _failures(c, [60, 61, 62, 500, 501, 502])
+    c.tick(7200)
+    revisions = run(c.events)
+    assert of_type(revisions, STARVED) == []
+    (failure,) = of_type(revisions, SCALE_UP)
+    assert failure.attributes["attempts"] == "2"
+
+
+def test_capacity_is_a_ticket_and_each_owner_is_its_own_incident() -> None:
+    c = Cluster()
+    _pending_job(c, pods=2, owner=("Job", "a"))
+    _pending_job(c, pods=1, owner=("RayCluster", "b"))
+    _failures(c, [60, 400, 750], reason="capacity", code="InsufficientInstanceCapacity")
+    c.tick(3600)
+    starved = of_type(run(c.events), STARVED)
+    assert sorted((i.attributes["pending_pods"], i.severity) for i in starved) == [
+        ("1", "ticket"),
+        ("2", "ticket"),
+    ]
+    assert {i.pods[0].owner_kind for i in starved} == {"Job", "RayCluster"}
+
+
+def test_a_pod_tied_to_a_healthy_group_is_not_starved_by_another_groups_quota() -> None:
+    c = Cluster()
+    _pending_job(c, pods=1)
+    c.autoscaler(20, "scale_up_planned", "eks-gpu-g5-healthy", pods=("trainer-0",), namespace="ml")
+    _failures(c, [60, 400, 750])
+    c.tick(3600)
+    revisions = run(c.events)
+    assert of_type(revisions, STARVED) == []
+    # The failing group's own incident is there: it is a GPU group by its name.
+    (failure,) = of_type(revisions, SCALE_UP)
+    assert failure.attributes["node_group"] == GROUP
+
+
+def test_a_pod_that_never_was_unschedulable_is_waiting_not_starved() -> None:
+    c = Cluster()
+    c.pending("fresh", 5, namespace="ml", unschedulable=False, created=0)
+    _failures(c, [60, 400, 750])
+    c.tick(3600)
+    assert of_type(run(c.events), STARVED) == []
+
+
+def test_a_pending_pod_deleted_resolves_its_incident() -> None:
+    c = Cluster()
+    _pending_job(c, pods=1)
+    _failures(c, [60, 400, 750])
+    c.pending("trainer-0", 900, namespace="ml", owner=("Job", "trainer"), op="deleted", created=0)
+    (starved,) = of_type(run(c.events), STARVED)
+    assert starved.status == "resolved"
+    assert "deleted while pending" in starved.attributes["resolution"]
+
+
+def test_scale_up_failure_pages_for_quota_counts_attempts_and_resolves_when_quiet() -> None:
+    c = Cluster()
+    _failures(c, [0, 300, 600], code="QUOTA_EXCEEDED")
+    c.autoscaler(601, "backoff", GROUP, reason="backoff", until=900)
+    c.autoscaler(0, "scale_up_failed", "cpu-pool-1", reason="quota")  # not a GPU group
+    c.tick(10_000)
+    revisions = run(c.events)
+    (failure,) = of_type(revisions, SCALE_UP)
+    assert failure.severity == "page"
+    assert failure.attributes["attempts"] == "3"
+    assert failure.attributes["cloud_code"] == "QUOTA_EXCEEDED"
+    assert failure.status == "resolved"
+    assert failure.resolved_at is not None
+    assert failure.resolved_at.timestamp() - T0.timestamp() == 600 + 1800
+
+
+def _cluster_with_dcgm(c: Cluster, nodes: int = 3, gpus: int = 4, shared: int = -1) -> None:
+    """``nodes`` nodes of ``gpus`` GPUs, each GPU held by a one-GPU pod and reported bound."""
+    for n in range(nodes):
+        node = f"gpu-node-{n}"
+        labels = {"nvidia.com/gpu.sharing-strategy": "time-slicing"} if n == shared else None
+        c.node(node, 0, capacity=gpus, alloc=gpus, labels=labels)
+        for g in range(gpus):
+            c.pod(node, f"{node}-w{g}", 1)
+            c.bind(node, 2, f"GPU-{n}-{g}", f"0000:{0x10 + g:02x}:00.0", [f"{node}-w{g}"])
+
+
+def _dcgm_loses_pods(c: Cluster, n: int, t: float, gpus: int = 4) -> None:
+    """dcgm-exporter on gpu-node-``n`` reports its GPUs without pods (lost the pod-resources
+    socket, or restarted without it)."""
+    for g in range(gpus):
+        c.bind(f"gpu-node-{n}", t, f"GPU-{n}-{g}", f"0000:{0x10 + g:02x}:00.0", [])
+
+
+def _mismatches(revisions: list[Incident]) -> list[Incident]:
+    return [r for r in revisions if r.type == MISMATCH]
+
+
+def test_a_dcgm_outage_on_two_nodes_names_them_and_resolves_when_they_return() -> None:
+    c = Cluster()
+    _cluster_with_dcgm(c)
+    _dcgm_loses_pods(c, 0, 100)
+    _dcgm_loses_pods(c, 1, 110)
+    for n in (0, 1):
+        for g in range(4):
+            c.bind(f"gpu-node-{n}", 1000, f"GPU-{n}-{g}", f"0000:{0x10 + g:02x}:00.0", [])
+    for n in (0, 1):  # they come back
+        for g in range(4):
+            c.bind(
+                f"gpu-node-{n}",
+                2000,
+                f"GPU-{n}-{g}",
+                f"0000:{0x10 + g:02x}:00.0",
+                [f"gpu-node-{n}-w{g}"],
+            )
+    revisions = _mismatches(run(c.events))
+    opened = revisions[0]
+    assert opened.status == "open"
+    assert opened.severity == "ticket"
+    assert opened.attributes["nodes"] == "gpu-node-0,gpu-node-1"
+    assert opened.attributes["difference"] == "8"
+    # Not before both nodes have disagreed for mismatch_after_seconds (300 s).
+    assert opened.first_seen.timestamp() - T0.timestamp() == 100
+    assert "gpu-node-0 (4 requested, 0 bound)" in opened.summary
+    assert opened.evidence, "the records that made the nodes disagree"
+    assert revisions[-1].status == "resolved"
+    assert final(revisions)[opened.id].resolved_at is not None
+    assert len({r.id for r in revisions}) == 1
+
+
+def test_below_the_threshold_or_brief_is_silent() -> None:
+    c = Cluster()
+    _cluster_with_dcgm(c)
+    _dcgm_loses_pods(c, 0, 100)  # 4 GPUs: not more than 5
+    _dcgm_loses_pods(c, 1, 200)
+    for g in range(4):  # node 1 is back after 100 s: never counted
+        c.bind("gpu-node-1", 300, f"GPU-1-{g}", f"0000:{0x10 + g:02x}:00.0", [f"gpu-node-1-w{g}"])
+    c.tick(5000)
+    assert _mismatches(run(c.events)) == []
+
+
+def test_a_time_sliced_node_and_a_node_without_dcgm_are_left_out() -> None:
+    c = Cluster()
+    _cluster_with_dcgm(c, shared=2)
+    _dcgm_loses_pods(c, 2, 100)  # time-sliced: its counts cannot agree
+    c.node("gpu-node-nodcgm", 0, capacity=8, alloc=8)
+    for g in range(8):  # GPU pods on a node no dcgm-exporter ever reported
+        c.pod("gpu-node-nodcgm", f"x-{g}", 1)
+    _dcgm_loses_pods(c, 0, 100)
+    c.tick(5000)
+    assert _mismatches(run(c.events)) == []
+
+
+def test_an_ignored_namespace_is_left_out() -> None:
+    c = Cluster()
+    _cluster_with_dcgm(c)
+    for n in (0, 1):
+        for g in range(4):
+            c.pod(f"gpu-node-{n}", f"shared-{n}-{g}", 50, namespace="sliced")
+    c.tick(5000)
+    assert len(_mismatches(run(c.events))) >= 1
+    cfg = config(mismatch_ignore_namespaces=["sliced"])
+    assert _mismatches(run(c.events, cfg)) == []
