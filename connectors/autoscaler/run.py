@@ -30,7 +30,6 @@ from connectors.autoscaler.cursor import FollowState, LogCursor, stamp_time
 from connectors.autoscaler.follow import FollowOptions, Forget, LogFollower, LogLine
 from connectors.autoscaler.lines import LineContext, parse_line
 from connectors.autoscaler.metrics import AutoscalerMetrics
-from connectors.kafka.config import KafkaUnreachable
 from connectors.kafka.producer import EventProducer, start_producer
 from connectors.prometheus import serve_metrics
 from connectors.publish import Publisher, PublishOptions
@@ -124,9 +123,6 @@ class AutoscalerConnectOptions:
     """Everything ``gputriage connect autoscaler`` needs besides the Kafka settings."""
 
     follow: FollowOptions
-    kubeconfig: str | None = None
-    context: str | None = None
-    in_cluster: bool = False
     state_path: Path | None = None
     buffer_size: int = 10_000
     batch_size: int = 500
@@ -177,38 +173,32 @@ class AutoscalerConnector:
 
 async def run_connect_autoscaler(
     options: AutoscalerConnectOptions,
+    api: ApiClient,
     kafka_kwargs: dict[str, Any],
     layout: TopicLayout,
     *,
     stop: asyncio.Event | None = None,
 ) -> int:
-    """Connect, serve metrics, follow and deliver until stopped; the exit status."""
-    from connectors.k8s.run import ConnectOptions, kube_client  # noqa: PLC0415
+    """Serve metrics, follow and deliver until stopped; the exit status.
 
-    metrics = AutoscalerMetrics()
-    if options.metrics_port is not None:
-        port = serve_metrics(metrics.registry, options.metrics_port, options.metrics_addr)
-        log.info("metrics on http://%s:%d/metrics", options.metrics_addr, port)
-    stop = stop or asyncio.Event()
-    stop_on_signals(stop)
-    api = await kube_client(
-        ConnectOptions(
-            cluster=options.follow.cluster,
-            kubeconfig=options.kubeconfig,
-            context=options.context,
-            in_cluster=options.in_cluster,
-        )
-    )
+    ``api`` comes from the caller (the CLI builds it with the k8s family's
+    ``kube_client``: source families do not import each other); it is closed here.
+    """
     try:
+        metrics = AutoscalerMetrics()
+        if options.metrics_port is not None:
+            port = serve_metrics(metrics.registry, options.metrics_port, options.metrics_addr)
+            log.info("metrics on http://%s:%d/metrics", options.metrics_addr, port)
+        stop = stop or asyncio.Event()
+        stop_on_signals(stop)
         producer = await start_producer(kafka_kwargs, layout)
-    except KafkaUnreachable:
-        await api.close()
-        raise
-    try:
-        connector = AutoscalerConnector(api, producer, options, metrics)
-        log.info("following pods %s in %s", options.follow.selector, options.follow.namespace)
-        await connector.run(stop)
-        return 0
+        try:
+            connector = AutoscalerConnector(api, producer, options, metrics)
+            follow = options.follow
+            log.info("following pods %s in namespace %s", follow.selector, follow.namespace)
+            await connector.run(stop)
+            return 0
+        finally:
+            await producer.stop()
     finally:
-        await producer.stop()
         await api.close()
