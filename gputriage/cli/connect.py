@@ -184,6 +184,7 @@ def run_connect_k8s(settings: Settings, o: K8sConnectSettings) -> int:
     """``connect k8s`` with its options merged: build the connector's options, run it."""
     import asyncio  # noqa: PLC0415
 
+    from connectors.autoscaler.kube_events import derive  # noqa: PLC0415
     from connectors.k8s.leader import LeaseOptions  # noqa: PLC0415
     from connectors.k8s.run import (  # noqa: PLC0415
         ConnectError,
@@ -215,6 +216,8 @@ def run_connect_k8s(settings: Settings, o: K8sConnectSettings) -> int:
         watch=watch,
         buffer_size=o.buffer_size,
         lease=lease,
+        # Autoscaler Events also become autoscaler.v1 records, GPU-related or not.
+        derive=derive,
     )
     kwargs = kafka_kwargs(settings, o.brokers)
     layout = topic_layout(settings.topics)
