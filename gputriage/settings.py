@@ -231,6 +231,7 @@ class AutoscalerConnectSettings(
     kube_context: str | None = None
     in_cluster: bool = False
     state_path: str | None = None
+    status_configmap: str = "cluster-autoscaler-status"
     brokers: str | None = None
     metrics_port: Port = 9468
     buffer_size: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 10_000

@@ -46,6 +46,7 @@ from kubernetes_asyncio.client import ApiClient, CoreV1Api
 from connectors.autoscaler.cursor import FollowState, LogCursor, Position, since_time
 from connectors.autoscaler.lines import Format
 from connectors.autoscaler.metrics import AutoscalerMetrics
+from connectors.autoscaler.status_watch import StatusUpdate
 from connectors.backoff import Backoff
 from schemas import codec
 from schemas.codec import RecordError
@@ -164,7 +165,8 @@ class LogFollower:
     ) -> None:
         self.api = api
         self.options = options
-        self.queue: asyncio.Queue[LogLine | Forget] = asyncio.Queue(1)
+        self.queue: asyncio.Queue[LogLine | Forget | StatusUpdate] = asyncio.Queue(1)
+        """Lines and forgotten pods; the source also puts the status watcher's updates here."""
         self.positions: dict[tuple[str, str], Position] = {}
         """(pod, container) -> the read position (ahead of what is committed)."""
         self._saved = {(c.pod, c.container): c for c in (saved.cursors if saved else ())}

@@ -30,6 +30,12 @@ class AutoscalerMetrics:
             ["reason"],
             registry=r,
         )
+        self.status_updates = Counter(
+            "gputriage_autoscaler_status_updates",
+            "Changes of the status ConfigMap with new facts, by outcome (parsed, dead_letter).",
+            ["outcome"],
+            registry=r,
+        )
         self.api_errors = Counter(
             "gputriage_autoscaler_api_errors",
             "Kubernetes API requests that failed, by HTTP status (0: no answer).",

@@ -30,6 +30,7 @@ from connectors.autoscaler.cursor import FollowState, LogCursor, stamp_time
 from connectors.autoscaler.follow import FollowOptions, Forget, LogFollower, LogLine
 from connectors.autoscaler.lines import LineContext, parse_line
 from connectors.autoscaler.metrics import AutoscalerMetrics
+from connectors.autoscaler.status_watch import StatusUpdate, StatusWatcher
 from connectors.kafka.producer import EventProducer, start_producer
 from connectors.prometheus import serve_metrics
 from connectors.publish import Publisher, PublishOptions
@@ -53,8 +54,10 @@ class AutoscalerLogSource:
         self,
         follower: LogFollower,
         state: StateFile[FollowState] | None = None,
+        status: StatusWatcher | None = None,
     ) -> None:
         self.follower = follower
+        self.status = status
         self.options = follower.options
         self.state = state
         self.metrics = follower.metrics
@@ -65,7 +68,7 @@ class AutoscalerLogSource:
     async def next_batch(self) -> Batch | None:
         """The next line as a batch; an idle batch after ``idle_s`` without one."""
         if self._task is None:
-            self._task = asyncio.create_task(self.follower.run(), name="autoscaler-follow")
+            self._task = asyncio.create_task(self._run_all(), name="autoscaler-follow")
         get = asyncio.ensure_future(self.follower.queue.get())
         try:
             await asyncio.wait(
@@ -81,7 +84,24 @@ class AutoscalerLogSource:
             return None
         return Batch()
 
-    def _batch(self, item: LogLine | Forget) -> Batch:
+    async def _run_all(self) -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.follower.run())
+            if self.status is not None:
+                group.create_task(self._pump_status(self.status))
+
+    async def _pump_status(self, status: StatusWatcher) -> None:
+        async for update in status.items():
+            await self.follower.queue.put(update)
+
+    def _batch(self, item: LogLine | Forget | StatusUpdate) -> Batch:
+        if isinstance(item, StatusUpdate):
+            if item.error is not None:
+                self.metrics.status_updates.labels("dead_letter").inc()
+                dead = DeadLine(item.raw, item.error, None)
+                return Batch(dead=[dead], state=self._state(), records=1)
+            self.metrics.status_updates.labels("parsed").inc()
+            return Batch(events=list(item.events), state=self._state(), records=1)
         if isinstance(item, Forget):
             self._handed.pop((item.pod, item.container), None)
             return Batch(state=self._state())
@@ -124,6 +144,8 @@ class AutoscalerConnectOptions:
 
     follow: FollowOptions
     state_path: Path | None = None
+    status_configmap: str = "cluster-autoscaler-status"
+    """The status ConfigMap to watch in the pods' namespace; empty: none (Karpenter)."""
     buffer_size: int = 10_000
     batch_size: int = 500
     drain_timeout_s: float = 10.0
@@ -149,7 +171,19 @@ class AutoscalerConnector:
         if self.state is not None and self.state.error is not None:
             log.warning("%s; following from the start of each container", self.state.error)
         self.follower = LogFollower(api, options.follow, saved, metrics=metrics)
-        self.source = AutoscalerLogSource(self.follower, self.state)
+        status = None
+        if options.status_configmap:
+            status = StatusWatcher(
+                api,
+                cluster=options.follow.cluster,
+                namespace=options.follow.namespace,
+                name=options.status_configmap,
+                backoff=options.follow.backoff,
+                silence_timeout_s=options.follow.silence_timeout_s,
+                watch_timeout_s=max(1, int(options.follow.silence_timeout_s * 0.8)),
+                metrics=metrics,
+            )
+        self.source = AutoscalerLogSource(self.follower, self.state, status)
         self.publisher = Publisher(
             self.source,
             producer,

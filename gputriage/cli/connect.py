@@ -577,6 +577,13 @@ def run_connect_nvml(settings: Settings, o: NvmlConnectSettings) -> int:
     help="Keep each followed container's last line here, so a restart resumes after it "
     "(without one, a restart reads each container's log from its start).",
 )
+@click.option(
+    "--status-configmap",
+    metavar="NAME",
+    cls=StructDefault,
+    show_default=shown(AutoscalerConnectSettings, "status_configmap"),
+    help="Watch this status ConfigMap in the namespace too ('' for none: Karpenter has none).",
+)
 @brokers_option
 @metrics_port_option(AutoscalerConnectSettings)
 @click.option(
@@ -610,7 +617,8 @@ def connect_autoscaler_command(ctx: click.Context, /, **given: Any) -> int:
     through the API's pods/log; reconnects resume after the last line handed out, a
     restarted container is read from its start (and the old one's tail first). Lines
     that state no fact are counted, not sent; unreadable ones go to the dead-letter topic.
-    Needs get/list/watch on pods and get on pods/log in the namespace.
+    Also watches the cluster-autoscaler-status ConfigMap and publishes its new facts.
+    Needs get/list on pods, get on pods/log, get/list/watch on configmaps there.
 
     \b
     Examples:
@@ -649,6 +657,7 @@ def run_connect_autoscaler_cli(settings: Settings, o: AutoscalerConnectSettings)
             silence_timeout_s=o.silence_timeout,
         ),
         state_path=Path(o.state_path) if o.state_path else None,
+        status_configmap=o.status_configmap,
         buffer_size=o.buffer_size,
         metrics_port=o.metrics_port,
     )
