@@ -21,6 +21,8 @@ import kmock
 from kmock._internal.rendering import Response  # not in kmock.__all__, same class
 from kubernetes_asyncio.client import ApiClient, Configuration
 
+from tests.k8s_helpers import ScriptedResource
+
 NAMESPACE = "kube-system"
 
 
@@ -77,6 +79,10 @@ class LogServer:
     def __init__(self) -> None:
         self.pods: dict[str, FakePod] = {}
         self.log_requests: list[dict[str, str]] = []
+        self.configmaps = ScriptedResource("configmaps", "ConfigMap")
+        """The status ConfigMap's list and watch answers."""
+        self.server: kmock.KubernetesEmulator | None = None
+        """Every request it received: ``list(server)``."""
         self._drops = 0
 
     def add(self, name: str, labels: dict[str, str] | None = None) -> FakePod:
@@ -167,10 +173,12 @@ class LogServer:
 
 @asynccontextmanager
 async def log_server() -> AsyncIterator[tuple[LogServer, ApiClient]]:
-    """kmock answering pods and pods/log from a :class:`LogServer`; and a client for it."""
+    """kmock answering pods, pods/log and configmaps from a :class:`LogServer`; a client."""
     logs = LogServer()
     async with kmock.KubernetesEmulator() as server, kmock.Server(server) as running:
         server[kmock.resource("", "v1", "pods")] << logs.handle
+        server[kmock.resource("", "v1", "configmaps")] << logs.configmaps.handle
+        logs.server = server
         url = str(running.url).rstrip("/")
         async with ApiClient(Configuration(host=url)) as api:
             yield logs, api
