@@ -169,7 +169,8 @@ class LogFollower:
         """Lines and forgotten pods; the source also puts the status watcher's updates here."""
         self.positions: dict[tuple[str, str], Position] = {}
         """(pod, container) -> the read position (ahead of what is committed)."""
-        self._saved = {(c.pod, c.container): c for c in (saved.cursors if saved else ())}
+        self.saved = {(c.pod, c.container): c for c in (saved.cursors if saved else ())}
+        """The state file's cursors not yet taken up by a followed container."""
         self._core = CoreV1Api(api)
         self.metrics = metrics or AutoscalerMetrics()
         self.requests: list[dict[str, Any]] = []
@@ -253,8 +254,9 @@ class LogFollower:
                                 self._follow(target), name=f"log:{target.pod}"
                             )
                     live = {(t.pod, t.container) for t in targets}
-                    for gone in [k for k in self.positions if k not in live]:
-                        del self.positions[gone]
+                    for gone in [k for k in (*self.positions, *self.saved) if k not in live]:
+                        self.positions.pop(gone, None)
+                        self.saved.pop(gone, None)
                         await self.queue.put(Forget(*gone))
                 await asyncio.sleep(self.options.poll_s)
         finally:
@@ -266,7 +268,7 @@ class LogFollower:
         """The target's position, and the old container's cursor when it restarted."""
         position = self.positions.get(target.key)
         if position is None:
-            saved = self._saved.pop(target.key, None)
+            saved = self.saved.pop(target.key, None)
             if saved is not None and saved.uid == target.uid:
                 position = Position(saved)
         if position is not None and position.cursor.uid != target.uid:

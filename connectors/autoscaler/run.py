@@ -61,8 +61,10 @@ class AutoscalerLogSource:
         self.options = follower.options
         self.state = state
         self.metrics = follower.metrics
-        self._handed: dict[tuple[str, str], LogCursor] = {}
-        """The cursors as of the last line handed out (what a batch's state saves)."""
+        self._handed: dict[tuple[str, str], LogCursor] = dict(follower.saved)
+        """The cursors as of the last line handed out (what a batch's state saves); the
+        saved ones until their pod is followed again or found gone (:class:`Forget`), so
+        a pod not running at start keeps its position."""
         self._task: asyncio.Task[None] | None = None
 
     async def next_batch(self) -> Batch | None:

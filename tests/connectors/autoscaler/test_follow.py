@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.autoscaler.cursor import FollowState
+from connectors.autoscaler.cursor import FollowState, LogCursor
 from connectors.autoscaler.follow import FollowOptions, LogFollower
 from connectors.autoscaler.metrics import AutoscalerMetrics
 from connectors.autoscaler.run import AutoscalerLogSource
@@ -170,3 +170,20 @@ async def test_a_new_replica_is_followed_and_a_deleted_one_forgotten(tmp_path: P
                 ),
                 what="ca-1 forgotten",
             )
+
+
+async def test_a_saved_cursor_of_a_pod_that_is_gone_leaves_the_state() -> None:
+    old = LogCursor(pod="kube-system/ca-0", uid="uid-ca-0", container="c", restart_count=0)
+    async with log_server() as (server, api):
+        server.add("ca-1")
+        server.write("ca-1", stamp(0), setting(1))
+        follower = LogFollower(api, options(), FollowState(cursors=(old,)))
+        async with collecting(AutoscalerLogSource(follower)) as got:
+            await eventually(lambda: got.sizes == [1])
+
+            def pods() -> list[str]:
+                state = got.batches[-1].state
+                assert isinstance(state, FollowState)
+                return [c.pod for c in state.cursors]
+
+            await eventually(lambda: pods() == ["kube-system/ca-1"], what="ca-0 forgotten")
