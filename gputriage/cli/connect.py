@@ -554,7 +554,9 @@ def run_connect_nvml(settings: Settings, o: NvmlConnectSettings) -> int:
     type=click.Choice(["auto", "klog", "karpenter"]),
     cls=StructDefault,
     show_default=shown(AutoscalerConnectSettings, "format"),
-    help="cluster-autoscaler's klog, Karpenter's JSON/console lines, or per line by content.",
+    help="cluster-autoscaler's klog, Karpenter's JSON/console lines, or per line by content. "
+    "karpenter is also a preset: selector app.kubernetes.io/name=karpenter and no status "
+    "ConfigMap, unless given.",
 )
 @click.option(
     "--cloud",
@@ -624,32 +626,35 @@ def connect_autoscaler_command(ctx: click.Context, /, **given: Any) -> int:
     Examples:
       gputriage connect autoscaler --cluster prod --in-cluster --state /var/lib/gputriage/ca.json
       gputriage connect autoscaler --cluster dev --context kind-dev --format karpenter \\
-          --namespace karpenter --selector app.kubernetes.io/name=karpenter
+          --namespace karpenter
     """
     _require(ctx, "autoscaler", given, "cluster")
     o: AutoscalerConnectSettings = _merged(ctx, "autoscaler", given)
     return run_connect_autoscaler_cli(settings_of(ctx), o)
 
 
-def run_connect_autoscaler_cli(settings: Settings, o: AutoscalerConnectSettings) -> int:
-    """``connect autoscaler`` with its options merged: build the options and the client, run."""
-    import asyncio  # noqa: PLC0415
+KARPENTER_SELECTOR = "app.kubernetes.io/name=karpenter"
+"""The label of the Karpenter chart's pods: ``--format karpenter``'s default selector."""
 
+
+def autoscaler_options(o: AutoscalerConnectSettings) -> Any:
+    """The connector's options (an ``AutoscalerConnectOptions``) from the merged settings,
+    with the Karpenter preset applied where ``--format karpenter`` left a default."""
     from connectors.autoscaler.follow import FollowOptions  # noqa: PLC0415
-    from connectors.autoscaler.run import (  # noqa: PLC0415
-        AutoscalerConnectOptions,
-        run_connect_autoscaler,
-    )
-    from connectors.k8s.run import ConnectError, ConnectOptions, kube_client  # noqa: PLC0415
+    from connectors.autoscaler.run import AutoscalerConnectOptions  # noqa: PLC0415
 
-    if o.in_cluster and (o.kubeconfig or o.kube_context):
-        raise click.UsageError("--in-cluster does not go with --kubeconfig/--context")
-    cluster = _given(o.cluster)
-    options = AutoscalerConnectOptions(
+    defaults = AutoscalerConnectSettings()
+    selector, status_configmap = o.selector, o.status_configmap
+    if o.format == "karpenter":  # the Karpenter preset, unless set otherwise
+        if selector == defaults.selector:
+            selector = KARPENTER_SELECTOR
+        if status_configmap == defaults.status_configmap:
+            status_configmap = ""  # Karpenter writes no status ConfigMap
+    return AutoscalerConnectOptions(
         follow=FollowOptions(
-            cluster=cluster,
+            cluster=_given(o.cluster),
             namespace=o.namespace,
-            selector=o.selector,
+            selector=selector,
             container=o.container,
             fmt=o.format,
             cloud=o.cloud,
@@ -657,10 +662,23 @@ def run_connect_autoscaler_cli(settings: Settings, o: AutoscalerConnectSettings)
             silence_timeout_s=o.silence_timeout,
         ),
         state_path=Path(o.state_path) if o.state_path else None,
-        status_configmap=o.status_configmap,
+        status_configmap=status_configmap,
         buffer_size=o.buffer_size,
         metrics_port=o.metrics_port,
     )
+
+
+def run_connect_autoscaler_cli(settings: Settings, o: AutoscalerConnectSettings) -> int:
+    """``connect autoscaler`` with its options merged: build the options and the client, run."""
+    import asyncio  # noqa: PLC0415
+
+    from connectors.autoscaler.run import run_connect_autoscaler  # noqa: PLC0415
+    from connectors.k8s.run import ConnectError, ConnectOptions, kube_client  # noqa: PLC0415
+
+    if o.in_cluster and (o.kubeconfig or o.kube_context):
+        raise click.UsageError("--in-cluster does not go with --kubeconfig/--context")
+    cluster = _given(o.cluster)
+    options = autoscaler_options(o)
     kwargs = kafka_kwargs(settings, o.brokers)
     layout = topic_layout(settings.topics)
     start_logging(settings)

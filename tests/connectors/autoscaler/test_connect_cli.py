@@ -39,3 +39,21 @@ def test_the_settings_table_and_env_vars() -> None:
         selector="app.kubernetes.io/name=karpenter", format="karpenter", poll_interval=2.5
     )
     assert AutoscalerConnectSettings().namespace == "kube-system"
+
+
+def test_the_karpenter_preset_fills_only_what_was_left_default() -> None:
+    from gputriage.cli.connect import autoscaler_options  # noqa: PLC0415
+
+    preset = autoscaler_options(AutoscalerConnectSettings(cluster="c", format="karpenter"))
+    assert preset.follow.selector == "app.kubernetes.io/name=karpenter"
+    assert preset.status_configmap == ""
+    assert preset.follow.fmt == "karpenter"
+    own = autoscaler_options(
+        AutoscalerConnectSettings(cluster="c", format="karpenter", selector="app=mine")
+    )
+    assert own.follow.selector == "app=mine"
+    plain = autoscaler_options(AutoscalerConnectSettings(cluster="c"))
+    assert (plain.follow.selector, plain.status_configmap) == (
+        "app=cluster-autoscaler",
+        "cluster-autoscaler-status",
+    )
