@@ -47,6 +47,7 @@ from connectors.autoscaler.cursor import FollowState, LogCursor, Position, since
 from connectors.autoscaler.lines import Format
 from connectors.autoscaler.metrics import AutoscalerMetrics
 from connectors.autoscaler.status_watch import StatusUpdate
+from connectors.autoscaler.streamlines import stream_lines
 from connectors.backoff import Backoff
 from schemas import codec
 from schemas.codec import RecordError
@@ -349,7 +350,12 @@ class LogFollower:
                 self.metrics.api_errors.labels(str(response.status)).inc()
                 reason = "error"
                 return 0
-            async for line in self._lines(response):
+            lines = stream_lines(
+                response,
+                silence_s=self.options.silence_timeout_s,
+                max_line_bytes=self.options.max_line_bytes,
+            )
+            async for line in lines:
                 received += 1
                 if position.admit(line):
                     index = len(position.cursor.seen) - 1
@@ -366,26 +372,3 @@ class LogFollower:
             response.close()
             self.metrics.streams.labels(reason).inc()
         return received
-
-    async def _lines(self, response: aiohttp.ClientResponse) -> Any:
-        """Complete lines of the stream (a last line without a newline is kept: a drop
-        mid-line would otherwise hand out half a line, then the whole one)."""
-        buffer = bytearray()
-        limit = self.options.max_line_bytes
-        while True:
-            chunk = await asyncio.wait_for(
-                response.content.readany(), self.options.silence_timeout_s
-            )
-            if not chunk:
-                return
-            buffer += chunk
-            start = 0
-            while (end := buffer.find(b"\n", start)) >= 0:
-                line = bytes(buffer[start:end])
-                start = end + 1
-                if line.strip():
-                    yield line[:limit]
-            del buffer[:start]
-            if len(buffer) > limit:  # an endless line: hand out its head, drop the rest
-                yield bytes(buffer[:limit])
-                buffer.clear()

@@ -32,6 +32,7 @@ from kubernetes_asyncio.client import ApiClient, CoreV1Api
 
 from connectors.autoscaler.metrics import AutoscalerMetrics
 from connectors.autoscaler.status import CONFIGMAP, Status, new_facts, parse_status
+from connectors.autoscaler.streamlines import stream_lines
 from connectors.backoff import Backoff
 from schemas import codec
 from schemas.codec import RecordError
@@ -72,8 +73,10 @@ class StatusWatcher:
         silence_timeout_s: float = 300.0,
         metrics: AutoscalerMetrics | None = None,
         clock: Callable[[], datetime] = _now,
+        max_line_bytes: int = 16 * 1024 * 1024,
     ) -> None:
         self.cluster = cluster
+        self.max_line_bytes = max_line_bytes
         self.namespace = namespace
         self.name = name
         self.backoff = backoff or Backoff()
@@ -143,13 +146,11 @@ class StatusWatcher:
             _request_timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
         )
         try:
-            while True:
-                line = await asyncio.wait_for(response.content.readline(), self.silence_timeout_s)
-                if not line:
-                    return
+            lines = stream_lines(
+                response, silence_s=self.silence_timeout_s, max_line_bytes=self.max_line_bytes
+            )
+            async for line in lines:
                 self._lines += 1
-                if not line.strip():
-                    continue
                 envelope = codec.loads(line)
                 if not isinstance(envelope, dict):
                     continue
