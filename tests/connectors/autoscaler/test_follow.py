@@ -19,7 +19,7 @@ from connectors.autoscaler.follow import FollowOptions, LogFollower
 from connectors.autoscaler.metrics import AutoscalerMetrics
 from connectors.autoscaler.run import AutoscalerLogSource
 from connectors.backoff import Backoff
-from connectors.source import Batch
+from connectors.source import Batch, DeadLine
 from connectors.state import StateFile
 from schemas.events import AutoscalerEvent
 from tests.connectors.autoscaler.log_server import LogServer, log_server, stamp
@@ -187,3 +187,31 @@ async def test_a_saved_cursor_of_a_pod_that_is_gone_leaves_the_state() -> None:
                 return [c.pod for c in state.cursors]
 
             await eventually(lambda: pods() == ["kube-system/ca-1"], what="ca-0 forgotten")
+
+
+async def test_an_unreadable_line_is_a_dead_letter_and_silence_reconnects() -> None:
+    bad = "I0231 10:00:00.470823       1 executor.go:147] Scale-up: setting group g size to 3"
+    async with log_server() as (server, api):
+        server.add("ca-1")
+        server.write("ca-1", stamp(0), bad)
+        server.write("ca-1", stamp(1), setting(1))
+        metrics = AutoscalerMetrics()
+        quiet = FollowOptions(
+            cluster="c1", poll_s=0.05, silence_timeout_s=0.3, backoff=options().backoff
+        )
+        source = AutoscalerLogSource(LogFollower(api, quiet, metrics=metrics))
+        async with collecting(source) as got:
+            await eventually(lambda: got.sizes == [1])
+            await eventually(
+                lambda: metrics.value("gputriage_autoscaler_log_streams_total", reason="silent"),
+                what="a silent stream reconnected",
+            )
+            server.write("ca-1", stamp(2), setting(2))
+            await eventually(lambda: got.sizes == [1, 2], what="the line after the silence")
+        (letter,) = [d for b in got.batches for d in b.dead]
+        assert isinstance(letter, DeadLine)
+        assert letter.raw == f"{stamp(0)} {bad}".encode()
+        assert letter.error.reason == "klog header has an impossible date 0231"
+        assert metrics.value("gputriage_autoscaler_lines_total", outcome="dead_letter") == 1
+        assert got.sizes == [1, 2]  # the reconnect after silence repeated nothing
+        assert server.log_requests[1]["sinceTime"].upper() == "2026-12-01T10:00:01Z"
