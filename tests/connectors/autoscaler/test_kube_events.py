@@ -3,6 +3,7 @@ through the real slimming (``connectors.k8s.slim``), then :func:`autoscaler_even
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -10,7 +11,9 @@ import pytest
 
 from connectors.autoscaler.kube_events import autoscaler_event, not_triggered
 from connectors.k8s.slim import slim_object
-from schemas.events import KubeEvent, PodRef
+from schemas.codec import decode_event
+from schemas.events import AutoscalerEvent, KubeEvent, PodRef
+from tests.cli_helpers import gputriage
 from tests.paths import DATA
 
 CORPUS = [
@@ -116,3 +119,31 @@ def test_events_of_others_are_not_autoscaler_events() -> None:
     event = kube_event(record)
     assert event is not None
     assert autoscaler_event(event) is None
+
+
+def test_ingest_k8s_prints_the_autoscaler_record_too(tmp_path: Path) -> None:
+    """Offline as live: a CPU pod's NotTriggerScaleUp is dropped by the GPU filter as a
+    KubeEvent, and printed as its autoscaler.v1 record."""
+    record = next(r for r in CORPUS if r["id"] == "ev-3538-nottrigger-cpu")
+    event = {
+        "kind": "Event",
+        "apiVersion": "v1",
+        "metadata": {"name": "e", "namespace": "ml", "uid": "u-e", "resourceVersion": "3"},
+        "involvedObject": {"kind": "Pod", "namespace": "ml", "name": "web"},
+        "reason": record["reason"],
+        "message": record["message"],
+        "source": {"component": "cluster-autoscaler"},
+        "lastTimestamp": "2026-12-01T10:00:00Z",
+    }
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(orjson.dumps({"type": "ADDED", "object": event}) + b"\n")
+    proc = gputriage("ingest", "k8s", "--file", str(path), "--cluster", "prod")
+    assert proc.returncode == 0, proc.stderr
+    (line,) = proc.stdout.splitlines()
+    printed = decode_event(line)
+    assert isinstance(printed, AutoscalerEvent)
+    assert (printed.action, printed.reason, printed.pods) == (
+        "unschedulable",
+        "config",
+        (PodRef(namespace="ml", name="web"),),
+    )
