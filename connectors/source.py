@@ -35,7 +35,7 @@ Traps:
   nvml      the clock when the event was read (NVML gives no event time)
   k8s       the event time of the last event emitted (a watch is not ordered by event
             time, so this is a hint, not a bound: the processor's grace covers it)
-  autoscal. the kubelet timestamp of the last log line read (several pods are followed
+  autoscal  the kubelet timestamp of the last log line read (several pods are followed
             at once, so also a hint); status ConfigMap updates claim nothing
   ========  ==========================================================================
 
