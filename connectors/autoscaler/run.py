@@ -44,7 +44,15 @@ log = logging.getLogger("gputriage.connect.autoscaler")
 
 
 class AutoscalerLogSource:
-    """The followed logs as a :class:`connectors.source.Source`: one line, one batch."""
+    """The followed logs (and status updates) as a :class:`connectors.source.Source`: one
+    line, one batch, carrying every container's cursor as of that line.
+
+    Trap (caught up): an idle batch (nothing for ``idle_s``) makes the publish loop claim
+    "delivered up to now", also while a stream is reconnecting; a line read after the
+    reconnect is then late by up to the backoff (30 s at most) plus the time the kubelet
+    took to serve it, which the processor's grace must cover. Unlike a list, a log
+    stream never says it has caught up, so nothing better is known here.
+    """
 
     name = "autoscaler"
     key: bytes | None = None
