@@ -35,6 +35,8 @@ Traps:
   nvml      the clock when the event was read (NVML gives no event time)
   k8s       the event time of the last event emitted (a watch is not ordered by event
             time, so this is a hint, not a bound: the processor's grace covers it)
+  autoscal  the kubelet timestamp of the last log line read (several pods are followed
+            at once, so also a hint); status ConfigMap updates claim nothing
   ========  ==========================================================================
 
   ``None`` means "no new information" (a batch of dead letters only, a record
@@ -128,7 +130,7 @@ class Source(Protocol):
 
     Implementations: ``connectors.xid.run.XidSource`` (kmsg, journal, file),
     ``connectors.dcgm.scrape.DcgmSource``, ``connectors.nvml.run.NvmlSource``,
-    ``connectors.k8s.run.WatchSource``.
+    ``connectors.k8s.run.WatchSource``, ``connectors.autoscaler.run.AutoscalerLogSource``.
     """
 
     name: str

@@ -44,7 +44,7 @@ import math
 import os
 import tomllib
 from collections.abc import Mapping
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
@@ -216,6 +216,29 @@ class NvmlConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unkn
     brokers: str | None = None
 
 
+class AutoscalerConnectSettings(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
+):
+    """``[connect.autoscaler]``: defaults of ``gputriage connect autoscaler``."""
+
+    cluster: str | None = None
+    namespace: str = "kube-system"
+    selector: str = "app=cluster-autoscaler"
+    container: str = ""
+    format: Literal["auto", "klog", "karpenter"] = "auto"
+    cloud: Literal["", "aws", "gce", "azure"] = ""
+    kubeconfig: str | None = None
+    kube_context: str | None = None
+    in_cluster: bool = False
+    state_path: str | None = None
+    status_configmap: str = "cluster-autoscaler-status"
+    brokers: str | None = None
+    metrics_port: Port = 9468
+    buffer_size: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 10_000
+    poll_interval: Annotated[float, msgspec.Meta(ge=0.1, le=3600)] = 10.0
+    silence_timeout: Annotated[float, msgspec.Meta(ge=1.0, le=86400)] = 300.0
+
+
 class ConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``[connect]``: one table per connector."""
 
@@ -223,6 +246,7 @@ class ConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     kmsg: KmsgConnectSettings = KmsgConnectSettings()
     dcgm: DcgmConnectSettings = DcgmConnectSettings()
     nvml: NvmlConnectSettings = NvmlConnectSettings()
+    autoscaler: AutoscalerConnectSettings = AutoscalerConnectSettings()
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

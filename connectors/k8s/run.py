@@ -48,6 +48,8 @@ from connectors.k8s.leader import LeadershipLost, LeaseElector, LeaseOptions
 from connectors.k8s.metrics import ConnectorMetrics
 from connectors.k8s.slim import DEFAULT_CONFIG, SlimConfig
 from connectors.k8s.watch import (
+    Derive,
+    Derived,
     Emitted,
     Rejected,
     Resource,
@@ -93,6 +95,9 @@ class ConnectOptions:
     drain_timeout_s: float = 10.0
     lease: LeaseOptions | None = None
     """Leader election settings; None runs without election (one replica only!)."""
+    derive: Derive | None = None
+    """More records from each Event, past the GPU filter (the CLI passes the autoscaler
+    family's :func:`connectors.autoscaler.kube_events.derive`)."""
 
 
 async def kube_client(options: ConnectOptions) -> ApiClient:
@@ -158,7 +163,7 @@ class WatchSource:
     ) -> None:
         self.watchers = watchers
         self.synced = synced
-        self._handoff: asyncio.Queue[Emitted | Rejected] = asyncio.Queue(1)
+        self._handoff: asyncio.Queue[Emitted | Derived | Rejected] = asyncio.Queue(1)
         self._task: asyncio.Task[None] | None = None
 
     async def next_batch(self) -> Batch | None:
@@ -184,7 +189,10 @@ class WatchSource:
         if get.done() and not get.cancelled():
             item = get.result()
             if isinstance(item, Emitted):
-                return Batch(events=[item.event], records=1, progress=item.event.time)
+                events = [item.event, *item.also]
+                return Batch(events=events, records=1, progress=item.event.time)
+            if isinstance(item, Derived):
+                return Batch(events=list(item.events), records=1, progress=item.events[0].time)
             return Batch(dead=[dead_letter(item)], records=1)
         watching.result()  # a crashed watcher ends the connector, loudly
         return None
@@ -246,6 +254,7 @@ class Connector:
                 config=options.slim,
                 keep=keep,
                 metrics=self.metrics,
+                derive=options.derive if resource == "events" else None,
             )
             for resource in ("pods", "nodes", "events")
         }

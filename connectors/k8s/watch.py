@@ -83,7 +83,7 @@ from connectors.k8s.metrics import ConnectorMetrics
 from connectors.k8s.relist import Known, deletion, diff, identity
 from connectors.k8s.slim import DEFAULT_CONFIG, WATCH_OPS, SlimConfig, slim_object
 from schemas import codec
-from schemas.codec import RecordError
+from schemas.codec import AnyEvent, RecordError
 from schemas.dead_letters import DeadLetter
 from schemas.events import KubeEvent, NodeEvent, PodEvent
 from schemas.types import Op
@@ -134,6 +134,16 @@ class Emitted:
 
     resource: Resource
     event: K8sEvent
+    also: tuple[AnyEvent, ...] = ()
+    """Records derived from it (``derive``), published right after it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Derived:
+    """Records derived from an Event the GPU filter did not keep (autoscaler decisions)."""
+
+    resource: Resource
+    events: tuple[AnyEvent, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +167,11 @@ class Synced:
     relist: bool
 
 
-WatchItem = Emitted | Rejected | Synced
+WatchItem = Emitted | Derived | Rejected | Synced
+
+Derive = Callable[[KubeEvent], tuple[AnyEvent, ...]]
+"""A hook from an Event to more records (the CLI passes the autoscaler family's, which
+this family does not import): it sees every Event, before the GPU filter."""
 
 
 class ApiError(Exception):
@@ -231,8 +245,11 @@ class ResourceWatcher:
         keep: Callable[[K8sEvent], bool] | None = None,
         metrics: ConnectorMetrics | None = None,
         clock: Callable[[], datetime] = _now,
+        derive: Derive | None = None,
     ) -> None:
         self.resource: Resource = resource
+        self.derive = derive
+        """Records to add for an Event (kept by the GPU filter or not); None: none."""
         self.cluster = cluster
         self.options = options or WatchOptions()
         self.config = config
@@ -397,6 +414,7 @@ class ResourceWatcher:
             data = raw if isinstance(raw, bytes) else codec.dumps(raw)
             return self._reject(_prefixed(result, prefix), data, _key(raw_obj(raw)), observed)
         kept = self.keep is None or self.keep(result)
+        derived: tuple[AnyEvent, ...] = ()
         if op == "deleted":
             self.known.pop(uid, None)
             if isinstance(result, KubeEvent):
@@ -404,7 +422,11 @@ class ResourceWatcher:
         else:
             remembered = result if kept and not isinstance(result, KubeEvent) else None
             self.known[uid] = Known(version, remembered)
-        return Emitted(self.resource, result) if kept else None
+            if self.derive is not None and isinstance(result, KubeEvent):
+                derived = self.derive(result)
+        if kept:
+            return Emitted(self.resource, result, derived)
+        return Derived(self.resource, derived) if derived else None
 
     def _reject(self, error: RecordError, raw: bytes, key: str, observed: datetime) -> Rejected:
         if self.metrics is not None:

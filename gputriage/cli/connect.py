@@ -2,7 +2,7 @@
 
 Every connector runs until SIGINT/SIGTERM, logs per ``[log]``, serves
 Prometheus metrics on its own port (the processor uses 9464; kmsg 9465,
-k8s 9466, dcgm 9467 by default, so they can share a node's network), and
+k8s 9466, dcgm 9467, autoscaler 9468 by default, so they can share a node's network), and
 sends what it cannot read to the dead-letter topic instead of dying.
 
 Every option can also come from the settings: ``[connect.<source>]`` tables
@@ -59,6 +59,7 @@ from gputriage.cli.common import (
 )
 from gputriage.errors import error
 from gputriage.settings import (
+    AutoscalerConnectSettings,
     DcgmConnectSettings,
     K8sConnectSettings,
     KmsgConnectSettings,
@@ -109,6 +110,7 @@ def connect_group() -> None:
       gputriage connect kmsg --cluster prod --node "$NODE_NAME"
       gputriage connect dcgm --cluster prod --node n1 --url http://10.0.0.5:9400/metrics
       gputriage connect nvml --cluster prod --node n1 --print --once
+      gputriage connect autoscaler --cluster prod --in-cluster --state /var/lib/gputriage/ca.json
     """
 
 
@@ -182,6 +184,7 @@ def run_connect_k8s(settings: Settings, o: K8sConnectSettings) -> int:
     """``connect k8s`` with its options merged: build the connector's options, run it."""
     import asyncio  # noqa: PLC0415
 
+    from connectors.autoscaler.kube_events import derive  # noqa: PLC0415
     from connectors.k8s.leader import LeaseOptions  # noqa: PLC0415
     from connectors.k8s.run import (  # noqa: PLC0415
         ConnectError,
@@ -213,6 +216,8 @@ def run_connect_k8s(settings: Settings, o: K8sConnectSettings) -> int:
         watch=watch,
         buffer_size=o.buffer_size,
         lease=lease,
+        # Autoscaler Events also become autoscaler.v1 records, GPU-related or not.
+        derive=derive,
     )
     kwargs = kafka_kwargs(settings, o.brokers)
     layout = topic_layout(settings.topics)
@@ -523,6 +528,174 @@ def run_connect_nvml(settings: Settings, o: NvmlConnectSettings) -> int:
         sys.stdout.buffer,
         sys.stderr,
     )
+
+
+@connect_group.command("autoscaler", context_settings=CONTEXT)
+@cluster_option
+@click.option(
+    "--namespace",
+    cls=StructDefault,
+    show_default=shown(AutoscalerConnectSettings, "namespace"),
+    help="Namespace of the autoscaler's pods.",
+)
+@click.option(
+    "--selector",
+    metavar="LABELS",
+    cls=StructDefault,
+    show_default=shown(AutoscalerConnectSettings, "selector"),
+    help="Label selector of the autoscaler's pods (Karpenter: app.kubernetes.io/name=karpenter).",
+)
+@click.option(
+    "--container",
+    help="The container to follow (default: each pod's first container).",
+)
+@click.option(
+    "--format",
+    type=click.Choice(["auto", "klog", "karpenter"]),
+    cls=StructDefault,
+    show_default=shown(AutoscalerConnectSettings, "format"),
+    help="cluster-autoscaler's klog, Karpenter's JSON/console lines, or per line by content. "
+    "karpenter is also a preset: selector app.kubernetes.io/name=karpenter and no status "
+    "ConfigMap, unless given.",
+)
+@click.option(
+    "--cloud",
+    type=click.Choice(["aws", "gce", "azure"]),
+    help="The cloud to record when a line shows none.",
+)
+@click.option(
+    "--kubeconfig",
+    metavar="FILE",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Kubeconfig file (default: $KUBECONFIG or ~/.kube/config).",
+)
+@click.option("--context", "kube_context", help="Kubeconfig context (default: the current one).")
+@click.option("--in-cluster", is_flag=True, default=None, help="Use the pod's service account.")
+@click.option(
+    "--state",
+    "state_path",
+    metavar="FILE",
+    type=click.Path(dir_okay=False),
+    help="Keep each followed container's last line here, so a restart resumes after it "
+    "(without one, a restart reads each container's log from its start).",
+)
+@click.option(
+    "--status-configmap",
+    metavar="NAME",
+    cls=StructDefault,
+    show_default=shown(AutoscalerConnectSettings, "status_configmap"),
+    help="Watch this status ConfigMap in the namespace too ('' for none: Karpenter has none).",
+)
+@brokers_option
+@metrics_port_option(AutoscalerConnectSettings)
+@click.option(
+    "--buffer",
+    "buffer_size",
+    type=setting_range(AutoscalerConnectSettings, "buffer_size"),
+    cls=StructDefault,
+    show_default=shown(AutoscalerConnectSettings, "buffer_size"),
+    help="Lines held while the broker is slow or down; then the log streams wait.",
+)
+@click.option(
+    "--poll-interval",
+    type=setting_range(AutoscalerConnectSettings, "poll_interval"),
+    cls=StructDefault,
+    show_default=shown(AutoscalerConnectSettings, "poll_interval"),
+    help="Seconds between listings of the pods (new replicas, restarts, deletions).",
+)
+@click.option(
+    "--silence-timeout",
+    type=setting_range(AutoscalerConnectSettings, "silence_timeout"),
+    cls=StructDefault,
+    show_default=shown(AutoscalerConnectSettings, "silence_timeout"),
+    help="Reconnect a log stream that sent nothing for this many seconds.",
+)
+@click.pass_context
+def connect_autoscaler_command(ctx: click.Context, /, **given: Any) -> int:
+    """Follow the cluster-autoscaler's (or Karpenter's) pod logs and publish autoscaler.v1
+    records, until Ctrl-C or SIGTERM.
+
+    Follows every running pod matching the selector (only the leader logs decisions)
+    through the API's pods/log; reconnects resume after the last line handed out, a
+    restarted container is read from its start (and the old one's tail first). Lines
+    that state no fact are counted, not sent; unreadable ones go to the dead-letter topic.
+    Also watches the cluster-autoscaler-status ConfigMap and publishes its new facts.
+    Needs get/list on pods, get on pods/log, get/list/watch on configmaps there.
+
+    \b
+    Examples:
+      gputriage connect autoscaler --cluster prod --in-cluster --state /var/lib/gputriage/ca.json
+      gputriage connect autoscaler --cluster dev --context kind-dev --format karpenter \\
+          --namespace karpenter
+    """
+    _require(ctx, "autoscaler", given, "cluster")
+    o: AutoscalerConnectSettings = _merged(ctx, "autoscaler", given)
+    return run_connect_autoscaler_cli(settings_of(ctx), o)
+
+
+KARPENTER_SELECTOR = "app.kubernetes.io/name=karpenter"
+"""The label of the Karpenter chart's pods: ``--format karpenter``'s default selector."""
+
+
+def autoscaler_options(o: AutoscalerConnectSettings) -> Any:
+    """The connector's options (an ``AutoscalerConnectOptions``) from the merged settings,
+    with the Karpenter preset applied where ``--format karpenter`` left a default."""
+    from connectors.autoscaler.follow import FollowOptions  # noqa: PLC0415
+    from connectors.autoscaler.run import AutoscalerConnectOptions  # noqa: PLC0415
+
+    defaults = AutoscalerConnectSettings()
+    selector, status_configmap = o.selector, o.status_configmap
+    if o.format == "karpenter":  # the Karpenter preset, unless set otherwise
+        if selector == defaults.selector:
+            selector = KARPENTER_SELECTOR
+        if status_configmap == defaults.status_configmap:
+            status_configmap = ""  # Karpenter writes no status ConfigMap
+    return AutoscalerConnectOptions(
+        follow=FollowOptions(
+            cluster=_given(o.cluster),
+            namespace=o.namespace,
+            selector=selector,
+            container=o.container,
+            fmt=o.format,
+            cloud=o.cloud,
+            poll_s=o.poll_interval,
+            silence_timeout_s=o.silence_timeout,
+        ),
+        state_path=Path(o.state_path) if o.state_path else None,
+        status_configmap=status_configmap,
+        buffer_size=o.buffer_size,
+        metrics_port=o.metrics_port,
+    )
+
+
+def run_connect_autoscaler_cli(settings: Settings, o: AutoscalerConnectSettings) -> int:
+    """``connect autoscaler`` with its options merged: build the options and the client, run."""
+    import asyncio  # noqa: PLC0415
+
+    from connectors.autoscaler.run import run_connect_autoscaler  # noqa: PLC0415
+    from connectors.k8s.run import ConnectError, ConnectOptions, kube_client  # noqa: PLC0415
+
+    if o.in_cluster and (o.kubeconfig or o.kube_context):
+        raise click.UsageError("--in-cluster does not go with --kubeconfig/--context")
+    cluster = _given(o.cluster)
+    options = autoscaler_options(o)
+    kwargs = kafka_kwargs(settings, o.brokers)
+    layout = topic_layout(settings.topics)
+    start_logging(settings)
+    kube = ConnectOptions(
+        cluster=cluster, kubeconfig=o.kubeconfig, context=o.kube_context, in_cluster=o.in_cluster
+    )
+
+    async def main() -> int:
+        # The client comes from the k8s family here: source families never import each other.
+        api = await kube_client(kube)
+        return await run_connect_autoscaler(options, api, kwargs, layout)
+
+    try:
+        return asyncio.run(main())
+    except (ConnectError, StateInUse) as exc:
+        error(str(exc))
+        return 1
 
 
 def connect_defaults(settings: Settings) -> dict[str, dict[str, Any]]:

@@ -78,8 +78,10 @@ def ingest_k8s_command(
     """Slim recorded Kubernetes objects into typed events, printed as JSON lines.
 
     Pods and nodes are stamped with the newest status timestamp in the object
-    (a recording has no receive time). A bad line or object is reported as
-    FILE:LINE on stderr and skipped; the exit status is then 1.
+    (a recording has no receive time). The autoscalers' Events (TriggeredScaleUp,
+    NotTriggerScaleUp, Karpenter's...) are also printed as autoscaler.v1 records.
+    A bad line or object is reported as FILE:LINE on stderr and skipped; the exit
+    status is then 1.
 
     \b
     Examples:
@@ -87,15 +89,23 @@ def ingest_k8s_command(
       gputriage ingest k8s --cluster prod --all --file watch-events.jsonl.gz
     """
     settings_of(ctx)  # an invalid --config is one line here too, as for every verb
+    from connectors.autoscaler.kube_events import autoscaler_event  # noqa: PLC0415
     from connectors.k8s.gpu_filter import GpuFilter  # noqa: PLC0415
     from connectors.k8s.offline import slim_documents  # noqa: PLC0415
+    from schemas.events import KubeEvent  # noqa: PLC0415
+
+    def derive(event: Any) -> tuple[Any, ...]:
+        # As the live connector: an autoscaler's Event is also an autoscaler.v1 record.
+        record = autoscaler_event(event) if isinstance(event, KubeEvent) else None
+        return () if record is None else (record,)
 
     config = slim_config(resources, prefixes)
     gpu_only = None if keep_all else GpuFilter(config)
     (source,) = open_all([path])
     with source:
         records = slim_documents(source, cluster=cluster, config=config)
-        return _print_events(records, "object", gpu_only.keep if gpu_only is not None else None)
+        keep = gpu_only.keep if gpu_only is not None else None
+        return _print_events(records, "object", keep, derive)
 
 
 @ingest_group.command("kmsg", context_settings=CONTEXT)
@@ -330,12 +340,16 @@ class _Parsed(Protocol):
 
 
 def _print_events(
-    records: Iterable[_Parsed], what: str, keep: Callable[[Any], bool] | None = None
+    records: Iterable[_Parsed],
+    what: str,
+    keep: Callable[[Any], bool] | None = None,
+    derive: Callable[[Any], tuple[Any, ...]] | None = None,
 ) -> int:
     """Print each event as a JSON line, each error as ``FILE:LINE: reason`` on stderr.
 
     ``None`` events (nothing to emit, e.g. a BOOKMARK) and those ``keep`` refuses
-    are skipped. Returns the exit status: 1 when any record was bad.
+    are skipped; what ``derive`` makes of an event (kept or not) follows it.
+    Returns the exit status: 1 when any record was bad.
     """
     from gputriage.replay import bad_line_message  # noqa: PLC0415
 
@@ -349,9 +363,12 @@ def _print_events(
             message = bad_line_message(Record(record.source, record.line, event), event)
             print(message, file=sys.stderr)
             continue
-        if event is None or (keep is not None and not keep(event)):
+        if event is None:
             continue
-        out.write(encode(event) + b"\n")
+        if keep is None or keep(event):
+            out.write(encode(event) + b"\n")
+        for derived in derive(event) if derive is not None else ():
+            out.write(encode(derived) + b"\n")
     out.flush()
     if bad:
         plural = "" if bad == 1 else "s"

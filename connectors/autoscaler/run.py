@@ -1,0 +1,248 @@
+"""``gputriage connect autoscaler``: the autoscaler's pod logs into the ``autoscaler.v1`` topic.
+
+::
+
+    LogFollower (pods/log, follow) ─► AutoscalerLogSource ─► Publisher ─► raw topics
+                                       parse_line per line    (the one publish loop)
+
+Each line goes through :func:`connectors.autoscaler.lines.parse_line`: its records are
+published; a line stating no fact is counted (``outcome="unrecognised"``) and dropped;
+a :class:`~schemas.codec.RecordError` becomes a dead letter. Every line is one batch
+carrying the cursors after it (:class:`~connectors.autoscaler.cursor.FollowState`),
+saved in the state file once the batch is acknowledged, so a restarted connector
+resumes after the last delivered line (lines read but not delivered are read again).
+
+The click definition lives in :mod:`gputriage.cli.connect`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from kubernetes_asyncio.client import ApiClient
+
+from connectors.autoscaler.cursor import FollowState, LogCursor, stamp_time
+from connectors.autoscaler.follow import FollowOptions, Forget, LogFollower, LogLine
+from connectors.autoscaler.lines import LineContext, parse_line
+from connectors.autoscaler.metrics import AutoscalerMetrics
+from connectors.autoscaler.status_watch import StatusUpdate, StatusWatcher
+from connectors.kafka.producer import EventProducer, start_producer
+from connectors.prometheus import serve_metrics
+from connectors.publish import Publisher, PublishOptions
+from connectors.signals import stop_on_signals
+from connectors.source import Batch, DeadLine
+from connectors.state import StateFile
+from schemas.codec import RecordError
+from schemas.topics import TopicLayout
+
+log = logging.getLogger("gputriage.connect.autoscaler")
+
+
+class AutoscalerLogSource:
+    """The followed logs (and status updates) as a :class:`connectors.source.Source`: one
+    line, one batch, carrying every container's cursor as of that line.
+
+    Trap (caught up): an idle batch (nothing for ``idle_s``) makes the publish loop claim
+    "delivered up to now", also while a stream is reconnecting; a line read after the
+    reconnect is then late by up to the backoff (30 s at most) plus the time the kubelet
+    took to serve it, which the processor's grace must cover. Unlike a list, a log
+    stream never says it has caught up, so nothing better is known here.
+    """
+
+    name = "autoscaler"
+    key: bytes | None = None
+    idle_s = 1.0
+
+    def __init__(
+        self,
+        follower: LogFollower,
+        state: StateFile[FollowState] | None = None,
+        status: StatusWatcher | None = None,
+    ) -> None:
+        self.follower = follower
+        self.status = status
+        self.options = follower.options
+        self.state = state
+        self.metrics = follower.metrics
+        self._handed: dict[tuple[str, str], LogCursor] = dict(follower.saved)
+        """The cursors as of the last line handed out (what a batch's state saves); the
+        saved ones until their pod is followed again or found gone (:class:`Forget`), so
+        a pod not running at start keeps its position."""
+        self._task: asyncio.Task[None] | None = None
+
+    async def next_batch(self) -> Batch | None:
+        """The next line as a batch; an idle batch after ``idle_s`` without one."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run_all(), name="autoscaler-follow")
+        get = asyncio.ensure_future(self.follower.queue.get())
+        try:
+            await asyncio.wait(
+                {get, self._task}, timeout=self.idle_s, return_when="FIRST_COMPLETED"
+            )
+        finally:
+            if not get.done():
+                get.cancel()
+        if get.done() and not get.cancelled():
+            return self._batch(get.result())
+        if self._task.done():
+            self._task.result()  # a crashed follower ends the connector, loudly
+            return None
+        return Batch()
+
+    async def _run_all(self) -> None:
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.follower.run())
+            if self.status is not None:
+                group.create_task(self._pump_status(self.status))
+
+    async def _pump_status(self, status: StatusWatcher) -> None:
+        async for update in status.items():
+            await self.follower.queue.put(update)
+
+    def _batch(self, item: LogLine | Forget | StatusUpdate) -> Batch:
+        if isinstance(item, StatusUpdate):
+            if item.error is not None:
+                self.metrics.status_updates.labels("dead_letter").inc()
+                dead = DeadLine(item.raw, item.error, None)
+                return Batch(dead=[dead], state=self._state(), records=1)
+            self.metrics.status_updates.labels("parsed").inc()
+            return Batch(events=list(item.events), state=self._state(), records=1)
+        if isinstance(item, Forget):
+            self._handed.pop((item.pod, item.container), None)
+            return Batch(state=self._state())
+        cursor = item.cursor
+        self._handed[(cursor.pod, cursor.container)] = cursor
+        stamp = stamp_time(cursor.time_ns) if cursor.time_ns else datetime.now(UTC)
+        ctx = LineContext(
+            cluster=self.options.cluster,
+            reference=stamp,
+            source=f"{cursor.pod}/{cursor.container}",
+            cloud=self.options.cloud,
+            fmt=self.options.fmt,
+        )
+        result = parse_line(item.raw, ctx, f"{cursor.restart_count}:{cursor.time_ns}:{item.index}")
+        if isinstance(result, RecordError):
+            self.metrics.lines.labels("dead_letter").inc()
+            return Batch(dead=[DeadLine(item.raw, result, None)], state=self._state(), records=1)
+        self.metrics.lines.labels("parsed" if result else "unrecognised").inc()
+        return Batch(events=list(result), state=self._state(), records=1, progress=stamp)
+
+    def _state(self) -> FollowState:
+        return FollowState(cursors=tuple(self._handed.values()))
+
+    def commit(self, batch: Batch) -> None:
+        """Save the batch's cursors (it was acknowledged)."""
+        if self.state is not None:
+            self.state.save(batch.state, published=bool(batch.events or batch.dead))
+
+    async def close(self) -> None:
+        """Stop following."""
+        task, self._task = self._task, None
+        if task is not None:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
+@dataclass(frozen=True)
+class AutoscalerConnectOptions:
+    """Everything ``gputriage connect autoscaler`` needs besides the Kafka settings."""
+
+    follow: FollowOptions
+    state_path: Path | None = None
+    status_configmap: str = "cluster-autoscaler-status"
+    """The status ConfigMap to watch in the pods' namespace; empty: none (Karpenter)."""
+    buffer_size: int = 10_000
+    batch_size: int = 500
+    drain_timeout_s: float = 10.0
+    metrics_port: int | None = None
+    metrics_addr: str = "0.0.0.0"
+
+
+class AutoscalerConnector:
+    """The follower, its source and the publish loop; :meth:`run` until stopped."""
+
+    def __init__(
+        self,
+        api: ApiClient,
+        producer: EventProducer,
+        options: AutoscalerConnectOptions,
+        metrics: AutoscalerMetrics | None = None,
+    ) -> None:
+        self.metrics = metrics = metrics or AutoscalerMetrics()
+        self.state = (
+            StateFile(options.state_path, FollowState) if options.state_path is not None else None
+        )
+        saved = self.state.load() if self.state is not None else None
+        if self.state is not None and self.state.error is not None:
+            log.warning("%s; following from the start of each container", self.state.error)
+        self.follower = LogFollower(api, options.follow, saved, metrics=metrics)
+        status = None
+        if options.status_configmap:
+            status = StatusWatcher(
+                api,
+                cluster=options.follow.cluster,
+                namespace=options.follow.namespace,
+                name=options.status_configmap,
+                backoff=options.follow.backoff,
+                silence_timeout_s=options.follow.silence_timeout_s,
+                watch_timeout_s=max(1, int(options.follow.silence_timeout_s * 0.8)),
+                metrics=metrics,
+            )
+        self.source = AutoscalerLogSource(self.follower, self.state, status)
+        self.publisher = Publisher(
+            self.source,
+            producer,
+            options=PublishOptions(
+                capacity=options.buffer_size,
+                chunk=options.batch_size,
+                drain_timeout_s=options.drain_timeout_s,
+            ),
+            metrics=metrics.delivery,
+            source_id=f"{self.source.name}@{options.follow.cluster}",
+        )
+
+    async def run(self, stop: asyncio.Event) -> None:
+        try:
+            await self.publisher.run(stop)
+        finally:
+            await self.source.close()
+            if self.state is not None:
+                self.state.close()
+
+
+async def run_connect_autoscaler(
+    options: AutoscalerConnectOptions,
+    api: ApiClient,
+    kafka_kwargs: dict[str, Any],
+    layout: TopicLayout,
+    *,
+    stop: asyncio.Event | None = None,
+) -> int:
+    """Serve metrics, follow and deliver until stopped; the exit status.
+
+    ``api`` comes from the caller (the CLI builds it with the k8s family's
+    ``kube_client``: source families do not import each other); it is closed here.
+    """
+    try:
+        metrics = AutoscalerMetrics()
+        if options.metrics_port is not None:
+            port = serve_metrics(metrics.registry, options.metrics_port, options.metrics_addr)
+            log.info("metrics on http://%s:%d/metrics", options.metrics_addr, port)
+        stop = stop or asyncio.Event()
+        stop_on_signals(stop)
+        producer = await start_producer(kafka_kwargs, layout)
+        try:
+            connector = AutoscalerConnector(api, producer, options, metrics)
+            follow = options.follow
+            log.info("following pods %s in namespace %s", follow.selector, follow.namespace)
+            await connector.run(stop)
+            return 0
+        finally:
+            await producer.stop()
+    finally:
+        await api.close()
