@@ -306,7 +306,8 @@ class AutoscalerEvent(Event, tag="autoscaler.v1", frozen=True, kw_only=True):
     cloud refused or failed to create nodes), ``scale_up_timeout`` (nodes did not
     register in time), ``backoff`` (the group is skipped until ``until``),
     ``max_size_reached`` (a node group's max size, the cluster's total limits, a
-    NodePool's limits), ``scale_down`` (nodes being removed, or failing to be).
+    NodePool's limits), ``scale_down`` (nodes being removed, or failing to be),
+    ``unhealthy`` (the status ConfigMap calls the node group unhealthy).
     Records of releases before this vocabulary may carry other words."""
     node_group: str = ""
     """The node group (ASG, MIG URL, VMSS, Karpenter NodePool) the fact is about."""

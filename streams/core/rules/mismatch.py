@@ -158,7 +158,7 @@ def evaluate(step: ClusterStep) -> None:
         if inc is not None:
             step.resolve(inc, step.now, "the counts agree again")
         return
-    names = ",".join(name for _, name in nodes)
+    names = ",".join(sorted(name for _, name in nodes))  # by name: the set, not the order
     if inc is not None and inc.attributes.get("nodes") == names:
         return
     if inc is None:
