@@ -46,6 +46,7 @@ import msgspec
 from bench.generate import StreamSpec, generate_lines, read_lines, write_lines
 from schemas.codec import decode_event
 from schemas.incidents import Incident
+from schemas.keys import routed
 from streams.config import default_core_config
 from streams.core import CoreConfig, Correlator
 
@@ -151,7 +152,8 @@ class CoreRun(msgspec.Struct, kw_only=True):
 
 
 def run_core(lines: list[bytes], config: CoreConfig) -> CoreRun:
-    """``decode_event`` + ``Correlator.ingest`` on every line, then ``flush()``, timed."""
+    """``decode_event`` + ``Correlator.ingest`` on every line (and on the copy the producer
+    routes to the cluster key: :func:`schemas.keys.routed`), then ``flush()``, timed."""
     decode = decode_event
     produced: list[Incident] = []
     correlator = Correlator(config)
@@ -159,9 +161,10 @@ def run_core(lines: list[bytes], config: CoreConfig) -> CoreRun:
     with GcTimer() as collector:
         began, began_cpu = time.perf_counter(), time.process_time()
         for line in lines:
-            out = ingest(decode(line))
-            if out:
-                produced.extend(out)
+            for event in routed(decode(line)):  # as the replay and the producer route it
+                out = ingest(event)
+                if out:
+                    produced.extend(out)
         produced.extend(correlator.flush())
         seconds, cpu_seconds = time.perf_counter() - began, time.process_time() - began_cpu
     revisions: Counter[str] = Counter(i.type for i in produced)
@@ -254,7 +257,8 @@ def measure_memory(lines: list[bytes], config: CoreConfig, top: int) -> MemoryRu
         correlator = Correlator(config)
         ingest = correlator.ingest
         for line in lines:
-            ingest(decode(line))
+            for event in routed(decode(line)):
+                ingest(event)
         correlator.flush()
         del ingest
         gc.collect()
@@ -294,7 +298,8 @@ def profile_core(lines: list[bytes], config: CoreConfig, top: int) -> str:
     profiler = cProfile.Profile()
     profiler.enable()
     for line in lines:
-        ingest(decode(line))
+        for event in routed(decode(line)):
+            ingest(event)
     correlator.flush()
     profiler.disable()
     OUT.mkdir(parents=True, exist_ok=True)

@@ -33,7 +33,10 @@ _QUOTA_CODE: Final = re.compile(
     r"InstanceLimitExceeded|SpotQuotaExceeded|FleetQuotaExceeded|QuotaExceeded|[A-Z_]*QUOTA[A-Z_]*"
 )
 _QUOTA_TEXT: Final = re.compile(
-    r"exceeding (?:approved )?quota limit|Quota '[^']*' exceeded|quota limit exceeded"
+    r"exceeding (?:approved )?quota limit|Quota '[^']*' exceeded|quota limit exceeded|"
+    # EC2's VcpuLimitExceeded message, quoted without its code by some wrappers:
+    # "You have requested more vCPU capacity than your current vCPU limit of 32 allows".
+    r"more vCPU capacity than your current vCPU limit"
 )
 _CAPACITY_CODE: Final = re.compile(
     r"InsufficientInstanceCapacity|UnfulfillableCapacity|ReservationCapacityExceeded|"

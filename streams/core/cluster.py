@@ -48,10 +48,11 @@ def gpu_devices(requests: dict[str, int]) -> tuple[int, str]:
     """``(devices, first resource)`` of NVIDIA GPU requests: whole GPUs and MIG devices,
     which dcgm-exporter binds one by one."""
     count, resource = 0, ""
-    for name, value in sorted(requests.items()):
+    for name, value in requests.items():
         if name == _NVIDIA_GPU or name.startswith(_NVIDIA_MIG):
             count += value
-            resource = resource or name
+            if not resource or name < resource:
+                resource = name
     return count, resource
 
 
@@ -74,7 +75,6 @@ def apply_event(state: ClusterState, event: Any, now: float, config: CoreConfig)
     starved.evaluate(step)
     mismatch.evaluate(step)
     state.checked_at = now
-    state.timers_dirty = True
     return step.finish()
 
 
@@ -97,7 +97,9 @@ def _on_pod(step: ClusterStep, ev: PodEvent) -> None:
             starved.on_left(step, key, "deleted while pending" if finished else ev.phase)
         return
     pod = state.pending.get(key)
+    state.starved_dirty = True
     if pod is None:
+        state.timers_dirty = True
         since = ev.created_at.timestamp() if ev.created_at is not None else step.now
         pod = state.pending[key] = PendingPod(
             namespace=ev.namespace,
@@ -114,8 +116,8 @@ def _on_pod(step: ClusterStep, ev: PodEvent) -> None:
         text = f"pod {ev.namespace}/{ev.name} unschedulable: {cond.message[:160]}"
         item = Evidence(event_id=ev.id, schema="pod.v1", time=ev.time, text=text)
     if item is not None and (pod.unschedulable is None or pod.unschedulable.text != item.text):
+        state.timers_dirty = state.timers_dirty or pod.unschedulable is None
         pod.unschedulable = item  # the latest message: the scheduler's count of nodes moves
-    step.state.timers_dirty = True
 
 
 def _on_kube_event(step: ClusterStep, ev: KubeEvent) -> None:
@@ -126,13 +128,15 @@ def _on_kube_event(step: ClusterStep, ev: KubeEvent) -> None:
     pod = step.state.pending.get(f"{obj.namespace}/{obj.name}")
     if pod is not None and pod.unschedulable is None:
         pod.unschedulable = evidence.kube_event(ev)
+        step.state.starved_dirty = step.state.timers_dirty = True
 
 
 def apply_timer(state: ClusterState, now: float, config: CoreConfig) -> list[Incident]:
     """Fire everything due at or before ``now``: thresholds reached, quiet incidents."""
     step = ClusterStep(state, config, now)
+    state.starved_dirty = True
     starved.evaluate(step)
-    mismatch.evaluate(step)
+    mismatch.evaluate(step, timer=True)
     due = sorted(
         (inc for inc in state.incidents.values() if inc.resolve_at <= now),
         key=lambda inc: (inc.resolve_at, inc.id),

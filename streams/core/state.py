@@ -332,15 +332,16 @@ class NodeTally(msgspec.Struct, omit_defaults=True, array_like=True):
 
     requested: int = 0
     """GPUs requested by the running GPU pods on it (Kubernetes' view)."""
-    bound: tuple[str, ...] = ()
-    """GPU keys dcgm-exporter reports with a pod label (the device's view)."""
+    bound: str = ""
+    """The GPUs dcgm-exporter reports with a pod label (the device's view): 4 hex digits
+    of a hash of each GPU key, concatenated. A string, not a tuple of keys: 2,000 nodes
+    of 8 GPUs would otherwise hold 16,000 uuid strings in this one key's state (and its
+    snapshot); within one node a 16-bit collision is about 1 in 2,000."""
     shared: bool = False
     """Time-sliced or MPS (by its labels): its counts cannot agree, it is left out."""
     reported: bool = False
     """A pod-aware binding source has reported this node: without one (no dcgm-exporter
     there, ever) the node is left out rather than counted as all-unbound."""
-    last: Evidence | None = None
-    """The record that last changed its disagreement, while it has one (evidence)."""
 
 
 class ClusterState(msgspec.Struct, tag_field="kind", tag="cluster_state.v1", omit_defaults=True):
@@ -357,12 +358,30 @@ class ClusterState(msgspec.Struct, tag_field="kind", tag="cluster_state.v1", omi
     """GPU pods not yet scheduled, by ``namespace/name``."""
     groups: dict[str, GroupTrack] = {}
     """Node groups with failures within ``scale_up_window_seconds``."""
-    placed: dict[str, tuple[str, int]] = {}
-    """Running GPU pods by ``namespace/name``: (node, GPUs requested)."""
+    placed: dict[int, tuple[str, int]] = {}
+    """Running GPU pods by a 64-bit hash of ``namespace/name``: (node, GPUs requested)."""
     tallies: dict[str, NodeTally] = {}
     """GPU nodes by name."""
+    witness: dict[str, Evidence] = {}
+    """The record that last changed a disagreeing node's count (the incident's evidence),
+    kept only while the node disagrees."""
+    revised_at: float = -math.inf
+    """When ``allocation_mismatch`` was last revised (revisions are at least
+    ``mismatch_after_seconds`` apart while it stays open)."""
     disagree: dict[str, float] = {}
-    """Nodes whose counts disagree now, and since when (the event time they began to)."""
+    """Nodes whose counts disagree, not yet for ``mismatch_after_seconds``: since when."""
+    settled: dict[str, int] = {}
+    """Nodes that have disagreed for ``mismatch_after_seconds``: their share (counted)."""
+    settled_total: int = 0
+    """The sum of ``settled``, kept as it changes (no walk over the nodes per record)."""
+    settled_since: float = NEVER
+    """When the earliest settled node began to disagree (the incident's first_seen)."""
+    settled_changed: bool = False
+    """The set of settled nodes changed since the incident last said it."""
+    starved_dirty: bool = False
+    """Something ``gpu_pods_starved`` reads changed since it last looked (pending pods,
+    failures): the rule walks the pending pods only then. False whenever state is
+    written (the rules run before), so never in a snapshot."""
     incidents: dict[str, OpenIncident] = {}
     """Open incidents by ``type|subject``."""
     checked_at: float = -math.inf

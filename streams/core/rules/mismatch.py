@@ -30,6 +30,8 @@ actionable.
 
 from __future__ import annotations
 
+import hashlib
+
 from schemas.events import GpuBindingEvent, NodeEvent, PodEvent
 from schemas.incidents import Evidence
 from streams.core import evidence
@@ -39,6 +41,8 @@ from streams.core.node import sharing_of
 from streams.core.state import MIG_SEPARATOR, NEVER, ClusterState, NodeTally
 
 MISMATCH = "allocation_mismatch"
+_DIGITS = 4
+"""Hex digits per GPU in :attr:`NodeTally.bound`."""
 _SUBJECT = "cluster"
 _NODES_SHOWN = 5
 
@@ -47,7 +51,16 @@ def contribution(tally: NodeTally) -> int:
     """This node's share of the disagreement (0 when it is left out)."""
     if tally.shared or not tally.reported:
         return 0
-    return abs(tally.requested - len(tally.bound))
+    return abs(tally.requested - len(tally.bound) // _DIGITS)
+
+
+def _hash(key: str) -> int:
+    """A stable 64-bit hash (``hash()`` of a str changes per process: snapshots outlive it)."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
+
+
+def _short(gpu: str) -> str:
+    return hashlib.blake2b(gpu.encode(), digest_size=2).hexdigest()
 
 
 def _tally(state: ClusterState, node: str) -> NodeTally:
@@ -58,36 +71,58 @@ def _tally(state: ClusterState, node: str) -> NodeTally:
 
 
 def _changed(step: ClusterStep, node: str, before: int, item: Evidence | None) -> None:
+    """Book a change of ``node``'s share (``before`` -> now) in the running tallies."""
     state = step.state
     tally = state.tallies.get(node)
     after = contribution(tally) if tally is not None else 0
     if tally is None or after == before:
         return
-    tally.last = item if after else None
-    if not after:
-        state.disagree.pop(node, None)
+    if after and item is not None:
+        state.witness[node] = item
+    elif not after:
+        state.witness.pop(node, None)
+    if node in state.settled:
+        state.settled_total += after - state.settled[node]
+        if after:
+            state.settled[node] = after
+        else:
+            del state.settled[node]
+            state.settled_changed = state.timers_dirty = True
+    elif not after:
+        if state.disagree.pop(node, None) is not None:
+            state.timers_dirty = True
     elif node not in state.disagree:
         state.disagree[node] = step.now
         state.timers_dirty = True
 
 
+def _forget(state: ClusterState, node: str) -> None:
+    state.disagree.pop(node, None)
+    state.witness.pop(node, None)
+    share = state.settled.pop(node, None)
+    if share is not None:
+        state.settled_total -= share
+        state.settled_changed = state.timers_dirty = True
+
+
 def place(step: ClusterStep, key: str, node: str, devices: int, ev: PodEvent) -> None:
     """The pod ``key`` now holds ``devices`` GPUs on ``node`` ("": none, anywhere)."""
     state = step.state
-    was = state.placed.get(key)
+    key_hash = _hash(key)
+    was = state.placed.get(key_hash)
     now_at = (node, devices) if node and devices else None
     if was == now_at:
         return
     item = evidence.pod_status(ev, ev.phase.lower() or ev.op)
     if was is not None:
-        del state.placed[key]
+        del state.placed[key_hash]
         tally = state.tallies.get(was[0])
         if tally is not None:
             before = contribution(tally)
             tally.requested -= was[1]
             _changed(step, was[0], before, item)
     if now_at is not None:
-        state.placed[key] = now_at
+        state.placed[key_hash] = now_at
         tally = _tally(state, node)
         before = contribution(tally)
         tally.requested += devices
@@ -98,7 +133,8 @@ def on_node(step: ClusterStep, ev: NodeEvent) -> None:
     state = step.state
     if ev.op == "deleted":
         state.tallies.pop(ev.node, None)
-        state.disagree.pop(ev.node, None)
+        _forget(state, ev.node)
+        state.timers_dirty = True
         for key in [k for k, (n, _) in state.placed.items() if n == ev.node]:
             del state.placed[key]
         return
@@ -118,11 +154,13 @@ def on_binding(step: ClusterStep, ev: GpuBindingEvent) -> None:
     tally = _tally(state, ev.node)
     before = contribution(tally)
     tally.reported = True
-    bound = gpu in tally.bound
+    short = _short(gpu)
+    chunks = [tally.bound[i : i + _DIGITS] for i in range(0, len(tally.bound), _DIGITS)]
+    bound = short in chunks
     if ev.pods and not bound:
-        tally.bound = tuple(sorted((*tally.bound, gpu)))
+        tally.bound = "".join(sorted((*chunks, short)))
     elif not ev.pods and bound:
-        tally.bound = tuple(g for g in tally.bound if g != gpu)
+        tally.bound = "".join(c for c in chunks if c != short)
     pods = ", ".join(f"{p.namespace}/{p.name}" for p in ev.pods) or "no pod"
     item = Evidence(
         event_id=ev.id,
@@ -133,42 +171,60 @@ def on_binding(step: ClusterStep, ev: GpuBindingEvent) -> None:
     _changed(step, ev.node, before, item)
 
 
-def _settled(state: ClusterState, now: float, config: CoreConfig) -> list[tuple[int, str]]:
-    """``(share, node)`` of the nodes that have disagreed for ``mismatch_after_seconds``."""
+def _settle(state: ClusterState, now: float, config: CoreConfig) -> None:
+    """Move the nodes that have now disagreed for ``mismatch_after_seconds`` to ``settled``."""
     after = config.mismatch_after_seconds
-    found = []
-    for node, since in state.disagree.items():
+    due = [(node, since) for node, since in state.disagree.items() if now - since >= after]
+    for node, since in due:
+        del state.disagree[node]
         tally = state.tallies.get(node)
-        if tally is not None and now - since >= after:
-            found.append((contribution(tally), node))
-    return sorted(found, key=lambda x: (-x[0], x[1]))
+        share = contribution(tally) if tally is not None else 0
+        if share:
+            state.settled_since = min(state.settled_since, since)
+            state.settled[node] = share
+            state.settled_total += share
+            state.settled_changed = state.timers_dirty = True
+    if due:
+        state.timers_dirty = True
 
 
-def evaluate(step: ClusterStep) -> None:
+def evaluate(step: ClusterStep, *, timer: bool = False) -> None:
     """Open, update or resolve the incident from the nodes that disagree for long enough.
 
-    A revision only when the set of those nodes changes: counts move with every pod
-    that starts or ends, and a revision per pod would bury the one that matters."""
+    Cheap per record: the running total decides; the nodes are walked only when the set
+    of settled nodes changed, which is also the only time the incident is revised
+    (counts move with every pod that starts or ends, and a revision per pod would bury
+    the one that matters)."""
     state = step.state
     config = step.config
+    if timer:
+        _settle(state, step.now, config)
     inc = step.find(MISMATCH, _SUBJECT)
-    nodes = _settled(state, step.now, config) if state.disagree else []
-    total = sum(share for share, _ in nodes)
-    if total <= config.mismatch_threshold:
+    if state.settled_total <= config.mismatch_threshold:
+        state.settled_changed = False
+        if not state.settled:
+            state.settled_since = NEVER
         if inc is not None:
             step.resolve(inc, step.now, "the counts agree again")
         return
-    names = ",".join(sorted(name for _, name in nodes))  # by name: the set, not the order
+    if inc is not None and not state.settled_changed:
+        return
+    if inc is not None and step.now < state.revised_at + config.mismatch_after_seconds:
+        return  # at most one revision per mismatch_after_seconds: a timer brings it
+    state.settled_changed = False
+    nodes = sorted(state.settled.items(), key=lambda x: (-x[1], x[0]))
+    names = ",".join(sorted(state.settled))  # by name: the set, not the order
     if inc is not None and inc.attributes.get("nodes") == names:
         return
+    total = state.settled_total
     if inc is None:
-        since = min(state.disagree[name] for _, name in nodes)
-        inc = step.open(MISMATCH, _SUBJECT, f"{names}@{since}", since)
-    tallies = [(name, state.tallies[name]) for _, name in nodes]
+        began = min(state.settled_since, step.now)
+        inc = step.open(MISMATCH, _SUBJECT, f"{names}@{began}", began)
+    tallies = [(name, state.tallies[name]) for name, _ in nodes]
     requested = sum(t.requested for _, t in tallies)
-    bound = sum(len(t.bound) for _, t in tallies)
+    bound = sum(len(t.bound) // _DIGITS for _, t in tallies)
     shown = ", ".join(
-        f"{name} ({t.requested} requested, {len(t.bound)} bound)"
+        f"{name} ({t.requested} requested, {len(t.bound) // _DIGITS} bound)"
         for name, t in tallies[:_NODES_SHOWN]
     )
     if len(tallies) > _NODES_SHOWN:
@@ -188,15 +244,22 @@ def evaluate(step: ClusterStep) -> None:
         "pod-resources socket (kubectl -n gpu-operator get ds nvidia-dcgm-exporter)? "
         "A GPU that fell off the bus under a running pod shows here too."
     )
-    for _, tally in tallies[:_NODES_SHOWN]:
-        if tally.last is not None:
-            step.add_evidence(inc, tally.last)
+    for name, _ in tallies[:_NODES_SHOWN]:
+        witness = state.witness.get(name)
+        if witness is not None:
+            step.add_evidence(inc, witness)
+    state.revised_at = step.now
     step.touch(inc)
 
 
 def deadline(state: ClusterState, config: CoreConfig) -> float:
-    """When the next disagreeing node has disagreed for ``mismatch_after_seconds``."""
+    """When the next disagreeing node has disagreed for ``mismatch_after_seconds``, or a
+    held-back revision is due."""
     found = NEVER
+    if state.settled_changed:
+        at = state.revised_at + config.mismatch_after_seconds
+        if state.checked_at < at:
+            found = at
     for since in state.disagree.values():
         at = since + config.mismatch_after_seconds
         if state.checked_at < at < found:

@@ -18,6 +18,8 @@ not heal (page someone), a zone out of capacity usually does (a ticket).
 * **A GPU node group** is one whose name matches ``gpu_node_group_pattern`` or one an
   autoscaler record tied to a GPU pod. ``scale_up_failure`` is only about those: a CPU
   group's failures are not this tool's business.
+* **One scale_up_failure per group**, named by the most telling reason it has shown
+  (one AWS quota failure is also logged as capacity lines).
 * **The reason** is the most telling one a group has shown: quota over capacity over
   max_size over timeout over other. The cloud's own code is kept (cluster-autoscaler
   renames GCE codes: anything with QUOTA becomes ``QUOTA_EXCEEDED``, and both classes
@@ -83,6 +85,7 @@ def _reason_of(ev: AutoscalerEvent) -> str:
 def on_autoscaler(step: ClusterStep, ev: AutoscalerEvent) -> None:
     state = step.state
     config = step.config
+    state.starved_dirty = True
     group_name = ev.node_group
     if ev.pods and group_name:
         for ref in ev.pods:
@@ -96,6 +99,9 @@ def on_autoscaler(step: ClusterStep, ev: AutoscalerEvent) -> None:
     if ev.action == "backoff" and ev.until is not None:
         group = _group(state, group_name, config)
         group.until = max(group.until, ev.until.timestamp())
+        inc = step.find(SCALE_UP, group_name)
+        if inc is not None and not failure:  # say the new backoff on the open incident
+            _describe_failure(step, inc, group_name, group)
     if not failure:
         return
     group = _group(state, group_name, config)
@@ -117,7 +123,7 @@ def on_autoscaler(step: ClusterStep, ev: AutoscalerEvent) -> None:
     line = _line(ev)
     group.evidence = [*group.evidence, line][-_KEEP_EVIDENCE:]
     if group.gpu:
-        _scale_up_failure(step, group_name, group, reason, line, counted)
+        _scale_up_failure(step, group_name, group, line, counted)
 
 
 def _group(state: ClusterState, name: str, config: CoreConfig) -> GroupTrack:
@@ -141,17 +147,27 @@ def _severity(reason: str, config: CoreConfig, kind: str) -> Severity:
 
 
 def _scale_up_failure(
-    step: ClusterStep, name: str, group: GroupTrack, reason: str, line: Evidence, counted: bool
+    step: ClusterStep, name: str, group: GroupTrack, line: Evidence, counted: bool
 ) -> None:
-    subject = f"{name}|{reason}"
-    inc = step.find(SCALE_UP, subject)
+    """One incident per GPU node group: one failed attempt is logged with several causes
+    (an AWS quota failure as the quota line, then "placeholder-cannot-be-fulfilled"
+    capacity lines), so the group's most telling reason names it, not each line's."""
+    inc = step.find(SCALE_UP, name)
     if inc is None:
-        inc = step.open(SCALE_UP, subject, line.event_id, step.now)
-        inc.severity = _severity(reason, step.config, SCALE_UP)
+        inc = step.open(SCALE_UP, name, line.event_id, step.now)
     if counted:
         inc.count += 1
     step.add_evidence(inc, line)
-    code = group.cloud_code if reason == group.reason else ""
+    step.set_deadline(inc, step.now + step.config.scale_up_quiet_seconds)
+    _describe_failure(step, inc, name, group)
+    step.touch(inc)
+
+
+def _describe_failure(step: ClusterStep, inc: OpenIncident, name: str, group: GroupTrack) -> None:
+    reason = group.reason or "other"
+    code = group.cloud_code
+    before = (inc.summary, inc.severity, dict(inc.attributes))
+    inc.severity = _severity(reason, step.config, SCALE_UP)
     attempts = "attempt" if inc.count == 1 else "attempts"
     inc.summary = f"scale-up of GPU node group {name} failed ({reason}"
     inc.summary += f": {code})" if code else ")"
@@ -167,8 +183,8 @@ def _scale_up_failure(
     if group.until > -math.inf:
         attributes["backoff_until"] = to_datetime(group.until).isoformat()
     inc.attributes = attributes
-    step.set_deadline(inc, step.now + step.config.scale_up_quiet_seconds)
-    step.touch(inc)
+    if (inc.summary, inc.severity, inc.attributes) != before:
+        step.touch(inc)
 
 
 def on_left(step: ClusterStep, key: str, why: str) -> None:
@@ -177,6 +193,7 @@ def on_left(step: ClusterStep, key: str, why: str) -> None:
     pod = state.pending.pop(key, None)
     if pod is None:
         return
+    state.starved_dirty = state.timers_dirty = True
     inc = step.find(STARVED, _owner(pod))
     if inc is None:
         return
@@ -216,7 +233,7 @@ def _prune(step: ClusterStep) -> None:
         for name, group in state.groups.items()
         if group.last < horizon
         and group.until < step.now
-        and not any(k.startswith(f"{SCALE_UP}|{name}|") for k in state.incidents)
+        and f"{SCALE_UP}|{name}" not in state.incidents
     ]
     for name in stale:
         del state.groups[name]
@@ -235,12 +252,17 @@ def _failing(state: ClusterState, now: float, config: CoreConfig) -> dict[str, G
 def evaluate(step: ClusterStep) -> None:
     """Open or update one incident per owner whose pods starve (cheap when none pend)."""
     state = step.state
+    if not state.starved_dirty:
+        return
+    state.starved_dirty = False
     config = step.config
     now = step.now
     _prune(step)
     if not state.pending:
         return
     failing = _failing(state, now, config)
+    if not failing and not any(k.startswith(f"{STARVED}|") for k in state.incidents):
+        return  # nothing fails and nothing is open: no pod to walk
     by_owner: dict[str, list[PendingPod]] = {}
     for pod in state.pending.values():
         by_owner.setdefault(_owner(pod), []).append(pod)
@@ -277,8 +299,9 @@ def _describe(
     config = step.config
     before = (inc.summary, inc.severity, dict(inc.attributes), len(inc.pods))
     for pod in sorted(pods, key=lambda p: p.name):
-        step.add_pod(inc, _info(pod, "pending"))
-        if pod.unschedulable is not None:
+        # The scheduler's message changes with every attempt ("0/7 nodes", "0/6 nodes"):
+        # evidence once per pod, when it joins, or every attempt would be a revision.
+        if step.add_pod(inc, _info(pod, "pending")) and pod.unschedulable is not None:
             step.add_evidence(inc, pod.unschedulable)
     if groups:
         reason = min((g.reason or "other" for _, g in groups), key=lambda r: _RANK.get(r, 99))

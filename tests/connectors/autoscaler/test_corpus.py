@@ -255,3 +255,15 @@ def test_a_cloud_is_recorded_only_where_the_line_shows_it_and_then_right() -> No
                 shown += 1
                 assert record.cloud in LABELS[name, number]["cloud"].split("|"), (name, number)
     assert shown >= 40  # 43 of the 134 records show their cloud
+
+
+def test_the_ec2_vcpu_limit_message_without_its_code_is_quota() -> None:
+    """EC2's VcpuLimitExceeded text as some wrappers quote it, without the code name."""
+    from connectors.autoscaler.classify import classify  # noqa: PLC0415
+
+    text = (
+        "Failed to increase capacity: You have requested more vCPU capacity than your "
+        "current vCPU limit of 32 allows for the instance bucket that the specified "
+        "instance type belongs to."
+    )
+    assert classify(text)[0] == "quota"

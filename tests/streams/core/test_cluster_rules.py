@@ -236,3 +236,36 @@ def test_an_ignored_namespace_is_left_out() -> None:
     assert len(_mismatches(run(c.events))) >= 1
     cfg = config(mismatch_ignore_namespaces=["sliced"])
     assert _mismatches(run(c.events, cfg)) == []
+
+
+def test_one_quota_failure_logged_with_capacity_lines_is_one_quota_incident() -> None:
+    """AWS: the quota line is followed by "placeholder-cannot-be-fulfilled" lines, which
+    read as capacity; one group, one incident, named by its most telling reason."""
+    c = Cluster()
+    c.autoscaler(0, "scale_up_failed", GROUP, reason="quota", code="VcpuLimitExceeded")
+    c.autoscaler(1, "scale_up_failed", GROUP, reason="capacity", code="placeholder")
+    c.autoscaler(2, "backoff", GROUP, reason="capacity", until=300)
+    c.autoscaler(400, "scale_up_failed", GROUP, reason="capacity", code="placeholder")
+    c.tick(500)
+    (failure,) = of_type(run(c.events), SCALE_UP)
+    assert (failure.severity, failure.attributes["reason"]) == ("page", "quota")
+    assert failure.attributes["cloud_code"] == "VcpuLimitExceeded"
+    assert failure.attributes["attempts"] == "2"
+
+
+def test_the_scheduler_retrying_a_starved_pod_is_not_a_revision_each_time() -> None:
+    c = Cluster()
+    _pending_job(c, pods=1)
+    _failures(c, [60, 400, 750])
+    for k, t in enumerate(range(800, 1400, 60)):
+        c.pending(
+            "trainer-0",
+            t,
+            namespace="ml",
+            owner=("Job", "trainer"),
+            created=0,
+            message=f"0/{7 - k % 3} nodes are available: Insufficient nvidia.com/gpu.",
+        )
+    c.tick(1500)
+    revisions = [r for r in run(c.events) if r.type == STARVED]
+    assert [r.status for r in revisions] == ["open"]
