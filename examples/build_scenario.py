@@ -279,10 +279,10 @@ _ca_lines = [0]
 
 def ca_log(minutes: float, where: str, message: str, severity: str = "I") -> None:
     """One cluster-autoscaler klog line, read by the real parser
-    (:func:`connectors.autoscaler.lines.parse_line`): the scenario's autoscaler records are
-    exactly what ``gputriage connect autoscaler`` would publish for the line, ids included
-    (a hash of the pod, the line's number in its log and its text). A line that states no
-    fact is a bug in the story, not in the parser: it raises."""
+    (:func:`connectors.autoscaler.lines.parse_line`, as ``gputriage ingest autoscaler``
+    reads a log file: ``CA_POD`` as the source, the line's number as its position), so the
+    scenario's autoscaler records are what the connector makes of the line, not a second
+    reading of it kept here. A line that states no fact is a bug in the story: it raises."""
     moment = at(minutes)
     stamp = moment.strftime("%m%d %H:%M:%S") + f".{moment.microsecond:06d}"
     line = f"{severity}{stamp}       1 {where}] {message}"
@@ -714,7 +714,9 @@ def dcgm_outage() -> None:
     GPUs that Kubernetes says are held and dcgm-exporter says are not. One
     ``allocation_mismatch`` naming both nodes, from the moment the second has disagreed
     for five minutes (gpu-node-02 alone, 5 GPUs, is not above the threshold), resolved when
-    the bindings come back.
+    the bindings come back: gpu-node-06's first, which already ends it (5 left). In the other
+    order the incident would be revised once, in the same second, as gpu-node-06 became the
+    larger share (see NOTES-demo.md).
     """
     vllm = "inference/vllm-serve-7d9f8-x2kqp/server"
     bind_pod(2, 26.0, (0, 4, 5, 6, 7), "")
