@@ -1,4 +1,4 @@
-"""Builds ``scenario.jsonl``: a recorded 45 minutes of a small GPU cluster.
+"""Builds ``scenario.jsonl``: a recorded 45 minutes of a small GPU cluster, all ten incident types.
 
 Run ``python examples/build_scenario.py`` after changing a schema; the file is
 committed so that users (and the tests) can replay it without running this.
@@ -8,7 +8,7 @@ one resourceVersion counter) and its time unit (minutes after ``START``). The
 output must stay byte-identical to ``gputriage/demo/scenario.jsonl``: the tests
 rebuild it and compare.
 
-Seven GPU nodes, each showing one node-scoped incident type:
+Seven GPU nodes of one node group, each showing one node-scoped incident type:
 
 ==============  ===========================================================
 gpu-node-01     XID 79 (fell off the bus), allocatable 8 -> 7, three training
@@ -24,6 +24,23 @@ gpu-node-06     XID 119 (GSP RPC timeout) on one GPU, reset each time (the drive
 gpu-node-07     kubelet stops reporting with serving pods on it:
                 gpu_node_not_ready, later evictions join it
 ==============  ===========================================================
+
+and three cluster-scoped ones (issue 12), told after the node stories in :func:`build`
+so that those keep their resourceVersions, hence their ids and their incidents' ids:
+
+==================  =======================================================
+starved_job         the 8-GPU pods of Job ml-train/llama-70b-sft pend while the
+                    GPU node group's ASG fails to grow four times for the vCPU
+                    quota (VcpuLimitExceeded): gpu_pods_starved (page) and
+                    scale_up_failure (quota, page), both still open at the end
+dcgm_everywhere     dcgm-exporter reports every GPU pod's binding, so the counts
+                    agree on every node (gpu-node-03, time-sliced, is left out)
+dcgm_outage         dcgm-exporter on gpu-node-02 and gpu-node-06 loses the pods
+                    for nine minutes: allocation_mismatch naming both, resolved
+==================  =======================================================
+
+The autoscaler's records are cluster-autoscaler klog lines read by the real parser
+(``connectors.autoscaler``), so they are what the connector would publish.
 """
 
 from __future__ import annotations
@@ -33,10 +50,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from connectors.autoscaler.lines import LineContext, parse_line
 from gputriage.demo import events as build_event
 from gputriage.demo.events import T0
-from schemas.codec import encode
-from schemas.events import Event, PodRef, Termination, Tick
+from schemas.codec import RecordError, encode
+from schemas.events import Event, PodCondition, PodRef, Termination, Tick
 from schemas.types import Op
 
 CLUSTER = "prod-us-east"
@@ -216,6 +234,72 @@ def kube_event(
             uid=f"uid-{name}",
             source=source,
         )
+    )
+
+
+def pending(
+    ns: str,
+    name: str,
+    minutes: float,
+    *,
+    owner: tuple[str, str],
+    created: float,
+    gpus: int,
+    unschedulable: str = "",
+    op: Op = "modified",
+) -> None:
+    """A GPU pod the scheduler has not placed: no node, so the cluster key holds it;
+    ``unschedulable`` is its ``PodScheduled=False`` message (empty: not tried yet)."""
+    cond = (
+        PodCondition(status="False", reason="Unschedulable", message=unschedulable)
+        if unschedulable
+        else None
+    )
+    events.append(
+        build_event.pod_event(
+            id=f"k8s:pod-{name}:{rv()}",
+            cluster=CLUSTER,
+            time=at(minutes),
+            op=op,
+            namespace=ns,
+            name=name,
+            phase="Pending",
+            gpus=gpus,
+            owner=owner,
+            scheduled=cond,
+            created_at=at(created),
+        )
+    )
+
+
+CA_POD = "kube-system/cluster-autoscaler-7c9d5b8f6-q2xlm"
+_CA = LineContext(cluster=CLUSTER, reference=START, source=CA_POD, cloud="aws", fmt="klog")
+_ca_lines = [0]
+
+
+def ca_log(minutes: float, where: str, message: str, severity: str = "I") -> None:
+    """One cluster-autoscaler klog line, read by the real parser
+    (:func:`connectors.autoscaler.lines.parse_line`, as ``gputriage ingest autoscaler``
+    reads a log file: ``CA_POD`` as the source, the line's number as its position), so the
+    scenario's autoscaler records are what the connector makes of the line, not a second
+    reading of it kept here. A line that states no fact is a bug in the story: it raises."""
+    moment = at(minutes)
+    stamp = moment.strftime("%m%d %H:%M:%S") + f".{moment.microsecond:06d}"
+    line = f"{severity}{stamp}       1 {where}] {message}"
+    _ca_lines[0] += 1
+    records = parse_line(line, _CA, _ca_lines[0])
+    if isinstance(records, RecordError) or not records:
+        raise ValueError(f"the parser reads no record in {line!r}: {records!r}")
+    events.extend(records)
+
+
+def go_time(minutes: float) -> str:
+    """A time as Go's ``time.Time.String()`` prints it in "Disabling scale-up ... until"."""
+    moment = at(minutes)
+    monotonic = 261_840.0 + minutes * 60  # m=+: seconds since the autoscaler started
+    return (
+        moment.strftime("%Y-%m-%d %H:%M:%S")
+        + f".{moment.microsecond:06d}118 +0000 UTC m=+{monotonic:.9f}"
     )
 
 
@@ -439,10 +523,207 @@ def build() -> list[Event]:
         )
     node(n7, 24.0, ready="True")
 
+    # --- The cluster key (issue 12): added after the node stories, so that their records
+    # keep their resourceVersions, hence their ids and their incidents' ids.
+    dcgm_everywhere()
+    starved_job()
+    dcgm_outage()
+
     # 45 minutes in: the clock has moved on, quiet windows close.
     events.append(Tick(id="tick:45m", cluster=CLUSTER, time=at(45)))
     events.sort(key=lambda e: (e.time, e.id))
     return events
+
+
+# --- The cluster key's stories (issue 12) ------------------------------------------------
+
+BUSES = (
+    "0000:18:00.0",
+    "0000:2a:00.0",
+    "0000:3a:00.0",
+    "0000:5d:00.0",
+    "0000:9a:00.0",
+    "0000:ab:00.0",
+    "0000:ba:00.0",
+    "0000:db:00.0",
+)
+"""Bus ids of GPUs 0-7 for the bindings added with the cluster key's stories (the node
+stories' GPUs keep their own: 9b on gpu-node-01, 1a, 3b, 4c, cb, none of them reused)."""
+
+
+def gpu(node_no: int, index: int) -> tuple[str, str, int]:
+    """``(uuid, bus, index)`` of GPU ``index`` of gpu-node-0``node_no``."""
+    uuid = f"GPU-{node_no:02d}{index:02d}d1e7-3c5a-4b8e-a2f4-0000000{node_no:02d}{index:03d}"
+    return uuid, BUSES[index], index
+
+
+def bind_pod(node_no: int, minutes: float, indexes: range | tuple[int, ...], pod: str) -> None:
+    """dcgm-exporter's binding of each of ``indexes`` to ``pod`` ("ns/name/container");
+    an empty ``pod`` reports the GPUs free (or their pods lost)."""
+    pods: list[tuple[str, str, str]] = []
+    if pod:
+        namespace, name, container = pod.split("/")
+        pods.append((namespace, name, container))
+    for index in indexes:
+        binding(f"gpu-node-0{node_no}", minutes, *gpu(node_no, index), pods)
+
+
+INSTRUCT = ("ReplicaSet", "llama-3-70b-instruct-6b8f9")
+INSTRUCT_PODS = {2: "llama-3-70b-instruct-6b8f9-m4x8q", 6: "llama-3-70b-instruct-6b8f9-t9w2c"}
+
+
+def dcgm_everywhere() -> None:
+    """dcgm-exporter runs on every GPU node (the gpu-operator's DaemonSet) and reports which
+    pod holds each GPU, so that Kubernetes and dcgm-exporter agree on every node before the
+    outage of :func:`dcgm_outage`: a disagreement anywhere else would be named with it.
+
+    Two node stories leave a disagreement of their own, below ``mismatch_threshold`` and
+    over before the outage: on gpu-node-01 the GPU at 9b falls off the bus under
+    llama-pretrain-0 (dcgm-exporter cannot see it, so its binding stands until the GPU is
+    back at minute 21), and llama-pretrain-1's GPU is reported free once it failed. The
+    evicted llama-pretrain-2 and gpu-node-07's pods have no later record in the scenario,
+    so their bindings stay too. gpu-node-03 is time-sliced: its two pods share one bound
+    GPU and it is left out of the count.
+    """
+    bind_pod(1, 0.6, (0,), "ml-train/llama-pretrain-1/main")
+    bind_pod(1, 0.6, (1,), "ml-train/llama-pretrain-2/main")
+    bind_pod(1, 5.6, (0,), "")
+    binding("gpu-node-01", 21.0, "GPU-6f1c2a9e-79aa-4c1e-9d3b-000000000001", "0000:9b:00.0", 3, [])
+    bind_pod(2, 0.8, (0,), "inference/vllm-serve-7d9f8-x2kqp/server")
+    bind_pod(4, 0.8, (0,), "batch/embed-backfill-0/main")
+    bind_pod(7, 0.8, (0,), "inference/triton-serve-5c6b7-a1/triton")
+    bind_pod(7, 0.8, (1,), "inference/triton-serve-5c6b7-b2/triton")
+    # A 4-GPU inference replica on gpu-node-02 (GPUs 4-7) and on gpu-node-06 (GPUs 0-3; the
+    # XID 119 GPU at cb holds no pod). With them every node has a GPU in use, which is what
+    # makes the scheduler say "7 Insufficient nvidia.com/gpu" to an 8-GPU pod.
+    for node_no, indexes in ((2, range(4, 8)), (6, range(4))):
+        name = INSTRUCT_PODS[node_no]
+        pod(
+            f"gpu-node-0{node_no}", "inference", name, 0.5, owner=INSTRUCT, gpus=4, container="vllm"
+        )
+        bind_pod(node_no, 0.8, indexes, f"inference/{name}/vllm")
+
+
+GROUP = "eks-gpu-p5-48xlarge-5ac6f1d2-3b7e-9c41-a8d0-6e2f4b19c7d5"
+"""The EKS managed node group's ASG (``eks-<nodegroup>-<uuid>``) the seven nodes belong to."""
+SFT = ("Job", "llama-70b-sft")
+SFT_PODS = tuple(
+    f"llama-70b-sft-{k}-{suffix}" for k, suffix in enumerate(("8kq2v", "c7m4x", "p2w9d", "z5n3h"))
+)
+"""An Indexed Job's pods: ``<job>-<index>-<random>``."""
+FULL = (
+    "0/7 nodes are available: 7 Insufficient nvidia.com/gpu. preemption: 0/7 nodes are "
+    "available: 7 No preemption victims found for incoming pod."
+)
+VCPU_LIMIT = (
+    "Launching a new EC2 instance.  Status Reason: Could not launch On-Demand Instances. "
+    "VcpuLimitExceeded - You have requested more vCPU capacity than your current vCPU limit "
+    "of 1344 allows for the instance bucket that the specified instance type belongs to. "
+    "Please visit http://aws.amazon.com/contact-us/ec2-request to request an adjustment to "
+    "this limit. Launching EC2 instance failed."
+)
+
+
+def starved_job() -> None:
+    """An 8-GPU-per-pod fine-tune that cannot start: the cluster is full and the GPU node
+    group cannot grow, because the account's vCPU quota for P instances (1344: exactly the
+    seven p5.48xlarge of 192 vCPUs) is used up. cluster-autoscaler tries four times, in
+    backoff of 5, 10 and 20 minutes between tries (its defaults: 5 min doubling to 30):
+    one paging ``gpu_pods_starved`` for the Job from the third failure (its pods have
+    waited more than 10 min by then) and one ``scale_up_failure`` (quota, page). Neither
+    ends within the 45 minutes: a quota is raised by a person.
+
+    Every record is a klog line read by the real parser (:func:`ca_log`). The lines are
+    modelled on real ones of ``tests/data/autoscaler`` (see its SOURCES.md):
+
+    * ``Pod ns/x is unschedulable``: ``ca_klog.log`` L70 (klogx.go:87, gardener/autoscaler
+      PR #253), L38 (kubernetes/autoscaler#4606) and L26-L27 (#1602);
+    * ``Final scale-up plan: [{G a->b (max: m)}]``: L45-L47 (AWS ASGs,
+      kubernetes/autoscaler#3835);
+    * ``Scale-up: setting group G size to N``: L1 (executor.go:147, an EKS GPU node group,
+      kubernetes/autoscaler#6128);
+    * the ``Event(v1.ObjectReference{...}): type: 'Normal' reason: 'TriggeredScaleUp'``
+      line: L51 (event_sink_logging_wrapper.go:48) and L63 (the reason), with the plan's
+      item list as the current CA writes it; these tie the Job's pods to the group;
+    * ``ASG G scaling failed with description: ...``: ``ca_klog_from_format.log`` L14
+      (format string auto_scaling_groups.go:555, in AWS's "Could not launch ...
+      Instances. <Code> - <text>" shape of kubernetes/autoscaler#3241); the text after
+      the code is AWS's vCPU limit message as quoted in kubernetes/kops#15778, the code
+      the EC2 error code of that message;
+    * ``Disabling scale-up for node group G until T``: L21 and L25 (Azure/AKS#575,
+      MicrosoftDocs/azure-docs#12832); ``Node group G is not ready for scaleup -
+      backoff``: L5 (#6128).
+
+    Names, times, sizes and the file:line numbers not in those lines are plausible fillers.
+
+    Left out on purpose: a current cluster-autoscaler on AWS follows the ASG line with
+    ``Instance group G cannot provision any more nodes!`` and ``Failed adding N nodes ...
+    due to OutOfResource.placeholder-cannot-be-fulfilled`` (L6-L8, PR #5756), and its
+    backoff line carries ``errorClass=OutOfResource; errorCode=placeholder-cannot-be-
+    fulfilled`` (L9). The parser reads those as ``capacity`` (right: the placeholder code
+    is all they say), and the rule then keeps a second ``scale_up_failure`` (capacity,
+    ticket) for the same attempts beside the quota page (see NOTES-demo.md). The backoff
+    line is therefore in the older shape without a cause, which sets ``until`` only.
+    """
+    ns = "ml-train"
+    for name in SFT_PODS:
+        pending(ns, name, 2.0, owner=SFT, created=2.0, gpus=8, op="added")
+        pending(ns, name, 2.02, owner=SFT, created=2.0, gpus=8, unschedulable=FULL)
+    for name in SFT_PODS:
+        ca_log(2.2, "klogx.go:87", f"Pod {ns}/{name} is unschedulable")
+    plan = f"[{{{GROUP} 7->11 (max: 16)}}]"
+    # (minute of the plan, backoff minutes after its failure)
+    for k, (minute, backoff) in enumerate(((2.25, 5), (7.9, 10), (18.6, 20), (39.3, 30))):
+        ca_log(minute, "orchestrator.go:185", f"Final scale-up plan: {plan}")
+        ca_log(minute, "executor.go:147", f"Scale-up: setting group {GROUP} size to 11")
+        if k == 0:
+            for rv_no, name in enumerate(SFT_PODS):
+                ca_log(
+                    minute + 0.001,
+                    "event_sink_logging_wrapper.go:48",
+                    'Event(v1.ObjectReference{Kind:"Pod", Namespace:"ml-train", '
+                    f'Name:"{name}", UID:"uid-{name}", APIVersion:"v1", '
+                    f'ResourceVersion:"{2200 + rv_no}", FieldPath:""}}): type: \'Normal\' '
+                    f"reason: 'TriggeredScaleUp' pod triggered scale-up: {plan}",
+                )
+        failed = minute + 0.5
+        ca_log(
+            failed,
+            "auto_scaling_groups.go:555",
+            f"ASG {GROUP} scaling failed with description: {VCPU_LIMIT}",
+            "W",
+        )
+        ca_log(
+            failed + 0.0005,
+            "clusterstate.go:223",
+            f"Disabling scale-up for node group {GROUP} until {go_time(failed + backoff)}",
+            "W",
+        )
+        ca_log(
+            failed + 0.4,
+            "orchestrator.go:511",
+            f"Node group {GROUP} is not ready for scaleup - backoff",
+            "W",
+        )
+
+
+def dcgm_outage() -> None:
+    """A gpu-operator upgrade rolls the dcgm-exporter DaemonSet; on gpu-node-02 and
+    gpu-node-06 the new pods come up without the kubelet's pod-resources socket and report
+    every GPU without its pod, for about nine minutes, until someone restarts them: 5 + 4
+    GPUs that Kubernetes says are held and dcgm-exporter says are not. One
+    ``allocation_mismatch`` naming both nodes, from the moment the second has disagreed
+    for five minutes (gpu-node-02 alone, 5 GPUs, is not above the threshold), resolved when
+    the bindings come back: gpu-node-06's first, which already ends it (5 left). In the other
+    order the incident would be revised once, in the same second, as gpu-node-06 became the
+    larger share (see NOTES-demo.md).
+    """
+    vllm = "inference/vllm-serve-7d9f8-x2kqp/server"
+    bind_pod(2, 26.0, (0, 4, 5, 6, 7), "")
+    bind_pod(6, 26.4, range(4), "")
+    bind_pod(6, 35.0, range(4), f"inference/{INSTRUCT_PODS[6]}/vllm")
+    bind_pod(2, 35.2, (0,), vllm)
+    bind_pod(2, 35.2, range(4, 8), f"inference/{INSTRUCT_PODS[2]}/vllm")
 
 
 def main(argv: list[str]) -> int:

@@ -1,7 +1,8 @@
-"""The shipped example: every node-scoped incident type, each once, with its evidence.
+"""The shipped example: every incident type, each once, with its evidence.
 
-This is the acceptance statement of the foundation issue, checked through the
-real CLI on the committed file (and the file is checked against its builder).
+This is the acceptance statement of the foundation issue (the seven node-scoped types)
+and of issue 12 (the three cluster-scoped ones), checked through the real CLI on the
+committed file (and the file is checked against its builder).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 from schemas.codec import decode_incident
+from schemas.incidents import Incident
 from tests.cli_helpers import gputriage
 from tests.paths import ROOT
 
@@ -24,6 +26,15 @@ NODE_TYPES = {
     "xid_repeat",
     "gpu_node_not_ready",
 }
+CLUSTER_TYPES = {"gpu_pods_starved", "scale_up_failure", "allocation_mismatch"}
+ALL_TYPES = NODE_TYPES | CLUSTER_TYPES
+GROUP = "eks-gpu-p5-48xlarge-5ac6f1d2-3b7e-9c41-a8d0-6e2f4b19c7d5"
+
+
+def _revisions() -> list[Incident]:
+    result = gputriage("replay", "-o", "json", str(SCENARIO))
+    assert result.returncode == 0, result.stderr
+    return [decode_incident(line) for line in result.stdout.splitlines()]
 
 
 def test_the_committed_scenario_matches_its_builder(tmp_path: Path) -> None:
@@ -36,19 +47,68 @@ def test_the_committed_scenario_matches_its_builder(tmp_path: Path) -> None:
     assert out.read_bytes() == SCENARIO.read_bytes(), "run examples/build_scenario.py"
 
 
-def test_every_node_scoped_type_once_with_evidence() -> None:
-    result = gputriage("replay", "-o", "json", str(SCENARIO))
-    assert result.returncode == 0, result.stderr
-    revisions = [decode_incident(line) for line in result.stdout.splitlines()]
-    last = {r.id: r for r in revisions}
+def test_every_type_once_with_evidence() -> None:
+    last = {r.id: r for r in _revisions()}
     types = sorted(r.type for r in last.values())
-    assert types == sorted(NODE_TYPES), types
+    assert types == sorted(ALL_TYPES), types
     assert all(r.evidence for r in last.values())
+    assert {r.type for r in last.values() if not r.node} == CLUSTER_TYPES
+
+
+def test_the_starved_job_pages_once_naming_the_job_and_its_node_group() -> None:
+    """The Job's four 8-GPU pods pend while the group fails four times for the vCPU quota:
+    one page from the third failure (the pods have waited 10 min by then), still open."""
+    revisions = _revisions()
+    starved = [r for r in revisions if r.type == "gpu_pods_starved"]
+    assert len({r.id for r in starved}) == 1
+    opened, final = starved[0], starved[-1]
+    assert (opened.status, opened.severity) == ("open", "page")
+    assert "Job ml-train/llama-70b-sft" in opened.summary
+    assert opened.attributes["node_groups"] == GROUP
+    assert opened.attributes["match"] == "named", "TriggeredScaleUp tied the pods to the group"
+    assert (opened.attributes["reason"], opened.attributes["cloud_code"]) == (
+        "quota",
+        "VcpuLimitExceeded",
+    )
+    assert opened.attributes["attempts"] == "3"
+    assert {(p.owner_kind, p.owner_name) for p in opened.pods} == {("Job", "llama-70b-sft")}
+    assert len(opened.pods) == 4
+    assert final.status != "resolved", "a quota is raised by a person, not within 45 min"
+    assert final.attributes["attempts"] == "4"
+
+
+def test_the_scale_up_failure_is_one_quota_page_counting_attempts_not_lines() -> None:
+    failures = [r for r in _revisions() if r.type == "scale_up_failure"]
+    assert len({r.id for r in failures}) == 1, "one incident, not one per reason"
+    final = failures[-1]
+    assert final.severity == "page"
+    assert final.attributes["node_group"] == GROUP
+    assert final.attributes["reason"] == "quota"
+    assert final.attributes["cloud"] == "aws"
+    assert final.attributes["attempts"] == "4"
+    assert "backoff_until" in final.attributes, "the backoff records' until"
+    assert all(
+        e.schema == "autoscaler.v1" and "VcpuLimitExceeded" in e.text for e in final.evidence
+    )
+
+
+def test_the_dcgm_outage_is_one_mismatch_naming_both_nodes_and_resolved() -> None:
+    """dcgm-exporter on gpu-node-02 and gpu-node-06 reports GPUs without pods from minute 26
+    to 35: one ticket naming exactly those two (every other node's counts agree, or are
+    left out: gpu-node-03 is time-sliced), opened once both have disagreed for 5 min."""
+    mismatch = [r for r in _revisions() if r.type == "allocation_mismatch"]
+    assert len({r.id for r in mismatch}) == 1
+    opened, final = mismatch[0], mismatch[-1]
+    assert opened.status == "open"
+    assert opened.attributes["nodes"] == "gpu-node-02,gpu-node-06"
+    assert opened.attributes["difference"] == "9"
+    assert "gpu-node-02 (5 requested, 0 bound)" in opened.summary
+    assert final.status == "resolved"
+    assert final.attributes["nodes"] == "gpu-node-02,gpu-node-06"
 
 
 def test_the_xid79_chain_is_one_incident_in_causal_order() -> None:
-    result = gputriage("replay", "-o", "json", str(SCENARIO))
-    revisions = [decode_incident(line) for line in result.stdout.splitlines()]
+    revisions = _revisions()
     chain = [r for r in revisions if r.type == "device_unhealthy_eviction"]
     assert len({r.id for r in chain}) == 1
     final = chain[-1]
@@ -70,6 +130,6 @@ def test_the_table_lists_each_incident_with_its_evidence_chain() -> None:
     assert result.returncode == 0
     text = result.stdout.decode()
     rows = [line for line in text.splitlines() if line.startswith("inc-")]
-    assert len(rows) == len(NODE_TYPES)
+    assert len(rows) == len(ALL_TYPES)
     evidence = [line for line in text.splitlines() if line.startswith("    ")]
-    assert len(evidence) >= 2 * len(NODE_TYPES)
+    assert len(evidence) >= 2 * len(ALL_TYPES)
