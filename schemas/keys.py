@@ -52,9 +52,9 @@ def is_copy(event: AnyEvent) -> bool:
 
 def key_node(event: AnyEvent) -> str:
     """The node part of the event's key: its node, or ``""`` for the cluster key."""
-    if is_copy(event):
-        return ""
     node: str = getattr(event, "node", "")
+    if node and getattr(event, "scope", "node") == "cluster":
+        return ""
     return node
 
 

@@ -362,19 +362,24 @@ class Correlator:
                     self.stats.duplicates += 1
                 else:
                     self._last = ident
-                    self._apply(event, when, out)
+                    self._apply(event, when, out, node)
                 self._release(token)
             else:
                 break
         self.watermark = watermark
 
-    def _apply(self, event: AnyEvent, when: float, out: list[Incident]) -> None:
+    def _apply(
+        self, event: AnyEvent, when: float, out: list[Incident], node: str | None = None
+    ) -> None:
+        """Apply ``event`` to its key's state; ``node``: its key's node part, when the
+        caller has it already (the buffer's entry does)."""
         cluster = event.cluster
         nodes = self._states.get(cluster)
         if nodes is None:
             cluster = intern(cluster)
             nodes = self._states[cluster] = {}
-        node = key_node(event)
+        if node is None:
+            node = key_node(event)
         state = nodes.get(node)
         if state is None:
             state = nodes[node] = new_state(event)
