@@ -1,7 +1,7 @@
 """Benchmark: autoscaler log parsing throughput, lines/s on one core (issue 12).
 
 The bar: >= 100k lines/s. Input: the corpus's log lines (tests/data/autoscaler: the six
-log files, 149 lines, every one traced to a public source in SOURCES.md) mixed with
+log files, 167 lines, every one traced to a public source in SOURCES.md) mixed with
 the corpus's own *noise* lines (the klog lines that state no fact: loop starts,
 "Upcoming 0 nodes", node-group discovery, expander chatter...) so that about
 ``--noise`` (default 90%) of the lines are noise, as in a real cluster-autoscaler

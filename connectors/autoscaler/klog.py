@@ -26,8 +26,9 @@ providers and the event sink, across releases 0.4 to 1.3x; every shape is a line
   ``...#CreateOrUpdate ... failed``, ``Failed to scale up: ...``, events
   ``FailedToScaleUpGroup``/``ScaleUpFailed``. The reason comes from the code and text
   (:mod:`connectors.autoscaler.classify`).
-* ``scale_up_timeout``: ``Scale-up timed out for node group G``, ``Reverting timed-out
-  scale-up`` (2026), event ``ScaleUpTimedOut``.
+* ``scale_up_timeout``: ``Scale-up timed out for node group G`` (also when a paste cut it
+  after ``for node``: no group), ``Reverting timed-out scale-up`` (2026), event
+  ``ScaleUpTimedOut``.
 * ``backoff``: ``Disabling scale-up for node group G until T[; errorClass=C;
   errorCode=X]`` (``until`` from T: Go's ``time.String()``, its ``m=+...`` monotonic
   suffix ignored) and ``Node group G is not ready for scaleup[ - backoff[ with status:
@@ -39,7 +40,9 @@ providers and the event sink, across releases 0.4 to 1.3x; every shape is a line
 * ``scale_down``: ``Scale-down: removing [empty] node X``, ``X is unneeded since``/``was
   unneeded for``, ``Successfully added ToBeDeletedTaint``, events ``ScaleDown``,
   ``ScaleDownEmpty``, ``ScaleDownFailed`` (``other``), Gardener's ``Error while trying to
-  delete nodes`` and ``Failed to scale down`` (``other``). Loop bookkeeping (``Starting
+  delete nodes`` and ``Failed to scale down`` (``other``), and ``Problem with empty node
+  deletion in nodegroup G: <cloud error>`` (``other``: the delete failed; AKS, Azure/AKS#3011,
+  where the VMSS refused ``ForceDelete`` under maintenance control). Loop bookkeeping (``Starting
   scale down``, ``Scale down status: ...``) states no decision and is not a record.
 
 Traps:
@@ -150,8 +153,11 @@ _NOT_READY_RE: Final = re.compile(
 )
 _MAX_SKIP_RE: Final = re.compile(rf"Skipping node group {_GROUP} - max size reached")
 _TIMEOUT_RE: Final = re.compile(
-    rf"(?:Scale-up timed out|Reverting timed-out scale-up) for node group {_GROUP}(?: |$)"
+    rf"(?:Scale-up timed out|Reverting timed-out scale-up) for node(?: group {_GROUP}(?: |$)| ?$)"
 )
+"""The group is optional only at the end of the message: the GCE paste of #2557 stops at
+``Scale-up timed out for node`` (the user cut the line); what remains still says a
+scale-up timed out, so it is a ``scale_up_timeout`` with no group."""
 _FAILED_ADDING_RE: Final = re.compile(
     rf"Failed adding (?P<n>\d+) nodes \(\d+ unseen previously\) to group {_GROUP} due to "
     r"(?P<cls>[^.\s]+)\.(?P<code>[^;\s]+);?(?: errorMessages=(?P<msg>.*))?"
@@ -190,6 +196,7 @@ _CANT_SCHEDULE_RE: Final = re.compile(
 _NO_FIT_RE: Final = re.compile(r"No pod can fit to (?P<g>\S+)")
 _PREDICATE_RE: Final = re.compile(r"cannot put (?P<pod>\S+) on")
 _REMOVING_RE: Final = re.compile(r"Scale-down: removing (?:empty )?node (?P<node>\S+?),?(?: |$)")
+_EMPTY_DELETION_RE: Final = re.compile(r"empty node deletion in nodegroup (?P<g>[^\s:]+)")
 _UNNEEDED_RE: Final = re.compile(r"^(?P<node>\S+) (?:is unneeded since|was unneeded for)")
 _EVENT_RE: Final = re.compile(
     r"(?:Event\((?:v1|api)\.ObjectReference\{Kind:\"(?P<kind>\w+)\", Namespace:\"(?P<ns>[^\"]*)\","
@@ -331,6 +338,9 @@ def _unschedulable(message: str) -> tuple[Fact, ...]:
 def _scale_down(message: str) -> tuple[Fact, ...]:
     if "Error while trying to delete nodes" in message or "Failed to scale down" in message:
         return (Fact("scale_down", "other"),)
+    if "Problem with empty node deletion" in message:
+        match = _EMPTY_DELETION_RE.search(message)
+        return (Fact("scale_down", "other", match["g"] if match else ""),)
     if (
         _REMOVING_RE.search(message)
         or _UNNEEDED_RE.search(message)
@@ -408,7 +418,7 @@ def _timeout(message: str) -> tuple[Fact, ...]:
     match = _TIMEOUT_RE.search(message)
     if match is None:
         return ()
-    return (Fact("scale_up_timeout", "timeout", match["g"]),)
+    return (Fact("scale_up_timeout", "timeout", match["g"] or ""),)
 
 
 _FAMILIES: Final[tuple[tuple[tuple[str, ...], Callable[[str], tuple[Fact, ...]]], ...]] = (
@@ -416,7 +426,7 @@ _FAMILIES: Final[tuple[tuple[tuple[str, ...], Callable[[str], tuple[Fact, ...]]]
     (("Disabling scale-up",), _backoff),
     (("not ready for scaleup",), _not_ready),
     (("Failed adding", "instances with errorCode"), _failed),
-    (("timed out for node group", "timed-out scale-up"), _timeout),
+    (("Scale-up timed out for node", "timed-out scale-up"), _timeout),
     (
         (
             "Final scale-up plan",
@@ -464,6 +474,7 @@ _FAMILIES: Final[tuple[tuple[tuple[str, ...], Callable[[str], tuple[Fact, ...]]]
             "ToBeDeletedTaint",
             "delete nodes",
             "Failed to scale down",
+            "empty node deletion",
         ),
         _scale_down,
     ),

@@ -70,6 +70,7 @@ ANCHORS: Final = (
     "eleted node",
     "omputed packing",
     "limits",
+    "node deletion",
 )
 """The fast path: every key word of every message family (``klog.TRIGGERS``,
 ``karpenter.TRIGGERS``) contains one of these (a test checks it), so a line with none

@@ -11,6 +11,11 @@ Shapes (in the order they are peeled; each may be combined with the ones after i
                                               pkg/cmd/logs/logs.go addPrefixIfNeeded)
     <ns>/<pod>[<container>]: <line>           stern/kubetail-style prefix (as pasted in
                                               linode/cluster-api-provider-linode#251)
+    <container> <klog line>                   a bare container-name prefix before a klog
+                                              header (``cluster-autoscaler W1123 ...``, as
+                                              pasted in kubernetes/autoscaler#2557; the
+                                              tool is not named there). Peeled only when a
+                                              klog header follows, so its time is kept.
     2023-05-11T21:29:05.854520117Z <line>     kubectl logs --timestamps (RFC 3339 + space)
     2026-01-08T22:07:55.350Z<TAB><line>       log-viewer export (aws/karpenter-provider-aws#8536)
     2019-12-03T10:35:27.111Z: <line>          log-viewer export (kubernetes/autoscaler#5548)
@@ -40,6 +45,7 @@ from schemas.codec import RecordError
 
 _KUBECTL_PREFIX: Final = re.compile(r"\[pod/[^/\]\s]+/[^\]\s]+\] ")
 _STERN_PREFIX: Final = re.compile(r"[a-z0-9][-a-z0-9.]*/[a-z0-9][-a-z0-9.]*\[[-a-z0-9.]+\]: ")
+_NAME_PREFIX: Final = re.compile(r"[a-z][-a-z0-9.]{0,62} (?=[IWEF]\d{4} \d\d:\d\d:\d\d)")
 _TS: Final = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)"
 _TS_PREFIX: Final = re.compile(rf"(?P<ts>{_TS})(?::? |\t)(?:(?:stdout|stderr) [PF] )?")
 _CONSOLE: Final = re.compile(r"\s+(?:DEBUG|INFO|WARN|WARNING|ERROR|DPANIC|PANIC|FATAL)\s")
@@ -104,6 +110,12 @@ def unwrap(raw: str) -> Unwrapped:
                 break
         if text.startswith("{"):
             return _unwrap_json(text, time, wrappers)
+        if text[:1].islower() and " " in text[:64]:
+            match = _NAME_PREFIX.match(text)
+            if match:
+                text = text[match.end() :]
+                wrappers.append("name-prefix")
+                continue
         if "]: " in text[:160] and text[:1].isalnum() and "/" in text[:80]:
             match = _STERN_PREFIX.match(text)
             if match:

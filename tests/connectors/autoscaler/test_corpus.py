@@ -254,7 +254,7 @@ def test_a_cloud_is_recorded_only_where_the_line_shows_it_and_then_right() -> No
             if record.cloud:
                 shown += 1
                 assert record.cloud in LABELS[name, number]["cloud"].split("|"), (name, number)
-    assert shown >= 40  # 43 of the 134 records show their cloud
+    assert shown >= 45  # 49 of the 150 records show their cloud
 
 
 def test_the_ec2_vcpu_limit_message_without_its_code_is_quota() -> None:
@@ -267,3 +267,52 @@ def test_the_ec2_vcpu_limit_message_without_its_code_is_quota() -> None:
         "instance type belongs to."
     )
     assert classify(text)[0] == "quota"
+
+
+def test_aks_failed_empty_node_deletion_is_a_failed_scale_down() -> None:
+    """ca_klog.log L82 (Azure/AKS#3011): the VMSS refused ForceDelete under maintenance
+    control; CA logs ``Problem with empty node deletion in nodegroup G: ...``."""
+    record = _one("ca_klog.log", 82)
+    assert (record.action, record.reason, record.node_group, record.cloud) == (
+        "scale_down",
+        "other",
+        "aks-e80ids-18112100-vmss",
+        "azure",
+    )
+
+
+def test_a_cut_timeout_line_behind_a_container_name_keeps_its_header_time() -> None:
+    """ca_wrapped.log L23-L26 (kubernetes/autoscaler#2557, GCE): each line starts with
+    ``cluster-autoscaler ``; the timeout line was cut after ``for node``."""
+    timeout = _one("ca_wrapped.log", 23)
+    assert (timeout.action, timeout.reason, timeout.node_group) == (
+        "scale_up_timeout",
+        "timeout",
+        "",
+    )
+    assert timeout.time == datetime(2026, 11, 23, 11, 14, 33, 519660, tzinfo=UTC)
+    backoff = _one("ca_wrapped.log", 25)
+    assert (backoff.action, backoff.reason, backoff.cloud) == ("backoff", "backoff", "gce")
+    assert backoff.time == datetime(2026, 11, 23, 11, 15, 51, 902873, tzinfo=UTC)
+    assert backoff.node_group.endswith("/instanceGroups/$GROUP")
+    mangled = parse("ca_wrapped.log", 26, (DATA / "ca_wrapped.log").read_text().splitlines()[25])
+    assert mangled == ()  # "I112311:15:56" is no header, and min size reached is no fact
+
+
+def test_azure_plans_name_their_group_and_sizes() -> None:
+    """ca_klog.log L75 (#1329, VMSS) and L80 (#1118, acs-engine GPU pool)."""
+    vmss = _one("ca_klog.log", 75)
+    assert (vmss.node_group, vmss.size_from, vmss.size_to, vmss.max_size, vmss.cloud) == (
+        "k8s-small-23489316-vmss",
+        5,
+        6,
+        10,
+        "azure",
+    )
+    gpu = _one("ca_klog.log", 80)
+    assert (gpu.node_group, gpu.size_from, gpu.size_to, gpu.max_size) == (
+        "linuxpool1",
+        10,
+        16,
+        100,
+    )

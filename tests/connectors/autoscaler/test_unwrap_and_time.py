@@ -46,6 +46,7 @@ def _line(name: str, number: int) -> str:
         ("ca_wrapped.log", 18, ("json-log",), datetime(2020, 5, 6, 14, 23, 31, 58102, UTC)),
         ("ca_wrapped.log", 19, ("aks-diagnostics",), datetime(2018, 8, 1, 16, 2, 23, 328100, UTC)),
         ("ca_wrapped.log", 20, (), None),  # CRLF
+        ("ca_wrapped.log", 23, ("name-prefix",), None),  # kubernetes/autoscaler#2557
         ("karpenter_wrapped.log", 1, ("ts",), datetime(2025, 9, 24, 3, 59, 15, 756000, UTC)),
         ("karpenter_wrapped.log", 3, ("kubectl-prefix",), None),
     ],
