@@ -217,8 +217,9 @@ class Worker:
             client_kwargs, layout.incidents.name, layout.incidents.partitions
         )
         self._marks: dict[int, Offsets] = {}
-        self._suppressed_told = 0
         """Raw partition -> the mark last written for it (written again only when it moves)."""
+        self._suppressed_told = 0
+        """``published.suppressed`` as last logged."""
         self._lock = asyncio.Lock()
         self._offsets: dict[TopicPartition, PartitionOffsets] = {}
         self._owned: frozenset[int] = frozenset()

@@ -304,7 +304,6 @@ class PendingPod(msgspec.Struct, omit_defaults=True):
     starved."""
     groups: tuple[str, ...] = ()
     """Node groups an autoscaler record tied to this pod (a plan naming it)."""
-    version: int = 0
 
 
 class GroupTrack(msgspec.Struct, omit_defaults=True):

@@ -318,7 +318,11 @@ def _describe(
             "attempts": str(attempts),
             "match": match,
             "pending_pods": str(len(pods)),
+            "gpus_requested": str(sum(p.gpus for p in pods)),
         }
+        resources = sorted({p.resource for p in pods if p.resource})
+        if resources:
+            inc.attributes["resource"] = ",".join(resources)
         if codes:
             inc.attributes["cloud_code"] = ",".join(codes)
         shown = ", ".join(names[:_NAMES_SHOWN]) + (

@@ -53,6 +53,10 @@ def test_pending_gpu_pods_and_three_quota_failures_page_once_naming_the_owner_an
     assert opened.attributes["reason"] == "quota"
     assert opened.attributes["cloud_code"] == "VcpuLimitExceeded"
     assert opened.attributes["match"] == "cluster"
+    assert (opened.attributes["gpus_requested"], opened.attributes["resource"]) == (
+        "3",
+        "nvidia.com/gpu",
+    )
     assert {p.name for p in opened.pods} == {"trainer-0", "trainer-1", "trainer-2"}
     assert {(p.owner_kind, p.owner_name) for p in opened.pods} == {("Job", "trainer")}
     assert "Job ml/trainer" in opened.summary
