@@ -25,14 +25,15 @@ Traps:
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterable, Mapping
+from contextlib import aclosing
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.partitioner import murmur2
 
 from streams.app.published import Offsets, decode_mark, is_mark
+from streams.app.ranges import read_range
 from streams.core.snapshot import decode_state
 
 log = logging.getLogger("gputriage.processor")
@@ -69,31 +70,13 @@ class ChangelogReader:
         self, partitions: Iterable[int], timeout_s: float = 60.0
     ) -> tuple[list[Any], dict[int, Offsets]]:
         """The newest decoded state of every key on ``partitions``, and their marks."""
-        tps = [TopicPartition(self.topic, p) for p in sorted(partitions)]
-        if not tps:
-            return [], {}
-        consumer = self._consumer
-        consumer.assign(tps)
-        ends = await consumer.end_offsets(tps)
-        await consumer.seek_to_beginning(*tps)
+        starts = {TopicPartition(self.topic, p): None for p in sorted(partitions)}
         latest: dict[bytes, bytes | None] = {}
-        remaining = {tp for tp in tps if ends[tp] > 0}
-        deadline = time.monotonic() + timeout_s
-        while remaining:
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"reading {self.topic} partitions {sorted(tp.partition for tp in remaining)} "
-                    f"took over {timeout_s:g} s"
-                )
-            batches = await consumer.getmany(*remaining, timeout_ms=200, max_records=10_000)
-            for records in batches.values():
+        async with aclosing(read_range(self._consumer, starts, timeout_s)) as batches:
+            async for records in batches:
                 for record in records:
                     if record.key is not None:
                         latest[record.key] = record.value
-            for tp in list(remaining):
-                if await consumer.position(tp) >= ends[tp]:
-                    remaining.discard(tp)
-        consumer.assign([])
         states = []
         marks: dict[int, Offsets] = {}
         for key, value in latest.items():

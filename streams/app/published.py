@@ -54,6 +54,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Iterable, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -61,6 +62,7 @@ import msgspec
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from schemas.codec import RecordError, encode, typed_decoder
+from streams.app.ranges import read_range
 
 log = logging.getLogger("gputriage.processor")
 
@@ -256,44 +258,35 @@ class Published:
             self._held.clear()
 
     async def _scan(self, starts: Mapping[int, int], timeout_s: float) -> int:
-        tps = [tp for tp in self._tps if tp.partition in starts]
-        if not tps:
-            return 0
-        consumer = self._consumer
-        ends = await consumer.end_offsets(tps)
-        remaining = {tp for tp in tps if ends[tp] > starts[tp.partition]}
-        consumer.assign(list(remaining))
-        for tp in remaining:
-            consumer.seek(tp, starts[tp.partition])
+        tps: dict[TopicPartition, int | None] = {
+            tp: starts[tp.partition] for tp in self._tps if tp.partition in starts
+        }
         held = self._held
         read = 0
-        deadline = time.monotonic() + timeout_s
-        while remaining:
-            if read >= MAX_SCAN_RECORDS or time.monotonic() > deadline:
-                log.warning(
-                    "read %d records of %s since the predecessors' marks and stopped there: "
-                    "revisions they published later may be published again",
-                    read,
-                    self.topic,
-                )
-                break
-            batches = await consumer.getmany(*remaining, timeout_ms=200, max_records=10_000)
-            for records in batches.values():
-                for record in records:
-                    if record.key is None or record.value is None:
-                        continue
-                    read += 1
-                    try:
-                        revision = _decode_head(record.value).revision
-                    except RecordError:
-                        continue  # not ours to judge: nothing to hold against
-                    had = held.get(record.key)
-                    if had is None or revision >= had[0]:
-                        held[record.key] = (revision, _digest(record.value))
-            for tp in list(remaining):
-                if await consumer.position(tp) >= ends[tp]:
-                    remaining.discard(tp)
-        consumer.assign([])
+        try:
+            async with aclosing(read_range(self._consumer, tps, timeout_s)) as batches:
+                async for records in batches:
+                    for record in records:
+                        if record.key is None or record.value is None:
+                            continue
+                        read += 1
+                        try:
+                            revision = _decode_head(record.value).revision
+                        except RecordError:
+                            continue  # not ours to judge: nothing to hold against
+                        had = held.get(record.key)
+                        if had is None or revision >= had[0]:
+                            held[record.key] = (revision, _digest(record.value))
+                    if read >= MAX_SCAN_RECORDS:
+                        raise TimeoutError(f"over {MAX_SCAN_RECORDS} records")
+        except TimeoutError as exc:
+            log.warning(
+                "read %d records of %s since the predecessors' marks and stopped there (%s): "
+                "revisions they published later may be published again",
+                read,
+                self.topic,
+                exc,
+            )
         return read
 
     # -- publishing --------------------------------------------------------------------

@@ -1,0 +1,61 @@
+"""Reading partitions from given offsets to their end, without a consumer group.
+
+Both the state topic's restore (:mod:`streams.app.changelog`) and the incident topic's
+scan past the marks (:mod:`streams.app.published`) read a set of partitions from a
+start to the end they had when the read began, then hand the consumer back unassigned.
+
+Traps:
+
+* The ends are asked *before* reading: chasing a moving end would never finish.
+* The loop ends on the consumer's *position*, not on "the last offset + 1": a compacted
+  partition has gaps, and Tansu answers an end offset with its last batch's base + 1
+  (a batch of five at 10..14: end 11), while a fetch returns whole batches. So records
+  past the asked end may come too; they are on the topic, and the caller gets them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncGenerator, Mapping
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+
+async def read_range(
+    consumer: AIOKafkaConsumer,
+    starts: Mapping[TopicPartition, int | None],
+    timeout_s: float,
+) -> AsyncGenerator[list[Any], None]:
+    """Batches of records of ``starts``' partitions, each from its start (None: the
+    beginning) to its end; ``TimeoutError`` past ``timeout_s``. The caller may stop early;
+    the consumer is unassigned either way."""
+    tps = list(starts)
+    if not tps:
+        return
+    ends = await consumer.end_offsets(tps)
+    remaining = {tp for tp in tps if ends[tp] > (starts[tp] or 0)}
+    consumer.assign(tps)
+    try:
+        for tp in tps:
+            start = starts[tp]
+            if start is None:
+                await consumer.seek_to_beginning(tp)
+            else:
+                consumer.seek(tp, start)
+        deadline = time.monotonic() + timeout_s
+        while remaining:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"reading {sorted((tp.topic, tp.partition) for tp in remaining)} "
+                    f"took over {timeout_s:g} s"
+                )
+            batches = await consumer.getmany(*remaining, timeout_ms=200, max_records=10_000)
+            for records in batches.values():
+                if records:
+                    yield records
+            for tp in list(remaining):
+                if await consumer.position(tp) >= ends[tp]:
+                    remaining.discard(tp)
+    finally:
+        consumer.assign([])
