@@ -59,6 +59,12 @@ def gpu_devices(requests: dict[str, int]) -> tuple[int, str]:
 def apply_event(state: ClusterState, event: Any, now: float, config: CoreConfig) -> list[Incident]:
     """Apply one cluster-scoped record (or a copy routed here) at event time ``now``."""
     step = ClusterStep(state, config, now)
+    # An event at exactly the key's deadline goes before its timer (the engine's order),
+    # and the deadline is recomputed after it from ``checked_at``: the rules must do the
+    # timer's work here, or a threshold reached at this instant would never be seen.
+    due = now >= state.deadline
+    if due:
+        state.starved_dirty = True
     kind = type(event)
     if kind is PodEvent:
         _on_pod(step, event)
@@ -73,7 +79,7 @@ def apply_event(state: ClusterState, event: Any, now: float, config: CoreConfig)
     else:
         return []
     starved.evaluate(step)
-    mismatch.evaluate(step)
+    mismatch.evaluate(step, timer=due)
     state.checked_at = now
     return step.finish()
 

@@ -183,7 +183,7 @@ def _settle(state: ClusterState, now: float, config: CoreConfig) -> None:
             state.settled_since = min(state.settled_since, since)
             state.settled[node] = share
             state.settled_total += share
-            state.settled_changed = state.timers_dirty = True
+            state.settled_changed = True
     if due:
         state.timers_dirty = True
 

@@ -155,12 +155,11 @@ def _scale_up_failure(
     inc = step.find(SCALE_UP, name)
     if inc is None:
         inc = step.open(SCALE_UP, name, line.event_id, step.now)
-    if counted:
-        inc.count += 1
-    step.add_evidence(inc, line)
     step.set_deadline(inc, step.now + step.config.scale_up_quiet_seconds)
+    if counted:  # a revision per attempt, not per line (a group at max size: every 10 s)
+        inc.count += 1
+        step.add_evidence(inc, line)
     _describe_failure(step, inc, name, group)
-    step.touch(inc)
 
 
 def _describe_failure(step: ClusterStep, inc: OpenIncident, name: str, group: GroupTrack) -> None:
@@ -239,13 +238,18 @@ def _prune(step: ClusterStep) -> None:
         del state.groups[name]
 
 
+def _recent(group: GroupTrack, now: float, config: CoreConfig) -> int:
+    """The group's attempts within ``scale_up_window_seconds`` (pruned only on failures)."""
+    horizon = now - config.scale_up_window_seconds
+    return sum(1 for t in group.attempts if t >= horizon)
+
+
 def _failing(state: ClusterState, now: float, config: CoreConfig) -> dict[str, GroupTrack]:
     """Groups with ``starved_failures`` attempts within the window, by name."""
-    horizon = now - config.scale_up_window_seconds
     return {
         name: group
         for name, group in state.groups.items()
-        if sum(1 for t in group.attempts if t >= horizon) >= config.starved_failures
+        if _recent(group, now, config) >= config.starved_failures
     }
 
 
@@ -271,8 +275,9 @@ def evaluate(step: ClusterStep) -> None:
         starving = [p for p in pods if _starving(p, now, config)]
         if inc is None and not starving:
             continue
-        if any(p.groups for p in starving):  # tied: only their own groups count
-            named = sorted({g for p in starving for g in p.groups if g in failing})
+        judged = starving or pods  # an open incident whose pods are not yet starving
+        if any(p.groups for p in judged):  # tied: only their own groups count
+            named = sorted({g for p in judged for g in p.groups if g in failing})
             match = "named"
         else:
             named = sorted(g for g in failing if failing[g].gpu)
@@ -306,7 +311,7 @@ def _describe(
     if groups:
         reason = min((g.reason or "other" for _, g in groups), key=lambda r: _RANK.get(r, 99))
         codes = sorted({g.cloud_code for _, g in groups if g.reason == reason and g.cloud_code})
-        attempts = max(len(g.attempts) for _, g in groups)
+        attempts = max(_recent(g, step.now, config) for _, g in groups)
         for _, group in groups:
             for line in group.evidence[-2:]:
                 step.add_evidence(inc, line)

@@ -119,8 +119,14 @@ async def test_a_mark_is_inherited_until_the_commit_passes_what_the_predecessor_
 @pytest.mark.asyncio
 async def test_a_lost_partition_no_longer_inherits(kafka: KafkaTestEnv) -> None:
     await kafka.acreate_topics()
+    topic = kafka.layout.incidents.name
+    records: list[tuple[bytes | None, bytes | None]] = [
+        (f"inc-{k}".encode(), encode(revision(1, f"inc-{k}"))) for k in range(6)
+    ]
+    await produce(kafka.bootstrap, topic, records)  # so that our bound is not all zeros
     published = await _published(kafka)
     try:
+        assert sum(published.bound().values()) >= 1
         await published.inherit({2: {0: 0, 1: 0, 2: 0}}, _raw(kafka, 2), 10)
         assert published.mark(2) == {0: 0, 1: 0, 2: 0}
         published.forget([2])

@@ -273,3 +273,16 @@ def test_the_scheduler_retrying_a_starved_pod_is_not_a_revision_each_time() -> N
     c.tick(1500)
     revisions = [r for r in run(c.events) if r.type == STARVED]
     assert [r.status for r in revisions] == ["open"]
+
+
+def test_a_record_at_the_very_instant_a_node_settles_does_not_lose_the_incident() -> None:
+    """The engine applies an event at time T before the key's timer due at T; the rules
+    must do the timer's work then, or the node would never count (found in review)."""
+    c = Cluster()
+    _cluster_with_dcgm(c, nodes=3, gpus=8)
+    _dcgm_loses_pods(c, 0, 100, gpus=8)  # 8 GPUs: above the threshold alone; due at 400
+    c.node("gpu-node-2", 400, op="deleted")  # an unrelated record, exactly at 400
+    c.tick(5000)
+    (opened, *_) = _mismatches(run(c.events))
+    assert opened.attributes["nodes"] == "gpu-node-0"
+    assert opened.first_seen.timestamp() - T0.timestamp() == 100
