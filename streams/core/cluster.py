@@ -32,7 +32,7 @@ import math
 from typing import Any
 
 from schemas.events import AutoscalerEvent, GpuBindingEvent, KubeEvent, NodeEvent, PodEvent
-from schemas.incidents import Evidence, Incident
+from schemas.incidents import Incident
 from streams.core import evidence
 from streams.core.config import CoreConfig
 from streams.core.lifecycle import ClusterStep
@@ -117,10 +117,7 @@ def _on_pod(step: ClusterStep, ev: PodEvent) -> None:
     pod.gpus, pod.resource = devices, resource
     cond = ev.scheduled
     unschedulable = cond is not None and cond.status == "False" and cond.reason == "Unschedulable"
-    item = None
-    if unschedulable and cond is not None:
-        text = f"pod {ev.namespace}/{ev.name} unschedulable: {cond.message[:160]}"
-        item = Evidence(event_id=ev.id, schema="pod.v1", time=ev.time, text=text)
+    item = evidence.pod_unschedulable(ev, cond) if unschedulable and cond is not None else None
     if item is not None and (pod.unschedulable is None or pod.unschedulable.text != item.text):
         state.timers_dirty = state.timers_dirty or pod.unschedulable is None
         pod.unschedulable = item  # the latest message: the scheduler's count of nodes moves

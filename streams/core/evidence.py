@@ -9,7 +9,16 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from schemas.events import KubeEvent, NodeCondition, PodEvent, Termination, XidEvent
+from schemas.events import (
+    AutoscalerEvent,
+    GpuBindingEvent,
+    KubeEvent,
+    NodeCondition,
+    PodCondition,
+    PodEvent,
+    Termination,
+    XidEvent,
+)
 from schemas.incidents import Evidence
 from streams.core.config import XidRule
 
@@ -69,6 +78,23 @@ def termination(ev: PodEvent, container: str, term: Termination, extra: str = ""
     if term.message:
         text += f": {_clip(term.message, 100)}"
     return Evidence(event_id=ev.id, schema="pod.v1", time=ev.time, text=text)
+
+
+def pod_unschedulable(ev: PodEvent, cond: PodCondition) -> Evidence:
+    text = f"pod {ev.namespace}/{ev.name} unschedulable: {_clip(cond.message)}"
+    return Evidence(event_id=ev.id, schema="pod.v1", time=ev.time, text=text)
+
+
+def autoscaler_line(ev: AutoscalerEvent) -> Evidence:
+    """The autoscaler's own words (its message, else the raw line)."""
+    text = _clip(ev.message or ev.line, 200)
+    return Evidence(event_id=ev.id, schema="autoscaler.v1", time=ev.time, text=text)
+
+
+def binding(ev: GpuBindingEvent, gpu: str) -> Evidence:
+    pods = ", ".join(f"{p.namespace}/{p.name}" for p in ev.pods) or "no pod"
+    text = f"dcgm-exporter: GPU {gpu} on {ev.node} bound to {_clip(pods, 100)}"
+    return Evidence(event_id=ev.id, schema="gpu_binding.v1", time=ev.time, text=text)
 
 
 def kube_event(ev: KubeEvent) -> Evidence:

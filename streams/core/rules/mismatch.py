@@ -161,14 +161,7 @@ def on_binding(step: ClusterStep, ev: GpuBindingEvent) -> None:
         tally.bound = "".join(sorted((*chunks, short)))
     elif not ev.pods and bound:
         tally.bound = "".join(c for c in chunks if c != short)
-    pods = ", ".join(f"{p.namespace}/{p.name}" for p in ev.pods) or "no pod"
-    item = Evidence(
-        event_id=ev.id,
-        schema="gpu_binding.v1",
-        time=ev.time,
-        text=f"dcgm-exporter: GPU {gpu} on {ev.node} bound to {pods}",
-    )
-    _changed(step, ev.node, before, item)
+    _changed(step, ev.node, before, evidence.binding(ev, gpu))
 
 
 def _settle(state: ClusterState, now: float, config: CoreConfig) -> None:

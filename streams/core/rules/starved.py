@@ -39,6 +39,7 @@ from functools import lru_cache
 from schemas.events import AutoscalerEvent
 from schemas.incidents import Evidence, PodInfo
 from schemas.types import Severity
+from streams.core import evidence
 from streams.core.config import CoreConfig
 from streams.core.lifecycle import ClusterStep
 from streams.core.state import NEVER, ClusterState, GroupTrack, OpenIncident, PendingPod
@@ -120,7 +121,7 @@ def on_autoscaler(step: ClusterStep, ev: AutoscalerEvent) -> None:
         group.cloud_code = ev.cloud_code
     group.cloud = ev.cloud or group.cloud
     group.last = now
-    line = _line(ev)
+    line = evidence.autoscaler_line(ev)
     group.evidence = [*group.evidence, line][-_KEEP_EVIDENCE:]
     if group.gpu:
         _scale_up_failure(step, group_name, group, line, counted)
@@ -131,13 +132,6 @@ def _group(state: ClusterState, name: str, config: CoreConfig) -> GroupTrack:
     if group is None:
         group = state.groups[name] = GroupTrack(gpu=is_gpu_group(name, config))
     return group
-
-
-def _line(ev: AutoscalerEvent) -> Evidence:
-    text = ev.message or ev.line
-    if len(text) > 200:
-        text = text[:199] + "…"
-    return Evidence(event_id=ev.id, schema="autoscaler.v1", time=ev.time, text=text)
 
 
 def _severity(reason: str, config: CoreConfig, kind: str) -> Severity:
