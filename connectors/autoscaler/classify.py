@@ -114,3 +114,40 @@ def cloud_of(text: str, default: str = "") -> str:
             if word in text:
                 return cloud
     return default
+
+
+# -- NotTriggerScaleUp: its list of reasons, read the same from an Event and a log line --
+_COUNTED: Final = re.compile(r"(?:^|, )(?P<count>\d+) (?P<what>[^,]+?)(?=, \d+ |\.?$)")
+
+
+def reason_class(text: str) -> str:
+    """The vocabulary class of one ``NotTriggerScaleUp`` reason (``max node group size
+    reached`` -> ``max_size``, ``Insufficient nvidia.com/gpu`` -> ``config``)."""
+    lowered = text.lower()
+    if "backoff" in lowered:
+        return "backoff"
+    if "max node group size" in lowered or "max total nodes" in lowered or "limit" in lowered:
+        return "max_size"
+    if "quota" in lowered:
+        return "max_size"  # cluster-autoscaler's own resource limits, see classify.py
+    return "config"
+
+
+_RANK: Final = ("backoff", "max_size", "config", "other")
+
+
+def not_triggered(message: str) -> tuple[str, str]:
+    """``(action, reason)`` of a ``NotTriggerScaleUp`` message."""
+    if "max total nodes in cluster reached" in message:
+        return "max_size_reached", "max_size"
+    _, _, listed = message.partition("scale-up")
+    _, sep, listed = listed.partition(": ")
+    classes = {reason_class(m["what"]) for m in _COUNTED.finditer(listed.strip())} if sep else set()
+    if not classes:
+        return "unschedulable", "config"  # "it wouldn't fit if a new node is added"
+    reason = min(classes, key=_RANK.index)
+    if classes == {"backoff"}:
+        return "backoff", "backoff"
+    if classes == {"max_size"}:
+        return "max_size_reached", "max_size"
+    return "unschedulable", reason

@@ -59,13 +59,14 @@ Traps:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
-from connectors.autoscaler.classify import classify, cloud_of
+from connectors.autoscaler.classify import classify, cloud_of, not_triggered
 from schemas.codec import RecordError
 from schemas.events import AutoscalerEvent, PodRef
 
@@ -350,16 +351,6 @@ def _scale_down(message: str) -> tuple[Fact, ...]:
     return ()
 
 
-def _not_triggered_reason(text: str) -> str:
-    if "max node group size reached" in text or "max cluster" in text:
-        return "max_size"
-    if "backoff" in text:
-        return "backoff"
-    if "exceeded quota" in text:
-        return "max_size"  # CA's own resource limits, not the cloud's
-    return "config"
-
-
 def _event(message: str) -> tuple[Fact, ...]:
     match = _EVENT_RE.search(message)
     if match is None:
@@ -382,7 +373,7 @@ def _event(message: str) -> tuple[Fact, ...]:
     elif reason == "ScaledUpGroup":
         facts = _planned(text) or (Fact("scale_up_planned"),)
     elif reason == "NotTriggerScaleUp":
-        facts = (Fact("unschedulable", _not_triggered_reason(text)),)
+        facts = (Fact(*not_triggered(text)),)  # as connect k8s reads the Event
     elif reason in ("FailedToScaleUpGroup", "ScaleUpFailed"):
         cause, code = classify(text)
         facts = (
@@ -395,23 +386,8 @@ def _event(message: str) -> tuple[Fact, ...]:
     elif reason == "ScaleDownFailed":
         facts = (Fact("scale_down", "other"),)
     if pods:
-        facts = tuple(_with_pods(fact, pods) for fact in facts)
+        facts = tuple(dataclasses.replace(fact, pods=pods) for fact in facts)
     return facts
-
-
-def _with_pods(fact: Fact, pods: tuple[PodRef, ...]) -> Fact:
-    return Fact(
-        fact.action,
-        fact.reason,
-        fact.node_group,
-        fact.size_from,
-        fact.size_to,
-        fact.max_size,
-        fact.until,
-        fact.cloud_code,
-        fact.error_class,
-        pods,
-    )
 
 
 def _timeout(message: str) -> tuple[Fact, ...]:

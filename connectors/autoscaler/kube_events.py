@@ -37,7 +37,7 @@ import re
 from typing import Final
 
 from connectors.autoscaler import klog
-from connectors.autoscaler.classify import classify, cloud_of
+from connectors.autoscaler.classify import classify, cloud_of, not_triggered
 from schemas.events import AutoscalerEvent, KubeEvent, PodRef
 from schemas.ids import hashed_id
 
@@ -57,41 +57,7 @@ _SIZE_SET: Final = re.compile(
 _FAILED_GROUP: Final = re.compile(
     r"(?:Scale-up failed for group|to group|Nodes added to group) (?P<group>[^\s:;]+)"
 )
-_COUNTED: Final = re.compile(r"(?:^|, )(?P<count>\d+) (?P<what>[^,]+?)(?=, \d+ |\.?$)")
 _NODEPOOL: Final = re.compile(r'nodepool "(?P<pool>[^"]+)"')
-
-
-def reason_class(text: str) -> str:
-    """The vocabulary class of one ``NotTriggerScaleUp`` reason (``max node group size
-    reached`` -> ``max_size``, ``Insufficient nvidia.com/gpu`` -> ``config``)."""
-    lowered = text.lower()
-    if "backoff" in lowered:
-        return "backoff"
-    if "max node group size" in lowered or "max total nodes" in lowered or "limit" in lowered:
-        return "max_size"
-    if "quota" in lowered:
-        return "max_size"  # cluster-autoscaler's own resource limits, see classify.py
-    return "config"
-
-
-_RANK: Final = ("backoff", "max_size", "config", "other")
-
-
-def not_triggered(message: str) -> tuple[str, str]:
-    """``(action, reason)`` of a ``NotTriggerScaleUp`` message."""
-    if "max total nodes in cluster reached" in message:
-        return "max_size_reached", "max_size"
-    _, _, listed = message.partition("scale-up")
-    _, sep, listed = listed.partition(": ")
-    classes = {reason_class(m["what"]) for m in _COUNTED.finditer(listed.strip())} if sep else set()
-    if not classes:
-        return "unschedulable", "config"  # "it wouldn't fit if a new node is added"
-    reason = min(classes, key=_RANK.index)
-    if classes == {"backoff"}:
-        return "backoff", "backoff"
-    if classes == {"max_size"}:
-        return "max_size_reached", "max_size"
-    return "unschedulable", reason
 
 
 def autoscaler_event(event: KubeEvent) -> AutoscalerEvent | None:

@@ -3,15 +3,18 @@ through the real slimming (``connectors.k8s.slim``), then :func:`autoscaler_even
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
-from connectors.autoscaler.kube_events import autoscaler_event, not_triggered
+from connectors.autoscaler.classify import not_triggered
+from connectors.autoscaler.kube_events import autoscaler_event
+from connectors.autoscaler.lines import LineContext, parse_line
 from connectors.k8s.slim import slim_object
-from schemas.codec import decode_event
+from schemas.codec import RecordError, decode_event
 from schemas.events import AutoscalerEvent, KubeEvent, PodRef
 from tests.cli_helpers import gputriage
 from tests.paths import DATA
@@ -147,3 +150,28 @@ def test_ingest_k8s_prints_the_autoscaler_record_too(tmp_path: Path) -> None:
         "config",
         (PodRef(namespace="ml", name="web"),),
     )
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "pod didn't trigger scale-up: 3 max node group size reached",
+        "pod didn't trigger scale-up: 2 in backoff after failed scale-up, "
+        "1 max node group size reached",
+        "pod didn't trigger scale-up (it wouldn't fit if a new node is added)",
+    ],
+)
+def test_a_not_trigger_scale_up_reads_the_same_from_a_log_line_and_from_the_event(
+    message: str,
+) -> None:
+    """The autoscaler logs the Events it emits; both copies must give one record (review:
+    the log path once said max_size where the Event path said backoff)."""
+    line = (
+        'I0605 11:27:30.008919       1 factory.go:33] Event(v1.ObjectReference{Kind:"Pod", '
+        'Namespace:"ml", Name:"p-0", UID:"u"}): type: \'Normal\' reason: '
+        f"'NotTriggerScaleUp' {message}"
+    )
+    ctx = LineContext(cluster="c", reference=datetime(2026, 6, 5, tzinfo=UTC))
+    records = parse_line(line, ctx)
+    assert not isinstance(records, RecordError)
+    assert [(r.action, r.reason) for r in records] == [not_triggered(message)]
