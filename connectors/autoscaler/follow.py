@@ -174,8 +174,6 @@ class LogFollower:
         """The state file's cursors not yet taken up by a followed container."""
         self._core = CoreV1Api(api)
         self.metrics = metrics or AutoscalerMetrics()
-        self.requests: list[dict[str, Any]] = []
-        """The log requests made (pod, container, params): for logs and tests."""
 
     # -- pods -------------------------------------------------------------------------
     async def _list(self) -> list[Target] | None:
@@ -321,7 +319,6 @@ class LogFollower:
             query.append(("follow", True))
             if position.resumable:
                 query.append(("sinceTime", since_time(position.cursor.time_ns)))
-        self.requests.append({"pod": target.pod, **dict(query)})
         position.reconnected()
         received = 0
         reason = "closed"

@@ -66,7 +66,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
-from connectors.autoscaler.classify import classify, cloud_of, not_triggered
+from connectors.autoscaler.classify import classify, not_triggered
 from schemas.codec import RecordError
 from schemas.events import AutoscalerEvent, PodRef
 
@@ -74,7 +74,7 @@ HEADER: Final = re.compile(
     r"(?P<sev>[IWEF])(?P<mm>\d\d)(?P<dd>\d\d) (?P<hms>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d{1,9}))?"
     r" +(?P<pid>\d+) (?P<file>[^\s:\]]+):(?P<no>\d+)\] ?"
 )
-_HEADERLESS: Final = re.compile(r"(?P<file>[\w.-]+\.go):(?P<no>\d+)\] ?")
+HEADERLESS: Final = re.compile(r"(?P<file>[\w.-]+\.go):(?P<no>\d+)\] ?")
 
 
 @dataclass(slots=True, frozen=True)
@@ -329,7 +329,7 @@ def _unschedulable(message: str) -> tuple[Fact, ...]:
         return (Fact("unschedulable", "config", match["g"]),)
     if message.startswith(("No expansion options", "No expansion optiions")):
         return (Fact("unschedulable", "config"),)
-    if (match := _OTHER_PODS_RE.search(message)) is not None:
+    if _OTHER_PODS_RE.search(message) is not None:
         return (Fact("unschedulable"),)
     if (match := _FOUND_PODS_RE.search(message)) is not None and match["n"] != "0":
         return (Fact("unschedulable"),)
@@ -471,11 +471,6 @@ def parse_message(message: str) -> tuple[Fact, ...]:
                     return facts
                 break
     return ()
-
-
-def facts_cloud(message: str, facts: tuple[Fact, ...], default: str) -> str:
-    """The cloud the line shows (codes, URLs, provider file names), else ``default``."""
-    return cloud_of(message, default) if facts else default
 
 
 def header_time(match: re.Match[str], reference: datetime) -> datetime | RecordError:

@@ -144,7 +144,7 @@ def _klog(
             return stamp
         where = header["file"]
     else:
-        headerless = klog._HEADERLESS.match(text)
+        headerless = klog.HEADERLESS.match(text)
         message = text[headerless.end() :] if headerless else text
         facts = klog.parse_message(message)
         if not facts:

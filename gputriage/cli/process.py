@@ -13,7 +13,7 @@ from gputriage.cli.common import (
     StructDefault,
     brokers_option,
     kafka_kwargs,
-    setting_range,
+    metrics_port_option,
     settings_of,
     shown,
 )
@@ -29,13 +29,7 @@ from schemas.topics import TopicConfigError
     show_default=shown(ProcessorSettings, "app_id"),
     help="Consumer group / app id; workers with the same id share work.",
 )
-@click.option(
-    "--metrics-port",
-    type=setting_range(ProcessorSettings, "metrics_port"),
-    cls=StructDefault,
-    show_default=shown(ProcessorSettings, "metrics_port"),
-    help="Port of the Prometheus /metrics endpoint (0 picks a free one).",
-)
+@metrics_port_option(ProcessorSettings)
 @click.pass_context
 def process_command(
     ctx: click.Context, *, brokers: str | None, app_id: str | None, metrics_port: int | None

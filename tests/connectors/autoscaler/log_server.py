@@ -11,6 +11,7 @@ connection, as a dead proxy gives); :meth:`LogServer.restart` starts a new conta
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -84,6 +85,13 @@ class LogServer:
         self.server: kmock.KubernetesEmulator | None = None
         """Every request it received: ``list(server)``."""
         self._drops = 0
+        self._changed: asyncio.Event | None = None
+        """Set (and replaced) on every write, drop and restart: the streams wait on it."""
+
+    def _wake(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
 
     def add(self, name: str, labels: dict[str, str] | None = None) -> FakePod:
         pod = FakePod(name, f"uid-{name}", labels or {"app": "cluster-autoscaler"})
@@ -93,14 +101,17 @@ class LogServer:
     def write(self, name: str, stamp: str, text: str) -> None:
         """The current container of pod ``name`` logs ``text`` at ``stamp``."""
         self.pods[name].instances[-1].lines.append((stamp, text))
+        self._wake()
 
     def drop(self) -> None:
         """Abort every open log stream (the connection breaks)."""
         self._drops += 1
+        self._wake()
 
     def restart(self, name: str) -> None:
         """The container of pod ``name`` exits and a new one starts (restartCount + 1)."""
         self.pods[name].instances.append(Container())
+        self._wake()
 
     # -- the server's side ------------------------------------------------------------
     async def handle(self, request: kmock.Request) -> Response:
@@ -154,6 +165,9 @@ class LogServer:
         sent = 0
         yield b""
         while True:
+            if self._changed is None:
+                self._changed = asyncio.Event()
+            changed = self._changed  # taken before looking: a change after it sets it
             transport = raw.transport if raw is not None else None
             if transport is None or transport.is_closing():
                 return
@@ -168,7 +182,10 @@ class LogServer:
                 continue
             if not follow or pod.instances[-1] is not instance:
                 return  # all of it sent, or the container exited
-            await asyncio.sleep(0.01)
+            # Woken by the next write, drop or restart; at the latest after 0.2 s, to see
+            # a client that went away (the transport gives no event for that).
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), 0.2)
 
 
 @asynccontextmanager
