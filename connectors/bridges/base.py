@@ -1,0 +1,188 @@
+"""The seam between the bridge runner and one vendor endpoint.
+
+The runner (Kafka, ledger, routes, retries, storms) hands an endpoint one incident
+revision at a time, with what was last delivered for that incident on that route; the
+endpoint renders the vendor's payload, sends it and says how it went, as a value:
+
+* :class:`Accepted`: the vendor took it (PagerDuty 202, Slack ``ok: true``, ...).
+  ``memo`` replaces what the ledger keeps for this incident and route (Slack's channel
+  id and message ts, so later revisions update the same message after a restart).
+* :class:`Retry`: try again later (429, 5xx, a network error), after ``after_seconds``
+  when the vendor said (``Retry-After``), else after the runner's backoff.
+* :class:`Rejected`: the vendor will never take it (400 with its error list): the
+  runner dead-letters it and goes on. Never a retry loop.
+* :class:`Skipped`: nothing a responder would see changed (an update that only moved
+  ``last_seen``): the runner records the revision as delivered, sends nothing.
+
+Traps:
+
+* **An endpoint never raises for a vendor's answer**: errors are values. An exception
+  out of :meth:`Endpoint.deliver` is a bug; the runner treats it as :class:`Retry`
+  after logging it (never as delivered, never as a dead letter).
+* **No secret in a reason, a detail, a log line or a memo**: reasons and details
+  reach logs, metrics and the dead-letter topic. PagerDuty's routing key is *in the
+  request body*: never log a body. Secrets come from :func:`read_secret` as
+  :class:`~connectors.kafka.config.Secret`, which prints a mask.
+* **Revisions arrive in order per incident and route, at least once**: the runner
+  never hands an endpoint a revision at or below the ledger's, but a crash between
+  the vendor's acceptance and the ledger's write hands the same revision again after
+  a restart. Vendors with a dedup key (PagerDuty's ``dedup_key``, Alertmanager's
+  labels, CloudEvents' ``id``) make that harmless; Slack is told by ``previous``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from connectors.kafka.config import Secret
+from schemas.incidents import Incident
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Which incidents go where: every non-empty filter must match (empty: any).
+
+    ``target`` holds the endpoint's own settings for this route (``routing_key_env``,
+    ``channel``, ``url_file`` ...), validated by :meth:`Endpoint.check_route`.
+    """
+
+    name: str
+    severities: frozenset[str] = frozenset()
+    types: frozenset[str] = frozenset()
+    namespaces: frozenset[str] = frozenset()
+    """Matches when any affected pod is in one of them."""
+    clusters: frozenset[str] = frozenset()
+    statuses: frozenset[str] = frozenset()
+    target: Mapping[str, str] = field(default_factory=dict)
+
+    def matches(self, incident: Incident) -> bool:
+        if self.severities and incident.severity not in self.severities:
+            return False
+        if self.types and incident.type not in self.types:
+            return False
+        if self.clusters and incident.cluster not in self.clusters:
+            return False
+        if self.statuses and incident.status not in self.statuses:
+            return False
+        return not self.namespaces or any(p.namespace in self.namespaces for p in incident.pods)
+
+
+@dataclass(frozen=True, slots=True)
+class Delivered:
+    """What the ledger keeps per (route, incident id): the last revision handled."""
+
+    revision: int
+    status: str
+    """The incident's status at that revision (``open``/``updated``/``resolved``)."""
+    memo: Mapping[str, str] = field(default_factory=dict)
+    """The endpoint's facts for later revisions (never a secret)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    memo: Mapping[str, str] | None = None
+    """None keeps the previous memo."""
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    reason: str
+    after_seconds: float | None = None
+    """The vendor's ``Retry-After``, when it gave one."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    reason: str
+    """One line: ``HTTP 400: invalid event`` (never a secret, never the body sent)."""
+    detail: str = ""
+    """The vendor's own error list, as it gave it (PagerDuty's ``errors``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    reason: str
+
+
+Outcome = Accepted | Retry | Rejected | Skipped
+
+
+@runtime_checkable
+class Endpoint(Protocol):
+    """One vendor. Built once per bridge process with its options and an HTTP session."""
+
+    kind: str
+    """``pagerduty``, ``slack``, ``alertmanager``, ``webhook``: metrics label, group id."""
+
+    def check_route(self, route: Route) -> str | None:
+        """None if ``route.target`` is complete for this endpoint, else a one-line error
+        (shown at start-up: a route with a missing secret must stop the process there)."""
+        ...
+
+    async def deliver(
+        self, incident: Incident, previous: Delivered | None, route: Route
+    ) -> Outcome:
+        """Send one revision (see the module for the outcomes and the traps)."""
+        ...
+
+    async def close(self) -> None:
+        """Release what the endpoint holds (not the shared HTTP session)."""
+        ...
+
+
+@runtime_checkable
+class Periodic(Protocol):
+    """An endpoint with work of its own on a clock (Alertmanager re-sends firing alerts).
+
+    The runner calls :meth:`restore` once with every ledger entry of the routes it
+    serves, before the first revision, then :meth:`tick` about every ``interval_seconds``.
+    A failing tick is logged and retried at the next one; it never stops the bridge.
+    """
+
+    interval_seconds: float
+
+    def restore(self, entries: Mapping[tuple[str, str], Delivered]) -> None:
+        """``(route name, incident id) -> delivered`` as read back from the ledger."""
+        ...
+
+    async def tick(self, now: float) -> None: ...
+
+
+class SecretError(ValueError):
+    """A route names a secret that cannot be read (missing variable, unreadable file)."""
+
+
+def read_secret(
+    target: Mapping[str, str], name: str, environ: Mapping[str, str] | None = None
+) -> Secret:
+    """The secret ``name`` of a route: ``<name>_env`` names an environment variable,
+    ``<name>_file`` a file (its content, one trailing newline stripped: Kubernetes
+    Secrets mounted as files often end with one). Exactly one of the two.
+
+    Never ``target[name]`` itself: a secret in a config file ends up in a ConfigMap, a
+    ``ps`` listing or a bug report. The error names the variable or the file, never a value.
+    """
+    env = os.environ if environ is None else environ
+    var, path = target.get(f"{name}_env"), target.get(f"{name}_file")
+    if name in target:
+        raise SecretError(f"{name}: give {name}_env or {name}_file, never the secret itself")
+    if (var is None) == (path is None):
+        raise SecretError(f"{name}: give exactly one of {name}_env and {name}_file")
+    if var is not None:
+        value = env.get(var)
+        if not value:
+            raise SecretError(f"{name}: environment variable {var} is not set")
+        return Secret(value)
+    assert path is not None
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SecretError(f"{name}: cannot read {path}: {exc.__class__.__name__}") from None
+    value = text[:-1] if text.endswith("\n") else text
+    if not value:
+        raise SecretError(f"{name}: {path} is empty")
+    return Secret(value)
