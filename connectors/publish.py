@@ -209,6 +209,8 @@ class Publisher:
         """Raw ``(topic, partition)`` this source has published to (acknowledged)."""
         self.heartbeats = 0
         self.announcements = 0
+        self._announced = 0
+        """How many of ``used`` the last acknowledged announcement named."""
         """Announcement rounds sent: one per chunk that revealed a partition not used before."""
         """Heartbeats acknowledged (one per round, however many partitions it went to)."""
         self._last_out = time.monotonic()
@@ -253,11 +255,12 @@ class Publisher:
         events = [event for batch in batches for event in batch.events]  # enriched when read
         dead = [d for batch in batches for d in batch.dead]
         if events:
-            known = len(self.used)
             await self.producer.send_many(events, headers=self._headers(), used=self.used)
             self._last_out = time.monotonic()
-            if len(self.used) > known:
-                await self._announce()
+        if len(self.used) > self._announced:
+            # Also when an earlier try of this chunk grew ``used`` and then failed: the
+            # retry must still announce before the progress rises.
+            await self._announce()
         if dead:
             source = self.source
             await self.producer.send_dead_letters(dead_letters(source.name, source.key, dead))
@@ -278,8 +281,10 @@ class Publisher:
         progress only after this is acknowledged."""
         when = self.progress or datetime.now(UTC)  # the headers, not this, carry progress
         tick = Tick(id=f"heartbeat:{self.source_id}", cluster=self._cluster, time=when)
-        signed = [*self._headers(), (wire.PARTITIONS_HEADER, wire.encode_partitions(self.used))]
-        await self.producer.send_heartbeats(tick, sorted(self.used), signed)
+        used = sorted(self.used)
+        signed = [*self._headers(), (wire.PARTITIONS_HEADER, wire.encode_partitions(used))]
+        await self.producer.send_heartbeats(tick, used, signed)
+        self._announced = len(used)
         self.announcements += 1
 
     async def _send_heartbeat(self, item: Heartbeat) -> None:

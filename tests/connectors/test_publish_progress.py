@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from connectors.backoff import Backoff
 from connectors.kafka.producer import EventProducer
 from connectors.publish import Publisher, PublishOptions
 from connectors.source import Batch
@@ -345,3 +346,44 @@ async def test_an_announcement_precedes_every_progress_that_covers_a_new_partiti
             ),
         ),
     ]
+
+
+@pytest.mark.asyncio
+async def test_a_chunk_retried_after_a_failed_announcement_still_announces_first() -> None:
+    """The chunk's records were acked (``used`` grew), its announcement was not: the retry
+    sends the chunk again and must announce again before the progress rises."""
+
+    class FailsOnce(Recorder):
+        failed = False
+
+        async def send_heartbeats(
+            self, tick: Tick, partitions: Iterable[tuple[str, int]], headers: Headers
+        ) -> int:
+            if wire.read_partitions(headers) and not self.failed:
+                self.failed = True
+                raise ConnectionError("broker went away")
+            return await super().send_heartbeats(tick, partitions, headers)
+
+    producer = FailsOnce()
+    source = Script([batch([0]), batch([1])])
+    publisher = Publisher(
+        source,
+        producer,
+        options=PublishOptions(
+            chunk=1,
+            heartbeat_seconds=None,
+            idle_is_caught_up=False,
+            backoff=Backoff(initial_s=0.01, max_s=0.02),
+        ),
+    )
+    task = await running(publisher)
+    try:
+        await eventually(lambda: source.read == 2 and len(producer.log) >= 4, what="both chunks")
+    finally:
+        await stop(task)
+    kinds = [kind for kind, _ in producer.log]
+    assert producer.failed
+    assert kinds[:3] == ["events", "events", "announce"], "sent again, then announced"
+    sid = b"test-source@c1/gpu-0"
+    assert producer.log[2][1][0] == (sid, float("-inf")), "at the progress of before"
+    assert producer.log[3] == ("events", ((sid, event(0).time.timestamp()), ["progress:1"]))
