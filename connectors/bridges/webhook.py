@@ -86,10 +86,11 @@ Traps
 * **Secrets are read per delivery**, not once: a Kubernetes Secret mounted as a file
   is rotated in place. An unreadable secret is a :class:`Retry` (fix it and nothing
   is lost), and :meth:`WebhookEndpoint.check_route` stops the process at start-up.
-* **No ``ce-`` static headers**: the SDKs read a request carrying any ``ce-`` header
-  as *binary* mode (cloudevents Python SDK ``from_http``), so one such extra header
-  would make receivers ignore the structured body. ``headers`` refuses them, and the
-  headers this module owns (``Content-Type``, ``Authorization``, the signature pair).
+* **No ``ce-`` static headers**: the HTTP binding allows them beside a structured
+  body (§3.2.3), but the cloudevents Python SDK's ``from_http`` reads a request with
+  any ``ce-`` header as *binary* mode and ignores the structured body. ``headers``
+  refuses them, and the headers this module owns (``Content-Type``, ``Authorization``,
+  the signature pair, ``WebHook-Request-Origin``, ``User-Agent``).
 """
 
 from __future__ import annotations

@@ -5,8 +5,9 @@ json-format.md`` §2-3, ``bindings/http-protocol-binding.md`` §3.2, ``http-webh
 §2-3):
 
 * POST, ``Content-Type: application/cloudevents+json`` (structured mode; parameters
-  allowed, a charset other than UTF-8 is not) and **no** ``ce-`` header (any one of them
-  makes SDKs read the request as binary mode);
+  allowed, a charset other than UTF-8 is not) and no ``ce-`` header: stricter than the
+  HTTP binding (§3.2.3 allows them), held to because the Python SDK's ``from_http``
+  reads any request with one as binary mode;
 * a UTF-8 JSON object whose ``specversion`` is ``"1.0"``; ``id``, ``source``, ``type``
   non-empty strings; ``source`` a URI-reference (RFC 3986 §4.1), ``dataschema`` an
   absolute URI (§4.3), ``time`` RFC 3339 with an offset, ``datacontenttype`` a media type

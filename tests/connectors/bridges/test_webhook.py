@@ -201,6 +201,18 @@ async def test_429_and_503_honour_retry_after_seconds_and_http_dates() -> None:
     assert hook.violations == []
 
 
+@pytest.mark.asyncio
+async def test_every_2xx_the_webhook_spec_names_is_accepted() -> None:
+    """http-webhook.md §2.2: 200/201 processed (with or without details), 202 queued,
+    204 processed without a payload."""
+    inc = lifecycle()[0]
+    async with CloudEventsReceiver() as hook, endpoint() as webhook:
+        hook.answer(Answer(200, body='{"status": "ok"}'), Answer(201), Answer(202), Answer(204))
+        outcomes = [await webhook.deliver(inc, None, route(url=hook.url)) for _ in range(4)]
+    assert outcomes == [Accepted()] * 4
+    assert len(hook.events) == 4
+
+
 def test_retry_after_reads_both_forms_and_nothing_else() -> None:
     assert retry_after("120", NOW) == 120.0
     assert retry_after(" 0 ", NOW) == 0.0
