@@ -65,7 +65,7 @@ bytes** (key: the secret's UTF-8 bytes). To verify:
 
 Outcomes
 --------
-* 2xx: :class:`Accepted` (webhook spec §2.2: 200/201/202/204).
+* 2xx: :class:`Accepted` (webhook spec §2.2: 200/201/202/204); no memo.
 * 408, 425, 429, 5xx, a network error, a timeout: :class:`Retry`, after ``Retry-After``
   (delta-seconds or an HTTP-date, RFC 9110 §10.2.3) when given; the webhook spec makes
   observing it on 429 a MUST.
@@ -324,6 +324,9 @@ class WebhookEndpoint:
     async def deliver(
         self, incident: Incident, previous: Delivered | None, route: Route
     ) -> Outcome:
+        """POST one revision. ``previous`` is not needed: every revision is an event of
+        its own (never :class:`Skipped`: a webhook consumer mirrors the whole lifecycle),
+        and a redelivered one carries the same ``id`` for the receiver to dedupe."""
         try:
             url, url_is_secret = self._url(route.target)
             key = self._optional(route.target, "hmac_key")
