@@ -1,9 +1,12 @@
 """PagerDuty Events API v2: each incident's lifecycle as trigger / re-trigger / resolve.
 
-What PagerDuty documents (PagerDuty/developer-docs, ``docs/events-API-v2/``, published at
-https://developer.pagerduty.com/docs/events-api-v2/overview/,
-https://developer.pagerduty.com/docs/events-api-v2/trigger-events/ and
-https://developer.pagerduty.com/docs/events-api-v2/rate-limits/):
+What PagerDuty documents (the sources of https://developer.pagerduty.com/docs/events-api-v2/
+in https://github.com/PagerDuty/developer-docs, ``docs/events-API-v2/``: ``01-Overview.md``
+(codes, retries, 512 KB), ``02-Trigger-Events.md`` (fields, limits, dedup) and
+``05-Rate-Limits.md``; the 400 example is on
+https://v2.developer.pagerduty.com/docs/send-an-event-events-api-v2; "Events - 120/min/
+integration key" is also PagerDuty's answer on
+https://community.pagerduty.com/forum/t/monitoring-api-rate-limiting/3318):
 
 * ``POST https://events.pagerduty.com/v2/enqueue``, a JSON body: ``routing_key`` (the
   32-character integration key), ``event_action`` (``trigger``/``acknowledge``/``resolve``),
@@ -32,23 +35,24 @@ Traps:
   a 400's error list is scrubbed of the key before it becomes a dead letter's detail.
 * **Follow-ups through another routing key are dropped, silently, with a 202.** PagerDuty
   applies a follow-up to an open alert only when it comes through the key of the original
-  trigger. The memo keeps a non-secret fingerprint of the key each trigger went through
-  (:func:`key_fingerprint`); a later revision whose route's key has another fingerprint
-  logs a warning (the fingerprints, never the key) and is sent with the *current* key,
-  as a re-trigger even when nothing else changed: the new service gets the alert, so the
-  resolve that follows closes something. The old service's alert stays open: the warning
-  says to resolve it by hand.
+  trigger ("will be dropped"); the API is asynchronous, so the drop happens after the 202
+  that accepted the event. The memo keeps a non-secret fingerprint of the key each
+  trigger went through (:func:`key_fingerprint`); a later revision whose route's key has
+  another fingerprint logs a warning (the fingerprints, never the key) and is sent with the
+  *current* key, as a re-trigger even when nothing else changed: the new service gets the
+  alert, so the resolve that follows closes something. The old service's alert stays
+  open: the warning says to resolve it by hand.
 * **A resolve is harmless when nothing is open** (PagerDuty drops it), so a ``resolved``
   revision is always sent, even with no previous delivery on this route (a compacted
   topic may hold only the last revision of an incident).
-* **Our own pacing, per key.** PagerDuty's 429 says nothing about when to come back, and a
-  storm of 200 evictions through one key would spend the whole minute's budget and then
-  lose pages to 429s. A sliding 60 s window per key (``calls_per_minute``, below the
-  documented ~120) answers :class:`~connectors.bridges.base.Retry` with ``after_seconds``
-  (when the oldest call leaves the window) instead of sending; a 429 closes the key's
-  window for ``rate_limited_retry_seconds``. Why not wait inside :meth:`deliver`: the
-  runner keeps control (shutdown, other routes, commits), and a stall shows in its retry
-  metrics instead of as one slow delivery.
+* **Our own pacing, per key.** A storm of 200 evictions through one key would spend the
+  minute's budget in seconds, then meet 429s that say nothing about when to come back. A
+  sliding 60 s window per key (``calls_per_minute``, below the documented ~120) answers
+  :class:`~connectors.bridges.base.Retry` with ``after_seconds`` (when the oldest call
+  leaves the window) instead of sending; a 429 closes the key's window for
+  ``rate_limited_retry_seconds``. Why not wait inside :meth:`deliver`: the runner keeps
+  control (shutdown, other routes, commits), and a stall shows in its retry metrics
+  instead of as one slow delivery.
 * **512 KB per event.** The evidence is cut first (from its tail, with a marker saying how
   many events were left out), then the pod list, then the attributes; the ids
   (``dedup_key``, ``incident_id``, ``revision``) and the summary never are.
@@ -62,7 +66,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Literal
+from typing import Annotated, Any, Final, Literal
 
 import aiohttp
 import msgspec
@@ -89,14 +93,13 @@ ENQUEUE_URL: Final = "https://events.pagerduty.com/v2/enqueue"
 ROUTING_KEY_LENGTH: Final = 32
 MAX_DEDUP_KEY: Final = 255
 MAX_SUMMARY: Final = 1024
-MAX_BODY_BYTES: Final = 512 * 1024
-"""PagerDuty's "512 KB"; read as KiB, the larger reading, since the body is also checked
-against :data:`BODY_BUDGET`, which leaves room for either."""
 BODY_BUDGET: Final = 500_000
-"""What a body may take: under 512 KB read as kB (512,000 bytes) or KiB."""
+"""What a body may take: under PagerDuty's "512 KB" whether it means 512,000 bytes or
+524,288, with room to spare."""
 EVIDENCE_HEAD: Final = 3
 """The first evidence events (the chain's cause) are part of what a responder reads."""
 MAX_EVIDENCE_TEXT: Final = 4096
+MAX_ACTION: Final = 16_384
 WINDOW_SECONDS: Final = 60.0
 CLIP: Final = "…"
 SECRET_KEY: Final = "routing_key"
@@ -111,15 +114,18 @@ class Options(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     """``[bridge.pagerduty]``: every setting defaulted; the routing key is per route."""
 
     url: str = ENQUEUE_URL
-    """Tests point it at a local receiver; EU accounts use the same host."""
-    timeout_seconds: float = 10.0
+    """Another host (a proxy), or a local receiver in tests."""
+    timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] = 10.0
     client: str = "gputriage"
     """Shown in PagerDuty as the alert's monitoring client."""
     client_url: str = ""
     """A link back (a Grafana dashboard); left out of the event when empty."""
-    calls_per_minute: int = 100
+    runbook_url: str = ""
+    """A link for every event, ``{type}`` replaced by the incident type
+    (``https://wiki.example/gpu/{type}``); none when empty."""
+    calls_per_minute: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 100
     """Our own pace per routing key, below PagerDuty's documented ~120."""
-    rate_limited_retry_seconds: float = 30.0
+    rate_limited_retry_seconds: Annotated[float, msgspec.Meta(ge=0)] = 30.0
     """After a 429: PagerDuty's suggestion is to retry 30 s apart."""
 
 
@@ -213,7 +219,8 @@ def _evidence_line(incident: Incident, i: int) -> str:
 
 
 def trigger_body(incident: Incident, key: Secret, options: Options) -> bytes:
-    """The trigger event for this revision, fitted under :data:`BODY_BUDGET`."""
+    """The trigger event for this revision, fitted under :data:`BODY_BUDGET` when it can
+    be (what is never cut is bounded: ids, a clipped summary and action, the GPUs)."""
     parts = _Details(
         evidence=[_evidence_line(incident, i) for i in range(len(incident.evidence))],
         pods=[_pod_details(p) for p in incident.pods],
@@ -228,13 +235,8 @@ def trigger_body(incident: Incident, key: Secret, options: Options) -> bytes:
     if keep > 0:
         return render(parts, keep, len(parts.pods), True)
     pods = _most(lambda n: render(parts, 0, n, True), len(parts.pods))
-    if pods > 0:
-        return render(parts, 0, pods, True)
-    body = render(parts, 0, 0, False)
-    # What is left is bounded: the ids, a 1024-character summary, the action and the
-    # small fields. Bigger means a bug in this module, not a vendor's answer.
-    assert len(body) <= BODY_BUDGET, len(body)
-    return body
+    body = render(parts, 0, pods, True)
+    return body if len(body) <= BODY_BUDGET else render(parts, 0, pods, False)
 
 
 def _most(fits: Callable[[int], bytes], upper: int) -> int:
@@ -274,7 +276,7 @@ def _renderer(
         "node": incident.node,
         "first_seen": incident.first_seen.isoformat(),
         "last_seen": incident.last_seen.isoformat(),
-        "recommended_action": incident.action,
+        "recommended_action": clip(incident.action, MAX_ACTION),
         "gpus": [_gpu_details(g) for g in incident.gpus],
     }
 
@@ -306,6 +308,9 @@ def _renderer(
         }
         if options.client_url:
             event["client_url"] = options.client_url
+        if options.runbook_url:
+            href = options.runbook_url.replace("{type}", incident.type)
+            event["links"] = [{"href": href, "text": f"Runbook: {incident.type}"}]
         return dumps(event)
 
     return render
@@ -430,7 +435,17 @@ class PagerDutyEndpoint:
             if action == "trigger"
             else resolve_body(incident, key)
         )
+        if len(body) > BODY_BUDGET:  # cannot happen with real incidents: said, not raised
+            return Rejected(f"{action} event of {len(body)} bytes, over PagerDuty's 512 KB")
         outcome = await self._post(body, key, key_id)
+        log.debug(
+            "route %s: %s of %s revision %d: %s",
+            route.name,
+            action,
+            incident.id,
+            incident.revision,
+            type(outcome).__name__,
+        )
         if isinstance(outcome, Accepted) and action == "trigger":
             memo.update(
                 visible=digest, routing_key_sha256=fingerprint, dedup_key=dedup_key(incident.id)

@@ -40,8 +40,8 @@ from connectors.bridges.pagerduty import (
     key_fingerprint,
 )
 from connectors.kafka.config import Secret
-from schemas.codec import dumps, encode
-from schemas.incidents import Evidence, Incident, PodInfo
+from schemas.codec import RecordError, convert_as, dumps, encode
+from schemas.incidents import Evidence, GpuRef, Incident, PodInfo
 from tests.core_helpers import run
 from tests.factories import Cluster, term
 from tests.receivers.pagerduty import PagerDutyReceiver, serving, violations
@@ -444,6 +444,38 @@ async def test_a_long_summary_is_clipped_to_1024_with_a_marker() -> None:
     summary = receiver.events[0]["payload"]["summary"]
     assert len(summary) == 1024
     assert summary.endswith("…")
+
+
+@pytest.mark.asyncio
+async def test_attributes_go_when_nothing_else_can_and_an_unfittable_event_is_rejected() -> None:
+    opened = chain()[0]
+    bulky = msgspec.structs.replace(opened, attributes={f"k{i}": "v" * 1000 for i in range(600)})
+    gpus = tuple(GpuRef(uuid=f"GPU-{i:08d}-" + "u" * 40, index=i) for i in range(20_000))
+    async with bridge() as (endpoint, receiver):
+        assert isinstance(await endpoint.deliver(bulky, None, ROUTE), Accepted)
+        unfittable = await endpoint.deliver(msgspec.structs.replace(opened, gpus=gpus), None, ROUTE)
+    details = receiver.events[0]["payload"]["custom_details"]
+    assert details["attributes"] == {}
+    assert details["attributes_left_out"]
+    assert isinstance(unfittable, Rejected)
+    assert "512 KB" in unfittable.reason
+    assert receiver.requests == 1, "an event PagerDuty would refuse is not sent"
+
+
+@pytest.mark.asyncio
+async def test_a_runbook_link_names_the_incident_type() -> None:
+    async with bridge(runbook_url="https://wiki.example/gpu/{type}") as (endpoint, receiver):
+        assert isinstance(await endpoint.deliver(chain()[0], None, ROUTE), Accepted)
+    assert receiver.events[0]["links"] == [
+        {"href": f"https://wiki.example/gpu/{CHAIN}", "text": f"Runbook: {CHAIN}"}
+    ]
+
+
+def test_options_refuse_what_cannot_work() -> None:
+    assert convert_as({}, Options) == Options()
+    for bad in ({"timeout_seconds": 0}, {"calls_per_minute": 0}, {"routing_key": KEY}):
+        with pytest.raises(RecordError):
+            convert_as(bad, Options)
 
 
 def test_dedup_key_is_the_id_and_a_long_id_stays_unique_under_255() -> None:
