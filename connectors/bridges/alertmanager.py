@@ -116,6 +116,8 @@ EVIDENCE_CHARS: Final = 1536
 REASON_CHARS: Final = 300
 """The vendor's error text kept in a reason: one line, never the body we sent."""
 ANSWER_BYTES: Final = 4096
+MAX_BATCH: Final = 256
+"""Alerts per POST when re-sending (Prometheus' notifier default, ``DefaultMaxBatchSize``)."""
 CLIPPED: Final = " …[clipped]"
 TARGET_KEYS: Final = frozenset(
     {"bearer_token_env", "bearer_token_file", "username", "password_env", "password_file"}
@@ -397,17 +399,23 @@ class AlertmanagerEndpoint:
             by_route.setdefault(route_name, []).append(res.alert)
         for route_name, alerts in by_route.items():
             auth = self._auth.get(route_name)
-            answers = await self._post_all(alerts, auth)
-            for url, answer in zip(self._endpoints, answers, strict=True):
-                if not answer.ok:
-                    log.warning(
-                        "re-sending %d alerts of route %s to %s: %s %s",
-                        len(alerts),
-                        route_name,
-                        url,
-                        answer.reason,
-                        answer.detail,
-                    )
+            for start in range(0, len(alerts), MAX_BATCH):
+                await self._resend(route_name, alerts[start : start + MAX_BATCH], auth)
+
+    async def _resend(
+        self, route_name: str, alerts: Sequence[PostableAlert], auth: Secret | None
+    ) -> None:
+        answers = await self._post_all(alerts, auth)
+        for url, answer in zip(self._endpoints, answers, strict=True):
+            if not answer.ok:
+                log.warning(
+                    "re-sending %d alerts of route %s to %s: %s %s",
+                    len(alerts),
+                    route_name,
+                    url,
+                    answer.reason,
+                    answer.detail,
+                )
 
     # ---- helpers
     def _ends(self, now: float, starts: datetime) -> datetime:

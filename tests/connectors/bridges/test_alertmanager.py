@@ -598,3 +598,27 @@ async def test_a_huge_incident_is_clipped_with_counts_and_its_memo_stays_small(
     assert len(notes["summary"]) == 1024
     assert notes["summary"].endswith("…[clipped]")
     assert rx.last()[0]["labels"]["incident_id"] == opened.id, "ids are never cut"
+
+
+@pytest.mark.asyncio
+async def test_a_tick_sends_at_most_256_alerts_a_post_with_each_routes_credentials(
+    receivers: list[Receiver], http: aiohttp.ClientSession
+) -> None:
+    opened = oom_lifecycle()[0]
+    rx = receivers[0]
+    t = 1_900_000_000.0
+    env = {"TOKEN_A": "a-token"}
+    ep = AlertmanagerEndpoint(Options(urls=(rx.url,)), http, env, clock=Clock(t))
+    routed = Route(name="a", target={"bearer_token_env": "TOKEN_A"})
+    ledger: dict[tuple[str, str], Delivered] = {}
+    first = await ep.deliver(opened, None, ROUTE)
+    for n in range(300):  # the same incident under 300 ids, as a busy ledger holds them
+        ledger[(routed.name, f"{opened.id}-{n}")] = delivered(opened, first)
+    rx.batches.clear()
+    rx.headers.clear()
+    restarted = AlertmanagerEndpoint(Options(urls=(rx.url,)), http, env, clock=Clock(t))
+    assert restarted.check_route(routed) is None
+    restarted.restore(ledger)
+    await restarted.tick(t + 60)
+    assert [len(b) for b in rx.batches] == [256, 44]
+    assert {h["Authorization"] for h in rx.headers} == {"Bearer a-token"}
