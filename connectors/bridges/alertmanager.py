@@ -66,6 +66,16 @@ Secrets per route (``[[bridge.routes]]`` ``target``): ``bearer_token_env`` /
 ``bearer_token_file``, or ``username`` with ``password_env`` / ``password_file`` for
 basic auth. URLs carry no credentials (refused at build: they would reach logs).
 
+The ledger's memo (``alert``: the compact JSON of the alert as sent; ``resend_until``
+for a resolved one) is all :meth:`AlertmanagerEndpoint.restore` needs to send the same
+alert again after a restart. Traps: a :class:`~connectors.bridges.base.Skipped` revision
+(only ``last_seen`` moved) must leave the previous memo in place; an alert retired by a
+severity change is not in the memo, so after a restart it is not re-sent resolved and
+Alertmanager ends it at its last ``endsAt`` (within four intervals); a restored route's
+ticks use the credentials :meth:`AlertmanagerEndpoint.check_route` read, so the runner
+checks every route before the first tick. Alertmanager keeps the later of two explicit
+``endsAt`` of one alert (``types.Alert.Merge``): a tick cannot shorten a firing alert.
+
 Trap: :meth:`AlertmanagerEndpoint.tick`'s ``now`` is Unix time (``time.time()``),
 not a monotonic clock: it becomes ``endsAt``, which Alertmanager compares with its
 own wall clock.
