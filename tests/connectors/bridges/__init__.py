@@ -1,1 +1,1 @@
-"""Tests of the incident bridges: each endpoint against a local receiver."""
+"""Tests of the incident bridges: each endpoint against a receiver that checks its format."""
