@@ -340,8 +340,8 @@ def render_parent(incident: Incident, budget_chars: int = DEFAULT_BUDGET) -> Mes
     """The whole incident as one message, within every limit (see the module).
 
     The fixed blocks (header, summary, fields, action, context) are clipped each on its
-    own; the pod list (when longer than the Pods field) gets up to a third of what is
-    left, the evidence the rest."""
+    own; the pod list (when longer than the Pods field) gets what the evidence does not
+    need, and at least a third of what is left; the evidence gets the rest."""
     budget = Budget(max(budget_chars, MIN_BUDGET))
     header: Block = {
         "type": "header",
@@ -377,12 +377,15 @@ def render_parent(incident: Incident, budget_chars: int = DEFAULT_BUDGET) -> Mes
         "elements": [plain(item, 200) for item in stamps[:MAX_CONTEXT_ELEMENTS]],
     }
     budget.spend([header, summary, facts, *action, context])
+    lines = [evidence_line(ev) for ev in incident.evidence]
     listing: list[Block] = []
     if len(pods) > PODS_IN_FIELD:
-        share = Budget(budget.chars // 3, budget.blocks // 3)
+        # At least a third of what is left; more when the evidence needs less.
+        need = sum(len(escape(line)) + 1 for line in lines)
+        need += 100 * (1 + need // MAX_SECTION_TEXT) + NOTE_ROOM
+        share = Budget(max(budget.chars // 3, budget.chars - need), budget.blocks // 3)
         listing = literal_sections(f"Affected pods ({len(pods)})", pods, share)
         budget.spend(listing)
-    lines = [evidence_line(ev) for ev in incident.evidence]
     total = len(lines) + incident.evidence_omitted
     title = f"Evidence ({total} events, oldest first)"
     evidence = literal_sections(title, lines, budget, incident.evidence_omitted) if total else []

@@ -1,0 +1,1 @@
+"""Local HTTP receivers that validate a vendor's published format, for the bridge tests."""
