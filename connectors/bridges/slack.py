@@ -139,6 +139,23 @@ def memo_of(incident: Incident, channel: str, ts: str) -> dict[str, str]:
     return memo
 
 
+def parent_payload(incident: Incident, channel: str, budget: int) -> dict[str, Any]:
+    """``chat.postMessage`` of a new parent (no ``ts``: Slack gives it)."""
+    return {"channel": channel, **slack_blocks.render_parent(incident, budget).payload()}
+
+
+def update_payload(incident: Incident, channel: str, ts: str, budget: int) -> dict[str, Any]:
+    """``chat.update`` of the parent at ``(channel, ts)`` to this revision: the same for
+    every attempt at it (that is what makes a re-sent revision harmless)."""
+    return {"ts": ts, **parent_payload(incident, channel, budget)}
+
+
+def reply_payload(incident: Incident, memo: Mapping[str, str], budget: int) -> dict[str, Any]:
+    """``chat.postMessage`` into the parent's thread: what changed since ``memo``."""
+    reply = slack_blocks.render_reply(incident, memo, budget).payload()
+    return {"channel": memo["channel"], "thread_ts": memo["ts"], **reply}
+
+
 class SlackEndpoint:
     """Bot-token and webhook delivery (see the module)."""
 
@@ -205,8 +222,8 @@ class SlackEndpoint:
 
     # -- bot token -------------------------------------------------------------------------
     async def _open(self, incident: Incident, channel: str, token: Secret) -> Outcome:
-        message = slack_blocks.render_parent(incident, self._options.budget_chars)
-        answer = await self._api("chat.postMessage", token, channel, message.payload())
+        payload = parent_payload(incident, channel, self._options.budget_chars)
+        answer = await self._api("chat.postMessage", token, payload)
         if not isinstance(answer, dict):
             return answer
         got_channel, ts = answer.get("channel"), answer.get("ts")
@@ -216,27 +233,28 @@ class SlackEndpoint:
         return Accepted(memo=memo_of(incident, got_channel, ts))
 
     async def _revise(self, incident: Incident, memo: Mapping[str, str], token: Secret) -> Outcome:
-        channel, ts = memo["channel"], memo["ts"]
-        message = slack_blocks.render_parent(incident, self._options.budget_chars)
-        answer = await self._api("chat.update", token, channel, {"ts": ts, **message.payload()})
+        channel, ts, budget = memo["channel"], memo["ts"], self._options.budget_chars
+        answer = await self._api(
+            "chat.update", token, update_payload(incident, channel, ts, budget)
+        )
         if isinstance(answer, Rejected) and answer.detail.split(" ")[0] in PARENT_GONE:
             return await self._open(incident, channel, token)
         if not isinstance(answer, dict):
             return answer
         if self._options.thread_replies:
-            reply = slack_blocks.render_reply(incident, memo, self._options.budget_chars)
             posted = await self._api(
-                "chat.postMessage", token, channel, {"thread_ts": ts, **reply.payload()}
+                "chat.postMessage", token, reply_payload(incident, memo, budget)
             )
             if not isinstance(posted, dict):
                 return posted
         return Accepted(memo=memo_of(incident, channel, ts))
 
     async def _api(
-        self, method: str, token: Secret, channel: str, payload: dict[str, Any]
+        self, method: str, token: Secret, payload: dict[str, Any]
     ) -> dict[str, Any] | Retry | Rejected:
         """One Web API call, paced per channel; the decoded answer when ``ok``."""
-        body = msgspec.json.encode({"channel": channel, **payload})
+        channel = str(payload["channel"])
+        body = msgspec.json.encode(payload)
         headers = {
             "Authorization": f"Bearer {token.reveal()}",
             "Content-Type": "application/json; charset=utf-8",

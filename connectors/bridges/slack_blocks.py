@@ -7,7 +7,8 @@ The parent message (posted on open, replaced by ``chat.update`` on each revision
 
     header    🔴 PAGE · device_unhealthy_eviction           (plain_text, ≤ 150)
     section   the summary                                  (plain_text, ≤ 3000)
-    section   fields: Status, Severity, Node, GPU, Pods, Owner, Cluster (≤ 10, each ≤ 2000)
+    section   fields: Status, Severity, Node, GPU, Pods, Owner, Cluster, Details
+              (the incident's attributes; ≤ 10 fields, each ≤ 2000)
     section   every affected pod, when more than the Pods field shows
     section   recommended action                           (plain_text)
     section*  evidence, oldest first, clipped by the budget (code block or plain_text)
@@ -358,6 +359,9 @@ def render_parent(incident: Incident, budget_chars: int = DEFAULT_BUDGET) -> Mes
         field_text("Owner", listed(owners(incident.pods), 3), FIELD_ROOM),
         field_text("Cluster", incident.cluster, FIELD_ROOM),
     ]
+    if incident.attributes:  # type-specific facts: the XID, the node group, the confidence
+        facts_text = ", ".join(f"{k}={v}" for k, v in sorted(incident.attributes.items()))
+        fields.append(field_text("Details", facts_text, FIELD_ROOM))
     facts: Block = {"type": "section", "fields": fields[:MAX_FIELDS]}
     summary: Block = {"type": "section", "text": plain(incident.summary or "-", 1000)}
     action: list[Block] = []
