@@ -30,6 +30,10 @@ Slack facts this relies on (Slack's own docs, cited where used):
   by ``channel_interval_seconds`` (a wait inside :meth:`SlackEndpoint.deliver`), so an
   update (two calls) or a storm does not earn 429s in the first place.
 
+A revision that changed nothing a reader sees but ``last seen`` (the same severity,
+status, pods, evidence, summary, action and attributes as the memo says) updates the
+parent and posts no reply: the thread says what changed, never "nothing changed".
+
 Outcomes: ``ok: true`` is :class:`Accepted`; ``ok: false`` with a permanent error
 (``invalid_blocks``, ``channel_not_found``, ``not_in_channel``, ``invalid_auth``,
 ``msg_blocks_too_long`` ...) is :class:`Rejected` with Slack's error as the reason;
@@ -193,7 +197,9 @@ class SlackEndpoint:
                     f"channel {channel!r}: give the channel id (C0123ABCD), not its name "
                     "(chat.update takes ids only)"
                 )
-            read_secret(target, "token", self._environ)
+            token = read_secret(target, "token", self._environ).reveal()
+            if token != token.strip() or any(c.isspace() or not c.isprintable() for c in token):
+                return "token: holds whitespace or control characters (a stray newline?)"
         except SecretError as exc:
             return str(exc)
         return None
@@ -241,7 +247,7 @@ class SlackEndpoint:
             return await self._open(incident, channel, token)
         if not isinstance(answer, dict):
             return answer
-        if self._options.thread_replies:
+        if self._options.thread_replies and slack_blocks.worth_a_reply(incident, memo):
             posted = await self._api(
                 "chat.postMessage", token, reply_payload(incident, memo, budget)
             )
@@ -285,6 +291,7 @@ class SlackEndpoint:
         message = slack_blocks.render_parent(incident, self._options.budget_chars)
         payload = message.payload()
         payload["text"] = slack_blocks.fallback(incident, prefix)
+        del payload["metadata"]  # a webhook message cannot be found again anyway
         body = msgspec.json.encode(payload)
         headers = {"Content-Type": "application/json; charset=utf-8"}
         # Paced per route: the webhook's channel is not ours to know.
@@ -310,12 +317,13 @@ class SlackEndpoint:
                 await asyncio.sleep(wait)
             try:
                 async with self._http.post(
-                    url, data=body, headers=headers, timeout=self._timeout
+                    url, data=body, headers=headers, timeout=self._timeout, allow_redirects=False
                 ) as response:
                     raw = await response.read()
                     status = response.status
                     retry_after = _seconds(response.headers.get("Retry-After"))
-            except (aiohttp.ClientError, TimeoutError) as exc:
+            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                # ValueError: a malformed URL or header value; its message would show them.
                 return Retry(reason=f"slack {what}: {exc.__class__.__name__}")
             finally:
                 self._next_at[key] = time.monotonic() + self._options.channel_interval_seconds

@@ -53,6 +53,7 @@ https://docs.slack.dev/reference/methods/chat.postMessage) is always set: our ow
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -313,7 +314,8 @@ def fallback(incident: Incident, prefix: str = "") -> str:
     """The notification text: our own words, and the node only in a code span."""
     where = f" on `{clip(incident.node, 80)}`" if spannable(incident.node) else ""
     state = "resolved" if incident.status == "resolved" else incident.status
-    text = f"{prefix}[{incident.severity}] {incident.type}{where} ({state}, r{incident.revision})"
+    kind = escape(incident.type)
+    text = f"{prefix}[{incident.severity}] {kind}{where} ({state}, r{incident.revision})"
     return text[:MAX_FALLBACK_TEXT]
 
 
@@ -398,19 +400,28 @@ def render_parent(incident: Incident, budget_chars: int = DEFAULT_BUDGET) -> Mes
 
 
 # -- the thread reply ----------------------------------------------------------------------
-MEMO_KEYS: Final = ("severity", "status", "pods", "evidence_total", "evidence_last")
+MEMO_KEYS: Final = ("severity", "status", "pods", "evidence_total", "evidence_last", "facts")
 
 
 def digest(incident: Incident) -> dict[str, str]:
     """What the next revision's reply compares with: kept in the ledger's memo (small,
-    strings only, never a secret)."""
+    strings only, never a secret). ``facts`` is a short hash of the summary, the action
+    and the attributes, so a change to any of them is seen without keeping them."""
+    facts = repr((incident.summary, incident.action, sorted(incident.attributes.items())))
     return {
         "severity": incident.severity,
         "status": incident.status,
         "pods": str(len(incident.pods)),
         "evidence_total": str(len(incident.evidence) + incident.evidence_omitted),
         "evidence_last": incident.evidence[-1].event_id if incident.evidence else "",
+        "facts": hashlib.sha256(facts.encode()).hexdigest()[:16],
     }
+
+
+def worth_a_reply(incident: Incident, memo: Mapping[str, str]) -> bool:
+    """Whether this revision changed what a reader sees (beyond last seen and the
+    revision number): only then does the thread get a reply."""
+    return any(memo.get(key) != value for key, value in digest(incident).items())
 
 
 def changes(incident: Incident, memo: Mapping[str, str], max_lines: int = 10) -> list[str]:

@@ -4,10 +4,10 @@ The demo prints incident revisions as JSON lines; :class:`SlackStub` stands in f
 output stream, reads those lines back and prints, for each revision, the Web API calls
 the Slack endpoint (:mod:`connectors.bridges.slack`) would make in bot mode: the parent's
 ``chat.postMessage`` on open, then ``chat.update`` of the parent and a reply in its thread
-for every later revision. The payloads come from the endpoint's own functions, so this is
-exactly the Block Kit JSON Slack would get (paste one into Slack's Block Kit Builder to
-see it drawn). Nothing is sent anywhere: the channel is a placeholder id and each parent's
-``ts`` is made up, as Slack would return one.
+for every later revision (no reply when only ``last seen`` moved). The payloads come from
+the endpoint's own functions, so this is exactly the Block Kit JSON Slack would get (paste
+one into Slack's Block Kit Builder to see it drawn). Nothing is sent anywhere: the channel
+is a placeholder id and each parent's ``ts`` is made up, as Slack would return one.
 
 Trap: the demo writes through ``write``/``flush`` only and may split a line across
 writes; lines are buffered until their newline.
@@ -20,7 +20,7 @@ import json
 from typing import IO, TYPE_CHECKING, Final
 
 from connectors.bridges.slack import memo_of, parent_payload, reply_payload, update_payload
-from connectors.bridges.slack_blocks import DEFAULT_BUDGET
+from connectors.bridges.slack_blocks import DEFAULT_BUDGET, worth_a_reply
 from schemas.codec import decode_incident
 from schemas.incidents import Incident
 
@@ -34,10 +34,11 @@ CHANNEL: Final = "C0DEMOCHAN"
 def calls(incident: Incident, memo: dict[str, str] | None) -> list[tuple[str, dict[str, object]]]:
     """The endpoint's calls for one revision, given the memo the ledger would hold."""
     if memo and memo.get("ts"):
-        return [
-            ("chat.update", update_payload(incident, memo["channel"], memo["ts"], DEFAULT_BUDGET)),
-            ("chat.postMessage", reply_payload(incident, memo, DEFAULT_BUDGET)),
-        ]
+        update = update_payload(incident, memo["channel"], memo["ts"], DEFAULT_BUDGET)
+        out: list[tuple[str, dict[str, object]]] = [("chat.update", update)]
+        if worth_a_reply(incident, memo):
+            out.append(("chat.postMessage", reply_payload(incident, memo, DEFAULT_BUDGET)))
+        return out
     return [("chat.postMessage", parent_payload(incident, CHANNEL, DEFAULT_BUDGET))]
 
 

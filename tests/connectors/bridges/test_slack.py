@@ -240,6 +240,22 @@ async def test_a_failed_reply_retries_and_a_resent_revision_is_harmless(
     assert parent.replies[1]["metadata"]["event_payload"]["revision"] == 2
 
 
+@pytest.mark.asyncio
+async def test_a_revision_that_only_moves_last_seen_gets_no_reply(
+    slack: SlackReceiver, http: aiohttp.ClientSession
+) -> None:
+    first, second, _ = oom_lifecycle()
+    later = msgspec.structs.replace(
+        second, revision=3, last_seen=second.last_seen + (second.last_seen - first.last_seen)
+    )
+    ledger = await deliver_all(endpoint(slack, http), [first, second, later])
+    [parent] = slack.parents()
+    assert [c.method for c in slack.calls][-1] == "chat.update"
+    assert (len(parent.versions), len(parent.replies)) == (3, 1)
+    assert parent.current["metadata"]["event_payload"]["revision"] == 3
+    assert ledger[-1].memo == {**ledger[1].memo}, "the digest is the same"
+
+
 # -- untrusted text ------------------------------------------------------------------------------
 @pytest.mark.asyncio
 async def test_hostile_pod_names_and_logs_neither_mention_nor_format(
@@ -497,6 +513,7 @@ async def test_webhook_mode_posts_each_revision_whole_and_never_threads(
     assert texts[1].startswith("Update: ")
     assert texts[2].startswith("Resolved: ")
     assert "RESOLVED" in slack.webhook_posts[2]["blocks"][0]["text"]["text"]
+    assert all("metadata" not in p for p in slack.webhook_posts)
 
 
 @pytest.mark.asyncio
@@ -537,12 +554,14 @@ async def test_webhook_errors_are_values_without_the_url(
         ({"webhook_url_env": "SLACK_TOKEN"}, "not an http(s) URL"),
         ({"webhook_url_env": "SLACK_TOKEN", "channel": CHANNEL}, "drop channel"),
         ({"webhook_url_env": "SLACK_TOKEN", "token_env": "SLACK_TOKEN"}, "not both"),
+        ({"channel": CHANNEL, "token_env": "SPACED"}, "whitespace or control characters"),
     ],
 )
 def test_check_route_says_what_is_missing_and_never_the_secret(
     target: dict[str, str], error: str | None
 ) -> None:
-    ep = SlackEndpoint(FAST, None, ENV)  # type: ignore[arg-type]  # no HTTP here
+    environ = {**ENV, "SPACED": "xoxb-two words"}
+    ep = SlackEndpoint(FAST, None, environ)  # type: ignore[arg-type]  # no HTTP here
     said = ep.check_route(Route(name="r", target=target))
     if error is None:
         assert said is None
@@ -550,6 +569,7 @@ def test_check_route_says_what_is_missing_and_never_the_secret(
         assert said is not None
         assert error in said
         assert TOKEN not in said
+        assert "two words" not in said
 
 
 def test_options_refuse_unknown_keys_and_hold_no_secret() -> None:
