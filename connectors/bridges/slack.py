@@ -53,6 +53,11 @@ Traps:
   (``gputriage_incident``: incident id, revision) so such duplicates can be told.
 * **Two calls, one outcome.** When the update went through and the reply did not, the
   revision is :class:`Retry`: the next attempt updates again (harmless) and replies.
+* **Automatic parsing.** ``chat.update`` parses its text as ``parse=client`` unless told
+  otherwise, unlike ``chat.postMessage`` (https://api.slack.com/methods/chat.update):
+  every call says ``parse: none``, and every mrkdwn object ``verbatim: true`` (no
+  auto-linking of URLs, channel names or mentions:
+  https://docs.slack.dev/reference/block-kit/composition-objects/text-object).
 * **Secrets.** The token goes only into the ``Authorization`` header, the webhook URL
   only to aiohttp; neither is in a reason, a detail, the memo or a log line, and a
   network error is reported by its class name only (aiohttp's messages can carry the URL,
@@ -145,7 +150,8 @@ def memo_of(incident: Incident, channel: str, ts: str) -> dict[str, str]:
 
 def parent_payload(incident: Incident, channel: str, budget: int) -> dict[str, Any]:
     """``chat.postMessage`` of a new parent (no ``ts``: Slack gives it)."""
-    return {"channel": channel, **slack_blocks.render_parent(incident, budget).payload()}
+    message = slack_blocks.render_parent(incident, budget).payload()
+    return {"channel": channel, "parse": "none", **message}
 
 
 def update_payload(incident: Incident, channel: str, ts: str, budget: int) -> dict[str, Any]:
@@ -157,7 +163,7 @@ def update_payload(incident: Incident, channel: str, ts: str, budget: int) -> di
 def reply_payload(incident: Incident, memo: Mapping[str, str], budget: int) -> dict[str, Any]:
     """``chat.postMessage`` into the parent's thread: what changed since ``memo``."""
     reply = slack_blocks.render_reply(incident, memo, budget).payload()
-    return {"channel": memo["channel"], "thread_ts": memo["ts"], **reply}
+    return {"channel": memo["channel"], "thread_ts": memo["ts"], "parse": "none", **reply}
 
 
 class SlackEndpoint:

@@ -3,12 +3,13 @@ webhook, checking every message against Slack's published format.
 
 The checks (Slack's docs, as cited in :mod:`connectors.bridges.slack_blocks`): a bearer
 token in ``Authorization``; a JSON object body; ``channel`` an id (``C0123ABCD``), never
-a name (``chat.update`` takes ids only); the ``text`` fallback set; ``link_names`` and
-``parse`` never set; at most 50 blocks of the kinds we send (``header``, ``section``,
-``context``, ``divider``); a header's ``plain_text`` ≤ 150; a section's ``text`` ≤ 3000,
-its ``fields`` ≤ 10 of ≤ 2000; a context's elements ≤ 10; text objects ``plain_text`` or
-``mrkdwn``; and the cumulative limit, answered as Slack does (``msg_blocks_too_long``,
-HTTP 200) above :data:`TOTAL_TEXT` characters. One check is ours, stricter than Slack: no
+a name (``chat.update`` takes ids only); the ``text`` fallback set; ``link_names`` never
+set, ``parse`` never anything but ``none`` (and said on ``chat.update``, whose default is
+``client``); at most 50 blocks of the kinds we send (``header``, ``section``, ``context``,
+``divider``); a header's ``plain_text`` ≤ 150; a section's ``text`` ≤ 3000, its ``fields``
+≤ 10 of ≤ 2000; a context's elements ≤ 10; text objects ``plain_text`` or ``mrkdwn``; and
+the cumulative limit, answered as Slack does (``msg_blocks_too_long``, HTTP 200) above
+:data:`TOTAL_TEXT` characters. One check is ours, stricter than Slack: no
 text may hold a raw ``<`` or ``>``, nor an ``&`` that is not ``&amp;``/``&lt;``/``&gt;``
 (the bridge never sends Slack's control sequences, so any is untrusted text that got
 through unescaped: a mention, a link, a blockquote).
@@ -157,15 +158,23 @@ def block_violations(blocks: Any) -> list[str]:
     return errors
 
 
+def method_update(payload: dict[str, Any]) -> bool:
+    """``chat.update`` is the call that names a ``ts`` without a ``thread_ts``."""
+    return "ts" in payload and "thread_ts" not in payload
+
+
 def message_violations(payload: dict[str, Any], *, webhook: bool) -> list[str]:
     """What is wrong with one message by Slack's format (and our escaping rule)."""
     errors = []
     text = payload.get("text")
     if not isinstance(text, str) or not text.strip():
         errors.append("text: the fallback must always be set")
-    for name in ("link_names", "parse"):
-        if name in payload:
-            errors.append(f"{name} is set (it would turn untrusted names into mentions)")
+    if "link_names" in payload:
+        errors.append("link_names is set (it would turn untrusted names into mentions)")
+    if payload.get("parse", "none") != "none":
+        errors.append(f"parse is {payload['parse']!r}: Slack would parse untrusted names")
+    if not webhook and method_update(payload) and payload.get("parse") != "none":
+        errors.append("chat.update without parse=none parses its text as 'client'")
     if webhook:
         for name in ("channel", "thread_ts", "ts"):
             if name in payload:
