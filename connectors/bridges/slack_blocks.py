@@ -400,7 +400,6 @@ def render_parent(incident: Incident, budget_chars: int = DEFAULT_BUDGET) -> Mes
 
 
 # -- the thread reply ----------------------------------------------------------------------
-MEMO_KEYS: Final = ("severity", "status", "pods", "evidence_total", "evidence_last", "facts")
 
 
 def digest(incident: Incident) -> dict[str, str]:
