@@ -177,19 +177,19 @@ def _forms(secret: str) -> set[str]:
     return {f for f in forms | lower if f}
 
 
-def mask(text: str, secrets: Iterable[str]) -> str:
+def mask(text: str, secrets: Iterable[str], cut: bool = False) -> str:
     """``text`` with every secret (and its percent-encoded forms) replaced by ``***``.
 
     Traps: mask *before* cutting a text to length, never after (a cut can leave half a
-    secret that no longer matches), and a text that is itself the head of a longer
-    answer (a bounded read) may end with the first characters of a secret: a tail of 4
-    or more characters that starts a secret is masked too. The longest forms go first,
-    so a URL is masked whole before its path is.
+    secret that no longer matches); and a text that is the head of a longer answer (a
+    bounded read: ``cut``) may end with the first characters of a secret, so there a
+    tail of 4 or more characters that starts a secret is masked too. The longest forms
+    go first, so a URL is masked whole before its path is.
     """
     forms = sorted({f for s in secrets if s for f in _forms(s)}, key=len, reverse=True)
     for form in forms:
         text = text.replace(form, MASK)
-    for form in forms:
+    for form in forms if cut else ():
         for n in range(min(len(form) - 1, len(text)), _PARTIAL_MIN - 1, -1):
             if text.endswith(form[:n]):
                 return text[:-n] + MASK

@@ -99,7 +99,7 @@ class Answer:
 
     def text(self, secrets: Iterable[str] = ()) -> str:
         """The body as text, every secret masked (the tail too, when it was cut)."""
-        return mask(self.body.decode("utf-8", "replace"), secrets)
+        return mask(self.body.decode("utf-8", "replace"), secrets, cut=self.truncated)
 
 
 async def post_bounded(
@@ -120,7 +120,7 @@ async def post_bounded(
         async with http.post(
             url, data=data, headers=headers, timeout=timeout, allow_redirects=False
         ) as response:
-            body = await response.content.read(MAX_READ)
+            body = await _read_head(response.content, MAX_READ)
             truncated = not response.content.at_eof()
             return Answer(
                 response.status,
@@ -136,6 +136,20 @@ async def post_bounded(
     except (aiohttp.ClientError, OSError, ValueError) as exc:
         # ValueError: a header value with a newline, a malformed URL (InvalidURL is one).
         return Retry(f"{prefix}network error: {exc.__class__.__name__}")
+
+
+async def _read_head(stream: aiohttp.StreamReader, limit: int) -> bytes:
+    """Up to ``limit`` bytes of a body. Trap: ``StreamReader.read(n)`` returns what is
+    buffered (maybe one small chunk), not ``n`` bytes: read until the limit or the end."""
+    chunks: list[bytes] = []
+    left = limit
+    while left > 0:
+        chunk = await stream.read(left)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
 
 
 def status_outcome(

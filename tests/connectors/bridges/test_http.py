@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import cast
 from urllib.parse import quote, quote_plus
 
 import aiohttp
@@ -26,6 +27,7 @@ from connectors.bridges.http import (
     Answer,
     Pacer,
     Verdict,
+    _read_head,
     classify,
     post_bounded,
     status_outcome,
@@ -80,8 +82,19 @@ def test_mask_hides_a_secret_as_sent_and_percent_encoded_in_either_case() -> Non
 
 
 def test_mask_hides_the_head_of_a_secret_a_bounded_read_cut() -> None:
-    assert mask("error: s3cr3t/t0", [SECRET]) == "error: ***"
-    assert mask("error: s3c", [SECRET]) == "error: s3c"  # too short to be told apart
+    assert mask("error: s3cr3t/t0", [SECRET], cut=True) == "error: ***"
+    assert mask("error: s3c", [SECRET], cut=True) == "error: s3c"  # too short to tell
+    assert mask("error: s3cr3t/t0", [SECRET]) == "error: s3cr3t/t0"  # whole: no head cut
+
+
+@pytest.mark.asyncio
+async def test_an_answer_cut_inside_a_secret_hides_its_head(server: str) -> None:
+    async with aiohttp.ClientSession() as http:
+        got = await post_bounded(http, server + "/echo", data=b"{}", headers={}, timeout=TIMEOUT)
+    assert isinstance(got, Answer)
+    assert got.truncated
+    assert got.body.endswith(SECRET[:10].encode())
+    assert got.text([SECRET]).endswith("e***")
 
 
 def test_mask_before_clip_never_leaves_half_a_secret() -> None:
@@ -152,14 +165,19 @@ async def server() -> AsyncIterator[str]:
     async def big(request: web.Request) -> web.StreamResponse:
         response = web.StreamResponse(status=500)
         await response.prepare(request)
-        for _ in range(64):  # 4 MiB, far past what is read
-            await response.write(b"e" * 65536)
+        for _ in range(4096):  # 4 MiB in small chunks, far past what is read
+            await response.write(b"e" * 1024)
         return response
 
     async def redirect(request: web.Request) -> web.Response:
         return web.Response(status=302, headers={"Location": "/elsewhere"})
 
+    async def echo(request: web.Request) -> web.Response:
+        # The secret straddles the 64 KiB read: its first 10 characters are read.
+        return web.Response(status=404, body=b"e" * (MAX_READ - 10) + SECRET.encode() * 2)
+
     app = web.Application()
+    app.router.add_post("/echo", echo)
     app.router.add_post("/big", big)
     app.router.add_post("/redirect", redirect)
     runner = web.AppRunner(app)
@@ -222,3 +240,25 @@ def test_pacer_counts_a_sliding_window_with_costs_and_closes() -> None:
     assert pacer.take("c") == pytest.approx(10.0)
     unpaced = Pacer(4, 0.0, lambda: now[0])
     assert all(unpaced.take("c") == 0.0 for _ in range(100))
+
+
+class _Trickle:
+    """A body that arrives 1000 bytes a read, as a slow proxy's does."""
+
+    def __init__(self, size: int) -> None:
+        self.left = size
+
+    async def read(self, n: int = -1) -> bytes:
+        got = min(self.left, 1000, n)
+        self.left -= got
+        return b"t" * got
+
+
+@pytest.mark.asyncio
+async def test_the_bounded_read_reads_up_to_the_limit_not_one_chunk() -> None:
+    """StreamReader.read(n) returns what is buffered: one read would keep 1000 bytes of
+    an answer, and a detail would miss what the vendor said after them."""
+    stream = cast(aiohttp.StreamReader, _Trickle(200_000))
+    assert len(await _read_head(stream, MAX_READ)) == MAX_READ
+    short = cast(aiohttp.StreamReader, _Trickle(2500))
+    assert len(await _read_head(short, MAX_READ)) == 2500
