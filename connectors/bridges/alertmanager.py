@@ -47,7 +47,7 @@ an annotation:
 * **Trap: severity can change** (``gpu_app_fault`` goes info -> ticket at three
   episodes, ``gpu_degraded`` escalates to page) and Alertmanager routes on it. A
   changed severity is a *new* alert, as in Prometheus when a rule's labels change:
-  the revision sends the old label set resolved (``endsAt`` = now, and re-sends it
+  the revision sends the old label set resolved (``endsAt`` just past, and re-sends it
   for ``resolved_resend_seconds``) with the new one firing, so the escalation reaches
   the critical route and nothing lingers at the old severity. The retired alert's
   ``endsAt`` is :data:`RETIRE_SKEW_SECONDS` in the past (never before its ``startsAt``):
