@@ -220,10 +220,6 @@ def alertname(incident_type: str) -> str:
     return "".join(part[:1].upper() + part[1:] for part in incident_type.split("_") if part)
 
 
-def _clip(text: str, limit: int) -> str:
-    return clip(text, limit, CLIPPED)
-
-
 def _namespace(incident: Incident) -> str:
     names = {p.namespace for p in incident.pods}
     return names.pop() if len(names) == 1 else ""
@@ -257,17 +253,17 @@ def _bounded(lines: Sequence[str], limit: int, noun: str, omitted: int = 0) -> s
     for n, line in enumerate(lines):
         if used + len(line) + 1 > room:
             kept.append(f"… {len(lines) - n + omitted} more {noun}")
-            return _clip("\n".join(kept), limit)
+            return clip("\n".join(kept), limit, CLIPPED)
         kept.append(line)
         used += len(line) + 1
     if omitted:
         kept.append(f"… {omitted} more {noun}")
-    return _clip("\n".join(kept), limit)
+    return clip("\n".join(kept), limit, CLIPPED)
 
 
 def _description(incident: Incident) -> str:
     """The action, then the GPUs (a few), then the pods: the long part, so the one cut."""
-    lines = [_clip(incident.action, DESCRIPTION_CHARS // 2)] if incident.action else []
+    lines = [clip(incident.action, DESCRIPTION_CHARS // 2, CLIPPED)] if incident.action else []
     for gpu in incident.gpus:
         ids = [x for x in (gpu.uuid, gpu.pci_bus_id) if x]
         if gpu.gpu_instance is not None:
@@ -497,7 +493,7 @@ class AlertmanagerEndpoint:
 
     def _annotations(self, incident: Incident, name: str) -> dict[str, str]:
         notes = {
-            "summary": _clip(incident.summary, SUMMARY_CHARS),
+            "summary": clip(incident.summary, SUMMARY_CHARS, CLIPPED),
             "description": _description(incident),
             "evidence": _evidence(incident),
             "incident_type": incident.type,
@@ -581,7 +577,7 @@ def _error_text(raw: str) -> str:
     if isinstance(value, dict):
         value = value.get("message", value)
     text = " ".join(str(value).split())
-    return _clip(text, REASON_CHARS)
+    return clip(text, REASON_CHARS, CLIPPED)
 
 
 def _memo_alert(previous: Delivered | None) -> PostableAlert | None:
