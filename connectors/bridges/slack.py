@@ -109,6 +109,7 @@ from connectors.bridges.base import (
 )
 from connectors.bridges.http import Answer, Pacer, auth_retry, post_bounded, status_outcome
 from connectors.kafka.config import Secret
+from schemas.codec import RecordError, dumps, loads
 from schemas.incidents import Incident
 
 CHANNEL_ID: Final = re.compile(r"[CGD][A-Z0-9]{6,}")
@@ -330,7 +331,7 @@ class SlackEndpoint:
     ) -> dict[str, Any] | Retry | Rejected:
         """One Web API call; the decoded answer when ``ok``."""
         channel = str(payload["channel"])
-        body = msgspec.json.encode(payload)
+        body = dumps(payload)
         headers = {
             "Authorization": f"Bearer {token.reveal()}",
             "Content-Type": "application/json; charset=utf-8",
@@ -343,8 +344,8 @@ class SlackEndpoint:
         if got.status != 200:
             return _http_outcome(where, got, route, secrets)
         try:
-            answer = msgspec.json.decode(got.body)
-        except msgspec.DecodeError:
+            answer = loads(got.body)
+        except RecordError:
             return Retry(reason=f"{where}: HTTP 200 but not JSON")
         if not isinstance(answer, dict):
             return Retry(reason=f"{where}: HTTP 200 but not a JSON object")
@@ -368,7 +369,7 @@ class SlackEndpoint:
         payload = message.payload()
         payload["text"] = slack_blocks.fallback(incident, prefix)
         del payload["metadata"]  # a webhook message cannot be found again anyway
-        body = msgspec.json.encode(payload)
+        body = dumps(payload)
         headers = {"Content-Type": "application/json; charset=utf-8"}
         # Paced per route: the webhook's channel is not ours to know.
         key = f"webhook:{route}"
@@ -418,10 +419,10 @@ def _http_outcome(
     else of the body is kept: a 404 page may start with the URL it was asked for."""
     error = _code(answer.text(secrets).strip()) if plain else ""
     try:
-        decoded = msgspec.json.decode(answer.body)
+        decoded = loads(answer.body)
         if isinstance(decoded, dict):
             error = _code(decoded.get("error")) or error
-    except msgspec.DecodeError:
+    except RecordError:
         pass
     return status_outcome(
         answer,
