@@ -192,7 +192,7 @@ async def receiving(receiver: Receiver | None = None) -> AsyncIterator[Receiver]
     await site.start()
     server = site._server
     assert server is not None
-    port = server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    port = server.sockets[0].getsockname()[1]  # type: ignore[attr-defined]
     receiver.url = f"http://127.0.0.1:{port}/deliver"
     try:
         yield receiver

@@ -7,6 +7,8 @@ got, the ledger and the dead-letter topic back.
 
 from __future__ import annotations
 
+from functools import partial
+
 import msgspec
 import pytest
 
@@ -22,7 +24,7 @@ from tests.bridge_helpers import (
     receiving,
     route,
 )
-from tests.kafka_helpers import KafkaTestEnv, consume_all, eventually
+from tests.kafka_helpers import KafkaTestEnv, consume_all, eventually, produce
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(90)]
 
@@ -34,7 +36,7 @@ async def test_open_update_resolve_arrive_in_order_once_each(kafka: KafkaTestEnv
             [incident("inc-a", 1), incident("inc-a", 2), incident("inc-a", 3, "resolved")]
         ):
             await publish(kafka, [revision])
-            await eventually(lambda n=n: len(receiver.got) > n, timeout=20, what=f"delivery {n}")
+            await eventually(partial(_more_than, receiver, n), timeout=20, what=f"delivery {n}")
         # The same revisions again (a processor that re-published them): never sent twice.
         await publish(kafka, [incident("inc-a", 2), incident("inc-a", 3, "resolved")])
         await eventually(lambda: bridge.count("duplicate_skipped") >= 2, timeout=20, what="dups")
@@ -60,7 +62,7 @@ async def test_429_with_retry_after_is_honoured(kafka: KafkaTestEnv) -> None:
     async with receiving() as receiver, bridging(kafka, [route("r", receiver)]) as bridge:
         receiver.answer((429, {"Retry-After": "2"}, "slow down"))
         await publish(kafka, [incident("inc-a", 1)])
-        await eventually(lambda: receiver.accepted(), timeout=20, what="the retried delivery")
+        await eventually(receiver.accepted, timeout=20, what="the retried delivery")
     first, second = receiver.got
     assert (first.status, second.status) == (429, 200)
     assert second.at - first.at >= 2.0, "Retry-After: 2 was not waited for"
@@ -100,17 +102,18 @@ async def test_a_400_goes_to_the_dead_letter_topic_and_the_bridge_continues(
     [letter] = [decode_dead_letter(r.value) for r in letters]
     assert "rejected: HTTP 400" in letter.reason
     assert "summary is missing" in letter.reason
-    assert letter.topic == kafka.layout.incidents.name and letter.key == b"inc-bad"
-    assert letter.value is not None and decode_incident(letter.value).id == "inc-bad"
+    assert letter.topic == kafka.layout.incidents.name
+    assert letter.key == b"inc-bad"
+    assert letter.value is not None
+    assert decode_incident(letter.value).id == "inc-bad"
     assert bridge.sample("gputriage_bridge_dead_letters_total") == 1
     ledger = await read_ledger(kafka)
     bad = ledger.get("r", "inc-bad")
-    assert bad is not None and (bad.revision, bad.outcome) == (1, "rejected")
+    assert bad is not None
+    assert (bad.revision, bad.outcome) == (1, "rejected")
 
 
 async def test_an_undecodable_record_is_dead_lettered_and_skipped(kafka: KafkaTestEnv) -> None:
-    from tests.kafka_helpers import produce
-
     async with receiving() as receiver, bridging(kafka, [route("r", receiver)]):
         await kafka.acreate_topics()
         await produce(
@@ -120,7 +123,7 @@ async def test_an_undecodable_record_is_dead_lettered_and_skipped(kafka: KafkaTe
         letters = await consume_all(
             kafka.bootstrap, [kafka.layout.dead_letters.name], 1, timeout=20
         )
-        await eventually(lambda: receiver.accepted(), timeout=20, what="the good one")
+        await eventually(receiver.accepted, timeout=20, what="the good one")
     [letter] = [decode_dead_letter(r.value) for r in letters]
     assert letter.reason.startswith("undecodable incident")
     assert letter.value == b'{"schema": "nope"}'
@@ -201,6 +204,10 @@ async def test_updates_wait_for_the_min_interval_and_the_newest_goes(kafka: Kafk
     assert update.at - first.at >= 1.4
 
 
+def _more_than(receiver: Receiver, n: int) -> bool:
+    return len(receiver.got) > n
+
+
 class Raising:
     """An endpoint with a bug: the first call raises; the runner logs it and retries."""
 
@@ -217,7 +224,8 @@ class Raising:
         self.calls += 1
         if self.calls == 1:
             raise KeyError("a bug")
-        return await self.inner.deliver(incident, previous, route)  # type: ignore[attr-defined]
+        outcome: Outcome = await self.inner.deliver(incident, previous, route)  # type: ignore[attr-defined]
+        return outcome
 
     async def close(self) -> None:
         return None
@@ -229,7 +237,7 @@ async def test_an_exception_from_the_endpoint_is_logged_and_retried(
     async with receiving() as receiver, bridging(kafka, [route("r", receiver)]) as bridge:
         bridge.runner.endpoint = Raising(bridge.runner.endpoint)
         await publish(kafka, [incident("a", 1)])
-        await eventually(lambda: receiver.accepted(), timeout=20, what="the delivery")
+        await eventually(receiver.accepted, timeout=20, what="the delivery")
     assert receiver.accepted_keys() == [("a", 1)]
     assert bridge.sample("gputriage_bridge_endpoint_errors_total") == 1
     assert "the endpoint raised" in caplog.text
