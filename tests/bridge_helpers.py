@@ -18,11 +18,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -46,7 +48,9 @@ from connectors.bridges.runner import BridgeRunner, Scrubber, route_secrets
 from connectors.kafka.admin import ensure_topics
 from schemas.codec import encode
 from schemas.incidents import Evidence, Incident, PodInfo
+from tests.cli_helpers import clean_env
 from tests.kafka_helpers import KafkaTestEnv, produce
+from tests.paths import ROOT
 
 KIND = "jsonpost"
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
@@ -143,6 +147,8 @@ class Receiver:
     got: list[Received] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
     url: str = ""
+    delay: float = 0.0
+    """Seconds each answer takes (a slow vendor: the request is recorded on arrival)."""
 
     def answer(self, *answers: tuple[int, dict[str, str], str]) -> None:
         """Queue answers given before the receiver goes back to 200."""
@@ -171,6 +177,8 @@ class Receiver:
         assert isinstance(body, dict)
         status, headers, text = self.script.popleft() if self.script else (200, {}, "ok")
         self.got.append(Received(at, body, token, status))
+        if self.delay:
+            await asyncio.sleep(self.delay)  # a slow vendor, not a synchronisation
         return web.Response(status=status, headers=headers, text=text)
 
     def accepted(self) -> list[Received]:
@@ -209,11 +217,14 @@ def incident(
     severity: str = "page",
     type: str = "device_unhealthy_eviction",
     cluster: str = "c1",
-    node: str = "n1",
+    node: str = "",
     pods: Sequence[tuple[str, str]] = (("ns", "trainer-0"),),
 ) -> Incident:
-    """A valid incident revision (``status`` defaults from the revision: open at 1)."""
+    """A valid incident revision (``status`` defaults from the revision: open at 1). Each
+    incident is on a node of its own unless ``node`` is given: incidents of one node are
+    one storm group (:mod:`connectors.bridges.storms`), and fold past three pages."""
     status = status or ("open" if revision == 1 else "updated")
+    node = node or f"node-{id}"
     t = T0 + timedelta(seconds=revision)
     return Incident(
         id=id,
@@ -321,3 +332,57 @@ async def read_ledger(kafka: KafkaTestEnv, group: str = "bridge-test") -> Ledger
     ledger = Ledger(kafka.kwargs, ledger_topic(kafka.layout, group).name)
     await ledger.restore(30)
     return ledger
+
+
+# -- the CLI in a subprocess -------------------------------------------------------------
+def bridge_env(
+    kafka: KafkaTestEnv,
+    receiver: Receiver | Any,
+    *,
+    token_env: str = "TEST_BRIDGE_TOKEN",
+    **common: Any,
+) -> dict[str, str]:
+    """Environment for ``gputriage bridge jsonpost`` on this test's topics and receiver:
+    the kind from ``tests.bridge_helpers``, one route ``r``, the token in ``token_env``
+    (set it yourself), fast settings, ``common`` over them."""
+    values = {
+        "min_update_seconds": 0,
+        "retry_initial_seconds": 0.05,
+        "retry_max_seconds": 0.2,
+        "commit_seconds": 0.2,
+        "session_timeout_seconds": 6,
+        **common,
+    }
+    env = dict(kafka.env)
+    env["GPUTRIAGE_BRIDGE__MODULES"] = '{jsonpost = "tests.bridge_helpers"}'
+    env["GPUTRIAGE_BRIDGE__JSONPOST__ROUTES"] = (
+        f'[{{name = "r", target = {{url = "{receiver.url}", token_env = "{token_env}"}}}}]'
+    )
+    for key, value in values.items():
+        env[f"GPUTRIAGE_BRIDGE__{key.upper()}"] = str(value)
+    return env
+
+
+async def start_bridge(env: Mapping[str, str], out: Path, *args: str) -> asyncio.subprocess.Process:
+    """``python -m gputriage bridge jsonpost ARGS`` with ``env`` (over a clean environment);
+    stdout and stderr go to ``out.stdout`` / ``out.stderr`` (appended)."""
+    stdout = open(out.with_suffix(".stdout"), "ab")  # noqa: SIM115 - the child owns it
+    stderr = open(out.with_suffix(".stderr"), "ab")  # noqa: SIM115
+    try:
+        return await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "gputriage",
+            "bridge",
+            KIND,
+            "--metrics-port",
+            "0",
+            *args,
+            env=clean_env(env),
+            stdout=stdout,
+            stderr=stderr,
+            cwd=ROOT,
+        )
+    finally:
+        stdout.close()
+        stderr.close()

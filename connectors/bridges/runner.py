@@ -247,7 +247,10 @@ class BridgeRunner:
         self._queued = 0
         self._paused = False
         self._generation = 0
+        self._assignments = 0
         self._letters: set[asyncio.Task[None]] = set()
+        self._lock = asyncio.Lock()
+        """Held by a batch's intake and by the rebalance callbacks: they never interleave."""
         self.resends = 0
         """Revisions sent again after a restart found their intent unconfirmed."""
 
@@ -274,10 +277,11 @@ class BridgeRunner:
                 self._raise_fatal(ticker)
                 batches = await self.consumer.getmany(timeout_ms=200, max_records=1000)
                 self._raise_fatal(ticker)
-                for tp, records in batches.items():
-                    for record in records:
-                        self._take(tp, record)
-                self._bound()
+                async with self._lock:
+                    for tp, records in batches.items():
+                        for record in records:
+                            self._take(tp, record)
+                    self._bound()
                 if time.monotonic() - last_commit >= self.settings.commit_seconds:
                     last_commit = time.monotonic()
                     await self._commit()
@@ -747,25 +751,33 @@ class BridgeRunner:
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
         try:
-            await self._cancel_lanes()
-            for task in list(self._letters):
-                with contextlib.suppress(BaseException):
-                    await task
-            await self._commit()
-            self._generation += 1
-            self._lanes.clear()
-            self._partitions.clear()
-            self._queued = 0
-            self._paused = False
+            async with self._lock:
+                await self._revoke()
         except BaseException as exc:
             self._fatal = exc
             raise
 
+    async def _revoke(self) -> None:
+        if not self._partitions and not self._lanes:
+            return
+        await self._cancel_lanes()
+        for task in list(self._letters):
+            with contextlib.suppress(BaseException):
+                await task
+        await self._commit()
+        self._generation += 1
+        self._lanes.clear()
+        self._partitions.clear()
+        self._queued = 0
+        self._paused = False
+
     async def on_assigned(self, assigned: set[TopicPartition]) -> None:
         try:
-            self._partitions = {tp: _Partition() for tp in assigned}
-            if self._generation:  # not the first assignment: another process may have delivered
-                await self.ledger.restore(self.settings.restore_timeout_seconds)
+            async with self._lock:
+                if self._assignments:  # not the first: another process may have delivered
+                    await self.ledger.restore(self.settings.restore_timeout_seconds)
+                self._assignments += 1
+                self._partitions = {tp: _Partition() for tp in assigned}
             log.info(
                 "bridge %s: partitions %s of %s",
                 self.kind,

@@ -104,10 +104,6 @@ async def serve(
     import aiohttp  # noqa: PLC0415 - only where a bridge runs
 
     settings = prepared.settings
-    metrics = BridgeMetrics()
-    if metrics_port is not None:
-        port = metrics.serve(metrics_port, metrics_addr)  # MetricsUnavailable
-        log.info("metrics on http://%s:%d/metrics", metrics_addr, port)
     timeout = aiohttp.ClientTimeout(total=settings.http_timeout_seconds)
     async with aiohttp.ClientSession(timeout=timeout) as http:
         endpoint = prepared.module.build(prepared.options, http, environ)
@@ -125,8 +121,12 @@ async def serve(
         except BaseException:
             await endpoint.close()
             raise
+        metrics = BridgeMetrics()
         ledger = ledger_topic(layout, prepared.group_id)
         try:
+            if metrics_port is not None:  # bound before Kafka: a port in use is found at once
+                port = metrics.serve(metrics_port, metrics_addr)  # MetricsUnavailable
+                log.info("metrics on http://%s:%d/metrics", metrics_addr, port)
             created = await ensure_topics(client_kwargs, layout, extra=(ledger,))
         except BaseException:
             await endpoint.close()
