@@ -106,7 +106,7 @@ class Ledger:
         else:
             key = group_key(entry.route, entry.group)
         await self._producer.send_and_wait(self.topic, encode(entry), key=key)
-        self._keep(entry)
+        self.keep(entry)
 
     async def send(self, topic: str, key: bytes | None, value: bytes) -> None:
         """Produce one record to another topic (the dead letters), returning once acked."""
@@ -114,7 +114,8 @@ class Ledger:
             raise RuntimeError("the ledger is not started")
         await self._producer.send_and_wait(topic, value, key=key)
 
-    def _keep(self, entry: BridgeDelivery | BridgeGroup) -> None:
+    def keep(self, entry: BridgeDelivery | BridgeGroup) -> None:
+        """Hold ``entry`` in memory (:meth:`write` also puts it on the topic)."""
         if isinstance(entry, BridgeDelivery):
             self.deliveries[(entry.route, entry.incident_id)] = entry
         else:
@@ -165,7 +166,7 @@ class Ledger:
             if value is None:
                 continue
             try:
-                self._keep(_decode(value))
+                self.keep(_decode(value))
             except (RecordError, msgspec.MsgspecError) as exc:
                 self.corrupt += 1
                 log.error(

@@ -79,7 +79,7 @@ from connectors.bridges.config import BridgeSettings
 from connectors.bridges.ledger import Ledger
 from connectors.bridges.metrics import BridgeMetrics
 from connectors.bridges.storms import StormPolicy, folded, group_of, merged, paged, with_lead_view
-from schemas.bridges import BridgeDelivery, BridgeGroup
+from schemas.bridges import BridgeDelivery
 from schemas.codec import RecordError, decode_incident, encode, fitted_dead_letter
 from schemas.dead_letters import DeadLetter
 from schemas.incidents import Incident
@@ -168,6 +168,8 @@ class _Item:
     """(topic, partition, offset, key, value) for a dead letter."""
     refresh: bool = False
     """A storm fold: deliver the lead's merged view even at the ledger's revision."""
+    members: list[BridgeDelivery] = field(default_factory=list)
+    """Entries of folded incidents, written once this view was delivered."""
 
 
 @dataclass(eq=False, slots=True)
@@ -468,7 +470,8 @@ class BridgeRunner:
             return None
         chosen: _Item | None = None
         if delivered == 0:
-            chosen = next((i for i in fresh if i.incident.status == "open"), None)
+            opens = [i for i in fresh if i.incident.status == "open"]
+            chosen = next((i for i in opens if not i.refresh), opens[0] if opens else None)
         if chosen is None:
             chosen = next((i for i in fresh if i.incident.status == "resolved"), None)
         if chosen is None:
@@ -480,13 +483,15 @@ class BridgeRunner:
                 self._done(item, "coalesced")
         for item in refreshes:  # a fold's record is done with the view that shows it
             chosen.tickets.extend(item.tickets)
+            chosen.members.extend(item.members)
             self._queued -= 1
         lane.items.extend(fresh[index + 1 :])
         return chosen
 
     def _hold(self, item: _Item, entry: BridgeDelivery | None) -> float:
         """Seconds an ``updated`` revision must still wait (``min_update_seconds``)."""
-        if item.incident.status != "updated" or entry is None or not entry.revision:
+        update = item.incident.status == "updated" or item.refresh
+        if not update or entry is None or not entry.revision:
             return 0.0
         return entry.updated_at + self.settings.min_update_seconds - self.clock()
 
@@ -494,10 +499,13 @@ class BridgeRunner:
         incident = item.incident
         now = self.clock()
         key = group_of(incident)
+        group = self.ledger.group(route.name, key)
         if entry is not None and entry.folded_into:
             await self._fold(route, item, entry, entry.folded_into, key)
             return
-        group = self.ledger.group(route.name, key)
+        if group is not None and incident.id in group.folded and group.lead != incident.id:
+            await self._fold(route, item, entry, group.lead, key)  # folded before a crash
+            return
         new = (entry is None or not entry.revision) and incident.status != "resolved"
         if (
             new
@@ -507,10 +515,16 @@ class BridgeRunner:
         ):
             await self._fold(route, item, entry, group.lead, key)
             return
+        if new:
+            # A new page of its group: counted now, before any await, so that lanes of the
+            # same group running beside this one see it (else a burst all pages at once).
+            group = paged(group, route.name, key, incident, now, self.storms)
+            self.ledger.keep(group)
+            await self.ledger.write(group)
         handed = incident.revision
         if entry is not None and entry.endpoint_revision >= handed:
             handed = entry.endpoint_revision + 1
-        view = merged(incident, group, handed)
+        view = merged(incident, group, handed, first=entry is None or not entry.revision)
         previous = None
         if entry is not None and entry.revision:
             previous = Delivered(entry.revision, entry.status, dict(entry.memo))
@@ -570,63 +584,57 @@ class BridgeRunner:
             updated_at=self.clock(),
         )
         await self.ledger.write(delivered)
-        if name != "rejected":
-            await self._after_page(route, incident, entry, group, key)
+        for member in item.members:
+            await self.ledger.write(member)
+        if name != "rejected" and entry is not None and entry.revision:
+            current = self.ledger.group(route.name, key)  # as it is now, folds included
+            if current is not None and current.lead == incident.id:
+                current = with_lead_view(current, incident)
+                self.ledger.keep(current)
+                await self.ledger.write(current)
         self._done(item, name)
-
-    async def _after_page(
-        self,
-        route: Route,
-        incident: Incident,
-        entry: BridgeDelivery | None,
-        group: BridgeGroup | None,
-        key: str,
-    ) -> None:
-        """Keep the storm group: a new page counts, the lead's view follows its revisions."""
-        if entry is None or not entry.revision:
-            if incident.status != "resolved":
-                await self.ledger.write(
-                    paged(group, route.name, key, incident, self.clock(), self.storms)
-                )
-        elif group is not None and group.lead == incident.id:
-            await self.ledger.write(with_lead_view(group, incident))
 
     async def _fold(
         self, route: Route, item: _Item, entry: BridgeDelivery | None, lead: str, key: str
     ) -> None:
-        """Fold ``item`` into the page of ``lead``: the lead's lane delivers the merged view."""
+        """Fold ``item`` into the page of ``lead``: the lead's lane delivers the merged view.
+
+        Order (kill safety): the group is written first (a fold is idempotent, so a crash
+        after it folds the re-read record again), the member's own entry only after the
+        lead's merged view was delivered (until then a re-read record is not a duplicate).
+        """
         incident = item.incident
-        group = self.ledger.group(route.name, key)
         base = entry or BridgeDelivery(route=route.name, incident_id=incident.id, group=key)
-        await self.ledger.write(
-            msgspec.structs.replace(
-                base,
-                revision=incident.revision,
-                status=incident.status,
-                state="delivered",
-                outcome="folded",
-                folded_into=lead,
-                group=key,
-                updated_at=self.clock(),
-            )
+        member = msgspec.structs.replace(
+            base,
+            revision=incident.revision,
+            status=incident.status,
+            state="delivered",
+            outcome="folded",
+            folded_into=lead,
+            group=key,
+            updated_at=self.clock(),
         )
+        group = self.ledger.group(route.name, key)
+        self.metrics.deliveries.labels(self.kind, route.name, "folded").inc()
         if group is None or group.lead != lead or group.lead_view is None:
-            self._done(item, "folded")  # the lead is gone (a new lead pages on its own)
+            await self.ledger.write(member)  # the lead is gone (a new lead pages on its own)
+            self._done(item, "folded_late")
             return
-        group = folded(group, incident)
+        group = folded(group, incident)  # read, changed and kept with no await between
+        self.ledger.keep(group)
         await self.ledger.write(group)
         view = group.lead_view
         assert view is not None
-        self.metrics.deliveries.labels(self.kind, route.name, "folded").inc()
         self._queued -= 1
         if view.status == "resolved":
+            await self.ledger.write(member)
             for ticket in item.tickets:
                 self._release(ticket)
             return
-        self._push(
-            route,
-            _Item(route.name, view, item.tickets, item.timestamp_ms, item.record, refresh=True),
-        )
+        poke = _Item(route.name, view, item.tickets, item.timestamp_ms, item.record, refresh=True)
+        poke.members.append(member)
+        self._push(route, poke)
 
     async def _call(self, route: Route, view: Incident, previous: Delivered | None) -> Outcome:
         """The endpoint's answer, retried until it is not :class:`Retry`."""

@@ -95,8 +95,13 @@ def with_lead_view(group: BridgeGroup, lead: Incident) -> BridgeGroup:
     return msgspec.structs.replace(group, lead_view=lead)
 
 
-def merged(lead: Incident, group: BridgeGroup | None, revision: int) -> Incident:
-    """What the endpoint sees for the lead: its own revision with the group folded in."""
+def merged(
+    lead: Incident, group: BridgeGroup | None, revision: int, *, first: bool = False
+) -> Incident:
+    """What the endpoint sees for the lead: its own revision with the group folded in.
+
+    An ``open`` lead already paged becomes ``updated`` (the fold is an update of its page);
+    its ``first`` delivery stays ``open`` (folds that came before it went are in it)."""
     if group is None or group.lead != lead.id or not group.folded:
         return (
             lead if lead.revision == revision else msgspec.structs.replace(lead, revision=revision)
@@ -115,8 +120,9 @@ def merged(lead: Incident, group: BridgeGroup | None, revision: int) -> Incident
         if not extra
         else f"{lead.summary} (+{len(group.folded)} grouped incidents, {extra} more pods)"
     )
+    status = "updated" if lead.status == "open" and not first else lead.status
     return msgspec.structs.replace(
-        lead, revision=revision, pods=pods, attributes=attributes, summary=summary
+        lead, revision=revision, status=status, pods=pods, attributes=attributes, summary=summary
     )
 
 
