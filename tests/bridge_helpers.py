@@ -21,7 +21,7 @@ import contextlib
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -296,6 +296,7 @@ async def bridging(
     *,
     group: str = "bridge-test",
     token: str = "test-token",
+    wrap: Callable[[Any], Any] | None = None,
 ) -> AsyncIterator[Bridge]:
     """The real runner with the JSON-POST endpoint, in this loop, on this test's topics."""
     environ = {"TEST_BRIDGE_TOKEN": token}
@@ -306,7 +307,7 @@ async def bridging(
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
         runner = BridgeRunner(
             kind=KIND,
-            endpoint=build(Options(), http, environ),
+            endpoint=(wrap or _same)(build(Options(), http, environ)),
             routes=routes,
             settings=settings,
             client_kwargs=kafka.kwargs,
@@ -325,6 +326,10 @@ async def bridging(
         finally:
             stop.set()
             await asyncio.wait_for(task, 30)
+
+
+def _same(endpoint: Any) -> Any:
+    return endpoint
 
 
 async def read_ledger(kafka: KafkaTestEnv, group: str = "bridge-test") -> Ledger:

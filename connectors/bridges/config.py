@@ -172,10 +172,11 @@ def routes_of(
             known = ", ".join(RouteSettings.__struct_fields__)
             text = f"unknown key {unknown} (expected one of: {known})"
         raise ValueError(f"{kind}.routes{path.rstrip('`')[1:]}: {text}") from None
-    names = [r.name for r in routes]
+    seen: set[str] = set()
     for index, route in enumerate(routes):
-        if names.count(route.name) > 1:
+        if route.name in seen:
             raise ValueError(f"{kind}.routes[{index}].name: {route.name!r} is used twice")
+        seen.add(route.name)
         if KEY_SEPARATOR in route.name:
             raise ValueError(f"{kind}.routes[{index}].name: must not hold NUL")
         for key, value in route.target.items():
