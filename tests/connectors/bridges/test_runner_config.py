@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
@@ -31,6 +32,7 @@ from schemas.jsonschema import DOCUMENT_DIR
 from tests.bridge_helpers import Options, bridging, incident, publish, receiving, route
 from tests.cli_helpers import load_tables
 from tests.kafka_helpers import KafkaTestEnv, eventually, produce
+from tests.paths import ROOT
 
 
 # -- settings ------------------------------------------------------------------------
@@ -226,3 +228,32 @@ def test_bridge_settings_defaults_are_sane() -> None:
     assert defaults.storm_window_seconds == 600
     assert defaults.metrics_port == 9470
     assert msgspec.convert({}, BridgeSettings) == defaults
+
+
+# -- the README ----------------------------------------------------------------------
+def _bridges_section() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("## Bridges: incidents to people")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def test_the_readme_configuration_loads(tmp_path: Path) -> None:
+    section = _bridges_section()
+    toml = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    path = tmp_path / "readme.toml"
+    path.write_text(toml, encoding="utf-8")
+    bridge = load_settings(str(path), environ={}).bridge
+    assert bridge == msgspec.structs.replace(BridgeSettings(), kinds=bridge.kinds)
+    names = [r.name for r in routes_of(bridge, "pagerduty")]
+    assert names == ["oncall", "ml-team"]
+
+
+def test_the_readme_names_every_bridge_metric_and_only_those() -> None:
+    from connectors.bridges.metrics import BridgeMetrics  # noqa: PLC0415
+
+    named = set(re.findall(r"`(gputriage_bridge_[a-z_]+)", _bridges_section()))
+    exported = {
+        metric.name + ("_total" if metric.type == "counter" else "")
+        for metric in BridgeMetrics().registry.collect()
+    }
+    assert named == exported
