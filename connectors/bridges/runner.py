@@ -500,6 +500,11 @@ class BridgeRunner:
         now = self.clock()
         key = group_of(incident)
         group = self.ledger.group(route.name, key)
+        newer = group.lead_view if item.refresh and group is not None else None
+        if newer is not None and newer.revision > incident.revision:
+            # A fold's poke carries the lead as it was then; the lead may have moved on
+            # since (a newer revision delivered meanwhile): never show an older one.
+            incident = newer
         if entry is not None and entry.folded_into:
             await self._fold(route, item, entry, entry.folded_into, key)
             return
@@ -571,9 +576,14 @@ class BridgeRunner:
                 incident.revision,
                 self.scrub(outcome.reason),
             )
+        if name == "rejected" and new and group is not None and group.lead == incident.id:
+            # A page the vendor refused is no page to fold into: the next one pages.
+            group = msgspec.structs.replace(group, lead="", lead_view=None)
+            self.ledger.keep(group)
+            await self.ledger.write(group)
         delivered = msgspec.structs.replace(
             base,
-            revision=incident.revision,
+            revision=max(incident.revision, entry.revision if entry is not None else 0),
             status=incident.status,
             memo=memo,
             state="delivered",
