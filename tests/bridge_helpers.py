@@ -149,6 +149,8 @@ class Receiver:
     url: str = ""
     delay: float = 0.0
     """Seconds each answer takes (a slow vendor: the request is recorded on arrival)."""
+    failing: set[str] = field(default_factory=set)
+    """Incident ids answered 503 for as long as they are in it."""
 
     def answer(self, *answers: tuple[int, dict[str, str], str]) -> None:
         """Queue answers given before the receiver goes back to 200."""
@@ -175,7 +177,12 @@ class Receiver:
             self.got.append(Received(at, body if isinstance(body, dict) else {}, token, 400))
             return web.Response(status=400, text=problem)
         assert isinstance(body, dict)
-        status, headers, text = self.script.popleft() if self.script else (200, {}, "ok")
+        answer: tuple[int, dict[str, str], str] = (200, {}, "ok")
+        if body["id"] in self.failing:
+            answer = (503, {}, "down for this one")
+        elif self.script:
+            answer = self.script.popleft()
+        status, headers, text = answer
         self.got.append(Received(at, body, token, status))
         if self.delay:
             await asyncio.sleep(self.delay)  # a slow vendor, not a synchronisation

@@ -44,14 +44,17 @@ GROUP_MARK: Final = "group"
 
 
 def ledger_topic(layout: TopicLayout, group_id: str) -> TopicSpec:
-    """``<prefix>.bridge.<group id>.ledger``: compacted, the incident topic's partitions."""
+    """``<prefix>.bridge.<group id>.ledger``: compacted like the incident topic, with its
+    partitions and its retention (``compact,delete``): an entry last written longer ago
+    than incidents are kept is about an incident the topic no longer holds, so it can
+    never be read again, and the ledger does not grow forever."""
     name = f"{layout.prefix}.bridge.{group_id}.ledger" if layout.prefix else f"bridge.{group_id}"
     return TopicSpec(
         name=name,
         partitions=layout.incidents.partitions,
         replication_factor=layout.incidents.replication_factor,
         key="route NUL incident id (or route NUL group NUL group key)",
-        configs={"cleanup.policy": "compact"},
+        configs=dict(layout.incidents.configs),
     )
 
 

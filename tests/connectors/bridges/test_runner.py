@@ -11,9 +11,10 @@ from functools import partial
 
 import msgspec
 import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from connectors.bridges.base import Delivered, Outcome, Route
-from schemas.codec import decode_dead_letter, decode_incident
+from schemas.codec import decode_dead_letter, decode_incident, encode
 from tests.bridge_helpers import (
     FAST,
     Receiver,
@@ -241,3 +242,44 @@ async def test_an_exception_from_the_endpoint_is_logged_and_retried(
     assert receiver.accepted_keys() == [("a", 1)]
     assert bridge.sample("gputriage_bridge_endpoint_errors_total") == 1
     assert "the endpoint raised" in caplog.text
+
+
+async def test_an_incident_retrying_holds_back_only_its_own_commit(kafka: KafkaTestEnv) -> None:
+    """One incident's vendor answers 503 on and on: the others (on the same partition too)
+    are delivered meanwhile, and the partition is not committed past the stuck record
+    until it is delivered."""
+    async with receiving() as receiver, bridging(kafka, [route("r", receiver)]) as bridge:
+        receiver.failing.add("stuck")
+        sent = await produce(
+            kafka.bootstrap,
+            kafka.layout.incidents.name,
+            [(b"stuck", encode(incident("stuck", 1)))],
+        )
+        stuck = sent[0]
+        others = [incident(f"other-{n}", 1) for n in range(6)]
+        await publish(kafka, others)
+        await eventually(lambda: len(receiver.accepted()) == 6, timeout=20, what="the others")
+        await eventually(
+            lambda: bridge.sample("gputriage_bridge_retries_total", route="r") >= 3,
+            timeout=20,
+            what="retries of the stuck one",
+        )
+        await bridge.runner._commit()
+        committed = await _committed(kafka, stuck.partition)
+        assert committed is None or committed <= stuck.offset, "committed past an undelivered one"
+        receiver.failing.clear()
+        await eventually(lambda: ("stuck", 1) in receiver.accepted_keys(), timeout=20, what="it")
+        tracker = bridge.runner._partitions[TopicPartition(stuck.topic, stuck.partition)]
+        await eventually(lambda: stuck.offset not in tracker.outstanding, timeout=10, what="done")
+        await bridge.runner._commit()
+        assert (await _committed(kafka, stuck.partition) or 0) > stuck.offset
+
+
+async def _committed(kafka: KafkaTestEnv, partition: int) -> int | None:
+    consumer = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap, group_id="bridge-test")
+    await consumer.start()
+    try:
+        value = await consumer.committed(TopicPartition(kafka.layout.incidents.name, partition))
+        return int(value) if value is not None else None
+    finally:
+        await consumer.stop()

@@ -133,7 +133,8 @@ async def test_the_ledger_restores_the_newest_entry_and_skips_a_corrupt_record(
     kafka: KafkaTestEnv,
 ) -> None:
     spec = ledger_topic(kafka.layout, "g")
-    assert spec.configs == {"cleanup.policy": "compact"}
+    assert spec.configs == kafka.layout.incidents.configs
+    assert spec.configs["cleanup.policy"] == "compact,delete"
     assert spec.name == f"{kafka.prefix}.bridge.g.ledger"
     await ensure_topics(kafka.kwargs, kafka.layout, extra=(spec,))
     ledger = Ledger(kafka.kwargs, spec.name)
