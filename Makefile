@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-pyproject
 # setuptools' editable-install notices are warnings, not errors: keep pip quiet.
 PIP    := PYTHONWARNINGS=ignore $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: venv lint test demo schemas bench bench-pipeline bench-slim bench-faust bench-kmsg
+.PHONY: venv tools lint test demo schemas bench bench-pipeline bench-slim bench-faust bench-kmsg
 
 venv: $(STAMP)
 
@@ -24,7 +24,24 @@ lint: venv
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 
-test: venv lint
+# Test tools from Debian's packages, where apt-get runs as root (CI, the dev machines):
+# the Alertmanager bridge's tests post to a real Alertmanager. One `apt-get update`, then
+# every missing package in one install; elsewhere the tests that need them skip, saying why.
+APT_PACKAGES := prometheus-alertmanager
+
+tools:
+	@missing=""; for p in $(APT_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  echo "apt-get install$$missing"; \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
+	    apt-get install -y -qq --no-install-recommends $$missing >/dev/null; } \
+	  || echo "make tools: installing$$missing FAILED: the tests that need it will skip"; \
+	else echo "make tools: cannot install$$missing (no apt-get as root): their tests skip"; fi
+
+test: venv lint tools
 	$(BIN)/pytest
 
 demo: venv

@@ -174,6 +174,9 @@ class Publisher:
       processor holds its watermark for it), and it sends no heartbeat.
     * Heartbeats go to every raw topic-partition the source has published to since
       it started (from the acks), so every worker that owns one of its keys hears it.
+    * **A new partition is announced before the progress covers it** (:meth:`_announce`):
+      otherwise a worker can read a later progress of this source on another partition
+      before the first record on the new one, and find that record late.
     * **A source that ends says so** (``--once`` read everything): a last heartbeat
       with :data:`~schemas.progress.END`, else every worker would hold its watermark
       at that source's last progress until it ages out.
@@ -205,6 +208,10 @@ class Publisher:
         self.used: set[tuple[str, int]] = set()
         """Raw ``(topic, partition)`` this source has published to (acknowledged)."""
         self.heartbeats = 0
+        self.announcements = 0
+        self._announced = 0
+        """How many of ``used`` the last acknowledged announcement named."""
+        """Announcement rounds sent: one per chunk that revealed a partition not used before."""
         """Heartbeats acknowledged (one per round, however many partitions it went to)."""
         self._last_out = time.monotonic()
         self._beat_pending = False
@@ -250,6 +257,10 @@ class Publisher:
         if events:
             await self.producer.send_many(events, headers=self._headers(), used=self.used)
             self._last_out = time.monotonic()
+        if len(self.used) > self._announced:
+            # Also when an earlier try of this chunk grew ``used`` and then failed: the
+            # retry must still announce before the progress rises.
+            await self._announce()
         if dead:
             source = self.source
             await self.producer.send_dead_letters(dead_letters(source.name, source.key, dead))
@@ -261,6 +272,20 @@ class Publisher:
         if self.metrics is not None:
             for event in events:
                 self.metrics.events_out.labels(SCHEMA_SOURCES.get(type(event), "other")).inc()
+
+    async def _announce(self) -> None:
+        """Tell every partition used so far about all of them, at the progress acked *before*
+        the chunk that revealed the new ones (:mod:`schemas.progress`): a worker must read
+        of a new partition before it reads a progress that covers its first record there.
+        Once per new partition in the source's life, so cheap; the caller raises the
+        progress only after this is acknowledged."""
+        when = self.progress or datetime.now(UTC)  # the headers, not this, carry progress
+        tick = Tick(id=f"heartbeat:{self.source_id}", cluster=self._cluster, time=when)
+        used = sorted(self.used)
+        signed = [*self._headers(), (wire.PARTITIONS_HEADER, wire.encode_partitions(used))]
+        await self.producer.send_heartbeats(tick, used, signed)
+        self._announced = len(used)
+        self.announcements += 1
 
     async def _send_heartbeat(self, item: Heartbeat) -> None:
         try:

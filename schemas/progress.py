@@ -32,6 +32,17 @@ Traps:
   partition *p* vouches only for the records of its source before it on *p*
   (Kafka orders nothing across partitions); the processor keeps one progress
   per (source, topic, partition).
+* **A source announces a partition before it vouches for it.** The processor
+  only knows a (source, partition) once it has read a record of it there, and
+  Kafka orders nothing across partitions: a source's first record on a new
+  partition *A* can be read after a later record of it on *B* whose progress
+  covers it (the fetch that read *B* saw *A* before that record landed). So when
+  its acknowledged records reveal a new partition, the publisher first sends a
+  ``tick.v1`` with its old progress and ``gputriage-partitions`` (every raw
+  topic-partition it has used) to all of them, and only then raises its progress:
+  a worker reads the announcement on *B* before any progress that covers *A*'s
+  record, and holds its watermark for *A* until it has heard the source there or
+  read *A* to an end it fetched after the announcement (:mod:`streams.app.announced`).
 * **Integer milliseconds.** Floats would round differently on the two sides;
   an event time is never finer than that in this project's sources that matter
   for grace (seconds), and the watermark only has to be a lower bound.
@@ -48,6 +59,10 @@ SOURCE_HEADER: Final = "gputriage-source"
 """The sender's source id: stable per connector instance (family, cluster, node)."""
 PROGRESS_HEADER: Final = "gputriage-progress"
 """Event time the sender has delivered up to: integer milliseconds since the epoch, ASCII."""
+
+PARTITIONS_HEADER: Final = "gputriage-partitions"
+"""On an announcement tick only: ``topic:0,1,5;other-topic:3`` (every raw topic-partition
+the source has published to). Kafka topic names never contain ``:``, ``,`` or ``;``."""
 
 Headers = Sequence[tuple[str, bytes]]
 """Kafka record headers as aiokafka gives and takes them."""
@@ -102,3 +117,39 @@ def read(record_headers: Iterable[tuple[str, bytes]]) -> tuple[bytes, float] | s
     if not isinstance(progress, bytes) or not progress.isdigit():
         return MALFORMED
     return source, int(progress) / 1000
+
+
+def encode_partitions(partitions: Iterable[tuple[str, int]]) -> bytes:
+    """``{(topic, partition)}`` as :data:`PARTITIONS_HEADER`'s value, sorted (stable bytes)."""
+    by_topic: dict[str, set[int]] = {}
+    for topic, partition in partitions:
+        by_topic.setdefault(topic, set()).add(partition)
+    return ";".join(
+        f"{topic}:{','.join(map(str, sorted(numbers)))}"
+        for topic, numbers in sorted(by_topic.items())
+    ).encode("ascii")
+
+
+def read_partitions(record_headers: Iterable[tuple[str, bytes]]) -> frozenset[tuple[str, int]]:
+    """The partitions an announcement names; empty without the header or when it is
+    malformed (an announcement is an optimisation of safety, never a reason to fail)."""
+    for name, value in record_headers:
+        if name != PARTITIONS_HEADER:
+            continue
+        raw: object = value  # aiokafka allows None
+        if not isinstance(raw, bytes):
+            return frozenset()
+        out: set[tuple[str, int]] = set()
+        try:
+            for part in raw.decode("ascii").split(";"):
+                topic, _, numbers = part.partition(":")
+                if not topic or not numbers:
+                    return frozenset()
+                for number in numbers.split(","):
+                    if not number.isdigit():
+                        return frozenset()
+                    out.add((topic, int(number)))
+        except UnicodeDecodeError:
+            return frozenset()
+        return frozenset(out)
+    return frozenset()

@@ -20,6 +20,14 @@ spaces by a paste), JSON with ``logger: controller.provisioner`` and flat keys
 * ``all available instance types exceed limits for nodepool``, ``N out of M instance
   types were excluded because they would breach [provisioner] limits`` ->
   ``max_size_reached``/``max_size`` (NodePool or Provisioner limits);
+* ``terminating due to registration ttl`` (September 2023 to July 2025) and
+  ``terminating due to timeout`` with ``reason`` ``registration_timeout`` or
+  ``launch_timeout`` (since kubernetes-sigs/karpenter PR #2349, July 2025;
+  ``pkg/controllers/nodeclaim/lifecycle/liveness.go``): the NodeClaim's node did not
+  launch or register in time and the claim is deleted -> ``scale_up_timeout``/``timeout``,
+  ``cloud_code`` the logged ``reason``. Debug level except from April to May 2024 (PR
+  #1183 until the logger migration), so most logs lack it; the provider (AWS, Azure
+  Node Auto-Provisioning) does not change the wording (SOURCES.md, karpenter_azure.jsonl).
 * ``disrupting node(s)``, ``tainted node``, ``deleted node`` -> ``scale_down``.
 
 ``launched nodeclaim`` (success) and simulation chatter are not records.
@@ -51,6 +59,7 @@ _LIMITS_NODEPOOL: Final = re.compile(
     r"exceed limits for (?:nodepool|provisioner): \"(?P<g>[^\"]+)\""
 )
 _MAX_PODS: Final = 64
+_LIVENESS_REASONS: Final = frozenset({"registration_timeout", "launch_timeout"})
 
 
 TRIGGERS: Final = (
@@ -68,6 +77,7 @@ TRIGGERS: Final = (
     "ainted node",
     "eleted node",
     "limits",
+    "erminating due to",
 )
 """Every Karpenter record with a fact contains one of these (first letter left off: the
 wording's case changed between releases)."""
@@ -158,6 +168,12 @@ def parse_record(record: dict[str, Any]) -> tuple[Fact, ...]:
         if reason == "timeout":
             reason = "other"
         return (Fact("scale_up_failed", reason, group, cloud_code=code),)
+    if lower.startswith("terminating due to"):
+        cause = record.get("reason")
+        cause = cause if isinstance(cause, str) else ""
+        if "registration" in lower or cause in _LIVENESS_REASONS:
+            return (Fact("scale_up_timeout", "timeout", group, cloud_code=cause),)
+        return ()
     if lower.startswith(("disrupting node", "tainted node", "deleted node")):
         return (Fact("scale_down", node_group=group),)
     return ()

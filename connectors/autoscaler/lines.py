@@ -6,13 +6,20 @@ counts), or a :class:`~schemas.codec.RecordError` for a line that is plainly a
 klog record but cannot be read (an impossible date): a dead letter.
 
 Formats (``fmt``): ``klog`` (cluster-autoscaler), ``karpenter`` (JSON or console),
-``auto`` (per line, by content: a JSON record with Karpenter's keys or a console
-line is Karpenter, anything else is read as klog). Wrappers are peeled first
-(:mod:`connectors.autoscaler.unwrap`); the record's ``line`` keeps the original.
+``gke`` (GKE's cluster autoscaler visibility entries from Cloud Logging,
+:mod:`connectors.autoscaler.gke`), ``auto`` (per line, by content: a visibility entry
+is GKE, a JSON record with Karpenter's keys or a console line is Karpenter, anything
+else is read as klog). Wrappers are peeled first (:mod:`connectors.autoscaler.unwrap`);
+the record's ``line`` keeps the original.
 
 Time: the klog header's (year from :attr:`LineContext.reference`, see
-:func:`connectors.autoscaler.klog.klog_time`), else the Karpenter record's, else the
-wrapper's, else the reference time itself (a headerless paste).
+:func:`connectors.autoscaler.klog.klog_time`), else the Karpenter record's or the GKE
+entry's, else the wrapper's, else the reference time itself (a headerless paste).
+
+Length: a line is cut at 64 KiB before parsing (the evidence keeps the cut line),
+except a line that starts like JSON and is at most 256 KiB (Cloud Logging's limit on
+one entry, :data:`connectors.autoscaler.gke.MAX_ENTRY`): it is decoded whole when it is
+a visibility entry, so a scale-down naming many evicted pods is not lost.
 
 Speed: a few substring tests (:data:`ANCHORS`) reject a line that can state no fact
 before anything is unwrapped or decoded (most lines of a real log). Trap: the words
@@ -29,15 +36,16 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
 
-from connectors.autoscaler import karpenter, klog
+from connectors.autoscaler import gke, karpenter, klog
 from connectors.autoscaler.classify import cloud_of
 from connectors.autoscaler.unwrap import Unwrapped, parse_time, unwrap
+from schemas import codec
 from schemas.codec import RecordError
 from schemas.events import AutoscalerEvent
 from schemas.ids import hashed_id
 
-Format = Literal["auto", "klog", "karpenter"]
-FORMATS: Final = ("auto", "klog", "karpenter")
+Format = Literal["auto", "klog", "karpenter", "gke"]
+FORMATS: Final = ("auto", "klog", "karpenter", "gke")
 _MAX_LINE: Final = 65536
 """Longer lines are cut before parsing (the evidence keeps the cut line)."""
 _KARPENTER_KEYS: Final = ("logger", "controller", "commit", "NodeClaim", "nodeclaim")
@@ -71,6 +79,7 @@ ANCHORS: Final = (
     "omputed packing",
     "limits",
     "node deletion",
+    "erminating due",
 )
 """The fast path: every key word of every message family (``klog.TRIGGERS``,
 ``karpenter.TRIGGERS``) contains one of these (a test checks it), so a line with none
@@ -106,11 +115,19 @@ def parse_line(
 ) -> tuple[AutoscalerEvent, ...] | RecordError:
     """The records of one line (see the module docstring); never raises."""
     if len(raw) > _MAX_LINE:
+        if ctx.fmt in ("auto", "gke") and len(raw) <= gke.MAX_ENTRY and raw[:1] in _JSON_OPEN:
+            whole = _gke_line(raw, ctx, position)
+            if whole is not None:
+                return whole
         raw = raw[:_MAX_LINE]
     if not _may_state_fact(raw):
         return ()
     if isinstance(raw, bytes):
         raw = raw.decode("utf-8", "replace")
+    if raw[:1] == "[" and ctx.fmt in ("auto", "gke"):
+        listed = _gke_line(raw, ctx, position)
+        if listed is not None:
+            return listed
     original = raw.rstrip("\r\n")
     if raw[:1] in _KLOG_SEVERITIES and raw[1:2].isdigit():
         peeled = Unwrapped(original)  # a bare klog line: nothing to peel
@@ -118,13 +135,17 @@ def parse_line(
         peeled = unwrap(raw)
     if ctx.fmt != "klog":
         record = peeled.record
-        if record is None and peeled.text[:1].isdigit():
+        if record is None and ctx.fmt != "gke" and peeled.text[:1].isdigit():
             record = karpenter.console_record(peeled.text)
-        if record is not None and (
-            ctx.fmt == "karpenter" or any(key in record for key in _KARPENTER_KEYS)
+        if (
+            record is not None
+            and ctx.fmt != "gke"
+            and (ctx.fmt == "karpenter" or any(key in record for key in _KARPENTER_KEYS))
         ):
             return _karpenter(record, peeled, ctx, position, original)
-        if ctx.fmt == "karpenter":
+        if record is not None and ctx.fmt != "karpenter" and gke.is_entry(record):
+            return _gke(record, ctx, position, original)
+        if ctx.fmt in ("karpenter", "gke"):
             return ()
     return _klog(peeled, ctx, position, original)
 
@@ -168,6 +189,55 @@ def _karpenter(
         message = f"{message}: {error}"
     cloud = cloud_of(original, ctx.cloud)
     return _events(facts, ctx, position, original, stamp, message, cloud, "karpenter")
+
+
+_JSON_OPEN: Final = ("{", "[", b"{", b"[")
+
+
+def _gke_line(
+    raw: str | bytes, ctx: LineContext, position: object
+) -> tuple[AutoscalerEvent, ...] | None:
+    """The records of a line read as visibility entries: one entry, or a JSON array of
+    them (``gcloud logging read --format=json | jq -c .``); ``None`` when it is neither."""
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    original = text.rstrip("\r\n")
+    if original.lstrip()[:1] not in ("{", "["):
+        return None
+    try:
+        value = codec.loads(original)
+    except RecordError:
+        return None
+    if isinstance(value, dict):
+        return _gke(value, ctx, position, original) if gke.is_entry(value) else None
+    if not isinstance(value, list) or not value:
+        return None
+    entries = [item for item in value[: gke.MAX_ITEMS] if isinstance(item, dict)]
+    if not entries or not all(gke.is_entry(entry) for entry in entries):
+        return None
+    return tuple(
+        event
+        for index, entry in enumerate(entries)
+        for event in _gke(entry, ctx, (position, index), original)
+    )
+
+
+def _gke(
+    record: dict[str, Any], ctx: LineContext, position: object, original: str
+) -> tuple[AutoscalerEvent, ...]:
+    line = original[:_MAX_LINE]
+    stamp = gke.entry_time(record) or ctx.reference
+    return tuple(
+        klog.to_event(
+            found.fact,
+            event_id=hashed_id("as", ctx.source, position, original, index),
+            cluster=ctx.cluster,
+            time=stamp,
+            message=found.message,
+            cloud="gce",
+            line=line,
+        )
+        for index, found in enumerate(gke.parse_entry(record))
+    )
 
 
 def _record_time(record: dict[str, Any]) -> datetime | None:

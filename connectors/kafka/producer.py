@@ -34,6 +34,7 @@ from types import TracebackType
 from typing import Any, NamedTuple, Self
 
 from aiokafka import AIOKafkaProducer
+from aiokafka.partitioner import murmur2
 
 from connectors.kafka.admin import TopicError, ensure_topics
 from connectors.kafka.config import KafkaUnreachable
@@ -83,6 +84,11 @@ async def start_producer(client_kwargs: Mapping[str, Any], layout: TopicLayout) 
     return producer
 
 
+def partition_of(key: bytes, partitions: int) -> int:
+    """Kafka's default partitioner (murmur2 of the key, as Java's and aiokafka's)."""
+    return int(murmur2(key) & 0x7FFFFFFF) % partitions
+
+
 class EventProducer:
     """Encode events and produce them to their raw topics, keyed by correlation key."""
 
@@ -103,6 +109,8 @@ class EventProducer:
             **producer_options,
         }
         self._producer: AIOKafkaProducer | None = None
+        self._partitions: dict[tuple[str, bytes], int] = {}
+        self._partition_counts: dict[str, int] = {}
         self.sent = 0
         """Records acknowledged so far."""
 
@@ -206,24 +214,75 @@ class EventProducer:
         records: Iterable[tuple[str, bytes | None, bytes, Headers | None]],
         used: set[tuple[str, int]] | None = None,
     ) -> int:
+        """Produce ``records`` in batches built here, one per partition, then await them all.
+
+        Why not ``producer.send`` per record: each call runs aiokafka's partitioner
+        (murmur2 in pure Python) and its accumulator's bookkeeping; building the batches
+        ourselves, with the partition of each key computed once per producer, measured
+        3.2-4x the records/s on the same topics (issue 14.3). The partition is the
+        default partitioner's (:func:`partition_of`), so keys land where the processor
+        expects them. A record without a key (none of ours has one) takes ``send``.
+        """
         producer = self.producer
-        pending = []
+        pending: list[asyncio.Future[Any]] = []
+        counts: list[int] = []
+        open_batches: dict[tuple[str, int], tuple[Any, list[int]]] = {}
         try:
             for topic, key, value, headers in records:
-                pending.append(await producer.send(topic, value, key=key, headers=headers))
+                if key is None:
+                    pending.append(await producer.send(topic, value, headers=headers))
+                    counts.append(1)
+                    continue
+                where = (topic, await self._partition(topic, key))
+                current = open_batches.get(where)
+                if current is None:
+                    current = open_batches[where] = (producer.create_batch(), [0])
+                batch, size = current
+                if batch.append(key=key, value=value, timestamp=None, headers=headers or []):
+                    size[0] += 1
+                    continue
+                # Full: send it and start the next with this record.
+                pending.append(await producer.send_batch(batch, topic, partition=where[1]))
+                counts.append(size[0])
+                batch = producer.create_batch()
+                # The first record of a batch always fits (an oversize one is the broker's
+                # to refuse, as with send): no loop here.
+                batch.append(key=key, value=value, timestamp=None, headers=headers or [])
+                open_batches[where] = (batch, [1])
+            for (topic, partition), (batch, size) in open_batches.items():
+                if size[0]:
+                    pending.append(await producer.send_batch(batch, topic, partition=partition))
+                    counts.append(size[0])
+            open_batches.clear()
         finally:
             # Also when routing or enqueueing failed half-way: settle what was sent.
             results = await asyncio.gather(*pending, return_exceptions=True)
-        return self._settled(results, used)
+        return self._settled(results, used, counts)
 
-    def _settled(self, results: list[Any], used: set[tuple[str, int]] | None) -> int:
+    async def _partition(self, topic: str, key: bytes) -> int:
+        """The default partitioner's partition of ``key`` (cached: keys repeat, per node)."""
+        cached = self._partitions.get((topic, key))
+        if cached is not None:
+            return cached
+        count = self._partition_counts.get(topic)
+        if count is None:
+            count = self._partition_counts[topic] = len(await self.producer.partitions_for(topic))
+        if len(self._partitions) >= 1 << 18:
+            self._partitions.clear()
+        partition = self._partitions[(topic, key)] = partition_of(key, count)
+        return partition
+
+    def _settled(
+        self, results: list[Any], used: set[tuple[str, int]] | None, counts: list[int] | None = None
+    ) -> int:
         for result in results:
             if isinstance(result, BaseException):
                 raise result
         if used is not None:
             used.update((metadata.topic, metadata.partition) for metadata in results)
-        self.sent += len(results)
-        return len(results)
+        sent = sum(counts) if counts is not None else len(results)
+        self.sent += sent
+        return sent
 
     async def __aenter__(self) -> Self:
         await self.start()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import click
 import msgspec
@@ -60,6 +60,12 @@ HELP_DEFAULTS = {"speed": 30.0, "output": "lines", "linger_s": 10.0}
 @click.option(
     "--follow", is_flag=True, default=None, help="Keep running after the scenario, until Ctrl-C."
 )
+@click.option(
+    "--bridge",
+    type=click.Choice(["slack-stub"]),
+    help="slack-stub: print, for each revision, the Block Kit JSON the Slack bridge would send "
+    "(chat.postMessage, chat.update, thread replies); nothing is sent. Implies -o json.",
+)
 @brokers_option
 @click.pass_context
 def demo_command(ctx: click.Context, /, **given: Any) -> int:
@@ -74,14 +80,21 @@ def demo_command(ctx: click.Context, /, **given: Any) -> int:
       gputriage demo
       gputriage demo --speed 100 -o json | jq .type
       gputriage demo --scenario my-incident.jsonl --follow
+      gputriage demo --bridge slack-stub
     """
     from gputriage.demo.run import DemoOptions, run_demo  # noqa: PLC0415 - aiokafka
 
     brokers = given.pop("brokers")
+    out: IO[bytes] = sys.stdout.buffer
+    if given.pop("bridge") == "slack-stub":  # reads the incidents back from JSON lines
+        from gputriage.demo.slack_stub import SlackStub  # noqa: PLC0415 - only when asked
+
+        given["output"] = "json"
+        out = SlackStub(out)
     settings = settings_of(ctx)
     if brokers is not None:  # checked (a usage error) and put where the demo looks
         kafka_kwargs(settings, brokers)
         kafka = msgspec.structs.replace(settings.kafka, brokers=tuple(split_brokers(brokers)))
         settings = msgspec.structs.replace(settings, kafka=kafka)
     options = DemoOptions(**{k: v for k, v in given.items() if v is not None})
-    return run_demo(settings, options, sys.stdout.buffer, sys.stderr)
+    return run_demo(settings, options, out, sys.stderr)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable
 from datetime import datetime, tzinfo
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 import click
 import msgspec
@@ -238,17 +238,20 @@ def ingest_dcgm_command(
 @ingest_group.command("autoscaler", context_settings=CONTEXT)
 @_input_file(
     "cluster-autoscaler (klog) or Karpenter (JSON or console) log, raw or wrapped "
-    "(kubectl --prefix/--timestamps, docker json-file, CRI, JSON klog); plain or gzip; "
-    "- for stdin."
+    "(kubectl --prefix/--timestamps, docker json-file, CRI, JSON klog), or GKE cluster "
+    "autoscaler visibility entries from Cloud Logging (one JSON entry per line); plain "
+    "or gzip; - for stdin."
 )
 @click.option("--cluster", required=True, help="Cluster name to put on every record.")
 @click.option(
     "--format",
     "fmt",
-    type=click.Choice(["auto", "klog", "karpenter"]),
+    type=click.Choice(["auto", "klog", "karpenter", "gke"]),
     default="auto",
     show_default=True,
-    help="Log format; auto tells them apart line by line.",
+    help="Log format; auto tells them apart line by line. gke: the Cloud Logging log "
+    "container.googleapis.com/cluster-autoscaler-visibility (GKE runs the autoscaler "
+    "on its control plane: no pod log to read).",
 )
 @click.option(
     "--year",
@@ -293,6 +296,10 @@ def ingest_autoscaler_command(
         gputriage ingest autoscaler --cluster prod --file -
       gputriage ingest autoscaler --cluster prod --file ca.log --year 2026
       gputriage ingest autoscaler --cluster prod --format karpenter --file karpenter.jsonl
+      gcloud logging read --format=json \\
+          'log_id("container.googleapis.com/cluster-autoscaler-visibility")' | \\
+          jq -c '.[]' | \\
+        gputriage ingest autoscaler --cluster prod --format gke --file -
     """
     settings_of(ctx)  # an invalid --config is one line here too, as for every verb
     from connectors.autoscaler.lines import LineContext  # noqa: PLC0415
@@ -316,7 +323,7 @@ def ingest_autoscaler_command(
             reference=reference,
             source=source.name,
             cloud=cloud or "",
-            fmt="klog" if fmt == "klog" else "karpenter" if fmt == "karpenter" else "auto",
+            fmt=_autoscaler_format(fmt),
         )
         counts = Counts()
         status = _print_events(read_autoscaler(source, lines, counts), "autoscaler line")
@@ -326,6 +333,17 @@ def ingest_autoscaler_command(
         file=sys.stderr,
     )
     return status
+
+
+def _autoscaler_format(fmt: str) -> Literal["auto", "klog", "karpenter", "gke"]:
+    """The ``--format`` choice as the parser's format literal."""
+    if fmt == "klog":
+        return "klog"
+    if fmt == "karpenter":
+        return "karpenter"
+    if fmt == "gke":
+        return "gke"
+    return "auto"
 
 
 class _Parsed(Protocol):

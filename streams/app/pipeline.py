@@ -109,6 +109,16 @@ class Pipeline:
     a backlog finds the watermark moved on by the others or by the clock, and its
     backlog is late (``stats.late``), as it would be anywhere with an idleness timeout.
 
+    **The clock is a limit, not a promise** (``tight``): it fires and releases what is
+    due up to it, and the watermark moves only as far as the last of those. The clock
+    knows nothing of the events to come: a worker started on empty topics (or with
+    every source gone and nothing to fire) that took "now minus grace" as its
+    watermark would find the first backfill it is given late from its first event,
+    applied in arrival order, which across partitions is not event order (the flaky
+    live-versus-replay test of issue 12: every event of the slowly delivered stream
+    was late, and under load the cluster key's pod and autoscaler records interleaved
+    differently).
+
     Traps:
 
     * **No clock in here.** Ageing needs the time: the transport passes ``now``
@@ -120,11 +130,16 @@ class Pipeline:
       joining with an older progress holds it where it is, not earlier.
     * A source that has ended (``--once``) says so (progress ``+inf``): it holds
       nothing; if it publishes again it has restarted, and its new progress counts.
-    * **A partition a source has not used yet is unknown here.** Its first record on
-      a new partition may be read after its newer records on others; what covers it:
-      records carry the progress acknowledged *before* their chunk, so for a source
-      in event-time order (kmsg, journal, a replay) the new record is never behind
-      that progress; for an unordered one (k8s) grace covers it, as before.
+    * **A partition a source has not used yet is unknown here**, and its first record
+      there may be read after a newer progress of it on another partition (Kafka
+      orders nothing across partitions; a fetch may see *A* before the record landed
+      and *B* after the progress did). So a source announces new partitions before
+      its progress covers them (:mod:`schemas.progress`): an announcement naming an
+      owned partition where this source is not known yet adds it at ``-inf``, and it
+      holds the watermark until the source is heard there or the worker has read that
+      partition to an end fetched after the announcement (:meth:`settle`). Without
+      an assignment (:meth:`retain` never called: a caller feeding batches) they are
+      ignored: nothing would settle them.
     * **The least progress is the slowest alive source's**: an event waits until
       every source on this worker's partitions has vouched for its time, so a quiet
       source that only heartbeats (every 5 s) delays incidents by up to that much.
@@ -155,6 +170,14 @@ class Pipeline:
         """Progress header values already read (see :meth:`_hear`)."""
         self._checked: set[bytes] = set()
         """Source ids already found well-formed."""
+        self.clock_limit = -math.inf
+        """The last advance's limit when the clock made it (see the class), else ``-inf``:
+        the watermark may stay behind it with nothing held, and the worker's delay gauge
+        measures from the greater of the two."""
+        self._owned: frozenset[Partition] | None = None
+        """The assigned raw partitions (:meth:`retain`); None: no assignment known."""
+        self._announced: dict[SourceStream, float] = {}
+        """Entries added by an announcement, not heard yet -> when (``now``) it was read."""
         self._schemas: dict[str, tuple[str, type[Event]]] = {}
         for source, spec in layout.raw.items():
             self._schemas[spec.name] = (source, SOURCE_SCHEMAS[source])
@@ -232,11 +255,13 @@ class Pipeline:
         self._advance(outcome, self._watermark(busy, now, now))
         return self._finish(outcome)
 
-    def _advance(self, outcome: BatchOutcome, watermark: float) -> None:
+    def _advance(self, outcome: BatchOutcome, watermark: tuple[float, bool]) -> None:
+        limit, from_clock = watermark
+        self.clock_limit = limit if from_clock else -math.inf
         try:
-            outcome.incidents += self.correlator.advance_watermark(watermark)
+            outcome.incidents += self.correlator.advance_watermark(limit, tight=from_clock)
         except Exception:  # keep the worker alive; the log says what broke
-            log.exception("advancing the watermark to %s failed", watermark)
+            log.exception("advancing the watermark to %s failed", limit)
 
     def _hear(self, record: RawRecord, now: float | None) -> bool:
         """Note the record's source progress; False if it has none (or a malformed one).
@@ -263,10 +288,14 @@ class Pipeline:
                 return False
             self._remember(headers, got)
             fast = got
+            if len(headers) > 2 and self._owned is not None and now is not None:
+                self._note_announced(got[0], wire.read_partitions(headers), now)
         source, progress = fast
         key = (source, record.topic, record.partition)
         entry = self._sources.get(key)
         heard = -math.inf if now is None else now
+        if self._announced:
+            self._announced.pop(key, None)
         if entry is None:
             self._sources[key] = [progress, heard]
             return True
@@ -278,6 +307,40 @@ class Pipeline:
             entry[0] = progress
         entry[1] = max(entry[1], heard)
         return True
+
+    def _note_announced(self, source: bytes, partitions: frozenset[Partition], now: float) -> None:
+        """Hold the watermark for the owned partitions a source announces and has not been
+        heard on here (see the class); the record's own partition is noted by the caller."""
+        owned = self._owned or frozenset()
+        for topic, partition in partitions:
+            key = (source, topic, partition)
+            if (topic, partition) in owned and key not in self._sources:
+                self._sources[key] = [-math.inf, now]
+                self._announced[key] = now
+
+    @property
+    def has_announced(self) -> bool:
+        """Whether an unheard announcement holds the watermark (cheap, per batch)."""
+        return bool(self._announced)
+
+    def announced(self) -> dict[Partition, float]:
+        """The partitions an unheard announcement holds -> when the earliest was read."""
+        out: dict[Partition, float] = {}
+        for (_, topic, partition), at in self._announced.items():
+            where = (topic, partition)
+            out[where] = min(at, out.get(where, math.inf))
+        return out
+
+    def settle(self, partitions: Iterable[Partition]) -> None:
+        """The worker has read these to an end fetched after their announcements: what the
+        announcing sources had published there is read (or was committed before this
+        worker started), so an entry still unheard holds nothing."""
+        done = set(partitions)
+        for key in [k for k in self._announced if (k[1], k[2]) in done]:
+            del self._announced[key]
+            entry = self._sources.get(key)
+            if entry is not None and entry[0] == -math.inf:
+                del self._sources[key]
 
     def _remember(self, headers: Sequence[tuple[str, bytes]], got: tuple[bytes, float]) -> None:
         """Cache a well-formed pair for :meth:`_hear`'s fast path (bounded: reset when full)."""
@@ -306,22 +369,30 @@ class Pipeline:
 
     def _watermark(
         self, busy: Iterable[Partition] | None, clock: float | None, now: float | None
-    ) -> float:
+    ) -> tuple[float, bool]:
+        """``(watermark, from the clock)``: the second is True when only the worker's
+        clock bounds it (nothing busy, no alive source below it), and then it is a limit
+        for :meth:`Correlator.advance_watermark`'s ``tight`` mode, not a promise."""
         newest = self._newest
         busy = list(busy or ())
         pending = [newest.get(p, -math.inf) for p in busy]
         # The partition rule (records without progress headers, and the start-up hold).
+        from_clock = False
         if pending:
             low = min(pending)
         elif clock is not None:
-            low = clock
+            low, from_clock = clock, True
         elif self._unsigned_newest > -math.inf:
             low = self._unsigned_newest
         else:
             low = math.inf  # no record without progress: no bound from this rule
         if self._sources:
-            low = min(low, min((p for _, p in self._alive(now, busy)), default=math.inf))
-        return low - self.grace if low < math.inf else -math.inf
+            least = min((p for _, p in self._alive(now, busy)), default=math.inf)
+            if least < low:
+                low, from_clock = least, False
+        if low == math.inf:
+            return -math.inf, False
+        return low - self.grace, from_clock
 
     def ahead(self, busy: Iterable[Partition], now: float | None = None) -> set[Partition]:
         """The busy partitions that do not hold the watermark back: reading more of them
@@ -356,9 +427,11 @@ class Pipeline:
     def retain(self, partitions: Iterable[Partition]) -> None:
         """Forget the source entries of partitions no longer assigned (after a rebalance):
         they would never be heard again here, and would hold the watermark until aged."""
-        keep = set(partitions)
+        keep = frozenset(partitions)
+        self._owned = keep
         for key in [k for k in self._sources if (k[1], k[2]) not in keep]:
             del self._sources[key]
+            self._announced.pop(key, None)
 
     def restore(self, snapshots: Iterable[Any]) -> None:
         """Adopt states read back from the changelog (already decoded)."""

@@ -99,6 +99,7 @@ from aiokafka.structs import OffsetAndMetadata
 from schemas.codec import encode, fitted_dead_letter
 from schemas.dead_letters import DeadLetter
 from schemas.topics import TopicLayout, TopicSpec
+from streams.app.announced import FetchesAfter
 from streams.app.changelog import ChangelogReader, partition_for
 from streams.app.metrics import Metrics
 from streams.app.offsets import PartitionOffsets
@@ -230,10 +231,12 @@ class Worker:
         self._fatal: BaseException | None = None
         self._stale_seen = 0
         self._late_applied_seen = 0
+        self._late_told = 0
         self._malformed_seen = 0
         self._gauges_at = 0.0
         self._peak = 0
         self._paused: set[TopicPartition] = set()
+        self._fetches = FetchesAfter()
         self.metrics.buffered_cap.set(options.max_buffered_events)
 
     # -- running -------------------------------------------------------------------------
@@ -302,6 +305,8 @@ class Worker:
             if records:
                 outcome = pipeline.process(records, self._busy(), clock)
                 await self._send(outcome, newest / 1000)
+        if pipeline.has_announced:
+            await self._settle_announced()
         now = time.monotonic()
         if now - self._last_tick >= self.options.tick_seconds:
             self._last_tick = now
@@ -554,6 +559,24 @@ class Worker:
         )
 
     # -- the watermark and metrics ---------------------------------------------------------
+    async def _settle_announced(self) -> None:
+        """Let the announced partitions read to an end fetched after their announcement
+        stop holding the watermark (:mod:`streams.app.announced`)."""
+        consumer = self.consumer
+        announced = self.pipeline.announced()
+        tps = {where: TopicPartition(*where) for where in announced}
+        polled = {
+            w: consumer.last_poll_timestamp(tp) for w, tp in tps.items() if tp in self._offsets
+        }
+        done = []
+        for where in self._fetches.ready(announced, polled):
+            tp = tps[where]
+            highwater = consumer.highwater(tp)
+            if highwater is not None and await consumer.position(tp) >= highwater:
+                done.append(where)
+        if done:
+            self.pipeline.settle(done)
+
     def _busy(self) -> list[Partition]:
         """Assigned raw partitions with records left to read: they hold the watermark.
 
@@ -586,16 +609,30 @@ class Worker:
         metrics = self.metrics
         correlator = self.pipeline.correlator
         metrics.open_incidents.set(correlator.open_incidents())
-        if correlator.watermark > 0:
-            metrics.watermark_delay.set(max(0.0, time.time() - correlator.watermark))
-        stale = correlator.stats.stale - self._stale_seen
+        # Nothing waits behind a clock-made limit, even where the watermark stayed behind it.
+        reached = max(correlator.watermark, self.pipeline.clock_limit)
+        if reached > 0:
+            metrics.watermark_delay.set(max(0.0, time.time() - reached))
+        stats = correlator.stats
+        stale = stats.stale - self._stale_seen
         if stale:
             metrics.stale.inc(stale)
-            self._stale_seen = correlator.stats.stale
-        late = correlator.stats.late_applied - self._late_applied_seen
+            self._stale_seen = stats.stale
+        late = stats.late_applied - self._late_applied_seen
         if late:
             metrics.late_applied.inc(late)
-            self._late_applied_seen = correlator.stats.late_applied
+            self._late_applied_seen = stats.late_applied
+        if stats.late > self._late_told:
+            # Behind the watermark: a source outage past source_idle_seconds, a grace too
+            # small for an unordered source, or a bug. Once a second at most, as a total.
+            log.warning(
+                "%d events so far arrived behind the watermark (%d skipped as stale, "
+                "%d applied as newer versions)",
+                stats.late,
+                stats.stale,
+                stats.late_applied,
+            )
+            self._late_told = stats.late
         alive, idle = self.pipeline.sources(time.time(), self._busy())
         metrics.sources_alive.set(alive)
         metrics.sources_idle.set(idle)

@@ -56,6 +56,28 @@ def gpu_devices(requests: dict[str, int]) -> tuple[int, str]:
     return count, resource
 
 
+def _routine(state: ClusterState, ev: PodEvent, config: CoreConfig) -> bool:
+    """Is this copy of a scheduled pod's record news to no cluster rule? Most are (a
+    container restarted, a condition moved): the pod was not pending and holds the same
+    GPUs on the same node as before. Then nothing changes and nothing needs evaluating
+    (thresholds in time are the timers', and ``due`` is handled by the caller), and
+    skipping the step, the rules' evaluation and the incident walk saves most of what
+    routing costs the cluster key (issue 14: every GPU pod update is copied here).
+
+    Trap: this must agree with :func:`_on_pod` exactly; the differential check is the
+    byte-for-byte incidents of generated streams and the scenario (tests/streams/core/
+    test_differential.py)."""
+    key = f"{ev.namespace}/{ev.name}"
+    if key in state.pending:
+        return False
+    finished = ev.op == "deleted" or ev.deleted_at is not None or ev.phase in _FINISHED
+    running = ev.phase == "Running" and not finished and ev.gpu_share is None
+    if ev.namespace in config.mismatch_ignore_namespaces:
+        running = False
+    devices, _ = gpu_devices(ev.gpu_requests)
+    return mismatch.placed_as(state, key, ev.node if running else "", devices)
+
+
 def apply_event(state: ClusterState, event: Any, now: float, config: CoreConfig) -> list[Incident]:
     """Apply one cluster-scoped record (or a copy routed here) at event time ``now``."""
     step = ClusterStep(state, config, now)
@@ -67,6 +89,9 @@ def apply_event(state: ClusterState, event: Any, now: float, config: CoreConfig)
         state.starved_dirty = True
     kind = type(event)
     if kind is PodEvent:
+        if event.node and not due and _routine(state, event, config):
+            state.checked_at = now
+            return []
         _on_pod(step, event)
     elif kind is AutoscalerEvent:
         starved.on_autoscaler(step, event)

@@ -253,10 +253,17 @@ class Correlator:
                 self._advance_to(when - self.grace, out)
         return out
 
-    def advance_watermark(self, watermark: float) -> list[Incident]:
-        """Move the watermark itself (never backwards): release and fire what it passes."""
+    def advance_watermark(self, watermark: float, *, tight: bool = False) -> list[Incident]:
+        """Move the watermark itself (never backwards): release and fire what it passes.
+
+        ``tight``: ``watermark`` is a limit, not a promise: release and fire what is due
+        up to it, but move the watermark only to the last of those (or not at all). For
+        a watermark made of the wall clock, which says nothing about the events still to
+        come: a worker with nothing to fire must not declare the past closed, or the
+        first backfill it is given is late from its first event.
+        """
         out: list[Incident] = []
-        self._advance_to(watermark, out)
+        self._advance_to(watermark, out, tight=tight)
         return out
 
     def advance(self, now: float) -> list[Incident]:
@@ -343,20 +350,23 @@ class Correlator:
         if token is not None:
             self._released.append(token)
 
-    def _advance_to(self, watermark: float, out: list[Incident]) -> None:
+    def _advance_to(self, watermark: float, out: list[Incident], *, tight: bool = False) -> None:
         if watermark <= self.watermark:
             return
         pending, timers = self._pending, self._timers
+        reached = self.watermark
         while True:
             event_at = pending[0][0] if pending else NEVER
             timer_at = timers[0][0] if timers else NEVER
             if timer_at < event_at and timer_at <= watermark:
                 due, cluster, node = heapq.heappop(timers)
+                reached = due
                 state = self._states.get(cluster, {}).get(node)
                 if state is not None and state.deadline == due:
                     self._fire(state, due, out)
             elif event_at <= watermark:
                 when, rank, event_id, cluster, node, _, event, token = heapq.heappop(pending)
+                reached = when
                 ident = (when, rank, event_id, cluster, node)
                 if ident == self._last:
                     self.stats.duplicates += 1
@@ -366,7 +376,7 @@ class Correlator:
                 self._release(token)
             else:
                 break
-        self.watermark = watermark
+        self.watermark = max(self.watermark, reached) if tight else watermark
 
     def _apply(
         self, event: AnyEvent, when: float, out: list[Incident], node: str | None = None

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from connectors.backoff import Backoff
 from connectors.kafka.producer import EventProducer
 from connectors.publish import Publisher, PublishOptions
 from connectors.source import Batch
@@ -104,7 +105,11 @@ class Recorder(EventProducer):
         self, tick: Tick, partitions: Iterable[tuple[str, int]], headers: Headers
     ) -> int:
         targets = sorted(partitions)
-        self.log.append(("heartbeat", (tick.time, wire.read(headers), targets)))
+        named = wire.read_partitions(headers)
+        if named:
+            self.log.append(("announce", (wire.read(headers), targets, sorted(named))))
+        else:
+            self.log.append(("heartbeat", (tick.time, wire.read(headers), targets)))
         return len(targets)
 
     def heartbeats(self) -> list[Any]:
@@ -144,7 +149,7 @@ async def test_every_record_carries_the_source_id_and_the_progress_acked_before_
         finally:
             await stop(task)
     assert publisher.source_id == "test-source@c1/gpu-0"
-    signed = {decode_event(r.value).id: wire.read(r.headers) for r in records}
+    signed = {decode_event(r.value).id: wire.read(r.headers) for r in records if r.key}
     sid = b"test-source@c1/gpu-0"
     want = {
         **{f"progress:{n}": (sid, float("-inf")) for n in (0, 1, 2)},  # none acked yet
@@ -177,10 +182,12 @@ async def test_a_quiet_source_heartbeats_to_every_partition_it_used_after_the_in
     records = await consume_until(
         kafka.bootstrap,
         [kafka.layout.raw["k8s-events"].name],
-        lambda rs: sum(r.key is None for r in rs) >= len(used),
+        lambda rs: (
+            sum(r.key is None and not wire.read_partitions(r.headers) for r in rs) >= len(used)
+        ),
         what="a heartbeat on every partition used",
     )
-    ticks = [r for r in records if r.key is None]
+    ticks = [r for r in records if r.key is None and not wire.read_partitions(r.headers)]
     assert {(r.topic, r.partition) for r in ticks} >= used
     last_event = max(r.timestamp for r in records if r.key is not None)
     for r in ticks:
@@ -213,7 +220,7 @@ async def test_a_heartbeat_never_overtakes_an_unacked_batch() -> None:
     finally:
         await stop(task)
     kinds = [kind for kind, _ in producer.log]
-    assert kinds[:3] == ["events", "events", "heartbeat"]
+    assert kinds[:4] == ["events", "announce", "events", "heartbeat"]
     [(when, signed, _), *_] = producer.heartbeats()
     assert when == event(3).time, "the progress of everything acknowledged before it"
     assert signed == (b"test-source@c1/gpu-0", event(3).time.timestamp())
@@ -234,12 +241,13 @@ async def test_a_source_with_no_progress_yet_sends_no_heartbeat() -> None:
     finally:
         await stop(task)
     assert producer.heartbeats() == []
-    [(kind, (signed, ids))] = producer.log
+    [(kind, (signed, ids)), announced] = producer.log
     assert (kind, signed, ids) == (
         "events",
         (b"test-source@c1/gpu-0", float("-inf")),
         ["progress:0", "progress:1"],
     )
+    assert announced[0] == "announce", "new partitions are named even before any progress"
 
 
 @pytest.mark.asyncio
@@ -281,7 +289,101 @@ async def test_a_source_that_ends_says_so_last() -> None:
     assert result.drained
     kinds = [kind for kind, _ in producer.log]
     assert kinds[-1] == "heartbeat", "after every batch"
-    assert set(kinds[:-1]) == {"events"}
+    assert set(kinds[:-1]) == {"events", "announce"}
     [(_, signed, targets)] = producer.heartbeats()
     assert signed == (b"test-source@c1/gpu-0", float("inf"))
     assert targets
+
+
+@pytest.mark.asyncio
+async def test_an_announcement_precedes_every_progress_that_covers_a_new_partition() -> None:
+    """The order a worker relies on: a chunk that reveals new partitions is followed by an
+    announcement naming all of them, at the progress of *before* the chunk, and only then
+    does the progress rise."""
+
+    class Spread(Recorder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.chunks = 0
+
+        async def send_many(self, events: Iterable[AnyEvent], **kwargs: Any) -> int:
+            self.chunks += 1
+            used = kwargs.get("used")
+            sent = await super().send_many(events, **{**kwargs, "used": None})
+            if used is not None:  # chunk n reaches partition n: a new one each time
+                used.add(("progress.raw.k8s-events", self.chunks))
+            return sent
+
+    producer = Spread()
+    source = Script([batch([0]), batch([1]), batch([2])])
+    publisher = Publisher(
+        source,
+        producer,
+        options=PublishOptions(chunk=1, heartbeat_seconds=None, idle_is_caught_up=False),
+    )
+    task = await running(publisher)
+    try:
+        await eventually(lambda: publisher.announcements >= 3, what="three announcements")
+    finally:
+        await stop(task)
+    sid = b"test-source@c1/gpu-0"
+    topic = "progress.raw.k8s-events"
+    assert producer.log[:6] == [
+        ("events", ((sid, float("-inf")), ["progress:0"])),
+        ("announce", ((sid, float("-inf")), [(topic, 1)], [(topic, 1)])),
+        ("events", ((sid, event(0).time.timestamp()), ["progress:1"])),
+        (
+            "announce",
+            ((sid, event(0).time.timestamp()), [(topic, 1), (topic, 2)], [(topic, 1), (topic, 2)]),
+        ),
+        ("events", ((sid, event(1).time.timestamp()), ["progress:2"])),
+        (
+            "announce",
+            (
+                (sid, event(1).time.timestamp()),
+                [(topic, p) for p in (1, 2, 3)],
+                [(topic, p) for p in (1, 2, 3)],
+            ),
+        ),
+    ]
+
+
+@pytest.mark.asyncio
+async def test_a_chunk_retried_after_a_failed_announcement_still_announces_first() -> None:
+    """The chunk's records were acked (``used`` grew), its announcement was not: the retry
+    sends the chunk again and must announce again before the progress rises."""
+
+    class FailsOnce(Recorder):
+        failed = False
+
+        async def send_heartbeats(
+            self, tick: Tick, partitions: Iterable[tuple[str, int]], headers: Headers
+        ) -> int:
+            if wire.read_partitions(headers) and not self.failed:
+                self.failed = True
+                raise ConnectionError("broker went away")
+            return await super().send_heartbeats(tick, partitions, headers)
+
+    producer = FailsOnce()
+    source = Script([batch([0]), batch([1])])
+    publisher = Publisher(
+        source,
+        producer,
+        options=PublishOptions(
+            chunk=1,
+            heartbeat_seconds=None,
+            idle_is_caught_up=False,
+            backoff=Backoff(initial_s=0.01, max_s=0.02),
+        ),
+    )
+    task = await running(publisher)
+    try:
+        await eventually(lambda: source.read == 2 and len(producer.log) >= 4, what="both chunks")
+    finally:
+        await stop(task)
+    kinds = [kind for kind, _ in producer.log]
+    assert producer.failed
+    assert kinds[:3] == ["events", "events", "announce"], "sent again, then announced"
+    sid = b"test-source@c1/gpu-0"
+    assert producer.log[2][1][0] == (sid, float("-inf")), "at the progress of before"
+    assert producer.log[3] == ("events", ((sid, event(0).time.timestamp()), ["progress:1"]))

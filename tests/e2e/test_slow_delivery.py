@@ -138,7 +138,8 @@ def test_a_recorded_stream_delivered_slowly_gives_exactly_the_incidents_of_repla
                 f"live gave {len(got)} incidents where replay gives {len(expected)}: "
                 f"{len(missing)} missing, {len(extra)} extra, {len(differ)} differ "
                 f"(missing {[expected[i].type for i in missing]}, "
-                f"extra {[got[i].type for i in extra]})"
+                f"extra {[got[i].type for i in extra]}); the worker's log ends:\n"
+                + worker.log()[-4000:]
             ) from None
         got = final(reader.incidents())
         assert set(got) == set(expected), "no incident replay does not have"

@@ -70,3 +70,18 @@ def test_an_ended_source_holds_nothing() -> None:
         b"s",
         math.inf,
     )
+
+
+def test_an_announcement_names_partitions_per_topic_in_stable_bytes() -> None:
+    named = {("raw.pods", 3), ("raw.pods", 0), ("raw.autoscaler", 7)}
+    value = wire.encode_partitions(named)
+    assert value == b"raw.autoscaler:7;raw.pods:0,3"
+    assert wire.read_partitions([(wire.PARTITIONS_HEADER, value)]) == named
+    assert wire.read_partitions(wire.headers("s", datetime(2026, 1, 1, tzinfo=UTC))) == set()
+
+
+@pytest.mark.parametrize(
+    "value", [b"", b"raw.pods", b"raw.pods:", b":1", b"raw.pods:1,x", b"raw.pods:-1", b"\xff", None]
+)
+def test_a_malformed_announcement_names_nothing_and_never_raises(value: bytes | None) -> None:
+    assert wire.read_partitions([(wire.PARTITIONS_HEADER, value)]) == frozenset()  # type: ignore[list-item]

@@ -105,6 +105,11 @@ def _forget(state: ClusterState, node: str) -> None:
         state.settled_changed = state.timers_dirty = True
 
 
+def placed_as(state: ClusterState, key: str, node: str, devices: int) -> bool:
+    """Would :func:`place` with these arguments change nothing?"""
+    return state.placed.get(_hash(key)) == ((node, devices) if node and devices else None)
+
+
 def place(step: ClusterStep, key: str, node: str, devices: int, ev: PodEvent) -> None:
     """The pod ``key`` now holds ``devices`` GPUs on ``node`` ("": none, anywhere)."""
     state = step.state

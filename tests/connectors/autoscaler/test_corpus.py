@@ -25,6 +25,8 @@ LOGS = (
     "karpenter.jsonl",
     "karpenter_console.log",
     "karpenter_wrapped.log",
+    "karpenter_azure.jsonl",
+    "gke_visibility.jsonl",
 )
 REFERENCE = datetime(2026, 7, 1, tzinfo=UTC)
 LABELS = {
@@ -76,7 +78,7 @@ def corpus_lines() -> list[tuple[str, int, str]]:
 
 @pytest.mark.parametrize(("name", "number", "raw"), corpus_lines(), ids=lambda v: str(v)[:40])
 def test_every_corpus_line_matches_its_label(name: str, number: int, raw: str) -> None:
-    """Each line of the six log files (sources: SOURCES.md, per file and line)."""
+    """Each line of the log files in LOGS (sources: SOURCES.md, per file and line)."""
     action, reason = _expected(name, number)
     records = parse(name, number, raw)
     if action == "other":

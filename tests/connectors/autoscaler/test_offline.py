@@ -46,6 +46,25 @@ def test_karpenter_format_and_stdin() -> None:
     assert {json.loads(line)["source"] for line in done.stdout.splitlines()} == {"karpenter"}
 
 
+def test_gke_visibility_entries_auto_and_gke_format_agree() -> None:
+    """gke_visibility.jsonl (SOURCES.md): 19 entries, 15 records (one per MIG, node,
+    failed result or unhandled pod group), 4 without a fact (node pool created/deleted,
+    noScaleDown, a successful result)."""
+    path = str(DATA / "gke_visibility.jsonl")
+    ref = ("--reference-time", "2026-07-01T00:00:00Z")
+    auto = _run("--cluster", "gke", "--file", path, *ref)
+    assert auto.returncode == 0, auto.stderr
+    assert auto.stderr.strip().endswith("19 lines, 15 records, 4 unrecognised, 0 bad")
+    records = [json.loads(line) for line in auto.stdout.splitlines()]
+    assert {r["cloud"] for r in records} == {"gce"}
+    assert {r["source"] for r in records} == {"cluster-autoscaler"}
+    gke = _run("--cluster", "gke", "--file", path, "--format", "gke", *ref)
+    assert gke.returncode == 0, gke.stderr
+    assert gke.stdout == auto.stdout
+    klog = _run("--cluster", "gke", "--file", path, "--format", "klog", *ref)
+    assert klog.stdout == ""
+
+
 def test_bad_line_exit_1_and_one_line_errors(tmp_path: Path) -> None:
     bad = tmp_path / "bad.log"
     bad.write_text("W1399 12:49:40.563382 1 c.go:1] Scale-up timed out for node group g after 1m\n")

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from connectors.autoscaler.klog import klog_time
-from connectors.autoscaler.lines import LineContext, parse_line
+from connectors.autoscaler.lines import Format, LineContext, parse_line
 from connectors.autoscaler.unwrap import unwrap
 from schemas.codec import RecordError, decode_event
 from schemas.events import AutoscalerEvent
@@ -125,6 +125,13 @@ _PIECES = st.sampled_from(
         "Final scale-up plan: [{g 1->99999999999999999999 (max: 3)}]",
         "reason: 'NotTriggerScaleUp' ",
         "Failed adding 2 nodes (2 unseen previously) to group g due to ",
+        '{"jsonPayload":{"decision":{"scaleUp":{"increasedMigs":[{"mig":',
+        '"resultInfo":{"results":[{"errorMsg":{"messageId":"scale.up.error.quota.exceeded",',
+        '"noDecisionStatus":{"noScaleUp":{"unhandledPodGroups":[{"rejectedMigs":[',
+        '"logName":"projects/p/logs/container.googleapis.com%2Fcluster-autoscaler-visibility"',
+        '{"message":"terminating due to timeout","reason":"registration_timeout",',
+        "[",
+        "]",
         "\r\n",
         "\x00",
         "é",
@@ -138,7 +145,8 @@ _PIECES = st.sampled_from(
 def test_arbitrary_lines_made_of_real_pieces_never_raise(raw: str) -> None:
     result = parse_line(raw, CTX, 1)
     assert isinstance(result, tuple | RecordError)
-    for fmt in ("klog", "karpenter"):
+    formats: tuple[Format, ...] = ("klog", "karpenter", "gke")
+    for fmt in formats:
         other = parse_line(raw, LineContext(cluster="c", reference=CTX.reference, fmt=fmt), 1)
         assert isinstance(other, tuple | RecordError)
 

@@ -1,0 +1,1 @@
+"""Tests of the incident bridges: each endpoint against a receiver that checks its format."""

@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import msgspec
 import pytest
+from aiokafka.partitioner import DefaultPartitioner
 
 from connectors.kafka.producer import EventProducer
 from schemas.codec import AnyEvent, decode_dead_letter, decode_event
@@ -95,3 +96,34 @@ async def test_a_dead_letter_of_a_huge_object_is_cut_to_fit_and_delivered(
     assert got.value_sha256 == hashlib.sha256(value).hexdigest()
     assert got.value is not None
     assert value.startswith(got.value)
+
+
+@pytest.mark.asyncio
+async def test_batches_built_here_keep_the_default_partitioner_and_the_order_per_key(
+    kafka: KafkaTestEnv,
+) -> None:
+    """send_many builds its own batches (issue 14.3): each key must still land where
+    aiokafka's (and Java's) default partitioner puts it, which is where the processor
+    looks for its state, and records of one key must keep their order across the many
+    batches a chunk far over the 16 KB batch size fills."""
+    await kafka.acreate_topics()
+    xid = next(s for s in SAMPLES if isinstance(s, XidEvent))
+    events: list[AnyEvent] = [
+        msgspec.structs.replace(
+            xid, id=f"o{i}", node=f"gpu-node-{i % 7}", time=xid.time + timedelta(seconds=i)
+        )
+        for i in range(3000)
+    ]
+    topic = kafka.layout.raw_topic(events[0])
+    async with EventProducer(kafka.kwargs, kafka.layout) as producer:
+        assert await producer.send_many(events) == len(events)
+        partitions = sorted(await producer.producer.partitions_for(topic))
+    records = await consume_all(kafka.bootstrap, [topic], len(events))
+    by_key: dict[bytes, list[str]] = defaultdict(list)
+    for record in sorted(records, key=lambda r: (r.partition, r.offset)):
+        assert record.partition == DefaultPartitioner()(record.key, partitions, partitions)
+        by_key[record.key].append(decode_event(record.value).id)
+    for key, ids in by_key.items():
+        expected = [e.id for e in events if correlation_key(e).encode() == key]
+        assert ids == expected, f"order of {key!r}"
+    assert len(by_key) == 7

@@ -8,6 +8,7 @@ wall-clock ``now`` values: no clock is read, so ageing is exact.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from datetime import datetime
@@ -132,8 +133,41 @@ def test_a_silent_source_ages_out_and_with_every_source_gone_the_clock_drives() 
     assert p.correlator.watermark == at(200).timestamp() - GRACE, "b aged out, a holds"
     assert p.sources(NOW + IDLE + 0.5) == (1, 1)
     p.tick(NOW + 2 * IDLE + 1)
-    assert p.correlator.watermark == NOW + 2 * IDLE + 1 - GRACE, "all gone: the clock"
+    assert p.clock_limit == NOW + 2 * IDLE + 1 - GRACE, "all gone: the clock drives"
+    assert p.correlator.watermark == at(200).timestamp() - GRACE, "with nothing to fire"
     assert p.sources(NOW + 2 * IDLE + 1) == (0, 2)
+
+
+def test_the_clock_is_a_limit_a_worker_on_empty_topics_declares_no_past_closed() -> None:
+    """The flaky live-vs-replay test (issue 12): a worker ticking on empty topics took
+    "now minus grace", and the backfill it was then given was late from its first event,
+    applied in arrival order. Now it is correlated in event order, as replay does."""
+    p = pipeline()
+    for second in range(5):
+        p.tick(NOW + second)
+    assert p.correlator.watermark == -math.inf
+    assert p.clock_limit == NOW + 4 - GRACE
+    c = oom()
+    p.process(signed(c.events, "a", None), busy=[], now=NOW + 5)
+    out = p.process(
+        [heartbeat("a", at(120)), heartbeat("a", at(120), topic=LAYOUT.raw["nodes"].name)],
+        now=NOW + 6,
+    )
+    assert p.correlator.stats.late == 0
+    assert [i.type for i in out.incidents] == ["host_oom_kill"]
+
+
+def test_with_every_source_gone_the_clock_releases_and_fires_what_is_due() -> None:
+    p = pipeline()
+    c = oom()
+    p.process(signed(c.events, "a", None), busy=[], now=NOW)
+    assert p.correlator.pending() == len(c.events), "held: a has vouched for nothing"
+    out = p.tick(NOW + IDLE + 1)
+    assert {i.type for i in out.incidents} == {"host_oom_kill"}
+    assert p.correlator.pending() == 0
+    last = max(e.time for e in c.events).timestamp()
+    assert last <= p.correlator.watermark < p.clock_limit, "as far as what fired, no further"
+    assert p.correlator.stats.late == 0
 
 
 def test_a_source_on_a_partition_with_records_left_to_read_does_not_age() -> None:
@@ -162,7 +196,8 @@ def test_header_less_records_keep_the_partition_rule() -> None:
     p.process(recs, busy=[(PODS, 0)], now=NOW)
     assert p.tick(NOW, busy=[(PODS, 0)]).incidents == [], "a busy partition holds it"
     assert {i.type for i in p.tick(NOW, busy=[]).incidents} == {"host_oom_kill"}
-    assert p.correlator.watermark == NOW - GRACE, "caught up: the clock, as before"
+    assert p.clock_limit == NOW - GRACE, "caught up: the clock drives, as before"
+    assert p.correlator.watermark < NOW - GRACE, "as far as what it fired"
     assert p.sources(NOW) == (0, 0)
 
 
@@ -336,3 +371,79 @@ def test_a_source_holding_the_watermark_from_a_partition_read_to_its_end_pauses_
     p.process(pods_at(100, partition=0) + pods_at(200, partition=1))
     assert p.ahead([(PODS, 0), (PODS, 1)], NOW) == {(PODS, 0), (PODS, 1)}
     assert p.ahead([(PODS, 0), (PODS, 1)], NOW + IDLE + 1) == {(PODS, 1)}, "once it aged out"
+
+
+def announcement(
+    source: str,
+    progress: datetime,
+    partitions: Sequence[tuple[str, int]],
+    *,
+    topic: str = PODS,
+    partition: int = 0,
+) -> RawRecord:
+    """The publish loop's announcement: a heartbeat naming every partition used so far."""
+    record = heartbeat(source, progress, topic=topic, partition=partition, offset=998)
+    named = (wire.PARTITIONS_HEADER, wire.encode_partitions(partitions))
+    return dataclasses.replace(record, headers=[*record.headers, named])
+
+
+def racing(with_announcement: bool) -> tuple[Pipeline, list[RawRecord], list[RawRecord]]:
+    """The race the announcement closes: source ``a`` publishes the node's OOM to the
+    nodes topic (partition 0, new to it) after the pods; the worker reads ``a``'s later
+    progress on the pods partition before that record."""
+    p = pipeline()
+    nodes = LAYOUT.raw["nodes"].name
+    p.retain([(PODS, 0), (nodes, 0)])
+    c = oom()
+    pods = [e for e in c.events if LAYOUT.raw_topic(e) == PODS]
+    node = [e for e in c.events if LAYOUT.raw_topic(e) == nodes]
+    first = signed(pods, "a", None)
+    said = [heartbeat("a", at(0))]
+    if with_announcement:
+        said = [announcement("a", at(0), [(PODS, 0), (nodes, 0)])]
+    later = [*said, heartbeat("a", at(300))]  # the progress covering the node's record
+    assert node, "the scenario has a record on the second topic"
+    return p, first + later, signed(node, "a", at(0))
+
+
+def test_a_progress_read_before_a_new_partitions_first_record_makes_it_late() -> None:
+    """The bug without the announcement (the flaky live-vs-replay test): the pods
+    partition's progress lets the watermark pass the node record not read yet."""
+    p, early, late = racing(with_announcement=False)
+    p.process(early, busy=[], now=NOW)
+    p.process(late, busy=[], now=NOW + 1)
+    assert p.correlator.stats.late > 0
+
+
+def test_an_announced_partition_holds_the_watermark_until_the_source_is_heard_there() -> None:
+    p, early, late = racing(with_announcement=True)
+    p.process(early, busy=[], now=NOW)
+    assert p.correlator.watermark == -math.inf, "held for the announced nodes partition"
+    assert p.announced() == {(LAYOUT.raw["nodes"].name, 0): NOW}
+    out = p.process(late, busy=[], now=NOW + 1)
+    assert p.correlator.stats.late == 0
+    assert not p.has_announced, "heard there: an ordinary entry now"
+    done = p.process([heartbeat("a", at(300), topic=LAYOUT.raw["nodes"].name)], now=NOW + 2)
+    assert [i.type for i in out.incidents + done.incidents] == ["host_oom_kill"]
+
+
+def test_a_settled_announcement_holds_nothing() -> None:
+    """Read to an end fetched after it, the announced partition has nothing of the source."""
+    p, early, _ = racing(with_announcement=True)
+    p.process(early, busy=[], now=NOW)
+    p.settle([(LAYOUT.raw["nodes"].name, 0)])
+    assert not p.has_announced
+    p.tick(NOW + 1)
+    assert p.correlator.watermark == at(300).timestamp() - GRACE
+
+
+def test_announcements_of_partitions_not_owned_or_without_an_assignment_are_ignored() -> None:
+    nodes = LAYOUT.raw["nodes"].name
+    owned = pipeline()
+    owned.retain([(PODS, 0)])
+    owned.process([announcement("a", at(10), [(PODS, 0), (nodes, 3)])], now=NOW)
+    assert not owned.has_announced, "nodes[3] is another worker's"
+    unassigned = pipeline()
+    unassigned.process([announcement("a", at(10), [(PODS, 0), (nodes, 0)])], now=NOW)
+    assert not unassigned.has_announced, "nothing would settle it"
+    assert unassigned.correlator.watermark == at(10).timestamp() - GRACE

@@ -209,3 +209,24 @@ def test_failures_relisted_after_the_chain_window_escalate_the_open_ticket() -> 
     assert sorted(p.name for p in degraded.pods) == sorted(PODS)
     assert not of_type(out, "device_unhealthy_eviction")
     assert correlator.stats.late_applied == 3
+
+
+def test_a_tight_advance_moves_the_watermark_only_as_far_as_what_it_released() -> None:
+    """A clock-made limit (streams/app/pipeline.py) is not a promise about events to come."""
+    c = Cluster()
+    c.node("n", 0)
+    c.pod("n", "p", 1)
+    c.pod("n", "p", 60, restarts=1, last=term(59, "OOMKilled", 137))
+    correlator = Correlator(make_config())
+    assert correlator.advance_watermark(4e9, tight=True) == []
+    assert correlator.watermark == float("-inf"), "nothing to release: unmoved"
+    for event in c.events:
+        correlator.ingest(event, hold=True)
+    out = correlator.advance_watermark(4e9, tight=True)
+    assert of_type(out, "host_oom_kill")
+    last = max(e.time for e in c.events).timestamp()
+    assert last <= correlator.watermark < 4e9
+    later = Cluster()
+    later.node("m", 86_400)  # after what fired (a day on), long before the limit: in order
+    correlator.ingest(later.events[0], hold=True)
+    assert correlator.stats.late == 0

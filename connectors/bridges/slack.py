@@ -1,0 +1,384 @@
+"""The Slack endpoint: one parent message per incident, updated in place, with a thread.
+
+Two modes, chosen per route by the secret its ``target`` names:
+
+* **Bot token** (the default; ``token_env``/``token_file`` and ``channel``): open posts
+  the parent with ``chat.postMessage`` and keeps the ``(channel id, ts)`` Slack returns in
+  the ledger's memo; each later revision replaces the parent with ``chat.update`` and
+  posts what changed into its thread (``chat.postMessage`` with ``thread_ts``); resolved
+  does the same, the parent then saying RESOLVED. The memo is durable (the runner's
+  ledger), so the thread survives a restart. A memo without a ``ts`` (an older ledger, or
+  a route that was a webhook) starts a new parent.
+* **Incoming webhook** (``webhook_url_env``/``webhook_url_file``, no ``channel``): post
+  only. A webhook can neither update nor thread, so every revision is posted as a new
+  whole message, its header saying the status (its answer has no ``ts`` to keep either).
+
+Slack facts this relies on (Slack's own docs, cited where used):
+
+* ``chat.update`` takes the channel **id** and the message ``ts``; ``chat.postMessage``
+  answers both (https://docs.slack.dev/reference/methods/chat.update,
+  https://docs.slack.dev/reference/methods/chat.postMessage). A route therefore names
+  its channel by id (``C0123ABCD``): a name would post but could never be updated.
+* The Web API answers errors as **HTTP 200** ``{"ok": false, "error": "..."}``
+  (https://github.com/slackhq/slack-api-docs/blob/master/index_web.md): ``ok`` is what
+  counts, never the status alone. Rate limiting is HTTP 429 with ``Retry-After`` in
+  seconds (https://api.slack.com/docs/rate-limits), answered as :class:`Retry` with it.
+  Incoming webhooks answer ``ok`` as text, errors as 400/403/404/410 with a plain error
+  string (https://api.slack.com/changelog/2016-05-17-changes-to-errors-for-incoming-webhooks).
+* Posting is limited to about one message per second per channel, short bursts allowed
+  (https://api.slack.com/docs/rate-limits): this endpoint spaces its calls per channel
+  by ``channel_interval_seconds`` (a wait inside :meth:`SlackEndpoint.deliver`), so an
+  update (two calls) or a storm does not earn 429s in the first place.
+
+A revision that changed nothing a reader sees but ``last seen`` (the same severity,
+status, pods, evidence, summary, action and attributes as the memo says) updates the
+parent and posts no reply: the thread says what changed, never "nothing changed".
+
+Outcomes: ``ok: true`` is :class:`Accepted`; ``ok: false`` with a permanent error
+(``invalid_blocks``, ``channel_not_found``, ``not_in_channel``, ``invalid_auth``,
+``msg_blocks_too_long`` ...) is :class:`Rejected` with Slack's error as the reason;
+``ratelimited``, 429, 5xx, Slack's transient errors and network failures are
+:class:`Retry`. A ``chat.update`` whose parent is gone (``message_not_found``, deleted
+by someone) posts a new parent instead.
+
+Traps:
+
+* **A re-sent revision.** After a crash between Slack's answer and the ledger's write,
+  the runner hands the same revision again, with ``previous`` the last *confirmed* one.
+  ``chat.update`` is idempotent (it sets the parent to this revision again), but the
+  thread reply is posted again: a rare duplicate reply, accepted (checking the thread
+  first would cost a ``conversations.replies`` call, a history scope and its tight rate
+  limit on every revision). The same holds for a parent whose ``chat.postMessage``
+  answer was lost: Slack has no idempotency key for it. Each message carries metadata
+  (``gputriage_incident``: incident id, revision) so such duplicates can be told.
+* **Two calls, one outcome.** When the update went through and the reply did not, the
+  revision is :class:`Retry`: the next attempt updates again (harmless) and replies.
+* **Automatic parsing.** ``chat.update`` parses its text as ``parse=client`` unless told
+  otherwise, unlike ``chat.postMessage`` (https://api.slack.com/methods/chat.update):
+  every call says ``parse: none``, and every mrkdwn object ``verbatim: true`` (no
+  auto-linking of URLs, channel names or mentions:
+  https://docs.slack.dev/reference/block-kit/composition-objects/text-object).
+* **Secrets.** The token goes only into the ``Authorization`` header, the webhook URL
+  only to aiohttp; neither is in a reason, a detail, the memo or a log line, and a
+  network error is reported by its class name only (aiohttp's messages can carry the URL,
+  which *is* the webhook's secret). No request body is ever logged.
+* Hand-written HTTP on the runner's shared aiohttp session, not ``slack_sdk``: its
+  clients raise on ``ok: false`` and retry by sleeping inside the call, where the runner
+  needs each answer as a value and owns retries and backoff; the Web API surface used
+  here is two methods.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from collections.abc import Mapping
+from typing import Annotated, Any, Final
+
+import aiohttp
+import msgspec
+
+from connectors.bridges import slack_blocks
+from connectors.bridges.base import (
+    Accepted,
+    Delivered,
+    Endpoint,
+    Outcome,
+    Rejected,
+    Retry,
+    Route,
+    SecretError,
+    read_secret,
+)
+from connectors.kafka.config import Secret
+from schemas.incidents import Incident
+
+CHANNEL_ID: Final = re.compile(r"[CGD][A-Z0-9]{6,}")
+"""Public (C), private (G, older ones) and direct-message (D) conversation ids."""
+TRANSIENT: Final = frozenset(
+    {
+        "ratelimited",
+        "rate_limited",
+        "internal_error",
+        "fatal_error",
+        "service_unavailable",
+        "request_timeout",
+        "team_added_to_org",
+    }
+)
+"""``ok: false`` errors worth trying again (Slack's methods list them as transient)."""
+PARENT_GONE: Final = frozenset({"message_not_found", "cant_update_message", "edit_window_closed"})
+"""``chat.update`` errors after which the parent cannot be updated: post a new one."""
+MAX_DETAIL: Final = 500
+
+
+class Options(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[bridge.slack]``; routes give ``channel`` and ``token_env``/``token_file``, or
+    ``webhook_url_env``/``webhook_url_file``."""
+
+    api_url: str = "https://slack.com/api/"
+    """The Web API's base (a test receiver, or a proxy, sets another)."""
+    timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=300)] = 10.0
+    channel_interval_seconds: Annotated[float, msgspec.Meta(ge=0, le=60)] = 1.0
+    """Seconds between two calls to one channel (Slack: about one message a second)."""
+    thread_replies: bool = True
+    """Post what each revision changed into the parent's thread (bot mode)."""
+    budget_chars: Annotated[int, msgspec.Meta(ge=slack_blocks.MIN_BUDGET, le=12_000)] = (
+        slack_blocks.DEFAULT_BUDGET
+    )
+    """Text characters in all blocks of one message (see :mod:`.slack_blocks`)."""
+
+
+def build(
+    options: Options, http: aiohttp.ClientSession, environ: Mapping[str, str] | None = None
+) -> Endpoint:
+    return SlackEndpoint(options, http, environ)
+
+
+def webhook_mode(target: Mapping[str, str]) -> bool:
+    return "webhook_url_env" in target or "webhook_url_file" in target
+
+
+def memo_of(incident: Incident, channel: str, ts: str) -> dict[str, str]:
+    """The ledger's memo: where the parent is, and what the reply compares with next."""
+    memo = slack_blocks.digest(incident)
+    if channel and ts:
+        memo.update(channel=channel, ts=ts)
+    return memo
+
+
+def parent_payload(incident: Incident, channel: str, budget: int) -> dict[str, Any]:
+    """``chat.postMessage`` of a new parent (no ``ts``: Slack gives it)."""
+    message = slack_blocks.render_parent(incident, budget).payload()
+    return {"channel": channel, "parse": "none", **message}
+
+
+def update_payload(incident: Incident, channel: str, ts: str, budget: int) -> dict[str, Any]:
+    """``chat.update`` of the parent at ``(channel, ts)`` to this revision: the same for
+    every attempt at it (that is what makes a re-sent revision harmless)."""
+    return {"ts": ts, **parent_payload(incident, channel, budget)}
+
+
+def reply_payload(incident: Incident, memo: Mapping[str, str], budget: int) -> dict[str, Any]:
+    """``chat.postMessage`` into the parent's thread: what changed since ``memo``."""
+    reply = slack_blocks.render_reply(incident, memo, budget).payload()
+    return {"channel": memo["channel"], "thread_ts": memo["ts"], "parse": "none", **reply}
+
+
+class SlackEndpoint:
+    """Bot-token and webhook delivery (see the module)."""
+
+    kind = "slack"
+
+    def __init__(
+        self,
+        options: Options,
+        http: aiohttp.ClientSession,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self._options = options
+        self._http = http
+        self._environ = environ
+        self._base = options.api_url if options.api_url.endswith("/") else options.api_url + "/"
+        self._timeout = aiohttp.ClientTimeout(total=options.timeout_seconds)
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._next_at: dict[str, float] = {}
+
+    def check_route(self, route: Route) -> str | None:
+        target = route.target
+        try:
+            if webhook_mode(target):
+                if "token_env" in target or "token_file" in target:
+                    return "give a bot token or a webhook URL, not both"
+                if "channel" in target:
+                    return "an incoming webhook posts to its own channel: drop channel"
+                url = read_secret(target, "webhook_url", self._environ).reveal()
+                if not url.startswith(("https://", "http://")):
+                    return "webhook_url: not an http(s) URL"
+                return None
+            channel = target.get("channel", "")
+            if not CHANNEL_ID.fullmatch(channel):
+                return (
+                    f"channel {channel!r}: give the channel id (C0123ABCD), not its name "
+                    "(chat.update takes ids only)"
+                )
+            token = read_secret(target, "token", self._environ).reveal()
+            if token != token.strip() or any(c.isspace() or not c.isprintable() for c in token):
+                return "token: holds whitespace or control characters (a stray newline?)"
+        except SecretError as exc:
+            return str(exc)
+        return None
+
+    async def close(self) -> None:
+        """Nothing of its own: the HTTP session is the runner's."""
+
+    async def deliver(
+        self, incident: Incident, previous: Delivered | None, route: Route
+    ) -> Outcome:
+        target = route.target
+        secret = "webhook_url" if webhook_mode(target) else "token"
+        try:
+            credential = read_secret(target, secret, self._environ)
+        except SecretError as exc:  # a file being rotated, say: the message names no value
+            return Retry(reason=f"slack: {exc}")
+        if secret == "webhook_url":
+            return await self._webhook(incident, credential, route.name)
+        channel = target.get("channel", "")
+        if not CHANNEL_ID.fullmatch(channel):
+            return Rejected(reason=f"slack: channel {channel!r} is not a channel id")
+        memo = previous.memo if previous is not None else {}
+        if memo.get("channel") and memo.get("ts"):
+            return await self._revise(incident, memo, credential)
+        return await self._open(incident, channel, credential)
+
+    # -- bot token -------------------------------------------------------------------------
+    async def _open(self, incident: Incident, channel: str, token: Secret) -> Outcome:
+        payload = parent_payload(incident, channel, self._options.budget_chars)
+        answer = await self._api("chat.postMessage", token, payload)
+        if not isinstance(answer, dict):
+            return answer
+        got_channel, ts = answer.get("channel"), answer.get("ts")
+        if not isinstance(got_channel, str) or not isinstance(ts, str):
+            # Posted, but nothing to update later: the next revision posts a new parent.
+            return Accepted(memo=memo_of(incident, "", ""))
+        return Accepted(memo=memo_of(incident, got_channel, ts))
+
+    async def _revise(self, incident: Incident, memo: Mapping[str, str], token: Secret) -> Outcome:
+        channel, ts, budget = memo["channel"], memo["ts"], self._options.budget_chars
+        answer = await self._api(
+            "chat.update", token, update_payload(incident, channel, ts, budget)
+        )
+        if isinstance(answer, Rejected) and answer.detail.split(" ")[0] in PARENT_GONE:
+            return await self._open(incident, channel, token)
+        if not isinstance(answer, dict):
+            return answer
+        if self._options.thread_replies and slack_blocks.worth_a_reply(incident, memo):
+            posted = await self._api(
+                "chat.postMessage", token, reply_payload(incident, memo, budget)
+            )
+            if not isinstance(posted, dict):
+                return posted
+        return Accepted(memo=memo_of(incident, channel, ts))
+
+    async def _api(
+        self, method: str, token: Secret, payload: dict[str, Any]
+    ) -> dict[str, Any] | Retry | Rejected:
+        """One Web API call, paced per channel; the decoded answer when ``ok``."""
+        channel = str(payload["channel"])
+        body = msgspec.json.encode(payload)
+        headers = {
+            "Authorization": f"Bearer {token.reveal()}",
+            "Content-Type": "application/json; charset=utf-8",
+        }
+        got = await self._post(channel, self._base + method, body, headers, method)
+        if not isinstance(got, tuple):
+            return got
+        status, retry_after, raw = got
+        where = f"slack {method}"
+        if status != 200:
+            return _http_outcome(where, status, retry_after, raw)
+        try:
+            answer = msgspec.json.decode(raw)
+        except msgspec.DecodeError:
+            return Retry(reason=f"{where}: HTTP 200 but not JSON")
+        if not isinstance(answer, dict):
+            return Retry(reason=f"{where}: HTTP 200 but not a JSON object")
+        if answer.get("ok") is True:
+            return answer
+        error = str(answer.get("error") or "unknown_error")
+        if error in TRANSIENT:
+            return Retry(reason=f"{where}: {error}", after_seconds=retry_after)
+        return Rejected(reason=f"{where}: {error}", detail=_detail(error, answer))
+
+    # -- incoming webhook ------------------------------------------------------------------
+    async def _webhook(self, incident: Incident, url: Secret, route: str) -> Outcome:
+        prefix = {"open": "", "updated": "Update: ", "resolved": "Resolved: "}[incident.status]
+        message = slack_blocks.render_parent(incident, self._options.budget_chars)
+        payload = message.payload()
+        payload["text"] = slack_blocks.fallback(incident, prefix)
+        del payload["metadata"]  # a webhook message cannot be found again anyway
+        body = msgspec.json.encode(payload)
+        headers = {"Content-Type": "application/json; charset=utf-8"}
+        # Paced per route: the webhook's channel is not ours to know.
+        got = await self._post(f"webhook:{route}", url.reveal(), body, headers, "webhook")
+        if not isinstance(got, tuple):
+            return got
+        status, retry_after, raw = got
+        if status == 200:
+            return Accepted(memo=memo_of(incident, "", ""))
+        return _http_outcome("slack webhook", status, retry_after, raw)
+
+    # -- HTTP ------------------------------------------------------------------------------
+    async def _post(
+        self, key: str, url: str, body: bytes, headers: dict[str, str], what: str
+    ) -> tuple[int, float | None, bytes] | Retry:
+        """POST ``body``, at most one call per ``channel_interval_seconds`` per ``key``:
+        ``(status, Retry-After, body)``, or :class:`Retry` on a network failure (named
+        by class only: aiohttp's messages can hold the URL)."""
+        lock = self._locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            wait = self._next_at.get(key, 0.0) - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            try:
+                async with self._http.post(
+                    url, data=body, headers=headers, timeout=self._timeout, allow_redirects=False
+                ) as response:
+                    raw = await response.read()
+                    status = response.status
+                    retry_after = _seconds(response.headers.get("Retry-After"))
+            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+                # ValueError: a malformed URL or header value; its message would show them.
+                return Retry(reason=f"slack {what}: {exc.__class__.__name__}")
+            finally:
+                self._next_at[key] = time.monotonic() + self._options.channel_interval_seconds
+            if retry_after is not None:  # keep this channel quiet as long as Slack asked
+                self._next_at[key] = max(self._next_at[key], time.monotonic() + retry_after)
+        return status, retry_after, raw
+
+
+def _http_outcome(
+    where: str, status: int, retry_after: float | None, raw: bytes
+) -> Retry | Rejected:
+    """A non-200 answer: 429 and 5xx are retried, any other status is final."""
+    text = raw[:MAX_DETAIL].decode("utf-8", "replace").strip()
+    if status == 429:
+        return Retry(reason=f"{where}: HTTP 429", after_seconds=retry_after)
+    if status >= 500:
+        return Retry(reason=f"{where}: HTTP {status}", after_seconds=retry_after)
+    error = text.split()[0] if text and text[0].isalpha() else ""
+    try:  # the Web API's JSON error, when a proxy or Slack sent one with the status
+        answer = msgspec.json.decode(raw)
+        if isinstance(answer, dict) and isinstance(answer.get("error"), str):
+            error = answer["error"]
+    except msgspec.DecodeError:
+        pass
+    reason = f"{where}: HTTP {status}" + (f" {error}" if error else "")
+    return Rejected(reason=reason, detail=error)
+
+
+def _detail(error: str, answer: Mapping[str, Any]) -> str:
+    """Slack's error and its explanations (``invalid_blocks`` says which block failed),
+    from the answer only: never from what was sent."""
+    parts = [error]
+    meta = answer.get("response_metadata")
+    if isinstance(meta, dict):
+        messages = meta.get("messages")
+        if isinstance(messages, list):
+            parts.extend(str(m) for m in messages[:5])
+    for key in ("needed", "provided", "warning"):
+        if isinstance(answer.get(key), str):
+            parts.append(f"{key}={answer[key]}")
+    return " ".join(parts)[:MAX_DETAIL]
+
+
+def _seconds(value: str | None) -> float | None:
+    """``Retry-After`` as seconds (Slack sends an integer); None when absent or odd."""
+    if value is None:
+        return None
+    try:
+        seconds = float(value.strip())
+    except ValueError:
+        return None
+    return seconds if 0 <= seconds <= 3600 else None

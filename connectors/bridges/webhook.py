@@ -1,0 +1,412 @@
+"""``gputriage bridge webhook``: each incident revision as one CloudEvents 1.0 event.
+
+Any HTTP receiver that speaks CloudEvents (Knative, Argo Events, an Event Grid topic,
+a team's own service) gets every revision, POSTed in *structured* mode: the body is
+the whole event as JSON, ``Content-Type: application/cloudevents+json; charset=utf-8``
+(CloudEvents HTTP binding §3.2, JSON format §3). The event:
+
+============== ==============================================================
+``specversion`` ``1.0``
+``type``        ``io.gputriage.incident.opened`` / ``.updated`` / ``.resolved``
+                (the revision's status; reverse-DNS prefixed, as spec §type asks)
+``source``      ``/gputriage/clusters/<cluster>`` (``source_prefix`` + the cluster
+                name, percent-encoded): a URI-reference naming the cluster. Set
+                ``source_prefix`` to an absolute URI (``https://triage.example.com/
+                clusters/``) where the spec's RECOMMENDED absolute form matters.
+``id``          ``<incident id>/<revision>``: unique per revision and the **same
+                on every retry** and after a restart, so a receiver that dedupes on
+                ``(source, id)`` (spec §id: "Consumers MAY assume that Events with
+                identical source and id are duplicates") sees each revision once
+                under our at-least-once delivery.
+``subject``     the incident id (filter one incident's lifecycle)
+``time``        the revision's time: ``resolved_at`` when resolved, else ``last_seen``
+                (never the send time: a retry must not change the event)
+``datacontenttype`` ``application/json``
+``dataschema``  only when ``dataschema`` is set: an absolute URI (spec type ``URI``)
+                where ``schemas/jsonschema/incident.v1.json`` is published. The
+                repository has no canonical URL for it, so nothing is invented.
+``incidenttype``, ``incidentseverity`` extension attributes (``gpu_degraded``,
+                ``page``): Knative Triggers and other brokers filter on attributes,
+                never on ``data``.
+``data``        the ``incident.v1`` record, encoded by :func:`schemas.codec.encode`
+                (the one codec), byte for byte what the incident topic carries.
+============== ==============================================================
+
+The same revision always renders to the same body bytes; only the signature's
+timestamp header changes between attempts.
+
+Route ``target`` keys (secrets only as ``<name>_env`` / ``<name>_file``, see
+:func:`~connectors.bridges.base.read_secret`):
+
+* ``url`` (plain, when the URL carries no credential) **or** ``url_env`` / ``url_file``
+  (Slack-style URLs embed their token in the path: treat those as secrets).
+* ``hmac_key_env`` / ``hmac_key_file`` (optional): sign each request, below.
+* ``token_env`` / ``token_file`` (optional): ``Authorization: Bearer <token>``, the
+  CloudEvents webhook spec's header method (http-webhook.md §3.1).
+
+Signature and how a receiver verifies it
+----------------------------------------
+With an HMAC key the request carries::
+
+    X-Gputriage-Timestamp: 1764583200              (Unix seconds at send time)
+    X-Gputriage-Signature: sha256=<64 hex digits>
+
+where the hex is ``HMAC-SHA256(key, "<timestamp>." + body)`` over the **exact body
+bytes** (key: the secret's UTF-8 bytes). To verify:
+
+1. read the raw body before any JSON parsing (a re-serialised body never matches);
+2. reject when the timestamp is not all digits or is more than 5 minutes from your
+   clock (a replayed capture is old);
+3. compute ``hmac.new(key, ts.encode() + b"." + body, hashlib.sha256).hexdigest()``
+   and compare it with the header's hex by ``hmac.compare_digest`` (constant time);
+4. dedupe on ``(source, id)``: a retry within the window is a legitimate duplicate.
+
+``tests/receivers/cloudevents.py`` (:func:`verify_signature`) is that recipe as code.
+
+Outcomes
+--------
+* 2xx: :class:`Accepted` (webhook spec §2.2: 200/201/202/204); no memo.
+* 408, 425, 429, 5xx, a network error, a timeout: :class:`Retry`, after ``Retry-After``
+  (delta-seconds or an HTTP-date, RFC 9110 §10.2.3) when given; the webhook spec makes
+  observing it on 429 a MUST.
+* 3xx: :class:`Rejected`. The webhook spec (§2.2) forbids following redirects, and
+  aiohttp follows them by default: a redirect to another host would carry the signed
+  body (and the bearer token) there. ``allow_redirects=False``.
+* any other 4xx (400, 404, 410 Gone "refrain from sending", 413, 415, 422, 401/403 of
+  a wrong token): :class:`Rejected` with ``HTTP <code>`` and the first 500 characters
+  of the response body as ``detail``; repeating the same request cannot succeed.
+
+Traps
+-----
+* **A secret URL leaks through errors**: aiohttp's exceptions name the URL or its
+  host (``InvalidURL``, ``ClientConnectorError``), and a 404 page often echoes the
+  requested path, token included. Reasons carry the exception's *class* only, and a
+  detail has every secret (the whole URL, its path, its query, the HMAC key, the
+  token) masked before it leaves this module. Nothing here logs a URL or a body.
+* **Secrets are read per delivery**, not once: a Kubernetes Secret mounted as a file
+  is rotated in place. An unreadable secret is a :class:`Retry` (fix it and nothing
+  is lost), and :meth:`WebhookEndpoint.check_route` stops the process at start-up.
+* **No ``ce-`` static headers**: the HTTP binding allows them beside a structured
+  body (§3.2.3), but the cloudevents Python SDK's ``from_http`` reads a request with
+  any ``ce-`` header as *binary* mode and ignores the structured body. ``headers``
+  refuses them, and the headers this module owns (``Content-Type``, ``Authorization``,
+  the signature pair, ``WebHook-Request-Origin``, ``User-Agent``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from email.utils import parsedate_to_datetime
+from typing import Annotated, Final
+from urllib.parse import quote, urlsplit
+
+import aiohttp
+import msgspec
+
+from connectors.bridges.base import (
+    Accepted,
+    Delivered,
+    Endpoint,
+    Outcome,
+    Rejected,
+    Retry,
+    Route,
+    SecretError,
+    read_secret,
+)
+from connectors.kafka.config import Secret
+from schemas.codec import encode
+from schemas.incidents import Incident
+
+log = logging.getLogger(__name__)
+
+KIND: Final = "webhook"
+CONTENT_TYPE: Final = "application/cloudevents+json; charset=utf-8"
+SPECVERSION: Final = "1.0"
+TYPE_PREFIX: Final = "io.gputriage.incident."
+EVENT_TYPES: Final[Mapping[str, str]] = {
+    "open": TYPE_PREFIX + "opened",
+    "updated": TYPE_PREFIX + "updated",
+    "resolved": TYPE_PREFIX + "resolved",
+}
+SIGNATURE_HEADER: Final = "X-Gputriage-Signature"
+TIMESTAMP_HEADER: Final = "X-Gputriage-Timestamp"
+ORIGIN_HEADER: Final = "WebHook-Request-Origin"
+DETAIL_CHARS: Final = 500
+"""How much of a rejecting response's body is kept as :attr:`Rejected.detail`."""
+_READ_BYTES: Final = 4 * DETAIL_CHARS
+"""Read no more of a response body than the detail can use (UTF-8: up to 4 bytes each)."""
+_RETRY_STATUSES: Final = frozenset({408, 425, 429})
+_OWNED_HEADERS: Final = frozenset(
+    {
+        "content-type",
+        "content-length",
+        "host",
+        "authorization",
+        SIGNATURE_HEADER.lower(),
+        TIMESTAMP_HEADER.lower(),
+        ORIGIN_HEADER.lower(),
+        "user-agent",
+    }
+)
+_MASK: Final = "***"
+
+
+class Options(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[bridge.webhook]``: settings shared by every webhook route (never a secret)."""
+
+    timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] = 10.0
+    """The whole request, connect to last byte; past it the revision is retried."""
+    user_agent: str = "gputriage-bridge-webhook/1"
+    headers: dict[str, str] = {}
+    """Extra static headers (``X-Team: gpu-infra``). Not for secrets: a token goes in
+    the route's ``token_env``/``token_file``. ``ce-*`` and the headers this module sets
+    are refused (see the module's traps)."""
+    source_prefix: str = "/gputriage/clusters/"
+    """``source`` is this plus the cluster name, percent-encoded."""
+    dataschema: str = ""
+    """An absolute URI where ``incident.v1.json`` is published; empty: no ``dataschema``."""
+    origin: str = ""
+    """Sent as ``WebHook-Request-Origin`` when set (a DNS name for this sender, for
+    targets that require the webhook spec's abuse protection, http-webhook.md §4)."""
+
+    def __post_init__(self) -> None:
+        for name in self.headers:
+            lower = name.lower()
+            if lower in _OWNED_HEADERS or lower.startswith("ce-"):
+                raise ValueError(f"headers: {name} is set by the bridge or is not allowed")
+        if not self.source_prefix:
+            raise ValueError("source_prefix: must not be empty (source is a URI-reference)")
+        if self.dataschema and not urlsplit(self.dataschema).scheme:
+            raise ValueError("dataschema: must be an absolute URI (CloudEvents type URI)")
+
+
+class _CloudEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """The structured-mode envelope; field order fixed, so the same revision is the same
+    bytes on every attempt."""
+
+    specversion: str
+    type: str
+    source: str
+    id: str
+    subject: str
+    time: datetime
+    datacontenttype: str
+    dataschema: str | msgspec.UnsetType = msgspec.UNSET
+    incidenttype: str
+    incidentseverity: str
+    data: msgspec.Raw
+
+
+def event_id(incident: Incident) -> str:
+    """The CloudEvents ``id`` of one revision: the same for every attempt and restart."""
+    return f"{incident.id}/{incident.revision}"
+
+
+def event_time(incident: Incident) -> datetime:
+    """When the revision's occurrence happened (not when it is sent)."""
+    if incident.status == "resolved" and incident.resolved_at is not None:
+        return incident.resolved_at
+    return incident.last_seen
+
+
+def render(incident: Incident, options: Options) -> bytes:
+    """The request body for one revision (pure: same revision, same bytes)."""
+    envelope = _CloudEvent(
+        specversion=SPECVERSION,
+        type=EVENT_TYPES[incident.status],
+        source=options.source_prefix + quote(incident.cluster, safe=""),
+        id=event_id(incident),
+        subject=incident.id,
+        time=event_time(incident),
+        datacontenttype="application/json",
+        dataschema=options.dataschema or msgspec.UNSET,
+        incidenttype=incident.type,
+        incidentseverity=incident.severity,
+        data=msgspec.Raw(encode(incident)),
+    )
+    return encode(envelope)
+
+
+def signature(key: bytes, timestamp: str, body: bytes) -> str:
+    """The ``X-Gputriage-Signature`` value for ``body`` sent at ``timestamp``."""
+    digest = hmac.new(key, timestamp.encode("ascii") + b"." + body, hashlib.sha256)
+    return "sha256=" + digest.hexdigest()
+
+
+def retry_after(value: str | None, now: float) -> float | None:
+    """``Retry-After`` in seconds from ``now``: delta-seconds or an HTTP-date (RFC 9110
+    §10.2.3); None when absent or unreadable (the runner's backoff applies)."""
+    if value is None:
+        return None
+    text = value.strip()
+    if text.isdigit():
+        return float(text)
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:  # RFC 9110 dates are GMT; a naive parse means "-0000"
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+def _check_url(url: str) -> str | None:
+    parts = urlsplit(url)
+    if parts.scheme not in {"http", "https"} or not parts.hostname:
+        return "url: not an absolute http(s) URL"
+    return None
+
+
+def _secrets_of(url: str, is_secret: bool, others: list[Secret]) -> list[str]:
+    """Every string that must not appear in a detail: the secrets, and for a secret URL
+    its path and query too (a 404 page echoes the path it was asked for)."""
+    values = [s.reveal() for s in others]
+    if is_secret:
+        parts = urlsplit(url)
+        values += [url, parts.path, parts.query]
+    # The longest first, so a URL is masked whole before its path is.
+    return sorted((v for v in values if len(v) >= 4), key=len, reverse=True)
+
+
+def _masked(text: str, secrets: list[str]) -> str:
+    for value in secrets:
+        text = text.replace(value, _MASK)
+    return text
+
+
+class WebhookEndpoint:
+    """The :class:`~connectors.bridges.base.Endpoint` for CloudEvents webhooks."""
+
+    kind = KIND
+
+    def __init__(
+        self,
+        options: Options,
+        http: aiohttp.ClientSession,
+        environ: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._options = options
+        self._http = http
+        self._environ = environ
+        self._clock = clock
+        self._timeout = aiohttp.ClientTimeout(total=options.timeout_seconds)
+
+    def _url(self, target: Mapping[str, str]) -> tuple[str, bool]:
+        """The route's URL and whether it is a secret; raises :class:`SecretError`."""
+        if "url" in target:
+            if "url_env" in target or "url_file" in target:
+                raise SecretError("url: give url or one of url_env and url_file, not both")
+            return target["url"], False
+        return read_secret(target, "url", self._environ).reveal(), True
+
+    def _optional(self, target: Mapping[str, str], name: str) -> Secret | None:
+        if f"{name}_env" in target or f"{name}_file" in target or name in target:
+            return read_secret(target, name, self._environ)
+        return None
+
+    def check_route(self, route: Route) -> str | None:
+        try:
+            url, _ = self._url(route.target)
+            self._optional(route.target, "hmac_key")
+            self._optional(route.target, "token")
+        except SecretError as exc:
+            return f"route {route.name}: {exc}"
+        problem = _check_url(url)
+        return None if problem is None else f"route {route.name}: {problem}"
+
+    async def deliver(
+        self, incident: Incident, previous: Delivered | None, route: Route
+    ) -> Outcome:
+        """POST one revision. ``previous`` is not needed: every revision is an event of
+        its own (never :class:`Skipped`: a webhook consumer mirrors the whole lifecycle),
+        and a redelivered one carries the same ``id`` for the receiver to dedupe."""
+        try:
+            url, url_is_secret = self._url(route.target)
+            key = self._optional(route.target, "hmac_key")
+            token = self._optional(route.target, "token")
+        except SecretError as exc:
+            return Retry(f"secret: {exc}")
+        problem = _check_url(url)
+        if problem is not None:
+            return Rejected(problem)
+        body = render(incident, self._options)
+        headers = {
+            **self._options.headers,
+            "Content-Type": CONTENT_TYPE,
+            "User-Agent": self._options.user_agent,
+        }
+        if self._options.origin:
+            headers[ORIGIN_HEADER] = self._options.origin
+        if token is not None:
+            headers["Authorization"] = f"Bearer {token.reveal()}"
+        if key is not None:
+            stamp = str(int(self._clock()))
+            headers[TIMESTAMP_HEADER] = stamp
+            headers[SIGNATURE_HEADER] = signature(key.reveal().encode("utf-8"), stamp, body)
+        secrets = _secrets_of(url, url_is_secret, [s for s in (key, token) if s is not None])
+        outcome = await self._post(url, headers, body, secrets)
+        log.debug(
+            "webhook route %s: %s %s -> %s",
+            route.name,
+            EVENT_TYPES[incident.status],
+            event_id(incident),
+            type(outcome).__name__,
+        )
+        return outcome
+
+    async def _post(
+        self, url: str, headers: Mapping[str, str], body: bytes, secrets: list[str]
+    ) -> Outcome:
+        try:
+            async with self._http.post(
+                url, data=body, headers=headers, timeout=self._timeout, allow_redirects=False
+            ) as response:
+                status = response.status
+                if 200 <= status < 300:
+                    return Accepted()
+                wait = retry_after(response.headers.get("Retry-After"), self._clock())
+                if status in _RETRY_STATUSES or status >= 500:
+                    return Retry(f"HTTP {status}", wait)
+                if 300 <= status < 400:
+                    return Rejected(f"HTTP {status}: redirects are not followed")
+                head = await response.content.read(_READ_BYTES)
+        except TimeoutError:
+            return Retry(f"timeout after {self._options.timeout_seconds:g} s")
+        except (aiohttp.ClientError, OSError) as exc:
+            # Never str(exc): it names the URL or its host.
+            return Retry(f"network: {exc.__class__.__name__}")
+        detail = _masked(head.decode("utf-8", errors="replace"), secrets)[:DETAIL_CHARS]
+        return Rejected(f"HTTP {status}", detail)
+
+    async def close(self) -> None:
+        """Nothing of its own: the HTTP session belongs to the runner."""
+
+
+def build(
+    options: Options, http: aiohttp.ClientSession, environ: Mapping[str, str] | None = None
+) -> Endpoint:
+    """The runner's entry point (``connectors.bridges.webhook``)."""
+    return WebhookEndpoint(options, http, environ)
+
+
+__all__ = [
+    "CONTENT_TYPE",
+    "EVENT_TYPES",
+    "SIGNATURE_HEADER",
+    "TIMESTAMP_HEADER",
+    "Options",
+    "WebhookEndpoint",
+    "build",
+    "event_id",
+    "event_time",
+    "render",
+    "retry_after",
+    "signature",
+]
