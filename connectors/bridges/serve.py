@@ -114,6 +114,7 @@ async def serve(
                 except (SecretError, ValueError) as exc:
                     problem = str(exc)
                 if problem is not None:
+                    problem = problem.removeprefix(f"route {route.name}: ")
                     raise BridgeConfigError(
                         f"bridge.{prepared.kind}.routes[{index}] ({route.name}): "
                         f"{prepared.scrub(problem)}"
