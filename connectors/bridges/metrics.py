@@ -7,8 +7,7 @@
                                                        (dead-lettered), ``duplicate_skipped``
                                                        (at or below the ledger's revision),
                                                        ``coalesced`` (a newer one was queued),
-                                                       ``folded`` (into a storm group's page),
-                                                       ``held`` (a storm's extra pages not sent)
+                                                       ``folded`` (into a storm group's page)
 ``gputriage_bridge_retries_total{bridge,route}``       deliveries tried again (429, 5xx, errors)
 ``gputriage_bridge_dead_letters_total{bridge}``        records sent to the dead-letter topic
 ``gputriage_bridge_resends_total{bridge}``             revisions sent again after a restart

@@ -629,7 +629,9 @@ class BridgeRunner:
         self.metrics.deliveries.labels(self.kind, route.name, "folded").inc()
         if group is None or group.lead != lead or group.lead_view is None:
             await self.ledger.write(member)  # the lead is gone (a new lead pages on its own)
-            self._done(item, "folded_late")
+            self._queued -= 1
+            for ticket in item.tickets:
+                self._release(ticket)
             return
         group = folded(group, incident)  # read, changed and kept with no await between
         self.ledger.keep(group)
