@@ -89,6 +89,8 @@ log = logging.getLogger("gputriage.bridge")
 MASK = "********"
 RESUME_AT = 0.8
 FALLBACK_LETTER_BYTES = 64 << 10
+REVOKE_GRACE_SECONDS = 2.0
+"""On a revocation, how long deliveries in flight may finish before they are cut."""
 
 
 class Scrubber:
@@ -244,7 +246,9 @@ class BridgeRunner:
         self._partitions: dict[TopicPartition, _Partition] = {}
         self._lanes: dict[tuple[str, str], _Lane] = {}
         self._slots = {r.name: asyncio.Semaphore(settings.max_in_flight) for r in self.routes}
-        self._stopping = asyncio.Event()
+        self._halt = asyncio.Event()
+        """Set at the stop and during a revocation: lanes start no new delivery, a retrying
+        one gives up (its records stay unfinished, so they are read again)."""
         self._fatal: BaseException | None = None
         self._queued = 0
         self._paused = False
@@ -311,7 +315,7 @@ class BridgeRunner:
 
     async def _drain(self) -> None:
         """SIGTERM: no new deliveries; those in flight get ``stop_timeout_seconds``."""
-        self._stopping.set()
+        self._halt.set()
         for lane in self._lanes.values():
             lane.wake.set()
         tasks = [lane.task for lane in self._lanes.values() if lane.task is not None]
@@ -431,7 +435,7 @@ class BridgeRunner:
     # -- one lane --------------------------------------------------------------------------
     async def _drive(self, lane: _Lane) -> None:
         route = lane.route
-        while lane.items and not self._stopping.is_set():
+        while lane.items and not self._halt.is_set():
             lane.wake.clear()
             entry = self.ledger.get(route.name, lane.incident_id)
             item = self._plan(lane, entry)
@@ -444,7 +448,7 @@ class BridgeRunner:
                     await asyncio.wait_for(lane.wake.wait(), wait)
                 continue
             async with self._slots[route.name]:
-                if self._stopping.is_set():
+                if self._halt.is_set():
                     lane.items.insert(0, item)
                     return
                 try:
@@ -680,8 +684,8 @@ class BridgeRunner:
                 delay,
             )
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), delay)
-            if self._stopping.is_set():
+                await asyncio.wait_for(self._halt.wait(), delay)
+            if self._halt.is_set():
                 raise _Abandoned
 
     # -- dead letters ----------------------------------------------------------------------
@@ -778,9 +782,20 @@ class BridgeRunner:
             raise
 
     async def _revoke(self) -> None:
+        """Deliveries in flight get ``REVOKE_GRACE_SECONDS`` to finish (fewer re-sends for
+        the next owner), then lanes are cancelled and what is done is committed."""
         if not self._partitions and not self._lanes:
             return
+        stopping = self._halt.is_set()
+        self._halt.set()
+        for lane in self._lanes.values():
+            lane.wake.set()
+        tasks = [lane.task for lane in self._lanes.values() if lane.task and not lane.task.done()]
+        if tasks:
+            await asyncio.wait(tasks, timeout=REVOKE_GRACE_SECONDS)
         await self._cancel_lanes()
+        if not stopping:
+            self._halt.clear()
         for task in list(self._letters):
             with contextlib.suppress(BaseException):
                 await task

@@ -7,6 +7,7 @@ got, the ledger and the dead-letter topic back.
 
 from __future__ import annotations
 
+import asyncio
 from functools import partial
 
 import msgspec
@@ -283,3 +284,42 @@ async def _committed(kafka: KafkaTestEnv, partition: int) -> int | None:
         return int(value) if value is not None else None
     finally:
         await consumer.stop()
+
+
+async def test_two_bridges_in_one_group_share_the_work_and_hand_it_over(
+    kafka: KafkaTestEnv,
+) -> None:
+    """A second process joins (a rebalance), then the first leaves (another): every
+    revision is delivered, and the only duplicates are re-sends of intents cut by a
+    revocation, each counted."""
+    async with receiving() as receiver:
+        r = route("r", receiver)
+        async with bridging(kafka, [r]) as first:
+            await publish(kafka, [incident(f"a-{n}", 1) for n in range(6)])
+            await eventually(lambda: len(receiver.accepted()) >= 6, timeout=30, what="six")
+            async with bridging(kafka, [r]) as second:
+                await eventually(
+                    lambda: second.runner._partitions and first.runner._partitions,
+                    timeout=30,
+                    what="both assigned",
+                )
+                assert not set(first.runner._partitions) & set(second.runner._partitions)
+                await publish(kafka, [incident(f"b-{n}", 1) for n in range(6)])
+                await publish(kafka, [incident(f"a-{n}", 2) for n in range(6)])
+                await eventually(lambda: len(receiver.accepted()) >= 18, timeout=30, what="18")
+                first.stop.set()
+                await asyncio.wait_for(first.task, 30)
+                await eventually(
+                    lambda: len(second.runner._partitions) == kafka.layout.incidents.partitions,
+                    timeout=30,
+                    what="the second takes every partition",
+                )
+                await publish(kafka, [incident(f"a-{n}", 3, "resolved") for n in range(6)])
+                await eventually(lambda: len(receiver.accepted()) >= 24, timeout=30, what="24")
+                resends = first.runner.resends + second.runner.resends
+    keys = receiver.accepted_keys()
+    expected = {(f"a-{n}", rev) for n in range(6) for rev in (1, 2, 3)} | {
+        (f"b-{n}", 1) for n in range(6)
+    }
+    assert set(keys) == expected
+    assert len(keys) - len(expected) == resends
