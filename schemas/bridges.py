@@ -1,8 +1,9 @@
 """The bridge ledger's records: what each bridge delivered, per route and incident.
 
 A bridge (``gputriage bridge <kind>``) keeps one :class:`BridgeDelivery` per
-``(route, incident id)`` on a compacted topic (``<prefix>.bridge.<group>.ledger``),
-keyed ``route NUL incident id``, and reads it back to the end before it consumes.
+``(route, incident id)`` on a compacted topic (``<prefix>.bridge.<group>.ledger``, with
+the incident topic's retention), keyed ``route NUL incident id``, and reads it back to
+the end before it consumes.
 It is JSON like every public record, so ``kcat`` shows what a bridge believes it sent.
 
 The record is versioned by its tag and every field has a default: a ledger written

@@ -811,6 +811,8 @@ class BridgeRunner:
             async with self._lock:
                 if self._assignments:  # not the first: another process may have delivered
                     await self.ledger.restore(self.settings.restore_timeout_seconds)
+                    if isinstance(self.endpoint, Periodic):
+                        self._restore_periodic()
                 self._assignments += 1
                 self._partitions = {tp: _Partition() for tp in assigned}
             log.info(
