@@ -22,11 +22,14 @@ Traps:
 
 from __future__ import annotations
 
+import math
 import random
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
+from typing import Final
 
 
 @dataclass(frozen=True)
@@ -53,20 +56,55 @@ class Backoff:
         return self.delay(attempt, draw)
 
 
-def retry_after_seconds(headers: Mapping[str, str], now: datetime | None = None) -> float | None:
-    """The ``Retry-After`` header in seconds (delta-seconds or an HTTP date); None if absent/bad."""
-    value = headers.get("Retry-After")
+_DIGITS: Final = re.compile(r"[0-9]+")
+MAX_RETRY_AFTER_S: Final = 3600.0
+"""The longest ``Retry-After`` :func:`parse_retry_after` returns: longer ones are cut to it."""
+
+
+def retry_after_seconds(
+    headers: Mapping[str, str], now: datetime | None = None, limit: float = MAX_RETRY_AFTER_S
+) -> float | None:
+    """The ``Retry-After`` header in seconds (see :func:`parse_retry_after`)."""
+    return parse_retry_after(headers.get("Retry-After"), now, limit)
+
+
+def parse_retry_after(
+    value: str | None, now: datetime | None = None, limit: float = MAX_RETRY_AFTER_S
+) -> float | None:
+    """A ``Retry-After`` value in seconds from ``now``, at most ``limit``; None when absent
+    or unreadable (the caller's own backoff applies).
+
+    RFC 9110 §10.2.3: ``delay-seconds`` (``1*DIGIT``: no sign, no decimals) or an
+    HTTP-date (IMF-fixdate, or the obsolete RFC 850 and asctime forms that
+    :func:`email.utils.parsedate_to_datetime` reads; a date in the past is 0). Traps:
+    ``float()`` would read ``"inf"``, ``"nan"`` and ``"-1"`` (a NaN compares false with
+    everything and slips through ``max``/``min``; an infinity parks a connector for
+    ever), so only digits count, and the result must be finite and non-negative; a
+    huge one (a proxy's ``86400``, a far-off date) is cut to ``limit``.
+    """
     if value is None:
         return None
-    value = value.strip()
-    try:
-        return max(float(value), 0.0)
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+    text = value.strip()
+    if _DIGITS.fullmatch(text):
+        try:
+            seconds = float(int(text))
+        except (ValueError, OverflowError):  # over int()'s digit limit, or float's range
+            return limit
+    else:
+        date = _date_seconds(text, now)
+        if date is None:
+            return None
+        seconds = date
+    if not math.isfinite(seconds) or seconds < 0:
         return None
-    if when.tzinfo is None:
+    return min(seconds, limit)
+
+
+def _date_seconds(text: str, now: datetime | None) -> float | None:
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # "-0000": the RFC's dates are GMT
         when = when.replace(tzinfo=UTC)
     return max((when - (now or datetime.now(UTC))).total_seconds(), 0.0)

@@ -20,7 +20,14 @@ deduplication. The annotations are always set to those received most recently"
   notification log, not alerts), so a replica that restarts or missed the one POST
   still learns of the resolve. A resolved revision is sent even when the ledger has
   no earlier delivery: a crash between the firing POST and the ledger write leaves
-  a firing alert behind that only this resolve clears.
+  a firing alert behind that only this resolve clears. Trap: a resolved revision takes
+  the alert out of the firing set **whatever its outcome** (it joins the resolved set
+  when accepted): a resolve that is rejected, or retried for a while, must not leave
+  the ticks re-sending the alert firing for ever.
+* **A firing alert without a new revision for** ``max_firing_seconds`` (7 days) is no
+  longer re-sent (a warning names it; Alertmanager ends it at its last ``endsAt``):
+  when the resolve never reaches this endpoint (dead-lettered upstream, a route
+  changed under it), nothing else would ever stop the ticks.
 * **Every replica gets every alert**, never through a load balancer (the Alertmanager
   README's high-availability section). A revision counts as accepted when at least one
   replica took it, as Prometheus' notifier counts a batch sent; the replicas that
@@ -40,9 +47,12 @@ an annotation:
 * **Trap: severity can change** (``gpu_app_fault`` goes info -> ticket at three
   episodes, ``gpu_degraded`` escalates to page) and Alertmanager routes on it. A
   changed severity is a *new* alert, as in Prometheus when a rule's labels change:
-  the revision sends the old label set resolved (``endsAt`` = now, and re-sends it
+  the revision sends the old label set resolved (``endsAt`` just past, and re-sends it
   for ``resolved_resend_seconds``) with the new one firing, so the escalation reaches
-  the critical route and nothing lingers at the old severity.
+  the critical route and nothing lingers at the old severity. The retired alert's
+  ``endsAt`` is :data:`RETIRE_SKEW_SECONDS` in the past (never before its ``startsAt``):
+  an Alertmanager whose clock runs behind ours would otherwise keep it firing until its
+  own clock reaches our "now".
 * annotations: ``summary``, ``description`` (the action, pods and owners, GPUs),
   ``evidence`` (one line per event), ``incident_type``, ``runbook_url`` (when the
   option is set). Each is clipped with a marker so the memo stays a few KiB:
@@ -57,10 +67,13 @@ Answers (checked against Debian's Alertmanager 0.25): 200 (empty body) is accept
 go-swagger ``{"code", "message"}`` for a body off the OpenAPI schema: both are
 :class:`~connectors.bridges.base.Rejected` with that text. Trap: a 400 for a batch
 still stored its valid alerts (``api/v2/api.go`` validates each alert and puts the
-valid ones before answering). 429 (a proxy in front) and 5xx are retried, 429 after
-``Retry-After``; so are 401/403/404 and network errors: a wrong token or path prefix
-is the configuration's fault, and dead-lettering every incident until someone fixes
-it would lose them.
+valid ones before answering). Every other status follows the shared policy of
+:mod:`connectors.bridges.http`: 429 (a proxy in front) and 5xx are retried after
+``Retry-After``; 401/403 (a wrong or rotated token) after a long wait with a warning;
+a redirect is never followed (it would carry the ``Authorization`` header elsewhere)
+and is retried with a warning; 404 (a wrong path prefix) and network errors are
+retried: the configuration's fault, and dead-lettering every incident until someone
+fixes it would lose them.
 
 Secrets per route (``[[bridge.routes]]`` ``target``): ``bearer_token_env`` /
 ``bearer_token_file``, or ``username`` with ``password_env`` / ``password_file`` for
@@ -96,7 +109,6 @@ from urllib.parse import quote, urlsplit
 import aiohttp
 import msgspec
 
-from connectors.backoff import retry_after_seconds
 from connectors.bridges.base import (
     Accepted,
     Delivered,
@@ -107,8 +119,10 @@ from connectors.bridges.base import (
     Route,
     SecretError,
     Skipped,
+    clip,
     read_secret,
 )
+from connectors.bridges.http import Verdict, classify, post_bounded, status_outcome
 from connectors.kafka.config import Secret
 from schemas.codec import RecordError, dumps, encode, loads, typed_decoder
 from schemas.incidents import Incident
@@ -125,7 +139,8 @@ DESCRIPTION_CHARS: Final = 1024
 EVIDENCE_CHARS: Final = 1536
 REASON_CHARS: Final = 300
 """The vendor's error text kept in a reason: one line, never the body we sent."""
-ANSWER_BYTES: Final = 4096
+RETIRE_SKEW_SECONDS: Final = 5.0
+"""How far in the past a retired alert's ``endsAt`` is set (clock skew)."""
 MAX_BATCH: Final = 256
 """Alerts per POST when re-sending (Prometheus' notifier default, ``DefaultMaxBatchSize``)."""
 CLIPPED: Final = " …[clipped]"
@@ -155,6 +170,9 @@ class Options(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     Point it at your incident view (``https://grafana.example/d/gpu?var-incident={id}``)."""
     runbook_url: str = ""
     """The ``runbook_url`` annotation, ``{type}`` and ``{alertname}`` filled in; none if empty."""
+    max_firing_seconds: Positive = 7 * 86400.0
+    """A firing alert with no new revision for this long is no longer re-sent (its resolve
+    may never come: see the module); Alertmanager then ends it at its last ``endsAt``."""
 
 
 class PostableAlert(msgspec.Struct, frozen=True, kw_only=True):
@@ -169,6 +187,13 @@ class PostableAlert(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _decode_alert = typed_decoder(PostableAlert)
+
+
+@dataclass(slots=True)
+class _Firing:
+    alert: PostableAlert
+    revised: float
+    """Unix time of the last revision seen (delivered or skipped)."""
 
 
 @dataclass(slots=True)
@@ -193,10 +218,6 @@ class _Answer:
 def alertname(incident_type: str) -> str:
     """``device_unhealthy_eviction`` -> ``DeviceUnhealthyEviction``."""
     return "".join(part[:1].upper() + part[1:] for part in incident_type.split("_") if part)
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - len(CLIPPED)] + CLIPPED
 
 
 def _namespace(incident: Incident) -> str:
@@ -232,17 +253,17 @@ def _bounded(lines: Sequence[str], limit: int, noun: str, omitted: int = 0) -> s
     for n, line in enumerate(lines):
         if used + len(line) + 1 > room:
             kept.append(f"… {len(lines) - n + omitted} more {noun}")
-            return _clip("\n".join(kept), limit)
+            return clip("\n".join(kept), limit, CLIPPED)
         kept.append(line)
         used += len(line) + 1
     if omitted:
         kept.append(f"… {omitted} more {noun}")
-    return _clip("\n".join(kept), limit)
+    return clip("\n".join(kept), limit, CLIPPED)
 
 
 def _description(incident: Incident) -> str:
     """The action, then the GPUs (a few), then the pods: the long part, so the one cut."""
-    lines = [_clip(incident.action, DESCRIPTION_CHARS // 2)] if incident.action else []
+    lines = [clip(incident.action, DESCRIPTION_CHARS // 2, CLIPPED)] if incident.action else []
     for gpu in incident.gpus:
         ids = [x for x in (gpu.uuid, gpu.pci_bus_id) if x]
         if gpu.gpu_instance is not None:
@@ -297,7 +318,7 @@ class AlertmanagerEndpoint:
         self._clock = clock
         self._endpoints = tuple(u.rstrip("/") + PATH for u in options.urls)
         self._timeout = aiohttp.ClientTimeout(total=options.timeout_seconds)
-        self._firing: dict[tuple[str, str], PostableAlert] = {}
+        self._firing: dict[tuple[str, str], _Firing] = {}
         """(route name, incident id) -> the alert as last accepted, kept alive by ticks."""
         self._resolved: dict[tuple[str, str], _Resolved] = {}
         """(route name, label-set key) -> a resolved alert still being sent."""
@@ -343,8 +364,10 @@ class AlertmanagerEndpoint:
         batch = [alert]
         retired = None
         if before is not None and before.labels != labels and not _is_resolved(previous):
-            # A new severity is a new alert: end the old one now, here and in later ticks.
-            retired = msgspec.structs.replace(before, endsAt=_at(now))
+            # A new severity is a new alert: end the old one now, here and in later ticks
+            # (a little in the past: an Alertmanager clock behind ours still ends it).
+            ends = max(now - RETIRE_SKEW_SECONDS, before.startsAt.timestamp())
+            retired = msgspec.structs.replace(before, endsAt=_at(ends))
             batch.append(retired)
         elif (
             before is not None
@@ -352,22 +375,23 @@ class AlertmanagerEndpoint:
             and not _is_resolved(previous)
             and _same(before, alert)
         ):
-            self._firing.setdefault(key, alert)
+            self._firing.setdefault(key, _Firing(alert, now)).revised = now
             return Skipped("no label or annotation changed (the ticks keep it alive)")
-        answers = await self._post_all(batch, auth)
+        if resolved:  # whatever comes of it: the ticks must not keep it firing
+            self._firing.pop(key, None)
+        answers = await self._post_all(batch, auth, route.name)
         outcome = _outcome(answers)
         if not isinstance(outcome, Accepted):
             return outcome
         until = now + self.options.resolved_resend_seconds
         if retired is not None:
             self._resolved[(route.name, _label_key(retired.labels))] = _Resolved(retired, until)
-        memo = {"alert": encode(alert).decode()}
+        memo = {"alert": encode(alert).decode(), "revised_at": f"{now:.0f}"}
         if resolved:
-            self._firing.pop(key, None)
             self._resolved[(route.name, _label_key(labels))] = _Resolved(alert, until)
             memo["resend_until"] = f"{until:.0f}"
         else:
-            self._firing[key] = alert
+            self._firing[key] = _Firing(alert, now)
             self._resolved.pop((route.name, _label_key(labels)), None)
         return Accepted(memo)
 
@@ -390,7 +414,11 @@ class AlertmanagerEndpoint:
                     until = 0.0
                 self._resolved[(route_name, _label_key(alert.labels))] = _Resolved(alert, until)
             else:
-                self._firing[(route_name, incident_id)] = alert
+                try:
+                    revised = float(delivered.memo.get("revised_at", ""))
+                except ValueError:  # an older memo: the clock starts at the restart
+                    revised = self._clock()
+                self._firing[(route_name, incident_id)] = _Firing(alert, revised)
 
     async def tick(self, now: float) -> None:
         """Send every route's firing alerts (``endsAt`` pushed ahead) and its recently
@@ -400,8 +428,19 @@ class AlertmanagerEndpoint:
         """
         for key in [k for k, r in self._resolved.items() if r.until <= now]:
             del self._resolved[key]
+        stale = now - self.options.max_firing_seconds
+        for key in [k for k, f in self._firing.items() if f.revised < stale]:
+            del self._firing[key]
+            log.warning(
+                "route %s: incident %s had no revision for %g s: no longer re-sent firing "
+                "(Alertmanager ends it at its last endsAt)",
+                key[0],
+                key[1],
+                self.options.max_firing_seconds,
+            )
         by_route: dict[str, list[PostableAlert]] = {}
-        for (route_name, _), alert in self._firing.items():
+        for (route_name, _), firing in self._firing.items():
+            alert = firing.alert
             by_route.setdefault(route_name, []).append(
                 msgspec.structs.replace(alert, endsAt=self._ends(now, alert.startsAt))
             )
@@ -415,7 +454,7 @@ class AlertmanagerEndpoint:
     async def _resend(
         self, route_name: str, alerts: Sequence[PostableAlert], auth: Secret | None
     ) -> None:
-        answers = await self._post_all(alerts, auth)
+        answers = await self._post_all(alerts, auth, route_name)
         for url, answer in zip(self._endpoints, answers, strict=True):
             if not answer.ok:
                 log.warning(
@@ -454,7 +493,7 @@ class AlertmanagerEndpoint:
 
     def _annotations(self, incident: Incident, name: str) -> dict[str, str]:
         notes = {
-            "summary": _clip(incident.summary, SUMMARY_CHARS),
+            "summary": clip(incident.summary, SUMMARY_CHARS, CLIPPED),
             "description": _description(incident),
             "evidence": _evidence(incident),
             "incident_type": incident.type,
@@ -477,31 +516,33 @@ class AlertmanagerEndpoint:
         )
 
     async def _post_all(
-        self, alerts: Sequence[PostableAlert], auth: Secret | None
+        self, alerts: Sequence[PostableAlert], auth: Secret | None, route: str
     ) -> list[_Answer]:
         body = encode_alerts(alerts)
         headers = {"Content-Type": "application/json"}
+        secrets: list[str] = []
         if auth is not None:
             headers["Authorization"] = auth.reveal()
+            secrets = [auth.reveal(), *auth.reveal().split(" ", 1)[1:]]
         return list(
-            await asyncio.gather(*(self._post(url, body, headers) for url in self._endpoints))
+            await asyncio.gather(
+                *(self._post(url, body, headers, route, secrets) for url in self._endpoints)
+            )
         )
 
-    async def _post(self, url: str, body: bytes, headers: Mapping[str, str]) -> _Answer:
-        try:
-            async with self._http.post(
-                url, data=body, headers=headers, timeout=self._timeout
-            ) as resp:
-                if 200 <= resp.status < 300:
-                    return _Answer(ok=True)
-                text = _error_text(await resp.content.read(ANSWER_BYTES))
-                reason = f"HTTP {resp.status} from {url}"
-                if resp.status in (400, 413, 422):
-                    return _Answer(ok=False, reason=reason, detail=text, rejected=True)
-                after = retry_after_seconds(resp.headers) if resp.status in (429, 503) else None
-                return _Answer(ok=False, reason=reason, detail=text, after=after)
-        except (aiohttp.ClientError, TimeoutError) as exc:
-            return _Answer(ok=False, reason=f"{exc.__class__.__name__} posting to {url}")
+    async def _post(
+        self, url: str, body: bytes, headers: Mapping[str, str], route: str, secrets: list[str]
+    ) -> _Answer:
+        got = await post_bounded(self._http, url, data=body, headers=headers, timeout=self._timeout)
+        if isinstance(got, Retry):  # never follows a redirect, names errors by class only
+            return _Answer(ok=False, reason=f"{got.reason} posting to {url}")
+        if classify(got.status) is Verdict.ACCEPTED:
+            return _Answer(ok=True)
+        text = _error_text(got.text(secrets))
+        outcome = status_outcome(got, route=route, said=f" from {url}", secrets=secrets)
+        if isinstance(outcome, Rejected):
+            return _Answer(ok=False, reason=outcome.reason, detail=text, rejected=True)
+        return _Answer(ok=False, reason=outcome.reason, detail=text, after=outcome.after_seconds)
 
 
 def encode_alerts(alerts: Sequence[PostableAlert]) -> bytes:
@@ -525,16 +566,18 @@ def _outcome(answers: Sequence[_Answer]) -> Outcome:
     return Retry(reason, after_seconds=max(afters) if afters else None)
 
 
-def _error_text(raw: bytes) -> str:
-    """Alertmanager's 400 is a JSON string; go-swagger's 422 is ``{"code", "message"}``."""
+def _error_text(raw: str) -> str:
+    """Alertmanager's 400 is a JSON string; go-swagger's 422 is ``{"code", "message"}``
+    (``raw`` already masked)."""
+    value: object
     try:
         value = loads(raw)
     except RecordError:
-        value = raw.decode("utf-8", "replace")
+        value = raw
     if isinstance(value, dict):
         value = value.get("message", value)
     text = " ".join(str(value).split())
-    return _clip(text, REASON_CHARS)
+    return clip(text, REASON_CHARS, CLIPPED)
 
 
 def _memo_alert(previous: Delivered | None) -> PostableAlert | None:

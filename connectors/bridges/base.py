@@ -33,10 +33,12 @@ Traps:
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+import unicodedata
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Final, Protocol, runtime_checkable
+from urllib.parse import quote, quote_plus, urlsplit
 
 from connectors.kafka.config import Secret
 from schemas.incidents import Incident
@@ -152,6 +154,64 @@ class Periodic(Protocol):
     async def tick(self, now: float) -> None: ...
 
 
+MASK: Final = "***"
+"""What a secret becomes in a reason, a detail or a log line."""
+CLIP: Final = "…"
+"""Ends a clipped text."""
+_PARTIAL_MIN: Final = 4
+"""The shortest head of a secret masked at the end of a text (a read cut it there)."""
+
+
+def _forms(secret: str) -> set[str]:
+    """A secret as it may come back in a vendor's answer: as sent, and percent-encoded
+    (a 404 page echoes the requested path encoded; a form echoes ``+`` for spaces), with
+    upper- and lower-case hex digits."""
+    forms = {secret, quote(secret, safe=""), quote(secret, safe="/:"), quote_plus(secret)}
+    lower = {
+        "%".join(
+            part if i == 0 else part[:2].lower() + part[2:]
+            for i, part in enumerate(form.split("%"))
+        )
+        for form in forms
+    }
+    return {f for f in forms | lower if f}
+
+
+def mask(text: str, secrets: Iterable[str], cut: bool = False) -> str:
+    """``text`` with every secret (and its percent-encoded forms) replaced by ``***``.
+
+    Traps: mask *before* cutting a text to length, never after (a cut can leave half a
+    secret that no longer matches); and a text that is the head of a longer answer (a
+    bounded read: ``cut``) may end with the first characters of a secret, so there a
+    tail of 4 or more characters that starts a secret is masked too. The longest forms
+    go first, so a URL is masked whole before its path is.
+    """
+    forms = sorted({f for s in secrets if s for f in _forms(s)}, key=len, reverse=True)
+    for form in forms:
+        text = text.replace(form, MASK)
+    for form in forms if cut else ():
+        for n in range(min(len(form) - 1, len(text)), _PARTIAL_MIN - 1, -1):
+            if text.endswith(form[:n]):
+                return text[:-n] + MASK
+    return text
+
+
+def url_secrets(url: str) -> list[str]:
+    """What of a secret URL must not appear in a text: the URL, and its path and query
+    (a 404 page echoes the path it was asked for, not the whole URL). Parts shorter
+    than 4 characters (a path ``/``) are not worth masking everywhere."""
+    parts = urlsplit(url)
+    return [v for v in (url, parts.path, parts.query) if len(v) >= _PARTIAL_MIN]
+
+
+def clip(text: str, limit: int, marker: str = CLIP) -> str:
+    """``text`` cut to at most ``limit`` characters, ``marker`` ending a cut one (so a
+    reader sees it was cut). Mask secrets first (:func:`mask`)."""
+    if len(text) <= limit:
+        return text
+    return text[: max(limit - len(marker), 0)] + marker[:limit]
+
+
 class SecretError(ValueError):
     """A route names a secret that cannot be read (missing variable, unreadable file)."""
 
@@ -165,6 +225,11 @@ def read_secret(
 
     Never ``target[name]`` itself: a secret in a config file ends up in a ConfigMap, a
     ``ps`` listing or a bug report. The error names the variable or the file, never a value.
+
+    Trap: a value with a control character (a file ending ``"\\n\\n"``, an environment
+    variable set from ``echo``) or surrounding whitespace is refused here. aiohttp raises
+    ``ValueError`` for a header holding a newline on *every* request, and a URL or token
+    with a stray space fails as opaquely at the vendor: better one clear error at start-up.
     """
     env = os.environ if environ is None else environ
     var, path = target.get(f"{name}_env"), target.get(f"{name}_file")
@@ -176,7 +241,7 @@ def read_secret(
         value = env.get(var)
         if not value:
             raise SecretError(f"{name}: environment variable {var} is not set")
-        return Secret(value)
+        return Secret(_clean(value, f"{name}: environment variable {var}"))
     assert path is not None
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -185,4 +250,13 @@ def read_secret(
     value = text[:-1] if text.endswith("\n") else text
     if not value:
         raise SecretError(f"{name}: {path} is empty")
-    return Secret(value)
+    return Secret(_clean(value, f"{name}: {path}"))
+
+
+def _clean(value: str, where: str) -> str:
+    """``value``, or :class:`SecretError` naming ``where`` (never the value)."""
+    if any(unicodedata.category(c) == "Cc" for c in value):
+        raise SecretError(f"{where} holds a control character (a stray newline?)")
+    if value != value.strip():
+        raise SecretError(f"{where} holds leading or trailing whitespace")
+    return value

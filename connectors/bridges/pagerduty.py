@@ -53,6 +53,11 @@ Traps:
   ``rate_limited_retry_seconds``. Why not wait inside :meth:`deliver`: the runner keeps
   control (shutdown, other routes, commits), and a stall shows in its retry metrics
   instead of as one slow delivery.
+* **Answers** follow the shared policy of :mod:`connectors.bridges.http` (bounded
+  reads, no redirects followed, 401/403 of a rotated key retried after a long wait with
+  a warning, never dead-lettered); a 429 closes the key's window as above; a
+  ``Retry-After`` is read by :func:`connectors.backoff.parse_retry_after` (finite,
+  non-negative, capped), though PagerDuty documents none.
 * **512 KB per event.** The evidence is cut first (from its tail, with a marker saying how
   many events were left out), then the pod list, then the attributes; the ids
   (``dedup_key``, ``incident_id``, ``revision``) and the summary never are.
@@ -63,7 +68,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal
@@ -81,8 +85,11 @@ from connectors.bridges.base import (
     Route,
     SecretError,
     Skipped,
+    clip,
+    mask,
     read_secret,
 )
+from connectors.bridges.http import Answer, Pacer, Verdict, classify, post_bounded, status_outcome
 from connectors.kafka.config import Secret
 from schemas.codec import RecordError, dumps, loads
 from schemas.incidents import GpuRef, Incident, PodInfo
@@ -101,7 +108,6 @@ EVIDENCE_HEAD: Final = 3
 MAX_EVIDENCE_TEXT: Final = 4096
 MAX_ACTION: Final = 16_384
 WINDOW_SECONDS: Final = 60.0
-CLIP: Final = "…"
 SECRET_KEY: Final = "routing_key"
 """The route's secret: ``routing_key_env`` or ``routing_key_file`` in its target."""
 
@@ -142,10 +148,6 @@ def dedup_key(incident_id: str) -> str:
         return incident_id
     digest = hashlib.sha256(incident_id.encode()).hexdigest()
     return f"{incident_id[: MAX_DEDUP_KEY - len(digest) - 1]}~{digest}"
-
-
-def clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - len(CLIP)] + CLIP
 
 
 def visible_digest(incident: Incident) -> str:
@@ -326,38 +328,6 @@ def resolve_body(incident: Incident, key: Secret) -> bytes:
     )
 
 
-class Pacer:
-    """A sliding 60 s window of calls per routing key (by fingerprint, never the key)."""
-
-    def __init__(self, calls_per_minute: int, clock: Callable[[], float]) -> None:
-        self.limit = max(1, calls_per_minute)
-        self.clock = clock
-        self._calls: dict[str, deque[float]] = {}
-        self._closed_until: dict[str, float] = {}
-
-    def take(self, key_id: str) -> float:
-        """0 and the call is counted, or the seconds until one may be made."""
-        now = self.clock()
-        closed = self._closed_until.get(key_id, 0.0)
-        if now < closed:
-            return closed - now
-        calls = self._calls.setdefault(key_id, deque())
-        while calls and calls[0] <= now - WINDOW_SECONDS:
-            calls.popleft()
-        if len(calls) >= self.limit:
-            return calls[0] + WINDOW_SECONDS - now
-        calls.append(now)
-        return 0.0
-
-    def close(self, key_id: str, seconds: float) -> None:
-        """PagerDuty said 429: nothing more through this key for ``seconds``."""
-        self._closed_until[key_id] = self.clock() + seconds
-
-
-def _scrub(text: str, key: Secret) -> str:
-    return text.replace(key.reveal(), str(key)) if key.reveal() else text
-
-
 class PagerDutyEndpoint:
     """The Events API v2 endpoint behind :class:`~connectors.bridges.base.Endpoint`."""
 
@@ -373,7 +343,7 @@ class PagerDutyEndpoint:
         self.options = options
         self.http = http
         self.environ = environ
-        self.pacer = Pacer(options.calls_per_minute, clock)
+        self.pacer = Pacer(options.calls_per_minute, WINDOW_SECONDS, clock)
 
     def _key(self, route: Route) -> Secret:
         key = read_secret(route.target, SECRET_KEY, self.environ)
@@ -437,7 +407,7 @@ class PagerDutyEndpoint:
         )
         if len(body) > BODY_BUDGET:  # cannot happen with real incidents: said, not raised
             return Rejected(f"{action} event of {len(body)} bytes, over PagerDuty's 512 KB")
-        outcome = await self._post(body, key, key_id)
+        outcome = await self._post(body, key, key_id, route.name)
         log.debug(
             "route %s: %s of %s revision %d: %s",
             route.name,
@@ -456,54 +426,51 @@ class PagerDutyEndpoint:
     async def close(self) -> None:
         """Nothing of its own to release: the HTTP session is the runner's."""
 
-    async def _post(self, body: bytes, key: Secret, key_id: str) -> Outcome:
-        timeout = aiohttp.ClientTimeout(total=self.options.timeout_seconds)
-        try:
-            async with self.http.post(
-                self.options.url,
-                data=body,
-                headers={"Content-Type": "application/json"},
-                timeout=timeout,
-                allow_redirects=False,
-            ) as resp:
-                status = resp.status
-                retry_after = _seconds(resp.headers.get("Retry-After", ""))
-                text = (await resp.read()).decode("utf-8", "replace")
-        except TimeoutError:
-            return Retry(f"timeout after {self.options.timeout_seconds:g} s")
-        except (aiohttp.ClientError, OSError) as exc:
-            return Retry(f"network error: {exc.__class__.__name__}")
-        return self._judge(status, _scrub(text, key), retry_after, key_id)
+    async def _post(self, body: bytes, key: Secret, key_id: str, route: str) -> Outcome:
+        got = await post_bounded(
+            self.http,
+            self.options.url,
+            data=body,
+            headers={"Content-Type": "application/json"},
+            timeout=aiohttp.ClientTimeout(total=self.options.timeout_seconds),
+        )
+        if isinstance(got, Retry):
+            return got
+        return self._judge(got, key, key_id, route)
 
-    def _judge(self, status: int, text: str, retry_after: float | None, key_id: str) -> Outcome:
-        if 200 <= status < 300:
+    def _judge(self, answer: Answer, key: Secret, key_id: str, route: str) -> Outcome:
+        """The shared status policy (:mod:`connectors.bridges.http`), and PagerDuty's own
+        429: its window is closed for a while, as no ``Retry-After`` is documented."""
+        status = answer.status
+        verdict = classify(status)
+        if verdict is Verdict.ACCEPTED:
             return Accepted()
         if status == 429:
-            # No Retry-After is documented for the Events API: ours, unless one came.
-            wait = max(retry_after or 0.0, self.options.rate_limited_retry_seconds)
+            wait = max(answer.retry_after or 0.0, self.options.rate_limited_retry_seconds)
             self.pacer.close(key_id, wait)
             return Retry("HTTP 429: rate limited", wait)
-        if status in (400, 413, 422):
-            answer = _answer(text)
-            said = answer.get("status") or answer.get("message") or "bad request"
-            errors = answer.get("errors")
+        secrets = [key.reveal()]
+        said, detail = "", ""
+        if verdict is Verdict.REJECTED:
+            text = answer.text(secrets)
+            reply = _answer(text)
+            said = str(reply.get("status") or reply.get("message") or "bad request")
+            errors = reply.get("errors")
             if isinstance(errors, list) and errors:
                 detail = "; ".join(str(e) for e in errors)
             else:
-                detail = str(answer.get("message", "")) or text
-            return Rejected(f"HTTP {status}: {clip(str(said), 200)}", clip(detail, 4000))
-        # 5xx, 408, a redirect, a 401/403/404 from a proxy or a wrong url: nothing the
-        # event itself can fix, and nothing is lost by trying again later.
-        return Retry(f"HTTP {status}", retry_after)
-
-
-def _seconds(value: str) -> float | None:
-    """A ``Retry-After`` in seconds (the HTTP-date form is not worth a parser here)."""
-    try:
-        seconds = float(value)
-    except ValueError:
-        return None
-    return seconds if seconds >= 0 else None
+                detail = str(reply.get("message", "")) or text
+            said = ": " + clip(mask(said, secrets), 200)
+        return status_outcome(
+            answer,
+            route=route,
+            where="",
+            secrets=secrets,
+            said=said,
+            detail=detail,
+            reason_chars=250,
+            detail_chars=4000,
+        )
 
 
 def _answer(text: str) -> dict[str, Any]:

@@ -10,8 +10,9 @@ Two modes, chosen per route by the secret its ``target`` names:
   ledger), so the thread survives a restart. A memo without a ``ts`` (an older ledger, or
   a route that was a webhook) starts a new parent.
 * **Incoming webhook** (``webhook_url_env``/``webhook_url_file``, no ``channel``): post
-  only. A webhook can neither update nor thread, so every revision is posted as a new
-  whole message, its header saying the status (its answer has no ``ts`` to keep either).
+  only. A webhook can neither update nor thread, so every revision a reader would see
+  as news is posted as a new whole message, its header saying the status (its answer
+  has no ``ts`` to keep either); one that changed nothing but ``last seen`` is skipped.
 
 Slack facts this relies on (Slack's own docs, cited where used):
 
@@ -26,20 +27,30 @@ Slack facts this relies on (Slack's own docs, cited where used):
   Incoming webhooks answer ``ok`` as text, errors as 400/403/404/410 with a plain error
   string (https://api.slack.com/changelog/2016-05-17-changes-to-errors-for-incoming-webhooks).
 * Posting is limited to about one message per second per channel, short bursts allowed
-  (https://api.slack.com/docs/rate-limits): this endpoint spaces its calls per channel
-  by ``channel_interval_seconds`` (a wait inside :meth:`SlackEndpoint.deliver`), so an
-  update (two calls) or a storm does not earn 429s in the first place.
+  (https://api.slack.com/docs/rate-limits): this endpoint paces its calls per channel
+  (:class:`~connectors.bridges.http.Pacer`: at most :data:`BURST` calls in any
+  ``BURST * channel_interval_seconds``), answering :class:`Retry` with ``after_seconds``
+  instead of sleeping inside :meth:`SlackEndpoint.deliver` (the runner keeps control),
+  so an update (two calls) or a storm does not earn 429s in the first place. A 429's
+  ``Retry-After`` closes the channel for that long.
 
 A revision that changed nothing a reader sees but ``last seen`` (the same severity,
 status, pods, evidence, summary, action and attributes as the memo says) updates the
-parent and posts no reply: the thread says what changed, never "nothing changed".
+parent and posts no reply: the thread says what changed, never "nothing changed". In
+webhook mode such a revision is :class:`Skipped` (a webhook can only post a whole new
+message, and a channel filling with identical ones hides the ones that matter).
 
 Outcomes: ``ok: true`` is :class:`Accepted`; ``ok: false`` with a permanent error
-(``invalid_blocks``, ``channel_not_found``, ``not_in_channel``, ``invalid_auth``,
-``msg_blocks_too_long`` ...) is :class:`Rejected` with Slack's error as the reason;
-``ratelimited``, 429, 5xx, Slack's transient errors and network failures are
-:class:`Retry`. A ``chat.update`` whose parent is gone (``message_not_found``, deleted
-by someone) posts a new parent instead.
+(``invalid_blocks``, ``channel_not_found``, ``not_in_channel``, ``msg_blocks_too_long``
+...) is :class:`Rejected` with Slack's error as the reason; ``ratelimited``, 429, 5xx,
+Slack's transient errors and network failures are :class:`Retry`. A refused token
+(``invalid_auth``, ``token_revoked``, ``account_inactive``, HTTP 401/403) is a
+:class:`Retry` after a long wait with a warning naming the route: a token being rotated
+must not dead-letter every incident. Other statuses follow the shared policy of
+:mod:`connectors.bridges.http`; an incoming webhook's 404 (``no_service``,
+``channel_not_found``) and 410 (``channel_is_archived``) are permanent, as Slack's
+changelog above describes them. A ``chat.update`` whose parent is gone
+(``message_not_found``, deleted by someone) posts a new parent instead.
 
 Traps:
 
@@ -61,7 +72,9 @@ Traps:
 * **Secrets.** The token goes only into the ``Authorization`` header, the webhook URL
   only to aiohttp; neither is in a reason, a detail, the memo or a log line, and a
   network error is reported by its class name only (aiohttp's messages can carry the URL,
-  which *is* the webhook's secret). No request body is ever logged.
+  which *is* the webhook's secret). An error body is reduced to Slack's error code (only
+  ``[a-z_]+`` counts: a 404 page may start with the URL it was asked for) and masked
+  (:func:`~connectors.bridges.base.mask`). No request body is ever logged.
 * Hand-written HTTP on the runner's shared aiohttp session, not ``slack_sdk``: its
   clients raise on ``ok: false`` and retry by sleeping inside the call, where the runner
   needs each answer as a value and owns retries and backoff; the Web API surface used
@@ -70,10 +83,10 @@ Traps:
 
 from __future__ import annotations
 
-import asyncio
+import logging
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Final
 
 import aiohttp
@@ -89,8 +102,12 @@ from connectors.bridges.base import (
     Retry,
     Route,
     SecretError,
+    Skipped,
+    mask,
     read_secret,
+    url_secrets,
 )
+from connectors.bridges.http import Answer, Pacer, auth_retry, post_bounded, status_outcome
 from connectors.kafka.config import Secret
 from schemas.incidents import Incident
 
@@ -110,7 +127,20 @@ TRANSIENT: Final = frozenset(
 """``ok: false`` errors worth trying again (Slack's methods list them as transient)."""
 PARENT_GONE: Final = frozenset({"message_not_found", "cant_update_message", "edit_window_closed"})
 """``chat.update`` errors after which the parent cannot be updated: post a new one."""
+AUTH_ERRORS: Final = frozenset({"invalid_auth", "token_revoked", "account_inactive"})
+"""``ok: false`` errors of a refused token: retried after a long wait, never dead letters."""
+WEBHOOK_PERMANENT: Final = frozenset({404, 410})
+"""Incoming-webhook statuses that repeating cannot fix (the hook or its channel is gone)."""
+ERROR_CODE: Final = re.compile(r"[a-z_]+")
+"""What a Slack error code looks like; anything else in an error body is not one."""
 MAX_DETAIL: Final = 500
+MAX_BUDGET: Final = 11_000
+"""The highest ``budget_chars``: Slack fails from about 12,000 characters counting some
+structure too (see :mod:`.slack_blocks`)."""
+BURST: Final = 4
+"""Calls to one channel allowed back to back (an update and its reply are two)."""
+
+log = logging.getLogger("gputriage.bridge.slack")
 
 
 class Options(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -121,10 +151,11 @@ class Options(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     """The Web API's base (a test receiver, or a proxy, sets another)."""
     timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=300)] = 10.0
     channel_interval_seconds: Annotated[float, msgspec.Meta(ge=0, le=60)] = 1.0
-    """Seconds between two calls to one channel (Slack: about one message a second)."""
+    """Seconds per call to one channel, on average (Slack: about one message a second);
+    :data:`BURST` calls may go back to back. 0: no pacing."""
     thread_replies: bool = True
     """Post what each revision changed into the parent's thread (bot mode)."""
-    budget_chars: Annotated[int, msgspec.Meta(ge=slack_blocks.MIN_BUDGET, le=12_000)] = (
+    budget_chars: Annotated[int, msgspec.Meta(ge=slack_blocks.MIN_BUDGET, le=MAX_BUDGET)] = (
         slack_blocks.DEFAULT_BUDGET
     )
     """Text characters in all blocks of one message (see :mod:`.slack_blocks`)."""
@@ -166,6 +197,27 @@ def reply_payload(incident: Incident, memo: Mapping[str, str], budget: int) -> d
     return {"channel": memo["channel"], "thread_ts": memo["ts"], "parse": "none", **reply}
 
 
+Call = tuple[str, dict[str, Any]]
+"""One Web API call: the method and its payload."""
+
+
+def plan(incident: Incident, memo: Mapping[str, str], options: Options, channel: str) -> list[Call]:
+    """The bot-mode calls for one revision, given the ledger's memo (pure: the endpoint
+    and ``gputriage demo --bridge slack-stub`` both use it). A memo with the parent's
+    ``(channel, ts)``: ``chat.update`` of it, then a reply in its thread when
+    ``thread_replies`` is on and something a reader sees changed; else a new parent in
+    ``channel``."""
+    budget = options.budget_chars
+    if memo.get("channel") and memo.get("ts"):
+        calls: list[Call] = [
+            ("chat.update", update_payload(incident, memo["channel"], memo["ts"], budget))
+        ]
+        if options.thread_replies and slack_blocks.worth_a_reply(incident, memo):
+            calls.append(("chat.postMessage", reply_payload(incident, memo, budget)))
+        return calls
+    return [("chat.postMessage", parent_payload(incident, channel, budget))]
+
+
 class SlackEndpoint:
     """Bot-token and webhook delivery (see the module)."""
 
@@ -176,14 +228,14 @@ class SlackEndpoint:
         options: Options,
         http: aiohttp.ClientSession,
         environ: Mapping[str, str] | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._options = options
         self._http = http
         self._environ = environ
         self._base = options.api_url if options.api_url.endswith("/") else options.api_url + "/"
         self._timeout = aiohttp.ClientTimeout(total=options.timeout_seconds)
-        self._locks: dict[str, asyncio.Lock] = {}
-        self._next_at: dict[str, float] = {}
+        self._pacer = Pacer(BURST, BURST * options.channel_interval_seconds, clock)
 
     def check_route(self, route: Route) -> str | None:
         target = route.target
@@ -223,19 +275,26 @@ class SlackEndpoint:
         except SecretError as exc:  # a file being rotated, say: the message names no value
             return Retry(reason=f"slack: {exc}")
         if secret == "webhook_url":
-            return await self._webhook(incident, credential, route.name)
+            return await self._webhook(incident, previous, credential, route.name)
         channel = target.get("channel", "")
         if not CHANNEL_ID.fullmatch(channel):
             return Rejected(reason=f"slack: channel {channel!r} is not a channel id")
         memo = previous.memo if previous is not None else {}
-        if memo.get("channel") and memo.get("ts"):
-            return await self._revise(incident, memo, credential)
-        return await self._open(incident, channel, credential)
+        calls = plan(incident, memo, self._options, channel)
+        where = memo.get("channel") or channel
+        # An update may take two calls (and a gone parent a new post): room for both.
+        wait = self._pacer.take(where, cost=2 if memo.get("ts") else 1)
+        if wait > 0:
+            return Retry(reason=f"slack: paced: channel {where}", after_seconds=wait)
+        if calls[0][0] == "chat.update":
+            return await self._revise(incident, memo, calls, credential, route.name)
+        return await self._open(incident, calls[0][1], credential, route.name)
 
     # -- bot token -------------------------------------------------------------------------
-    async def _open(self, incident: Incident, channel: str, token: Secret) -> Outcome:
-        payload = parent_payload(incident, channel, self._options.budget_chars)
-        answer = await self._api("chat.postMessage", token, payload)
+    async def _open(
+        self, incident: Incident, payload: dict[str, Any], token: Secret, route: str
+    ) -> Outcome:
+        answer = await self._api("chat.postMessage", token, payload, route)
         if not isinstance(answer, dict):
             return answer
         got_channel, ts = answer.get("channel"), answer.get("ts")
@@ -244,55 +303,66 @@ class SlackEndpoint:
             return Accepted(memo=memo_of(incident, "", ""))
         return Accepted(memo=memo_of(incident, got_channel, ts))
 
-    async def _revise(self, incident: Incident, memo: Mapping[str, str], token: Secret) -> Outcome:
-        channel, ts, budget = memo["channel"], memo["ts"], self._options.budget_chars
-        answer = await self._api(
-            "chat.update", token, update_payload(incident, channel, ts, budget)
-        )
+    async def _revise(
+        self,
+        incident: Incident,
+        memo: Mapping[str, str],
+        calls: list[Call],
+        token: Secret,
+        route: str,
+    ) -> Outcome:
+        (method, update), *replies = calls
+        channel, ts = memo["channel"], memo["ts"]
+        answer = await self._api(method, token, update, route)
         if isinstance(answer, Rejected) and answer.detail.split(" ")[0] in PARENT_GONE:
-            return await self._open(incident, channel, token)
+            parent = parent_payload(incident, channel, self._options.budget_chars)
+            return await self._open(incident, parent, token, route)
         if not isinstance(answer, dict):
             return answer
-        if self._options.thread_replies and slack_blocks.worth_a_reply(incident, memo):
-            posted = await self._api(
-                "chat.postMessage", token, reply_payload(incident, memo, budget)
-            )
+        for method, payload in replies:
+            posted = await self._api(method, token, payload, route)
             if not isinstance(posted, dict):
                 return posted
         return Accepted(memo=memo_of(incident, channel, ts))
 
     async def _api(
-        self, method: str, token: Secret, payload: dict[str, Any]
+        self, method: str, token: Secret, payload: dict[str, Any], route: str
     ) -> dict[str, Any] | Retry | Rejected:
-        """One Web API call, paced per channel; the decoded answer when ``ok``."""
+        """One Web API call; the decoded answer when ``ok``."""
         channel = str(payload["channel"])
         body = msgspec.json.encode(payload)
         headers = {
             "Authorization": f"Bearer {token.reveal()}",
             "Content-Type": "application/json; charset=utf-8",
         }
-        got = await self._post(channel, self._base + method, body, headers, method)
-        if not isinstance(got, tuple):
-            return got
-        status, retry_after, raw = got
         where = f"slack {method}"
-        if status != 200:
-            return _http_outcome(where, status, retry_after, raw)
+        got = await self._post(channel, self._base + method, body, headers, where)
+        if isinstance(got, Retry):
+            return got
+        secrets = [token.reveal()]
+        if got.status != 200:
+            return _http_outcome(where, got, route, secrets)
         try:
-            answer = msgspec.json.decode(raw)
+            answer = msgspec.json.decode(got.body)
         except msgspec.DecodeError:
             return Retry(reason=f"{where}: HTTP 200 but not JSON")
         if not isinstance(answer, dict):
             return Retry(reason=f"{where}: HTTP 200 but not a JSON object")
         if answer.get("ok") is True:
             return answer
-        error = str(answer.get("error") or "unknown_error")
+        error = _code(answer.get("error")) or "unknown_error"
         if error in TRANSIENT:
-            return Retry(reason=f"{where}: {error}", after_seconds=retry_after)
-        return Rejected(reason=f"{where}: {error}", detail=_detail(error, answer))
+            return Retry(reason=f"{where}: {error}", after_seconds=got.retry_after)
+        if error in AUTH_ERRORS:
+            return auth_retry(f"{where}: {error}", route, got.retry_after)
+        return Rejected(reason=f"{where}: {error}", detail=_detail(error, answer, secrets))
 
     # -- incoming webhook ------------------------------------------------------------------
-    async def _webhook(self, incident: Incident, url: Secret, route: str) -> Outcome:
+    async def _webhook(
+        self, incident: Incident, previous: Delivered | None, url: Secret, route: str
+    ) -> Outcome:
+        if previous is not None and not slack_blocks.worth_a_reply(incident, previous.memo):
+            return Skipped("slack webhook: nothing a reader sees changed")
         prefix = {"open": "", "updated": "Update: ", "resolved": "Resolved: "}[incident.status]
         message = slack_blocks.render_parent(incident, self._options.budget_chars)
         payload = message.payload()
@@ -301,66 +371,72 @@ class SlackEndpoint:
         body = msgspec.json.encode(payload)
         headers = {"Content-Type": "application/json; charset=utf-8"}
         # Paced per route: the webhook's channel is not ours to know.
-        got = await self._post(f"webhook:{route}", url.reveal(), body, headers, "webhook")
-        if not isinstance(got, tuple):
+        key = f"webhook:{route}"
+        wait = self._pacer.take(key)
+        if wait > 0:
+            return Retry(reason=f"slack webhook: paced: route {route}", after_seconds=wait)
+        got = await self._post(key, url.reveal(), body, headers, "slack webhook")
+        if isinstance(got, Retry):
             return got
-        status, retry_after, raw = got
-        if status == 200:
+        if got.status == 200:
             return Accepted(memo=memo_of(incident, "", ""))
-        return _http_outcome("slack webhook", status, retry_after, raw)
+        return _http_outcome(
+            "slack webhook", got, route, url_secrets(url.reveal()), WEBHOOK_PERMANENT, plain=True
+        )
 
     # -- HTTP ------------------------------------------------------------------------------
     async def _post(
-        self, key: str, url: str, body: bytes, headers: dict[str, str], what: str
-    ) -> tuple[int, float | None, bytes] | Retry:
-        """POST ``body``, at most one call per ``channel_interval_seconds`` per ``key``:
-        ``(status, Retry-After, body)``, or :class:`Retry` on a network failure (named
-        by class only: aiohttp's messages can hold the URL)."""
-        lock = self._locks.setdefault(key, asyncio.Lock())
-        async with lock:
-            wait = self._next_at.get(key, 0.0) - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            try:
-                async with self._http.post(
-                    url, data=body, headers=headers, timeout=self._timeout, allow_redirects=False
-                ) as response:
-                    raw = await response.read()
-                    status = response.status
-                    retry_after = _seconds(response.headers.get("Retry-After"))
-            except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-                # ValueError: a malformed URL or header value; its message would show them.
-                return Retry(reason=f"slack {what}: {exc.__class__.__name__}")
-            finally:
-                self._next_at[key] = time.monotonic() + self._options.channel_interval_seconds
-            if retry_after is not None:  # keep this channel quiet as long as Slack asked
-                self._next_at[key] = max(self._next_at[key], time.monotonic() + retry_after)
-        return status, retry_after, raw
+        self, key: str, url: str, body: bytes, headers: dict[str, str], where: str
+    ) -> Answer | Retry:
+        """POST ``body`` (bounded read, no redirects, failures named by class only: see
+        :func:`~connectors.bridges.http.post_bounded`); a ``Retry-After`` keeps the
+        channel ``key`` quiet for as long as Slack asked."""
+        got = await post_bounded(
+            self._http, url, data=body, headers=headers, timeout=self._timeout, where=where
+        )
+        if isinstance(got, Answer) and got.retry_after is not None:
+            self._pacer.close(key, got.retry_after)
+        return got
+
+
+def _code(value: object) -> str:
+    """A Slack error code (``channel_not_found``), or "" for anything else."""
+    return value if isinstance(value, str) and ERROR_CODE.fullmatch(value) else ""
 
 
 def _http_outcome(
-    where: str, status: int, retry_after: float | None, raw: bytes
+    where: str,
+    answer: Answer,
+    route: str,
+    secrets: list[str],
+    permanent: frozenset[int] = frozenset(),
+    plain: bool = False,
 ) -> Retry | Rejected:
-    """A non-200 answer: 429 and 5xx are retried, any other status is final."""
-    text = raw[:MAX_DETAIL].decode("utf-8", "replace").strip()
-    if status == 429:
-        return Retry(reason=f"{where}: HTTP 429", after_seconds=retry_after)
-    if status >= 500:
-        return Retry(reason=f"{where}: HTTP {status}", after_seconds=retry_after)
-    error = text.split()[0] if text and text[0].isalpha() else ""
-    try:  # the Web API's JSON error, when a proxy or Slack sent one with the status
-        answer = msgspec.json.decode(raw)
-        if isinstance(answer, dict) and isinstance(answer.get("error"), str):
-            error = answer["error"]
+    """A non-200 answer, by the shared policy (:func:`~connectors.bridges.http.classify`)
+    and Slack's error code: the whole body when ``plain`` (a webhook answers
+    ``channel_not_found`` as text) and it is one, or the JSON error's ``error``. Nothing
+    else of the body is kept: a 404 page may start with the URL it was asked for."""
+    error = _code(answer.text(secrets).strip()) if plain else ""
+    try:
+        decoded = msgspec.json.decode(answer.body)
+        if isinstance(decoded, dict):
+            error = _code(decoded.get("error")) or error
     except msgspec.DecodeError:
         pass
-    reason = f"{where}: HTTP {status}" + (f" {error}" if error else "")
-    return Rejected(reason=reason, detail=error)
+    return status_outcome(
+        answer,
+        where=where,
+        route=route,
+        secrets=secrets,
+        permanent=permanent,
+        said=f" {error}" if error else "",
+        detail=error,
+    )
 
 
-def _detail(error: str, answer: Mapping[str, Any]) -> str:
+def _detail(error: str, answer: Mapping[str, Any], secrets: list[str]) -> str:
     """Slack's error and its explanations (``invalid_blocks`` says which block failed),
-    from the answer only: never from what was sent."""
+    from the answer only (never from what was sent), masked, then cut."""
     parts = [error]
     meta = answer.get("response_metadata")
     if isinstance(meta, dict):
@@ -370,15 +446,4 @@ def _detail(error: str, answer: Mapping[str, Any]) -> str:
     for key in ("needed", "provided", "warning"):
         if isinstance(answer.get(key), str):
             parts.append(f"{key}={answer[key]}")
-    return " ".join(parts)[:MAX_DETAIL]
-
-
-def _seconds(value: str | None) -> float | None:
-    """``Retry-After`` as seconds (Slack sends an integer); None when absent or odd."""
-    if value is None:
-        return None
-    try:
-        seconds = float(value.strip())
-    except ValueError:
-        return None
-    return seconds if 0 <= seconds <= 3600 else None
+    return mask(" ".join(parts), secrets)[:MAX_DETAIL]

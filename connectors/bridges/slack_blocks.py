@@ -67,12 +67,11 @@ MAX_HEADER_TEXT: Final = 150
 MAX_FIELDS: Final = 10
 MAX_FIELD_TEXT: Final = 2000
 MAX_CONTEXT_ELEMENTS: Final = 10
-MAX_CONTEXT_TEXT: Final = 2000
-SLACK_TOTAL_TEXT: Final = 12_000
-"""About where Slack starts answering ``msg_blocks_too_long`` (undocumented, see above)."""
 DEFAULT_BUDGET: Final = 10_000
-"""Characters of text in all blocks of one message: a margin under :data:`SLACK_TOTAL_TEXT`
-(Slack counts some structure too: a divider alone moved the measured threshold)."""
+"""Characters of text in all blocks of one message: a margin under the ~12,000 where
+Slack starts answering ``msg_blocks_too_long`` (undocumented, see above; Slack counts
+some structure too: a divider alone moved the measured threshold). The endpoint's
+``budget_chars`` may raise it to 11,000 at most."""
 MAX_FALLBACK_TEXT: Final = 300
 MARK: Final = "…"
 """Ends a clipped text."""

@@ -65,16 +65,24 @@ bytes** (key: the secret's UTF-8 bytes). To verify:
 
 Outcomes
 --------
+The shared status policy of :mod:`connectors.bridges.http`, with the webhook spec's
+own permanent answers:
+
 * 2xx: :class:`Accepted` (webhook spec §2.2: 200/201/202/204); no memo.
 * 408, 425, 429, 5xx, a network error, a timeout: :class:`Retry`, after ``Retry-After``
-  (delta-seconds or an HTTP-date, RFC 9110 §10.2.3) when given; the webhook spec makes
+  (delta-seconds or an HTTP-date, RFC 9110 §10.2.3, read by
+  :func:`connectors.backoff.parse_retry_after`) when given; the webhook spec makes
   observing it on 429 a MUST.
-* 3xx: :class:`Rejected`. The webhook spec (§2.2) forbids following redirects, and
-  aiohttp follows them by default: a redirect to another host would carry the signed
-  body (and the bearer token) there. ``allow_redirects=False``.
-* any other 4xx (400, 404, 410 Gone "refrain from sending", 413, 415, 422, 401/403 of
-  a wrong token): :class:`Rejected` with ``HTTP <code>`` and the first 500 characters
-  of the response body as ``detail``; repeating the same request cannot succeed.
+* 3xx: :class:`Rejected` (here only: the other endpoints retry a redirect as a
+  misconfiguration). The webhook spec (§2.2) forbids following redirects, and aiohttp
+  follows them by default: a redirect to another host would carry the signed body (and
+  the bearer token) there. ``allow_redirects=False``.
+* 400, 413, 422, and the webhook's own 404, 410 (Gone: "refrain from sending") and 415
+  (the format is not supported): :class:`Rejected` with ``HTTP <code>`` and the first
+  500 characters of the response body (masked) as ``detail``; repeating the same
+  request cannot succeed.
+* 401/403 (a wrong or rotated token): :class:`Retry` after a long wait, with a warning
+  naming the route; any other 4xx: :class:`Retry`.
 
 Traps
 -----
@@ -101,7 +109,6 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
-from email.utils import parsedate_to_datetime
 from typing import Annotated, Final
 from urllib.parse import quote, urlsplit
 
@@ -118,7 +125,9 @@ from connectors.bridges.base import (
     Route,
     SecretError,
     read_secret,
+    url_secrets,
 )
+from connectors.bridges.http import Verdict, classify, post_bounded, status_outcome
 from connectors.kafka.config import Secret
 from schemas.codec import encode
 from schemas.incidents import Incident
@@ -139,9 +148,8 @@ TIMESTAMP_HEADER: Final = "X-Gputriage-Timestamp"
 ORIGIN_HEADER: Final = "WebHook-Request-Origin"
 DETAIL_CHARS: Final = 500
 """How much of a rejecting response's body is kept as :attr:`Rejected.detail`."""
-_READ_BYTES: Final = 4 * DETAIL_CHARS
-"""Read no more of a response body than the detail can use (UTF-8: up to 4 bytes each)."""
-_RETRY_STATUSES: Final = frozenset({408, 425, 429})
+PERMANENT: Final = frozenset({404, 410, 415})
+"""The webhook's own permanent statuses, beside the shared 400/413/422."""
 _OWNED_HEADERS: Final = frozenset(
     {
         "content-type",
@@ -154,7 +162,6 @@ _OWNED_HEADERS: Final = frozenset(
         "user-agent",
     }
 )
-_MASK: Final = "***"
 
 
 class Options(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -239,23 +246,6 @@ def signature(key: bytes, timestamp: str, body: bytes) -> str:
     return "sha256=" + digest.hexdigest()
 
 
-def retry_after(value: str | None, now: float) -> float | None:
-    """``Retry-After`` in seconds from ``now``: delta-seconds or an HTTP-date (RFC 9110
-    §10.2.3); None when absent or unreadable (the runner's backoff applies)."""
-    if value is None:
-        return None
-    text = value.strip()
-    if text.isdigit():
-        return float(text)
-    try:
-        when = parsedate_to_datetime(text)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when.tzinfo is None:  # RFC 9110 dates are GMT; a naive parse means "-0000"
-        return None
-    return max(0.0, when.timestamp() - now)
-
-
 def _check_url(url: str) -> str | None:
     parts = urlsplit(url)
     if parts.scheme not in {"http", "https"} or not parts.hostname:
@@ -265,19 +255,8 @@ def _check_url(url: str) -> str | None:
 
 def _secrets_of(url: str, is_secret: bool, others: list[Secret]) -> list[str]:
     """Every string that must not appear in a detail: the secrets, and for a secret URL
-    its path and query too (a 404 page echoes the path it was asked for)."""
-    values = [s.reveal() for s in others]
-    if is_secret:
-        parts = urlsplit(url)
-        values += [url, parts.path, parts.query]
-    # The longest first, so a URL is masked whole before its path is.
-    return sorted((v for v in values if len(v) >= 4), key=len, reverse=True)
-
-
-def _masked(text: str, secrets: list[str]) -> str:
-    for value in secrets:
-        text = text.replace(value, _MASK)
-    return text
+    its path and query too (:func:`~connectors.bridges.base.url_secrets`)."""
+    return [s.reveal() for s in others] + (url_secrets(url) if is_secret else [])
 
 
 class WebhookEndpoint:
@@ -351,7 +330,7 @@ class WebhookEndpoint:
             headers[TIMESTAMP_HEADER] = stamp
             headers[SIGNATURE_HEADER] = signature(key.reveal().encode("utf-8"), stamp, body)
         secrets = _secrets_of(url, url_is_secret, [s for s in (key, token) if s is not None])
-        outcome = await self._post(url, headers, body, secrets)
+        outcome = await self._post(url, headers, body, secrets, route.name)
         log.debug(
             "webhook route %s: %s %s -> %s",
             route.name,
@@ -362,28 +341,24 @@ class WebhookEndpoint:
         return outcome
 
     async def _post(
-        self, url: str, headers: Mapping[str, str], body: bytes, secrets: list[str]
+        self, url: str, headers: Mapping[str, str], body: bytes, secrets: list[str], route: str
     ) -> Outcome:
-        try:
-            async with self._http.post(
-                url, data=body, headers=headers, timeout=self._timeout, allow_redirects=False
-            ) as response:
-                status = response.status
-                if 200 <= status < 300:
-                    return Accepted()
-                wait = retry_after(response.headers.get("Retry-After"), self._clock())
-                if status in _RETRY_STATUSES or status >= 500:
-                    return Retry(f"HTTP {status}", wait)
-                if 300 <= status < 400:
-                    return Rejected(f"HTTP {status}: redirects are not followed")
-                head = await response.content.read(_READ_BYTES)
-        except TimeoutError:
-            return Retry(f"timeout after {self._options.timeout_seconds:g} s")
-        except (aiohttp.ClientError, OSError) as exc:
-            # Never str(exc): it names the URL or its host.
-            return Retry(f"network: {exc.__class__.__name__}")
-        detail = _masked(head.decode("utf-8", errors="replace"), secrets)[:DETAIL_CHARS]
-        return Rejected(f"HTTP {status}", detail)
+        got = await post_bounded(
+            self._http, url, data=body, headers=headers, timeout=self._timeout, clock=self._clock
+        )
+        if isinstance(got, Retry):
+            return got
+        if classify(got.status, PERMANENT) is Verdict.ACCEPTED:
+            return Accepted()
+        return status_outcome(
+            got,
+            route=route,
+            secrets=secrets,
+            permanent=PERMANENT,
+            redirect_rejected=True,
+            detail=got.text(secrets),
+            detail_chars=DETAIL_CHARS,
+        )
 
     async def close(self) -> None:
         """Nothing of its own: the HTTP session belongs to the runner."""
@@ -407,6 +382,5 @@ __all__ = [
     "event_id",
     "event_time",
     "render",
-    "retry_after",
     "signature",
 ]

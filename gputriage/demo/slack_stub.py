@@ -4,7 +4,8 @@ The demo prints incident revisions as JSON lines; :class:`SlackStub` stands in f
 output stream, reads those lines back and prints, for each revision, the Web API calls
 the Slack endpoint (:mod:`connectors.bridges.slack`) would make in bot mode: the parent's
 ``chat.postMessage`` on open, then ``chat.update`` of the parent and a reply in its thread
-for every later revision (no reply when only ``last seen`` moved). The payloads come from
+for every later revision (no reply when only ``last seen`` moved, none at all with
+``thread_replies = false``). The payloads come from
 the endpoint's own functions, so this is exactly the Block Kit JSON Slack would get (paste
 one into Slack's Block Kit Builder to see it drawn). Nothing is sent anywhere: the channel
 is a placeholder id and each parent's ``ts`` is made up, as Slack would return one.
@@ -19,8 +20,7 @@ import io
 import json
 from typing import IO, TYPE_CHECKING, Final
 
-from connectors.bridges.slack import memo_of, parent_payload, reply_payload, update_payload
-from connectors.bridges.slack_blocks import DEFAULT_BUDGET, worth_a_reply
+from connectors.bridges.slack import Call, Options, memo_of, plan
 from schemas.codec import decode_incident
 from schemas.incidents import Incident
 
@@ -31,24 +31,23 @@ CHANNEL: Final = "C0DEMOCHAN"
 """A placeholder channel id (a real route names its own)."""
 
 
-def calls(incident: Incident, memo: dict[str, str] | None) -> list[tuple[str, dict[str, object]]]:
-    """The endpoint's calls for one revision, given the memo the ledger would hold."""
-    if memo and memo.get("ts"):
-        update = update_payload(incident, memo["channel"], memo["ts"], DEFAULT_BUDGET)
-        out: list[tuple[str, dict[str, object]]] = [("chat.update", update)]
-        if worth_a_reply(incident, memo):
-            out.append(("chat.postMessage", reply_payload(incident, memo, DEFAULT_BUDGET)))
-        return out
-    return [("chat.postMessage", parent_payload(incident, CHANNEL, DEFAULT_BUDGET))]
+def calls(
+    incident: Incident, memo: dict[str, str] | None, options: Options | None = None
+) -> list[Call]:
+    """The endpoint's calls for one revision, given the memo the ledger would hold: the
+    endpoint's own :func:`~connectors.bridges.slack.plan` (``thread_replies`` and
+    ``budget_chars`` honoured)."""
+    return plan(incident, memo or {}, options or Options(), CHANNEL)
 
 
 class SlackStub(io.BytesIO):
     """A binary stream that turns the incident JSON lines written to it into the Slack
     calls they would cause, pretty-printed to ``out``."""
 
-    def __init__(self, out: IO[bytes]) -> None:
+    def __init__(self, out: IO[bytes], options: Options | None = None) -> None:
         super().__init__()
         self._out = out
+        self._options = options or Options()
         self._pending = b""
         self._memos: dict[str, dict[str, str]] = {}
         self._posted = 0
@@ -67,7 +66,7 @@ class SlackStub(io.BytesIO):
 
     def _show(self, incident: Incident) -> None:
         memo = self._memos.get(incident.id)
-        for method, payload in calls(incident, memo):
+        for method, payload in calls(incident, memo, self._options):
             title = f"r{incident.revision} {incident.status} · {method} · {incident.type}"
             self._out.write(f"── {title} {'─' * max(0, 76 - len(title))}\n".encode())
             self._out.write(json.dumps(payload, indent=2, ensure_ascii=False).encode() + b"\n")

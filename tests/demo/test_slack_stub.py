@@ -8,6 +8,7 @@ import re
 
 from click.testing import CliRunner
 
+from connectors.bridges.slack import Options
 from gputriage.cli.demo import demo_command
 from gputriage.demo.slack_stub import CHANNEL, SlackStub
 from schemas.codec import encode
@@ -53,3 +54,19 @@ def test_the_demo_offers_the_slack_stub() -> None:
     result = CliRunner().invoke(demo_command, ["--help"])
     assert result.exit_code == 0
     assert "--bridge [slack-stub]" in result.output
+
+
+def test_the_stub_honours_the_endpoints_options() -> None:
+    """The stub prints what the endpoint's own plan says: no thread replies when they
+    are switched off."""
+    c = Cluster()
+    c.node("n2", 0)
+    c.pod("n2", "srv", 1)
+    c.pod("n2", "srv", 2 * MIN, restarts=1, last=term(2 * MIN - 1, "OOMKilled", 137))
+    c.tick(60 * MIN)
+    revisions = [r for r in run(c.events) if r.type == "host_oom_kill"]
+    out = io.BytesIO()
+    stub = SlackStub(out, Options(thread_replies=False))
+    stub.write(b"".join(encode(r) + b"\n" for r in revisions))
+    titles = re.findall(r"^── r\d \w+ · ([\w.]+)", out.getvalue().decode(), flags=re.M)
+    assert titles == ["chat.postMessage"] + ["chat.update"] * (len(revisions) - 1)

@@ -33,6 +33,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any, Final
+from urllib.parse import quote
 
 from aiohttp import web
 
@@ -57,6 +58,9 @@ class Scripted:
     body: Any = None
     headers: dict[str, str] = field(default_factory=dict)
     when: Match | None = None
+    echo: bool = False
+    """Start the (text) body with the requested URL, as sent and percent-encoded, as
+    many error pages do: the trap that leaks a webhook's secret URL into a reason."""
 
 
 @dataclass
@@ -224,10 +228,11 @@ class SlackReceiver:
         body: Any = None,
         headers: dict[str, str] | None = None,
         when: Match | None = None,
+        echo: bool = False,
     ) -> None:
         """Answer the next valid request (the next one ``when`` matches) with this,
         instead of serving it (``ok: false`` bodies are dicts); once, in order."""
-        self.script.append(Scripted(status, body, dict(headers or {}), when))
+        self.script.append(Scripted(status, body, dict(headers or {}), when, echo))
 
     def _scripted(self, method: str, payload: dict[str, Any]) -> Scripted | None:
         for i, scripted in enumerate(self.script):
@@ -281,7 +286,7 @@ class SlackReceiver:
         scripted = self._scripted(method, payload)
         if scripted is not None:
             call.status = scripted.status
-            return _answer(scripted)
+            return _answer(scripted, request)
         if auth[7:] != self.token:
             return web.json_response({"ok": False, "error": "invalid_auth"})
         if total_text(payload["blocks"]) > TOTAL_TEXT:
@@ -336,12 +341,19 @@ class SlackReceiver:
         scripted = self._scripted("webhook", payload)
         if scripted is not None:
             self.calls[-1].status = scripted.status
-            return _answer(scripted)
+            return _answer(scripted, request)
+        if total_text(payload["blocks"]) > TOTAL_TEXT:  # Slack's limit holds for webhooks too
+            self.violations.append(f"webhook: {total_text(payload['blocks'])} characters")
+            return web.Response(status=400, text="msg_blocks_too_long")
         self.webhook_posts.append(payload)
         return web.Response(text="ok")
 
 
-def _answer(scripted: Scripted) -> web.Response:
+def _answer(scripted: Scripted, request: web.Request) -> web.Response:
+    if scripted.echo:
+        url = str(request.url)
+        text = f"{url} {quote(url, safe='')} {scripted.body or ''}"
+        return web.Response(status=scripted.status, text=text, headers=scripted.headers)
     if scripted.body is None:
         return web.Response(status=scripted.status, headers=scripted.headers)
     if isinstance(scripted.body, str):

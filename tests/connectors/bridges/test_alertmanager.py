@@ -486,7 +486,9 @@ async def test_5xx_429_and_network_errors_are_retried_400_and_422_rejected(
     closed = endpoint(http, f"http://127.0.0.1:{free_port()}")
     outcome = await closed.deliver(opened, None, ROUTE)
     assert isinstance(outcome, Retry), outcome
-    assert outcome.reason.startswith("ClientConnectorError posting to http://127.0.0.1:")
+    assert outcome.reason.startswith(
+        "network error: ClientConnectorError posting to http://127.0.0.1:"
+    )
 
 
 @pytest.mark.asyncio
@@ -622,3 +624,128 @@ async def test_a_tick_sends_at_most_256_alerts_a_post_with_each_routes_credentia
     await restarted.tick(t + 60)
     assert [len(b) for b in rx.batches] == [256, 44]
     assert {h["Authorization"] for h in rx.headers} == {"Bearer a-token"}
+
+
+# -- resolves that do not go through, stale alerts, clock skew, odd secrets ------------------
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("status", "outcome_type"), [(400, Rejected), (500, Retry)], ids=["rejected", "retried"]
+)
+async def test_a_resolve_that_does_not_go_through_stops_the_firing_resends(
+    receivers: list[Receiver], http: aiohttp.ClientSession, status: int, outcome_type: type
+) -> None:
+    """Whatever comes of a resolve, the ticks must not keep the alert firing for ever."""
+    opened, _, resolved = oom_lifecycle()
+    rx = receivers[0]
+    t = 1_900_000_000.0
+    ep = endpoint(http, rx.url, clock=Clock(t))
+    first = await ep.deliver(opened, None, ROUTE)
+    rx.script = [(status, b'"refused"', {})]
+    outcome = await ep.deliver(resolved, delivered(opened, first), ROUTE)
+    assert isinstance(outcome, outcome_type), outcome
+    count = len(rx.batches)
+    await ep.tick(t + 60)
+    await ep.tick(t + 120)
+    firing = [a for batch in rx.batches[count:] for a in batch if parse_time(a["endsAt"]) > _at(t)]
+    assert firing == [], "a resolved incident is never re-sent firing"
+
+
+@pytest.mark.asyncio
+async def test_an_alert_without_a_revision_for_max_firing_seconds_is_no_longer_sent(
+    receivers: list[Receiver], http: aiohttp.ClientSession, caplog: pytest.LogCaptureFixture
+) -> None:
+    opened = oom_lifecycle()[0]
+    rx = receivers[0]
+    t = 1_900_000_000.0
+    clock = Clock(t)
+    ep = endpoint(http, rx.url, clock=clock, max_firing_seconds=3600.0)
+    first = await ep.deliver(opened, None, ROUTE)
+    assert isinstance(first, Accepted)
+    assert first.memo is not None
+    assert first.memo["revised_at"] == f"{t:.0f}"
+    clock.now = t + 1800  # a revision that only moved last_seen still counts as one
+    later = msgspec.structs.replace(
+        opened, revision=2, status="updated", last_seen=opened.last_seen + timedelta(minutes=1)
+    )
+    assert isinstance(await ep.deliver(later, delivered(opened, first), ROUTE), Skipped)
+    await ep.tick(t + 1800 + 3599)
+    assert len(rx.batches) == 2, "still fresh: re-sent"
+    await ep.tick(t + 1800 + 3601)
+    assert len(rx.batches) == 2, "stale: no longer re-sent"
+    assert "no revision for 3600 s" in caplog.text
+
+    # After a restart the memo's revised_at counts, not the restart time.
+    restarted = endpoint(http, rx.url, clock=Clock(t + 7200), max_firing_seconds=3600.0)
+    restarted.restore({(ROUTE.name, opened.id): delivered(opened, first)})
+    await restarted.tick(t + 7200)
+    assert len(rx.batches) == 2
+
+
+def test_max_firing_seconds_is_an_option_with_a_week_by_default() -> None:
+    assert Options().max_firing_seconds == 7 * 86400
+    with pytest.raises(msgspec.ValidationError):
+        msgspec.convert({"max_firing_seconds": 0}, Options)
+
+
+@pytest.mark.asyncio
+async def test_a_retired_alert_ends_a_few_seconds_in_the_past_for_clock_skew(
+    receivers: list[Receiver], http: aiohttp.ClientSession
+) -> None:
+    revisions = app_fault_escalation()
+    rx = receivers[0]
+    t = revisions[2].last_seen.timestamp() + 60
+    ep = endpoint(http, rx.url, clock=Clock(t))
+    previous: Delivered | None = None
+    for inc in revisions[:3]:
+        previous = delivered(inc, await ep.deliver(inc, previous, ROUTE))
+    new, retired = rx.last()
+    assert (new["labels"]["severity"], retired["labels"]["severity"]) == ("warning", "info")
+    assert parse_time(retired["endsAt"]) == _at(t - 5)
+
+
+@pytest.mark.asyncio
+async def test_a_token_with_a_control_character_is_refused_and_never_raises(
+    receivers: list[Receiver], http: aiohttp.ClientSession, tmp_path: Path
+) -> None:
+    """A token file ending "\\n\\n" made aiohttp raise ValueError on every POST."""
+    opened = oom_lifecycle()[0]
+    rx = receivers[0]
+    token_file = tmp_path / "token"
+    token_file.write_text("tok-3f9a\n\n", encoding="utf-8")
+    env = {"AM_TOKEN": "tok-3f9a\n"}
+    ep = AlertmanagerEndpoint(Options(urls=(rx.url,)), http, env, clock=Clock(1_900_000_000.0))
+    for target in ({"bearer_token_file": str(token_file)}, {"bearer_token_env": "AM_TOKEN"}):
+        route = Route(name="odd", target=target)
+        error = ep.check_route(route)
+        assert error is not None
+        assert "control character" in error
+        assert "tok-3f9a" not in error
+        outcome = await ep.deliver(opened, None, route)
+        assert isinstance(outcome, Retry), outcome
+        assert "tok-3f9a" not in repr(outcome)
+        await ep.tick(1_900_000_060.0)  # returns, raises nothing
+    assert rx.batches == []
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(("status", "after"), [(401, 60.0), (403, 60.0), (302, 60.0), (404, None)])
+async def test_auth_redirects_and_a_wrong_path_are_retried_never_followed(
+    receivers: list[Receiver],
+    http: aiohttp.ClientSession,
+    caplog: pytest.LogCaptureFixture,
+    status: int,
+    after: float | None,
+) -> None:
+    opened = oom_lifecycle()[0]
+    rx = receivers[0]
+    rx.script = [(status, b"", {"Location": rx.url + "/api/v2/alerts"})]
+    outcome = await endpoint(http, rx.url).deliver(opened, None, ROUTE)
+    assert isinstance(outcome, Retry), outcome
+    assert outcome.after_seconds == after
+    assert len(rx.batches) == 1, "a redirect is not followed"
+    if after is not None:
+        assert "route am" in caplog.text
+
+
+def _at(unix: float) -> datetime:
+    return datetime.fromtimestamp(unix, UTC)

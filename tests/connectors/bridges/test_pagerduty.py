@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 import msgspec
@@ -544,3 +545,60 @@ def test_the_receiver_checks_size_and_content_type() -> None:
     assert violations(dumps(ok), "application/json") == []
     assert violations(dumps(ok), "text/plain")
     assert violations(dumps({**ok, "client": "c" * 512_001}), "application/json")
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("status", "header", "expected"),
+    [
+        (503, "inf", Retry("HTTP 503")),
+        (503, "nan", Retry("HTTP 503")),
+        (503, "-1", Retry("HTTP 503")),
+        (503, "Wed, 21 Oct 2015 07:28:00 GMT", Retry("HTTP 503", 0.0)),  # long past
+        (503, "86400", Retry("HTTP 503", 3600.0)),
+        (429, "nan", Retry("HTTP 429: rate limited", 30.0)),
+        (429, "inf", Retry("HTTP 429: rate limited", 30.0)),
+    ],
+)
+async def test_an_odd_retry_after_is_ignored_and_a_huge_one_capped(
+    status: int, header: str, expected: Retry
+) -> None:
+    async with bridge() as (endpoint, receiver):
+        receiver.answer(status, None, **{"Retry-After": header})
+        outcome = await endpoint.deliver(chain()[0], None, ROUTE)
+    assert outcome == expected
+
+
+@pytest.mark.asyncio
+@pytest.mark.parametrize(
+    ("status", "expected"),
+    [
+        (401, Retry("HTTP 401 (credential refused)", 60.0)),
+        (403, Retry("HTTP 403 (credential refused)", 60.0)),
+        (301, Retry("HTTP 301: redirects are not followed", 60.0)),
+        (413, Rejected("HTTP 413: bad request", "")),
+    ],
+)
+async def test_auth_and_redirects_are_retried_long_never_dead_letters(
+    status: int, expected: Retry, caplog: pytest.LogCaptureFixture
+) -> None:
+    async with bridge() as (endpoint, receiver):
+        receiver.answer(status, None, Location="http://127.0.0.1:1/elsewhere")
+        outcome = await endpoint.deliver(chain()[0], None, ROUTE)
+    assert outcome == expected
+    if isinstance(expected, Retry):
+        assert "route oncall" in caplog.text
+    assert KEY not in caplog.text
+
+
+@pytest.mark.asyncio
+async def test_an_error_answer_is_read_bounded_and_masked() -> None:
+    """A proxy's endless error page is read no further than 64 KiB, and a key it echoes
+    (as sent, or percent-encoded) never reaches the detail."""
+    async with bridge() as (endpoint, receiver):
+        receiver.answer(400, {"message": f"bad key {KEY} {quote(KEY)} " + "x" * 200_000})
+        outcome = await endpoint.deliver(chain()[0], None, ROUTE)
+    assert isinstance(outcome, Rejected)
+    assert KEY not in repr(outcome)
+    assert "bad key *** *** xxx" in outcome.detail
+    assert len(outcome.detail) <= 4000

@@ -27,7 +27,6 @@ from connectors.bridges.webhook import (
     WebhookEndpoint,
     build,
     render,
-    retry_after,
 )
 from schemas.codec import decode_incident
 from schemas.incidents import Incident
@@ -213,17 +212,6 @@ async def test_every_2xx_the_webhook_spec_names_is_accepted() -> None:
     assert len(hook.events) == 4
 
 
-def test_retry_after_reads_both_forms_and_nothing_else() -> None:
-    assert retry_after("120", NOW) == 120.0
-    assert retry_after(" 0 ", NOW) == 0.0
-    assert retry_after(formatdate(NOW + 90, usegmt=True), NOW) == 90.0
-    assert retry_after(formatdate(NOW - 90, usegmt=True), NOW) == 0.0  # already past
-    assert retry_after("-5", NOW) is None
-    assert retry_after("1.5", NOW) is None  # delta-seconds is digits only
-    assert retry_after("tomorrow", NOW) is None
-    assert retry_after(None, NOW) is None
-
-
 @pytest.mark.asyncio
 async def test_client_errors_are_rejected_with_the_receivers_words_and_never_retried() -> None:
     inc = lifecycle()[0]
@@ -237,7 +225,7 @@ async def test_client_errors_are_rejected_with_the_receivers_words_and_never_ret
         )
         outcomes = [await webhook.deliver(inc, None, route(url=hook.url)) for _ in range(4)]
     assert outcomes == [
-        Rejected("HTTP 400", words[:500]),
+        Rejected("HTTP 400", words[:499] + "…"),
         Rejected("HTTP 410", "gone"),
         Rejected("HTTP 422", ""),
         Rejected("HTTP 302: redirects are not followed"),
@@ -258,7 +246,7 @@ async def test_network_errors_and_timeouts_are_retried() -> None:
         down = await webhook.deliver(inc, None, route(url=f"http://127.0.0.1:{closed_port()}/"))
     assert slow == Retry("timeout after 0.3 s")
     assert isinstance(down, Retry)
-    assert down.reason.startswith("network: ")
+    assert down.reason.startswith("network error: ")
     assert down.after_seconds is None
     assert hook.events == []
 
@@ -278,7 +266,7 @@ async def test_secrets_never_reach_a_reason_a_detail_a_memo_or_a_log(
         async with endpoint(environ=environ) as webhook:
             hook.answer(
                 Answer(404, body="no such hook:", echo_path=True),
-                Answer(403, body=f"bad token {TOKEN} for key {KEY}"),
+                Answer(400, body=f"bad token {TOKEN} for key {KEY}"),
                 Answer(500, body=secret_url),
             )
             outcomes = [
@@ -389,3 +377,59 @@ def test_the_receiver_catches_what_the_sdk_would_let_through() -> None:
         "specversion: '0.3', not '1.0'",
         "source: 'a b' is not a URI-reference",
     ]
+
+
+@pytest.mark.asyncio
+async def test_a_secret_with_a_control_character_is_refused_and_deliver_never_raises(
+    tmp_path: Path,
+) -> None:
+    """A token file ending "\\n\\n" (or an env var with a newline) made aiohttp raise
+    ValueError out of deliver on every call."""
+    inc = lifecycle()[0]
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n\n")
+    async with CloudEventsReceiver() as hook:
+        environ = {"HOOK_TOKEN": TOKEN + "\n", "HOOK_URL": hook.url + "/\n"}
+        async with endpoint(environ=environ) as webhook:
+            routes = [
+                route(url=hook.url, token_file=str(token_file)),
+                route(url=hook.url, token_env="HOOK_TOKEN"),
+                route(url_env="HOOK_URL"),
+            ]
+            for target in routes:
+                error = webhook.check_route(target)
+                assert error is not None
+                assert "control character" in error
+                outcome = await webhook.deliver(inc, None, target)
+                assert isinstance(outcome, Retry), outcome
+                assert TOKEN not in repr(outcome)
+    assert hook.requests == []
+
+
+@pytest.mark.asyncio
+async def test_a_bad_static_header_is_a_retry_value_not_an_exception() -> None:
+    inc = lifecycle()[0]
+    async with (
+        CloudEventsReceiver() as hook,
+        endpoint(Options(headers={"X-Team": "gpu\r\ninfra"})) as webhook,
+    ):
+        outcome = await webhook.deliver(inc, None, route(url=hook.url))
+    assert outcome == Retry("network error: ValueError")
+
+
+@pytest.mark.asyncio
+async def test_auth_is_retried_long_and_the_specs_permanent_codes_are_rejected(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    inc = lifecycle()[0]
+    async with CloudEventsReceiver() as hook, endpoint() as webhook:
+        hook.answer(Answer(401), Answer(403), Answer(404), Answer(415), Answer(405))
+        outcomes = [await webhook.deliver(inc, None, route(url=hook.url)) for _ in range(5)]
+    assert outcomes == [
+        Retry("HTTP 401 (credential refused)", 60.0),
+        Retry("HTTP 403 (credential refused)", 60.0),
+        Rejected("HTTP 404", ""),
+        Rejected("HTTP 415", ""),
+        Retry("HTTP 405"),
+    ]
+    assert "route hooks" in caplog.text
