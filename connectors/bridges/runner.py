@@ -74,6 +74,8 @@ from connectors.bridges.base import (
     Retry,
     Route,
     Skipped,
+    mask,
+    url_secrets,
 )
 from connectors.bridges.config import BridgeSettings
 from connectors.bridges.ledger import Ledger
@@ -86,7 +88,6 @@ from schemas.incidents import Incident
 
 log = logging.getLogger("gputriage.bridge")
 
-MASK = "********"
 RESUME_AT = 0.8
 FALLBACK_LETTER_BYTES = 64 << 10
 REVOKE_GRACE_SECONDS = 2.0
@@ -94,16 +95,15 @@ REVOKE_GRACE_SECONDS = 2.0
 
 
 class Scrubber:
-    """Replaces every known secret value in a text with a mask."""
+    """Masks every known secret value in a text (:func:`connectors.bridges.base.mask`: as
+    sent and percent-encoded, longest first). Values under 4 characters are left alone:
+    masking them would mangle ordinary words."""
 
     def __init__(self, secrets: Iterable[str] = ()) -> None:
         self.secrets = sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True)
 
     def __call__(self, text: str) -> str:
-        for secret in self.secrets:
-            if secret in text:
-                text = text.replace(secret, MASK)
-        return text
+        return mask(text, self.secrets) if self.secrets else text
 
     def filter(self, record: logging.LogRecord) -> bool:
         """A ``logging`` filter: the formatted message, scrubbed (args folded in)."""
@@ -122,17 +122,21 @@ class Scrubber:
 
 def route_secrets(routes: Iterable[Route], environ: Mapping[str, str]) -> list[str]:
     """The values of every ``*_env`` / ``*_file`` a route's target names (for scrubbing)."""
-    values = []
+    values: list[str] = []
     for route in routes:
         for key, name in route.target.items():
+            found: list[str] = []
             if key.endswith("_env"):
                 value = environ.get(name)
                 if value:
-                    values.append(value)
+                    found.append(value)
             elif key.endswith("_file"):
                 with contextlib.suppress(OSError, UnicodeDecodeError):
                     text = Path(name).read_text(encoding="utf-8")
-                    values.extend(v for v in (text, text.rstrip("\n")) if v)
+                    found.extend(v for v in (text, text.rstrip("\n")) if v)
+            if "url" in key:  # a secret URL's path and query are secrets too
+                found += [part for value in found for part in url_secrets(value.strip())]
+            values.extend(found)
     return values
 
 

@@ -76,7 +76,7 @@ async def test_a_secret_from_the_environment_appears_nowhere(
         *((f"ledger {n}", r.value) for n, r in enumerate(ledger)),
     ]:
         assert SECRET.encode() not in data, f"the secret leaked into {name}"
-    assert b"invalid routing key ********" in letters[0].value, "the echo was scrubbed"
+    assert b"invalid routing key ***" in letters[0].value, "the echo was scrubbed"
     assert b'"level":"debug"' in stderr, "debug logging was on (the test looked)"
     assert "gputriage_bridge_deliveries_total" in metrics
     committed = await _committed(kafka, "gputriage-bridge-jsonpost")

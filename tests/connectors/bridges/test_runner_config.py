@@ -23,7 +23,7 @@ from connectors.bridges.config import (
 )
 from connectors.bridges.ledger import Ledger, delivery_key, ledger_topic
 from connectors.bridges.registry import KINDS, UnknownKind, load
-from connectors.bridges.runner import Scrubber
+from connectors.bridges.runner import Scrubber, route_secrets
 from connectors.kafka.admin import ensure_topics
 from gputriage.settings import Settings, SettingsError, load_settings
 from schemas.bridges import BridgeDelivery, BridgeGroup
@@ -169,9 +169,13 @@ def test_the_scrubber_masks_secrets_in_messages_arguments_and_tracebacks(
     finally:
         caplog.handler.removeFilter(scrub.filter)
     assert "hunter22-secret" not in caplog.text
-    assert "token ******** in abc" in caplog.text
-    assert "bad key ********" in caplog.text
-    assert scrub("x hunter22-secret y") == "x ******** y"
+    assert "token *** in abc" in caplog.text
+    assert "bad key ***" in caplog.text
+    assert scrub("x hunter22-secret y") == "x *** y"
+    hook = "https://hooks.example/services/T0/B0/s3cr3t path"
+    masked = Scrubber(route_secrets([Route(name="r", target={"url_env": "U"})], {"U": hook}))
+    assert masked(f"GET {hook}") == "GET ***"
+    assert masked("404: /services/T0/B0/s3cr3t%20path not found") == "404: *** not found"
 
 
 # -- periodic endpoints ----------------------------------------------------------------
