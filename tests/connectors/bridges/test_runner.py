@@ -323,3 +323,22 @@ async def test_two_bridges_in_one_group_share_the_work_and_hand_it_over(
     }
     assert set(keys) == expected
     assert len(keys) - len(expected) == resends
+
+
+async def test_a_backlog_past_max_queued_pauses_fetching_and_still_delivers_all(
+    kafka: KafkaTestEnv,
+) -> None:
+    settings = msgspec.structs.replace(FAST, max_queued=5, max_in_flight=2)
+    paused: list[bool] = []
+    async with receiving() as receiver, bridging(kafka, [route("r", receiver)], settings) as bridge:
+        receiver.delay = 0.05
+        await publish(kafka, [incident(f"inc-{n:02d}", 1) for n in range(30)])
+
+        def all_in() -> bool:
+            paused.append(bridge.runner._paused)
+            return len(receiver.accepted()) >= 30
+
+        await eventually(all_in, timeout=60, what="all thirty")
+        await eventually(lambda: not bridge.runner._paused, timeout=10, what="resumed")
+    assert any(paused), "fetching never paused"
+    assert sorted(receiver.accepted_keys()) == [(f"inc-{n:02d}", 1) for n in range(30)]
