@@ -141,8 +141,11 @@ class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
 
 def bridge_table(table: Mapping[str, Any]) -> dict[str, Any]:
     """``[bridge]`` as written (kind tables beside the common keys) in the struct's shape."""
+    given = table.get("kinds")
+    if given is not None and not isinstance(given, dict):
+        return dict(table)  # not a table: the conversion says so, naming bridge.kinds
     values: dict[str, Any] = {}
-    kinds: dict[str, Any] = dict(table.get("kinds") or {})
+    kinds: dict[str, Any] = dict(given or {})
     for key, value in table.items():
         if key == "kinds":
             continue
