@@ -4,7 +4,8 @@
 living with its owner (:class:`~streams.config.CoreSettings`,
 :class:`~streams.config.XidSettings`, :class:`~connectors.kafka.config.KafkaSettings`,
 :class:`~schemas.topics.TopicSettings`, :class:`ProcessorSettings`,
-:class:`~gputriage.logs.LogSettings`, :class:`ConnectSettings`). :func:`load_settings`
+:class:`~gputriage.logs.LogSettings`, :class:`ConnectSettings`,
+:class:`~connectors.bridges.config.BridgeSettings`). :func:`load_settings`
 builds it with ONE ``msgspec.convert``, so every value is validated once, at load,
 and an error names its path: ``invalid configuration in FILE: topics.partitions:
 Expected `int`, got `str```. The structs own every default; the CLI's options
@@ -48,6 +49,7 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
+from connectors.bridges.config import BridgeSettings, bridge_table
 from connectors.kafka.config import (
     PASSWORD_ENV,
     KafkaConfigError,
@@ -265,6 +267,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     processor: ProcessorSettings = ProcessorSettings()
     log: LogSettings = LogSettings()
     connect: ConnectSettings = ConnectSettings()
+    bridge: BridgeSettings = BridgeSettings()
+    """``[bridge]`` and its ``[bridge.<kind>]`` tables (:mod:`connectors.bridges.config`)."""
     origin: str = ""
     """The file the settings came from, or empty for defaults and environment only."""
     kafka_password: Secret | None = None
@@ -425,6 +429,8 @@ def _normalised(tables: dict[str, dict[str, Any]]) -> dict[str, Any]:
         values["xid"] = xid_table(values["xid"])
     if "kafka" in values:
         values["kafka"] = kafka_table(values["kafka"])
+    if isinstance(values.get("bridge"), dict):
+        values["bridge"] = bridge_table(values["bridge"])
     connect = values.get("connect")
     if isinstance(connect, dict):
         values["connect"] = {

@@ -22,6 +22,7 @@ from typing import Any, Final
 
 import msgspec
 
+from schemas.bridges import BridgeDelivery, BridgeGroup
 from schemas.codec import json_schema
 from schemas.dead_letters import DeadLetter
 from schemas.events import EVENT_TYPES
@@ -32,7 +33,13 @@ DOCUMENT_DIR: Final = Path(__file__).with_name("jsonschema")
 
 DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
 
-RECORD_TYPES: Final[tuple[type[msgspec.Struct], ...]] = (*EVENT_TYPES, Incident, DeadLetter)
+RECORD_TYPES: Final[tuple[type[msgspec.Struct], ...]] = (
+    *EVENT_TYPES,
+    Incident,
+    DeadLetter,
+    BridgeDelivery,
+    BridgeGroup,
+)
 """Every type that goes on a topic or into a recorded file."""
 
 

@@ -30,6 +30,7 @@ import click
 
 from connectors.kafka.config import KafkaUnreachable
 from connectors.prometheus import MetricsUnavailable
+from gputriage.cli.bridge import bridge_command
 from gputriage.cli.common import CONTEXT
 from gputriage.cli.connect import connect_group
 from gputriage.cli.demo import demo_command
@@ -84,6 +85,7 @@ for _command in (
     schemas_command,
     ingest_group,
     connect_group,
+    bridge_command,
 ):
     cli.add_command(_command)
 

@@ -1,0 +1,202 @@
+"""The ``[bridge]`` settings: options every bridge shares, one table per kind, routes.
+
+::
+
+    [bridge]
+    min_update_seconds = 30        # an incident's updates at most this often per route
+    storm_pages = 3                # new pages per storm group and route ...
+    storm_window_seconds = 600     # ... within this window; more fold into the latest
+    metrics_port = 9470
+
+    [bridge.pagerduty]             # the kind's own Options (validated when it starts)
+    routes = [
+      { name = "oncall", severities = ["page"], target = { routing_key_env = "PD_KEY" } },
+    ]
+
+Routes (:class:`RouteSettings`) are checked when the settings load (a typo in a filter
+fails with its path); the rest of a kind's table is converted to the kind's own
+``Options`` when that bridge starts (:func:`kind_options`), because only then is its
+module imported.
+
+Traps:
+
+* A route's ``target`` holds *names* of secrets (``routing_key_env``,
+  ``token_file``), never values: the endpoints read them with
+  :func:`connectors.bridges.base.read_secret`, which refuses a bare ``routing_key``.
+* Route names go into metric labels and ledger keys: short, no NUL (checked).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any, Final
+
+import msgspec
+
+from connectors.bridges.base import Route
+from connectors.bridges.registry import modules
+from schemas.bridges import KEY_SEPARATOR
+from schemas.topics import validation_text
+from schemas.types import IncidentStatus, Severity
+
+Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
+Positive = Annotated[float, msgspec.Meta(gt=0, le=86400)]
+Seconds = Annotated[float, msgspec.Meta(ge=0, le=86400)]
+RouteName = Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
+
+
+class BridgeConfigError(ValueError):
+    """A ``[bridge]`` value that cannot be used; one line naming the key (never a secret)."""
+
+
+class RouteSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """One route: which incidents (every non-empty filter must match) and the target."""
+
+    name: RouteName
+    severities: tuple[Severity, ...] = ()
+    types: tuple[str, ...] = ()
+    namespaces: tuple[str, ...] = ()
+    clusters: tuple[str, ...] = ()
+    statuses: tuple[IncidentStatus, ...] = ()
+    target: dict[str, str] = {}
+
+    def route(self) -> Route:
+        return Route(
+            name=self.name,
+            severities=frozenset(self.severities),
+            types=frozenset(self.types),
+            namespaces=frozenset(self.namespaces),
+            clusters=frozenset(self.clusters),
+            statuses=frozenset(self.statuses),
+            target=dict(self.target),
+        )
+
+
+COMMON: Final = (
+    "group_id",
+    "metrics_port",
+    "metrics_addr",
+    "min_update_seconds",
+    "storm_pages",
+    "storm_window_seconds",
+    "retry_initial_seconds",
+    "retry_max_seconds",
+    "max_retry_after_seconds",
+    "http_timeout_seconds",
+    "max_in_flight",
+    "max_queued",
+    "commit_seconds",
+    "stop_timeout_seconds",
+    "session_timeout_seconds",
+    "restore_timeout_seconds",
+    "modules",
+)
+"""The keys of ``[bridge]`` itself; every other key is a kind's table."""
+
+
+class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """The validated ``[bridge]`` table (a sub-tree of :class:`gputriage.settings.Settings`)."""
+
+    group_id: str = ""
+    """Consumer group of the bridge; empty: ``<processor.app_id>-bridge-<kind>``."""
+    metrics_port: Port | None = 9470
+    """``/metrics`` port; ``None`` disables it, 0 picks a free one."""
+    metrics_addr: str = "0.0.0.0"
+    min_update_seconds: Seconds = 30.0
+    """An incident's ``updated`` revisions reach a route at most this often (the newest
+    waiting one goes when the time comes); ``open`` and ``resolved`` never wait."""
+    storm_pages: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 3
+    """New pages per storm group and route within ``storm_window_seconds``; further
+    incidents of the group fold into its latest page."""
+    storm_window_seconds: Seconds = 600.0
+    retry_initial_seconds: Positive = 1.0
+    retry_max_seconds: Positive = 60.0
+    """The backoff's cap (full jitter below it); retries never stop while the bridge runs."""
+    max_retry_after_seconds: Positive = 300.0
+    """The longest ``Retry-After`` honoured; a longer one is cut to this."""
+    http_timeout_seconds: Positive = 30.0
+    max_in_flight: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 16
+    """Incidents delivered at once (each incident's revisions always in order)."""
+    max_queued: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 10_000
+    """Revisions read and not done, at most: past it, fetching pauses."""
+    commit_seconds: Positive = 1.0
+    stop_timeout_seconds: Positive = 15.0
+    """On SIGTERM, deliveries in flight get this long to finish; then the process exits."""
+    session_timeout_seconds: Positive = 10.0
+    restore_timeout_seconds: Positive = 120.0
+    modules: dict[str, str] = {}
+    """Extra kinds: name -> module with ``Options`` and ``build`` (see the registry)."""
+    kinds: dict[str, dict[str, Any]] = {}
+    """``[bridge.<kind>]`` tables as given (``routes`` checked at load)."""
+
+    def __post_init__(self) -> None:
+        known = modules(self.modules)
+        for kind, table in self.kinds.items():
+            if kind not in known:
+                raise ValueError(
+                    f"{kind}: unknown bridge kind (expected one of: {', '.join(known)})"
+                )
+            routes_of(self, kind, table)
+
+
+def bridge_table(table: Mapping[str, Any]) -> dict[str, Any]:
+    """``[bridge]`` as written (kind tables beside the common keys) in the struct's shape."""
+    given = table.get("kinds")
+    if given is not None and not isinstance(given, dict):
+        return dict(table)  # not a table: the conversion says so, naming bridge.kinds
+    values: dict[str, Any] = {}
+    kinds: dict[str, Any] = dict(given or {})
+    for key, value in table.items():
+        if key == "kinds":
+            continue
+        if key in COMMON or not isinstance(value, dict):
+            values[key] = value
+        else:
+            kinds[key] = value
+    if kinds:
+        values["kinds"] = kinds
+    return values
+
+
+def routes_of(
+    settings: BridgeSettings, kind: str, table: Mapping[str, Any] | None = None
+) -> tuple[RouteSettings, ...]:
+    """The routes of ``kind``, checked (``ValueError`` starting with the key's path)."""
+    table = settings.kinds.get(kind, {}) if table is None else table
+    raw = table.get("routes", [])
+    try:
+        routes = msgspec.convert(raw, tuple[RouteSettings, ...])
+    except msgspec.ValidationError as exc:
+        text, _, path = str(exc).rpartition(" - at `")
+        if not text:
+            text, path = str(exc), "$"
+        unknown = text.removeprefix("Object contains unknown field ")
+        if unknown != text:
+            known = ", ".join(RouteSettings.__struct_fields__)
+            text = f"unknown key {unknown} (expected one of: {known})"
+        raise ValueError(f"{kind}.routes{path.rstrip('`')[1:]}: {text}") from None
+    seen: set[str] = set()
+    for index, route in enumerate(routes):
+        if route.name in seen:
+            raise ValueError(f"{kind}.routes[{index}].name: {route.name!r} is used twice")
+        seen.add(route.name)
+        if KEY_SEPARATOR in route.name:
+            raise ValueError(f"{kind}.routes[{index}].name: must not hold NUL")
+        for key, value in route.target.items():
+            if KEY_SEPARATOR in value or KEY_SEPARATOR in key:
+                raise ValueError(f"{kind}.routes[{index}].target.{key}: must not hold NUL")
+    return routes
+
+
+def kind_options(settings: BridgeSettings, kind: str, options_type: type[Any]) -> Any:
+    """``[bridge.<kind>]`` without ``routes`` as the kind's ``Options`` (BridgeConfigError)."""
+    table = {k: v for k, v in settings.kinds.get(kind, {}).items() if k != "routes"}
+    try:
+        return msgspec.convert(table, options_type)
+    except msgspec.ValidationError as exc:
+        raise BridgeConfigError(validation_text(exc, f"bridge.{kind}")) from None
+
+
+def group_id(settings: BridgeSettings, app_id: str, kind: str) -> str:
+    """The bridge's consumer group: ``group_id``, or ``<app id>-bridge-<kind>``."""
+    return settings.group_id or f"{app_id}-bridge-{kind}"

@@ -1,0 +1,178 @@
+"""The bridge ledger: what was delivered, per route and incident, on a compacted topic.
+
+One :class:`~schemas.bridges.BridgeDelivery` per ``(route, incident id)`` and one
+:class:`~schemas.bridges.BridgeGroup` per storm group, keyed so that compaction keeps
+the newest of each. The bridge reads the whole topic back before it consumes
+(:meth:`Ledger.restore`) and holds it in memory: a bridge handles people-scale
+traffic (incidents, not events), so that is small.
+
+Traps:
+
+* **A write is only a write once acked**: :meth:`Ledger.write` returns after the
+  broker acknowledged (``acks="all"``). The runner's kill safety rests on it: the
+  intent is on the topic before the vendor is called, and an offset is committed only
+  after the delivered entry is.
+* The producer's default partitioner places a key (murmur2): the same key always lands
+  on the same partition, which is all compaction needs. Restore reads every partition,
+  so the ledger's partition count does not have to match the incident topic's.
+* The end offsets are read *before* reading, and reading stops at the *position*
+  (a compacted partition has gaps; Tansu answers an end with its last batch's base + 1,
+  so records past the asked end may come and are kept: they are on the topic).
+* A ledger record that does not decode is logged and counted, never fatal: a bridge
+  that cannot start because of one bad record would page nobody at all. At worst the
+  incident it was about is delivered once more.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any, Final
+
+import msgspec
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+
+from schemas.bridges import KEY_SEPARATOR, BridgeDelivery, BridgeGroup
+from schemas.codec import RecordError, encode, typed_decoder
+from schemas.topics import TopicLayout, TopicSpec
+
+log = logging.getLogger("gputriage.bridge")
+
+_decode: Final = typed_decoder(BridgeDelivery | BridgeGroup)  # type: ignore[arg-type]
+GROUP_MARK: Final = "group"
+
+
+def ledger_topic(layout: TopicLayout, group_id: str) -> TopicSpec:
+    """``<prefix>.bridge.<group id>.ledger``: compacted like the incident topic, with its
+    partitions and its retention (``compact,delete``): an entry last written longer ago
+    than incidents are kept is about an incident the topic no longer holds, so it can
+    never be read again, and the ledger does not grow forever."""
+    name = f"{layout.prefix}.bridge.{group_id}.ledger" if layout.prefix else f"bridge.{group_id}"
+    return TopicSpec(
+        name=name,
+        partitions=layout.incidents.partitions,
+        replication_factor=layout.incidents.replication_factor,
+        key="route NUL incident id (or route NUL group NUL group key)",
+        configs=dict(layout.incidents.configs),
+    )
+
+
+def delivery_key(route: str, incident_id: str) -> bytes:
+    return f"{route}{KEY_SEPARATOR}{incident_id}".encode()
+
+
+def group_key(route: str, group: str) -> bytes:
+    return f"{route}{KEY_SEPARATOR}{GROUP_MARK}{KEY_SEPARATOR}{group}".encode()
+
+
+class Ledger:
+    """The ledger topic, read back at start and written as deliveries happen."""
+
+    def __init__(self, client_kwargs: Mapping[str, Any], topic: str) -> None:
+        self.topic = topic
+        self._kwargs = dict(client_kwargs)
+        self._producer: AIOKafkaProducer | None = None
+        self.deliveries: dict[tuple[str, str], BridgeDelivery] = {}
+        self.groups: dict[tuple[str, str], BridgeGroup] = {}
+        self.corrupt = 0
+        """Ledger records that did not decode, since the start."""
+
+    async def start(self) -> None:
+        producer = AIOKafkaProducer(**self._kwargs, acks="all", linger_ms=2)
+        await producer.start()
+        self._producer = producer
+
+    async def stop(self) -> None:
+        producer, self._producer = self._producer, None
+        if producer is not None:
+            await producer.stop()
+
+    def get(self, route: str, incident_id: str) -> BridgeDelivery | None:
+        return self.deliveries.get((route, incident_id))
+
+    def group(self, route: str, group: str) -> BridgeGroup | None:
+        return self.groups.get((route, group))
+
+    def entries(self, routes: frozenset[str] | None = None) -> Iterator[BridgeDelivery]:
+        """Every delivery entry (of ``routes`` when given)."""
+        for (route, _), entry in self.deliveries.items():
+            if routes is None or route in routes:
+                yield entry
+
+    async def write(self, entry: BridgeDelivery | BridgeGroup) -> None:
+        """Put ``entry`` on the topic and in memory, returning once the broker acked it."""
+        if self._producer is None:
+            raise RuntimeError("the ledger is not started")
+        if isinstance(entry, BridgeDelivery):
+            key = delivery_key(entry.route, entry.incident_id)
+        else:
+            key = group_key(entry.route, entry.group)
+        await self._producer.send_and_wait(self.topic, encode(entry), key=key)
+        self.keep(entry)
+
+    async def send(self, topic: str, key: bytes | None, value: bytes) -> None:
+        """Produce one record to another topic (the dead letters), returning once acked."""
+        if self._producer is None:
+            raise RuntimeError("the ledger is not started")
+        await self._producer.send_and_wait(topic, value, key=key)
+
+    def keep(self, entry: BridgeDelivery | BridgeGroup) -> None:
+        """Hold ``entry`` in memory (:meth:`write` also puts it on the topic)."""
+        if isinstance(entry, BridgeDelivery):
+            self.deliveries[(entry.route, entry.incident_id)] = entry
+        else:
+            self.groups[(entry.route, entry.group)] = entry
+
+    async def restore(self, timeout_s: float = 120.0) -> int:
+        """Read the whole topic to the end it had when this began; entries kept."""
+        consumer = AIOKafkaConsumer(
+            **self._kwargs,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=50,
+        )
+        await consumer.start()
+        latest: dict[bytes, bytes | None] = {}
+        try:
+            await consumer.topics()
+            tps = [
+                TopicPartition(self.topic, p)
+                for p in sorted(consumer.partitions_for_topic(self.topic) or ())
+            ]
+            if tps:
+                ends = await consumer.end_offsets(tps)
+                starts = await consumer.beginning_offsets(tps)
+                remaining = {tp for tp in tps if ends[tp] > starts[tp]}
+                consumer.assign(tps)
+                await consumer.seek_to_beginning(*tps)
+                deadline = time.monotonic() + timeout_s
+                while remaining:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(
+                            f"reading the ledger {self.topic} took over {timeout_s:g} s"
+                        )
+                    batches = await consumer.getmany(*remaining, timeout_ms=200, max_records=10_000)
+                    for records in batches.values():
+                        for record in records:
+                            if record.key is not None:
+                                latest[record.key] = record.value
+                    for tp in list(remaining):
+                        if await consumer.position(tp) >= ends[tp]:
+                            remaining.discard(tp)
+        finally:
+            await consumer.stop()
+        self.deliveries.clear()
+        self.groups.clear()
+        for key, value in latest.items():
+            if value is None:
+                continue
+            try:
+                self.keep(_decode(value))
+            except (RecordError, msgspec.MsgspecError) as exc:
+                self.corrupt += 1
+                log.error(
+                    "ledger record %r on %s does not decode (%s); ignored", key, self.topic, exc
+                )
+        return len(self.deliveries)

@@ -1,0 +1,100 @@
+"""``gputriage bridge <kind>``: deliver the incident topic to people (one vendor per process).
+
+The kind's module (``connectors.bridges.<kind>``) is imported only when it runs; its
+options and routes come from ``[bridge]`` and ``[bridge.<kind>]``
+(:mod:`connectors.bridges.config`). No option takes a secret: routing keys, tokens,
+webhook URLs and HMAC keys are named by ``*_env`` / ``*_file`` keys of a route's
+``target`` and read from the environment or a file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+
+import click
+
+from connectors.bridges.config import BridgeConfigError, BridgeSettings
+from gputriage.cli.common import (
+    CONTEXT,
+    brokers_option,
+    kafka_kwargs,
+    metrics_port_option,
+    settings_of,
+    start_logging,
+)
+from gputriage.errors import error
+from gputriage.settings import SettingsError
+from schemas.topics import topic_layout
+
+log = logging.getLogger("gputriage.bridge")
+
+
+@click.command("bridge", context_settings=CONTEXT)
+@click.argument("kind", metavar="KIND")
+@brokers_option
+@metrics_port_option(BridgeSettings)
+@click.option(
+    "--group-id",
+    metavar="ID",
+    help="Consumer group (default: bridge.group_id, else <processor.app_id>-bridge-<KIND>).",
+)
+@click.pass_context
+def bridge_command(
+    ctx: click.Context,
+    *,
+    kind: str,
+    brokers: str | None,
+    metrics_port: int | None,
+    group_id: str | None,
+) -> int:
+    """Deliver incidents to one kind of endpoint until Ctrl-C or SIGTERM.
+
+    KIND is one of: pagerduty, slack, alertmanager, webhook (or a kind of
+    bridge.modules). Each revision is delivered once per matching route, in order;
+    what was delivered is kept in a compacted ledger topic, so a restart sends
+    nothing twice (see the README, "Bridges: incidents to people").
+
+    \b
+    Examples:
+      gputriage --config /etc/gputriage.toml bridge pagerduty
+      PD_ROUTING_KEY=... gputriage bridge pagerduty --metrics-port 0
+    """
+    from connectors.bridges.serve import install_scrubber, prepare, serve  # noqa: PLC0415
+
+    settings = settings_of(ctx)
+    where = f" in {settings.origin}" if settings.origin else ""
+    environ = dict(os.environ)
+    try:
+        prepared = prepare(kind, settings.bridge, settings.processor.app_id, environ, group_id)
+    except BridgeConfigError as exc:
+        raise SettingsError(f"invalid configuration{where}: {exc}") from None
+    kwargs = kafka_kwargs(settings, brokers)
+    start_logging(settings)
+    install_scrubber(prepared.scrub)
+    port = metrics_port if metrics_port is not None else settings.bridge.metrics_port
+    try:
+        return asyncio.run(
+            serve(
+                prepared,
+                kwargs,
+                topic_layout(settings.topics),
+                environ,
+                metrics_port=port,
+                metrics_addr=settings.bridge.metrics_addr,
+            )
+        )
+    except BridgeConfigError as exc:
+        raise SettingsError(f"invalid configuration{where}: {exc}") from None
+    except Exception as exc:
+        from aiokafka.errors import KafkaError  # noqa: PLC0415
+
+        from connectors.kafka.admin import TopicError  # noqa: PLC0415
+
+        if isinstance(exc, KafkaError | TopicError | OSError):
+            message = prepared.scrub(f"Kafka: {exc}" if isinstance(exc, KafkaError) else str(exc))
+            log.error("%s; exiting (undelivered incidents are re-read)", message)
+            error(message)
+            return 1
+        raise
