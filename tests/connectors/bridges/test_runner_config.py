@@ -262,3 +262,32 @@ def test_the_readme_names_every_bridge_metric_and_only_those() -> None:
         for metric in BridgeMetrics().registry.collect()
     }
     assert named == exported
+
+
+@pytest.mark.parametrize("kind", ["pagerduty", "slack", "alertmanager", "webhook"])
+def test_each_vendor_subsection_has_a_configuration_that_loads(kind: str, tmp_path: Path) -> None:
+    """The README's per-vendor example: the settings load, the kind's options convert, and
+    every route's target passes the endpoint's own check once its secrets exist."""
+    section = _bridges_section()
+    blocks = [b.split("```", 1)[0] for b in section.split("```toml\n")[2:]]  # after the first
+    mine = [b for b in blocks if f"[bridge.{kind}" in b]
+    assert len(mine) == 1, f"one example for {kind}"
+    files: dict[str, str] = {}
+    for match in re.finditer(r'"(/var/run/secrets/[^"]+)"', mine[0]):
+        secret = tmp_path / f"secret{len(files)}"
+        secret.write_text("x" * 32 + "\n", encoding="utf-8")
+        files[match.group(1)] = str(secret)
+    toml = mine[0]
+    for original, local in files.items():
+        toml = toml.replace(original, local)
+    path = tmp_path / "readme.toml"
+    path.write_text(toml, encoding="utf-8")
+    bridge = load_settings(str(path), environ={}).bridge
+    module = load(kind)
+    options = kind_options(bridge, kind, module.Options)
+    environ = dict.fromkeys(re.findall(r'_env = "([A-Z_]+)"', toml), "x" * 32)
+    routes = routes_of(bridge, kind)
+    assert routes
+    endpoint = module.build(options, None, environ)
+    for each in routes:
+        assert endpoint.check_route(each) is None, each.name
