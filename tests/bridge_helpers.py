@@ -375,9 +375,11 @@ def bridge_env(
     return env
 
 
-async def start_bridge(env: Mapping[str, str], out: Path, *args: str) -> asyncio.subprocess.Process:
-    """``python -m gputriage bridge jsonpost ARGS`` with ``env`` (over a clean environment);
-    stdout and stderr go to ``out.stdout`` / ``out.stderr`` (appended)."""
+async def start_bridge(
+    env: Mapping[str, str], out: Path, *args: str, kind: str = KIND
+) -> asyncio.subprocess.Process:
+    """``python -m gputriage bridge KIND ARGS`` (``jsonpost`` unless told) with ``env`` (over
+    a clean environment); stdout and stderr go to ``out.stdout`` / ``out.stderr`` (appended)."""
     stdout = open(out.with_suffix(".stdout"), "ab")  # noqa: SIM115 - the child owns it
     stderr = open(out.with_suffix(".stderr"), "ab")  # noqa: SIM115
     try:
@@ -386,7 +388,7 @@ async def start_bridge(env: Mapping[str, str], out: Path, *args: str) -> asyncio
             "-m",
             "gputriage",
             "bridge",
-            KIND,
+            kind,
             "--metrics-port",
             "0",
             *args,

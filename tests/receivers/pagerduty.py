@@ -150,6 +150,8 @@ class PagerDutyReceiver:
         self.dropped: list[dict[str, Any]] = []
         """Follow-ups PagerDuty would drop (no open alert through that key), 202 all the same."""
         self.requests = 0
+        self.delay = 0.0
+        """Seconds each answer takes (a slow vendor, so a kill lands mid-batch)."""
         self.hanging = False
         self.release = asyncio.Event()
         self.url = ""
@@ -165,6 +167,8 @@ class PagerDutyReceiver:
         self.requests += 1
         if self.hanging:
             await self.release.wait()
+        if self.delay:
+            await asyncio.sleep(self.delay)  # the simulated slowness, not synchronisation
         raw = await request.read()
         if request.method != "POST":
             self.violations.append(f"{request.method} {PATH}: the Events API takes POST only")

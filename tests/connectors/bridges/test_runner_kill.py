@@ -16,6 +16,7 @@ import pytest
 
 from tests.bridge_helpers import bridge_env, incident, publish, read_ledger, receiving, start_bridge
 from tests.kafka_helpers import KafkaTestEnv, eventually
+from tests.receivers import pagerduty
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(180)]
 
@@ -71,3 +72,61 @@ async def test_a_bridge_killed_mid_batch_loses_nothing_and_resends_only_unconfir
     final = await read_ledger(kafka, "gputriage-bridge-jsonpost")
     assert all(e.state == "delivered" and e.revision == 1 for e in final.entries())
     assert len(list(final.entries())) == INCIDENTS
+
+
+async def test_a_pagerduty_bridge_killed_mid_batch_pages_once_per_incident(
+    kafka: KafkaTestEnv, tmp_path: Path
+) -> None:
+    """The same kill through the real PagerDuty endpoint and a receiver that keeps alerts
+    as PagerDuty does (one per routing key and ``dedup_key``): a revision re-sent after
+    the kill (its intent unconfirmed) is a re-trigger of the alert it already opened, so
+    the on-call gets exactly one page per incident, none lost. A POST cannot be taken
+    back, so "no duplicate" is the vendor's: the dedup key is what makes it hold."""
+    await kafka.acreate_topics()
+    revisions = [incident(f"pd-{n:02d}", 1) for n in range(INCIDENTS)]
+    await publish(kafka, revisions)
+    out = tmp_path / "bridge"
+    key = "k" * 32
+    async with pagerduty.serving() as receiver:
+        receiver.delay = 0.05
+        env = {
+            **bridge_env(kafka, receiver, max_in_flight=4),
+            "GPUTRIAGE_BRIDGE__PAGERDUTY__URL": f'"{receiver.url}"',
+            "GPUTRIAGE_BRIDGE__PAGERDUTY__CALLS_PER_MINUTE": "1000",
+            "GPUTRIAGE_BRIDGE__PAGERDUTY__ROUTES": (
+                '[{name = "oncall", target = {routing_key_env = "PD_KEY"}}]'
+            ),
+            "PD_KEY": key,
+        }
+        del env["GPUTRIAGE_BRIDGE__JSONPOST__ROUTES"]
+        first = await start_bridge(env, out, kind="pagerduty")
+        try:
+            await eventually(lambda: len(receiver.alerts) >= 12, timeout=60, what="a dozen pages")
+        finally:
+            first.kill()
+            await first.wait()
+        at_kill = len(receiver.alerts)
+        ledger = await read_ledger(kafka, "gputriage-bridge-pagerduty")
+        intents = {e.incident_id for e in ledger.entries() if e.state == "sending"}
+        assert at_kill < INCIDENTS, "the kill came too late to be mid-batch"
+        assert intents, "nothing was in flight at the kill (the test proves nothing)"
+
+        second = await start_bridge(env, out, kind="pagerduty")
+        try:
+            await eventually(
+                lambda: len(receiver.alerts) == INCIDENTS, timeout=60, what="every incident paged"
+            )
+        finally:
+            second.terminate()
+            assert await asyncio.wait_for(second.wait(), 30) == 0
+
+    assert receiver.violations == []
+    assert set(receiver.alerts) == {(key, i.id) for i in revisions}, "one alert per incident"
+    assert all(a.status == "triggered" for a in receiver.alerts.values())
+    sent = Counter(e["dedup_key"] for e in receiver.accepted())
+    again = {dedup for dedup, n in sent.items() if n > 1}
+    assert again <= intents, "a revision the ledger had confirmed was sent again"
+    assert max(sent.values()) <= 2
+    stderr = out.with_suffix(".stderr").read_text()
+    assert key not in stderr
+    assert key not in out.with_suffix(".stdout").read_text()
