@@ -1,0 +1,584 @@
+"""Issue 13's acceptance, end to end: each shipped bridge kind, run as a user runs it
+(``python -m gputriage bridge <kind>`` with a TOML configuration and its secret in the
+environment), on the real broker, against its vendor's *validating* receiver: PagerDuty's
+Events API v2 (:mod:`tests.receivers.pagerduty`), Slack's Web API
+(:mod:`tests.receivers.slack`), a CloudEvents 1.0 webhook (:mod:`tests.receivers.cloudevents`)
+and a real Alertmanager (:mod:`tests.alertmanager_helpers`), read back through its
+``/api/v2/alerts``.
+
+The incidents are the example scenario's, every revision the core publishes for it, in
+order (``examples/scenario.jsonl`` moved to end three days ago, through the
+:class:`~streams.core.Correlator` as :func:`tests.processor_helpers.reference` runs it,
+windows closed): opens, updates and resolves of ten incidents, published at once, so the
+runner's coalescing decides what each vendor sees. Whatever it decides, each vendor must
+end up reflecting every incident's final revision, with nothing doubled, nothing out of
+order and nothing off the vendor's format.
+
+Completion is not guessed from the receiver (PagerDuty and Alertmanager legitimately see
+nothing for an update that changed nothing they show): the bridge is done when its
+ledger, read back as a restart reads it, holds every incident's final revision as
+delivered (accepted or skipped). Trap: not "committed offsets == end offsets": the test
+broker's ListOffsets answers less than the real end after a batched produce (Tansu,
+memory storage), so such a wait never ends.
+
+Secrets: each route's secret is in an environment variable of the bridge only; with
+debug logging on it must not appear in stdout or stderr, nor anywhere a receiver sees it
+but where the vendor's protocol puts it (PagerDuty's body carries its routing key;
+Slack's token and the webhook's token only go in ``Authorization``; the HMAC key never
+leaves the process).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import itertools
+import json
+import re
+import signal
+import sys
+import time
+import urllib.request
+from collections import Counter
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from connectors.bridges.ledger import Ledger, ledger_topic
+from connectors.kafka.admin import ensure_topics
+from schemas.codec import decode_event, encode, loads
+from schemas.events import Tick
+from schemas.incidents import Incident
+from streams.core import Correlator
+from tests import alertmanager_helpers
+from tests.alertmanager_helpers import RunningAlertmanager
+from tests.bridge_helpers import publish
+from tests.cli_helpers import clean_env
+from tests.core_helpers import config, feed
+from tests.kafka_helpers import KafkaTestEnv, eventually
+from tests.paths import EXAMPLES, ROOT
+from tests.processor_helpers import ending_days_ago
+from tests.receivers import pagerduty, slack
+from tests.receivers.cloudevents import CloudEventsReceiver
+
+pytestmark = pytest.mark.timeout(150)
+
+SCENARIO = EXAMPLES / "scenario.jsonl"
+ROUTE = "r"
+SETTLE_SECONDS = 60.0
+"""How long the bridge may take to deliver the whole scenario (seconds, normally)."""
+
+PD_KEY = "e2eRoutingKey0a1b2c3d4e5f6a7b8c9"
+SLACK_TOKEN = "xoxb-e2e-5ecret-7oken-0a1b2c3d"
+HOOK_TOKEN = "hook-bearer-5ecret-9f8e7d6c"
+HOOK_HMAC = "hook-hmac-5ecret-1a2b3c4d"
+AM_TOKEN = "am-bearer-5ecret-5e6f7a8b"
+CHANNEL = "C0ALERTS1"
+
+CLOUDEVENT_TYPES = {
+    "open": "io.gputriage.incident.opened",
+    "updated": "io.gputriage.incident.updated",
+    "resolved": "io.gputriage.incident.resolved",
+}
+"""The types the README promises, written here again (not imported from the module)."""
+AM_SEVERITY = {"page": "critical", "ticket": "warning", "info": "info"}
+
+
+# -- the incidents ---------------------------------------------------------------------------
+@functools.cache
+def lifecycle() -> tuple[Incident, ...]:
+    """Every revision the core publishes for the scenario, in publishing order: what a
+    live worker puts on the incident topic, windows closed by the wall clock."""
+    events = [decode_event(line) for line in SCENARIO.read_bytes().splitlines() if line.strip()]
+    correlator = Correlator(config())
+    out: list[Incident] = []
+    for event in ending_days_ago(events):
+        if not isinstance(event, Tick):  # ticks have no topic: the live worker's clock
+            out.extend(feed(correlator, event))
+    out.extend(correlator.flush())
+    out.extend(correlator.advance(time.time() + 365 * 86400))
+    return tuple(out)
+
+
+def finals() -> dict[str, Incident]:
+    last: dict[str, Incident] = {}
+    for inc in lifecycle():
+        last[inc.id] = inc
+    return last
+
+
+def test_the_scenario_is_worth_bridging() -> None:
+    """The other tests prove something only if the scenario has a real lifecycle."""
+    revisions = lifecycle()
+    last = finals()
+    statuses = Counter(inc.status for inc in last.values())
+    assert len(last) >= 8
+    assert statuses["resolved"] >= 3, statuses
+    assert len(last) - statuses["resolved"] >= 2, statuses
+    assert max(Counter(inc.id for inc in revisions).values()) >= 4, "an incident with updates"
+    for inc_id in last:  # every incident's revisions are numbered 1, 2, ... in order
+        numbers = [inc.revision for inc in revisions if inc.id == inc_id]
+        assert numbers == list(range(1, len(numbers) + 1)), (inc_id, numbers)
+        assert next(inc.status for inc in revisions if inc.id == inc_id) == "open"
+
+
+def is_open(inc: Incident) -> bool:
+    return inc.status != "resolved"
+
+
+# -- the bridge, as a user runs it -----------------------------------------------------------
+def toml(value: Any) -> str:
+    """A TOML value for plain data (strings, numbers, booleans, lists, inline tables)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # an ASCII JSON string is a TOML basic string
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(toml(v) for v in value) + "]"
+    assert isinstance(value, dict), value
+    return "{ " + ", ".join(f"{k} = {toml(v)}" for k, v in value.items()) + " }"
+
+
+def configuration(
+    group: str, kind: str, options: Mapping[str, Any], target: Mapping[str, str]
+) -> str:
+    """``[bridge]`` with fast settings (as :func:`tests.bridge_helpers.bridge_env` uses),
+    ``[bridge.<kind>]`` with ``options`` and one route ``r`` to ``target``."""
+    common = {
+        "group_id": group,
+        "min_update_seconds": 0,
+        "retry_initial_seconds": 0.05,
+        "retry_max_seconds": 0.2,
+        "commit_seconds": 0.2,
+        "session_timeout_seconds": 6,
+        "stop_timeout_seconds": 5,
+    }
+    lines = ["[bridge]", *(f"{k} = {toml(v)}" for k, v in common.items()), "", f"[bridge.{kind}]"]
+    lines += [f"{k} = {toml(v)}" for k, v in options.items()]
+    lines += [
+        "",
+        f"[[bridge.{kind}.routes]]",
+        f"name = {toml(ROUTE)}",
+        f"target = {toml(dict(target))}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass
+class Running:
+    """A ``gputriage bridge`` subprocess and what it wrote."""
+
+    process: asyncio.subprocess.Process
+    out: Path
+    group: str
+
+    def stderr(self) -> str:
+        return self.out.with_suffix(".stderr").read_text(errors="replace")
+
+    def stdout(self) -> str:
+        return self.out.with_suffix(".stdout").read_text(errors="replace")
+
+
+@contextlib.asynccontextmanager
+async def bridge(
+    kafka: KafkaTestEnv,
+    tmp_path: Path,
+    kind: str,
+    options: Mapping[str, Any],
+    target: Mapping[str, str],
+    secrets: Mapping[str, str],
+) -> AsyncIterator[Running]:
+    """``python -m gputriage bridge <kind>``: its own consumer group, its configuration in
+    a file, ``secrets`` only in its environment, debug logs; SIGTERM at the end (exit 0
+    is asserted: a clean drain and commit)."""
+    group = f"{kafka.prefix}-bridge-{kind}"
+    # The ledger too: the test reads it from the start, before the bridge would create it.
+    await ensure_topics(kafka.kwargs, kafka.layout, extra=(ledger_topic(kafka.layout, group),))
+    path = tmp_path / f"{kind}.toml"
+    path.write_text(configuration(group, kind, options, target), encoding="utf-8")
+    assert not set(secrets.values()) & set(path.read_text().split()), "a secret in the file"
+    out = tmp_path / f"bridge-{kind}"
+    env = {
+        **kafka.env,
+        "GPUTRIAGE_CONFIG": str(path),
+        "GPUTRIAGE_LOG__LEVEL": "debug",
+        **secrets,
+    }
+    stdout = open(out.with_suffix(".stdout"), "ab")  # noqa: SIM115 - the child owns it
+    stderr = open(out.with_suffix(".stderr"), "ab")  # noqa: SIM115
+    try:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            "gputriage",
+            "bridge",
+            kind,
+            "--metrics-port",
+            "0",
+            env=clean_env(env),
+            stdout=stdout,
+            stderr=stderr,
+            cwd=ROOT,
+        )
+    finally:
+        stdout.close()
+        stderr.close()
+    running = Running(process, out, group)
+    try:
+        yield running
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), 30)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+    assert process.returncode == 0, f"exit {process.returncode}:\n{running.stderr()[-3000:]}"
+
+
+async def until(probe: Callable[[], Awaitable[bool]], *, timeout: float, what: str) -> None:
+    """:func:`tests.kafka_helpers.eventually` for a condition that must await (Kafka)."""
+    deadline = time.monotonic() + timeout
+    while not await probe():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        await asyncio.sleep(0.1)  # the poll interval of a deadline wait
+
+
+def ledger_of(kafka: KafkaTestEnv, running: Running) -> Ledger:
+    return Ledger(kafka.kwargs, ledger_topic(kafka.layout, running.group).name)
+
+
+def unfinished(ledger: Ledger) -> list[str]:
+    """Incidents whose final revision the ledger does not hold as delivered. Revisions of
+    one incident are on one partition in order, so once the final one is done, every
+    earlier one was done too (delivered, skipped or superseded)."""
+    missing = []
+    for inc_id, inc in finals().items():
+        entry = ledger.get(ROUTE, inc_id)
+        if entry is None or (entry.revision, entry.state) != (inc.revision, "delivered"):
+            missing.append(inc_id)
+    return missing
+
+
+async def settle(kafka: KafkaTestEnv, running: Running, reflects: Callable[[], bool]) -> None:
+    """Wait until the bridge has finished every incident (its ledger, read as a restart
+    reads it) and the vendor shows the end state."""
+    ledger = ledger_of(kafka, running)
+
+    async def finished() -> bool:
+        if running.process.returncode is not None:
+            raise AssertionError(f"the bridge exited:\n{running.stderr()[-3000:]}")
+        await ledger.restore(30)
+        return not unfinished(ledger)
+
+    try:
+        await until(finished, timeout=SETTLE_SECONDS, what="the bridge to deliver every incident")
+    except AssertionError as exc:
+        raise AssertionError(
+            f"{exc}: {unfinished(ledger)} unfinished; the bridge's log ends:\n"
+            f"{running.stderr()[-4000:]}"
+        ) from None
+    await eventually(reflects, timeout=10, what="the vendor to show every final revision")
+
+
+def scrape(running: Running) -> dict[str, float]:
+    """The bridge's ``/metrics`` (at the port its log names), summed by sample name."""
+    with urllib.request.urlopen(
+        f"http://127.0.0.1:{metrics_port(running)}/metrics", timeout=10
+    ) as answer:
+        text = answer.read().decode()
+    sums: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            sums[sample.name] = sums.get(sample.name, 0.0) + sample.value
+    return sums
+
+
+def metrics_port(running: Running) -> str:
+    """The port the bridge's log line names (logged at the start, before Kafka)."""
+    found = re.search(r"metrics on http://[0-9.]+:(\d+)/metrics", running.stderr())
+    assert found, running.stderr()[-2000:]
+    return found[1]
+
+
+async def clean_run(running: Running) -> None:
+    """What every kind must show while it still runs: no retries (every vendor answered
+    success the first time), no endpoint bugs, no dead letters."""
+    metrics = await asyncio.to_thread(scrape, running)
+    for name in (
+        "gputriage_bridge_retries_total",
+        "gputriage_bridge_endpoint_errors_total",
+        "gputriage_bridge_dead_letters_total",
+        "gputriage_bridge_resends_total",
+    ):
+        assert metrics.get(name, 0.0) == 0.0, f"{name} = {metrics.get(name)}"
+    assert metrics.get("gputriage_bridge_deliveries_total", 0.0) >= len(finals())
+
+
+async def ledger_is_final(kafka: KafkaTestEnv, running: Running) -> None:
+    """After the stop: the ledger (as a restart reads it) holds every incident's final
+    revision, delivered, and nothing else."""
+    ledger = ledger_of(kafka, running)
+    await ledger.restore(30)
+    assert unfinished(ledger) == []
+    for inc_id, inc in finals().items():
+        entry = ledger.get(ROUTE, inc_id)
+        assert entry is not None, inc_id
+        assert (entry.revision, entry.status, entry.state) == (
+            inc.revision,
+            inc.status,
+            "delivered",
+        )
+        assert entry.outcome in {"accepted", "skipped"}, (inc_id, entry.outcome)
+    assert {e.incident_id for e in ledger.entries()} == set(finals())
+
+
+def no_secret_in_output(running: Running, *secrets: str) -> None:
+    output = running.stdout() + running.stderr()
+    assert "DEBUG" in output or '"level":"debug"' in output, "debug logging was on"
+    for secret in secrets:
+        assert secret not in output, "a secret in the bridge's stdout or stderr"
+
+
+def ordered(revisions: list[int]) -> bool:
+    """Strictly increasing: in order, none twice."""
+    return all(a < b for a, b in itertools.pairwise(revisions))
+
+
+# -- PagerDuty -------------------------------------------------------------------------------
+def pd_reflects(receiver: pagerduty.PagerDutyReceiver) -> bool:
+    for inc_id, inc in finals().items():
+        alert = receiver.alerts.get((PD_KEY, inc_id))
+        if alert is None or (alert.status == "resolved") == is_open(inc):
+            return False
+    return True
+
+
+@pytest.mark.asyncio
+async def test_pagerduty_pages_each_incident_once_and_resolves_what_resolved(
+    kafka: KafkaTestEnv, tmp_path: Path
+) -> None:
+    async with pagerduty.serving() as receiver:
+        options = {"url": receiver.url, "calls_per_minute": 1000}
+        target = {"routing_key_env": "E2E_PD_KEY"}
+        async with bridge(
+            kafka, tmp_path, "pagerduty", options, target, {"E2E_PD_KEY": PD_KEY}
+        ) as running:
+            await publish(kafka, list(lifecycle()))
+            await settle(kafka, running, lambda: pd_reflects(receiver))
+            await clean_run(running)
+    await ledger_is_final(kafka, running)
+    no_secret_in_output(running, PD_KEY)
+
+    assert receiver.violations == []
+    assert receiver.dropped == [], "a follow-up PagerDuty would drop"
+    assert receiver.answered == [202] * len(receiver.events)
+    assert sorted(receiver.alerts) == sorted((PD_KEY, i) for i in finals()), "one alert each"
+    for inc_id, inc in finals().items():
+        events = [e for e in receiver.events if e["dedup_key"] == inc_id]
+        actions = [e["event_action"] for e in events]
+        assert actions[0] == "trigger", (inc_id, actions)
+        if "resolve" in actions:  # nothing after a resolve: the alert stays resolved
+            assert actions.index("resolve") == len(actions) - 1, (inc_id, actions)
+        assert (actions[-1] == "resolve") == (inc.status == "resolved"), (inc_id, actions)
+        triggers = [
+            e["payload"]["custom_details"] for e in events if e["event_action"] == "trigger"
+        ]
+        assert ordered([d["revision"] for d in triggers]), (inc_id, triggers)
+        assert triggers[0]["revision"] == 1, "the open is never coalesced away"
+        alert = receiver.alerts[(PD_KEY, inc_id)]
+        assert alert.status == ("resolved" if inc.status == "resolved" else "triggered")
+        assert alert.triggers == len(triggers)
+        if is_open(inc):  # what a responder reads now is the final revision's
+            payload = alert.last["payload"]
+            assert payload["summary"] == f"[{inc.cluster}] {inc.summary}"[:1024]
+            assert payload["severity"] == {"page": "critical", "ticket": "warning"}.get(
+                inc.severity, "info"
+            )
+            assert payload["class"] == inc.type
+            pods = [(p["namespace"], p["name"]) for p in payload["custom_details"]["pods"]]
+            assert pods == [(p.namespace, p.name) for p in inc.pods]
+    for event in receiver.events:  # the routing key is in the body where it belongs only
+        assert event["routing_key"] == PD_KEY
+        rest = {k: v for k, v in event.items() if k != "routing_key"}
+        assert PD_KEY not in json.dumps(rest)
+
+
+# -- Slack -----------------------------------------------------------------------------------
+def revision_of(payload: Mapping[str, Any]) -> tuple[str, int]:
+    meta = payload["metadata"]["event_payload"]
+    return str(meta["incident_id"]), int(meta["revision"])
+
+
+def slack_parents(receiver: slack.SlackReceiver) -> dict[str, slack.Message]:
+    return {revision_of(m.versions[0])[0]: m for m in receiver.parents()}
+
+
+def slack_reflects(receiver: slack.SlackReceiver) -> bool:
+    parents = slack_parents(receiver)
+    return all(
+        inc_id in parents and revision_of(parents[inc_id].current) == (inc_id, inc.revision)
+        for inc_id, inc in finals().items()
+    )
+
+
+@pytest.mark.asyncio
+async def test_slack_keeps_one_threaded_message_per_incident(
+    kafka: KafkaTestEnv, tmp_path: Path
+) -> None:
+    async with slack.serving(slack.SlackReceiver(token=SLACK_TOKEN)) as receiver:
+        options = {"api_url": receiver.url, "channel_interval_seconds": 0}
+        target = {"channel": CHANNEL, "token_env": "E2E_SLACK_TOKEN"}
+        secrets = {"E2E_SLACK_TOKEN": SLACK_TOKEN}
+        async with bridge(kafka, tmp_path, "slack", options, target, secrets) as running:
+            await publish(kafka, list(lifecycle()))
+            await settle(kafka, running, lambda: slack_reflects(receiver))
+            await clean_run(running)
+    await ledger_is_final(kafka, running)
+    no_secret_in_output(running, SLACK_TOKEN)
+
+    assert receiver.violations == []
+    assert all(call.status == 200 for call in receiver.calls)
+    parents = slack_parents(receiver)
+    assert len(receiver.parents()) == len(finals())
+    assert set(parents) == set(finals())
+    posts = [c for c in receiver.calls if c.method == "chat.postMessage"]
+    assert sum("thread_ts" not in c.payload for c in posts) == len(finals()), "one parent each"
+    for inc_id, inc in finals().items():
+        message = parents[inc_id]
+        assert message.channel == CHANNEL
+        versions = [revision_of(v)[1] for v in message.versions]
+        assert versions[0] == 1, "the parent is the open"
+        assert versions[-1] == inc.revision, "updated to the final revision"
+        assert ordered(versions), f"{inc_id}: a revision updated twice or out of order"
+        replies = [revision_of(r) for r in message.replies]
+        assert all(i == inc_id for i, _ in replies), "a reply in another incident's thread"
+        numbers = [n for _, n in replies]
+        assert ordered(numbers), f"{inc_id}: a reply posted twice or out of order"
+        assert set(numbers) <= set(versions[1:]), "each reply comes with its parent's update"
+        if inc.status == "resolved":
+            assert numbers, f"{inc_id}: the resolve is said in the thread"
+            assert numbers[-1] == inc.revision
+            assert "RESOLVED" in json.dumps(message.current).upper()
+    assert any(m.replies for m in receiver.parents())
+    for call in receiver.calls:
+        assert SLACK_TOKEN not in json.dumps(call.payload), "the token in a message"
+
+
+# -- CloudEvents webhook ---------------------------------------------------------------------
+def webhook_reflects(receiver: CloudEventsReceiver) -> bool:
+    ids = {e.get("id") for e in receiver.events}
+    return all(f"{i}/{inc.revision}" in ids for i, inc in finals().items())
+
+
+@pytest.mark.asyncio
+async def test_webhook_sends_each_revision_as_one_valid_cloudevent(
+    kafka: KafkaTestEnv, tmp_path: Path
+) -> None:
+    async with CloudEventsReceiver(hmac_key=HOOK_HMAC.encode(), bearer=HOOK_TOKEN) as receiver:
+        target = {
+            "url": f"{receiver.url}/events",
+            "token_env": "E2E_HOOK_TOKEN",
+            "hmac_key_env": "E2E_HOOK_HMAC",
+        }
+        secrets = {"E2E_HOOK_TOKEN": HOOK_TOKEN, "E2E_HOOK_HMAC": HOOK_HMAC}
+        async with bridge(kafka, tmp_path, "webhook", {}, target, secrets) as running:
+            await publish(kafka, list(lifecycle()))
+            await settle(kafka, running, lambda: webhook_reflects(receiver))
+            await clean_run(running)
+    await ledger_is_final(kafka, running)
+    no_secret_in_output(running, HOOK_TOKEN, HOOK_HMAC)
+
+    assert receiver.violations == []
+    assert len(receiver.requests) == len(receiver.events), "every request taken the first time"
+    ids = [e["id"] for e in receiver.events]
+    assert len(ids) == len(set(ids)), "an event sent twice"
+    published = {(inc.id, inc.revision): inc for inc in lifecycle()}
+    for event in receiver.events:
+        inc = published[(event["subject"], event["data"]["revision"])]
+        assert event["id"] == f"{inc.id}/{inc.revision}"
+        assert event["type"] == CLOUDEVENT_TYPES[inc.status]
+        assert event["source"] == f"/gputriage/clusters/{inc.cluster}"
+        assert event["data"] == loads(encode(inc)), "data is the revision as published"
+    for inc_id, inc in finals().items():
+        mine = [e for e in receiver.events if e["subject"] == inc_id]
+        assert ordered([e["data"]["revision"] for e in mine]), f"{inc_id} out of order"
+        assert mine[0]["type"] == CLOUDEVENT_TYPES["open"]
+        assert mine[-1]["type"] == CLOUDEVENT_TYPES[inc.status]
+        assert mine[-1]["id"] == f"{inc_id}/{inc.revision}"
+    for seen in receiver.requests:
+        assert seen.path == "/events"
+        assert seen.query == ""
+        for secret in (HOOK_TOKEN, HOOK_HMAC):
+            assert secret.encode() not in seen.body, "a secret in a body"
+        assert HOOK_HMAC not in json.dumps(dict(seen.headers)), "the HMAC key itself was sent"
+
+
+# -- Alertmanager ----------------------------------------------------------------------------
+@pytest.fixture
+def alertmanager(tmp_path: Path) -> Iterator[RunningAlertmanager]:
+    exe = alertmanager_helpers.binary()
+    if exe is None:
+        pytest.skip(alertmanager_helpers.MISSING)
+    running = alertmanager_helpers.start(tmp_path, exe)
+    try:
+        yield running
+    finally:
+        running.stop()
+
+
+def active_ids(am: RunningAlertmanager) -> list[str]:
+    return sorted(a["labels"].get("incident_id", "") for a in am.alerts())
+
+
+def open_ids() -> list[str]:
+    return sorted(i for i, inc in finals().items() if is_open(inc))
+
+
+@pytest.mark.asyncio
+async def test_alertmanager_shows_exactly_the_incidents_still_open(
+    kafka: KafkaTestEnv, tmp_path: Path, alertmanager: RunningAlertmanager
+) -> None:
+    """Read back while the bridge runs: firing alerts live until their ``endsAt``, which
+    the bridge's ticks push ahead (every 5 s here, 20 s ahead)."""
+    options = {"urls": [alertmanager.url], "resend_interval_seconds": 5}
+    target = {"bearer_token_env": "E2E_AM_TOKEN"}
+    secrets = {"E2E_AM_TOKEN": AM_TOKEN}
+    async with bridge(kafka, tmp_path, "alertmanager", options, target, secrets) as running:
+        await publish(kafka, list(lifecycle()))
+        await settle(kafka, running, lambda: active_ids(alertmanager) == open_ids())
+        await clean_run(running)
+        alerts = await asyncio.to_thread(alertmanager.alerts)
+    await ledger_is_final(kafka, running)
+    no_secret_in_output(running, AM_TOKEN)
+
+    last = finals()
+    assert 2 <= len(open_ids()) < len(last), "a test of both kinds"
+    assert sorted(a["labels"]["incident_id"] for a in alerts) == open_ids(), "none resolved"
+    for alert in alerts:
+        labels = alert["labels"]
+        inc = last[labels["incident_id"]]
+        assert is_open(inc)
+        assert labels["alertname"] == "".join(w.capitalize() for w in inc.type.split("_"))
+        assert labels["severity"] == AM_SEVERITY[inc.severity]
+        assert labels["cluster"] == inc.cluster
+        assert labels.get("node", "") == inc.node
+        namespaces = {p.namespace for p in inc.pods}
+        assert labels.get("namespace", "") == (namespaces.pop() if len(namespaces) == 1 else "")
+        assert alert["status"]["state"] == "active"
+        assert alert["annotations"]["summary"] == inc.summary[:1024]
+        assert alert["annotations"]["incident_type"] == inc.type
+        assert alert["generatorURL"], "generatorURL is set"
+        starts = alert["startsAt"].replace("Z", "+00:00")
+        assert starts.startswith(inc.first_seen.isoformat()[:19]), (starts, inc.first_seen)
+        assert AM_TOKEN not in json.dumps(alert), "the token in an alert"
+    assert AM_TOKEN not in alertmanager.log()
