@@ -14,6 +14,14 @@ runner's coalescing decides what each vendor sees. Whatever it decides, each ven
 end up reflecting every incident's final revision, with nothing doubled, nothing out of
 order and nothing off the vendor's format.
 
+Each vendor's test also runs *stepwise* (:data:`MODES`): one revision at a time, the next
+published only once the bridge's ledger says it handled the one before, so nothing
+coalesces and every ``updated`` revision reaches the endpoint, whose rule for each is
+then checked against the vendor: PagerDuty re-triggers every update a responder would
+see on the incident's one alert, Slack updates the parent to every revision and threads
+what changed, the webhook sends one CloudEvent per revision, and Alertmanager (read back
+after each revision) keeps the alert's labels while its annotations follow.
+
 Completion is not guessed from the receiver (PagerDuty and Alertmanager legitimately see
 nothing for an update that changed nothing they show): the bridge is done when its
 ledger, read back as a restart reads it, holds every incident's final revision as
@@ -42,16 +50,18 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
 from connectors.bridges.ledger import Ledger, ledger_topic
 from connectors.kafka.admin import ensure_topics
-from schemas.codec import decode_event, encode, loads
+from schemas.bridges import KEY_SEPARATOR, BridgeDelivery
+from schemas.codec import decode_event, encode, loads, typed_decoder
 from schemas.events import Tick
 from schemas.incidents import Incident
 from streams.core import Correlator
@@ -72,6 +82,8 @@ SCENARIO = EXAMPLES / "scenario.jsonl"
 ROUTE = "r"
 SETTLE_SECONDS = 60.0
 """How long the bridge may take to deliver the whole scenario (seconds, normally)."""
+STEP_SECONDS = 15.0
+"""How long the bridge may take to deliver one revision published on its own."""
 
 PD_KEY = "e2eRoutingKey0a1b2c3d4e5f6a7b8c9"
 SLACK_TOKEN = "xoxb-e2e-5ecret-7oken-0a1b2c3d"
@@ -290,17 +302,32 @@ async def settle(kafka: KafkaTestEnv, running: Running, reflects: Callable[[], b
     await eventually(reflects, timeout=10, what="the vendor to show every final revision")
 
 
-def scrape(running: Running) -> dict[str, float]:
-    """The bridge's ``/metrics`` (at the port its log names), summed by sample name."""
+def metrics_text(running: Running) -> str:
+    """The bridge's ``/metrics`` (at the port its log names)."""
     with urllib.request.urlopen(
         f"http://127.0.0.1:{metrics_port(running)}/metrics", timeout=10
     ) as answer:
-        text = answer.read().decode()
+        return str(answer.read().decode())
+
+
+def scrape(running: Running) -> dict[str, float]:
+    """The bridge's ``/metrics``, summed by sample name."""
     sums: dict[str, float] = {}
-    for family in text_string_to_metric_families(text):
+    for family in text_string_to_metric_families(metrics_text(running)):
         for sample in family.samples:
             sums[sample.name] = sums.get(sample.name, 0.0) + sample.value
     return sums
+
+
+def delivery_outcomes(running: Running) -> dict[str, float]:
+    """``gputriage_bridge_deliveries_total`` by its ``outcome`` label."""
+    outcomes: dict[str, float] = {}
+    for family in text_string_to_metric_families(metrics_text(running)):
+        for sample in family.samples:
+            if sample.name == "gputriage_bridge_deliveries_total":
+                name = sample.labels["outcome"]
+                outcomes[name] = outcomes.get(name, 0.0) + sample.value
+    return outcomes
 
 
 def metrics_port(running: Running) -> str:
@@ -354,6 +381,189 @@ def ordered(revisions: list[int]) -> bool:
     return all(a < b for a, b in itertools.pairwise(revisions))
 
 
+# -- one revision at a time ------------------------------------------------------------------
+MODES = pytest.mark.parametrize("stepwise", [False, True], ids=["burst", "stepwise"])
+"""Each vendor's test runs twice. *burst*: the whole scenario published at once, so the
+runner's coalescing decides what the vendor sees (mostly each open, then the final
+revision). *stepwise*: one revision at a time in publishing order, the next only once
+the bridge's ledger says it handled the one before, so nothing coalesces and every
+``updated`` revision reaches the endpoint (which may still skip it, by its own rule)."""
+
+_delivery = typed_decoder(BridgeDelivery)
+
+
+class LedgerTail:
+    """Every *delivered* entry a bridge writes to its ledger, as it writes them: a consumer
+    without a group on the ledger topic from its start. Unlike :meth:`Ledger.restore`
+    (the newest entry per key, read up to an end) it keeps the history, one entry per
+    revision handled with its outcome, and needs no end offset (see the module's trap).
+    Intents (``state = "sending"``) and storm groups (keyed ``route NUL "group" NUL
+    key``) are left out."""
+
+    def __init__(self, kafka: KafkaTestEnv, running: Running) -> None:
+        self.topic = ledger_topic(kafka.layout, running.group).name
+        self.running = running
+        self.consumer = AIOKafkaConsumer(
+            **kafka.kwargs,
+            group_id=None,
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            fetch_max_wait_ms=20,
+        )
+        self.entries: list[BridgeDelivery] = []
+        self.changed = asyncio.Condition()
+        self.task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> LedgerTail:
+        await self.consumer.start()
+        await self.consumer.topics()
+        partitions = sorted(self.consumer.partitions_for_topic(self.topic) or ())
+        assert partitions, f"no ledger topic {self.topic}"
+        tps = [TopicPartition(self.topic, p) for p in partitions]
+        self.consumer.assign(tps)
+        await self.consumer.seek_to_beginning(*tps)
+        self.task = asyncio.create_task(self._read(), name="ledger-tail")
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+        await self.consumer.stop()
+
+    async def _read(self) -> None:
+        try:
+            while True:
+                batches = await self.consumer.getmany(timeout_ms=200)
+                fresh = [
+                    _delivery(record.value)
+                    for records in batches.values()
+                    for record in records
+                    if record.key is not None
+                    and record.value is not None
+                    and record.key.count(KEY_SEPARATOR.encode()) == 1
+                ]
+                fresh = [e for e in fresh if e.state == "delivered"]
+                if fresh:
+                    async with self.changed:
+                        self.entries.extend(fresh)
+                        self.changed.notify_all()
+        finally:  # a reader that died wakes the waiter, which then says so
+            async with self.changed:
+                self.changed.notify_all()
+
+    def handled(self, inc: Incident) -> BridgeDelivery | None:
+        """The first delivered entry of ``inc``'s incident at or past its revision."""
+        return next(
+            (
+                e
+                for e in self.entries
+                if e.route == ROUTE and e.incident_id == inc.id and e.revision >= inc.revision
+            ),
+            None,
+        )
+
+    async def wait(self, inc: Incident) -> BridgeDelivery:
+        """The entry that says the bridge handled ``inc`` (a deadline, not a sleep)."""
+        assert self.task is not None
+        task = self.task
+        try:
+            async with asyncio.timeout(STEP_SECONDS), self.changed:
+                await self.changed.wait_for(lambda: task.done() or self.handled(inc) is not None)
+        except TimeoutError:
+            raise AssertionError(
+                f"timed out after {STEP_SECONDS:g} s waiting for the bridge to handle "
+                f"{inc.id} revision {inc.revision}; its log ends:\n"
+                f"{self.running.stderr()[-4000:]}"
+            ) from None
+        if task.done():
+            raise AssertionError(f"the ledger reader stopped: {task.exception()!r}")
+        entry = self.handled(inc)
+        assert entry is not None
+        return entry
+
+
+@dataclass
+class Steps:
+    """What the ledger said of each revision published on its own."""
+
+    outcomes: dict[tuple[str, int], str] = field(default_factory=dict)
+    """``(incident id, revision)`` -> ``accepted`` or ``skipped``."""
+
+    def taken(self, inc: Incident) -> bool:
+        """Whether the endpoint sent this revision (not skipped it)."""
+        return self.outcomes[(inc.id, inc.revision)] == "accepted"
+
+
+Check = Callable[[Incident, str], Awaitable[None]]
+"""Called after each stepwise revision was handled, with its outcome."""
+
+
+async def step_through(kafka: KafkaTestEnv, running: Running, check: Check | None) -> Steps:
+    """Publish the scenario's revisions one at a time, in order, each once the bridge
+    handled the one before it (its ledger's delivered entry for exactly that revision:
+    a later one would mean it was coalesced, which one at a time must never be)."""
+    steps = Steps()
+    producer = AIOKafkaProducer(**kafka.kwargs, acks="all")
+    await producer.start()
+    try:
+        async with LedgerTail(kafka, running) as tail:
+            for inc in lifecycle():
+                await producer.send_and_wait(
+                    kafka.layout.incidents.name, encode(inc), key=inc.id.encode()
+                )
+                entry = await tail.wait(inc)
+                assert (entry.revision, entry.status) == (inc.revision, inc.status), (
+                    f"{inc.id} revision {inc.revision} published alone was not delivered "
+                    f"as itself: the ledger says {entry.revision} ({entry.status})"
+                )
+                assert entry.outcome in {"accepted", "skipped"}, (inc.id, entry.outcome)
+                steps.outcomes[(inc.id, inc.revision)] = entry.outcome
+                if check is not None:
+                    await check(inc, entry.outcome)
+    finally:
+        await producer.stop()
+    return steps
+
+
+async def deliver_scenario(
+    kafka: KafkaTestEnv,
+    running: Running,
+    stepwise: bool,
+    reflects: Callable[[], bool],
+    check: Check | None = None,
+) -> Steps:
+    """Publish the scenario (at once, or one revision at a time: :data:`MODES`), wait
+    until the bridge finished it, and check the run was clean. Stepwise, every revision
+    was handled as itself (none coalesced), as the bridge's own metrics say too. The
+    steps are empty for a burst."""
+    if stepwise:
+        steps = await step_through(kafka, running, check)
+    else:
+        await publish(kafka, list(lifecycle()))
+        steps = Steps()
+    await settle(kafka, running, reflects)
+    await clean_run(running)
+    if stepwise:
+        outcomes = await asyncio.to_thread(delivery_outcomes, running)
+        assert outcomes.get("coalesced", 0.0) == 0.0, outcomes
+        assert outcomes.get("duplicate_skipped", 0.0) == 0.0, outcomes
+        assert outcomes.get("accepted", 0.0) == sum(
+            o == "accepted" for o in steps.outcomes.values()
+        ), outcomes
+        assert outcomes.get("accepted", 0.0) + outcomes.get("skipped", 0.0) == len(lifecycle())
+    return steps
+
+
+def revisions_of(inc_id: str) -> list[Incident]:
+    return [inc for inc in lifecycle() if inc.id == inc_id]
+
+
+def updates() -> list[Incident]:
+    return [inc for inc in lifecycle() if inc.status == "updated"]
+
+
 # -- PagerDuty -------------------------------------------------------------------------------
 def pd_reflects(receiver: pagerduty.PagerDutyReceiver) -> bool:
     for inc_id, inc in finals().items():
@@ -363,9 +573,26 @@ def pd_reflects(receiver: pagerduty.PagerDutyReceiver) -> bool:
     return True
 
 
+def pd_summary(inc: Incident) -> str:
+    return f"[{inc.cluster}] {inc.summary}"[:1024]
+
+
+def pd_severity(inc: Incident) -> str:
+    return {"page": "critical", "ticket": "warning"}.get(inc.severity, "info")
+
+
+def responder_sees(inc: Incident) -> tuple[Any, ...]:
+    """Part of what a responder reads in PagerDuty (the README's incident table: an update
+    that changes any of it is a re-trigger). The endpoint may re-trigger on more (the
+    head of the evidence), never on less."""
+    pods = sorted((p.namespace, p.name) for p in inc.pods)
+    return (inc.summary, inc.severity, inc.action, inc.node, pods)
+
+
+@MODES
 @pytest.mark.asyncio
 async def test_pagerduty_pages_each_incident_once_and_resolves_what_resolved(
-    kafka: KafkaTestEnv, tmp_path: Path
+    kafka: KafkaTestEnv, tmp_path: Path, stepwise: bool
 ) -> None:
     async with pagerduty.serving() as receiver:
         options = {"url": receiver.url, "calls_per_minute": 1000}
@@ -373,9 +600,7 @@ async def test_pagerduty_pages_each_incident_once_and_resolves_what_resolved(
         async with bridge(
             kafka, tmp_path, "pagerduty", options, target, {"E2E_PD_KEY": PD_KEY}
         ) as running:
-            await publish(kafka, list(lifecycle()))
-            await settle(kafka, running, lambda: pd_reflects(receiver))
-            await clean_run(running)
+            steps = await deliver_scenario(kafka, running, stepwise, lambda: pd_reflects(receiver))
     await ledger_is_final(kafka, running)
     no_secret_in_output(running, PD_KEY)
 
@@ -400,10 +625,8 @@ async def test_pagerduty_pages_each_incident_once_and_resolves_what_resolved(
         assert alert.triggers == len(triggers)
         if is_open(inc):  # what a responder reads now is the final revision's
             payload = alert.last["payload"]
-            assert payload["summary"] == f"[{inc.cluster}] {inc.summary}"[:1024]
-            assert payload["severity"] == {"page": "critical", "ticket": "warning"}.get(
-                inc.severity, "info"
-            )
+            assert payload["summary"] == pd_summary(inc)
+            assert payload["severity"] == pd_severity(inc)
             assert payload["class"] == inc.type
             pods = [(p["namespace"], p["name"]) for p in payload["custom_details"]["pods"]]
             assert pods == [(p.namespace, p.name) for p in inc.pods]
@@ -411,6 +634,48 @@ async def test_pagerduty_pages_each_incident_once_and_resolves_what_resolved(
         assert event["routing_key"] == PD_KEY
         rest = {k: v for k, v in event.items() if k != "routing_key"}
         assert PD_KEY not in json.dumps(rest)
+    if stepwise:
+        pd_followed_every_revision(receiver, steps)
+
+
+def pd_followed_every_revision(receiver: pagerduty.PagerDutyReceiver, steps: Steps) -> None:
+    """One revision at a time: PagerDuty got exactly the revisions the ledger says were
+    sent, in publishing order; every update that changed what a responder sees was
+    re-triggered on the incident's one alert, with that revision's summary and severity."""
+    sent = [inc for inc in lifecycle() if steps.taken(inc)]
+    assert [(e["dedup_key"], e["event_action"]) for e in receiver.events] == [
+        (inc.id, "resolve" if inc.status == "resolved" else "trigger") for inc in sent
+    ], "PagerDuty's events are not the revisions sent, in order"
+    retriggered = 0
+    for inc_id in finals():
+        revisions = revisions_of(inc_id)
+        shown = revisions[0]  # what the alert says now: the open, then each re-trigger
+        for inc in revisions[1:]:
+            if inc.status == "resolved":
+                assert steps.taken(inc), f"{inc_id}: the resolve was skipped"
+            elif steps.taken(inc):
+                shown = inc
+                retriggered += 1
+            else:
+                assert responder_sees(inc) == responder_sees(shown), (
+                    f"{inc_id} revision {inc.revision} changed what a responder sees and "
+                    "was skipped"
+                )
+        mine = [e for e in receiver.events if e["dedup_key"] == inc_id]
+        triggers = [e["payload"] for e in mine if e["event_action"] == "trigger"]
+        numbers = [t["custom_details"]["revision"] for t in triggers]
+        assert numbers == [
+            i.revision for i in revisions if i.status != "resolved" and steps.taken(i)
+        ]
+        for payload in triggers:  # each trigger shows its own revision
+            inc = revisions[payload["custom_details"]["revision"] - 1]
+            assert payload["custom_details"]["status"] == inc.status
+            assert payload["summary"] == pd_summary(inc)
+            assert payload["severity"] == pd_severity(inc)
+            pods = [(p["namespace"], p["name"]) for p in payload["custom_details"]["pods"]]
+            assert pods == [(p.namespace, p.name) for p in inc.pods]
+        assert receiver.alerts[(PD_KEY, inc_id)].triggers == len(triggers), "one alert"
+    assert retriggered >= 5, f"only {retriggered} updates re-triggered: the scenario changed?"
 
 
 # -- Slack -----------------------------------------------------------------------------------
@@ -431,18 +696,29 @@ def slack_reflects(receiver: slack.SlackReceiver) -> bool:
     )
 
 
+def reader_sees(inc: Incident) -> tuple[Any, ...]:
+    """What a Slack reader sees of a revision but its revision number and ``last_seen``
+    (the endpoint's rule: a revision that changed only those updates the parent and posts
+    no reply, the thread says what changed)."""
+    pods = [(p.namespace, p.name) for p in inc.pods]
+    evidence = [e.event_id for e in inc.evidence]
+    attributes = sorted(inc.attributes.items())
+    return (inc.status, inc.severity, inc.summary, inc.action, attributes, pods, evidence)
+
+
+@MODES
 @pytest.mark.asyncio
 async def test_slack_keeps_one_threaded_message_per_incident(
-    kafka: KafkaTestEnv, tmp_path: Path
+    kafka: KafkaTestEnv, tmp_path: Path, stepwise: bool
 ) -> None:
     async with slack.serving(slack.SlackReceiver(token=SLACK_TOKEN)) as receiver:
         options = {"api_url": receiver.url, "channel_interval_seconds": 0}
         target = {"channel": CHANNEL, "token_env": "E2E_SLACK_TOKEN"}
         secrets = {"E2E_SLACK_TOKEN": SLACK_TOKEN}
         async with bridge(kafka, tmp_path, "slack", options, target, secrets) as running:
-            await publish(kafka, list(lifecycle()))
-            await settle(kafka, running, lambda: slack_reflects(receiver))
-            await clean_run(running)
+            steps = await deliver_scenario(
+                kafka, running, stepwise, lambda: slack_reflects(receiver)
+            )
     await ledger_is_final(kafka, running)
     no_secret_in_output(running, SLACK_TOKEN)
 
@@ -472,6 +748,34 @@ async def test_slack_keeps_one_threaded_message_per_incident(
     assert any(m.replies for m in receiver.parents())
     for call in receiver.calls:
         assert SLACK_TOKEN not in json.dumps(call.payload), "the token in a message"
+    if stepwise:
+        slack_followed_every_revision(receiver, steps)
+
+
+def slack_followed_every_revision(receiver: slack.SlackReceiver, steps: Steps) -> None:
+    """One revision at a time: each parent went through exactly the revisions delivered
+    (bot mode skips none), in order, each version showing its revision's status; the
+    thread got a reply for each update that changed what a reader sees, and the resolve."""
+    assert all(steps.taken(inc) for inc in lifecycle()), "Slack's bot mode skipped one"
+    parents = slack_parents(receiver)
+    replied = 0
+    for inc_id in finals():
+        revisions = revisions_of(inc_id)
+        message = parents[inc_id]
+        versions = [revision_of(v) for v in message.versions]
+        assert versions == [(inc_id, i.revision) for i in revisions], f"{inc_id}: {versions}"
+        for version, inc in zip(message.versions, revisions, strict=True):
+            assert version["metadata"]["event_payload"]["status"] == inc.status
+            assert f"({inc.status}, r{inc.revision})" in version["text"], version["text"]
+        expected = [
+            inc.revision
+            for before, inc in itertools.pairwise(revisions)
+            if reader_sees(inc) != reader_sees(before)
+        ]
+        replies = [revision_of(r) for r in message.replies]
+        assert replies == [(inc_id, n) for n in expected], f"{inc_id}: {replies} != {expected}"
+        replied += sum(revisions[n - 1].status == "updated" for n in expected)
+    assert replied > len(updates()) // 2, "the scenario's updates changed next to nothing?"
 
 
 # -- CloudEvents webhook ---------------------------------------------------------------------
@@ -480,9 +784,10 @@ def webhook_reflects(receiver: CloudEventsReceiver) -> bool:
     return all(f"{i}/{inc.revision}" in ids for i, inc in finals().items())
 
 
+@MODES
 @pytest.mark.asyncio
 async def test_webhook_sends_each_revision_as_one_valid_cloudevent(
-    kafka: KafkaTestEnv, tmp_path: Path
+    kafka: KafkaTestEnv, tmp_path: Path, stepwise: bool
 ) -> None:
     async with CloudEventsReceiver(hmac_key=HOOK_HMAC.encode(), bearer=HOOK_TOKEN) as receiver:
         target = {
@@ -492,9 +797,9 @@ async def test_webhook_sends_each_revision_as_one_valid_cloudevent(
         }
         secrets = {"E2E_HOOK_TOKEN": HOOK_TOKEN, "E2E_HOOK_HMAC": HOOK_HMAC}
         async with bridge(kafka, tmp_path, "webhook", {}, target, secrets) as running:
-            await publish(kafka, list(lifecycle()))
-            await settle(kafka, running, lambda: webhook_reflects(receiver))
-            await clean_run(running)
+            steps = await deliver_scenario(
+                kafka, running, stepwise, lambda: webhook_reflects(receiver)
+            )
     await ledger_is_final(kafka, running)
     no_secret_in_output(running, HOOK_TOKEN, HOOK_HMAC)
 
@@ -521,6 +826,15 @@ async def test_webhook_sends_each_revision_as_one_valid_cloudevent(
         for secret in (HOOK_TOKEN, HOOK_HMAC):
             assert secret.encode() not in seen.body, "a secret in a body"
         assert HOOK_HMAC not in json.dumps(dict(seen.headers)), "the HMAC key itself was sent"
+    if stepwise:  # every revision, one event each, in publishing order
+        assert all(steps.taken(inc) for inc in lifecycle()), "the webhook skipped one"
+        assert ids == [f"{inc.id}/{inc.revision}" for inc in lifecycle()]
+        assert [e["type"] for e in receiver.events] == [
+            CLOUDEVENT_TYPES[inc.status] for inc in lifecycle()
+        ]
+        assert sum(e["type"] == CLOUDEVENT_TYPES["updated"] for e in receiver.events) == len(
+            updates()
+        )
 
 
 # -- Alertmanager ----------------------------------------------------------------------------
@@ -544,19 +858,74 @@ def open_ids() -> list[str]:
     return sorted(i for i, inc in finals().items() if is_open(inc))
 
 
+def am_labels(inc: Incident) -> dict[str, str]:
+    """The labels an incident's alert has from its first revision on (empty ones left out,
+    as Alertmanager drops them)."""
+    namespaces = {p.namespace for p in inc.pods}
+    labels = {
+        "alertname": "".join(w.capitalize() for w in inc.type.split("_")),
+        "severity": AM_SEVERITY[inc.severity],
+        "cluster": inc.cluster,
+        "node": inc.node,
+        "namespace": namespaces.pop() if len(namespaces) == 1 else "",
+        "incident_id": inc.id,
+    }
+    return {k: v for k, v in labels.items() if v}
+
+
+def am_follower(am: RunningAlertmanager) -> tuple[Check, list[str]]:
+    """A stepwise check reading ``/api/v2/alerts`` back after each revision: an open or
+    updated incident is one active alert whose labels are its first revision's and whose
+    annotations are this revision's; a resolved one is gone. Returns the check and the
+    list of revisions it read back as updated (``id/revision``)."""
+    labels: dict[str, dict[str, str]] = {}
+    followed: list[str] = []
+
+    async def check(inc: Incident, outcome: str) -> None:
+        alerts = await asyncio.to_thread(am.alerts)
+        mine = [a for a in alerts if a["labels"].get("incident_id") == inc.id]
+        if inc.status == "resolved":
+            assert mine == [], f"{inc.id}: resolved, still active"
+            return
+        assert len(mine) == 1, f"{inc.id} revision {inc.revision}: {len(mine)} alerts"
+        alert = mine[0]
+        first = labels.setdefault(inc.id, am_labels(inc))
+        assert alert["labels"] == first, f"{inc.id} revision {inc.revision}: labels moved"
+        notes = alert["annotations"]
+        assert notes["summary"] == inc.summary[:1024], f"{inc.id} revision {inc.revision}"
+        for pod in inc.pods:
+            assert f"pod {pod.namespace}/{pod.name} " in notes["description"], (inc.id, pod)
+        assert alert["status"]["state"] == "active"
+        if inc.status == "updated":
+            followed.append(f"{inc.id}/{inc.revision}")
+
+    return check, followed
+
+
+@MODES
 @pytest.mark.asyncio
 async def test_alertmanager_shows_exactly_the_incidents_still_open(
-    kafka: KafkaTestEnv, tmp_path: Path, alertmanager: RunningAlertmanager
+    kafka: KafkaTestEnv, tmp_path: Path, alertmanager: RunningAlertmanager, stepwise: bool
 ) -> None:
     """Read back while the bridge runs: firing alerts live until their ``endsAt``, which
-    the bridge's ticks push ahead (every 5 s here, 20 s ahead)."""
-    options = {"urls": [alertmanager.url], "resend_interval_seconds": 5}
+    the bridge's ticks push ahead (every 5 s here, 20 s ahead). Stepwise, every 60 s, so
+    none within the test: a tick re-sends the alert as last accepted, and one racing a
+    delivery can reach Alertmanager after it and put the previous annotations back until
+    the next tick (Alertmanager keeps the annotations it received last), which the
+    read-back after each revision would report as an update not followed."""
+    interval = 60 if stepwise else 5
+    options = {"urls": [alertmanager.url], "resend_interval_seconds": interval}
     target = {"bearer_token_env": "E2E_AM_TOKEN"}
     secrets = {"E2E_AM_TOKEN": AM_TOKEN}
+    check, followed = am_follower(alertmanager)
     async with bridge(kafka, tmp_path, "alertmanager", options, target, secrets) as running:
-        await publish(kafka, list(lifecycle()))
-        await settle(kafka, running, lambda: active_ids(alertmanager) == open_ids())
-        await clean_run(running)
+        await deliver_scenario(
+            kafka,
+            running,
+            stepwise,
+            lambda: active_ids(alertmanager) == open_ids(),
+            check,
+        )
         alerts = await asyncio.to_thread(alertmanager.alerts)
     await ledger_is_final(kafka, running)
     no_secret_in_output(running, AM_TOKEN)
@@ -582,3 +951,5 @@ async def test_alertmanager_shows_exactly_the_incidents_still_open(
         assert starts.startswith(inc.first_seen.isoformat()[:19]), (starts, inc.first_seen)
         assert AM_TOKEN not in json.dumps(alert), "the token in an alert"
     assert AM_TOKEN not in alertmanager.log()
+    if stepwise:
+        assert followed == [f"{inc.id}/{inc.revision}" for inc in updates()], "each update"
