@@ -322,6 +322,11 @@ class AlertmanagerEndpoint:
         """(route name, incident id) -> the alert as last accepted, kept alive by ticks."""
         self._resolved: dict[tuple[str, str], _Resolved] = {}
         """(route name, label-set key) -> a resolved alert still being sent."""
+        self._sending = asyncio.Lock()
+        """Held by a delivery and by a tick from reading the firing set to the last answer.
+        Without it a tick's POST prepared with revision n's annotations could land after
+        revision n+1's delivery, and Alertmanager keeps the last annotations it received
+        (until the next tick, a minute later)."""
         self._auth: dict[str, Secret | None] = {}
         """Route name -> its ``Authorization`` header, read at check_route (a restored
         route's ticks need it before any revision of it arrives)."""
@@ -345,6 +350,12 @@ class AlertmanagerEndpoint:
         except SecretError as exc:
             return Retry(f"credentials: {exc}")
         self._auth[route.name] = auth
+        async with self._sending:
+            return await self._deliver(incident, previous, route, auth)
+
+    async def _deliver(
+        self, incident: Incident, previous: Delivered | None, route: Route, auth: Secret | None
+    ) -> Outcome:
         before = _memo_alert(previous)
         labels = identity(incident, before.labels if before is not None else None)
         now = self._clock()
@@ -426,6 +437,10 @@ class AlertmanagerEndpoint:
 
         Failures are logged, not raised: the next tick sends the whole set again.
         """
+        async with self._sending:
+            await self._tick(now)
+
+    async def _tick(self, now: float) -> None:
         for key in [k for k, r in self._resolved.items() if r.until <= now]:
             del self._resolved[key]
         stale = now - self.options.max_firing_seconds

@@ -12,6 +12,7 @@ The incidents are real: scenarios run through the core (:mod:`tests.core_helpers
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import re
 from collections.abc import AsyncIterator, Iterator
@@ -45,6 +46,7 @@ from tests import alertmanager_helpers
 from tests.alertmanager_helpers import RunningAlertmanager
 from tests.core_helpers import run
 from tests.factories import Cluster, term
+from tests.kafka_helpers import eventually
 
 MIN = 60.0
 ROUTE = Route(name="am")
@@ -125,7 +127,16 @@ class Receiver:
     script: list[tuple[int, bytes, dict[str, str]]] = field(default_factory=list)
     """Answers to give, in order (then 200)."""
 
+    gate: asyncio.Event | None = None
+    """When set, the next request waits for it before it is taken (a POST still on its way:
+    Alertmanager applies what it receives last)."""
+    held: int = 0
+
     async def handle(self, request: web.Request) -> web.Response:
+        gate, self.gate = self.gate, None
+        if gate is not None:
+            self.held += 1
+            await gate.wait()
         self.headers.append(dict(request.headers))
         problems = []
         if request.content_type != "application/json":
@@ -749,3 +760,29 @@ async def test_auth_redirects_and_a_wrong_path_are_retried_never_followed(
 
 def _at(unix: float) -> datetime:
     return datetime.fromtimestamp(unix, UTC)
+
+
+@pytest.mark.asyncio
+async def test_a_tick_in_flight_never_lands_older_annotations_after_a_delivery(
+    receivers: list[Receiver], http: aiohttp.ClientSession
+) -> None:
+    """A tick reads the firing set, then POSTs; a delivery of the next revision meanwhile
+    must wait for it, or the tick's older annotations arrive last and stay (Alertmanager
+    keeps the last it received) until the next tick, a minute later."""
+    opened, updated, _ = oom_lifecycle()
+    up, _ = receivers
+    t = 1_900_000_000.0
+    ep = endpoint(http, up.url, clock=Clock(t))
+    previous = delivered(opened, await ep.deliver(opened, None, ROUTE))
+    assert updated.summary != opened.summary
+    gate = up.gate = asyncio.Event()
+    ticking = asyncio.create_task(ep.tick(t + 60))
+    await eventually(lambda: up.held == 1, what="the tick's POST on its way")
+    delivering = asyncio.create_task(ep.deliver(updated, previous, ROUTE))
+    await asyncio.wait({delivering}, timeout=0.5)  # unlocked, it would land meanwhile
+    gate.set()
+    await ticking
+    assert isinstance(await delivering, Accepted)
+    mine = [b for b in up.batches if any(a["labels"]["incident_id"] == opened.id for a in b)]
+    assert mine[-1][0]["annotations"]["summary"] == updated.summary
+    assert up.violations == []
