@@ -403,13 +403,26 @@ def render_parent(incident: Incident, budget_chars: int = DEFAULT_BUDGET) -> Mes
 
 def digest(incident: Incident) -> dict[str, str]:
     """What the next revision's reply compares with: kept in the ledger's memo (small,
-    strings only, never a secret). ``facts`` is a short hash of the summary, the action
-    and the attributes, so a change to any of them is seen without keeping them."""
-    facts = repr((incident.summary, incident.action, sorted(incident.attributes.items())))
+    strings only, never a secret). ``facts`` is a short hash of the summary, the action,
+    the node, the GPUs and the attributes, ``pod_set`` of the pods (namespace, name, role),
+    so a change to any of them is seen without keeping them. An older memo without a key
+    counts as a change: one reply more, once, after an upgrade."""
+    facts = repr(
+        (
+            incident.summary,
+            incident.action,
+            incident.node,
+            incident.gpus,
+            sorted(incident.attributes.items()),
+        )
+    )
+    # Which pods, not only how many: a revision may swap one for another.
+    pods = repr(sorted((p.namespace, p.name, p.role) for p in incident.pods))
     return {
         "severity": incident.severity,
         "status": incident.status,
         "pods": str(len(incident.pods)),
+        "pod_set": hashlib.sha256(pods.encode()).hexdigest()[:16],
         "evidence_total": str(len(incident.evidence) + incident.evidence_omitted),
         "evidence_last": incident.evidence[-1].event_id if incident.evidence else "",
         "facts": hashlib.sha256(facts.encode()).hexdigest()[:16],

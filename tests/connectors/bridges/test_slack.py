@@ -277,6 +277,20 @@ async def test_a_revision_that_only_moves_last_seen_gets_no_reply(
     assert ledger[-1].memo == {**ledger[1].memo}, "the digest is the same"
 
 
+def test_a_revision_that_swaps_a_pod_for_another_is_worth_a_reply() -> None:
+    """Same count, another pod: a reader sees a change (the digest keeps which pods)."""
+    first, second, _ = oom_lifecycle()
+    memo = slack_blocks.digest(second)
+    [pod, *rest] = second.pods
+    swapped = msgspec.structs.replace(
+        second, revision=3, pods=(msgspec.structs.replace(pod, name=pod.name + "-b"), *rest)
+    )
+    assert len(swapped.pods) == len(second.pods)
+    assert slack_blocks.worth_a_reply(swapped, memo)
+    assert not slack_blocks.worth_a_reply(msgspec.structs.replace(second, revision=3), memo)
+    assert first.pods  # the lifecycle names its pod
+
+
 # -- untrusted text ------------------------------------------------------------------------------
 @pytest.mark.asyncio
 async def test_hostile_pod_names_and_logs_neither_mention_nor_format(
