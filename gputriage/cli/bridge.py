@@ -53,8 +53,9 @@ def bridge_command(
 
     KIND is one of: pagerduty, slack, alertmanager, webhook (or a kind of
     bridge.modules). Each revision is delivered once per matching route, in order;
-    what was delivered is kept in a compacted ledger topic, so a restart sends
-    nothing twice (see the README, "Bridges: incidents to people").
+    what was delivered is kept in a compacted ledger topic, so after a restart only
+    a revision whose delivery was never confirmed is sent again, with the same dedup
+    key (see the README, "Bridges: incidents to people").
 
     \b
     Examples:
