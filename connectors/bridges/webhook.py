@@ -183,14 +183,23 @@ class Options(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=T
     targets that require the webhook spec's abuse protection, http-webhook.md §4)."""
 
     def __post_init__(self) -> None:
-        for name in self.headers:
+        for name, value in self.headers.items():
             lower = name.lower()
             if lower in _OWNED_HEADERS or lower.startswith("ce-"):
                 raise ValueError(f"headers: {name} is set by the bridge or is not allowed")
+            # Refused here, at start, not at every send (aiohttp raises on a control
+            # character in a header: each revision would be retried forever).
+            if not name or any(c in name for c in " :") or not _printable(name + value):
+                raise ValueError(f"headers: {name!r} is not a valid header name and value")
         if not self.source_prefix:
             raise ValueError("source_prefix: must not be empty (source is a URI-reference)")
         if self.dataschema and not urlsplit(self.dataschema).scheme:
             raise ValueError("dataschema: must be an absolute URI (CloudEvents type URI)")
+
+
+def _printable(text: str) -> bool:
+    """No control character (CR, LF, NUL, DEL ...): what an HTTP header may carry."""
+    return all(" " <= c != "\x7f" for c in text)
 
 
 class _CloudEvent(msgspec.Struct, frozen=True, kw_only=True):
