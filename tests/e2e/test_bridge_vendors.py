@@ -45,7 +45,6 @@ import itertools
 import json
 import re
 import signal
-import sys
 import time
 import urllib.request
 from collections import Counter
@@ -67,11 +66,10 @@ from schemas.incidents import Incident
 from streams.core import Correlator
 from tests import alertmanager_helpers
 from tests.alertmanager_helpers import RunningAlertmanager
-from tests.bridge_helpers import publish
-from tests.cli_helpers import clean_env
+from tests.bridge_helpers import publish, start_bridge
 from tests.core_helpers import config, feed
 from tests.kafka_helpers import KafkaTestEnv, eventually
-from tests.paths import EXAMPLES, ROOT
+from tests.paths import EXAMPLES
 from tests.processor_helpers import ending_days_ago
 from tests.receivers import pagerduty, slack
 from tests.receivers.cloudevents import CloudEventsReceiver
@@ -223,25 +221,7 @@ async def bridge(
         "GPUTRIAGE_LOG__LEVEL": "debug",
         **secrets,
     }
-    stdout = open(out.with_suffix(".stdout"), "ab")  # noqa: SIM115 - the child owns it
-    stderr = open(out.with_suffix(".stderr"), "ab")  # noqa: SIM115
-    try:
-        process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "gputriage",
-            "bridge",
-            kind,
-            "--metrics-port",
-            "0",
-            env=clean_env(env),
-            stdout=stdout,
-            stderr=stderr,
-            cwd=ROOT,
-        )
-    finally:
-        stdout.close()
-        stderr.close()
+    process = await start_bridge(env, out, kind=kind)
     running = Running(process, out, group)
     try:
         yield running
