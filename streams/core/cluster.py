@@ -64,18 +64,27 @@ def _routine(state: ClusterState, ev: PodEvent, config: CoreConfig) -> bool:
     skipping the step, the rules' evaluation and the incident walk saves most of what
     routing costs the cluster key (issue 14: every GPU pod update is copied here).
 
-    Trap: this must agree with :func:`_on_pod` exactly; the differential check is the
-    byte-for-byte incidents of generated streams and the scenario (tests/streams/core/
-    test_differential.py)."""
+    It reads the placement :func:`_on_pod` would record from :func:`_scheduled_on`, the
+    one definition both use; the differential check is the byte-for-byte incidents of
+    generated streams and the scenario (tests/streams/core/test_differential.py)."""
     key = f"{ev.namespace}/{ev.name}"
     if key in state.pending:
         return False
-    finished = ev.op == "deleted" or ev.deleted_at is not None or ev.phase in _FINISHED
-    running = ev.phase == "Running" and not finished and ev.gpu_share is None
-    if ev.namespace in config.mismatch_ignore_namespaces:
-        running = False
     devices, _ = gpu_devices(ev.gpu_requests)
-    return mismatch.placed_as(state, key, ev.node if running else "", devices)
+    return mismatch.placed_as(state, key, _scheduled_on(ev, config), devices)
+
+
+def _finished(ev: PodEvent) -> bool:
+    return ev.op == "deleted" or ev.deleted_at is not None or ev.phase in _FINISHED
+
+
+def _scheduled_on(ev: PodEvent, config: CoreConfig) -> str:
+    """The node a scheduled pod's GPUs count on for the cross-source check: its node while
+    it runs with whole GPUs outside the ignored namespaces, else ``""`` (none)."""
+    running = ev.phase == "Running" and not _finished(ev) and ev.gpu_share is None
+    if not running or ev.namespace in config.mismatch_ignore_namespaces:
+        return ""
+    return ev.node
 
 
 def apply_event(state: ClusterState, event: Any, now: float, config: CoreConfig) -> list[Incident]:
@@ -113,14 +122,11 @@ def _on_pod(step: ClusterStep, ev: PodEvent) -> None:
     state = step.state
     key = f"{ev.namespace}/{ev.name}"
     devices, resource = gpu_devices(ev.gpu_requests)
-    finished = ev.op == "deleted" or ev.deleted_at is not None or ev.phase in _FINISHED
+    finished = _finished(ev)
     if ev.node:  # scheduled: the copy of a node-scoped record
         if key in state.pending:
             starved.on_left(step, key, f"scheduled on {ev.node}")
-        running = ev.phase == "Running" and not finished and ev.gpu_share is None
-        if ev.namespace in step.config.mismatch_ignore_namespaces:
-            running = False
-        mismatch.place(step, key, ev.node if running else "", devices, ev)
+        mismatch.place(step, key, _scheduled_on(ev, step.config), devices, ev)
         return
     mismatch.place(step, key, "", 0, ev)
     if finished or ev.phase not in ("", "Pending") or not (devices or ev.gpu_share):
