@@ -30,8 +30,8 @@ from contextlib import aclosing
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
-from aiokafka.partitioner import murmur2
 
+from connectors.kafka.producer import partition_of
 from streams.app.published import Offsets, decode_mark, is_mark
 from streams.app.ranges import read_range
 from streams.core.snapshot import decode_state
@@ -41,7 +41,7 @@ log = logging.getLogger("gputriage.processor")
 
 def partition_for(key: str, partitions: int) -> int:
     """The partition Kafka's default partitioner gives ``key`` (murmur2, as Java's)."""
-    return int(murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+    return partition_of(key.encode(), partitions)
 
 
 class ChangelogReader:
