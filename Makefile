@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-pyproject
 # setuptools' editable-install notices are warnings, not errors: keep pip quiet.
 PIP    := PYTHONWARNINGS=ignore $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: venv tools lint test demo schemas bench bench-pipeline bench-slim bench-faust bench-kmsg
+.PHONY: venv native tools lint test demo schemas bench bench-pipeline bench-slim bench-faust bench-kmsg
 
 venv: $(STAMP)
 
@@ -17,6 +17,17 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -e '.[test,demo]'
 	@touch $@
+
+# The correlation core compiled with mypyc (streams/native.py says why and how it is
+# guarded): rebuilt when a core source changes. Without a C compiler the build fails,
+# says so, and the Python sources run: slower, the same incidents.
+NATIVE := streams/core/.native-digest
+native: $(NATIVE)
+
+$(NATIVE): $(STAMP) $(wildcard streams/core/*.py streams/core/rules/*.py) streams/native.py streams/native_build.py
+	@GPUTRIAGE_PURE_PYTHON=1 $(BIN)/python -m streams.native_build build \
+	  || { $(BIN)/python -m streams.native_build clean; \
+	       echo "make native: compiling the core FAILED: the Python sources run (slower)"; }
 
 lint: venv
 	$(BIN)/ruff check .
@@ -41,19 +52,19 @@ tools:
 	  || echo "make tools: installing$$missing FAILED: the tests that need it will skip"; \
 	else echo "make tools: cannot install$$missing (no apt-get as root): their tests skip"; fi
 
-test: venv lint tools
+test: venv native lint tools
 	$(BIN)/pytest
 
-demo: venv
+demo: venv native
 	$(BIN)/gputriage demo
 
 schemas: venv
 	$(BIN)/gputriage schemas --write
 
-bench: venv
+bench: venv native
 	$(BIN)/python bench/core_bench.py
 
-bench-pipeline: venv
+bench-pipeline: venv native
 	$(BIN)/python bench/pipeline_bench.py
 
 bench-slim: venv

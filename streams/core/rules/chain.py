@@ -278,8 +278,9 @@ def holds_pod(step: Step, key: str) -> bool:
     for inc in (step.find(KIND, SUBJECT), step.find(DEGRADED, DEGRADED_SUBJECT)):
         if inc is None or (inc.type == DEGRADED and "escalated" not in inc.attributes):
             continue
-        named = (f"{p.namespace}/{p.name}" for p in inc.pods.values() if p.role != "candidate")
-        if key in named:
+        if any(
+            f"{p.namespace}/{p.name}" == key for p in inc.pods.values() if p.role != "candidate"
+        ):
             return True
     return False
 

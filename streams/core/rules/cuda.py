@@ -267,7 +267,7 @@ def on_unseen_restarts(step: Step, ctr: ContainerTrack, count: int, since: float
 def on_oom_killed(step: Step, key: str, ctr: ContainerTrack) -> None:
     """The container's last termination was OOMKilled: this is host memory, not CUDA."""
     base = f"{key}/{ctr.name}"
-    for subject in (base, *(cause_subject(base, cls.name) for cls in _NAMED)):
+    for subject in (base, *[cause_subject(base, cls.name) for cls in _NAMED]):
         inc = step.find(KIND, subject)
         if inc is not None:
             step.resolve(

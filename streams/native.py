@@ -1,0 +1,151 @@
+"""The correlation core compiled with mypyc, and the guard that keeps it honest.
+
+Why: the core is plain, fully typed Python (mypy strict), so mypyc can compile the
+same sources to C extension modules without a line changed; on the bench's stream
+that is ~1.5x the events per second of the interpreter (issue 14, ``make bench``
+prints which one ran). The Python sources stay the reference: every module works
+uncompiled, and a machine without a C compiler simply runs them.
+
+Build it with ``make native`` (part of ``make venv``; :mod:`streams.native_build`).
+
+Traps, and what this module does about them:
+
+* **A stale extension shadows its source.** Python imports ``engine.cpython-*.so``
+  before ``engine.py`` from the same directory, so an edit to a compiled module would
+  silently not run. The build writes a stamp (``streams/core/.native-digest``) with
+  the SHA-256 of every compiled module's source; :func:`guard` (run by
+  ``streams/__init__.py``, before anything of the core is imported) recomputes it
+  and, on any difference, makes the whole core import from source, with a warning.
+  All or nothing: a mix of compiled and interpreted modules of one build would call
+  each other through stale native signatures.
+* ``GPUTRIAGE_PURE_PYTHON=1`` forces the sources (a differential test runs both).
+* Compiled code binds calls between its modules early: monkeypatching a core
+  function from a test has no effect on compiled callers. Tests must not do that.
+* mypyc checks declared types at run time: passing a ``str`` where ``float`` is
+  declared raises ``TypeError`` in compiled code where the interpreter would go on.
+  The whole test suite runs on the compiled core in CI, which is what catches that.
+* Only modules without msgspec ``Struct`` classes are compiled (mypyc cannot compile
+  classes with a foreign metaclass): ``state``, ``config``, ``snapshot`` stay Python,
+  and their objects are used through ordinary attribute access.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+ROOT = Path(__file__).resolve().parent.parent
+"""The directory holding the ``streams`` package."""
+
+COMPILED = (
+    "streams.core.engine",
+    "streams.core.node",
+    "streams.core.cluster",
+    "streams.core.lifecycle",
+    "streams.core.evidence",
+    "streams.core.timeconv",
+    "streams.core.rules.chain",
+    "streams.core.rules.cuda",
+    "streams.core.rules.degraded",
+    "streams.core.rules.mismatch",
+    "streams.core.rules.not_ready",
+    "streams.core.rules.oom",
+    "streams.core.rules.pods",
+    "streams.core.rules.starved",
+    "streams.core.rules.xid",
+)
+"""The modules mypyc compiles: the engine and the rules, the hot path."""
+
+GROUP = "streams.core._native"
+"""mypyc's shared library for the group (``streams/core/_native__mypyc*.so``): inside
+the package, so it imports wherever the package does (an editable install, a wheel)."""
+
+STAMP = ROOT / "streams" / "core" / ".native-digest"
+PURE_ENV = "GPUTRIAGE_PURE_PYTHON"
+
+
+def source_of(module: str) -> Path:
+    return ROOT.joinpath(*module.split(".")).with_suffix(".py")
+
+
+def source_digest() -> str:
+    """SHA-256 over the compiled modules' names and sources, in a fixed order."""
+    digest = hashlib.sha256()
+    for module in COMPILED:
+        digest.update(module.encode() + b"\0")
+        digest.update(source_of(module).read_bytes())
+    return digest.hexdigest()
+
+
+def extensions(module: str) -> list[Path]:
+    source = source_of(module)
+    return sorted(source.parent.glob(f"{source.stem}.*{ext_tail()}"))
+
+
+def ext_tail() -> str:
+    return ".so" if os.name != "nt" else ".pyd"
+
+
+def built() -> bool:
+    """Are there extension modules for the core next to its sources?"""
+    return any(extensions(m) for m in COMPILED)
+
+
+def stale_reason() -> str:
+    """Why the extension modules must not be used ("" if they may)."""
+    if not STAMP.exists():
+        return f"no {STAMP.name} stamp next to them"
+    try:
+        if STAMP.read_text().strip() != source_digest():
+            return "the sources changed since they were built (run `make native`)"
+    except OSError as exc:
+        return f"cannot read the sources: {exc}"
+    return ""
+
+
+class _SourceFirst(importlib.abc.MetaPathFinder):
+    """Import the compiled modules from their ``.py`` files, whatever is beside them."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in COMPILED:
+            return None
+        return importlib.util.spec_from_file_location(fullname, source_of(fullname))
+
+
+_FORCED: list[str] = []
+
+
+def guard() -> None:
+    """Use the compiled core only if it was built from exactly these sources."""
+    if _FORCED or not built():
+        return
+    reason = "" if os.environ.get(PURE_ENV, "") in ("", "0") else f"{PURE_ENV} is set"
+    if not reason:
+        reason = stale_reason()
+        if reason:
+            warnings.warn(
+                f"gputriage: not using the compiled core: {reason}; running the Python sources",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+    if reason:
+        _FORCED.append(reason)
+        sys.meta_path.insert(0, _SourceFirst())
+
+
+def active() -> str:
+    """``"compiled (mypyc)"`` or ``"Python"``: what the imported core is."""
+    engine = sys.modules.get("streams.core.engine")
+    if engine is None:
+        return "not imported"
+    return "compiled (mypyc)" if str(engine.__file__).endswith(ext_tail()) else "Python"

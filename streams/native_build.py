@@ -1,0 +1,103 @@
+"""Build the compiled core (:mod:`streams.native` says why and guards its use).
+
+    python -m streams.native_build build     # compile COMPILED in place, write the stamp
+    python -m streams.native_build status    # which core this interpreter would import
+    python -m streams.native_build clean     # remove the extension modules and the stamp
+
+mypy (with mypyc) and setuptools are build-time dependencies: the ``test`` extra and the
+image's build stage have them; nothing imports this module at run time.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+from streams.native import (
+    COMPILED,
+    GROUP,
+    ROOT,
+    STAMP,
+    built,
+    ext_tail,
+    extensions,
+    source_digest,
+    source_of,
+    stale_reason,
+)
+
+
+def clean() -> None:
+    for module in COMPILED:
+        for path in extensions(module):
+            path.unlink()
+    for path in (ROOT / "streams" / "core").glob(f"_native__mypyc.*{ext_tail()}"):
+        path.unlink()
+    STAMP.unlink(missing_ok=True)
+
+
+def build() -> None:
+    """Compile :data:`COMPILED` with mypyc and put the extensions beside their sources.
+
+    setuptools runs in a scratch directory: in the checkout it would read
+    ``pyproject.toml`` (and an older setuptools refuses its licence field), and its
+    ``build/`` would litter the tree. The stamp is written last, so an interrupted
+    build leaves extensions that :func:`guard` refuses.
+    """
+    from mypyc.build import mypycify  # noqa: PLC0415 - a build-time dependency only
+    from setuptools import setup  # type: ignore[import-untyped]  # noqa: PLC0415
+
+    clean()
+    digest = source_digest()
+    sources = [str(source_of(m)) for m in COMPILED]
+    with tempfile.TemporaryDirectory(prefix="gputriage-native-") as scratch:
+        here = Path.cwd()
+        for module in COMPILED:  # build_ext --inplace writes into the package folders
+            Path(scratch, *module.split(".")[:-1]).mkdir(parents=True, exist_ok=True)
+        os.chdir(scratch)
+        try:
+            extensions = mypycify(
+                ["--config-file", str(ROOT / "pyproject.toml"), *sources],
+                group_name=GROUP,
+                opt_level="3",
+            )
+            setup(
+                name="gputriage-native",
+                ext_modules=extensions,
+                script_args=["-q", "build_ext", "--inplace"],
+            )
+        finally:
+            os.chdir(here)
+        out = Path(scratch)
+        for built_file in out.rglob(f"*{ext_tail()}"):
+            target = ROOT / built_file.relative_to(out)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(built_file, target)
+    STAMP.write_text(digest + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    command = args[0] if args else "status"
+    if command == "build":
+        build()
+        print(f"compiled {len(COMPILED)} core modules with mypyc")
+    elif command == "clean":
+        clean()
+    elif command == "status":
+        if not built():
+            print("Python (no compiled core built: `make native`)")
+        else:
+            reason = stale_reason()
+            print(f"Python: compiled core not used: {reason}" if reason else "compiled (mypyc)")
+    else:
+        print(f"usage: python -m streams.native_build [build|status|clean], not {command!r}")
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
