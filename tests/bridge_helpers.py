@@ -151,6 +151,9 @@ class Receiver:
     """Seconds each answer takes (a slow vendor: the request is recorded on arrival)."""
     failing: set[str] = field(default_factory=set)
     """Incident ids answered 503 for as long as they are in it."""
+    held: int = 0
+    """Requests recorded and not yet answered (inside :attr:`delay`): a kill while this
+    is above zero lands with a delivery in flight."""
 
     def answer(self, *answers: tuple[int, dict[str, str], str]) -> None:
         """Queue answers given before the receiver goes back to 200."""
@@ -185,7 +188,11 @@ class Receiver:
         status, headers, text = answer
         self.got.append(Received(at, body, token, status))
         if self.delay:
-            await asyncio.sleep(self.delay)  # a slow vendor, not a synchronisation
+            self.held += 1
+            try:
+                await asyncio.sleep(self.delay)  # a slow vendor, not a synchronisation
+            finally:
+                self.held -= 1
         return web.Response(status=status, headers=headers, text=text)
 
     def accepted(self) -> list[Received]:

@@ -152,6 +152,9 @@ class PagerDutyReceiver:
         self.requests = 0
         self.delay = 0.0
         """Seconds each answer takes (a slow vendor, so a kill lands mid-batch)."""
+        self.held = 0
+        """Requests inside :attr:`delay` (arrived, not answered): a kill while this is
+        above zero lands with a delivery in flight."""
         self.hanging = False
         self.release = asyncio.Event()
         self.url = ""
@@ -168,7 +171,11 @@ class PagerDutyReceiver:
         if self.hanging:
             await self.release.wait()
         if self.delay:
-            await asyncio.sleep(self.delay)  # the simulated slowness, not synchronisation
+            self.held += 1
+            try:
+                await asyncio.sleep(self.delay)  # the simulated slowness, not synchronisation
+            finally:
+                self.held -= 1
         raw = await request.read()
         if request.method != "POST":
             self.violations.append(f"{request.method} {PATH}: the Events API takes POST only")

@@ -35,7 +35,13 @@ async def test_a_bridge_killed_mid_batch_loses_nothing_and_resends_only_unconfir
         env = {**bridge_env(kafka, receiver, max_in_flight=4), "TEST_BRIDGE_TOKEN": "test-token"}
         first = await start_bridge(env, out)
         try:
-            await eventually(lambda: len(receiver.got) >= 12, timeout=60, what="a dozen deliveries")
+            # The kill follows the check with no await between: the held request is
+            # still unanswered when the process dies (the receiver runs in this loop).
+            await eventually(
+                lambda: len(receiver.got) >= 12 and receiver.held > 0,
+                timeout=60,
+                what="a dozen deliveries and one in flight",
+            )
         finally:
             first.kill()
             await first.wait()
@@ -101,7 +107,11 @@ async def test_a_pagerduty_bridge_killed_mid_batch_pages_once_per_incident(
         del env["GPUTRIAGE_BRIDGE__JSONPOST__ROUTES"]
         first = await start_bridge(env, out, kind="pagerduty")
         try:
-            await eventually(lambda: len(receiver.alerts) >= 12, timeout=60, what="a dozen pages")
+            await eventually(
+                lambda: len(receiver.alerts) >= 12 and receiver.held > 0,
+                timeout=60,
+                what="a dozen pages and one in flight",
+            )
         finally:
             first.kill()
             await first.wait()
