@@ -89,18 +89,19 @@ def _scheduled_on(ev: PodEvent, config: CoreConfig) -> str:
 
 def apply_event(state: ClusterState, event: Any, now: float, config: CoreConfig) -> list[Incident]:
     """Apply one cluster-scoped record (or a copy routed here) at event time ``now``."""
-    step = ClusterStep(state, config, now)
     # An event at exactly the key's deadline goes before its timer (the engine's order),
     # and the deadline is recomputed after it from ``checked_at``: the rules must do the
     # timer's work here, or a threshold reached at this instant would never be seen.
     due = now >= state.deadline
+    kind = type(event)
+    routine = kind is PodEvent and not due and event.node and shortcuts.ENABLED
+    if routine and _routine(state, event, config):
+        state.checked_at = now
+        return []
     if due:
         state.starved_dirty = True
-    kind = type(event)
+    step = ClusterStep(state, config, now)
     if kind is PodEvent:
-        if shortcuts.ENABLED and event.node and not due and _routine(state, event, config):
-            state.checked_at = now
-            return []
         _on_pod(step, event)
     elif kind is AutoscalerEvent:
         starved.on_autoscaler(step, event)

@@ -42,6 +42,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable
+from datetime import datetime
 from sys import intern
 from typing import Any
 
@@ -239,6 +240,9 @@ class Correlator:
         self._last_time = -math.inf
         self._last_rank = -1
         self._last_id = self._last_cluster = self._last_node = ""
+        # The last event time converted: a routed copy shares its original's datetime.
+        self._last_stamp: datetime | None = None
+        self._last_when = 0.0
         self._released: list[Token] = []
         self._dirty: dict[tuple[str, str], KeyState] = {}
 
@@ -251,7 +255,12 @@ class Correlator:
         must: each partition's clock counts, not only the fastest one's).
         """
         out: list[Incident] = []
-        when = event.time.timestamp()
+        stamp = event.time
+        if stamp is self._last_stamp:
+            when = self._last_when  # the cluster key's copy of the event just ingested
+        else:
+            when = self._last_when = stamp.timestamp()
+            self._last_stamp = stamp
         self._n_events += 1
         kind = type(event)
         if kind is Tick:
