@@ -47,6 +47,7 @@ from bench.generate import StreamSpec, generate_lines, read_lines, write_lines
 from schemas.codec import decode_event
 from schemas.incidents import Incident
 from schemas.keys import routed
+from streams import native
 from streams.config import default_core_config
 from streams.core import CoreConfig, Correlator
 
@@ -333,7 +334,8 @@ def report_table(result: dict[str, Any]) -> str:
         "          mix: "
         + ", ".join(f"{k} {v:,} ({100 * v / n:.1f}%)" for k, v in s["mix"].items()),
         f"machine   {result['machine']['cpu']}; Python {result['machine']['python']}, "
-        f"msgspec {result['machine']['msgspec']}; best of {t['repeat']}",
+        f"msgspec {result['machine']['msgspec']}; core {result['machine']['core']}; "
+        f"best of {t['repeat']}",
         "",
         f"{'pass':34}{'seconds':>9}{'events/s':>12}{'us/event':>10}{'x decode':>10}",
     ]
@@ -469,6 +471,7 @@ def main(argv: list[str] | None = None) -> int:
             "cpu": cpu,
             "python": platform.python_version(),
             "msgspec": msgspec.__version__,
+            "core": native.active(),
         },
         "timing": {
             "repeat": args.repeat,
