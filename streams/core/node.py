@@ -26,6 +26,7 @@ from schemas.events import (
 from schemas.ids import k8s_version
 from schemas.incidents import Evidence, Incident
 from streams.core import evidence as text
+from streams.core import shortcuts
 from streams.core.config import CoreConfig, XidRule
 from streams.core.lifecycle import Step
 from streams.core.rules import chain, cuda, degraded, not_ready, oom, xid
@@ -648,11 +649,76 @@ def apply_event(
     handler = _HANDLERS.get(kind)
     if handler is None:
         return []
+    _prune(state, now, config)
+    if kind is PodEvent and shortcuts.ENABLED and _routine_pod(state, event, now, version, config):
+        return []
     step = Step(state, config, now)
     step.version = version  # parsed once: the handlers record it
-    _prune(state, now, config)
     handler(step, event)
     return step.finish()
+
+
+def _routine_pod(
+    state: NodeState, ev: PodEvent, now: float, version: int, config: CoreConfig
+) -> bool:
+    """Apply a pod update no rule has anything to read in, if it is one (issue 14.1).
+
+    Most pod updates on a GPU node are routine: a running pod's conditions or probe
+    state moved, nothing else. Then the full path (:func:`_on_pod`) would change only
+    the pod's version and each container's ``seen_at``; this does exactly that and
+    returns True, without a step, the containers' rule checks or an incident walk.
+
+    Anything a rule reads must send the update down the full path (False, nothing
+    changed): an unknown pod or container (creation, baselines), a phase change, a
+    finished or failed pod, a deletion, a failure reason, a restart count other than
+    the one accounted for, a termination not handled yet, a crash window to free. The
+    differential test (tests/streams/core/test_differential.py) holds the two paths to
+    the same incidents, byte for byte.
+    """
+    track = state.pods.get(f"{ev.namespace}/{ev.name}")
+    if (
+        track is None
+        or track.failed
+        or track.phase != ev.phase
+        or ev.phase not in _LIVE_PHASES
+        or ev.reason
+        or ev.op == "deleted"
+        or ev.deleted_at is not None
+    ):
+        return False
+    known = track.containers
+    if not ev.containers or not known:
+        return False
+    window_start = now - config.cuda_oom_window_seconds
+    seen: list[ContainerTrack] = []
+    for status in ev.containers:
+        ctr = _known_container(known, status.name)
+        if ctr is None or ctr.seen_at == -math.inf:
+            return False
+        if ctr.restart_count != status.restart_count + (status.terminated is not None):
+            return False
+        if ctr.restarts and ctr.restarts[-1] < window_start:
+            return False
+        for term in (status.last_terminated, status.terminated):
+            done = None if term is None else term.finished_at
+            if done is not None and done.timestamp() > ctr.last_finished:
+                return False
+        seen.append(ctr)
+    track.version = max(track.version, version)
+    for ctr in seen:
+        ctr.seen_at = max(ctr.seen_at, now)
+    return True
+
+
+def _known_container(
+    known: ContainerTrack | tuple[ContainerTrack, ...], name: str
+) -> ContainerTrack | None:
+    if isinstance(known, ContainerTrack):
+        return known if known.name == name else None
+    for ctr in known:
+        if ctr.name == name:
+            return ctr
+    return None
 
 
 def admits(

@@ -29,7 +29,8 @@ from streams import native
 from streams.config import default_core_config
 from streams.core import Correlator, shortcuts
 from streams.core import cluster as cluster_rules
-from streams.core.state import ClusterState
+from streams.core import node as node_rules
+from streams.core.state import ClusterState, NodeState
 from tests.factories import Cluster, at
 from tests.paths import EXAMPLES, ROOT
 
@@ -115,3 +116,26 @@ def test_the_compiled_core_gives_the_python_sources_incidents(name: str) -> None
         check=True,
     )
     assert done.stdout.split() == ["Python", here]
+
+
+def test_a_routine_pod_update_is_recognised_and_a_restart_is_not() -> None:
+    """The node key's shortcut (``node._routine_pod``) fires on a repeat of a running
+    pod and leaves a restart, a phase change and a first sight to the full path."""
+    c = Cluster()
+    config = default_core_config()
+    correlator = Correlator(config)
+    first = c.pod("gpu-node-01", "train-0", 0, gpus=2)
+    correlator.ingest(first)
+    correlator.flush()
+    state = correlator.keys["c1/gpu-node-01"]
+    assert isinstance(state, NodeState)
+    now = at(5).timestamp()
+    assert node_rules._routine_pod(
+        state, c.pod("gpu-node-01", "train-0", 5, gpus=2), now, 0, config
+    )
+    restarted = c.pod("gpu-node-01", "train-0", 6, gpus=2, restarts=1)
+    assert not node_rules._routine_pod(state, restarted, now, 0, config)
+    done = c.pod("gpu-node-01", "train-0", 7, gpus=2, phase="Succeeded")
+    assert not node_rules._routine_pod(state, done, now, 0, config)
+    other = c.pod("gpu-node-01", "train-1", 8, gpus=2)
+    assert not node_rules._routine_pod(state, other, now, 0, config)
