@@ -6,14 +6,16 @@ that is ~1.5x the events per second of the interpreter (issue 14, ``make bench``
 prints which one ran). The Python sources stay the reference: every module works
 uncompiled, and a machine without a C compiler simply runs them.
 
-Build it with ``make native`` (part of ``make venv``; :mod:`streams.native_build`).
+Build it with ``make native`` (``make test``, ``make demo`` and ``make bench`` run it;
+:mod:`streams.native_build`).
 
 Traps, and what this module does about them:
 
 * **A stale extension shadows its source.** Python imports ``engine.cpython-*.so``
   before ``engine.py`` from the same directory, so an edit to a compiled module would
   silently not run. The build writes a stamp (``streams/core/.native-digest``) with
-  the SHA-256 of every compiled module's source; :func:`guard` (run by
+  the SHA-256 of its inputs (:func:`inputs`: not only the compiled modules, but every
+  module whose types they were compiled against); :func:`guard` (run by
   ``streams/__init__.py``, before anything of the core is imported) recomputes it
   and, on any difference, makes the whole core import from source, with a warning.
   All or nothing: a mix of compiled and interpreted modules of one build would call
@@ -23,7 +25,13 @@ Traps, and what this module does about them:
   function from a test has no effect on compiled callers. Tests must not do that.
 * mypyc checks declared types at run time: passing a ``str`` where ``float`` is
   declared raises ``TypeError`` in compiled code where the interpreter would go on.
-  The whole test suite runs on the compiled core in CI, which is what catches that.
+  The whole test suite runs on the compiled core in CI, which is what catches that
+  (``.ci/run`` sets ``GPUTRIAGE_REQUIRE_NATIVE=1``: a failed build, or a differential
+  test that would skip for want of a compiled core, fails there instead).
+* A compiled core's state snapshots may be a few bytes longer than the interpreter's:
+  msgspec's ``omit_defaults`` compares a float field with its default by identity, and
+  compiled code boxes a new float where the interpreter reused the default's object.
+  They decode to equal states; nothing compares changelog bytes.
 * Only modules without msgspec ``Struct`` classes are compiled (mypyc cannot compile
   classes with a foreign metaclass): ``state``, ``config``, ``snapshot`` stay Python,
   and their objects are used through ordinary attribute access.
@@ -34,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import importlib.abc
 import importlib.machinery
+import importlib.metadata
 import importlib.util
 import os
 import sys
@@ -76,12 +85,37 @@ def source_of(module: str) -> Path:
     return ROOT.joinpath(*module.split(".")).with_suffix(".py")
 
 
+def inputs() -> list[Path]:
+    """Every file a build depends on, in a fixed order.
+
+    Not only the compiled modules: mypyc bakes in the declared types of everything they
+    were checked against (a field of ``schemas/events.py`` or ``streams/core/state.py``
+    that becomes optional makes the compiled code raise ``TypeError`` on the ``None``
+    the sources would accept), and the checker's configuration. So the whole core
+    package, the whole schemas package, ``pyproject.toml`` and this module count. The
+    Makefile asks for the same list (``native_build inputs``).
+    """
+    found = [*ROOT.glob("streams/core/**/*.py"), *ROOT.glob("schemas/**/*.py")]
+    found += [ROOT / "streams" / "__init__.py", Path(__file__).resolve(), ROOT / "pyproject.toml"]
+    return sorted({p for p in found if p.is_file()})
+
+
 def source_digest() -> str:
-    """SHA-256 over the compiled modules' names and sources, in a fixed order."""
+    """SHA-256 over the build's inputs (names and bytes) and the mypy that compiles them.
+
+    mypy's version is read from its metadata, not imported (importing mypy at every start
+    of the program would cost ~100 ms); without mypy installed it is "none", which no
+    build ever wrote, so extensions are then used only if built without it (never).
+    """
     digest = hashlib.sha256()
-    for module in COMPILED:
-        digest.update(module.encode() + b"\0")
-        digest.update(source_of(module).read_bytes())
+    try:
+        mypy = importlib.metadata.version("mypy")
+    except importlib.metadata.PackageNotFoundError:
+        mypy = "none"
+    digest.update(f"mypy {mypy}\0".encode())
+    for path in inputs():
+        digest.update(str(path.relative_to(ROOT)).encode() + b"\0")
+        digest.update(path.read_bytes())
     return digest.hexdigest()
 
 
@@ -125,22 +159,39 @@ class _SourceFirst(importlib.abc.MetaPathFinder):
 _FORCED: list[str] = []
 
 
+STALE_WARNING = "compiled core not used"
+"""The start of the warning a stale build gives (pytest's ``filterwarnings`` names it:
+the project turns warnings into errors, and this one must stay a warning)."""
+
+
+def pure_requested() -> bool:
+    return os.environ.get(PURE_ENV, "").strip().lower() not in ("", "0", "false", "no")
+
+
 def guard() -> None:
-    """Use the compiled core only if it was built from exactly these sources."""
+    """Use the compiled core only if it was built from exactly these sources.
+
+    The source-first finder goes in *before* the warning: a warning turned into an error
+    (``-W error``) must not leave the stale extensions importable.
+    """
     if _FORCED or not built():
         return
-    reason = "" if os.environ.get(PURE_ENV, "") in ("", "0") else f"{PURE_ENV} is set"
+    reason = f"{PURE_ENV} is set" if pure_requested() else stale_reason()
     if not reason:
-        reason = stale_reason()
-        if reason:
-            warnings.warn(
-                f"gputriage: not using the compiled core: {reason}; running the Python sources",
-                RuntimeWarning,
-                stacklevel=2,
-            )
-    if reason:
-        _FORCED.append(reason)
-        sys.meta_path.insert(0, _SourceFirst())
+        return
+    _FORCED.append(reason)
+    sys.meta_path.insert(0, _SourceFirst())
+    if not pure_requested():
+        warnings.warn(
+            f"{STALE_WARNING}: {reason}; running the Python sources of gputriage's core",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+
+
+def forced() -> str:
+    """Why the sources run although extensions are built ("" if they do not)."""
+    return _FORCED[0] if _FORCED else ""
 
 
 def active() -> str:

@@ -3,9 +3,14 @@
     python -m streams.native_build build     # compile COMPILED in place, write the stamp
     python -m streams.native_build status    # which core this interpreter would import
     python -m streams.native_build clean     # remove the extension modules and the stamp
+    python -m streams.native_build inputs    # the files a build depends on (for make)
 
-mypy (with mypyc) and setuptools are build-time dependencies: the ``test`` extra and the
-image's build stage have them; nothing imports this module at run time.
+mypy (with mypyc) and setuptools are build-time dependencies (the ``test`` extra has
+them; ``deploy/Dockerfile`` does not build the compiled core yet); nothing imports this
+module at run time.
+
+``GPUTRIAGE_REQUIRE_NATIVE=1`` (set by ``.ci/run``) makes a failed build an error for
+``make``; without it the Makefile says so and the sources run.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from streams.native import (
     built,
     ext_tail,
     extensions,
+    inputs,
     source_digest,
     source_of,
     stale_reason,
@@ -72,7 +78,8 @@ def build() -> None:
         finally:
             os.chdir(here)
         out = Path(scratch)
-        for built_file in out.rglob(f"*{ext_tail()}"):
+        # Only the package's own folders: setuptools also leaves copies under build/.
+        for built_file in (out / "streams").rglob(f"*{ext_tail()}"):
             target = ROOT / built_file.relative_to(out)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(built_file, target)
@@ -87,6 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"compiled {len(COMPILED)} core modules with mypyc")
     elif command == "clean":
         clean()
+    elif command == "inputs":
+        print(" ".join(str(path.relative_to(ROOT)) for path in inputs()))
     elif command == "status":
         if not built():
             print("Python (no compiled core built: `make native`)")
@@ -94,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             reason = stale_reason()
             print(f"Python: compiled core not used: {reason}" if reason else "compiled (mypyc)")
     else:
-        print(f"usage: python -m streams.native_build [build|status|clean], not {command!r}")
+        print(f"usage: python -m streams.native_build [build|status|clean|inputs], not {command!r}")
         return 2
     return 0
 

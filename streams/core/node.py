@@ -671,9 +671,11 @@ def _routine_pod(
     Anything a rule reads must send the update down the full path (False, nothing
     changed): an unknown pod or container (creation, baselines), a phase change, a
     finished or failed pod, a deletion, a failure reason, a restart count other than
-    the one accounted for, a termination not handled yet, a crash window to free. The
-    differential test (tests/streams/core/test_differential.py) holds the two paths to
-    the same incidents, byte for byte.
+    the one accounted for, a termination not handled yet, a crash window to free. (A
+    phase other than Pending/Running and a container never sighted go there too,
+    although the full path would change nothing more for them: cheap insurance.) The
+    differential tests (tests/streams/core/test_differential.py: generated streams, and
+    one pod history per guard) hold the two paths to the same incidents and states.
     """
     track = state.pods.get(f"{ev.namespace}/{ev.name}")
     if (

@@ -17,12 +17,14 @@ import hashlib
 import os
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
+import msgspec
 import pytest
 
 from bench.generate import StreamSpec, generate_lines
-from schemas.codec import decode_event, encode
+from schemas.codec import AnyEvent, decode_event, encode
 from schemas.events import PodEvent
 from schemas.keys import routed
 from streams import native
@@ -31,18 +33,36 @@ from streams.core import Correlator, shortcuts
 from streams.core import cluster as cluster_rules
 from streams.core import node as node_rules
 from streams.core.state import ClusterState, NodeState
-from tests.factories import Cluster, at
+from tests.factories import Cluster, at, term
 from tests.paths import EXAMPLES, ROOT
 
 
-def incidents(lines: Iterable[bytes]) -> list[bytes]:
+def plain(value: Any) -> Any:
+    """A state as plain data, every field included: msgspec's ``omit_defaults`` compares
+    a float with its default by identity, and compiled code boxes new floats, so encoded
+    bytes may differ where the values do not (streams/native.py)."""
+    if isinstance(value, msgspec.Struct):
+        return {name: plain(getattr(value, name)) for name in value.__struct_fields__}
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [plain(item) for item in value]
+    return value
+
+
+def run(events: Iterable[AnyEvent]) -> tuple[list[bytes], bytes]:
+    """Every revision's bytes, in order, and every key's final state."""
     correlator = Correlator(default_core_config())
     out: list[bytes] = []
-    for line in lines:
-        for event in routed(decode_event(line)):
-            out.extend(encode(i) for i in correlator.ingest(event))
+    for event in events:
+        for routed_event in routed(event):
+            out.extend(encode(i) for i in correlator.ingest(routed_event))
     out.extend(encode(i) for i in correlator.flush())
-    return out
+    return out, msgspec.msgpack.encode(plain(sorted(correlator.keys.items())))
+
+
+def incidents(lines: Iterable[bytes]) -> list[bytes]:
+    return run(decode_event(line) for line in lines)[0]
 
 
 def _generated(events: int, nodes: int, seed: int, clusters: int = 2) -> list[bytes]:
@@ -56,15 +76,204 @@ STREAMS = {
     "the example scenario": lambda: (EXAMPLES / "scenario.jsonl").read_bytes().splitlines(),
 }
 
+_N = "gpu-node-01"
+
+
+def _edges() -> dict[str, list[AnyEvent]]:
+    """One pod's history per guard of the node key's shortcut (``node._routine_pod``):
+    each is a case where a repeat looks routine but one field says otherwise."""
+    cases: dict[str, list[AnyEvent]] = {}
+
+    def case(name: str, build: Callable[[Cluster], object]) -> None:
+        c = Cluster()
+        build(c)
+        cases[name] = c.events
+
+    case(
+        "deleted with the same phase",
+        lambda c: [
+            c.pod(_N, "p", 0),
+            c.pod(_N, "p", 10),
+            c.pod(_N, "p", 20, deleted_at=20),
+            c.pod(_N, "p", 30, deleted_at=20),
+            c.pod(_N, "p", 40, op="deleted", deleted_at=20),
+        ],
+    )
+    case(
+        "evicted, then running again",
+        lambda c: [
+            c.pod(_N, "p", 0),
+            c.pod(_N, "p", 10, reason="Evicted"),
+            c.pod(_N, "p", 20),
+            c.pod(_N, "p", 30),
+        ],
+    )
+    case(
+        "succeeded, repeated",
+        lambda c: [
+            c.pod(_N, "p", 0),
+            c.pod(_N, "p", 10, phase="Succeeded"),
+            c.pod(_N, "p", 20, phase="Succeeded"),
+            c.pod(_N, "p", 30),
+        ],
+    )
+    case(
+        "restart count jumps",
+        lambda c: [
+            c.pod(_N, "p", 0),
+            c.pod(_N, "p", 10, restarts=1, last=term(9)),
+            c.pod(_N, "p", 20, restarts=1, last=term(9)),
+            c.pod(_N, "p", 30, restarts=6, last=term(29)),
+            c.pod(_N, "p", 40, restarts=6, last=term(29)),
+        ],
+    )
+    case(
+        "a crash window passes",
+        lambda c: [
+            *[c.pod(_N, "p", i * 10, restarts=i, last=term(i * 10 - 1)) for i in range(1, 5)],
+            c.pod(_N, "p", 100_000, restarts=4, last=term(39)),
+            c.pod(_N, "p", 100_010, restarts=4, last=term(39)),
+            *[
+                c.pod(_N, "p", 100_010 + i * 10, restarts=i, last=term(100_009 + i * 10))
+                for i in range(5, 9)
+            ],
+        ],
+    )
+    case(
+        "an older termination, then a current one",
+        lambda c: [
+            c.pod(_N, "p", 0, restarts=2, last=term(-5)),
+            c.pod(_N, "p", 10, restarts=2, last=term(-50)),
+            c.pod(_N, "p", 20, restarts=2, current=term(19), last=term(-5)),
+            c.pod(_N, "p", 30, restarts=2, current=term(19), last=term(-5)),
+            c.pod(_N, "p", 40, restarts=3, last=term(19)),
+        ],
+    )
+    case(
+        "unknown and pending phases",
+        lambda c: [
+            c.pod(_N, "p", 0, phase="Unknown"),
+            c.pod(_N, "p", 10, phase="Unknown"),
+            c.pod(_N, "p", 20, phase="Pending"),
+            c.pod(_N, "p", 30, phase="Pending"),
+            c.pod(_N, "p", 40),
+        ],
+    )
+    case(
+        "failure reasons on a running pod",
+        lambda c: [
+            c.pod(_N, "p", 0),
+            c.pod(_N, "p", 10, reason="OOMKilled"),
+            c.pod(_N, "p", 20, reason="NodeLost"),
+            c.pod(_N, "p", 30),
+        ],
+    )
+    case(
+        "an OOM kill, then its repeats",
+        lambda c: [
+            c.pod(_N, "p", 0, current=term(0, "OOMKilled", 137)),
+            c.pod(_N, "p", 10, restarts=1, last=term(0, "OOMKilled", 137)),
+            c.pod(_N, "p", 20, restarts=1, last=term(0, "OOMKilled", 137)),
+        ],
+    )
+    case(
+        "the watch's deletion alone",
+        lambda c: [
+            c.pod(_N, "p", 0),
+            c.pod(_N, "p", 10),
+            c.pod(_N, "p", 20, op="deleted"),
+        ],
+    )
+    case(
+        "a deletion begun, not finished",
+        lambda c: [
+            c.pod(_N, "p", 0),
+            c.pod(_N, "p", 10),
+            c.pod(_N, "p", 20, deleted_at=20),
+        ],
+    )
+    case(
+        "restarts unseen behind the same termination",
+        lambda c: [
+            c.pod(_N, "p", 0, restarts=1, last=term(-5)),
+            c.pod(_N, "p", 10, restarts=1, last=term(-5)),
+            c.pod(_N, "p", 20, restarts=3, last=term(-5)),
+        ],
+    )
+    case(
+        "a crash window passes, then quiet",
+        lambda c: [
+            *[c.pod(_N, "p", i * 10, restarts=i, last=term(i * 10 - 1)) for i in range(1, 4)],
+            c.pod(_N, "p", 100_000, restarts=3, last=term(29)),
+        ],
+    )
+    case(
+        "a newer termination at the same count",
+        lambda c: [
+            c.pod(_N, "p", 0, restarts=1, last=term(-5)),
+            c.pod(_N, "p", 10, restarts=1, last=term(-5)),
+            c.pod(_N, "p", 20, restarts=1, last=term(15)),
+        ],
+    )
+    return cases
+
+
+EDGES = _edges()
+
 
 @pytest.mark.parametrize("name", STREAMS)
-def test_the_shortcuts_change_no_incident(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    lines = STREAMS[name]()
-    fast = incidents(lines)
+def test_the_shortcuts_change_no_incident_and_no_state(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events = [decode_event(line) for line in STREAMS[name]()]
+    fast = run(events)
     monkeypatch.setattr(shortcuts, "ENABLED", False)  # the full path
-    reference = incidents(lines)
-    assert reference == fast
-    assert len(fast) > 0
+    assert run(events) == fast
+    assert len(fast[0]) > 0
+
+
+@pytest.mark.parametrize("name", EDGES)
+def test_each_guard_of_the_pod_shortcut_keeps_the_full_path(
+    name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fast = run(EDGES[name])
+    monkeypatch.setattr(shortcuts, "ENABLED", False)
+    assert run(EDGES[name]) == fast
+
+
+_HITS = """
+import sys
+from streams.core import cluster, node
+from tests.streams.core.test_differential import STREAMS, incidents
+hits = {"node": 0, "cluster": 0}
+def counting(name, function):
+    def wrapper(*args):
+        taken = function(*args)
+        hits[name] += taken
+        return taken
+    return wrapper
+node._routine_pod = counting("node", node._routine_pod)
+cluster._routine = counting("cluster", cluster._routine)
+incidents(STREAMS[sys.argv[1]]())
+print(hits["node"], hits["cluster"])
+"""
+
+
+def test_the_shortcuts_are_taken_on_a_generated_stream() -> None:
+    """Without this the tests above could pass with shortcuts that never fire. Counted on
+    the Python sources in a subprocess: compiled callers cannot be wrapped."""
+    done = subprocess.run(
+        [sys.executable, "-c", _HITS, "generated, 200 nodes, 2 clusters"],
+        cwd=ROOT,
+        env={**os.environ, native.PURE_ENV: "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    node_hits, cluster_hits = map(int, done.stdout.split())
+    assert node_hits > 1000
+    assert cluster_hits > 1000
 
 
 def _copy(pod: PodEvent) -> PodEvent:
@@ -99,11 +308,13 @@ print(native.active(), hashlib.sha256(b"".join(incidents(STREAMS[sys.argv[1]]())
 """
 
 
-@pytest.mark.skipif(not native.built(), reason="no compiled core built (`make native`)")
 @pytest.mark.parametrize("name", ["generated, 200 nodes, 2 clusters", "the example scenario"])
 def test_the_compiled_core_gives_the_python_sources_incidents(name: str) -> None:
     if native.active() != "compiled (mypyc)":
-        pytest.skip(f"this interpreter runs the Python core ({native.stale_reason()})")
+        why = native.forced() or native.stale_reason() or "no compiled core built"
+        if os.environ.get("GPUTRIAGE_REQUIRE_NATIVE") == "1":
+            pytest.fail(f"GPUTRIAGE_REQUIRE_NATIVE=1 but this runs the Python core: {why}")
+        pytest.skip(f"this interpreter runs the Python core: {why}")
     here = hashlib.sha256(b"".join(incidents(STREAMS[name]()))).hexdigest()
     env = {**os.environ, native.PURE_ENV: "1"}
     done = subprocess.run(
