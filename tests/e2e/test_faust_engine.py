@@ -104,21 +104,33 @@ def test_a_killed_faust_worker_restarted_loses_nothing_and_invents_nothing(
         assert second.stop() == 0, second.log()
 
 
-def test_two_faust_workers_split_the_partitions_and_agree_with_one(
+def test_a_second_faust_worker_joining_mid_stream_shares_the_partitions_and_agrees(
     kafka: KafkaTestEnv, tmp_path: Path
 ) -> None:
+    """The second worker's join revokes everything from the first (eager rebalance): the
+    first drops its buffered events and rebuilds its pipeline from the table for the
+    partitions it keeps, the second restores the rest from the changelog; together they
+    give a replay's incidents."""
     events = generated(10_000, 100)
     expected = reference(events)
     kafka.create_topics()
     total = produce_events(kafka, events)
     incidents = TopicReader(kafka, kafka.layout.incidents.name, fetch_max_wait_ms=50)
     app = f"{kafka.prefix}-app"
-    workers = [FaustWorker(kafka, app, tmp_path / f"w{i}.log") for i in range(2)]
+    workers = [FaustWorker(kafka, app, tmp_path / "first.log", SLOW_STEPS)]
     try:
+        wait_until(lambda: committed(kafka, app), timeout=60, what="a first commit")
+        assert committed(kafka, app) < total, "still mid-stream"
+        workers.append(FaustWorker(kafka, app, tmp_path / "second.log"))
+        wait_until(lambda: _owned(workers[1].log()), timeout=60, what="the second's assignment")
         await_settled(incidents, expected, 90)
         assert set(final(incidents.incidents())) == set(expected)
-        wait_until(lambda: all(_owned(w.log()) for w in workers), timeout=30, what="both own")
-        wait_until(lambda: committed(kafka, app) == total, timeout=30, what="all committed")
+        wait_until(lambda: committed(kafka, app) == total, timeout=60, what="all committed")
+        wait_until(
+            lambda: _owned(workers[0].log()).isdisjoint(_owned(workers[1].log())),
+            timeout=30,
+            what="the first's new assignment",
+        )
         logs = [w.log() for w in workers]
     finally:
         incidents.close()
@@ -128,3 +140,5 @@ def test_two_faust_workers_split_the_partitions_and_agree_with_one(
     assert all(owned), f"each worker owned partitions at the end: {owned}"
     assert owned[0].isdisjoint(owned[1]), owned
     assert owned[0] | owned[1] == set(range(3)), owned
+    assert restored_keys(logs[1]) > 0, logs[1]
+    assert restored_keys(logs[0]) > 0, "the first rebuilt its pipeline from the table"
