@@ -44,6 +44,15 @@ Traps (each was read in faust-streaming 0.15.3's source):
   was applied after the last flush comes twice, and the restored key states'
   high-water marks skip what they hold; incidents made again carry the same ids).
   Nothing is committed at a revoke: the next owner re-reads at most a flush.
+* **faust can skip records of a partition** (seen: 1,799 records of one partition
+  never reached the agent after a restart, the stream went on past them; its fetch
+  loop drops records in several places and relies on a seek to committed offsets
+  afterwards, which does not always follow). The agent checks every partition's
+  offsets against its own read position (which starts at the group's committed
+  offset): a record past it, or a partition behind its high watermark that has
+  delivered nothing for ``STALL_SECONDS``, makes it seek faust back to the position
+  (:meth:`FaustWorker._reread`); copies below the position are dropped. Since only
+  the core's released records are acked, a skipped record can never be committed.
 * **Table writes bypass ``table[key] = value``**: that path sends the changelog
   one record at a time through faust's ``ProducerBuffer`` (100 messages, a
   ``wait_for`` per message), measured at 4-8k writes/s and twice stalled for good
@@ -69,6 +78,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import tempfile
 import time
 from collections import deque
@@ -76,6 +86,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import faust
+from aiokafka import AIOKafkaConsumer
 from faust.types import TP, EventT, StreamT
 
 from schemas.codec import encode, fitted_dead_letter
@@ -95,6 +106,9 @@ log = logging.getLogger("gputriage.processor")
 
 FALLBACK_LETTER_BYTES = 64 << 10
 """A dead letter the broker refused at full size is tried once more cut to this."""
+STALL_SECONDS = 2.0
+"""A partition behind its high watermark that delivered nothing for this long is read
+again from the agent's position (module docstring: faust can skip records)."""
 TABLE = "state"
 """The faust table's name (its changelog topic is the state topic, named apart)."""
 FLUSH_KEY = b"\x00faust/flushed"
@@ -193,6 +207,13 @@ class FaustWorker:
         self._last_tick = 0.0
         self._gauges_at = 0.0
         self._stale_seen = 0
+        self._heard: dict[Partition, float] = {}
+        """Partition -> when its last record reached the agent (or it was assigned)."""
+        self._reread_at: dict[Partition, float] = {}
+        """Partition -> when it was last sought back to the agent's position."""
+        self.rereads = 0
+        """Times faust was sought back because it skipped records (logged)."""
+        self._offsets_client: AIOKafkaConsumer | None = None
         self._failed = asyncio.Event()
         self._fatal: BaseException | None = None
         self.app: faust.App | None = None
@@ -248,6 +269,12 @@ class FaustWorker:
                 logging.getLogger(name).setLevel(logging.WARNING)
         with tempfile.TemporaryDirectory(prefix="gputriage-faust-") as datadir:
             app = self.app = self._build(datadir)
+            # The group's committed offsets, asked by a consumer that never subscribes
+            # (so never joins the group): where each assigned partition's reading starts.
+            self._offsets_client = AIOKafkaConsumer(
+                **self.client_kwargs, group_id=self.options.app_id, enable_auto_commit=False
+            )
+            await self._offsets_client.start()
             await app.start()
             try:
                 stopping = asyncio.ensure_future(stop.wait())
@@ -264,6 +291,7 @@ class FaustWorker:
                         await self._flush()
             finally:
                 await app.stop()
+                await self._offsets_client.stop()
 
     def _fail(self, exc: BaseException) -> None:
         """A task's error ends the worker (non-zero): nothing undelivered was acked."""
@@ -298,6 +326,7 @@ class FaustWorker:
                     return
                 await self._send(self.pipeline.tick(time.time(), self._busy()), 0.0)
                 self._observe_gauges()
+                await self._check_stalls()
                 if time.monotonic() - self._last_flush >= self.options.snapshot_seconds:
                     await self._flush()
         except Exception as exc:
@@ -321,9 +350,13 @@ class FaustWorker:
             if tracker is None:
                 continue
             offset = message.offset
-            if tracker.next_offset is not None and offset < tracker.next_offset:
-                continue
+            expected = tracker.next_offset
+            if expected is not None and offset != expected:
+                if offset > expected:  # faust skipped records: read them again
+                    await self._reread(where, expected, f"record {offset} came next")
+                continue  # below: a copy of a record already handed to the pipeline
             tracker.add(offset)
+            self._heard[where] = time.monotonic()
             held[where].append(event)
             stamp = message.timestamp
             if stamp and stamp > newest:
@@ -345,6 +378,46 @@ class FaustWorker:
             await self._send(outcome, newest)
         if time.monotonic() - self._last_flush >= self.options.snapshot_seconds:
             await self._flush()
+
+    async def _reread(self, where: Partition, offset: int, why: str) -> None:
+        """Seek faust's consumer back to the agent's position on ``where`` (at most once
+        a second per partition: the records already queued behind the skip arrive first)."""
+        app = self.app
+        assert app is not None
+        now = time.monotonic()
+        if now - self._reread_at.get(where, -math.inf) < 1.0:
+            return
+        self._reread_at[where] = now
+        self._heard[where] = now
+        self.rereads += 1
+        log.warning(
+            "faust skipped records of %s[%d] (%s; the agent expects %d): reading again from "
+            "%d (%d times so far)",
+            where[0],
+            where[1],
+            why,
+            offset,
+            offset,
+            self.rereads,
+        )
+        await app.consumer.seek(TP(*where), offset)
+
+    async def _check_stalls(self) -> None:
+        """Read again any partition behind its high watermark that delivered nothing
+        for ``STALL_SECONDS`` (faust skipped its last records)."""
+        app = self.app
+        assert app is not None
+        now = time.monotonic()
+        for where, tracker in self._trackers.items():
+            position = tracker.next_offset
+            if position is None or now - self._heard.get(where, now) < STALL_SECONDS:
+                continue
+            try:
+                highwater = app.consumer.highwater(TP(*where))
+            except Exception:  # not assigned any more (a rebalance under way)
+                continue
+            if highwater is not None and position < highwater:
+                await self._reread(where, position, f"nothing for {STALL_SECONDS:g} s")
 
     # -- sending, flushing, acking -----------------------------------------------------
     async def _send(self, outcome: BatchOutcome, newest: float) -> None:
@@ -460,12 +533,28 @@ class FaustWorker:
         """The table holds the assignment's state: build the pipeline from it."""
         try:
             async with self._lock:
-                self._adopt()
+                await self._adopt()
         except Exception as exc:
             self._fail(exc)
             raise
 
-    def _adopt(self) -> None:
+    async def _starts(self, raw: set[Partition]) -> dict[Partition, int]:
+        """Where reading each partition starts: the group's committed offset, else the
+        partition's first offset (``auto_offset_reset`` is earliest)."""
+        app = self.app
+        client = self._offsets_client
+        assert app is not None
+        assert client is not None
+        tps = [TP(*where) for where in sorted(raw)]
+        committed = await asyncio.gather(*(client.committed(tp) for tp in tps))
+        missing = [tp for tp, offset in zip(tps, committed, strict=True) if offset is None]
+        earliest = await app.consumer.earliest_offsets(*missing) if missing else {}
+        return {
+            (tp.topic, tp.partition): offset if offset is not None else earliest.get(tp, 0)
+            for tp, offset in zip(tps, committed, strict=True)
+        }
+
+    async def _adopt(self) -> None:
         app = self.app
         assert app is not None
         raw = {
@@ -499,7 +588,14 @@ class FaustWorker:
         pipeline.restore(states)
         pipeline.retain(raw)
         self.pipeline = pipeline
-        self._trackers = {where: PartitionOffsets() for where in raw}
+        starts = await self._starts(raw)
+        self._trackers = {}
+        for where in raw:
+            tracker = self._trackers[where] = PartitionOffsets()
+            tracker.next_offset = starts[where]  # the read position: nothing outstanding
+        now = time.monotonic()
+        self._heard = dict.fromkeys(raw, now)
+        self._reread_at = {}
         self._held = {where: deque() for where in raw}
         self._pending = []
         kept = len(owned & self._owned)
@@ -521,9 +617,12 @@ class FaustWorker:
 
     # -- the watermark and gauges ------------------------------------------------------
     def _busy(self) -> list[Partition]:
-        """Assigned raw partitions with records left to read (the default engine's rule:
-        read ones while behind their high watermark, unread ones during the start-up
-        hold)."""
+        """Assigned raw partitions with records left to read: they hold the watermark.
+
+        The default engine's rule, with the read position known from the start (the
+        committed offset): behind a known high watermark, busy; a partition whose high
+        watermark is not known yet (nothing fetched) holds during the start-up hold.
+        """
         app = self.app
         assert app is not None
         consumer = app.consumer
@@ -535,10 +634,10 @@ class FaustWorker:
             except Exception:  # not assigned any more (a rebalance under way)
                 highwater = None
             position = tracker.next_offset
-            if position is not None:
-                if highwater is not None and position < highwater:
+            if highwater is not None and position is not None:
+                if position < highwater:
                     busy.append(where)
-            elif holding and (highwater is None or highwater > 0):
+            elif holding:
                 busy.append(where)
         return busy
 
