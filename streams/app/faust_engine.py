@@ -50,7 +50,8 @@ Traps (each was read in faust-streaming 0.15.3's source):
   afterwards, which does not always follow). The agent checks every partition's
   offsets against its own read position (which starts at the group's committed
   offset): a record past it, or a partition behind its high watermark that has
-  delivered nothing for ``STALL_SECONDS``, makes it seek faust back to the position
+  delivered nothing for ``STALL_SECONDS`` while the agent's queue was empty, makes it
+  seek faust back to the position
   (:meth:`FaustWorker._reread`); copies below the position are dropped. Since only
   the core's released records are acked, a skipped record can never be committed.
 * **Table writes bypass ``table[key] = value``**: that path sends the changelog
@@ -214,6 +215,10 @@ class FaustWorker:
         self.rereads = 0
         """Times faust was sought back because it skipped records (logged)."""
         self._offsets_client: AIOKafkaConsumer | None = None
+        self._channel: Any = None
+        """The agent's input channel (its queue tells whether records wait)."""
+        self._queue_seen = time.monotonic()
+        """When the clock last found records waiting in the agent's queue."""
         self._failed = asyncio.Event()
         self._fatal: BaseException | None = None
         self.app: faust.App | None = None
@@ -306,6 +311,7 @@ class FaustWorker:
         batch: list[EventT[bytes]] = []
         batch_max = self.options.batch_max
         channel: Any = stream.channel
+        self._channel = channel
         try:
             async for event in stream.noack().events():  # type: ignore[attr-defined]
                 batch.append(event)
@@ -400,23 +406,35 @@ class FaustWorker:
             offset,
             self.rereads,
         )
-        await app.consumer.seek(TP(*where), offset)
+        tp = TP(*where)
+        # faust may also have left it out of the partitions it fetches (a stream-buffer
+        # pause it never lifted): asked to fetch it again, then to read from here.
+        app.consumer.resume_partitions({tp})
+        await app.consumer.seek(tp, offset)
 
     async def _check_stalls(self) -> None:
         """Read again any partition behind its high watermark that delivered nothing
-        for ``STALL_SECONDS`` (faust skipped its last records)."""
+        for ``STALL_SECONDS`` while the agent's queue was empty (faust skipped its last
+        records). Not while records wait in the queue: faust pauses fetching a
+        partition while its stream buffer is under pressure, and resumes it when the
+        agent empties the queue, so silence then is no sign of a skip."""
         app = self.app
+        channel = self._channel
         assert app is not None
         now = time.monotonic()
+        if channel is None or not channel.empty():
+            self._queue_seen = now
+            return
+        since = self._queue_seen
         for where, tracker in self._trackers.items():
             position = tracker.next_offset
-            if position is None or now - self._heard.get(where, now) < STALL_SECONDS:
+            if position is None or now - max(since, self._heard.get(where, now)) < STALL_SECONDS:
                 continue
             try:
                 highwater = app.consumer.highwater(TP(*where))
             except Exception:  # not assigned any more (a rebalance under way)
                 continue
-            if highwater is not None and position < highwater:
+            if highwater is None or position < highwater:
                 await self._reread(where, position, f"nothing for {STALL_SECONDS:g} s")
 
     # -- sending, flushing, acking -----------------------------------------------------
