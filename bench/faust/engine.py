@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     "default_vs_plain": default / plain["events_per_s"],
                 }
             )
-    return {"args": vars(args), "records": total, "runs": runs}
+    return {"args": {k: str(v) for k, v in vars(args).items()}, "records": total, "runs": runs}
 
 
 def render(report: dict[str, Any]) -> str:
@@ -174,9 +174,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the report here")
     args = parser.parse_args(argv)
     report = run(args)
+    print(render(report))
     if args.json:
         args.json.write_text(json.dumps(report, indent=2))
-    print(render(report))
     return 0
 
 
