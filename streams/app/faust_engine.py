@@ -205,7 +205,6 @@ class FaustWorker:
         self._owned: frozenset[int] = frozenset()
         self._assigned_at = time.monotonic()
         self._last_flush = time.monotonic()
-        self._last_tick = 0.0
         self._gauges_at = 0.0
         self._stale_seen = 0
         self._heard: dict[Partition, float] = {}
