@@ -19,9 +19,8 @@ How the at-least-once contract holds under faust:
    changed key states go into the table (``table.data``) and to its changelog
    topic, every send since the last flush is awaited, and only then are events
    acked, **in offset order, each partition's up to its lowest record the core has
-   not released** (:class:`~streams.app.offsets.PartitionOffsets`), and a commit is
-   asked at once (``app.consumer.commit()``; faust's own commit timer would commit
-   the same offsets later).
+   not released** (:class:`~streams.app.offsets.PartitionOffsets`); faust's commit
+   timer (every ``snapshot_seconds``) commits what is acked.
 3. A rebalance throws the pipeline away (everything not flushed is re-read from the
    commit) and, once faust has recovered the table for the new assignment, builds a
    new one from the table's keys of the owned partitions.
@@ -151,6 +150,7 @@ def faust_app_config(
         "broker_rebalance_timeout": options.rebalance_timeout_seconds,
         "broker_request_timeout": max(40.0, session),
         "broker_max_poll_records": options.batch_max,
+        "broker_commit_interval": options.snapshot_seconds,
         "consumer_max_fetch_size": 4 << 20,
         "stream_wait_empty": False,
         "stream_recovery_delay": 0.0,
@@ -531,14 +531,13 @@ class FaustWorker:
             await asyncio.gather(*(asyncio.ensure_future(end) for end in ends))
         if app.rebalancing or generation != self._generation or not self._ready:
             return  # faust forgot its acks at the revoke: the next owner re-reads these
-        acked = 0
         for where, offset in commits.items():
             held = self._held[where]
             while held and held[0].message.offset < offset:
                 held.popleft().ack()
-                acked += 1
-        if acked:
-            await app.consumer.commit()
+        # faust's commit timer (``broker_commit_interval`` = ``snapshot_seconds``) commits
+        # what is acked. Not awaited here: a faust commit waits on the consumer's thread
+        # and on any commit already under way, and this runs under the engine's lock.
 
     # -- rebalances --------------------------------------------------------------------
     async def _on_revoked(self, sender: Any, revoked: Any = None, **_: Any) -> None:
