@@ -14,6 +14,9 @@ Traps:
   session timeout). If that hangs (a broker gone mid-stop), a watchdog exits
   with status 1 after ``stop_timeout_seconds``: nothing is lost, since offsets
   of undelivered records were never committed.
+* ``--engine faust`` runs the same pipeline as a faust-streaming app
+  (:mod:`streams.app.faust_engine`); faust is an optional extra, imported only
+  then: without it the command says so in one line.
 * The worker holds many long-lived objects (the core's state): the garbage
   collector's thresholds are raised and the start-up heap frozen, or every full
   collection walks all of it again.
@@ -24,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import msgspec
 from aiokafka.errors import KafkaError
@@ -40,7 +43,15 @@ from schemas.topics import state_topic, topic_layout, validation_text
 from streams.app.metrics import Metrics
 from streams.app.worker import ProcessorOptions, Worker
 
+if TYPE_CHECKING:
+    from streams.app.faust_engine import FaustWorker
+
 log = logging.getLogger("gputriage.processor")
+
+Engine = Literal["aiokafka", "faust"]
+ENGINES: Final[tuple[Engine, ...]] = ("aiokafka", "faust")
+"""``aiokafka``: the default :class:`~streams.app.worker.Worker`; ``faust``: the same
+pipeline in a faust agent (:class:`~streams.app.faust_engine.FaustWorker`)."""
 
 
 def processor_options(settings: Settings, **overrides: Any) -> ProcessorOptions:
@@ -59,14 +70,25 @@ def processor_options(settings: Settings, **overrides: Any) -> ProcessorOptions:
         raise SettingsError(f"invalid option: {validation_text(exc, 'processor')}") from None
 
 
-def run_worker(settings: Settings, options: ProcessorOptions, brokers: str | None = None) -> int:
+def run_worker(
+    settings: Settings,
+    options: ProcessorOptions,
+    brokers: str | None = None,
+    engine: Engine = "aiokafka",
+) -> int:
     """Create missing topics, serve ``/metrics``, then run the worker until a signal.
 
     The exit status: 0 after a signal, 1 when Kafka failed (one line on stderr).
     """
     configure_logging(settings.log)
+    if engine == "faust":
+        try:
+            import faust  # noqa: F401, PLC0415 - optional: only this engine needs it
+        except ImportError:
+            error("--engine faust needs faust-streaming: pip install 'gputriage[faust]'")
+            return 1
     try:
-        return asyncio.run(_run(settings, brokers, options))
+        return asyncio.run(_run(settings, brokers, options, engine))
     except KafkaError as exc:
         # Unreachable at start, or failed past the producer's retries mid-run: nothing
         # undelivered was committed, so the restarted worker (its supervisor's job)
@@ -79,7 +101,9 @@ def run_worker(settings: Settings, options: ProcessorOptions, brokers: str | Non
         return 1
 
 
-async def _run(settings: Settings, brokers: str | None, options: ProcessorOptions) -> int:
+async def _run(
+    settings: Settings, brokers: str | None, options: ProcessorOptions, engine: Engine
+) -> int:
     # Bound first: a port in use is found at once, not after Kafka answered.
     metrics = Metrics()
     if options.metrics_port is not None:
@@ -92,13 +116,23 @@ async def _run(settings: Settings, brokers: str | None, options: ProcessorOption
     if created:
         log.info("created topics %s", ", ".join(created))
     await check_copartitioned(kwargs, (*layout.raw.values(), state))
-    worker = Worker(settings.core_config(), kwargs, layout, state, options, metrics)
+    worker: Worker | FaustWorker
+    if engine == "faust":
+        from streams.app.faust_engine import FaustWorker, check_client_kwargs  # noqa: PLC0415
+
+        refused = check_client_kwargs(kwargs)
+        if refused is not None:
+            error(refused)
+            return 1
+        worker = FaustWorker(settings.core_config(), kwargs, layout, state, options, metrics)
+    else:
+        worker = Worker(settings.core_config(), kwargs, layout, state, options, metrics)
     stop = asyncio.Event()
     stop_on_signals(stop, give_up_after_s=options.stop_timeout_seconds)
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)
-    log.info("worker %s starting (state in %s)", options.app_id, state.name)
+    log.info("worker %s starting (engine %s, state in %s)", options.app_id, engine, state.name)
     await worker.run(stop)
     log.info("worker stopped")
     return 0

@@ -2,6 +2,8 @@
 
 ``--app-id``/``--metrics-port`` default to ``None``: ``[processor]`` owns the
 defaults; the worker module (and aiokafka with it) is imported only when run.
+``--engine`` is a command-line choice only (not a ``[processor]`` key): the settings
+mirror :class:`~streams.app.worker.ProcessorOptions` field for field.
 """
 
 from __future__ import annotations
@@ -30,9 +32,22 @@ from schemas.topics import TopicConfigError
     help="Consumer group / app id; workers with the same id share work.",
 )
 @metrics_port_option(ProcessorSettings)
+@click.option(
+    "--engine",
+    type=click.Choice(["aiokafka", "faust"]),
+    default="aiokafka",
+    show_default=True,
+    help="aiokafka: the plain consumer group (fastest); faust: the same pipeline as a "
+    "faust-streaming app, state in a faust table (needs the faust extra).",
+)
 @click.pass_context
 def process_command(
-    ctx: click.Context, *, brokers: str | None, app_id: str | None, metrics_port: int | None
+    ctx: click.Context,
+    *,
+    brokers: str | None,
+    app_id: str | None,
+    metrics_port: int | None,
+    engine: str,
 ) -> int:
     """Run a processor worker: raw topics in, incidents out, until Ctrl-C or SIGTERM.
 
@@ -44,6 +59,7 @@ def process_command(
       gputriage process --brokers kafka-0:9092
       GPUTRIAGE_PROCESSOR__APP_ID=prod gputriage --config /etc/gputriage.toml process
       gputriage process --app-id canary --metrics-port 0
+      gputriage process --engine faust --brokers kafka-0:9092
     """
     from gputriage.process import processor_options, run_worker  # noqa: PLC0415 - aiokafka
 
@@ -57,4 +73,4 @@ def process_command(
                 str(exc).removeprefix("--app-id: "), param_hint="'--app-id'"
             ) from None
     options = processor_options(settings, app_id=app_id, metrics_port=metrics_port)
-    return run_worker(settings, options, brokers)
+    return run_worker(settings, options, brokers, "faust" if engine == "faust" else "aiokafka")

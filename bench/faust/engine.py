@@ -1,0 +1,184 @@
+"""The faust engine against the default engine and plain aiokafka, on one topic, in one run.
+
+One embedded broker, one backlog (``--events`` generated events over ``--nodes``
+nodes, ending days ago) on the raw topics; then, ``--runs`` times, side by side:
+
+a. **aiokafka**: a plain consumer reading and decoding every raw record
+   (:func:`bench.pipeline_bench.plain_aiokafka`);
+b. **default engine**: one ``gputriage process`` worker
+   (:func:`bench.pipeline_bench.processor_throughput`: committed records per second
+   after its first commit, start-up and group join excluded);
+c. **faust engine**: the same, with ``--engine faust``.
+
+Each run's workers get fresh app ids (fresh groups, fresh state topics) and read the
+whole backlog; the order of (b) and (c) alternates between runs. The ratios of each
+run are of figures measured minutes apart on the same topic and broker; the range over
+the runs is what to read (2 shared cores: single figures vary by tens of percent).
+
+Run::
+
+    .venv/bin/python -m bench.faust.engine                 # 3 runs, ~4 minutes
+    .venv/bin/python -m bench.faust.engine --events 50000 --runs 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+if __package__ in {None, ""}:  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench.pipeline_bench import (
+    Env,
+    WorkerProcess,
+    backlog_events,
+    end_total,
+    plain_aiokafka,
+    processor_throughput,
+    produce,
+)
+from connectors.kafka.admin import ensure_topics
+from gputriage.demo.broker import EmbeddedBroker
+
+
+class EngineWorker(WorkerProcess):
+    """:class:`bench.pipeline_bench.WorkerProcess` with ``--engine`` (its environment)."""
+
+    def __init__(self, env: Env, app_id: str, engine: str, extra_env: Mapping[str, str]) -> None:
+        self.app_id = app_id
+        self.log_path = env.workdir / f"{app_id}.log"
+        self._log = self.log_path.open("wb")
+        environ = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("GPUTRIAGE_")},
+            "GPUTRIAGE_KAFKA__BROKERS": f'"{env.broker.bootstrap}"',
+            "GPUTRIAGE_TOPICS__PREFIX": f'"{env.prefix}"',
+            "GPUTRIAGE_TOPICS__PARTITIONS": str(env.partitions),
+            "GPUTRIAGE_PROCESSOR__APP_ID": f'"{app_id}"',
+            "GPUTRIAGE_PROCESSOR__SESSION_TIMEOUT_SECONDS": "6",
+            "GPUTRIAGE_PROCESSOR__REBALANCE_TIMEOUT_SECONDS": "6",
+            "GPUTRIAGE_PROCESSOR__METRICS_PORT": "0",
+            **extra_env,
+        }
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gputriage", "process", "--engine", engine],
+            env=environ,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
+
+
+def _log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def _engine(env: Env, engine: str, total: int, timeout: float) -> dict[str, Any]:
+    worker = EngineWorker(env, f"{env.prefix}-{engine}-{uuid.uuid4().hex[:6]}", engine, {})
+    try:
+        result = asyncio.run(processor_throughput(env, worker, total, timeout))
+    finally:
+        code = worker.stop()
+        if code != 0:
+            _log(f"{engine} worker exited with {code}:\n{worker.log()[-3000:]}")
+    rereads = worker.log().count("faust skipped records")
+    result.pop("progress", None)
+    return {**result, "exit": code, "rereads": rereads}
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    with (
+        tempfile.TemporaryDirectory(prefix="faust-engine-bench-") as tmp,
+        EmbeddedBroker() as broker,
+    ):
+        env = Env(broker, f"bench{uuid.uuid4().hex[:8]}", args.partitions, Path(tmp))
+        asyncio.run(ensure_topics(env.kwargs, env.layout))
+        events = backlog_events(args.events, args.nodes, 3.0)
+        sent = asyncio.run(produce(env, events))
+        del events
+        total = asyncio.run(end_total(env))
+        _log(f"produced {sent} events ({total} records) to {env.prefix}.*")
+        runs = []
+        for n in range(args.runs):
+            plain = asyncio.run(plain_aiokafka(env, total))
+            _log(f"run {n + 1}: plain aiokafka {plain['events_per_s']:,.0f} events/s")
+            order = ("aiokafka", "faust") if n % 2 == 0 else ("faust", "aiokafka")
+            engines = {}
+            for engine in order:
+                engines[engine] = _engine(env, engine, total, args.timeout)
+                _log(
+                    f"run {n + 1}: --engine {engine} {engines[engine]['events_per_s']:,.0f} "
+                    f"events/s (start-up {engines[engine]['startup_s']:.1f} s)"
+                )
+            default, faust = engines["aiokafka"]["events_per_s"], engines["faust"]["events_per_s"]
+            runs.append(
+                {
+                    "plain_aiokafka": plain,
+                    "engines": engines,
+                    "faust_vs_default": faust / default,
+                    "faust_vs_plain": faust / plain["events_per_s"],
+                    "default_vs_plain": default / plain["events_per_s"],
+                }
+            )
+    return {"args": {k: str(v) for k, v in vars(args).items()}, "records": total, "runs": runs}
+
+
+def render(report: dict[str, Any]) -> str:
+    runs = report["runs"]
+
+    def span(values: list[float], fmt: str) -> str:
+        low, high = min(values), max(values)
+        return format(low, fmt) if low == high else f"{format(low, fmt)}-{format(high, fmt)}"
+
+    def rates(engine: str | None) -> str:
+        return span(
+            [
+                r["plain_aiokafka"]["events_per_s"]
+                if engine is None
+                else r["engines"][engine]["events_per_s"]
+                for r in runs
+            ],
+            ",.0f",
+        )
+
+    lines = [
+        f"{report['records']:,} raw records, {len(runs)} run(s), events/s (range over runs):",
+        f"  plain aiokafka (read + decode)  {rates(None)}",
+        f"  --engine aiokafka (default)     {rates('aiokafka')}",
+        f"  --engine faust                  {rates('faust')}",
+        "ratios (each run's own figures):",
+        f"  faust / default engine          {span([r['faust_vs_default'] for r in runs], '.2f')}",
+        f"  faust / plain aiokafka          {span([r['faust_vs_plain'] for r in runs], '.3f')}",
+        f"  default engine / plain aiokafka {span([r['default_vs_plain'] for r in runs], '.3f')}",
+        f"faust re-reads after skipped records: {[r['engines']['faust']['rereads'] for r in runs]}",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--events", type=int, default=200_000)
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--timeout", type=float, default=300.0, help="per worker, seconds")
+    parser.add_argument("--json", type=Path, help="also write the report here")
+    args = parser.parse_args(argv)
+    report = run(args)
+    print(render(report))
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,52 @@
+"""Running ``gputriage process --engine faust`` workers against the test broker.
+
+The same subprocess as :class:`tests.processor_helpers.Worker` (its log, ``kill``,
+``stop``), started with ``--engine faust``: the default engine's helpers read its
+log and the group's offsets unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.kafka_helpers import KafkaTestEnv
+from tests.processor_helpers import FAST_GROUP, Worker
+
+QUICK_GROUP = {
+    "GPUTRIAGE_PROCESSOR__SESSION_TIMEOUT_SECONDS": "2",
+    "GPUTRIAGE_PROCESSOR__REBALANCE_TIMEOUT_SECONDS": "2",
+}
+"""Tansu completes a join after half the session timeout, and a killed member's
+partitions are free after the whole of it (bench/faust/FINDINGS.md §5): 2 s keeps a
+start under ~1 s and a takeover after SIGKILL under ~3 s."""
+
+
+class FaustWorker(Worker):
+    """One ``python -m gputriage process --engine faust`` subprocess."""
+
+    def __init__(
+        self,
+        kafka: KafkaTestEnv,
+        app_id: str,
+        log_path: Path,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
+        env = {
+            **{k: v for k, v in os.environ.items() if not k.startswith("GPUTRIAGE_")},
+            **kafka.env,
+            **FAST_GROUP,
+            **QUICK_GROUP,
+            "GPUTRIAGE_PROCESSOR__APP_ID": f'"{app_id}"',
+            **(extra_env or {}),
+        }
+        self.log_path = log_path
+        self._log = log_path.open("wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "gputriage", "process", "--engine", "faust"],
+            env=env,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+        )
