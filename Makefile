@@ -13,14 +13,9 @@ PIP    := PYTHONWARNINGS=ignore $(BIN)/python -m pip --disable-pip-version-check
 
 venv: $(STAMP)
 
-# faust-streaming without its dependencies (the `faust` extra lists them): its click<8.4
-# cap would break the CLI (pyproject.toml says why).
-FAUST  := faust-streaming==0.15.3
-
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -e '.[test,demo]'
-	$(PIP) install --no-deps '$(FAUST)'
 	@touch $@
 
 # The correlation core compiled with mypyc (streams/native.py says why and how it is

@@ -86,7 +86,7 @@ def start_logging(settings: Settings) -> None:
     configure_logging(settings.log)
 
 
-class TimeType(click.ParamType[datetime, Any]):
+class TimeType(click.ParamType):
     """``TIME``: an RFC 3339 time (:func:`gputriage.times.parse_time`) as a click type.
 
     A bad value is click's usage error (one line, exit 2), naming the option.
@@ -123,7 +123,7 @@ class FiniteRange(click.FloatRange):
         return number
 
 
-def setting_range(table: type[msgspec.Struct], name: str) -> click.ParamType[Any, Any]:
+def setting_range(table: type[msgspec.Struct], name: str) -> click.ParamType:
     """The click type of an option whose range a settings field owns (one range, two doors).
 
     A field typed ``Annotated[float, Meta(ge=.., le=..)]`` gives a :class:`FiniteRange`,

@@ -27,7 +27,7 @@ from schemas.topics import topic_layout
 _DEFAULTS = TailOptions()
 
 
-class StartType(click.ParamType[StartAt, Any]):
+class StartType(click.ParamType):
     """``--from``: ``now``, ``beginning``, an offset, or a TIME (the CLI's one time parser)."""
 
     name = "now|beginning|TIME|OFFSET"
