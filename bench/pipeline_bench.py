@@ -41,11 +41,13 @@ import asyncio
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -68,6 +70,9 @@ from streams.app.pipeline import Pipeline, RawRecord
 from streams.config import default_core_config
 
 BAR_EVENTS_PER_S = 20_000
+BAR_RATIO = 0.45
+"""Issue 14: one worker >= 0.45x plain aiokafka on the same topics, same run."""
+PIPELINE_SECONDS = "gputriage_pipeline_seconds_total"
 BAR_P99_S = 1.0
 EVENT_OPENED = {
     "host_oom_kill",
@@ -251,6 +256,22 @@ class WorkerProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def counter(self, name: str) -> float | None:
+        """A counter of the worker's ``/metrics`` (None if not served yet, or absent)."""
+        match = re.search(r"metrics on http://[^:]+:(\d+)/metrics", self.log())
+        if match is None:
+            return None
+        url = f"http://127.0.0.1:{match.group(1)}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                text = response.read().decode()
+        except OSError:
+            return None
+        for line in text.splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[-1])
+        return None
+
     def stop(self) -> int:
         if self.process.poll() is None:
             self.process.terminate()
@@ -294,6 +315,8 @@ async def processor_throughput(
         launched = time.perf_counter()
         deadline = launched + timeout
         first: tuple[float, int] | None = None
+        in_pipeline: float | None = None
+        in_pipeline_end: float | None = None
         logged_at: float | None = None
         done = 0
         progress: list[tuple[float, int]] = []
@@ -310,12 +333,14 @@ async def processor_throughput(
                 done = 0
             if done and first is None:
                 first = (now, done)
+                in_pipeline = await asyncio.to_thread(worker.counter, PIPELINE_SECONDS)
             if done and (not progress or progress[-1][1] != done):
                 progress.append((now - launched, done))
             if done >= total:
                 break
             await asyncio.sleep(0.1)
         finished = time.perf_counter()
+        in_pipeline_end = await asyncio.to_thread(worker.counter, PIPELINE_SECONDS)
     finally:
         await reader.stop()
     if done < total or first is None:
@@ -330,6 +355,15 @@ async def processor_throughput(
         "events_per_s": (total - n_first) / window if window > 0 else float("nan"),
         "progress": progress,
     }
+    if in_pipeline is not None and in_pipeline_end is not None and total > n_first:
+        # The worker's own overhead: its time per record less the Pipeline's (decode,
+        # checks, the core) on the same records, the same window.
+        records = total - n_first
+        result["us_per_record"] = 1e6 * window / records
+        result["pipeline_us_per_record"] = 1e6 * (in_pipeline_end - in_pipeline) / records
+        result["overhead_us_per_record"] = (
+            result["us_per_record"] - result["pipeline_us_per_record"]
+        )
     if logged_at is not None:
         result["from_log_seconds"] = finished - logged_at
         result["from_log_events_per_s"] = total / (finished - logged_at)
@@ -524,9 +558,17 @@ def render(report: Report) -> str:
             f"{'    from the partitions [ log line':<44}{b['from_log_events_per_s']:>12,.0f}"
             f"{b['from_log_seconds']:>10.1f}{b['from_log_events_per_s'] / a['events_per_s']:>12.3f}"
         )
+    if "overhead_us_per_record" in b:
+        lines.append(
+            f"    per record: {b['us_per_record']:.1f} us = Pipeline (decode, core) "
+            f"{b['pipeline_us_per_record']:.1f} us + the worker's own "
+            f"{b['overhead_us_per_record']:.1f} us (fetch, produce, commit, idle)"
+        )
     lines.append(f"    worker start-up + group join: {b['startup_s']:.1f} s (excluded)")
     verdict = "met" if b["events_per_s"] >= BAR_EVENTS_PER_S else "NOT met"
     lines.append(f"    bar >= {BAR_EVENTS_PER_S:,} events/s per worker: {verdict}")
+    verdict = "met" if ratio >= BAR_RATIO else "NOT met"
+    lines.append(f"    bar >= {BAR_RATIO:g} x plain aiokafka (issue 14): {verdict} ({ratio:.3f})")
     if c:
         lines += [
             "",
