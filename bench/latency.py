@@ -1,11 +1,11 @@
 """Latency under load: the last evidence on Kafka -> the incident on Kafka (issue 14.4).
 
-One embedded broker (Tansu, memory storage), one ``gputriage process`` worker (a
-subprocess, production defaults but for a fast group join), and then, for every
-``--runs`` x ``--rates``: ``--seconds`` of live events (event time = the wall-clock time
-each is produced at, so the watermark is live) produced at that rate, every incident
-revision read back from the incident topic. The phases follow each other on the same
-worker, as load changes on a live one.
+One embedded broker (Tansu, memory storage); for every ``--runs`` x ``--rates``, fresh
+topics and one fresh ``gputriage process`` worker (a subprocess, production defaults but
+for a fast group join), then ``--seconds`` of live events (event time = the wall-clock
+time each is produced at, so the watermark is live) produced at that rate, every
+incident revision read back from the incident topic. A phase starts only once its
+worker has joined, and never inherits another phase's backlog or state.
 
 For each incident revision the *completing* event is the newest (by produce ack) of its
 evidence events; the latency is from that ack (the record is on Kafka) to the
@@ -61,7 +61,7 @@ from streams.config import default_core_config
 BARS_P99_S = {2_000: 1.0, 10_000: 2.0}
 """The issue's bars: p99 at 2k events/s and at 10k events/s, one worker."""
 CHUNK_S = 0.005
-"""The producer sends what is due every 5 ms (one ``send_many`` per chunk)."""
+"""The producer's pacing: what is due is queued every 5 ms at most."""
 
 
 def _log(message: str) -> None:
@@ -110,17 +110,31 @@ async def phase(
                 (now, r.timestamp, r.value) for rs in batches.values() for r in rs if r.value
             )
 
-    async def send(chunk: list[AnyEvent]) -> None:
-        await producer.send_many(chunk)
-        done = time.time()
-        for event in chunk:
-            acked[event.id] = (done, event.time.timestamp())
+    due: list[AnyEvent] = []
+    ready = asyncio.Event()
+    produced = asyncio.Event()
+
+    async def send() -> None:
+        """One chunk at a time, as a connector's publish loop sends: what came due while
+        the last chunk waited for its acks goes out together (aiokafka's ``send_batch``
+        misses its timeout when many callers queue batches on one partition at once)."""
+        while due or not produced.is_set():
+            if not due:
+                ready.clear()
+                await ready.wait()
+                continue
+            chunk = due[:]
+            del due[:]
+            await producer.send_many(chunk)
+            done = time.time()
+            for event in chunk:
+                acked[event.id] = (done, event.time.timestamp())
 
     reader = asyncio.create_task(read())
     producer = EventProducer(env.kwargs, env.layout, linger_ms=0)
     await producer.start()
+    sender = asyncio.create_task(send())
     lag: list[float] = []
-    sends: list[asyncio.Task[None]] = []
     try:
         i = 0
         while i < len(events):
@@ -128,18 +142,23 @@ async def phase(
             if when[i] > now:
                 await asyncio.sleep(min(CHUNK_S, when[i] - now))
                 continue
-            chunk = []
             while i < len(events) and when[i] <= now:
-                chunk.append(events[i])
+                due.append(events[i])
                 lag.append(now - when[i])
                 i += 1
-            sends.append(asyncio.create_task(send(chunk)))
-        await asyncio.gather(*sends)
+            ready.set()
+        produced.set()
+        ready.set()
+        await sender
         # Until the last event's grace has passed and its incidents had time to arrive.
         await asyncio.sleep(grace + 2.0)
     finally:
         stop.set()
+        produced.set()
+        ready.set()
         await reader
+        if not sender.done():
+            sender.cancel()
         await producer.stop()
         await incidents.stop()
     return _match(rate, seconds, len(events), lag, acked, arrivals, grace)
@@ -194,29 +213,31 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         tempfile.TemporaryDirectory(prefix="latency-bench-") as tmp,
         EmbeddedBroker() as broker,
     ):
-        env = Env(broker, f"lat{uuid.uuid4().hex[:8]}", args.partitions, Path(tmp))
-        asyncio.run(ensure_topics(env.kwargs, env.layout))
-        worker = WorkerProcess(env, f"{env.prefix}-app", extra)
-        try:
-            asyncio.run(wait_joined(worker))
-            _log(f"worker joined; broker {broker.bootstrap}, topics {env.prefix}.*")
-            for n in range(args.runs):
-                for rate in args.rates:
-                    seed = 100 + n * 10 + len(results)
+        for n in range(args.runs):
+            for rate in args.rates:
+                # A fresh layout and worker per phase: a phase must not inherit the last
+                # one's backlog (a worker behind at 10k/s would start the next phase behind)
+                # nor its keys' grown state (every phase brings new pods to the same nodes).
+                env = Env(broker, f"lat{uuid.uuid4().hex[:8]}", args.partitions, Path(tmp))
+                asyncio.run(ensure_topics(env.kwargs, env.layout))
+                worker = WorkerProcess(env, f"{env.prefix}-app", extra)
+                try:
+                    asyncio.run(wait_joined(worker))
+                    seed = 100 + len(results)
                     result = asyncio.run(phase(env, rate, args.seconds, args.nodes, seed, grace))
-                    result["run"] = n + 1
-                    results.append(result)
-                    o = result["opened"]
-                    _log(
-                        f"run {n + 1} at {rate:,.0f}/s: n {o['n']}, p50 {o['p50_s']:.3f} s, "
-                        f"p99 {o['p99_s']:.3f} s"
-                    )
                     if worker.process.poll() is not None:
                         raise RuntimeError(f"the worker exited:\n{worker.log()[-3000:]}")
-        finally:
-            code = worker.stop()
-            if code != 0:
-                _log(f"worker exited with {code}:\n{worker.log()[-4000:]}")
+                finally:
+                    code = worker.stop()
+                    if code != 0:
+                        _log(f"worker exited with {code}:\n{worker.log()[-4000:]}")
+                result["run"] = n + 1
+                results.append(result)
+                o = result["opened"]
+                _log(
+                    f"run {n + 1} at {rate:,.0f}/s: n {o['n']}, p50 {o['p50_s']:.3f} s, "
+                    f"p99 {o['p99_s']:.3f} s"
+                )
     return results
 
 
