@@ -60,6 +60,8 @@ from streams.config import default_core_config
 
 BARS_P99_S = {2_000: 1.0, 10_000: 2.0}
 """The issue's bars: p99 at 2k events/s and at 10k events/s, one worker."""
+COUNTERS = ("gputriage_pipeline_seconds_total", "gputriage_flush_seconds_total")
+"""The worker's counters read around each phase (the Pipeline's time, the flushes')."""
 CHUNK_S = 0.005
 """The producer's pacing: what is due is queued every 5 ms at most."""
 
@@ -224,7 +226,15 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 try:
                     asyncio.run(wait_joined(worker))
                     seed = 100 + len(results)
+                    before = {name: worker.counter(name) or 0.0 for name in COUNTERS}
+                    began = time.perf_counter()
                     result = asyncio.run(phase(env, rate, args.seconds, args.nodes, seed, grace))
+                    took = time.perf_counter() - began
+                    # The worker's loop: its share of the phase in the Pipeline, and the
+                    # milliseconds each flush (one a second) held it.
+                    spent = {n: (worker.counter(n) or 0.0) - v for n, v in before.items()}
+                    result["pipeline_share"] = spent[COUNTERS[0]] / took
+                    result["flush_ms"] = 1000 * spent[COUNTERS[1]] / took
                     if worker.process.poll() is not None:
                         raise RuntimeError(f"the worker exited:\n{worker.log()[-3000:]}")
                 finally:
@@ -249,7 +259,8 @@ def render(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
         "event's ack to the incident's arrival",
         "",
         f"{'run':>3} {'events/s':>9} {'n':>5} {'p50':>6} {'p90':>6} {'p99':>6} {'max':>6}"
-        f"   {'hold p50/p99':>13} {'worker p50/p99':>15} {'out p50/p99':>12}  bar",
+        f"   {'hold p50/p99':>13} {'worker p50/p99':>15} {'out p50/p99':>12}"
+        f" {'core%':>6} {'flush':>6}  bar",
     ]
     for r in results:
         o, p = r["opened"], r["parts"]
@@ -265,13 +276,16 @@ def render(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
         lines.append(
             f"{r['run']:>3} {r['rate']:>9,.0f} {o['n']:>5} {ms(o['p50_s']):>6} {ms(o['p90_s']):>6}"
             f" {ms(o['p99_s']):>6} {ms(o['max_s']):>6}   {pair(p['hold']):>13}"
-            f" {pair(p['worker']):>15} {pair(p['out']):>12}  {verdict}"
+            f" {pair(p['worker']):>15} {pair(p['out']):>12}"
+            f" {100 * r.get('pipeline_share', 0):>5.0f}% {r.get('flush_ms', 0):>4.0f}ms  {verdict}"
         )
     lines += [
         "",
         "hold = the grace the core waits by design (less the event's time before its ack);",
         "worker = fetch wait + watermark/tick cadence + processing; out = linger + broker + "
-        "our fetch.",
+        "our fetch;",
+        "core% = the worker's time in the Pipeline (decode, core) per second of the phase; "
+        "flush = ms of its loop per flush (snapshots encoded and queued; one a second).",
     ]
     return "\n".join(lines)
 

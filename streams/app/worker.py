@@ -11,7 +11,9 @@ between batches, so quiet keys' windows still close. Delivery is at-least-once:
    is sent to the state topic, then every send since the last flush is
    awaited (all acked), and only then are offsets committed, each partition's
    up to its lowest record the correlator has not released
-   (:class:`~streams.app.offsets.PartitionOffsets`). Records still held for
+   (:class:`~streams.app.offsets.PartitionOffsets`). The acks and the commit are
+   awaited in a task of their own, one at a time, while the loop reads on
+   (:meth:`Worker._flush`); a revocation or a stop awaits them in line. Records still held for
    the watermark are never committed: after a crash they are read again, and
    each key's high-water mark skips what its restored state already holds.
 3. the revisions a successor makes again from the records past the last flush are
@@ -291,6 +293,8 @@ class Worker:
         holders waited out those 0.1 s: the worker sat in ``epoll`` ~27% of a backlog's
         time (py-spy, issue 14). 2 ms keeps what the backoff is for (no refetch loop on
         a partition whose records wait) and lets the drained ones be fetched at once.
+        (A fetch error parked for a partition uses the same backoff; the next ``getmany``
+        raises it either way.)
         The consumer takes no such argument: it is set on the fetcher after ``start``
         (a test checks the attribute is there, so an aiokafka that renames it fails the
         test rather than silently slowing a backlog down).
