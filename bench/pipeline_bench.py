@@ -70,6 +70,9 @@ from streams.app.pipeline import Pipeline, RawRecord
 from streams.config import default_core_config
 
 BAR_EVENTS_PER_S = 20_000
+BAR_PRODUCE_EVENTS_PER_S = 50_000
+"""Issue 14.3: ``EventProducer`` for connectors >= 50k events/s (generated events; the
+records, with the cluster key's copies, are about twice as many)."""
 BAR_RATIO = 0.45
 """Issue 14: one worker >= 0.45x plain aiokafka on the same topics, same run."""
 PIPELINE_SECONDS = "gputriage_pipeline_seconds_total"
@@ -505,10 +508,17 @@ def run(args: argparse.Namespace) -> Report:
         t = time.perf_counter()
         sent = asyncio.run(produce(env, events))
         elapsed = time.perf_counter() - t
+        generated = len(events)
         del events
         total = asyncio.run(end_total(env))
-        report.produce = {"events": sent, "seconds": elapsed, "events_per_s": sent / elapsed}
-        _log(f"produced {sent} events in {elapsed:.1f} s ({sent / elapsed:,.0f}/s)")
+        report.produce = {
+            "events": generated,
+            "records": sent,
+            "seconds": elapsed,
+            "events_per_s": generated / elapsed,
+            "records_per_s": sent / elapsed,
+        }
+        _log(f"produced {generated} events ({sent} records) in {elapsed:.1f} s")
 
         report.aiokafka = asyncio.run(plain_aiokafka(env, total))
         _log(f"(a) plain aiokafka: {report.aiokafka['events_per_s']:,.0f} events/s")
@@ -545,6 +555,10 @@ def render(report: Report) -> str:
         f"{'':<44}{'events/s':>12}{'seconds':>10}{'x aiokafka':>12}",
         f"{'produce (EventProducer, send_many)':<44}{report.produce['events_per_s']:>12,.0f}"
         f"{report.produce['seconds']:>10.1f}{'':>12}",
+        f"{'    the same as records/s (cluster copies in)':<44}"
+        f"{report.produce['records_per_s']:>12,.0f}{'':>10}{'':>12}",
+        f"    bar >= {BAR_PRODUCE_EVENTS_PER_S:,} events/s (issue 14.3): "
+        + ("met" if report.produce["events_per_s"] >= BAR_PRODUCE_EVENTS_PER_S else "NOT met"),
         f"{'(a) plain aiokafka getmany + decode':<44}{a['events_per_s']:>12,.0f}"
         f"{a['seconds']:>10.1f}{1.0:>12.3f}",
         f"{PLAIN_PIPELINE_LABEL:<44}"
