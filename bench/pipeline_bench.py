@@ -62,7 +62,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
 from bench.generate import StreamSpec, generate_events
 from connectors.kafka.admin import ensure_topics
-from connectors.kafka.producer import EventProducer
+from connectors.kafka.producer import BATCH_BYTES, EventProducer
 from gputriage.demo.broker import EmbeddedBroker
 from schemas.codec import AnyEvent, decode_event, decode_incident
 from schemas.topics import TopicLayout, TopicSettings, topic_layout
@@ -140,7 +140,9 @@ def backlog_events(events: int, nodes: int, days_ago: float) -> list[AnyEvent]:
 
 
 async def produce(env: Env, events: Iterable[AnyEvent]) -> int:
-    async with EventProducer(env.kwargs, env.layout, linger_ms=20) as producer:
+    async with EventProducer(
+        env.kwargs, env.layout, linger_ms=20, max_batch_size=BATCH_BYTES
+    ) as producer:
         total = 0
         chunk: list[AnyEvent] = []
         for event in events:
