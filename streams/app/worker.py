@@ -488,21 +488,21 @@ class Worker:
         in a task of their own, so the loop goes on reading and ticking meanwhile. Before,
         the loop stood still for the acks of a whole second's sends and a commit round
         trip at every flush, and every incident due in that time waited with it (issue 14,
-        latency). At most one such task at a time: while the last one still waits, the
-        flush is put off to the next step. A failed task is the worker's failure: it is
-        raised by the next flush or by the main loop (``_fatal``), never lost.
+        latency). At most one such task at a time: a flush first awaits the last one's,
+        which at one flush a second is long done (so the loop never waits for the acks
+        of the flush it is making), and when flushes come faster than the acks (a tiny
+        ``snapshot_seconds``) the loop is held to the broker's pace, one flush behind:
+        bounded, as before. A failed task is the worker's failure: it is raised by the
+        next flush or by the main loop (``_fatal``), never lost.
         ``wait=True`` (revocation, stop): the task in flight first, then this one, awaited.
 
         The contract is unchanged: the offsets are taken *before* the snapshots, so they
         cover only records released by then, whose incidents are in ``_pending`` already;
         the commit waits for all of it.
         """
-        running = self._delivering
+        running, self._delivering = self._delivering, None
         if running is not None:
-            if not wait and not running.done():
-                return
-            self._delivering = None
-            await running  # raises what it failed with
+            await running  # raises what it failed with; done already at 1 flush a second
         started = time.perf_counter()
         self._last_flush = time.monotonic()
         commits = {}
