@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-pyproject
 # setuptools' editable-install notices are warnings, not errors: keep pip quiet.
 PIP    := PYTHONWARNINGS=ignore $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: venv native tools lint test demo schemas bench bench-pipeline bench-slim bench-faust bench-kmsg
+.PHONY: venv native tools lint test demo schemas bench bench-pipeline bench-latency bench-slim bench-faust bench-kmsg
 
 venv: $(STAMP)
 
@@ -70,6 +70,10 @@ bench: venv native
 
 bench-pipeline: venv native
 	$(BIN)/python bench/pipeline_bench.py
+
+# p99 latency under load (issue 14.4): 3 runs x 2k and 10k events/s, one worker each.
+bench-latency: venv
+	$(BIN)/python -m bench.latency
 
 bench-slim: venv
 	$(BIN)/python -m bench.slim_bench

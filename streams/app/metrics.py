@@ -22,6 +22,8 @@ workers in one process without the default registry's duplicate-name errors).
 ``gputriage_sources_alive``                            sources heard within the idle timeout
 ``gputriage_sources_idle``                             sources known but aged out
 ``gputriage_malformed_progress_headers_total``         records whose progress headers were bad
+``gputriage_pipeline_seconds_total``                   time spent in the Pipeline (decode, core)
+``gputriage_flush_seconds_total``                      time the loop spent flushing (see worker)
 =====================================================  ==================================
 
 Sources are counted, never labelled: 5,000 kmsg connectors would be 5,000 series.
@@ -132,6 +134,18 @@ class Metrics:
         self.malformed_progress = Counter(
             "gputriage_malformed_progress_headers",
             "Records whose source progress headers could not be read (taken as header-less).",
+            registry=r,
+        )
+        self.pipeline_seconds = Counter(
+            "gputriage_pipeline_seconds",
+            "Seconds the worker's loop spent in the Pipeline (decode, checks, the core, "
+            "ticks): the rest of its busy time is the worker's own (fetch, produce, commit).",
+            registry=r,
+        )
+        self.flush_seconds = Counter(
+            "gputriage_flush_seconds",
+            "Seconds the worker's loop spent starting flushes (snapshots encoded and queued); "
+            "the acks and the commit are awaited off the loop.",
             registry=r,
         )
         self.latency = Histogram(

@@ -20,6 +20,7 @@ twice.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Sequence
 
 
 class PartitionOffsets:
@@ -39,6 +40,19 @@ class PartitionOffsets:
             return
         self._outstanding.append(offset)
         self.next_offset = offset + 1
+
+    def extend(self, offsets: Sequence[int]) -> None:
+        """Records handed to the pipeline, ascending (one fetched batch of a partition):
+        :meth:`add` for each, in one step when the batch starts at the read position or
+        past it (the usual case; a re-read after a seek takes :meth:`add`'s path)."""
+        if not offsets:
+            return
+        if self.next_offset is not None and offsets[0] < self.next_offset:
+            for offset in offsets:
+                self.add(offset)
+            return
+        self._outstanding.extend(offsets)
+        self.next_offset = offsets[-1] + 1
 
     def release(self, offset: int) -> None:
         """The pipeline is done with the record at ``offset``."""

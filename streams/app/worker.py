@@ -11,7 +11,9 @@ between batches, so quiet keys' windows still close. Delivery is at-least-once:
    is sent to the state topic, then every send since the last flush is
    awaited (all acked), and only then are offsets committed, each partition's
    up to its lowest record the correlator has not released
-   (:class:`~streams.app.offsets.PartitionOffsets`). Records still held for
+   (:class:`~streams.app.offsets.PartitionOffsets`). The acks and the commit are
+   awaited in a task of their own, one at a time, while the loop reads on
+   (:meth:`Worker._flush`); a revocation or a stop awaits them in line. Records still held for
    the watermark are never committed: after a crash they are read again, and
    each key's high-water mark skips what its restored state already holds.
 3. the revisions a successor makes again from the records past the last flush are
@@ -85,9 +87,10 @@ Traps:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
@@ -103,7 +106,7 @@ from streams.app.announced import FetchesAfter
 from streams.app.changelog import ChangelogReader, partition_for
 from streams.app.metrics import Metrics
 from streams.app.offsets import PartitionOffsets
-from streams.app.pipeline import BatchOutcome, Partition, Pipeline, RawRecord
+from streams.app.pipeline import BatchOutcome, Partition, Pipeline
 from streams.app.published import REFRESH_SECONDS, Offsets, Published, encode_mark, mark_key
 from streams.core import CoreConfig
 
@@ -113,6 +116,10 @@ FALLBACK_LETTER_BYTES = 64 << 10
 """A dead letter the broker refused at full size is tried once more cut to this."""
 RESUME_AT = 0.8
 """Paused partitions resume when the buffer falls below this share of the cap."""
+MAX_REQUEST_BYTES = 16 << 20
+"""The producer's largest record (aiokafka's ``max_request_size``; see ``Worker.__init__``)."""
+PREFETCH_BACKOFF_S = 0.002
+"""aiokafka's fetcher's ``prefetch_backoff`` (0.1 s by default; see :meth:`Worker._tune`)."""
 
 
 class ProcessorOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -211,7 +218,14 @@ class Worker:
             partition_assignment_strategy=(RangePartitionAssignor,),
         )
         self.producer = AIOKafkaProducer(
-            **client_kwargs, acks="all", linger_ms=5, max_batch_size=1 << 20
+            **client_kwargs,
+            acks="all",
+            linger_ms=5,
+            max_batch_size=1 << 20,
+            # One key's state is one record, and the cluster-scoped key's grows with the
+            # nodes (~1.06 MB at 2,000 nodes, measured): at aiokafka's default 1 MB the
+            # send raised and the worker exited, at every restart (issue 14).
+            max_request_size=MAX_REQUEST_BYTES,
         )
         self.changelog = ChangelogReader(client_kwargs, state.name)
         self.published = Published(
@@ -226,6 +240,10 @@ class Worker:
         self._owned: frozenset[int] = frozenset()
         self._assigned_at = time.monotonic()
         self._pending: list[asyncio.Future[Any]] = []
+        self._delivering: asyncio.Task[None] | None = None
+        self._partition_of: dict[str, int] = {}
+        """Correlation key -> its state-topic partition (:meth:`_state_partition`)."""
+        """The last periodic flush's acks and commit, awaited off the loop (:meth:`_flush`)."""
         self._last_flush = time.monotonic()
         self._last_tick = 0.0
         self._fatal: BaseException | None = None
@@ -247,6 +265,7 @@ class Worker:
             await self.changelog.start()
             await self.published.start()
             await self.consumer.start()
+            self._tune(self.consumer)
             self.consumer.subscribe(topics=list(self.layout.raw_topics), listener=_Listener(self))
             tick_ms = max(1, int(self.options.tick_seconds * 1000))
             while not stop.is_set():
@@ -262,7 +281,36 @@ class Worker:
         finally:
             await self._close()
 
+    @staticmethod
+    def _tune(consumer: AIOKafkaConsumer) -> None:
+        """Let the fetcher ask again for a drained partition while others still hold
+        fetched records.
+
+        aiokafka sends one fetch per broker at a time, and none to a broker while any of
+        its partitions holds records fetched less than ``prefetch_backoff`` (0.1 s) ago.
+        While the buffer is full the worker reads only the partitions holding the
+        watermark (the traps), so the others keep their fetch and every read of the
+        holders waited out those 0.1 s: the worker sat in ``epoll`` ~27% of a backlog's
+        time (py-spy, issue 14). 2 ms keeps what the backoff is for (no refetch loop on
+        a partition whose records wait) and lets the drained ones be fetched at once.
+        (A fetch error parked for a partition uses the same backoff; the next ``getmany``
+        raises it either way.)
+        The consumer takes no such argument: it is set on the fetcher after ``start``
+        (a test checks the attribute is there, so an aiokafka that renames it fails the
+        test rather than silently slowing a backlog down).
+        """
+        fetcher = getattr(consumer, "_fetcher", None)
+        if fetcher is not None and hasattr(fetcher, "_prefetch_backoff"):
+            fetcher._prefetch_backoff = PREFETCH_BACKOFF_S
+        else:  # pragma: no cover - an aiokafka without it: slower backlogs, same results
+            log.warning("aiokafka's fetcher has no _prefetch_backoff: left at its default")
+
     async def _close(self) -> None:
+        running, self._delivering = self._delivering, None
+        if running is not None and not running.done():  # failing out: its commit is moot
+            running.cancel()
+            with contextlib.suppress(BaseException):
+                await running
         closings = (
             self.consumer.stop,
             self.changelog.stop,
@@ -280,40 +328,32 @@ class Worker:
         newest = 0
         clock = time.time()
         if batches:
-            records = []
             offsets = self._offsets
+            fetched = {}
             for tp, batch in batches.items():
                 tracker = offsets.get(tp)
-                if tracker is None:  # a partition lost in a rebalance since the fetch
+                if tracker is None or not batch:  # lost in a rebalance since the fetch
                     continue
-                topic, partition = tp.topic, tp.partition
-                for r in batch:
-                    tracker.add(r.offset)
-                    records.append(
-                        RawRecord(
-                            topic=topic,
-                            partition=partition,
-                            offset=r.offset,
-                            key=r.key,
-                            value=r.value,
-                            timestamp_ms=r.timestamp,
-                            token=(tp, r.offset),
-                            headers=r.headers,
-                        )
-                    )
+                tracker.extend([r.offset for r in batch])
+                fetched[tp] = batch
                 newest = max(newest, batch[-1].timestamp)
-            if records:
-                outcome = pipeline.process(records, self._busy(), clock)
+            if fetched:
+                started = time.perf_counter()
+                outcome = pipeline.process_fetched(fetched, self._busy(), clock)
+                self.metrics.pipeline_seconds.inc(time.perf_counter() - started)
                 await self._send(outcome, newest / 1000)
         if pipeline.has_announced:
             await self._settle_announced()
         now = time.monotonic()
         if now - self._last_tick >= self.options.tick_seconds:
             self._last_tick = now
-            await self._send(pipeline.tick(time.time(), self._busy()), 0.0)
+            started = time.perf_counter()
+            outcome = pipeline.tick(time.time(), self._busy())
+            self.metrics.pipeline_seconds.inc(time.perf_counter() - started)
+            await self._send(outcome, 0.0)
             self._observe_gauges()
         if now - self._last_flush >= self.options.snapshot_seconds:
-            await self._flush()
+            await self._flush(wait=False)
         self._bound_buffer()
 
     def _reading(self) -> list[TopicPartition]:
@@ -440,23 +480,74 @@ class Worker:
             return exc
         return None
 
-    async def _flush(self) -> None:
-        """Snapshot changed keys, await every send, then commit what they cover."""
+    async def _flush(self, *, wait: bool = True) -> None:
+        """Snapshot changed keys and queue them; once every send so far is acked, commit
+        what they cover (:meth:`_deliver`).
+
+        ``wait=False`` (the loop's periodic flush): the acks and the commit are awaited
+        in a task of their own, so the loop goes on reading and ticking meanwhile. Before,
+        the loop stood still for the acks of a whole second's sends and a commit round
+        trip at every flush, and every incident due in that time waited with it (issue 14,
+        latency). At most one such task at a time: a flush first awaits the last one's,
+        which at one flush a second is long done (so the loop never waits for the acks
+        of the flush it is making), and when flushes come faster than the acks (a tiny
+        ``snapshot_seconds``) the loop is held to the broker's pace, one flush behind:
+        bounded, as before. A failed task is the worker's failure: it is raised by the
+        next flush or by the main loop (``_fatal``), never lost.
+        ``wait=True`` (revocation, stop): the task in flight first, then this one, awaited.
+
+        The contract is unchanged: the offsets are taken *before* the snapshots, so they
+        cover only records released by then, whose incidents are in ``_pending`` already;
+        the commit waits for all of it.
+        """
+        running, self._delivering = self._delivering, None
+        if running is not None:
+            await running  # raises what it failed with; done already at 1 flush a second
+        started = time.perf_counter()
         self._last_flush = time.monotonic()
         commits = {}
         for tp, tracker in self._offsets.items():
             offset = tracker.committable()
             if offset is not None:
                 commits[tp] = OffsetAndMetadata(offset, "")
-        producer = self.producer
-        n = self.partitions
-        topic = self.state_topic
-        for key, data in self.pipeline.snapshots():
-            self._pending.append(
-                await producer.send(topic, data, key.encode(), partition_for(key, n))
-            )
+        await self._send_batched(
+            self.state_topic,
+            (
+                (key.encode(), data, self._state_partition(key))
+                for key, data in self.pipeline.snapshots()
+            ),
+        )
         await self._write_marks()
         pending, self._pending = self._pending, []
+        self.metrics.flush_seconds.inc(time.perf_counter() - started)
+        if wait:
+            await self._deliver(pending, commits)
+            return
+        task = asyncio.create_task(self._deliver(pending, commits), name="gputriage-commit")
+        task.add_done_callback(self._delivered)
+        self._delivering = task
+
+    def _state_partition(self, key: str) -> int:
+        """:func:`partition_for` of a key, remembered: murmur2 is pure Python in aiokafka
+        (~2% of a loaded worker's time at 10k events/s went there, py-spy), and the same
+        keys change flush after flush. Bounded: cleared when it reaches ``2**18`` keys."""
+        known = self._partition_of
+        partition = known.get(key)
+        if partition is None:
+            if len(known) >= 1 << 18:
+                known.clear()
+            partition = known[key] = partition_for(key, self.partitions)
+        return partition
+
+    def _delivered(self, task: asyncio.Task[None]) -> None:
+        """A background delivery ended: keep its failure for the main loop to raise."""
+        if not task.cancelled() and task.exception() is not None and self._fatal is None:
+            self._fatal = task.exception()
+
+    async def _deliver(
+        self, pending: list[asyncio.Future[Any]], commits: dict[TopicPartition, OffsetAndMetadata]
+    ) -> None:
+        """Await every send in ``pending``, then commit ``commits`` (see :meth:`_flush`)."""
         if pending:
             await asyncio.gather(*pending)
         if self.published.suppressed != self._suppressed_told:
@@ -477,6 +568,34 @@ class Worker:
             log.warning("commit skipped (%s); the next owner re-reads those records", exc)
         except KafkaError as exc:
             log.warning("commit failed (%r); records will be re-read after a restart", exc)
+
+    async def _send_batched(self, topic: str, records: Iterable[tuple[bytes, bytes, int]]) -> None:
+        """Queue ``(key, value, partition)`` records in batches built here, one open per
+        partition; their futures join ``_pending`` (awaited by the flush).
+
+        Why not ``send`` per record: a flush writes every changed key's state (thousands
+        at a time in a backlog), and each ``send`` goes through the accumulator's
+        per-record bookkeeping and a future of its own; one batch per partition is one
+        future (as :class:`connectors.kafka.producer.EventProducer` does for events).
+        Per-partition order is kept: a batch is queued behind the partition's earlier
+        ones, and what is sent after it (the marks) goes behind it.
+        """
+        producer = self.producer
+        pending = self._pending
+        open_batches: dict[int, Any] = {}
+        for key, value, partition in records:
+            batch = open_batches.get(partition)
+            if batch is None:
+                batch = open_batches[partition] = producer.create_batch()
+            if batch.append(key=key, value=value, timestamp=None) is not None:
+                continue
+            pending.append(await producer.send_batch(batch, topic, partition=partition))
+            batch = open_batches[partition] = producer.create_batch()
+            # The first record of a batch always fits (aiokafka sizes it to the record).
+            batch.append(key=key, value=value, timestamp=None)
+        for partition, batch in open_batches.items():
+            if batch.record_count():
+                pending.append(await producer.send_batch(batch, topic, partition=partition))
 
     async def _write_marks(self) -> None:
         """Queue the mark of every owned raw partition whose mark moved, after its key

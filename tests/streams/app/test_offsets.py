@@ -54,3 +54,29 @@ def test_the_commit_is_the_lowest_unreleased_offset(
         offsets.release(offset)
     held = [o for o, r in zip(read, released, strict=True) if not r]
     assert offsets.committable() == (min(held) if held else read[-1] + 1)
+
+
+@given(
+    st.integers(min_value=0, max_value=1000),
+    st.lists(st.integers(min_value=1, max_value=20), min_size=1, max_size=8),
+    st.integers(min_value=0, max_value=30),
+)
+def test_extend_is_add_for_each_offset_re_reads_included(
+    start: int, sizes: list[int], back: int
+) -> None:
+    """A fetched batch handed over at once counts as its records one by one, also when
+    a seek made it overlap what was read before."""
+    one, batched = PartitionOffsets(), PartitionOffsets()
+    position = start
+    for size in sizes:
+        batch = list(range(position, position + size))
+        for offset in batch:
+            one.add(offset)
+        batched.extend(batch)
+        position = max(start, position + size - back)  # the next batch may re-read some
+    assert batched.next_offset == one.next_offset
+    assert batched.outstanding == one.outstanding
+    for offset in range(start, position + 1, 2):
+        one.release(offset)
+        batched.release(offset)
+    assert batched.committable() == one.committable()

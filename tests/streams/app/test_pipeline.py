@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import msgspec
+from aiokafka import ConsumerRecord, TopicPartition
 
 from schemas.codec import AnyEvent, encode
 from schemas.keys import correlation_key
@@ -70,6 +71,57 @@ def test_garbage_is_a_dead_letter_with_its_bytes_and_processing_goes_on() -> Non
     assert dead.value == b"\xff not json"
     assert "g" in outcome.released
     assert [i.type for i in outcome.incidents] == ["host_oom_kill"]
+
+
+def _fetched(raw: Sequence[RawRecord]) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
+    """The same records as aiokafka's ``getmany`` would give them."""
+    out: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]] = {}
+    for r in raw:
+        record = ConsumerRecord(
+            topic=r.topic,
+            partition=r.partition,
+            offset=r.offset,
+            timestamp=r.timestamp_ms or 0,
+            timestamp_type=0,
+            key=r.key,
+            value=r.value,
+            checksum=None,
+            serialized_key_size=len(r.key or b""),
+            serialized_value_size=len(r.value or b""),
+            headers=list(r.headers),
+        )
+        out.setdefault(TopicPartition(r.topic, r.partition), []).append(record)
+    return out
+
+
+def test_fetched_records_make_the_same_outcome_as_raw_records() -> None:
+    """``process_fetched`` (the worker's path) is ``process`` without the RawRecords: the
+    same incidents, dead letters (timestamp included) and releases, tokens ``(tp, offset)``."""
+    c = oom_scenario()
+    good = records(c.events)
+    garbage = RawRecord(
+        topic=good[0].topic, partition=0, offset=99, key=b"c1/n", value=b"\xff", timestamp_ms=7
+    )
+    raw = [
+        RawRecord(
+            topic=r.topic,
+            partition=r.partition,
+            offset=r.offset,
+            key=r.key,
+            value=r.value,
+            timestamp_ms=r.timestamp_ms if r.timestamp_ms is not None else 1000 + r.offset,
+            token=(TopicPartition(r.topic, r.partition), r.offset),
+        )
+        for r in (*good, garbage)
+    ]
+    by_raw = Pipeline(config(grace_seconds=0), LAYOUT).process(raw)
+    by_fetch = Pipeline(config(grace_seconds=0), LAYOUT).process_fetched(_fetched(raw))
+    assert by_fetch.incidents == by_raw.incidents
+    assert [i.type for i in by_fetch.incidents] == ["host_oom_kill"]
+    assert by_fetch.dead_letters == by_raw.dead_letters
+    assert by_fetch.dead_letters[0].timestamp_ms == 7
+    assert sorted(by_fetch.released) == sorted(by_raw.released)
+    assert by_fetch.events_by_source == by_raw.events_by_source
 
 
 def test_wrong_schema_for_the_topic_is_a_dead_letter() -> None:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+
 import pytest
 
 from gputriage.process import processor_options
 from gputriage.settings import SettingsError, load_settings
+from tests.kafka_helpers import KafkaTestEnv
 from tests.paths import EXAMPLES
 
 EXAMPLE = EXAMPLES / "gputriage.toml"
@@ -47,3 +51,28 @@ def test_the_processor_settings_mirror_the_worker_options() -> None:
 def test_a_bad_number_fails_at_load_with_its_path(variable: str, message: str) -> None:
     with pytest.raises(SettingsError, match=message):
         load_settings(None, environ={variable: "0"})
+
+
+def test_the_fetchers_prefetch_backoff_is_tuned_on_a_started_consumer(kafka: KafkaTestEnv) -> None:
+    """The worker sets aiokafka's private ``_prefetch_backoff`` (the consumer takes no such
+    argument; ``Worker._tune`` says why): an aiokafka that renames it fails here."""
+    from aiokafka import AIOKafkaConsumer  # noqa: PLC0415
+
+    from streams.app.worker import PREFETCH_BACKOFF_S, Worker  # noqa: PLC0415
+
+    async def tuned() -> tuple[float, float]:
+        consumer = AIOKafkaConsumer(**kafka.kwargs, group_id=None)
+        await consumer.start()
+        try:
+            before = consumer._fetcher._prefetch_backoff
+            Worker._tune(consumer)
+            return before, consumer._fetcher._prefetch_backoff
+        finally:
+            # aiokafka's no-group coordinator, stopped right after its start, can raise
+            # CancelledError from its own committed-offsets task: its quirk, not ours.
+            with contextlib.suppress(asyncio.CancelledError):
+                await consumer.stop()
+
+    before, after = asyncio.run(tuned())
+    assert before == 0.1, "aiokafka's default: the attribute is the one its fetcher reads"
+    assert after == PREFETCH_BACKOFF_S

@@ -1,0 +1,323 @@
+"""Latency under load: the last evidence on Kafka -> the incident on Kafka (issue 14.4).
+
+One embedded broker (Tansu, memory storage); for every ``--runs`` x ``--rates``, fresh
+topics and one fresh ``gputriage process`` worker (a subprocess, production defaults but
+for a fast group join), then ``--seconds`` of live events (event time = the wall-clock
+time each is produced at, so the watermark is live) produced at that rate, every
+incident revision read back from the incident topic. A phase starts only once its
+worker has joined, and never inherits another phase's backlog or state.
+
+For each incident revision the *completing* event is the newest (by produce ack) of its
+evidence events; the latency is from that ack (the record is on Kafka) to the
+revision's arrival at a consumer of the incident topic (``fetch_max_wait_ms=10``). The
+headline counts first revisions of incident types an event opens (as in
+``pipeline_bench.py``: timer-opened ones wait for their timer by design).
+
+**How the parts add up**, per headline revision, from times the bench can see (the
+incident record's Kafka timestamp is the worker's ``send``)::
+
+    latency  = hold + worker + out
+    hold     = max(0, event time + grace - ack)   the grace (0.5 s) the core waits by design
+    worker   = incident created - ack - hold      fetch wait + watermark/tick cadence + work
+    out      = incident arrival - created          producer linger + broker + our fetch
+
+The floor is ``hold`` (the grace) plus one fetch wait (``processor.fetch_max_wait_ms``,
+100 ms: Tansu always waits it out) in ``worker``.
+
+Run::
+
+    .venv/bin/python -m bench.latency                      # 3 runs x 2k and 10k events/s
+    .venv/bin/python -m bench.latency --rates 2000 --runs 1 --seconds 10
+    .venv/bin/python -m bench.latency --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+if __package__ in {None, ""}:  # run as a script: make the repository root importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from bench.pipeline_bench import EVENT_OPENED, Env, WorkerProcess, _quantile, _summary, stream
+from connectors.kafka.admin import ensure_topics
+from connectors.kafka.producer import EventProducer
+from gputriage.demo.broker import EmbeddedBroker
+from schemas.codec import AnyEvent, decode_incident
+from streams.config import default_core_config
+
+BARS_P99_S = {2_000: 1.0, 10_000: 2.0}
+"""The issue's bars: p99 at 2k events/s and at 10k events/s, one worker."""
+COUNTERS = ("gputriage_pipeline_seconds_total", "gputriage_flush_seconds_total")
+"""The worker's counters read around each phase (the Pipeline's time, the flushes')."""
+CHUNK_S = 0.005
+"""The producer's pacing: what is due is queued every 5 ms at most."""
+
+
+def _log(message: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+async def wait_joined(worker: WorkerProcess, timeout: float = 60.0) -> None:
+    """Until the worker logged its first assignment (it has joined and restored)."""
+    deadline = time.monotonic() + timeout
+    while "partitions [" not in worker.log():
+        if worker.process.poll() is not None:
+            raise RuntimeError(f"the worker exited:\n{worker.log()[-3000:]}")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the worker did not join within {timeout:g} s")
+        await asyncio.sleep(0.1)
+
+
+async def phase(
+    env: Env, rate: float, seconds: float, nodes: int, seed: int, grace: float
+) -> dict[str, Any]:
+    """``rate`` events/s of live events for ``seconds``; each incident matched to its
+    completing event; the latency and its parts (see the module)."""
+    count = int(rate * seconds)
+    start = datetime.now(tz=UTC) + timedelta(seconds=2)
+    events = stream(count, nodes, seed=seed, start=start, seconds=seconds)
+    when = [e.time.timestamp() for e in events]
+    acked: dict[str, tuple[float, float]] = {}
+    """event id -> (ack time, event time)."""
+
+    incidents = AIOKafkaConsumer(**env.kwargs, group_id=None, fetch_max_wait_ms=10)
+    await incidents.start()
+    topic = env.layout.incidents.name
+    tps = [TopicPartition(topic, p) for p in range(env.partitions)]
+    incidents.assign(tps)
+    await incidents.seek_to_end(*tps)
+    for tp in tps:  # resolve the positions now, not at the first fetch
+        await incidents.position(tp)
+    arrivals: list[tuple[float, int, bytes]] = []
+    stop = asyncio.Event()
+
+    async def read() -> None:
+        while not stop.is_set():
+            batches = await incidents.getmany(timeout_ms=50)
+            now = time.time()
+            arrivals.extend(
+                (now, r.timestamp, r.value) for rs in batches.values() for r in rs if r.value
+            )
+
+    due: list[AnyEvent] = []
+    ready = asyncio.Event()
+    produced = asyncio.Event()
+
+    async def send() -> None:
+        """One chunk at a time, as a connector's publish loop sends: what came due while
+        the last chunk waited for its acks goes out together (aiokafka's ``send_batch``
+        misses its timeout when many callers queue batches on one partition at once)."""
+        while due or not produced.is_set():
+            if not due:
+                ready.clear()
+                await ready.wait()
+                continue
+            chunk = due[:]
+            del due[:]
+            await producer.send_many(chunk)
+            done = time.time()
+            for event in chunk:
+                acked[event.id] = (done, event.time.timestamp())
+
+    reader = asyncio.create_task(read())
+    producer = EventProducer(env.kwargs, env.layout, linger_ms=0)
+    await producer.start()
+    sender = asyncio.create_task(send())
+    lag: list[float] = []
+    try:
+        i = 0
+        while i < len(events):
+            now = time.time()
+            if when[i] > now:
+                await asyncio.sleep(min(CHUNK_S, when[i] - now))
+                continue
+            while i < len(events) and when[i] <= now:
+                due.append(events[i])
+                lag.append(now - when[i])
+                i += 1
+            ready.set()
+        produced.set()
+        ready.set()
+        await sender
+        # Until the last event's grace has passed and its incidents had time to arrive.
+        await asyncio.sleep(grace + 2.0)
+    finally:
+        stop.set()
+        produced.set()
+        ready.set()
+        await reader
+        if not sender.done():
+            sender.cancel()
+        await producer.stop()
+        await incidents.stop()
+    return _match(rate, seconds, len(events), lag, acked, arrivals, grace)
+
+
+def _match(
+    rate: float,
+    seconds: float,
+    count: int,
+    lag: list[float],
+    acked: Mapping[str, tuple[float, float]],
+    arrivals: list[tuple[float, int, bytes]],
+    grace: float,
+) -> dict[str, Any]:
+    opened: list[float] = []
+    parts: dict[str, list[float]] = {"hold": [], "worker": [], "out": []}
+    revisions: list[float] = []
+    for arrived, stamp_ms, value in arrivals:
+        incident = decode_incident(value)
+        ours = [acked[e.event_id] for e in incident.evidence if e.event_id in acked]
+        if not ours or incident.status == "resolved":
+            continue
+        ack, event_time = max(ours)
+        total = arrived - ack
+        revisions.append(total)
+        node_level = incident.type == "host_oom_kill" and not incident.pods
+        if incident.revision != 1 or incident.type not in EVENT_OPENED or node_level:
+            continue
+        opened.append(total)
+        created = stamp_ms / 1000
+        hold = max(0.0, event_time + grace - ack)
+        parts["hold"].append(hold)
+        parts["worker"].append(created - ack - hold)
+        parts["out"].append(arrived - created)
+    return {
+        "rate": rate,
+        "seconds": seconds,
+        "events": count,
+        "send_lag_p99_s": _quantile(lag, 0.99),
+        "incident_records": len(arrivals),
+        "opened": _summary(opened),
+        "parts": {name: _summary(values) for name, values in parts.items()},
+        "revisions": _summary(revisions),
+    }
+
+
+def run(args: argparse.Namespace) -> list[dict[str, Any]]:
+    extra = dict(kv.split("=", 1) for kv in args.worker_env)
+    grace = default_core_config().grace_seconds
+    results: list[dict[str, Any]] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="latency-bench-") as tmp,
+        EmbeddedBroker() as broker,
+    ):
+        for n in range(args.runs):
+            for rate in args.rates:
+                # A fresh layout and worker per phase: a phase must not inherit the last
+                # one's backlog (a worker behind at 10k/s would start the next phase behind)
+                # nor its keys' grown state (every phase brings new pods to the same nodes).
+                env = Env(broker, f"lat{uuid.uuid4().hex[:8]}", args.partitions, Path(tmp))
+                asyncio.run(ensure_topics(env.kwargs, env.layout))
+                worker = WorkerProcess(env, f"{env.prefix}-app", extra)
+                try:
+                    asyncio.run(wait_joined(worker))
+                    seed = 100 + len(results)
+                    before = {name: worker.counter(name) or 0.0 for name in COUNTERS}
+                    began = time.perf_counter()
+                    result = asyncio.run(phase(env, rate, args.seconds, args.nodes, seed, grace))
+                    took = time.perf_counter() - began
+                    # The worker's loop: its share of the phase in the Pipeline, and the
+                    # milliseconds each flush (one a second) held it.
+                    spent = {n: (worker.counter(n) or 0.0) - v for n, v in before.items()}
+                    result["pipeline_share"] = spent[COUNTERS[0]] / took
+                    result["flush_ms"] = 1000 * spent[COUNTERS[1]] / took
+                    if worker.process.poll() is not None:
+                        raise RuntimeError(f"the worker exited:\n{worker.log()[-3000:]}")
+                finally:
+                    code = worker.stop()
+                    if code != 0:
+                        _log(f"worker exited with {code}:\n{worker.log()[-4000:]}")
+                result["run"] = n + 1
+                results.append(result)
+                o = result["opened"]
+                _log(
+                    f"run {n + 1} at {rate:,.0f}/s: n {o['n']}, p50 {o['p50_s']:.3f} s, "
+                    f"p99 {o['p99_s']:.3f} s"
+                )
+    return results
+
+
+def render(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
+    lines = [
+        f"latency bench: one worker, {args.partitions} partitions x 6 raw topics, "
+        f"{args.nodes:,} nodes, {args.seconds:g} s per phase, {os.cpu_count()} CPUs",
+        "headline: first revisions of event-opened incidents; ms from the completing "
+        "event's ack to the incident's arrival",
+        "",
+        f"{'run':>3} {'events/s':>9} {'n':>5} {'p50':>6} {'p90':>6} {'p99':>6} {'max':>6}"
+        f"   {'hold p50/p99':>13} {'worker p50/p99':>15} {'out p50/p99':>12}"
+        f" {'core%':>6} {'flush':>6}  bar",
+    ]
+    for r in results:
+        o, p = r["opened"], r["parts"]
+        bar = BARS_P99_S.get(int(r["rate"]))
+        verdict = "" if bar is None else ("met" if o["p99_s"] <= bar else "NOT met")
+
+        def ms(value: float) -> str:
+            return f"{value * 1000:.0f}"
+
+        def pair(s: Mapping[str, Any]) -> str:
+            return f"{ms(s['p50_s'])}/{ms(s['p99_s'])}"
+
+        lines.append(
+            f"{r['run']:>3} {r['rate']:>9,.0f} {o['n']:>5} {ms(o['p50_s']):>6} {ms(o['p90_s']):>6}"
+            f" {ms(o['p99_s']):>6} {ms(o['max_s']):>6}   {pair(p['hold']):>13}"
+            f" {pair(p['worker']):>15} {pair(p['out']):>12}"
+            f" {100 * r.get('pipeline_share', 0):>5.0f}% {r.get('flush_ms', 0):>4.0f}ms  {verdict}"
+        )
+    lines += [
+        "",
+        "hold = the grace the core waits by design (less the event's time before its ack);",
+        "worker = fetch wait + watermark/tick cadence + processing; out = linger + broker + "
+        "our fetch;",
+        "core% = the worker's time in the Pipeline (decode, core) per second of the phase; "
+        "flush = ms of its loop per flush (snapshots encoded and queued; one a second).",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument(
+        "--rates",
+        type=lambda text: [float(part) for part in text.split(",")],
+        default=[2_000.0, 10_000.0],
+        help="events/s of each phase, comma-separated (default 2000,10000)",
+    )
+    parser.add_argument("--seconds", type=float, default=15, help="seconds per phase")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--nodes", type=int, default=2_000)
+    parser.add_argument("--partitions", type=int, default=6)
+    parser.add_argument(
+        "--worker-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra environment for the worker (e.g. GPUTRIAGE_PROCESSOR__TICK_SECONDS=0.05)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    args = parser.parse_args(argv)
+    results = run(args)
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        print(render(results, args))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
