@@ -72,7 +72,7 @@ bench-pipeline: venv native
 	$(BIN)/python bench/pipeline_bench.py
 
 # p99 latency under load (issue 14.4): 3 runs x 2k and 10k events/s, one worker each.
-bench-latency: venv
+bench-latency: venv native
 	$(BIN)/python -m bench.latency
 
 bench-slim: venv
