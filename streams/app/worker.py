@@ -241,9 +241,9 @@ class Worker:
         self._assigned_at = time.monotonic()
         self._pending: list[asyncio.Future[Any]] = []
         self._delivering: asyncio.Task[None] | None = None
+        """The last periodic flush's acks and commit, awaited off the loop (:meth:`_flush`)."""
         self._partition_of: dict[str, int] = {}
         """Correlation key -> its state-topic partition (:meth:`_state_partition`)."""
-        """The last periodic flush's acks and commit, awaited off the loop (:meth:`_flush`)."""
         self._last_flush = time.monotonic()
         self._last_tick = 0.0
         self._fatal: BaseException | None = None
