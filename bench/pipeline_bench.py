@@ -139,10 +139,10 @@ def backlog_events(events: int, nodes: int, days_ago: float) -> list[AnyEvent]:
     return stream(events, nodes, seed=1, start=start, seconds=hours * 3600)
 
 
-async def produce(env: Env, events: Iterable[AnyEvent], batch_bytes: int = 16 << 10) -> int:
-    """Load the raw topics; ``batch_bytes``: the record batches' size (aiokafka's 16 KB
-    default is what the connectors write; ``BATCH_BYTES`` loads ~2x faster, and its
-    bigger batches make every consumer, (a) most, faster too)."""
+async def produce(env: Env, events: Iterable[AnyEvent], batch_bytes: int = BATCH_BYTES) -> int:
+    """Load the raw topics; ``batch_bytes``: the record batches' size (``BATCH_BYTES``,
+    512 KB, is what the connectors write; aiokafka's 16 KB, their size before issue 14,
+    loads ~2x slower, and its small batches make every consumer, (a) most, slower too)."""
     async with EventProducer(
         env.kwargs, env.layout, linger_ms=20, max_batch_size=batch_bytes
     ) as producer:
@@ -237,9 +237,11 @@ async def plain_pipeline(env: Env, count: int, timeout: float = 120.0) -> dict[s
 class WorkerProcess:
     """One ``python -m gputriage process``; its log in ``log_path``."""
 
-    def __init__(self, env: Env, app_id: str, extra_env: Mapping[str, str]) -> None:
+    def __init__(
+        self, env: Env, app_id: str, extra_env: Mapping[str, str], *, name: str = ""
+    ) -> None:
         self.app_id = app_id
-        self.log_path = env.workdir / f"{app_id}.log"
+        self.log_path = env.workdir / f"{name or app_id}.log"
         self._log = self.log_path.open("wb")
         environ = {
             **{k: v for k, v in os.environ.items() if not k.startswith("GPUTRIAGE_")},
@@ -378,6 +380,53 @@ async def processor_throughput(
     return result
 
 
+async def group_throughput(
+    env: Env, workers: list[WorkerProcess], total: int, timeout: float
+) -> dict[str, Any]:
+    """(d) Several workers of one group draining the same backlog: the group's committed
+    offsets from its first commit to the raw topics' ends (as :func:`processor_throughput`,
+    for a group). Reported, not a bar: on 2 shared cores the broker, the workers and this
+    bench compete, so a second worker shows what the partitioning costs, not a speed-up."""
+    tps = env.raw_partitions()
+    reader = AIOKafkaConsumer(**env.kwargs, group_id=workers[0].app_id, enable_auto_commit=False)
+    await reader.start()
+    try:
+        launched = time.perf_counter()
+        deadline = launched + timeout
+        first: tuple[float, int] | None = None
+        done = 0
+        while time.perf_counter() < deadline:
+            for worker in workers:
+                if worker.process.poll() is not None:
+                    raise RuntimeError(f"a worker exited:\n{worker.log()[-3000:]}")
+            now = time.perf_counter()
+            try:
+                done = await committed_total(reader, tps)
+            except Exception as exc:  # the group may not exist yet
+                _log(f"  offsets not readable yet: {type(exc).__name__}")
+                done = 0
+            if done and first is None:
+                first = (now, done)
+            if done >= total:
+                break
+            await asyncio.sleep(0.1)
+        finished = time.perf_counter()
+    finally:
+        await reader.stop()
+    if done < total or first is None:
+        raise RuntimeError(f"only {done} of {total} committed within {timeout:g} s")
+    t_first, n_first = first
+    window = finished - t_first
+    return {
+        "workers": len(workers),
+        "records": total,
+        "startup_s": t_first - launched,
+        "first_commit_records": n_first,
+        "seconds": window,
+        "events_per_s": (total - n_first) / window if window > 0 else float("nan"),
+    }
+
+
 # ------------------------------------------------------------------------------ (c)
 
 
@@ -493,6 +542,7 @@ class Report:
     plain_pipeline: dict[str, Any] = field(default_factory=dict)
     processor: dict[str, Any] = field(default_factory=dict)
     latency: dict[str, Any] = field(default_factory=dict)
+    group: dict[str, Any] = field(default_factory=dict)
     worker_log_tail: str = ""
 
 
@@ -543,6 +593,19 @@ def run(args: argparse.Namespace) -> Report:
             report.worker_log_tail = worker.log()[-4000:]
             if code != 0:
                 _log(f"worker exited with {code}:\n{report.worker_log_tail}")
+        if args.workers > 1:
+            total = asyncio.run(end_total(env))  # the latency phase added records
+            group = [
+                WorkerProcess(env, f"{env.prefix}-group", extra, name=f"group-{n}")
+                for n in range(args.workers)
+            ]
+            try:
+                report.group = asyncio.run(group_throughput(env, group, total, args.timeout))
+                _log(f"(d) {args.workers} workers: {report.group['events_per_s']:,.0f} events/s")
+            finally:
+                for member in group:
+                    if member.stop() != 0:
+                        _log(f"{member.log_path.name} exited non-zero:\n{member.log()[-2000:]}")
     return report
 
 
@@ -589,6 +652,17 @@ def render(report: Report) -> str:
     lines.append(f"    bar >= {BAR_EVENTS_PER_S:,} events/s per worker: {verdict}")
     verdict = "met" if ratio >= BAR_RATIO else "NOT met"
     lines.append(f"    bar >= {BAR_RATIO:g} x plain aiokafka (issue 14): {verdict} ({ratio:.3f})")
+    g = report.group
+    if g:
+        label = f"(d) {g['workers']} workers, one group, all"
+        lines.append(
+            f"{label:<44}{g['events_per_s']:>12,.0f}"
+            f"{g['seconds']:>10.1f}{g['events_per_s'] / a['events_per_s']:>12.3f}"
+        )
+        lines.append(
+            f"    = {g['events_per_s'] / b['events_per_s']:.2f} x one worker (reported, not a "
+            "bar: the broker, the workers and the bench share the cores)"
+        )
     if c:
         lines += [
             "",
@@ -624,6 +698,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=20, help="latency phase (0: skip)")
     parser.add_argument("--timeout", type=float, default=150, help="throughput phase limit")
     parser.add_argument(
+        "--workers", type=int, default=2, help="(d): workers of one group after (b) (1: skip)"
+    )
+    parser.add_argument(
         "--worker-env",
         action="append",
         default=[],
@@ -633,9 +710,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--produce-batch-kb",
         type=int,
-        default=16,
-        help=f"record batch size of the load, KB (16: as connectors write; {BATCH_BYTES >> 10}: "
-        "connectors.kafka.producer.BATCH_BYTES)",
+        default=BATCH_BYTES >> 10,
+        help=f"record batch size of the load, KB ({BATCH_BYTES >> 10}: as connectors write, "
+        "connectors.kafka.producer.BATCH_BYTES; 16: aiokafka's default, theirs before issue 14)",
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)

@@ -54,9 +54,9 @@ BATCH_BYTES = 512 << 10
 (a future, the accumulator, the produce request's framing) cost more than the events:
 100k generated events took 2.2 s of CPU at 16 KB and 0.94 s at 512 KB, on the same topics
 (issue 14.3). Half of Kafka's default ``max.message.bytes`` (1 MB): a batch is one
-message to the broker, and a full batch must never be refused. Opt-in for now
-(``EventProducer(..., max_batch_size=BATCH_BYTES)``, the benches' bulk loads use it): as
-the default it made a worker test's timing assumption fail (see the issue 14 report)."""
+message to the broker, and a full batch must never be refused. The default of every
+:class:`EventProducer` (a live connector's batches fill only as far as ``linger_ms``
+lets them; a backfill's fill up). Memory: up to one batch per partition written."""
 
 
 class KafkaTarget(NamedTuple):
@@ -117,6 +117,7 @@ class EventProducer:
             "acks": "all",
             "enable_idempotence": False,
             "linger_ms": linger_ms,
+            "max_batch_size": BATCH_BYTES,
             **producer_options,
         }
         self._producer: AIOKafkaProducer | None = None

@@ -88,15 +88,17 @@ def test_raw_events_become_the_expected_incidents(
         assert worker.stop() == 0, worker.log()
 
 
-def _scrape(worker: Worker) -> str:
-    """The worker's /metrics page, once its log names the port and the lag is known."""
+def _scrape(worker: Worker, need: str = "gputriage_consumer_lag{") -> str:
+    """The worker's /metrics page, once its log names the port and the page has ``need``
+    (by default a lag sample: a worker that has read nothing on its partitions, such as
+    one that joined when they were all committed, never has one)."""
     lines = [line for line in worker.log().splitlines() if "metrics on http://" in line]
     if not lines:
         return ""
     port = int(lines[-1].rsplit(":", 1)[1].split("/", 1)[0])
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         text: str = response.read().decode()
-    return text if "gputriage_consumer_lag{" in text else ""
+    return text if need in text else ""
 
 
 def test_garbage_goes_to_the_dead_letter_topic_and_processing_continues(
@@ -288,7 +290,8 @@ def test_a_rebalance_while_partitions_are_paused_changes_nothing(
         await_settled(incidents, expected, 120)
         assert set(final(incidents.incidents())) == set(expected)
         wait_until(lambda: committed(kafka, app) == total, timeout=60, what="all committed")
-        pages = [wait_until(partial(_scrape, w), timeout=10, what="metrics") for w in workers]
+        buffered = partial(_scrape, need="gputriage_buffered_events ")
+        pages = [wait_until(partial(buffered, w), timeout=10, what="metrics") for w in workers]
         logs = [w.log() for w in workers]
     finally:
         codes = [w.stop() for w in workers]
