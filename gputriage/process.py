@@ -83,9 +83,17 @@ def run_worker(
     configure_logging(settings.log)
     if engine == "faust":
         try:
-            import faust  # noqa: F401, PLC0415 - optional: only this engine needs it
+            import faust  # noqa: PLC0415 - optional: only this engine needs it
+
+            from streams.app.faust_tuning import FAUST_VERSION  # noqa: PLC0415
         except ImportError:
             error("--engine faust needs faust-streaming: pip install 'gputriage[faust]'")
+            return 1
+        if faust.__version__ != FAUST_VERSION:  # the engine patches this release's code
+            error(
+                f"--engine faust needs faust-streaming {FAUST_VERSION}, not "
+                f"{faust.__version__}: pip install 'gputriage[faust]'"
+            )
             return 1
     try:
         return asyncio.run(_run(settings, brokers, options, engine))

@@ -93,16 +93,21 @@ from schemas.codec import encode, fitted_dead_letter
 from schemas.dead_letters import DeadLetter
 from schemas.topics import TopicLayout, TopicSpec
 from streams.app.changelog import partition_for
-from streams.app.faust_tuning import NoopMonitor, install
+from streams.app.faust_tuning import FAUST_VERSION, NoopMonitor, install
 from streams.app.metrics import Metrics
 from streams.app.offsets import PartitionOffsets
 from streams.app.pipeline import BatchOutcome, Partition, Pipeline, RawRecord
 from streams.app.published import is_mark
-from streams.app.worker import ProcessorOptions
+from streams.app.worker import MAX_REQUEST_BYTES, ProcessorOptions
 from streams.core import CoreConfig
 from streams.core.snapshot import decode_state
 
 log = logging.getLogger("gputriage.processor")
+
+
+class FaustVersionError(RuntimeError):
+    """``--engine faust`` on a faust-streaming release the engine was not checked with."""
+
 
 FALLBACK_LETTER_BYTES = 64 << 10
 """A dead letter the broker refused at full size is tried once more cut to this."""
@@ -158,6 +163,9 @@ def faust_app_config(
         "producer_acks": -1,
         "producer_linger": 0.005,
         "producer_max_batch_size": 1 << 20,
+        # One key's state is one record; the cluster key's grows with the nodes (~1.06 MB
+        # at 2,000): faust's 1,000,000-byte default would fail it at every restart.
+        "producer_max_request_size": MAX_REQUEST_BYTES,
         "Monitor": NoopMonitor,
     }
 
@@ -235,8 +243,15 @@ class FaustWorker:
     def _build(self, datadir: str) -> faust.App:
         options = self.options
         installed = install(options.fetch_max_wait_ms)
-        if installed:
-            log.info("faust tuning installed: %s", ", ".join(installed))
+        if "batch drain" not in installed:
+            # Not only slower: faust's own drain records a skipped record as a "gap" and
+            # its commit walks through it (the engine re-reads skipped records, but faust
+            # would already have committed past them). The patched drain does not.
+            raise FaustVersionError(
+                f"--engine faust needs faust-streaming {FAUST_VERSION} "
+                f"(this is {faust.__version__}): streams/app/faust_tuning.py patches it"
+            )
+        log.info("faust tuning installed: %s", ", ".join(installed))
         app = faust.App(options.app_id, **faust_app_config(self.client_kwargs, options, datadir))
         raw = app.topic(
             *self.layout.raw_topics,
@@ -283,13 +298,20 @@ class FaustWorker:
             try:
                 stopping = asyncio.ensure_future(stop.wait())
                 failing = asyncio.ensure_future(self._failed.wait())
+                # faust's own failures (a crashed service or task) go to ``app.crash``,
+                # which marks the app crashed and stops nothing: supervised here too, or
+                # the worker would live on reading nothing and exit 0 at SIGTERM.
+                crashed = asyncio.ensure_future(app._crashed.wait())
+                waiting = {stopping, failing, crashed}
                 try:
-                    await asyncio.wait({stopping, failing}, return_when=asyncio.FIRST_COMPLETED)
+                    await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
                 finally:
-                    stopping.cancel()
-                    failing.cancel()
+                    for task in waiting:
+                        task.cancel()
                 if self._fatal is not None:
                     raise self._fatal
+                if app.crashed:
+                    raise RuntimeError(f"faust crashed: {app.crash_reason!r}")
                 async with self._lock:
                     if self._ready and not app.rebalancing:
                         await self._flush()

@@ -26,9 +26,13 @@ What is here, and why:
   latency floor of every hop; the processor wants ~100 ms.
 
 Every patch of a faust private names the faust-streaming version it was written
-against (:data:`FAUST_VERSION`); on any other version it is **not** installed, a
-warning says so, and faust runs as shipped (correct, only slower): re-check the
-patched code against the new version, then bump the constant.
+against (:data:`FAUST_VERSION`); on any other version it is **not** installed and a
+warning says so. For bench/faust that means faust as shipped (slower); ``gputriage
+process --engine faust`` refuses to start instead, since the batch drain is also what
+keeps faust from committing past records it skipped (see ``deliver`` below), and the
+engine relies on more of faust's internals than these patches (its ack and commit
+bookkeeping, ``message.generation_id``, ``table.data``). Re-check all of that against a
+new version, then bump the constant.
 """
 
 from __future__ import annotations
@@ -83,8 +87,10 @@ def install(fetch_max_wait_ms: int | None) -> list[str]:
 async def _batch_drain_messages(self: Consumer, fetcher: ServiceT) -> None:  # pragma: no cover
     """faust 0.15.3's ``Consumer._drain_messages`` with one ``wait_first`` per batch.
 
-    The loop is faust's, line for line (read offsets, gap tracking, commit every
-    N acks, a yield every 100 records), except the hand-over: faust races *each*
+    The loop is faust's, line for line (read offsets, commit every N acks, a yield
+    every 100 records), except two things. Gaps are not recorded (see the comment in
+    ``deliver``: the faust engine depends on it, and refuses to run without this drain).
+    And the hand-over: faust races *each*
     ``callback(message)`` against ``suspend_flow`` (four tasks per record); here
     the delivery of the whole ``getmany`` batch is one coroutine raced against
     it once. A rebalance that sets ``suspend_flow`` mid-batch still stops the
@@ -100,7 +106,6 @@ async def _batch_drain_messages(self: Consumer, fetcher: ServiceT) -> None:  # p
     get_read_offset = self._read_offset.__getitem__
     set_read_offset = self._read_offset.__setitem__
     commit_every = self._commit_every
-    acks_enabled_for = self.app.topics.acks_enabled_for
     suspend_flow = self.suspend_flow
     sleep = asyncio.sleep
 
@@ -114,9 +119,11 @@ async def _batch_drain_messages(self: Consumer, fetcher: ServiceT) -> None:  # p
             offset = message.offset
             r_offset = get_read_offset(tp)
             if r_offset is None or offset >= r_offset:
-                gap = offset - (r_offset or 0)
-                if gap > 1 and r_offset and acks_enabled_for(message.topic):
-                    await self._add_gap(tp, r_offset + 1, offset)
+                # faust records a jump in offsets as a "gap" (compaction, transaction
+                # markers) and its commit then walks through it as if acked. gputriage's
+                # raw topics have no such gaps: a jump is records faust skipped, which the
+                # engine reads again (faust_engine.FaustWorker._reread); committing through
+                # them would lose them at the next crash. So no gap is recorded here.
                 if commit_every is not None and self._n_acked >= commit_every:
                     self._n_acked = 0
                     await self.commit()

@@ -73,7 +73,7 @@ Traps:
   partitions leave the others' fetched records in aiokafka's buffer, and aiokafka
   fetches no more of a partition while it has unconsumed records, so a paused
   partition holds at most one fetch (it delays its broker's next fetch by at most
-  ``prefetch_backoff``, 0.1 s, after it arrived). Nothing to re-apply after a rebalance:
+  ``prefetch_backoff``, 2 ms here, after it arrived). Nothing to re-apply after a rebalance:
   a new assignment starts with nothing paused and the next batch decides.
 * The cap is soft: a batch is ingested before the check, and while full each raw
   partition read can still bring in a batch (one not read yet holds the watermark
@@ -275,6 +275,8 @@ class Worker:
                 if self._fatal is not None:
                     raise self._fatal
                 async with self._lock:
+                    if self._fatal is not None:  # set while we waited for the lock
+                        raise self._fatal
                     await self._step(batches)
             async with self._lock:
                 await self._flush()
@@ -500,9 +502,17 @@ class Worker:
         cover only records released by then, whose incidents are in ``_pending`` already;
         the commit waits for all of it.
         """
+        if self._fatal is not None:
+            # A delivery failed (raised by a revocation's flush, say): its sends are
+            # lost, so no later flush may commit the records they covered.
+            raise self._fatal
         running, self._delivering = self._delivering, None
         if running is not None:
-            await running  # raises what it failed with; done already at 1 flush a second
+            try:
+                await running  # raises what it failed with; done already at 1 flush a second
+            except BaseException as exc:
+                self._fatal = self._fatal or exc
+                raise
         started = time.perf_counter()
         self._last_flush = time.monotonic()
         commits = {}
