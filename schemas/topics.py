@@ -248,6 +248,14 @@ def topic_layout(settings: TopicSettings | None = None) -> TopicLayout:
     )
 
 
+STATE_RECORD_MAX_BYTES = 16 << 20
+"""The largest state snapshot record (one key's state): the state topic is created with
+this ``max.message.bytes`` and the processors' producers allow it. The cluster key's
+state grows with the cluster (~1.06 MB at 2,000 GPU nodes, measured in issue 14), past
+Kafka's 1 MB default, which would refuse it at every flush. Topics that exist already
+are left as they are (``ensure_topics``): raise theirs by hand for big clusters."""
+
+
 def state_topic(layout: TopicLayout, app_id: str) -> TopicSpec:
     """The compacted topic holding processor ``app_id``'s per-key state snapshots.
 
@@ -262,5 +270,5 @@ def state_topic(layout: TopicLayout, app_id: str) -> TopicSpec:
         partitions=raw.partitions,
         replication_factor=raw.replication_factor,
         key="correlation key (cluster/node or cluster)",
-        configs={"cleanup.policy": "compact"},
+        configs={"cleanup.policy": "compact", "max.message.bytes": str(STATE_RECORD_MAX_BYTES)},
     )

@@ -101,7 +101,7 @@ from aiokafka.structs import OffsetAndMetadata
 
 from schemas.codec import encode, fitted_dead_letter
 from schemas.dead_letters import DeadLetter
-from schemas.topics import TopicLayout, TopicSpec
+from schemas.topics import STATE_RECORD_MAX_BYTES, TopicLayout, TopicSpec
 from streams.app.announced import FetchesAfter
 from streams.app.changelog import ChangelogReader, partition_for
 from streams.app.metrics import Metrics
@@ -116,8 +116,9 @@ FALLBACK_LETTER_BYTES = 64 << 10
 """A dead letter the broker refused at full size is tried once more cut to this."""
 RESUME_AT = 0.8
 """Paused partitions resume when the buffer falls below this share of the cap."""
-MAX_REQUEST_BYTES = 16 << 20
-"""The producer's largest record (aiokafka's ``max_request_size``; see ``Worker.__init__``)."""
+MAX_REQUEST_BYTES = STATE_RECORD_MAX_BYTES
+"""The producer's largest record (aiokafka's ``max_request_size``; see ``Worker.__init__``):
+the state topic's ``max.message.bytes`` (:data:`schemas.topics.STATE_RECORD_MAX_BYTES`)."""
 PREFETCH_BACKOFF_S = 0.002
 """aiokafka's fetcher's ``prefetch_backoff`` (0.1 s by default; see :meth:`Worker._tune`)."""
 

@@ -25,7 +25,9 @@ from schemas.events import (
 )
 from schemas.topics import (
     SOURCE_SCHEMAS,
+    STATE_RECORD_MAX_BYTES,
     TopicSettings,
+    state_topic,
     topic_layout,
 )
 from tests.cli_helpers import gputriage, load_tables
@@ -193,3 +195,29 @@ async def test_a_topic_with_another_partition_count_is_refused_by_the_processor(
     result = await asyncio.to_thread(gputriage, "process", "--metrics-port", "0", env=kafka.env)
     assert result.returncode == 1
     assert "co-partitioning" in result.stderr.decode().splitlines()[-1]
+
+
+@pytest.mark.asyncio
+async def test_the_state_topic_takes_a_big_cluster_keys_state(kafka: KafkaTestEnv) -> None:
+    """The cluster key's state grows with the nodes (~1.06 MB at 2,000): the state topic is
+    created compacted with a ``max.message.bytes`` the processors' producers also allow,
+    and a record of several MB is accepted on it."""
+    from aiokafka import AIOKafkaProducer  # noqa: PLC0415
+
+    from streams.app.worker import MAX_REQUEST_BYTES  # noqa: PLC0415
+
+    layout = topic_layout(kafka.settings)
+    spec = state_topic(layout, "app")
+    assert spec.configs == {
+        "cleanup.policy": "compact",
+        "max.message.bytes": str(STATE_RECORD_MAX_BYTES),
+    }
+    assert MAX_REQUEST_BYTES == STATE_RECORD_MAX_BYTES
+    await ensure_topics(kafka.kwargs, layout, extra=(spec,))
+    producer = AIOKafkaProducer(**kafka.kwargs, max_request_size=MAX_REQUEST_BYTES)
+    await producer.start()
+    try:
+        sent = await producer.send_and_wait(spec.name, b"s" * (3 << 20), key=b"cluster-a")
+    finally:
+        await producer.stop()
+    assert sent.offset == 0
