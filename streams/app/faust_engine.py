@@ -83,15 +83,17 @@ import tempfile
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import faust
 from aiokafka import AIOKafkaConsumer
 from faust.types import TP, EventT, StreamT
 
-from schemas.codec import encode, fitted_dead_letter
+from schemas.codec import encode
 from schemas.dead_letters import DeadLetter
 from schemas.topics import TopicLayout, TopicSpec
+from streams.app import dead_letters
 from streams.app.changelog import partition_for
 from streams.app.faust_tuning import FAUST_VERSION, NoopMonitor, install
 from streams.app.metrics import Metrics
@@ -109,8 +111,6 @@ class FaustVersionError(RuntimeError):
     """``--engine faust`` on a faust-streaming release the engine was not checked with."""
 
 
-FALLBACK_LETTER_BYTES = 64 << 10
-"""A dead letter the broker refused at full size is tried once more cut to this."""
 STALL_SECONDS = 2.0
 """A partition behind its high watermark that delivered nothing for this long is read
 again from the agent's position (module docstring: faust can skip records)."""
@@ -472,17 +472,11 @@ class FaustWorker:
             labels = metrics.incidents_out.labels(incident.type, incident.severity, incident.status)
             pending.append(asyncio.ensure_future(_counted(future, labels, metrics, newest)))
         dead_topic = self.layout.dead_letters.name
+        send_letter = partial(self._try_send, dead_topic)
         for dead in outcome.dead_letters:
-            pending.append(asyncio.ensure_future(self._dead_letter(dead_topic, dead)))
-            metrics.dead_letters.labels(dead.topic).inc()
-            log.warning(
-                "dead letter: %s[%d]@%d: %s%s",
-                dead.topic,
-                dead.partition,
-                dead.offset,
-                dead.reason,
-                f" (at {dead.field})" if dead.field else "",
-            )
+            # A task of its own, awaited by the flush like every send: it never raises.
+            pending.append(asyncio.ensure_future(dead_letters.deliver(dead, send_letter, metrics)))
+            dead_letters.note(dead, metrics)
         for source, count in outcome.events_by_source.items():
             metrics.events_in.labels(source).inc(count)
         trackers = self._trackers
@@ -490,27 +484,6 @@ class FaustWorker:
             tracker = trackers.get(where)
             if tracker is not None:
                 tracker.release(offset)
-
-    async def _dead_letter(self, topic: str, dead: DeadLetter) -> None:
-        """Deliver one dead letter, fitted to the producer's limit; never raise (the
-        default engine's policy, issue 11.1: a poison record never stops a partition)."""
-        letter = fitted_dead_letter(dead)
-        error = await self._try_send(topic, letter)
-        if error is not None:
-            smaller = fitted_dead_letter(letter, FALLBACK_LETTER_BYTES)
-            if smaller is not letter:
-                error = await self._try_send(topic, smaller)
-        if error is None:
-            return
-        self.metrics.dead_letter_failures.inc()
-        log.error(
-            "dead letter for %s[%d]@%d (%s) could not be written (%r): committed past it",
-            dead.topic,
-            dead.partition,
-            dead.offset,
-            dead.reason,
-            error,
-        )
 
     async def _try_send(self, topic: str, letter: DeadLetter) -> Exception | None:
         app = self.app

@@ -91,6 +91,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Iterable, Mapping
+from functools import partial
 from typing import Any
 
 import msgspec
@@ -99,9 +100,10 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
-from schemas.codec import encode, fitted_dead_letter
+from schemas.codec import encode
 from schemas.dead_letters import DeadLetter
 from schemas.topics import STATE_RECORD_MAX_BYTES, TopicLayout, TopicSpec
+from streams.app import dead_letters
 from streams.app.announced import FetchesAfter
 from streams.app.changelog import ChangelogReader, partition_for
 from streams.app.metrics import Metrics
@@ -112,8 +114,6 @@ from streams.core import CoreConfig
 
 log = logging.getLogger("gputriage.processor")
 
-FALLBACK_LETTER_BYTES = 64 << 10
-"""A dead letter the broker refused at full size is tried once more cut to this."""
 RESUME_AT = 0.8
 """Paused partitions resume when the buffer falls below this share of the cap."""
 MAX_REQUEST_BYTES = STATE_RECORD_MAX_BYTES
@@ -423,18 +423,11 @@ class Worker:
             future.add_done_callback(_on_incident_acked(labels, metrics, newest, published))
             pending.append(future)
         dead_topic = self.layout.dead_letters.name
+        send_letter = partial(self._try_send, dead_topic)
         for dead in outcome.dead_letters:
             # A task of its own, awaited by the flush like every send: it never raises.
-            pending.append(asyncio.ensure_future(self._dead_letter(dead_topic, dead)))
-            metrics.dead_letters.labels(dead.topic).inc()
-            log.warning(
-                "dead letter: %s[%d]@%d: %s%s",
-                dead.topic,
-                dead.partition,
-                dead.offset,
-                dead.reason,
-                f" (at {dead.field})" if dead.field else "",
-            )
+            pending.append(asyncio.ensure_future(dead_letters.deliver(dead, send_letter, metrics)))
+            dead_letters.note(dead, metrics)
         for source, count in outcome.events_by_source.items():
             metrics.events_in.labels(source).inc(count)
         offsets = self._offsets
@@ -442,38 +435,6 @@ class Worker:
             tracker = offsets.get(tp)
             if tracker is not None:
                 tracker.release(offset)
-
-    async def _dead_letter(self, topic: str, dead: DeadLetter) -> None:
-        """Deliver one dead letter, fitted to the producer's limit; never raise.
-
-        The policy (issue 11.1): a dead letter always fits (:func:`fitted_dead_letter`
-        keeps the head of the value, its size and a SHA-256); if the broker still
-        refuses it (a dead-letter topic with a smaller ``max.message.bytes``, an error
-        past the producer's retries) it is tried once more cut to
-        ``FALLBACK_LETTER_BYTES``; if that fails too, it is logged at error level with
-        the record's coordinates and reason, counted in
-        ``gputriage_dead_letter_failures_total``, and the record is committed past: a
-        poison record must never stop its partition (before, an 800 KB one became a
-        1.07 MB letter, the send raised, the worker exited, and every restart died on
-        the same record).
-        """
-        letter = fitted_dead_letter(dead)
-        error = await self._try_send(topic, letter)
-        if error is not None:
-            smaller = fitted_dead_letter(letter, FALLBACK_LETTER_BYTES)
-            if smaller is not letter:
-                error = await self._try_send(topic, smaller)
-        if error is None:
-            return
-        self.metrics.dead_letter_failures.inc()
-        log.error(
-            "dead letter for %s[%d]@%d (%s) could not be written (%r): committed past it",
-            dead.topic,
-            dead.partition,
-            dead.offset,
-            dead.reason,
-            error,
-        )
 
     async def _try_send(self, topic: str, letter: DeadLetter) -> KafkaError | None:
         """Send and await one dead letter; the error instead of raising it."""
