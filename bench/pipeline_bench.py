@@ -49,7 +49,7 @@ import tempfile
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -238,8 +238,15 @@ class WorkerProcess:
     """One ``python -m gputriage process``; its log in ``log_path``."""
 
     def __init__(
-        self, env: Env, app_id: str, extra_env: Mapping[str, str], *, name: str = ""
+        self,
+        env: Env,
+        app_id: str,
+        extra_env: Mapping[str, str],
+        *,
+        name: str = "",
+        args: Sequence[str] = (),
     ) -> None:
+        """``args``: more of ``gputriage process``'s options (``--engine faust``)."""
         self.app_id = app_id
         self.log_path = env.workdir / f"{name or app_id}.log"
         self._log = self.log_path.open("wb")
@@ -257,7 +264,7 @@ class WorkerProcess:
             **extra_env,
         }
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "gputriage", "process"],
+            [sys.executable, "-m", "gputriage", "process", *args],
             env=environ,
             stdout=self._log,
             stderr=subprocess.STDOUT,

@@ -7,13 +7,10 @@ log and the group's offsets unchanged.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 from tests.kafka_helpers import KafkaTestEnv
-from tests.processor_helpers import FAST_GROUP, Worker
+from tests.processor_helpers import Worker
 
 QUICK_GROUP = {
     "GPUTRIAGE_PROCESSOR__SESSION_TIMEOUT_SECONDS": "2",
@@ -34,19 +31,5 @@ class FaustWorker(Worker):
         log_path: Path,
         extra_env: dict[str, str] | None = None,
     ) -> None:
-        env = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("GPUTRIAGE_")},
-            **kafka.env,
-            **FAST_GROUP,
-            **QUICK_GROUP,
-            "GPUTRIAGE_PROCESSOR__APP_ID": f'"{app_id}"',
-            **(extra_env or {}),
-        }
-        self.log_path = log_path
-        self._log = log_path.open("wb")
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "gputriage", "process", "--engine", "faust"],
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
+        env = {**QUICK_GROUP, **(extra_env or {})}
+        super().__init__(kafka, app_id, log_path, env, args=("--engine", "faust"))

@@ -44,7 +44,9 @@ class Worker:
         app_id: str,
         log_path: Path,
         extra_env: dict[str, str] | None = None,
+        args: tuple[str, ...] = (),
     ) -> None:
+        """``args``: more of ``gputriage process``'s options (``--engine faust``)."""
         env = {
             **{k: v for k, v in os.environ.items() if not k.startswith("GPUTRIAGE_")},
             **kafka.env,
@@ -55,7 +57,7 @@ class Worker:
         self.log_path = log_path
         self._log = log_path.open("wb")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "gputriage", "process"],
+            [sys.executable, "-m", "gputriage", "process", *args],
             env=env,
             stdout=self._log,
             stderr=subprocess.STDOUT,

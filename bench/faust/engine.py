@@ -26,8 +26,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -52,30 +50,11 @@ from connectors.kafka.admin import ensure_topics
 from gputriage.demo.broker import EmbeddedBroker
 
 
-class EngineWorker(WorkerProcess):
-    """:class:`bench.pipeline_bench.WorkerProcess` with ``--engine`` (its environment)."""
-
-    def __init__(self, env: Env, app_id: str, engine: str, extra_env: Mapping[str, str]) -> None:
-        self.app_id = app_id
-        self.log_path = env.workdir / f"{app_id}.log"
-        self._log = self.log_path.open("wb")
-        environ = {
-            **{k: v for k, v in os.environ.items() if not k.startswith("GPUTRIAGE_")},
-            "GPUTRIAGE_KAFKA__BROKERS": f'"{env.broker.bootstrap}"',
-            "GPUTRIAGE_TOPICS__PREFIX": f'"{env.prefix}"',
-            "GPUTRIAGE_TOPICS__PARTITIONS": str(env.partitions),
-            "GPUTRIAGE_PROCESSOR__APP_ID": f'"{app_id}"',
-            "GPUTRIAGE_PROCESSOR__SESSION_TIMEOUT_SECONDS": "6",
-            "GPUTRIAGE_PROCESSOR__REBALANCE_TIMEOUT_SECONDS": "6",
-            "GPUTRIAGE_PROCESSOR__METRICS_PORT": "0",
-            **extra_env,
-        }
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "gputriage", "process", "--engine", engine],
-            env=environ,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
+def engine_worker(
+    env: Env, app_id: str, engine: str, extra_env: Mapping[str, str]
+) -> WorkerProcess:
+    """:class:`bench.pipeline_bench.WorkerProcess` started with ``--engine``."""
+    return WorkerProcess(env, app_id, extra_env, args=("--engine", engine))
 
 
 def _log(message: str) -> None:
@@ -83,7 +62,7 @@ def _log(message: str) -> None:
 
 
 def _engine(env: Env, engine: str, total: int, timeout: float) -> dict[str, Any]:
-    worker = EngineWorker(env, f"{env.prefix}-{engine}-{uuid.uuid4().hex[:6]}", engine, {})
+    worker = engine_worker(env, f"{env.prefix}-{engine}-{uuid.uuid4().hex[:6]}", engine, {})
     try:
         result = asyncio.run(processor_throughput(env, worker, total, timeout))
     finally:
