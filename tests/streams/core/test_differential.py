@@ -241,6 +241,20 @@ def test_each_guard_of_the_pod_shortcut_keeps_the_full_path(
     assert run(EDGES[name]) == fast
 
 
+def _on_the_sources(script: str, *args: str) -> list[str]:
+    """Run ``script`` on the core's Python sources in a subprocess; its output's words."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *args],
+        cwd=ROOT,
+        env={**os.environ, native.PURE_ENV: "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    return done.stdout.split()
+
+
 _HITS = """
 import sys
 from streams.core import cluster, node
@@ -262,16 +276,7 @@ print(hits["node"], hits["cluster"])
 def test_the_shortcuts_are_taken_on_a_generated_stream() -> None:
     """Without this the tests above could pass with shortcuts that never fire. Counted on
     the Python sources in a subprocess: compiled callers cannot be wrapped."""
-    done = subprocess.run(
-        [sys.executable, "-c", _HITS, "generated, 200 nodes, 2 clusters"],
-        cwd=ROOT,
-        env={**os.environ, native.PURE_ENV: "1"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    node_hits, cluster_hits = map(int, done.stdout.split())
+    node_hits, cluster_hits = map(int, _on_the_sources(_HITS, "generated, 200 nodes, 2 clusters"))
     assert node_hits > 1000
     assert cluster_hits > 1000
 
@@ -316,17 +321,7 @@ def test_the_compiled_core_gives_the_python_sources_incidents(name: str) -> None
             pytest.fail(f"GPUTRIAGE_REQUIRE_NATIVE=1 but this runs the Python core: {why}")
         pytest.skip(f"this interpreter runs the Python core: {why}")
     here = hashlib.sha256(b"".join(incidents(STREAMS[name]()))).hexdigest()
-    env = {**os.environ, native.PURE_ENV: "1"}
-    done = subprocess.run(
-        [sys.executable, "-c", _DIGEST, name],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=True,
-    )
-    assert done.stdout.split() == ["Python", here]
+    assert _on_the_sources(_DIGEST, name) == ["Python", here]
 
 
 def test_a_routine_pod_update_is_recognised_and_a_restart_is_not() -> None:
