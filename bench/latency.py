@@ -49,9 +49,16 @@ from typing import Any
 if __package__ in {None, ""}:  # run as a script: make the repository root importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from bench.pipeline_bench import EVENT_OPENED, Env, WorkerProcess, _quantile, _summary, stream
+from bench.pipeline_bench import (
+    EVENT_OPENED,
+    Env,
+    WorkerProcess,
+    _quantile,
+    _summary,
+    incident_reader,
+    stream,
+)
 from connectors.kafka.admin import ensure_topics
 from connectors.kafka.producer import EventProducer
 from gputriage.demo.broker import EmbeddedBroker
@@ -93,14 +100,7 @@ async def phase(
     acked: dict[str, tuple[float, float]] = {}
     """event id -> (ack time, event time)."""
 
-    incidents = AIOKafkaConsumer(**env.kwargs, group_id=None, fetch_max_wait_ms=10)
-    await incidents.start()
-    topic = env.layout.incidents.name
-    tps = [TopicPartition(topic, p) for p in range(env.partitions)]
-    incidents.assign(tps)
-    await incidents.seek_to_end(*tps)
-    for tp in tps:  # resolve the positions now, not at the first fetch
-        await incidents.position(tp)
+    incidents = await incident_reader(env)
     arrivals: list[tuple[float, int, bytes]] = []
     stop = asyncio.Event()
 

@@ -437,6 +437,20 @@ async def group_throughput(
 # ------------------------------------------------------------------------------ (c)
 
 
+async def incident_reader(env: Env) -> AIOKafkaConsumer:
+    """A consumer of the incident topic from its current end (positions resolved now, not
+    at the first fetch), fetching with a 10 ms wait: what the latency phases read with."""
+    incidents = AIOKafkaConsumer(**env.kwargs, group_id=None, fetch_max_wait_ms=10)
+    await incidents.start()
+    topic = env.layout.incidents.name
+    tps = [TopicPartition(topic, p) for p in range(env.partitions)]
+    incidents.assign(tps)
+    await incidents.seek_to_end(*tps)
+    for tp in tps:
+        await incidents.position(tp)
+    return incidents
+
+
 async def latency(
     env: Env, rate: float, seconds: float, nodes: int, settle: float = 5.0
 ) -> dict[str, Any]:
@@ -447,14 +461,7 @@ async def latency(
     when = [e.time.timestamp() for e in events]
     acked: dict[str, float] = {}
 
-    incidents = AIOKafkaConsumer(**env.kwargs, group_id=None, fetch_max_wait_ms=10)
-    await incidents.start()
-    topic = env.layout.incidents.name
-    tps = [TopicPartition(topic, p) for p in range(env.partitions)]
-    incidents.assign(tps)
-    await incidents.seek_to_end(*tps)
-    for tp in tps:  # resolve the positions now, not at the first fetch
-        await incidents.position(tp)
+    incidents = await incident_reader(env)
     arrivals: list[tuple[float, bytes]] = []
     stop = asyncio.Event()
 
