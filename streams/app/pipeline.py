@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import logging
 import math
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,6 +77,10 @@ class BatchOutcome:
 
 Partition = tuple[str, int]
 """A topic and partition number."""
+
+LENDABLE = 512
+"""Rises of a source's progress kept for :meth:`Pipeline.spread` (a few seconds of a busy
+source's chunks; a partition caught up before the oldest kept simply lends nothing)."""
 
 
 SourceStream = tuple[bytes, str, int]
@@ -142,7 +147,11 @@ class Pipeline:
       ignored: nothing would settle them.
     * **The least progress is the slowest alive source's**: an event waits until
       every source on this worker's partitions has vouched for its time, so a quiet
-      source that only heartbeats (every 5 s) delays incidents by up to that much.
+      source that only heartbeats delays incidents by up to its interval
+      (``PublishOptions.heartbeat_seconds``, 0.5 s).
+    * **A busy source's rarely used partition** keeps the progress of its last record
+      there (a busy source never heartbeats): :meth:`spread` lends it the source's later
+      progress once the worker has read it to an end fetched after that was read.
     """
 
     def __init__(
@@ -178,6 +187,10 @@ class Pipeline:
         """The assigned raw partitions (:meth:`retain`); None: no assignment known."""
         self._announced: dict[SourceStream, float] = {}
         """Entries added by an announcement, not heard yet -> when (``now``) it was read."""
+        self._lendable: dict[bytes, tuple[list[float], list[float]]] = {}
+        """Source -> (when read, progress): each rise of its finite progress on any
+        partition, both ascending, the last ``LENDABLE`` kept; what :meth:`spread` lends
+        its other partitions."""
         self._schemas: dict[str, tuple[str, type[Event]]] = {}
         for source, spec in layout.raw.items():
             self._schemas[spec.name] = (source, SOURCE_SCHEMAS[source])
@@ -330,6 +343,19 @@ class Pipeline:
         key = (source, record.topic, record.partition)
         entry = self._sources.get(key)
         heard = -math.inf if now is None else now
+        if progress == math.inf or (entry is not None and entry[0] == math.inf):
+            # An end, or a run after one: the old run's progress is nobody's to lend.
+            self._lendable.pop(source, None)
+        if -math.inf < progress < math.inf:
+            lendable = self._lendable.get(source)
+            if lendable is None:
+                self._lendable[source] = ([heard], [progress])
+            elif progress > lendable[1][-1] and heard >= lendable[0][-1]:
+                times, values = lendable
+                if len(times) >= LENDABLE:
+                    del times[: LENDABLE // 2], values[: LENDABLE // 2]
+                times.append(heard)
+                values.append(progress)
         if self._announced:
             self._announced.pop(key, None)
         if entry is None:
@@ -366,6 +392,52 @@ class Pipeline:
             where = (topic, partition)
             out[where] = min(at, out.get(where, math.inf))
         return out
+
+    def spread(self, caught_up: Mapping[Partition, float]) -> None:
+        """Lend each source's greatest progress to its partitions read to an end since.
+
+        ``caught_up``: partition -> a moment (epoch s, the worker's clock) such that every
+        record written there before it has been read (:meth:`Worker._caught_up`).
+
+        Why it is safe: a source signs a chunk with the progress of the batches it had
+        acknowledged *before* sending it (:class:`connectors.publish.Publisher`), on every
+        partition. So once its progress *P* has been read (at ``heard``), all its records
+        that *P* covers are on the broker everywhere; a partition read to an end fetched
+        after ``heard`` holds none of them unread, and the source's entry there may rise
+        to *P*. Without this, a busy source's partition that it writes rarely (one node's
+        XIDs) keeps the progress of its last record there, seconds old, and holds every
+        incident of the worker that long: a busy source never heartbeats (it is never
+        quiet), and it never reports idle between chunks.
+
+        Traps: only entries this worker has heard (an announced one settles by its own
+        rule), never past an end (``+inf`` is said on every partition anyway; an end, or
+        a new run after one, forgets what the source had to lend), and never back.
+
+        * It relies on each chunk's events being no older than the progress it carries
+          (less the grace): true of kmsg, journal, nvml and dcgm, whose progress rises
+          with what they read; for a source whose progress is a hint (the k8s watch, the
+          autoscaler's logs: :mod:`connectors.source`) it assumes what the hint already
+          does, that its disorder is within the grace. An event older than that was at
+          the mercy of the other partitions' progress before, and may be late now.
+        * The busy rule is not lent anything: a partition with records left to read
+          still holds the watermark at its newest event time, which also guards the
+          first records of a source not heard here yet (nothing vouches for those), and
+          the buffer's pausing (:meth:`ahead`) must agree with it.
+        """
+        lendable = self._lendable
+        announced = self._announced
+        for key, entry in self._sources.items():
+            where = (key[1], key[2])
+            at = caught_up.get(where)
+            if at is None:
+                continue
+            rises = lendable.get(key[0])
+            if rises is not None and entry[0] < math.inf and key not in announced:
+                # The greatest progress read strictly before ``at``.
+                index = bisect_left(rises[0], at) - 1
+                if index >= 0 and rises[1][index] > entry[0]:
+                    entry[0] = rises[1][index]
+                    entry[1] = max(entry[1], rises[0][index])
 
     def settle(self, partitions: Iterable[Partition]) -> None:
         """The worker has read these to an end fetched after their announcements: what the

@@ -89,6 +89,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Iterable, Mapping
 from functools import partial
@@ -104,7 +105,7 @@ from schemas.codec import encode
 from schemas.dead_letters import DeadLetter
 from schemas.topics import STATE_RECORD_MAX_BYTES, TopicLayout, TopicSpec
 from streams.app import dead_letters
-from streams.app.announced import FetchesAfter
+from streams.app.announced import Receipts
 from streams.app.changelog import ChangelogReader, partition_for
 from streams.app.metrics import Metrics
 from streams.app.offsets import PartitionOffsets
@@ -155,7 +156,7 @@ class ProcessorOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     """How long reading the state of newly assigned partitions may take."""
     source_idle_seconds: float = 60.0
     """A source (connector) not heard for this long no longer holds the watermark
-    (:class:`~streams.app.pipeline.Pipeline`). Connectors heartbeat every 5 s when
+    (:class:`~streams.app.pipeline.Pipeline`). Connectors heartbeat every 0.5 s when
     quiet; when every source has gone, the worker's clock drives the watermark."""
     max_future_seconds: float = 600.0
     """A record whose event time is further than this ahead of the present (the worker's
@@ -255,7 +256,7 @@ class Worker:
         self._gauges_at = 0.0
         self._peak = 0
         self._paused: set[TopicPartition] = set()
-        self._fetches = FetchesAfter()
+        self._receipts = Receipts()
         self.metrics.buffered_cap.set(options.max_buffered_events)
 
     # -- running -------------------------------------------------------------------------
@@ -342,6 +343,7 @@ class Worker:
                 newest = max(newest, batch[-1].timestamp)
             if fetched:
                 started = time.perf_counter()
+                pipeline.spread(self._caught_up())
                 outcome = pipeline.process_fetched(fetched, self._busy(), clock)
                 self.metrics.pipeline_seconds.inc(time.perf_counter() - started)
                 await self._send(outcome, newest / 1000)
@@ -351,6 +353,7 @@ class Worker:
         if now - self._last_tick >= self.options.tick_seconds:
             self._last_tick = now
             started = time.perf_counter()
+            pipeline.spread(self._caught_up())
             outcome = pipeline.tick(time.time(), self._busy())
             self.metrics.pipeline_seconds.inc(time.perf_counter() - started)
             await self._send(outcome, 0.0)
@@ -635,7 +638,9 @@ class Worker:
         scanned = await self.published.inherit(
             marks, (tp for tp in raw if tp.partition in gained), timeout
         )
-        self.pipeline.retain((tp.topic, tp.partition) for tp in raw)
+        wheres = [(tp.topic, tp.partition) for tp in raw]
+        self.pipeline.retain(wheres)
+        self._receipts.forget(wheres)
         self._owned = owned
         self._assigned_at = time.monotonic()
         log.info(
@@ -652,21 +657,43 @@ class Worker:
     # -- the watermark and metrics ---------------------------------------------------------
     async def _settle_announced(self) -> None:
         """Let the announced partitions read to an end fetched after their announcement
-        stop holding the watermark (:mod:`streams.app.announced`)."""
+        stop holding the watermark (:mod:`streams.app.announced`; the receipts are the
+        ones :meth:`_caught_up` observed this loop)."""
         consumer = self.consumer
-        announced = self.pipeline.announced()
-        tps = {where: TopicPartition(*where) for where in announced}
-        polled = {
-            w: consumer.last_poll_timestamp(tp) for w, tp in tps.items() if tp in self._offsets
-        }
+        receipts = self._receipts
         done = []
-        for where in self._fetches.ready(announced, polled):
-            tp = tps[where]
+        for where, at in self.pipeline.announced().items():
+            tp = TopicPartition(*where)
+            if tp not in self._offsets or receipts.after(where) <= at * 1000:
+                continue  # the same millisecond does not count: one more poll
             highwater = consumer.highwater(tp)
             if highwater is not None and await consumer.position(tp) >= highwater:
                 done.append(where)
         if done:
             self.pipeline.settle(done)
+
+    def _caught_up(self) -> dict[Partition, float]:
+        """Assigned raw partitions read to the high watermark of a response whose request
+        was sent after a known moment -> that moment (epoch s): every record written there
+        before it has been read (:mod:`streams.app.announced`, :meth:`Pipeline.spread`)."""
+        consumer = self.consumer
+        receipts = self._receipts
+        leaders = _leaders(consumer)
+        out: dict[Partition, float] = {}
+        for tp, tracker in self._offsets.items():
+            where = (tp.topic, tp.partition)
+            leader = leaders(tp) if leaders is not None else None
+            receipts.observe(where, consumer.last_poll_timestamp(tp), leader)
+            if leaders is None:
+                continue  # no leader known: nothing is claimed (see _leaders)
+            after = receipts.after(where)
+            position = tracker.next_offset
+            if after == -math.inf or position is None:
+                continue
+            highwater = consumer.highwater(tp)
+            if highwater is not None and position >= highwater:
+                out[where] = after / 1000
+        return out
 
     def _busy(self) -> list[Partition]:
         """Assigned raw partitions with records left to read: they hold the watermark.
@@ -737,6 +764,19 @@ class Worker:
                 metrics.consumer_lag.labels(tp.topic, str(tp.partition)).set(
                     max(0, highwater - tracker.next_offset)
                 )
+
+
+def _leaders(consumer: AIOKafkaConsumer) -> Any:
+    """The consumer's ``leader_for_partition`` (aiokafka's cluster metadata), or None.
+
+    Receipts answer "sent after" only for one broker's sequence of fetches (one in
+    flight per broker): after a leader change they start over (:class:`Receipts`). The
+    metadata is not public API; without it no partition counts as caught up (the
+    watermark then waits for the partitions' own records and heartbeats, as before).
+    """
+    client = getattr(consumer, "_client", None)
+    cluster = getattr(client, "cluster", None)
+    return getattr(cluster, "leader_for_partition", None)
 
 
 def _on_incident_acked(labels: Any, metrics: Metrics, newest: float, published: Published) -> Any:

@@ -76,3 +76,30 @@ def test_the_fetchers_prefetch_backoff_is_tuned_on_a_started_consumer(kafka: Kaf
     before, after = asyncio.run(tuned())
     assert before == 0.1, "aiokafka's default: the attribute is the one its fetcher reads"
     assert after == PREFETCH_BACKOFF_S
+
+
+def test_the_partition_leaders_are_known_on_a_started_consumer(kafka: KafkaTestEnv) -> None:
+    """The worker reads aiokafka's cluster metadata for each partition's leader (fetch
+    receipts count only within one broker's sequence: ``streams/app/announced.py``);
+    without it no partition is ever caught up and a busy source's rare partitions hold
+    the watermark again. An aiokafka that moves it fails here."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: PLC0415
+
+    from streams.app.worker import _leaders  # noqa: PLC0415
+
+    async def leader() -> object:
+        await kafka.acreate_topics()
+        consumer = AIOKafkaConsumer(**kafka.kwargs, group_id=None)
+        await consumer.start()
+        try:
+            tp = TopicPartition(kafka.layout.raw["pods"].name, 0)
+            consumer.assign([tp])
+            await consumer._client.force_metadata_update()
+            leaders = _leaders(consumer)
+            assert leaders is not None, "aiokafka's cluster metadata moved"
+            return leaders(tp)
+        finally:
+            with contextlib.suppress(asyncio.CancelledError):
+                await consumer.stop()
+
+    assert asyncio.run(leader()) not in (None, -1), "the partition's leader, a broker id"
