@@ -47,10 +47,13 @@ Traps:
   The k8s watch reports idle batches only once every resource is listed: a
   relist under way is not caught up. Trap: a source that never reports idle
   (blocking in ``next_batch`` while quiet) holds every watermark at its last event;
-  dcgm sleeps its interval inside ``next_batch`` and reports idle only for a failed
-  scrape round, so its progress trails by up to one scrape interval plus a
-  heartbeat (its events are stamped with the scrape's time, so a claim of "now"
-  between scrapes would be safe only for expositions without older timestamps).
+  dcgm reports idle while it waits for its next scrape (its events are stamped with
+  the scrape's time, read later than the claim), except after an exposition with its
+  own timestamps, which may be older than now: then its progress trails by up to one
+  scrape interval plus a heartbeat (:class:`connectors.dcgm.scrape.DcgmSource`).
+  Whatever a quiet source claims reaches the processor with its next heartbeat: a
+  quiet source's progress is up to ``heartbeat_seconds`` old, and so is every
+  watermark that hears it.
 """
 
 from __future__ import annotations

@@ -136,6 +136,11 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
+CLAIM_EVERY_S: Final = 1.0
+"""How often a dcgm source waiting for its next scrape says it is caught up (see
+:class:`DcgmSource`): the heartbeats carry the last such claim."""
+
+
 class DcgmPoller:
     """Scrape one exporter until stopped (:meth:`run`); the rounds are :class:`DcgmSource`'s.
 
@@ -179,8 +184,18 @@ class DcgmPoller:
         if not result.drained:
             log.warning("dcgm %s: scrapes not delivered before the stop", self.options.node)
 
-    async def scrape(self, session: aiohttp.ClientSession, base: DcgmState | None) -> Scraped:
-        """Fetch, parse and diff against ``base``; nothing is sent and no state is kept."""
+    async def scrape(
+        self,
+        session: aiohttp.ClientSession,
+        base: DcgmState | None,
+        *,
+        not_before: datetime | None = None,
+    ) -> Scraped:
+        """Fetch, parse and diff against ``base``; nothing is sent and no state is kept.
+
+        ``not_before``: the source said it was caught up until then (:class:`DcgmSource`);
+        an exposition stamped earlier (one that now carries its own timestamps) is taken
+        at that time instead, or its events would be older than a claim already made."""
         self._retry_after = None
         started = time.monotonic()
         try:
@@ -194,8 +209,16 @@ class DcgmPoller:
         if isinstance(parsed, RecordError):
             return Scraped("bad_exposition", letter=self._letter(body, parsed))
         when = parsed.time or self.clock()
+        if not_before is not None and when < not_before:
+            when = not_before
         letters = tuple(self._sample_letter(bad) for bad in parsed.bad)
-        return Scraped("ok", result=self._diff(base, parsed, when), time=when, letters=letters)
+        return Scraped(
+            "ok",
+            result=self._diff(base, parsed, when),
+            time=when,
+            letters=letters,
+            stamped=parsed.time is not None,
+        )
 
     async def _fetch(self, session: aiohttp.ClientSession) -> bytes:
         opts = self.options
@@ -290,6 +313,8 @@ class Scraped:
     """The scrape's time (the exposition's, else the poller's clock): the batch's progress."""
     letters: tuple[DeadLetter, ...] = ()
     """Samples left out of a good scrape (:attr:`Scrape.bad`), one dead letter each."""
+    stamped: bool = False
+    """``time`` came from the exposition's own timestamps, not the poller's clock."""
 
 
 class DcgmSource:
@@ -301,9 +326,27 @@ class DcgmSource:
     ``state`` (and the state file) advance only on :meth:`commit`. A failed
     scrape is an empty batch (dropped); a bad exposition a batch of one dead
     letter. ``progress`` is the scrape's time.
+
+    **Between scrapes it says it is caught up** (an idle batch every ``claim_every_s``):
+    the next scrape is stamped with the poller's clock when it is read, later than any
+    such claim, so nothing it will publish is older. Without this, its progress stayed
+    at the last scrape's time for a whole interval (15 s) plus a heartbeat, and since
+    every worker's watermark is the least progress of the sources it hears, each dcgm
+    scraper delayed every incident on its worker by that much (issue 14, measured with
+    ``bench/latency.py --quiet-sources``). Traps: an exposition with its own timestamps
+    may say "older than now" next time, so after one the wait is not broken up (the old
+    behaviour); nor with a poller on another clock (tests, a replay), because the
+    claim is the publish loop's wall clock; nor after a failed scrape (its idle batch
+    already says it, and the backoff's wait is short).
     """
 
-    def __init__(self, poller: DcgmPoller, session: aiohttp.ClientSession) -> None:
+    def __init__(
+        self,
+        poller: DcgmPoller,
+        session: aiohttp.ClientSession,
+        *,
+        claim_every_s: float = CLAIM_EVERY_S,
+    ) -> None:
         self.poller = poller
         self.session = session
         self.name = poller.options.url
@@ -311,15 +354,34 @@ class DcgmSource:
         self.key: bytes | None = key_of(opts.cluster, opts.node).encode()
         self._base = poller.state
         self._rounds = 0
+        self.claim_every_s = claim_every_s
+        self._due: float | None = None
+        """When the next scrape is due (monotonic), while waiting for it."""
+        self._claims_now = False
+        """The last scrape was stamped with the poller's wall clock: see the class."""
+        self._claimed: datetime | None = None
+        """When this source last said it was caught up (the poller's clock)."""
 
     async def next_batch(self) -> Batch | None:
         poller = self.poller
         if self._rounds:
-            await asyncio.sleep(poller.next_delay())
+            if self._due is None:
+                self._due = time.monotonic() + poller.next_delay()
+            wait = self._due - time.monotonic()
+            if wait > 0 and self._claims_now and poller.failures == 0:
+                await asyncio.sleep(min(wait, self.claim_every_s))
+                if self._due - time.monotonic() > 0:
+                    # Microseconds before the publish loop's own claim (it reads the clock
+                    # next): the grace covers that much.
+                    self._claimed = poller.clock()
+                    return Batch()  # idle: caught up until the next scrape (the class)
+            elif wait > 0:
+                await asyncio.sleep(wait)
+            self._due = None
         self._rounds += 1
         poller.attempts += 1
         try:
-            scraped = await poller.scrape(self.session, self._base)
+            scraped = await poller.scrape(self.session, self._base, not_before=self._claimed)
         except Exception:  # a bug must not end a DaemonSet's only XID witness: log, retry
             log.exception("dcgm %s: scrape round failed", poller.options.node)
             scraped = Scraped("internal_error")
@@ -331,6 +393,7 @@ class DcgmSource:
             return Batch()
         result = scraped.result
         self._base = result.state
+        self._claims_now = not scraped.stamped and poller.clock is _now
         return Batch(
             events=list(result.events),
             dead=list(scraped.letters),

@@ -14,6 +14,7 @@ import asyncio
 import socket
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from aiohttp import web
 from connectors.backoff import Backoff
 from connectors.dcgm.scrape import DcgmMetrics, DcgmPoller, DcgmSource, PollOptions
 from connectors.kafka.producer import EventProducer
+from connectors.source import Batch
 from gputriage.demo.broker import EmbeddedBroker
 from schemas.codec import AnyEvent, decode_dead_letter, decode_event
 from schemas.events import GpuBindingEvent, PodRef, XidEvent
@@ -418,3 +420,57 @@ async def test_a_sample_with_a_bad_timestamp_is_a_dead_letter_and_the_scrape_is_
     assert letter.value is not None
     assert b'UUID="GPU-bad"' in letter.value
     assert record.key == b"c1/gpu-node-1"
+
+
+async def rounds_until_a_scrape(source: DcgmSource, limit: float) -> tuple[int, float, Batch]:
+    """Call ``next_batch`` as the publish loop does until one scrapes: (idle batches, s,
+    the scrape's batch)."""
+    began = asyncio.get_running_loop().time()
+    idle = 0
+    while True:
+        batch = await source.next_batch()
+        assert batch is not None
+        if not batch.idle:
+            return idle, asyncio.get_running_loop().time() - began, batch
+        idle += 1
+        assert asyncio.get_running_loop().time() - began < limit, "no scrape came"
+
+
+@pytest.mark.asyncio
+async def test_between_scrapes_the_source_says_it_is_caught_up(kafka: KafkaTestEnv) -> None:
+    """Issue 14 (latency): waiting out its interval, a dcgm source reports idle batches
+    (the publish loop then claims the wall clock and heartbeats it), instead of one long
+    sleep that left its progress at the last scrape's time for the whole interval, and
+    every incident of the worker waiting that long. Not after an exposition with its own
+    timestamps: its next scrape may be stamped older than now.
+
+    Real time: the interval elapses while aiohttp talks to the exporter."""
+    exporter = Exporter()
+    interval = 0.6
+    async with (
+        EventProducer(kafka.kwargs, kafka.layout) as producer,
+        serving(exporter) as url,
+        aiohttp.ClientSession() as session,
+    ):
+        poller = DcgmPoller(options(url, interval_s=interval), producer)
+        source = DcgmSource(poller, session, claim_every_s=0.05)
+        first = await source.next_batch()
+        assert first is not None
+        assert first.events, "the first scrape publishes its bindings"
+        assert first.progress is not None
+        idle, took, _ = await rounds_until_a_scrape(source, limit=10 * interval)
+        assert idle >= 3, f"{idle} idle batches in {took:.2f} s"
+        assert took >= interval * 0.9, "the interval is still waited out"
+        assert exporter.hits == 2
+
+        stamped = 'DCGM_FI_DEV_XID_ERRORS{gpu="7",UUID="GPU-stamped"} 0 1764576000000\n'
+        exporter.current = (200, burst(1) + stamped, {})
+        claimed = datetime.now(UTC)
+        idle, _, batch = await rounds_until_a_scrape(source, limit=10 * interval)
+        assert idle >= 1, "the last scrape was on the poller's clock"
+        assert exporter.hits == 3
+        assert batch.progress is not None
+        assert batch.progress >= claimed, "stamped a year back, taken at the claim instead"
+        idle, took, _ = await rounds_until_a_scrape(source, limit=10 * interval)
+        assert idle == 0, "after a stamped exposition nothing is claimed"
+        assert took >= interval * 0.9
