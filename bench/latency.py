@@ -61,8 +61,11 @@ from bench.pipeline_bench import (
 )
 from connectors.kafka.admin import ensure_topics
 from connectors.kafka.producer import EventProducer
+from connectors.publish import Publisher, PublishOptions
+from connectors.source import Batch
 from gputriage.demo.broker import EmbeddedBroker
 from schemas.codec import AnyEvent, decode_incident
+from schemas.events import XidEvent
 from streams.config import default_core_config
 
 BARS_P99_S = {2_000: 1.0, 10_000: 2.0}
@@ -71,6 +74,8 @@ COUNTERS = ("gputriage_pipeline_seconds_total", "gputriage_flush_seconds_total")
 """The worker's counters read around each phase (the Pipeline's time, the flushes')."""
 CHUNK_S = 0.005
 """The producer's pacing: what is due is queued every 5 ms at most."""
+IDLE_POLL_S = 0.05
+"""How long the bench's source waits for a chunk before it reports idle (caught up)."""
 
 
 def _log(message: str) -> None:
@@ -88,8 +93,87 @@ async def wait_joined(worker: WorkerProcess, timeout: float = 60.0) -> None:
         await asyncio.sleep(0.1)
 
 
+class DueSource:
+    """The events that came due, as a live connector's source gives them to the publish
+    loop (:class:`connectors.publish.Publisher`): a batch per chunk, its progress the
+    chunk's newest event time, and an idle batch when nothing is due (the loop then
+    claims the wall clock and closes with a heartbeat, as a caught-up watch does).
+    ``commit`` is called once a batch is acknowledged: that is its events' ack time."""
+
+    name = "latency-bench"
+    key: bytes | None = None
+
+    def __init__(self, acked: dict[str, tuple[float, float]]) -> None:
+        self.queue: asyncio.Queue[list[AnyEvent] | None] = asyncio.Queue()
+        self.acked = acked
+
+    async def next_batch(self) -> Batch | None:
+        try:
+            chunk = await asyncio.wait_for(self.queue.get(), IDLE_POLL_S)
+        except TimeoutError:
+            return Batch()
+        ended = chunk is None
+        events = [] if chunk is None else list(chunk)
+        while not ended and not self.queue.empty():  # all that is due: one batch
+            more = self.queue.get_nowait()
+            if more is None:
+                ended = True
+            else:
+                events += more
+        if not events:
+            return None
+        if ended:
+            self.queue.put_nowait(None)  # said again on the next call
+        return Batch(events=events, records=len(events), progress=max(e.time for e in events))
+
+    def commit(self, batch: Batch) -> None:
+        done = time.time()
+        for event in batch.events:
+            self.acked[event.id] = (done, event.time.timestamp())
+
+    async def close(self) -> None:
+        return None
+
+
+class QuietSource:
+    """A node agent with nothing to say (a kmsg reader on a healthy node): one
+    informational XID first (a source heartbeats only the partitions it has published
+    to), then idle polls, so the publish loop heartbeats its progress every
+    ``heartbeat_seconds``, as in production."""
+
+    name = "kmsg:latency-bench"
+
+    def __init__(self, cluster: str, node: str, start: datetime) -> None:
+        self.key: bytes | None = f"{cluster}/{node}".encode()
+        self._first: XidEvent | None = XidEvent(
+            id=f"quiet-{node}", cluster=cluster, node=node, time=start, code=92
+        )
+
+    async def next_batch(self) -> Batch | None:
+        first, self._first = self._first, None
+        if first is not None:
+            return Batch(events=[first], records=1, progress=first.time)
+        await asyncio.sleep(IDLE_POLL_S)  # the poll interval of a kmsg reader
+        return Batch()
+
+    def commit(self, batch: Batch) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+
 async def phase(
-    env: Env, rate: float, seconds: float, nodes: int, seed: int, grace: float
+    env: Env,
+    rate: float,
+    seconds: float,
+    nodes: int,
+    seed: int,
+    grace: float,
+    *,
+    signed: bool = True,
+    quiet: int = 0,
+    heartbeat: float = PublishOptions.heartbeat_seconds or 5.0,
 ) -> dict[str, Any]:
     """``rate`` events/s of live events for ``seconds``; each incident matched to its
     completing event; the latency and its parts (see the module)."""
@@ -133,9 +217,26 @@ async def phase(
                 acked[event.id] = (done, event.time.timestamp())
 
     reader = asyncio.create_task(read())
-    producer = EventProducer(env.kwargs, env.layout, linger_ms=0)
+    producer = EventProducer(env.kwargs, env.layout)  # the connectors' settings
     await producer.start()
-    sender = asyncio.create_task(send())
+    source = DueSource(acked)
+    hush = asyncio.Event()
+    quiet_agents = [
+        asyncio.create_task(
+            Publisher(
+                QuietSource(events[0].cluster, f"quiet-{n}", start),
+                producer,
+                options=PublishOptions(heartbeat_seconds=heartbeat),
+            ).run(hush)
+        )
+        for n in range(quiet)
+    ]
+    sender: asyncio.Task[Any]
+    if signed:
+        publisher = Publisher(source, producer, options=PublishOptions())
+        sender = asyncio.create_task(publisher.run(asyncio.Event()))
+    else:
+        sender = asyncio.create_task(send())
     lag: list[float] = []
     try:
         i = 0
@@ -144,13 +245,19 @@ async def phase(
             if when[i] > now:
                 await asyncio.sleep(min(CHUNK_S, when[i] - now))
                 continue
+            chunk = []
             while i < len(events) and when[i] <= now:
-                due.append(events[i])
+                chunk.append(events[i])
                 lag.append(now - when[i])
                 i += 1
-            ready.set()
+            if signed:
+                source.queue.put_nowait(chunk)
+            else:
+                due.extend(chunk)
+                ready.set()
         produced.set()
         ready.set()
+        source.queue.put_nowait(None)  # the source ends: the publish loop drains
         await sender
         # Until the last event's grace has passed and its incidents had time to arrive.
         await asyncio.sleep(grace + 2.0)
@@ -158,6 +265,8 @@ async def phase(
         stop.set()
         produced.set()
         ready.set()
+        hush.set()
+        await asyncio.gather(*quiet_agents, return_exceptions=True)
         await reader
         if not sender.done():
             sender.cancel()
@@ -200,6 +309,7 @@ def _match(
         "seconds": seconds,
         "events": count,
         "send_lag_p99_s": _quantile(lag, 0.99),
+        "ack_lag_p99_s": _quantile([ack - at for ack, at in acked.values()], 0.99),
         "incident_records": len(arrivals),
         "opened": _summary(opened),
         "parts": {name: _summary(values) for name, values in parts.items()},
@@ -228,7 +338,19 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                     seed = 100 + len(results)
                     before = {name: worker.counter(name) or 0.0 for name in COUNTERS}
                     began = time.perf_counter()
-                    result = asyncio.run(phase(env, rate, args.seconds, args.nodes, seed, grace))
+                    result = asyncio.run(
+                        phase(
+                            env,
+                            rate,
+                            args.seconds,
+                            args.nodes,
+                            seed,
+                            grace,
+                            signed=args.signed,
+                            quiet=args.quiet_sources,
+                            heartbeat=args.heartbeat_seconds,
+                        )
+                    )
                     took = time.perf_counter() - began
                     # The worker's loop: its share of the phase in the Pipeline, and the
                     # milliseconds each flush (one a second) held it.
@@ -260,7 +382,7 @@ def render(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
         "",
         f"{'run':>3} {'events/s':>9} {'n':>5} {'p50':>6} {'p90':>6} {'p99':>6} {'max':>6}"
         f"   {'hold p50/p99':>13} {'worker p50/p99':>15} {'out p50/p99':>12}"
-        f" {'core%':>6} {'flush':>6}  bar",
+        f" {'core%':>6} {'flush':>6} {'lag99':>6}  bar",
     ]
     for r in results:
         o, p = r["opened"], r["parts"]
@@ -277,7 +399,8 @@ def render(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
             f"{r['run']:>3} {r['rate']:>9,.0f} {o['n']:>5} {ms(o['p50_s']):>6} {ms(o['p90_s']):>6}"
             f" {ms(o['p99_s']):>6} {ms(o['max_s']):>6}   {pair(p['hold']):>13}"
             f" {pair(p['worker']):>15} {pair(p['out']):>12}"
-            f" {100 * r.get('pipeline_share', 0):>5.0f}% {r.get('flush_ms', 0):>4.0f}ms  {verdict}"
+            f" {100 * r.get('pipeline_share', 0):>5.0f}% {r.get('flush_ms', 0):>4.0f}ms"
+            f" {ms(r['ack_lag_p99_s']):>6}  {verdict}"
         )
     lines += [
         "",
@@ -285,7 +408,9 @@ def render(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
         "worker = fetch wait + watermark/tick cadence + processing; out = linger + broker + "
         "our fetch;",
         "core% = the worker's time in the Pipeline (decode, core) per second of the phase; "
-        "flush = ms of its loop per flush (snapshots encoded and queued; one a second).",
+        "flush = ms of its loop per flush (snapshots encoded and queued; one a second);",
+        "lag99 = p99 ms from an event's time to its ack (the load generator and the publish "
+        "loop; the latency counts from the ack, after it).",
     ]
     return "\n".join(lines)
 
@@ -308,6 +433,29 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         metavar="NAME=VALUE",
         help="extra environment for the worker (e.g. GPUTRIAGE_PROCESSOR__TICK_SECONDS=0.05)",
+    )
+    parser.add_argument(
+        "--unsigned",
+        dest="signed",
+        action="store_false",
+        help="produce header-less records (no source progress, no heartbeats) instead of "
+        "going through the connectors' publish loop: the processor's fallback rule",
+    )
+    parser.add_argument(
+        "--quiet-sources",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also run N node agents with nothing to say (each heartbeats, as a kmsg "
+        "reader on a healthy node does): what a fleet's quiet agents cost",
+    )
+    parser.add_argument(
+        "--heartbeat-seconds",
+        type=float,
+        default=PublishOptions.heartbeat_seconds,
+        metavar="S",
+        help="the quiet agents' heartbeat interval (default: the connectors', "
+        f"{PublishOptions.heartbeat_seconds:g} s)",
     )
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
