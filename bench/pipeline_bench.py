@@ -301,6 +301,15 @@ class WorkerProcess:
             self._log.close()
 
 
+async def _committed_so_far(reader: AIOKafkaConsumer, tps: list[TopicPartition]) -> int:
+    """:func:`committed_total`, or 0 while the group's offsets cannot be read yet."""
+    try:
+        return await committed_total(reader, tps)
+    except Exception as exc:  # the group may not exist yet
+        _log(f"  offsets not readable yet: {type(exc).__name__}")
+        return 0
+
+
 async def committed_total(reader: AIOKafkaConsumer, tps: list[TopicPartition]) -> int:
     """The group's committed offsets on ``tps``, summed (the reader never joins the group).
 
@@ -343,11 +352,7 @@ async def processor_throughput(
             now = time.perf_counter()
             if logged_at is None and "partitions [" in worker.log():
                 logged_at = now
-            try:
-                done = await committed_total(reader, tps)
-            except Exception as exc:  # the group may not exist yet
-                _log(f"  offsets not readable yet: {type(exc).__name__}")
-                done = 0
+            done = await _committed_so_far(reader, tps)
             if done and first is None:
                 first = (now, done)
                 in_pipeline = await asyncio.to_thread(worker.counter, PIPELINE_SECONDS)
@@ -407,11 +412,7 @@ async def group_throughput(
                 if worker.process.poll() is not None:
                     raise RuntimeError(f"a worker exited:\n{worker.log()[-3000:]}")
             now = time.perf_counter()
-            try:
-                done = await committed_total(reader, tps)
-            except Exception as exc:  # the group may not exist yet
-                _log(f"  offsets not readable yet: {type(exc).__name__}")
-                done = 0
+            done = await _committed_so_far(reader, tps)
             if done and first is None:
                 first = (now, done)
             if done >= total:

@@ -329,6 +329,9 @@ class Worker:
 
     async def _step(self, batches: Mapping[TopicPartition, list[Any]]) -> None:
         pipeline = self.pipeline
+        # Once a loop, before anything reads the watermark: it also observes the fetch
+        # receipts the announcements settle by (a receipt seen later only claims less).
+        pipeline.spread(self._caught_up())
         newest = 0
         clock = time.time()
         if batches:
@@ -343,7 +346,6 @@ class Worker:
                 newest = max(newest, batch[-1].timestamp)
             if fetched:
                 started = time.perf_counter()
-                pipeline.spread(self._caught_up())
                 outcome = pipeline.process_fetched(fetched, self._busy(), clock)
                 self.metrics.pipeline_seconds.inc(time.perf_counter() - started)
                 await self._send(outcome, newest / 1000)
@@ -353,7 +355,6 @@ class Worker:
         if now - self._last_tick >= self.options.tick_seconds:
             self._last_tick = now
             started = time.perf_counter()
-            pipeline.spread(self._caught_up())
             outcome = pipeline.tick(time.time(), self._busy())
             self.metrics.pipeline_seconds.inc(time.perf_counter() - started)
             await self._send(outcome, 0.0)
@@ -658,7 +659,7 @@ class Worker:
     async def _settle_announced(self) -> None:
         """Let the announced partitions read to an end fetched after their announcement
         stop holding the watermark (:mod:`streams.app.announced`; the receipts are the
-        ones :meth:`_caught_up` observed this loop)."""
+        ones :meth:`_caught_up` observed at the start of this loop)."""
         consumer = self.consumer
         receipts = self._receipts
         done = []

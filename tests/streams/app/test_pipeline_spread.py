@@ -29,6 +29,22 @@ RARE = (PODS, 2)
 """The partition the source writes rarely."""
 
 
+def tick(source: str, offset: int, partition: int, *progress: tuple[str, bytes]) -> RawRecord:
+    """A heartbeat with hand-made progress headers (none: a source with no progress yet)."""
+    return RawRecord(
+        topic=PODS,
+        partition=partition,
+        offset=offset,
+        key=None,
+        value=heartbeat(source, at(0)).value,
+        token=("hb", offset),
+        headers=[(wire.SOURCE_HEADER, source.encode()), *progress],
+    )
+
+
+END = (wire.PROGRESS_HEADER, wire.END)
+
+
 def first_pod() -> PodEvent:
     return next(e for e in oom().events if isinstance(e, PodEvent))
 
@@ -71,16 +87,7 @@ def test_another_sources_progress_is_never_lent() -> None:
 def test_an_end_is_not_lent_and_nothing_goes_back() -> None:
     p = pipeline()
     p.process([heartbeat("k8s", at(50), partition=2)], now=NOW)
-    end = RawRecord(
-        topic=PODS,
-        partition=0,
-        offset=5,
-        key=None,
-        value=heartbeat("k8s", at(60)).value,
-        token=("hb", 5),
-        headers=[(wire.SOURCE_HEADER, b"k8s"), (wire.PROGRESS_HEADER, wire.END)],
-    )
-    p.process([end], now=NOW + 1)
+    p.process([tick("k8s", 5, 0, END)], now=NOW + 1)
     p.spread({RARE: NOW + 2})
     p.tick(NOW + 3)
     assert p.correlator.watermark == at(50).timestamp() - GRACE, "an end is said everywhere"
@@ -112,19 +119,8 @@ def test_a_run_after_an_end_is_not_lent_the_old_runs_progress() -> None:
     p.process([heartbeat("other", at(10), partition=1)], now=NOW)
     p.process([heartbeat("kmsg", at(400), offset=1)], now=NOW)
 
-    def record(offset: int, partition: int, *progress: tuple[str, bytes]) -> RawRecord:
-        return RawRecord(
-            topic=PODS,
-            partition=partition,
-            offset=offset,
-            key=None,
-            value=heartbeat("kmsg", at(400)).value,
-            token=("hb", offset),
-            headers=[(wire.SOURCE_HEADER, b"kmsg"), *progress],
-        )
-
-    p.process([record(2, 0, (wire.PROGRESS_HEADER, wire.END))], now=NOW + 1)
-    p.process([record(3, 2)], now=NOW + 2)  # the new run, on another partition: no progress
+    p.process([tick("kmsg", 2, 0, END)], now=NOW + 1)
+    p.process([tick("kmsg", 3, 2)], now=NOW + 2)  # the new run, on another partition: no progress
     p.spread({RARE: NOW + 5, (PODS, 0): NOW + 5})
     p.process([heartbeat("other", at(1000), partition=1, offset=1000)], now=NOW + 6)
     p.tick(NOW + 7)
