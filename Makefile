@@ -56,8 +56,13 @@ tools:
 	  || echo "make tools: installing$$missing FAILED: the tests that need it will skip"; \
 	else echo "make tools: cannot install$$missing (no apt-get as root): their tests skip"; fi
 
+# The suite in TEST_WORKERS processes, each with its own embedded broker (tests/conftest.py):
+# most of a test's time is waiting (group joins, subprocesses, the broker), so more
+# processes than cores pay. worksteal: the long kill tests do not hold up the end.
+# `make test TEST_WORKERS=0` runs it in this process (one broker, plain output).
+TEST_WORKERS ?= 4
 test: venv native lint tools
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
 
 demo: venv native
 	$(BIN)/gputriage demo

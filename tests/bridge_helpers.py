@@ -276,7 +276,7 @@ FAST = BridgeSettings(
     retry_initial_seconds=0.05,
     retry_max_seconds=0.2,
     commit_seconds=0.2,
-    session_timeout_seconds=6,
+    session_timeout_seconds=2,
     stop_timeout_seconds=5,
 )
 """Settings for in-process runs: no update interval, short backoff, frequent commits."""
@@ -369,7 +369,7 @@ def bridge_env(
         "retry_initial_seconds": 0.05,
         "retry_max_seconds": 0.2,
         "commit_seconds": 0.2,
-        "session_timeout_seconds": 6,
+        "session_timeout_seconds": 2,
         **common,
     }
     env = dict(kafka.env)

@@ -167,7 +167,7 @@ def configuration(
         "retry_initial_seconds": 0.05,
         "retry_max_seconds": 0.2,
         "commit_seconds": 0.2,
-        "session_timeout_seconds": 6,
+        "session_timeout_seconds": 2,
         "stop_timeout_seconds": 5,
     }
     lines = ["[bridge]", *(f"{k} = {toml(v)}" for k, v in common.items()), "", f"[bridge.{kind}]"]

@@ -42,13 +42,6 @@ from tests.processor_helpers import (
     restored_keys,
 )
 
-QUICK_GROUP = {
-    "GPUTRIAGE_PROCESSOR__SESSION_TIMEOUT_SECONDS": "2",
-    "GPUTRIAGE_PROCESSOR__REBALANCE_TIMEOUT_SECONDS": "2",
-}
-"""A killed worker's partitions are free again after 2 s (the group waits for a dead
-member that long before it completes the successor's join): six kills cost ~12 s."""
-
 KillPoint = Callable[[Worker, int], object]
 """When to kill a worker, given it and the group's committed count when it started."""
 
@@ -139,7 +132,7 @@ def _kills(
         start, began = count(), time.monotonic()
         incidents.poll()
         at_start[:] = [len(incidents.records)]
-        worker = Worker(kafka, app, tmp_path / f"{name}.log", {**QUICK_GROUP, **env})
+        worker = Worker(kafka, app, tmp_path / f"{name}.log", env)
         try:
             wait_until(lambda: kill_when(worker, start), timeout=60, what=f"kill point {name}")
         except AssertionError as late:
@@ -164,7 +157,7 @@ def _kills(
     assert count() == before, "the no-commit worker committed nothing"
     assert count() < total, f"the kills landed mid-backlog: {log}"
 
-    last = Worker(kafka, app, tmp_path / "last.log", QUICK_GROUP)
+    last = Worker(kafka, app, tmp_path / "last.log")
     try:
         await_settled(incidents, expected, 90)
         wait_until(lambda: count() == total, timeout=30, what="all committed")
