@@ -1,0 +1,86 @@
+"""Ground truth: the incidents a simulated stream must give, written by ``gputriage simulate``.
+
+``gputriage simulate --truth TRUTH.jsonl`` writes one :class:`ExpectedIncident` per
+fault it injects, and ``gputriage score EVENTS TRUTH`` matches the incidents a replay
+gives against them (precision, recall, detection delay per type). Noise (healthy
+restarts, informational XIDs, device-plugin blips, pods that get scheduled...) writes
+nothing: an incident that matches no expectation is a false positive.
+
+Why the simulator says what to expect, and never the core: the truth is the domain's
+rule applied to the fault it injected ("a fatal XID, then the pods on that GPU
+evicted, is one ``device_unhealthy_eviction`` naming that GPU and those pods"), so a
+core that drifts from the domain shows as a drop in recall, not as a new truth.
+
+The matching key, by scope (``gputriage score`` documents the rule in full):
+
+* every type: ``type`` and ``cluster``;
+* node-scoped types (every type but ``scale_up_failure``, ``gpu_pods_starved`` and
+  ``allocation_mismatch``): ``node``;
+* ``pods``: at least one of them among the incident's pods, where the truth names any;
+* ``gpus``: at least one of them (a GPU UUID) among the incident's GPUs, where the
+  truth names any;
+* ``node_group``: the incident's ``node_group`` attribute (``scale_up_failure``);
+* the time: the incident's ``first_seen`` within ``[not_before, not_after]``.
+
+Traps:
+
+* ``not_before``/``not_after`` bound the incident's ``first_seen`` (its earliest
+  evidence), not the moment it is published; the detection delay is measured from
+  ``start`` (the fault's first event) to the event time at which the core published
+  the first revision.
+* Versioned like the wire records (``truth.v1``): a file written by an older
+  simulator must still decode, so a new field gets a default.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from schemas.codec import typed_decoder
+from schemas.types import Time
+
+CLUSTER_SCOPED = frozenset({"scale_up_failure", "gpu_pods_starved", "allocation_mismatch"})
+"""Incident types raised on a cluster's key, with no node to match on."""
+
+
+class ExpectedIncident(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    tag_field="schema",
+    tag="truth.v1",
+    omit_defaults=True,
+):
+    """One incident a simulated fault must give."""
+
+    id: str
+    """The fault's own id (deterministic: seeded), to name it in a score's misses."""
+    fault: str
+    """The simulator's name of the fault (``fatal_xid_eviction``, ``host_oom``...)."""
+    type: str
+    """The incident type it must give (DESIGN §2)."""
+    cluster: str
+    node: str = ""
+    """"" for the cluster-scoped types (:data:`CLUSTER_SCOPED`)."""
+    gpus: tuple[str, ...] = ()
+    """GPU UUIDs the incident must name (one of them suffices to match)."""
+    pods: tuple[str, ...] = ()
+    """``namespace/name`` of the pods the incident must name (one suffices to match)."""
+    owner: str = ""
+    """``Kind/name`` of the pods' owner, for the report."""
+    node_group: str = ""
+    """The autoscaler's node group (``scale_up_failure``, ``gpu_pods_starved``)."""
+    start: Time
+    """Event time of the fault's first event: detection delay counts from here."""
+    not_before: Time
+    """The earliest ``first_seen`` a matching incident may have."""
+    not_after: Time
+    """The latest ``first_seen`` a matching incident may have."""
+    severity: str = ""
+    """The severity the domain gives it (``page``/``ticket``/``info``), "" when it depends
+    on configuration; reported, not matched."""
+
+
+decode_truth = typed_decoder(ExpectedIncident)
+"""One line of a truth file; :class:`schemas.codec.RecordError` (naming the field) on a
+bad one. Write one with :func:`schemas.codec.encode`."""
