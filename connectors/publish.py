@@ -58,7 +58,7 @@ import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from connectors.backoff import Backoff
 from connectors.delivery import DELIVERY_BACKOFF, BoundedDelivery, DeliveryMetrics
@@ -83,6 +83,11 @@ It runs once per event, when the batch is read; an exception from it ends the lo
 """
 
 
+HEARTBEAT_SECONDS: Final = 0.5
+"""The default of :attr:`PublishOptions.heartbeat_seconds` and of every connector's
+``heartbeat_seconds`` setting."""
+
+
 @dataclass(frozen=True)
 class PublishOptions:
     """How much to hold while Kafka is down, how to retry, how long to drain on stop."""
@@ -95,7 +100,7 @@ class PublishOptions:
     drain_timeout_s: float = 10.0
     """On stop (or when the source ends): how long to deliver what is buffered. Finite: an
     unbounded drain with Kafka down never ends (see the module)."""
-    heartbeat_seconds: float | None = 0.5
+    heartbeat_seconds: float | None = HEARTBEAT_SECONDS
     """After this long without publishing, send the source's progress as a heartbeat (a
     ``tick.v1``) to every raw partition it has published to; None: never. Keep it well
     under the processor's ``source_idle_seconds`` (60 s), or a quiet source ages out.

@@ -60,6 +60,7 @@ from connectors.kafka.config import (
     kafka_table,
     with_password,
 )
+from connectors.publish import HEARTBEAT_SECONDS
 from connectors.xid.paths import BOOT_ID_PATH, DEFAULT_STATE, DEVICE, JOURNALCTL, PROC_STAT
 from gputriage.logs import LogSettings
 from gputriage.times import parse_time
@@ -80,6 +81,10 @@ Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 """A TCP port; 0 picks a free one."""
 Positive = Annotated[float, msgspec.Meta(gt=0, le=86400)]
 """Seconds of wall-clock time, more than 0 and at most a day (so never inf, never nan)."""
+Heartbeat = Annotated[float, msgspec.Meta(gt=0, le=30)]
+"""A connector's ``heartbeat_seconds`` (:attr:`connectors.publish.PublishOptions.heartbeat_seconds`
+says what it bounds and what it costs): at most 30 s, well under the processor's
+``source_idle_seconds`` (60 s by default), past which a quiet source would age out."""
 
 
 class SettingsError(ValueError):
@@ -138,6 +143,7 @@ class K8sConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unkno
     resources: tuple[str, ...] = ()
     prefixes: tuple[str, ...] = ()
     brokers: str | None = None
+    heartbeat_seconds: Heartbeat = HEARTBEAT_SECONDS
     metrics_port: Port = 9466
     buffer_size: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 10_000
     silence_timeout: Annotated[float, msgspec.Meta(ge=1.0, le=86400)] = 300.0
@@ -159,6 +165,7 @@ class KmsgConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unkn
     boot_time: str | None = None
     """RFC 3339 or epoch seconds, parsed by the command (one parser for both sources)."""
     brokers: str | None = None
+    heartbeat_seconds: Heartbeat = HEARTBEAT_SECONDS
     metrics_port: Port = 9465
     poll_interval: Annotated[float, msgspec.Meta(ge=0.01, le=10.0)] = 0.2
     journal: bool = False
@@ -204,6 +211,7 @@ class DcgmConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unkn
     timeout: Annotated[float, msgspec.Meta(ge=0.1, le=3600)] = 10.0
     state_path: str | None = None
     brokers: str | None = None
+    heartbeat_seconds: Heartbeat = HEARTBEAT_SECONDS
     metrics_port: Port = 9467
 
 
@@ -216,6 +224,7 @@ class NvmlConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unkn
     once: bool = False
     print_only: bool = False
     brokers: str | None = None
+    heartbeat_seconds: Heartbeat = HEARTBEAT_SECONDS
 
 
 class AutoscalerConnectSettings(
@@ -235,6 +244,7 @@ class AutoscalerConnectSettings(
     state_path: str | None = None
     status_configmap: str = "cluster-autoscaler-status"
     brokers: str | None = None
+    heartbeat_seconds: Heartbeat = HEARTBEAT_SECONDS
     metrics_port: Port = 9468
     buffer_size: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 10_000
     poll_interval: Annotated[float, msgspec.Meta(ge=0.1, le=3600)] = 10.0

@@ -33,7 +33,7 @@ from connectors.autoscaler.metrics import AutoscalerMetrics
 from connectors.autoscaler.status_watch import StatusUpdate, StatusWatcher
 from connectors.kafka.producer import EventProducer, start_producer
 from connectors.prometheus import serve_metrics
-from connectors.publish import Publisher, PublishOptions
+from connectors.publish import HEARTBEAT_SECONDS, Publisher, PublishOptions
 from connectors.signals import stop_on_signals
 from connectors.source import Batch, DeadLine
 from connectors.state import StateFile
@@ -159,6 +159,7 @@ class AutoscalerConnectOptions:
     buffer_size: int = 10_000
     batch_size: int = 500
     drain_timeout_s: float = 10.0
+    heartbeat_seconds: float = HEARTBEAT_SECONDS
     metrics_port: int | None = None
     metrics_addr: str = "0.0.0.0"
 
@@ -201,6 +202,7 @@ class AutoscalerConnector:
                 capacity=options.buffer_size,
                 chunk=options.batch_size,
                 drain_timeout_s=options.drain_timeout_s,
+                heartbeat_seconds=options.heartbeat_seconds,
             ),
             metrics=metrics.delivery,
             source_id=f"{self.source.name}@{options.follow.cluster}",

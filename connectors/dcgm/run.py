@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from connectors.kafka.producer import start_producer
+from connectors.publish import HEARTBEAT_SECONDS
 from connectors.signals import stop_on_signals
 from connectors.state import StateLock
 from schemas.topics import TopicLayout
@@ -33,6 +34,7 @@ class DcgmCommand:
     timeout_s: float
     state_path: Path | None
     metrics_port: int | None
+    heartbeat_seconds: float = HEARTBEAT_SECONDS
 
 
 def connect_dcgm(
@@ -76,6 +78,7 @@ async def _poll(
         interval_s=command.interval_s,
         timeout_s=command.timeout_s,
         state_path=command.state_path,
+        heartbeat_seconds=command.heartbeat_seconds,
     )
     print(f"{PROG} connect dcgm: scraping {command.url} every {command.interval_s:g} s", file=err)
     try:

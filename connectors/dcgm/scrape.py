@@ -59,7 +59,7 @@ from connectors.dcgm.diff import MAX_BURST, DcgmState, DiffResult, diff
 from connectors.dcgm.exposition import BadSample, Scrape, parse_exposition
 from connectors.delivery import DeliveryMetrics
 from connectors.kafka.producer import EventProducer
-from connectors.publish import Publisher
+from connectors.publish import HEARTBEAT_SECONDS, Publisher, PublishOptions
 from connectors.source import Batch
 from connectors.state import load_state, save_state
 from schemas.codec import AnyEvent, RecordError
@@ -123,6 +123,7 @@ class PollOptions:
     max_burst: int = MAX_BURST
     max_bytes: int = MAX_BYTES
     state_path: Path | None = None
+    heartbeat_seconds: float = HEARTBEAT_SECONDS
 
 
 class _Failed(Exception):
@@ -179,7 +180,12 @@ class DcgmPoller:
         """Poll and publish (the one publish loop, :class:`DcgmSource`) until ``stop`` is set."""
         async with aiohttp.ClientSession() as session:
             source = DcgmSource(self, session)
-            publisher = Publisher(source, self.publisher, metrics=self.metrics.delivery)
+            publisher = Publisher(
+                source,
+                self.publisher,
+                options=PublishOptions(heartbeat_seconds=self.options.heartbeat_seconds),
+                metrics=self.metrics.delivery,
+            )
             result = await publisher.run(stop)
         if not result.drained:
             log.warning("dcgm %s: scrapes not delivered before the stop", self.options.node)

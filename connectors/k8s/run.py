@@ -60,7 +60,7 @@ from connectors.k8s.watch import (
 )
 from connectors.kafka.config import KafkaUnreachable
 from connectors.kafka.producer import EventProducer, start_producer
-from connectors.publish import Outgoing, Publisher, PublishOptions
+from connectors.publish import HEARTBEAT_SECONDS, Outgoing, Publisher, PublishOptions
 from connectors.signals import stop_on_signals
 from connectors.source import Batch
 from schemas.topics import TopicLayout
@@ -93,6 +93,7 @@ class ConnectOptions:
     batch_size: int = 500
     delivery_backoff: Backoff = DELIVERY_BACKOFF
     drain_timeout_s: float = 10.0
+    heartbeat_seconds: float = HEARTBEAT_SECONDS
     lease: LeaseOptions | None = None
     """Leader election settings; None runs without election (one replica only!)."""
     derive: Derive | None = None
@@ -268,6 +269,7 @@ class Connector:
                 chunk=options.batch_size,
                 backoff=options.delivery_backoff,
                 drain_timeout_s=options.drain_timeout_s,
+                heartbeat_seconds=options.heartbeat_seconds,
             ),
             metrics=self.metrics.delivery,
             # The watch source has no key; the cluster makes its id distinct (two

@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry
 
 from connectors.delivery import DeliveryMetrics
 from connectors.kafka.producer import KafkaTarget, start_producer
-from connectors.publish import Publisher
+from connectors.publish import HEARTBEAT_SECONDS, Publisher, PublishOptions
 from connectors.signals import stop_on_signals
 from connectors.source import Batch
 from schemas.codec import AnyEvent, encode
@@ -45,6 +45,7 @@ class NvmlCommand:
     once: bool
     bindings: bool
     print_only: bool
+    heartbeat_seconds: float = HEARTBEAT_SECONDS
 
 
 def connect_nvml(
@@ -166,7 +167,8 @@ async def _connect_nvml(
                     out.write(encode(event) + b"\n")
                 out.flush()
             return 0
-        result = await Publisher(source, producer, metrics=metrics).run(stop)
+        options = PublishOptions(heartbeat_seconds=command.heartbeat_seconds)
+        result = await Publisher(source, producer, options=options, metrics=metrics).run(stop)
         return 0 if result.drained else 1
     finally:
         if producer is not None:

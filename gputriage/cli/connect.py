@@ -31,6 +31,7 @@ Traps:
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -215,6 +216,7 @@ def run_connect_k8s(settings: Settings, o: K8sConnectSettings) -> int:
         slim=slim_config(o.resources, o.prefixes),
         watch=watch,
         buffer_size=o.buffer_size,
+        heartbeat_seconds=o.heartbeat_seconds,
         lease=lease,
         # Autoscaler Events also become autoscaler.v1 records, GPU-related or not.
         derive=derive,
@@ -377,6 +379,9 @@ def run_connect_kmsg(settings: Settings, o: KmsgConnectSettings, boot_time: Any)
         year=o.year,
         metrics_port=o.metrics_port,
     )
+    options = replace(
+        options, publish=replace(options.publish, heartbeat_seconds=o.heartbeat_seconds)
+    )
     try:
         # The xid family knows nothing of NVML: the GPU map is joined in here.
         enrich = enricher() if o.nvml else None
@@ -461,6 +466,7 @@ def run_connect_dcgm(settings: Settings, o: DcgmConnectSettings) -> int:
         timeout_s=o.timeout,
         state_path=Path(o.state_path) if o.state_path else None,
         metrics_port=o.metrics_port,
+        heartbeat_seconds=o.heartbeat_seconds,
     )
     try:
         return connect_dcgm(command, kwargs, layout, sys.stderr)
@@ -519,6 +525,7 @@ def run_connect_nvml(settings: Settings, o: NvmlConnectSettings) -> int:
         once=o.once,
         bindings=o.bindings,
         print_only=o.print_only,
+        heartbeat_seconds=o.heartbeat_seconds,
     )
     # The Kafka settings are read only once NVML is known to work: on a node without a
     # driver, that is the one thing worth saying.
@@ -664,6 +671,7 @@ def autoscaler_options(o: AutoscalerConnectSettings) -> Any:
         state_path=Path(o.state_path) if o.state_path else None,
         status_configmap=status_configmap,
         buffer_size=o.buffer_size,
+        heartbeat_seconds=o.heartbeat_seconds,
         metrics_port=o.metrics_port,
     )
 

@@ -88,6 +88,24 @@ def test_a_connector_setting_typo_is_an_error(variable: str, message: str) -> No
     assert message in _one_line_error(result)
 
 
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("GPUTRIAGE_CONNECT__KMSG__HEARTBEAT_SECONDS", "0", "must be more than 0"),
+        ("GPUTRIAGE_CONNECT__NVML__HEARTBEAT_SECONDS", "31", "must be at most 30"),
+    ],
+)
+def test_a_heartbeat_out_of_range_is_one_line(variable: str, value: str, message: str) -> None:
+    """Past 30 s a quiet source would come close to the processor's source_idle_seconds."""
+    command = "kmsg" if "KMSG" in variable else "nvml"
+    result = gputriage(
+        "connect", command, "--node", "n1", "--cluster", "c", env=clean_env({variable: value})
+    )
+    line = _one_line_error(result)
+    assert f"connect.{command}.heartbeat_seconds" in line
+    assert message in line
+
+
 def test_no_command_prints_help() -> None:
     result = gputriage()
     assert result.returncode == 0

@@ -57,3 +57,11 @@ def test_the_karpenter_preset_fills_only_what_was_left_default() -> None:
         "app=cluster-autoscaler",
         "cluster-autoscaler-status",
     )
+
+
+def test_the_heartbeat_setting_reaches_the_connectors_options() -> None:
+    from gputriage.cli.connect import autoscaler_options  # noqa: PLC0415
+
+    assert autoscaler_options(AutoscalerConnectSettings(cluster="c")).heartbeat_seconds == 0.5
+    tuned = autoscaler_options(AutoscalerConnectSettings(cluster="c", heartbeat_seconds=2.0))
+    assert tuned.heartbeat_seconds == 2.0

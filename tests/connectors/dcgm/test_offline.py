@@ -8,18 +8,20 @@ import os
 import shutil
 import signal
 from datetime import UTC, datetime
+from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
 
 from schemas.codec import decode_event
-from schemas.events import GpuBindingEvent, XidEvent
+from schemas.events import GpuBindingEvent, Tick, XidEvent
 from schemas.keys import is_copy
 from tests import paths
 from tests.cli_helpers import CONSOLE_SCRIPT, clean_env, gputriage
 from tests.connectors.dcgm.test_scrape import Exporter, serving
-from tests.kafka_helpers import KafkaTestEnv, consume_events, eventually
+from tests.kafka_helpers import KafkaTestEnv, consume_events, consume_until, eventually
 
 DATA = paths.DATA / "dcgm"
 T0 = 1_764_496_800  # 2025-11-30T10:00:00Z
@@ -144,6 +146,66 @@ async def test_connect_dcgm_publishes_until_sigterm(kafka: KafkaTestEnv) -> None
         "GPU-a8394b51-c086-568a-9f1a-c1e1c934c44c",
     )
     assert b"HTTP 500" in stderr  # the failed scrape was logged
+
+
+@pytest.mark.asyncio
+async def test_the_heartbeat_interval_comes_from_the_settings(kafka: KafkaTestEnv) -> None:
+    """``connect.dcgm.heartbeat_seconds`` reaches the publish loop: after one scrape and
+    with a long interval, the connector only heartbeats, 1.5 s apart (the default 0.5 s
+    would put them ~0.5 s apart).
+
+    Measured on the records' own timestamps (set when each is sent), from the second
+    heartbeat on: the first one is the "caught up" beat that follows a publication at
+    once. A send delayed by load shortens the gap after it and lengthens the one before,
+    so the mean over several gaps is the robust figure, not the smallest gap."""
+    beat = 1.5
+    await kafka.acreate_topics()
+    exporter = Exporter()
+    async with serving(exporter) as url:
+        env = clean_env({**kafka.env, "GPUTRIAGE_CONNECT__DCGM__HEARTBEAT_SECONDS": str(beat)})
+        proc = await asyncio.create_subprocess_exec(
+            str(CONSOLE_SCRIPT),
+            "connect",
+            "dcgm",
+            "--url",
+            url,
+            "--node",
+            "gpu-node-1",
+            "--cluster",
+            "c1",
+            "--interval",
+            "3600",
+            "--metrics-port",
+            "0",
+            env=env,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        topic = kafka.layout.raw_topic(GpuBindingEvent)
+
+        def ticks(records: list[Any]) -> dict[int, list[int]]:
+            by_partition: dict[int, list[int]] = {}
+            for record in records:
+                if isinstance(decode_event(record.value), Tick):
+                    by_partition.setdefault(record.partition, []).append(record.timestamp)
+            return by_partition
+
+        try:
+            records = await consume_until(
+                kafka.bootstrap,
+                [topic],
+                lambda got: (
+                    proc.returncode is not None or any(len(t) >= 5 for t in ticks(got).values())
+                ),
+                timeout=30,
+                what="five heartbeats on one partition",
+            )
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            _, stderr = await asyncio.wait_for(proc.communicate(), 10)
+    assert proc.returncode == 0, stderr
+    stamps = max(ticks(records).values(), key=len)[1:]
+    gaps = [(b - a) / 1000 for a, b in pairwise(stamps)]
+    assert sum(gaps) / len(gaps) >= beat * 0.8, gaps
 
 
 def test_ingest_prints_mig_instances_as_parent_and_instance_id() -> None:
