@@ -325,7 +325,8 @@ def parse_message(message: str) -> XidFields | RecordError | None:
         pid_match = _PID_RE.match(rest)
         if pid_match is not None:
             value = pid_match["quoted"] if pid_match["quoted"] is not None else pid_match["bare"]
-            if value.isdigit() and len(value) <= _MAX_DIGITS:
+            # isascii: str.isdigit() is true for '²' too, which int() refuses.
+            if value.isascii() and value.isdigit() and len(value) <= _MAX_DIGITS:
                 pid = int(value)
             name = (pid_match["name"] or "").strip()
             process = "" if name == "<unknown>" else name
@@ -483,10 +484,11 @@ def _parse_journal(data: bytes, ctx: LineContext) -> XidEvent | RecordError | Un
     anchor = cursor.encode() if isinstance(cursor, str) and cursor else data
     event_id = f"journal:{ctx.node}:{digest(anchor)}"
     stamp = obj.get("__REALTIME_TIMESTAMP")
-    if not (isinstance(stamp, str | int) and str(stamp).isdigit()) or len(str(stamp)) > 17:
+    text = str(stamp) if isinstance(stamp, str | int) else ""
+    if not (text.isascii() and text.isdigit()) or len(text) > 17:
         error = RecordError("missing or bad __REALTIME_TIMESTAMP", "$.__REALTIME_TIMESTAMP")
         return Untimed(fields, event_id, "journal", error)
-    time = _EPOCH + timedelta(microseconds=int(stamp))
+    time = _EPOCH + timedelta(microseconds=int(text))
     return _event(fields, ctx, event_id, time, "journal")
 
 

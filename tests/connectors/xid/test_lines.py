@@ -592,3 +592,21 @@ def test_with_a_default_time_no_xid_line_is_refused_for_its_prefix(
         _check(parse_line(raw, ctx))
         untimed = parse_line_or_untimed(raw, ctx)
         _check(untimed.event(ctx, BOOT) if isinstance(untimed, Untimed) else untimed)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        "NVRM: Xid (PCI:0000:3b:00): 13, pid=\u00b2, name=x".encode(),
+        "NVRM: Xid (PCI:0000:3b:00): 13, pid='\u00b2', name=x".encode(),
+        b'{"MESSAGE": "NVRM: Xid (PCI:0000:3b:00): 13, pid=1", "__REALTIME_TIMESTAMP": "\\u00b2"}',
+    ],
+)
+def test_a_digit_that_is_not_a_decimal_is_no_number(raw: bytes) -> None:
+    """``str.isdigit()`` is true for a superscript two, which ``int()`` refuses (found by
+    Hypothesis): a pid like that is no pid, a journal stamp like that no time."""
+    result = parse_line(raw, LineContext(node="n", default_time=BOOT))
+    _check(result)
+    assert isinstance(result, XidEvent)
+    assert result.code == 13
+    assert result.pid in (None, 1)
