@@ -14,7 +14,7 @@ Passes, all over the same in-memory list of JSON lines:
    Correlator retains. Divided by the tracked pods it is an *upper bound* of the
    state per pod, since it also counts node, GPU, incident and timer state.
 
-The stream comes from :mod:`bench.generate` and is cached under ``bench/out/``.
+The stream comes from :mod:`gputriage.simulate` and is cached under ``bench/out/``.
 
     python -m bench.core_bench                 # the acceptance run (1M events, 5,000 nodes)
     python -m bench.core_bench --events 200000 --nodes 1000 --json
@@ -43,7 +43,7 @@ if __package__ in {None, ""}:  # run as a script: make the repository root impor
 
 import msgspec
 
-from bench.generate import StreamSpec, generate_lines, read_lines, write_lines
+from gputriage.simulate import StreamSpec, generate_lines, read_lines, write_lines
 from schemas.codec import decode_event
 from schemas.incidents import Incident
 from schemas.keys import routed

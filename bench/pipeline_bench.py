@@ -60,10 +60,10 @@ if __package__ in {None, ""}:  # run as a script: make the repository root impor
 
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 
-from bench.generate import StreamSpec, generate_events
 from connectors.kafka.admin import ensure_topics
 from connectors.kafka.producer import BATCH_BYTES, EventProducer
 from gputriage.demo.broker import EmbeddedBroker
+from gputriage.simulate import StreamSpec, generate_events
 from schemas.codec import AnyEvent, decode_event, decode_incident
 from schemas.topics import TopicLayout, TopicSettings, topic_layout
 from streams.app.pipeline import Pipeline, RawRecord

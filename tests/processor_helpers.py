@@ -15,9 +15,9 @@ from typing import Any
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from bench.generate import StreamSpec, generate_events
 from connectors.kafka.producer import EventProducer
 from gputriage.demo.player import retime
+from gputriage.simulate import StreamSpec, generate_events
 from schemas.codec import AnyEvent, decode_dead_letter, decode_incident, encode
 from schemas.dead_letters import DeadLetter
 from schemas.events import Tick

@@ -3,7 +3,7 @@
 Three places make events of a cluster that does not exist: the tests
 (``tests/factories.py``), the demo scenario (``examples/build_scenario.py``, which
 writes ``gputriage/demo/scenario.jsonl``) and the benchmark stream
-(``bench/generate.py``). They used to carry three copies of the same knowledge (which
+(:mod:`gputriage.simulate`). They used to carry three copies of the same knowledge (which
 resource name a GPU request uses, that a zero-GPU pod has *no* request, how a
 device name follows from a GPU index...) and the copies had started to drift. This
 module is that knowledge once. It lives in the installed ``gputriage.demo`` package

@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 import pytest
 
-from bench.generate import StreamSpec, generate_lines
+from gputriage.simulate import StreamSpec, generate_lines
 from schemas.codec import AnyEvent, decode_event, encode
 from schemas.events import PodEvent
 from schemas.keys import routed

@@ -1,0 +1,483 @@
+"""The injected faults, each with the ground truth the domain gives it (DESIGN §2).
+
+Every scenario here tells one fault's chain of events with real delays and tells
+:class:`gputriage.simulate.truth.TruthRecorder` what incident it must give, by the
+domain's rule applied to what it emitted:
+
+=====================  ===============================================================
+``host_oom``           node ``OOMKilling`` + container ``OOMKilled`` exit 137:
+                       ``host_oom_kill``
+``crash_loop``         a GPU container exits 1 again and again with back-off (half the
+                       time with a ``CUDA out of memory`` termination message):
+                       ``suspected_cuda_oom`` only if > 3 restarts fall within 15 min
+                       (counted by the recorder from the restarts emitted)
+``app_xid``            XID 13/31/43 (sometimes a 45 after it) on a GPU bound to a pod:
+                       ``gpu_app_fault``
+``fatal_xid``          a fatal XID, usually the device plugin's allocatable drop, and the
+                       GPU's pod failing: ``device_unhealthy_eviction``; when no pod
+                       fails (no pod on the GPU, or it survives), the GPU still needs an
+                       intervention: ``gpu_degraded`` (DESIGN refinement: a fatal XID
+                       with no pod failure still raises a ticket)
+``flaky_gpu``          one fatal code on one GPU again and again: ``gpu_degraded`` at
+                       once, ``xid_repeat`` at the fifth episode (counted by the recorder)
+``not_ready``          a node with running GPU pods goes NotReady/Unknown:
+                       ``gpu_node_not_ready`` when it lasts past the 2 min grace or a pod
+                       is lost meanwhile (a shorter blip is noise and writes nothing)
+``allocatable_drop``   allocatable 8 -> 7 with no XID: ``gpu_degraded`` when it lasts
+                       more than 5 min (a shorter drop writes nothing)
+=====================  ===============================================================
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import timedelta
+
+from gputriage.demo.events import GPU, termination
+from gputriage.simulate.catalogue import (
+    APP_CODES,
+    CUDA_FAULT,
+    CUDA_LOST,
+    CUDA_OOM,
+    FATAL_CODES,
+    FLAKY_CODES,
+)
+from gputriage.simulate.model import Gpu, Node, Pod
+from gputriage.simulate.noise import Noise
+from gputriage.simulate.spec import Step, StreamSpec
+from gputriage.simulate.truth import Pending
+from schemas.codec import AnyEvent
+from schemas.events import XidEvent
+
+DEGRADED_AFTER = timedelta(minutes=5)
+"""gpu_degraded: capacity - allocatable > 0 this long; or a fatal XID no chain reported."""
+NOT_READY_GRACE = timedelta(minutes=2)
+"""A NotReady shorter than this with no pod failure does not page (DESIGN refinement)."""
+
+
+def _pod_key(pod: Pod) -> str:
+    return f"{pod.workload.template.namespace}/{pod.name}"
+
+
+def _owner(pod: Pod) -> str:
+    return f"{pod.workload.template.kind}/{pod.workload.owner}"
+
+
+class Simulator(Noise):
+    """Builds the fleet and emits ``spec.events`` typed events in event-time order;
+    :attr:`truth` holds the expected incidents once :meth:`events` is exhausted."""
+
+    def __init__(self, spec: StreamSpec) -> None:
+        super().__init__(spec)
+
+    def _weights(self) -> list[tuple[float, Callable[[], AnyEvent | None]]]:
+        rate = self.spec.rate
+        return [
+            (0.540, self._routine_pod),
+            (0.130, self._routine_node),
+            (0.060, self._routine_binding),
+            (0.0120, self._restart),
+            (0.0020 * rate("host_oom"), lambda: self._start(self._oom_kill())),
+            (0.0006 * rate("crash_loop"), lambda: self._start(self._crash_loop())),
+            (0.0008, lambda: self._start(self._eviction())),
+            (0.0060, lambda: self._start(self._completion())),
+            (0.0018 * rate("app_xid"), lambda: self._start(self._app_xid())),
+            (0.0009, self._info_xid),
+            (0.0003 * rate("fatal_xid"), lambda: self._start(self._fatal_xid())),
+            (0.00002 * rate("flaky_gpu"), lambda: self._start(self._flaky_gpu())),
+            (0.0003 * rate("not_ready"), lambda: self._start(self._not_ready())),
+            (0.0002 * rate("allocatable_drop"), lambda: self._start(self._allocatable_flap())),
+        ]
+
+    def _fatal(
+        self, node: Node, gpu: Gpu, code: int, fault: str, *, source: str = "kmsg"
+    ) -> XidEvent:
+        """A fatal XID line, counted by the truth recorder (``xid_repeat`` episodes)."""
+        event = self._xid_event(node, gpu, code, source=source)
+        self.truth.fatal_xid(
+            cluster=node.cluster.name,
+            node=node.name,
+            gpu=gpu.uuid,
+            code=code,
+            time=event.time,
+            fault=fault,
+        )
+        return event
+
+    # ---------------------------------------------------------------- faults
+
+    def _oom_kill(self) -> Step:
+        """Host OOM: the node's OOMKilling event and the container's OOMKilled exit 137."""
+        pod = self._pick_pod()
+        if pod is None or pod.node is None:
+            return
+        rng = self.rng
+        pod.busy = True
+        node = pod.node
+        fault = self.truth.fault_id("host_oom")
+        rss = rng.randrange(40_000_000, 900_000_000)
+        message = (
+            f"Memory cgroup out of memory: Killed process {pod.pid} (python3) "
+            f"total-vm:{rss + rng.randrange(10**9)}kB, anon-rss:{rss}kB, "
+            f"file-rss:{rng.randrange(10**6)}kB, shmem-rss:0kB, UID:1000 "
+            f"pgtables:{rss // 500}kB oom_score_adj:{rng.choice((-997, 1000, 999))}"
+        )
+        kernel_first = rng.random() < 0.7
+        times = []
+        if kernel_first:
+            event = self._node_kube_event(
+                node, "OOMKilling", message, warning=True, source="kernel-monitor"
+            )
+            times.append(event.time)
+            yield event
+            yield rng.uniform(0.5, 5.0)
+        term = termination(self._time(-0.5), "OOMKilled", 137)
+        pod.restarts += 1
+        pod.set_main("running", last=term)
+        update = self._pod_event(pod)
+        self._restarted(pod, update, term, fault)
+        times.append(update.time)
+        if term.finished_at is not None:
+            times.append(term.finished_at)
+        yield update
+        if not kernel_first:
+            yield rng.uniform(0.5, 5.0)
+            event = self._node_kube_event(
+                node, "OOMKilling", message, warning=True, source="kernel-monitor"
+            )
+            times.append(event.time)
+            yield event
+        if self.truth.still_open("host_oom_kill", (_pod_key(pod),), update.time):
+            pod.busy = False
+            return
+        self.truth.expect(
+            fault_id=fault,
+            kind="host_oom_kill",
+            cluster=node.cluster.name,
+            start=min(times),
+            first=min(times),
+            last=update.time,
+            node=node.name,
+            pods=(_pod_key(pod),),
+            owner=_owner(pod),
+            severity="ticket",
+        )
+        pod.busy = False
+
+    def _crash_loop(self) -> Step:
+        """A GPU container that keeps crashing (CUDA OOM half the time), with back-off."""
+        pod = self._pick_pod()
+        if pod is None:
+            return
+        rng = self.rng
+        pod.busy = True
+        fault = self.truth.fault_id("crash_loop")
+        crashes = rng.randint(2, 8)
+        message = CUDA_OOM if rng.random() < 0.5 else ""
+        backoff = 10.0
+        for k in range(crashes):
+            term = termination(self._time(-0.3), "Error", 1, message)
+            pod.set_main("waiting", "CrashLoopBackOff", last=term)
+            update = self._pod_event(pod)
+            self._restarted(pod, update, term, fault)
+            yield update
+            yield rng.uniform(0.1, 1.0)
+            yield self._pod_kube_event(
+                pod,
+                "BackOff",
+                f"Back-off restarting failed container {pod.main} in pod "
+                f"{pod.name}_{pod.workload.template.namespace}({pod.uid})",
+                warning=True,
+                count=k + 1,
+            )
+            yield backoff
+            pod.restarts += 1
+            pod.set_main("running")
+            yield self._pod_event(pod)
+            yield rng.uniform(20.0, 90.0)
+            backoff = min(backoff * 2, 300.0)
+        if rng.random() < 0.5:
+            pod.busy = False
+            return
+        yield from self._fail_and_replace(pod, phase="Failed", reason="", terminated=None)
+
+    def _app_xid(self) -> Step:
+        """Application XIDs (13/31/43) on a GPU a pod holds; often the pod then restarts."""
+        pod = self._pick_pod()
+        if pod is None or pod.node is None or not pod.gpus:
+            return
+        rng = self.rng
+        pod.busy = True
+        node = pod.node
+        fault = self.truth.fault_id("app_xid")
+        gpu = node.gpus[rng.choice(pod.gpus)]
+        code = rng.choice(APP_CODES)
+        first = self._xid_event(node, gpu, code)
+        if not self.truth.still_open("gpu_app_fault", (gpu.uuid,), first.time):
+            self.truth.expect(
+                fault_id=fault,
+                kind="gpu_app_fault",
+                cluster=node.cluster.name,
+                start=first.time,
+                first=first.time,
+                last=first.time,
+                node=node.name,
+                gpus=(gpu.uuid,),
+                pods=(_pod_key(pod),),
+                owner=_owner(pod),
+            )
+        yield first
+        if rng.random() < 0.25:
+            yield rng.uniform(0.05, 0.5)
+            yield self._xid_event(node, gpu, 45, caused_by=code)
+        if rng.random() < 0.15:
+            yield rng.uniform(0.1, 0.8)
+            yield self._xid_event(node, gpu, code, source="nvml")
+        if rng.random() < 0.3:
+            yield rng.uniform(2.0, 30.0)
+            yield self._xid_event(node, gpu, 43 if code != 43 else 13)
+        if rng.random() < 0.6:
+            yield rng.uniform(1.0, 8.0)
+            text = CUDA_FAULT if code != 43 else CUDA_LOST
+            term = termination(self._time(-0.5), "Error", 1, text)
+            pod.restarts += 1
+            pod.set_main("running", last=term)
+            update = self._pod_event(pod)
+            self._restarted(pod, update, term)
+            yield update
+        pod.busy = False
+
+    def _fatal_xid(self) -> Step:
+        """A fatal XID, the device plugin's allocatable drop, the GPU's pod failing,
+        its replacement pending until the GPU is reset and allocatable recovers."""
+        node = self._pick_node()
+        if node is None:
+            return
+        rng = self.rng
+        node.busy = True
+        fault = self.truth.fault_id("fatal_xid")
+        gpu = node.gpus[rng.randrange(len(node.gpus))]
+        code = rng.choice(FATAL_CODES)
+        first = self._fatal(node, gpu, code, fault)
+        yield first
+        if rng.random() < 0.2:
+            yield rng.uniform(0.1, 0.8)
+            yield self._fatal(node, gpu, code, fault, source="nvml")
+        if code == 48 and rng.random() < 0.5:
+            yield rng.uniform(0.5, 3.0)
+            yield self._xid_event(node, gpu, 63)
+        if code == 119:
+            for _ in range(rng.randint(0, 2)):
+                yield rng.uniform(6.0, 40.0)
+                yield self._fatal(node, gpu, 119, fault)
+        dropped = rng.random() < 0.85
+        if dropped:
+            yield rng.uniform(3.0, 40.0)
+            node.allocatable = node.capacity - 1
+            yield self._node_event(node)
+        pod = gpu.pod
+        replace: Step | None = None
+        failed = False
+        if pod is not None and not pod.busy and pod.phase == "Running" and rng.random() < 0.9:
+            pod.busy = True
+            yield rng.uniform(1.0, 30.0)
+            how = rng.random()
+            if how < 0.3:
+                message = "The node had condition: [DeviceFailed]. "
+                yield self._pod_kube_event(pod, "Evicted", message, warning=True)
+                phase, reason = "Failed", "Evicted"
+            elif how < 0.5:
+                message = (
+                    f"Allocate failed due to requested number of devices unavailable for {GPU}. "
+                    f"Requested: {pod.workload.gpus}, Available: {pod.workload.gpus - 1}, "
+                    "which is unexpected"
+                )
+                phase, reason = "Failed", "UnexpectedAdmissionError"
+            else:
+                message, phase, reason = "", "Failed", ""
+            term = termination(self._time(-0.5), "Error", 1, CUDA_LOST)
+            replace = self._fail_and_replace(
+                pod,
+                phase=phase,
+                reason=reason,
+                terminated=term,
+                message=message,
+                wait_for=lambda: node.allocatable == node.capacity,
+            )
+            # The failure itself and the release of the GPUs happen now; the rest
+            # (replacement pending, scheduled after the reset, old pod deleted)
+            # continues as its own scenario while this one waits for the reset.
+            for item in replace:
+                if isinstance(item, float):
+                    self._push(self.now + item, replace)
+                    break
+                if not failed:
+                    failed = True
+                    self.truth.expect(
+                        fault_id=fault,
+                        kind="device_unhealthy_eviction",
+                        cluster=node.cluster.name,
+                        start=first.time,
+                        first=first.time,
+                        last=item.time,
+                        node=node.name,
+                        gpus=(gpu.uuid,),
+                        pods=(_pod_key(pod),),
+                        owner=_owner(pod),
+                        severity="page",
+                    )
+                yield item
+        if not failed:
+            # No pod failed: the GPU still needs a reset (a ticket), opened 5 min after
+            # the XID if no chain took it; also the drop's own 5 min when it persists.
+            self.truth.expect(
+                fault_id=fault,
+                kind="gpu_degraded",
+                cluster=node.cluster.name,
+                start=first.time,
+                first=first.time,
+                last=first.time,
+                due=first.time + DEGRADED_AFTER,
+                node=node.name,
+                gpus=(gpu.uuid,),
+                severity="ticket",
+            )
+        yield rng.uniform(300.0, 2400.0)
+        if dropped:
+            node.allocatable = node.capacity
+            yield self._node_event(node)
+        node.busy = False
+
+    def _flaky_gpu(self) -> Step:
+        """Bad hardware: the same fatal XID again and again over an hour or two."""
+        node = self._pick_node()
+        if node is None:
+            return
+        rng = self.rng
+        fault = self.truth.fault_id("flaky_gpu")
+        gpu = node.gpus[rng.randrange(len(node.gpus))]
+        code = rng.choice(FLAKY_CODES)
+        for k in range(rng.randint(4, 9)):
+            event = self._fatal(node, gpu, code, fault)
+            if k == 0:
+                self.truth.expect(
+                    fault_id=fault,
+                    kind="gpu_degraded",
+                    cluster=node.cluster.name,
+                    start=event.time,
+                    first=event.time,
+                    last=event.time,
+                    due=event.time + DEGRADED_AFTER,
+                    node=node.name,
+                    gpus=(gpu.uuid,),
+                    severity="ticket",
+                )
+            yield event
+            yield rng.uniform(120.0, 1500.0)
+
+    def _not_ready(self) -> Step:
+        """A node goes NotReady (or Unknown) and comes back; sometimes its pods are lost."""
+        node = self._pick_node()
+        if node is None:
+            return
+        rng = self.rng
+        node.busy = True
+        fault = self.truth.fault_id("not_ready")
+        status = "False" if rng.random() < 0.6 else "Unknown"
+        node.ready = status
+        first = self._node_event(node)
+        running = sorted(
+            {_pod_key(g.pod) for g in node.gpus if g.pod is not None and g.pod.phase == "Running"}
+        )
+        yield first
+        announced = self._node_kube_event(
+            node,
+            "NodeNotReady",
+            f"Node {node.name} status is now: NodeNotReady",
+            source="node-controller",
+        )
+        yield announced
+        pending: Pending | None = None
+        if running:
+            pending = self.truth.expect(
+                fault_id=fault,
+                kind="gpu_node_not_ready",
+                cluster=node.cluster.name,
+                start=first.time,
+                first=first.time,
+                last=announced.time,
+                due=first.time + NOT_READY_GRACE,
+                node=node.name,
+                pods=tuple(running),
+                severity="page",
+            )
+        lost: list[Pod] = []
+        if status == "Unknown" and rng.random() < 0.35:
+            yield rng.uniform(300.0, 330.0)
+            for gpu in node.gpus:
+                pod = gpu.pod
+                if pod is not None and not pod.busy and pod.phase == "Running" and pod not in lost:
+                    pod.busy = True
+                    lost.append(pod)
+            for pod in lost:
+                pod.phase, pod.reason = "Failed", "NodeLost"
+                pod.message = f"Node {node.name} which was running pod {pod.name} is unresponsive"
+                yield self._pod_event(pod)
+            yield rng.uniform(60.0, 600.0)
+        else:
+            yield rng.uniform(40.0, 480.0)
+        node.ready = "True"
+        back = self._node_event(node)
+        if pending is not None:
+            if lost or back.time - first.time > NOT_READY_GRACE:
+                pending.confirm()
+            else:
+                pending.cancel()
+        yield back
+        yield self._node_kube_event(
+            node,
+            "NodeReady",
+            f"Node {node.name} status is now: NodeReady",
+            source="node-controller",
+        )
+        for pod in lost:
+            term = termination(self._time(-1.0), "ContainerStatusUnknown", 137)
+            self._push(
+                self.now + rng.uniform(1.0, 20.0),
+                self._fail_and_replace(
+                    pod, phase="Failed", reason="NodeLost", terminated=term, message=pod.message
+                ),
+            )
+        node.busy = False
+
+    def _allocatable_flap(self) -> Step:
+        """Silent degradation: allocatable drops by one GPU, with no XID, then recovers."""
+        node = self._pick_node()
+        if node is None:
+            return
+        rng = self.rng
+        node.busy = True
+        fault = self.truth.fault_id("allocatable_drop")
+        node.allocatable = node.capacity - 1
+        drop = self._node_event(node)
+        pending = self.truth.expect(
+            fault_id=fault,
+            kind="gpu_degraded",
+            cluster=node.cluster.name,
+            start=drop.time,
+            first=drop.time,
+            last=drop.time,
+            due=drop.time + DEGRADED_AFTER,
+            node=node.name,
+            severity="ticket",
+        )
+        yield drop
+        yield rng.uniform(60.0, 240.0) if rng.random() < 0.4 else rng.uniform(400.0, 2400.0)
+        node.allocatable = node.capacity
+        back = self._node_event(node)
+        if back.time - drop.time > DEGRADED_AFTER:
+            pending.confirm()
+        else:
+            pending.cancel()
+        yield back
+        node.busy = False

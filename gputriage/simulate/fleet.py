@@ -1,0 +1,509 @@
+"""The simulated fleet, its record builders and the event loop.
+
+How it works: one event per time slot (slots are evenly spread over ``hours``).
+A slot emits the next step of a running *scenario* if one is due (a scenario is
+a generator that yields events and delays: "fatal XID, 20 s later allocatable
+drops, then the pod on that GPU fails..."), otherwise a background draw: a
+routine update or the start of a new scenario. Event times get a small jitter
+(``jitter`` seconds, far below the core's grace period).
+
+Records and :mod:`gputriage.demo.events`: the builders shared with the tests and
+the demo scenario make this stream's Kubernetes events, XIDs, container statuses,
+terminations and ``Ready`` conditions, and give it the GPU resource name, a pod's
+GPU request and a GPU's device name. The three hot records (pod, node and GPU
+binding updates: about 96 % of the stream) are still built here, straight from the
+struct, because the shared builders cost too much at this volume: a keyword
+wrapper doubles a ``PodEvent``'s construction time, and the binding builder's
+bus-id check (a regex) made the whole generator ~5 % slower; so they reuse cached
+per-count resource dicts and conditions instead, and must be kept in step with the
+shared builders by hand.
+
+Traps, all about the bytes being a function of the seed: keep every rng draw in the
+order it had (compute arguments into locals rather than reorder a call); keep ids and
+the start time as they are (they are this stream's own scheme, part of its cached file
+names); never draw from the rng to write ground truth (:class:`TruthRecorder` only
+watches); bump :data:`gputriage.simulate.spec.GENERATOR_VERSION` if the bytes change.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from datetime import datetime, timedelta
+from random import Random
+
+from gputriage.demo.events import (
+    GPU,
+    device_name,
+    gpu_request,
+    kube_event,
+    termination,
+    xid_event,
+)
+from gputriage.simulate.catalogue import (
+    ALNUM,
+    CLUSTERS,
+    NODE_LAYOUTS,
+    NOT_READY,
+    PRESSURE,
+    PRODUCTS,
+    READY,
+    SCHEDULED,
+    TAINTS,
+    TEMPLATES,
+    XID_TEXT,
+)
+from gputriage.simulate.model import Cluster, Gpu, Node, Pod, Workload
+from gputriage.simulate.spec import Step, StreamSpec
+from gputriage.simulate.truth import TruthRecorder
+from schemas.codec import AnyEvent
+from schemas.events import (
+    GpuBindingEvent,
+    KubeEvent,
+    NodeEvent,
+    PodEvent,
+    PodRef,
+    XidEvent,
+)
+from schemas.jsonschema import wire_tag
+
+
+class Fleet:
+    """The fleet, the record builders and the event loop; the scenarios are subclasses'
+    (:mod:`gputriage.simulate.noise`, :mod:`gputriage.simulate.faults`)."""
+
+    def __init__(self, spec: StreamSpec) -> None:
+        if spec.events < 1 or spec.nodes < 1 or spec.clusters < 1:
+            raise ValueError("events, nodes and clusters must be positive")
+        if spec.clusters > len(CLUSTERS):
+            raise ValueError(f"at most {len(CLUSTERS)} clusters")
+        self.spec = spec
+        self.rng = Random(spec.seed)
+        self.now = 0.0
+        self.counts: Counter[str] = Counter()
+        self._heap: list[tuple[float, int, Step]] = []
+        self._seq = 0
+        self._names: set[str] = set()
+        self._workloads: dict[int, Workload] = {}
+        # Shared by every record that carries them (never mutated): one dict per
+        # count instead of one per record. Nodes keep {GPU: 0}; pods never ask for 0.
+        self._requests = {n: gpu_request(n) for n in (1, 2, 4, 8)}
+        self._allocatable = {n: {GPU: n} for n in range(9)}
+        self.clusters: list[Cluster] = [
+            Cluster(name, region, domain, self.rng.randrange(10_000_000, 90_000_000))
+            for name, region, domain in CLUSTERS[: spec.clusters]
+        ]
+        self.nodes: list[Node] = []
+        self._build()
+        self.truth = TruthRecorder(spec)
+        total = 0.0
+        self._cumulative: list[float] = []
+        self._draws: list[Callable[[], AnyEvent | None]] = []
+        for weight, draw in self._weights():
+            total += weight
+            self._cumulative.append(total)
+            self._draws.append(draw)
+        self._total_weight = total
+
+    def _weights(self) -> list[tuple[float, Callable[[], AnyEvent | None]]]:
+        """The background draws and their weights, in a fixed order (the bytes depend on it)."""
+        raise NotImplementedError
+
+    def _routine_pod(self) -> AnyEvent:
+        raise NotImplementedError
+
+    # ---------------------------------------------------------------- ids and names
+
+    def _uuid(self) -> str:
+        return str(uuid.UUID(int=self.rng.getrandbits(128), version=4))
+
+    def _suffix(self, k: int = 5) -> str:
+        return "".join(self.rng.choices(ALNUM, k=k))
+
+    def _unique(self, make: Callable[[], str]) -> str:
+        while True:
+            name = make()
+            if name not in self._names:
+                self._names.add(name)
+                return name
+
+    def _time(self, offset: float = 0.0) -> datetime:
+        jitter = self.spec.jitter
+        delta = self.now + offset + (self.rng.uniform(-jitter, jitter) if jitter else 0.0)
+        return self.spec.start + timedelta(seconds=max(delta, 0.0))
+
+    # ---------------------------------------------------------------- the fleet
+
+    def _build(self) -> None:
+        rng = self.rng
+        layouts = [layout for _, layout in NODE_LAYOUTS]
+        layout_weights = [w for w, _ in NODE_LAYOUTS]
+        for i in range(self.spec.nodes):
+            cluster = self.clusters[i % len(self.clusters)]
+            zone = f"{cluster.region}{rng.choice('abcd')}"
+            product = PRODUCTS[rng.randrange(len(PRODUCTS))]
+
+            def node_name(cluster: Cluster = cluster) -> str:
+                a, b, c = rng.randrange(256), rng.randrange(256), rng.randrange(1, 255)
+                return f"ip-10-{a}-{b}-{c}.{cluster.domain}"
+
+            node = Node(cluster, self._unique(node_name), self._uuid(), self._uuid())
+            node.kmsg_seq = rng.randrange(1000, 200_000)
+            node.labels = {
+                "nvidia.com/gpu.product": product.name,
+                "nvidia.com/gpu.count": "8",
+                "nvidia.com/gpu.memory": product.memory,
+                "nvidia.com/mig.config": "all-disabled",
+                "nvidia.com/gpu.sharing-strategy": "none",
+                "node.kubernetes.io/instance-type": product.instance_type,
+                "topology.kubernetes.io/zone": zone,
+            }
+            node.gpus = [
+                Gpu(k, f"GPU-{self._uuid()}", bus) for k, bus in enumerate(product.bus_ids)
+            ]
+            cluster.nodes.append(node)
+            self.nodes.append(node)
+            layout = rng.choices(layouts, layout_weights)[0]
+            first = 0
+            for size in layout:
+                gpus = tuple(range(first, first + size))
+                first += size
+                created = self.spec.start - timedelta(seconds=rng.uniform(60, 6 * 86400))
+                pod = self._new_pod(cluster, size, created)
+                self._place(pod, node, gpus)
+                pod.phase = "Running"
+                if rng.random() < 0.05:
+                    pod.restarts = rng.randint(1, 4)
+                    finished = self.spec.start - timedelta(seconds=rng.uniform(60, 86400))
+                    last = termination(finished)
+                    pod.set_main("running", last=last)
+                else:
+                    pod.set_main("running")
+
+    def _workload(self, gpus: int) -> Workload:
+        current = self._workloads.get(gpus)
+        if current is not None and current.left > 0:
+            current.left -= 1
+            return current
+        rng = self.rng
+        template = rng.choice(TEMPLATES[gpus])
+        if template.kind == "Job":
+            owner = self._unique(lambda: f"{template.base}-{self._suffix()}")
+            replicas = rng.choice((1, 1, 2, 4, 8, 16))
+        elif template.kind == "ReplicaSet":
+            owner = self._unique(lambda: f"{template.base}-{self._suffix(10)}")
+            replicas = rng.randint(2, 24)
+        else:
+            owner = self._unique(lambda: f"{template.base}-{self._suffix()}")
+            replicas = rng.randint(4, 32)
+        workload = Workload(template, owner, gpus, replicas - 1)
+        self._workloads[gpus] = workload
+        return workload
+
+    def _new_pod(
+        self,
+        cluster: Cluster,
+        gpus: int,
+        created: datetime,
+        workload: Workload | None = None,
+    ) -> Pod:
+        workload = workload or self._workload(gpus)
+        if workload.template.kind == "RayCluster":
+            name = self._unique(lambda: f"{workload.owner}-worker-gpu-{self._suffix()}")
+        else:
+            name = self._unique(lambda: f"{workload.owner}-{self._suffix()}")
+        pod = Pod(cluster, workload, name, self._uuid(), created)
+        pod.pid = self.rng.randrange(1000, 4_000_000)
+        pod.pool_index = len(cluster.pods)
+        cluster.pods.append(pod)
+        return pod
+
+    def _place(self, pod: Pod, node: Node, gpus: tuple[int, ...]) -> None:
+        pod.node = node
+        pod.gpus = gpus
+        pod.scheduled = SCHEDULED
+        for k in gpus:
+            node.gpus[k].pod = pod
+
+    def _forget(self, pod: Pod) -> None:
+        """Drop a deleted pod from its cluster's pool (swap-remove)."""
+        pool = pod.cluster.pods
+        i = pod.pool_index
+        if i < 0:
+            return
+        last = pool.pop()
+        if last is not pod:
+            pool[i] = last
+            last.pool_index = i
+        pod.pool_index = -1
+
+    # ---------------------------------------------------------------- record builders
+    # Pod, node and binding records are built directly (the hot path, see the module
+    # docstring); keep them in step with gputriage.demo.events by hand.
+
+    def _pod_event(
+        self, pod: Pod, op: str = "modified", deleted: datetime | None = None
+    ) -> PodEvent:
+        cluster = pod.cluster
+        cluster.rv += 1
+        workload = pod.workload
+        requests = self._requests[workload.gpus]
+        return PodEvent(
+            id=f"k8s:{pod.uid}:{cluster.rv}",  # the connector's id: resourceVersion
+            cluster=cluster.name,
+            time=self._time(),
+            node=pod.node.name if pod.node is not None else "",
+            op="added" if op == "added" else "deleted" if op == "deleted" else "modified",
+            namespace=workload.template.namespace,
+            name=pod.name,
+            uid=pod.uid,
+            phase=pod.phase,
+            reason=pod.reason,
+            message=pod.message,
+            gpu_requests=requests,
+            gpu_limits=requests,
+            owner_kind=workload.template.kind,
+            owner_name=workload.owner,
+            containers=pod.containers,
+            scheduled=pod.scheduled,
+            created_at=pod.created_at,
+            deleted_at=deleted,
+        )
+
+    def _node_event(self, node: Node) -> NodeEvent:
+        cluster = node.cluster
+        cluster.rv += 1
+        ready = READY if node.ready == "True" else NOT_READY[node.ready]
+        return NodeEvent(
+            id=f"k8s:{node.uid}:{cluster.rv}",
+            cluster=cluster.name,
+            time=self._time(),
+            node=node.name,
+            capacity=self._allocatable[node.capacity],
+            allocatable=self._allocatable[node.allocatable],
+            conditions=(ready, *PRESSURE),
+            labels=node.labels,
+            taints=TAINTS,
+        )
+
+    def _binding_event(self, node: Node, gpu: Gpu) -> GpuBindingEvent:
+        node.binding_seq += 1
+        pod = gpu.pod
+        pods = (
+            (PodRef(namespace=pod.workload.template.namespace, name=pod.name, container=pod.main),)
+            if pod is not None
+            else ()
+        )
+        return GpuBindingEvent(
+            id=f"dcgm/{node.uid}/{gpu.index}/{node.binding_seq}",
+            cluster=node.cluster.name,
+            time=self._time(),
+            node=node.name,
+            gpu_uuid=gpu.uuid,
+            pci_bus_id=gpu.bus_id,
+            gpu_index=gpu.index,
+            device=device_name(gpu.index),
+            pods=pods,
+        )
+
+    def _kube_event(
+        self,
+        cluster: Cluster,
+        node: str,
+        reason: str,
+        message: str,
+        *,
+        kind: str,
+        name: str,
+        namespace: str = "",
+        uid: str = "",
+        warning: bool = False,
+        source: str = "kubelet",
+        count: int = 1,
+    ) -> KubeEvent:
+        cluster.rv += 1
+        # The id before the time: both draw from the rng, in this order.
+        return kube_event(
+            id=f"k8s:{self._uuid()}:{cluster.rv}",
+            cluster=cluster.name,
+            time=self._time(),
+            node=node,
+            reason=reason,
+            message=message,
+            warning=warning,
+            kind=kind,
+            name=name,
+            namespace=namespace,
+            uid=uid,
+            source=source,
+            count=count,
+        )
+
+    def _pod_kube_event(
+        self,
+        pod: Pod,
+        reason: str,
+        message: str,
+        *,
+        warning: bool = False,
+        source: str = "kubelet",
+        count: int = 1,
+    ) -> KubeEvent:
+        node = pod.node.name if pod.node is not None else ""
+        return self._kube_event(
+            pod.cluster,
+            node,
+            reason,
+            message,
+            kind="Pod",
+            name=pod.name,
+            namespace=pod.workload.template.namespace,
+            uid=pod.uid,
+            warning=warning,
+            source=source,
+            count=count,
+        )
+
+    def _node_kube_event(
+        self,
+        node: Node,
+        reason: str,
+        message: str,
+        *,
+        warning: bool = False,
+        source: str = "kubelet",
+    ) -> KubeEvent:
+        return self._kube_event(
+            node.cluster,
+            node.name,
+            reason,
+            message,
+            kind="Node",
+            name=node.name,
+            uid=node.uid,
+            warning=warning,
+            source=source,
+        )
+
+    def _xid_event(
+        self,
+        node: Node,
+        gpu: Gpu,
+        code: int,
+        *,
+        source: str = "kmsg",
+        caused_by: int | None = None,
+    ) -> XidEvent:
+        pod = gpu.pod
+        with_pid = code in {13, 31, 43, 45} and pod is not None
+        if source == "kmsg":
+            node.kmsg_seq += self.rng.randint(1, 40)
+            event_id = f"kmsg/{node.boot_id}/{node.kmsg_seq}"
+        else:
+            node.binding_seq += 1
+            event_id = f"{source}/{node.uid}/{gpu.index}/{node.binding_seq}"
+        return xid_event(
+            id=event_id,
+            cluster=node.cluster.name,
+            time=self._time(),
+            node=node.name,
+            code=code,
+            bus=gpu.bus_id,
+            uuid=gpu.uuid,
+            index=gpu.index,
+            pid=pod.pid if with_pid and pod is not None else None,
+            process="python3" if with_pid else "",
+            message=XID_TEXT.get(code, ""),
+            source=source,
+            caused_by=caused_by,
+        )
+
+    # ---------------------------------------------------------------- picking
+
+    def _cluster(self) -> Cluster:
+        return self.clusters[self.rng.randrange(len(self.clusters))]
+
+    def _pick_pod(self, *, running: bool = True) -> Pod | None:
+        """A random pod; with ``running``, one that runs on a node and is in no scenario."""
+        rng = self.rng
+        for _ in range(8):
+            pods = self._cluster().pods
+            if not pods:
+                continue
+            pod = pods[rng.randrange(len(pods))]
+            if not running:
+                return pod
+            if not pod.busy and pod.phase == "Running" and pod.node is not None:
+                return pod
+        return None
+
+    def _pick_node(self, *, healthy: bool = True) -> Node | None:
+        rng = self.rng
+        for _ in range(8):
+            node = self.nodes[rng.randrange(len(self.nodes))]
+            if not healthy:
+                return node
+            if not node.busy and node.ready == "True" and node.allocatable == node.capacity:
+                return node
+        return None
+
+    # ---------------------------------------------------------------- the event loop
+
+    def events(self) -> Iterator[AnyEvent]:
+        """The stream, one typed event per slot, in increasing slot time."""
+        spec = self.spec
+        step = spec.hours * 3600.0 / spec.events
+        heap = self._heap
+        rng = self.rng
+        cumulative = self._cumulative
+        draws = self._draws
+        total = self._total_weight
+        counts = self.counts
+        if spec.snapshot:
+            for listed in self._snapshot():
+                counts[wire_tag(type(listed))] += 1
+                yield listed
+        for i in range(spec.events):
+            self.now = i * step
+            event: AnyEvent | None = None
+            while heap and heap[0][0] <= self.now:
+                _, _, scenario = heapq.heappop(heap)
+                event = self._advance(scenario)
+                if event is not None:
+                    break
+            if event is None:
+                draw = draws[bisect.bisect_right(cumulative, rng.random() * total)]
+                event = draw() or self._routine_pod()
+            counts[wire_tag(type(event))] += 1
+            yield event
+        self.truth.finish(self.spec.start + timedelta(seconds=self.now))
+
+    def _snapshot(self) -> Iterator[AnyEvent]:
+        """The connectors' initial lists at time 0: nodes, their pods, their GPU bindings."""
+        for node in self.nodes:
+            yield self._node_event(node)
+            for pod in dict.fromkeys(g.pod for g in node.gpus if g.pod is not None):
+                if pod is not None:
+                    yield self._pod_event(pod, "added")
+            for gpu in node.gpus:
+                yield self._binding_event(node, gpu)
+
+    def _push(self, due: float, scenario: Step) -> None:
+        self._seq += 1
+        heapq.heappush(self._heap, (due, self._seq, scenario))
+
+    def _advance(self, scenario: Step) -> AnyEvent | None:
+        """Run a scenario to its next event (emitted now) or delay (rescheduled)."""
+        for item in scenario:
+            if isinstance(item, float):
+                self._push(self.now + item, scenario)
+                return None
+            self._push(self.now, scenario)
+            return item
+        return None
+
+    def _start(self, scenario: Step) -> AnyEvent | None:
+        return self._advance(scenario)

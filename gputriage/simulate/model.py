@@ -1,0 +1,149 @@
+"""The simulated cluster's mutable model: clusters, nodes, GPUs, workloads, pods.
+
+The scenarios change these objects and the record builders of
+:mod:`gputriage.simulate.fleet` snapshot them into typed events, so a record always
+says what the model holds at its time. ``busy`` marks an object a scenario owns: the
+others leave it alone, so two faults never tell overlapping stories on one object.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from gputriage.demo.events import container
+from gputriage.simulate.catalogue import Template
+from schemas.events import ContainerStatus, PodCondition, Termination
+
+
+class Cluster:
+    __slots__ = ("domain", "name", "nodes", "pods", "region", "rv")
+
+    def __init__(self, name: str, region: str, domain: str, rv: int) -> None:
+        self.name = name
+        self.region = region
+        self.domain = domain
+        self.rv = rv
+        self.nodes: list[Node] = []
+        self.pods: list[Pod] = []
+
+
+class Gpu:
+    __slots__ = ("bus_id", "index", "pod", "uuid")
+
+    def __init__(self, index: int, gpu_uuid: str, bus_id: str) -> None:
+        self.index = index
+        self.uuid = gpu_uuid
+        self.bus_id = bus_id
+        self.pod: Pod | None = None
+
+
+class Node:
+    __slots__ = (
+        "allocatable",
+        "binding_seq",
+        "boot_id",
+        "busy",
+        "capacity",
+        "cluster",
+        "gpus",
+        "kmsg_seq",
+        "labels",
+        "name",
+        "ready",
+        "uid",
+    )
+
+    def __init__(self, cluster: Cluster, name: str, uid: str, boot_id: str) -> None:
+        self.cluster = cluster
+        self.name = name
+        self.uid = uid
+        self.boot_id = boot_id
+        self.kmsg_seq = 0
+        self.binding_seq = 0
+        self.gpus: list[Gpu] = []
+        self.labels: dict[str, str] = {}
+        self.capacity = 8
+        self.allocatable = 8
+        self.ready = "True"
+        self.busy = False
+
+
+class Workload:
+    __slots__ = ("gpus", "left", "owner", "template")
+
+    def __init__(self, template: Template, owner: str, gpus: int, left: int) -> None:
+        self.template = template
+        self.owner = owner
+        self.gpus = gpus
+        self.left = left
+
+
+class Pod:
+    __slots__ = (
+        "busy",
+        "cluster",
+        "containers",
+        "created_at",
+        "gpus",
+        "message",
+        "name",
+        "node",
+        "phase",
+        "pid",
+        "pool_index",
+        "reason",
+        "restarts",
+        "scheduled",
+        "uid",
+        "workload",
+    )
+
+    def __init__(
+        self, cluster: Cluster, workload: Workload, name: str, uid: str, created_at: datetime
+    ) -> None:
+        self.cluster = cluster
+        self.workload = workload
+        self.name = name
+        self.uid = uid
+        self.created_at = created_at
+        self.node: Node | None = None
+        self.gpus: tuple[int, ...] = ()
+        self.phase = "Pending"
+        self.reason = ""
+        self.message = ""
+        self.restarts = 0
+        self.containers: tuple[ContainerStatus, ...] = ()
+        self.scheduled: PodCondition | None = None
+        self.pid = 0
+        self.busy = False
+        self.pool_index = -1
+
+    @property
+    def main(self) -> str:
+        return self.workload.template.containers[0]
+
+    def set_main(
+        self,
+        state: str,
+        reason: str = "",
+        terminated: Termination | None = None,
+        last: Termination | None = None,
+        *,
+        keep_last: bool = True,
+    ) -> None:
+        """Rebuild the container statuses: the main container as given, sidecars as they were."""
+        names = self.workload.template.containers
+        if keep_last and last is None and self.containers:
+            last = self.containers[0].last_terminated
+        main = container(
+            names[0],
+            restarts=self.restarts,
+            state=state,
+            reason=reason,
+            current=terminated,
+            last=last,
+        )
+        side_state = "running" if state in {"running", "waiting"} else state
+        side_reason = "" if side_state == "running" else reason
+        sidecars = tuple(container(n, state=side_state, reason=side_reason) for n in names[1:])
+        self.containers = (main, *sidecars)

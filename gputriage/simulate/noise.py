@@ -1,0 +1,237 @@
+"""Background traffic and noise: routine updates, pod lifecycles, healthy failures.
+
+Nothing here is a fault: none of it may raise an incident, and none writes truth
+(except that every restart is *reported* to the truth recorder, which counts them:
+healthy restarts that happen to bunch up into a crash loop are one, by the rule).
+The pod lifecycles (pending, scheduled, deleted, replaced) are shared with the
+faults in :mod:`gputriage.simulate.faults`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gputriage.demo.events import GPU, termination
+from gputriage.simulate.catalogue import APP_ERRORS, INFO_CODES
+from gputriage.simulate.fleet import Fleet
+from gputriage.simulate.model import Node, Pod
+from gputriage.simulate.spec import Step
+from schemas.codec import AnyEvent
+from schemas.events import PodCondition, PodEvent, Termination
+
+
+class Noise(Fleet):
+    """The fleet's background: everything a healthy cluster does."""
+
+    def _restarted(self, pod: Pod, event: PodEvent, term: Termination, fault: str = "") -> None:
+        """Tell the truth recorder a container of ``pod`` restarted after ``term``."""
+        template = pod.workload.template
+        self.truth.restart(
+            cluster=pod.cluster.name,
+            node=event.node,
+            pod=f"{template.namespace}/{pod.name}",
+            owner=f"{template.kind}/{pod.workload.owner}",
+            time=event.time,
+            exit_code=term.exit_code,
+            oom_killed=term.reason == "OOMKilled",
+            fault=fault,
+        )
+
+    # ---------------------------------------------------------------- routine draws
+
+    def _routine_pod(self) -> AnyEvent:
+        pod = self._pick_pod(running=False)
+        if pod is None:  # pragma: no cover - only with an empty fleet
+            return self._routine_node()
+        return self._pod_event(pod)
+
+    def _routine_node(self) -> AnyEvent:
+        node = self.nodes[self.rng.randrange(len(self.nodes))]
+        return self._node_event(node)
+
+    def _routine_binding(self) -> AnyEvent:
+        node = self.nodes[self.rng.randrange(len(self.nodes))]
+        return self._binding_event(node, node.gpus[self.rng.randrange(len(node.gpus))])
+
+    def _restart(self) -> AnyEvent | None:
+        """One ordinary application crash and restart."""
+        pod = self._pick_pod()
+        if pod is None:
+            return None
+        rng = self.rng
+        # Four draws from the rng, in the order the bytes depend on: code, offset,
+        # the time's jitter, message.
+        code = rng.choice((1, 1, 1, 2, 134, 139))
+        finished = self._time(-rng.uniform(1.0, 10.0))
+        term = termination(finished, "Error", code, rng.choice(APP_ERRORS))
+        pod.restarts += 1
+        pod.set_main("running", last=term)
+        event = self._pod_event(pod)
+        self._restarted(pod, event, term)
+        return event
+
+    def _info_xid(self) -> AnyEvent | None:
+        node = self._pick_node(healthy=False)
+        if node is None:
+            return None
+        gpu = node.gpus[self.rng.randrange(len(node.gpus))]
+        return self._xid_event(node, gpu, self.rng.choice(INFO_CODES))
+
+    # ---------------------------------------------------------------- pod lifecycles
+
+    def _unbind(self, pod: Pod) -> Step:
+        node = pod.node
+        if node is None:
+            return
+        for k in pod.gpus:
+            gpu = node.gpus[k]
+            if gpu.pod is pod:
+                gpu.pod = None
+                yield self._binding_event(node, gpu)
+
+    def _add_pending(self, pod: Pod, *, unschedulable: bool) -> Step:
+        """A new pod, not yet on a node."""
+        pod.set_main("waiting", "ContainerCreating", keep_last=False)
+        if unschedulable:
+            total = len(pod.cluster.nodes)
+            message = (
+                f"0/{total} nodes are available: {total} Insufficient {GPU}. preemption: "
+                f"0/{total} nodes are available: {total} No preemption victims found "
+                "for incoming pod."
+            )
+            pod.scheduled = PodCondition(status="False", reason="Unschedulable", message=message)
+            yield self._pod_event(pod, "added")
+            yield self._pod_kube_event(
+                pod, "FailedScheduling", message, warning=True, source="default-scheduler"
+            )
+        else:
+            yield self._pod_event(pod, "added")
+
+    def _schedule(self, pod: Pod, node: Node, gpus: tuple[int, ...]) -> Step:
+        """Bind a pending pod to ``gpus`` on ``node`` and start it."""
+        rng = self.rng
+        yield rng.uniform(0.2, 3.0)
+        self._place(pod, node, gpus)
+        yield self._pod_event(pod)
+        namespace = pod.workload.template.namespace
+        yield self._pod_kube_event(
+            pod,
+            "Scheduled",
+            f"Successfully assigned {namespace}/{pod.name} to {node.name}",
+            source="default-scheduler",
+        )
+        yield rng.uniform(2.0, 40.0)
+        image = pod.workload.template.image
+        yield self._pod_kube_event(
+            pod, "Pulled", f'Container image "{image}" already present on machine'
+        )
+        yield self._pod_kube_event(pod, "Created", f"Created container {pod.main}")
+        yield self._pod_kube_event(pod, "Started", f"Started container {pod.main}")
+        pod.phase = "Running"
+        pod.set_main("running")
+        yield self._pod_event(pod)
+        for k in gpus:
+            yield self._binding_event(node, node.gpus[k])
+
+    def _delete(self, pod: Pod) -> Step:
+        """Graceful deletion: a ``deleted_at`` update, then the ``deleted`` event."""
+        deleted = self._time()
+        yield self._pod_event(pod, deleted=deleted)
+        yield self.rng.uniform(0.5, 5.0)
+        yield self._pod_event(pod, "deleted", deleted=deleted)
+        self._forget(pod)
+
+    def _replacement(self, old: Pod) -> Pod:
+        """The pod a controller creates for ``old``: same owner unless a Job completed."""
+        workload = old.workload
+        if workload.template.kind == "Job" and old.phase == "Succeeded":
+            workload = self._workload(workload.gpus)
+        return self._new_pod(old.cluster, workload.gpus, self._time(), workload)
+
+    def _fail_and_replace(
+        self,
+        pod: Pod,
+        *,
+        phase: str,
+        reason: str,
+        terminated: Termination | None,
+        message: str = "",
+        wait_for: Callable[[], bool] | None = None,
+    ) -> Step:
+        """The pod ends; its GPUs are released; a controller creates a replacement
+        which lands on the same GPUs (once ``wait_for`` says they are back); the old
+        pod object is deleted some time later."""
+        rng = self.rng
+        node = pod.node
+        gpus = pod.gpus
+        pod.phase = phase
+        pod.reason = reason
+        pod.message = message
+        if terminated is None:
+            terminated = termination(self._time(-0.5), "Error", 1)
+        pod.set_main("terminated", terminated.reason, terminated=terminated)
+        yield self._pod_event(pod)
+        yield rng.uniform(0.5, 3.0)
+        yield from self._unbind(pod)
+        if node is None:
+            return
+        yield rng.uniform(0.5, 5.0)
+        new = self._replacement(pod)
+        new.busy = True
+        blocked = wait_for is not None and not wait_for()
+        yield from self._add_pending(new, unschedulable=blocked)
+        while wait_for is not None and not wait_for():
+            yield 15.0
+        yield from self._schedule(new, node, gpus)
+        new.busy = False
+        yield rng.uniform(20.0, 300.0)
+        yield from self._delete(pod)
+
+    def _eviction(self) -> Step:
+        """Node-pressure eviction (no GPU fault): Evicted event, pod Failed/Evicted, replacement."""
+        pod = self._pick_pod()
+        if pod is None:
+            return
+        rng = self.rng
+        pod.busy = True
+        message = (
+            "The node was low on resource: memory. Threshold quantity: 100Mi, available: "
+            f"{rng.randrange(20_000, 100_000)}Ki. Container {pod.main} was using "
+            f"{rng.randrange(10**8, 10**9)}Ki, request is 0, has larger consumption of memory. "
+        )
+        yield self._pod_kube_event(pod, "Evicted", message, warning=True)
+        yield rng.uniform(0.2, 2.0)
+        term = termination(self._time(-0.2), "Error", 137)
+        yield from self._fail_and_replace(
+            pod, phase="Failed", reason="Evicted", terminated=term, message=message
+        )
+
+    def _completion(self) -> Step:
+        """Pod churn: a Job pod succeeds (or a ReplicaSet pod is rolled) and is replaced."""
+        pod = self._pick_pod()
+        if pod is None:
+            return
+        pod.busy = True
+        rng = self.rng
+        if pod.workload.template.kind == "Job":
+            term = termination(self._time(-1.0), "Completed", 0)
+            yield from self._fail_and_replace(pod, phase="Succeeded", reason="", terminated=term)
+            return
+        # A rollout: the old pod is deleted gracefully, then a new one starts.
+        node, gpus = pod.node, pod.gpus
+        deleted = self._time()
+        yield self._pod_event(pod, deleted=deleted)
+        yield rng.uniform(1.0, 30.0)
+        term = termination(self._time(-0.1), "Error", 143)
+        pod.set_main("terminated", "Error", terminated=term)
+        yield self._pod_event(pod, deleted=deleted)
+        yield from self._unbind(pod)
+        yield self._pod_event(pod, "deleted", deleted=deleted)
+        self._forget(pod)
+        if node is None:
+            return
+        new = self._new_pod(pod.cluster, pod.workload.gpus, self._time(), pod.workload)
+        new.busy = True
+        yield from self._add_pending(new, unschedulable=False)
+        yield from self._schedule(new, node, gpus)
+        new.busy = False

@@ -1,0 +1,279 @@
+"""Ground truth: the incidents the simulated faults must give (``schemas/truth.py``).
+
+The recorder watches the scenarios; it never draws from the rng (the stream's bytes
+must not depend on whether truth is written) and never runs the core: each truth is
+the domain's rule (DESIGN §2 and its refinements) applied to what was *emitted*.
+Three ways a truth is made:
+
+* **at once**, when the scenario emits the event that makes the rule true (the GPU's
+  pod fails after a fatal XID: ``device_unhealthy_eviction``);
+* **pending**, when the rule needs a condition to *last* (an allocatable drop for
+  5 min: ``gpu_degraded``; a NotReady past its 2 min grace: ``gpu_node_not_ready``):
+  the scenario confirms or cancels it, and one still open at the end of the stream
+  is kept only if the stream ran past its due time (else no replay could see it);
+* **counted**, at the end, from what every scenario emitted: restarts per container
+  (``suspected_cuda_oom``: more than 3 non-zero, non-signal restarts within 15 min,
+  none ``OOMKilled``: random healthy restarts that happen to bunch up count too, and
+  a crash loop that never reaches 4 restarts in 15 min gives nothing) and fatal XID
+  episodes per GPU (``xid_repeat``: 5 episodes of one code within 24 h).
+
+Windows bound the incident's ``first_seen`` (its earliest evidence) between the
+fault's first event and the event that completes the rule, widened by
+:data:`SLACK` for the event-time jitter and the termination times kubelet reports
+a little before the pod update that carries them.
+
+Trap: the thresholds here are the domain's defaults (DESIGN §2), the same numbers as
+``streams/core/config.py`` but deliberately not imported from it: a change of the
+core's configuration must show as a change in the score, not in the truth. The XID
+*episode* gap (a line less than 10 min after the previous line of its code on its
+GPU continues one fault) is the one number DESIGN leaves to configuration; it is the
+core's default.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+import msgspec
+
+from gputriage.simulate.spec import StreamSpec
+from schemas.truth import ExpectedIncident
+
+SLACK = timedelta(seconds=2.0)
+"""Widening of every window: jitter, termination-before-update, slot spacing."""
+END_MARGIN = timedelta(seconds=5.0)
+"""A pending truth counts only if the stream runs this far past its due time."""
+
+CUDA_OOM_RESTARTS = 3
+"""suspected_cuda_oom: *more* than this many restarts..."""
+CUDA_OOM_WINDOW = timedelta(minutes=15)
+"""...within this long."""
+SIGNAL_EXITS = frozenset({137, 143})
+"""Exit codes of a container killed from outside (SIGKILL, SIGTERM): never CUDA OOM."""
+SAME_INCIDENT = {
+    "host_oom_kill": timedelta(minutes=15),
+    "gpu_app_fault": timedelta(hours=1),
+}
+"""A fault of these types on the subject of an incident still open (its last evidence
+less than this ago) updates that incident (``open`` -> ``updated``): no new truth. The
+horizons are the incidents' quiet periods (``oom_quiet_seconds``,
+``app_fault_quiet_seconds``): DESIGN gives the lifecycle, not the numbers."""
+XID_REPEAT_EPISODES = 5
+XID_REPEAT_WINDOW = timedelta(hours=24)
+XID_EPISODE_GAP = timedelta(minutes=10)
+XID_COALESCE = timedelta(seconds=1)
+"""Lines of one code on one GPU this close are one occurrence (kmsg and NVML overlap)."""
+
+
+@dataclass
+class Pending:
+    """A truth that holds once its condition has lasted until ``due``."""
+
+    incident: ExpectedIncident
+    due: datetime
+    state: str = "open"
+    """``open``, ``confirmed`` or ``cancelled``."""
+
+    def confirm(self) -> None:
+        if self.state == "open":
+            self.state = "confirmed"
+
+    def cancel(self) -> None:
+        if self.state == "open":
+            self.state = "cancelled"
+
+
+@dataclass
+class _Restart:
+    time: datetime
+    exit_code: int
+    oom_killed: bool
+    fault: str
+    node: str
+    owner: str
+
+
+@dataclass
+class _Subject:
+    cluster: str
+    node: str
+    gpu: str
+    code: int
+    times: list[datetime] = field(default_factory=list)
+    fault: str = ""
+
+
+class TruthRecorder:
+    """Collects :class:`ExpectedIncident` records while the stream is generated."""
+
+    def __init__(self, spec: StreamSpec) -> None:
+        self.spec = spec
+        self._seq = 0
+        self._pending: list[Pending] = []
+        self._restarts: dict[tuple[str, str], list[_Restart]] = defaultdict(list)
+        self._xids: dict[tuple[str, str, str, int], _Subject] = {}
+        self._last: dict[tuple[str, ...], datetime] = {}
+        self.expected: list[ExpectedIncident] = []
+        """The truths, by ``start``, once :meth:`finish` has run."""
+
+    def fault_id(self, fault: str) -> str:
+        """A fresh id for one injected fault (a counter: deterministic, no rng)."""
+        self._seq += 1
+        return f"{fault}-{self._seq:05d}"
+
+    def expect(
+        self,
+        *,
+        fault_id: str,
+        kind: str,
+        cluster: str,
+        start: datetime,
+        first: datetime,
+        last: datetime,
+        due: datetime | None = None,
+        **subject: object,
+    ) -> Pending:
+        """One expected incident: ``first_seen`` within ``[first, last]`` (widened by
+        :data:`SLACK`). Confirmed now unless ``due`` says when its condition is met."""
+        incident = ExpectedIncident(
+            id=f"{fault_id}/{kind}",
+            fault=fault_id.rsplit("-", 1)[0],
+            type=kind,
+            cluster=cluster,
+            start=start,
+            not_before=min(first, start) - SLACK,
+            not_after=last + SLACK,
+            **subject,  # type: ignore[arg-type]
+        )
+        pending = Pending(incident, due or start)
+        if due is None:
+            pending.confirm()
+        self._pending.append(pending)
+        return pending
+
+    def still_open(self, kind: str, key: tuple[str, ...], time: datetime) -> bool:
+        """Whether a ``kind`` fault on ``key`` at ``time`` joins an incident still open
+        (:data:`SAME_INCIDENT`); records ``time`` as that incident's latest evidence."""
+        horizon = SAME_INCIDENT[kind]
+        last = self._last.get((kind, *key))
+        self._last[(kind, *key)] = time
+        return last is not None and time - last < horizon
+
+    def restart(
+        self,
+        *,
+        cluster: str,
+        node: str,
+        pod: str,
+        owner: str,
+        time: datetime,
+        exit_code: int,
+        oom_killed: bool = False,
+        fault: str = "",
+    ) -> None:
+        """A container of ``pod`` (``namespace/name``) terminated and is restarted."""
+        self._restarts[(cluster, pod)].append(
+            _Restart(time, exit_code, oom_killed, fault, node, owner)
+        )
+
+    def fatal_xid(
+        self, *, cluster: str, node: str, gpu: str, code: int, time: datetime, fault: str
+    ) -> None:
+        """A fatal XID line on a GPU (every source: they are coalesced here)."""
+        key = (cluster, node, gpu, code)
+        subject = self._xids.get(key)
+        if subject is None:
+            subject = self._xids[key] = _Subject(cluster, node, gpu, code)
+        if fault.startswith("flaky_gpu") or not subject.fault:
+            subject.fault = fault
+        subject.times.append(time)
+
+    def finish(self, end: datetime) -> None:
+        """Settle pending truths at the stream's ``end`` and count restarts and episodes."""
+        found: list[ExpectedIncident] = []
+        for pending in self._pending:
+            if pending.state == "confirmed" or (
+                pending.state == "open" and pending.due + END_MARGIN <= end
+            ):
+                found.append(pending.incident)
+        found.extend(self._cuda_oom())
+        found.extend(self._xid_repeats())
+        found.sort(key=lambda e: (e.start, e.id))
+        seen: dict[str, int] = {}
+        for k, incident in enumerate(found):  # one fault may give two of a type
+            n = seen[incident.id] = seen.get(incident.id, 0) + 1
+            if n > 1:
+                found[k] = msgspec.structs.replace(incident, id=f"{incident.id}#{n}")
+        self.expected = found
+
+    def _cuda_oom(self) -> list[ExpectedIncident]:
+        found = []
+        for (cluster, pod), restarts in self._restarts.items():
+            restarts.sort(key=lambda r: r.time)
+            quiet_until: datetime | None = None
+            for k, r in enumerate(restarts):
+                if quiet_until is not None and r.time <= quiet_until:
+                    quiet_until = r.time + CUDA_OOM_WINDOW
+                    continue
+                quiet_until = None
+                window = [x for x in restarts[: k + 1] if r.time - x.time <= CUDA_OOM_WINDOW]
+                if any(x.oom_killed for x in window):
+                    continue
+                counted = [
+                    x for x in window if x.exit_code != 0 and x.exit_code not in SIGNAL_EXITS
+                ]
+                if len(counted) <= CUDA_OOM_RESTARTS:
+                    continue
+                faults = [x.fault for x in counted if x.fault]
+                fault_id = faults[0] if faults else self.fault_id("restart_burst")
+                found.append(
+                    ExpectedIncident(
+                        id=f"{fault_id}/suspected_cuda_oom",
+                        fault=fault_id.rsplit("-", 1)[0],
+                        type="suspected_cuda_oom",
+                        cluster=cluster,
+                        node=r.node,
+                        pods=(pod,),
+                        owner=r.owner,
+                        start=counted[0].time,
+                        not_before=counted[0].time - SLACK,
+                        not_after=r.time + SLACK,
+                        severity="ticket",
+                    )
+                )
+                quiet_until = r.time + CUDA_OOM_WINDOW
+        return found
+
+    def _xid_repeats(self) -> list[ExpectedIncident]:
+        found = []
+        for subject in self._xids.values():
+            times = sorted(subject.times)
+            episodes: list[datetime] = []
+            last: datetime | None = None
+            for t in times:
+                if last is not None and t - last < XID_COALESCE:
+                    continue
+                if last is None or t - last >= XID_EPISODE_GAP:
+                    episodes.append(t)
+                last = t
+            for k in range(XID_REPEAT_EPISODES - 1, len(episodes)):
+                first = episodes[k - XID_REPEAT_EPISODES + 1]
+                if episodes[k] - first <= XID_REPEAT_WINDOW:
+                    found.append(
+                        ExpectedIncident(
+                            id=f"{subject.fault or self.fault_id('xid_repeat')}/xid_repeat",
+                            fault=(subject.fault or "xid_repeat").rsplit("-", 1)[0],
+                            type="xid_repeat",
+                            cluster=subject.cluster,
+                            node=subject.node,
+                            gpus=(subject.gpu,),
+                            start=episodes[0],
+                            not_before=episodes[0] - SLACK,
+                            not_after=episodes[k] + SLACK,
+                            severity="page",
+                        )
+                    )
+                    break
+        return found
