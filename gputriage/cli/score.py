@@ -37,13 +37,13 @@ _FRACTION = FiniteRange(min=0.0, max=1.0)
     "--min-precision",
     type=_FRACTION,
     metavar="P",
-    help="Exit 1 if any type's precision is below P (0..1).",
+    help="Exit 1 if any type's precision is below P.",
 )
 @click.option(
     "--min-recall",
     type=_FRACTION,
     metavar="R",
-    help="Exit 1 if any type's recall is below R (0..1).",
+    help="Exit 1 if any type's recall is below R.",
 )
 @click.option(
     "--progress/--no-progress",
@@ -61,8 +61,8 @@ def score_command(ctx: click.Context, /, *, events: str, truth: str, **given: An
     Prints precision, recall and detection delay (p50/p95) per incident type, which
     truths were reported as another type (confusion), and the misses and false
     positives. A bad EVENTS line is reported as FILE:LINE and skipped (exit 1); a bad
-    TRUTH line stops the score (exit 2). With --min-precision/--min-recall, exit 1
-    when a type is below the bar.
+    TRUTH line stops the score (exit 2). A type below the bar of --min-precision or
+    --min-recall makes the exit status 1.
 
     \b
     Examples:
