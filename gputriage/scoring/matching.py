@@ -153,7 +153,12 @@ def _node_group_fits(truth: ExpectedIncident, incident: Incident) -> bool:
 
 def match(truths: Sequence[ExpectedIncident], detected: Sequence[Detected]) -> Matching:
     """Pair ``truths`` with ``detected`` one-to-one by :func:`fits`, then the leftovers by
-    :func:`same_subject` (the module docstring says how, and why a maximum pairing)."""
+    :func:`same_subject` (the module docstring says how, and why a maximum pairing).
+
+    Truth ids must be unique (:func:`~gputriage.scoring.truth_file.read_truth` checks)
+    and so must incident ids (:func:`detections` gives one per id): the report names
+    both sides of a confusion by id.
+    """
     ordered_truths = sorted(truths, key=_truth_order)
     ordered = sorted(detected, key=_detected_order)
     # Candidates come from an index on what must be equal, not from every incident:

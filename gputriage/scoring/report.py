@@ -161,7 +161,7 @@ def _false_positives(matching: Matching) -> str:
         ]
         for item in matching.false_positives[:MAX_ROWS]
     ]
-    headers = ("FALSE POSITIVE", "TYPE", "NODE", "FIRST SEEN", "TRUTH")
+    headers = ("FALSE POSITIVE", "TYPE", "NODE", "FIRST SEEN", "INSTEAD OF")
     return render.columns(headers, rows) + _more(len(matching.false_positives))
 
 
