@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import random
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -216,3 +218,36 @@ def test_a_null_figure_is_never_below_the_bar() -> None:
     assert shortfalls(scores, min_precision=0.5, min_recall=None) == [
         "precision of device_unhealthy_eviction 0.000 < 0.5"
     ]
+
+
+def _most_pairs(fit: list[set[int]], incidents: int) -> int:
+    """Brute force: the largest one-to-one pairing of truths to the incidents they fit."""
+    best = 0
+    for assignment in itertools.product(*[[None, *sorted(f)] for f in fit]):
+        chosen = [a for a in assignment if a is not None]
+        if len(chosen) == len(set(chosen)):
+            best = max(best, len(chosen))
+    assert best <= incidents
+    return best
+
+
+def test_the_pairing_is_as_large_as_brute_force_finds() -> None:
+    """Small random instances (fixed seed): pod k of incident k fits the truths naming it."""
+    rng = random.Random(15)
+    for _ in range(150):
+        n_incidents = rng.randint(1, 5)
+        found = [detected(incident(f"inc-{k}", pods=(f"ml/p{k}",))) for k in range(n_incidents)]
+        fit = [
+            {k for k in range(n_incidents) if rng.random() < 0.4} for _ in range(rng.randint(1, 5))
+        ]
+        truths = [
+            truth(f"f-{t}", start=t, pods=tuple(f"ml/p{k}" for k in sorted(f)) or ("ml/none",))
+            for t, f in enumerate(fit)
+        ]
+        result = match(truths, found)
+        assert len(result.matched) == _most_pairs(fit, n_incidents), fit
+        assert all(fits(p.truth, p.detected.incident) for p in result.matched)
+        ids = [p.detected.incident.id for p in result.matched]
+        assert len(ids) == len(set(ids)), "one-to-one"
+        assert len(result.matched) + len(result.false_positives) == n_incidents
+        assert match(list(reversed(truths)), list(reversed(found))) == result, "order-free"
