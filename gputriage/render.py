@@ -118,6 +118,17 @@ def table(incidents: Iterable[Incident], *, wide: bool = False, evidence: bool =
     return "\n".join(out) + "\n"
 
 
+def columns(headers: Sequence[str], rows: Iterable[Sequence[str]]) -> str:
+    """Any rows as aligned columns under ``headers`` (the last column unpadded, as in
+    :func:`table`); empty string when there are no rows. For reports that are not
+    incidents (``gputriage score``), so every table of the CLI looks the same."""
+    body = [list(cells) for cells in rows]
+    if not body:
+        return ""
+    widths = [max(len(cells[i]) for cells in [headers, *body]) for i in range(len(headers) - 1)]
+    return "\n".join(_line(cells, widths) for cells in [headers, *body]) + "\n"
+
+
 def _line(cells: Sequence[str], widths: Sequence[int]) -> str:
     padded = [cell.ljust(width) for cell, width in zip(cells, widths, strict=False)]
     return GAP.join([*padded, cells[-1]]).rstrip()

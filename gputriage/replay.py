@@ -18,8 +18,9 @@ Contracts worth keeping:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any, BinaryIO, Final, Literal, TextIO
 
 from connectors.files import FileSource, Record, merge_by_time, read_records
@@ -64,6 +65,15 @@ class ReplayResult:
     stats: CoreStats = field(default_factory=CoreStats)
     """The correlator's counters at the end of the replay."""
     grace_seconds: float = 0.0
+    first_published: dict[str, datetime] = field(default_factory=dict)
+    """Incident id -> the stream's clock when its first revision came out (for
+    ``gputriage score``'s detection delay): the latest event time ingested so far,
+    ticks included, because a live processor publishes as it ingests the event that
+    releases the incident, so that event's time stands for the wall clock then. Not the
+    watermark: it trails by the grace, a wait the live processor pays too, and the
+    delay would hide it. A revision that only the end-of-input flush releases gets the
+    last event time plus the grace: the flush stands in for the grace wait a live
+    processor, whose ticks keep the clock going, would pay before releasing it."""
 
     @property
     def exit_code(self) -> int:
@@ -78,6 +88,46 @@ def bad_line_message(record: Record, error: RecordError) -> str:
     return f"{record.source}:{record.line}: {reason}{where}"
 
 
+def correlate(
+    sources: Sequence[FileSource],
+    config: CoreConfig,
+    stderr: TextIO,
+    *,
+    progress: bool | None = None,
+    sink: Callable[[Incident], object] | None = None,
+) -> ReplayResult:
+    """The replay loop: every good event of ``sources`` through the core, then the flush.
+
+    The one loop that ``gputriage replay`` and ``gputriage score`` share (so a score
+    measures what a replay shows): bad lines go to ``stderr`` as ``FILE:LINE: reason``
+    and are counted, every revision is kept in ``revisions`` (and handed to ``sink``,
+    if given, as it comes out) and :attr:`ReplayResult.first_published` records each
+    incident's publication time on the stream's clock. Prints no summary:
+    :func:`write_summary` does.
+    """
+    result = ReplayResult(grace_seconds=config.grace_seconds)
+    correlator = Correlator(config)
+    records = merge_by_time([read_records(source) for source in sources])
+    clock: datetime | None = None
+    with _progress_bar(sources, progress, stderr) as bar:
+        for record in bar.track(records):
+            result.records += 1
+            event = record.event
+            if isinstance(event, RecordError):
+                result.bad_lines += 1
+                bar.message(bad_line_message(record, event))
+                continue
+            if clock is None or event.time > clock:
+                clock = event.time
+            for routed_event in routed(event):  # as the producer routes it, live
+                _collect(correlator.ingest(routed_event), result, clock, sink)
+        if clock is not None:  # else no event came, and nothing can be buffered
+            end = clock + timedelta(seconds=config.grace_seconds)
+            _collect(correlator.flush(), result, end, sink)
+    result.stats = correlator.stats
+    return result
+
+
 def replay(
     sources: Sequence[FileSource],
     config: CoreConfig,
@@ -86,27 +136,18 @@ def replay(
     stderr: TextIO,
 ) -> ReplayResult:
     """Replay ``sources`` (already open) and write the report; the caller closes them."""
-    result = ReplayResult()
-    correlator = Correlator(config)
+
+    def stream(incident: Incident) -> None:
+        stdout.write(encode(incident) + b"\n")
+
     streaming = options.output == "json"
-    records = merge_by_time([read_records(source) for source in sources])
-    with _progress_bar(sources, options.progress, stderr) as bar:
-        for record in bar.track(records):
-            result.records += 1
-            event = record.event
-            if isinstance(event, RecordError):
-                result.bad_lines += 1
-                bar.message(bad_line_message(record, event))
-                continue
-            for routed_event in routed(event):  # as the producer routes it, live
-                _collect(correlator.ingest(routed_event), result, stdout if streaming else None)
-        _collect(correlator.flush(), result, stdout if streaming else None)
-    result.stats = correlator.stats
-    result.grace_seconds = config.grace_seconds
+    result = correlate(
+        sources, config, stderr, progress=options.progress, sink=stream if streaming else None
+    )
     if not streaming:
         _write_table(result.revisions, options, stdout, stderr)
     stdout.flush()
-    _write_summary(result, options, stderr)
+    write_summary(result, stderr, stats=options.stats)
     return result
 
 
@@ -125,11 +166,17 @@ def run_replay(
             source.close()
 
 
-def _collect(incidents: Iterable[Incident], result: ReplayResult, stream: BinaryIO | None) -> None:
+def _collect(
+    incidents: Iterable[Incident],
+    result: ReplayResult,
+    clock: datetime,
+    sink: Callable[[Incident], object] | None,
+) -> None:
     for incident in incidents:
         result.revisions.append(incident)
-        if stream is not None:
-            stream.write(encode(incident) + b"\n")
+        result.first_published.setdefault(incident.id, clock)
+        if sink is not None:
+            sink(incident)
 
 
 def _write_table(
@@ -145,14 +192,15 @@ def _write_table(
         print("gputriage: no incidents", file=stderr)
 
 
-def _write_summary(result: ReplayResult, options: ReplayOptions, stderr: TextIO) -> None:
-    if options.stats:
-        stats = result.stats
+def write_summary(result: ReplayResult, stderr: TextIO, *, stats: bool = False) -> None:
+    """The end of a replay on stderr: the core's counters (``stats``), late events, bad lines."""
+    if stats:
+        counters = result.stats
         incidents = len({incident.id for incident in result.revisions})
         print(
-            f"gputriage: {result.records} records, {stats.events} events "
-            f"({stats.late} late, {stats.duplicates} duplicates), {stats.timers} timers, "
-            f"{incidents} incidents in {stats.revisions} revisions",
+            f"gputriage: {result.records} records, {counters.events} events "
+            f"({counters.late} late, {counters.duplicates} duplicates), {counters.timers} timers, "
+            f"{incidents} incidents in {counters.revisions} revisions",
             file=stderr,
         )
     if result.stats.late:

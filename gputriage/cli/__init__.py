@@ -9,7 +9,8 @@ usage. Exit status 1 means the command ran but found a problem (bad input
 lines, drifted schema documents, Kafka unreachable); 130 means interrupted.
 
 Each verb lives in its own module (:mod:`gputriage.cli.replay`, ``tail``,
-``process``, ``demo``, ``schemas``, ``ingest``, ``connect``, ``simulate``): it builds ONE
+``process``, ``demo``, ``schemas``, ``ingest``, ``connect``, ``simulate``, ``score``): it
+builds ONE
 options value from its arguments over the settings and calls ONE ``run_*``
 that returns the exit status.
 
@@ -38,6 +39,7 @@ from gputriage.cli.ingest import ingest_group
 from gputriage.cli.process import process_command
 from gputriage.cli.replay import replay_command
 from gputriage.cli.schemas import schemas_command
+from gputriage.cli.score import score_command
 from gputriage.cli.simulate import simulate_command
 from gputriage.cli.tail import tail_command
 from gputriage.errors import PROG, error
@@ -88,6 +90,7 @@ for _command in (
     connect_group,
     bridge_command,
     simulate_command,
+    score_command,
 ):
     cli.add_command(_command)
 
