@@ -15,7 +15,7 @@ venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -e '.[test,demo]'
+	$(PIP) install -e '.[test,demo,bench]'
 	@touch $@
 
 # The correlation core compiled with mypyc (streams/native.py says why and how it is

@@ -540,6 +540,7 @@ def _summary(values: list[float]) -> dict[str, Any]:
         "n": len(values),
         "p50_s": _quantile(values, 0.5),
         "p90_s": _quantile(values, 0.9),
+        "p95_s": _quantile(values, 0.95),
         "p99_s": _quantile(values, 0.99),
         "max_s": max(values, default=float("nan")),
         "mean_s": statistics.fmean(values) if values else float("nan"),
