@@ -18,13 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from bench.report.markdown import SECTIONS
+from bench.report.provenance import commit, cpu_model
+from bench.report.steps import STEPS
 from tests.paths import ROOT
 
-pytest.importorskip("matplotlib", reason="the report's figures need the bench extra")
-
-from bench.report.markdown import SECTIONS  # noqa: E402 - after the skip: it needs nothing
-from bench.report.provenance import commit, cpu_model  # noqa: E402
-from bench.report.steps import STEPS  # noqa: E402
+pytest.importorskip("matplotlib", reason="the report's figures need the bench extra (make venv)")
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
