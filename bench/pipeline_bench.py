@@ -320,19 +320,6 @@ async def committed_total(reader: AIOKafkaConsumer, tps: list[TopicPartition]) -
     return sum(o for o in offsets if o)
 
 
-async def end_total(env: Env) -> int:
-    """The raw partitions' end offsets, summed, *as Tansu answers them*: its last batch's
-    base + 1 (streams/app/ranges.py), so short of the records by up to a batch per
-    partition. The benches count what they produced instead (``produce``'s acks)."""
-    consumer = AIOKafkaConsumer(**env.kwargs, group_id=None)
-    await consumer.start()
-    try:
-        ends = await consumer.end_offsets(env.raw_partitions())
-        return sum(ends.values())
-    finally:
-        await consumer.stop()
-
-
 async def processor_throughput(
     env: Env, worker: WorkerProcess, total: int, timeout: float
 ) -> dict[str, Any]:
@@ -590,8 +577,9 @@ def run(args: argparse.Namespace) -> Report:
         elapsed = time.perf_counter() - t
         generated = len(events)
         del events
-        # The records acknowledged, not end_total(): Tansu's end offsets stop at each
-        # partition's last batch (end_total), which at 3k events undercounted by half.
+        # The records acknowledged, not the end offsets: Tansu answers those with each
+        # partition's last batch's base + 1 (streams/app/ranges.py), which at 3k events
+        # undercounted the backlog by half, and (b) stopped before its last batches.
         total = sent
         report.produce = {
             "events": generated,
