@@ -51,6 +51,21 @@ def _names(text: str) -> list[str]:
     return names
 
 
+def _shown(argv: list[str] | None) -> list[str]:
+    """The arguments as the report states them: without ``--via X`` (said separately)."""
+    given = list(sys.argv[1:] if argv is None else argv)
+    shown: list[str] = []
+    skip = False
+    for arg in given:
+        if skip:
+            skip = False
+        elif arg == "--via":
+            skip = True
+        elif not arg.startswith("--via="):
+            shown.append(arg)
+    return shown
+
+
 def _log(message: str) -> None:
     tqdm.write(f"[{time.strftime('%H:%M:%S')}] {message}", file=sys.stderr)
 
@@ -72,6 +87,16 @@ def _headline(outcome: Outcome) -> str:
             return ", ".join(
                 f"{ph['rate']:,.0f}/s p99 {ph['opened']['p99_s']:.2f} s" for ph in r[:4]
             ) + (" ..." if len(r) > 4 else "")
+        if outcome.name == "slim":
+            return f"parse + slim {r['pods_per_s']['parse + slim']:,.0f} pods/s"
+        if outcome.name == "kmsg":
+            return f"kmsg reader {r['lines_per_s']['kmsg_reader']:,.0f} lines/s"
+        if outcome.name == "autoscaler":
+            return f"{r['best_lines_per_s']:,.0f} lines/s"
+        if outcome.name == "backlog":
+            return ", ".join(
+                f"cap {run['cap'] or 'none'}: {run['peak_rss_mb']:,.0f} MB" for run in r["runs"]
+            )
         if outcome.name == "memory":
             last = r["rows"][-1]
             return f"{last['nodes']:,} nodes: {last['bytes_per_pod'] or 0:,.0f} B per pod"
@@ -112,7 +137,7 @@ def run_all(steps: list[Step], mode: str, raw_dir: Path) -> dict[str, Outcome]:
             ticker.start()
 
             def show(line: str) -> None:
-                bar.set_postfix_str(line[-60:], refresh=False)
+                bar.set_postfix_str(line[:70], refresh=False)
 
             try:
                 outcome = run_step(step, mode, raw_dir, show)
@@ -184,9 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         chosen = [s for s in STEPS if (args.only is None or s.name in args.only)]
         chosen = [s for s in chosen if s.name not in args.skip]
-        own = shlex.join(
-            ["python", "-m", "bench.report", *(argv if argv is not None else sys.argv[1:])]
-        )
+        own = shlex.join(["python", "-m", "bench.report", *_shown(argv)])
         prov = Provenance(
             machine=provenance.machine(),
             commit=provenance.commit(),
@@ -201,7 +224,7 @@ def main(argv: list[str] | None = None) -> int:
         _log(
             f"{len(chosen)} steps ({', '.join(s.name for s in chosen)}), {mode} sizes, "
             f"~{estimate / 60:.0f} min estimated; commit {prov.commit.line()}; "
-            f"load {prov.load_start if prov.load_start is not None else '-'}"
+            f"load average {'-' if prov.load_start is None else f'{prov.load_start:.2f}'}"
         )
         ran = run_all(chosen, mode, raw_dir)
         outcomes = {name: ran.get(name) or load(name, raw_dir, mode) for name in BY_NAME}
