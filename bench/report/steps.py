@@ -6,9 +6,11 @@ what a bench measures: it only chooses sizes and renders). Subprocesses because 
 benches pin themselves to one CPU, ``gc.freeze()`` their input and start brokers and
 workers: none of that may leak into the next one, and RSS (memory_scale) only grows.
 
-Sizes: ``default`` is the report's (the whole run well under 15 minutes on a quiet
-2-core machine: the estimates below, measured 2026-12-02); ``quick`` is a few seconds
-per step, for development and the test, and its figures mean nothing.
+Sizes: ``default`` is the report's (the whole run under 15 minutes on a quiet 2-core
+machine: the estimates below add up to ~14 min and are upper-end guesses from each
+bench's measured run time in bench/README.md and from its parts at small sizes; most
+steps finish early); ``quick`` is a few seconds per step, for development and the test,
+and its figures mean nothing.
 
 A bench's stderr (its progress lines) goes to ``<raw dir>/<step>.log`` and its last line
 to the progress bar; a step that exits non-zero without JSON, or runs past its limit
