@@ -60,12 +60,12 @@ def report(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
         cwd=cwd,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=180,
         check=False,
     )
 
 
-@pytest.mark.timeout(300)
+@pytest.mark.timeout(200)
 def test_quick_report_has_every_section_and_stamped_figures(tmp_path: Path) -> None:
     out = tmp_path / "REPORT.md"
     raw, quality = tmp_path / "raw", tmp_path / "quality"
