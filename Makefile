@@ -9,13 +9,15 @@ STAMP  := $(VENV)/.installed-pyproject
 # setuptools' editable-install notices are warnings, not errors: keep pip quiet.
 PIP    := PYTHONWARNINGS=ignore $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: venv native tools lint test demo schemas bench bench-pipeline bench-latency bench-slim bench-faust bench-kmsg
+.PHONY: venv native tools lint test demo schemas bench bench-quick bench-core bench-replay \
+  bench-memory bench-pipeline bench-latency bench-slim bench-faust bench-kmsg bench-autoscaler \
+  bench-backlog
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(PIP) install -e '.[test,demo]'
+	$(PIP) install -e '.[test,demo,bench]'
 	@touch $@
 
 # The correlation core compiled with mypyc (streams/native.py says why and how it is
@@ -70,8 +72,27 @@ demo: venv native
 schemas: venv
 	$(BIN)/gputriage schemas --write
 
+# Every benchmark, then bench/REPORT.md and bench/figures/*.png (bench/report/; matplotlib
+# is the `bench` extra, which `make venv` installs): under 15 minutes on 2 quiet cores.
 bench: venv native
+	$(BIN)/python -m bench.report --via "make bench"
+
+# The same at tiny sizes (under a minute): the report's shape, not its figures. Written
+# under bench/out/quick/ (git-ignored), never over the real report.
+bench-quick: venv native
+	$(BIN)/python -m bench.report --quick --via "make bench-quick" \
+	  --report bench/out/quick/REPORT.md --raw-dir bench/out/quick/raw
+
+# The correlation core alone (what `make bench` ran before the report): 1M events, 5,000 nodes.
+bench-core: venv native
 	$(BIN)/python bench/core_bench.py
+
+bench-replay: venv native
+	$(BIN)/python -m bench.replay_bench
+
+# The core's RSS and bytes per tracked pod and GPU, 100 to 5,000 nodes.
+bench-memory: venv native
+	$(BIN)/python -m bench.memory_scale
 
 bench-pipeline: venv native
 	$(BIN)/python bench/pipeline_bench.py
@@ -85,6 +106,13 @@ bench-slim: venv
 
 bench-kmsg: venv
 	$(BIN)/python -m bench.kmsg_bench
+
+bench-autoscaler: venv
+	$(BIN)/python -m bench.autoscaler_bench
+
+# A worker's peak memory over a backlog where one partition lags (issue 11.3).
+bench-backlog: venv native
+	$(BIN)/python -m bench.backlog_memory
 
 # The faust-streaming investigation of issue 3 (bench/faust/FINDINGS.md); needs the extra.
 bench-faust: venv

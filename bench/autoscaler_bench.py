@@ -74,13 +74,13 @@ def run_once(lines: list[bytes], ctx: LineContext) -> tuple[float, int]:
     return elapsed, records
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lines", type=int, default=1_000_000)
     parser.add_argument("--noise", type=float, default=0.9)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--json", action="store_true")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if hasattr(os, "sched_setaffinity"):
         os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # one core
     lines = build(args.lines, args.noise)

@@ -111,6 +111,7 @@ async def drain(env: Env, worker: WorkerProcess, total: int, timeout: float) -> 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     caps = [int(c) for c in args.caps.split(",")]
+    extra = dict(kv.split("=", 1) for kv in args.worker_env)
     report: dict[str, Any] = {"args": vars(args), "runs": []}
     with (
         tempfile.TemporaryDirectory(prefix="backlog-memory-") as tmp,
@@ -127,7 +128,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for run_no, cap in enumerate(caps):
             app = f"{env.prefix}-{run_no}-cap{cap}"
             worker = WorkerProcess(
-                env, app, {"GPUTRIAGE_PROCESSOR__MAX_BUFFERED_EVENTS": str(cap or UNBOUNDED)}
+                env,
+                app,
+                {**extra, "GPUTRIAGE_PROCESSOR__MAX_BUFFERED_EVENTS": str(cap or UNBOUNDED)},
             )
             try:
                 seconds = asyncio.run(drain(env, worker, total, args.timeout))
@@ -174,6 +177,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--lag-hours", type=float, default=2.0)
     parser.add_argument("--caps", default="0,100000,20000", help="comma-separated; 0: no cap")
     parser.add_argument("--timeout", type=float, default=600.0)
+    parser.add_argument(
+        "--worker-env",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="extra environment for the workers (e.g. a shorter group session)",
+    )
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
     report = run(args)

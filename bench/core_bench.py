@@ -34,7 +34,7 @@ import sys
 import time
 import tracemalloc
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ from schemas.keys import routed
 from streams import native
 from streams.config import default_core_config
 from streams.core import CoreConfig, Correlator
+from streams.core.state import NodeState
 
 OUT = Path(__file__).resolve().parent / "out"
 BAR_EVENTS_PER_S = 100_000
@@ -77,13 +78,30 @@ def load_stream(spec: StreamSpec, *, cache: bool) -> tuple[list[bytes], dict[str
     lines = list(generate_lines(spec))
     info = {"source": "generated", "generated": True, "load_s": time.perf_counter() - began}
     if cache:
-        OUT.mkdir(parents=True, exist_ok=True)
-        partial = path.with_suffix(".partial")
-        with partial.open("wb") as f:
-            write_lines(iter(lines), f)
-        partial.replace(path)
+        _write_cache(path, iter(lines))
         info["source"] = str(path)
     return lines, info
+
+
+def stream_file(spec: StreamSpec) -> Path:
+    """The cached stream's file under ``bench/out/``, generated first if absent (streamed
+    to disk: the lines are never all in memory). What ``load_stream`` reads, so the
+    replay bench and this one time the same bytes."""
+    path = OUT / spec.cache_name()
+    if not path.exists():
+        _log(f"generating {spec.events:,} events over {spec.nodes:,} nodes (seed {spec.seed})...")
+        _write_cache(path, generate_lines(spec))
+    return path
+
+
+def _write_cache(path: Path, lines: Iterator[bytes]) -> None:
+    """Write through a ``.partial`` file, renamed when complete: an interrupted run never
+    leaves a short file that a later one would take for the stream."""
+    OUT.mkdir(parents=True, exist_ok=True)
+    partial = path.with_suffix(".partial")
+    with partial.open("wb") as f:
+        write_lines(lines, f)
+    partial.replace(path)
 
 
 def schema_mix(lines: list[bytes]) -> dict[str, int]:
@@ -187,10 +205,30 @@ def run_core(lines: list[bytes], config: CoreConfig) -> CoreRun:
     )
 
 
+def fill(correlator: Correlator, lines: list[bytes]) -> Correlator:
+    """Every line decoded and ingested (with the copies routed to the cluster key, as in
+    :func:`run_core`), then ``flush()``: the correlator holding the whole stream's state.
+    Nothing produced is kept, so what is still allocated afterwards is the state."""
+    decode = decode_event
+    ingest = correlator.ingest
+    for line in lines:
+        for event in routed(decode(line)):
+            ingest(event)
+    correlator.flush()
+    return correlator
+
+
+def tracked_gpus(correlator: Correlator) -> int:
+    """GPUs the node keys track (``NodeState.gpus``): the other denominator of the state."""
+    return sum(len(s.gpus) for s in correlator.keys.values() if isinstance(s, NodeState))
+
+
 class MemoryRun(msgspec.Struct, kw_only=True):
     retained_bytes: int
     tracked_pods: int
     bytes_per_pod: float | None
+    tracked_gpus: int
+    bytes_per_gpu: float | None
     peak_bytes: int
     top: list[dict[str, Any]]
     by_field: dict[str, int]
@@ -250,18 +288,11 @@ def state_by_field(keys: Mapping[str, object], exclude: object) -> dict[str, int
 
 def measure_memory(lines: list[bytes], config: CoreConfig, top: int) -> MemoryRun:
     """What the Correlator retains after the run, per tracemalloc."""
-    decode = decode_event
     gc.collect()
     tracemalloc.start(1)
     try:
         base = tracemalloc.get_traced_memory()[0]
-        correlator = Correlator(config)
-        ingest = correlator.ingest
-        for line in lines:
-            for event in routed(decode(line)):
-                ingest(event)
-        correlator.flush()
-        del ingest
+        correlator = fill(Correlator(config), lines)
         gc.collect()
         retained = tracemalloc.get_traced_memory()[0] - base
         peak = tracemalloc.get_traced_memory()[1] - base
@@ -269,6 +300,7 @@ def measure_memory(lines: list[bytes], config: CoreConfig, top: int) -> MemoryRu
     finally:
         tracemalloc.stop()
     tracked = correlator.tracked_pods()
+    gpus = tracked_gpus(correlator)
     sites = [
         {
             "site": f"{Path(s.traceback[0].filename).name}:{s.traceback[0].lineno}",
@@ -285,6 +317,8 @@ def measure_memory(lines: list[bytes], config: CoreConfig, top: int) -> MemoryRu
         retained_bytes=retained,
         tracked_pods=tracked,
         bytes_per_pod=retained / tracked if tracked else None,
+        tracked_gpus=gpus,
+        bytes_per_gpu=retained / gpus if gpus else None,
         peak_bytes=peak,
         top=sites,
         by_field=by_field,
@@ -293,15 +327,9 @@ def measure_memory(lines: list[bytes], config: CoreConfig, top: int) -> MemoryRu
 
 def profile_core(lines: list[bytes], config: CoreConfig, top: int) -> str:
     """cProfile of the decode + core pass: the functions with the most own time."""
-    decode = decode_event
-    correlator = Correlator(config)
-    ingest = correlator.ingest
     profiler = cProfile.Profile()
     profiler.enable()
-    for line in lines:
-        for event in routed(decode(line)):
-            ingest(event)
-    correlator.flush()
+    fill(Correlator(config), lines)
     profiler.disable()
     OUT.mkdir(parents=True, exist_ok=True)
     profiler.dump_stats(OUT / "core.prof")
@@ -376,6 +404,12 @@ def report_table(result: dict[str, Any]) -> str:
             f"          {per_pod:,.0f} bytes per tracked pod"
             if per_pod is not None
             else "          no tracked pods",
+            f"          ({m['tracked_gpus']:,} tracked GPUs: "
+            + (
+                f"{m['bytes_per_gpu']:,.0f} bytes per GPU, the same total)"
+                if m["bytes_per_gpu"] is not None
+                else "no GPUs)"
+            ),
             "          (an upper bound: it also counts node, GPU, incident, timer and",
             "          buffered-event state, all divided by the number of pods)",
         ]

@@ -380,7 +380,8 @@ def render(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
         "headline: first revisions of event-opened incidents; ms from the completing "
         "event's ack to the incident's arrival",
         "",
-        f"{'run':>3} {'events/s':>9} {'n':>5} {'p50':>6} {'p90':>6} {'p99':>6} {'max':>6}"
+        f"{'run':>3} {'events/s':>9} {'n':>5} {'p50':>6} {'p90':>6} {'p95':>6} {'p99':>6}"
+        f" {'max':>6}"
         f"   {'hold p50/p99':>13} {'worker p50/p99':>15} {'out p50/p99':>12}"
         f" {'core%':>6} {'flush':>6} {'lag99':>6}  bar",
     ]
@@ -397,7 +398,7 @@ def render(results: list[dict[str, Any]], args: argparse.Namespace) -> str:
 
         lines.append(
             f"{r['run']:>3} {r['rate']:>9,.0f} {o['n']:>5} {ms(o['p50_s']):>6} {ms(o['p90_s']):>6}"
-            f" {ms(o['p99_s']):>6} {ms(o['max_s']):>6}   {pair(p['hold']):>13}"
+            f" {ms(o['p95_s']):>6} {ms(o['p99_s']):>6} {ms(o['max_s']):>6}   {pair(p['hold']):>13}"
             f" {pair(p['worker']):>15} {pair(p['out']):>12}"
             f" {100 * r.get('pipeline_share', 0):>5.0f}% {r.get('flush_ms', 0):>4.0f}ms"
             f" {ms(r['ack_lag_p99_s']):>6}  {verdict}"
