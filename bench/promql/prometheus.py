@@ -9,10 +9,11 @@ Traps:
 
 * **Retention vs old timestamps.** Backfilled blocks are ordinary blocks: the TSDB deletes
   those beyond ``--storage.tsdb.retention.time`` when it opens the directory (the default is
-  15 d; a stream from a month ago would be gone before the first query). Prometheus measures
-  time retention from the newest block, not the wall clock (``BeyondTimeRetention`` in
-  ``tsdb/db.go``), but a stream can span more than 15 d and the tests' streams start in
-  1970: :data:`RETENTION` is a century.
+  15 d). Prometheus measures time retention from the newest *block*, not from the wall clock
+  (``BeyondTimeRetention`` in prometheus/prometheus ``tsdb/db.go``: a block goes when the
+  newest block's end is more than the retention past its end), so a stream's age does not
+  matter but its span does, and a head written at wall-clock time would make every old block
+  deletable: :data:`RETENTION` is a century (the tests' streams start in 1970).
 * **Lookback.** No stale markers can be backfilled from text, so the server runs with
   ``--query.lookback-delta`` just over one scrape interval
   (:data:`bench.promql.series.LOOKBACK_SECONDS`; ``series`` says why); range functions

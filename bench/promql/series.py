@@ -8,7 +8,8 @@ XID) and writes that state at every scrape instant. What happens between two scr
 undone before the next is lost, exactly as in production.
 
 Metric and label names are kube-state-metrics' own (``docs/pod-metrics.md`` and
-``docs/node-metrics.md`` of kubernetes/kube-state-metrics, v2):
+``docs/node-metrics.md`` of kubernetes/kube-state-metrics, v2; the values as
+``internal/store/pod.go`` computes them; every pod series also has ``uid``):
 
 * ``kube_pod_status_phase{namespace,pod,uid,phase}``: one series per phase (Pending, Running,
   Succeeded, Failed, Unknown), 1 for the current one and **0 for the others**. Trap: a query
@@ -23,11 +24,11 @@ Metric and label names are kube-state-metrics' own (``docs/pod-metrics.md`` and
   status yet), which changes no sum.
 * ``kube_pod_container_status_restarts_total`` (a counter of ``restartCount``),
   ``kube_pod_container_status_terminated_reason{reason}`` (1, only while the container's
-  *current* state is terminated) and ``..._last_terminated_reason{reason}`` (1, its
-  ``lastState``). Trap: a container OOMKilled and restarted is running or waiting again, so
-  the current-state series is gone by the next scrape.
-* ``kube_pod_status_reason{reason}`` for ``Evicted``, ``NodeAffinity``, ``NodeLost``,
-  ``Shutdown``, ``UnexpectedAdmissionError`` (0/1).
+  *current* state is terminated) and ``..._last_terminated_reason{reason}`` (1, while it
+  has a ``lastState.terminated``). Trap: a container OOMKilled and restarted is running or
+  waiting again, so the current-state series is gone by the next scrape.
+* ``kube_pod_status_reason{reason}`` for ``NodeLost``, ``Evicted``,
+  ``UnexpectedAdmissionError`` (0/1, :data:`POD_REASONS`).
 * ``kube_node_status_capacity`` / ``kube_node_status_allocatable{node,resource,unit}`` and
   ``kube_node_status_condition{node,condition,status}`` (true/false/unknown, 0/1).
 
@@ -80,7 +81,8 @@ TAIL_SECONDS: Final = 15 * 60.0
 """How long the exporters keep being scraped after the last event, so a ``for:`` can elapse."""
 
 PHASES: Final = ("Pending", "Running", "Succeeded", "Failed", "Unknown")
-POD_REASONS: Final = ("Evicted", "NodeAffinity", "NodeLost", "Shutdown", "UnexpectedAdmissionError")
+POD_REASONS: Final = ("NodeLost", "Evicted", "UnexpectedAdmissionError")
+"""kube-state-metrics' ``podStatusReasons`` (``internal/store/pod.go``; newer releases add more)."""
 CONDITION_STATUSES: Final = ("true", "false", "unknown")
 KSM_LABELS: Final = (("job", "kube-state-metrics"), ("instance", "kube-state-metrics:8080"))
 DEFAULT_MODEL: Final = "NVIDIA H100 80GB HBM3"
@@ -100,6 +102,10 @@ class Family:
     @property
     def sample_name(self) -> str:
         return f"{self.name}_total" if self.type == "counter" else self.name
+
+
+Sample = tuple[Family, Labels, float]
+"""One series' value at a scrape."""
 
 
 def _f(name: str, help: str, type: str = "gauge") -> Family:
@@ -189,6 +195,10 @@ class _Gpu:
     pod: tuple[str, str, str] = ("", "", "")
     """(namespace, name, container) dcgm-exporter puts on the GPU's series."""
     last_xid: int = 0
+    number: int = 0
+    """The ``gpu`` label when the index is unknown: the order it was first seen on its node."""
+    version: int = 0
+    """Bumped on every change: its samples are rebuilt then."""
 
 
 @dataclass
@@ -201,6 +211,8 @@ class ExporterState:
     """By (node, GPU key): the uuid, else ``bus:<id>``, else ``index:<n>``."""
     xids_seen: int = 0
     """XID records applied (each occurrence, all sources)."""
+    _cache: dict[tuple[str, ...], tuple[object, list[Sample]]] = field(default_factory=dict)
+    _tokens: dict[tuple[str, str], tuple[int, NodeEvent | None]] = field(default_factory=dict)
 
     def apply(self, event: Event) -> None:
         """Apply one event; a ``scope="cluster"`` copy is the same object again: ignored."""
@@ -217,6 +229,7 @@ class ExporterState:
             self.xids_seen += 1
             gpu = self._gpu(event.node, event.gpu_uuid, event.pci_bus_id, event.gpu_index)
             gpu.last_xid = event.code
+            gpu.version += 1
 
     def _pod(self, event: PodEvent) -> None:
         key = (event.namespace, event.name)
@@ -245,12 +258,14 @@ class ExporterState:
     def _gpu(self, node: str, uuid: str, bus: str, index: int | None) -> _Gpu:
         gpu = self._find(node, uuid, bus, index)
         if gpu is None:
-            gpu = _Gpu(node, uuid, bus, index)
+            number = sum(1 for (n, _) in self.gpus if n == node)
+            gpu = _Gpu(node, uuid, bus, index, number=number)
             key = uuid or (f"bus:{bus}" if bus else f"index:{index}")
             self.gpus[(node, key)] = gpu
         gpu.uuid = gpu.uuid or uuid
         gpu.bus = gpu.bus or bus
         gpu.index = gpu.index if gpu.index is not None else index
+        gpu.version += 1
         return gpu
 
     def _binding(self, event: GpuBindingEvent) -> None:
@@ -258,19 +273,41 @@ class ExporterState:
         if event.pods_known:
             first = event.pods[0] if event.pods else None
             gpu.pod = (first.namespace, first.name, first.container) if first else ("", "", "")
+            gpu.version += 1
 
-    def samples(self) -> Iterator[tuple[Family, Labels, float]]:
+    def samples(self) -> Iterator[Sample]:
         """Every series both exporters would expose now, with its value."""
-        for pod in self.pods.values():
-            yield from _pod_samples(pod)
-        for node in self.nodes.values():
-            yield from _node_samples(node)
-        index_of: dict[str, int] = {}
-        for gpu in self.gpus.values():
-            yield from _gpu_samples(gpu, self.nodes.get(gpu.node), index_of)
+        for built in self.sample_lists():
+            yield from built
+
+    def sample_lists(self) -> Iterator[list[Sample]]:
+        """:meth:`samples` by object: one list per pod, node and GPU. A list is built once
+        per version of its object (most scrapes repeat the last one's), so the same list
+        comes back until the object changes; it is forgotten once the object is gone."""
+        cache: dict[tuple[str, ...], tuple[object, list[Sample]]] = {}
+
+        def cached(key: tuple[str, ...], token: object, make: Iterable[Sample]) -> list[Sample]:
+            hit = self._cache.get(key)
+            built = hit[1] if hit is not None and hit[0] is token else list(make)
+            cache[key] = (token, built)
+            return built
+
+        for key, pod in self.pods.items():
+            yield cached(("pod", *key), pod, _pod_samples(pod))
+        for name, node_event in self.nodes.items():
+            yield cached(("node", name), node_event, _node_samples(node_event))
+        for (node_name, gpu_key), gpu in self.gpus.items():
+            node = self.nodes.get(node_name)
+            # A new token whenever the GPU or its node's object changes.
+            token = self._tokens.get((node_name, gpu_key))
+            if token is None or token[0] != gpu.version or token[1] is not node:
+                token = (gpu.version, node)
+                self._tokens[(node_name, gpu_key)] = token
+            yield cached(("gpu", node_name, gpu_key), token, _gpu_samples(gpu, node))
+        self._cache = cache
 
 
-def _pod_samples(pod: _Pod) -> Iterator[tuple[Family, Labels, float]]:
+def _pod_samples(pod: _Pod) -> Iterator[Sample]:
     e = pod.event
     ids = {"namespace": e.namespace, "pod": e.name, "uid": e.uid, **dict(KSM_LABELS)}
     for phase in PHASES:
@@ -303,9 +340,7 @@ def _pod_samples(pod: _Pod) -> Iterator[tuple[Family, Labels, float]]:
         yield from _container_samples(ids, status)
 
 
-def _container_samples(
-    ids: dict[str, str], status: ContainerStatus
-) -> Iterator[tuple[Family, Labels, float]]:
+def _container_samples(ids: dict[str, str], status: ContainerStatus) -> Iterator[Sample]:
     yield RESTARTS, labels(**ids, container=status.name), float(status.restart_count)
     if status.terminated is not None and status.terminated.reason:
         reason = status.terminated.reason
@@ -315,7 +350,7 @@ def _container_samples(
         yield LAST_TERMINATED, labels(**ids, container=status.name, reason=reason), 1.0
 
 
-def _node_samples(node: NodeEvent) -> Iterator[tuple[Family, Labels, float]]:
+def _node_samples(node: NodeEvent) -> Iterator[Sample]:
     ksm = dict(KSM_LABELS)
     for family, resources in ((CAPACITY, node.capacity), (ALLOCATABLE, node.allocatable)):
         for resource, count in resources.items():
@@ -332,14 +367,9 @@ def _node_samples(node: NodeEvent) -> Iterator[tuple[Family, Labels, float]]:
             )
 
 
-def _gpu_samples(
-    gpu: _Gpu, node: NodeEvent | None, index_of: dict[str, int]
-) -> Iterator[tuple[Family, Labels, float]]:
-    if gpu.index is not None:
-        index = gpu.index
-    else:  # the exporter always knows NVML's index; we number unknown ones per node
-        index = index_of.get(gpu.node, 0)
-        index_of[gpu.node] = index + 1
+def _gpu_samples(gpu: _Gpu, node: NodeEvent | None) -> Iterator[Sample]:
+    # The exporter always knows NVML's index; a GPU whose index no event gave is numbered.
+    index = gpu.index if gpu.index is not None else gpu.number
     model = (node.labels.get("nvidia.com/gpu.product", "") if node else "") or DEFAULT_MODEL
     namespace, pod, container = gpu.pod
     gpu_labels = labels(
@@ -403,18 +433,29 @@ def scrape(
     position = 0
     visible = 0
     shown: dict[Labels, float] = {}
+    # Each sample list's series lists, resolved once per list (the list is kept alive
+    # beside them, so its id is not reused while the entry exists).
+    bound: dict[int, tuple[list[Sample], list[list[tuple[float, float]]]]] = {}
     instant = first
     while instant <= last:
         while position < len(ordered) and ordered[position].time.timestamp() <= instant:
             state.apply(ordered[position])
             position += 1
-        for family, sample_labels, value in state.samples():
-            series[family].setdefault(sample_labels, []).append((instant, value))
-            if family is XID:
-                identity = tuple(kv for kv in sample_labels if kv[0] in ("Hostname", "UUID", "gpu"))
-                if value and shown.get(identity) != value:
-                    visible += 1
-                shown[identity] = value
+        seen: dict[int, tuple[list[Sample], list[list[tuple[float, float]]]]] = {}
+        for built in state.sample_lists():
+            entry = bound.get(id(built))
+            if entry is None or entry[0] is not built:
+                targets = [series[fam].setdefault(lab, []) for fam, lab, _ in built]
+                entry = (built, targets)
+            seen[id(built)] = entry
+            for (family, sample_labels, value), target in zip(built, entry[1], strict=True):
+                target.append((instant, value))
+                if family is XID:
+                    identity = tuple(kv for kv in sample_labels if kv[0] in _GPU_IDENTITY)
+                    if value and shown.get(identity) != value:
+                        visible += 1
+                    shown[identity] = value
+        bound = seen
         instant += interval
     return Scraped(
         series={f: s for f, s in series.items() if s},
@@ -424,6 +465,9 @@ def scrape(
         xids=state.xids_seen,
         xids_visible=visible,
     )
+
+
+_GPU_IDENTITY: Final = ("Hostname", "UUID", "gpu")
 
 
 def _event_time(event: Event) -> datetime:
