@@ -7,6 +7,7 @@ Prometheus) are one line on stderr and exit 1, never a traceback.
 from __future__ import annotations
 
 import sys
+import tempfile
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -18,6 +19,7 @@ from bench.promql.alerts import Firing
 from bench.promql.match import LATE_SECONDS, score, types_of
 from bench.promql.prometheus import PrometheusError
 from bench.promql.run import RULES, Baseline, evaluate
+from bench.promql.verify import verify as verify_firings
 from connectors.files import FileSource, read_records
 from schemas.codec import RecordError, dumps
 from schemas.events import Event
@@ -125,6 +127,21 @@ def _table(report: dict[str, Any]) -> None:
             click.echo(
                 f"{a['alert']:<28} {a['firings']:>7} {a['true']:>5} {a['false']:>5}  {confused}"
             )
+    if "verified" in report:
+        v = report["verified"]
+        click.echo(
+            f"\nverified: promtool test rules agrees on {v['firings']} firings "
+            f"({v['checks']} alert x evaluation checks, the stream moved to 1970)"
+        )
+
+
+def _verify(stream: list[Event], rules: Path, cluster: str, keep: Path | None) -> dict[str, int]:
+    if keep is not None:
+        done = verify_firings(stream, keep / "verify", rules=rules, cluster=cluster)
+    else:
+        with tempfile.TemporaryDirectory(prefix="promql-verify-") as tmp:
+            done = verify_firings(stream, Path(tmp), rules=rules, cluster=cluster)
+    return {"firings": done.firings, "checks": done.checks}
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -157,6 +174,12 @@ def _table(report: dict[str, Any]) -> None:
     help="Seconds past a truth's not_after a firing may start and still catch it.",
 )
 @click.option(
+    "--verify",
+    is_flag=True,
+    help="Also have promtool test rules (Prometheus' rule manager) confirm every firing, "
+    "on the stream moved to 1970 (bench/promql/verify.py says how).",
+)
+@click.option(
     "--keep",
     type=click.Path(file_okay=False, path_type=Path),
     help="Keep the OpenMetrics file, blocks and server log in this directory.",
@@ -168,6 +191,7 @@ def main(
     cluster: str,
     rules: Path,
     late: float,
+    verify: bool,
     keep: Path | None,
 ) -> None:
     """Evaluate the reference document's PromQL alerts over EVENTS with a real Prometheus.
@@ -195,6 +219,11 @@ def main(
     except (PrometheusError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     report = _report(baseline, expected, late)
+    if verify:
+        try:
+            report["verified"] = _verify(stream, rules, cluster, keep)
+        except (PrometheusError, ValueError) as exc:
+            raise click.ClickException(str(exc)) from None
     if output == "json":
         sys.stdout.buffer.write(dumps(report) + b"\n")
     else:

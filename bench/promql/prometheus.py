@@ -196,9 +196,12 @@ class Server:
         self.stop()
 
 
-def start(exe: str, data: Path, rules: Path, workdir: Path) -> Server:
+def start(
+    exe: str, data: Path, rules: Path, workdir: Path, lookback: float = LOOKBACK_SECONDS
+) -> Server:
     """Start ``prometheus`` on the blocks in ``data`` with ``rules`` loaded, no scrape targets,
-    and wait (at most :data:`READY_SECONDS`) until it is ready and is ours."""
+    and wait (at most :data:`READY_SECONDS`) until it is ready and is ours. ``lookback`` is
+    ``--query.lookback-delta`` in seconds."""
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "prometheus.yml"
     # JSON is YAML: the one codec writes it.
@@ -222,7 +225,7 @@ def start(exe: str, data: Path, rules: Path, workdir: Path) -> Server:
                     f"--config.file={config}",
                     f"--storage.tsdb.path={data.resolve()}",
                     f"--storage.tsdb.retention.time={RETENTION}",
-                    f"--query.lookback-delta={int(LOOKBACK_SECONDS)}s",
+                    f"--query.lookback-delta={int(lookback)}s",
                     f"--web.listen-address=127.0.0.1:{port}",
                     "--log.level=warn",
                 ],

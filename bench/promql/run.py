@@ -12,7 +12,14 @@ from typing import Final
 from bench.promql import prometheus
 from bench.promql.alerts import Firing, firings
 from bench.promql.prometheus import RULE_INTERVAL, PrometheusError, Rule
-from bench.promql.series import SCRAPE_SECONDS, TAIL_SECONDS, Scraped, scrape, write_openmetrics
+from bench.promql.series import (
+    LOOKBACK_SECONDS,
+    SCRAPE_SECONDS,
+    TAIL_SECONDS,
+    Scraped,
+    scrape,
+    write_openmetrics,
+)
 from schemas.events import Event
 
 RULES: Final = Path(__file__).with_name("baseline-rules.yaml")
@@ -39,11 +46,13 @@ def evaluate(
     cluster: str = "",
     tail: float = TAIL_SECONDS,
     workdir: Path | None = None,
+    lookback: float = LOOKBACK_SECONDS,
 ) -> Baseline:
     """Scrape, backfill, serve and evaluate every alerting rule in ``rules`` over the stream.
 
     ``workdir`` keeps the OpenMetrics file, the blocks and the server's log (a temporary
     directory, removed after, when None). The server is always stopped before returning.
+    ``lookback`` is the server's ``--query.lookback-delta`` (``series`` says why it is short).
     Raises :class:`~bench.promql.prometheus.PrometheusError` when Prometheus is missing or
     fails, ``ValueError`` for a stream with no events.
     """
@@ -54,11 +63,13 @@ def evaluate(
     scraped = scrape(events, cluster=cluster, interval=SCRAPE_SECONDS, tail=tail)
     if workdir is None:
         with tempfile.TemporaryDirectory(prefix="promql-") as tmp:
-            return _run(scraped, server_exe, promtool, rules, Path(tmp))
-    return _run(scraped, server_exe, promtool, rules, workdir)
+            return _run(scraped, server_exe, promtool, rules, Path(tmp), lookback)
+    return _run(scraped, server_exe, promtool, rules, workdir, lookback)
 
 
-def _run(scraped: Scraped, server_exe: str, promtool: str, rules: Path, work: Path) -> Baseline:
+def _run(
+    scraped: Scraped, server_exe: str, promtool: str, rules: Path, work: Path, lookback: float
+) -> Baseline:
     work.mkdir(parents=True, exist_ok=True)
     series = work / "series.om"
     with series.open("w", encoding="utf-8") as out:
@@ -67,7 +78,7 @@ def _run(scraped: Scraped, server_exe: str, promtool: str, rules: Path, work: Pa
     prometheus.backfill(promtool, series, data)
     start = math.ceil(scraped.first / RULE_INTERVAL) * RULE_INTERVAL
     end = math.floor(scraped.last / RULE_INTERVAL) * RULE_INTERVAL
-    with prometheus.start(server_exe, data, rules, work) as server:
+    with prometheus.start(server_exe, data, rules, work, lookback) as server:
         loaded = server.rules()
         fired: list[Firing] = []
         for rule in loaded:

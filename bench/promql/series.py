@@ -474,7 +474,8 @@ def _event_time(event: Event) -> datetime:
     return event.time
 
 
-def _escape(value: str) -> str:
+def escape(value: str) -> str:
+    """A label value quoted for the text formats (backslash, double quote, newline)."""
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
@@ -490,7 +491,7 @@ def write_openmetrics(scraped: Scraped, out: TextIO) -> int:
     for family, by_labels in scraped.series.items():
         out.write(f"# TYPE {family.name} {family.type}\n# HELP {family.name} {family.help}\n")
         for sample_labels, points in by_labels.items():
-            body = ",".join(f'{k}="{_escape(v)}"' for k, v in sample_labels)
+            body = ",".join(f'{k}="{escape(v)}"' for k, v in sample_labels)
             prefix = f"{family.sample_name}{{{body}}} "
             for instant, value in points:
                 out.write(f"{prefix}{_number(value)} {_number(instant)}\n")

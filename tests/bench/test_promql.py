@@ -16,6 +16,7 @@ tools`` installs) skip elsewhere, saying so. One small stream (:func:`stream`) d
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import subprocess
 from datetime import UTC, datetime, timedelta
@@ -41,9 +42,9 @@ from bench.promql.series import (
     scrape,
     write_openmetrics,
 )
+from bench.promql.verify import PROMTOOL_LOOKBACK, to_epoch, unit_test, verify
 from gputriage.demo.events import T0
 from schemas.codec import AnyEvent, encode, loads
-from schemas.events import PodEvent
 from schemas.truth import ExpectedIncident
 from tests.factories import Cluster, term
 
@@ -71,18 +72,6 @@ def stream() -> list[AnyEvent]:
     c.node("n1", 540, alloc=8)
     c.node("n1", 600)
     return c.events
-
-
-def shifted(events: list[AnyEvent], start: datetime) -> list[AnyEvent]:
-    """The same events with ``T0`` moved to ``start`` (times and pod creation times)."""
-    delta = start - T0
-    moved: list[AnyEvent] = []
-    for original in events:
-        event = original
-        if isinstance(event, PodEvent) and event.created_at is not None:
-            event = msgspec.structs.replace(event, created_at=event.created_at + delta)
-        moved.append(msgspec.structs.replace(event, time=event.time + delta))
-    return moved
 
 
 def points(scraped: Scraped, family: object, **match: str) -> list[tuple[float, float]]:
@@ -305,71 +294,28 @@ def test_the_cross_source_count_stays_quiet_within_five(baseline: Baseline) -> N
 
 
 # -- the for: state machine against Prometheus' own rule evaluation ------------------------------
-def _promtool_test(baseline: Baseline, rules: Path, path: Path) -> None:
-    """A ``promtool test rules`` file: the scraped series as input, and at every evaluation
-    the alerts :mod:`bench.promql.alerts` says are firing as the expected ones."""
-    interval = 30.0
-    scraped = baseline.scraped
-    assert scraped.first == 0, "promtool's series start at time 0"
-    steps = int((scraped.last - scraped.first) / interval) + 1
-    inputs = []
-    for family, by_labels in scraped.series.items():
-        for labels, pts in by_labels.items():
-            values = ["_"] * steps
-            for instant, value in pts:
-                values[int(instant / interval)] = repr(value)
-            body = ",".join(f'{k}="{v}"' for k, v in labels)
-            inputs.append({"series": f"{family.sample_name}{{{body}}}", "values": " ".join(values)})
-    annotations = {r.name: r.annotations for r in baseline.rules}
-    tests = []
-    instant = baseline.evaluated_from
-    while instant <= baseline.evaluated_to:
-        for rule in baseline.rules:
-            active = [
-                f
-                for f in baseline.firings
-                if f.alert == rule.name
-                and f.start <= instant
-                and (f.end is None or instant < f.end)
-            ]
-            tests.append(
-                {
-                    "eval_time": f"{int(instant)}s",
-                    "alertname": rule.name,
-                    "exp_alerts": [
-                        {
-                            "exp_labels": {k: v for k, v in f.labels if k != "alertname"},
-                            "exp_annotations": annotations[rule.name],
-                        }
-                        for f in active
-                    ],
-                }
-            )
-        instant += 60
-    document = {
-        "rule_files": [str(rules)],
-        "evaluation_interval": "1m",
-        "tests": [{"interval": "30s", "input_series": inputs, "alert_rule_test": tests}],
-    }
-    path.write_bytes(msgspec.json.encode(document))
-
-
 def test_firings_agree_with_promtool_test_rules(bins: tuple[str, str], tmp_path: Path) -> None:
-    """The same series from time 0, where promtool's unit tests start: Prometheus' own rule
-    manager (``for:`` included) must see exactly the firings query_range + alerts.py give.
-
-    Traps: promtool evaluates with the default 5 m lookback, so the stream deletes no
-    object (a vanished series would linger there and not on the server); §7.4's verbatim
-    `time() - 0` does not fire before 600 s at time 0, which this stream does not rely on."""
-    epoch = datetime(1970, 1, 1, tzinfo=UTC)
-    baseline = evaluate(shifted(stream(), epoch), workdir=tmp_path / "run", tail=600)
-    assert baseline.firings, "something to compare"
-    test_file = tmp_path / "promtool-test.yaml"
-    _promtool_test(baseline, RULES, test_file)
-    done = subprocess.run(
-        [bins[1], "test", "rules", str(test_file)], capture_output=True, text=True, check=False
+    """The stream moved to 1970, where promtool's unit tests start: Prometheus' own rule
+    manager (``for:`` included) sees exactly the firings query_range + alerts.py give, at
+    every evaluation; and it would say so if one were a minute off."""
+    moved = to_epoch(stream())
+    assert min(e.time for e in moved) == datetime(1970, 1, 1, tzinfo=UTC)
+    verified = verify(moved, tmp_path / "ok", tail=600)
+    assert verified.firings >= 8
+    assert verified.checks == 7 * 21, "7 alerts x 21 evaluations (0..20 min)"
+    baseline = evaluate(moved, workdir=tmp_path / "run", tail=600, lookback=PROMTOOL_LOOKBACK)
+    early = baseline.firings[0]
+    wrong = dataclasses.replace(
+        baseline,
+        firings=[dataclasses.replace(early, start=early.start + 60), *baseline.firings[1:]],
     )
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    path = tmp_path / "wrong.json"
+    path.write_bytes(msgspec.json.encode(unit_test(wrong, RULES)))
+    done = subprocess.run(
+        [bins[1], "test", "rules", str(path)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode != 0
+    assert early.alert in done.stdout + done.stderr
 
 
 # -- the command -----------------------------------------------------------------------------
@@ -401,9 +347,10 @@ def test_the_command_scores_against_a_truth_file_as_json(
     assert report["stream"]["xid_gauge_changes_seen"] == 1
     alerts = {a["alert"]: a for a in report["alerts"]}
     assert alerts["GpuPodRestartsNotOOM"]["confused_with"] == {"host_oom_kill": 1}
-    table = CliRunner().invoke(main, [events, "--truth", truth])
+    table = CliRunner().invoke(main, [events, "--truth", truth, "--verify"])
     assert table.exit_code == 0, table.output
     assert "GpuCapacityAllocatableGap" in table.output
+    assert "verified: promtool test rules agrees on" in table.output
 
 
 def test_command_mistakes_are_one_line(tmp_path: Path) -> None:
