@@ -11,7 +11,9 @@ tools`` installs) skip elsewhere, saying so. One small stream (:func:`stream`) d
 * ``ml/wait-0`` (1 GPU) is pending throughout;
 * ``ml/crash-0`` restarts 4 times with ``Error``, ``ml/oom-0`` 4 times ``OOMKilled``: the
   restart alert fires for both (its ``unless`` reads the *current* termination reason,
-  gone once the container restarts), so it cannot tell host OOM from CUDA OOM.
+  gone once the container restarts), so it cannot tell host OOM from CUDA OOM;
+* ``ml/big-0`` holds 8 GPUs on ``n2`` and restarts once: the restart alert fires for it too
+  (it multiplies the increase by the GPU count).
 """
 
 from __future__ import annotations
@@ -63,6 +65,18 @@ def stream() -> list[AnyEvent]:
     for restarts, t in enumerate((60, 120, 180, 240), start=1):
         c.pod("n2", "crash-0", t, namespace="ml", restarts=restarts, last=term(t, "Error", 1))
         c.pod("n2", "oom-0", t, namespace="ml", restarts=restarts, last=term(t, "OOMKilled", 137))
+    # One restart of an 8-GPU pod (its 8 GPUs bound, so the §10 count stays within 5).
+    c.pod("n2", "big-0", 0, namespace="ml", gpus=8)
+    for index in range(8):
+        c.bind(
+            "n2",
+            0,
+            f"GPU-bbbbbbbb-0000-4000-8000-00000000000{index}",
+            f"0000:{index + 16:02x}:00.0",
+            ["big-0"],
+            namespace="ml",
+        )
+    c.pod("n2", "big-0", 120, namespace="ml", gpus=8, restarts=1, last=term(120, "Error", 1))
     # The burst: between the scrapes at 90 s and 120 s.
     c.xid("n1", 95, 79, bus=BUS_A)
     c.xid("n1", 100, 79, bus=BUS_A)
@@ -144,8 +158,9 @@ def test_the_openmetrics_text_parses_as_openmetrics() -> None:
     assert {s.name for s in restarts.samples} == {"kube_pod_container_status_restarts_total"}
     assert sum(len(f.samples) for f in families.values()) == written
     temps = families["DCGM_FI_DEV_GPU_TEMP"].samples
-    assert {s.labels.get("pod") for s in temps} == {"train-0"}
-    assert {s.labels["pci_bus_id"] for s in temps} == {"00000000:01:00.0"}
+    assert {s.labels.get("pod") for s in temps} == {"train-0", "big-0"}
+    bus_ids = {s.labels["pci_bus_id"] for s in temps if s.labels["UUID"] == GPU_A}
+    assert bus_ids == {"00000000:01:00.0"}, "NVML's spelling"
 
 
 def test_several_clusters_are_one_at_a_time() -> None:
@@ -285,12 +300,37 @@ def test_the_xid_gauge_alert_sees_the_last_code_only(
 
 
 def test_the_restart_alert_cannot_tell_host_oom_from_cuda_oom(baseline: Baseline) -> None:
+    """§9 as written: OOMKilled restarts fire it too, and one restart of an 8-GPU pod reads 8
+    (the increase is multiplied by the pod's GPU count)."""
     restarts = {f.label("pod") for f in fired(baseline, "GpuPodRestartsNotOOM")}
-    assert restarts == {"crash-0", "oom-0"}
+    assert restarts == {"crash-0", "oom-0", "big-0"}
 
 
 def test_the_cross_source_count_stays_quiet_within_five(baseline: Baseline) -> None:
     assert fired(baseline, "GpuAllocationMismatch") == []
+
+
+def test_pending_pods_alone_trip_the_cross_source_count(
+    bins: tuple[str, str], tmp_path: Path
+) -> None:
+    """§10 sums every pod's requests, pending ones included: one GPU bound and six pending
+    1-GPU pods differ by 6 > 5, and it fires after its 5 minutes. Without the bound GPU it
+    can never fire: `count()` of no series is no result, not 0, so a cluster where
+    dcgm-exporter labels no GPU with a pod (the exporters down: the case §10 is for) is
+    silent."""
+    c = Cluster("c1")
+    c.node("n1", 0)
+    for index in range(6):
+        c.pending(f"queued-{index}", 0, namespace="ml", created=0)
+    unbound = evaluate(c.events, workdir=tmp_path / "unbound", tail=600)
+    assert [f for f in unbound.firings if f.alert == "GpuAllocationMismatch"] == []
+    c.pod("n1", "train-0", 0, namespace="ml")
+    c.bind("n1", 0, GPU_A, BUS_A, ["train-0"], namespace="ml")
+    bound = evaluate(c.events, workdir=tmp_path / "bound", tail=600)
+    mismatch = [f for f in bound.firings if f.alert == "GpuAllocationMismatch"]
+    assert [(f.labels, f.active_at, f.start) for f in mismatch] == [
+        ((("alertname", "GpuAllocationMismatch"), ("severity", "ticket")), at_s(0), at_s(300))
+    ]
 
 
 # -- the for: state machine against Prometheus' own rule evaluation ------------------------------
