@@ -8,7 +8,8 @@ does not depend on it). The rule, for a firing ``f`` of alert ``A`` and an expec
 * ``x.type`` is one of the types ``A`` answers (its ``gputriage_types`` annotation);
 * the subject agrees: when both name pods (``namespace``/``pod`` labels; ``x.pods``), ``f``'s
   pod is one of ``x``'s; otherwise when both name a node (``node`` or dcgm-exporter's
-  ``Hostname`` label; ``x.node``), it is the same node; a firing naming neither (a
+  ``Hostname`` label; ``x.node``), it is the same node, and the same GPU when both name
+  GPUs (dcgm-exporter's ``UUID``; ``x.gpus``); a firing naming neither (a
   cluster-wide sum, §10) agrees with anything in its cluster, and so does an ``x`` naming
   neither;
 * ``f`` *fired* within ``[x.start, x.not_after + late]``: an alert already firing before the
@@ -47,6 +48,9 @@ def _subject_agrees(firing: Firing, truth: ExpectedIncident) -> bool:
     if pod and truth.pods:
         return f"{namespace}/{pod}" in truth.pods
     if node and truth.node:
+        uuid = firing.label("UUID")
+        if uuid and truth.gpus and uuid not in truth.gpus:
+            return False  # dcgm-exporter names the GPU: another GPU of that node
         return node == truth.node
     # A pod-level alert and a node-level fault: the pod's node is not one of its labels.
     return not (pod and truth.node and not truth.pods)

@@ -211,6 +211,7 @@ class ExporterState:
     """By (node, GPU key): the uuid, else ``bus:<id>``, else ``index:<n>``."""
     xids_seen: int = 0
     """XID records applied (each occurrence, all sources)."""
+    _by_node: dict[str, list[_Gpu]] = field(default_factory=dict)
     _cache: dict[tuple[str, ...], tuple[object, list[Sample]]] = field(default_factory=dict)
     _tokens: dict[tuple[str, str], tuple[int, NodeEvent | None]] = field(default_factory=dict)
 
@@ -220,7 +221,10 @@ class ExporterState:
             self._pod(event)
         elif isinstance(event, NodeEvent) and event.scope == "node":
             if event.op == "deleted":
+                # Its dcgm-exporter went with it: its GPUs' series end too.
                 self.nodes.pop(event.node, None)
+                if self._by_node.pop(event.node, None):
+                    self.gpus = {k: g for k, g in self.gpus.items() if k[0] != event.node}
             else:
                 self.nodes[event.node] = event
         elif isinstance(event, GpuBindingEvent) and event.scope == "node":
@@ -246,9 +250,7 @@ class ExporterState:
         self.pods[key] = _Pod(event, created)
 
     def _find(self, node: str, uuid: str, bus: str, index: int | None) -> _Gpu | None:
-        for (gpu_node, _), gpu in self.gpus.items():
-            if gpu_node != node:
-                continue
+        for gpu in self._by_node.get(node, ()):
             if (uuid and gpu.uuid == uuid) or (bus and gpu.bus == bus):
                 return gpu
             if not uuid and not bus and index is not None and gpu.index == index:
@@ -258,10 +260,11 @@ class ExporterState:
     def _gpu(self, node: str, uuid: str, bus: str, index: int | None) -> _Gpu:
         gpu = self._find(node, uuid, bus, index)
         if gpu is None:
-            number = sum(1 for (n, _) in self.gpus if n == node)
-            gpu = _Gpu(node, uuid, bus, index, number=number)
+            on_node = self._by_node.setdefault(node, [])
+            gpu = _Gpu(node, uuid, bus, index, number=len(on_node))
             key = uuid or (f"bus:{bus}" if bus else f"index:{index}")
             self.gpus[(node, key)] = gpu
+            on_node.append(gpu)
         gpu.uuid = gpu.uuid or uuid
         gpu.bus = gpu.bus or bus
         gpu.index = gpu.index if gpu.index is not None else index

@@ -27,6 +27,7 @@ from pathlib import Path
 import msgspec
 import pytest
 from click.testing import CliRunner
+from msgspec.structs import replace
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from bench.promql import prometheus
@@ -143,6 +144,16 @@ def test_a_deleted_pod_leaves_the_scrape() -> None:
     assert instants == [at_s(0), at_s(30), at_s(60)]
 
 
+def test_a_deleted_node_takes_its_gpus_series_with_it() -> None:
+    c = Cluster("c1")
+    c.node("n1", 0)
+    c.bind("n1", 0, GPU_A, BUS_A, ["train-0"])
+    c.node("n1", 65, op="deleted")
+    scraped = scrape(c.events, tail=60)
+    instants = [t for t, _ in points(scraped, XID, UUID=GPU_A)]
+    assert instants == [at_s(0), at_s(30), at_s(60)]
+
+
 def test_the_openmetrics_text_parses_as_openmetrics() -> None:
     out = io.StringIO()
     scraped = scrape(stream(), tail=60)
@@ -228,6 +239,13 @@ def test_the_matcher_counts_catches_delays_misses_false_and_confused_firings() -
     restarts = next(a for a in alerts if a.alert == "Restarts")
     assert (restarts.firings, restarts.true, restarts.false) == (2, 1, 1)
     assert restarts.confused == {"host_oom_kill": 1}
+    # dcgm-exporter names the GPU: an XID firing on another GPU of the node is not this one.
+    on_gpu = replace(_expected("xid_repeat", 60, node="n1"), gpus=(GPU_A,))
+    other = Firing("Xid", (("Hostname", "n1"), ("UUID", "GPU-other")), at_s(90), None, at_s(90))
+    same = Firing("Xid", (("Hostname", "n1"), ("UUID", GPU_A)), at_s(90), None, at_s(90))
+    xid_types = {"Xid": ("xid_repeat",)}
+    assert score([other], xid_types, [on_gpu])[0][0].caught == 0
+    assert score([same], xid_types, [on_gpu])[0][0].caught == 1
     # A firing that began before the fault is no detection of it.
     early = [Firing("Gap", (("node", "n2"),), at_s(0), None, at_s(0))]
     assert score(early, alert_types, truth[:1])[0][0].caught == 0
