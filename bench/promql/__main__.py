@@ -121,6 +121,8 @@ def _table(report: dict[str, Any]) -> None:
             alerts = ",".join(t["alerts"]) or "(none)"
             counts = f"{t['expected']:>8} {t['caught']:>6}"
             click.echo(f"{t['type']:<28} {counts} {p50:>10} {worst:>7}  {alerts}")
+            if t["caught"] < t["expected"] and t["limits"]:
+                click.echo(f"{'':<28}   why: {t['limits']}")
         click.echo(f"\n{'alert':<28} {'firings':>7} {'true':>5} {'false':>5}  confused with")
         for a in report["alerts"]:
             confused = ",".join(f"{k}:{v}" for k, v in a["confused_with"].items())

@@ -20,7 +20,9 @@ Delay is ``f.start - x.start`` for the earliest matching firing. A firing that m
 ``x`` of its own types is **false**; one of those that does match (same subject, same
 window) an ``x`` of another type is a **confusion**: the alert saw something, and could not
 tell what (a restart alert on a host-OOM pod, an XID alert on an application fault). The
-cluster is not matched: one run is one cluster's Prometheus.
+cluster is not matched: one run is one cluster's Prometheus. An alert that answers several
+types (the XID gauge) counts for each of them: generous to the incumbent, which cannot
+tell them apart; its confusions show where that generosity ends.
 """
 
 from __future__ import annotations
@@ -34,6 +36,25 @@ from bench.promql.alerts import Firing
 from schemas.truth import ExpectedIncident
 
 LATE_SECONDS: Final = 15 * 60.0
+
+LIMITS: Final = {
+    "device_unhealthy_eviction": "no chain: the XID gauge and the allocatable gap fire on "
+    "their own; the pods' failure is no part of either",
+    "gpu_app_fault": "the XID alert fires for every code alike, and shows only the last "
+    "code a scrape saw",
+    "xid_repeat": "the gauge holds the last code: repeats between scrapes, or of the code "
+    "it already shows, are invisible; there is no count",
+    "gpu_degraded": "only after capacity - allocatable has held for the whole for: 5m",
+    "suspected_cuda_oom": "the unless reads the current termination reason, gone after the "
+    "restart, so host OOM fires it too; the increase is multiplied by the GPU count",
+    "host_oom_kill": "no alert: the reference's OOMKilled signal is a panel",
+    "gpu_node_not_ready": "no alert in the reference",
+    "scale_up_failure": "needs cluster-autoscaler's own metrics (not simulated)",
+    "gpu_pods_starved": "pending time only: the autoscaler's failures are no part of it; "
+    "§7.4 as written fires for every running GPU pod",
+    "allocation_mismatch": "counts pending pods' requests; silent when no GPU has a pod label",
+}
+"""Why an alert misses or blurs each type: shown beside the type in the report."""
 
 
 def types_of(annotations: Mapping[str, str]) -> tuple[str, ...]:
@@ -84,6 +105,7 @@ class TypeScore:
             "delay_median_s": median(self.delays) if self.delays else None,
             "delay_max_s": max(self.delays) if self.delays else None,
             "missed": self.missed,
+            "limits": LIMITS.get(self.type, ""),
         }
 
 

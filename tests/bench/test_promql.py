@@ -20,7 +20,9 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import os
 import subprocess
+import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -50,6 +52,7 @@ from gputriage.demo.events import T0
 from schemas.codec import AnyEvent, encode, loads
 from schemas.truth import ExpectedIncident
 from tests.factories import Cluster, term
+from tests.paths import ROOT
 
 GPU_A = "GPU-aaaaaaaa-0000-4000-8000-000000000001"
 BUS_A = "0000:01:00.0"
@@ -409,6 +412,20 @@ def test_the_command_scores_against_a_truth_file_as_json(
     assert table.exit_code == 0, table.output
     assert "GpuCapacityAllocatableGap" in table.output
     assert "verified: promtool test rules agrees on" in table.output
+
+
+def test_without_prometheus_the_command_says_so(tmp_path: Path) -> None:
+    events = _write(tmp_path / "events.jsonl", stream())
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.promql", events],
+        capture_output=True,
+        text=True,
+        check=False,
+        env={**os.environ, "PATH": str(tmp_path)},
+        cwd=ROOT,
+    )
+    assert done.returncode != 0
+    assert done.stderr.strip() == f"Error: {prometheus.MISSING}"
 
 
 def test_command_mistakes_are_one_line(tmp_path: Path) -> None:
