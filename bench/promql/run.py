@@ -56,6 +56,11 @@ def evaluate(
     Raises :class:`~bench.promql.prometheus.PrometheusError` when Prometheus is missing or
     fails, ``ValueError`` for a stream with no events.
     """
+    if workdir is not None and (workdir / "data").exists() and any((workdir / "data").iterdir()):
+        # Backfilling beside an earlier run's blocks would mix two streams in one TSDB.
+        raise PrometheusError(
+            f"{workdir / 'data'} is not empty: keep each run in a directory of its own"
+        )
     found = prometheus.binaries()
     if found is None:
         raise PrometheusError(prometheus.MISSING)
@@ -71,10 +76,10 @@ def _run(
     scraped: Scraped, server_exe: str, promtool: str, rules: Path, work: Path, lookback: float
 ) -> Baseline:
     work.mkdir(parents=True, exist_ok=True)
+    data = work / "data"
     series = work / "series.om"
     with series.open("w", encoding="utf-8") as out:
         write_openmetrics(scraped, out)
-    data = work / "data"
     prometheus.backfill(promtool, series, data)
     start = math.ceil(scraped.first / RULE_INTERVAL) * RULE_INTERVAL
     end = math.floor(scraped.last / RULE_INTERVAL) * RULE_INTERVAL

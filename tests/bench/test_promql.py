@@ -440,6 +440,13 @@ def test_command_mistakes_are_one_line(tmp_path: Path) -> None:
     several = CliRunner().invoke(main, [both])
     assert several.exit_code != 0
     assert "--cluster" in several.output
+    used = tmp_path / "used"
+    (used / "data" / "01BLOCK").mkdir(parents=True)
+    again = CliRunner().invoke(
+        main, [_write(tmp_path / "one.jsonl", a.events), "--keep", str(used)]
+    )
+    assert again.exit_code != 0
+    assert "not empty" in again.output
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"schema": "pod.v1"}\n')
     broken = CliRunner().invoke(main, [str(bad)])
