@@ -51,6 +51,8 @@ Traps this module handles:
   linger for the query lookback; the server is started with a lookback just over one scrape
   interval (:data:`LOOKBACK_SECONDS`) so a vanished series ends as it does with staleness.
 * ``scope="cluster"`` copies of pod/node/binding records are the same object twice: skipped.
+* MIG instances fold into their parent GPU (one series per GPU, the last binding's pod):
+  the reference's alerts count whole GPUs, and the XID gauge is device-level anyway.
 * Every series is also labelled ``job``/``instance`` as a scrape would label it; one run
   models one cluster's Prometheus (``cluster`` picks it).
 """
