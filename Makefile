@@ -42,9 +42,10 @@ lint: venv
 	$(BIN)/lint-imports
 
 # Test tools from Debian's packages, where apt-get runs as root (CI, the dev machines):
-# the Alertmanager bridge's tests post to a real Alertmanager. One `apt-get update`, then
+# the Alertmanager bridge's tests post to a real Alertmanager, the PromQL baseline (bench/promql)
+# backfills and queries a real Prometheus. One `apt-get update`, then
 # every missing package in one install; elsewhere the tests that need them skip, saying why.
-APT_PACKAGES := prometheus-alertmanager
+APT_PACKAGES := prometheus-alertmanager prometheus
 
 tools:
 	@missing=""; for p in $(APT_PACKAGES); do \
