@@ -707,6 +707,25 @@ def quality(ctx: Context) -> list[str]:
     lines = ["## Detection quality", ""]
     files = sorted(ctx.quality_dir.glob("*.json")) if ctx.quality_dir.is_dir() else []
     where = _relative(ctx.quality_dir, ROOT)
+    outcome = ctx.outcomes["quality"]
+    if outcome.status == "ok":  # the quality step's own sections (bench/quality.py) first
+        lines += [
+            "`bench/quality.py`: `gputriage simulate` writes a stream and its ground truth "
+            "(`truth.v1`: what the domain's rules say each injected fault must give), "
+            "`gputriage score` matches our incidents against it, and `bench.promql` runs "
+            "the reference document's PromQL alerts on a real Prometheus over the same "
+            "stream.",
+            "",
+            *_ran(outcome),
+            "",
+        ]
+        for section in outcome.result["sections"]:
+            lines += [f"### {section['title']}", "", f"Command: `{section['command']}`.", ""]
+            lines += [str(section["markdown"]).rstrip(), ""]
+    elif outcome.status == "failed":
+        lines += [*(_absent(ctx, "quality") or []), ""]
+    if not files and outcome.status == "ok":
+        return lines
     if not files:
         return [
             *lines,

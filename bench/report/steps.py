@@ -138,6 +138,29 @@ STEPS: tuple[Step, ...] = (
         3,
     ),
     Step(
+        "quality",
+        "bench.quality",
+        # A 1,000-node day (~1.2M events), a noise-only quarter day, and a 100-node 6 h
+        # stream side by side with the PromQL baseline on a real Prometheus.
+        (),
+        (
+            "--nodes",
+            "20",
+            "--hours",
+            "1",
+            "--noise-hours",
+            "1",
+            "--promql-nodes",
+            "10",
+            "--promql-hours",
+            "1",
+            "--out-dir",
+            "bench/out/quick/quality-run",
+        ),
+        240,
+        15,
+    ),
+    Step(
         "backlog",
         "bench.backlog_memory",
         (),

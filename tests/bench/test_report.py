@@ -81,7 +81,13 @@ def test_quick_report_has_every_section_and_stamped_figures(tmp_path: Path) -> N
         assert json.loads((raw / f"{step.name}.json").read_text())["status"] == "ok", step.name
         assert f"`{step.command('quick')}`" in text
     assert "Not run" not in text.split("## Detection quality")[0]
-    assert "*Not run*: no results under" in text  # the quality seam, empty
+    # The quality step's three subsections, from the shipped simulate and score commands.
+    section = text.split("## Detection quality", 1)[1].split("\n## ", 1)[0]
+    assert "### A simulated 20-node, 1 h day" in section
+    assert "gputriage simulate --nodes 20 --duration 1h" in section
+    assert "| type | tp | fp | fn | precision | recall |" in section
+    assert "### Noise only: no fault, no incident" in section
+    assert "### Side by side with the PromQL baseline" in section
 
     short = commit().short
     images = [line for line in text.splitlines() if line.startswith("![")]
