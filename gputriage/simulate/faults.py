@@ -25,6 +25,9 @@ domain's rule applied to what it emitted:
                        is lost meanwhile (a shorter blip is noise and writes nothing)
 ``allocatable_drop``   allocatable 8 -> 7 with no XID: ``gpu_degraded`` when it lasts
                        more than 5 min (a shorter drop writes nothing)
+``scale_up``           a GPU node group the autoscaler cannot grow (quota or zone
+                       capacity) while a Job's pods pend: ``scale_up_failure``, and
+                       ``gpu_pods_starved`` by the third attempt (:mod:`.scaling`)
 =====================  ===============================================================
 """
 
@@ -43,7 +46,7 @@ from gputriage.simulate.catalogue import (
     FLAKY_CODES,
 )
 from gputriage.simulate.model import Gpu, Node, Pod
-from gputriage.simulate.noise import Noise
+from gputriage.simulate.scaling import Scaling
 from gputriage.simulate.spec import Step, StreamSpec
 from gputriage.simulate.truth import Pending
 from schemas.codec import AnyEvent
@@ -63,7 +66,7 @@ def _owner(pod: Pod) -> str:
     return f"{pod.workload.template.kind}/{pod.workload.owner}"
 
 
-class Simulator(Noise):
+class Simulator(Scaling):
     """Builds the fleet and emits ``spec.events`` typed events in event-time order;
     :attr:`truth` holds the expected incidents once :meth:`events` is exhausted."""
 
@@ -87,6 +90,7 @@ class Simulator(Noise):
             (0.00002 * rate("flaky_gpu"), lambda: self._start(self._flaky_gpu())),
             (0.0003 * rate("not_ready"), lambda: self._start(self._not_ready())),
             (0.0002 * rate("allocatable_drop"), lambda: self._start(self._allocatable_flap())),
+            (0.00008 * rate("scale_up"), lambda: self._start(self._scale_up())),
         ]
 
     def _fatal(
@@ -139,29 +143,27 @@ class Simulator(Noise):
         times.append(update.time)
         if term.finished_at is not None:
             times.append(term.finished_at)
+        # The truth before the update is emitted: the container's OOMKilled alone makes
+        # the incident, so a stream that ends before the node's event still owes it.
+        if not self.truth.still_open("host_oom_kill", (_pod_key(pod),), update.time):
+            self.truth.expect(
+                fault_id=fault,
+                kind="host_oom_kill",
+                cluster=node.cluster.name,
+                start=min(times),
+                first=min(times),
+                last=update.time,
+                node=node.name,
+                pods=(_pod_key(pod),),
+                owner=_owner(pod),
+                severity="ticket",
+            )
         yield update
         if not kernel_first:
             yield rng.uniform(0.5, 5.0)
-            event = self._node_kube_event(
+            yield self._node_kube_event(
                 node, "OOMKilling", message, warning=True, source="kernel-monitor"
             )
-            times.append(event.time)
-            yield event
-        if self.truth.still_open("host_oom_kill", (_pod_key(pod),), update.time):
-            pod.busy = False
-            return
-        self.truth.expect(
-            fault_id=fault,
-            kind="host_oom_kill",
-            cluster=node.cluster.name,
-            start=min(times),
-            first=min(times),
-            last=update.time,
-            node=node.name,
-            pods=(_pod_key(pod),),
-            owner=_owner(pod),
-            severity="ticket",
-        )
         pod.busy = False
 
     def _crash_loop(self) -> Step:

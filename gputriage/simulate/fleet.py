@@ -30,7 +30,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from random import Random
@@ -43,6 +43,7 @@ from gputriage.demo.events import (
     termination,
     xid_event,
 )
+from gputriage.simulate.autoscaler import node_groups
 from gputriage.simulate.catalogue import (
     ALNUM,
     CLUSTERS,
@@ -85,6 +86,10 @@ class Fleet:
         self.now = 0.0
         self.counts: Counter[str] = Counter()
         self._heap: list[tuple[float, int, Step]] = []
+        self._follow: deque[AnyEvent] = deque()
+        """Records that follow the one just emitted before anything else (what a
+        connector publishes right after a record, e.g. an Event's derived autoscaler
+        record): the next slots emit them, so no other event comes in between."""
         self._seq = 0
         self._names: set[str] = set()
         self._workloads: dict[int, Workload] = {}
@@ -98,6 +103,9 @@ class Fleet:
         ]
         self.nodes: list[Node] = []
         self._build()
+        types = sorted({p.instance_type for p in PRODUCTS})
+        for cluster in self.clusters:
+            cluster.groups = node_groups(cluster, types)
         self.truth = TruthRecorder(spec)
         total = 0.0
         self._cumulative: list[float] = []
@@ -468,8 +476,8 @@ class Fleet:
                 yield listed
         for i in range(spec.events):
             self.now = i * step
-            event: AnyEvent | None = None
-            while heap and heap[0][0] <= self.now:
+            event: AnyEvent | None = self._follow.popleft() if self._follow else None
+            while event is None and heap and heap[0][0] <= self.now:
                 _, _, scenario = heapq.heappop(heap)
                 event = self._advance(scenario)
                 if event is not None:

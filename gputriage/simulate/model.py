@@ -15,8 +15,24 @@ from gputriage.simulate.catalogue import Template
 from schemas.events import ContainerStatus, PodCondition, Termination
 
 
+class NodeGroup:
+    """An autoscaler node group (an ASG of one GPU instance type): what a scale-up grows."""
+
+    __slots__ = ("busy", "instance_type", "max_size", "name", "quiet_after", "size")
+
+    def __init__(self, name: str, instance_type: str, size: int, max_size: int) -> None:
+        self.name = name
+        self.instance_type = instance_type
+        self.size = size
+        self.max_size = max_size
+        self.busy = False
+        self.quiet_after = 0.0
+        """Stream seconds after which a new failure story may start on this group (so
+        two stories never tell one ``scale_up_failure`` between them)."""
+
+
 class Cluster:
-    __slots__ = ("domain", "name", "nodes", "pods", "region", "rv")
+    __slots__ = ("domain", "groups", "log_lines", "name", "nodes", "pods", "region", "rv")
 
     def __init__(self, name: str, region: str, domain: str, rv: int) -> None:
         self.name = name
@@ -25,6 +41,9 @@ class Cluster:
         self.rv = rv
         self.nodes: list[Node] = []
         self.pods: list[Pod] = []
+        self.groups: list[NodeGroup] = []
+        self.log_lines = 0
+        """Lines of the cluster-autoscaler log so far (each record's id names its line)."""
 
 
 class Gpu:

@@ -100,19 +100,44 @@ class Noise(Fleet):
                 "for incoming pod."
             )
             pod.scheduled = PodCondition(status="False", reason="Unschedulable", message=message)
-            yield self._pod_event(pod, "added")
+            yield self._pending_event(pod, unschedulable=True)
             yield self._pod_kube_event(
                 pod, "FailedScheduling", message, warning=True, source="default-scheduler"
             )
         else:
-            yield self._pod_event(pod, "added")
+            yield self._pending_event(pod, unschedulable=False)
+
+    def _pending_event(self, pod: Pod, *, unschedulable: bool) -> PodEvent:
+        """A pending pod's ``added`` record, told to the truth recorder (a pod that pends
+        long enough while the autoscaler fails is starved, whichever story it is in)."""
+        event = self._pod_event(pod, "added")
+        template = pod.workload.template
+        self.truth.cluster.pending(
+            cluster=pod.cluster.name,
+            pod=f"{template.namespace}/{pod.name}",
+            owner=f"{template.kind}/{template.namespace}/{pod.workload.owner}",
+            owner_label=f"{template.kind}/{pod.workload.owner}",
+            created=pod.created_at,
+            at=event.time,
+            unschedulable=unschedulable,
+        )
+        return event
+
+    def _left(self, pod: Pod, event: PodEvent) -> PodEvent:
+        """Tell the truth recorder a pod stopped pending (scheduled, or being deleted)."""
+        self.truth.cluster.left(
+            cluster=pod.cluster.name,
+            pod=f"{pod.workload.template.namespace}/{pod.name}",
+            at=event.time,
+        )
+        return event
 
     def _schedule(self, pod: Pod, node: Node, gpus: tuple[int, ...]) -> Step:
         """Bind a pending pod to ``gpus`` on ``node`` and start it."""
         rng = self.rng
         yield rng.uniform(0.2, 3.0)
         self._place(pod, node, gpus)
-        yield self._pod_event(pod)
+        yield self._left(pod, self._pod_event(pod))
         namespace = pod.workload.template.namespace
         yield self._pod_kube_event(
             pod,
@@ -136,7 +161,7 @@ class Noise(Fleet):
     def _delete(self, pod: Pod) -> Step:
         """Graceful deletion: a ``deleted_at`` update, then the ``deleted`` event."""
         deleted = self._time()
-        yield self._pod_event(pod, deleted=deleted)
+        yield self._left(pod, self._pod_event(pod, deleted=deleted))
         yield self.rng.uniform(0.5, 5.0)
         yield self._pod_event(pod, "deleted", deleted=deleted)
         self._forget(pod)

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from schemas.codec import AnyEvent
 
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4
 """Bump when the generated stream changes, so cached files (``bench/out/``) are
 regenerated: it is part of :meth:`StreamSpec.cache_name`."""
 
@@ -30,6 +30,7 @@ FAULTS = (
     "flaky_gpu",
     "not_ready",
     "allocatable_drop",
+    "scale_up",
 )
 """The injected faults, each of which writes ground truth (:mod:`gputriage.simulate.truth`)."""
 

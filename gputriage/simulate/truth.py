@@ -15,7 +15,9 @@ Three ways a truth is made:
   (``suspected_cuda_oom``: more than 3 non-zero, non-signal restarts within 15 min,
   none ``OOMKilled``: random healthy restarts that happen to bunch up count too, and
   a crash loop that never reaches 4 restarts in 15 min gives nothing) and fatal XID
-  episodes per GPU (``xid_repeat``: 5 episodes of one code within 24 h).
+  episodes per GPU (``xid_repeat``: 5 episodes of one code within 24 h); pending GPU
+  pods and autoscaler records per cluster (``scale_up_failure``, ``gpu_pods_starved``:
+  :mod:`gputriage.simulate.cluster_truth`).
 
 Windows bound the incident's ``first_seen`` (its earliest evidence) between the
 fault's first event and the event that completes the rule, widened by
@@ -38,6 +40,7 @@ from datetime import datetime, timedelta
 
 import msgspec
 
+from gputriage.simulate.cluster_truth import ClusterTruth
 from gputriage.simulate.spec import StreamSpec
 from schemas.truth import ExpectedIncident
 
@@ -117,6 +120,8 @@ class TruthRecorder:
         self._last: dict[tuple[str, ...], datetime] = {}
         self.expected: list[ExpectedIncident] = []
         """The truths, by ``start``, once :meth:`finish` has run."""
+        self.cluster = ClusterTruth(SLACK)
+        """Pending pods and autoscaler records: ``scale_up_failure``, ``gpu_pods_starved``."""
 
     def fault_id(self, fault: str) -> str:
         """A fresh id for one injected fault (a counter: deterministic, no rng)."""
@@ -200,6 +205,7 @@ class TruthRecorder:
                 found.append(pending.incident)
         found.extend(self._cuda_oom())
         found.extend(self._xid_repeats())
+        found.extend(self.cluster.expected(self.fault_id))
         found.sort(key=lambda e: (e.start, e.id))
         seen: dict[str, int] = {}
         for k, incident in enumerate(found):  # one fault may give two of a type
