@@ -34,7 +34,7 @@ domain's rule applied to what it emitted:
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from gputriage.demo.events import GPU, termination
 from gputriage.simulate.catalogue import (
@@ -54,6 +54,8 @@ from schemas.events import XidEvent
 
 DEGRADED_AFTER = timedelta(minutes=5)
 """gpu_degraded: capacity - allocatable > 0 this long; or a fatal XID no chain reported."""
+TOLERATION_SECONDS = 300.0
+"""DefaultTolerationSeconds: pods tolerate a NoExecute not-ready/unreachable taint this long."""
 NOT_READY_GRACE = timedelta(minutes=2)
 """A NotReady shorter than this with no pod failure does not page (DESIGN refinement)."""
 
@@ -229,6 +231,8 @@ class Simulator(Scaling):
                 owner=_owner(pod),
             )
         yield first
+        if rng.random() < 0.3:
+            self._push(self.now, self._dcgm_xid(node, gpu, code))
         if rng.random() < 0.25:
             yield rng.uniform(0.05, 0.5)
             yield self._xid_event(node, gpu, 45, caused_by=code)
@@ -262,6 +266,8 @@ class Simulator(Scaling):
         code = rng.choice(FATAL_CODES)
         first = self._fatal(node, gpu, code, fault)
         yield first
+        if rng.random() < 0.5:
+            self._push(self.now, self._dcgm_xid(node, gpu, code, fault))
         if rng.random() < 0.2:
             yield rng.uniform(0.1, 0.8)
             yield self._fatal(node, gpu, code, fault, source="nvml")
@@ -350,6 +356,15 @@ class Simulator(Scaling):
             yield self._node_event(node)
         node.busy = False
 
+    def _dcgm_xid(self, node: Node, gpu: Gpu, code: int, fault: str = "") -> Step:
+        """The same XID as the dcgm connector reports it: at the node's next scrape, when
+        ``DCGM_EXP_XID_ERRORS_COUNT`` has grown (one line, two sources: one episode)."""
+        yield self._to_scrape(node)
+        if fault:
+            yield self._fatal(node, gpu, code, fault, source="dcgm")
+        else:
+            yield self._xid_event(node, gpu, code, source="dcgm")
+
     def _flaky_gpu(self) -> Step:
         """Bad hardware: the same fatal XID again and again over an hour or two."""
         node = self._pick_node()
@@ -378,14 +393,34 @@ class Simulator(Scaling):
             yield rng.uniform(120.0, 1500.0)
 
     def _not_ready(self) -> Step:
-        """A node goes NotReady (or Unknown) and comes back; sometimes its pods are lost."""
+        """A node goes NotReady and comes back; past the toleration its pods are evicted.
+
+        Timings are Kubernetes' defaults: a kubelet that stops posting (``Unknown``) is
+        marked by the node lifecycle controller after ``--node-monitor-grace-period``
+        (40 s, 50 s in recent releases: kube-controller-manager's reference and
+        kubernetes/kubernetes#127352; the kubelet posts every 10 s,
+        ``nodeStatusUpdateFrequency``), while a kubelet that reports a problem itself
+        (``False``, "PLEG is not healthy") does so at once. The controller taints the
+        node ``node.kubernetes.io/unreachable`` or ``not-ready`` ``NoExecute``, and the
+        DefaultTolerationSeconds admission plugin gives every pod 300 s of toleration
+        (``--default-unreachable-toleration-seconds``, ``--default-not-ready-toleration-
+        seconds``), after which the taint eviction controller marks them for deletion
+        (a ``TaintManagerEviction`` Event, "Marking for deletion Pod ns/name") and their
+        controllers create replacements. On an unreachable node the pods stay
+        terminating until the kubelet is back and deletes them.
+        """
         node = self._pick_node()
         if node is None:
             return
         rng = self.rng
         node.busy = True
         fault = self.truth.fault_id("not_ready")
-        status = "False" if rng.random() < 0.6 else "Unknown"
+        status = "False" if rng.random() < 0.5 else "Unknown"
+        if status == "Unknown":
+            # The kubelet's last status is its last word; the controller waits out the
+            # grace period before it calls the node Unknown.
+            yield self._node_event(node)
+            yield rng.uniform(40.0, 50.0)
         node.ready = status
         first = self._node_event(node)
         running = sorted(
@@ -413,25 +448,48 @@ class Simulator(Scaling):
                 pods=tuple(running),
                 severity="page",
             )
-        lost: list[Pod] = []
-        if status == "Unknown" and rng.random() < 0.35:
-            yield rng.uniform(300.0, 330.0)
+        lasts = rng.uniform(30.0, 110.0) if rng.random() < 0.35 else rng.uniform(130.0, 900.0)
+        evicted: list[Pod] = []
+        gone: list[Pod] = []
+        if lasts > TOLERATION_SECONDS:
+            yield TOLERATION_SECONDS + rng.uniform(0.1, 3.0)
             for gpu in node.gpus:
                 pod = gpu.pod
-                if pod is not None and not pod.busy and pod.phase == "Running" and pod not in lost:
+                if (
+                    pod is not None
+                    and not pod.busy
+                    and pod.phase == "Running"
+                    and pod not in evicted
+                ):
                     pod.busy = True
-                    lost.append(pod)
-            for pod in lost:
-                pod.phase, pod.reason = "Failed", "NodeLost"
-                pod.message = f"Node {node.name} which was running pod {pod.name} is unresponsive"
-                yield self._pod_event(pod)
-            yield rng.uniform(60.0, 600.0)
+                    evicted.append(pod)
+            burst: list[AnyEvent] = []
+            for pod in evicted:  # the taint eviction controller marks them all at once
+                namespace = pod.workload.template.namespace
+                burst.append(
+                    self._pod_kube_event(
+                        pod,
+                        "TaintManagerEviction",
+                        f"Marking for deletion Pod {namespace}/{pod.name}",
+                        source="taint-eviction-controller",
+                    )
+                )
+                deleted = pod.deleting = self._time()
+                burst.append(self._pod_event(pod, deleted=deleted))
+                self._push(self.now + rng.uniform(1.0, 20.0), self._replace_evicted(pod))
+                if status == "False":
+                    # The kubelet still runs: it stops the marked pod within its grace.
+                    later = self.now + rng.uniform(5.0, 30.0)
+                    self._push(later, self._finish_evicted(pod, deleted))
+                    gone.append(pod)
+            yield from self._burst(burst)
+            yield max(lasts - TOLERATION_SECONDS, 1.0)
         else:
-            yield rng.uniform(40.0, 480.0)
+            yield lasts
         node.ready = "True"
         back = self._node_event(node)
         if pending is not None:
-            if lost or back.time - first.time > NOT_READY_GRACE:
+            if evicted or back.time - first.time > NOT_READY_GRACE:
                 pending.confirm()
             else:
                 pending.cancel()
@@ -442,15 +500,36 @@ class Simulator(Scaling):
             f"Node {node.name} status is now: NodeReady",
             source="node-controller",
         )
-        for pod in lost:
-            term = termination(self._time(-1.0), "ContainerStatusUnknown", 137)
-            self._push(
-                self.now + rng.uniform(1.0, 20.0),
-                self._fail_and_replace(
-                    pod, phase="Failed", reason="NodeLost", terminated=term, message=pod.message
-                ),
-            )
+        for pod in evicted:
+            if pod not in gone:
+                # The kubelet is back: it stops the marked pods' containers and they go.
+                deleted = pod.deleting or self._time()
+                self._push(self.now + rng.uniform(2.0, 30.0), self._finish_evicted(pod, deleted))
         node.busy = False
+
+    def _replace_evicted(self, pod: Pod) -> Step:
+        """The controller's replacement for a pod marked for deletion: pending until a
+        node has room (the evicted pod still holds its GPUs on the NotReady node)."""
+        new = self._replacement(pod)
+        new.busy = True
+        yield from self._add_pending(new, unschedulable=True)
+        node = pod.node
+        while node is not None and (
+            node.ready != "True" or any(node.gpus[k].pod is not None for k in pod.gpus)
+        ):
+            yield 15.0
+        if node is not None:
+            yield from self._schedule(new, node, pod.gpus)
+        new.busy = False
+
+    def _finish_evicted(self, pod: Pod, deleted: datetime) -> Step:
+        term = termination(self._time(-1.0), "Error", 143)
+        pod.set_main("terminated", "Error", terminated=term)
+        pod.phase = "Failed"
+        yield self._pod_event(pod, deleted=deleted)
+        yield from self._unbind(pod)
+        yield self._pod_event(pod, "deleted", deleted=deleted)
+        self._forget(pod)
 
     def _allocatable_flap(self) -> Step:
         """Silent degradation: allocatable drops by one GPU, with no XID, then recovers."""

@@ -1,11 +1,15 @@
 """The simulated fleet, its record builders and the event loop.
 
-How it works: one event per time slot (slots are evenly spread over ``hours``).
-A slot emits the next step of a running *scenario* if one is due (a scenario is
-a generator that yields events and delays: "fatal XID, 20 s later allocatable
-drops, then the pod on that GPU fails..."), otherwise a background draw: a
-routine update or the start of a new scenario. Event times get a small jitter
-(``jitter`` seconds, far below the core's grace period).
+How it works: background draws, one per time slot (slots are evenly spread over
+``hours``): a routine update or the start of a new *scenario* (a generator that
+yields events and delays: "fatal XID, 20 s later allocatable drops, then the pod on
+that GPU fails..."). A scenario's events are emitted at their own due times, between
+the slots, so a story keeps its timings (a toleration of 300 s is 300 s) however many
+stories run at once; records that share one moment (a scrape's bindings, a burst of
+evictions, an Event and the record the connector derives from it) follow each other
+with nothing in between (:meth:`Fleet._burst`). Event times get a small jitter
+(``jitter`` seconds, far below the core's grace period). With ``exact_count`` (the
+benchmarks) the stream stops at ``events`` records, a little before ``hours``.
 
 Records and :mod:`gputriage.demo.events`: the builders shared with the tests and
 the demo scenario make this stream's Kubernetes events, XIDs, container statuses,
@@ -49,6 +53,7 @@ from gputriage.simulate.catalogue import (
     CLUSTERS,
     NODE_LAYOUTS,
     NOT_READY,
+    NOT_READY_TAINTS,
     PRESSURE,
     PRODUCTS,
     READY,
@@ -71,6 +76,12 @@ from schemas.events import (
 )
 from schemas.jsonschema import wire_tag
 
+SCRAPE_INTERVAL = 30.0
+"""dcgm-exporter's collection interval and the usual scrape interval, 30 s: NVIDIA's
+Prometheus example (https://docs.nvidia.com/datacenter/dcgm/latest/learn/
+getting-started-for-system-administrators/configure-prometheus-for-dcgm-exporter.html,
+``scrape_interval: 30s``) and the exporter's default ``--collect-interval`` of 30000 ms."""
+
 
 class Fleet:
     """The fleet, the record builders and the event loop; the scenarios are subclasses'
@@ -87,9 +98,12 @@ class Fleet:
         self.counts: Counter[str] = Counter()
         self._heap: list[tuple[float, int, Step]] = []
         self._follow: deque[AnyEvent] = deque()
-        """Records that follow the one just emitted before anything else (what a
-        connector publishes right after a record, e.g. an Event's derived autoscaler
-        record): the next slots emit them, so no other event comes in between."""
+        """Records that follow the one just emitted, at the same moment (what a connector
+        publishes right after a record, e.g. an Event's derived autoscaler record, a
+        scrape's other bindings): emitted right after it, in no slot of their own, so
+        no other event comes in between. With ``spec.exact_count`` they count towards
+        ``spec.events`` (the stream then ends a few slots early); without, the stream
+        covers all of ``hours`` and holds a few more than ``spec.events`` records."""
         self._seq = 0
         self._names: set[str] = set()
         self._workloads: dict[int, Workload] = {}
@@ -294,10 +308,10 @@ class Fleet:
             allocatable=self._allocatable[node.allocatable],
             conditions=(ready, *PRESSURE),
             labels=node.labels,
-            taints=TAINTS,
+            taints=TAINTS if node.ready == "True" else NOT_READY_TAINTS[node.ready],
         )
 
-    def _binding_event(self, node: Node, gpu: Gpu) -> GpuBindingEvent:
+    def _binding_event(self, node: Node, gpu: Gpu, at: datetime | None = None) -> GpuBindingEvent:
         node.binding_seq += 1
         pod = gpu.pod
         pods = (
@@ -308,7 +322,7 @@ class Fleet:
         return GpuBindingEvent(
             id=f"dcgm/{node.uid}/{gpu.index}/{node.binding_seq}",
             cluster=node.cluster.name,
-            time=self._time(),
+            time=self._time() if at is None else at,
             node=node.name,
             gpu_uuid=gpu.uuid,
             pci_bus_id=gpu.bus_id,
@@ -413,7 +427,7 @@ class Fleet:
         else:
             node.binding_seq += 1
             event_id = f"{source}/{node.uid}/{gpu.index}/{node.binding_seq}"
-        return xid_event(
+        event = xid_event(
             id=event_id,
             cluster=node.cluster.name,
             time=self._time(),
@@ -428,6 +442,19 @@ class Fleet:
             source=source,
             caused_by=caused_by,
         )
+        self.truth.xid(cluster=node.cluster.name, node=node.name, time=event.time)
+        return event
+
+    def _to_scrape(self, node: Node) -> float:
+        """Seconds from now to the node's next dcgm-exporter scrape (strictly after now).
+
+        The dcgm connector polls each node's exporter every :data:`SCRAPE_INTERVAL`
+        seconds and emits what changed (a binding, an XID count that grew), so a GPU's
+        change reaches the stream at the next scrape, not when it happened. Each node
+        has its own phase on that grid, derived from its uid (no rng draw)."""
+        phase = int(node.uid[:8], 16) % 30_000 / 1000.0
+        since = (self.now - phase) % SCRAPE_INTERVAL
+        return SCRAPE_INTERVAL - since
 
     # ---------------------------------------------------------------- picking
 
@@ -474,19 +501,41 @@ class Fleet:
             for listed in self._snapshot():
                 counts[wire_tag(type(listed))] += 1
                 yield listed
+        follow = self._follow
+        left = spec.events if spec.exact_count else -1
         for i in range(spec.events):
-            self.now = i * step
-            event: AnyEvent | None = self._follow.popleft() if self._follow else None
-            while event is None and heap and heap[0][0] <= self.now:
-                _, _, scenario = heapq.heappop(heap)
+            slot = i * step
+            event: AnyEvent | None
+            # The stories' events at their own times, before the slot's background draw.
+            while heap and heap[0][0] <= slot and left != 0:
+                due, _, scenario = heapq.heappop(heap)
+                self.now = due
                 event = self._advance(scenario)
-                if event is not None:
-                    break
-            if event is None:
-                draw = draws[bisect.bisect_right(cumulative, rng.random() * total)]
-                event = draw() or self._routine_pod()
+                if event is None:
+                    continue
+                counts[wire_tag(type(event))] += 1
+                yield event
+                left -= 1
+                while follow and left != 0:
+                    event = follow.popleft()
+                    counts[wire_tag(type(event))] += 1
+                    yield event
+                    left -= 1
+            if left == 0:
+                break
+            self.now = slot
+            draw = draws[bisect.bisect_right(cumulative, rng.random() * total)]
+            event = draw() or self._routine_pod()
             counts[wire_tag(type(event))] += 1
             yield event
+            left -= 1
+            while follow and left != 0:  # the rest of the moment, in no slot of its own
+                event = follow.popleft()
+                counts[wire_tag(type(event))] += 1
+                yield event
+                left -= 1
+            if left == 0:
+                break
         self.truth.finish(self.spec.start + timedelta(seconds=self.now))
 
     def _snapshot(self) -> Iterator[AnyEvent]:
@@ -512,6 +561,19 @@ class Fleet:
             self._push(self.now, scenario)
             return item
         return None
+
+    def _burst(self, events: list[AnyEvent]) -> Step:
+        """Events one source publishes at one moment (a scrape's bindings, a controller's
+        evictions): the first now, the rest right after it (:attr:`_follow`)."""
+        if events:
+            self._follow.extend(events[1:])
+            yield events[0]
+
+    def _scrape(self, node: Node, gpus: list[Gpu]) -> Step:
+        """The bindings a dcgm scrape of ``node`` reports for ``gpus``, stamped with the
+        scrape's one observation time (as the connector does)."""
+        at = self._time()
+        yield from self._burst([self._binding_event(node, gpu, at) for gpu in gpus])
 
     def _start(self, scenario: Step) -> AnyEvent | None:
         return self._advance(scenario)

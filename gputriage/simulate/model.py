@@ -103,6 +103,7 @@ class Pod:
         "cluster",
         "containers",
         "created_at",
+        "deleting",
         "gpus",
         "message",
         "name",
@@ -136,6 +137,8 @@ class Pod:
         self.pid = 0
         self.busy = False
         self.pool_index = -1
+        self.deleting: datetime | None = None
+        """The deletion timestamp once the pod is marked for deletion."""
 
     @property
     def main(self) -> str:

@@ -80,14 +80,17 @@ class Noise(Fleet):
     # ---------------------------------------------------------------- pod lifecycles
 
     def _unbind(self, pod: Pod) -> Step:
+        """The pod's GPUs are free; the next dcgm scrape says so (one binding per GPU)."""
         node = pod.node
         if node is None:
             return
-        for k in pod.gpus:
-            gpu = node.gpus[k]
-            if gpu.pod is pod:
-                gpu.pod = None
-                yield self._binding_event(node, gpu)
+        freed = [node.gpus[k] for k in pod.gpus if node.gpus[k].pod is pod]
+        for gpu in freed:
+            gpu.pod = None
+        if freed:
+            yield self._to_scrape(node)
+        # A GPU taken again before the scrape is reported with its new pod, by _schedule.
+        yield from self._scrape(node, [gpu for gpu in freed if gpu.pod is None])
 
     def _add_pending(self, pod: Pod, *, unschedulable: bool) -> Step:
         """A new pod, not yet on a node."""
@@ -155,8 +158,8 @@ class Noise(Fleet):
         pod.phase = "Running"
         pod.set_main("running")
         yield self._pod_event(pod)
-        for k in gpus:
-            yield self._binding_event(node, node.gpus[k])
+        yield self._to_scrape(node)  # dcgm-exporter sees the pod at its next scrape
+        yield from self._scrape(node, [node.gpus[k] for k in gpus if node.gpus[k].pod is pod])
 
     def _delete(self, pod: Pod) -> Step:
         """Graceful deletion: a ``deleted_at`` update, then the ``deleted`` event."""

@@ -61,6 +61,10 @@ class StreamSpec:
     binding as listed (``gputriage simulate`` does; the benchmarks' stream does not, so
     its bytes stay those of earlier versions). Without it the core learns a GPU's pod
     only from the first routine binding update, so early incidents name no pod."""
+    exact_count: bool = True
+    """Exactly ``events`` records (the benchmarks); False (``for_duration``): ``events``
+    slots over ``hours``, plus the records that share a moment with another (a scrape's
+    bindings, a burst of evictions), so the stream covers all of ``hours``."""
     rates: dict[str, float] = field(default_factory=dict, compare=False, hash=False)
     """Per-fault multipliers (names of :data:`FAULTS`) on top of ``fault_rate``."""
 
@@ -69,7 +73,14 @@ class StreamSpec:
         """A spec covering ``seconds`` of cluster time at the realistic density."""
         hours = seconds / 3600.0
         events = max(1, round(nodes * hours * EVENTS_PER_NODE_HOUR))
-        return cls(events=events, nodes=nodes, hours=hours, snapshot=True, **rest)  # type: ignore[arg-type]
+        return cls(
+            events=events,
+            nodes=nodes,
+            hours=hours,
+            snapshot=True,
+            exact_count=False,
+            **rest,  # type: ignore[arg-type]
+        )
 
     def rate(self, fault: str) -> float:
         """The multiplier on ``fault``'s default rate."""

@@ -66,6 +66,10 @@ horizons are the incidents' quiet periods (``oom_quiet_seconds``,
 XID_REPEAT_EPISODES = 5
 XID_REPEAT_WINDOW = timedelta(hours=24)
 XID_EPISODE_GAP = timedelta(minutes=10)
+EVICTION_LOOKBACK = timedelta(minutes=2)
+"""device_unhealthy_eviction: a pod failure this long before the fault still joins."""
+DEGRADED_XIDS_BEFORE = timedelta(minutes=30)
+"""gpu_degraded of a drop: XIDs on the node this long before it are its evidence."""
 XID_COALESCE = timedelta(seconds=1)
 """Lines of one code on one GPU this close are one occurrence (kmsg and NVML overlap)."""
 
@@ -118,6 +122,7 @@ class TruthRecorder:
         self._restarts: dict[tuple[str, str], list[_Restart]] = defaultdict(list)
         self._xids: dict[tuple[str, str, str, int], _Subject] = {}
         self._last: dict[tuple[str, ...], datetime] = {}
+        self._node_xids: dict[tuple[str, str], list[datetime]] = defaultdict(list)
         self.expected: list[ExpectedIncident] = []
         """The truths, by ``start``, once :meth:`finish` has run."""
         self.cluster = ClusterTruth(SLACK)
@@ -183,6 +188,34 @@ class TruthRecorder:
             _Restart(time, exit_code, oom_killed, fault, node, owner)
         )
 
+    def xid(self, *, cluster: str, node: str, time: datetime) -> None:
+        """Any XID line on a node (a degraded node's incident names its recent XIDs)."""
+        self._node_xids[(cluster, node)].append(time)
+
+    def _widened(self, incident: ExpectedIncident) -> ExpectedIncident:
+        """Move ``not_before`` back to evidence the domain attaches from before the fault:
+
+        * ``device_unhealthy_eviction``: a failure of its pods up to
+          :data:`EVICTION_LOOKBACK` before the fault joins the chain (README: "or failed
+          up to 2 min before"), so an unlucky crash just before is its first evidence;
+        * ``gpu_degraded`` of a drop: the node's recent XIDs are attached as evidence
+          (DESIGN §2, "XIDs attached as evidence"; up to :data:`DEGRADED_XIDS_BEFORE`
+          before: a drop names no GPU, so any of them may be the cause).
+        """
+        earliest = incident.not_before
+        if incident.type == "device_unhealthy_eviction":
+            for pod in incident.pods:
+                for r in self._restarts.get((incident.cluster, pod), ()):
+                    if incident.start - EVICTION_LOOKBACK <= r.time <= incident.start:
+                        earliest = min(earliest, r.time - SLACK)
+        elif incident.type == "gpu_degraded" and not incident.gpus:
+            for t in self._node_xids.get((incident.cluster, incident.node), ()):
+                if incident.start - DEGRADED_XIDS_BEFORE <= t <= incident.start:
+                    earliest = min(earliest, t - SLACK)
+        if earliest == incident.not_before:
+            return incident
+        return msgspec.structs.replace(incident, not_before=earliest)
+
     def fatal_xid(
         self, *, cluster: str, node: str, gpu: str, code: int, time: datetime, fault: str
     ) -> None:
@@ -202,7 +235,7 @@ class TruthRecorder:
             if pending.state == "confirmed" or (
                 pending.state == "open" and pending.due + END_MARGIN <= end
             ):
-                found.append(pending.incident)
+                found.append(self._widened(pending.incident))
         found.extend(self._cuda_oom())
         found.extend(self._xid_repeats())
         found.extend(self.cluster.expected(self.fault_id))
