@@ -145,11 +145,11 @@ class ClusterTruth:
 
     # ---------------------------------------------------------------- the rule
 
-    def expected(self, make_id: Callable[[str], str]) -> list[ExpectedIncident]:
-        """The incidents; ``make_id`` makes an id for one no fault :meth:`claim` ed
-        (``TruthRecorder.fault_id``)."""
+    def expected(self, make_id: Callable[[str], str], end: datetime) -> list[ExpectedIncident]:
+        """The incidents a stream ending at ``end`` gives; ``make_id`` makes an id for one
+        no fault :meth:`claim` ed (``TruthRecorder.fault_id``)."""
         found = self._scale_up_failures(make_id)
-        found.extend(self._starved(make_id))
+        found.extend(self._starved(make_id, end))
         return found
 
     def _scale_up_failures(self, make_id: Callable[[str], str]) -> list[ExpectedIncident]:
@@ -193,7 +193,7 @@ class ClusterTruth:
             >= STARVED_FAILURES
         }
 
-    def _starved(self, make_id: Callable[[str], str]) -> list[ExpectedIncident]:
+    def _starved(self, make_id: Callable[[str], str], end: datetime) -> list[ExpectedIncident]:
         owners: dict[tuple[str, str], list[tuple[str, _PendingPod]]] = defaultdict(list)
         for (cluster, pod), known in self._pods.items():
             if known.unschedulable is not None:
@@ -209,6 +209,8 @@ class ClusterTruth:
                     moments.update(track.attempts)
             open_until: datetime | None = None
             for at in sorted(moments):
+                if at > end:
+                    break  # past the stream's end: no replay can see it
                 if open_until is not None and at < open_until:
                     continue
                 starving = [

@@ -25,6 +25,8 @@ domain's rule applied to what it emitted:
                        is lost meanwhile (a shorter blip is noise and writes nothing)
 ``allocatable_drop``   allocatable 8 -> 7 with no XID: ``gpu_degraded`` when it lasts
                        more than 5 min (a shorter drop writes nothing)
+``exporter_outage``    dcgm-exporter loses the pod mapping on a full node (8 GPUs held,
+                       none bound): ``allocation_mismatch`` past 5 min
 ``scale_up``           a GPU node group the autoscaler cannot grow (quota or zone
                        capacity) while a Job's pods pend: ``scale_up_failure``, and
                        ``gpu_pods_starved`` by the third attempt (:mod:`.scaling`)
@@ -54,6 +56,8 @@ from schemas.events import XidEvent
 
 DEGRADED_AFTER = timedelta(minutes=5)
 """gpu_degraded: capacity - allocatable > 0 this long; or a fatal XID no chain reported."""
+MISMATCH_AFTER = timedelta(minutes=5)
+"""allocation_mismatch: Kubernetes and dcgm-exporter disagree this long first."""
 TOLERATION_SECONDS = 300.0
 """DefaultTolerationSeconds: pods tolerate a NoExecute not-ready/unreachable taint this long."""
 NOT_READY_GRACE = timedelta(minutes=2)
@@ -93,6 +97,28 @@ class Simulator(Scaling):
             (0.0003 * rate("not_ready"), lambda: self._start(self._not_ready())),
             (0.0002 * rate("allocatable_drop"), lambda: self._start(self._allocatable_flap())),
             (0.00008 * rate("scale_up"), lambda: self._start(self._scale_up())),
+            (0.0040, self._duplicate),
+            (0.0040, self._late),
+            (0.0003, self._relist),
+            (0.0004, lambda: self._start(self._plugin_blip())),
+            (0.0080, self._cpu_pod),
+            (0.0002, lambda: self._start(self._cpu_crash_loop())),
+            (0.00006 * rate("exporter_outage"), lambda: self._start(self._exporter_outage())),
+        ]
+
+    def _storm_weights(self) -> list[tuple[float, Callable[[], AnyEvent | None]]]:
+        # No container restarts: ten times the healthy restarts bunch into real crash
+        # loops (more than 3 in 15 min on one pod is suspected_cuda_oom by the rule).
+        return [
+            (0.540, self._routine_pod),
+            (0.130, self._routine_node),
+            (0.0080, lambda: self._start(self._eviction())),
+            (0.0060, lambda: self._start(self._completion())),
+            (0.0009, self._info_xid),
+            (0.0040, self._duplicate),
+            (0.0040, self._late),
+            (0.0020, self._relist),
+            (0.0010, lambda: self._start(self._plugin_blip())),
         ]
 
     def _fatal(
@@ -227,7 +253,10 @@ class Simulator(Scaling):
                 last=first.time,
                 node=node.name,
                 gpus=(gpu.uuid,),
-                pods=(_pod_key(pod),),
+                # The core learns who holds a GPU from dcgm's bindings: a pod it has not
+                # reported yet (it started since the last scrape, or the exporter lost
+                # the pod mapping) cannot be named, only the GPU.
+                pods=(_pod_key(pod),) if gpu.reported is pod else (),
                 owner=_owner(pod),
             )
         yield first
@@ -353,7 +382,9 @@ class Simulator(Scaling):
         yield rng.uniform(300.0, 2400.0)
         if dropped:
             node.allocatable = node.capacity
-            yield self._node_event(node)
+            back = self._node_event(node)
+            self.truth.ends(f"{fault}/gpu_degraded", back.time)
+            yield back
         node.busy = False
 
     def _dcgm_xid(self, node: Node, gpu: Gpu, code: int, fault: str = "") -> Step:
@@ -507,6 +538,48 @@ class Simulator(Scaling):
                 self._push(self.now + rng.uniform(2.0, 30.0), self._finish_evicted(pod, deleted))
         node.busy = False
 
+    def _exporter_outage(self) -> Step:
+        """dcgm-exporter on a node comes back from a restart without the kubelet's
+        pod-resources socket (a gpu-operator upgrade; NVIDIA/dcgm-exporter #151, #272,
+        #577): every GPU is reported with no pod until someone restarts it. With all 8
+        GPUs held, that alone is a disagreement of 8 > 5: ``allocation_mismatch`` once
+        it has lasted 5 min (a shorter outage writes nothing)."""
+        node = self._pick_node()
+        if node is None:
+            return
+        held = [g for g in node.gpus if g.pod is not None and g.pod.phase == "Running"]
+        if len(held) < len(node.gpus):
+            return
+        rng = self.rng
+        node.busy = True
+        fault = self.truth.fault_id("exporter_outage")
+        yield self._to_scrape(node)
+        node.blind = True
+        at = self._time()
+        blind = [self._binding_event(node, gpu, at) for gpu in node.gpus]
+        pending = self.truth.expect(
+            fault_id=fault,
+            kind="allocation_mismatch",
+            cluster=node.cluster.name,
+            start=at,
+            first=at,
+            last=at,
+            due=at + MISMATCH_AFTER,
+            severity="ticket",
+        )
+        yield from self._burst(list(blind))
+        yield rng.uniform(120.0, 240.0) if rng.random() < 0.3 else rng.uniform(420.0, 1500.0)
+        yield self._to_scrape(node)
+        node.blind = False
+        back = self._time()
+        self.truth.ends(f"{fault}/allocation_mismatch", back)
+        if back - at > MISMATCH_AFTER + timedelta(seconds=5):
+            pending.confirm()
+        else:
+            pending.cancel()
+        yield from self._scrape(node, node.gpus)
+        node.busy = False
+
     def _replace_evicted(self, pod: Pod) -> Step:
         """The controller's replacement for a pod marked for deletion: pending until a
         node has room (the evicted pod still holds its GPUs on the NotReady node)."""
@@ -556,6 +629,7 @@ class Simulator(Scaling):
         yield rng.uniform(60.0, 240.0) if rng.random() < 0.4 else rng.uniform(400.0, 2400.0)
         node.allocatable = node.capacity
         back = self._node_event(node)
+        self.truth.ends(f"{fault}/gpu_degraded", back.time)
         if back.time - drop.time > DEGRADED_AFTER:
             pending.confirm()
         else:

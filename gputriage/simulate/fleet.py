@@ -129,9 +129,21 @@ class Fleet:
             self._cumulative.append(total)
             self._draws.append(draw)
         self._total_weight = total
+        self._storm_cumulative: list[float] = []
+        self._storm_draws: list[Callable[[], AnyEvent | None]] = []
+        total = 0.0
+        for weight, draw in self._storm_weights():
+            total += weight
+            self._storm_cumulative.append(total)
+            self._storm_draws.append(draw)
+        self._storm_total = total
 
     def _weights(self) -> list[tuple[float, Callable[[], AnyEvent | None]]]:
         """The background draws and their weights, in a fixed order (the bytes depend on it)."""
+        raise NotImplementedError
+
+    def _storm_weights(self) -> list[tuple[float, Callable[[], AnyEvent | None]]]:
+        """The healthy churn a storm multiplies (no fault: a storm must raise nothing)."""
         raise NotImplementedError
 
     def _routine_pod(self) -> AnyEvent:
@@ -273,7 +285,7 @@ class Fleet:
         cluster.rv += 1
         workload = pod.workload
         requests = self._requests[workload.gpus]
-        return PodEvent(
+        pod.last = event = PodEvent(
             id=f"k8s:{pod.uid}:{cluster.rv}",  # the connector's id: resourceVersion
             cluster=cluster.name,
             time=self._time(),
@@ -294,12 +306,13 @@ class Fleet:
             created_at=pod.created_at,
             deleted_at=deleted,
         )
+        return event
 
     def _node_event(self, node: Node) -> NodeEvent:
         cluster = node.cluster
         cluster.rv += 1
         ready = READY if node.ready == "True" else NOT_READY[node.ready]
-        return NodeEvent(
+        node.last = event = NodeEvent(
             id=f"k8s:{node.uid}:{cluster.rv}",
             cluster=cluster.name,
             time=self._time(),
@@ -310,15 +323,17 @@ class Fleet:
             labels=node.labels,
             taints=TAINTS if node.ready == "True" else NOT_READY_TAINTS[node.ready],
         )
+        return event
 
     def _binding_event(self, node: Node, gpu: Gpu, at: datetime | None = None) -> GpuBindingEvent:
         node.binding_seq += 1
         pod = gpu.pod
         pods = (
             (PodRef(namespace=pod.workload.template.namespace, name=pod.name, container=pod.main),)
-            if pod is not None
+            if pod is not None and not node.blind
             else ()
         )
+        gpu.reported = pod if pods else None
         return GpuBindingEvent(
             id=f"dcgm/{node.uid}/{gpu.index}/{node.binding_seq}",
             cluster=node.cluster.name,
@@ -503,37 +518,51 @@ class Fleet:
                 yield listed
         follow = self._follow
         left = spec.events if spec.exact_count else -1
+        storm_from, storm_to = spec.storm_window() if spec.storm > 1.0 else (-1.0, -1.0)
+        storm_cumulative, storm_draws = self._storm_cumulative, self._storm_draws
         for i in range(spec.events):
             slot = i * step
-            event: AnyEvent | None
-            # The stories' events at their own times, before the slot's background draw.
-            while heap and heap[0][0] <= slot and left != 0:
-                due, _, scenario = heapq.heappop(heap)
-                self.now = due
-                event = self._advance(scenario)
-                if event is None:
-                    continue
+            ticks = 1
+            if storm_from <= slot < storm_to:  # more draws in this slot, each its own time
+                more = spec.storm - 1.0
+                ticks += int(more) + (1 if rng.random() < more - int(more) else 0)
+            for k in range(ticks):
+                at = slot + k * step / ticks
+                event: AnyEvent | None
+                # The stories' events at their own times, before the tick's draw.
+                while heap and heap[0][0] <= at and left != 0:
+                    due, _, scenario = heapq.heappop(heap)
+                    self.now = due
+                    event = self._advance(scenario)
+                    if event is None:
+                        continue
+                    counts[wire_tag(type(event))] += 1
+                    yield event
+                    left -= 1
+                    while follow and left != 0:
+                        event = follow.popleft()
+                        counts[wire_tag(type(event))] += 1
+                        yield event
+                        left -= 1
+                if left == 0:
+                    break
+                self.now = at
+                if k == 0:
+                    draw = draws[bisect.bisect_right(cumulative, rng.random() * total)]
+                else:
+                    pick = rng.random() * self._storm_total
+                    draw = storm_draws[bisect.bisect_right(storm_cumulative, pick)]
+                event = draw() or self._routine_pod()
                 counts[wire_tag(type(event))] += 1
                 yield event
                 left -= 1
-                while follow and left != 0:
+                while follow and left != 0:  # the rest of the moment, in no slot of its own
                     event = follow.popleft()
                     counts[wire_tag(type(event))] += 1
                     yield event
                     left -= 1
-            if left == 0:
-                break
-            self.now = slot
-            draw = draws[bisect.bisect_right(cumulative, rng.random() * total)]
-            event = draw() or self._routine_pod()
-            counts[wire_tag(type(event))] += 1
-            yield event
-            left -= 1
-            while follow and left != 0:  # the rest of the moment, in no slot of its own
-                event = follow.popleft()
-                counts[wire_tag(type(event))] += 1
-                yield event
-                left -= 1
+                if left == 0:
+                    break
             if left == 0:
                 break
         self.truth.finish(self.spec.start + timedelta(seconds=self.now))

@@ -47,26 +47,31 @@ class Cluster:
 
 
 class Gpu:
-    __slots__ = ("bus_id", "index", "pod", "uuid")
+    __slots__ = ("bus_id", "index", "pod", "reported", "uuid")
 
     def __init__(self, index: int, gpu_uuid: str, bus_id: str) -> None:
         self.index = index
         self.uuid = gpu_uuid
         self.bus_id = bus_id
         self.pod: Pod | None = None
+        self.reported: Pod | None = None
+        """The pod the last emitted binding named: what the core can know holds it."""
 
 
 class Node:
     __slots__ = (
         "allocatable",
         "binding_seq",
+        "blind",
         "boot_id",
         "busy",
         "capacity",
         "cluster",
+        "cpu_restarts",
         "gpus",
         "kmsg_seq",
         "labels",
+        "last",
         "name",
         "ready",
         "uid",
@@ -85,6 +90,12 @@ class Node:
         self.allocatable = 8
         self.ready = "True"
         self.busy = False
+        self.blind = False
+        """dcgm-exporter lost the kubelet's pod mapping: its bindings name no pod."""
+        self.cpu_restarts = 0
+        """Restarts of the node's node-exporter pod (a CPU-only pod: noise)."""
+        self.last: object = None
+        """The node's last emitted record (what a relist sends again)."""
 
 
 class Workload:
@@ -105,6 +116,7 @@ class Pod:
         "created_at",
         "deleting",
         "gpus",
+        "last",
         "message",
         "name",
         "node",
@@ -137,6 +149,8 @@ class Pod:
         self.pid = 0
         self.busy = False
         self.pool_index = -1
+        self.last: object = None
+        """The pod's last emitted record (what a relist sends again)."""
         self.deleting: datetime | None = None
         """The deletion timestamp once the pod is marked for deletion."""
 

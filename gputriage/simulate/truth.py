@@ -68,6 +68,8 @@ XID_REPEAT_WINDOW = timedelta(hours=24)
 XID_EPISODE_GAP = timedelta(minutes=10)
 EVICTION_LOOKBACK = timedelta(minutes=2)
 """device_unhealthy_eviction: a pod failure this long before the fault still joins."""
+DEGRADED_QUIET = timedelta(days=1)
+"""gpu_degraded with no end (a fatal XID, no drop): open this long (degraded_quiet_seconds)."""
 DEGRADED_XIDS_BEFORE = timedelta(minutes=30)
 """gpu_degraded of a drop: XIDs on the node this long before it are its evidence."""
 XID_COALESCE = timedelta(seconds=1)
@@ -123,6 +125,7 @@ class TruthRecorder:
         self._xids: dict[tuple[str, str, str, int], _Subject] = {}
         self._last: dict[tuple[str, ...], datetime] = {}
         self._node_xids: dict[tuple[str, str], list[datetime]] = defaultdict(list)
+        self._ends: dict[str, datetime] = {}
         self.expected: list[ExpectedIncident] = []
         """The truths, by ``start``, once :meth:`finish` has run."""
         self.cluster = ClusterTruth(SLACK)
@@ -188,6 +191,32 @@ class TruthRecorder:
             _Restart(time, exit_code, oom_killed, fault, node, owner)
         )
 
+    def ends(self, incident_id: str, at: datetime) -> None:
+        """The condition behind ``incident_id`` ended at ``at`` (the incident resolves): a
+        fault of the same subject before then joins it instead of making its own."""
+        self._ends[incident_id] = at
+
+    def _joined(self, found: list[ExpectedIncident]) -> list[ExpectedIncident]:
+        """Drop the truths that join an incident still open on their subject: one
+        ``gpu_degraded`` per node (README: "One per node"; without an end it stays open
+        for ``degraded_quiet_seconds``, a day) and one ``allocation_mismatch`` per
+        cluster (it names every node that disagrees)."""
+        open_until: dict[tuple[str, str, str], datetime] = {}
+        kept = []
+        for incident in found:
+            if incident.type not in ("gpu_degraded", "allocation_mismatch"):
+                kept.append(incident)
+                continue
+            key = (incident.type, incident.cluster, incident.node)
+            end = self._ends.get(incident.id, incident.start + DEGRADED_QUIET)
+            until = open_until.get(key)
+            if until is not None and incident.start <= until:
+                open_until[key] = max(until, end)
+                continue
+            open_until[key] = end
+            kept.append(incident)
+        return kept
+
     def xid(self, *, cluster: str, node: str, time: datetime) -> None:
         """Any XID line on a node (a degraded node's incident names its recent XIDs)."""
         self._node_xids[(cluster, node)].append(time)
@@ -238,8 +267,9 @@ class TruthRecorder:
                 found.append(self._widened(pending.incident))
         found.extend(self._cuda_oom())
         found.extend(self._xid_repeats())
-        found.extend(self.cluster.expected(self.fault_id))
+        found.extend(self.cluster.expected(self.fault_id, end - END_MARGIN))
         found.sort(key=lambda e: (e.start, e.id))
+        found = self._joined(found)
         seen: dict[str, int] = {}
         for k, incident in enumerate(found):  # one fault may give two of a type
             n = seen[incident.id] = seen.get(incident.id, 0) + 1

@@ -19,6 +19,7 @@ from schemas.events import AutoscalerEvent, KubeEvent, PodEvent, PodRef
 from schemas.truth import ExpectedIncident
 
 T0 = datetime(2025, 3, 3, 8, 0, tzinfo=UTC)
+END = T0 + timedelta(hours=6)
 
 
 @cache
@@ -177,14 +178,14 @@ def _recorder(pods: tuple[str, ...] = ("ml/a-1",)) -> ClusterTruth:
 
 def _ids(truth: ClusterTruth) -> list[str]:
     counter = iter(range(100))
-    return sorted(t.type for t in truth.expected(lambda f: f"{f}-{next(counter)}"))
+    return sorted(t.type for t in truth.expected(lambda f: f"{f}-{next(counter)}", END))
 
 
 def test_rule_three_attempts_and_ten_minutes_make_a_starved_pod() -> None:
     truth = _recorder()
     for minutes in (1, 6, 16):
         truth.autoscaler(_failure(T0 + timedelta(minutes=minutes)))
-    found = truth.expected(lambda f: f"{f}-1")
+    found = truth.expected(lambda f: f"{f}-1", END)
     starved = [t for t in found if t.type == "gpu_pods_starved"]
     assert [t.type for t in found].count("scale_up_failure") == 1
     assert len(starved) == 1
@@ -216,7 +217,7 @@ def test_rule_a_pod_tied_to_a_healthy_group_is_not_starved_by_another() -> None:
     untied = _recorder()
     for minutes in (1, 6, 16):
         untied.autoscaler(_failure(T0 + timedelta(minutes=minutes), reason="capacity"))
-    found = untied.expected(lambda f: f"{f}-1")
+    found = untied.expected(lambda f: f"{f}-1", END)
     assert sorted(t.type for t in found) == ["gpu_pods_starved", "scale_up_failure"]
     assert all(t.severity == "ticket" for t in found)
 
@@ -226,5 +227,5 @@ def test_rule_thirty_quiet_minutes_end_a_scale_up_failure() -> None:
     truth.autoscaler(_failure(T0))
     truth.autoscaler(_failure(T0 + timedelta(minutes=29)))
     truth.autoscaler(_failure(T0 + timedelta(minutes=29 + 31)))
-    found = truth.expected(lambda f: f"{f}-1")
+    found = truth.expected(lambda f: f"{f}-1", END)
     assert [t.start for t in found] == [T0, T0 + timedelta(minutes=60)]
