@@ -229,3 +229,11 @@ def test_rule_thirty_quiet_minutes_end_a_scale_up_failure() -> None:
     truth.autoscaler(_failure(T0 + timedelta(minutes=29 + 31)))
     found = truth.expected(lambda f: f"{f}-1", END)
     assert [t.start for t in found] == [T0, T0 + timedelta(minutes=60)]
+
+
+def test_rule_a_pod_that_would_starve_after_the_stream_ends_writes_nothing() -> None:
+    truth = _recorder()
+    for minutes in (1, 2, 4):
+        truth.autoscaler(_failure(T0 + timedelta(minutes=minutes)))
+    found = truth.expected(lambda f: f"{f}-1", T0 + timedelta(minutes=9))
+    assert [t.type for t in found] == ["scale_up_failure"]
