@@ -84,6 +84,14 @@ class DurationType(click.ParamType):
     help="No faults: a stream that must give no incident (its truth file is empty).",
 )
 @click.option(
+    "--storm",
+    type=FiniteRange(min=1.0, max=100.0),
+    cls=StructDefault,
+    show_default=str(_DEFAULTS.storm),
+    help="Healthy churn (pod updates, restarts, evictions, relists...) this many times as "
+    "often for 15 min from the middle of the stream: a storm that must raise nothing.",
+)
+@click.option(
     "--out",
     metavar="FILE",
     cls=StructDefault,

@@ -10,7 +10,11 @@ the incident the domain says it must give (``schemas/truth.py``). Modules:
 * :mod:`~gputriage.simulate.fleet`: the fleet, record builders and the event loop;
 * :mod:`~gputriage.simulate.noise`: background traffic and healthy failures;
 * :mod:`~gputriage.simulate.faults`: the injected faults and their truth;
+* :mod:`~gputriage.simulate.scaling`: the autoscaler's faults (cluster-scoped);
+* :mod:`~gputriage.simulate.autoscaler`: node groups and autoscaler records, read by
+  the autoscaler connector's parser;
 * :mod:`~gputriage.simulate.truth`: the truth recorder;
+* :mod:`~gputriage.simulate.cluster_truth`: the counted cluster-scoped truths;
 * :mod:`~gputriage.simulate.stream`: the API (events, lines, files);
 * :mod:`~gputriage.simulate.run`: the command's run function.
 """

@@ -183,6 +183,17 @@ NOT_READY = {
     ),
 }
 TAINTS = (Taint(key=GPU, value="present", effect="NoSchedule"),)
+NOT_READY_TAINTS = {
+    status: (
+        *TAINTS,
+        Taint(key=f"node.kubernetes.io/{key}", effect="NoSchedule"),
+        Taint(key=f"node.kubernetes.io/{key}", effect="NoExecute"),
+    )
+    for status, key in (("False", "not-ready"), ("Unknown", "unreachable"))
+}
+"""The node lifecycle controller's taints on a node whose Ready is False / Unknown
+(https://kubernetes.io/docs/concepts/scheduling-eviction/taint-and-toleration/#taint-based-evictions):
+NoExecute evicts every pod that does not tolerate it, after its ``tolerationSeconds``."""
 SCHEDULED = PodCondition(status="True")
 
 

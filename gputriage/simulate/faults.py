@@ -25,13 +25,18 @@ domain's rule applied to what it emitted:
                        is lost meanwhile (a shorter blip is noise and writes nothing)
 ``allocatable_drop``   allocatable 8 -> 7 with no XID: ``gpu_degraded`` when it lasts
                        more than 5 min (a shorter drop writes nothing)
+``exporter_outage``    dcgm-exporter loses the pod mapping on a full node (8 GPUs held,
+                       none bound): ``allocation_mismatch`` past 5 min
+``scale_up``           a GPU node group the autoscaler cannot grow (quota or zone
+                       capacity) while a Job's pods pend: ``scale_up_failure``, and
+                       ``gpu_pods_starved`` by the third attempt (:mod:`.scaling`)
 =====================  ===============================================================
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from gputriage.demo.events import GPU, termination
 from gputriage.simulate.catalogue import (
@@ -43,7 +48,7 @@ from gputriage.simulate.catalogue import (
     FLAKY_CODES,
 )
 from gputriage.simulate.model import Gpu, Node, Pod
-from gputriage.simulate.noise import Noise
+from gputriage.simulate.scaling import Scaling
 from gputriage.simulate.spec import Step, StreamSpec
 from gputriage.simulate.truth import Pending
 from schemas.codec import AnyEvent
@@ -51,6 +56,10 @@ from schemas.events import XidEvent
 
 DEGRADED_AFTER = timedelta(minutes=5)
 """gpu_degraded: capacity - allocatable > 0 this long; or a fatal XID no chain reported."""
+MISMATCH_AFTER = timedelta(minutes=5)
+"""allocation_mismatch: Kubernetes and dcgm-exporter disagree this long first."""
+TOLERATION_SECONDS = 300.0
+"""DefaultTolerationSeconds: pods tolerate a NoExecute not-ready/unreachable taint this long."""
 NOT_READY_GRACE = timedelta(minutes=2)
 """A NotReady shorter than this with no pod failure does not page (DESIGN refinement)."""
 
@@ -63,7 +72,7 @@ def _owner(pod: Pod) -> str:
     return f"{pod.workload.template.kind}/{pod.workload.owner}"
 
 
-class Simulator(Noise):
+class Simulator(Scaling):
     """Builds the fleet and emits ``spec.events`` typed events in event-time order;
     :attr:`truth` holds the expected incidents once :meth:`events` is exhausted."""
 
@@ -87,6 +96,29 @@ class Simulator(Noise):
             (0.00002 * rate("flaky_gpu"), lambda: self._start(self._flaky_gpu())),
             (0.0003 * rate("not_ready"), lambda: self._start(self._not_ready())),
             (0.0002 * rate("allocatable_drop"), lambda: self._start(self._allocatable_flap())),
+            (0.00008 * rate("scale_up"), lambda: self._start(self._scale_up())),
+            (0.0040, self._duplicate),
+            (0.0040, self._late),
+            (0.0003, self._relist),
+            (0.0004, lambda: self._start(self._plugin_blip())),
+            (0.0080, self._cpu_pod),
+            (0.0002, lambda: self._start(self._cpu_crash_loop())),
+            (0.00006 * rate("exporter_outage"), lambda: self._start(self._exporter_outage())),
+        ]
+
+    def _storm_weights(self) -> list[tuple[float, Callable[[], AnyEvent | None]]]:
+        # No container restarts: ten times the healthy restarts bunch into real crash
+        # loops (more than 3 in 15 min on one pod is suspected_cuda_oom by the rule).
+        return [
+            (0.540, self._routine_pod),
+            (0.130, self._routine_node),
+            (0.0080, lambda: self._start(self._eviction())),
+            (0.0060, lambda: self._start(self._completion())),
+            (0.0009, self._info_xid),
+            (0.0040, self._duplicate),
+            (0.0040, self._late),
+            (0.0020, self._relist),
+            (0.0010, lambda: self._start(self._plugin_blip())),
         ]
 
     def _fatal(
@@ -139,29 +171,27 @@ class Simulator(Noise):
         times.append(update.time)
         if term.finished_at is not None:
             times.append(term.finished_at)
+        # The truth before the update is emitted: the container's OOMKilled alone makes
+        # the incident, so a stream that ends before the node's event still owes it.
+        if not self.truth.still_open("host_oom_kill", (_pod_key(pod),), update.time):
+            self.truth.expect(
+                fault_id=fault,
+                kind="host_oom_kill",
+                cluster=node.cluster.name,
+                start=min(times),
+                first=min(times),
+                last=update.time,
+                node=node.name,
+                pods=(_pod_key(pod),),
+                owner=_owner(pod),
+                severity="ticket",
+            )
         yield update
         if not kernel_first:
             yield rng.uniform(0.5, 5.0)
-            event = self._node_kube_event(
+            yield self._node_kube_event(
                 node, "OOMKilling", message, warning=True, source="kernel-monitor"
             )
-            times.append(event.time)
-            yield event
-        if self.truth.still_open("host_oom_kill", (_pod_key(pod),), update.time):
-            pod.busy = False
-            return
-        self.truth.expect(
-            fault_id=fault,
-            kind="host_oom_kill",
-            cluster=node.cluster.name,
-            start=min(times),
-            first=min(times),
-            last=update.time,
-            node=node.name,
-            pods=(_pod_key(pod),),
-            owner=_owner(pod),
-            severity="ticket",
-        )
         pod.busy = False
 
     def _crash_loop(self) -> Step:
@@ -223,10 +253,15 @@ class Simulator(Noise):
                 last=first.time,
                 node=node.name,
                 gpus=(gpu.uuid,),
-                pods=(_pod_key(pod),),
+                # The core learns who holds a GPU from dcgm's bindings: a pod it has not
+                # reported yet (it started since the last scrape, or the exporter lost
+                # the pod mapping) cannot be named, only the GPU.
+                pods=(_pod_key(pod),) if gpu.reported is pod else (),
                 owner=_owner(pod),
             )
         yield first
+        if rng.random() < 0.3:
+            self._push(self.now, self._dcgm_xid(node, gpu, code))
         if rng.random() < 0.25:
             yield rng.uniform(0.05, 0.5)
             yield self._xid_event(node, gpu, 45, caused_by=code)
@@ -260,6 +295,8 @@ class Simulator(Noise):
         code = rng.choice(FATAL_CODES)
         first = self._fatal(node, gpu, code, fault)
         yield first
+        if rng.random() < 0.5:
+            self._push(self.now, self._dcgm_xid(node, gpu, code, fault))
         if rng.random() < 0.2:
             yield rng.uniform(0.1, 0.8)
             yield self._fatal(node, gpu, code, fault, source="nvml")
@@ -345,8 +382,19 @@ class Simulator(Noise):
         yield rng.uniform(300.0, 2400.0)
         if dropped:
             node.allocatable = node.capacity
-            yield self._node_event(node)
+            back = self._node_event(node)
+            self.truth.ends(f"{fault}/gpu_degraded", back.time)
+            yield back
         node.busy = False
+
+    def _dcgm_xid(self, node: Node, gpu: Gpu, code: int, fault: str = "") -> Step:
+        """The same XID as the dcgm connector reports it: at the node's next scrape, when
+        ``DCGM_EXP_XID_ERRORS_COUNT`` has grown (one line, two sources: one episode)."""
+        yield self._to_scrape(node)
+        if fault:
+            yield self._fatal(node, gpu, code, fault, source="dcgm")
+        else:
+            yield self._xid_event(node, gpu, code, source="dcgm")
 
     def _flaky_gpu(self) -> Step:
         """Bad hardware: the same fatal XID again and again over an hour or two."""
@@ -376,14 +424,34 @@ class Simulator(Noise):
             yield rng.uniform(120.0, 1500.0)
 
     def _not_ready(self) -> Step:
-        """A node goes NotReady (or Unknown) and comes back; sometimes its pods are lost."""
+        """A node goes NotReady and comes back; past the toleration its pods are evicted.
+
+        Timings are Kubernetes' defaults: a kubelet that stops posting (``Unknown``) is
+        marked by the node lifecycle controller after ``--node-monitor-grace-period``
+        (40 s, 50 s in recent releases: kube-controller-manager's reference and
+        kubernetes/kubernetes#127352; the kubelet posts every 10 s,
+        ``nodeStatusUpdateFrequency``), while a kubelet that reports a problem itself
+        (``False``, "PLEG is not healthy") does so at once. The controller taints the
+        node ``node.kubernetes.io/unreachable`` or ``not-ready`` ``NoExecute``, and the
+        DefaultTolerationSeconds admission plugin gives every pod 300 s of toleration
+        (``--default-unreachable-toleration-seconds``, ``--default-not-ready-toleration-
+        seconds``), after which the taint eviction controller marks them for deletion
+        (a ``TaintManagerEviction`` Event, "Marking for deletion Pod ns/name") and their
+        controllers create replacements. On an unreachable node the pods stay
+        terminating until the kubelet is back and deletes them.
+        """
         node = self._pick_node()
         if node is None:
             return
         rng = self.rng
         node.busy = True
         fault = self.truth.fault_id("not_ready")
-        status = "False" if rng.random() < 0.6 else "Unknown"
+        status = "False" if rng.random() < 0.5 else "Unknown"
+        if status == "Unknown":
+            # The kubelet's last status is its last word; the controller waits out the
+            # grace period before it calls the node Unknown.
+            yield self._node_event(node)
+            yield rng.uniform(40.0, 50.0)
         node.ready = status
         first = self._node_event(node)
         running = sorted(
@@ -411,25 +479,48 @@ class Simulator(Noise):
                 pods=tuple(running),
                 severity="page",
             )
-        lost: list[Pod] = []
-        if status == "Unknown" and rng.random() < 0.35:
-            yield rng.uniform(300.0, 330.0)
+        lasts = rng.uniform(30.0, 110.0) if rng.random() < 0.35 else rng.uniform(130.0, 900.0)
+        evicted: list[Pod] = []
+        gone: list[Pod] = []
+        if lasts > TOLERATION_SECONDS:
+            yield TOLERATION_SECONDS + rng.uniform(0.1, 3.0)
             for gpu in node.gpus:
                 pod = gpu.pod
-                if pod is not None and not pod.busy and pod.phase == "Running" and pod not in lost:
+                if (
+                    pod is not None
+                    and not pod.busy
+                    and pod.phase == "Running"
+                    and pod not in evicted
+                ):
                     pod.busy = True
-                    lost.append(pod)
-            for pod in lost:
-                pod.phase, pod.reason = "Failed", "NodeLost"
-                pod.message = f"Node {node.name} which was running pod {pod.name} is unresponsive"
-                yield self._pod_event(pod)
-            yield rng.uniform(60.0, 600.0)
+                    evicted.append(pod)
+            burst: list[AnyEvent] = []
+            for pod in evicted:  # the taint eviction controller marks them all at once
+                namespace = pod.workload.template.namespace
+                burst.append(
+                    self._pod_kube_event(
+                        pod,
+                        "TaintManagerEviction",
+                        f"Marking for deletion Pod {namespace}/{pod.name}",
+                        source="taint-eviction-controller",
+                    )
+                )
+                deleted = pod.deleting = self._time()
+                burst.append(self._pod_event(pod, deleted=deleted))
+                self._push(self.now + rng.uniform(1.0, 20.0), self._replace_evicted(pod))
+                if status == "False":
+                    # The kubelet still runs: it stops the marked pod within its grace.
+                    later = self.now + rng.uniform(5.0, 30.0)
+                    self._push(later, self._finish_evicted(pod, deleted))
+                    gone.append(pod)
+            yield from self._burst(burst)
+            yield max(lasts - TOLERATION_SECONDS, 1.0)
         else:
-            yield rng.uniform(40.0, 480.0)
+            yield lasts
         node.ready = "True"
         back = self._node_event(node)
         if pending is not None:
-            if lost or back.time - first.time > NOT_READY_GRACE:
+            if evicted or back.time - first.time > NOT_READY_GRACE:
                 pending.confirm()
             else:
                 pending.cancel()
@@ -440,15 +531,78 @@ class Simulator(Noise):
             f"Node {node.name} status is now: NodeReady",
             source="node-controller",
         )
-        for pod in lost:
-            term = termination(self._time(-1.0), "ContainerStatusUnknown", 137)
-            self._push(
-                self.now + rng.uniform(1.0, 20.0),
-                self._fail_and_replace(
-                    pod, phase="Failed", reason="NodeLost", terminated=term, message=pod.message
-                ),
-            )
+        for pod in evicted:
+            if pod not in gone:
+                # The kubelet is back: it stops the marked pods' containers and they go.
+                deleted = pod.deleting or self._time()
+                self._push(self.now + rng.uniform(2.0, 30.0), self._finish_evicted(pod, deleted))
         node.busy = False
+
+    def _exporter_outage(self) -> Step:
+        """dcgm-exporter on a node comes back from a restart without the kubelet's
+        pod-resources socket (a gpu-operator upgrade; NVIDIA/dcgm-exporter #151, #272,
+        #577): every GPU is reported with no pod until someone restarts it. With all 8
+        GPUs held, that alone is a disagreement of 8 > 5: ``allocation_mismatch`` once
+        it has lasted 5 min (a shorter outage writes nothing)."""
+        node = self._pick_node()
+        if node is None:
+            return
+        held = [g for g in node.gpus if g.pod is not None and g.pod.phase == "Running"]
+        if len(held) < len(node.gpus):
+            return
+        rng = self.rng
+        node.busy = True
+        fault = self.truth.fault_id("exporter_outage")
+        yield self._to_scrape(node)
+        node.blind = True
+        at = self._time()
+        blind = [self._binding_event(node, gpu, at) for gpu in node.gpus]
+        pending = self.truth.expect(
+            fault_id=fault,
+            kind="allocation_mismatch",
+            cluster=node.cluster.name,
+            start=at,
+            first=at,
+            last=at,
+            due=at + MISMATCH_AFTER,
+            severity="ticket",
+        )
+        yield from self._burst(list(blind))
+        yield rng.uniform(120.0, 240.0) if rng.random() < 0.3 else rng.uniform(420.0, 1500.0)
+        yield self._to_scrape(node)
+        node.blind = False
+        back = self._time()
+        self.truth.ends(f"{fault}/allocation_mismatch", back)
+        if back - at > MISMATCH_AFTER + timedelta(seconds=5):
+            pending.confirm()
+        else:
+            pending.cancel()
+        yield from self._scrape(node, node.gpus)
+        node.busy = False
+
+    def _replace_evicted(self, pod: Pod) -> Step:
+        """The controller's replacement for a pod marked for deletion: pending until a
+        node has room (the evicted pod still holds its GPUs on the NotReady node)."""
+        new = self._replacement(pod)
+        new.busy = True
+        yield from self._add_pending(new, unschedulable=True)
+        node = pod.node
+        while node is not None and (
+            node.ready != "True" or any(node.gpus[k].pod is not None for k in pod.gpus)
+        ):
+            yield 15.0
+        if node is not None:
+            yield from self._schedule(new, node, pod.gpus)
+        new.busy = False
+
+    def _finish_evicted(self, pod: Pod, deleted: datetime) -> Step:
+        term = termination(self._time(-1.0), "Error", 143)
+        pod.set_main("terminated", "Error", terminated=term)
+        pod.phase = "Failed"
+        yield self._pod_event(pod, deleted=deleted)
+        yield from self._unbind(pod)
+        yield self._pod_event(pod, "deleted", deleted=deleted)
+        self._forget(pod)
 
     def _allocatable_flap(self) -> Step:
         """Silent degradation: allocatable drops by one GPU, with no XID, then recovers."""
@@ -475,6 +629,7 @@ class Simulator(Noise):
         yield rng.uniform(60.0, 240.0) if rng.random() < 0.4 else rng.uniform(400.0, 2400.0)
         node.allocatable = node.capacity
         back = self._node_event(node)
+        self.truth.ends(f"{fault}/gpu_degraded", back.time)
         if back.time - drop.time > DEGRADED_AFTER:
             pending.confirm()
         else:

@@ -1,11 +1,15 @@
 """The simulated fleet, its record builders and the event loop.
 
-How it works: one event per time slot (slots are evenly spread over ``hours``).
-A slot emits the next step of a running *scenario* if one is due (a scenario is
-a generator that yields events and delays: "fatal XID, 20 s later allocatable
-drops, then the pod on that GPU fails..."), otherwise a background draw: a
-routine update or the start of a new scenario. Event times get a small jitter
-(``jitter`` seconds, far below the core's grace period).
+How it works: background draws, one per time slot (slots are evenly spread over
+``hours``): a routine update or the start of a new *scenario* (a generator that
+yields events and delays: "fatal XID, 20 s later allocatable drops, then the pod on
+that GPU fails..."). A scenario's events are emitted at their own due times, between
+the slots, so a story keeps its timings (a toleration of 300 s is 300 s) however many
+stories run at once; records that share one moment (a scrape's bindings, a burst of
+evictions, an Event and the record the connector derives from it) follow each other
+with nothing in between (:meth:`Fleet._burst`). Event times get a small jitter
+(``jitter`` seconds, far below the core's grace period). With ``exact_count`` (the
+benchmarks) the stream stops at ``events`` records, a little before ``hours``.
 
 Records and :mod:`gputriage.demo.events`: the builders shared with the tests and
 the demo scenario make this stream's Kubernetes events, XIDs, container statuses,
@@ -30,7 +34,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import uuid
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 from random import Random
@@ -43,11 +47,13 @@ from gputriage.demo.events import (
     termination,
     xid_event,
 )
+from gputriage.simulate.autoscaler import node_groups
 from gputriage.simulate.catalogue import (
     ALNUM,
     CLUSTERS,
     NODE_LAYOUTS,
     NOT_READY,
+    NOT_READY_TAINTS,
     PRESSURE,
     PRODUCTS,
     READY,
@@ -70,6 +76,12 @@ from schemas.events import (
 )
 from schemas.jsonschema import wire_tag
 
+SCRAPE_INTERVAL = 30.0
+"""dcgm-exporter's collection interval and the usual scrape interval, 30 s: NVIDIA's
+Prometheus example (https://docs.nvidia.com/datacenter/dcgm/latest/learn/
+getting-started-for-system-administrators/configure-prometheus-for-dcgm-exporter.html,
+``scrape_interval: 30s``) and the exporter's default ``--collect-interval`` of 30000 ms."""
+
 
 class Fleet:
     """The fleet, the record builders and the event loop; the scenarios are subclasses'
@@ -85,6 +97,13 @@ class Fleet:
         self.now = 0.0
         self.counts: Counter[str] = Counter()
         self._heap: list[tuple[float, int, Step]] = []
+        self._follow: deque[AnyEvent] = deque()
+        """Records that follow the one just emitted, at the same moment (what a connector
+        publishes right after a record, e.g. an Event's derived autoscaler record, a
+        scrape's other bindings): emitted right after it, in no slot of their own, so
+        no other event comes in between. With ``spec.exact_count`` they count towards
+        ``spec.events`` (the stream then ends a few slots early); without, the stream
+        covers all of ``hours`` and holds a few more than ``spec.events`` records."""
         self._seq = 0
         self._names: set[str] = set()
         self._workloads: dict[int, Workload] = {}
@@ -98,6 +117,9 @@ class Fleet:
         ]
         self.nodes: list[Node] = []
         self._build()
+        types = sorted({p.instance_type for p in PRODUCTS})
+        for cluster in self.clusters:
+            cluster.groups = node_groups(cluster, types)
         self.truth = TruthRecorder(spec)
         total = 0.0
         self._cumulative: list[float] = []
@@ -107,9 +129,21 @@ class Fleet:
             self._cumulative.append(total)
             self._draws.append(draw)
         self._total_weight = total
+        self._storm_cumulative: list[float] = []
+        self._storm_draws: list[Callable[[], AnyEvent | None]] = []
+        total = 0.0
+        for weight, draw in self._storm_weights():
+            total += weight
+            self._storm_cumulative.append(total)
+            self._storm_draws.append(draw)
+        self._storm_total = total
 
     def _weights(self) -> list[tuple[float, Callable[[], AnyEvent | None]]]:
         """The background draws and their weights, in a fixed order (the bytes depend on it)."""
+        raise NotImplementedError
+
+    def _storm_weights(self) -> list[tuple[float, Callable[[], AnyEvent | None]]]:
+        """The healthy churn a storm multiplies (no fault: a storm must raise nothing)."""
         raise NotImplementedError
 
     def _routine_pod(self) -> AnyEvent:
@@ -251,7 +285,7 @@ class Fleet:
         cluster.rv += 1
         workload = pod.workload
         requests = self._requests[workload.gpus]
-        return PodEvent(
+        pod.last = event = PodEvent(
             id=f"k8s:{pod.uid}:{cluster.rv}",  # the connector's id: resourceVersion
             cluster=cluster.name,
             time=self._time(),
@@ -272,12 +306,13 @@ class Fleet:
             created_at=pod.created_at,
             deleted_at=deleted,
         )
+        return event
 
     def _node_event(self, node: Node) -> NodeEvent:
         cluster = node.cluster
         cluster.rv += 1
         ready = READY if node.ready == "True" else NOT_READY[node.ready]
-        return NodeEvent(
+        node.last = event = NodeEvent(
             id=f"k8s:{node.uid}:{cluster.rv}",
             cluster=cluster.name,
             time=self._time(),
@@ -286,21 +321,23 @@ class Fleet:
             allocatable=self._allocatable[node.allocatable],
             conditions=(ready, *PRESSURE),
             labels=node.labels,
-            taints=TAINTS,
+            taints=TAINTS if node.ready == "True" else NOT_READY_TAINTS[node.ready],
         )
+        return event
 
-    def _binding_event(self, node: Node, gpu: Gpu) -> GpuBindingEvent:
+    def _binding_event(self, node: Node, gpu: Gpu, at: datetime | None = None) -> GpuBindingEvent:
         node.binding_seq += 1
         pod = gpu.pod
         pods = (
             (PodRef(namespace=pod.workload.template.namespace, name=pod.name, container=pod.main),)
-            if pod is not None
+            if pod is not None and not node.blind
             else ()
         )
+        gpu.reported = pod if pods else None
         return GpuBindingEvent(
             id=f"dcgm/{node.uid}/{gpu.index}/{node.binding_seq}",
             cluster=node.cluster.name,
-            time=self._time(),
+            time=self._time() if at is None else at,
             node=node.name,
             gpu_uuid=gpu.uuid,
             pci_bus_id=gpu.bus_id,
@@ -405,7 +442,7 @@ class Fleet:
         else:
             node.binding_seq += 1
             event_id = f"{source}/{node.uid}/{gpu.index}/{node.binding_seq}"
-        return xid_event(
+        event = xid_event(
             id=event_id,
             cluster=node.cluster.name,
             time=self._time(),
@@ -420,6 +457,19 @@ class Fleet:
             source=source,
             caused_by=caused_by,
         )
+        self.truth.xid(cluster=node.cluster.name, node=node.name, time=event.time)
+        return event
+
+    def _to_scrape(self, node: Node) -> float:
+        """Seconds from now to the node's next dcgm-exporter scrape (strictly after now).
+
+        The dcgm connector polls each node's exporter every :data:`SCRAPE_INTERVAL`
+        seconds and emits what changed (a binding, an XID count that grew), so a GPU's
+        change reaches the stream at the next scrape, not when it happened. Each node
+        has its own phase on that grid, derived from its uid (no rng draw)."""
+        phase = int(node.uid[:8], 16) % 30_000 / 1000.0
+        since = (self.now - phase) % SCRAPE_INTERVAL
+        return SCRAPE_INTERVAL - since
 
     # ---------------------------------------------------------------- picking
 
@@ -466,19 +516,55 @@ class Fleet:
             for listed in self._snapshot():
                 counts[wire_tag(type(listed))] += 1
                 yield listed
+        follow = self._follow
+        left = spec.events if spec.exact_count else -1
+        storm_from, storm_to = spec.storm_window() if spec.storm > 1.0 else (-1.0, -1.0)
+        storm_cumulative, storm_draws = self._storm_cumulative, self._storm_draws
         for i in range(spec.events):
-            self.now = i * step
-            event: AnyEvent | None = None
-            while heap and heap[0][0] <= self.now:
-                _, _, scenario = heapq.heappop(heap)
-                event = self._advance(scenario)
-                if event is not None:
+            slot = i * step
+            ticks = 1
+            if storm_from <= slot < storm_to:  # more draws in this slot, each its own time
+                more = spec.storm - 1.0
+                ticks += int(more) + (1 if rng.random() < more - int(more) else 0)
+            for k in range(ticks):
+                at = slot + k * step / ticks
+                event: AnyEvent | None
+                # The stories' events at their own times, before the tick's draw.
+                while heap and heap[0][0] <= at and left != 0:
+                    due, _, scenario = heapq.heappop(heap)
+                    self.now = due
+                    event = self._advance(scenario)
+                    if event is None:
+                        continue
+                    counts[wire_tag(type(event))] += 1
+                    yield event
+                    left -= 1
+                    while follow and left != 0:
+                        event = follow.popleft()
+                        counts[wire_tag(type(event))] += 1
+                        yield event
+                        left -= 1
+                if left == 0:
                     break
-            if event is None:
-                draw = draws[bisect.bisect_right(cumulative, rng.random() * total)]
+                self.now = at
+                if k == 0:
+                    draw = draws[bisect.bisect_right(cumulative, rng.random() * total)]
+                else:
+                    pick = rng.random() * self._storm_total
+                    draw = storm_draws[bisect.bisect_right(storm_cumulative, pick)]
                 event = draw() or self._routine_pod()
-            counts[wire_tag(type(event))] += 1
-            yield event
+                counts[wire_tag(type(event))] += 1
+                yield event
+                left -= 1
+                while follow and left != 0:  # the rest of the moment, in no slot of its own
+                    event = follow.popleft()
+                    counts[wire_tag(type(event))] += 1
+                    yield event
+                    left -= 1
+                if left == 0:
+                    break
+            if left == 0:
+                break
         self.truth.finish(self.spec.start + timedelta(seconds=self.now))
 
     def _snapshot(self) -> Iterator[AnyEvent]:
@@ -504,6 +590,19 @@ class Fleet:
             self._push(self.now, scenario)
             return item
         return None
+
+    def _burst(self, events: list[AnyEvent]) -> Step:
+        """Events one source publishes at one moment (a scrape's bindings, a controller's
+        evictions): the first now, the rest right after it (:attr:`_follow`)."""
+        if events:
+            self._follow.extend(events[1:])
+            yield events[0]
+
+    def _scrape(self, node: Node, gpus: list[Gpu]) -> Step:
+        """The bindings a dcgm scrape of ``node`` reports for ``gpus``, stamped with the
+        scrape's one observation time (as the connector does)."""
+        at = self._time()
+        yield from self._burst([self._binding_event(node, gpu, at) for gpu in gpus])
 
     def _start(self, scenario: Step) -> AnyEvent | None:
         return self._advance(scenario)

@@ -15,8 +15,24 @@ from gputriage.simulate.catalogue import Template
 from schemas.events import ContainerStatus, PodCondition, Termination
 
 
+class NodeGroup:
+    """An autoscaler node group (an ASG of one GPU instance type): what a scale-up grows."""
+
+    __slots__ = ("busy", "instance_type", "max_size", "name", "quiet_after", "size")
+
+    def __init__(self, name: str, instance_type: str, size: int, max_size: int) -> None:
+        self.name = name
+        self.instance_type = instance_type
+        self.size = size
+        self.max_size = max_size
+        self.busy = False
+        self.quiet_after = 0.0
+        """Stream seconds after which a new failure story may start on this group (so
+        two stories never tell one ``scale_up_failure`` between them)."""
+
+
 class Cluster:
-    __slots__ = ("domain", "name", "nodes", "pods", "region", "rv")
+    __slots__ = ("domain", "groups", "log_lines", "name", "nodes", "pods", "region", "rv")
 
     def __init__(self, name: str, region: str, domain: str, rv: int) -> None:
         self.name = name
@@ -25,29 +41,37 @@ class Cluster:
         self.rv = rv
         self.nodes: list[Node] = []
         self.pods: list[Pod] = []
+        self.groups: list[NodeGroup] = []
+        self.log_lines = 0
+        """Lines of the cluster-autoscaler log so far (each record's id names its line)."""
 
 
 class Gpu:
-    __slots__ = ("bus_id", "index", "pod", "uuid")
+    __slots__ = ("bus_id", "index", "pod", "reported", "uuid")
 
     def __init__(self, index: int, gpu_uuid: str, bus_id: str) -> None:
         self.index = index
         self.uuid = gpu_uuid
         self.bus_id = bus_id
         self.pod: Pod | None = None
+        self.reported: Pod | None = None
+        """The pod the last emitted binding named: what the core can know holds it."""
 
 
 class Node:
     __slots__ = (
         "allocatable",
         "binding_seq",
+        "blind",
         "boot_id",
         "busy",
         "capacity",
         "cluster",
+        "cpu_restarts",
         "gpus",
         "kmsg_seq",
         "labels",
+        "last",
         "name",
         "ready",
         "uid",
@@ -66,6 +90,12 @@ class Node:
         self.allocatable = 8
         self.ready = "True"
         self.busy = False
+        self.blind = False
+        """dcgm-exporter lost the kubelet's pod mapping: its bindings name no pod."""
+        self.cpu_restarts = 0
+        """Restarts of the node's node-exporter pod (a CPU-only pod: noise)."""
+        self.last: object = None
+        """The node's last emitted record (what a relist sends again)."""
 
 
 class Workload:
@@ -84,7 +114,9 @@ class Pod:
         "cluster",
         "containers",
         "created_at",
+        "deleting",
         "gpus",
+        "last",
         "message",
         "name",
         "node",
@@ -117,6 +149,10 @@ class Pod:
         self.pid = 0
         self.busy = False
         self.pool_index = -1
+        self.last: object = None
+        """The pod's last emitted record (what a relist sends again)."""
+        self.deleting: datetime | None = None
+        """The deletion timestamp once the pod is marked for deletion."""
 
     @property
     def main(self) -> str:

@@ -10,14 +10,17 @@ faults in :mod:`gputriage.simulate.faults`.
 from __future__ import annotations
 
 from collections.abc import Callable
+from datetime import timedelta
 
-from gputriage.demo.events import GPU, termination
-from gputriage.simulate.catalogue import APP_ERRORS, INFO_CODES
+import msgspec
+
+from gputriage.demo.events import GPU, container, termination
+from gputriage.simulate.catalogue import APP_ERRORS, INFO_CODES, SCHEDULED
 from gputriage.simulate.fleet import Fleet
 from gputriage.simulate.model import Node, Pod
 from gputriage.simulate.spec import Step
 from schemas.codec import AnyEvent
-from schemas.events import PodCondition, PodEvent, Termination
+from schemas.events import NodeEvent, PodCondition, PodEvent, Termination
 
 
 class Noise(Fleet):
@@ -77,17 +80,104 @@ class Noise(Fleet):
         gpu = node.gpus[self.rng.randrange(len(node.gpus))]
         return self._xid_event(node, gpu, self.rng.choice(INFO_CODES))
 
+    # ---------------------------------------------------------------- what a healthy
+    # cluster's connectors also deliver: none of it may raise anything
+
+    def _duplicate(self) -> AnyEvent:
+        """At-least-once delivery: a producer retried a batch, so one record arrives twice
+        in a row (same id: the core drops the copy)."""
+        event = self._routine_pod()
+        self._follow.append(event)
+        return event
+
+    def _late(self) -> AnyEvent:
+        """A record that arrives a little after newer ones (another partition, a slow
+        producer): less than the core's 0.5 s grace (``streams/core/config.py``)."""
+        event = self._routine_pod()
+        earlier = event.time - timedelta(seconds=self.rng.uniform(0.1, 0.4))
+        return msgspec.structs.replace(event, time=earlier)
+
+    def _relist(self) -> AnyEvent | None:
+        """A watch that expired (410 Gone) or a restarted k8s connector lists again: the
+        node and its pods come again as they last were, same ids and their own older
+        times (README: an unchanged object gives exactly the same event): stale copies."""
+        node = self.nodes[self.rng.randrange(len(self.nodes))]
+        again = [node.last]
+        for gpu in node.gpus:
+            pod = gpu.pod
+            if pod is not None and pod.last is not None and pod.last not in again:
+                again.append(pod.last)
+        events = [e for e in again if isinstance(e, (PodEvent, NodeEvent))]
+        if not events:
+            return None
+        self._follow.extend(events[1:])
+        return events[0]
+
+    def _plugin_blip(self) -> Step:
+        """The NVIDIA device plugin restarts (an upgrade, a kubelet restart) and registers
+        its GPUs again: allocatable 8 -> 0 -> 8 within seconds. No fault (DESIGN §2
+        refinements: such a drop does not arm the eviction chain)."""
+        node = self._pick_node()
+        if node is None:
+            return
+        node.busy = True
+        node.allocatable = 0
+        yield self._node_event(node)
+        yield self.rng.uniform(2.0, 10.0)
+        node.allocatable = node.capacity
+        yield self._node_event(node)
+        node.busy = False
+
+    def _cpu_pod(self, node: Node | None = None, *, crashed: bool = False) -> AnyEvent:
+        """The node's node-exporter (a DaemonSet pod with no GPU): what the k8s connector
+        publishes only with ``--all``; a CPU pod's crash is never a GPU incident."""
+        node = node or self.nodes[self.rng.randrange(len(self.nodes))]
+        cluster = node.cluster
+        cluster.rv += 1
+        last = None
+        if crashed:
+            node.cpu_restarts += 1
+            last = termination(self._time(-1.0), "Error", 2, "panic: runtime error: ")
+        uid = f"{node.uid[:24]}cpu0{node.uid[28:]}"
+        return PodEvent(
+            id=f"k8s:{uid}:{cluster.rv}",
+            cluster=cluster.name,
+            time=self._time(),
+            node=node.name,
+            namespace="monitoring",
+            name=f"node-exporter-{node.uid[:5]}",
+            uid=uid,
+            phase="Running",
+            owner_kind="DaemonSet",
+            owner_name="node-exporter",
+            containers=(
+                container("node-exporter", restarts=node.cpu_restarts, state="running", last=last),
+            ),
+            scheduled=SCHEDULED,
+            created_at=self.spec.start - timedelta(days=3),
+        )
+
+    def _cpu_crash_loop(self) -> Step:
+        """A CPU pod crash-looping on a GPU node: five exits in ten minutes, no GPU."""
+        node = self.nodes[self.rng.randrange(len(self.nodes))]
+        for _ in range(5):
+            yield self._cpu_pod(node, crashed=True)
+            yield self.rng.uniform(60.0, 150.0)
+
     # ---------------------------------------------------------------- pod lifecycles
 
     def _unbind(self, pod: Pod) -> Step:
+        """The pod's GPUs are free; the next dcgm scrape says so (one binding per GPU)."""
         node = pod.node
         if node is None:
             return
-        for k in pod.gpus:
-            gpu = node.gpus[k]
-            if gpu.pod is pod:
-                gpu.pod = None
-                yield self._binding_event(node, gpu)
+        freed = [node.gpus[k] for k in pod.gpus if node.gpus[k].pod is pod]
+        for gpu in freed:
+            gpu.pod = None
+        if freed:
+            yield self._to_scrape(node)
+        # A GPU taken again before the scrape is reported with its new pod, by _schedule.
+        yield from self._scrape(node, [gpu for gpu in freed if gpu.pod is None])
 
     def _add_pending(self, pod: Pod, *, unschedulable: bool) -> Step:
         """A new pod, not yet on a node."""
@@ -100,19 +190,44 @@ class Noise(Fleet):
                 "for incoming pod."
             )
             pod.scheduled = PodCondition(status="False", reason="Unschedulable", message=message)
-            yield self._pod_event(pod, "added")
+            yield self._pending_event(pod, unschedulable=True)
             yield self._pod_kube_event(
                 pod, "FailedScheduling", message, warning=True, source="default-scheduler"
             )
         else:
-            yield self._pod_event(pod, "added")
+            yield self._pending_event(pod, unschedulable=False)
+
+    def _pending_event(self, pod: Pod, *, unschedulable: bool) -> PodEvent:
+        """A pending pod's ``added`` record, told to the truth recorder (a pod that pends
+        long enough while the autoscaler fails is starved, whichever story it is in)."""
+        event = self._pod_event(pod, "added")
+        template = pod.workload.template
+        self.truth.cluster.pending(
+            cluster=pod.cluster.name,
+            pod=f"{template.namespace}/{pod.name}",
+            owner=f"{template.kind}/{template.namespace}/{pod.workload.owner}",
+            owner_label=f"{template.kind}/{pod.workload.owner}",
+            created=pod.created_at,
+            at=event.time,
+            unschedulable=unschedulable,
+        )
+        return event
+
+    def _left(self, pod: Pod, event: PodEvent) -> PodEvent:
+        """Tell the truth recorder a pod stopped pending (scheduled, or being deleted)."""
+        self.truth.cluster.left(
+            cluster=pod.cluster.name,
+            pod=f"{pod.workload.template.namespace}/{pod.name}",
+            at=event.time,
+        )
+        return event
 
     def _schedule(self, pod: Pod, node: Node, gpus: tuple[int, ...]) -> Step:
         """Bind a pending pod to ``gpus`` on ``node`` and start it."""
         rng = self.rng
         yield rng.uniform(0.2, 3.0)
         self._place(pod, node, gpus)
-        yield self._pod_event(pod)
+        yield self._left(pod, self._pod_event(pod))
         namespace = pod.workload.template.namespace
         yield self._pod_kube_event(
             pod,
@@ -130,13 +245,13 @@ class Noise(Fleet):
         pod.phase = "Running"
         pod.set_main("running")
         yield self._pod_event(pod)
-        for k in gpus:
-            yield self._binding_event(node, node.gpus[k])
+        yield self._to_scrape(node)  # dcgm-exporter sees the pod at its next scrape
+        yield from self._scrape(node, [node.gpus[k] for k in gpus if node.gpus[k].pod is pod])
 
     def _delete(self, pod: Pod) -> Step:
         """Graceful deletion: a ``deleted_at`` update, then the ``deleted`` event."""
         deleted = self._time()
-        yield self._pod_event(pod, deleted=deleted)
+        yield self._left(pod, self._pod_event(pod, deleted=deleted))
         yield self.rng.uniform(0.5, 5.0)
         yield self._pod_event(pod, "deleted", deleted=deleted)
         self._forget(pod)
@@ -232,6 +347,11 @@ class Noise(Fleet):
             return
         new = self._new_pod(pod.cluster, pod.workload.gpus, self._time(), pod.workload)
         new.busy = True
-        yield from self._add_pending(new, unschedulable=False)
+        # Sometimes the scheduler tries before the old pod's GPUs are free again: the
+        # new pod is unschedulable for a few minutes, then placed (no fault).
+        waits = rng.random() < 0.3
+        yield from self._add_pending(new, unschedulable=waits)
+        if waits:
+            yield rng.uniform(20.0, 240.0)
         yield from self._schedule(new, node, gpus)
         new.busy = False

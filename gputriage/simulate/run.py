@@ -54,6 +54,8 @@ class SimulateOptions:
     start: datetime = datetime(2025, 3, 3, 8, 0, tzinfo=UTC)
     fault_rate: float = 1.0
     noise_only: bool = False
+    storm: float = 1.0
+    """Healthy churn this many times as often for 15 min from the middle (no fault)."""
     rates: dict[str, float] = field(default_factory=dict)
     out: str = "-"
     truth: str | None = None
@@ -67,6 +69,7 @@ class SimulateOptions:
             "clusters": self.clusters,
             "start": self.start,
             "fault_rate": fault_rate,
+            "storm": self.storm,
             "rates": dict(self.rates),
         }
         if self.events is not None:
@@ -95,7 +98,7 @@ def run_simulate(options: SimulateOptions, stderr: TextIO = sys.stderr) -> int:
         by_type[expected.type] = by_type.get(expected.type, 0) + 1
     summary = ", ".join(f"{k} {v}" for k, v in sorted(by_type.items())) or "none"
     print(
-        f"gputriage: simulated {spec.events} events, {spec.nodes} nodes, "
+        f"gputriage: simulated {sum(sim.counts.values())} events, {spec.nodes} nodes, "
         f"{spec.hours:g} h; expected incidents: {summary}",
         file=stderr,
     )

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from schemas.codec import AnyEvent
 
-GENERATOR_VERSION = 3
+GENERATOR_VERSION = 4
 """Bump when the generated stream changes, so cached files (``bench/out/``) are
 regenerated: it is part of :meth:`StreamSpec.cache_name`."""
 
@@ -30,6 +30,8 @@ FAULTS = (
     "flaky_gpu",
     "not_ready",
     "allocatable_drop",
+    "scale_up",
+    "exporter_outage",
 )
 """The injected faults, each of which writes ground truth (:mod:`gputriage.simulate.truth`)."""
 
@@ -60,6 +62,14 @@ class StreamSpec:
     binding as listed (``gputriage simulate`` does; the benchmarks' stream does not, so
     its bytes stay those of earlier versions). Without it the core learns a GPU's pod
     only from the first routine binding update, so early incidents name no pod."""
+    storm: float = 1.0
+    """During the storm window (:meth:`storm_window`) the healthy churn (pod updates,
+    restarts, evictions, completions, relists, device-plugin blips...) runs this many
+    times as often; 1: no storm. Noise only: a storm must raise nothing."""
+    exact_count: bool = True
+    """Exactly ``events`` records (the benchmarks); False (``for_duration``): ``events``
+    slots over ``hours``, plus the records that share a moment with another (a scrape's
+    bindings, a burst of evictions), so the stream covers all of ``hours``."""
     rates: dict[str, float] = field(default_factory=dict, compare=False, hash=False)
     """Per-fault multipliers (names of :data:`FAULTS`) on top of ``fault_rate``."""
 
@@ -68,7 +78,21 @@ class StreamSpec:
         """A spec covering ``seconds`` of cluster time at the realistic density."""
         hours = seconds / 3600.0
         events = max(1, round(nodes * hours * EVENTS_PER_NODE_HOUR))
-        return cls(events=events, nodes=nodes, hours=hours, snapshot=True, **rest)  # type: ignore[arg-type]
+        return cls(
+            events=events,
+            nodes=nodes,
+            hours=hours,
+            snapshot=True,
+            exact_count=False,
+            **rest,  # type: ignore[arg-type]
+        )
+
+    def storm_window(self) -> tuple[float, float]:
+        """Seconds from the start: the storm's 15 minutes (or a tenth of a shorter
+        stream) from the middle of the stream."""
+        seconds = self.hours * 3600.0
+        middle = seconds / 2
+        return middle, middle + min(900.0, seconds / 10)
 
     def rate(self, fault: str) -> float:
         """The multiplier on ``fault``'s default rate."""
@@ -82,6 +106,8 @@ class StreamSpec:
         )
         if self.snapshot:
             name += "-snap"
+        if self.storm != 1.0:
+            name += f"-storm{self.storm:g}"
         if self.fault_rate != 1.0 or self.rates:
             extra = "".join(f"-{k}{v:g}" for k, v in sorted(self.rates.items()))
             name += f"-f{self.fault_rate:g}{extra}"

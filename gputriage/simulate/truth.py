@@ -15,7 +15,9 @@ Three ways a truth is made:
   (``suspected_cuda_oom``: more than 3 non-zero, non-signal restarts within 15 min,
   none ``OOMKilled``: random healthy restarts that happen to bunch up count too, and
   a crash loop that never reaches 4 restarts in 15 min gives nothing) and fatal XID
-  episodes per GPU (``xid_repeat``: 5 episodes of one code within 24 h).
+  episodes per GPU (``xid_repeat``: 5 episodes of one code within 24 h); pending GPU
+  pods and autoscaler records per cluster (``scale_up_failure``, ``gpu_pods_starved``:
+  :mod:`gputriage.simulate.cluster_truth`).
 
 Windows bound the incident's ``first_seen`` (its earliest evidence) between the
 fault's first event and the event that completes the rule, widened by
@@ -38,6 +40,7 @@ from datetime import datetime, timedelta
 
 import msgspec
 
+from gputriage.simulate.cluster_truth import ClusterTruth
 from gputriage.simulate.spec import StreamSpec
 from schemas.truth import ExpectedIncident
 
@@ -63,6 +66,12 @@ horizons are the incidents' quiet periods (``oom_quiet_seconds``,
 XID_REPEAT_EPISODES = 5
 XID_REPEAT_WINDOW = timedelta(hours=24)
 XID_EPISODE_GAP = timedelta(minutes=10)
+EVICTION_LOOKBACK = timedelta(minutes=2)
+"""device_unhealthy_eviction: a pod failure this long before the fault still joins."""
+DEGRADED_QUIET = timedelta(days=1)
+"""gpu_degraded with no end (a fatal XID, no drop): open this long (degraded_quiet_seconds)."""
+DEGRADED_XIDS_BEFORE = timedelta(minutes=30)
+"""gpu_degraded of a drop: XIDs on the node this long before it are its evidence."""
 XID_COALESCE = timedelta(seconds=1)
 """Lines of one code on one GPU this close are one occurrence (kmsg and NVML overlap)."""
 
@@ -115,8 +124,12 @@ class TruthRecorder:
         self._restarts: dict[tuple[str, str], list[_Restart]] = defaultdict(list)
         self._xids: dict[tuple[str, str, str, int], _Subject] = {}
         self._last: dict[tuple[str, ...], datetime] = {}
+        self._node_xids: dict[tuple[str, str], list[datetime]] = defaultdict(list)
+        self._ends: dict[str, datetime] = {}
         self.expected: list[ExpectedIncident] = []
         """The truths, by ``start``, once :meth:`finish` has run."""
+        self.cluster = ClusterTruth(SLACK)
+        """Pending pods and autoscaler records: ``scale_up_failure``, ``gpu_pods_starved``."""
 
     def fault_id(self, fault: str) -> str:
         """A fresh id for one injected fault (a counter: deterministic, no rng)."""
@@ -178,6 +191,60 @@ class TruthRecorder:
             _Restart(time, exit_code, oom_killed, fault, node, owner)
         )
 
+    def ends(self, incident_id: str, at: datetime) -> None:
+        """The condition behind ``incident_id`` ended at ``at`` (the incident resolves): a
+        fault of the same subject before then joins it instead of making its own."""
+        self._ends[incident_id] = at
+
+    def _joined(self, found: list[ExpectedIncident]) -> list[ExpectedIncident]:
+        """Drop the truths that join an incident still open on their subject: one
+        ``gpu_degraded`` per node (README: "One per node"; without an end it stays open
+        for ``degraded_quiet_seconds``, a day) and one ``allocation_mismatch`` per
+        cluster (it names every node that disagrees)."""
+        open_until: dict[tuple[str, str, str], datetime] = {}
+        kept = []
+        for incident in found:
+            if incident.type not in ("gpu_degraded", "allocation_mismatch"):
+                kept.append(incident)
+                continue
+            key = (incident.type, incident.cluster, incident.node)
+            end = self._ends.get(incident.id, incident.start + DEGRADED_QUIET)
+            until = open_until.get(key)
+            if until is not None and incident.start <= until:
+                open_until[key] = max(until, end)
+                continue
+            open_until[key] = end
+            kept.append(incident)
+        return kept
+
+    def xid(self, *, cluster: str, node: str, time: datetime) -> None:
+        """Any XID line on a node (a degraded node's incident names its recent XIDs)."""
+        self._node_xids[(cluster, node)].append(time)
+
+    def _widened(self, incident: ExpectedIncident) -> ExpectedIncident:
+        """Move ``not_before`` back to evidence the domain attaches from before the fault:
+
+        * ``device_unhealthy_eviction``: a failure of its pods up to
+          :data:`EVICTION_LOOKBACK` before the fault joins the chain (README: "or failed
+          up to 2 min before"), so an unlucky crash just before is its first evidence;
+        * ``gpu_degraded`` of a drop: the node's recent XIDs are attached as evidence
+          (DESIGN §2, "XIDs attached as evidence"; up to :data:`DEGRADED_XIDS_BEFORE`
+          before: a drop names no GPU, so any of them may be the cause).
+        """
+        earliest = incident.not_before
+        if incident.type == "device_unhealthy_eviction":
+            for pod in incident.pods:
+                for r in self._restarts.get((incident.cluster, pod), ()):
+                    if incident.start - EVICTION_LOOKBACK <= r.time <= incident.start:
+                        earliest = min(earliest, r.time - SLACK)
+        elif incident.type == "gpu_degraded" and not incident.gpus:
+            for t in self._node_xids.get((incident.cluster, incident.node), ()):
+                if incident.start - DEGRADED_XIDS_BEFORE <= t <= incident.start:
+                    earliest = min(earliest, t - SLACK)
+        if earliest == incident.not_before:
+            return incident
+        return msgspec.structs.replace(incident, not_before=earliest)
+
     def fatal_xid(
         self, *, cluster: str, node: str, gpu: str, code: int, time: datetime, fault: str
     ) -> None:
@@ -197,10 +264,12 @@ class TruthRecorder:
             if pending.state == "confirmed" or (
                 pending.state == "open" and pending.due + END_MARGIN <= end
             ):
-                found.append(pending.incident)
+                found.append(self._widened(pending.incident))
         found.extend(self._cuda_oom())
         found.extend(self._xid_repeats())
+        found.extend(self.cluster.expected(self.fault_id, end - END_MARGIN))
         found.sort(key=lambda e: (e.start, e.id))
+        found = self._joined(found)
         seen: dict[str, int] = {}
         for k, incident in enumerate(found):  # one fault may give two of a type
             n = seen[incident.id] = seen.get(incident.id, 0) + 1

@@ -114,6 +114,7 @@ def test_out_dash_writes_stdout(capsysbinary: pytest.CaptureFixture[bytes]) -> N
         (["--nodes", "0"], "--nodes"),
         (["--clusters", "9"], "--clusters"),
         (["--fault-rate", "nan"], "--fault-rate"),
+        (["--storm", "0.5"], "--storm"),
         (["--start", "2025-01-01T00:00:00"], "no UTC offset"),
         (["--truth", "-"], "both go to stdout"),
     ],
@@ -131,7 +132,7 @@ def test_mistakes_are_one_line(
 def test_help(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(["simulate", "--help"]) == 0
     out = capsys.readouterr().out
-    for option in ("--nodes", "--duration", "--truth", "--fault-rate", "--noise-only"):
+    for option in ("--nodes", "--duration", "--truth", "--fault-rate", "--noise-only", "--storm"):
         assert option in out
 
 
