@@ -80,9 +80,13 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
     state = step.state
     key = f"{ev.namespace}/{ev.name}"
     track = state.pods.get(key)
+    failure_at = -math.inf
     if track is not None and _terminal(track) and ev.phase in _LIVE_PHASES:
         # A finished pod never runs again: this is a new pod with the same name
-        # (StatefulSet) whose predecessor's deletion we did not see.
+        # (StatefulSet) whose predecessor's deletion we did not see. Events name pods
+        # by name only: a late copy of the predecessor's failure Event must not fail
+        # the successor, so the name's newest failure time carries over (``admits``).
+        failure_at = track.failure_at
         _forget_pod(step, key, "pod replaced by a new pod of the same name")
         track = None
     if track is None:
@@ -93,6 +97,7 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
             key=key,
             owner_kind=intern(ev.owner_kind),
             owner_name=intern(ev.owner_name),
+            failure_at=failure_at,
         )
         state.pods[key] = track
     track.version = max(track.version, step.version)
@@ -387,6 +392,7 @@ def _on_kube_event(step: Step, ev: KubeEvent) -> None:
     if track is None:
         return
     track.failed = True
+    track.failure_at = max(track.failure_at, step.now)
     role = "evicted" if ev.reason in _EVICTION_REASONS else "failed"
     _on_pod_failure(step, key, track, text.kube_event(ev), role)
 
@@ -746,9 +752,9 @@ def admits(
       deleted pod must not bring it back.
     * A late copy of the node object is news only when newer than the node's own
       version; a late Kubernetes Event only when it reports a failure of a tracked
-      pod that has not failed yet (a repeat adds nothing; Events have no version of
-      the pod). Late XIDs, bindings and node OOM events stay stale: their sources
-      deliver in order.
+      pod that has not failed yet and is newer than the last failure Event applied to
+      it (a repeat or a copy adds nothing; Events have no version of the pod). Late
+      XIDs, bindings and node OOM events stay stale: their sources deliver in order.
     """
     kind = type(event)
     if kind is PodEvent:
@@ -770,7 +776,15 @@ def admits(
         if event.reason not in config.failure_reasons:
             return False
         track = state.pods.get(f"{event.involved.namespace}/{event.involved.name}")
-        return track is not None and not track.failed
+        # Not failed *now*, and not a copy of a failure Event already applied: a pod
+        # that restarted after its Evicted looks healthy again, and the redelivered
+        # Evicted would fail it twice (a Hypothesis counterexample of the property
+        # tests: a duplicate changed the incidents).
+        return (
+            track is not None
+            and not track.failed
+            and event.time.timestamp() > track.failure_at
+        )
     return False
 
 

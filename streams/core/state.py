@@ -63,6 +63,10 @@ class PodTrack(msgspec.Struct, gc=False, omit_defaults=True):
     failed: bool = False
     containers: ContainerTrack | tuple[ContainerTrack, ...] = ()
     """The one container itself in the usual case (a 1-tuple would add 48 bytes)."""
+    failure_at: float = -math.inf
+    """Event time of the newest failure Event (``Evicted``, ``DeviceFailed``...) applied to
+    this pod: a late copy of it (a redelivery, an Events relist) is no news, although the
+    pod may have restarted and no longer look failed (``node.admits``)."""
     version: int = 0
     """The newest resourceVersion applied (:func:`schemas.ids.k8s_version`); 0: unknown.
     An event of this pod at or below it is an older copy (a redelivery, a stale watch

@@ -17,7 +17,7 @@ import random
 from datetime import timedelta
 
 import msgspec
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from schemas.codec import AnyEvent, decode_event, encode
@@ -120,6 +120,12 @@ def test_cuda_oom_is_never_raised_after_an_oomkill(seq: list[tuple[tuple[str, in
 @given(
     plan=episodes,
     picks=st.lists(st.tuples(st.floats(0, 1), st.floats(0, 1), st.floats(0, 600)), max_size=4),
+)
+# Found by Hypothesis: a late copy of a pod's Evicted, after a same-named successor had
+# started, failed the successor (``node.admits``: failure Events carry over by name).
+@example(
+    plan=[("chain", 0, 0), ("chain", 0, 0), ("chain", 0, 1760), ("cuda", 0, 1798)],
+    picks=[(0.8125, 0.5, 0.0)],
 )
 def test_a_second_delivery_or_a_relisted_copy_never_changes_the_incidents(
     plan: list[tuple[str, int, int]], picks: list[tuple[float, float, float]]
