@@ -780,11 +780,7 @@ def admits(
         # that restarted after its Evicted looks healthy again, and the redelivered
         # Evicted would fail it twice (a Hypothesis counterexample of the property
         # tests: a duplicate changed the incidents).
-        return (
-            track is not None
-            and not track.failed
-            and event.time.timestamp() > track.failure_at
-        )
+        return track is not None and not track.failed and event.time.timestamp() > track.failure_at
     return False
 
 
