@@ -34,7 +34,9 @@ class Noise(Fleet):
             node=event.node,
             pod=f"{template.namespace}/{pod.name}",
             owner=f"{template.kind}/{pod.workload.owner}",
-            time=event.time,
+            # The crash happened at its finishedAt, seconds before the kubelet reports
+            # it: the fault's start, and what "> 3 restarts in 15 min" counts.
+            time=term.finished_at if term.finished_at is not None else event.time,
             exit_code=term.exit_code,
             oom_killed=term.reason == "OOMKilled",
             fault=fault,
