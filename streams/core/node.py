@@ -159,6 +159,17 @@ def _count_unseen_restarts(step: Step, ctr: ContainerTrack, status: ContainerSta
       stamped at it, the earliest they can have happened, so a delta counts only
       when that sighting is inside the window, and leaves the window first.
     * A smaller count (a same-named successor we could not tell apart) re-baselines.
+    * **No new termination, no unseen crash.** ``lastState`` always shows the newest
+      termination, so a crash we missed would show there as one newer than the last we
+      handled. A count that rises behind a termination already handled is that
+      termination's own restart: the kubelet reports a crash-looping container as
+      ``waiting: CrashLoopBackOff`` at the crashed instance's count with the exit in
+      ``lastState`` (the exited container's own restartCount annotation), and bumps the
+      count only when it creates the next instance (kubelet ``startContainer``: previous
+      count + 1). Counting that bump too made three crashes "5 restarts" (issue 15,
+      simulator seed 3). Trap: the converse model (the count bumped together with the
+      new exit, as in the demo scenario) must keep working: there the rise comes with a
+      fresh exit, which the delta subtracts.
     """
     count = status.restart_count
     accounted, seen = ctr.restart_count, ctr.seen_at
@@ -169,16 +180,23 @@ def _count_unseen_restarts(step: Step, ctr: ContainerTrack, status: ContainerSta
     if seen == -math.inf or count <= accounted:
         return
     last = status.last_terminated
-    fresh = (
-        last is not None
-        and last.finished_at is not None
-        and last.finished_at.timestamp() > ctr.last_finished
-    )
+    fresh = _is_fresh(last, ctr)
+    if not fresh and not _is_fresh(status.terminated, ctr):
+        return  # the rise is the restart of an exit already handled: nothing missed
     unseen = count - accounted - (1 if fresh else 0)
     newest = status.terminated or last
     if unseen <= 0 or newest is None or not _is_crash(newest):
         return
     cuda.on_unseen_restarts(step, ctr, unseen, seen)
+
+
+def _is_fresh(term: Termination | None, ctr: ContainerTrack) -> bool:
+    """A termination newer than the container's last handled one."""
+    return (
+        term is not None
+        and term.finished_at is not None
+        and term.finished_at.timestamp() > ctr.last_finished
+    )
 
 
 def _is_crash(term: Termination) -> bool:
