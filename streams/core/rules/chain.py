@@ -48,7 +48,17 @@ crash pages nobody.
 
 Traps: ``CUDA error: out of memory`` contains "CUDA error" but is the workload
 running out of memory (``suspected_cuda_oom``), never the device: texts that
-match ``cuda_oom_patterns`` do not say device. A kubelet pressure eviction ("The
+match ``cuda_oom_patterns`` do not say device. Likewise a text the termination-cause
+table (``schemas/termination_causes.toml``) classes as the workload's or the network's
+(:data:`_NOT_DEVICE`: CUDA OOM, a kernel fault such as ``CUDA error: an illegal memory
+access was encountered`` / ``unspecified launch failure``, an NCCL timeout) says
+nothing about the device by its words: the crash is judged as an ordinary one (its
+GPU, its time). NVIDIA's XID catalog calls the XIDs behind a kernel fault (13, 31, 43)
+application errors (https://docs.nvidia.com/deploy/xid-errors/), and the device plugin
+skips them when it marks GPUs unhealthy, so a drop does not vouch for such a crash on
+another GPU: it used to join the chain on the words "CUDA error" and turn the drop's
+``gpu_degraded`` into a page (issue 15, simulator seed 1). An uncorrectable ECC error
+and a failing NVML do say device (``gpu_fault``, ``driver_fault``). A kubelet pressure eviction ("The
 node was low on resource: memory") is the host's, not the GPU's, and does not
 join unless it names the GPU resource. A failure that does not join is still
 remembered for a later trigger's look-back, and still reaches the other rules
@@ -61,6 +71,7 @@ import math
 from collections.abc import Iterable
 
 from schemas.incidents import Evidence, GpuRef, PodInfo
+from schemas.termination_causes import OOM, load_causes
 from streams.core.lifecycle import Step
 from streams.core.state import (
     NEVER,
@@ -81,6 +92,12 @@ finds it open, and no chain incident, escalates it instead of opening a second i
 _MAX_RECENT_FAILURES = 64
 _PRESSURE = "low on resource"
 """The kubelet's node-pressure eviction message: memory or disk, not the GPU."""
+_CAUSES = load_causes()
+"""The packaged termination-cause table (packaged data read once at import, as in
+:mod:`streams.core.rules.cuda`)."""
+_NOT_DEVICE = frozenset({OOM, "kernel_fault", "nccl_comm"})
+"""Termination-cause classes whose text names the workload (or the network), not the
+device: such a text does not say device even where it contains "CUDA error"."""
 
 
 def degraded(state: NodeState) -> bool:
@@ -205,9 +222,7 @@ def belongs_to(
     ``fault_times``)? The chain's test, for the chain and for a degraded GPU."""
     state, config = step.state, step.config
     words = evidence.text
-    if any(p in words for p in config.device_failure_patterns) and not any(
-        p in words for p in config.cuda_oom_patterns
-    ):
+    if _text_says_device(step, words):
         return True
     key = f"{info.namespace}/{info.name}"
     # An XID with no GPU identity ("unknown") says nothing about where: not a GPU set.
@@ -231,9 +246,21 @@ def _says_device_failure(step: Step, info: PodInfo, evidence: Evidence) -> bool:
     config, words = step.config, evidence.text
     if any(p in words for p in config.cuda_oom_patterns):
         return False
-    if any(p in words for p in config.device_failure_patterns):
+    if _text_says_device(step, words):
         return True
     return _PRESSURE not in words and not _ordinary_crash(info, evidence)
+
+
+def _text_says_device(step: Step, words: str) -> bool:
+    """Do a failure's words say *device*? A device pattern, and neither a CUDA OOM text
+    nor one the cause table names as the workload's (see the module docstring)."""
+    config = step.config
+    if not any(p in words for p in config.device_failure_patterns):
+        return False
+    if any(p in words for p in config.cuda_oom_patterns):
+        return False
+    cause = _CAUSES.classify(words)
+    return cause is None or cause.name not in _NOT_DEVICE
 
 
 def _same_gpu(key: str, gpu: GpuTrack, chain_key: str, ref: GpuRef) -> bool:
@@ -394,11 +421,20 @@ def _escalate(step: Step, info: PodInfo, evidence: Evidence) -> bool:
     inc = step.find(DEGRADED, DEGRADED_SUBJECT)
     if inc is None:
         return False
-    times = [e.time.timestamp() for e in inc.evidence if e.schema in ("xid.v1", "node.v1")]
+    times = [e.time.timestamp() for e in inc.evidence if _fault_evidence(e)]
     if not belongs_to(step, info, evidence, step.now, inc.gpus.items(), times):
         return False
     escalate(step, inc, info, evidence)
     return True
+
+
+def _fault_evidence(item: Evidence) -> bool:
+    """An allocatable change or an XID that is not an application / informational one
+    (its evidence line names the class: ``XID 13 (app: ...)``): the times a failure is
+    judged against. A workload's own XID 13 is no device fault time."""
+    if item.schema == "node.v1":
+        return True
+    return item.schema == "xid.v1" and "(app: " not in item.text and "(info: " not in item.text
 
 
 def escalate(step: Step, inc: OpenIncident, info: PodInfo, evidence: Evidence) -> None:

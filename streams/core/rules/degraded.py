@@ -20,7 +20,9 @@ has failed), the XIDs (``xids``) and the action: the driver's own words when an 
 
 When a ``device_unhealthy_eviction`` chain already reports the node, this rule stays
 quiet: one root cause, one page. XIDs seen on the node are attached as evidence,
-before and while it is open. A device failure that comes when it is open and no chain
+before and while it is open, as *context*: they never move ``first_seen``, which is
+when the degradation began (the drop, or the fatal XID that anchors the incident), and
+an application or informational XID never names its GPU as degraded. A device failure that comes when it is open and no chain
 incident is (the chain's window closed, or it never armed) escalates it to the
 chain's situation (:func:`streams.core.rules.chain.escalate`): page, same id.
 
@@ -97,11 +99,20 @@ def on_capacity(step: Step, ev: NodeEvent, capacity: int, allocatable: int) -> N
     chain.on_restored(step)
 
 
-def on_xid(step: Step, item: Evidence, gpu_key: str, gpu: GpuRef) -> None:
+def on_xid(step: Step, item: Evidence, gpu_key: str, gpu: GpuRef, *, fault: bool) -> None:
+    """Any XID on the node while the incident is open: context evidence.
+
+    ``fault``: the code's catalog class is not an application or informational one.
+    Only such an XID names its GPU as a degraded one: an XID 13/31/43 is the workload's
+    (NVIDIA's catalog; the device plugin does not mark a GPU unhealthy for it), and
+    naming its GPU would let that workload's crash escalate the ticket
+    (:func:`streams.core.rules.chain.belongs_to` tests a failure against these GPUs).
+    """
     inc = step.find(KIND, SUBJECT)
     if inc is not None:
-        step.add_evidence(inc, item)
-        step.add_gpu(inc, gpu_key, gpu)
+        step.add_evidence(inc, item, context=True)
+        if fault:
+            step.add_gpu(inc, gpu_key, gpu)
 
 
 def on_fault(
@@ -278,12 +289,27 @@ def _open_drop(step: Step) -> None:
     step.add_evidence(inc, state.degraded_evidence)
     step.set_deadline(inc, NEVER)
     for _, item in state.recent_xids:
-        step.add_evidence(inc, item)
+        # Context, not the fault: the degradation began at the drop (or at the fatal
+        # XID whose draft anchors the incident), so these never move first_seen.
+        step.add_evidence(inc, item, context=True)
     recent = since - config.eviction_lookback_seconds
     for key, gpu in state.gpus.items():
-        if gpu.last_xid >= recent:
+        # A GPU with an XID near the drop is the likely unhealthy one, unless that XID is
+        # an application one: the device plugin ignores those (13, 31, 43, ...).
+        if gpu.last_xid >= recent and not _last_xid_is_app(step, key, gpu):
             step.add_gpu(inc, key, gpu_ref(key, gpu, step.state))
     _describe(step, inc)
+
+
+def _last_xid_is_app(step: Step, key: str, gpu: GpuTrack) -> bool:
+    """Was the GPU's newest XID line an application-class one (its remembered episode)?"""
+    xids = step.config.xid
+    for gpu_key, code, last, _ in step.state.xid_episodes:
+        if gpu_key == key and last == gpu.last_xid:
+            rule = xids.get(code)
+            if rule is not None and rule.xid_class == "app":
+                return True
+    return False
 
 
 def deadline(state: NodeState, after: float) -> float:

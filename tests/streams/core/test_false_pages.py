@@ -225,6 +225,57 @@ def test_a_failure_that_says_device_joins_wherever_it_ran() -> None:
     assert sorted(p.name for p in inc.pods) == ["a", "b", "d"]
 
 
+def test_a_kernel_fault_on_another_gpu_does_not_join_a_drop_chain() -> None:
+    """A drop that names no GPU persists (gpu_degraded's ticket); minutes later a pod on
+    another GPU hits XID 13 (an application error: NVIDIA's catalog, and the device
+    plugin does not mark a GPU unhealthy for it) and crashes with ``CUDA error: an
+    illegal memory access was encountered``, which the cause table classes as a kernel
+    fault, the workload's. Its words contain "CUDA error", but they say workload: it
+    does not make the drop a device_unhealthy_eviction page (the old rule did: one
+    false page and one missed ticket, simulator seed 1). A failure whose words do say
+    device (an uncorrectable ECC error) still escalates the drop."""
+    c = Cluster()
+    healthy(c, "n1", ["a", "b"])
+    c.bind("n1", 1, "GPU-20", "0000:20:00.0", ["a"])
+    c.node("n1", 5 * MIN, alloc=7)
+    c.xid("n1", 10 * MIN, 13, bus="0000:20:00.0", uuid="GPU-20")
+    msg = (
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        "CUDA kernel errors might be asynchronously reported at some other API call."
+    )
+    c.pod("n1", "a", 10 * MIN + 10, restarts=1, last=term(10 * MIN + 9, message=msg))
+    revisions = run(c.events)
+    assert of_type(revisions, CHAIN) == []
+    [degraded] = of_type(revisions, "gpu_degraded")
+    assert (degraded.severity, degraded.pods) == ("ticket", ())
+    assert [i.type for i in of_type(revisions, "gpu_app_fault")] == ["gpu_app_fault"]
+    ecc = "RuntimeError: CUDA error: uncorrectable ECC error encountered"
+    c.pod("n1", "b", 11 * MIN, restarts=1, last=term(11 * MIN - 1, message=ecc))
+    [escalated] = of_type(run(c.events), "gpu_degraded")
+    assert escalated.severity == "page"
+    assert [p.name for p in escalated.pods if p.role == "failed"] == ["b"]
+
+
+def test_earlier_unrelated_xids_do_not_move_a_drops_first_seen() -> None:
+    """An XID 13 (the workload's) and an XID 63 (a page retirement, informational)
+    minutes before a drop stay attached as context, but the degradation began at the
+    drop: first_seen is the drop's time, and the XID 13's GPU is not named degraded (the
+    device plugin marks a GPU unhealthy for any XID but the application ones).
+    The old rule dated the incident from the earliest XID, minutes before the drop, so
+    its detection delay looked minutes long (simulator, seeds 1 to 3)."""
+    c = Cluster()
+    healthy(c, "n1", ["a"])
+    c.bind("n1", 1, "GPU-20", "0000:20:00.0", ["a"])
+    c.xid("n1", 2 * MIN, 13, bus="0000:20:00.0", uuid="GPU-20")
+    c.xid("n1", 3 * MIN, 63, bus="0000:21:00.0", uuid="GPU-21")
+    c.node("n1", 5 * MIN, alloc=7)
+    c.tick(11 * MIN)
+    [inc] = of_type(run(c.events), "gpu_degraded")
+    assert inc.first_seen.timestamp() == T0_S + 5 * MIN
+    assert [e.schema for e in inc.evidence].count("xid.v1") == 2, "kept as context"
+    assert "GPU-20" not in [g.uuid for g in inc.gpus], "an XID 13 marks no GPU unhealthy"
+
+
 def test_a_fatal_xid_while_a_drop_is_pending_trusts_the_drop_at_once() -> None:
     """A drop that comes with a fatal XID is a fault, not a re-registration: the chain
     arms at the XID without waiting, and the earlier drop anchors it."""
