@@ -543,7 +543,7 @@ def _on_xid(step: Step, ev: XidEvent) -> None:
         # the same code on the same GPU is that line seen by a second source.
         if word == "nonfatal" or (not word and quiet > horizon and quiet > last):
             xid_class = "info"
-    degraded.on_xid(step, item, key, ref, fault=rule.xid_class not in ("app", "info"))
+    degraded.on_xid(step, item, key, ref, fault=rule.xid_class != "app")
     action = rule.action
     if xid_class == "follow-up":
         if ev.recovery_action:

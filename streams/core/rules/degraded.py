@@ -22,9 +22,11 @@ When a ``device_unhealthy_eviction`` chain already reports the node, this rule s
 quiet: one root cause, one page. XIDs seen on the node are attached as evidence,
 before and while it is open, as *context*: they never move ``first_seen``, which is
 when the degradation began (the drop, or the fatal XID that anchors the incident), and
-an application or informational XID never names its GPU as degraded. A device failure that comes when it is open and no chain
-incident is (the chain's window closed, or it never armed) escalates it to the
-chain's situation (:func:`streams.core.rules.chain.escalate`): page, same id.
+an application XID (13, 31, 43...: the workload's; the device plugin marks no GPU
+unhealthy for one) never names its GPU as degraded. A device failure that comes when
+it is open and no chain incident is (the chain's window closed, or it never armed)
+escalates it to the chain's situation (:func:`streams.core.rules.chain.escalate`):
+page, same id.
 
 Resolution: a drop resolves when all GPUs are allocatable again. An XID-only
 incident resolves after ``degraded_quiet_seconds`` (a day) without another fatal XID
@@ -102,8 +104,8 @@ def on_capacity(step: Step, ev: NodeEvent, capacity: int, allocatable: int) -> N
 def on_xid(step: Step, item: Evidence, gpu_key: str, gpu: GpuRef, *, fault: bool) -> None:
     """Any XID on the node while the incident is open: context evidence.
 
-    ``fault``: the code's catalog class is not an application or informational one.
-    Only such an XID names its GPU as a degraded one: an XID 13/31/43 is the workload's
+    ``fault``: the code's catalog class is not an application one. Only such an XID
+    names its GPU as a degraded one: an XID 13/31/43 is the workload's
     (NVIDIA's catalog; the device plugin does not mark a GPU unhealthy for it), and
     naming its GPU would let that workload's crash escalate the ticket
     (:func:`streams.core.rules.chain.belongs_to` tests a failure against these GPUs).
