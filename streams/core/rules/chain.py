@@ -53,15 +53,16 @@ table (``schemas/termination_causes.toml``) classes as the workload's or the net
 (:data:`_NOT_DEVICE`: CUDA OOM, a kernel fault such as ``CUDA error: an illegal memory
 access was encountered`` / ``unspecified launch failure``, an NCCL timeout) says
 nothing about the device by its words: the crash is judged as an ordinary one (its
-GPU, its time). NVIDIA's XID catalog calls the XIDs behind a kernel fault (13, 31, 43)
-application errors (https://docs.nvidia.com/deploy/xid-errors/), and the device plugin
-skips them when it marks GPUs unhealthy (NVIDIA/k8s-device-plugin, internal/rm/health.go:
-13, 31, 43, 45 and 68 are "application errors: the GPU should still be healthy"), so a
-drop does not vouch for such a crash on another GPU: it used to join the chain on the words "CUDA error" and turn the drop's
-``gpu_degraded`` into a page (issue 15, simulator seed 1). An uncorrectable ECC error
-and a failing NVML do say device (``gpu_fault``, ``driver_fault``). A kubelet pressure
-eviction ("The node was low on resource: memory") is the host's, not the GPU's, and does not
-join unless it names the GPU resource. A failure that does not join is still
+GPU, its time). NVIDIA's XID catalog calls the XIDs behind a kernel fault (13, 31,
+43) application errors (https://docs.nvidia.com/deploy/xid-errors/), and the device
+plugin skips them when it marks GPUs unhealthy (NVIDIA/k8s-device-plugin,
+internal/rm/health.go: 13, 31, 43, 45 and 68 are "application errors: the GPU should
+still be healthy"), so a drop does not vouch for such a crash on another GPU: it used
+to join the chain on the words "CUDA error" and turn the drop's ``gpu_degraded`` into
+a page (issue 15, simulator seed 1). An uncorrectable ECC error and a failing NVML do
+say device (``gpu_fault``, ``driver_fault``). A kubelet pressure eviction ("The node
+was low on resource: memory") is the host's, not the GPU's, and does not join unless
+it names the GPU resource. A failure that does not join is still
 remembered for a later trigger's look-back, and still reaches the other rules
 (a crash-loop is then counted toward ``suspected_cuda_oom``).
 """
