@@ -276,6 +276,32 @@ def test_earlier_unrelated_xids_do_not_move_a_drops_first_seen() -> None:
     assert "GPU-20" not in [g.uuid for g in inc.gpus], "an XID 13 marks no GPU unhealthy"
 
 
+def test_a_crash_loops_next_crash_near_a_drop_is_the_loops() -> None:
+    """A container crash-looping for ten minutes (its suspected_cuda_oom open) crashes
+    again 30 s before a drop that names no GPU. An ordinary crash near a trigger joins
+    the chain because a dead GPU kills its process at once, but this one would have
+    crashed anyway: the drop stays a gpu_degraded ticket, the loop stays its own
+    incident. The old rule paged device_unhealthy_eviction for it (simulator seed 1,
+    twice). A pod that fails with no loop behind it still joins by time."""
+    c = Cluster()
+    healthy(c, "n1", ["a", "b"])
+    for k in range(5):
+        t = (k + 1) * 2 * MIN
+        c.pod("n1", "a", t + 1, restarts=k + 1, last=term(t))
+    c.node("n1", 10 * MIN + 31, alloc=7)
+    c.tick(17 * MIN)
+    revisions = run(c.events)
+    assert of_type(revisions, CHAIN) == []
+    assert [i.severity for i in of_type(revisions, "gpu_degraded")] == ["ticket"]
+    [loop] = of_type(revisions, "suspected_cuda_oom")
+    assert loop.status in ("open", "updated")
+    c.events.pop()
+    c.pod("n1", "b", 10 * MIN + 20, restarts=1, last=term(10 * MIN + 19))
+    c.tick(17 * MIN)
+    [chain] = of_type(run(c.events), CHAIN)
+    assert [p.name for p in chain.pods] == ["b"]
+
+
 def test_a_fatal_xid_while_a_drop_is_pending_trusts_the_drop_at_once() -> None:
     """A drop that comes with a fatal XID is a fault, not a re-registration: the chain
     arms at the XID without waiting, and the earlier drop anchors it."""
