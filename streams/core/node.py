@@ -251,6 +251,13 @@ def _on_termination(
     signal = _SIGNAL_EXITS.get(term.exit_code)
     if signal is not None and deleting:
         return  # the deletion's own SIGTERM (or SIGKILL after the grace): not a crash
+    if signal is not None and ev.reason in step.config.failure_reasons:
+        # The kill of a pod this very update says failed (Evicted, NodeLost...): the
+        # pod's failure, with its reason and message, stands for it (offered below in
+        # _on_pod). Offered alone, the SIGKILL of a node-memory-pressure eviction read
+        # as an ordinary crash near a drop and joined the device chain (simulator
+        # seed 2), though the eviction's own words say host memory.
+        return
     item = text.termination(ev, ctr.name, term)
     if _on_pod_failure(step, key, track, item, "failed", ctr.name):
         return

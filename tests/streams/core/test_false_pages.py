@@ -6,6 +6,8 @@ engine with real-shaped events from :mod:`tests.factories`; the docstring says w
 
 from __future__ import annotations
 
+import msgspec
+
 from streams.core import Correlator
 from tests.core_helpers import config, final, of_type, run
 from tests.factories import T0, Cluster, term
@@ -300,6 +302,31 @@ def test_a_crash_loops_next_crash_near_a_drop_is_the_loops() -> None:
     c.tick(17 * MIN)
     [chain] = of_type(run(c.events), CHAIN)
     assert [p.name for p in chain.pods] == ["b"]
+
+
+def test_a_pressure_evictions_sigkill_is_the_eviction_not_a_crash() -> None:
+    """Node memory pressure evicts a GPU pod 20 s after a drop that names no GPU: the
+    pod update says ``Failed``/``Evicted`` "low on resource: memory" and its container
+    exited 137, the eviction's SIGKILL. That kill is the eviction (the host's, which does
+    not join), not an ordinary crash near the drop; the old rule offered the exit alone
+    and paged the drop as a device_unhealthy_eviction (simulator seed 2)."""
+    c = Cluster()
+    healthy(c, "n1", ["a"])
+    c.node("n1", 5 * MIN, alloc=7)
+    c.kube("n1", 5 * MIN + 20, "Evicted", name="a", message="The node was low on resource: memory.")
+    ev = c.pod(
+        "n1",
+        "a",
+        5 * MIN + 23,
+        phase="Failed",
+        reason="Evicted",
+        current=term(5 * MIN + 22, code=137),
+    )
+    c.events[-1] = msgspec.structs.replace(ev, message="The node was low on resource: memory.")
+    c.tick(12 * MIN)
+    revisions = run(c.events)
+    assert of_type(revisions, CHAIN) == []
+    assert [i.severity for i in of_type(revisions, "gpu_degraded")] == ["ticket"]
 
 
 def test_a_fatal_xid_while_a_drop_is_pending_trusts_the_drop_at_once() -> None:
