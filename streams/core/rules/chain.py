@@ -238,14 +238,37 @@ def belongs_to(
         return False
     if not _ordinary_crash(info, evidence):
         return True
-    if info.container and _looping(step, key, info.container):
+    if _looping(step, key, info.container):
         return False  # one more crash of a loop that began before the fault
     near = config.device_fault_near_seconds
+    if _app_fault_before(step, [k for k, _ in bound], when - near, when):
+        return False  # its own GPU just logged the workload's fault (XID 13/31/43)
     return any(abs(when - t) <= near for t in fault_times)
 
 
+def _app_fault_before(step: Step, gpu_keys: list[str], since: float, until: float) -> bool:
+    """Did one of the pod's GPUs log an application-class XID (13, 31, 43...) between
+    ``since`` and ``until``? Then its crash is explained: the workload's kernel faulted
+    on that GPU (the XID is the driver's side of the CUDA error the process died of),
+    and the device plugin does not mark a GPU unhealthy for such an XID, so a drop
+    that names no GPU does not claim the crash by its nearness (simulator seed 3: XID
+    13 on a pod's GPU, a drop 7 s later, the pod's "illegal memory access" exit 14 s
+    after that)."""
+    if not gpu_keys:
+        return False
+    xids = step.config.xid
+    for gpu_key, code, last, _ in step.state.xid_episodes:
+        if gpu_key in gpu_keys and since <= last <= until:
+            rule = xids.get(code)
+            if rule is not None and rule.xid_class == "app":
+                return True
+    return False
+
+
 def _looping(step: Step, key: str, container: str) -> bool:
-    """Is a crash loop (``suspected_cuda_oom``, any cause) already open for the container?
+    """Is a crash loop (``suspected_cuda_oom``, any cause) already open for the container
+    (for any of the pod's containers when ``container`` is empty: a pod ``Failed`` with
+    no reason, the end of a loop whose Job gave up)?
 
     Its next crash near a drop is the loop's, not the device's: the nearness test says
     "an XID 79 kills its process at once", but a container that has been crashing every
@@ -255,7 +278,10 @@ def _looping(step: Step, key: str, container: str) -> bool:
     """
     base = f"{key}/{container}"
     for inc in step.state.incidents.values():
-        if inc.type == _CRASH_LOOP and (inc.subject == base or inc.subject.startswith(base + "#")):
+        if inc.type != _CRASH_LOOP:
+            continue
+        subject = inc.subject
+        if subject == base or subject.startswith(base if not container else base + "#"):
             return True
     return False
 

@@ -329,6 +329,48 @@ def test_a_pressure_evictions_sigkill_is_the_eviction_not_a_crash() -> None:
     assert [i.severity for i in of_type(revisions, "gpu_degraded")] == ["ticket"]
 
 
+def test_a_loop_whose_job_gives_up_near_a_drop_is_not_the_drops() -> None:
+    """A crash loop ends with the pod ``Failed`` (no reason) 40 s after a drop that names
+    no GPU: the pod's failure is the loop's end, not the device's (simulator seed 2)."""
+    c = Cluster()
+    healthy(c, "n1", ["a"])
+    for k in range(5):
+        t = (k + 1) * 2 * MIN
+        c.pod("n1", "a", t + 1, restarts=k + 1, last=term(t))
+    c.node("n1", 10 * MIN + 31, alloc=7)
+    c.pod("n1", "a", 11 * MIN + 11, phase="Failed", restarts=5, current=term(11 * MIN + 10))
+    c.tick(17 * MIN)
+    revisions = run(c.events)
+    assert of_type(revisions, CHAIN) == []
+    assert [i.severity for i in of_type(revisions, "gpu_degraded")] == ["ticket"]
+
+
+def test_a_crash_right_after_an_app_xid_on_its_gpu_is_the_workloads() -> None:
+    """XID 13 on the pod's GPU, a drop naming no GPU 7 s later, the pod's exit 14 s after
+    that: the crash is explained by its own GPU's application fault (the device plugin
+    marks no GPU unhealthy for an XID 13), so the drop's nearness does not claim it: a
+    gpu_degraded ticket and a gpu_app_fault, no page (simulator seed 3). The same crash
+    with no XID on its GPU still joins by time."""
+
+    def history(app_xid: bool) -> Cluster:
+        c = Cluster()
+        healthy(c, "n1", ["a"])
+        c.bind("n1", 1, "GPU-20", "0000:20:00.0", ["a"])
+        if app_xid:
+            c.xid("n1", 5 * MIN - 7, 13, bus="0000:20:00.0", uuid="GPU-20")
+        c.node("n1", 5 * MIN, alloc=7)
+        c.pod("n1", "a", 5 * MIN + 14, restarts=1, last=term(5 * MIN + 13))
+        c.tick(12 * MIN)
+        return c
+
+    revisions = run(history(app_xid=True).events)
+    assert of_type(revisions, CHAIN) == []
+    assert [i.severity for i in of_type(revisions, "gpu_degraded")] == ["ticket"]
+    assert len(of_type(revisions, "gpu_app_fault")) == 1
+    [chain] = of_type(run(history(app_xid=False).events), CHAIN)
+    assert [p.name for p in chain.pods] == ["a"]
+
+
 def test_a_fatal_xid_while_a_drop_is_pending_trusts_the_drop_at_once() -> None:
     """A drop that comes with a fatal XID is a fault, not a re-registration: the chain
     arms at the XID without waiting, and the earlier drop anchors it."""
