@@ -414,7 +414,8 @@ def _join(step: Step, info: PodInfo, evidence: Evidence) -> None:
     inc = step.find(KIND, SUBJECT)
     if inc is None:
         degraded = step.find(DEGRADED, DEGRADED_SUBJECT)
-        if degraded is not None:
+        first = min(t.time.timestamp() for t in state.chain_triggers)
+        if degraded is not None and not _older_fault(step, degraded, first):
             # The node's gpu_degraded already tells this fault: one root cause, one
             # incident. The chain's triggers and GPUs join it, and the failure escalates it.
             for trigger in state.chain_triggers:
@@ -424,7 +425,6 @@ def _join(step: Step, info: PodInfo, evidence: Evidence) -> None:
             escalate(step, degraded, info, evidence)
             return
         state.fault_draft = None  # the chain reports the fault: no gpu_degraded for it
-        first = min(t.time.timestamp() for t in state.chain_triggers)
         inc = step.open(KIND, SUBJECT, state.chain_anchor, first)
         for trigger in state.chain_triggers:
             step.add_evidence(inc, trigger)
@@ -433,6 +433,18 @@ def _join(step: Step, info: PodInfo, evidence: Evidence) -> None:
     step.add_pod(inc, info)
     step.add_evidence(inc, evidence)
     _describe(step, inc)
+
+
+def _older_fault(step: Step, degraded: OpenIncident, first: float) -> bool:
+    """Does the node's open ``gpu_degraded`` tell an *older* fault than the chain's, whose
+    first trigger is at ``first``? It does when it began more than the chain's window
+    before that trigger: an XID-only ticket stays open a day (``degraded_quiet_seconds``),
+    and a new fatal XID on another GPU an hour later, with a pod failing on it, is a new
+    fault that pages as its own chain. Folded into the old ticket it came out as an
+    update of an hour-old incident (simulator seed 1: an XID 74 ticket at 08:50, an XID
+    48 and an UnexpectedAdmissionError at 09:56). Within the window (the ticket opened
+    for the very XID that armed the chain) it is the same fault: one incident."""
+    return degraded.first_seen < first - step.config.eviction_window_seconds
 
 
 def _describe(step: Step, inc: OpenIncident) -> None:
