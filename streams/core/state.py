@@ -341,6 +341,9 @@ class NodeTally(msgspec.Struct, omit_defaults=True, array_like=True):
     reported: bool = False
     """A pod-aware binding source has reported this node: without one (no dcgm-exporter
     there, ever) the node is left out rather than counted as all-unbound."""
+    unreachable: bool = False
+    """Its ``Ready`` condition is False or Unknown: its dcgm-exporter cannot be scraped,
+    so its last bindings are stale while its pods are failed NodeLost: left out."""
 
 
 class ClusterState(msgspec.Struct, tag_field="kind", tag="cluster_state.v1", omit_defaults=True):
