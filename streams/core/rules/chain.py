@@ -443,8 +443,32 @@ def _older_fault(step: Step, degraded: OpenIncident, first: float) -> bool:
     fault that pages as its own chain. Folded into the old ticket it came out as an
     update of an hour-old incident (simulator seed 1: an XID 74 ticket at 08:50, an XID
     48 and an UnexpectedAdmissionError at 09:56). Within the window (the ticket opened
-    for the very XID that armed the chain) it is the same fault: one incident."""
-    return degraded.first_seen < first - step.config.eviction_window_seconds
+    for the very XID that armed the chain) it is the same fault: one incident.
+
+    Trap: a flaky GPU logs the same fault again and again (XID 74 every twenty minutes):
+    a chain armed by a recurrence on a GPU the ticket already told of *before* the
+    window is that ticket's fault, and escalates it. So the ticket is older only when
+    none of the chain's GPUs is named in its evidence from before the window (the
+    ticket's own GPU list does not tell: the new XID was added to it as it came). A
+    chain whose GPU is unknown (a drop) cannot be told apart: it escalates, as before.
+    """
+    cutoff = first - step.config.eviction_window_seconds
+    if degraded.first_seen >= cutoff:
+        return False
+    gpus = [ref for key, ref in step.state.chain_gpus if key != "unknown"]
+    if not gpus:
+        return False
+    for item in degraded.evidence:
+        if item.time.timestamp() >= cutoff:
+            continue
+        if item.schema == "node.v1":
+            return False  # an old drop names no GPU: it may be this one
+        for ref in gpus:
+            if (ref.uuid and ref.uuid in item.text) or (
+                ref.pci_bus_id and ref.pci_bus_id in item.text
+            ):
+                return False
+    return True
 
 
 def _describe(step: Step, inc: OpenIncident) -> None:

@@ -337,3 +337,21 @@ def test_a_new_fault_an_hour_after_an_open_ticket_pages_as_its_own_chain() -> No
     [ticket] = of_type(revisions, DEGRADED)
     assert ticket.severity == "ticket"
     assert "escalated" not in ticket.attributes
+
+
+def test_a_flaky_gpus_recurring_xid_and_a_failure_escalate_its_ticket() -> None:
+    """The converse of the test above: the ticket's own GPU logs its XID 79 again an
+    hour later and the pod on it fails: a recurrence of the ticket's fault, so the
+    failure escalates the ticket (page, same id) rather than opening a second incident
+    (simulator seed 1: a flaky GPU's XID 74 every twenty minutes)."""
+    c = Cluster()
+    trainer_node(c)
+    kmsg(c, "n1", 10 * MIN, OFF_BUS)
+    c.tick(20 * MIN)
+    kmsg(c, "n1", 70 * MIN, OFF_BUS)
+    c.pod("n1", "trainer-0", 70 * MIN + 20, phase="Failed", reason="UnexpectedAdmissionError")
+    revisions = run(c.events)
+    assert of_type(revisions, CHAIN) == []
+    [ticket] = of_type(revisions, DEGRADED)
+    assert ticket.severity == "page"
+    assert [p.name for p in ticket.pods if p.role == "failed"] == ["trainer-0"]
