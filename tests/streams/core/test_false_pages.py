@@ -371,6 +371,29 @@ def test_a_crash_right_after_an_app_xid_on_its_gpu_is_the_workloads() -> None:
     assert [p.name for p in chain.pods] == ["a"]
 
 
+def test_a_crash_whose_message_names_an_app_error_is_not_claimed_by_nearness() -> None:
+    """A container exits 1 with ``KeyError: 'input_ids'`` 30 s before a drop that names
+    no GPU: its own last words name an application bug, so the drop's nearness does not
+    make it a device casualty (simulator, 100 nodes 6 h). The same crash with no
+    message, or with a CUDA error, still joins by time."""
+
+    def history(message: str) -> Cluster:
+        c = Cluster()
+        healthy(c, "n1", ["a"])
+        c.pod("n1", "a", 5 * MIN - 29, restarts=1, last=term(5 * MIN - 30, message=message))
+        c.node("n1", 5 * MIN, alloc=7)
+        c.tick(12 * MIN)
+        return c
+
+    app = "Traceback (most recent call last): KeyError: 'input_ids'"
+    revisions = run(history(app).events)
+    assert of_type(revisions, CHAIN) == []
+    assert [i.severity for i in of_type(revisions, "gpu_degraded")] == ["ticket"]
+    for message in ("", "RuntimeError: CUDA error: unknown error"):
+        [chain] = of_type(run(history(message).events), CHAIN)
+        assert [p.name for p in chain.pods] == ["a"], message
+
+
 def test_a_fatal_xid_while_a_drop_is_pending_trusts_the_drop_at_once() -> None:
     """A drop that comes with a fatal XID is a fault, not a re-registration: the chain
     arms at the XID without waiting, and the earlier drop anchors it."""
