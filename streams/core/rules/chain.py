@@ -50,16 +50,20 @@ Traps: ``CUDA error: out of memory`` contains "CUDA error" but is the workload
 running out of memory (``suspected_cuda_oom``), never the device: texts that
 match ``cuda_oom_patterns`` do not say device. Likewise a text the termination-cause
 table (``schemas/termination_causes.toml``) classes as the workload's or the network's
-(:data:`_NOT_DEVICE`: CUDA OOM, a kernel fault such as ``CUDA error: an illegal memory
-access was encountered`` / ``unspecified launch failure``, an NCCL timeout) says
-nothing about the device by its words: the crash is judged as an ordinary one (its
-GPU, its time). NVIDIA's XID catalog calls the XIDs behind a kernel fault (13, 31,
-43) application errors (https://docs.nvidia.com/deploy/xid-errors/), and the device
-plugin skips them when it marks GPUs unhealthy (NVIDIA/k8s-device-plugin,
-internal/rm/health.go: 13, 31, 43, 45 and 68 are "application errors: the GPU should
-still be healthy"), so a drop does not vouch for such a crash on another GPU: it used
-to join the chain on the words "CUDA error" and turn the drop's ``gpu_degraded`` into
-a page (issue 15, simulator seed 1). An uncorrectable ECC error and a failing NVML do
+(:data:`_NOT_DEVICE`: CUDA OOM, an NCCL timeout) says nothing about the device by its
+words: the crash is judged as an ordinary one (its GPU, its time). A kernel fault
+(``CUDA error: an illegal memory access was encountered`` / ``unspecified launch
+failure``) is in between: the table calls it "sometimes a failing GPU", and "a fatal
+XID (48, 79, 95, 119...) means the GPU". Its words say device against a fault that has
+a fatal XID, unless the pod's own GPU just logged an application XID; against a drop
+alone they say nothing (:func:`_kernel_fault_says_device`). NVIDIA's XID catalog
+calls the XIDs behind a kernel fault (13, 31, 43) application errors
+(https://docs.nvidia.com/deploy/xid-errors/), and the device plugin skips them when
+it marks GPUs unhealthy (NVIDIA/k8s-device-plugin, internal/rm/health.go: 13, 31, 43,
+45 and 68 are "application errors: the GPU should still be healthy"), so a drop does
+not vouch for such a crash on another GPU: it used to join the chain on the words
+"CUDA error" and turn the drop's ``gpu_degraded`` into a page (issue 15, simulator
+seed 1). An uncorrectable ECC error and a failing NVML do
 say device (``gpu_fault``, ``driver_fault``). A kubelet pressure eviction ("The node
 was low on resource: memory") is the host's, not the GPU's, and does not join unless
 it names the GPU resource. A failure that does not join is still
@@ -99,9 +103,13 @@ _CRASH_LOOP = "suspected_cuda_oom"
 _CAUSES = load_causes()
 """The packaged termination-cause table (packaged data read once at import, as in
 :mod:`streams.core.rules.cuda`)."""
-_NOT_DEVICE = frozenset({OOM, "kernel_fault", "nccl_comm"})
-"""Termination-cause classes whose text names the workload (or the network), not the
-device: such a text does not say device even where it contains "CUDA error"."""
+_KERNEL_FAULT = "kernel_fault"
+_NOT_DEVICE = frozenset({OOM, _KERNEL_FAULT, "nccl_comm"})
+"""Termination-cause classes whose text does not by itself say device even where it
+contains "CUDA error": the workload's (CUDA OOM), the network's (NCCL), and a kernel
+fault, which says device only against a fatal XID (:func:`_kernel_fault_says_device`)."""
+_DEVICE = "device"
+_KERNEL = "kernel"
 
 
 def degraded(state: NodeState) -> bool:
@@ -211,7 +219,8 @@ def _belongs(step: Step, info: PodInfo, evidence: Evidence, when: float) -> bool
     """Is this failure the chain's device's doing? (See the module docstring.)"""
     state = step.state
     times = [t.time.timestamp() for t in state.chain_triggers]
-    return belongs_to(step, info, evidence, when, state.chain_gpus, times)
+    fatal = bool(state.chain_codes)
+    return belongs_to(step, info, evidence, when, state.chain_gpus, times, fatal=fatal)
 
 
 def belongs_to(
@@ -221,17 +230,27 @@ def belongs_to(
     when: float,
     gpus: Iterable[tuple[str, GpuRef]],
     fault_times: Iterable[float],
+    *,
+    fatal: bool,
 ) -> bool:
     """Is this failure the doing of the faulty ``gpus`` (whose faults were at
-    ``fault_times``)? The chain's test, for the chain and for a degraded GPU."""
+    ``fault_times``)? The chain's test, for the chain and for a degraded GPU.
+
+    ``fatal``: a fatal XID (or a reset-asking XID 154) is among the fault's triggers,
+    not only an allocatable drop. A kernel-fault text says device only then (see
+    :func:`_kernel_fault_says_device`)."""
     state, config = step.state, step.config
     words = evidence.text
-    if _text_says_device(step, words):
+    said = _words_say(step, words)
+    if said == _DEVICE:
         return True
     key = f"{info.namespace}/{info.name}"
     # An XID with no GPU identity ("unknown") says nothing about where: not a GPU set.
     affected = [(k, ref) for k, ref in gpus if k != "unknown"]
     bound = [(k, gpu) for k, gpu in state.gpus.items() if key in bound_pods(gpu)]
+    near = config.device_fault_near_seconds
+    if said == _KERNEL and _kernel_fault_says_device(step, fatal, bound, when - near, when):
+        return True
     if bound and affected:
         return any(_same_gpu(k, gpu, ak, ref) for k, gpu in bound for ak, ref in affected)
     if _PRESSURE in words:
@@ -240,7 +259,6 @@ def belongs_to(
         return True
     if _looping(step, key, info.container):
         return False  # one more crash of a loop that began before the fault
-    near = config.device_fault_near_seconds
     if _app_fault_before(step, [k for k, _ in bound], when - near, when):
         return False  # its own GPU just logged the workload's fault (XID 13/31/43)
     if _names_other_cause(step, evidence):
@@ -325,15 +343,43 @@ def _says_device_failure(step: Step, info: PodInfo, evidence: Evidence) -> bool:
 
 
 def _text_says_device(step: Step, words: str) -> bool:
-    """Do a failure's words say *device*? A device pattern, and neither a CUDA OOM text
-    nor one the cause table names as the workload's (see the module docstring)."""
+    """Do a failure's words say *device* with no fatal XID to back them? A device
+    pattern, and neither a CUDA OOM text nor one the cause table names as the
+    workload's, the network's or a kernel fault's (see the module docstring)."""
+    return _words_say(step, words) == _DEVICE
+
+
+def _words_say(step: Step, words: str) -> str:
+    """What a failure's words say: :data:`_DEVICE`, :data:`_KERNEL` (a kernel-fault
+    text: the workload's, or a failing GPU's, see :func:`_kernel_fault_says_device`), or
+    ``""`` (nothing about the device: no device pattern, a CUDA OOM, an NCCL error)."""
     config = step.config
     if not any(p in words for p in config.device_failure_patterns):
-        return False
+        return ""
     if any(p in words for p in config.cuda_oom_patterns):
-        return False
+        return ""
     cause = _CAUSES.classify(words)
-    return cause is None or cause.name not in _NOT_DEVICE
+    if cause is None or cause.name not in _NOT_DEVICE:
+        return _DEVICE
+    return _KERNEL if cause.name == _KERNEL_FAULT else ""
+
+
+def _kernel_fault_says_device(
+    step: Step, fatal: bool, bound: list[tuple[str, GpuTrack]], since: float, until: float
+) -> bool:
+    """Does a kernel-fault text (``illegal memory access``, ``unspecified launch
+    failure``) say device here? The cause table's own words: "most often a bug in a
+    kernel, sometimes a failing GPU", and its action: "XID 13/31/43 only means a bug in
+    the workload ...; a fatal XID (48, 79, 95, 119...) means the GPU". So it does when
+    the fault has a fatal XID (a pod that dies of an ``unspecified launch failure`` three
+    minutes after an XID 119 on its node died of the GPU, bound or not), unless the
+    pod's own GPU logged an application XID just before (its kernel faulted: the XID is
+    the driver's side of its CUDA error). Against a drop alone (it names no GPU, the
+    device plugin also drops GPUs for reasons that are not this pod's) it does not: the
+    crash is judged as an ordinary one (issue 15, simulator seed 1)."""
+    if not fatal:
+        return False
+    return not _app_fault_before(step, [k for k, _ in bound], since, until)
 
 
 def _same_gpu(key: str, gpu: GpuTrack, chain_key: str, ref: GpuRef) -> bool:
@@ -531,7 +577,8 @@ def _escalate(step: Step, info: PodInfo, evidence: Evidence) -> bool:
     if inc is None:
         return False
     times = [e.time.timestamp() for e in inc.evidence if _fault_evidence(e)]
-    if not belongs_to(step, info, evidence, step.now, inc.gpus.items(), times):
+    fatal = bool(inc.attributes.get("xids"))
+    if not belongs_to(step, info, evidence, step.now, inc.gpus.items(), times, fatal=fatal):
         return False
     escalate(step, inc, info, evidence)
     return True

@@ -1,0 +1,59 @@
+"""Missed pages: a device fault that kills pods must page, even where a narrower rule
+keeps simulator-shaped workload crashes out of the eviction chain.
+
+Each test is a real-world sequence a review found the core would now miss (issue 15's
+exemptions were too broad), driven through the real engine with real-shaped events
+from :mod:`tests.factories`; the docstring says the rule of the domain.
+"""
+
+from __future__ import annotations
+
+from tests.core_helpers import of_type, run
+from tests.factories import Cluster, term
+
+MIN = 60.0
+CHAIN = "device_unhealthy_eviction"
+
+
+def healthy(c: Cluster, node: str, pods: list[str]) -> None:
+    c.node(node, 0)
+    for name in pods:
+        c.pod(node, name, 1)
+
+
+def test_a_kernel_fault_after_a_fatal_xid_is_the_gpus() -> None:
+    """No dcgm binding for the pod; XID 119 (GSP RPC timeout, fatal) on GPU 3b; the pod
+    dies three minutes later with ``CUDA error: unspecified launch failure``. The cause
+    table says a kernel fault is "sometimes a failing GPU" and "a fatal XID (48, 79, 95,
+    119...) means the GPU": its words say device against a fatal XID, so it pages (it
+    is too far from the XID to join by nearness alone). Against a drop alone the same
+    crash is judged as an ordinary one (test_false_pages)."""
+    c = Cluster()
+    healthy(c, "n1", ["a"])
+    c.xid("n1", 5 * MIN, 119, bus="0000:3b:00.0", uuid="GPU-3b")
+    msg = "RuntimeError: CUDA error: unspecified launch failure"
+    c.pod("n1", "a", 8 * MIN + 1, restarts=1, last=term(8 * MIN, message=msg))
+    c.tick(20 * MIN)
+    revisions = run(c.events)
+    [chain] = of_type(revisions, CHAIN)
+    assert chain.severity == "page"
+    assert [p.name for p in chain.pods] == ["a"]
+    assert of_type(revisions, "gpu_degraded") == []
+
+
+def test_a_kernel_fault_after_an_app_xid_on_its_own_gpu_is_the_workloads() -> None:
+    """The exemption that stays: a fatal XID on GPU 3b, and pod a on GPU-20 whose own GPU
+    logged XID 13 just before its ``illegal memory access``: its kernel faulted on its
+    own GPU, the fatal XID elsewhere does not claim it."""
+    c = Cluster()
+    healthy(c, "n1", ["a"])
+    c.bind("n1", 1, "GPU-20", "0000:20:00.0", ["a"])
+    c.xid("n1", 5 * MIN, 119, bus="0000:3b:00.0", uuid="GPU-3b")
+    c.xid("n1", 8 * MIN - 5, 13, bus="0000:20:00.0", uuid="GPU-20")
+    msg = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    c.pod("n1", "a", 8 * MIN + 1, restarts=1, last=term(8 * MIN, message=msg))
+    c.tick(20 * MIN)
+    revisions = run(c.events)
+    assert of_type(revisions, CHAIN) == []
+    [degraded] = of_type(revisions, "gpu_degraded")
+    assert degraded.severity == "ticket"
