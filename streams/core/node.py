@@ -536,7 +536,6 @@ def _on_xid(step: Step, ev: XidEvent) -> None:
     rule = _UNKNOWN_XID if ev.sxid else config.xid.get(ev.code, _UNKNOWN_XID)
     key, gpu = _gpu(state, ev.pci_bus_id, ev.gpu_uuid, ev.gpu_index, ev.gpu_instance)
     item = text.xid(ev, rule, unpack_uuid(gpu.uuid))
-    gpu.last_xid = max(gpu.last_xid, step.now)
     if all(x.event_id != item.event_id for _, x in state.recent_xids):
         state.recent_xids = (*state.recent_xids[-_RECENT_XIDS + 1 :], (step.now, item))
     ref = gpu_ref(key, gpu, state)
@@ -550,7 +549,11 @@ def _on_xid(step: Step, ev: XidEvent) -> None:
         # the same code on the same GPU is that line seen by a second source.
         if word == "nonfatal" or (not word and quiet > horizon and quiet > last):
             xid_class = "info"
-    degraded.on_xid(step, item, key, ref, fault=rule.xid_class != "app")
+    workload = _workload_xid(config, rule, ev, episodes)
+    if step.now >= gpu.last_xid:
+        gpu.last_xid_app = workload
+    gpu.last_xid = max(gpu.last_xid, step.now)
+    degraded.on_xid(step, item, key, ref, fault=not workload)
     action = rule.action
     if xid_class == "follow-up":
         if ev.recovery_action:
@@ -584,6 +587,38 @@ def _on_xid(step: Step, ev: XidEvent) -> None:
         xid.on_app(step, key, gpu, item, ev.code, new_episode)
 
 
+def _workload_xid(
+    config: CoreConfig, rule: XidRule, ev: XidEvent, episodes: dict[int, tuple[float, float]]
+) -> bool:
+    """Is this XID line the workload's, one the device plugin does not mark its GPU
+    unhealthy for? An application-class code (13, 31, 43, 68...), or a cleanup XID 45
+    that follows one on its GPU, or follows nothing (DESIGN §2: a follow-up takes the
+    class of the XID it follows; NVIDIA/k8s-device-plugin internal/rm/health.go skips
+    13, 31, 43, 45 and 68 as application errors). A 45 after a fatal XID is that
+    fault's. An XID 154 is the driver's recovery action, never the workload's."""
+    if rule.xid_class == "app":
+        return True
+    if rule.xid_class != "follow-up" or ev.code == 154 or ev.recovery_action:
+        return False
+    cause = _followed(config, ev, episodes)
+    return cause is None or config.xid.get(cause, _UNKNOWN_XID).xid_class == "app"
+
+
+def _followed(
+    config: CoreConfig, ev: XidEvent, episodes: dict[int, tuple[float, float]]
+) -> int | None:
+    """The XID a follow-up line follows on its GPU: the one it names (``caused by
+    previous Xid 149``) or the latest other XID there within the episode gap."""
+    recent = {
+        code: times
+        for code, times in episodes.items()
+        if config.xid.get(code, _UNKNOWN_XID).xid_class != "follow-up"
+    }
+    if ev.caused_by is not None and ev.caused_by in recent:
+        return ev.caused_by
+    return max(recent, key=lambda c: (max(recent[c]), c), default=None)
+
+
 def _severity_word(message: str) -> str:
     """``fatal`` / ``nonfatal`` as an NVLink5 line states it, before its register dump:
     ``RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 ...)``; ``""`` when it says neither."""
@@ -614,16 +649,7 @@ def _follow(
     Nonfatal NVLink line it is recorded only.
     """
     config = step.config
-    recent = {
-        code: times
-        for code, times in episodes.items()
-        if config.xid.get(code, _UNKNOWN_XID).xid_class != "follow-up"
-    }
-    cause: int | None
-    if ev.caused_by is not None and ev.caused_by in recent:
-        cause = ev.caused_by
-    else:
-        cause = max(recent, key=lambda c: (max(recent[c]), c), default=None)
+    cause = _followed(config, ev, episodes)
     if cause is None:
         # Nothing recent: the incident an earlier XID of this GPU still holds, if any.
         for kind, subject in ((chain.KIND, chain.SUBJECT), (xid.APP, gpu_key)):
@@ -632,7 +658,7 @@ def _follow(
                 step.add_evidence(inc, item)
                 return True
         return False
-    last, quiet = recent[cause]
+    last, quiet = episodes[cause]
     if quiet > last:
         return True  # it follows a Nonfatal / info line: recorded evidence only
     if config.xid.get(cause, _UNKNOWN_XID).xid_class == "app":

@@ -86,6 +86,9 @@ class GpuTrack(msgspec.Struct, gc=False, omit_defaults=True):
     key itself for the usual single pod (a 1-tuple would cost 48 bytes per GPU)."""
     last_xid: float = -math.inf
     """Event time of the latest XID of any class on this GPU."""
+    last_xid_app: bool = False
+    """That latest XID was the workload's (an application-class code, or a cleanup XID
+    45 after one): the device plugin marks no GPU unhealthy for it."""
     fatal: dict[int, list[Evidence]] | None = None
     """Per fatal code, the first line of each of its last ``xid_repeat_count`` episodes."""
 

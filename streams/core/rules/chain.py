@@ -78,6 +78,7 @@ from collections.abc import Iterable
 
 from schemas.incidents import Evidence, GpuRef, PodInfo
 from schemas.termination_causes import OOM, load_causes
+from streams.core.evidence import xid_code_and_class
 from streams.core.lifecycle import Step
 from streams.core.state import (
     NEVER,
@@ -584,13 +585,25 @@ def _escalate(step: Step, info: PodInfo, evidence: Evidence) -> bool:
     return True
 
 
+_CLEANUP_XID = 45
+"""Preemptive cleanup after earlier errors: never a fault time of its own."""
+
+
 def _fault_evidence(item: Evidence) -> bool:
-    """An allocatable change or an XID that is not an application / informational one
-    (its evidence line names the class: ``XID 13 (app: ...)``): the times a failure is
-    judged against. A workload's own XID 13 is no device fault time."""
+    """An allocatable change or an XID that is not an application / informational one:
+    the times a failure is judged against. A workload's own XID 13 is no device fault
+    time, nor is the cleanup XID 45 that follows it: after a fatal XID the fault's own
+    line, seconds earlier, is in the evidence already, and after an application XID (or
+    alone) it is the workload's teardown (the device plugin skips 45 too:
+    NVIDIA/k8s-device-plugin internal/rm/health.go). An XID 154 is a recovery action
+    and keeps counting."""
     if item.schema == "node.v1":
         return True
-    return item.schema == "xid.v1" and "(app: " not in item.text and "(info: " not in item.text
+    read = xid_code_and_class(item)
+    if read is None:
+        return False
+    code, xid_class = read
+    return xid_class not in ("app", "info") and code != _CLEANUP_XID
 
 
 def escalate(step: Step, inc: OpenIncident, info: PodInfo, evidence: Evidence) -> None:

@@ -104,8 +104,9 @@ def on_capacity(step: Step, ev: NodeEvent, capacity: int, allocatable: int) -> N
 def on_xid(step: Step, item: Evidence, gpu_key: str, gpu: GpuRef, *, fault: bool) -> None:
     """Any XID on the node while the incident is open: context evidence.
 
-    ``fault``: the code's catalog class is not an application one. Only such an XID
-    names its GPU as a degraded one: an XID 13/31/43 is the workload's
+    ``fault``: the line is not the workload's (not an application-class code, nor a
+    cleanup XID 45 after one). Only such an XID names its GPU as a degraded one: an
+    XID 13/31/43 and its 45 are the workload's
     (NVIDIA's catalog; the device plugin does not mark a GPU unhealthy for it), and
     naming its GPU would let that workload's crash escalate the ticket
     (:func:`streams.core.rules.chain.belongs_to` tests a failure against these GPUs).
@@ -298,20 +299,11 @@ def _open_drop(step: Step) -> None:
     for key, gpu in state.gpus.items():
         # A GPU with an XID near the drop is the likely unhealthy one, unless that XID is
         # an application one: the device plugin ignores those (13, 31, 43, ...).
-        if gpu.last_xid >= recent and not _last_xid_is_app(step, key, gpu):
+        # (A cleanup XID 45 after the workload's XID 13 is the workload's too: typed on
+        # the GPU as its line came, GpuTrack.last_xid_app.)
+        if gpu.last_xid >= recent and not gpu.last_xid_app:
             step.add_gpu(inc, key, gpu_ref(key, gpu, step.state))
     _describe(step, inc)
-
-
-def _last_xid_is_app(step: Step, key: str, gpu: GpuTrack) -> bool:
-    """Was the GPU's newest XID line an application-class one (its remembered episode)?"""
-    xids = step.config.xid
-    for gpu_key, code, last, _ in step.state.xid_episodes:
-        if gpu_key == key and last == gpu.last_xid:
-            rule = xids.get(code)
-            if rule is not None and rule.xid_class == "app":
-                return True
-    return False
 
 
 def deadline(state: NodeState, after: float) -> float:

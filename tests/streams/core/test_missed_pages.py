@@ -57,3 +57,61 @@ def test_a_kernel_fault_after_an_app_xid_on_its_own_gpu_is_the_workloads() -> No
     assert of_type(revisions, CHAIN) == []
     [degraded] = of_type(revisions, "gpu_degraded")
     assert degraded.severity == "ticket"
+
+
+def test_a_cleanup_xid_45_after_an_app_xid_names_no_gpu_degraded() -> None:
+    """A drop that names no GPU opens a gpu_degraded ticket; then XID 13 on GPU-20 and
+    its cleanup XID 45; then pod a on GPU-20 crashes with an illegal memory access. The
+    45 takes the class of the XID it follows (DESIGN §2), the workload's, and the device
+    plugin skips it too (k8s-device-plugin health.go): it names no GPU degraded and is
+    no fault time, so the crash stays the workload's: a ticket, as without the 45."""
+
+    def history(cleanup: bool) -> Cluster:
+        c = Cluster()
+        healthy(c, "n1", ["a"])
+        c.bind("n1", 1, "GPU-20", "0000:20:00.0", ["a"])
+        c.node("n1", 5 * MIN, alloc=7)
+        c.xid("n1", 12 * MIN, 13, bus="0000:20:00.0", uuid="GPU-20")
+        if cleanup:
+            c.xid("n1", 12 * MIN + 1, 45, bus="0000:20:00.0", uuid="GPU-20")
+        msg = "RuntimeError: CUDA error: an illegal memory access was encountered"
+        c.pod("n1", "a", 12 * MIN + 10, restarts=1, last=term(12 * MIN + 9, message=msg))
+        c.tick(20 * MIN)
+        return c
+
+    for cleanup in (False, True):
+        revisions = run(history(cleanup).events)
+        assert of_type(revisions, CHAIN) == [], cleanup
+        [degraded] = of_type(revisions, "gpu_degraded")
+        assert degraded.severity == "ticket", cleanup
+        assert "GPU-20" not in [g.uuid for g in degraded.gpus], cleanup
+
+
+def test_a_cleanup_xid_45_before_a_drop_names_no_gpu() -> None:
+    """XID 13 and its 45 on GPU-20 just before a drop: the GPU's newest line is the 45,
+    which is the workload's like the 13 it follows: the drop's ticket does not name
+    GPU-20 (the device plugin marks no GPU unhealthy for either)."""
+    c = Cluster()
+    healthy(c, "n1", ["a"])
+    c.bind("n1", 1, "GPU-20", "0000:20:00.0", ["a"])
+    c.xid("n1", 4 * MIN, 13, bus="0000:20:00.0", uuid="GPU-20")
+    c.xid("n1", 4 * MIN + 1, 45, bus="0000:20:00.0", uuid="GPU-20")
+    c.node("n1", 5 * MIN, alloc=7)
+    c.tick(11 * MIN)
+    [inc] = of_type(run(c.events), "gpu_degraded")
+    assert "GPU-20" not in [g.uuid for g in inc.gpus]
+
+
+def test_a_cleanup_xid_45_after_a_fatal_xid_is_the_faults() -> None:
+    """The other side: a 45 after an XID 79 is that fault's cleanup: the ticket names
+    the GPU (the 79 named it) and a crash of its pod near the fault pages."""
+    c = Cluster()
+    healthy(c, "n1", ["a"])
+    c.bind("n1", 1, "GPU-20", "0000:20:00.0", ["a"])
+    c.xid("n1", 5 * MIN, 79, bus="0000:20:00.0", uuid="GPU-20")
+    c.xid("n1", 5 * MIN + 1, 45, bus="0000:20:00.0", uuid="GPU-20")
+    c.pod("n1", "a", 5 * MIN + 10, restarts=1, last=term(5 * MIN + 9))
+    c.tick(20 * MIN)
+    [chain] = of_type(run(c.events), CHAIN)
+    assert chain.severity == "page"
+    assert "GPU-20" in [g.uuid for g in chain.gpus]
