@@ -239,7 +239,8 @@ def belongs_to(
 
     ``fatal``: a fatal XID (or a reset-asking XID 154) is among the fault's triggers,
     not only an allocatable drop. A kernel-fault text says device only then (see
-    :func:`_kernel_fault_says_device`)."""
+    :func:`_kernel_fault_says_device`), and a crash loop's next crash is the loop's
+    only when it is not (:func:`_looping`)."""
     state, config = step.state, step.config
     words = evidence.text
     said = _words_say(step, words)
@@ -258,8 +259,8 @@ def belongs_to(
         return False
     if not _ordinary_crash(info, evidence):
         return True
-    if _looping(step, key, info.container):
-        return False  # one more crash of a loop that began before the fault
+    if not fatal and _looping(step, key, info.container):
+        return False  # one more crash of a loop that began before a drop naming no GPU
     if _app_fault_before(step, [k for k, _ in bound], when - near, when):
         return False  # its own GPU just logged the workload's fault (XID 13/31/43)
     if _names_other_cause(step, evidence):
@@ -319,6 +320,11 @@ def _looping(step: Step, key: str, container: str) -> bool:
     few minutes since before the fault would have crashed then anyway. The simulator
     found it twice in one 2 h day (a loop's crash 8 s and 56 s before a drop that named
     no GPU made the drop a page). Its binding or its words still join it.
+
+    Only against a drop alone (:func:`belongs_to`'s ``fatal`` is False): a fatal XID
+    (79: the GPU fell off the bus) kills every process on its GPU at once, the
+    looping one too, and the loop then goes on crashing on the dead GPU; with no
+    binding to say where it runs, its crash right after the XID is the device's.
     """
     base = f"{key}/{container}"
     for inc in step.state.incidents.values():

@@ -115,3 +115,24 @@ def test_a_cleanup_xid_45_after_a_fatal_xid_is_the_faults() -> None:
     [chain] = of_type(run(c.events), CHAIN)
     assert chain.severity == "page"
     assert "GPU-20" in [g.uuid for g in chain.gpus]
+
+
+def test_a_crash_loops_next_crash_right_after_a_fatal_xid_is_the_gpus() -> None:
+    """A pod with no dcgm binding has been crash-looping for ten minutes (its
+    suspected_cuda_oom open); then XID 79 ("fallen off the bus") on GPU 3b, a drop, and
+    the pod's next crash 2 s later; it keeps crashing on the dead GPU. A loop's next
+    crash near a drop that names no GPU is the loop's (test_false_pages), but a fatal
+    XID names a GPU and kills its processes at once: the crash joins, and it pages."""
+    c = Cluster()
+    healthy(c, "n1", ["a"])
+    for k in range(5):
+        t = (k + 1) * 2 * MIN
+        c.pod("n1", "a", t + 1, restarts=k + 1, last=term(t))
+    c.xid("n1", 11 * MIN, 79, bus="0000:3b:00.0", uuid="GPU-3b")
+    c.node("n1", 11 * MIN + 1, alloc=7)
+    c.pod("n1", "a", 11 * MIN + 3, restarts=6, last=term(11 * MIN + 2))
+    c.tick(25 * MIN)
+    revisions = run(c.events)
+    [chain] = of_type(revisions, CHAIN)
+    assert chain.severity == "page"
+    assert [p.name for p in chain.pods] == ["a"]
