@@ -200,13 +200,18 @@ def on_failure(step: Step, info: PodInfo, evidence: Evidence) -> bool:
     It joins the chain's incident too while that is still open after its window (the
     GPU is still unallocatable), and, with no chain incident, it escalates the node's
     open ``gpu_degraded`` (issue 10.11): an eviction that comes after the window closed
-    is still the degraded GPU's doing, not a failure floating unattached.
+    is still the degraded GPU's doing, not a failure floating unattached. A failure
+    that is not the open chain's is tried against the ticket too: the two are both open
+    when the ticket tells an older fault.
     """
     open_chain = step.find(KIND, SUBJECT) is not None
     if (armed(step) or open_chain) and _belongs(step, info, evidence, step.now):
         _join(step, info, evidence)
         return True
-    if not open_chain and _escalate(step, info, evidence):
+    # Not the chain's: it may still be the open ticket's. Both are open when the ticket
+    # tells an older fault (:func:`_older_fault`): a pod crashing on the ticket's GPU
+    # while a new chain is open on another escalates the ticket.
+    if _escalate(step, info, evidence):
         return True
     state, config = step.state, step.config
     lookback = step.now - config.eviction_lookback_seconds - config.drop_persist_seconds
