@@ -109,6 +109,22 @@ _NOT_DEVICE = frozenset({OOM, _KERNEL_FAULT, "nccl_comm"})
 """Termination-cause classes whose text does not by itself say device even where it
 contains "CUDA error": the workload's (CUDA OOM), the network's (NCCL), and a kernel
 fault, which says device only against a fatal XID (:func:`_kernel_fault_says_device`)."""
+_GPU_WORDS = (
+    "cuda",
+    "nvml",
+    "nvidia",
+    "nvrm",
+    "xid",
+    "ecc",
+    "gpu",
+    "nccl",
+    "device",
+    "driver",
+    "fallen off the bus",
+)
+"""Lower-case words a termination message that may be a dead GPU's can contain: one
+with any of them is not read as an application error (:func:`_names_other_cause`).
+Broad on purpose: a false match only keeps the old nearness rule."""
 _DEVICE = "device"
 _KERNEL = "kernel"
 
@@ -303,7 +319,10 @@ def _names_other_cause(step: Step, evidence: Evidence) -> bool:
     ``KeyError: 'input_ids'`` 29 s before a drop, ``checkpoint shard ... is truncated``
     57 s before an XID 48). Traps: no message says nothing (the old rule stands), and a
     message the evidence line cut short (it ends in "…") may have lost its CUDA error
-    (a traceback names the exception last): that, too, says nothing.
+    (a traceback names the exception last): that, too, says nothing. A message with
+    any GPU word in it, in any case (:data:`_GPU_WORDS`: ``Uncorrectable ECC error``,
+    ``NCCL error: unhandled cuda error``, ``GPU is lost``, an ``Xid``, NVML), is not
+    an application error either: only a message with none is.
     """
     text = evidence.text
     at = text.find(", exit code ")
@@ -312,7 +331,10 @@ def _names_other_cause(step: Step, evidence: Evidence) -> bool:
     head, sep, message = text[at + len(", exit code ") :].partition(": ")
     if not sep or not head.lstrip("-").isdigit() or not message or message.endswith("…"):
         return False
-    return not any(p in message for p in step.config.device_failure_patterns)
+    if any(p in message for p in step.config.device_failure_patterns):
+        return False
+    lowered = message.lower()
+    return not any(word in lowered for word in _GPU_WORDS)
 
 
 def _looping(step: Step, key: str, container: str) -> bool:

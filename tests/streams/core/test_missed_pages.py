@@ -136,3 +136,31 @@ def test_a_crash_loops_next_crash_right_after_a_fatal_xid_is_the_gpus() -> None:
     [chain] = of_type(revisions, CHAIN)
     assert chain.severity == "page"
     assert [p.name for p in chain.pods] == ["a"]
+
+
+def test_a_crash_near_a_drop_whose_message_may_be_the_gpus_still_joins() -> None:
+    """An application-error message no longer joins by nearness (test_false_pages), but
+    a message cut short (the CUDA error of a long traceback may be what was cut), or
+    one with any GPU word in it, in whatever case (an uncorrectable ECC error, an Xid,
+    a lost GPU, NVML, NCCL's unhandled cuda error), is no application error: the crash
+    30 s before a drop that names no GPU still joins the chain."""
+
+    def history(message: str) -> Cluster:
+        c = Cluster()
+        healthy(c, "n1", ["a"])
+        c.pod("n1", "a", 5 * MIN - 29, restarts=1, last=term(5 * MIN - 30, message=message))
+        c.node("n1", 5 * MIN, alloc=7)
+        c.tick(12 * MIN)
+        return c
+
+    long_traceback = "Traceback (most recent call last): " + "  File 'train.py', line 1\n" * 8
+    for message in (
+        long_traceback + "RuntimeError: CUDA error: unspecified launch failure",
+        "Detected Uncorrectable ECC error on the device, aborting",
+        "NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.",
+        "Unable to determine the device handle for GPU0000:3B:00.0: GPU is lost.",
+        "pynvml.NVMLError_Unknown: Unknown Error",
+        "torch.distributed.DistBackendError: NCCL error: unhandled cuda error",
+    ):
+        [chain] = of_type(run(history(message).events), CHAIN)
+        assert [p.name for p in chain.pods] == ["a"], message
