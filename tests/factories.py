@@ -95,6 +95,7 @@ class Cluster:
         last: Termination | None = None,
         current: Termination | None = None,
         restarts: int = 0,
+        waiting: str = "",
         namespace: str = "ns",
         op: Op = "modified",
         owner: tuple[str, str] = ("Job", "job"),
@@ -104,7 +105,8 @@ class Cluster:
     ) -> PodEvent:
         """``deleted_at``: the pod's deletionTimestamp (seconds after ``T0``), set from
         the moment it is deleted until it is gone (``op="deleted"``). ``version``: the
-        resourceVersion in its id (default: the next of this cluster's counter)."""
+        resourceVersion in its id (default: the next of this cluster's counter).
+        ``waiting``: the container's ``state.waiting`` reason (``CrashLoopBackOff``)."""
         ev = build.pod_event(
             id=self._k8s_id(uid or f"uid-{name}", version),
             cluster=self.name,
@@ -119,7 +121,16 @@ class Cluster:
             gpus=gpus,
             limits=False,
             owner=owner,
-            containers=(build.container(container, restarts=restarts, current=current, last=last),),
+            containers=(
+                build.container(
+                    container,
+                    restarts=restarts,
+                    state="waiting" if waiting else "",
+                    reason=waiting,
+                    current=current,
+                    last=last,
+                ),
+            ),
             deleted_at=None if deleted_at is None else at(deleted_at),
         )
         self.events.append(ev)

@@ -42,6 +42,19 @@ def xid(ev: XidEvent, rule: XidRule, gpu_uuid: str) -> Evidence:
     return Evidence(event_id=ev.id, schema="xid.v1", time=ev.time, text=text)
 
 
+def xid_code_and_class(item: Evidence) -> tuple[int, str] | None:
+    """The XID code and catalog class an XID evidence line (built by :func:`xid`) was
+    made from, or None for any other line: read back here, next to the one builder of
+    that format, so no rule matches the line's text itself."""
+    if item.schema != "xid.v1" or not item.text.startswith("XID "):
+        return None
+    code, sep, rest = item.text[4:].partition(" (")
+    cls, colon, _ = rest.partition(": ")
+    if not sep or not colon or not code.isdigit():
+        return None
+    return int(code), cls
+
+
 def allocatable_change(
     event_id: str, ev_time: datetime, before: int, after: int, capacity: int
 ) -> Evidence:

@@ -88,8 +88,13 @@ class KeyStep(Generic[S]):
         if inc not in self.dirty:
             self.dirty.append(inc)
 
-    def add_evidence(self, inc: OpenIncident, item: Evidence) -> bool:
-        """Attach ``item`` unless already there; past ``max_evidence`` only count it."""
+    def add_evidence(self, inc: OpenIncident, item: Evidence, *, context: bool = False) -> bool:
+        """Attach ``item`` unless already there; past ``max_evidence`` only count it.
+
+        ``context``: the item is background (an earlier XID on the node attached to a
+        drop's ``gpu_degraded``), not part of the fault: it never moves ``first_seen``
+        back, which says when the fault began (issue 15: unrelated XIDs minutes before
+        a drop made its detection look minutes late)."""
         for known in inc.evidence:
             if known.event_id == item.event_id:
                 return False
@@ -99,7 +104,8 @@ class KeyStep(Generic[S]):
             inc.evidence.append(item)
         seen = item.time.timestamp()
         inc.last_seen = max(inc.last_seen, seen)
-        inc.first_seen = min(inc.first_seen, seen)
+        if not context:
+            inc.first_seen = min(inc.first_seen, seen)
         self.touch(inc)
         return True
 

@@ -90,6 +90,9 @@ class GpuTrack(msgspec.Struct, gc=False, omit_defaults=True):
     key itself for the usual single pod (a 1-tuple would cost 48 bytes per GPU)."""
     last_xid: float = -math.inf
     """Event time of the latest XID of any class on this GPU."""
+    last_xid_app: bool = False
+    """That latest XID was the workload's (an application-class code, or a cleanup XID
+    45 after one): the device plugin marks no GPU unhealthy for it."""
     fatal: dict[int, list[Evidence]] | None = None
     """Per fatal code, the first line of each of its last ``xid_repeat_count`` episodes."""
 
@@ -345,6 +348,9 @@ class NodeTally(msgspec.Struct, omit_defaults=True, array_like=True):
     reported: bool = False
     """A pod-aware binding source has reported this node: without one (no dcgm-exporter
     there, ever) the node is left out rather than counted as all-unbound."""
+    unreachable: bool = False
+    """Its ``Ready`` condition is False or Unknown: its dcgm-exporter cannot be scraped,
+    so its last bindings are stale while its pods are failed NodeLost: left out."""
 
 
 class ClusterState(msgspec.Struct, tag_field="kind", tag="cluster_state.v1", omit_defaults=True):

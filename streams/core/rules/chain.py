@@ -48,9 +48,25 @@ crash pages nobody.
 
 Traps: ``CUDA error: out of memory`` contains "CUDA error" but is the workload
 running out of memory (``suspected_cuda_oom``), never the device: texts that
-match ``cuda_oom_patterns`` do not say device. A kubelet pressure eviction ("The
-node was low on resource: memory") is the host's, not the GPU's, and does not
-join unless it names the GPU resource. A failure that does not join is still
+match ``cuda_oom_patterns`` do not say device. Likewise a text the termination-cause
+table (``schemas/termination_causes.toml``) classes as the workload's or the network's
+(:data:`_NOT_DEVICE`: CUDA OOM, an NCCL timeout) says nothing about the device by its
+words: the crash is judged as an ordinary one (its GPU, its time). A kernel fault
+(``CUDA error: an illegal memory access was encountered`` / ``unspecified launch
+failure``) is in between: the table calls it "sometimes a failing GPU", and "a fatal
+XID (48, 79, 95, 119...) means the GPU". Its words say device against a fault that has
+a fatal XID, unless the pod's own GPU just logged an application XID; against a drop
+alone they say nothing (:func:`_kernel_fault_says_device`). NVIDIA's XID catalog
+calls the XIDs behind a kernel fault (13, 31, 43) application errors
+(https://docs.nvidia.com/deploy/xid-errors/), and the device plugin skips them when
+it marks GPUs unhealthy (NVIDIA/k8s-device-plugin, internal/rm/health.go: 13, 31, 43,
+45 and 68 are "application errors: the GPU should still be healthy"), so a drop does
+not vouch for such a crash on another GPU: it used to join the chain on the words
+"CUDA error" and turn the drop's ``gpu_degraded`` into a page (issue 15, simulator
+seed 1). An uncorrectable ECC error and a failing NVML do
+say device (``gpu_fault``, ``driver_fault``). A kubelet pressure eviction ("The node
+was low on resource: memory") is the host's, not the GPU's, and does not join unless
+it names the GPU resource. A failure that does not join is still
 remembered for a later trigger's look-back, and still reaches the other rules
 (a crash-loop is then counted toward ``suspected_cuda_oom``).
 """
@@ -61,6 +77,8 @@ import math
 from collections.abc import Iterable
 
 from schemas.incidents import Evidence, GpuRef, PodInfo
+from schemas.termination_causes import OOM, load_causes
+from streams.core.evidence import xid_code_and_class
 from streams.core.lifecycle import Step
 from streams.core.state import (
     NEVER,
@@ -81,6 +99,34 @@ finds it open, and no chain incident, escalates it instead of opening a second i
 _MAX_RECENT_FAILURES = 64
 _PRESSURE = "low on resource"
 """The kubelet's node-pressure eviction message: memory or disk, not the GPU."""
+_CRASH_LOOP = "suspected_cuda_oom"
+"""The crash-loop rule's type (:mod:`streams.core.rules.cuda`, which imports this one)."""
+_CAUSES = load_causes()
+"""The packaged termination-cause table (packaged data read once at import, as in
+:mod:`streams.core.rules.cuda`)."""
+_KERNEL_FAULT = "kernel_fault"
+_NOT_DEVICE = frozenset({OOM, _KERNEL_FAULT, "nccl_comm"})
+"""Termination-cause classes whose text does not by itself say device even where it
+contains "CUDA error": the workload's (CUDA OOM), the network's (NCCL), and a kernel
+fault, which says device only against a fatal XID (:func:`_kernel_fault_says_device`)."""
+_GPU_WORDS = (
+    "cuda",
+    "nvml",
+    "nvidia",
+    "nvrm",
+    "xid",
+    "ecc",
+    "gpu",
+    "nccl",
+    "device",
+    "driver",
+    "fallen off the bus",
+)
+"""Lower-case words a termination message that may be a dead GPU's can contain: one
+with any of them is not read as an application error (:func:`_names_other_cause`).
+Broad on purpose: a false match only keeps the old nearness rule."""
+_DEVICE = "device"
+_KERNEL = "kernel"
 
 
 def degraded(state: NodeState) -> bool:
@@ -170,13 +216,18 @@ def on_failure(step: Step, info: PodInfo, evidence: Evidence) -> bool:
     It joins the chain's incident too while that is still open after its window (the
     GPU is still unallocatable), and, with no chain incident, it escalates the node's
     open ``gpu_degraded`` (issue 10.11): an eviction that comes after the window closed
-    is still the degraded GPU's doing, not a failure floating unattached.
+    is still the degraded GPU's doing, not a failure floating unattached. A failure
+    that is not the open chain's is tried against the ticket too: the two are both open
+    when the ticket tells an older fault.
     """
     open_chain = step.find(KIND, SUBJECT) is not None
     if (armed(step) or open_chain) and _belongs(step, info, evidence, step.now):
         _join(step, info, evidence)
         return True
-    if not open_chain and _escalate(step, info, evidence):
+    # Not the chain's: it may still be the open ticket's. Both are open when the ticket
+    # tells an older fault (:func:`_older_fault`): a pod crashing on the ticket's GPU
+    # while a new chain is open on another escalates the ticket.
+    if _escalate(step, info, evidence):
         return True
     state, config = step.state, step.config
     lookback = step.now - config.eviction_lookback_seconds - config.drop_persist_seconds
@@ -190,7 +241,8 @@ def _belongs(step: Step, info: PodInfo, evidence: Evidence, when: float) -> bool
     """Is this failure the chain's device's doing? (See the module docstring.)"""
     state = step.state
     times = [t.time.timestamp() for t in state.chain_triggers]
-    return belongs_to(step, info, evidence, when, state.chain_gpus, times)
+    fatal = bool(state.chain_codes)
+    return belongs_to(step, info, evidence, when, state.chain_gpus, times, fatal=fatal)
 
 
 def belongs_to(
@@ -200,27 +252,115 @@ def belongs_to(
     when: float,
     gpus: Iterable[tuple[str, GpuRef]],
     fault_times: Iterable[float],
+    *,
+    fatal: bool,
 ) -> bool:
     """Is this failure the doing of the faulty ``gpus`` (whose faults were at
-    ``fault_times``)? The chain's test, for the chain and for a degraded GPU."""
+    ``fault_times``)? The chain's test, for the chain and for a degraded GPU.
+
+    ``fatal``: a fatal XID (or a reset-asking XID 154) is among the fault's triggers,
+    not only an allocatable drop. A kernel-fault text says device only then (see
+    :func:`_kernel_fault_says_device`), and a crash loop's next crash is the loop's
+    only when it is not (:func:`_looping`)."""
     state, config = step.state, step.config
     words = evidence.text
-    if any(p in words for p in config.device_failure_patterns) and not any(
-        p in words for p in config.cuda_oom_patterns
-    ):
+    said = _words_say(step, words)
+    if said == _DEVICE:
         return True
     key = f"{info.namespace}/{info.name}"
     # An XID with no GPU identity ("unknown") says nothing about where: not a GPU set.
     affected = [(k, ref) for k, ref in gpus if k != "unknown"]
     bound = [(k, gpu) for k, gpu in state.gpus.items() if key in bound_pods(gpu)]
+    near = config.device_fault_near_seconds
+    if said == _KERNEL and _kernel_fault_says_device(step, fatal, bound, when - near, when):
+        return True
     if bound and affected:
         return any(_same_gpu(k, gpu, ak, ref) for k, gpu in bound for ak, ref in affected)
     if _PRESSURE in words:
         return False
     if not _ordinary_crash(info, evidence):
         return True
-    near = config.device_fault_near_seconds
+    if not fatal and _looping(step, key, info.container):
+        return False  # one more crash of a loop that began before a drop naming no GPU
+    if _app_fault_before(step, [k for k, _ in bound], when - near, when):
+        return False  # its own GPU just logged the workload's fault (XID 13/31/43)
+    if _names_other_cause(step, evidence):
+        return False  # its own last words are an application error, not a CUDA one
     return any(abs(when - t) <= near for t in fault_times)
+
+
+def _app_fault_before(step: Step, gpu_keys: list[str], since: float, until: float) -> bool:
+    """Did one of the pod's GPUs log an application-class XID (13, 31, 43...) between
+    ``since`` and ``until``? Then its crash is explained: the workload's kernel faulted
+    on that GPU (the XID is the driver's side of the CUDA error the process died of),
+    and the device plugin does not mark a GPU unhealthy for such an XID, so a drop
+    that names no GPU does not claim the crash by its nearness (simulator seed 3: XID
+    13 on a pod's GPU, a drop 7 s later, the pod's "illegal memory access" exit 14 s
+    after that)."""
+    if not gpu_keys:
+        return False
+    xids = step.config.xid
+    for gpu_key, code, last, _ in step.state.xid_episodes:
+        if gpu_key in gpu_keys and since <= last <= until:
+            rule = xids.get(code)
+            if rule is not None and rule.xid_class == "app":
+                return True
+    return False
+
+
+def _names_other_cause(step: Step, evidence: Evidence) -> bool:
+    """Does a container's termination message, read whole, name a cause with no device
+    word in it (a Python ``KeyError``, a truncated checkpoint)?
+
+    A process a dead GPU kills dies in a CUDA or NVML call, and its last words say so
+    (``CUDA error: ...``, ``NVML ...``: ``device_failure_patterns``); one whose last
+    words are an application error died of that error, whenever it happened: the
+    nearness of a trigger does not claim it (simulator, 100 nodes 6 h, seeds 2 and 3:
+    ``KeyError: 'input_ids'`` 29 s before a drop, ``checkpoint shard ... is truncated``
+    57 s before an XID 48). Traps: no message says nothing (the old rule stands), and a
+    message the evidence line cut short (it ends in "…") may have lost its CUDA error
+    (a traceback names the exception last): that, too, says nothing. A message with
+    any GPU word in it, in any case (:data:`_GPU_WORDS`: ``Uncorrectable ECC error``,
+    ``NCCL error: unhandled cuda error``, ``GPU is lost``, an ``Xid``, NVML), is not
+    an application error either: only a message with none is.
+    """
+    text = evidence.text
+    at = text.find(", exit code ")
+    if evidence.schema != "pod.v1" or not text.startswith("container ") or at < 0:
+        return False
+    head, sep, message = text[at + len(", exit code ") :].partition(": ")
+    if not sep or not head.lstrip("-").isdigit() or not message or message.endswith("…"):
+        return False
+    if any(p in message for p in step.config.device_failure_patterns):
+        return False
+    lowered = message.lower()
+    return not any(word in lowered for word in _GPU_WORDS)
+
+
+def _looping(step: Step, key: str, container: str) -> bool:
+    """Is a crash loop (``suspected_cuda_oom``, any cause) already open for the container
+    (for any of the pod's containers when ``container`` is empty: a pod ``Failed`` with
+    no reason, the end of a loop whose Job gave up)?
+
+    Its next crash near a drop is the loop's, not the device's: the nearness test says
+    "an XID 79 kills its process at once", but a container that has been crashing every
+    few minutes since before the fault would have crashed then anyway. The simulator
+    found it twice in one 2 h day (a loop's crash 8 s and 56 s before a drop that named
+    no GPU made the drop a page). Its binding or its words still join it.
+
+    Only against a drop alone (:func:`belongs_to`'s ``fatal`` is False): a fatal XID
+    (79: the GPU fell off the bus) kills every process on its GPU at once, the
+    looping one too, and the loop then goes on crashing on the dead GPU; with no
+    binding to say where it runs, its crash right after the XID is the device's.
+    """
+    base = f"{key}/{container}"
+    for inc in step.state.incidents.values():
+        if inc.type != _CRASH_LOOP:
+            continue
+        subject = inc.subject
+        if subject == base or subject.startswith(base if not container else base + "#"):
+            return True
+    return False
 
 
 def _says_device_failure(step: Step, info: PodInfo, evidence: Evidence) -> bool:
@@ -231,9 +371,49 @@ def _says_device_failure(step: Step, info: PodInfo, evidence: Evidence) -> bool:
     config, words = step.config, evidence.text
     if any(p in words for p in config.cuda_oom_patterns):
         return False
-    if any(p in words for p in config.device_failure_patterns):
+    if _text_says_device(step, words):
         return True
     return _PRESSURE not in words and not _ordinary_crash(info, evidence)
+
+
+def _text_says_device(step: Step, words: str) -> bool:
+    """Do a failure's words say *device* with no fatal XID to back them? A device
+    pattern, and neither a CUDA OOM text nor one the cause table names as the
+    workload's, the network's or a kernel fault's (see the module docstring)."""
+    return _words_say(step, words) == _DEVICE
+
+
+def _words_say(step: Step, words: str) -> str:
+    """What a failure's words say: :data:`_DEVICE`, :data:`_KERNEL` (a kernel-fault
+    text: the workload's, or a failing GPU's, see :func:`_kernel_fault_says_device`), or
+    ``""`` (nothing about the device: no device pattern, a CUDA OOM, an NCCL error)."""
+    config = step.config
+    if not any(p in words for p in config.device_failure_patterns):
+        return ""
+    if any(p in words for p in config.cuda_oom_patterns):
+        return ""
+    cause = _CAUSES.classify(words)
+    if cause is None or cause.name not in _NOT_DEVICE:
+        return _DEVICE
+    return _KERNEL if cause.name == _KERNEL_FAULT else ""
+
+
+def _kernel_fault_says_device(
+    step: Step, fatal: bool, bound: list[tuple[str, GpuTrack]], since: float, until: float
+) -> bool:
+    """Does a kernel-fault text (``illegal memory access``, ``unspecified launch
+    failure``) say device here? The cause table's own words: "most often a bug in a
+    kernel, sometimes a failing GPU", and its action: "XID 13/31/43 only means a bug in
+    the workload ...; a fatal XID (48, 79, 95, 119...) means the GPU". So it does when
+    the fault has a fatal XID (a pod that dies of an ``unspecified launch failure`` three
+    minutes after an XID 119 on its node died of the GPU, bound or not), unless the
+    pod's own GPU logged an application XID just before (its kernel faulted: the XID is
+    the driver's side of its CUDA error). Against a drop alone (it names no GPU, the
+    device plugin also drops GPUs for reasons that are not this pod's) it does not: the
+    crash is judged as an ordinary one (issue 15, simulator seed 1)."""
+    if not fatal:
+        return False
+    return not _app_fault_before(step, [k for k, _ in bound], since, until)
 
 
 def _same_gpu(key: str, gpu: GpuTrack, chain_key: str, ref: GpuRef) -> bool:
@@ -339,7 +519,8 @@ def _join(step: Step, info: PodInfo, evidence: Evidence) -> None:
     inc = step.find(KIND, SUBJECT)
     if inc is None:
         degraded = step.find(DEGRADED, DEGRADED_SUBJECT)
-        if degraded is not None:
+        first = min(t.time.timestamp() for t in state.chain_triggers)
+        if degraded is not None and not _older_fault(step, degraded, first):
             # The node's gpu_degraded already tells this fault: one root cause, one
             # incident. The chain's triggers and GPUs join it, and the failure escalates it.
             for trigger in state.chain_triggers:
@@ -349,7 +530,6 @@ def _join(step: Step, info: PodInfo, evidence: Evidence) -> None:
             escalate(step, degraded, info, evidence)
             return
         state.fault_draft = None  # the chain reports the fault: no gpu_degraded for it
-        first = min(t.time.timestamp() for t in state.chain_triggers)
         inc = step.open(KIND, SUBJECT, state.chain_anchor, first)
         for trigger in state.chain_triggers:
             step.add_evidence(inc, trigger)
@@ -358,6 +538,42 @@ def _join(step: Step, info: PodInfo, evidence: Evidence) -> None:
     step.add_pod(inc, info)
     step.add_evidence(inc, evidence)
     _describe(step, inc)
+
+
+def _older_fault(step: Step, degraded: OpenIncident, first: float) -> bool:
+    """Does the node's open ``gpu_degraded`` tell an *older* fault than the chain's, whose
+    first trigger is at ``first``? It does when it began more than the chain's window
+    before that trigger: an XID-only ticket stays open a day (``degraded_quiet_seconds``),
+    and a new fatal XID on another GPU an hour later, with a pod failing on it, is a new
+    fault that pages as its own chain. Folded into the old ticket it came out as an
+    update of an hour-old incident (simulator seed 1: an XID 74 ticket at 08:50, an XID
+    48 and an UnexpectedAdmissionError at 09:56). Within the window (the ticket opened
+    for the very XID that armed the chain) it is the same fault: one incident.
+
+    Trap: a flaky GPU logs the same fault again and again (XID 74 every twenty minutes):
+    a chain armed by a recurrence on a GPU the ticket already told of *before* the
+    window is that ticket's fault, and escalates it. So the ticket is older only when
+    none of the chain's GPUs is named in its evidence from before the window (the
+    ticket's own GPU list does not tell: the new XID was added to it as it came). A
+    chain whose GPU is unknown (a drop) cannot be told apart: it escalates, as before.
+    """
+    cutoff = first - step.config.eviction_window_seconds
+    if degraded.first_seen >= cutoff:
+        return False
+    gpus = [ref for key, ref in step.state.chain_gpus if key != "unknown"]
+    if not gpus:
+        return False
+    for item in degraded.evidence:
+        if item.time.timestamp() >= cutoff:
+            continue
+        if item.schema == "node.v1":
+            return False  # an old drop names no GPU: it may be this one
+        for ref in gpus:
+            if (ref.uuid and ref.uuid in item.text) or (
+                ref.pci_bus_id and ref.pci_bus_id in item.text
+            ):
+                return False
+    return True
 
 
 def _describe(step: Step, inc: OpenIncident) -> None:
@@ -394,11 +610,33 @@ def _escalate(step: Step, info: PodInfo, evidence: Evidence) -> bool:
     inc = step.find(DEGRADED, DEGRADED_SUBJECT)
     if inc is None:
         return False
-    times = [e.time.timestamp() for e in inc.evidence if e.schema in ("xid.v1", "node.v1")]
-    if not belongs_to(step, info, evidence, step.now, inc.gpus.items(), times):
+    times = [e.time.timestamp() for e in inc.evidence if _fault_evidence(e)]
+    fatal = bool(inc.attributes.get("xids"))
+    if not belongs_to(step, info, evidence, step.now, inc.gpus.items(), times, fatal=fatal):
         return False
     escalate(step, inc, info, evidence)
     return True
+
+
+_CLEANUP_XID = 45
+"""Preemptive cleanup after earlier errors: never a fault time of its own."""
+
+
+def _fault_evidence(item: Evidence) -> bool:
+    """An allocatable change or an XID that is not an application / informational one:
+    the times a failure is judged against. A workload's own XID 13 is no device fault
+    time, nor is the cleanup XID 45 that follows it: after a fatal XID the fault's own
+    line, seconds earlier, is in the evidence already, and after an application XID (or
+    alone) it is the workload's teardown (the device plugin skips 45 too:
+    NVIDIA/k8s-device-plugin internal/rm/health.go). An XID 154 is a recovery action
+    and keeps counting."""
+    if item.schema == "node.v1":
+        return True
+    read = xid_code_and_class(item)
+    if read is None:
+        return False
+    code, xid_class = read
+    return xid_class not in ("app", "info") and code != _CLEANUP_XID
 
 
 def escalate(step: Step, inc: OpenIncident, info: PodInfo, evidence: Evidence) -> None:

@@ -20,9 +20,13 @@ has failed), the XIDs (``xids``) and the action: the driver's own words when an 
 
 When a ``device_unhealthy_eviction`` chain already reports the node, this rule stays
 quiet: one root cause, one page. XIDs seen on the node are attached as evidence,
-before and while it is open. A device failure that comes when it is open and no chain
-incident is (the chain's window closed, or it never armed) escalates it to the
-chain's situation (:func:`streams.core.rules.chain.escalate`): page, same id.
+before and while it is open, as *context*: they never move ``first_seen``, which is
+when the degradation began (the drop, or the fatal XID that anchors the incident), and
+an application XID (13, 31, 43...: the workload's; the device plugin marks no GPU
+unhealthy for one) never names its GPU as degraded. A device failure that comes when
+it is open and no chain incident is (the chain's window closed, or it never armed)
+escalates it to the chain's situation (:func:`streams.core.rules.chain.escalate`):
+page, same id.
 
 Resolution: a drop resolves when all GPUs are allocatable again. An XID-only
 incident resolves after ``degraded_quiet_seconds`` (a day) without another fatal XID
@@ -97,11 +101,21 @@ def on_capacity(step: Step, ev: NodeEvent, capacity: int, allocatable: int) -> N
     chain.on_restored(step)
 
 
-def on_xid(step: Step, item: Evidence, gpu_key: str, gpu: GpuRef) -> None:
+def on_xid(step: Step, item: Evidence, gpu_key: str, gpu: GpuRef, *, fault: bool) -> None:
+    """Any XID on the node while the incident is open: context evidence.
+
+    ``fault``: the line is not the workload's (not an application-class code, nor a
+    cleanup XID 45 after one). Only such an XID names its GPU as a degraded one: an
+    XID 13/31/43 and its 45 are the workload's
+    (NVIDIA's catalog; the device plugin does not mark a GPU unhealthy for it), and
+    naming its GPU would let that workload's crash escalate the ticket
+    (:func:`streams.core.rules.chain.belongs_to` tests a failure against these GPUs).
+    """
     inc = step.find(KIND, SUBJECT)
     if inc is not None:
-        step.add_evidence(inc, item)
-        step.add_gpu(inc, gpu_key, gpu)
+        step.add_evidence(inc, item, context=True)
+        if fault:
+            step.add_gpu(inc, gpu_key, gpu)
 
 
 def on_fault(
@@ -278,10 +292,16 @@ def _open_drop(step: Step) -> None:
     step.add_evidence(inc, state.degraded_evidence)
     step.set_deadline(inc, NEVER)
     for _, item in state.recent_xids:
-        step.add_evidence(inc, item)
+        # Context, not the fault: the degradation began at the drop (or at the fatal
+        # XID whose draft anchors the incident), so these never move first_seen.
+        step.add_evidence(inc, item, context=True)
     recent = since - config.eviction_lookback_seconds
     for key, gpu in state.gpus.items():
-        if gpu.last_xid >= recent:
+        # A GPU with an XID near the drop is the likely unhealthy one, unless that XID is
+        # an application one: the device plugin ignores those (13, 31, 43, ...).
+        # (A cleanup XID 45 after the workload's XID 13 is the workload's too: typed on
+        # the GPU as its line came, GpuTrack.last_xid_app.)
+        if gpu.last_xid >= recent and not gpu.last_xid_app:
             step.add_gpu(inc, key, gpu_ref(key, gpu, step.state))
     _describe(step, inc)
 

@@ -15,7 +15,11 @@ actionable.
   incident opens when that sum is above ``mismatch_threshold`` and resolves when it
   falls back to or below it; it is revised when the set of nodes changes.
 * **Left out**: nodes whose labels say their GPUs are shared (time-slicing, MPS:
-  several pods on one GPU, so the counts cannot agree), pods asking for a fraction
+  several pods on one GPU, so the counts cannot agree), nodes that are not ``Ready``
+  (False / Unknown: the kubelet is gone, so is the scrape of its dcgm-exporter, whose
+  last bindings stand while the node controller fails the pods ``NodeLost``: "8 bound,
+  0 requested" is the outage, which ``gpu_node_not_ready`` reports; the simulator found
+  it three times in one 2 h day), pods asking for a fraction
   of a GPU, namespaces in ``mismatch_ignore_namespaces``, and nodes no pod-aware
   binding source has ever reported (no dcgm-exporter there at all: counting them as
   "nothing bound" would page for every cluster without it).
@@ -50,7 +54,7 @@ _NODES_SHOWN = 5
 
 def contribution(tally: NodeTally) -> int:
     """This node's share of the disagreement (0 when it is left out)."""
-    if tally.shared or not tally.reported:
+    if tally.shared or not tally.reported or tally.unreachable:
         return 0
     return abs(tally.requested - len(tally.bound) // _DIGITS)
 
@@ -149,6 +153,9 @@ def on_node(step: ClusterStep, ev: NodeEvent) -> None:
     tally = _tally(state, ev.node)
     before = contribution(tally)
     tally.shared = bool(sharing_of(ev.labels))
+    tally.unreachable = any(
+        c.type == "Ready" and c.status in ("False", "Unknown") for c in ev.conditions
+    )
     _changed(step, ev.node, before, None)
 
 

@@ -286,3 +286,25 @@ def test_a_record_at_the_very_instant_a_node_settles_does_not_lose_the_incident(
     (opened, *_) = _mismatches(run(c.events))
     assert opened.attributes["nodes"] == "gpu-node-0"
     assert opened.first_seen.timestamp() - T0.timestamp() == 100
+
+
+def test_a_lost_node_is_not_a_dcgm_disagreement() -> None:
+    """Two nodes go NotReady (Unknown, the kubelet gone) and the node controller fails
+    their pods NodeLost: Kubernetes now counts 0 requested there, while dcgm-exporter,
+    unreachable on those nodes, last said 8 GPUs bound. That is the outage
+    (gpu_node_not_ready's), not dcgm-exporter losing its pod mapping: no
+    allocation_mismatch (the simulator saw three, seed 3). The same pods failing on
+    Ready nodes with the bindings left standing is still a mismatch."""
+
+    def history(ready: str) -> Cluster:
+        c = Cluster()
+        _cluster_with_dcgm(c)
+        for n in (0, 1):
+            c.node(f"gpu-node-{n}", 100, capacity=4, alloc=4, ready=ready)
+            for g in range(4):
+                c.pod(f"gpu-node-{n}", f"gpu-node-{n}-w{g}", 400, phase="Failed", reason="NodeLost")
+        c.tick(5000)
+        return c
+
+    assert _mismatches(run(history("Unknown").events)) == []
+    assert _mismatches(run(history("True").events)) != []

@@ -215,6 +215,39 @@ def _edges() -> dict[str, list[AnyEvent]]:
             c.pod(_N, "p", 20, restarts=1, last=term(15)),
         ],
     )
+    case(
+        "back-off, then the next instance",
+        lambda c: [
+            # The kubelet's shape (issue 15): waiting CrashLoopBackOff at the crashed
+            # instance's count k with the exit in lastState, repeated while it backs
+            # off, then running at k + 1 behind the same exit, then the next crash.
+            c.pod(_N, "p", 0),
+            *[
+                step
+                for k in range(1, 6)
+                for step in (
+                    c.pod(
+                        _N,
+                        "p",
+                        k * 100,
+                        restarts=k - 1,
+                        last=term(k * 100 - 1),
+                        waiting="CrashLoopBackOff",
+                    ),
+                    c.pod(
+                        _N,
+                        "p",
+                        k * 100 + 10,
+                        restarts=k - 1,
+                        last=term(k * 100 - 1),
+                        waiting="CrashLoopBackOff",
+                    ),
+                    c.pod(_N, "p", k * 100 + 20, restarts=k, last=term(k * 100 - 1)),
+                    c.pod(_N, "p", k * 100 + 30, restarts=k, last=term(k * 100 - 1)),
+                )
+            ],
+        ],
+    )
     return cases
 
 

@@ -6,6 +6,8 @@ engine with real-shaped events from :mod:`tests.factories`; the docstring says w
 
 from __future__ import annotations
 
+import msgspec
+
 from streams.core import Correlator
 from tests.core_helpers import config, final, of_type, run
 from tests.factories import T0, Cluster, term
@@ -223,6 +225,173 @@ def test_a_failure_that_says_device_joins_wherever_it_ran() -> None:
     c.pod("n1", "e", 9 * MIN, restarts=1, last=term(9 * MIN - 1, message=oom))
     [inc] = of_type(run(c.events), CHAIN)
     assert sorted(p.name for p in inc.pods) == ["a", "b", "d"]
+
+
+def test_a_kernel_fault_on_another_gpu_does_not_join_a_drop_chain() -> None:
+    """A drop that names no GPU persists (gpu_degraded's ticket); minutes later a pod on
+    another GPU hits XID 13 (an application error: NVIDIA's catalog, and the device
+    plugin does not mark a GPU unhealthy for it) and crashes with ``CUDA error: an
+    illegal memory access was encountered``, which the cause table classes as a kernel
+    fault, the workload's. Its words contain "CUDA error", but they say workload: it
+    does not make the drop a device_unhealthy_eviction page (the old rule did: one
+    false page and one missed ticket, simulator seed 1). A failure whose words do say
+    device (an uncorrectable ECC error) still escalates the drop."""
+    c = Cluster()
+    healthy(c, "n1", ["a", "b"])
+    c.bind("n1", 1, "GPU-20", "0000:20:00.0", ["a"])
+    c.node("n1", 5 * MIN, alloc=7)
+    c.xid("n1", 10 * MIN, 13, bus="0000:20:00.0", uuid="GPU-20")
+    msg = (
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        "CUDA kernel errors might be asynchronously reported at some other API call."
+    )
+    c.pod("n1", "a", 10 * MIN + 10, restarts=1, last=term(10 * MIN + 9, message=msg))
+    revisions = run(c.events)
+    assert of_type(revisions, CHAIN) == []
+    [degraded] = of_type(revisions, "gpu_degraded")
+    assert (degraded.severity, degraded.pods) == ("ticket", ())
+    assert [i.type for i in of_type(revisions, "gpu_app_fault")] == ["gpu_app_fault"]
+    ecc = "RuntimeError: CUDA error: uncorrectable ECC error encountered"
+    c.pod("n1", "b", 11 * MIN, restarts=1, last=term(11 * MIN - 1, message=ecc))
+    [escalated] = of_type(run(c.events), "gpu_degraded")
+    assert escalated.severity == "page"
+    assert [p.name for p in escalated.pods if p.role == "failed"] == ["b"]
+
+
+def test_earlier_unrelated_xids_do_not_move_a_drops_first_seen() -> None:
+    """An XID 13 (the workload's) and an XID 63 (a page retirement, informational)
+    minutes before a drop stay attached as context, but the degradation began at the
+    drop: first_seen is the drop's time, and the XID 13's GPU is not named degraded (the
+    device plugin marks a GPU unhealthy for any XID but the application ones).
+    The old rule dated the incident from the earliest XID, minutes before the drop, so
+    its detection delay looked minutes long (simulator, seeds 1 to 3)."""
+    c = Cluster()
+    healthy(c, "n1", ["a"])
+    c.bind("n1", 1, "GPU-20", "0000:20:00.0", ["a"])
+    c.xid("n1", 2 * MIN, 13, bus="0000:20:00.0", uuid="GPU-20")
+    c.xid("n1", 3 * MIN, 63, bus="0000:21:00.0", uuid="GPU-21")
+    c.node("n1", 5 * MIN, alloc=7)
+    c.tick(11 * MIN)
+    [inc] = of_type(run(c.events), "gpu_degraded")
+    assert inc.first_seen.timestamp() == T0_S + 5 * MIN
+    assert [e.schema for e in inc.evidence].count("xid.v1") == 2, "kept as context"
+    assert "GPU-20" not in [g.uuid for g in inc.gpus], "an XID 13 marks no GPU unhealthy"
+
+
+def test_a_crash_loops_next_crash_near_a_drop_is_the_loops() -> None:
+    """A container crash-looping for ten minutes (its suspected_cuda_oom open) crashes
+    again 30 s before a drop that names no GPU. An ordinary crash near a trigger joins
+    the chain because a dead GPU kills its process at once, but this one would have
+    crashed anyway: the drop stays a gpu_degraded ticket, the loop stays its own
+    incident. The old rule paged device_unhealthy_eviction for it (simulator seed 1,
+    twice). A pod that fails with no loop behind it still joins by time."""
+    c = Cluster()
+    healthy(c, "n1", ["a", "b"])
+    for k in range(5):
+        t = (k + 1) * 2 * MIN
+        c.pod("n1", "a", t + 1, restarts=k + 1, last=term(t))
+    c.node("n1", 10 * MIN + 31, alloc=7)
+    c.tick(17 * MIN)
+    revisions = run(c.events)
+    assert of_type(revisions, CHAIN) == []
+    assert [i.severity for i in of_type(revisions, "gpu_degraded")] == ["ticket"]
+    [loop] = of_type(revisions, "suspected_cuda_oom")
+    assert loop.status in ("open", "updated")
+    c.events.pop()
+    c.pod("n1", "b", 10 * MIN + 20, restarts=1, last=term(10 * MIN + 19))
+    c.tick(17 * MIN)
+    [chain] = of_type(run(c.events), CHAIN)
+    assert [p.name for p in chain.pods] == ["b"]
+
+
+def test_a_pressure_evictions_sigkill_is_the_eviction_not_a_crash() -> None:
+    """Node memory pressure evicts a GPU pod 20 s after a drop that names no GPU: the
+    pod update says ``Failed``/``Evicted`` "low on resource: memory" and its container
+    exited 137, the eviction's SIGKILL. That kill is the eviction (the host's, which does
+    not join), not an ordinary crash near the drop; the old rule offered the exit alone
+    and paged the drop as a device_unhealthy_eviction (simulator seed 2)."""
+    c = Cluster()
+    healthy(c, "n1", ["a"])
+    c.node("n1", 5 * MIN, alloc=7)
+    c.kube("n1", 5 * MIN + 20, "Evicted", name="a", message="The node was low on resource: memory.")
+    ev = c.pod(
+        "n1",
+        "a",
+        5 * MIN + 23,
+        phase="Failed",
+        reason="Evicted",
+        current=term(5 * MIN + 22, code=137),
+    )
+    c.events[-1] = msgspec.structs.replace(ev, message="The node was low on resource: memory.")
+    c.tick(12 * MIN)
+    revisions = run(c.events)
+    assert of_type(revisions, CHAIN) == []
+    assert [i.severity for i in of_type(revisions, "gpu_degraded")] == ["ticket"]
+
+
+def test_a_loop_whose_job_gives_up_near_a_drop_is_not_the_drops() -> None:
+    """A crash loop ends with the pod ``Failed`` (no reason) 40 s after a drop that names
+    no GPU: the pod's failure is the loop's end, not the device's (simulator seed 2)."""
+    c = Cluster()
+    healthy(c, "n1", ["a"])
+    for k in range(5):
+        t = (k + 1) * 2 * MIN
+        c.pod("n1", "a", t + 1, restarts=k + 1, last=term(t))
+    c.node("n1", 10 * MIN + 31, alloc=7)
+    c.pod("n1", "a", 11 * MIN + 11, phase="Failed", restarts=5, current=term(11 * MIN + 10))
+    c.tick(17 * MIN)
+    revisions = run(c.events)
+    assert of_type(revisions, CHAIN) == []
+    assert [i.severity for i in of_type(revisions, "gpu_degraded")] == ["ticket"]
+
+
+def test_a_crash_right_after_an_app_xid_on_its_gpu_is_the_workloads() -> None:
+    """XID 13 on the pod's GPU, a drop naming no GPU 7 s later, the pod's exit 14 s after
+    that: the crash is explained by its own GPU's application fault (the device plugin
+    marks no GPU unhealthy for an XID 13), so the drop's nearness does not claim it: a
+    gpu_degraded ticket and a gpu_app_fault, no page (simulator seed 3). The same crash
+    with no XID on its GPU still joins by time."""
+
+    def history(app_xid: bool) -> Cluster:
+        c = Cluster()
+        healthy(c, "n1", ["a"])
+        c.bind("n1", 1, "GPU-20", "0000:20:00.0", ["a"])
+        if app_xid:
+            c.xid("n1", 5 * MIN - 7, 13, bus="0000:20:00.0", uuid="GPU-20")
+        c.node("n1", 5 * MIN, alloc=7)
+        c.pod("n1", "a", 5 * MIN + 14, restarts=1, last=term(5 * MIN + 13))
+        c.tick(12 * MIN)
+        return c
+
+    revisions = run(history(app_xid=True).events)
+    assert of_type(revisions, CHAIN) == []
+    assert [i.severity for i in of_type(revisions, "gpu_degraded")] == ["ticket"]
+    assert len(of_type(revisions, "gpu_app_fault")) == 1
+    [chain] = of_type(run(history(app_xid=False).events), CHAIN)
+    assert [p.name for p in chain.pods] == ["a"]
+
+
+def test_a_crash_whose_message_names_an_app_error_is_not_claimed_by_nearness() -> None:
+    """A container exits 1 with ``KeyError: 'input_ids'`` 30 s before a drop that names
+    no GPU: its own last words name an application bug, so the drop's nearness does not
+    make it a device casualty (simulator, 100 nodes 6 h). The same crash with no
+    message, or with a CUDA error, still joins by time."""
+
+    def history(message: str) -> Cluster:
+        c = Cluster()
+        healthy(c, "n1", ["a"])
+        c.pod("n1", "a", 5 * MIN - 29, restarts=1, last=term(5 * MIN - 30, message=message))
+        c.node("n1", 5 * MIN, alloc=7)
+        c.tick(12 * MIN)
+        return c
+
+    app = "Traceback (most recent call last): KeyError: 'input_ids'"
+    revisions = run(history(app).events)
+    assert of_type(revisions, CHAIN) == []
+    assert [i.severity for i in of_type(revisions, "gpu_degraded")] == ["ticket"]
+    for message in ("", "RuntimeError: CUDA error: unknown error"):
+        [chain] = of_type(run(history(message).events), CHAIN)
+        assert [p.name for p in chain.pods] == ["a"], message
 
 
 def test_a_fatal_xid_while_a_drop_is_pending_trusts_the_drop_at_once() -> None:

@@ -314,3 +314,65 @@ def test_a_late_device_failure_joins_the_chain_still_open_after_its_window() -> 
     [inc] = of_type(revisions, CHAIN)
     assert sorted(p.name for p in inc.pods) == ["a", "b"]
     assert of_type(revisions, DEGRADED) == []
+
+
+def test_a_new_fault_an_hour_after_an_open_ticket_pages_as_its_own_chain() -> None:
+    """An XID 79 ticket (no pod failed) is open for its day of quiet; an hour later an
+    XID 48 on another GPU and, 20 s after it, the pod on that GPU failing
+    UnexpectedAdmissionError: a new fault, its own device_unhealthy_eviction page, not
+    an update of the hour-old ticket (simulator seed 1). Within the chain's window the
+    ticket would be the same fault and escalate (the test above)."""
+    c = Cluster()
+    trainer_node(c, pods=("trainer-0", "trainer-1"))
+    c.bind("n1", 3, "GPU-1b", "0000:1b:00.0", ["trainer-1"])
+    kmsg(c, "n1", 10 * MIN, OFF_BUS)
+    c.tick(20 * MIN)
+    c.xid("n1", 70 * MIN, 48, bus="0000:1b:00.0", uuid="GPU-1b")
+    c.pod("n1", "trainer-1", 70 * MIN + 20, phase="Failed", reason="UnexpectedAdmissionError")
+    revisions = run(c.events)
+    [chain] = of_type(revisions, CHAIN)
+    assert chain.severity == "page"
+    assert [p.name for p in chain.pods] == ["trainer-1"]
+    assert [g.uuid for g in chain.gpus] == ["GPU-1b"]
+    [ticket] = of_type(revisions, DEGRADED)
+    assert ticket.severity == "ticket"
+    assert "escalated" not in ticket.attributes
+
+
+def test_a_failure_on_the_old_tickets_gpu_escalates_it_while_a_new_chain_is_open() -> None:
+    """The hour-old XID 79 ticket (trainer-0 on its GPU) and the new XID 48 chain of
+    trainer-1 are both open; then trainer-0 crashes on the GPU that fell off the bus.
+    It is not the new chain's (its GPU is another), but it is the ticket's: the
+    ticket escalates to a page naming it, rather than the failure attaching to nothing."""
+    c = Cluster()
+    trainer_node(c, pods=("trainer-0", "trainer-1"))
+    c.bind("n1", 3, "GPU-1b", "0000:1b:00.0", ["trainer-1"])
+    kmsg(c, "n1", 10 * MIN, OFF_BUS)
+    c.tick(20 * MIN)
+    c.xid("n1", 70 * MIN, 48, bus="0000:1b:00.0", uuid="GPU-1b")
+    c.pod("n1", "trainer-1", 70 * MIN + 20, phase="Failed", reason="UnexpectedAdmissionError")
+    c.pod("n1", "trainer-0", 73 * MIN, restarts=1, last=term(73 * MIN - 1))
+    revisions = run(c.events)
+    [chain] = of_type(revisions, CHAIN)
+    assert [p.name for p in chain.pods] == ["trainer-1"]
+    [ticket] = of_type(revisions, DEGRADED)
+    assert (ticket.severity, ticket.attributes.get("escalated")) == ("page", "pod failure")
+    assert [p.name for p in ticket.pods if p.role == "failed"] == ["trainer-0"]
+
+
+def test_a_flaky_gpus_recurring_xid_and_a_failure_escalate_its_ticket() -> None:
+    """The converse of the test above: the ticket's own GPU logs its XID 79 again an
+    hour later and the pod on it fails: a recurrence of the ticket's fault, so the
+    failure escalates the ticket (page, same id) rather than opening a second incident
+    (simulator seed 1: a flaky GPU's XID 74 every twenty minutes)."""
+    c = Cluster()
+    trainer_node(c)
+    kmsg(c, "n1", 10 * MIN, OFF_BUS)
+    c.tick(20 * MIN)
+    kmsg(c, "n1", 70 * MIN, OFF_BUS)
+    c.pod("n1", "trainer-0", 70 * MIN + 20, phase="Failed", reason="UnexpectedAdmissionError")
+    revisions = run(c.events)
+    assert of_type(revisions, CHAIN) == []
+    [ticket] = of_type(revisions, DEGRADED)
+    assert ticket.severity == "page"
+    assert [p.name for p in ticket.pods if p.role == "failed"] == ["trainer-0"]

@@ -127,6 +127,18 @@ def test_cuda_oom_is_never_raised_after_an_oomkill(seq: list[tuple[tuple[str, in
     plan=[("chain", 0, 0), ("chain", 0, 0), ("chain", 0, 1760), ("cuda", 0, 1798)],
     picks=[(0.8125, 0.5, 0.0)],
 )
+@example(  # a redelivered Evicted of a pod seen running since: it marked the pod failed
+    plan=[
+        ("chain", 0, 558),
+        ("chain", 0, 0),
+        ("oom", 0, 734),
+        ("cuda", 0, 116),
+        ("degraded", 0, 598),
+        ("oom", 0, 598),
+        ("not_ready", 0, 747),
+    ],
+    picks=[(0.71875, 0.5, 0.0)],
+)
 def test_a_second_delivery_or_a_relisted_copy_never_changes_the_incidents(
     plan: list[tuple[str, int, int]], picks: list[tuple[float, float, float]]
 ) -> None:

@@ -385,3 +385,60 @@ def test_a_termination_seen_as_current_state_then_as_last_state_counts_once() ->
         c.pod("gpu-node-03", "ft-0", t + 1, container="trainer", restarts=k, current=crash)
         c.pod("gpu-node-03", "ft-0", t + 11, container="trainer", restarts=k + 1, last=crash)
     assert of_type(run(c.events), "suspected_cuda_oom") == []
+
+
+def backing_off(crashes: int) -> Cluster:
+    """A GPU pod crash-looping as the kubelet reports it: each exit first as
+    ``waiting: CrashLoopBackOff`` at the crashed instance's restartCount with the exit in
+    ``lastState``, then ``running`` at restartCount + 1 with the same exit (the next
+    instance), as ``gputriage simulate`` writes it (seed 3, train-llama-7b-qs4lr-mxgcl)."""
+    c = Cluster()
+    c.node("gpu-node-03", 0)
+    c.pod("gpu-node-03", "ft-0", 1, container="trainer")
+    for k in range(crashes):
+        t = (k + 1) * 70.0
+        crash = term(t, "Error", 1)
+        c.pod(
+            "gpu-node-03",
+            "ft-0",
+            t + 1,
+            container="trainer",
+            restarts=k,
+            last=crash,
+            waiting="CrashLoopBackOff",
+        )
+        c.pod("gpu-node-03", "ft-0", t + 15, container="trainer", restarts=k + 1, last=crash)
+    return c
+
+
+def test_the_restart_after_a_back_off_is_not_a_second_crash() -> None:
+    """Three crashes reported back-off first: the count's rise after each back-off is
+    that exit's own restart, already counted as its termination. The old rule counted
+    it again as an unseen crash and paged "restarted 5 times" for three crashes."""
+    assert of_type(run(backing_off(3).events), "suspected_cuda_oom") == []
+    [inc] = of_type(run(backing_off(4).events), "suspected_cuda_oom")
+    assert inc.attributes["restarts_in_window"] == "4"
+    assert "restarted 4 times" in inc.summary
+
+
+def test_a_gap_across_a_back_off_still_counts_the_missed_crashes() -> None:
+    """restartCount 0 to a back-off at 4 with a newer exit: at least three crashes were
+    missed (restartCount 4 says instances 0 to 3 exited before the one shown): with the
+    exit shown, more than three in the window. A guard for the rule above: the missed
+    crashes still count when the update brings an exit we had not seen."""
+    c = Cluster()
+    c.node("gpu-node-03", 0)
+    c.pod("gpu-node-03", "ft-0", 1 * MIN, container="trainer")
+    crash = term(9 * MIN, "Error", 1)
+    c.pod(
+        "gpu-node-03",
+        "ft-0",
+        9 * MIN + 1,
+        container="trainer",
+        restarts=4,
+        last=crash,
+        waiting="CrashLoopBackOff",
+    )
+    c.pod("gpu-node-03", "ft-0", 9 * MIN + 15, container="trainer", restarts=5, last=crash)
+    [inc] = of_type(run(c.events), "suspected_cuda_oom")
+    assert inc.attributes["restarts_in_window"] == "4", "a lower bound: never more than seen"
