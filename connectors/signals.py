@@ -69,6 +69,22 @@ def stop_on_signals(
     return restore
 
 
+def ignore_late_signals() -> None:
+    """After a clean stop (the loop has returned): ignore SIGINT and SIGTERM while the
+    process exits.
+
+    Trap: ``asyncio.run`` closing its loop puts the default handlers back, and the
+    interpreter's exit (flushing logs, finalising aiokafka's and msgspec's modules)
+    still takes a moment. A parent forwarding the stop (``gputriage demo`` sends its
+    worker SIGTERM after the terminal's Ctrl-C reached both) then kills a process that
+    had already stopped cleanly: exit status -15 instead of 0, and the parent reports
+    an unclean stop. Only for a command's main path, once its work is done.
+    """
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(ValueError, OSError):  # not the main thread
+            signal.signal(signum, signal.SIG_IGN)
+
+
 def _give_up(seconds: float) -> None:
     if seconds:
         log.error(

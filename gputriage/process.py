@@ -35,7 +35,7 @@ from aiokafka.errors import KafkaError
 from connectors.kafka.admin import TopicError, check_copartitioned, ensure_topics
 from connectors.kafka.config import client_kwargs
 from connectors.prometheus import MetricsUnavailable
-from connectors.signals import stop_on_signals
+from connectors.signals import ignore_late_signals, stop_on_signals
 from gputriage.errors import error
 from gputriage.logs import configure_logging
 from gputriage.settings import Settings, SettingsError
@@ -96,7 +96,9 @@ def run_worker(
             )
             return 1
     try:
-        return asyncio.run(_run(settings, brokers, options, engine))
+        status = asyncio.run(_run(settings, brokers, options, engine))
+        ignore_late_signals()  # stopped: a parent's forwarded SIGTERM must not kill the exit
+        return status
     except KafkaError as exc:
         # Unreachable at start, or failed past the producer's retries mid-run: nothing
         # undelivered was committed, so the restarted worker (its supervisor's job)

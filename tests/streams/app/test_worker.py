@@ -9,6 +9,7 @@ so these tests say "live equals replay", crash or no crash.
 from __future__ import annotations
 
 import asyncio
+import signal
 import urllib.request
 from collections.abc import Iterator
 from datetime import timedelta
@@ -316,3 +317,27 @@ def _last_owned(log: str) -> set[int]:
         return set()
     listed = lines[-1].split("partitions [", 1)[1].split("]", 1)[0]
     return {int(p) for p in listed.split(",") if p.strip()}
+
+
+def test_a_stop_forwarded_while_the_worker_exits_is_no_unclean_stop(
+    kafka: KafkaTestEnv, tmp_path: Path
+) -> None:
+    """A terminal's Ctrl-C reaches the worker and its parent (``gputriage demo``) at once;
+    the parent then forwards the stop as SIGTERM. Arriving once the worker has stopped,
+    while the interpreter exits (asyncio.run has put the default handlers back), it
+    killed a worker that had stopped cleanly: exit -15, "unclean stop" (seen in CI)."""
+    kafka.create_topics()
+    worker = Worker(kafka, f"{kafka.prefix}-app", tmp_path / "worker.log")
+    try:
+        wait_until(lambda: "restored" in worker.log(), timeout=30, what="partitions assigned")
+        worker.process.send_signal(signal.SIGINT)
+        wait_until(
+            lambda: "worker stopped" in worker.log() or worker.process.poll() is not None,
+            timeout=30,
+            what="the clean stop",
+        )
+        if worker.process.poll() is None:
+            worker.process.send_signal(signal.SIGTERM)  # the parent's forward, late
+        assert worker.process.wait(30) == 0, worker.log()[-2000:]
+    finally:
+        worker.stop()
