@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from bench.report.markdown import table
+
 ROOT = Path(__file__).resolve().parent.parent
 BAR_PRECISION = 0.99
 BAR_RECALL = 0.99
@@ -107,9 +109,8 @@ def _s(value: float | None) -> str:
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
+    """The report's own Markdown table (:func:`bench.report.markdown.table`), as one string."""
+    return "\n".join(table(header, rows))
 
 
 def ours_section(result: dict[str, Any], command: str, title: str) -> dict[str, Any]:

@@ -102,7 +102,7 @@ def _verdict(met: bool) -> str:
     return "met" if met else "**not met**"
 
 
-def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return lines
@@ -267,7 +267,7 @@ def summary(ctx: Context) -> list[str]:
     lines = ["## Summary", ""]
     if not rows:
         return [*lines, "*No benchmark ran.*", ""]
-    lines += _table(["measure", "result", "bar", ""], rows)
+    lines += table(["measure", "result", "bar", ""], rows)
     not_ok = [name for name, outcome in o.items() if outcome.status != "ok"]
     if not_ok:
         lines += ["", "Not in this report (not run or failed): " + ", ".join(not_ok) + "."]
@@ -296,7 +296,7 @@ def core(ctx: Context) -> list[str]:
     ]
     decode_runs = [n / x for x in t["decode_runs_s"]]
     core_runs = [n / x for x in t["core_runs_s"]]
-    lines += _table(
+    lines += table(
         ["pass", "events/s (best)", "all runs, events/s", "us/event"],
         [
             [
@@ -353,7 +353,7 @@ def replay(ctx: Context) -> list[str]:
         f"{s['hours']:g} h of event time, {s['mb']:.0f} MB.",
         "",
     ]
-    lines += _table(
+    lines += table(
         ["runs, s", "best, s", "events/s", "x real time (all runs)", "revisions"],
         [
             [
@@ -430,7 +430,7 @@ def pipeline(ctx: Context) -> list[str]:
                 f"{group['events_per_s'] / b['events_per_s']:.2f} x one worker (reported)",
             ]
         )
-    lines += _table(["", "records/s", "x (a)", "bar"], rows)
+    lines += table(["", "records/s", "x (a)", "bar"], rows)
     if "us_per_record" in b:
         lines += [
             "",
@@ -493,7 +493,7 @@ def latency(ctx: Context) -> list[str]:
                 "" if bar is None else f"<= {bar:g} s: {_verdict(max(p99) <= bar)}",
             ]
         )
-    lines += _table(
+    lines += table(
         ["events/s", "incidents", "p50", "p95", "p99", "worker core%", "load lag p99", "bar"], rows
     )
     lines += [
@@ -582,7 +582,7 @@ def connectors(ctx: Context) -> list[str]:
             ]
         )
     if rows:
-        lines += _table(["connector", "pass", "throughput", "bar"], rows)
+        lines += table(["connector", "pass", "throughput", "bar"], rows)
         lines.append("")
     lines += notes
     for name in ("slim", "kmsg", "autoscaler"):
@@ -613,7 +613,7 @@ def memory(ctx: Context) -> list[str]:
         "included). *RSS*: the resident set's growth over the loaded input.",
         "",
     ]
-    lines += _table(
+    lines += table(
         [
             "nodes",
             "events",
@@ -686,7 +686,7 @@ def backlog(ctx: Context) -> list[str]:
         "(`processor.max_buffered_events`); its peak RSS is `VmHWM`.",
         "",
     ]
-    lines += _table(
+    lines += table(
         ["cap", "peak RSS", "peak buffered", "pauses", "drain", "records/s"],
         [
             [
@@ -747,7 +747,7 @@ def quality(ctx: Context) -> list[str]:
             lines += [str(data["markdown"]).rstrip(), ""]
         metrics = data.get("metrics")
         if isinstance(metrics, dict) and metrics:
-            lines += _table(["metric", "value"], [[str(k), str(v)] for k, v in metrics.items()])
+            lines += table(["metric", "value"], [[str(k), str(v)] for k, v in metrics.items()])
             lines.append("")
     return lines
 
