@@ -105,29 +105,34 @@ def test_usage_errors_are_one_line() -> None:
     assert "is not an http(s):// URL" in proc.stderr.decode()
 
 
+async def _connect_dcgm(url: str, interval: str, env: dict[str, str]) -> asyncio.subprocess.Process:
+    """``gputriage connect dcgm`` for gpu-node-1 of c1 against ``url``, stderr piped."""
+    return await asyncio.create_subprocess_exec(
+        str(CONSOLE_SCRIPT),
+        "connect",
+        "dcgm",
+        "--url",
+        url,
+        "--node",
+        "gpu-node-1",
+        "--cluster",
+        "c1",
+        "--interval",
+        interval,
+        "--metrics-port",
+        "0",
+        env=env,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
 @pytest.mark.asyncio
 async def test_connect_dcgm_publishes_until_sigterm(kafka: KafkaTestEnv) -> None:
     """The real command against a local exporter and the embedded broker."""
     exporter = Exporter()
     exporter.queue = [(500, "warming up", {})]  # survived: retried after a backoff
     async with serving(exporter) as url:
-        proc = await asyncio.create_subprocess_exec(
-            str(CONSOLE_SCRIPT),
-            "connect",
-            "dcgm",
-            "--url",
-            url,
-            "--node",
-            "gpu-node-1",
-            "--cluster",
-            "c1",
-            "--interval",
-            "0.1",
-            "--metrics-port",
-            "0",
-            env=clean_env(kafka.env),
-            stderr=asyncio.subprocess.PIPE,
-        )
+        proc = await _connect_dcgm(url, "0.1", clean_env(kafka.env))
         # Ends early if the command died (its stderr then says why).
         scraped = lambda: exporter.hits >= 3 or proc.returncode is not None  # noqa: E731
         await eventually(scraped, timeout=30, what="three scrapes")
@@ -163,23 +168,7 @@ async def test_the_heartbeat_interval_comes_from_the_settings(kafka: KafkaTestEn
     exporter = Exporter()
     async with serving(exporter) as url:
         env = clean_env({**kafka.env, "GPUTRIAGE_CONNECT__DCGM__HEARTBEAT_SECONDS": str(beat)})
-        proc = await asyncio.create_subprocess_exec(
-            str(CONSOLE_SCRIPT),
-            "connect",
-            "dcgm",
-            "--url",
-            url,
-            "--node",
-            "gpu-node-1",
-            "--cluster",
-            "c1",
-            "--interval",
-            "3600",
-            "--metrics-port",
-            "0",
-            env=env,
-            stderr=asyncio.subprocess.PIPE,
-        )
+        proc = await _connect_dcgm(url, "3600", env)
         topic = kafka.layout.raw_topic(GpuBindingEvent)
 
         def ticks(records: list[Any]) -> dict[int, list[int]]:
