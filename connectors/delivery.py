@@ -61,6 +61,7 @@ from aiokafka.errors import KafkaError, KafkaTimeoutError
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from connectors.backoff import Backoff
+from connectors.health import Health
 
 log = logging.getLogger("gputriage.connect")
 
@@ -103,8 +104,14 @@ class DeliveryMetrics:
     the connectors apart.
     """
 
-    def __init__(self, registry: CollectorRegistry) -> None:
+    def __init__(self, registry: CollectorRegistry, health: Health | None = None) -> None:
         self.registry = r = registry
+        self.health = health or Health()
+        """The process's ``/healthz`` and ``/readyz`` (served with the registry): the
+        delivery keeps its ``kafka`` condition there."""
+        self.kafka = self.health.condition("kafka", detail="not connected yet")
+        """Holds while the last produce was acknowledged; the publish loop sets it when
+        it starts (the producer connected), the delivery on each failure and recovery."""
         self.events_out = Counter(
             "gputriage_connector_events_out",
             "Events acknowledged by the broker, by source.",
@@ -245,6 +252,8 @@ class BoundedDelivery(Generic[T]):
                     )
                     raise
                 now = time.monotonic()
+                if self.metrics is not None:
+                    self.metrics.kafka.set(False, f"produce failed, retrying: {exc!r}")
                 if self.failing_since is None:
                     self.failing_since = now
                     log.warning(
@@ -263,6 +272,8 @@ class BoundedDelivery(Generic[T]):
                     "delivery recovered after %.1f s", time.monotonic() - self.failing_since
                 )
                 self.failing_since = None
+            if self.metrics is not None:
+                self.metrics.kafka.set(True)
             self.delivered += sum(self._size(item) for item in batch)
             return
 

@@ -434,6 +434,10 @@ class Publisher:
         Raises what the source, ``enrich``, a commit or a non-transient send raised
         (after the drain); ``CancelledError`` if cancelled, also after the drain.
         """
+        if self.metrics is not None and self.delivery.failing_since is None:
+            # The producer is started (it fetched metadata): a source that has nothing to
+            # send yet, and so sends no heartbeat either, must not read as "not connected".
+            self.metrics.kafka.set(True)
         delivering = asyncio.create_task(self.delivery.run(), name=f"deliver:{self.source.name}")
         reading = asyncio.create_task(self._read(stop), name=f"read:{self.source.name}")
         stopping = asyncio.create_task(stop.wait(), name="stop")

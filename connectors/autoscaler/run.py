@@ -233,7 +233,12 @@ async def run_connect_autoscaler(
     try:
         metrics = AutoscalerMetrics()
         if options.metrics_port is not None:
-            port = serve_metrics(metrics.registry, options.metrics_port, options.metrics_addr)
+            port = serve_metrics(
+                metrics.registry,
+                options.metrics_port,
+                options.metrics_addr,
+                metrics.delivery.health,
+            )
             log.info("metrics on http://%s:%d/metrics", options.metrics_addr, port)
         stop = stop or asyncio.Event()
         stop_on_signals(stop)

@@ -81,6 +81,7 @@ from connectors.bridges.config import BridgeSettings
 from connectors.bridges.ledger import Ledger
 from connectors.bridges.metrics import BridgeMetrics
 from connectors.bridges.storms import StormPolicy, folded, group_of, merged, paged, with_lead_view
+from connectors.health import fetched_ago, observe_consumer
 from schemas.bridges import BridgeDelivery
 from schemas.codec import RecordError, decode_incident, encode, fitted_dead_letter
 from schemas.dead_letters import DeadLetter
@@ -256,6 +257,7 @@ class BridgeRunner:
         self._fatal: BaseException | None = None
         self._queued = 0
         self._paused = False
+        self._health_at = 0.0
         self._generation = 0
         self._assignments = 0
         self._letters: set[asyncio.Task[None]] = set()
@@ -287,6 +289,7 @@ class BridgeRunner:
                 self._raise_fatal(ticker)
                 batches = await self.consumer.getmany(timeout_ms=200, max_records=1000)
                 self._raise_fatal(ticker)
+                self._observe_kafka()
                 async with self._lock:
                     for tp, records in batches.items():
                         for record in records:
@@ -673,7 +676,9 @@ class BridgeRunner:
                 )
                 outcome = Retry(f"endpoint raised {exc.__class__.__name__}")
             if not isinstance(outcome, Retry):
+                self.metrics.endpoint.set(True)
                 return outcome
+            self.metrics.endpoint.set(False, f"route {route.name}: {self.scrub(outcome.reason)}")
             delay = self.backoff.after(attempt, outcome.after_seconds)
             attempt += 1
             self.metrics.retries.labels(self.kind, route.name).inc()
@@ -691,6 +696,17 @@ class BridgeRunner:
                 await asyncio.wait_for(self._halt.wait(), delay)
             if self._halt.is_set():
                 raise _Abandoned
+
+    def _observe_kafka(self) -> None:
+        """The health's ``kafka`` condition, at most once a second. While paused (the
+        lanes are full) nothing is fetched, so fetch times say nothing then."""
+        now = time.monotonic()
+        if now - self._health_at < 1.0:
+            return
+        self._health_at = now
+        consumer = self.consumer
+        ago = None if self._paused else fetched_ago(consumer, time.time())
+        observe_consumer(self.metrics.kafka, len(consumer.assignment()), ago)
 
     # -- dead letters ----------------------------------------------------------------------
     def _dead_letter(

@@ -69,7 +69,7 @@ async def _poll(
     if command.metrics_port is not None:
         from connectors.prometheus import serve_metrics  # noqa: PLC0415
 
-        port = serve_metrics(metrics.registry, command.metrics_port)
+        port = serve_metrics(metrics.registry, command.metrics_port, health=metrics.delivery.health)
         print(f"{PROG} connect dcgm: metrics on http://0.0.0.0:{port}/metrics", file=err)
     options = scrape.PollOptions(
         url=command.url,

@@ -110,6 +110,11 @@ class DcgmMetrics:
         )
         self.delivery = DeliveryMetrics(r)
         """The ``gputriage_connector_*`` delivery metrics every connector exports."""
+        self.exporter = self.delivery.health.condition(
+            "dcgm-exporter", detail="no scrape yet", restart_helps=False
+        )
+        """Holds while the last scrape was ``ok``: an exporter that stopped answering is
+        an XID witness gone: unready, never unlive (restarting us does not bring it back)."""
 
 
 @dataclass(frozen=True)
@@ -392,6 +397,9 @@ class DcgmSource:
             log.exception("dcgm %s: scrape round failed", poller.options.node)
             scraped = Scraped("internal_error")
         poller.metrics.scrapes.labels(scraped.outcome).inc()
+        poller.metrics.exporter.set(
+            scraped.outcome == "ok", "" if scraped.outcome == "ok" else f"scrape {scraped.outcome}"
+        )
         poller.failures = 0 if scraped.outcome == "ok" else poller.failures + 1
         if scraped.letter is not None:
             return Batch(dead=[scraped.letter], records=1)

@@ -70,4 +70,4 @@ class ConnectorMetrics:
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> int:
         """Expose ``/metrics`` on ``port`` (0 picks a free one); the port."""
-        return serve_metrics(self.registry, port, addr)
+        return serve_metrics(self.registry, port, addr, self.delivery.health)

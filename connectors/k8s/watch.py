@@ -79,6 +79,7 @@ import aiohttp
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 
 from connectors.backoff import Backoff, retry_after_seconds
+from connectors.health import Condition
 from connectors.k8s.metrics import ConnectorMetrics
 from connectors.k8s.relist import Known, deletion, diff, identity
 from connectors.k8s.slim import DEFAULT_CONFIG, WATCH_OPS, SlimConfig, slim_object
@@ -536,7 +537,26 @@ class ResourceWatcher:
 
     # -- the loop ---------------------------------------------------------------------
     async def items(self) -> AsyncGenerator[WatchItem, None]:
-        """List, watch, relist on 410, reconnect on silence, back off on errors; forever."""
+        """List, watch, relist on 410, reconnect on silence, back off on errors; forever.
+
+        Keeps the ``watch-<resource>`` health condition (:mod:`connectors.health`): it
+        holds once listed and while lines arrive; an API error, or a watch that ended
+        without a line, fails it until the watch is back.
+        """
+        health = self.metrics.delivery.health if self.metrics is not None else None
+        # Made when watching starts, not with the watcher: a standby replica (leader
+        # election) builds its watchers and never runs them, and must not read as failing.
+        watching = (
+            health.condition(f"watch-{self.resource}", detail="not listed yet") if health else None
+        )
+        try:
+            async for item in self._items(watching):
+                yield item
+        finally:
+            if watching is not None:  # lost the lease, or stopping: no longer ours to judge
+                watching.set(True, "not watching (standby or stopping)")
+
+    async def _items(self, watching: Condition | None) -> AsyncGenerator[WatchItem, None]:
         attempt = 0
         need_list = True
         backoff = self.options.backoff
@@ -549,7 +569,11 @@ class ResourceWatcher:
                     async for item in self._relist():
                         yield item
                     need_list = False
+                if watching is not None:
+                    watching.set(True, "listed, watching")
                 async for item in self._watch():
+                    if watching is not None:
+                        watching.set(True, "listed, watching")  # back after a failure
                     yield item
             except Gone as exc:
                 log.warning("%s: resourceVersion too old (%s); relisting", self.resource, exc)
@@ -564,6 +588,8 @@ class ResourceWatcher:
                 log.warning("%s: API error %s", self.resource, exc)
                 retry_after = exc.retry_after
                 reason = "error"
+                if watching is not None:
+                    watching.set(False, f"API error {exc}")
             if self.metrics is not None:
                 self.metrics.watch_restarts.labels(self.resource, reason).inc()
             # Progress is "the watch delivered lines", bookmarks and the 410 ERROR included:
@@ -575,6 +601,8 @@ class ResourceWatcher:
                     continue
             delay = backoff.after(attempt, retry_after)
             attempt += 1
+            if watching is not None and reason != "error":  # an error said why, above
+                watching.set(False, f"watch {reason} without a line; retrying")
             log.info("%s: retrying in %.2f s (attempt %d)", self.resource, delay, attempt)
             await asyncio.sleep(delay)
 

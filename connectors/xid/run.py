@@ -169,7 +169,7 @@ class KmsgMetrics:
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> int:
         """Expose ``/metrics`` on ``port`` (0 picks a free one); the port."""
-        return serve_metrics(self.registry, port, addr)
+        return serve_metrics(self.registry, port, addr, self.delivery.health)
 
 
 Reader = KmsgSource | TextLogSource | JournalSource

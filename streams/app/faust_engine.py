@@ -668,6 +668,13 @@ class FaustWorker:
         if stale > 0:
             metrics.stale.inc(stale)
         self._stale_seen = correlator.stats.stale
+        # faust hides aiokafka's fetch times: partitions owned is all this engine can say.
+        app = self.app
+        try:
+            assigned = 0 if app is None else len(app.consumer.assignment())
+        except Exception:  # no consumer yet, or one being rebuilt by a rebalance
+            assigned = 0
+        metrics.observe_kafka(assigned, None)
 
 
 def _headers(headers: Any) -> Sequence[tuple[str, bytes]]:

@@ -33,6 +33,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from connectors.health import Health, observe_consumer
 from connectors.prometheus import serve_metrics
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0)
@@ -44,6 +45,12 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry()
         r = self.registry
+        self.health = Health()
+        """``/healthz`` and ``/readyz`` on the metrics port (:mod:`connectors.health`)."""
+        self.kafka = self.health.condition("kafka", detail="not in the group yet")
+        """Partitions assigned and fetch responses arriving (:meth:`observe_kafka`). A
+        broker error past the clients' retries ends the worker anyway (exit 1, restarted);
+        this says what the retries are hiding meanwhile."""
         self.events_in = Counter(
             "gputriage_events_in", "Decoded events, by source.", ["source"], registry=r
         )
@@ -157,5 +164,11 @@ class Metrics:
         )
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> int:
-        """Expose ``/metrics`` on ``port`` (0 picks a free one); the port."""
-        return serve_metrics(self.registry, port, addr)
+        """Expose ``/metrics``, ``/healthz`` and ``/readyz`` on ``port`` (0 picks a free
+        one); the port."""
+        return serve_metrics(self.registry, port, addr, self.health)
+
+    def observe_kafka(self, assigned: int, fetched_ago_s: float | None) -> None:
+        """Set the ``kafka`` condition once a gauge round
+        (:func:`connectors.health.observe_consumer`)."""
+        observe_consumer(self.kafka, assigned, fetched_ago_s)

@@ -101,6 +101,7 @@ from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
+from connectors.health import fetched_ago
 from schemas.codec import encode
 from schemas.dead_letters import DeadLetter
 from schemas.topics import STATE_RECORD_MAX_BYTES, TopicLayout, TopicSpec
@@ -752,6 +753,8 @@ class Worker:
                 stats.late_applied,
             )
             self._late_told = stats.late
+        consumer = self.consumer
+        metrics.observe_kafka(len(consumer.assignment()), fetched_ago(consumer, time.time()))
         alive, idle = self.pipeline.sources(time.time(), self._busy())
         metrics.sources_alive.set(alive)
         metrics.sources_idle.set(idle)

@@ -64,7 +64,14 @@ async def test_429_with_retry_after_is_honoured(kafka: KafkaTestEnv) -> None:
     async with receiving() as receiver, bridging(kafka, [route("r", receiver)]) as bridge:
         receiver.answer((429, {"Retry-After": "2"}, "slow down"))
         await publish(kafka, [incident("inc-a", 1)])
+        endpoint = bridge.metrics.endpoint
+        # /readyz while the vendor pushes back: the endpoint fails, the bridge stays live.
+        await eventually(lambda: not endpoint.state.ok, timeout=20, what="an unready endpoint")
+        assert endpoint.state.detail.startswith("route r: HTTP 429")
+        assert bridge.metrics.health.live().ok
         await eventually(receiver.accepted, timeout=20, what="the retried delivery")
+        await eventually(lambda: endpoint.state.ok, what="the endpoint ready again")
+        await eventually(lambda: bridge.metrics.kafka.state.ok, what="partitions assigned")
     first, second = receiver.got
     assert (first.status, second.status) == (429, 200)
     assert second.at - first.at >= 2.0, "Retry-After: 2 was not waited for"

@@ -250,6 +250,8 @@ async def test_http_errors_refusals_and_timeouts_are_survived_and_retried(
         # Nobody listens yet: connection refused.
         assert await one_round(source) == "unreachable"
         assert poller.failures == 1
+        exporter_health = poller.metrics.exporter.state
+        assert (exporter_health.ok, exporter_health.detail) == (False, "scrape unreachable")
         assert 0 <= poller.next_delay() <= FAST.initial_s
         async with serving(exporter, port):
             exporter.queue = [(500, "oops", {}), (503, "busy", {"Retry-After": "0"})]
@@ -261,6 +263,7 @@ async def test_http_errors_refusals_and_timeouts_are_survived_and_retried(
             exporter.hanging = False
             assert await one_round(source) == "ok"
             assert poller.failures == 0
+            assert poller.metrics.exporter.state.ok
             assert poller.next_delay() == poller.options.interval_s
         assert poller.state is None, "scraped is not acknowledged: only a commit moves the state"
         m = poller.metrics

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import urllib.error
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +122,7 @@ async def test_broker_outage_backpressures_the_watch_and_delivers_everything_in_
             delivery_backoff=Backoff(initial_s=0.05, max_s=0.1),
         )
         connector = Connector(cluster.api, producer, options)
+        probes = f"http://127.0.0.1:{connector.metrics.serve(0, '127.0.0.1')}"
         stop = asyncio.Event()
         task = asyncio.create_task(connector.run(stop))
         cluster.nodes.put(node("gpu-1", "1"))
@@ -130,6 +133,10 @@ async def test_broker_outage_backpressures_the_watch_and_delivers_everything_in_
             cluster.pods.event("ADDED", pod("p1", "100", node="gpu-1"))
             cluster.pods.event("ADDED", pod("p2", "101", node="gpu-2"))
             await consume_events(broker.bootstrap, [pods_topic], 2)
+            ready = await probe(f"{probes}/readyz")
+            assert ready[0] == 200, ready
+            for line in ("[+]loop ok", "[+]kafka ok", "[+]watch-pods ok: listed, watching"):
+                assert line in ready[1].splitlines(), ready
 
             os.kill(broker.pid or 0, signal.SIGSTOP)  # the outage begins
             sent: dict[str, list[str]] = {"uid-p1": ["100"], "uid-p2": ["101"]}
@@ -148,12 +155,18 @@ async def test_broker_outage_backpressures_the_watch_and_delivers_everything_in_
                 what="a full buffer",
             )
             await eventually(lambda: connector.delivery.failing_since is not None)
+            # Unready at once, still live: a restart would not bring the broker back.
+            ready = await probe(f"{probes}/readyz")
+            assert ready[0] == 503, ready
+            assert "[-]kafka failing for" in ready[1], ready
+            assert (await probe(f"{probes}/healthz"))[0] == 200
             # The watch is held: its checkpoint is behind what the server sent.
             assert connector.watchers["pods"].resource_version != str(version)
         finally:
             os.kill(broker.pid or 0, signal.SIGCONT)  # the outage ends
         total = sum(len(v) for v in sent.values())
         await eventually(lambda: connector.delivery.delivered >= total, timeout=15)
+        assert (await probe(f"{probes}/readyz"))[0] == 200
         # Each pod record is also routed to the cluster key: twice as many records.
         records = await consume_events(broker.bootstrap, [pods_topic], 2 * total)
         stop.set()
@@ -170,6 +183,19 @@ async def test_broker_outage_backpressures_the_watch_and_delivers_everything_in_
     assert arrived == sent
     assert metrics.value("gputriage_connector_backpressure_seconds_total") > 0
     assert metrics.value("gputriage_connector_delivery_failures_total") >= 1
+
+
+async def probe(url: str) -> tuple[int, str]:
+    """GET a health endpoint from a thread: it probes this very loop, which must turn."""
+
+    def get() -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                return response.status, response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+
+    return await asyncio.to_thread(get)
 
 
 def test_cli_mistakes_are_one_line_and_exit_2(capsys: Any) -> None:

@@ -202,6 +202,27 @@ async def test_500_and_429_with_retry_after_are_retried_with_backoff(looptime: f
         )
 
 
+async def test_api_errors_fail_the_watch_health_condition_until_the_list_succeeds() -> None:
+    """``/readyz``'s ``watch-pods`` line (connectors.health): failing with the API's
+    answer while the list is refused, holding once listed; given back when the watch ends
+    (a leader that lost its lease has no watch of its own to be judged by)."""
+    async with fake_cluster() as cluster:
+        cluster.pods.put(pod("a", "10"))
+        cluster.pods.list_answers.extend([Fail(500)] * 4)
+        w = watcher(cluster)
+        assert w.metrics is not None
+        health = w.metrics.delivery.health
+        async with collecting(w.items()) as items:
+            await eventually(lambda: len(cluster.pods.list_requests) >= 2, what="a retry")
+            state = health.condition("watch-pods").state
+            assert not state.ok
+            assert state.detail.startswith("API error 500")
+            await eventually(lambda: emitted(items), what="the list after four 500s")
+            await eventually(lambda: health.condition("watch-pods").state.ok, what="watching")
+            assert "[+]watch-pods ok: listed, watching" in health.ready().lines
+        assert health.condition("watch-pods").state.detail == "not watching (standby or stopping)"
+
+
 async def test_error_event_other_than_410_backs_off_and_resumes_without_relisting() -> None:
     async with fake_cluster() as cluster:
         cluster.pods.list_version = "7"

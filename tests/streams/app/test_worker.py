@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from datetime import timedelta
@@ -85,18 +86,39 @@ def test_raw_events_become_the_expected_incidents(
         # Every pod record counts, the copies routed to the cluster key too.
         pods = [copy for e in events for copy in routed(e) if isinstance(copy, PodEvent)]
         assert float(pods_in[0].split()[-1]) == len(pods)
+        # The kubelet's probes, on the same port (connectors.health).
+        base = _port(worker)
+        status, ready = _probe(f"http://127.0.0.1:{base}/readyz")
+        assert status == 200, ready
+        assert f"[+]kafka ok: {PARTITIONS * len(kafka.layout.raw_topics)} partitions assigned" in (
+            ready.splitlines()
+        ), ready
+        assert _probe(f"http://127.0.0.1:{base}/healthz")[0] == 200
     finally:
         assert worker.stop() == 0, worker.log()
+
+
+def _port(worker: Worker) -> int | None:
+    """The metrics port the worker's log names (None before it does)."""
+    lines = [line for line in worker.log().splitlines() if "metrics on http://" in line]
+    return int(lines[-1].rsplit(":", 1)[1].split("/", 1)[0]) if lines else None
+
+
+def _probe(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
 
 
 def _scrape(worker: Worker, need: str = "gputriage_consumer_lag{") -> str:
     """The worker's /metrics page, once its log names the port and the page has ``need``
     (by default a lag sample: a worker that has read nothing on its partitions, such as
     one that joined when they were all committed, never has one)."""
-    lines = [line for line in worker.log().splitlines() if "metrics on http://" in line]
-    if not lines:
+    port = _port(worker)
+    if port is None:
         return ""
-    port = int(lines[-1].rsplit(":", 1)[1].split("/", 1)[0])
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
         text: str = response.read().decode()
     return text if need in text else ""

@@ -1,0 +1,216 @@
+"""What ``/healthz`` and ``/readyz`` answer: named conditions a process keeps, and its loop.
+
+Every long-running process (the processor, each connector, each bridge) keeps a
+:class:`Health`: a few named :class:`Condition`\\s its own code sets as things happen
+(``kafka``: the last delivery was acknowledged; ``watch``: the API server's watch is
+streaming; ``sink``: the last post was accepted), plus a check that its asyncio loop
+still turns. :func:`connectors.prometheus.serve_metrics` serves them next to
+``/metrics``, in the form the Kubernetes API server uses for its own endpoints (one
+``[+]name ok`` / ``[-]name failed: reason`` line per check, then a verdict), so
+``curl :9464/readyz`` reads like ``kubectl get --raw /readyz?verbose``.
+
+Two answers, on purpose different:
+
+* **Ready** (``/readyz``): every condition holds *now* and the loop answers. A broker
+  blip makes a process unready at once: the operator sees it, and nothing restarts.
+* **Live** (``/healthz``, also ``/livez``): the loop answers, and no condition a
+  restart could fix has been failing for longer than ``fail_after_s`` (default 5 min);
+  one marked ``restart_helps=False`` (the node's dcgm-exporter, a vendor's API) never
+  makes a process unlive. Trap: a liveness probe that fails as
+  soon as Kafka does turns one broker hiccup into a restart of every connector and
+  worker of the fleet (each k8s connector relisting the API server at once, every
+  worker re-reading its state topic), which fixes nothing. Failing for minutes is
+  another matter: a client wedged on a broker that moved is exactly what a restart
+  fixes.
+* **The loop** is probed, not trusted: the HTTP thread hands a no-op to the loop
+  (``call_soon_threadsafe``) and waits ``loop_timeout_s`` for it to run. A loop blocked
+  by a runaway computation or a synchronous call never sets a flag saying so.
+
+Threads: conditions are set on the loop and read by the HTTP server's threads. Each
+:meth:`Condition.set` replaces one immutable :class:`State` in a single assignment, so a
+reader sees the old state or the new one, never half of each; nothing else is shared.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+FAIL_AFTER_S: Final = 300.0
+"""A condition failing this long makes the process not live (see the module)."""
+LOOP_TIMEOUT_S: Final = 5.0
+"""How long the loop may take to run a no-op before it counts as stalled."""
+FETCH_STALE_S: Final = 30.0
+"""No fetch response from any assigned partition for this long: Kafka counts as lost.
+A connected aiokafka consumer gets one per long poll (``fetch_max_wait_ms``, 0.5 s) even
+when nothing is new, so 30 s is an outage, not a quiet topic."""
+
+
+@dataclass(frozen=True)
+class State:
+    """One condition's value: whether it holds, why not, and since when (monotonic)."""
+
+    ok: bool
+    detail: str
+    since: float
+
+
+class Condition:
+    """A named fact the process's own code keeps true (set it from the event loop)."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        ok: bool,
+        detail: str,
+        restart_helps: bool = True,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.name = name
+        self.restart_helps = restart_helps
+        """False: only readiness depends on it (see :meth:`Health.condition`)."""
+        self._clock = clock
+        self.state = State(ok, detail, clock())
+
+    def set(self, ok: bool, detail: str = "") -> None:
+        """Record the condition; ``since`` moves only when ``ok`` changes (a failure that
+        goes on with a new reason is still the same failure, as old as its first)."""
+        current = self.state
+        if current.ok == ok and current.detail == detail:
+            return
+        since = current.since if current.ok == ok else self._clock()
+        self.state = State(ok, detail, since)
+
+
+@dataclass(frozen=True)
+class Report:
+    """One answer: the verdict and a line per check."""
+
+    ok: bool
+    lines: tuple[str, ...]
+
+    def text(self, endpoint: str) -> str:
+        """The body: the checks, then ``<endpoint> check passed|failed``."""
+        verdict = "passed" if self.ok else "failed"
+        return "".join(f"{line}\n" for line in self.lines) + f"{endpoint} check {verdict}\n"
+
+
+class Health:
+    """A process's conditions and its loop (the module says what each answer means)."""
+
+    def __init__(
+        self,
+        *,
+        fail_after_s: float = FAIL_AFTER_S,
+        loop_timeout_s: float = LOOP_TIMEOUT_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.fail_after_s = fail_after_s
+        self.loop_timeout_s = loop_timeout_s
+        self._clock = clock
+        self._conditions: dict[str, Condition] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()  # guards the dict while a check iterates it
+
+    def condition(
+        self, name: str, *, ok: bool = False, detail: str = "starting", restart_helps: bool = True
+    ) -> Condition:
+        """The condition called ``name``, created with these arguments if new.
+
+        Starts failing by default: a process is not ready before it has shown it can
+        reach what it needs (a worker before its first assignment, a watch before its
+        first list). ``restart_helps=False`` for a dependency outside the process that
+        a restart of ours cannot fix (the node's dcgm-exporter down, a vendor's API
+        refusing): it makes the process unready, never unlive, however long it lasts.
+        """
+        with self._lock:
+            found = self._conditions.get(name)
+            if found is None:
+                found = Condition(
+                    name, ok=ok, detail=detail, restart_helps=restart_helps, clock=self._clock
+                )
+                self._conditions[name] = found
+            return found
+
+    def watch_loop(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        """Probe ``loop`` (default: the running one) on every answer from now on."""
+        self._loop = loop or asyncio.get_running_loop()
+
+    def ready(self) -> Report:
+        """``/readyz``: every condition holds now, and the loop answers."""
+        return self._report(lambda condition, state, now: state.ok)
+
+    def live(self) -> Report:
+        """``/healthz``: the loop answers, and no condition a restart could fix has
+        failed for ``fail_after_s``."""
+        return self._report(
+            lambda condition, state, now: (
+                state.ok or not condition.restart_helps or now - state.since < self.fail_after_s
+            )
+        )
+
+    def _report(self, passes: Callable[[Condition, State, float], bool]) -> Report:
+        lines = [self._loop_line()] if self._loop is not None else []
+        ok = not lines or lines[0].startswith("[+]")
+        now = self._clock()
+        with self._lock:
+            conditions = list(self._conditions.values())
+        for condition in conditions:
+            state = condition.state
+            good = passes(condition, state, now)
+            ok = ok and good
+            lines.append(_line(condition.name, state, now, good))
+        return Report(ok, tuple(lines))
+
+    def _loop_line(self) -> str:
+        loop = self._loop
+        assert loop is not None
+        if loop.is_closed():
+            return "[-]loop failed: the event loop is closed"
+        answered = threading.Event()
+        try:
+            loop.call_soon_threadsafe(answered.set)
+        except RuntimeError:  # closed between the check and the call
+            return "[-]loop failed: the event loop is closed"
+        if answered.wait(self.loop_timeout_s):
+            return "[+]loop ok"
+        return f"[-]loop failed: no answer in {self.loop_timeout_s:g} s (blocked)"
+
+
+def _line(name: str, state: State, now: float, good: bool) -> str:
+    age = max(0.0, now - state.since)
+    if state.ok:
+        return f"[+]{name} ok" + (f": {state.detail}" if state.detail else "")
+    sign = "+" if good else "-"
+    return f"[{sign}]{name} failing for {age:.0f} s: {state.detail or 'no detail'}"
+
+
+def fetched_ago(consumer: Any, now: float) -> float | None:
+    """Seconds since the freshest fetch response of any partition ``consumer`` (an
+    ``AIOKafkaConsumer``) owns, at wall-clock ``now``; None before the first one.
+
+    ``last_poll_timestamp`` is aiokafka's public record of when a partition's
+    highwater was last updated (each fetch response, empty ones included).
+    """
+    polled = [consumer.last_poll_timestamp(tp) for tp in consumer.assignment()]
+    newest = max((ms for ms in polled if ms is not None), default=None)
+    return None if newest is None else max(0.0, now - newest / 1000)
+
+
+def observe_consumer(condition: Condition, assigned: int, fetched_ago_s: float | None) -> None:
+    """Set a consumer's ``kafka`` condition: partitions owned, fetch responses fresh.
+
+    ``assigned`` 0 (joining, rebalancing) is not ready: no record is being read.
+    ``fetched_ago_s`` None (none yet, or an engine that cannot tell) passes.
+    """
+    if not assigned:
+        condition.set(False, "no partitions assigned (joining or rebalancing)")
+    elif fetched_ago_s is not None and fetched_ago_s > FETCH_STALE_S:
+        condition.set(False, f"no fetch response for {fetched_ago_s:.0f} s")
+    else:
+        condition.set(True, f"{assigned} partitions assigned")
