@@ -43,9 +43,12 @@ lint: venv
 
 # Test tools from Debian's packages, where apt-get runs as root (CI, the dev machines):
 # the Alertmanager bridge's tests post to a real Alertmanager, the PromQL baseline (bench/promql)
-# backfills and queries a real Prometheus. One `apt-get update`, then
-# every missing package in one install; elsewhere the tests that need them skip, saying why.
-APT_PACKAGES := prometheus-alertmanager prometheus
+# and the PrometheusRule (tests/deploy) use a real Prometheus and promtool, the manifest tests
+# render the overlays with kubectl's kustomize (`kubectl` is in the apt sources of these
+# machines, not in Debian's own). One `apt-get update`, then every missing package in one
+# install, and one by one if that fails (a package no source has must not cost the others);
+# elsewhere the tests that need them skip, saying why.
+APT_PACKAGES := prometheus-alertmanager prometheus kubectl
 
 tools:
 	@missing=""; for p in $(APT_PACKAGES); do \
@@ -54,9 +57,12 @@ tools:
 	if [ -z "$$missing" ]; then exit 0; fi; \
 	if command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
 	  echo "apt-get install$$missing"; \
-	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive \
-	    apt-get install -y -qq --no-install-recommends $$missing >/dev/null; } \
-	  || echo "make tools: installing$$missing FAILED: the tests that need it will skip"; \
+	  apt-get update -qq || true; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing \
+	    >/dev/null 2>&1 || for p in $$missing; do \
+	      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$p \
+	        >/dev/null 2>&1 || echo "make tools: installing $$p FAILED: the tests that need it will skip"; \
+	    done; \
 	else echo "make tools: cannot install$$missing (no apt-get as root): their tests skip"; fi
 
 # The suite in TEST_WORKERS processes, each with its own embedded broker (tests/conftest.py):

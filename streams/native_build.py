@@ -6,8 +6,8 @@
     python -m streams.native_build inputs    # the files a build depends on (for make)
 
 mypy (with mypyc) and setuptools are build-time dependencies (the ``test`` extra has
-them; ``deploy/Dockerfile`` does not build the compiled core yet); nothing imports this
-module at run time.
+them; ``deploy/Dockerfile`` builds the core in its first stage, and its runtime stage
+has no mypy); nothing imports this module at run time.
 
 ``GPUTRIAGE_REQUIRE_NATIVE=1`` (set by ``.ci/run``) makes a failed build an error for
 ``make``; without it the Makefile says so and the sources run.

@@ -39,7 +39,7 @@ an annotation:
 * labels: ``alertname`` (the incident type in CamelCase, Prometheus' alert naming
   style: ``host_oom_kill`` -> ``HostOomKill``), ``severity`` (``page`` -> ``critical``,
   ``ticket`` -> ``warning``, ``info`` -> ``info``: the values the routing trees of
-  kube-prometheus and ``deploy/monitoring/prometheusrule.yaml`` already match),
+  kube-prometheus and ``deploy/monitoring/prometheus-rules.yaml`` already match),
   ``cluster``, ``node``, ``namespace`` (the one namespace of the affected pods, none
   when they span several), ``incident_id``. All but ``severity`` are fixed by the
   first delivered revision and kept in the ledger's memo: a pod joining later in

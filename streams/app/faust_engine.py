@@ -659,7 +659,7 @@ class FaustWorker:
         self._gauges_at = now
         metrics = self.metrics
         correlator = self.pipeline.correlator
-        metrics.open_incidents.set(correlator.open_incidents())
+        metrics.observe_open(correlator.open_incidents_by_type())
         metrics.buffered.set(correlator.pending())
         reached = max(correlator.watermark, self.pipeline.clock_limit)
         if reached > 0:

@@ -6,7 +6,7 @@ workers in one process without the default registry's duplicate-name errors).
 =====================================================  ==================================
 ``gputriage_events_in_total{source}``                  decoded events, by raw topic source
 ``gputriage_incidents_out_total{type,severity,status}``  incident revisions published
-``gputriage_open_incidents``                           incidents open in this worker
+``gputriage_open_incidents{type}``                     incidents open in this worker, by type
 ``gputriage_dead_letters_total{topic}``                records sent to the dead-letter topic
 ``gputriage_dead_letter_failures_total``               dead letters refused even cut small
 ``gputriage_consumer_lag{topic,partition}``            high watermark - position, in records
@@ -61,8 +61,12 @@ class Metrics:
             registry=r,
         )
         self.open_incidents = Gauge(
-            "gputriage_open_incidents", "Incidents open in this worker.", registry=r
+            "gputriage_open_incidents",
+            "Incidents open in this worker, by type.",
+            ["type"],
+            registry=r,
         )
+        self._open_types: set[str] = set()
         self.dead_letters = Counter(
             "gputriage_dead_letters",
             "Records sent to the dead-letter topic.",
@@ -167,6 +171,15 @@ class Metrics:
         """Expose ``/metrics``, ``/healthz`` and ``/readyz`` on ``port`` (0 picks a free
         one); the port."""
         return serve_metrics(self.registry, port, addr, self.health)
+
+    def observe_open(self, counts: dict[str, int]) -> None:
+        """Set ``gputriage_open_incidents{type}``; a type whose last incident closed goes
+        to 0 rather than keeping its last value (a labelled gauge is never unset here)."""
+        for kind in self._open_types - counts.keys():
+            self.open_incidents.labels(kind).set(0)
+        for kind, count in counts.items():
+            self.open_incidents.labels(kind).set(count)
+        self._open_types |= counts.keys()
 
     def observe_kafka(self, assigned: int, fetched_ago_s: float | None) -> None:
         """Set the ``kafka`` condition once a gauge round

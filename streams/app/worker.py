@@ -728,7 +728,7 @@ class Worker:
         self._gauges_at = now
         metrics = self.metrics
         correlator = self.pipeline.correlator
-        metrics.open_incidents.set(correlator.open_incidents())
+        metrics.observe_open(correlator.open_incidents_by_type())
         # Nothing waits behind a clock-made limit, even where the watermark stayed behind it.
         reached = max(correlator.watermark, self.pipeline.clock_limit)
         if reached > 0:

@@ -1,4 +1,4 @@
-"""deploy/rbac/connect-autoscaler.yaml grants what the connector uses, and nothing more.
+"""deploy/base/connect-autoscaler.yaml grants what the connector uses, and nothing more.
 
 The "uses" side is measured: the log follower and the status watcher run against kmock
 (pods listed and read, a log followed, a reconnect, the ConfigMap listed and watched)
@@ -22,7 +22,7 @@ from tests.connectors.k8s.test_rbac import verb
 from tests.kafka_helpers import eventually
 from tests.paths import DEPLOY
 
-RBAC = DEPLOY / "rbac" / "connect-autoscaler.yaml"
+RBAC = DEPLOY / "base" / "connect-autoscaler.yaml"
 Triple = tuple[str, str, str]
 
 
@@ -79,7 +79,7 @@ async def test_the_connector_needs_nothing_the_rbac_does_not_grant() -> None:
         ("", "configmaps", "watch"),
     }
     missing = set(used) - set(grants)
-    assert not missing, f"the connector uses what deploy/rbac does not grant: {sorted(missing)}"
+    assert not missing, f"the connector uses what the manifest does not grant: {sorted(missing)}"
     assert all(namespaces == {"kube-system"} for namespaces in used.values())
     # Beyond what was measured, only configmaps get (kubectl auth can-i, debugging).
     assert set(grants) - set(used) == {("", "configmaps", "get")}

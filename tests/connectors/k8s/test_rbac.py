@@ -1,4 +1,4 @@
-"""The connector's RBAC in deploy/rbac/ grants what it uses, and nothing it does not need.
+"""The connector's RBAC (deploy/base/connect-k8s.yaml) grants what it uses, and no more.
 
 The "uses" side is measured, not listed by hand: a full connector session
 (list, watch, a relist after 410, leader election with a clean release) runs
@@ -27,7 +27,7 @@ from tests.k8s_helpers import (
 from tests.kafka_helpers import KafkaTestEnv, consume_events, eventually
 from tests.paths import DEPLOY
 
-RBAC = DEPLOY / "rbac" / "connect-k8s.yaml"
+RBAC = DEPLOY / "base" / "connect-k8s.yaml"
 Triple = tuple[str, str, str]
 
 
@@ -105,8 +105,13 @@ async def test_the_connector_needs_nothing_the_rbac_does_not_grant(
     assert {("coordination.k8s.io", "leases", v) for v in ("get", "create")} <= used
     assert ("coordination.k8s.io", "leases", "patch") in used  # the release
     missing = used - cluster_grants - set(role_grants)
-    assert not missing, f"the connector uses what deploy/rbac does not grant: {sorted(missing)}"
+    assert not missing, f"the connector uses what the manifest does not grant: {sorted(missing)}"
     assert lease_namespaces == {"gputriage"} == set(role_grants.values())
+    # Every request on a named Lease is on the one the Role's resourceNames allow.
+    [role] = [doc for doc in load() if doc["kind"] == "Role"]
+    named = {n for rule in role["rules"] for n in rule.get("resourceNames", [])}
+    lease_names = {r.name for r in requests if r.resource.plural == "leases" and r.name}
+    assert lease_names == named == {"gputriage-connect-k8s"}
 
 
 def test_the_rbac_grants_nothing_beyond_reading_and_its_lease() -> None:
@@ -120,8 +125,9 @@ def test_the_rbac_grants_nothing_beyond_reading_and_its_lease() -> None:
     assert set(role_grants) == {
         ("coordination.k8s.io", "leases", v) for v in ("get", "create", "patch")
     }
-    kinds = sorted(doc["kind"] for doc in documents)
-    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "ServiceAccount"]
+    rbac = {"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"}
+    kinds = sorted(doc["kind"] for doc in documents if doc["kind"] in rbac)
+    assert kinds == ["ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"]
     for doc in documents:
         if doc["kind"].endswith("Binding"):
             (subject,) = doc["subjects"]
