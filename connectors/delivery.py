@@ -110,8 +110,10 @@ class DeliveryMetrics:
         """The process's ``/healthz`` and ``/readyz`` (served with the registry): the
         delivery keeps its ``kafka`` condition there."""
         self.kafka = self.health.condition("kafka", detail="not connected yet")
-        """Holds while the last produce was acknowledged; the publish loop sets it when
-        it starts (the producer connected), the delivery on each failure and recovery."""
+        """Holds while the last produce was acknowledged: set once the producer has
+        connected (the publish loop's start; ``connect k8s`` as soon as its producer has,
+        for a standby replica never runs the loop), then by the delivery on each failure
+        and recovery. Readiness only (:mod:`connectors.health`)."""
         self.events_out = Counter(
             "gputriage_connector_events_out",
             "Events acknowledged by the broker, by source.",

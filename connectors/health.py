@@ -2,26 +2,33 @@
 
 Every long-running process (the processor, each connector, each bridge) keeps a
 :class:`Health`: a few named :class:`Condition`\\s its own code sets as things happen
-(``kafka``: the last delivery was acknowledged; ``watch``: the API server's watch is
-streaming; ``sink``: the last post was accepted), plus a check that its asyncio loop
-still turns. :func:`connectors.prometheus.serve_metrics` serves them next to
-``/metrics``, in the form the Kubernetes API server uses for its own endpoints (one
-``[+]name ok`` / ``[-]name failed: reason`` line per check, then a verdict), so
+(``kafka``: the last delivery was acknowledged, or partitions are assigned and fetches
+fresh; ``watch-pods``: the API server's watch is streaming; ``endpoint-<route>``: the
+vendor answers), plus a check that its asyncio loop still turns.
+:func:`connectors.prometheus.serve_metrics` serves them next to ``/metrics``, in the form
+the Kubernetes API server uses for its own endpoints (one ``[+]name ok`` /
+``[-]name failing for N s: reason`` line per check, then a verdict), so
 ``curl :9464/readyz`` reads like ``kubectl get --raw /readyz?verbose``.
 
-Two answers, on purpose different:
+What each answer means, on purpose different:
 
-* **Ready** (``/readyz``): every condition holds *now* and the loop answers. A broker
-  blip makes a process unready at once: the operator sees it, and nothing restarts.
-* **Live** (``/healthz``, also ``/livez``): the loop answers, and no condition a
-  restart could fix has been failing for longer than ``fail_after_s`` (default 5 min);
-  one marked ``restart_helps=False`` (the node's dcgm-exporter, a vendor's API) never
-  makes a process unlive. Trap: a liveness probe that fails as
-  soon as Kafka does turns one broker hiccup into a restart of every connector and
-  worker of the fleet (each k8s connector relisting the API server at once, every
-  worker re-reading its state topic), which fixes nothing. Failing for minutes is
-  another matter: a client wedged on a broker that moved is exactly what a restart
-  fixes.
+* **Live** (``/healthz``, also ``/livez``): the loop answers. Nothing outside the process
+  fails liveness by default: a liveness probe that depends on Kafka or the API server
+  restarts every connector and worker of the fleet during one outage, which fixes
+  nothing, drops the connectors' in-memory buffers (their promise is backpressure, not
+  loss), and leaves them crash-looping on an unreachable broker at start, recovering
+  only after the kubelet's back-off once it is back
+  (https://kubernetes.io/docs/concepts/configuration/liveness-readiness-startup-probes/:
+  a liveness probe should not fail on a dependency). The body still lists every check.
+  A condition made with ``affects="live"`` is the exception, for a failure a restart
+  does fix: failing for ``fail_after_s`` (5 min), it fails liveness too.
+* **Ready** (``/readyz``): the loop answers and every condition that affects readiness
+  holds *now*. A broker blip makes a process unready at once: the operator sees it, and
+  nothing restarts.
+* **Reported only** (``affects="none"``): listed in both bodies, failing neither. For a
+  dependency that must not hold up a rollout either: an unready DaemonSet pod counts
+  against ``maxUnavailable``, so a node whose dcgm-exporter is down would stall every
+  rollout of the node agents.
 * **The loop** is probed, not trusted: the HTTP thread hands a no-op to the loop
   (``call_soon_threadsafe``) and waits ``loop_timeout_s`` for it to run. A loop blocked
   by a runaway computation or a synchronous call never sets a flag saying so.
@@ -38,10 +45,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 FAIL_AFTER_S: Final = 300.0
-"""A condition failing this long makes the process not live (see the module)."""
+"""A condition with ``affects="live"`` failing this long makes the process not live."""
+Affects = Literal["live", "ready", "none"]
+"""Which answers a failing condition fails (see the module)."""
 LOOP_TIMEOUT_S: Final = 5.0
 """How long the loop may take to run a no-op before it counts as stalled."""
 FETCH_STALE_S: Final = 30.0
@@ -68,12 +77,11 @@ class Condition:
         *,
         ok: bool,
         detail: str,
-        restart_helps: bool = True,
+        affects: Affects = "ready",
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.name = name
-        self.restart_helps = restart_helps
-        """False: only readiness depends on it (see :meth:`Health.condition`)."""
+        self.affects: Affects = affects
         self._clock = clock
         self.state = State(ok, detail, clock())
 
@@ -118,22 +126,18 @@ class Health:
         self._lock = threading.Lock()  # guards the dict while a check iterates it
 
     def condition(
-        self, name: str, *, ok: bool = False, detail: str = "starting", restart_helps: bool = True
+        self, name: str, *, ok: bool = False, detail: str = "starting", affects: Affects = "ready"
     ) -> Condition:
         """The condition called ``name``, created with these arguments if new.
 
         Starts failing by default: a process is not ready before it has shown it can
         reach what it needs (a worker before its first assignment, a watch before its
-        first list). ``restart_helps=False`` for a dependency outside the process that
-        a restart of ours cannot fix (the node's dcgm-exporter down, a vendor's API
-        refusing): it makes the process unready, never unlive, however long it lasts.
+        first list). ``affects``: see the module.
         """
         with self._lock:
             found = self._conditions.get(name)
             if found is None:
-                found = Condition(
-                    name, ok=ok, detail=detail, restart_helps=restart_helps, clock=self._clock
-                )
+                found = Condition(name, ok=ok, detail=detail, affects=affects, clock=self._clock)
                 self._conditions[name] = found
             return found
 
@@ -142,15 +146,15 @@ class Health:
         self._loop = loop or asyncio.get_running_loop()
 
     def ready(self) -> Report:
-        """``/readyz``: every condition holds now, and the loop answers."""
-        return self._report(lambda condition, state, now: state.ok)
+        """``/readyz``: the loop answers, and every condition but the reported-only holds."""
+        return self._report(lambda condition, state, now: state.ok or condition.affects == "none")
 
     def live(self) -> Report:
-        """``/healthz``: the loop answers, and no condition a restart could fix has
-        failed for ``fail_after_s``."""
+        """``/healthz``: the loop answers, and no ``affects="live"`` condition has been
+        failing for ``fail_after_s``."""
         return self._report(
             lambda condition, state, now: (
-                state.ok or not condition.restart_helps or now - state.since < self.fail_after_s
+                state.ok or condition.affects != "live" or now - state.since < self.fail_after_s
             )
         )
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from connectors.health import Health
+from connectors.health import Condition, Health
 from connectors.prometheus import serve_metrics
 
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0)
@@ -41,10 +41,7 @@ class BridgeMetrics:
         """``/healthz`` and ``/readyz`` on the metrics port (:mod:`connectors.health`)."""
         self.kafka = self.health.condition("kafka", detail="not in the group yet")
         """The incident topic's partitions owned and fetch responses arriving."""
-        self.endpoint = self.health.condition("endpoint", ok=True, detail="", restart_helps=False)
-        """Fails while a delivery is being retried (the vendor down, 429, 5xx), holds once
-        the vendor answers; a vendor outage makes the bridge unready, never unlive: a
-        restart cannot bring PagerDuty back. Its reason is scrubbed of secrets."""
+
         self.deliveries = Counter(
             "gputriage_bridge_deliveries",
             "Incident revisions handled by a bridge, by route and outcome.",
@@ -88,6 +85,13 @@ class BridgeMetrics:
             ["bridge"],
             registry=r,
         )
+
+    def endpoint(self, route: str) -> Condition:
+        """The ``endpoint-<route>`` condition: fails while a delivery of that route is
+        being retried (the vendor down, 429, 5xx), holds once the vendor answers; one per
+        route, so one route's success does not hide another's outage. Its reason is
+        scrubbed of secrets by the caller."""
+        return self.health.condition(f"endpoint-{route}", ok=True, detail="")
 
     def serve(self, port: int, addr: str = "0.0.0.0") -> int:
         """Expose ``/metrics``, ``/healthz`` and ``/readyz`` on ``port`` (0 picks a free

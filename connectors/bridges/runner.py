@@ -676,9 +676,9 @@ class BridgeRunner:
                 )
                 outcome = Retry(f"endpoint raised {exc.__class__.__name__}")
             if not isinstance(outcome, Retry):
-                self.metrics.endpoint.set(True)
+                self.metrics.endpoint(route.name).set(True)
                 return outcome
-            self.metrics.endpoint.set(False, f"route {route.name}: {self.scrub(outcome.reason)}")
+            self.metrics.endpoint(route.name).set(False, self.scrub(outcome.reason))
             delay = self.backoff.after(attempt, outcome.after_seconds)
             attempt += 1
             self.metrics.retries.labels(self.kind, route.name).inc()

@@ -111,10 +111,12 @@ class DcgmMetrics:
         self.delivery = DeliveryMetrics(r)
         """The ``gputriage_connector_*`` delivery metrics every connector exports."""
         self.exporter = self.delivery.health.condition(
-            "dcgm-exporter", detail="no scrape yet", restart_helps=False
+            "dcgm-exporter", detail="no scrape yet", affects="none"
         )
-        """Holds while the last scrape was ``ok``: an exporter that stopped answering is
-        an XID witness gone: unready, never unlive (restarting us does not bring it back)."""
+        """Holds while the last scrape was ``ok``; reported, failing no probe: an exporter
+        that stopped answering is an XID witness gone, which restarting us does not bring
+        back, and an unready agent on every such node would stall the DaemonSet's
+        rollouts. ``gputriage_dcgm_scrapes_total{outcome}`` alerts on it."""
 
 
 @dataclass(frozen=True)

@@ -294,10 +294,15 @@ async def run_connect(
     metrics_port: int | None,
     metrics_addr: str = "0.0.0.0",
     stop: asyncio.Event | None = None,
+    metrics: ConnectorMetrics | None = None,
 ) -> int:
-    """Create topics, connect, serve metrics, (elect,) watch and deliver; the exit status."""
+    """Create topics, connect, serve metrics, (elect,) watch and deliver; the exit status.
 
-    metrics = ConnectorMetrics()
+    ``metrics``: the process's metrics and health (default: new ones), given by a caller
+    that reads them while it runs.
+    """
+
+    metrics = metrics or ConnectorMetrics()
     if metrics_port is not None:
         port = metrics.serve(metrics_port, metrics_addr)
         log.info("metrics on http://%s:%d/metrics", metrics_addr, port)
@@ -309,6 +314,9 @@ async def run_connect(
     except KafkaUnreachable:
         await api.close()
         raise
+    # Connected (the producer fetched metadata): a standby replica, which never runs the
+    # publish loop while another holds the Lease, must not read as "not connected".
+    metrics.delivery.kafka.set(True)
     try:
         connector = Connector(api, producer, options, metrics)
         if options.lease is None:  # the only replica: always "the leader"

@@ -540,8 +540,9 @@ class ResourceWatcher:
         """List, watch, relist on 410, reconnect on silence, back off on errors; forever.
 
         Keeps the ``watch-<resource>`` health condition (:mod:`connectors.health`): it
-        holds once listed and while lines arrive; an API error, or a watch that ended
-        without a line, fails it until the watch is back.
+        holds once a list succeeded and when watch lines arrive; an API error, or a watch
+        that ended without a line, fails it until a list succeeds or a line arrives (not
+        merely until the next attempt starts).
         """
         health = self.metrics.delivery.health if self.metrics is not None else None
         # Made when watching starts, not with the watcher: a standby replica (leader
@@ -569,8 +570,8 @@ class ResourceWatcher:
                     async for item in self._relist():
                         yield item
                     need_list = False
-                if watching is not None:
-                    watching.set(True, "listed, watching")
+                    if watching is not None:
+                        watching.set(True, "listed, watching")
                 async for item in self._watch():
                     if watching is not None:
                         watching.set(True, "listed, watching")  # back after a failure

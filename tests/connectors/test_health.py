@@ -22,7 +22,9 @@ class Clock:
         return self.now
 
 
-def test_a_failing_condition_is_unready_at_once_and_unlive_only_after_fail_after() -> None:
+def test_a_failing_dependency_is_unready_at_once_and_never_unlive() -> None:
+    """Kafka down for an hour: unready all along, live all along (a restart would drop
+    the connector's buffer and crash-loop it on the unreachable broker)."""
     clock = Clock()
     health = Health(fail_after_s=300, clock=clock)
     kafka = health.condition("kafka", detail="not connected yet")
@@ -32,28 +34,40 @@ def test_a_failing_condition_is_unready_at_once_and_unlive_only_after_fail_after
     assert health.live().ok
     clock.now += 10
     kafka.set(False, "produce failed")
-    clock.now += 299
+    clock.now += 3599
     kafka.set(False, "produce failed again")  # the same outage: its age is kept
     ready, live = health.ready(), health.live()
     assert not ready.ok
-    assert "[-]kafka failing for 299 s: produce failed again" in ready.lines
+    assert "[-]kafka failing for 3599 s: produce failed again" in ready.lines
     assert live.ok
-    assert "[+]kafka failing for 299 s: produce failed again" in live.lines
-    clock.now += 2
-    assert not health.live().ok
+    assert "[+]kafka failing for 3599 s: produce failed again" in live.lines
     kafka.set(True)
-    assert health.live().ok
     assert health.ready().ok
 
 
-def test_an_outside_dependency_never_makes_the_process_unlive() -> None:
+def test_a_condition_a_restart_fixes_fails_liveness_after_fail_after() -> None:
+    clock = Clock()
+    health = Health(fail_after_s=300, clock=clock)
+    wedged = health.condition("client", ok=True, detail="", affects="live")
+    wedged.set(False, "stuck")
+    clock.now += 299
+    assert health.live().ok
+    clock.now += 2
+    assert not health.live().ok
+    wedged.set(True)
+    assert health.live().ok
+
+
+def test_a_reported_only_condition_fails_no_probe() -> None:
     clock = Clock()
     health = Health(fail_after_s=10, clock=clock)
-    exporter = health.condition("dcgm-exporter", restart_helps=False)
+    exporter = health.condition("dcgm-exporter", affects="none")
     exporter.set(False, "scrape unreachable")
     clock.now += 3600
     assert health.live().ok
-    assert not health.ready().ok
+    ready = health.ready()
+    assert ready.ok  # an unready agent would stall the DaemonSet's rollouts
+    assert "[+]dcgm-exporter failing for 3600 s: scrape unreachable" in ready.lines
 
 
 def test_the_report_text_reads_like_the_api_servers() -> None:

@@ -213,6 +213,23 @@ def test_secrets_are_referenced_never_inlined(docs: list[dict[str, Any]]) -> Non
         assert referenced >= 2, "the bridges read their keys from mounted Secrets"
 
 
+def test_mounted_secrets_are_readable_by_the_non_root_user(docs: list[dict[str, Any]]) -> None:
+    """The kubelet writes a Secret volume's files as root: a non-root container reads
+    them through fsGroup and a group-readable mode (kubernetes/kubernetes#57923), or the
+    bridge stops at start with "unreadable file"."""
+    for doc, spec in pod_specs(docs):
+        secrets = [v for v in spec.get("volumes", []) if "secret" in v]
+        if not secrets:
+            continue
+        pod = spec.get("securityContext", {})
+        assert pod.get("fsGroup"), f"{name_of(doc)} mounts a Secret without fsGroup"
+        assert pod.get("runAsUser") not in (None, 0), f"{name_of(doc)}: no explicit uid"
+        for volume in secrets:
+            mode = volume["secret"].get("defaultMode", 0o644)
+            assert mode & 0o040, f"{name_of(doc)}: {volume['name']} not group-readable"
+            assert not mode & 0o007, f"{name_of(doc)}: {volume['name']} readable by others"
+
+
 def test_images_are_pinned_to_this_release(docs: list[dict[str, Any]]) -> None:
     version = _version()
     for doc, _spec, container in containers(docs):

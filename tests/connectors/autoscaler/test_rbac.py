@@ -81,8 +81,21 @@ async def test_the_connector_needs_nothing_the_rbac_does_not_grant() -> None:
     missing = set(used) - set(grants)
     assert not missing, f"the connector uses what the manifest does not grant: {sorted(missing)}"
     assert all(namespaces == {"kube-system"} for namespaces in used.values())
-    # Beyond what was measured, only configmaps get (kubectl auth can-i, debugging).
-    assert set(grants) - set(used) == {("", "configmaps", "get")}
+    assert set(grants) == set(used), "nothing granted beyond what the connector does"
+    # resourceNames limits list/watch only for requests that select that one name.
+    [named] = [
+        rule["resourceNames"]
+        for doc in load()
+        if doc["kind"] == "Role"
+        for rule in doc["rules"]
+        if "resourceNames" in rule
+    ]
+    configmap_requests = [
+        r for r in requests if r.resource is not None and str(r.resource.plural) == "configmaps"
+    ]
+    assert configmap_requests
+    for request in configmap_requests:
+        assert request.params.get("fieldSelector") == f"metadata.name={named[0]}", request.url
     assert set(grants.values()) == {"kube-system"}
     (binding,) = [doc for doc in load() if doc["kind"] == "RoleBinding"]
     (subject,) = binding["subjects"]

@@ -64,10 +64,10 @@ async def test_429_with_retry_after_is_honoured(kafka: KafkaTestEnv) -> None:
     async with receiving() as receiver, bridging(kafka, [route("r", receiver)]) as bridge:
         receiver.answer((429, {"Retry-After": "2"}, "slow down"))
         await publish(kafka, [incident("inc-a", 1)])
-        endpoint = bridge.metrics.endpoint
+        endpoint = bridge.metrics.endpoint("r")
         # /readyz while the vendor pushes back: the endpoint fails, the bridge stays live.
         await eventually(lambda: not endpoint.state.ok, timeout=20, what="an unready endpoint")
-        assert endpoint.state.detail.startswith("route r: HTTP 429")
+        assert endpoint.state.detail.startswith("HTTP 429")
         assert bridge.metrics.health.live().ok
         await eventually(receiver.accepted, timeout=20, what="the retried delivery")
         await eventually(lambda: endpoint.state.ok, what="the endpoint ready again")

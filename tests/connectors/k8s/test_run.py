@@ -16,13 +16,15 @@ import os
 import signal
 import urllib.error
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes_asyncio.client import CoordinationV1Api
+from kubernetes_asyncio.client import CoordinationV1Api, V1Lease, V1LeaseSpec, V1ObjectMeta
 
 from connectors.backoff import Backoff
+from connectors.k8s.metrics import ConnectorMetrics
 from connectors.k8s.run import ConnectOptions, Connector, run_connect
 from connectors.kafka.admin import ensure_topics
 from connectors.kafka.producer import EventProducer
@@ -99,6 +101,53 @@ async def test_connect_publishes_gpu_objects_and_dead_letters_with_leader_electi
     assert (letter.topic, letter.field) == ("kubernetes/pods", "$.status")
     assert letter.reason == "expected an object, got string"
     assert letter_record.key == b"uid-bad"
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(30)
+async def test_a_standby_replica_is_ready_and_live_without_watching(
+    kafka: KafkaTestEnv, tmp_path: Path
+) -> None:
+    """Another replica holds the Lease: this one connected to Kafka, watches nothing, and
+    must read as healthy (a standby that is never ready blocks every drain through the
+    PodDisruptionBudget, and one that fails liveness is restarted forever)."""
+    async with fake_cluster() as cluster:
+        cluster.pods.put(pod("trainer", "10"))
+        options = elected_options(tmp_path, cluster.url, retry_period_s=0.1)
+        held = V1Lease(
+            metadata=V1ObjectMeta(name="gputriage-connect-k8s"),
+            spec=V1LeaseSpec(
+                holder_identity="replica-0",
+                lease_duration_seconds=3600,
+                renew_time=datetime(2099, 1, 1, tzinfo=UTC),
+            ),
+        )
+        await CoordinationV1Api(cluster.api).create_namespaced_lease("gputriage", held)
+        await ensure_topics(kafka.kwargs, kafka.layout)
+        metrics = ConnectorMetrics()
+        stop = asyncio.Event()
+        task = asyncio.create_task(
+            run_connect(
+                options, kafka.kwargs, kafka.layout, metrics_port=None, stop=stop, metrics=metrics
+            )
+        )
+        health = metrics.delivery.health
+        await eventually(lambda: metrics.delivery.kafka.state.ok, what="connected")
+
+        def lease_reads() -> int:
+            return sum(
+                1 for r in cluster.requests() if r.resource and r.resource.plural == "leases"
+            )
+
+        await eventually(lambda: lease_reads() >= 3, what="tries at the held Lease")
+        ready = health.ready()
+        assert ready.ok, ready.lines
+        assert health.live().ok
+        assert not any(line.startswith(("[+]watch", "[-]watch")) for line in ready.lines)
+        assert cluster.pods.watch_requests == []
+        assert metrics.value("gputriage_connector_leader") == 0
+        stop.set()
+        assert await asyncio.wait_for(task, 10) == 0
 
 
 @pytest.mark.asyncio
