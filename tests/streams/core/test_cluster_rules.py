@@ -357,3 +357,18 @@ def test_a_pod_replaced_on_a_blind_node_does_not_split_the_ticket() -> None:
     resolved = revisions[-1].resolved_at
     assert resolved is not None
     assert resolved.timestamp() - T0.timestamp() == 900 + 300
+
+
+def test_a_group_whose_failures_age_out_stays_named_while_the_pods_starve() -> None:
+    """The page was for GROUP's quota; an hour on, its attempts leave the window while
+    another GPU group fails and the pods still pend: the last revision must still name
+    GROUP (it named only the other group, and the page's reason was gone)."""
+    c = Cluster()
+    _pending_job(c)
+    _failures(c, [60, 400, 750])
+    other = "eks-gpu-p5-7d1a0b"
+    for t in (3000, 3300, 3700):
+        c.autoscaler(t, "scale_up_failed", other, reason="capacity")
+    c.tick(4000)
+    (starved,) = of_type(run(c.events), STARVED)
+    assert starved.attributes["node_groups"] == ",".join(sorted((GROUP, other)))
