@@ -334,10 +334,12 @@ class Fleet:
             else ()
         )
         gpu.reported = pod if pods else None
+        time = self._time() if at is None else at
+        node.bound_at = time if node.bound_at is None else max(node.bound_at, time)
         return GpuBindingEvent(
             id=f"dcgm/{node.uid}/{gpu.index}/{node.binding_seq}",
             cluster=node.cluster.name,
-            time=self._time() if at is None else at,
+            time=time,
             node=node.name,
             gpu_uuid=gpu.uuid,
             pci_bus_id=gpu.bus_id,
