@@ -304,7 +304,10 @@ class Fleet:
             containers=pod.containers,
             scheduled=pod.scheduled,
             created_at=pod.created_at,
-            deleted_at=deleted,
+            # Kubernetes never clears a deletionTimestamp: a story that updates a pod
+            # another is deleting must not send it without one (the core took such a
+            # record, stamped just after the delete, for the pod running again).
+            deleted_at=deleted if deleted is not None else pod.deleting,
         )
         return event
 
