@@ -274,7 +274,7 @@ class ClusterTruth:
         """Failure lines of the groups that start failing while the incident is open (its
         pods still pending): the group joins it and its recent lines are evidence, so
         one an hour old can become its ``first_seen``."""
-        lines = []
+        lines: list[datetime] = []
         for (c, _), track in self._groups.items():
             if c != cluster:
                 continue
