@@ -24,7 +24,9 @@ imported from ``streams/core/config.py``, see :mod:`gputriage.simulate.truth`):
   until none of the owner's pods pends. Its ``first_seen`` is its earliest evidence:
   the earliest creation time among the pods starving when it opens, or one of the
   failure lines that made it (the groups' recent lines are its evidence), so the window
-  runs from the earliest failure line of the hour to that creation time.
+  runs from the earliest failure line of the hour to that creation time. A group that
+  starts failing while it is open joins it (its ``node_groups`` only grow) with its
+  recent lines: they widen the window back too.
 
 Trap: the records are the connector's own parse of the lines (``connectors.autoscaler``),
 so a failure is whatever the parser says it is; the recorder reads ``action`` and
@@ -236,10 +238,12 @@ class ClusterTruth:
                     for t, r, _ in self._groups[(cluster, g)].records
                     if at - SCALE_UP_WINDOW <= t <= at
                 ]
-                earliest = min([first, *(t for t, _ in recent)])
                 reasons = [r for _, r in recent]
                 reason = min(reasons, key=CAUSES.index) if reasons else "other"
                 fault = self._fault(cluster, named[0], at, make_id)
+                until = _none_pending_after(at, [p for _, p in pods])
+                joined = self._joining_lines(cluster, pods, at, until or end)
+                earliest = min([first, *(t for t, _ in recent), *joined])
                 found.append(
                     ExpectedIncident(
                         id=f"{fault}/gpu_pods_starved",
@@ -255,10 +259,38 @@ class ClusterTruth:
                         severity="page" if reason == "quota" else "ticket",
                     )
                 )
-                open_until = _none_pending_after(at, [p for _, p in pods])
+                open_until = until
                 if open_until is None:
                     break
         return found
+
+    def _joining_lines(
+        self,
+        cluster: str,
+        pods: list[tuple[str, _PendingPod]],
+        opened: datetime,
+        until: datetime,
+    ) -> list[datetime]:
+        """Failure lines of the groups that start failing while the incident is open (its
+        pods still pending): the group joins it and its recent lines are evidence, so
+        one an hour old can become its ``first_seen``."""
+        lines: list[datetime] = []
+        for (c, _), track in self._groups.items():
+            if c != cluster:
+                continue
+            for t in track.attempts:
+                if not opened < t <= until:
+                    continue
+                waiting = [p for _, p in pods if p.pending(t)]
+                tied = {g for p in waiting for g, when in p.ties.items() if when <= t}
+                failing = self._failing(cluster, t)
+                for g in tied & failing.keys() if tied else failing:
+                    lines.extend(
+                        r
+                        for r, _, _ in self._groups[(cluster, g)].records
+                        if t - SCALE_UP_WINDOW <= r <= t
+                    )
+        return lines
 
 
 def _none_pending_after(at: datetime, pods: list[_PendingPod]) -> datetime | None:

@@ -56,8 +56,8 @@ from schemas.events import XidEvent
 
 DEGRADED_AFTER = timedelta(minutes=5)
 """gpu_degraded: capacity - allocatable > 0 this long; or a fatal XID no chain reported."""
-MISMATCH_AFTER = timedelta(minutes=5)
-"""allocation_mismatch: Kubernetes and dcgm-exporter disagree this long first."""
+POLL = 1.0
+"""Seconds between an exporter outage's looks at what its node's pods hold (no rng)."""
 TOLERATION_SECONDS = 300.0
 """DefaultTolerationSeconds: pods tolerate a NoExecute not-ready/unreachable taint this long."""
 NOT_READY_GRACE = timedelta(minutes=2)
@@ -543,7 +543,9 @@ class Simulator(Scaling):
         pod-resources socket (a gpu-operator upgrade; NVIDIA/dcgm-exporter #151, #272,
         #577): every GPU is reported with no pod until someone restarts it. With all 8
         GPUs held, that alone is a disagreement of 8 > 5: ``allocation_mismatch`` once
-        it has lasted 5 min (a shorter outage writes nothing)."""
+        it has lasted 5 min. The truth is counted from what the node's pods hold while
+        it is blind (:mod:`gputriage.simulate.mismatch_truth`): a pod that ends there
+        ends the disagreement, whatever the exporter's state."""
         node = self._pick_node()
         if node is None:
             return
@@ -556,28 +558,24 @@ class Simulator(Scaling):
         yield self._to_scrape(node)
         node.blind = True
         at = self._time()
+        if node.bound_at is not None and at <= node.bound_at:
+            # This scrape already said what it bound (a pod that started just before):
+            # the exporter that comes back blind says so after it, not 20 ms before.
+            at = node.bound_at + timedelta(microseconds=1)
         blind = [self._binding_event(node, gpu, at) for gpu in node.gpus]
-        pending = self.truth.expect(
-            fault_id=fault,
-            kind="allocation_mismatch",
-            cluster=node.cluster.name,
-            start=at,
-            first=at,
-            last=at,
-            due=at + MISMATCH_AFTER,
-            severity="ticket",
-        )
+        track = self.truth.mismatch.blind(cluster=node.cluster.name, node=node.name, fault=fault)
+        track.held(at, _held(node))
         yield from self._burst(list(blind))
-        yield rng.uniform(120.0, 240.0) if rng.random() < 0.3 else rng.uniform(420.0, 1500.0)
+        left = rng.uniform(120.0, 240.0) if rng.random() < 0.3 else rng.uniform(420.0, 1500.0)
+        while left > 0.0:  # what its pods hold, as they end and start (the truth counts it)
+            yield min(POLL, left)
+            left -= POLL
+            track.held(self.spec.start + timedelta(seconds=self.now), _held(node))
         yield self._to_scrape(node)
         node.blind = False
-        back = self._time()
-        self.truth.ends(f"{fault}/allocation_mismatch", back)
-        if back - at > MISMATCH_AFTER + timedelta(seconds=5):
-            pending.confirm()
-        else:
-            pending.cancel()
-        yield from self._scrape(node, node.gpus)
+        at = self._time()
+        track.back(at)
+        yield from self._burst([self._binding_event(node, gpu, at) for gpu in node.gpus])
         node.busy = False
 
     def _replace_evicted(self, pod: Pod) -> Step:
@@ -636,3 +634,8 @@ class Simulator(Scaling):
             pending.cancel()
         yield back
         node.busy = False
+
+
+def _held(node: Node) -> int:
+    """GPUs held by running pods on ``node`` (Kubernetes' count in allocation_mismatch)."""
+    return sum(1 for g in node.gpus if g.pod is not None and g.pod.phase == "Running")

@@ -304,7 +304,10 @@ class Fleet:
             containers=pod.containers,
             scheduled=pod.scheduled,
             created_at=pod.created_at,
-            deleted_at=deleted,
+            # Kubernetes never clears a deletionTimestamp: a story that updates a pod
+            # another is deleting must not send it without one (the core took such a
+            # record, stamped just after the delete, for the pod running again).
+            deleted_at=deleted if deleted is not None else pod.deleting,
         )
         return event
 
@@ -334,10 +337,12 @@ class Fleet:
             else ()
         )
         gpu.reported = pod if pods else None
+        time = self._time() if at is None else at
+        node.bound_at = time if node.bound_at is None else max(node.bound_at, time)
         return GpuBindingEvent(
             id=f"dcgm/{node.uid}/{gpu.index}/{node.binding_seq}",
             cluster=node.cluster.name,
-            time=self._time() if at is None else at,
+            time=time,
             node=node.name,
             gpu_uuid=gpu.uuid,
             pci_bus_id=gpu.bus_id,

@@ -64,6 +64,7 @@ class Node:
         "binding_seq",
         "blind",
         "boot_id",
+        "bound_at",
         "busy",
         "capacity",
         "cluster",
@@ -92,6 +93,8 @@ class Node:
         self.busy = False
         self.blind = False
         """dcgm-exporter lost the kubelet's pod mapping: its bindings name no pod."""
+        self.bound_at: datetime | None = None
+        """When the node's last binding record was emitted (one scrape, one answer)."""
         self.cpu_restarts = 0
         """Restarts of the node's node-exporter pod (a CPU-only pod: noise)."""
         self.last: object = None

@@ -252,7 +252,7 @@ class Noise(Fleet):
 
     def _delete(self, pod: Pod) -> Step:
         """Graceful deletion: a ``deleted_at`` update, then the ``deleted`` event."""
-        deleted = self._time()
+        deleted = pod.deleting = pod.deleting or self._time()
         yield self._left(pod, self._pod_event(pod, deleted=deleted))
         yield self.rng.uniform(0.5, 5.0)
         yield self._pod_event(pod, "deleted", deleted=deleted)
@@ -336,7 +336,7 @@ class Noise(Fleet):
             return
         # A rollout: the old pod is deleted gracefully, then a new one starts.
         node, gpus = pod.node, pod.gpus
-        deleted = self._time()
+        deleted = pod.deleting = self._time()
         yield self._pod_event(pod, deleted=deleted)
         yield rng.uniform(1.0, 30.0)
         term = termination(self._time(-0.1), "Error", 143)

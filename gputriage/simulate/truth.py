@@ -41,6 +41,7 @@ from datetime import datetime, timedelta
 import msgspec
 
 from gputriage.simulate.cluster_truth import ClusterTruth
+from gputriage.simulate.mismatch_truth import MismatchTruth
 from gputriage.simulate.spec import StreamSpec
 from schemas.truth import ExpectedIncident
 
@@ -130,6 +131,8 @@ class TruthRecorder:
         """The truths, by ``start``, once :meth:`finish` has run."""
         self.cluster = ClusterTruth(SLACK)
         """Pending pods and autoscaler records: ``scale_up_failure``, ``gpu_pods_starved``."""
+        self.mismatch = MismatchTruth(SLACK)
+        """The exporter outages and what their nodes' pods hold: ``allocation_mismatch``."""
 
     def fault_id(self, fault: str) -> str:
         """A fresh id for one injected fault (a counter: deterministic, no rng)."""
@@ -199,12 +202,12 @@ class TruthRecorder:
     def _joined(self, found: list[ExpectedIncident]) -> list[ExpectedIncident]:
         """Drop the truths that join an incident still open on their subject: one
         ``gpu_degraded`` per node (README: "One per node"; without an end it stays open
-        for ``degraded_quiet_seconds``, a day) and one ``allocation_mismatch`` per
-        cluster (it names every node that disagrees)."""
+        for ``degraded_quiet_seconds``, a day). ``allocation_mismatch`` (one per cluster)
+        is joined where it is counted (:mod:`gputriage.simulate.mismatch_truth`)."""
         open_until: dict[tuple[str, str, str], datetime] = {}
         kept = []
         for incident in found:
-            if incident.type not in ("gpu_degraded", "allocation_mismatch"):
+            if incident.type != "gpu_degraded":
                 kept.append(incident)
                 continue
             key = (incident.type, incident.cluster, incident.node)
@@ -268,6 +271,7 @@ class TruthRecorder:
         found.extend(self._cuda_oom())
         found.extend(self._xid_repeats())
         found.extend(self.cluster.expected(self.fault_id, end - END_MARGIN))
+        found.extend(self.mismatch.expected(end - END_MARGIN))
         found.sort(key=lambda e: (e.start, e.id))
         found = self._joined(found)
         seen: dict[str, int] = {}

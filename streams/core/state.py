@@ -339,10 +339,11 @@ class NodeTally(msgspec.Struct, omit_defaults=True, array_like=True):
     requested: int = 0
     """GPUs requested by the running GPU pods on it (Kubernetes' view)."""
     bound: str = ""
-    """The GPUs dcgm-exporter reports with a pod label (the device's view): 4 hex digits
-    of a hash of each GPU key, concatenated. A string, not a tuple of keys: 2,000 nodes
-    of 8 GPUs would otherwise hold 16,000 uuid strings in this one key's state (and its
-    snapshot); within one node a 16-bit collision is about 1 in 2,000."""
+    """The GPUs dcgm-exporter reports with a pod label (the device's view): 16 hex digits
+    (a 64-bit hash) of each GPU key, concatenated. A string, not a tuple of keys: 2,000
+    nodes of 8 GPUs would otherwise hold 16,000 uuid strings in this one key's state
+    (and its snapshot). Not 16 bits: one collision in a fleet is a node that disagrees
+    forever (``streams.core.rules.mismatch._DIGITS``)."""
     shared: bool = False
     """Time-sliced or MPS (by its labels): its counts cannot agree, it is left out."""
     reported: bool = False
@@ -383,8 +384,12 @@ class ClusterState(msgspec.Struct, tag_field="kind", tag="cluster_state.v1", omi
     """Nodes that have disagreed for ``mismatch_after_seconds``: their share (counted)."""
     settled_total: int = 0
     """The sum of ``settled``, kept as it changes (no walk over the nodes per record)."""
-    settled_since: float = NEVER
-    """When the earliest settled node began to disagree (the incident's first_seen)."""
+    settled_from: dict[str, float] = {}
+    """When each settled node began to disagree: the earliest of those settled when the
+    incident opens is its first_seen (one kept for the set would outlive its node)."""
+    agreed_since: float = NEVER
+    """While the incident is open: since when the sum is back at or below the threshold
+    (it resolves once that has lasted ``mismatch_after_seconds``)."""
     settled_changed: bool = False
     """The set of settled nodes changed since the incident last said it."""
     starved_dirty: bool = False

@@ -12,8 +12,20 @@ actionable.
   both ways are two errors, not none), counting only nodes that have disagreed for
   ``mismatch_after_seconds`` (a pod starts before the next scrape binds it: that
   is seconds, on one node, and must never add up across a busy cluster). The
-  incident opens when that sum is above ``mismatch_threshold`` and resolves when it
-  falls back to or below it; it is revised when the set of nodes changes.
+  incident opens when that sum is above ``mismatch_threshold``; it is revised when the
+  set of nodes changes, and resolves once the sum has stayed at or below the
+  threshold for ``mismatch_after_seconds`` too. One ticket per cluster for as long as
+  the disagreement lasts: an outage on a second node while the first is still out is
+  the same problem (the same DaemonSet, usually one upgrade), a revision, not a ticket.
+  Trap: resolving the moment the sum dips is a resolve-and-reopen for one outage: a
+  pod on a blind node that ends and is replaced (8 -> 4 -> 8 for the 40 s its
+  successor starts) dips the sum while nothing came back (the simulator's 1,000-node
+  day had such splits). Prometheus alerting rules have ``keep_firing_for`` for the
+  same "flapping alerts, false resolutions" (prometheus.io, docs/prometheus/latest/
+  configuration/alerting_rules); the 5 min is the opening delay's, so a second
+  outage joins the ticket when it begins before the first one ends. ``first_seen``
+  is when the earliest node still settled at opening began to disagree (one kept for
+  the set outlived its node and dated a later ticket by an outage long over).
 * **Left out**: nodes whose labels say their GPUs are shared (time-slicing, MPS:
   several pods on one GPU, so the counts cannot agree), nodes that are not ``Ready``
   (False / Unknown: the kubelet is gone, so is the scrape of its dcgm-exporter, whose
@@ -46,8 +58,17 @@ from streams.core.node import sharing_of
 from streams.core.state import MIG_SEPARATOR, NEVER, ClusterState, NodeTally
 
 MISMATCH = "allocation_mismatch"
-_DIGITS = 4
-"""Hex digits per GPU in :attr:`NodeTally.bound`."""
+_DIGITS = 16
+"""Hex digits per GPU in :attr:`NodeTally.bound` (a 64-bit hash of its key).
+
+Trap: it was 4 (16 bits), "a collision about 1 in 2,000 nodes" -- but a fleet *has*
+2,000 nodes, and a node with two GPUs of one hash can never count more than 7 of its
+8 bound: it disagrees by 1 forever, its share adds to every real disagreement of
+the cluster and its start becomes the incident's ``first_seen`` (the simulator's
+1,000-node day had one: ip-10-11-107-157, GPUs ...a276e87c and ...f665c7b0 both
+``cd09``). A MIG node of 56 instances collided in 16 bits 1 time in 40. In 64 bits
+a collision in a fleet is below 1 in 10^12; 16 characters a GPU (2,000 nodes of 8:
+256 KB of state) is still far below the uuid strings it stands for."""
 _SUBJECT = "cluster"
 _NODES_SHOWN = 5
 
@@ -65,7 +86,7 @@ def _hash(key: str) -> int:
 
 
 def _short(gpu: str) -> str:
-    return hashlib.blake2b(gpu.encode(), digest_size=2).hexdigest()
+    return hashlib.blake2b(gpu.encode(), digest_size=_DIGITS // 2).hexdigest()
 
 
 def _tally(state: ClusterState, node: str) -> NodeTally:
@@ -92,6 +113,7 @@ def _changed(step: ClusterStep, node: str, before: int, item: Evidence | None) -
             state.settled[node] = after
         else:
             del state.settled[node]
+            state.settled_from.pop(node, None)
             state.settled_changed = state.timers_dirty = True
     elif not after:
         if state.disagree.pop(node, None) is not None:
@@ -104,6 +126,7 @@ def _changed(step: ClusterStep, node: str, before: int, item: Evidence | None) -
 def _forget(state: ClusterState, node: str) -> None:
     state.disagree.pop(node, None)
     state.witness.pop(node, None)
+    state.settled_from.pop(node, None)
     share = state.settled.pop(node, None)
     if share is not None:
         state.settled_total -= share
@@ -188,7 +211,7 @@ def _settle(state: ClusterState, now: float, config: CoreConfig) -> None:
         tally = state.tallies.get(node)
         share = contribution(tally) if tally is not None else 0
         if share:
-            state.settled_since = min(state.settled_since, since)
+            state.settled_from[node] = since
             state.settled[node] = share
             state.settled_total += share
             state.settled_changed = True
@@ -208,16 +231,26 @@ def evaluate(step: ClusterStep, *, timer: bool = False) -> None:
     if timer:
         _settle(state, step.now, config)
     inc = step.find(MISMATCH, _SUBJECT)
+    after = config.mismatch_after_seconds
     if state.settled_total <= config.mismatch_threshold:
-        state.settled_changed = False
-        if not state.settled:
-            state.settled_since = NEVER
-        if inc is not None:
-            step.resolve(inc, step.now, "the counts agree again")
+        if inc is None:
+            state.settled_changed = False
+            state.agreed_since = NEVER
+            return
+        if state.agreed_since == NEVER:
+            state.agreed_since = step.now
+            state.timers_dirty = True
+        if step.now >= state.agreed_since + after:
+            step.resolve(inc, state.agreed_since + after, "the counts agree again")
+            state.agreed_since = NEVER
+            state.settled_changed = False
         return
+    if state.agreed_since != NEVER:
+        state.agreed_since = NEVER
+        state.timers_dirty = True
     if inc is not None and not state.settled_changed:
         return
-    if inc is not None and step.now < state.revised_at + config.mismatch_after_seconds:
+    if inc is not None and step.now < state.revised_at + after:
         return  # at most one revision per mismatch_after_seconds: a timer brings it
     state.settled_changed = False
     nodes = sorted(state.settled.items(), key=lambda x: (-x[1], x[0]))
@@ -226,7 +259,7 @@ def evaluate(step: ClusterStep, *, timer: bool = False) -> None:
         return
     total = state.settled_total
     if inc is None:
-        began = min(state.settled_since, step.now)
+        began = min(min(state.settled_from.values(), default=step.now), step.now)
         inc = step.open(MISMATCH, _SUBJECT, f"{names}@{began}", began)
     tallies = [(name, state.tallies[name]) for name, _ in nodes]
     requested = sum(t.requested for _, t in tallies)
@@ -261,12 +294,16 @@ def evaluate(step: ClusterStep, *, timer: bool = False) -> None:
 
 
 def deadline(state: ClusterState, config: CoreConfig) -> float:
-    """When the next disagreeing node has disagreed for ``mismatch_after_seconds``, or a
-    held-back revision is due."""
+    """When the next disagreeing node has disagreed for ``mismatch_after_seconds``, a
+    held-back revision is due, or the open incident's counts have agreed long enough."""
     found = NEVER
+    if state.agreed_since != NEVER:
+        at = state.agreed_since + config.mismatch_after_seconds
+        if state.checked_at < at:
+            found = at
     if state.settled_changed:
         at = state.revised_at + config.mismatch_after_seconds
-        if state.checked_at < at:
+        if state.checked_at < at < found:
             found = at
     for since in state.disagree.values():
         at = since + config.mismatch_after_seconds

@@ -192,6 +192,7 @@ def test_a_dcgm_outage_on_two_nodes_names_them_and_resolves_when_they_return() -
                 f"0000:{0x10 + g:02x}:00.0",
                 [f"gpu-node-{n}-w{g}"],
             )
+    c.tick(2400)  # resolved once the counts have agreed for mismatch_after_seconds
     revisions = _mismatches(run(c.events))
     opened = revisions[0]
     assert opened.status == "open"
@@ -308,3 +309,66 @@ def test_a_lost_node_is_not_a_dcgm_disagreement() -> None:
 
     assert _mismatches(run(history("Unknown").events)) == []
     assert _mismatches(run(history("True").events)) != []
+
+
+def test_two_gpus_whose_short_hashes_collided_still_count_as_two_bound() -> None:
+    """Two GPUs of one simulated node (seed 1, 1,000 nodes) had the same 16-bit hash: the
+    node counted 7 of its 8 bound forever and its 1 added to every other disagreement.
+    Here that 1 on top of a 5-GPU outage (not more than 5 alone) opened an incident."""
+    c = Cluster()
+    _cluster_with_dcgm(c, nodes=1, gpus=5)
+    uuids = [
+        "GPU-e6ef57f1-efa6-4c6e-814c-0935a276e87c",  # both cd09 in the first 16 bits
+        "GPU-7b65cdd4-c11d-4a4b-9e94-9926f665c7b0",
+        *(f"GPU-c-{g}" for g in range(6)),
+    ]
+    c.node("gpu-node-c", 0, capacity=8, alloc=8)
+    for g, uuid in enumerate(uuids):
+        c.pod("gpu-node-c", f"c-w{g}", 1)
+        c.bind("gpu-node-c", 2, uuid, f"0000:{0x20 + g:02x}:00.0", [f"c-w{g}"])
+    _dcgm_loses_pods(c, 0, 100, gpus=5)
+    c.tick(5000)
+    assert _mismatches(run(c.events)) == []
+
+
+def test_a_pod_replaced_on_a_blind_node_does_not_split_the_ticket() -> None:
+    """dcgm-exporter is blind on an 8-GPU node held by two 4-GPU pods; one ends and its
+    successor runs 40 s later (8 -> 4 -> 8 disagreeing, nothing came back): one ticket,
+    not a resolve and a reopen. Once the exporter is back it resolves, after the counts
+    have agreed for mismatch_after_seconds."""
+    c = Cluster()
+    c.node("gpu-node-0", 0, capacity=8, alloc=8)
+    c.pod("gpu-node-0", "a", 1, gpus=4)
+    c.pod("gpu-node-0", "b", 1, gpus=4)
+    for g in range(8):
+        c.bind("gpu-node-0", 2, f"GPU-0-{g}", f"0000:{0x10 + g:02x}:00.0", ["a" if g < 4 else "b"])
+    for g in range(8):
+        c.bind("gpu-node-0", 100, f"GPU-0-{g}", f"0000:{0x10 + g:02x}:00.0", [])
+    c.pod("gpu-node-0", "a", 600, phase="Succeeded")
+    c.pod("gpu-node-0", "a2", 640, gpus=4)
+    for g in range(8):
+        pods = ["a2" if g < 4 else "b"]
+        c.bind("gpu-node-0", 900, f"GPU-0-{g}", f"0000:{0x10 + g:02x}:00.0", pods)
+    c.tick(5000)
+    revisions = _mismatches(run(c.events))
+    assert len({r.id for r in revisions}) == 1
+    assert revisions[0].first_seen.timestamp() - T0.timestamp() == 100
+    assert revisions[-1].status == "resolved"
+    resolved = revisions[-1].resolved_at
+    assert resolved is not None
+    assert resolved.timestamp() - T0.timestamp() == 900 + 300
+
+
+def test_a_group_whose_failures_age_out_stays_named_while_the_pods_starve() -> None:
+    """The page was for GROUP's quota; an hour on, its attempts leave the window while
+    another GPU group fails and the pods still pend: the last revision must still name
+    GROUP (it named only the other group, and the page's reason was gone)."""
+    c = Cluster()
+    _pending_job(c)
+    _failures(c, [60, 400, 750])
+    other = "eks-gpu-p5-7d1a0b"
+    for t in (3000, 3300, 3700):
+        c.autoscaler(t, "scale_up_failed", other, reason="capacity")
+    c.tick(4000)
+    (starved,) = of_type(run(c.events), STARVED)
+    assert starved.attributes["node_groups"] == ",".join(sorted((GROUP, other)))
