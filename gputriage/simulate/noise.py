@@ -329,12 +329,24 @@ class Noise(Fleet):
         if pod is None:
             return
         pod.busy = True
-        rng = self.rng
         if pod.workload.template.kind == "Job":
             term = termination(self._time(-1.0), "Completed", 0)
             yield from self._fail_and_replace(pod, phase="Succeeded", reason="", terminated=term)
             return
-        # A rollout: the old pod is deleted gracefully, then a new one starts.
+        yield from self._roll(pod)
+
+    def _roll(self, pod: Pod) -> Step:
+        """The pod is deleted gracefully (a rollout, or an operator or controller giving
+        up on it), then a new pod of the same workload starts on its GPUs.
+
+        The deletion sets ``deletionTimestamp``; the kubelet SIGTERMs the container (exit
+        143) and the object goes. A pod of a ``restartPolicy`` Always/OnFailure owner
+        never ends in phase Failed on its own exits (the kubelet restarts it), so this
+        is also how a crash loop ends when someone gives up on it: the Job controller
+        at ``backoffLimit`` deletes the running pod; a Deployment's is deleted by a
+        rollback (kubernetes.io: Jobs, "Pod backoff failure policy").
+        """
+        rng = self.rng
         node, gpus = pod.node, pod.gpus
         deleted = pod.deleting = self._time()
         yield self._pod_event(pod, deleted=deleted)

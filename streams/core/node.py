@@ -81,7 +81,7 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
     key = f"{ev.namespace}/{ev.name}"
     track = state.pods.get(key)
     failure_at = -math.inf
-    if track is not None and _terminal(track) and ev.phase in _LIVE_PHASES:
+    if track is not None and _successor(track, ev):
         # A finished pod never runs again: this is a new pod with the same name
         # (StatefulSet) whose predecessor's deletion we did not see. Events name pods
         # by name only: a late copy of the predecessor's failure Event must not fail
@@ -216,8 +216,27 @@ def _deleting(ev: PodEvent) -> bool:
     return ev.op == "deleted" or ev.deleted_at is not None
 
 
-def _terminal(track: PodTrack) -> bool:
-    return track.failed or track.phase in _TERMINAL_PHASES
+def _successor(track: PodTrack, ev: PodEvent) -> bool:
+    """Is ``ev`` a new pod of the same name, not a later update of ``track``'s pod?
+
+    No uid is kept (:class:`PodTrack`), so the phase decides: a pod's phase only moves
+    forward, Pending -> Running -> Succeeded/Failed (kubernetes.io, "Pod Lifecycle").
+    A live phase after the object itself said Succeeded/Failed is a successor.
+
+    Trap: a failure *Event* alone (``TaintManagerEviction`` "Marking for deletion",
+    ``Evicted``...) marks the track failed while the object is still Running: the
+    updates that follow (the deletionTimestamp, the SIGTERM's exit) are the same pod.
+    Taking them for a successor reset its containers, so the still-shown ``lastState``
+    OOMKilled became a second ``host_oom_kill`` for one kill (issue 15, simulator seed
+    1: every NotReady taint eviction of a pod OOM-killed before). After such an Event
+    only a return to Pending (which a pod never does) says a successor; a successor
+    first seen Running is then taken for its predecessor until its phase says more.
+    """
+    if ev.phase not in _LIVE_PHASES:
+        return False
+    if track.phase in _TERMINAL_PHASES:
+        return True
+    return track.failed and ev.phase == "Pending" and track.phase not in ("", "Pending")
 
 
 def _container(track: PodTrack, name: str) -> ContainerTrack:

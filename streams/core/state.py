@@ -52,7 +52,7 @@ class PodTrack(msgspec.Struct, gc=False, omit_defaults=True):
     """A GPU pod on this node.
 
     No uid is kept (it would cost 40 bytes a pod): a same-named successor is told
-    apart by its predecessor having finished (see ``node._terminal``).
+    apart by its predecessor having finished (see ``node._successor``).
     """
 
     key: str

@@ -83,6 +83,26 @@ def test_a_crash_loop_truth_has_more_than_three_restarts_in_15_min(tmp_path: Pat
         assert len(terminations[t.pods[0]]) > 3, t
 
 
+def test_a_crash_loop_never_ends_in_phase_failed(tmp_path: Path) -> None:
+    """Under restartPolicy Always/OnFailure the kubelet restarts a crashing container: the
+    pod stays Running (CrashLoopBackOff) until someone deletes it. The loop used to end
+    "Failed, exit 1" with one exit more than the truth counted (issue 15)."""
+    events_bytes, _ = simulate(tmp_path, *SMALL, "--seed", "5")
+    looping: set[str] = set()
+    failed: set[str] = set()
+    for line in events_bytes.splitlines():
+        record = json.loads(line)
+        if record["schema"] != "pod.v1":
+            continue
+        key = f"{record['namespace']}/{record['name']}"
+        if any(c.get("reason") == "CrashLoopBackOff" for c in record.get("containers", [])):
+            looping.add(key)
+        if key in looping and record.get("phase") == "Failed" and not record.get("reason"):
+            failed.add(key)
+    assert looping
+    assert not failed
+
+
 def test_noise_only_writes_no_truth(tmp_path: Path) -> None:
     events, truth = simulate(tmp_path, "--nodes", "20", "--duration", "1h", "--noise-only")
     assert events.count(b"\n") > 500

@@ -477,6 +477,51 @@ def test_step_and_advance_are_the_same_transition_as_the_engine() -> None:
     assert [i.id for i in run(c.events)] == [due[0].id]
 
 
+def test_a_taint_eviction_event_does_not_make_the_pods_next_update_a_successor() -> None:
+    """Issue 15: a pod OOM-killed, then marked for deletion by the taint manager (a
+    failure Event while the object is still Running): its deletionTimestamp update
+    still shows the OOMKilled ``lastState``. That update is the same pod, not a new
+    one of the same name, so the one kill stays one ``host_oom_kill``."""
+    c = Cluster()
+    healthy(c, "n2", ["srv"])
+    c.pod("n2", "srv", 2 * MIN, restarts=1, last=term(2 * MIN - 1, "OOMKilled", 137))
+    c.kube("n2", 5 * MIN, "TaintManagerEviction", name="srv", message="Marking for deletion")
+    c.pod(
+        "n2",
+        "srv",
+        5 * MIN + 1,
+        restarts=1,
+        last=term(2 * MIN - 1, "OOMKilled", 137),
+        deleted_at=5 * MIN + 1,
+    )
+    c.pod(
+        "n2",
+        "srv",
+        5 * MIN + 20,
+        phase="Failed",
+        restarts=1,
+        last=term(2 * MIN - 1, "OOMKilled", 137),
+        current=term(5 * MIN + 19, "Error", 143),
+        deleted_at=5 * MIN + 1,
+    )
+    c.pod(
+        "n2", "srv", 5 * MIN + 25, phase="Failed", restarts=1, op="deleted", deleted_at=5 * MIN + 1
+    )
+    [inc] = of_type(run(c.events), "host_oom_kill")
+    assert inc.attributes["kills"] == "1"
+    assert inc.attributes["resolution"] == "pod deleted"
+
+
+def test_a_successor_after_a_failure_event_is_told_by_its_pending_phase() -> None:
+    c = Cluster()
+    healthy(c, "n2", ["db-0"])
+    c.pod("n2", "db-0", 2 * MIN, restarts=1, last=term(2 * MIN - 1, "OOMKilled", 137))
+    c.kube("n2", 3 * MIN, "Evicted", name="db-0", message="The node was low on memory")
+    c.pod("n2", "db-0", 4 * MIN, phase="Pending", uid="uid-db-0-second")
+    [inc] = of_type(run(c.events), "host_oom_kill")
+    assert inc.attributes["resolution"] == "pod replaced by a new pod of the same name"
+
+
 def test_a_same_named_successor_starts_a_fresh_pod() -> None:
     c = Cluster()
     healthy(c, "n2", ["db-0"])
