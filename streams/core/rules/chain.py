@@ -275,7 +275,11 @@ def belongs_to(
     if said == _KERNEL and _kernel_fault_says_device(step, fatal, bound, when - near, when):
         return True
     if bound and affected:
-        return any(_same_gpu(k, gpu, ak, ref) for k, gpu in bound for ak, ref in affected)
+        if not any(_same_gpu(k, gpu, ak, ref) for k, gpu in bound for ak, ref in affected):
+            return False
+        if not _ordinary_crash(info, evidence):
+            return True  # Kubernetes took it off the faulty GPU (eviction, admission)
+        return _bound_crash_is_the_faults(step, evidence, when, fault_times)
     if _PRESSURE in words:
         return False
     if not _ordinary_crash(info, evidence):
@@ -287,6 +291,44 @@ def belongs_to(
     if _names_other_cause(step, evidence):
         return False  # its own last words are an application error, not a CUDA one
     return any(abs(when - t) <= near for t in fault_times)
+
+
+def _bound_crash_is_the_faults(
+    step: Step, evidence: Evidence, when: float, fault_times: Iterable[float]
+) -> bool:
+    """Is an ordinary crash (a container's own non-zero exit) of a pod that ran on the
+    faulty GPU the fault's doing? Its GPU says *where*, not *why*: a GPU that falls off
+    the bus (79), loses memory to a double-bit ECC error (48) or hangs its GSP (119)
+    kills the CUDA process on it in its next CUDA call, and that process dies in a
+    CUDA or NVML call (NVIDIA's XID catalog, https://docs.nvidia.com/deploy/xid-errors/:
+    79 "GPU has fallen off the bus", 48 "the application ... will be terminated"). So:
+
+    * its own last words decide first: a ``CUDA out of memory`` is the workload's
+      memory (``suspected_cuda_oom``: a crash loop that ran on the GPU before the XID
+      and keeps crashing after it is not the XID's), and a message that names another
+      cause with no GPU word in it (``ValueError: checkpoint shard ...``, ``KeyError``,
+      :func:`_names_other_cause`) died of that. Joined, they made a ticket a page
+      (simulator seed 1, 1,000 nodes 24 h: five XID-only faults whose pod happened to
+      crash of its own bug 1-5 min later);
+    * then time: it joins only within the chain's window after a fault
+      (``eviction_window_seconds``) or its look-back before it. The chain's own armed
+      window already says so; it matters for a ``gpu_degraded`` ticket, which stays
+      open a day after an XID (``degraded_quiet_seconds``): a crash of the GPU's pod
+      seven hours later is an application's, not "the degraded GPU evicting workloads"
+      (simulator seed 1: tickets escalated to pages by crashes 45 min and 7 h after
+      their XID, which then swallowed the next real fault's page).
+
+    Trap: no message says nothing and keeps the binding's verdict within the window
+    (most containers write no termination message: the kubelet reads
+    ``/dev/termination-log``, empty unless the application writes it).
+    """
+    config = step.config
+    words = evidence.text
+    if any(p in words for p in config.cuda_oom_patterns) or _names_other_cause(step, evidence):
+        return False
+    since = when - config.eviction_window_seconds
+    until = when + config.eviction_lookback_seconds
+    return any(since <= t <= until for t in fault_times)
 
 
 def _app_fault_before(step: Step, gpu_keys: list[str], since: float, until: float) -> bool:
@@ -556,6 +598,11 @@ def _older_fault(step: Step, degraded: OpenIncident, first: float) -> bool:
     none of the chain's GPUs is named in its evidence from before the window (the
     ticket's own GPU list does not tell: the new XID was added to it as it came). A
     chain whose GPU is unknown (a drop) cannot be told apart: it escalates, as before.
+    Only the ticket's fault evidence tells (:func:`_fault_evidence`): an application
+    XID 13/43 on the new GPU that the ticket attached hours ago, or a pod's crash, is
+    no fault of that GPU (simulator seed 1: an XID 74 ticket at 10:55, an XID 43 on
+    another GPU at 19:02, then an XID 74 on that GPU and a DeviceFailed eviction at
+    22:10 came out as an update of the 10:55 ticket).
     """
     cutoff = first - step.config.eviction_window_seconds
     if degraded.first_seen >= cutoff:
@@ -568,6 +615,8 @@ def _older_fault(step: Step, degraded: OpenIncident, first: float) -> bool:
             continue
         if item.schema == "node.v1":
             return False  # an old drop names no GPU: it may be this one
+        if not _fault_evidence(item):
+            continue  # an application XID or a pod's crash the ticket attached
         for ref in gpus:
             if (ref.uuid and ref.uuid in item.text) or (
                 ref.pci_bus_id and ref.pci_bus_id in item.text

@@ -449,3 +449,81 @@ def test_a_pod_on_the_faulty_gpu_joins_when_the_xid_named_it_by_uuid_only() -> N
     c.pod("n1", "a", 9 * MIN, phase="Running", restarts=1, last=term(9 * MIN - 1))
     [inc] = of_type(run(c.events), CHAIN)
     assert [p.name for p in inc.pods] == ["a"]
+
+
+def test_a_crash_on_the_faulty_gpu_that_names_another_cause_does_not_page() -> None:
+    """An XID 64 on the GPU a pod holds, no pod harmed by it, then the pod's container
+    exits 1 three minutes later of its own bug (``ValueError: checkpoint shard ...``)
+    or of ``CUDA out of memory`` (the workload's memory): a GPU that kills its process
+    kills it in a CUDA call, and those last words name another cause. The XID is the
+    degraded GPU's ticket, not a page (simulator seed 1, 1,000 nodes 24 h: five such
+    tickets paged). The same crash with no message, or with a CUDA error, still joins
+    by its binding."""
+
+    def history(message: str) -> Cluster:
+        c = Cluster()
+        healthy(c, "n1", ["a"])
+        c.bind("n1", 1, "GPU-20", "0000:20:00.0", ["a"])
+        c.xid("n1", 5 * MIN, 64, bus="0000:20:00.0", uuid="GPU-20")
+        c.pod("n1", "a", 8 * MIN, restarts=1, last=term(8 * MIN - 1, message=message))
+        c.tick(20 * MIN)
+        return c
+
+    for message in (
+        "ValueError: checkpoint shard model-00003-of-00030.safetensors is truncated",
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    ):
+        revisions = run(history(message).events)
+        assert of_type(revisions, CHAIN) == [], message
+        assert [i.severity for i in of_type(revisions, "gpu_degraded")] == ["ticket"], message
+    for message in ("", "RuntimeError: CUDA error: unspecified launch failure"):
+        [chain] = of_type(run(history(message).events), CHAIN)
+        assert [p.name for p in chain.pods] == ["a"], message
+
+
+def test_a_crash_hours_after_the_xid_does_not_escalate_the_gpus_ticket() -> None:
+    """An XID 48 with no pod harmed opens the GPU's ticket, open a day. Its pod's
+    container exits 1 (no message) two hours later: an application's crash, not the
+    degraded GPU evicting workloads; the chain's test counts from the fault time, so
+    it does not escalate the ticket (simulator seed 1: tickets paged by crashes 45 min
+    and 7 h after their XID). One within the window still does."""
+
+    def history(after: float) -> Cluster:
+        c = Cluster()
+        healthy(c, "n1", ["a"])
+        c.bind("n1", 1, "GPU-20", "0000:20:00.0", ["a"])
+        c.xid("n1", 5 * MIN, 48, bus="0000:20:00.0", uuid="GPU-20")
+        c.tick(5 * MIN + after - 30)
+        c.pod("n1", "a", 5 * MIN + after, restarts=1, last=term(5 * MIN + after - 1))
+        c.tick(5 * MIN + after + 60)
+        return c
+
+    [late] = of_type(run(history(120 * MIN).events), "gpu_degraded")
+    assert (late.severity, [p.name for p in late.pods if p.role == "failed"]) == ("ticket", [])
+    [near] = of_type(run(history(7 * MIN).events), "gpu_degraded")
+    assert (near.severity, [p.name for p in near.pods if p.role == "failed"]) == ("page", ["a"])
+
+
+def test_an_application_xid_the_ticket_attached_does_not_make_a_new_fault_its_own() -> None:
+    """An XID 74 on GPU-20 opens a ticket; hours later an XID 43 (the workload's) on
+    GPU-21 is attached to it as context; later still an XID 74 on GPU-21 and a
+    ``DeviceFailed`` eviction of its pod. The ticket never told a fault of GPU-21 (the
+    XID 43 is the application's): the new fault pages as its own chain, from its own
+    XID, instead of updating the hours-old ticket (simulator seed 1)."""
+    c = Cluster()
+    healthy(c, "n1", ["a", "b"])
+    c.bind("n1", 1, "GPU-20", "0000:20:00.0", ["a"])
+    c.bind("n1", 1, "GPU-21", "0000:21:00.0", ["b"])
+    c.xid("n1", 5 * MIN, 74, bus="0000:20:00.0", uuid="GPU-20")
+    c.xid("n1", 100 * MIN, 43, bus="0000:21:00.0", uuid="GPU-21")
+    c.xid("n1", 200 * MIN, 74, bus="0000:21:00.0", uuid="GPU-21")
+    c.kube(
+        "n1", 200 * MIN + 20, "Evicted", name="b", message="The node had condition: [DeviceFailed]."
+    )
+    c.tick(230 * MIN)
+    revisions = run(c.events)
+    [chain] = of_type(revisions, CHAIN)
+    assert chain.first_seen.timestamp() == T0_S + 200 * MIN
+    assert [p.name for p in chain.pods] == ["b"]
+    [ticket] = of_type(revisions, "gpu_degraded")
+    assert ticket.severity == "ticket"
