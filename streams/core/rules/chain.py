@@ -598,7 +598,7 @@ def _older_fault(step: Step, degraded: OpenIncident, first: float) -> bool:
     none of the chain's GPUs is named in its evidence from before the window (the
     ticket's own GPU list does not tell: the new XID was added to it as it came). A
     chain whose GPU is unknown (a drop) cannot be told apart: it escalates, as before.
-    Only the ticket's fault evidence tells (:func:`_fault_evidence`): an application
+    Only the ticket's fault evidence tells (:func:`fault_evidence`): an application
     XID 13/43 on the new GPU that the ticket attached hours ago, or a pod's crash, is
     no fault of that GPU (simulator seed 1: an XID 74 ticket at 10:55, an XID 43 on
     another GPU at 19:02, then an XID 74 on that GPU and a DeviceFailed eviction at
@@ -615,7 +615,7 @@ def _older_fault(step: Step, degraded: OpenIncident, first: float) -> bool:
             continue
         if item.schema == "node.v1":
             return False  # an old drop names no GPU: it may be this one
-        if not _fault_evidence(item):
+        if not fault_evidence(item):
             continue  # an application XID or a pod's crash the ticket attached
         for ref in gpus:
             if (ref.uuid and ref.uuid in item.text) or (
@@ -659,7 +659,7 @@ def _escalate(step: Step, info: PodInfo, evidence: Evidence) -> bool:
     inc = step.find(DEGRADED, DEGRADED_SUBJECT)
     if inc is None:
         return False
-    times = [e.time.timestamp() for e in inc.evidence if _fault_evidence(e)]
+    times = [e.time.timestamp() for e in inc.evidence if fault_evidence(e)]
     fatal = bool(inc.attributes.get("xids"))
     if not belongs_to(step, info, evidence, step.now, inc.gpus.items(), times, fatal=fatal):
         return False
@@ -671,7 +671,7 @@ _CLEANUP_XID = 45
 """Preemptive cleanup after earlier errors: never a fault time of its own."""
 
 
-def _fault_evidence(item: Evidence) -> bool:
+def fault_evidence(item: Evidence) -> bool:
     """An allocatable change or an XID that is not an application / informational one:
     the times a failure is judged against. A workload's own XID 13 is no device fault
     time, nor is the cleanup XID 45 that follows it: after a fatal XID the fault's own

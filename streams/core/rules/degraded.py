@@ -90,15 +90,48 @@ def on_capacity(step: Step, ev: NodeEvent, capacity: int, allocatable: int) -> N
             step.set_deadline(inc, NEVER)  # unallocatable: it resolves on recovery
             _describe(step, inc)
         return
-    if state.degraded_since is not None:
+    since = state.degraded_since
+    if since is not None:
         state.degraded_since = None
         state.degraded_evidence = None
         state.timers_dirty = True
         inc = step.find(KIND, SUBJECT)
         if inc is not None:
             step.add_evidence(inc, change)
-            step.resolve(inc, step.now, "all GPUs allocatable again")
+            quiet = _xid_deadline(step, inc) if _blip(step, since) else None
+            if quiet is None:
+                step.resolve(inc, step.now, "all GPUs allocatable again")
+            else:
+                step.set_deadline(inc, quiet)
     chain.on_restored(step)
+
+
+def _blip(step: Step, since: float) -> bool:
+    """Was a drop that ended now a device plugin re-registering (8 -> 0 -> 8 within
+    ``drop_persist_seconds``), not a GPU the plugin marked unhealthy and then healthy?"""
+    return step.now - since < step.config.drop_persist_seconds
+
+
+def _xid_deadline(step: Step, inc: OpenIncident) -> float | None:
+    """The quiet deadline of a ticket its fatal XIDs opened (their last line plus
+    ``degraded_quiet_seconds``), or None when it has none (a drop's ticket).
+
+    A plugin restart's 8 -> 0 -> 8 says nothing of an XID-only ticket's GPU: it was
+    allocatable before and is again, and a GPU reset is invisible to Kubernetes. Read
+    as "all GPUs allocatable again" it resolved a flaky GPU's ticket, and the GPU's next
+    XID opened a second one for the same fault (simulator seed 1: two on one node).
+    The chain's doctrine is the same: such a drop is no fault (``drop_persist_seconds``).
+    """
+    if "xids" not in inc.attributes:
+        return None
+    times = [
+        e.time.timestamp()
+        for e in inc.evidence
+        if e.schema != "node.v1" and chain.fault_evidence(e)
+    ]
+    if not times:
+        return None
+    return max(times) + step.config.degraded_quiet_seconds
 
 
 def on_xid(step: Step, item: Evidence, gpu_key: str, gpu: GpuRef, *, fault: bool) -> None:

@@ -527,3 +527,32 @@ def test_an_application_xid_the_ticket_attached_does_not_make_a_new_fault_its_ow
     assert [p.name for p in chain.pods] == ["b"]
     [ticket] = of_type(revisions, "gpu_degraded")
     assert ticket.severity == "ticket"
+
+
+def test_a_plugin_restart_does_not_resolve_an_xid_tickets_gpu() -> None:
+    """An XID 119 with no pod harmed opens the GPU's ticket (open a day: a GPU reset is
+    invisible to Kubernetes). A device plugin restart then re-registers the GPUs, 8 ->
+    0 -> 8 in 8 s: no fault (the chain's ``drop_persist_seconds``), and no sign the
+    GPU was reset. The ticket stays open, and the GPU's next XID 119 updates it instead
+    of opening a second one (simulator seed 1: two tickets for one flaky GPU). A drop
+    that lasted is the plugin marking a GPU unhealthy: its recovery still resolves."""
+
+    def history(back: float) -> Cluster:
+        c = Cluster()
+        healthy(c, "n1", ["a"])
+        c.bind("n1", 1, "GPU-20", "0000:20:00.0", ["a"])
+        c.xid("n1", 5 * MIN, 119, bus="0000:20:00.0", uuid="GPU-20")
+        c.node("n1", 15 * MIN, alloc=0)
+        c.node("n1", 15 * MIN + back, alloc=8)
+        c.xid("n1", 30 * MIN, 119, bus="0000:20:00.0", uuid="GPU-20")
+        c.tick(40 * MIN)
+        return c
+
+    revisions = run(history(8).events)
+    [ticket] = of_type(revisions, "gpu_degraded")
+    assert ticket.status == "updated"
+    assert ticket.first_seen.timestamp() == T0_S + 5 * MIN
+    assert len({r.id for r in revisions if r.type == "gpu_degraded"}) == 1
+    lasted = [r for r in run(history(10 * MIN).events) if r.type == "gpu_degraded"]
+    assert len({r.id for r in lasted}) == 2
+    assert "resolved" in [r.status for r in lasted]
