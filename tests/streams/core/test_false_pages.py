@@ -642,3 +642,26 @@ def test_a_recovered_plugin_restart_does_not_fold_a_new_fault_into_an_old_ticket
     assert chain.first_seen.timestamp() == T0_S + 90 * MIN
     [ticket] = of_type(revisions, "gpu_degraded")
     assert ticket.severity == "ticket"
+
+
+def test_a_container_crash_during_a_not_ready_blip_does_not_page() -> None:
+    """A 40 s PLEG blip (Ready=False, back to True before the grace) during which a GPU
+    pod's container exits 1: the kubelet being slow kills no container, the crash is
+    the application's, and the blip is Kubernetes working: nothing is published
+    (simulator seeds 1 and 2: an NCCL error 37 s into a blip paged). A pod Kubernetes
+    takes off the node meanwhile (a ``TaintManagerEviction``) still pages at once."""
+
+    def history(evicted: bool) -> Cluster:
+        c = Cluster()
+        healthy(c, "n7", ["s1", "s2"])
+        c.node("n7", 10 * MIN, ready="False")
+        c.pod("n7", "s1", 10 * MIN + 37, restarts=1, last=term(10 * MIN + 36))
+        if evicted:
+            c.kube("n7", 10 * MIN + 38, "TaintManagerEviction", name="s2")
+        c.node("n7", 10 * MIN + 40, ready="True")
+        c.tick(30 * MIN)
+        return c
+
+    assert of_type(run(history(evicted=False).events), NOT_READY) == []
+    [inc] = of_type(run(history(evicted=True).events), NOT_READY)
+    assert inc.severity == "page"
