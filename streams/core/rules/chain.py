@@ -223,7 +223,7 @@ def on_failure(step: Step, info: PodInfo, evidence: Evidence) -> bool:
         _join(step, info, evidence)
         return True
     # Not the chain's: it may still be the open ticket's. Both are open when the ticket
-    # tells an older fault (:func:`_older_fault`): a pod crashing on the ticket's GPU
+    # tells an older fault (:func:`older_fault`): a pod crashing on the ticket's GPU
     # while a new chain is open on another escalates the ticket.
     if _escalate(step, info, evidence):
         return True
@@ -277,6 +277,8 @@ def belongs_to(
             return False
         if not ordinary_crash(info, evidence):
             return True  # Kubernetes took it off the faulty GPU (eviction, admission)
+        if _app_fault_before(step, [k for k, _ in bound], when - near, when):
+            return False  # one of its GPUs just logged the workload's fault (XID 13/31/43)
         return _bound_crash_is_the_faults(step, evidence, when, fault_times)
     if _PRESSURE in words:
         return False
@@ -616,7 +618,7 @@ def _join(step: Step, info: PodInfo, evidence: Evidence) -> None:
     if inc is None:
         degraded = step.find(DEGRADED, DEGRADED_SUBJECT)
         first = min(t.time.timestamp() for t in state.chain_triggers)
-        if degraded is not None and not _older_fault(step, degraded, first):
+        if degraded is not None and not older_fault(step, degraded, first):
             # The node's gpu_degraded already tells this fault: one root cause, one
             # incident. The chain's triggers and GPUs join it, and the failure escalates it.
             for trigger in state.chain_triggers:
@@ -636,7 +638,7 @@ def _join(step: Step, info: PodInfo, evidence: Evidence) -> None:
     _describe(step, inc)
 
 
-def _older_fault(step: Step, degraded: OpenIncident, first: float) -> bool:
+def older_fault(step: Step, degraded: OpenIncident, first: float) -> bool:
     """Does the node's open ``gpu_degraded`` tell an *older* fault than the chain's, whose
     first trigger is at ``first``? It does when it began more than the chain's window
     before that trigger: an XID-only ticket stays open a day (``degraded_quiet_seconds``),

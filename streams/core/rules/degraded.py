@@ -85,25 +85,51 @@ def on_capacity(step: Step, ev: NodeEvent, capacity: int, allocatable: int) -> N
             state.degraded_checked = False
             state.timers_dirty = True
         inc = step.find(KIND, SUBJECT)
-        if inc is not None:
+        if inc is not None and not _another_faults_drop(step, inc):
             step.add_evidence(inc, change)
             step.set_deadline(inc, NEVER)  # unallocatable: it resolves on recovery
             _describe(step, inc)
         return
-    since = state.degraded_since
+    since, dropped = state.degraded_since, state.degraded_evidence
     if since is not None:
         state.degraded_since = None
         state.degraded_evidence = None
         state.timers_dirty = True
         inc = step.find(KIND, SUBJECT)
         if inc is not None:
-            step.add_evidence(inc, change)
-            quiet = _xid_deadline(step, inc) if _blip(step, since) else None
+            held = _holds(inc, dropped)
+            if held:
+                step.add_evidence(inc, change)
+            quiet = _xid_deadline(step, inc) if _blip(step, since) or not held else None
             if quiet is None:
                 step.resolve(inc, step.now, "all GPUs allocatable again")
             else:
                 step.set_deadline(inc, quiet)
     chain.on_restored(step)
+
+
+def _another_faults_drop(step: Step, inc: OpenIncident) -> bool:
+    """Is a drop that finds the ticket open another GPU's new fault's? It is when it
+    comes while the eviction chain is armed by a fatal XID on a GPU the ticket told no
+    fault of before the chain's window (:func:`streams.core.rules.chain.older_fault`:
+    the ticket tells an older fault): the device plugin marked *that* GPU unhealthy,
+    and the chain reports it. Taken
+    by the ticket, its recovery resolved the ticket of a flaky GPU that was never
+    reset (simulator seed 2: a flaky GPU's ticket at 10:47, an XID 95 on another GPU
+    and its drop at 14:57, the drop's recovery at 15:29 closed the flaky ticket)."""
+    state = step.state
+    if not state.chain_codes or not chain.armed(step):
+        return False
+    first = min(t.time.timestamp() for t in state.chain_triggers)
+    return chain.older_fault(step, inc, first)
+
+
+def _holds(inc: OpenIncident, dropped: Evidence | None) -> bool:
+    """Did the ticket take the drop that just recovered? One it left to another fault's
+    chain (:func:`_another_faults_drop`) says nothing of the ticket's GPU."""
+    if dropped is None:
+        return True
+    return any(e.event_id == dropped.event_id for e in inc.evidence)
 
 
 def _blip(step: Step, since: float) -> bool:

@@ -665,3 +665,57 @@ def test_a_container_crash_during_a_not_ready_blip_does_not_page() -> None:
     assert of_type(run(history(evicted=False).events), NOT_READY) == []
     [inc] = of_type(run(history(evicted=True).events), NOT_READY)
     assert inc.severity == "page"
+
+
+def test_another_gpus_drop_and_recovery_do_not_close_a_flaky_gpus_ticket() -> None:
+    """GPU-20's XID 79 ticket is open (no reset seen: it stays open a day). Hours later
+    an XID 95 on GPU-21, the device plugin drops it, its pod is evicted: a new fault,
+    its own chain. The drop is GPU-21's, so its recovery says nothing of GPU-20: the
+    ticket stays open (simulator seed 2: the recovery closed a flaky GPU's ticket and
+    its next drop opened a second one)."""
+    c = Cluster()
+    healthy(c, "n1", ["a", "b"])
+    c.bind("n1", 1, "GPU-20", "0000:20:00.0", ["a"])
+    c.bind("n1", 1, "GPU-21", "0000:21:00.0", ["b"])
+    c.xid("n1", 5 * MIN, 79, bus="0000:20:00.0", uuid="GPU-20")
+    c.xid("n1", 200 * MIN, 95, bus="0000:21:00.0", uuid="GPU-21")
+    c.node("n1", 200 * MIN + 20, alloc=7)
+    c.kube(
+        "n1", 200 * MIN + 25, "Evicted", name="b", message="The node had condition: [DeviceFailed]."
+    )
+    c.node("n1", 240 * MIN, alloc=8)
+    c.tick(250 * MIN)
+    revisions = run(c.events)
+    [chain] = of_type(revisions, CHAIN)
+    assert chain.status == "resolved"
+    [ticket] = of_type(revisions, "gpu_degraded")
+    assert ticket.status != "resolved"
+    assert "node.v1" not in [e.schema for e in ticket.evidence]
+
+
+def test_a_crash_after_an_app_xid_on_one_of_its_gpus_does_not_escalate_the_ticket() -> None:
+    """A pod holds GPU-20 (a flaky GPU: XID 79, its ticket open) and GPU-21. GPU-21 logs
+    an XID 13 (the workload's kernel faulted) and the pod exits 6 s later with ``an
+    illegal memory access was encountered``: its own GPU's application fault explains
+    the crash, even though it also held the flaky GPU (simulator seed 1: the ticket
+    was escalated to a page). Without the XID 13 the same crash, a minute after the
+    XID 79 on its GPU, escalates it."""
+    msg = "RuntimeError: CUDA error: an illegal memory access was encountered"
+
+    def history(app_xid: bool) -> Cluster:
+        c = Cluster()
+        healthy(c, "n1", ["a"])
+        c.bind("n1", 1, "GPU-20", "0000:20:00.0", ["a"])
+        c.bind("n1", 1, "GPU-21", "0000:21:00.0", ["a"])
+        c.xid("n1", 5 * MIN, 79, bus="0000:20:00.0", uuid="GPU-20")
+        c.tick(11 * MIN)
+        if app_xid:
+            c.xid("n1", 12 * MIN - 6, 13, bus="0000:21:00.0", uuid="GPU-21")
+        c.pod("n1", "a", 12 * MIN, restarts=1, last=term(12 * MIN - 1, message=msg))
+        c.tick(20 * MIN)
+        return c
+
+    [ticket] = of_type(run(history(app_xid=True).events), "gpu_degraded")
+    assert (ticket.severity, [p.name for p in ticket.pods if p.role == "failed"]) == ("ticket", [])
+    [paged] = of_type(run(history(app_xid=False).events), "gpu_degraded")
+    assert (paged.severity, [p.name for p in paged.pods if p.role == "failed"]) == ("page", ["a"])
