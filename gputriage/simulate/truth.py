@@ -199,21 +199,36 @@ class TruthRecorder:
     def _joined(self, found: list[ExpectedIncident]) -> list[ExpectedIncident]:
         """Drop the truths that join an incident still open on their subject: one
         ``gpu_degraded`` per node (README: "One per node"; without an end it stays open
-        for ``degraded_quiet_seconds``, a day) and one ``allocation_mismatch`` per
-        cluster (it names every node that disagrees)."""
+        for ``degraded_quiet_seconds``, a day; a drop that joins it ends it when all GPUs
+        are allocatable again) and one ``allocation_mismatch`` per cluster (it names
+        every node that disagrees)."""
         open_until: dict[tuple[str, str, str], datetime] = {}
+        quiet: set[tuple[str, str, str]] = set()
+        """Tickets open only by the quiet day (no drop of their own yet)."""
         kept = []
         for incident in found:
             if incident.type not in ("gpu_degraded", "allocation_mismatch"):
                 kept.append(incident)
                 continue
             key = (incident.type, incident.cluster, incident.node)
-            end = self._ends.get(incident.id, incident.start + DEGRADED_QUIET)
+            ended = self._ends.get(incident.id)
+            end = incident.start + DEGRADED_QUIET if ended is None else ended
             until = open_until.get(key)
             if until is not None and incident.start <= until:
-                open_until[key] = max(until, end)
+                if incident.type == "gpu_degraded" and ended is not None and key in quiet:
+                    # A drop that joins a ticket its XIDs keep open ends it when it
+                    # recovers (README: "Resolves when all GPUs are allocatable again
+                    # (once a drop was seen)"): the core cannot tell which GPU came back.
+                    open_until[key] = ended
+                    quiet.discard(key)
+                else:
+                    open_until[key] = max(until, end)
                 continue
             open_until[key] = end
+            if ended is None:
+                quiet.add(key)
+            else:
+                quiet.discard(key)
             kept.append(incident)
         return kept
 
