@@ -277,8 +277,12 @@ def belongs_to(
             return False
         if not ordinary_crash(info, evidence):
             return True  # Kubernetes took it off the faulty GPU (eviction, admission)
-        if _app_fault_before(step, [k for k, _ in bound], when - near, when):
-            return False  # one of its GPUs just logged the workload's fault (XID 13/31/43)
+        if _app_fault_before(
+            step, [k for k, _ in bound], when - near, when
+        ) and not _crash_after_a_fatal_xid(when, fault_times, near):
+            # One of its GPUs just logged the workload's fault (XID 13/31/43) and the
+            # fault is not so near that it killed the process itself.
+            return False
         return _bound_crash_is_the_faults(step, evidence, when, fault_times)
     if _PRESSURE in words:
         return False

@@ -698,20 +698,22 @@ def test_a_crash_after_an_app_xid_on_one_of_its_gpus_does_not_escalate_the_ticke
     an XID 13 (the workload's kernel faulted) and the pod exits 6 s later with ``an
     illegal memory access was encountered``: its own GPU's application fault explains
     the crash, even though it also held the flaky GPU (simulator seed 1: the ticket
-    was escalated to a page). Without the XID 13 the same crash, a minute after the
-    XID 79 on its GPU, escalates it."""
+    was escalated to a page: the XID 79 was 69 s before). Without the XID 13 the same
+    crash escalates it, and so does one 30 s after the XID 79, XID 13 or not: a GPU that
+    falls off the bus kills its process at once (simulator seed 1: an XID 43 on a
+    pod's other GPU 6 s before its crash, 34 s after an XID 79 on its first)."""
     msg = "RuntimeError: CUDA error: an illegal memory access was encountered"
 
-    def history(app_xid: bool) -> Cluster:
+    def history(app_xid: bool, after: float = 7 * MIN) -> Cluster:
         c = Cluster()
         healthy(c, "n1", ["a"])
         c.bind("n1", 1, "GPU-20", "0000:20:00.0", ["a"])
         c.bind("n1", 1, "GPU-21", "0000:21:00.0", ["a"])
         c.xid("n1", 5 * MIN, 79, bus="0000:20:00.0", uuid="GPU-20")
-        c.tick(11 * MIN)
+        crash = 5 * MIN + after
         if app_xid:
-            c.xid("n1", 12 * MIN - 6, 13, bus="0000:21:00.0", uuid="GPU-21")
-        c.pod("n1", "a", 12 * MIN, restarts=1, last=term(12 * MIN - 1, message=msg))
+            c.xid("n1", crash - 6, 13, bus="0000:21:00.0", uuid="GPU-21")
+        c.pod("n1", "a", crash, restarts=1, last=term(crash - 1, message=msg))
         c.tick(20 * MIN)
         return c
 
@@ -719,3 +721,5 @@ def test_a_crash_after_an_app_xid_on_one_of_its_gpus_does_not_escalate_the_ticke
     assert (ticket.severity, [p.name for p in ticket.pods if p.role == "failed"]) == ("ticket", [])
     [paged] = of_type(run(history(app_xid=False).events), "gpu_degraded")
     assert (paged.severity, [p.name for p in paged.pods if p.role == "failed"]) == ("page", ["a"])
+    [chain] = of_type(run(history(app_xid=True, after=30).events), CHAIN)
+    assert [p.name for p in chain.pods] == ["a"]
