@@ -126,6 +126,7 @@ class TruthRecorder:
         self._last: dict[tuple[str, ...], datetime] = {}
         self._node_xids: dict[tuple[str, str], list[datetime]] = defaultdict(list)
         self._ends: dict[str, datetime] = {}
+        self._superseded: dict[str, datetime] = {}
         self.expected: list[ExpectedIncident] = []
         """The truths, by ``start``, once :meth:`finish` has run."""
         self.cluster = ClusterTruth(SLACK)
@@ -200,11 +201,14 @@ class TruthRecorder:
         """Drop the truths that join an incident still open on their subject: one
         ``gpu_degraded`` per node (README: "One per node"; without an end it stays open
         for ``degraded_quiet_seconds``, a day; a drop that joins it ends it when all GPUs
-        are allocatable again) and one ``allocation_mismatch`` per cluster (it names
-        every node that disagrees)."""
+        are allocatable again; a flaky GPU's ends at its ``xid_repeat``) and one
+        ``allocation_mismatch`` per cluster (it names every node that disagrees)."""
         open_until: dict[tuple[str, str, str], datetime] = {}
         quiet: set[tuple[str, str, str]] = set()
         """Tickets open only by the quiet day (no drop of their own yet)."""
+        alone: dict[tuple[str, str, str], datetime] = {}
+        """A flaky GPU's ticket that its xid_repeat supersedes, with its day-long end
+        should anything join it first (then it tells more than that GPU: it stays)."""
         kept = []
         for incident in found:
             if incident.type not in ("gpu_degraded", "allocation_mismatch"):
@@ -214,6 +218,8 @@ class TruthRecorder:
             ended = self._ends.get(incident.id)
             end = incident.start + DEGRADED_QUIET if ended is None else ended
             until = open_until.get(key)
+            if until is not None and key in alone and incident.start <= until:
+                until = open_until[key] = alone.pop(key)
             if until is not None and incident.start <= until:
                 if incident.type == "gpu_degraded" and ended is not None and key in quiet:
                     # A drop that joins a ticket its XIDs keep open ends it when it
@@ -225,12 +231,27 @@ class TruthRecorder:
                     open_until[key] = max(until, end)
                 continue
             open_until[key] = end
+            alone.pop(key, None)
             if ended is None:
                 quiet.add(key)
+                superseded = self._superseded.get(incident.id)
+                if superseded is not None:
+                    alone[key] = end
+                    open_until[key] = superseded
             else:
                 quiet.discard(key)
             kept.append(incident)
         return kept
+
+    def _supersede(self, repeats: list[ExpectedIncident]) -> None:
+        """A flaky GPU's ``gpu_degraded`` ends when its ``xid_repeat`` opens (README: "an
+        ``xid_repeat`` of its only GPU supersedes it": the page says RMA, the ticket's one
+        reset will not hold), at the episode that makes the repeat; a drop on the node
+        after that is a new ticket. Only a ticket of that GPU alone (:meth:`_joined`)."""
+        for repeat in repeats:
+            if repeat.fault == "flaky_gpu":
+                ticket = repeat.id.replace("/xid_repeat", "/gpu_degraded")
+                self._superseded[ticket] = repeat.not_after - SLACK
 
     def xid(self, *, cluster: str, node: str, time: datetime) -> None:
         """Any XID line on a node (a degraded node's incident names its recent XIDs)."""
@@ -281,7 +302,9 @@ class TruthRecorder:
             ):
                 found.append(self._widened(pending.incident))
         found.extend(self._cuda_oom())
-        found.extend(self._xid_repeats())
+        repeats = self._xid_repeats()
+        self._supersede(repeats)
+        found.extend(repeats)
         found.extend(self.cluster.expected(self.fault_id, end - END_MARGIN))
         found.sort(key=lambda e: (e.start, e.id))
         found = self._joined(found)
