@@ -158,8 +158,9 @@ def arm(
             # first (it is the earlier trigger, so it anchors the id).
             arm(step, pending[1], at=pending[0])
     inc = step.find(KIND, SUBJECT)
-    if inc is None and not armed(step):
+    if inc is None and (not armed(step) or _ticket_holds_the_old_faults(step, gpu_key, gpu)):
         _disarm(state)
+        state.chain_until = -math.inf
         state.chain_anchor = trigger.event_id
     if len(state.chain_triggers) < config.max_evidence and all(
         t.event_id != trigger.event_id for t in state.chain_triggers
@@ -186,6 +187,48 @@ def arm(
         else:
             kept.append(failure)
     state.recent_failures = tuple(kept)
+
+
+def _ticket_holds_the_old_faults(step: Step, gpu_key: str, gpu: GpuRef | None) -> bool:
+    """Does a fatal XID on a new GPU start a chain of its own while an armed one has
+    no incident yet? It does when every trigger armed so far is a fatal XID on other
+    GPUs that the node's open ``gpu_degraded`` (or an ``xid_repeat``, which supersedes a
+    flaky GPU's ticket) already reports: those faults have their incident (a casualty
+    of a ticket's GPU still escalates it, :func:`_escalate`), so the new fault is not
+    folded into their window. Folded, a flaky GPU's XID 79 nine
+    minutes earlier anchored the page of an XID 74 on another GPU and its DeviceFailed
+    eviction, dated from the wrong fault and naming both GPUs (simulator seed 1). A
+    drop among the triggers names no GPU: it may be the new GPU's, and the chain goes
+    on as one."""
+    state = step.state
+    if gpu is None or gpu_key == "unknown" or not state.chain_codes:
+        return False
+    if any(t.schema == "node.v1" for t in state.chain_triggers):
+        return False
+    if not state.chain_gpus:
+        return False
+    named = [
+        ref
+        for inc in state.incidents.values()
+        if inc.type in (DEGRADED, _REPEAT)
+        for ref in inc.gpus.values()
+    ]
+    for key, ref in state.chain_gpus:
+        if key == gpu_key or _same_ref(ref, gpu):
+            return False  # the same GPU again: one fault
+        if not any(_same_ref(ref, known) for known in named):
+            return False  # a fault no incident reports yet
+    return True
+
+
+_REPEAT = "xid_repeat"
+"""The repeat rule's type (:mod:`streams.core.rules.xid`): its page reports a GPU's fault."""
+
+
+def _same_ref(a: GpuRef, b: GpuRef) -> bool:
+    return bool(a.uuid and a.uuid == b.uuid) or bool(
+        a.pci_bus_id and a.pci_bus_id == b.pci_bus_id and a.gpu_instance == b.gpu_instance
+    )
 
 
 def on_drop(step: Step, change: Evidence) -> None:

@@ -723,3 +723,29 @@ def test_a_crash_after_an_app_xid_on_one_of_its_gpus_does_not_escalate_the_ticke
     assert (paged.severity, [p.name for p in paged.pods if p.role == "failed"]) == ("page", ["a"])
     [chain] = of_type(run(history(app_xid=True, after=30).events), CHAIN)
     assert [p.name for p in chain.pods] == ["a"]
+
+
+def test_a_new_gpus_fault_does_not_join_the_window_of_a_ticketed_one() -> None:
+    """A flaky GPU-20 logs XID 79 again and again; its ticket is open. Its latest XID 79
+    arms the chain (no pod fails). Nine minutes later an XID 74 on GPU-21 and its pod's
+    DeviceFailed eviction: the page is GPU-21's fault, dated from its XID and naming
+    GPU-21 only, not folded into GPU-20's window (simulator seed 1). A casualty of
+    GPU-20 would still escalate GPU-20's ticket."""
+    c = Cluster()
+    healthy(c, "n1", ["a", "b"])
+    c.bind("n1", 1, "GPU-20", "0000:20:00.0", ["a"])
+    c.bind("n1", 1, "GPU-21", "0000:21:00.0", ["b"])
+    c.xid("n1", 5 * MIN, 79, bus="0000:20:00.0", uuid="GPU-20")
+    c.xid("n1", 60 * MIN, 79, bus="0000:20:00.0", uuid="GPU-20")
+    c.xid("n1", 69 * MIN, 74, bus="0000:21:00.0", uuid="GPU-21")
+    c.kube(
+        "n1", 69 * MIN + 30, "Evicted", name="b", message="The node had condition: [DeviceFailed]."
+    )
+    c.tick(90 * MIN)
+    revisions = run(c.events)
+    [chain] = of_type(revisions, CHAIN)
+    assert chain.first_seen.timestamp() == T0_S + 69 * MIN
+    assert [g.uuid for g in chain.gpus] == ["GPU-21"]
+    assert [p.name for p in chain.pods] == ["b"]
+    [ticket] = of_type(revisions, "gpu_degraded")
+    assert ticket.severity == "ticket"
