@@ -127,6 +127,7 @@ class TruthRecorder:
         self._last: dict[tuple[str, ...], datetime] = {}
         self._node_xids: dict[tuple[str, str], list[datetime]] = defaultdict(list)
         self._ends: dict[str, datetime] = {}
+        self._superseded: dict[str, datetime] = {}
         self.expected: list[ExpectedIncident] = []
         """The truths, by ``start``, once :meth:`finish` has run."""
         self.cluster = ClusterTruth(SLACK)
@@ -202,23 +203,59 @@ class TruthRecorder:
     def _joined(self, found: list[ExpectedIncident]) -> list[ExpectedIncident]:
         """Drop the truths that join an incident still open on their subject: one
         ``gpu_degraded`` per node (README: "One per node"; without an end it stays open
-        for ``degraded_quiet_seconds``, a day). ``allocation_mismatch`` (one per cluster)
-        is joined where it is counted (:mod:`gputriage.simulate.mismatch_truth`)."""
+        for ``degraded_quiet_seconds``, a day; a drop that joins it ends it when all GPUs
+        are allocatable again; a flaky GPU's ends at its ``xid_repeat``).
+        ``allocation_mismatch`` (one per cluster) is joined where it is counted
+        (:mod:`gputriage.simulate.mismatch_truth`)."""
         open_until: dict[tuple[str, str, str], datetime] = {}
+        quiet: set[tuple[str, str, str]] = set()
+        """Tickets open only by the quiet day (no drop of their own yet)."""
+        alone: dict[tuple[str, str, str], datetime] = {}
+        """A flaky GPU's ticket that its xid_repeat supersedes, with its day-long end
+        should anything join it first (then it tells more than that GPU: it stays)."""
         kept = []
         for incident in found:
             if incident.type != "gpu_degraded":
                 kept.append(incident)
                 continue
             key = (incident.type, incident.cluster, incident.node)
-            end = self._ends.get(incident.id, incident.start + DEGRADED_QUIET)
+            ended = self._ends.get(incident.id)
+            end = incident.start + DEGRADED_QUIET if ended is None else ended
             until = open_until.get(key)
+            if until is not None and key in alone and incident.start <= until:
+                until = open_until[key] = alone.pop(key)
             if until is not None and incident.start <= until:
-                open_until[key] = max(until, end)
+                if incident.type == "gpu_degraded" and ended is not None and key in quiet:
+                    # A drop that joins a ticket its XIDs keep open ends it when it
+                    # recovers (README: "Resolves when all GPUs are allocatable again
+                    # (once a drop was seen)"): the core cannot tell which GPU came back.
+                    open_until[key] = ended
+                    quiet.discard(key)
+                else:
+                    open_until[key] = max(until, end)
                 continue
             open_until[key] = end
+            alone.pop(key, None)
+            if ended is None:
+                quiet.add(key)
+                superseded = self._superseded.get(incident.id)
+                if superseded is not None:
+                    alone[key] = end
+                    open_until[key] = superseded
+            else:
+                quiet.discard(key)
             kept.append(incident)
         return kept
+
+    def _supersede(self, repeats: list[ExpectedIncident]) -> None:
+        """A flaky GPU's ``gpu_degraded`` ends when its ``xid_repeat`` opens (README: "an
+        ``xid_repeat`` of its only GPU supersedes it": the page says RMA, the ticket's one
+        reset will not hold), at the episode that makes the repeat; a drop on the node
+        after that is a new ticket. Only a ticket of that GPU alone (:meth:`_joined`)."""
+        for repeat in repeats:
+            if repeat.fault == "flaky_gpu":
+                ticket = repeat.id.replace("/xid_repeat", "/gpu_degraded")
+                self._superseded[ticket] = repeat.not_after - SLACK
 
     def xid(self, *, cluster: str, node: str, time: datetime) -> None:
         """Any XID line on a node (a degraded node's incident names its recent XIDs)."""
@@ -269,7 +306,9 @@ class TruthRecorder:
             ):
                 found.append(self._widened(pending.incident))
         found.extend(self._cuda_oom())
-        found.extend(self._xid_repeats())
+        repeats = self._xid_repeats()
+        self._supersede(repeats)
+        found.extend(repeats)
         found.extend(self.cluster.expected(self.fault_id, end - END_MARGIN))
         found.extend(self.mismatch.expected(end - END_MARGIN))
         found.sort(key=lambda e: (e.start, e.id))

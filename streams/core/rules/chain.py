@@ -36,15 +36,15 @@ about a device (DESIGN §2 refinements):
   reason (Kubernetes took the pod off the node: ``Evicted``, ``NodeLost``,
   ``TaintManagerEviction``...) joins within the window, and an *ordinary crash*
   (a container's non-zero exit, a pod ``Failed`` with no reason) joins only if
-  it happened within ``device_fault_near_seconds`` of a trigger: an XID 79 kills
-  its process at once, while an application bug crashes whenever it likes.
-  (Measured on the event time of the report of the failure, which the kubelet
-  sends within seconds of the exit.)
+  it happened within ``device_fault_near_seconds`` *after* a fatal XID: an XID
+  79 kills its process at once, while an application bug crashes whenever it
+  likes. (Measured on the event time of the report of the failure, which the
+  kubelet sends within seconds of the exit.) Against a drop alone an ordinary
+  crash joins only if its words name the GPU (:func:`_may_name_the_gpu`): the
+  drop names no GPU, and a wordless crash does not say device.
 
-An ordinary crash just before a drop still joins the chain once the drop has
-persisted (it is within ``device_fault_near_seconds`` of the trigger), but it
-does not make the drop trusted: a plugin restart a minute after an unrelated
-crash pages nobody.
+An ordinary crash does not make a drop trusted either: a plugin restart a minute
+after an unrelated crash pages nobody.
 
 Traps: ``CUDA error: out of memory`` contains "CUDA error" but is the workload
 running out of memory (``suspected_cuda_oom``), never the device: texts that
@@ -99,8 +99,6 @@ finds it open, and no chain incident, escalates it instead of opening a second i
 _MAX_RECENT_FAILURES = 64
 _PRESSURE = "low on resource"
 """The kubelet's node-pressure eviction message: memory or disk, not the GPU."""
-_CRASH_LOOP = "suspected_cuda_oom"
-"""The crash-loop rule's type (:mod:`streams.core.rules.cuda`, which imports this one)."""
 _CAUSES = load_causes()
 """The packaged termination-cause table (packaged data read once at import, as in
 :mod:`streams.core.rules.cuda`)."""
@@ -160,8 +158,9 @@ def arm(
             # first (it is the earlier trigger, so it anchors the id).
             arm(step, pending[1], at=pending[0])
     inc = step.find(KIND, SUBJECT)
-    if inc is None and not armed(step):
+    if inc is None and (not armed(step) or _ticket_holds_the_old_faults(step, gpu_key, gpu)):
         _disarm(state)
+        state.chain_until = -math.inf
         state.chain_anchor = trigger.event_id
     if len(state.chain_triggers) < config.max_evidence and all(
         t.event_id != trigger.event_id for t in state.chain_triggers
@@ -188,6 +187,48 @@ def arm(
         else:
             kept.append(failure)
     state.recent_failures = tuple(kept)
+
+
+def _ticket_holds_the_old_faults(step: Step, gpu_key: str, gpu: GpuRef | None) -> bool:
+    """Does a fatal XID on a new GPU start a chain of its own while an armed one has
+    no incident yet? It does when every trigger armed so far is a fatal XID on other
+    GPUs that the node's open ``gpu_degraded`` (or an ``xid_repeat``, which supersedes a
+    flaky GPU's ticket) already reports: those faults have their incident (a casualty
+    of a ticket's GPU still escalates it, :func:`_escalate`), so the new fault is not
+    folded into their window. Folded, a flaky GPU's XID 79 nine
+    minutes earlier anchored the page of an XID 74 on another GPU and its DeviceFailed
+    eviction, dated from the wrong fault and naming both GPUs (simulator seed 1). A
+    drop among the triggers names no GPU: it may be the new GPU's, and the chain goes
+    on as one."""
+    state = step.state
+    if gpu is None or gpu_key == "unknown" or not state.chain_codes:
+        return False
+    if any(t.schema == "node.v1" for t in state.chain_triggers):
+        return False
+    if not state.chain_gpus:
+        return False
+    named = [
+        ref
+        for inc in state.incidents.values()
+        if inc.type in (DEGRADED, _REPEAT)
+        for ref in inc.gpus.values()
+    ]
+    for key, ref in state.chain_gpus:
+        if key == gpu_key or _same_ref(ref, gpu):
+            return False  # the same GPU again: one fault
+        if not any(_same_ref(ref, known) for known in named):
+            return False  # a fault no incident reports yet
+    return True
+
+
+_REPEAT = "xid_repeat"
+"""The repeat rule's type (:mod:`streams.core.rules.xid`): its page reports a GPU's fault."""
+
+
+def _same_ref(a: GpuRef, b: GpuRef) -> bool:
+    return bool(a.uuid and a.uuid == b.uuid) or bool(
+        a.pci_bus_id and a.pci_bus_id == b.pci_bus_id and a.gpu_instance == b.gpu_instance
+    )
 
 
 def on_drop(step: Step, change: Evidence) -> None:
@@ -225,7 +266,7 @@ def on_failure(step: Step, info: PodInfo, evidence: Evidence) -> bool:
         _join(step, info, evidence)
         return True
     # Not the chain's: it may still be the open ticket's. Both are open when the ticket
-    # tells an older fault (:func:`_older_fault`): a pod crashing on the ticket's GPU
+    # tells an older fault (:func:`older_fault`): a pod crashing on the ticket's GPU
     # while a new chain is open on another escalates the ticket.
     if _escalate(step, info, evidence):
         return True
@@ -260,8 +301,8 @@ def belongs_to(
 
     ``fatal``: a fatal XID (or a reset-asking XID 154) is among the fault's triggers,
     not only an allocatable drop. A kernel-fault text says device only then (see
-    :func:`_kernel_fault_says_device`), and a crash loop's next crash is the loop's
-    only when it is not (:func:`_looping`)."""
+    :func:`_kernel_fault_says_device`), and an ordinary crash is judged by time only
+    then (:func:`_crash_after_a_fatal_xid`)."""
     state, config = step.state, step.config
     words = evidence.text
     said = _words_say(step, words)
@@ -275,18 +316,104 @@ def belongs_to(
     if said == _KERNEL and _kernel_fault_says_device(step, fatal, bound, when - near, when):
         return True
     if bound and affected:
-        return any(_same_gpu(k, gpu, ak, ref) for k, gpu in bound for ak, ref in affected)
+        if not any(_same_gpu(k, gpu, ak, ref) for k, gpu in bound for ak, ref in affected):
+            return False
+        if not ordinary_crash(info, evidence):
+            return True  # Kubernetes took it off the faulty GPU (eviction, admission)
+        if _app_fault_before(
+            step, [k for k, _ in bound], when - near, when
+        ) and not _crash_after_a_fatal_xid(when, fault_times, near):
+            # One of its GPUs just logged the workload's fault (XID 13/31/43) and the
+            # fault is not so near that it killed the process itself.
+            return False
+        return _bound_crash_is_the_faults(step, evidence, when, fault_times)
     if _PRESSURE in words:
         return False
-    if not _ordinary_crash(info, evidence):
+    if not ordinary_crash(info, evidence):
         return True
-    if not fatal and _looping(step, key, info.container):
-        return False  # one more crash of a loop that began before a drop naming no GPU
+    if not fatal:  # a drop alone: the crash's words must name the GPU
+        return _may_name_the_gpu(step, evidence) and any(abs(when - t) <= near for t in fault_times)
+    if any(p in words for p in config.cuda_oom_patterns):
+        return False  # the workload's memory, whatever its timing
     if _app_fault_before(step, [k for k, _ in bound], when - near, when):
         return False  # its own GPU just logged the workload's fault (XID 13/31/43)
     if _names_other_cause(step, evidence):
         return False  # its own last words are an application error, not a CUDA one
-    return any(abs(when - t) <= near for t in fault_times)
+    return _crash_after_a_fatal_xid(when, fault_times, near)
+
+
+_CLOCK_SKEW_SECONDS = 5.0
+"""How far a pod failure's report may seem to precede the XID that caused it: the XID's
+time is the node's kernel clock (kmsg), the failure's the API server's watch event; both
+NTP-synced, seconds apart at worst. Nothing more: the process dies after the fault."""
+
+
+def _crash_after_a_fatal_xid(when: float, fault_times: Iterable[float], within: float) -> bool:
+    """May an ordinary crash at ``when`` (no binding to compare, no words that say
+    device) be the doing of a fault at one of ``fault_times``? Only if it came *after*
+    one, within ``within`` seconds: a fatal XID kills the CUDA processes on its GPU in
+    their next CUDA call (79: the GPU is gone; 48/95: the driver terminates the
+    contexts that touched the bad memory), so an exit right after it is plausibly its
+    casualty, while one before its first line is not (it was dead before the driver
+    saw anything; simulator seed 2: an ``NCCL error`` exit 111 s before an XID 48, seed
+    1: an exit 56 s before a flaky GPU's first XID 79, both made the GPU's ticket a
+    page).
+
+    Only with a fatal XID (the caller's ``fatal``). Against an allocatable drop alone
+    an ordinary crash joins only if its words name the GPU (:func:`_may_name_the_gpu`):
+    the drop is the device plugin's bookkeeping (it marks a GPU unhealthy; it kills no
+    process) and names no GPU, so with no such words neither half of DESIGN's rule
+    ("a pod joins a device chain only if it ran on the affected GPU or its failure
+    says device") holds. By nearness alone, every unrelated crash within a minute of
+    a drop (exit 1, 134, 139, an NCCL timeout, a CUDA OOM, a crash loop's next crash,
+    an illegal memory access) turned the drop's
+    ``gpu_degraded`` ticket into a page: 4 of 13 false pages on simulator seed 1, 8 of
+    9 on seed 2 (1,000 nodes, 24 h). A failure that says device (``UnexpectedAdmission
+    Error``, a ``DeviceFailed`` eviction, a CUDA/NVML error) still joins the drop, and
+    a drop that comes with a fatal XID has its GPU.
+
+    The kubelet reporting a dead container before the node status shows the drop
+    (the chain's look-back) is about failures that say device; for them time does not
+    decide.
+    """
+    return any(t - _CLOCK_SKEW_SECONDS <= when <= t + within for t in fault_times)
+
+
+def _bound_crash_is_the_faults(
+    step: Step, evidence: Evidence, when: float, fault_times: Iterable[float]
+) -> bool:
+    """Is an ordinary crash (a container's own non-zero exit) of a pod that ran on the
+    faulty GPU the fault's doing? Its GPU says *where*, not *why*: a GPU that falls off
+    the bus (79), loses memory to a double-bit ECC error (48) or hangs its GSP (119)
+    kills the CUDA process on it in its next CUDA call, and that process dies in a
+    CUDA or NVML call (NVIDIA's XID catalog, https://docs.nvidia.com/deploy/xid-errors/:
+    79 "GPU has fallen off the bus", 48 "the application ... will be terminated"). So:
+
+    * its own last words decide first: a ``CUDA out of memory`` is the workload's
+      memory (``suspected_cuda_oom``: a crash loop that ran on the GPU before the XID
+      and keeps crashing after it is not the XID's), and a message that names another
+      cause with no GPU word in it (``ValueError: checkpoint shard ...``, ``KeyError``,
+      :func:`_names_other_cause`) died of that. Joined, they made a ticket a page
+      (simulator seed 1, 1,000 nodes 24 h: five XID-only faults whose pod happened to
+      crash of its own bug 1-5 min later);
+    * then time: it joins only within the chain's window after a fault
+      (``eviction_window_seconds``), never before it (:func:`_crash_after_a_fatal_xid`:
+      a process is not killed by a fault yet to come). The chain's own armed
+      window already says so; it matters for a ``gpu_degraded`` ticket, which stays
+      open a day after an XID (``degraded_quiet_seconds``): a crash of the GPU's pod
+      seven hours later is an application's, not "the degraded GPU evicting workloads"
+      (simulator seed 1: tickets escalated to pages by crashes 45 min and 7 h after
+      their XID, which then swallowed the next real fault's page).
+
+    Trap: no message says nothing and keeps the binding's verdict within the window
+    (most containers write no termination message: the kubelet reads
+    ``/dev/termination-log``, empty unless the application writes it).
+    """
+    config = step.config
+    words = evidence.text
+    if any(p in words for p in config.cuda_oom_patterns) or _names_other_cause(step, evidence):
+        return False
+    return _crash_after_a_fatal_xid(when, fault_times, config.eviction_window_seconds)
 
 
 def _app_fault_before(step: Step, gpu_keys: list[str], since: float, until: float) -> bool:
@@ -308,6 +435,54 @@ def _app_fault_before(step: Step, gpu_keys: list[str], since: float, until: floa
     return False
 
 
+def _message(evidence: Evidence) -> str:
+    """A container termination's message as its evidence line carries it ("" when the
+    line is not one, or has none)."""
+    text = evidence.text
+    at = text.find(", exit code ")
+    if evidence.schema != "pod.v1" or not text.startswith("container ") or at < 0:
+        return ""
+    head, sep, message = text[at + len(", exit code ") :].partition(": ")
+    if not sep or not head.lstrip("-").isdigit():
+        return ""
+    return message
+
+
+def _may_name_the_gpu(step: Step, evidence: Evidence) -> bool:
+    """May an ordinary crash's last words say the GPU failed it, against a drop alone?
+
+    A drop names no GPU and kills no process (the device plugin marks a GPU unhealthy),
+    so a crash near it is the drop's only by its words (DESIGN: "its failure says
+    device"): a GPU word in its message (:data:`_GPU_WORDS`: ``Uncorrectable ECC
+    error``, ``GPU is lost``, an Xid, NVML, ``NCCL error: unhandled cuda error``) that
+    the cause table does not class as the workload's or the network's (a CUDA OOM, an
+    NCCL timeout or remote exit, a kernel fault: :data:`_NOT_DEVICE`), or a message the
+    evidence line cut short (a traceback names its CUDA error last: it may be what was
+    cut) unless what it kept is already so classed (an NCCL error that does not say
+    CUDA: :data:`_NCCL`). No message, or an application error, says nothing: by
+    nearness alone every unrelated crash within a minute of a drop paged (see
+    :func:`_crash_after_a_fatal_xid`).
+    """
+    message = _message(evidence)
+    if not message or any(p in message for p in step.config.cuda_oom_patterns):
+        return False
+    cause = _CAUSES.classify(message)
+    if cause is not None and cause.name in _NOT_DEVICE:
+        return False  # what the line kept already names the cause
+    lowered = message.lower()
+    named = any(word in lowered for word in _GPU_WORDS if word != _NCCL)
+    if _NCCL in lowered and not named:
+        return False  # a collective's failure: the network's or a peer's
+    return named or message.endswith("…")
+
+
+_NCCL = "nccl"
+"""An NCCL error says the GPU only when it says CUDA (``ncclUnhandledCudaError``,
+"unhandled cuda error"); otherwise it is a collective that failed: a peer that exited,
+the network, a timeout (NCCL's result codes; the cause table's ``nccl_comm``), whatever
+the line kept of it."""
+
+
 def _names_other_cause(step: Step, evidence: Evidence) -> bool:
     """Does a container's termination message, read whole, name a cause with no device
     word in it (a Python ``KeyError``, a truncated checkpoint)?
@@ -324,43 +499,13 @@ def _names_other_cause(step: Step, evidence: Evidence) -> bool:
     ``NCCL error: unhandled cuda error``, ``GPU is lost``, an ``Xid``, NVML), is not
     an application error either: only a message with none is.
     """
-    text = evidence.text
-    at = text.find(", exit code ")
-    if evidence.schema != "pod.v1" or not text.startswith("container ") or at < 0:
-        return False
-    head, sep, message = text[at + len(", exit code ") :].partition(": ")
-    if not sep or not head.lstrip("-").isdigit() or not message or message.endswith("…"):
+    message = _message(evidence)
+    if not message or message.endswith("…"):
         return False
     if any(p in message for p in step.config.device_failure_patterns):
         return False
     lowered = message.lower()
     return not any(word in lowered for word in _GPU_WORDS)
-
-
-def _looping(step: Step, key: str, container: str) -> bool:
-    """Is a crash loop (``suspected_cuda_oom``, any cause) already open for the container
-    (for any of the pod's containers when ``container`` is empty: a pod ``Failed`` with
-    no reason, the end of a loop whose Job gave up)?
-
-    Its next crash near a drop is the loop's, not the device's: the nearness test says
-    "an XID 79 kills its process at once", but a container that has been crashing every
-    few minutes since before the fault would have crashed then anyway. The simulator
-    found it twice in one 2 h day (a loop's crash 8 s and 56 s before a drop that named
-    no GPU made the drop a page). Its binding or its words still join it.
-
-    Only against a drop alone (:func:`belongs_to`'s ``fatal`` is False): a fatal XID
-    (79: the GPU fell off the bus) kills every process on its GPU at once, the
-    looping one too, and the loop then goes on crashing on the dead GPU; with no
-    binding to say where it runs, its crash right after the XID is the device's.
-    """
-    base = f"{key}/{container}"
-    for inc in step.state.incidents.values():
-        if inc.type != _CRASH_LOOP:
-            continue
-        subject = inc.subject
-        if subject == base or subject.startswith(base if not container else base + "#"):
-            return True
-    return False
 
 
 def _says_device_failure(step: Step, info: PodInfo, evidence: Evidence) -> bool:
@@ -373,7 +518,7 @@ def _says_device_failure(step: Step, info: PodInfo, evidence: Evidence) -> bool:
         return False
     if _text_says_device(step, words):
         return True
-    return _PRESSURE not in words and not _ordinary_crash(info, evidence)
+    return _PRESSURE not in words and not ordinary_crash(info, evidence)
 
 
 def _text_says_device(step: Step, words: str) -> bool:
@@ -437,7 +582,7 @@ def _same_gpu(key: str, gpu: GpuTrack, chain_key: str, ref: GpuRef) -> bool:
     return bool(ref.uuid) and unpack_uuid(gpu.uuid) == ref.uuid
 
 
-def _ordinary_crash(info: PodInfo, evidence: Evidence) -> bool:
+def ordinary_crash(info: PodInfo, evidence: Evidence) -> bool:
     """A container's own non-zero exit, or a pod ``Failed`` with no reason given.
 
     Reads the evidence line (``streams.core.evidence``): a termination names its
@@ -520,7 +665,7 @@ def _join(step: Step, info: PodInfo, evidence: Evidence) -> None:
     if inc is None:
         degraded = step.find(DEGRADED, DEGRADED_SUBJECT)
         first = min(t.time.timestamp() for t in state.chain_triggers)
-        if degraded is not None and not _older_fault(step, degraded, first):
+        if degraded is not None and not older_fault(step, degraded, first):
             # The node's gpu_degraded already tells this fault: one root cause, one
             # incident. The chain's triggers and GPUs join it, and the failure escalates it.
             for trigger in state.chain_triggers:
@@ -540,7 +685,7 @@ def _join(step: Step, info: PodInfo, evidence: Evidence) -> None:
     _describe(step, inc)
 
 
-def _older_fault(step: Step, degraded: OpenIncident, first: float) -> bool:
+def older_fault(step: Step, degraded: OpenIncident, first: float) -> bool:
     """Does the node's open ``gpu_degraded`` tell an *older* fault than the chain's, whose
     first trigger is at ``first``? It does when it began more than the chain's window
     before that trigger: an XID-only ticket stays open a day (``degraded_quiet_seconds``),
@@ -556,18 +701,33 @@ def _older_fault(step: Step, degraded: OpenIncident, first: float) -> bool:
     none of the chain's GPUs is named in its evidence from before the window (the
     ticket's own GPU list does not tell: the new XID was added to it as it came). A
     chain whose GPU is unknown (a drop) cannot be told apart: it escalates, as before.
+    An old drop tells only while it lasts: one that has recovered (a device plugin
+    re-registering, 8 -> 0 -> 8, which no longer resolves an XID ticket) is not the
+    new fault's GPU (simulator seed 1: a flaky GPU's ticket, a plugin restart at 01:25,
+    an XID 95 on another GPU and a DeviceFailed eviction at 02:00).
+    Only the ticket's fault evidence tells (:func:`fault_evidence`): an application
+    XID 13/43 on the new GPU that the ticket attached hours ago, or a pod's crash, is
+    no fault of that GPU (simulator seed 1: an XID 74 ticket at 10:55, an XID 43 on
+    another GPU at 19:02, then an XID 74 on that GPU and a DeviceFailed eviction at
+    22:10 came out as an update of the 10:55 ticket).
     """
+    state = step.state
     cutoff = first - step.config.eviction_window_seconds
     if degraded.first_seen >= cutoff:
         return False
-    gpus = [ref for key, ref in step.state.chain_gpus if key != "unknown"]
+    gpus = [ref for key, ref in state.chain_gpus if key != "unknown"]
     if not gpus:
         return False
+    persisting = state.degraded_since is not None and state.degraded_since < cutoff
     for item in degraded.evidence:
         if item.time.timestamp() >= cutoff:
             continue
         if item.schema == "node.v1":
-            return False  # an old drop names no GPU: it may be this one
+            if persisting:
+                return False  # an old drop names no GPU: it may be this one
+            continue  # it recovered since (a plugin's 8 -> 0 -> 8): it is not this one
+        if not fault_evidence(item):
+            continue  # an application XID or a pod's crash the ticket attached
         for ref in gpus:
             if (ref.uuid and ref.uuid in item.text) or (
                 ref.pci_bus_id and ref.pci_bus_id in item.text
@@ -610,7 +770,7 @@ def _escalate(step: Step, info: PodInfo, evidence: Evidence) -> bool:
     inc = step.find(DEGRADED, DEGRADED_SUBJECT)
     if inc is None:
         return False
-    times = [e.time.timestamp() for e in inc.evidence if _fault_evidence(e)]
+    times = [e.time.timestamp() for e in inc.evidence if fault_evidence(e)]
     fatal = bool(inc.attributes.get("xids"))
     if not belongs_to(step, info, evidence, step.now, inc.gpus.items(), times, fatal=fatal):
         return False
@@ -622,7 +782,7 @@ _CLEANUP_XID = 45
 """Preemptive cleanup after earlier errors: never a fault time of its own."""
 
 
-def _fault_evidence(item: Evidence) -> bool:
+def fault_evidence(item: Evidence) -> bool:
     """An allocatable change or an XID that is not an application / informational one:
     the times a failure is judged against. A workload's own XID 13 is no device fault
     time, nor is the cleanup XID 45 that follows it: after a fatal XID the fault's own

@@ -85,20 +85,79 @@ def on_capacity(step: Step, ev: NodeEvent, capacity: int, allocatable: int) -> N
             state.degraded_checked = False
             state.timers_dirty = True
         inc = step.find(KIND, SUBJECT)
-        if inc is not None:
+        if inc is not None and not _another_faults_drop(step, inc):
             step.add_evidence(inc, change)
             step.set_deadline(inc, NEVER)  # unallocatable: it resolves on recovery
             _describe(step, inc)
         return
-    if state.degraded_since is not None:
+    since, dropped = state.degraded_since, state.degraded_evidence
+    if since is not None:
         state.degraded_since = None
         state.degraded_evidence = None
         state.timers_dirty = True
         inc = step.find(KIND, SUBJECT)
         if inc is not None:
-            step.add_evidence(inc, change)
-            step.resolve(inc, step.now, "all GPUs allocatable again")
+            held = _holds(inc, dropped)
+            if held:
+                step.add_evidence(inc, change)
+            quiet = _xid_deadline(step, inc) if _blip(step, since) or not held else None
+            if quiet is None:
+                step.resolve(inc, step.now, "all GPUs allocatable again")
+            else:
+                step.set_deadline(inc, quiet)
     chain.on_restored(step)
+
+
+def _another_faults_drop(step: Step, inc: OpenIncident) -> bool:
+    """Is a drop that finds the ticket open another GPU's new fault's? It is when it
+    comes while the eviction chain is armed by a fatal XID on a GPU the ticket told no
+    fault of before the chain's window (:func:`streams.core.rules.chain.older_fault`:
+    the ticket tells an older fault): the device plugin marked *that* GPU unhealthy,
+    and the chain reports it. Taken
+    by the ticket, its recovery resolved the ticket of a flaky GPU that was never
+    reset (simulator seed 2: a flaky GPU's ticket at 10:47, an XID 95 on another GPU
+    and its drop at 14:57, the drop's recovery at 15:29 closed the flaky ticket)."""
+    state = step.state
+    if not state.chain_codes or not chain.armed(step):
+        return False
+    first = min(t.time.timestamp() for t in state.chain_triggers)
+    return chain.older_fault(step, inc, first)
+
+
+def _holds(inc: OpenIncident, dropped: Evidence | None) -> bool:
+    """Did the ticket take the drop that just recovered? One it left to another fault's
+    chain (:func:`_another_faults_drop`) says nothing of the ticket's GPU."""
+    if dropped is None:
+        return True
+    return any(e.event_id == dropped.event_id for e in inc.evidence)
+
+
+def _blip(step: Step, since: float) -> bool:
+    """Was a drop that ended now a device plugin re-registering (8 -> 0 -> 8 within
+    ``drop_persist_seconds``), not a GPU the plugin marked unhealthy and then healthy?"""
+    return step.now - since < step.config.drop_persist_seconds
+
+
+def _xid_deadline(step: Step, inc: OpenIncident) -> float | None:
+    """The quiet deadline of a ticket its fatal XIDs opened (their last line plus
+    ``degraded_quiet_seconds``), or None when it has none (a drop's ticket).
+
+    A plugin restart's 8 -> 0 -> 8 says nothing of an XID-only ticket's GPU: it was
+    allocatable before and is again, and a GPU reset is invisible to Kubernetes. Read
+    as "all GPUs allocatable again" it resolved a flaky GPU's ticket, and the GPU's next
+    XID opened a second one for the same fault (simulator seed 1: two on one node).
+    The chain's doctrine is the same: such a drop is no fault (``drop_persist_seconds``).
+    """
+    if "xids" not in inc.attributes:
+        return None
+    times = [
+        e.time.timestamp()
+        for e in inc.evidence
+        if e.schema != "node.v1" and chain.fault_evidence(e)
+    ]
+    if not times:
+        return None
+    return max(times) + step.config.degraded_quiet_seconds
 
 
 def on_xid(step: Step, item: Evidence, gpu_key: str, gpu: GpuRef, *, fault: bool) -> None:

@@ -18,7 +18,13 @@ it pages when either
   engine's watermark: event time, never a clock, so a replay pages at the same
   instant as the live run), or
 * a GPU pod on it fails or is evicted meanwhile (the blip is already costing
-  work: no reason to wait).
+  work: no reason to wait). Kubernetes taking the pod off (an eviction, a pod
+  ``Failed`` with a reason: ``NodeLost``, ``Terminated``...) counts; a container's
+  own non-zero exit (:func:`streams.core.rules.chain.ordinary_crash`) does not: a
+  NotReady kubelet (PLEG unhealthy, a lost lease) kills no container, so a crash
+  during a 40 s blip is the application's and the blip is still Kubernetes working
+  (simulator seeds 1 and 2: an NCCL error 37 s into a PLEG blip paged). Past the
+  grace, every failure joins the page.
 
 A blip shorter than the grace publishes *nothing*, not an ``info`` revision: an
 incident opened and resolved within the same minute still lands on the compacted
@@ -55,6 +61,7 @@ from schemas.events import NodeCondition, NodeEvent
 from schemas.incidents import Evidence, PodInfo
 from streams.core import evidence as text
 from streams.core.lifecycle import Step
+from streams.core.rules.chain import ordinary_crash
 from streams.core.rules.pods import pod_info
 from streams.core.state import NEVER, NodeState, OpenIncident
 
@@ -110,7 +117,7 @@ def deadline(state: NodeState, grace: float) -> float:
 def on_failure(step: Step, info: PodInfo, item: Evidence) -> bool:
     inc = step.find(KIND, SUBJECT)
     if inc is None:
-        if step.state.not_ready_pending is None:
+        if step.state.not_ready_pending is None or ordinary_crash(info, item):
             return False
         # A GPU pod failed during the grace: the blip is costing work, page now.
         inc = _open(step, failed=True)

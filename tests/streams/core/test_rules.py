@@ -54,10 +54,11 @@ def test_chain_needs_a_trigger() -> None:
 def test_failure_just_before_the_drop_joins_through_the_lookback() -> None:
     c = Cluster()
     healthy(c, "n1", ["a"])
-    c.pod("n1", "a", 5 * MIN, phase="Failed", current=term(5 * MIN - 1))
+    lost = "pynvml.NVMLError_GpuIsLost: GPU is lost"
+    c.pod("n1", "a", 5 * MIN, phase="Failed", current=term(5 * MIN - 1, message=lost))
     c.node("n1", 5 * MIN + 30, alloc=7)
-    c.tick(7 * MIN)  # the drop persists (drop_persist_seconds): an ordinary crash never
-    # vouches for a drop by itself (a device-plugin restart is 8 -> 0 -> 8 in seconds)
+    c.tick(7 * MIN)  # the drop persists (drop_persist_seconds); a crash whose words name the
+    # GPU joins a drop alone (a wordless one does not: a drop names no GPU, kills nothing)
     [inc] = of_type(run(c.events), "device_unhealthy_eviction")
     assert [p.name for p in inc.pods] == ["a"]
 
