@@ -352,6 +352,12 @@ class NodeTally(msgspec.Struct, omit_defaults=True, array_like=True):
     unreachable: bool = False
     """Its ``Ready`` condition is False or Unknown: its dcgm-exporter cannot be scraped,
     so its last bindings are stale while its pods are failed NodeLost: left out."""
+    digits: int = 4
+    """Hex digits per GPU in :attr:`bound`. New tallies use 16; the default is the 4 of
+    the snapshots written before (2026-12-02): the struct is array-like, so an old
+    snapshot lacks this last field, and reading its 4-digit keys as 16-digit ones would
+    count a quarter of the GPUs bound and page a false ``allocation_mismatch`` after an
+    upgrade. Such a tally keeps 4 digits until it is empty, then takes 16."""
 
 
 class ClusterState(msgspec.Struct, tag_field="kind", tag="cluster_state.v1", omit_defaults=True):

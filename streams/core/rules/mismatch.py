@@ -77,7 +77,12 @@ def contribution(tally: NodeTally) -> int:
     """This node's share of the disagreement (0 when it is left out)."""
     if tally.shared or not tally.reported or tally.unreachable:
         return 0
-    return abs(tally.requested - len(tally.bound) // _DIGITS)
+    return abs(tally.requested - bound_count(tally))
+
+
+def bound_count(tally: NodeTally) -> int:
+    """GPUs dcgm-exporter reports bound on the node (at the tally's own key width)."""
+    return len(tally.bound) // tally.digits
 
 
 def _hash(key: str) -> int:
@@ -85,14 +90,14 @@ def _hash(key: str) -> int:
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
 
 
-def _short(gpu: str) -> str:
-    return hashlib.blake2b(gpu.encode(), digest_size=_DIGITS // 2).hexdigest()
+def _short(gpu: str, digits: int = _DIGITS) -> str:
+    return hashlib.blake2b(gpu.encode(), digest_size=digits // 2).hexdigest()
 
 
 def _tally(state: ClusterState, node: str) -> NodeTally:
     tally = state.tallies.get(node)
     if tally is None:
-        tally = state.tallies[node] = NodeTally()
+        tally = state.tallies[node] = NodeTally(digits=_DIGITS)
     return tally
 
 
@@ -192,8 +197,11 @@ def on_binding(step: ClusterStep, ev: GpuBindingEvent) -> None:
     tally = _tally(state, ev.node)
     before = contribution(tally)
     tally.reported = True
-    short = _short(gpu)
-    chunks = [tally.bound[i : i + _DIGITS] for i in range(0, len(tally.bound), _DIGITS)]
+    if not tally.bound:
+        tally.digits = _DIGITS  # an old snapshot's 4-digit tally, empty: widen it now
+    width = tally.digits
+    short = _short(gpu, width)
+    chunks = [tally.bound[i : i + width] for i in range(0, len(tally.bound), width)]
     bound = short in chunks
     if ev.pods and not bound:
         tally.bound = "".join(sorted((*chunks, short)))
@@ -263,9 +271,9 @@ def evaluate(step: ClusterStep, *, timer: bool = False) -> None:
         inc = step.open(MISMATCH, _SUBJECT, f"{names}@{began}", began)
     tallies = [(name, state.tallies[name]) for name, _ in nodes]
     requested = sum(t.requested for _, t in tallies)
-    bound = sum(len(t.bound) // _DIGITS for _, t in tallies)
+    bound = sum(bound_count(t) for _, t in tallies)
     shown = ", ".join(
-        f"{name} ({t.requested} requested, {len(t.bound) // _DIGITS} bound)"
+        f"{name} ({t.requested} requested, {bound_count(t)} bound)"
         for name, t in tallies[:_NODES_SHOWN]
     )
     if len(tallies) > _NODES_SHOWN:

@@ -9,8 +9,12 @@ from __future__ import annotations
 
 from schemas.codec import AnyEvent
 from schemas.incidents import Incident
-from streams.core import CoreConfig
-from tests.core_helpers import config, final, of_type
+from streams.core import CoreConfig, Correlator
+from streams.core.rules.mismatch import _short as short_key
+from streams.core.rules.mismatch import bound_count
+from streams.core.snapshot import decode_state, encode_state
+from streams.core.state import ClusterState
+from tests.core_helpers import config, feed, final, of_type
 from tests.core_helpers import run as run_in_order
 from tests.factories import T0, Cluster
 
@@ -372,3 +376,50 @@ def test_a_group_whose_failures_age_out_stays_named_while_the_pods_starve() -> N
     c.tick(4000)
     (starved,) = of_type(run(c.events), STARVED)
     assert starved.attributes["node_groups"] == ",".join(sorted((GROUP, other)))
+
+
+def test_a_snapshot_written_with_4_digit_gpu_keys_restores_with_its_count() -> None:
+    """Snapshots from before the 64-bit keys hold 4 hex digits per bound GPU (and no
+    ``digits``: NodeTally is array-like, the field is its last). Read as 16-digit keys,
+    8 bound GPUs would count 2, and the upgraded worker would page a false
+    allocation_mismatch (8 requested, 2 bound). The old tally keeps its width: the
+    count stays right, a GPU unbound from it still leaves it; once empty it widens."""
+    c = Cluster()
+    _cluster_with_dcgm(c, nodes=1, gpus=8)
+    before = Correlator(config(), track_dirty=True)
+    for event in sorted(c.events, key=lambda e: e.time):
+        feed(before, event)
+    before.flush()
+    [cluster_state] = [s for _, s in before.take_dirty() if isinstance(s, ClusterState)]
+    tally = cluster_state.tallies["gpu-node-0"]
+    assert (tally.digits, bound_count(tally)) == (16, 8)
+    # The snapshot an older release wrote: the same state, 4-digit keys, no `digits`.
+    tally.bound = "".join(sorted(short_key(f"GPU-0-{g}", 4) for g in range(8)))
+    tally.digits = 4
+    old = decode_state(encode_state(cluster_state))
+    assert isinstance(old, ClusterState)
+    assert old.tallies["gpu-node-0"].digits == 4  # the default: what an old one decodes to
+    after = Correlator(config(), track_dirty=True)
+    after.restore(old)
+    later = Cluster()
+    later.tick(4000)
+    later.bind("gpu-node-0", 4100, "GPU-0-0", "0000:10:00.0", [])  # one GPU unbound
+    later.tick(8000)
+    out: list[Incident] = []
+    for event in sorted(later.events, key=lambda e: e.time):
+        out.extend(feed(after, event))
+    out.extend(after.flush())
+    assert _mismatches(out) == []
+    restored = next(s for _, s in after.take_dirty() if isinstance(s, ClusterState))
+    assert bound_count(restored.tallies["gpu-node-0"]) == 7
+    for g in range(1, 8):  # the rest unbound: the empty tally takes the new width
+        later.bind("gpu-node-0", 8100 + g, f"GPU-0-{g}", f"0000:{0x10 + g:02x}:00.0", [])
+    for event in sorted(later.events, key=lambda e: e.time):
+        if event.time.timestamp() > (T0.timestamp() + 8000):
+            feed(after, event)
+    after.flush()
+    later.bind("gpu-node-0", 9000, "GPU-0-0", "0000:10:00.0", ["gpu-node-0-w0"])
+    feed(after, later.events[-1])
+    after.flush()
+    final_state = next(s for _, s in after.take_dirty() if isinstance(s, ClusterState))
+    assert final_state.tallies["gpu-node-0"].digits == 16
