@@ -7,10 +7,12 @@ benches pin themselves to one CPU, ``gc.freeze()`` their input and start brokers
 workers: none of that may leak into the next one, and RSS (memory_scale) only grows.
 
 Sizes: ``default`` is the report's (the whole run under 15 minutes on a quiet 2-core
-machine: the estimates below add up to ~14 min and are upper-end guesses from each
-bench's measured run time in bench/README.md and from its parts at small sizes; most
-steps finish early); ``quick`` is a few seconds per step, for development and the test,
-and its figures mean nothing.
+machine; the estimates below are each step's measured time, rounded up). The first full
+run (2026-12-02, three repeats of the core and replay benches, two latency runs per
+load, 200 records per node in the memory scan) took 18 min 16 s: those are one repeat,
+one run and 100 records per node now, since a figure's range over runs belongs in the
+notes of several ``make bench`` runs, not in one report. ``quick`` is a few seconds per
+step, for development and the test, and its figures mean nothing.
 
 A bench's stderr (its progress lines) goes to ``<raw dir>/<step>.log`` and its last line
 to the progress bar; a step that exits non-zero without JSON, or runs past its limit
@@ -76,15 +78,15 @@ STEPS: tuple[Step, ...] = (
         "core",
         "bench.core_bench",
         # The tracemalloc pass is the memory step's (its 5,000-node row is this stream).
-        ("--repeat", "3", "--no-memory"),
+        ("--repeat", "1", "--no-memory"),
         ("--events", "4000", "--nodes", "50", "--repeat", "1", "--no-memory"),
-        75,
+        60,
         3,
     ),
     Step(
         "replay",
         "bench.replay_bench",
-        ("--repeat", "3"),
+        ("--repeat", "1"),
         ("--events", "4000", "--nodes", "50", "--repeat", "1"),
         50,
         3,
@@ -114,9 +116,9 @@ STEPS: tuple[Step, ...] = (
     Step(
         "latency",
         "bench.latency",
-        ("--rates", ",".join(map(str, LATENCY_RATES)), "--runs", "2", "--seconds", "10"),
+        ("--rates", ",".join(map(str, LATENCY_RATES)), "--runs", "1", "--seconds", "10"),
         ("--rates", "500,2000", "--runs", "1", "--seconds", "1", "--nodes", "50", *FAST_GROUP),
-        300,
+        130,
         15,
     ),
     Step(
@@ -132,9 +134,11 @@ STEPS: tuple[Step, ...] = (
     Step(
         "memory",
         "bench.memory_scale",
-        (),
+        # 100 records per node: the bytes per tracked pod are the same as at 200 (the
+        # 2026-12-02 run: 1,551-1,668 B at 200 per node), in half the time.
+        ("--events-per-node", "100"),
         ("--nodes", "30,60", "--events-per-node", "40"),
-        200,
+        130,
         3,
     ),
     Step(
@@ -157,7 +161,7 @@ STEPS: tuple[Step, ...] = (
             "--out-dir",
             "bench/out/quick/quality-run",
         ),
-        240,
+        190,
         15,
     ),
     Step(
