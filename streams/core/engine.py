@@ -386,9 +386,6 @@ class Correlator:
     def tracked_pods(self) -> int:
         return sum(len(s.pods) for s in self._node_states())
 
-    def open_incidents(self) -> int:
-        return sum(len(s.incidents) for s in self._all_states())
-
     def open_incidents_by_type(self) -> dict[str, int]:
         """Open incidents per type (the ``gputriage_open_incidents{type}`` gauge); walks
         every key's state, so callers sample it (the workers: once a second at most)."""

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import urllib.error
-import urllib.request
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
 from connectors.health import Health, observe_consumer
 from connectors.prometheus import serve_metrics
+from tests.http_helpers import http_get
 
 
 class Clock:
@@ -114,14 +113,6 @@ def test_a_consumers_kafka_condition(
     assert (condition.state.ok, condition.state.detail) == (ok, detail)
 
 
-def _get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
-
 @pytest.fixture
 def served() -> tuple[str, Health]:
     registry = CollectorRegistry()
@@ -134,18 +125,18 @@ def served() -> tuple[str, Health]:
 def test_the_endpoints_answer_over_http_next_to_metrics(served: tuple[str, Health]) -> None:
     base, health = served
     kafka = health.condition("kafka", detail="not connected yet")
-    status, body = _get(f"{base}/readyz")
+    status, body = http_get(f"{base}/readyz")
     assert status == 503
     assert body.endswith("[-]kafka failing for 0 s: not connected yet\nreadyz check failed\n")
-    assert _get(f"{base}/healthz")[0] == 200  # just started: not yet a reason to restart
+    assert http_get(f"{base}/healthz")[0] == 200  # just started: not yet a reason to restart
     kafka.set(True, "connected")
-    assert _get(f"{base}/readyz") == (200, "[+]kafka ok: connected\nreadyz check passed\n")
-    status, body = _get(f"{base}/metrics")
+    assert http_get(f"{base}/readyz") == (200, "[+]kafka ok: connected\nreadyz check passed\n")
+    status, body = http_get(f"{base}/metrics")
     assert status == 200
     assert "gputriage_test_things_total 1.0" in body
 
 
 def test_without_health_the_probes_are_not_found() -> None:
     port = serve_metrics(CollectorRegistry(), 0, "127.0.0.1")
-    assert _get(f"http://127.0.0.1:{port}/healthz")[0] == 404
-    assert _get(f"http://127.0.0.1:{port}/metrics")[0] == 200
+    assert http_get(f"http://127.0.0.1:{port}/healthz")[0] == 404
+    assert http_get(f"http://127.0.0.1:{port}/metrics")[0] == 200

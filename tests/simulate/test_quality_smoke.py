@@ -47,9 +47,7 @@ def _simulate(tmp_path: Path, seed: int, *extra: str) -> tuple[Path, Path]:
 
 
 @pytest.mark.parametrize("seed", [1, 2, 3])
-def test_a_simulated_fleet_meets_the_bar_for_every_type(
-    tmp_path: Path, seed: int
-) -> None:
+def test_a_simulated_fleet_meets_the_bar_for_every_type(tmp_path: Path, seed: int) -> None:
     events, truth = _simulate(tmp_path, seed)
     assert truth.read_bytes(), "a fleet with default fault rates has faults to find"
     scored = gputriage("score", str(events), str(truth), "-o", "json", *BARS)

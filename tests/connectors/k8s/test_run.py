@@ -14,8 +14,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import urllib.error
-import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,6 +31,7 @@ from gputriage.demo.broker import EmbeddedBroker
 from schemas.codec import decode_dead_letter, decode_event
 from schemas.events import PodEvent
 from schemas.keys import is_copy
+from tests.http_helpers import http_get
 from tests.k8s_helpers import (
     FAST_WATCH,
     elected_options,
@@ -236,15 +235,7 @@ async def test_broker_outage_backpressures_the_watch_and_delivers_everything_in_
 
 async def probe(url: str) -> tuple[int, str]:
     """GET a health endpoint from a thread: it probes this very loop, which must turn."""
-
-    def get() -> tuple[int, str]:
-        try:
-            with urllib.request.urlopen(url, timeout=10) as response:
-                return response.status, response.read().decode()
-        except urllib.error.HTTPError as exc:
-            return exc.code, exc.read().decode()
-
-    return await asyncio.to_thread(get)
+    return await asyncio.to_thread(http_get, url)
 
 
 def test_cli_mistakes_are_one_line_and_exit_2(capsys: Any) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from datetime import timedelta
@@ -24,6 +23,7 @@ from schemas.codec import AnyEvent, decode_event
 from schemas.events import PodEvent
 from schemas.keys import correlation_key, routed
 from streams.app.changelog import partition_for
+from tests.http_helpers import http_get
 from tests.kafka_helpers import PARTITIONS, KafkaTestEnv, produce, wait_until
 from tests.paths import ROOT
 from tests.processor_helpers import (
@@ -88,12 +88,12 @@ def test_raw_events_become_the_expected_incidents(
         assert float(pods_in[0].split()[-1]) == len(pods)
         # The kubelet's probes, on the same port (connectors.health).
         base = _port(worker)
-        status, ready = _probe(f"http://127.0.0.1:{base}/readyz")
+        status, ready = http_get(f"http://127.0.0.1:{base}/readyz")
         assert status == 200, ready
         assert f"[+]kafka ok: {PARTITIONS * len(kafka.layout.raw_topics)} partitions assigned" in (
             ready.splitlines()
         ), ready
-        assert _probe(f"http://127.0.0.1:{base}/healthz")[0] == 200
+        assert http_get(f"http://127.0.0.1:{base}/healthz")[0] == 200
     finally:
         assert worker.stop() == 0, worker.log()
 
@@ -102,14 +102,6 @@ def _port(worker: Worker) -> int | None:
     """The metrics port the worker's log names (None before it does)."""
     lines = [line for line in worker.log().splitlines() if "metrics on http://" in line]
     return int(lines[-1].rsplit(":", 1)[1].split("/", 1)[0]) if lines else None
-
-
-def _probe(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
 
 
 def _scrape(worker: Worker, need: str = "gputriage_consumer_lag{") -> str:
