@@ -53,6 +53,7 @@ from schemas.codec import AnyEvent, encode, loads
 from schemas.truth import ExpectedIncident
 from tests.factories import Cluster, term
 from tests.paths import ROOT
+from tests.tools import skip_missing_tool
 
 GPU_A = "GPU-aaaaaaaa-0000-4000-8000-000000000001"
 BUS_A = "0000:01:00.0"
@@ -259,7 +260,7 @@ def test_the_matcher_counts_catches_delays_misses_false_and_confused_firings() -
 def bins() -> tuple[str, str]:
     found = prometheus.binaries()
     if found is None:
-        pytest.skip(prometheus.MISSING)
+        skip_missing_tool(prometheus.MISSING)
     return found
 
 

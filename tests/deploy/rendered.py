@@ -14,10 +14,10 @@ import tempfile
 from pathlib import Path
 from typing import Any, Final
 
-import pytest
 import yaml
 
 from tests.paths import DEPLOY
+from tests.tools import skip_missing_tool
 
 OVERLAYS: Final = ("production", "dev", "production+bridges")
 """``production+bridges``: production with the opt-in bridges component, as the
@@ -35,7 +35,7 @@ NO_KUBECTL: Final = (
 def kubectl() -> str:
     found = shutil.which("kubectl")
     if found is None:
-        pytest.skip(NO_KUBECTL)
+        skip_missing_tool(NO_KUBECTL)
     return found
 
 

@@ -23,6 +23,7 @@ import yaml
 
 from tests.deploy.rendered import render
 from tests.paths import DEPLOY, ROOT
+from tests.tools import skip_missing_tool
 
 MONITORING: Final = DEPLOY / "monitoring"
 BASELINE: Final = ROOT / "bench" / "promql" / "baseline-rules.yaml"
@@ -63,7 +64,7 @@ def _rule_groups() -> list[dict[str, Any]]:
 def _promtool() -> str:
     found = shutil.which("promtool")
     if found is None:
-        pytest.skip(
+        skip_missing_tool(
             "promtool is not installed: `make tools` installs Debian's prometheus package "
             "where apt is available"
         )

@@ -73,6 +73,7 @@ from tests.paths import EXAMPLES
 from tests.processor_helpers import ending_days_ago
 from tests.receivers import pagerduty, slack
 from tests.receivers.cloudevents import CloudEventsReceiver
+from tests.tools import skip_missing_tool
 
 pytestmark = pytest.mark.timeout(150)
 
@@ -822,7 +823,7 @@ async def test_webhook_sends_each_revision_as_one_valid_cloudevent(
 def alertmanager(tmp_path: Path) -> Iterator[RunningAlertmanager]:
     exe = alertmanager_helpers.binary()
     if exe is None:
-        pytest.skip(alertmanager_helpers.MISSING)
+        skip_missing_tool(alertmanager_helpers.MISSING)
     running = alertmanager_helpers.start(tmp_path, exe)
     try:
         yield running

@@ -47,6 +47,7 @@ from tests.alertmanager_helpers import RunningAlertmanager
 from tests.core_helpers import run
 from tests.factories import Cluster, term
 from tests.kafka_helpers import eventually
+from tests.tools import skip_missing_tool
 
 MIN = 60.0
 ROUTE = Route(name="am")
@@ -97,7 +98,7 @@ def parse_time(text: str) -> datetime:
 def am_exe() -> str:
     exe = alertmanager_helpers.binary()
     if exe is None:
-        pytest.skip(alertmanager_helpers.MISSING)
+        skip_missing_tool(alertmanager_helpers.MISSING)
     return exe
 
 
