@@ -26,6 +26,7 @@ from schemas.events import (
     AutoscalerEvent,
     Event,
     GpuBindingEvent,
+    GpuTopologyEvent,
     KubeEvent,
     NodeEvent,
     PodEvent,
@@ -34,7 +35,16 @@ from schemas.events import (
 )
 from schemas.incidents import Incident
 
-AnyEvent = PodEvent | NodeEvent | KubeEvent | XidEvent | GpuBindingEvent | AutoscalerEvent | Tick
+AnyEvent = (
+    PodEvent
+    | NodeEvent
+    | KubeEvent
+    | XidEvent
+    | GpuBindingEvent
+    | GpuTopologyEvent
+    | AutoscalerEvent
+    | Tick
+)
 """The tagged union of every event schema; the decoder picks the type by ``schema``."""
 
 _PATH = re.compile(r" - at `(?P<path>[^`]*)`$")

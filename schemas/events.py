@@ -288,6 +288,65 @@ class GpuBindingEvent(Event, tag="gpu_binding.v1", frozen=True, kw_only=True):
     """``"cluster"`` on the copy :func:`schemas.keys.routed` sends to the cluster key
     (same id, time and fields as the original), for the cluster-scoped rules.
     Records written before this field decode as ``"node"``."""
+    shared: bool = False
+    """The GPU is shared by design: the device plugin hands out time-sliced replicas
+    of it (kubelet device ids ``<uuid>::<n>``), so several pods in ``pods`` are
+    expected, and a fault on it concerns every one of them. Records written before
+    this field decode as ``False`` (a source that did not know says nothing)."""
+    source: str = ""
+    """Which source bound it: ``dcgm-exporter``, ``nvml`` or ``pod-resources`` (the
+    kubelet's own record of which pod holds which device: the ground truth). Empty on
+    records written before this field. Trap: ``allocation_mismatch`` compares the
+    Kubernetes requests with what *DCGM* reports, so kubelet bindings must not count
+    as DCGM's."""
+
+
+class GpuPairLink(msgspec.Struct, frozen=True, kw_only=True):
+    """How two GPUs of one node are connected: one cell of ``nvidia-smi topo -m``.
+
+    Named after the reference's ``gpu_pair_link_type`` metric. ``src_gpu`` /
+    ``dst_gpu`` are NVML indices (the ``GPU<n>`` of the matrix, which nvidia-smi orders
+    by PCI bus id like NVML, whatever ``CUDA_DEVICE_ORDER`` says).
+    """
+
+    src_gpu: int
+    dst_gpu: int
+    link_type: str
+    """The matrix code as printed: ``NV18`` (18 bonded NVLinks), ``PIX``, ``PXB``,
+    ``PHB``, ``NODE``, ``SYS`` (older drivers also print ``SOC`` for ``SYS``)."""
+    nvlinks: int = 0
+    """Bonded NVLinks between the two (the ``18`` of ``NV18``); 0 over PCIe."""
+
+
+class GpuNumaAffinity(msgspec.Struct, frozen=True, kw_only=True):
+    """Where one GPU sits: the reference's ``gpu_numa_affinity`` plus its identity."""
+
+    gpu: int
+    """NVML index (the ``GPU<n>`` row of the matrix)."""
+    numa_node: int | None = None
+    """``None`` where the matrix prints ``N/A`` (one NUMA node, or a VM without it)."""
+    cpu_affinity: str = ""
+    """The CPU list as printed (``0-47``, ``0-23,48-71``)."""
+    gpu_uuid: str = ""
+    """Filled where the source knows it (NVML; ``nvidia-smi topo`` does not print it)."""
+    pci_bus_id: str = ""
+    """Canonical (see :func:`schemas.pci.canonical_bus_id`), where known."""
+
+
+class GpuTopologyEvent(Event, tag="gpu_topology.v1", frozen=True, kw_only=True):
+    """A node's whole GPU topology: every GPU pair's link and every GPU's NUMA node.
+
+    A snapshot, not a delta: each record replaces what was known of the node, so a
+    link that failed (NV18 becoming SYS after a reboot) cannot linger. Emitted at start
+    and on change only (topology changes with reboots and link failures), never per
+    scrape. ``links`` holds each unordered pair once (``src_gpu < dst_gpu``).
+    """
+
+    node: str
+    gpus: tuple[GpuNumaAffinity, ...] = ()
+    links: tuple[GpuPairLink, ...] = ()
+    source: str = "nvidia-smi"
+    """``nvidia-smi`` (a parsed ``topo -m`` / ``-mp``) or ``nvml``."""
 
 
 class AutoscalerEvent(Event, tag="autoscaler.v1", frozen=True, kw_only=True):
@@ -356,6 +415,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     KubeEvent,
     XidEvent,
     GpuBindingEvent,
+    GpuTopologyEvent,
     AutoscalerEvent,
     Tick,
 )

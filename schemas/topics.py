@@ -7,6 +7,7 @@ Topics (with the default prefix ``gputriage``)::
     gputriage.raw.k8s-events     KubeEvent         key: correlation key
     gputriage.raw.xids           XidEvent          key: correlation key
     gputriage.raw.gpu-bindings   GpuBindingEvent   key: correlation key
+    gputriage.raw.topology       GpuTopologyEvent  key: correlation key
     gputriage.raw.autoscaler     AutoscalerEvent   key: correlation key
     gputriage.incidents          Incident          key: incident id (compacted)
     gputriage.dead-letters       DeadLetter        key: the failed record's key
@@ -60,6 +61,7 @@ from schemas.events import (
     AutoscalerEvent,
     Event,
     GpuBindingEvent,
+    GpuTopologyEvent,
     KubeEvent,
     NodeEvent,
     PodEvent,
@@ -76,6 +78,7 @@ SOURCE_SCHEMAS: Final[Mapping[str, type[Event]]] = {
     "k8s-events": KubeEvent,
     "xids": XidEvent,
     "gpu-bindings": GpuBindingEvent,
+    "topology": GpuTopologyEvent,
     "autoscaler": AutoscalerEvent,
 }
 """Each source's raw topic suffix and the one schema it carries."""

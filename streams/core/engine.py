@@ -52,6 +52,7 @@ from schemas.codec import AnyEvent
 from schemas.events import (
     AutoscalerEvent,
     GpuBindingEvent,
+    GpuTopologyEvent,
     KubeEvent,
     NodeEvent,
     PodEvent,
@@ -69,12 +70,17 @@ RANK: dict[type[Any], int] = {
     XidEvent: 0,
     NodeEvent: 1,
     GpuBindingEvent: 2,
+    GpuTopologyEvent: 2,
     KubeEvent: 3,
     PodEvent: 4,
     AutoscalerEvent: 5,
     Tick: 6,
 }
-"""Order of schemas at the same instant: hardware first, then what Kubernetes made of it."""
+"""Order of schemas at the same instant: hardware first, then what Kubernetes made of it.
+
+A topology shares the bindings' rank (ties sort by id, the same in every delivery): a new
+rank in between would renumber the ones after it, and a restored key state's
+``applied_rank`` would then mean another schema."""
 
 
 class CoreStats(msgspec.Struct):

@@ -208,8 +208,15 @@ def test_records_written_before_the_mig_fields_still_decode(line: bytes) -> None
         )
     else:
         assert isinstance(event, GpuBindingEvent)
-        assert (event.gpu_instance, event.mig_uuid) == (None, "")
-        expected = msgspec.structs.replace(sample[GpuBindingEvent], gpu_instance=None, mig_uuid="")
+        assert (event.gpu_instance, event.mig_uuid, event.shared, event.source) == (
+            None,
+            "",
+            False,
+            "",
+        )
+        expected = msgspec.structs.replace(
+            sample[GpuBindingEvent], gpu_instance=None, mig_uuid="", shared=False, source=""
+        )
     assert event == expected
 
 

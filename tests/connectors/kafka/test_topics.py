@@ -17,6 +17,7 @@ from schemas.events import (
     AutoscalerEvent,
     Event,
     GpuBindingEvent,
+    GpuTopologyEvent,
     KubeEvent,
     NodeEvent,
     PodEvent,
@@ -43,6 +44,7 @@ def test_default_names_keys_and_partitions() -> None:
         "gputriage.raw.k8s-events",
         "gputriage.raw.xids",
         "gputriage.raw.gpu-bindings",
+        "gputriage.raw.topology",
         "gputriage.raw.autoscaler",
     )
     assert layout.incidents.name == "gputriage.incidents"
@@ -64,6 +66,7 @@ def test_every_event_schema_but_tick_has_its_raw_topic() -> None:
         KubeEvent: "gputriage.raw.k8s-events",
         XidEvent: "gputriage.raw.xids",
         GpuBindingEvent: "gputriage.raw.gpu-bindings",
+        GpuTopologyEvent: "gputriage.raw.topology",
         AutoscalerEvent: "gputriage.raw.autoscaler",
     }
     assert {t: layout.raw_topic(t) for t in EVENT_TYPES if t is not Tick} == expected
