@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-pyproject
 # setuptools' editable-install notices are warnings, not errors: keep pip quiet.
 PIP    := PYTHONWARNINGS=ignore $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: venv native tools lint test demo schemas bench bench-quick bench-core bench-replay \
+.PHONY: venv native tools lint test demo schemas proto bench bench-quick bench-core bench-replay \
   bench-memory bench-pipeline bench-latency bench-slim bench-faust bench-kmsg bench-autoscaler \
   bench-backlog
 
@@ -78,6 +78,13 @@ demo: venv native
 
 schemas: venv
 	$(BIN)/gputriage schemas --write
+
+# The kubelet pod-resources stubs (connectors/podresources/_proto/README.md: from which
+# upstream commit), regenerated from the committed api.proto with the venv's grpcio-tools.
+PROTO := connectors/podresources/_proto/api.proto
+proto: venv
+	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m grpc_tools.protoc -I . \
+	  --python_out=. --grpc_python_out=. --mypy_out=. --mypy_grpc_out=. $(PROTO)
 
 # Every benchmark, then bench/REPORT.md and bench/figures/*.png (bench/report/; matplotlib
 # is the `bench` extra, which `make venv` installs): under 15 minutes on 2 quiet cores.
