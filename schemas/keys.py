@@ -27,17 +27,22 @@ Traps:
   re-homes keys; it needs a fresh processor state, not a rolling upgrade;
 * the copy keeps the original's id and time: the engine tells the two apart by
   the key (``key_node``), never by the id;
-* only GPU pods, GPU nodes and pod-aware GPU bindings are copied: every copy lands
-  on one partition (the cluster's), so what is copied must stay a small share of
-  the stream.
+* only GPU pods, GPU nodes and pod-aware GPU bindings (not the kubelet's) are
+  copied: every copy lands on one partition (the cluster's), so what is copied must
+  stay a small share of the stream.
 """
 
 from __future__ import annotations
+
+from typing import Final
 
 import msgspec
 
 from schemas.codec import AnyEvent
 from schemas.events import GpuBindingEvent, NodeEvent, PodEvent
+
+POD_RESOURCES: Final = "pod-resources"
+"""The ``source`` of the kubelet's bindings (:attr:`GpuBindingEvent.source`)."""
 
 
 def key_of(cluster: str, node: str = "") -> str:
@@ -70,7 +75,10 @@ def routed(event: AnyEvent) -> tuple[AnyEvent, ...]:
     elif isinstance(event, NodeEvent):
         wanted = bool(event.capacity)
     elif isinstance(event, GpuBindingEvent):
-        wanted = event.pods_known
+        # The cluster key's only binding reader is allocation_mismatch, which compares the
+        # requests with what *DCGM* reports: the kubelet's own bindings (pod-resources) agree
+        # with the requests by construction and would hide every DCGM outage it exists for.
+        wanted = event.pods_known and event.source != POD_RESOURCES
     else:
         return (event,)
     if not wanted or event.scope == "cluster":

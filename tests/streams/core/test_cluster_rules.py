@@ -7,6 +7,8 @@ cluster key), so these are the incidents a live worker and a replay both make.
 
 from __future__ import annotations
 
+import msgspec
+
 from schemas.codec import AnyEvent
 from schemas.incidents import Incident
 from streams.core import CoreConfig, Correlator
@@ -423,3 +425,29 @@ def test_a_snapshot_written_with_4_digit_gpu_keys_restores_with_its_count() -> N
     after.flush()
     final_state = next(s for _, s in after.take_dirty() if isinstance(s, ClusterState))
     assert final_state.tallies["gpu-node-0"].digits == 16
+
+
+def test_the_kubelets_bindings_do_not_count_as_dcgms() -> None:
+    """pod-resources bindings agree with the requests by construction (they are the
+    kubelet's allocation): counted as DCGM's, they would hide the very outage
+    allocation_mismatch exists for. Two nodes' dcgm-exporters lose their pods while the
+    kubelet keeps reporting every GPU held: the ticket still opens, naming both nodes."""
+    c = Cluster()
+    _cluster_with_dcgm(c)
+    _dcgm_loses_pods(c, 0, 100)
+    _dcgm_loses_pods(c, 1, 110)
+    for n in (0, 1):
+        for g in range(4):
+            kubelet = c.bind(
+                f"gpu-node-{n}",
+                120,
+                f"GPU-{n}-{g}",
+                f"0000:{0x10 + g:02x}:00.0",
+                [f"gpu-node-{n}-w{g}"],
+            )
+            c.events[-1] = msgspec.structs.replace(kubelet, source="pod-resources", shared=True)
+    c.tick(1000)
+    revisions = _mismatches(run(c.events))
+    assert revisions, "the DCGM outage must still be seen"
+    assert revisions[0].attributes["nodes"] == "gpu-node-0,gpu-node-1"
+    assert revisions[0].attributes["difference"] == "8"
