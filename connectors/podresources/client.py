@@ -1,0 +1,136 @@
+"""The kubelet's pod-resources v1 API over its Unix socket (grpc.aio); its answers as plain data.
+
+``List`` and ``GetAllocatableResources`` of ``v1.PodResourcesLister``, through the stubs
+generated from the upstream proto (:mod:`connectors.podresources._proto`). Every failure is
+a :class:`PollFailed` value with an outcome (``unreachable``, ``timeout``, ``error``) for the
+poller's metrics and backoff; nothing here retries.
+
+Traps:
+
+* **The socket is root's**: the kubelet (running as root) creates
+  ``/var/lib/kubelet/pod-resources/kubelet.sock`` with the default umask, so only root may
+  write to it, and connecting to a Unix socket needs write permission on it: a reader runs as
+  uid 0 (deploy/base/node-agents.yaml says why that is all it gets).
+* ``GetAllocatableResources`` was behind the ``KubeletPodResourcesGetAllocatable`` gate (beta
+  and on from 1.23, GA in 1.28); an older or gated kubelet answers ``UNIMPLEMENTED``. That
+  is not a failure: the allocated devices are then all that is known (:meth:`allocatable`
+  returns None, and the poller stops asking).
+* The channel is made once and reused: grpc reconnects by itself with its own backoff, and a
+  kubelet restart (which recreates the socket) is just an ``UNAVAILABLE`` or two.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+import grpc
+from google.protobuf import json_format
+from grpc import aio
+
+from connectors.podresources._proto import api_pb2, api_pb2_grpc
+from connectors.podresources.devices import PREFIXES, RESOURCES, Device, Holding, is_gpu_resource
+from schemas.events import PodRef
+
+SOCKET: Final = "unix:///var/lib/kubelet/pod-resources/kubelet.sock"
+"""The kubelet's default pod-resources endpoint: ``<root-dir>/pod-resources/kubelet.sock``,
+so a kubelet with a non-default ``--root-dir`` (some distributions) has it elsewhere."""
+MAX_MESSAGE: Final = 16 * 1024 * 1024
+"""A ``List`` of a node with hundreds of pods is well under 1 MiB; the client's default cap
+is 4 MiB, which CPU-pinning nodes with thousands of containers have been seen to pass."""
+
+
+class PollFailed(Exception):
+    """One call failed: ``outcome`` names the kind for metrics, the message says why."""
+
+    def __init__(self, outcome: str, reason: str) -> None:
+        super().__init__(reason)
+        self.outcome = outcome
+
+
+@dataclass(frozen=True)
+class Filter:
+    """Which extended resources are GPUs."""
+
+    resources: tuple[str, ...] = RESOURCES
+    prefixes: tuple[str, ...] = PREFIXES
+
+    def __call__(self, name: str) -> bool:
+        return is_gpu_resource(name, self.resources, self.prefixes)
+
+
+def holdings(response: api_pb2.ListPodResourcesResponse, gpu: Filter) -> list[Holding]:
+    """Every (container, GPU device id) pair of a ``List`` answer."""
+    out: list[Holding] = []
+    for pod in response.pod_resources:
+        for container in pod.containers:
+            ref = PodRef(namespace=pod.namespace, name=pod.name, container=container.name)
+            for devices in container.devices:
+                if gpu(devices.resource_name):
+                    out.extend(
+                        Holding(pod=ref, device=Device(devices.resource_name, device_id))
+                        for device_id in devices.device_ids
+                    )
+    return out
+
+
+def allocatable_devices(devices: Iterable[api_pb2.ContainerDevices], gpu: Filter) -> list[Device]:
+    """The GPU device ids of a ``GetAllocatableResources`` answer."""
+    return [
+        Device(d.resource_name, device_id)
+        for d in devices
+        if gpu(d.resource_name)
+        for device_id in d.device_ids
+    ]
+
+
+def parse_list_json(text: str) -> api_pb2.ListPodResourcesResponse:
+    """A ``List`` answer saved as JSON (``grpcurl ... v1.PodResourcesLister/List``: camelCase
+    or the proto's own snake_case names, both read); raises :class:`ValueError`."""
+    try:
+        return json_format.Parse(text, api_pb2.ListPodResourcesResponse())
+    except json_format.ParseError as exc:
+        raise ValueError(str(exc)) from None
+
+
+class Client:
+    """One channel to the kubelet; :meth:`list` and :meth:`allocatable` per poll."""
+
+    def __init__(self, target: str = SOCKET, *, timeout_s: float = 10.0) -> None:
+        self.target = target
+        self.timeout_s = timeout_s
+        self._channel = aio.insecure_channel(
+            target,
+            options=[("grpc.max_receive_message_length", MAX_MESSAGE)],
+        )
+        self._stub = api_pb2_grpc.PodResourcesListerStub(self._channel)
+
+    async def list(self) -> api_pb2.ListPodResourcesResponse:
+        try:
+            return await self._stub.List(api_pb2.ListPodResourcesRequest(), timeout=self.timeout_s)
+        except aio.AioRpcError as exc:
+            raise _failed(exc) from None
+
+    async def allocatable(self) -> api_pb2.AllocatableResourcesResponse | None:
+        """The node's devices, or None from a kubelet without the call (the module)."""
+        try:
+            return await self._stub.GetAllocatableResources(
+                api_pb2.AllocatableResourcesRequest(), timeout=self.timeout_s
+            )
+        except aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                return None
+            raise _failed(exc) from None
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+
+def _failed(exc: aio.AioRpcError) -> PollFailed:
+    code = exc.code()
+    outcome = {
+        grpc.StatusCode.UNAVAILABLE: "unreachable",
+        grpc.StatusCode.DEADLINE_EXCEEDED: "timeout",
+    }.get(code, "error")
+    return PollFailed(outcome, f"{code.name}: {exc.details() or 'no details'}")

@@ -1,0 +1,300 @@
+"""``gputriage connect podresources``: poll the kubelet's pod-resources API, publish GPU bindings.
+
+Each round: ``List`` (and ``GetAllocatableResources``, the node's whole device set) over the
+kubelet's Unix socket (:mod:`connectors.podresources.client`), resolved and diffed
+(:mod:`connectors.podresources.devices`) into ``gpu_binding.v1`` records with
+``source="pod-resources"``; then wait ``interval_s``. The click definition lives in
+:mod:`gputriage.cli.connect`.
+
+Failure policy, as the dcgm poller's: the kubelet unreachable (no socket yet, a kubelet
+restart, a timeout) is a value (:class:`~connectors.podresources.client.PollFailed`),
+logged, counted in ``gputriage_podresources_polls_total{outcome}``, shown on the
+``kubelet-pod-resources`` health condition, and retried after
+:class:`connectors.backoff.Backoff` (full jitter); the connector never dies of it. Kafka
+down is the publish loop's (:mod:`connectors.publish`): bounded buffer, retries.
+
+**No state file**: bindings are absolute state, and the first poll after a start binds every
+GPU again (:func:`~connectors.podresources.devices.diff`), so nothing is lost by forgetting.
+Between polls the source says it is caught up (idle batches, as the dcgm source does): its next
+bindings are stamped with the clock when read, later than any such claim.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import IO, Any, Final, Protocol
+
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from connectors.backoff import Backoff
+from connectors.delivery import DeliveryMetrics
+from connectors.kafka.producer import EventProducer, start_producer
+from connectors.podresources._proto import api_pb2
+from connectors.podresources.client import (
+    SOCKET,
+    Client,
+    Filter,
+    PollFailed,
+    allocatable_devices,
+    holdings,
+)
+from connectors.podresources.devices import (
+    GpuMap,
+    PodResourcesState,
+    diff,
+    snapshot,
+)
+from connectors.publish import HEARTBEAT_SECONDS, Publisher, PublishOptions
+from connectors.signals import stop_on_signals
+from connectors.source import Batch
+from schemas.codec import encode
+from schemas.keys import key_of
+from schemas.topics import TopicLayout
+
+log = logging.getLogger("gputriage.podresources")
+PROG: Final = "gputriage"
+CLAIM_EVERY_S: Final = 1.0
+"""How often the source, waiting for its next poll, says it is caught up."""
+
+
+class Lister(Protocol):
+    """What the poller needs of :class:`~connectors.podresources.client.Client`."""
+
+    async def list(self) -> api_pb2.ListPodResourcesResponse: ...
+
+    async def allocatable(self) -> api_pb2.AllocatableResourcesResponse | None: ...
+
+
+@dataclass(frozen=True)
+class PodResourcesCommand:
+    cluster: str
+    node: str
+    socket: str = SOCKET
+    interval_s: float = 10.0
+    timeout_s: float = 10.0
+    gpu: Filter = field(default_factory=Filter)
+    metrics_port: int | None = None
+    heartbeat_seconds: float = HEARTBEAT_SECONDS
+    backoff: Backoff = field(default_factory=lambda: Backoff(initial_s=1.0, max_s=60.0))
+
+
+class PodResourcesMetrics:
+    """The poller's Prometheus metrics and health condition, on their own registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = r = registry or CollectorRegistry()
+        self.polls = Counter(
+            "gputriage_podresources_polls",
+            "Polls of the kubelet's pod-resources API, by outcome (ok, unreachable, timeout, "
+            "error, internal_error).",
+            ["outcome"],
+            registry=r,
+        )
+        self.unresolved = Gauge(
+            "gputriage_podresources_unresolved_devices",
+            "GPU device ids of the last poll that name no GPU this source can tell "
+            "(connectors.podresources.devices: an index without NVML, GKE minors).",
+            registry=r,
+        )
+        self.delivery = DeliveryMetrics(r)
+        self.kubelet = self.delivery.health.condition(
+            "kubelet-pod-resources", detail="no poll yet", affects="none"
+        )
+        """Holds while the last poll answered; reported, failing no probe: a kubelet that is
+        restarting is not fixed by restarting us, and an unready agent on every such node
+        would stall the DaemonSet's rollouts (the dcgm-exporter condition's reasoning)."""
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+class PodResourcesSource:
+    """The poller as a :class:`connectors.source.Source`: one poll per batch (see the module)."""
+
+    name = "pod-resources"
+
+    def __init__(
+        self,
+        command: PodResourcesCommand,
+        lister: Lister,
+        gpus: GpuMap,
+        metrics: PodResourcesMetrics | None = None,
+        *,
+        clock: Callable[[], datetime] = _now,
+        draw: Callable[[], float] = random.random,
+        claim_every_s: float = CLAIM_EVERY_S,
+    ) -> None:
+        self.command = command
+        self.lister = lister
+        self.gpus = gpus
+        self.metrics = metrics or PodResourcesMetrics()
+        self.clock = clock
+        self.draw = draw
+        self.claim_every_s = claim_every_s
+        self.key: bytes | None = key_of(command.cluster, command.node).encode()
+        self.state: PodResourcesState | None = None
+        """The last poll diffed (not the last acknowledged: every change is sent once)."""
+        self.failures = 0
+        """Consecutive failed polls: the backoff's exponent."""
+        self._polled = False
+        self._due: float | None = None
+        self._allocatable = True
+        """False once the kubelet said it has no GetAllocatableResources."""
+
+    def _delay(self) -> float:
+        if self.failures == 0:
+            return self.command.interval_s
+        return self.command.backoff.delay(self.failures - 1, self.draw)
+
+    async def next_batch(self) -> Batch | None:
+        if self._polled:
+            if self._due is None:
+                self._due = time.monotonic() + self._delay()
+            wait = self._due - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(min(wait, self.claim_every_s))
+                if self._due - time.monotonic() > 0:
+                    return Batch()  # idle: caught up until the next poll
+            self._due = None
+        self._polled = True
+        try:
+            batch = await self.poll()
+            outcome = "ok"
+        except PollFailed as exc:
+            outcome, batch = exc.outcome, Batch()
+            log.warning("pod-resources %s: poll failed (%s): %s", self.command.socket, outcome, exc)
+            self.metrics.kubelet.set(False, f"{outcome}: {exc}")
+        except Exception:  # a bug must not end the node's only kubelet witness: log, retry
+            log.exception("pod-resources %s: poll failed", self.command.node)
+            outcome, batch = "internal_error", Batch()
+            self.metrics.kubelet.set(False, "internal error (see the log)")
+        self.metrics.polls.labels(outcome).inc()
+        self.failures = 0 if outcome == "ok" else self.failures + 1
+        return batch
+
+    async def poll(self) -> Batch:
+        """One round: ask, resolve, diff; raises :class:`PollFailed`."""
+        response = await self.lister.list()
+        allocatable = None
+        if self._allocatable:
+            allocatable = await self.lister.allocatable()
+            if allocatable is None:
+                self._allocatable = False
+                log.info("pod-resources: the kubelet has no GetAllocatableResources: List only")
+        gpu = self.command.gpu
+        devices = allocatable_devices(allocatable.devices, gpu) if allocatable else []
+        snap = snapshot(holdings(response, gpu), devices, self.gpus)
+        when = self.clock()
+        result = diff(
+            self.state, snap, cluster=self.command.cluster, node=self.command.node, time=when
+        )
+        self.state = result.state
+        self.metrics.unresolved.set(result.unresolved)
+        self.metrics.kubelet.set(True, f"{len(snap.gpus)} GPUs, {len(response.pod_resources)} pods")
+        return Batch(events=list(result.events), records=1, progress=when)
+
+    def commit(self, batch: Batch) -> None:
+        """Nothing to save (the module: no state file)."""
+
+    async def close(self) -> None:
+        """The client belongs to whoever made it (:func:`connect_podresources`)."""
+
+
+def connect_podresources(
+    command: PodResourcesCommand,
+    client_kwargs: Mapping[str, Any],
+    layout: TopicLayout,
+    gpus: GpuMap,
+    err: IO[str],
+) -> int:
+    """Poll and publish until SIGINT/SIGTERM (0), or 1 when some events were not delivered."""
+    return asyncio.run(_connect(command, client_kwargs, layout, gpus, err))
+
+
+async def _connect(
+    command: PodResourcesCommand,
+    client_kwargs: Mapping[str, Any],
+    layout: TopicLayout,
+    gpus: GpuMap,
+    err: IO[str],
+) -> int:
+    stop = asyncio.Event()
+    stop_on_signals(stop)
+    producer = await start_producer(client_kwargs, layout)  # KafkaUnreachable: the CLI's
+    metrics = PodResourcesMetrics()
+    if command.metrics_port is not None:
+        from connectors.prometheus import serve_metrics  # noqa: PLC0415
+
+        port = serve_metrics(metrics.registry, command.metrics_port, health=metrics.delivery.health)
+        print(f"{PROG} connect podresources: metrics on http://0.0.0.0:{port}/metrics", file=err)
+    print(
+        f"{PROG} connect podresources: polling {command.socket} every {command.interval_s:g} s"
+        f" ({len(gpus.by_uuid)} NVML devices known)",
+        file=err,
+    )
+    client = Client(command.socket, timeout_s=command.timeout_s)
+    try:
+        drained = await publish(command, client, gpus, producer, metrics, stop)
+    finally:
+        await client.close()
+        await producer.stop()
+    return 0 if drained else 1
+
+
+async def publish(
+    command: PodResourcesCommand,
+    lister: Lister,
+    gpus: GpuMap,
+    producer: EventProducer,
+    metrics: PodResourcesMetrics,
+    stop: asyncio.Event,
+) -> bool:
+    """The source under the one publish loop until ``stop``; True when all was delivered."""
+    source = PodResourcesSource(command, lister, gpus, metrics)
+    options = PublishOptions(heartbeat_seconds=command.heartbeat_seconds)
+    result = await Publisher(source, producer, options=options, metrics=metrics.delivery).run(stop)
+    return result.drained
+
+
+def print_saved_list(
+    text: str,
+    *,
+    cluster: str,
+    node: str,
+    gpus: GpuMap,
+    gpu: Filter,
+    time: datetime,
+    out: IO[bytes],
+    err: IO[str],
+) -> int:
+    """The offline form: a saved ``List`` answer (JSON) -> its bindings as JSON lines on ``out``.
+
+    One snapshot, so every GPU it names is bound (a first poll). A file that is not a ``List``
+    answer is one line on ``err`` and exit 1.
+    """
+    from connectors.podresources.client import parse_list_json  # noqa: PLC0415
+
+    try:
+        response = parse_list_json(text)
+    except ValueError as exc:
+        print(f"{PROG}: error: not a pod-resources List answer: {exc}", file=err)
+        return 1
+    snap = snapshot(holdings(response, gpu), (), gpus)
+    result = diff(None, snap, cluster=cluster, node=node, time=time)
+    for event in result.events:
+        out.write(encode(event) + b"\n")
+    out.flush()
+    if result.unresolved:
+        print(
+            f"{PROG} connect podresources: {result.unresolved} device id(s) name no GPU "
+            "this source can tell (no binding; see connectors.podresources.devices)",
+            file=err,
+        )
+    return 0
