@@ -227,6 +227,26 @@ class NvmlConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unkn
     heartbeat_seconds: Heartbeat = HEARTBEAT_SECONDS
 
 
+class PodResourcesConnectSettings(
+    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
+):
+    """``[connect.podresources]``: defaults of ``gputriage connect podresources``."""
+
+    node: str | None = None
+    cluster: str | None = None
+    socket: str = "unix:///var/lib/kubelet/pod-resources/kubelet.sock"
+    interval: Annotated[float, msgspec.Meta(ge=0.1, le=86400)] = 10.0
+    timeout: Annotated[float, msgspec.Meta(ge=0.1, le=3600)] = 10.0
+    nvml: bool = True
+    """Read the node's NVML map at start (MIG uuids -> parent GPU and instance, indices ->
+    uuids) where a driver is; without one, MIG bindings cannot name their parent."""
+    resources: tuple[str, ...] = ("nvidia.com/gpu", "nvidia.com/gpu.shared")
+    prefixes: tuple[str, ...] = ("nvidia.com/mig-",)
+    brokers: str | None = None
+    heartbeat_seconds: Heartbeat = HEARTBEAT_SECONDS
+    metrics_port: Port = 9469
+
+
 class AutoscalerConnectSettings(
     msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
 ):
@@ -259,6 +279,7 @@ class ConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     dcgm: DcgmConnectSettings = DcgmConnectSettings()
     nvml: NvmlConnectSettings = NvmlConnectSettings()
     autoscaler: AutoscalerConnectSettings = AutoscalerConnectSettings()
+    podresources: PodResourcesConnectSettings = PodResourcesConnectSettings()
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

@@ -90,8 +90,8 @@ def parse_list_json(text: str) -> api_pb2.ListPodResourcesResponse:
     or the proto's own snake_case names, both read); raises :class:`ValueError`."""
     try:
         return json_format.Parse(text, api_pb2.ListPodResourcesResponse())
-    except json_format.ParseError as exc:
-        raise ValueError(str(exc)) from None
+    except json_format.ParseError as exc:  # its message may span lines: one line for the CLI
+        raise ValueError(" ".join(str(exc).split())) from None
 
 
 class Client:

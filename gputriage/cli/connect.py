@@ -2,7 +2,8 @@
 
 Every connector runs until SIGINT/SIGTERM, logs per ``[log]``, serves
 Prometheus metrics on its own port (the processor uses 9464; kmsg 9465,
-k8s 9466, dcgm 9467, autoscaler 9468 by default, so they can share a node's network), and
+k8s 9466, dcgm 9467, autoscaler 9468, podresources 9469 by default, so they can
+share a node's network), and
 sends what it cannot read to the dead-letter topic instead of dying.
 
 Every option can also come from the settings: ``[connect.<source>]`` tables
@@ -33,7 +34,7 @@ from __future__ import annotations
 import sys
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 import msgspec
@@ -65,10 +66,14 @@ from gputriage.settings import (
     K8sConnectSettings,
     KmsgConnectSettings,
     NvmlConnectSettings,
+    PodResourcesConnectSettings,
     Settings,
     explicit,
 )
 from schemas.topics import topic_layout
+
+if TYPE_CHECKING:
+    from connectors.podresources.devices import GpuMap
 
 T = TypeVar("T", bound=msgspec.Struct)
 
@@ -111,6 +116,7 @@ def connect_group() -> None:
       gputriage connect kmsg --cluster prod --node "$NODE_NAME"
       gputriage connect dcgm --cluster prod --node n1 --url http://10.0.0.5:9400/metrics
       gputriage connect nvml --cluster prod --node n1 --print --once
+      gputriage connect podresources --cluster prod --node "$NODE_NAME"
       gputriage connect autoscaler --cluster prod --in-cluster --state /var/lib/gputriage/ca.json
     """
 
@@ -704,6 +710,161 @@ def run_connect_autoscaler_cli(settings: Settings, o: AutoscalerConnectSettings)
     except (ConnectError, StateInUse) as exc:
         error(str(exc))
         return 1
+
+
+@connect_group.command("podresources", context_settings=CONTEXT)
+@node_option
+@cluster_option
+@click.option(
+    "--socket",
+    metavar="TARGET",
+    cls=StructDefault,
+    show_default=shown(PodResourcesConnectSettings, "socket"),
+    help="The kubelet's pod-resources endpoint (a kubelet with another --root-dir has it there).",
+)
+@click.option(
+    "--interval",
+    type=setting_range(PodResourcesConnectSettings, "interval"),
+    cls=StructDefault,
+    show_default=shown(PodResourcesConnectSettings, "interval"),
+    help="Seconds between polls.",
+)
+@click.option(
+    "--timeout",
+    type=setting_range(PodResourcesConnectSettings, "timeout"),
+    cls=StructDefault,
+    show_default=shown(PodResourcesConnectSettings, "timeout"),
+    help="Seconds one call may take.",
+)
+@click.option(
+    "--nvml/--no-nvml",
+    default=None,
+    cls=StructDefault,
+    show_default=shown(PodResourcesConnectSettings, "nvml"),
+    help="Read NVML's GPU map at start where a driver is, so MIG device ids name their parent "
+    "GPU and GPU instance (as XIDs do) and index ids their uuid.",
+)
+@click.option(
+    "--resource",
+    "resources",
+    metavar="NAME",
+    multiple=True,
+    help="Extended resource whose devices are GPUs (repeatable; default nvidia.com/gpu and "
+    "nvidia.com/gpu.shared).",
+)
+@click.option(
+    "--resource-prefix",
+    "prefixes",
+    metavar="PREFIX",
+    multiple=True,
+    help="Resource name prefix of GPU devices (repeatable; default nvidia.com/mig-).",
+)
+@click.option(
+    "--from-json",
+    "from_json",
+    metavar="FILE",
+    type=click.File("r"),
+    help="Offline: read a saved List answer (grpcurl's JSON; - for stdin) and print its "
+    "bindings as JSON lines, instead of polling and publishing (no Kafka needed).",
+)
+@brokers_option
+@metrics_port_option(PodResourcesConnectSettings)
+@click.pass_context
+def connect_podresources_command(ctx: click.Context, /, **given: Any) -> int:
+    """Poll the kubelet's pod-resources API and publish GPU bindings, until Ctrl-C or SIGTERM.
+
+    The kubelet's own record of which pod holds which GPU: time-sliced replicas
+    (<uuid>::<n>) become one shared binding naming every pod, MIG devices bind their
+    instance. A kubelet that does not answer is retried with backoff.
+
+    \b
+    Examples:
+      gputriage connect podresources --cluster prod --node "$NODE_NAME"
+      grpcurl -plaintext -unix /var/lib/kubelet/pod-resources/kubelet.sock \\
+          v1.PodResourcesLister/List > list.json
+      gputriage connect podresources --cluster prod --node n1 --from-json list.json
+    """
+    _require(ctx, "podresources", given, "node", "cluster")
+    saved = given.pop("from_json")
+    o: PodResourcesConnectSettings = _merged(ctx, "podresources", given)
+    return run_connect_podresources(settings_of(ctx), o, saved.read() if saved else None)
+
+
+def run_connect_podresources(
+    settings: Settings, o: PodResourcesConnectSettings, saved: str | None
+) -> int:
+    """``connect podresources`` merged: the NVML map (the CLI composes the source families),
+    then the offline print or the poller."""
+    from datetime import UTC, datetime  # noqa: PLC0415
+
+    from connectors.podresources.client import Filter  # noqa: PLC0415
+    from connectors.podresources.run import (  # noqa: PLC0415
+        PodResourcesCommand,
+        connect_podresources,
+        print_saved_list,
+    )
+
+    gpu = Filter(resources=o.resources, prefixes=o.prefixes)
+    gpus = _nvml_gpu_map() if o.nvml else _empty_gpu_map()
+    if saved is not None:
+        return print_saved_list(
+            saved,
+            cluster=_given(o.cluster),
+            node=_given(o.node),
+            gpus=gpus,
+            gpu=gpu,
+            time=datetime.now(UTC),
+            out=sys.stdout.buffer,
+            err=sys.stderr,
+        )
+    start_logging(settings)
+    command = PodResourcesCommand(
+        cluster=_given(o.cluster),
+        node=_given(o.node),
+        socket=o.socket,
+        interval_s=o.interval,
+        timeout_s=o.timeout,
+        gpu=gpu,
+        metrics_port=o.metrics_port,
+        heartbeat_seconds=o.heartbeat_seconds,
+    )
+    kwargs = kafka_kwargs(settings, o.brokers)
+    return connect_podresources(command, kwargs, topic_layout(settings.topics), gpus, sys.stderr)
+
+
+def _empty_gpu_map() -> GpuMap:
+    from connectors.podresources.devices import GpuMap  # noqa: PLC0415
+
+    return GpuMap()
+
+
+def _nvml_gpu_map(lib: Any = None) -> GpuMap:
+    """NVML's devices as the pod-resources source's :class:`GpuMap` (empty without a driver:
+    logged; MIG bindings then carry only their ``MIG-`` uuid, see connectors.podresources)."""
+    import logging  # noqa: PLC0415
+
+    from connectors.nvml.devices import Nvml, NvmlUnavailable  # noqa: PLC0415
+    from connectors.podresources.devices import GpuInfo, GpuMap  # noqa: PLC0415
+
+    try:
+        with Nvml(lib) as nvml:
+            devices = nvml.devices()
+    except NvmlUnavailable as exc:
+        logging.getLogger("gputriage.podresources").info(
+            "%s: MIG device ids will not name their parent GPU", exc
+        )
+        return GpuMap()
+    return GpuMap.of(
+        GpuInfo(
+            uuid=d.parent_uuid or d.uuid,
+            pci_bus_id=d.pci_bus_id,
+            index=d.index,
+            gpu_instance=d.gpu_instance_id if d.parent_uuid else None,
+            mig_uuid=d.uuid if d.parent_uuid else "",
+            mig_profile=d.mig_profile,
+        )
+        for d in devices
+    )
 
 
 def connect_defaults(settings: Settings) -> dict[str, dict[str, Any]]:
