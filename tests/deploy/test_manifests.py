@@ -32,10 +32,14 @@ CLUSTER_SCOPED = frozenset(
 )
 READ_VERBS = frozenset({"get", "list", "watch"})
 LEASE_VERBS = frozenset({"get", "create", "patch", "update"})
-ALLOWED_ROOT = {("gputriage-node", "gputriage-node-agents", "connect-kmsg")}
+ALLOWED_ROOT = {
+    ("gputriage-node", "gputriage-node-agents", "connect-kmsg"),
+    ("gputriage-node", "gputriage-node-agents", "connect-podresources"),
+}
 """Containers allowed to run as uid 0, each with its reason beside it in the manifest
-(base/node-agents.yaml: the journal files' owner, every capability dropped)."""
-NVML_CONTAINERS = {"connect-kmsg"}
+(base/node-agents.yaml: the journal files' owner, the kubelet socket's owner; every
+capability dropped)."""
+NVML_CONTAINERS = {"connect-kmsg", "connect-podresources"}
 """The containers that open NVML: the only ones that may ask the NVIDIA runtime for the
 driver (NVIDIA_VISIBLE_DEVICES)."""
 
