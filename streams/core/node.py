@@ -25,6 +25,7 @@ from schemas.events import (
 )
 from schemas.ids import k8s_version
 from schemas.incidents import Evidence, Incident
+from schemas.keys import POD_RESOURCES
 from streams.core import evidence as text
 from streams.core import shortcuts
 from streams.core.config import CoreConfig, XidRule
@@ -535,11 +536,16 @@ def _on_binding(step: Step, ev: GpuBindingEvent) -> None:
         profiles = _resources(state).profiles
         if profiles.get(key) != ev.mig_profile:
             _resources(state).profiles = {**profiles, key: intern(ev.mig_profile)}
-    if ev.pods_known:
+    kubelet = ev.source == POD_RESOURCES
+    # The kubelet's allocation is the ground truth of who holds the GPU: once it has bound
+    # it, other sources' pods (dcgm-exporter's one pod of a shared GPU) do not replace it.
+    if ev.pods_known and (kubelet or not gpu.kubelet):
         keys = tuple(_pod_key(state, f"{p.namespace}/{p.name}") for p in ev.pods)
         pods: str | tuple[str, ...] = keys[0] if len(keys) == 1 else keys
         if pods != gpu.pods:
             gpu.pods = pods
+        if kubelet and not gpu.kubelet:
+            gpu.kubelet = True
     if not gpu.pods and gpu.fatal is None and gpu.last_xid < step.now - _RECENT_XID_SECONDS:
         # An idle GPU with no recent history: nothing to attribute, so nothing to keep.
         # (Sources put the uuid on XID events themselves; the core needs no bus-id map.)

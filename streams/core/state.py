@@ -95,6 +95,10 @@ class GpuTrack(msgspec.Struct, gc=False, omit_defaults=True):
     45 after one): the device plugin marks no GPU unhealthy for it."""
     fatal: dict[int, list[Evidence]] | None = None
     """Per fatal code, the first line of each of its last ``xid_repeat_count`` episodes."""
+    kubelet: bool = False
+    """``pods`` came from the kubelet (a ``pod-resources`` binding): from then on another
+    source's binding no longer replaces them (dcgm-exporter keeps one pod of a time-sliced
+    GPU, NVIDIA/dcgm-exporter#151, and would undo the kubelet's list of every sharer)."""
 
 
 _UUID = re.compile(

@@ -169,3 +169,33 @@ def test_the_single_strategy_names_the_profile_from_the_product_label() -> None:
     assert degraded.summary.startswith("2 of 7 MIG 1g.5gb instances of 1 GPU on a100-mig-01"), (
         degraded.summary
     )
+
+
+def test_the_kubelets_sharers_of_a_time_sliced_gpu_are_not_undone_by_dcgm() -> None:
+    """The kubelet's pod-resources binding names both pods holding replicas of a
+    time-sliced GPU; dcgm-exporter's next binding names one of them (it keeps one pod per
+    GPU, NVIDIA/dcgm-exporter#151). An XID must still name both as candidates."""
+    c = Cluster()
+    for name in ("nb-a", "nb-b"):
+        c.pod(NODE, name, 1)
+    kubelet = c.bind(NODE, 2, UUID, BUS, ["nb-a", "nb-b"])
+    c.events[-1] = msgspec.structs.replace(kubelet, source="pod-resources", shared=True)
+    dcgm = c.bind(NODE, 3, UUID, BUS, ["nb-b"])
+    c.events[-1] = msgspec.structs.replace(dcgm, source="dcgm-exporter")
+    xid(c, 60, 31, None)
+    (fault,) = of_type(run(c.events), "gpu_app_fault")
+    assert sorted(p.name for p in fault.pods) == ["nb-a", "nb-b"]
+    assert "candidates" in fault.summary
+
+
+def test_without_the_kubelet_the_last_binding_still_decides() -> None:
+    """No pod-resources source on the node: dcgm-exporter's bindings are all there is, and
+    its newer one replaces the older (a pod ended, another took the GPU)."""
+    c = Cluster()
+    for name in ("old", "new"):
+        c.pod(NODE, name, 1)
+    c.bind(NODE, 2, UUID, BUS, ["old"])
+    c.bind(NODE, 3, UUID, BUS, ["new"])
+    xid(c, 60, 31, None)
+    (fault,) = of_type(run(c.events), "gpu_app_fault")
+    assert [p.name for p in fault.pods] == ["new"]
