@@ -540,7 +540,9 @@ def _on_binding(step: Step, ev: GpuBindingEvent) -> None:
     # The kubelet's allocation is the ground truth of who holds the GPU: once it has bound
     # it, other sources' pods (dcgm-exporter's one pod of a shared GPU) do not replace it.
     if ev.pods_known and (kubelet or not gpu.kubelet):
-        keys = tuple(_pod_key(state, f"{p.namespace}/{p.name}") for p in ev.pods)
+        # One key per pod: two containers of one pod on one GPU (the kubelet lists each
+        # container's devices) are one pod, not a shared GPU.
+        keys = tuple(dict.fromkeys(_pod_key(state, f"{p.namespace}/{p.name}") for p in ev.pods))
         pods: str | tuple[str, ...] = keys[0] if len(keys) == 1 else keys
         if pods != gpu.pods:
             gpu.pods = pods

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import msgspec
 
-from schemas.events import XidEvent
+from schemas.events import PodRef, XidEvent
 from tests.core_helpers import of_type, run
 from tests.factories import Cluster, term
 
@@ -199,3 +199,17 @@ def test_without_the_kubelet_the_last_binding_still_decides() -> None:
     xid(c, 60, 31, None)
     (fault,) = of_type(run(c.events), "gpu_app_fault")
     assert [p.name for p in fault.pods] == ["new"]
+
+
+def test_two_containers_of_one_pod_on_one_gpu_are_one_pod_not_a_shared_gpu() -> None:
+    """The kubelet lists devices per container: a pod whose two containers got replicas
+    of one GPU is still its only pod, and no co-tenant is suspected."""
+    c = Cluster()
+    c.pod(NODE, "p", 1)
+    ev = c.bind(NODE, 2, UUID, BUS, [])
+    containers = tuple(PodRef(namespace="ns", name="p", container=n) for n in ("a", "b"))
+    c.events[-1] = msgspec.structs.replace(ev, pods=containers, source="pod-resources")
+    xid(c, 60, 31, None)
+    (fault,) = of_type(run(c.events), "gpu_app_fault")
+    assert [p.name for p in fault.pods] == ["p"]
+    assert "candidates" not in fault.summary
