@@ -37,8 +37,9 @@ SOCKET: Final = "unix:///var/lib/kubelet/pod-resources/kubelet.sock"
 """The kubelet's default pod-resources endpoint: ``<root-dir>/pod-resources/kubelet.sock``,
 so a kubelet with a non-default ``--root-dir`` (some distributions) has it elsewhere."""
 MAX_MESSAGE: Final = 16 * 1024 * 1024
-"""A ``List`` of a node with hundreds of pods is well under 1 MiB; the client's default cap
-is 4 MiB, which CPU-pinning nodes with thousands of containers have been seen to pass."""
+"""The most one answer may be. A ``List`` of a node with hundreds of pods is well under
+1 MiB; the client's default cap is 4 MiB, and an answer over the cap fails the poll
+(``RESOURCE_EXHAUSTED``) instead of being read: the headroom is cheap insurance."""
 
 
 class PollFailed(Exception):
