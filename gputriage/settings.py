@@ -227,6 +227,21 @@ class NvmlConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unkn
     heartbeat_seconds: Heartbeat = HEARTBEAT_SECONDS
 
 
+class TopoConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[connect.topo]``: defaults of ``gputriage connect topo``."""
+
+    node: str | None = None
+    cluster: str | None = None
+    interval: Annotated[float, msgspec.Meta(ge=1.0, le=86400)] = 300.0
+    nvml: bool = True
+    nvidia_smi: str = "nvidia-smi"
+    timeout: Annotated[float, msgspec.Meta(ge=1.0, le=600)] = 30.0
+    once: bool = False
+    print_only: bool = False
+    brokers: str | None = None
+    heartbeat_seconds: Heartbeat = HEARTBEAT_SECONDS
+
+
 class AutoscalerConnectSettings(
     msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
 ):
@@ -259,6 +274,7 @@ class ConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     dcgm: DcgmConnectSettings = DcgmConnectSettings()
     nvml: NvmlConnectSettings = NvmlConnectSettings()
     autoscaler: AutoscalerConnectSettings = AutoscalerConnectSettings()
+    topo: TopoConnectSettings = TopoConnectSettings()
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

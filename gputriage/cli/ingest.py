@@ -364,8 +364,8 @@ def ingest_topo_command(
 
     \b
     Examples:
-      nvidia-smi topo -m | gputriage ingest topo --node n1 --cluster prod --file -
       gputriage ingest topo --node n1 --file topo.txt --time 2026-11-30T09:00:00Z
+      nvidia-smi topo -m | gputriage ingest topo --node n1 --cluster prod --file -
     """
     settings_of(ctx)  # an invalid --config is one line here too, as for every verb
     from connectors.topology.offline import ingest_topology  # noqa: PLC0415
