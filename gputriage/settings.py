@@ -236,6 +236,8 @@ class TopoConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unkn
     nvml: bool = True
     nvidia_smi: str = "nvidia-smi"
     timeout: Annotated[float, msgspec.Meta(ge=1.0, le=600)] = 30.0
+    metrics_port: Port | None = None
+    """``/metrics``, ``/healthz``, ``/readyz`` (the DaemonSet sets 9471); none by default."""
     once: bool = False
     print_only: bool = False
     brokers: str | None = None

@@ -61,6 +61,8 @@ class TopoCommand:
     timeout_seconds: float = TIMEOUT_SECONDS
     use_nvml: bool = True
     heartbeat_seconds: float = HEARTBEAT_SECONDS
+    metrics_port: int | None = None
+    """Serve the delivery metrics and ``/healthz`` / ``/readyz`` here (0: a free port)."""
 
 
 class Unavailable(RuntimeError):
@@ -270,6 +272,11 @@ async def _connect(
             out.flush()
         return 0
     producer = await start_producer(*target)  # KafkaUnreachable: for the CLI to say
+    if command.metrics_port is not None:
+        from connectors.prometheus import serve_metrics  # noqa: PLC0415
+
+        port = serve_metrics(metrics.registry, command.metrics_port, health=metrics.health)
+        print(f"{PROG} connect topo: metrics on http://0.0.0.0:{port}/metrics", file=err)
     try:
         options = PublishOptions(heartbeat_seconds=command.heartbeat_seconds)
         result = await Publisher(source, producer, options=options, metrics=metrics).run(stop)

@@ -570,6 +570,7 @@ def run_connect_nvml(settings: Settings, o: NvmlConnectSettings) -> int:
     show_default=shown(TopoConnectSettings, "timeout"),
     help="Seconds one nvidia-smi run may take (a hung driver hangs it).",
 )
+@metrics_port_option(TopoConnectSettings)
 @click.option("--once", is_flag=True, default=None, help="Publish one snapshot, then exit.")
 @click.option(
     "--print",
@@ -616,6 +617,7 @@ def run_connect_topo(settings: Settings, o: TopoConnectSettings) -> int:
         timeout_seconds=o.timeout,
         use_nvml=o.nvml,
         heartbeat_seconds=o.heartbeat_seconds,
+        metrics_port=o.metrics_port,
     )
     return connect_topo(
         command,

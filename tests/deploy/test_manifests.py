@@ -35,7 +35,7 @@ LEASE_VERBS = frozenset({"get", "create", "patch", "update"})
 ALLOWED_ROOT = {("gputriage-node", "gputriage-node-agents", "connect-kmsg")}
 """Containers allowed to run as uid 0, each with its reason beside it in the manifest
 (base/node-agents.yaml: the journal files' owner, every capability dropped)."""
-NVML_CONTAINERS = {"connect-kmsg"}
+NVML_CONTAINERS = {"connect-kmsg", "connect-topo"}
 """The containers that open NVML: the only ones that may ask the NVIDIA runtime for the
 driver (NVIDIA_VISIBLE_DEVICES)."""
 
