@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import io
+import re
+import signal
 import stat
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,9 +33,10 @@ from connectors.topology.matrix import Topology
 from connectors.topology.nvml import cpu_list, read_topology
 from schemas.codec import decode_event
 from schemas.events import GpuNumaAffinity, GpuPairLink, GpuTopologyEvent
-from tests.cli_helpers import gputriage
+from tests.cli_helpers import clean_env, gputriage
 from tests.connectors.nvml.test_nvml import FakeNvml
-from tests.kafka_helpers import KafkaTestEnv, consume_events
+from tests.http_helpers import http_get
+from tests.kafka_helpers import KafkaTestEnv, consume_events, wait_until
 
 SAMPLES = Path(__file__).parent / "samples"
 T0 = datetime(2026, 11, 30, 9, 0, tzinfo=UTC)
@@ -283,3 +288,47 @@ def test_the_real_cli_publishes_the_topology_to_the_broker(
     assert len(event.links) == 28
     assert {x.link_type for x in event.links} == {"NV18"}
     assert [g.numa_node for g in event.gpus] == [0, 0, 0, 0, 1, 1, 1, 1]
+
+
+def test_the_agent_serves_health_and_publishes_again_only_when_the_topology_changes(
+    kafka: KafkaTestEnv, tmp_path: Path
+) -> None:
+    """The DaemonSet's form: polling, /healthz on its metrics port, a second record only
+    once nvidia-smi prints another topology (an NVLink bridge lost), a clean SIGTERM."""
+    kafka.create_topics()
+    current = tmp_path / "current.txt"
+    current.write_text((SAMPLES / "a100_pcie_nv12_pairs.txt").read_text())
+    smi = _fake_smi(tmp_path, f'exec cat "{current}"')
+    stderr = tmp_path / "stderr"
+    args = ["connect", "topo", "--cluster", "c1", "--node", "n1", "--nvidia-smi", str(smi)]
+    with stderr.open("wb") as err:
+        agent = subprocess.Popen(
+            [sys.executable, "-m", "gputriage", *args, "--interval", "1", "--metrics-port", "0"],
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            env=clean_env(kafka.env),
+        )
+    try:
+        port = wait_until(
+            lambda: re.search(r"metrics on http://[0-9.]+:(\d+)/metrics", stderr.read_text()),
+            timeout=30,
+            what="the metrics line",
+        )[1]
+        assert http_get(f"http://127.0.0.1:{port}/healthz")[0] == 200
+        topic = kafka.layout.raw["topology"].name
+        (first,) = asyncio.run(consume_events(kafka.bootstrap, [topic], 1, timeout=30))
+        bridged = decode_event(first.value)
+        assert isinstance(bridged, GpuTopologyEvent)
+        assert next(x for x in bridged.links if (x.src_gpu, x.dst_gpu) == (6, 7)).nvlinks == 12
+        current.write_text(current.read_text().replace("NV12", "NODE"))
+        records = asyncio.run(consume_events(kafka.bootstrap, [topic], 2, timeout=30))
+        lost = decode_event(records[1].value)
+        assert isinstance(lost, GpuTopologyEvent)
+        assert {x.link_type for x in lost.links} == {"NODE"}
+        assert lost.id != bridged.id
+    finally:
+        agent.send_signal(signal.SIGTERM)
+        code = agent.wait(timeout=30)
+    assert code == 0, stderr.read_text()[-2000:]
+    records = asyncio.run(consume_events(kafka.bootstrap, [topic], 2, timeout=10))
+    assert len(records) == 2, "an unchanged topology was not published again"
