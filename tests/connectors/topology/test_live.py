@@ -309,11 +309,13 @@ def test_the_agent_serves_health_and_publishes_again_only_when_the_topology_chan
             env=clean_env(kafka.env),
         )
     try:
-        port = wait_until(
+        line = wait_until(
             lambda: re.search(r"metrics on http://[0-9.]+:(\d+)/metrics", stderr.read_text()),
             timeout=30,
             what="the metrics line",
-        )[1]
+        )
+        assert line is not None
+        port = line[1]
         assert http_get(f"http://127.0.0.1:{port}/healthz")[0] == 200
         topic = kafka.layout.raw["topology"].name
         (first,) = asyncio.run(consume_events(kafka.bootstrap, [topic], 1, timeout=30))
