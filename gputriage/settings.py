@@ -247,6 +247,23 @@ class PodResourcesConnectSettings(
     metrics_port: Port = 9469
 
 
+class TopoConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[connect.topo]``: defaults of ``gputriage connect topo``."""
+
+    node: str | None = None
+    cluster: str | None = None
+    interval: Annotated[float, msgspec.Meta(ge=1.0, le=86400)] = 300.0
+    nvml: bool = True
+    nvidia_smi: str = "nvidia-smi"
+    timeout: Annotated[float, msgspec.Meta(ge=1.0, le=600)] = 30.0
+    metrics_port: Port | None = None
+    """``/metrics``, ``/healthz``, ``/readyz`` (the DaemonSet sets 9471); none by default."""
+    once: bool = False
+    print_only: bool = False
+    brokers: str | None = None
+    heartbeat_seconds: Heartbeat = HEARTBEAT_SECONDS
+
+
 class AutoscalerConnectSettings(
     msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
 ):
@@ -280,6 +297,7 @@ class ConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_
     nvml: NvmlConnectSettings = NvmlConnectSettings()
     autoscaler: AutoscalerConnectSettings = AutoscalerConnectSettings()
     podresources: PodResourcesConnectSettings = PodResourcesConnectSettings()
+    topo: TopoConnectSettings = TopoConnectSettings()
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

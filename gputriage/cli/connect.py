@@ -68,6 +68,7 @@ from gputriage.settings import (
     NvmlConnectSettings,
     PodResourcesConnectSettings,
     Settings,
+    TopoConnectSettings,
     explicit,
 )
 from schemas.topics import topic_layout
@@ -117,6 +118,7 @@ def connect_group() -> None:
       gputriage connect dcgm --cluster prod --node n1 --url http://10.0.0.5:9400/metrics
       gputriage connect nvml --cluster prod --node n1 --print --once
       gputriage connect podresources --cluster prod --node "$NODE_NAME"
+      gputriage connect topo --cluster prod --node n1 --print --once
       gputriage connect autoscaler --cluster prod --in-cluster --state /var/lib/gputriage/ca.json
     """
 
@@ -541,6 +543,105 @@ def run_connect_nvml(settings: Settings, o: NvmlConnectSettings) -> int:
         sys.stdout.buffer,
         sys.stderr,
     )
+
+
+@connect_group.command("topo", context_settings=CONTEXT)
+@node_option
+@cluster_option
+@click.option(
+    "--interval",
+    type=setting_range(TopoConnectSettings, "interval"),
+    cls=StructDefault,
+    show_default=shown(TopoConnectSettings, "interval"),
+    help="Seconds between reads; a snapshot is published only when it changed.",
+)
+@click.option(
+    "--nvml/--no-nvml",
+    default=None,
+    cls=StructDefault,
+    show_default=shown(TopoConnectSettings, "nvml"),
+    help="Read NVML where a driver is (else, or with --no-nvml, run nvidia-smi topo).",
+)
+@click.option(
+    "--nvidia-smi",
+    metavar="PATH",
+    cls=StructDefault,
+    show_default=shown(TopoConnectSettings, "nvidia_smi"),
+    help="The nvidia-smi to run where NVML cannot be used.",
+)
+@click.option(
+    "--timeout",
+    type=setting_range(TopoConnectSettings, "timeout"),
+    cls=StructDefault,
+    show_default=shown(TopoConnectSettings, "timeout"),
+    help="Seconds one nvidia-smi run may take (a hung driver hangs it).",
+)
+@metrics_port_option(TopoConnectSettings)
+@click.option("--once", is_flag=True, default=None, help="Publish one snapshot, then exit.")
+@click.option(
+    "--print",
+    "print_only",
+    is_flag=True,
+    default=None,
+    help="Print the records as JSON lines instead of publishing them (no Kafka needed).",
+)
+@brokers_option
+@click.pass_context
+def connect_topo_command(ctx: click.Context, /, **given: Any) -> int:
+    """Publish the node's GPU topology (gpu_topology.v1) at start and on change.
+
+    GPU pair links (NV<n>, PIX, PXB, PHB, NODE, SYS) and each GPU's NUMA node and CPU
+    affinity, from NVML where a driver is, else from nvidia-smi topo -m (-mp if that
+    fails). Read every --interval seconds; published only when it changed. A failed
+    read is a dead letter and the next poll goes on. Neither NVML nor nvidia-smi: one
+    line, exit 1.
+
+    \b
+    Examples:
+      gputriage connect topo --cluster prod --node "$NODE_NAME"
+      gputriage connect topo --cluster dev --node n1 --print --once
+      gputriage connect topo --cluster dev --node n1 --no-nvml --nvidia-smi /usr/bin/nvidia-smi
+    """
+    _require(ctx, "topo", given, "node", "cluster")
+    o: TopoConnectSettings = _merged(ctx, "topo", given)
+    return run_connect_topo(settings_of(ctx), o)
+
+
+def run_connect_topo(settings: Settings, o: TopoConnectSettings) -> int:
+    """``connect topo`` with its options merged: build the connector's command, run it."""
+    from connectors.kafka.producer import KafkaTarget  # noqa: PLC0415
+    from connectors.topology.live import TopoCommand, connect_topo  # noqa: PLC0415
+
+    start_logging(settings)
+    command = TopoCommand(
+        cluster=_given(o.cluster),
+        node=_given(o.node),
+        once=o.once,
+        print_only=o.print_only,
+        interval_seconds=o.interval,
+        nvidia_smi=o.nvidia_smi,
+        timeout_seconds=o.timeout,
+        use_nvml=o.nvml,
+        heartbeat_seconds=o.heartbeat_seconds,
+        metrics_port=o.metrics_port,
+    )
+    return connect_topo(
+        command,
+        lambda: KafkaTarget(kafka_kwargs(settings, o.brokers), topic_layout(settings.topics)),
+        sys.stdout.buffer,
+        sys.stderr,
+        open_nvml=open_nvml,
+    )
+
+
+def open_nvml(lib: Any = None) -> Any:
+    """NVML opened for ``connect topo``, or why not (the topology source takes either)."""
+    from connectors.nvml.devices import Nvml, NvmlUnavailable  # noqa: PLC0415
+
+    try:
+        return Nvml(lib).open()
+    except NvmlUnavailable as exc:
+        return str(exc)
 
 
 @connect_group.command("autoscaler", context_settings=CONTEXT)

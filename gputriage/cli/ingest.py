@@ -40,6 +40,7 @@ def ingest_group() -> None:
       gputriage ingest kmsg --node n1 --file dmesg.txt
       gputriage ingest dcgm --node n1 --file scrape-1.txt --file scrape-2.txt
       gputriage ingest autoscaler --cluster prod --file ca.log --year 2026
+      nvidia-smi topo -m | gputriage ingest topo --node n1 --file -
     """
 
 
@@ -333,6 +334,45 @@ def ingest_autoscaler_command(
         file=sys.stderr,
     )
     return status
+
+
+@ingest_group.command("topo", context_settings=CONTEXT)
+@_input_file(
+    "Saved nvidia-smi topo -m (or -mp) output, as printed or pasted; plain or gzip; - for stdin."
+)
+@click.option("--node", required=True, help="Node name to put on the record.")
+@click.option("--cluster", default="", help="Cluster name to put on the record.")
+@click.option(
+    "--time",
+    "when",
+    metavar="TIME",
+    type=TimeType(epoch_seconds=True),
+    default=None,
+    help="When the output was taken (RFC 3339); default: the file's modification time, "
+    "for a pipe the time of reading.",
+)
+@click.pass_context
+def ingest_topo_command(
+    ctx: click.Context, *, path: str, node: str, cluster: str, when: datetime | None
+) -> int:
+    """Parse a GPU topology matrix into one gpu_topology.v1 record, printed as a JSON line.
+
+    Every GPU pair once (src_gpu < dst_gpu) with its link type as printed (NV18, PIX,
+    PXB, PHB, NODE, SYS, SOC) and its NVLink count; every GPU's NUMA node and CPU
+    affinity. NIC rows and the legends are read past. A file without a readable matrix
+    is one line on stderr; the exit status is then 1.
+
+    \b
+    Examples:
+      gputriage ingest topo --node n1 --file topo.txt --time 2026-11-30T09:00:00Z
+      nvidia-smi topo -m | gputriage ingest topo --node n1 --cluster prod --file -
+    """
+    settings_of(ctx)  # an invalid --config is one line here too, as for every verb
+    from connectors.topology.offline import ingest_topology  # noqa: PLC0415
+
+    return ingest_topology(
+        path, cluster=cluster, node=node, time=when, out=sys.stdout.buffer, err=sys.stderr
+    )
 
 
 def _autoscaler_format(fmt: str) -> Literal["auto", "klog", "karpenter", "gke"]:

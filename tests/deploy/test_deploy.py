@@ -61,7 +61,14 @@ def test_every_kustomization_resource_exists() -> None:
 def test_the_config_map_is_valid_settings() -> None:
     settings = load_settings(None, environ=config_data())
     assert settings.kafka_settings().brokers
-    assert set(connect_defaults(settings)) == {"k8s", "kmsg", "dcgm", "autoscaler", "podresources"}
+    assert set(connect_defaults(settings)) == {
+        "k8s",
+        "kmsg",
+        "dcgm",
+        "autoscaler",
+        "podresources",
+        "topo",
+    }
 
 
 def _command(args: list[str]) -> tuple[click.Command, list[str], str]:

@@ -39,7 +39,7 @@ ALLOWED_ROOT = {
 """Containers allowed to run as uid 0, each with its reason beside it in the manifest
 (base/node-agents.yaml: the journal files' owner, the kubelet socket's owner; every
 capability dropped)."""
-NVML_CONTAINERS = {"connect-kmsg", "connect-podresources"}
+NVML_CONTAINERS = {"connect-kmsg", "connect-podresources", "connect-topo"}
 """The containers that open NVML: the only ones that may ask the NVIDIA runtime for the
 driver (NVIDIA_VISIBLE_DEVICES)."""
 

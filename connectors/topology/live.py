@@ -1,0 +1,289 @@
+"""``gputriage connect topo``: the node's GPU topology, published at start and on change only.
+
+Topology changes with reboots and link failures, not per scrape: the source polls
+(``interval`` seconds, 5 minutes by default) and publishes a ``gpu_topology.v1``
+snapshot only when it differs from the last one published (and once at start, so a
+restarted agent re-states it; the same snapshot has the same id, so that costs the
+core nothing).
+
+Where it reads, in order: NVML (:mod:`connectors.topology.nvml`) where a driver is;
+else, when the binary exists, ``nvidia-smi topo -m`` (with NVLinks), and ``topo -mp``
+(PCIe paths only) if ``-m`` fails -- each an asyncio subprocess under a timeout (a hung
+driver makes nvidia-smi hang, and the agent must not). A run that fails or prints no
+readable matrix is a dead letter with its reason and the output as evidence; the poll
+goes on. Neither NVML nor nvidia-smi: one line, exit 1 (as ``connect nvml``).
+
+Progress: the clock of each read (a topology has no event time of its own); an idle
+poll is caught up, as dcgm's (:mod:`connectors.source`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import IO, Any, Final
+
+from prometheus_client import CollectorRegistry
+
+from connectors.delivery import DeliveryMetrics
+from connectors.kafka.producer import KafkaTarget, start_producer
+from connectors.publish import HEARTBEAT_SECONDS, Publisher, PublishOptions
+from connectors.signals import stop_on_signals
+from connectors.source import Batch, DeadLine
+from connectors.topology.events import topology_event
+from connectors.topology.matrix import Topology, parse_topology
+from schemas.codec import AnyEvent, RecordError, encode
+from schemas.events import GpuTopologyEvent
+from schemas.keys import key_of
+
+log = logging.getLogger("gputriage.topology")
+
+PROG: Final = "gputriage"
+INTERVAL_SECONDS: Final = 300.0
+TIMEOUT_SECONDS: Final = 30.0
+DEAD_LETTER_BODY: Final = 16_384
+"""Bytes of a bad nvidia-smi output kept as evidence."""
+
+
+@dataclass(frozen=True)
+class TopoCommand:
+    cluster: str
+    node: str
+    once: bool = False
+    print_only: bool = False
+    interval_seconds: float = INTERVAL_SECONDS
+    nvidia_smi: str = "nvidia-smi"
+    timeout_seconds: float = TIMEOUT_SECONDS
+    use_nvml: bool = True
+    heartbeat_seconds: float = HEARTBEAT_SECONDS
+    metrics_port: int | None = None
+    """Serve the delivery metrics and ``/healthz`` / ``/readyz`` here (0: a free port)."""
+
+
+class Unavailable(RuntimeError):
+    """Neither NVML nor nvidia-smi can be used here; the message is one line."""
+
+
+class NvmlReader:
+    """Reads through an open :class:`connectors.nvml.devices.Nvml` (it closes NVML)."""
+
+    source = "nvml"
+
+    def __init__(self, nvml: Any) -> None:
+        self.nvml = nvml
+
+    async def read(self) -> Topology | RecordError:
+        from connectors.topology.nvml import read_topology  # noqa: PLC0415
+
+        lib = self.nvml.lib
+        try:
+            return await asyncio.to_thread(read_topology, lib)
+        except lib.NVMLError as exc:
+            return RecordError(f"NVML: {type(exc).__name__}: {exc}")
+
+    def close(self) -> None:
+        self.nvml.close()
+
+
+class SmiReader:
+    """Runs ``nvidia-smi topo -m`` (NVLinks) or, failing that, ``topo -mp`` (PCIe paths)."""
+
+    source = "nvidia-smi"
+
+    def __init__(self, binary: str, timeout: float) -> None:
+        self.binary = binary
+        self.timeout = timeout
+        self.last_output = b""
+
+    async def _run(self, flag: str) -> bytes | RecordError:
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                self.binary,
+                "topo",
+                flag,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+        except OSError as exc:
+            return RecordError(f"cannot run {self.binary}: {exc}")
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(), self.timeout)
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+            await proc.wait()
+            return RecordError(f"{self.binary} topo {flag} did not answer in {self.timeout:g}s")
+        if proc.returncode != 0:
+            why = (err or out).decode(errors="replace").strip().splitlines()
+            return RecordError(
+                f"{self.binary} topo {flag} exited {proc.returncode}: {why[0] if why else ''}"
+            )
+        return out
+
+    async def read(self) -> Topology | RecordError:
+        result: Topology | RecordError = RecordError("no output")
+        for flag in ("-m", "-mp"):
+            out = await self._run(flag)
+            if isinstance(out, RecordError):
+                result = out
+                continue
+            self.last_output = out
+            result = parse_topology(out.decode(errors="replace"))
+            if isinstance(result, Topology):
+                return result
+        return result
+
+    def close(self) -> None:
+        """Nothing held between runs."""
+
+
+Reader = NvmlReader | SmiReader
+
+
+OpenNvml = Callable[[], Any]
+"""Opens NVML: an open :class:`connectors.nvml.devices.Nvml` (``.lib``, ``.close()``), or the
+reason it could not, as a string. The CLI builds it from :mod:`connectors.nvml` (source
+families must not import each other: the CLI composes them)."""
+
+
+def open_reader(command: TopoCommand, open_nvml: OpenNvml | None = None) -> Reader:
+    """NVML where it initialises, else nvidia-smi where it exists; raises :class:`Unavailable`."""
+    why = "NVML not used (--no-nvml)" if not command.use_nvml else "no NVML given"
+    if command.use_nvml and open_nvml is not None:
+        opened = open_nvml()
+        if not isinstance(opened, str):
+            return NvmlReader(opened)
+        why = opened
+    if shutil.which(command.nvidia_smi) is not None:
+        log.info("%s; reading the topology with %s", why, command.nvidia_smi)
+        return SmiReader(command.nvidia_smi, command.timeout_seconds)
+    raise Unavailable(f"{why}, and no {command.nvidia_smi} to run: no GPU topology to read")
+
+
+class TopologySource:
+    """The reader as a :class:`connectors.source.Source`: a snapshot at start, then on change.
+
+    Nothing is checkpointed: the first read after a restart is published again (same
+    topology, same id). ``clock`` stamps reads (tests pass a fixed one).
+    """
+
+    name = "topology"
+
+    def __init__(
+        self,
+        reader: Reader,
+        command: TopoCommand,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.reader = reader
+        self.command = command
+        self.clock = clock
+        self.key: bytes | None = key_of(command.cluster, command.node).encode()
+        self.last: GpuTopologyEvent | None = None
+        self.polls = 0
+        self.published = 0
+
+    async def next_batch(self) -> Batch | None:
+        if self.polls and self.command.once:
+            return None
+        if self.polls:
+            await asyncio.sleep(self.command.interval_seconds)
+        self.polls += 1
+        result = await self.reader.read()
+        now = self.clock()
+        if isinstance(result, RecordError):
+            log.warning("GPU topology not read: %s", result)
+            raw = getattr(self.reader, "last_output", b"")[:DEAD_LETTER_BODY]
+            return Batch(dead=[DeadLine(raw=raw, error=result, seq=self.polls)], records=1)
+        command = self.command
+        event = topology_event(
+            result, cluster=command.cluster, node=command.node, time=now, source=self.reader.source
+        )
+        if self.last is not None and self.last.id == event.id:
+            return Batch(progress=now)  # unchanged: nothing to publish
+        self.last = event
+        self.published += 1
+        events: list[AnyEvent] = [event]
+        return Batch(events=events, records=1, progress=now)
+
+    def commit(self, batch: Batch) -> None:
+        """Nothing to save (see the class)."""
+
+    async def close(self) -> None:
+        """The reader is closed by :func:`connect_topo`, which opened it."""
+
+
+def connect_topo(
+    command: TopoCommand,
+    target: Callable[[], KafkaTarget],
+    out: IO[bytes],
+    err: IO[str],
+    open_nvml: OpenNvml | None = None,
+    metrics: DeliveryMetrics | None = None,
+) -> int:
+    """Publish (or print) the topology at start and on change, until SIGINT/SIGTERM.
+
+    The reader is opened first, so a node with neither NVML nor nvidia-smi fails in one
+    line before Kafka is tried. Status: 0, or 1 (no reader; undelivered at stop).
+    """
+    try:
+        reader = open_reader(command, open_nvml)
+    except Unavailable as exc:
+        print(f"{PROG}: error: {exc}", file=err)
+        return 1
+    try:
+        kafka = None if command.print_only else target()
+        metrics = metrics or DeliveryMetrics(CollectorRegistry())
+        return asyncio.run(_connect(reader, command, kafka, out, err, metrics))
+    finally:
+        reader.close()
+
+
+async def _connect(
+    reader: Reader,
+    command: TopoCommand,
+    target: KafkaTarget | None,
+    out: IO[bytes],
+    err: IO[str],
+    metrics: DeliveryMetrics,
+) -> int:
+    stop = asyncio.Event()
+    stop_on_signals(stop)
+    print(f"{PROG} connect topo: reading the GPU topology from {reader.source}", file=err)
+    source = TopologySource(reader, command)
+    if target is None:  # --print: the offline form, JSON lines on ``out``
+        while not stop.is_set():
+            reading = asyncio.ensure_future(source.next_batch())
+            stopping = asyncio.ensure_future(stop.wait())
+            await asyncio.wait({reading, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            stopping.cancel()
+            if not reading.done():
+                reading.cancel()
+                break
+            batch = reading.result()
+            if batch is None:
+                break
+            for event in batch.events:
+                out.write(encode(event) + b"\n")
+            for dead in batch.dead:
+                if isinstance(dead, DeadLine):
+                    print(f"{PROG}: warning: {dead.error}", file=err)
+            out.flush()
+        return 0
+    producer = await start_producer(*target)  # KafkaUnreachable: for the CLI to say
+    if command.metrics_port is not None:
+        from connectors.prometheus import serve_metrics  # noqa: PLC0415
+
+        port = serve_metrics(metrics.registry, command.metrics_port, health=metrics.health)
+        print(f"{PROG} connect topo: metrics on http://0.0.0.0:{port}/metrics", file=err)
+    try:
+        options = PublishOptions(heartbeat_seconds=command.heartbeat_seconds)
+        result = await Publisher(source, producer, options=options, metrics=metrics).run(stop)
+        return 0 if result.drained else 1
+    finally:
+        await producer.stop()
