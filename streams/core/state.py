@@ -201,6 +201,53 @@ class GpuResources(msgspec.Struct, omit_defaults=True):
     """MIG profile (``1g.10gb``) by GPU key (``<parent>/GI<id>``), from the bindings."""
 
 
+class TopologyGpu(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """One GPU of a node's topology snapshot (``gpu_topology.v1``): its NVML index, NUMA
+    node (-1: not known) and the identifiers the source knew (empty: not known)."""
+
+    index: int
+    numa_node: int = -1
+    uuid: str = ""
+    pci_bus_id: str = ""
+
+
+class TopologyLink(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """One GPU pair's link, ``src < dst`` (NVML indices), as the matrix prints it."""
+
+    src: int
+    dst: int
+    link_type: str
+    nvlinks: int = 0
+
+
+class NodeTopology(msgspec.Struct, omit_defaults=True):
+    """The node's GPU topology, from its latest ``gpu_topology.v1`` snapshot (replaced
+    whole by each one: a link that failed must not linger), and what it implies.
+
+    Per node, not per GPU or pod: one slot on :class:`NodeState`, None until a snapshot.
+    """
+
+    gpus: tuple[TopologyGpu, ...] = ()
+    links: tuple[TopologyLink, ...] = ()
+    islands: tuple[tuple[int, ...], ...] = ()
+    """NVLink islands: the connected components of the GPUs over NVLink pairs (``NV#``),
+    each sorted, ordered by their first index; a GPU with no NVLink is an island of its
+    own. An HGX board is one island of 8; a PCIe box is one island per GPU. Kept for the
+    rules that need it (stragglers: a job across islands waits on its slowest link)."""
+    source: str = ""
+    event_id: str = ""
+    """The snapshot's id and event time: the incidents' evidence."""
+    time: float = -math.inf
+
+
+class MultiGpuPod(msgspec.Struct, frozen=True, gc=False, array_like=True):
+    """A tracked pod that requested more than one GPU (``multi_gpu_pod_without_nvlink``):
+    how many, and what names this pod instance for its incident id (its uid)."""
+
+    requested: int
+    anchor: str
+
+
 class OpenIncident(msgspec.Struct, omit_defaults=True):
     """An incident that is open (or just resolved), with everything needed to publish it."""
 
@@ -290,6 +337,12 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     applied_rank: int = 0
     applied_id: str = ""
     """The last event applied, in engine order: anything at or before it is stale."""
+    topology: NodeTopology | None = None
+    """The node's GPU topology (``gpu_topology.v1``); None until a snapshot arrives.
+    Last, with a default: snapshots written before it restore with None."""
+    multi_gpu: dict[str, MultiGpuPod] = {}
+    """Tracked pods requesting more than one GPU, by ``namespace/name``: only those,
+    so a node of single-GPU pods pays nothing (``multi_gpu_pod_without_nvlink``)."""
 
 
 class PendingPod(msgspec.Struct, omit_defaults=True):
