@@ -201,51 +201,33 @@ class GpuResources(msgspec.Struct, omit_defaults=True):
     """MIG profile (``1g.10gb``) by GPU key (``<parent>/GI<id>``), from the bindings."""
 
 
-class TopologyGpu(msgspec.Struct, frozen=True, gc=False, array_like=True):
-    """One GPU of a node's topology snapshot (``gpu_topology.v1``): its NVML index, NUMA
-    node (-1: not known) and the identifiers the source knew (empty: not known)."""
-
-    index: int
-    numa_node: int = -1
-    uuid: str = ""
-    pci_bus_id: str = ""
-
-
-class TopologyLink(msgspec.Struct, frozen=True, gc=False, array_like=True):
-    """One GPU pair's link, ``src < dst`` (NVML indices), as the matrix prints it."""
-
-    src: int
-    dst: int
-    link_type: str
-    nvlinks: int = 0
-
-
-class NodeTopology(msgspec.Struct, omit_defaults=True):
+class NodeTopology(msgspec.Struct, gc=False, omit_defaults=True):
     """The node's GPU topology, from its latest ``gpu_topology.v1`` snapshot (replaced
     whole by each one: a link that failed must not linger), and what it implies.
 
-    Per node, not per GPU or pod: one slot on :class:`NodeState`, None until a snapshot.
+    Compact on purpose: an 8-GPU node's snapshot is 28 pairs and 8 GPUs, and as structs it
+    was the largest item of the state (~3 KB a node, ~880 B per tracked pod). As three
+    interned strings, every node of one board shares them (all HGX H100 nodes print the
+    same matrix): what a node pays is this struct and its snapshot's id. Read them with
+    :mod:`streams.core.rules.nvlink` (``links_of``, ``gpus_of``, ``islands_of``).
     """
 
-    gpus: tuple[TopologyGpu, ...] = ()
-    links: tuple[TopologyLink, ...] = ()
-    islands: tuple[tuple[int, ...], ...] = ()
-    """NVLink islands: the connected components of the GPUs over NVLink pairs (``NV#``),
-    each sorted, ordered by their first index; a GPU with no NVLink is an island of its
-    own. An HGX board is one island of 8; a PCIe box is one island per GPU. Kept for the
-    rules that need it (stragglers: a job across islands waits on its slowest link)."""
+    links: str = ""
+    """Each GPU pair once, ``src < dst`` (NVML indices), by pair: ``0-1:NV18 0-2:SYS``.
+    The code as the matrix prints it (``NV#``: that many bonded NVLinks)."""
+    gpus: str = ""
+    """Each GPU by index: ``index:numa:bus id`` (numa -1 and bus id empty where unknown):
+    ``0:0:0000:18:00.0``. Uuids are not kept: the bus id identifies a GPU on its node as
+    well, and ``nvidia-smi topo`` prints none."""
+    islands: str = ""
+    """NVLink islands: the connected components of the GPUs over NVLink pairs, each sorted,
+    ordered by their first index, a GPU with no NVLink an island of its own: ``0-1-2-3-4-5-6-7``
+    on an HGX board, ``0 1 2 3`` on a PCIe box. Kept for the rules that need it (stragglers:
+    a job across islands waits on its slowest link)."""
     source: str = ""
     event_id: str = ""
     """The snapshot's id and event time: the incidents' evidence."""
     time: float = -math.inf
-
-
-class MultiGpuPod(msgspec.Struct, frozen=True, gc=False, array_like=True):
-    """A tracked pod that requested more than one GPU (``multi_gpu_pod_without_nvlink``):
-    how many, and what names this pod instance for its incident id (its uid)."""
-
-    requested: int
-    anchor: str
 
 
 class OpenIncident(msgspec.Struct, omit_defaults=True):
@@ -340,9 +322,11 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     topology: NodeTopology | None = None
     """The node's GPU topology (``gpu_topology.v1``); None until a snapshot arrives.
     Last, with a default: snapshots written before it restore with None."""
-    multi_gpu: dict[str, MultiGpuPod] = {}
-    """Tracked pods requesting more than one GPU, by ``namespace/name``: only those,
-    so a node of single-GPU pods pays nothing (``multi_gpu_pod_without_nvlink``)."""
+    multi_gpu: dict[str, int] = {}
+    """Tracked pods requesting more than one GPU, by ``namespace/name``: only those, so a
+    node of single-GPU pods pays nothing (``multi_gpu_pod_without_nvlink``). One int each:
+    the GPUs requested in the low 8 bits, above them a 56-bit hash of the pod's uid (its
+    incident's anchor); see ``streams.core.rules.nvlink``."""
 
 
 class PendingPod(msgspec.Struct, omit_defaults=True):

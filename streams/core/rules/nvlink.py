@@ -44,25 +44,27 @@ Domain rules, and why:
 * **Resolution:** the pod ends (Succeeded, Failed, deleted, replaced), or a topology
   snapshot shows its GPUs connected after all (a link came back after a reboot).
 
-Traps: GPUs are matched to the topology by uuid, then bus id, then NVML index (the
-topology names pairs by index; ``nvidia-smi topo`` knows no uuids); a GPU the
+Traps: GPUs are matched to the topology by bus id, then NVML index (the topology names
+pairs by index; ``nvidia-smi topo`` prints no uuids, and the state keeps none); a GPU the
 topology cannot place, or a pair it does not list, leaves the pod unjudged rather than
 guessed. Link codes: ``NV#`` is NVLink; ``NODE`` is not (it starts with N, not NV).
 """
 
 from __future__ import annotations
 
+from sys import intern
+
+import msgspec
+
 from schemas.events import GpuTopologyEvent, PodEvent
+from schemas.ids import hashed_id
 from schemas.incidents import Evidence, GpuRef
 from streams.core.lifecycle import Step
 from streams.core.rules.pods import pod_info
 from streams.core.state import (
-    MultiGpuPod,
     NodeState,
     NodeTopology,
     OpenIncident,
-    TopologyGpu,
-    TopologyLink,
     bound_pods,
     gpu_ref,
     split_gpu_key,
@@ -82,39 +84,75 @@ _LINK_WORDS = {
 """The matrix legend of ``nvidia-smi topo -m`` (reference §4.1), for the summary."""
 
 
+class TopologyLink(msgspec.Struct, frozen=True, gc=False):
+    """One GPU pair of :attr:`NodeTopology.links`, read back (``src < dst``)."""
+
+    src: int
+    dst: int
+    link_type: str
+
+
+class TopologyGpu(msgspec.Struct, frozen=True, gc=False):
+    """One GPU of :attr:`NodeTopology.gpus`, read back (``numa_node`` -1: unknown)."""
+
+    index: int
+    numa_node: int
+    pci_bus_id: str
+
+
 def is_nvlink(link: TopologyLink) -> bool:
-    """An NVLink pair: ``NV#`` (bonded links), or a count of links however printed."""
-    return link.nvlinks > 0 or link.link_type.startswith("NV")
+    """An NVLink pair: the matrix's ``NV#`` (``NODE`` starts with N, not NV)."""
+    return link.link_type.startswith("NV")
+
+
+def links_of(topo: NodeTopology) -> tuple[TopologyLink, ...]:
+    out = []
+    for item in topo.links.split():
+        pair, _, code = item.partition(":")
+        src, _, dst = pair.partition("-")
+        out.append(TopologyLink(int(src), int(dst), code))
+    return tuple(out)
+
+
+def gpus_of(topo: NodeTopology) -> tuple[TopologyGpu, ...]:
+    out = []
+    for item in topo.gpus.split():
+        index, numa, bus = item.split(":", 2)
+        out.append(TopologyGpu(int(index), int(numa), bus))
+    return tuple(out)
+
+
+def islands_of(topo: NodeTopology) -> tuple[tuple[int, ...], ...]:
+    """The node's NVLink islands (:attr:`NodeTopology.islands`) as index tuples."""
+    return tuple(tuple(int(i) for i in group.split("-")) for group in topo.islands.split())
+
+
+def _code(link_type: str, nvlinks: int) -> str:
+    """The pair's code as stored: as printed (no blanks); a count of NVLinks a source gave
+    under another word is ``NV<count>``."""
+    code = "_".join(link_type.split()) or "?"
+    return code if nvlinks <= 0 or code.startswith("NV") else f"NV{nvlinks}"
 
 
 def topology_of(ev: GpuTopologyEvent) -> NodeTopology:
-    """The node state's view of one snapshot, NVLink islands derived."""
-    gpus = tuple(
-        sorted(
-            (
-                TopologyGpu(
-                    index=g.gpu,
-                    numa_node=-1 if g.numa_node is None else g.numa_node,
-                    uuid=g.gpu_uuid,
-                    pci_bus_id=g.pci_bus_id,
-                )
-                for g in ev.gpus
-            ),
-            key=lambda g: g.index,
-        )
-    )
-    links: dict[tuple[int, int], TopologyLink] = {}
+    """The node state's view of one snapshot, NVLink islands derived; the strings are
+    interned, so nodes of one board share them."""
+    links: dict[tuple[int, int], str] = {}
     for link in ev.links:
         src, dst = sorted((link.src_gpu, link.dst_gpu))
-        if src != dst:
-            links[(src, dst)] = TopologyLink(
-                src=src, dst=dst, link_type=link.link_type, nvlinks=link.nvlinks
-            )
-    ordered = tuple(links[pair] for pair in sorted(links))
+        if src != dst and src >= 0:
+            links[(src, dst)] = _code(link.link_type, link.nvlinks)
+    ordered = tuple(TopologyLink(a, b, links[(a, b)]) for a, b in sorted(links))
+    gpus = {
+        g.gpu: f"{g.gpu}:{-1 if g.numa_node is None else g.numa_node}:{g.pci_bus_id.strip()}"
+        for g in ev.gpus
+        if g.gpu >= 0
+    }
+    members = set(gpus) | {i for pair in links for i in pair}
     return NodeTopology(
-        gpus=gpus,
-        links=ordered,
-        islands=islands({g.index for g in gpus} | {i for p in links for i in p}, ordered),
+        links=intern(" ".join(f"{x.src}-{x.dst}:{x.link_type}" for x in ordered)),
+        gpus=intern(" ".join(gpus[i] for i in sorted(gpus))),
+        islands=intern(" ".join("-".join(map(str, g)) for g in islands(members, ordered))),
         source=ev.source,
         event_id=ev.id,
         time=ev.time.timestamp(),
@@ -142,6 +180,24 @@ def islands(members: set[int], links: tuple[TopologyLink, ...]) -> tuple[tuple[i
     return tuple(tuple(g) for _, g in sorted(groups.items()))
 
 
+def _packed(requested: int, ev: PodEvent) -> int:
+    """A multi-GPU pod's entry in :attr:`NodeState.multi_gpu`: its request (low 8 bits)
+    under a 56-bit hash of what names this pod instance (its uid: in the event, or in
+    its ``k8s:`` id; else the record's id). 64 bits in all: MessagePack snapshots carry
+    no larger int. The hash only tells successors of one pod name apart (the incident id
+    also hashes the pod's key), so 56 bits are plenty."""
+    uid = ev.uid or (ev.id.split(":")[1] if ev.id.startswith("k8s:") else ev.id)
+    return int(hashed_id("pod", uid)[4:18], 16) << 8 | min(requested, 255)
+
+
+def _requested(entry: int) -> int:
+    return entry & 0xFF
+
+
+def _anchor(entry: int) -> str:
+    return f"pod-{entry >> 8:014x}"
+
+
 # -- events ------------------------------------------------------------------------
 def on_topology(step: Step, ev: GpuTopologyEvent) -> None:
     """A new snapshot replaces the node's topology; every multi-GPU pod is judged again."""
@@ -157,9 +213,11 @@ def on_pod(step: Step, key: str, ev: PodEvent) -> None:
     state = step.state
     if key not in state.multi_gpu:
         requested = sum(ev.gpu_requests.values()) or sum(ev.gpu_limits.values())
-        if requested <= 1:
+        track = state.pods.get(key)
+        if requested <= 1 or track is None:
             return
-        state.multi_gpu = {**state.multi_gpu, key: MultiGpuPod(requested, _anchor(ev))}
+        # Keyed by the pod's own stored key string: no second copy of it.
+        state.multi_gpu = {**state.multi_gpu, track.key: _packed(requested, ev)}
     check(step, key)
 
 
@@ -173,21 +231,12 @@ def forget(state: NodeState, key: str) -> None:
 def on_binding(step: Step, before: str | tuple[str, ...], now: str | tuple[str, ...]) -> None:
     """A GPU's binding (``GpuTrack.pods`` before and now): judge the multi-GPU pods it
     had and has. A pod-less binding (NVML's identity) may name what made a pod
-    judgeable: the GPU's uuid or index."""
+    judgeable: the GPU's bus id or index."""
     old = (before,) if isinstance(before, str) else before
     new = (now,) if isinstance(now, str) else now
     for key in dict.fromkeys((*old, *new)):
         if key in step.state.multi_gpu:
             check(step, key)
-
-
-def _anchor(ev: PodEvent) -> str:
-    """What names this pod instance: its uid (in the event, or in its ``k8s:`` id)."""
-    if ev.uid:
-        return ev.uid
-    if ev.id.startswith("k8s:"):
-        return ev.id.split(":")[1]
-    return ev.id
 
 
 # -- the judgement -------------------------------------------------------------------
@@ -210,7 +259,7 @@ def check(step: Step, key: str) -> None:
             step.resolve(inc, step.now, "the topology shows its GPUs NVLink-connected")
         return
     if inc is None:
-        inc = step.open(KIND, key, multi.anchor, step.now)
+        inc = step.open(KIND, key, _anchor(multi), step.now)
     topo = state.topology
     assert topo is not None  # _judge returned a verdict
     step.add_pod(inc, pod_info(key, track, "bound"))
@@ -222,7 +271,7 @@ def check(step: Step, key: str) -> None:
 
 
 def _judge(
-    state: NodeState, key: str, multi: MultiGpuPod, cross_numa: bool
+    state: NodeState, key: str, multi: int, cross_numa: bool
 ) -> tuple[list[tuple[str, GpuRef]], list[str]] | None:
     """``(the pod's GPUs, the problems)``: empty problems when they are connected; None
     when it cannot be judged (no topology, bindings short of the request, a MIG
@@ -233,30 +282,26 @@ def _judge(
     held = [(k, g) for k, g in state.gpus.items() if key in bound_pods(g)]
     if not held or any(split_gpu_key(k)[1] is not None for k, _ in held):
         return None  # nothing bound yet, or MIG: no peer-to-peer between instances
-    if len(held) < multi.requested and not state.sharing:
+    if len(held) < _requested(multi) and not state.sharing:
         return None  # the rest of its bindings are on their way
-    by_uuid = {g.uuid: g for g in topo.gpus if g.uuid}
-    by_bus = {g.pci_bus_id: g for g in topo.gpus if g.pci_bus_id}
-    by_index = {g.index: g for g in topo.gpus}
+    known = gpus_of(topo)
+    by_bus = {g.pci_bus_id: g for g in known if g.pci_bus_id}
+    by_index = {g.index: g for g in known}
     placed: dict[int, tuple[str, GpuRef]] = {}
     for gpu_key, gpu in held:
         ref = gpu_ref(gpu_key, gpu, state)
-        where = by_uuid.get(ref.uuid) or by_bus.get(ref.pci_bus_id)
+        where = by_bus.get(ref.pci_bus_id)
         if where is None and ref.index is not None:
             where = by_index.get(ref.index)
         index = where.index if where is not None else ref.index
         if index is None:
             return None
-        ref = GpuRef(
-            uuid=ref.uuid or (where.uuid if where else ""),
-            pci_bus_id=ref.pci_bus_id or (where.pci_bus_id if where else ""),
-            index=index,
-        )
-        placed.setdefault(index, (gpu_key, ref))
+        bus = ref.pci_bus_id or (where.pci_bus_id if where is not None else "")
+        placed.setdefault(index, (gpu_key, GpuRef(uuid=ref.uuid, pci_bus_id=bus, index=index)))
     if len(placed) < 2:
         return [], []  # one physical GPU (time-sliced replicas of it): no link question
     indices = sorted(placed)
-    links = {(link.src, link.dst): link for link in topo.links}
+    links = {(link.src, link.dst): link for link in links_of(topo)}
     pairs = [(a, b) for n, a in enumerate(indices) for b in indices[n + 1 :]]
     if any(pair not in links for pair in pairs):
         return None
@@ -268,16 +313,15 @@ def _judge(
             for a, b in pairs
             if not is_nvlink(links[(a, b)])
         )
-    if cross_numa and _cross_numa(topo, indices):
-        numa = {g.index: g.numa_node for g in topo.gpus}
+    if cross_numa and _cross_numa(known, indices):
+        numa = {g.index: g.numa_node for g in known}
         bad.append("NUMA " + ", ".join(f"GPU{i}:{numa[i]}" for i in indices))
     return [placed[i] for i in indices], bad
 
 
-def _cross_numa(topo: NodeTopology, indices: list[int]) -> bool:
-    numa = {g.index: g.numa_node for g in topo.gpus}
-    known = {numa[i] for i in indices if numa.get(i, -1) >= 0}
-    return len(known) > 1
+def _cross_numa(known: tuple[TopologyGpu, ...], indices: list[int]) -> bool:
+    numa = {g.index: g.numa_node for g in known}
+    return len({numa[i] for i in indices if numa.get(i, -1) >= 0}) > 1
 
 
 def _evidence(node: str, topo: NodeTopology, bad: list[str]) -> Evidence:
@@ -308,7 +352,7 @@ def _describe(
     node = step.state.node
     indices = [ref.index for _, ref in gpus if ref.index is not None]
     wanted = set(indices)
-    pod_links = [link for link in topo.links if link.src in wanted and link.dst in wanted]
+    pod_links = [link for link in links_of(topo) if link.src in wanted and link.dst in wanted]
     slow = [link for link in pod_links if not is_nvlink(link)]
     track = step.state.pods.get(key)
     owner = f" ({track.owner_kind}/{track.owner_name})" if track and track.owner_name else ""
@@ -320,8 +364,8 @@ def _describe(
         else "on different NUMA nodes: " + bad[-1].removeprefix("NUMA ")
     )
     inc.summary = f"pod {key}{owner} holds {len(gpus)} GPUs on {node} {what}"
-    shown = " ".join("-".join(str(i) for i in island) for island in topo.islands)
-    if all(len(island) == 1 for island in topo.islands):
+    shown = topo.islands
+    if all(len(island) == 1 for island in islands_of(topo)):
         where = f"{node} has no NVLink between its GPUs: run it on a node whose GPUs are"
     else:
         where = f"On {node} the NVLink islands are {shown}; or run it on a node whose GPUs are"
@@ -338,7 +382,7 @@ def _describe(
         f"GPU{link.src}-GPU{link.dst}:{link.link_type}" for link in pod_links
     )
     inc.attributes["nvlink_islands"] = shown
-    numa = {g.index: g.numa_node for g in topo.gpus}
+    numa = {g.index: g.numa_node for g in gpus_of(topo)}
     if any(numa.get(i, -1) >= 0 for i in indices):
         inc.attributes["numa"] = ",".join(f"GPU{i}:{numa.get(i, -1)}" for i in indices)
     if (inc.summary, inc.action, inc.count, inc.attributes) != before:

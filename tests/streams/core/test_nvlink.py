@@ -18,6 +18,7 @@ from schemas.codec import AnyEvent
 from schemas.incidents import Incident
 from schemas.keys import key_of
 from streams.core import Correlator
+from streams.core.rules.nvlink import islands_of
 from streams.core.snapshot import decode_state, encode_state
 from streams.core.state import NodeState
 from tests.core_helpers import config, of_type, run
@@ -268,13 +269,13 @@ def test_severity_is_configurable() -> None:
     assert inc.severity == "page"
 
 
-def test_gpus_are_joined_to_the_topology_by_uuid_before_index() -> None:
-    """NVML's topology names uuids: a binding that knows no index (or a stale one) is
-    placed by its uuid. Here the binding says index 1, the topology says that uuid is
-    GPU4: the pair is GPU0-GPU4 (SYS), not GPU0-GPU1 (PIX)."""
+def test_gpus_are_joined_to_the_topology_by_bus_id_before_index() -> None:
+    """NVML's topology names bus ids: a binding with a stale index is placed by its bus
+    id. Here the binding says index 1, the topology says that bus id is GPU4: the pair is
+    GPU0-GPU4 (SYS), not GPU0-GPU1 (PIX)."""
     c = Cluster()
     c.node(NODE, 0)
-    c.topology(NODE, 0, pcie_links(8), uuids=tuple(uuid(i) for i in range(8)))
+    c.topology(NODE, 0, pcie_links(8), buses=tuple(bus(i) for i in range(8)))
     c.pod(NODE, "train-0", 10, gpus=2)
     c.bind(NODE, 11, uuid(0), bus(0), ["train-0"], index=0)
     c.bind(NODE, 11, uuid(4), bus(4), ["train-0"], index=1)
@@ -282,10 +283,32 @@ def test_gpus_are_joined_to_the_topology_by_uuid_before_index() -> None:
     assert inc.attributes["links"] == "GPU0-GPU4:SYS"
 
 
+def test_nodes_of_one_board_share_their_topology_strings() -> None:
+    """The state's topology is three interned strings: 1,000 HGX nodes hold one copy."""
+    c = Cluster()
+    for n in ("a", "b"):
+        c.node(n, 0)
+        c.topology(n, 1, hgx_links(8), numa=(0, 0, 0, 0, 1, 1, 1, 1))
+    correlator = Correlator(config())
+    for ev in c.events:
+        correlator.ingest(ev)
+    correlator.flush()
+    a, b = (correlator.keys[key_of("c1", n)] for n in ("a", "b"))
+    assert isinstance(a, NodeState)
+    assert isinstance(b, NodeState)
+    assert a.topology is not None
+    assert b.topology is not None
+    assert a.topology.links is b.topology.links
+    assert a.topology.islands == "0-1-2-3-4-5-6-7"
+
+
 def test_the_node_state_keeps_the_nvlink_islands_and_an_old_snapshot_restores() -> None:
     c = Cluster()
     c.node(NODE, 0)
     c.topology(NODE, 1, {**pcie_links(4, per_socket=2), (0, 1): "NV4", (2, 3): "NV4"})
+    c.pod(NODE, "train-0", 2, gpus=2)
+    for i in (1, 2):
+        c.bind(NODE, 3, uuid(i), bus(i), ["train-0"], index=i)
     correlator = Correlator(config())
     for ev in c.events:
         correlator.ingest(ev)
@@ -293,12 +316,19 @@ def test_the_node_state_keeps_the_nvlink_islands_and_an_old_snapshot_restores() 
     state = correlator.keys[key_of("c1", NODE)]
     assert isinstance(state, NodeState)
     assert state.topology is not None
-    assert state.topology.islands == ((0, 1), (2, 3))
+    assert state.topology.islands == "0-1 2-3"
+    assert islands_of(state.topology) == ((0, 1), (2, 3))
+    assert list(state.multi_gpu) == ["ns/train-0"]
+    assert len(state.incidents) == 1  # GPU1-GPU2 is a SYS pair across the two islands
     restored = decode_state(encode_state(state))
     assert restored == state
     # A snapshot written before these fields existed: the same state without them.
     old = msgspec.msgpack.encode(
-        {k: v for k, v in msgspec.to_builtins(state).items() if k not in ("topology", "multi_gpu")}
+        {
+            k: v
+            for k, v in msgspec.to_builtins(state, builtin_types=(bytes,)).items()
+            if k not in ("topology", "multi_gpu")
+        }
     )
     back = decode_state(old)
     assert isinstance(back, NodeState)
