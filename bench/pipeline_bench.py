@@ -83,6 +83,7 @@ EVENT_OPENED = {
     "gpu_node_not_ready",
     "gpu_app_fault",
     "xid_repeat",
+    "multi_gpu_pod_without_nvlink",
 }
 """Incident types whose first revision is opened by an event (not by a timer)."""
 

@@ -1,4 +1,4 @@
-"""Builds ``scenario.jsonl``: a recorded 45 minutes of a small GPU cluster, all ten incident types.
+"""Builds ``scenario.jsonl``: 45 recorded minutes of a small GPU cluster, all eleven incident types.
 
 Run ``python examples/build_scenario.py`` after changing a schema; the file is
 committed so that users (and the tests) can replay it without running this.
@@ -37,6 +37,17 @@ dcgm_everywhere     dcgm-exporter reports every GPU pod's binding, so the counts
                     agree on every node (gpu-node-03, time-sliced, is left out)
 dcgm_outage         dcgm-exporter on gpu-node-02 and gpu-node-06 loses the pods
                     for nine minutes: allocation_mismatch naming both, resolved
+==================  =======================================================
+
+and one told last of all (issue 17), for the same reason:
+
+==================  =======================================================
+pcie_node           gpu-node-08 is a PCIe-only box (8 L40S, two sockets: its
+                    ``nvidia-smi topo -m`` shows PIX, NODE and SYS, no NV#);
+                    a 2-GPU DDP pod lands on GPUs 3 and 4, a SYS pair:
+                    multi_gpu_pod_without_nvlink (ticket), resolved when the
+                    pod succeeds. The H100 nodes' snapshots (every pair NV18)
+                    make their 4-GPU replicas give nothing.
 ==================  =======================================================
 
 The autoscaler's records are cluster-autoscaler klog lines read by the real parser
@@ -528,6 +539,8 @@ def build() -> list[Event]:
     dcgm_everywhere()
     starved_job()
     dcgm_outage()
+    # --- Topology (issue 17): last, for the same reason.
+    pcie_node()
 
     # 45 minutes in: the clock has moved on, quiet windows close.
     events.append(Tick(id="tick:45m", cluster=CLUSTER, time=at(45)))
@@ -724,6 +737,58 @@ def dcgm_outage() -> None:
     bind_pod(6, 35.0, range(4), f"inference/{INSTRUCT_PODS[6]}/vllm")
     bind_pod(2, 35.2, (0,), vllm)
     bind_pod(2, 35.2, range(4, 8), f"inference/{INSTRUCT_PODS[2]}/vllm")
+
+
+# --- Topology (issue 17) ---------------------------------------------------------------
+
+PCIE_NODE = "gpu-node-08"
+PCIE_LABELS = {
+    "nvidia.com/gpu.product": "NVIDIA-L40S",
+    "node.kubernetes.io/instance-type": "g6e.48xlarge",
+}
+NUMA = (0, 0, 0, 0, 1, 1, 1, 1)
+"""GPUs 0-3 on the first socket's NUMA node, 4-7 on the second's (both kinds of box)."""
+
+
+def topology(node_name: str, minutes: float, links: dict[tuple[int, int], str]) -> None:
+    """The node agent's snapshot at its start (``nvidia-smi topo -m``: indices, no uuids)."""
+    events.append(
+        build_event.topology_event(
+            id=f"topo:{node_name}:{rv()}",
+            cluster=CLUSTER,
+            time=at(minutes),
+            node=node_name,
+            links=links,
+            numa=NUMA,
+        )
+    )
+
+
+def pcie_node() -> None:
+    """A 2-GPU DDP job scheduled by the default scheduler on a PCIe-only node: the device
+    plugin hands it GPUs 3 and 4, one per socket (``SYS``), so its all-reduce crosses the
+    CPUs' interconnect. One ticket naming the pod, both GPUs and the SYS link, resolved
+    when the job succeeds. Every H100 node's snapshot says NV18 for every pair: their
+    multi-GPU pods (the 4-GPU replicas, the training pods) give nothing."""
+    for i in range(1, 8):
+        topology(f"gpu-node-0{i}", 0.2, build_event.hgx_links(8))
+    node(PCIE_NODE, 0, labels=PCIE_LABELS)
+    topology(PCIE_NODE, 0.2, build_event.pcie_links(8, per_socket=4))
+    ddp = ("Job", "resnet-ddp")
+    pod(PCIE_NODE, "ml-train", "resnet-ddp-0", 1.0, owner=ddp, gpus=2)
+    bind_pod(8, 1.1, (3, 4), "ml-train/resnet-ddp-0/main")
+    done = term(31.0, "Completed", 0)
+    pod(
+        PCIE_NODE,
+        "ml-train",
+        "resnet-ddp-0",
+        31.0,
+        owner=ddp,
+        gpus=2,
+        phase="Succeeded",
+        current=done,
+    )
+    bind_pod(8, 31.1, (3, 4), "")
 
 
 def main(argv: list[str]) -> int:

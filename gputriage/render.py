@@ -151,7 +151,7 @@ def latest_revisions(revisions: Iterable[Incident]) -> list[Incident]:
 
 _STREAM_WIDTHS: Final = {
     "ID": 24,
-    "TYPE": 25,
+    "TYPE": 28,  # multi_gpu_pod_without_nvlink, the longest type name
     "STATUS": 8,
     "REV": 3,
     "SEVERITY": 8,

@@ -83,6 +83,7 @@ class CoreSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     mismatch_threshold: Annotated[int, msgspec.Meta(ge=0, le=1_000_000)] = _D.mismatch_threshold
     mismatch_after_seconds: Seconds = _D.mismatch_after_seconds
     mismatch_ignore_namespaces: tuple[str, ...] = _D.mismatch_ignore_namespaces
+    nvlink_cross_numa: bool = _D.nvlink_cross_numa
     max_evidence: Count = _D.max_evidence
     severity: dict[str, Severity] = {}
     """Overrides by incident type, merged into the defaults (not replacing them)."""

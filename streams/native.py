@@ -66,6 +66,7 @@ COMPILED = (
     "streams.core.rules.degraded",
     "streams.core.rules.mismatch",
     "streams.core.rules.not_ready",
+    "streams.core.rules.nvlink",
     "streams.core.rules.oom",
     "streams.core.rules.pods",
     "streams.core.rules.starved",

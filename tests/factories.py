@@ -22,6 +22,7 @@ from schemas.codec import AnyEvent
 from schemas.events import (
     AutoscalerEvent,
     GpuBindingEvent,
+    GpuTopologyEvent,
     KubeEvent,
     NodeEvent,
     PodCondition,
@@ -171,6 +172,7 @@ class Cluster:
         namespace: str = "ns",
         *,
         pods_known: bool = True,
+        index: int | None = None,
     ) -> GpuBindingEvent:
         ev = build.binding_event(
             id=self._id("bind"),
@@ -181,6 +183,32 @@ class Cluster:
             bus=bus,
             pods=(PodRef(namespace=namespace, name=p) for p in pods),
             pods_known=pods_known,
+            index=index,
+        )
+        self.events.append(ev)
+        return ev
+
+    def topology(
+        self,
+        node: str,
+        t: float,
+        links: dict[tuple[int, int], str],
+        *,
+        numa: tuple[int | None, ...] = (),
+        uuids: tuple[str, ...] = (),
+        buses: tuple[str, ...] = (),
+    ) -> GpuTopologyEvent:
+        """The node's ``gpu_topology.v1`` snapshot (:func:`gputriage.demo.events.hgx_links`,
+        :func:`~gputriage.demo.events.pcie_links` build ``links``)."""
+        ev = build.topology_event(
+            id=self._id("topo"),
+            cluster=self.name,
+            time=at(t),
+            node=node,
+            links=links,
+            numa=numa,
+            uuids=uuids,
+            buses=buses,
         )
         self.events.append(ev)
         return ev

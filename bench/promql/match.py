@@ -53,6 +53,8 @@ LIMITS: Final = {
     "gpu_pods_starved": "pending time only: the autoscaler's failures are no part of it; "
     "§7.4 as written fires for every running GPU pod",
     "allocation_mismatch": "counts pending pods' requests; silent when no GPU has a pod label",
+    "multi_gpu_pod_without_nvlink": "§4.3's query needs pod_gpu_assignment from a "
+    "topology-aware scheduler (not simulated): no alert",
 }
 """Why an alert misses or blurs each type: shown beside the type in the report."""
 

@@ -44,13 +44,16 @@ Traps these builders exist to avoid:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
 from schemas.events import (
     ContainerStatus,
     GpuBindingEvent,
+    GpuNumaAffinity,
+    GpuPairLink,
+    GpuTopologyEvent,
     KubeEvent,
     NodeCondition,
     NodeEvent,
@@ -316,4 +319,66 @@ def binding_event(
         device=device_name(index),
         pods=tuple(pods),
         pods_known=pods_known,
+    )
+
+
+def nvlinks_of(link_type: str) -> int:
+    """The bonded NVLink count of a matrix code: 18 for ``NV18``, 0 for PCIe codes."""
+    digits = link_type[2:] if link_type.startswith("NV") else ""
+    return int(digits) if digits.isdigit() else 0
+
+
+def hgx_links(count: int = 8) -> dict[tuple[int, int], str]:
+    """An HGX baseboard (reference §4.1): NVSwitch joins every pair with 18 NVLinks."""
+    return {(a, b): "NV18" for a in range(count) for b in range(a + 1, count)}
+
+
+def pcie_links(count: int = 8, per_socket: int = 4) -> dict[tuple[int, int], str]:
+    """A PCIe-only box of two sockets: pairs under one PCIe switch are ``PIX``, other
+    pairs of one socket ``NODE``, pairs across the sockets ``SYS`` (the matrix of a
+    typical 8-GPU L40S / A10 server)."""
+    links = {}
+    for a in range(count):
+        for b in range(a + 1, count):
+            if a // per_socket != b // per_socket:
+                links[(a, b)] = "SYS"
+            else:
+                links[(a, b)] = "PIX" if a // 2 == b // 2 else "NODE"
+    return links
+
+
+def topology_event(
+    *,
+    id: str,
+    cluster: str,
+    time: datetime,
+    node: str,
+    links: Mapping[tuple[int, int], str],
+    numa: Sequence[int | None] = (),
+    uuids: Sequence[str] = (),
+    buses: Sequence[str] = (),
+    source: str = "nvidia-smi",
+) -> GpuTopologyEvent:
+    """A node's whole ``gpu_topology.v1`` snapshot: ``links`` by GPU index pair (the
+    matrix codes), and per GPU its NUMA node, uuid and bus id where given (index order).
+
+    Raises :class:`ValueError` for a non-canonical bus id.
+    """
+    count = max((max(pair) + 1 for pair in links), default=0)
+    count = max(count, len(numa), len(uuids), len(buses))
+    gpus = tuple(
+        GpuNumaAffinity(
+            gpu=i,
+            numa_node=numa[i] if i < len(numa) else None,
+            gpu_uuid=uuids[i] if i < len(uuids) else "",
+            pci_bus_id=_canonical(buses[i]) if i < len(buses) else "",
+        )
+        for i in range(count)
+    )
+    pairs = tuple(
+        GpuPairLink(src_gpu=min(pair), dst_gpu=max(pair), link_type=code, nvlinks=nvlinks_of(code))
+        for pair, code in sorted(links.items(), key=lambda item: sorted(item[0]))
+    )
+    return GpuTopologyEvent(
+        id=id, cluster=cluster, time=time, node=node, gpus=gpus, links=pairs, source=source
     )

@@ -49,6 +49,17 @@ PRODUCTS = (
     ),
 )
 
+PCIE_PRODUCT = Product(
+    "NVIDIA-L40S",
+    "46068",
+    "g6e.48xlarge",
+    tuple(f"0000:{b}:00.0" for b in ("1a", "1b", "3c", "3d", "9c", "9d", "bc", "bd")),
+)
+"""The PCIe-only box some nodes are (``Fleet._build``): 8 L40S, two sockets, no NVLink."""
+PCIE_SHARE = 0.125
+"""The share of nodes that are PCIe-only boxes at the default rate (picked by their uid:
+no rng draw, so the rest of the stream is what it would be without them)."""
+
 CLUSTERS = (
     ("prod-us-east-1-gpu", "us-east-1", "ec2.internal"),
     ("prod-us-west-2-gpu", "us-west-2", "us-west-2.compute.internal"),

@@ -43,8 +43,11 @@ from gputriage.demo.events import (
     GPU,
     device_name,
     gpu_request,
+    hgx_links,
     kube_event,
+    pcie_links,
     termination,
+    topology_event,
     xid_event,
 )
 from gputriage.simulate.autoscaler import node_groups
@@ -54,6 +57,8 @@ from gputriage.simulate.catalogue import (
     NODE_LAYOUTS,
     NOT_READY,
     NOT_READY_TAINTS,
+    PCIE_PRODUCT,
+    PCIE_SHARE,
     PRESSURE,
     PRODUCTS,
     READY,
@@ -63,6 +68,7 @@ from gputriage.simulate.catalogue import (
     XID_TEXT,
 )
 from gputriage.simulate.model import Cluster, Gpu, Node, Pod, Workload
+from gputriage.simulate.nvlink_truth import NvlinkTruth
 from gputriage.simulate.spec import Step, StreamSpec
 from gputriage.simulate.truth import TruthRecorder
 from schemas.codec import AnyEvent
@@ -121,6 +127,7 @@ class Fleet:
         for cluster in self.clusters:
             cluster.groups = node_groups(cluster, types)
         self.truth = TruthRecorder(spec)
+        self.nvlink_truth = NvlinkTruth(self.truth)
         total = 0.0
         self._cumulative: list[float] = []
         self._draws: list[Callable[[], AnyEvent | None]] = []
@@ -186,6 +193,11 @@ class Fleet:
 
             node = Node(cluster, self._unique(node_name), self._uuid(), self._uuid())
             node.kmsg_seq = rng.randrange(1000, 200_000)
+            # Only where the topology is told (the snapshot): else the bytes are v4's.
+            share = PCIE_SHARE * self.spec.rate("multi_gpu_no_nvlink")
+            node.pcie = self.spec.snapshot and int(node.uid[9:13], 16) < share * 0x10000
+            if node.pcie:
+                product = PCIE_PRODUCT
             node.labels = {
                 "nvidia.com/gpu.product": product.name,
                 "nvidia.com/gpu.count": "8",
@@ -309,6 +321,8 @@ class Fleet:
             # record, stamped just after the delete, for the pod running again).
             deleted_at=deleted if deleted is not None else pod.deleting,
         )
+        if pod.node is not None and pod.node.pcie:
+            self.nvlink_truth.pod_record(pod, event.time)
         return event
 
     def _node_event(self, node: Node) -> NodeEvent:
@@ -339,6 +353,8 @@ class Fleet:
         gpu.reported = pod if pods else None
         time = self._time() if at is None else at
         node.bound_at = time if node.bound_at is None else max(node.bound_at, time)
+        if node.pcie:
+            self.nvlink_truth.binding(node, gpu.reported, time)
         return GpuBindingEvent(
             id=f"dcgm/{node.uid}/{gpu.index}/{node.binding_seq}",
             cluster=node.cluster.name,
@@ -573,14 +589,34 @@ class Fleet:
         self.truth.finish(self.spec.start + timedelta(seconds=self.now))
 
     def _snapshot(self) -> Iterator[AnyEvent]:
-        """The connectors' initial lists at time 0: nodes, their pods, their GPU bindings."""
+        """The connectors' initial lists at time 0: nodes, their pods, their GPU bindings,
+        and each node agent's topology (NVML: uuids and bus ids too): an HGX board, every
+        pair NV18, or a PCIe-only box (PIX under one switch, NODE within a socket, SYS
+        across the two)."""
         for node in self.nodes:
             yield self._node_event(node)
+            yield self._topology_event(node)
             for pod in dict.fromkeys(g.pod for g in node.gpus if g.pod is not None):
                 if pod is not None:
                     yield self._pod_event(pod, "added")
             for gpu in node.gpus:
                 yield self._binding_event(node, gpu)
+
+    def _topology_event(self, node: Node) -> AnyEvent:
+        """The node agent's topology at its start. No jitter: a draw from the rng here
+        would change every record after it (the stream must stay the same without)."""
+        count = len(node.gpus)
+        return topology_event(
+            id=f"topo/{node.uid}/1",
+            cluster=node.cluster.name,
+            time=self.spec.start + timedelta(seconds=self.now),
+            node=node.name,
+            links=pcie_links(count, count // 2) if node.pcie else hgx_links(count),
+            numa=tuple(0 if g.index < count // 2 else 1 for g in node.gpus),
+            uuids=tuple(g.uuid for g in node.gpus),
+            buses=tuple(g.bus_id for g in node.gpus),
+            source="nvml",
+        )
 
     def _push(self, due: float, scenario: Step) -> None:
         self._seq += 1

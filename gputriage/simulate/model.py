@@ -74,6 +74,7 @@ class Node:
         "labels",
         "last",
         "name",
+        "pcie",
         "ready",
         "uid",
     )
@@ -99,6 +100,9 @@ class Node:
         """Restarts of the node's node-exporter pod (a CPU-only pod: noise)."""
         self.last: object = None
         """The node's last emitted record (what a relist sends again)."""
+        self.pcie = False
+        """A PCIe-only box (no NVLink between its GPUs), of streams that start with the
+        connectors' snapshot (:attr:`~gputriage.simulate.spec.StreamSpec.snapshot`)."""
 
 
 class Workload:

@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from schemas.codec import AnyEvent
 
-GENERATOR_VERSION = 4
+GENERATOR_VERSION = 5
 """Bump when the generated stream changes, so cached files (``bench/out/``) are
 regenerated: it is part of :meth:`StreamSpec.cache_name`."""
 
@@ -32,6 +32,7 @@ FAULTS = (
     "allocatable_drop",
     "scale_up",
     "exporter_outage",
+    "multi_gpu_no_nvlink",
 )
 """The injected faults, each of which writes ground truth (:mod:`gputriage.simulate.truth`)."""
 

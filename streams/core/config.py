@@ -22,6 +22,7 @@ DEFAULT_SEVERITY: dict[str, Severity] = {
     "gpu_pods_starved": "ticket",
     "scale_up_failure": "ticket",
     "allocation_mismatch": "ticket",
+    "multi_gpu_pod_without_nvlink": "ticket",
 }
 """Per type; ``gpu_pods_starved`` and ``scale_up_failure`` take ``quota_severity``
 instead when the cloud refused for quota (it will not heal by waiting)."""
@@ -180,6 +181,13 @@ class CoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     mismatch_ignore_namespaces: tuple[str, ...] = ()
     """Namespaces whose pods are left out of the count (time-sliced workloads on nodes not
     labelled as shared)."""
+
+    nvlink_cross_numa: bool = False
+    """multi_gpu_pod_without_nvlink also fires when a pod's GPUs, NVLink-connected or
+    not, sit on different NUMA nodes (the matrix's ``NUMA Affinity``): its host-side
+    traffic (data loading, pinned copies, the NIC) then crosses the socket interconnect.
+    Off by default: on an HGX board the two halves of an 8-GPU job are on two NUMA nodes
+    by design."""
 
     max_evidence: int = 50
     """Evidence kept per incident; further events are counted in ``evidence_omitted``."""

@@ -17,6 +17,7 @@ from typing import Any
 from schemas.events import (
     ContainerStatus,
     GpuBindingEvent,
+    GpuTopologyEvent,
     KubeEvent,
     NodeEvent,
     PodEvent,
@@ -30,7 +31,7 @@ from streams.core import evidence as text
 from streams.core import shortcuts
 from streams.core.config import CoreConfig, XidRule
 from streams.core.lifecycle import Step
-from streams.core.rules import chain, cuda, degraded, not_ready, oom, xid
+from streams.core.rules import chain, cuda, degraded, not_ready, nvlink, oom, xid
 from streams.core.rules.pods import pod_info
 from streams.core.state import (
     MIG_SEPARATOR,
@@ -138,6 +139,8 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
         _forget_pod(step, key, "pod deleted")
     elif ev.phase == "Succeeded":
         _resolve_pod_incidents(step, key, "pod succeeded")
+    else:
+        nvlink.on_pod(step, key, ev)
 
 
 def _count_unseen_restarts(step: Step, ctr: ContainerTrack, status: ContainerStatus) -> None:
@@ -308,12 +311,14 @@ def _on_pod_failure(
 def _resolve_pod_incidents(step: Step, key: str, note: str) -> None:
     prefix = f"{key}/"
     for inc in list(step.state.incidents.values()):
-        if inc.type in (oom.KIND, cuda.KIND) and inc.subject.startswith(prefix):
+        mine = inc.subject == key if inc.type == nvlink.KIND else inc.subject.startswith(prefix)
+        if mine and inc.type in (oom.KIND, cuda.KIND, nvlink.KIND):
             step.resolve(inc, step.now, note)
 
 
 def _forget_pod(step: Step, key: str, note: str) -> None:
     _resolve_pod_incidents(step, key, note)
+    nvlink.forget(step.state, key)
     track = step.state.pods.pop(key, None)
     if track is not None and track.version:
         _bury(step.state, ((key, track.version, step.now),))
@@ -536,6 +541,7 @@ def _on_binding(step: Step, ev: GpuBindingEvent) -> None:
         profiles = _resources(state).profiles
         if profiles.get(key) != ev.mig_profile:
             _resources(state).profiles = {**profiles, key: intern(ev.mig_profile)}
+    before = gpu.pods
     kubelet = ev.source == POD_RESOURCES
     # The kubelet's allocation is the ground truth of who holds the GPU: once it has bound
     # it, other sources' pods (dcgm-exporter's one pod of a shared GPU) do not replace it.
@@ -552,6 +558,12 @@ def _on_binding(step: Step, ev: GpuBindingEvent) -> None:
         # An idle GPU with no recent history: nothing to attribute, so nothing to keep.
         # (Sources put the uuid on XID events themselves; the core needs no bus-id map.)
         del state.gpus[key]
+    if state.multi_gpu:
+        nvlink.on_binding(step, before, gpu.pods)
+
+
+def _on_topology(step: Step, ev: GpuTopologyEvent) -> None:
+    nvlink.on_topology(step, ev)
 
 
 def _on_xid(step: Step, ev: XidEvent) -> None:
@@ -715,6 +727,7 @@ _HANDLERS: dict[type[Any], Callable[[Step, Any], None]] = {
     KubeEvent: _on_kube_event,
     XidEvent: _on_xid,
     GpuBindingEvent: _on_binding,
+    GpuTopologyEvent: _on_topology,
 }
 
 

@@ -205,6 +205,35 @@ class GpuResources(msgspec.Struct, omit_defaults=True):
     """MIG profile (``1g.10gb``) by GPU key (``<parent>/GI<id>``), from the bindings."""
 
 
+class NodeTopology(msgspec.Struct, gc=False, omit_defaults=True):
+    """The node's GPU topology, from its latest ``gpu_topology.v1`` snapshot (replaced
+    whole by each one: a link that failed must not linger), and what it implies.
+
+    Compact on purpose: an 8-GPU node's snapshot is 28 pairs and 8 GPUs, and as structs it
+    was the largest item of the state (~3 KB a node, ~880 B per tracked pod). As three
+    interned strings, every node of one board shares them (all HGX H100 nodes print the
+    same matrix): what a node pays is this struct and its snapshot's id. Read them with
+    :mod:`streams.core.rules.nvlink` (``links_of``, ``gpus_of``, ``islands_of``).
+    """
+
+    links: str = ""
+    """Each GPU pair once, ``src < dst`` (NVML indices), by pair: ``0-1:NV18 0-2:SYS``.
+    The code as the matrix prints it (``NV#``: that many bonded NVLinks)."""
+    gpus: str = ""
+    """Each GPU by index: ``index:numa:bus id`` (numa -1 and bus id empty where unknown):
+    ``0:0:0000:18:00.0``. Uuids are not kept: the bus id identifies a GPU on its node as
+    well, and ``nvidia-smi topo`` prints none."""
+    islands: str = ""
+    """NVLink islands: the connected components of the GPUs over NVLink pairs, each sorted,
+    ordered by their first index, a GPU with no NVLink an island of its own: ``0-1-2-3-4-5-6-7``
+    on an HGX board, ``0 1 2 3`` on a PCIe box. Kept for the rules that need it (stragglers:
+    a job across islands waits on its slowest link)."""
+    source: str = ""
+    event_id: str = ""
+    """The snapshot's id and event time: the incidents' evidence."""
+    time: float = -math.inf
+
+
 class OpenIncident(msgspec.Struct, omit_defaults=True):
     """An incident that is open (or just resolved), with everything needed to publish it."""
 
@@ -294,6 +323,14 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     applied_rank: int = 0
     applied_id: str = ""
     """The last event applied, in engine order: anything at or before it is stale."""
+    topology: NodeTopology | None = None
+    """The node's GPU topology (``gpu_topology.v1``); None until a snapshot arrives.
+    Last, with a default: snapshots written before it restore with None."""
+    multi_gpu: dict[str, int] = {}
+    """Tracked pods requesting more than one GPU, by ``namespace/name``: only those, so a
+    node of single-GPU pods pays nothing (``multi_gpu_pod_without_nvlink``). One int each:
+    the GPUs requested in the low 8 bits, above them a 56-bit hash of the pod's uid (its
+    incident's anchor); see ``streams.core.rules.nvlink``."""
 
 
 class PendingPod(msgspec.Struct, omit_defaults=True):

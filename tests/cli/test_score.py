@@ -220,8 +220,9 @@ def test_bad_event_lines_are_reported_and_skipped_as_replay_does(tmp_path: Path)
     score, code, stderr = score_json(str(events), str(TRUTH))
     assert code == 1
     lines = stderr.splitlines()
-    assert lines[0].startswith(f"{events}:130: ")
-    assert lines[-1] == "gputriage: 1 bad line of 130 skipped"
+    bad = len(SCENARIO.read_bytes().splitlines()) + 1  # the line after the scenario's
+    assert lines[0].startswith(f"{events}:{bad}: ")
+    assert lines[-1] == f"gputriage: 1 bad line of {bad} skipped"
     assert all(figures["recall"] == 1.0 for figures in score["types"].values())
 
 

@@ -1,8 +1,9 @@
 """The shipped example: every incident type, each once, with its evidence.
 
-This is the acceptance statement of the foundation issue (the seven node-scoped types)
-and of issue 12 (the three cluster-scoped ones), checked through the real CLI on the
-committed file (and the file is checked against its builder).
+This is the acceptance statement of the foundation issue (the seven node-scoped types),
+of issue 12 (the three cluster-scoped ones) and of issue 17.4 (the pod without NVLink),
+checked through the real CLI on the committed file (and the file is checked against its
+builder).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ NODE_TYPES = {
     "gpu_app_fault",
     "xid_repeat",
     "gpu_node_not_ready",
+    "multi_gpu_pod_without_nvlink",
 }
 CLUSTER_TYPES = {"gpu_pods_starved", "scale_up_failure", "allocation_mismatch"}
 ALL_TYPES = NODE_TYPES | CLUSTER_TYPES
@@ -133,3 +135,24 @@ def test_the_table_lists_each_incident_with_its_evidence_chain() -> None:
     assert len(rows) == len(ALL_TYPES)
     evidence = [line for line in text.splitlines() if line.startswith("    ")]
     assert len(evidence) >= 2 * len(ALL_TYPES)
+
+
+def test_the_ddp_pod_on_the_pcie_node_is_one_ticket_and_the_hgx_pods_give_nothing() -> None:
+    """gpu-node-08 is PCIe-only: the 2-GPU pod on its GPUs 3 and 4 (one per socket, SYS)
+    is one ticket naming it, both GPUs and the link, resolved when it succeeds. The H100
+    nodes' multi-GPU pods (all NV18) give none."""
+    revisions = [r for r in _revisions() if r.type == "multi_gpu_pod_without_nvlink"]
+    assert len({r.id for r in revisions}) == 1
+    opened, final = revisions[0], revisions[-1]
+    assert (opened.status, opened.severity, opened.node) == ("open", "ticket", "gpu-node-08")
+    assert [(p.namespace, p.name, p.owner_kind, p.owner_name) for p in opened.pods] == [
+        ("ml-train", "resnet-ddp-0", "Job", "resnet-ddp")
+    ]
+    assert [(g.index, g.pci_bus_id) for g in opened.gpus] == [
+        (3, "0000:5d:00.0"),
+        (4, "0000:9a:00.0"),
+    ]
+    assert opened.attributes["links"] == "GPU3-GPU4:SYS"
+    assert "GPU3-GPU4 SYS" in opened.summary
+    assert final.status == "resolved"
+    assert final.attributes["resolution"] == "pod succeeded"

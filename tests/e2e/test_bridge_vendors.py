@@ -9,7 +9,7 @@ and a real Alertmanager (:mod:`tests.alertmanager_helpers`), read back through i
 The incidents are the example scenario's, every revision the core publishes for it, in
 order (``examples/scenario.jsonl`` moved to end three days ago, through the
 :class:`~streams.core.Correlator` as :func:`tests.processor_helpers.reference` runs it,
-windows closed): opens, updates and resolves of ten incidents, published at once, so the
+windows closed): opens, updates and resolves of eleven incidents, published at once, so the
 runner's coalescing decides what each vendor sees. Whatever it decides, each vendor must
 end up reflecting every incident's final revision, with nothing doubled, nothing out of
 order and nothing off the vendor's format.

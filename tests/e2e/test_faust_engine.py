@@ -47,7 +47,7 @@ def test_the_scenario_with_garbage_in_it_gives_the_replays_incidents_and_a_dead_
 ) -> None:
     events = ending_days_ago([decode_event(line) for line in SCENARIO.read_bytes().splitlines()])
     expected = reference(events)
-    assert len({i.type for i in expected.values()}) == 10  # every type, cluster key included
+    assert len({i.type for i in expected.values()}) == 11  # every type, cluster key included
     kafka.create_topics()
     half = len(events) // 2
     sent = produce_events(kafka, events[:half])

@@ -105,7 +105,7 @@ def test_a_recorded_stream_delivered_slowly_gives_exactly_the_incidents_of_repla
         if not isinstance(e, Tick)
     ]
     expected = reference(events)
-    assert len({i.type for i in expected.values()}) == 10  # every type, cluster key included
+    assert len({i.type for i in expected.values()}) == 11  # every type, cluster key included
     kafka.create_topics()
     reader = TopicReader(kafka, kafka.layout.incidents.name)
     worker = Worker(

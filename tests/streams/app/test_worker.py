@@ -56,7 +56,7 @@ def test_raw_events_become_the_expected_incidents(
 ) -> None:
     events = ending_days_ago([decode_event(line) for line in SCENARIO.read_bytes().splitlines()])
     expected = reference(events)
-    assert len({i.type for i in expected.values()}) == 10  # every type, cluster key included
+    assert len({i.type for i in expected.values()}) == 11  # every type, cluster key included
     produce_events(kafka, events)
     worker = Worker(kafka, f"{kafka.prefix}-app", tmp_path / "worker.log")
     try:
