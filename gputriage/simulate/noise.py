@@ -26,8 +26,11 @@ from schemas.events import NodeEvent, PodCondition, PodEvent, Termination
 class Noise(Fleet):
     """The fleet's background: everything a healthy cluster does."""
 
-    def _restarted(self, pod: Pod, event: PodEvent, term: Termination, fault: str = "") -> None:
-        """Tell the truth recorder a container of ``pod`` restarted after ``term``."""
+    def _restarted(
+        self, pod: Pod, event: PodEvent, term: Termination, fault: str = "", *, held: bool = False
+    ) -> None:
+        """Tell the truth recorder a container of ``pod`` restarted after ``term``;
+        ``held``: a device chain holds the pod (:mod:`gputriage.simulate.casualty`)."""
         template = pod.workload.template
         self.truth.restart(
             cluster=pod.cluster.name,
@@ -40,6 +43,7 @@ class Noise(Fleet):
             exit_code=term.exit_code,
             oom_killed=term.reason == "OOMKilled",
             fault=fault,
+            held=held,
         )
 
     # ---------------------------------------------------------------- routine draws
