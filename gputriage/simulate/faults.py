@@ -39,6 +39,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from gputriage.demo.events import GPU, termination
+from gputriage.simulate.casualty import Casualties, Fault
 from gputriage.simulate.catalogue import (
     APP_CODES,
     CUDA_FAULT,
@@ -52,7 +53,7 @@ from gputriage.simulate.scaling import Scaling
 from gputriage.simulate.spec import Step, StreamSpec
 from gputriage.simulate.truth import Pending
 from schemas.codec import AnyEvent
-from schemas.events import XidEvent
+from schemas.events import PodEvent, Termination, XidEvent
 
 DEGRADED_AFTER = timedelta(minutes=5)
 """gpu_degraded: capacity - allocatable > 0 this long; or a fatal XID no chain reported."""
@@ -78,6 +79,8 @@ class Simulator(Scaling):
 
     def __init__(self, spec: StreamSpec) -> None:
         super().__init__(spec)
+        self.casualties = Casualties()
+        """Recent fatal faults per GPU: which crash the domain calls their casualty."""
 
     def _weights(self) -> list[tuple[float, Callable[[], AnyEvent | None]]]:
         rate = self.spec.rate
@@ -126,6 +129,9 @@ class Simulator(Scaling):
     ) -> XidEvent:
         """A fatal XID line, counted by the truth recorder (``xid_repeat`` episodes)."""
         event = self._xid_event(node, gpu, code, source=source)
+        self.casualties.fatal(
+            fault=fault, cluster=node.cluster.name, node=node.name, gpu=gpu.uuid, time=event.time
+        )
         self.truth.fatal_xid(
             cluster=node.cluster.name,
             node=node.name,
@@ -135,6 +141,59 @@ class Simulator(Scaling):
             fault=fault,
         )
         return event
+
+    def _restarted(
+        self, pod: Pod, event: PodEvent, term: Termination, fault: str = "", *, held: bool = False
+    ) -> None:
+        """Every crash, whatever scenario drew it, is judged by the domain's chain rule
+        (:mod:`gputriage.simulate.casualty`): one on a GPU a fatal fault just hit is
+        that fault's, and the chain then holds the pod."""
+        node = pod.node
+        if node is not None:
+            found = self.casualties.crash(
+                pod=_pod_key(pod),
+                gpus=[node.gpus[k].uuid for k in pod.gpus],
+                time=term.finished_at if term.finished_at is not None else event.time,
+                exit_code=term.exit_code,
+                oom_killed=term.reason == "OOMKilled",
+                message=term.message or "",
+                degraded=node.allocatable < node.capacity,
+            )
+            if found is not None:
+                held = True
+                if not found.chained:
+                    self._chained(found, pod, event)
+        super()._restarted(pod, event, term, fault, held=held)
+
+    def _chained(self, found: Fault, pod: Pod, event: PodEvent) -> None:
+        """``pod``'s crash made ``found`` a device chain: its ticket, if not yet due (the
+        core opens it 5 min after the XID; a casualty after that escalates it, same
+        type), becomes a ``device_unhealthy_eviction``. Before its scenario has expected
+        the ticket, the scenario expects the chain instead (:attr:`Fault.casualty`)."""
+        found.chained = True
+        ticket = found.ticket
+        if ticket is None:
+            found.casualty = (_pod_key(pod), _owner(pod), event.time)
+            return
+        if ticket.state != "open" or event.time >= ticket.due:
+            return
+        ticket.cancel()
+        self._expect_chain(found, _pod_key(pod), _owner(pod), event.time)
+
+    def _expect_chain(self, found: Fault, pod: str, owner: str, last: datetime) -> None:
+        self.truth.expect(
+            fault_id=found.fault,
+            kind="device_unhealthy_eviction",
+            cluster=found.cluster,
+            start=found.first,
+            first=found.first,
+            last=last,
+            node=found.node,
+            gpus=(found.gpu,),
+            pods=(pod,),
+            owner=owner,
+            severity="page",
+        )
 
     # ---------------------------------------------------------------- faults
 
@@ -247,6 +306,7 @@ class Simulator(Scaling):
         gpu = node.gpus[rng.choice(pod.gpus)]
         code = rng.choice(APP_CODES)
         first = self._xid_event(node, gpu, code)
+        self.casualties.app_xid(gpu.uuid, first.time)
         if not self.truth.still_open("gpu_app_fault", (gpu.uuid,), first.time):
             self.truth.expect(
                 fault_id=fault,
@@ -368,10 +428,16 @@ class Simulator(Scaling):
                         severity="page",
                     )
                 yield item
-        if not failed:
+        known = self.casualties.fault(gpu.uuid)
+        if failed and known is not None:
+            known.chained = True
+        elif known is not None and known.casualty is not None:
+            # Another pod on the GPU crashed of it meanwhile (a crash loop's next crash).
+            self._expect_chain(known, *known.casualty)
+        if not failed and (known is None or known.casualty is None):
             # No pod failed: the GPU still needs a reset (a ticket), opened 5 min after
             # the XID if no chain took it; also the drop's own 5 min when it persists.
-            self.truth.expect(
+            ticket = self.truth.expect(
                 fault_id=fault,
                 kind="gpu_degraded",
                 cluster=node.cluster.name,
@@ -383,6 +449,8 @@ class Simulator(Scaling):
                 gpus=(gpu.uuid,),
                 severity="ticket",
             )
+            if known is not None:
+                known.ticket = ticket
         yield rng.uniform(300.0, 2400.0)
         if dropped:
             node.allocatable = node.capacity
@@ -412,7 +480,7 @@ class Simulator(Scaling):
         for k in range(rng.randint(4, 9)):
             event = self._fatal(node, gpu, code, fault)
             if k == 0:
-                self.truth.expect(
+                ticket = self.truth.expect(
                     fault_id=fault,
                     kind="gpu_degraded",
                     cluster=node.cluster.name,
@@ -424,6 +492,9 @@ class Simulator(Scaling):
                     gpus=(gpu.uuid,),
                     severity="ticket",
                 )
+                known = self.casualties.fault(gpu.uuid)
+                if known is not None:
+                    known.ticket = ticket
             yield event
             yield rng.uniform(120.0, 1500.0)
 

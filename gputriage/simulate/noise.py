@@ -26,8 +26,11 @@ from schemas.events import NodeEvent, PodCondition, PodEvent, Termination
 class Noise(Fleet):
     """The fleet's background: everything a healthy cluster does."""
 
-    def _restarted(self, pod: Pod, event: PodEvent, term: Termination, fault: str = "") -> None:
-        """Tell the truth recorder a container of ``pod`` restarted after ``term``."""
+    def _restarted(
+        self, pod: Pod, event: PodEvent, term: Termination, fault: str = "", *, held: bool = False
+    ) -> None:
+        """Tell the truth recorder a container of ``pod`` restarted after ``term``;
+        ``held``: a device chain holds the pod (:mod:`gputriage.simulate.casualty`)."""
         template = pod.workload.template
         self.truth.restart(
             cluster=pod.cluster.name,
@@ -40,6 +43,7 @@ class Noise(Fleet):
             exit_code=term.exit_code,
             oom_killed=term.reason == "OOMKilled",
             fault=fault,
+            held=held,
         )
 
     # ---------------------------------------------------------------- routine draws
@@ -225,8 +229,17 @@ class Noise(Fleet):
         return event
 
     def _schedule(self, pod: Pod, node: Node, gpus: tuple[int, ...]) -> Step:
-        """Bind a pending pod to ``gpus`` on ``node`` and start it."""
+        """Bind a pending pod to ``gpus`` on ``node`` and start it, once the node is Ready.
+
+        The node lifecycle controller taints a NotReady node ``node.kubernetes.io/
+        not-ready`` / ``unreachable`` with ``NoSchedule`` (TaintNodesByCondition;
+        kubernetes.io, "Taints and Tolerations", taint-based evictions), and the scheduler
+        places no pod there until it is Ready again: the pod stays pending. Placed on it,
+        a rollout's replacement started on a node that was NotReady, and the taint
+        eviction then evicted a pod the NotReady's truth never named (simulator seed 2)."""
         rng = self.rng
+        while node.ready != "True":
+            yield 15.0
         yield rng.uniform(0.2, 3.0)
         self._place(pod, node, gpus)
         yield self._left(pod, self._pod_event(pod))

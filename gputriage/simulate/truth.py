@@ -103,6 +103,8 @@ class _Restart:
     fault: str
     node: str
     owner: str
+    held: bool = False
+    """A device chain holds the pod: the crash is the chain's, and opens no loop."""
 
 
 @dataclass
@@ -189,10 +191,12 @@ class TruthRecorder:
         exit_code: int,
         oom_killed: bool = False,
         fault: str = "",
+        held: bool = False,
     ) -> None:
-        """A container of ``pod`` (``namespace/name``) terminated and is restarted."""
+        """A container of ``pod`` (``namespace/name``) terminated and is restarted;
+        ``held``: a device chain holds the pod (it counts, but opens no loop)."""
         self._restarts[(cluster, pod)].append(
-            _Restart(time, exit_code, oom_killed, fault, node, owner)
+            _Restart(time, exit_code, oom_killed, fault, node, owner, held)
         )
 
     def ends(self, incident_id: str, at: datetime) -> None:
@@ -336,7 +340,9 @@ class TruthRecorder:
                 counted = [
                     x for x in window if x.exit_code != 0 and x.exit_code not in SIGNAL_EXITS
                 ]
-                if len(counted) <= CUDA_OOM_RESTARTS:
+                if len(counted) <= CUDA_OOM_RESTARTS or r.held:
+                    # A crash the eviction chain holds opens no loop (the core's holds_pod:
+                    # the pod's crashes are the device's while its chain is open).
                     continue
                 faults = [x.fault for x in counted if x.fault]
                 fault_id = faults[0] if faults else self.fault_id("restart_burst")

@@ -626,7 +626,8 @@ def _on_xid(step: Step, ev: XidEvent) -> None:
         chain.arm(step, item, key, ref, ev.code)
         if rule.xid_class == "fatal":
             xid.on_fatal(step, key, gpu, item, ev.code, new_episode)
-        if not xid.repeating(step, key):  # an xid_repeat page already tells this GPU
+        own = ev.code if rule.xid_class == "fatal" else None  # a 154: the GPU's state
+        if not xid.repeating(step, key, own):  # an xid_repeat page already tells it
             degraded.on_fault(step, item, key, gpu, ev.code, action)
     elif xid_class == "app":
         xid.on_app(step, key, gpu, item, ev.code, new_episode)

@@ -313,8 +313,15 @@ def belongs_to(
     affected = [(k, ref) for k, ref in gpus if k != "unknown"]
     bound = [(k, gpu) for k, gpu in state.gpus.items() if key in bound_pods(gpu)]
     near = config.device_fault_near_seconds
-    if said == _KERNEL and _kernel_fault_says_device(step, fatal, bound, when - near, when):
-        return True
+    times = tuple(fault_times)
+    if (
+        said == _KERNEL
+        and any(t - _CLOCK_SKEW_SECONDS <= when for t in times)
+        and _kernel_fault_says_device(step, fatal, bound, when - near, when)
+    ):
+        return True  # (never a kernel fault before the fault: it was not yet there)
+    if _PRESSURE in words:
+        return False  # the host's memory or disk, wherever the pod ran
     if bound and affected:
         if not any(_same_gpu(k, gpu, ak, ref) for k, gpu in bound for ak, ref in affected):
             return False
@@ -322,24 +329,22 @@ def belongs_to(
             return True  # Kubernetes took it off the faulty GPU (eviction, admission)
         if _app_fault_before(
             step, [k for k, _ in bound], when - near, when
-        ) and not _crash_after_a_fatal_xid(when, fault_times, near):
+        ) and not _crash_after_a_fatal_xid(when, times, near):
             # One of its GPUs just logged the workload's fault (XID 13/31/43) and the
             # fault is not so near that it killed the process itself.
             return False
-        return _bound_crash_is_the_faults(step, evidence, when, fault_times)
-    if _PRESSURE in words:
-        return False
+        return _bound_crash_is_the_faults(step, evidence, when, times)
     if not ordinary_crash(info, evidence):
         return True
     if not fatal:  # a drop alone: the crash's words must name the GPU
-        return _may_name_the_gpu(step, evidence) and any(abs(when - t) <= near for t in fault_times)
+        return _may_name_the_gpu(step, evidence) and any(abs(when - t) <= near for t in times)
     if any(p in words for p in config.cuda_oom_patterns):
         return False  # the workload's memory, whatever its timing
     if _app_fault_before(step, [k for k, _ in bound], when - near, when):
         return False  # its own GPU just logged the workload's fault (XID 13/31/43)
     if _names_other_cause(step, evidence):
         return False  # its own last words are an application error, not a CUDA one
-    return _crash_after_a_fatal_xid(when, fault_times, near)
+    return _crash_after_a_fatal_xid(when, times, near)
 
 
 _CLOCK_SKEW_SECONDS = 5.0
@@ -632,10 +637,27 @@ def on_timer(step: Step) -> None:
 def on_restored(step: Step) -> None:
     """All GPUs allocatable again: a chain whose window has closed can resolve, and a
     pending drop was a device plugin re-registering (8 -> 0 -> 8): forget it."""
-    if step.state.drop_pending is not None:
-        _forget_drop(step.state)
+    state = step.state
+    if state.drop_pending is not None:
+        _forget_drop(state)
     inc = step.find(KIND, SUBJECT)
-    if inc is not None and step.state.chain_until < step.now:
+    persist = step.config.drop_persist_seconds
+    if inc is None and persist > 0 and state.chain_triggers and not state.chain_codes:
+        # A chain armed by drops alone, none of whose window's pods failed: the device
+        # plugin now reports every GPU healthy again, so the device that worried it is
+        # back. A pod failing later in the old window is not that drop's casualty, and a
+        # new fault (an XID minutes later) starts its own chain, dated from itself, not
+        # from the recovered drop (simulator seed 2: a drop at 02:08:57 that persisted
+        # 86 s, back at 02:10:23, then an XID 74 and its DeviceFailed eviction at 02:13:42
+        # came out as a page first seen at 02:08:57). A fatal XID among the triggers keeps
+        # the chain: a GPU reset is invisible to Kubernetes, allocatable says nothing of it.
+        # Only drops trusted by lasting (``drop_persist_seconds`` > 0): with 0 every drop
+        # arms at once and stays armed its window, as configured.
+        _disarm(state)
+        state.chain_until = -math.inf
+        state.timers_dirty = True
+        return
+    if inc is not None and state.chain_until < step.now:
         _disarm(step.state)
         step.resolve(inc, step.now, "all GPUs allocatable again")
 

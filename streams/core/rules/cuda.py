@@ -47,7 +47,9 @@ precedence order (``cuda_oom`` first: a message that also says ``CUDA out of mem
 is OOM; ``nccl_comm`` last: the watchdog re-raises the CUDA error that killed it); an
 OOM text seen earlier in the window (``ctr.cuda_log``); else the named-cause incident
 already open for the container (a later crash whose message was cut short does not
-un-name the cause); else unnamed, i.e. suspected CUDA OOM. When a named cause opens
+un-name the cause); else unnamed, i.e. suspected CUDA OOM. One exception: a crash naming
+the workload's or the network's cause (a kernel fault, NCCL) while the container's
+log-confirmed OOM loop is open is that loop's (:func:`_confirmed_loop`). When a named cause opens
 while an *unconfirmed* suspicion is open, the suspicion is resolved as superseded (the
 text proved it wrong); a log-confirmed OOM stays open beside it. Trap: before an
 incident opens only the current crash's message is classified (the container track
@@ -75,6 +77,8 @@ _MAX_RESTARTS = 32
 _CAUSES = load_causes()
 """The packaged termination-cause table (not in CoreConfig: see the module docstring)."""
 _NAMED = tuple(cls for cls in _CAUSES.classes if cls.name != OOM)
+_WITHIN_A_LOOP = frozenset({"kernel_fault", "nccl_comm"})
+"""Named causes that do not split a log-confirmed CUDA OOM loop (:func:`_confirmed_loop`)."""
 
 
 def cause_subject(base: str, cause: str) -> str:
@@ -111,6 +115,8 @@ def on_crash(
     base = f"{key}/{ctr.name}"
     if named is None and not ctr.cuda_log:
         named = _open_cause(step, base)
+    if named is not None and named.name in _WITHIN_A_LOOP and _confirmed_loop(step, base):
+        named = None  # one crash of a loop its log proved CUDA OOM: that loop's incident
     if named is not None:
         _on_named_crash(step, key, track, ctr, term, ev, finished, base, named)
         return
@@ -184,6 +190,23 @@ def _add_crash(
     inc.count = len(ctr.restarts)
     step.add_evidence(inc, item)
     step.set_deadline(inc, step.now + window)
+
+
+def _confirmed_loop(step: Step, base: str) -> bool:
+    """Is a log-confirmed CUDA OOM loop of container ``base`` open? Then a crash whose
+    message names a cause of the workload's or the network's (:data:`_WITHIN_A_LOOP`:
+    an illegal memory access, an NCCL error) is one more crash of that loop, not a loop
+    of its own: the restarts are the container's one count, the loop's log already
+    proved it out of GPU memory, and such texts are what a dying rank's peers and an
+    OOM'ing process's last kernels print (the cause table: the NCCL watchdog re-raises
+    the error that killed the rank). Opened as a second incident, first seen at the
+    same crash, one loop was two tickets (simulator seed 2: four loops, an NCCL or an
+    illegal-memory-access exit among their OOM exits). A device's own words (an ECC
+    error, a failing NVML: ``gpu_fault``, ``driver_fault``) still open their own: they
+    call for the GPU, not for a smaller batch. An unconfirmed suspicion is superseded by
+    a named cause as before (the text proved the guess wrong)."""
+    inc = step.find(KIND, base)
+    return inc is not None and inc.attributes.get("confidence") == "log-confirmed"
 
 
 def _open_cause(step: Step, base: str) -> CauseClass | None:

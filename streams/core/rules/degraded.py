@@ -35,8 +35,9 @@ on the node, or at once when the driver says the GPU needs nothing any more (an 
 reset is invisible to Kubernetes, so only the driver or time can say it is over.
 When the fault comes back often enough to be an ``xid_repeat`` (RMA: resets will not
 hold), that page supersedes an XID-only ticket of that GPU alone: it is resolved,
-``superseded_by`` the repeat, and no new ticket opens for the GPU while the repeat is
-open. Deleting the node resolves everything.
+``superseded_by`` the repeat, and no new ticket opens for that code on the GPU while the
+repeat is open (another fatal code is a fault the repeat does not tell: it opens one).
+Deleting the node resolves everything.
 
 A drop in allocatable (not a level) is also what arms the eviction chain, once
 it is trusted (see :func:`streams.core.rules.chain.on_drop`).

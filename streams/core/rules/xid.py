@@ -122,10 +122,22 @@ def on_app(
     )
 
 
-def repeating(step: Step, gpu_key: str) -> bool:
-    """Is an ``xid_repeat`` open for any code of this GPU?"""
-    prefix = f"{REPEAT}|{gpu_key}/"
-    return any(k.startswith(prefix) for k in step.state.incidents)
+def repeating(step: Step, gpu_key: str, code: int | None) -> bool:
+    """Is an ``xid_repeat`` open for this code on this GPU (``None``: for any code)? Then
+    its page tells the line (the RMA is asked for; a ticket for one more recurrence would
+    say less). The caller passes ``None`` for a line that is no fault of its own: an XID
+    154 asking for a reset is the driver's request about the GPU the page already says
+    resets will not mend.
+
+    Only the same code: the page tells the fault that came back ("XID 79 in 6 episodes"),
+    not another. A GPU whose XID 79 page is open and that logs its first XID 48 (a
+    double-bit ECC error) twelve hours later has a new fault that page does not name;
+    suppressed for any code, it was told by nothing (simulator seed 2: a flaky GPU's
+    XID 79 repeat at 10:02, its XID 48s from 22:40)."""
+    if code is None:
+        prefix = f"{REPEAT}|{gpu_key}/"
+        return any(k.startswith(prefix) for k in step.state.incidents)
+    return f"{REPEAT}|{gpu_key}/{code}" in step.state.incidents
 
 
 def on_fatal(

@@ -352,3 +352,25 @@ action = "y"
 def test_the_table_is_packaged() -> None:
     """pyproject's package-data for ``schemas`` takes ``*.toml``: the table ships."""
     assert resources.files("schemas").joinpath("termination_causes.toml").is_file()
+
+
+def test_a_workload_error_inside_a_log_confirmed_oom_loop_is_that_loops_crash() -> None:
+    """A container's log proved its loop CUDA OOM (four "CUDA out of memory" exits in
+    five minutes); its next exits say an NCCL watchdog timeout, then an illegal memory
+    access: the workload's and the network's words, typical of a rank dying in an OOM
+    loop. One loop, one incident: they are crashes of the open OOM ticket, not a second
+    ticket first seen at the same crash (simulator seed 2: four such pairs). A device's
+    own words (an uncorrectable ECC error) still open their own: they call for the GPU."""
+    c = Cluster()
+    loop(c, [MIN, 2 * MIN, 3 * MIN, 4 * MIN], OOM)
+    loop(c, [5 * MIN], WATCHDOG, first=5)
+    loop(c, [6 * MIN], ILLEGAL, first=6)
+    c.tick(8 * MIN)
+    ticket = only(run(list(c.events)))
+    assert ticket.attributes["confidence"] == "log-confirmed"
+    assert "cause" not in ticket.attributes
+    assert ticket.attributes["restarts_in_window"] == "6"
+    loop(c, [7 * MIN], ECC, first=7)
+    c.tick(9 * MIN)
+    causes = sorted(i.attributes.get("cause", "") for i in of_type(run(c.events), KIND))
+    assert causes == ["", "gpu_fault"]

@@ -267,3 +267,24 @@ def test_the_repeat_page_supersedes_the_single_burst_ticket() -> None:
     assert ticket.resolved_at.timestamp() == T0_S + HOUR + 4 * 2 * HOUR  # the fifth episode
     assert repeat.status != "resolved"
     assert repeat.attributes["occurrences"] == "6"
+
+
+def test_a_repeat_page_of_one_code_does_not_hide_a_new_fault_of_another() -> None:
+    """GPU-6's XID 119 came back five times: its ``xid_repeat`` page is open (RMA). Hours
+    later the same GPU logs its first XID 48 (a double-bit ECC error): a fault the page
+    does not tell ("XID 119 in 5 episodes"). It gets its ticket; the repeat's own code
+    again does not (simulator seed 2: a flaky GPU's XID 79 page, its XID 48s at 22:40
+    told by nothing)."""
+    c = Cluster()
+    c.node("n6", 0)
+    for e in range(5):
+        kmsg(c, "n6", HOUR + e * 2 * HOUR, GSP, uuid="GPU-6")
+    c.xid("n6", 11 * HOUR, 48, bus="0000:cb:00.0", uuid="GPU-6")
+    c.tick(12 * HOUR)
+    revisions = run(c.events)
+    assert [r.status for r in of_type(revisions, "xid_repeat")][-1] != "resolved"
+    tickets = {i.id: i for i in of_type(revisions, "gpu_degraded")}
+    assert len(tickets) == 2  # the first episode's (superseded) and the XID 48's
+    [dbe] = [i for i in tickets.values() if i.status != "resolved"]
+    assert dbe.first_seen.timestamp() == T0_S + 11 * HOUR
+    assert dbe.attributes["xids"] == "48"

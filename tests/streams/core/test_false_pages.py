@@ -749,3 +749,70 @@ def test_a_new_gpus_fault_does_not_join_the_window_of_a_ticketed_one() -> None:
     assert [p.name for p in chain.pods] == ["b"]
     [ticket] = of_type(revisions, "gpu_degraded")
     assert ticket.severity == "ticket"
+
+
+def test_a_pressure_eviction_of_the_faulty_gpus_pod_is_still_the_hosts() -> None:
+    """XID 79 on GPU-20, which pod a holds; two minutes later the kubelet evicts a for
+    node memory pressure ("The node was low on resource: memory"). The eviction is the
+    host's, wherever the pod ran: it neither opens the chain nor escalates the GPU's
+    ticket. Taken as "Kubernetes took it off the faulty GPU", it made a flaky GPU's
+    ticket a page that its xid_repeat could no longer supersede, and the GPU's next
+    fault twelve hours later was told by nothing (simulator seed 2)."""
+    pressure = "The node was low on resource: memory. Threshold quantity: 100Mi."
+    for after in (2 * MIN, 12 * MIN):  # in the chain's window; against the open ticket
+        c = Cluster()
+        healthy(c, "n1", ["a"])
+        c.bind("n1", 1, "GPU-20", "0000:20:00.0", ["a"])
+        c.xid("n1", 5 * MIN, 79, bus="0000:20:00.0", uuid="GPU-20")
+        c.kube("n1", 5 * MIN + after, "Evicted", name="a", message=pressure)
+        ev = c.pod("n1", "a", 5 * MIN + after + 1, phase="Failed", reason="Evicted")
+        c.events[-1] = msgspec.structs.replace(ev, message=pressure)
+        c.tick(30 * MIN)
+        revisions = run(c.events)
+        assert of_type(revisions, CHAIN) == []
+        [ticket] = of_type(revisions, "gpu_degraded")
+        assert ticket.severity == "ticket"
+        assert "escalated" not in ticket.attributes
+
+
+def test_a_kernel_fault_before_a_fatal_xid_is_not_its_casualty() -> None:
+    """Pod a's kernel faults on its GPU-10 (XID 31, then its "illegal memory access" exit
+    7 s later; dcgm reports the XID again at its scrape, 20 s after the exit). Half a
+    minute later an XID 119 on GPU-17 and pod b's DeviceFailed eviction: the page is
+    GPU-17's, first seen at its XID, naming b only. A kernel fault says device only
+    against a fatal XID that came first: it was not there yet (simulator seed 2)."""
+    illegal = "RuntimeError: CUDA error: an illegal memory access was encountered"
+    c = Cluster()
+    healthy(c, "n1", ["a", "b"])
+    c.bind("n1", 1, "GPU-10", "0000:10:00.0", ["a"])
+    c.bind("n1", 1, "GPU-17", "0000:17:00.0", ["b"])
+    c.xid("n1", 5 * MIN, 31, bus="0000:10:00.0", uuid="GPU-10")
+    c.pod("n1", "a", 5 * MIN + 8, restarts=1, last=term(5 * MIN + 7, message=illegal))
+    c.xid("n1", 5 * MIN + 28, 31, bus="0000:10:00.0", uuid="GPU-10")
+    c.xid("n1", 5 * MIN + 38, 119, bus="0000:17:00.0", uuid="GPU-17")
+    c.kube(
+        "n1", 6 * MIN + 30, "Evicted", name="b", message="The node had condition: [DeviceFailed]."
+    )
+    c.tick(20 * MIN)
+    [chain] = of_type(run(c.events), CHAIN)
+    assert chain.first_seen.timestamp() == T0_S + 5 * MIN + 38
+    assert [p.name for p in chain.pods] == ["b"]
+
+
+def test_a_recovered_drop_does_not_date_a_later_fault() -> None:
+    """A drop lasts 86 s (past ``drop_persist_seconds``: trusted, the chain armed) and
+    recovers with no pod failing. Three minutes later an XID 74 and its pod's DeviceFailed
+    eviction: a new fault, whose page is first seen at its XID, not at the recovered drop
+    (simulator seed 2). The device plugin said the GPUs were healthy again in between."""
+    c = Cluster()
+    healthy(c, "n1", ["a"])
+    c.bind("n1", 1, "GPU-18", "0000:18:00.0", ["a"])
+    c.node("n1", 5 * MIN, alloc=7)
+    c.node("n1", 5 * MIN + 86, alloc=8)
+    c.xid("n1", 10 * MIN, 74, bus="0000:18:00.0", uuid="GPU-18")
+    c.kube(
+        "n1", 10 * MIN + 27, "Evicted", name="a", message="The node had condition: [DeviceFailed]."
+    )
+    c.tick(30 * MIN)
+    [chain] = of_type(run(c.events), CHAIN)
+    assert chain.first_seen.timestamp() == T0_S + 10 * MIN
