@@ -233,6 +233,7 @@ def _binding_event(
         mig_profile=b.mig_profile,
         pods=b.pods,
         gpu_instance=b.gpu_instance,
+        source="dcgm-exporter",
     )
 
 

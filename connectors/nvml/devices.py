@@ -308,6 +308,7 @@ def bindings(
                 pods_known=False,  # NVML knows no pods: never unbind what dcgm bound
                 gpu_instance=d.gpu_instance_id if mig else None,
                 mig_uuid=d.uuid if mig else "",
+                source="nvml",
             )
         )
     return out
