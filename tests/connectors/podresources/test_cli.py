@@ -8,6 +8,7 @@ name it, (parent bus id, instance 3), or no XID would ever find its pod.
 
 from __future__ import annotations
 
+import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -38,16 +39,9 @@ def test_no_driver_is_an_empty_map_not_a_failure() -> None:
     assert not gpus.by_index
 
 
-def test_the_offline_form_prints_a_saved_list_answers_bindings(tmp_path: Path) -> None:
-    uuid = "GPU-8f2c1d90-3e5a-4b17-9c2e-5da9abb51763"
-    saved = tmp_path / "list.json"
-    saved.write_text(
-        '{"pod_resources": [{"name": "nb-a", "namespace": "ml", "containers": [{"name": "main",'
-        f' "devices": [{{"resource_name": "nvidia.com/gpu", "device_ids": ["{uuid}::0"]}}]}}]}},'
-        ' {"name": "nb-b", "namespace": "ml", "containers": [{"name": "main",'
-        f' "devices": [{{"resource_name": "nvidia.com/gpu", "device_ids": ["{uuid}::1"]}}]}}]}}]}}'
-    )
-    done = gputriage(
+def _offline(saved: Path) -> subprocess.CompletedProcess[bytes]:
+    """``connect podresources --from-json`` on a saved List answer, without NVML."""
+    return gputriage(
         "connect",
         "podresources",
         "--cluster",
@@ -58,6 +52,18 @@ def test_the_offline_form_prints_a_saved_list_answers_bindings(tmp_path: Path) -
         "--from-json",
         str(saved),
     )
+
+
+def test_the_offline_form_prints_a_saved_list_answers_bindings(tmp_path: Path) -> None:
+    uuid = "GPU-8f2c1d90-3e5a-4b17-9c2e-5da9abb51763"
+    saved = tmp_path / "list.json"
+    saved.write_text(
+        '{"pod_resources": [{"name": "nb-a", "namespace": "ml", "containers": [{"name": "main",'
+        f' "devices": [{{"resource_name": "nvidia.com/gpu", "device_ids": ["{uuid}::0"]}}]}}]}},'
+        ' {"name": "nb-b", "namespace": "ml", "containers": [{"name": "main",'
+        f' "devices": [{{"resource_name": "nvidia.com/gpu", "device_ids": ["{uuid}::1"]}}]}}]}}]}}'
+    )
+    done = _offline(saved)
     assert done.returncode == 0, done.stderr
     (binding,) = [decode_event(line) for line in done.stdout.splitlines()]
     assert isinstance(binding, GpuBindingEvent)
@@ -69,17 +75,7 @@ def test_the_offline_form_prints_a_saved_list_answers_bindings(tmp_path: Path) -
 def test_a_file_that_is_not_a_list_answer_is_one_line_and_exit_1(tmp_path: Path) -> None:
     saved = tmp_path / "list.json"
     saved.write_text('{"items": []}')
-    done = gputriage(
-        "connect",
-        "podresources",
-        "--cluster",
-        "c1",
-        "--node",
-        "n1",
-        "--no-nvml",
-        "--from-json",
-        str(saved),
-    )
+    done = _offline(saved)
     assert done.returncode == 1
     assert done.stdout == b""
     (line,) = done.stderr.decode().splitlines()
