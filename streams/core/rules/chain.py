@@ -685,9 +685,22 @@ def _join(step: Step, info: PodInfo, evidence: Evidence) -> None:
     state = step.state
     inc = step.find(KIND, SUBJECT)
     if inc is None:
+        repeat = _repeat_telling(step)
+        if repeat is not None:
+            # The GPU's xid_repeat page (drain, RMA) tells this fault: its casualty joins
+            # it, one root cause, one page.
+            for trigger in state.chain_triggers:
+                step.add_evidence(repeat, trigger)
+            step.add_pod(repeat, info)
+            step.add_evidence(repeat, evidence)
+            return
         degraded = step.find(DEGRADED, DEGRADED_SUBJECT)
         first = min(t.time.timestamp() for t in state.chain_triggers)
-        if degraded is not None and not older_fault(step, degraded, first):
+        if degraded is not None and older_fault(step, degraded, first):
+            state.fault_draft = None
+            inc = _open_chain(step, first)
+            _supersede(step, degraded, inc)
+        elif degraded is not None:
             # The node's gpu_degraded already tells this fault: one root cause, one
             # incident. The chain's triggers and GPUs join it, and the failure escalates it.
             for trigger in state.chain_triggers:
@@ -696,15 +709,54 @@ def _join(step: Step, info: PodInfo, evidence: Evidence) -> None:
                 step.add_gpu(degraded, key, gpu)
             escalate(step, degraded, info, evidence)
             return
-        state.fault_draft = None  # the chain reports the fault: no gpu_degraded for it
-        inc = step.open(KIND, SUBJECT, state.chain_anchor, first)
-        for trigger in state.chain_triggers:
-            step.add_evidence(inc, trigger)
-        for key, gpu in state.chain_gpus:
-            step.add_gpu(inc, key, gpu)
+        else:
+            state.fault_draft = None  # the chain reports the fault: no gpu_degraded for it
+            inc = _open_chain(step, first)
     step.add_pod(inc, info)
     step.add_evidence(inc, evidence)
     _describe(step, inc)
+
+
+def _open_chain(step: Step, first: float) -> OpenIncident:
+    state = step.state
+    inc = step.open(KIND, SUBJECT, state.chain_anchor, first)
+    for trigger in state.chain_triggers:
+        step.add_evidence(inc, trigger)
+    for key, gpu in state.chain_gpus:
+        step.add_gpu(inc, key, gpu)
+    return inc
+
+
+def _supersede(step: Step, degraded: OpenIncident, chain: OpenIncident) -> None:
+    """A new fault's page on the GPU(s) an older ticket names (and no other) supersedes
+    the ticket: its action (cordon, drain, reset or replace the GPU) covers what the
+    ticket asked, and one GPU has one open incident. A ticket that names other GPUs
+    stays: it has more to say (an escalated one is a page of its own already)."""
+    if "escalated" in degraded.attributes:
+        return
+    if not degraded.gpus or not set(degraded.gpus) <= set(chain.gpus):
+        return
+    degraded.attributes["superseded_by"] = chain.id
+    step.resolve(degraded, step.now, f"superseded by {KIND} {chain.id}")
+
+
+def _repeat_telling(step: Step) -> OpenIncident | None:
+    """The open ``xid_repeat`` that tells the armed chain's fault: the chain's triggers
+    are XIDs only, on one GPU, of codes whose repeats are open on it. A pod failing then
+    is a casualty of the failing hardware that page already names (simulator seed 4: an
+    XID 48 repeat opened at 13:26:43, the GPU's pod crashed at 13:27:22 and paged a
+    second time as a new chain). A drop among the triggers, or another GPU, is more
+    than the repeat tells: the chain goes on."""
+    state = step.state
+    if not state.chain_codes or len(state.chain_gpus) != 1:
+        return None
+    if any(t.schema == "node.v1" for t in state.chain_triggers):
+        return None
+    key = state.chain_gpus[0][0]
+    found = [state.incidents.get(f"{_REPEAT}|{key}/{code}") for code in state.chain_codes]
+    if not all(found):
+        return None  # another code among the triggers: a fault the repeat does not tell
+    return found[0]
 
 
 def older_fault(step: Step, degraded: OpenIncident, first: float) -> bool:
@@ -723,6 +775,10 @@ def older_fault(step: Step, degraded: OpenIncident, first: float) -> bool:
     none of the chain's GPUs is named in its evidence from before the window (the
     ticket's own GPU list does not tell: the new XID was added to it as it came). A
     chain whose GPU is unknown (a drop) cannot be told apart: it escalates, as before.
+    Only the same code is the ticket's fault come back (:func:`_same_fault_code`): an
+    XID 48 and its casualty on a GPU whose ticket tells an XID 119 from forty minutes
+    before is a new fault, and pages as its own chain (simulator seed 4: folded into the
+    XID 119 ticket, the page came out as a gpu_degraded dated 22:18 for a 22:55 fault).
     An old drop tells only while it lasts: one that has recovered (a device plugin
     re-registering, 8 -> 0 -> 8, which no longer resolves an XID ticket) is not the
     new fault's GPU (simulator seed 1: a flaky GPU's ticket, a plugin restart at 01:25,
@@ -750,12 +806,24 @@ def older_fault(step: Step, degraded: OpenIncident, first: float) -> bool:
             continue  # it recovered since (a plugin's 8 -> 0 -> 8): it is not this one
         if not fault_evidence(item):
             continue  # an application XID or a pod's crash the ticket attached
+        if not _same_fault_code(item, state.chain_codes):
+            continue  # the GPU's other fault: the chain's code is new to it
         for ref in gpus:
             if (ref.uuid and ref.uuid in item.text) or (
                 ref.pci_bus_id and ref.pci_bus_id in item.text
             ):
                 return False
     return True
+
+
+def _same_fault_code(item: Evidence, codes: tuple[int, ...]) -> bool:
+    """Can the ticket's XID line ``item`` be the chain's fault come back? When its code is
+    one of the chain's, or the chain has no code (a drop names none), or the line is an
+    XID 154 (the driver's request about the GPU, whatever the fault)."""
+    read = xid_code_and_class(item)
+    if read is None or not codes:
+        return True
+    return read[0] in codes or read[0] == _RECOVERY_XID
 
 
 def _describe(step: Step, inc: OpenIncident) -> None:
@@ -801,6 +869,7 @@ def _escalate(step: Step, info: PodInfo, evidence: Evidence) -> bool:
 
 
 _CLEANUP_XID = 45
+_RECOVERY_XID = 154
 """Preemptive cleanup after earlier errors: never a fault time of its own."""
 
 

@@ -37,6 +37,9 @@ When the fault comes back often enough to be an ``xid_repeat`` (RMA: resets will
 hold), that page supersedes an XID-only ticket of that GPU alone: it is resolved,
 ``superseded_by`` the repeat, and no new ticket opens for that code on the GPU while the
 repeat is open (another fatal code is a fault the repeat does not tell: it opens one).
+Before the repeat opens, a new episode of a code its GPU logged within the repeat window
+opens no ticket either (:func:`recurrence`): the first episode's incident told the fault,
+and the repeat counts it coming back.
 Deleting the node resolves everything.
 
 A drop in allocatable (not a level) is also what arms the eviction chain, once
@@ -63,6 +66,9 @@ from streams.core.state import (
 
 KIND = chain.DEGRADED
 SUBJECT = chain.DEGRADED_SUBJECT
+_REPEAT_PREFIX = "xid_repeat|"
+"""The repeat rule's incident keys (:mod:`streams.core.rules.xid` imports this module,
+so its ``REPEAT`` cannot be imported here)."""
 
 
 def on_capacity(step: Step, ev: NodeEvent, capacity: int, allocatable: int) -> None:
@@ -193,6 +199,8 @@ def on_fault(
         _describe(step, inc)
         return
     draft = state.fault_draft
+    if draft is None and recurrence(step, item, gpu, code):
+        return  # counted (xid.on_fatal) toward the GPU's xid_repeat; told by its first
     if draft is None:
         draft = state.fault_draft = OpenIncident(
             id=incident_id(KIND, state.cluster, state.node, SUBJECT, item.event_id),
@@ -205,6 +213,31 @@ def on_fault(
         state.timers_dirty = True
     _add_fault(step, draft, item, gpu_key, gpu, code, action)
     _hide(step, draft)
+
+
+def recurrence(step: Step, item: Evidence, gpu: GpuTrack, code: int) -> bool:
+    """Is this fatal line a new episode of a fault its GPU logged within
+    ``xid_repeat_window_seconds``, whose first episode an incident told? Then it opens
+    no ticket of its own: the fault came back, which is what ``xid_repeat`` counts
+    (its page, RMA, opens at ``xid_repeat_count`` episodes, every line as evidence).
+
+    Why: a chain's page resolves ten minutes after the fault when every GPU is still
+    allocatable (a GPU reset is invisible to Kubernetes), and a ticket when the device
+    plugin reports the GPU healthy again; the flaky GPU's next XID, minutes later, then
+    opened a second incident for the one fault it already had (simulator seed 4: an
+    XID 48 page at 12:02, a ticket for the same GPU's XID 48 at 12:17; an XID 119 ticket
+    at 22:18, resolved by the plugin at 23:09, another at 23:19). Only the same code:
+    another fatal code is a fault nothing has told yet, and drafts its own ticket.
+    Trap: an XID 154 (the driver's request, never in ``GpuTrack.fatal``) is no
+    recurrence; and the episode's own first line (in ``GpuTrack.fatal`` already, by
+    ``xid.on_fatal``) is not an earlier one."""
+    if gpu.fatal is None:
+        return False
+    horizon = step.now - step.config.xid_repeat_window_seconds
+    return any(
+        o.event_id != item.event_id and o.time.timestamp() > horizon
+        for o in gpu.fatal.get(code, ())
+    )
 
 
 def on_follow(step: Step, item: Evidence) -> None:
@@ -347,6 +380,12 @@ def _open_drop(step: Step) -> None:
     ):
         return
     inc = step.find(KIND, SUBJECT)
+    recent = since - config.eviction_lookback_seconds
+    suspects = [
+        key for key, gpu in state.gpus.items() if gpu.last_xid >= recent and not gpu.last_xid_app
+    ]
+    if inc is None and _repeats_tell(step, suspects, state.degraded_evidence):
+        return
     if inc is None:
         inc = step.open(KIND, SUBJECT, state.degraded_evidence.event_id, since)
     step.add_evidence(inc, state.degraded_evidence)
@@ -355,15 +394,34 @@ def _open_drop(step: Step) -> None:
         # Context, not the fault: the degradation began at the drop (or at the fatal
         # XID whose draft anchors the incident), so these never move first_seen.
         step.add_evidence(inc, item, context=True)
-    recent = since - config.eviction_lookback_seconds
-    for key, gpu in state.gpus.items():
+    for key in suspects:
         # A GPU with an XID near the drop is the likely unhealthy one, unless that XID is
         # an application one: the device plugin ignores those (13, 31, 43, ...).
         # (A cleanup XID 45 after the workload's XID 13 is the workload's too: typed on
         # the GPU as its line came, GpuTrack.last_xid_app.)
-        if gpu.last_xid >= recent and not gpu.last_xid_app:
-            step.add_gpu(inc, key, gpu_ref(key, gpu, step.state))
+        step.add_gpu(inc, key, gpu_ref(key, state.gpus[key], step.state))
     _describe(step, inc)
+
+
+def _repeats_tell(step: Step, suspects: list[str], dropped: Evidence) -> bool:
+    """Does an open ``xid_repeat`` already tell the GPU a lasting drop is about? When
+    every GPU with a fault XID near the drop has its repeat page open, the device plugin
+    marked that failing GPU unhealthy: the page (drain, RMA) says more than a ticket
+    would, and the drop joins it as evidence (simulator seed 4: an XID 74 repeat opened
+    at 20:11, the plugin's drop of that GPU made a second, "1 of 8 GPUs unallocatable"
+    ticket at 20:17). A drop no XID explains names no GPU, and opens its ticket."""
+    if not suspects:
+        return False
+    pages = []
+    for key in suspects:
+        prefix = f"{_REPEAT_PREFIX}{key}/"
+        found = [inc for k, inc in step.state.incidents.items() if k.startswith(prefix)]
+        if not found:
+            return False
+        pages.extend(found)
+    for page in pages:
+        step.add_evidence(page, dropped)
+    return True
 
 
 def deadline(state: NodeState, after: float) -> float:
