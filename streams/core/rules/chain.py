@@ -210,7 +210,7 @@ def _ticket_holds_the_old_faults(step: Step, gpu_key: str, gpu: GpuRef | None) -
     named = [
         ref
         for inc in state.incidents.values()
-        if inc.type in (DEGRADED, _REPEAT)
+        if inc.type in (DEGRADED, REPEAT)
         for ref in inc.gpus.values()
     ]
     for key, ref in state.chain_gpus:
@@ -221,7 +221,7 @@ def _ticket_holds_the_old_faults(step: Step, gpu_key: str, gpu: GpuRef | None) -
     return True
 
 
-_REPEAT = "xid_repeat"
+REPEAT = "xid_repeat"
 """The repeat rule's type (:mod:`streams.core.rules.xid`): its page reports a GPU's fault."""
 
 
@@ -697,7 +697,6 @@ def _join(step: Step, info: PodInfo, evidence: Evidence) -> None:
         degraded = step.find(DEGRADED, DEGRADED_SUBJECT)
         first = min(t.time.timestamp() for t in state.chain_triggers)
         if degraded is not None and older_fault(step, degraded, first):
-            state.fault_draft = None
             inc = _open_chain(step, first)
             _supersede(step, degraded, inc)
         elif degraded is not None:
@@ -710,7 +709,6 @@ def _join(step: Step, info: PodInfo, evidence: Evidence) -> None:
             escalate(step, degraded, info, evidence)
             return
         else:
-            state.fault_draft = None  # the chain reports the fault: no gpu_degraded for it
             inc = _open_chain(step, first)
     step.add_pod(inc, info)
     step.add_evidence(inc, evidence)
@@ -719,6 +717,7 @@ def _join(step: Step, info: PodInfo, evidence: Evidence) -> None:
 
 def _open_chain(step: Step, first: float) -> OpenIncident:
     state = step.state
+    state.fault_draft = None  # the chain reports the fault: no gpu_degraded for it
     inc = step.open(KIND, SUBJECT, state.chain_anchor, first)
     for trigger in state.chain_triggers:
         step.add_evidence(inc, trigger)
@@ -753,7 +752,7 @@ def _repeat_telling(step: Step) -> OpenIncident | None:
     if any(t.schema == "node.v1" for t in state.chain_triggers):
         return None
     key = state.chain_gpus[0][0]
-    found = [state.incidents.get(f"{_REPEAT}|{key}/{code}") for code in state.chain_codes]
+    found = [state.incidents.get(f"{REPEAT}|{key}/{code}") for code in state.chain_codes]
     if not all(found):
         return None  # another code among the triggers: a fault the repeat does not tell
     return found[0]
@@ -869,8 +868,9 @@ def _escalate(step: Step, info: PodInfo, evidence: Evidence) -> bool:
 
 
 _CLEANUP_XID = 45
-_RECOVERY_XID = 154
 """Preemptive cleanup after earlier errors: never a fault time of its own."""
+_RECOVERY_XID = 154
+"""The driver's recovery action: a request about the GPU, whatever its fault."""
 
 
 def fault_evidence(item: Evidence) -> bool:

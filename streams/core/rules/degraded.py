@@ -66,9 +66,6 @@ from streams.core.state import (
 
 KIND = chain.DEGRADED
 SUBJECT = chain.DEGRADED_SUBJECT
-_REPEAT_PREFIX = "xid_repeat|"
-"""The repeat rule's incident keys (:mod:`streams.core.rules.xid` imports this module,
-so its ``REPEAT`` cannot be imported here)."""
 
 
 def on_capacity(step: Step, ev: NodeEvent, capacity: int, allocatable: int) -> None:
@@ -217,7 +214,8 @@ def on_fault(
 
 def recurrence(step: Step, item: Evidence, gpu: GpuTrack, code: int) -> bool:
     """Is this fatal line a new episode of a fault its GPU logged within
-    ``xid_repeat_window_seconds``, whose first episode an incident told? Then it opens
+    ``xid_repeat_window_seconds``? Its first episode's incident told it (a chain, or
+    this rule's ticket), so it opens
     no ticket of its own: the fault came back, which is what ``xid_repeat`` counts
     (its page, RMA, opens at ``xid_repeat_count`` episodes, every line as evidence).
 
@@ -230,7 +228,9 @@ def recurrence(step: Step, item: Evidence, gpu: GpuTrack, code: int) -> bool:
     another fatal code is a fault nothing has told yet, and drafts its own ticket.
     Trap: an XID 154 (the driver's request, never in ``GpuTrack.fatal``) is no
     recurrence; and the episode's own first line (in ``GpuTrack.fatal`` already, by
-    ``xid.on_fatal``) is not an earlier one."""
+    ``xid.on_fatal``) is not an earlier one. Left as it is: a first episode whose draft
+    the driver called recovered (XID 154, action None) told nobody, and its recurrence is
+    counted too."""
     if gpu.fatal is None:
         return False
     horizon = step.now - step.config.xid_repeat_window_seconds
@@ -414,7 +414,7 @@ def _repeats_tell(step: Step, suspects: list[str], dropped: Evidence) -> bool:
         return False
     pages = []
     for key in suspects:
-        prefix = f"{_REPEAT_PREFIX}{key}/"
+        prefix = f"{chain.REPEAT}|{key}/"
         found = [inc for k, inc in step.state.incidents.items() if k.startswith(prefix)]
         if not found:
             return False

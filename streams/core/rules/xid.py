@@ -22,12 +22,12 @@ import math
 from schemas.incidents import Evidence
 from streams.core.config import CoreConfig
 from streams.core.lifecycle import Step
-from streams.core.rules import degraded
+from streams.core.rules import chain, degraded
 from streams.core.rules.pods import pod_info
 from streams.core.state import NEVER, GpuTrack, NodeState, gpu_ref, pods_on, unpack_uuid
 
 APP = "gpu_app_fault"
-REPEAT = "xid_repeat"
+REPEAT = chain.REPEAT
 _RANK = {"info": 0, "ticket": 1, "page": 2}
 NO_EPISODE = (-math.inf, -math.inf)
 
