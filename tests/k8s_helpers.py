@@ -347,9 +347,20 @@ contexts:
     return path
 
 
-def elected_options(tmp_path: Path, url: str, *, retry_period_s: float) -> ConnectOptions:
+def elected_options(
+    tmp_path: Path,
+    url: str,
+    *,
+    retry_period_s: float,
+    lease_duration_s: float = 2.0,
+    renew_deadline_s: float = 1.0,
+) -> ConnectOptions:
     """``connect k8s`` options against the test server (kubeconfig context ``kmock``), with
-    fast watches and leader election as ``replica-1`` in namespace ``gputriage``."""
+    fast watches and leader election as ``replica-1`` in namespace ``gputriage``.
+
+    Trap: on the wall clock a 1 s renew deadline is short on a loaded CI machine (the
+    release is bounded by it too); a test that needs no failover should pass longer ones.
+    """
     return ConnectOptions(
         cluster="c1",
         kubeconfig=str(kubeconfig(tmp_path / "kubeconfig", url)),
@@ -358,8 +369,8 @@ def elected_options(tmp_path: Path, url: str, *, retry_period_s: float) -> Conne
         lease=LeaseOptions(
             namespace="gputriage",
             identity="replica-1",
-            lease_duration_s=2.0,
-            renew_deadline_s=1.0,
+            lease_duration_s=lease_duration_s,
+            renew_deadline_s=renew_deadline_s,
             retry_period_s=retry_period_s,
         ),
     )

@@ -140,6 +140,8 @@ class LeaseElector:
         self._observed_at = 0.0
         self._renewed_at = 0.0
         """Monotonic start of the last successful attempt while leading."""
+        self._held = False
+        """We acquired the lease at some point: :meth:`release` has a record to clear."""
 
     # -- one attempt -------------------------------------------------------------------
     async def _read(self) -> dict[str, Any] | None:
@@ -254,6 +256,7 @@ class LeaseElector:
                 break
             await asyncio.sleep(o.retry_period_s)
         self._renewed_at = started
+        self._held = True
         self._set_leader(True)
 
     async def hold(self) -> None:
@@ -274,11 +277,20 @@ class LeaseElector:
                 raise LeadershipLost(f"no renewal for {o.renew_deadline_s:g} s")
 
     async def release(self) -> None:
-        """Give the lease up (if we hold it) so another replica takes over at once."""
-        if not self.is_leader:
+        """Give the lease up (if the record still names us) so another replica takes over at once.
+
+        Trap: not only while :attr:`is_leader`. A leader that stepped down because
+        its renewals were slow (a loaded API server) is often still the Lease's
+        holder; skipping the release then costs every other replica a full lease
+        duration. The read below clears the record only when it still names us,
+        and the patch carries its ``resourceVersion``, so a replica that took over
+        meanwhile is never cleared.
+        """
+        if not self._held:
             return
         o = self.options
         self._set_leader(False, "releases")
+        self._held = False
         try:
             async with asyncio.timeout(o.renew_deadline_s):  # a hung API must not block a stop
                 lease = await self._read()

@@ -206,8 +206,11 @@ class EmbeddedBroker:
         try:
             asyncio.get_running_loop()
         except RuntimeError:
-            return asyncio.run(self.start_async())
-        raise BrokerError("EmbeddedBroker.start() inside an event loop: use 'async with'")
+            pass  # no loop: ours to run (outside the except, so that a failure's traceback
+            # is its own, not "during handling of RuntimeError: no running event loop")
+        else:
+            raise BrokerError("EmbeddedBroker.start() inside an event loop: use 'async with'")
+        return asyncio.run(self.start_async())
 
     async def start_async(self) -> Self:
         """Start the broker and return once it answers a Kafka metadata request."""

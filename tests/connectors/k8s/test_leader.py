@@ -285,3 +285,44 @@ async def test_a_leader_whose_work_fails_releases_the_lease_and_raises() -> None
         started = loop.time()
         await asyncio.wait_for(b.acquire(), 5)
         assert loop.time() - started < FAST["lease_duration_s"]  # released: no expiry wait
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+@pytest.mark.timeout(20)
+async def test_a_leader_that_stepped_down_on_slow_renewals_still_clears_its_record() -> None:
+    """Renewals fail (a loaded API server answers them 503) until the renew deadline:
+    the leader steps down, but the Lease still names it. Its release must clear that
+    record, or the next replica waits out a whole lease duration for nobody."""
+    async with fake_cluster() as cluster:
+        a = elector(cluster, "a", lease_duration_s=30.0, renew_deadline_s=0.6)
+        refused: list[str] = []
+        refusing = [True]
+
+        def refuse_renewals(request: kmock.Request) -> Any:
+            spec = (request.data or {}).get("spec") if isinstance(request.data, dict) else None
+            patch = str(request.method).upper().endswith("PATCH")
+            if refusing[0] and patch and spec and spec.get("renewTime"):
+                refused.append("renewal")
+                return Fail(503).response()
+            # Anything else (the release's read and patch) goes on to the emulator: kmock
+            # reads NotImplementedError as "matched, nothing to answer" and tries the next
+            # reaction, where a None answer would disable this one for good (apps.py:347).
+            raise NotImplementedError
+
+        work = EndlessWork()
+        task = asyncio.create_task(a.run(work))
+        await asyncio.wait_for(work.working.wait(), 5)
+        assert lease_spec(cluster)["holderIdentity"] == "a"
+        cluster.server[kmock.resource("coordination.k8s.io", "v1", "leases")] << refuse_renewals
+        with pytest.raises(LeadershipLost):
+            await asyncio.wait_for(task, 5)
+        assert refused  # it did step down for the refused renewals
+        assert work.cancelled.is_set()
+        assert lease_spec(cluster)["holderIdentity"] in ("", None)
+        refusing[0] = False  # the API server recovers: the next replica's writes go through
+        b = elector(cluster, "b", lease_duration_s=30.0, renew_deadline_s=0.6)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await asyncio.wait_for(b.acquire(), 5)
+        assert loop.time() - started < 1.0  # not the 30 s lease duration

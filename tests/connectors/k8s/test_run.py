@@ -58,7 +58,10 @@ async def test_connect_publishes_gpu_objects_and_dead_letters_with_leader_electi
         cluster.nodes.put(node("gpu-1", "5"))
         cluster.nodes.put(node("cpu-1", "6", gpus=0))
         cluster.events.put(kube_event("ev1", "20", reason="Evicted", pod_name="trainer"))
-        options = elected_options(tmp_path, cluster.url, retry_period_s=0.1)
+        # No failover here: deadlines a loaded machine meets (the release is bounded by one).
+        options = elected_options(
+            tmp_path, cluster.url, retry_period_s=0.1, lease_duration_s=15.0, renew_deadline_s=8.0
+        )
         await ensure_topics(kafka.kwargs, kafka.layout)  # before consuming from them
         stop = asyncio.Event()
         task = asyncio.create_task(
