@@ -53,6 +53,7 @@ from gputriage.demo.events import (
 from gputriage.simulate.autoscaler import node_groups
 from gputriage.simulate.catalogue import (
     ALNUM,
+    APP_CODES,
     CLUSTERS,
     NODE_LAYOUTS,
     NOT_READY,
@@ -479,6 +480,8 @@ class Fleet:
             caused_by=caused_by,
         )
         self.truth.xid(cluster=node.cluster.name, node=node.name, time=event.time)
+        if code in APP_CODES:  # the workload's codes (13/31/43): gpu_app_fault's lines
+            self.truth.app_line(gpu.uuid, event.time)
         return event
 
     def _to_scrape(self, node: Node) -> float:

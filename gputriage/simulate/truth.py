@@ -127,6 +127,8 @@ class TruthRecorder:
         self._restarts: dict[tuple[str, str], list[_Restart]] = defaultdict(list)
         self._xids: dict[tuple[str, str, str, int], _Subject] = {}
         self._last: dict[tuple[str, ...], datetime] = {}
+        self._app_lines: dict[str, list[datetime]] = defaultdict(list)
+        """Every application-class XID line per GPU (any source): see :meth:`app_line`."""
         self._node_xids: dict[tuple[str, str], list[datetime]] = defaultdict(list)
         self._ends: dict[str, datetime] = {}
         self._superseded: dict[str, datetime] = {}
@@ -178,7 +180,17 @@ class TruthRecorder:
         horizon = SAME_INCIDENT[kind]
         last = self._last.get((kind, *key))
         self._last[(kind, *key)] = time
+        if kind == "gpu_app_fault":
+            # The core's quiet hour runs from the incident's *last* line, any source: a
+            # dcgm copy scraped up to 30 s after the kmsg line, a second code seconds
+            # later (simulator seed 2: a fault 3,579 s after a copy joined the open one).
+            lines = self._app_lines.get(key[0], ())
+            return any(time - horizon < t < time for t in lines)
         return last is not None and time - last < horizon
+
+    def app_line(self, gpu: str, time: datetime) -> None:
+        """An application-class XID line on ``gpu``, whichever fault or source logged it."""
+        self._app_lines[gpu].append(time)
 
     def restart(
         self,
