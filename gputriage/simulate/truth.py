@@ -178,14 +178,15 @@ class TruthRecorder:
         """Whether a ``kind`` fault on ``key`` at ``time`` joins an incident still open
         (:data:`SAME_INCIDENT`); records ``time`` as that incident's latest evidence."""
         horizon = SAME_INCIDENT[kind]
-        last = self._last.get((kind, *key))
-        self._last[(kind, *key)] = time
         if kind == "gpu_app_fault":
             # The core's quiet hour runs from the incident's *last* line, any source: a
             # dcgm copy scraped up to 30 s after the kmsg line, a second code seconds
             # later (simulator seed 2: a fault 3,579 s after a copy joined the open one).
+            # Those lines are recorded by :meth:`app_line`, not here.
             lines = self._app_lines.get(key[0], ())
             return any(time - horizon < t < time for t in lines)
+        last = self._last.get((kind, *key))
+        self._last[(kind, *key)] = time
         return last is not None and time - last < horizon
 
     def app_line(self, gpu: str, time: datetime) -> None:
