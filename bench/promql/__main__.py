@@ -182,6 +182,12 @@ def _verify(stream: list[Event], rules: Path, cluster: str, keep: Path | None) -
     "on the stream moved to 1970 (bench/promql/verify.py says how).",
 )
 @click.option(
+    "--all-series",
+    is_flag=True,
+    help="Backfill every series the exporters expose, not only those the rules select "
+    "(slower; the firings are the same: bench/promql/selection.py says why).",
+)
+@click.option(
     "--keep",
     type=click.Path(file_okay=False, path_type=Path),
     help="Keep the OpenMetrics file, blocks and server log in this directory.",
@@ -194,6 +200,7 @@ def main(
     rules: Path,
     late: float,
     verify: bool,
+    all_series: bool,
     keep: Path | None,
 ) -> None:
     """Evaluate the reference document's PromQL alerts over EVENTS with a real Prometheus.
@@ -217,7 +224,9 @@ def main(
         chosen = cluster or clusters[0]
         expected = [x for x in expected if x.cluster == chosen]
     try:
-        baseline = evaluate(stream, rules=rules, cluster=cluster, workdir=keep)
+        baseline = evaluate(
+            stream, rules=rules, cluster=cluster, workdir=keep, all_series=all_series
+        )
     except (PrometheusError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
     report = _report(baseline, expected, late)

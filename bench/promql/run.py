@@ -12,6 +12,7 @@ from typing import Final
 from bench.promql import prometheus
 from bench.promql.alerts import Firing, firings
 from bench.promql.prometheus import RULE_INTERVAL, PrometheusError, Rule
+from bench.promql.selection import of_rules_file
 from bench.promql.series import (
     LOOKBACK_SECONDS,
     SCRAPE_SECONDS,
@@ -47,12 +48,16 @@ def evaluate(
     tail: float = TAIL_SECONDS,
     workdir: Path | None = None,
     lookback: float = LOOKBACK_SECONDS,
+    all_series: bool = False,
 ) -> Baseline:
     """Scrape, backfill, serve and evaluate every alerting rule in ``rules`` over the stream.
 
     ``workdir`` keeps the OpenMetrics file, the blocks and the server's log (a temporary
     directory, removed after, when None). The server is always stopped before returning.
     ``lookback`` is the server's ``--query.lookback-delta`` (``series`` says why it is short).
+    Only the series some rule's selector matches are backfilled (:mod:`bench.promql.selection`
+    says why that changes no firing); ``all_series`` backfills every series the exporters
+    expose instead (slower: for checking exactly that).
     Raises :class:`~bench.promql.prometheus.PrometheusError` when Prometheus is missing or
     fails, ``ValueError`` for a stream with no events.
     """
@@ -65,7 +70,8 @@ def evaluate(
     if found is None:
         raise PrometheusError(prometheus.MISSING)
     server_exe, promtool = found
-    scraped = scrape(events, cluster=cluster, interval=SCRAPE_SECONDS, tail=tail)
+    keep = None if all_series else of_rules_file(rules).wants
+    scraped = scrape(events, cluster=cluster, interval=SCRAPE_SECONDS, tail=tail, keep=keep)
     if workdir is None:
         with tempfile.TemporaryDirectory(prefix="promql-") as tmp:
             return _run(scraped, server_exe, promtool, rules, Path(tmp), lookback)

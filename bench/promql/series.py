@@ -61,7 +61,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final, TextIO
@@ -216,6 +216,8 @@ class ExporterState:
     _by_node: dict[str, list[_Gpu]] = field(default_factory=dict)
     _cache: dict[tuple[str, ...], tuple[object, list[Sample]]] = field(default_factory=dict)
     _tokens: dict[tuple[str, str], tuple[int, NodeEvent | None]] = field(default_factory=dict)
+    keep: Callable[[Family, Labels], bool] | None = None
+    """Which series to expose (None: all); :mod:`bench.promql.selection` says why fewer."""
 
     def apply(self, event: Event) -> None:
         """Apply one event; a ``scope="cluster"`` copy is the same object again: ignored."""
@@ -290,10 +292,16 @@ class ExporterState:
         per version of its object (most scrapes repeat the last one's), so the same list
         comes back until the object changes; it is forgotten once the object is gone."""
         cache: dict[tuple[str, ...], tuple[object, list[Sample]]] = {}
+        keep = self.keep
 
         def cached(key: tuple[str, ...], token: object, make: Iterable[Sample]) -> list[Sample]:
             hit = self._cache.get(key)
-            built = hit[1] if hit is not None and hit[0] is token else list(make)
+            if hit is not None and hit[0] is token:
+                built = hit[1]
+            elif keep is None:
+                built = list(make)
+            else:
+                built = [sample for sample in make if keep(sample[0], sample[1])]
             cache[key] = (token, built)
             return built
 
@@ -420,17 +428,21 @@ def scrape(
     cluster: str = "",
     interval: float = SCRAPE_SECONDS,
     tail: float = TAIL_SECONDS,
+    keep: Callable[[Family, Labels], bool] | None = None,
 ) -> Scraped:
     """Replay ``events`` (any order: sorted here, stably) and sample the exporters every
     ``interval`` seconds, from the first event's interval to ``tail`` after the last event.
 
     ``cluster`` keeps that cluster's events only (empty: every event; the caller makes sure
     the stream holds one). A scrape at instant ``t`` sees every event with time ``<= t``.
+    ``keep`` chooses the series to store (None: every series the exporters expose; a
+    :meth:`bench.promql.selection.Selection.wants` stores only those a rule can read). Trap:
+    ``xids_visible`` counts the XID gauge's stored series, so it is 0 if ``keep`` drops them.
     """
     ordered = sorted((e for e in events if not cluster or e.cluster == cluster), key=_event_time)
     if not ordered:
         raise ValueError("no events to scrape" + (f" in cluster {cluster!r}" if cluster else ""))
-    state = ExporterState()
+    state = ExporterState(keep=keep)
     series: dict[Family, dict[Labels, list[tuple[float, float]]]] = {f: {} for f in FAMILIES}
     first = math.floor(ordered[0].time.timestamp() / interval) * interval
     last_event = ordered[-1].time.timestamp()
