@@ -113,7 +113,13 @@ def _relative(path: Path, start: Path) -> str:
 
 
 def _ran(outcome: Outcome) -> list[str]:
-    return [f"Command: `{outcome.command}` ({outcome.seconds:.0f} s)."]
+    beside = (
+        f"; beside {', '.join(f'`{name}`' for name in outcome.beside)} on the other core "
+        "(no figure of either depends on wall time)"
+        if outcome.beside
+        else ""
+    )
+    return [f"Command: `{outcome.command}` ({outcome.seconds:.0f} s{beside})."]
 
 
 def _absent(ctx: Context, name: str) -> list[str] | None:

@@ -1,11 +1,13 @@
 """``python -m bench.report`` (``make bench``): run every benchmark, write the report.
 
-Runs the steps of :mod:`bench.report.steps` one after another (never two at once: they
-would measure each other), keeps each one's JSON under ``--raw-dir``
-(``bench/out/report/``, git-ignored), then writes ``--report`` (``bench/REPORT.md``) and
-its figures (``bench/figures/*.png``, beside the report). A progress bar on stderr (when
-it is a terminal) advances by each step's estimated seconds and shows the running
-bench's last log line; each finished step and the total elapsed time are printed.
+Runs the steps of :mod:`bench.report.steps` one after another (never a timed step beside
+another: they would measure each other; the untimed ones, whose figures are bytes, counts
+and event-time delays, together on the two cores: ``steps.batches``), keeps each one's
+JSON under ``--raw-dir`` (``bench/out/report/``, git-ignored), then writes ``--report``
+(``bench/REPORT.md``) and its figures (``bench/figures/*.png``, beside the report). A
+progress bar on stderr (when it is a terminal) advances by each step's estimated seconds
+and shows the running bench's last log line; each finished step and the total elapsed
+time are printed.
 
 Exit status: 0 when every step that ran gave a result, 1 when one failed (the report is
 written anyway, saying which and why), 2 for a usage mistake.
@@ -28,6 +30,8 @@ import shlex
 import sys
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -35,7 +39,17 @@ from tqdm import tqdm
 
 from bench.report import markdown, provenance
 from bench.report.provenance import ROOT, Provenance
-from bench.report.steps import BY_NAME, STEPS, Outcome, Step, load, run_step, save
+from bench.report.steps import (
+    BY_NAME,
+    STEPS,
+    Outcome,
+    Step,
+    batch_estimate,
+    batches,
+    load,
+    run_step,
+    save,
+)
 
 BUDGET_S = 15 * 60
 """What ``make bench`` at the default sizes must stay under (2-core machine)."""
@@ -113,8 +127,10 @@ def _tick(bar: tqdm, stop: threading.Event, began: float, base: float, share: fl
 
 
 def run_all(steps: list[Step], mode: str, raw_dir: Path) -> dict[str, Outcome]:
-    """Each step in turn under one progress bar scaled in estimated seconds."""
-    total = sum(step.estimate(mode) for step in steps)
+    """Each batch (:func:`~bench.report.steps.batches`) in turn under one progress bar
+    scaled in estimated seconds; the steps of a batch at once, a thread each."""
+    plan = batches(steps)
+    total = sum(batch_estimate(batch, mode) for batch in plan)
     outcomes: dict[str, Outcome] = {}
     bar = tqdm(
         total=round(total),
@@ -124,36 +140,57 @@ def run_all(steps: list[Step], mode: str, raw_dir: Path) -> dict[str, Outcome]:
         bar_format="{l_bar}{bar}| {elapsed} (estimate {total}s) {postfix}",
     )
     done_estimate = 0.0
+    number = 0
     try:
-        for number, step in enumerate(steps, 1):
-            bar.set_description(f"{number}/{len(steps)} {step.name}")
+        for batch in plan:
+            names = [step.name for step in batch]
+            first = number + 1
+            number += len(batch)
+            shown = f"{first}/{len(steps)}" if len(batch) == 1 else f"{first}-{number}/{len(steps)}"
+            bar.set_description(f"{shown} {' + '.join(names)}")
             began = time.perf_counter()
-            estimate = step.estimate(mode)
+            estimate = batch_estimate(batch, mode)
             stop = threading.Event()
-
             ticker = threading.Thread(
                 target=_tick, args=(bar, stop, began, done_estimate, estimate), daemon=True
             )
             ticker.start()
-
-            def show(line: str) -> None:
-                bar.set_postfix_str(line[:70], refresh=False)
-
             try:
-                outcome = run_step(step, mode, raw_dir, show)
+                ran = _run_batch(batch, mode, raw_dir, bar)
             finally:
                 stop.set()
                 ticker.join()
-            save(outcome, raw_dir)
-            outcomes[step.name] = outcome
+            for outcome in ran:
+                outcome.beside = [name for name in names if name != outcome.name]
+                save(outcome, raw_dir)
+                outcomes[outcome.name] = outcome
+                with_others = f", beside {', '.join(outcome.beside)}" if outcome.beside else ""
+                _log(f"{outcome.name}: {_headline(outcome)} ({outcome.seconds:.0f} s{with_others})")
             done_estimate += estimate
             bar.n = round(done_estimate)
             bar.set_postfix_str("")
             bar.refresh()
-            _log(f"{step.name}: {_headline(outcome)} ({time.perf_counter() - began:.0f} s)")
     finally:
         bar.close()
     return outcomes
+
+
+def _run_batch(batch: list[Step], mode: str, raw_dir: Path, bar: tqdm) -> list[Outcome]:
+    """Run the batch's steps, at once when there are several; their outcomes in order.
+    A step that raises (it should not: :func:`run_step` turns failures into outcomes)
+    still lets the others finish before the error propagates."""
+
+    def show(name: str, several: bool) -> Callable[[str], None]:
+        def line(text: str) -> None:
+            bar.set_postfix_str(((f"{name}: " if several else "") + text)[:70], refresh=False)
+
+        return line
+
+    if len(batch) == 1:
+        return [run_step(batch[0], mode, raw_dir, show(batch[0].name, False))]
+    with ThreadPoolExecutor(max_workers=len(batch)) as pool:
+        futures = [pool.submit(run_step, s, mode, raw_dir, show(s.name, True)) for s in batch]
+        return [future.result() for future in futures]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         for stale in [run_file, *raw_dir.glob("*.json"), *raw_dir.glob("*.log")]:
             stale.unlink(missing_ok=True)
-        estimate = sum(step.estimate(mode) for step in chosen)
+        estimate = sum(batch_estimate(batch, mode) for batch in batches(chosen))
         _log(
             f"{len(chosen)} steps ({', '.join(s.name for s in chosen)}), {mode} sizes, "
             f"~{estimate / 60:.0f} min estimated; commit {prov.commit.line()}; "

@@ -14,6 +14,11 @@ one run and 100 records per node now, since a figure's range over runs belongs i
 notes of several ``make bench`` runs, not in one report. ``quick`` is a few seconds per
 step, for development and the test, and its figures mean nothing.
 
+Steps run one at a time, except the *untimed* ones (:attr:`Step.timed`: memory and
+quality, whose figures are bytes, counts and event-time delays), which run together, one
+per core (:func:`batches`): that saves the shorter one's ~3 minutes, and moves none of
+their figures.
+
 A bench's stderr (its progress lines) goes to ``<raw dir>/<step>.log`` and its last line
 to the progress bar; a step that exits non-zero without JSON, or runs past its limit
 (``LIMIT_FACTOR`` x its estimate + ``LIMIT_SLACK_S``), is recorded as failed with the
@@ -30,7 +35,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +67,11 @@ class Step:
     """Wall seconds at the default sizes on a quiet 2-core machine (the progress bar's
     scale and the time limit's base), stream generation into the cache included."""
     quick_estimate_s: float
+    timed: bool = True
+    """Whether any figure of the step depends on wall time. An untimed step (memory:
+    bytes and RSS of its own process; quality: counts and event-time delays) may run
+    beside another untimed one on the second core (:func:`batches`); a timed one always
+    runs alone."""
 
     def args(self, mode: str) -> list[str]:
         return [*(self.quick if mode == "quick" else self.default), "--json"]
@@ -140,6 +150,7 @@ STEPS: tuple[Step, ...] = (
         ("--nodes", "30,60", "--events-per-node", "40"),
         130,
         3,
+        timed=False,
     ),
     Step(
         "quality",
@@ -163,6 +174,7 @@ STEPS: tuple[Step, ...] = (
         ),
         190,
         15,
+        timed=False,
     ),
     Step(
         "backlog",
@@ -174,6 +186,32 @@ STEPS: tuple[Step, ...] = (
     ),
 )
 BY_NAME = {step.name: step for step in STEPS}
+SIDE_BY_SIDE_FACTOR = 1.15
+"""A batch of untimed steps' estimate over its longest step's: they share memory
+bandwidth and, for the moments a step's subprocess uses two threads (promtool), a core."""
+
+
+def batches(steps: list[Step]) -> list[list[Step]]:
+    """The steps in their order, as the runner runs them: each timed step alone, and the
+    untimed ones together, where the first of them stands. Trap: two untimed steps on a
+    2-core machine leave no core for a third process, so a timed step never joins them
+    (its figures would measure the other steps)."""
+    out: list[list[Step]] = []
+    untimed: list[Step] | None = None
+    for step in steps:
+        if step.timed:
+            out.append([step])
+        elif untimed is None:
+            untimed = [step]
+            out.append(untimed)
+        else:
+            untimed.append(step)
+    return out
+
+
+def batch_estimate(batch: list[Step], mode: str) -> float:
+    longest = max(step.estimate(mode) for step in batch)
+    return longest * (SIDE_BY_SIDE_FACTOR if len(batch) > 1 else 1.0)
 
 
 @dataclass
@@ -190,6 +228,8 @@ class Outcome:
     error: str = ""
     log: str = ""
     """The step's stderr, as a path relative to the repository root."""
+    beside: list[str] = field(default_factory=list)
+    """The steps that ran at the same time as this one (untimed steps only)."""
 
     def to_json(self) -> dict[str, Any]:
         return dict(self.__dict__)

@@ -20,7 +20,7 @@ import pytest
 
 from bench.report.markdown import SECTIONS
 from bench.report.provenance import commit, cpu_model
-from bench.report.steps import STEPS
+from bench.report.steps import BY_NAME, STEPS, batches
 from tests.paths import ROOT
 
 pytest.importorskip("matplotlib", reason="the report's figures need the bench extra (make venv)")
@@ -81,6 +81,10 @@ def test_quick_report_has_every_section_and_stamped_figures(tmp_path: Path) -> N
         assert json.loads((raw / f"{step.name}.json").read_text())["status"] == "ok", step.name
         assert f"`{step.command('quick')}`" in text
     assert "Not run" not in text.split("## Detection quality")[0]
+    # The untimed steps ran together, and the report says so; a timed one ran alone.
+    assert json.loads((raw / "memory.json").read_text())["beside"] == ["quality"]
+    assert json.loads((raw / "core.json").read_text())["beside"] == []
+    assert "beside `quality` on the other core" in text
     # The quality step's three subsections, from the shipped simulate and score commands.
     section = text.split("## Detection quality", 1)[1].split("\n## ", 1)[0]
     assert "### A simulated 20-node, 1 h day" in section
@@ -130,6 +134,15 @@ def test_quick_report_has_every_section_and_stamped_figures(tmp_path: Path) -> N
     assert "| recall | 0.93 |" in section
     assert "*Unreadable*:" in section
     assert "broken.json" in section
+
+
+def test_only_untimed_steps_share_a_batch_and_the_order_holds() -> None:
+    plan = batches(list(STEPS))
+    assert [step.name for batch in plan for step in batch] == [step.name for step in STEPS]
+    together = [batch for batch in plan if len(batch) > 1]
+    assert [[step.name for step in batch] for batch in together] == [["memory", "quality"]]
+    alone = batches([BY_NAME["quality"], BY_NAME["core"]])
+    assert [[step.name for step in batch] for batch in alone] == [["quality"], ["core"]]
 
 
 def test_steps_not_run_say_so_and_how(tmp_path: Path) -> None:
