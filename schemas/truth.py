@@ -79,6 +79,12 @@ class ExpectedIncident(
     severity: str = ""
     """The severity the domain gives it (``page``/``ticket``/``info``), "" when it depends
     on configuration; reported, not matched."""
+    optional: bool = False
+    """The stream ends too close to when the incident is due for the truth to say whether
+    it opens (a 5 min persistence timer that the last events' watermark may or may not
+    pass): an incident that matches it is neither a true nor a false positive, and none
+    is no miss. Added after the first release of ``truth.v1``: older files decode with
+    ``False``."""
 
 
 decode_truth = typed_decoder(ExpectedIncident)

@@ -31,6 +31,11 @@ is free it takes the shortest chain of re-pairings that frees one (an augmenting
 path). Orders and tie-breaks are by time then id, never hash order, so the result is
 a function of the two inputs.
 
+Optional truths (:attr:`~schemas.truth.ExpectedIncident.optional`: due where the stream
+ends) are paired after the required ones, with the incidents those left: an incident
+paired with one is *excused* (neither a true nor a false positive), and an optional
+truth left unpaired is no miss.
+
 Confusion: after the pairing, each unmatched truth is paired, the same way, with an
 unmatched incident of *another* type about the same subject (:func:`same_subject`),
 so a score can say "the XID 79 eviction was reported as a host OOM". Both stay a miss
@@ -86,6 +91,9 @@ class Matching:
     """Incidents that matched no truth, in order of ``(first_seen, id)``."""
     confused: tuple[Pair, ...]
     """A miss and a false positive of another type about the same subject."""
+    excused: tuple[Pair, ...] = ()
+    """Incidents that matched only an *optional* truth (:attr:`ExpectedIncident.optional`:
+    due where the stream ends): counted neither way."""
 
 
 def detections(
@@ -159,7 +167,8 @@ def match(truths: Sequence[ExpectedIncident], detected: Sequence[Detected]) -> M
     and so must incident ids (:func:`detections` gives one per id): the report names
     both sides of a confusion by id.
     """
-    ordered_truths = sorted(truths, key=_truth_order)
+    ordered_truths = sorted((t for t in truths if not t.optional), key=_truth_order)
+    optional = sorted((t for t in truths if t.optional), key=_truth_order)
     ordered = sorted(detected, key=_detected_order)
     # Candidates come from an index on what must be equal, not from every incident:
     # a long simulation has thousands of each, and the rule compares few of them.
@@ -177,6 +186,11 @@ def match(truths: Sequence[ExpectedIncident], detected: Sequence[Detected]) -> M
     matched = [Pair(ordered_truths[t], ordered[d]) for t, d in sorted(pairs.items())]
     taken = set(pairs.values())
     misses = [truth for t, truth in enumerate(ordered_truths) if t not in pairs]
+    # Optional truths only after the required ones have their pairing: one can never take
+    # an incident a required truth could have had.
+    extra = _assign(optional, lambda truth: [i for i in candidates(truth) if i not in taken])
+    excused = [Pair(optional[t], ordered[d]) for t, d in sorted(extra.items())]
+    taken.update(extra.values())
     spare = [i for i in range(len(ordered)) if i not in taken]
     by_subject: dict[tuple[str, str], list[int]] = defaultdict(list)
     for index in spare:
@@ -198,6 +212,7 @@ def match(truths: Sequence[ExpectedIncident], detected: Sequence[Detected]) -> M
         misses=tuple(misses),
         false_positives=tuple(ordered[i] for i in spare),
         confused=tuple(confused),
+        excused=tuple(excused),
     )
 
 

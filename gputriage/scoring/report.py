@@ -9,7 +9,11 @@ The JSON object (``-o json``), one line, keys in this order::
      "misses": [{"id", "fault", "type", "cluster", "node", "start",
                  "reported_as": INCIDENT_ID | null, "reported_type": TYPE | null}],
      "false_positives": [{"id", "type", "cluster", "node", "first_seen",
-                          "truth": TRUTH_ID | null}]}
+                          "truth": TRUTH_ID | null}],
+     "excused": [{"id", "type", "cluster", "node", "first_seen", "truth": TRUTH_ID}]}
+
+"excused": incidents that matched only an optional truth (one due where the stream
+ends, :attr:`schemas.truth.ExpectedIncident.optional`), counted neither way.
 
 (:mod:`gputriage.scoring.metrics` defines each figure.) The lists are complete in JSON;
 the table lists at most :data:`MAX_ROWS` of each, since a long simulation can miss
@@ -92,6 +96,17 @@ def to_json(score: Score) -> bytes:
             }
             for item in score.matching.false_positives
         ],
+        "excused": [
+            {
+                "id": pair.detected.incident.id,
+                "type": pair.detected.incident.type,
+                "cluster": pair.detected.incident.cluster,
+                "node": pair.detected.incident.node,
+                "first_seen": render.format_time(pair.detected.incident.first_seen),
+                "truth": pair.truth.id,
+            }
+            for pair in score.matching.excused
+        ],
     }
     return dumps(obj) + b"\n"
 
@@ -111,8 +126,19 @@ def table(score: Score) -> str:
         ),
         _misses(score.matching),
         _false_positives(score.matching),
+        _excused(score.matching),
     ]
     return "\n".join(section for section in sections if section)
+
+
+def _excused(matching: Matching) -> str:
+    n = len(matching.excused)
+    if not n:
+        return ""
+    return (
+        f"{n} incident{'s' if n != 1 else ''} matched only optional truths (due where the "
+        "stream ends): not counted"
+    )
 
 
 def _score_row(kind: str, s: TypeScore) -> list[str]:

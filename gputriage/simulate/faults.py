@@ -479,7 +479,12 @@ class Simulator(Scaling):
         code = rng.choice(FLAKY_CODES)
         for k in range(rng.randint(4, 9)):
             event = self._fatal(node, gpu, code, fault)
-            if k == 0:
+            # A GPU that logged this code within the repeat window (another fault's, say
+            # a fatal_xid an hour ago) gets no new ticket: the repeat counts it (seed 2).
+            recurs = self.truth.recurs(
+                cluster=node.cluster.name, node=node.name, gpu=gpu.uuid, code=code, time=event.time
+            )
+            if k == 0 and not recurs:
                 ticket = self.truth.expect(
                     fault_id=fault,
                     kind="gpu_degraded",
@@ -529,9 +534,12 @@ class Simulator(Scaling):
             yield rng.uniform(40.0, 50.0)
         node.ready = status
         first = self._node_event(node)
-        running = sorted(
-            {_pod_key(g.pod) for g in node.gpus if g.pod is not None and g.pod.phase == "Running"}
+        held = list(
+            dict.fromkeys(
+                g.pod for g in node.gpus if g.pod is not None and g.pod.phase == "Running"
+            )
         )
+        running = sorted({_pod_key(pod) for pod in held})
         yield first
         announced = self._node_kube_event(
             node,
@@ -557,8 +565,18 @@ class Simulator(Scaling):
         lasts = rng.uniform(30.0, 110.0) if rng.random() < 0.35 else rng.uniform(130.0, 900.0)
         evicted: list[Pod] = []
         gone: list[Pod] = []
+        # The core pages at the grace only if a GPU pod still runs then (one that finished
+        # meanwhile lost nothing: seed 3, a job that Succeeded 16 s into the NotReady).
+        grace_at = (first.time + NOT_READY_GRACE - self.spec.start).total_seconds()
+        still: list[bool] = []
+
+        def still_running() -> None:
+            still.append(any(pod.phase == "Running" and pod.node is node for pod in held))
+
         if lasts > TOLERATION_SECONDS:
-            yield TOLERATION_SECONDS + rng.uniform(0.1, 3.0)
+            yield from self._sleep_past(
+                TOLERATION_SECONDS + rng.uniform(0.1, 3.0), grace_at, still_running
+            )
             for gpu in node.gpus:
                 pod = gpu.pod
                 if (
@@ -591,11 +609,11 @@ class Simulator(Scaling):
             yield from self._burst(burst)
             yield max(lasts - TOLERATION_SECONDS, 1.0)
         else:
-            yield lasts
+            yield from self._sleep_past(lasts, grace_at, still_running)
         node.ready = "True"
         back = self._node_event(node)
         if pending is not None:
-            if evicted or back.time - first.time > NOT_READY_GRACE:
+            if evicted or (back.time - first.time > NOT_READY_GRACE and any(still)):
                 pending.confirm()
             else:
                 pending.cancel()
@@ -612,6 +630,18 @@ class Simulator(Scaling):
                 deleted = pod.deleting or self._time()
                 self._push(self.now + rng.uniform(2.0, 30.0), self._finish_evicted(pod, deleted))
         node.busy = False
+
+    def _sleep_past(self, seconds: float, at: float, call: Callable[[], None]) -> Step:
+        """Wait ``seconds``, running ``call`` at ``at`` (simulation seconds) if it falls
+        within the wait. The wait is split in two delays, which draws nothing from the rng
+        and emits no event: the stream is the same as with one delay."""
+        first = at - self.now
+        if 0.0 <= first < seconds:
+            yield first
+            call()
+            yield seconds - first
+        else:
+            yield seconds
 
     def _exporter_outage(self) -> Step:
         """dcgm-exporter on a node comes back from a restart without the kubelet's

@@ -94,9 +94,15 @@ def run_simulate(options: SimulateOptions, stderr: TextIO = sys.stderr) -> int:
         finally:
             _close(truth_out)
     by_type: dict[str, int] = {}
+    optional = 0
     for expected in sim.truth:
+        if expected.optional:  # due where the stream ends: neither expected nor forbidden
+            optional += 1
+            continue
         by_type[expected.type] = by_type.get(expected.type, 0) + 1
     summary = ", ".join(f"{k} {v}" for k, v in sorted(by_type.items())) or "none"
+    if optional:
+        summary += f" (and {optional} optional, due where the stream ends)"
     print(
         f"gputriage: simulated {sum(sim.counts.values())} events, {spec.nodes} nodes, "
         f"{spec.hours:g} h; expected incidents: {summary}",

@@ -51,7 +51,8 @@ def score_json(*args: str) -> tuple[dict[str, Any], int, str]:
 def test_the_scenario_scores_every_type_once_and_right() -> None:
     score, code, stderr = score_json(str(SCENARIO), str(TRUTH))
     assert code == 0, stderr
-    assert list(score) == ["types", "confusion", "misses", "false_positives"]
+    assert list(score) == ["types", "confusion", "misses", "false_positives", "excused"]
+    assert score["excused"] == []
     assert set(score["types"]) == ALL_TYPES
     for kind, figures in score["types"].items():
         assert set(figures) == REQUIRED
@@ -104,6 +105,20 @@ def test_a_truth_on_the_wrong_node_is_a_miss_and_its_incident_a_false_positive(
     (false_positive,) = score["false_positives"]
     assert (false_positive["type"], false_positive["node"]) == ("host_oom_kill", "gpu-node-02")
     assert false_positive["truth"] is None
+
+
+def test_an_optional_truth_counts_its_incident_neither_way(tmp_path: Path) -> None:
+    """A truth the simulator could not judge (due where its stream ends): its incident is
+    listed as excused, and the type has no true positive, false positive or miss."""
+    truth = write_truth(tmp_path / "t.jsonl", changed("host_oom_kill", optional=True))
+    score, code, stderr = score_json(str(SCENARIO), str(truth))
+    assert code == 0, stderr
+    assert "host_oom_kill" not in score["types"]
+    assert [item["type"] for item in score["excused"]] == ["host_oom_kill"]
+    assert score["false_positives"] == []
+    assert score["misses"] == []
+    table = gputriage("score", str(SCENARIO), str(truth)).stdout.decode()
+    assert "1 incident matched only optional truths" in table
 
 
 def test_a_window_that_excludes_first_seen_is_a_miss(tmp_path: Path) -> None:

@@ -153,6 +153,32 @@ def test_the_pairing_is_maximum_not_greedy() -> None:
     assert result.false_positives == ()
 
 
+def test_an_optional_truth_excuses_its_incident_and_is_no_miss_when_none_came() -> None:
+    """A fault due where the stream ends: the core may or may not have opened it."""
+    edge = truth("f-9", optional=True)
+    result = match([edge], [detected(incident())])
+    assert result.matched == ()
+    assert result.false_positives == ()
+    assert [(p.truth.id, p.detected.incident.id) for p in result.excused] == [("f-9", "inc-1")]
+    assert "device_unhealthy_eviction" not in type_scores(result), "counted neither way"
+    nothing = match([edge], [])
+    assert nothing.misses == ()
+    assert nothing.excused == ()
+
+
+def test_an_optional_truth_never_takes_an_incident_a_required_one_fits() -> None:
+    """Even first in order (an earlier start), it gets only what the required truths left."""
+    edge = truth("f-0", start=1, optional=True)
+    required = truth("f-1", start=5)
+    result = match([edge, required], [detected(incident())])
+    assert [p.truth.id for p in result.matched] == ["f-1"]
+    assert result.excused == ()
+    assert result.misses == ()
+    other = detected(incident("inc-2", type="host_oom_kill", gpus=()))
+    unexcused = match([edge], [other])
+    assert [i.incident.id for i in unexcused.false_positives] == ["inc-2"], "another type"
+
+
 def test_a_truth_reported_as_another_type_is_a_miss_a_false_positive_and_a_confusion() -> None:
     oom = detected(incident("inc-9", type="host_oom_kill", gpus=()))
     result = match([truth()], [oom])
