@@ -132,6 +132,8 @@ class TruthRecorder:
         self._node_xids: dict[tuple[str, str], list[datetime]] = defaultdict(list)
         self._ends: dict[str, datetime] = {}
         self._superseded: dict[str, datetime] = {}
+        self._escalated: dict[str, datetime] = {}
+        """Tickets a casualty escalated after they opened (:meth:`escalated`)."""
         self.expected: list[ExpectedIncident] = []
         """The truths, by ``start``, once :meth:`finish` has run."""
         self.cluster = ClusterTruth(SLACK)
@@ -212,6 +214,11 @@ class TruthRecorder:
             _Restart(time, exit_code, oom_killed, fault, node, owner, held)
         )
 
+    def ended(self, incident_id: str, at: datetime) -> bool:
+        """Whether the condition behind ``incident_id`` ended at or before ``at``."""
+        end = self._ends.get(incident_id)
+        return end is not None and end <= at
+
     def ends(self, incident_id: str, at: datetime) -> None:
         """The condition behind ``incident_id`` ended at ``at`` (the incident resolves): a
         fault of the same subject before then joins it instead of making its own."""
@@ -272,7 +279,22 @@ class TruthRecorder:
         for repeat in repeats:
             if repeat.fault == "flaky_gpu":
                 ticket = repeat.id.replace("/xid_repeat", "/gpu_degraded")
-                self._superseded[ticket] = repeat.not_after - SLACK
+                opened = repeat.not_after - SLACK
+                escalated = self._escalated.get(ticket)
+                if escalated is not None and escalated <= opened:
+                    continue  # a pod's failure joined it: it tells more than that GPU
+                self._superseded[ticket] = opened
+
+    def escalated(self, incident_id: str, at: datetime) -> None:
+        """A casualty of the fault joined its ticket after the ticket opened (the core's
+        ``chain.escalate``: same incident, the chain's severity). Such a ticket tells
+        more than its GPU, so an ``xid_repeat`` no longer supersedes it (the core's
+        ``degraded.on_repeat`` leaves an escalated ticket open; simulator seed 1: a
+        flaky GPU's bound pod crashed 229 s after an XID 48, and a drop hours later
+        joined the ticket still open)."""
+        known = self._escalated.get(incident_id)
+        if known is None or at < known:
+            self._escalated[incident_id] = at
 
     def xid(self, *, cluster: str, node: str, time: datetime) -> None:
         """Any XID line on a node (a degraded node's incident names its recent XIDs)."""

@@ -65,3 +65,55 @@ def test_a_fault_due_where_the_stream_ends_is_an_optional_truth() -> None:
         ("drop-1/gpu_degraded", False),
         ("drop-2/gpu_degraded", True),
     ]
+
+
+def _flaky_then_drop(escalated_at: datetime | None) -> list[str]:
+    """A flaky GPU's ticket, 5 episodes of its XID 48 (its xid_repeat), then a drop of
+    allocatable on the node three hours later: the truths' ids."""
+    truth = TruthRecorder(StreamSpec(nodes=1))
+    fault = "flaky_gpu-00001"
+    for k in range(5):
+        line(truth, T0 + timedelta(minutes=15 * k), fault=fault)
+    truth.expect(
+        fault_id=fault,
+        kind="gpu_degraded",
+        cluster="c1",
+        start=T0,
+        first=T0,
+        last=T0,
+        due=T0 + timedelta(minutes=5),
+        node="n1",
+        gpus=(GPU,),
+        severity="ticket",
+    )
+    if escalated_at is not None:
+        truth.escalated(f"{fault}/gpu_degraded", escalated_at)
+    drop = T0 + timedelta(hours=3)
+    truth.expect(
+        fault_id="allocatable_drop-00002",
+        kind="gpu_degraded",
+        cluster="c1",
+        start=drop,
+        first=drop,
+        last=drop,
+        due=drop + timedelta(minutes=5),
+        node="n1",
+        severity="ticket",
+    )
+    truth.ends("allocatable_drop-00002/gpu_degraded", drop + timedelta(minutes=40))
+    truth.finish(T0 + timedelta(hours=6))
+    return [x.id for x in truth.expected]
+
+
+def test_a_repeat_supersedes_a_flaky_ticket_unless_a_casualty_escalated_it_first() -> None:
+    """Seed 1: the flaky GPU's bound pod crashed 229 s after an XID 48 (the chain rule's
+    casualty): the core escalated the ticket, kept it open past the repeat, and the drop
+    hours later joined it; the truth expected the drop as a ticket of its own."""
+    alone = _flaky_then_drop(None)
+    assert "allocatable_drop-00002/gpu_degraded" in alone, "superseded: the drop is new"
+    assert "flaky_gpu-00001/xid_repeat" in alone
+    joined = _flaky_then_drop(T0 + timedelta(minutes=20))
+    assert "allocatable_drop-00002/gpu_degraded" not in joined, "the open ticket takes it"
+    assert "flaky_gpu-00001/gpu_degraded" in joined
+    late = _flaky_then_drop(T0 + timedelta(hours=2))
+    assert "allocatable_drop-00002/gpu_degraded" in late, "escalated after the repeat: gone"
