@@ -244,7 +244,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out-dir", type=Path, default=ROOT / "bench" / "out" / "quality-run")
     parser.add_argument("--json", action="store_true", help="print the sections as JSON")
     args = parser.parse_args(argv)
-    out: Path = args.out_dir
+    out: Path = args.out_dir.resolve()
+    if out.is_relative_to(ROOT):
+        # The commands run from the root, so the report shows the paths a reader of any
+        # clone would type, not this checkout's absolute ones.
+        out = out.relative_to(ROOT)
 
     events, truth, made = simulate(out / "day", args.nodes, args.hours, args.seed)
     day, scored = score(events, truth)

@@ -89,6 +89,8 @@ def test_quick_report_has_every_section_and_stamped_figures(tmp_path: Path) -> N
     section = text.split("## Detection quality", 1)[1].split("\n## ", 1)[0]
     assert "### A simulated 20-node, 1 h day" in section
     assert "gputriage simulate --nodes 20 --duration 1h" in section
+    assert "--out bench/out/quick/quality-run/day/events.jsonl" in section, "paths from the root"
+    assert str(ROOT) not in section
     assert "| type | tp | fp | fn | precision | recall |" in section
     assert "### Noise only: no fault, no incident" in section
     assert "### Side by side with the PromQL baseline" in section
