@@ -72,7 +72,7 @@ def _shown(args: list[str]) -> str:
 
 def simulate(out: Path, nodes: int, hours: float, seed: int, *extra: str) -> tuple[Path, Path, str]:
     events, truth = out / "events.jsonl", out / "truth.jsonl"
-    out.mkdir(parents=True, exist_ok=True)
+    (ROOT / out).mkdir(parents=True, exist_ok=True)  # relative paths are the root's (_run)
     args = _gputriage(
         "simulate",
         "--nodes",

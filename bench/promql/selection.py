@@ -6,8 +6,8 @@ four of the five ``kube_pod_status_phase`` series of every pod (only ``phase="Pe
 queried). Writing them made the 100-node, 6 h side-by-side stream a 1.7 GB OpenMetrics file
 that ``promtool`` took ~56 s to backfill. A series that no selector of any rule matches
 cannot change any rule's result, so :func:`of_expressions` keeps exactly the series some
-selector matches, and the baseline's firings are unchanged (``tests/bench/test_promql.py``
-compares them with and without the selection).
+selector matches, and the baseline's firings are unchanged
+(``tests/bench/test_promql_selection.py`` compares them with and without the selection).
 
 The expressions are parsed by a real PromQL parser (``promql-parser``, the Rust
 ``promql-parser`` crate's binding), never by a regular expression over the text: ``by
@@ -16,19 +16,24 @@ string literal is not a selector.
 
 Traps:
 
-* A selector without a metric name (``{__name__=~"kube_.*"}``), or a node of the syntax
-  tree this module does not know, selects *everything*: the selection is conservative,
-  never lossy.
+* A selector without a metric name (``{__name__=~"kube_.*"}``), a node of the syntax
+  tree this module does not know, a function that reads series it does not name
+  (``info()``: ``target_info``), or an expression this parser rejects (Prometheus, which
+  loads the same file, is the judge of that) selects *everything*: the selection is
+  meant to be conservative, never lossy.
 * A label a series does not carry matches as the empty string, as in Prometheus
   (``pod!=""`` does not match an idle GPU's series, which has no ``pod`` label).
 * Regex matchers are anchored (``=~"a.*"`` is ``^(?:a.*)$``). RE2 and Python's ``re`` agree
-  on the common syntax; a pattern Python cannot compile keeps every series of its metric.
+  on the common syntax; a pattern Python cannot compile, or compiles with a warning (a
+  POSIX class such as ``[[:alpha:]]``, which ``re`` reads as a set of characters), keeps
+  every series of its metric.
 * ``or`` between matcher groups (``{a="x" or b="y"}``) selects a series any group matches.
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +44,8 @@ import yaml
 
 from bench.promql.series import Family, Labels
 
+_READS_UNNAMED = "info"
+"""The function that reads series its arguments do not name (Prometheus 3's ``info()``)."""
 _EVERYTHING = object()
 """What :func:`_selectors` yields for a part of an expression it cannot bound."""
 
@@ -92,14 +99,14 @@ EVERY_SERIES = Selection(None)
 
 
 def of_expressions(expressions: Iterable[str]) -> Selection:
-    """The series the PromQL ``expressions`` can select. Raises ``ValueError`` for an
-    expression the parser rejects."""
+    """The series the PromQL ``expressions`` can select (every series if one of them is
+    an expression this parser rejects)."""
     groups: dict[str, list[Group]] = {}
     for text in expressions:
         try:
             parsed = promql_parser.parse(text)
-        except Exception as exc:  # the binding raises its own ValueError-like types
-            raise ValueError(f"cannot parse PromQL {text.strip()!r}: {exc}") from None
+        except Exception:  # the binding raises its own ValueError-like types
+            return EVERY_SERIES
         for selector in _selectors(parsed):
             if selector is _EVERYTHING or not selector.name:
                 return EVERY_SERIES
@@ -140,8 +147,10 @@ def _matcher(found: Any) -> _Matcher:
     pattern = None
     if op in {"=~", "!~"}:
         try:
-            pattern = re.compile(found.value)
-        except re.error:
+            with warnings.catch_warnings():
+                warnings.simplefilter("error")  # FutureWarning: RE2 syntax re reads otherwise
+                pattern = re.compile(found.value)
+        except (re.error, Warning):
             pattern = None
     return _Matcher(found.name, op, found.value, pattern)
 
@@ -157,6 +166,8 @@ def _selectors(expr: Any) -> Iterator[Any]:
         yield from _selectors(expr.lhs)
         yield from _selectors(expr.rhs)
     elif isinstance(expr, promql_parser.Call):
+        if getattr(expr.func, "name", "") == _READS_UNNAMED:
+            yield _EVERYTHING  # info() joins target_info, which no selector names
         for arg in expr.args:
             yield from _selectors(arg)
     elif isinstance(

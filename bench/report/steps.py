@@ -203,17 +203,22 @@ SIDE_BY_SIDE_FACTOR = 1.15
 bandwidth and, for the moments a step's subprocess uses two threads (promtool), a core."""
 
 
+SIDE_BY_SIDE_MAX = 2
+"""Untimed steps per batch: one per core of the 2-core machine the sizes are for (a
+third would make each wait for a core; the report says "on the other core")."""
+
+
 def batches(steps: list[Step]) -> list[list[Step]]:
     """The steps in their order, as the runner runs them: each timed step alone, and the
-    untimed ones together, where the first of them stands. Trap: two untimed steps on a
-    2-core machine leave no core for a third process, so a timed step never joins them
-    (its figures would measure the other steps)."""
+    untimed ones together (:data:`SIDE_BY_SIDE_MAX` at a time), where the first of them
+    stands. Trap: two untimed steps on a 2-core machine leave no core for a third
+    process, so a timed step never joins them (its figures would measure the others)."""
     out: list[list[Step]] = []
     untimed: list[Step] | None = None
     for step in steps:
         if step.timed:
             out.append([step])
-        elif untimed is None:
+        elif untimed is None or len(untimed) >= SIDE_BY_SIDE_MAX:
             untimed = [step]
             out.append(untimed)
         else:

@@ -32,9 +32,9 @@ path). Orders and tie-breaks are by time then id, never hash order, so the resul
 a function of the two inputs.
 
 Optional truths (:attr:`~schemas.truth.ExpectedIncident.optional`: due where the stream
-ends) are paired after the required ones, with the incidents those left: an incident
-paired with one is *excused* (neither a true nor a false positive), and an optional
-truth left unpaired is no miss.
+ends) join the pairing after every required truth, so they never cost one its incident:
+an incident paired with one is *excused* (neither a true nor a false positive), and an
+optional truth left unpaired is no miss.
 
 Confusion: after the pairing, each unmatched truth is paired, the same way, with an
 unmatched incident of *another* type about the same subject (:func:`same_subject`),
@@ -182,15 +182,18 @@ def match(truths: Sequence[ExpectedIncident], detected: Sequence[Detected]) -> M
         indexes = by_key.get(_match_key(truth.type, truth.cluster, truth.node), [])
         return [i for i in indexes if fits(truth, ordered[i].incident)]
 
-    pairs = _assign(ordered_truths, candidates)
-    matched = [Pair(ordered_truths[t], ordered[d]) for t, d in sorted(pairs.items())]
+    # Required truths first, then the optional ones, in one pairing: an augmenting path
+    # never unpairs a truth, so every required truth paired in the first part stays
+    # paired (an optional one can never cost a required one its incident), while an
+    # optional truth may still re-route a required one to another incident it fits,
+    # which leaves fewer false positives than pairing the optional ones apart.
+    required = len(ordered_truths)
+    pairs = _assign([*ordered_truths, *optional], candidates)
+    paired = sorted(pairs.items())
+    matched = [Pair(ordered_truths[t], ordered[d]) for t, d in paired if t < required]
+    excused = [Pair(optional[t - required], ordered[d]) for t, d in paired if t >= required]
     taken = set(pairs.values())
     misses = [truth for t, truth in enumerate(ordered_truths) if t not in pairs]
-    # Optional truths only after the required ones have their pairing: one can never take
-    # an incident a required truth could have had.
-    extra = _assign(optional, lambda truth: [i for i in candidates(truth) if i not in taken])
-    excused = [Pair(optional[t], ordered[d]) for t, d in sorted(extra.items())]
-    taken.update(extra.values())
     spare = [i for i in range(len(ordered)) if i not in taken]
     by_subject: dict[tuple[str, str], list[int]] = defaultdict(list)
     for index in spare:

@@ -581,10 +581,9 @@ class Simulator(Scaling):
         def still_running() -> None:
             still.append(any(pod.phase == "Running" and pod.node is node for pod in held))
 
+        self._at(grace_at, still_running)
         if lasts > TOLERATION_SECONDS:
-            yield from self._sleep_past(
-                TOLERATION_SECONDS + rng.uniform(0.1, 3.0), grace_at, still_running
-            )
+            yield TOLERATION_SECONDS + rng.uniform(0.1, 3.0)
             for gpu in node.gpus:
                 pod = gpu.pod
                 if (
@@ -617,7 +616,7 @@ class Simulator(Scaling):
             yield from self._burst(burst)
             yield max(lasts - TOLERATION_SECONDS, 1.0)
         else:
-            yield from self._sleep_past(lasts, grace_at, still_running)
+            yield lasts
         node.ready = "True"
         back = self._node_event(node)
         if pending is not None:
@@ -639,17 +638,16 @@ class Simulator(Scaling):
                 self._push(self.now + rng.uniform(2.0, 30.0), self._finish_evicted(pod, deleted))
         node.busy = False
 
-    def _sleep_past(self, seconds: float, at: float, call: Callable[[], None]) -> Step:
-        """Wait ``seconds``, running ``call`` at ``at`` (simulation seconds) if it falls
-        within the wait. The wait is split in two delays, which draws nothing from the rng
-        and emits no event: the stream is the same as with one delay."""
-        first = at - self.now
-        if 0.0 <= first < seconds:
-            yield first
+    def _at(self, at: float, call: Callable[[], None]) -> None:
+        """Run ``call`` at ``at`` (simulation seconds; at once if that is past), beside
+        the scenario: a probe that emits nothing and draws nothing from the rng, so the
+        stream is the same as without it (the scenario's own delays are untouched)."""
+
+        def probe() -> Step:
             call()
-            yield seconds - first
-        else:
-            yield seconds
+            yield from ()
+
+        self._push(max(at, self.now), probe())
 
     def _exporter_outage(self) -> Step:
         """dcgm-exporter on a node comes back from a restart without the kubelet's

@@ -253,6 +253,13 @@ def test_the_matcher_counts_catches_delays_misses_false_and_confused_firings() -
     # A firing that began before the fault is no detection of it.
     early = [Firing("Gap", (("node", "n2"),), at_s(0), None, at_s(0))]
     assert score(early, alert_types, truth[:1])[0][0].caught == 0
+    # An optional truth (due where the stream ends) is not expected, and a firing that
+    # matches only it is neither true nor false.
+    optional = [replace(truth[0], optional=True)]
+    types, alerts = score(fired[:1], alert_types, optional)
+    assert types == []
+    gap = next(a for a in alerts if a.alert == "Gap")
+    assert (gap.firings, gap.true, gap.false) == (1, 0, 0)
 
 
 # -- with a real Prometheus ----------------------------------------------------------------------

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from bench.promql import prometheus
 from bench.promql.run import RULES, evaluate
 from bench.promql.selection import EVERY_SERIES, of_expressions, of_rules_file
@@ -73,6 +71,7 @@ def test_label_names_and_strings_in_an_expression_are_not_metrics() -> None:
 
 def test_a_selector_without_a_metric_name_keeps_everything() -> None:
     assert of_expressions(['count({__name__=~"kube_.*"})']) == EVERY_SERIES
+    assert of_expressions(["info(DCGM_FI_DEV_XID_ERRORS)"]) == EVERY_SERIES, "target_info"
     assert of_expressions(['{__name__=~"kube_.*"}']).wants(POD_INFO, pod())
 
 
@@ -80,8 +79,13 @@ def test_a_rules_file_prometheus_would_reject_keeps_everything(tmp_path: Path) -
     bad = tmp_path / "rules.yaml"
     bad.write_text("groups: [unclosed\n")
     assert of_rules_file(bad) == EVERY_SERIES
-    with pytest.raises(ValueError, match="cannot parse PromQL"):
-        of_expressions(["sum(("])
+    assert of_expressions(["sum(("]) == EVERY_SERIES, "Prometheus judges what this cannot read"
+
+
+def test_a_regex_python_reads_otherwise_keeps_every_series_of_its_metric() -> None:
+    """RE2's POSIX class: Python's re compiles it (with a FutureWarning) as something else."""
+    wanted = of_expressions(['kube_pod_status_phase{phase=~"[[:alpha:]]+"}']).wants
+    assert wanted(POD_PHASE, pod(phase="Pending"))
 
 
 def test_a_selected_scrape_holds_the_wanted_series_of_a_full_one_and_no_other() -> None:

@@ -14,6 +14,7 @@ import json
 import subprocess
 import sys
 import zlib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -145,6 +146,11 @@ def test_only_untimed_steps_share_a_batch_and_the_order_holds() -> None:
     assert [[step.name for step in batch] for batch in together] == [["memory", "quality"]]
     alone = batches([BY_NAME["quality"], BY_NAME["core"]])
     assert [[step.name for step in batch] for batch in alone] == [["quality"], ["core"]]
+    three = [BY_NAME["memory"], BY_NAME["quality"], replace(BY_NAME["memory"], name="third")]
+    assert [[step.name for step in batch] for batch in batches(three)] == [
+        ["memory", "quality"],
+        ["third"],
+    ], "two at a time: one per core"
 
 
 def test_steps_not_run_say_so_and_how(tmp_path: Path) -> None:

@@ -174,6 +174,15 @@ def test_an_optional_truth_never_takes_an_incident_a_required_one_fits() -> None
     assert [p.truth.id for p in result.matched] == ["f-1"]
     assert result.excused == ()
     assert result.misses == ()
+    # The required truth fits both incidents, the optional one only the first: the
+    # pairing moves the required truth to the second, and no false positive is left.
+    both = truth("f-1", start=5, window=(0, 60))
+    first, second = detected(incident("inc-1")), detected(incident("inc-2", first_seen=20))
+    narrow = truth("f-0", start=1, window=(0, 15), optional=True)
+    rerouted = match([both, narrow], [first, second])
+    assert [(p.truth.id, p.detected.incident.id) for p in rerouted.matched] == [("f-1", "inc-2")]
+    assert [(p.truth.id, p.detected.incident.id) for p in rerouted.excused] == [("f-0", "inc-1")]
+    assert rerouted.false_positives == ()
     other = detected(incident("inc-2", type="host_oom_kill", gpus=()))
     unexcused = match([edge], [other])
     assert [i.incident.id for i in unexcused.false_positives] == ["inc-2"], "another type"
