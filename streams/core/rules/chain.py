@@ -225,6 +225,24 @@ REPEAT = "xid_repeat"
 """The repeat rule's type (:mod:`streams.core.rules.xid`): its page reports a GPU's fault."""
 
 
+def repeat_subject(gpu_key: str, code: int) -> str:
+    """The subject of a GPU's ``xid_repeat`` for one code: ``<gpu>/<code>``. The one
+    place that spells it (``xid.on_fatal`` opens the page; :func:`open_repeats` finds it)."""
+    return f"{gpu_key}/{code}"
+
+
+def open_repeats(step: Step, gpu_key: str, code: int | None = None) -> list[OpenIncident]:
+    """The GPU's open ``xid_repeat`` pages: the one for ``code``, or every code's (``None``).
+    Trap: every code means a scan of the node's incidents by key prefix; the node holds
+    few, so it is cheap, but callers with a code should pass it."""
+    incidents = step.state.incidents
+    if code is not None:
+        found = incidents.get(f"{REPEAT}|{repeat_subject(gpu_key, code)}")
+        return [] if found is None else [found]
+    prefix = f"{REPEAT}|{gpu_key}/"
+    return [inc for key, inc in incidents.items() if key.startswith(prefix)]
+
+
 def _same_ref(a: GpuRef, b: GpuRef) -> bool:
     return bool(a.uuid and a.uuid == b.uuid) or bool(
         a.pci_bus_id and a.pci_bus_id == b.pci_bus_id and a.gpu_instance == b.gpu_instance
@@ -752,10 +770,10 @@ def _repeat_telling(step: Step) -> OpenIncident | None:
     if any(t.schema == "node.v1" for t in state.chain_triggers):
         return None
     key = state.chain_gpus[0][0]
-    found = [state.incidents.get(f"{REPEAT}|{key}/{code}") for code in state.chain_codes]
+    found = [open_repeats(step, key, code) for code in state.chain_codes]
     if not all(found):
         return None  # another code among the triggers: a fault the repeat does not tell
-    return found[0]
+    return found[0][0]
 
 
 def older_fault(step: Step, degraded: OpenIncident, first: float) -> bool:

@@ -414,8 +414,7 @@ def _repeats_tell(step: Step, suspects: list[str], dropped: Evidence) -> bool:
         return False
     pages = []
     for key in suspects:
-        prefix = f"{chain.REPEAT}|{key}/"
-        found = [inc for k, inc in step.state.incidents.items() if k.startswith(prefix)]
+        found = chain.open_repeats(step, key)
         if not found:
             return False
         pages.extend(found)

@@ -134,10 +134,7 @@ def repeating(step: Step, gpu_key: str, code: int | None) -> bool:
     double-bit ECC error) twelve hours later has a new fault that page does not name;
     suppressed for any code, it was told by nothing (simulator seed 2: a flaky GPU's
     XID 79 repeat at 10:02, its XID 48s from 22:40)."""
-    if code is None:
-        prefix = f"{REPEAT}|{gpu_key}/"
-        return any(k.startswith(prefix) for k in step.state.incidents)
-    return f"{REPEAT}|{gpu_key}/{code}" in step.state.incidents
+    return bool(chain.open_repeats(step, gpu_key, code))
 
 
 def on_fatal(
@@ -151,7 +148,7 @@ def on_fatal(
         occurrences = gpu.fatal[code] = []
     if any(o.event_id == item.event_id for o in occurrences):
         return
-    subject = f"{gpu_key}/{code}"
+    subject = chain.repeat_subject(gpu_key, code)
     if not new_episode:
         # The same fault, logged again: evidence of an open repeat, never a new count.
         inc = step.find(REPEAT, subject)
