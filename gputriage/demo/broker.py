@@ -288,7 +288,11 @@ class EmbeddedBroker:
             if not await self._port_open():
                 await asyncio.sleep(_POLL_S)
                 continue
-            probe = asyncio.ensure_future(asyncio.wait_for(self._probe(), _PROBE_TIMEOUT_S))
+            # The timeout lives inside _probe: wait_for(self._probe(), ...) made the
+            # coroutine before the task ran, and a broker that died at once (its port
+            # taken) got the task cancelled unstarted, leaving that coroutine never
+            # awaited (a RuntimeWarning; tests/demo/test_broker.py flaked on it in CI).
+            probe = asyncio.ensure_future(self._probe())
             while not probe.done() and process.poll() is None:
                 await asyncio.wait([probe], timeout=_POLL_S * 5)
             if not probe.done():  # the broker died while we asked: stop asking
@@ -309,18 +313,20 @@ class EmbeddedBroker:
         return f"the embedded broker did not answer within {self.startup_timeout_s:g} s"
 
     async def _probe(self) -> dict[str, Any]:
-        """One metadata request (what a Kafka client does first): the cluster as it answers."""
+        """One metadata request (what a Kafka client does first): the cluster as it answers,
+        within ``_PROBE_TIMEOUT_S`` (``TimeoutError`` past it)."""
         from aiokafka.admin import AIOKafkaAdminClient  # noqa: PLC0415 - keep import cheap
 
         admin = AIOKafkaAdminClient(
             bootstrap_servers=f"{self.host}:{self.port}",
             request_timeout_ms=int(_PROBE_TIMEOUT_S * 1000),
         )
-        try:
-            await admin.start()
-            cluster: dict[str, Any] = await admin.describe_cluster()
-        finally:
-            await admin.close()
+        async with asyncio.timeout(_PROBE_TIMEOUT_S):
+            try:
+                await admin.start()
+                cluster: dict[str, Any] = await admin.describe_cluster()
+            finally:
+                await admin.close()
         return cluster
 
     async def _port_open(self) -> bool:
