@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Final
 
@@ -21,6 +20,7 @@ import promql_parser
 import pytest
 import yaml
 
+from bench.promql.selection import of_expressions
 from tests.deploy.rendered import render
 from tests.paths import DEPLOY, ROOT
 from tests.tools import skip_missing_tool
@@ -71,29 +71,6 @@ def _promtool() -> str:
     return found
 
 
-def _names(expr: Any) -> Iterator[str]:
-    """Every metric name a parsed PromQL expression selects."""
-    if isinstance(expr, promql_parser.VectorSelector):
-        if expr.name:
-            yield expr.name
-    elif isinstance(expr, promql_parser.MatrixSelector):
-        yield from _names(expr.vector_selector)
-    elif isinstance(expr, promql_parser.BinaryExpr):
-        yield from _names(expr.lhs)
-        yield from _names(expr.rhs)
-    elif isinstance(expr, promql_parser.Call):
-        for arg in expr.args:
-            yield from _names(arg)
-    elif isinstance(
-        expr,
-        promql_parser.AggregateExpr
-        | promql_parser.ParenExpr
-        | promql_parser.UnaryExpr
-        | promql_parser.SubqueryExpr,
-    ):
-        yield from _names(expr.expr)
-
-
 def _exported() -> set[str]:
     """Every sample name gputriage's processes can export."""
     from connectors.autoscaler.metrics import AutoscalerMetrics  # noqa: PLC0415
@@ -138,11 +115,13 @@ def test_the_rules_and_the_dashboard_parse_and_name_only_metrics_that_exist() ->
     used: set[str] = set()
     for where, expr in exprs:
         try:
-            parsed = promql_parser.parse(expr)
+            promql_parser.parse(expr)
         except ValueError as exc:
             pytest.fail(f"{where}: {expr!r} does not parse: {exc}")
-        names = set(_names(parsed))
-        assert names, f"{where} selects no metric"
+        # bench.promql.selection walks the same syntax tree for the PromQL baseline: an
+        # expression it cannot bound (every series) names no metric here, and fails.
+        names = set(of_expressions([expr]).names())
+        assert names, f"{where} selects no metric (or one it cannot bound)"
         used |= names
     ours = {n for n in used if n.startswith("gputriage_")}
     assert ours, "the rules name gputriage metrics"

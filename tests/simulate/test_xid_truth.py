@@ -23,6 +23,21 @@ def recurs(truth: TruthRecorder, at: datetime, code: int = 48, gpu: str = GPU) -
     return truth.recurs(cluster="c1", node="n1", gpu=gpu, code=code, time=at)
 
 
+def ticket(truth: TruthRecorder, fault: str, at: datetime, **subject: object) -> None:
+    """A gpu_degraded ticket expected from ``at``, due 5 min later (``TruthRecorder.expect``)."""
+    truth.expect(
+        fault_id=fault,
+        kind="gpu_degraded",
+        cluster="c1",
+        start=at,
+        first=at,
+        last=at,
+        due=at + timedelta(minutes=5),
+        severity="ticket",
+        **subject,
+    )
+
+
 def test_the_same_code_on_the_same_gpu_within_the_window_recurs() -> None:
     truth = TruthRecorder(StreamSpec(nodes=1))
     line(truth, T0, fault="fatal_xid-00001")
@@ -49,17 +64,7 @@ def test_a_fault_due_where_the_stream_ends_is_an_optional_truth() -> None:
     truth = TruthRecorder(StreamSpec(nodes=1))
     end = T0 + timedelta(hours=1)
     for fault, due in (("drop-1", end - timedelta(minutes=1)), ("drop-2", end)):
-        truth.expect(
-            fault_id=fault,
-            kind="gpu_degraded",
-            cluster="c1",
-            start=due - timedelta(minutes=5),
-            first=due - timedelta(minutes=5),
-            last=due - timedelta(minutes=5),
-            due=due,
-            node=f"n-{fault}",
-            severity="ticket",
-        )
+        ticket(truth, fault, due - timedelta(minutes=5), node=f"n-{fault}")
     truth.finish(end)
     assert [(x.id, x.optional) for x in truth.expected] == [
         ("drop-1/gpu_degraded", False),
@@ -74,32 +79,11 @@ def _flaky_then_drop(escalated_at: datetime | None) -> list[str]:
     fault = "flaky_gpu-00001"
     for k in range(5):
         line(truth, T0 + timedelta(minutes=15 * k), fault=fault)
-    truth.expect(
-        fault_id=fault,
-        kind="gpu_degraded",
-        cluster="c1",
-        start=T0,
-        first=T0,
-        last=T0,
-        due=T0 + timedelta(minutes=5),
-        node="n1",
-        gpus=(GPU,),
-        severity="ticket",
-    )
+    ticket(truth, fault, T0, node="n1", gpus=(GPU,))
     if escalated_at is not None:
         truth.escalated(f"{fault}/gpu_degraded", escalated_at)
     drop = T0 + timedelta(hours=3)
-    truth.expect(
-        fault_id="allocatable_drop-00002",
-        kind="gpu_degraded",
-        cluster="c1",
-        start=drop,
-        first=drop,
-        last=drop,
-        due=drop + timedelta(minutes=5),
-        node="n1",
-        severity="ticket",
-    )
+    ticket(truth, "allocatable_drop-00002", drop, node="n1")
     truth.ends("allocatable_drop-00002/gpu_degraded", drop + timedelta(minutes=40))
     truth.finish(T0 + timedelta(hours=6))
     return [x.id for x in truth.expected]
