@@ -36,6 +36,8 @@ class KafkaTestEnv:
 
     broker: EmbeddedBroker
     prefix: str
+    partitions: int = PARTITIONS
+    """Partitions of every topic (``dataclasses.replace`` for a test that needs more)."""
 
     @property
     def bootstrap(self) -> str:
@@ -50,7 +52,7 @@ class KafkaTestEnv:
     @property
     def settings(self) -> TopicSettings:
         """Topic settings with this test's prefix."""
-        return TopicSettings(prefix=self.prefix, partitions=PARTITIONS)
+        return TopicSettings(prefix=self.prefix, partitions=self.partitions)
 
     @property
     def layout(self) -> TopicLayout:
@@ -63,7 +65,7 @@ class KafkaTestEnv:
         return {
             "GPUTRIAGE_KAFKA__BROKERS": f'"{self.bootstrap}"',
             "GPUTRIAGE_TOPICS__PREFIX": f'"{self.prefix}"',
-            "GPUTRIAGE_TOPICS__PARTITIONS": str(PARTITIONS),
+            "GPUTRIAGE_TOPICS__PARTITIONS": str(self.partitions),
         }
 
     def create_topics(self) -> list[str]:

@@ -23,6 +23,7 @@ from schemas.dead_letters import DeadLetter
 from schemas.events import Tick
 from schemas.incidents import Incident
 from schemas.keys import routed
+from streams.app.worker import ProcessorOptions
 from streams.core import Correlator
 from tests.core_helpers import config
 from tests.kafka_helpers import KafkaTestEnv, wait_until
@@ -37,6 +38,16 @@ FAST_GROUP = {
 timeout and frees a killed member's partitions after the whole of it
 (bench/faust/FINDINGS.md §5): 2 s keeps a start under ~1 s and a takeover after SIGKILL
 under ~3 s (the default 10 s would cost 5 s per join, the suite's biggest wait)."""
+
+
+DEFAULT_GROUP = {
+    "GPUTRIAGE_PROCESSOR__SESSION_TIMEOUT_SECONDS": str(ProcessorOptions().session_timeout_seconds),
+    "GPUTRIAGE_PROCESSOR__REBALANCE_TIMEOUT_SECONDS": str(
+        ProcessorOptions().rebalance_timeout_seconds
+    ),
+}
+"""The group timings a deployment runs with (over :data:`FAST_GROUP`): the kill tests use
+them, so a killed member holds its partitions as long as it would in production."""
 
 
 class Worker:
@@ -151,6 +162,19 @@ class GroupOffsets:
         consumer = self._consumer
         offsets = await asyncio.gather(*(consumer.committed(tp) for tp in self._tps))
         return sum(o for o in offsets if o)
+
+    def done(self, partitions: Iterable[int]) -> bool:
+        """Has the group committed every raw topic's ``partitions`` to their end?"""
+        return self._loop.run_until_complete(self._done(set(partitions)))
+
+    async def _done(self, partitions: set[int]) -> bool:
+        await self._count()  # started
+        consumer = self._consumer
+        assert consumer is not None
+        tps = [tp for tp in self._tps if tp.partition in partitions]
+        ends = await consumer.end_offsets(tps)
+        offsets = await asyncio.gather(*(consumer.committed(tp) for tp in tps))
+        return all((o or 0) >= ends[tp] for tp, o in zip(tps, offsets, strict=True))
 
     def close(self) -> None:
         if self._consumer is not None:

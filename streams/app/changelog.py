@@ -68,18 +68,19 @@ class ChangelogReader:
 
     async def read(
         self, partitions: Iterable[int], timeout_s: float = 60.0
-    ) -> tuple[list[Any], dict[int, Offsets]]:
-        """The newest decoded state of every key on ``partitions``, and their marks."""
+    ) -> tuple[dict[int, list[Any]], dict[int, Offsets]]:
+        """The newest decoded state of every key on ``partitions``, by partition (a lane's
+        states are on its own partition number), and their marks."""
         starts = {TopicPartition(self.topic, p): None for p in sorted(partitions)}
-        latest: dict[bytes, bytes | None] = {}
+        latest: dict[tuple[int, bytes], bytes | None] = {}
         async with aclosing(read_range(self._consumer, starts, timeout_s)) as batches:
             async for records in batches:
                 for record in records:
                     if record.key is not None:
-                        latest[record.key] = record.value
-        states = []
+                        latest[record.partition, record.key] = record.value
+        states: dict[int, list[Any]] = {}
         marks: dict[int, Offsets] = {}
-        for key, value in latest.items():
+        for (partition, key), value in latest.items():
             if value is None:
                 continue
             if is_mark(key):
@@ -88,7 +89,7 @@ class ChangelogReader:
                     marks[mark[0]] = mark[1]
                 continue
             try:
-                states.append(decode_state(value))
+                states.setdefault(partition, []).append(decode_state(value))
             except Exception as exc:  # one bad snapshot must not stop the worker for good
                 self.corrupt += 1
                 log.error(

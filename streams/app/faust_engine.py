@@ -511,7 +511,7 @@ class FaustWorker:
         topic = self.state_topic
         n = self.partitions
         touched: set[int] = set()
-        for key, value in self.pipeline.snapshots():
+        for key, value, _ in self.pipeline.snapshots():
             raw_key = key.encode()
             data[raw_key] = value
             partition = partition_for(key, n)
@@ -581,23 +581,25 @@ class FaustWorker:
             )
         n = self.partitions
         data = self.table.data
-        states = []
+        states: dict[int, list[Any]] = {}
         corrupt = 0
         for key in list(data):
             if is_mark(key) or key.startswith(b"\x00"):
                 continue
-            if partition_for(key.decode(errors="replace"), n) not in owned:
+            lane = partition_for(key.decode(errors="replace"), n)
+            if lane not in owned:
                 del data[key]  # a lost partition's key: read again if it comes back
                 continue
             try:
-                states.append(decode_state(data[key]))
+                states.setdefault(lane, []).append(decode_state(data[key]))
             except Exception as exc:  # one bad snapshot must not stop the worker for good
                 corrupt += 1
                 log.error("state of %r does not decode (%r); it starts empty", key, exc)
-        dropped = self.pipeline.correlator.pending()
+        dropped = self.pipeline.lanes.pending()
         pipeline = self._new_pipeline()
-        pipeline.restore(states)
         pipeline.retain(raw)
+        for lane, restored in states.items():
+            pipeline.restore(restored, lane)
         self.pipeline = pipeline
         starts = await self._starts(raw)
         self._trackers = {}
@@ -619,7 +621,7 @@ class FaustWorker:
             "partitions %s: restored %d keys from %s, kept %d, dropped %d buffered events "
             "(faust engine, generation %s)",
             sorted(owned),
-            len(states),
+            sum(map(len, states.values())),
             self.state_topic,
             kept,
             dropped,
@@ -658,16 +660,16 @@ class FaustWorker:
             return
         self._gauges_at = now
         metrics = self.metrics
-        correlator = self.pipeline.correlator
-        metrics.observe_open(correlator.open_incidents_by_type())
-        metrics.buffered.set(correlator.pending())
-        reached = max(correlator.watermark, self.pipeline.clock_limit)
+        lanes = self.pipeline.lanes
+        metrics.observe_open(lanes.open_incidents_by_type())
+        metrics.buffered.set(lanes.pending())
+        reached = lanes.reached()
         if reached > 0:
             metrics.watermark_delay.set(max(0.0, time.time() - reached))
-        stale = correlator.stats.stale - self._stale_seen
+        stale = lanes.stats.stale - self._stale_seen
         if stale > 0:
             metrics.stale.inc(stale)
-        self._stale_seen = correlator.stats.stale
+        self._stale_seen = lanes.stats.stale
         # faust hides aiokafka's fetch times: partitions owned is all this engine can say.
         app = self.app
         try:

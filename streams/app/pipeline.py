@@ -37,8 +37,10 @@ from schemas.events import Event, Tick
 from schemas.incidents import Incident
 from schemas.keys import correlation_key
 from schemas.topics import SOURCE_SCHEMAS, TopicLayout
+from streams.app.lanes import Lanes
 from streams.core import CoreConfig, Correlator
 from streams.core.snapshot import encode_state
+from streams.core.state import KeyState
 
 log = logging.getLogger("gputriage.processor")
 
@@ -88,14 +90,20 @@ SourceStream = tuple[bytes, str, int]
 
 
 class Pipeline:
-    """One worker's correlator and the checks in front of it.
+    """One worker's correlators and the checks in front of them.
+
+    **A watermark per lane.** A lane is a raw partition number (:mod:`streams.app.lanes`):
+    every rule below is applied to each lane on its own, from the records and progress
+    read on that number's partitions, and each lane has its own correlator. So a lane
+    this worker gains in a rebalance starts with no watermark, however far the others
+    are, and its backlog is applied in event order, not as late arrivals.
 
     **The watermark follows the sources.** Every connector signs its records
     with its source id and the event time it has delivered up to, and heartbeats
     when quiet (:mod:`schemas.progress`). The pipeline keeps, per source *and*
     topic-partition (a record vouches only for what precedes it on its own
-    partition), the greatest progress read and when it was last heard; the
-    watermark is the least progress over the entries that are *alive* (heard
+    partition), the greatest progress read and when it was last heard; a lane's
+    watermark is the least progress over its entries that are *alive* (heard
     within ``source_idle_seconds``, or on a partition that still has records to
     read), minus grace. So an old event delivered slowly meets the watermark of
     its own source, and live equals replay however fast events arrive.
@@ -103,8 +111,8 @@ class Pipeline:
     **Records without those headers** (an older connector, a test producing raw
     records directly) keep the rule from before: the slowest *busy* partition's
     newest event time minus grace (a partition with nothing left to read does not
-    hold it back); with nothing busy, the newest event time of all (a batch) or
-    the worker's clock (a tick). When both kinds exist the watermark is the least
+    hold it back); with nothing of the lane busy, the lane's newest event time (a
+    batch) or the worker's clock (a tick). When both kinds exist the watermark is the least
     of both rules.
 
     **When every known source has aged out, the clock drives again.** Timers must
@@ -146,7 +154,7 @@ class Pipeline:
       an assignment (:meth:`retain` never called: a caller feeding batches) they are
       ignored: nothing would settle them.
     * **The least progress is the slowest alive source's**: an event waits until
-      every source on this worker's partitions has vouched for its time, so a quiet
+      every source on its lane's partitions has vouched for its time, so a quiet
       source that only heartbeats delays incidents by up to its interval
       (``PublishOptions.heartbeat_seconds``, 0.5 s).
     * **A busy source's rarely used partition** keeps the progress of its last record
@@ -162,15 +170,17 @@ class Pipeline:
         source_idle_seconds: float = 60.0,
         max_future_seconds: float = 600.0,
     ) -> None:
-        self.correlator = Correlator(config, track_dirty=True)
+        self.lanes = Lanes(config)
+        """A correlator per raw partition number (see the class)."""
         self.grace = config.grace_seconds
         self.source_idle_seconds = source_idle_seconds
         self.max_future_seconds = max_future_seconds
         """How far ahead of the present an event time may be (see :meth:`_present`)."""
         self._newest: dict[Partition, float] = {}
         """Newest event time read per partition, every record (the busy rule)."""
-        self._unsigned_newest = -math.inf
-        """Newest event time of the records without progress headers (their batch rule)."""
+        self._unsigned_newest: dict[int, float] = {}
+        """Lane -> newest event time of its records without progress headers (their batch
+        rule)."""
         self._sources: dict[SourceStream, list[float]] = {}
         """(source, topic, partition) -> [progress, last heard]; progress -inf: none yet."""
         self.malformed_headers = 0
@@ -179,10 +189,6 @@ class Pipeline:
         """Progress header values already read (see :meth:`_hear`)."""
         self._checked: set[bytes] = set()
         """Source ids already found well-formed."""
-        self.clock_limit = -math.inf
-        """The last advance's limit when the clock made it (see the class), else ``-inf``:
-        the watermark may stay behind it with nothing held, and the worker's delay gauge
-        measures from the greater of the two."""
         self._owned: frozenset[Partition] | None = None
         """The assigned raw partitions (:meth:`retain`); None: no assignment known."""
         self._announced: dict[SourceStream, float] = {}
@@ -240,9 +246,12 @@ class Pipeline:
     ) -> BatchOutcome:
         """The loop of both entries: ``(record, token)`` pairs, in the order read."""
         outcome = BatchOutcome()
-        correlator = self.correlator
+        lanes = self.lanes
+        lane = -1
+        correlator: Correlator | None = None
         counts = outcome.events_by_source
         newest = self._newest
+        unsigned = self._unsigned_newest
         schemas = self._schemas
         present = self._present(now)
         latest = present + self.max_future_seconds if present > -math.inf else math.inf
@@ -256,13 +265,16 @@ class Pipeline:
                 self._dead(record, token, outcome, self._too_far_ahead(event, latest))
                 continue
             topic = record.topic
+            partition = record.partition
             source = schemas[topic][0]
             counts[source] = counts.get(source, 0) + 1
-            where = (topic, record.partition)
+            where = (topic, partition)
             if when > newest.get(where, -math.inf):
                 newest[where] = when
-            if not signed and when > self._unsigned_newest:
-                self._unsigned_newest = when
+            if not signed and when > unsigned.get(partition, -math.inf):
+                unsigned[partition] = when
+            if partition != lane or correlator is None:  # records come in runs of a partition
+                lane, correlator = partition, lanes.lane(partition)
             try:
                 found = correlator.ingest(event, token=token, hold=True)
             except Exception as exc:  # a bug must cost one record, not the worker
@@ -271,7 +283,7 @@ class Pipeline:
                 continue
             if found:
                 outcome.incidents += found
-        self._advance(outcome, self._watermark(busy, None, now))
+        self._advance(outcome, self._watermarks(busy, None, now))
         return self._finish(outcome)
 
     def _present(self, now: float | None) -> float:
@@ -301,16 +313,26 @@ class Pipeline:
     def tick(self, now: float, busy: Iterable[Partition] = ()) -> BatchOutcome:
         """The worker's clock: with nothing left to read, quiet keys' timers fire."""
         outcome = BatchOutcome()
-        self._advance(outcome, self._watermark(busy, now, now))
+        self._advance(outcome, self._watermarks(busy, now, now))
         return self._finish(outcome)
 
-    def _advance(self, outcome: BatchOutcome, watermark: tuple[float, bool]) -> None:
-        limit, from_clock = watermark
-        self.clock_limit = limit if from_clock else -math.inf
-        try:
-            outcome.incidents += self.correlator.advance_watermark(limit, tight=from_clock)
-        except Exception:  # keep the worker alive; the log says what broke
-            log.exception("advancing the watermark to %s failed", limit)
+    @property
+    def clock_limit(self) -> float:
+        """The least over the lanes of the last advance's limit when the clock made it
+        (see the class), ``-inf`` if a lane's was not the clock's: the watermark may stay
+        behind it with nothing held."""
+        limits = self.lanes.clock_limits
+        return min((limits.get(n, -math.inf) for n, _ in self.lanes), default=-math.inf)
+
+    def _advance(self, outcome: BatchOutcome, watermarks: Mapping[int, tuple[float, bool]]) -> None:
+        limits = self.lanes.clock_limits
+        for number, correlator in self.lanes:
+            limit, from_clock = watermarks[number]
+            limits[number] = limit if from_clock else -math.inf
+            try:
+                outcome.incidents += correlator.advance_watermark(limit, tight=from_clock)
+            except Exception:  # keep the worker alive; the log says what broke
+                log.exception("advancing lane %d's watermark to %s failed", number, limit)
 
     def _hear(self, record: Any, now: float | None) -> bool:
         """Note the record's source progress; False if it has none (or a malformed one).
@@ -475,55 +497,71 @@ class Pipeline:
             if entry[1] >= oldest or (key[1], key[2]) in held
         )
 
-    def _watermark(
+    def _watermarks(
         self, busy: Iterable[Partition] | None, clock: float | None, now: float | None
-    ) -> tuple[float, bool]:
-        """``(watermark, from the clock)``: the second is True when only the worker's
-        clock bounds it (nothing busy, no alive source below it), and then it is a limit
-        for :meth:`Correlator.advance_watermark`'s ``tight`` mode, not a promise."""
+    ) -> dict[int, tuple[float, bool]]:
+        """Lane -> ``(watermark, from the clock)``, for every lane; the second is True when
+        only the worker's clock bounds it (nothing of the lane busy, no alive source of the
+        lane below it), and then it is a limit for
+        :meth:`Correlator.advance_watermark`'s ``tight`` mode, not a promise.
+
+        One pass over the busy partitions and one over the source table, whatever the
+        number of lanes: this runs after every batch and every tick."""
         newest = self._newest
         busy = list(busy or ())
-        pending = [newest.get(p, -math.inf) for p in busy]
-        # The partition rule (records without progress headers, and the start-up hold).
-        from_clock = False
-        if pending:
-            low = min(pending)
-        elif clock is not None:
-            low, from_clock = clock, True
-        elif self._unsigned_newest > -math.inf:
-            low = self._unsigned_newest
-        else:
-            low = math.inf  # no record without progress: no bound from this rule
+        pending: dict[int, float] = {}
+        for where in busy:
+            at = newest.get(where, -math.inf)
+            if at < pending.get(where[1], math.inf):
+                pending[where[1]] = at
+        least: dict[int, float] = {}
         if self._sources:
-            least = min((p for _, p in self._alive(now, busy)), default=math.inf)
-            if least < low:
-                low, from_clock = least, False
-        if low == math.inf:
-            return -math.inf, False
-        return low - self.grace, from_clock
+            for key, progress in self._alive(now, busy):
+                if progress < least.get(key[2], math.inf):
+                    least[key[2]] = progress
+        unsigned = self._unsigned_newest
+        out: dict[int, tuple[float, bool]] = {}
+        for number, _ in self.lanes:
+            # The partition rule (records without progress headers, and the start-up hold).
+            from_clock = False
+            low = pending.get(number)
+            if low is None:
+                if clock is not None:
+                    low, from_clock = clock, True
+                else:  # inf without a record lacking progress: no bound from this rule
+                    low = unsigned.get(number, math.inf)
+            sourced = least.get(number, math.inf)
+            if sourced < low:
+                low, from_clock = sourced, False
+            out[number] = (-math.inf, False) if low == math.inf else (low - self.grace, from_clock)
+        return out
 
     def ahead(self, busy: Iterable[Partition], now: float | None = None) -> set[Partition]:
-        """The busy partitions that do not hold the watermark back: reading more of them
-        only buffers more (the worker pauses them while the buffer is full).
+        """The busy partitions that do not hold their lane's watermark back: reading more of
+        them only buffers more (the worker pauses them while the buffer is full).
 
         A partition's place in event time is the least of what it gives the watermark
-        rules (:meth:`_watermark`): its newest event time (it is busy) and the progress
+        rules (:meth:`_watermarks`): its newest event time (it is busy) and the progress
         of every alive source heard on it. The least place over those and every alive
-        source heard elsewhere holds the watermark; the partitions *at* it are never in
-        the result, so whoever holds the watermark is always read, and it moves.
+        source heard elsewhere in the lane holds the lane's watermark; the partitions *at*
+        it are never in the result, so whoever holds a lane is always read, and it moves.
         """
         newest = self._newest
         place = {p: newest.get(p, -math.inf) for p in busy}
         if not place:
             return set()
-        low = min(place.values())
+        low: dict[int, float] = {}
+        for (_, number), at in place.items():
+            if at < low.get(number, math.inf):
+                low[number] = at
         if self._sources:
             for (_, topic, partition), progress in self._alive(now, place):
                 where = (topic, partition)
                 if where in place and progress < place[where]:
                     place[where] = progress
-                low = min(low, progress)
-        return {p for p, at in place.items() if at > low}
+                if progress < low.get(partition, math.inf):
+                    low[partition] = progress
+        return {p for p, at in place.items() if at > low[p[1]]}
 
     def sources(self, now: float, busy: Iterable[Partition] = ()) -> tuple[int, int]:
         """``(alive, idle)``: source ids heard on some partition within the idle timeout,
@@ -532,31 +570,41 @@ class Pipeline:
         known = {key[0] for key in self._sources}
         return len(alive), len(known - alive)
 
-    def retain(self, partitions: Iterable[Partition]) -> None:
-        """Forget the source entries of partitions no longer assigned (after a rebalance):
-        they would never be heard again here, and would hold the watermark until aged."""
+    def retain(self, partitions: Iterable[Partition]) -> int:
+        """Forget what this worker knew of the partitions no longer assigned (after a
+        rebalance): their lanes with the events they buffered (returns how many: never
+        released, their new owner reads them again), their source entries (never heard
+        here again, they would hold a watermark until aged) and their newest event times
+        (a partition that comes back must hold its lane from its own backlog, not from
+        what this worker read there before it lost it)."""
         keep = frozenset(partitions)
         self._owned = keep
         for key in [k for k in self._sources if (k[1], k[2]) not in keep]:
             del self._sources[key]
             self._announced.pop(key, None)
+        for where in [w for w in self._newest if w not in keep]:
+            del self._newest[where]
+        numbers = {number for _, number in keep}
+        for number in [n for n in self._unsigned_newest if n not in numbers]:
+            del self._unsigned_newest[number]
+        return self.lanes.keep(numbers)
 
-    def restore(self, snapshots: Iterable[Any]) -> None:
-        """Adopt states read back from the changelog (already decoded)."""
-        for state in snapshots:
-            self.correlator.restore(state)
+    def restore(self, snapshots: Iterable[KeyState], lane: int) -> None:
+        """Adopt states read back from the state topic's partition ``lane`` (decoded)."""
+        self.lanes.restore(snapshots, lane)
 
-    def snapshots(self) -> list[tuple[str, bytes]]:
-        """``(correlation key, encoded state)`` of every key changed since the last call.
+    def snapshots(self) -> list[tuple[str, bytes, int]]:
+        """``(correlation key, encoded state, lane)`` of every key changed since the last
+        call; the state belongs on the state topic's partition ``lane``.
 
         Call it as rarely as durability allows: a key touched by a thousand events
         in between is written once. Tokens released before this call may be acked
         once these snapshots (and the incidents) are delivered, not before.
         """
-        return [(key, encode_state(state)) for key, state in self.correlator.take_dirty()]
+        return [(key, encode_state(state), lane) for key, state, lane in self.lanes.take_dirty()]
 
     def _finish(self, outcome: BatchOutcome) -> BatchOutcome:
-        outcome.released += self.correlator.take_released()
+        outcome.released += self.lanes.take_released()
         return outcome
 
     def _decode(
@@ -580,6 +628,7 @@ class Pipeline:
                 return self._dead(record, token, outcome, error)
             if token is not None:  # a heartbeat: its progress is noted, it is done
                 outcome.released.append(token)
+            self.lanes.lane(record.partition)  # its lane's watermark moves with it
             return None
         if schema is not expected[1]:
             got = schema.__struct_config__.tag

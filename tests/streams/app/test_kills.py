@@ -21,15 +21,19 @@ has caught up.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from schemas.codec import AnyEvent, decode_incident, encode
 from schemas.incidents import Incident
 from tests.kafka_helpers import KafkaTestEnv, wait_until
 from tests.processor_helpers import (
+    DEFAULT_GROUP,
     SLOW_STEPS,
     GroupOffsets,
     TopicReader,
@@ -45,14 +49,28 @@ from tests.processor_helpers import (
 KillPoint = Callable[[Worker, int], object]
 """When to kill a worker, given it and the group's committed count when it started."""
 
-NO_COMMIT = {**SLOW_STEPS, "GPUTRIAGE_PROCESSOR__SNAPSHOT_SECONDS": "3600"}
+KILL_PARTITIONS = 6
+"""The default partition count: a killed member's partitions are spread over several lanes."""
+
+SLOW = {**SLOW_STEPS, **DEFAULT_GROUP}
+"""A slow worker (:data:`SLOW_STEPS`) with the default session: a killed member keeps its
+partitions for the whole of it, so its successor first gets only some of them, and gains
+the rest (with their backlog) once the session ends."""
+
+SLOWER = {**SLOW, "GPUTRIAGE_PROCESSOR__BATCH_MAX": "1"}
+"""Slower still: a half of the backlog lasts tens of seconds (the half without the cluster
+key's partition, which holds every copy, is the smaller one)."""
+
+NO_COMMIT = {**SLOW, "GPUTRIAGE_PROCESSOR__SNAPSHOT_SECONDS": "3600"}
 """A worker that publishes every batch's revisions but never snapshots or commits."""
 
 
+@pytest.mark.timeout(400)
 def test_six_kills_at_different_points_lose_nothing_and_invent_nothing(
     kafka: KafkaTestEnv, tmp_path: Path
 ) -> None:
     started = time.monotonic()
+    kafka = dataclasses.replace(kafka, partitions=KILL_PARTITIONS)
     events = generated(30_000, 300)
     kafka.create_topics()
     # Kill points watch the topic and the group's commit closely (a fetch held the
@@ -145,11 +163,11 @@ def _kills(
             f"{at_start[0]} -> {len(incidents.records)}, {time.monotonic() - began:.1f} s"
         )
 
-    run("after-commit", SLOW_STEPS, passed(1 / 7))
-    run("restore", SLOW_STEPS, restored)
-    run("publishing", SLOW_STEPS, publishing(2 / 7))
-    run("publishing-2", SLOW_STEPS, publishing(3 / 7))
-    run("after-commit-2", SLOW_STEPS, passed(4 / 7))
+    run("after-commit", SLOW, passed(1 / 7))
+    run("restore", SLOW, restored)
+    run("publishing", SLOW, publishing(2 / 7))
+    run("publishing-2", SLOW, publishing(3 / 7))
+    run("after-commit-2", SLOW, passed(4 / 7))
     # Last: never committing, it never waits on the broker either, and may publish
     # the rest of the backlog at once; its successor publishes all that again.
     before = count()
@@ -157,7 +175,7 @@ def _kills(
     assert count() == before, "the no-commit worker committed nothing"
     assert count() < total, f"the kills landed mid-backlog: {log}"
 
-    last = Worker(kafka, app, tmp_path / "last.log")
+    last = Worker(kafka, app, tmp_path / "last.log", DEFAULT_GROUP)
     try:
         await_settled(incidents, expected, 90)
         wait_until(lambda: count() == total, timeout=30, what="all committed")
@@ -165,6 +183,15 @@ def _kills(
         assert last.stop() == 0, last.log()
     incidents.poll()  # what its clean stop may have flushed, for the count below
 
+    _as_replay(incidents, expected, log)
+    suppressed = sum(_suppressed(tmp_path / f"{name}.log") for name in KILLED)
+    assert suppressed > 0, f"no worker made a revision again: the kills prove nothing; {log}"
+
+
+def _as_replay(incidents: TopicReader, expected: dict[str, Incident], log: list[str]) -> None:
+    """Every incident's final revision is the replay's, none is invented, and no
+    ``(id, revision)`` was published twice (a bridge would drop the second as a copy,
+    even with other bytes)."""
     got = final(incidents.incidents())
     lost = [i for i in expected if i not in got]
     differ = [i for i in expected if i in got and encode(got[i]) != encode(expected[i])]
@@ -186,8 +213,77 @@ def _kills(
     assert (lost, differ, invented) == ([], [], []), log
     assert not differing, next(iter(differing.items()))
     assert duplicated == 0, log
-    suppressed = sum(_suppressed(tmp_path / f"{name}.log") for name in KILLED)
-    assert suppressed > 0, f"no worker made a revision again: the kills prove nothing; {log}"
+
+
+@pytest.mark.timeout(300)
+def test_a_survivor_takes_over_a_killed_members_backlog_as_a_replay_would(
+    kafka: KafkaTestEnv, tmp_path: Path
+) -> None:
+    """Two workers share a backlog; the slow one is killed mid-way through its half, and
+    the survivor reads its own half to the end. After the session timeout it gains the dead
+    member's partitions, whose backlog (from the dead member's last commit) lies far behind
+    everything the survivor has decided: each lane keeps its own watermark, so that backlog
+    is applied in event order (one shared watermark found it late, and lost incidents)."""
+    kafka = dataclasses.replace(kafka, partitions=KILL_PARTITIONS)
+    events = generated(30_000, 300)
+    kafka.create_topics()
+    expected = reference(events)
+    total = produce_events(kafka, events)
+    incidents = TopicReader(kafka, kafka.layout.incidents.name, fetch_max_wait_ms=10)
+    count = GroupOffsets(kafka, f"{kafka.prefix}-app")
+    log: list[str] = []
+    slow = Worker(kafka, count.group, tmp_path / "slow.log", SLOWER)
+    survivor: Worker | None = None
+    try:
+        wait_until(count, timeout=60, what="the slow worker's first commit")
+        survivor = Worker(kafka, count.group, tmp_path / "survivor.log", DEFAULT_GROUP)
+        halves = wait_until(
+            lambda: _halves(count, survivor.log(), slow.log()), timeout=60, what="two halves"
+        )
+        assert halves is not None
+        slow.kill()
+        log.append(
+            f"survivor owns {halves[0]}, slow owns {halves[1]}: killed the slow worker at "
+            f"{count()} of {total} committed"
+        )
+        assert not count.done(halves[1]), f"the slow half is mid-way: {log}"
+        # The dead member keeps its partitions for the session: the survivor reads its own
+        # half to the end meanwhile, and its watermark with it (the case that lost pages).
+        wait_until(lambda: count.done(halves[0]), timeout=60, what="the survivor's half done")
+        log.append(f"survivor's half done, taken over: {len(_owned(survivor.log())) > 1}")
+        await_settled(incidents, expected, 120)
+        wait_until(lambda: count() == total, timeout=30, what="all committed")
+        assert survivor.stop() == 0, survivor.log()
+        assert _owned(survivor.log())[-1] == sorted(halves[0] + halves[1]), "it took over"
+        incidents.poll()
+        _as_replay(incidents, expected, log)
+    finally:
+        for worker in (slow, survivor):
+            if worker is not None and worker.process.poll() is None:
+                worker.kill()
+        count.close()
+        incidents.close()
+
+
+def _owned(log: str) -> list[list[int]]:
+    """The partitions of each assignment a worker's log reports, in order."""
+    out = []
+    for line in log.splitlines():
+        if "partitions [" in line and ": restored " in line:
+            listed = line.split("partitions [", 1)[1].split("]", 1)[0]
+            out.append([int(p) for p in listed.split(",") if p.strip()])
+    return out
+
+
+def _halves(count: GroupOffsets, survivor: str, slow: str) -> tuple[list[int], list[int]] | None:
+    """The two workers' partitions once both report an assignment of their own and they
+    split the partitions between them (the range assignor: half each)."""
+    mine, theirs = _owned(survivor), _owned(slow)
+    if not mine or not theirs or len(theirs) < 2:
+        return None
+    if sorted(mine[-1] + theirs[-1]) != list(range(count.kafka.partitions)):
+        return None
+    return mine[-1], theirs[-1]
 
 
 KILLED = (

@@ -16,6 +16,7 @@ from tests.core_helpers import config
 from tests.factories import Cluster, term
 
 LAYOUT = topic_layout()
+PODS_TOPIC = LAYOUT.raw["pods"].name
 
 
 def records(events: Sequence[AnyEvent], start: int = 0) -> list[RawRecord]:
@@ -53,8 +54,8 @@ def test_good_records_become_incidents_and_are_released_after_the_watermark() ->
     assert later.released == [2]
     assert [i.type for i in later.incidents] == ["host_oom_kill"]
     snapshots = pipeline.snapshots()
-    assert [key for key, _ in snapshots] == ["c1/n"]
-    assert decode_state(snapshots[0][1]) == pipeline.correlator.keys["c1/n"]
+    assert [(key, lane) for key, _, lane in snapshots] == [("c1/n", 0)]
+    assert decode_state(snapshots[0][1]) == pipeline.lanes.keys["c1/n"]
     assert pipeline.snapshots() == [], "each change is written once"
 
 
@@ -154,10 +155,10 @@ def test_a_restored_worker_skips_what_it_had_applied() -> None:
     outcome = first.process(records(c.events))
     assert [i.status for i in outcome.incidents] == ["open"]
     second = Pipeline(config(grace_seconds=0), LAYOUT)
-    second.restore(decode_state(data) for _, data in first.snapshots())
+    second.restore((decode_state(data) for _, data, _ in first.snapshots()), 0)
     again = second.process(records(c.events))
     assert again.incidents == []
-    assert second.correlator.stats.stale == len(c.events)
+    assert second.lanes.stats.stale == len(c.events)
     assert again.released == [0, 1, 2]
 
 
@@ -175,8 +176,8 @@ def test_a_partition_with_a_backlog_holds_the_watermark() -> None:
     first = pipeline.process([node0, pod1, pod2, node2], busy=[xids])
     assert first.released == [], "the xids partition has not been read yet"
     second = pipeline.process([xid], busy=[])
-    assert pipeline.correlator.stats.late == 0
-    assert pipeline.correlator.stats.stale == 0
+    assert pipeline.lanes.stats.late == 0
+    assert pipeline.lanes.stats.stale == 0
     assert sorted(second.released) == [0, 1, 2, 3]
     assert [i.type for i in second.incidents] == ["device_unhealthy_eviction"]
 
@@ -223,3 +224,65 @@ def test_an_event_far_ahead_of_the_clock_is_a_dead_letter_and_released() -> None
     assert "ahead of the present (max_future_seconds = 600)" in dead.reason
     assert len(batch) - 1 in outcome.released, "the far record's token is released"
     assert outcome.events_by_source == {"nodes": 1, "pods": 3}
+
+
+def chain() -> Cluster:
+    """An XID 79 and the eviction it causes: one device_unhealthy_eviction page."""
+    c = Cluster()
+    c.node("m", 0)
+    c.pod("m", "t", 1)
+    c.xid("m", 300, 79)
+    c.pod("m", "t", 320, phase="Failed", reason="Evicted")
+    c.node("m", 900)
+    return c
+
+
+def on(partition: int, recs: Sequence[RawRecord]) -> list[RawRecord]:
+    return [
+        RawRecord(r.topic, partition, r.offset, r.key, r.value, token=(partition, r.offset))
+        for r in recs
+    ]
+
+
+def test_a_gained_partitions_backlog_is_applied_in_order_however_far_the_kept_ones_are() -> None:
+    """A survivor taking over a dead member's partition had moved its one watermark on
+    with the partitions it kept, days past the gained partition's backlog: the backlog was
+    late, applied in arrival order, and across the raw topics that is not event order (the
+    XID after the pod updates: skipped as stale, the page lost). Each partition number is
+    a lane with its own watermark: a gained one starts with none."""
+    pipeline = Pipeline(config(grace_seconds=1), LAYOUT)
+    kept = {(topic, 0) for topic in LAYOUT.raw_topics}
+    pipeline.retain(kept)
+    live = oom_scenario()
+    later = [
+        msgspec.structs.replace(e, time=e.time.replace(year=e.time.year + 1)) for e in live.events
+    ]
+    assert [i.type for i in pipeline.process(on(0, records(later))).incidents] == []
+    assert pipeline.lanes.watermark > chain().events[-1].time.timestamp() + 86400
+
+    gained = {(topic, 1) for topic in LAYOUT.raw_topics}
+    assert pipeline.retain(kept | gained) == 0
+    node0, pod1, xid, pod2, node2 = on(1, records(chain().events))
+    xids = (xid.topic, 1)
+    first = pipeline.process([node0, pod1, pod2, node2], busy=[xids])
+    assert first.incidents == []
+    second = pipeline.process([xid], busy=[])
+    assert pipeline.lanes.stats.late == 0
+    assert pipeline.lanes.stats.stale == 0
+    assert [i.type for i in second.incidents] == ["device_unhealthy_eviction"]
+    assert sorted(second.released) == [(1, 0), (1, 1), (1, 2), (1, 3)]
+
+
+def test_a_lost_lane_is_dropped_with_what_it_buffered_and_its_newest_times() -> None:
+    """Its events are never released (the new owner reads them again), and if it comes
+    back its backlog holds it again: what this worker read there before counts no more."""
+    pipeline = Pipeline(config(grace_seconds=5), LAYOUT)
+    both = {(topic, p) for topic in LAYOUT.raw_topics for p in (0, 1)}
+    pipeline.retain(both)
+    outcome = pipeline.process(on(1, records(oom_scenario().events)))
+    assert outcome.released == [(1, 0), (1, 1)], "the last pod update waits"
+    assert pipeline.retain({w for w in both if w[1] == 0}) == 1, "the held update is dropped"
+    assert 1 not in pipeline.lanes
+    pipeline.retain(both)
+    again = pipeline.process(on(1, records(oom_scenario().events[:1])), busy=[(PODS_TOPIC, 1)])
+    assert again.released == [], "held by the pods partition's backlog, not its old newest"

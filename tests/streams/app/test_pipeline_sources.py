@@ -24,6 +24,7 @@ from tests.factories import Cluster, at, term
 
 LAYOUT = topic_layout()
 PODS = LAYOUT.raw["pods"].name
+NODES = LAYOUT.raw["nodes"].name
 NOW = 2_000_000_000.0
 """The wall clock, far past every event time: a watermark near it is the clock's."""
 IDLE = 60.0
@@ -92,49 +93,49 @@ def test_the_clock_does_not_move_the_watermark_past_a_live_source() -> None:
     p = pipeline()
     c = oom()
     p.process(signed(c.events, "a", at(0)), busy=[], now=NOW)
-    assert p.correlator.watermark == at(0).timestamp() - GRACE, "the records vouch for at(0)"
+    assert p.lanes.watermark == at(0).timestamp() - GRACE, "the records vouch for at(0)"
     assert p.tick(NOW + 1).incidents == []
-    assert p.correlator.watermark == at(0).timestamp() - GRACE, "the clock did not move it"
+    assert p.lanes.watermark == at(0).timestamp() - GRACE, "the clock did not move it"
     nodes = LAYOUT.raw["nodes"].name
     half = p.process([heartbeat("a", at(120))], busy=[], now=NOW + 2)
     assert half.incidents == [], "its progress on the nodes partition is still at(0)"
     done = p.process([heartbeat("a", at(120), topic=nodes)], busy=[], now=NOW + 2)
     assert [i.type for i in done.incidents] == ["host_oom_kill"]
-    assert p.correlator.watermark == at(120).timestamp() - GRACE
-    assert p.correlator.stats.late == 0
+    assert p.lanes.watermark == at(120).timestamp() - GRACE
+    assert p.lanes.stats.late == 0
 
 
 def test_the_watermark_is_the_least_progress_over_the_sources() -> None:
     p = pipeline()
-    p.process([heartbeat("a", at(100)), heartbeat("b", at(40), partition=1)], now=NOW)
+    p.process([heartbeat("a", at(100)), heartbeat("b", at(40), topic=NODES)], now=NOW)
     p.tick(NOW)
-    assert p.correlator.watermark == at(40).timestamp() - GRACE
-    p.process([heartbeat("b", at(300), partition=1, offset=1000)], now=NOW)
-    assert p.correlator.watermark == at(100).timestamp() - GRACE
+    assert p.lanes.watermark == at(40).timestamp() - GRACE
+    p.process([heartbeat("b", at(300), topic=NODES, offset=1000)], now=NOW)
+    assert p.lanes.watermark == at(100).timestamp() - GRACE
 
 
 def test_progress_is_kept_per_partition_of_a_source() -> None:
     """A record vouches only for what precedes it on its own partition: a source fast on
     one partition and behind on another is as far as the slower one."""
     p = pipeline()
-    p.process([heartbeat("k8s", at(500)), heartbeat("k8s", at(50), partition=2)], now=NOW)
+    p.process([heartbeat("k8s", at(500)), heartbeat("k8s", at(50), topic=NODES)], now=NOW)
     p.tick(NOW)
-    assert p.correlator.watermark == at(50).timestamp() - GRACE
+    assert p.lanes.watermark == at(50).timestamp() - GRACE
 
 
 def test_a_silent_source_ages_out_and_with_every_source_gone_the_clock_drives() -> None:
     p = pipeline()
-    p.process([heartbeat("a", at(100)), heartbeat("b", at(40), partition=1)], now=NOW)
+    p.process([heartbeat("a", at(100)), heartbeat("b", at(40), topic=NODES)], now=NOW)
     p.process([heartbeat("a", at(200), offset=1000)], now=NOW + IDLE)
     p.tick(NOW + IDLE)
-    assert p.correlator.watermark == at(40).timestamp() - GRACE, "b: heard exactly IDLE ago"
+    assert p.lanes.watermark == at(40).timestamp() - GRACE, "b: heard exactly IDLE ago"
     assert p.sources(NOW + IDLE) == (2, 0)
     p.tick(NOW + IDLE + 0.5)
-    assert p.correlator.watermark == at(200).timestamp() - GRACE, "b aged out, a holds"
+    assert p.lanes.watermark == at(200).timestamp() - GRACE, "b aged out, a holds"
     assert p.sources(NOW + IDLE + 0.5) == (1, 1)
     p.tick(NOW + 2 * IDLE + 1)
     assert p.clock_limit == NOW + 2 * IDLE + 1 - GRACE, "all gone: the clock drives"
-    assert p.correlator.watermark == at(200).timestamp() - GRACE, "with nothing to fire"
+    assert p.lanes.watermark == at(200).timestamp() - GRACE, "with nothing to fire"
     assert p.sources(NOW + 2 * IDLE + 1) == (0, 2)
 
 
@@ -145,15 +146,15 @@ def test_the_clock_is_a_limit_a_worker_on_empty_topics_declares_no_past_closed()
     p = pipeline()
     for second in range(5):
         p.tick(NOW + second)
-    assert p.correlator.watermark == -math.inf
-    assert p.clock_limit == NOW + 4 - GRACE
+    assert p.lanes.watermark == -math.inf
+    assert p.clock_limit == -math.inf, "no lane yet: nothing for the clock to close"
     c = oom()
     p.process(signed(c.events, "a", None), busy=[], now=NOW + 5)
     out = p.process(
         [heartbeat("a", at(120)), heartbeat("a", at(120), topic=LAYOUT.raw["nodes"].name)],
         now=NOW + 6,
     )
-    assert p.correlator.stats.late == 0
+    assert p.lanes.stats.late == 0
     assert [i.type for i in out.incidents] == ["host_oom_kill"]
 
 
@@ -161,13 +162,13 @@ def test_with_every_source_gone_the_clock_releases_and_fires_what_is_due() -> No
     p = pipeline()
     c = oom()
     p.process(signed(c.events, "a", None), busy=[], now=NOW)
-    assert p.correlator.pending() == len(c.events), "held: a has vouched for nothing"
+    assert p.lanes.pending() == len(c.events), "held: a has vouched for nothing"
     out = p.tick(NOW + IDLE + 1)
     assert {i.type for i in out.incidents} == {"host_oom_kill"}
-    assert p.correlator.pending() == 0
+    assert p.lanes.pending() == 0
     last = max(e.time for e in c.events).timestamp()
-    assert last <= p.correlator.watermark < p.clock_limit, "as far as what fired, no further"
-    assert p.correlator.stats.late == 0
+    assert last <= p.lanes.watermark < p.clock_limit, "as far as what fired, no further"
+    assert p.lanes.stats.late == 0
 
 
 def test_a_source_on_a_partition_with_records_left_to_read_does_not_age() -> None:
@@ -175,7 +176,7 @@ def test_a_source_on_a_partition_with_records_left_to_read_does_not_age() -> Non
     p = pipeline()
     p.process([heartbeat("a", at(100))], now=NOW)
     p.tick(NOW + 10 * IDLE, busy=[(PODS, 0)])
-    assert p.correlator.watermark == at(100).timestamp() - GRACE
+    assert p.lanes.watermark == at(100).timestamp() - GRACE
     assert p.sources(NOW + 10 * IDLE, busy=[(PODS, 0)]) == (1, 0)
 
 
@@ -184,7 +185,7 @@ def test_a_source_with_no_progress_yet_holds_the_watermark() -> None:
     c = oom()
     out = p.process(signed(c.events, "a", None), busy=[], now=NOW)
     p.tick(NOW)
-    assert p.correlator.watermark == -math.inf
+    assert p.lanes.watermark == -math.inf
     assert out.released == []
 
 
@@ -197,7 +198,7 @@ def test_header_less_records_keep_the_partition_rule() -> None:
     assert p.tick(NOW, busy=[(PODS, 0)]).incidents == [], "a busy partition holds it"
     assert {i.type for i in p.tick(NOW, busy=[]).incidents} == {"host_oom_kill"}
     assert p.clock_limit == NOW - GRACE, "caught up: the clock drives, as before"
-    assert p.correlator.watermark < NOW - GRACE, "as far as what it fired"
+    assert p.lanes.watermark < NOW - GRACE, "as far as what it fired"
     assert p.sources(NOW) == (0, 0)
 
 
@@ -206,11 +207,11 @@ def test_with_both_kinds_the_watermark_is_the_least_of_both_rules() -> None:
     c = oom()
     old = signed(c.events[:2], None, None)  # header-less, on a partition with a backlog
     p.process(old, busy=[(PODS, 0)], now=NOW)
-    p.process([heartbeat("a", at(500), partition=1)], busy=[(PODS, 0)], now=NOW)
+    p.process([heartbeat("a", at(500), topic=NODES)], busy=[(PODS, 0)], now=NOW)
     p.tick(NOW, busy=[(PODS, 0)])
-    assert p.correlator.watermark == at(1).timestamp() - GRACE, "the busy partition's newest"
+    assert p.lanes.watermark == at(1).timestamp() - GRACE, "the busy partition's newest"
     p.tick(NOW, busy=[])
-    assert p.correlator.watermark == at(500).timestamp() - GRACE, "then the source's progress"
+    assert p.lanes.watermark == at(500).timestamp() - GRACE, "then the source's progress"
 
 
 def test_a_malformed_header_is_counted_and_the_record_is_header_less() -> None:
@@ -243,9 +244,9 @@ def test_a_heartbeat_is_progress_only_never_an_event_nor_a_dead_letter() -> None
     assert out.dead_letters == []
     assert out.released == [beat.token], "done at once: nothing waits for it"
     assert out.events_by_source == {}
-    assert p.correlator.stats.events == 0
-    assert p.correlator.pending() == 0
-    assert p.correlator.watermark == at(100).timestamp() - GRACE
+    assert p.lanes.stats.events == 0
+    assert p.lanes.pending() == 0
+    assert p.lanes.watermark == at(100).timestamp() - GRACE
 
 
 def test_a_tick_without_progress_headers_on_a_raw_topic_is_a_dead_letter() -> None:
@@ -260,35 +261,35 @@ def test_a_tick_without_progress_headers_on_a_raw_topic_is_a_dead_letter() -> No
     assert "tick.v1" in dead.reason
     assert "progress" in dead.reason
     assert out.released == ["bare"]
-    assert p.correlator.stats.events == 0
+    assert p.lanes.stats.events == 0
 
 
 def test_the_watermark_never_goes_back_when_a_slower_source_joins() -> None:
     p = pipeline()
     p.process([heartbeat("a", at(100))], now=NOW)
-    p.process([heartbeat("late-joiner", at(10), partition=1)], now=NOW)
+    p.process([heartbeat("late-joiner", at(10), topic=NODES)], now=NOW)
     p.tick(NOW)
-    assert p.correlator.watermark == at(100).timestamp() - GRACE
+    assert p.lanes.watermark == at(100).timestamp() - GRACE
 
 
 def test_revoked_partitions_forget_their_sources() -> None:
     p = pipeline()
-    p.process([heartbeat("a", at(100)), heartbeat("b", at(10), partition=1)], now=NOW)
+    p.process([heartbeat("a", at(100)), heartbeat("b", at(10), topic=NODES)], now=NOW)
     p.retain([(PODS, 0)])
     assert p.sources(NOW) == (1, 0)
     p.process([heartbeat("a", at(200), offset=1000)], now=NOW)
-    assert p.correlator.watermark == at(200).timestamp() - GRACE, "b no longer holds it"
+    assert p.lanes.watermark == at(200).timestamp() - GRACE, "b no longer holds it"
 
 
 def test_without_a_clock_nothing_ages() -> None:
     """A caller feeding one finite batch (as most tests do) passes no ``now``."""
     p = pipeline()
-    p.process([heartbeat("a", at(100)), heartbeat("b", at(40), partition=1)])
-    assert p.correlator.watermark == at(40).timestamp() - GRACE
+    p.process([heartbeat("a", at(100)), heartbeat("b", at(40), topic=NODES)])
+    assert p.lanes.watermark == at(40).timestamp() - GRACE
 
 
-def ended(source: str, *, partition: int = 0, offset: int = 2000) -> RawRecord:
-    beat = heartbeat(source, at(0), partition=partition, offset=offset)
+def ended(source: str, *, topic: str = PODS, partition: int = 0, offset: int = 2000) -> RawRecord:
+    beat = heartbeat(source, at(0), topic=topic, partition=partition, offset=offset)
     headers = [(wire.SOURCE_HEADER, source.encode()), (wire.PROGRESS_HEADER, wire.END)]
     return RawRecord(
         topic=beat.topic,
@@ -304,14 +305,14 @@ def ended(source: str, *, partition: int = 0, offset: int = 2000) -> RawRecord:
 def test_a_source_that_ended_holds_nothing_until_it_publishes_again() -> None:
     """``--once`` read everything: waiting for it until it ages out would only delay."""
     p = pipeline()
-    p.process([heartbeat("a", at(100)), heartbeat("once", at(10), partition=1)], now=NOW)
-    p.process([ended("once", partition=1)], now=NOW)
-    assert p.correlator.watermark == at(100).timestamp() - GRACE
+    p.process([heartbeat("a", at(100)), heartbeat("once", at(10), topic=NODES)], now=NOW)
+    p.process([ended("once", topic=NODES)], now=NOW)
+    assert p.lanes.watermark == at(100).timestamp() - GRACE
     assert p.sources(NOW) == (1, 1), "an ended source is not alive"
-    p.process([heartbeat("once", at(50), partition=1, offset=3000)], now=NOW)
+    p.process([heartbeat("once", at(50), topic=NODES, offset=3000)], now=NOW)
     assert p.sources(NOW) == (2, 0), "restarted: it counts again"
     p.process([heartbeat("a", at(300), offset=3001)], now=NOW)
-    assert p.correlator.watermark == at(100).timestamp() - GRACE, "held by the restarted run"
+    assert p.lanes.watermark == at(100).timestamp() - GRACE, "held by the restarted run"
 
 
 def test_the_header_cache_never_lets_a_malformed_pair_through() -> None:
@@ -335,42 +336,65 @@ def test_the_header_cache_never_lets_a_malformed_pair_through() -> None:
     assert p.sources(NOW) == (1, 0)
 
 
-def pods_at(
-    *seconds: int, partition: int, source: str | None = None, progress: int = 0
+XIDS = LAYOUT.raw["xids"].name
+
+
+def updates_at(
+    topic: str,
+    *seconds: int,
+    partition: int = 0,
+    source: str | None = None,
+    progress: int = 0,
 ) -> list[RawRecord]:
-    """Pod updates at those seconds on one pods partition (signed by ``source``)."""
+    """Updates of one node at those seconds on one raw topic's partition (signed by
+    ``source``): pods, nodes or XIDs."""
     c = Cluster()
+    node = f"n{partition}"
     for s in seconds:
-        c.pod(f"n{partition}", "p", s)
+        if topic == PODS:
+            c.pod(node, "p", s)
+        elif topic == NODES:
+            c.node(node, s)
+        else:
+            c.xid(node, s, 13)
     return signed(c.events, source, at(progress) if source else None, partition=partition)
 
 
 def test_the_partitions_ahead_of_the_watermark_are_those_past_the_slowest() -> None:
-    """Issue 11.3: what the worker pauses while its buffer is full."""
+    """What the worker pauses while its buffer is full: in a lane, the partitions past the
+    one that holds it."""
     p = pipeline()
-    p.process(pods_at(10, partition=0) + pods_at(500, partition=1) + pods_at(500, partition=2))
-    busy = [(PODS, 0), (PODS, 1), (PODS, 2)]
-    assert p.ahead(busy, NOW) == {(PODS, 1), (PODS, 2)}
+    p.process(updates_at(PODS, 10) + updates_at(NODES, 500) + updates_at(XIDS, 500))
+    busy = [(PODS, 0), (NODES, 0), (XIDS, 0)]
+    assert p.ahead(busy, NOW) == {(NODES, 0), (XIDS, 0)}
     assert p.ahead(busy[1:], NOW) == set(), "the two tie: both hold it, neither is paused"
     assert p.ahead([], NOW) == set()
-    unread = (LAYOUT.raw["nodes"].name, 0)
+    unread = (LAYOUT.raw["k8s-events"].name, 0)
     assert p.ahead([*busy, unread], NOW) == set(busy), "a partition not read yet holds it"
+
+
+def test_each_lane_has_its_own_holder_and_a_slow_lane_pauses_no_other() -> None:
+    p = pipeline()
+    p.process(updates_at(PODS, 10) + updates_at(NODES, 500))
+    p.process(updates_at(PODS, 900, partition=1) + updates_at(NODES, 700, partition=1))
+    busy = [(PODS, 0), (NODES, 0), (PODS, 1), (NODES, 1)]
+    assert p.ahead(busy, NOW) == {(NODES, 0), (PODS, 1)}, "lane 1 is held by its own nodes"
 
 
 def test_a_partition_a_slow_source_signs_holds_the_watermark_however_new_its_records() -> None:
     p = pipeline()
-    p.process(pods_at(100, partition=0))
-    p.process(pods_at(500, partition=1, source="slow", progress=20), now=NOW)
-    assert p.ahead([(PODS, 0), (PODS, 1)], NOW) == {(PODS, 0)}
+    p.process(updates_at(PODS, 100))
+    p.process(updates_at(NODES, 500, source="slow", progress=20), now=NOW)
+    assert p.ahead([(PODS, 0), (NODES, 0)], NOW) == {(PODS, 0)}
 
 
 def test_a_source_holding_the_watermark_from_a_partition_read_to_its_end_pauses_the_rest() -> None:
     """Reading the others cannot move the watermark; the source's next heartbeat will."""
     p = pipeline()
-    p.process([heartbeat("quiet", at(5), partition=2)], now=NOW)
-    p.process(pods_at(100, partition=0) + pods_at(200, partition=1))
-    assert p.ahead([(PODS, 0), (PODS, 1)], NOW) == {(PODS, 0), (PODS, 1)}
-    assert p.ahead([(PODS, 0), (PODS, 1)], NOW + IDLE + 1) == {(PODS, 1)}, "once it aged out"
+    p.process([heartbeat("quiet", at(5), topic=XIDS)], now=NOW)
+    p.process(updates_at(PODS, 100) + updates_at(NODES, 200))
+    assert p.ahead([(PODS, 0), (NODES, 0)], NOW) == {(PODS, 0), (NODES, 0)}
+    assert p.ahead([(PODS, 0), (NODES, 0)], NOW + IDLE + 1) == {(NODES, 0)}, "once it aged out"
 
 
 def announcement(
@@ -412,16 +436,16 @@ def test_a_progress_read_before_a_new_partitions_first_record_makes_it_late() ->
     p, early, late = racing(with_announcement=False)
     p.process(early, busy=[], now=NOW)
     p.process(late, busy=[], now=NOW + 1)
-    assert p.correlator.stats.late > 0
+    assert p.lanes.stats.late > 0
 
 
 def test_an_announced_partition_holds_the_watermark_until_the_source_is_heard_there() -> None:
     p, early, late = racing(with_announcement=True)
     p.process(early, busy=[], now=NOW)
-    assert p.correlator.watermark == -math.inf, "held for the announced nodes partition"
+    assert p.lanes.watermark == -math.inf, "held for the announced nodes partition"
     assert p.announced() == {(LAYOUT.raw["nodes"].name, 0): NOW}
     out = p.process(late, busy=[], now=NOW + 1)
-    assert p.correlator.stats.late == 0
+    assert p.lanes.stats.late == 0
     assert not p.has_announced, "heard there: an ordinary entry now"
     done = p.process([heartbeat("a", at(300), topic=LAYOUT.raw["nodes"].name)], now=NOW + 2)
     assert [i.type for i in out.incidents + done.incidents] == ["host_oom_kill"]
@@ -434,7 +458,7 @@ def test_a_settled_announcement_holds_nothing() -> None:
     p.settle([(LAYOUT.raw["nodes"].name, 0)])
     assert not p.has_announced
     p.tick(NOW + 1)
-    assert p.correlator.watermark == at(300).timestamp() - GRACE
+    assert p.lanes.watermark == at(300).timestamp() - GRACE
 
 
 def test_announcements_of_partitions_not_owned_or_without_an_assignment_are_ignored() -> None:
@@ -446,4 +470,4 @@ def test_announcements_of_partitions_not_owned_or_without_an_assignment_are_igno
     unassigned = pipeline()
     unassigned.process([announcement("a", at(10), [(PODS, 0), (nodes, 0)])], now=NOW)
     assert not unassigned.has_announced, "nothing would settle it"
-    assert unassigned.correlator.watermark == at(10).timestamp() - GRACE
+    assert unassigned.lanes.watermark == at(10).timestamp() - GRACE

@@ -11,6 +11,8 @@ progress was read (the moment comes from the worker's fetch receipts:
 
 from __future__ import annotations
 
+import math
+
 from schemas import progress as wire
 from schemas.events import PodEvent
 from streams.app.pipeline import RawRecord
@@ -54,15 +56,15 @@ def test_progress_read_on_one_partition_counts_on_another_read_to_an_end_after_i
     p.process([heartbeat("k8s", at(50), partition=2)], now=NOW)
     p.process([heartbeat("k8s", at(500), offset=1)], now=NOW + 1)
     p.tick(NOW + 2)
-    assert p.correlator.watermark == at(50).timestamp() - GRACE, "the rare partition holds it"
+    assert p.lanes.watermark == at(50).timestamp() - GRACE, "the rare partition holds it"
     p.spread({RARE: NOW + 0.5})
     p.tick(NOW + 2)
-    assert p.correlator.watermark == at(50).timestamp() - GRACE, (
+    assert p.lanes.watermark == at(50).timestamp() - GRACE, (
         "read to an end fetched before at(500) was read: its records may still be on the way"
     )
     p.spread({RARE: NOW + 1.5})
     p.tick(NOW + 2)
-    assert p.correlator.watermark == at(500).timestamp() - GRACE
+    assert p.lanes.watermark == at(500).timestamp() - GRACE
 
 
 def test_only_the_progress_read_before_the_moment_is_lent() -> None:
@@ -72,7 +74,7 @@ def test_only_the_progress_read_before_the_moment_is_lent() -> None:
     p.process([heartbeat("k8s", at(200), offset=2)], now=NOW + 3)
     p.spread({RARE: NOW + 2})
     p.tick(NOW + 4)
-    assert p.correlator.watermark == at(100).timestamp() - GRACE
+    assert p.lanes.watermark == at(100).timestamp() - GRACE
 
 
 def test_another_sources_progress_is_never_lent() -> None:
@@ -81,7 +83,7 @@ def test_another_sources_progress_is_never_lent() -> None:
     p.process([heartbeat("k8s", at(500), offset=1)], now=NOW + 1)
     p.spread({RARE: NOW + 2})
     p.tick(NOW + 3)
-    assert p.correlator.watermark == at(50).timestamp() - GRACE, "kmsg vouches for itself only"
+    assert p.lanes.watermark == at(50).timestamp() - GRACE, "kmsg vouches for itself only"
 
 
 def test_an_end_is_not_lent_and_nothing_goes_back() -> None:
@@ -90,11 +92,12 @@ def test_an_end_is_not_lent_and_nothing_goes_back() -> None:
     p.process([tick("k8s", 5, 0, END)], now=NOW + 1)
     p.spread({RARE: NOW + 2})
     p.tick(NOW + 3)
-    assert p.correlator.watermark == at(50).timestamp() - GRACE, "an end is said everywhere"
+    rare = p.lanes.lane(RARE[1])
+    assert rare.watermark == at(50).timestamp() - GRACE, "an end is said everywhere"
     p.process([heartbeat("k8s", at(90), partition=2, offset=1000)], now=NOW + 4)
     p.spread({RARE: NOW + 5})
     p.tick(NOW + 6)
-    assert p.correlator.watermark == at(90).timestamp() - GRACE
+    assert rare.watermark == at(90).timestamp() - GRACE
 
 
 def test_a_busy_partition_still_holds_the_watermark_at_its_newest_event() -> None:
@@ -106,10 +109,10 @@ def test_a_busy_partition_still_holds_the_watermark_at_its_newest_event() -> Non
     p.process([heartbeat("k8s", at(500), offset=1)], now=NOW + 1)
     p.spread({RARE: NOW + 2})
     p.tick(NOW + 3, busy=[RARE])
-    assert p.correlator.watermark == pod.time.timestamp() - GRACE
+    assert p.lanes.watermark == pod.time.timestamp() - GRACE
     assert p.ahead([RARE], NOW + 3) == set(), "the holder is never paused"
     p.tick(NOW + 4, busy=[])
-    assert p.correlator.watermark == at(500).timestamp() - GRACE
+    assert p.lanes.watermark == at(500).timestamp() - GRACE
 
 
 def test_a_run_after_an_end_is_not_lent_the_old_runs_progress() -> None:
@@ -124,4 +127,5 @@ def test_a_run_after_an_end_is_not_lent_the_old_runs_progress() -> None:
     p.spread({RARE: NOW + 5, (PODS, 0): NOW + 5})
     p.process([heartbeat("other", at(1000), partition=1, offset=1000)], now=NOW + 6)
     p.tick(NOW + 7)
-    assert p.correlator.watermark == at(10).timestamp() - GRACE, "the new run holds it"
+    assert p.lanes.lane(RARE[1]).watermark == -math.inf, "the new run holds it"
+    assert p.lanes.lane(1).watermark == at(1000).timestamp() - GRACE, "not another lane"

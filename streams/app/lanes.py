@@ -1,0 +1,155 @@
+"""One correlator per raw partition number: a worker's state, watermark and timers, by lane.
+
+Every record of a correlation key lands on the same partition number of every raw topic
+(:mod:`schemas.keys`), and the core's rules read one key's state only, so what a key
+decides depends on the order of that key's own events and timers, never on another
+partition's. A *lane* is that partition number: its own buffer, watermark and timers,
+fed only by its own partitions' records and progress.
+
+Why not one watermark for the whole worker (the first design): a worker that *gains*
+a partition (a survivor taking over from a dead member, a restarted worker given more
+partitions once the old member's session ends) had long moved its watermark on with the
+partitions it kept; the gained partition's backlog, the records its last owner read but
+never committed, was then behind it, applied at once in arrival order (late), and across
+the raw topics that order is not event order, so thousands were skipped as stale and
+incidents were lost or changed. A gained lane starts from its restored states with no
+watermark at all, and moves only as its own records and sources vouch: the same
+incidents as a replay, while the kept lanes go on live.
+
+Traps:
+
+* A lane exists once it is given a state, an event or a heartbeat; before that it has
+  nothing to release or fire, and nothing is kept for it.
+* The state of a key is written to, and restored from, the state-topic partition of its
+  lane (the partition its records came on), not one hashed from the key: the worker that
+  owns those records is the one that reads the state back.
+* ``stats`` counts since the start, dropped lanes included (the worker turns their growth
+  into Prometheus counters, which must never go down); ``pending`` is what is held now.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+
+import msgspec
+
+from schemas.incidents import Incident
+from streams.core import CoreConfig, CoreStats, Correlator
+from streams.core.state import KeyState
+
+
+class Lanes:
+    """The correlators of a worker's partition numbers, created on first use."""
+
+    def __init__(self, config: CoreConfig) -> None:
+        self.config = config
+        self._lanes: dict[int, Correlator] = {}
+        self._retired = CoreStats()
+        """The counters of the lanes dropped so far."""
+        self.clock_limits: dict[int, float] = {}
+        """Lane -> its last advance's limit when the clock made it, else ``-inf``."""
+
+    def lane(self, number: int) -> Correlator:
+        """The correlator of partition number ``number`` (a new, empty one the first time)."""
+        correlator = self._lanes.get(number)
+        if correlator is None:
+            correlator = self._lanes[number] = Correlator(self.config, track_dirty=True)
+        return correlator
+
+    def __iter__(self) -> Iterator[tuple[int, Correlator]]:
+        return iter(list(self._lanes.items()))
+
+    def __contains__(self, number: int) -> bool:
+        return number in self._lanes
+
+    def restore(self, states: Iterable[KeyState], number: int) -> None:
+        """Adopt key states read back from the state topic's partition ``number``."""
+        correlator = self.lane(number)
+        for state in states:
+            correlator.restore(state)
+
+    def keep(self, numbers: Iterable[int]) -> int:
+        """Drop every lane not in ``numbers`` (its partitions went to another worker);
+        returns the buffered events dropped with them: never released, so never
+        committed, and their new owner reads them again."""
+        wanted = set(numbers)
+        dropped = 0
+        for number in [n for n in self._lanes if n not in wanted]:
+            correlator = self._lanes.pop(number)
+            dropped += correlator.pending()
+            _add(self._retired, correlator.stats)
+            self.clock_limits.pop(number, None)
+        return dropped
+
+    def take_released(self) -> list[object]:
+        """The tokens every lane released since the last call."""
+        released: list[object] = []
+        for correlator in self._lanes.values():
+            released += correlator.take_released()
+        return released
+
+    def take_dirty(self) -> list[tuple[str, KeyState, int]]:
+        """``(correlation key, state, lane)`` of every key changed since the last call."""
+        return [
+            (key, state, number)
+            for number, correlator in self._lanes.items()
+            for key, state in correlator.take_dirty()
+        ]
+
+    def pending(self) -> int:
+        """Events waiting for their lane's watermark."""
+        return sum(c.pending() for c in self._lanes.values())
+
+    @property
+    def watermark(self) -> float:
+        """The least watermark of the lanes (``-inf`` before any): how far every lane is."""
+        return min((c.watermark for c in self._lanes.values()), default=-math.inf)
+
+    def reached(self) -> float:
+        """How far event time is decided everywhere: the least over the lanes of their
+        watermark or, where greater, the clock-made limit they fired up to (nothing waits
+        behind that); lanes that have decided nothing yet are left out."""
+        reached = math.inf
+        for number, correlator in self._lanes.items():
+            at = max(correlator.watermark, self.clock_limits.get(number, -math.inf))
+            if -math.inf < at < reached:
+                reached = at
+        return reached if reached < math.inf else -math.inf
+
+    @property
+    def stats(self) -> CoreStats:
+        """The engines' counters since the start, summed over the lanes (a snapshot)."""
+        total = msgspec.structs.replace(self._retired)
+        for correlator in self._lanes.values():
+            _add(total, correlator.stats)
+        return total
+
+    @property
+    def keys(self) -> dict[str, KeyState]:
+        """Every key's state by correlation key (for inspection and tests)."""
+        out: dict[str, KeyState] = {}
+        for correlator in self._lanes.values():
+            out.update(correlator.keys)
+        return out
+
+    def open_incidents_by_type(self) -> dict[str, int]:
+        """Open incidents per type, over the lanes (walks every key: sample it)."""
+        counts: dict[str, int] = {}
+        for correlator in self._lanes.values():
+            for kind, n in correlator.open_incidents_by_type().items():
+                counts[kind] = counts.get(kind, 0) + n
+        return counts
+
+    def flush(self) -> list[Incident]:
+        """End of input: every lane releases what it holds (a caller feeding batches)."""
+        out: list[Incident] = []
+        for correlator in self._lanes.values():
+            out += correlator.flush()
+        return out
+
+
+def _add(total: CoreStats, stats: CoreStats) -> None:
+    """Add ``stats`` into ``total``, field by field."""
+    for name in CoreStats.__struct_fields__:
+        setattr(total, name, getattr(total, name) + getattr(stats, name))
