@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +16,8 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from connectors.kafka.producer import EventProducer
+from connectors.publish import Publisher, PublishOptions
+from connectors.source import Batch
 from gputriage.demo.player import retime
 from gputriage.simulate import StreamSpec, generate_events
 from schemas.codec import AnyEvent, decode_dead_letter, decode_incident, encode
@@ -208,6 +210,79 @@ async def send_events(
         return await producer.send_many(chosen, route=route)
     finally:
         await producer.stop()
+
+
+class ChunkedSource:
+    """A recorded stream as a connector's :class:`connectors.source.Source`: ``chunks``
+    batches, a pause of ``pause_s`` before each one after the first (the slowness being
+    simulated, not synchronisation); each batch's progress is the newest event time it
+    delivers, as a catching-up connector's is."""
+
+    key: bytes | None = None
+
+    def __init__(
+        self, events: Sequence[AnyEvent], chunks: int, *, pause_s: float = 0.0, name: str = "rec"
+    ) -> None:
+        size = -(-len(events) // chunks)
+        self.name = name
+        self.pause_s = pause_s
+        self.bursts = [events[i : i + size] for i in range(0, len(events), size)]
+        self.sent = 0
+
+    async def next_batch(self) -> Batch | None:
+        if self.sent == len(self.bursts):
+            return None
+        if self.sent and self.pause_s:
+            await asyncio.sleep(self.pause_s)
+        burst = self.bursts[self.sent]
+        self.sent += 1
+        return Batch(events=list(burst), records=len(burst), progress=max(e.time for e in burst))
+
+    def commit(self, batch: Batch) -> None:
+        """Nothing to save."""
+
+    async def close(self) -> None:
+        """Nothing to close."""
+
+
+async def publish(kafka: KafkaTestEnv, source: ChunkedSource, options: PublishOptions) -> Publisher:
+    """Run the real publish loop over ``source`` to its end: records signed with the
+    source's progress, announcements, heartbeats, and the final ``end``."""
+    producer = EventProducer(kafka.kwargs, kafka.layout)
+    await producer.start()
+    try:
+        publisher = Publisher(source, producer, options=options)
+        result = await publisher.run(asyncio.Event())
+        assert result.ended
+        assert result.drained
+        return publisher
+    finally:
+        await producer.stop()
+
+
+def produce_signed(kafka: KafkaTestEnv, events: Sequence[AnyEvent], chunks: int = 60) -> int:
+    """:func:`produce_events` as a connector publishes: through the publish loop, in
+    ``chunks`` batches signed with the source's progress, ended with ``end``; returns the
+    records on the raw topics (copies, announcements and heartbeats included: a group
+    that has read everything has committed that many)."""
+    options = PublishOptions(chunk=1, idle_is_caught_up=False)
+    asyncio.run(publish(kafka, ChunkedSource(events, chunks), options))
+    return asyncio.run(raw_records(kafka))
+
+
+async def raw_records(kafka: KafkaTestEnv) -> int:
+    """The records on every raw topic (the sum of their end offsets)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        tps = [
+            TopicPartition(topic, p)
+            for topic in kafka.layout.raw_topics
+            for p in range(kafka.settings.partitions)
+        ]
+        return sum((await consumer.end_offsets(tps)).values())
+    finally:
+        await consumer.stop()
 
 
 def reference(events: Iterable[AnyEvent], *, route: bool = True) -> dict[str, Incident]:

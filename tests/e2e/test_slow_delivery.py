@@ -24,14 +24,20 @@ import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 
-from connectors.kafka.producer import EventProducer
 from connectors.publish import Publisher, PublishOptions
-from connectors.source import Batch
 from schemas.codec import AnyEvent, decode_event, encode
 from schemas.events import Tick
 from tests.kafka_helpers import KafkaTestEnv, wait_until
 from tests.paths import EXAMPLES
-from tests.processor_helpers import TopicReader, Worker, ending_days_ago, final, reference
+from tests.processor_helpers import (
+    ChunkedSource,
+    TopicReader,
+    Worker,
+    ending_days_ago,
+    final,
+    publish,
+    reference,
+)
 
 SCENARIO = EXAMPLES / "scenario.jsonl"
 BURSTS = 15
@@ -45,54 +51,12 @@ clock took over and the incidents differed: a flaky test). The stream's end does
 wait for it: the publish loop's ``end`` heartbeat retires the source at once."""
 
 
-class BurstySource:
-    """A recorded stream in ``BURSTS`` batches, a pause before each one after the first.
-
-    The pause is the slowness being simulated (a paced source), not synchronisation.
-    Its progress is the newest event time delivered, as a catching-up connector's is.
-    """
-
-    name = "slow-replay"
-    key: bytes | None = None
-
-    def __init__(self, events: Sequence[AnyEvent]) -> None:
-        size = -(-len(events) // BURSTS)
-        self.bursts = [events[i : i + size] for i in range(0, len(events), size)]
-        self.sent = 0
-
-    async def next_batch(self) -> Batch | None:
-        if self.sent == len(self.bursts):
-            return None
-        if self.sent:
-            await asyncio.sleep(PAUSE_S)
-        burst = self.bursts[self.sent]
-        self.sent += 1
-        return Batch(events=list(burst), records=len(burst), progress=max(e.time for e in burst))
-
-    def commit(self, batch: Batch) -> None:
-        """Nothing to save."""
-
-    async def close(self) -> None:
-        """Nothing to close."""
-
-
 async def deliver_slowly(kafka: KafkaTestEnv, events: Sequence[AnyEvent]) -> Publisher:
-    producer = EventProducer(kafka.kwargs, kafka.layout)
-    await producer.start()
-    try:
-        publisher = Publisher(
-            BurstySource(events),
-            producer,
-            # A replay of the past: its pauses say nothing about the present (no
-            # "caught up"), and it heartbeats well within every pause.
-            options=PublishOptions(chunk=1, heartbeat_seconds=0.1, idle_is_caught_up=False),
-        )
-        result = await publisher.run(asyncio.Event())
-        assert result.ended
-        assert result.drained
-        return publisher
-    finally:
-        await producer.stop()
+    # A replay of the past: its pauses say nothing about the present (no "caught up"),
+    # and it heartbeats well within every pause.
+    options = PublishOptions(chunk=1, heartbeat_seconds=0.1, idle_is_caught_up=False)
+    source = ChunkedSource(events, BURSTS, pause_s=PAUSE_S, name="slow-replay")
+    return await publish(kafka, source, options)
 
 
 def test_a_recorded_stream_delivered_slowly_gives_exactly_the_incidents_of_replay(

@@ -42,6 +42,7 @@ from tests.processor_helpers import (
     final,
     generated,
     produce_events,
+    produce_signed,
     reference,
     restored_keys,
 )
@@ -216,19 +217,23 @@ def _as_replay(incidents: TopicReader, expected: dict[str, Incident], log: list[
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("signed", [False, True], ids=["header-less", "signed"])
 def test_a_survivor_takes_over_a_killed_members_backlog_as_a_replay_would(
-    kafka: KafkaTestEnv, tmp_path: Path
+    kafka: KafkaTestEnv, tmp_path: Path, signed: bool
 ) -> None:
     """Two workers share a backlog; the slow one is killed mid-way through its half, and
     the survivor reads its own half to the end. After the session timeout it gains the dead
     member's partitions, whose backlog (from the dead member's last commit) lies far behind
     everything the survivor has decided: each lane keeps its own watermark, so that backlog
-    is applied in event order (one shared watermark found it late, and lost incidents)."""
+    is applied in event order (one shared watermark found it late, and lost incidents).
+
+    Both kinds of records: header-less (the partitions' newest event times hold a lane),
+    and signed by a connector's publish loop (its progress holds it)."""
     kafka = dataclasses.replace(kafka, partitions=KILL_PARTITIONS)
     events = generated(30_000, 300)
     kafka.create_topics()
     expected = reference(events)
-    total = produce_events(kafka, events)
+    total = produce_signed(kafka, events) if signed else produce_events(kafka, events)
     incidents = TopicReader(kafka, kafka.layout.incidents.name, fetch_max_wait_ms=10)
     count = GroupOffsets(kafka, f"{kafka.prefix}-app")
     log: list[str] = []
