@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-pyproject
 # setuptools' editable-install notices are warnings, not errors: keep pip quiet.
 PIP    := PYTHONWARNINGS=ignore $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: venv native tools lint test demo schemas proto lock bench bench-quick bench-core bench-replay \
+.PHONY: venv native tools lint test demo schemas proto lock release-pin release-manifests bench bench-quick bench-core bench-replay \
   bench-memory bench-pipeline bench-latency bench-slim bench-faust bench-kmsg bench-autoscaler \
   bench-backlog
 
@@ -106,6 +106,18 @@ lock:
 	$(LOCK_PIP) $(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe \
 	  --strip-extras --no-emit-index-url --index-url $(LOCK_INDEX) $(LOCK_FLAGS) \
 	  --output-file deploy/requirements.lock pyproject.toml deploy/requirements-build.in
+
+# The release's manifests (deploy/release.py): after pushing the image built from
+# deploy/Dockerfile, pin the production overlay to the digest the registry returned
+# (`docker buildx build --push --metadata-file m.json`, its containerimage.digest), then
+# render the overlay, refused while any image is not pinned by digest.
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+release-pin: venv
+	@test -n "$(IMAGE_DIGEST)" || { echo "make release-pin IMAGE_DIGEST=sha256:..."; exit 2; }
+	$(BIN)/python deploy/release.py pin "$(IMAGE_DIGEST)"
+
+release-manifests: venv
+	$(BIN)/python deploy/release.py render dist/gputriage-$(VERSION).yaml
 
 # Every benchmark, then bench/REPORT.md and bench/figures/*.png (bench/report/; matplotlib
 # is the `bench` extra, which `make venv` installs): under 15 minutes on 2 quiet cores.
