@@ -429,3 +429,21 @@ def test_the_node_agents_run_on_gpu_nodes_only() -> None:
         "not system-node-critical",
     ):
         assert reason in text
+
+
+def test_the_pod_monitor_scrapes_every_metrics_port() -> None:
+    docs = render("production+bridges")
+    [monitor] = [d for d in docs if d["kind"] == "PodMonitor"]
+    scraped = {e["port"] for e in monitor["spec"]["podMetricsEndpoints"]}
+    served = {
+        port["name"]
+        for _doc, _spec, container in containers(docs)
+        if "gputriage/" in container["image"]
+        for port in container.get("ports", [])
+    }
+    assert served
+    assert served <= scraped, f"never scraped: {sorted(served - scraped)}"
+    assert set(monitor["spec"]["namespaceSelector"]["matchNames"]) == {
+        "gputriage",
+        "gputriage-node",
+    }
