@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-pyproject
 # setuptools' editable-install notices are warnings, not errors: keep pip quiet.
 PIP    := PYTHONWARNINGS=ignore $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: venv native tools lint test demo schemas proto bench bench-quick bench-core bench-replay \
+.PHONY: venv native tools lint test demo schemas proto lock release-pin release-manifests bench bench-quick bench-core bench-replay \
   bench-memory bench-pipeline bench-latency bench-slim bench-faust bench-kmsg bench-autoscaler \
   bench-backlog
 
@@ -85,6 +85,39 @@ PROTO := connectors/podresources/_proto/api.proto
 proto: venv
 	PATH=$(abspath $(BIN)):$$PATH $(BIN)/python -m grpc_tools.protoc -I . \
 	  --python_out=. --grpc_python_out=. --mypy_out=. --mypy_grpc_out=. $(PROTO)
+
+# deploy/requirements.lock: what the image installs, every version pinned and every file's hash
+# listed (deploy/Dockerfile installs it with --require-hashes): pyproject.toml's runtime
+# dependencies and the build stage's tools (deploy/requirements-build.in). Compiled for the
+# image's Python (3.11, Linux) from PyPI alone: the machine's pip configuration (extra
+# indexes, local wheels) is ignored, so a local rebuild of a wheel cannot add its hash. An
+# existing pin is kept; `make lock LOCK_FLAGS=--upgrade` moves every pin to the newest allowed.
+# tests/deploy/test_lock.py fails when pyproject.toml asks for what the lock does not hold.
+PIP_TOOLS  := pip-tools==7.6.2
+LOCK_VENV  := .venv-lock
+LOCK_PIP   := env -u PIP_FIND_LINKS PIP_CONFIG_FILE=/dev/null
+LOCK_INDEX := https://pypi.org/simple
+LOCK_FLAGS ?=
+lock:
+	@test -x $(LOCK_VENV)/bin/pip-compile || { $(PYTHON) -m venv $(LOCK_VENV) \
+	  && $(LOCK_PIP) $(LOCK_VENV)/bin/python -m pip install -q --index-url $(LOCK_INDEX) '$(PIP_TOOLS)'; }
+	@$(LOCK_VENV)/bin/python -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11) and \
+	  "make lock: the image runs Python 3.11; run it with PYTHON=python3.11")'
+	$(LOCK_PIP) $(LOCK_VENV)/bin/pip-compile --quiet --generate-hashes --allow-unsafe \
+	  --strip-extras --no-emit-index-url --index-url $(LOCK_INDEX) $(LOCK_FLAGS) \
+	  --output-file deploy/requirements.lock pyproject.toml deploy/requirements-build.in
+
+# The release's manifests (deploy/release.py): after pushing the image built from
+# deploy/Dockerfile, pin the production overlay to the digest the registry returned
+# (`docker buildx build --push --metadata-file m.json`, its containerimage.digest), then
+# render the overlay, refused while any image is not pinned by digest.
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+release-pin: venv
+	@test -n "$(IMAGE_DIGEST)" || { echo "make release-pin IMAGE_DIGEST=sha256:..."; exit 2; }
+	$(BIN)/python deploy/release.py pin "$(IMAGE_DIGEST)"
+
+release-manifests: venv
+	$(BIN)/python deploy/release.py render dist/gputriage-$(VERSION).yaml
 
 # Every benchmark, then bench/REPORT.md and bench/figures/*.png (bench/report/; matplotlib
 # is the `bench` extra, which `make venv` installs): under 15 minutes on 2 quiet cores.

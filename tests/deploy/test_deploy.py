@@ -37,6 +37,14 @@ def config_data() -> dict[str, str]:
     return dict(configs[0]["data"])
 
 
+def environ(container: dict[str, Any]) -> dict[str, str]:
+    """What the container's process sees of the settings: the ConfigMap, then the literal
+    ``env`` entries (the production overlay names each component's Kafka user there), which
+    Kubernetes lets win over ``envFrom``."""
+    literal = {e["name"]: e["value"] for e in container.get("env", []) if "value" in e}
+    return {**config_data(), **literal}
+
+
 def containers() -> list[tuple[dict[str, Any], dict[str, Any]]]:
     return [
         (doc, container)
@@ -58,17 +66,20 @@ def test_every_kustomization_resource_exists() -> None:
             )
 
 
-def test_the_config_map_is_valid_settings() -> None:
-    settings = load_settings(None, environ=config_data())
-    assert settings.kafka_settings().brokers
-    assert set(connect_defaults(settings)) == {
-        "k8s",
-        "kmsg",
-        "dcgm",
-        "autoscaler",
-        "podresources",
-        "topo",
-    }
+def test_the_config_map_is_valid_settings_in_every_container() -> None:
+    found = containers()
+    assert found
+    for doc, container in found:
+        settings = load_settings(None, environ=environ(container))
+        assert settings.kafka.brokers, doc["metadata"]["name"]
+        assert set(connect_defaults(settings)) == {
+            "k8s",
+            "kmsg",
+            "dcgm",
+            "autoscaler",
+            "podresources",
+            "topo",
+        }
 
 
 def _command(args: list[str]) -> tuple[click.Command, list[str], str]:
@@ -120,7 +131,7 @@ def test_every_container_runs_a_real_command_with_real_options(
     env = {e["name"] for e in container.get("env", [])}
     source = name.split()[1] if name.startswith("connect ") else ""
 
-    defaults = connect_defaults(load_settings(None, environ=config_data())).get(source, {})
+    defaults = connect_defaults(load_settings(None, environ=environ(container))).get(source, {})
     for param in command.params:
         if not (isinstance(param, click.Option) and param.required):
             continue

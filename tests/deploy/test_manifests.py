@@ -42,6 +42,74 @@ capability dropped)."""
 NVML_CONTAINERS = {"connect-kmsg", "connect-podresources", "connect-topo"}
 """The containers that open NVML: the only ones that may ask the NVIDIA runtime for the
 driver (NVIDIA_VISIBLE_DEVICES)."""
+HOST_PATHS = {
+    "/var/log/journal": True,
+    "/var/lib/kubelet/pod-resources": True,
+    "/var/lib/gputriage": False,
+}
+"""Every host path a pod may mount, and whether it must be read-only: the journal (not
+the rest of /var/log, not /etc/machine-id), the kubelet's pod-resources socket directory,
+and the journal cursor's directory."""
+CURSOR = "/var/lib/gputriage"
+BASELINE_CAPABILITIES = frozenset(
+    {
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    }
+)
+"""What Pod Security `baseline` lets a container add (its "Capabilities" control)."""
+
+
+def _image_user() -> tuple[int, int]:
+    """The Dockerfile's final ``USER uid:gid``, as numbers."""
+    text = (DEPLOY / "Dockerfile").read_text(encoding="utf-8")
+    users = re.findall(r"^USER\s+(\d+):(\d+)\s*$", text, re.M)
+    assert users, "the Dockerfile's USER must be numeric uid:gid"
+    uid, gid = users[-1]
+    return int(uid), int(gid)
+
+
+def baseline_violations(spec: dict[str, Any]) -> set[str]:
+    """What of a pod spec Pod Security `baseline` forbids
+    (https://kubernetes.io/docs/concepts/security/pod-security-standards/#baseline)."""
+    found = set()
+    for field in ("hostNetwork", "hostPID", "hostIPC"):
+        if spec.get(field):
+            found.add(field)
+    if any("hostPath" in v for v in spec.get("volumes", [])):
+        found.add("hostPath")
+    if spec.get("securityContext", {}).get("sysctls"):
+        found.add("sysctls")
+    for security in [spec.get("securityContext", {})] + [
+        c.get("securityContext", {}) for c in [*spec.get("initContainers", []), *spec["containers"]]
+    ]:
+        if security.get("privileged"):
+            found.add("privileged")
+        if security.get("windowsOptions", {}).get("hostProcess"):
+            found.add("hostProcess")
+        if set(security.get("capabilities", {}).get("add", [])) - BASELINE_CAPABILITIES:
+            found.add("capabilities")
+        if security.get("seccompProfile", {}).get("type") == "Unconfined":
+            found.add("seccomp")
+        if security.get("appArmorProfile", {}).get("type") == "Unconfined":
+            found.add("appArmor")
+        if security.get("procMount", "Default") != "Default":
+            found.add("procMount")
+    for container in [*spec.get("initContainers", []), *spec["containers"]]:
+        if any(p.get("hostPort") for p in container.get("ports", [])):
+            found.add("hostPort")
+    return found
 
 
 def _version() -> str:
@@ -94,10 +162,16 @@ def test_every_namespaced_object_names_its_namespace_and_each_namespace_its_pod_
     for doc in docs:
         if doc["kind"] not in CLUSTER_SCOPED:
             assert doc["metadata"].get("namespace"), f"{name_of(doc)} has no namespace"
-    # Only the node agents may live in the namespace that is not `restricted`.
-    for doc, _spec in pod_specs(docs):
+    # Only the agents that need the host live in the namespace that is not `restricted`,
+    # and nothing they run is beyond `baseline` but their host paths: `privileged` is the
+    # narrowest level that admits them, not a licence for more.
+    for doc, spec in pod_specs(docs):
+        beyond = baseline_violations(spec)
         if doc["metadata"]["namespace"] == "gputriage-node":
             assert doc["metadata"]["name"] == "gputriage-node-agents"
+            assert beyond == {"hostPath"}, f"{name_of(doc)} is beyond baseline: {beyond}"
+        else:
+            assert not beyond, f"{name_of(doc)} is beyond baseline: {beyond}"
 
 
 def test_no_container_is_privileged_or_can_gain_privilege(docs: list[dict[str, Any]]) -> None:
@@ -118,18 +192,29 @@ def test_no_container_is_privileged_or_can_gain_privilege(docs: list[dict[str, A
         key = (doc["metadata"]["namespace"], doc["metadata"]["name"], container["name"])
         non_root = security.get("runAsNonRoot", pod_security.get("runAsNonRoot"))
         uid = security.get("runAsUser", pod_security.get("runAsUser"))
+        gid = security.get("runAsGroup", pod_security.get("runAsGroup"))
+        # runAsNonRoot alone lets the kubelet accept whatever the image says, and refuse a
+        # non-numeric USER only at start: the ids are written out, as numbers.
+        assert isinstance(uid, int), f"{where}: no numeric runAsUser"
+        assert isinstance(gid, int), f"{where}: no numeric runAsGroup"
         if key in ALLOWED_ROOT:
-            assert uid == 0, f"{where} is listed as root but is not"
+            assert (uid, gid) == (0, 0), f"{where} is listed as root but is not"
+            assert non_root is False, where
         else:
             assert non_root is True, f"{where} may run as root"
             assert uid != 0, f"{where} runs as uid 0"
+            if container["image"].startswith("ghcr.io/gputriage/"):
+                assert (uid, gid) == _image_user(), f"{where}: not the image's USER"
         assert spec.get("priorityClassName") not in (
             "system-node-critical",
             "system-cluster-critical",
         )
 
 
-def test_host_paths_are_read_only_except_the_cursor(docs: list[dict[str, Any]]) -> None:
+def test_host_paths_are_named_read_only_but_the_cursor_and_never_created(
+    request: pytest.FixtureRequest, docs: list[dict[str, Any]]
+) -> None:
+    mounted = set()
     for doc, spec in pod_specs(docs):
         host_volumes = {
             v["name"]: v["hostPath"] for v in spec.get("volumes", []) if "hostPath" in v
@@ -137,17 +222,24 @@ def test_host_paths_are_read_only_except_the_cursor(docs: list[dict[str, Any]]) 
         if not host_volumes:
             continue
         assert doc["metadata"]["namespace"] == "gputriage-node", name_of(doc)
+        for volume in host_volumes.values():
+            path = volume["path"]
+            assert path in HOST_PATHS, f"{name_of(doc)} mounts {path} of the host"
+            mounted.add(path)
+            # A pod never creates host directories (hostPath DirectoryOrCreate makes a 0755
+            # root directory wherever the spec says); only the dev overlay, for a trial node
+            # with no provisioning step, lets the kubelet create the cursor's.
+            created = "DirectoryOrCreate" if request.node.callspec.id == "dev" else "Directory"
+            wanted = created if path == CURSOR else "Directory"
+            assert volume.get("type") == wanted, f"{name_of(doc)}: {path} is {volume.get('type')}"
         for container in spec["containers"]:
             for mount in container.get("volumeMounts", []):
                 if mount["name"] not in host_volumes:
                     continue
                 path = host_volumes[mount["name"]]["path"]
-                if path == "/var/lib/gputriage":  # the reader's cursor: must be written
-                    continue
-                assert mount.get("readOnly") is True, f"{name_of(doc)}: {path} is writable"
-        assert "/dev/kmsg" not in {v["path"] for v in host_volumes.values()}, (
-            "a char device through hostPath cannot be opened unprivileged (node-agents.yaml)"
-        )
+                if HOST_PATHS[path]:
+                    assert mount.get("readOnly") is True, f"{name_of(doc)}: {path} is writable"
+    assert mounted == set(HOST_PATHS)
 
 
 def test_every_container_has_resources_and_probes_on_its_health_endpoints(
@@ -209,6 +301,9 @@ def test_secrets_are_referenced_never_inlined(docs: list[dict[str, Any]]) -> Non
     for doc in docs:
         if doc["kind"] == "ConfigMap":
             for key, value in doc.get("data", {}).items():
+                if key.endswith("_FILE"):  # where a mounted Secret's file is, not the secret
+                    assert value.startswith("/"), f"{name_of(doc)}: {key}={value}"
+                    continue
                 assert not secretish.search(key), f"{name_of(doc)}: {key} in a ConfigMap"
                 assert "routing_key =" not in value, name_of(doc)
                 assert "token =" not in value, name_of(doc)
@@ -226,6 +321,12 @@ def test_mounted_secrets_are_readable_by_the_non_root_user(docs: list[dict[str, 
         if not secrets:
             continue
         pod = spec.get("securityContext", {})
+        uids = {
+            c.get("securityContext", {}).get("runAsUser", pod.get("runAsUser"))
+            for c in spec["containers"]
+        }
+        if uids == {0}:
+            continue  # root reads the root-owned files as their owner
         assert pod.get("fsGroup"), f"{name_of(doc)} mounts a Secret without fsGroup"
         assert pod.get("runAsUser") not in (None, 0), f"{name_of(doc)}: no explicit uid"
         for volume in secrets:
@@ -241,15 +342,27 @@ def test_images_are_pinned_to_this_release(docs: list[dict[str, Any]]) -> None:
         assert ":" in image.rsplit("/", 1)[-1], f"{name_of(doc)}: {image} has no tag"
         assert not image.endswith(":latest"), f"{name_of(doc)}: {image}"
         if "gputriage/gputriage" in image:
-            assert image.endswith(f":{version}"), f"{image} is not pyproject's {version}"
+            tag = image.split("@", 1)[0]
+            assert tag.endswith(f":{version}"), f"{image} is not pyproject's {version}"
 
 
-def test_nvml_is_requested_only_where_it_is_used(docs: list[dict[str, Any]]) -> None:
+def test_gpus_are_visible_only_where_nvml_is_used_and_only_its_capability(
+    docs: list[dict[str, Any]],
+) -> None:
+    """The NVIDIA runtime injects GPUs for NVIDIA_VISIBLE_DEVICES, and the driver's pieces
+    for NVIDIA_DRIVER_CAPABILITIES; `void` turns both off, whatever an image or the node's
+    default runtime would set (base/node-agents.yaml)."""
     seen = set()
-    for _doc, _spec, container in containers(docs):
-        names = {e["name"] for e in container.get("env", [])}
-        if "NVIDIA_VISIBLE_DEVICES" in names:
-            seen.add(container["name"])
+    for doc, _spec, container in containers(docs):
+        where = f"{name_of(doc)}:{container['name']}"
+        env = {e["name"]: e.get("value") for e in container.get("env", [])}
+        if env.get("NVIDIA_VISIBLE_DEVICES") == "void":
+            assert "NVIDIA_DRIVER_CAPABILITIES" not in env, where
+            continue
+        seen.add(container["name"])
+        assert env.get("NVIDIA_VISIBLE_DEVICES") == "all", where
+        # NVML and nvidia-smi only: no compute (CUDA), video, graphics or display libraries.
+        assert env.get("NVIDIA_DRIVER_CAPABILITIES") == "utility", where
     assert seen == NVML_CONTAINERS
 
 
@@ -291,16 +404,46 @@ def test_disruption_budgets_cover_the_replicated_deployments(docs: list[dict[str
 
 
 def test_the_node_agents_run_on_gpu_nodes_only() -> None:
-    [agents] = [d for d in render("production") if d["kind"] == "DaemonSet"]
-    spec = agents["spec"]["template"]["spec"]
-    terms = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-    keys = {e["key"] for t in terms["nodeSelectorTerms"] for e in t["matchExpressions"]}
-    assert "nvidia.com/gpu.present" in keys
-    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
-        "tolerations"
-    ]
-    assert spec.get("automountServiceAccountToken") is False
+    daemonsets = [d for d in render("production") if d["kind"] == "DaemonSet"]
+    assert {d["metadata"]["name"] for d in daemonsets} == {
+        "gputriage-node-agents",
+        "gputriage-gpu-agents",
+    }
+    for agents in daemonsets:
+        spec = agents["spec"]["template"]["spec"]
+        affinity = spec["affinity"]["nodeAffinity"]
+        terms = affinity["requiredDuringSchedulingIgnoredDuringExecution"]
+        keys = {e["key"] for t in terms["nodeSelectorTerms"] for e in t["matchExpressions"]}
+        assert "nvidia.com/gpu.present" in keys
+        assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec[
+            "tolerations"
+        ]
+        assert spec.get("automountServiceAccountToken") is False
     # The reasons stand beside the choices an admission policy would question.
     text = (DEPLOY / "base" / "node-agents.yaml").read_text(encoding="utf-8")
-    for reason in ("Why the journal, not /dev/kmsg", "Why uid 0", "not system-node-critical"):
+    for reason in (
+        "Why the journal, not /dev/kmsg",
+        "What of the journal is mounted",
+        "Why uid 0",
+        "The volume's type is Directory",
+        "not system-node-critical",
+    ):
         assert reason in text
+
+
+def test_the_pod_monitor_scrapes_every_metrics_port() -> None:
+    docs = render("production+bridges")
+    [monitor] = [d for d in docs if d["kind"] == "PodMonitor"]
+    scraped = {e["port"] for e in monitor["spec"]["podMetricsEndpoints"]}
+    served = {
+        port["name"]
+        for _doc, _spec, container in containers(docs)
+        if "gputriage/" in container["image"]
+        for port in container.get("ports", [])
+    }
+    assert served
+    assert served <= scraped, f"never scraped: {sorted(served - scraped)}"
+    assert set(monitor["spec"]["namespaceSelector"]["matchNames"]) == {
+        "gputriage",
+        "gputriage-node",
+    }
