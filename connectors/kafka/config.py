@@ -43,6 +43,8 @@ from typing import Any, Final, Literal
 
 import msgspec
 
+from connectors.bounded import read_small
+
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
 
@@ -242,8 +244,7 @@ def _password(settings: KafkaSettings, password_env: Secret | None) -> Secret:
         )
     if path:
         try:
-            with open(path, encoding="utf-8") as file:
-                text = file.read()
+            text = read_small(path).decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
             raise KafkaConfigError(
