@@ -29,8 +29,6 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-USAGE_ERROR: Final = 2
-INTERRUPTED: Final = 130
 CONTEXT: Final[dict[str, Any]] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
