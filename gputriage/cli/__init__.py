@@ -6,8 +6,8 @@ missing file, a bad configuration value) is ONE line on stderr,
 ``gputriage: error: <message>`` (:func:`gputriage.errors.error`, the one
 printer), and exit status 2 -- never a traceback and never a screenful of
 usage. Exit status 1 means the command ran but found a problem (bad input
-lines, drifted schema documents, Kafka unreachable, output that cannot be
-written); 130 means interrupted
+lines, drifted schema documents, Kafka unreachable, a state file that cannot
+be written, output that cannot be written); 130 means interrupted
 (:mod:`gputriage.errors` declares the three).
 
 Each verb lives in its own module (:mod:`gputriage.cli.replay`, ``tail``,
@@ -36,6 +36,7 @@ import click
 
 from connectors.kafka.config import KafkaUnreachable
 from connectors.prometheus import MetricsUnavailable
+from connectors.state import StateError
 from gputriage.cli.bridge import bridge_command
 from gputriage.cli.common import CONTEXT
 from gputriage.cli.connect import connect_group
@@ -109,7 +110,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         error(str(exc))
         return USAGE_ERROR
-    except (KafkaUnreachable, MetricsUnavailable) as exc:  # any connector's start
+    except (KafkaUnreachable, MetricsUnavailable, StateError) as exc:  # any connector's
         error(str(exc))
         return FAILED
     except click.Abort:

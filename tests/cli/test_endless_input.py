@@ -83,6 +83,23 @@ def test_a_settings_file_that_is_dev_zero_is_one_line(tmp_path: Path, how: str) 
     assert run.peak_rss_mib < PEAK_MIB
 
 
+def test_a_state_file_that_is_dev_zero_is_one_line(tmp_path: Path) -> None:
+    # Through a link: the connector must never get as far as replacing /dev/zero itself.
+    state = tmp_path / "state.json"
+    state.symlink_to("/dev/zero")
+    log = tmp_path / "kern.log"
+    log.write_text("[ 1.0] NVRM: Xid (PCI:0000:9b:00): 79, pid=1, GPU has fallen off the bus.\n")
+    run = measured(
+        *("connect", "kmsg", "--cluster", "c", "--node", "n", "--once", "--no-nvml"),
+        *("--file", str(log), "--state", str(state), "--metrics-port", "0"),
+        *("--brokers", "127.0.0.1:1"),
+    )
+    line = one_line(run, 1)
+    assert line == f"gputriage: error: cannot read state file {state}: larger than 16 MiB"
+    assert run.seconds < DEADLINE_S
+    assert run.peak_rss_mib < PEAK_MIB
+
+
 @pytest.mark.parametrize("compress", [False, True], ids=["plain", "gzip"])
 def test_an_over_long_line_is_a_dead_line_and_reading_goes_on(
     tmp_path: Path, compress: bool
