@@ -12,13 +12,15 @@ from typing import Any
 
 import click
 
+from connectors.kafka.config import KafkaSettings
 from gputriage.cli.common import (
     CONTEXT,
-    FiniteRange,
     StructDefault,
     brokers_option,
     kafka_kwargs,
+    setting_range,
     settings_of,
+    shown,
 )
 from gputriage.replay import OUTPUTS
 from gputriage.tail import StartAt, TailOptions, parse_start, run_tail
@@ -74,10 +76,11 @@ class StartType(click.ParamType):
     "--connect-timeout",
     "connect_timeout_s",
     metavar="SECONDS",
-    type=FiniteRange(min=0, min_open=True, max=3600.0),
+    type=setting_range(KafkaSettings, "connect_timeout_seconds"),
     cls=StructDefault,
-    show_default=f"{_DEFAULTS.connect_timeout_s:g}",
-    help="Give up when the brokers cannot be reached within this long.",
+    show_default=shown(KafkaSettings, "connect_timeout_seconds"),
+    help="Give up when the brokers cannot be reached within this long "
+    "(kafka.connect_timeout_seconds).",
 )
 @click.pass_context
 def tail_command(ctx: click.Context, /, *, brokers: str | None, **given: Any) -> int:

@@ -35,7 +35,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
 from connectors.kafka.admin import TopicError, ensure_topics
-from connectors.kafka.config import client_kwargs
+from connectors.kafka.config import KafkaUnreachable, client_kwargs, error_reason
 from connectors.kafka.producer import EventProducer
 from connectors.publish import Publisher, PublishOptions
 from connectors.signals import stop_on_signals
@@ -44,7 +44,6 @@ from gputriage.demo.broker import BrokerError, EmbeddedBroker, die_with_parent
 from gputriage.demo.player import ScenarioSource, scaled_core_settings
 from gputriage.errors import error
 from gputriage.settings import Settings
-from gputriage.tail import kafka_reason, muted
 from schemas.codec import decode_event, decode_incident, encode
 from schemas.incidents import Incident
 from schemas.topics import TopicLayout, topic_layout
@@ -132,10 +131,12 @@ async def _run_demo(settings: Settings, options: DemoOptions, out: IO[bytes], er
         kwargs = client_kwargs(kafka, servers)
         layout = topic_layout(settings.topics)
         try:
-            with muted("aiokafka"):  # its every refused connection would be a line of its own
-                await ensure_topics(kwargs, layout)
+            await ensure_topics(kwargs, layout)  # KafkaUnreachable within the connect timeout
+        except KafkaUnreachable as exc:
+            error(f"demo: {exc}", err)
+            return 1
         except (KafkaError, OSError, TopicError) as exc:
-            error(f"demo: cannot reach Kafka at {servers}: {kafka_reason(exc)}", err)
+            error(f"demo: cannot reach Kafka at {servers}: {error_reason(exc)}", err)
             return 1
         worker = _start_worker(settings, servers, options, scratch / "worker.log")
         print(f"gputriage demo: processor worker pid {worker.pid}", file=err)
