@@ -45,6 +45,7 @@ def truth(tmp_path: Path) -> Path:
         (["ingest", "autoscaler", "--cluster", "c", "--file", "/dev/zero"], NO_LINE_BREAK),
         (["ingest", "dcgm", "--node", "n", "--file", "/dev/zero"], "larger than 16 MiB"),
         (["ingest", "topo", "--node", "n", "--file", "/dev/zero"], "larger than 16 MiB"),
+        (["demo", "--scenario", "/dev/zero"], f"demo: /dev/zero:1: {NO_LINE_BREAK}"),
     ],
     ids=lambda value: " ".join(value[:2]) if isinstance(value, list) else None,
 )
@@ -132,3 +133,15 @@ def test_a_setting_nested_5000_deep_is_one_line(tmp_path: Path, where: str) -> N
         result = gputriage("replay", str(events), env={"GPUTRIAGE_CORE__GRACE_SECONDS": nested})
         line = one_line(result, 2)
         assert line.endswith("GPUTRIAGE_CORE__GRACE_SECONDS: values nested too deeply")
+
+
+def test_a_demo_scenario_line_that_is_no_event_is_one_line_before_anything_starts(
+    tmp_path: Path,
+) -> None:
+    scenario = tmp_path / "scenario.jsonl"
+    scenario.write_bytes(jsonl(host_oom_events()) + b"not json\n")
+    line = one_line(gputriage("demo", "--scenario", str(scenario)), 1)
+    assert (
+        line
+        == f"gputriage: error: demo: {scenario}:3: JSON is malformed: invalid character (byte 4)"
+    )
