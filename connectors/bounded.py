@@ -22,7 +22,7 @@ MAX_LINE_BYTES: Final = 16 << 20
 a secret, a scrape). 16 times Kafka's default record size limit and ten times the
 largest object etcd stores: no event, log line or Kubernetes object comes near it."""
 MAX_INPUT_BYTES: Final = 1 << 30
-"""How far past :data:`MAX_LINE_BYTES` a line's end is looked for before the input is
+"""How far from its start an over-long line's end is looked for before the input is
 taken for something that is not text of lines (``/dev/zero`` reaches it in about 2 s);
 also the most a reader that must hold a whole input at once (pretty-printed JSON) holds."""
 

@@ -22,8 +22,8 @@ Traps this module handles so callers need not:
   A line holds at most ``MAX_LINE_BYTES``; a longer one is a dead line (a
   ``RecordError`` in its place, counted like any bad line) and reading goes on
   after its line break. The line break is looked for up to ``MAX_INPUT_BYTES``
-  past the cap; an input with none there is not text of lines, and ends with
-  that error. :meth:`FileSource.read` (a scrape, a topology matrix) takes at most
+  from the line's start; an input with none there is not text of lines, and
+  ends with that error. :meth:`FileSource.read` (a scrape, a topology matrix) takes at most
   ``MAX_LINE_BYTES`` and refuses a bigger input with ``InputTooLarge``.
 """
 
@@ -148,7 +148,7 @@ class FileSource:
 
         A line longer than :data:`MAX_LINE_BYTES` comes as a ``RecordError`` (a dead
         line) in its place, and reading goes on after it; an input with no line break
-        within :data:`MAX_INPUT_BYTES` after the cap ends with that error. Raises
+        within :data:`MAX_INPUT_BYTES` ends with that error. Raises
         ``OSError``/``EOFError``/``zlib.error`` if the data ends or breaks mid-stream;
         :func:`parse_lines` turns those into error values.
         """
@@ -175,8 +175,9 @@ class FileSource:
             self._counted += len(rest)
             read += len(rest)
             if not rest or rest.endswith(b"\n"):
+                length = read - 1 if rest else read  # its text, not its line break
                 cap = size_text(MAX_LINE_BYTES)
-                return RecordError(f"line of {read} bytes is longer than {cap}: skipped"), True
+                return RecordError(f"line of {length} bytes is longer than {cap}: skipped"), True
         return (
             RecordError(
                 f"no line break within {size_text(MAX_INPUT_BYTES)}: not text of lines; "

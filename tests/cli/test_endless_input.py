@@ -112,7 +112,7 @@ def test_an_over_long_line_is_a_dead_line_and_reading_goes_on(
     result = gputriage("replay", "-o", "json", str(path))
     assert result.returncode == 1
     assert result.stderr.decode().splitlines() == [
-        f"{path}:1: line of {MAX_LINE_BYTES + 12} bytes is longer than 16 MiB: skipped",
+        f"{path}:1: line of {MAX_LINE_BYTES + 11} bytes is longer than 16 MiB: skipped",
         "gputriage: 1 bad line of 3 skipped",
     ]
     assert b'"type":"host_oom_kill"' in result.stdout, "the lines after it were read"
