@@ -20,7 +20,6 @@ from gputriage.cli.common import (
     kafka_kwargs,
     setting_range,
     settings_of,
-    shown,
 )
 from gputriage.replay import OUTPUTS
 from gputriage.tail import StartAt, TailOptions, parse_start, run_tail
@@ -78,7 +77,7 @@ class StartType(click.ParamType):
     metavar="SECONDS",
     type=setting_range(KafkaSettings, "connect_timeout_seconds"),
     cls=StructDefault,
-    show_default=shown(KafkaSettings, "connect_timeout_seconds"),
+    show_default=f"{KafkaSettings().connect_timeout_seconds:g}",
     help="Give up when the brokers cannot be reached within this long "
     "(kafka.connect_timeout_seconds).",
 )
