@@ -15,10 +15,9 @@ failed metadata update, fetch and coordinator request at ERROR: a 30 s outage
 :class:`RepeatFilter` writes a warning or error at most once
 per ``[log] repeat_seconds`` (30 s) for each kind, the next one written saying
 how many were held back: a whole library counts as one kind (its loggers
-chatter in chorus), one of our loggers' message templates as one kind each.
-The cost: a per-item warning of ours (one bad sample, one failed delivery)
-repeated within the window is counted, not written; dead letters and metrics
-keep every one.
+chatter in chorus); one of ours, the same text from the same logger (so a
+per-item warning, one resent incident, one bad sample, is never held back by
+another item's).
 """
 
 from __future__ import annotations
@@ -81,14 +80,15 @@ class RepeatFilter(logging.Filter):
 
     The kind of a library's record (:data:`NOISY`) is the library and the level: in an
     outage aiokafka's client, fetcher and coordinator all fail together, and one line
-    says it. The kind of ours is the logger, the level and the message template
-    (``record.msg``, before its arguments), so two different problems are two lines.
-    INFO and below always pass. ``clock`` is for tests (the loop's, under looptime).
+    says it. The kind of ours is the logger, the level and the text: an outage repeats
+    the same words (``commit failed (KafkaConnectionError...)``), while the warnings
+    about one item each (an incident sent again) differ and are all written. INFO and
+    below always pass. ``clock`` is for tests (the loop's, under looptime).
     """
 
     _FORGET_AFTER: Final = 512
-    """Kinds remembered before the ones quiet for a window are forgotten: templates are
-    few, but a message built with an f-string is a kind of its own every time."""
+    """Kinds remembered before the ones quiet for a window are forgotten (and, if a
+    storm of different texts fills it within one window, all of them)."""
 
     def __init__(self, every_s: float, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
@@ -105,7 +105,7 @@ class RepeatFilter(logging.Filter):
         kind = (
             (family, record.levelno)
             if family in NOISY
-            else (record.name, record.levelno, str(record.msg))
+            else (record.name, record.levelno, record.getMessage())
         )
         with self._lock:
             now = self._clock()
@@ -115,10 +115,12 @@ class RepeatFilter(logging.Filter):
                 return False
             if len(self._seen) >= self._FORGET_AFTER:
                 self._seen = {k: v for k, v in self._seen.items() if now - v[0] < self.every_s}
+                if len(self._seen) >= self._FORGET_AFTER:
+                    self._seen.clear()
             self._seen[kind] = [now, 0]
         if seen is not None and seen[1]:
             held, since = int(seen[1]), now - seen[0]
-            more = "like this" if len(kind) == 3 else f"from {family}"
+            more = "like it" if len(kind) == 3 else f"from {family}"
             record.msg = f"{record.getMessage()} ({held} more {more} in the last {since:.0f} s)"
             record.args = None
         return True

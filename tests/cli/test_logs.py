@@ -46,27 +46,30 @@ async def test_a_30_s_outage_at_aiokafkas_pace_is_a_few_lines(looptime: float) -
     assert 2200 <= held <= 2300, "every record held back is counted"
 
 
-def test_our_own_repeats_are_kinds_by_template() -> None:
+def test_our_own_repeats_are_kinds_by_their_text() -> None:
     now = [0.0]
     repeats = RepeatFilter(30.0, clock=lambda: now[0])
-    first = _log("gputriage.kafka", logging.WARNING, "delivery failed: %s", "a")
-    other = _log("gputriage.kafka", logging.WARNING, "topic %s missing", "t")
-    again = _log("gputriage.kafka", logging.WARNING, "delivery failed: %s", "b")
-    as_error = _log("gputriage.kafka", logging.ERROR, "delivery failed: %s", "c")
-    info = _log("gputriage.kafka", logging.INFO, "delivery failed: %s", "d")
-    assert [repeats.filter(r) for r in (first, other, again, as_error, info, info)] == [
-        True,
-        True,
-        False,
-        True,
-        True,
-        True,
-    ]
+    failed = _log("gputriage.kafka", logging.WARNING, "commit failed (%s)", "refused")
+    other = _log("gputriage.kafka", logging.WARNING, "commit failed (%s)", "timed out")
+    again = _log("gputriage.kafka", logging.WARNING, "commit failed (%s)", "refused")
+    as_error = _log("gputriage.kafka", logging.ERROR, "commit failed (%s)", "refused")
+    info = _log("gputriage.kafka", logging.INFO, "commit failed (%s)", "refused")
+    passed = [repeats.filter(r) for r in (failed, other, again, as_error, info, info)]
+    assert passed == [True, True, False, True, True, True]
     now[0] = 31.0
-    later = _log("gputriage.kafka", logging.WARNING, "delivery failed: %s", "e")
+    later = _log("gputriage.kafka", logging.WARNING, "commit failed (%s)", "refused")
     assert repeats.filter(later)
-    assert later.getMessage() == "delivery failed: e (1 more like this in the last 31 s)"
+    assert later.getMessage() == "commit failed (refused) (1 more like it in the last 31 s)"
     assert later.args is None, "formatted once: the arguments are in the message"
+
+
+def test_a_warning_about_each_item_is_written_for_each() -> None:
+    repeats = RepeatFilter(30.0, clock=lambda: 0.0)
+    resent = [
+        _log("gputriage.bridge", logging.WARNING, "sending %s revision %d again", f"inc-{n}", 1)
+        for n in range(4)
+    ]
+    assert all(repeats.filter(record) for record in resent)
 
 
 def test_zero_writes_every_one() -> None:
