@@ -20,6 +20,13 @@ covers was acknowledged by Kafka. Traps handled here, once:
   of silently moving the first one's position back and forth.
 * A file that does not decode raises :class:`~schemas.codec.RecordError`; the
   caller decides what starting over means for its source (and logs it).
+* A file that cannot be used at all (its directory cannot be made, a file stands
+  where a directory should, no permission, a full disk, a "state file" that is
+  a device) raises :class:`StateError`: one line naming the file and the OS's
+  reason, never an ``OSError`` whose ``filename`` is the lock or a temporary
+  file (or none: a failed ``write`` names no file). At start it ends the
+  command; mid-run too, since a reader that cannot record where it is would
+  re-send all it read since, at its next start.
 """
 
 from __future__ import annotations
@@ -35,24 +42,49 @@ from typing import Generic, TypeVar
 
 import msgspec
 
+from connectors.bounded import read_small
 from schemas.codec import RecordError, decode_as, encode
 
 S = TypeVar("S", bound=msgspec.Struct)
 
 
+class StateError(RuntimeError):
+    """A state file that cannot be used: one line, naming the file and the OS's reason."""
+
+
+def _reason(exc: OSError, path: str | Path) -> str:
+    """The OS's reason, naming the file it is about unless that is the state file itself.
+
+    Trap: ``mkdir`` of a directory whose name a plain file holds says "File exists",
+    which reads as if nothing were wrong: it is said as "is not a directory".
+    """
+    name = os.fsdecode(exc.filename) if exc.filename is not None else None
+    if isinstance(exc, FileExistsError) and name is not None and not os.path.isdir(name):
+        return f"{name} is not a directory"
+    reason = exc.strerror or str(exc)
+    return f"{name}: {reason}" if name is not None and name != os.fspath(path) else reason
+
+
 def load_state(path: str | Path, kind: type[S]) -> S | None:
-    """The saved state, or ``None`` when there is none; ``RecordError`` if unreadable."""
+    """The saved state, or ``None`` when there is none; ``RecordError`` if it does not decode.
+
+    :class:`StateError` when it cannot be read. The read is bounded
+    (:func:`connectors.files.read_small`): a state path pointed at ``/dev/zero``
+    or a log is refused at once instead of filling memory.
+    """
     try:
-        data = Path(path).read_bytes()
+        data = read_small(path)
     except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise StateError(f"cannot read state file {path}: {_reason(exc, path)}") from None
     try:
         return decode_as(data, kind)
     except RecordError as exc:
         raise RecordError(f"state file {path}: {exc}") from None
 
 
-class StateInUse(RuntimeError):
+class StateInUse(StateError):
     """Another process holds this state file's lock: two writers of one position."""
 
 
@@ -62,12 +94,20 @@ class StateLock:
     ``flock`` locks belong to the open file: they go away when the process dies
     (even by SIGKILL), so a crashed reader never leaves a stale lock behind. The
     lock file holds the holder's pid, for the refusal message only.
+
+    Taking the lock is the first thing every state file's user does, so this is where
+    its directory is made and where an unusable one is found (:class:`StateError`),
+    before anything is read or sent.
     """
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(f"{path}.lock")
         flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
-        fd = os.open(self.path, flags, 0o600)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.path, flags, 0o600)
+        except OSError as exc:
+            raise StateError(f"cannot use state file {path}: {_reason(exc, path)}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -77,8 +117,13 @@ class StateLock:
                 f"state file {path} is in use by another process (pid {holder}): "
                 "give each reader its own --state file"
             ) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as exc:  # a full disk: the write names no file, so name the lock
+            os.close(fd)
+            reason = exc.strerror or str(exc)
+            raise StateError(f"cannot use state file {path}: {self.path}: {reason}") from None
         self._fd: int | None = fd
 
     def close(self) -> None:
@@ -128,8 +173,7 @@ class StateFile(Generic[S]):
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)  # fail at start, not mid-run
-        self.lock = StateLock(self.path)
+        self.lock = StateLock(self.path)  # makes the directory: fails at start, not mid-run
         """Held for the life of this object (:meth:`close`): one writer per file."""
         self.kind = kind
         self.error: RecordError | None = None
@@ -139,7 +183,10 @@ class StateFile(Generic[S]):
         self._saved_at = clock()
 
     def load(self) -> S | None:
-        """The saved state; ``None`` when there is none or it does not decode (``error``)."""
+        """The saved state; ``None`` when there is none or it does not decode (``error``).
+
+        :class:`StateError` when it cannot be read at all (see the module).
+        """
         try:
             return load_state(self.path, self.kind)
         except RecordError as exc:
@@ -147,12 +194,19 @@ class StateFile(Generic[S]):
             return None
 
     def save(self, state: msgspec.Struct | None, *, published: bool) -> None:
-        """Save ``state`` (after its batch was acknowledged); see the class for when."""
+        """Save ``state`` (after its batch was acknowledged); see the class for when.
+
+        :class:`StateError` when it cannot be written (a full disk): fatal to the caller.
+        """
         if state is None:
             return
         now = self._clock()
         if published or now - self._saved_at >= self._quiet_every_s:
-            save_state(self.path, state)
+            try:
+                save_state(self.path, state)
+            except OSError as exc:  # the temporary file's name would only confuse
+                reason = exc.strerror or str(exc)
+                raise StateError(f"cannot save state file {self.path}: {reason}") from None
             self._saved_at = now
 
     def close(self) -> None:

@@ -33,7 +33,7 @@ import msgspec
 from aiokafka.errors import KafkaError
 
 from connectors.kafka.admin import TopicError, check_copartitioned, ensure_topics
-from connectors.kafka.config import client_kwargs
+from connectors.kafka.config import KafkaUnreachable, client_kwargs
 from connectors.prometheus import MetricsUnavailable
 from connectors.signals import ignore_late_signals, stop_on_signals
 from gputriage.errors import error
@@ -106,8 +106,8 @@ def run_worker(
         log.error("Kafka: %s; exiting (uncommitted records will be re-read)", exc)
         error(f"Kafka: {exc}")
         return 1
-    except (TopicError, MetricsUnavailable) as exc:
-        error(str(exc))
+    except (KafkaUnreachable, TopicError, MetricsUnavailable) as exc:
+        error(str(exc))  # unreachable at start: one line naming the brokers, no log line
         return 1
 
 

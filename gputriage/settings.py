@@ -49,6 +49,7 @@ from typing import Annotated, Any, Final, Literal
 
 import msgspec
 
+from connectors.bounded import read_small
 from connectors.bridges.config import BridgeSettings, bridge_table
 from connectors.kafka.config import (
     PASSWORD_ENV,
@@ -406,13 +407,15 @@ def load_settings(path: str | None = None, environ: Mapping[str, str] | None = N
     where = f" in {path}" if path else ""
     if "xid" in tables.get("core", {}):
         raise SettingsError(f"invalid configuration{where}: {XID_UNDER_CORE}")
-    problem = _non_finite(tables)
-    if problem is not None:
-        raise SettingsError(f"invalid configuration{where}: {problem}")
     try:
+        problem = _non_finite(tables)
+        if problem is not None:
+            raise SettingsError(f"invalid configuration{where}: {problem}")
         settings = msgspec.convert(_normalised(tables), Settings)
         check_kafka(settings.kafka)
         _check_across(settings)
+    except RecursionError:
+        raise SettingsError(f"invalid configuration{where}: {_TOO_DEEP}") from None
     except msgspec.ValidationError as exc:
         raise SettingsError(f"invalid configuration{where}: {_describe(exc)}") from None
     except (KafkaConfigError, TopicConfigError) as exc:
@@ -538,9 +541,15 @@ def _refuse_passwords(kafka: Mapping[str, Any], path: str | None) -> None:
 
 
 def _read_file(path: str) -> dict[str, dict[str, Any]]:
+    """The file's tables; :class:`SettingsError` for anything that is not a settings file.
+
+    Traps: the read is bounded (:func:`connectors.files.read_small`), so ``--config
+    /dev/zero`` is one line, not all of memory; tomllib parses nesting by recursion, so
+    arrays or tables nested thousands deep are a ``RecursionError``, reported as TOML
+    that is not valid.
+    """
     try:
-        with open(path, "rb") as file:
-            data = tomllib.load(file)
+        data = tomllib.loads(read_small(path).decode("utf-8"))
     except OSError as exc:
         raise SettingsError(f"cannot read config file {path}: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
@@ -549,6 +558,8 @@ def _read_file(path: str) -> dict[str, dict[str, Any]]:
         ) from None
     except tomllib.TOMLDecodeError as exc:
         raise SettingsError(f"config file {path} is not valid TOML: {exc}") from None
+    except RecursionError:
+        raise SettingsError(f"config file {path} is not valid TOML: {_TOO_DEEP}") from None
     tables: dict[str, dict[str, Any]] = {}
     for name, table in data.items():
         if name not in SECTIONS:
@@ -571,7 +582,10 @@ def _overlay(tables: dict[str, dict[str, Any]], name: str, text: str) -> None:
         if not isinstance(child, dict):
             child = target[key] = {}
         target = child
-    target[keys[-1]] = parse_env_value(text)
+    try:
+        target[keys[-1]] = parse_env_value(text)
+    except RecursionError:
+        raise SettingsError(f"environment variable {name}: {_TOO_DEEP}") from None
 
 
 def parse_env_value(text: str) -> Any:
@@ -582,6 +596,10 @@ def parse_env_value(text: str) -> Any:
         return tomllib.loads(f"value = {text}")["value"]
     except tomllib.TOMLDecodeError:
         return text
+
+
+_TOO_DEEP: Final = "values nested too deeply"
+"""What a value nested past Python's recursion limit is called (no setting nests past 3)."""
 
 
 def _expected() -> str:

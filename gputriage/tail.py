@@ -43,22 +43,31 @@ Traps:
 * Offsets are looked up before ``assign()``: once partitions are assigned, the
   fetcher's long-poll holds the connection and each lookup waits ~0.5 s behind it.
 * aiokafka logs every refused connection at ERROR, and Python prints unhandled
-  log records on stderr: while connecting, its loggers are muted so that an
-  unreachable broker is one line, not a screenful. Once connected they are not:
-  a broker that goes away later should be visible.
+  log records on stderr: each start goes through the one helper,
+  :func:`connectors.kafka.config.start_client`, which keeps them as the reason
+  of the one line instead. Once connected they are not muted: a broker that
+  goes away later should be visible. Unlike the other verbs, tail retries a
+  refused connection until its timeout (``--connect-timeout``, default
+  ``kafka.connect_timeout_seconds``): one waits for the incidents of a cluster
+  that may be starting.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, BinaryIO, Final, Literal, TextIO
 
-from connectors.kafka.config import KafkaUnreachable
+from connectors.kafka.config import (
+    KafkaUnreachable,
+    brokers_text,
+    connect_timeout,
+    heard,
+    start_client,
+)
 from connectors.signals import stop_on_signals
 from gputriage import render
 from gputriage.errors import error
@@ -75,7 +84,6 @@ if TYPE_CHECKING:
 StartAt = Literal["now", "beginning"] | datetime | int
 """Where tail starts reading: see the module docs."""
 
-CONNECT_TIMEOUT_S: Final = 10.0
 _POLL_MS: Final = 500
 _RETRY_S: Final = 0.25
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
@@ -101,7 +109,8 @@ class TailOptions:
     output: Output = "table"
     evidence: bool = False
     """Table/wide: list each revision's evidence chain under its row."""
-    connect_timeout_s: float = CONNECT_TIMEOUT_S
+    connect_timeout_s: float | None = None
+    """``None``: the client arguments' own (``kafka.connect_timeout_seconds``)."""
 
 
 @dataclass
@@ -154,7 +163,8 @@ async def tail(
     watcher = asyncio.create_task(_cancel_on(stop, restore, asyncio.current_task()))
     consumer: AIOKafkaConsumer | None = None
     try:
-        consumer = await _connect(client_kwargs, options.connect_timeout_s, stop)
+        timeout_s = options.connect_timeout_s or connect_timeout(client_kwargs)
+        consumer = await _connect(client_kwargs, timeout_s, stop)
         if consumer is None:
             return result
         await _assign_and_seek(consumer, topic, options.start)
@@ -174,7 +184,7 @@ async def tail(
         watcher.cancel()
         restore()
         if consumer is not None:
-            with muted("aiokafka"), contextlib.suppress(KafkaError, OSError):
+            with heard("aiokafka"), contextlib.suppress(KafkaError, OSError):
                 await consumer.stop()
         stdout.flush()
     return result
@@ -228,12 +238,9 @@ async def _connect(
     ``None`` when ``stop`` was set meanwhile (interrupted while connecting).
     """
     from aiokafka import AIOKafkaConsumer  # noqa: PLC0415 - see the imports
-    from aiokafka.errors import KafkaError  # noqa: PLC0415
 
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout_s
-    servers = client_kwargs.get("bootstrap_servers", "")
-    shown = ",".join(servers) if isinstance(servers, list | tuple) else str(servers)
     while not stop.is_set():
         consumer = AIOKafkaConsumer(
             **client_kwargs,
@@ -241,36 +248,22 @@ async def _connect(
             enable_auto_commit=False,
             auto_offset_reset="earliest",
         )
-        remaining = deadline - loop.time()
+        remaining = max(deadline - loop.time(), 0.001)
         try:
-            with muted("aiokafka"):
-                await asyncio.wait_for(consumer.start(), max(remaining, 0.001))
-        except BaseException as exc:
-            with muted("aiokafka"), contextlib.suppress(KafkaError, OSError):
-                await consumer.stop()
-            if not isinstance(exc, KafkaError | OSError | TimeoutError):
-                raise  # cancelled (Ctrl-C), or a bug: never retried
+            await start_client(consumer, client_kwargs, timeout_s=remaining)
+        except KafkaUnreachable as exc:
             if stop.is_set():
                 break
             if loop.time() + _RETRY_S >= deadline:
                 raise KafkaUnreachable(
-                    f"cannot reach Kafka at {shown} within {timeout_s:g} s: {kafka_reason(exc)}"
+                    f"cannot reach Kafka at {brokers_text(client_kwargs)} within "
+                    f"{timeout_s:g} s: {exc.reason}",
+                    exc.reason,
                 ) from None
             await asyncio.sleep(_RETRY_S)
             continue
         return consumer
     return None
-
-
-def kafka_reason(exc: BaseException) -> str:
-    """A short reason: aiokafka's messages quote address tuples and enum reprs."""
-    from aiokafka.errors import KafkaConnectionError  # noqa: PLC0415 - see the imports
-
-    if isinstance(exc, KafkaConnectionError):
-        return "connection failed"
-    if isinstance(exc, TimeoutError):
-        return "no answer"
-    return render.one_line(str(exc)) or type(exc).__name__
 
 
 async def _assign_and_seek(consumer: AIOKafkaConsumer, topic: str, start: StartAt) -> None:
@@ -305,15 +298,3 @@ async def _assign_and_seek(consumer: AIOKafkaConsumer, topic: str, start: StartA
     consumer.assign(tps)
     for tp in tps:
         consumer.seek(tp, targets[tp])
-
-
-@contextlib.contextmanager
-def muted(name: str) -> Iterator[None]:
-    """Silence logger ``name`` for the block (aiokafka logs every refused connection)."""
-    logger = logging.getLogger(name)
-    level = logger.level
-    logger.setLevel(logging.CRITICAL + 1)
-    try:
-        yield
-    finally:
-        logger.setLevel(level)

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -70,6 +74,84 @@ def gputriage(
         timeout=120,
         check=False,
     )
+
+
+@dataclass(frozen=True)
+class Measured:
+    """A finished ``gputriage`` run with what it cost: wall time and peak memory."""
+
+    returncode: int
+    stdout: bytes
+    stderr: bytes
+    seconds: float
+    peak_rss_mib: float
+
+    @property
+    def lines(self) -> list[str]:
+        """stderr's lines."""
+        return self.stderr.decode(errors="replace").splitlines()
+
+
+def measured(
+    *args: str,
+    stdin: str | None = None,
+    env: Mapping[str, str] | None = None,
+    timeout: float = 60.0,
+) -> Measured:
+    """Run ``python -m gputriage ARGS`` with stdin from the file ``stdin`` (default: empty),
+    and measure it: ``os.wait4`` gives this one child's peak RSS (``RUSAGE_CHILDREN``
+    would be the peak of every child the test process ever had)."""
+    with (
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+        open(stdin or os.devnull, "rb") as given,
+    ):
+        started = time.monotonic()
+        process = subprocess.Popen(
+            [sys.executable, "-m", "gputriage", *args],
+            stdin=given,
+            stdout=out,
+            stderr=err,
+            env=clean_env(env),
+        )
+        try:
+            status, usage = _wait4(process.pid, started + timeout)
+        finally:
+            if process.returncode is None and process.poll() is None:
+                process.kill()
+                process.wait()
+        seconds = time.monotonic() - started
+        out.seek(0)
+        err.seek(0)
+        return Measured(
+            returncode=os.waitstatus_to_exitcode(status),
+            stdout=out.read(),
+            stderr=err.read(),
+            seconds=seconds,
+            peak_rss_mib=usage.ru_maxrss / 1024,  # KiB on Linux
+        )
+
+
+def _wait4(pid: int, deadline: float) -> tuple[int, resource.struct_rusage]:
+    """``os.wait4`` of ``pid`` polled until ``deadline``; ``AssertionError`` past it."""
+    while True:
+        waited, status, usage = os.wait4(pid, os.WNOHANG)
+        if waited == pid:
+            return status, usage
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gputriage (pid {pid}) still running at its deadline")
+        time.sleep(0.02)
+
+
+def one_line(result: subprocess.CompletedProcess[bytes] | Measured, status: int) -> str:
+    """Assert exit ``status``, one stderr line ``gputriage: error: ...``, no traceback."""
+    stderr = result.stderr.decode(errors="replace")
+    assert "Traceback" not in stderr, stderr
+    assert result.returncode == status, stderr
+    lines = stderr.splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("gputriage: error: "), stderr
+    return lines[0]
 
 
 def host_oom_events(node: str = "gpu-node-1", pod: str = "trainer-0") -> list[msgspec.Struct]:

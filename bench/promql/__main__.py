@@ -43,6 +43,8 @@ def _read_truth(path: str) -> list[ExpectedIncident]:
     with FileSource(path) as source:
         for number, line in source.lines():
             try:
+                if isinstance(line, RecordError):  # over-long
+                    raise line
                 expected.append(decode_truth(line))
             except RecordError as exc:
                 raise click.ClickException(f"{source.name}:{number}: {exc}") from None

@@ -36,10 +36,10 @@ import os
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Final, Protocol, runtime_checkable
 from urllib.parse import quote, quote_plus, urlsplit
 
+from connectors.bounded import read_small
 from connectors.kafka.config import Secret
 from schemas.incidents import Incident
 
@@ -244,7 +244,7 @@ def read_secret(
         return Secret(_clean(value, f"{name}: environment variable {var}"))
     assert path is not None
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_small(path).decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise SecretError(f"{name}: cannot read {path}: {exc.__class__.__name__}") from None
     value = text[:-1] if text.endswith("\n") else text

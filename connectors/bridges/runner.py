@@ -55,7 +55,6 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import msgspec
@@ -64,6 +63,7 @@ from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
 from connectors.backoff import Backoff
+from connectors.bounded import read_small
 from connectors.bridges.base import (
     Accepted,
     Delivered,
@@ -133,7 +133,7 @@ def route_secrets(routes: Iterable[Route], environ: Mapping[str, str]) -> list[s
                     found.append(value)
             elif key.endswith("_file"):
                 with contextlib.suppress(OSError, UnicodeDecodeError):
-                    text = Path(name).read_text(encoding="utf-8")
+                    text = read_small(name).decode("utf-8")
                     found.extend(v for v in (text, text.rstrip("\n")) if v)
             if "url" in key:  # a secret URL's path and query are secrets too
                 found += [part for value in found for part in url_secrets(value.strip())]

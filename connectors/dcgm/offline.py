@@ -18,7 +18,7 @@ from typing import IO
 
 from connectors.dcgm.diff import DcgmState, diff
 from connectors.dcgm.exposition import parse_exposition
-from connectors.files import STDIN, FileSource
+from connectors.files import STDIN, FileSource, read_error
 from schemas.codec import RecordError, encode
 
 PROG = "gputriage"
@@ -48,7 +48,7 @@ def ingest_dcgm(
         try:
             data, when = _read(path)
         except (OSError, EOFError, zlib.error) as exc:
-            print(f"{path}: cannot read: {exc}", file=err)
+            print(f"{path}: cannot read: {read_error(exc)}", file=err)
             bad += 1
             continue
         scrape = parse_exposition(data.decode("utf-8", errors="replace"))

@@ -25,20 +25,23 @@ Objects without a ``kind`` (absent, ``null`` or ``""``), anywhere in these input
 
 Trap: pretty-printed input cannot be read line by line, so when the first
 non-blank line is not a complete JSON document the whole input is read into
-memory and split with ``json.JSONDecoder.raw_decode``; one syntax error there
-ends the input (there is no line boundary to resync on). Line numbers always
-point at the first line of the document (for List items, the List's line).
+memory (at most :data:`~connectors.bounded.MAX_INPUT_BYTES`) and split with
+``json.JSONDecoder.raw_decode``; one syntax error there ends the input (there is
+no line boundary to resync on). Line numbers always point at the first line of
+the document (for List items, the List's line).
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 import zlib
 from collections.abc import Iterator
 from datetime import datetime
 from typing import Any, NamedTuple
 
+from connectors.bounded import MAX_INPUT_BYTES, size_text
 from connectors.files import FileSource
 from connectors.k8s.slim import (
     DEFAULT_CONFIG,
@@ -67,6 +70,9 @@ def documents(source: FileSource) -> Iterator[tuple[int, Any | RecordError]]:
     lines = source.lines()
     try:
         for number, raw in lines:
+            if isinstance(raw, RecordError):  # over-long: still no document to tell the form
+                yield number, raw
+                continue
             try:
                 first = codec.loads(raw)
             except RecordError:
@@ -74,6 +80,9 @@ def documents(source: FileSource) -> Iterator[tuple[int, Any | RecordError]]:
                 return
             yield number, first
             for later, line in lines:
+                if isinstance(line, RecordError):
+                    yield later, line
+                    continue
                 try:
                     yield later, codec.loads(line)
                 except RecordError as exc:
@@ -84,13 +93,24 @@ def documents(source: FileSource) -> Iterator[tuple[int, Any | RecordError]]:
 
 
 def _pretty(
-    number: int, raw: bytes, rest: Iterator[tuple[int, bytes]]
+    number: int, raw: bytes, rest: Iterator[tuple[int, bytes | RecordError]]
 ) -> Iterator[tuple[int, Any | RecordError]]:
     starts: list[int] = []
     numbers: list[int] = []
     parts: list[str] = []
     offset = 0
-    for line_number, line in ((number, raw), *rest):
+    for line_number, line in itertools.chain(((number, raw),), rest):
+        if isinstance(line, RecordError) or offset + len(line) > MAX_INPUT_BYTES:
+            # Held whole to be parsed: a gap or no end means no document can be trusted.
+            too_big = f"pretty-printed input larger than {size_text(MAX_INPUT_BYTES)}"
+            reason = line.reason if isinstance(line, RecordError) else too_big
+            yield (
+                line_number,
+                RecordError(
+                    f"{reason}; input not read (jq -c '.items[]' prints one object per line)"
+                ),
+            )
+            return
         text = line.decode("utf-8", errors="replace")
         starts.append(offset)
         numbers.append(line_number)

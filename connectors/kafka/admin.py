@@ -8,6 +8,10 @@ to a broker. Traps:
   produces, or the raw topics end up with one partition and no compaction, and
   :func:`ensure_topics` will (by design) leave them alone.
 * :func:`check_copartitioned` is the processor's guard against exactly that.
+* Both are the first contact of a command with Kafka (the processor, every
+  connector, the bridges, the demo): their client starts within the connect
+  timeout (:func:`connectors.kafka.config.start_client`), so a broker that takes
+  the connection and never answers is one line after ``connect_timeout_seconds``.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from connectors.kafka.config import start_client
 from schemas.topics import TopicLayout, TopicSpec
 
 
@@ -41,7 +46,7 @@ async def ensure_topics(
     from aiokafka.errors import TopicAlreadyExistsError, for_code  # noqa: PLC0415
 
     admin = AIOKafkaAdminClient(**admin_kwargs)
-    await admin.start()
+    await start_client(admin, admin_kwargs)  # KafkaUnreachable, within the connect timeout
     try:
         existing = set(await admin.list_topics())
         missing = [spec for spec in (*layout.all(), *extra) if spec.name not in existing]
@@ -87,7 +92,7 @@ async def check_copartitioned(
     from aiokafka import AIOKafkaConsumer  # noqa: PLC0415
 
     consumer = AIOKafkaConsumer(**client_kwargs, group_id=None)
-    await consumer.start()
+    await start_client(consumer, client_kwargs)
     try:
         await consumer.topics()
         counts = {spec.name: len(consumer.partitions_for_topic(spec.name) or ()) for spec in specs}

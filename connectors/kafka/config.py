@@ -11,6 +11,7 @@ The ``[kafka]`` table of the settings file::
     sasl_mechanism = "SCRAM-SHA-512"             # PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
     sasl_username = "gputriage"
     sasl_password_file = "/var/run/secrets/kafka/password"
+    connect_timeout_seconds = 10                 # a client's start: bootstrap, metadata
 
 The SASL password comes only from ``$GPUTRIAGE_KAFKA_PASSWORD`` or the file named
 by ``sasl_password_file``; never from the settings file, a ``GPUTRIAGE_KAFKA__*``
@@ -31,17 +32,33 @@ Traps:
   another protocol is an error rather than a silently unencrypted connection.
 * The ``ssl_context`` is built fresh on every call: an ``SSLContext`` loads the
   files when it is created, so a rotated certificate needs a new one.
+* aiokafka bounds a client's start only by ``request_timeout_ms`` (40 s) per
+  bootstrap server, so a broker that accepts TCP and never answers held every
+  command 40 s, and aiokafka's own ``ERROR`` lines and the repr of its address
+  tuples came before the one line that mattered. :func:`start_client` starts a
+  client within ``connect_timeout_seconds``, hears aiokafka's complaints instead
+  of printing them, and raises :class:`KafkaUnreachable` naming the brokers and
+  the reason (``Connection refused``, ``no answer within 10 s``). The timeout
+  rides on :class:`ClientKwargs` (not a key: aiokafka refuses unknown ones), so
+  every verb that gets its arguments from :func:`client_kwargs` has it.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ipaddress
+import logging
+import os
 import re
+import socket
 import ssl
-from collections.abc import Mapping
-from typing import Any, Final, Literal
+from collections.abc import Iterator, Mapping
+from typing import Annotated, Any, Final, Literal
 
 import msgspec
+
+from connectors.bounded import read_small
 
 SecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 SaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
@@ -53,6 +70,10 @@ _TLS: Final = frozenset({"SSL", "SASL_SSL"})
 _SASL: Final = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
 _MASK: Final = "********"
 
+CONNECT_TIMEOUT_SECONDS: Final = 10.0
+"""``kafka.connect_timeout_seconds``' default: how long a client's start may take."""
+ConnectTimeout = Annotated[float, msgspec.Meta(gt=0, le=3600)]
+
 
 class KafkaConfigError(ValueError):
     """A ``[kafka]`` value that cannot be used; the message names the key, never a secret."""
@@ -61,11 +82,17 @@ class KafkaConfigError(ValueError):
 class KafkaUnreachable(RuntimeError):
     """Kafka could not be reached or its topics not created; one line for the user.
 
-    Raised by :func:`connectors.kafka.producer.start_producer` (every connector's
-    start) and ``gputriage tail``; never printed under ``connectors/``: the CLI
-    reports it, once (:func:`gputriage.cli.run`). Defined here, not beside the
-    producer, so that catching it does not import aiokafka.
+    Raised by :func:`start_client` (every client's start, so every verb's) and
+    :func:`connectors.kafka.producer.start_producer`; never printed under
+    ``connectors/``: the CLI reports it, once (:func:`gputriage.cli.run`). Defined
+    here, not beside the producer, so that catching it does not import aiokafka.
+    ``reason`` is the message's last part (``Connection refused``, ``no answer``),
+    for a caller that words its own line (``gputriage tail``, which retries).
     """
+
+    def __init__(self, message: str, reason: str = "") -> None:
+        super().__init__(message)
+        self.reason = reason or message
 
 
 class Secret:
@@ -116,6 +143,9 @@ class KafkaSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
     sasl_username: str = ""
     sasl_password_file: str = ""
     client_id: str = CLIENT_ID
+    connect_timeout_seconds: ConnectTimeout = CONNECT_TIMEOUT_SECONDS
+    """How long a client's start (bootstrap and metadata) may take before the command
+    gives up with one line (:func:`start_client`); every Kafka verb shares it."""
     sasl_password: Secret | None = None
     """Filled from ``$GPUTRIAGE_KAFKA_PASSWORD`` or ``sasl_password_file``, never from the table."""
 
@@ -242,8 +272,7 @@ def _password(settings: KafkaSettings, password_env: Secret | None) -> Secret:
         )
     if path:
         try:
-            with open(path, encoding="utf-8") as file:
-                text = file.read()
+            text = read_small(path).decode("utf-8")
         except (OSError, UnicodeDecodeError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
             raise KafkaConfigError(
@@ -263,7 +292,14 @@ def _password(settings: KafkaSettings, password_env: Secret | None) -> Secret:
 
 
 class ClientKwargs(dict[str, Any]):
-    """aiokafka keyword arguments; the repr masks the password."""
+    """aiokafka keyword arguments; the repr masks the password.
+
+    ``connect_timeout_s`` rides along as an attribute, not a key (aiokafka would refuse
+    an unknown keyword): :func:`start_client` reads it. Trap: ``dict(kwargs)`` or
+    ``{**kwargs}`` copies only the keys; a start given such a copy waits the default.
+    """
+
+    connect_timeout_s: float = CONNECT_TIMEOUT_SECONDS
 
     def __repr__(self) -> str:
         shown = {k: (_MASK if k == "sasl_plain_password" and v else v) for k, v in self.items()}
@@ -308,6 +344,7 @@ def client_kwargs(
         client_id=settings.client_id,
         security_protocol=settings.security_protocol,
     )
+    kwargs.connect_timeout_s = settings.connect_timeout_seconds
     context = ssl_context(settings)
     if context is not None:
         kwargs["ssl_context"] = context
@@ -317,3 +354,118 @@ def client_kwargs(
         password = settings.sasl_password
         kwargs["sasl_plain_password"] = password.reveal() if password is not None else None
     return kwargs
+
+
+def connect_timeout(client_kwargs: Mapping[str, Any]) -> float:
+    """The start timeout that ``client_kwargs`` carry (the default for a plain mapping)."""
+    if isinstance(client_kwargs, ClientKwargs):
+        return client_kwargs.connect_timeout_s
+    return CONNECT_TIMEOUT_SECONDS
+
+
+def brokers_text(client_kwargs: Mapping[str, Any]) -> str:
+    """The bootstrap servers as a user typed them: ``k0:9092,k1:9092``, never a list repr."""
+    servers = client_kwargs.get("bootstrap_servers", "")
+    return ",".join(servers) if isinstance(servers, list | tuple) else str(servers)
+
+
+async def start_client(
+    client: Any, client_kwargs: Mapping[str, Any], *, timeout_s: float | None = None
+) -> None:
+    """Start an aiokafka client (producer, consumer, admin) within the connect timeout.
+
+    ``timeout_s`` defaults to :func:`connect_timeout` of ``client_kwargs``. Any failure
+    stops the half-started client and raises :class:`KafkaUnreachable`: ``cannot reach
+    Kafka at HOST:PORT: <reason>``, the reason heard from aiokafka (``Connection
+    refused``) rather than its ``Unable to bootstrap from [('h', 1, <AddressFamily...>)]``.
+    Nothing aiokafka logs while starting is printed (:func:`heard`).
+    """
+    from aiokafka.errors import KafkaError  # noqa: PLC0415 - this module stays cheap
+
+    timeout = connect_timeout(client_kwargs) if timeout_s is None else timeout_s
+    with heard("aiokafka") as complaints:
+        try:
+            await asyncio.wait_for(client.start(), timeout)
+        except BaseException as exc:
+            with contextlib.suppress(KafkaError, OSError):
+                stop = getattr(client, "stop", None) or client.close  # the admin client closes
+                await stop()
+            if not isinstance(exc, KafkaError | OSError | TimeoutError):
+                raise  # cancelled (Ctrl-C), or a bug: never a reason
+            reason = start_failure(exc, complaints)
+        else:
+            return
+    shown = reason
+    if reason == NO_ANSWER:
+        shown = f"{NO_ANSWER} within {timeout:g} s (kafka.connect_timeout_seconds)"
+    raise KafkaUnreachable(f"cannot reach Kafka at {brokers_text(client_kwargs)}: {shown}", reason)
+
+
+NO_ANSWER: Final = "no answer"
+"""The reason of a start that timed out: the broker took the connection and said nothing."""
+
+
+def start_failure(exc: BaseException, complaints: list[logging.LogRecord]) -> str:
+    """Why a start failed, in a few words: the last connection error aiokafka logged
+    (its ``Unable connect to "h:p": <error>``), else the exception's own."""
+    if isinstance(exc, TimeoutError):
+        return NO_ANSWER
+    for record in reversed(complaints):
+        for arg in record.args if isinstance(record.args, tuple) else ():
+            if isinstance(arg, BaseException):
+                return error_reason(arg)
+    return error_reason(exc)
+
+
+def error_reason(exc: BaseException) -> str:
+    """An exception as a short reason: the OS's words for an ``OSError`` (``Connection
+    refused``, ``Name or service not known``), never a repr of address tuples."""
+    from aiokafka.errors import KafkaConnectionError  # noqa: PLC0415
+
+    if isinstance(exc, ssl.SSLError):
+        return f"TLS: {exc.reason or exc}"
+    if isinstance(exc, socket.gaierror):
+        return exc.strerror or str(exc)
+    if isinstance(exc, OSError) and exc.errno is not None and exc.errno > 0:
+        return os.strerror(exc.errno)
+    if isinstance(exc, TimeoutError):
+        return NO_ANSWER
+    if isinstance(exc, KafkaConnectionError):
+        return "connection failed"
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class _Heard(logging.Handler):
+    """Keeps the records it is handed (:func:`heard`)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextlib.contextmanager
+def heard(name: str) -> Iterator[list[logging.LogRecord]]:
+    """Logger ``name``'s warnings and errors for the block, kept instead of printed.
+
+    aiokafka logs every refused connection at ERROR, and Python prints records nobody
+    handles on stderr: while a client starts, they are reasons for the one line, not
+    lines of their own. Trap: this holds for the whole logger tree for the block, other
+    clients' records included; start clients one at a time.
+    """
+    logger = logging.getLogger(name)
+    handler = _Heard()
+    propagate, level = logger.propagate, logger.level
+    logger.addHandler(handler)
+    logger.propagate = False
+    if logger.level == logging.NOTSET or logger.level > logging.WARNING:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield handler.records
+    finally:
+        logger.removeHandler(handler)
+        logger.propagate = propagate
+        logger.setLevel(level)  # setLevel, not .level =: it clears the loggers' level cache

@@ -37,7 +37,13 @@ from aiokafka import AIOKafkaProducer
 from aiokafka.partitioner import murmur2
 
 from connectors.kafka.admin import TopicError, ensure_topics
-from connectors.kafka.config import KafkaUnreachable
+from connectors.kafka.config import (
+    KafkaUnreachable,
+    brokers_text,
+    connect_timeout,
+    error_reason,
+    start_client,
+)
 from schemas.codec import AnyEvent, encode, fitted_dead_letter
 from schemas.dead_letters import DeadLetter
 from schemas.events import Tick
@@ -87,11 +93,13 @@ async def start_producer(client_kwargs: Mapping[str, Any], layout: TopicLayout) 
         created = await ensure_topics(client_kwargs, layout)
         if created:
             log.info("created topics %s", ", ".join(created))
-        await producer.start()
-    except (KafkaError, OSError, TopicError) as exc:
+        await producer.start()  # KafkaUnreachable, within the connect timeout
+    except (KafkaError, OSError, TopicError) as exc:  # past the start: a topic refused...
         await producer.stop()
-        servers = client_kwargs.get("bootstrap_servers", "?")
-        raise KafkaUnreachable(f"cannot reach Kafka at {servers}: {exc}") from None
+        reason = str(exc) if isinstance(exc, TopicError) else error_reason(exc)
+        raise KafkaUnreachable(
+            f"cannot reach Kafka at {brokers_text(client_kwargs)}: {reason}", reason
+        ) from None
     return producer
 
 
@@ -112,6 +120,7 @@ class EventProducer:
         **producer_options: Any,
     ) -> None:
         self.layout = layout
+        self._connect_timeout_s = connect_timeout(client_kwargs)
         self._options: dict[str, Any] = {
             **client_kwargs,
             "acks": "all",
@@ -127,14 +136,15 @@ class EventProducer:
         """Records acknowledged so far."""
 
     async def start(self) -> None:
-        """Connect (fetches metadata; raises ``KafkaConnectionError`` when unreachable).
+        """Connect (fetches metadata) within the connect timeout; raises
+        :class:`~connectors.kafka.config.KafkaUnreachable` when it cannot.
 
         The aiokafka producer is created here, not in ``__init__``: aiokafka
         clients bind to the running event loop when constructed, and fail
         outside one.
         """
         producer = AIOKafkaProducer(**self._options)
-        await producer.start()
+        await start_client(producer, self._options, timeout_s=self._connect_timeout_s)
         self._producer = producer
 
     async def stop(self) -> None:

@@ -12,7 +12,7 @@ import zlib
 from datetime import UTC, datetime
 from typing import IO
 
-from connectors.files import STDIN, FileSource
+from connectors.files import STDIN, FileSource, read_error
 from connectors.topology.events import topology_event
 from connectors.topology.matrix import parse_topology
 from schemas.codec import RecordError, encode
@@ -36,7 +36,7 @@ def ingest_topology(
     try:
         text, mtime = _read(path)
     except (OSError, EOFError, zlib.error) as exc:
-        print(f"{name}: cannot read: {exc}", file=err)
+        print(f"{name}: cannot read: {read_error(exc)}", file=err)
         return 1
     topology = parse_topology(text)
     if isinstance(topology, RecordError):

@@ -63,6 +63,7 @@ from typing import Final
 
 import msgspec
 
+from connectors.bounded import read_small
 from connectors.source import Batch, DeadLine
 from connectors.state import StateFile
 from connectors.xid.lines import MARKER, LineContext, event_from_kmsg, parse_kmsg_record
@@ -90,12 +91,12 @@ class KmsgState(msgspec.Struct, frozen=True, kw_only=True):
 
 def read_boot_id(path: str | Path = BOOT_ID_PATH) -> str:
     """The current boot's id (a UUID the kernel draws at every boot)."""
-    return canonical_boot_id(Path(path).read_text(encoding="ascii"))
+    return canonical_boot_id(read_small(path).decode("ascii"))
 
 
 def read_boot_time(path: str | Path = PROC_STAT) -> datetime:
     """Boot time from ``btime`` in ``/proc/stat`` (whole seconds since the epoch)."""
-    for line in Path(path).read_text(encoding="ascii").splitlines():
+    for line in read_small(path).decode("ascii").splitlines():
         if line.startswith("btime "):
             return datetime.fromtimestamp(int(line.split()[1]), UTC)
     raise ValueError(f"{path}: no btime line")

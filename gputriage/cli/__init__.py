@@ -6,7 +6,9 @@ missing file, a bad configuration value) is ONE line on stderr,
 ``gputriage: error: <message>`` (:func:`gputriage.errors.error`, the one
 printer), and exit status 2 -- never a traceback and never a screenful of
 usage. Exit status 1 means the command ran but found a problem (bad input
-lines, drifted schema documents, Kafka unreachable); 130 means interrupted.
+lines, drifted schema documents, Kafka unreachable, a state file that cannot
+be written, output that cannot be written); 130 means interrupted
+(:mod:`gputriage.errors` declares the three).
 
 Each verb lives in its own module (:mod:`gputriage.cli.replay`, ``tail``,
 ``process``, ``demo``, ``schemas``, ``ingest``, ``connect``, ``simulate``, ``score``): it
@@ -17,20 +19,24 @@ that returns the exit status.
 Trap: click's own ``main`` calls ``sys.exit`` on a broken pipe even in
 non-standalone mode, and Python prints an ``Exception ignored`` message if
 stdout is closed at exit; :func:`main` handles both so ``gputriage replay ... |
-head`` stays quiet.
+head`` stays quiet. A write that fails otherwise (``> /dev/full``: ENOSPC) is an
+``OSError`` from deep inside a command, or from the last flush: both are one
+line, ``write error: No space left on device``, and status 1.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 from collections.abc import Sequence
-from typing import Final, NoReturn
+from typing import NoReturn
 
 import click
 
 from connectors.kafka.config import KafkaUnreachable
 from connectors.prometheus import MetricsUnavailable
+from connectors.state import StateError
 from gputriage.cli.bridge import bridge_command
 from gputriage.cli.common import CONTEXT
 from gputriage.cli.connect import connect_group
@@ -42,12 +48,8 @@ from gputriage.cli.schemas import schemas_command
 from gputriage.cli.score import score_command
 from gputriage.cli.simulate import simulate_command
 from gputriage.cli.tail import tail_command
-from gputriage.errors import PROG, error
+from gputriage.errors import FAILED, INTERRUPTED, PROG, USAGE_ERROR, error, os_error_text
 from gputriage.settings import CONFIG_ENV, SettingsError
-
-FAILED: Final = 1
-USAGE_ERROR: Final = 2
-INTERRUPTED: Final = 130
 
 
 @click.group(context_settings=CONTEXT, invoke_without_command=True)
@@ -108,12 +110,17 @@ def run(argv: Sequence[str] | None = None) -> int:
     except SettingsError as exc:
         error(str(exc))
         return USAGE_ERROR
-    except (KafkaUnreachable, MetricsUnavailable) as exc:  # any connector's start
+    except (KafkaUnreachable, MetricsUnavailable, StateError) as exc:  # any connector's
         error(str(exc))
         return FAILED
     except click.Abort:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return INTERRUPTED
+    except OSError as exc:
+        if exc.errno == errno.EPIPE:
+            raise  # the reader went away: main() ends quietly, as Unix tools do
+        error(os_error_text(exc))
+        return FAILED
     return result if isinstance(result, int) else 0
 
 
@@ -132,7 +139,16 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         sys.stdout.flush()
     except BrokenPipeError:
         # The reader went away (`| head`): silence the flush Python retries at exit.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        code = 1
+        _discard_stdout()
+        code = FAILED
+    except OSError as exc:  # the last of the output did not fit (/dev/full): say so, once
+        _discard_stdout()
+        error(os_error_text(exc))
+        code = FAILED
     sys.exit(code)
+
+
+def _discard_stdout() -> None:
+    """Point stdout at ``/dev/null``, so the flush Python retries at exit fails no more."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())

@@ -29,8 +29,6 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-USAGE_ERROR: Final = 2
-INTERRUPTED: Final = 130
 CONTEXT: Final[dict[str, Any]] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
@@ -74,7 +72,7 @@ def kafka_kwargs(settings: Settings, brokers: str | None) -> dict[str, Any]:
                 str(exc).removeprefix("--brokers: "), param_hint="'--brokers'"
             ) from None
     try:
-        return dict(client_kwargs(settings.kafka_settings(), brokers))
+        return client_kwargs(settings.kafka_settings(), brokers)  # a copy would drop its timeout
     except KafkaConfigError as exc:
         raise click.UsageError(f"{exc}, or pass --brokers") from None
 

@@ -398,7 +398,9 @@ def run_connect_kmsg(settings: Settings, o: KmsgConnectSettings, boot_time: Any)
         error(f"Kafka: {exc!r}")
         return 1
     except OSError as exc:
-        raise click.FileError(exc.filename or "?", hint=exc.strerror or str(exc)) from None
+        if exc.filename is None:
+            raise  # not a file of the options: the CLI's one line for it (exit 1)
+        raise click.FileError(exc.filename, hint=exc.strerror or str(exc)) from None
     except (ValueError, StateInUse) as exc:  # an unreadable btime or boot id; a 2nd reader
         error(str(exc))
         return 1

@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 
 from gputriage.cli.common import CONTEXT
-from gputriage.errors import PROG
+from gputriage.errors import FAILED, PROG, error, os_error_text
 from schemas.jsonschema import DOCUMENT_DIR, drifted_documents, write_documents
 
 
@@ -38,7 +38,14 @@ def schemas_command(mode: str | None, directory: Path) -> int:
 def run_schemas(write: bool, directory: Path) -> int:
     """Write the documents (0), or check them: 1 and one line per drifted document."""
     if write:
-        for name in write_documents(directory):
+        try:
+            written = write_documents(directory)
+        except OSError as exc:  # --dir /proc, a read-only or full file system
+            same = exc.filename is not None and Path(exc.filename) == directory
+            reason = exc.strerror if same else os_error_text(exc)
+            error(f"cannot write the documents to {directory}: {reason}")
+            return FAILED
+        for name in written:
             click.echo(f"wrote {_shown(directory / name)}")
         return 0
     drifted = drifted_documents(directory)

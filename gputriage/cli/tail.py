@@ -12,12 +12,13 @@ from typing import Any
 
 import click
 
+from connectors.kafka.config import KafkaSettings
 from gputriage.cli.common import (
     CONTEXT,
-    FiniteRange,
     StructDefault,
     brokers_option,
     kafka_kwargs,
+    setting_range,
     settings_of,
 )
 from gputriage.replay import OUTPUTS
@@ -74,10 +75,11 @@ class StartType(click.ParamType):
     "--connect-timeout",
     "connect_timeout_s",
     metavar="SECONDS",
-    type=FiniteRange(min=0, min_open=True, max=3600.0),
+    type=setting_range(KafkaSettings, "connect_timeout_seconds"),
     cls=StructDefault,
-    show_default=f"{_DEFAULTS.connect_timeout_s:g}",
-    help="Give up when the brokers cannot be reached within this long.",
+    show_default=f"{KafkaSettings().connect_timeout_seconds:g}",
+    help="Give up when the brokers cannot be reached within this long "
+    "(kafka.connect_timeout_seconds).",
 )
 @click.pass_context
 def tail_command(ctx: click.Context, /, *, brokers: str | None, **given: Any) -> int:

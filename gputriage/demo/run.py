@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
@@ -34,8 +35,9 @@ from typing import IO, Literal
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
+from connectors.files import FileSource, read_error
 from connectors.kafka.admin import TopicError, ensure_topics
-from connectors.kafka.config import client_kwargs
+from connectors.kafka.config import KafkaUnreachable, client_kwargs, error_reason
 from connectors.kafka.producer import EventProducer
 from connectors.publish import Publisher, PublishOptions
 from connectors.signals import stop_on_signals
@@ -44,8 +46,7 @@ from gputriage.demo.broker import BrokerError, EmbeddedBroker, die_with_parent
 from gputriage.demo.player import ScenarioSource, scaled_core_settings
 from gputriage.errors import error
 from gputriage.settings import Settings
-from gputriage.tail import kafka_reason, muted
-from schemas.codec import decode_event, decode_incident, encode
+from schemas.codec import AnyEvent, RecordError, decode_event, decode_incident, encode
 from schemas.incidents import Incident
 from schemas.topics import TopicLayout, topic_layout
 
@@ -109,6 +110,14 @@ def run_demo(settings: Settings, options: DemoOptions, out: IO[bytes], err: IO[s
 
 
 async def _run_demo(settings: Settings, options: DemoOptions, out: IO[bytes], err: IO[str]) -> int:
+    try:
+        events = read_scenario(options.scenario)
+    except RecordError as exc:
+        error(f"demo: {exc}", err)
+        return 1
+    except (OSError, EOFError, zlib.error) as exc:  # a broken gzip, a read error
+        error(f"demo: {options.scenario}: {read_error(exc)}", err)
+        return 1
     kafka = settings.kafka_settings()
     broker: EmbeddedBroker | None = None
     if kafka.embedded:
@@ -132,14 +141,16 @@ async def _run_demo(settings: Settings, options: DemoOptions, out: IO[bytes], er
         kwargs = client_kwargs(kafka, servers)
         layout = topic_layout(settings.topics)
         try:
-            with muted("aiokafka"):  # its every refused connection would be a line of its own
-                await ensure_topics(kwargs, layout)
+            await ensure_topics(kwargs, layout)  # KafkaUnreachable within the connect timeout
+        except KafkaUnreachable as exc:
+            error(f"demo: {exc}", err)
+            return 1
         except (KafkaError, OSError, TopicError) as exc:
-            error(f"demo: cannot reach Kafka at {servers}: {kafka_reason(exc)}", err)
+            error(f"demo: cannot reach Kafka at {servers}: {error_reason(exc)}", err)
             return 1
         worker = _start_worker(settings, servers, options, scratch / "worker.log")
         print(f"gputriage demo: processor worker pid {worker.pid}", file=err)
-        status = await _supervise(kwargs, layout, worker, options, out, err)
+        status = await _supervise(kwargs, layout, events, worker, options, out, err)
     finally:
         if worker is not None:
             stopped = _stop_worker(worker, err)
@@ -205,6 +216,7 @@ def _stop_worker(worker: subprocess.Popen[bytes], err: IO[str]) -> int:
 async def _supervise(
     kwargs: dict[str, object],
     layout: TopicLayout,
+    events: list[AnyEvent],
     worker: subprocess.Popen[bytes],
     options: DemoOptions,
     out: IO[bytes],
@@ -214,7 +226,7 @@ async def _supervise(
     restore_signals = stop_on_signals(stop)
     last_seen = [time.monotonic()]
     fed = asyncio.Event()
-    feeder = asyncio.create_task(_feed(kwargs, layout, options, fed), name="feeder")
+    feeder = asyncio.create_task(_feed(kwargs, layout, events, options, fed), name="feeder")
     printer = asyncio.create_task(
         _print_incidents(kwargs, layout, options, out, last_seen), name="printer"
     )
@@ -241,13 +253,32 @@ async def _supervise(
     return 0
 
 
+def read_scenario(path: Path) -> list[AnyEvent]:
+    """Every event of the scenario file, or :class:`RecordError` ``FILE:LINE: reason`` at
+    the first bad line. Read before anything starts (a bad file costs no broker), through
+    the bounded reader: ``--scenario /dev/zero`` ends in ~2 s, in bounded memory."""
+    events = []
+    with FileSource(str(path)) as scenario:
+        for number, line in scenario.lines():
+            try:
+                if isinstance(line, RecordError):  # over-long
+                    raise line
+                events.append(decode_event(line))
+            except RecordError as exc:
+                where = f" (at {exc.field})" if exc.field else ""
+                raise RecordError(f"{scenario.name}:{number}: {exc.reason}{where}") from None
+    return events
+
+
 async def _feed(
-    kwargs: dict[str, object], layout: TopicLayout, options: DemoOptions, fed: asyncio.Event
+    kwargs: dict[str, object],
+    layout: TopicLayout,
+    events: list[AnyEvent],
+    options: DemoOptions,
+    fed: asyncio.Event,
 ) -> None:
     """Publish the scenario through the one publish loop (the player is a source: its
     records carry its progress, and it heartbeats); runs until cancelled."""
-    lines = options.scenario.read_bytes().splitlines()
-    events = [decode_event(line) for line in lines if line.strip()]
     source = ScenarioSource(events, options.speed)
     producer = EventProducer(kwargs, layout)
     await producer.start()

@@ -108,6 +108,10 @@ class _Closing:
 
 
 def read_lines(path: str | Path) -> list[bytes]:
-    """Load a generated file (plain or gzip, by its magic bytes) as a list of lines."""
+    """Load a generated file (plain or gzip, by its magic bytes) as a list of lines.
+
+    Uncapped (``read(limit=None)``): the benches' own generated streams run to gigabytes;
+    never point this at input a user gives.
+    """
     with FileSource(str(path)) as source:
-        return source.read().splitlines()
+        return source.read(limit=None).splitlines()

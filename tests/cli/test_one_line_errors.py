@@ -9,27 +9,15 @@ traceback. Every one of them failed before the fix it names.
 from __future__ import annotations
 
 import socket
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.cli_helpers import gputriage, host_oom_events, write_jsonl
+from tests.cli_helpers import gputriage, host_oom_events, one_line, write_jsonl
 
 DEAD_BROKER = "127.0.0.1:1"
 """Nothing listens on port 1: a refused connection, at once."""
-
-
-def one_line(result: subprocess.CompletedProcess[bytes], status: int) -> str:
-    """Assert exit ``status``, one stderr line ``gputriage: error: ...``, no traceback."""
-    stderr = result.stderr.decode(errors="replace")
-    assert "Traceback" not in stderr, stderr
-    assert result.returncode == status, stderr
-    lines = stderr.splitlines()
-    assert len(lines) == 1, stderr
-    assert lines[0].startswith("gputriage: error: "), stderr
-    return lines[0]
 
 
 @pytest.fixture

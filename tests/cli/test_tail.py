@@ -210,7 +210,7 @@ def test_an_unreachable_broker_is_one_line_and_status_1(
     captured = capsys.readouterr()
     assert captured.out == ""
     assert captured.err.splitlines() == [
-        "gputriage: error: cannot reach Kafka at 127.0.0.1:1 within 0.5 s: connection failed"
+        "gputriage: error: cannot reach Kafka at 127.0.0.1:1 within 0.5 s: Connection refused"
     ]
 
 

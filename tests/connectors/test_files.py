@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from connectors.files import FileSource, Record, merge_by_time, read_lines, read_records
+from connectors.bounded import InputTooLarge, read_small
+from connectors.files import (
+    FileSource,
+    Record,
+    merge_by_time,
+    parse_lines,
+    read_lines,
+    read_records,
+)
 from schemas.codec import RecordError, try_decode_event
 
 LINES = [b'{"a": 1}', b"", b"   ", b'{"b": 2}', b'{"c": 3}']
@@ -155,3 +163,73 @@ def test_merge_keeps_an_error_record_next_to_its_neighbours() -> None:
     merged = list(merge_by_time([a, b]))
     assert merged.index(bad) == 1
     assert [r.source for r in merged] == ["a", "a", "b", "a"]
+
+
+# -- bounds (connectors.bounded): the caps made small, so a test reads kilobytes ------------
+@pytest.fixture
+def small_caps(monkeypatch: pytest.MonkeyPatch) -> tuple[int, int]:
+    """A 64-byte line cap, and the end of a line looked for up to 4 KiB."""
+    monkeypatch.setattr("connectors.files.MAX_LINE_BYTES", 64)
+    monkeypatch.setattr("connectors.files.MAX_INPUT_BYTES", 4096)
+    monkeypatch.setattr("connectors.files._SKIP_CHUNK", 100)
+    return 64, 4096
+
+
+@pytest.mark.parametrize("compress", [False, True], ids=["plain", "gzip"])
+def test_a_line_over_the_cap_is_a_dead_line_in_its_place(
+    tmp_path: Path, small_caps: tuple[int, int], compress: bool
+) -> None:
+    cap, _ = small_caps
+    data = b"a\n" + b"x" * (cap * 3) + b"\n" + b"y" * cap + b"\nz"
+    path = _write(tmp_path / "e", gzip.compress(data) if compress else data)
+    first, (number, dead), *rest = list(read_lines(path))
+    assert first == (1, b"a")
+    assert number == 2
+    assert isinstance(dead, RecordError)
+    assert dead.reason == f"line of {cap * 3} bytes is longer than 64 bytes: skipped"
+    assert rest == [(3, b"y" * cap), (4, b"z")], "a line of exactly the cap is a line"
+
+
+def test_a_line_that_runs_past_the_end_of_the_file_is_dead_too(
+    tmp_path: Path, small_caps: tuple[int, int]
+) -> None:
+    cap, _ = small_caps
+    ((number, dead),) = list(read_lines(_write(tmp_path / "e", b"x" * (cap + 1))))
+    assert (number, isinstance(dead, RecordError)) == (1, True)
+
+
+def test_no_line_break_within_the_bound_ends_the_input(
+    tmp_path: Path, small_caps: tuple[int, int]
+) -> None:
+    cap, bound = small_caps
+    data = b"x" * (bound * 3) + b"\nnever read\n"
+    with FileSource(_write(tmp_path / "e", data)) as source:
+        ((number, dead),) = list(source.lines())
+        assert source.position() <= bound + cap + 200, "it stopped at the bound"
+    assert number == 1
+    assert isinstance(dead, RecordError)
+    assert dead.reason == "no line break within 4 KiB: not text of lines; rest of input skipped"
+
+
+def test_parse_lines_never_parses_a_dead_line(tmp_path: Path, small_caps: tuple[int, int]) -> None:
+    cap, _ = small_caps
+    path = _write(tmp_path / "e", b"x" * (cap + 1) + b"\nok\n")
+    with FileSource(path) as source:
+        parsed = list(parse_lines(source, lambda raw: raw.decode()))
+    assert [number for number, _ in parsed] == [1, 2]
+    assert isinstance(parsed[0][1], RecordError)
+    assert parsed[1][1] == "ok"
+
+
+def test_a_whole_file_read_over_its_cap_is_input_too_large(tmp_path: Path) -> None:
+    path = _write(tmp_path / "scrape", b"x" * 11)
+    with FileSource(path) as source, pytest.raises(InputTooLarge) as refused:
+        source.read(limit=10)
+    assert (refused.value.strerror, refused.value.filename) == ("larger than 10 bytes", path)
+    with FileSource(path) as source:
+        assert source.read(limit=11) == b"x" * 11
+    assert read_small(path, limit=11) == b"x" * 11
+    with pytest.raises(InputTooLarge, match="larger than 10 bytes"):
+        read_small(path, limit=10)
+    with pytest.raises(InputTooLarge, match="larger than 16 MiB"):
+        read_small("/dev/zero")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import threading
@@ -9,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.state import StateFile, StateInUse, load_state, save_state
+from connectors.state import StateError, StateFile, StateInUse, load_state, save_state
 from connectors.xid.kmsg import KmsgState
 
 
@@ -103,6 +104,57 @@ def test_a_symlink_at_the_lock_name_is_refused_not_followed(tmp_path: Path) -> N
     victim = tmp_path / "victim"
     victim.write_text("precious")
     (tmp_path / "state.json.lock").symlink_to(victim)
-    with pytest.raises(OSError, match=r"state\.json\.lock"):
+    with pytest.raises(StateError, match=r"state\.json\.lock: Too many levels of symbolic"):
         StateFile(tmp_path / "state.json", KmsgState)
     assert victim.read_text() == "precious"
+
+
+# -- a state file that cannot be used: StateError, one line naming the file ---------------
+def test_a_parent_that_is_a_file_is_said_to_be_one(tmp_path: Path) -> None:
+    # mkdir's own word for it is "File exists", which reads as if all were well.
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(StateError) as refused:
+        StateFile(tmp_path / "a-file" / "state.json", KmsgState)
+    assert str(refused.value) == (
+        f"cannot use state file {tmp_path}/a-file/state.json: {tmp_path}/a-file is not a directory"
+    )
+
+
+def test_a_directory_that_takes_no_files_names_the_lock_and_the_reason() -> None:
+    with pytest.raises(StateError) as refused:
+        StateFile("/proc/gputriage-state.json", KmsgState)
+    assert str(refused.value) == (
+        "cannot use state file /proc/gputriage-state.json: "
+        "/proc/gputriage-state.json.lock: No such file or directory"
+    )
+
+
+def test_a_state_file_that_cannot_be_read_is_a_state_error(tmp_path: Path) -> None:
+    (tmp_path / "state.json").mkdir()
+    with pytest.raises(StateError, match=r"cannot read state file .*state\.json: Is a directory"):
+        load_state(tmp_path / "state.json", KmsgState)
+    zero = tmp_path / "zero"
+    zero.symlink_to("/dev/zero")
+    with pytest.raises(StateError, match=r"cannot read state file .*zero: larger than 16 MiB$"):
+        StateFile(zero, KmsgState).load()
+
+
+def test_a_full_disk_at_save_is_a_state_error_and_the_old_state_stays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = StateFile(tmp_path / "state.json", KmsgState)
+    state.save(KmsgState(boot_id="b", seq=1), published=True)
+
+    def full(fd: int) -> None:
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)  # where a full disk (or NFS) says so at last
+    with pytest.raises(StateError) as refused:
+        state.save(KmsgState(boot_id="b", seq=2), published=True)
+    monkeypatch.undo()
+    assert str(refused.value) == (
+        f"cannot save state file {tmp_path}/state.json: No space left on device"
+    )
+    assert load_state(state.path, KmsgState) == KmsgState(boot_id="b", seq=1)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["state.json", "state.json.lock"]
+    state.close()

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-from aiokafka.errors import KafkaConnectionError
 
 from connectors.kafka.admin import TopicError, check_copartitioned, ensure_topics
+from connectors.kafka.config import KafkaUnreachable
 from gputriage.settings import SettingsError, load_settings
 from schemas.events import (
     EVENT_TYPES,
@@ -175,7 +175,7 @@ async def test_ensure_topics_creates_exactly_the_missing_ones(kafka: KafkaTestEn
 
 @pytest.mark.asyncio
 async def test_ensure_topics_against_an_unreachable_broker_raises() -> None:
-    with pytest.raises(KafkaConnectionError):
+    with pytest.raises(KafkaUnreachable, match=r"^cannot reach Kafka at 127\.0\.0\.1:1: Conn"):
         await ensure_topics(
             {"bootstrap_servers": "127.0.0.1:1", "request_timeout_ms": 1000}, topic_layout()
         )
