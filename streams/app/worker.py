@@ -54,9 +54,10 @@ Traps:
   clock only ages a silent source out (``source_idle_seconds``) and drives the
   watermark when every source has gone. For records without progress headers it
   is per partition: "busy" partitions are those with records left to read
-  (position < high watermark), and a partition not read yet holds it for
-  ``startup_hold_seconds`` after an assignment. A connector's heartbeat interval
-  (5 s) must stay below both, or a restarted worker's first ticks run on the clock.
+  (position < high watermark), and a partition not read yet holds its lane until the
+  consumer knows where it starts and ends (:meth:`Worker._busy`). The watermark is kept
+  per lane, a raw partition number (:mod:`streams.app.lanes`): a gained partition's
+  backlog is never behind the watermark of the partitions this worker kept.
 * **A bounded buffer** (``max_buffered_events``): in a backlog, events of the
   partitions ahead in event time wait for the slowest one, in memory. At the cap
   the worker pauses the busy partitions ahead of the watermark
@@ -145,7 +146,8 @@ class ProcessorOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     stop_timeout_seconds: float = 15.0
     """On SIGINT/SIGTERM, exit anyway after this long (see ``gputriage.process``)."""
     startup_hold_seconds: float = 10.0
-    """After an assignment, how long a partition not yet read holds the watermark."""
+    """After an assignment, how long a partition not yet read holds its lane where its start
+    and end are not known otherwise (the faust engine; an aiokafka that hides them)."""
     snapshot_seconds: float = 1.0
     """How often changed key states are written to the state topic. Records are
     committed only after the snapshot covering them, so this is also the commit

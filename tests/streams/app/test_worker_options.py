@@ -103,3 +103,32 @@ def test_the_partition_leaders_are_known_on_a_started_consumer(kafka: KafkaTestE
                 await consumer.stop()
 
     assert asyncio.run(leader()) not in (None, -1), "the partition's leader, a broker id"
+
+
+def test_the_start_of_a_partition_not_read_yet_is_known_without_waiting(
+    kafka: KafkaTestEnv,
+) -> None:
+    """A partition nothing was read from holds its lane until the consumer knows where it
+    starts; the worker reads that from aiokafka's subscription state (``position()`` is a
+    coroutine that waits): an aiokafka that moves it fails here, not the busy rule."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: PLC0415
+
+    from streams.app.worker import _UNKNOWN, _start_position  # noqa: PLC0415
+
+    async def starts() -> tuple[object, object]:
+        await kafka.acreate_topics()
+        consumer = AIOKafkaConsumer(**kafka.kwargs, group_id=None)
+        await consumer.start()
+        try:
+            tp = TopicPartition(kafka.layout.raw["pods"].name, 0)
+            other = TopicPartition(kafka.layout.raw["pods"].name, 1)
+            consumer.assign([tp])
+            consumer.seek(tp, 7)
+            return _start_position(consumer, tp), _start_position(consumer, other)
+        finally:
+            with contextlib.suppress(asyncio.CancelledError):
+                await consumer.stop()
+
+    assigned, unassigned = asyncio.run(starts())
+    assert assigned == 7, "the position the consumer will read from"
+    assert unassigned is _UNKNOWN
