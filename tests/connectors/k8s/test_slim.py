@@ -880,3 +880,33 @@ def test_the_gpu_filter_survives_a_deleted_pod_stamped_at_the_end_of_time() -> N
     keep = GpuFilter()
     assert keep.keep(gpu_pod)
     assert keep.keep(last)
+
+
+# -- values nested too deep for Python to walk ------------------------------------------
+DEEP: list[Any] = []
+for _ in range(1001):  # past Python's recursion limit, within orjson's 1,024 levels
+    DEEP = [DEEP]
+
+
+@pytest.mark.parametrize(
+    ("path", "shown"),
+    [
+        (["metadata", "labels", "nvidia.com/gpu.product"], "labels"),
+        (["status", "capacity", "nvidia.com/gpu"], "capacity"),
+    ],
+)
+def test_a_value_nested_a_thousand_deep_where_any_value_is_read_is_an_error(
+    path: list[str | int], shown: str
+) -> None:
+    """``str()`` of it raised RecursionError out of ``ingest k8s`` and the watch."""
+    raw = _mutate("node_gpu", path, DEEP)
+    err = error(slim_object(raw, cluster="c1"))
+    assert "nested too deep" in err.reason, shown
+    # As the API would send it (orjson.dumps stops at 255 levels, so spliced in as text).
+    marked = orjson.dumps({"type": "MODIFIED", "object": _mutate("node_gpu", path, "@@")})
+    line = marked.replace(b'"@@"', b"[" * 1001 + b"]" * 1001)
+    assert "nested too deep" in error(slim_watch_line(line, cluster="c1")).reason
+    deep_kind = slim_watch_event({"type": DEEP, "object": raw}, cluster="c1")
+    assert error(deep_kind).field == "$.type"
+    status = {"type": "ERROR", "object": {"code": DEEP, "reason": DEEP, "message": "m"}}
+    assert "nested too deep to show" in error(slim_watch_event(status, cluster="c1")).reason
