@@ -12,6 +12,11 @@ Two fields matter to every consumer:
   a source that invents random ids breaks replay.
 * ``time`` is *event time*, as the source observed it, not when we read it.
 
+Names, ids, XID codes and a GPU's pods are bounded (:mod:`schemas.types` says why):
+a record past a bound is refused as it decodes, like one of the wrong type. The
+bounds only refuse absurd values, so every record ever written by a real source
+still decodes.
+
 ``node`` decides the correlation key: ``cluster/node`` for node-scoped records,
 ``cluster`` alone when it is empty (pending pods, autoscaler decisions), or when
 ``scope`` is ``"cluster"``: the copy of a pod, node or GPU binding that the
@@ -20,27 +25,29 @@ producer also sends to the cluster key (:func:`schemas.keys.routed`).
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
-from schemas.types import Op, Scope, Time
+from schemas.types import MAX_NODE_PODS, Id, Label, Name, Op, Scope, Time, XidCode
 
 
 class PodRef(msgspec.Struct, frozen=True, kw_only=True):
     """A pod (and optionally one of its containers) named by namespace and name."""
 
-    namespace: str
-    name: str
-    container: str = ""
+    namespace: Label
+    name: Name
+    container: Label = ""
 
 
 class ObjectRef(msgspec.Struct, frozen=True, kw_only=True):
     """The object a Kubernetes Event is about (its ``involvedObject``/``regarding``)."""
 
     kind: str
-    name: str
-    namespace: str = ""
+    name: Name
+    namespace: Label = ""
     uid: str = ""
-    container: str = ""
+    container: Label = ""
     """For a Pod: the container the event is about, from the reference's ``fieldPath``
     (``spec.containers{name}``, also ``initContainers``/``ephemeralContainers``); empty
     when the event is about the whole object."""
@@ -63,7 +70,7 @@ class Termination(msgspec.Struct, frozen=True, kw_only=True):
 class ContainerStatus(msgspec.Struct, frozen=True, kw_only=True):
     """The slimmed status of one container."""
 
-    name: str
+    name: Label
     restart_count: int = 0
     state: str = ""
     """``waiting``, ``running`` or ``terminated`` (empty when unknown)."""
@@ -100,18 +107,18 @@ class PodCondition(msgspec.Struct, frozen=True, kw_only=True):
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="schema"):
     """Fields every event carries. Never instantiated itself."""
 
-    id: str
-    cluster: str
+    id: Id
+    cluster: Name
     time: Time
 
 
 class PodEvent(Event, tag="pod.v1", frozen=True, kw_only=True):
     """A pod as the watch saw it, slimmed to what correlation needs."""
 
-    node: str = ""
+    node: Name = ""
     op: Op = "modified"
-    namespace: str
-    name: str
+    namespace: Label
+    name: Name
     uid: str = ""
     phase: str = ""
     reason: str = ""
@@ -121,7 +128,7 @@ class PodEvent(Event, tag="pod.v1", frozen=True, kw_only=True):
     """Extended GPU resources requested, summed over containers (MIG included)."""
     gpu_limits: dict[str, int] = {}
     owner_kind: str = ""
-    owner_name: str = ""
+    owner_name: Name = ""
     containers: tuple[ContainerStatus, ...] = ()
     scheduled: PodCondition | None = None
     created_at: Time | None = None
@@ -164,12 +171,12 @@ class NodeEvent(Event, tag="node.v1", frozen=True, kw_only=True):
     instance type, zone).
     """
 
-    node: str
+    node: Name
     op: Op = "modified"
     capacity: dict[str, int] = {}
     allocatable: dict[str, int] = {}
     conditions: tuple[NodeCondition, ...] = ()
-    labels: dict[str, str] = {}
+    labels: dict[str, Label] = {}
     taints: tuple[Taint, ...] = ()
     scope: Scope = "node"
     """``"cluster"`` on the copy :func:`schemas.keys.routed` sends to the cluster key
@@ -185,7 +192,7 @@ class KubeEvent(Event, tag="k8s_event.v1", frozen=True, kw_only=True):
     events such as autoscaler decisions on a pending pod.
     """
 
-    node: str = ""
+    node: Name = ""
     reason: str
     message: str = ""
     type: str = "Normal"
@@ -201,8 +208,8 @@ class XidEvent(Event, tag="xid.v1", frozen=True, kw_only=True):
     ``gpu_uuid`` is filled when any source on the node knows the bus id mapping.
     """
 
-    node: str
-    code: int
+    node: Name
+    code: XidCode
     pci_bus_id: str = ""
     gpu_uuid: str = ""
     gpu_index: int | None = None
@@ -213,7 +220,7 @@ class XidEvent(Event, tag="xid.v1", frozen=True, kw_only=True):
     sxid: bool = False
     recovery_action: str = ""
     """For XID 154: the recovery action the driver now asks for."""
-    caused_by: int | None = None
+    caused_by: XidCode | None = None
     """For XID 45: the earlier XID this cleanup follows."""
     gpu_instance: int | None = None
     """The MIG GPU instance the XID is attributed to, on the *parent* GPU that
@@ -256,7 +263,7 @@ class GpuBindingEvent(Event, tag="gpu_binding.v1", frozen=True, kw_only=True):
     with ``gpu_instance`` ``None``.
     """
 
-    node: str
+    node: Name
     gpu_uuid: str
     """The GPU's uuid; for a MIG instance the parent's (``GPU-...``, never ``MIG-...``)."""
     pci_bus_id: str = ""
@@ -266,7 +273,8 @@ class GpuBindingEvent(Event, tag="gpu_binding.v1", frozen=True, kw_only=True):
     device: str = ""
     mig_profile: str = ""
     """The MIG profile (``1g.10gb``) of a MIG instance; empty for a whole GPU."""
-    pods: tuple[PodRef, ...] = ()
+    pods: Annotated[tuple[PodRef, ...], msgspec.Meta(max_length=MAX_NODE_PODS)] = ()
+    """The pods holding it: at most :data:`~schemas.types.MAX_NODE_PODS`, as on any node."""
     pods_known: bool = True
     gpu_instance: int | None = None
     """The MIG GPU instance id (dcgm-exporter ``GPU_I_ID``, NVML
@@ -342,7 +350,7 @@ class GpuTopologyEvent(Event, tag="gpu_topology.v1", frozen=True, kw_only=True):
     scrape. ``links`` holds each unordered pair once (``src_gpu < dst_gpu``).
     """
 
-    node: str
+    node: Name
     gpus: tuple[GpuNumaAffinity, ...] = ()
     links: tuple[GpuPairLink, ...] = ()
     source: str = "nvidia-smi"
@@ -406,7 +414,7 @@ class AutoscalerEvent(Event, tag="autoscaler.v1", frozen=True, kw_only=True):
 class Tick(Event, tag="tick.v1", frozen=True, kw_only=True):
     """A clock reading: lets the watermark advance on keys that have gone quiet."""
 
-    node: str = ""
+    node: Name = ""
 
 
 EVENT_TYPES: tuple[type[Event], ...] = (
