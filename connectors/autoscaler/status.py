@@ -38,7 +38,7 @@ from typing import Any, Final
 import yaml
 
 from connectors.autoscaler.classify import classify, cloud_of
-from schemas.codec import RecordError
+from schemas.codec import RecordError, time_problem
 from schemas.events import AutoscalerEvent
 from schemas.ids import hashed_id
 
@@ -92,9 +92,9 @@ def go_time(value: object) -> datetime | None:
         zone = f"{zone[:3]}:{zone[3:]}"
     try:
         stamp = datetime.fromisoformat(f"{match['date']}T{match['clock']}.{frac}{zone}")
-    except ValueError:
+        return stamp.astimezone(UTC)
+    except (ValueError, OverflowError):  # OverflowError: year 1 east of UTC is year 0 in UTC
         return None
-    return stamp.astimezone(UTC)
 
 
 def parse_status(text: str) -> Status | RecordError:
@@ -191,8 +191,11 @@ def _int(value: object) -> int | None:
 
 
 def facts(status: Status, cluster: str, observed: datetime) -> tuple[AutoscalerEvent, ...]:
-    """Every fact the status states now (see the module for which)."""
+    """Every fact the status states now (see the module for which). A status time no event
+    may carry (:func:`~schemas.codec.time_problem`) is unreadable: ``observed`` stands in."""
     time = status.time or observed
+    if time_problem(time) is not None:
+        time = observed
     found: list[AutoscalerEvent] = []
     for group in status.groups:
         if group.scale_up == "Backoff":

@@ -84,6 +84,11 @@ Traps, each handled here:
   core/v1, read back as events.k8s.io/v1, has only the latter).
 * **Objects without a kind** are errors here (the API always sends it);
   :func:`infer_kind` is for offline files, which may lack it.
+* **Values the codec would refuse** are errors here, where they are read: a time
+  before the Unix epoch or past the end of year 9999 UTC (at the object's field), and
+  an event past a bound of :mod:`schemas.types` (a name longer than Kubernetes allows;
+  :func:`schemas.codec.checked`, at the event's field, in the codec's words), so that
+  the watch never publishes what the processor would dead-letter.
 * **Error wording** is ours, not msgspec's (dead letters and ``gputriage
   ingest`` print it, and users grep for it): :func:`_worded` turns msgspec's
   "Expected `object | null`, got `str`" into "expected an object, got string".
@@ -500,6 +505,9 @@ def _time(value: str | None, field: str) -> datetime | None:
         raise _Bad(f"invalid time {value[:40]!r}", field) from None
     if parsed.tzinfo is None:
         raise _Bad(f"time without a timezone {value[:40]!r}", field)
+    problem = codec.time_problem(parsed)
+    if problem is not None:
+        raise _Bad(problem, field)
     return parsed
 
 
@@ -1016,7 +1024,7 @@ def _slim_view(
     except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
         # Defence in depth: a shape no check above foresaw is still a value, not a crash.
         return RecordError(f"unexpected shape: {exc}")
-    return event
+    return codec.checked(event)
 
 
 def slim_object(
