@@ -12,7 +12,7 @@ Two fields matter to every consumer:
   a source that invents random ids breaks replay.
 * ``time`` is *event time*, as the source observed it, not when we read it.
 
-Names, ids, XID codes and a GPU's pods are bounded (:mod:`schemas.types` says why):
+Names, ids, integers and a GPU's pods are bounded (:mod:`schemas.types` says why):
 a record past a bound is refused as it decodes, like one of the wrong type. The
 bounds only refuse absurd values, so every record ever written by a real source
 still decodes.
@@ -29,7 +29,7 @@ from typing import Annotated
 
 import msgspec
 
-from schemas.types import MAX_NODE_PODS, Id, Label, Name, Op, Scope, Time, XidCode
+from schemas.types import MAX_NODE_PODS, Id, Int32, Label, Name, Op, Scope, Time, XidCode
 
 
 class PodRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -62,7 +62,7 @@ class Termination(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     reason: str = ""
-    exit_code: int = 0
+    exit_code: Int32 = 0
     finished_at: Time | None = None
     message: str = ""
 
@@ -71,7 +71,7 @@ class ContainerStatus(msgspec.Struct, frozen=True, kw_only=True):
     """The slimmed status of one container."""
 
     name: Label
-    restart_count: int = 0
+    restart_count: Int32 = 0
     state: str = ""
     """``waiting``, ``running`` or ``terminated`` (empty when unknown)."""
     reason: str = ""
@@ -90,9 +90,9 @@ class GpuShare(msgspec.Struct, frozen=True, kw_only=True):
 
     fraction: float = 0.0
     """Share of each GPU (``gpu-fraction``); 0 when the pod asked by memory."""
-    memory_mib: int = 0
+    memory_mib: Int32 = 0
     """GPU memory on each GPU in MiB (``gpu-memory``); 0 when the pod asked by fraction."""
-    devices: int = 1
+    devices: Int32 = 1
     """How many GPUs the share applies to (``gpu-fraction-num-devices``, 1 when absent)."""
 
 
@@ -124,9 +124,9 @@ class PodEvent(Event, tag="pod.v1", frozen=True, kw_only=True):
     reason: str = ""
     """Pod-level reason: ``Evicted``, ``UnexpectedAdmissionError``, ``NodeLost``..."""
     message: str = ""
-    gpu_requests: dict[str, int] = {}
+    gpu_requests: dict[str, Int32] = {}
     """Extended GPU resources requested, summed over containers (MIG included)."""
-    gpu_limits: dict[str, int] = {}
+    gpu_limits: dict[str, Int32] = {}
     owner_kind: str = ""
     owner_name: Name = ""
     containers: tuple[ContainerStatus, ...] = ()
@@ -173,8 +173,8 @@ class NodeEvent(Event, tag="node.v1", frozen=True, kw_only=True):
 
     node: Name
     op: Op = "modified"
-    capacity: dict[str, int] = {}
-    allocatable: dict[str, int] = {}
+    capacity: dict[str, Int32] = {}
+    allocatable: dict[str, Int32] = {}
     conditions: tuple[NodeCondition, ...] = ()
     labels: dict[str, Label] = {}
     taints: tuple[Taint, ...] = ()
@@ -198,7 +198,7 @@ class KubeEvent(Event, tag="k8s_event.v1", frozen=True, kw_only=True):
     type: str = "Normal"
     involved: ObjectRef
     source: str = ""
-    count: int = 1
+    count: Int32 = 1
 
 
 class XidEvent(Event, tag="xid.v1", frozen=True, kw_only=True):
@@ -212,8 +212,8 @@ class XidEvent(Event, tag="xid.v1", frozen=True, kw_only=True):
     code: XidCode
     pci_bus_id: str = ""
     gpu_uuid: str = ""
-    gpu_index: int | None = None
-    pid: int | None = None
+    gpu_index: Int32 | None = None
+    pid: Int32 | None = None
     process: str = ""
     message: str = ""
     source: str = "kmsg"
@@ -222,7 +222,7 @@ class XidEvent(Event, tag="xid.v1", frozen=True, kw_only=True):
     """For XID 154: the recovery action the driver now asks for."""
     caused_by: XidCode | None = None
     """For XID 45: the earlier XID this cleanup follows."""
-    gpu_instance: int | None = None
+    gpu_instance: Int32 | None = None
     """The MIG GPU instance the XID is attributed to, on the *parent* GPU that
     ``pci_bus_id`` / ``gpu_uuid`` name: the kernel's ``GPU-I:05`` (``Xid
     (PCI:0000:01:00 GPU-I:05): 94, ...``) is 5, NVML's event ``gpuInstanceId``
@@ -235,7 +235,7 @@ class XidEvent(Event, tag="xid.v1", frozen=True, kw_only=True):
     only when it can attribute the fault; such an XID concerns every instance of
     the GPU. ``gpu_uuid`` is never a ``MIG-`` uuid; dcgm-exporter's XID gauge is
     device-level, so its XIDs never set this."""
-    compute_instance: int | None = None
+    compute_instance: Int32 | None = None
     """The MIG compute instance within :attr:`gpu_instance` (kernel ``GPU-CI:00``, NVML
     ``computeInstanceId``), when the driver attributes the fault that finely; ``None``
     otherwise. Only meaningful together with ``gpu_instance``. Kubernetes MIG devices
@@ -268,7 +268,7 @@ class GpuBindingEvent(Event, tag="gpu_binding.v1", frozen=True, kw_only=True):
     """The GPU's uuid; for a MIG instance the parent's (``GPU-...``, never ``MIG-...``)."""
     pci_bus_id: str = ""
     """Canonical; for a MIG instance the parent's, which all its instances share."""
-    gpu_index: int | None = None
+    gpu_index: Int32 | None = None
     """NVML index; for a MIG instance the parent's."""
     device: str = ""
     mig_profile: str = ""
@@ -276,7 +276,7 @@ class GpuBindingEvent(Event, tag="gpu_binding.v1", frozen=True, kw_only=True):
     pods: Annotated[tuple[PodRef, ...], msgspec.Meta(max_length=MAX_NODE_PODS)] = ()
     """The pods holding it: at most :data:`~schemas.types.MAX_NODE_PODS`, as on any node."""
     pods_known: bool = True
-    gpu_instance: int | None = None
+    gpu_instance: Int32 | None = None
     """The MIG GPU instance id (dcgm-exporter ``GPU_I_ID``, NVML
     ``nvmlDeviceGetGpuInstanceId``) of the instance this binding is about; ``None``
     for a whole GPU. Trap: several bindings share one ``gpu_uuid`` / ``pci_bus_id``
@@ -317,21 +317,21 @@ class GpuPairLink(msgspec.Struct, frozen=True, kw_only=True):
     by PCI bus id like NVML, whatever ``CUDA_DEVICE_ORDER`` says).
     """
 
-    src_gpu: int
-    dst_gpu: int
+    src_gpu: Int32
+    dst_gpu: Int32
     link_type: str
     """The matrix code as printed: ``NV18`` (18 bonded NVLinks), ``PIX``, ``PXB``,
     ``PHB``, ``NODE``, ``SYS`` (older drivers also print ``SOC`` for ``SYS``)."""
-    nvlinks: int = 0
+    nvlinks: Int32 = 0
     """Bonded NVLinks between the two (the ``18`` of ``NV18``); 0 over PCIe."""
 
 
 class GpuNumaAffinity(msgspec.Struct, frozen=True, kw_only=True):
     """Where one GPU sits: the reference's ``gpu_numa_affinity`` plus its identity."""
 
-    gpu: int
+    gpu: Int32
     """NVML index (the ``GPU<n>`` row of the matrix)."""
-    numa_node: int | None = None
+    numa_node: Int32 | None = None
     """``None`` where the matrix prints ``N/A`` (one NUMA node, or a VM without it)."""
     cpu_affinity: str = ""
     """The CPU list as printed (``0-47``, ``0-23,48-71``)."""
@@ -392,11 +392,11 @@ class AutoscalerEvent(Event, tag="autoscaler.v1", frozen=True, kw_only=True):
     pods: tuple[PodRef, ...] = ()
     source: str = "cluster-autoscaler"
     """``cluster-autoscaler`` or ``karpenter``."""
-    size_from: int | None = None
+    size_from: Int32 | None = None
     """The group's size before a planned scale-up, when the line says it."""
-    size_to: int | None = None
+    size_to: Int32 | None = None
     """The size asked for, when the line says it."""
-    max_size: int | None = None
+    max_size: Int32 | None = None
     """The group's (or the cluster's) maximum, when the line says it."""
     until: Time | None = None
     """For ``backoff``: when scale-up of the group is allowed again, when given."""

@@ -6,8 +6,8 @@ ordering would silently depend on where it ran.
 
 The bounds are rules of the domain, wide enough for every real record and tight
 enough that no single record can stop a consumer: a megabyte id bloats every state
-snapshot that keeps it, a 100,000-pod binding every join on its GPU, an XID code
-past 64 bits cannot be written to MessagePack. msgspec checks the length and range
+snapshot that keeps it, a 100,000-pod binding every join on its GPU, an integer past
+64 bits cannot be written to MessagePack. msgspec checks the length and range
 bounds as it decodes (``Meta``); it cannot bound a datetime, so the codec checks
 times against :data:`TIME_FLOOR` and :data:`TIME_CEILING` after decoding.
 """
@@ -59,7 +59,18 @@ MAX_XID_CODE: Final = 65535
 are five-digit numbers below 30000, so a 16-bit range leaves ample room. Codes are
 never negative."""
 
+INT32_MIN: Final = -(2**31)
+INT32_MAX: Final = 2**31 - 1
+"""The range of every other integer of an event. Kubernetes' own are 32-bit
+(``restartCount``, ``exitCode``, an Event's ``count``), and so is every other one we
+carry: pids, NVML indices and MIG instance ids, GPU counts, node-group sizes. Trap:
+msgspec decodes an integer of any size, but the state topic's MessagePack holds none
+past 64 bits; a node whose capacity said 10**23 crashed the worker at its next
+snapshot, at every restart. 32 bits also keep any sum the core makes over a cluster's
+pods far inside 64."""
+
 Id = Annotated[str, msgspec.Meta(max_length=MAX_ID_LENGTH)]
+Int32 = Annotated[int, msgspec.Meta(ge=INT32_MIN, le=INT32_MAX)]
 Name = Annotated[str, msgspec.Meta(max_length=MAX_NAME_LENGTH)]
 Label = Annotated[str, msgspec.Meta(max_length=MAX_LABEL_LENGTH)]
 XidCode = Annotated[int, msgspec.Meta(ge=0, le=MAX_XID_CODE)]

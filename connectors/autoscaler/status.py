@@ -51,7 +51,8 @@ _GO_TIME: Final = re.compile(
 _HEADER: Final = re.compile(r"^Cluster-autoscaler status at (?P<time>.+?):\s*$")
 _CONDITION: Final = re.compile(r"^  (?P<key>Name|Health|ScaleUp|ScaleDown):\s+(?P<value>.*?)\s*$")
 _TRANSITION: Final = re.compile(r"^\s+LastTransitionTime:\s+(?P<time>.+)$")
-_NUMBER: Final = re.compile(r"\b(?P<key>minSize|maxSize|cloudProviderTarget)=(?P<value>\d+)")
+_NUMBER: Final = re.compile(r"\b(?P<key>minSize|maxSize|cloudProviderTarget)=(?P<value>\d{1,9})\b")
+"""A node group's sizes: nine digits at most (a longer number is no size, and is not read)."""
 
 
 @dataclass(frozen=True, slots=True)

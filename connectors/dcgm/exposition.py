@@ -341,8 +341,8 @@ def _parse(text: str) -> Scrape:
 def _identity(gpu: _Gpu, labels: Mapping[str, str]) -> None:
     if gpu.index is None:
         index = labels.get("gpu", "")
-        if index.isdigit():
-            gpu.index = int(index)
+        if index.isascii() and index.isdigit() and len(index) <= _MAX_INSTANCE_DIGITS:
+            gpu.index = int(index)  # an NVML index is as small as an instance id; else unknown
     if not gpu.bus:
         raw = _first(labels, BUS_LABELS)
         if raw:

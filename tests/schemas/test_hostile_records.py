@@ -29,7 +29,15 @@ from schemas.codec import (
     time_error,
     try_decode_event,
 )
-from schemas.events import AutoscalerEvent, GpuBindingEvent, PodEvent, PodRef, XidEvent
+from schemas.events import (
+    AutoscalerEvent,
+    GpuBindingEvent,
+    KubeEvent,
+    NodeEvent,
+    PodEvent,
+    PodRef,
+    XidEvent,
+)
 from schemas.types import MAX_ID_LENGTH, MAX_NODE_PODS, MAX_XID_CODE
 from tests.sample_records import INCIDENT, SAMPLES
 
@@ -266,6 +274,31 @@ def test_absurd_values_are_refused_with_their_bound(
     assert isinstance(error, RecordError)
     assert error.field == field
     assert why in error.reason
+
+
+@pytest.mark.parametrize(
+    ("sample", "change", "field"),
+    [
+        (NodeEvent, {"capacity": {"nvidia.com/gpu": 10**23}}, "$.capacity[...]"),
+        (PodEvent, {"gpu_requests": {"nvidia.com/gpu": 2**31}}, "$.gpu_requests[...]"),
+        (XidEvent, {"gpu_index": 2**64}, "$.gpu_index"),
+        (GpuBindingEvent, {"gpu_index": -(2**31) - 1}, "$.gpu_index"),
+        (KubeEvent, {"count": 10**23}, "$.count"),
+        (AutoscalerEvent, {"max_size": 10**23}, "$.max_size"),
+    ],
+    ids=["capacity", "requests", "xid-gpu-index", "binding-gpu-index", "count", "max-size"],
+)
+def test_an_integer_past_32_bits_is_refused(
+    sample: type[msgspec.Struct], change: dict[str, Any], field: str
+) -> None:
+    """msgspec decodes any integer; the state topic's MessagePack stops at 64 bits, and a
+    node whose capacity said 10**23 crashed the worker at its next snapshot."""
+    wire = loads(encode(_sample(sample)))
+    wire.update(change)
+    error = try_decode_event(json.dumps(wire).encode())
+    assert isinstance(error, RecordError)
+    assert error.field == field
+    assert "2147483647" in error.reason or "-2147483648" in error.reason
 
 
 def test_the_largest_values_in_bounds_decode() -> None:

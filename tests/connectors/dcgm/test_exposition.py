@@ -203,6 +203,12 @@ def test_values_past_the_schemas_bounds_are_errors_here(text: str, field: str, r
     assert reason in result.reason
 
 
+def test_a_gpu_index_no_nvml_gives_is_unknown() -> None:
+    scrape = parse_exposition(f'{XID_GAUGE}{{gpu="{10**23}",UUID="{RTX}"}} 0\n')
+    assert isinstance(scrape, Scrape)
+    assert scrape.gpus[RTX].gpu_index is None  # as for an index that is no number
+
+
 def test_the_largest_xid_code_and_a_full_node_of_pods_are_read() -> None:
     pods = "".join(
         f'{XID_GAUGE}{{gpu="0",UUID="{RTX}",namespace="ml",pod="p-{i}"}} 65535\n'

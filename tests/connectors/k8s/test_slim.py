@@ -941,8 +941,24 @@ def test_a_value_nested_a_thousand_deep_where_any_value_is_read_is_an_error(
             "length <= 63",
         ),
         ("pod_training", ["metadata", "uid"], "u" * 9000, "$.id", "length <= 8192"),
+        (
+            "node_gpu",
+            ["status", "capacity", "nvidia.com/gpu"],
+            "100000000000000000000000",
+            "$.capacity[...]",
+            "<= 2147483647",
+        ),
     ],
-    ids=["year-0", "year-10000", "pod-name", "namespace", "node-name", "label", "megabyte-id"],
+    ids=[
+        "year-0",
+        "year-10000",
+        "pod-name",
+        "namespace",
+        "node-name",
+        "label",
+        "megabyte-id",
+        "capacity",
+    ],
 )
 def test_a_value_the_codec_would_refuse_is_an_error_here(
     name: str, path: list[str | int], value: Any, field: str, why: str

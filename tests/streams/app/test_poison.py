@@ -9,10 +9,11 @@
   partition's commit stopped behind it for good. Now it is a dead letter
   (``max_future_seconds``) and the partition commits past it.
 * A record nested 10,000 deep raised ``RecursionError`` out of the codec and the worker
-  exited at every restart; a time whose UTC is in year 0 raised inside the core and the
-  next event of its key was lost; absurd XID codes, megabyte ids and bindings of more
-  pods than a node runs went into the state. Now each is a dead letter with its reason,
-  and the next event of the key makes its incident.
+  exited at every restart, as did a node whose capacity said 10**23 (at the snapshot of
+  its state); a time whose UTC is in year 0 raised inside the core and the next event
+  of its key was lost; absurd XID codes, megabyte ids and bindings of more pods than a
+  node runs went into the state. Now each is a dead letter with its reason, and the
+  next event of the key makes its incident.
 """
 
 from __future__ import annotations
@@ -97,8 +98,8 @@ NESTED = "[" * 10_000 + "]" * 10_000
 def _poison(key: str, time: str) -> dict[str, list[tuple[bytes, str, str]]]:
     """Per raw topic, records that crashed every worker or fed the state absurd values:
     ``(value, a phrase of the reason, the field)``, all on the correlation key ``key``."""
-    cluster, node = key.split("/")
-    xid = {"schema": "xid.v1", "cluster": cluster, "time": time, "node": node, "code": 79}
+    cluster, node_name = key.split("/")
+    xid = {"schema": "xid.v1", "cluster": cluster, "time": time, "node": node_name, "code": 79}
 
     def record(**fields: object) -> bytes:
         return json.dumps({**xid, **fields}).encode()  # json: orjson cannot write 10**23
@@ -107,7 +108,8 @@ def _poison(key: str, time: str) -> dict[str, list[tuple[bytes, str, str]]]:
     pod = {**xid, "schema": "pod.v1", "id": "p-deep", "namespace": "ml", "name": "p"}
     pods = [{"namespace": "ml", "name": f"p-{i}"} for i in range(20_000)]  # < 1 MB a record
     binding = {**xid, "schema": "gpu_binding.v1", "id": "b", "gpu_uuid": "GPU-1", "pods": pods}
-    del pod["code"], binding["code"]
+    node = {**xid, "schema": "node.v1", "id": "n", "capacity": {"nvidia.com/gpu": 10**23}}
+    del pod["code"], binding["code"], node["code"]
     return {
         "xids": [
             (deep, "nested too deep to decode", ""),
@@ -127,6 +129,8 @@ def _poison(key: str, time: str) -> dict[str, list[tuple[bytes, str, str]]]:
             ),
         ],
         "gpu-bindings": [(json.dumps(binding).encode(), "length <= 1024", "$.pods")],
+        # msgspec took it, the state's MessagePack did not: the worker died at its snapshot.
+        "nodes": [(json.dumps(node).encode(), "<= 2147483647", "$.capacity[...]")],
     }
 
 
