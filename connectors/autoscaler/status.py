@@ -107,6 +107,8 @@ def parse_status(text: str) -> Status | RecordError:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         return RecordError(f"status is neither the text nor the YAML format: {exc}"[:300])
+    except RecursionError:  # PyYAML composes nested collections by recursion
+        return RecordError("status is YAML nested too deep to read")
     if not isinstance(doc, dict):
         return RecordError("status is neither the text nor the YAML format", "$.data.status")
     return _parse_yaml(doc, text)

@@ -53,6 +53,12 @@ def test_a_size_of_more_than_nine_digits_is_not_read() -> None:
     assert fact.max_size is None
 
 
+def test_a_status_nested_ten_thousand_deep_is_a_record_error() -> None:
+    result = parse_status("nodeGroups: " + "[" * 10_000 + "]" * 10_000)
+    assert isinstance(result, RecordError)
+    assert "nested too deep" in result.reason
+
+
 def test_text_format_cut_after_the_group_name() -> None:
     status = corpus("ca_status_text_aks2023.txt")
     assert [g.name for g in status.groups] == ["aks-cpunp-38371103-vmss"]
