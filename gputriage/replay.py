@@ -30,6 +30,7 @@ from schemas.incidents import Incident
 from schemas.keys import routed
 from streams.core import CoreStats, Correlator
 from streams.core.config import CoreConfig
+from streams.core.timeconv import to_datetime
 
 Output = Literal["table", "wide", "json"]
 OUTPUTS: Final[tuple[Output, ...]] = ("table", "wide", "json")
@@ -122,10 +123,23 @@ def correlate(
             for routed_event in routed(event):  # as the producer routes it, live
                 _collect(correlator.ingest(routed_event), result, clock, sink)
         if clock is not None:  # else no event came, and nothing can be buffered
-            end = clock + timedelta(seconds=config.grace_seconds)
+            end = _after(clock, config.grace_seconds)
             _collect(correlator.flush(), result, end, sink)
     result.stats = correlator.stats
     return result
+
+
+def _after(moment: datetime, seconds: float) -> datetime:
+    """``moment`` plus ``seconds``, saturated as the core saturates its own times.
+
+    Trap: datetime arithmetic is done in the moment's own offset, so
+    ``9999-12-31T23:59:59.9+14:00`` plus the grace overflows though its UTC is hours
+    short of the end of year 9999, the last event time the codec accepts.
+    """
+    try:
+        return moment + timedelta(seconds=seconds)
+    except OverflowError:
+        return to_datetime(moment.timestamp() + seconds)
 
 
 def replay(

@@ -6,19 +6,43 @@ orjson is the fastest general JSON library for things we do not own the shape
 of (raw Kubernetes objects, log lines, ad-hoc output).
 
 Decoding failures of any kind (truncated JSON, a wrong type, an unknown schema
-tag, a naive timestamp) surface as one :class:`RecordError` that names the field,
-so dead-letter records and CLI messages say *what* was wrong, not just that
-something was.
+tag, a naive timestamp, a value past a bound of :mod:`schemas.types`) surface as one
+:class:`RecordError` that names the field, so dead-letter records and CLI messages
+say *what* was wrong, not just that something was.
+
+Hostile records are failures like any other, never exceptions: every consumer (the
+processor, ``replay``, ``ingest``, the bridges) decodes here, and an exception that
+escaped would crash it on the same record at every restart. Traps, measured with
+msgspec 0.23 and orjson 3.13:
+
+* **Depth.** msgspec decodes nested arrays and objects by recursion and raises
+  ``RecursionError`` (not a ``MsgspecError``) near Python's recursion limit, *in a
+  field the schema does not have* as well (skipped fields are still parsed), in JSON
+  and MessagePack alike. Where exactly depends on how deep the caller's stack already
+  is (~990 levels from a shallow stack): a record nested just short of it can decode
+  in ``replay`` and not in a worker. A fixed bound of our own would settle that, but
+  counting brackets costs a third of a decode, on every record, for records no source
+  writes. orjson refuses more than 1,024 levels itself (``JSONDecodeError``), but what
+  it returns can be too deep for Python code that walks it (``str()``; ``orjson.dumps``
+  stops at 255 levels).
+* **Text.** A ``str`` with a lone surrogate (``"\\ud800"`` read by Python's ``json``) is
+  not UTF-8: msgspec raises ``UnicodeEncodeError`` on it, decoding or encoding.
+* **Times.** ``Meta`` cannot bound a ``datetime``: :func:`try_decode_event` checks every
+  time of an event against :data:`~schemas.types.TIME_FLOOR` and
+  :data:`~schemas.types.TIME_CEILING` after decoding.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
 import msgspec
+import msgspec.inspect
 import orjson
 
 from schemas.dead_letters import MAX_LETTER_BYTES, DeadLetter
@@ -34,6 +58,7 @@ from schemas.events import (
     XidEvent,
 )
 from schemas.incidents import Incident
+from schemas.types import TIME_CEILING, TIME_FLOOR
 
 AnyEvent = (
     PodEvent
@@ -46,6 +71,8 @@ AnyEvent = (
     | Tick
 )
 """The tagged union of every event schema; the decoder picks the type by ``schema``."""
+
+E = TypeVar("E", bound=Event)
 
 _PATH = re.compile(r" - at `(?P<path>[^`]*)`$")
 
@@ -67,6 +94,128 @@ def _record_error(exc: msgspec.MsgspecError) -> RecordError:
     return RecordError(text[: match.start()], match["path"])
 
 
+_HOSTILE: Final = (RecursionError, UnicodeError)
+"""What msgspec raises besides its own errors on a hostile record (see the module)."""
+
+
+def _hostile_error(exc: RecursionError | UnicodeError) -> RecordError:
+    if isinstance(exc, RecursionError):
+        return RecordError("arrays or objects nested too deep to decode")
+    return RecordError(f"not valid UTF-8 text: {exc}")
+
+
+def _time_paths(info: Any, path: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """The paths to every datetime inside ``info`` (a ``msgspec.inspect`` type):
+    field names, ``"[]"`` for each item of a tuple or list."""
+    if isinstance(info, msgspec.inspect.DateTimeType):
+        return [path]
+    if isinstance(info, msgspec.inspect.UnionType):
+        return [p for member in info.types for p in _time_paths(member, path)]
+    if isinstance(info, msgspec.inspect.StructType):
+        return [p for f in info.fields for p in _time_paths(f.type, (*path, f.name))]
+    if isinstance(info, msgspec.inspect.VarTupleType | msgspec.inspect.ListType):
+        return _time_paths(info.item_type, (*path, "[]"))
+    return []
+
+
+_EVENT_TIMES: Final = {
+    member.cls: tuple(p for p in _time_paths(member, ()) if p != ("time",))
+    for member in msgspec.inspect.type_info(AnyEvent).types  # type: ignore[attr-defined]
+}
+"""Per event type, the paths to its times other than ``time``: ``created_at``,
+``containers[].terminated.finished_at``... Found from the schema, so that a time field
+added later is bounded too."""
+
+
+def time_problem(moment: datetime) -> str | None:
+    """Why ``moment`` (aware) is not a time an event may carry, or None: before
+    :data:`~schemas.types.TIME_FLOOR`, or past :data:`~schemas.types.TIME_CEILING`.
+    For parsers that read times, to refuse one where it was read."""
+    if moment.tzinfo is UTC:  # the common case; and no UTC datetime is past the ceiling
+        if moment >= TIME_FLOOR:
+            return None
+    else:
+        try:
+            if moment.astimezone(UTC) >= TIME_FLOOR:
+                return None
+        except OverflowError:  # its UTC is in year 0 or 10000, where datetime cannot go
+            pass
+    if moment.year >= TIME_CEILING.year:
+        return f"time {moment.isoformat()} is past the end of year 9999 UTC"
+    return f"time {moment.isoformat()} is before the Unix epoch (1970-01-01T00:00:00Z)"
+
+
+def _bad_time(value: Any, steps: tuple[str, ...]) -> tuple[str, str] | None:
+    """``(why, path below value)`` of the first time under ``value`` out of range, or None.
+    The path is only spelled out for a bad time: the walk is on every pod's decode."""
+    if value is None:
+        return None
+    if not steps:
+        if value.tzinfo is UTC and value >= TIME_FLOOR:
+            return None
+        problem = time_problem(value)
+        return None if problem is None else (problem, "")
+    step, rest = steps[0], steps[1:]
+    if step == "[]":
+        for index, item in enumerate(value):
+            found = _bad_time(item, rest)
+            if found is not None:
+                return found[0], f"[{index}]{found[1]}"
+        return None
+    found = _bad_time(getattr(value, step), rest)
+    return None if found is None else (found[0], f".{step}{found[1]}")
+
+
+def _plain(moment: datetime | None) -> bool:
+    """Absent, or UTC and in range: what almost every time is, checked in a comparison."""
+    return moment is None or (moment.tzinfo is UTC and moment >= TIME_FLOOR)
+
+
+def _plain_times(event: AnyEvent) -> bool:
+    """Whether every time of ``event`` besides ``time`` is :func:`_plain`: the walk of
+    :func:`_bad_time` written out, without a call per time, for the types that have such
+    times (the walk cost a pod about a decode again; this, a fraction of one).
+    ``tests/schemas`` holds it to :data:`_EVENT_TIMES`, so that a time field added to a
+    schema is not left out."""
+    if type(event) is PodEvent:
+        for moment in (event.created_at, event.deleted_at):
+            if moment is not None and (moment.tzinfo is not UTC or moment < TIME_FLOOR):
+                return False
+        for status in event.containers:
+            for ended in (status.terminated, status.last_terminated):
+                moment = None if ended is None else ended.finished_at
+                if moment is not None and (moment.tzinfo is not UTC or moment < TIME_FLOOR):
+                    return False
+        return True
+    if type(event) is AutoscalerEvent:
+        return _plain(event.until)
+    return not _EVENT_TIMES[type(event)]
+
+
+_MORE_TIMES: Final = frozenset(kind for kind, paths in _EVENT_TIMES.items() if paths)
+"""Event types with times besides ``time``."""
+
+
+def time_error(event: AnyEvent) -> RecordError | None:
+    """The RecordError for the first time of ``event`` out of range, or None.
+
+    :func:`try_decode_event` checks this; a parser that builds events from times it
+    read can call it too (:func:`checked` does).
+    """
+    moment = event.time
+    if not _plain(moment):
+        problem = time_problem(moment)
+        if problem is not None:
+            return RecordError(problem, "$.time")
+    if _plain_times(event):
+        return None
+    for steps in _EVENT_TIMES[type(event)]:
+        found = _bad_time(event, steps)
+        if found is not None:
+            return RecordError(found[0], "$" + found[1])
+    return None
+
+
 _event_decoder: Final = msgspec.json.Decoder(AnyEvent)
 _incident_decoder: Final = msgspec.json.Decoder(Incident)
 _dead_letter_decoder: Final = msgspec.json.Decoder(DeadLetter)
@@ -75,18 +224,48 @@ _encoder: Final = msgspec.json.Encoder()
 
 def decode_event(data: bytes | str) -> AnyEvent:
     """Decode one JSON event; raise :class:`RecordError` naming the bad field."""
-    try:
-        return _event_decoder.decode(data)
-    except msgspec.MsgspecError as exc:
-        raise _record_error(exc) from None
+    event = try_decode_event(data)
+    if isinstance(event, RecordError):
+        raise event
+    return event
 
 
 def try_decode_event(data: bytes | str) -> AnyEvent | RecordError:
-    """Errors as values: the decoded event, or the :class:`RecordError` that explains why not."""
+    """Errors as values: the decoded event, or the :class:`RecordError` that explains why not.
+
+    Whatever the bytes, this returns: nested too deep, not UTF-8, a value past a bound,
+    a time out of range are reasons like a wrong type.
+    """
     try:
-        return _event_decoder.decode(data)
+        event = _event_decoder.decode(data)
     except msgspec.MsgspecError as exc:
         return _record_error(exc)
+    except _HOSTILE as exc:
+        return _hostile_error(exc)
+    moment = event.time
+    if (
+        moment.tzinfo is UTC
+        and moment >= TIME_FLOOR
+        and (type(event) not in _MORE_TIMES or _plain_times(event))
+    ):
+        return event  # the common case: UTC times in range, no error to spell out
+    return time_error(event) or event
+
+
+def checked(event: E) -> E | RecordError:
+    """``event``, or the RecordError that decoding it would give.
+
+    For parsers: an event built in Python is never validated (``Meta`` bounds are
+    checked only when decoding), so a parser that copies a name or a number from its
+    input calls this, and a value past a bound is a dead line where it was read, not a
+    dead letter at the processor. Costs an encode and a decode (microseconds).
+    """
+    try:
+        data = encode(event)
+    except _HOSTILE as exc:
+        return _hostile_error(exc)
+    decoded = try_decode_event(data)
+    return decoded if isinstance(decoded, RecordError) else event
 
 
 def decode_incident(data: bytes | str) -> Incident:
@@ -95,6 +274,8 @@ def decode_incident(data: bytes | str) -> Incident:
         return _incident_decoder.decode(data)
     except msgspec.MsgspecError as exc:
         raise _record_error(exc) from None
+    except _HOSTILE as exc:
+        raise _hostile_error(exc) from None
 
 
 def decode_dead_letter(data: bytes | str) -> DeadLetter:
@@ -103,6 +284,8 @@ def decode_dead_letter(data: bytes | str) -> DeadLetter:
         return _dead_letter_decoder.decode(data)
     except msgspec.MsgspecError as exc:
         raise _record_error(exc) from None
+    except _HOSTILE as exc:
+        raise _hostile_error(exc) from None
 
 
 def encode(record: Event | Incident | msgspec.Struct) -> bytes:
@@ -125,6 +308,8 @@ def msgpack_codec(type_: Any) -> tuple[Callable[[Any], bytes], Callable[[bytes],
             return decoder.decode(data)
         except msgspec.MsgspecError as exc:
             raise _record_error(exc) from None
+        except _HOSTILE as exc:
+            raise _hostile_error(exc) from None
 
     return encoder.encode, decode
 
@@ -146,6 +331,8 @@ def typed_decoder(type_: type[T]) -> Callable[[bytes | str], T]:
             return decoder.decode(data)
         except msgspec.MsgspecError as exc:
             raise _record_error(exc) from None
+        except _HOSTILE as exc:
+            raise _hostile_error(exc) from None
 
     return decode
 
@@ -159,6 +346,8 @@ def decode_as(data: bytes | str, type_: type[T]) -> T:
         return msgspec.json.decode(data, type=type_)
     except msgspec.MsgspecError as exc:
         raise _record_error(exc) from None
+    except _HOSTILE as exc:
+        raise _hostile_error(exc) from None
 
 
 def convert_as(obj: Any, type_: type[T]) -> T:
@@ -173,6 +362,8 @@ def convert_as(obj: Any, type_: type[T]) -> T:
         return msgspec.convert(obj, type_)
     except msgspec.MsgspecError as exc:
         raise _record_error(exc) from None
+    except _HOSTILE as exc:
+        raise _hostile_error(exc) from None
 
 
 def json_schema(type_: Any) -> dict[str, Any]:
@@ -181,11 +372,51 @@ def json_schema(type_: Any) -> dict[str, Any]:
 
 
 def loads(data: bytes | str) -> Any:
-    """Parse untyped JSON (raw Kubernetes objects, log payloads) with orjson."""
+    """Parse untyped JSON (raw Kubernetes objects, log payloads) with orjson.
+
+    orjson refuses more than 1,024 levels of nesting, invalid UTF-8 and lone
+    surrogates (``"\\ud800"``): each is a :class:`RecordError`, never an exception.
+    """
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         raise RecordError(f"invalid JSON: {exc}") from None
+
+
+_SCANNER: Final = json.JSONDecoder()
+
+
+def split_documents(text: str) -> Iterator[tuple[int, Any]]:
+    """Each JSON document of ``text`` with the offset it starts at: for input that cannot
+    be read line by line (pretty-printed, concatenated documents, as ``kubectl get -w
+    -o json`` prints them).
+
+    Each document is parsed by :func:`loads`, so it is refused for exactly what a line
+    would be (a lone surrogate, ``NaN``, too deep): a :class:`RecordError` for that
+    document, and the next one is read. Python's ``json`` only finds where a document
+    ends; a syntax error (or nesting too deep for it to follow: it recurses, and raises
+    ``RecursionError``) leaves no next document to find, so the error, at the offset
+    where it was found, is the last item.
+    """
+    position = 0
+    while True:
+        while position < len(text) and text[position].isspace():
+            position += 1
+        if position >= len(text):
+            return
+        start = position
+        try:
+            _, position = _SCANNER.raw_decode(text, start)
+        except json.JSONDecodeError as exc:
+            yield exc.pos, RecordError(f"invalid JSON: {exc.msg}; rest of input skipped")
+            return
+        except RecursionError:
+            yield start, RecordError("invalid JSON: nested too deep; rest of input skipped")
+            return
+        try:
+            yield start, loads(text[start:position])
+        except RecordError as exc:
+            yield start, exc
 
 
 def dumps(obj: Any, *, sort_keys: bool = False) -> bytes:

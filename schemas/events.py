@@ -12,6 +12,11 @@ Two fields matter to every consumer:
   a source that invents random ids breaks replay.
 * ``time`` is *event time*, as the source observed it, not when we read it.
 
+Names, ids, integers and a GPU's pods are bounded (:mod:`schemas.types` says why):
+a record past a bound is refused as it decodes, like one of the wrong type. The
+bounds only refuse absurd values, so every record ever written by a real source
+still decodes.
+
 ``node`` decides the correlation key: ``cluster/node`` for node-scoped records,
 ``cluster`` alone when it is empty (pending pods, autoscaler decisions), or when
 ``scope`` is ``"cluster"``: the copy of a pod, node or GPU binding that the
@@ -20,27 +25,29 @@ producer also sends to the cluster key (:func:`schemas.keys.routed`).
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 
-from schemas.types import Op, Scope, Time
+from schemas.types import MAX_NODE_PODS, Id, Int32, Label, Name, Op, Scope, Time, XidCode
 
 
 class PodRef(msgspec.Struct, frozen=True, kw_only=True):
     """A pod (and optionally one of its containers) named by namespace and name."""
 
-    namespace: str
-    name: str
-    container: str = ""
+    namespace: Label
+    name: Name
+    container: Label = ""
 
 
 class ObjectRef(msgspec.Struct, frozen=True, kw_only=True):
     """The object a Kubernetes Event is about (its ``involvedObject``/``regarding``)."""
 
     kind: str
-    name: str
-    namespace: str = ""
+    name: Name
+    namespace: Label = ""
     uid: str = ""
-    container: str = ""
+    container: Label = ""
     """For a Pod: the container the event is about, from the reference's ``fieldPath``
     (``spec.containers{name}``, also ``initContainers``/``ephemeralContainers``); empty
     when the event is about the whole object."""
@@ -55,7 +62,7 @@ class Termination(msgspec.Struct, frozen=True, kw_only=True):
     """
 
     reason: str = ""
-    exit_code: int = 0
+    exit_code: Int32 = 0
     finished_at: Time | None = None
     message: str = ""
 
@@ -63,8 +70,8 @@ class Termination(msgspec.Struct, frozen=True, kw_only=True):
 class ContainerStatus(msgspec.Struct, frozen=True, kw_only=True):
     """The slimmed status of one container."""
 
-    name: str
-    restart_count: int = 0
+    name: Label
+    restart_count: Int32 = 0
     state: str = ""
     """``waiting``, ``running`` or ``terminated`` (empty when unknown)."""
     reason: str = ""
@@ -83,9 +90,9 @@ class GpuShare(msgspec.Struct, frozen=True, kw_only=True):
 
     fraction: float = 0.0
     """Share of each GPU (``gpu-fraction``); 0 when the pod asked by memory."""
-    memory_mib: int = 0
+    memory_mib: Int32 = 0
     """GPU memory on each GPU in MiB (``gpu-memory``); 0 when the pod asked by fraction."""
-    devices: int = 1
+    devices: Int32 = 1
     """How many GPUs the share applies to (``gpu-fraction-num-devices``, 1 when absent)."""
 
 
@@ -100,28 +107,28 @@ class PodCondition(msgspec.Struct, frozen=True, kw_only=True):
 class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="schema"):
     """Fields every event carries. Never instantiated itself."""
 
-    id: str
-    cluster: str
+    id: Id
+    cluster: Name
     time: Time
 
 
 class PodEvent(Event, tag="pod.v1", frozen=True, kw_only=True):
     """A pod as the watch saw it, slimmed to what correlation needs."""
 
-    node: str = ""
+    node: Name = ""
     op: Op = "modified"
-    namespace: str
-    name: str
+    namespace: Label
+    name: Name
     uid: str = ""
     phase: str = ""
     reason: str = ""
     """Pod-level reason: ``Evicted``, ``UnexpectedAdmissionError``, ``NodeLost``..."""
     message: str = ""
-    gpu_requests: dict[str, int] = {}
+    gpu_requests: dict[str, Int32] = {}
     """Extended GPU resources requested, summed over containers (MIG included)."""
-    gpu_limits: dict[str, int] = {}
+    gpu_limits: dict[str, Int32] = {}
     owner_kind: str = ""
-    owner_name: str = ""
+    owner_name: Name = ""
     containers: tuple[ContainerStatus, ...] = ()
     scheduled: PodCondition | None = None
     created_at: Time | None = None
@@ -164,12 +171,12 @@ class NodeEvent(Event, tag="node.v1", frozen=True, kw_only=True):
     instance type, zone).
     """
 
-    node: str
+    node: Name
     op: Op = "modified"
-    capacity: dict[str, int] = {}
-    allocatable: dict[str, int] = {}
+    capacity: dict[str, Int32] = {}
+    allocatable: dict[str, Int32] = {}
     conditions: tuple[NodeCondition, ...] = ()
-    labels: dict[str, str] = {}
+    labels: dict[str, Label] = {}
     taints: tuple[Taint, ...] = ()
     scope: Scope = "node"
     """``"cluster"`` on the copy :func:`schemas.keys.routed` sends to the cluster key
@@ -185,13 +192,13 @@ class KubeEvent(Event, tag="k8s_event.v1", frozen=True, kw_only=True):
     events such as autoscaler decisions on a pending pod.
     """
 
-    node: str = ""
+    node: Name = ""
     reason: str
     message: str = ""
     type: str = "Normal"
     involved: ObjectRef
     source: str = ""
-    count: int = 1
+    count: Int32 = 1
 
 
 class XidEvent(Event, tag="xid.v1", frozen=True, kw_only=True):
@@ -201,21 +208,21 @@ class XidEvent(Event, tag="xid.v1", frozen=True, kw_only=True):
     ``gpu_uuid`` is filled when any source on the node knows the bus id mapping.
     """
 
-    node: str
-    code: int
+    node: Name
+    code: XidCode
     pci_bus_id: str = ""
     gpu_uuid: str = ""
-    gpu_index: int | None = None
-    pid: int | None = None
+    gpu_index: Int32 | None = None
+    pid: Int32 | None = None
     process: str = ""
     message: str = ""
     source: str = "kmsg"
     sxid: bool = False
     recovery_action: str = ""
     """For XID 154: the recovery action the driver now asks for."""
-    caused_by: int | None = None
+    caused_by: XidCode | None = None
     """For XID 45: the earlier XID this cleanup follows."""
-    gpu_instance: int | None = None
+    gpu_instance: Int32 | None = None
     """The MIG GPU instance the XID is attributed to, on the *parent* GPU that
     ``pci_bus_id`` / ``gpu_uuid`` name: the kernel's ``GPU-I:05`` (``Xid
     (PCI:0000:01:00 GPU-I:05): 94, ...``) is 5, NVML's event ``gpuInstanceId``
@@ -228,7 +235,7 @@ class XidEvent(Event, tag="xid.v1", frozen=True, kw_only=True):
     only when it can attribute the fault; such an XID concerns every instance of
     the GPU. ``gpu_uuid`` is never a ``MIG-`` uuid; dcgm-exporter's XID gauge is
     device-level, so its XIDs never set this."""
-    compute_instance: int | None = None
+    compute_instance: Int32 | None = None
     """The MIG compute instance within :attr:`gpu_instance` (kernel ``GPU-CI:00``, NVML
     ``computeInstanceId``), when the driver attributes the fault that finely; ``None``
     otherwise. Only meaningful together with ``gpu_instance``. Kubernetes MIG devices
@@ -256,19 +263,20 @@ class GpuBindingEvent(Event, tag="gpu_binding.v1", frozen=True, kw_only=True):
     with ``gpu_instance`` ``None``.
     """
 
-    node: str
+    node: Name
     gpu_uuid: str
     """The GPU's uuid; for a MIG instance the parent's (``GPU-...``, never ``MIG-...``)."""
     pci_bus_id: str = ""
     """Canonical; for a MIG instance the parent's, which all its instances share."""
-    gpu_index: int | None = None
+    gpu_index: Int32 | None = None
     """NVML index; for a MIG instance the parent's."""
     device: str = ""
     mig_profile: str = ""
     """The MIG profile (``1g.10gb``) of a MIG instance; empty for a whole GPU."""
-    pods: tuple[PodRef, ...] = ()
+    pods: Annotated[tuple[PodRef, ...], msgspec.Meta(max_length=MAX_NODE_PODS)] = ()
+    """The pods holding it: at most :data:`~schemas.types.MAX_NODE_PODS`, as on any node."""
     pods_known: bool = True
-    gpu_instance: int | None = None
+    gpu_instance: Int32 | None = None
     """The MIG GPU instance id (dcgm-exporter ``GPU_I_ID``, NVML
     ``nvmlDeviceGetGpuInstanceId``) of the instance this binding is about; ``None``
     for a whole GPU. Trap: several bindings share one ``gpu_uuid`` / ``pci_bus_id``
@@ -309,21 +317,21 @@ class GpuPairLink(msgspec.Struct, frozen=True, kw_only=True):
     by PCI bus id like NVML, whatever ``CUDA_DEVICE_ORDER`` says).
     """
 
-    src_gpu: int
-    dst_gpu: int
+    src_gpu: Int32
+    dst_gpu: Int32
     link_type: str
     """The matrix code as printed: ``NV18`` (18 bonded NVLinks), ``PIX``, ``PXB``,
     ``PHB``, ``NODE``, ``SYS`` (older drivers also print ``SOC`` for ``SYS``)."""
-    nvlinks: int = 0
+    nvlinks: Int32 = 0
     """Bonded NVLinks between the two (the ``18`` of ``NV18``); 0 over PCIe."""
 
 
 class GpuNumaAffinity(msgspec.Struct, frozen=True, kw_only=True):
     """Where one GPU sits: the reference's ``gpu_numa_affinity`` plus its identity."""
 
-    gpu: int
+    gpu: Int32
     """NVML index (the ``GPU<n>`` row of the matrix)."""
-    numa_node: int | None = None
+    numa_node: Int32 | None = None
     """``None`` where the matrix prints ``N/A`` (one NUMA node, or a VM without it)."""
     cpu_affinity: str = ""
     """The CPU list as printed (``0-47``, ``0-23,48-71``)."""
@@ -342,7 +350,7 @@ class GpuTopologyEvent(Event, tag="gpu_topology.v1", frozen=True, kw_only=True):
     scrape. ``links`` holds each unordered pair once (``src_gpu < dst_gpu``).
     """
 
-    node: str
+    node: Name
     gpus: tuple[GpuNumaAffinity, ...] = ()
     links: tuple[GpuPairLink, ...] = ()
     source: str = "nvidia-smi"
@@ -384,11 +392,11 @@ class AutoscalerEvent(Event, tag="autoscaler.v1", frozen=True, kw_only=True):
     pods: tuple[PodRef, ...] = ()
     source: str = "cluster-autoscaler"
     """``cluster-autoscaler`` or ``karpenter``."""
-    size_from: int | None = None
+    size_from: Int32 | None = None
     """The group's size before a planned scale-up, when the line says it."""
-    size_to: int | None = None
+    size_to: Int32 | None = None
     """The size asked for, when the line says it."""
-    max_size: int | None = None
+    max_size: Int32 | None = None
     """The group's (or the cluster's) maximum, when the line says it."""
     until: Time | None = None
     """For ``backoff``: when scale-up of the group is allowed again, when given."""
@@ -406,7 +414,7 @@ class AutoscalerEvent(Event, tag="autoscaler.v1", frozen=True, kw_only=True):
 class Tick(Event, tag="tick.v1", frozen=True, kw_only=True):
     """A clock reading: lets the watermark advance on keys that have gone quiet."""
 
-    node: str = ""
+    node: Name = ""
 
 
 EVENT_TYPES: tuple[type[Event], ...] = (

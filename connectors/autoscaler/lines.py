@@ -113,7 +113,25 @@ class LineContext:
 def parse_line(
     raw: str | bytes, ctx: LineContext, position: object = ""
 ) -> tuple[AutoscalerEvent, ...] | RecordError:
-    """The records of one line (see the module docstring); never raises."""
+    """The records of one line (see the module docstring); never raises.
+
+    A record the codec would refuse (a pod name longer than Kubernetes allows, a time
+    before 1970 in a wrapper) makes the line a RecordError here, where it was read,
+    rather than a dead letter at the processor.
+    """
+    events = _parse_line(raw, ctx, position)
+    if isinstance(events, RecordError):
+        return events
+    for event in events:
+        refused = codec.checked(event)
+        if isinstance(refused, RecordError):
+            return refused
+    return events
+
+
+def _parse_line(
+    raw: str | bytes, ctx: LineContext, position: object
+) -> tuple[AutoscalerEvent, ...] | RecordError:
     if len(raw) > _MAX_LINE:
         if ctx.fmt in ("auto", "gke") and len(raw) <= gke.MAX_ENTRY and raw[:1] in _JSON_OPEN:
             whole = _gke_line(raw, ctx, position)

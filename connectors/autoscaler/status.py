@@ -38,7 +38,7 @@ from typing import Any, Final
 import yaml
 
 from connectors.autoscaler.classify import classify, cloud_of
-from schemas.codec import RecordError
+from schemas.codec import RecordError, time_problem
 from schemas.events import AutoscalerEvent
 from schemas.ids import hashed_id
 
@@ -51,7 +51,8 @@ _GO_TIME: Final = re.compile(
 _HEADER: Final = re.compile(r"^Cluster-autoscaler status at (?P<time>.+?):\s*$")
 _CONDITION: Final = re.compile(r"^  (?P<key>Name|Health|ScaleUp|ScaleDown):\s+(?P<value>.*?)\s*$")
 _TRANSITION: Final = re.compile(r"^\s+LastTransitionTime:\s+(?P<time>.+)$")
-_NUMBER: Final = re.compile(r"\b(?P<key>minSize|maxSize|cloudProviderTarget)=(?P<value>\d+)")
+_NUMBER: Final = re.compile(r"\b(?P<key>minSize|maxSize|cloudProviderTarget)=(?P<value>\d{1,9})\b")
+"""A node group's sizes: nine digits at most (a longer number is no size, and is not read)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,9 +93,9 @@ def go_time(value: object) -> datetime | None:
         zone = f"{zone[:3]}:{zone[3:]}"
     try:
         stamp = datetime.fromisoformat(f"{match['date']}T{match['clock']}.{frac}{zone}")
-    except ValueError:
+        return stamp.astimezone(UTC)
+    except (ValueError, OverflowError):  # OverflowError: year 1 east of UTC is year 0 in UTC
         return None
-    return stamp.astimezone(UTC)
 
 
 def parse_status(text: str) -> Status | RecordError:
@@ -106,6 +107,8 @@ def parse_status(text: str) -> Status | RecordError:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         return RecordError(f"status is neither the text nor the YAML format: {exc}"[:300])
+    except RecursionError:  # PyYAML composes nested collections by recursion
+        return RecordError("status is YAML nested too deep to read")
     if not isinstance(doc, dict):
         return RecordError("status is neither the text nor the YAML format", "$.data.status")
     return _parse_yaml(doc, text)
@@ -191,8 +194,11 @@ def _int(value: object) -> int | None:
 
 
 def facts(status: Status, cluster: str, observed: datetime) -> tuple[AutoscalerEvent, ...]:
-    """Every fact the status states now (see the module for which)."""
+    """Every fact the status states now (see the module for which). A status time no event
+    may carry (:func:`~schemas.codec.time_problem`) is unreadable: ``observed`` stands in."""
     time = status.time or observed
+    if time_problem(time) is not None:
+        time = observed
     found: list[AutoscalerEvent] = []
     for group in status.groups:
         if group.scale_up == "Backoff":

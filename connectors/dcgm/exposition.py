@@ -87,6 +87,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from schemas.codec import RecordError
 from schemas.events import PodRef
 from schemas.pci import canonical_bus_id
+from schemas.types import MAX_LABEL_LENGTH, MAX_NAME_LENGTH, MAX_NODE_PODS, MAX_XID_CODE
 
 XID_GAUGE: Final = "DCGM_FI_DEV_XID_ERRORS"
 """Value of the *last* XID of the GPU (0: none since the exporter started). Last-value
@@ -320,7 +321,7 @@ def _parse(text: str) -> Scrape:
             _pods(gpu, labels, targets)
             name = sample.name
             if name == XID_GAUGE:
-                gpu.last = _int(sample.value, f"{XID_GAUGE}{{UUID={uuid!r}}}")
+                gpu.last = _code(_int(sample.value, f"{XID_GAUGE}{{UUID={uuid!r}}}"), XID_GAUGE)
                 gpu.text = labels.get("err_msg", "")
             elif name == XID_COUNT:
                 _count(gpu, labels, sample.value)
@@ -332,14 +333,16 @@ def _parse(text: str) -> Scrape:
         raise RecordError("no GPU series (no sample has a UUID label): not a dcgm-exporter scrape")
     time = None if newest is None else datetime.fromtimestamp(newest, UTC)
     frozen = {k: g.freeze(k, targets) for k, g in gpus.items()}
+    for gpu_sample in frozen.values():
+        _check_pods(gpu_sample)
     return Scrape(gpus=frozen, time=time, series=series, bad=tuple(bad))
 
 
 def _identity(gpu: _Gpu, labels: Mapping[str, str]) -> None:
     if gpu.index is None:
         index = labels.get("gpu", "")
-        if index.isdigit():
-            gpu.index = int(index)
+        if index.isascii() and index.isdigit() and len(index) <= _MAX_INSTANCE_DIGITS:
+            gpu.index = int(index)  # an NVML index is as small as an instance id; else unknown
     if not gpu.bus:
         raw = _first(labels, BUS_LABELS)
         if raw:
@@ -419,6 +422,39 @@ def _count(gpu: _Gpu, labels: Mapping[str, str], value: float) -> None:
         return  # the exporter's zero series for a GPU without XIDs in the window
     if not code.isdigit():
         raise RecordError(f"{XID_COUNT} has a non-numeric xid label {code!r}", "xid")
+    if len(code) > len(str(MAX_XID_CODE)) or int(code) > MAX_XID_CODE:
+        raise RecordError(f"{XID_COUNT} has an xid label out of range {code[:20]!r}", "xid")
+    number = int(code)
     count = _int(value, f"{XID_COUNT}{{xid={code!r}}}")
     # MIG instances repeat the device-level count; several series of one code: keep the max.
-    gpu.counts[int(code)] = max(count, gpu.counts.get(int(code), 0))
+    gpu.counts[number] = max(count, gpu.counts.get(number, 0))
+
+
+def _code(value: int, field: str) -> int:
+    """``value`` if it can be an XID code (:data:`~schemas.types.MAX_XID_CODE`), else a
+    RecordError: DCGM reports the driver's codes, so a larger one is a broken scrape."""
+    if value > MAX_XID_CODE:
+        raise RecordError(
+            f"XID code {str(value)[:20]} out of range (at most {MAX_XID_CODE})", field
+        )
+    return value
+
+
+def _check_pods(sample: GpuSample) -> None:
+    """A RecordError for pods no node holds: more than a node runs, or labels that are no
+    Kubernetes names (the exporter copies them from the kubelet, which never sends such)."""
+    if len(sample.pods) > MAX_NODE_PODS:
+        raise RecordError(
+            f"{len(sample.pods)} pods on GPU {sample.uuid[:60]!r}: more than a node runs "
+            f"({MAX_NODE_PODS})",
+            "pod",
+        )
+    for pod in sample.pods:
+        if (
+            len(pod.name) > MAX_NAME_LENGTH
+            or len(pod.namespace) > MAX_LABEL_LENGTH
+            or len(pod.container) > MAX_LABEL_LENGTH
+        ):
+            raise RecordError(
+                f"pod {pod.namespace[:63]}/{pod.name[:63]} is not a Kubernetes name", "pod"
+            )

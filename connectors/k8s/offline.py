@@ -26,16 +26,17 @@ Objects without a ``kind`` (absent, ``null`` or ``""``), anywhere in these input
 Trap: pretty-printed input cannot be read line by line, so when the first
 non-blank line is not a complete JSON document the whole input is read into
 memory (at most :data:`~connectors.bounded.MAX_INPUT_BYTES`) and split with
-``json.JSONDecoder.raw_decode``; one syntax error there ends the input (there is
-no line boundary to resync on). Line numbers always point at the first line of
-the document (for List items, the List's line).
+:func:`schemas.codec.split_documents`; one syntax error there ends the input (there is
+no line boundary to resync on), while a document it can delimit but not accept (a lone
+surrogate, nesting too deep) is one bad record, as the same document on one line would
+be. Line numbers always point at the first line of the document (for List items, the
+List's line); a syntax error's, at the line where it was found.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
-import json
 import zlib
 from collections.abc import Iterator
 from datetime import datetime
@@ -116,22 +117,8 @@ def _pretty(
         numbers.append(line_number)
         parts.append(text)
         offset += len(text) + 1
-    text = "\n".join(parts)
-    decoder = json.JSONDecoder()
-    position = 0
-    while True:
-        while position < len(text) and text[position].isspace():
-            position += 1
-        if position >= len(text):
-            return
-        line_number = numbers[bisect.bisect_right(starts, position) - 1]
-        try:
-            value, position = decoder.raw_decode(text, position)
-        except json.JSONDecodeError as exc:
-            where = numbers[bisect.bisect_right(starts, exc.pos) - 1]
-            yield where, RecordError(f"invalid JSON: {exc.msg}; rest of input skipped")
-            return
-        yield line_number, value
+    for position, value in codec.split_documents("\n".join(parts)):
+        yield numbers[bisect.bisect_right(starts, position) - 1], value
 
 
 def _prefixed(result: Slimmed, prefix: str) -> Slimmed:

@@ -84,6 +84,11 @@ Traps, each handled here:
   core/v1, read back as events.k8s.io/v1, has only the latter).
 * **Objects without a kind** are errors here (the API always sends it);
   :func:`infer_kind` is for offline files, which may lack it.
+* **Values the codec would refuse** are errors here, where they are read: a time
+  before the Unix epoch or past the end of year 9999 UTC (at the object's field), and
+  an event past a bound of :mod:`schemas.types` (a name longer than Kubernetes allows;
+  :func:`schemas.codec.checked`, at the event's field, in the codec's words), so that
+  the watch never publishes what the processor would dead-letter.
 * **Error wording** is ours, not msgspec's (dead letters and ``gputriage
   ingest`` print it, and users grep for it): :func:`_worded` turns msgspec's
   "Expected `object | null`, got `str`" into "expected an object, got string".
@@ -474,6 +479,17 @@ def _not_an_object(value: object, expected: str) -> RecordError:
 
 
 # -- value checks (what a view cannot say) ----------------------------------------------
+def _shown(value: object, limit: int = 40) -> str:
+    """``str(value)``, cut to ``limit`` characters, for a message about a value we could
+    not use. Never raises: ``str`` of a list nested ~1,000 levels deep (orjson parses up
+    to 1,024) raises ``RecursionError``."""
+    try:
+        text = str(value)
+    except RecursionError:
+        text = "<nested too deep to show>"
+    return text[:limit]
+
+
 def _text(value: str | None) -> str:
     if not value:
         return ""
@@ -489,6 +505,9 @@ def _time(value: str | None, field: str) -> datetime | None:
         raise _Bad(f"invalid time {value[:40]!r}", field) from None
     if parsed.tzinfo is None:
         raise _Bad(f"time without a timezone {value[:40]!r}", field)
+    problem = codec.time_problem(parsed)
+    if problem is not None:
+        raise _Bad(problem, field)
     return parsed
 
 
@@ -991,16 +1010,21 @@ def _slim_view(
     config: SlimConfig,
 ) -> PodEvent | NodeEvent | KubeEvent | RecordError:
     try:
+        event: PodEvent | NodeEvent | KubeEvent
         if isinstance(view, _PodView):
-            return _pod(view, op, cluster, observed, config)
-        if isinstance(view, _NodeView):
-            return _node(view, op, cluster, observed, config)
-        return _kube_event(view, cluster)
+            event = _pod(view, op, cluster, observed, config)
+        elif isinstance(view, _NodeView):
+            event = _node(view, op, cluster, observed, config)
+        else:
+            event = _kube_event(view, cluster)
     except _Bad as bad:
         return RecordError(bad.reason, bad.field)
+    except RecursionError:  # str() of a value nested ~1,000 deep (a label, a quantity)
+        return RecordError("arrays or objects nested too deep to read")
     except (TypeError, ValueError, AttributeError, KeyError, OverflowError) as exc:
         # Defence in depth: a shape no check above foresaw is still a value, not a crash.
         return RecordError(f"unexpected shape: {exc}")
+    return codec.checked(event)
 
 
 def slim_object(
@@ -1028,7 +1052,7 @@ def slim_object(
     if view_type is None:
         if kind is None:
             return RecordError("object without a kind", "$.kind")
-        return RecordError(f"unsupported kind {str(kind)[:40]!r}", "$.kind")
+        return RecordError(f"unsupported kind {_shown(kind)!r}", "$.kind")
     try:
         view = codec.convert_as(obj, view_type)
     except RecordError as exc:
@@ -1058,12 +1082,12 @@ def slim_watch_event(
     if kind == "ERROR":
         status = envelope.get("object")
         status = status if isinstance(status, dict) else {}
-        code = status.get("code", "")
-        text = f"watch error {code}: {status.get('reason', '')}: {status.get('message', '')}"
+        code, reason = _shown(status.get("code", "")), _shown(status.get("reason", ""), MAX_TEXT)
+        text = f"watch error {code}: {reason}: {_shown(status.get('message', ''), MAX_TEXT)}"
         return RecordError(text, "$.object")
     op = WATCH_OPS.get(kind) if isinstance(kind, str) else None
     if op is None:
-        return RecordError(f"unknown watch event type {str(kind)[:40]!r}", "$.type")
+        return RecordError(f"unknown watch event type {_shown(kind)!r}", "$.type")
     return slim_object(
         envelope.get("object"), op, cluster=cluster, observed=observed, config=config
     )

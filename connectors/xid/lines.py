@@ -106,6 +106,7 @@ from schemas import codec
 from schemas.codec import RecordError
 from schemas.events import XidEvent
 from schemas.pci import canonical_bus_id
+from schemas.types import MAX_XID_CODE
 
 MARKER: Final = b"Xid"
 """Every XID and SXid line contains this; the fast path rejects all others."""
@@ -313,7 +314,7 @@ def parse_message(message: str) -> XidFields | RecordError | None:
     if match is None:
         return RecordError(f"unrecognised {kind} line: {_clip(text)}", "message")
     code_text = match["code"]
-    if len(code_text) > _MAX_DIGITS:
+    if len(code_text) > _MAX_DIGITS or int(code_text) > MAX_XID_CODE:
         return RecordError(f"{kind} code out of range: {code_text[:20]}", "code")
     bus_id = canonical_bus_id(match["bus"])
     if not bus_id:
@@ -346,7 +347,7 @@ def parse_message(message: str) -> XidFields | RecordError | None:
     caused_by: int | None = None
     if "caused by previous Xid" in rest:
         cause = _CAUSED_BY_RE.search(rest)
-        if cause is not None:
+        if cause is not None and int(cause[1]) <= MAX_XID_CODE:  # else no XID: not a fact
             caused_by = int(cause[1])
     return XidFields(
         code=int(code_text),

@@ -40,6 +40,25 @@ def test_text_format_backoff_without_a_cause() -> None:
     assert fact.until is None
 
 
+def test_a_size_of_more_than_nine_digits_is_not_read() -> None:
+    """A larger number is no node group's size: an int() of 5,000 digits raised, and a
+    record carrying 10**23 would be refused by the codec at the processor."""
+    text = (DATA / "autoscaler" / "ca_status_text.txt").read_text()
+    huge = text.replace("maxSize=7", "maxSize=" + "9" * 5000)
+    assert huge != text
+    status = parse_status(huge)
+    assert isinstance(status, Status)
+    assert status.groups[0].max_size is None
+    (fact,) = facts(status, "c1", OBSERVED)
+    assert fact.max_size is None
+
+
+def test_a_status_nested_ten_thousand_deep_is_a_record_error() -> None:
+    result = parse_status("nodeGroups: " + "[" * 10_000 + "]" * 10_000)
+    assert isinstance(result, RecordError)
+    assert "nested too deep" in result.reason
+
+
 def test_text_format_cut_after_the_group_name() -> None:
     status = corpus("ca_status_text_aks2023.txt")
     assert [g.name for g in status.groups] == ["aks-cpunp-38371103-vmss"]

@@ -12,8 +12,9 @@ from hypothesis import strategies as st
 
 from connectors.autoscaler.klog import klog_time
 from connectors.autoscaler.lines import Format, LineContext, parse_line
+from connectors.autoscaler.status import GroupStatus, Status, facts, go_time
 from connectors.autoscaler.unwrap import unwrap
-from schemas.codec import RecordError, decode_event
+from schemas.codec import RecordError, decode_event, encode
 from schemas.events import AutoscalerEvent
 
 DATA = Path(__file__).parents[2] / "data" / "autoscaler"
@@ -92,6 +93,48 @@ def test_impossible_klog_date_is_a_bad_line() -> None:
         1,
     )
     assert isinstance(result, RecordError)
+
+
+@pytest.mark.parametrize(
+    ("line", "field", "why"),
+    [
+        (
+            "I0701 12:00:00.000000       1 filter_out_schedulable.go:1] Pod ml/"
+            + "p" * 254
+            + " is unschedulable",
+            "$.pods[0].name",
+            "length <= 253",
+        ),
+        ("0001-01-01T00:00:00.5+14:00 Pod ml/x is unschedulable", "$.time", "before the Unix"),
+        (
+            '{"log":"Pod ml/x is unschedulable","time":"9999-12-31T23:00:00-12:00"}',
+            "$.time",
+            "past the end of year 9999",
+        ),
+    ],
+    ids=["pod-name", "year-0", "year-10000"],
+)
+def test_a_line_whose_record_the_codec_would_refuse_is_a_bad_line(
+    line: str, field: str, why: str
+) -> None:
+    """A dead letter where it was read, never a record the processor dead-letters."""
+    result = parse_line(line, CTX, 1)
+    assert isinstance(result, RecordError), result
+    assert (result.field, why in result.reason) == (field, True), result
+
+
+def test_a_go_time_in_year_one_east_of_utc_is_unreadable_not_an_exception() -> None:
+    assert go_time("0001-01-01 00:00:00 +0100 CET") is None  # year 0 in UTC
+    assert go_time("0001-01-01 00:00:00 +0000 UTC") == datetime(1, 1, 1, tzinfo=UTC)  # Go's zero
+    observed = datetime(2026, 7, 1, tzinfo=UTC)
+    status = Status(
+        time=datetime(1, 1, 1, tzinfo=UTC),
+        groups=(GroupStatus(name="g", health="Healthy", scale_up="Backoff"),),
+        text="",
+    )
+    (fact,) = facts(status, "c1", observed)
+    assert fact.time == observed  # a status time no event may carry: the observation's
+    assert decode_event(encode(fact)) == fact
 
 
 def test_a_record_of_older_releases_still_decodes() -> None:

@@ -167,6 +167,58 @@ def test_bad_expositions_are_errors_with_a_reason() -> None:
         assert reason in result.reason, (text, result.reason)
 
 
+@pytest.mark.parametrize(
+    ("text", "field", "reason"),
+    [
+        (f'{XID_GAUGE}{{gpu="0",UUID="{RTX}"}} 1e23\n', XID_GAUGE, "out of range"),
+        (f'{XID_GAUGE}{{gpu="0",UUID="{RTX}"}} 65536\n', XID_GAUGE, "out of range"),
+        (f'{XID_COUNT}{{gpu="0",UUID="{RTX}",xid="65536"}} 1\n', "xid", "out of range"),
+        (f'{XID_COUNT}{{gpu="0",UUID="{RTX}",xid="{"9" * 5000}"}} 1\n', "xid", "out of range"),
+        (
+            "".join(
+                f'{XID_GAUGE}{{gpu="0",UUID="{RTX}",namespace="ml",pod="p-{i}"}} 0\n'
+                for i in range(1100)
+            ),
+            "pod",
+            "1100 pods on GPU",
+        ),
+        (f'{XID_GAUGE}{{gpu="0",UUID="{RTX}",namespace="ml",pod="{"p" * 254}"}} 0\n', "pod", ""),
+        (f'{XID_GAUGE}{{gpu="0",UUID="{RTX}",namespace="{"n" * 64}",pod="p"}} 0\n', "pod", ""),
+    ],
+    ids=[
+        "gauge-1e23",
+        "gauge-65536",
+        "count-65536",
+        "count-5000-digits",
+        "1100-pods",
+        "name",
+        "ns",
+    ],
+)
+def test_values_past_the_schemas_bounds_are_errors_here(text: str, field: str, reason: str) -> None:
+    """What the codec would refuse at the processor is refused where it is read."""
+    result = parse_exposition(text)
+    assert isinstance(result, RecordError), text[:200]
+    assert result.field == field
+    assert reason in result.reason
+
+
+def test_a_gpu_index_no_nvml_gives_is_unknown() -> None:
+    scrape = parse_exposition(f'{XID_GAUGE}{{gpu="{10**23}",UUID="{RTX}"}} 0\n')
+    assert isinstance(scrape, Scrape)
+    assert scrape.gpus[RTX].gpu_index is None  # as for an index that is no number
+
+
+def test_the_largest_xid_code_and_a_full_node_of_pods_are_read() -> None:
+    pods = "".join(
+        f'{XID_GAUGE}{{gpu="0",UUID="{RTX}",namespace="ml",pod="p-{i}"}} 65535\n'
+        for i in range(1024)
+    )
+    scrape = parse_exposition(pods)
+    assert isinstance(scrape, Scrape)
+    assert (scrape.gpus[RTX].xid_last, len(scrape.gpus[RTX].pods)) == (65535, 1024)
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.text(max_size=300))
 def test_arbitrary_text_never_raises(text: str) -> None:

@@ -316,3 +316,43 @@ def test_watch_events_of_bare_objects(tmp_path: Path) -> None:
     (event,) = events_of(proc.stdout)
     assert isinstance(event, PodEvent)
     assert event.gpu_share is not None
+
+
+def test_pretty_printed_documents_are_refused_one_by_one_as_lines_are(tmp_path: Path) -> None:
+    """A document split out of pretty-printed input is parsed as a line is (orjson): a lone
+    surrogate was accepted there by Python's ``json`` and crashed the encoder; now it is
+    one bad object, and the documents after it are still read."""
+    good = orjson.dumps(load("pod_evicted"), option=orjson.OPT_INDENT_2)
+    named = load("pod_training")
+    named["metadata"]["name"] = "@@"
+    surrogate = orjson.dumps(named, option=orjson.OPT_INDENT_2).replace(b'"@@"', b'"p\\ud800"')
+    path = tmp_path / "pods.json"
+    path.write_bytes(good + b"\n" + surrogate + b"\n" + good + b"\n")
+    proc = gputriage("ingest", "k8s", "--file", str(path), "--cluster", "c1")
+    stderr = proc.stderr.decode()
+    assert "Traceback" not in stderr
+    assert proc.returncode == 1, stderr
+    first, summary = stderr.splitlines()
+    second = good.count(b"\n") + 2
+    assert first.startswith(f"{path}:{second}: invalid JSON: no low surrogate in string")
+    assert summary == "gputriage: 1 bad object of 3 skipped"
+    assert len(events_of(proc.stdout)) == 2
+
+
+def test_pretty_printed_input_nested_ten_thousand_deep_ends_with_one_line(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "deep.json"
+    good = orjson.dumps(load("pod_evicted"), option=orjson.OPT_INDENT_2)
+    nested = b"[" * 10_000 + b"]" * 10_000
+    path.write_bytes(good + b'\n{\n  "x": ' + nested + b"\n}\n" + good + b"\n")
+    proc = gputriage("ingest", "k8s", "--file", str(path), "--cluster", "c1")
+    stderr = proc.stderr.decode()
+    assert "Traceback" not in stderr
+    assert proc.returncode == 1, stderr
+    deep_line = good.count(b"\n") + 2
+    assert stderr.splitlines() == [
+        f"{path}:{deep_line}: invalid JSON: nested too deep; rest of input skipped",
+        "gputriage: 1 bad object of 2 skipped",
+    ]
+    assert len(events_of(proc.stdout)) == 1

@@ -880,3 +880,103 @@ def test_the_gpu_filter_survives_a_deleted_pod_stamped_at_the_end_of_time() -> N
     keep = GpuFilter()
     assert keep.keep(gpu_pod)
     assert keep.keep(last)
+
+
+# -- values nested too deep for Python to walk ------------------------------------------
+DEEP: list[Any] = []
+for _ in range(1001):  # past Python's recursion limit, within orjson's 1,024 levels
+    DEEP = [DEEP]
+
+
+@pytest.mark.parametrize(
+    ("path", "shown"),
+    [
+        (["metadata", "labels", "nvidia.com/gpu.product"], "labels"),
+        (["status", "capacity", "nvidia.com/gpu"], "capacity"),
+    ],
+)
+def test_a_value_nested_a_thousand_deep_where_any_value_is_read_is_an_error(
+    path: list[str | int], shown: str
+) -> None:
+    """``str()`` of it raised RecursionError out of ``ingest k8s`` and the watch."""
+    raw = _mutate("node_gpu", path, DEEP)
+    err = error(slim_object(raw, cluster="c1"))
+    assert "nested too deep" in err.reason, shown
+    # As the API would send it (orjson.dumps stops at 255 levels, so spliced in as text).
+    marked = orjson.dumps({"type": "MODIFIED", "object": _mutate("node_gpu", path, "@@")})
+    line = marked.replace(b'"@@"', b"[" * 1001 + b"]" * 1001)
+    assert "nested too deep" in error(slim_watch_line(line, cluster="c1")).reason
+    deep_kind = slim_watch_event({"type": DEEP, "object": raw}, cluster="c1")
+    assert error(deep_kind).field == "$.type"
+    status = {"type": "ERROR", "object": {"code": DEEP, "reason": DEEP, "message": "m"}}
+    assert "nested too deep to show" in error(slim_watch_event(status, cluster="c1")).reason
+
+
+# -- values past the schemas' bounds: errors where they are read ---------------------------
+@pytest.mark.parametrize(
+    ("name", "path", "value", "field", "why"),
+    [
+        (
+            "pod_training",
+            ["metadata", "creationTimestamp"],
+            "0001-01-01T00:00:00+14:00",  # year 0 in UTC
+            "$.metadata.creationTimestamp",
+            "before the Unix epoch",
+        ),
+        (
+            "node_gpu",
+            ["status", "conditions", 0, "lastHeartbeatTime"],
+            "9999-12-31T23:59:59-12:00",  # year 10000 in UTC
+            "$.status.conditions[0].lastHeartbeatTime",
+            "past the end of year 9999",
+        ),
+        ("pod_training", ["metadata", "name"], "p" * 254, "$.name", "length <= 253"),
+        ("pod_training", ["metadata", "namespace"], "n" * 64, "$.namespace", "length <= 63"),
+        ("node_gpu", ["metadata", "name"], "n" * 254, "$.node", "length <= 253"),
+        (
+            "node_gpu",
+            ["metadata", "labels", "nvidia.com/gpu.product"],
+            "x" * 64,
+            "$.labels[...]",
+            "length <= 63",
+        ),
+        ("pod_training", ["metadata", "uid"], "u" * 9000, "$.id", "length <= 8192"),
+        (
+            "node_gpu",
+            ["status", "capacity", "nvidia.com/gpu"],
+            "100000000000000000000000",
+            "$.capacity[...]",
+            "<= 2147483647",
+        ),
+    ],
+    ids=[
+        "year-0",
+        "year-10000",
+        "pod-name",
+        "namespace",
+        "node-name",
+        "label",
+        "megabyte-id",
+        "capacity",
+    ],
+)
+def test_a_value_the_codec_would_refuse_is_an_error_here(
+    name: str, path: list[str | int], value: Any, field: str, why: str
+) -> None:
+    """Never an event that becomes a dead letter at the processor: a dead line at the source.
+    A time names the object's field; a bound the event's (the codec's own words)."""
+    raw = _mutate(name, path, value)
+    err = error(slim_object(raw, cluster="c1"))
+    assert (err.field, why in err.reason) == (field, True), err
+    line = orjson.dumps({"type": "ADDED", "object": raw})
+    assert _same(slim_watch_line(line, cluster="c1"), err)
+
+
+def test_the_epoch_itself_is_a_time_a_node_without_a_clock_reports() -> None:
+    raw = _mutate("pod_training", ["metadata", "creationTimestamp"], "1970-01-01T00:00:00Z")
+    for status in raw["status"]["containerStatuses"]:
+        status["state"] = {"waiting": {"reason": "ContainerCreating"}}
+    del raw["status"]["conditions"]
+    ev = slim_object(raw, cluster="c1")
+    assert isinstance(ev, PodEvent), ev
+    assert ev.time == datetime(1970, 1, 1, tzinfo=UTC)

@@ -283,6 +283,34 @@ def test_unknown_codes_are_kept() -> None:
     assert xid("[1.0] NVRM: Xid (PCI:0000:66:00): 999, pid=1234, name=test").code == 999
 
 
+@pytest.mark.parametrize(
+    ("code", "field", "why"),
+    [
+        ("-79", "message", "unrecognised XID line"),  # no sign in the driver's %d of a code
+        ("100000000000000000000000", "code", "XID code out of range"),
+        ("999999999", "code", "XID code out of range"),
+        ("65536", "code", "XID code out of range"),
+    ],
+)
+def test_a_code_no_driver_prints_is_a_dead_line_with_its_reason(
+    code: str, field: str, why: str
+) -> None:
+    """Never an exception, never an event the codec refuses later (its bound: 0 to 65535)."""
+    error = bad(f"[1.0] NVRM: Xid (PCI:0000:66:00): {code}, pid=1234, name=test")
+    assert (error.field, error.reason.startswith(why)) == (field, True), error
+    sxid = bad(f"[1.0] nvidia-nvswitch3: SXid (PCI:0000:05:00.0): {code}, Non-fatal")
+    assert sxid.field == field
+
+
+def test_the_largest_code_in_range_is_kept_and_an_absurd_cause_is_not_a_fact() -> None:
+    assert xid("[1.0] NVRM: Xid (PCI:0000:66:00): 65535, pid=1, name=x").code == 65535
+    ev = xid(
+        "[5.0] NVRM: Xid (PCI:0018:01:00): 45, pid=1, name=x, Ch 00000010 "
+        "caused by previous Xid 999999999"
+    )
+    assert (ev.code, ev.caused_by) == (45, None)
+
+
 # --- framings -------------------------------------------------------------------------------
 
 
