@@ -109,6 +109,15 @@ SLOW_STEPS = {
 backlog of thousands, so a test can act while the backlog is half committed."""
 
 
+def raw_partitions(kafka: KafkaTestEnv) -> list[TopicPartition]:
+    """Every partition of every raw topic of the test's layout."""
+    return [
+        TopicPartition(topic, p)
+        for topic in kafka.layout.raw_topics
+        for p in range(kafka.settings.partitions)
+    ]
+
+
 def committed(kafka: KafkaTestEnv, group: str) -> int:
     """:func:`fetch_committed` for sync tests (polled by ``wait_until``): its own loop."""
     return asyncio.run(fetch_committed(kafka, group))
@@ -124,11 +133,7 @@ async def fetch_committed(kafka: KafkaTestEnv, group: str) -> int:
     )
     await consumer.start()
     try:
-        tps = [
-            TopicPartition(topic, p)
-            for topic in kafka.layout.raw_topics
-            for p in range(kafka.settings.partitions)
-        ]
+        tps = raw_partitions(kafka)
         offsets = await asyncio.gather(*(consumer.committed(tp) for tp in tps))
         return sum(o for o in offsets if o)
     finally:
@@ -144,11 +149,7 @@ class GroupOffsets:
         self.group = group
         self._loop = asyncio.new_event_loop()
         self._consumer: AIOKafkaConsumer | None = None
-        self._tps = [
-            TopicPartition(topic, p)
-            for topic in kafka.layout.raw_topics
-            for p in range(kafka.settings.partitions)
-        ]
+        self._tps = raw_partitions(kafka)
 
     def __call__(self) -> int:
         return self._loop.run_until_complete(self._count())
@@ -275,12 +276,7 @@ async def raw_records(kafka: KafkaTestEnv) -> int:
     consumer = AIOKafkaConsumer(bootstrap_servers=kafka.bootstrap, enable_auto_commit=False)
     await consumer.start()
     try:
-        tps = [
-            TopicPartition(topic, p)
-            for topic in kafka.layout.raw_topics
-            for p in range(kafka.settings.partitions)
-        ]
-        return sum((await consumer.end_offsets(tps)).values())
+        return sum((await consumer.end_offsets(raw_partitions(kafka))).values())
     finally:
         await consumer.stop()
 

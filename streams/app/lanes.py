@@ -34,7 +34,6 @@ from collections.abc import Iterable, Iterator
 
 import msgspec
 
-from schemas.incidents import Incident
 from streams.core import CoreConfig, CoreStats, Correlator
 from streams.core.state import KeyState
 
@@ -140,13 +139,6 @@ class Lanes:
             for kind, n in correlator.open_incidents_by_type().items():
                 counts[kind] = counts.get(kind, 0) + n
         return counts
-
-    def flush(self) -> list[Incident]:
-        """End of input: every lane releases what it holds (a caller feeding batches)."""
-        out: list[Incident] = []
-        for correlator in self._lanes.values():
-            out += correlator.flush()
-        return out
 
 
 def _add(total: CoreStats, stats: CoreStats) -> None:

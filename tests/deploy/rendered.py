@@ -53,15 +53,21 @@ def _render(overlay: str) -> tuple[dict[str, Any], ...]:
                 text + "components: [../../components/bridges]\n", encoding="utf-8"
             )
             target = tree / "overlays" / "production"
-        done = subprocess.run(
-            [binary, "kustomize", str(target)],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=60,
-        )
-    assert done.returncode == 0, f"kubectl kustomize {overlay}: {done.stderr}"
-    return tuple(d for d in yaml.safe_load_all(done.stdout) if d)
+        return tuple(kustomize(target, binary))
+
+
+def kustomize(target: Path, binary: str | None = None) -> list[dict[str, Any]]:
+    """Every object ``kubectl kustomize target`` emits (a copy of an overlay a test
+    changed, or one of ours)."""
+    done = subprocess.run(
+        [binary or kubectl(), "kustomize", str(target)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert done.returncode == 0, f"kubectl kustomize {target}: {done.stderr}"
+    return [d for d in yaml.safe_load_all(done.stdout) if d]
 
 
 def render(overlay: str) -> list[dict[str, Any]]:

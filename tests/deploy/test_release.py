@@ -12,16 +12,14 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
-import yaml
 
-from tests.deploy.rendered import kubectl, render
+from tests.deploy.rendered import kubectl, kustomize, render
 from tests.deploy.test_manifests import _version
 from tests.paths import DEPLOY
 
@@ -51,15 +49,7 @@ def _pinned_copy(tmp_path: Path, *, bridges: bool) -> list[dict[str, Any]]:
     if bridges:
         text += "components: [../../components/bridges]\n"
     path.write_text(text, encoding="utf-8")
-    done = subprocess.run(
-        [kubectl(), "kustomize", str(path.parent)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    return [d for d in yaml.safe_load_all(done.stdout) if d]
+    return kustomize(path.parent)
 
 
 def test_until_a_release_pins_it_only_our_own_image_lacks_a_digest() -> None:

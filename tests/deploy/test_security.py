@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import ipaddress
 import shutil
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +17,7 @@ import yaml
 
 from connectors.kafka.config import KafkaSettings
 from gputriage.settings import load_settings
-from tests.deploy.rendered import containers, kubectl, name_of, render
+from tests.deploy.rendered import containers, kustomize, name_of, render
 from tests.paths import DEPLOY, ROOT
 
 PRINCIPALS = {
@@ -216,15 +215,7 @@ def test_the_network_values_reach_the_policies_and_only_them(tmp_path: Path) -> 
     assert set(doc["data"]) == set(values)
     doc["data"] = values
     path.write_text(yaml.safe_dump(doc), encoding="utf-8")
-    done = subprocess.run(
-        [kubectl(), "kustomize", str(path.parent)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=60,
-    )
-    assert done.returncode == 0, done.stderr
-    docs = [d for d in yaml.safe_load_all(done.stdout) if d]
+    docs = kustomize(path.parent)
     assert not [d for d in docs if d["metadata"]["name"] == "gputriage-network"], "local-config"
     for policy in _policies(docs):
         name = policy["metadata"]["name"]

@@ -162,15 +162,20 @@ def test_a_restored_worker_skips_what_it_had_applied() -> None:
     assert again.released == [0, 1, 2]
 
 
+def chain() -> Cluster:
+    """An XID 79 and the eviction it causes: one device_unhealthy_eviction page."""
+    c = Cluster()
+    c.node("m", 0)
+    c.pod("m", "t", 1)
+    c.xid("m", 300, 79)
+    c.pod("m", "t", 320, phase="Failed", reason="Evicted")
+    c.node("m", 900)
+    return c
+
+
 def test_a_partition_with_a_backlog_holds_the_watermark() -> None:
     """The fastest partition must not make a slower one's events late (then stale)."""
-    c = Cluster()
-    c.node("n", 0)
-    c.pod("n", "p", 1)
-    c.xid("n", 300, 79)
-    c.pod("n", "p", 320, phase="Failed", reason="Evicted")
-    c.node("n", 900)
-    node0, pod1, xid, pod2, node2 = records(c.events)
+    node0, pod1, xid, pod2, node2 = records(chain().events)
     pipeline = Pipeline(config(grace_seconds=1), LAYOUT)
     xids = (xid.topic, 0)
     first = pipeline.process([node0, pod1, pod2, node2], busy=[xids])
@@ -224,17 +229,6 @@ def test_an_event_far_ahead_of_the_clock_is_a_dead_letter_and_released() -> None
     assert "ahead of the present (max_future_seconds = 600)" in dead.reason
     assert len(batch) - 1 in outcome.released, "the far record's token is released"
     assert outcome.events_by_source == {"nodes": 1, "pods": 3}
-
-
-def chain() -> Cluster:
-    """An XID 79 and the eviction it causes: one device_unhealthy_eviction page."""
-    c = Cluster()
-    c.node("m", 0)
-    c.pod("m", "t", 1)
-    c.xid("m", 300, 79)
-    c.pod("m", "t", 320, phase="Failed", reason="Evicted")
-    c.node("m", 900)
-    return c
 
 
 def on(partition: int, recs: Sequence[RawRecord]) -> list[RawRecord]:
