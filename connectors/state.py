@@ -69,7 +69,7 @@ def load_state(path: str | Path, kind: type[S]) -> S | None:
     """The saved state, or ``None`` when there is none; ``RecordError`` if it does not decode.
 
     :class:`StateError` when it cannot be read. The read is bounded
-    (:func:`connectors.files.read_small`): a state path pointed at ``/dev/zero``
+    (:func:`connectors.bounded.read_small`): a state path pointed at ``/dev/zero``
     or a log is refused at once instead of filling memory.
     """
     try:

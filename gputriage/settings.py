@@ -543,7 +543,7 @@ def _refuse_passwords(kafka: Mapping[str, Any], path: str | None) -> None:
 def _read_file(path: str) -> dict[str, dict[str, Any]]:
     """The file's tables; :class:`SettingsError` for anything that is not a settings file.
 
-    Traps: the read is bounded (:func:`connectors.files.read_small`), so ``--config
+    Traps: the read is bounded (:func:`connectors.bounded.read_small`), so ``--config
     /dev/zero`` is one line, not all of memory; tomllib parses nesting by recursion, so
     arrays or tables nested thousands deep are a ``RecursionError``, reported as TOML
     that is not valid.

@@ -104,6 +104,17 @@ def _hostile_error(exc: RecursionError | UnicodeError) -> RecordError:
     return RecordError(f"not valid UTF-8 text: {exc}")
 
 
+_DECODE_ERRORS: Final = (msgspec.MsgspecError, *_HOSTILE)
+"""Everything a decode may raise on bad bytes: msgspec's own errors and :data:`_HOSTILE`."""
+
+
+def _decode_error(exc: msgspec.MsgspecError | RecursionError | UnicodeError) -> RecordError:
+    """The RecordError for anything in :data:`_DECODE_ERRORS`."""
+    if isinstance(exc, msgspec.MsgspecError):
+        return _record_error(exc)
+    return _hostile_error(exc)
+
+
 def _time_paths(info: Any, path: tuple[str, ...]) -> list[tuple[str, ...]]:
     """The paths to every datetime inside ``info`` (a ``msgspec.inspect`` type):
     field names, ``"[]"`` for each item of a tuple or list."""
@@ -238,10 +249,8 @@ def try_decode_event(data: bytes | str) -> AnyEvent | RecordError:
     """
     try:
         event = _event_decoder.decode(data)
-    except msgspec.MsgspecError as exc:
-        return _record_error(exc)
-    except _HOSTILE as exc:
-        return _hostile_error(exc)
+    except _DECODE_ERRORS as exc:
+        return _decode_error(exc)
     moment = event.time
     if (
         moment.tzinfo is UTC
@@ -272,20 +281,16 @@ def decode_incident(data: bytes | str) -> Incident:
     """Decode one incident revision; raise :class:`RecordError` naming the bad field."""
     try:
         return _incident_decoder.decode(data)
-    except msgspec.MsgspecError as exc:
-        raise _record_error(exc) from None
-    except _HOSTILE as exc:
-        raise _hostile_error(exc) from None
+    except _DECODE_ERRORS as exc:
+        raise _decode_error(exc) from None
 
 
 def decode_dead_letter(data: bytes | str) -> DeadLetter:
     """Decode one dead-letter record (its ``key``/``value`` are base64 in JSON)."""
     try:
         return _dead_letter_decoder.decode(data)
-    except msgspec.MsgspecError as exc:
-        raise _record_error(exc) from None
-    except _HOSTILE as exc:
-        raise _hostile_error(exc) from None
+    except _DECODE_ERRORS as exc:
+        raise _decode_error(exc) from None
 
 
 def encode(record: Event | Incident | msgspec.Struct) -> bytes:
@@ -306,10 +311,8 @@ def msgpack_codec(type_: Any) -> tuple[Callable[[Any], bytes], Callable[[bytes],
     def decode(data: bytes) -> Any:
         try:
             return decoder.decode(data)
-        except msgspec.MsgspecError as exc:
-            raise _record_error(exc) from None
-        except _HOSTILE as exc:
-            raise _hostile_error(exc) from None
+        except _DECODE_ERRORS as exc:
+            raise _decode_error(exc) from None
 
     return encoder.encode, decode
 
@@ -329,10 +332,8 @@ def typed_decoder(type_: type[T]) -> Callable[[bytes | str], T]:
     def decode(data: bytes | str) -> T:
         try:
             return decoder.decode(data)
-        except msgspec.MsgspecError as exc:
-            raise _record_error(exc) from None
-        except _HOSTILE as exc:
-            raise _hostile_error(exc) from None
+        except _DECODE_ERRORS as exc:
+            raise _decode_error(exc) from None
 
     return decode
 
@@ -344,10 +345,8 @@ def decode_as(data: bytes | str, type_: type[T]) -> T:
     """
     try:
         return msgspec.json.decode(data, type=type_)
-    except msgspec.MsgspecError as exc:
-        raise _record_error(exc) from None
-    except _HOSTILE as exc:
-        raise _hostile_error(exc) from None
+    except _DECODE_ERRORS as exc:
+        raise _decode_error(exc) from None
 
 
 def convert_as(obj: Any, type_: type[T]) -> T:
@@ -360,10 +359,8 @@ def convert_as(obj: Any, type_: type[T]) -> T:
     """
     try:
         return msgspec.convert(obj, type_)
-    except msgspec.MsgspecError as exc:
-        raise _record_error(exc) from None
-    except _HOSTILE as exc:
-        raise _hostile_error(exc) from None
+    except _DECODE_ERRORS as exc:
+        raise _decode_error(exc) from None
 
 
 def json_schema(type_: Any) -> dict[str, Any]:

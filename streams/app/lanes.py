@@ -29,13 +29,17 @@ Traps:
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 
 import msgspec
 
+from schemas.incidents import Incident
 from streams.core import CoreConfig, CoreStats, Correlator
 from streams.core.state import KeyState
+
+log = logging.getLogger("gputriage.processor")
 
 
 class Lanes:
@@ -46,7 +50,7 @@ class Lanes:
         self._lanes: dict[int, Correlator] = {}
         self._retired = CoreStats()
         """The counters of the lanes dropped so far."""
-        self.clock_limits: dict[int, float] = {}
+        self._clock_limits: dict[int, float] = {}
         """Lane -> its last advance's limit when the clock made it, else ``-inf``."""
 
     def lane(self, number: int) -> Correlator:
@@ -78,8 +82,29 @@ class Lanes:
             correlator = self._lanes.pop(number)
             dropped += correlator.pending()
             _add(self._retired, correlator.stats)
-            self.clock_limits.pop(number, None)
+            self._clock_limits.pop(number, None)
         return dropped
+
+    def advance(self, watermarks: Mapping[int, tuple[float, bool]]) -> list[Incident]:
+        """Move each lane to its ``(watermark, from the clock)`` (every lane must have one):
+        a clock-made one is a limit (``tight``), not a promise. A lane that fails is
+        logged and left where it was; the others still move."""
+        out: list[Incident] = []
+        for number, correlator in self._lanes.items():
+            limit, from_clock = watermarks[number]
+            self._clock_limits[number] = limit if from_clock else -math.inf
+            try:
+                out += correlator.advance_watermark(limit, tight=from_clock)
+            except Exception:  # keep the worker alive; the log says what broke
+                log.exception("advancing lane %d's watermark to %s failed", number, limit)
+        return out
+
+    def clock_limit(self) -> float:
+        """The least over the lanes of the last advance's limit when the clock made it,
+        ``-inf`` if a lane's was not the clock's (or there is no lane): a watermark may stay
+        behind it with nothing held."""
+        limits = self._clock_limits
+        return min((limits.get(n, -math.inf) for n in self._lanes), default=-math.inf)
 
     def take_released(self) -> list[object]:
         """The tokens every lane released since the last call."""
@@ -111,7 +136,7 @@ class Lanes:
         behind that); lanes that have decided nothing yet are left out."""
         reached = math.inf
         for number, correlator in self._lanes.items():
-            at = max(correlator.watermark, self.clock_limits.get(number, -math.inf))
+            at = max(correlator.watermark, self._clock_limits.get(number, -math.inf))
             if -math.inf < at < reached:
                 reached = at
         return reached if reached < math.inf else -math.inf

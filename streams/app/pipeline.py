@@ -318,21 +318,11 @@ class Pipeline:
 
     @property
     def clock_limit(self) -> float:
-        """The least over the lanes of the last advance's limit when the clock made it
-        (see the class), ``-inf`` if a lane's was not the clock's: the watermark may stay
-        behind it with nothing held."""
-        limits = self.lanes.clock_limits
-        return min((limits.get(n, -math.inf) for n, _ in self.lanes), default=-math.inf)
+        """:meth:`Lanes.clock_limit`: how far the clock last fired every lane, if it did."""
+        return self.lanes.clock_limit()
 
     def _advance(self, outcome: BatchOutcome, watermarks: Mapping[int, tuple[float, bool]]) -> None:
-        limits = self.lanes.clock_limits
-        for number, correlator in self.lanes:
-            limit, from_clock = watermarks[number]
-            limits[number] = limit if from_clock else -math.inf
-            try:
-                outcome.incidents += correlator.advance_watermark(limit, tight=from_clock)
-            except Exception:  # keep the worker alive; the log says what broke
-                log.exception("advancing lane %d's watermark to %s failed", number, limit)
+        outcome.incidents += self.lanes.advance(watermarks)
 
     def _hear(self, record: Any, now: float | None) -> bool:
         """Note the record's source progress; False if it has none (or a malformed one).

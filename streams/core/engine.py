@@ -30,8 +30,8 @@ consumer's handle on the record) and :meth:`Correlator.take_released` hands
 back the tokens of every event that has been applied or skipped, so the caller
 can acknowledge (commit) exactly those and no event still waiting in the
 buffer. :meth:`Correlator.take_dirty` names the keys whose state changed, for
-writing to a changelog; :meth:`Correlator.restore` and :meth:`Correlator.forget`
-follow partition assignment.
+writing to a changelog; :meth:`Correlator.restore` adopts a key's state after a
+restart or a rebalance (a worker that loses a partition drops its whole correlator).
 
 State is keyed by correlation key (``cluster/node`` or ``cluster``), so a
 partitioned deployment can hold each key's state next to its partition.
@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Callable
 from datetime import datetime
 from sys import intern
 from typing import Any
@@ -60,7 +59,7 @@ from schemas.events import (
     XidEvent,
 )
 from schemas.incidents import Incident
-from schemas.keys import correlation_key, key_node, key_of
+from schemas.keys import key_node, key_of
 from streams.core import cluster as cluster_rules
 from streams.core import node as node_rules
 from streams.core.config import CoreConfig
@@ -340,23 +339,6 @@ class Correlator:
         nodes[state.node] = state
         if state.deadline < NEVER:
             self._schedule(state)
-
-    def forget(self, keep: Callable[[str], bool]) -> int:
-        """Drop every key (and its buffered events) for which ``keep(correlation key)``
-        is false: its partition went to another worker. Returns the events dropped;
-        their tokens are never released, so the new owner gets them again."""
-        for cluster, nodes in list(self._states.items()):
-            for node in [n for n in nodes if not keep(key_of(cluster, n))]:
-                del nodes[node]
-                self._dirty.pop((cluster, node), None)
-        kept = [p for p in self._pending if keep(correlation_key(p[6]))]
-        dropped = len(self._pending) - len(kept)
-        heapq.heapify(kept)
-        self._pending = kept
-        live = [(s.deadline, s.cluster, s.node) for s in self._all_states() if s.deadline < NEVER]
-        heapq.heapify(live)
-        self._timers = live
-        return dropped
 
     # -- inspection ---------------------------------------------------------------------
     @property

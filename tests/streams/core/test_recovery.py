@@ -112,22 +112,6 @@ def test_a_redelivered_event_is_stale_and_changes_nothing() -> None:
     assert correlator.stats.stale == 1
 
 
-def test_forget_drops_keys_and_their_buffered_events() -> None:
-    c = Cluster()
-    c.node("a", 0)
-    c.node("b", 0)
-    c.pod("a", "p", 100)
-    correlator = Correlator(config(grace_seconds=50))
-    for i, event in enumerate(c.events):
-        correlator.ingest(event, token=i)
-    assert set(correlator.keys) == {"c1/a", "c1/b"}
-    dropped = correlator.forget(lambda key: key == "c1/b")
-    assert set(correlator.keys) == {"c1/b"}
-    assert dropped == 1, "the pod on node a was still buffered"
-    correlator.flush()
-    assert 2 not in correlator.take_released()
-
-
 def test_snapshots_round_trip_the_whole_state() -> None:
     c = Cluster()
     c.node("n", 0)
