@@ -189,6 +189,13 @@ class CoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     Off by default: on an HGX board the two halves of an 8-GPU job are on two NUMA nodes
     by design."""
 
+    revision_interval_seconds: float = 30.0
+    """At most one ``updated`` revision of an incident per this long (event time): one
+    node's device plugin rejecting 62 pods in a few minutes is one incident, and each
+    revision is a PagerDuty re-trigger and a Slack update. The held changes go out in one
+    revision when the interval ends, naming every pod. The first ``open``, the
+    ``resolved`` and a change of severity are never held. 0 publishes every change."""
+
     max_evidence: int = 50
     """Evidence kept per incident; further events are counted in ``evidence_omitted``."""
 

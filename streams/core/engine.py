@@ -63,6 +63,7 @@ from schemas.keys import key_node, key_of
 from streams.core import cluster as cluster_rules
 from streams.core import node as node_rules
 from streams.core.config import CoreConfig
+from streams.core.lifecycle import publish_held
 from streams.core.state import NEVER, ClusterState, KeyState, NodeState
 
 RANK: dict[type[Any], int] = {
@@ -101,6 +102,10 @@ class CoreStats(msgspec.Struct):
     or a reconnect: objects changed meanwhile come stamped with their own older times)."""
     revisions: int = 0
     timers: int = 0
+
+
+def _state_key(state: KeyState) -> tuple[str, str]:
+    return (state.cluster, state.node)
 
 
 def new_state(event: AnyEvent) -> KeyState:
@@ -309,9 +314,19 @@ class Correlator:
         return out
 
     def flush(self) -> list[Incident]:
-        """End of input: release everything buffered and fire timers up to the last event."""
+        """End of input: release everything buffered, fire timers up to the last event,
+        and publish the changes still held back by ``revision_interval_seconds``."""
         out: list[Incident] = []
         self._advance_to(self.max_time, out)
+        for state in sorted(self._all_states(), key=_state_key):
+            if any(inc.held for inc in state.incidents.values()):
+                incidents = publish_held(state, max(self.max_time, state.applied_time), self.config)
+                self._n_revisions += len(incidents)
+                out.extend(incidents)
+                if self._track_dirty:
+                    self._dirty[(state.cluster, state.node)] = state
+                if _refresh_deadline(state, self.config) and state.deadline < NEVER:
+                    self._schedule(state)
         return out
 
     # -- for a processor on a partitioned log ---------------------------------------------

@@ -30,7 +30,7 @@ from schemas.keys import POD_RESOURCES
 from streams.core import evidence as text
 from streams.core import shortcuts
 from streams.core.config import CoreConfig, XidRule
-from streams.core.lifecycle import Step
+from streams.core.lifecycle import Step, held_until
 from streams.core.rules import chain, cuda, degraded, not_ready, nvlink, oom, xid
 from streams.core.rules.pods import pod_info
 from streams.core.state import (
@@ -921,6 +921,7 @@ def apply_timer(state: NodeState, now: float, config: CoreConfig) -> list[Incide
     )
     for inc in due:
         step.resolve(inc, inc.resolve_at, "quiet for the rule's window")
+    step.release_held()
     state.timers_dirty = True
     return step.finish()
 
@@ -935,5 +936,5 @@ def next_deadline(state: NodeState, config: CoreConfig) -> float:
         xid.deadline(state, xid.episode_gap(config)),
     )
     for inc in state.incidents.values():
-        found = min(found, inc.resolve_at)
+        found = min(found, inc.resolve_at, held_until(inc, config))
     return found if found > -math.inf else NEVER

@@ -254,6 +254,13 @@ class OpenIncident(msgspec.Struct, omit_defaults=True):
     resolve_at: float = NEVER
     count: int = 0
     """Type-specific occurrence count (restarts, kills, XIDs)."""
+    published_at: float = -math.inf
+    """Event time of the newest published revision (``open`` or ``updated``)."""
+    published_severity: str = ""
+    """The severity that revision carried: a change of severity is published at once."""
+    held: bool = False
+    """Changes wait to be published: at most one ``updated`` revision per
+    ``revision_interval_seconds`` (a timer at ``published_at`` plus the interval)."""
 
 
 class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defaults=True):
