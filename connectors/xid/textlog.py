@@ -45,7 +45,8 @@ import msgspec
 from connectors.source import Batch, DeadLine
 from connectors.state import StateFile
 from connectors.xid.kmsg import ReadStats
-from connectors.xid.lines import LineContext, parse_line
+from connectors.xid.lines import LineContext, Untimed
+from connectors.xid.reader import LineReader
 from schemas.codec import RecordError
 
 READ_SIZE: Final = 1 << 20
@@ -82,6 +83,7 @@ class TextLogSource:
             node=node, cluster=cluster, boot_time=boot_time, tz=tz or UTC, year=year
         )
         self._fixed_year = year is not None
+        self._reader = LineReader()
         saved = self.state_file.load()
         self.state_error = self.state_file.error
         self._file: IO[bytes] | None = None
@@ -162,9 +164,11 @@ class TextLogSource:
         return out
 
     def _add(self, batch: Batch, offset: int, raw: bytes) -> None:
-        result = parse_line(raw, self.context)
+        result = self._reader.parse(raw, self.context)
         if result is None:
             return
+        if isinstance(result, Untimed):  # a live line without a time is a bug to see
+            result = result.error
         if isinstance(result, RecordError):
             self.stats.bad += 1
             batch.dead.append(DeadLine(raw, result, offset))
