@@ -31,13 +31,19 @@ XID message shapes (the driver's format string, NVIDIA/open-gpu-kernel-modules
     NVRM: Xid (PCI:...): 45, pid=..., name=..., Ch 00000010 caused by previous Xid 149
                                                                           -> caused_by
     nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 ... -> sxid=True
+    NVRM: Xid (PCI:...): 79, pid=..., ...   -> a bus id redacted by the reporter: XID 79
+        of an unknown GPU (pci_bus_id ""), not a dead letter (``PCI:xxxx:xx:xx``,
+        ``0000:XX:00``, ``PCI:<redacted>`` alike; ``PCI:zz:66:00`` is no redaction)
+    NVRM: GPU 0000:29:00.0: GPU has fallen off the bus.          -> XID 79, no Xid number:
+    NVRM: The NVIDIA GPU 0000:b3:00.0 ... fallen off the bus ...    see connectors.xid.falloff
 
 Traps:
 
 * **Speed.** A busy node logs thousands of lines for every XID. ``b"Xid" in
-  raw`` rejects a non-XID line before anything is decoded or matched (the
-  bench bar is 200k lines/s on one core); only lines that contain ``Xid`` pay
-  for decoding and regular expressions.
+  raw`` (and ``b"off the bus"``, for fall-off messages without an Xid number)
+  rejects a non-XID line before anything is decoded or matched (the bench bar is
+  200k lines/s on one core); only lines that contain either pay for decoding and
+  regular expressions.
 * **Looks like an XID, but is not readable.** A line with ``NVRM: Xid`` or
   ``SXid (`` whose shape does not parse (``NVRM: Xid (PCI:0000:66:00): abc``) is
   a :class:`RecordError`, never silently dropped: that is how a new driver's
@@ -112,6 +118,7 @@ from schemas.types import MAX_XID_CODE
 MARKER: Final = b"Xid"
 """Every XID and SXid line contains this; with :data:`connectors.xid.falloff.MARKER`, the
 fast path rejects all others."""
+_FALL_OFF: Final = falloff.MARKER
 FALL_OFF_CODE: Final = 79
 """ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS: what a fall-off message without a number is."""
 _JSON_BYTES_MESSAGE: Final = re.compile(rb'"MESSAGE"\s*:\s*\[')
@@ -386,9 +393,9 @@ def _fall_off(message: str) -> XidFields | None:
     return XidFields(code=FALL_OFF_CODE, pci_bus_id=bus_id, pid=None, process="", message=text)
 
 
-def may_be_xid(data: bytes) -> bool:
-    """The fast check: can this raw line or record hold an XID (or a fall-off) at all?"""
-    return MARKER in data or falloff.MARKER in data
+def _json_bytes(raw: bytes) -> bool:
+    """A journal JSON line whose MESSAGE is an array of bytes (it may hide an XID)."""
+    return raw[:1] == b"{" and _JSON_BYTES_MESSAGE.search(raw) is not None
 
 
 def parse_line(raw: bytes, ctx: LineContext) -> XidEvent | RecordError | None:
@@ -398,7 +405,7 @@ def parse_line(raw: bytes, ctx: LineContext) -> XidEvent | RecordError | None:
     starts with ``internal parser error`` (a bug to report, not a reason to
     stop a DaemonSet).
     """
-    if not may_be_xid(raw) and not (raw[:1] == b"{" and _JSON_BYTES_MESSAGE.search(raw)):
+    if MARKER not in raw and _FALL_OFF not in raw and not _json_bytes(raw):
         return None
     return _resolve(_parse_guarded(raw, ctx), ctx)
 
@@ -407,7 +414,7 @@ def parse_line_or_untimed(raw: bytes, ctx: LineContext) -> XidEvent | RecordErro
     """:func:`parse_line`, but a line without a usable time is returned as :class:`Untimed`
     (even when :attr:`LineContext.default_time` is set), so that the caller can count
     and report the lines it stamps with an assumed time."""
-    if not may_be_xid(raw) and not (raw[:1] == b"{" and _JSON_BYTES_MESSAGE.search(raw)):
+    if MARKER not in raw and _FALL_OFF not in raw and not _json_bytes(raw):
         return None
     return _parse_guarded(raw, ctx)
 
