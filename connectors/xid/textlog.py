@@ -29,6 +29,10 @@ Traps, each handled here:
 * **Times**: text framings carry their own (wall clock for ``-T``/syslog, with
   ``tz``; ``[secs]`` since boot needs ``boot_time``). Syslog times have no
   year: unless one is given, a follower reading live lines uses the current one.
+* **A message split over lines** (the driver's "fallen off the bus" probe message in
+  ``dmesg`` output) is joined by :class:`~connectors.xid.reader.LineReader`: the record
+  of its last line has the first line's GPU and time. A rotation or a restart between
+  its lines loses the join, not the record (XID 79 of an unknown GPU).
 """
 
 from __future__ import annotations
