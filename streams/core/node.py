@@ -312,7 +312,7 @@ def _resolve_pod_incidents(step: Step, key: str, note: str) -> None:
     prefix = f"{key}/"
     for inc in list(step.state.incidents.values()):
         mine = inc.subject == key if inc.type == nvlink.KIND else inc.subject.startswith(prefix)
-        if mine and inc.type in (oom.KIND, cuda.KIND, nvlink.KIND):
+        if mine and inc.type in (oom.KIND, cuda.KIND, cuda.FAULT_KIND, nvlink.KIND):
             step.resolve(inc, step.now, note)
 
 
