@@ -149,7 +149,8 @@ def on_crash(
     if named is None and not ctr.cuda_log:
         named = _open_cause(step, base)
     device = named is not None and (
-        named.device or (named.name == _KERNEL_FAULT and _after_fatal_xid(step, key))
+        named.device
+        or (named.name == _KERNEL_FAULT and _after_fatal_xid(step, key, ctr.restarts[0]))
     )
     if (
         named is not None
@@ -268,10 +269,13 @@ def _pod_gpus(step: Step, key: str) -> list[tuple[str, GpuTrack]]:
     return [(k, g) for k, g in step.state.gpus.items() if key in bound_pods(g)]
 
 
-def _after_fatal_xid(step: Step, key: str) -> bool:
-    """Did a fatal XID hit one of the pod's GPUs (an instance's parent too) at most
-    ``device_fault_near_seconds`` ago? Then a kernel fault is the GPU's, not the code's:
-    an XID 79 or 48 kills every kernel in flight with exactly those words."""
+def _after_fatal_xid(step: Step, key: str, since: float) -> bool:
+    """Did the loop (its first crash in the window at ``since``) begin at most
+    ``device_fault_near_seconds`` after a fatal XID on one of the pod's GPUs (an
+    instance's parent too), or during it? Then its kernel faults are the GPU's, not the
+    code's: an XID 79 or 48 kills every kernel in flight with exactly those words, and
+    the restarts that follow fail alike. Trap: the GPU's last XID must be a fault (not
+    the workload's 13/31/43: ``last_xid_app``), as the eviction chain judges it."""
     near = step.config.device_fault_near_seconds
     gpus = step.state.gpus
     for gpu_key, gpu in _pod_gpus(step, key):
@@ -281,7 +285,7 @@ def _after_fatal_xid(step: Step, key: str) -> bool:
                 track is not None
                 and track.fatal
                 and not track.last_xid_app
-                and step.now - near <= track.last_xid <= step.now
+                and since - near <= track.last_xid <= step.now
             ):
                 return True
     return False

@@ -14,7 +14,7 @@ import pytest
 from schemas.incidents import Incident
 from schemas.termination_causes import parse_causes
 from streams.core.config import DEFAULT_SEVERITY
-from tests.core_helpers import of_type, run
+from tests.core_helpers import config, of_type, run
 from tests.factories import Cluster, term
 
 MIN = 60.0
@@ -31,7 +31,7 @@ ECC = (
     "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions."
 )
 """https://github.com/jade-hpc-gpu/jade-hpc-gpu.github.io/issues/194"""
-ECC_DRIVER_API = (
+ECC_DRIVER_API = (  # the end of the reporter's one line
     "failed call to cuDevicePrimaryCtxRetain: CUDA_ERROR_ECC_UNCORRECTABLE: uncorrectable ECC "
     "error encountered"
 )
@@ -66,9 +66,11 @@ KMSG_45 = (
 ILLEGAL = (
     "RuntimeError: CUDA error: an illegal memory access was encountered\n"
     "CUDA kernel errors might be asynchronously reported at some other API call, so the "
-    "stacktrace below might be incorrect."
+    "stacktrace below might be incorrect.\nFor debugging consider passing "
+    "CUDA_LAUNCH_BLOCKING=1.\nCompile with `TORCH_USE_CUDA_DSA` to enable device-side "
+    "assertions."
 )
-"""https://github.com/hpcaitech/Open-Sora/issues/694"""
+"""https://github.com/NVIDIA/TensorRT/issues/3491"""
 
 
 def setup(c: Cluster) -> None:
@@ -159,6 +161,25 @@ def test_a_kernel_fault_after_a_fatal_xid_on_its_gpu_is_no_cuda_oom() -> None:
         if any(p.name == "ft" for p in inc.pods)
     ]
     assert len(hardware) == 1
+
+
+def test_a_kernel_fault_loop_begun_just_after_a_fatal_xid_is_a_gpu_fault() -> None:
+    """Failed before: with the eviction chain's window closed (here configured to 5 s), a
+    loop of illegal memory accesses that began 8 s after an XID 79 on the pod's own GPU
+    was ``suspected_cuda_oom`` (``cause`` = ``kernel_fault``). The XID killed the kernels:
+    the loop is the GPU's, typed so, naming the GPU, and the later crashes (minutes after
+    the XID) stay in it."""
+    c = Cluster()
+    setup(c)
+    c.xid("n3", 50, 79, bus=BUS, uuid=UUID)
+    loop(c, [58, 90, 150, 200], ILLEGAL, fresh=False)
+    revisions = run(c.events, config(eviction_window_seconds=5))
+    assert of_type(revisions, OOM_KIND) == []
+    [inc] = of_type(revisions, FAULT)
+    assert inc.attributes["cause"] == "kernel_fault"
+    assert "fatal XID" in inc.summary
+    assert [(g.uuid, g.pci_bus_id) for g in inc.gpus] == [(UUID, BUS)]
+    assert inc.attributes["restarts_in_window"] == "4"
 
 
 def _repeat_then_loop(message: str) -> list[Incident]:
