@@ -473,10 +473,11 @@ def _gpu(
     gpus = state.gpus
     gpu: GpuTrack | None
     packed = pack_uuid(uuid)
+    learned = False
     if packed and not bus_id:
         bus_id = _bus_of(state, packed)  # a MIG binding by the parent's uuid alone
     elif packed and bus_id:
-        _learn_bus(state, packed, bus_id)
+        learned = _learn_bus(state, packed, bus_id)
     if bus_id:
         key = bus_id + suffix
         gpu = gpus.get(key)
@@ -489,6 +490,10 @@ def _gpu(
             if uuid:
                 _moved_profile(state, old, key)
                 _rekey_by_bus(state, uuid, bus_id)
+        elif learned:
+            # The first record to map this uuid found the bus-keyed entry made already
+            # (an XID naming only the bus): entries still keyed by the uuid join it.
+            _rekey_by_bus(state, uuid, bus_id)
     elif uuid:
         key, gpu = next(
             (
@@ -525,17 +530,19 @@ def _bus_of(state: NodeState, packed: bytes) -> str:
     return ""
 
 
-def _learn_bus(state: NodeState, packed: bytes, bus_id: str) -> None:
+def _learn_bus(state: NodeState, packed: bytes, bus_id: str) -> bool:
     """Remember that the GPU with this uuid sits at ``bus_id`` (a MIG instance's parent
-    too: instances share it). A GPU re-seated under another bus replaces its pair."""
+    too: instances share it); True when that is news. A GPU re-seated under another bus
+    replaces its pair."""
     pairs = state.gpu_buses
     for uuid, bus in pairs:
         if uuid == packed:
             if bus == bus_id:
-                return
+                return False
             break
     kept = tuple(p for p in pairs if p[0] != packed)
     state.gpu_buses = (*kept, (packed, intern(bus_id)))[-_MAX_GPU_BUSES:]
+    return True
 
 
 def _rekey_by_bus(state: NodeState, uuid: str, bus_id: str) -> None:
@@ -546,8 +553,18 @@ def _rekey_by_bus(state: NodeState, uuid: str, bus_id: str) -> None:
     prefix = f"uuid:{uuid}"
     for old in [k for k in gpus if k == prefix or k.startswith(prefix + MIG_SEPARATOR)]:
         new = intern(bus_id + old[len(prefix) :])
-        if new not in gpus:
+        known = gpus.get(new)
+        if known is None:
             gpus[new] = gpus.pop(old)
+            _moved_profile(state, old, new)
+        elif not known.pods:
+            # An XID named the bus (and instance) before anything mapped the uuid: its
+            # entry keeps the XID history and takes the binding's pods, so the next XID
+            # of that instance names them.
+            moved = gpus.pop(old)
+            known.pods, known.kubelet = moved.pods, moved.kubelet
+            if not known.uuid:
+                known.uuid = moved.uuid
             _moved_profile(state, old, new)
 
 

@@ -94,3 +94,17 @@ def test_nvml_identity_after_the_binding_still_joins() -> None:
     nvml_identity(c, 3)
     kernel_xid(c, 60, 43, 5)
     assert named(c) == [("infer-b", "bound")]
+
+
+def test_an_xid_before_any_mapping_does_not_hide_the_pod_from_the_next() -> None:
+    """Failed before: the first XID (bus id only) made an entry of its own for instance 5;
+    when NVML later mapped the uuid, the binding keyed by uuid could not move under the
+    bus id (taken), and every later XID of instance 5 still named no pod."""
+    c = Cluster("prod")
+    node(c)
+    dcgm_bindings(c, 2)
+    kernel_xid(c, 60, 43, 5)
+    nvml_identity(c, 70)
+    kernel_xid(c, 30 * 60, 43, 5)
+    (fault,) = of_type(run(c.events), "gpu_app_fault")
+    assert ("infer-b", "bound") in [(p.name, p.role) for p in fault.pods]
