@@ -15,6 +15,7 @@ DEFAULT_SEVERITY: dict[str, Severity] = {
     "device_unhealthy_eviction": "page",
     "host_oom_kill": "ticket",
     "suspected_cuda_oom": "ticket",
+    "gpu_fault_crash_loop": "ticket",
     "gpu_degraded": "ticket",
     "gpu_app_fault": "info",
     "xid_repeat": "page",

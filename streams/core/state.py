@@ -338,6 +338,11 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     node of single-GPU pods pays nothing (``multi_gpu_pod_without_nvlink``). One int each:
     the GPUs requested in the low 8 bits, above them a 56-bit hash of the pod's uid (its
     incident's anchor); see ``streams.core.rules.nvlink``."""
+    gpu_buses: tuple[tuple[bytes, str], ...] = ()
+    """Parent GPU uuid (packed) -> bus id, from any record that named both (an NVML
+    binding, a topology snapshot). A MIG binding from dcgm-exporter carries the parent's
+    uuid and often no bus id, the kernel's XID only the bus id: this joins them whichever
+    arrives first. One pair per GPU of the node, bounded; last, with a default."""
 
 
 class PendingPod(msgspec.Struct, omit_defaults=True):
