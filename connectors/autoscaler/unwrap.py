@@ -40,12 +40,20 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+from connectors.autoscaler import karpenter
 from schemas import codec
 from schemas.codec import RecordError
 
 _KUBECTL_PREFIX: Final = re.compile(r"\[pod/[^/\]\s]+/[^\]\s]+\] ")
 _STERN_PREFIX: Final = re.compile(r"[a-z0-9][-a-z0-9.]*/[a-z0-9][-a-z0-9.]*\[[-a-z0-9.]+\]: ")
 _NAME_PREFIX: Final = re.compile(r"[a-z][-a-z0-9.]{0,62} (?=[IWEF]\d{4} \d\d:\d\d:\d\d)")
+_POD_CONTAINER: Final = re.compile(
+    r"[a-z0-9][-a-z0-9.]{0,252} [a-z0-9][-a-z0-9]{0,62} (?=\{\"|\d{4}-\d\d-\d\dT\d\d:)"
+)
+"""stern's ``<pod> <container> `` before a Karpenter line (kubernetes-sigs/karpenter#1026)."""
+_VIEWER_LOCAL: Final = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,9})?\t")
+"""A viewer's local time (no zone) and a TAB, as Grafana/Loki exports rows
+(aws/karpenter-provider-aws#3576); the zone is unknown, so the time is not kept."""
 _TS: Final = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)"
 _TS_PREFIX: Final = re.compile(rf"(?P<ts>{_TS})(?::? |\t)(?:(?:stdout|stderr) [PF] )?")
 _CONSOLE: Final = re.compile(r"\s+(?:DEBUG|INFO|WARN|WARNING|ERROR|DPANIC|PANIC|FATAL)\s")
@@ -90,7 +98,7 @@ def unwrap(raw: str) -> Unwrapped:
     text = raw.rstrip("\r\n")
     wrappers: list[str] = []
     time: datetime | None = None
-    for _ in range(4):  # prefix, timestamp, JSON, and a prefix inside a JSON "log"
+    for _ in range(6):  # prefixes, timestamps, JSON, and a prefix inside a JSON "log"
         if text.startswith("[pod/"):
             match = _KUBECTL_PREFIX.match(text)
             if match:
@@ -98,6 +106,11 @@ def unwrap(raw: str) -> Unwrapped:
                 wrappers.append("kubectl-prefix")
                 continue
         if text[:1].isdigit():
+            local = _VIEWER_LOCAL.match(text)
+            if local:
+                text = text[local.end() :]
+                wrappers.append("viewer-local-time")
+                continue
             match = _TS_PREFIX.match(text)
             if match and not _CONSOLE.match(text, match.start("ts") + len(match["ts"])):
                 stamp = parse_time(match["ts"])
@@ -116,6 +129,11 @@ def unwrap(raw: str) -> Unwrapped:
                 text = text[match.end() :]
                 wrappers.append("name-prefix")
                 continue
+            match = _POD_CONTAINER.match(text)
+            if match:
+                text = text[match.end() :]
+                wrappers.append("pod-container")
+                continue
         if "]: " in text[:160] and text[:1].isalnum() and "/" in text[:80]:
             match = _STERN_PREFIX.match(text)
             if match:
@@ -123,6 +141,10 @@ def unwrap(raw: str) -> Unwrapped:
                 wrappers.append("pod-prefix")
                 continue
         break
+    if text[:1].isupper():  # a Karpenter console line whose time the paste cut off
+        record = karpenter.console_record(text)
+        if record is not None:
+            return Unwrapped(text, time, record, wrappers=tuple(wrappers))
     return Unwrapped(text, time, wrappers=tuple(wrappers))
 
 
