@@ -94,6 +94,9 @@ _POOL_IN_TEXT: Final = re.compile(
     r"(?:incompatible with|exceed limits for|exhausted for) (?:nodepool|provisioner):? "
     r"\"(?P<g>[^\"]+)\"|nodepools=\[(?P<l>[^\],\s]+)"
 )
+_LIMITED_POOL: Final = re.compile(
+    r"(?:exceed limits for|exhausted for) (?:nodepool|provisioner):? \"(?P<g>[^\"]+)\""
+)
 _MAX_PODS: Final = 64
 _LIVENESS_REASONS: Final = frozenset({"registration_timeout", "launch_timeout"})
 
@@ -159,7 +162,6 @@ TRIGGERS: Final = (
     "nitialized nodeclaim",
     "ailed launching nodeclaim",
     "reating instance",
-    "nsufficient capacity",
     "ould not launch node",
     "ailed to launch",
     "rovisioning failed",
@@ -187,35 +189,20 @@ TRIGGERS: Final = (
 wording's case changed between releases)."""
 
 ANCHORS: Final = (
-    "nodeclaim",
     "machine",
-    "aunched",
-    "provisionable",
-    "atched ",
-    "sched",
+    "aunch",
     "instance type",
     " new node",
     "reated node",
-    "omputed packing",
-    "reating instance",
-    "nsufficient capacity",
-    "ould not launch",
-    "ailed to launch",
-    "rovisioning failed",
-    "rror",
-    "isrupting",
-    "eprovisioning",
-    "riggering termination",
+    "rovisioning",
+    "ermination",
     "ordoned node",
-    "ainted node",
-    "eleted node",
-    "nodes",
-    "limits",
-    "erminating due",
 )
-"""Substrings of which every word in :data:`TRIGGERS` contains one (a test checks it):
-the words :data:`connectors.autoscaler.lines.ANCHORS` must hold for a Karpenter line to
-pass its fast path."""
+"""The fast-path words (:data:`connectors.autoscaler.lines.ANCHORS`) Karpenter needs beyond
+those cluster-autoscaler's messages already bring (``nodeclaim``, ``provisionable``,
+``isrupting``, ``eleted node``, ``limits``...): with both, every word in :data:`TRIGGERS`
+contains an anchor (a test checks it). Without them the fast path drops a line before
+this parser sees it."""
 
 
 def console_record(text: str) -> dict[str, Any] | None:
@@ -335,7 +322,8 @@ def parse_record(record: dict[str, Any]) -> tuple[Fact, ...]:
     group = node_group(record, text)
     head = lower[:200]
     if _LIMITS.search(text):
-        return (Fact("max_size_reached", "max_size", group),)
+        limited = _LIMITED_POOL.search(text)
+        return (Fact("max_size_reached", "max_size", limited["g"] if limited else group),)
     if _UNSCHEDULABLE.match(head):
         return (Fact("unschedulable", node_group=group, pods=_pods(record)),)
     if _CANNOT_PLACE.match(head):

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connectors.autoscaler import karpenter
+from connectors.autoscaler import karpenter, lines
 from connectors.autoscaler.classify import classify
 from connectors.autoscaler.lines import LineContext, parse_line
 from connectors.autoscaler.unwrap import unwrap
@@ -227,6 +227,12 @@ def test_a_line_with_no_time_is_karpenters_only_when_its_logger_is(line: str) ->
         (
             "could not schedule pod",
             {"error": 'all available instance types exceed limits for nodepool: "gpu"'},
+            ("max_size_reached", "max_size", "gpu"),
+        ),
+        (
+            'Could not schedule pod, incompatible with provisioner "cpu", x; all available '
+            'instance types exceed limits for provisioner: "gpu"',
+            {},
             ("max_size_reached", "max_size", "gpu"),
         ),
         # a node never came
@@ -478,6 +484,7 @@ def test_a_cluster_autoscaler_line_is_not_taken_for_a_pod_prefix() -> None:
 # -- no traceback on anything ---------------------------------------------------------------
 
 CTX = LineContext(cluster="c", reference=datetime(2026, 7, 1, tzinfo=UTC))
+CA_ANCHORS = tuple(anchor for anchor in lines.ANCHORS if anchor not in karpenter.ANCHORS)
 _PIECES = st.sampled_from(
     [
         "2023-09-28T22:54:03.513Z\t",
@@ -564,6 +571,11 @@ def test_records_of_any_shape_never_raise(record: dict[str, Any], message: str) 
         assert fact.action
 
 
-def test_every_key_word_has_an_anchor_of_karpenters_own() -> None:
+def test_every_key_word_has_an_anchor() -> None:
+    """Each word of :data:`karpenter.TRIGGERS` holds one of cluster-autoscaler's anchors or
+    one of :data:`karpenter.ANCHORS`, and those add only what is missing."""
     for word in karpenter.TRIGGERS:
-        assert any(anchor in word for anchor in karpenter.ANCHORS), word
+        assert any(anchor in word for anchor in (*CA_ANCHORS, *karpenter.ANCHORS)), word
+    assert not set(karpenter.ANCHORS) & set(CA_ANCHORS)
+    for anchor in karpenter.ANCHORS:
+        assert any(anchor in word for word in karpenter.TRIGGERS), anchor
