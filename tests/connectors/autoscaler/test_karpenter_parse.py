@@ -576,6 +576,6 @@ def test_every_key_word_has_an_anchor() -> None:
     one of :data:`karpenter.ANCHORS`, and those add only what is missing."""
     for word in karpenter.TRIGGERS:
         assert any(anchor in word for anchor in (*CA_ANCHORS, *karpenter.ANCHORS)), word
-    assert not set(karpenter.ANCHORS) & set(CA_ANCHORS)
     for anchor in karpenter.ANCHORS:
-        assert any(anchor in word for word in karpenter.TRIGGERS), anchor
+        alone = [w for w in karpenter.TRIGGERS if not any(a in w for a in CA_ANCHORS)]
+        assert any(anchor in word for word in alone), anchor
