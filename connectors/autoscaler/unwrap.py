@@ -57,9 +57,12 @@ _POD_CONTAINER: Final = re.compile(
     r"[a-z0-9][-a-z0-9.]{0,252} [a-z0-9][-a-z0-9]{0,62} (?=\{\"|\d{4}-\d\d-\d\dT\d\d:)"
 )
 """stern's ``<pod> <container> `` before a Karpenter line (kubernetes-sigs/karpenter#1026)."""
-_VIEWER_LOCAL: Final = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d{1,9})?\t")
+_VIEWER_LOCAL: Final = re.compile(
+    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:\t| +(?=[{\[\d]))"
+)
 """A viewer's local time (no zone) and a TAB, as Grafana/Loki exports rows
-(aws/karpenter-provider-aws#3576); the zone is unknown, so the time is not kept."""
+(aws/karpenter-provider-aws#3576), or spaces before a record, a prefix or another time;
+the zone is unknown, so the time is not kept."""
 _TS: Final = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)"
 _TS_PREFIX: Final = re.compile(rf"(?P<ts>{_TS})(?::? |\t)(?:(?:stdout|stderr) [PF] )?")
 _CONSOLE: Final = re.compile(r"\s+(?:DEBUG|INFO|WARN|WARNING|ERROR|DPANIC|PANIC|FATAL)\s")

@@ -452,6 +452,8 @@ CONSOLE = (
         (f"2025-09-24T03:47:00.180Z{T}{JSON}", ("ts",)),
         (f"2023-09-29T00:54:03+02:00{T}{CONSOLE}", ("ts",)),
         (f"2023-03-10 01:54:42.763{T}{CONSOLE}", ("viewer-local-time",)),
+        (f"2024-10-04 10:23:21,354 {JSON}", ("viewer-local-time",)),
+        (f"2023-03-10 01:54:42.763  {CONSOLE}", ("viewer-local-time",)),
         (
             f"[pod/k/controller] 2023-03-10 01:54:42.763{T}{CONSOLE}",
             ("kubectl-prefix", "viewer-local-time"),
