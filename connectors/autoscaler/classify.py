@@ -30,26 +30,38 @@ from typing import Final
 
 _QUOTA_CODE: Final = re.compile(
     r"VcpuLimitExceeded|VCPULimitExceeded|MaxSpotInstanceCountExceeded|MaxFleetCountExceeded|"
-    r"InstanceLimitExceeded|SpotQuotaExceeded|FleetQuotaExceeded|QuotaExceeded|[A-Z_]*QUOTA[A-Z_]*"
+    r"InstanceLimitExceeded|SpotQuotaExceeded|FleetQuotaExceeded|QuotaExceeded|[A-Z_]*QUOTA[A-Z_]*|"
+    r"SubscriptionQuotaReached"
 )
 _QUOTA_TEXT: Final = re.compile(
     r"exceeding (?:approved )?quota limit|Quota '[^']*' exceeded|quota limit exceeded|"
     # EC2's VcpuLimitExceeded message, quoted without its code by some wrappers:
     # "You have requested more vCPU capacity than your current vCPU limit of 32 allows".
-    r"more vCPU capacity than your current vCPU limit"
+    r"more vCPU capacity than your current vCPU limit|"
+    # Karpenter for Azure's own words (karpenter-provider-azure offerings/commonerrorhandlers.go)
+    # and ARM's family-cores wording:
+    r"vCPU quota\b.{0,80}?\breached|reached the regional vCPU quota|"
+    r"exceeding approved [\w ]{1,60}quota"
 )
 _CAPACITY_CODE: Final = re.compile(
     r"InsufficientInstanceCapacity|UnfulfillableCapacity|ReservationCapacityExceeded|"
     r"(?:ZONE_)?RESOURCE_POOL_EXHAUSTED\w*|STOCKOUT|INSUFFICIENT_CAPACITY|"
     r"placeholder-cannot-be-fulfilled|provisioning-state-failed|ZonalAllocationFailed|"
-    r"AllocationFailed|Overconstrained(?:Zonal)?AllocationRequest|SkuNotAvailable"
+    r"AllocationFailed|Overconstrained(?:Zonal)?AllocationRequest|SkuNotAvailable|"
+    r"(?:Overconstrained)?(?:Zonal)?AllocationFailure|SKUNotAvailable|InsufficientFreeAddressesInSubnet"
 )
 _CAPACITY_TEXT: Final = re.compile(
-    r"[Ii]nsufficient capacity|does not have enough resources available|cannot provision any more"
+    r"[Ii]nsufficient capacity|does not have enough resources available|cannot provision any more|"
+    r"unable to allocate resources|requested SKU is unavailable"
 )
 _CONFIG: Final = re.compile(
     r"(?i)nodeclass|node class|predicate|affinity|taint|incompatible|not match"
 )
+_CONFIG_CODE: Final = re.compile(
+    r"InvalidBlockDeviceMapping|InvalidLaunchTemplate[\w.]*|UnauthorizedOperation|"
+    r"InvalidUserData[\w.]*|InvalidAMIID[\w.]*|InvalidParameterCombination"
+)
+"""EC2 codes of a launch the node class or the controller's role makes impossible."""
 _AZURE_CODE: Final = re.compile(r"Code=[\"'](?P<code>\w+)[\"']")
 
 
@@ -69,6 +81,9 @@ def classify(text: str, code: str = "") -> tuple[str, str]:
         return "capacity", code or (match.group(0) if match else _azure_code(text))
     if code == "timeout" or "timed out" in text:
         return "timeout", code
+    match = _CONFIG_CODE.search(text)
+    if match:
+        return "config", code or match.group(0)
     if _CONFIG.search(text):
         return "config", code or _azure_code(text)
     return "other", code or _azure_code(text)

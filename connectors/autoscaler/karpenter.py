@@ -1,41 +1,70 @@
-"""Karpenter log records to autoscaler facts: JSON (v0.32+ and v1) and the older console format.
+"""Karpenter log records to autoscaler facts, every generation from v0.5 to v1.x, any provider.
 
-Karpenter logs through zap. Three generations are in the corpus (tests/data/autoscaler,
-SOURCES.md trap 17): the console encoder of v0.3x and older
-(``<time>\\t<LEVEL>\\t<logger>\\t<message>\\t{context}``, TABs sometimes turned to
-spaces by a paste), JSON with ``logger: controller.provisioner`` and flat keys
-(``nodepool``, ``nodeclaim``, ``pods``), and v1 JSON with ``logger: controller``,
-``controller: provisioner`` and objects (``NodePool: {name}``, ``NodeClaim: {name}``,
-``Pods``). Messages recognised (kubernetes-sigs/karpenter ``pkg/controllers/...``):
+Layouts (tests/data/autoscaler/karpenter_real/SOURCES.md names a real line of each):
 
-* ``found provisionable pod(s)``, ``Batched N pods`` -> ``unschedulable``;
-  ``Could not schedule pod, incompatible with nodepool`` -> ``unschedulable``/``config``;
-* ``computed new nodeclaim(s) to fit pod(s)``, ``Computed packing of``, ``created
-  nodeclaim`` -> ``scale_up_planned``;
-* ``failed launching nodeclaim`` (ICE, NodeClassNotReady), ``Reconciler error`` whose
-  error starts ``launching nodeclaim``, console ``creating instance, ...`` ->
-  ``scale_up_failed``, classified by the EC2/Azure code in the text
-  (:mod:`connectors.autoscaler.classify`: ``VcpuLimitExceeded`` under an
-  "insufficient capacity" wrapper is ``quota``), a node class problem is ``config``;
-* ``all available instance types exceed limits for nodepool``, ``N out of M instance
-  types were excluded because they would breach [provisioner] limits`` ->
-  ``max_size_reached``/``max_size`` (NodePool or Provisioner limits);
-* ``terminating due to registration ttl`` (September 2023 to July 2025) and
-  ``terminating due to timeout`` with ``reason`` ``registration_timeout`` or
-  ``launch_timeout`` (since kubernetes-sigs/karpenter PR #2349, July 2025;
-  ``pkg/controllers/nodeclaim/lifecycle/liveness.go``): the NodeClaim's node did not
-  launch or register in time and the claim is deleted -> ``scale_up_timeout``/``timeout``,
-  ``cloud_code`` the logged ``reason``. Debug level except from April to May 2024 (PR
-  #1183 until the logger migration), so most logs lack it; the provider (AWS, Azure
-  Node Auto-Provisioning) does not change the wording (SOURCES.md, karpenter_azure.jsonl).
-* ``disrupting node(s)``, ``tainted node``, ``deleted node`` -> ``scale_down``.
+* zap's console encoder, v0.5 to v0.31: ``<time> <LEVEL> <logger> [<file.go:N>] <message>
+  [<context JSON>]``. Fields are TAB-separated, but a terminal or a paste turns TABs into
+  runs of spaces (or one space), the context may follow the message with no separator,
+  the context may nest (``"allocatable": {...}``) and the message may itself hold JSON
+  (``requesting {"cpu":...} from types``); some pastes cut the time off. :func:`console_record`
+  reads all of these; a line with no time is taken only when its logger is Karpenter's
+  (``controller...``, ``webhook``), so a cluster-autoscaler line is never mistaken for one.
+* JSON, v0.32 to v0.37: ``logger: controller.provisioner`` and flat strings (``nodepool``,
+  ``nodeclaim``, ``provisioner``, ``machine``, ``pods``).
+* JSON, v1: ``logger: controller``, ``controller: provisioner|nodeclaim.lifecycle|disruption``,
+  objects (``NodePool: {name}``, ``NodeClaim: {name}``, ``Pod: {name, namespace}``), an
+  ``error`` key, often ``caller``; provider loggers may write ``msg`` instead of ``message``.
 
-``launched nodeclaim`` (success) and simulation chatter are not records.
+Messages, by what they say (kubernetes-sigs/karpenter and aws/karpenter-provider-aws
+``pkg/controllers/...`` at v0.5 to v1.14; the wording changed often):
 
-The node group is the NodePool (or v0.x Provisioner). A failed launch names only the
-NodeClaim; its NodePool is the claim's name without the five-character suffix
-Kubernetes' ``generateName`` adds (the corpus shows ``default-5b9h6`` in nodepool
-``default``, ``stable-multi-az-xxlarge-4gct7`` in ``stable-multi-az-xxlarge``).
+* pods wait: ``Batched N pods``, ``Found N provisionable pod(s)``, ``found provisionable
+  pod(s)`` -> ``unschedulable``; ``Could not schedule pod, <err>`` / ``could not schedule
+  pod`` + ``error``, ``Unable to schedule pod``, ``Failed to find instance type option(s)``
+  -> ``unschedulable``/``config`` (no NodePool can take the pod as it is). An error that
+  says the NodePool's limits are spent is ``max_size_reached`` instead.
+* a scale-up goes on: ``Computed packing``, ``Computed N new node(s)``, ``computed new
+  node(s)|machine(s)|nodeclaim(s) to fit pod(s)``, ``Created node with``, ``launching
+  machine with``, ``created machine|nodeclaim``, ``Launched instance:`` (v0.5 to v0.18,
+  before Machines), ``launched machine|nodeclaim``, ``registered ...``, ``initialized ...``
+  -> ``scale_up_planned``. The vocabulary has no separate word for a launch or a
+  registration, and none is needed: each is a step of the same scale-up that did not
+  fail, and the rules count only failures. Reading them keeps them out of the
+  unrecognised count and ties the NodePool to the scale-up. Provider lines that only
+  echo the core's launch (Azure ``launched new instance``, GCP ``Created instance``) are
+  not records.
+* a scale-up fails: ``failed launching nodeclaim`` (insufficient capacity, NodeClass not
+  ready), ``Reconciler error`` whose ``error`` starts ``launching nodeclaim|machine``,
+  ``creating instance, ...`` and a bare ``insufficient capacity, ...`` (v0.2x-v0.3x log
+  the error itself), ``Could not launch node, ...`` and ``Failed to launch N EC2
+  instances ...`` (v0.5 to v0.18), ``Provisioning failed, ...`` -> ``scale_up_failed``,
+  its reason from the cloud's code or words (:mod:`connectors.autoscaler.classify`; trap:
+  Karpenter wraps a quota in "insufficient capacity"). A NodePool that can offer no
+  instance type at all (``skipping, no resolved instance types found``, ``skipping,
+  unable to resolve instance types``, ``skipping, nodepool requirements filtered out all
+  instance types``, ``creating scheduler, getting instance types``) is a scale-up that
+  cannot happen: ``scale_up_failed``/``config``.
+* limits: ``... exceed limits for nodepool|provisioner: "X"``, ``N out of M instance types
+  were excluded because they would breach [provisioner] limits``, ``node limits have been
+  exhausted`` -> ``max_size_reached``/``max_size``.
+* a node never came: ``terminating due to registration ttl``, ``terminating machine due to
+  registration ttl``, ``terminating due to timeout`` (``reason`` ``registration_timeout``
+  or ``launch_timeout``), ``Triggering termination for node that failed to join`` (v0.5)
+  -> ``scale_up_timeout``/``timeout``.
+* a node goes away: ``disrupting node(s)`` (v1.3+), ``disrupting nodeclaim(s) via ...``
+  (v1.0-v1.2), ``disrupting via <method> <delete|replace>`` (v0.32-v0.37), ``deprovisioning
+  via ...`` (v0.2x-v0.31), ``triggering termination for expired node``, ``Triggering
+  termination after ... for empty node``, ``cordoned|tainted|deleted node``, ``deleted
+  machine|nodeclaim``, ``annotated nodeclaim`` -> ``scale_down`` with no reason: a planned
+  disruption (consolidation, drift, expiry, emptiness), not a fault. ``failed to disrupt
+  nodes``, ``failed terminating nodes while executing a disruption command`` ->
+  ``scale_down``/``other``.
+
+The node group is the NodePool (or Provisioner): the record's key, else the first
+``incompatible with nodepool "X"`` or ``for nodepool: "X"`` of the text, else the
+NodeClaim's (or Machine's) name less the suffix Kubernetes' ``generateName`` adds: five
+characters from ``bcdfghjklmnpqrstvwxz2456789`` (``default-5b9h6`` in ``default``); a
+disruption names its claims in ``disrupted-nodes``.
 """
 
 from __future__ import annotations
@@ -49,57 +78,179 @@ from schemas import codec
 from schemas.codec import RecordError
 from schemas.events import PodRef
 
-CONSOLE: Final = re.compile(
-    r"(?P<ts>\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d))\s+"
-    r"(?P<level>DEBUG|INFO|WARN|WARNING|ERROR|DPANIC|PANIC|FATAL)\s+(?P<logger>\S+)\s+"
-    r"(?P<msg>.*?)\s*(?P<ctx>\{[^{}]*\})?\s*$"
+_TS: Final = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)"
+_LEVELS: Final = r"DEBUG|INFO|WARN|WARNING|ERROR|DPANIC|PANIC|FATAL"
+CONSOLE: Final = re.compile(rf"(?P<ts>{_TS})\s+(?P<level>{_LEVELS})\s+(?P<rest>\S.*)$", re.S)
+_HEADLESS: Final = re.compile(
+    rf"(?P<level>{_LEVELS})\s+(?P<rest>(?:controller|webhook)(?:\.[\w-]+)*\s.*)$", re.S
 )
-_GENERATED: Final = re.compile(r"^(?P<pool>.+)-[a-z0-9]{5}$")
-_LIMITS_NODEPOOL: Final = re.compile(
-    r"exceed limits for (?:nodepool|provisioner): \"(?P<g>[^\"]+)\""
+_LOGGER: Final = re.compile(r"[a-z][\w-]*(?:\.[\w-]+)*$")
+_CALLER: Final = re.compile(r"[\w./-]+\.go:\d+$")
+_TOKEN: Final = re.compile(r"(\S+)\s*")
+_MAX_CONTEXT_TRIES: Final = 8
+
+_GENERATED: Final = re.compile(r"^(?P<pool>.+)-[bcdfghjklmnpqrstvwxz2456789]{5}$")
+_POOL_IN_TEXT: Final = re.compile(
+    r"(?:incompatible with|exceed limits for|exhausted for) (?:nodepool|provisioner):? "
+    r"\"(?P<g>[^\"]+)\"|nodepools=\[(?P<l>[^\],\s]+)"
+)
+_LIMITED_POOL: Final = re.compile(
+    r"(?:exceed limits for|exhausted for) (?:nodepool|provisioner):? \"(?P<g>[^\"]+)\""
 )
 _MAX_PODS: Final = 64
 _LIVENESS_REASONS: Final = frozenset({"registration_timeout", "launch_timeout"})
 
+_UNSCHEDULABLE: Final = re.compile(r"batched \d+ pod|found (?:\d+ )?provisionable pod")
+_CANNOT_PLACE: Final = re.compile(
+    r"could not schedule pod|unable to schedule pod|failed to find instance type option|"
+    r"failed to compute packing"
+)
+_PROGRESS: Final = re.compile(
+    r"computed packing|computed (?:\d+ )?new (?:node|machine|nodeclaim)|created node with|"
+    r"launching machine with|created (?:machine|nodeclaim)\b|launched instance:|"
+    r"(?:launched|registered|initialized|linked) (?:machine|nodeclaim)\b"
+)
+_LAUNCH_FAILED: Final = re.compile(
+    r"failed launching (?:nodeclaim|machine)|creating instance,|insufficient capacity,|"
+    r"could not launch node|failed to launch \d+|provisioning failed"
+)
+_LAUNCH_ERROR: Final = re.compile(r"launching (?:nodeclaim|machine|node)\b|creating instance\b")
+_NO_INSTANCE_TYPES: Final = re.compile(
+    r"skipping, (?:no resolved instance types|unable to resolve instance types|"
+    r"nodepool requirements filtered out all instance types)|"
+    r"creating scheduler, getting instance types"
+)
+_LIMITS: Final = re.compile(
+    r"exceed limits for|would breach (?:provisioner )?limits|node limits have been exhausted"
+)
+_TIMEOUT: Final = re.compile(
+    r"terminating (?:machine )?due to (?:registration ttl|timeout)|"
+    r"triggering termination for node that failed to join"
+)
+_REMOVAL: Final = re.compile(
+    r"disrupting (?:node|nodeclaim|via)|deprovisioning via|triggering termination (?:after|for "
+    r"expired)|(?:cordoned|tainted|deleted) node|deleted (?:machine|nodeclaim)|"
+    r"annotated nodeclaim"
+)
+_REMOVAL_FAILED: Final = re.compile(
+    r"failed to disrupt nodes|failed terminating nodes while executing a disruption|"
+    r"terminating machine, "
+)
 
 TRIGGERS: Final = (
     "provisionable pod",
     "Batched ",
     "atched ",
     "ould not schedule pod",
+    "nable to schedule pod",
+    "ailed to find instance type",
+    "omputed new node",
+    " new node(s)",
+    "omputed new machine",
     "omputed new nodeclaim",
     "omputed packing",
+    "reated node with",
+    "reated machine",
     "reated nodeclaim",
+    "aunching machine with",
+    "aunched instance:",
+    "aunched machine",
+    "aunched nodeclaim",
+    "egistered machine",
+    "egistered nodeclaim",
+    "nitialized machine",
+    "nitialized nodeclaim",
     "ailed launching nodeclaim",
     "reating instance",
+    "ould not launch node",
+    "ailed to launch",
+    "rovisioning failed",
     "econciler error",
+    "esolved instance types",
+    "esolve instance types",
+    "iltered out all instance types",
+    "etting instance types",
     "isrupting node",
+    "isrupting via",
+    "eprovisioning via",
+    "riggering termination",
+    "ordoned node",
     "ainted node",
     "eleted node",
+    "eleted machine",
+    "nnotated nodeclaim",
+    "ailed to disrupt nodes",
+    "ailed terminating nodes",
     "limits",
     "erminating due to",
+    "erminating machine",
 )
 """Every Karpenter record with a fact contains one of these (first letter left off: the
 wording's case changed between releases)."""
 
+ANCHORS: Final = (
+    "machine",
+    "aunch",
+    "instance type",
+    " new node",
+    "reated node",
+    "rovisioning",
+    "ermination",
+    "ordoned node",
+)
+"""The fast-path words (:data:`connectors.autoscaler.lines.ANCHORS`) Karpenter needs beyond
+those cluster-autoscaler's messages already bring (``nodeclaim``, ``provisionable``,
+``isrupting``, ``eleted node``, ``limits``...): with both, every word in :data:`TRIGGERS`
+contains an anchor (a test checks it). Without them the fast path drops a line before
+this parser sees it."""
+
 
 def console_record(text: str) -> dict[str, Any] | None:
-    """A console-encoder line as the JSON record it would have been; ``None`` if not one."""
+    """A console-encoder line as the JSON record it would have been; ``None`` if not one.
+
+    Takes a line with its time, or without one when the logger is Karpenter's.
+    """
     match = CONSOLE.match(text)
+    headless = False
+    if match is None:
+        match = _HEADLESS.match(text)
+        headless = True
     if match is None:
         return None
-    record: dict[str, Any] = {}
-    if match["ctx"]:
+    record: dict[str, Any] = {"level": match["level"]}
+    if not headless:
+        record["time"] = match["ts"]
+    rest = match["rest"]
+    token = _TOKEN.match(rest)
+    if token and _LOGGER.match(token[1]):
+        record["logger"] = token[1]
+        rest = rest[token.end() :]
+        token = _TOKEN.match(rest)
+        if token and _CALLER.match(token[1]):
+            record["caller"] = token[1]
+            rest = rest[token.end() :]
+    message, context = _split_context(rest)
+    for key, value in context.items():
+        record.setdefault(key, value)
+    record["message"] = message
+    return record
+
+
+def _split_context(rest: str) -> tuple[str, dict[str, Any]]:
+    """The message and the context object that ends the line (none when it cannot be read)."""
+    body = rest.rstrip()
+    start = body.find('{"')
+    for _ in range(_MAX_CONTEXT_TRIES):
+        if start < 0:
+            break
         try:
-            context = codec.loads(match["ctx"])
+            context = codec.loads(body[start:])
         except RecordError:
             context = None
         if isinstance(context, dict):
-            record.update(context)
-    record.update(
-        level=match["level"], time=match["ts"], logger=match["logger"], message=match["msg"]
-    )
-    return record
+            return body[:start].rstrip(), context
+        start = body.find('{"', start + 2)
+    return body, {}
 
 
 def _name(record: dict[str, Any], *keys: str) -> str:
@@ -112,18 +263,34 @@ def _name(record: dict[str, Any], *keys: str) -> str:
     return ""
 
 
-def node_group(record: dict[str, Any]) -> str:
-    """The NodePool (or Provisioner) a record is about, when it can be told."""
-    group = _name(record, "nodepool", "NodePool", "provisioner", "Provisioner")
-    if group:
-        return group
-    claim = _name(record, "nodeclaim", "NodeClaim", "machine", "Machine")
+def _pool_of_claim(claim: str) -> str:
     match = _GENERATED.match(claim)
     return match["pool"] if match else ""
 
 
+def node_group(record: dict[str, Any], text: str = "") -> str:
+    """The NodePool (or Provisioner) a record is about, when it can be told."""
+    group = _name(record, "nodepool", "NodePool", "provisioner", "Provisioner")
+    if group:
+        return group
+    match = _POOL_IN_TEXT.search(text) or _POOL_IN_TEXT.search(_text(record.get("command")))
+    if match:
+        return match["g"] or match["l"]
+    claim = _name(record, "nodeclaim", "NodeClaim", "machine", "Machine")
+    if not claim:
+        disrupted = record.get("disrupted-nodes")
+        if isinstance(disrupted, list) and disrupted and isinstance(disrupted[0], dict):
+            claim = _name(disrupted[0], "NodeClaim")
+    return _pool_of_claim(claim)
+
+
 def _pods(record: dict[str, Any]) -> tuple[PodRef, ...]:
     value = record.get("pods", record.get("Pods", record.get("pod", record.get("Pod"))))
+    if isinstance(value, dict):
+        name, namespace = value.get("name"), value.get("namespace", "")
+        if isinstance(name, str) and name and isinstance(namespace, str):
+            return (PodRef(namespace=namespace, name=name),)
+        return ()
     if not isinstance(value, str):
         return ()
     head = value.split(" and ", 1)[0]
@@ -142,38 +309,47 @@ def message_of(record: dict[str, Any]) -> str:
     return value if isinstance(value, str) else ""
 
 
+def _text(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
 def parse_record(record: dict[str, Any]) -> tuple[Fact, ...]:
     """The facts of one Karpenter record (usually none)."""
     message = message_of(record)
-    error = record.get("error")
-    error = error if isinstance(error, str) else ""
+    error = _text(record.get("error"))
+    text = f"{message} {error}" if error else message
     lower = message.lower()
-    group = node_group(record)
-    if "limits" in lower and ("exceed limits" in lower or "breach" in lower):
-        match = _LIMITS_NODEPOOL.search(message)
-        return (Fact("max_size_reached", "max_size", match["g"] if match else group),)
-    if lower.startswith(("found provisionable pod", "batched ")):
+    group = node_group(record, text)
+    head = lower[:200]
+    if _LIMITS.search(text):
+        limited = _LIMITED_POOL.search(text)
+        return (Fact("max_size_reached", "max_size", limited["g"] if limited else group),)
+    if _UNSCHEDULABLE.match(head):
         return (Fact("unschedulable", node_group=group, pods=_pods(record)),)
-    if lower.startswith("could not schedule pod"):
-        text = f"{message} {error}"
-        if "exceed limits" in text:
-            match = _LIMITS_NODEPOOL.search(text)
-            return (Fact("max_size_reached", "max_size", match["g"] if match else group),)
+    if _CANNOT_PLACE.match(head):
         return (Fact("unschedulable", "config", group, pods=_pods(record)),)
-    if lower.startswith(("computed new nodeclaim", "computed packing", "created nodeclaim")):
+    if _NO_INSTANCE_TYPES.match(head):
+        return (Fact("scale_up_failed", "config", group),)
+    if _PROGRESS.match(head):
         return (Fact("scale_up_planned", node_group=group),)
-    failed = lower.startswith(("failed launching nodeclaim", "creating instance"))
-    if failed or (lower == "reconciler error" and error.startswith("launching nodeclaim")):
-        reason, code = classify(f"{message} {error}")
-        if reason == "timeout":
-            reason = "other"
-        return (Fact("scale_up_failed", reason, group, cloud_code=code),)
-    if lower.startswith("terminating due to"):
-        cause = record.get("reason")
-        cause = cause if isinstance(cause, str) else ""
-        if "registration" in lower or cause in _LIVENESS_REASONS:
-            return (Fact("scale_up_timeout", "timeout", group, cloud_code=cause),)
-        return ()
-    if lower.startswith(("disrupting node", "tainted node", "deleted node")):
+    launch_error = lower == "reconciler error" and _LAUNCH_ERROR.match(error.lower())
+    if _LAUNCH_FAILED.match(head) or launch_error:
+        reason, code = classify(text)
+        return (
+            Fact(
+                "scale_up_failed",
+                "other" if reason == "timeout" else reason,
+                group,
+                cloud_code=code,
+            ),
+        )
+    if _TIMEOUT.match(head):
+        cause = _text(record.get("reason"))
+        if "timeout" in lower and cause and cause not in _LIVENESS_REASONS:
+            return ()
+        return (Fact("scale_up_timeout", "timeout", group, cloud_code=cause),)
+    if _REMOVAL.match(head):
         return (Fact("scale_down", node_group=group),)
+    if _REMOVAL_FAILED.match(head):
+        return (Fact("scale_down", "other", group),)
     return ()

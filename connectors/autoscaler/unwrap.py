@@ -11,6 +11,8 @@ Shapes (in the order they are peeled; each may be combined with the ones after i
                                               pkg/cmd/logs/logs.go addPrefixIfNeeded)
     <ns>/<pod>[<container>]: <line>           stern/kubetail-style prefix (as pasted in
                                               linode/cluster-api-provider-linode#251)
+    <pod> <container> <Karpenter line>        stern's default prefix, before a JSON record or
+                                              a console line (kubernetes-sigs/karpenter#1026)
     <container> <klog line>                   a bare container-name prefix before a klog
                                               header (``cluster-autoscaler W1123 ...``, as
                                               pasted in kubernetes/autoscaler#2557; the
@@ -19,6 +21,8 @@ Shapes (in the order they are peeled; each may be combined with the ones after i
     2023-05-11T21:29:05.854520117Z <line>     kubectl logs --timestamps (RFC 3339 + space)
     2026-01-08T22:07:55.350Z<TAB><line>       log-viewer export (aws/karpenter-provider-aws#8536)
     2019-12-03T10:35:27.111Z: <line>          log-viewer export (kubernetes/autoscaler#5548)
+    2023-03-10 01:54:42.763<TAB><line>        a viewer's local time, no zone (Grafana/Loki rows,
+                                              aws/karpenter-provider-aws#3576): peeled, not kept
     <RFC 3339> stderr F <line>                CRI log file (/var/log/pods)
     {"log": "<line>\\n", "time": ...}          docker json-file, fluent-bit (the "log" key)
     {"log", "pid", "severity", "source"}      Gardener's JSON klog (gardener/autoscaler#330)
@@ -30,7 +34,9 @@ A JSON object whose payload is none of those keys (a Karpenter record) is handed
 back as ``record``. A line that starts with ``{`` but is not valid JSON (pastes
 mangle records) is returned as plain text. Karpenter's console format starts with
 a timestamp too (``<time><TAB>ERROR<TAB>controller...``); that is not a wrapper,
-and is left alone.
+and is left alone. A console line whose time a paste cut off (``ERROR<TAB>controller...``)
+is decoded here into its ``record`` (:func:`connectors.autoscaler.karpenter.console_record`),
+since nothing else would tell it from plain text.
 """
 
 from __future__ import annotations
@@ -40,12 +46,23 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+from connectors.autoscaler import karpenter
 from schemas import codec
 from schemas.codec import RecordError
 
 _KUBECTL_PREFIX: Final = re.compile(r"\[pod/[^/\]\s]+/[^\]\s]+\] ")
 _STERN_PREFIX: Final = re.compile(r"[a-z0-9][-a-z0-9.]*/[a-z0-9][-a-z0-9.]*\[[-a-z0-9.]+\]: ")
 _NAME_PREFIX: Final = re.compile(r"[a-z][-a-z0-9.]{0,62} (?=[IWEF]\d{4} \d\d:\d\d:\d\d)")
+_POD_CONTAINER: Final = re.compile(
+    r"[a-z0-9][-a-z0-9.]{0,252} [a-z0-9][-a-z0-9]{0,62} (?=\{\"|\d{4}-\d\d-\d\dT\d\d:)"
+)
+"""stern's ``<pod> <container> `` before a Karpenter line (kubernetes-sigs/karpenter#1026)."""
+_VIEWER_LOCAL: Final = re.compile(
+    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d{1,9})?(?:\t| +(?=[{\[\d]))"
+)
+"""A viewer's local time (no zone) and a TAB, as Grafana/Loki exports rows
+(aws/karpenter-provider-aws#3576), or spaces before a record, a prefix or another time;
+the zone is unknown, so the time is not kept."""
 _TS: Final = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)"
 _TS_PREFIX: Final = re.compile(rf"(?P<ts>{_TS})(?::? |\t)(?:(?:stdout|stderr) [PF] )?")
 _CONSOLE: Final = re.compile(r"\s+(?:DEBUG|INFO|WARN|WARNING|ERROR|DPANIC|PANIC|FATAL)\s")
@@ -90,7 +107,7 @@ def unwrap(raw: str) -> Unwrapped:
     text = raw.rstrip("\r\n")
     wrappers: list[str] = []
     time: datetime | None = None
-    for _ in range(4):  # prefix, timestamp, JSON, and a prefix inside a JSON "log"
+    for _ in range(6):  # prefixes, timestamps, JSON, and a prefix inside a JSON "log"
         if text.startswith("[pod/"):
             match = _KUBECTL_PREFIX.match(text)
             if match:
@@ -98,6 +115,11 @@ def unwrap(raw: str) -> Unwrapped:
                 wrappers.append("kubectl-prefix")
                 continue
         if text[:1].isdigit():
+            local = _VIEWER_LOCAL.match(text)
+            if local:
+                text = text[local.end() :]
+                wrappers.append("viewer-local-time")
+                continue
             match = _TS_PREFIX.match(text)
             if match and not _CONSOLE.match(text, match.start("ts") + len(match["ts"])):
                 stamp = parse_time(match["ts"])
@@ -116,6 +138,11 @@ def unwrap(raw: str) -> Unwrapped:
                 text = text[match.end() :]
                 wrappers.append("name-prefix")
                 continue
+            match = _POD_CONTAINER.match(text)
+            if match:
+                text = text[match.end() :]
+                wrappers.append("pod-container")
+                continue
         if "]: " in text[:160] and text[:1].isalnum() and "/" in text[:80]:
             match = _STERN_PREFIX.match(text)
             if match:
@@ -123,6 +150,10 @@ def unwrap(raw: str) -> Unwrapped:
                 wrappers.append("pod-prefix")
                 continue
         break
+    if text[:1].isupper():  # a Karpenter console line whose time the paste cut off
+        record = karpenter.console_record(text)
+        if record is not None:
+            return Unwrapped(text, time, record, wrappers=tuple(wrappers))
     return Unwrapped(text, time, wrappers=tuple(wrappers))
 
 

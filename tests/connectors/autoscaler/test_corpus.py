@@ -35,6 +35,11 @@ LABELS = {
 }
 
 OVERRIDES: dict[tuple[str, int], tuple[str, str | None, str]] = {
+    # "launched nodeclaim": a step of a scale-up that did not fail, read as a plan
+    # (connectors/autoscaler/karpenter.py); labelled before launches were read.
+    ("karpenter.jsonl", 4): ("scale_up_planned", None, "a launch is a scale-up step"),
+    ("karpenter_wrapped.log", 2): ("scale_up_planned", None, "a launch is a scale-up step"),
+    ("karpenter.jsonl", 10): ("scale_up_planned", None, "a launch is a scale-up step"),
     # "No expansion options": the label says other/config here but unschedulable/config for
     # the same message at ca_klog.log L33 and L37 (#929, #4613); we follow L33/L37.
     ("ca_klog.log", 19): ("unschedulable", "config", "same message as L33 (#1537)"),
@@ -47,9 +52,9 @@ OVERRIDES: dict[tuple[str, int], tuple[str, str | None, str]] = {
     # errorClass=Other; errorCode=cloudProviderError: the line itself names no quota (the
     # quota is only in the preceding Azure error line, #2607); a line parser says other.
     ("ca_klog_from_format.log", 13): ("backoff", "other", "quota not in this line"),
-    # "unable to resolve instance types ... EC2NodeClass not found" (#6292): a config
-    # problem, but no scale-up was attempted: not a record.
-    ("karpenter.jsonl", 20): ("other", None, "no action in the vocabulary"),
+    # "skipping, unable to resolve instance types ... EC2NodeClass not found" (#6292): the
+    # NodePool can launch nothing, a scale-up that cannot happen (karpenter_real corpus).
+    ("karpenter.jsonl", 20): ("scale_up_failed", "config", "a NodePool with no instance type"),
 }
 
 
