@@ -59,14 +59,13 @@ Traps:
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
-from connectors.autoscaler.classify import classify, not_triggered
+from connectors.autoscaler.classify import classify
 from schemas.codec import RecordError
 from schemas.events import AutoscalerEvent, PodRef
 
@@ -179,9 +178,6 @@ _SETTING_RE: Final = re.compile(
 )
 _SETTING_ASG_RE: Final = re.compile(r"Setting asg (?P<g>\S+) size to (?P<b>\d+)")
 _AKS_SIZE_RE: Final = re.compile(r"Current size: (?P<a>\d+), Target size requested: (?P<b>\d+)")
-_OLD_TRIGGERED_RE: Final = re.compile(
-    r"group: (?P<g>[^,\s]+), sizes \(current/new\): (?P<a>\d+)/(?P<b>\d+)"
-)
 _CAPPING_RE: Final = re.compile(r"Capping size to max cluster total size \((?P<m>\d+)\)")
 _GROUP_LIMITS_RE: Final = re.compile(r"Can only add (?P<n>\d+) nodes due to node group limits")
 _CA_QUOTA_RE: Final = re.compile(
@@ -195,15 +191,12 @@ _CANT_SCHEDULE_RE: Final = re.compile(
     r"Pod (?P<pod>\S+) can't be scheduled on (?P<g>[^\s,]+?)[,.]?(?: |$)"
 )
 _NO_FIT_RE: Final = re.compile(r"No pod can fit to (?P<g>\S+)")
+_NO_PLACE_RE: Final = re.compile(r"failed to find place for (?P<pod>[^\s:]+/[^\s:]+)")
+_PRIORITY_RE: Final = re.compile(r"priority expander: (?P<g>\S+) chosen as the highest available")
 _PREDICATE_RE: Final = re.compile(r"cannot put (?P<pod>\S+) on")
 _REMOVING_RE: Final = re.compile(r"Scale-down: removing (?:empty )?node (?P<node>\S+?),?(?: |$)")
-_EMPTY_DELETION_RE: Final = re.compile(r"empty node deletion in nodegroup (?P<g>[^\s:]+)")
+_EMPTY_DELETION_RE: Final = re.compile(r"empty node deletion in nodegroup (?P<g>\S+?)(?=:? |:?$)")
 _UNNEEDED_RE: Final = re.compile(r"^(?P<node>\S+) (?:is unneeded since|was unneeded for)")
-_EVENT_RE: Final = re.compile(
-    r"(?:Event\((?:v1|api)\.ObjectReference\{Kind:\"(?P<kind>\w+)\", Namespace:\"(?P<ns>[^\"]*)\","
-    r" Name:\"(?P<name>[^\"]*)\"[^}]*\}\): )?type: '(?P<type>\w+)' reason: '(?P<reason>\w+)' "
-    r"(?P<msg>.*)"
-)
 
 
 def _int(text: str | None) -> int | None:
@@ -297,6 +290,8 @@ def _planned(message: str) -> tuple[Fact, ...]:
         return (Fact("scale_up_planned", node_group=match["g"], size_to=_int(match["b"])),)
     if (match := _BEST_RE.search(message)) is not None:
         return (Fact("scale_up_planned", node_group=match["g"]),)
+    if (match := _PRIORITY_RE.search(message)) is not None:
+        return (Fact("scale_up_planned", node_group=match["g"]),)
     if (match := _ESTIMATED_RE.search(message)) is not None:
         return (Fact("scale_up_planned", node_group=match["g"]),)
     if (match := _AKS_SIZE_RE.search(message)) is not None:
@@ -327,6 +322,8 @@ def _unschedulable(message: str) -> tuple[Fact, ...]:
         return (Fact("unschedulable", "config", pods=pods),)
     if (match := _NO_FIT_RE.search(message)) is not None:
         return (Fact("unschedulable", "config", match["g"]),)
+    if (match := _NO_PLACE_RE.search(message)) is not None:
+        return (Fact("unschedulable", pods=(_pod(match["pod"]),)),)
     if message.startswith(("No expansion options", "No expansion optiions")):
         return (Fact("unschedulable", "config"),)
     if _OTHER_PODS_RE.search(message) is not None:
@@ -351,45 +348,6 @@ def _scale_down(message: str) -> tuple[Fact, ...]:
     return ()
 
 
-def _event(message: str) -> tuple[Fact, ...]:
-    match = _EVENT_RE.search(message)
-    if match is None:
-        return ()
-    reason, text = match["reason"], match["msg"]
-    pods = (PodRef(namespace=match["ns"], name=match["name"]),) if match["kind"] == "Pod" else ()
-    facts: tuple[Fact, ...] = ()
-    if reason == "TriggeredScaleUp":
-        if (old := _OLD_TRIGGERED_RE.search(text)) is not None:
-            facts = (
-                Fact(
-                    "scale_up_planned",
-                    node_group=old["g"],
-                    size_from=_int(old["a"]),
-                    size_to=_int(old["b"]),
-                ),
-            )
-        else:
-            facts = _planned(text) or (Fact("scale_up_planned"),)
-    elif reason == "ScaledUpGroup":
-        facts = _planned(text) or (Fact("scale_up_planned"),)
-    elif reason == "NotTriggerScaleUp":
-        facts = (Fact(*not_triggered(text)),)  # as connect k8s reads the Event
-    elif reason in ("FailedToScaleUpGroup", "ScaleUpFailed"):
-        cause, code = classify(text)
-        facts = (
-            Fact("scale_up_failed", "other" if cause == "timeout" else cause, cloud_code=code),
-        )
-    elif reason == "ScaleUpTimedOut":
-        facts = (Fact("scale_up_timeout", "timeout"),)
-    elif reason in ("ScaleDown", "ScaleDownEmpty"):
-        facts = (Fact("scale_down"),)
-    elif reason == "ScaleDownFailed":
-        facts = (Fact("scale_down", "other"),)
-    if pods:
-        facts = tuple(dataclasses.replace(fact, pods=pods) for fact in facts)
-    return facts
-
-
 def _timeout(message: str) -> tuple[Fact, ...]:
     match = _TIMEOUT_RE.search(message)
     if match is None:
@@ -398,7 +356,6 @@ def _timeout(message: str) -> tuple[Fact, ...]:
 
 
 _FAMILIES: Final[tuple[tuple[tuple[str, ...], Callable[[str], tuple[Fact, ...]]], ...]] = (
-    (("reason: '",), _event),
     (("Disabling scale-up",), _backoff),
     (("not ready for scaleup",), _not_ready),
     (("Failed adding", "instances with errorCode"), _failed),
@@ -411,6 +368,7 @@ _FAMILIES: Final[tuple[tuple[tuple[str, ...], Callable[[str], tuple[Fact, ...]]]
             "Best option to resize",
             "nodes needed in",
             "Target size requested",
+            "chosen as the highest available",
         ),
         _planned,
     ),
@@ -429,6 +387,7 @@ _FAMILIES: Final[tuple[tuple[tuple[str, ...], Callable[[str], tuple[Fact, ...]]]
             "cannot provision any more nodes",
             "scaling failed with description",
             "Failed to scale up",
+            "increase node group size",
             "#CreateOrUpdate",
         ),
         _generic_failure,
@@ -440,6 +399,7 @@ _FAMILIES: Final[tuple[tuple[tuple[str, ...], Callable[[str], tuple[Fact, ...]]]
             "predicate failed",
             "No pod can fit",
             "No expansion opti",
+            "failed to find place for",
         ),
         _unschedulable,
     ),

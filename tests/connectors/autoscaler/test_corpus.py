@@ -50,6 +50,9 @@ OVERRIDES: dict[tuple[str, int], tuple[str, str | None, str]] = {
     # "unable to resolve instance types ... EC2NodeClass not found" (#6292): a config
     # problem, but no scale-up was attempted: not a record.
     ("karpenter.jsonl", 20): ("other", None, "no action in the vocabulary"),
+    # The priority expander's decision names the group it chose (PR #5756): a plan, as
+    # "Best option to resize" is for the other expanders; labelled before it was read.
+    ("ca_klog.log", 6): ("scale_up_planned", None, "expander decision"),
 }
 
 
