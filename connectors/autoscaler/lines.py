@@ -93,6 +93,8 @@ ANCHORS: Final = (
     "Failed to drain",
     "chosen as the highest",
     "find place for",
+    "Nodes added",
+    "eprovision",
 )
 """The fast path: every key word of every message family (``klog.TRIGGERS``,
 ``karpenter.TRIGGERS``, ``kube_events.TRIGGERS``) contains one of these (a test checks
@@ -190,7 +192,7 @@ def _klog(
     header = klog.HEADER.match(text) if klog_lines else None
     if header is not None:
         message = text[header.end() :]
-        facts, source = _message_facts(message, pasted_rows=False)
+        facts, source, message = _message_facts(message, pasted_rows=False)
         if not facts:
             return ()
         stamp = klog.header_time(header, ctx.reference)
@@ -200,7 +202,7 @@ def _klog(
     else:
         headerless = klog.HEADERLESS.match(text) if klog_lines else None
         message = text[headerless.end() :] if headerless else text
-        facts, source = _message_facts(message, pasted_rows=True, klog_lines=klog_lines)
+        facts, source, message = _message_facts(message, pasted_rows=True, klog_lines=klog_lines)
         if not facts:
             return ()
         stamp = peeled.time or ctx.reference
@@ -211,8 +213,9 @@ def _klog(
 
 def _message_facts(
     message: str, *, pasted_rows: bool, klog_lines: bool = True
-) -> tuple[tuple[klog.Fact, ...], str]:
-    """The facts of a klog message or a pasted Event, and whose they are.
+) -> tuple[tuple[klog.Fact, ...], str, str]:
+    """The facts of a klog message or a pasted Event, whose they are, and the message
+    (a pasted row's Event message, without its columns).
 
     An Event the autoscaler logged (``reason: '...'``) is read as the Event; a headerless
     line is tried as a pasted Event first (a ``describe`` row of a failed scale-up also
@@ -221,10 +224,10 @@ def _message_facts(
     if "reason: '" in message or pasted_rows:
         event = kube_events.pasted(message)
         if event is not None:
-            return event.facts(), event.source
+            return event.facts(), event.source, event.message
     if not klog_lines:
-        return (), ""
-    return klog.parse_message(message), "cluster-autoscaler"
+        return (), "", message
+    return klog.parse_message(message), "cluster-autoscaler", message
 
 
 def _karpenter(
