@@ -94,7 +94,8 @@ def test_the_failure_names_the_group_the_pods_triggered(reason: str, message: st
 @pytest.mark.parametrize(
     "text",
     [
-        f"  Warning  FailedToScaleUpGroup  7s (x12 over 60m)  cluster-autoscaler  {FAILED_TO_SCALE}",
+        f"  Warning  FailedToScaleUpGroup  7s (x12 over 60m)  cluster-autoscaler  "
+        f"{FAILED_TO_SCALE}",
         f"89s   Warning   ScaleUpFailed   configmap/cluster-autoscaler-status   {SCALE_UP_FAILED}",
         FAILED_TO_SCALE,
         "I1130 10:01:00.000000       1 event_sink_logging_wrapper.go:48] Event(v1.ObjectRef"
