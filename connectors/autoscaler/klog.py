@@ -343,6 +343,7 @@ def _scale_down(message: str) -> tuple[Fact, ...]:
         _REMOVING_RE.search(message)
         or _UNNEEDED_RE.search(message)
         or "ToBeDeletedTaint on node" in message
+        or "DeletionCandidateTaint on node" in message
     ):
         return (Fact("scale_down"),)
     return ()
@@ -364,6 +365,7 @@ _FAMILIES: Final[tuple[tuple[tuple[str, ...], Callable[[str], tuple[Fact, ...]]]
         (
             "Final scale-up plan",
             "Scale-up: setting group",
+            "Scale-up: group",
             "Setting asg",
             "Best option to resize",
             "nodes needed in",
@@ -408,6 +410,7 @@ _FAMILIES: Final[tuple[tuple[tuple[str, ...], Callable[[str], tuple[Fact, ...]]]
             "Scale-down: removing",
             "unneeded",
             "ToBeDeletedTaint",
+            "DeletionCandidateTaint",
             "delete nodes",
             "Failed to scale down",
             "empty node deletion",

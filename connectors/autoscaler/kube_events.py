@@ -342,8 +342,8 @@ _LOGGED: Final = re.compile(
     r"(?P<msg>.*)"
 )
 _BARE_WORDING: Final = (
-    (r"^pod triggered scale-up", CA, "TriggeredScaleUp"),
-    (r"^pod didn't trigger scale-up", CA, "NotTriggerScaleUp"),
+    (r"^[Pp]od triggered scale-up", CA, "TriggeredScaleUp"),
+    (r"^[Pp]od didn't trigger scale-up", CA, "NotTriggerScaleUp"),
     (r"^Scale-up failed for group ", CA, "FailedToScaleUpGroup"),
     (r"^Failed adding \d+ nodes to group \S+ due to ", CA, "ScaleUpFailed"),
     (r"^Nodes added to group \S+ failed to register within", CA, "ScaleUpTimedOut"),
@@ -369,6 +369,8 @@ _BARE_WORDING: Final = (
     (r"^Failed to drain node, ", KARPENTER, "FailedDraining"),
 )
 _BARE: Final = tuple((re.compile(text), source, reason) for text, source, reason in _BARE_WORDING)
+_NAMED: Final = re.compile(r"^[\w.-]+(?:/[\w.-]+)?: (?=[A-Z]|pod )")
+"""An event watcher's ``<object>: <message>`` (``e2e-workload-2vwsq: pod triggered ...``)."""
 """A bare message's reason, by the wording its reason's format string always has."""
 TRIGGERS: Final = (
     "Normal",
@@ -454,11 +456,14 @@ def _logged(text: str) -> Pasted | None:
     )
 
 
-def _bare(text: str) -> Pasted | None:
+def bare(text: str) -> Pasted | None:
+    """A bare Event message, alone or after an event watcher's ``<object>: ``."""
     message = text.strip()
-    for pattern, source, reason in _BARE:
-        if pattern.search(message):
-            return Pasted(reason, source, message)
+    named = _NAMED.match(message)
+    for candidate in (message, message[named.end() :]) if named else (message,):
+        for pattern, source, reason in _BARE:
+            if pattern.search(candidate):
+                return Pasted(reason, source, candidate)
     return None
 
 
@@ -466,4 +471,4 @@ def pasted(text: str) -> Pasted | None:
     """The autoscaler Event a line of text shows (a row, a logged Event, a bare message)."""
     if "reason: '" in text:
         return _logged(text)
-    return _row(text) or _bare(text)
+    return _row(text) or bare(text)

@@ -67,6 +67,7 @@ ANCHORS: Final = (
     "expansion",
     "unneeded",
     "ToBeDeleted",
+    "DeletionCandidate",
     "#CreateOrUpdate",
     "reason: '",
     "provisionable",
@@ -227,7 +228,10 @@ def _message_facts(
             return event.facts(), event.source, event.message
     if not klog_lines:
         return (), "", message
-    return klog.parse_message(message), "cluster-autoscaler", message
+    facts = klog.parse_message(message)
+    if not facts and not pasted_rows and (event := kube_events.bare(message)) is not None:
+        return event.facts(), event.source, event.message  # a watcher's "<object>: <message>"
+    return facts, "cluster-autoscaler", message
 
 
 def _karpenter(
