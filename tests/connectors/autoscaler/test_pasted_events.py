@@ -10,7 +10,9 @@ tests/data/autoscaler/ca_real), column layouts those of kubectl's printers.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -19,7 +21,9 @@ from hypothesis import strategies as st
 from connectors.autoscaler import kube_events
 from connectors.autoscaler.kube_events import event_fact
 from connectors.autoscaler.lines import ANCHORS, Format, LineContext, parse_line
-from schemas.codec import RecordError
+from schemas.codec import RecordError, decode_event
+from schemas.events import AutoscalerEvent
+from tests.cli_helpers import gputriage
 
 CTX = LineContext(cluster="c1", reference=datetime(2026, 11, 30, tzinfo=UTC))
 
@@ -255,3 +259,29 @@ def test_arbitrary_rows_made_of_event_pieces_never_raise(raw: str) -> None:
 def test_arbitrary_bytes_never_raise(raw: bytes) -> None:
     assert isinstance(parse_line(b"  Warning  FailedToScaleUpGroup  " + raw, CTX, 1), tuple)
     assert kube_events.pasted(raw.decode("utf-8", "replace")) is None or True
+
+
+def test_ingest_autoscaler_reads_pasted_events_of_both_autoscalers() -> None:
+    """ca_real/events_pasted.txt (real pastes, SOURCES.md): every line its label calls a
+    fact is one record, the rest (headers, the scheduler's and kubelet's rows) unrecognised."""
+    data = Path(__file__).parents[2] / "data" / "autoscaler" / "ca_real"
+    labels = [
+        label
+        for label in map(json.loads, (data / "labels.jsonl").read_text().splitlines())
+        if label["file"] == "events_pasted.txt"
+    ]
+    facts = sum(label["action"] != "other" for label in labels)
+    path = data / "events_pasted.txt"
+    done = gputriage(
+        "ingest", "autoscaler", "--cluster", "prod", "--file", str(path), "--year", "2026"
+    )
+    assert done.returncode == 0, done.stderr
+    records = [decode_event(line) for line in done.stdout.splitlines()]
+    assert all(isinstance(r, AutoscalerEvent) for r in records)
+    assert len(records) == facts
+    assert {r.source for r in records if isinstance(r, AutoscalerEvent)} == {
+        "cluster-autoscaler",
+        "karpenter",
+    }
+    tail = f"{len(labels)} lines, {facts} records, {len(labels) - facts} unrecognised, 0 bad"
+    assert done.stderr.decode().strip().endswith(tail)
