@@ -368,7 +368,9 @@ _BARE_WORDING: Final = (
     (r"^Evicted pod(?::|$)", KARPENTER, "Evicted"),
     (r"^Failed to drain node, ", KARPENTER, "FailedDraining"),
 )
-_BARE: Final = tuple((re.compile(text), source, reason) for text, source, reason in _BARE_WORDING)
+_BARE: Final = re.compile("|".join(f"({text.removeprefix('^')})" for text, _, _ in _BARE_WORDING))
+"""One alternation of every wording (each a group, none with groups of its own): the
+group that matched says which (one pass per line, not one per wording)."""
 _NAMED: Final = re.compile(r"^[\w.-]+(?:/[\w.-]+)?: (?=[A-Z]|pod )")
 """An event watcher's ``<object>: <message>`` (``e2e-workload-2vwsq: pod triggered ...``)."""
 """A bare message's reason, by the wording its reason's format string always has."""
@@ -461,9 +463,10 @@ def bare(text: str) -> Pasted | None:
     message = text.strip()
     named = _NAMED.match(message)
     for candidate in (message, message[named.end() :]) if named else (message,):
-        for pattern, source, reason in _BARE:
-            if pattern.search(candidate):
-                return Pasted(reason, source, candidate)
+        match = _BARE.match(candidate)
+        if match is not None and match.lastindex is not None:
+            _, source, reason = _BARE_WORDING[match.lastindex - 1]
+            return Pasted(reason, source, candidate)
     return None
 
 
