@@ -215,17 +215,18 @@ def _klog(
 def _message_facts(
     message: str, *, pasted_rows: bool, klog_lines: bool = True
 ) -> tuple[tuple[klog.Fact, ...], str, str]:
-    """The facts of a klog message or a pasted Event, whose they are, and the message
-    (a pasted row's Event message, without its columns).
+    """The facts of a klog message or a pasted Event, whose they are, and the message to
+    record (a pasted row's Event message, without its columns; else the klog message).
 
     An Event the autoscaler logged (``reason: '...'``) is read as the Event; a headerless
     line is tried as a pasted Event first (a ``describe`` row of a failed scale-up also
     holds the cloud's error, which the klog families would read without its group).
     """
-    if "reason: '" in message or pasted_rows:
+    logged = "reason: '" in message
+    if logged or pasted_rows:
         event = kube_events.pasted(message)
         if event is not None:
-            return event.facts(), event.source, event.message
+            return event.facts(), event.source, message if logged else event.message
     if not klog_lines:
         return (), "", message
     facts = klog.parse_message(message)
