@@ -46,9 +46,12 @@ _CAPACITY_CODE: Final = re.compile(
 )
 _CAPACITY_TEXT: Final = re.compile(
     r"[Ii]nsufficient capacity|does not have enough resources available|cannot provision any more"
-    # Oracle Cloud's and Hetzner's words for a zone or location without machines:
-    r"|Out of host capacity|\(resource_unavailable\)"
 )
+_CONFIG: Final = re.compile(
+    r"(?i)nodeclass|node class|predicate|affinity|taint|incompatible|not match"
+)
+_AZURE_CODE: Final = re.compile(r"Code=[\"'](?P<code>\w+)[\"']")
+
 _MAX_SIZE_TEXT: Final = re.compile(
     # AWS refusing SetDesiredCapacity above the ASG's MaxSize (cluster-autoscaler's view of the
     # group's max lagged the cloud's): "New SetDesiredCapacity value 11 is above max value 10".
@@ -59,10 +62,10 @@ _PERMISSION: Final = re.compile(
     r"AccessDenied|UnauthorizedOperation|is not authorized to perform|AuthorizationFailed|"
     r"Required '[\w.]+' permission"
 )
-_CONFIG: Final = re.compile(
-    r"(?i)nodeclass|node class|predicate|affinity|taint|incompatible|not match"
+_CAPACITY_ELSEWHERE: Final = re.compile(
+    # Oracle Cloud's and Hetzner's words for a zone or location without machines.
+    r"Out of host capacity|\(resource_unavailable\)"
 )
-_AZURE_CODE: Final = re.compile(r"Code=[\"'](?P<code>\w+)[\"']")
 
 
 def classify(text: str, code: str = "") -> tuple[str, str]:
@@ -81,10 +84,14 @@ def classify(text: str, code: str = "") -> tuple[str, str]:
         return "capacity", code or (match.group(0) if match else _azure_code(text))
     if code == "timeout" or "timed out" in text:
         return "timeout", code
+    if _CONFIG.search(text):
+        return "config", code or _azure_code(text)
     if _MAX_SIZE_TEXT.search(text):
         return "max_size", code or _azure_code(text)
-    if _CONFIG.search(text) or _PERMISSION.search(text):
+    if _PERMISSION.search(text):
         return "config", code or _azure_code(text)
+    if _CAPACITY_ELSEWHERE.search(text):
+        return "capacity", code
     return "other", code or _azure_code(text)
 
 
