@@ -164,6 +164,8 @@ def not_triggered(message: str) -> tuple[str, str]:
     _, _, listed = message.partition("scale-up")
     _, sep, listed = listed.partition(": ")
     classes = {reason_class(m["what"]) for m in _COUNTED.finditer(listed.strip())} if sep else set()
+    if not classes and sep:  # reasons without counts ("backoff after failed scale-up")
+        classes = {reason_class(item) for item in listed.strip().rstrip(".").split(", ") if item}
     if not classes:
         return "unschedulable", "config"  # "it wouldn't fit if a new node is added"
     reason = min(classes, key=_RANK.index)

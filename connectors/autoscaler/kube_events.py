@@ -146,6 +146,10 @@ _NODEPOOL: Final = re.compile(r'(?:nodepool|provisioner):? "(?P<pool>[^"]+)"')
 _CLAIM: Final = re.compile(r"(?:nodeclaim|machine)/(?P<claim>[\w.-]+)")
 _CLAIM_EVENT: Final = re.compile(r"^(?:NodeClaim|Machine) (?P<claim>[\w.-]+) event: ")
 _GENERATED: Final = re.compile(r"^(?P<pool>.+)-[a-z0-9]{5}$")
+COMBINED: Final = "(combined from similar events): "
+"""client-go's event aggregation puts this before the message of an Event it folded
+similar ones into (``tools/record/events_cache.go``): the message after it is the
+autoscaler's."""
 
 
 def pool_of_claim(claim: str) -> str:
@@ -245,6 +249,7 @@ def event_fact(
     ``kind``/``namespace``/``name`` are the involved object's: a Pod's becomes the
     record's pod, a NodePool's name its node group.
     """
+    message = message.removeprefix(COMBINED)
     if source == CA:
         facts = _ca_facts(reason, message)
     elif source == KARPENTER:
@@ -460,7 +465,7 @@ def _logged(text: str) -> Pasted | None:
 
 def bare(text: str) -> Pasted | None:
     """A bare Event message, alone or after an event watcher's ``<object>: ``."""
-    message = text.strip()
+    message = text.strip().removeprefix(COMBINED)
     named = _NAMED.match(message)
     for candidate in (message, message[named.end() :]) if named else (message,):
         match = _BARE.match(candidate)

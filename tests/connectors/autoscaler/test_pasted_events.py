@@ -285,3 +285,37 @@ def test_ingest_autoscaler_reads_pasted_events_of_both_autoscalers() -> None:
     }
     tail = f"{len(labels)} lines, {facts} records, {len(labels) - facts} unrecognised, 0 bad"
     assert done.stderr.decode().strip().endswith(tail)
+
+
+@pytest.mark.parametrize(
+    ("text", "want"),
+    [
+        (
+            "  Normal   NotTriggerScaleUp  2m (x90 over 3h)  cluster-autoscaler  "
+            "(combined from similar events): pod didn't trigger scale-up: 3 max node group size "
+            "reached",
+            ("max_size_reached", "max_size", ""),
+        ),
+        (
+            "(combined from similar events): Pod should schedule on: nodeclaim/gpu-l4-x2k4l",
+            ("scale_up_planned", "", "gpu-l4"),
+        ),
+        (
+            "pod didn't trigger scale-up: backoff after failed scale-up",
+            ("backoff", "backoff", ""),
+        ),
+        (
+            "pod didn't trigger scale-up: max node group size reached, node(s) didn't match "
+            "Pod's node affinity/selector",
+            ("unschedulable", "max_size", ""),
+        ),
+    ],
+)
+def test_aggregated_events_and_reasons_without_counts(
+    text: str, want: tuple[str, str, str]
+) -> None:
+    """client-go folds repeated Events into one whose message starts ``(combined from
+    similar events): ``; some tools drop NotTriggerScaleUp's counts. Both still say why."""
+    records = parse_line(text, CTX, 1)
+    assert isinstance(records, tuple)
+    assert [(r.action, r.reason, r.node_group) for r in records] == [want]
