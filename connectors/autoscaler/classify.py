@@ -64,6 +64,21 @@ _CONFIG_CODE: Final = re.compile(
 """EC2 codes of a launch the node class or the controller's role makes impossible."""
 _AZURE_CODE: Final = re.compile(r"Code=[\"'](?P<code>\w+)[\"']")
 
+_MAX_SIZE_TEXT: Final = re.compile(
+    # AWS refusing SetDesiredCapacity above the ASG's MaxSize (cluster-autoscaler's view of the
+    # group's max lagged the cloud's): "New SetDesiredCapacity value 11 is above max value 10".
+    r"is above max value \d+|above the maximum size"
+)
+_PERMISSION: Final = re.compile(
+    # The autoscaler's identity may not resize the group: AWS, Azure, GCE wording.
+    r"AccessDenied|UnauthorizedOperation|is not authorized to perform|AuthorizationFailed|"
+    r"Required '[\w.]+' permission"
+)
+_CAPACITY_ELSEWHERE: Final = re.compile(
+    # Oracle Cloud's and Hetzner's words for a zone or location without machines.
+    r"Out of host capacity|\(resource_unavailable\)"
+)
+
 
 def classify(text: str, code: str = "") -> tuple[str, str]:
     """``(reason, cloud code)`` of a failure described by ``code`` and ``text``.
@@ -86,6 +101,12 @@ def classify(text: str, code: str = "") -> tuple[str, str]:
         return "config", code or match.group(0)
     if _CONFIG.search(text):
         return "config", code or _azure_code(text)
+    if _MAX_SIZE_TEXT.search(text):
+        return "max_size", code or _azure_code(text)
+    if _PERMISSION.search(text):
+        return "config", code or _azure_code(text)
+    if _CAPACITY_ELSEWHERE.search(text):
+        return "capacity", code
     return "other", code or _azure_code(text)
 
 
@@ -158,6 +179,8 @@ def not_triggered(message: str) -> tuple[str, str]:
     _, _, listed = message.partition("scale-up")
     _, sep, listed = listed.partition(": ")
     classes = {reason_class(m["what"]) for m in _COUNTED.finditer(listed.strip())} if sep else set()
+    if not classes and sep:  # reasons without counts ("backoff after failed scale-up")
+        classes = {reason_class(item) for item in listed.strip().rstrip(".").split(", ") if item}
     if not classes:
         return "unschedulable", "config"  # "it wouldn't fit if a new node is added"
     reason = min(classes, key=_RANK.index)

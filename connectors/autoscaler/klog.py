@@ -5,30 +5,34 @@ header; the pid column is space-padded, but pastes collapse it, and pids run fro
 to 94730 in the corpus). :func:`parse_message` turns one message into the records it
 states, in the vocabulary documented on :class:`AutoscalerEvent` (``action``,
 ``reason``); most lines state none and give ``()``. Messages recognised (wording of
-cluster-autoscaler's ``core/scaleup/orchestrator``, ``clusterstate``, the cloud
-providers and the event sink, across releases 0.4 to 1.3x; every shape is a line of
-``tests/data/autoscaler`` and its source is in that folder's SOURCES.md):
+cluster-autoscaler's ``core/scaleup/orchestrator``, ``clusterstate``, the expanders and
+the cloud providers, across releases 0.4 to 1.3x; every shape is a line of
+``tests/data/autoscaler`` or its ``ca_real`` folder, whose SOURCES.md cite it). The
+Events it logs (``Event(v1.ObjectReference{...}): type: ... reason: '...'``) are read by
+:mod:`connectors.autoscaler.kube_events`, as the live Event objects are.
 
 * ``unschedulable``: ``Pod ns/x is unschedulable``, ``N other pods are also
   unschedulable``, ``Found N pods in the cluster: ..., K unschedulable`` (K > 0);
   ``config`` when no group fits: ``Scale-up predicate failed``, ``Pod x can't be
   scheduled on G``, ``No pod can fit to G``, ``No expansion options`` (and the 1.21
-  typo ``optiions``), the ``NotTriggerScaleUp`` event (``max_size``/``backoff`` when
-  its reasons say so).
-* ``scale_up_planned``: ``Best option to resize``, ``Estimated N nodes needed in G``,
+  typo ``optiions``); no reason for ``failed to find place for ns/x[: why]`` (the
+  scheduling simulation found no existing node for the pod).
+* ``scale_up_planned``: ``Best option to resize`` (the decision of every expander),
+  ``priority expander: G chosen as the highest available`` (the priority expander's; two
+  lines when groups tie), ``Estimated N nodes needed in G``,
   ``Final scale-up plan: [{G a->b (max: m)} ...]`` (one record per item), ``Scale-up:
-  setting group G size to N``, AWS ``Setting asg G size to N``, AKS ``Current size: a,
-  Target size requested: b``, events ``TriggeredScaleUp`` (old ``sizes (current/new):
-  a/b`` and new item lists) and ``ScaledUpGroup`` (``... instead of a (max: m)``).
+  setting group G size to N`` and ``Scale-up: group G size set to N``, AWS ``Setting asg
+  G size to N``, AKS ``Current size: a, Target size requested: b``. The least-waste and
+  price expanders' per-option lines (``Expanding Node Group G would waste ...``) weigh
+  options and decide nothing: no record.
 * ``scale_up_failed``: ``Failed adding N nodes ... due to <Class>.<code>``, ``Found N
   instances with errorCode <Class>.<code>``, AWS ``Instance group G cannot provision any
   more nodes!`` and ``ASG G scaling failed with description: ...``, Azure
-  ``...#CreateOrUpdate ... failed``, ``Failed to scale up: ...``, events
-  ``FailedToScaleUpGroup``/``ScaleUpFailed``. The reason comes from the code and text
+  ``...#CreateOrUpdate ... failed``, ``Failed to scale up: ...`` and ``failed to increase
+  node group size: <cloud error>``. The reason comes from the code and text
   (:mod:`connectors.autoscaler.classify`).
 * ``scale_up_timeout``: ``Scale-up timed out for node group G`` (also when a paste cut it
-  after ``for node``: no group), ``Reverting timed-out scale-up`` (2026), event
-  ``ScaleUpTimedOut``.
+  after ``for node``: no group), ``Reverting timed-out scale-up`` (2026).
 * ``backoff``: ``Disabling scale-up for node group G until T[; errorClass=C;
   errorCode=X]`` (``until`` from T: Go's ``time.String()``, its ``m=+...`` monotonic
   suffix ignored) and ``Node group G is not ready for scaleup[ - backoff[ with status:
@@ -38,8 +42,8 @@ providers and the event sink, across releases 0.4 to 1.3x; every shape is a line
   CA's *own* limits (``due to resource quotas``, ``when balancing: quota exceeded``):
   ``max_size``, never the cloud's ``quota``.
 * ``scale_down``: ``Scale-down: removing [empty] node X``, ``X is unneeded since``/``was
-  unneeded for``, ``Successfully added ToBeDeletedTaint``, events ``ScaleDown``,
-  ``ScaleDownEmpty``, ``ScaleDownFailed`` (``other``), Gardener's ``Error while trying to
+  unneeded for``, ``Successfully added ToBeDeletedTaint`` and ``... DeletionCandidateTaint``
+  (the soft taint of an unneeded node), Gardener's ``Error while trying to
   delete nodes`` and ``Failed to scale down`` (``other``), and ``Problem with empty node
   deletion in nodegroup G: <cloud error>`` (``other``: the delete failed; AKS, Azure/AKS#3011,
   where the VMSS refused ``ForceDelete`` under maintenance control). Loop bookkeeping (``Starting
@@ -53,20 +57,21 @@ Traps:
   next year's. A header whose date does not exist (``I1399``) is a ``RecordError``.
 * **Speed.** Most lines are noise (loop starts, node listings, estimator chatter);
   one ``in`` test per message family rejects them before any regular expression.
-* **Headerless pastes.** ``event.go:209] Event(...)`` and bare event tails are parsed
-  like the message of a full line, timed by the wrapper or the reference time.
+* **Headerless pastes.** ``event.go:209] Event(...)`` and bare messages are parsed like
+  the message of a full line, timed by the wrapper or the reference time.
+* **A group is a URL on GCE** (``https://www.googleapis.com/compute/v1/projects/...``):
+  a group ends at a space or at ``": "``, never at a ``:`` inside it.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
-from connectors.autoscaler.classify import classify, not_triggered
+from connectors.autoscaler.classify import classify
 from schemas.codec import RecordError
 from schemas.events import AutoscalerEvent, PodRef
 
@@ -179,9 +184,6 @@ _SETTING_RE: Final = re.compile(
 )
 _SETTING_ASG_RE: Final = re.compile(r"Setting asg (?P<g>\S+) size to (?P<b>\d+)")
 _AKS_SIZE_RE: Final = re.compile(r"Current size: (?P<a>\d+), Target size requested: (?P<b>\d+)")
-_OLD_TRIGGERED_RE: Final = re.compile(
-    r"group: (?P<g>[^,\s]+), sizes \(current/new\): (?P<a>\d+)/(?P<b>\d+)"
-)
 _CAPPING_RE: Final = re.compile(r"Capping size to max cluster total size \((?P<m>\d+)\)")
 _GROUP_LIMITS_RE: Final = re.compile(r"Can only add (?P<n>\d+) nodes due to node group limits")
 _CA_QUOTA_RE: Final = re.compile(
@@ -195,15 +197,12 @@ _CANT_SCHEDULE_RE: Final = re.compile(
     r"Pod (?P<pod>\S+) can't be scheduled on (?P<g>[^\s,]+?)[,.]?(?: |$)"
 )
 _NO_FIT_RE: Final = re.compile(r"No pod can fit to (?P<g>\S+)")
+_NO_PLACE_RE: Final = re.compile(r"failed to find place for (?P<pod>[^\s:]+/[^\s:]+)")
+_PRIORITY_RE: Final = re.compile(r"priority expander: (?P<g>\S+) chosen as the highest available")
 _PREDICATE_RE: Final = re.compile(r"cannot put (?P<pod>\S+) on")
 _REMOVING_RE: Final = re.compile(r"Scale-down: removing (?:empty )?node (?P<node>\S+?),?(?: |$)")
-_EMPTY_DELETION_RE: Final = re.compile(r"empty node deletion in nodegroup (?P<g>[^\s:]+)")
+_EMPTY_DELETION_RE: Final = re.compile(r"empty node deletion in nodegroup (?P<g>\S+?)(?=:? |:?$)")
 _UNNEEDED_RE: Final = re.compile(r"^(?P<node>\S+) (?:is unneeded since|was unneeded for)")
-_EVENT_RE: Final = re.compile(
-    r"(?:Event\((?:v1|api)\.ObjectReference\{Kind:\"(?P<kind>\w+)\", Namespace:\"(?P<ns>[^\"]*)\","
-    r" Name:\"(?P<name>[^\"]*)\"[^}]*\}\): )?type: '(?P<type>\w+)' reason: '(?P<reason>\w+)' "
-    r"(?P<msg>.*)"
-)
 
 
 def _int(text: str | None) -> int | None:
@@ -297,6 +296,8 @@ def _planned(message: str) -> tuple[Fact, ...]:
         return (Fact("scale_up_planned", node_group=match["g"], size_to=_int(match["b"])),)
     if (match := _BEST_RE.search(message)) is not None:
         return (Fact("scale_up_planned", node_group=match["g"]),)
+    if (match := _PRIORITY_RE.search(message)) is not None:
+        return (Fact("scale_up_planned", node_group=match["g"]),)
     if (match := _ESTIMATED_RE.search(message)) is not None:
         return (Fact("scale_up_planned", node_group=match["g"]),)
     if (match := _AKS_SIZE_RE.search(message)) is not None:
@@ -327,6 +328,8 @@ def _unschedulable(message: str) -> tuple[Fact, ...]:
         return (Fact("unschedulable", "config", pods=pods),)
     if (match := _NO_FIT_RE.search(message)) is not None:
         return (Fact("unschedulable", "config", match["g"]),)
+    if (match := _NO_PLACE_RE.search(message)) is not None:
+        return (Fact("unschedulable", pods=(_pod(match["pod"]),)),)
     if message.startswith(("No expansion options", "No expansion optiions")):
         return (Fact("unschedulable", "config"),)
     if _OTHER_PODS_RE.search(message) is not None:
@@ -346,48 +349,10 @@ def _scale_down(message: str) -> tuple[Fact, ...]:
         _REMOVING_RE.search(message)
         or _UNNEEDED_RE.search(message)
         or "ToBeDeletedTaint on node" in message
+        or "DeletionCandidateTaint on node" in message
     ):
         return (Fact("scale_down"),)
     return ()
-
-
-def _event(message: str) -> tuple[Fact, ...]:
-    match = _EVENT_RE.search(message)
-    if match is None:
-        return ()
-    reason, text = match["reason"], match["msg"]
-    pods = (PodRef(namespace=match["ns"], name=match["name"]),) if match["kind"] == "Pod" else ()
-    facts: tuple[Fact, ...] = ()
-    if reason == "TriggeredScaleUp":
-        if (old := _OLD_TRIGGERED_RE.search(text)) is not None:
-            facts = (
-                Fact(
-                    "scale_up_planned",
-                    node_group=old["g"],
-                    size_from=_int(old["a"]),
-                    size_to=_int(old["b"]),
-                ),
-            )
-        else:
-            facts = _planned(text) or (Fact("scale_up_planned"),)
-    elif reason == "ScaledUpGroup":
-        facts = _planned(text) or (Fact("scale_up_planned"),)
-    elif reason == "NotTriggerScaleUp":
-        facts = (Fact(*not_triggered(text)),)  # as connect k8s reads the Event
-    elif reason in ("FailedToScaleUpGroup", "ScaleUpFailed"):
-        cause, code = classify(text)
-        facts = (
-            Fact("scale_up_failed", "other" if cause == "timeout" else cause, cloud_code=code),
-        )
-    elif reason == "ScaleUpTimedOut":
-        facts = (Fact("scale_up_timeout", "timeout"),)
-    elif reason in ("ScaleDown", "ScaleDownEmpty"):
-        facts = (Fact("scale_down"),)
-    elif reason == "ScaleDownFailed":
-        facts = (Fact("scale_down", "other"),)
-    if pods:
-        facts = tuple(dataclasses.replace(fact, pods=pods) for fact in facts)
-    return facts
 
 
 def _timeout(message: str) -> tuple[Fact, ...]:
@@ -398,7 +363,6 @@ def _timeout(message: str) -> tuple[Fact, ...]:
 
 
 _FAMILIES: Final[tuple[tuple[tuple[str, ...], Callable[[str], tuple[Fact, ...]]], ...]] = (
-    (("reason: '",), _event),
     (("Disabling scale-up",), _backoff),
     (("not ready for scaleup",), _not_ready),
     (("Failed adding", "instances with errorCode"), _failed),
@@ -407,10 +371,12 @@ _FAMILIES: Final[tuple[tuple[tuple[str, ...], Callable[[str], tuple[Fact, ...]]]
         (
             "Final scale-up plan",
             "Scale-up: setting group",
+            "Scale-up: group",
             "Setting asg",
             "Best option to resize",
             "nodes needed in",
             "Target size requested",
+            "chosen as the highest available",
         ),
         _planned,
     ),
@@ -429,6 +395,7 @@ _FAMILIES: Final[tuple[tuple[tuple[str, ...], Callable[[str], tuple[Fact, ...]]]
             "cannot provision any more nodes",
             "scaling failed with description",
             "Failed to scale up",
+            "increase node group size",
             "#CreateOrUpdate",
         ),
         _generic_failure,
@@ -440,6 +407,7 @@ _FAMILIES: Final[tuple[tuple[tuple[str, ...], Callable[[str], tuple[Fact, ...]]]
             "predicate failed",
             "No pod can fit",
             "No expansion opti",
+            "failed to find place for",
         ),
         _unschedulable,
     ),
@@ -448,6 +416,7 @@ _FAMILIES: Final[tuple[tuple[tuple[str, ...], Callable[[str], tuple[Fact, ...]]]
             "Scale-down: removing",
             "unneeded",
             "ToBeDeletedTaint",
+            "DeletionCandidateTaint",
             "delete nodes",
             "Failed to scale down",
             "empty node deletion",

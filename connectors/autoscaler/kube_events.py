@@ -1,4 +1,4 @@
-"""Autoscaler Kubernetes Events (already slimmed to ``KubeEvent``) to ``autoscaler.v1`` records.
+"""Autoscaler Kubernetes Events to ``autoscaler.v1`` records: live objects and pasted rows.
 
 cluster-autoscaler and Karpenter record their decisions as Events on the pods they
 could or could not help (and on the ``cluster-autoscaler-status`` ConfigMap, on
@@ -9,15 +9,45 @@ the GPU filter says of the Event: a scale-up that fails for a CPU pool is contex
 the GPU pod next to it. The k8s family does not import this one (independent source
 families): the CLI hands this function to the connector as its ``derive`` hook.
 
-Event reasons, from cluster-autoscaler's ``core/scaleup`` and ``clusterstate``
-(``TriggeredScaleUp``, ``NotTriggerScaleUp``, ``ScaledUpGroup``, ``FailedToScaleUpGroup``,
-``ScaleUpFailed``, ``ScaleUpTimedOut``, ``ScaleDown*``) and Karpenter's
-``pkg/controllers/provisioning`` / ``nodeclaim/lifecycle`` (``Nominated``,
-``FailedScheduling``, ``InsufficientCapacityError``, ``NoCompatibleInstanceTypes``);
-the corpus ``tests/data/autoscaler/events.jsonl`` cites the real messages.
+The same Events reach ``ingest autoscaler`` as text: :func:`pasted` reads a ``kubectl
+describe`` row (``Warning  FailedToScaleUpGroup  7s (x359 over 60m)  cluster-autoscaler
+...``, also the pre-1.14 layout with FirstSeen/LastSeen/Count columns), a ``kubectl get
+events`` row (with ``-A``, ``-o wide``, or the old layout with a ``{source }`` column),
+the cluster-autoscaler's own log of the Events it emits (``Event(v1.ObjectReference{...}):
+type: 'Normal' reason: 'X' ...``) and a bare message (``pod triggered scale-up: [...]``,
+``Pod should schedule on: nodeclaim/x``): a bare message is recognised by the wording
+its reason always has (:data:`_BARE`). Both paths end in :func:`event_fact`, so a
+pasted row and the live object give the same record.
+
+Event reasons and their messages (kubernetes/autoscaler ``core/scaleup``,
+``clusterstate``, ``core/scaledown``; kubernetes-sigs/karpenter ``pkg/controllers/
+provisioning/scheduling/events.go``, ``nodeclaim/lifecycle/events.go``,
+``disruption/events/events.go``, ``node/termination/terminator/events``; v0.31 to
+v1.14, where ``Deprovisioning*`` became ``Disruption*``; tests/data/autoscaler/ca_real
+cites each):
+
+* cluster-autoscaler: ``TriggeredScaleUp`` and ``ScaledUpGroup`` (planned, sizes),
+  ``NotTriggerScaleUp`` (see below), ``FailedToScaleUpGroup``/``ScaleUpFailed`` (failed,
+  classified by the cloud's error), ``ScaleUpTimedOut``, ``MaxNodesTotalReached``,
+  ``ScaleDown*``.
+* Karpenter: ``Nominated`` (planned; the node group is the NodePool the NodeClaim was
+  generated from: ``nodeclaim/gpu-x7k2p`` is NodePool ``gpu``, Karpenter names a claim
+  ``<nodepool>-`` plus five characters), ``NoCompatibleInstanceTypes`` and
+  ``NodeClassNotReady`` (failed, ``config``), ``InsufficientCapacityError`` (failed, by
+  the cloud's code), ``FailedScheduling`` from karpenter (``incompatible with nodepool
+  "X"``: unschedulable in X; ``exceed limits``: max_size), and disruption, which is
+  planned work and never a fault: ``DisruptionLaunching``/``WaitingReadiness``/
+  ``Terminating``, ``Evicted`` (``Evicted pod: Underutilized``), ``Disrupted`` ->
+  ``scale_down``; ``DisruptionBlocked`` and ``FailedDraining`` -> ``scale_down``/``other``
+  (a removal that does not proceed). ``Unconsolidatable`` says a node is *not* a
+  candidate, Karpenter's steady state for most nodes: no record.
 
 Traps:
 
+* **A node group is a URL on GCE.** ``Scale-up failed for group https://www.googleapis.
+  com/compute/v1/projects/p/zones/z/instanceGroups/g: <error>``: the group ends at the
+  ``": "`` before the error, never at the URL's first ``:`` (else the failure names
+  ``https`` and never meets the pods' TriggeredScaleUp group).
 * ``NotTriggerScaleUp`` lists its reasons with counts (``12 node(s) didn't match Pod's
   node affinity/selector, 3 max node group size reached``): the record's reason is the
   most *actionable* class present (backoff, then max_size, then config), never the
@@ -25,8 +55,10 @@ Traps:
   Old releases say only ``(it wouldn't fit if a new node is added)``: ``config``.
 * A ``Nominated`` naming an existing ``node/`` is Karpenter placing a pod on capacity
   it already has: not a scale-up, no record.
-* The scheduler's own ``FailedScheduling`` (``default-scheduler``) is not the
-  autoscaler's; only Karpenter's (``incompatible with nodepool``) is mapped.
+* The scheduler's own ``FailedScheduling`` (``default-scheduler``) and the kubelet's
+  ``Evicted`` are not the autoscaler's: no record. A pasted row without a source column
+  is Karpenter's only when its message has Karpenter's wording (``Failed to schedule
+  pod, ...``, ``Evicted pod``).
 * Ids are a hash of the Event's id (``k8s:<uid>:<resourceVersion>``): a relist gives the
   same record again, which the core skips.
 """
@@ -34,101 +66,235 @@ Traps:
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, replace
 from typing import Final
 
 from connectors.autoscaler import klog
 from connectors.autoscaler.classify import classify, cloud_of, not_triggered
+from connectors.autoscaler.klog import Fact
 from schemas.events import AutoscalerEvent, KubeEvent, PodRef
 from schemas.ids import hashed_id
 
-SOURCES: Final = frozenset({"cluster-autoscaler", "karpenter"})
+CA: Final = "cluster-autoscaler"
+KARPENTER: Final = "karpenter"
+SOURCES: Final = frozenset({CA, KARPENTER})
 """``source.component`` / ``reportingController`` of the autoscalers' Events."""
 
+_CA_REASONS: Final = frozenset(
+    {
+        "TriggeredScaleUp",
+        "NotTriggerScaleUp",
+        "ScaledUpGroup",
+        "FailedToScaleUpGroup",
+        "ScaleUpFailed",
+        "ScaleUpTimedOut",
+        "MaxNodesTotalReached",
+        "ScaleDown",
+        "ScaleDownEmpty",
+        "ScaleDownFailed",
+    }
+)
+_KARPENTER_DOWN: Final = frozenset(
+    {
+        "DisruptionLaunching",
+        "DisruptionWaitingReadiness",
+        "DisruptionWaitingDeletion",
+        "DisruptionTerminating",
+        "DeprovisioningLaunching",
+        "DeprovisioningWaitingReadiness",
+        "DeprovisioningWaitingDeletion",
+        "DeprovisioningTerminating",
+        "Disrupted",
+        "TerminationGracePeriodExpiring",
+    }
+)
+_KARPENTER_BLOCKED: Final = frozenset(
+    {"DisruptionBlocked", "DeprovisioningBlocked", "FailedDraining"}
+)
+_KARPENTER_REASONS: Final = (
+    frozenset(
+        {
+            "Nominated",
+            "NoCompatibleInstanceTypes",
+            "InsufficientCapacityError",
+            "NodeClassNotReady",
+            "Unconsolidatable",
+        }
+    )
+    | _KARPENTER_DOWN
+    | _KARPENTER_BLOCKED
+)
+_SHARED: Final = frozenset({"FailedScheduling", "Evicted"})
+"""Reasons other components use too: the autoscaler's only by source or wording."""
+REASONS: Final = _CA_REASONS | _KARPENTER_REASONS | _SHARED
+
 _TRIGGERED_OLD: Final = re.compile(
-    r"group: (?P<group>\S+?), sizes \(current/new\): (?P<from>\d+)/(?P<to>\d+)"
+    r"group: (?P<g>[^,\s]+), sizes \(current/new\): (?P<a>\d+)/(?P<b>\d+)"
 )
-_TRIGGERED_NEW: Final = re.compile(
-    r"\{(?P<group>\S+) (?P<from>\d+)->(?P<to>\d+) \(max: (?P<max>\d+)\)\}"
-)
+_ITEM: Final = re.compile(r"\{(?P<g>\S+) (?P<a>\d+)->(?P<b>\d+) \(max: (?P<m>\d+)\)\}")
 _SIZE_SET: Final = re.compile(
-    r"group (?P<group>\S+) size (?:set )?to (?P<to>\d+) instead of (?P<from>\d+)"
-    r"(?: \(max: (?P<max>\d+)\))?"
+    r"group (?P<g>\S+) size (?:set )?to (?P<b>\d+)(?: instead of (?P<a>\d+))?"
+    r"(?: \(max: (?P<m>\d+)\))?"
 )
-_FAILED_GROUP: Final = re.compile(
-    r"(?:Scale-up failed for group|to group|Nodes added to group) (?P<group>[^\s:;]+)"
+_GROUP_NAMED: Final = re.compile(
+    r"(?:Scale-up failed for group|to group|Nodes added to group|target size for group) "
+    r"(?P<g>\S+?)(?=:? |:?$|;)"
 )
-_NODEPOOL: Final = re.compile(r'nodepool "(?P<pool>[^"]+)"')
+"""The group ends before ``": "``, ``" "``, ``";"`` or the end: a GCE URL keeps its
+``https:`` (the failure must name the group the pods' TriggeredScaleUp names)."""
+_NODEPOOL: Final = re.compile(r'(?:nodepool|provisioner):? "(?P<pool>[^"]+)"')
+_CLAIM: Final = re.compile(r"(?:nodeclaim|machine)/(?P<claim>[\w.-]+)")
+_CLAIM_EVENT: Final = re.compile(r"^(?:NodeClaim|Machine) (?P<claim>[\w.-]+) event: ")
+_GENERATED: Final = re.compile(r"^(?P<pool>.+)-[a-z0-9]{5}$")
+COMBINED: Final = "(combined from similar events): "
+"""client-go's event aggregation puts this before the message of an Event it folded
+similar ones into (``tools/record/events_cache.go``): the message after it is the
+autoscaler's."""
+
+
+def pool_of_claim(claim: str) -> str:
+    """The NodePool a NodeClaim was generated from (``gpu-x7k2p`` -> ``gpu``), else ``""``."""
+    match = _GENERATED.match(claim)
+    return match["pool"] if match else ""
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text is not None and len(text) < 10 else None
+
+
+def _sized(match: re.Match[str] | None) -> Fact:
+    if match is None:
+        return Fact("scale_up_planned")
+    found = match.groupdict()
+    return Fact(
+        "scale_up_planned",
+        node_group=found["g"],
+        size_from=_int(found.get("a")),
+        size_to=_int(found.get("b")),
+        max_size=_int(found.get("m")),
+    )
+
+
+def _named_group(message: str) -> str:
+    match = _GROUP_NAMED.search(message)
+    return match["g"] if match is not None else ""
+
+
+def _ca_facts(reason: str, message: str) -> tuple[Fact, ...]:
+    if reason == "TriggeredScaleUp":
+        items = tuple(_sized(m) for m in _ITEM.finditer(message))
+        return items or (_sized(_TRIGGERED_OLD.search(message)),)
+    if reason == "ScaledUpGroup":
+        return (_sized(_SIZE_SET.search(message)),)
+    if reason == "NotTriggerScaleUp":
+        return (Fact(*not_triggered(message)),)
+    if reason in ("FailedToScaleUpGroup", "ScaleUpFailed"):
+        group = _named_group(message)
+        if "requested outside" in message:  # a size outside the group's min/max
+            return (Fact("scale_up_failed", "config", group),)
+        _, _, error = message.partition(f"{group}: ") if group else ("", "", message)
+        facts = klog.parse_message(message)
+        if facts and facts[0].action == "scale_up_failed":
+            why, code = facts[0].reason, facts[0].cloud_code
+        else:
+            why, code = classify(error or message)
+        if why == "timeout":
+            why = "other"  # a timed-out API call, not nodes failing to register
+        return (Fact("scale_up_failed", why, group, cloud_code=code),)
+    if reason == "ScaleUpTimedOut":
+        return (Fact("scale_up_timeout", "timeout", _named_group(message), cloud_code="timeout"),)
+    if reason == "MaxNodesTotalReached":
+        return (Fact("max_size_reached", "max_size"),)
+    if reason.startswith("ScaleDown"):
+        return (Fact("scale_down", "other" if reason == "ScaleDownFailed" else ""),)
+    return ()
+
+
+def _karpenter_facts(reason: str, message: str, kind: str, name: str) -> tuple[Fact, ...]:
+    pool = _NODEPOOL.search(message)
+    group = pool["pool"] if pool else (name if kind == "NodePool" else "")
+    if reason == "Nominated":
+        if "node/" in message:
+            return ()  # existing capacity: no scale-up
+        claim = _CLAIM.search(message)
+        return (
+            Fact("scale_up_planned", node_group=pool_of_claim(claim["claim"]) if claim else ""),
+        )
+    if reason == "NoCompatibleInstanceTypes":
+        return (Fact("scale_up_failed", "config", group),)
+    if reason in ("InsufficientCapacityError", "NodeClassNotReady"):
+        claim = _CLAIM_EVENT.search(message)
+        if not group:
+            group = pool_of_claim(claim["claim"] if claim else name if kind == "NodeClaim" else "")
+        why, code = classify(message)
+        if reason == "NodeClassNotReady" or why in ("other", "timeout"):
+            why = "config" if reason == "NodeClassNotReady" or "odeClass" in message else "other"
+        return (Fact("scale_up_failed", why, group, cloud_code=code),)
+    if reason == "FailedScheduling":
+        if "exceed limits" in message or "would breach" in message:
+            return (Fact("max_size_reached", "max_size", group),)
+        return (Fact("unschedulable", "config", group),)
+    if reason in _KARPENTER_DOWN or reason == "Evicted":
+        return (Fact("scale_down", "", group),)
+    if reason in _KARPENTER_BLOCKED:
+        return (Fact("scale_down", "other", group),)
+    return ()  # Unconsolidatable: not a candidate, the steady state
+
+
+def event_fact(
+    reason: str, source: str, message: str, kind: str = "", namespace: str = "", name: str = ""
+) -> Fact | None:
+    """The fact an autoscaler Event states, or None (not the autoscaler's, or no fact).
+
+    ``kind``/``namespace``/``name`` are the involved object's: a Pod's becomes the
+    record's pod, a NodePool's name its node group.
+    """
+    message = message.removeprefix(COMBINED)
+    if source == CA:
+        facts = _ca_facts(reason, message)
+    elif source == KARPENTER:
+        facts = _karpenter_facts(reason, message, kind, name)
+    else:
+        return None
+    if not facts:
+        return None
+    fact = facts[0]
+    if kind == "Pod" and name:
+        fact = replace(fact, pods=(PodRef(namespace=namespace, name=name),))
+    return fact
+
+
+def event_facts(
+    reason: str, source: str, message: str, kind: str = "", namespace: str = "", name: str = ""
+) -> tuple[Fact, ...]:
+    """Every fact of the Event: a TriggeredScaleUp naming several groups gives one each."""
+    first = event_fact(reason, source, message, kind, namespace, name)
+    if first is None:
+        return ()
+    if source == CA and reason == "TriggeredScaleUp":
+        items = [_sized(m) for m in _ITEM.finditer(message)]
+        if len(items) > 1:
+            return tuple(replace(item, pods=first.pods) for item in items)
+    return (first,)
 
 
 def autoscaler_event(event: KubeEvent) -> AutoscalerEvent | None:
     """The ``autoscaler.v1`` record of an autoscaler's Event, or None (not one of those)."""
-    if event.source not in SOURCES:
-        return None
-    message = event.message
-    fields: dict[str, object] = {}
-    reason = event.reason
-    if reason == "TriggeredScaleUp":
-        action, why = "scale_up_planned", ""
-        match = _TRIGGERED_NEW.search(message) or _TRIGGERED_OLD.search(message)
-        if match is not None:
-            fields = _sizes(match)
-    elif reason == "NotTriggerScaleUp":
-        action, why = not_triggered(message)
-    elif reason == "ScaledUpGroup":
-        action, why = "scale_up_planned", ""
-        match = _SIZE_SET.search(message)
-        if match is not None:
-            fields = _sizes(match)
-    elif reason in ("FailedToScaleUpGroup", "ScaleUpFailed"):
-        action = "scale_up_failed"
-        if "requested outside" in message:  # a size outside the group's min/max
-            why, code = "config", ""
-        else:
-            facts = klog.parse_message(message)
-            why, code = (facts[0].reason, facts[0].cloud_code) if facts else classify(message)
-        fields = {"cloud_code": code}
-        fields.update(_group(message))
-    elif reason == "ScaleUpTimedOut":
-        action, why = "scale_up_timeout", "timeout"
-        fields = {"cloud_code": "timeout", **_group(message)}
-    elif reason.startswith("ScaleDown"):
-        action, why = "scale_down", "other" if reason == "ScaleDownFailed" else ""
-    elif reason == "Nominated":
-        if "node/" in message:
-            return None  # existing capacity: no scale-up
-        action, why = "scale_up_planned", ""  # a nodeclaim is not a node group: none
-    elif reason in ("InsufficientCapacityError", "NoCompatibleInstanceTypes"):
-        action = "scale_up_failed"
-        why, code = ("config", "") if reason == "NoCompatibleInstanceTypes" else classify(message)
-        fields = {"cloud_code": code}
-    elif reason == "FailedScheduling" and "incompatible with nodepool" in message:
-        action, why = "unschedulable", "config"
-    else:
-        return None
     involved = event.involved
-    if "node_group" not in fields:
-        pool = _NODEPOOL.search(message)
-        if involved.kind == "NodePool":
-            fields["node_group"] = involved.name
-        elif pool is not None:
-            fields["node_group"] = pool["pool"]
-    pods = (
-        (PodRef(namespace=involved.namespace, name=involved.name),)
-        if involved.kind == "Pod" and involved.name
-        else ()
+    fact = event_fact(
+        event.reason, event.source, event.message, involved.kind, involved.namespace, involved.name
     )
-    return AutoscalerEvent(
-        id=hashed_id("as-ev", event.id),
+    if fact is None:
+        return None
+    return klog.to_event(
+        fact,
+        event_id=hashed_id("as-ev", event.id),
         cluster=event.cluster,
         time=event.time,
-        action=action,
-        reason=why,
-        message=message,
-        pods=pods,
+        message=event.message,
+        cloud=cloud_of(event.message),
+        line=event.message,
         source=event.source,
-        cloud=cloud_of(message),
-        line=message,
-        **fields,  # type: ignore[arg-type]
     )
 
 
@@ -138,15 +304,179 @@ def derive(event: KubeEvent) -> tuple[AutoscalerEvent, ...]:
     return () if record is None else (record,)
 
 
-def _sizes(match: re.Match[str]) -> dict[str, object]:
-    found = match.groupdict()
-    fields: dict[str, object] = {"node_group": found["group"]}
-    for key, name in (("from", "size_from"), ("to", "size_to"), ("max", "max_size")):
-        if found.get(key):
-            fields[name] = int(found[key])
-    return fields
+# -- pasted Events -------------------------------------------------------------------------
 
 
-def _group(message: str) -> dict[str, object]:
-    match = _FAILED_GROUP.search(message)
-    return {"node_group": match["group"]} if match is not None else {}
+@dataclass(slots=True, frozen=True)
+class Pasted:
+    """An Event read from text: what the row or message shows of it."""
+
+    reason: str
+    source: str
+    message: str
+    kind: str = ""
+    namespace: str = ""
+    name: str = ""
+
+    def facts(self) -> tuple[Fact, ...]:
+        """The facts the Event states (see :func:`event_facts`)."""
+        return event_facts(
+            self.reason, self.source, self.message, self.kind, self.namespace, self.name
+        )
+
+
+_TYPE_REASON: Final = re.compile(r"(?:^|\s)(?:Normal|Warning)\s+(?P<reason>[A-Z][A-Za-z]+)(?=\s|$)")
+_AGE: Final = r"(?:<unknown>|<invalid>|\d+[smhdy][\dsmhdy]*)"
+_AGE_COLUMN: Final = re.compile(rf"{_AGE}(?: \(x\d+ over {_AGE}\))?(?:\s+|$)")
+_OBJECT_COLUMN: Final = re.compile(
+    r"(?:[a-z][\w.-]*/[\w.:-]+|Pod|Node|ConfigMap|NodeClaim|NodePool|Machine|Provisioner)"
+    r"(?:\s{2,}|\t|$)"
+)
+_KNOWN_SOURCES: Final = (CA, KARPENTER, "default-scheduler", "kubelet", "node-controller")
+_NAMES: Final = "|".join(map(re.escape, _KNOWN_SOURCES))
+_SOURCE_COLUMN: Final = re.compile(
+    rf"(?:\{{(?P<braced>{_NAMES})(?: [\w.-]*)?\}}|(?P<src>{_NAMES})(?:, [\w.-]+)?)(?:\s+|$)"
+)
+"""The source: ``karpenter`` (describe's From), ``{cluster-autoscaler }`` (old ``get
+events``), ``kubelet, node-1`` (component and host)."""
+_WIDE_TAIL: Final = re.compile(rf"\s{{2,}}{_AGE}\s+\d+\s+\S+\s*$")
+"""``-o wide``'s FIRST SEEN, COUNT and NAME after the message."""
+_LOGGED: Final = re.compile(
+    r"(?:Event\((?:v1|api)\.ObjectReference\{Kind:\"(?P<kind>\w+)\", Namespace:\"(?P<ns>[^\"]*)\","
+    r" Name:\"(?P<name>[^\"]*)\"[^}]*\}\): )?type: '(?P<type>\w+)' reason: '(?P<reason>\w+)' "
+    r"(?P<msg>.*)"
+)
+_BARE_WORDING: Final = (
+    (r"^[Pp]od triggered scale-up", CA, "TriggeredScaleUp"),
+    (r"^[Pp]od didn't trigger scale-up", CA, "NotTriggerScaleUp"),
+    (r"^Scale-up failed for group ", CA, "FailedToScaleUpGroup"),
+    (r"^Failed adding \d+ nodes to group \S+ due to ", CA, "ScaleUpFailed"),
+    (r"^Nodes added to group \S+ failed to register within", CA, "ScaleUpTimedOut"),
+    (r"^Scale-up: (?:setting )?group \S+ size (?:set )?to \d+ instead of", CA, "ScaledUpGroup"),
+    (r"^Max total nodes in cluster reached: \d+$", CA, "MaxNodesTotalReached"),
+    (r"^Pod should schedule on: ", KARPENTER, "Nominated"),
+    (r"^NodePool requirements filtered out all", KARPENTER, "NoCompatibleInstanceTypes"),
+    (r"^(?:NodeClaim|Machine) \S+ event: ", KARPENTER, "InsufficientCapacityError"),
+    (r"^Failed to schedule pod, ", KARPENTER, "FailedScheduling"),
+    (r"^Launching (?:NodeClaim|Machine): ", KARPENTER, "DisruptionLaunching"),
+    (
+        r"^(?:Disrupt|Deprovision)ing (?:Node|NodeClaim|Machine): ",
+        KARPENTER,
+        "DisruptionTerminating",
+    ),
+    (r"^Waiting on (?:readiness|deletion) to continue d", KARPENTER, "DisruptionWaitingReadiness"),
+    (
+        r"^(?:Cannot (?:disrupt|deprovision) |No allowed disruptions)",
+        KARPENTER,
+        "DisruptionBlocked",
+    ),
+    (r"^Evicted pod(?::|$)", KARPENTER, "Evicted"),
+    (r"^Failed to drain node, ", KARPENTER, "FailedDraining"),
+)
+_BARE: Final = re.compile("|".join(f"({text.removeprefix('^')})" for text, _, _ in _BARE_WORDING))
+"""One alternation of every wording (each a group, none with groups of its own): the
+group that matched says which (one pass per line, not one per wording)."""
+_NAMED: Final = re.compile(r"^[\w.-]+(?:/[\w.-]+)?: (?=[A-Z]|pod )")
+"""An event watcher's ``<object>: <message>`` (``e2e-workload-2vwsq: pod triggered ...``)."""
+"""A bare message's reason, by the wording its reason's format string always has."""
+TRIGGERS: Final = (
+    "Normal",
+    "Warning",
+    "reason: '",
+    "scale-up",
+    "Scale-up",
+    "Failed adding",
+    "Nodes added",
+    "Max total nodes",
+    "schedule on",
+    "NodePool requirements",
+    " event: ",
+    "Failed to schedule",
+    "Launching ",
+    "isrupting ",
+    "eprovisioning ",
+    "Waiting on ",
+    "Cannot ",
+    "No allowed disruptions",
+    "Evicted pod",
+    "Failed to drain",
+)
+"""Every pasted Event contains one of these (the fast path's test)."""
+
+
+def _source_for(reason: str, message: str) -> str:
+    """The source of a row that shows none: by the reason, else by Karpenter's wording."""
+    if reason in _CA_REASONS:
+        return CA
+    if reason in _KARPENTER_REASONS:
+        return KARPENTER
+    if (reason == "FailedScheduling" and message.startswith("Failed to schedule pod, ")) or (
+        reason == "Evicted" and message.startswith("Evicted pod")
+    ):
+        return KARPENTER
+    return ""
+
+
+def _row(text: str) -> Pasted | None:
+    """A ``kubectl describe`` or ``kubectl get events`` row naming an autoscaler reason."""
+    for match in _TYPE_REASON.finditer(text):
+        reason = match["reason"]
+        if reason in REASONS:
+            break
+    else:
+        return None
+    rest = text[match.end() :].lstrip()
+    source = kind = name = ""
+    namespace = ""
+    for _ in range(4):  # the columns between the reason and the message, in any layout
+        if (column := _AGE_COLUMN.match(rest)) is not None:
+            rest = rest[column.end() :]
+        elif (column := _OBJECT_COLUMN.match(rest)) is not None:
+            kind, _, name = column.group(0).strip().partition("/")
+            rest = rest[column.end() :]
+        elif (column := _SOURCE_COLUMN.match(rest)) is not None and not source:
+            source = column["src"] or column["braced"]
+            rest = rest[column.end() :]
+        else:
+            break
+    message = _WIDE_TAIL.sub("", rest).strip()
+    if kind.lower() == "pod":
+        kind = "Pod"
+        head = text[: match.start()].split()
+        namespace = head[0] if head and not _AGE_COLUMN.fullmatch(head[0] + " ") else ""
+    elif kind.lower() in ("nodepool", "nodeclaim"):
+        kind = "NodePool" if kind.lower() == "nodepool" else "NodeClaim"
+    if not source:
+        source = _source_for(reason, message)
+    return Pasted(reason, source, message, kind, namespace, name)
+
+
+def _logged(text: str) -> Pasted | None:
+    """cluster-autoscaler's log of an Event it emitted (``event_sink_logging_wrapper.go``)."""
+    match = _LOGGED.search(text)
+    if match is None:
+        return None
+    reason, message = match["reason"], match["msg"]
+    source = _source_for(reason, message) or CA
+    return Pasted(
+        reason, source, message, match["kind"] or "", match["ns"] or "", match["name"] or ""
+    )
+
+
+def bare(text: str) -> Pasted | None:
+    """A bare Event message, alone or after an event watcher's ``<object>: ``."""
+    message = text.strip().removeprefix(COMBINED)
+    named = _NAMED.match(message)
+    for candidate in (message, message[named.end() :]) if named else (message,):
+        match = _BARE.match(candidate)
+        if match is not None and match.lastindex is not None:
+            _, source, reason = _BARE_WORDING[match.lastindex - 1]
+            return Pasted(reason, source, candidate)
+    return None
+
+
+def pasted(text: str) -> Pasted | None:
+    """The autoscaler Event a line of text shows (a row, a logged Event, a bare message)."""
+    if "reason: '" in text:
+        return _logged(text)
+    return _row(text) or bare(text)

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal
 
-from connectors.autoscaler import gke, karpenter, klog
+from connectors.autoscaler import gke, karpenter, klog, kube_events
 from connectors.autoscaler.classify import cloud_of
 from connectors.autoscaler.unwrap import Unwrapped, parse_time, unwrap
 from schemas import codec
@@ -67,6 +67,7 @@ ANCHORS: Final = (
     "expansion",
     "unneeded",
     "ToBeDeleted",
+    "DeletionCandidate",
     "#CreateOrUpdate",
     "reason: '",
     "provisionable",
@@ -80,10 +81,27 @@ ANCHORS: Final = (
     "limits",
     "node deletion",
     "erminating due",
+    "Normal",
+    "Warning",
+    "schedule on",
+    "NodePool requirements",
+    " event: ",
+    "Launching ",
+    "Waiting on ",
+    "Cannot ",
+    "No allowed disruptions",
+    "Evicted pod",
+    "Failed to drain",
+    "chosen as the highest",
+    "find place for",
+    "Nodes added",
+    "eprovision",
+    *karpenter.TRIGGERS,
 )
 """The fast path: every key word of every message family (``klog.TRIGGERS``,
-``karpenter.TRIGGERS``) contains one of these (a test checks it), so a line with none
-states no fact; that is most lines of a real log."""
+``karpenter.TRIGGERS``, ``kube_events.TRIGGERS``) contains one of these (a test checks
+it), so a line with none states no fact; that is most lines of a real log. Karpenter's
+key words are spliced in whole: its parser's wording may grow without this list."""
 _KLOG_SEVERITIES: Final = frozenset("IWEF")
 _BYTE_ANCHORS: Final = tuple(anchor.encode() for anchor in ANCHORS)
 
@@ -163,19 +181,21 @@ def _parse_line(
             return _karpenter(record, peeled, ctx, position, original)
         if record is not None and ctx.fmt != "karpenter" and gke.is_entry(record):
             return _gke(record, ctx, position, original)
-        if ctx.fmt in ("karpenter", "gke"):
+        if ctx.fmt == "gke":
             return ()
-    return _klog(peeled, ctx, position, original)
+    return _klog(peeled, ctx, position, original, klog_lines=ctx.fmt != "karpenter")
 
 
 def _klog(
-    peeled: Unwrapped, ctx: LineContext, position: object, original: str
+    peeled: Unwrapped, ctx: LineContext, position: object, original: str, *, klog_lines: bool = True
 ) -> tuple[AutoscalerEvent, ...] | RecordError:
+    """A klog line, or a pasted Event (``kubectl describe``/``get events`` row, bare
+    message); with ``klog_lines`` False (``--format karpenter``) only a pasted Event."""
     text = peeled.text
-    header = klog.HEADER.match(text)
+    header = klog.HEADER.match(text) if klog_lines else None
     if header is not None:
         message = text[header.end() :]
-        facts = klog.parse_message(message)
+        facts, source, message = _message_facts(message, pasted_rows=False)
         if not facts:
             return ()
         stamp = klog.header_time(header, ctx.reference)
@@ -183,15 +203,38 @@ def _klog(
             return stamp
         where = header["file"]
     else:
-        headerless = klog.HEADERLESS.match(text)
+        headerless = klog.HEADERLESS.match(text) if klog_lines else None
         message = text[headerless.end() :] if headerless else text
-        facts = klog.parse_message(message)
+        facts, source, message = _message_facts(message, pasted_rows=True, klog_lines=klog_lines)
         if not facts:
             return ()
         stamp = peeled.time or ctx.reference
         where = headerless["file"] if headerless else peeled.source
     cloud = cloud_of(f"{where} {message}", ctx.cloud)
-    return _events(facts, ctx, position, original, stamp, message, cloud, "cluster-autoscaler")
+    return _events(facts, ctx, position, original, stamp, message, cloud, source)
+
+
+def _message_facts(
+    message: str, *, pasted_rows: bool, klog_lines: bool = True
+) -> tuple[tuple[klog.Fact, ...], str, str]:
+    """The facts of a klog message or a pasted Event, whose they are, and the message to
+    record (a pasted row's Event message, without its columns; else the klog message).
+
+    An Event the autoscaler logged (``reason: '...'``) is read as the Event; a headerless
+    line is tried as a pasted Event first (a ``describe`` row of a failed scale-up also
+    holds the cloud's error, which the klog families would read without its group).
+    """
+    logged = "reason: '" in message
+    if logged or pasted_rows:
+        event = kube_events.pasted(message)
+        if event is not None:
+            return event.facts(), event.source, message if logged else event.message
+    if not klog_lines:
+        return (), "", message
+    facts = klog.parse_message(message)
+    if not facts and not pasted_rows and (event := kube_events.bare(message)) is not None:
+        return event.facts(), event.source, event.message  # a watcher's "<object>: <message>"
+    return facts, "cluster-autoscaler", message
 
 
 def _karpenter(

@@ -239,7 +239,8 @@ def ingest_dcgm_command(
 @ingest_group.command("autoscaler", context_settings=CONTEXT)
 @_input_file(
     "cluster-autoscaler (klog) or Karpenter (JSON or console) log, raw or wrapped "
-    "(kubectl --prefix/--timestamps, docker json-file, CRI, JSON klog), or GKE cluster "
+    "(kubectl --prefix/--timestamps, docker json-file, CRI, JSON klog), their Events as "
+    "pasted (kubectl describe or get events rows, bare messages), or GKE cluster "
     "autoscaler visibility entries from Cloud Logging (one JSON entry per line); plain "
     "or gzip; - for stdin."
 )
@@ -287,7 +288,9 @@ def ingest_autoscaler_command(
 ) -> int:
     """Parse a saved autoscaler log into autoscaler.v1 records, printed as JSON lines.
 
-    Lines that state no scale-up, backoff, limit or scale-down fact are counted as
+    Events of cluster-autoscaler and Karpenter pasted from kubectl describe or kubectl
+    get events (any of its layouts), or their bare messages, are read as the Event
+    objects are. Lines that state no scale-up, backoff, limit or scale-down fact are counted as
     unrecognised (one line on stderr). A klog line that cannot be read is reported
     as FILE:LINE on stderr; the exit status is then 1.
 

@@ -49,6 +49,9 @@ OVERRIDES: dict[tuple[str, int], tuple[str, str | None, str]] = {
     ("ca_klog.log", 43): ("other", None, "'Scale down status:' is bookkeeping"),
     # "Cluster is not ready for autoscaling" (contrib#2547) is no scale fact.
     ("ca_klog.log", 64): ("other", None, "cluster readiness, no vocabulary action"),
+    # The priority expander's decision names the group it chose (PR #5756): a plan, as
+    # "Best option to resize" is for the other expanders; labelled before it was read.
+    ("ca_klog.log", 6): ("scale_up_planned", None, "expander decision"),
     # errorClass=Other; errorCode=cloudProviderError: the line itself names no quota (the
     # quota is only in the preceding Azure error line, #2607); a line parser says other.
     ("ca_klog_from_format.log", 13): ("backoff", "other", "quota not in this line"),
