@@ -331,6 +331,13 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     node of single-GPU pods pays nothing (``multi_gpu_pod_without_nvlink``). One int each:
     the GPUs requested in the low 8 bits, above them a 56-bit hash of the pod's uid (its
     incident's anchor); see ``streams.core.rules.nvlink``."""
+    disruption: str = ""
+    """The planned disruption the node object says it is under (a Karpenter or
+    cluster-autoscaler taint, a cordon, a graceful shutdown), in words; empty for none
+    (``streams.core.rules.disruption``)."""
+    disruption_seen: tuple[float, str] | None = None
+    """The last Event or pod status that said the node is being disrupted on purpose
+    (Karpenter's ``Evicted pod``, the autoscaler's ``ScaleDown``): its time and words."""
 
 
 class PendingPod(msgspec.Struct, omit_defaults=True):
@@ -399,6 +406,11 @@ class NodeTally(msgspec.Struct, omit_defaults=True, array_like=True):
     snapshot lacks this last field, and reading its 4-digit keys as 16-digit ones would
     count a quarter of the GPUs bound and page a false ``allocation_mismatch`` after an
     upgrade. Such a tally keeps 4 digits until it is empty, then takes 16."""
+    leaving: bool = False
+    """Its node object says it is being removed on purpose (a Karpenter or autoscaler
+    taint, out of service, shutting down): its pods are evicted and its dcgm-exporter
+    goes with it, so its counts say nothing: left out
+    (:func:`streams.core.rules.disruption.removing`). Last: array-like."""
 
 
 class ClusterState(msgspec.Struct, tag_field="kind", tag="cluster_state.v1", omit_defaults=True):

@@ -53,7 +53,7 @@ from schemas.ids import incident_id
 from schemas.incidents import Evidence, GpuRef
 from streams.core import evidence as text
 from streams.core.lifecycle import Step
-from streams.core.rules import chain
+from streams.core.rules import chain, disruption
 from streams.core.rules.pods import pod_info
 from streams.core.state import (
     NEVER,
@@ -70,6 +70,10 @@ SUBJECT = chain.DEGRADED_SUBJECT
 
 def on_capacity(step: Step, ev: NodeEvent, capacity: int, allocatable: int) -> None:
     state = step.state
+    if disruption.teardown(step, capacity, allocatable):
+        # Every GPU gone on a node drained on purpose: the device plugin stopping with
+        # the node, no fault. What was known of its GPUs stands (an open ticket stays).
+        return
     known = state.capacity >= 0
     before_gap = state.capacity - state.allocatable if known else 0
     before_alloc = state.allocatable

@@ -61,6 +61,7 @@ from schemas.events import NodeCondition, NodeEvent
 from schemas.incidents import Evidence, PodInfo
 from streams.core import evidence as text
 from streams.core.lifecycle import Step
+from streams.core.rules import disruption
 from streams.core.rules.chain import ordinary_crash
 from streams.core.rules.pods import pod_info
 from streams.core.state import NEVER, NodeState, OpenIncident
@@ -87,7 +88,7 @@ def on_ready(step: Step, ev: NodeEvent, cond: NodeCondition) -> None:
             step.add_evidence(inc, item)
             inc.attributes["ready"] = cond.status
         return
-    if not _running(state):
+    if not _running(state) or disruption.removal(step):
         return
     state.not_ready_pending = (step.now, item)
     state.timers_dirty = True
