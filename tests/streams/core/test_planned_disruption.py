@@ -42,7 +42,7 @@ SHUTDOWN = "Pod was terminated in response to imminent node shutdown."
 
 def incidents(c: Cluster) -> dict[str, tuple[str, str, str, frozenset[tuple[str, str]]]]:
     """The last revision of every incident: (type, severity, status, {(pod, role)})."""
-    out = {}
+    out: dict[str, tuple[str, str, str, frozenset[tuple[str, str]]]] = {}
     for inc in run(timeline(c)):
         out[inc.id] = (
             inc.type,
