@@ -51,6 +51,12 @@ Traps:
   timer) right after, so it cannot page a second time.
 * The pods named are those still running when it pages; if none is left (all
   finished or deleted during the grace) there is nothing to page about.
+* A node being removed on purpose (Karpenter's or cluster-autoscaler's disruption
+  taint, out of service, a graceful shutdown, or their Events within the eviction
+  window: :func:`streams.core.rules.disruption.removal`) goes NotReady because it is
+  being shut down: no page. Its pods' controllers reschedule them, as the evictor
+  planned. A mere cordon arms as ever (a cordoned node going down is not yet a planned
+  removal).
 """
 
 from __future__ import annotations
