@@ -359,6 +359,14 @@ class PendingPod(msgspec.Struct, omit_defaults=True):
     starved."""
     groups: tuple[str, ...] = ()
     """Node groups an autoscaler record tied to this pod (a plan naming it)."""
+    unfit: Evidence | None = None
+    """The autoscaler's latest verdict that no node group can fit this pod (a
+    ``NotTriggerScaleUp`` whose reasons are all of configuration, no backoff, no max
+    size; Karpenter's "could not schedule pod"); None when none stands
+    (``streams.core.rules.starved``)."""
+    unfit_groups: tuple[str, ...] = ()
+    """Node groups an autoscaler record says cannot fit this pod (cluster-autoscaler's
+    "can't be scheduled on <group>, predicate failed")."""
 
 
 class GroupTrack(msgspec.Struct, omit_defaults=True):
