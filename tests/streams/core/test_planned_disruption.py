@@ -14,10 +14,15 @@ graceful-shutdown pod status (pkg/kubelet/nodeshutdown).
 
 from __future__ import annotations
 
+import random
+
 import msgspec
 
+from schemas.codec import encode
 from schemas.events import NodeCondition
-from tests.core_helpers import final, run
+from schemas.incidents import Incident
+from streams.core import Correlator
+from tests.core_helpers import config, feed, final, run
 from tests.disruption_streams import (
     CORDON,
     KARPENTER_V0,
@@ -220,3 +225,47 @@ def test_a_cancelled_disruption_leaves_the_drop_to_be_judged_from_then() -> None
     assert [i.type for i in revisions if i.status == "open"][:1] == [DEGRADED]
     opened = next(i for i in revisions if i.type == DEGRADED)
     assert opened.first_seen == T0.fromtimestamp(T0.timestamp() + HOUR + 1200, T0.tzinfo)
+
+
+def _xid_during_a_drain() -> Cluster:
+    c = Cluster()
+    gpu_node(c)
+    c.node(NODE, HOUR, taints=KARPENTER_V1)
+    for k, pod in enumerate(PODS[1:]):
+        c.kube(
+            NODE, HOUR + 5 + k, "Evicted", name=pod, message="Evicted pod: Drifted", warning=False
+        )
+        deleted(c, NODE, pod, HOUR + 5 + k, code=1)
+    c.xid(NODE, HOUR + 6, 79, bus="0000:18:00.0")
+    c.pod(NODE, PODS[0], HOUR + 8, gpus=2, phase="Failed", current=term(HOUR + 7, "Error", 1))
+    c.node(NODE, HOUR + 9, alloc=0, taints=KARPENTER_V1)
+    c.node(NODE, HOUR + 900, alloc=0, ready="Unknown", taints=KARPENTER_V1, op="deleted")
+    c.tick(HOUR + DAY)
+    return c
+
+
+def test_arrival_order_within_the_grace_does_not_change_what_a_drain_raises() -> None:
+    """Live equals replay: the taint (a level on the node), Karpenter's Events and the
+    pods' deletions are read in event time, so any arrival order within the grace gives
+    the same bytes: the XID's page, its casualty alone, nothing for the drain."""
+    grace = 30.0
+    cfg = config(grace_seconds=grace)
+    ordered = timeline(_xid_during_a_drain())
+    expected = [encode(r) for r in run(ordered, cfg)]
+    for seed in range(8):
+        rnd = random.Random(seed)
+        keyed = [
+            (e.time.timestamp() + rnd.uniform(0, grace * 0.99), i, e) for i, e in enumerate(ordered)
+        ]
+        correlator = Correlator(cfg)
+        out: list[Incident] = []
+        for _, _, event in sorted(keyed, key=lambda k: (k[0], k[1])):
+            out.extend(feed(correlator, event))
+        out.extend(correlator.flush())
+        assert correlator.stats.late == 0
+        assert [encode(r) for r in out] == expected, seed
+    last = final(run(ordered, cfg))
+    failed = [
+        (i.type, {p.name for p in i.pods if p.role in ("failed", "evicted")}) for i in last.values()
+    ]
+    assert failed == [(CHAIN, {PODS[0]})]
