@@ -162,8 +162,10 @@ def of_pod_status(reason: str, message: str) -> str:
 
 
 def note(step: Step, said: str) -> None:
-    """An Event or a pod status said the node is being disrupted now."""
-    if said:
+    """An Event or a pod status said the node is being disrupted now. A late copy (a
+    relist) never moves the last word back in time."""
+    seen = step.state.disruption_seen
+    if said and (seen is None or step.now >= seen[0]):
         step.state.disruption_seen = (step.now, said)
 
 
