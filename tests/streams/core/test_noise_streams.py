@@ -39,20 +39,7 @@ def test_a_planned_disruption_raises_nothing(name: str) -> None:
     gpu_node(c, "ip-10-0-12-35.ec2.internal", ("other-0",))  # a bystander, untouched
     STREAMS[name](c, HOUR)
     c.tick(HOUR + 86400)
+    # The stream is what it claims: the node loses every GPU from allocatable (a drop the
+    # rules must read), and nothing is raised for it.
+    assert any(getattr(e, "allocatable", {}).get("nvidia.com/gpu") == 0 for e in c.events)
     assert [(i.type, i.summary) for i in run(timeline(c))] == []
-
-
-def test_the_noise_streams_are_what_they_claim() -> None:
-    """Guard the streams themselves: the disrupted node really loses every GPU from
-    allocatable (a drop the rules must read) and its pods really go."""
-    for name, build in STREAMS.items():
-        c = Cluster()
-        gpu_node(c)
-        build(c, HOUR)
-        drops = [
-            e
-            for e in c.events
-            if getattr(e, "node", "") == NODE
-            and getattr(e, "allocatable", {}).get("nvidia.com/gpu") == 0
-        ]
-        assert drops, name
