@@ -13,7 +13,6 @@ import pytest
 
 from tests.core_helpers import run
 from tests.disruption_streams import (
-    NODE,
     autoscaler_scale_down,
     gpu_node,
     karpenter_consolidation,
