@@ -80,6 +80,7 @@ BAR_P99_S = 1.0
 EVENT_OPENED = {
     "host_oom_kill",
     "suspected_cuda_oom",
+    "gpu_fault_crash_loop",
     "gpu_node_not_ready",
     "gpu_app_fault",
     "xid_repeat",

@@ -34,6 +34,11 @@ class CauseClass(msgspec.Struct, frozen=True, kw_only=True):
     action: str
     names_gpu: bool = False
     """The cause is the GPU (or its driver): the incident names the pod's GPUs."""
+    device: bool = False
+    """The words alone say the GPU or its driver failed (not the workload, not the
+    network): a loop of them is typed ``gpu_fault_crash_loop``, never
+    ``suspected_cuda_oom`` (:mod:`streams.core.rules.cuda`). Default False: a table
+    written before the field still loads, its classes typed as before."""
 
 
 class CausePattern(msgspec.Struct, frozen=True, kw_only=True):

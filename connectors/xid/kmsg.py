@@ -66,6 +66,7 @@ import msgspec
 from connectors.bounded import read_small
 from connectors.source import Batch, DeadLine
 from connectors.state import StateFile
+from connectors.xid import falloff
 from connectors.xid.lines import MARKER, LineContext, event_from_kmsg, parse_kmsg_record
 from connectors.xid.paths import BOOT_ID_PATH as BOOT_ID_PATH  # noqa: PLC0414 - re-exported
 from connectors.xid.paths import DEFAULT_STATE as DEFAULT_STATE  # noqa: PLC0414 - re-exported
@@ -257,7 +258,7 @@ class KmsgSource:
             if seq > last + 1:
                 self.stats.skipped += seq - last - 1
             last = seq
-            if MARKER not in fields[2]:
+            if MARKER not in fields[2] and falloff.MARKER not in fields[2]:
                 continue
             record = parse_kmsg_record(raw)
             if isinstance(record, RecordError):

@@ -31,13 +31,19 @@ XID message shapes (the driver's format string, NVIDIA/open-gpu-kernel-modules
     NVRM: Xid (PCI:...): 45, pid=..., name=..., Ch 00000010 caused by previous Xid 149
                                                                           -> caused_by
     nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 ... -> sxid=True
+    NVRM: Xid (PCI:...): 79, pid=..., ...   -> a bus id redacted by the reporter: XID 79
+        of an unknown GPU (pci_bus_id ""), not a dead letter (``PCI:xxxx:xx:xx``,
+        ``0000:XX:00``, ``PCI:<redacted>`` alike; ``PCI:zz:66:00`` is no redaction)
+    NVRM: GPU 0000:29:00.0: GPU has fallen off the bus.          -> XID 79, no Xid number:
+    NVRM: The NVIDIA GPU 0000:b3:00.0 ... fallen off the bus ...    see connectors.xid.falloff
 
 Traps:
 
 * **Speed.** A busy node logs thousands of lines for every XID. ``b"Xid" in
-  raw`` rejects a non-XID line before anything is decoded or matched (the
-  bench bar is 200k lines/s on one core); only lines that contain ``Xid`` pay
-  for decoding and regular expressions.
+  raw`` (and ``b"off the bus"``, for fall-off messages without an Xid number)
+  rejects a non-XID line before anything is decoded or matched (the bench bar is
+  200k lines/s on one core); only lines that contain either pay for decoding and
+  regular expressions.
 * **Looks like an XID, but is not readable.** A line with ``NVRM: Xid`` or
   ``SXid (`` whose shape does not parse (``NVRM: Xid (PCI:0000:66:00): abc``) is
   a :class:`RecordError`, never silently dropped: that is how a new driver's
@@ -102,6 +108,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any, Final
 
+from connectors.xid import falloff
 from schemas import codec
 from schemas.codec import RecordError
 from schemas.events import XidEvent
@@ -109,7 +116,11 @@ from schemas.pci import canonical_bus_id
 from schemas.types import MAX_XID_CODE
 
 MARKER: Final = b"Xid"
-"""Every XID and SXid line contains this; the fast path rejects all others."""
+"""Every XID and SXid line contains this; with :data:`connectors.xid.falloff.MARKER`, the
+fast path rejects all others."""
+_FALL_OFF: Final = falloff.MARKER
+FALL_OFF_CODE: Final = 79
+"""ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS: what a fall-off message without a number is."""
 _JSON_BYTES_MESSAGE: Final = re.compile(rb'"MESSAGE"\s*:\s*\[')
 """journald's MESSAGE as an array of bytes (``":"`` or ``" : "``, by systemd version)."""
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
@@ -119,13 +130,17 @@ _MAX_DIGITS: Final = 9
 """XID codes and pids longer than this are not real (and would not fit the wire format)."""
 
 _BUS = r"(?P<bus>(?:[0-9a-fA-F]{1,8}:)?[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2}(?:\.[0-7])?)"
+_REDACTED = r"(?P<redacted>(?:[0-9a-fA-F:.xX*#?_\u2026]|<[\w -]{0,20}>|(?i:redacted))+)"
+"""A bus id the reporter blanked out: ``PCI:...``, ``PCI:xxxx:xx:xx``, ``0000:XX:00``."""
+_PLACEHOLDER_RE: Final = re.compile(r"[xX*#?_<\u2026]|\.\.|redacted", re.IGNORECASE)
+_ID = r"(?:PCI:)?(?:" + _BUS + "|" + _REDACTED + ")"
 _XID_RE: Final = re.compile(
-    r"NVRM: Xid \((?:PCI:)?" + _BUS + r"(?P<mig>(?: GPU-C?I:\s?\d{1,5})*)\):\s*"
+    r"NVRM: Xid \(" + _ID + r"(?P<mig>(?: GPU-C?I:\s?\d{1,5})*)\):\s*"
     r"(?P<code>\d+)(?:,\s?(?P<rest>.*))?\Z",
     re.DOTALL,
 )
 _SXID_RE: Final = re.compile(
-    r"SXid \((?:PCI:)?" + _BUS + r"\):\s*(?P<code>\d+)(?:,\s?(?P<rest>.*))?\Z", re.DOTALL
+    r"SXid \(" + _ID + r"\):\s*(?P<code>\d+)(?:,\s?(?P<rest>.*))?\Z", re.DOTALL
 )
 _PID_RE: Final = re.compile(
     r"pid=(?:'(?P<quoted>[^']*)'|(?P<bare>[^,\s]*))(?:,\s?name=(?P<name>[^,]*))?(?:,\s?|\Z)"
@@ -306,7 +321,7 @@ def parse_message(message: str) -> XidFields | RecordError | None:
     if start < 0:
         start = message.find("SXid (")
         if start < 0:
-            return None
+            return _fall_off(message)
         sxid = True
     text = message[start:].rstrip()
     match = (_SXID_RE if sxid else _XID_RE).match(text)
@@ -316,9 +331,14 @@ def parse_message(message: str) -> XidFields | RecordError | None:
     code_text = match["code"]
     if len(code_text) > _MAX_DIGITS or int(code_text) > MAX_XID_CODE:
         return RecordError(f"{kind} code out of range: {code_text[:20]}", "code")
-    bus_id = canonical_bus_id(match["bus"])
-    if not bus_id:
-        return RecordError(f"bad PCI bus id {match['bus']!r}", "pci_bus_id")
+    if match["bus"] is not None:
+        bus_id = canonical_bus_id(match["bus"])
+        if not bus_id:
+            return RecordError(f"bad PCI bus id {match['bus']!r}", "pci_bus_id")
+    elif _PLACEHOLDER_RE.search(match["redacted"]):
+        bus_id = ""  # redacted by whoever pasted it: the XID of an unknown GPU
+    else:
+        return RecordError(f"bad PCI bus id {_clip(match['redacted'], 40)!r}", "pci_bus_id")
     rest = (match["rest"] or "").strip()
     pid: int | None = None
     process = ""
@@ -363,6 +383,21 @@ def parse_message(message: str) -> XidFields | RecordError | None:
     )
 
 
+def _fall_off(message: str) -> XidFields | None:
+    """XID 79 from a "GPU has fallen off the bus" message without an Xid number
+    (:mod:`connectors.xid.falloff`)."""
+    found = falloff.fall_off(message)
+    if found is None:
+        return None
+    bus_id, text = found
+    return XidFields(code=FALL_OFF_CODE, pci_bus_id=bus_id, pid=None, process="", message=text)
+
+
+def _json_bytes(raw: bytes) -> bool:
+    """A journal JSON line whose MESSAGE is an array of bytes (it may hide an XID)."""
+    return raw[:1] == b"{" and _JSON_BYTES_MESSAGE.search(raw) is not None
+
+
 def parse_line(raw: bytes, ctx: LineContext) -> XidEvent | RecordError | None:
     """One raw line (any framing above) to an event, ``None``, or a :class:`RecordError`.
 
@@ -370,7 +405,7 @@ def parse_line(raw: bytes, ctx: LineContext) -> XidEvent | RecordError | None:
     starts with ``internal parser error`` (a bug to report, not a reason to
     stop a DaemonSet).
     """
-    if MARKER not in raw and not (raw[:1] == b"{" and _JSON_BYTES_MESSAGE.search(raw)):
+    if MARKER not in raw and _FALL_OFF not in raw and not _json_bytes(raw):
         return None
     return _resolve(_parse_guarded(raw, ctx), ctx)
 
@@ -379,7 +414,7 @@ def parse_line_or_untimed(raw: bytes, ctx: LineContext) -> XidEvent | RecordErro
     """:func:`parse_line`, but a line without a usable time is returned as :class:`Untimed`
     (even when :attr:`LineContext.default_time` is set), so that the caller can count
     and report the lines it stamps with an assumed time."""
-    if MARKER not in raw and not (raw[:1] == b"{" and _JSON_BYTES_MESSAGE.search(raw)):
+    if MARKER not in raw and _FALL_OFF not in raw and not _json_bytes(raw):
         return None
     return _parse_guarded(raw, ctx)
 
@@ -414,7 +449,11 @@ def _parse_framed(raw: bytes, ctx: LineContext) -> XidEvent | RecordError | Unti
     if fields is None or isinstance(fields, RecordError):
         return fields
     start = text.find("NVRM: Xid")
-    prefix = text[: start if start >= 0 else text.find("SXid (")]
+    if start < 0:
+        start = text.find("SXid (")
+        if start < 0:
+            start = text.find("NVRM:")  # a fall-off message: parse_message found one
+    prefix = text[:start]
     event_id = f"log:{ctx.node}:{digest(data)}"
     when = _prefix_time(prefix, ctx)
     if isinstance(when, RecordError):
@@ -441,7 +480,7 @@ def event_from_kmsg(
 def _kmsg_event(
     record: KmsgRecord, ctx: LineContext, raw: bytes
 ) -> XidEvent | RecordError | Untimed | None:
-    if "Xid" not in record.message:
+    if "Xid" not in record.message and "off the bus" not in record.message:
         return None
     fields = parse_message(record.message)
     if fields is None or isinstance(fields, RecordError):
@@ -464,7 +503,7 @@ def _parse_journal(data: bytes, ctx: LineContext) -> XidEvent | RecordError | Un
     try:
         obj: Any = codec.loads(data)
     except RecordError:
-        if MARKER in data:
+        if MARKER in data:  # a fall-off mention in broken JSON is not worth a dead letter
             return RecordError("journal line is not valid JSON", "$")
         return None
     if not isinstance(obj, dict):

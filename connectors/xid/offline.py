@@ -40,7 +40,8 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 
 from connectors.files import STDIN, FileSource, Record, parse_lines
-from connectors.xid.lines import LineContext, Untimed, parse_line_or_untimed
+from connectors.xid.lines import LineContext, Untimed
+from connectors.xid.reader import LineReader
 from schemas.events import XidEvent
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -102,7 +103,8 @@ def read_xids(
     if assumed is None:
         assumed = assumed_time(source, ctx.default_time)
     seen: dict[str, int] = {}
-    for number, parsed in parse_lines(source, lambda raw: parse_line_or_untimed(raw, ctx)):
+    reader = LineReader()  # joins the lines of a fall-off message dmesg split
+    for number, parsed in parse_lines(source, lambda raw: reader.parse(raw, ctx)):
         if parsed is None:
             continue
         result = parsed

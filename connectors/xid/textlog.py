@@ -29,6 +29,10 @@ Traps, each handled here:
 * **Times**: text framings carry their own (wall clock for ``-T``/syslog, with
   ``tz``; ``[secs]`` since boot needs ``boot_time``). Syslog times have no
   year: unless one is given, a follower reading live lines uses the current one.
+* **A message split over lines** (the driver's "fallen off the bus" probe message in
+  ``dmesg`` output) is joined by :class:`~connectors.xid.reader.LineReader`: the record
+  of its last line has the first line's GPU and time. A rotation or a restart between
+  its lines loses the join, not the record (XID 79 of an unknown GPU).
 """
 
 from __future__ import annotations
@@ -45,7 +49,8 @@ import msgspec
 from connectors.source import Batch, DeadLine
 from connectors.state import StateFile
 from connectors.xid.kmsg import ReadStats
-from connectors.xid.lines import LineContext, parse_line
+from connectors.xid.lines import LineContext, Untimed
+from connectors.xid.reader import LineReader
 from schemas.codec import RecordError
 
 READ_SIZE: Final = 1 << 20
@@ -82,6 +87,7 @@ class TextLogSource:
             node=node, cluster=cluster, boot_time=boot_time, tz=tz or UTC, year=year
         )
         self._fixed_year = year is not None
+        self._reader = LineReader()
         saved = self.state_file.load()
         self.state_error = self.state_file.error
         self._file: IO[bytes] | None = None
@@ -162,9 +168,11 @@ class TextLogSource:
         return out
 
     def _add(self, batch: Batch, offset: int, raw: bytes) -> None:
-        result = parse_line(raw, self.context)
+        result = self._reader.parse(raw, self.context)
         if result is None:
             return
+        if isinstance(result, Untimed):  # a live line without a time is a bug to see
+            result = result.error
         if isinstance(result, RecordError):
             self.stats.bad += 1
             batch.dead.append(DeadLine(raw, result, offset))

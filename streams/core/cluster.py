@@ -35,7 +35,7 @@ from schemas.events import AutoscalerEvent, GpuBindingEvent, KubeEvent, NodeEven
 from schemas.incidents import Incident
 from streams.core import evidence, shortcuts
 from streams.core.config import CoreConfig
-from streams.core.lifecycle import ClusterStep
+from streams.core.lifecycle import ClusterStep, held_until
 from streams.core.rules import mismatch, starved
 from streams.core.state import NEVER, ClusterState, PendingPod
 
@@ -178,6 +178,7 @@ def apply_timer(state: ClusterState, now: float, config: CoreConfig) -> list[Inc
     )
     for inc in due:
         step.resolve(inc, inc.resolve_at, "no new failure for scale_up_quiet_seconds")
+    step.release_held()
     state.checked_at = now
     state.timers_dirty = True
     return step.finish()
@@ -187,5 +188,5 @@ def next_deadline(state: ClusterState, config: CoreConfig) -> float:
     """The earliest event time at which :func:`apply_timer` has something to do."""
     found = min(starved.deadline(state, config), mismatch.deadline(state, config))
     for inc in state.incidents.values():
-        found = min(found, inc.resolve_at)
+        found = min(found, inc.resolve_at, held_until(inc, config))
     return found if found > -math.inf else NEVER

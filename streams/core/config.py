@@ -15,6 +15,7 @@ DEFAULT_SEVERITY: dict[str, Severity] = {
     "device_unhealthy_eviction": "page",
     "host_oom_kill": "ticket",
     "suspected_cuda_oom": "ticket",
+    "gpu_fault_crash_loop": "ticket",
     "gpu_degraded": "ticket",
     "gpu_app_fault": "info",
     "xid_repeat": "page",
@@ -189,6 +190,13 @@ class CoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     traffic (data loading, pinned copies, the NIC) then crosses the socket interconnect.
     Off by default: on an HGX board the two halves of an 8-GPU job are on two NUMA nodes
     by design."""
+
+    revision_interval_seconds: float = 30.0
+    """At most one ``updated`` revision of an incident per this long (event time): one
+    node's device plugin rejecting 62 pods in a few minutes is one incident, and each
+    revision is a PagerDuty re-trigger and a Slack update. The held changes go out in one
+    revision when the interval ends, naming every pod. The first ``open``, the
+    ``resolved`` and a change of severity are never held. 0 publishes every change."""
 
     max_evidence: int = 50
     """Evidence kept per incident; further events are counted in ``evidence_omitted``."""

@@ -4,6 +4,12 @@ How it stays deterministic while events arrive out of order:
 
 * Every event waits in a buffer until the watermark passes its time. The
   watermark is ``max(event time seen, tick time) - grace`` and never goes back.
+  **Grace is inclusive**: an event exactly ``grace`` behind the newest time is
+  within it, so the watermark releases (and fires timers due) strictly *before*
+  itself, and an event is late only when its time is strictly before the watermark.
+  Trap: with the old ``<=`` an event exactly ``grace`` late (a stamp at the
+  second on both sides of a 1 s grace) was applied out of order and, behind its
+  key's mark, skipped as stale: lost at the boundary the configuration names.
 * Released events are applied in a total order, ``(time, schema rank, event
   id, cluster, node)``, which does not depend on arrival order. (The key is in
   it because ids are unique per source, not across clusters: see ``_Pending``.)
@@ -63,6 +69,7 @@ from schemas.keys import key_node, key_of
 from streams.core import cluster as cluster_rules
 from streams.core import node as node_rules
 from streams.core.config import CoreConfig
+from streams.core.lifecycle import publish_held
 from streams.core.state import NEVER, ClusterState, KeyState, NodeState
 
 RANK: dict[type[Any], int] = {
@@ -101,6 +108,10 @@ class CoreStats(msgspec.Struct):
     or a reconnect: objects changed meanwhile come stamped with their own older times)."""
     revisions: int = 0
     timers: int = 0
+
+
+def _state_key(state: KeyState) -> tuple[str, str]:
+    return (state.cluster, state.node)
 
 
 def new_state(event: AnyEvent) -> KeyState:
@@ -274,7 +285,7 @@ class Correlator:
             self._advance_to(when - self.grace, out)
             return out
         rank = RANK[kind]
-        if when <= self.watermark:
+        if when < self.watermark:
             self._n_late += 1
             self._apply(event, when, rank, key_node(event), out)
             if token is not None:
@@ -309,9 +320,20 @@ class Correlator:
         return out
 
     def flush(self) -> list[Incident]:
-        """End of input: release everything buffered and fire timers up to the last event."""
+        """End of input: release everything buffered, fire timers up to the last event,
+        and publish the changes still held back by ``revision_interval_seconds``."""
         out: list[Incident] = []
-        self._advance_to(self.max_time, out)
+        # The watermark releases strictly before itself: just past the last event time.
+        self._advance_to(math.nextafter(self.max_time, math.inf), out)
+        for state in sorted(self._all_states(), key=_state_key):
+            if any(inc.held for inc in state.incidents.values()):
+                incidents = publish_held(state, max(self.max_time, state.applied_time), self.config)
+                self._n_revisions += len(incidents)
+                out.extend(incidents)
+                if self._track_dirty:
+                    self._dirty[(state.cluster, state.node)] = state
+                if _refresh_deadline(state, self.config) and state.deadline < NEVER:
+                    self._schedule(state)
         return out
 
     # -- for a processor on a partitioned log ---------------------------------------------
@@ -388,17 +410,17 @@ class Correlator:
         if watermark <= self.watermark:
             return
         pending, timers = self._pending, self._timers
-        reached = self.watermark
+        reached = -math.inf  # the last instant released or fired (-inf: none)
         while True:
             event_at = pending[0][0] if pending else NEVER
             timer_at = timers[0][0] if timers else NEVER
-            if timer_at < event_at and timer_at <= watermark:
+            if timer_at < event_at and timer_at < watermark:
                 due, cluster, node = heapq.heappop(timers)
                 reached = due
                 state = self._states.get(cluster, {}).get(node)
                 if state is not None and state.deadline == due:
                     self._fire(state, due, out)
-            elif event_at <= watermark:
+            elif event_at < watermark:
                 when, rank, event_id, cluster, node, _, event, token = heapq.heappop(pending)
                 reached = when
                 if (
@@ -417,7 +439,13 @@ class Correlator:
                     self._released.append(token)
             else:
                 break
-        self.watermark = max(self.watermark, reached) if tight else watermark
+        if tight:
+            # A limit, not a promise: closed through the last instant released (the
+            # watermark is exclusive, so just past it), never further.
+            if reached > -math.inf:
+                self.watermark = max(self.watermark, math.nextafter(reached, math.inf))
+        else:
+            self.watermark = watermark
 
     def _apply(
         self, event: AnyEvent, when: float, rank: int, node: str, out: list[Incident]

@@ -146,10 +146,39 @@ class KeyStep(Generic[S]):
         self.out.append(self._record(inc, "resolved", at))
 
     # -- publishing -------------------------------------------------------------
-    def finish(self) -> list[Incident]:
-        """One revision per touched incident, in the order they were first touched."""
+    def release_held(self) -> None:
+        """Touch every incident whose held changes are due now (a timer step)."""
+        interval = self.config.revision_interval_seconds
+        for inc in self.state.incidents.values():
+            if inc.held and inc.published_at + interval <= self.now:
+                self.touch(inc)
+
+    def finish(self, *, hold: bool = True) -> list[Incident]:
+        """One revision per touched incident, in the order they were first touched.
+
+        An update less than ``revision_interval_seconds`` after the incident's last
+        published revision is held (:func:`held_until` gives its timer), unless its
+        severity changed. Trap: the interval is measured in event time from the held
+        incident's own last revision, so live and replay hold the same changes.
+        ``hold=False`` publishes everything (the end of the input)."""
+        interval = self.config.revision_interval_seconds if hold else -NEVER
+        now = self.now
         for inc in self.dirty:
-            self.out.append(self._record(inc, "open" if inc.revision == 0 else "updated", None))
+            if inc.revision == 0:
+                status: IncidentStatus = "open"
+            elif now < inc.published_at + interval and inc.severity == inc.published_severity:
+                if not inc.held:
+                    inc.held = True
+                    self.state.timers_dirty = True
+                continue
+            else:
+                status = "updated"
+            if inc.held:
+                inc.held = False
+                self.state.timers_dirty = True
+            inc.published_at = max(inc.published_at, now)
+            inc.published_severity = inc.severity
+            self.out.append(self._record(inc, status, None))
         self.dirty.clear()
         return self.out
 
@@ -177,6 +206,25 @@ class KeyStep(Generic[S]):
             evidence_omitted=inc.evidence_omitted,
             attributes=dict(inc.attributes),
         )
+
+
+def publish_held(state: NodeState | ClusterState, now: float, config: CoreConfig) -> list[Incident]:
+    """The held changes of every incident of ``state``, published now (end of input: a
+    replay that ends less than the interval after an update still shows it)."""
+    step: Step | ClusterStep = (
+        ClusterStep(state, config, now)
+        if isinstance(state, ClusterState)
+        else Step(state, config, now)
+    )
+    for inc in state.incidents.values():
+        if inc.held:
+            step.touch(inc)
+    return step.finish(hold=False)
+
+
+def held_until(inc: OpenIncident, config: CoreConfig) -> float:
+    """When ``inc``'s held changes are due to be published; ``NEVER`` if none are held."""
+    return inc.published_at + config.revision_interval_seconds if inc.held else NEVER
 
 
 class Step(KeyStep[NodeState]):

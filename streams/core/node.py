@@ -30,7 +30,7 @@ from schemas.keys import POD_RESOURCES
 from streams.core import evidence as text
 from streams.core import shortcuts
 from streams.core.config import CoreConfig, XidRule
-from streams.core.lifecycle import Step
+from streams.core.lifecycle import Step, held_until
 from streams.core.rules import chain, cuda, degraded, disruption, not_ready, nvlink, oom, xid
 from streams.core.rules.pods import pod_info
 from streams.core.state import (
@@ -315,7 +315,7 @@ def _resolve_pod_incidents(step: Step, key: str, note: str) -> None:
     prefix = f"{key}/"
     for inc in list(step.state.incidents.values()):
         mine = inc.subject == key if inc.type == nvlink.KIND else inc.subject.startswith(prefix)
-        if mine and inc.type in (oom.KIND, cuda.KIND, nvlink.KIND):
+        if mine and inc.type in (oom.KIND, cuda.KIND, cuda.FAULT_KIND, nvlink.KIND):
             step.resolve(inc, step.now, note)
 
 
@@ -471,6 +471,9 @@ def _gpu(
     ``gpu_uuid="<uuid>/GI<id>"``, read here the same way. Finding a GPU by uuid scans
     the node's few GPUs rather than keeping a second index per node; the parent and
     its instances share the parent's uuid, so the scan matches the instance too.
+    A record naming a uuid without a bus id (dcgm-exporter's MIG binding) takes the
+    bus id another record of the node told for that uuid (``NodeState.gpu_buses``:
+    NVML's binding or topology, which may have come first and left no GPU entry).
     """
     if instance is None and MIG_SEPARATOR in uuid:
         parent, found = split_gpu_key(uuid)
@@ -480,6 +483,11 @@ def _gpu(
     gpus = state.gpus
     gpu: GpuTrack | None
     packed = pack_uuid(uuid)
+    learned = False
+    if packed and not bus_id:
+        bus_id = _bus_of(state, packed)  # a MIG binding by the parent's uuid alone
+    elif packed and bus_id:
+        learned = _learn_bus(state, packed, bus_id)
     if bus_id:
         key = bus_id + suffix
         gpu = gpus.get(key)
@@ -492,6 +500,10 @@ def _gpu(
             if uuid:
                 _moved_profile(state, old, key)
                 _rekey_by_bus(state, uuid, bus_id)
+        elif learned:
+            # The first record to map this uuid found the bus-keyed entry made already
+            # (an XID naming only the bus): entries still keyed by the uuid join it.
+            _rekey_by_bus(state, uuid, bus_id)
     elif uuid:
         key, gpu = next(
             (
@@ -516,6 +528,33 @@ def _gpu(
     return key, gpu
 
 
+_MAX_GPU_BUSES = 64
+"""GPUs (uuid -> bus pairs) remembered per node: more than any board holds."""
+
+
+def _bus_of(state: NodeState, packed: bytes) -> str:
+    """The bus id a record of this node told for the GPU with this (packed) uuid, or ""."""
+    for uuid, bus in state.gpu_buses:
+        if uuid == packed:
+            return bus
+    return ""
+
+
+def _learn_bus(state: NodeState, packed: bytes, bus_id: str) -> bool:
+    """Remember that the GPU with this uuid sits at ``bus_id`` (a MIG instance's parent
+    too: instances share it); True when that is news. A GPU re-seated under another bus
+    replaces its pair."""
+    pairs = state.gpu_buses
+    for uuid, bus in pairs:
+        if uuid == packed:
+            if bus == bus_id:
+                return False
+            break
+    kept = tuple(p for p in pairs if p[0] != packed)
+    state.gpu_buses = (*kept, (packed, intern(bus_id)))[-_MAX_GPU_BUSES:]
+    return True
+
+
 def _rekey_by_bus(state: NodeState, uuid: str, bus_id: str) -> None:
     """A source just told this uuid's bus id: move the GPU's other entries still keyed
     by uuid (the parent, or sibling MIG instances dcgm-exporter named by the parent's
@@ -524,8 +563,18 @@ def _rekey_by_bus(state: NodeState, uuid: str, bus_id: str) -> None:
     prefix = f"uuid:{uuid}"
     for old in [k for k in gpus if k == prefix or k.startswith(prefix + MIG_SEPARATOR)]:
         new = intern(bus_id + old[len(prefix) :])
-        if new not in gpus:
+        known = gpus.get(new)
+        if known is None:
             gpus[new] = gpus.pop(old)
+            _moved_profile(state, old, new)
+        elif not known.pods:
+            # An XID named the bus (and instance) before anything mapped the uuid: its
+            # entry keeps the XID history and takes the binding's pods, so the next XID
+            # of that instance names them.
+            moved = gpus.pop(old)
+            known.pods, known.kubelet = moved.pods, moved.kubelet
+            if not known.uuid:
+                known.uuid = moved.uuid
             _moved_profile(state, old, new)
 
 
@@ -573,6 +622,14 @@ def _on_binding(step: Step, ev: GpuBindingEvent) -> None:
 
 
 def _on_topology(step: Step, ev: GpuTopologyEvent) -> None:
+    state = step.state
+    for g in ev.gpus:
+        packed = pack_uuid(g.gpu_uuid)
+        if packed and g.pci_bus_id:
+            # The snapshot maps uuids to bus ids (NVML): GPUs and MIG instances a binding
+            # named by uuid alone move under their bus id, and later ones find it.
+            _learn_bus(state, packed, g.pci_bus_id)
+            _rekey_by_bus(state, g.gpu_uuid, g.pci_bus_id)
     nvlink.on_topology(step, ev)
 
 
@@ -931,6 +988,7 @@ def apply_timer(state: NodeState, now: float, config: CoreConfig) -> list[Incide
     )
     for inc in due:
         step.resolve(inc, inc.resolve_at, "quiet for the rule's window")
+    step.release_held()
     state.timers_dirty = True
     return step.finish()
 
@@ -945,5 +1003,5 @@ def next_deadline(state: NodeState, config: CoreConfig) -> float:
         xid.deadline(state, xid.episode_gap(config)),
     )
     for inc in state.incidents.values():
-        found = min(found, inc.resolve_at)
+        found = min(found, inc.resolve_at, held_until(inc, config))
     return found if found > -math.inf else NEVER

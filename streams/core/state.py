@@ -254,6 +254,13 @@ class OpenIncident(msgspec.Struct, omit_defaults=True):
     resolve_at: float = NEVER
     count: int = 0
     """Type-specific occurrence count (restarts, kills, XIDs)."""
+    published_at: float = -math.inf
+    """Event time of the newest published revision (``open`` or ``updated``)."""
+    published_severity: str = ""
+    """The severity that revision carried: a change of severity is published at once."""
+    held: bool = False
+    """Changes wait to be published: at most one ``updated`` revision per
+    ``revision_interval_seconds`` (a timer at ``published_at`` plus the interval)."""
 
 
 class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defaults=True):
@@ -331,6 +338,11 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     node of single-GPU pods pays nothing (``multi_gpu_pod_without_nvlink``). One int each:
     the GPUs requested in the low 8 bits, above them a 56-bit hash of the pod's uid (its
     incident's anchor); see ``streams.core.rules.nvlink``."""
+    gpu_buses: tuple[tuple[bytes, str], ...] = ()
+    """Parent GPU uuid (packed) -> bus id, from any record that named both (an NVML
+    binding, a topology snapshot). A MIG binding from dcgm-exporter carries the parent's
+    uuid and often no bus id, the kernel's XID only the bus id: this joins them whichever
+    arrives first. One pair per GPU of the node, bounded; last, with a default."""
     disruption: str = ""
     """The planned disruption the node object says it is under (a Karpenter or
     cluster-autoscaler taint, a cordon, a graceful shutdown), in words; empty for none

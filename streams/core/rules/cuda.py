@@ -27,9 +27,20 @@ import, like the XID catalog, so the core still does no I/O per event and no clo
 The configuration's ``cuda_oom_patterns`` still confirm OOM as before (matched as
 given); the table's patterns match case-insensitively.
 
-The choice: the incident *type* stays ``suspected_cuda_oom`` (DESIGN §2's types are
-the contract, and the finding is still "this GPU container crash-loops"), but a loop
-with a named cause is its own incident:
+**The type is what an on-call reads first.** A loop whose message names the GPU or
+its driver (a class with ``device = true`` in the table: an uncorrectable ECC or NVLink
+error, ``GPU is lost``, NVML ``Unknown Error``...), or a kernel fault (an illegal memory
+access) within ``device_fault_near_seconds`` after a fatal XID on its own GPU, is not
+typed ``suspected_cuda_oom``: a pager that reads "suspected CUDA OOM" shrinks a batch
+while the GPU is broken. It is typed ``gpu_fault_crash_loop`` (:data:`FAULT_KIND`), or
+joins the GPU's hardware incident when one is open: the eviction chain and an escalated
+``gpu_degraded`` already take it before this rule runs (``chain.on_failure``); an open
+``xid_repeat`` of the pod's GPU, or a ``gpu_degraded`` naming it, takes it here as an
+affected pod (one fault, one incident). Trap: a kernel fault alone stays the workload's
+(``suspected_cuda_oom`` with ``cause``): XID 13/31/43 are application errors.
+
+Otherwise a loop with a named cause keeps the type ``suspected_cuda_oom`` (the finding
+is still "this GPU container crash-loops") as its own incident:
 
 * subject ``<ns>/<pod>/<container>#<class>`` (``#gpu_fault``, ``#kernel_fault``,
   ``#driver_fault``, ``#nccl_comm``), so its id is as deterministic as the OOM one
@@ -58,25 +69,47 @@ that crosses the threshold names the cause, which in a real loop repeats every t
 
 On a shared GPU (time-slicing / MPS) a neighbour may have taken the memory: the
 co-tenants are named as candidates, never one guessed culprit.
+
+Windows are inclusive, like the engine's grace: a crash (or an OOM kill) exactly
+``cuda_oom_window_seconds`` before this one is within the window.
 """
 
 from __future__ import annotations
 
 from schemas.events import PodEvent, Termination
+from schemas.incidents import Evidence
 from schemas.termination_causes import OOM, CauseClass, load_causes
 from streams.core import evidence as text
 from streams.core.lifecycle import Step
 from streams.core.rules import chain
 from streams.core.rules.pods import co_tenants, pod_info
-from streams.core.state import ContainerTrack, OpenIncident, PodTrack, bound_pods, gpu_ref
+from streams.core.state import (
+    ContainerTrack,
+    GpuTrack,
+    OpenIncident,
+    PodTrack,
+    bound_pods,
+    gpu_ref,
+    split_gpu_key,
+)
 from streams.core.timeconv import to_datetime
 
 KIND = "suspected_cuda_oom"
+FAULT_KIND = "gpu_fault_crash_loop"
+"""A crash loop whose termination message names the GPU or its driver (the table's
+``device`` classes), or a kernel fault just after a fatal XID on its GPU."""
+_KERNEL_FAULT = "kernel_fault"
 _MAX_RESTARTS = 32
 
 _CAUSES = load_causes()
 """The packaged termination-cause table (not in CoreConfig: see the module docstring)."""
 _NAMED = tuple(cls for cls in _CAUSES.classes if cls.name != OOM)
+_FATAL_XID_ACTION = (
+    "Drain the node and reset the GPU (nvidia-smi -r); check the kernel log for the fatal XID "
+    "and nvidia-smi -q -d ECC,ROW_REMAPPER; if it recurs after a reset, replace the GPU. Not "
+    "the workload: do not shrink the batch."
+)
+"""A kernel fault just after a fatal XID on its GPU: the XID's action, not a code bug's."""
 _WITHIN_A_LOOP = frozenset({"kernel_fault", "nccl_comm"})
 """Named causes that do not split a log-confirmed CUDA OOM loop (:func:`_confirmed_loop`)."""
 
@@ -98,7 +131,7 @@ def on_crash(
     """A non-zero, non-OOM termination of a GPU container."""
     config = step.config
     window = config.cuda_oom_window_seconds
-    kept = tuple(t for t in ctr.restarts if t > finished - window)[-_MAX_RESTARTS + 1 :]
+    kept = tuple(t for t in ctr.restarts if t >= finished - window)[-_MAX_RESTARTS + 1 :]
     ctr.restarts = (*kept, finished)
     if not kept:
         ctr.cuda_log = False  # a fresh window: forget the previous episode's log line
@@ -115,10 +148,19 @@ def on_crash(
     base = f"{key}/{ctr.name}"
     if named is None and not ctr.cuda_log:
         named = _open_cause(step, base)
-    if named is not None and named.name in _WITHIN_A_LOOP and _confirmed_loop(step, base):
+    device = named is not None and (
+        named.device
+        or (named.name == _KERNEL_FAULT and _after_fatal_xid(step, key, ctr.restarts[0]))
+    )
+    if (
+        named is not None
+        and not device
+        and named.name in _WITHIN_A_LOOP
+        and _confirmed_loop(step, base)
+    ):
         named = None  # one crash of a loop its log proved CUDA OOM: that loop's incident
     if named is not None:
-        _on_named_crash(step, key, track, ctr, term, ev, finished, base, named)
+        _on_named_crash(step, key, track, ctr, term, ev, finished, base, named, device=device)
         return
     subject = base
     ordinal = len(ctr.restarts)
@@ -163,7 +205,7 @@ def _may_open(step: Step, key: str, ctr: ContainerTrack, finished: float) -> boo
     config = step.config
     if len(ctr.restarts) <= config.cuda_oom_restarts:
         return False
-    if ctr.oom_at > finished - config.cuda_oom_window_seconds:
+    if ctr.oom_at >= finished - config.cuda_oom_window_seconds:
         return False
     return not chain.holds_pod(step, key)
 
@@ -216,9 +258,67 @@ def _open_cause(step: Step, base: str) -> CauseClass | None:
     order wins, so the choice never depends on dict order.
     """
     for cls in _NAMED:
-        if step.find(KIND, cause_subject(base, cls.name)) is not None:
+        subject = cause_subject(base, cls.name)
+        if step.find(KIND, subject) is not None or step.find(FAULT_KIND, subject) is not None:
             return cls
     return None
+
+
+def _pod_gpus(step: Step, key: str) -> list[tuple[str, GpuTrack]]:
+    """The GPUs (or MIG instances) the pod is bound to, in the node's order."""
+    return [(k, g) for k, g in step.state.gpus.items() if key in bound_pods(g)]
+
+
+def _after_fatal_xid(step: Step, key: str, since: float) -> bool:
+    """Did the loop (its first crash in the window at ``since``) begin at most
+    ``device_fault_near_seconds`` after a fatal XID on one of the pod's GPUs (an
+    instance's parent too), or during it? Then its kernel faults are the GPU's, not the
+    code's: an XID 79 or 48 kills every kernel in flight with exactly those words, and
+    the restarts that follow fail alike. Trap: the GPU's last XID must be a fault (not
+    the workload's 13/31/43: ``last_xid_app``), as the eviction chain judges it."""
+    near = step.config.device_fault_near_seconds
+    gpus = step.state.gpus
+    for gpu_key, gpu in _pod_gpus(step, key):
+        parent = gpus.get(split_gpu_key(gpu_key)[0])
+        for track in (gpu, parent):
+            if (
+                track is not None
+                and track.fatal
+                and not track.last_xid_app
+                and since - near <= track.last_xid <= step.now
+            ):
+                return True
+    return False
+
+
+def _hardware_incident(step: Step, key: str) -> OpenIncident | None:
+    """An open incident that already tells the pod's GPU's hardware fault, if any: an
+    ``xid_repeat`` of one of its GPUs, or the node's ``gpu_degraded`` naming one of
+    them. (The eviction chain and an escalated ``gpu_degraded`` took the crash before
+    this rule ran, when it was theirs.)"""
+    bound = _pod_gpus(step, key)
+    for gpu_key, _ in bound:
+        parent = split_gpu_key(gpu_key)[0]
+        for candidate in dict.fromkeys((gpu_key, parent)):
+            repeats = chain.open_repeats(step, candidate)
+            if repeats:
+                return min(repeats, key=lambda inc: inc.subject)
+    degraded = step.find(chain.DEGRADED, chain.DEGRADED_SUBJECT)
+    if degraded is not None:
+        for gpu_key, _ in bound:
+            parent = split_gpu_key(gpu_key)[0]
+            if gpu_key in degraded.gpus or parent in degraded.gpus:
+                return degraded
+    return None
+
+
+def _join_hardware(
+    step: Step, inc: OpenIncident, key: str, track: PodTrack, ctr: ContainerTrack, item: Evidence
+) -> None:
+    """The crash is one more casualty of the GPU's open hardware incident: the pod is
+    named there (restarting), the crash is its evidence; no incident of its own."""
+    step.add_pod(inc, pod_info(key, track, "restarting", ctr.name))
+    step.add_evidence(inc, item)
 
 
 def _on_named_crash(
@@ -231,15 +331,31 @@ def _on_named_crash(
     finished: float,
     base: str,
     cause: CauseClass,
+    *,
+    device: bool = False,
 ) -> None:
-    """A crash of a loop whose termination message names ``cause`` (not CUDA OOM)."""
+    """A crash of a loop whose termination message names ``cause`` (not CUDA OOM);
+    ``device``: the cause is the GPU's (typed :data:`FAULT_KIND`, or joined to the GPU's
+    open hardware incident)."""
     subject = cause_subject(base, cause.name)
     ordinal = len(ctr.restarts)
-    inc = step.find(KIND, subject)
+    kind = FAULT_KIND if device else KIND
+    inc = step.find(kind, subject)
+    if device and inc is None:
+        # A kernel fault's loop opened before the fatal XID came keeps its own type: the
+        # crashes are one loop, counted once.
+        inc = step.find(KIND, subject)
+        if inc is not None:
+            kind = KIND
+    if device and inc is None:
+        hardware = _hardware_incident(step, key)
+        if hardware is not None:
+            _join_hardware(step, hardware, key, track, ctr, text.termination(ev, ctr.name, term))
+            return
     if inc is None:
         if not _may_open(step, key, ctr, finished):
             return
-        inc = step.open(KIND, subject, ev.id, ctr.restarts[0])
+        inc = step.open(kind, subject, ev.id, ctr.restarts[0])
         step.add_pod(inc, pod_info(key, track, "restarting", ctr.name))
         suspicion = step.find(KIND, base)
         if suspicion is not None and suspicion.attributes.get("confidence") == "suspected":
@@ -248,7 +364,7 @@ def _on_named_crash(
                 step.now,
                 f"superseded: the termination message names {cause.label} ({subject})",
             )
-    if cause.names_gpu:
+    if cause.names_gpu or device:
         for gpu_key, gpu in step.state.gpus.items():
             pods = bound_pods(gpu)
             if key in pods:
@@ -261,13 +377,20 @@ def _on_named_crash(
     inc.attributes["confidence"] = "log-named"
     inc.attributes["restarts_in_window"] = str(inc.count)
     minutes = step.config.cuda_oom_window_seconds / 60
+    after_xid = inc.type == FAULT_KIND and not cause.device
     inc.summary = (
         f"container {base} on {step.state.node} restarted {inc.count} times in "
         f"{minutes:g} min with non-zero exits and no OOMKilled: {cause.label} "
-        "(named in its termination message), not CUDA OOM"
+        + (
+            "just after a fatal XID on its GPU (a GPU fault), not CUDA OOM"
+            if after_xid
+            else "(named in its termination message), not CUDA OOM"
+        )
     )
     gpus = ", ".join(g.uuid or g.pci_bus_id for g in inc.gpus.values() if g.uuid or g.pci_bus_id)
-    inc.action = cause.action + (f" GPU: {gpus}." if gpus else "")
+    inc.action = (_FATAL_XID_ACTION if after_xid else cause.action) + (
+        f" GPU: {gpus}." if gpus else ""
+    )
 
 
 def on_unseen_restarts(step: Step, ctr: ContainerTrack, count: int, since: float) -> None:
@@ -279,9 +402,9 @@ def on_unseen_restarts(step: Step, ctr: ContainerTrack, count: int, since: float
     An OOM kill in the window still vetoes, as for seen crashes.
     """
     window = step.config.cuda_oom_window_seconds
-    if since <= step.now - window:
+    if since < step.now - window:
         return  # the delta may be spread over more than the window: not a loop in it
-    kept = tuple(t for t in ctr.restarts if t > step.now - window)
+    kept = tuple(t for t in ctr.restarts if t >= step.now - window)
     if not kept:
         ctr.cuda_log = False
     ctr.restarts = (*kept, *((since,) * count))[-_MAX_RESTARTS + 1 :]
@@ -291,8 +414,9 @@ def on_oom_killed(step: Step, key: str, ctr: ContainerTrack) -> None:
     """The container's last termination was OOMKilled: this is host memory, not CUDA."""
     base = f"{key}/{ctr.name}"
     for subject in (base, *[cause_subject(base, cls.name) for cls in _NAMED]):
-        inc = step.find(KIND, subject)
-        if inc is not None:
-            step.resolve(
-                inc, step.now, "superseded: last termination was OOMKilled (host_oom_kill)"
-            )
+        for kind in (KIND, FAULT_KIND):
+            inc = step.find(kind, subject)
+            if inc is not None:
+                step.resolve(
+                    inc, step.now, "superseded: last termination was OOMKilled (host_oom_kill)"
+                )

@@ -84,8 +84,11 @@ def on_app(
 ) -> None:
     config, state = step.config, step.state
     inc = step.find(APP, gpu_key)
-    if inc is None:
-        inc = step.open(APP, gpu_key, item.event_id, step.now)
+    if inc is None or not inc.pods:
+        # Opened, or still naming no pod: the GPU's binding may have been learnt since the
+        # first line (a MIG instance's bus id told after its XID), so a later line names it.
+        if inc is None:
+            inc = step.open(APP, gpu_key, item.event_id, step.now)
         pods = pods_on(state, gpu_key, gpu)
         shared = len(pods) > 1 or bool(state.sharing)
         for key in pods:

@@ -43,7 +43,7 @@ from connectors.bridges.pagerduty import (
 from connectors.kafka.config import Secret
 from schemas.codec import RecordError, convert_as, dumps, encode
 from schemas.incidents import Evidence, GpuRef, Incident, PodInfo
-from tests.core_helpers import run
+from tests.core_helpers import config, run
 from tests.factories import Cluster, term
 from tests.receivers.pagerduty import PagerDutyReceiver, serving, violations
 
@@ -79,7 +79,8 @@ def chain(pods: Iterable[str] = ("a", "b", "c"), namespace: str = "ml") -> list[
         )
     c.node("n1", 50 * MIN, alloc=8)
     c.tick(60 * MIN)
-    revisions = [r for r in run(c.events) if r.type == CHAIN]
+    # Every change published (no revision_interval_seconds): one re-trigger per pod.
+    revisions = [r for r in run(c.events, config(revision_interval_seconds=0)) if r.type == CHAIN]
     assert [r.status for r in revisions] == ["open"] + ["updated"] * (len(names) - 1) + ["resolved"]
     return revisions
 

@@ -18,7 +18,7 @@ import pytest
 
 from schemas.incidents import Incident
 from tests.bridge_helpers import FAST, bridging, incident, publish, read_ledger, receiving, route
-from tests.core_helpers import final, run
+from tests.core_helpers import config, final, run
 from tests.factories import Cluster
 from tests.kafka_helpers import KafkaTestEnv, eventually
 
@@ -46,7 +46,9 @@ def eviction_storm() -> list[Incident]:
             namespace=f"team-{i % 3}",
         )
     c.tick(60 * MIN)
-    return run(c.events)
+    # Every change published (revision_interval_seconds = 0): the bridge's own storm
+    # folding must hold when the core is configured not to coalesce.
+    return run(c.events, config(revision_interval_seconds=0))
 
 
 def test_the_core_makes_one_chain_incident_of_the_storm_with_every_pod() -> None:

@@ -48,21 +48,23 @@ def test_ingest_dmesg(tmp_path: Path) -> None:
     assert [(e.code, e.sxid) for e in events] == [
         (12028, True),
         (79, False),
+        (79, False),  # "NVRM: GPU 0000:9b:00.0: GPU has fallen off the bus.": the same fault
         (154, False),
         (45, False),
         (45, False),
     ]
     assert events[1].time == datetime(2026, 11, 30, 9, 0, 0, 500000, tzinfo=UTC)
-    assert events[2].recovery_action == "Node Reboot Required"
-    assert events[3].caused_by == 149
-    assert events[3].pci_bus_id == "0001:3b:00.0"
+    assert events[2].pci_bus_id == events[1].pci_bus_id == "0000:9b:00.0"
+    assert events[3].recovery_action == "Node Reboot Required"
+    assert events[4].caused_by == 149
+    assert events[4].pci_bus_id == "0001:3b:00.0"
     # Two identical lines: two events, distinct and stable ids.
-    assert events[4].id == f"{events[3].id}:2"
+    assert events[5].id == f"{events[4].id}:2"
     assert {e.cluster for e in events} == {"prod"}
     assert proc.stderr.decode().splitlines() == [
         f"{DATA / 'dmesg.log'}:12: unrecognised XID line: NVRM: Xid (PCI:0000:66:00): abc, "
         "pid=2280636 (at message)",
-        "gputriage: 1 bad XID line of 6 skipped",
+        "gputriage: 1 bad XID line of 7 skipped",
     ]
     again = gputriage(*args, "--cluster", "prod", "--boot-time", BOOT)
     assert again.stdout == proc.stdout, "a re-read gives the same events and ids"
@@ -78,12 +80,12 @@ def test_ingest_without_boot_time_reports_relative_lines(tmp_path: Path) -> None
     proc = gputriage("ingest", "kmsg", "--file", str(log), "--node", "n")
     assert proc.returncode == 1, "the unreadable XID part of line 12 is still an error"
     events = xids_of(proc.stdout)
-    assert len(events) == 5
+    assert len(events) == 6
     assert {e.time for e in events} == {MTIME}
     lines = proc.stderr.decode().splitlines()
     assert proc.stderr.count(b"boot time is unknown") == 1
     assert lines[-1] == (
-        f"gputriage: warning: 5 XID lines of {log} had no usable time (first: line 5, dmesg "
+        f"gputriage: warning: 6 XID lines of {log} had no usable time (first: line 5, dmesg "
         "time is relative to boot and the boot time is unknown); stamped "
         "2026-11-30T12:34:56.789012Z, the file's modification time (give --boot-time or "
         "--default-time to choose)"

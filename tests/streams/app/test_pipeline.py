@@ -71,7 +71,9 @@ def test_garbage_is_a_dead_letter_with_its_bytes_and_processing_goes_on() -> Non
     assert (dead.topic, dead.partition, dead.offset) == (good[0].topic, 3, 99)
     assert dead.value == b"\xff not json"
     assert "g" in outcome.released
-    assert [i.type for i in outcome.incidents] == ["host_oom_kill"]
+    # Grace is inclusive: even at grace 0 the newest event waits for time to pass it.
+    later = pipeline.tick(c.events[-1].time.timestamp() + 1)
+    assert [i.type for i in outcome.incidents + later.incidents] == ["host_oom_kill"]
 
 
 def _fetched(raw: Sequence[RawRecord]) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
@@ -115,8 +117,13 @@ def test_fetched_records_make_the_same_outcome_as_raw_records() -> None:
         )
         for r in (*good, garbage)
     ]
-    by_raw = Pipeline(config(grace_seconds=0), LAYOUT).process(raw)
-    by_fetch = Pipeline(config(grace_seconds=0), LAYOUT).process_fetched(_fetched(raw))
+    raw_pipeline = Pipeline(config(grace_seconds=0), LAYOUT)
+    fetch_pipeline = Pipeline(config(grace_seconds=0), LAYOUT)
+    by_raw = raw_pipeline.process(raw)
+    by_fetch = fetch_pipeline.process_fetched(_fetched(raw))
+    now = c.events[-1].time.timestamp() + 1
+    by_raw.incidents += raw_pipeline.tick(now).incidents
+    by_fetch.incidents += fetch_pipeline.tick(now).incidents
     assert by_fetch.incidents == by_raw.incidents
     assert [i.type for i in by_fetch.incidents] == ["host_oom_kill"]
     assert by_fetch.dead_letters == by_raw.dead_letters
@@ -152,14 +159,17 @@ def test_a_key_that_is_not_the_correlation_key_is_a_dead_letter() -> None:
 def test_a_restored_worker_skips_what_it_had_applied() -> None:
     c = oom_scenario()
     first = Pipeline(config(grace_seconds=0), LAYOUT)
+    now = c.events[-1].time.timestamp() + 1  # past the newest event: released at grace 0
     outcome = first.process(records(c.events))
+    outcome.incidents += first.tick(now).incidents
     assert [i.status for i in outcome.incidents] == ["open"]
     second = Pipeline(config(grace_seconds=0), LAYOUT)
     second.restore((decode_state(data) for _, data, _ in first.snapshots()), 0)
     again = second.process(records(c.events))
-    assert again.incidents == []
+    ticked = second.tick(now)
+    assert again.incidents + ticked.incidents == []
     assert second.lanes.stats.stale == len(c.events)
-    assert again.released == [0, 1, 2]
+    assert again.released + ticked.released == [0, 1, 2]
 
 
 def chain() -> Cluster:

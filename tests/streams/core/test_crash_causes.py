@@ -90,8 +90,13 @@ def loop(
         c.pod("n3", "ft", t + 2, restarts=k, last=term(t, "Error", 1, message))
 
 
+FAULT = "gpu_fault_crash_loop"
+DEVICE_CAUSES = {"gpu_fault", "driver_fault"}
+"""Causes whose loop is typed ``gpu_fault_crash_loop``, not ``suspected_cuda_oom``."""
+
+
 def only(revisions: list[Incident]) -> Incident:
-    [inc] = of_type(revisions, KIND)
+    [inc] = of_type(revisions, KIND) + of_type(revisions, FAULT)
     return inc
 
 
@@ -103,7 +108,7 @@ def subject(inc: Incident, c: Cluster) -> str:
     id is how a consumer tells two loops of one container apart)."""
     for candidate in _SUBJECTS:
         for ev in c.events:
-            if incident_id(KIND, c.name, "n3", candidate, ev.id) == inc.id:
+            if incident_id(inc.type, c.name, "n3", candidate, ev.id) == inc.id:
                 return candidate
     raise AssertionError(f"no subject derives {inc.id}")
 
@@ -139,6 +144,7 @@ def test_a_named_cause_is_not_called_cuda_oom(message: str, cause: str) -> None:
     loop(c, CRASHES, message)
     inc = only(run(c.events))
     assert subject(inc, c) == f"ns/ft/main#{cause}"
+    assert inc.type == (FAULT if cause in DEVICE_CAUSES else KIND)
     assert inc.attributes["cause"] == cause
     assert inc.attributes["confidence"] == "log-named"
     assert inc.attributes["restarts_in_window"] == "4"
@@ -215,7 +221,9 @@ def test_a_named_cause_supersedes_an_open_suspicion() -> None:
     loop(c, CRASHES, "")
     loop(c, [11 * MIN], ECC, first=5)
     revisions = run(c.events)
-    by_subject = {subject(inc, c): inc for inc in of_type(revisions, KIND)}
+    by_subject = {
+        subject(inc, c): inc for inc in of_type(revisions, KIND) + of_type(revisions, FAULT)
+    }
     assert set(by_subject) == {"ns/ft/main", "ns/ft/main#gpu_fault"}
     old = by_subject["ns/ft/main"]
     assert old.status == "resolved"
@@ -233,7 +241,7 @@ def test_a_later_crash_without_text_keeps_the_named_cause() -> None:
     c = Cluster()
     loop(c, CRASHES, NVML)
     loop(c, [11 * MIN, 13 * MIN], "", first=5)
-    [inc] = of_type(run(c.events), KIND)
+    inc = only(run(c.events))
     assert subject(inc, c) == "ns/ft/main#driver_fault"
     assert inc.attributes["restarts_in_window"] == "6"
 
@@ -372,5 +380,9 @@ def test_a_workload_error_inside_a_log_confirmed_oom_loop_is_that_loops_crash() 
     assert ticket.attributes["restarts_in_window"] == "6"
     loop(c, [7 * MIN], ECC, first=7)
     c.tick(9 * MIN)
-    causes = sorted(i.attributes.get("cause", "") for i in of_type(run(c.events), KIND))
-    assert causes == ["", "gpu_fault"]
+    revisions = run(c.events)
+    causes = sorted(
+        (i.type, i.attributes.get("cause", ""))
+        for i in of_type(revisions, KIND) + of_type(revisions, FAULT)
+    )
+    assert causes == [(FAULT, "gpu_fault"), (KIND, "")]

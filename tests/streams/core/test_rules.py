@@ -41,7 +41,10 @@ def test_xid79_drop_and_evictions_are_one_incident() -> None:
     assert schemas[:2] == ["xid.v1", "node.v1"], "evidence reads in causal order"
     assert (inc.gpus[0].uuid, inc.gpus[0].pci_bus_id) == ("GPU-1", "0000:9b:00.0")
     assert inc.severity == "page"
-    assert [r.status for r in revisions if r.id == inc.id] == ["open", "updated", "updated"]
+    # The first page goes out at the XID; the drop and the three failures that follow
+    # within revision_interval_seconds are one held update (published here at the end
+    # of the input), not one re-trigger each.
+    assert [r.status for r in revisions if r.id == inc.id] == ["open", "updated"]
 
 
 def test_chain_needs_a_trigger() -> None:

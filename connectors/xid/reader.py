@@ -1,0 +1,82 @@
+"""Kernel-log lines read in order: :func:`~connectors.xid.lines.parse_line_or_untimed`
+plus the one kernel message the text tools split over lines.
+
+The driver's probe message for a GPU that fell off the bus is one ``printk`` of three
+lines (:mod:`connectors.xid.falloff`). ``/dev/kmsg`` and the journal keep it whole; a
+text log does not::
+
+    [ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0                   dmesg: the header,
+                   NVRM: (PCI ID: 10de:26b5) installed in this system has  then indented
+                   NVRM: fallen off the bus and is not responding to commands.  lines
+
+    Jan 16 14:04:39 host kernel: [1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0
+    Jan 16 14:04:39 host kernel: [1843.308145] NVRM: fallen off the bus and is ...
+
+Only the last line says what happened, and only the first names the GPU and (for
+dmesg) the time. A :class:`LineReader` remembers a header line for the next few
+lines; the fall-off line that names no GPU of its own is parsed as the header and
+every line since joined (``\\n``), so its record has the header's bus id and time. Any
+other line is parsed alone, as :func:`parse_line_or_untimed` would. One reader per
+stream of lines (one file): the memory is that stream's order.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from connectors.xid import falloff
+from connectors.xid.lines import LineContext, Untimed, parse_line_or_untimed
+from schemas.codec import RecordError
+from schemas.events import XidEvent
+
+SPAN: Final = 4
+"""Lines after a header that may still end its message (the driver's is three in all)."""
+
+
+class LineReader:
+    """Parses one stream's lines in order, joining a split fall-off message."""
+
+    __slots__ = ("_lines",)
+
+    def __init__(self) -> None:
+        self._lines: list[bytes] = []
+        """The pending header line and the lines after it (empty: none pending)."""
+
+    def parse(self, raw: bytes, ctx: LineContext) -> XidEvent | RecordError | Untimed | None:
+        """The result of ``raw`` (``None`` for a header line: its message is not over)."""
+        lines = self._lines
+        if falloff.HEADER_MARKER in raw and falloff.MARKER not in raw:
+            text = raw.decode("utf-8", errors="replace")
+            if falloff.header_bus(text) is not None:
+                self._lines = [raw]
+                return None
+        result = parse_line_or_untimed(raw, ctx)
+        if not lines:
+            return result
+        if len(lines) > SPAN:
+            self._lines = []
+            return result
+        if not _unnamed_fall_off(raw, result):
+            lines.append(raw)
+            return result
+        self._lines = []
+        joined = lines[0] + b"".join(b"\n" + _message(line) for line in (*lines[1:], raw))
+        whole = parse_line_or_untimed(joined, ctx)
+        return whole if whole is not None else result
+
+
+def _unnamed_fall_off(raw: bytes, result: XidEvent | RecordError | Untimed | None) -> bool:
+    """A fall-off line that names no GPU: the end of a pending header's message."""
+    if b"Xid" in raw:
+        return False
+    if isinstance(result, Untimed):
+        return result.fields.code == 79 and not result.fields.pci_bus_id
+    if isinstance(result, XidEvent):
+        return result.code == 79 and not result.pci_bus_id
+    return isinstance(result, RecordError) and falloff.MARKER in raw
+
+
+def _message(line: bytes) -> bytes:
+    """A continuation line from its ``NVRM:`` on (its own prefix repeats the header's)."""
+    at = line.find(b"NVRM:")
+    return line[at:] if at >= 0 else line.strip()
