@@ -39,7 +39,9 @@ import msgspec
 from schemas.codec import typed_decoder
 from schemas.types import Time
 
-CLUSTER_SCOPED = frozenset({"scale_up_failure", "gpu_pods_starved", "allocation_mismatch"})
+CLUSTER_SCOPED = frozenset(
+    {"scale_up_failure", "gpu_pods_starved", "gpu_pods_unschedulable", "allocation_mismatch"}
+)
 """Incident types raised on a cluster's key, with no node to match on."""
 
 

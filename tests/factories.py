@@ -28,6 +28,7 @@ from schemas.events import (
     PodCondition,
     PodEvent,
     PodRef,
+    Taint,
     Termination,
     Tick,
     XidEvent,
@@ -68,7 +69,10 @@ class Cluster:
         labels: dict[str, str] | None = None,
         op: Op = "modified",
         version: int | None = None,
+        taints: tuple[Taint, ...] = (),
     ) -> NodeEvent:
+        """``taints``: the node's ``spec.taints`` (a cordon, Karpenter's or the
+        autoscaler's disruption taint)."""
         ev = build.node_event(
             id=self._k8s_id(f"node-{node}", version),
             cluster=self.name,
@@ -79,6 +83,7 @@ class Cluster:
             allocatable=alloc,
             ready=build.ready_condition(ready),
             labels=labels,
+            taints=taints,
         )
         self.events.append(ev)
         return ev
@@ -223,7 +228,11 @@ class Cluster:
         name: str = "",
         namespace: str = "ns",
         message: str = "",
+        warning: bool = True,
+        source: str = "",
     ) -> KubeEvent:
+        """``warning=False`` for a ``Normal`` Event (Karpenter's and the autoscaler's
+        eviction notices); ``source``: the reporting component."""
         ev = build.kube_event(
             id=self._id("kev"),
             cluster=self.name,
@@ -231,10 +240,11 @@ class Cluster:
             node=node,
             reason=reason,
             message=message,
-            warning=True,
+            warning=warning,
             kind=kind,
             name=name or node,
             namespace=namespace,
+            source=source,
         )
         self.events.append(ev)
         return ev

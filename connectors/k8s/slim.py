@@ -320,6 +320,7 @@ class _TaintView(_View):
 
 class _NodeSpecView(_View):
     taints: list[_TaintView | None] | None = None
+    unschedulable: bool | None = None
 
 
 class _NodeStatusView(_View):
@@ -804,6 +805,10 @@ def _gpu_map(raw: dict[str, Any] | None, path: str, config: SlimConfig) -> dict[
     return amounts
 
 
+_CORDON: Final = "node.kubernetes.io/unschedulable"
+"""The taint a cordon (``spec.unschedulable``) is mirrored as (``TaintNodeUnschedulable``)."""
+
+
 def _node(
     view: _NodeView, op: Op, cluster: str, observed: datetime | None, config: SlimConfig
 ) -> NodeEvent:
@@ -847,6 +852,10 @@ def _node(
         taints.append(
             Taint(key=taint.key or "", value=taint.value or "", effect=taint.effect or "")
         )
+    if spec.unschedulable and all(t.key != _CORDON for t in taints):
+        # A cordon the node lifecycle controller has not mirrored as its taint yet: the
+        # same fact, one shape for the core (streams.core.rules.disruption).
+        taints.append(Taint(key=_CORDON, effect="NoSchedule"))
     return NodeEvent(
         id=meta.id,
         cluster=cluster,

@@ -21,6 +21,7 @@ DEFAULT_SEVERITY: dict[str, Severity] = {
     "xid_repeat": "page",
     "gpu_node_not_ready": "page",
     "gpu_pods_starved": "ticket",
+    "gpu_pods_unschedulable": "ticket",
     "scale_up_failure": "ticket",
     "allocation_mismatch": "ticket",
     "multi_gpu_pod_without_nvlink": "ticket",

@@ -31,7 +31,7 @@ from streams.core import evidence as text
 from streams.core import shortcuts
 from streams.core.config import CoreConfig, XidRule
 from streams.core.lifecycle import Step, held_until
-from streams.core.rules import chain, cuda, degraded, not_ready, nvlink, oom, xid
+from streams.core.rules import chain, cuda, degraded, disruption, not_ready, nvlink, oom, xid
 from streams.core.rules.pods import pod_info
 from streams.core.state import (
     MIG_SEPARATOR,
@@ -121,6 +121,7 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
                 continue
             ctr.last_finished = finished
             _on_termination(step, ev, key, track, ctr, term, finished, deleting)
+    disruption.note(step, disruption.of_pod_status(ev.reason, ev.message))
     reason = ""
     if ev.reason in step.config.failure_reasons:
         reason = ev.reason
@@ -276,6 +277,8 @@ def _on_termination(
         return
     if term.exit_code == 0:
         return
+    if deleting and disruption.planned(step):
+        return  # the planned deletion's exit, whatever its code (a trainer's SIGTERM: 1)
     signal = _SIGNAL_EXITS.get(term.exit_code)
     if signal is not None and deleting:
         return  # the deletion's own SIGTERM (or SIGKILL after the grace): not a crash
@@ -376,6 +379,9 @@ def _on_node(step: Step, ev: NodeEvent) -> None:
         state.timers_dirty = True
         return
     state.sharing = sharing_of(ev.labels)
+    planned = disruption.of_node(ev)
+    if planned != state.disruption:
+        state.disruption = intern(planned)
     if ev.capacity:
         text = _unallocatable(ev)
         if text or state.resources is not None:
@@ -433,6 +439,10 @@ def _unallocatable(ev: NodeEvent) -> str:
 def _on_kube_event(step: Step, ev: KubeEvent) -> None:
     if ev.reason in ("OOMKilling", "SystemOOM"):
         oom.on_node_oom_event(step, text.kube_event(ev))
+        return
+    planned = disruption.of_event(ev)
+    if planned:
+        disruption.note(step, planned)  # an eviction through the API: no failure
         return
     obj = ev.involved
     if obj.kind != "Pod" or ev.reason not in step.config.failure_reasons:

@@ -343,6 +343,13 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     binding, a topology snapshot). A MIG binding from dcgm-exporter carries the parent's
     uuid and often no bus id, the kernel's XID only the bus id: this joins them whichever
     arrives first. One pair per GPU of the node, bounded; last, with a default."""
+    disruption: str = ""
+    """The planned disruption the node object says it is under (a Karpenter or
+    cluster-autoscaler taint, a cordon, a graceful shutdown), in words; empty for none
+    (``streams.core.rules.disruption``)."""
+    disruption_seen: tuple[float, str] | None = None
+    """The last Event or pod status that said the node is being disrupted on purpose
+    (Karpenter's ``Evicted pod``, the autoscaler's ``ScaleDown``): its time and words."""
 
 
 class PendingPod(msgspec.Struct, omit_defaults=True):
@@ -364,6 +371,14 @@ class PendingPod(msgspec.Struct, omit_defaults=True):
     starved."""
     groups: tuple[str, ...] = ()
     """Node groups an autoscaler record tied to this pod (a plan naming it)."""
+    unfit: Evidence | None = None
+    """The autoscaler's latest verdict that no node group can fit this pod (a
+    ``NotTriggerScaleUp`` whose reasons are all of configuration, no backoff, no max
+    size; Karpenter's "could not schedule pod"); None when none stands
+    (``streams.core.rules.starved``)."""
+    unfit_groups: tuple[str, ...] = ()
+    """Node groups an autoscaler record says cannot fit this pod (cluster-autoscaler's
+    "can't be scheduled on <group>, predicate failed")."""
 
 
 class GroupTrack(msgspec.Struct, omit_defaults=True):
@@ -411,6 +426,11 @@ class NodeTally(msgspec.Struct, omit_defaults=True, array_like=True):
     snapshot lacks this last field, and reading its 4-digit keys as 16-digit ones would
     count a quarter of the GPUs bound and page a false ``allocation_mismatch`` after an
     upgrade. Such a tally keeps 4 digits until it is empty, then takes 16."""
+    leaving: bool = False
+    """Its node object says it is being removed on purpose (a Karpenter or autoscaler
+    taint, out of service, shutting down): its pods are evicted and its dcgm-exporter
+    goes with it, so its counts say nothing: left out
+    (:func:`streams.core.rules.disruption.removing`). Last: array-like."""
 
 
 class ClusterState(msgspec.Struct, tag_field="kind", tag="cluster_state.v1", omit_defaults=True):

@@ -46,6 +46,13 @@ about a device (DESIGN §2 refinements):
 An ordinary crash does not make a drop trusted either: a plugin restart a minute
 after an unrelated crash pages nobody.
 
+A node taken away on purpose (:mod:`streams.core.rules.disruption`: Karpenter's or the
+autoscaler's taint, a cordon, a graceful shutdown) arms nothing by losing every GPU, and
+its evictions through the API are no failures (Karpenter's ``Evicted pod: <reason>``
+Event, a deleted pod's exit on such a node): before this, a healthy consolidation paged
+"reset or replace the GPU". A fatal XID there still arms the chain, and a pod that then
+dies on its own (no deletion) still joins it.
+
 Traps: ``CUDA error: out of memory`` contains "CUDA error" but is the workload
 running out of memory (``suspected_cuda_oom``), never the device: texts that
 match ``cuda_oom_patterns`` do not say device. Likewise a text the termination-cause

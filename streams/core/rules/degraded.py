@@ -44,6 +44,15 @@ Deleting the node resolves everything.
 
 A drop in allocatable (not a level) is also what arms the eviction chain, once
 it is trusted (see :func:`streams.core.rules.chain.on_drop`).
+
+**Planned disruption is not a degraded GPU** (:mod:`streams.core.rules.disruption`):
+on a node drained, consolidated or scaled down on purpose, every GPU leaving
+allocatable is the device plugin stopping with the node. Such a count is not applied at
+all: no ticket opens, the chain is not armed, and an open ticket keeps saying what it
+said (one GPU of eight, not the teardown's eight). Why: a healthy Karpenter
+consolidation opened this ticket five minutes into its drain, or armed the chain its
+evictions then joined. A partial drop on such a node is one GPU marked unhealthy,
+judged as ever; once the taint goes with the GPUs still gone, the drop counts from then.
 """
 
 from __future__ import annotations
@@ -53,7 +62,7 @@ from schemas.ids import incident_id
 from schemas.incidents import Evidence, GpuRef
 from streams.core import evidence as text
 from streams.core.lifecycle import Step
-from streams.core.rules import chain
+from streams.core.rules import chain, disruption
 from streams.core.rules.pods import pod_info
 from streams.core.state import (
     NEVER,
@@ -70,6 +79,10 @@ SUBJECT = chain.DEGRADED_SUBJECT
 
 def on_capacity(step: Step, ev: NodeEvent, capacity: int, allocatable: int) -> None:
     state = step.state
+    if disruption.teardown(step, capacity, allocatable):
+        # Every GPU gone on a node drained on purpose: the device plugin stopping with
+        # the node, no fault. What was known of its GPUs stands (an open ticket stays).
+        return
     known = state.capacity >= 0
     before_gap = state.capacity - state.allocatable if known else 0
     before_alloc = state.allocatable

@@ -31,7 +31,10 @@ actionable.
   (False / Unknown: the kubelet is gone, so is the scrape of its dcgm-exporter, whose
   last bindings stand while the node controller fails the pods ``NodeLost``: "8 bound,
   0 requested" is the outage, which ``gpu_node_not_ready`` reports; the simulator found
-  it three times in one 2 h day), pods asking for a fraction
+  it three times in one 2 h day), nodes being removed on purpose (a Karpenter or
+  cluster-autoscaler disruption taint, out of service, shutting down: their pods are
+  evicted before their dcgm-exporter goes, so "8 bound, 0 requested" is the drain, not a
+  fault; :mod:`streams.core.rules.disruption`), pods asking for a fraction
   of a GPU, namespaces in ``mismatch_ignore_namespaces``, and nodes no pod-aware
   binding source has ever reported (no dcgm-exporter there at all: counting them as
   "nothing bound" would page for every cluster without it).
@@ -55,6 +58,7 @@ from streams.core import evidence
 from streams.core.config import CoreConfig
 from streams.core.lifecycle import ClusterStep
 from streams.core.node import sharing_of
+from streams.core.rules import disruption
 from streams.core.state import MIG_SEPARATOR, NEVER, ClusterState, NodeTally
 
 MISMATCH = "allocation_mismatch"
@@ -75,7 +79,7 @@ _NODES_SHOWN = 5
 
 def contribution(tally: NodeTally) -> int:
     """This node's share of the disagreement (0 when it is left out)."""
-    if tally.shared or not tally.reported or tally.unreachable:
+    if tally.shared or not tally.reported or tally.unreachable or tally.leaving:
         return 0
     return abs(tally.requested - bound_count(tally))
 
@@ -184,6 +188,7 @@ def on_node(step: ClusterStep, ev: NodeEvent) -> None:
     tally.unreachable = any(
         c.type == "Ready" and c.status in ("False", "Unknown") for c in ev.conditions
     )
+    tally.leaving = disruption.removing(ev)
     _changed(step, ev.node, before, None)
 
 

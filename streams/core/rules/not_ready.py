@@ -51,6 +51,12 @@ Traps:
   timer) right after, so it cannot page a second time.
 * The pods named are those still running when it pages; if none is left (all
   finished or deleted during the grace) there is nothing to page about.
+* A node being removed on purpose (Karpenter's or cluster-autoscaler's disruption
+  taint, out of service, a graceful shutdown, or their Events within the eviction
+  window: :func:`streams.core.rules.disruption.removal`) goes NotReady because it is
+  being shut down: no page. Its pods' controllers reschedule them, as the evictor
+  planned. A mere cordon arms as ever (a cordoned node going down is not yet a planned
+  removal).
 """
 
 from __future__ import annotations
@@ -61,6 +67,7 @@ from schemas.events import NodeCondition, NodeEvent
 from schemas.incidents import Evidence, PodInfo
 from streams.core import evidence as text
 from streams.core.lifecycle import Step
+from streams.core.rules import disruption
 from streams.core.rules.chain import ordinary_crash
 from streams.core.rules.pods import pod_info
 from streams.core.state import NEVER, NodeState, OpenIncident
@@ -87,7 +94,7 @@ def on_ready(step: Step, ev: NodeEvent, cond: NodeCondition) -> None:
             step.add_evidence(inc, item)
             inc.attributes["ready"] = cond.status
         return
-    if not _running(state):
+    if not _running(state) or disruption.removal(step):
         return
     state.not_ready_pending = (step.now, item)
     state.timers_dirty = True

@@ -12,9 +12,25 @@ not heal (page someone), a zone out of capacity usually does (a ticket).
 * **Which group is the pod's.** An autoscaler record that names the pod and a group
   (a TriggeredScaleUp, a plan listing pods) ties them; tied pods are matched by their
   own groups only (a pod waiting on a healthy group is not starved by another's
-  quota). A pod tied to no group is matched by every failing GPU node group: the
-  autoscaler failing to grow any GPU group is the reason it starves, as far as anyone
-  can tell (the incident says ``match = "cluster"``, not ``"named"``).
+  quota). A pod tied to no group is matched by the failing GPU node groups that may
+  offer what it asks for: the autoscaler failing to grow them is the reason it starves,
+  as far as anyone can tell (the incident says ``match = "cluster"``, not ``"named"``).
+  A group does not match a pod a record said it cannot fit ("can't be scheduled on
+  <group>"), nor one asking for a GPU resource other than those the group is known to
+  offer (the resources of the pods tied to it: a MIG profile is not a whole GPU).
+* **Pending for a reason no group can fix is not starvation** (:func:`_judge`). When
+  the autoscaler's latest word on a pod is that no node group would fit it
+  (``NotTriggerScaleUp`` listing only reasons of configuration: ``didn't match Pod's
+  node affinity/selector`` for a GPU product no group offers, ``had untolerated taint``;
+  no ``in backoff``, no ``max node group size reached``; Karpenter's "could not schedule
+  pod" / "incompatible with nodepool"), growing any group would not place it, so no
+  group's quota or capacity failure is blamed for it. Trap: before this, an untied pod
+  matched every failing GPU group, and a pod asking for an H100 no group offers paged
+  as starved by an unrelated A10 group's quota. Such pods get a ticket of their own,
+  ``gpu_pods_unschedulable`` (one per owner, from ``starved_pending_seconds``), naming
+  the scheduler's and the autoscaler's words: the fix is the pod's spec or a new group,
+  not the cloud. A later record that ties the pod to a group, or says a group is in
+  backoff or at its max size for it, lifts the verdict (some group would fit it).
 * **A GPU node group** is one whose name matches ``gpu_node_group_pattern`` or one an
   autoscaler record tied to a GPU pod. ``scale_up_failure`` is only about those: a CPU
   group's failures are not this tool's business.
@@ -53,6 +69,7 @@ from streams.core.timeconv import to_datetime
 
 STARVED = "gpu_pods_starved"
 SCALE_UP = "scale_up_failure"
+UNFIT = "gpu_pods_unschedulable"
 
 FAILURES = frozenset(("scale_up_failed", "scale_up_timeout", "max_size_reached"))
 """Actions that are a failed attempt to grow a group."""
@@ -94,12 +111,8 @@ def on_autoscaler(step: ClusterStep, ev: AutoscalerEvent) -> None:
     config = step.config
     state.starved_dirty = True
     group_name = ev.node_group
-    if ev.pods and group_name:
-        for ref in ev.pods:
-            pod = state.pending.get(f"{ref.namespace}/{ref.name}")
-            if pod is not None and group_name not in pod.groups:
-                pod.groups = (*pod.groups, group_name)
-                _group(state, group_name, config).gpu = True
+    if ev.pods:
+        _judge(step, ev)
     if not group_name:
         return
     failure = ev.action in FAILURES or (ev.action == "backoff" and ev.reason in _RANK)
@@ -131,6 +144,67 @@ def on_autoscaler(step: ClusterStep, ev: AutoscalerEvent) -> None:
     group.evidence = [*group.evidence, line][-_KEEP_EVIDENCE:]
     if group.gpu:
         _scale_up_failure(step, group_name, group, line, counted)
+
+
+def _unfit(ev: AutoscalerEvent) -> bool:
+    """Is this record the autoscaler's verdict that a group (or none) cannot fit its pods?
+    A ``NotTriggerScaleUp`` whose reasons are all of configuration (no backoff, no max
+    size), "can't be scheduled on <group>, predicate failed", Karpenter's "could not
+    schedule pod" / "incompatible with nodepool". Trap: an ``unschedulable`` record
+    without that reason ("Pod x is unschedulable", Karpenter's "found provisionable pod")
+    is the autoscaler *seeing* the pod, about to act: no verdict. Nor is the bare old
+    ``pod didn't trigger scale-up (it wouldn't fit if a new node is added)``: with no
+    reasons listed it says the same when the only group that fits is at its max size."""
+    if ev.action != "unschedulable" or ev.reason != "config":
+        return False
+    return not ev.message.rstrip(". ").endswith(_NO_REASONS)
+
+
+_NO_REASONS = "(it wouldn't fit if a new node is added)"
+"""cluster-autoscaler's old ``NotTriggerScaleUp`` message, when it lists no reason."""
+
+
+def _judge(step: ClusterStep, ev: AutoscalerEvent) -> None:
+    """What a record naming pending pods says of them, the latest record winning.
+
+    * A verdict naming a cluster-autoscaler group: that group cannot fit the pod (it is
+      no longer the pod's, and never matches it).
+    * A verdict naming no group, or Karpenter's (it weighs every NodePool at once and
+      names the first it rejected): no group can fit the pod (``PendingPod.unfit``).
+    * A plan naming a group ties the pod to it (the group offers what the pod asks).
+    * A backoff, a group at its max size or a plan: some group would fit it, it just
+      cannot grow now: no verdict stands.
+    """
+    state, config = step.state, step.config
+    group_name = ev.node_group
+    unfit = _unfit(ev)
+    whole = unfit and (not group_name or "karpenter" in ev.source)
+    for ref in ev.pods:
+        key = f"{ref.namespace}/{ref.name}"
+        pod = state.pending.get(key)
+        if pod is None:
+            continue
+        if whole:
+            if pod.unfit is None:
+                state.timers_dirty = True
+            pod.unfit = evidence.autoscaler_line(ev)
+        elif unfit:
+            pod.groups = tuple(g for g in pod.groups if g != group_name)
+            if group_name not in pod.unfit_groups:
+                pod.unfit_groups = (*pod.unfit_groups, group_name)
+        elif group_name:
+            pod.unfit = None
+            pod.unfit_groups = tuple(g for g in pod.unfit_groups if g != group_name)
+            _group(state, group_name, config).gpu = True
+            if group_name not in pod.groups:
+                pod.groups = (*pod.groups, group_name)
+        elif ev.action in _SOME_GROUP_FITS or ev.reason in _SOME_GROUP_FITS:
+            pod.unfit = None
+
+
+_SOME_GROUP_FITS = frozenset(("backoff", "max_size", "max_size_reached", "scale_up_planned"))
+"""Actions, or reasons (a ``NotTriggerScaleUp`` listing "in backoff" among reasons of
+configuration), that, naming a pod, say some group would fit it if it could grow now."""
 
 
 def _group(state: ClusterState, name: str, config: CoreConfig) -> GroupTrack:
@@ -193,7 +267,14 @@ def on_left(step: ClusterStep, key: str, why: str) -> None:
     if pod is None:
         return
     state.starved_dirty = state.timers_dirty = True
-    inc = step.find(STARVED, _owner(pod))
+    owner = _owner(pod)
+    unfit = step.find(UNFIT, owner)
+    if unfit is not None:
+        if any(p.unfit is not None and _owner(p) == owner for p in state.pending.values()):
+            step.add_pod(unfit, _info(pod, "scheduled" if why.startswith("scheduled") else "gone"))
+        else:
+            step.resolve(unfit, step.now, f"no pod pending under the verdict (the last {why})")
+    inc = step.find(STARVED, owner)
     if inc is None:
         return
     left = [p for p in state.pending.values() if _owner(p) == inc.subject]
@@ -265,22 +346,36 @@ def evaluate(step: ClusterStep) -> None:
     if not state.pending:
         return
     failing = _failing(state, now, config)
-    if not failing and not any(k.startswith(f"{STARVED}|") for k in state.incidents):
-        return  # nothing fails and nothing is open: no pod to walk
+    unfit = any(p.unfit is not None for p in state.pending.values())
+    if (
+        not failing
+        and not unfit
+        and not any(k.startswith((f"{STARVED}|", f"{UNFIT}|")) for k in state.incidents)
+    ):
+        return  # nothing fails, no verdict, nothing is open: no pod to walk
     by_owner: dict[str, list[PendingPod]] = {}
+    offers: dict[str, set[str]] = {}
     for pod in state.pending.values():
         by_owner.setdefault(_owner(pod), []).append(pod)
+        for group in pod.groups:
+            if pod.resource:
+                offers.setdefault(group, set()).add(pod.resource)
     for owner, pods in sorted(by_owner.items()):
+        _unschedulable(step, owner, pods)
         inc = step.find(STARVED, owner)
-        starving = [p for p in pods if _starving(p, now, config)]
+        starving = [p for p in pods if _starving(p, now, config) and p.unfit is None]
         if inc is None and not starving:
             continue
-        judged = starving or pods  # an open incident whose pods are not yet starving
+        # An open incident whose pods are not yet starving; pods no group can fit match
+        # no group's failure: the autoscaler could not help them if it grew every group.
+        judged = starving or [p for p in pods if p.unfit is None]
         if any(p.groups for p in judged):  # tied: only their own groups count
             named = sorted({g for p in judged for g in p.groups if g in failing})
             match = "named"
         else:
-            named = sorted(g for g in failing if failing[g].gpu)
+            named = sorted(
+                g for g in failing if failing[g].gpu and any(_offers(offers, g, p) for p in judged)
+            )
             match = "cluster"
         if inc is None:
             if not named:
@@ -289,6 +384,70 @@ def evaluate(step: ClusterStep) -> None:
             anchor = first.unschedulable.event_id if first.unschedulable else owner
             inc = step.open(STARVED, owner, anchor, first.since)
         _describe(step, inc, pods, [(g, state.groups[g]) for g in named], match)
+
+
+def _offers(offers: dict[str, set[str]], name: str, pod: PendingPod) -> bool:
+    """Can an untied pod be waiting on group ``name``? Not when a record said the group
+    cannot fit it, nor when the group is known to offer other GPU resources than the one
+    the pod asks for (``offers``: the resources of the pending pods tied to each group; a
+    MIG profile is not a whole GPU). A group nothing is known of may offer anything."""
+    if name in pod.unfit_groups:
+        return False
+    known = offers.get(name)
+    return not known or not pod.resource or pod.resource in known
+
+
+def _unschedulable(step: ClusterStep, owner: str, pods: list[PendingPod]) -> None:
+    """``gpu_pods_unschedulable``: the owner's pods pending and unschedulable for
+    ``starved_pending_seconds`` that the autoscaler says no node group can fit. One ticket
+    per owner naming the scheduler's and the autoscaler's words; it resolves when none of
+    its pods pends under such a verdict any more (scheduled, deleted, or a record ties it
+    to a group that would fit it)."""
+    config = step.config
+    stuck = [p for p in pods if p.unfit is not None and _starving(p, step.now, config)]
+    inc = step.find(UNFIT, owner)
+    if not stuck:
+        if inc is not None and not any(p.unfit is not None for p in pods):
+            step.resolve(inc, step.now, "no pod pending under the autoscaler's verdict any more")
+        return
+    if inc is None:
+        first = min(stuck, key=lambda p: (p.since, p.name))
+        verdict = first.unfit
+        inc = step.open(UNFIT, owner, verdict.event_id if verdict else owner, first.since)
+    before = (inc.summary, dict(inc.attributes), len(inc.pods))
+    for pod in sorted(stuck, key=lambda p: p.name):
+        if step.add_pod(inc, _info(pod, "pending")):
+            for item in (pod.unschedulable, pod.unfit):
+                if item is not None:
+                    step.add_evidence(inc, item)
+    latest = max(stuck, key=lambda p: (p.since, p.name))
+    scheduler = latest.unschedulable.text if latest.unschedulable else ""
+    autoscaler = latest.unfit.text if latest.unfit else ""
+    kind, name = inc.subject.split("/", 1)
+    minutes = int(config.starved_pending_seconds // 60)
+    what = f"{len(stuck)} GPU pod{'s' if len(stuck) != 1 else ''} of {kind} {name}"
+    inc.summary = (
+        f"{what} pending over {minutes} min that no node group can fit: the autoscaler "
+        f"says {autoscaler!r}; the scheduler says {scheduler!r}"
+    )
+    inc.action = (
+        "No scale-up will come: no node group offers what these pods ask for. Check their "
+        "node selector and affinity (the GPU product), tolerations and GPU resource "
+        "against the node groups' labels and taints; fix the spec, or add a node group "
+        "that offers it (a group scaling from zero must advertise its GPUs in its node "
+        'template, or the autoscaler reads "Insufficient nvidia.com/gpu").'
+    )
+    inc.attributes = {
+        "pending_pods": str(len(stuck)),
+        "gpus_requested": str(sum(p.gpus for p in stuck)),
+        "autoscaler": autoscaler,
+        "scheduler": scheduler,
+    }
+    resources = sorted({p.resource for p in stuck if p.resource})
+    if resources:
+        inc.attributes["resource"] = ",".join(resources)
+    if (inc.summary, inc.attributes, len(inc.pods)) != before:
+        step.touch(inc)
 
 
 def _describe(
