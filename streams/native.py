@@ -64,6 +64,7 @@ COMPILED = (
     "streams.core.rules.chain",
     "streams.core.rules.cuda",
     "streams.core.rules.degraded",
+    "streams.core.rules.fabric",
     "streams.core.rules.mismatch",
     "streams.core.rules.not_ready",
     "streams.core.rules.nvlink",

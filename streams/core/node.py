@@ -31,7 +31,7 @@ from streams.core import evidence as text
 from streams.core import shortcuts
 from streams.core.config import CoreConfig, XidRule
 from streams.core.lifecycle import Step
-from streams.core.rules import chain, cuda, degraded, not_ready, nvlink, oom, xid
+from streams.core.rules import chain, cuda, degraded, fabric, not_ready, nvlink, oom, xid
 from streams.core.rules.pods import pod_info
 from streams.core.state import (
     MIG_SEPARATOR,
@@ -376,6 +376,9 @@ def _on_node(step: Step, ev: NodeEvent) -> None:
         state.timers_dirty = True
         return
     state.sharing = sharing_of(ev.labels)
+    clique = fabric.domain_of(ev.labels)
+    if clique != state.clique:
+        state.clique = clique
     if ev.capacity:
         text = _unallocatable(ev)
         if text or state.resources is not None:
@@ -753,6 +756,7 @@ def apply_event(
     step = Step(state, config, now)
     step.version = version  # parsed once: the handlers record it
     handler(step, event)
+    fabric.defer(step)
     return step.finish()
 
 
@@ -921,6 +925,7 @@ def apply_timer(state: NodeState, now: float, config: CoreConfig) -> list[Incide
     )
     for inc in due:
         step.resolve(inc, inc.resolve_at, "quiet for the rule's window")
+    fabric.defer(step)
     state.timers_dirty = True
     return step.finish()
 
