@@ -71,6 +71,8 @@ ORIGIN_CODES = frozenset((149,))
 MAX_LINES = 512
 """Lines a fault keeps before its root is chosen (a 72-GPU rack logs one or two each)."""
 _DEFERRED = frozenset((chain.KIND, chain.DEGRADED))
+_DEFERRED_FROM = "severity_before_domain"
+"""Attribute of a deferred incident: the severity its own rule gave it."""
 
 
 def domain_of(labels: dict[str, str]) -> str:
@@ -105,6 +107,8 @@ def defer(step: Step) -> None:
     for inc in step.dirty:
         if _fabric_share(inc):
             _mark(inc, state.clique, step.config)
+        elif _DEFERRED_FROM in inc.attributes:
+            _unmark(inc)
 
 
 def _fabric_share(inc: OpenIncident) -> bool:
@@ -129,6 +133,8 @@ def _says_nonfatal(item: Evidence) -> bool:
 
 
 def _mark(inc: OpenIncident, domain: str, config: CoreConfig) -> None:
+    if inc.severity != "info" or _DEFERRED_FROM not in inc.attributes:
+        inc.attributes[_DEFERRED_FROM] = inc.severity  # the rule's own, kept to give back
     inc.severity = "info"
     inc.attributes["nvlink_domain"] = domain
     note = f"; part of the fault of NVLink domain {domain} (see its {KIND})"
@@ -140,6 +146,20 @@ def _mark(inc: OpenIncident, domain: str, config: CoreConfig) -> None:
         f"within {config.fabric_window_seconds:g} s of a link going down in the domain is "
         "that fault's by-product (NVIDIA's XID catalog: CHECK_NVLINK_FAILURE_FLOW)."
     )
+
+
+def _unmark(inc: OpenIncident) -> None:
+    """The incident now tells another fault too (an XID 79 joined the node's ticket): it is
+    the node's own again, at the severity its rule gave it."""
+    severity = inc.attributes.pop(_DEFERRED_FROM)
+    inc.attributes.pop("nvlink_domain", None)
+    if severity == "page":
+        inc.severity = "page"
+    elif severity == "ticket":
+        inc.severity = "ticket"
+    head, sep, _ = inc.summary.partition("; part of the fault of NVLink domain ")
+    if sep:
+        inc.summary = head
 
 
 # -- the cluster key: one incident per domain fault ---------------------------------------
@@ -193,9 +213,14 @@ def on_xid(step: ClusterStep, ev: XidEvent) -> None:
     )
     inc = state.incidents.get(fault.incident) if fault.incident else None
     if inc is not None:
+        step.set_deadline(inc, fault.last + config.fabric_quiet_seconds)
+        if f"{line.node}/{line.bus or line.uuid}" in inc.gpus:
+            # A GPU the incident names already: no revision for it (a flapping link logs
+            # for minutes); the resolution's revision carries the time.
+            inc.last_seen = max(inc.last_seen, step.now)
+            return
         _add_line(step, inc, line)
         _describe(step, inc, domain)
-        step.set_deadline(inc, fault.last + config.fabric_quiet_seconds)
     elif len(fault.lines) < MAX_LINES and all(x.item.event_id != ev.id for x in fault.lines):
         fault.lines.append(line)
 

@@ -297,3 +297,49 @@ def test_cluster_state_mid_fault_survives_a_snapshot(at: float) -> None:
     cluster = correlator.keys["c1"]
     assert isinstance(cluster, ClusterState)
     assert cluster.cliques == dict.fromkeys(FOUR, DOMAIN_A)
+
+
+def test_trays_whose_gpus_went_unhealthy_defer_their_tickets_to_the_domain() -> None:
+    """No pod fails, but the device plugin marks each tray's GPU unhealthy after the XIDs
+    (allocatable 8 -> 7): each tray's ``gpu_degraded`` names the domain, ``info``, and
+    the one page is the domain's. An XID 79 on a labelled node still pages on its own:
+    only NVLink fabric faults defer."""
+    c = Cluster()
+    trays(c, dict.fromkeys(FOUR, DOMAIN_A))
+    kmsg(c, "tray-1", 100, NETIR_FATAL)
+    for k, node in enumerate(FOUR[1:]):
+        kmsg(c, node, 101 + k, RLW_FATAL[k])
+    for node in FOUR:
+        c.node(node, 110, alloc=7, labels=clique(DOMAIN_A))
+    c.xid("tray-4", 2000, 79, bus="0000:9b:00.0", uuid="GPU-other")
+    c.tick(3000)
+    revisions = run(c.events)
+    tickets = of_type(revisions, "gpu_degraded")
+    assert sorted(inc.node for inc in tickets) == FOUR
+    deferred = [inc for inc in tickets if inc.attributes.get("nvlink_domain") == DOMAIN_A]
+    assert sorted(inc.node for inc in deferred) == FOUR[:3]
+    assert all(inc.severity == "info" for inc in deferred)
+    [own] = [inc for inc in tickets if inc.node == "tray-4"]
+    assert "79" in own.attributes["xids"].split(",")
+    assert own.severity != "info"
+    [page] = [inc for inc in pages(revisions) if inc.type == KIND]
+    assert page.attributes["nodes"].split(",") == FOUR
+
+
+def test_a_follow_up_code_repeating_defers_its_repeat_but_a_root_repeat_pages() -> None:
+    """Five link-downs in a day rooted at tray-1's GPU: tray-1's XID 149 ``xid_repeat``
+    pages (a link that keeps going down is that GPU's: marin#9086), tray-2's repeat of the
+    downstream 145 is the domain's share (``info``); each fault is its own domain incident."""
+    c = Cluster()
+    trays(c, dict.fromkeys(FOUR[:2], DOMAIN_A))
+    for k in range(5):
+        kmsg(c, "tray-1", 100 + k * 3600, NETIR_FATAL)
+        kmsg(c, "tray-2", 101 + k * 3600, RLW_FATAL[k % 3])
+    c.tick(6 * 3600)
+    revisions = run(c.events)
+    repeats = {inc.node: inc for inc in of_type(revisions, "xid_repeat")}
+    assert repeats["tray-1"].severity == "page"
+    assert "nvlink_domain" not in repeats["tray-1"].attributes
+    assert repeats["tray-2"].severity == "info"
+    assert repeats["tray-2"].attributes["nvlink_domain"] == DOMAIN_A
+    assert len(of_type(revisions, KIND)) == 5
