@@ -19,8 +19,8 @@ still decodes.
 
 ``node`` decides the correlation key: ``cluster/node`` for node-scoped records,
 ``cluster`` alone when it is empty (pending pods, autoscaler decisions), or when
-``scope`` is ``"cluster"``: the copy of a pod, node or GPU binding that the
-producer also sends to the cluster key (:func:`schemas.keys.routed`).
+``scope`` is ``"cluster"``: the copy of a pod, node, GPU binding or NVLink fabric XID
+that the producer also sends to the cluster key (:func:`schemas.keys.routed`).
 """
 
 from __future__ import annotations
@@ -241,6 +241,10 @@ class XidEvent(Event, tag="xid.v1", frozen=True, kw_only=True):
     otherwise. Only meaningful together with ``gpu_instance``. Kubernetes MIG devices
     (the device plugin's ``nvidia.com/mig-*`` resources) are whole GPU instances with one
     compute instance each, so bindings and joins use ``gpu_instance`` alone."""
+    scope: Scope = "node"
+    """``"cluster"`` on the copy :func:`schemas.keys.routed` sends to the cluster key of an
+    NVLink fabric XID (144-149), for the one-incident-per-NVLink-domain rule. Records
+    written before this field decode as ``"node"``."""
 
 
 class GpuBindingEvent(Event, tag="gpu_binding.v1", frozen=True, kw_only=True):

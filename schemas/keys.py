@@ -27,9 +27,10 @@ Traps:
   re-homes keys; it needs a fresh processor state, not a rolling upgrade;
 * the copy keeps the original's id and time: the engine tells the two apart by
   the key (``key_node``), never by the id;
-* only GPU pods, GPU nodes and pod-aware GPU bindings (not the kubelet's) are
-  copied: every copy lands on one partition (the cluster's), so what is copied must
-  stay a small share of the stream.
+* only GPU pods, GPU nodes, pod-aware GPU bindings (not the kubelet's) and NVLink fabric
+  XIDs (:data:`FABRIC_XIDS`, rare: Blackwell NVLink faults only) are copied: every copy
+  lands on one partition (the cluster's), so what is copied must stay a small share of
+  the stream.
 """
 
 from __future__ import annotations
@@ -39,10 +40,18 @@ from typing import Final
 import msgspec
 
 from schemas.codec import AnyEvent
-from schemas.events import GpuBindingEvent, NodeEvent, PodEvent
+from schemas.events import GpuBindingEvent, NodeEvent, PodEvent, XidEvent
 
 POD_RESOURCES: Final = "pod-resources"
 """The ``source`` of the kubelet's bindings (:attr:`GpuBindingEvent.source`)."""
+
+FABRIC_XIDS: Final = frozenset(range(144, 150))
+"""The NVLink5 XIDs a fault in a multi-node NVLink domain spreads as: 144 (SAW), 145
+(RLW), 146 (TLW), 147 (TREX), 148 (NVLPW), 149 (NETIR). NVIDIA's catalog gives each of
+them a remote impact (``Remote: PacketLoss``); 150 (MSE) is ``Local: Fatal; Remote:
+None``, a fault of its GPU alone, and is not copied. Copied to the cluster key whatever
+the node's labels (the producer does not know them): the rule there reads the node's
+NVLink domain from the node copies, and ignores a node in none."""
 
 
 def key_of(cluster: str, node: str = "") -> str:
@@ -79,6 +88,8 @@ def routed(event: AnyEvent) -> tuple[AnyEvent, ...]:
         # requests with what *DCGM* reports: the kubelet's own bindings (pod-resources) agree
         # with the requests by construction and would hide every DCGM outage it exists for.
         wanted = event.pods_known and event.source != POD_RESOURCES
+    elif isinstance(event, XidEvent):
+        wanted = event.code in FABRIC_XIDS and not event.sxid
     else:
         return (event,)
     if not wanted or event.scope == "cluster":

@@ -14,8 +14,8 @@ core that drifts from the domain shows as a drop in recall, not as a new truth.
 The matching key, by scope (``gputriage score`` documents the rule in full):
 
 * every type: ``type`` and ``cluster``;
-* node-scoped types (every type but ``scale_up_failure``, ``gpu_pods_starved`` and
-  ``allocation_mismatch``): ``node``;
+* node-scoped types (every type but ``scale_up_failure``, ``gpu_pods_starved``,
+  ``allocation_mismatch`` and ``nvlink_domain_fault``): ``node``;
 * ``pods``: at least one of them among the incident's pods, where the truth names any;
 * ``gpus``: at least one of them (a GPU UUID) among the incident's GPUs, where the
   truth names any;
@@ -40,7 +40,13 @@ from schemas.codec import typed_decoder
 from schemas.types import Time
 
 CLUSTER_SCOPED = frozenset(
-    {"scale_up_failure", "gpu_pods_starved", "gpu_pods_unschedulable", "allocation_mismatch"}
+    {
+        "scale_up_failure",
+        "gpu_pods_starved",
+        "gpu_pods_unschedulable",
+        "allocation_mismatch",
+        "nvlink_domain_fault",
+    }
 )
 """Incident types raised on a cluster's key, with no node to match on."""
 

@@ -85,6 +85,8 @@ class CoreSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     mismatch_ignore_namespaces: tuple[str, ...] = _D.mismatch_ignore_namespaces
     nvlink_cross_numa: bool = _D.nvlink_cross_numa
     revision_interval_seconds: Seconds = _D.revision_interval_seconds
+    fabric_window_seconds: Seconds = _D.fabric_window_seconds
+    fabric_quiet_seconds: Seconds = _D.fabric_quiet_seconds
     max_evidence: Count = _D.max_evidence
     severity: dict[str, Severity] = {}
     """Overrides by incident type, merged into the defaults (not replacing them)."""

@@ -65,6 +65,7 @@ COMPILED = (
     "streams.core.rules.cuda",
     "streams.core.rules.degraded",
     "streams.core.rules.disruption",
+    "streams.core.rules.fabric",
     "streams.core.rules.mismatch",
     "streams.core.rules.not_ready",
     "streams.core.rules.nvlink",

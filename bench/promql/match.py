@@ -55,6 +55,8 @@ LIMITS: Final = {
     "allocation_mismatch": "counts pending pods' requests; silent when no GPU has a pod label",
     "multi_gpu_pod_without_nvlink": "§4.3's query needs pod_gpu_assignment from a "
     "topology-aware scheduler (not simulated): no alert",
+    "nvlink_domain_fault": "the XID gauge fires once per GPU of the domain: one alert per "
+    "tray, none names the root (not simulated)",
 }
 """Why an alert misses or blurs each type: shown beside the type in the report."""
 

@@ -135,6 +135,7 @@ GPU_LABELS: Final = (
     "nvidia.com/mig.capable",
     "nvidia.com/gpu.present",
     "nvidia.com/gpu.machine",
+    "nvidia.com/gpu.clique",
     "node.kubernetes.io/instance-type",
     "topology.kubernetes.io/zone",
 )
@@ -144,7 +145,9 @@ GPU feature discovery writes ``gpu.product/count/memory/machine``, ``mig.capable
 and ``mig.strategy`` (``single``: ``nvidia.com/gpu`` counts MIG devices, ``mixed``:
 one ``nvidia.com/mig-<profile>`` resource per profile); the gpu-operator writes
 ``gpu.present`` (the node has an NVIDIA PCI device, even before any device plugin
-advertises ``nvidia.com/gpu``). Kept as strings, not interpreted here.
+advertises ``nvidia.com/gpu``). GPU feature discovery also writes ``gpu.clique``
+(``<clusterUUID>.<cliqueId>``) on nodes whose GPUs share a multi-node NVLink fabric
+(GB200 / GB300 NVL72): the core's NVLink domain. Kept as strings, not interpreted here.
 """
 
 _LEGACY_LABELS: Final = {

@@ -8,13 +8,16 @@ bindings keep the per-node count of :mod:`streams.core.rules.mismatch`. Autoscal
 records (cluster-autoscaler and Karpenter logs, their Kubernetes Events, the status
 ConfigMap) are cluster-scoped at the source.
 
-Three incident types (DESIGN §3):
+Four incident types (DESIGN §3):
 
 * ``gpu_pods_starved`` (:mod:`streams.core.rules.starved`): GPU pods pending and
   unschedulable for ``starved_pending_seconds`` while a matching node group failed to
   scale up ``starved_failures`` times; one incident per owner.
 * ``scale_up_failure`` (same module): a GPU node group's failed scale-ups, by reason.
 * ``allocation_mismatch`` (:mod:`streams.core.rules.mismatch`).
+* ``nvlink_domain_fault`` (:mod:`streams.core.rules.fabric`): one fault of a multi-node
+  NVLink domain, from the copies of the NVLink fabric XIDs (144-149) and of the nodes'
+  ``nvidia.com/gpu.clique`` labels.
 
 Traps:
 
@@ -31,12 +34,19 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from schemas.events import AutoscalerEvent, GpuBindingEvent, KubeEvent, NodeEvent, PodEvent
+from schemas.events import (
+    AutoscalerEvent,
+    GpuBindingEvent,
+    KubeEvent,
+    NodeEvent,
+    PodEvent,
+    XidEvent,
+)
 from schemas.incidents import Incident
 from streams.core import evidence, shortcuts
 from streams.core.config import CoreConfig
 from streams.core.lifecycle import ClusterStep, held_until
-from streams.core.rules import mismatch, starved
+from streams.core.rules import fabric, mismatch, starved
 from streams.core.state import NEVER, ClusterState, PendingPod
 
 _NVIDIA_GPU = "nvidia.com/gpu"
@@ -98,6 +108,12 @@ def apply_event(state: ClusterState, event: Any, now: float, config: CoreConfig)
     if routine and _routine(state, event, config):
         state.checked_at = now
         return []
+    if kind is XidEvent and not due:
+        # A fabric XID's copy is news to the domain rule alone (rare: no shortcut needed).
+        step = ClusterStep(state, config, now)
+        fabric.on_xid(step, event)
+        state.checked_at = now
+        return step.finish()
     if due:
         state.starved_dirty = True
     step = ClusterStep(state, config, now)
@@ -109,6 +125,9 @@ def apply_event(state: ClusterState, event: Any, now: float, config: CoreConfig)
         _on_kube_event(step, event)
     elif kind is NodeEvent:
         mismatch.on_node(step, event)
+        fabric.on_node(step, event)
+    elif kind is XidEvent:
+        fabric.on_xid(step, event)
     elif kind is GpuBindingEvent:
         mismatch.on_binding(step, event)
     else:
@@ -172,6 +191,7 @@ def apply_timer(state: ClusterState, now: float, config: CoreConfig) -> list[Inc
     state.starved_dirty = True
     starved.evaluate(step)
     mismatch.evaluate(step, timer=True)
+    fabric.on_timer(step)
     due = sorted(
         (inc for inc in state.incidents.values() if inc.resolve_at <= now),
         key=lambda inc: (inc.resolve_at, inc.id),
@@ -186,7 +206,11 @@ def apply_timer(state: ClusterState, now: float, config: CoreConfig) -> list[Inc
 
 def next_deadline(state: ClusterState, config: CoreConfig) -> float:
     """The earliest event time at which :func:`apply_timer` has something to do."""
-    found = min(starved.deadline(state, config), mismatch.deadline(state, config))
+    found = min(
+        starved.deadline(state, config),
+        mismatch.deadline(state, config),
+        fabric.deadline(state, config),
+    )
     for inc in state.incidents.values():
         found = min(found, inc.resolve_at, held_until(inc, config))
     return found if found > -math.inf else NEVER

@@ -25,6 +25,7 @@ DEFAULT_SEVERITY: dict[str, Severity] = {
     "scale_up_failure": "ticket",
     "allocation_mismatch": "ticket",
     "multi_gpu_pod_without_nvlink": "ticket",
+    "nvlink_domain_fault": "page",
 }
 """Per type; ``gpu_pods_starved`` and ``scale_up_failure`` take ``quota_severity``
 instead when the cloud refused for quota (it will not heal by waiting)."""
@@ -197,6 +198,15 @@ class CoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     revision is a PagerDuty re-trigger and a Slack update. The held changes go out in one
     revision when the interval ends, naming every pod. The first ``open``, the
     ``resolved`` and a change of severity are never held. 0 publishes every change."""
+    fabric_window_seconds: float = 30.0
+    """nvlink_domain_fault: NVLink fabric XIDs (144-149) of the GPUs of one NVLink domain
+    less than this apart are one fault. NVIDIA's catalog: a follow-up XID 145 is a
+    by-product when any link of the partition went down "within that last 30 seconds"
+    (CHECK_NVLINK_FAILURE_FLOW). The root is chosen this long after the first line, so it
+    is also the page's delay."""
+    fabric_quiet_seconds: float = 3600.0
+    """nvlink_domain_fault resolves after this long without another fabric XID in its
+    fault (a GPU reset is invisible to Kubernetes: only time says it is over)."""
 
     max_evidence: int = 50
     """Evidence kept per incident; further events are counted in ``evidence_omitted``."""

@@ -31,7 +31,17 @@ from streams.core import evidence as text
 from streams.core import shortcuts
 from streams.core.config import CoreConfig, XidRule
 from streams.core.lifecycle import Step, held_until
-from streams.core.rules import chain, cuda, degraded, disruption, not_ready, nvlink, oom, xid
+from streams.core.rules import (
+    chain,
+    cuda,
+    degraded,
+    disruption,
+    fabric,
+    not_ready,
+    nvlink,
+    oom,
+    xid,
+)
 from streams.core.rules.pods import pod_info
 from streams.core.state import (
     MIG_SEPARATOR,
@@ -382,6 +392,9 @@ def _on_node(step: Step, ev: NodeEvent) -> None:
     planned = disruption.of_node(ev)
     if planned != state.disruption:
         state.disruption = intern(planned)
+    clique = fabric.domain_of(ev.labels)
+    if clique != state.clique:
+        state.clique = clique
     if ev.capacity:
         text = _unallocatable(ev)
         if text or state.resources is not None:
@@ -820,6 +833,7 @@ def apply_event(
     step = Step(state, config, now)
     step.version = version  # parsed once: the handlers record it
     handler(step, event)
+    fabric.defer(step)
     return step.finish()
 
 
@@ -989,6 +1003,7 @@ def apply_timer(state: NodeState, now: float, config: CoreConfig) -> list[Incide
     for inc in due:
         step.resolve(inc, inc.resolve_at, "quiet for the rule's window")
     step.release_held()
+    fabric.defer(step)
     state.timers_dirty = True
     return step.finish()
 

@@ -350,6 +350,11 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     disruption_seen: tuple[float, str] | None = None
     """The last Event or pod status that said the node is being disrupted on purpose
     (Karpenter's ``Evicted pod``, the autoscaler's ``ScaleDown``): its time and words."""
+    clique: str = ""
+    """The NVLink domain this node's GPUs are in: the cluster part of its
+    ``nvidia.com/gpu.clique`` label (``streams.core.rules.fabric``); empty on a node
+    without one, which the domain rule leaves exactly as it was. Last, with a default:
+    snapshots written before it restore with none."""
 
 
 class PendingPod(msgspec.Struct, omit_defaults=True):
@@ -433,6 +438,33 @@ class NodeTally(msgspec.Struct, omit_defaults=True, array_like=True):
     (:func:`streams.core.rules.disruption.removing`). Last: array-like."""
 
 
+class FabricLine(msgspec.Struct, gc=False, omit_defaults=True):
+    """One NVLink fabric XID (``streams.core.rules.fabric``) of a domain's current fault,
+    as the cluster key holds it: where, what, and the line as evidence."""
+
+    time: float
+    node: str
+    bus: str
+    uuid: str
+    code: int
+    item: Evidence
+    fatal: bool = True
+    """False for a ``Nonfatal`` line: it names an affected node, never the root."""
+
+
+class FabricFault(msgspec.Struct, omit_defaults=True):
+    """A domain's current NVLink fault: its lines while they keep coming less than
+    ``fabric_window_seconds`` apart. The root is chosen when the first line's window
+    closes (``closes``); the incident is ``incident`` (a ``state.incidents`` key) from
+    then on, empty before."""
+
+    start: float
+    last: float
+    closes: float
+    lines: list[FabricLine] = []
+    incident: str = ""
+
+
 class ClusterState(msgspec.Struct, tag_field="kind", tag="cluster_state.v1", omit_defaults=True):
     """Everything the core knows about one ``cluster`` key: pending GPU pods, the
     autoscaler's node groups, and the cross-source GPU count per node
@@ -484,6 +516,16 @@ class ClusterState(msgspec.Struct, tag_field="kind", tag="cluster_state.v1", omi
     applied_time: float = -math.inf
     applied_rank: int = 0
     applied_id: str = ""
+    cliques: dict[str, str] = {}
+    """GPU nodes in an NVLink domain, by name: their domain (the cluster part of the
+    ``nvidia.com/gpu.clique`` label, from the node copies). Nodes without one: absent."""
+    fabric: dict[str, FabricFault] = {}
+    """Each NVLink domain's current fault, by domain; gone once it has no line within
+    ``fabric_window_seconds`` and its incident (if any) is opened."""
+    fabric_nonfatal: dict[str, float] = {}
+    """``node|code`` -> event time of that node's last ``Nonfatal`` line of a fabric code,
+    kept ``xid_episode_gap_seconds``: a wordless report (dcgm-exporter) of the same code
+    soon after is that line seen by a second source, as on the node key."""
 
 
 KeyState = NodeState | ClusterState

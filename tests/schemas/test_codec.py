@@ -239,4 +239,4 @@ def test_a_mig_instance_is_on_the_wire_with_its_parent_and_instance_id() -> None
     assert b'"gpu_instance":5,"mig_uuid":"MIG-5e0b4a8c-7c1f-5b2e-9a43-2d4bc1e0f6a1"' in data
     xid = SAMPLES[3]
     assert isinstance(xid, XidEvent)
-    assert b'"gpu_instance":5,"compute_instance":0}' in encode(xid)
+    assert b'"gpu_instance":5,"compute_instance":0,' in encode(xid)
