@@ -17,6 +17,7 @@ from gpud#1174. The clique value is the one NVIDIA's DRA driver docs show
 
 from __future__ import annotations
 
+import math
 import random
 
 import msgspec
@@ -283,7 +284,8 @@ def test_cluster_state_mid_fault_survives_a_snapshot(at: float) -> None:
     for event in c.events:
         if not switched and event.time.timestamp() - start >= at:
             switched = True
-            out.extend(correlator.advance_watermark(correlator.max_time))
+            # Past the newest event: the watermark releases strictly before itself.
+            out.extend(correlator.advance_watermark(math.nextafter(correlator.max_time, math.inf)))
             restored = Correlator(config())
             for state in correlator.keys.values():
                 restored.restore(decode_state(encode_state(state)))
