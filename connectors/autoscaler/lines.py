@@ -49,7 +49,7 @@ FORMATS: Final = ("auto", "klog", "karpenter", "gke")
 _MAX_LINE: Final = 65536
 """Longer lines are cut before parsing (the evidence keeps the cut line)."""
 _KARPENTER_KEYS: Final = ("logger", "controller", "commit", "NodeClaim", "nodeclaim")
-ANCHORS: Final = (
+KLOG_ANCHORS: Final = (
     "cale",
     "scaling failed",
     "Failed adding",
@@ -70,6 +70,14 @@ ANCHORS: Final = (
     "DeletionCandidate",
     "#CreateOrUpdate",
     "reason: '",
+    "node deletion",
+    "chosen as the highest",
+    "find place for",
+)
+"""The fast path of a line that starts with a klog header (``I0313 ...``): every key word
+of cluster-autoscaler's messages (``klog.TRIGGERS``) contains one of these (a test
+checks it). A log is mostly such lines, most of them noise: this list is kept short."""
+_OTHER_ANCHORS: Final = (
     "provisionable",
     "atched ",
     "nodeclaim",
@@ -79,11 +87,9 @@ ANCHORS: Final = (
     "eleted node",
     "omputed packing",
     "limits",
-    "node deletion",
     "erminating due",
     "Normal",
     "Warning",
-    "schedule on",
     "NodePool requirements",
     " event: ",
     "Launching ",
@@ -92,22 +98,33 @@ ANCHORS: Final = (
     "No allowed disruptions",
     "Evicted pod",
     "Failed to drain",
-    "chosen as the highest",
-    "find place for",
     "Nodes added",
     "eprovision",
-    *karpenter.TRIGGERS,
 )
-"""The fast path: every key word of every message family (``klog.TRIGGERS``,
-``karpenter.TRIGGERS``, ``kube_events.TRIGGERS``) contains one of these (a test checks
-it), so a line with none states no fact; that is most lines of a real log. Karpenter's
-key words are spliced in whole: its parser's wording may grow without this list."""
+_COVERED: Final = (*KLOG_ANCHORS, *_OTHER_ANCHORS)
+ANCHORS: Final = (
+    *_COVERED,
+    *(word for word in karpenter.TRIGGERS if not any(a in word for a in _COVERED)),
+)
+"""The fast path of any other line: every key word of every message family
+(``klog.TRIGGERS``, ``karpenter.TRIGGERS``, ``kube_events.TRIGGERS``) contains one of
+these (a test checks it), so a line with none states no fact; that is most lines of a
+real log. Karpenter's key words that no anchor covers are added as they are: its
+parser's wording may grow without this list."""
 _KLOG_SEVERITIES: Final = frozenset("IWEF")
+_KLOG_FIRST: Final = frozenset({*_KLOG_SEVERITIES, *(c.encode() for c in _KLOG_SEVERITIES)})
 _BYTE_ANCHORS: Final = tuple(anchor.encode() for anchor in ANCHORS)
+_KLOG_BYTE_ANCHORS: Final = tuple(anchor.encode() for anchor in KLOG_ANCHORS)
 
 
 def _may_state_fact(raw: str | bytes) -> bool:
-    anchors = _BYTE_ANCHORS if isinstance(raw, bytes) else ANCHORS
+    klog_line = raw[:1] in _KLOG_FIRST and raw[1:2].isdigit()
+    if isinstance(raw, bytes):
+        anchors: tuple[str, ...] | tuple[bytes, ...] = (
+            _KLOG_BYTE_ANCHORS if klog_line else _BYTE_ANCHORS
+        )
+    else:
+        anchors = KLOG_ANCHORS if klog_line else ANCHORS
     for anchor in anchors:  # noqa: SIM110 - a plain loop is faster than any() here
         if anchor in raw:  # type: ignore[operator]
             return True
