@@ -77,7 +77,7 @@ KLOG_ANCHORS: Final = (
 """The fast path of a line that starts with a klog header (``I0313 ...``): every key word
 of cluster-autoscaler's messages (``klog.TRIGGERS``) contains one of these (a test
 checks it). A log is mostly such lines, most of them noise: this list is kept short."""
-_OTHER_ANCHORS: Final = (
+_KARPENTER_ANCHORS: Final = (
     "provisionable",
     "atched ",
     "nodeclaim",
@@ -88,6 +88,8 @@ _OTHER_ANCHORS: Final = (
     "omputed packing",
     "limits",
     "erminating due",
+)
+_EVENT_ANCHORS: Final = (
     "Normal",
     "Warning",
     "NodePool requirements",
@@ -101,11 +103,18 @@ _OTHER_ANCHORS: Final = (
     "Nodes added",
     "eprovision",
 )
-_COVERED: Final = (*KLOG_ANCHORS, *_OTHER_ANCHORS)
-ANCHORS: Final = (
-    *_COVERED,
-    *(word for word in karpenter.TRIGGERS if not any(a in word for a in _COVERED)),
+"""Words of pasted Events (``kubectl`` rows, bare messages): never inside a JSON line."""
+RECORD_ANCHORS: Final = (
+    *KLOG_ANCHORS,
+    *_KARPENTER_ANCHORS,
+    *(
+        word
+        for word in karpenter.TRIGGERS
+        if not any(a in word for a in (*KLOG_ANCHORS, *_KARPENTER_ANCHORS))
+    ),
 )
+"""The fast path of a JSON line (Karpenter's records, klog in a docker or CRI wrapper)."""
+ANCHORS: Final = (*RECORD_ANCHORS, *_EVENT_ANCHORS)
 """The fast path of any other line: every key word of every message family
 (``klog.TRIGGERS``, ``karpenter.TRIGGERS``, ``kube_events.TRIGGERS``) contains one of
 these (a test checks it), so a line with none states no fact; that is most lines of a
@@ -113,18 +122,15 @@ real log. Karpenter's key words that no anchor covers are added as they are: its
 parser's wording may grow without this list."""
 _KLOG_SEVERITIES: Final = frozenset("IWEF")
 _KLOG_FIRST: Final = frozenset({*_KLOG_SEVERITIES, *(c.encode() for c in _KLOG_SEVERITIES)})
-_BYTE_ANCHORS: Final = tuple(anchor.encode() for anchor in ANCHORS)
-_KLOG_BYTE_ANCHORS: Final = tuple(anchor.encode() for anchor in KLOG_ANCHORS)
+_JSON_FIRST: Final = frozenset({"{", b"{"})
+_STR_ANCHORS: Final = (KLOG_ANCHORS, RECORD_ANCHORS, ANCHORS)
+_BYTES_ANCHORS: Final = tuple(tuple(a.encode() for a in group) for group in _STR_ANCHORS)
 
 
 def _may_state_fact(raw: str | bytes) -> bool:
-    klog_line = raw[:1] in _KLOG_FIRST and raw[1:2].isdigit()
-    if isinstance(raw, bytes):
-        anchors: tuple[str, ...] | tuple[bytes, ...] = (
-            _KLOG_BYTE_ANCHORS if klog_line else _BYTE_ANCHORS
-        )
-    else:
-        anchors = KLOG_ANCHORS if klog_line else ANCHORS
+    first = raw[:1]
+    kind = 0 if first in _KLOG_FIRST and raw[1:2].isdigit() else 1 if first in _JSON_FIRST else 2
+    anchors = _BYTES_ANCHORS[kind] if isinstance(raw, bytes) else _STR_ANCHORS[kind]
     for anchor in anchors:  # noqa: SIM110 - a plain loop is faster than any() here
         if anchor in raw:  # type: ignore[operator]
             return True
@@ -249,7 +255,11 @@ def _message_facts(
     if not klog_lines:
         return (), "", message
     facts = klog.parse_message(message)
-    if not facts and not pasted_rows and (event := kube_events.bare(message)) is not None:
+    if (
+        not facts
+        and not pasted_rows
+        and (event := kube_events.bare(message, named_only=True)) is not None
+    ):
         return event.facts(), event.source, event.message  # a watcher's "<object>: <message>"
     return facts, "cluster-autoscaler", message
 
