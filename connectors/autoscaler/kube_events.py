@@ -463,10 +463,15 @@ def _logged(text: str) -> Pasted | None:
     )
 
 
-def bare(text: str) -> Pasted | None:
-    """A bare Event message, alone or after an event watcher's ``<object>: ``."""
+def bare(text: str, *, named_only: bool = False) -> Pasted | None:
+    """A bare Event message, alone or after an event watcher's ``<object>: `` (only
+    after one with ``named_only``: a klog message is a watcher's line or no Event)."""
+    if named_only and ": " not in text:
+        return None
     message = text.strip().removeprefix(COMBINED)
     named = _NAMED.match(message)
+    if named_only and named is None:
+        return None
     for candidate in (message, message[named.end() :]) if named else (message,):
         match = _BARE.match(candidate)
         if match is not None and match.lastindex is not None:

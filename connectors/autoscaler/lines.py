@@ -49,7 +49,7 @@ FORMATS: Final = ("auto", "klog", "karpenter", "gke")
 _MAX_LINE: Final = 65536
 """Longer lines are cut before parsing (the evidence keeps the cut line)."""
 _KARPENTER_KEYS: Final = ("logger", "controller", "commit", "NodeClaim", "nodeclaim")
-ANCHORS: Final = (
+KLOG_ANCHORS: Final = (
     "cale",
     "scaling failed",
     "Failed adding",
@@ -70,6 +70,14 @@ ANCHORS: Final = (
     "DeletionCandidate",
     "#CreateOrUpdate",
     "reason: '",
+    "node deletion",
+    "chosen as the highest",
+    "find place for",
+)
+"""The fast path of a line that starts with a klog header (``I0313 ...``): every key word
+of cluster-autoscaler's messages (``klog.TRIGGERS``) contains one of these (a test
+checks it). A log is mostly such lines, most of them noise: this list is kept short."""
+_KARPENTER_ANCHORS: Final = (
     "provisionable",
     "atched ",
     "nodeclaim",
@@ -79,11 +87,11 @@ ANCHORS: Final = (
     "eleted node",
     "omputed packing",
     "limits",
-    "node deletion",
     "erminating due",
+)
+_EVENT_ANCHORS: Final = (
     "Normal",
     "Warning",
-    "schedule on",
     "NodePool requirements",
     " event: ",
     "Launching ",
@@ -92,23 +100,33 @@ ANCHORS: Final = (
     "No allowed disruptions",
     "Evicted pod",
     "Failed to drain",
-    "chosen as the highest",
-    "find place for",
     "Nodes added",
     "eprovision",
+)
+"""Words of pasted Events (``kubectl`` rows, bare messages): never inside a JSON line."""
+RECORD_ANCHORS: Final = (
+    *KLOG_ANCHORS,
+    *_KARPENTER_ANCHORS,
     *karpenter.ANCHORS,
 )
-"""The fast path: every key word of every message family (``klog.TRIGGERS``,
-``karpenter.TRIGGERS``, ``kube_events.TRIGGERS``) contains one of these (a test checks
-it), so a line with none states no fact; that is most lines of a real log. Karpenter's
-parser keeps the few words its messages need beyond these (``karpenter.ANCHORS``,
-spliced in): a new wording there needs no edit here, and a test checks the cover."""
+"""The fast path of a JSON line (Karpenter's records, klog in a docker or CRI wrapper)."""
+ANCHORS: Final = (*RECORD_ANCHORS, *_EVENT_ANCHORS)
+"""The fast path of any other line: every key word of every message family
+(``klog.TRIGGERS``, ``karpenter.TRIGGERS``, ``kube_events.TRIGGERS``) contains one of
+these (a test checks it), so a line with none states no fact; that is most lines of a
+real log. Karpenter's parser keeps the few words its messages need beyond these
+(``karpenter.ANCHORS``): a new wording there needs no edit here."""
 _KLOG_SEVERITIES: Final = frozenset("IWEF")
-_BYTE_ANCHORS: Final = tuple(anchor.encode() for anchor in ANCHORS)
+_KLOG_FIRST: Final = frozenset({*_KLOG_SEVERITIES, *(c.encode() for c in _KLOG_SEVERITIES)})
+_JSON_FIRST: Final = frozenset({"{", b"{"})
+_STR_ANCHORS: Final = (KLOG_ANCHORS, RECORD_ANCHORS, ANCHORS)
+_BYTES_ANCHORS: Final = tuple(tuple(a.encode() for a in group) for group in _STR_ANCHORS)
 
 
 def _may_state_fact(raw: str | bytes) -> bool:
-    anchors = _BYTE_ANCHORS if isinstance(raw, bytes) else ANCHORS
+    first = raw[:1]
+    kind = 0 if first in _KLOG_FIRST and raw[1:2].isdigit() else 1 if first in _JSON_FIRST else 2
+    anchors = _BYTES_ANCHORS[kind] if isinstance(raw, bytes) else _STR_ANCHORS[kind]
     for anchor in anchors:  # noqa: SIM110 - a plain loop is faster than any() here
         if anchor in raw:  # type: ignore[operator]
             return True
@@ -233,7 +251,11 @@ def _message_facts(
     if not klog_lines:
         return (), "", message
     facts = klog.parse_message(message)
-    if not facts and not pasted_rows and (event := kube_events.bare(message)) is not None:
+    if (
+        not facts
+        and not pasted_rows
+        and (event := kube_events.bare(message, named_only=True)) is not None
+    ):
         return event.facts(), event.source, event.message  # a watcher's "<object>: <message>"
     return facts, "cluster-autoscaler", message
 

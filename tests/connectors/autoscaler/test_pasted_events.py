@@ -18,9 +18,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connectors.autoscaler import kube_events
+from connectors.autoscaler import karpenter, klog, kube_events
 from connectors.autoscaler.kube_events import event_fact
-from connectors.autoscaler.lines import ANCHORS, Format, LineContext, parse_line
+from connectors.autoscaler.lines import (
+    ANCHORS,
+    KLOG_ANCHORS,
+    RECORD_ANCHORS,
+    Format,
+    LineContext,
+    parse_line,
+)
 from schemas.codec import RecordError, decode_event
 from schemas.events import AutoscalerEvent
 from tests.cli_helpers import gputriage
@@ -209,6 +216,20 @@ def test_karpenter_format_reads_pasted_events_but_not_klog() -> None:
 def test_the_fast_path_anchors_cover_the_event_words() -> None:
     for word in kube_events.TRIGGERS:
         assert any(anchor in word for anchor in ANCHORS), word
+
+
+def test_a_klog_line_needs_only_the_klog_anchors() -> None:
+    """A line with a klog header is checked against the short list: every key word of
+    cluster-autoscaler's messages must still be covered by it."""
+    for word in klog.TRIGGERS:
+        assert any(anchor in word for anchor in KLOG_ANCHORS), word
+
+
+def test_a_json_line_needs_no_event_anchor() -> None:
+    """A JSON line (a Karpenter record, klog in a docker or CRI wrapper) skips the words
+    of pasted Events: every record key word must be covered without them."""
+    for word in (*klog.TRIGGERS, *karpenter.TRIGGERS):
+        assert any(anchor in word for anchor in RECORD_ANCHORS), word
 
 
 _PIECES = st.sampled_from(
