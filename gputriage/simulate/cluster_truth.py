@@ -20,7 +20,9 @@ imported from ``streams/core/config.py``, see :mod:`gputriage.simulate.truth`):
   pending *and* called unschedulable (condition or ``FailedScheduling``) for 10 min
   (counted from its ``creationTimestamp``) while a matching group has had >= 3 attempts
   within the hour; a pod tied to a group (``TriggeredScaleUp``, a plan naming it) is
-  matched by its own groups only, an untied one by every failing GPU node group. Open
+  matched by its own groups only, an untied one by every failing GPU node group (the
+  simulator never says that no group can fit a pod, nor mixes MIG and whole-GPU pods:
+  the core's narrower match, ``streams.core.rules.starved``, then agrees). Open
   until none of the owner's pods pends. Its ``first_seen`` is its earliest evidence:
   the earliest creation time among the pods starving when it opens, or one of the
   failure lines that made it (the groups' recent lines are its evidence), so the window
