@@ -669,7 +669,7 @@ def _on_xid(step: Step, ev: XidEvent) -> None:
     last, quiet = episodes.get(ev.code, xid.NO_EPISODE)
     xid_class: str = rule.xid_class
     if rule.line_severity and xid_class != "info":
-        word = _severity_word(ev.message)
+        word = fabric.severity_word(ev.message)
         # A report without the word (dcgm-exporter, NVML) just after a Nonfatal line of
         # the same code on the same GPU is that line seen by a second source.
         if word == "nonfatal" or (not word and quiet > horizon and quiet > last):
@@ -743,18 +743,6 @@ def _followed(
     if ev.caused_by is not None and ev.caused_by in recent:
         return ev.caused_by
     return max(recent, key=lambda c: (max(recent[c]), c), default=None)
-
-
-def _severity_word(message: str) -> str:
-    """``fatal`` / ``nonfatal`` as an NVLink5 line states it, before its register dump:
-    ``RLW_RXPIPE Nonfatal XC0 i0 Link 13 (0x0409a0c2 ...)``; ``""`` when it says neither."""
-    for token in message.split("(", 1)[0].split():
-        word = token.strip(",:;").lower()
-        if word in ("nonfatal", "non-fatal"):
-            return "nonfatal"
-        if word == "fatal":
-            return "fatal"
-    return ""
 
 
 def _follow(
