@@ -351,7 +351,7 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     """The last Event or pod status that said the node is being disrupted on purpose
     (Karpenter's ``Evicted pod``, the autoscaler's ``ScaleDown``): its time and words."""
     clique: str = ""
-    """The NVLink domain this node's GPUs are in: the cluster part of its
+    """The NVLink domain this node's GPUs are in: its whole
     ``nvidia.com/gpu.clique`` label (``streams.core.rules.fabric``); empty on a node
     without one, which the domain rule leaves exactly as it was. Last, with a default:
     snapshots written before it restore with none."""
@@ -517,7 +517,7 @@ class ClusterState(msgspec.Struct, tag_field="kind", tag="cluster_state.v1", omi
     applied_rank: int = 0
     applied_id: str = ""
     cliques: dict[str, str] = {}
-    """GPU nodes in an NVLink domain, by name: their domain (the cluster part of the
+    """GPU nodes in an NVLink domain, by name: their domain (the whole
     ``nvidia.com/gpu.clique`` label, from the node copies). Nodes without one: absent."""
     fabric: dict[str, FabricFault] = {}
     """Each NVLink domain's current fault, by domain; gone once it has no line within

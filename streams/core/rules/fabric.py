@@ -3,11 +3,14 @@
 On GB200 / GB300 NVL72 racks the GPUs of several nodes (trays) share one NVLink fabric.
 GPU feature discovery labels each such node ``nvidia.com/gpu.clique=<clusterUUID>.<cliqueId>``
 (NVIDIA/k8s-device-plugin ``internal/lm/imex.go``); the nodes whose label has the same
-cluster UUID are one *domain*. When one GPU's link goes down, its XID 149
-(``NETIR_LINK_EVT`` / ``NETIR_LINK_DOWN``, "Link Fatal") is followed within seconds by
-XIDs 144-148 (mostly 145, ``RLW_*``) on the GPUs of the other trays, which lost packets
-to it: marin-community/marin#9086 saw one GPU report XID 149 and the 63 others of its
-16-node rack the "downstream Xid 145", and only that one node was evicted.
+value are one *domain*: one NVLink partition of one fabric (a rack can be split into
+several partitions, whose traffic never crosses; NVIDIA's follow-up rule below speaks
+of "the partition", so two partitions of one cluster UUID are two domains). When one
+GPU's link goes down, its XID 149 (``NETIR_LINK_EVT`` / ``NETIR_LINK_DOWN``, "Link
+Fatal") is followed within seconds by XIDs 144-148 (mostly 145, ``RLW_*``) on the GPUs
+of the other trays, which lost packets to it: marin-community/marin#9086 saw one GPU
+report XID 149 and the 63 others of its 16-node rack the "downstream Xid 145", and only
+that one node was evicted.
 
 Which codes originate and which follow, from NVIDIA's XID catalog (the 144-150 decode
 table): 149 is the link event, with impact "Local: PacketLoss; Remote: PacketLoss" and,
@@ -76,11 +79,9 @@ _DEFERRED_FROM = "severity_before_domain"
 
 
 def domain_of(labels: dict[str, str]) -> str:
-    """The NVLink domain a node's labels put it in: the cluster UUID of its
-    ``nvidia.com/gpu.clique`` label (``<clusterUUID>.<cliqueId>``); empty without one."""
-    value = labels.get(CLIQUE_LABEL, "")
-    head, dot, _ = value.rpartition(".")
-    return head if dot and head else value
+    """The NVLink domain a node's labels put it in: its whole ``nvidia.com/gpu.clique``
+    label (``<clusterUUID>.<cliqueId>``, one partition); empty without one."""
+    return labels.get(CLIQUE_LABEL, "")
 
 
 def severity_word(message: str) -> str:

@@ -37,8 +37,10 @@ from tests.xid_lines import kmsg
 
 KIND = "nvlink_domain_fault"
 CHAIN = "device_unhealthy_eviction"
-DOMAIN_A = "9277d399-0674-44a9-b64e-d85bb19ce2b0"
-DOMAIN_B = "6a130f54-faaa-4b8f-847f-be44ab70f917"
+DOMAIN_A = "9277d399-0674-44a9-b64e-d85bb19ce2b0.32766"
+DOMAIN_B = "6a130f54-faaa-4b8f-847f-be44ab70f917.32766"
+PARTITION_A2 = "9277d399-0674-44a9-b64e-d85bb19ce2b0.1"
+"""Another NVLink partition of DOMAIN_A's fabric: another domain."""
 CLIQUE = "nvidia.com/gpu.clique"
 
 NETIR_FATAL = (
@@ -67,7 +69,7 @@ CRASH = "RuntimeError: CUDA error: unspecified launch failure"
 
 
 def clique(domain: str) -> dict[str, str]:
-    return {CLIQUE: f"{domain}.32766"}
+    return {CLIQUE: domain}
 
 
 def trays(c: Cluster, nodes: dict[str, str | None]) -> None:
@@ -144,12 +146,14 @@ def test_nodes_without_the_label_page_as_before() -> None:
     assert not any("nvlink_domain" in inc.attributes for inc in final(revisions).values())
 
 
-def test_two_domains_at_once_are_two_incidents() -> None:
-    """Two racks whose links go down in the same second: two incidents, each naming its
-    own root and its own nodes; a node of one is never named by the other."""
+@pytest.mark.parametrize("other", [DOMAIN_B, PARTITION_A2], ids=["racks", "partitions"])
+def test_two_domains_at_once_are_two_incidents(other: str) -> None:
+    """Two racks (or two NVLink partitions of one rack's fabric, whose traffic never
+    crosses) whose links go down in the same second: two incidents, each naming its own
+    root and its own nodes; a node of one is never named by the other."""
     c = Cluster()
     a, b = ["a-1", "a-2"], ["b-1", "b-2", "b-3"]
-    trays(c, {**dict.fromkeys(a, DOMAIN_A), **dict.fromkeys(b, DOMAIN_B)})
+    trays(c, {**dict.fromkeys(a, DOMAIN_A), **dict.fromkeys(b, other)})
     kmsg(c, "a-1", 100, NETIR_FATAL)
     kmsg(c, "b-1", 100, LINK_DOWN)
     kmsg(c, "a-2", 101, RLW_FATAL[0])
@@ -157,11 +161,11 @@ def test_two_domains_at_once_are_two_incidents() -> None:
     kmsg(c, "b-3", 102, RLW_FATAL[2])
     c.tick(600)
     found = {inc.attributes["nvlink_domain"]: inc for inc in of_type(run(c.events), KIND)}
-    assert sorted(found) == sorted((DOMAIN_A, DOMAIN_B))
+    assert sorted(found) == sorted((DOMAIN_A, other))
     assert found[DOMAIN_A].attributes["nodes"].split(",") == a
-    assert found[DOMAIN_B].attributes["nodes"].split(",") == b
-    assert found[DOMAIN_B].attributes["root_node"] == "b-1"
-    assert found[DOMAIN_A].id != found[DOMAIN_B].id
+    assert found[other].attributes["nodes"].split(",") == b
+    assert found[other].attributes["root_node"] == "b-1"
+    assert found[DOMAIN_A].id != found[other].id
 
 
 def _incidents(events: list[AnyEvent], grace: float) -> list[bytes]:
@@ -264,7 +268,7 @@ def test_only_fabric_xids_are_copied_to_the_cluster_key() -> None:
 
 def test_domain_of_the_clique_label() -> None:
     assert domain_of(clique(DOMAIN_A)) == DOMAIN_A
-    assert domain_of({CLIQUE: "9277d399-0674-44a9-b64e-d85bb19ce2b0"}) == DOMAIN_A
+    assert domain_of(clique(PARTITION_A2)) != domain_of(clique(DOMAIN_A))
     assert domain_of({}) == ""
 
 
