@@ -20,6 +20,7 @@ import pytest
 from connectors.autoscaler import karpenter, lines
 from connectors.autoscaler.lines import LineContext, parse_line
 from schemas.events import AutoscalerEvent
+from tests.paths import README
 
 DATA = Path(__file__).parents[2] / "data" / "autoscaler" / "karpenter_real"
 FILES = (
@@ -107,6 +108,11 @@ def test_action_and_reason_right_on_at_least_95_percent() -> None:
     )
     assert set(misses) <= set(OVERRIDES), misses
     assert share >= MIN_SHARE
+    figure = (
+        f"| {sum(total.values())} ({total['real']}) | {sum(right.values())}/"
+        f"{sum(total.values())} (real {right['real']}/{total['real']}) |"
+    )
+    assert figure in README.read_text(), figure  # the README quotes what this measures
     assert real >= MIN_SHARE
 
 
