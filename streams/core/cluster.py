@@ -8,11 +8,13 @@ bindings keep the per-node count of :mod:`streams.core.rules.mismatch`. Autoscal
 records (cluster-autoscaler and Karpenter logs, their Kubernetes Events, the status
 ConfigMap) are cluster-scoped at the source.
 
-Four incident types (DESIGN §3):
+Five incident types:
 
 * ``gpu_pods_starved`` (:mod:`streams.core.rules.starved`): GPU pods pending and
   unschedulable for ``starved_pending_seconds`` while a matching node group failed to
   scale up ``starved_failures`` times; one incident per owner.
+* ``gpu_pods_unschedulable`` (same module): GPU pods pending that the autoscaler says no
+  node group can fit; one ticket per owner.
 * ``scale_up_failure`` (same module): a GPU node group's failed scale-ups, by reason.
 * ``allocation_mismatch`` (:mod:`streams.core.rules.mismatch`).
 * ``nvlink_domain_fault`` (:mod:`streams.core.rules.fabric`): one fault of a multi-node

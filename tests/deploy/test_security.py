@@ -240,16 +240,19 @@ def test_pod_logs_are_read_in_one_namespace_and_never_cluster_wide() -> None:
     """RBAC cannot narrow pods/log to the autoscaler's pods: its pods' names are generated
     (resourceNames matches whole names only) and RBAC has no label selectors; what holds is a
     Role in the autoscaler's namespace, get only (docs/deploy-security.md says so)."""
+    granted = 0
     for doc in render("production"):
         if doc["kind"] not in ("Role", "ClusterRole"):
             continue
         for rule in doc["rules"]:
             if "pods/log" not in rule["resources"]:
                 continue
+            granted += 1
             assert doc["kind"] == "Role", f"{name_of(doc)} grants logs cluster-wide"
             assert doc["metadata"]["namespace"] == "kube-system"
             assert rule["resources"] == ["pods/log"]
             assert rule["verbs"] == ["get"]
+    assert granted == 1, "the autoscaler connector reads its pods' logs: one Role grants it"
     text = DOC.read_text(encoding="utf-8")
     assert "resourceNames" in text
     assert "pods/log" in text

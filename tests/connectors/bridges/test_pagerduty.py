@@ -56,9 +56,13 @@ MIN = 60.0
 CHAIN = "device_unhealthy_eviction"
 
 
-def chain(pods: Iterable[str] = ("a", "b", "c"), namespace: str = "ml") -> list[Incident]:
+def chain(
+    pods: Iterable[str] = ("a", "b", "c"), namespace: str = "ml", *, every: bool = True
+) -> list[Incident]:
     """The core's revisions of one eviction chain: XID 79 and a GPU drop on n1, then each
-    pod fails (open, one update per further pod), then the GPU comes back (resolved)."""
+    pod fails (open, one update per further pod), then the GPU comes back (resolved).
+    ``every=False``: the core's default ``revision_interval_seconds`` (the failures less
+    than it apart are one held update)."""
     c = Cluster()
     names = list(pods)
     c.node("n1", 0)
@@ -79,6 +83,8 @@ def chain(pods: Iterable[str] = ("a", "b", "c"), namespace: str = "ml") -> list[
         )
     c.node("n1", 50 * MIN, alloc=8)
     c.tick(60 * MIN)
+    if not every:
+        return [r for r in run(c.events) if r.type == CHAIN]
     # Every change published (no revision_interval_seconds): one re-trigger per pod.
     revisions = [r for r in run(c.events, config(revision_interval_seconds=0)) if r.type == CHAIN]
     assert [r.status for r in revisions] == ["open"] + ["updated"] * (len(names) - 1) + ["resolved"]
@@ -160,6 +166,22 @@ async def paced(
 
 
 # -- the lifecycle ---------------------------------------------------------------------------
+@pytest.mark.asyncio
+async def test_with_the_core_defaults_one_retrigger_names_every_failed_pod() -> None:
+    """What users run: the core holds the failures that follow the open within its
+    revision interval, so PagerDuty gets a trigger, one re-trigger naming every pod, and
+    the resolve, on one alert."""
+    revisions = chain(("a", "b", "c", "d", "e"), every=False)
+    assert [r.status for r in revisions] == ["open", "updated", "resolved"]
+    async with bridge() as (endpoint, receiver):
+        outcomes, _ = await deliver_all(endpoint, revisions)
+    assert [type(o) for o in outcomes] == [Accepted] * 3
+    assert [e["event_action"] for e in receiver.events] == ["trigger", "trigger", "resolve"]
+    assert {e["dedup_key"] for e in receiver.events} == {revisions[0].id}
+    assert receiver.alerts[(KEY, revisions[0].id)].triggers == 2
+    assert len(revisions[1].pods) == 5
+
+
 @pytest.mark.asyncio
 async def test_open_update_resolve_are_trigger_retrigger_resolve_on_one_alert() -> None:
     revisions = chain()

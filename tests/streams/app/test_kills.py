@@ -31,6 +31,7 @@ import pytest
 
 from schemas.codec import AnyEvent, decode_incident, encode
 from schemas.incidents import Incident
+from schemas.topics import DEFAULT_PARTITIONS
 from tests.kafka_helpers import KafkaTestEnv, wait_until
 from tests.processor_helpers import (
     DEFAULT_GROUP,
@@ -50,7 +51,7 @@ from tests.processor_helpers import (
 KillPoint = Callable[[Worker, int], object]
 """When to kill a worker, given it and the group's committed count when it started."""
 
-KILL_PARTITIONS = 6
+KILL_PARTITIONS = DEFAULT_PARTITIONS
 """The default partition count: a killed member's partitions are spread over several lanes."""
 
 SLOW = {**SLOW_STEPS, **DEFAULT_GROUP}

@@ -127,5 +127,6 @@ def test_a_run_after_an_end_is_not_lent_the_old_runs_progress() -> None:
     p.spread({RARE: NOW + 5, (PODS, 0): NOW + 5})
     p.process([heartbeat("other", at(1000), partition=1, offset=1000)], now=NOW + 6)
     p.tick(NOW + 7)
+    assert RARE[1] in p.lanes, "the lane exists: its watermark is held, not absent"
     assert p.lanes.lane(RARE[1]).watermark == -math.inf, "the new run holds it"
     assert p.lanes.lane(1).watermark == at(1000).timestamp() - GRACE, "not another lane"
