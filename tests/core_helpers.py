@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from collections.abc import Iterable
 from typing import Any
 
@@ -47,3 +48,12 @@ def final(revisions: list[Incident]) -> dict[str, Incident]:
 def of_type(revisions: list[Incident], kind: str) -> list[Incident]:
     """Final revisions of one incident type."""
     return [inc for inc in final(revisions).values() if inc.type == kind]
+
+
+def within_grace(events: list[AnyEvent], rnd: random.Random, grace: float) -> list[AnyEvent]:
+    """The events reordered so that none arrives more than ``grace`` seconds behind
+    another: an arrival order a live processor must treat as the event-time order."""
+    keyed = [
+        (e.time.timestamp() + rnd.uniform(0, grace * 0.99), i, e) for i, e in enumerate(events)
+    ]
+    return [e for _, _, e in sorted(keyed, key=lambda k: (k[0], k[1]))]

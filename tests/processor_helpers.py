@@ -24,7 +24,9 @@ from schemas.codec import AnyEvent, decode_dead_letter, decode_incident, encode
 from schemas.dead_letters import DeadLetter
 from schemas.events import Tick
 from schemas.incidents import Incident
-from schemas.keys import routed
+from schemas.keys import correlation_key, routed
+from schemas.topics import topic_layout
+from streams.app.pipeline import RawRecord
 from streams.app.worker import ProcessorOptions
 from streams.core import Correlator
 from tests.core_helpers import config
@@ -397,3 +399,20 @@ def await_settled(reader: TopicReader, expected: dict[str, Incident], timeout: f
             f"{len(missing)} missing, {len(differ)} differ, {len(extra)} extra "
             f"of {len(expected)}{detail}"
         ) from None
+
+
+def records(events: Sequence[AnyEvent], start: int = 0) -> list[RawRecord]:
+    """The events as raw records of partition 0 of their raw topics (the default layout),
+    offsets (and tokens) from ``start``: a pipeline's input without a broker."""
+    layout = topic_layout()
+    return [
+        RawRecord(
+            topic=layout.raw_topic(event),
+            partition=0,
+            offset=i,
+            key=correlation_key(event).encode(),
+            value=encode(event),
+            token=i,
+        )
+        for i, event in enumerate(events, start=start)
+    ]

@@ -7,32 +7,15 @@ from collections.abc import Sequence
 import msgspec
 from aiokafka import ConsumerRecord, TopicPartition
 
-from schemas.codec import AnyEvent, encode
-from schemas.keys import correlation_key
 from schemas.topics import topic_layout
 from streams.app.pipeline import Pipeline, RawRecord
 from streams.core.snapshot import decode_state
 from tests.core_helpers import config
 from tests.factories import Cluster, term
+from tests.processor_helpers import records
 
 LAYOUT = topic_layout()
 PODS_TOPIC = LAYOUT.raw["pods"].name
-
-
-def records(events: Sequence[AnyEvent], start: int = 0) -> list[RawRecord]:
-    out = []
-    for i, event in enumerate(events, start=start):
-        out.append(
-            RawRecord(
-                topic=LAYOUT.raw_topic(event),
-                partition=0,
-                offset=i,
-                key=correlation_key(event).encode(),
-                value=encode(event),
-                token=i,
-            )
-        )
-    return out
 
 
 def oom_scenario() -> Cluster:

@@ -11,16 +11,14 @@ within M minutes") include their boundary too.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
-from schemas.codec import AnyEvent, encode
+from schemas.codec import AnyEvent
 from schemas.incidents import Incident
-from schemas.keys import correlation_key
 from schemas.topics import topic_layout
-from streams.app.pipeline import Pipeline, RawRecord
+from streams.app.pipeline import Pipeline
 from streams.core import Correlator
 from tests.core_helpers import config, of_type, run
 from tests.factories import Cluster, term
+from tests.processor_helpers import records
 
 LAYOUT = topic_layout()
 
@@ -42,21 +40,6 @@ def _xid_then_eviction() -> tuple[list[AnyEvent], AnyEvent]:
     c.node("n", 61)
     held = [e for e in c.events if e is not xid]
     return held, xid
-
-
-def records(events: Sequence[AnyEvent], start: int = 0) -> list[RawRecord]:
-    """The events as raw records of one partition, offsets from ``start``."""
-    return [
-        RawRecord(
-            topic=LAYOUT.raw_topic(event),
-            partition=0,
-            offset=i,
-            key=correlation_key(event).encode(),
-            value=encode(event),
-            token=i,
-        )
-        for i, event in enumerate(events, start=start)
-    ]
 
 
 def _ingest(correlator: Correlator, events: list[AnyEvent]) -> list[Incident]:

@@ -22,7 +22,7 @@ from schemas.codec import encode
 from schemas.events import NodeCondition
 from schemas.incidents import Incident
 from streams.core import Correlator
-from tests.core_helpers import config, feed, final, run
+from tests.core_helpers import config, feed, final, run, within_grace
 from tests.disruption_streams import (
     CORDON,
     KARPENTER_V0,
@@ -253,13 +253,9 @@ def test_arrival_order_within_the_grace_does_not_change_what_a_drain_raises() ->
     ordered = timeline(_xid_during_a_drain())
     expected = [encode(r) for r in run(ordered, cfg)]
     for seed in range(8):
-        rnd = random.Random(seed)
-        keyed = [
-            (e.time.timestamp() + rnd.uniform(0, grace * 0.99), i, e) for i, e in enumerate(ordered)
-        ]
         correlator = Correlator(cfg)
         out: list[Incident] = []
-        for _, _, event in sorted(keyed, key=lambda k: (k[0], k[1])):
+        for event in within_grace(ordered, random.Random(seed), grace):
             out.extend(feed(correlator, event))
         out.extend(correlator.flush())
         assert correlator.stats.late == 0

@@ -20,21 +20,13 @@ import msgspec
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from schemas.codec import AnyEvent, decode_event, encode
+from schemas.codec import decode_event, encode
 from schemas.events import NodeEvent, PodEvent
 from schemas.incidents import Incident
 from streams.core import Correlator
-from tests.core_helpers import config, feed, run
+from tests.core_helpers import config, feed, run, within_grace
 from tests.episodes import GRACE, build, episodes
 from tests.factories import Cluster, term
-
-
-def within_grace(events: list[AnyEvent], rnd: random.Random) -> list[AnyEvent]:
-    """Reorder so that no event arrives more than ``GRACE`` seconds behind another."""
-    keyed = [
-        (e.time.timestamp() + rnd.uniform(0, GRACE * 0.99), i, e) for i, e in enumerate(events)
-    ]
-    return [e for _, _, e in sorted(keyed, key=lambda k: (k[0], k[1]))]
 
 
 def as_bytes(revisions: list[Incident]) -> list[bytes]:
@@ -48,7 +40,7 @@ def test_arrival_order_within_grace_does_not_change_incidents(
 ) -> None:
     cfg = config(grace_seconds=GRACE)
     ordered = build(plan)
-    shuffled = within_grace(ordered, rnd)
+    shuffled = within_grace(ordered, rnd, GRACE)
     correlator = Correlator(cfg)
     out: list[Incident] = []
     for event in shuffled:
