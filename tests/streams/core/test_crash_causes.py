@@ -20,12 +20,10 @@ from schemas.ids import incident_id
 from schemas.incidents import Incident
 from schemas.termination_causes import load_causes, parse_causes
 from tests.core_helpers import of_type, run
+from tests.crash_loops import BUS, CRASHES, MIN, UUID, loop
 from tests.factories import Cluster, term
 
-MIN = 60.0
 KIND = "suspected_cuda_oom"
-UUID = "GPU-1ab2485c-121c-77db-6719-0b616d1673f4"
-BUS = "0000:1a:00.0"
 
 ECC = (
     'Traceback (most recent call last):\n  File "/app/train.py", line 88, in <module>\n'
@@ -74,21 +72,6 @@ OOM = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a "
     "total capacity of 79.10 GiB of which 1.02 GiB is free."
 )
-CRASHES = [1 * MIN, 3 * MIN, 6 * MIN, 9 * MIN]
-
-
-def loop(
-    c: Cluster, times: list[float], message: str, *, first: int = 1, bind: bool = True
-) -> None:
-    """A GPU pod ``ns/ft`` on ``n3`` whose container exits 1 at ``times``, saying ``message``."""
-    if first == 1:
-        c.node("n3", 0)
-        c.pod("n3", "ft", 1)
-        if bind:
-            c.bind("n3", 2, UUID, BUS, ["ft"])
-    for k, t in enumerate(times, start=first):
-        c.pod("n3", "ft", t + 2, restarts=k, last=term(t, "Error", 1, message))
-
 
 FAULT = "gpu_fault_crash_loop"
 DEVICE_CAUSES = {"gpu_fault", "driver_fault"}

@@ -15,14 +15,11 @@ from schemas.incidents import Incident
 from schemas.termination_causes import parse_causes
 from streams.core.config import DEFAULT_SEVERITY
 from tests.core_helpers import config, of_type, run
-from tests.factories import Cluster, term
+from tests.crash_loops import BUS, CRASHES, MIN, UUID, loop, setup
+from tests.factories import Cluster
 
-MIN = 60.0
 OOM_KIND = "suspected_cuda_oom"
 FAULT = "gpu_fault_crash_loop"
-UUID = "GPU-1ab2485c-121c-77db-6719-0b616d1673f4"
-BUS = "0000:1a:00.0"
-CRASHES = [1 * MIN, 3 * MIN, 6 * MIN, 9 * MIN]
 
 ECC = (
     "RuntimeError: CUDA error: uncorrectable ECC error encountered\n"
@@ -71,21 +68,6 @@ ILLEGAL = (
     "assertions."
 )
 """https://github.com/NVIDIA/TensorRT/issues/3491"""
-
-
-def setup(c: Cluster) -> None:
-    """GPU pod ``ns/ft`` on ``n3``, bound to one GPU."""
-    c.node("n3", 0)
-    c.pod("n3", "ft", 1)
-    c.bind("n3", 2, UUID, BUS, ["ft"])
-
-
-def loop(c: Cluster, times: list[float], message: str, *, fresh: bool = True) -> None:
-    """``ns/ft``'s container exits 1 at ``times`` (after :func:`setup` when ``fresh``)."""
-    if fresh:
-        setup(c)
-    for k, t in enumerate(times, start=1):
-        c.pod("n3", "ft", t + 2, restarts=k, last=term(t, "Error", 1, message))
 
 
 def loops(revisions: list[Incident]) -> list[Incident]:
