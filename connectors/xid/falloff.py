@@ -48,17 +48,19 @@ from typing import Final
 
 from schemas.pci import canonical_bus_id
 
-MARKER: Final = b"off the bus"
-"""Every fall-off message contains this (with ``b"Xid"``, the parser's fast path)."""
+PHRASE: Final = "fallen off the bus"
+"""Every fall-off message says this, in every shape and driver version."""
+MARKER: Final = PHRASE.encode()
+""":data:`PHRASE` as bytes: with ``b"Xid"``, the parser's fast path (a longer needle is
+also the faster substring search)."""
 HEADER_MARKER: Final = b"NVRM: The NVIDIA GPU"
 """The first line of the probe message (and of other probe messages: never a record)."""
-_PHRASE: Final = "fallen off the bus"
 _TAIL: Final = "fallen off the bus and is not responding to commands"
 """The probe message's last line: it names no GPU, and is the driver's own words."""
-_BUS: Final = r"(?P<bus>(?:[0-9a-fA-F]{1,8}:)?[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2}(?:\.[0-7])?)"
-_GPU_BUS_RE: Final = re.compile(r"\bGPU(?: at)? (?:PCI:)?" + _BUS + r"(?![0-9a-zA-Z])")
+BUS_PATTERN: Final = r"(?P<bus>(?:[0-9a-fA-F]{1,8}:)?[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2}(?:\.[0-7])?)"
+"""A PCI bus id as the driver prints it (domain optional, function optional)."""
+_GPU_BUS_RE: Final = re.compile(r"\bGPU(?: at)? (?:PCI:)?" + BUS_PATTERN + r"(?![0-9a-zA-Z])")
 """``GPU 0000:29:00.0``, ``GPU at 0000:01:00.0``, ``GPU at PCI:0000:05:00``."""
-_HEADER_RE: Final = re.compile(r"NVRM: The NVIDIA GPU (?:PCI:)?" + _BUS + r"(?![0-9a-zA-Z])")
 _CONTINUATION_RE: Final = re.compile(r"^\s*NVRM:|\s+NVRM:")
 """``NVRM:`` at the start of the message and of every continuation line (rsyslog writes
 a newline as ``#012``; kmsg's newlines are spaces by the time the message gets here)."""
@@ -69,7 +71,7 @@ _NOT_A_GPU: Final = re.compile(r"\bBR0\d\b")
 def fall_off(message: str) -> tuple[str, str] | None:
     """``(canonical bus id or "", the message from its first NVRM:)`` of a fall-off
     message, ``None`` for any other text. The caller has ruled out ``NVRM: Xid`` lines."""
-    at = message.find(_PHRASE)
+    at = message.find(PHRASE)
     if at < 0:
         return None
     start = message.find("NVRM:")
@@ -83,17 +85,6 @@ def fall_off(message: str) -> tuple[str, str] | None:
     found = _GPU_BUS_RE.search(said)
     bus = canonical_bus_id(found["bus"]) if found is not None else ""
     return bus, _text(message[start:])
-
-
-def header_bus(message: str) -> str | None:
-    """The bus id of a line that starts a multi-line probe message
-    (``NVRM: The NVIDIA GPU 0000:b3:00.0``), ``""`` when it is redacted; ``None`` when
-    the line is no such header."""
-    at = message.find("NVRM: The NVIDIA GPU")
-    if at < 0:
-        return None
-    found = _HEADER_RE.match(message, at)
-    return canonical_bus_id(found["bus"]) if found is not None else ""
 
 
 def _text(message: str) -> str:

@@ -119,6 +119,7 @@ MARKER: Final = b"Xid"
 """Every XID and SXid line contains this; with :data:`connectors.xid.falloff.MARKER`, the
 fast path rejects all others."""
 _FALL_OFF: Final = falloff.MARKER
+"""A module global, not an attribute lookup per line on the fast path."""
 FALL_OFF_CODE: Final = 79
 """ROBUST_CHANNEL_GPU_HAS_FALLEN_OFF_THE_BUS: what a fall-off message without a number is."""
 _JSON_BYTES_MESSAGE: Final = re.compile(rb'"MESSAGE"\s*:\s*\[')
@@ -129,7 +130,7 @@ _MAX_UPTIME_US: Final = 10**15
 _MAX_DIGITS: Final = 9
 """XID codes and pids longer than this are not real (and would not fit the wire format)."""
 
-_BUS = r"(?P<bus>(?:[0-9a-fA-F]{1,8}:)?[0-9a-fA-F]{1,2}:[0-9a-fA-F]{1,2}(?:\.[0-7])?)"
+_BUS = falloff.BUS_PATTERN
 _REDACTED = r"(?P<redacted>(?:[0-9a-fA-F:.xX*#?_\u2026]|<[\w -]{0,20}>|(?i:redacted))+)"
 """A bus id the reporter blanked out: ``PCI:...``, ``PCI:xxxx:xx:xx``, ``0000:XX:00``."""
 _PLACEHOLDER_RE: Final = re.compile(r"[xX*#?_<\u2026]|\.\.|redacted", re.IGNORECASE)
@@ -393,11 +394,6 @@ def _fall_off(message: str) -> XidFields | None:
     return XidFields(code=FALL_OFF_CODE, pci_bus_id=bus_id, pid=None, process="", message=text)
 
 
-def _json_bytes(raw: bytes) -> bool:
-    """A journal JSON line whose MESSAGE is an array of bytes (it may hide an XID)."""
-    return raw[:1] == b"{" and _JSON_BYTES_MESSAGE.search(raw) is not None
-
-
 def parse_line(raw: bytes, ctx: LineContext) -> XidEvent | RecordError | None:
     """One raw line (any framing above) to an event, ``None``, or a :class:`RecordError`.
 
@@ -405,7 +401,11 @@ def parse_line(raw: bytes, ctx: LineContext) -> XidEvent | RecordError | None:
     starts with ``internal parser error`` (a bug to report, not a reason to
     stop a DaemonSet).
     """
-    if MARKER not in raw and _FALL_OFF not in raw and not _json_bytes(raw):
+    if (
+        MARKER not in raw
+        and _FALL_OFF not in raw
+        and not (raw[:1] == b"{" and _JSON_BYTES_MESSAGE.search(raw))
+    ):
         return None
     return _resolve(_parse_guarded(raw, ctx), ctx)
 
@@ -414,7 +414,11 @@ def parse_line_or_untimed(raw: bytes, ctx: LineContext) -> XidEvent | RecordErro
     """:func:`parse_line`, but a line without a usable time is returned as :class:`Untimed`
     (even when :attr:`LineContext.default_time` is set), so that the caller can count
     and report the lines it stamps with an assumed time."""
-    if MARKER not in raw and _FALL_OFF not in raw and not _json_bytes(raw):
+    if (
+        MARKER not in raw
+        and _FALL_OFF not in raw
+        and not (raw[:1] == b"{" and _JSON_BYTES_MESSAGE.search(raw))
+    ):
         return None
     return _parse_guarded(raw, ctx)
 
@@ -480,7 +484,7 @@ def event_from_kmsg(
 def _kmsg_event(
     record: KmsgRecord, ctx: LineContext, raw: bytes
 ) -> XidEvent | RecordError | Untimed | None:
-    if "Xid" not in record.message and "off the bus" not in record.message:
+    if "Xid" not in record.message and falloff.PHRASE not in record.message:
         return None
     fields = parse_message(record.message)
     if fields is None or isinstance(fields, RecordError):

@@ -25,7 +25,13 @@ from __future__ import annotations
 from typing import Final
 
 from connectors.xid import falloff
-from connectors.xid.lines import LineContext, Untimed, parse_line_or_untimed
+from connectors.xid.lines import (
+    FALL_OFF_CODE,
+    MARKER,
+    LineContext,
+    Untimed,
+    parse_line_or_untimed,
+)
 from schemas.codec import RecordError
 from schemas.events import XidEvent
 
@@ -46,10 +52,8 @@ class LineReader:
         """The result of ``raw`` (``None`` for a header line: its message is not over)."""
         lines = self._lines
         if falloff.HEADER_MARKER in raw and falloff.MARKER not in raw:
-            text = raw.decode("utf-8", errors="replace")
-            if falloff.header_bus(text) is not None:
-                self._lines = [raw]
-                return None
+            self._lines = [raw]  # the header: its message is not over
+            return None
         result = parse_line_or_untimed(raw, ctx)
         if not lines:
             return result
@@ -67,12 +71,12 @@ class LineReader:
 
 def _unnamed_fall_off(raw: bytes, result: XidEvent | RecordError | Untimed | None) -> bool:
     """A fall-off line that names no GPU: the end of a pending header's message."""
-    if b"Xid" in raw:
+    if MARKER in raw:
         return False
     if isinstance(result, Untimed):
-        return result.fields.code == 79 and not result.fields.pci_bus_id
+        return result.fields.code == FALL_OFF_CODE and not result.fields.pci_bus_id
     if isinstance(result, XidEvent):
-        return result.code == 79 and not result.pci_bus_id
+        return result.code == FALL_OFF_CODE and not result.pci_bus_id
     return isinstance(result, RecordError) and falloff.MARKER in raw
 
 
