@@ -263,7 +263,10 @@ def _name(record: dict[str, Any], *keys: str) -> str:
     return ""
 
 
-def _pool_of_claim(claim: str) -> str:
+def pool_of_claim(claim: str) -> str:
+    """The NodePool a NodeClaim was generated from (``gpu-x7k2p`` -> ``gpu``), else ``""``:
+    Kubernetes' ``generateName`` adds five characters of its own alphabet (no vowels, no
+    0, 1 or 3), so a name the user chose is rarely mistaken for a generated one."""
     match = _GENERATED.match(claim)
     return match["pool"] if match else ""
 
@@ -281,7 +284,7 @@ def node_group(record: dict[str, Any], text: str = "") -> str:
         disrupted = record.get("disrupted-nodes")
         if isinstance(disrupted, list) and disrupted and isinstance(disrupted[0], dict):
             claim = _name(disrupted[0], "NodeClaim")
-    return _pool_of_claim(claim)
+    return pool_of_claim(claim)
 
 
 def _pods(record: dict[str, Any]) -> tuple[PodRef, ...]:

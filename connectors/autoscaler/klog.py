@@ -141,9 +141,9 @@ def go_time(text: str) -> datetime | None:
     off = match["off"]
     try:
         parsed = datetime.fromisoformat(f"{match['date']}T{match['hms']}.{frac}{off[:3]}:{off[3:]}")
-    except ValueError:
+        return parsed.astimezone(UTC)
+    except (ValueError, OverflowError):  # OverflowError: year 1 east of UTC is year 0 in UTC
         return None
-    return parsed.astimezone(UTC)
 
 
 # --- message families -------------------------------------------------------------------
@@ -175,7 +175,7 @@ _FOUND_ERR_RE: Final = re.compile(
 _CANNOT_PROVISION_RE: Final = re.compile(r"Instance group (?P<g>\S+) cannot provision any more")
 _ASG_FAILED_RE: Final = re.compile(r"ASG (?P<g>\S+) scaling failed with description: (?P<msg>.*)")
 _AZURE_SET_RE: Final = re.compile(r"for scale set \"(?P<g>[^\"]+)\" failed")
-_PLAN_ITEM_RE: Final = re.compile(r"\{(?P<g>\S+) (?P<a>\d+)->(?P<b>\d+) \(max: (?P<m>\d+)\)\}")
+PLAN_ITEM_RE: Final = re.compile(r"\{(?P<g>\S+) (?P<a>\d+)->(?P<b>\d+) \(max: (?P<m>\d+)\)\}")
 _BEST_RE: Final = re.compile(r"Best option to resize: (?P<g>\S+)")
 _ESTIMATED_RE: Final = re.compile(r"Estimated (?P<n>\d+) nodes needed in (?P<g>\S+)")
 _SETTING_RE: Final = re.compile(
@@ -205,7 +205,8 @@ _EMPTY_DELETION_RE: Final = re.compile(r"empty node deletion in nodegroup (?P<g>
 _UNNEEDED_RE: Final = re.compile(r"^(?P<node>\S+) (?:is unneeded since|was unneeded for)")
 
 
-def _int(text: str | None) -> int | None:
+def small_int(text: str | None) -> int | None:
+    """A logged count as an int; None when absent or absurdly long (never a huge int)."""
     return int(text) if text is not None and len(text) < 10 else None
 
 
@@ -276,24 +277,24 @@ def _planned(message: str) -> tuple[Fact, ...]:
             Fact(
                 "scale_up_planned",
                 node_group=m["g"],
-                size_from=_int(m["a"]),
-                size_to=_int(m["b"]),
-                max_size=_int(m["m"]),
+                size_from=small_int(m["a"]),
+                size_to=small_int(m["b"]),
+                max_size=small_int(m["m"]),
             )
-            for m in _PLAN_ITEM_RE.finditer(message)
+            for m in PLAN_ITEM_RE.finditer(message)
         )
     if (match := _SETTING_RE.search(message)) is not None:
         return (
             Fact(
                 "scale_up_planned",
                 node_group=match["g"],
-                size_from=_int(match["a"]),
-                size_to=_int(match["b"]),
-                max_size=_int(match["m"]),
+                size_from=small_int(match["a"]),
+                size_to=small_int(match["b"]),
+                max_size=small_int(match["m"]),
             ),
         )
     if (match := _SETTING_ASG_RE.search(message)) is not None:
-        return (Fact("scale_up_planned", node_group=match["g"], size_to=_int(match["b"])),)
+        return (Fact("scale_up_planned", node_group=match["g"], size_to=small_int(match["b"])),)
     if (match := _BEST_RE.search(message)) is not None:
         return (Fact("scale_up_planned", node_group=match["g"]),)
     if (match := _PRIORITY_RE.search(message)) is not None:
@@ -301,7 +302,11 @@ def _planned(message: str) -> tuple[Fact, ...]:
     if (match := _ESTIMATED_RE.search(message)) is not None:
         return (Fact("scale_up_planned", node_group=match["g"]),)
     if (match := _AKS_SIZE_RE.search(message)) is not None:
-        return (Fact("scale_up_planned", size_from=_int(match["a"]), size_to=_int(match["b"])),)
+        return (
+            Fact(
+                "scale_up_planned", size_from=small_int(match["a"]), size_to=small_int(match["b"])
+            ),
+        )
     return ()
 
 
@@ -309,7 +314,7 @@ def _max(message: str) -> tuple[Fact, ...]:
     if (match := _MAX_SKIP_RE.search(message)) is not None:
         return (Fact("max_size_reached", "max_size", match["g"]),)
     if (match := _CAPPING_RE.search(message)) is not None:
-        return (Fact("max_size_reached", "max_size", max_size=_int(match["m"])),)
+        return (Fact("max_size_reached", "max_size", max_size=small_int(match["m"])),)
     if _GROUP_LIMITS_RE.search(message) is not None:
         return (Fact("max_size_reached", "max_size"),)
     if (match := _CA_QUOTA_RE.search(message)) is not None:

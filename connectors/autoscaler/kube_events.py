@@ -71,6 +71,7 @@ from typing import Final
 
 from connectors.autoscaler import klog
 from connectors.autoscaler.classify import classify, cloud_of, not_triggered
+from connectors.autoscaler.karpenter import pool_of_claim
 from connectors.autoscaler.klog import Fact
 from schemas.events import AutoscalerEvent, KubeEvent, PodRef
 from schemas.ids import hashed_id
@@ -131,7 +132,6 @@ REASONS: Final = _CA_REASONS | _KARPENTER_REASONS | _SHARED
 _TRIGGERED_OLD: Final = re.compile(
     r"group: (?P<g>[^,\s]+), sizes \(current/new\): (?P<a>\d+)/(?P<b>\d+)"
 )
-_ITEM: Final = re.compile(r"\{(?P<g>\S+) (?P<a>\d+)->(?P<b>\d+) \(max: (?P<m>\d+)\)\}")
 _SIZE_SET: Final = re.compile(
     r"group (?P<g>\S+) size (?:set )?to (?P<b>\d+)(?: instead of (?P<a>\d+))?"
     r"(?: \(max: (?P<m>\d+)\))?"
@@ -145,21 +145,10 @@ _GROUP_NAMED: Final = re.compile(
 _NODEPOOL: Final = re.compile(r'(?:nodepool|provisioner):? "(?P<pool>[^"]+)"')
 _CLAIM: Final = re.compile(r"(?:nodeclaim|machine)/(?P<claim>[\w.-]+)")
 _CLAIM_EVENT: Final = re.compile(r"^(?:NodeClaim|Machine) (?P<claim>[\w.-]+) event: ")
-_GENERATED: Final = re.compile(r"^(?P<pool>.+)-[a-z0-9]{5}$")
 COMBINED: Final = "(combined from similar events): "
 """client-go's event aggregation puts this before the message of an Event it folded
 similar ones into (``tools/record/events_cache.go``): the message after it is the
 autoscaler's."""
-
-
-def pool_of_claim(claim: str) -> str:
-    """The NodePool a NodeClaim was generated from (``gpu-x7k2p`` -> ``gpu``), else ``""``."""
-    match = _GENERATED.match(claim)
-    return match["pool"] if match else ""
-
-
-def _int(text: str | None) -> int | None:
-    return int(text) if text is not None and len(text) < 10 else None
 
 
 def _sized(match: re.Match[str] | None) -> Fact:
@@ -169,9 +158,9 @@ def _sized(match: re.Match[str] | None) -> Fact:
     return Fact(
         "scale_up_planned",
         node_group=found["g"],
-        size_from=_int(found.get("a")),
-        size_to=_int(found.get("b")),
-        max_size=_int(found.get("m")),
+        size_from=klog.small_int(found.get("a")),
+        size_to=klog.small_int(found.get("b")),
+        max_size=klog.small_int(found.get("m")),
     )
 
 
@@ -182,7 +171,7 @@ def _named_group(message: str) -> str:
 
 def _ca_facts(reason: str, message: str) -> tuple[Fact, ...]:
     if reason == "TriggeredScaleUp":
-        items = tuple(_sized(m) for m in _ITEM.finditer(message))
+        items = tuple(_sized(m) for m in klog.PLAN_ITEM_RE.finditer(message))
         return items or (_sized(_TRIGGERED_OLD.search(message)),)
     if reason == "ScaledUpGroup":
         return (_sized(_SIZE_SET.search(message)),)
@@ -241,13 +230,14 @@ def _karpenter_facts(reason: str, message: str, kind: str, name: str) -> tuple[F
     return ()  # Unconsolidatable: not a candidate, the steady state
 
 
-def event_fact(
+def event_facts(
     reason: str, source: str, message: str, kind: str = "", namespace: str = "", name: str = ""
-) -> Fact | None:
-    """The fact an autoscaler Event states, or None (not the autoscaler's, or no fact).
+) -> tuple[Fact, ...]:
+    """Every fact an autoscaler Event states (a TriggeredScaleUp naming several groups
+    gives one each), ``()`` when it is not the autoscaler's or states none.
 
-    ``kind``/``namespace``/``name`` are the involved object's: a Pod's becomes the
-    record's pod, a NodePool's name its node group.
+    ``kind``/``namespace``/``name`` are the involved object's: a Pod's becomes every
+    fact's pod, a NodePool's name its node group.
     """
     message = message.removeprefix(COMBINED)
     if source == CA:
@@ -255,53 +245,53 @@ def event_fact(
     elif source == KARPENTER:
         facts = _karpenter_facts(reason, message, kind, name)
     else:
-        return None
-    if not facts:
-        return None
-    fact = facts[0]
-    if kind == "Pod" and name:
-        fact = replace(fact, pods=(PodRef(namespace=namespace, name=name),))
-    return fact
-
-
-def event_facts(
-    reason: str, source: str, message: str, kind: str = "", namespace: str = "", name: str = ""
-) -> tuple[Fact, ...]:
-    """Every fact of the Event: a TriggeredScaleUp naming several groups gives one each."""
-    first = event_fact(reason, source, message, kind, namespace, name)
-    if first is None:
         return ()
-    if source == CA and reason == "TriggeredScaleUp":
-        items = [_sized(m) for m in _ITEM.finditer(message)]
-        if len(items) > 1:
-            return tuple(replace(item, pods=first.pods) for item in items)
-    return (first,)
+    if kind == "Pod" and name:
+        pods = (PodRef(namespace=namespace, name=name),)
+        facts = tuple(replace(fact, pods=pods) for fact in facts)
+    return facts
+
+
+def event_fact(
+    reason: str, source: str, message: str, kind: str = "", namespace: str = "", name: str = ""
+) -> Fact | None:
+    """The first of :func:`event_facts`, or None."""
+    facts = event_facts(reason, source, message, kind, namespace, name)
+    return facts[0] if facts else None
+
+
+def autoscaler_events(event: KubeEvent) -> tuple[AutoscalerEvent, ...]:
+    """The ``autoscaler.v1`` records of an autoscaler's Event (``()``: not one of those),
+    one per fact; the first keeps the id an Event's one record always had."""
+    involved = event.involved
+    facts = event_facts(
+        event.reason, event.source, event.message, involved.kind, involved.namespace, involved.name
+    )
+    return tuple(
+        klog.to_event(
+            fact,
+            event_id=hashed_id("as-ev", event.id) if k == 0 else hashed_id("as-ev", event.id, k),
+            cluster=event.cluster,
+            time=event.time,
+            message=event.message,
+            cloud=cloud_of(event.message),
+            line=event.message,
+            source=event.source,
+        )
+        for k, fact in enumerate(facts)
+    )
 
 
 def autoscaler_event(event: KubeEvent) -> AutoscalerEvent | None:
-    """The ``autoscaler.v1`` record of an autoscaler's Event, or None (not one of those)."""
-    involved = event.involved
-    fact = event_fact(
-        event.reason, event.source, event.message, involved.kind, involved.namespace, involved.name
-    )
-    if fact is None:
-        return None
-    return klog.to_event(
-        fact,
-        event_id=hashed_id("as-ev", event.id),
-        cluster=event.cluster,
-        time=event.time,
-        message=event.message,
-        cloud=cloud_of(event.message),
-        line=event.message,
-        source=event.source,
-    )
+    """The first of :func:`autoscaler_events`, or None."""
+    records = autoscaler_events(event)
+    return records[0] if records else None
 
 
 def derive(event: KubeEvent) -> tuple[AutoscalerEvent, ...]:
-    """The k8s connector's ``derive`` hook: the record, if the Event is an autoscaler's."""
-    record = autoscaler_event(event)
-    return () if record is None else (record,)
+    """The k8s connector's ``derive`` hook: the records, if the Event is an autoscaler's
+    (the same facts a pasted row of it gives)."""
+    return autoscaler_events(event)
 
 
 # -- pasted Events -------------------------------------------------------------------------

@@ -90,15 +90,14 @@ def ingest_k8s_command(
       gputriage ingest k8s --cluster prod --all --file watch-events.jsonl.gz
     """
     settings_of(ctx)  # an invalid --config is one line here too, as for every verb
-    from connectors.autoscaler.kube_events import autoscaler_event  # noqa: PLC0415
+    from connectors.autoscaler.kube_events import autoscaler_events  # noqa: PLC0415
     from connectors.k8s.gpu_filter import GpuFilter  # noqa: PLC0415
     from connectors.k8s.offline import slim_documents  # noqa: PLC0415
     from schemas.events import KubeEvent  # noqa: PLC0415
 
     def derive(event: Any) -> tuple[Any, ...]:
-        # As the live connector: an autoscaler's Event is also an autoscaler.v1 record.
-        record = autoscaler_event(event) if isinstance(event, KubeEvent) else None
-        return () if record is None else (record,)
+        # As the live connector: an autoscaler's Event is also autoscaler.v1 records.
+        return autoscaler_events(event) if isinstance(event, KubeEvent) else ()
 
     config = slim_config(resources, prefixes)
     gpu_only = None if keep_all else GpuFilter(config)

@@ -66,9 +66,9 @@ def test_nominated_pods_starve_when_their_nodepool_is_out_of_quota() -> None:
             "Pod",
             f"trainer-{k}",
         )
-        for k, claim in enumerate(("x7k2p", "q9w8e"))
+        for k, claim in enumerate(("x7k2p", "q9w8z"))
     ]
-    for t, claim in ((60, "x7k2p"), (400, "m3n4b"), (750, "r5t6y")):
+    for t, claim in ((60, "x7k2p"), (400, "m5n4b"), (750, "r5t6x")):
         message = f"NodeClaim gpu-h100-{claim} event: {QUOTA}"
         records.append(
             karpenter_event(

@@ -279,7 +279,8 @@ def test_arbitrary_rows_made_of_event_pieces_never_raise(raw: str) -> None:
 @given(st.binary(max_size=300))
 def test_arbitrary_bytes_never_raise(raw: bytes) -> None:
     assert isinstance(parse_line(b"  Warning  FailedToScaleUpGroup  " + raw, CTX, 1), tuple)
-    assert kube_events.pasted(raw.decode("utf-8", "replace")) is None or True
+    row = kube_events.pasted(raw.decode("utf-8", "replace"))  # returns (no raise): None or a row
+    assert row is None or isinstance(row, kube_events.Pasted)
 
 
 def test_ingest_autoscaler_reads_pasted_events_of_both_autoscalers() -> None:

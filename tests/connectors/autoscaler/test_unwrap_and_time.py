@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from connectors.autoscaler.klog import go_time as klog_go_time
 from connectors.autoscaler.klog import klog_time
 from connectors.autoscaler.lines import Format, LineContext, parse_line
 from connectors.autoscaler.status import GroupStatus, Status, facts, go_time
@@ -125,6 +126,13 @@ def test_a_line_whose_record_the_codec_would_refuse_is_a_bad_line(
 
 def test_a_go_time_in_year_one_east_of_utc_is_unreadable_not_an_exception() -> None:
     assert go_time("0001-01-01 00:00:00 +0100 CET") is None  # year 0 in UTC
+    assert klog_go_time("0001-01-01 00:00:00.0 +0100 CET") is None  # the klog parser's too
+    line = (
+        "I0701 12:00:00.000000       1 static_autoscaler.go:1] Disabling scale-up for node "
+        "group g until 0001-01-01 00:00:00.0 +0100 CET"
+    )
+    (record,) = parse_line(line, CTX, 1)  # a backoff with no readable end: read, no raise
+    assert (record.action, record.until) == ("backoff", None)
     assert go_time("0001-01-01 00:00:00 +0000 UTC") == datetime(1, 1, 1, tzinfo=UTC)  # Go's zero
     observed = datetime(2026, 7, 1, tzinfo=UTC)
     status = Status(
