@@ -25,7 +25,7 @@ that the producer also sends to the cluster key (:func:`schemas.keys.routed`).
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Final
 
 import msgspec
 
@@ -151,6 +151,11 @@ class NodeCondition(msgspec.Struct, frozen=True, kw_only=True):
     status: str
     reason: str = ""
     message: str = ""
+
+
+CORDON_TAINT: Final = "node.kubernetes.io/unschedulable"
+"""The taint of a cordoned node (``spec.unschedulable``, mirrored by the node lifecycle
+controller): the k8s connector writes it, the planned-disruption rule reads it."""
 
 
 class Taint(msgspec.Struct, frozen=True, kw_only=True):

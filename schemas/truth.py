@@ -14,8 +14,7 @@ core that drifts from the domain shows as a drop in recall, not as a new truth.
 The matching key, by scope (``gputriage score`` documents the rule in full):
 
 * every type: ``type`` and ``cluster``;
-* node-scoped types (every type but ``scale_up_failure``, ``gpu_pods_starved``,
-  ``allocation_mismatch`` and ``nvlink_domain_fault``): ``node``;
+* node-scoped types (every type but those in :data:`CLUSTER_SCOPED`): ``node``;
 * ``pods``: at least one of them among the incident's pods, where the truth names any;
 * ``gpus``: at least one of them (a GPU UUID) among the incident's GPUs, where the
   truth names any;

@@ -107,6 +107,7 @@ import msgspec
 from schemas import codec
 from schemas.codec import RecordError
 from schemas.events import (
+    CORDON_TAINT,
     ContainerStatus,
     GpuShare,
     KubeEvent,
@@ -808,7 +809,6 @@ def _gpu_map(raw: dict[str, Any] | None, path: str, config: SlimConfig) -> dict[
     return amounts
 
 
-_CORDON: Final = "node.kubernetes.io/unschedulable"
 """The taint a cordon (``spec.unschedulable``) is mirrored as (``TaintNodeUnschedulable``)."""
 
 
@@ -855,10 +855,10 @@ def _node(
         taints.append(
             Taint(key=taint.key or "", value=taint.value or "", effect=taint.effect or "")
         )
-    if spec.unschedulable and all(t.key != _CORDON for t in taints):
+    if spec.unschedulable and all(t.key != CORDON_TAINT for t in taints):
         # A cordon the node lifecycle controller has not mirrored as its taint yet: the
         # same fact, one shape for the core (streams.core.rules.disruption).
-        taints.append(Taint(key=_CORDON, effect="NoSchedule"))
+        taints.append(Taint(key=CORDON_TAINT, effect="NoSchedule"))
     return NodeEvent(
         id=meta.id,
         cluster=cluster,

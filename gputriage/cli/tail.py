@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from connectors.kafka.config import KafkaSettings
+from connectors.kafka.config import CONNECT_TIMEOUT_SECONDS, KafkaSettings
 from gputriage.cli.common import (
     CONTEXT,
     StructDefault,
@@ -77,7 +77,7 @@ class StartType(click.ParamType):
     metavar="SECONDS",
     type=setting_range(KafkaSettings, "connect_timeout_seconds"),
     cls=StructDefault,
-    show_default=f"{KafkaSettings().connect_timeout_seconds:g}",
+    show_default=f"{CONNECT_TIMEOUT_SECONDS:g}",
     help="Give up when the brokers cannot be reached within this long "
     "(kafka.connect_timeout_seconds).",
 )

@@ -62,7 +62,7 @@ What it changes, and why each is safe:
 
 from __future__ import annotations
 
-from schemas.events import KubeEvent, NodeEvent
+from schemas.events import CORDON_TAINT, KubeEvent, NodeEvent
 from streams.core.lifecycle import Step
 
 KARPENTER_DISRUPTED = "karpenter.sh/disrupted"
@@ -71,8 +71,7 @@ KARPENTER_DISRUPTION = "karpenter.sh/disruption"
 """Karpenter v0.32-v0.37's taint key; its value ``disrupting`` marks a disrupted node."""
 AUTOSCALER_DELETING = "ToBeDeletedByClusterAutoscaler"
 """cluster-autoscaler's NoSchedule taint on a node it scales down (before the drain)."""
-UNSCHEDULABLE = "node.kubernetes.io/unschedulable"
-"""The cordon's taint (``spec.unschedulable``, mirrored by the node lifecycle controller)."""
+UNSCHEDULABLE = CORDON_TAINT
 OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
 """An administrator's mark of a node shut down for good (non-graceful shutdown)."""
 
