@@ -229,6 +229,44 @@ def test_times_inside_an_event_are_bounded_too_and_named() -> None:
     assert (again.reason, again.field) == (error.reason, error.field)
 
 
+def _plant(record: dict[str, Any], steps: tuple[str, ...], value: str) -> str:
+    """Put ``value`` at ``steps`` of a record (``[]``: the first item, made if missing);
+    the JSONPath-like field name a RecordError gives for it."""
+    node: Any = record
+    field = "$"
+    for here, after in zip(steps, (*steps[1:], None), strict=True):
+        if here == "[]":
+            continue
+        if after is None:
+            node[here] = value
+        elif after == "[]":
+            items = node.setdefault(here, [])
+            if not items:
+                items.append({"name": "c"})  # a container needs its name
+            node = items[0]
+        else:
+            node = node.setdefault(here, {}) if node.get(here) is None else node[here]
+        field += f".{here}" + ("[0]" if after == "[]" else "")
+    return field
+
+
+@pytest.mark.parametrize(
+    ("kind", "steps"),
+    [(kind, steps) for kind, paths in codec._EVENT_TIMES.items() for steps in paths],
+    ids=lambda v: v.__name__ if isinstance(v, type) else ".".join(v),
+)
+def test_every_time_field_is_bounded_by_the_decoder(
+    kind: type[Any], steps: tuple[str, ...]
+) -> None:
+    """Each time the schema has (found from the schema itself, so one added later is
+    here too) is refused out of range by the decoder's fast check, at that field."""
+    record = json.loads(encode(_sample(kind)))
+    field = _plant(record, steps, "0001-01-01T00:00:00+14:00")  # year 0 in UTC
+    error = try_decode_event(json.dumps(record))
+    assert isinstance(error, RecordError), error
+    assert error.field == field
+
+
 def test_the_fast_time_check_covers_every_time_field_of_every_schema() -> None:
     """:func:`schemas.codec._plain_times` spells the walk out for speed: a time field added
     to a schema must be added there, or this fails."""
