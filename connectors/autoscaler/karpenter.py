@@ -142,6 +142,7 @@ TRIGGERS: Final = (
     "Batched ",
     "atched ",
     "ould not schedule pod",
+    "ailed to compute packing",
     "nable to schedule pod",
     "ailed to find instance type",
     "omputed new node",
@@ -197,6 +198,7 @@ ANCHORS: Final = (
     "rovisioning",
     "ermination",
     "ordoned node",
+    "packing",
 )
 """The fast-path words (:data:`connectors.autoscaler.lines.ANCHORS`) Karpenter needs beyond
 those cluster-autoscaler's messages already bring (``nodeclaim``, ``provisionable``,
