@@ -110,6 +110,13 @@ def classify(text: str, code: str = "") -> tuple[str, str]:
     return "other", code or _azure_code(text)
 
 
+def classify_failure(text: str, code: str = "") -> tuple[str, str]:
+    """:func:`classify` for a failed scale-up: a ``timeout`` there is an API call that
+    timed out (``other``), not nodes that failed to register (``scale_up_timeout``)."""
+    reason, found = classify(text, code)
+    return ("other" if reason == "timeout" else reason), found
+
+
 def _azure_code(text: str) -> str:
     match = _AZURE_CODE.search(text)
     return match["code"] if match else ""

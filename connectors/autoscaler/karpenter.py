@@ -72,7 +72,7 @@ from __future__ import annotations
 import re
 from typing import Any, Final
 
-from connectors.autoscaler.classify import classify
+from connectors.autoscaler.classify import classify_failure
 from connectors.autoscaler.klog import Fact
 from schemas import codec
 from schemas.codec import RecordError
@@ -339,15 +339,8 @@ def parse_record(record: dict[str, Any]) -> tuple[Fact, ...]:
         return (Fact("scale_up_planned", node_group=group),)
     launch_error = lower == "reconciler error" and _LAUNCH_ERROR.match(error.lower())
     if _LAUNCH_FAILED.match(head) or launch_error:
-        reason, code = classify(text)
-        return (
-            Fact(
-                "scale_up_failed",
-                "other" if reason == "timeout" else reason,
-                group,
-                cloud_code=code,
-            ),
-        )
+        reason, code = classify_failure(text)
+        return (Fact("scale_up_failed", reason, group, cloud_code=code),)
     if _TIMEOUT.match(head):
         cause = _text(record.get("reason"))
         if "timeout" in lower and cause and cause not in _LIVENESS_REASONS:

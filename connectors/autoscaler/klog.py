@@ -71,7 +71,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Final
 
-from connectors.autoscaler.classify import classify
+from connectors.autoscaler.classify import classify, classify_failure
 from schemas.codec import RecordError
 from schemas.events import AutoscalerEvent, PodRef
 
@@ -265,9 +265,7 @@ def _generic_failure(message: str) -> tuple[Fact, ...]:
         return (Fact("scale_up_failed", reason, match["g"], cloud_code=code),)
     if (match := _AZURE_SET_RE.search(message)) is not None:
         group = match["g"]
-    reason, code = classify(message)
-    if reason == "timeout":
-        reason = "other"
+    reason, code = classify_failure(message)
     return (Fact("scale_up_failed", reason, group, cloud_code=code),)
 
 

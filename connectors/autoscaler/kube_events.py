@@ -70,7 +70,7 @@ from dataclasses import dataclass, replace
 from typing import Final
 
 from connectors.autoscaler import klog
-from connectors.autoscaler.classify import classify, cloud_of, not_triggered
+from connectors.autoscaler.classify import classify_failure, cloud_of, not_triggered
 from connectors.autoscaler.karpenter import pool_of_claim
 from connectors.autoscaler.klog import Fact
 from schemas.events import AutoscalerEvent, KubeEvent, PodRef
@@ -186,9 +186,7 @@ def _ca_facts(reason: str, message: str) -> tuple[Fact, ...]:
         if facts and facts[0].action == "scale_up_failed":
             why, code = facts[0].reason, facts[0].cloud_code
         else:
-            why, code = classify(error or message)
-        if why == "timeout":
-            why = "other"  # a timed-out API call, not nodes failing to register
+            why, code = classify_failure(error or message)
         return (Fact("scale_up_failed", why, group, cloud_code=code),)
     if reason == "ScaleUpTimedOut":
         return (Fact("scale_up_timeout", "timeout", _named_group(message), cloud_code="timeout"),)
@@ -215,9 +213,9 @@ def _karpenter_facts(reason: str, message: str, kind: str, name: str) -> tuple[F
         claim = _CLAIM_EVENT.search(message)
         if not group:
             group = pool_of_claim(claim["claim"] if claim else name if kind == "NodeClaim" else "")
-        why, code = classify(message)
-        if reason == "NodeClassNotReady" or why in ("other", "timeout"):
-            why = "config" if reason == "NodeClassNotReady" or "odeClass" in message else "other"
+        why, code = classify_failure(message)
+        if reason == "NodeClassNotReady" or (why == "other" and "odeClass" in message):
+            why = "config"
         return (Fact("scale_up_failed", why, group, cloud_code=code),)
     if reason == "FailedScheduling":
         if "exceed limits" in message or "would breach" in message:
