@@ -20,7 +20,7 @@ still decodes.
 ``node`` decides the correlation key: ``cluster/node`` for node-scoped records,
 ``cluster`` alone when it is empty (pending pods, autoscaler decisions), or when
 ``scope`` is ``"cluster"``: the copy of a pod, node, GPU binding or NVLink fabric XID
-that the producer also sends to the cluster key (:func:`schemas.keys.routed`).
+that the producer also sends to the cluster key (:class:`schemas.keys.Router`).
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ class PodEvent(Event, tag="pod.v1", frozen=True, kw_only=True):
     resource (``gpu_requests`` stays empty). Sharing a node declares for all its
     GPUs (time-slicing, MPS) is its ``nvidia.com/gpu.sharing-strategy`` label."""
     scope: Scope = "node"
-    """``"cluster"`` on the copy :func:`schemas.keys.routed` sends to the cluster key
+    """``"cluster"`` on the copy :class:`schemas.keys.Router` sends to the cluster key
     (same id, time and fields as the original), for the cluster-scoped rules.
     Records written before this field decode as ``"node"``."""
 
@@ -184,7 +184,7 @@ class NodeEvent(Event, tag="node.v1", frozen=True, kw_only=True):
     labels: dict[str, Label] = {}
     taints: tuple[Taint, ...] = ()
     scope: Scope = "node"
-    """``"cluster"`` on the copy :func:`schemas.keys.routed` sends to the cluster key
+    """``"cluster"`` on the copy :class:`schemas.keys.Router` sends to the cluster key
     (same id, time and fields as the original), for the cluster-scoped rules.
     Records written before this field decode as ``"node"``."""
 
@@ -247,7 +247,7 @@ class XidEvent(Event, tag="xid.v1", frozen=True, kw_only=True):
     (the device plugin's ``nvidia.com/mig-*`` resources) are whole GPU instances with one
     compute instance each, so bindings and joins use ``gpu_instance`` alone."""
     scope: Scope = "node"
-    """``"cluster"`` on the copy :func:`schemas.keys.routed` sends to the cluster key of an
+    """``"cluster"`` on the copy :class:`schemas.keys.Router` sends to the cluster key of an
     NVLink fabric XID (144-149), for the one-incident-per-NVLink-domain rule. Records
     written before this field decode as ``"node"``."""
 
@@ -302,7 +302,7 @@ class GpuBindingEvent(Event, tag="gpu_binding.v1", frozen=True, kw_only=True):
     one ``gpu_instance`` (Kubernetes' MIG strategies make one compute instance per
     GPU instance, so there it is one)."""
     scope: Scope = "node"
-    """``"cluster"`` on the copy :func:`schemas.keys.routed` sends to the cluster key
+    """``"cluster"`` on the copy :class:`schemas.keys.Router` sends to the cluster key
     (same id, time and fields as the original), for the cluster-scoped rules.
     Records written before this field decode as ``"node"``."""
     shared: bool = False

@@ -78,7 +78,7 @@ XidCode = Annotated[int, msgspec.Meta(ge=0, le=MAX_XID_CODE)]
 Op = Literal["added", "modified", "deleted"]
 Scope = Literal["node", "cluster"]
 """Which key a node-scoped record is for: its node's (the record as the source saw it)
-or its cluster's (the copy :func:`schemas.keys.routed` makes for the cluster-scoped
+or its cluster's (the copy :class:`schemas.keys.Router` makes for the cluster-scoped
 rules: pending pods that got scheduled, the cross-source GPU counts)."""
 """What happened to the Kubernetes object, as the watch API says it."""
 
