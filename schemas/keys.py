@@ -186,7 +186,13 @@ class Router:
             else:
                 self._pods[key] = ("", 0)
             return None
-        view = (ev.node, gpu_devices(ev.gpu_requests)[0] if holds_gpus(ev) else 0)
+        requests = ev.gpu_requests
+        held = 0
+        if holds_gpus(ev):  # the usual pod asks for one resource: no walk, no sort
+            held = requests.get(_NVIDIA_GPU, 0) if len(requests) == 1 else -1
+            if held <= 0:
+                held = gpu_devices(requests)[0]
+        view = (ev.node, held)
         last = self._pods.pop(key, _UNKNOWN) if gone else self._pods.get(key, _UNKNOWN)
         if not gone:
             self._pods[key] = view
