@@ -38,7 +38,7 @@ from typing import Any
 import msgspec
 
 from schemas.events import NodeEvent, PodEvent
-from schemas.ids import k8s_event_id
+from schemas.ids import k8s_event_id, resource_version_number
 from schemas.types import Op
 
 
@@ -105,6 +105,12 @@ def diff(known: Mapping[str, Known], items: Sequence[Any]) -> list[Change]:
 def deletion(
     last: PodEvent | NodeEvent, uid: str, list_version: str, when: datetime
 ) -> PodEvent | NodeEvent:
-    """The ``deleted`` event for an object that vanished: its last state, a newer id and time."""
-    event_id = k8s_event_id(uid, list_version)
-    return msgspec.structs.replace(last, op="deleted", id=event_id, time=when)
+    """The ``deleted`` event for an object that vanished: its last state, a newer id, version
+    and time."""
+    return msgspec.structs.replace(
+        last,
+        op="deleted",
+        id=k8s_event_id(uid, list_version),
+        time=when,
+        resource_version=resource_version_number(list_version),
+    )
