@@ -9,7 +9,9 @@ Two fields matter to every consumer:
 
 * ``id`` is deterministic at the source (Kubernetes uid + resourceVersion, kmsg
   boot id + sequence number...). Incident ids are derived from evidence ids, so
-  a source that invents random ids breaks replay.
+  a source that invents random ids breaks replay. Ids are identity only: a pod's or
+  node's version is also its own field (``resource_version``), so no consumer has
+  to parse it back out of the id.
 * ``time`` is *event time*, as the source observed it, not when we read it.
 
 Names, ids, integers and a GPU's pods are bounded (:mod:`schemas.types` says why):
@@ -29,7 +31,18 @@ from typing import Annotated, Final
 
 import msgspec
 
-from schemas.types import MAX_NODE_PODS, Id, Int32, Label, Name, Op, Scope, Time, XidCode
+from schemas.types import (
+    MAX_NODE_PODS,
+    Id,
+    Int32,
+    Label,
+    Name,
+    Op,
+    ResourceVersion,
+    Scope,
+    Time,
+    XidCode,
+)
 
 
 class PodRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -142,6 +155,12 @@ class PodEvent(Event, tag="pod.v1", frozen=True, kw_only=True):
     """``"cluster"`` on the copy :class:`schemas.keys.Router` sends to the cluster key
     (same id, time and fields as the original), for the cluster-scoped rules.
     Records written before this field decode as ``"node"``."""
+    resource_version: ResourceVersion = 0
+    """The object's resourceVersion as a number (etcd's revision: larger is later), the
+    one its id ``k8s:<uid>:<resourceVersion>`` names; 0 when unknown (a version that is
+    not a decimal number, a record of a release before this field). The core orders
+    copies of the pod by it, and reads the id only when it is 0
+    (:func:`schemas.ids.k8s_version`)."""
 
 
 class NodeCondition(msgspec.Struct, frozen=True, kw_only=True):
@@ -187,6 +206,9 @@ class NodeEvent(Event, tag="node.v1", frozen=True, kw_only=True):
     """``"cluster"`` on the copy :class:`schemas.keys.Router` sends to the cluster key
     (same id, time and fields as the original), for the cluster-scoped rules.
     Records written before this field decode as ``"node"``."""
+    resource_version: ResourceVersion = 0
+    """The node object's resourceVersion as a number, as on :class:`PodEvent`; 0 when
+    unknown."""
 
 
 class KubeEvent(Event, tag="k8s_event.v1", frozen=True, kw_only=True):
