@@ -114,7 +114,7 @@ _UNKNOWN: Final = ("\x00", -1)
 
 class Router:
     """Routes each event to its key, and sends the cluster key the facts it needs only
-    when they change: design (a) of the fleet-scale core, the producer's memory.
+    when they change: the producer remembers what it sent.
 
     The cluster-scoped rules read little of the node-scoped records: which pod left
     pending for a node, each running GPU pod's node and GPU count, what dcgm-exporter
@@ -141,7 +141,12 @@ class Router:
       router remembers them, so the first record with a node is a change (the cluster
       key learns that the pod was scheduled).
     * Memory: one small entry per GPU pod, GPU node and pod-aware GPU binding; a pod's
-      and a node's go with their deletion.
+      and a node's go with their deletion, a GPU's stays (one flag per GPU ever bound:
+      the binding's source never says that its node is gone).
+    * Why not node summaries derived on the node keys and sent through a repartition
+      topic: as many records (a summary changes with every placement too), plus a
+      second hop, its own progress and changelog (``python -m bench.cluster_share``
+      measures both).
     """
 
     __slots__ = ("_bindings", "_nodes", "_pods", "copies", "skipped")
