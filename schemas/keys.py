@@ -109,7 +109,7 @@ def holds_gpus(ev: PodEvent) -> bool:
 
 _PodView = tuple[str, int]
 _NodeView = tuple[bool, dict[str, str], tuple[str, str], tuple[Taint, ...]]
-_UNKNOWN: Final = ("\x00", -1)
+_PENDING: Final = ("", 0)
 
 
 class Router:
@@ -152,9 +152,9 @@ class Router:
     __slots__ = ("_bindings", "_nodes", "_pods", "copies", "skipped")
 
     def __init__(self) -> None:
-        self._pods: dict[str, _PodView] = {}
-        self._nodes: dict[str, _NodeView] = {}
-        self._bindings: dict[str, bool] = {}
+        self._pods: dict[tuple[str, str, str], _PodView] = {}
+        self._nodes: dict[tuple[str, str], _NodeView] = {}
+        self._bindings: dict[tuple[str, str, str, int | None], bool] = {}
         self.copies = 0
         """Copies sent to the cluster key."""
         self.skipped = 0
@@ -163,16 +163,16 @@ class Router:
     def route(self, event: AnyEvent) -> tuple[AnyEvent, ...]:
         """The event, and its copy for the cluster key when the cluster-scoped rules
         need one (the first record of an object, or a change of its view)."""
+        kind = type(event)
         copy: AnyEvent | None
-        if isinstance(event, PodEvent):
-            copy = self._pod(event)
-        elif isinstance(event, NodeEvent):
-            copy = self._node(event)
-        elif isinstance(event, GpuBindingEvent):
-            copy = self._binding(event)
-        elif isinstance(event, XidEvent):
-            wanted = event.code in FABRIC_XIDS and not event.sxid and event.scope != "cluster"
-            copy = msgspec.structs.replace(event, scope="cluster") if wanted else None
+        if kind is PodEvent:
+            copy = self._pod(event)  # type: ignore[arg-type]
+        elif kind is NodeEvent:
+            copy = self._node(event)  # type: ignore[arg-type]
+        elif kind is GpuBindingEvent:
+            copy = self._binding(event)  # type: ignore[arg-type]
+        elif kind is XidEvent:
+            copy = self._xid(event)  # type: ignore[arg-type]
         else:
             return (event,)
         if copy is None:
@@ -181,29 +181,32 @@ class Router:
         return (event, copy)
 
     def _pod(self, ev: PodEvent) -> PodEvent | None:
-        if ev.scope == "cluster" or not (ev.gpu_requests or ev.gpu_share):
+        """Runs for every GPU pod record (most of a stream): kept to a few lookups."""
+        requests = ev.gpu_requests
+        if not (requests or ev.gpu_share) or ev.scope == "cluster":
             return None
-        key = f"{ev.cluster}\x1f{ev.namespace}/{ev.name}"
+        key = (ev.cluster, ev.namespace, ev.name)
         gone = ev.op == "deleted"
-        if not ev.node:  # pending: this record is the cluster key's own
+        node = ev.node
+        if not node:  # pending: this record is the cluster key's own
             if gone:
                 self._pods.pop(key, None)
             else:
-                self._pods[key] = ("", 0)
+                self._pods[key] = _PENDING
             return None
-        requests = ev.gpu_requests
         held = 0
-        if holds_gpus(ev):  # the usual pod asks for one resource: no walk, no sort
-            held = requests.get(_NVIDIA_GPU, 0) if len(requests) == 1 else -1
+        if (
+            ev.phase == "Running" and not gone and ev.deleted_at is None and ev.gpu_share is None
+        ):  # holds_gpus(ev), inline; the usual pod asks for one resource: no walk
+            held = requests.get(_NVIDIA_GPU, 0) if len(requests) == 1 else 0
             if held <= 0:
                 held = gpu_devices(requests)[0]
-        view = (ev.node, held)
-        last = self._pods.pop(key, _UNKNOWN) if gone else self._pods.get(key, _UNKNOWN)
-        if not gone:
-            self._pods[key] = view
-        if last == view:
+        last = self._pods.pop(key, None) if gone else self._pods.get(key)
+        if last is not None and last[0] == node and last[1] == held:
             self.skipped += 1
             return None
+        if not gone:
+            self._pods[key] = (node, held)
         return msgspec.structs.replace(
             ev,
             scope="cluster",
@@ -216,12 +219,21 @@ class Router:
             owner_name="",
         )
 
+    def _xid(self, ev: XidEvent) -> XidEvent | None:
+        if ev.code not in FABRIC_XIDS or ev.sxid or ev.scope == "cluster":
+            return None
+        return msgspec.structs.replace(ev, scope="cluster")
+
     def _node(self, ev: NodeEvent) -> NodeEvent | None:
         if ev.scope == "cluster" or not ev.capacity:
             return None
-        key = f"{ev.cluster}\x1f{ev.node}"
+        key = (ev.cluster, ev.node)
         gone = ev.op == "deleted"
-        ready = next(((c.status, c.message) for c in ev.conditions if c.type == "Ready"), ("", ""))
+        ready = ("", "")
+        for condition in ev.conditions:
+            if condition.type == "Ready":
+                ready = (condition.status, condition.message)
+                break
         view = (gone, ev.labels, ready, ev.taints)
         last = self._nodes.pop(key, None) if gone else self._nodes.get(key)
         if not gone:
@@ -242,7 +254,7 @@ class Router:
         # with the requests by construction and would hide every DCGM outage it exists for.
         if ev.scope == "cluster" or not ev.pods_known or ev.source == POD_RESOURCES:
             return None
-        key = f"{ev.cluster}\x1f{ev.node}\x1f{ev.gpu_uuid or ev.pci_bus_id}\x1f{ev.gpu_instance}"
+        key = (ev.cluster, ev.node, ev.gpu_uuid or ev.pci_bus_id, ev.gpu_instance)
         bound = bool(ev.pods)
         if self._bindings.get(key) is bound:
             self.skipped += 1
