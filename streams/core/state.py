@@ -307,13 +307,14 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     degraded_since: float | None = None
     degraded_evidence: Evidence | None = None
     degraded_checked: bool = False
-    oom: OomState | None = None
-    """``host_oom_kill``'s slice (:mod:`streams.core.rules.oom`); None while nothing waits."""
-    oom_pending: tuple[tuple[float, Evidence], ...] = ()
-    """Read only, and always empty once decoded: where snapshots written before
-    :class:`OomState` kept the node ``OOMKilling`` events not yet matched to a container.
-    :meth:`__post_init__` moves them into ``oom``, so a restore across the upgrade still
-    opens their host-level incidents on time. Drop it with the next tag (``node_state.v2``)."""
+    oom: OomState | tuple[tuple[float, Evidence], ...] | None = msgspec.field(
+        default=None, name="oom_pending"
+    )
+    """``host_oom_kill``'s slice (:mod:`streams.core.rules.oom`); None while nothing waits.
+    Written under the name of the flat field it replaced, ``oom_pending``, which held the
+    waiting events as a bare tuple: a snapshot of the previous release decodes to that
+    tuple (an array on the wire, the slice a map: msgspec tells them apart), which
+    :meth:`__post_init__` turns into the slice. No slot added, nothing lost on upgrade."""
     not_ready_pending: tuple[float, Evidence] | None = None
     """gpu_node_not_ready in its grace: the event time the node left Ready=True with
     running GPU pods and the condition change that did it (the incident's anchor); None
@@ -372,10 +373,9 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
 
     def __post_init__(self) -> None:
         # msgspec runs this after decoding a snapshot too: the one migration of a field
-        # that moved into a rule's slice (cheap: one truth test per new or restored key).
-        if self.oom_pending:
-            self.oom = OomState(pending=self.oom_pending)
-            self.oom_pending = ()
+        # that moved into a rule's slice (cheap: one type test per new or restored key).
+        if isinstance(self.oom, tuple):
+            self.oom = OomState(pending=self.oom) if self.oom else None
 
 
 class PendingPod(msgspec.Struct, omit_defaults=True):

@@ -97,7 +97,10 @@ def deadline(state: NodeState, config: CoreConfig) -> float:
 
 def _pending(state: NodeState) -> tuple[tuple[float, Evidence], ...]:
     slice_ = state.oom
-    return () if slice_ is None else slice_.pending
+    if slice_ is None:
+        return ()
+    # A bare tuple is the previous release's layout, which restoring converts: read anyway.
+    return slice_.pending if isinstance(slice_, OomState) else slice_
 
 
 def _keep(state: NodeState, pending: tuple[tuple[float, Evidence], ...]) -> None:
@@ -123,7 +126,7 @@ SPEC: NodeRule = NodeRule(
     name="oom",
     emits=((KIND, "ticket"),),
     reads=(PodEvent, KubeEvent),
-    state=("oom", "oom_pending"),
+    state=("oom",),
     settings=("oom_join_seconds", "oom_quiet_seconds"),
     deadline=deadline,
     on_timer=on_timer,

@@ -247,8 +247,7 @@ def _old_snapshot(state: NodeState) -> bytes:
     """``state`` as the previous release wrote it: the waiting events in the flat
     ``oom_pending`` field, no ``oom`` slice."""
     fields = msgspec.to_builtins(state, builtin_types=(bytes,))
-    slice_ = fields.pop("oom")
-    fields["oom_pending"] = slice_["pending"]
+    fields["oom_pending"] = fields["oom_pending"]["pending"]  # the slice's wire name
     return msgspec.msgpack.encode(fields)
 
 
@@ -262,13 +261,20 @@ def test_the_oom_rule_keeps_its_waiting_events_in_its_own_slice() -> None:
     assert isinstance(state.oom, OomState)
     [(seen, item)] = state.oom.pending
     assert (seen, item.schema) == (events[2].time.timestamp(), "k8s_event.v1")
-    assert state.oom_pending == ()
     assert decode_state(encode_state(state)) == state
     correlator.advance_watermark(20 * MIN + events[0].time.timestamp())
     assert state.oom is None, "nothing waits: the node pays one empty slot"
 
 
-def test_a_snapshot_of_the_previous_release_restores_its_waiting_oom_event() -> None:
+OLD_SNAPSHOT = ROOT / "tests" / "data" / "snapshots" / "node_state.v1-oom-pending-9fccef3.msgpack"
+"""The node key at the cut of :func:`_host_oom`, as commit 9fccef3 (before the slice) wrote
+it (tests/data/snapshots/SOURCES.md)."""
+
+
+@pytest.mark.parametrize("written_by", ["9fccef3", "imitation"])
+def test_a_snapshot_of_the_previous_release_restores_its_waiting_oom_event(
+    written_by: str,
+) -> None:
     """Restored mid-wait from the old layout, the host-level incident opens exactly as in
     one uninterrupted run (same id, time, evidence): nothing is lost across the upgrade."""
     events = _host_oom()
@@ -285,8 +291,10 @@ def test_a_snapshot_of_the_previous_release_restores_its_waiting_oom_event() -> 
     for key, state in before.keys.items():
         if isinstance(state, NodeState) and key == key_of("c1", "n2"):
             assert state.oom is not None
-            restored = decode_state(_old_snapshot(state))
-            assert restored == state, "the old layout decodes into the slice"
+            old = OLD_SNAPSHOT.read_bytes() if written_by == "9fccef3" else _old_snapshot(state)
+            assert isinstance(msgspec.msgpack.decode(old)["oom_pending"], list), "old layout"
+            restored = decode_state(old)
+            assert restored == state, "the old layout decodes into the slice, same meaning"
             after.restore(restored)
         else:
             after.restore(decode_state(encode_state(state)))
