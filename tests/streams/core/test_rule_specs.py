@@ -37,7 +37,7 @@ from streams import native
 from streams.core import CoreConfig, Correlator
 from streams.core import node as node_key
 from streams.core.rules import registry
-from streams.core.rules.spec import ClusterRule, NodeRule
+from streams.core.rules.spec import ClusterRule, NodeRule, Rule
 from streams.core.snapshot import decode_state, encode_state
 from streams.core.state import ClusterState, NodeState, OomState
 from tests.core_helpers import config, feed, run
@@ -96,7 +96,7 @@ CLUSTER_KEY_FIELDS = frozenset(
 )
 
 
-def _all_rules() -> list[NodeRule | ClusterRule]:
+def _all_rules() -> list[Rule]:
     return [*registry.NODE_RULES, *registry.CLUSTER_RULES]
 
 
