@@ -46,7 +46,7 @@ import msgspec
 from gputriage.simulate import StreamSpec, generate_lines, read_lines, write_lines
 from schemas.codec import decode_event
 from schemas.incidents import Incident
-from schemas.keys import routed
+from schemas.keys import Router
 from streams import native
 from streams.config import default_core_config
 from streams.core import CoreConfig, Correlator
@@ -172,15 +172,16 @@ class CoreRun(msgspec.Struct, kw_only=True):
 
 def run_core(lines: list[bytes], config: CoreConfig) -> CoreRun:
     """``decode_event`` + ``Correlator.ingest`` on every line (and on the copy the producer
-    routes to the cluster key: :func:`schemas.keys.routed`), then ``flush()``, timed."""
+    routes to the cluster key: :class:`schemas.keys.Router`), then ``flush()``, timed."""
     decode = decode_event
     produced: list[Incident] = []
     correlator = Correlator(config)
     ingest = correlator.ingest
+    route = Router().route
     with GcTimer() as collector:
         began, began_cpu = time.perf_counter(), time.process_time()
         for line in lines:
-            for event in routed(decode(line)):  # as the replay and the producer route it
+            for event in route(decode(line)):  # as the replay and the producer route it
                 out = ingest(event)
                 if out:
                     produced.extend(out)
@@ -211,8 +212,9 @@ def fill(correlator: Correlator, lines: list[bytes]) -> Correlator:
     Nothing produced is kept, so what is still allocated afterwards is the state."""
     decode = decode_event
     ingest = correlator.ingest
+    route = Router().route
     for line in lines:
-        for event in routed(decode(line)):
+        for event in route(decode(line)):
             ingest(event)
     correlator.flush()
     return correlator

@@ -27,7 +27,7 @@ from connectors.files import FileSource, Record, merge_by_time, read_records
 from gputriage import render
 from schemas.codec import RecordError, encode
 from schemas.incidents import Incident
-from schemas.keys import routed
+from schemas.keys import Router
 from streams.core import CoreStats, Correlator
 from streams.core.config import CoreConfig
 from streams.core.timeconv import to_datetime
@@ -108,6 +108,7 @@ def correlate(
     """
     result = ReplayResult(grace_seconds=config.grace_seconds)
     correlator = Correlator(config)
+    router = Router()  # one, as one producer routes each object's records live
     records = merge_by_time([read_records(source) for source in sources])
     clock: datetime | None = None
     with _progress_bar(sources, progress, stderr) as bar:
@@ -120,7 +121,7 @@ def correlate(
                 continue
             if clock is None or event.time > clock:
                 clock = event.time
-            for routed_event in routed(event):  # as the producer routes it, live
+            for routed_event in router.route(event):  # as the producer routes it, live
                 _collect(correlator.ingest(routed_event), result, clock, sink)
         if clock is not None:  # else no event came, and nothing can be buffered
             end = _after(clock, config.grace_seconds)

@@ -9,7 +9,9 @@ Two fields matter to every consumer:
 
 * ``id`` is deterministic at the source (Kubernetes uid + resourceVersion, kmsg
   boot id + sequence number...). Incident ids are derived from evidence ids, so
-  a source that invents random ids breaks replay.
+  a source that invents random ids breaks replay. Ids are identity only: a pod's or
+  node's version is also its own field (``resource_version``), so no consumer has
+  to parse it back out of the id.
 * ``time`` is *event time*, as the source observed it, not when we read it.
 
 Names, ids, integers and a GPU's pods are bounded (:mod:`schemas.types` says why):
@@ -20,7 +22,7 @@ still decodes.
 ``node`` decides the correlation key: ``cluster/node`` for node-scoped records,
 ``cluster`` alone when it is empty (pending pods, autoscaler decisions), or when
 ``scope`` is ``"cluster"``: the copy of a pod, node, GPU binding or NVLink fabric XID
-that the producer also sends to the cluster key (:func:`schemas.keys.routed`).
+that the producer also sends to the cluster key (:class:`schemas.keys.Router`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,18 @@ from typing import Annotated, Final
 
 import msgspec
 
-from schemas.types import MAX_NODE_PODS, Id, Int32, Label, Name, Op, Scope, Time, XidCode
+from schemas.types import (
+    MAX_NODE_PODS,
+    Id,
+    Int32,
+    Label,
+    Name,
+    Op,
+    ResourceVersion,
+    Scope,
+    Time,
+    XidCode,
+)
 
 
 class PodRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -139,9 +152,15 @@ class PodEvent(Event, tag="pod.v1", frozen=True, kw_only=True):
     resource (``gpu_requests`` stays empty). Sharing a node declares for all its
     GPUs (time-slicing, MPS) is its ``nvidia.com/gpu.sharing-strategy`` label."""
     scope: Scope = "node"
-    """``"cluster"`` on the copy :func:`schemas.keys.routed` sends to the cluster key
+    """``"cluster"`` on the copy :class:`schemas.keys.Router` sends to the cluster key
     (same id, time and fields as the original), for the cluster-scoped rules.
     Records written before this field decode as ``"node"``."""
+    resource_version: ResourceVersion = 0
+    """The object's resourceVersion as a number (etcd's revision: larger is later), the
+    one its id ``k8s:<uid>:<resourceVersion>`` names; 0 when unknown (a version that is
+    not a decimal number, a record of a release before this field). The core orders
+    copies of the pod by it, and reads the id only when it is 0
+    (:func:`schemas.ids.k8s_version`)."""
 
 
 class NodeCondition(msgspec.Struct, frozen=True, kw_only=True):
@@ -184,9 +203,12 @@ class NodeEvent(Event, tag="node.v1", frozen=True, kw_only=True):
     labels: dict[str, Label] = {}
     taints: tuple[Taint, ...] = ()
     scope: Scope = "node"
-    """``"cluster"`` on the copy :func:`schemas.keys.routed` sends to the cluster key
+    """``"cluster"`` on the copy :class:`schemas.keys.Router` sends to the cluster key
     (same id, time and fields as the original), for the cluster-scoped rules.
     Records written before this field decode as ``"node"``."""
+    resource_version: ResourceVersion = 0
+    """The node object's resourceVersion as a number, as on :class:`PodEvent`; 0 when
+    unknown."""
 
 
 class KubeEvent(Event, tag="k8s_event.v1", frozen=True, kw_only=True):
@@ -247,7 +269,7 @@ class XidEvent(Event, tag="xid.v1", frozen=True, kw_only=True):
     (the device plugin's ``nvidia.com/mig-*`` resources) are whole GPU instances with one
     compute instance each, so bindings and joins use ``gpu_instance`` alone."""
     scope: Scope = "node"
-    """``"cluster"`` on the copy :func:`schemas.keys.routed` sends to the cluster key of an
+    """``"cluster"`` on the copy :class:`schemas.keys.Router` sends to the cluster key of an
     NVLink fabric XID (144-149), for the one-incident-per-NVLink-domain rule. Records
     written before this field decode as ``"node"``."""
 
@@ -302,7 +324,7 @@ class GpuBindingEvent(Event, tag="gpu_binding.v1", frozen=True, kw_only=True):
     one ``gpu_instance`` (Kubernetes' MIG strategies make one compute instance per
     GPU instance, so there it is one)."""
     scope: Scope = "node"
-    """``"cluster"`` on the copy :func:`schemas.keys.routed` sends to the cluster key
+    """``"cluster"`` on the copy :class:`schemas.keys.Router` sends to the cluster key
     (same id, time and fields as the original), for the cluster-scoped rules.
     Records written before this field decode as ``"node"``."""
     shared: bool = False

@@ -18,6 +18,8 @@ from __future__ import annotations
 from hashlib import blake2b
 from typing import Final
 
+from schemas.types import MAX_RESOURCE_VERSION
+
 _SEP: Final = "\x1f"
 
 
@@ -55,5 +57,18 @@ def k8s_version(event_id: str) -> int:
     """
     if not event_id.startswith("k8s:"):
         return 0
-    version = event_id[event_id.rfind(":") + 1 :]
-    return int(version) if version.isdigit() else 0
+    return resource_version_number(event_id[event_id.rfind(":") + 1 :])
+
+
+def resource_version_number(resource_version: str) -> int:
+    """A resourceVersion as the number it stands for (etcd's revision); 0 when it is none.
+
+    What :attr:`schemas.events.PodEvent.resource_version` carries. Only ASCII decimal
+    digits up to :data:`~schemas.types.MAX_RESOURCE_VERSION` are a number. Traps:
+    ``str.isdigit`` is true of ``"²"``, which ``int`` refuses (an exception in the core's
+    hot path), and of 30 digits, which no MessagePack snapshot can hold.
+    """
+    if not (resource_version.isascii() and resource_version.isdigit()):
+        return 0
+    number = int(resource_version)
+    return number if number <= MAX_RESOURCE_VERSION else 0

@@ -8,18 +8,19 @@ function byte for byte, which is why it lives with the schemas and not in
 either of them.
 
 * node-scoped records (pods, nodes, XIDs, GPU bindings, node Events): ``cluster/node``;
-* cluster-scoped records (autoscaler decisions, pending pods, and the copies
-  :func:`routed` makes): ``cluster``.
+* cluster-scoped records (autoscaler decisions, pending pods, and the copies a
+  :class:`Router` makes): ``cluster``.
 
 **Routing.** The cluster-scoped rules need facts that are node-scoped: a pending
 GPU pod has no node (its records go to the cluster key anyway) until it is
 scheduled, and from then on its records go to its node's key; the cross-source
 GPU count compares running pods' requests with the pods dcgm-exporter binds to
 GPUs, node by node. The cluster key may live on another worker than the node's,
-so the *producer* sends those records twice: as they are, and a copy with
-``scope = "cluster"`` keyed by the cluster (:func:`routed`). The replay does the
-same, so live equals replay; a copy that is already in the input (a dump of the
-raw topics) is a duplicate the engine drops.
+so the *producer* sends the cluster key a slimmed copy with ``scope = "cluster"``
+of the records that change one of those facts (:class:`Router`, which remembers
+what it sent per object). The replay routes the same way, so live equals replay;
+a copy that is already in the input (a dump of the raw topics) is a duplicate the
+engine drops.
 
 Traps:
 
@@ -28,9 +29,10 @@ Traps:
 * the copy keeps the original's id and time: the engine tells the two apart by
   the key (``key_node``), never by the id;
 * only GPU pods, GPU nodes, pod-aware GPU bindings (not the kubelet's) and NVLink fabric
-  XIDs (:data:`FABRIC_XIDS`, rare: Blackwell NVLink faults only) are copied: every copy
-  lands on one partition (the cluster's), so what is copied must stay a small share of
-  the stream.
+  XIDs (:data:`FABRIC_XIDS`, rare: Blackwell NVLink faults only) are copied, and the
+  first three only when what the cluster key reads of them changed: every copy lands
+  on one partition (the cluster's), so what is copied must stay a small share of the
+  stream.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import Final
 import msgspec
 
 from schemas.codec import AnyEvent
-from schemas.events import GpuBindingEvent, NodeEvent, PodEvent, XidEvent
+from schemas.events import GpuBindingEvent, NodeEvent, PodEvent, Taint, XidEvent
 
 POD_RESOURCES: Final = "pod-resources"
 """The ``source`` of the kubelet's bindings (:attr:`GpuBindingEvent.source`)."""
@@ -60,7 +62,7 @@ def key_of(cluster: str, node: str = "") -> str:
 
 
 def is_copy(event: AnyEvent) -> bool:
-    """Is this the copy :func:`routed` made for the cluster key?"""
+    """Is this the copy a :class:`Router` made for the cluster key?"""
     return getattr(event, "scope", "node") == "cluster"
 
 
@@ -77,21 +79,175 @@ def correlation_key(event: AnyEvent) -> str:
     return key_of(event.cluster, key_node(event))
 
 
-def routed(event: AnyEvent) -> tuple[AnyEvent, ...]:
-    """The event, and its copy for the cluster key when the cluster-scoped rules need it."""
-    if isinstance(event, PodEvent):
-        wanted = bool(event.node) and bool(event.gpu_requests or event.gpu_share)
-    elif isinstance(event, NodeEvent):
-        wanted = bool(event.capacity)
-    elif isinstance(event, GpuBindingEvent):
+_NVIDIA_GPU: Final = "nvidia.com/gpu"
+_NVIDIA_MIG: Final = "nvidia.com/mig-"
+_FINISHED: Final = frozenset(("Succeeded", "Failed"))
+
+
+def gpu_devices(requests: dict[str, int]) -> tuple[int, str]:
+    """``(devices, first resource)`` of NVIDIA GPU requests: whole GPUs and MIG devices,
+    which dcgm-exporter binds one by one."""
+    count, resource = 0, ""
+    for name, value in requests.items():
+        if name == _NVIDIA_GPU or name.startswith(_NVIDIA_MIG):
+            count += value
+            if not resource or name < resource:
+                resource = name
+    return count, resource
+
+
+def finished(ev: PodEvent) -> bool:
+    """Deleted, being deleted, or done: the pod holds nothing any more."""
+    return ev.op == "deleted" or ev.deleted_at is not None or ev.phase in _FINISHED
+
+
+def holds_gpus(ev: PodEvent) -> bool:
+    """Does this scheduled pod count in the cross-source GPU count? While it runs with
+    whole GPUs (a fractional share is left out: its GPU's count cannot agree)."""
+    return ev.phase == "Running" and not finished(ev) and ev.gpu_share is None
+
+
+_PodView = tuple[str, int]
+_NodeView = tuple[bool, dict[str, str], tuple[str, str], tuple[Taint, ...]]
+_UNKNOWN: Final = ("\x00", -1)
+
+
+class Router:
+    """Routes each event to its key, and sends the cluster key the facts it needs only
+    when they change: the producer remembers what it sent.
+
+    The cluster-scoped rules read little of the node-scoped records: which pod left
+    pending for a node, each running GPU pod's node and GPU count, what dcgm-exporter
+    binds per GPU, each GPU node's labels, readiness, taints and domain. Copying every
+    GPU pod update there (as the stateless routing did) made one partition carry half of
+    the engine's events. So a router remembers, per object, the *view* of it it last sent
+    the cluster key, and sends a (slimmed) copy only when the view changes: the input
+    rate of the cluster key grows with placement changes, not with pod updates.
+
+    Traps:
+
+    * One router per producer (per connector process), and one per replay: the copies
+      are a function of the sequence of records it routed, so the replay, routing the
+      same records in the same per-object order, sends the same copies (same ids and
+      times) as the producer did live.
+    * A new router knows nothing, so it sends every object's first record again (a
+      restart, a relist). The cluster key absorbs a copy that changes nothing (its view
+      is the one it holds), so repeats are harmless, and nothing is lost after a restart:
+      a pod the cluster key still holds as pending is released by that first copy.
+    * The copy keeps the original's id and time (evidence names the original record;
+      the engine drops a copy it has seen, e.g. one in a dump of the raw topics) and
+      keeps every field the cluster key reads; the others are emptied.
+    * A pod's own pending records (no node yet) are cluster-keyed as they are; the
+      router remembers them, so the first record with a node is a change (the cluster
+      key learns that the pod was scheduled).
+    * Memory: one small entry per GPU pod, GPU node and pod-aware GPU binding; a pod's
+      and a node's go with their deletion, a GPU's stays (one flag per GPU ever bound:
+      the binding's source never says that its node is gone).
+    * Why not node summaries derived on the node keys and sent through a repartition
+      topic: as many records (a summary changes with every placement too), plus a
+      second hop, its own progress and changelog (``python -m bench.cluster_share``
+      measures both).
+    """
+
+    __slots__ = ("_bindings", "_nodes", "_pods", "copies", "skipped")
+
+    def __init__(self) -> None:
+        self._pods: dict[str, _PodView] = {}
+        self._nodes: dict[str, _NodeView] = {}
+        self._bindings: dict[str, bool] = {}
+        self.copies = 0
+        """Copies sent to the cluster key."""
+        self.skipped = 0
+        """Records whose copy was not sent: their view had not changed."""
+
+    def route(self, event: AnyEvent) -> tuple[AnyEvent, ...]:
+        """The event, and its copy for the cluster key when the cluster-scoped rules
+        need one (the first record of an object, or a change of its view)."""
+        copy: AnyEvent | None
+        if isinstance(event, PodEvent):
+            copy = self._pod(event)
+        elif isinstance(event, NodeEvent):
+            copy = self._node(event)
+        elif isinstance(event, GpuBindingEvent):
+            copy = self._binding(event)
+        elif isinstance(event, XidEvent):
+            wanted = event.code in FABRIC_XIDS and not event.sxid and event.scope != "cluster"
+            copy = msgspec.structs.replace(event, scope="cluster") if wanted else None
+        else:
+            return (event,)
+        if copy is None:
+            return (event,)
+        self.copies += 1
+        return (event, copy)
+
+    def _pod(self, ev: PodEvent) -> PodEvent | None:
+        if ev.scope == "cluster" or not (ev.gpu_requests or ev.gpu_share):
+            return None
+        key = f"{ev.cluster}\x1f{ev.namespace}/{ev.name}"
+        gone = ev.op == "deleted"
+        if not ev.node:  # pending: this record is the cluster key's own
+            if gone:
+                self._pods.pop(key, None)
+            else:
+                self._pods[key] = ("", 0)
+            return None
+        requests = ev.gpu_requests
+        held = 0
+        if holds_gpus(ev):  # the usual pod asks for one resource: no walk, no sort
+            held = requests.get(_NVIDIA_GPU, 0) if len(requests) == 1 else -1
+            if held <= 0:
+                held = gpu_devices(requests)[0]
+        view = (ev.node, held)
+        last = self._pods.pop(key, _UNKNOWN) if gone else self._pods.get(key, _UNKNOWN)
+        if not gone:
+            self._pods[key] = view
+        if last == view:
+            self.skipped += 1
+            return None
+        return msgspec.structs.replace(
+            ev,
+            scope="cluster",
+            containers=(),
+            scheduled=None,
+            gpu_limits={},
+            created_at=None,
+            reason="",
+            owner_kind="",
+            owner_name="",
+        )
+
+    def _node(self, ev: NodeEvent) -> NodeEvent | None:
+        if ev.scope == "cluster" or not ev.capacity:
+            return None
+        key = f"{ev.cluster}\x1f{ev.node}"
+        gone = ev.op == "deleted"
+        ready = next(((c.status, c.message) for c in ev.conditions if c.type == "Ready"), ("", ""))
+        view = (gone, ev.labels, ready, ev.taints)
+        last = self._nodes.pop(key, None) if gone else self._nodes.get(key)
+        if not gone:
+            self._nodes[key] = view
+        if last == view:
+            self.skipped += 1
+            return None
+        return msgspec.structs.replace(
+            ev,
+            scope="cluster",
+            allocatable={},
+            conditions=tuple(c for c in ev.conditions if c.type == "Ready"),
+        )
+
+    def _binding(self, ev: GpuBindingEvent) -> GpuBindingEvent | None:
         # The cluster key's only binding reader is allocation_mismatch, which compares the
         # requests with what *DCGM* reports: the kubelet's own bindings (pod-resources) agree
         # with the requests by construction and would hide every DCGM outage it exists for.
-        wanted = event.pods_known and event.source != POD_RESOURCES
-    elif isinstance(event, XidEvent):
-        wanted = event.code in FABRIC_XIDS and not event.sxid
-    else:
-        return (event,)
-    if not wanted or event.scope == "cluster":
-        return (event,)
-    return (event, msgspec.structs.replace(event, scope="cluster"))
+        if ev.scope == "cluster" or not ev.pods_known or ev.source == POD_RESOURCES:
+            return None
+        key = f"{ev.cluster}\x1f{ev.node}\x1f{ev.gpu_uuid or ev.pci_bus_id}\x1f{ev.gpu_instance}"
+        bound = bool(ev.pods)
+        if self._bindings.get(key) is bound:
+            self.skipped += 1
+            return None
+        self._bindings[key] = bound
+        return msgspec.structs.replace(
+            ev, scope="cluster", device="", mig_profile="", mig_uuid="", gpu_index=None
+        )

@@ -69,16 +69,22 @@ past 64 bits; a node whose capacity said 10**23 crashed the worker at its next
 snapshot, at every restart. 32 bits also keep any sum the core makes over a cluster's
 pods far inside 64."""
 
+MAX_RESOURCE_VERSION: Final = 2**63 - 1
+"""The largest Kubernetes resourceVersion carried as a number: etcd's revision is a signed
+64-bit counter, so every real one fits, and so does MessagePack. A longer string of digits
+is no etcd revision: it reads as 0, "unknown" (:func:`schemas.ids.resource_version_number`)."""
+
 Id = Annotated[str, msgspec.Meta(max_length=MAX_ID_LENGTH)]
 Int32 = Annotated[int, msgspec.Meta(ge=INT32_MIN, le=INT32_MAX)]
 Name = Annotated[str, msgspec.Meta(max_length=MAX_NAME_LENGTH)]
 Label = Annotated[str, msgspec.Meta(max_length=MAX_LABEL_LENGTH)]
 XidCode = Annotated[int, msgspec.Meta(ge=0, le=MAX_XID_CODE)]
+ResourceVersion = Annotated[int, msgspec.Meta(ge=0, le=MAX_RESOURCE_VERSION)]
 
 Op = Literal["added", "modified", "deleted"]
 Scope = Literal["node", "cluster"]
 """Which key a node-scoped record is for: its node's (the record as the source saw it)
-or its cluster's (the copy :func:`schemas.keys.routed` makes for the cluster-scoped
+or its cluster's (the copy :class:`schemas.keys.Router` makes for the cluster-scoped
 rules: pending pods that got scheduled, the cross-source GPU counts)."""
 """What happened to the Kubernetes object, as the watch API says it."""
 

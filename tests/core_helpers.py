@@ -8,7 +8,7 @@ from typing import Any
 
 from schemas.codec import AnyEvent
 from schemas.incidents import Incident
-from schemas.keys import routed
+from schemas.keys import Router
 from streams.core import CoreConfig, Correlator
 from tests.cli_helpers import load_tables
 
@@ -20,19 +20,42 @@ def config(**core: Any) -> CoreConfig:
 def run(events: Iterable[AnyEvent], cfg: CoreConfig | None = None) -> list[Incident]:
     """Every revision, in the order the core published them (input ends with ``flush``)."""
     correlator = Correlator(cfg or config())
+    router = Router()
     out: list[Incident] = []
     for event in events:
-        for copy in routed(event):  # as the producer and the replay route it
+        for copy in router.route(event):  # as the producer and the replay route it
             out.extend(correlator.ingest(copy))
     out.extend(correlator.flush())
     return out
 
 
+def route_all(events: Iterable[AnyEvent]) -> list[AnyEvent]:
+    """``events`` as one producer publishes them: each, and the copies its router makes."""
+    router = Router()
+    return [copy for event in events for copy in router.route(event)]
+
+
+_ROUTERS: dict[int, tuple[Correlator, Router]] = {}
+"""The router of each correlator :func:`feed` was given (the last few: a test feeds one
+or two; the entry holds the correlator, so its id cannot be reused meanwhile)."""
+
+
+def router_of(correlator: Correlator) -> Router:
+    """The one router that routes every event :func:`feed` gives ``correlator``, as one
+    producer routes all of its records."""
+    entry = _ROUTERS.get(id(correlator))
+    if entry is None:
+        while len(_ROUTERS) >= 8:
+            del _ROUTERS[next(iter(_ROUTERS))]
+        entry = _ROUTERS[id(correlator)] = (correlator, Router())
+    return entry[1]
+
+
 def feed(correlator: Correlator, event: AnyEvent) -> list[Incident]:
     """Ingest ``event`` as the producer would publish it: with its copy for the cluster
-    key, if it has one (:func:`schemas.keys.routed`)."""
+    key, if it has one (:class:`schemas.keys.Router`, one per correlator)."""
     out: list[Incident] = []
-    for copy in routed(event):
+    for copy in router_of(correlator).route(event):
         out.extend(correlator.ingest(copy))
     return out
 

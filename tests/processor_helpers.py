@@ -24,7 +24,7 @@ from schemas.codec import AnyEvent, decode_dead_letter, decode_incident, encode
 from schemas.dead_letters import DeadLetter
 from schemas.events import Tick
 from schemas.incidents import Incident
-from schemas.keys import correlation_key, routed
+from schemas.keys import Router, correlation_key
 from schemas.topics import topic_layout
 from streams.app.pipeline import RawRecord
 from streams.app.worker import ProcessorOptions
@@ -288,11 +288,12 @@ def reference(events: Iterable[AnyEvent], *, route: bool = True) -> dict[str, In
     window closed (live workers tick with the wall clock, far past the events).
     ``route``: as :func:`produce_events` was told."""
     correlator = Correlator(config())
+    router = Router()
     last: dict[str, Incident] = {}
     for event in events:
         if isinstance(event, Tick):
             continue
-        for copy in routed(event) if route else (event,):  # as the producer routes it
+        for copy in router.route(event) if route else (event,):  # as the producer routes it
             for inc in correlator.ingest(copy):
                 last[inc.id] = inc
     for inc in [*correlator.flush(), *correlator.advance(time.time() + 365 * 86400)]:

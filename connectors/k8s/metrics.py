@@ -7,6 +7,7 @@
 ``gputriage_connector_backpressure_seconds_total``       time the watch waited on a full buffer
 ``gputriage_connector_delivery_failures_total``          failed produce attempts (each retried)
 ``gputriage_connector_relists_total{resource}``          lists after the first (410 Gone)
+``gputriage_connector_unchanged_updates_total{resource}``  pod/node updates equal to the last sent
 ``gputriage_connector_watch_restarts_total{resource,reason}``  watches re-opened, by reason
 ``gputriage_connector_api_errors_total{resource,code}``  API answers that were errors (0: no answer)
 ``gputriage_connector_leader``                           1 while this replica holds the Lease
@@ -42,6 +43,13 @@ class ConnectorMetrics:
         self.relists = Counter(
             "gputriage_connector_relists",
             "Lists after the first one (the watch's resourceVersion was too old).",
+            ["resource"],
+            registry=r,
+        )
+        self.unchanged = Counter(
+            "gputriage_connector_unchanged_updates",
+            "Pod and node updates not published: their slimmed record equals the last one"
+            " published for the object, but for its id, resourceVersion, time and op.",
             ["resource"],
             registry=r,
         )

@@ -38,7 +38,9 @@ Traps, each handled here:
   we subtract ``deletionGracePeriodSeconds`` before using it.
 * **Ids** are ``k8s:<uid>:<resourceVersion>``: the same object version gives
   the same id after a relist or a restart, so downstream dedupe works. Both
-  parts are required.
+  parts are required. Pods and nodes also carry the version as a number
+  (``resource_version``, 0 when it is not a decimal one), so that the core never
+  parses ids; the id keeps the string as the API sent it.
 * **Quantities**: extended resources are integers, but arrive as strings
   (``"1"``) or, from hand-written files, as numbers. ``"500m"`` is not a valid
   GPU count and is reported, not rounded. Only GPU resources are checked: the
@@ -119,7 +121,7 @@ from schemas.events import (
     Taint,
     Termination,
 )
-from schemas.ids import k8s_event_id
+from schemas.ids import k8s_event_id, resource_version_number
 from schemas.types import Op
 
 MAX_TEXT: Final = 4096
@@ -538,6 +540,8 @@ class _Identity:
     namespace: str
     uid: str
     id: str
+    version: int
+    """The resourceVersion as a number (0: not a decimal one); the id keeps the string."""
     created: datetime | None
     deleted: datetime | None
     """Deletion *request* time: deletionTimestamp minus the grace period."""
@@ -565,6 +569,7 @@ def _identity(meta: _MetaView) -> _Identity:
         namespace=meta.namespace or "",
         uid=uid,
         id=k8s_event_id(uid, version),
+        version=resource_version_number(version),
         created=_time(meta.creation_timestamp, "$.metadata.creationTimestamp"),
         deleted=deleted,
     )
@@ -797,6 +802,7 @@ def _pod(
         created_at=meta.created,
         deleted_at=meta.deleted,
         gpu_share=_gpu_share(metadata),
+        resource_version=meta.version,
     )
 
 
@@ -870,6 +876,7 @@ def _node(
         conditions=tuple(conditions),
         labels=dict(sorted(labels.items())),
         taints=tuple(taints),
+        resource_version=meta.version,
     )
 
 

@@ -55,11 +55,20 @@ Traps, each handled here:
   changes and are never emitted, neither from a watch nor from a relist.
 * **Errors are values**: a line that is not JSON, an unknown watch type or an
   object slim.py rejects is a :class:`Rejected`; the watch goes on.
+* **Repeats are not published**: a pod or node update whose slim record equals the
+  last one published for the object but for its id, version, time and op (a probe, a
+  heartbeat, a version bump: most updates) is dropped and counted in
+  ``gputriage_connector_unchanged_updates_total``; the known set keeps the published
+  record and the newest version (:func:`connectors.k8s.relist.repeated` says why the
+  core loses nothing). The watch and a 410 relist skip alike; a restart remembers
+  nothing and publishes every object again.
 
 Restarts: the checkpoint is not persisted. A restarted connector lists again
-and re-emits every current object; each is the same event as before (same id,
-same time, see above), which the correlation core skips as stale. Changes made
-while the connector was down are emitted with the objects' own timestamps,
+and re-emits every current object; one whose last published version is current is
+the same event as before (same id, same time, see above), which the correlation core
+skips as stale; one whose version moved only by updates not published (repeats) is a
+newer copy with the same facts, which the core applies and nothing changes. Changes
+made while the connector was down are emitted with the objects' own timestamps,
 deletions while down cannot be seen at all (nothing remembers the object).
 
 events.k8s.io/v1 is *not* watched: it serves the same Event objects as core/v1
@@ -81,7 +90,7 @@ from kubernetes_asyncio.client import ApiClient, CoreV1Api
 from connectors.backoff import Backoff, retry_after_seconds
 from connectors.health import Condition
 from connectors.k8s.metrics import ConnectorMetrics
-from connectors.k8s.relist import Known, deletion, diff, identity
+from connectors.k8s.relist import Known, deletion, diff, identity, repeated
 from connectors.k8s.slim import DEFAULT_CONFIG, WATCH_OPS, SlimConfig, slim_object
 from schemas import codec
 from schemas.codec import AnyEvent, RecordError
@@ -422,6 +431,15 @@ class ResourceWatcher:
                 return None  # an Event expiring is not a change
         else:
             remembered = result if kept and not isinstance(result, KubeEvent) else None
+            if remembered is not None:
+                published = repeated(self.known.get(uid), remembered)
+                if published is not None:
+                    # Nothing the core does not have: keep the record it has (and the
+                    # new version, so that a relist does not report the object again).
+                    self.known[uid] = Known(version, published)
+                    if self.metrics is not None:
+                        self.metrics.unchanged.labels(self.resource).inc()
+                    return None
             self.known[uid] = Known(version, remembered)
             if self.derive is not None and isinstance(result, KubeEvent):
                 derived = self.derive(result)

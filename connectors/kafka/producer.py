@@ -47,7 +47,7 @@ from connectors.kafka.config import (
 from schemas.codec import AnyEvent, encode, fitted_dead_letter
 from schemas.dead_letters import DeadLetter
 from schemas.events import Tick
-from schemas.keys import correlation_key, routed
+from schemas.keys import Router, correlation_key
 from schemas.progress import Headers
 from schemas.topics import TopicLayout
 
@@ -134,6 +134,10 @@ class EventProducer:
         self._partition_counts: dict[str, int] = {}
         self.sent = 0
         """Records acknowledged so far."""
+        self.router = Router()
+        """Which records the cluster key also gets a copy of: it remembers what it sent, so
+        a failed send forgets everything (:meth:`_forget_routes`) and the next record of
+        each object is sent again rather than lost."""
 
     async def start(self) -> None:
         """Connect (fetches metadata) within the connect timeout; raises
@@ -167,14 +171,18 @@ class EventProducer:
 
     async def send(self, event: AnyEvent) -> Any:
         """Produce one event (and its copy for the cluster key, if it has one:
-        :func:`schemas.keys.routed`) and wait for the acknowledgements; returns aiokafka's
+        :class:`schemas.keys.Router`) and wait for the acknowledgements; returns aiokafka's
         metadata of the event itself."""
         metadata = None
-        for copy in routed(event):
-            topic, key, value = self.route(copy)
-            sent = await self.producer.send_and_wait(topic, value, key=key)
-            metadata = metadata or sent
-            self.sent += 1
+        try:
+            for copy in self.router.route(event):
+                topic, key, value = self.route(copy)
+                sent = await self.producer.send_and_wait(topic, value, key=key)
+                metadata = metadata or sent
+                self.sent += 1
+        except BaseException:
+            self._forget_routes()
+            raise
         return metadata
 
     async def send_many(
@@ -185,7 +193,7 @@ class EventProducer:
         used: set[tuple[str, int]] | None = None,
         route: bool = True,
     ) -> int:
-        """Produce every event (and the copies :func:`schemas.keys.routed` makes for the
+        """Produce every event (and the copies :attr:`router` makes for the
         cluster key), then wait for all acknowledgements; returns how many records.
         ``route=False`` publishes the events as they are: records already routed (a dump
         of the raw topics, copies included), which routing again would copy twice.
@@ -198,9 +206,20 @@ class EventProducer:
         partition)`` of every acknowledged record (where heartbeats must go).
         """
         shared = list(headers) if headers else None  # one list: aiokafka only reads it
-        fanned = (copy for event in events for copy in routed(event)) if route else events
+        route_one = self.router.route
+        fanned = (copy for event in events for copy in route_one(event)) if route else events
         records = ((*self.route(event), shared) for event in fanned)
-        return await self._send_records(records, used)
+        try:
+            return await self._send_records(records, used)
+        except BaseException:
+            self._forget_routes()
+            raise
+
+    def _forget_routes(self) -> None:
+        """A send failed: some copies the router counts as sent may be lost, so start
+        afresh. The cluster key absorbs the repeats this causes (the router's first
+        record of every object), and loses nothing."""
+        self.router = Router()
 
     async def send_dead_letters(self, letters: Iterable[DeadLetter]) -> int:
         """Produce dead letters to the dead-letter topic, keyed by the failed record's key,

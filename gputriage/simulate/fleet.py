@@ -321,6 +321,7 @@ class Fleet:
             # another is deleting must not send it without one (the core took such a
             # record, stamped just after the delete, for the pod running again).
             deleted_at=deleted if deleted is not None else pod.deleting,
+            resource_version=cluster.rv,
         )
         if pod.node is not None and pod.node.pcie:
             self.nvlink_truth.pod_record(pod, event.time)
@@ -340,6 +341,7 @@ class Fleet:
             conditions=(ready, *PRESSURE),
             labels=node.labels,
             taints=TAINTS if node.ready == "True" else NOT_READY_TAINTS[node.ready],
+            resource_version=cluster.rv,
         )
         return event
 

@@ -161,6 +161,7 @@ class Noise(Fleet):
             ),
             scheduled=SCHEDULED,
             created_at=self.spec.start - timedelta(days=3),
+            resource_version=cluster.rv,
         )
 
     def _cpu_crash_loop(self) -> Step:

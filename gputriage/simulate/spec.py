@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 from schemas.codec import AnyEvent
 
-GENERATOR_VERSION = 5
+GENERATOR_VERSION = 6
 """Bump when the generated stream changes, so cached files (``bench/out/``) are
 regenerated: it is part of :meth:`StreamSpec.cache_name`."""
 

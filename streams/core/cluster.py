@@ -1,10 +1,11 @@
 """The cluster key's rules: pending GPU pods, the autoscaler, the cross-source GPU count.
 
 A pending pod has no node, so its records are keyed by the cluster; once scheduled,
-they go to its node's key, and the producer sends a copy here
-(:func:`schemas.keys.routed`), which is how this key learns that a pod it holds as
-pending got a node. The same copies of GPU pods, GPU nodes and dcgm-exporter
-bindings keep the per-node count of :mod:`streams.core.rules.mismatch`. Autoscaler
+they go to its node's key, and the producer sends a slimmed copy here of each record
+that changes what this key reads (:class:`schemas.keys.Router`), which is how this key
+learns that a pod it holds as pending got a node. The same copies of GPU pods, GPU
+nodes and dcgm-exporter bindings keep the per-node count of
+:mod:`streams.core.rules.mismatch`: one per placement change, not one per update. Autoscaler
 records (cluster-autoscaler and Karpenter logs, their Kubernetes Events, the status
 ConfigMap) are cluster-scoped at the source.
 
@@ -45,6 +46,7 @@ from schemas.events import (
     XidEvent,
 )
 from schemas.incidents import Incident
+from schemas.keys import finished, gpu_devices, holds_gpus
 from streams.core import evidence, shortcuts
 from streams.core.config import CoreConfig
 from streams.core.lifecycle import ClusterStep, held_until
@@ -52,30 +54,14 @@ from streams.core.rules import fabric, mismatch, starved
 from streams.core.rules.registry import CLUSTER_RULES
 from streams.core.state import NEVER, ClusterState, PendingPod
 
-_NVIDIA_GPU = "nvidia.com/gpu"
-_NVIDIA_MIG = "nvidia.com/mig-"
-_FINISHED = frozenset(("Succeeded", "Failed"))
-
-
-def gpu_devices(requests: dict[str, int]) -> tuple[int, str]:
-    """``(devices, first resource)`` of NVIDIA GPU requests: whole GPUs and MIG devices,
-    which dcgm-exporter binds one by one."""
-    count, resource = 0, ""
-    for name, value in requests.items():
-        if name == _NVIDIA_GPU or name.startswith(_NVIDIA_MIG):
-            count += value
-            if not resource or name < resource:
-                resource = name
-    return count, resource
-
 
 def _routine(state: ClusterState, ev: PodEvent, config: CoreConfig) -> bool:
-    """Is this copy of a scheduled pod's record news to no cluster rule? Most are (a
-    container restarted, a condition moved): the pod was not pending and holds the same
-    GPUs on the same node as before. Then nothing changes and nothing needs evaluating
-    (thresholds in time are the timers', and ``due`` is handled by the caller), and
-    skipping the step, the rules' evaluation and the incident walk saves most of what
-    routing costs the cluster key (issue 14: every GPU pod update is copied here).
+    """Is this copy of a scheduled pod's record news to no cluster rule? The router sends
+    a copy only when the pod's placement changed, but a producer that restarted sends
+    every pod's first record again, and a dump of the raw topics replays copies made by
+    another router: those repeat what this key holds (not pending, the same GPUs on the
+    same node). Then nothing changes and nothing needs evaluating (thresholds in time
+    are the timers', and ``due`` is handled by the caller).
 
     It reads the placement :func:`_on_pod` would record from :func:`_scheduled_on`, the
     one definition both use; the differential check is the byte-for-byte incidents of
@@ -87,15 +73,10 @@ def _routine(state: ClusterState, ev: PodEvent, config: CoreConfig) -> bool:
     return mismatch.placed_as(state, key, _scheduled_on(ev, config), devices)
 
 
-def _finished(ev: PodEvent) -> bool:
-    return ev.op == "deleted" or ev.deleted_at is not None or ev.phase in _FINISHED
-
-
 def _scheduled_on(ev: PodEvent, config: CoreConfig) -> str:
     """The node a scheduled pod's GPUs count on for the cross-source check: its node while
     it runs with whole GPUs outside the ignored namespaces, else ``""`` (none)."""
-    running = ev.phase == "Running" and not _finished(ev) and ev.gpu_share is None
-    if not running or ev.namespace in config.mismatch_ignore_namespaces:
+    if not holds_gpus(ev) or ev.namespace in config.mismatch_ignore_namespaces:
         return ""
     return ev.node
 
@@ -144,16 +125,16 @@ def _on_pod(step: ClusterStep, ev: PodEvent) -> None:
     state = step.state
     key = f"{ev.namespace}/{ev.name}"
     devices, resource = gpu_devices(ev.gpu_requests)
-    finished = _finished(ev)
+    done = finished(ev)
     if ev.node:  # scheduled: the copy of a node-scoped record
         if key in state.pending:
             starved.on_left(step, key, f"scheduled on {ev.node}")
         mismatch.place(step, key, _scheduled_on(ev, step.config), devices, ev)
         return
     mismatch.place(step, key, "", 0, ev)
-    if finished or ev.phase not in ("", "Pending") or not (devices or ev.gpu_share):
+    if done or ev.phase not in ("", "Pending") or not (devices or ev.gpu_share):
         if key in state.pending:
-            starved.on_left(step, key, "deleted while pending" if finished else ev.phase)
+            starved.on_left(step, key, "deleted while pending" if done else ev.phase)
         return
     pod = state.pending.get(key)
     state.starved_dirty = True

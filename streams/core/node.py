@@ -797,7 +797,11 @@ def apply_event(
     ``late``: the event sorts at or before the last one this key applied.
     """
     kind = type(event)
-    version = k8s_version(event.id) if kind is PodEvent or kind is NodeEvent else 0
+    version = (
+        (event.resource_version or k8s_version(event.id))
+        if kind is PodEvent or kind is NodeEvent
+        else 0
+    )
     if not admits(state, event, config, version, late=late):
         return None
     handler = _HANDLERS.get(kind)

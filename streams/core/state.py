@@ -490,7 +490,7 @@ class ClusterState(msgspec.Struct, tag_field="kind", tag="cluster_state.v1", omi
     """Everything the core knows about one ``cluster`` key: pending GPU pods, the
     autoscaler's node groups, and the cross-source GPU count per node
     (``streams.core.cluster``). Fed by cluster-scoped records and by the copies of pod,
-    node and binding records the producer routes here (:func:`schemas.keys.routed`)."""
+    node and binding records the producer routes here (:class:`schemas.keys.Router`)."""
 
     cluster: str
     node: str = ""

@@ -2,7 +2,7 @@
 
 The records go through :class:`connectors.kafka.producer.EventProducer`, which routes
 a scheduled GPU pod, a GPU node and a pod-aware binding to the cluster key as well
-(:func:`schemas.keys.routed`): the cluster key lives on one partition and the nodes on
+(:class:`schemas.keys.Router`): the cluster key lives on one partition and the nodes on
 all three, so the incidents below can only appear if the copies reached the worker
 that owns the cluster key. They must equal a replay's (:func:`reference`), and say
 what an on-call needs:

@@ -14,9 +14,9 @@ from datetime import timedelta
 
 from gputriage.simulate import Simulation, StreamSpec
 from schemas.events import GpuTopologyEvent, NodeEvent, PodEvent
-from schemas.keys import routed
 from streams.config import default_core_config
 from streams.core import Correlator
+from tests.core_helpers import route_all
 
 KIND = "multi_gpu_pod_without_nvlink"
 
@@ -57,9 +57,7 @@ def test_every_multi_gpu_pod_on_a_pcie_node_is_expected_and_the_core_agrees() ->
     expected = [t for t in sim.truth if t.type == KIND]
     assert len(expected) >= 3
     correlator = Correlator(default_core_config())
-    revisions = [
-        inc for event in events for copy in routed(event) for inc in correlator.ingest(copy)
-    ]
+    revisions = [inc for copy in route_all(events) for inc in correlator.ingest(copy)]
     revisions += correlator.flush()
     opened = {inc.id: inc for inc in reversed(revisions) if inc.type == KIND}  # the first
     seen = {f"{i.pods[0].namespace}/{i.pods[0].name}": i.first_seen for i in opened.values()}

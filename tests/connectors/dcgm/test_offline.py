@@ -141,7 +141,7 @@ async def test_connect_dcgm_publishes_until_sigterm(kafka: KafkaTestEnv) -> None
         status = await proc.wait()
     assert status == 0, stderr
     topic = kafka.layout.raw_topic(GpuBindingEvent)
-    # The binding, and its copy for the cluster key (schemas.keys.routed).
+    # The binding, and its copy for the cluster key (schemas.keys.Router).
     records = await consume_events(kafka.bootstrap, [topic], 2)
     copy, binding = sorted((decode_event(r.value) for r in records), key=lambda e: not is_copy(e))
     assert isinstance(binding, GpuBindingEvent)

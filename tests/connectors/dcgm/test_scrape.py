@@ -147,7 +147,7 @@ class RecordingProducer(EventProducer):
 
 async def published(kafka: KafkaTestEnv, count: int, copies: int = 0) -> list[Any]:
     """The ``count`` events published, in time order, once their ``copies`` for the cluster
-    key (pod-aware bindings: :func:`schemas.keys.routed`) are there too; without them."""
+    key (pod-aware bindings: :class:`schemas.keys.Router`) are there too; without them."""
     topics = [kafka.layout.raw_topic(XidEvent), kafka.layout.raw_topic(GpuBindingEvent)]
     records = await consume_events(kafka.bootstrap, topics, count + copies)
     events = [decode_event(r.value) for r in records]

@@ -69,7 +69,7 @@ async def test_connect_publishes_gpu_objects_and_dead_letters_with_leader_electi
         )
         layout = kafka.layout
         topics = [*layout.raw_topics, layout.dead_letters.name]
-        # The node and the pod are also routed to the cluster key (schemas.keys.routed).
+        # The node and the pod are also routed to the cluster key (schemas.keys.Router).
         first = await consume_events(kafka.bootstrap, topics, 4 + 2)
         await eventually(lambda: len(cluster.pods.watch_requests) >= 1, what="pod watch")
         cluster.pods.event("MODIFIED", pod("trainer", "30", phase="Failed"))

@@ -21,8 +21,9 @@ from aiokafka import AIOKafkaProducer
 from schemas import progress as wire
 from schemas.codec import AnyEvent, encode
 from schemas.events import Tick
-from schemas.keys import correlation_key, routed
+from schemas.keys import correlation_key
 from streams.app.changelog import partition_for
+from tests.core_helpers import route_all
 from tests.factories import Cluster, term
 from tests.kafka_helpers import PARTITIONS, KafkaTestEnv, wait_until
 from tests.processor_helpers import TopicReader, Worker, ending_days_ago, final, reference
@@ -47,7 +48,7 @@ async def publish(kafka: KafkaTestEnv, events: list[AnyEvent]) -> tuple[str, int
     try:
         used: set[tuple[str, int]] = set()
         futures = []
-        for event in (copy for e in events for copy in routed(e)):
+        for event in route_all(events):
             topic, key = layout.raw_topic(event), correlation_key(event)
             partition = partition_for(key, PARTITIONS)
             used.add((topic, partition))

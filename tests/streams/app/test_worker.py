@@ -21,8 +21,9 @@ import pytest
 from gputriage.demo.player import retime
 from schemas.codec import AnyEvent, decode_event
 from schemas.events import PodEvent
-from schemas.keys import correlation_key, routed
+from schemas.keys import correlation_key
 from streams.app.changelog import partition_for
+from tests.core_helpers import route_all
 from tests.demo.test_scenario import ALL_TYPES
 from tests.http_helpers import http_get
 from tests.kafka_helpers import PARTITIONS, KafkaTestEnv, produce, wait_until
@@ -85,7 +86,7 @@ def test_raw_events_become_the_expected_incidents(
         ]
         assert pods_in
         # Every pod record counts, the copies routed to the cluster key too.
-        pods = [copy for e in events for copy in routed(e) if isinstance(copy, PodEvent)]
+        pods = [copy for copy in route_all(events) if isinstance(copy, PodEvent)]
         assert float(pods_in[0].split()[-1]) == len(pods)
         # The kubelet's probes, on the same port (connectors.health).
         base = _port(worker)
@@ -238,8 +239,7 @@ def lagging(events: list[AnyEvent], partition: int, by: timedelta) -> list[AnyEv
         retime(e, lambda moment: moment - by)
         if partition_for(correlation_key(e), PARTITIONS) == partition
         else e
-        for event in events
-        for e in routed(event)
+        for e in route_all(events)
     ]
 
 

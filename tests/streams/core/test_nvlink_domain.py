@@ -26,7 +26,7 @@ import pytest
 from schemas.codec import AnyEvent
 from schemas.events import XidEvent
 from schemas.incidents import Incident
-from schemas.keys import FABRIC_XIDS, routed
+from schemas.keys import FABRIC_XIDS, Router
 from streams.core import Correlator
 from streams.core.rules.fabric import domain_of
 from streams.core.snapshot import decode_state, encode_state
@@ -170,9 +170,10 @@ def test_two_domains_at_once_are_two_incidents(other: str) -> None:
 
 def _incidents(events: list[AnyEvent], grace: float) -> list[bytes]:
     correlator = Correlator(config(grace_seconds=grace))
+    router = Router()
     out: list[Incident] = []
     for event in events:
-        for copy in routed(event):
+        for copy in router.route(event):
             out.extend(correlator.ingest(copy))
     out.extend(correlator.flush())
     return sorted(msgspec.json.encode(inc) for inc in final(out).values())
@@ -258,12 +259,12 @@ def test_only_fabric_xids_are_copied_to_the_cluster_key() -> None:
     c = Cluster()
     for code in (79, 144, 145, 149, 150, 154):
         ev = c.xid("n1", 1, code)
-        copies = routed(ev)
+        copies = Router().route(ev)
         assert len(copies) == (2 if code in FABRIC_XIDS else 1), code
         if len(copies) == 2:
             assert isinstance(copies[1], XidEvent)
             assert copies[1].scope == "cluster"
-    assert len(routed(c.xid("n1", 2, 145, sxid=True))) == 1
+    assert len(Router().route(c.xid("n1", 2, 145, sxid=True))) == 1
 
 
 def test_domain_of_the_clique_label() -> None:
@@ -283,6 +284,7 @@ def test_cluster_state_mid_fault_survives_a_snapshot(at: float) -> None:
     expected = _incidents(c.events, 0.5)
     start = c.events[0].time.timestamp()
     correlator = Correlator(config())
+    router = Router()
     out: list[Incident] = []
     switched = False
     for event in c.events:
@@ -295,7 +297,7 @@ def test_cluster_state_mid_fault_survives_a_snapshot(at: float) -> None:
                 restored.restore(decode_state(encode_state(state)))
             restored.advance_watermark(correlator.watermark)
             correlator = restored
-        for copy in routed(event):
+        for copy in router.route(event):
             out.extend(correlator.ingest(copy))
     out.extend(correlator.flush())
     assert switched

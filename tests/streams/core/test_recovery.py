@@ -14,10 +14,9 @@ from hypothesis import strategies as st
 
 from schemas.codec import AnyEvent, encode
 from schemas.incidents import Incident
-from schemas.keys import routed
 from streams.core import Correlator
 from streams.core.snapshot import decode_state, encode_state
-from tests.core_helpers import config, final, run
+from tests.core_helpers import config, final, route_all, run
 from tests.episodes import GRACE, build, episodes
 from tests.factories import Cluster, term
 
@@ -75,7 +74,7 @@ def test_a_crash_and_resume_loses_nothing_and_invents_nothing(
 ) -> None:
     events = build(plan)
     reference = run(events, config(grace_seconds=GRACE))
-    log = [copy for event in events for copy in routed(event)]  # the records, as published
+    log = route_all(events)  # the records, as published
     resumed = crash_and_resume(log, int(len(log) * crash), commit_every)
     assert {r.id for r in resumed} <= {r.id for r in reference}
     assert {i: encode(r) for i, r in final(resumed).items()} == {

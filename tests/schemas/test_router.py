@@ -1,0 +1,150 @@
+"""The router: the cluster key gets a copy of a record only when what it reads changed.
+
+Each test routes an object's history through one router, as one producer publishes it,
+and checks which records also went to the cluster key. The property that no skipped copy
+was news is the differential test's (tests/streams/core/test_differential.py: the same
+incidents with a copy of every record).
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import msgspec
+import pytest
+
+from connectors.kafka.producer import EventProducer
+from schemas.codec import AnyEvent
+from schemas.events import PodEvent, Taint
+from schemas.keys import POD_RESOURCES, Router, correlation_key, is_copy
+from schemas.topics import topic_layout
+from tests.factories import Cluster, term
+
+N = "gpu-node-01"
+
+
+def copies(router: Router, *events: AnyEvent) -> list[bool]:
+    """For each event, whether the router also sent the cluster key a copy of it."""
+    out = []
+    for event in events:
+        routed = router.route(event)
+        assert routed[0] is event
+        out.append(len(routed) == 2)
+    return out
+
+
+def test_a_running_pod_is_copied_when_it_starts_and_ends_not_on_each_update() -> None:
+    c = Cluster()
+    router = Router()
+    sent = copies(
+        router,
+        c.pod(N, "train-0", 0, phase="Pending", gpus=4),  # first sight on its node
+        c.pod(N, "train-0", 10, gpus=4),  # running: holds 4 GPUs
+        c.pod(N, "train-0", 20, gpus=4, restarts=1, last=term(19)),  # a restart: same
+        c.pod(N, "train-0", 30, gpus=4, restarts=1, last=term(19)),  # a probe: same
+        c.pod(N, "train-0", 40, gpus=4, phase="Succeeded"),  # holds none
+        c.pod(N, "train-0", 41, gpus=4, phase="Succeeded", op="deleted"),
+        c.pod(N, "train-0", 50, gpus=4),  # a successor of the same name: first sight
+    )
+    assert sent == [True, True, False, False, True, False, True]
+    assert router.copies == 4
+    assert router.skipped == 3
+
+
+def test_a_pending_pod_is_the_cluster_keys_own_and_its_scheduling_is_copied() -> None:
+    c = Cluster()
+    router = Router()
+    pending = c.pending("wait-0", 0)
+    assert router.route(pending) == (pending,)
+    assert correlation_key(pending) == c.name
+    assert copies(router, c.pending("wait-0", 5)) == [False]
+    # Its first record with a node tells the cluster key it left pending, even before
+    # it runs; the next with the same placement does not.
+    scheduled = c.pod(N, "wait-0", 9, phase="Pending")
+    assert copies(router, scheduled, c.pod(N, "wait-0", 9.5, phase="Pending")) == [True, False]
+
+
+def test_the_copy_is_slim_and_keeps_the_originals_identity() -> None:
+    c = Cluster()
+    pod = c.pod(N, "train-0", 0, gpus=2, restarts=3, last=term(-1))
+    original, copy = Router().route(pod)
+    assert isinstance(copy, PodEvent)
+    assert is_copy(copy)
+    assert not is_copy(original)
+    assert (copy.id, copy.time, copy.node, copy.phase) == (pod.id, pod.time, N, "Running")
+    assert copy.gpu_requests == pod.gpu_requests
+    assert copy.containers == ()
+    assert pod.containers
+    assert correlation_key(copy) == c.name
+    assert correlation_key(original) == f"{c.name}/{N}"
+
+
+def test_a_node_is_copied_when_its_labels_readiness_or_taints_change() -> None:
+    c = Cluster()
+    router = Router()
+    sharing = {"nvidia.com/gpu.sharing-strategy": "time-slicing"}
+    removal = (Taint(key="karpenter.sh/disrupted", effect="NoSchedule"),)
+    sent = copies(
+        router,
+        c.node(N, 0),
+        c.node(N, 10),  # a heartbeat: nothing the cluster key reads moved
+        c.node(N, 20, alloc=7),  # allocatable is the node key's business
+        c.node(N, 30, alloc=7, ready="Unknown"),
+        c.node(N, 40, alloc=7, ready="Unknown", labels=sharing),
+        c.node(N, 50, alloc=7, ready="Unknown", labels=sharing, taints=removal),
+        c.node(N, 60, alloc=7, ready="Unknown", labels=sharing, taints=removal, op="deleted"),
+        c.node(N, 70),  # a new node of the same name: first sight
+    )
+    assert sent == [True, False, False, True, True, True, True, True]
+
+
+def test_a_binding_is_copied_when_the_gpu_becomes_bound_or_free() -> None:
+    c = Cluster()
+    router = Router()
+    gpu = ("GPU-0a", "0000:18:00.0")
+    sent = copies(
+        router,
+        c.bind(N, 0, *gpu, []),  # first report of the GPU: the node is reported
+        c.bind(N, 10, *gpu, ["train-0"]),
+        c.bind(N, 20, *gpu, ["train-0"]),  # the same scrape again
+        c.bind(N, 30, *gpu, ["train-1"]),  # another pod: still one bound GPU
+        c.bind(N, 40, *gpu, []),
+        c.bind(N, 50, "GPU-0b", "0000:2a:00.0", ["train-1"]),  # another GPU
+    )
+    assert sent == [True, True, False, False, True, True]
+
+
+def test_bindings_the_cluster_key_does_not_read_are_never_copied() -> None:
+    c = Cluster()
+    router = Router()
+    nvml = c.bind(N, 0, "GPU-0a", "0000:18:00.0", [], pods_known=False)
+    kubelet = c.bind(N, 1, "GPU-0a", "0000:18:00.0", ["train-0"])
+    kubelet = msgspec.structs.replace(kubelet, source=POD_RESOURCES)
+    assert copies(router, nvml, kubelet) == [False, False]
+
+
+def test_a_new_router_sends_every_objects_first_record_again() -> None:
+    """A restarted producer remembers nothing: it sends each object once more, which is
+    how a pod the cluster key still holds as pending is released after a restart."""
+    c = Cluster()
+    history: list[AnyEvent] = [
+        c.pod(N, "train-0", 0, gpus=2),
+        c.node(N, 1),
+        c.bind(N, 2, "GPU-0a", "", ["x"]),
+    ]
+    first = Router()
+    assert copies(first, *history) == [True, True, True]
+    assert copies(first, *history) == [False, False, False]
+    assert copies(Router(), *history) == [True, True, True]
+
+
+def test_a_failed_send_forgets_what_the_router_sent() -> None:
+    """A copy the router counts as sent may be lost when a send fails: the producer starts
+    a new router, so the next record of each object goes to the cluster key again."""
+    c = Cluster()
+    pod = c.pod(N, "train-0", 0, gpus=2)
+    producer = EventProducer({"bootstrap_servers": "127.0.0.1:9"}, topic_layout())
+    assert copies(producer.router, pod) == [True]
+    with pytest.raises(RuntimeError, match="not started"):
+        asyncio.run(producer.send_many([c.pod(N, "train-0", 5, gpus=2)]))
+    assert copies(producer.router, c.pod(N, "train-0", 9, gpus=2)) == [True]
