@@ -54,26 +54,29 @@ from types import ModuleType
 ROOT = Path(__file__).resolve().parent.parent
 """The directory holding the ``streams`` package."""
 
-COMPILED = (
+ROOT_MODULES = (
     "streams.core.engine",
     "streams.core.node",
     "streams.core.cluster",
     "streams.core.lifecycle",
     "streams.core.evidence",
     "streams.core.timeconv",
-    "streams.core.rules.chain",
-    "streams.core.rules.cuda",
-    "streams.core.rules.degraded",
-    "streams.core.rules.disruption",
-    "streams.core.rules.fabric",
-    "streams.core.rules.mismatch",
-    "streams.core.rules.not_ready",
-    "streams.core.rules.nvlink",
-    "streams.core.rules.oom",
-    "streams.core.rules.pods",
-    "streams.core.rules.starved",
-    "streams.core.rules.xid",
 )
+"""The engine's modules mypyc compiles (``state``, ``config``, ``snapshot`` hold msgspec
+Structs and stay Python; ``shortcuts`` is a switch the tests flip)."""
+
+
+def rule_modules(root: Path = ROOT) -> tuple[str, ...]:
+    """Every module of ``streams/core/rules/``, found by name: a new rule module is
+    compiled without editing a list (and :mod:`streams.core.rules.registry` is where it
+    is registered). So a rule module must hold no msgspec Struct (mypyc cannot compile
+    one): its state slice goes in ``streams.core.state``."""
+    folder = root / "streams" / "core" / "rules"
+    names = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
+    return tuple(f"streams.core.rules.{name}" for name in names)
+
+
+COMPILED = ROOT_MODULES + rule_modules()
 """The modules mypyc compiles: the engine and the rules, the hot path."""
 
 GROUP = "streams.core._native"

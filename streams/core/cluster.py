@@ -51,6 +51,7 @@ from streams.core import evidence, shortcuts
 from streams.core.config import CoreConfig
 from streams.core.lifecycle import ClusterStep, held_until
 from streams.core.rules import fabric, mismatch, starved
+from streams.core.rules.registry import CLUSTER_RULES
 from streams.core.state import NEVER, ClusterState, PendingPod
 
 
@@ -97,8 +98,6 @@ def apply_event(state: ClusterState, event: Any, now: float, config: CoreConfig)
         fabric.on_xid(step, event)
         state.checked_at = now
         return step.finish()
-    if due:
-        state.starved_dirty = True
     step = ClusterStep(state, config, now)
     if kind is PodEvent:
         _on_pod(step, event)
@@ -115,8 +114,9 @@ def apply_event(state: ClusterState, event: Any, now: float, config: CoreConfig)
         mismatch.on_binding(step, event)
     else:
         return []
-    starved.evaluate(step)
-    mismatch.evaluate(step, timer=due)
+    for rule in CLUSTER_RULES:  # registry order: part of the output
+        if rule.evaluate is not None:
+            rule.evaluate(step, due)
     state.checked_at = now
     return step.finish()
 
@@ -171,10 +171,11 @@ def _on_kube_event(step: ClusterStep, ev: KubeEvent) -> None:
 def apply_timer(state: ClusterState, now: float, config: CoreConfig) -> list[Incident]:
     """Fire everything due at or before ``now``: thresholds reached, quiet incidents."""
     step = ClusterStep(state, config, now)
-    state.starved_dirty = True
-    starved.evaluate(step)
-    mismatch.evaluate(step, timer=True)
-    fabric.on_timer(step)
+    for rule in CLUSTER_RULES:  # registry order: part of the output
+        if rule.evaluate is not None:
+            rule.evaluate(step, True)
+        if rule.on_timer is not None:
+            rule.on_timer(step)
     due = sorted(
         (inc for inc in state.incidents.values() if inc.resolve_at <= now),
         key=lambda inc: (inc.resolve_at, inc.id),
@@ -189,11 +190,10 @@ def apply_timer(state: ClusterState, now: float, config: CoreConfig) -> list[Inc
 
 def next_deadline(state: ClusterState, config: CoreConfig) -> float:
     """The earliest event time at which :func:`apply_timer` has something to do."""
-    found = min(
-        starved.deadline(state, config),
-        mismatch.deadline(state, config),
-        fabric.deadline(state, config),
-    )
+    found = NEVER
+    for rule in CLUSTER_RULES:
+        if rule.deadline is not None:
+            found = min(found, rule.deadline(state, config))
     for inc in state.incidents.values():
         found = min(found, inc.resolve_at, held_until(inc, config))
     return found if found > -math.inf else NEVER

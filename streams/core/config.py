@@ -11,24 +11,14 @@ import msgspec
 
 from schemas.types import Severity, XidClass
 
-DEFAULT_SEVERITY: dict[str, Severity] = {
-    "device_unhealthy_eviction": "page",
-    "host_oom_kill": "ticket",
-    "suspected_cuda_oom": "ticket",
-    "gpu_fault_crash_loop": "ticket",
-    "gpu_degraded": "ticket",
-    "gpu_app_fault": "info",
-    "xid_repeat": "page",
-    "gpu_node_not_ready": "page",
-    "gpu_pods_starved": "ticket",
-    "gpu_pods_unschedulable": "ticket",
-    "scale_up_failure": "ticket",
-    "allocation_mismatch": "ticket",
-    "multi_gpu_pod_without_nvlink": "ticket",
-    "nvlink_domain_fault": "page",
-}
-"""Per type; ``gpu_pods_starved`` and ``scale_up_failure`` take ``quota_severity``
-instead when the cloud refused for quota (it will not heal by waiting)."""
+
+def default_severity() -> dict[str, Severity]:
+    """Each incident type's default severity, as its rule declares it
+    (``streams.core.rules.registry.DEFAULT_SEVERITY``): a type is declared once, in its
+    rule module. Imported when called: the rules import this module."""
+    from streams.core.rules.registry import DEFAULT_SEVERITY  # noqa: PLC0415 - a cycle
+
+    return dict(DEFAULT_SEVERITY)
 
 
 class XidRule(msgspec.Struct, frozen=True, kw_only=True):
@@ -211,7 +201,7 @@ class CoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     max_evidence: int = 50
     """Evidence kept per incident; further events are counted in ``evidence_omitted``."""
 
-    severity: dict[str, Severity] = msgspec.field(default_factory=lambda: dict(DEFAULT_SEVERITY))
+    severity: dict[str, Severity] = msgspec.field(default_factory=default_severity)
     xid: dict[int, XidRule] = {}
     """The XID policy by code. Empty means every code is ``unknown``: build the config
     with :func:`streams.config.default_core_config` to get the catalog."""

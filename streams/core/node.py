@@ -42,7 +42,9 @@ from streams.core.rules import (
     oom,
     xid,
 )
+from streams.core.rules.labels import sharing_of
 from streams.core.rules.pods import pod_info
+from streams.core.rules.registry import NODE_RULES
 from streams.core.state import (
     MIG_SEPARATOR,
     NEVER,
@@ -61,8 +63,6 @@ _UNKNOWN_XID = XidRule()
 _RECENT_XIDS = 3
 _RECENT_XID_SECONDS = 1800.0
 _RESET_WORDS = ("reset", "reboot", "drain")
-_SHARING_LABEL = "nvidia.com/gpu.sharing-strategy"
-_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 _LIVE_PHASES = ("Pending", "Running")
 _TERMINAL_PHASES = ("Succeeded", "Failed")
 _EVICTION_REASONS = ("Evicted", "TaintManagerEviction", "Preempting")
@@ -358,18 +358,6 @@ _SURVIVES_DELETION = frozenset(
 """What a node's deletion does not reset: how far this key has applied, and which
 versions of which objects it has seen, so a late or redelivered copy of the node or of
 one of its pods cannot bring them back. (``deadline`` is the engine's, recomputed.)"""
-
-
-def sharing_of(labels: dict[str, str]) -> str:
-    """``time-slicing`` or ``mps`` when the node's labels say its GPUs are shared (the GPU
-    operator's sharing strategy, or more than one replica per GPU); else empty."""
-    strategy = labels.get(_SHARING_LABEL, "")
-    if strategy in ("time-slicing", "mps"):
-        return strategy
-    replicas = labels.get(_REPLICAS_LABEL, "1")
-    if replicas.isdigit() and int(replicas) > 1:
-        return "time-slicing"
-    return ""
 
 
 def _on_node(step: Step, ev: NodeEvent) -> None:
@@ -983,11 +971,9 @@ def _prune(state: NodeState, now: float, config: CoreConfig) -> None:
 def apply_timer(state: NodeState, now: float, config: CoreConfig) -> list[Incident]:
     """Fire everything due at or before ``now``, in a fixed order."""
     step = Step(state, config, now)
-    chain.on_timer(step)
-    degraded.on_timer(step)
-    oom.on_timer(step)
-    not_ready.on_timer(step)
-    xid.on_timer(step)
+    for rule in NODE_RULES:  # registry order: part of the output
+        if rule.on_timer is not None:
+            rule.on_timer(step)
     due = sorted(
         (inc for inc in state.incidents.values() if inc.resolve_at <= now),
         key=lambda inc: (inc.resolve_at, inc.id),
@@ -1002,13 +988,10 @@ def apply_timer(state: NodeState, now: float, config: CoreConfig) -> list[Incide
 
 def next_deadline(state: NodeState, config: CoreConfig) -> float:
     """The earliest event time at which :func:`apply_timer` has something to do."""
-    found = min(
-        chain.deadline(state, config.drop_persist_seconds),
-        degraded.deadline(state, config.degraded_after_seconds),
-        oom.deadline(state, config.oom_join_seconds),
-        not_ready.deadline(state, config.not_ready_grace_seconds),
-        xid.deadline(state, xid.episode_gap(config)),
-    )
+    found = NEVER
+    for rule in NODE_RULES:
+        if rule.deadline is not None:
+            found = min(found, rule.deadline(state, config))
     for inc in state.incidents.values():
         found = min(found, inc.resolve_at, held_until(inc, config))
     return found if found > -math.inf else NEVER

@@ -263,6 +263,15 @@ class OpenIncident(msgspec.Struct, omit_defaults=True):
     ``revision_interval_seconds`` (a timer at ``published_at`` plus the interval)."""
 
 
+class OomState(msgspec.Struct, gc=False, omit_defaults=True):
+    """``host_oom_kill``'s state slice (:mod:`streams.core.rules.oom` owns it): the
+    worked example of a rule keeping its state in a struct of its own, not in flat
+    :class:`NodeState` fields. A node holds one only while an event waits."""
+
+    pending: tuple[tuple[float, Evidence], ...] = ()
+    """Node ``OOMKilling`` events not yet matched to a container: (event time, the Event)."""
+
+
 class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defaults=True):
     """Everything the core knows about one ``cluster/node`` key."""
 
@@ -298,8 +307,14 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     degraded_since: float | None = None
     degraded_evidence: Evidence | None = None
     degraded_checked: bool = False
-    oom_pending: tuple[tuple[float, Evidence], ...] = ()
-    """Node ``OOMKilling`` events not yet matched to a container."""
+    oom: OomState | tuple[tuple[float, Evidence], ...] | None = msgspec.field(
+        default=None, name="oom_pending"
+    )
+    """``host_oom_kill``'s slice (:mod:`streams.core.rules.oom`); None while nothing waits.
+    Written under the name of the flat field it replaced, ``oom_pending``, which held the
+    waiting events as a bare tuple: a snapshot of the previous release decodes to that
+    tuple (an array on the wire, the slice a map: msgspec tells them apart), which
+    :meth:`__post_init__` turns into the slice. No slot added, nothing lost on upgrade."""
     not_ready_pending: tuple[float, Evidence] | None = None
     """gpu_node_not_ready in its grace: the event time the node left Ready=True with
     running GPU pods and the condition change that did it (the incident's anchor); None
@@ -355,6 +370,12 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     ``nvidia.com/gpu.clique`` label (``streams.core.rules.fabric``); empty on a node
     without one, which the domain rule leaves exactly as it was. Last, with a default:
     snapshots written before it restore with none."""
+
+    def __post_init__(self) -> None:
+        # msgspec runs this after decoding a snapshot too: the one migration of a field
+        # that moved into a rule's slice (cheap: one type test per new or restored key).
+        if isinstance(self.oom, tuple):
+            self.oom = OomState(pending=self.oom) if self.oom else None
 
 
 class PendingPod(msgspec.Struct, omit_defaults=True):

@@ -37,7 +37,7 @@ def _pids(stderr: str) -> list[int]:
 
 
 def test_demo_shows_every_incident_type_and_stops_by_itself() -> None:
-    """All eleven types of the scenario (tests/demo/test_scenario.py checks them in a replay),
+    """Every type of the scenario (tests/demo/test_scenario.py checks them in a replay),
     the cluster key's three included: at 300x their windows are scaled down to seconds
     (``mismatch_after_seconds`` 1 s, ``starved_pending_seconds`` 2 s) and still met, as the
     scenario's gaps are scaled by the same factor."""

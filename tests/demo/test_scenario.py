@@ -1,4 +1,4 @@
-"""The shipped example: every incident type, each once, with its evidence.
+"""The shipped example: every incident type but a few named ones, each once, with its evidence.
 
 This is the acceptance statement of the foundation issue (the seven node-scoped types),
 of issue 12 (the three cluster-scoped ones) and of issue 17.4 (the pod without NVLink),
@@ -14,22 +14,21 @@ from pathlib import Path
 
 from schemas.codec import decode_incident
 from schemas.incidents import Incident
+from streams.core.rules import registry
 from tests.cli_helpers import gputriage
 from tests.paths import ROOT
 
 SCENARIO = ROOT / "examples" / "scenario.jsonl"
-NODE_TYPES = {
-    "device_unhealthy_eviction",
-    "host_oom_kill",
-    "suspected_cuda_oom",
-    "gpu_degraded",
-    "gpu_app_fault",
-    "xid_repeat",
-    "gpu_node_not_ready",
-    "multi_gpu_pod_without_nvlink",
+NOT_IN_SCENARIO = {
+    "gpu_fault_crash_loop": "tests/streams/core/test_gpu_fault_loops.py",
+    "gpu_pods_unschedulable": "tests/streams/core/test_starvation_scope.py",
+    "nvlink_domain_fault": "tests/streams/core/test_nvlink_domain.py",
 }
-CLUSTER_TYPES = {"gpu_pods_starved", "scale_up_failure", "allocation_mismatch"}
-ALL_TYPES = NODE_TYPES | CLUSTER_TYPES
+"""Types the scenario does not show, each with the test file that shows it instead. A new
+rule's type is in the scenario or here: ``ALL_TYPES`` comes from the registry."""
+ALL_TYPES = set(registry.INCIDENT_TYPES) - set(NOT_IN_SCENARIO)
+CLUSTER_TYPES = ALL_TYPES & set(registry.CLUSTER_TYPES)
+NODE_TYPES = ALL_TYPES - CLUSTER_TYPES
 GROUP = "eks-gpu-p5-48xlarge-5ac6f1d2-3b7e-9c41-a8d0-6e2f4b19c7d5"
 
 
@@ -47,6 +46,14 @@ def test_the_committed_scenario_matches_its_builder(tmp_path: Path) -> None:
         capture_output=True,
     )
     assert out.read_bytes() == SCENARIO.read_bytes(), "run examples/build_scenario.py"
+
+
+def test_each_type_left_out_is_a_real_type_shown_elsewhere() -> None:
+    assert set(NOT_IN_SCENARIO) <= set(registry.INCIDENT_TYPES)
+    for kind, test_file in NOT_IN_SCENARIO.items():
+        assert f'"{kind}"' in (ROOT / test_file).read_text(), (kind, test_file)
+    assert NODE_TYPES
+    assert CLUSTER_TYPES
 
 
 def test_every_type_once_with_evidence() -> None:

@@ -83,10 +83,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 
+from schemas.events import KubeEvent, NodeEvent, PodEvent, XidEvent
 from schemas.incidents import Evidence, GpuRef, PodInfo
 from schemas.termination_causes import OOM, load_causes
+from streams.core.config import CoreConfig
 from streams.core.evidence import xid_code_and_class
 from streams.core.lifecycle import Step
+from streams.core.rules.spec import NodeRule
 from streams.core.state import (
     NEVER,
     GpuTrack,
@@ -687,10 +690,10 @@ def on_restored(step: Step) -> None:
         step.resolve(inc, step.now, "all GPUs allocatable again")
 
 
-def deadline(state: NodeState, persist: float) -> float:
+def deadline(state: NodeState, config: CoreConfig) -> float:
     found = state.chain_until if state.chain_until != -math.inf else NEVER
     if state.drop_pending is not None:
-        found = min(found, state.drop_pending[0] + persist)
+        found = min(found, state.drop_pending[0] + config.drop_persist_seconds)
     return found
 
 
@@ -950,3 +953,32 @@ def describe_escalated(step: Step, inc: OpenIncident) -> None:
         f"Cordon and drain {state.node}, then reset or replace the GPU; the failed pods' "
         f"controllers reschedule them elsewhere.{nvidia}"
     )
+
+
+SPEC: NodeRule = NodeRule(
+    name="chain",
+    emits=((KIND, "page"),),
+    reads=(XidEvent, NodeEvent, PodEvent, KubeEvent),
+    state=(
+        "recent_failures",
+        "chain_until",
+        "chain_anchor",
+        "chain_triggers",
+        "chain_gpus",
+        "chain_codes",
+        "drop_pending",
+    ),
+    settings=(
+        "eviction_window_seconds",
+        "eviction_lookback_seconds",
+        "failure_reasons",
+        "drop_persist_seconds",
+        "device_fault_near_seconds",
+        "device_failure_patterns",
+        "cuda_oom_patterns",
+    ),
+    deadline=deadline,
+    on_timer=on_timer,
+)
+"""``device_unhealthy_eviction``: a fatal XID or an allocatable drop, and the GPU pods
+that fail after it (or just before)."""

@@ -83,6 +83,7 @@ from streams.core import evidence as text
 from streams.core.lifecycle import Step
 from streams.core.rules import chain
 from streams.core.rules.pods import co_tenants, pod_info
+from streams.core.rules.spec import NodeRule
 from streams.core.state import (
     ContainerTrack,
     GpuTrack,
@@ -420,3 +421,20 @@ def on_oom_killed(step: Step, key: str, ctr: ContainerTrack) -> None:
                 step.resolve(
                     inc, step.now, "superseded: last termination was OOMKilled (host_oom_kill)"
                 )
+
+
+SPEC: NodeRule = NodeRule(
+    name="cuda",
+    emits=((KIND, "ticket"), (FAULT_KIND, "ticket")),
+    reads=(PodEvent,),
+    state=(),
+    settings=(
+        "cuda_oom_restarts",
+        "cuda_oom_window_seconds",
+        "cuda_oom_patterns",
+        "device_fault_near_seconds",
+    ),
+)
+"""``suspected_cuda_oom`` and ``gpu_fault_crash_loop``: a GPU container's crash loop, by
+its causes. Its state is per container (``ContainerTrack``), none per node; no timer:
+the incidents resolve by their quiet time."""

@@ -57,13 +57,15 @@ judged as ever; once the taint goes with the GPUs still gone, the drop counts fr
 
 from __future__ import annotations
 
-from schemas.events import NodeEvent
+from schemas.events import NodeEvent, XidEvent
 from schemas.ids import incident_id
 from schemas.incidents import Evidence, GpuRef
 from streams.core import evidence as text
+from streams.core.config import CoreConfig
 from streams.core.lifecycle import Step
 from streams.core.rules import chain, disruption
 from streams.core.rules.pods import pod_info
+from streams.core.rules.spec import NodeRule
 from streams.core.state import (
     NEVER,
     GpuTrack,
@@ -436,7 +438,8 @@ def _repeats_tell(step: Step, suspects: list[str], dropped: Evidence) -> bool:
     return True
 
 
-def deadline(state: NodeState, after: float) -> float:
+def deadline(state: NodeState, config: CoreConfig) -> float:
+    after = config.degraded_after_seconds
     found = NEVER
     if state.degraded_since is not None and not state.degraded_checked:
         found = state.degraded_since + after
@@ -500,3 +503,22 @@ def _describe(step: Step, inc: OpenIncident) -> None:
         "GPU reset / node reboot; nothing has failed yet, so it can be planned. "
         "Check nvidia-smi -q (GPU Recovery Action) for the driver's current request."
     ).strip()
+
+
+SPEC: NodeRule = NodeRule(
+    name="degraded",
+    emits=((KIND, "ticket"),),
+    reads=(NodeEvent, XidEvent),
+    state=("recent_xids", "degraded_since", "degraded_evidence", "degraded_checked", "fault_draft"),
+    settings=(
+        "degraded_after_seconds",
+        "degraded_quiet_seconds",
+        "drop_persist_seconds",
+        "eviction_lookback_seconds",
+        "xid_repeat_window_seconds",
+    ),
+    deadline=deadline,
+    on_timer=on_timer,
+)
+"""``gpu_degraded``: allocatable below capacity for ``degraded_after_seconds``, or a fatal
+XID no eviction chain reported that long."""

@@ -65,6 +65,7 @@ from streams.core import evidence as text
 from streams.core.config import CoreConfig
 from streams.core.lifecycle import ClusterStep, Step
 from streams.core.rules import chain
+from streams.core.rules.spec import ClusterRule
 from streams.core.state import NEVER, ClusterState, FabricFault, FabricLine, OpenIncident
 
 KIND = "nvlink_domain_fault"
@@ -374,3 +375,21 @@ def deadline(state: ClusterState, config: CoreConfig) -> float:
         when = fault.last + config.fabric_window_seconds if fault.incident else fault.closes
         found = min(found, when)
     return found if found < math.inf else NEVER
+
+
+SPEC: ClusterRule = ClusterRule(
+    name="fabric",
+    emits=((KIND, "page"),),
+    reads=(NodeEvent, XidEvent),
+    state=("cliques", "fabric", "fabric_nonfatal"),
+    settings=(
+        "fabric_window_seconds",
+        "fabric_quiet_seconds",
+        "xid_coalesce_seconds",
+        "xid_episode_gap_seconds",
+    ),
+    deadline=deadline,
+    on_timer=on_timer,
+)
+"""``nvlink_domain_fault``: one fault of a multi-node NVLink domain, its root chosen once
+its window closes."""

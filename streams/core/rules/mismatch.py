@@ -57,8 +57,9 @@ from schemas.incidents import Evidence
 from streams.core import evidence
 from streams.core.config import CoreConfig
 from streams.core.lifecycle import ClusterStep
-from streams.core.node import sharing_of
 from streams.core.rules import disruption
+from streams.core.rules.labels import sharing_of
+from streams.core.rules.spec import ClusterRule
 from streams.core.state import MIG_SEPARATOR, NEVER, ClusterState, NodeTally
 
 MISMATCH = "allocation_mismatch"
@@ -323,3 +324,30 @@ def deadline(state: ClusterState, config: CoreConfig) -> float:
         if state.checked_at < at < found:
             found = at
     return found
+
+
+def check(step: ClusterStep, timer: bool) -> None:
+    evaluate(step, timer=timer)
+
+
+SPEC: ClusterRule = ClusterRule(
+    name="mismatch",
+    emits=((MISMATCH, "ticket"),),
+    reads=(PodEvent, NodeEvent, GpuBindingEvent),
+    state=(
+        "placed",
+        "tallies",
+        "witness",
+        "revised_at",
+        "disagree",
+        "settled",
+        "settled_total",
+        "settled_from",
+        "agreed_since",
+        "settled_changed",
+    ),
+    settings=("mismatch_threshold", "mismatch_after_seconds", "mismatch_ignore_namespaces"),
+    deadline=deadline,
+    evaluate=check,
+)
+"""``allocation_mismatch``: Kubernetes' and dcgm-exporter's GPU counts disagree."""

@@ -63,13 +63,15 @@ from __future__ import annotations
 
 from sys import intern
 
-from schemas.events import NodeCondition, NodeEvent
+from schemas.events import KubeEvent, NodeCondition, NodeEvent, PodEvent
 from schemas.incidents import Evidence, PodInfo
 from streams.core import evidence as text
+from streams.core.config import CoreConfig
 from streams.core.lifecycle import Step
 from streams.core.rules import disruption
 from streams.core.rules.chain import ordinary_crash
 from streams.core.rules.pods import pod_info
+from streams.core.rules.spec import NodeRule
 from streams.core.state import NEVER, NodeState, OpenIncident
 
 KIND = "gpu_node_not_ready"
@@ -116,9 +118,9 @@ def on_node_deleted(step: Step) -> None:
         _open(step)
 
 
-def deadline(state: NodeState, grace: float) -> float:
+def deadline(state: NodeState, config: CoreConfig) -> float:
     pending = state.not_ready_pending
-    return NEVER if pending is None else pending[0] + grace
+    return NEVER if pending is None else pending[0] + config.not_ready_grace_seconds
 
 
 def on_failure(step: Step, info: PodInfo, item: Evidence) -> bool:
@@ -178,3 +180,16 @@ def _open(step: Step, *, failed: bool = False) -> OpenIncident | None:
     )
     inc.attributes["ready"] = state.ready
     return inc
+
+
+SPEC: NodeRule = NodeRule(
+    name="not_ready",
+    emits=((KIND, "page"),),
+    reads=(NodeEvent, PodEvent, KubeEvent),
+    state=("not_ready_pending",),
+    settings=("not_ready_statuses", "not_ready_grace_seconds"),
+    deadline=deadline,
+    on_timer=on_timer,
+)
+"""``gpu_node_not_ready``: a node with running GPU pods NotReady past its grace, or a GPU
+pod failing meanwhile."""

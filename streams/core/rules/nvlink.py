@@ -56,11 +56,12 @@ from sys import intern
 
 import msgspec
 
-from schemas.events import GpuTopologyEvent, PodEvent
+from schemas.events import GpuBindingEvent, GpuTopologyEvent, PodEvent
 from schemas.ids import hashed_id
 from schemas.incidents import Evidence, GpuRef
 from streams.core.lifecycle import Step
 from streams.core.rules.pods import pod_info
+from streams.core.rules.spec import NodeRule
 from streams.core.state import (
     NodeState,
     NodeTopology,
@@ -387,3 +388,13 @@ def _describe(
         inc.attributes["numa"] = ",".join(f"GPU{i}:{numa.get(i, -1)}" for i in indices)
     if (inc.summary, inc.action, inc.count, inc.attributes) != before:
         step.touch(inc)
+
+
+SPEC: NodeRule = NodeRule(
+    name="nvlink",
+    emits=((KIND, "ticket"),),
+    reads=(PodEvent, GpuBindingEvent, GpuTopologyEvent),
+    state=("multi_gpu",),
+    settings=("nvlink_cross_numa",),
+)
+"""``multi_gpu_pod_without_nvlink``: a multi-GPU pod whose GPUs no NVLink joins."""

@@ -7,13 +7,21 @@ host-level kill (a system daemon, a non-GPU pod) and gets its own incident.
 
 One incident per container while it keeps being OOM-killed; it resolves after
 ``oom_quiet_seconds`` without another kill, or when the pod goes away.
+
+The worked example of a rule's one shape (:mod:`streams.core.rules.spec`): ``SPEC`` at
+the end declares its type and severity, the events it reads, its state slice
+(``NodeState.oom``, an :class:`~streams.core.state.OomState` that is None while no
+``OOMKilling`` event waits, so a node pays one slot), its timer and its settings.
 """
 
 from __future__ import annotations
 
+from schemas.events import KubeEvent, PodEvent
 from schemas.incidents import Evidence, PodInfo
+from streams.core.config import CoreConfig
 from streams.core.lifecycle import Step
-from streams.core.state import NEVER, NodeState, OpenIncident
+from streams.core.rules.spec import NodeRule
+from streams.core.state import NEVER, NodeState, OomState, OpenIncident
 
 KIND = "host_oom_kill"
 
@@ -55,21 +63,18 @@ def on_node_oom_event(step: Step, item: Evidence) -> None:
     if best is not None:
         step.add_evidence(best, item)
         return
-    pending = step.state.oom_pending
+    pending = _pending(step.state)
     if all(e.event_id != item.event_id for _, e in pending):
-        step.state.oom_pending = (*pending, (step.now, item))
-        step.state.timers_dirty = True
+        _keep(step.state, (*pending, (step.now, item)))
 
 
 def on_timer(step: Step) -> None:
     state, config = step.state, step.config
-    due = [p for p in state.oom_pending if p[0] + config.oom_join_seconds <= step.now]
+    pending = _pending(state)
+    due = [p for p in pending if p[0] + config.oom_join_seconds <= step.now]
     if not due:
         return
-    state.oom_pending = tuple(
-        p for p in state.oom_pending if p[0] + config.oom_join_seconds > step.now
-    )
-    state.timers_dirty = True
+    _keep(state, tuple(p for p in pending if p[0] + config.oom_join_seconds > step.now))
     for seen, item in due:
         inc = step.open(KIND, f"node/{item.event_id}", item.event_id, seen)
         inc.count = 1
@@ -85,18 +90,46 @@ def on_timer(step: Step) -> None:
         )
 
 
-def deadline(state: NodeState, window: float) -> float:
-    return min((seen + window for seen, _ in state.oom_pending), default=NEVER)
+def deadline(state: NodeState, config: CoreConfig) -> float:
+    window = config.oom_join_seconds
+    return min((seen + window for seen, _ in _pending(state)), default=NEVER)
+
+
+def _pending(state: NodeState) -> tuple[tuple[float, Evidence], ...]:
+    slice_ = state.oom
+    if slice_ is None:
+        return ()
+    # A bare tuple is the previous release's layout, which restoring converts: read anyway.
+    return slice_.pending if isinstance(slice_, OomState) else slice_
+
+
+def _keep(state: NodeState, pending: tuple[tuple[float, Evidence], ...]) -> None:
+    """Replace the waiting events (None when there are none: no slot's worth of struct)."""
+    state.oom = OomState(pending=pending) if pending else None
+    state.timers_dirty = True
 
 
 def _claim_pending(step: Step, inc: OpenIncident, finished: float) -> None:
     window = step.config.oom_join_seconds
-    state = step.state
-    keep: list[tuple[float, Evidence]] = []
-    for seen, item in state.oom_pending:
+    pending = _pending(step.state)
+    if not pending:
+        return
+    keep = tuple(p for p in pending if abs(p[0] - finished) > window)
+    for seen, item in pending:
         if abs(seen - finished) <= window:
             step.add_evidence(inc, item)
-            state.timers_dirty = True
-        else:
-            keep.append((seen, item))
-    state.oom_pending = tuple(keep)
+    if len(keep) != len(pending):
+        _keep(step.state, keep)
+
+
+SPEC: NodeRule = NodeRule(
+    name="oom",
+    emits=((KIND, "ticket"),),
+    reads=(PodEvent, KubeEvent),
+    state=("oom",),
+    settings=("oom_join_seconds", "oom_quiet_seconds"),
+    deadline=deadline,
+    on_timer=on_timer,
+)
+"""``host_oom_kill``: the container's ``OOMKilled`` (``pod.v1``) and the node's
+``OOMKilling`` Event (``kube_event.v1``), joined within ``oom_join_seconds``."""

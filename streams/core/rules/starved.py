@@ -58,12 +58,13 @@ import math
 import re
 from functools import lru_cache
 
-from schemas.events import AutoscalerEvent
+from schemas.events import AutoscalerEvent, KubeEvent, PodEvent
 from schemas.incidents import Evidence, PodInfo
 from schemas.types import Severity
 from streams.core import evidence
 from streams.core.config import CoreConfig
 from streams.core.lifecycle import ClusterStep
+from streams.core.rules.spec import ClusterRule
 from streams.core.state import NEVER, ClusterState, GroupTrack, OpenIncident, PendingPod
 from streams.core.timeconv import to_datetime
 
@@ -521,3 +522,32 @@ def deadline(state: ClusterState, config: CoreConfig) -> float:
             if state.checked_at < at < found:
                 found = at
     return found
+
+
+def check(step: ClusterStep, timer: bool) -> None:
+    """After an event, or on a timer (``timer``: a threshold in time may have come, so
+    the pending pods are walked even though no record changed them)."""
+    if timer:
+        step.state.starved_dirty = True
+    evaluate(step)
+
+
+SPEC: ClusterRule = ClusterRule(
+    name="starved",
+    emits=((STARVED, "ticket"), (UNFIT, "ticket"), (SCALE_UP, "ticket")),
+    reads=(PodEvent, KubeEvent, AutoscalerEvent),
+    state=("pending", "groups", "starved_dirty"),
+    settings=(
+        "starved_pending_seconds",
+        "starved_failures",
+        "scale_up_window_seconds",
+        "scale_up_attempt_gap_seconds",
+        "scale_up_quiet_seconds",
+        "quota_severity",
+        "gpu_node_group_pattern",
+    ),
+    deadline=deadline,
+    evaluate=check,
+)
+"""``gpu_pods_starved``, ``gpu_pods_unschedulable`` and ``scale_up_failure``: pending GPU
+pods and the autoscaler's failures to make room for them."""

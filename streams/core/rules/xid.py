@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import math
 
+from schemas.events import XidEvent
 from schemas.incidents import Evidence
 from streams.core.config import CoreConfig
 from streams.core.lifecycle import Step
 from streams.core.rules import chain, degraded
 from streams.core.rules.pods import pod_info
+from streams.core.rules.spec import NodeRule
 from streams.core.state import NEVER, GpuTrack, NodeState, gpu_ref, pods_on, unpack_uuid
 
 APP = "gpu_app_fault"
@@ -58,10 +60,11 @@ def remember(step: Step, gpu_key: str, code: int, last: float, quiet: float) -> 
     state.timers_dirty = True
 
 
-def deadline(state: NodeState, gap: float) -> float:
+def deadline(state: NodeState, config: CoreConfig) -> float:
     """When the oldest remembered episode's gap has passed (it is forgotten then)."""
     if not state.xid_episodes:
         return NEVER
+    gap = episode_gap(config)
     return min(max(last, quiet) for _, _, last, quiet in state.xid_episodes) + gap
 
 
@@ -199,3 +202,23 @@ def on_fatal(
         "came back after each recovery, resets will not hold. "
         + (f"NVIDIA's action for one episode: {rule.action}" if rule and rule.action else "")
     ).strip()
+
+
+SPEC: NodeRule = NodeRule(
+    name="xid",
+    emits=((APP, "info"), (REPEAT, "page")),
+    reads=(XidEvent,),
+    state=("xid_episodes",),
+    settings=(
+        "app_fault_quiet_seconds",
+        "app_fault_escalate_count",
+        "xid_repeat_count",
+        "xid_repeat_window_seconds",
+        "xid_coalesce_seconds",
+        "xid_episode_gap_seconds",
+    ),
+    deadline=deadline,
+    on_timer=on_timer,
+)
+"""``gpu_app_fault`` (the workload's XIDs on a GPU) and ``xid_repeat`` (episodes of one
+fatal code on one GPU)."""

@@ -24,6 +24,7 @@ from schemas.events import PodEvent
 from schemas.keys import correlation_key
 from streams.app.changelog import partition_for
 from tests.core_helpers import route_all
+from tests.demo.test_scenario import ALL_TYPES
 from tests.http_helpers import http_get
 from tests.kafka_helpers import PARTITIONS, KafkaTestEnv, produce, wait_until
 from tests.paths import ROOT
@@ -57,7 +58,7 @@ def test_raw_events_become_the_expected_incidents(
 ) -> None:
     events = ending_days_ago([decode_event(line) for line in SCENARIO.read_bytes().splitlines()])
     expected = reference(events)
-    assert len({i.type for i in expected.values()}) == 11  # every type, cluster key included
+    assert {i.type for i in expected.values()} == ALL_TYPES  # cluster key included
     produce_events(kafka, events)
     worker = Worker(kafka, f"{kafka.prefix}-app", tmp_path / "worker.log")
     try:

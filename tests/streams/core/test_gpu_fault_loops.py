@@ -13,7 +13,7 @@ import pytest
 
 from schemas.incidents import Incident
 from schemas.termination_causes import parse_causes
-from streams.core.config import DEFAULT_SEVERITY
+from streams.core.rules.registry import DEFAULT_SEVERITY
 from tests.core_helpers import config, of_type, run
 from tests.crash_loops import BUS, CRASHES, MIN, UUID, loop, setup
 from tests.factories import Cluster

@@ -1,0 +1,23 @@
+"""What a GPU node's labels say about its GPUs, read by the node key and the cluster key.
+
+Apart from ``streams.core.node`` so that a rule of the cluster key
+(:mod:`streams.core.rules.mismatch`) can read it without importing the node module, which
+imports the rule registry, which imports every rule: a cycle.
+"""
+
+from __future__ import annotations
+
+_SHARING_LABEL = "nvidia.com/gpu.sharing-strategy"
+_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+
+
+def sharing_of(labels: dict[str, str]) -> str:
+    """``time-slicing`` or ``mps`` when the node's labels say its GPUs are shared (the GPU
+    operator's sharing strategy, or more than one replica per GPU); else empty."""
+    strategy = labels.get(_SHARING_LABEL, "")
+    if strategy in ("time-slicing", "mps"):
+        return strategy
+    replicas = labels.get(_REPLICAS_LABEL, "1")
+    if replicas.isdigit() and int(replicas) > 1:
+        return "time-slicing"
+    return ""
