@@ -1,4 +1,4 @@
-"""Builds ``scenario.jsonl``: 45 recorded minutes of a small GPU cluster, all eleven incident types.
+"""Builds ``scenario.jsonl``: 45 recorded minutes of a small GPU cluster, eleven incident types.
 
 Run ``python examples/build_scenario.py`` after changing a schema; the file is
 committed so that users (and the tests) can replay it without running this.
