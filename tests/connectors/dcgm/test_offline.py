@@ -12,7 +12,6 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 
 from schemas.codec import decode_event
@@ -145,7 +144,10 @@ async def test_connect_dcgm_publishes_until_sigterm(kafka: KafkaTestEnv) -> None
     records = await consume_events(kafka.bootstrap, [topic], 2)
     copy, binding = sorted((decode_event(r.value) for r in records), key=lambda e: not is_copy(e))
     assert isinstance(binding, GpuBindingEvent)
-    assert copy == msgspec.structs.replace(binding, scope="cluster")
+    # Slimmed to what the cluster key reads: the same record otherwise.
+    same = ("id", "time", "node", "gpu_uuid", "pci_bus_id", "gpu_instance", "pods", "source")
+    assert is_copy(copy)
+    assert [getattr(copy, f) for f in same] == [getattr(binding, f) for f in same]
     assert (binding.node, binding.gpu_uuid) == (
         "gpu-node-1",
         "GPU-a8394b51-c086-568a-9f1a-c1e1c934c44c",
