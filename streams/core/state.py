@@ -138,6 +138,31 @@ def bound_pods(gpu: GpuTrack) -> tuple[str, ...]:
     return (pods,) if isinstance(pods, str) else pods
 
 
+def join_pairs(blob: bytes) -> list[tuple[bytes, str]]:
+    """The (packed uuid, bus id) pairs of :attr:`NodeState.gpu_joins`, in order."""
+    pairs = []
+    at, end = 0, len(blob)
+    while at < end:
+        size = blob[at]
+        uuid = blob[at + 1 : at + 1 + size]
+        at += 1 + size
+        size = blob[at]
+        pairs.append((uuid, blob[at + 1 : at + 1 + size].decode()))
+        at += 1 + size
+    return pairs
+
+
+def join_blob(pairs: list[tuple[bytes, str]]) -> bytes:
+    """The bytes of :attr:`NodeState.gpu_joins` for these pairs; a pair with a field
+    over 255 bytes (no real uuid or bus id) is left out."""
+    parts = []
+    for uuid, bus in pairs:
+        raw = bus.encode()
+        if len(uuid) < 256 and len(raw) < 256:
+            parts.append(bytes((len(uuid),)) + uuid + bytes((len(raw),)) + raw)
+    return b"".join(parts)
+
+
 MIG_SEPARATOR = "/GI"
 """A MIG instance's key in :attr:`NodeState.gpus` is its parent GPU's key, this, and
 its GPU instance id: ``0000:07:00.0/GI5`` (or ``uuid:GPU-.../GI5`` until the bus id
@@ -339,10 +364,9 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     the GPUs requested in the low 8 bits, above them a 56-bit hash of the pod's uid (its
     incident's anchor); see ``streams.core.rules.nvlink``."""
     gpu_buses: tuple[tuple[bytes, str], ...] = ()
-    """Parent GPU uuid (packed) -> bus id, from any record that named both (an NVML
-    binding, a topology snapshot). A MIG binding from dcgm-exporter carries the parent's
-    uuid and often no bus id, the kernel's XID only the bus id: this joins them whichever
-    arrives first. One pair per GPU of the node, bounded; last, with a default."""
+    """Parent GPU uuid (packed) -> bus id pairs as releases before :attr:`gpu_joins`
+    wrote them: read (before ``gpu_joins``) until the next pair is learned, which moves
+    them there. Nothing writes this shape any more; last, with a default."""
     disruption: str = ""
     """The planned disruption the node object says it is under (a Karpenter or
     cluster-autoscaler taint, a cordon, a graceful shutdown), in words; empty for none
@@ -355,6 +379,15 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     ``nvidia.com/gpu.clique`` label (``streams.core.rules.fabric``); empty on a node
     without one, which the domain rule leaves exactly as it was. Last, with a default:
     snapshots written before it restore with none."""
+    gpu_joins: bytes = b""
+    """Parent GPU uuid -> bus id, for the GPUs whose join no entry of :attr:`gpus` tells
+    (an entry keyed by its bus id and carrying the uuid does): from any record that
+    named both (an NVML binding, a topology snapshot). A MIG binding from dcgm-exporter
+    carries the parent's uuid and often no bus id, the kernel's XID only the bus id: this
+    joins them whichever arrives first. One bytes object per node, not a tuple of pairs
+    (a pair and its uuid cost ~100 bytes per GPU): each pair is the packed uuid and the
+    bus id, each behind its length in one byte (:func:`join_pairs`). Bounded; last,
+    with a default."""
 
 
 class PendingPod(msgspec.Struct, omit_defaults=True):
