@@ -682,7 +682,7 @@ def _on_binding(step: Step, ev: GpuBindingEvent) -> None:
         join = _bus_of(state, gpu.uuid) if gpu.uuid else ""
         del state.gpus[key]
         _keep_bus(state, gpu.uuid, join)
-    if state.multi_gpu:
+    if before or gpu.pods:
         nvlink.on_binding(step, before, gpu.pods)
 
 

@@ -72,6 +72,13 @@ class PodTrack(msgspec.Struct, gc=False, omit_defaults=True):
     An event of this pod at or below it is an older copy (a redelivery, a stale watch
     cache) and is skipped; one above it is applied even when it sorts behind the node's
     position (a relist's copy, stamped with the object's own older times)."""
+    multi: int = 0
+    """A pod requesting more than one GPU: the GPUs requested in the low 8 bits, above
+    them a 56-bit hash of the pod's uid (its incident's anchor); 0 for the usual pod
+    (``multi_gpu_pod_without_nvlink``, see ``streams.core.rules.nvlink``). On the track,
+    not in a per-node dict by pod key: a dict entry cost ~65 bytes per multi-GPU pod,
+    this slot 8 per pod. Last, with a default: older snapshots restore with 0 (and
+    their :attr:`NodeState.multi_gpu`)."""
 
 
 class GpuTrack(msgspec.Struct, gc=False, omit_defaults=True):
@@ -358,11 +365,11 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     topology: NodeTopology | None = None
     """The node's GPU topology (``gpu_topology.v1``); None until a snapshot arrives.
     Last, with a default: snapshots written before it restore with None."""
-    multi_gpu: dict[str, int] = {}
-    """Tracked pods requesting more than one GPU, by ``namespace/name``: only those, so a
-    node of single-GPU pods pays nothing (``multi_gpu_pod_without_nvlink``). One int each:
-    the GPUs requested in the low 8 bits, above them a 56-bit hash of the pod's uid (its
-    incident's anchor); see ``streams.core.rules.nvlink``."""
+    multi_gpu: dict[str, int] | None = None
+    """Multi-GPU pods by ``namespace/name``, as releases before :attr:`PodTrack.multi`
+    wrote them (the same int): still read, moved onto the track at the pod's next full
+    update, dropped with the pod; None once empty (an empty dict per node cost 64
+    bytes). Nothing adds to it any more."""
     gpu_buses: tuple[tuple[bytes, str], ...] = ()
     """Parent GPU uuid (packed) -> bus id pairs as releases before :attr:`gpu_joins`
     wrote them: read (before ``gpu_joins``) until the next pair is learned, which moves
