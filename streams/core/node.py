@@ -53,6 +53,7 @@ from streams.core.state import (
     PodTrack,
     gpu_ref,
     join_blob,
+    join_lookup,
     join_pairs,
     pack_uuid,
     split_gpu_key,
@@ -503,7 +504,7 @@ def _gpu(
     if packed and not bus_id:
         bus_id = _bus_of(state, packed)  # a MIG binding by the parent's uuid alone
     elif told:
-        learned = _bus_of(state, packed) != bus_id
+        learned = not _joined(state, packed, bus_id)
     if bus_id:
         key = bus_id + suffix
         gpu = gpus.get(key)
@@ -566,14 +567,34 @@ def _bus_of(state: NodeState, packed: bytes) -> str:
     it implied (:func:`_keep_bus`), or a later MIG binding named by the uuid alone lands
     under ``uuid:`` and an XID naming the bus misses its pods.
     """
+    return _explicit_bus(state, packed) or _implied_bus(state, packed)
+
+
+def _explicit_bus(state: NodeState, packed: bytes) -> str:
+    """The bus id an explicit pair gives this uuid (``gpu_joins``, or an older
+    snapshot's ``gpu_buses``), or ""."""
     for uuid, bus in state.gpu_buses:  # a snapshot of an older release
         if uuid == packed:
             return bus
     if state.gpu_joins and packed in state.gpu_joins:
-        for uuid, bus in join_pairs(state.gpu_joins):
-            if uuid == packed:
-                return intern(bus)
-    return _implied_bus(state, packed)
+        bus = join_lookup(state.gpu_joins, packed)
+        if bus:
+            return intern(bus)
+    return ""
+
+
+def _joined(state: NodeState, packed: bytes, bus_id: str) -> bool:
+    """``_bus_of(state, packed) == bus_id``, cheaply in the usual case (every binding of a
+    bound GPU asks): the whole GPU's own entry at ``bus_id`` carries the uuid and no
+    explicit pair says otherwise. Exact because entries never imply two buses for one
+    uuid without an explicit pair deciding (:func:`_learn_bus` stores one then)."""
+    explicit = _explicit_bus(state, packed)
+    if explicit:
+        return explicit == bus_id
+    entry = state.gpus.get(bus_id)
+    if entry is not None and entry.uuid == packed:
+        return True
+    return _implied_bus(state, packed) == bus_id
 
 
 def _implied_bus(state: NodeState, packed: bytes) -> str:
@@ -597,7 +618,7 @@ def _learn_bus(state: NodeState, packed: bytes, bus_id: str) -> bool:
     too: instances share it); True when that is news. A GPU re-seated under another bus
     replaces its pair. Call it after the GPU's entry is keyed: a pair the entries imply
     already is not stored again."""
-    if _bus_of(state, packed) == bus_id:
+    if _joined(state, packed, bus_id):
         return False
     pairs = [*state.gpu_buses, *join_pairs(state.gpu_joins)]
     kept = [p for p in pairs if p[0] != packed]
@@ -614,7 +635,7 @@ def _learn_bus(state: NodeState, packed: bytes, bus_id: str) -> bool:
 def _keep_bus(state: NodeState, packed: bytes, bus_id: str) -> None:
     """An entry that implied ``packed -> bus_id`` was just forgotten or given another
     uuid: keep the join as an explicit pair if no other entry implies it."""
-    if packed and bus_id and _bus_of(state, packed) != bus_id:
+    if packed and bus_id:
         _learn_bus(state, packed, bus_id)
 
 
@@ -678,10 +699,13 @@ def _on_binding(step: Step, ev: GpuBindingEvent) -> None:
             gpu.kubelet = True
     if not gpu.pods and gpu.fatal is None and gpu.last_xid < step.now - _RECENT_XID_SECONDS:
         # An idle GPU with no recent history: nothing to attribute, so nothing to keep.
-        # Its uuid -> bus join (which the entry told) is kept as an explicit pair.
-        join = _bus_of(state, gpu.uuid) if gpu.uuid else ""
+        # The uuid -> bus join the entry told is kept as an explicit pair (an explicit
+        # pair of its uuid already wins over entries: then nothing changes).
+        uuid = gpu.uuid
+        told = _implied_bus(state, uuid) if uuid and not _explicit_bus(state, uuid) else ""
         del state.gpus[key]
-        _keep_bus(state, gpu.uuid, join)
+        if told:
+            _keep_bus(state, uuid, told)
     if before or gpu.pods:
         nvlink.on_binding(step, before, gpu.pods)
 

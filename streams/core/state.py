@@ -159,6 +159,20 @@ def join_pairs(blob: bytes) -> list[tuple[bytes, str]]:
     return pairs
 
 
+def join_lookup(blob: bytes, uuid: bytes) -> str:
+    """The bus id :attr:`NodeState.gpu_joins` pairs with this packed uuid, or "": one
+    walk over the bytes, no pair built (it runs on every binding of an idle GPU)."""
+    at, end, size = 0, len(blob), len(uuid)
+    while at < end:
+        own = blob[at]
+        bus_at = at + 1 + own
+        bus_end = bus_at + 1 + blob[bus_at]
+        if own == size and blob.startswith(uuid, at + 1):
+            return blob[bus_at + 1 : bus_end].decode()
+        at = bus_end
+    return ""
+
+
 def join_blob(pairs: list[tuple[bytes, str]]) -> bytes:
     """The bytes of :attr:`NodeState.gpu_joins` for these pairs; a pair with a field
     over 255 bytes (no real uuid or bus id) is left out."""

@@ -14,7 +14,7 @@ import msgspec
 from schemas.events import XidEvent
 from streams.core import Correlator
 from streams.core.snapshot import decode_state, encode_state
-from streams.core.state import NodeState, join_blob, join_pairs, pack_uuid
+from streams.core.state import NodeState, join_blob, join_lookup, join_pairs, pack_uuid
 from tests.core_helpers import config, feed, of_type
 from tests.factories import Cluster
 
@@ -138,5 +138,8 @@ def test_learning_a_pair_moves_the_old_pairs_into_the_packed_form() -> None:
 
 def test_the_packed_form_round_trips_any_spelling() -> None:
     pairs = [(pack_uuid(UUID), BUS), (pack_uuid("not-a-uuid"), "0000:0a:00.0"), (b"", "")]
-    assert join_pairs(join_blob(pairs)) == pairs
+    blob = join_blob(pairs)
+    assert join_pairs(blob) == pairs
+    assert [join_lookup(blob, uuid) for uuid, _ in pairs[:2]] == [BUS, "0000:0a:00.0"]
+    assert join_lookup(blob, pack_uuid("GPU-00000000-0000-4000-8000-000000000000")) == ""
     assert join_blob([(b"x" * 300, BUS)]) == b""
