@@ -54,6 +54,9 @@ from streams.core.state import (
     NodeState,
     PodTrack,
     gpu_ref,
+    join_blob,
+    join_lookup,
+    join_pairs,
     pack_uuid,
     split_gpu_key,
     unpack_uuid,
@@ -473,7 +476,7 @@ def _gpu(
     the node's few GPUs rather than keeping a second index per node; the parent and
     its instances share the parent's uuid, so the scan matches the instance too.
     A record naming a uuid without a bus id (dcgm-exporter's MIG binding) takes the
-    bus id another record of the node told for that uuid (``NodeState.gpu_buses``:
+    bus id another record of the node told for that uuid (:func:`_bus_of`:
     NVML's binding or topology, which may have come first and left no GPU entry).
     """
     if instance is None and MIG_SEPARATOR in uuid:
@@ -484,11 +487,12 @@ def _gpu(
     gpus = state.gpus
     gpu: GpuTrack | None
     packed = pack_uuid(uuid)
+    told = bool(packed and bus_id)
     learned = False
     if packed and not bus_id:
         bus_id = _bus_of(state, packed)  # a MIG binding by the parent's uuid alone
-    elif packed and bus_id:
-        learned = _learn_bus(state, packed, bus_id)
+    elif told:
+        learned = not _joined(state, packed, bus_id)
     if bus_id:
         key = bus_id + suffix
         gpu = gpus.get(key)
@@ -523,37 +527,104 @@ def _gpu(
         if gpu is None:
             gpu = gpus[key] = GpuTrack()
     if packed and gpu.uuid != packed:
-        gpu.uuid = packed
+        if gpu.uuid:
+            before = gpu.uuid, _bus_of(state, gpu.uuid)
+            gpu.uuid = packed
+            _keep_bus(state, *before)  # a GPU swapped in at this bus: the old one's join stays
+        else:
+            gpu.uuid = packed
+    if learned:
+        _learn_bus(state, packed, bus_id)
     if index is not None and gpu.index != index:
         gpu.index = index
     return key, gpu
 
 
 _MAX_GPU_BUSES = 64
-"""GPUs (uuid -> bus pairs) remembered per node: more than any board holds."""
+"""Explicit uuid -> bus pairs remembered per node: more than any board holds."""
 
 
 def _bus_of(state: NodeState, packed: bytes) -> str:
-    """The bus id a record of this node told for the GPU with this (packed) uuid, or ""."""
-    for uuid, bus in state.gpu_buses:
+    """The bus id a record of this node told for the GPU with this (packed) uuid, or "".
+
+    The join is stored once: a GPU entry keyed by its bus id (``NodeState.gpus``) that
+    carries the uuid says it, and ``NodeState.gpu_joins`` holds only the pairs no single
+    entry says (a topology snapshot's GPUs with no entry, a GPU forgotten while idle, a
+    uuid seen at two buses). An explicit pair wins: it is the newer word (see
+    :func:`_learn_bus`). Trap: every change of an entry's key or uuid must keep the join
+    it implied (:func:`_keep_bus`), or a later MIG binding named by the uuid alone lands
+    under ``uuid:`` and an XID naming the bus misses its pods.
+    """
+    return _explicit_bus(state, packed) or _implied_bus(state, packed)
+
+
+def _explicit_bus(state: NodeState, packed: bytes) -> str:
+    """The bus id an explicit pair gives this uuid (``gpu_joins``, or an older
+    snapshot's ``gpu_buses``), or ""."""
+    for uuid, bus in state.gpu_buses:  # a snapshot of an older release
         if uuid == packed:
             return bus
+    if state.gpu_joins and packed in state.gpu_joins:
+        bus = join_lookup(state.gpu_joins, packed)
+        if bus:
+            return intern(bus)
     return ""
+
+
+def _joined(state: NodeState, packed: bytes, bus_id: str) -> bool:
+    """``_bus_of(state, packed) == bus_id``, cheaply in the usual case (every binding of a
+    bound GPU asks): the whole GPU's own entry at ``bus_id`` carries the uuid and no
+    explicit pair says otherwise. Exact because entries never imply two buses for one
+    uuid without an explicit pair deciding (:func:`_learn_bus` stores one then)."""
+    explicit = _explicit_bus(state, packed)
+    if explicit:
+        return explicit == bus_id
+    entry = state.gpus.get(bus_id)
+    if entry is not None and entry.uuid == packed:
+        return True
+    return _implied_bus(state, packed) == bus_id
+
+
+def _implied_bus(state: NodeState, packed: bytes) -> str:
+    """The one bus id the bus-keyed GPU entries carrying this uuid sit under; "" for none
+    or for several (ambiguous: an explicit pair then decides)."""
+    found = ""
+    for key, gpu in state.gpus.items():
+        if gpu.uuid != packed:
+            continue
+        parent = split_gpu_key(key)[0]
+        if parent == "unknown" or parent.startswith("uuid:"):
+            continue
+        if found and found != parent:
+            return ""
+        found = parent
+    return found
 
 
 def _learn_bus(state: NodeState, packed: bytes, bus_id: str) -> bool:
     """Remember that the GPU with this uuid sits at ``bus_id`` (a MIG instance's parent
     too: instances share it); True when that is news. A GPU re-seated under another bus
-    replaces its pair."""
-    pairs = state.gpu_buses
-    for uuid, bus in pairs:
-        if uuid == packed:
-            if bus == bus_id:
-                return False
-            break
-    kept = tuple(p for p in pairs if p[0] != packed)
-    state.gpu_buses = (*kept, (packed, intern(bus_id)))[-_MAX_GPU_BUSES:]
+    replaces its pair. Call it after the GPU's entry is keyed: a pair the entries imply
+    already is not stored again."""
+    if _joined(state, packed, bus_id):
+        return False
+    pairs = [*state.gpu_buses, *join_pairs(state.gpu_joins)]
+    kept = [p for p in pairs if p[0] != packed]
+    if _implied_bus(state, packed) != bus_id:
+        kept = [*kept, (packed, bus_id)][-_MAX_GPU_BUSES:]
+    if state.gpu_buses:
+        state.gpu_buses = ()
+    blob = join_blob(kept)
+    if blob != state.gpu_joins:
+        state.gpu_joins = blob
     return True
+
+
+def _keep_bus(state: NodeState, packed: bytes, bus_id: str) -> None:
+    """An entry that implied ``packed -> bus_id`` was just forgotten or given another
+    uuid: keep the join as an explicit pair if no other entry implies it."""
+    if packed and bus_id:
+        _learn_bus(state, packed, bus_id)
 
 
 def _rekey_by_bus(state: NodeState, uuid: str, bus_id: str) -> None:
@@ -616,9 +687,14 @@ def _on_binding(step: Step, ev: GpuBindingEvent) -> None:
             gpu.kubelet = True
     if not gpu.pods and gpu.fatal is None and gpu.last_xid < step.now - _RECENT_XID_SECONDS:
         # An idle GPU with no recent history: nothing to attribute, so nothing to keep.
-        # (Sources put the uuid on XID events themselves; the core needs no bus-id map.)
+        # The uuid -> bus join the entry told is kept as an explicit pair (an explicit
+        # pair of its uuid already wins over entries: then nothing changes).
+        uuid = gpu.uuid
+        told = _implied_bus(state, uuid) if uuid and not _explicit_bus(state, uuid) else ""
         del state.gpus[key]
-    if state.multi_gpu:
+        if told:
+            _keep_bus(state, uuid, told)
+    if before or gpu.pods:
         nvlink.on_binding(step, before, gpu.pods)
 
 
@@ -629,8 +705,10 @@ def _on_topology(step: Step, ev: GpuTopologyEvent) -> None:
         if packed and g.pci_bus_id:
             # The snapshot maps uuids to bus ids (NVML): GPUs and MIG instances a binding
             # named by uuid alone move under their bus id, and later ones find it.
-            _learn_bus(state, packed, g.pci_bus_id)
+            news = _bus_of(state, packed) != g.pci_bus_id
             _rekey_by_bus(state, g.gpu_uuid, g.pci_bus_id)
+            if news:
+                _learn_bus(state, packed, g.pci_bus_id)
     nvlink.on_topology(step, ev)
 
 

@@ -72,6 +72,13 @@ class PodTrack(msgspec.Struct, gc=False, omit_defaults=True):
     An event of this pod at or below it is an older copy (a redelivery, a stale watch
     cache) and is skipped; one above it is applied even when it sorts behind the node's
     position (a relist's copy, stamped with the object's own older times)."""
+    multi: int = 0
+    """A pod requesting more than one GPU: the GPUs requested in the low 8 bits, above
+    them a 56-bit hash of the pod's uid (its incident's anchor); 0 for the usual pod
+    (``multi_gpu_pod_without_nvlink``, see ``streams.core.rules.nvlink``). On the track,
+    not in a per-node dict by pod key: a dict entry cost ~65 bytes per multi-GPU pod,
+    this slot 8 per pod. Last, with a default: older snapshots restore with 0 (and
+    their :attr:`NodeState.multi_gpu`)."""
 
 
 class GpuTrack(msgspec.Struct, gc=False, omit_defaults=True):
@@ -136,6 +143,45 @@ def bound_pods(gpu: GpuTrack) -> tuple[str, ...]:
     """The pod keys bound to ``gpu``, whichever way they are stored."""
     pods = gpu.pods
     return (pods,) if isinstance(pods, str) else pods
+
+
+def join_pairs(blob: bytes) -> list[tuple[bytes, str]]:
+    """The (packed uuid, bus id) pairs of :attr:`NodeState.gpu_joins`, in order."""
+    pairs = []
+    at, end = 0, len(blob)
+    while at < end:
+        size = blob[at]
+        uuid = blob[at + 1 : at + 1 + size]
+        at += 1 + size
+        size = blob[at]
+        pairs.append((uuid, blob[at + 1 : at + 1 + size].decode()))
+        at += 1 + size
+    return pairs
+
+
+def join_lookup(blob: bytes, uuid: bytes) -> str:
+    """The bus id :attr:`NodeState.gpu_joins` pairs with this packed uuid, or "": one
+    walk over the bytes, no pair built (it runs on every binding of an idle GPU)."""
+    at, end, size = 0, len(blob), len(uuid)
+    while at < end:
+        own = blob[at]
+        bus_at = at + 1 + own
+        bus_end = bus_at + 1 + blob[bus_at]
+        if own == size and blob.startswith(uuid, at + 1):
+            return blob[bus_at + 1 : bus_end].decode()
+        at = bus_end
+    return ""
+
+
+def join_blob(pairs: list[tuple[bytes, str]]) -> bytes:
+    """The bytes of :attr:`NodeState.gpu_joins` for these pairs; a pair with a field
+    over 255 bytes (no real uuid or bus id) is left out."""
+    parts = []
+    for uuid, bus in pairs:
+        raw = bus.encode()
+        if len(uuid) < 256 and len(raw) < 256:
+            parts.append(bytes((len(uuid),)) + uuid + bytes((len(raw),)) + raw)
+    return b"".join(parts)
 
 
 MIG_SEPARATOR = "/GI"
@@ -348,16 +394,15 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     topology: NodeTopology | None = None
     """The node's GPU topology (``gpu_topology.v1``); None until a snapshot arrives.
     Last, with a default: snapshots written before it restore with None."""
-    multi_gpu: dict[str, int] = {}
-    """Tracked pods requesting more than one GPU, by ``namespace/name``: only those, so a
-    node of single-GPU pods pays nothing (``multi_gpu_pod_without_nvlink``). One int each:
-    the GPUs requested in the low 8 bits, above them a 56-bit hash of the pod's uid (its
-    incident's anchor); see ``streams.core.rules.nvlink``."""
+    multi_gpu: dict[str, int] | None = None
+    """Multi-GPU pods by ``namespace/name``, as releases before :attr:`PodTrack.multi`
+    wrote them (the same int): still read, moved onto the track at the pod's next full
+    update, dropped with the pod; None once empty (an empty dict per node cost 64
+    bytes). Nothing adds to it any more."""
     gpu_buses: tuple[tuple[bytes, str], ...] = ()
-    """Parent GPU uuid (packed) -> bus id, from any record that named both (an NVML
-    binding, a topology snapshot). A MIG binding from dcgm-exporter carries the parent's
-    uuid and often no bus id, the kernel's XID only the bus id: this joins them whichever
-    arrives first. One pair per GPU of the node, bounded; last, with a default."""
+    """Parent GPU uuid (packed) -> bus id pairs as releases before :attr:`gpu_joins`
+    wrote them: read (before ``gpu_joins``) until the next pair is learned, which moves
+    them there. Nothing writes this shape any more; last, with a default."""
     disruption: str = ""
     """The planned disruption the node object says it is under (a Karpenter or
     cluster-autoscaler taint, a cordon, a graceful shutdown), in words; empty for none
@@ -370,6 +415,15 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     ``nvidia.com/gpu.clique`` label (``streams.core.rules.fabric``); empty on a node
     without one, which the domain rule leaves exactly as it was. Last, with a default:
     snapshots written before it restore with none."""
+    gpu_joins: bytes = b""
+    """Parent GPU uuid -> bus id, for the GPUs whose join no entry of :attr:`gpus` tells
+    (an entry keyed by its bus id and carrying the uuid does): from any record that
+    named both (an NVML binding, a topology snapshot). A MIG binding from dcgm-exporter
+    carries the parent's uuid and often no bus id, the kernel's XID only the bus id: this
+    joins them whichever arrives first. One bytes object per node, not a tuple of pairs
+    (a pair and its uuid cost ~100 bytes per GPU): each pair is the packed uuid and the
+    bus id, each behind its length in one byte (:func:`join_pairs`). Bounded; last,
+    with a default."""
 
     def __post_init__(self) -> None:
         # msgspec runs this after decoding a snapshot too: the one migration of a field

@@ -182,13 +182,29 @@ def islands(members: set[int], links: tuple[TopologyLink, ...]) -> tuple[tuple[i
 
 
 def _packed(requested: int, ev: PodEvent) -> int:
-    """A multi-GPU pod's entry in :attr:`NodeState.multi_gpu`: its request (low 8 bits)
+    """A multi-GPU pod's entry (:attr:`PodTrack.multi`): its request (low 8 bits)
     under a 56-bit hash of what names this pod instance (its uid: in the event, or in
     its ``k8s:`` id; else the record's id). 64 bits in all: MessagePack snapshots carry
     no larger int. The hash only tells successors of one pod name apart (the incident id
     also hashes the pod's key), so 56 bits are plenty."""
     uid = ev.uid or (ev.id.split(":")[1] if ev.id.startswith("k8s:") else ev.id)
     return int(hashed_id("pod", uid)[4:18], 16) << 8 | min(requested, 255)
+
+
+def entry_of(state: NodeState, key: str) -> int:
+    """The pod's multi-GPU entry (:attr:`PodTrack.multi`, or an older snapshot's
+    :attr:`NodeState.multi_gpu`); 0 for a pod that is not tracked as multi-GPU."""
+    track = state.pods.get(key)
+    if track is not None and track.multi:
+        return track.multi
+    return state.multi_gpu.get(key, 0) if state.multi_gpu else 0
+
+
+def _multi_pods(state: NodeState) -> list[str]:
+    """The keys of the multi-GPU pods: an older snapshot's first, then the tracks'."""
+    keys = dict.fromkeys(state.multi_gpu or ())
+    keys.update((k, None) for k, t in state.pods.items() if t.multi)
+    return list(keys)
 
 
 def _requested(entry: int) -> int:
@@ -203,7 +219,7 @@ def _anchor(entry: int) -> str:
 def on_topology(step: Step, ev: GpuTopologyEvent) -> None:
     """A new snapshot replaces the node's topology; every multi-GPU pod is judged again."""
     step.state.topology = topology_of(ev)
-    for key in list(step.state.multi_gpu):
+    for key in _multi_pods(step.state):
         check(step, key)
 
 
@@ -212,21 +228,29 @@ def on_pod(step: Step, key: str, ev: PodEvent) -> None:
     request, then judge the pod (a phase change may start or end its incident). GPU
     requests are immutable in a pod's spec, so the first record that shows it says it."""
     state = step.state
-    if key not in state.multi_gpu:
-        requested = sum(ev.gpu_requests.values()) or sum(ev.gpu_limits.values())
-        track = state.pods.get(key)
-        if requested <= 1 or track is None:
-            return
-        # Keyed by the pod's own stored key string: no second copy of it.
-        state.multi_gpu = {**state.multi_gpu, track.key: _packed(requested, ev)}
+    track = state.pods.get(key)
+    if track is None:
+        return
+    if not track.multi:
+        legacy = state.multi_gpu.get(key, 0) if state.multi_gpu else 0
+        if legacy:  # an older snapshot's entry moves onto the track
+            track.multi = legacy
+            forget(state, key)
+        else:
+            requested = sum(ev.gpu_requests.values()) or sum(ev.gpu_limits.values())
+            if requested <= 1:
+                return
+            track.multi = _packed(requested, ev)
     check(step, key)
 
 
 def forget(state: NodeState, key: str) -> None:
-    """The pod was forgotten (deleted, replaced): drop its request (its incident was
-    resolved with the pod's others, ``node._resolve_pod_incidents``)."""
-    if key in state.multi_gpu:
-        state.multi_gpu = {k: v for k, v in state.multi_gpu.items() if k != key}
+    """Drop an older snapshot's entry of the pod (forgotten, or its entry moved onto its
+    track; the track's own goes with the track; its incident was resolved with the
+    pod's others, ``node._resolve_pod_incidents``)."""
+    if state.multi_gpu and key in state.multi_gpu:
+        kept = {k: v for k, v in state.multi_gpu.items() if k != key}
+        state.multi_gpu = kept or None
 
 
 def on_binding(step: Step, before: str | tuple[str, ...], now: str | tuple[str, ...]) -> None:
@@ -236,7 +260,7 @@ def on_binding(step: Step, before: str | tuple[str, ...], now: str | tuple[str, 
     old = (before,) if isinstance(before, str) else before
     new = (now,) if isinstance(now, str) else now
     for key in dict.fromkeys((*old, *new)):
-        if key in step.state.multi_gpu:
+        if entry_of(step.state, key):
             check(step, key)
 
 
@@ -246,8 +270,8 @@ def check(step: Step, key: str) -> None:
     state = step.state
     inc = step.find(KIND, key)
     track = state.pods.get(key)
-    multi = state.multi_gpu.get(key)
-    if track is None or multi is None or track.phase != "Running" or track.failed:
+    multi = entry_of(state, key)
+    if track is None or not multi or track.phase != "Running" or track.failed:
         if inc is not None and track is not None and track.phase in ("Succeeded", "Failed"):
             step.resolve(inc, step.now, f"pod {track.phase.lower()}")
         return

@@ -318,19 +318,57 @@ def test_the_node_state_keeps_the_nvlink_islands_and_an_old_snapshot_restores() 
     assert state.topology is not None
     assert state.topology.islands == "0-1 2-3"
     assert islands_of(state.topology) == ((0, 1), (2, 3))
-    assert list(state.multi_gpu) == ["ns/train-0"]
+    assert [k for k, t in state.pods.items() if t.multi] == ["ns/train-0"]
+    assert state.multi_gpu is None
     assert len(state.incidents) == 1  # GPU1-GPU2 is a SYS pair across the two islands
     restored = decode_state(encode_state(state))
     assert restored == state
     # A snapshot written before these fields existed: the same state without them.
+    fields = msgspec.to_builtins(state, builtin_types=(bytes,))
+    for pod in fields["pods"].values():
+        del pod["multi"]
     old = msgspec.msgpack.encode(
-        {
-            k: v
-            for k, v in msgspec.to_builtins(state, builtin_types=(bytes,)).items()
-            if k not in ("topology", "multi_gpu")
-        }
+        {k: v for k, v in fields.items() if k not in ("topology", "multi_gpu")}
     )
     back = decode_state(old)
     assert isinstance(back, NodeState)
     assert back.topology is None
-    assert back.multi_gpu == {}
+    assert back.multi_gpu is None
+    assert [t.multi for t in back.pods.values()] == [0]
+
+
+def test_a_snapshot_of_the_previous_release_keeps_its_multi_gpu_pods() -> None:
+    """The previous release kept multi-GPU pods in ``NodeState.multi_gpu`` (by pod key),
+    not on the track: restored, its pod is still judged when the topology comes, and its
+    next update moves the entry onto the track (the same int: the same incident id)."""
+    c = Cluster()
+    c.node(NODE, 0)
+    c.pod(NODE, "train-0", 1, gpus=2)
+    for i in (1, 2):
+        c.bind(NODE, 2, uuid(i), bus(i), ["train-0"], index=i)
+    topology = {**pcie_links(4, per_socket=2), (0, 1): "NV4", (2, 3): "NV4"}
+    c.topology(NODE, 3, topology)
+    expected = of_type(run(c.events), "multi_gpu_pod_without_nvlink")
+    assert len(expected) == 1
+    correlator = Correlator(config())
+    for ev in c.events[:-1]:  # everything before the topology
+        correlator.ingest(ev)
+    correlator.flush()
+    state = correlator.keys[key_of("c1", NODE)]
+    assert isinstance(state, NodeState)
+    fields = msgspec.to_builtins(state, builtin_types=(bytes,))
+    entry = fields["pods"]["ns/train-0"].pop("multi")
+    fields["multi_gpu"] = {"ns/train-0": entry}  # the previous release's shape
+    old = decode_state(msgspec.msgpack.encode(fields))
+    assert isinstance(old, NodeState)
+    assert old.pods["ns/train-0"].multi == 0
+    restored = Correlator(config())
+    restored.restore(old)
+    got = list(restored.ingest(c.events[-1])) + restored.flush()
+    found = of_type(got, "multi_gpu_pod_without_nvlink")
+    assert [(i.id, i.status, i.pods) for i in found] == [(i.id, i.status, i.pods) for i in expected]
+    c.pod(NODE, "train-0", 4, gpus=2, restarts=1)  # not routine: the full path
+    restored.ingest(c.events[-1])
+    restored.flush()
+    assert old.multi_gpu is None
+    assert old.pods["ns/train-0"].multi == entry
