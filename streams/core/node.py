@@ -875,19 +875,31 @@ def apply_event(
     ``late``: the event sorts at or before the last one this key applied.
     """
     kind = type(event)
-    version = (
-        (event.resource_version or k8s_version(event.id))
-        if kind is PodEvent or kind is NodeEvent
-        else 0
-    )
-    if not admits(state, event, config, version, late=late):
-        return None
-    handler = _HANDLERS.get(kind)
-    if handler is None:
-        return []
-    _prune(state, now, config)
-    if kind is PodEvent and shortcuts.ENABLED and _routine_pod(state, event, now, version, config):
-        return []
+    if kind is PodEvent:
+        # Most records: the pod's key built and its track found once, for the version
+        # check and the routine shortcut both.
+        version = event.resource_version or k8s_version(event.id)
+        key = f"{event.namespace}/{event.name}"
+        track = state.pods.get(key)
+        if not _admits_pod(state, key, track, version, late):
+            return None
+        _prune(state, now, config)
+        if (
+            track is not None
+            and shortcuts.ENABLED
+            and _routine_track(track, event, now, version, config)
+        ):
+            return []
+        handler: Callable[[Step, Any], None] = _on_pod
+    else:
+        version = (event.resource_version or k8s_version(event.id)) if kind is NodeEvent else 0
+        if not admits(state, event, config, version, late=late):
+            return None
+        found = _HANDLERS.get(kind)
+        if found is None:
+            return []
+        handler = found
+        _prune(state, now, config)
     step = Step(state, config, now)
     step.version = version  # parsed once: the handlers record it
     handler(step, event)
@@ -915,9 +927,15 @@ def _routine_pod(
     one pod history per guard) hold the two paths to the same incidents and states.
     """
     track = state.pods.get(f"{ev.namespace}/{ev.name}")
+    return track is not None and _routine_track(track, ev, now, version, config)
+
+
+def _routine_track(
+    track: PodTrack, ev: PodEvent, now: float, version: int, config: CoreConfig
+) -> bool:
+    """:func:`_routine_pod` once the pod's track is found (the engine's path)."""
     if (
-        track is None
-        or track.failed
+        track.failed
         or track.phase != ev.phase
         or ev.phase not in _LIVE_PHASES
         or ev.reason
@@ -991,13 +1009,8 @@ def admits(
     """
     kind = type(event)
     if kind is PodEvent:
-        if not version:
-            return not late
         key = f"{event.namespace}/{event.name}"
-        track = state.pods.get(key)
-        if track is not None:
-            return version > track.version if track.version else not late
-        return version > _gone_version(state, key)
+        return _admits_pod(state, key, state.pods.get(key), version, late)
     if kind is NodeEvent:
         if version and state.node_version:
             return version > state.node_version
@@ -1018,6 +1031,17 @@ def admits(
         when = event.time.timestamp()
         return when > track.failure_at and not _seen_since(track, when)
     return False
+
+
+def _admits_pod(
+    state: NodeState, key: str, track: PodTrack | None, version: int, late: bool
+) -> bool:
+    """:func:`admits` for a pod, given its key and its track (None: not tracked)."""
+    if not version:
+        return not late
+    if track is not None:
+        return version > track.version if track.version else not late
+    return version > _gone_version(state, key)
 
 
 def _seen_since(track: PodTrack, when: float) -> bool:

@@ -315,7 +315,7 @@ def counting(name, function):
         hits[name] += taken
         return taken
     return wrapper
-node._routine_pod = counting("node", node._routine_pod)
+node._routine_track = counting("node", node._routine_track)
 cluster._routine = counting("cluster", cluster._routine)
 incidents(STREAMS[sys.argv[1]](), every_copy=True)  # a copy of every record: repeats
 print(hits["node"], hits["cluster"])

@@ -72,6 +72,7 @@ NODE_KEY_FIELDS = frozenset(
         "applied_id",
         "topology",
         "gpu_buses",
+        "gpu_joins",
         "disruption",
         "disruption_seen",
         "clique",
