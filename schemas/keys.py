@@ -37,7 +37,8 @@ Traps:
 
 from __future__ import annotations
 
-from typing import Final
+import math
+from typing import Any, Final
 
 import msgspec
 
@@ -111,6 +112,15 @@ _PodView = tuple[str, int]
 _NodeView = tuple[bool, dict[str, str], tuple[str, str], tuple[Taint, ...]]
 _PENDING: Final = ("", 0)
 
+REFRESH_SECONDS: Final = 1800.0
+"""An object whose view has not changed is copied again once this much of its own event
+time has passed since its last copy: the cluster key's state can be lost or reset (a
+fresh processor state after re-partitioning) while the producers keep running, and this
+bounds how long it stays blind to facts that never change."""
+_SWEEP_EVERY: Final = 1 << 16
+"""Records between sweeps of the router's memory (entries not copied for two refresh
+periods go: a node that left the fleet, a GPU no source names any more)."""
+
 
 class Router:
     """Routes each event to its key, and sends the cluster key the facts it needs only
@@ -149,20 +159,31 @@ class Router:
       measures both).
     """
 
-    __slots__ = ("_bindings", "_nodes", "_pods", "copies", "skipped")
+    __slots__ = ("_bindings", "_newest", "_nodes", "_pods", "_routed", "copies", "skipped")
 
     def __init__(self) -> None:
-        self._pods: dict[tuple[str, str, str], _PodView] = {}
-        self._nodes: dict[tuple[str, str], _NodeView] = {}
-        self._bindings: dict[tuple[str, str, str, int | None], bool] = {}
+        self._pods: dict[tuple[str, str, str], tuple[_PodView, float]] = {}
+        self._nodes: dict[tuple[str, str], tuple[_NodeView, float]] = {}
+        self._bindings: dict[tuple[str, str, str, int | None], tuple[bool, float]] = {}
+        self._newest = -math.inf
+        """The newest event time routed: a record behind it may reach the cluster key
+        behind that key's position, where the engine drops it as stale."""
+        self._routed = 0
         self.copies = 0
         """Copies sent to the cluster key."""
         self.skipped = 0
         """Records whose copy was not sent: their view had not changed."""
 
+    def __len__(self) -> int:
+        """Objects remembered (pods, nodes, GPUs): bounded by the sweeps."""
+        return len(self._pods) + len(self._nodes) + len(self._bindings)
+
     def route(self, event: AnyEvent) -> tuple[AnyEvent, ...]:
         """The event, and its copy for the cluster key when the cluster-scoped rules
         need one (the first record of an object, or a change of its view)."""
+        self._routed += 1
+        if self._routed % _SWEEP_EVERY == 0:
+            self._sweep()
         kind = type(event)
         copy: AnyEvent | None
         if kind is PodEvent:
@@ -180,33 +201,65 @@ class Router:
         self.copies += 1
         return (event, copy)
 
+    def _news(
+        self, memory: dict[Any, tuple[Any, float]], key: Any, view: Any, ev: AnyEvent
+    ) -> bool:
+        """Is ``view`` news for the cluster key (so the record is copied)? Remembers it.
+
+        News: the object's first record, a changed view, or an unchanged one last copied
+        :data:`REFRESH_SECONDS` ago. A record older than the newest one routed is copied
+        when it is news, but not remembered: the cluster key may drop it as stale (it
+        sorts behind that key's position, e.g. a relisted object stamped with its own
+        older time), so the object's next record must be copied whatever it says."""
+        when = ev.time.timestamp()
+        gone = getattr(ev, "op", "") == "deleted"
+        last = memory.pop(key, None) if gone else memory.get(key)
+        news = last is None or last[0] != view or when - last[1] >= REFRESH_SECONDS
+        if when < self._newest:
+            if last is not None and not gone:
+                del memory[key]
+        else:
+            self._newest = when
+            if news and not gone:
+                memory[key] = (view, when)
+        if not news:
+            self.skipped += 1
+        return news
+
+    def _sweep(self) -> None:
+        """Forget what was last copied two refresh periods ago (bounded memory)."""
+        horizon = self._newest - 2 * REFRESH_SECONDS
+        memories: tuple[dict[Any, tuple[Any, float]], ...] = (
+            self._pods,
+            self._nodes,
+            self._bindings,
+        )
+        for memory in memories:
+            stale = [key for key, (_, sent) in memory.items() if sent < horizon]
+            for key in stale:
+                del memory[key]
+
     def _pod(self, ev: PodEvent) -> PodEvent | None:
         """Runs for every GPU pod record (most of a stream): kept to a few lookups."""
         requests = ev.gpu_requests
         if not (requests or ev.gpu_share) or ev.scope == "cluster":
             return None
         key = (ev.cluster, ev.namespace, ev.name)
-        gone = ev.op == "deleted"
         node = ev.node
-        if not node:  # pending: this record is the cluster key's own
-            if gone:
-                self._pods.pop(key, None)
-            else:
-                self._pods[key] = _PENDING
-            return None
         held = 0
         if (
-            ev.phase == "Running" and not gone and ev.deleted_at is None and ev.gpu_share is None
+            node
+            and ev.phase == "Running"
+            and ev.op != "deleted"
+            and ev.deleted_at is None
+            and ev.gpu_share is None
         ):  # holds_gpus(ev), inline; the usual pod asks for one resource: no walk
             held = requests.get(_NVIDIA_GPU, 0) if len(requests) == 1 else 0
             if held <= 0:
                 held = gpu_devices(requests)[0]
-        last = self._pods.pop(key, None) if gone else self._pods.get(key)
-        if last is not None and last[0] == node and last[1] == held:
-            self.skipped += 1
+        news = self._news(self._pods, key, (node, held), ev)
+        if not node or not news:  # pending: this record is the cluster key's own
             return None
-        if not gone:
-            self._pods[key] = (node, held)
         return msgspec.structs.replace(
             ev,
             scope="cluster",
@@ -225,21 +278,20 @@ class Router:
         return msgspec.structs.replace(ev, scope="cluster")
 
     def _node(self, ev: NodeEvent) -> NodeEvent | None:
-        if ev.scope == "cluster" or not ev.capacity:
+        if ev.scope == "cluster":
             return None
         key = (ev.cluster, ev.node)
-        gone = ev.op == "deleted"
+        if not ev.capacity:  # not (or no longer) a GPU node: nothing to copy
+            if ev.op == "deleted":
+                self._nodes.pop(key, None)
+            return None
         ready = ("", "")
         for condition in ev.conditions:
             if condition.type == "Ready":
                 ready = (condition.status, condition.message)
                 break
-        view = (gone, ev.labels, ready, ev.taints)
-        last = self._nodes.pop(key, None) if gone else self._nodes.get(key)
-        if not gone:
-            self._nodes[key] = view
-        if last == view:
-            self.skipped += 1
+        view = (ev.op == "deleted", ev.labels, ready, ev.taints)
+        if not self._news(self._nodes, key, view, ev):
             return None
         return msgspec.structs.replace(
             ev,
@@ -255,11 +307,8 @@ class Router:
         if ev.scope == "cluster" or not ev.pods_known or ev.source == POD_RESOURCES:
             return None
         key = (ev.cluster, ev.node, ev.gpu_uuid or ev.pci_bus_id, ev.gpu_instance)
-        bound = bool(ev.pods)
-        if self._bindings.get(key) is bound:
-            self.skipped += 1
+        if not self._news(self._bindings, key, bool(ev.pods), ev):
             return None
-        self._bindings[key] = bound
         return msgspec.structs.replace(
             ev, scope="cluster", device="", mig_profile="", mig_uuid="", gpu_index=None
         )

@@ -16,7 +16,7 @@ import pytest
 from connectors.kafka.producer import EventProducer
 from schemas.codec import AnyEvent
 from schemas.events import PodEvent, Taint
-from schemas.keys import POD_RESOURCES, Router, correlation_key, is_copy
+from schemas.keys import POD_RESOURCES, REFRESH_SECONDS, Router, correlation_key, is_copy
 from schemas.topics import topic_layout
 from tests.factories import Cluster, term
 
@@ -148,3 +148,47 @@ def test_a_failed_send_forgets_what_the_router_sent() -> None:
     with pytest.raises(RuntimeError, match="not started"):
         asyncio.run(producer.send_many([c.pod(N, "train-0", 5, gpus=2)]))
     assert copies(producer.router, c.pod(N, "train-0", 9, gpus=2)) == [True]
+
+
+def test_a_record_behind_the_newest_is_copied_and_then_forgotten() -> None:
+    """The cluster key drops a copy that sorts behind its position (a relisted object
+    stamped with its own older time): the router cannot know whether it was applied, so
+    the object's next record is copied whatever it says."""
+    c = Cluster()
+    router = Router()
+    sent = copies(
+        router,
+        c.pod(N, "train-0", 0, gpus=8),
+        c.pod("gpu-node-02", "other", 1000, gpus=1),
+        c.pod(N, "train-0", 900, gpus=8, phase="Succeeded"),  # behind: copied, forgotten
+        c.pod(N, "train-0", 1100, gpus=8, phase="Succeeded", op="deleted"),  # so: copied
+    )
+    assert sent == [True, True, True, True]
+
+
+def test_an_unchanged_object_is_copied_again_after_the_refresh_period() -> None:
+    """A processor whose state was reset learns unchanged facts within REFRESH_SECONDS."""
+    c = Cluster()
+    router = Router()
+    half = REFRESH_SECONDS / 2
+    sent = copies(
+        router,
+        c.node(N, 0),
+        c.node(N, half),
+        c.node(N, REFRESH_SECONDS),  # a refresh
+        c.node(N, REFRESH_SECONDS + half),
+    )
+    assert sent == [True, False, True, False]
+
+
+def test_the_routers_memory_forgets_objects_not_seen_for_two_refresh_periods() -> None:
+    c = Cluster()
+    router = Router()
+    for i in range(100):
+        router.route(c.bind(f"gone-{i}", 0, f"GPU-{i}", "", ["x"]))
+    assert len(router) == 100
+    late = 2 * REFRESH_SECONDS + 1
+    pods = [c.pod(N, f"p{i % 50}", late + i / 1e3) for i in range(1 << 16)]
+    for pod in pods:
+        router.route(pod)
+    assert len(router) == 50  # the bindings of nodes long gone are forgotten

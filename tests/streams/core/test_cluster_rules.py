@@ -451,3 +451,23 @@ def test_the_kubelets_bindings_do_not_count_as_dcgms() -> None:
     assert revisions, "the DCGM outage must still be seen"
     assert revisions[0].attributes["nodes"] == "gpu-node-0,gpu-node-1"
     assert revisions[0].attributes["difference"] == "8"
+
+
+def test_a_relisted_pod_behind_the_cluster_keys_position_does_not_stay_placed() -> None:
+    """A relist stamps an object with its own older time, so its copy can reach the
+    cluster key behind that key's position, where the engine drops it as stale. The
+    router then copies the pod's next record whatever it says (its deletion here),
+    or 8 GPUs a finished pod held would count as requested forever: a false ticket."""
+    c = Cluster()
+    node = "gpu-node-0"
+    c.node(node, 0, capacity=8, alloc=8)
+    c.pod(node, "train-0", 1, gpus=8)
+    for g in range(8):
+        c.bind(node, 2, f"GPU-0-{g}", f"0000:{0x10 + g:02x}:00.0", ["train-0"])
+    for g in range(8):  # the pod ended while the connector was away
+        c.bind(node, 1000, f"GPU-0-{g}", f"0000:{0x10 + g:02x}:00.0", [])
+    c.node("gpu-node-1", 1010, capacity=8, alloc=8)  # moves the cluster key's position
+    c.pod(node, "train-0", 900, gpus=8, phase="Succeeded")  # relisted: its own older time
+    c.pod(node, "train-0", 1100, gpus=8, phase="Succeeded", op="deleted")
+    c.tick(3000)
+    assert _mismatches(run_in_order(c.events)) == []  # in arrival order: the relist is late
