@@ -112,11 +112,18 @@ _PodView = tuple[str, int]
 _NodeView = tuple[bool, dict[str, str], tuple[str, str], tuple[Taint, ...]]
 _PENDING: Final = ("", 0)
 
-REFRESH_SECONDS: Final = 1800.0
+REFRESH_SECONDS: Final = 6 * 3600.0
 """An object whose view has not changed is copied again once this much of its own event
-time has passed since its last copy: the cluster key's state can be lost or reset (a
-fresh processor state after re-partitioning) while the producers keep running, and this
-bounds how long it stays blind to facts that never change."""
+time has passed since its last copy: a safety net for a cluster key whose state was lost
+while the producers kept running (restart the connectors with a fresh processor state to
+have everything at once). Six hours: a copy of every busy object every 30 min doubled
+the cluster key's input on the benchmark stream."""
+BEHIND_SECONDS: Final = 0.5
+"""A record this much older than the newest one routed may reach the cluster key behind
+the watermark, and behind that key's position, where the engine drops it as stale: the
+default ``core.grace_seconds`` (closer records are reordered by the engine, never
+dropped). Trap: under a smaller grace, a record between it and this far behind can be
+dropped and not copied again until the object's view changes or its refresh is due."""
 _SWEEP_EVERY: Final = 1 << 16
 """Records between sweeps of the router's memory (entries not copied for two refresh
 periods go: a node that left the fleet, a GPU no source names any more)."""
@@ -150,9 +157,17 @@ class Router:
     * A pod's own pending records (no node yet) are cluster-keyed as they are; the
       router remembers them, so the first record with a node is a change (the cluster
       key learns that the pod was scheduled).
+    * The cluster key drops a copy that sorts behind its position (the engine keeps no
+      per-object versions there): a relisted object comes stamped with its own older
+      time. So a record older than the newest one routed is copied when it is news but
+      not remembered, and the object's next record is copied whatever it says.
+    * The cluster key's state can be lost while producers keep running (a fresh
+      processor state): an unchanged object is copied again after
+      :data:`REFRESH_SECONDS` of its own records.
     * Memory: one small entry per GPU pod, GPU node and pod-aware GPU binding; a pod's
-      and a node's go with their deletion, a GPU's stays (one flag per GPU ever bound:
-      the binding's source never says that its node is gone).
+      and a node's go with their deletion, and a sweep every few thousand records
+      forgets what was last copied two refresh periods ago (a GPU's source never says
+      that its node is gone).
     * Why not node summaries derived on the node keys and sent through a repartition
       topic: as many records (a summary changes with every placement too), plus a
       second hop, its own progress and changelog (``python -m bench.cluster_share``
@@ -215,11 +230,11 @@ class Router:
         gone = getattr(ev, "op", "") == "deleted"
         last = memory.pop(key, None) if gone else memory.get(key)
         news = last is None or last[0] != view or when - last[1] >= REFRESH_SECONDS
-        if when < self._newest:
+        if when < self._newest - BEHIND_SECONDS:
             if last is not None and not gone:
                 del memory[key]
         else:
-            self._newest = when
+            self._newest = max(self._newest, when)
             if news and not gone:
                 memory[key] = (view, when)
         if not news:
