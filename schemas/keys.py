@@ -222,10 +222,11 @@ class Router:
         """Is ``view`` news for the cluster key (so the record is copied)? Remembers it.
 
         News: the object's first record, a changed view, or an unchanged one last copied
-        :data:`REFRESH_SECONDS` ago. A record older than the newest one routed is copied
-        when it is news, but not remembered: the cluster key may drop it as stale (it
-        sorts behind that key's position, e.g. a relisted object stamped with its own
-        older time), so the object's next record must be copied whatever it says."""
+        :data:`REFRESH_SECONDS` ago. A record more than :data:`BEHIND_SECONDS` older
+        than the newest one routed is copied when it is news, but not remembered: the
+        cluster key may drop it as stale (it sorts behind that key's position, e.g. a
+        relisted object stamped with its own older time), so the object's next record
+        must be copied whatever it says."""
         when = ev.time.timestamp()
         gone = getattr(ev, "op", "") == "deleted"
         last = memory.pop(key, None) if gone else memory.get(key)
