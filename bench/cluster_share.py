@@ -45,10 +45,11 @@ from schemas.codec import AnyEvent, decode_event
 from schemas.events import GpuBindingEvent, NodeEvent, PodEvent
 from schemas.keys import Router, correlation_key, gpu_devices, holds_gpus, is_copy, key_node
 from schemas.topics import DEFAULT_PARTITIONS
+from streams.core.config import CoreConfig
 
 DESIGNS = ("every copy", "(a) router", "(b) node summaries", "(b') node settles")
-SETTLE_SECONDS = 300.0
-"""``mismatch_after_seconds``' default: how long a node's counts must disagree to count."""
+SETTLE_SECONDS = CoreConfig().mismatch_after_seconds
+"""How long a node's counts must disagree to count (the core's default)."""
 
 
 class Tally:

@@ -44,6 +44,7 @@ import msgspec
 
 from schemas.codec import AnyEvent
 from schemas.events import GpuBindingEvent, NodeEvent, PodEvent, Taint, XidEvent
+from schemas.progress import DEFAULT_GRACE_SECONDS
 
 POD_RESOURCES: Final = "pod-resources"
 """The ``source`` of the kubelet's bindings (:attr:`GpuBindingEvent.source`)."""
@@ -118,7 +119,7 @@ time has passed since its last copy: a safety net for a cluster key whose state 
 while the producers kept running (restart the connectors with a fresh processor state to
 have everything at once). Six hours: a copy of every busy object every 30 min doubled
 the cluster key's input on the benchmark stream."""
-BEHIND_SECONDS: Final = 0.5
+BEHIND_SECONDS: Final = DEFAULT_GRACE_SECONDS
 """A record this much older than the newest one routed may reach the cluster key behind
 the watermark, and behind that key's position, where the engine drops it as stale: the
 default ``core.grace_seconds`` (closer records are reordered by the engine, never

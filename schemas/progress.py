@@ -55,6 +55,11 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Final
 
+DEFAULT_GRACE_SECONDS: Final = 0.5
+"""How far behind the newest event time the watermark trails by default (the core's
+``grace_seconds``): declared here, where both the core's configuration and the
+producer's router (which must know what the engine will call late) can read it."""
+
 SOURCE_HEADER: Final = "gputriage-source"
 """The sender's source id: stable per connector instance (family, cluster, node)."""
 PROGRESS_HEADER: Final = "gputriage-progress"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import msgspec
 
+from schemas.progress import DEFAULT_GRACE_SECONDS
 from schemas.types import Severity, XidClass
 
 
@@ -44,7 +45,7 @@ class CoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     it trades reordering tolerance against time to page.
     """
 
-    grace_seconds: float = 0.5
+    grace_seconds: float = DEFAULT_GRACE_SECONDS
 
     eviction_window_seconds: float = 600.0
     """device_unhealthy_eviction: pod failures this long after a fatal XID / drop join it."""
