@@ -278,7 +278,11 @@ class Pipeline:
         partition's newest event time are looked up once a run, not once a record, and the
         source's count is added once; the happy path of a record (it decodes, its schema is
         its topic's, its key is its correlation key) is inline, and only the rest takes
-        :meth:`_refuse`. What the loop decides per record is what it decided before: the
+        :meth:`_refuse`. A source signs a whole chunk with one pair of headers: a record
+        whose pair equals the one just heard on this partition (same source, same
+        progress, same ``now``) is signed without :meth:`_hear`, which would change
+        nothing (only the canonical pair: one that announces partitions is heard each
+        time). What the loop decides per record is what it decided before: the
         order of ingestion, which records are dead letters and why, the newest event time
         (of the records that passed the checks, ingested or not).
         """
@@ -298,9 +302,17 @@ class Pipeline:
         top = -math.inf
         unsigned_top = -math.inf
         found: list[Incident] = []
+        heard: Any = None  # the headers last heard in this run, when canonical
         for record in records:
             token = record.token if tp is None else (tp, record.offset)
-            signed = bool(record.headers) and hear(record, now)
+            headers = record.headers
+            if not headers:
+                signed = False
+            elif headers == heard:
+                signed = True  # the chunk's pair again: hearing it again changes nothing
+            else:
+                signed = hear(record, now)
+                heard = headers if signed and len(headers) == 2 else None
             value = record.value
             event = try_decode_event(value) if value is not None else None
             if type(event) is not schema:
