@@ -66,7 +66,9 @@ from connectors.kafka.admin import ensure_topics
 from connectors.kafka.producer import BATCH_BYTES, EventProducer
 from gputriage.demo.broker import EmbeddedBroker
 from gputriage.simulate import StreamSpec, generate_events
+from schemas import progress as wire
 from schemas.codec import AnyEvent, decode_event, decode_incident
+from schemas.events import Tick
 from schemas.topics import TopicLayout, TopicSettings, topic_layout
 from streams.app.pipeline import Pipeline
 from streams.app.worker import ProcessorOptions
@@ -144,22 +146,60 @@ def backlog_events(events: int, nodes: int, days_ago: float) -> list[AnyEvent]:
     return stream(events, nodes, seed=1, start=start, seconds=hours * 3600)
 
 
-async def produce(env: Env, events: Iterable[AnyEvent], batch_bytes: int = BATCH_BYTES) -> int:
+async def produce(
+    env: Env, events: Iterable[AnyEvent], batch_bytes: int = BATCH_BYTES, *, signed: bool = False
+) -> int:
     """Load the raw topics; ``batch_bytes``: the record batches' size (``BATCH_BYTES``,
     512 KB, is what the connectors write; aiokafka's 16 KB, their size before issue 14,
-    loads ~2x slower, and its small batches make every consumer, (a) most, slower too)."""
+    loads ~2x slower, and its small batches make every consumer, (a) most, slower too).
+
+    ``signed``: every record carries a source's id and progress, as the connectors'
+    publish loop signs them (:class:`connectors.publish.Publisher`): one source,
+    ``bench``; a chunk carries the greatest event time of the chunks sent before it (none
+    for the first), and a last heartbeat with :data:`schemas.progress.END` goes to every
+    raw partition used, so the tail is not held until the source ages out. The load is
+    written before any consumer starts, so nothing needs announcing. Returns the event
+    records acknowledged (the heartbeats are counted apart, :data:`HEARTBEATS`).
+    """
     async with EventProducer(
         env.kwargs, env.layout, linger_ms=20, max_batch_size=batch_bytes
     ) as producer:
         total = 0
+        progress: datetime | None = None
+        used: set[tuple[str, int]] = set()
+
+        async def send(chunk: list[AnyEvent]) -> int:
+            nonlocal progress
+            if not signed:
+                return await producer.send_many(chunk)
+            header = [(wire.SOURCE_HEADER, BENCH_SOURCE.encode())]
+            if progress is not None:
+                header.append((wire.PROGRESS_HEADER, wire.encode_progress(progress)))
+            sent = await producer.send_many(chunk, headers=header, used=used)
+            newest = max((e.time for e in chunk), default=None)
+            if newest is not None and (progress is None or newest > progress):
+                progress = newest
+            return sent
+
         chunk: list[AnyEvent] = []
         for event in events:
             chunk.append(event)
             if len(chunk) >= 20_000:
-                total += await producer.send_many(chunk)
+                total += await send(chunk)
                 chunk = []
-        total += await producer.send_many(chunk)
+        total += await send(chunk)
+        if signed and used and progress is not None:
+            tick = Tick(id=f"heartbeat:{BENCH_SOURCE}", cluster="c1", time=progress)
+            end = [(wire.SOURCE_HEADER, BENCH_SOURCE.encode()), (wire.PROGRESS_HEADER, wire.END)]
+            HEARTBEATS[env.prefix] = await producer.send_heartbeats(tick, sorted(used), end)
         return total
+
+
+BENCH_SOURCE = "bench"
+"""The source id of a ``--signed`` load."""
+HEARTBEATS: dict[str, int] = {}
+"""Topic prefix -> the heartbeat records a ``--signed`` load ended with (read by every
+consumer, never ingested)."""
 
 
 # ------------------------------------------------------------------------------ (a)
@@ -668,14 +708,14 @@ def run(args: argparse.Namespace) -> Report:
         events = backlog_events(args.events, args.nodes, args.days_ago)
         _log(f"generated {len(events)} events in {time.perf_counter() - t:.1f} s")
         t = time.perf_counter()
-        sent = asyncio.run(produce(env, events, args.produce_batch_kb << 10))
+        sent = asyncio.run(produce(env, events, args.produce_batch_kb << 10, signed=args.signed))
         elapsed = time.perf_counter() - t
         generated = len(events)
         del events
         # The records acknowledged, not the end offsets: Tansu answers those with each
         # partition's last batch's base + 1 (streams/app/ranges.py), which at 3k events
         # undercounted the backlog by half, and (b) stopped before its last batches.
-        total = sent
+        total = sent + HEARTBEATS.get(env.prefix, 0)  # every consumer reads those too
         report.produce = {
             "events": generated,
             "records": sent,
@@ -840,6 +880,12 @@ def main(argv: list[str] | None = None) -> int:
         default=BATCH_BYTES >> 10,
         help=f"record batch size of the load, KB ({BATCH_BYTES >> 10}: as connectors write, "
         "connectors.kafka.producer.BATCH_BYTES; 16: aiokafka's default, theirs before issue 14)",
+    )
+    parser.add_argument(
+        "--signed",
+        action="store_true",
+        help="sign the load with a source's progress headers, as the connectors do "
+        "(default: header-less records, the busy partitions' rule)",
     )
     parser.add_argument(
         "--profile",
