@@ -7,7 +7,13 @@ raw topics. Then, side by side:
 
 a. **aiokafka**: a plain consumer (no group) assigned every raw partition reads
    them all with ``getmany`` and decodes each value (``decode_event``): the
-   baseline. Timed from the first ``getmany`` to the last record.
+   baseline. Timed from the first ``getmany`` to the last record; run again after
+   (b), and (b) is also shown against the mean of both (the load of shared cores moves).
+a'. **aiokafka + Pipeline**: the same consumer feeding :class:`Pipeline` as the worker
+   does (busy partitions, the clock, ticks, snapshots encoded once a second, the worker's
+   collector settings), nothing written back: what (b) would reach with a free transport.
+   Its incident revisions are compared with those (b) published: the same, or the bench
+   says how many differ.
 b. **processor**: one ``gputriage process`` worker (a subprocess, fresh app id,
    so a fresh consumer group) from its first committed progress to every raw
    record committed. The group's committed offsets are polled with an admin
@@ -32,6 +38,8 @@ Run::
 
     .venv/bin/python bench/pipeline_bench.py            # ~2 minutes
     .venv/bin/python bench/pipeline_bench.py --json     # machine-readable
+    .venv/bin/python bench/pipeline_bench.py --signed   # records signed as connectors do
+    .venv/bin/python bench/pipeline_bench.py --profile /tmp/worker.prof  # (b) under cProfile
 """
 
 from __future__ import annotations
