@@ -7,7 +7,13 @@ raw topics. Then, side by side:
 
 a. **aiokafka**: a plain consumer (no group) assigned every raw partition reads
    them all with ``getmany`` and decodes each value (``decode_event``): the
-   baseline. Timed from the first ``getmany`` to the last record.
+   baseline. Timed from the first ``getmany`` to the last record; run again after
+   (b), and (b) is also shown against the mean of both (the load of shared cores moves).
+a'. **aiokafka + Pipeline**: the same consumer feeding :class:`Pipeline` as the worker
+   does (busy partitions, the clock, ticks, snapshots encoded once a second, the worker's
+   collector settings), nothing written back: what (b) would reach with a free transport.
+   Its incident revisions are compared with those (b) published: the same, or the bench
+   says how many differ.
 b. **processor**: one ``gputriage process`` worker (a subprocess, fresh app id,
    so a fresh consumer group) from its first committed progress to every raw
    record committed. The group's committed offsets are polled with an admin
@@ -32,15 +38,20 @@ Run::
 
     .venv/bin/python bench/pipeline_bench.py            # ~2 minutes
     .venv/bin/python bench/pipeline_bench.py --json     # machine-readable
+    .venv/bin/python bench/pipeline_bench.py --signed   # records signed as connectors do
+    .venv/bin/python bench/pipeline_bench.py --profile /tmp/worker.prof  # (b) under cProfile
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import io
 import json
 import os
 import platform
+import pstats
 import re
 import statistics
 import subprocess
@@ -64,9 +75,12 @@ from connectors.kafka.admin import ensure_topics
 from connectors.kafka.producer import BATCH_BYTES, EventProducer
 from gputriage.demo.broker import EmbeddedBroker
 from gputriage.simulate import StreamSpec, generate_events
+from schemas import progress as wire
 from schemas.codec import AnyEvent, decode_event, decode_incident
+from schemas.events import Tick
 from schemas.topics import TopicLayout, TopicSettings, topic_layout
-from streams.app.pipeline import Pipeline, RawRecord
+from streams.app.pipeline import Pipeline
+from streams.app.worker import ProcessorOptions
 from streams.config import default_core_config
 
 BAR_EVENTS_PER_S = 20_000
@@ -141,32 +155,77 @@ def backlog_events(events: int, nodes: int, days_ago: float) -> list[AnyEvent]:
     return stream(events, nodes, seed=1, start=start, seconds=hours * 3600)
 
 
-async def produce(env: Env, events: Iterable[AnyEvent], batch_bytes: int = BATCH_BYTES) -> int:
+async def produce(
+    env: Env, events: Iterable[AnyEvent], batch_bytes: int = BATCH_BYTES, *, signed: bool = False
+) -> int:
     """Load the raw topics; ``batch_bytes``: the record batches' size (``BATCH_BYTES``,
     512 KB, is what the connectors write; aiokafka's 16 KB, their size before issue 14,
-    loads ~2x slower, and its small batches make every consumer, (a) most, slower too)."""
+    loads ~2x slower, and its small batches make every consumer, (a) most, slower too).
+
+    ``signed``: every record carries a source's id and progress, as the connectors'
+    publish loop signs them (:class:`connectors.publish.Publisher`): one source,
+    ``bench``; a chunk carries the greatest event time of the chunks sent before it (none
+    for the first), and a last heartbeat with :data:`schemas.progress.END` goes to every
+    raw partition used, so the tail is not held until the source ages out. The load is
+    written before any consumer starts, so nothing needs announcing. Returns the event
+    records acknowledged (the heartbeats are counted apart, :data:`HEARTBEATS`).
+    """
     async with EventProducer(
         env.kwargs, env.layout, linger_ms=20, max_batch_size=batch_bytes
     ) as producer:
         total = 0
+        progress: datetime | None = None
+        used: set[tuple[str, int]] = set()
+
+        async def send(chunk: list[AnyEvent]) -> int:
+            nonlocal progress
+            if not signed:
+                return await producer.send_many(chunk)
+            header = [(wire.SOURCE_HEADER, BENCH_SOURCE.encode())]
+            if progress is not None:
+                header.append((wire.PROGRESS_HEADER, wire.encode_progress(progress)))
+            sent = await producer.send_many(chunk, headers=header, used=used)
+            newest = max((e.time for e in chunk), default=None)
+            if newest is not None and (progress is None or newest > progress):
+                progress = newest
+            return sent
+
         chunk: list[AnyEvent] = []
         for event in events:
             chunk.append(event)
             if len(chunk) >= 20_000:
-                total += await producer.send_many(chunk)
+                total += await send(chunk)
                 chunk = []
-        total += await producer.send_many(chunk)
+        total += await send(chunk)
+        if signed and used and progress is not None:
+            tick = Tick(id=f"heartbeat:{BENCH_SOURCE}", cluster="c1", time=progress)
+            end = [(wire.SOURCE_HEADER, BENCH_SOURCE.encode()), (wire.PROGRESS_HEADER, wire.END)]
+            HEARTBEATS[env.prefix] = await producer.send_heartbeats(tick, sorted(used), end)
         return total
+
+
+BENCH_SOURCE = "bench"
+"""The source id of a ``--signed`` load."""
+HEARTBEATS: dict[str, int] = {}
+"""Topic prefix -> the heartbeat records a ``--signed`` load ended with (read by every
+consumer, never ingested)."""
 
 
 # ------------------------------------------------------------------------------ (a)
 
 
+Fetched = dict[TopicPartition, list[ConsumerRecord]]
+
+
 async def _drain(
-    env: Env, count: int, timeout: float, handle: Callable[[list[ConsumerRecord]], None]
+    env: Env,
+    count: int,
+    timeout: float,
+    handle: Callable[[Fetched, AIOKafkaConsumer], None],
 ) -> tuple[int, float]:
     """Read ``count`` records from every raw partition with ``getmany`` (no group), each
-    batch handed to ``handle``; ``(records, seconds)`` from the first ``getmany`` on."""
+    batch handed to ``handle`` as ``getmany`` gives it, with the consumer; ``(records,
+    seconds)`` from the first ``getmany`` on."""
     consumer = AIOKafkaConsumer(**env.kwargs, group_id=None, max_partition_fetch_bytes=4 << 20)
     await consumer.start()
     try:
@@ -178,9 +237,8 @@ async def _drain(
         deadline = started + timeout
         while seen < count and time.perf_counter() < deadline:
             batches = await consumer.getmany(timeout_ms=500, max_records=10_000)
-            records = [r for batch in batches.values() for r in batch]
-            handle(records)
-            seen += len(records)
+            handle(batches, consumer)
+            seen += sum(map(len, batches.values()))
         return seen, time.perf_counter() - started
     finally:
         await consumer.stop()
@@ -189,9 +247,10 @@ async def _drain(
 async def plain_aiokafka(env: Env, count: int, timeout: float = 120.0) -> dict[str, Any]:
     """Read ``count`` records from every raw partition with ``getmany``; decode each."""
 
-    def decode_all(records: list[ConsumerRecord]) -> None:
-        for record in records:
-            decode_event(record.value)
+    def decode_all(batches: Fetched, _consumer: AIOKafkaConsumer) -> None:
+        for batch in batches.values():
+            for record in batch:
+                decode_event(record.value)
 
     seen, elapsed = await _drain(env, count, timeout, decode_all)
     return {"records": seen, "seconds": elapsed, "events_per_s": seen / elapsed}
@@ -199,37 +258,113 @@ async def plain_aiokafka(env: Env, count: int, timeout: float = 120.0) -> dict[s
 
 async def plain_pipeline(env: Env, count: int, timeout: float = 120.0) -> dict[str, Any]:
     """(a') The processor's own work without its writes: plain aiokafka ``getmany`` batches
-    into :class:`~streams.app.pipeline.Pipeline` (decode, checks, core), with state
-    snapshots encoded once a second. Nothing is written back to Kafka, so this is an
-    upper bound of what the worker could reach (it also writes and commits)."""
-    pipeline = Pipeline(default_core_config(), env.layout)
-    incidents = 0
-    last_snapshot = time.perf_counter()
+    into :class:`~streams.app.pipeline.Pipeline` as the worker feeds it
+    (``process_fetched`` with the partitions that still have records to read, and the
+    clock; a tick every ``tick_seconds``), with state snapshots encoded once a second.
+    Nothing is written back to Kafka, so this is an upper bound of what the worker could
+    reach (it also writes and commits); the worker less this is its transport's cost.
 
-    def process(batch: list[ConsumerRecord]) -> None:
-        nonlocal incidents, last_snapshot
-        records = [
-            RawRecord(
-                topic=r.topic,
-                partition=r.partition,
-                offset=r.offset,
-                key=r.key,
-                value=r.value,
-                timestamp_ms=r.timestamp,
-            )
-            for r in batch
-        ]
-        incidents += len(pipeline.process(records).incidents)
-        if time.perf_counter() - last_snapshot >= 1.0:
+    Trap: fed without the busy partitions (as before), every partition counted as read to
+    its end, so the watermark ran ahead with the fastest topic of a lane and the other
+    topics' events were applied late or skipped as stale (200k events over 1,000 nodes
+    fed offline: 1,890 incident revisions instead of 3,088, in two thirds of the time): it
+    did less than the worker. The revisions made here are kept (``revisions``) to be
+    compared with the worker's (:func:`same_incidents`).
+    """
+    options = ProcessorOptions()
+    pipeline = Pipeline(
+        default_core_config(),
+        env.layout,
+        source_idle_seconds=options.source_idle_seconds,
+        max_future_seconds=options.max_future_seconds,
+    )
+    revisions: set[tuple[str, int]] = set()
+    last_snapshot = last_tick = time.perf_counter()
+    read_to: dict[TopicPartition, int] = {}
+    tps = env.raw_partitions()
+
+    def busy(consumer: AIOKafkaConsumer) -> list[tuple[str, int]]:
+        """As the worker's rule: a partition holds its lane until read to its end (one
+        whose end is not known yet holds it too)."""
+        out = []
+        for tp in tps:
+            highwater = consumer.highwater(tp)
+            if highwater is None or read_to.get(tp, 0) < highwater:
+                out.append((tp.topic, tp.partition))
+        return out
+
+    def process(batches: Fetched, consumer: AIOKafkaConsumer) -> None:
+        nonlocal last_snapshot, last_tick
+        for tp, batch in batches.items():
+            if batch:
+                read_to[tp] = batch[-1].offset + 1
+        outcomes = []
+        if batches:
+            outcomes.append(pipeline.process_fetched(batches, busy(consumer), time.time()))
+        if time.perf_counter() - last_tick >= options.tick_seconds:
+            outcomes.append(pipeline.tick(time.time(), busy(consumer)))
+            last_tick = time.perf_counter()
+        revisions.update((i.id, i.revision) for o in outcomes for i in o.incidents)
+        if time.perf_counter() - last_snapshot >= options.snapshot_seconds:
             pipeline.snapshots()
             last_snapshot = time.perf_counter()
 
-    seen, elapsed = await _drain(env, count, timeout, process)
+    # The worker's collector settings (gputriage/process.py): with the default thresholds
+    # (a') ran slower than the worker it bounds (one run: 0.21x (a), the worker 0.26x).
+    thresholds = gc.get_threshold()
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(50_000, 20, 100)
+    try:
+        seen, elapsed = await _drain(env, count, timeout, process)
+    finally:
+        gc.set_threshold(*thresholds)
+        gc.unfreeze()
+    # The tail the last batch left buffered (the worker's clock releases it the same way).
+    revisions.update((i.id, i.revision) for i in pipeline.tick(time.time()).incidents)
     return {
         "records": seen,
         "seconds": elapsed,
         "events_per_s": seen / elapsed,
-        "incident_revisions": incidents,
+        "incident_revisions": len(revisions),
+        "revisions": revisions,
+    }
+
+
+async def published_revisions(env: Env) -> set[tuple[str, int]]:
+    """``(id, revision)`` of every incident record on the incident topic."""
+    consumer = AIOKafkaConsumer(**env.kwargs, group_id=None)
+    await consumer.start()
+    try:
+        topic = env.layout.incidents.name
+        tps = [TopicPartition(topic, p) for p in range(env.layout.incidents.partitions)]
+        consumer.assign(tps)
+        await consumer.seek_to_beginning(*tps)
+        ends = await consumer.end_offsets(tps)
+        out: set[tuple[str, int]] = set()
+        while True:
+            positions = [await consumer.position(tp) for tp in tps]
+            if all(at >= ends[tp] for at, tp in zip(positions, tps, strict=True)):
+                break
+            batches = await consumer.getmany(timeout_ms=500)
+            for batch in batches.values():
+                for record in batch:
+                    if record.value:
+                        incident = decode_incident(record.value)
+                        out.add((incident.id, incident.revision))
+        return out
+    finally:
+        await consumer.stop()
+
+
+def same_incidents(ours: set[tuple[str, int]], theirs: set[tuple[str, int]]) -> dict[str, Any]:
+    """The worker's published revisions against (a')'s: how many each, and how many differ."""
+    return {
+        "worker": len(theirs),
+        "pipeline": len(ours),
+        "only_worker": len(theirs - ours),
+        "only_pipeline": len(ours - theirs),
+        "same": ours == theirs,
     }
 
 
@@ -247,8 +382,11 @@ class WorkerProcess:
         *,
         name: str = "",
         args: Sequence[str] = (),
+        profile: Path | None = None,
     ) -> None:
-        """``args``: more of ``gputriage process``'s options (``--engine faust``)."""
+        """``args``: more of ``gputriage process``'s options (``--engine faust``);
+        ``profile``: run it under cProfile, its stats written there when it stops (a
+        SIGTERM is a clean exit, so they are written)."""
         self.app_id = app_id
         self.log_path = env.workdir / f"{name or app_id}.log"
         self._log = self.log_path.open("wb")
@@ -265,8 +403,9 @@ class WorkerProcess:
             "GPUTRIAGE_PROCESSOR__METRICS_PORT": "0",
             **extra_env,
         }
+        profiler = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "gputriage", "process", *args],
+            [sys.executable, *profiler, "-m", "gputriage", "process", *args],
             env=environ,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -548,16 +687,31 @@ def _summary(values: list[float]) -> dict[str, Any]:
 # ------------------------------------------------------------------------------ main
 
 
+def top_entries(path: Path, top: int) -> str:
+    """The worker's cProfile: the functions with the most own time, then the most
+    cumulative. A compiled core's functions show only where Python calls them (the
+    correlator's ``ingest`` and ``advance_watermark``): their own time is the core's."""
+    text = io.StringIO()
+    stats = pstats.Stats(str(path), stream=text)
+    stats.sort_stats("tottime").print_stats(top)
+    stats.sort_stats("cumulative").print_stats(top)
+    return text.getvalue()
+
+
 @dataclass
 class Report:
     args: dict[str, Any]
     produce: dict[str, Any] = field(default_factory=dict)
     aiokafka: dict[str, Any] = field(default_factory=dict)
+    aiokafka_after: dict[str, Any] = field(default_factory=dict)
+    """(a) run again after (b) (see :func:`run`)."""
     plain_pipeline: dict[str, Any] = field(default_factory=dict)
     processor: dict[str, Any] = field(default_factory=dict)
     latency: dict[str, Any] = field(default_factory=dict)
     group: dict[str, Any] = field(default_factory=dict)
+    incidents: dict[str, Any] = field(default_factory=dict)
     worker_log_tail: str = ""
+    profile: str = ""
 
 
 def run(args: argparse.Namespace) -> Report:
@@ -575,14 +729,14 @@ def run(args: argparse.Namespace) -> Report:
         events = backlog_events(args.events, args.nodes, args.days_ago)
         _log(f"generated {len(events)} events in {time.perf_counter() - t:.1f} s")
         t = time.perf_counter()
-        sent = asyncio.run(produce(env, events, args.produce_batch_kb << 10))
+        sent = asyncio.run(produce(env, events, args.produce_batch_kb << 10, signed=args.signed))
         elapsed = time.perf_counter() - t
         generated = len(events)
         del events
         # The records acknowledged, not the end offsets: Tansu answers those with each
         # partition's last batch's base + 1 (streams/app/ranges.py), which at 3k events
         # undercounted the backlog by half, and (b) stopped before its last batches.
-        total = sent
+        total = sent + HEARTBEATS.get(env.prefix, 0)  # every consumer reads those too
         report.produce = {
             "events": generated,
             "records": sent,
@@ -597,10 +751,18 @@ def run(args: argparse.Namespace) -> Report:
         report.plain_pipeline = asyncio.run(plain_pipeline(env, total))
         _log(f"(a') aiokafka + Pipeline: {report.plain_pipeline['events_per_s']:,.0f} events/s")
 
-        worker = WorkerProcess(env, f"{env.prefix}-app", extra)
+        profile = Path(args.profile).resolve() if args.profile else None
+        worker = WorkerProcess(env, f"{env.prefix}-app", extra, profile=profile)
         try:
             report.processor = asyncio.run(processor_throughput(env, worker, total, args.timeout))
             _log(f"(b) processor: {report.processor['events_per_s']:,.0f} events/s")
+            report.incidents = same_incidents(
+                report.plain_pipeline.pop("revisions"), asyncio.run(published_revisions(env))
+            )
+            # (a) again, right after (b): on shared cores the load moves within a run, and
+            # a ratio to (a) alone moved with it (0.23-0.49 for the same code).
+            report.aiokafka_after = asyncio.run(plain_aiokafka(env, total))
+            _log(f"(a) again: {report.aiokafka_after['events_per_s']:,.0f} events/s")
             if args.seconds > 0:
                 report.latency = asyncio.run(latency(env, args.rate, args.seconds, args.nodes))
                 opened = report.latency["opened"]
@@ -610,6 +772,8 @@ def run(args: argparse.Namespace) -> Report:
             report.worker_log_tail = worker.log()[-4000:]
             if code != 0:
                 _log(f"worker exited with {code}:\n{report.worker_log_tail}")
+            if profile is not None and profile.exists():
+                report.profile = top_entries(profile, args.profile_top)
         if args.workers > 1:
             total += report.latency.get("events", 0)  # (c) sent one record per event
             group = [
@@ -653,6 +817,24 @@ def render(report: Report) -> str:
         f"{'(b) gputriage process, first commit -> all':<44}{b['events_per_s']:>12,.0f}"
         f"{b['seconds']:>10.1f}{ratio:>12.3f}",
     ]
+    same = report.incidents
+    if same:
+        lines.append(
+            f"    incident revisions: the worker published {same['worker']:,}, (a') made "
+            f"{same['pipeline']:,}: "
+            + (
+                "the same"
+                if same["same"]
+                else f"{same['only_worker']} only the worker's, {same['only_pipeline']} only (a')'s"
+            )
+        )
+    after = report.aiokafka_after
+    if after:
+        mean = (a["events_per_s"] + after["events_per_s"]) / 2
+        lines.append(
+            f"    (a) again after (b): {after['events_per_s']:,.0f} events/s; (b) against the "
+            f"mean of both (a): {b['events_per_s'] / mean:.3f}"
+        )
     if "from_log_events_per_s" in b:
         lines.append(
             f"{'    from the partitions [ log line':<44}{b['from_log_events_per_s']:>12,.0f}"
@@ -731,6 +913,19 @@ def main(argv: list[str] | None = None) -> int:
         help=f"record batch size of the load, KB ({BATCH_BYTES >> 10}: as connectors write, "
         "connectors.kafka.producer.BATCH_BYTES; 16: aiokafka's default, theirs before issue 14)",
     )
+    parser.add_argument(
+        "--signed",
+        action="store_true",
+        help="sign the load with a source's progress headers, as the connectors do "
+        "(default: header-less records, the busy partitions' rule)",
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="PATH",
+        help="run the worker of (b) under cProfile, its stats written to PATH; the top "
+        "entries are printed after the results (cProfile slows the worker: not for ratios)",
+    )
+    parser.add_argument("--profile-top", type=int, default=40, help="entries of --profile")
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
     args = parser.parse_args(argv)
     report = run(args)
@@ -738,6 +933,8 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(report.__dict__, indent=2, default=str))
     else:
         print(render(report))
+        if report.profile:
+            print(report.profile)
     return 0
 
 

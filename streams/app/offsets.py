@@ -11,26 +11,43 @@ pipeline, releases what the pipeline releases, and commits
 :meth:`PartitionOffsets.committable` once the effects of those releases are
 delivered.
 
-Trap: the same offset may be added twice when a partition is re-read after a
-seek (it is then a new outstanding record); :meth:`add` ignores offsets below
-the last one added, so a re-read before the read position is never counted
-twice.
+How: one byte per offset from the lowest one not committable yet to the read position
+(0: read and not released, 1: released, or not a record at all: a gap in the log). A
+release is one store, a fetched batch of consecutive offsets one ``extend`` of zeros, and
+the committable offset one ``find`` of the first zero: no hashing and no object per
+record (a set of released offsets and a deque of outstanding ones cost the worker two of
+each per record, for the same answer).
+
+Traps:
+
+* The same offset may be added twice when a partition is re-read after a seek (it is
+  then a new outstanding record); :meth:`add` ignores offsets below the last one added,
+  so a re-read before the read position is never counted twice.
+* A gap (offsets the log does not hold: a compacted topic, transaction markers) is
+  marked done, so it never holds the commit; a gap behind nothing outstanding costs
+  nothing (the bytes start again at the new offset).
+* ``next_offset`` may be set from outside with nothing outstanding (the faust engine sets
+  the read position it starts from): the bytes then start at the first offset added.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
+
+_DONE = 1
 
 
 class PartitionOffsets:
     """Outstanding and released offsets of one partition, read in order."""
 
-    __slots__ = ("_outstanding", "_released", "next_offset")
+    __slots__ = ("_base", "_done", "next_offset")
 
     def __init__(self) -> None:
-        self._outstanding: deque[int] = deque()
-        self._released: set[int] = set()
+        self._base = 0
+        """The offset of ``_done[0]``."""
+        self._done = bytearray()
+        """Per offset from ``_base`` to ``next_offset`` (excluded): 1 once done (see the
+        module), 0 while outstanding."""
         self.next_offset: int | None = None
         """The offset after the last one added (the read position); None before any."""
 
@@ -38,37 +55,65 @@ class PartitionOffsets:
         """A record was handed to the pipeline."""
         if self.next_offset is not None and offset < self.next_offset:
             return
-        self._outstanding.append(offset)
+        self._open(offset)
+        self._done.append(0)
         self.next_offset = offset + 1
 
     def extend(self, offsets: Sequence[int]) -> None:
         """Records handed to the pipeline, ascending (one fetched batch of a partition):
-        :meth:`add` for each, in one step when the batch starts at the read position or
-        past it (the usual case; a re-read after a seek takes :meth:`add`'s path)."""
+        :meth:`add` for each, in one step when the batch is consecutive offsets from the
+        read position or past it (the usual case: a ``range`` is the cheapest to pass); a
+        re-read after a seek, or a batch with gaps, takes :meth:`add`'s path."""
         if not offsets:
             return
-        if self.next_offset is not None and offsets[0] < self.next_offset:
+        first = offsets[0]
+        last = offsets[-1]
+        if (self.next_offset is not None and first < self.next_offset) or (
+            last - first + 1 != len(offsets)
+        ):
             for offset in offsets:
                 self.add(offset)
             return
-        self._outstanding.extend(offsets)
-        self.next_offset = offsets[-1] + 1
+        self._open(first)
+        self._done.extend(bytes(last - first + 1))
+        self.next_offset = last + 1
+
+    def _open(self, offset: int) -> None:
+        """Make ``offset`` (at or past the read position) the next byte: a gap before it
+        is marked done, or, with nothing outstanding, the bytes start again there."""
+        done = self._done
+        if done and offset > len(done) + self._base:
+            self._trim()
+        if not done:
+            self._base = offset
+        elif offset > self._base + len(done):
+            done.extend(b"\x01" * (offset - self._base - len(done)))
 
     def release(self, offset: int) -> None:
-        """The pipeline is done with the record at ``offset``."""
-        self._released.add(offset)
+        """The pipeline is done with the record at ``offset`` (one not outstanding, already
+        committed or never read, changes nothing)."""
+        index = offset - self._base
+        if 0 <= index < len(self._done):
+            self._done[index] = _DONE
+
+    def _trim(self) -> None:
+        """Drop the done bytes in front of the first outstanding one."""
+        done = self._done
+        first = done.find(0)
+        if first < 0:
+            first = len(done)
+        if first:
+            del done[:first]
+            self._base += first
 
     def committable(self) -> int | None:
         """The offset to commit: every record below it is released (None: nothing read)."""
-        outstanding = self._outstanding
-        released = self._released
-        while outstanding and outstanding[0] in released:
-            released.discard(outstanding.popleft())
-        if outstanding:
-            return outstanding[0]
+        self._trim()
+        if self._done:
+            return self._base
         return self.next_offset
 
     @property
     def outstanding(self) -> int:
-        """Records read but not yet released (an upper bound until :meth:`committable`)."""
-        return len(self._outstanding)
+        """Records read but not yet released."""
+        return self._done.count(0)

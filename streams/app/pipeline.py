@@ -28,6 +28,7 @@ import math
 from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import groupby
 from typing import Any
 
 from schemas import progress as wire
@@ -38,7 +39,7 @@ from schemas.incidents import Incident
 from schemas.keys import correlation_key
 from schemas.topics import SOURCE_SCHEMAS, TopicLayout
 from streams.app.lanes import Lanes
-from streams.core import CoreConfig, Correlator
+from streams.core import CoreConfig
 from streams.core.snapshot import encode_state
 from streams.core.state import KeyState
 
@@ -47,6 +48,10 @@ log = logging.getLogger("gputriage.processor")
 
 def _where(record: Any) -> tuple[str, int, int]:
     return record.topic, record.partition, record.offset
+
+
+def _partition_of(record: RawRecord) -> tuple[str, int]:
+    return record.topic, record.partition
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +219,13 @@ class Pipeline:
         finite batch, as tests do), so the newest event time of all counts.
         ``now``: the wall clock, for when the sources were heard (see the class).
         """
-        return self._process(((r, r.token) for r in records), busy, now)
+        outcome = BatchOutcome()
+        latest = self._latest(now)
+        # Runs of one partition, in the order given: what is per partition is done per run.
+        for (topic, partition), run in groupby(records, _partition_of):
+            self._run(topic, partition, run, None, outcome, now, latest)
+        self._advance(outcome, self._watermarks(busy, None, now))
+        return self._finish(outcome)
 
     def process_fetched(
         self,
@@ -234,47 +245,92 @@ class Pipeline:
         (``topic``, ``partition``, ``offset``, ``key``, ``value``, ``timestamp``,
         ``headers``) will do as a record; the mapping's keys are only handed back.
         """
-        return self._process(
-            ((r, (tp, r.offset)) for tp, batch in fetched.items() for r in batch), busy, now
-        )
-
-    def _process(
-        self,
-        entries: Iterable[tuple[Any, Any]],
-        busy: Iterable[Partition] | None,
-        now: float | None,
-    ) -> BatchOutcome:
-        """The loop of both entries: ``(record, token)`` pairs, in the order read."""
         outcome = BatchOutcome()
-        lanes = self.lanes
-        lane = -1
-        correlator: Correlator | None = None
-        counts = outcome.events_by_source
-        newest = self._newest
-        unsigned = self._unsigned_newest
-        schemas = self._schemas
+        latest = self._latest(now)
+        for tp, batch in fetched.items():
+            if batch:
+                first = batch[0]
+                self._run(first.topic, first.partition, batch, tp, outcome, now, latest)
+        self._advance(outcome, self._watermarks(busy, None, now))
+        return self._finish(outcome)
+
+    def _latest(self, now: float | None) -> float:
+        """The latest event time accepted (see :meth:`_present`); ``inf``: no bound."""
         present = self._present(now)
-        latest = present + self.max_future_seconds if present > -math.inf else math.inf
-        for record, token in entries:
-            signed = bool(record.headers) and self._hear(record, now)
-            event = self._decode(record, token, outcome, signed)
-            if event is None:
+        return present + self.max_future_seconds if present > -math.inf else math.inf
+
+    def _run(
+        self,
+        topic: str,
+        partition: int,
+        records: Iterable[Any],
+        tp: Any,
+        outcome: BatchOutcome,
+        now: float | None,
+        latest: float,
+    ) -> None:
+        """Decode and ingest a run of records of one topic-partition, in the order read.
+
+        ``tp``: the token of a record is ``(tp, its offset)``; None: the record's own
+        ``token`` (a :class:`RawRecord`).
+
+        Why by run: the topic's schema and source, the lane's correlator and the
+        partition's newest event time are looked up once a run, not once a record, and the
+        source's count is added once; the happy path of a record (it decodes, its schema is
+        its topic's, its key is its correlation key) is inline, and only the rest takes
+        :meth:`_refuse`. A source signs a whole chunk with one pair of headers: a record
+        whose pair equals the one just heard on this partition (same source, same
+        progress, same ``now``) is signed without :meth:`_hear`, which would change
+        nothing (only the canonical pair: one that announces partitions is heard each
+        time). What the loop decides per record is what it decided before: the
+        order of ingestion, which records are dead letters and why, the newest event time
+        (of the records that passed the checks, ingested or not).
+        """
+        expected = self._schemas.get(topic)
+        if expected is None:
+            error = RecordError(f"not a raw topic: {topic}")
+            for record in records:
+                self._dead(
+                    record, record.token if tp is None else (tp, record.offset), outcome, error
+                )
+            return
+        source, schema = expected
+        correlator = self.lanes.lane(partition)
+        hear = self._hear
+        refuse = self._refuse
+        taken = 0
+        top = -math.inf
+        unsigned_top = -math.inf
+        found: list[Incident] = []
+        heard: Any = None  # the headers last heard in this run, when canonical
+        for record in records:
+            token = record.token if tp is None else (tp, record.offset)
+            headers = record.headers
+            if not headers:
+                signed = False
+            elif headers == heard:
+                signed = True  # the chunk's pair again: hearing it again changes nothing
+            else:
+                signed = hear(record, now)
+                heard = headers if signed and len(headers) == 2 else None
+            value = record.value
+            event = try_decode_event(value) if value is not None else None
+            if type(event) is not schema:
+                refuse(record, token, outcome, signed, event)
+                continue
+            key = record.key
+            if key is None or key != correlation_key(event).encode():
+                refuse(record, token, outcome, signed, event)
                 continue
             when = event.time.timestamp()
             if when > latest:
                 self._dead(record, token, outcome, self._too_far_ahead(event, latest))
                 continue
-            topic = record.topic
-            partition = record.partition
-            source = schemas[topic][0]
-            counts[source] = counts.get(source, 0) + 1
-            where = (topic, partition)
-            if when > newest.get(where, -math.inf):
-                newest[where] = when
-            if not signed and when > unsigned.get(partition, -math.inf):
-                unsigned[partition] = when
-            if partition != lane or correlator is None:  # records come in runs of a partition
-                lane, correlator = partition, lanes.lane(partition)
+            taken += 1
+            if when > top:  # noqa: PLR1730  (a comparison, not a call, per record)
+                top = when
+            if not signed and when > unsigned_top:
+                unsigned_top = when
             try:
                 found = correlator.ingest(event, token=token, hold=True)
             except Exception as exc:  # a bug must cost one record, not the worker
@@ -283,8 +339,16 @@ class Pipeline:
                 continue
             if found:
                 outcome.incidents += found
-        self._advance(outcome, self._watermarks(busy, None, now))
-        return self._finish(outcome)
+        if taken:
+            counts = outcome.events_by_source
+            counts[source] = counts.get(source, 0) + taken
+            where = (topic, partition)
+            newest = self._newest
+            if top > newest.get(where, -math.inf):
+                newest[where] = top
+            unsigned = self._unsigned_newest
+            if unsigned_top > unsigned.get(partition, -math.inf):
+                unsigned[partition] = unsigned_top
 
     def _present(self, now: float | None) -> float:
         """The present: the worker's clock; without one (a caller feeding batches with
@@ -597,18 +661,14 @@ class Pipeline:
         outcome.released += self.lanes.take_released()
         return outcome
 
-    def _decode(
-        self, record: Any, token: Any, outcome: BatchOutcome, signed: bool
-    ) -> AnyEvent | None:
-        expected = self._schemas.get(record.topic)
-        if expected is None:
-            return self._dead(
-                record, token, outcome, RecordError(f"not a raw topic: {record.topic}")
-            )
-        value = record.value
-        if value is None:
+    def _refuse(
+        self, record: Any, token: Any, outcome: BatchOutcome, signed: bool, event: Any
+    ) -> None:
+        """A record off the happy path of :meth:`_run` (``event``: what its value decoded
+        to, a :class:`RecordError`, or None for a tombstone): a heartbeat (its progress is
+        noted, it is done), or a dead letter saying why."""
+        if event is None:
             return self._dead(record, token, outcome, RecordError("tombstone (null value)"))
-        event = try_decode_event(value)
         if isinstance(event, RecordError):
             return self._dead(record, token, outcome, event)
         schema = type(event)
@@ -620,17 +680,16 @@ class Pipeline:
                 outcome.released.append(token)
             self.lanes.lane(record.partition)  # its lane's watermark moves with it
             return None
-        if schema is not expected[1]:
+        expected = self._schemas[record.topic][1]
+        if schema is not expected:
             got = schema.__struct_config__.tag
-            want = expected[1].__struct_config__.tag
+            want = expected.__struct_config__.tag
             error = RecordError(f"schema {got} on {record.topic} (expects {want})")
             return self._dead(record, token, outcome, error)
         key = correlation_key(event)
-        if record.key is None or record.key != key.encode():
-            shown = record.key.decode(errors="replace") if record.key is not None else None
-            error = RecordError(f"record key {shown!r} is not the correlation key {key!r}")
-            return self._dead(record, token, outcome, error)
-        return event
+        shown = record.key.decode(errors="replace") if record.key is not None else None
+        error = RecordError(f"record key {shown!r} is not the correlation key {key!r}")
+        return self._dead(record, token, outcome, error)
 
     @staticmethod
     def _dead(record: Any, token: Any, outcome: BatchOutcome, error: RecordError) -> None:

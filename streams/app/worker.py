@@ -342,7 +342,11 @@ class Worker:
                 tracker = offsets.get(tp)
                 if tracker is None or not batch:  # lost in a rebalance since the fetch
                     continue
-                tracker.extend([r.offset for r in batch])
+                first, last = batch[0].offset, batch[-1].offset
+                if last - first + 1 == len(batch):  # consecutive: no list of offsets
+                    tracker.extend(range(first, last + 1))
+                else:
+                    tracker.extend([r.offset for r in batch])
                 fetched[tp] = batch
                 newest = max(newest, batch[-1].timestamp)
             if fetched:
@@ -436,10 +440,15 @@ class Worker:
         for source, count in outcome.events_by_source.items():
             metrics.events_in.labels(source).inc(count)
         offsets = self._offsets
+        last: Any = None
+        release: Any = None
         for tp, offset in outcome.released:
-            tracker = offsets.get(tp)
-            if tracker is not None:
-                tracker.release(offset)
+            if tp is not last:  # runs of one partition: its tracker looked up once a run
+                last = tp
+                tracker = offsets.get(tp)
+                release = tracker.release if tracker is not None else None
+            if release is not None:
+                release(offset)
 
     async def _try_send(self, topic: str, letter: DeadLetter) -> KafkaError | None:
         """Send and await one dead letter; the error instead of raising it."""

@@ -80,3 +80,79 @@ def test_extend_is_add_for_each_offset_re_reads_included(
         one.release(offset)
         batched.release(offset)
     assert batched.committable() == one.committable()
+
+
+class _Reference:
+    """The rule itself, spelled out: the lowest offset read and not released, else the
+    read position (every record read once, re-reads below the position ignored)."""
+
+    def __init__(self) -> None:
+        self.read: set[int] = set()
+        self.released: set[int] = set()
+        self.next_offset: int | None = None
+
+    def add(self, offset: int) -> None:
+        if self.next_offset is None or offset >= self.next_offset:
+            self.read.add(offset)
+            self.next_offset = offset + 1
+
+    def committable(self) -> int | None:
+        held = self.read - self.released
+        return min(held) if held else self.next_offset
+
+
+_steps = st.lists(
+    st.one_of(
+        st.tuples(st.just("batch"), st.integers(-5, 8), st.integers(1, 12), st.booleans()),
+        st.tuples(st.just("release"), st.integers(0, 120), st.just(0), st.just(False)),
+        st.tuples(st.just("commit"), st.just(0), st.just(0), st.just(False)),
+    ),
+    max_size=40,
+)
+
+
+@given(st.integers(min_value=0, max_value=50), _steps)
+def test_the_commit_follows_the_rule_through_gaps_re_reads_and_commits(
+    start: int, steps: list[tuple[str, int, int, bool]]
+) -> None:
+    """Batches that skip offsets (a gap in the log), overlap the read position (a re-read
+    after a seek) or come as a ``range``, releases in any order (of offsets read or not),
+    and commits in between: the committable offset is always the rule's."""
+    offsets, model = PartitionOffsets(), _Reference()
+    position = start
+    for kind, a, b, flag in steps:
+        if kind == "batch":
+            first = max(0, position + a)  # before the position: a re-read; past it: a gap
+            batch: list[int] | range = (
+                range(first, first + b) if flag else list(range(first, first + 2 * b, 2))
+            )
+            offsets.extend(batch)
+            for offset in batch:
+                model.add(offset)
+            position = max(position, batch[-1] + 1)
+        elif kind == "release":
+            offset = start + a
+            offsets.release(offset)
+            if offset in model.read:
+                model.released.add(offset)
+        else:
+            assert offsets.committable() == model.committable()
+        assert offsets.next_offset == model.next_offset
+    assert offsets.committable() == model.committable()
+    assert offsets.outstanding == len(model.read - model.released)
+
+
+def test_a_read_position_set_from_outside_starts_the_bytes_at_the_first_offset_added() -> None:
+    """The faust engine sets ``next_offset`` to where it starts reading, with nothing
+    outstanding: the next batch may start there or past it (a gap)."""
+    offsets = PartitionOffsets()
+    offsets.next_offset = 1_000_000
+    assert offsets.committable() == 1_000_000
+    offsets.extend(range(1_000_005, 1_000_008))
+    assert offsets.committable() == 1_000_005
+    offsets.release(1_000_005)
+    offsets.release(1_000_006)
+    assert offsets.committable() == 1_000_007
+    offsets.release(1_000_007)
+    assert offsets.committable() == 1_000_008
+    assert offsets.outstanding == 0

@@ -315,6 +315,19 @@ def test_a_source_that_ended_holds_nothing_until_it_publishes_again() -> None:
     assert p.lanes.watermark == at(100).timestamp() - GRACE, "held by the restarted run"
 
 
+def test_one_pair_of_headers_signing_several_partitions_is_heard_on_each() -> None:
+    """A chunk's pair is heard once per run of a partition, not once per batch: the same
+    source and progress on another partition in the same batch still moves that one."""
+    p = pipeline()
+    p.process([heartbeat("a", at(100)), heartbeat("a", at(40), topic=NODES)], now=NOW)
+    p.tick(NOW)
+    assert p.lanes.watermark == at(40).timestamp() - GRACE
+    pods, nodes = heartbeat("a", at(120), offset=1000), heartbeat("a", at(120), topic=NODES)
+    assert pods.headers == nodes.headers
+    p.process([pods, dataclasses.replace(pods, offset=1001), nodes], now=NOW)
+    assert p.lanes.watermark == at(120).timestamp() - GRACE
+
+
 def test_the_header_cache_never_lets_a_malformed_pair_through() -> None:
     """The hot path caches progress values and source ids already checked: a bad id with
     a cached progress, or a cached id with a bad progress, must still be malformed."""
