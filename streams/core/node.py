@@ -109,11 +109,12 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
         if gpus <= 0:
             return
         track = PodTrack(
-            key=key,
-            owner_kind=intern(ev.owner_kind),
-            owner_name=intern(ev.owner_name),
-            failure_at=failure_at,
+            key=key, owner_kind=intern(ev.owner_kind), owner_name=intern(ev.owner_name)
         )
+        if failure_at > -math.inf:
+            # Only then: a float stored is an object of its own (24 bytes a pod), the
+            # default is one shared by every track.
+            track.failure_at = failure_at
         state.pods[key] = track
     track.version = max(track.version, step.version)
     if track.phase != ev.phase:
@@ -122,7 +123,8 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
     window = step.config.cuda_oom_window_seconds
     for status in ev.containers:
         ctr = _container(track, status.name)
-        if ctr.restarts and ctr.restarts[-1] < step.now - window:
+        crash = ctr.crash
+        if crash is not None and crash.restarts and crash.restarts[-1] < step.now - window:
             ctr.restarts = ()  # the crash window has passed: free it
         if not deleting:
             _count_unseen_restarts(step, ctr, status)
@@ -685,7 +687,10 @@ def _on_binding(step: Step, ev: GpuBindingEvent) -> None:
             gpu.pods = pods
         if kubelet and not gpu.kubelet:
             gpu.kubelet = True
-    if not gpu.pods and gpu.fatal is None and gpu.last_xid < step.now - _RECENT_XID_SECONDS:
+    history = gpu.xid
+    if not gpu.pods and (
+        history is None or (history.fatal is None and history.last < step.now - _RECENT_XID_SECONDS)
+    ):
         # An idle GPU with no recent history: nothing to attribute, so nothing to keep.
         # The uuid -> bus join the entry told is kept as an explicit pair (an explicit
         # pair of its uuid already wins over entries: then nothing changes).
@@ -954,7 +959,8 @@ def _routine_track(
             return False
         if ctr.restart_count != status.restart_count + (status.terminated is not None):
             return False
-        if ctr.restarts and ctr.restarts[-1] < window_start:
+        crash = ctr.crash
+        if crash is not None and crash.restarts and crash.restarts[-1] < window_start:
             return False
         for term in (status.last_terminated, status.terminated):
             done = None if term is None else term.finished_at
