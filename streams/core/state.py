@@ -29,23 +29,82 @@ NEVER = math.inf
 """A deadline that never comes."""
 
 
+class CrashTrack(msgspec.Struct, gc=False, omit_defaults=True):
+    """What a container's crashes and OOM kills leave (``suspected_cuda_oom``): kept off
+    :class:`ContainerTrack`, which every container of every tracked pod has, because few
+    containers ever crash (three slots per container cost ~22 bytes per tracked pod).
+    Read and write it through the container's properties of the same names."""
+
+    restarts: tuple[float, ...] = ()
+    oom_at: float = -math.inf
+    cuda_log: bool = False
+
+
 class ContainerTrack(msgspec.Struct, gc=False, omit_defaults=True):
-    """What we remember about one container of a tracked pod."""
+    """What we remember about one container of a tracked pod.
+
+    ``restarts``, ``oom_at`` and ``cuda_log`` are properties over :attr:`crash`, None until
+    the first of them is set: reading one of a container that never crashed gives its
+    default, setting one to its default there allocates nothing. Snapshots of releases that
+    kept them flat here are read by :mod:`streams.core.snapshot` (``_migrate``).
+    """
 
     name: str
     last_finished: float = -math.inf
     """finishedAt of the newest termination already handled (dedupes repeats)."""
-    restarts: tuple[float, ...] = ()
-    """Non-zero, non-OOM terminations inside the CUDA-OOM window."""
-    oom_at: float = -math.inf
-    cuda_log: bool = False
-    """A termination message in the current window said ``CUDA out of memory``."""
     restart_count: int = 0
     """Restarts already accounted for: the last ``restartCount`` seen, plus one while
     the container's current state is a termination (see ``node._count_unseen_restarts``)."""
     seen_at: float = -math.inf
     """Event time of the last update that showed this container; -inf: not yet (the
     next ``restartCount`` is a baseline, not a delta)."""
+    crash: CrashTrack | None = None
+    """The rare crash history (:class:`CrashTrack`); None for a container that has none."""
+
+    @property
+    def restarts(self) -> tuple[float, ...]:
+        """Non-zero, non-OOM terminations inside the CUDA-OOM window."""
+        crash = self.crash
+        return () if crash is None else crash.restarts
+
+    @restarts.setter
+    def restarts(self, value: tuple[float, ...]) -> None:
+        crash = self.crash
+        if crash is None:
+            if value:
+                self.crash = CrashTrack(restarts=value)
+        elif value or crash.oom_at > -math.inf or crash.cuda_log:
+            crash.restarts = value
+        else:
+            self.crash = None  # the window passed and nothing else is kept: free it
+
+    @property
+    def oom_at(self) -> float:
+        """finishedAt of the container's latest ``OOMKilled`` termination."""
+        crash = self.crash
+        return -math.inf if crash is None else crash.oom_at
+
+    @oom_at.setter
+    def oom_at(self, value: float) -> None:
+        crash = self.crash
+        if crash is not None:
+            crash.oom_at = value
+        elif value > -math.inf:
+            self.crash = CrashTrack(oom_at=value)
+
+    @property
+    def cuda_log(self) -> bool:
+        """A termination message in the current window said ``CUDA out of memory``."""
+        crash = self.crash
+        return crash is not None and crash.cuda_log
+
+    @cuda_log.setter
+    def cuda_log(self, value: bool) -> None:
+        crash = self.crash
+        if crash is not None:
+            crash.cuda_log = value
+        elif value:
+            self.crash = CrashTrack(cuda_log=True)
 
 
 class PodTrack(msgspec.Struct, gc=False, omit_defaults=True):
@@ -81,12 +140,24 @@ class PodTrack(msgspec.Struct, gc=False, omit_defaults=True):
     their :attr:`NodeState.multi_gpu`)."""
 
 
+class GpuXid(msgspec.Struct, gc=False, omit_defaults=True):
+    """What XIDs left on one GPU: kept off :class:`GpuTrack` (every GPU of every node has
+    one; few ever log an XID, and three slots each cost ~45 bytes per tracked pod). Read
+    and write it through the GPU's properties ``last_xid``, ``last_xid_app``, ``fatal``."""
+
+    last: float = -math.inf
+    app: bool = False
+    fatal: dict[int, list[Evidence]] | None = None
+
+
 class GpuTrack(msgspec.Struct, gc=False, omit_defaults=True):
     """One GPU (or MIG instance) of this node, as bindings and XIDs reveal it.
 
     Its key in :attr:`NodeState.gpus` is the canonical PCI bus id (or
     ``uuid:<uuid>`` until a source tells the bus id), so the bus id is not
-    stored twice.
+    stored twice. ``last_xid``, ``last_xid_app`` and ``fatal`` are properties over
+    :attr:`xid`, None until the GPU's first XID. Snapshots of releases that kept them
+    flat here are read by :mod:`streams.core.snapshot` (``_migrate``).
     """
 
     uuid: bytes = b""
@@ -95,17 +166,55 @@ class GpuTrack(msgspec.Struct, gc=False, omit_defaults=True):
     pods: str | tuple[str, ...] = ()
     """Pods holding the GPU now (``namespace/name`` keys), from the last binding: the
     key itself for the usual single pod (a 1-tuple would cost 48 bytes per GPU)."""
-    last_xid: float = -math.inf
-    """Event time of the latest XID of any class on this GPU."""
-    last_xid_app: bool = False
-    """That latest XID was the workload's (an application-class code, or a cleanup XID
-    45 after one): the device plugin marks no GPU unhealthy for it."""
-    fatal: dict[int, list[Evidence]] | None = None
-    """Per fatal code, the first line of each of its last ``xid_repeat_count`` episodes."""
     kubelet: bool = False
     """``pods`` came from the kubelet (a ``pod-resources`` binding): from then on another
     source's binding no longer replaces them (dcgm-exporter keeps one pod of a time-sliced
     GPU, NVIDIA/dcgm-exporter#151, and would undo the kubelet's list of every sharer)."""
+    xid: GpuXid | None = None
+    """The GPU's XID history (:class:`GpuXid`); None while it has logged none."""
+
+    @property
+    def last_xid(self) -> float:
+        """Event time of the latest XID of any class on this GPU."""
+        xid = self.xid
+        return -math.inf if xid is None else xid.last
+
+    @last_xid.setter
+    def last_xid(self, value: float) -> None:
+        xid = self.xid
+        if xid is not None:
+            xid.last = value
+        elif value > -math.inf:
+            self.xid = GpuXid(last=value)
+
+    @property
+    def last_xid_app(self) -> bool:
+        """That latest XID was the workload's (an application-class code, or a cleanup XID
+        45 after one): the device plugin marks no GPU unhealthy for it."""
+        xid = self.xid
+        return xid is not None and xid.app
+
+    @last_xid_app.setter
+    def last_xid_app(self, value: bool) -> None:
+        xid = self.xid
+        if xid is not None:
+            xid.app = value
+        elif value:
+            self.xid = GpuXid(app=True)
+
+    @property
+    def fatal(self) -> dict[int, list[Evidence]] | None:
+        """Per fatal code, the first line of each of its last ``xid_repeat_count`` episodes."""
+        xid = self.xid
+        return None if xid is None else xid.fatal
+
+    @fatal.setter
+    def fatal(self, value: dict[int, list[Evidence]] | None) -> None:
+        xid = self.xid
+        if xid is not None:
+            xid.fatal = value
+        elif value is not None:
+            self.xid = GpuXid(fatal=value)
 
 
 _UUID = re.compile(

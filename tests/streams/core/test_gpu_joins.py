@@ -143,3 +143,32 @@ def test_the_packed_form_round_trips_any_spelling() -> None:
     assert [join_lookup(blob, uuid) for uuid, _ in pairs[:2]] == [BUS, "0000:0a:00.0"]
     assert join_lookup(blob, pack_uuid("GPU-00000000-0000-4000-8000-000000000000")) == ""
     assert join_blob([(b"x" * 300, BUS)]) == b""
+
+
+def test_a_gpu_bound_again_drops_its_pair_and_keeps_it_again_once_forgotten() -> None:
+    """A GPU forgotten while idle keeps its join as a pair; bound again, its entry tells
+    the join and the pair goes (before, it stayed for good: nearly every pair a busy node
+    held); forgotten again, the pair is back. Every binding by the uuid alone in between
+    still lands under the bus id."""
+    c = Cluster("prod")
+    _mig_pods(c)
+    correlator = Correlator(config())
+
+    for ev in c.events:
+        feed(correlator, ev)
+    told = (pack_uuid(UUID), BUS)
+    steps: list[tuple[str, list[str], list[str], list[tuple[bytes, str]]]] = [
+        (BUS, [], [], [told]),  # NVML's identity of the idle instance: forgotten
+        (BUS, ["infer-a"], [f"{BUS}/GI5"], []),  # bound by bus and uuid: the entry tells
+        ("", ["infer-b"], [f"{BUS}/GI5"], []),  # dcgm-exporter, the uuid alone: same entry
+        (BUS, [], [], [told]),  # idle again: forgotten, the join kept
+        ("", ["infer-b"], [f"{BUS}/GI5"], []),  # and found again by the uuid alone
+    ]
+    for t, (bus, pods, entries, pairs) in enumerate(steps, start=2):
+        ev = c.bind(NODE, t, UUID, bus, pods, pods_known=True)
+        ev = msgspec.structs.replace(ev, gpu_instance=5)
+        feed(correlator, ev)
+        correlator.flush()
+        state = _node_state(correlator, NODE)
+        assert list(state.gpus) == entries, (t, bus, pods)
+        assert join_pairs(state.gpu_joins) == pairs, (t, bus, pods)
