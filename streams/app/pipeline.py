@@ -39,7 +39,7 @@ from schemas.incidents import Incident
 from schemas.keys import correlation_key
 from schemas.topics import SOURCE_SCHEMAS, TopicLayout
 from streams.app.lanes import Lanes
-from streams.core import CoreConfig
+from streams.core import CoreConfig, Correlator
 from streams.core.snapshot import encode_state
 from streams.core.state import KeyState
 
@@ -295,7 +295,9 @@ class Pipeline:
                 )
             return
         source, schema = expected
-        correlator = self.lanes.lane(partition)
+        # The lane is made by the first record ingested (or a heartbeat), as it always was:
+        # a run of dead letters alone must not start a lane whose watermark could then move.
+        correlator: Correlator | None = None
         hear = self._hear
         refuse = self._refuse
         taken = 0
@@ -331,6 +333,8 @@ class Pipeline:
                 top = when
             if not signed and when > unsigned_top:
                 unsigned_top = when
+            if correlator is None:
+                correlator = self.lanes.lane(partition)
             try:
                 found = correlator.ingest(event, token=token, hold=True)
             except Exception as exc:  # a bug must cost one record, not the worker

@@ -586,7 +586,8 @@ def _joined(state: NodeState, packed: bytes, bus_id: str) -> bool:
     """``_bus_of(state, packed) == bus_id``, cheaply in the usual case (every binding of a
     bound GPU asks): the whole GPU's own entry at ``bus_id`` carries the uuid and no
     explicit pair says otherwise. Exact because entries never imply two buses for one
-    uuid without an explicit pair deciding (:func:`_learn_bus` stores one then)."""
+    uuid without an explicit pair deciding (:func:`_learn_bus` stores one then, by the
+    exact test)."""
     explicit = _explicit_bus(state, packed)
     if explicit:
         return explicit == bus_id
@@ -616,8 +617,10 @@ def _learn_bus(state: NodeState, packed: bytes, bus_id: str) -> bool:
     """Remember that the GPU with this uuid sits at ``bus_id`` (a MIG instance's parent
     too: instances share it); True when that is news. A GPU re-seated under another bus
     replaces its pair. Call it after the GPU's entry is keyed: a pair the entries imply
-    already is not stored again."""
-    if _joined(state, packed, bus_id):
+    already is not stored again. Trap: the exact test (:func:`_bus_of`), not
+    :func:`_joined`'s shortcut: a GPU moved to another bus has two entries carrying its
+    uuid until the old one goes, and only a pair stored now says which is current."""
+    if _bus_of(state, packed) == bus_id:
         return False
     pairs = [*state.gpu_buses, *join_pairs(state.gpu_joins)]
     kept = [p for p in pairs if p[0] != packed]

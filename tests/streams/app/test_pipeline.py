@@ -59,6 +59,24 @@ def test_garbage_is_a_dead_letter_with_its_bytes_and_processing_goes_on() -> Non
     assert [i.type for i in outcome.incidents + later.incidents] == ["host_oom_kill"]
 
 
+def test_a_run_of_dead_letters_alone_starts_no_lane() -> None:
+    """A lane starts with the first record it ingests (or a heartbeat): one started by
+    records that all went to the dead-letter topic would take a watermark from the clock,
+    and a good record of that partition read next would be late. (Found by review when the
+    loop began taking its lane once a run of a partition.)"""
+    pipeline = Pipeline(config(grace_seconds=0), LAYOUT)
+    good = records(oom_scenario().events)
+    garbage = [
+        RawRecord(topic=good[0].topic, partition=3, offset=i, key=b"c1/n", value=b"{", token=i)
+        for i in range(3)
+    ]
+    outcome = pipeline.process(garbage, busy=[])
+    assert len(outcome.dead_letters) == 3
+    assert 3 not in pipeline.lanes
+    pipeline.tick(2_000_000_000.0)
+    assert 3 not in pipeline.lanes
+
+
 def _fetched(raw: Sequence[RawRecord]) -> dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]]:
     """The same records as aiokafka's ``getmany`` would give them."""
     out: dict[TopicPartition, list[ConsumerRecord[bytes, bytes]]] = {}

@@ -13,6 +13,7 @@ import msgspec
 
 from schemas.events import XidEvent
 from streams.core import Correlator
+from streams.core import node as node_rules
 from streams.core.snapshot import decode_state, encode_state
 from streams.core.state import NodeState, join_blob, join_lookup, join_pairs, pack_uuid
 from tests.core_helpers import config, feed, of_type
@@ -172,3 +173,25 @@ def test_a_gpu_bound_again_drops_its_pair_and_keeps_it_again_once_forgotten() ->
         state = _node_state(correlator, NODE)
         assert list(state.gpus) == entries, (t, bus, pods)
         assert join_pairs(state.gpu_joins) == pairs, (t, bus, pods)
+
+
+def test_a_gpu_moved_to_another_bus_after_being_forgotten_joins_at_the_new_one() -> None:
+    """Bound, forgotten while idle (its join kept as a pair), bound again (the pair goes:
+    its entry tells it), then seen at another bus: for a while two entries carry its uuid,
+    and only a pair stored then says which bus is current. The review of the pair dropping
+    found the shortcut test skipping that pair: the uuid then joined no bus at all."""
+    c = Cluster("prod")
+    c.node(H100, 0, capacity=8, alloc=8)
+    c.pod(H100, "a", 1)
+    c.pod(H100, "b", 1)
+    moved = "0000:2a:00.0"
+    for t, (bus, pods) in enumerate(
+        [(BUS, ["a"]), (BUS, []), (BUS, ["a"]), (moved, ["b"])], start=2
+    ):
+        c.bind(H100, t, UUID, bus, pods)
+    correlator = Correlator(config())
+    for ev in c.events:
+        feed(correlator, ev)
+    correlator.flush()
+    state = _node_state(correlator, H100)
+    assert node_rules._bus_of(state, pack_uuid(UUID)) == moved
