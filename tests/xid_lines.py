@@ -13,6 +13,18 @@ from gputriage.demo import events as build
 from schemas.events import XidEvent
 from tests.factories import Cluster, at
 
+GSP = (
+    "NVRM: Xid (PCI:0000:cb:00): 119, pid=1797828, name=pt_main_thread, Timeout after 6s of "
+    "waiting for RPC response from GPU0 GSP! Expected function 76 (GSP_RM_CONTROL) "
+    "(0x20802a02 0x8)."
+)
+"""The GSP RPC timeout line (``open-gpu-kernel-modules`` #1045 quotes this shape)."""
+WARP = (
+    "NVRM: Xid (PCI:0000:4c:00): 13, pid=9151, name=python3, Graphics SM Warp Exception on "
+    "(GPC 7, TPC 7, SM 0): Illegal Instruction Parameter"
+)
+"""An XID 13 line as the driver logs it (tests/data/kmsg)."""
+
 
 def kmsg(c: Cluster, node: str, t: float, line: str, uuid: str = "") -> XidEvent:
     """The ``NVRM: Xid ...`` ``line`` logged ``t`` seconds after ``T0`` on ``node``."""

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import re
+from typing import Any, Generic, TypeVar
 
 import msgspec
 
@@ -27,6 +28,41 @@ from schemas.types import Severity
 
 NEVER = math.inf
 """A deadline that never comes."""
+T = TypeVar("T")
+
+
+class _Side(Generic[T]):
+    """A field of a rare side struct, read and written as if it were its owner's own.
+
+    ``slot`` is the owner's field holding the side struct (None while it has none),
+    ``field`` the side struct's field, ``make`` its type. Reading one of an owner without
+    the struct gives the field's default; setting a default there allocates nothing; a
+    write that leaves every field at its default frees the struct again. So the rules read
+    ``ctr.restarts`` or ``gpu.fatal`` as before, and the many containers and GPUs with no
+    history pay one slot. Traps: the owner is a plain (uncompiled) msgspec Struct, so these
+    are ordinary descriptors to compiled callers; an unannotated class attribute, so not a
+    msgspec field."""
+
+    __slots__ = ("_default", "_field", "_make", "_slot")
+
+    def __init__(self, slot: str, field: str, make: type[msgspec.Struct]) -> None:
+        self._slot, self._field, self._make = slot, field, make
+        self._default = getattr(make(), field)
+
+    def __get__(self, owner: Any, kind: Any = None) -> T:
+        side = getattr(owner, self._slot)
+        value: T = self._default if side is None else getattr(side, self._field)
+        return value
+
+    def __set__(self, owner: Any, value: T) -> None:
+        side = getattr(owner, self._slot)
+        if side is None:
+            if value != self._default:
+                setattr(owner, self._slot, self._make(**{self._field: value}))
+            return
+        setattr(side, self._field, value)
+        if value == self._default and side == self._make():
+            setattr(owner, self._slot, None)
 
 
 class CrashTrack(msgspec.Struct, gc=False, omit_defaults=True):
@@ -61,50 +97,12 @@ class ContainerTrack(msgspec.Struct, gc=False, omit_defaults=True):
     crash: CrashTrack | None = None
     """The rare crash history (:class:`CrashTrack`); None for a container that has none."""
 
-    @property
-    def restarts(self) -> tuple[float, ...]:
-        """Non-zero, non-OOM terminations inside the CUDA-OOM window."""
-        crash = self.crash
-        return () if crash is None else crash.restarts
-
-    @restarts.setter
-    def restarts(self, value: tuple[float, ...]) -> None:
-        crash = self.crash
-        if crash is None:
-            if value:
-                self.crash = CrashTrack(restarts=value)
-        elif value or crash.oom_at > -math.inf or crash.cuda_log:
-            crash.restarts = value
-        else:
-            self.crash = None  # the window passed and nothing else is kept: free it
-
-    @property
-    def oom_at(self) -> float:
-        """finishedAt of the container's latest ``OOMKilled`` termination."""
-        crash = self.crash
-        return -math.inf if crash is None else crash.oom_at
-
-    @oom_at.setter
-    def oom_at(self, value: float) -> None:
-        crash = self.crash
-        if crash is not None:
-            crash.oom_at = value
-        elif value > -math.inf:
-            self.crash = CrashTrack(oom_at=value)
-
-    @property
-    def cuda_log(self) -> bool:
-        """A termination message in the current window said ``CUDA out of memory``."""
-        crash = self.crash
-        return crash is not None and crash.cuda_log
-
-    @cuda_log.setter
-    def cuda_log(self, value: bool) -> None:
-        crash = self.crash
-        if crash is not None:
-            crash.cuda_log = value
-        elif value:
-            self.crash = CrashTrack(cuda_log=True)
+    restarts = _Side[tuple[float, ...]]("crash", "restarts", CrashTrack)
+    """Non-zero, non-OOM terminations inside the CUDA-OOM window."""
+    oom_at = _Side[float]("crash", "oom_at", CrashTrack)
+    """finishedAt of the container's latest ``OOMKilled`` termination."""
+    cuda_log = _Side[bool]("crash", "cuda_log", CrashTrack)
+    """A termination message in the current window said ``CUDA out of memory``."""
 
 
 class PodTrack(msgspec.Struct, gc=False, omit_defaults=True):
@@ -173,48 +171,13 @@ class GpuTrack(msgspec.Struct, gc=False, omit_defaults=True):
     xid: GpuXid | None = None
     """The GPU's XID history (:class:`GpuXid`); None while it has logged none."""
 
-    @property
-    def last_xid(self) -> float:
-        """Event time of the latest XID of any class on this GPU."""
-        xid = self.xid
-        return -math.inf if xid is None else xid.last
-
-    @last_xid.setter
-    def last_xid(self, value: float) -> None:
-        xid = self.xid
-        if xid is not None:
-            xid.last = value
-        elif value > -math.inf:
-            self.xid = GpuXid(last=value)
-
-    @property
-    def last_xid_app(self) -> bool:
-        """That latest XID was the workload's (an application-class code, or a cleanup XID
-        45 after one): the device plugin marks no GPU unhealthy for it."""
-        xid = self.xid
-        return xid is not None and xid.app
-
-    @last_xid_app.setter
-    def last_xid_app(self, value: bool) -> None:
-        xid = self.xid
-        if xid is not None:
-            xid.app = value
-        elif value:
-            self.xid = GpuXid(app=True)
-
-    @property
-    def fatal(self) -> dict[int, list[Evidence]] | None:
-        """Per fatal code, the first line of each of its last ``xid_repeat_count`` episodes."""
-        xid = self.xid
-        return None if xid is None else xid.fatal
-
-    @fatal.setter
-    def fatal(self, value: dict[int, list[Evidence]] | None) -> None:
-        xid = self.xid
-        if xid is not None:
-            xid.fatal = value
-        elif value is not None:
-            self.xid = GpuXid(fatal=value)
+    last_xid = _Side[float]("xid", "last", GpuXid)
+    """Event time of the latest XID of any class on this GPU."""
+    last_xid_app = _Side[bool]("xid", "app", GpuXid)
+    """That latest XID was the workload's (an application-class code, or a cleanup XID
+    45 after one): the device plugin marks no GPU unhealthy for it."""
+    fatal = _Side[dict[int, list[Evidence]] | None]("xid", "fatal", GpuXid)
+    """Per fatal code, the first line of each of its last ``xid_repeat_count`` episodes."""
 
 
 _UUID = re.compile(

@@ -17,23 +17,13 @@ from __future__ import annotations
 
 from tests.core_helpers import config, of_type, run
 from tests.factories import T0, Cluster
-from tests.xid_lines import dcgm, kmsg
+from tests.xid_lines import GSP, WARP, dcgm, kmsg
 
 MIN = 60.0
 HOUR = 3600.0
 T0_S = T0.timestamp()
 BUS = "0000:4c:00.0"
 UUID = "GPU-c3d4e5f6-0a1b-4c2d-8e9f-000000000005"
-GSP = (
-    "NVRM: Xid (PCI:0000:cb:00): 119, pid=1797828, name=pt_main_thread, Timeout after 6s of "
-    "waiting for RPC response from GPU0 GSP! Expected function 76 (GSP_RM_CONTROL) "
-    "(0x20802a02 0x8)."
-)
-"""The GSP RPC timeout line (``open-gpu-kernel-modules`` #1045 quotes this shape)."""
-WARP = (
-    "NVRM: Xid (PCI:0000:4c:00): 13, pid=9151, name=python3, Graphics SM Warp Exception on "
-    "(GPC 7, TPC 7, SM 0): Illegal Instruction Parameter"
-)
 GLOBAL = (
     "NVRM: Xid (PCI:0000:4c:00): 13, pid=9151, name=python3, Graphics SM Global Exception on "
     "(GPC 7, TPC 7, SM 0): Multiple Warp Errors"

@@ -19,21 +19,10 @@ from streams.core.snapshot import decode_state, encode_state
 from streams.core.state import ContainerTrack, GpuTrack, NodeState
 from tests.core_helpers import config, feed, of_type, run
 from tests.factories import Cluster, term
-from tests.xid_lines import kmsg
+from tests.xid_lines import GSP, WARP, kmsg
 
 MIN = 60.0
 HOUR = 3600.0
-GSP = (
-    "NVRM: Xid (PCI:0000:cb:00): 119, pid=1797828, name=pt_main_thread, Timeout after 6s of "
-    "waiting for RPC response from GPU0 GSP! Expected function 76 (GSP_RM_CONTROL) "
-    "(0x20802a02 0x8)."
-)
-"""The GSP RPC timeout line (``open-gpu-kernel-modules`` #1045 quotes this shape)."""
-WARP = (
-    "NVRM: Xid (PCI:0000:4c:00): 13, pid=9151, name=python3, Graphics SM Warp Exception on "
-    "(GPC 7, TPC 7, SM 0): Illegal Instruction Parameter"
-)
-"""An XID 13 line as the driver logs it (tests/data/kmsg)."""
 CUT = 5 * HOUR + 5 * MIN
 NODE = key_of("c1", "n7")
 ROOT = Path(__file__).resolve().parents[3]
