@@ -6,8 +6,6 @@ release really wrote (tests/data/snapshots/SOURCES.md)."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import msgspec
 import pytest
 
@@ -19,16 +17,14 @@ from streams.core.snapshot import decode_state, encode_state
 from streams.core.state import ContainerTrack, GpuTrack, NodeState
 from tests.core_helpers import config, feed, of_type, run
 from tests.factories import Cluster, term
+from tests.paths import DATA
 from tests.xid_lines import GSP, WARP, kmsg
 
 MIN = 60.0
 HOUR = 3600.0
 CUT = 5 * HOUR + 5 * MIN
 NODE = key_of("c1", "n7")
-ROOT = Path(__file__).resolve().parents[3]
-OLD_SNAPSHOT = (
-    ROOT / "tests" / "data" / "snapshots" / "node_state.v1-flat-xid-crash-3229e1a.msgpack"
-)
+OLD_SNAPSHOT = DATA / "snapshots" / "node_state.v1-flat-xid-crash-3229e1a.msgpack"
 """Node ``n7`` at :data:`CUT` of :func:`scenario`, as commit 3229e1a (fields flat) wrote it."""
 
 
