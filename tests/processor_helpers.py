@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
@@ -219,16 +220,24 @@ class ChunkedSource:
     """A recorded stream as a connector's :class:`connectors.source.Source`: ``chunks``
     batches, a pause of ``pause_s`` before each one after the first (the slowness being
     simulated, not synchronisation); each batch's progress is the newest event time it
-    delivers, as a catching-up connector's is."""
+    delivers, as a catching-up connector's is. ``held``: the batch at that index waits
+    until the event is set, so a test can publish a second stage after acting on the first."""
 
     key: bytes | None = None
 
     def __init__(
-        self, events: Sequence[AnyEvent], chunks: int, *, pause_s: float = 0.0, name: str = "rec"
+        self,
+        events: Sequence[AnyEvent],
+        chunks: int,
+        *,
+        pause_s: float = 0.0,
+        name: str = "rec",
+        held: tuple[int, threading.Event] | None = None,
     ) -> None:
         size = -(-len(events) // chunks)
         self.name = name
         self.pause_s = pause_s
+        self.held = held
         self.bursts = [events[i : i + size] for i in range(0, len(events), size)]
         self.sent = 0
 
@@ -237,6 +246,8 @@ class ChunkedSource:
             return None
         if self.sent and self.pause_s:
             await asyncio.sleep(self.pause_s)
+        if self.held is not None and self.sent == self.held[0]:
+            await asyncio.to_thread(self.held[1].wait)
         burst = self.bursts[self.sent]
         self.sent += 1
         return Batch(events=list(burst), records=len(burst), progress=max(e.time for e in burst))
@@ -263,13 +274,19 @@ async def publish(kafka: KafkaTestEnv, source: ChunkedSource, options: PublishOp
         await producer.stop()
 
 
-def produce_signed(kafka: KafkaTestEnv, events: Sequence[AnyEvent], chunks: int = 60) -> int:
+def produce_signed(
+    kafka: KafkaTestEnv,
+    events: Sequence[AnyEvent],
+    chunks: int = 60,
+    *,
+    held: tuple[int, threading.Event] | None = None,
+) -> int:
     """:func:`produce_events` as a connector publishes: through the publish loop, in
     ``chunks`` batches signed with the source's progress, ended with ``end``; returns the
     records on the raw topics (copies, announcements and heartbeats included: a group
-    that has read everything has committed that many)."""
+    that has read everything has committed that many). ``held``: as :class:`ChunkedSource`."""
     options = PublishOptions(chunk=1, idle_is_caught_up=False)
-    asyncio.run(publish(kafka, ChunkedSource(events, chunks), options))
+    asyncio.run(publish(kafka, ChunkedSource(events, chunks, held=held), options))
     return asyncio.run(raw_records(kafka))
 
 
