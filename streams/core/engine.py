@@ -169,6 +169,10 @@ def _transition(
 
     The position ``(time, rank, id)`` is compared field by field, not as tuples: this
     runs for every event, and two tuples per event were a measurable share of the core.
+    The kind of key is asked as "a node's?" (here, in :func:`_timer` and
+    :func:`_refresh_deadline`): the state classes are msgspec's, and ``isinstance`` answers
+    a non-match through the metaclass's ``__instancecheck__`` (hundreds of instructions),
+    a match of the exact class at once; most keys and events are a node's.
     """
     event_id = event.id
     at = state.applied_time
@@ -177,20 +181,20 @@ def _transition(
     else:
         applied_rank = state.applied_rank
         late = rank < applied_rank or (rank == applied_rank and event_id <= state.applied_id)
-    if isinstance(state, ClusterState):
-        if late:
-            return None, False
-        state.applied_time = when
-        state.applied_rank = rank
-        state.applied_id = event_id
-        state.events += 1
-        return cluster_rules.apply_event(state, event, when, config), False
-    incidents = node_rules.apply_event(state, event, when, config, late=late)
-    if incidents is not None and not late:
-        state.applied_time = when
-        state.applied_rank = rank
-        state.applied_id = event_id
-    return incidents, late
+    if isinstance(state, NodeState):
+        incidents = node_rules.apply_event(state, event, when, config, late=late)
+        if incidents is not None and not late:
+            state.applied_time = when
+            state.applied_rank = rank
+            state.applied_id = event_id
+        return incidents, late
+    if late:
+        return None, False
+    state.applied_time = when
+    state.applied_rank = rank
+    state.applied_id = event_id
+    state.events += 1
+    return cluster_rules.apply_event(state, event, when, config), False
 
 
 def advance(state: KeyState, now: float, config: CoreConfig) -> tuple[KeyState, list[Incident]]:
@@ -203,9 +207,9 @@ def advance(state: KeyState, now: float, config: CoreConfig) -> tuple[KeyState, 
 
 
 def _timer(state: KeyState, now: float, config: CoreConfig) -> list[Incident]:
-    if isinstance(state, ClusterState):
-        return cluster_rules.apply_timer(state, now, config)
-    return node_rules.apply_timer(state, now, config)
+    if isinstance(state, NodeState):
+        return node_rules.apply_timer(state, now, config)
+    return cluster_rules.apply_timer(state, now, config)
 
 
 def _refresh_deadline(state: KeyState, config: CoreConfig) -> bool:
@@ -213,10 +217,10 @@ def _refresh_deadline(state: KeyState, config: CoreConfig) -> bool:
     if not state.timers_dirty:
         return False
     state.timers_dirty = False
-    if isinstance(state, ClusterState):
-        deadline = cluster_rules.next_deadline(state, config)
-    else:
+    if isinstance(state, NodeState):
         deadline = node_rules.next_deadline(state, config)
+    else:
+        deadline = cluster_rules.next_deadline(state, config)
     if deadline == state.deadline:
         return False
     state.deadline = deadline

@@ -261,7 +261,7 @@ def _successor(track: PodTrack, ev: PodEvent) -> bool:
 
 def _container(track: PodTrack, name: str) -> ContainerTrack:
     known = track.containers
-    if isinstance(known, ContainerTrack):
+    if not isinstance(known, tuple):  # see _known_container
         if known.name == name:
             return known
         known = (known,)
@@ -1032,7 +1032,9 @@ def _routine_status(ctr: ContainerTrack, status: ContainerStatus, window_start: 
 def _known_container(
     known: ContainerTrack | tuple[ContainerTrack, ...], name: str
 ) -> ContainerTrack | None:
-    if isinstance(known, ContainerTrack):
+    # Asked as "a tuple?": ``isinstance`` of a msgspec class answers a non-match (the
+    # tuple of a many-container pod) through the metaclass, hundreds of instructions.
+    if not isinstance(known, tuple):
         return known if known.name == name else None
     for ctr in known:
         if ctr.name == name:
