@@ -71,6 +71,7 @@ from streams.core import node as node_rules
 from streams.core.config import CoreConfig
 from streams.core.lifecycle import publish_held
 from streams.core.state import NEVER, ClusterState, KeyState, NodeState
+from streams.core.timeconv import to_seconds
 
 RANK: dict[type[Any], int] = {
     XidEvent: 0,
@@ -148,7 +149,7 @@ def step(
     """
     if state is None:
         state = new_state(event)
-    incidents, _ = _transition(state, event, event.time.timestamp(), RANK[type(event)], config)
+    incidents, _ = _transition(state, event, to_seconds(event.time), RANK[type(event)], config)
     _refresh_deadline(state, config)
     return state, incidents or []
 
@@ -292,7 +293,7 @@ class Correlator:
         if stamp is self._last_stamp:
             when = self._last_when  # the cluster key's copy of the event just ingested
         else:
-            when = self._last_when = stamp.timestamp()
+            when = self._last_when = to_seconds(stamp)
             self._last_stamp = stamp
         self._n_events += 1
         kind = type(event)
