@@ -49,7 +49,7 @@ import heapq
 import math
 from datetime import datetime
 from sys import intern
-from typing import Any
+from typing import Any, final
 
 import msgspec
 
@@ -149,7 +149,8 @@ def step(
     """
     if state is None:
         state = new_state(event)
-    incidents, _ = _transition(state, event, to_seconds(event.time), RANK[type(event)], config)
+    when = to_seconds(event.time)
+    incidents, _ = _transition(state, event, when, RANK[type(event)], event.id, config)
     _refresh_deadline(state, config)
     return state, incidents or []
 
@@ -159,9 +160,11 @@ def _transition(
     event: AnyEvent,
     when: float,
     rank: int,
+    event_id: str,
     config: CoreConfig,
 ) -> tuple[list[Incident] | None, bool]:
-    """Apply one event to one key's state at event time ``when`` (``rank``: its schema's).
+    """Apply one event to one key's state at event time ``when`` (``rank``: its schema's,
+    ``event_id``: its id).
 
     Returns ``(incidents, late)``: incidents None if the event is stale; ``late`` when
     it sorted at or before the key's position and was applied all the same, because its
@@ -175,7 +178,6 @@ def _transition(
     a non-match through the metaclass's ``__instancecheck__`` (hundreds of instructions),
     a match of the exact class at once; most keys and events are a node's.
     """
-    event_id = event.id
     at = state.applied_time
     if when != at:
         late = when < at
@@ -231,16 +233,61 @@ def _refresh_deadline(state: KeyState, config: CoreConfig) -> bool:
 Token = Any
 """The caller's handle on an ingested event (a Kafka record, say); opaque to the core."""
 
-_Pending = tuple[float, int, str, str, str, int, AnyEvent, Token]
-"""``(time, schema rank, event id, cluster, node, arrival seq, event, token)``.
 
-The event's key (cluster, node) is part of its identity in the buffer: event ids are
-unique per source, not across clusters (two clusters' kmsg readers, or two test
-factories, can both say ``xid-000001`` at the same instant for a node both call
-``gpu-node-01``). Sorting by the key before the arrival number keeps a redelivered
-copy next to its original, so the duplicate check below compares whole identities
-and never drops another cluster's (or node's) event that merely shares the id.
-"""
+@final
+class _Pending:
+    """A buffered event, ordered by ``(time, schema rank, event id, cluster, node, arrival
+    seq)``.
+
+    The event's key (cluster, node) is part of its identity in the buffer: event ids are
+    unique per source, not across clusters (two clusters' kmsg readers, or two test
+    factories, can both say ``xid-000001`` at the same instant for a node both call
+    ``gpu-node-01``). Sorting by the key before the arrival number keeps a redelivered
+    copy next to its original, so the duplicate check below compares whole identities
+    and never drops another cluster's (or node's) event that merely shares the id.
+
+    Why a class and not the tuple it was: every event is pushed into and popped from a
+    heap (a few comparisons each way), and a tuple compares element by element through
+    the generic rich comparison, twice per element (equal? then less?); compiled,
+    :meth:`__lt__` compares the fields as machine values. Same order as the tuple's
+    (event times are never NaN; the arrival number is unique, so the event itself is
+    never compared).
+    """
+
+    __slots__ = ("cluster", "event", "event_id", "node", "rank", "seq", "token", "when")
+
+    def __init__(
+        self,
+        when: float,
+        rank: int,
+        event_id: str,
+        cluster: str,
+        node: str,
+        seq: int,
+        event: AnyEvent,
+        token: Token,
+    ) -> None:
+        self.when = when
+        self.rank = rank
+        self.event_id = event_id
+        self.cluster = cluster
+        self.node = node
+        self.seq = seq
+        self.event = event
+        self.token = token
+
+    def __lt__(self, other: _Pending) -> bool:
+        if self.when != other.when:
+            return self.when < other.when
+        if self.rank != other.rank:
+            return self.rank < other.rank
+        if self.event_id != other.event_id:
+            return self.event_id < other.event_id
+        if self.cluster != other.cluster:
+            return self.cluster < other.cluster
+        if self.node != other.node:
+            return self.node < other.node
+        return self.seq < other.seq
 
 
 class Correlator:
@@ -305,11 +352,13 @@ class Correlator:
         rank = RANK[kind]
         if when < self.watermark:
             self._n_late += 1
-            self._apply(event, when, rank, key_node(event), out)
+            self._apply(event, when, rank, event.id, event.cluster, key_node(event), out)
             if token is not None:
                 self._released.append(token)
         else:
-            entry = (when, rank, event.id, event.cluster, key_node(event), self._seq, event, token)
+            entry = _Pending(
+                when, rank, event.id, event.cluster, key_node(event), self._seq, event, token
+            )
             heapq.heappush(self._pending, entry)
             self._seq += 1
         if when > self.max_time:
@@ -430,7 +479,7 @@ class Correlator:
         pending, timers = self._pending, self._timers
         reached = -math.inf  # the last instant released or fired (-inf: none)
         while True:
-            event_at = pending[0][0] if pending else NEVER
+            event_at = pending[0].when if pending else NEVER
             timer_at = timers[0][0] if timers else NEVER
             if timer_at < event_at and timer_at < watermark:
                 due, cluster, node = heapq.heappop(timers)
@@ -439,7 +488,9 @@ class Correlator:
                 if state is not None and state.deadline == due:
                     self._fire(state, due, out)
             elif event_at < watermark:
-                when, rank, event_id, cluster, node, _, event, token = heapq.heappop(pending)
+                entry = heapq.heappop(pending)
+                when, rank, event_id = entry.when, entry.rank, entry.event_id
+                cluster, node, token = entry.cluster, entry.node, entry.token
                 reached = when
                 if (
                     when == self._last_time
@@ -452,7 +503,7 @@ class Correlator:
                 else:
                     self._last_time, self._last_rank, self._last_id = when, rank, event_id
                     self._last_cluster, self._last_node = cluster, node
-                    self._apply(event, when, rank, node, out)
+                    self._apply(entry.event, when, rank, event_id, cluster, node, out)
                 if token is not None:
                     self._released.append(token)
             else:
@@ -466,11 +517,18 @@ class Correlator:
             self.watermark = watermark
 
     def _apply(
-        self, event: AnyEvent, when: float, rank: int, node: str, out: list[Incident]
+        self,
+        event: AnyEvent,
+        when: float,
+        rank: int,
+        event_id: str,
+        cluster: str,
+        node: str,
+        out: list[Incident],
     ) -> None:
-        """Apply ``event`` to its key's state (``node``: its key's node part, ``rank``:
-        its schema's; the buffer's entry has both)."""
-        cluster = event.cluster
+        """Apply ``event`` to its key's state (``rank``: its schema's, ``event_id``,
+        ``cluster``: its own, ``node``: its key's node part; the buffer's entry has them
+        all, read off the event once)."""
         nodes = self._states.get(cluster)
         if nodes is None:
             cluster = intern(cluster)
@@ -478,7 +536,7 @@ class Correlator:
         state = nodes.get(node)
         if state is None:
             state = nodes[node] = new_state(event)
-        incidents, late = _transition(state, event, when, rank, self.config)
+        incidents, late = _transition(state, event, when, rank, event_id, self.config)
         if incidents is None:
             self._n_stale += 1
             return
