@@ -45,11 +45,11 @@ partitioned deployment can hold each key's state next to its partition.
 
 from __future__ import annotations
 
-import heapq
 import math
 from datetime import datetime
+from heapq import heapify, heappop, heappush
 from sys import intern
-from typing import Any, final
+from typing import Any, Final, final
 
 import msgspec
 
@@ -73,7 +73,7 @@ from streams.core.lifecycle import publish_held
 from streams.core.state import NEVER, ClusterState, KeyState, NodeState
 from streams.core.timeconv import to_seconds
 
-RANK: dict[type[Any], int] = {
+RANK: Final[dict[type[Any], int]] = {
     XidEvent: 0,
     NodeEvent: 1,
     GpuBindingEvent: 2,
@@ -359,7 +359,7 @@ class Correlator:
             entry = _Pending(
                 when, rank, event.id, event.cluster, key_node(event), self._seq, event, token
             )
-            heapq.heappush(self._pending, entry)
+            heappush(self._pending, entry)
             self._seq += 1
         if when > self.max_time:
             self.max_time = when
@@ -482,13 +482,13 @@ class Correlator:
             event_at = pending[0].when if pending else NEVER
             timer_at = timers[0][0] if timers else NEVER
             if timer_at < event_at and timer_at < watermark:
-                due, cluster, node = heapq.heappop(timers)
+                due, cluster, node = heappop(timers)
                 reached = due
                 state = self._states.get(cluster, {}).get(node)
                 if state is not None and state.deadline == due:
                     self._fire(state, due, out)
             elif event_at < watermark:
-                entry = heapq.heappop(pending)
+                entry = heappop(pending)
                 when, rank, event_id = entry.when, entry.rank, entry.event_id
                 cluster, node, token = entry.cluster, entry.node, entry.token
                 reached = when
@@ -568,12 +568,12 @@ class Correlator:
     def _schedule(self, state: KeyState) -> None:
         """Push the key's timer. Superseded entries stay in the heap (lazy deletion);
         every few thousand pushes, a heap mostly made of them is rebuilt."""
-        heapq.heappush(self._timers, (state.deadline, state.cluster, state.node))
+        heappush(self._timers, (state.deadline, state.cluster, state.node))
         self._pushes += 1
         if self._pushes % 4096 == 0:
             live = [
                 (s.deadline, s.cluster, s.node) for s in self._all_states() if s.deadline < NEVER
             ]
             if len(self._timers) > 2 * len(live):
-                heapq.heapify(live)
+                heapify(live)
                 self._timers = live

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from sys import intern
-from typing import Any
+from typing import Any, Final
 
 from schemas.events import (
     ContainerStatus,
@@ -63,18 +63,18 @@ from streams.core.state import (
 )
 
 _UNKNOWN_XID = XidRule()
-_RECENT_XIDS = 3
-_RECENT_XID_SECONDS = 1800.0
-_RESET_WORDS = ("reset", "reboot", "drain")
-_LIVE_PHASES = ("Pending", "Running")
-_TERMINAL_PHASES = ("Succeeded", "Failed")
-_EVICTION_REASONS = ("Evicted", "TaintManagerEviction", "Preempting")
-TOMBSTONE_SECONDS = 3600.0
+_RECENT_XIDS: Final = 3
+_RECENT_XID_SECONDS: Final = 1800.0
+_RESET_WORDS: Final = ("reset", "reboot", "drain")
+_LIVE_PHASES: Final = ("Pending", "Running")
+_TERMINAL_PHASES: Final = ("Succeeded", "Failed")
+_EVICTION_REASONS: Final = ("Evicted", "TaintManagerEviction", "Preempting")
+TOMBSTONE_SECONDS: Final = 3600.0
 """How long (event time) a forgotten pod's last version is remembered in
 ``NodeState.gone``: longer than any redelivery after a crash (the uncommitted tail of
 a partition) or a watch cache lagging behind; a copy older than that of a pod deleted
 that long ago is indistinguishable from a new pod and is applied."""
-_MAX_GONE = 256
+_MAX_GONE: Final = 256
 """At most this many tombstones per node (a mass deletion keeps the newest)."""
 _SIGNAL_EXITS = {137: "SIGKILL", 143: "SIGTERM"}
 """Exit codes 128 + n of a process killed by signal n from *outside* it.
