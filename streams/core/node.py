@@ -985,11 +985,10 @@ def _routine_track(
     statuses = ev.containers
     if not statuses or not known:
         return False
-    window_start = now - config.cuda_oom_window_seconds
     if len(statuses) == 1:
         status = statuses[0]
         ctr = _known_container(known, status.name)
-        if ctr is None or not _routine_status(ctr, status, window_start):
+        if ctr is None or not _routine_status(ctr, status, now, config):
             return False
         track.version = max(track.version, version)
         ctr.seen_at = max(ctr.seen_at, now)
@@ -997,7 +996,7 @@ def _routine_track(
     seen: list[ContainerTrack] = []
     for status in statuses:
         ctr = _known_container(known, status.name)
-        if ctr is None or not _routine_status(ctr, status, window_start):
+        if ctr is None or not _routine_status(ctr, status, now, config):
             return False
         seen.append(ctr)
     track.version = max(track.version, version)
@@ -1006,8 +1005,11 @@ def _routine_track(
     return True
 
 
-def _routine_status(ctr: ContainerTrack, status: ContainerStatus, window_start: float) -> bool:
-    """Does ``status`` show ``ctr`` as the full path left it (see :func:`_routine_pod`)?"""
+def _routine_status(
+    ctr: ContainerTrack, status: ContainerStatus, now: float, config: CoreConfig
+) -> bool:
+    """Does ``status`` show ``ctr`` as the full path left it (see :func:`_routine_pod`)?
+    (The crash window is read only for a container with crashes in it.)"""
     if ctr.seen_at == -math.inf:
         return False
     terminated = status.terminated
@@ -1016,7 +1018,7 @@ def _routine_status(ctr: ContainerTrack, status: ContainerStatus, window_start: 
     crash = ctr.crash
     if crash is not None:
         restarts = crash.restarts
-        if restarts and restarts[-1] < window_start:
+        if restarts and restarts[-1] < now - config.cuda_oom_window_seconds:
             return False
     last = status.last_terminated
     if last is None and terminated is None:
