@@ -45,11 +45,11 @@ partitioned deployment can hold each key's state next to its partition.
 
 from __future__ import annotations
 
-import heapq
 import math
 from datetime import datetime
+from heapq import heapify, heappop, heappush
 from sys import intern
-from typing import Any
+from typing import Any, Final, final
 
 import msgspec
 
@@ -65,14 +65,15 @@ from schemas.events import (
     XidEvent,
 )
 from schemas.incidents import Incident
-from schemas.keys import key_node, key_of
+from schemas.keys import key_of
 from streams.core import cluster as cluster_rules
 from streams.core import node as node_rules
 from streams.core.config import CoreConfig
 from streams.core.lifecycle import publish_held
 from streams.core.state import NEVER, ClusterState, KeyState, NodeState
+from streams.core.timeconv import to_seconds
 
-RANK: dict[type[Any], int] = {
+RANK: Final[dict[type[Any], int]] = {
     XidEvent: 0,
     NodeEvent: 1,
     GpuBindingEvent: 2,
@@ -110,6 +111,19 @@ class CoreStats(msgspec.Struct):
     timers: int = 0
 
 
+def key_node(event: AnyEvent) -> str:
+    """:func:`schemas.keys.key_node`, the same lines compiled with the engine.
+
+    Why a copy: ``schemas`` is not compiled, and calling into it from every ingested
+    event ran an interpreted frame (a few percent of the core on the bench's stream).
+    Trap: the two must agree (the router keys records with the original); a test
+    compares them on every schema."""
+    node: str = getattr(event, "node", "")
+    if node and getattr(event, "scope", "node") == "cluster":
+        return ""
+    return node
+
+
 def _state_key(state: KeyState) -> tuple[str, str]:
     return (state.cluster, state.node)
 
@@ -135,7 +149,8 @@ def step(
     """
     if state is None:
         state = new_state(event)
-    incidents, _ = _transition(state, event, event.time.timestamp(), RANK[type(event)], config)
+    when = to_seconds(event.time)
+    incidents, _ = _transition(state, event, when, RANK[type(event)], event.id, config)
     _refresh_deadline(state, config)
     return state, incidents or []
 
@@ -145,9 +160,11 @@ def _transition(
     event: AnyEvent,
     when: float,
     rank: int,
+    event_id: str,
     config: CoreConfig,
 ) -> tuple[list[Incident] | None, bool]:
-    """Apply one event to one key's state at event time ``when`` (``rank``: its schema's).
+    """Apply one event to one key's state at event time ``when`` (``rank``: its schema's,
+    ``event_id``: its id).
 
     Returns ``(incidents, late)``: incidents None if the event is stale; ``late`` when
     it sorted at or before the key's position and was applied all the same, because its
@@ -156,28 +173,31 @@ def _transition(
 
     The position ``(time, rank, id)`` is compared field by field, not as tuples: this
     runs for every event, and two tuples per event were a measurable share of the core.
+    The kind of key is asked as "a node's?" (here, in :func:`_timer` and
+    :func:`_refresh_deadline`): the state classes are msgspec's, and ``isinstance`` answers
+    a non-match through the metaclass's ``__instancecheck__`` (hundreds of instructions),
+    a match of the exact class at once; most keys and events are a node's.
     """
-    event_id = event.id
     at = state.applied_time
     if when != at:
         late = when < at
     else:
         applied_rank = state.applied_rank
         late = rank < applied_rank or (rank == applied_rank and event_id <= state.applied_id)
-    if isinstance(state, ClusterState):
-        if late:
-            return None, False
-        state.applied_time = when
-        state.applied_rank = rank
-        state.applied_id = event_id
-        state.events += 1
-        return cluster_rules.apply_event(state, event, when, config), False
-    incidents = node_rules.apply_event(state, event, when, config, late=late)
-    if incidents is not None and not late:
-        state.applied_time = when
-        state.applied_rank = rank
-        state.applied_id = event_id
-    return incidents, late
+    if isinstance(state, NodeState):
+        incidents = node_rules.apply_event(state, event, when, config, late=late)
+        if incidents is not None and not late:
+            state.applied_time = when
+            state.applied_rank = rank
+            state.applied_id = event_id
+        return incidents, late
+    if late:
+        return None, False
+    state.applied_time = when
+    state.applied_rank = rank
+    state.applied_id = event_id
+    state.events += 1
+    return cluster_rules.apply_event(state, event, when, config), False
 
 
 def advance(state: KeyState, now: float, config: CoreConfig) -> tuple[KeyState, list[Incident]]:
@@ -190,9 +210,9 @@ def advance(state: KeyState, now: float, config: CoreConfig) -> tuple[KeyState, 
 
 
 def _timer(state: KeyState, now: float, config: CoreConfig) -> list[Incident]:
-    if isinstance(state, ClusterState):
-        return cluster_rules.apply_timer(state, now, config)
-    return node_rules.apply_timer(state, now, config)
+    if isinstance(state, NodeState):
+        return node_rules.apply_timer(state, now, config)
+    return cluster_rules.apply_timer(state, now, config)
 
 
 def _refresh_deadline(state: KeyState, config: CoreConfig) -> bool:
@@ -200,10 +220,10 @@ def _refresh_deadline(state: KeyState, config: CoreConfig) -> bool:
     if not state.timers_dirty:
         return False
     state.timers_dirty = False
-    if isinstance(state, ClusterState):
-        deadline = cluster_rules.next_deadline(state, config)
-    else:
+    if isinstance(state, NodeState):
         deadline = node_rules.next_deadline(state, config)
+    else:
+        deadline = cluster_rules.next_deadline(state, config)
     if deadline == state.deadline:
         return False
     state.deadline = deadline
@@ -213,16 +233,61 @@ def _refresh_deadline(state: KeyState, config: CoreConfig) -> bool:
 Token = Any
 """The caller's handle on an ingested event (a Kafka record, say); opaque to the core."""
 
-_Pending = tuple[float, int, str, str, str, int, AnyEvent, Token]
-"""``(time, schema rank, event id, cluster, node, arrival seq, event, token)``.
 
-The event's key (cluster, node) is part of its identity in the buffer: event ids are
-unique per source, not across clusters (two clusters' kmsg readers, or two test
-factories, can both say ``xid-000001`` at the same instant for a node both call
-``gpu-node-01``). Sorting by the key before the arrival number keeps a redelivered
-copy next to its original, so the duplicate check below compares whole identities
-and never drops another cluster's (or node's) event that merely shares the id.
-"""
+@final
+class _Pending:
+    """A buffered event, ordered by ``(time, schema rank, event id, cluster, node, arrival
+    seq)``.
+
+    The event's key (cluster, node) is part of its identity in the buffer: event ids are
+    unique per source, not across clusters (two clusters' kmsg readers, or two test
+    factories, can both say ``xid-000001`` at the same instant for a node both call
+    ``gpu-node-01``). Sorting by the key before the arrival number keeps a redelivered
+    copy next to its original, so the duplicate check below compares whole identities
+    and never drops another cluster's (or node's) event that merely shares the id.
+
+    Why a class and not the tuple it was: every event is pushed into and popped from a
+    heap (a few comparisons each way), and a tuple compares element by element through
+    the generic rich comparison, twice per element (equal? then less?); compiled,
+    :meth:`__lt__` compares the fields as machine values. Same order as the tuple's
+    (event times are never NaN; the arrival number is unique, so the event itself is
+    never compared).
+    """
+
+    __slots__ = ("cluster", "event", "event_id", "node", "rank", "seq", "token", "when")
+
+    def __init__(
+        self,
+        when: float,
+        rank: int,
+        event_id: str,
+        cluster: str,
+        node: str,
+        seq: int,
+        event: AnyEvent,
+        token: Token,
+    ) -> None:
+        self.when = when
+        self.rank = rank
+        self.event_id = event_id
+        self.cluster = cluster
+        self.node = node
+        self.seq = seq
+        self.event = event
+        self.token = token
+
+    def __lt__(self, other: _Pending) -> bool:
+        if self.when != other.when:
+            return self.when < other.when
+        if self.rank != other.rank:
+            return self.rank < other.rank
+        if self.event_id != other.event_id:
+            return self.event_id < other.event_id
+        if self.cluster != other.cluster:
+            return self.cluster < other.cluster
+        if self.node != other.node:
+            return self.node < other.node
+        return self.seq < other.seq
 
 
 class Correlator:
@@ -275,7 +340,7 @@ class Correlator:
         if stamp is self._last_stamp:
             when = self._last_when  # the cluster key's copy of the event just ingested
         else:
-            when = self._last_when = stamp.timestamp()
+            when = self._last_when = to_seconds(stamp)
             self._last_stamp = stamp
         self._n_events += 1
         kind = type(event)
@@ -287,12 +352,14 @@ class Correlator:
         rank = RANK[kind]
         if when < self.watermark:
             self._n_late += 1
-            self._apply(event, when, rank, key_node(event), out)
+            self._apply(event, when, rank, event.id, event.cluster, key_node(event), out)
             if token is not None:
                 self._released.append(token)
         else:
-            entry = (when, rank, event.id, event.cluster, key_node(event), self._seq, event, token)
-            heapq.heappush(self._pending, entry)
+            entry = _Pending(
+                when, rank, event.id, event.cluster, key_node(event), self._seq, event, token
+            )
+            heappush(self._pending, entry)
             self._seq += 1
         if when > self.max_time:
             self.max_time = when
@@ -412,16 +479,18 @@ class Correlator:
         pending, timers = self._pending, self._timers
         reached = -math.inf  # the last instant released or fired (-inf: none)
         while True:
-            event_at = pending[0][0] if pending else NEVER
+            event_at = pending[0].when if pending else NEVER
             timer_at = timers[0][0] if timers else NEVER
             if timer_at < event_at and timer_at < watermark:
-                due, cluster, node = heapq.heappop(timers)
+                due, cluster, node = heappop(timers)
                 reached = due
                 state = self._states.get(cluster, {}).get(node)
                 if state is not None and state.deadline == due:
                     self._fire(state, due, out)
             elif event_at < watermark:
-                when, rank, event_id, cluster, node, _, event, token = heapq.heappop(pending)
+                entry = heappop(pending)
+                when, rank, event_id = entry.when, entry.rank, entry.event_id
+                cluster, node, token = entry.cluster, entry.node, entry.token
                 reached = when
                 if (
                     when == self._last_time
@@ -434,7 +503,7 @@ class Correlator:
                 else:
                     self._last_time, self._last_rank, self._last_id = when, rank, event_id
                     self._last_cluster, self._last_node = cluster, node
-                    self._apply(event, when, rank, node, out)
+                    self._apply(entry.event, when, rank, event_id, cluster, node, out)
                 if token is not None:
                     self._released.append(token)
             else:
@@ -448,11 +517,18 @@ class Correlator:
             self.watermark = watermark
 
     def _apply(
-        self, event: AnyEvent, when: float, rank: int, node: str, out: list[Incident]
+        self,
+        event: AnyEvent,
+        when: float,
+        rank: int,
+        event_id: str,
+        cluster: str,
+        node: str,
+        out: list[Incident],
     ) -> None:
-        """Apply ``event`` to its key's state (``node``: its key's node part, ``rank``:
-        its schema's; the buffer's entry has both)."""
-        cluster = event.cluster
+        """Apply ``event`` to its key's state (``rank``: its schema's, ``event_id``,
+        ``cluster``: its own, ``node``: its key's node part; the buffer's entry has them
+        all, read off the event once)."""
         nodes = self._states.get(cluster)
         if nodes is None:
             cluster = intern(cluster)
@@ -460,7 +536,7 @@ class Correlator:
         state = nodes.get(node)
         if state is None:
             state = nodes[node] = new_state(event)
-        incidents, late = _transition(state, event, when, rank, self.config)
+        incidents, late = _transition(state, event, when, rank, event_id, self.config)
         if incidents is None:
             self._n_stale += 1
             return
@@ -492,12 +568,12 @@ class Correlator:
     def _schedule(self, state: KeyState) -> None:
         """Push the key's timer. Superseded entries stay in the heap (lazy deletion);
         every few thousand pushes, a heap mostly made of them is rebuilt."""
-        heapq.heappush(self._timers, (state.deadline, state.cluster, state.node))
+        heappush(self._timers, (state.deadline, state.cluster, state.node))
         self._pushes += 1
         if self._pushes % 4096 == 0:
             live = [
                 (s.deadline, s.cluster, s.node) for s in self._all_states() if s.deadline < NEVER
             ]
             if len(self._timers) > 2 * len(live):
-                heapq.heapify(live)
+                heapify(live)
                 self._timers = live

@@ -66,7 +66,12 @@ class KeyStep(Generic[S]):
 
     # -- finding and creating -------------------------------------------------
     def find(self, kind: str, subject: str) -> OpenIncident | None:
-        return self.state.incidents.get(f"{kind}|{subject}")
+        """The open incident of ``kind`` about ``subject``, if any. Most keys hold none:
+        then no ``kind|subject`` string is built (rules ask on most events)."""
+        incidents = self.state.incidents
+        if not incidents:
+            return None
+        return incidents.get(f"{kind}|{subject}")
 
     def open(self, kind: str, subject: str, anchor: str, first_seen: float) -> OpenIncident:
         """A new incident whose id derives from ``anchor`` (the first evidence's id)."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from sys import intern
-from typing import Any
+from typing import Any, Final
 
 from schemas.events import (
     ContainerStatus,
@@ -63,18 +63,18 @@ from streams.core.state import (
 )
 
 _UNKNOWN_XID = XidRule()
-_RECENT_XIDS = 3
-_RECENT_XID_SECONDS = 1800.0
-_RESET_WORDS = ("reset", "reboot", "drain")
-_LIVE_PHASES = ("Pending", "Running")
-_TERMINAL_PHASES = ("Succeeded", "Failed")
-_EVICTION_REASONS = ("Evicted", "TaintManagerEviction", "Preempting")
-TOMBSTONE_SECONDS = 3600.0
+_RECENT_XIDS: Final = 3
+_RECENT_XID_SECONDS: Final = 1800.0
+_RESET_WORDS: Final = ("reset", "reboot", "drain")
+_LIVE_PHASES: Final = ("Pending", "Running")
+_TERMINAL_PHASES: Final = ("Succeeded", "Failed")
+_EVICTION_REASONS: Final = ("Evicted", "TaintManagerEviction", "Preempting")
+TOMBSTONE_SECONDS: Final = 3600.0
 """How long (event time) a forgotten pod's last version is remembered in
 ``NodeState.gone``: longer than any redelivery after a crash (the uncommitted tail of
 a partition) or a watch cache lagging behind; a copy older than that of a pod deleted
 that long ago is indistinguishable from a new pod and is applied."""
-_MAX_GONE = 256
+_MAX_GONE: Final = 256
 """At most this many tombstones per node (a mass deletion keeps the newest)."""
 _SIGNAL_EXITS = {137: "SIGKILL", 143: "SIGTERM"}
 """Exit codes 128 + n of a process killed by signal n from *outside* it.
@@ -261,7 +261,7 @@ def _successor(track: PodTrack, ev: PodEvent) -> bool:
 
 def _container(track: PodTrack, name: str) -> ContainerTrack:
     known = track.containers
-    if isinstance(known, ContainerTrack):
+    if not isinstance(known, tuple):  # see _known_container
         if known.name == name:
             return known
         known = (known,)
@@ -966,34 +966,38 @@ def _routine_pod(
 def _routine_track(
     track: PodTrack, ev: PodEvent, now: float, version: int, config: CoreConfig
 ) -> bool:
-    """:func:`_routine_pod` once the pod's track is found (the engine's path)."""
+    """:func:`_routine_pod` once the pod's track is found (the engine's path).
+
+    Most pod records end here, so each field is read once (a compiled core reads an
+    event's or a track's field through a generic attribute lookup, the larger part of
+    this function's cost), and the usual one-container pod builds no list."""
+    phase = ev.phase
     if (
         track.failed
-        or track.phase != ev.phase
-        or ev.phase not in _LIVE_PHASES
+        or track.phase != phase
+        or phase not in _LIVE_PHASES
         or ev.reason
         or ev.op == "deleted"
         or ev.deleted_at is not None
     ):
         return False
     known = track.containers
-    if not ev.containers or not known:
+    statuses = ev.containers
+    if not statuses or not known:
         return False
-    window_start = now - config.cuda_oom_window_seconds
-    seen: list[ContainerTrack] = []
-    for status in ev.containers:
+    if len(statuses) == 1:
+        status = statuses[0]
         ctr = _known_container(known, status.name)
-        if ctr is None or ctr.seen_at == -math.inf:
+        if ctr is None or not _routine_status(ctr, status, now, config):
             return False
-        if ctr.restart_count != status.restart_count + (status.terminated is not None):
+        track.version = max(track.version, version)
+        ctr.seen_at = max(ctr.seen_at, now)
+        return True
+    seen: list[ContainerTrack] = []
+    for status in statuses:
+        ctr = _known_container(known, status.name)
+        if ctr is None or not _routine_status(ctr, status, now, config):
             return False
-        crash = ctr.crash
-        if crash is not None and crash.restarts and crash.restarts[-1] < window_start:
-            return False
-        for term in (status.last_terminated, status.terminated):
-            done = None if term is None else term.finished_at
-            if done is not None and done.timestamp() > ctr.last_finished:
-                return False
         seen.append(ctr)
     track.version = max(track.version, version)
     for ctr in seen:
@@ -1001,10 +1005,38 @@ def _routine_track(
     return True
 
 
+def _routine_status(
+    ctr: ContainerTrack, status: ContainerStatus, now: float, config: CoreConfig
+) -> bool:
+    """Does ``status`` show ``ctr`` as the full path left it (see :func:`_routine_pod`)?
+    (The crash window is read only for a container with crashes in it.)"""
+    if ctr.seen_at == -math.inf:
+        return False
+    terminated = status.terminated
+    if ctr.restart_count != status.restart_count + (terminated is not None):
+        return False
+    crash = ctr.crash
+    if crash is not None:
+        restarts = crash.restarts
+        if restarts and restarts[-1] < now - config.cuda_oom_window_seconds:
+            return False
+    last = status.last_terminated
+    if last is None and terminated is None:
+        return True
+    handled = ctr.last_finished
+    for term in (last, terminated):
+        done = None if term is None else term.finished_at
+        if done is not None and done.timestamp() > handled:
+            return False
+    return True
+
+
 def _known_container(
     known: ContainerTrack | tuple[ContainerTrack, ...], name: str
 ) -> ContainerTrack | None:
-    if isinstance(known, ContainerTrack):
+    # Asked as "a tuple?": ``isinstance`` of a msgspec class answers a non-match (the
+    # tuple of a many-container pod) through the metaclass, hundreds of instructions.
+    if not isinstance(known, tuple):
         return known if known.name == name else None
     for ctr in known:
         if ctr.name == name:
@@ -1092,16 +1124,23 @@ def _seen_since(track: PodTrack, when: float) -> bool:
 
 
 def _prune(state: NodeState, now: float, config: CoreConfig) -> None:
-    """Drop look-back memories that can no longer matter (cheap when there are none)."""
-    # A drop trusted only once it persisted looks back from its own, earlier, time.
-    lookback = now - config.eviction_lookback_seconds - config.drop_persist_seconds
-    if state.recent_failures and state.recent_failures[0][0] < lookback:
-        state.recent_failures = tuple(f for f in state.recent_failures if f[0] >= lookback)
-    if state.gone and state.gone[0][2] < now - TOMBSTONE_SECONDS:
-        state.gone = tuple(g for g in state.gone if g[2] >= now - TOMBSTONE_SECONDS)
-    if state.recent_xids and state.recent_xids[0][0] < now - _RECENT_XID_SECONDS:
+    """Drop look-back memories that can no longer matter (cheap when there are none).
+
+    Runs for every event of a node: each memory is read once, and the configuration
+    only when there is a failure to age (attribute reads are most of its cost)."""
+    failures = state.recent_failures
+    if failures:
+        # A drop trusted only once it persisted looks back from its own, earlier, time.
+        lookback = now - config.eviction_lookback_seconds - config.drop_persist_seconds
+        if failures[0][0] < lookback:
+            state.recent_failures = tuple(f for f in failures if f[0] >= lookback)
+    gone = state.gone
+    if gone and gone[0][2] < now - TOMBSTONE_SECONDS:
+        state.gone = tuple(g for g in gone if g[2] >= now - TOMBSTONE_SECONDS)
+    xids = state.recent_xids
+    if xids and xids[0][0] < now - _RECENT_XID_SECONDS:
         horizon = now - _RECENT_XID_SECONDS
-        state.recent_xids = tuple(x for x in state.recent_xids if x[0] >= horizon)
+        state.recent_xids = tuple(x for x in xids if x[0] >= horizon)
 
 
 def apply_timer(state: NodeState, now: float, config: CoreConfig) -> list[Incident]:

@@ -85,7 +85,7 @@ from collections.abc import Iterable
 
 from schemas.events import KubeEvent, NodeEvent, PodEvent, XidEvent
 from schemas.incidents import Evidence, GpuRef, PodInfo
-from schemas.termination_causes import OOM, load_causes
+from schemas.termination_causes import OOM, CauseClass, load_causes
 from streams.core.config import CoreConfig
 from streams.core.evidence import xid_code_and_class
 from streams.core.lifecycle import Step
@@ -112,6 +112,30 @@ _PRESSURE = "low on resource"
 _CAUSES = load_causes()
 """The packaged termination-cause table (packaged data read once at import, as in
 :mod:`streams.core.rules.cuda`)."""
+_CLASSIFIED: dict[str, CauseClass | None] = {}
+"""What :func:`classify` answered, by message."""
+_CLASSIFIED_MAX = 256
+
+
+def classify(message: str) -> CauseClass | None:
+    """``_CAUSES.classify(message)``, each text searched once.
+
+    Why: the table does one case-insensitive regex search per class, tens of thousands
+    of instructions per message (a few percent of the whole core on the bench's
+    stream), and a crash loop repeats its last log lines on every restart, so most
+    messages were classified already. The answer depends on the text alone: the memo
+    changes no output. Trap: messages are the workload's, unbounded in variety, so the
+    memo is cleared whole when full (that costs speed, never a different answer).
+    """
+    if message in _CLASSIFIED:
+        return _CLASSIFIED[message]
+    found = _CAUSES.classify(message)
+    if len(_CLASSIFIED) >= _CLASSIFIED_MAX:
+        _CLASSIFIED.clear()
+    _CLASSIFIED[message] = found
+    return found
+
+
 _KERNEL_FAULT = "kernel_fault"
 _NOT_DEVICE = frozenset({OOM, _KERNEL_FAULT, "nccl_comm"})
 """Termination-cause classes whose text does not by itself say device even where it
@@ -499,7 +523,7 @@ def _may_name_the_gpu(step: Step, evidence: Evidence) -> bool:
     message = _message(evidence)
     if not message or any(p in message for p in step.config.cuda_oom_patterns):
         return False
-    cause = _CAUSES.classify(message)
+    cause = classify(message)
     if cause is not None and cause.name in _NOT_DEVICE:
         return False  # what the line kept already names the cause
     lowered = message.lower()
@@ -570,7 +594,7 @@ def _words_say(step: Step, words: str) -> str:
         return ""
     if any(p in words for p in config.cuda_oom_patterns):
         return ""
-    cause = _CAUSES.classify(words)
+    cause = classify(words)
     if cause is None or cause.name not in _NOT_DEVICE:
         return _DEVICE
     return _KERNEL if cause.name == _KERNEL_FAULT else ""

@@ -142,7 +142,7 @@ def on_crash(
         if any(p in message for p in config.cuda_oom_patterns):
             ctr.cuda_log = True
         else:
-            named = _CAUSES.classify(message)
+            named = chain.classify(message)
             if named is not None and named.name == OOM:
                 ctr.cuda_log = True
                 named = None
