@@ -251,7 +251,8 @@ class _Pending:
     the generic rich comparison, twice per element (equal? then less?); compiled,
     :meth:`__lt__` compares the fields as machine values. Same order as the tuple's
     (event times are never NaN; the arrival number is unique, so the event itself is
-    never compared).
+    never compared). Trap: interpreted (the Python sources), ``__lt__`` is a Python call
+    and the heap is slower than with the tuple; the compiled core is the one that counts.
     """
 
     __slots__ = ("cluster", "event", "event_id", "node", "rank", "seq", "token", "when")

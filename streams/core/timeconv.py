@@ -4,7 +4,9 @@ The rules compare floats (cheap); records carry datetimes. Every ingested event'
 is converted once (:func:`to_seconds`). Converting a float back is only needed when a
 *timer* produces a revision (there is no event whose ``time`` we could reuse).
 ``fromtimestamp`` with an explicit UTC zone is deterministic: it reads no clock and no
-local timezone.
+local timezone. Trap: a naive datetime (never decoded: the codec requires a zone, but a
+caller can build one) is read in the local zone by :func:`to_seconds`, as
+``timestamp()`` reads it.
 """
 
 from __future__ import annotations

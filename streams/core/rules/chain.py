@@ -82,6 +82,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from typing import Final
 
 from schemas.events import KubeEvent, NodeEvent, PodEvent, XidEvent
 from schemas.incidents import Evidence, GpuRef, PodInfo
@@ -114,7 +115,8 @@ _CAUSES = load_causes()
 :mod:`streams.core.rules.cuda`)."""
 _CLASSIFIED: dict[str, CauseClass | None] = {}
 """What :func:`classify` answered, by message."""
-_CLASSIFIED_MAX = 256
+_CLASSIFIED_MAX: Final = 256
+"""Messages remembered at most: a crash loop's few texts fit many times over."""
 
 
 def classify(message: str) -> CauseClass | None:
@@ -127,8 +129,10 @@ def classify(message: str) -> CauseClass | None:
     changes no output. Trap: messages are the workload's, unbounded in variety, so the
     memo is cleared whole when full (that costs speed, never a different answer).
     """
-    if message in _CLASSIFIED:
-        return _CLASSIFIED[message]
+    try:
+        return _CLASSIFIED[message]  # one lookup on a hit; None is an answer too
+    except KeyError:
+        pass  # a miss costs the search below, far more than the exception
     found = _CAUSES.classify(message)
     if len(_CLASSIFIED) >= _CLASSIFIED_MAX:
         _CLASSIFIED.clear()

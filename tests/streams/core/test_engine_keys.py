@@ -12,13 +12,13 @@ from collections import Counter
 
 from gputriage.simulate import StreamSpec, generate_lines
 from schemas import keys
-from schemas.codec import decode_event
+from schemas.codec import AnyEvent, decode_event
 from schemas.keys import Router
 from streams.core import engine
 from tests.paths import EXAMPLES
 
 
-def _routed() -> list[object]:
+def _routed() -> list[AnyEvent]:
     lines = (EXAMPLES / "scenario.jsonl").read_bytes().splitlines()
     lines += list(generate_lines(StreamSpec(events=5_000, nodes=20, seed=5, clusters=2)))
     router = Router()
@@ -28,11 +28,10 @@ def _routed() -> list[object]:
 def test_engine_key_node_is_the_schemas_key_node() -> None:
     events = _routed()
     for event in events:
-        assert engine.key_node(event) == keys.key_node(event), event  # type: ignore[arg-type]
+        assert engine.key_node(event) == keys.key_node(event), event
     # Both sides of the rule were exercised: node-keyed records, cluster copies of
     # node-scoped ones, and records of no node at all.
     kinds = Counter(
-        ("copy" if keys.is_copy(e) else "node" if keys.key_node(e) else "cluster")  # type: ignore[arg-type]
-        for e in events
+        ("copy" if keys.is_copy(e) else "node" if keys.key_node(e) else "cluster") for e in events
     )
     assert min(kinds[k] for k in ("node", "copy", "cluster")) > 0, kinds
