@@ -349,10 +349,12 @@ def evaluate(step: ClusterStep) -> None:
         return
     failing = _failing(state, now, config)
     unfit = any(p.unfit is not None for p in state.pending.values())
+    # No verdict and no gpu_pods_unschedulable open: _unschedulable has nothing to do.
+    verdicts = unfit or any(k.startswith(f"{UNFIT}|") for k in state.incidents)
     if (
         not failing
-        and not unfit
-        and not any(k.startswith((f"{STARVED}|", f"{UNFIT}|")) for k in state.incidents)
+        and not verdicts
+        and not any(k.startswith(f"{STARVED}|") for k in state.incidents)
     ):
         return  # nothing fails, no verdict, nothing is open: no pod to walk
     by_owner: dict[str, list[PendingPod]] = {}
@@ -363,7 +365,8 @@ def evaluate(step: ClusterStep) -> None:
             if pod.resource:
                 offers.setdefault(group, set()).add(pod.resource)
     for owner, pods in sorted(by_owner.items()):
-        _unschedulable(step, owner, pods)
+        if verdicts:
+            _unschedulable(step, owner, pods)
         inc = step.find(STARVED, owner)
         starving = [p for p in pods if _starving(p, now, config) and p.unfit is None]
         if inc is None and not starving:
