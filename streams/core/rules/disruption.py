@@ -62,27 +62,29 @@ What it changes, and why each is safe:
 
 from __future__ import annotations
 
+from typing import Final
+
 from schemas.events import CORDON_TAINT, KubeEvent, NodeEvent
 from streams.core.lifecycle import Step
 
-KARPENTER_DISRUPTED = "karpenter.sh/disrupted"
+KARPENTER_DISRUPTED: Final = "karpenter.sh/disrupted"
 """Karpenter v1's NoSchedule taint on a node it disrupts."""
-KARPENTER_DISRUPTION = "karpenter.sh/disruption"
+KARPENTER_DISRUPTION: Final = "karpenter.sh/disruption"
 """Karpenter v0.32-v0.37's taint key; its value ``disrupting`` marks a disrupted node."""
-AUTOSCALER_DELETING = "ToBeDeletedByClusterAutoscaler"
+AUTOSCALER_DELETING: Final = "ToBeDeletedByClusterAutoscaler"
 """cluster-autoscaler's NoSchedule taint on a node it scales down (before the drain)."""
-UNSCHEDULABLE = CORDON_TAINT
-OUT_OF_SERVICE = "node.kubernetes.io/out-of-service"
+UNSCHEDULABLE: Final = CORDON_TAINT
+OUT_OF_SERVICE: Final = "node.kubernetes.io/out-of-service"
 """An administrator's mark of a node shut down for good (non-graceful shutdown)."""
 
-_REMOVING = {
+_REMOVING: Final = {
     KARPENTER_DISRUPTED: "Karpenter is disrupting the node (karpenter.sh/disrupted)",
     AUTOSCALER_DELETING: "cluster-autoscaler is scaling the node down "
     "(ToBeDeletedByClusterAutoscaler)",
     OUT_OF_SERVICE: "the node is out of service (node.kubernetes.io/out-of-service)",
 }
-CORDONED = "the node is cordoned (node.kubernetes.io/unschedulable)"
-_SHUTTING_DOWN = "node is shutting down"
+CORDONED: Final = "the node is cordoned (node.kubernetes.io/unschedulable)"
+_SHUTTING_DOWN: Final = "node is shutting down"
 """The kubelet's Ready message during a graceful node shutdown."""
 
 _POD_EVENTS = {
@@ -108,12 +110,13 @@ def of_node(ev: NodeEvent) -> str:
     down) comes before a mere cordon."""
     cordoned = ""
     for taint in ev.taints:
-        said = _REMOVING.get(taint.key, "")
+        key = taint.key  # read once: a msgspec field is a generic attribute read
+        said = _REMOVING.get(key, "")
         if said:
             return said
-        if taint.key == KARPENTER_DISRUPTION and taint.value == "disrupting":
+        if key == KARPENTER_DISRUPTION and taint.value == "disrupting":
             return "Karpenter is disrupting the node (karpenter.sh/disruption=disrupting)"
-        if taint.key == UNSCHEDULABLE:
+        if key == UNSCHEDULABLE:
             cordoned = CORDONED
     for cond in ev.conditions:
         if cond.type == "Ready" and _SHUTTING_DOWN in cond.message.lower():

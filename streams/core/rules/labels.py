@@ -7,8 +7,10 @@ imports the rule registry, which imports every rule: a cycle.
 
 from __future__ import annotations
 
-_SHARING_LABEL = "nvidia.com/gpu.sharing-strategy"
-_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+from typing import Final
+
+_SHARING_LABEL: Final = "nvidia.com/gpu.sharing-strategy"
+_REPLICAS_LABEL: Final = "nvidia.com/gpu.replicas"
 
 
 def sharing_of(labels: dict[str, str]) -> str:

@@ -282,6 +282,7 @@ def on_left(step: ClusterStep, key: str, why: str) -> None:
     if left:
         step.add_pod(inc, _info(pod, "scheduled" if why.startswith("scheduled") else "gone"))
         return
+    _SAID.pop(f"{STARVED}|{inc.subject}", None)
     step.resolve(inc, step.now, f"no pod pending any more (the last {why})")
 
 
@@ -348,10 +349,12 @@ def evaluate(step: ClusterStep) -> None:
         return
     failing = _failing(state, now, config)
     unfit = any(p.unfit is not None for p in state.pending.values())
+    # No verdict and no gpu_pods_unschedulable open: _unschedulable has nothing to do.
+    verdicts = unfit or any(k.startswith(f"{UNFIT}|") for k in state.incidents)
     if (
         not failing
-        and not unfit
-        and not any(k.startswith((f"{STARVED}|", f"{UNFIT}|")) for k in state.incidents)
+        and not verdicts
+        and not any(k.startswith(f"{STARVED}|") for k in state.incidents)
     ):
         return  # nothing fails, no verdict, nothing is open: no pod to walk
     by_owner: dict[str, list[PendingPod]] = {}
@@ -362,7 +365,8 @@ def evaluate(step: ClusterStep) -> None:
             if pod.resource:
                 offers.setdefault(group, set()).add(pod.resource)
     for owner, pods in sorted(by_owner.items()):
-        _unschedulable(step, owner, pods)
+        if verdicts:
+            _unschedulable(step, owner, pods)
         inc = step.find(STARVED, owner)
         starving = [p for p in pods if _starving(p, now, config) and p.unfit is None]
         if inc is None and not starving:
@@ -384,7 +388,65 @@ def evaluate(step: ClusterStep) -> None:
             first = min(starving, key=lambda p: (p.since, p.name))
             anchor = first.unschedulable.event_id if first.unschedulable else owner
             inc = step.open(STARVED, owner, anchor, first.since)
-        _describe(step, inc, pods, [(g, state.groups[g]) for g in named], match)
+        groups = [(g, state.groups[g]) for g in named]
+        if _unchanged(step, inc, pods, groups, match):
+            continue
+        _describe(step, inc, pods, groups, match)
+
+
+_SAID: dict[str, tuple[OpenIncident, tuple[object, ...]]] = {}
+"""What each open ``gpu_pods_starved`` was last described from (:func:`_unchanged`), by
+incident key, with the incident itself: an entry counts only for that very object, so a
+restored snapshot, another Correlator or a reopened incident describe anew. Not state: a
+miss only costs the description it saves."""
+_SAID_MAX = 4096
+"""Entries kept before the memo is emptied (an incident resolved elsewhere leaves one);
+0: none (every incident described on every walk, as without the memo)."""
+
+
+def _unchanged(
+    step: ClusterStep,
+    inc: OpenIncident,
+    pods: list[PendingPod],
+    groups: list[tuple[str, GroupTrack]],
+    match: str,
+) -> bool:
+    """Would :func:`_describe` change nothing? True when everything it reads is what it
+    read last time for this incident: the owner's pods (names, GPUs, resource), the
+    failing groups (reason, cloud code, attempts within the window *now*, their last two
+    lines) and the match. Every pending pod's update walks every owner; without this each
+    open incident was re-described from scratch, the same words again.
+
+    Trap: past ``max_evidence``, :meth:`KeyStep.add_evidence` counts a line it does not
+    keep (``evidence_omitted``) on every call, so an incident whose evidence is full is
+    always described: skipping would change that count."""
+    if len(inc.evidence) >= step.config.max_evidence:
+        return False
+    now, config = step.now, step.config
+    said = (
+        match,
+        tuple([(p.name, p.gpus, p.resource) for p in pods]),
+        tuple(
+            [
+                (
+                    name,
+                    g.reason,
+                    g.cloud_code,
+                    _recent(g, now, config),
+                    tuple([line.event_id for line in g.evidence[-2:]]),
+                )
+                for name, g in groups
+            ]
+        ),
+    )
+    if len(_SAID) >= _SAID_MAX:
+        _SAID.clear()
+    key = f"{STARVED}|{inc.subject}"
+    known = _SAID.get(key)
+    if known is not None and known[0] is inc and known[1] == said:
+        return True
+    _SAID[key] = (inc, said)
+    return False
 
 
 def _offers(offers: dict[str, set[str]], name: str, pod: PendingPod) -> bool:
