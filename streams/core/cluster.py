@@ -53,6 +53,7 @@ from streams.core.lifecycle import ClusterStep, held_until
 from streams.core.rules import fabric, mismatch, starved
 from streams.core.rules.registry import CLUSTER_RULES
 from streams.core.state import NEVER, ClusterState, PendingPod
+from streams.core.timeconv import to_seconds
 
 
 def _routine(state: ClusterState, ev: PodEvent, config: CoreConfig) -> bool:
@@ -140,7 +141,7 @@ def _on_pod(step: ClusterStep, ev: PodEvent) -> None:
     state.starved_dirty = True
     if pod is None:
         state.timers_dirty = True
-        since = ev.created_at.timestamp() if ev.created_at is not None else step.now
+        since = to_seconds(ev.created_at) if ev.created_at is not None else step.now
         pod = state.pending[key] = PendingPod(
             namespace=ev.namespace,
             name=ev.name,

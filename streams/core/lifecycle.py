@@ -20,7 +20,7 @@ from schemas.incidents import Evidence, GpuRef, Incident, PodInfo
 from schemas.types import IncidentStatus
 from streams.core.config import CoreConfig
 from streams.core.state import NEVER, ClusterState, NodeState, OpenIncident
-from streams.core.timeconv import to_datetime
+from streams.core.timeconv import to_datetime, to_seconds
 
 _ROLE_RANK = {
     role: rank
@@ -43,7 +43,7 @@ _ROLE_RANK = {
 
 
 def _evidence_key(item: Evidence) -> tuple[float, str]:
-    return (item.time.timestamp(), item.event_id)
+    return (to_seconds(item.time), item.event_id)
 
 
 S = TypeVar("S", NodeState, ClusterState)
@@ -107,7 +107,7 @@ class KeyStep(Generic[S]):
             inc.evidence_omitted += 1
         else:
             inc.evidence.append(item)
-        seen = item.time.timestamp()
+        seen = to_seconds(item.time)
         inc.last_seen = max(inc.last_seen, seen)
         if not context:
             inc.first_seen = min(inc.first_seen, seen)

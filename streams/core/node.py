@@ -61,6 +61,7 @@ from streams.core.state import (
     split_gpu_key,
     unpack_uuid,
 )
+from streams.core.timeconv import to_seconds
 
 _UNKNOWN_XID = XidRule()
 _RECENT_XIDS: Final = 3
@@ -131,7 +132,7 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
         for term in (status.last_terminated, status.terminated):
             if term is None or term.finished_at is None:
                 continue
-            finished = term.finished_at.timestamp()
+            finished = to_seconds(term.finished_at)
             if finished <= ctr.last_finished:
                 continue
             ctr.last_finished = finished
@@ -220,7 +221,7 @@ def _is_fresh(term: Termination | None, ctr: ContainerTrack) -> bool:
     return (
         term is not None
         and term.finished_at is not None
-        and term.finished_at.timestamp() > ctr.last_finished
+        and to_seconds(term.finished_at) > ctr.last_finished
     )
 
 
@@ -1026,7 +1027,7 @@ def _routine_status(
     handled = ctr.last_finished
     for term in (last, terminated):
         done = None if term is None else term.finished_at
-        if done is not None and done.timestamp() > handled:
+        if done is not None and to_seconds(done) > handled:
             return False
     return True
 
@@ -1094,7 +1095,7 @@ def admits(
         # since (two Hypothesis counterexamples of the property tests).
         if track is None or track.failed:
             return False
-        when = event.time.timestamp()
+        when = to_seconds(event.time)
         return when > track.failure_at and not _seen_since(track, when)
     return False
 

@@ -1,8 +1,9 @@
 """Conversions between event time (timezone-aware datetimes) and float seconds.
 
-The rules compare floats (cheap); records carry datetimes. Every ingested event's time
-is converted once (:func:`to_seconds`). Converting a float back is only needed when a
-*timer* produces a revision (there is no event whose ``time`` we could reuse).
+The rules compare floats (cheap); records carry datetimes. Every datetime the core reads
+becomes seconds through :func:`to_seconds`, one conversion everywhere. Converting a float
+back is only needed when a *timer* produces a revision (there is no event whose ``time``
+we could reuse).
 ``fromtimestamp`` with an explicit UTC zone is deterministic: it reads no clock and no
 local timezone. Trap: a naive datetime (never decoded: the codec requires a zone, but a
 caller can build one) is read in the local zone by :func:`to_seconds`, as

@@ -100,6 +100,7 @@ from streams.core.state import (
     split_gpu_key,
     unpack_uuid,
 )
+from streams.core.timeconv import to_seconds
 
 KIND = "device_unhealthy_eviction"
 SUBJECT = "chain"
@@ -337,7 +338,7 @@ def on_failure(step: Step, info: PodInfo, evidence: Evidence) -> bool:
 def _belongs(step: Step, info: PodInfo, evidence: Evidence, when: float) -> bool:
     """Is this failure the chain's device's doing? (See the module docstring.)"""
     state = step.state
-    times = [t.time.timestamp() for t in state.chain_triggers]
+    times = [to_seconds(t.time) for t in state.chain_triggers]
     fatal = bool(state.chain_codes)
     return belongs_to(step, info, evidence, when, state.chain_gpus, times, fatal=fatal)
 
@@ -751,7 +752,7 @@ def _join(step: Step, info: PodInfo, evidence: Evidence) -> None:
             step.add_evidence(repeat, evidence)
             return
         degraded = step.find(DEGRADED, DEGRADED_SUBJECT)
-        first = min(t.time.timestamp() for t in state.chain_triggers)
+        first = min(to_seconds(t.time) for t in state.chain_triggers)
         if degraded is not None and older_fault(step, degraded, first):
             inc = _open_chain(step, first)
             _supersede(step, degraded, inc)
@@ -853,7 +854,7 @@ def older_fault(step: Step, degraded: OpenIncident, first: float) -> bool:
         return False
     persisting = state.degraded_since is not None and state.degraded_since < cutoff
     for item in degraded.evidence:
-        if item.time.timestamp() >= cutoff:
+        if to_seconds(item.time) >= cutoff:
             continue
         if item.schema == "node.v1":
             if persisting:
@@ -915,7 +916,7 @@ def _escalate(step: Step, info: PodInfo, evidence: Evidence) -> bool:
     inc = step.find(DEGRADED, DEGRADED_SUBJECT)
     if inc is None:
         return False
-    times = [e.time.timestamp() for e in inc.evidence if fault_evidence(e)]
+    times = [to_seconds(e.time) for e in inc.evidence if fault_evidence(e)]
     fatal = bool(inc.attributes.get("xids"))
     if not belongs_to(step, info, evidence, step.now, inc.gpus.items(), times, fatal=fatal):
         return False

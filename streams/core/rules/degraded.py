@@ -74,6 +74,7 @@ from streams.core.state import (
     gpu_ref,
     pods_on,
 )
+from streams.core.timeconv import to_seconds
 
 KIND = chain.DEGRADED
 SUBJECT = chain.DEGRADED_SUBJECT
@@ -139,7 +140,7 @@ def _another_faults_drop(step: Step, inc: OpenIncident) -> bool:
     state = step.state
     if not state.chain_codes or not chain.armed(step):
         return False
-    first = min(t.time.timestamp() for t in state.chain_triggers)
+    first = min(to_seconds(t.time) for t in state.chain_triggers)
     return chain.older_fault(step, inc, first)
 
 
@@ -170,7 +171,7 @@ def _xid_deadline(step: Step, inc: OpenIncident) -> float | None:
     if "xids" not in inc.attributes:
         return None
     times = [
-        e.time.timestamp()
+        to_seconds(e.time)
         for e in inc.evidence
         if e.schema != "node.v1" and chain.fault_evidence(e)
     ]
@@ -250,7 +251,7 @@ def recurrence(step: Step, item: Evidence, gpu: GpuTrack, code: int) -> bool:
         return False
     horizon = step.now - step.config.xid_repeat_window_seconds
     return any(
-        o.event_id != item.event_id and o.time.timestamp() > horizon
+        o.event_id != item.event_id and to_seconds(o.time) > horizon
         for o in gpu.fatal.get(code, ())
     )
 

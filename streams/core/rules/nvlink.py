@@ -70,7 +70,7 @@ from streams.core.state import (
     gpu_ref,
     split_gpu_key,
 )
-from streams.core.timeconv import to_datetime
+from streams.core.timeconv import to_datetime, to_seconds
 
 KIND = "multi_gpu_pod_without_nvlink"
 _SCHEMA = "gpu_topology.v1"
@@ -156,7 +156,7 @@ def topology_of(ev: GpuTopologyEvent) -> NodeTopology:
         islands=intern(" ".join("-".join(map(str, g)) for g in islands(members, ordered))),
         source=ev.source,
         event_id=ev.id,
-        time=ev.time.timestamp(),
+        time=to_seconds(ev.time),
     )
 
 

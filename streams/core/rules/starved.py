@@ -66,7 +66,7 @@ from streams.core.config import CoreConfig
 from streams.core.lifecycle import ClusterStep
 from streams.core.rules.spec import ClusterRule
 from streams.core.state import NEVER, ClusterState, GroupTrack, OpenIncident, PendingPod
-from streams.core.timeconv import to_datetime
+from streams.core.timeconv import to_datetime, to_seconds
 
 STARVED = "gpu_pods_starved"
 SCALE_UP = "scale_up_failure"
@@ -119,7 +119,7 @@ def on_autoscaler(step: ClusterStep, ev: AutoscalerEvent) -> None:
     failure = ev.action in FAILURES or (ev.action == "backoff" and ev.reason in _RANK)
     if ev.action == "backoff" and ev.until is not None:
         group = _group(state, group_name, config)
-        group.until = max(group.until, ev.until.timestamp())
+        group.until = max(group.until, to_seconds(ev.until))
         inc = step.find(SCALE_UP, group_name)
         if inc is not None and not failure:  # say the new backoff on the open incident
             _describe_failure(step, inc, group_name, group)

@@ -27,6 +27,7 @@ from streams.core.rules import chain, degraded
 from streams.core.rules.pods import pod_info
 from streams.core.rules.spec import NodeRule
 from streams.core.state import NEVER, GpuTrack, NodeState, gpu_ref, pods_on, unpack_uuid
+from streams.core.timeconv import to_seconds
 
 APP = "gpu_app_fault"
 REPEAT = chain.REPEAT
@@ -167,7 +168,7 @@ def on_fatal(
         del occurrences[0]
     inc = step.find(REPEAT, subject)
     if inc is None:
-        first = occurrences[0].time.timestamp()
+        first = to_seconds(occurrences[0].time)
         if len(occurrences) < config.xid_repeat_count:
             return
         if step.now - first > config.xid_repeat_window_seconds:

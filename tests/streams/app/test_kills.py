@@ -249,7 +249,7 @@ def test_a_survivor_takes_over_a_killed_members_backlog_as_a_replay_would(
     pool = ThreadPoolExecutor(1)
     produced = pool.submit(
         lambda: (
-            produce_signed(kafka, events, held=(30, second))
+            produce_signed(kafka, events, chunks=60, held=(30, second))  # half, then half
             if signed
             else produce_events(kafka, events)
         )
