@@ -33,7 +33,9 @@ STATE_LABEL = "dgxc.nvidia.com/nvsentinel-state"
 """NVSentinel's node-drainer sets this label as it remediates a node (its log: "Label
 updated successfully for node", NVIDIA/NVSentinel#714): a label no cluster rule reads."""
 PLEG = "PLEG is not healthy: pleg was last seen active {}m0.{}s ago; threshold is 3m0s"
-"""The kubelet's NotReady message when its pod lifecycle loop stalls (format string)."""
+"""The kubelet's NotReady message when its pod lifecycle loop stalls (format-string
+provenance: kubernetes pkg/kubelet/pleg/generic.go ``Healthy``, "pleg was last seen active
+%v ago; threshold is %v", wrapped by the runtime state as "PLEG is not healthy: %v")."""
 HEALTH_TAINT = Taint(key="nvidia.com/gpu-health", value="unhealthy", effect="NoSchedule")
 """A health controller's taint: not a removal, not read by the cluster key."""
 
