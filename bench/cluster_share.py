@@ -23,6 +23,14 @@ Kafka's default partitioner (murmur2), as the producer places them.
 
     python -m bench.cluster_share                        # the core bench's stream
     python -m bench.cluster_share --file day.jsonl       # any stream of raw records
+    python -m bench.cluster_share --why                  # what the router sends, and why
+
+``--why`` breaks the cluster key's input under the router down by schema and reason: the
+cluster key's own records (pending pods: an object's first, a repeat of what the cluster
+rules read of it, a change; autoscaler records, Kubernetes Events) and the copies, by what
+changed since the object's previous copy (a pod left pending, started or stopped holding
+GPUs; a node's readiness, labels, taints; a GPU bound or freed; an object's first copy; an
+unchanged one, refreshed or re-sent after a stale record).
 """
 
 from __future__ import annotations
@@ -42,8 +50,16 @@ from bench.core_bench import load_stream
 from connectors.kafka.producer import partition_of
 from gputriage.simulate import StreamSpec
 from schemas.codec import AnyEvent, decode_event
-from schemas.events import GpuBindingEvent, NodeEvent, PodEvent
-from schemas.keys import Router, correlation_key, gpu_devices, holds_gpus, is_copy, key_node
+from schemas.events import GpuBindingEvent, NodeEvent, PodEvent, XidEvent
+from schemas.keys import (
+    Router,
+    correlation_key,
+    finished,
+    gpu_devices,
+    holds_gpus,
+    is_copy,
+    key_node,
+)
 from schemas.topics import DEFAULT_PARTITIONS
 from streams.core.config import CoreConfig
 
@@ -175,7 +191,124 @@ class NodeSummaries:
         return True
 
 
-def measure(events: Iterable[AnyEvent], partitions: int) -> dict[str, Any]:
+class Composition:
+    """The cluster key's input under the router, by schema and reason (``--why``).
+
+    Reasons are read from the records themselves, against the object's previous record on
+    the cluster key (not from the router's memory), so they say what the cluster key
+    learned from each one."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str]] = Counter()
+        self._pods: dict[tuple[str, str, str], tuple[str, int]] = {}
+        self._pending: dict[tuple[str, str, str], object] = {}
+        self._nodes: dict[tuple[str, str], tuple[object, ...]] = {}
+        self._gpus: dict[tuple[str, str, str, int | None], bool] = {}
+
+    def add(self, event: AnyEvent) -> None:
+        """Count one record the router sent the cluster key."""
+        if isinstance(event, PodEvent):
+            what, why = self._pod(event)
+        elif isinstance(event, NodeEvent):
+            what, why = "node copy", self._node(event)
+        elif isinstance(event, GpuBindingEvent):
+            key = (
+                event.cluster,
+                event.node,
+                event.gpu_uuid or event.pci_bus_id,
+                event.gpu_instance,
+            )
+            bound = bool(event.pods)
+            was = self._gpus.get(key)
+            self._gpus[key] = bound
+            what = "binding copy"
+            if was is None:
+                why = "first of its GPU"
+            elif was == bound:
+                why = "unchanged (refresh, or after a stale record)"
+            else:
+                why = "GPU bound" if bound else "GPU freed"
+        elif isinstance(event, XidEvent):
+            what, why = "XID copy", f"fabric XID {event.code}"
+        else:
+            what, why = type(event).__name__, "the cluster key's own"
+        self.counts[what, why] += 1
+
+    def _pod(self, ev: PodEvent) -> tuple[str, str]:
+        key = (ev.cluster, ev.namespace, ev.name)
+        if not is_copy(ev):  # a pending pod's own record
+            cond = ev.scheduled
+            view = (
+                ev.owner_kind,
+                ev.owner_name,
+                sorted(ev.gpu_requests.items()),
+                ev.gpu_share,
+                ev.phase,
+                ev.deleted_at is not None or ev.op == "deleted",
+                (cond.status, cond.reason, cond.message) if cond is not None else None,
+            )
+            was = self._pending.get(key)
+            self._pending[key] = view
+            self._pods[key] = ("", 0)
+            if was is None:
+                return "pending pod", "first of its pod"
+            return "pending pod", "repeat of what the rules read" if was == view else "changed"
+        held = gpu_devices(ev.gpu_requests)[0] if holds_gpus(ev) else 0
+        now = (ev.node, held)
+        placed = self._pods.get(key)
+        self._pods[key] = now
+        self._pending.pop(key, None)
+        if placed is None:
+            why = "first of its pod"
+        elif placed == now:
+            why = "unchanged (refresh, or after a stale record)"
+        elif not placed[0]:
+            why = "left pending (scheduled)" if not held else "left pending, holding GPUs"
+        elif placed[0] != ev.node:
+            why = "moved to another node"
+        elif held and not placed[1]:
+            why = "started holding GPUs"
+        elif placed[1] and not held:
+            deleting = finished(ev) and ev.phase == "Running"
+            why = f"stopped holding GPUs ({'deleted' if deleting else ev.phase or ev.op})"
+        else:
+            why = "GPU count changed"
+        return "pod copy", why
+
+    def _node(self, ev: NodeEvent) -> str:
+        key = (ev.cluster, ev.node)
+        ready = tuple((c.status, c.message) for c in ev.conditions if c.type == "Ready")
+        view: tuple[object, ...] = (ev.op == "deleted", ev.labels, ready, ev.taints)
+        was = self._nodes.get(key)
+        self._nodes[key] = view
+        if was is None:
+            return "first of its node"
+        changed = [
+            name
+            for name, before, after in zip(
+                ("deleted", "labels", "ready", "taints"), was, view, strict=True
+            )
+            if before != after
+        ]
+        return "+".join(changed) or "unchanged (refresh, or after a stale record)"
+
+    def table(self, engine_events: int) -> str:
+        """The composition, largest first, as shares of the engine's events."""
+        total = sum(self.counts.values())
+        lines = [
+            f"the cluster key's input under the router: {total:,} of {engine_events:,} "
+            f"engine events ({100 * total / max(engine_events, 1):.2f}%)",
+            "",
+            f"{'records':>10}{'share':>8}  what: why",
+        ]
+        for (what, why), count in sorted(self.counts.items(), key=lambda x: (-x[1], x[0])):
+            lines.append(f"{count:10,}{100 * count / max(engine_events, 1):7.2f}%  {what}: {why}")
+        return "\n".join(lines)
+
+
+def measure(
+    events: Iterable[AnyEvent], partitions: int, composition: Composition | None = None
+) -> dict[str, Any]:
     tallies = {name: Tally(partitions) for name in DESIGNS}
     router = Router()
     summaries = NodeSummaries()
@@ -199,6 +332,8 @@ def measure(events: Iterable[AnyEvent], partitions: int) -> dict[str, Any]:
                 tallies["(b') node settles"].add(routed)
         for routed in router.route(event):
             tallies["(a) router"].add(routed)
+            if composition is not None and not key_node(routed):
+                composition.add(routed)
     seconds = max((last or 0.0) - (first or 0.0), 1.0)
     return {
         "hours": seconds / 3600,
@@ -233,20 +368,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=defaults.seed)
     parser.add_argument("--partitions", type=int, default=DEFAULT_PARTITIONS)
     parser.add_argument("--json", action="store_true", help="print the results as JSON")
+    parser.add_argument(
+        "--why", action="store_true", help="also break the router's cluster key input down"
+    )
     args = parser.parse_args(argv)
+    composition = Composition() if args.why else None
     if args.file is not None:
         source = str(args.file)
         with args.file.open("rb") as lines:
-            result = measure((decode_event(line) for line in lines), args.partitions)
+            result = measure((decode_event(line) for line in lines), args.partitions, composition)
     else:
         spec = StreamSpec(events=args.events, nodes=args.nodes, seed=args.seed)
         lines, _ = load_stream(spec, cache=True)
         source = f"{spec.events:,} events, {spec.nodes:,} nodes, seed {spec.seed}"
-        result = measure((decode_event(line) for line in lines), args.partitions)
+        result = measure((decode_event(line) for line in lines), args.partitions, composition)
+    if composition is not None:
+        engine = result["designs"]["(a) router"]["engine_events"]
+        result["composition"] = {
+            f"{what}: {why}": n for (what, why), n in composition.counts.items()
+        }
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         print(report(result, source))
+        if composition is not None:
+            print()
+            print(composition.table(engine))
     return 0
 
 

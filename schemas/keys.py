@@ -110,8 +110,35 @@ def holds_gpus(ev: PodEvent) -> bool:
 
 
 _PodView = tuple[str, int]
-_NodeView = tuple[bool, dict[str, str], tuple[str, str], tuple[Taint, ...]]
+_NodeView = tuple[bool, dict[str, str], tuple[str, bool], tuple[Taint, ...]]
 _PENDING: Final = ("", 0)
+
+CLUSTER_LABELS: Final = (
+    "nvidia.com/gpu.clique",
+    "nvidia.com/gpu.replicas",
+    "nvidia.com/gpu.sharing-strategy",
+)
+"""The node labels a cluster-scoped rule reads: the NVLink domain (``nvlink_domain_fault``)
+and whether the node's GPUs are shared (``allocation_mismatch`` leaves such nodes out).
+A node copy carries these alone, and a change of another label is not copied: GPU nodes'
+labels move for reasons of their own (a remediation controller's state label, feature
+discovery's). Trap: a cluster rule that reads another label must add it here, or its
+changes never reach the cluster key (a test checks the rules' label names are listed)."""
+REMOVAL_TAINTS: Final = frozenset(
+    (
+        "karpenter.sh/disrupted",
+        "karpenter.sh/disruption",
+        "ToBeDeletedByClusterAutoscaler",
+        "node.kubernetes.io/out-of-service",
+    )
+)
+"""The taints by which ``allocation_mismatch`` leaves a node being removed out
+(``streams.core.rules.disruption.removing``); a cordon or a health controller's taint is
+not read there, so it is neither copied nor a change."""
+SHUTTING_DOWN: Final = "node is shutting down"
+"""The kubelet's Ready message during a graceful shutdown: of the Ready message, the cluster
+key reads only whether it says this (a NotReady node's message moves with every update:
+"PLEG is not healthy: pleg was last seen active 3m0.2s ago")."""
 
 REFRESH_SECONDS: Final = 6 * 3600.0
 """An object whose view has not changed is copied again once this much of its own event
@@ -136,7 +163,8 @@ class Router:
 
     The cluster-scoped rules read little of the node-scoped records: which pod left
     pending for a node, each running GPU pod's node and GPU count, what dcgm-exporter
-    binds per GPU, each GPU node's labels, readiness, taints and domain. Copying every
+    binds per GPU, whether each GPU node is shared, ready, being removed, and its NVLink
+    domain. Copying every
     GPU pod update there (as the stateless routing did) made one partition carry half of
     the engine's events. So a router remembers, per object, the *view* of it it last sent
     the cluster key, and sends a (slimmed) copy only when the view changes: the input
@@ -295,6 +323,10 @@ class Router:
         return msgspec.structs.replace(ev, scope="cluster")
 
     def _node(self, ev: NodeEvent) -> NodeEvent | None:
+        """The view of a GPU node: deleted or not, the labels in :data:`CLUSTER_LABELS`,
+        Ready's status and whether its message says the node shuts down, the taints in
+        :data:`REMOVAL_TAINTS`; the copy carries exactly these (and the whole Ready
+        condition), so what the cluster key reads of it is what the view compared."""
         if ev.scope == "cluster":
             return None
         key = (ev.cluster, ev.node)
@@ -302,12 +334,15 @@ class Router:
             if ev.op == "deleted":
                 self._nodes.pop(key, None)
             return None
-        ready = ("", "")
+        ready: tuple[str, bool] = ("", False)
         for condition in ev.conditions:
             if condition.type == "Ready":
-                ready = (condition.status, condition.message)
+                ready = (condition.status, SHUTTING_DOWN in condition.message.lower())
                 break
-        view = (ev.op == "deleted", ev.labels, ready, ev.taints)
+        labels = ev.labels
+        read = {name: labels[name] for name in CLUSTER_LABELS if name in labels}
+        taints = tuple(t for t in ev.taints if t.key in REMOVAL_TAINTS)
+        view = (ev.op == "deleted", read, ready, taints)
         if not self._news(self._nodes, key, view, ev):
             return None
         return msgspec.structs.replace(
@@ -315,6 +350,8 @@ class Router:
             scope="cluster",
             allocatable={},
             conditions=tuple(c for c in ev.conditions if c.type == "Ready"),
+            labels=read,
+            taints=taints,
         )
 
     def _binding(self, ev: GpuBindingEvent) -> GpuBindingEvent | None:

@@ -25,7 +25,7 @@ import pytest
 
 from gputriage.simulate import StreamSpec, generate_lines
 from schemas.codec import AnyEvent, decode_event, encode
-from schemas.events import PodEvent
+from schemas.events import CORDON_TAINT, NodeEvent, PodEvent, Taint
 from schemas.keys import Router
 from streams import native
 from streams.config import default_core_config
@@ -74,9 +74,34 @@ def _generated(events: int, nodes: int, seed: int, clusters: int = 2) -> list[by
     return list(generate_lines(spec))
 
 
+_STATES = ("", "quarantined", "draining", "remediating")
+
+
+def _churned(lines: list[bytes]) -> list[bytes]:
+    """``lines`` with every GPU node record also moving what no cluster rule reads: a
+    remediation controller's state label, a cordon, on and off (the router must not
+    copy them, and the incidents must not change)."""
+    out = []
+    for n, line in enumerate(lines):
+        event = decode_event(line)
+        if isinstance(event, NodeEvent) and event.capacity:
+            state = {"dgxc.nvidia.com/nvsentinel-state": _STATES[n % 4]}
+            cordon = (Taint(key=CORDON_TAINT, effect="NoSchedule"),) if n % 3 else ()
+            event = msgspec.structs.replace(
+                event, labels={**event.labels, **state}, taints=(*event.taints, *cordon)
+            )
+            out.append(encode(event))
+        else:
+            out.append(line)
+    return out
+
+
 STREAMS = {
     "generated, 200 nodes, 2 clusters": lambda: _generated(40_000, 200, 3),
     "generated, 50 nodes, 1 cluster": lambda: _generated(40_000, 50, 11, clusters=1),
+    "generated, 50 nodes, 1 cluster, node churn": lambda: _churned(
+        _generated(40_000, 50, 11, clusters=1)
+    ),
     "the example scenario": lambda: (EXAMPLES / "scenario.jsonl").read_bytes().splitlines(),
 }
 
@@ -279,6 +304,21 @@ def test_copies_only_on_change_give_what_every_copy_gives(name: str) -> None:
     some, every = run(events)[0], run(events, every_copy=True)[0]
     assert some == every
     assert len(some) > 0
+
+
+def test_node_churn_no_cluster_rule_reads_costs_the_cluster_key_no_copy() -> None:
+    """The churned stream's node records are copied exactly as often as the plain one's:
+    a label or a taint no cluster rule reads is no news to the cluster key."""
+
+    def node_copies(lines: list[bytes]) -> int:
+        router = Router()
+        routed = (router.route(decode_event(line)) for line in lines)
+        return sum(1 for out in routed for ev in out[1:] if isinstance(ev, NodeEvent))
+
+    plain = _generated(40_000, 50, 11, clusters=1)
+    churned = _churned(plain)
+    assert churned != plain
+    assert node_copies(churned) == node_copies(plain) > 0
 
 
 @pytest.mark.parametrize("name", EDGES)
