@@ -30,6 +30,10 @@ Traps, and what this module does about them:
   (:func:`inputs`: not only the compiled modules, but every module whose types they
   were compiled against); :func:`guard` recomputes it and, on any difference, makes
   every compiled module import from source, with a warning.
+* **A module dropped from the build keeps its extension.** The guard looks for extension
+  modules on disk (:func:`extension_modules`), not only for those :data:`COMPILED`
+  names: one left by an earlier build is refused with the rest, and ``native_build
+  clean`` removes it.
 * ``GPUTRIAGE_PURE_PYTHON=1`` forces the sources (a differential test runs both).
 * Compiled code binds calls between its modules early: monkeypatching a core
   function from a test has no effect on compiled callers. Tests must not do that.
@@ -72,14 +76,15 @@ ROOT_MODULES = (
     "streams.core.cluster",
     "streams.core.lifecycle",
     "streams.core.evidence",
-    "streams.core.timeconv",
 )
 """The engine's modules mypyc compiles (``state``, ``config``, ``snapshot`` hold msgspec
 Structs and stay Python; ``shortcuts`` is a switch the tests flip)."""
 
-SCHEMA_MODULES = ("schemas.keys",)
+SCHEMA_MODULES = ("schemas.keys", "schemas.timeconv")
 """The schemas mypyc compiles: the router, run for every record by the producers, the
-replay and the worker (the others hold msgspec Structs)."""
+replay and the worker, and the event-time conversion it shares with the core (the others
+hold msgspec Structs). ``streams.core.timeconv`` only re-exports the latter and stays
+Python: the compiled core calls the original natively."""
 
 
 def rule_modules(root: Path = ROOT) -> tuple[str, ...]:
@@ -153,9 +158,29 @@ def ext_tail() -> str:
     return ".so" if os.name != "nt" else ".pyd"
 
 
+PACKAGES = ("schemas", "streams")
+"""The packages whose modules may have been compiled, by this build or an earlier one."""
+
+
+def extension_modules() -> dict[str, list[Path]]:
+    """Every module of :data:`PACKAGES` with an extension module beside its source (the
+    group's own library aside), found on disk: also one an earlier build compiled and
+    this one no longer does, whose extension would shadow its source all the same."""
+    found: dict[str, list[Path]] = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob(f"*{ext_tail()}")):
+            stem = path.name.split(".", 1)[0]
+            source = path.with_name(stem + ".py")
+            if stem.endswith("__mypyc") or not source.is_file():
+                continue
+            name = ".".join(source.relative_to(ROOT).with_suffix("").parts)
+            found.setdefault(name, []).append(path)
+    return found
+
+
 def built() -> bool:
-    """Are there extension modules for any compiled module next to its source?"""
-    return any(extensions(m) for m in COMPILED)
+    """Are there extension modules for any module next to its source?"""
+    return bool(extension_modules())
 
 
 def stale_reason() -> str:
@@ -163,9 +188,13 @@ def stale_reason() -> str:
     also when one compiled module has none (an earlier build that compiled fewer)."""
     if not STAMP.exists():
         return f"no {STAMP.name} stamp next to them"
-    missing = [module for module in COMPILED if not extensions(module)]
+    found = extension_modules()
+    missing = [module for module in COMPILED if module not in found]
     if missing:
         return f"no extension module for {', '.join(missing)} (run `make native`)"
+    extra = sorted(set(found) - set(COMPILED))
+    if extra:
+        return f"an extension module for {', '.join(extra)}, no longer compiled (run `make native`)"
     try:
         if STAMP.read_text().strip() != source_digest():
             return "the sources changed since they were built (run `make native`)"
@@ -175,12 +204,16 @@ def stale_reason() -> str:
 
 
 class _SourceFirst(importlib.abc.MetaPathFinder):
-    """Import the compiled modules from their ``.py`` files, whatever is beside them."""
+    """Import the compiled modules (and any other with an extension beside it) from their
+    ``.py`` files, whatever is beside them."""
+
+    def __init__(self, modules: frozenset[str]) -> None:
+        self.modules = modules
 
     def find_spec(
         self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
     ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in COMPILED:
+        if fullname not in self.modules:
             return None
         return importlib.util.spec_from_file_location(fullname, source_of(fullname))
 
@@ -212,7 +245,7 @@ def guard() -> None:
     if not reason:
         return
     _FORCED.append(reason)
-    sys.meta_path.insert(0, _SourceFirst())
+    sys.meta_path.insert(0, _SourceFirst(frozenset(COMPILED) | set(extension_modules())))
     if not pure_requested():
         warnings.warn(
             f"{STALE_WARNING}: {reason}; running the Python sources of gputriage's core",

@@ -10,6 +10,7 @@ from __future__ import annotations
 from schemas.native import (
     COMPILED,
     GROUP,
+    PACKAGES,
     PURE_ENV,
     ROOT,
     ROOT_MODULES,
@@ -19,6 +20,7 @@ from schemas.native import (
     active,
     built,
     ext_tail,
+    extension_modules,
     extensions,
     forced,
     guard,
@@ -33,6 +35,7 @@ from schemas.native import (
 __all__ = [
     "COMPILED",
     "GROUP",
+    "PACKAGES",
     "PURE_ENV",
     "ROOT",
     "ROOT_MODULES",
@@ -42,6 +45,7 @@ __all__ = [
     "active",
     "built",
     "ext_tail",
+    "extension_modules",
     "extensions",
     "forced",
     "guard",

@@ -28,7 +28,7 @@ from streams.native import (
     STAMP,
     built,
     ext_tail,
-    extensions,
+    extension_modules,
     inputs,
     source_digest,
     source_of,
@@ -50,8 +50,10 @@ def _group_files() -> list[Path]:
 
 
 def clean() -> None:
-    for module in COMPILED:
-        for path in extensions(module):
+    """Remove every extension module beside a source (also one an earlier build compiled
+    and this one does not), the group's library and the stamp."""
+    for paths in extension_modules().values():
+        for path in paths:
             path.unlink()
     for path in _group_files():
         path.unlink()

@@ -122,3 +122,21 @@ def test_pure_python_forces_the_routers_source(tmp_path: Path) -> None:
     _needs_a_build()
     tree = _tree(tmp_path)
     assert _run(tree, "-c", _PRODUCER, pure=True) == ["Python False", "quiet", "Python"]
+
+
+def test_an_extension_left_by_an_earlier_build_is_refused(tmp_path: Path) -> None:
+    """A module the build no longer compiles (``streams.core.timeconv`` moved to the
+    schemas) keeps an older extension beside its source, which Python would import first:
+    the guard finds it on disk, refuses the group and imports that module's source."""
+    _needs_a_build()
+    tree = _tree(tmp_path)
+    [keys_ext] = native.extensions("schemas.keys")
+    leftover = tree / "schemas" / f"codec.{keys_ext.name.split('.', 1)[1]}"
+    shutil.copy2(keys_ext, leftover)
+    probe = _PRODUCER + "from schemas import codec; print(codec.__file__.endswith('.py'))\n"
+    assert _run(tree, "-c", probe) == ["Python False", "warned", "Python", "True"]
+    [status] = _run(tree, "-m", "streams.native_build", "status")
+    assert "an extension module for schemas.codec, no longer compiled" in status, status
+    _run(tree, "-m", "streams.native_build", "clean")
+    assert not leftover.exists()
+    assert not (tree / native.STAMP.relative_to(ROOT)).exists()
