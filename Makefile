@@ -20,13 +20,15 @@ $(STAMP): pyproject.toml
 	$(PIP) install -e '.[test,demo,bench]'
 	@touch $@
 
-# The correlation core compiled with mypyc (streams/native.py says why and how it is
-# guarded): rebuilt when a core source changes. Without a C compiler the build fails,
-# says so, and the Python sources run: slower, the same incidents.
-NATIVE := streams/core/.native-digest
+# The correlation core and the router (schemas/keys.py) compiled with mypyc
+# (schemas/native.py says why and how it is guarded): rebuilt when a source changes.
+# Without a C compiler the build fails, says so, and the Python sources run: slower, the
+# same incidents.
+NATIVE := schemas/.native-digest
 native: $(NATIVE)
 
-# Its inputs: the core and the schemas it is compiled against (streams/native.py: inputs).
+# Its inputs: the core, the schemas (the router is one of them; the others are what it is
+# compiled against: schemas/native.py, inputs), and the build's own modules.
 NATIVE_INPUTS := $(wildcard streams/__init__.py streams/core/*.py streams/core/rules/*.py schemas/*.py) \
   streams/native.py streams/native_build.py pyproject.toml
 $(NATIVE): $(STAMP) $(NATIVE_INPUTS)

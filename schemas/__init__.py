@@ -3,9 +3,17 @@
 Everything that crosses a process boundary (a Kafka topic, a recorded file, a
 bridge payload) is one of the ``msgspec.Struct`` types defined here, encoded by
 :mod:`schemas.codec`. Nothing else encodes or decodes records.
+
+Importing this package first runs :func:`schemas.native.guard`: :mod:`schemas.keys` is
+compiled with the core (mypyc), and a producer imports it without ``streams``, so the
+check that a compiled module matches its source must run here, before any of them.
 """
 
-from schemas.events import (
+from schemas.native import guard
+
+guard()
+
+from schemas.events import (  # noqa: E402 - after the guard: it decides what imports
     AutoscalerEvent,
     ContainerStatus,
     Event,
@@ -26,7 +34,7 @@ from schemas.events import (
     Tick,
     XidEvent,
 )
-from schemas.incidents import Evidence, GpuRef, Incident, PodInfo
+from schemas.incidents import Evidence, GpuRef, Incident, PodInfo  # noqa: E402
 
 __all__ = [
     "AutoscalerEvent",

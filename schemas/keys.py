@@ -45,6 +45,7 @@ import msgspec
 from schemas.codec import AnyEvent
 from schemas.events import GpuBindingEvent, NodeEvent, PodEvent, Taint, XidEvent
 from schemas.progress import DEFAULT_GRACE_SECONDS
+from schemas.timeconv import to_seconds
 
 POD_RESOURCES: Final = "pod-resources"
 """The ``source`` of the kubelet's bindings (:attr:`GpuBindingEvent.source`)."""
@@ -256,7 +257,7 @@ class Router:
         cluster key may drop it as stale (it sorts behind that key's position, e.g. a
         relisted object stamped with its own older time), so the object's next record
         must be copied whatever it says."""
-        when = ev.time.timestamp()
+        when = to_seconds(ev.time)
         gone = getattr(ev, "op", "") == "deleted"
         last = memory.pop(key, None) if gone else memory.get(key)
         news = last is None or last[0] != view or when - last[1] >= REFRESH_SECONDS

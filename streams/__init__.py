@@ -1,7 +1,9 @@
 """Stream processing: the pure correlation core (``streams.core``) and its configuration.
 
-Importing this package first checks that a compiled core, if one is built, was built
-from the sources beside it (:func:`streams.native.guard`); else the sources run.
+Importing this package first checks that the compiled modules, if built, were built
+from the sources beside them (:func:`schemas.native.guard`, which ``schemas`` already
+runs on its own import: the connectors import the compiled router without this
+package); else the sources run.
 """
 
 from streams.native import guard

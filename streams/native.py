@@ -1,208 +1,58 @@
-"""The correlation core compiled with mypyc, and the guard that keeps it honest.
+"""The compiled core's guard, as the processor's side names it: :mod:`schemas.native`.
 
-Why: the core is plain, fully typed Python (mypy strict), so mypyc can compile the
-same sources to C extension modules without a line changed; on the bench's stream
-that is ~1.5x the events per second of the interpreter (issue 14, ``make bench``
-prints which one ran). The Python sources stay the reference: every module works
-uncompiled, and a machine without a C compiler simply runs them.
-
-Build it with ``make native`` (``make test``, ``make demo`` and ``make bench`` run it;
-:mod:`streams.native_build`).
-
-Traps, and what this module does about them:
-
-* **A stale extension shadows its source.** Python imports ``engine.cpython-*.so``
-  before ``engine.py`` from the same directory, so an edit to a compiled module would
-  silently not run. The build writes a stamp (``streams/core/.native-digest``) with
-  the SHA-256 of its inputs (:func:`inputs`: not only the compiled modules, but every
-  module whose types they were compiled against); :func:`guard` (run by
-  ``streams/__init__.py``, before anything of the core is imported) recomputes it
-  and, on any difference, makes the whole core import from source, with a warning.
-  All or nothing: a mix of compiled and interpreted modules of one build would call
-  each other through stale native signatures.
-* ``GPUTRIAGE_PURE_PYTHON=1`` forces the sources (a differential test runs both).
-* Compiled code binds calls between its modules early: monkeypatching a core
-  function from a test has no effect on compiled callers. Tests must not do that.
-* mypyc checks declared types at run time: passing a ``str`` where ``float`` is
-  declared raises ``TypeError`` in compiled code where the interpreter would go on.
-  The whole test suite runs on the compiled core in CI, which is what catches that
-  (``.ci/run`` sets ``GPUTRIAGE_REQUIRE_NATIVE=1``: a failed build, or a differential
-  test that would skip for want of a compiled core, fails there instead).
-* A compiled core's state snapshots may be a few bytes longer than the interpreter's:
-  msgspec's ``omit_defaults`` compares a float field with its default by identity, and
-  compiled code boxes a new float where the interpreter reused the default's object.
-  They decode to equal states; nothing compares changelog bytes.
-* Only modules without msgspec ``Struct`` classes are compiled (mypyc cannot compile
-  classes with a foreign metaclass): ``state``, ``config``, ``snapshot`` stay Python,
-  and their objects are used through ordinary attribute access.
+The mechanics live in the bottom layer because the connectors import the compiled
+:mod:`schemas.keys` without importing ``streams``; this module only re-exports them
+(each setting is declared once, there), for the CLI, the benches and the tests.
 """
 
 from __future__ import annotations
 
-import hashlib
-import importlib.abc
-import importlib.machinery
-import importlib.metadata
-import importlib.util
-import os
-import sys
-import warnings
-from collections.abc import Sequence
-from pathlib import Path
-from types import ModuleType
-
-ROOT = Path(__file__).resolve().parent.parent
-"""The directory holding the ``streams`` package."""
-
-ROOT_MODULES = (
-    "streams.core.engine",
-    "streams.core.node",
-    "streams.core.cluster",
-    "streams.core.lifecycle",
-    "streams.core.evidence",
-    "streams.core.timeconv",
+from schemas.native import (
+    COMPILED,
+    GROUP,
+    PACKAGES,
+    PURE_ENV,
+    ROOT,
+    ROOT_MODULES,
+    SCHEMA_MODULES,
+    STALE_WARNING,
+    STAMP,
+    active,
+    built,
+    ext_tail,
+    extension_modules,
+    extensions,
+    forced,
+    guard,
+    inputs,
+    pure_requested,
+    rule_modules,
+    source_digest,
+    source_of,
+    stale_reason,
 )
-"""The engine's modules mypyc compiles (``state``, ``config``, ``snapshot`` hold msgspec
-Structs and stay Python; ``shortcuts`` is a switch the tests flip)."""
 
-
-def rule_modules(root: Path = ROOT) -> tuple[str, ...]:
-    """Every module of ``streams/core/rules/``, found by name: a new rule module is
-    compiled without editing a list (and :mod:`streams.core.rules.registry` is where it
-    is registered). So a rule module must hold no msgspec Struct (mypyc cannot compile
-    one): its state slice goes in ``streams.core.state``."""
-    folder = root / "streams" / "core" / "rules"
-    names = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
-    return tuple(f"streams.core.rules.{name}" for name in names)
-
-
-COMPILED = ROOT_MODULES + rule_modules()
-"""The modules mypyc compiles: the engine and the rules, the hot path."""
-
-GROUP = "streams.core._native"
-"""mypyc's shared library for the group (``streams/core/_native__mypyc*.so``): inside
-the package, so it imports wherever the package does (an editable install, a wheel)."""
-
-STAMP = ROOT / "streams" / "core" / ".native-digest"
-PURE_ENV = "GPUTRIAGE_PURE_PYTHON"
-
-
-def source_of(module: str) -> Path:
-    return ROOT.joinpath(*module.split(".")).with_suffix(".py")
-
-
-def inputs() -> list[Path]:
-    """Every file a build depends on, in a fixed order.
-
-    Not only the compiled modules: mypyc bakes in the declared types of everything they
-    were checked against (a field of ``schemas/events.py`` or ``streams/core/state.py``
-    that becomes optional makes the compiled code raise ``TypeError`` on the ``None``
-    the sources would accept), and the checker's configuration. So the whole core
-    package, the whole schemas package, ``pyproject.toml`` and this module count. The
-    Makefile asks for the same list (``native_build inputs``).
-    """
-    found = [*ROOT.glob("streams/core/**/*.py"), *ROOT.glob("schemas/**/*.py")]
-    found += [ROOT / "streams" / "__init__.py", Path(__file__).resolve(), ROOT / "pyproject.toml"]
-    return sorted({p for p in found if p.is_file()})
-
-
-def source_digest() -> str:
-    """SHA-256 over the build's inputs (names and bytes) and the mypy that compiles them.
-
-    mypy's version is read from its metadata, not imported (importing mypy at every start
-    of the program would cost ~100 ms); without mypy installed it is "none", which no
-    build ever wrote, so extensions are then used only if built without it (never).
-    """
-    digest = hashlib.sha256()
-    try:
-        mypy = importlib.metadata.version("mypy")
-    except importlib.metadata.PackageNotFoundError:
-        mypy = "none"
-    digest.update(f"mypy {mypy}\0".encode())
-    for path in inputs():
-        digest.update(str(path.relative_to(ROOT)).encode() + b"\0")
-        digest.update(path.read_bytes())
-    return digest.hexdigest()
-
-
-def extensions(module: str) -> list[Path]:
-    source = source_of(module)
-    return sorted(source.parent.glob(f"{source.stem}.*{ext_tail()}"))
-
-
-def ext_tail() -> str:
-    return ".so" if os.name != "nt" else ".pyd"
-
-
-def built() -> bool:
-    """Are there extension modules for the core next to its sources?"""
-    return any(extensions(m) for m in COMPILED)
-
-
-def stale_reason() -> str:
-    """Why the extension modules must not be used ("" if they may)."""
-    if not STAMP.exists():
-        return f"no {STAMP.name} stamp next to them"
-    try:
-        if STAMP.read_text().strip() != source_digest():
-            return "the sources changed since they were built (run `make native`)"
-    except OSError as exc:
-        return f"cannot read the sources: {exc}"
-    return ""
-
-
-class _SourceFirst(importlib.abc.MetaPathFinder):
-    """Import the compiled modules from their ``.py`` files, whatever is beside them."""
-
-    def find_spec(
-        self, fullname: str, path: Sequence[str] | None, target: ModuleType | None = None
-    ) -> importlib.machinery.ModuleSpec | None:
-        if fullname not in COMPILED:
-            return None
-        return importlib.util.spec_from_file_location(fullname, source_of(fullname))
-
-
-_FORCED: list[str] = []
-
-
-STALE_WARNING = "compiled core not used"
-"""The start of the warning a stale build gives (pytest's ``filterwarnings`` names it:
-the project turns warnings into errors, and this one must stay a warning)."""
-
-
-def pure_requested() -> bool:
-    return os.environ.get(PURE_ENV, "").strip().lower() not in ("", "0", "false", "no")
-
-
-def guard() -> None:
-    """Use the compiled core only if it was built from exactly these sources.
-
-    The source-first finder goes in *before* the warning: a warning turned into an error
-    (``-W error``) must not leave the stale extensions importable.
-    """
-    if _FORCED or not built():
-        return
-    reason = f"{PURE_ENV} is set" if pure_requested() else stale_reason()
-    if not reason:
-        return
-    _FORCED.append(reason)
-    sys.meta_path.insert(0, _SourceFirst())
-    if not pure_requested():
-        warnings.warn(
-            f"{STALE_WARNING}: {reason}; running the Python sources of gputriage's core",
-            RuntimeWarning,
-            stacklevel=2,
-        )
-
-
-def forced() -> str:
-    """Why the sources run although extensions are built ("" if they do not)."""
-    return _FORCED[0] if _FORCED else ""
-
-
-def active() -> str:
-    """``"compiled (mypyc)"`` or ``"Python"``: what the imported core is."""
-    engine = sys.modules.get("streams.core.engine")
-    if engine is None:
-        return "not imported"
-    return "compiled (mypyc)" if str(engine.__file__).endswith(ext_tail()) else "Python"
+__all__ = [
+    "COMPILED",
+    "GROUP",
+    "PACKAGES",
+    "PURE_ENV",
+    "ROOT",
+    "ROOT_MODULES",
+    "SCHEMA_MODULES",
+    "STALE_WARNING",
+    "STAMP",
+    "active",
+    "built",
+    "ext_tail",
+    "extension_modules",
+    "extensions",
+    "forced",
+    "guard",
+    "inputs",
+    "pure_requested",
+    "rule_modules",
+    "source_digest",
+    "source_of",
+    "stale_reason",
+]

@@ -1,4 +1,4 @@
-"""Build the compiled core (:mod:`streams.native` says why and guards its use).
+"""Build the compiled core and router (:mod:`schemas.native` says why and guards their use).
 
     python -m streams.native_build build     # compile COMPILED in place, write the stamp
     python -m streams.native_build status    # which core this interpreter would import
@@ -28,21 +28,38 @@ from streams.native import (
     STAMP,
     built,
     ext_tail,
-    extensions,
+    extension_modules,
     inputs,
     source_digest,
     source_of,
     stale_reason,
 )
 
+_OLD_HOMES = (ROOT / "streams" / "core",)
+"""Where earlier builds put the group's library and stamp (before ``schemas.keys`` joined
+the group): cleaned too, so no unguarded leftover lingers in a checkout."""
+
+
+def _group_files() -> list[Path]:
+    home = source_of(GROUP).parent
+    return [
+        path
+        for folder in (home, *_OLD_HOMES)
+        for path in folder.glob(f"{GROUP.rsplit('.', 1)[-1]}__mypyc.*{ext_tail()}")
+    ]
+
 
 def clean() -> None:
-    for module in COMPILED:
-        for path in extensions(module):
+    """Remove every extension module beside a source (also one an earlier build compiled
+    and this one does not), the group's library and the stamp."""
+    for paths in extension_modules().values():
+        for path in paths:
             path.unlink()
-    for path in (ROOT / "streams" / "core").glob(f"_native__mypyc.*{ext_tail()}"):
+    for path in _group_files():
         path.unlink()
     STAMP.unlink(missing_ok=True)
+    for folder in _OLD_HOMES:
+        (folder / STAMP.name).unlink(missing_ok=True)
 
 
 def build() -> None:
@@ -78,8 +95,10 @@ def build() -> None:
         finally:
             os.chdir(here)
         out = Path(scratch)
-        # Only the package's own folders: setuptools also leaves copies under build/.
-        for built_file in (out / "streams").rglob(f"*{ext_tail()}"):
+        # Only the packages' own folders: setuptools also leaves copies under build/.
+        packages = sorted({module.split(".")[0] for module in COMPILED})
+        found = [f for package in packages for f in (out / package).rglob(f"*{ext_tail()}")]
+        for built_file in found:
             target = ROOT / built_file.relative_to(out)
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(built_file, target)
@@ -91,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     command = args[0] if args else "status"
     if command == "build":
         build()
-        print(f"compiled {len(COMPILED)} core modules with mypyc")
+        print(f"compiled {len(COMPILED)} modules (the core and the router) with mypyc")
     elif command == "clean":
         clean()
     elif command == "inputs":

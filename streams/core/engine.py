@@ -65,7 +65,7 @@ from schemas.events import (
     XidEvent,
 )
 from schemas.incidents import Incident
-from schemas.keys import key_of
+from schemas.keys import key_node, key_of
 from streams.core import cluster as cluster_rules
 from streams.core import node as node_rules
 from streams.core.config import CoreConfig
@@ -109,19 +109,6 @@ class CoreStats(msgspec.Struct):
     or a reconnect: objects changed meanwhile come stamped with their own older times)."""
     revisions: int = 0
     timers: int = 0
-
-
-def key_node(event: AnyEvent) -> str:
-    """:func:`schemas.keys.key_node`, the same lines compiled with the engine.
-
-    Why a copy: ``schemas`` is not compiled, and calling into it from every ingested
-    event ran an interpreted frame (a few percent of the core on the bench's stream).
-    Trap: the two must agree (the router keys records with the original); a test
-    compares them on every schema."""
-    node: str = getattr(event, "node", "")
-    if node and getattr(event, "scope", "node") == "cluster":
-        return ""
-    return node
 
 
 def _state_key(state: KeyState) -> tuple[str, str]:
