@@ -46,6 +46,16 @@ from schemas.codec import AnyEvent
 from schemas.events import GpuBindingEvent, NodeEvent, PodEvent, Taint, XidEvent
 from schemas.progress import DEFAULT_GRACE_SECONDS
 from schemas.timeconv import to_seconds
+from schemas.wellknown import (
+    AUTOSCALER_DELETING,
+    CLIQUE_LABEL,
+    KARPENTER_DISRUPTED,
+    KARPENTER_DISRUPTION,
+    OUT_OF_SERVICE,
+    REPLICAS_LABEL,
+    SHARING_LABEL,
+    SHUTTING_DOWN,
+)
 
 POD_RESOURCES: Final = "pod-resources"
 """The ``source`` of the kubelet's bindings (:attr:`GpuBindingEvent.source`)."""
@@ -114,11 +124,7 @@ _PodView = tuple[str, int]
 _NodeView = tuple[bool, dict[str, str], tuple[str, bool], tuple[Taint, ...]]
 _PENDING: Final = ("", 0)
 
-CLUSTER_LABELS: Final = (
-    "nvidia.com/gpu.clique",
-    "nvidia.com/gpu.replicas",
-    "nvidia.com/gpu.sharing-strategy",
-)
+CLUSTER_LABELS: Final = (CLIQUE_LABEL, REPLICAS_LABEL, SHARING_LABEL)
 """The node labels a cluster-scoped rule reads: the NVLink domain (``nvlink_domain_fault``)
 and whether the node's GPUs are shared (``allocation_mismatch`` leaves such nodes out).
 A node copy carries these alone, and a change of another label is not copied: GPU nodes'
@@ -126,20 +132,14 @@ labels move for reasons of their own (a remediation controller's state label, fe
 discovery's). Trap: a cluster rule that reads another label must add it here, or its
 changes never reach the cluster key (a test checks the rules' label names are listed)."""
 REMOVAL_TAINTS: Final = frozenset(
-    (
-        "karpenter.sh/disrupted",
-        "karpenter.sh/disruption",
-        "ToBeDeletedByClusterAutoscaler",
-        "node.kubernetes.io/out-of-service",
-    )
+    (KARPENTER_DISRUPTED, KARPENTER_DISRUPTION, AUTOSCALER_DELETING, OUT_OF_SERVICE)
 )
 """The taints by which ``allocation_mismatch`` leaves a node being removed out
 (``streams.core.rules.disruption.removing``); a cordon or a health controller's taint is
-not read there, so it is neither copied nor a change."""
-SHUTTING_DOWN: Final = "node is shutting down"
-"""The kubelet's Ready message during a graceful shutdown: of the Ready message, the cluster
-key reads only whether it says this (a NotReady node's message moves with every update:
-"PLEG is not healthy: pleg was last seen active 3m0.2s ago")."""
+not read there, so it is neither copied nor a change. Of the Ready message, the cluster
+key reads only whether it says :data:`~schemas.wellknown.SHUTTING_DOWN` (a NotReady
+node's message moves with every update: "PLEG is not healthy: pleg was last seen active
+3m0.2s ago")."""
 
 REFRESH_SECONDS: Final = 6 * 3600.0
 """An object whose view has not changed is copied again once this much of its own event

@@ -65,17 +65,16 @@ from __future__ import annotations
 from typing import Final
 
 from schemas.events import CORDON_TAINT, KubeEvent, NodeEvent
+from schemas.wellknown import (
+    AUTOSCALER_DELETING,
+    KARPENTER_DISRUPTED,
+    KARPENTER_DISRUPTION,
+    OUT_OF_SERVICE,
+    SHUTTING_DOWN,
+)
 from streams.core.lifecycle import Step
 
-KARPENTER_DISRUPTED: Final = "karpenter.sh/disrupted"
-"""Karpenter v1's NoSchedule taint on a node it disrupts."""
-KARPENTER_DISRUPTION: Final = "karpenter.sh/disruption"
-"""Karpenter v0.32-v0.37's taint key; its value ``disrupting`` marks a disrupted node."""
-AUTOSCALER_DELETING: Final = "ToBeDeletedByClusterAutoscaler"
-"""cluster-autoscaler's NoSchedule taint on a node it scales down (before the drain)."""
 UNSCHEDULABLE: Final = CORDON_TAINT
-OUT_OF_SERVICE: Final = "node.kubernetes.io/out-of-service"
-"""An administrator's mark of a node shut down for good (non-graceful shutdown)."""
 
 _REMOVING: Final = {
     KARPENTER_DISRUPTED: "Karpenter is disrupting the node (karpenter.sh/disrupted)",
@@ -84,8 +83,6 @@ _REMOVING: Final = {
     OUT_OF_SERVICE: "the node is out of service (node.kubernetes.io/out-of-service)",
 }
 CORDONED: Final = "the node is cordoned (node.kubernetes.io/unschedulable)"
-_SHUTTING_DOWN: Final = "node is shutting down"
-"""The kubelet's Ready message during a graceful node shutdown."""
 
 _POD_EVENTS = {
     "Disrupted": "Karpenter deleted the pod to meet the node's termination time",
@@ -100,7 +97,7 @@ _KARPENTER_EVICTED = "Evicted pod"
 """The message of Karpenter's ``Evicted`` Event (``Evicted pod: <reason>`` since v1.2)."""
 _SHUTDOWN_REASONS = ("Terminated", "Shutdown", "NodeShutdown")
 """Pod status reasons of the kubelet's graceful node shutdown (``Shutdown``: v1.21)."""
-_SHUTDOWN_WORDS = ("node shutdown", "node is shutting down")
+_SHUTDOWN_WORDS = ("node shutdown", SHUTTING_DOWN)
 
 
 def of_node(ev: NodeEvent) -> str:
@@ -119,7 +116,7 @@ def of_node(ev: NodeEvent) -> str:
         if key == UNSCHEDULABLE:
             cordoned = CORDONED
     for cond in ev.conditions:
-        if cond.type == "Ready" and _SHUTTING_DOWN in cond.message.lower():
+        if cond.type == "Ready" and SHUTTING_DOWN in cond.message.lower():
             return "the node is shutting down (kubelet graceful node shutdown)"
     return cordoned
 
@@ -131,7 +128,7 @@ def removing(ev: NodeEvent) -> bool:
             taint.key == KARPENTER_DISRUPTION and taint.value == "disrupting"
         ):
             return True
-    return any(c.type == "Ready" and _SHUTTING_DOWN in c.message.lower() for c in ev.conditions)
+    return any(c.type == "Ready" and SHUTTING_DOWN in c.message.lower() for c in ev.conditions)
 
 
 def of_event(ev: KubeEvent) -> str:

@@ -61,6 +61,7 @@ from schemas.events import NodeEvent, XidEvent
 from schemas.ids import incident_id
 from schemas.incidents import Evidence, GpuRef
 from schemas.keys import FABRIC_XIDS
+from schemas.wellknown import CLIQUE_LABEL
 from streams.core import evidence as text
 from streams.core.config import CoreConfig
 from streams.core.lifecycle import ClusterStep, Step
@@ -69,7 +70,6 @@ from streams.core.rules.spec import ClusterRule
 from streams.core.state import NEVER, ClusterState, FabricFault, FabricLine, OpenIncident
 
 KIND = "nvlink_domain_fault"
-CLIQUE_LABEL = "nvidia.com/gpu.clique"
 ORIGIN_CODES = frozenset((149,))
 """Codes that originate a domain fault (the link event); the other fabric codes follow."""
 MAX_LINES = 512

@@ -7,19 +7,16 @@ imports the rule registry, which imports every rule: a cycle.
 
 from __future__ import annotations
 
-from typing import Final
-
-_SHARING_LABEL: Final = "nvidia.com/gpu.sharing-strategy"
-_REPLICAS_LABEL: Final = "nvidia.com/gpu.replicas"
+from schemas.wellknown import REPLICAS_LABEL, SHARING_LABEL
 
 
 def sharing_of(labels: dict[str, str]) -> str:
     """``time-slicing`` or ``mps`` when the node's labels say its GPUs are shared (the GPU
     operator's sharing strategy, or more than one replica per GPU); else empty."""
-    strategy = labels.get(_SHARING_LABEL, "")
+    strategy = labels.get(SHARING_LABEL, "")
     if strategy in ("time-slicing", "mps"):
         return strategy
-    replicas = labels.get(_REPLICAS_LABEL, "1")
+    replicas = labels.get(REPLICAS_LABEL, "1")
     if replicas.isdigit() and int(replicas) > 1:
         return "time-slicing"
     return ""

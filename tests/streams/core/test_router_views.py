@@ -18,9 +18,10 @@ import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from schemas import wellknown
 from schemas.codec import AnyEvent, encode
 from schemas.events import CORDON_TAINT, NodeCondition, NodeEvent, Taint
-from schemas.keys import CLUSTER_LABELS, REMOVAL_TAINTS, SHUTTING_DOWN, Router, is_copy
+from schemas.keys import CLUSTER_LABELS, REMOVAL_TAINTS, Router, is_copy
 from streams.config import default_core_config
 from streams.core import Correlator
 from streams.core.rules import disruption, fabric, labels
@@ -69,9 +70,9 @@ class _Node:
             self.labels["nvidia.com/gpu.sharing-strategy"] = shared
         elif kind == "clique":
             if value % 2:
-                self.labels[fabric.CLIQUE_LABEL] = DOMAIN
+                self.labels[wellknown.CLIQUE_LABEL] = DOMAIN
             else:
-                self.labels.pop(fabric.CLIQUE_LABEL, None)
+                self.labels.pop(wellknown.CLIQUE_LABEL, None)
         elif kind == "ready":
             self.ready = ("True", "False", "Unknown")[value % 3]
             self.message = "kubelet is posting ready status" if self.ready == "True" else ""
@@ -82,7 +83,7 @@ class _Node:
         else:
             taint = {
                 "cordon": Taint(key=CORDON_TAINT, effect="NoSchedule"),
-                "removal": Taint(key=disruption.KARPENTER_DISRUPTED, effect="NoSchedule"),
+                "removal": Taint(key=wellknown.KARPENTER_DISRUPTED, effect="NoSchedule"),
                 "health-taint": HEALTH_TAINT,
             }[kind]
             if value % 2:
@@ -149,12 +150,12 @@ def _read(ev: NodeEvent) -> object:
 def _inputs(ev: NodeEvent) -> object:
     """What the cluster rules read their answers from, named by the rules' own constants:
     the labels, Ready's status and shutdown message, the removal taints."""
-    names = {fabric.CLIQUE_LABEL, labels._SHARING_LABEL, labels._REPLICAS_LABEL}
-    removal = {*disruption._REMOVING, disruption.KARPENTER_DISRUPTION}
+    names = {wellknown.CLIQUE_LABEL, wellknown.SHARING_LABEL, wellknown.REPLICAS_LABEL}
+    removal = {*disruption._REMOVING, wellknown.KARPENTER_DISRUPTION}
     return (
         {name: value for name, value in ev.labels.items() if name in names},
         [
-            (c.status, disruption._SHUTTING_DOWN in c.message.lower())
+            (c.status, wellknown.SHUTTING_DOWN in c.message.lower())
             for c in ev.conditions
             if c.type == "Ready"
         ],
@@ -243,15 +244,14 @@ def test_the_copy_carries_what_the_cluster_rules_read_and_nothing_else() -> None
     copy = Router().route(original)[-1]
     assert isinstance(copy, NodeEvent)
     assert is_copy(copy)
-    assert set(copy.labels) == {fabric.CLIQUE_LABEL, "nvidia.com/gpu.sharing-strategy"}
-    assert [t.key for t in copy.taints] == [disruption.KARPENTER_DISRUPTED]
+    assert set(copy.labels) == {wellknown.CLIQUE_LABEL, "nvidia.com/gpu.sharing-strategy"}
+    assert [t.key for t in copy.taints] == [wellknown.KARPENTER_DISRUPTED]
     assert _read(copy) == _read(original)
 
 
 def test_the_labels_taints_and_message_the_cluster_rules_read_are_in_the_routers_view() -> None:
     """A cluster rule that reads another label or taint must widen the router's view, or
     its changes never reach the cluster key."""
-    assert fabric.CLIQUE_LABEL in CLUSTER_LABELS
-    assert {labels._SHARING_LABEL, labels._REPLICAS_LABEL} <= set(CLUSTER_LABELS)
-    assert {*disruption._REMOVING, disruption.KARPENTER_DISRUPTION} <= REMOVAL_TAINTS
-    assert disruption._SHUTTING_DOWN == SHUTTING_DOWN
+    assert wellknown.CLIQUE_LABEL in CLUSTER_LABELS
+    assert {wellknown.SHARING_LABEL, wellknown.REPLICAS_LABEL} <= set(CLUSTER_LABELS)
+    assert {*disruption._REMOVING, wellknown.KARPENTER_DISRUPTION} <= REMOVAL_TAINTS

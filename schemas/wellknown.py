@@ -1,0 +1,30 @@
+"""The node labels, taints and kubelet words that both the router and the core's rules read.
+
+Why here: the router (:class:`schemas.keys.Router`) copies a node to the cluster key only
+when what a cluster rule reads of it changes, so it must know exactly the names those
+rules read; the rules live in ``streams.core``, which the schemas may not import. Declared
+once here, both sides read the same names.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+CLIQUE_LABEL: Final = "nvidia.com/gpu.clique"
+"""GPU feature discovery's NVLink domain of a node (``<cluster uuid>.<clique id>``)."""
+SHARING_LABEL: Final = "nvidia.com/gpu.sharing-strategy"
+"""The device plugin's sharing strategy (``time-slicing``, ``mps``, ``none``)."""
+REPLICAS_LABEL: Final = "nvidia.com/gpu.replicas"
+"""How many pods share one GPU under the device plugin's sharing (``1``: none)."""
+
+KARPENTER_DISRUPTED: Final = "karpenter.sh/disrupted"
+"""Karpenter v1's NoSchedule taint on a node it disrupts."""
+KARPENTER_DISRUPTION: Final = "karpenter.sh/disruption"
+"""Karpenter v0.32-v0.37's taint key; its value ``disrupting`` marks a disrupted node."""
+AUTOSCALER_DELETING: Final = "ToBeDeletedByClusterAutoscaler"
+"""cluster-autoscaler's NoSchedule taint on a node it scales down (before the drain)."""
+OUT_OF_SERVICE: Final = "node.kubernetes.io/out-of-service"
+"""An administrator's mark of a node shut down for good (non-graceful shutdown)."""
+
+SHUTTING_DOWN: Final = "node is shutting down"
+"""The kubelet's Ready message during a graceful node shutdown (compared lower-cased)."""
