@@ -37,6 +37,7 @@ from schemas.dead_letters import DeadLetter
 from schemas.events import Event, Tick
 from schemas.incidents import Incident
 from schemas.keys import correlation_key
+from schemas.timeconv import to_seconds
 from schemas.topics import SOURCE_SCHEMAS, TopicLayout
 from streams.app.lanes import Lanes
 from streams.core import CoreConfig, Correlator
@@ -324,7 +325,7 @@ class Pipeline:
             if key is None or key != correlation_key(event).encode():
                 refuse(record, token, outcome, signed, event)
                 continue
-            when = event.time.timestamp()
+            when = to_seconds(event.time)
             if when > latest:
                 self._dead(record, token, outcome, self._too_far_ahead(event, latest))
                 continue
@@ -371,7 +372,7 @@ class Pipeline:
         return max((entry[0] for entry in self._sources.values()), default=-math.inf)
 
     def _too_far_ahead(self, event: AnyEvent, latest: float) -> RecordError:
-        ahead = event.time.timestamp() - (latest - self.max_future_seconds)
+        ahead = to_seconds(event.time) - (latest - self.max_future_seconds)
         return RecordError(
             f"event time {event.time.isoformat()} is {ahead:.0f} s ahead of the present "
             f"(max_future_seconds = {self.max_future_seconds:g})",
