@@ -389,18 +389,26 @@ def _on_node(step: Step, ev: NodeEvent) -> None:
                 setattr(state, field, getattr(fresh, field))
         state.timers_dirty = True
         return
-    state.sharing = sharing_of(ev.labels)
+    # A node's updates are mostly its heartbeat: the same labels, taints and counts. Each
+    # field of the event is read once (a msgspec field is a generic attribute read from
+    # compiled code), and state is written only when a value changes.
+    labels = ev.labels
+    sharing = sharing_of(labels)
+    if sharing != state.sharing:
+        state.sharing = sharing
     planned = disruption.of_node(ev)
     if planned != state.disruption:
         state.disruption = intern(planned)
-    clique = fabric.domain_of(ev.labels)
+    clique = fabric.domain_of(labels)
     if clique != state.clique:
         state.clique = clique
-    if ev.capacity:
-        text = _unallocatable(ev)
+    capacity = ev.capacity
+    if capacity:
+        allocatable = ev.allocatable
+        text = _unallocatable(labels, capacity, allocatable)
         if text or state.resources is not None:
             _resources(state).unallocatable = text
-        degraded.on_capacity(step, ev, sum(ev.capacity.values()), sum(ev.allocatable.values()))
+        degraded.on_capacity(step, ev, sum(capacity.values()), sum(allocatable.values()))
     for cond in ev.conditions:
         if cond.type == "Ready":
             not_ready.on_ready(step, ev, cond)
@@ -416,7 +424,9 @@ def _resources(state: NodeState) -> GpuResources:
     return state.resources
 
 
-def _unallocatable(ev: NodeEvent) -> str:
+def _unallocatable(
+    labels: dict[str, str], capacity: dict[str, int], allocatable: dict[str, int]
+) -> str:
     """The gap between capacity and allocatable, per GPU resource, in words; empty on a
     plain ``nvidia.com/gpu`` node (the summary then says "N of M GPUs").
 
@@ -427,21 +437,23 @@ def _unallocatable(ev: NodeEvent) -> str:
     ``nvidia.com/gpu.count`` still counts physical GPUs. Either way "1 of 7 GPUs" on a
     one-GPU node is wrong: these are instances, of a profile.
     """
-    strategy = ev.labels.get(_MIG_STRATEGY_LABEL, "")
-    if set(ev.capacity) <= {"nvidia.com/gpu"} and strategy != "single":
+    strategy = labels.get(_MIG_STRATEGY_LABEL, "")
+    # Only ``nvidia.com/gpu`` (or nothing) in capacity, tested without building a set.
+    plain = not capacity or (len(capacity) == 1 and "nvidia.com/gpu" in capacity)
+    if plain and strategy != "single":
         return ""
     parts = []
-    for name in sorted(ev.capacity):
-        total = ev.capacity[name]
-        gap = total - ev.allocatable.get(name, 0)
+    for name in sorted(capacity):
+        total = capacity[name]
+        gap = total - allocatable.get(name, 0)
         if gap <= 0:
             continue
         if name.startswith(_MIG_RESOURCE):
             parts.append(f"{gap} of {total} MIG {name[len(_MIG_RESOURCE) :]} instances")
         elif name == "nvidia.com/gpu" and strategy == "single":
-            product = ev.labels.get("nvidia.com/gpu.product", "")
+            product = labels.get("nvidia.com/gpu.product", "")
             profile = product.rsplit("-MIG-", 1)[1] + " " if "-MIG-" in product else ""
-            gpus = ev.labels.get("nvidia.com/gpu.count", "")
+            gpus = labels.get("nvidia.com/gpu.count", "")
             on = f" of {gpus} GPU{'s' if gpus != '1' else ''}" if gpus else ""
             parts.append(f"{gap} of {total} MIG {profile}instances{on}")
         else:
