@@ -707,8 +707,91 @@ def _pod_key(state: NodeState, key: str) -> str:
     return track.key if track is not None else key
 
 
+def _idle_unseen(state: NodeState, ev: GpuBindingEvent) -> str:
+    """The key of the GPU this binding names when it is the common case of an idle GPU
+    with no entry (forgotten at its last idle binding), after applying what the full
+    path would leave of it; "" (nothing done) in every other case.
+
+    The full path makes the entry, lets it imply the uuid -> bus join (dropping the
+    explicit pair that said the same, :func:`_drop_told_pair`), forgets it again (the
+    GPU is idle with no history) and stores the join back as an explicit pair
+    (:func:`_keep_bus`): the net effect is that pair moved to the end of
+    ``gpu_joins`` (at most ``_MAX_GPU_BUSES`` kept), whatever pair the uuid had before.
+    That holds only when the record names both the uuid and the bus, no other entry
+    carries the uuid (it would imply a bus too) and none is keyed by a uuid (the full path
+    would move it under the bus): anything else, or a ``gpu_joins`` that does not walk
+    cleanly, takes the full path. A profile the uuid key had follows the new key
+    (:func:`_moved_profile`), as there. Traps: the binding must leave the GPU idle
+    (no pods, or pods not known: an entry made fresh has no kubelet flag), and a key
+    whose parent would not read back as the bus id (``split_gpu_key``) is left alone.
+    """
+    if ev.pods_known and ev.pods:
+        return ""
+    bus_id, uuid, instance = ev.pci_bus_id, ev.gpu_uuid, ev.gpu_instance
+    if not bus_id or not uuid or MIG_SEPARATOR in bus_id or MIG_SEPARATOR in uuid:
+        return ""
+    if bus_id == "unknown" or bus_id.startswith("uuid:"):
+        return ""
+    if instance is None:
+        key = bus_id
+    elif instance >= 0:
+        key = f"{bus_id}{MIG_SEPARATOR}{instance}"
+    else:
+        return ""
+    gpus = state.gpus
+    if key in gpus or state.gpu_buses:
+        return ""
+    packed = pack_uuid(uuid)
+    for k, g in gpus.items():
+        if k.startswith("uuid:") or g.uuid == packed:
+            return ""
+    blob = _moved_last(state.gpu_joins, packed, bus_id)
+    if blob is None:
+        return ""
+    if blob != state.gpu_joins:
+        state.gpu_joins = blob
+    key = intern(key)
+    _moved_profile(state, f"uuid:{uuid}{key[len(bus_id) :]}", key)
+    return key
+
+
+def _moved_last(blob: bytes, packed: bytes, bus_id: str) -> bytes | None:
+    """``join_blob`` of ``join_pairs(blob)`` without this uuid's pairs and with
+    ``(packed, bus_id)`` appended, the last ``_MAX_GPU_BUSES`` kept (what
+    :func:`_learn_bus` stores), spliced from the bytes; None when a field is too long for
+    the format or the blob does not walk to its end (the full path then decides)."""
+    raw = bus_id.encode()
+    if len(packed) > 255 or len(raw) > 255:
+        return None
+    spans: list[tuple[int, int]] = []
+    at, end = 0, len(blob)
+    while at < end:
+        own = blob[at]
+        bus_at = at + 1 + own
+        if bus_at >= end:
+            return None
+        stop = bus_at + 1 + blob[bus_at]
+        if stop > end:
+            return None
+        if not (own == len(packed) and blob.startswith(packed, at + 1)):
+            spans.append((at, stop))
+        at = stop
+    pair = bytes((len(packed),)) + packed + bytes((len(raw),)) + raw
+    if len(spans) >= _MAX_GPU_BUSES:
+        spans = spans[len(spans) - _MAX_GPU_BUSES + 1 :]
+    return b"".join([*(blob[a:b] for a, b in spans), pair])
+
+
 def _on_binding(step: Step, ev: GpuBindingEvent) -> None:
     state = step.state
+    if shortcuts.ENABLED:
+        idle = _idle_unseen(state, ev)
+        if idle:
+            if ev.mig_profile:
+                profiles = _resources(state).profiles
+                if profiles.get(idle) != ev.mig_profile:
+                    _resources(state).profiles = {**profiles, idle: intern(ev.mig_profile)}
+            return
     key, gpu = _gpu(state, ev.pci_bus_id, ev.gpu_uuid, ev.gpu_index, ev.gpu_instance)
     if ev.mig_profile:
         profiles = _resources(state).profiles
