@@ -42,11 +42,19 @@ from streams.core.rules import (
     oom,
     xid,
 )
+from streams.core.rules.gpuids import (
+    MIG_SEPARATOR,
+    join_blob,
+    join_lookup,
+    join_pairs,
+    pack_uuid,
+    split_gpu_key,
+    unpack_uuid,
+)
 from streams.core.rules.labels import sharing_of
 from streams.core.rules.pods import pod_info
 from streams.core.rules.registry import NODE_RULES
 from streams.core.state import (
-    MIG_SEPARATOR,
     NEVER,
     ContainerTrack,
     GpuResources,
@@ -54,12 +62,6 @@ from streams.core.state import (
     NodeState,
     PodTrack,
     gpu_ref,
-    join_blob,
-    join_lookup,
-    join_pairs,
-    pack_uuid,
-    split_gpu_key,
-    unpack_uuid,
 )
 from streams.core.timeconv import to_seconds
 

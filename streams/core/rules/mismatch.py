@@ -58,9 +58,10 @@ from streams.core import evidence
 from streams.core.config import CoreConfig
 from streams.core.lifecycle import ClusterStep
 from streams.core.rules import disruption
+from streams.core.rules.gpuids import MIG_SEPARATOR
 from streams.core.rules.labels import sharing_of
 from streams.core.rules.spec import ClusterRule
-from streams.core.state import MIG_SEPARATOR, NEVER, ClusterState, NodeTally
+from streams.core.state import NEVER, ClusterState, NodeTally
 
 MISMATCH = "allocation_mismatch"
 _DIGITS = 16

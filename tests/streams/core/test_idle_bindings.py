@@ -20,8 +20,9 @@ from streams import native
 from streams.config import default_core_config
 from streams.core import Correlator, shortcuts
 from streams.core import node as node_rules
+from streams.core.rules.gpuids import join_pairs, pack_uuid
 from streams.core.snapshot import decode_state, encode_state
-from streams.core.state import NodeState, join_pairs, pack_uuid
+from streams.core.state import NodeState
 from tests.factories import Cluster
 from tests.streams.core.test_differential import _on_the_sources, run
 
