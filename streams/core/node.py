@@ -42,11 +42,19 @@ from streams.core.rules import (
     oom,
     xid,
 )
+from streams.core.rules.gpuids import (
+    MIG_SEPARATOR,
+    join_blob,
+    join_lookup,
+    join_pairs,
+    pack_uuid,
+    split_gpu_key,
+    unpack_uuid,
+)
 from streams.core.rules.labels import sharing_of
 from streams.core.rules.pods import pod_info
 from streams.core.rules.registry import NODE_RULES
 from streams.core.state import (
-    MIG_SEPARATOR,
     NEVER,
     ContainerTrack,
     GpuResources,
@@ -54,12 +62,6 @@ from streams.core.state import (
     NodeState,
     PodTrack,
     gpu_ref,
-    join_blob,
-    join_lookup,
-    join_pairs,
-    pack_uuid,
-    split_gpu_key,
-    unpack_uuid,
 )
 from streams.core.timeconv import to_seconds
 
@@ -389,18 +391,26 @@ def _on_node(step: Step, ev: NodeEvent) -> None:
                 setattr(state, field, getattr(fresh, field))
         state.timers_dirty = True
         return
-    state.sharing = sharing_of(ev.labels)
+    # A node's updates are mostly its heartbeat: the same labels, taints and counts. Each
+    # field of the event is read once (a msgspec field is a generic attribute read from
+    # compiled code), and state is written only when a value changes.
+    labels = ev.labels
+    sharing = sharing_of(labels)
+    if sharing != state.sharing:
+        state.sharing = sharing
     planned = disruption.of_node(ev)
     if planned != state.disruption:
         state.disruption = intern(planned)
-    clique = fabric.domain_of(ev.labels)
+    clique = fabric.domain_of(labels)
     if clique != state.clique:
         state.clique = clique
-    if ev.capacity:
-        text = _unallocatable(ev)
+    capacity = ev.capacity
+    if capacity:
+        allocatable = ev.allocatable
+        text = _unallocatable(labels, capacity, allocatable)
         if text or state.resources is not None:
             _resources(state).unallocatable = text
-        degraded.on_capacity(step, ev, sum(ev.capacity.values()), sum(ev.allocatable.values()))
+        degraded.on_capacity(step, ev, sum(capacity.values()), sum(allocatable.values()))
     for cond in ev.conditions:
         if cond.type == "Ready":
             not_ready.on_ready(step, ev, cond)
@@ -416,7 +426,9 @@ def _resources(state: NodeState) -> GpuResources:
     return state.resources
 
 
-def _unallocatable(ev: NodeEvent) -> str:
+def _unallocatable(
+    labels: dict[str, str], capacity: dict[str, int], allocatable: dict[str, int]
+) -> str:
     """The gap between capacity and allocatable, per GPU resource, in words; empty on a
     plain ``nvidia.com/gpu`` node (the summary then says "N of M GPUs").
 
@@ -427,21 +439,23 @@ def _unallocatable(ev: NodeEvent) -> str:
     ``nvidia.com/gpu.count`` still counts physical GPUs. Either way "1 of 7 GPUs" on a
     one-GPU node is wrong: these are instances, of a profile.
     """
-    strategy = ev.labels.get(_MIG_STRATEGY_LABEL, "")
-    if set(ev.capacity) <= {"nvidia.com/gpu"} and strategy != "single":
+    strategy = labels.get(_MIG_STRATEGY_LABEL, "")
+    # Only ``nvidia.com/gpu`` (or nothing) in capacity, tested without building a set.
+    plain = not capacity or (len(capacity) == 1 and "nvidia.com/gpu" in capacity)
+    if plain and strategy != "single":
         return ""
     parts = []
-    for name in sorted(ev.capacity):
-        total = ev.capacity[name]
-        gap = total - ev.allocatable.get(name, 0)
+    for name in sorted(capacity):
+        total = capacity[name]
+        gap = total - allocatable.get(name, 0)
         if gap <= 0:
             continue
         if name.startswith(_MIG_RESOURCE):
             parts.append(f"{gap} of {total} MIG {name[len(_MIG_RESOURCE) :]} instances")
         elif name == "nvidia.com/gpu" and strategy == "single":
-            product = ev.labels.get("nvidia.com/gpu.product", "")
+            product = labels.get("nvidia.com/gpu.product", "")
             profile = product.rsplit("-MIG-", 1)[1] + " " if "-MIG-" in product else ""
-            gpus = ev.labels.get("nvidia.com/gpu.count", "")
+            gpus = labels.get("nvidia.com/gpu.count", "")
             on = f" of {gpus} GPU{'s' if gpus != '1' else ''}" if gpus else ""
             parts.append(f"{gap} of {total} MIG {profile}instances{on}")
         else:
@@ -695,8 +709,91 @@ def _pod_key(state: NodeState, key: str) -> str:
     return track.key if track is not None else key
 
 
+def _idle_unseen(state: NodeState, ev: GpuBindingEvent) -> str:
+    """The key of the GPU this binding names when it is the common case of an idle GPU
+    with no entry (forgotten at its last idle binding), after applying what the full
+    path would leave of it; "" (nothing done) in every other case.
+
+    The full path makes the entry, lets it imply the uuid -> bus join (dropping the
+    explicit pair that said the same, :func:`_drop_told_pair`), forgets it again (the
+    GPU is idle with no history) and stores the join back as an explicit pair
+    (:func:`_keep_bus`): the net effect is that pair moved to the end of
+    ``gpu_joins`` (at most ``_MAX_GPU_BUSES`` kept), whatever pair the uuid had before.
+    That holds only when the record names both the uuid and the bus, no other entry
+    carries the uuid (it would imply a bus too) and none is keyed by a uuid (the full path
+    would move it under the bus): anything else, or a ``gpu_joins`` that does not walk
+    cleanly, takes the full path. A profile the uuid key had follows the new key
+    (:func:`_moved_profile`), as there. Traps: the binding must leave the GPU idle
+    (no pods, or pods not known: an entry made fresh has no kubelet flag), and a key
+    whose parent would not read back as the bus id (``split_gpu_key``) is left alone.
+    """
+    if ev.pods_known and ev.pods:
+        return ""
+    bus_id, uuid, instance = ev.pci_bus_id, ev.gpu_uuid, ev.gpu_instance
+    if not bus_id or not uuid or MIG_SEPARATOR in bus_id or MIG_SEPARATOR in uuid:
+        return ""
+    if bus_id == "unknown" or bus_id.startswith("uuid:"):
+        return ""
+    if instance is None:
+        key = bus_id
+    elif instance >= 0:
+        key = f"{bus_id}{MIG_SEPARATOR}{instance}"
+    else:
+        return ""
+    gpus = state.gpus
+    if key in gpus or state.gpu_buses:
+        return ""
+    packed = pack_uuid(uuid)
+    for k, g in gpus.items():
+        if k.startswith("uuid:") or g.uuid == packed:
+            return ""
+    blob = _moved_last(state.gpu_joins, packed, bus_id)
+    if blob is None:
+        return ""
+    if blob != state.gpu_joins:
+        state.gpu_joins = blob
+    key = intern(key)
+    _moved_profile(state, f"uuid:{uuid}{key[len(bus_id) :]}", key)
+    return key
+
+
+def _moved_last(blob: bytes, packed: bytes, bus_id: str) -> bytes | None:
+    """``join_blob`` of ``join_pairs(blob)`` without this uuid's pairs and with
+    ``(packed, bus_id)`` appended, the last ``_MAX_GPU_BUSES`` kept (what
+    :func:`_learn_bus` stores), spliced from the bytes; None when a field is too long for
+    the format or the blob does not walk to its end (the full path then decides)."""
+    raw = bus_id.encode()
+    if len(packed) > 255 or len(raw) > 255:
+        return None
+    spans: list[tuple[int, int]] = []
+    at, end = 0, len(blob)
+    while at < end:
+        own = blob[at]
+        bus_at = at + 1 + own
+        if bus_at >= end:
+            return None
+        stop = bus_at + 1 + blob[bus_at]
+        if stop > end:
+            return None
+        if not (own == len(packed) and blob.startswith(packed, at + 1)):
+            spans.append((at, stop))
+        at = stop
+    pair = bytes((len(packed),)) + packed + bytes((len(raw),)) + raw
+    if len(spans) >= _MAX_GPU_BUSES:
+        spans = spans[len(spans) - _MAX_GPU_BUSES + 1 :]
+    return b"".join([*(blob[a:b] for a, b in spans), pair])
+
+
 def _on_binding(step: Step, ev: GpuBindingEvent) -> None:
     state = step.state
+    if shortcuts.ENABLED:
+        idle = _idle_unseen(state, ev)
+        if idle:
+            if ev.mig_profile:
+                profiles = _resources(state).profiles
+                if profiles.get(idle) != ev.mig_profile:
+                    _resources(state).profiles = {**profiles, idle: intern(ev.mig_profile)}
+            return
     key, gpu = _gpu(state, ev.pci_bus_id, ev.gpu_uuid, ev.gpu_index, ev.gpu_instance)
     if ev.mig_profile:
         profiles = _resources(state).profiles

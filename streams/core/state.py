@@ -18,13 +18,13 @@ file; every collection here that is iterated is a ``dict`` or a ``list``.
 from __future__ import annotations
 
 import math
-import re
 from typing import Any, Generic, TypeVar
 
 import msgspec
 
 from schemas.incidents import Evidence, GpuRef, PodInfo
 from schemas.types import Severity
+from streams.core.rules.gpuids import MIG_SEPARATOR, split_gpu_key, unpack_uuid
 
 NEVER = math.inf
 """A deadline that never comes."""
@@ -180,96 +180,10 @@ class GpuTrack(msgspec.Struct, gc=False, omit_defaults=True):
     """Per fatal code, the first line of each of its last ``xid_repeat_count`` episodes."""
 
 
-_UUID = re.compile(
-    r"(GPU|MIG)-([0-9a-f]{8})-([0-9a-f]{4})-([0-9a-f]{4})-([0-9a-f]{4})-([0-9a-f]{12})"
-)
-_PREFIXES = ("GPU", "MIG")
-
-
-def pack_uuid(text: str) -> bytes:
-    """A GPU or MIG uuid as compact bytes: ``GPU-``/``MIG-`` + a lower-case UUID
-    become 17 bytes (50 in memory instead of 89); any other spelling is kept as
-    UTF-8 behind a 0xff marker. Round-trips exactly through :func:`unpack_uuid`.
-
-    Why: 40k GPUs in a 5,000-node cluster make the uuid strings the largest
-    single item of the state. Bytes (not a 128-bit int) so that MessagePack
-    snapshots can carry it.
-    """
-    match = _UUID.fullmatch(text)
-    if match is None:
-        return b"\xff" + text.encode() if text else b""
-    kind = _PREFIXES.index(match[1])
-    return bytes((kind,)) + bytes.fromhex("".join(match.group(2, 3, 4, 5, 6)))
-
-
-def unpack_uuid(value: bytes) -> str:
-    if not value:
-        return ""
-    if value[0] == 0xFF:
-        return value[1:].decode()
-    h = value[1:].hex()
-    return f"{_PREFIXES[value[0]]}-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
 def bound_pods(gpu: GpuTrack) -> tuple[str, ...]:
     """The pod keys bound to ``gpu``, whichever way they are stored."""
     pods = gpu.pods
     return (pods,) if isinstance(pods, str) else pods
-
-
-def join_pairs(blob: bytes) -> list[tuple[bytes, str]]:
-    """The (packed uuid, bus id) pairs of :attr:`NodeState.gpu_joins`, in order."""
-    pairs = []
-    at, end = 0, len(blob)
-    while at < end:
-        size = blob[at]
-        uuid = blob[at + 1 : at + 1 + size]
-        at += 1 + size
-        size = blob[at]
-        pairs.append((uuid, blob[at + 1 : at + 1 + size].decode()))
-        at += 1 + size
-    return pairs
-
-
-def join_lookup(blob: bytes, uuid: bytes) -> str:
-    """The bus id :attr:`NodeState.gpu_joins` pairs with this packed uuid, or "": one
-    walk over the bytes, no pair built (it runs on every binding of an idle GPU)."""
-    at, end, size = 0, len(blob), len(uuid)
-    while at < end:
-        own = blob[at]
-        bus_at = at + 1 + own
-        bus_end = bus_at + 1 + blob[bus_at]
-        if own == size and blob.startswith(uuid, at + 1):
-            return blob[bus_at + 1 : bus_end].decode()
-        at = bus_end
-    return ""
-
-
-def join_blob(pairs: list[tuple[bytes, str]]) -> bytes:
-    """The bytes of :attr:`NodeState.gpu_joins` for these pairs; a pair with a field
-    over 255 bytes (no real uuid or bus id) is left out."""
-    parts = []
-    for uuid, bus in pairs:
-        raw = bus.encode()
-        if len(uuid) < 256 and len(raw) < 256:
-            parts.append(bytes((len(uuid),)) + uuid + bytes((len(raw),)) + raw)
-    return b"".join(parts)
-
-
-MIG_SEPARATOR = "/GI"
-"""A MIG instance's key in :attr:`NodeState.gpus` is its parent GPU's key, this, and
-its GPU instance id: ``0000:07:00.0/GI5`` (or ``uuid:GPU-.../GI5`` until the bus id
-is known). Records written before ``gpu_instance`` existed spelled dcgm's instances
-``gpu_uuid="<uuid>/GI<id>"``: the same shape, on purpose."""
-
-
-def split_gpu_key(key: str) -> tuple[str, int | None]:
-    """``(parent GPU key, MIG instance id)``; the id is None for a whole GPU."""
-    at = key.rfind(MIG_SEPARATOR)
-    if at < 0:
-        return key, None
-    tail = key[at + len(MIG_SEPARATOR) :]
-    return (key[:at], int(tail)) if tail.isdigit() else (key, None)
 
 
 def pods_on(state: NodeState, key: str, gpu: GpuTrack) -> tuple[str, ...]:

@@ -90,16 +90,9 @@ from schemas.termination_causes import OOM, CauseClass, load_causes
 from streams.core.config import CoreConfig
 from streams.core.evidence import xid_code_and_class
 from streams.core.lifecycle import Step
+from streams.core.rules.gpuids import split_gpu_key, unpack_uuid
 from streams.core.rules.spec import NodeRule
-from streams.core.state import (
-    NEVER,
-    GpuTrack,
-    NodeState,
-    OpenIncident,
-    bound_pods,
-    split_gpu_key,
-    unpack_uuid,
-)
+from streams.core.state import NEVER, GpuTrack, NodeState, OpenIncident, bound_pods
 from streams.core.timeconv import to_seconds
 
 KIND = "device_unhealthy_eviction"

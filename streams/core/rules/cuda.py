@@ -82,17 +82,10 @@ from schemas.termination_causes import OOM, CauseClass, load_causes
 from streams.core import evidence as text
 from streams.core.lifecycle import Step
 from streams.core.rules import chain
+from streams.core.rules.gpuids import split_gpu_key
 from streams.core.rules.pods import co_tenants, pod_info
 from streams.core.rules.spec import NodeRule
-from streams.core.state import (
-    ContainerTrack,
-    GpuTrack,
-    OpenIncident,
-    PodTrack,
-    bound_pods,
-    gpu_ref,
-    split_gpu_key,
-)
+from streams.core.state import ContainerTrack, GpuTrack, OpenIncident, PodTrack, bound_pods, gpu_ref
 from streams.core.timeconv import to_datetime
 
 KIND = "suspected_cuda_oom"

@@ -82,6 +82,10 @@ SUBJECT = chain.DEGRADED_SUBJECT
 
 def on_capacity(step: Step, ev: NodeEvent, capacity: int, allocatable: int) -> None:
     state = step.state
+    if state.allocatable == allocatable and state.capacity == capacity and capacity >= 0:
+        # The same counts again (a node's heartbeat): the full path below would store
+        # them and return without a change, teardown or not.
+        return
     if disruption.teardown(step, capacity, allocatable):
         # Every GPU gone on a node drained on purpose: the device plugin stopping with
         # the node, no fault. What was known of its GPUs stands (an open ticket stays).

@@ -17,6 +17,6 @@ def sharing_of(labels: dict[str, str]) -> str:
     if strategy in ("time-slicing", "mps"):
         return strategy
     replicas = labels.get(REPLICAS_LABEL, "1")
-    if replicas.isdigit() and int(replicas) > 1:
+    if replicas != "1" and replicas.isdigit() and int(replicas) > 1:
         return "time-slicing"
     return ""

@@ -58,9 +58,10 @@ from streams.core import evidence
 from streams.core.config import CoreConfig
 from streams.core.lifecycle import ClusterStep
 from streams.core.rules import disruption
+from streams.core.rules.gpuids import MIG_SEPARATOR
 from streams.core.rules.labels import sharing_of
 from streams.core.rules.spec import ClusterRule
-from streams.core.state import MIG_SEPARATOR, NEVER, ClusterState, NodeTally
+from streams.core.state import NEVER, ClusterState, NodeTally
 
 MISMATCH = "allocation_mismatch"
 _DIGITS = 16
@@ -310,18 +311,22 @@ def evaluate(step: ClusterStep, *, timer: bool = False) -> None:
 def deadline(state: ClusterState, config: CoreConfig) -> float:
     """When the next disagreeing node has disagreed for ``mismatch_after_seconds``, a
     held-back revision is due, or the open incident's counts have agreed long enough."""
+    # Read once: a state or config field is a generic attribute read from compiled code,
+    # and a cluster's disagreeing nodes are many (this runs after every cluster event).
+    after, checked = config.mismatch_after_seconds, state.checked_at
     found = NEVER
-    if state.agreed_since != NEVER:
-        at = state.agreed_since + config.mismatch_after_seconds
-        if state.checked_at < at:
+    agreed = state.agreed_since
+    if agreed != NEVER:
+        at = agreed + after
+        if checked < at:
             found = at
     if state.settled_changed:
-        at = state.revised_at + config.mismatch_after_seconds
-        if state.checked_at < at < found:
+        at = state.revised_at + after
+        if checked < at < found:
             found = at
     for since in state.disagree.values():
-        at = since + config.mismatch_after_seconds
-        if state.checked_at < at < found:
+        at = since + after
+        if checked < at < found:
             found = at
     return found
 

@@ -80,9 +80,10 @@ SUBJECT = "node"
 
 def on_ready(step: Step, ev: NodeEvent, cond: NodeCondition) -> None:
     state, config = step.state, step.config
-    before, state.ready = state.ready, intern(cond.status)
-    if before == cond.status:
-        return
+    before, status = state.ready, cond.status
+    if before == status:
+        return  # the heartbeat: nothing to write (``ready`` holds an equal string)
+    state.ready = intern(status)
     item = text.node_condition(ev.id, ev.time, cond)
     inc = step.find(KIND, SUBJECT)
     if cond.status == "True":

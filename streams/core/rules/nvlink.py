@@ -60,16 +60,10 @@ from schemas.events import GpuBindingEvent, GpuTopologyEvent, PodEvent
 from schemas.ids import hashed_id
 from schemas.incidents import Evidence, GpuRef
 from streams.core.lifecycle import Step
+from streams.core.rules.gpuids import split_gpu_key
 from streams.core.rules.pods import pod_info
 from streams.core.rules.spec import NodeRule
-from streams.core.state import (
-    NodeState,
-    NodeTopology,
-    OpenIncident,
-    bound_pods,
-    gpu_ref,
-    split_gpu_key,
-)
+from streams.core.state import NodeState, NodeTopology, OpenIncident, bound_pods, gpu_ref
 from streams.core.timeconv import to_datetime, to_seconds
 
 KIND = "multi_gpu_pod_without_nvlink"

@@ -577,11 +577,12 @@ def _describe(
 def deadline(state: ClusterState, config: CoreConfig) -> float:
     """When the next pending, unschedulable pod reaches ``starved_pending_seconds``
     (after the rules last ran: one reached before was seen then)."""
+    after, checked = config.starved_pending_seconds, state.checked_at  # read once
     found = NEVER
     for pod in state.pending.values():
         if pod.unschedulable is not None:
-            at = pod.since + config.starved_pending_seconds
-            if state.checked_at < at < found:
+            at = pod.since + after
+            if checked < at < found:
                 found = at
     return found
 

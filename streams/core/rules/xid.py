@@ -24,9 +24,10 @@ from schemas.incidents import Evidence
 from streams.core.config import CoreConfig
 from streams.core.lifecycle import Step
 from streams.core.rules import chain, degraded
+from streams.core.rules.gpuids import unpack_uuid
 from streams.core.rules.pods import pod_info
 from streams.core.rules.spec import NodeRule
-from streams.core.state import NEVER, GpuTrack, NodeState, gpu_ref, pods_on, unpack_uuid
+from streams.core.state import NEVER, GpuTrack, NodeState, gpu_ref, pods_on
 from streams.core.timeconv import to_seconds
 
 APP = "gpu_app_fault"

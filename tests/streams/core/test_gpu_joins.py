@@ -14,8 +14,9 @@ import msgspec
 from schemas.events import XidEvent
 from streams.core import Correlator
 from streams.core import node as node_rules
+from streams.core.rules.gpuids import join_blob, join_lookup, join_pairs, pack_uuid
 from streams.core.snapshot import decode_state, encode_state
-from streams.core.state import NodeState, join_blob, join_lookup, join_pairs, pack_uuid
+from streams.core.state import NodeState
 from tests.core_helpers import config, feed, of_type
 from tests.factories import Cluster
 
