@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import hashlib
 from sys import intern
+from typing import Final
 
 from schemas.events import GpuBindingEvent, NodeEvent, PodEvent
 from schemas.incidents import Evidence
@@ -91,9 +92,20 @@ def bound_count(tally: NodeTally) -> int:
     return len(tally.bound) // tally.digits
 
 
+_LAST_HASHED: Final[list[tuple[str, int]]] = [("", 0)]
+"""The last key :func:`_hash` hashed, and its hash: a changed pod's copy is hashed by the
+routine check (:func:`placed_as`), then again by :func:`place` (~5.7k instructions
+each). A pure function's cache: it holds no state of any key."""
+
+
 def _hash(key: str) -> int:
     """A stable 64-bit hash (``hash()`` of a str changes per process: snapshots outlive it)."""
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
+    last = _LAST_HASHED[0]
+    if last[0] == key and key:
+        return last[1]
+    value = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
+    _LAST_HASHED[0] = (key, value)
+    return value
 
 
 def _short(gpu: str, digits: int = _DIGITS) -> str:
