@@ -61,6 +61,7 @@ from schemas.keys import (
     key_node,
 )
 from schemas.topics import DEFAULT_PARTITIONS
+from schemas.wellknown import SHUTTING_DOWN
 from streams.core.config import CoreConfig
 
 DESIGNS = ("every copy", "(a) router", "(b) node summaries", "(b') node settles")
@@ -277,7 +278,11 @@ class Composition:
 
     def _node(self, ev: NodeEvent) -> str:
         key = (ev.cluster, ev.node)
-        ready = tuple((c.status, c.message) for c in ev.conditions if c.type == "Ready")
+        ready = tuple(  # the router's view of Ready: its status, and a graceful shutdown
+            (c.status, SHUTTING_DOWN in c.message.lower())
+            for c in ev.conditions
+            if c.type == "Ready"
+        )
         view: tuple[object, ...] = (ev.op == "deleted", ev.labels, ready, ev.taints)
         was = self._nodes.get(key)
         self._nodes[key] = view

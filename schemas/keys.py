@@ -2,10 +2,9 @@
 
 Every raw record is keyed by its correlation key, and every raw topic has the
 same partition count, so all signals about one node hash to the same partition
-number of every topic and meet in the worker that owns it (DESIGN §4,
-principle 3). Producers (the connectors) and the processor must agree on this
-function byte for byte, which is why it lives with the schemas and not in
-either of them.
+number of every topic and meet in the worker that owns it. Producers (the
+connectors) and the processor must agree on this function byte for byte, which is
+why it lives with the schemas and not in either of them.
 
 * node-scoped records (pods, nodes, XIDs, GPU bindings, node Events): ``cluster/node``;
 * cluster-scoped records (autoscaler decisions, pending pods, and the copies a
@@ -47,11 +46,8 @@ from schemas.events import GpuBindingEvent, NodeEvent, PodEvent, Taint, XidEvent
 from schemas.progress import DEFAULT_GRACE_SECONDS
 from schemas.timeconv import to_seconds
 from schemas.wellknown import (
-    AUTOSCALER_DELETING,
     CLIQUE_LABEL,
-    KARPENTER_DISRUPTED,
-    KARPENTER_DISRUPTION,
-    OUT_OF_SERVICE,
+    REMOVAL_TAINTS,
     REPLICAS_LABEL,
     SHARING_LABEL,
     SHUTTING_DOWN,
@@ -121,7 +117,7 @@ def holds_gpus(ev: PodEvent) -> bool:
 
 
 _PodView = tuple[str, int]
-_NodeView = tuple[bool, dict[str, str], tuple[str, bool], tuple[Taint, ...]]
+_NodeView = tuple[bool, dict[str, str], tuple[tuple[str, bool], ...], tuple[Taint, ...]]
 _PENDING: Final = ("", 0)
 
 CLUSTER_LABELS: Final = (CLIQUE_LABEL, REPLICAS_LABEL, SHARING_LABEL)
@@ -129,17 +125,12 @@ CLUSTER_LABELS: Final = (CLIQUE_LABEL, REPLICAS_LABEL, SHARING_LABEL)
 and whether the node's GPUs are shared (``allocation_mismatch`` leaves such nodes out).
 A node copy carries these alone, and a change of another label is not copied: GPU nodes'
 labels move for reasons of their own (a remediation controller's state label, feature
-discovery's). Trap: a cluster rule that reads another label must add it here, or its
-changes never reach the cluster key (a test checks the rules' label names are listed)."""
-REMOVAL_TAINTS: Final = frozenset(
-    (KARPENTER_DISRUPTED, KARPENTER_DISRUPTION, AUTOSCALER_DELETING, OUT_OF_SERVICE)
-)
-"""The taints by which ``allocation_mismatch`` leaves a node being removed out
-(``streams.core.rules.disruption.removing``); a cordon or a health controller's taint is
-not read there, so it is neither copied nor a change. Of the Ready message, the cluster
-key reads only whether it says :data:`~schemas.wellknown.SHUTTING_DOWN` (a NotReady
-node's message moves with every update: "PLEG is not healthy: pleg was last seen active
-3m0.2s ago")."""
+discovery's). Of the taints, the view keeps :data:`~schemas.wellknown.REMOVAL_TAINTS`
+(a cordon or a health controller's taint is not read there); of the Ready message, only
+whether it says :data:`~schemas.wellknown.SHUTTING_DOWN` (a NotReady node's message moves
+with every update: "PLEG is not healthy: pleg was last seen active 3m0.2s ago"). Trap: a
+cluster rule that reads another label must add it here, or its changes never reach the
+cluster key (the router's property test changes labels no rule reads, and fails then)."""
 
 REFRESH_SECONDS: Final = 6 * 3600.0
 """An object whose view has not changed is copied again once this much of its own event
@@ -165,11 +156,11 @@ class Router:
     The cluster-scoped rules read little of the node-scoped records: which pod left
     pending for a node, each running GPU pod's node and GPU count, what dcgm-exporter
     binds per GPU, whether each GPU node is shared, ready, being removed, and its NVLink
-    domain. Copying every
-    GPU pod update there (as the stateless routing did) made one partition carry half of
-    the engine's events. So a router remembers, per object, the *view* of it it last sent
-    the cluster key, and sends a (slimmed) copy only when the view changes: the input
-    rate of the cluster key grows with placement changes, not with pod updates.
+    domain. Copying every GPU pod update there (as the stateless routing did) made one
+    partition carry half of the engine's events. So a router remembers, per object, the
+    *view* of it it last sent the cluster key, and sends a (slimmed) copy only when the
+    view changes: the input rate of the cluster key grows with placement changes, not
+    with pod updates.
 
     Traps:
 
@@ -343,11 +334,11 @@ class Router:
             if gone:
                 self._nodes.pop(key, None)
             return None
-        ready: tuple[str, bool] = ("", False)
-        for condition in ev.conditions:
-            if condition.type == "Ready":
-                ready = (condition.status, SHUTTING_DOWN in condition.message.lower())
-                break
+        ready = tuple(  # every Ready condition, as the rules read them (one, in practice)
+            (c.status, SHUTTING_DOWN in c.message.lower())
+            for c in ev.conditions
+            if c.type == "Ready"
+        )
         labels = ev.labels
         read = {name: labels[name] for name in CLUSTER_LABELS if name in labels}
         taints = tuple(t for t in ev.taints if t.key in REMOVAL_TAINTS)

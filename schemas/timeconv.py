@@ -3,9 +3,8 @@
 The rules compare floats (cheap); records carry datetimes. Every datetime the core and
 the router (:mod:`schemas.keys`) read becomes seconds through :func:`to_seconds`, one
 conversion everywhere: declared here, the bottom layer, so both may import it (the core
-through ``streams.core.timeconv``). Converting a float
-back is only needed when a *timer* produces a revision (there is no event whose ``time``
-we could reuse).
+through ``streams.core.timeconv``). Converting a float back is only needed when a
+*timer* produces a revision (there is no event whose ``time`` we could reuse).
 ``fromtimestamp`` with an explicit UTC zone is deterministic: it reads no clock and no
 local timezone. Trap: a naive datetime (never decoded: the codec requires a zone, but a
 caller can build one) is read in the local zone by :func:`to_seconds`, as

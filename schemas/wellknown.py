@@ -26,5 +26,12 @@ AUTOSCALER_DELETING: Final = "ToBeDeletedByClusterAutoscaler"
 OUT_OF_SERVICE: Final = "node.kubernetes.io/out-of-service"
 """An administrator's mark of a node shut down for good (non-graceful shutdown)."""
 
+REMOVAL_TAINTS: Final = frozenset(
+    (KARPENTER_DISRUPTED, KARPENTER_DISRUPTION, AUTOSCALER_DELETING, OUT_OF_SERVICE)
+)
+"""The taints that can say a node is being removed, not merely cordoned
+(``streams.core.rules.disruption`` words each; ``karpenter.sh/disruption`` only with the
+value ``disrupting``). A cordon or a health controller's taint is not one of them."""
+
 SHUTTING_DOWN: Final = "node is shutting down"
 """The kubelet's Ready message during a graceful node shutdown (compared lower-cased)."""

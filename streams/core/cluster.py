@@ -56,7 +56,9 @@ from streams.core.state import NEVER, ClusterState, PendingPod
 from streams.core.timeconv import to_seconds
 
 
-def _routine(state: ClusterState, ev: PodEvent, config: CoreConfig) -> bool:
+def _routine(
+    state: ClusterState, ev: PodEvent, key: str, key_hash: int, config: CoreConfig
+) -> bool:
     """Is this copy of a scheduled pod's record news to no cluster rule? The router sends
     a copy only when the pod's placement changed, but a producer that restarted sends
     every pod's first record again, and a dump of the raw topics replays copies made by
@@ -67,11 +69,10 @@ def _routine(state: ClusterState, ev: PodEvent, config: CoreConfig) -> bool:
     It reads the placement :func:`_on_pod` would record from :func:`_scheduled_on`, the
     one definition both use; the differential check is the byte-for-byte incidents of
     generated streams and the scenario (tests/streams/core/test_differential.py)."""
-    key = f"{ev.namespace}/{ev.name}"
     if key in state.pending:
         return False
     devices, _ = gpu_devices(ev.gpu_requests)
-    return mismatch.placed_as(state, key, _scheduled_on(ev, config), devices)
+    return mismatch.placed_as(state, key_hash, _scheduled_on(ev, config), devices)
 
 
 def _scheduled_on(ev: PodEvent, config: CoreConfig) -> str:
@@ -89,10 +90,15 @@ def apply_event(state: ClusterState, event: Any, now: float, config: CoreConfig)
     # timer's work here, or a threshold reached at this instant would never be seen.
     due = now >= state.deadline
     kind = type(event)
-    routine = kind is PodEvent and not due and event.node and shortcuts.ENABLED
-    if routine and _routine(state, event, config):
-        state.checked_at = now
-        return []
+    key = ""
+    key_hash = 0
+    if kind is PodEvent:  # its key and hash, once: the shortcut and the handler read them
+        key = f"{event.namespace}/{event.name}"
+        key_hash = mismatch.pod_hash(key)
+        routine = not due and event.node and shortcuts.ENABLED
+        if routine and _routine(state, event, key, key_hash, config):
+            state.checked_at = now
+            return []
     if kind is XidEvent and not due:
         # A fabric XID's copy is news to the domain rule alone (rare: no shortcut needed).
         step = ClusterStep(state, config, now)
@@ -101,7 +107,7 @@ def apply_event(state: ClusterState, event: Any, now: float, config: CoreConfig)
         return step.finish()
     step = ClusterStep(state, config, now)
     if kind is PodEvent:
-        _on_pod(step, event)
+        _on_pod(step, event, key, key_hash)
     elif kind is AutoscalerEvent:
         starved.on_autoscaler(step, event)
     elif kind is KubeEvent:
@@ -122,17 +128,16 @@ def apply_event(state: ClusterState, event: Any, now: float, config: CoreConfig)
     return step.finish()
 
 
-def _on_pod(step: ClusterStep, ev: PodEvent) -> None:
+def _on_pod(step: ClusterStep, ev: PodEvent, key: str, key_hash: int) -> None:
     state = step.state
-    key = f"{ev.namespace}/{ev.name}"
     devices, resource = gpu_devices(ev.gpu_requests)
     done = finished(ev)
     if ev.node:  # scheduled: the copy of a node-scoped record
         if key in state.pending:
             starved.on_left(step, key, f"scheduled on {ev.node}")
-        mismatch.place(step, key, _scheduled_on(ev, step.config), devices, ev)
+        mismatch.place(step, key_hash, _scheduled_on(ev, step.config), devices, ev)
         return
-    mismatch.place(step, key, "", 0, ev)
+    mismatch.place(step, key_hash, "", 0, ev)
     if done or ev.phase not in ("", "Pending") or not (devices or ev.gpu_share):
         if key in state.pending:
             starved.on_left(step, key, "deleted while pending" if done else ev.phase)

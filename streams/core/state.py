@@ -159,7 +159,8 @@ class GpuTrack(msgspec.Struct, gc=False, omit_defaults=True):
     """
 
     uuid: bytes = b""
-    """Packed by :func:`pack_uuid`; read it with :func:`unpack_uuid`."""
+    """Packed by :func:`streams.core.rules.gpuids.pack_uuid`; read it with
+    :func:`~streams.core.rules.gpuids.unpack_uuid`."""
     index: int | None = None
     pods: str | tuple[str, ...] = ()
     """Pods holding the GPU now (``namespace/name`` keys), from the last binding: the
@@ -408,8 +409,8 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     carries the parent's uuid and often no bus id, the kernel's XID only the bus id: this
     joins them whichever arrives first. One bytes object per node, not a tuple of pairs
     (a pair and its uuid cost ~100 bytes per GPU): each pair is the packed uuid and the
-    bus id, each behind its length in one byte (:func:`join_pairs`). Bounded; last,
-    with a default."""
+    bus id, each behind its length in one byte
+    (:func:`streams.core.rules.gpuids.join_pairs`). Bounded; last, with a default."""
 
     def __post_init__(self) -> None:
         # msgspec runs this after decoding a snapshot too: the one migration of a field

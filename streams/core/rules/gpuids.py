@@ -3,7 +3,7 @@
 Pure functions over bytes and strings, kept out of :mod:`streams.core.state` (which holds
 msgspec Structs and stays Python) so that mypyc compiles them: the node key calls them
 on every binding and XID, and the interpreted versions were a large part of a binding's
-cost. ``streams.core.state`` re-exports them under their old names.
+cost. Import them from here (``streams.core.state`` imports only what it uses itself).
 """
 
 from __future__ import annotations

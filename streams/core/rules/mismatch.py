@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import hashlib
 from sys import intern
-from typing import Final
 
 from schemas.events import GpuBindingEvent, NodeEvent, PodEvent
 from schemas.incidents import Evidence
@@ -92,20 +91,12 @@ def bound_count(tally: NodeTally) -> int:
     return len(tally.bound) // tally.digits
 
 
-_LAST_HASHED: Final[list[tuple[str, int]]] = [("", 0)]
-"""The last key :func:`_hash` hashed, and its hash: a changed pod's copy is hashed by the
-routine check (:func:`placed_as`), then again by :func:`place` (~5.7k instructions
-each). A pure function's cache: it holds no state of any key."""
-
-
-def _hash(key: str) -> int:
-    """A stable 64-bit hash (``hash()`` of a str changes per process: snapshots outlive it)."""
-    last = _LAST_HASHED[0]
-    if last[0] == key and key:
-        return last[1]
-    value = int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
-    _LAST_HASHED[0] = (key, value)
-    return value
+def pod_hash(key: str) -> int:
+    """A pod's key (``namespace/name``) as :attr:`ClusterState.placed` holds it: a stable
+    64-bit hash (``hash()`` of a str changes per process: snapshots outlive it). The
+    caller hashes once and hands it to :func:`placed_as` and :func:`place` (blake2b is
+    ~5.7k instructions; a changed pod's copy reaches both)."""
+    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=8).digest(), "big")
 
 
 def _short(gpu: str, digits: int = _DIGITS) -> str:
@@ -156,15 +147,15 @@ def _forget(state: ClusterState, node: str) -> None:
         state.settled_changed = state.timers_dirty = True
 
 
-def placed_as(state: ClusterState, key: str, node: str, devices: int) -> bool:
+def placed_as(state: ClusterState, key_hash: int, node: str, devices: int) -> bool:
     """Would :func:`place` with these arguments change nothing?"""
-    return state.placed.get(_hash(key)) == ((node, devices) if node and devices else None)
+    return state.placed.get(key_hash) == ((node, devices) if node and devices else None)
 
 
-def place(step: ClusterStep, key: str, node: str, devices: int, ev: PodEvent) -> None:
-    """The pod ``key`` now holds ``devices`` GPUs on ``node`` ("": none, anywhere)."""
+def place(step: ClusterStep, key_hash: int, node: str, devices: int, ev: PodEvent) -> None:
+    """The pod (its :func:`pod_hash`) now holds ``devices`` GPUs on ``node`` ("": none,
+    anywhere)."""
     state = step.state
-    key_hash = _hash(key)
     was = state.placed.get(key_hash)
     # The node's name interned: every pod on it shares one string (a record's own copy
     # kept per pod was the largest share of this dict, ~85 bytes a pod).

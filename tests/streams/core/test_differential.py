@@ -40,7 +40,7 @@ from tests.paths import EXAMPLES, ROOT
 def plain(value: Any) -> Any:
     """A state as plain data, every field included: msgspec's ``omit_defaults`` compares
     a float with its default by identity, and compiled code boxes new floats, so encoded
-    bytes may differ where the values do not (streams/native.py)."""
+    bytes may differ where the values do not (schemas/native.py)."""
     if isinstance(value, msgspec.Struct):
         return {name: plain(getattr(value, name)) for name in value.__struct_fields__}
     if isinstance(value, dict):

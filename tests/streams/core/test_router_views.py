@@ -4,7 +4,7 @@ A GPU node's record moves for many reasons the cluster key never reads: a remedi
 controller's state label, a cordon, a health controller's taint, the Ready message of a
 NotReady node (the kubelet's PLEG message carries a duration that grows with every
 update). The router copies a node record only when something the cluster rules read
-changed (:data:`schemas.keys.CLUSTER_LABELS`, :data:`schemas.keys.REMOVAL_TAINTS`, Ready's
+changed (:data:`schemas.keys.CLUSTER_LABELS`, :data:`schemas.wellknown.REMOVAL_TAINTS`, Ready's
 status, a graceful shutdown's message), and these tests hold it to two things: a record
 whose read part did not change is not copied, and the incidents are byte for byte those
 a copy of every record gives (what a producer that restarted sends).
@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from schemas import wellknown
 from schemas.codec import AnyEvent, encode
 from schemas.events import CORDON_TAINT, NodeCondition, NodeEvent, Taint
-from schemas.keys import CLUSTER_LABELS, REMOVAL_TAINTS, Router, is_copy
+from schemas.keys import CLUSTER_LABELS, Router, is_copy
 from streams.config import default_core_config
 from streams.core import Correlator
 from streams.core.rules import disruption, fabric, labels
@@ -37,11 +37,25 @@ PLEG = "PLEG is not healthy: pleg was last seen active {}m0.{}s ago; threshold i
 """The kubelet's NotReady message when its pod lifecycle loop stalls (format-string
 provenance: kubernetes pkg/kubelet/pleg/generic.go ``Healthy``, "pleg was last seen active
 %v ago; threshold is %v", wrapped by the runtime state as "PLEG is not healthy: %v")."""
+OTHER_LABELS = (
+    "nvidia.com/gpu.product",
+    "nvidia.com/gpu.count",
+    "nvidia.com/gpu.memory",
+    "nvidia.com/mig.strategy",
+    "nvidia.com/mig.config",
+    "nvidia.com/gpu.deploy.dcgm-exporter",
+    "node.kubernetes.io/instance-type",
+    "karpenter.sh/nodepool",
+)
+"""Labels a GPU node carries (GPU feature discovery's, the operator's, the provisioner's)
+that no cluster rule reads today: their changes must not change an incident, so a rule
+that starts reading one without widening the router's view fails the property test."""
 HEALTH_TAINT = Taint(key="nvidia.com/gpu-health", value="unhealthy", effect="NoSchedule")
 """A health controller's taint: not a removal, not read by the cluster key."""
 
 CHANGES = (
     "state-label",
+    "other-label",
     "shared",
     "clique",
     "ready",
@@ -65,6 +79,9 @@ class _Node:
     def change(self, kind: str, value: int) -> None:
         if kind == "state-label":
             self.labels[STATE_LABEL] = ("quarantined", "draining", "remediating")[value % 3]
+        elif kind == "other-label":
+            name = OTHER_LABELS[value % len(OTHER_LABELS)]
+            self.labels[name] = f"{name.rsplit('.', 1)[-1]}-{value % 3}"
         elif kind == "shared":
             shared = ("none", "time-slicing")[value % 2]
             self.labels["nvidia.com/gpu.sharing-strategy"] = shared
@@ -254,4 +271,4 @@ def test_the_labels_taints_and_message_the_cluster_rules_read_are_in_the_routers
     its changes never reach the cluster key."""
     assert wellknown.CLIQUE_LABEL in CLUSTER_LABELS
     assert {wellknown.SHARING_LABEL, wellknown.REPLICAS_LABEL} <= set(CLUSTER_LABELS)
-    assert {*disruption._REMOVING, wellknown.KARPENTER_DISRUPTION} <= REMOVAL_TAINTS
+    assert {*disruption._REMOVING, wellknown.KARPENTER_DISRUPTION} == wellknown.REMOVAL_TAINTS
