@@ -32,6 +32,8 @@ from streams.config import default_core_config
 from streams.core import Correlator, shortcuts
 from streams.core import cluster as cluster_rules
 from streams.core import node as node_rules
+from streams.core.config import CoreConfig
+from streams.core.rules import mismatch
 from streams.core.state import ClusterState, NodeState
 from tests.factories import Cluster, at, term
 from tests.paths import EXAMPLES, ROOT
@@ -377,6 +379,11 @@ def _copy(pod: PodEvent) -> PodEvent:
     return copy
 
 
+def _routine(state: ClusterState, pod: PodEvent, config: CoreConfig) -> bool:
+    key = f"{pod.namespace}/{pod.name}"
+    return cluster_rules._routine(state, pod, key, mismatch.pod_hash(key), config)
+
+
 def test_a_routine_copy_is_recognised_and_a_placement_change_is_not() -> None:
     """The shortcut is taken where it should be (a repeat of the same placement) and not
     where a rule must look (the pod stopped running): without this, the differential
@@ -386,12 +393,12 @@ def test_a_routine_copy_is_recognised_and_a_placement_change_is_not() -> None:
     config = default_core_config()
     state = ClusterState(cluster=pod.cluster)
     copy = _copy(pod)
-    assert not cluster_rules._routine(state, copy, config), "first sight: a placement"
+    assert not _routine(state, copy, config), "first sight: a placement"
     cluster_rules.apply_event(state, copy, at(0).timestamp(), config)
     again = _copy(c.pod("gpu-node-01", "train-0", 5, gpus=2, restarts=1))
-    assert cluster_rules._routine(state, again, config)
+    assert _routine(state, again, config)
     stopped = _copy(c.pod("gpu-node-01", "train-0", 9, gpus=2, phase="Succeeded"))
-    assert not cluster_rules._routine(state, stopped, config)
+    assert not _routine(state, stopped, config)
 
 
 _DIGEST = """
