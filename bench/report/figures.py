@@ -145,7 +145,11 @@ def memory(rows: Sequence[Mapping[str, Any]], bar_bytes: float, target_bytes: fl
 
 
 def pipeline(result: Mapping[str, Any], bar_ratio: float) -> Figure:
-    """Records/s of the load, plain aiokafka, aiokafka + Pipeline, one worker, the group."""
+    """Records/s of the load, plain aiokafka, aiokafka + Pipeline, one worker, the group.
+
+    Trap: a rate can be NaN (``pipeline_bench`` times a worker from its first commit, and
+    at quick sizes that commit can cover the whole backlog: nothing left to time). Such a
+    bar is drawn at zero and says so; the axis is scaled by the rates that were timed."""
     a = result["aiokafka"]["events_per_s"]
     rows: list[tuple[str, float]] = [
         ("produce (EventProducer)", result["produce"]["records_per_s"]),
@@ -163,18 +167,20 @@ def pipeline(result: Mapping[str, Any], bar_ratio: float) -> Figure:
     colours = [
         "C1" if x.startswith("(b)") else "C2" if x.startswith("(d)") else "C0" for x in labels
     ]
-    axes.barh(labels, values, color=colours)
+    timed = [value if math.isfinite(value) else 0.0 for value in values]
+    axes.barh(labels, timed, color=colours)
     for y, (label, value) in enumerate(zip(labels, values, strict=True)):
-        ratio = "" if label.startswith("produce") else f" = {value / a:.2f} x (a)"
+        if not math.isfinite(value):
+            said = " not timed (drained by its first commit)"
+        else:
+            ratio = "" if label.startswith("produce") else f" = {value / a:.2f} x (a)"
+            said = f" {value:,.0f}/s{ratio}"
         axes.annotate(
-            f" {value:,.0f}/s{ratio}",
-            (value, y),
-            va="center",
-            fontsize=8,
+            said, (0.0 if not math.isfinite(value) else value, y), va="center", fontsize=8
         )
     axes.axvline(bar_ratio * a, color="r", linestyle=":", label=f"bar: {bar_ratio:g} x (a)")
     axes.set_xlabel("records/s through the embedded broker (cluster-key copies included)")
     axes.set_title("One worker against plain aiokafka on the same topics, same run")
-    axes.set_xlim(right=max(values) * 1.45)
+    axes.set_xlim(right=max(*timed, bar_ratio * a if math.isfinite(a) else 0.0, 1.0) * 1.45)
     axes.legend(loc="lower right")
     return figure

@@ -175,3 +175,23 @@ def test_cli_mistakes_are_one_line(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "no run recorded" in done.stdout + done.stderr
     assert "Traceback" not in done.stderr
+
+
+def test_a_worker_rate_not_timed_is_drawn_as_such_not_a_crash() -> None:
+    """At quick sizes the worker's first commit can cover the whole backlog, and its rate
+    is NaN (nothing left to time): the figure must still draw, and say so."""
+    from bench.report import figures  # noqa: PLC0415 - needs matplotlib (skipped above)
+
+    result = {
+        "produce": {"records_per_s": 90_000.0},
+        "aiokafka": {"events_per_s": 100_000.0},
+        "plain_pipeline": {"events_per_s": 40_000.0},
+        "processor": {"events_per_s": float("nan")},
+    }
+    figure = figures.pipeline(result, 0.4)
+    said = [text.get_text() for text in figure.axes[0].texts]
+    assert any("not timed" in text for text in said), said
+    assert any("40,000/s = 0.40 x (a)" in text for text in said), said
+    left, right = figure.axes[0].get_xlim()
+    assert left <= 0
+    assert 100_000 < right < float("inf")
