@@ -431,7 +431,10 @@ class FaustWorker:
         # faust may also have left it out of the partitions it fetches (a stream-buffer
         # pause it never lifted): asked to fetch it again, then to read from here.
         app.consumer.resume_partitions({tp})
-        await app.consumer.seek(tp, offset)
+        # On the consumer's own thread: faust's ``seek`` calls aiokafka's from this loop,
+        # while a fetch runs on that thread, and aiokafka's fetcher then fails on the
+        # partition the seek took away from under it (``KeyError: TopicPartition``).
+        await app.consumer.seek_wait({tp: offset})
 
     async def _check_stalls(self) -> None:
         """Read again any partition behind its high watermark that delivered nothing
