@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-pyproject
 # setuptools' editable-install notices are warnings, not errors: keep pip quiet.
 PIP    := PYTHONWARNINGS=ignore $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: venv native tools lint test demo schemas proto lock release-pin release-manifests bench bench-quick bench-core bench-replay \
+.PHONY: venv native tools lint test golden demo schemas proto lock release-pin release-manifests bench bench-quick bench-core bench-replay \
   bench-memory bench-pipeline bench-latency bench-slim bench-faust bench-kmsg bench-autoscaler \
   bench-backlog
 
@@ -74,6 +74,11 @@ tools:
 TEST_WORKERS ?= 4
 test: venv native lint tools
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist worksteal
+
+# Every command's --help, pinned in tests/cli/golden/help/ (tests/cli/test_help_golden.py):
+# after a meant change to what a command shows, rewrite the files, then review their diff.
+golden: venv
+	GPUTRIAGE_UPDATE_GOLDEN=1 $(BIN)/python -m pytest tests/cli/test_help_golden.py -q -n 0
 
 demo: venv native
 	$(BIN)/gputriage demo

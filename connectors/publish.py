@@ -222,11 +222,11 @@ class Publisher:
         self.used: set[tuple[str, int]] = set()
         """Raw ``(topic, partition)`` this source has published to (acknowledged)."""
         self.heartbeats = 0
+        """Heartbeats acknowledged (one per round, however many partitions it went to)."""
         self.announcements = 0
+        """Announcement rounds sent: one per chunk that revealed a partition not used before."""
         self._announced = 0
         """How many of ``used`` the last acknowledged announcement named."""
-        """Announcement rounds sent: one per chunk that revealed a partition not used before."""
-        """Heartbeats acknowledged (one per round, however many partitions it went to)."""
         self._last_out = time.monotonic()
         self._beat_pending = False
         self._caught_up: datetime | None = None

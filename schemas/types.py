@@ -82,11 +82,11 @@ XidCode = Annotated[int, msgspec.Meta(ge=0, le=MAX_XID_CODE)]
 ResourceVersion = Annotated[int, msgspec.Meta(ge=0, le=MAX_RESOURCE_VERSION)]
 
 Op = Literal["added", "modified", "deleted"]
+"""What happened to the Kubernetes object, as the watch API says it."""
 Scope = Literal["node", "cluster"]
 """Which key a node-scoped record is for: its node's (the record as the source saw it)
 or its cluster's (the copy :class:`schemas.keys.Router` makes for the cluster-scoped
 rules: pending pods that got scheduled, the cross-source GPU counts)."""
-"""What happened to the Kubernetes object, as the watch API says it."""
 
 Severity = Literal["page", "ticket", "info"]
 XidClass = Literal["fatal", "app", "follow-up", "info", "unknown"]

@@ -361,12 +361,12 @@ _BARE_WORDING: Final = (
     (r"^Evicted pod(?::|$)", KARPENTER, "Evicted"),
     (r"^Failed to drain node, ", KARPENTER, "FailedDraining"),
 )
+"""A bare message's reason, by the wording its reason's format string always has."""
 _BARE: Final = re.compile("|".join(f"({text.removeprefix('^')})" for text, _, _ in _BARE_WORDING))
 """One alternation of every wording (each a group, none with groups of its own): the
 group that matched says which (one pass per line, not one per wording)."""
 _NAMED: Final = re.compile(r"^[\w.-]+(?:/[\w.-]+)?: (?=[A-Z]|pod )")
 """An event watcher's ``<object>: <message>`` (``e2e-workload-2vwsq: pod triggered ...``)."""
-"""A bare message's reason, by the wording its reason's format string always has."""
 TRIGGERS: Final = (
     "Normal",
     "Warning",

@@ -815,9 +815,6 @@ def _gpu_map(raw: dict[str, Any] | None, path: str, config: SlimConfig) -> dict[
     return amounts
 
 
-"""The taint a cordon (``spec.unschedulable``) is mirrored as (``TaintNodeUnschedulable``)."""
-
-
 def _node(
     view: _NodeView, op: Op, cluster: str, observed: datetime | None, config: SlimConfig
 ) -> NodeEvent:

@@ -1,0 +1,101 @@
+"""A docstring documents the object it follows, or it documents nothing.
+
+Python and Sphinx take a bare string as documentation in two places only: first in a
+module, class or function body, and right after an assignment (an attribute docstring).
+A string anywhere else is a no-op, and in this tree each one was a docstring that lost its
+object: stacked under a neighbour's (``self._announced = 0`` followed by three strings, the
+second and third describing ``announcements`` and ``heartbeats``), or left behind when
+the constant it described moved to another module. The reader then takes it for the
+documentation of whatever it follows.
+
+Trap: a rule about what the text names (a docstring naming another module-level name)
+flags twenty honest cross-references (``:class:`StreamingTable```...) and misses these; the
+position is what is wrong, so the position is what is checked.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Final
+
+import pytest
+
+from tests.paths import ROOT
+
+PACKAGES: Final = (
+    "gputriage",
+    "connectors",
+    "streams",
+    "schemas",
+    "bench",
+    "deploy",
+    "examples",
+    "tests",
+)
+GENERATED: Final = ROOT / "connectors" / "podresources" / "_proto"
+"""protoc's stubs (``make proto``), never edited by hand."""
+_DEFINITIONS: Final = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+
+
+def _sources() -> list[Path]:
+    return sorted(
+        path
+        for package in PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+        if GENERATED not in path.parents
+    )
+
+
+def _stray_strings(tree: ast.Module) -> Iterator[tuple[int, str]]:
+    """Line and text of each bare string statement that is no docstring of a definition
+    nor of an assignment."""
+    for node in ast.walk(tree):
+        for field in ("body", "orelse", "finalbody"):
+            body = getattr(node, field, None)
+            if not isinstance(body, list):
+                continue
+            for index, statement in enumerate(body):
+                if not (
+                    isinstance(statement, ast.Expr)
+                    and isinstance(statement.value, ast.Constant)
+                    and isinstance(statement.value.value, str)
+                ):
+                    continue
+                if index == 0 and field == "body" and isinstance(node, _DEFINITIONS):
+                    continue  # the module's, class's or function's own docstring
+                if index > 0 and isinstance(body[index - 1], ast.Assign | ast.AnnAssign):
+                    continue  # an attribute docstring
+                yield statement.lineno, statement.value.value
+
+
+@pytest.mark.parametrize(
+    ("source", "strays"),
+    [
+        ('"""Module."""\nX = 1\n"""X."""\n', 0),
+        ("class C:\n    a: int\n    '''a.'''\n    def f(self) -> None:\n        '''f.'''\n", 0),
+        ('X = 1\n"""X."""\n"""Y, stacked under X."""\nY = 2\n', 1),
+        ('def f() -> None:\n    pass\n\n\n"""Left behind by a moved constant."""\n', 1),
+        ("def f() -> None:\n    self.a = 0\n    self.b = 0\n    '''a, under b.'''\n", 0),
+        ("if True:\n    X = 1\nelse:\n    '''no object.'''\n", 1),
+    ],
+)
+def test_the_rule_on_small_cases(source: str, strays: int) -> None:
+    """What counts as a docstring's place, and what is a stray (a swap of two neighbours'
+    docstrings, each right after an assignment, is out of this rule's reach)."""
+    assert len(list(_stray_strings(ast.parse(source)))) == strays
+
+
+def test_every_docstring_sits_under_an_object() -> None:
+    """No module of the project holds a string statement that documents nothing."""
+    sources = _sources()
+    assert len(sources) > 100  # the walk found the tree
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {text.splitlines()[0] if text else text!r}"
+        for path in sources
+        for line, text in _stray_strings(ast.parse(path.read_bytes(), str(path)))
+    ]
+    assert not found, "strings that document nothing (move each under its object):\n" + "\n".join(
+        found
+    )
