@@ -22,11 +22,11 @@ between batches, so quiet keys' windows still close. Delivery is at-least-once:
    (:mod:`streams.app.published`).
 
 Why not faust-streaming (the first design): with the same pipeline, one faust
-worker reached ~8k events/s and a plain aiokafka consumer ~84k/s (issue 3,
-``bench/faust/FINDINGS.md``): faust's per-record Event/Message objects, four
+worker reached ~8k events/s and a plain aiokafka consumer ~84k/s
+(``bench/faust/FINDINGS.md``): faust's per-record Event/Message objects, four
 tasks per record in its drain loop, and its one-record-at-a-time changelog
 path cost ~90% of the time. This module keeps what the worker needed from
-faust, a consumer group, durable state and restore on rebalance, in ~300 lines
+faust, a consumer group, durable state and restore on rebalance, in one module
 of code we can read.
 
 Traps:
