@@ -46,6 +46,7 @@ from streams.core.rules.gpuids import (
     MIG_SEPARATOR,
     join_blob,
     join_lookup,
+    join_pair,
     join_pairs,
     pack_uuid,
     split_gpu_key,
@@ -762,8 +763,8 @@ def _moved_last(blob: bytes, packed: bytes, bus_id: str) -> bytes | None:
     ``(packed, bus_id)`` appended, the last ``_MAX_GPU_BUSES`` kept (what
     :func:`_learn_bus` stores), spliced from the bytes; None when a field is too long for
     the format or the blob does not walk to its end (the full path then decides)."""
-    raw = bus_id.encode()
-    if len(packed) > 255 or len(raw) > 255:
+    pair = join_pair(packed, bus_id)
+    if not pair:
         return None
     spans: list[tuple[int, int]] = []
     at, end = 0, len(blob)
@@ -778,7 +779,6 @@ def _moved_last(blob: bytes, packed: bytes, bus_id: str) -> bytes | None:
         if not (own == len(packed) and blob.startswith(packed, at + 1)):
             spans.append((at, stop))
         at = stop
-    pair = bytes((len(packed),)) + packed + bytes((len(raw),)) + raw
     if len(spans) >= _MAX_GPU_BUSES:
         spans = spans[len(spans) - _MAX_GPU_BUSES + 1 :]
     return b"".join([*(blob[a:b] for a, b in spans), pair])

@@ -82,15 +82,18 @@ def join_lookup(blob: bytes, uuid: bytes) -> str:
     return ""
 
 
+def join_pair(uuid: bytes, bus: str) -> bytes:
+    """One pair of :attr:`NodeState.gpu_joins`: each field behind its length in one byte;
+    empty when a field is over 255 bytes (no real uuid or bus id), so it is left out."""
+    raw = bus.encode()
+    if len(uuid) > 255 or len(raw) > 255:
+        return b""
+    return bytes((len(uuid),)) + uuid + bytes((len(raw),)) + raw
+
+
 def join_blob(pairs: list[tuple[bytes, str]]) -> bytes:
-    """The bytes of :attr:`NodeState.gpu_joins` for these pairs; a pair with a field
-    over 255 bytes (no real uuid or bus id) is left out."""
-    parts = []
-    for uuid, bus in pairs:
-        raw = bus.encode()
-        if len(uuid) < 256 and len(raw) < 256:
-            parts.append(bytes((len(uuid),)) + uuid + bytes((len(raw),)) + raw)
-    return b"".join(parts)
+    """The bytes of :attr:`NodeState.gpu_joins` for these pairs (:func:`join_pair`)."""
+    return b"".join([join_pair(uuid, bus) for uuid, bus in pairs])
 
 
 MIG_SEPARATOR: Final = "/GI"
