@@ -30,7 +30,7 @@ native: $(NATIVE)
 # Its inputs: the core, the schemas (the router is one of them; the others are what it is
 # compiled against: schemas/native.py, inputs), and the build's own modules.
 NATIVE_INPUTS := $(wildcard streams/__init__.py streams/core/*.py streams/core/rules/*.py schemas/*.py) \
-  streams/native.py streams/native_build.py pyproject.toml
+  streams/native_build.py pyproject.toml
 $(NATIVE): $(STAMP) $(NATIVE_INPUTS)
 	@GPUTRIAGE_PURE_PYTHON=1 $(BIN)/python -m streams.native_build build \
 	  || { $(BIN)/python -m streams.native_build clean; \

@@ -44,10 +44,10 @@ if __package__ in {None, ""}:  # run as a script: make the repository root impor
 import msgspec
 
 from gputriage.simulate import StreamSpec, generate_lines, read_lines, write_lines
+from schemas import native
 from schemas.codec import decode_event
 from schemas.incidents import Incident
 from schemas.keys import Router
-from streams import native
 from streams.config import default_core_config
 from streams.core import CoreConfig, Correlator
 from streams.core.state import NodeState

@@ -45,7 +45,7 @@ from tqdm import tqdm
 
 from bench.core_bench import fill, load_stream, measure_memory, stream_file, tracked_gpus
 from bench.generate import StreamSpec
-from streams import native
+from schemas import native
 from streams.config import default_core_config
 from streams.core import Correlator
 

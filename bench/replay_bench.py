@@ -33,7 +33,7 @@ if __package__ in {None, ""}:  # run as a script: make the repository root impor
 
 from bench.core_bench import pin_one_core, stream_file
 from bench.generate import StreamSpec
-from streams import native
+from schemas import native
 
 ROOT = Path(__file__).resolve().parents[1]
 BAR_X_REAL_TIME = 2_000

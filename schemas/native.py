@@ -17,7 +17,7 @@ Traps, and what this module does about them:
   import :mod:`schemas.keys` and never ``streams`` (import-linter contracts). So
   ``schemas/__init__.py`` runs :func:`guard` before anything of the package is imported,
   whoever imports it first, and this module imports only the standard library.
-  :mod:`streams.native` re-exports it; nothing is declared twice.
+  ``streams``, the benches and the tests import it from here.
 * **One group, one stamp, all or nothing.** The core and ``schemas.keys`` are compiled
   as one mypyc group (:data:`GROUP`, its shared library in ``schemas/``: the connectors
   load it without importing ``streams``), so the engine calls ``key_node`` as a C call.
@@ -183,12 +183,14 @@ def built() -> bool:
     return bool(extension_modules())
 
 
-def stale_reason() -> str:
+def stale_reason(found: dict[str, list[Path]] | None = None) -> str:
     """Why the extension modules must not be used ("" if they may): all or nothing, so
-    also when one compiled module has none (an earlier build that compiled fewer)."""
+    also when one compiled module has none (an earlier build that compiled fewer).
+    ``found``: :func:`extension_modules`, when the caller already walked the packages."""
     if not STAMP.exists():
         return f"no {STAMP.name} stamp next to them"
-    found = extension_modules()
+    if found is None:
+        found = extension_modules()
     missing = [module for module in COMPILED if module not in found]
     if missing:
         return f"no extension module for {', '.join(missing)} (run `make native`)"
@@ -234,18 +236,22 @@ def pure_requested() -> bool:
 def guard() -> None:
     """Use the compiled modules only if they were built from exactly these sources.
 
-    Checked once per process (``schemas/__init__.py`` runs it, and ``streams`` again for
-    the record). The source-first finder goes in *before* the warning: a warning turned
-    into an error (``-W error``) must not leave the stale extensions importable.
+    Checked once per process (``schemas/__init__.py`` runs it, before anything of
+    ``schemas`` or ``streams`` is imported). The source-first finder goes in *before*
+    the warning: a warning turned into an error (``-W error``) must not leave the stale
+    extensions importable.
     """
-    if _CHECKED or not built():
+    if _CHECKED:
+        return
+    found = extension_modules()  # one walk of the packages per process, at start-up
+    if not found:
         return
     _CHECKED.append(True)
-    reason = f"{PURE_ENV} is set" if pure_requested() else stale_reason()
+    reason = f"{PURE_ENV} is set" if pure_requested() else stale_reason(found)
     if not reason:
         return
     _FORCED.append(reason)
-    sys.meta_path.insert(0, _SourceFirst(frozenset(COMPILED) | set(extension_modules())))
+    sys.meta_path.insert(0, _SourceFirst(frozenset(COMPILED) | set(found)))
     if not pure_requested():
         warnings.warn(
             f"{STALE_WARNING}: {reason}; running the Python sources of gputriage's core",

@@ -6,6 +6,6 @@ runs on its own import: the connectors import the compiled router without this
 package); else the sources run.
 """
 
-from streams.native import guard
+from schemas.native import guard
 
 guard()

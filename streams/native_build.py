@@ -21,7 +21,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from streams.native import (
+from schemas.native import (
     COMPILED,
     GROUP,
     ROOT,

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import streams.core  # noqa: F401 - imported for its guard: native.active() reads the result
-from streams import native
+from schemas import native
 
 ROOT = Path(__file__).resolve().parents[2]
 OWN_OUTPUTS = ("bench/REPORT.md", "bench/figures")

@@ -5,7 +5,7 @@ is the reference. ``tests/streams/core/test_differential.py`` runs the same stre
 :data:`ENABLED` false and compares every incident byte for byte.
 
 Why a module attribute and not a patched function: the compiled core
-(:mod:`streams.native`) binds calls between its modules at build time, so replacing a
+(:mod:`schemas.native`) binds calls between its modules at build time, so replacing a
 function from a test changes nothing there. This module is not compiled, and the rules
 read the attribute through it at run time. Never switch it off in production: the
 result is the same, only slower.

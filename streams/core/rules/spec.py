@@ -10,7 +10,7 @@ in which timers fire and the earliest deadline of a key (``node.apply_timer`` an
 Why plain frozen dataclasses holding plain functions: the rules are compiled with mypyc,
 which compiles these too (no metaclass, no attribute tricks), and a function stored in a
 field is called like any other. msgspec Structs would keep a module out of the compiled
-build (:mod:`streams.native`), so a rule's state slice lives in ``streams.core.state``
+build (:mod:`schemas.native`), so a rule's state slice lives in ``streams.core.state``
 and the spec names the fields it owns.
 
 Traps:

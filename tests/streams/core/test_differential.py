@@ -1,7 +1,7 @@
 """Differential tests of the core's speed-ups (issue 14.1): the same incidents, byte for byte.
 
 A shortcut on the hot path (skipping work a rule would find to change nothing) must
-never change a result, and neither may compiling the core (:mod:`streams.native`). Each
+never change a result, and neither may compiling the core (:mod:`schemas.native`). Each
 test runs the same stream two ways and compares every revision's encoded bytes, in
 order: with the shortcuts and without them (:data:`streams.core.shortcuts.ENABLED`, the
 engine as it was), and in this interpreter against the Python sources in a subprocess
@@ -24,10 +24,10 @@ import msgspec
 import pytest
 
 from gputriage.simulate import StreamSpec, generate_lines
+from schemas import native
 from schemas.codec import AnyEvent, decode_event, encode
 from schemas.events import CORDON_TAINT, NodeEvent, PodEvent, Taint
 from schemas.keys import Router
-from streams import native
 from streams.config import default_core_config
 from streams.core import Correlator, shortcuts
 from streams.core import cluster as cluster_rules
@@ -404,7 +404,7 @@ def test_a_routine_copy_is_recognised_and_a_placement_change_is_not() -> None:
 _DIGEST = """
 import hashlib, sys
 from tests.streams.core.test_differential import STREAMS, incidents
-from streams import native
+from schemas import native
 print(native.active(), hashlib.sha256(b"".join(incidents(STREAMS[sys.argv[1]]()))).hexdigest())
 """
 

@@ -13,10 +13,10 @@ from collections.abc import Callable
 import msgspec
 import pytest
 
+from schemas import native
 from schemas.codec import AnyEvent
 from schemas.events import GpuBindingEvent
 from schemas.keys import Router
-from streams import native
 from streams.config import default_core_config
 from streams.core import Correlator, shortcuts
 from streams.core import node as node_rules
@@ -230,7 +230,7 @@ def test_the_idle_shortcut_fires_and_moves_the_pair_last() -> None:
 
 _DIGESTS = """
 import hashlib
-from streams import native
+from schemas import native
 from tests.streams.core.test_differential import run
 from tests.streams.core.test_idle_bindings import HISTORIES
 for name, events in HISTORIES.items():

@@ -22,6 +22,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
+from schemas import native
 from schemas.codec import AnyEvent
 from schemas.events import (
     AutoscalerEvent,
@@ -33,7 +34,6 @@ from schemas.events import (
 )
 from schemas.keys import key_of
 from schemas.truth import CLUSTER_SCOPED
-from streams import native
 from streams.core import CoreConfig, Correlator
 from streams.core import node as node_key
 from streams.core.rules import registry
