@@ -1,4 +1,4 @@
-"""The whole live processor against plain aiokafka, in one run (issue 3: Throughput, Latency).
+"""The whole live processor against plain aiokafka, in one run: throughput and latency.
 
 One embedded broker (Tansu, memory storage), one topic layout with a fresh prefix,
 ``--events`` generated events (default 400k over 2,000 nodes, shifted so they end
@@ -85,10 +85,10 @@ from streams.config import default_core_config
 
 BAR_EVENTS_PER_S = 20_000
 BAR_PRODUCE_EVENTS_PER_S = 50_000
-"""Issue 14.3: ``EventProducer`` for connectors >= 50k events/s (generated events; the
+"""The bar: ``EventProducer`` for connectors >= 50k events/s (generated events; the
 records, with the cluster key's copies, are about twice as many)."""
 BAR_RATIO = 0.45
-"""Issue 14: one worker >= 0.45x plain aiokafka on the same topics, same run."""
+"""The bar: one worker >= 0.45x plain aiokafka on the same topics, same run."""
 PIPELINE_SECONDS = "gputriage_pipeline_seconds_total"
 BAR_P99_S = 1.0
 EVENT_OPENED = {
@@ -159,7 +159,7 @@ async def produce(
     env: Env, events: Iterable[AnyEvent], batch_bytes: int = BATCH_BYTES, *, signed: bool = False
 ) -> int:
     """Load the raw topics; ``batch_bytes``: the record batches' size (``BATCH_BYTES``,
-    512 KB, is what the connectors write; aiokafka's 16 KB, their size before issue 14,
+    512 KB, is what the connectors write; aiokafka's 16 KB, their size before,
     loads ~2x slower, and its small batches make every consumer, (a) most, slower too).
 
     ``signed``: every record carries a source's id and progress, as the connectors'

@@ -25,7 +25,7 @@ gpu-node-07     kubelet stops reporting with serving pods on it:
                 gpu_node_not_ready, later evictions join it
 ==============  ===========================================================
 
-and three cluster-scoped ones (issue 12), told after the node stories in :func:`build`
+and three cluster-scoped ones, told after the node stories in :func:`build`
 so that those keep their resourceVersions, hence their ids and their incidents' ids:
 
 ==================  =======================================================
@@ -39,7 +39,7 @@ dcgm_outage         dcgm-exporter on gpu-node-02 and gpu-node-06 loses the pods
                     for nine minutes: allocation_mismatch naming both, resolved
 ==================  =======================================================
 
-and one told last of all (issue 17), for the same reason:
+and one told last of all, for the same reason:
 
 ==================  =======================================================
 pcie_node           gpu-node-08 is a PCIe-only box (8 L40S, two sockets: its
@@ -534,12 +534,12 @@ def build() -> list[Event]:
         )
     node(n7, 24.0, ready="True")
 
-    # --- The cluster key (issue 12): added after the node stories, so that their records
+    # --- The cluster key: added after the node stories, so that their records
     # keep their resourceVersions, hence their ids and their incidents' ids.
     dcgm_everywhere()
     starved_job()
     dcgm_outage()
-    # --- Topology (issue 17): last, for the same reason.
+    # --- Topology: last, for the same reason.
     pcie_node()
 
     # 45 minutes in: the clock has moved on, quiet windows close.
@@ -548,7 +548,7 @@ def build() -> list[Event]:
     return events
 
 
-# --- The cluster key's stories (issue 12) ------------------------------------------------
+# --- The cluster key's stories ----------------------------------------------------------
 
 BUSES = (
     "0000:18:00.0",
@@ -739,7 +739,7 @@ def dcgm_outage() -> None:
     bind_pod(2, 35.2, range(4, 8), f"inference/{INSTRUCT_PODS[2]}/vllm")
 
 
-# --- Topology (issue 17) ---------------------------------------------------------------
+# --- Topology ---------------------------------------------------------------------------
 
 PCIE_NODE = "gpu-node-08"
 PCIE_LABELS = {

@@ -17,7 +17,7 @@ The correlation key is ``cluster/node``, or ``cluster`` for cluster-scoped
 records (:func:`schemas.keys.correlation_key`). Every raw topic has the same
 partition count, so one key lands on the same partition number in each, and a
 worker owning partition *n* owns every signal about the nodes that hash there:
-that co-partitioning is what lets the processor scale out (DESIGN §4, principle 3).
+that co-partitioning is what lets the processor scale out.
 Changing the partition count of a running deployment re-homes keys; it needs a
 fresh state, not a config reload.
 
@@ -254,7 +254,7 @@ def topic_layout(settings: TopicSettings | None = None) -> TopicLayout:
 STATE_RECORD_MAX_BYTES = 16 << 20
 """The largest state snapshot record (one key's state): the state topic is created with
 this ``max.message.bytes`` and the processors' producers allow it. The cluster key's
-state grows with the cluster (~1.06 MB at 2,000 GPU nodes, measured in issue 14), past
+state grows with the cluster (~1.06 MB at 2,000 GPU nodes, measured), past
 Kafka's 1 MB default, which would refuse it at every flush. Topics that exist already
 are left as they are (``ensure_topics``): raise theirs by hand for big clusters."""
 

@@ -10,8 +10,8 @@ disagreement is a new one that needs its own 5 min. So each outage reports, as i
 goes, how many GPUs running pods hold on its node (:meth:`Blind.held`), and
 :meth:`MismatchTruth.expected` applies the rule to those counts.
 
-The numbers are DESIGN's defaults, not imported from ``streams/core/config.py`` (see
-:mod:`gputriage.simulate.truth`).
+The numbers are the documented defaults (docs/detection.md), not imported from
+``streams/core/config.py`` (see :mod:`gputriage.simulate.truth`).
 """
 
 from __future__ import annotations

@@ -121,8 +121,8 @@ class Noise(Fleet):
 
     def _plugin_blip(self) -> Step:
         """The NVIDIA device plugin restarts (an upgrade, a kubelet restart) and registers
-        its GPUs again: allocatable 8 -> 0 -> 8 within seconds. No fault (DESIGN §2
-        refinements: such a drop does not arm the eviction chain)."""
+        its GPUs again: allocatable 8 -> 0 -> 8 within seconds. No fault: such a drop
+        does not arm the eviction chain."""
         node = self._pick_node()
         if node is None:
             return
@@ -237,7 +237,7 @@ class Noise(Fleet):
         kubernetes.io, "Taints and Tolerations", taint-based evictions), and the scheduler
         places no pod there until it is Ready again: the pod stays pending. Placed on it,
         a rollout's replacement started on a node that was NotReady, and the taint
-        eviction then evicted a pod the NotReady's truth never named (simulator seed 2)."""
+        eviction then evicted a pod the NotReady's truth never named (seen in a simulated fleet)."""
         rng = self.rng
         while node.ready != "True":
             yield 15.0

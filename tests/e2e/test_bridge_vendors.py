@@ -1,4 +1,4 @@
-"""Issue 13's acceptance, end to end: each shipped bridge kind, run as a user runs it
+"""The bridges, end to end: each shipped bridge kind, run as a user runs it
 (``python -m gputriage bridge <kind>`` with a TOML configuration and its secret in the
 environment), on the real broker, against its vendor's *validating* receiver: PagerDuty's
 Events API v2 (:mod:`tests.receivers.pagerduty`), Slack's Web API

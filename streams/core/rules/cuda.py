@@ -5,7 +5,7 @@ exits 1, and the container restarts. So the rule needs no log source: more than
 ``cuda_oom_restarts`` non-zero terminations within ``cuda_oom_window_seconds``,
 none of them ``OOMKilled`` (that is host memory: ``host_oom_kill``).
 
-Traps (DESIGN §2 refinements): exit 137 without ``OOMKilled`` and exit 143 are
+Traps: exit 137 without ``OOMKilled`` and exit 143 are
 signals sent from outside (the kubelet after a failed liveness probe or preStop
 grace, an eviction, a deletion), never CUDA OOM, so :mod:`streams.core.node` does
 not count them here; and restarts are counted from ``restartCount`` too, so crashes
@@ -14,7 +14,7 @@ between two updates we saw (a watch gap, a relist) still count
 termination message (``FallbackToLogsOnError``) says ``CUDA out of memory``, the
 incident says the suspicion is confirmed by the log.
 
-**A loop whose message names another cause is not CUDA OOM** (issue 10.8). Every
+**A loop whose message names another cause is not CUDA OOM**. Every
 exit-1 loop used to say "reduce batch size", even when the message said
 ``uncorrectable ECC error encountered`` (the GPU), ``an illegal memory access was
 encountered`` (a kernel fault), ``NVMLError_Unknown`` (the driver) or an NCCL watchdog
@@ -236,7 +236,7 @@ def _confirmed_loop(step: Step, base: str) -> bool:
     proved it out of GPU memory, and such texts are what a dying rank's peers and an
     OOM'ing process's last kernels print (the cause table: the NCCL watchdog re-raises
     the error that killed the rank). Opened as a second incident, first seen at the
-    same crash, one loop was two tickets (simulator seed 2: four loops, an NCCL or an
+    same crash, one loop was two tickets (seen in a simulated fleet: four loops, an NCCL or an
     illegal-memory-access exit among their OOM exits). A device's own words (an ECC
     error, a failing NVML: ``gpu_fault``, ``driver_fault``) still open their own: they
     call for the GPU, not for a smaller batch. An unconfirmed suspicion is superseded by

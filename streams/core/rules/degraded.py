@@ -5,7 +5,7 @@ Two ways in, one incident per node (subject ``node``):
 * **Silent degradation**: capacity - allocatable of GPUs > 0 for longer than
   ``degraded_after_seconds``. The device plugin quietly marked a GPU unhealthy and
   nobody's pod died (yet).
-* **A hardware fault with no pod failure** (DESIGN §2 refinements, issue 10.10): a
+* **A hardware fault with no pod failure**: a
   fatal XID, or an XID 154 whose recovery action asks for a reset, a drain or a
   reboot, that no ``device_unhealthy_eviction`` has reported ``degraded_after_seconds``
   after its first line. An XID 62 (micro-controller halt) with pods still running on
@@ -139,7 +139,7 @@ def _another_faults_drop(step: Step, inc: OpenIncident) -> bool:
     the ticket tells an older fault): the device plugin marked *that* GPU unhealthy,
     and the chain reports it. Taken
     by the ticket, its recovery resolved the ticket of a flaky GPU that was never
-    reset (simulator seed 2: a flaky GPU's ticket at 10:47, an XID 95 on another GPU
+    reset (seen in a simulated fleet: a flaky GPU's ticket at 10:47, an XID 95 on another GPU
     and its drop at 14:57, the drop's recovery at 15:29 closed the flaky ticket)."""
     state = step.state
     if not state.chain_codes or not chain.armed(step):
@@ -169,7 +169,7 @@ def _xid_deadline(step: Step, inc: OpenIncident) -> float | None:
     A plugin restart's 8 -> 0 -> 8 says nothing of an XID-only ticket's GPU: it was
     allocatable before and is again, and a GPU reset is invisible to Kubernetes. Read
     as "all GPUs allocatable again" it resolved a flaky GPU's ticket, and the GPU's next
-    XID opened a second one for the same fault (simulator seed 1: two on one node).
+    XID opened a second one for the same fault (seen in a simulated fleet: two on one node).
     The chain's doctrine is the same: such a drop is no fault (``drop_persist_seconds``).
     """
     if "xids" not in inc.attributes:
@@ -242,7 +242,7 @@ def recurrence(step: Step, item: Evidence, gpu: GpuTrack, code: int) -> bool:
     Why: a chain's page resolves ten minutes after the fault when every GPU is still
     allocatable (a GPU reset is invisible to Kubernetes), and a ticket when the device
     plugin reports the GPU healthy again; the flaky GPU's next XID, minutes later, then
-    opened a second incident for the one fault it already had (simulator seed 4: an
+    opened a second incident for the one fault it already had (seen in a simulated fleet: an
     XID 48 page at 12:02, a ticket for the same GPU's XID 48 at 12:17; an XID 119 ticket
     at 22:18, resolved by the plugin at 23:09, another at 23:19). Only the same code:
     another fatal code is a fault nothing has told yet, and drafts its own ticket.
@@ -427,7 +427,7 @@ def _repeats_tell(step: Step, suspects: list[str], dropped: Evidence) -> bool:
     """Does an open ``xid_repeat`` already tell the GPU a lasting drop is about? When
     every GPU with a fault XID near the drop has its repeat page open, the device plugin
     marked that failing GPU unhealthy: the page (drain, RMA) says more than a ticket
-    would, and the drop joins it as evidence (simulator seed 4: an XID 74 repeat opened
+    would, and the drop joins it as evidence (seen in a simulated fleet: an XID 74 repeat opened
     at 20:11, the plugin's drop of that GPU made a second, "1 of 8 GPUs unallocatable"
     ticket at 20:17). A drop no XID explains names no GPU, and opens its ticket."""
     if not suspects:

@@ -4,7 +4,7 @@ Opens on the *transition* from Ready=True; a node first seen NotReady has no
 running pods we know of. Pods that fail or are evicted while it is open join
 it (unless an eviction chain claims them first). Resolves when Ready=True again.
 
-Why a grace (``not_ready_grace_seconds``, default 120 s; DESIGN §2 refinements):
+Why a grace (``not_ready_grace_seconds``, default 120 s):
 Kubernetes itself waits before it acts on a NotReady node. The node controller
 marks a node Unknown only after the node-monitor grace period (40 s), and pods
 are evicted only after their ``node.kubernetes.io/not-ready`` /
@@ -23,7 +23,7 @@ it pages when either
   own non-zero exit (:func:`streams.core.rules.chain.ordinary_crash`) does not: a
   NotReady kubelet (PLEG unhealthy, a lost lease) kills no container, so a crash
   during a 40 s blip is the application's and the blip is still Kubernetes working
-  (simulator seeds 1 and 2: an NCCL error 37 s into a PLEG blip paged). Past the
+  (seen in simulated fleets: an NCCL error 37 s into a PLEG blip paged). Past the
   grace, every failure joins the page.
 
 A blip shorter than the grace publishes *nothing*, not an ``info`` revision: an
