@@ -105,8 +105,9 @@ class Noise(Fleet):
 
     def _relist(self) -> AnyEvent | None:
         """A watch that expired (410 Gone) or a restarted k8s connector lists again: the
-        node and its pods come again as they last were, same ids and their own older
-        times (README: an unchanged object gives exactly the same event): stale copies."""
+        node and its pods come again as they last were, same ids and their own older times
+        (docs/connectors.md: an unchanged object gives exactly the same event): stale
+        copies."""
         node = self.nodes[self.rng.randrange(len(self.nodes))]
         again = [node.last]
         for gpu in node.gpus:

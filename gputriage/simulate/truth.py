@@ -226,7 +226,7 @@ class TruthRecorder:
 
     def _joined(self, found: list[ExpectedIncident]) -> list[ExpectedIncident]:
         """Drop the truths that join an incident still open on their subject: one
-        ``gpu_degraded`` per node (README: "One per node"; without an end it stays open
+        ``gpu_degraded`` per node (docs/detection.md: "One per node"; without an end it stays open
         for ``degraded_quiet_seconds``, a day; a drop that joins it ends it when all GPUs
         are allocatable again; a flaky GPU's ends at its ``xid_repeat``).
         ``allocation_mismatch`` (one per cluster) is joined where it is counted
@@ -251,7 +251,7 @@ class TruthRecorder:
             if until is not None and incident.start <= until:
                 if incident.type == "gpu_degraded" and ended is not None and key in quiet:
                     # A drop that joins a ticket its XIDs keep open ends it when it
-                    # recovers (README: "Resolves when all GPUs are allocatable again
+                    # recovers (docs/detection.md: "Resolves when all GPUs are allocatable again
                     # (once a drop was seen)"): the core cannot tell which GPU came back.
                     open_until[key] = ended
                     quiet.discard(key)
@@ -272,7 +272,7 @@ class TruthRecorder:
         return kept
 
     def _supersede(self, repeats: list[ExpectedIncident]) -> None:
-        """A flaky GPU's ``gpu_degraded`` ends when its ``xid_repeat`` opens (README: "an
+        """A flaky GPU's ``gpu_degraded`` ends when its ``xid_repeat`` opens (docs/detection.md: "an
         ``xid_repeat`` of its only GPU supersedes it": the page says RMA, the ticket's one
         reset will not hold), at the episode that makes the repeat; a drop on the node
         after that is a new ticket. Only a ticket of that GPU alone (:meth:`_joined`)."""
@@ -304,7 +304,7 @@ class TruthRecorder:
         """Move ``not_before`` back to evidence the domain attaches from before the fault:
 
         * ``device_unhealthy_eviction``: a failure of its pods up to
-          :data:`EVICTION_LOOKBACK` before the fault joins the chain (README: "or failed
+          :data:`EVICTION_LOOKBACK` before the fault joins the chain (docs/detection.md: "or failed
           up to 2 min before"), so an unlucky crash just before is its first evidence;
         * ``gpu_degraded`` of a drop: the node's recent XIDs are attached as evidence
           (attached as evidence; up to :data:`DEGRADED_XIDS_BEFORE`
