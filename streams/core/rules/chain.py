@@ -1,81 +1,18 @@
 """``device_unhealthy_eviction``: fatal XID / allocatable drop, then GPU pods fail.
 
-The whole chain is ONE incident: the first trigger (in event time) anchors the
-id, later triggers and every failed pod are added to it. Pods that failed a
-little *before* the first trigger (``eviction_lookback_seconds``) join too: the
-kubelet can report a dead container before the node status shows the drop.
+The whole chain is ONE incident, anchored at the first trigger in event time; pods that
+failed up to ``eviction_lookback_seconds`` before it join too (the kubelet may report a
+dead container before the node shows the drop). It opens only when a pod fails, and
+resolves after the window once the node's GPUs are allocatable again. The page says
+"reset or replace the GPU", so both halves must be about a device:
 
-The incident opens only when a pod fails. A fatal XID on an idle node is left to
-``gpu_degraded`` / ``xid_repeat``; a pod failure without any trigger is not a
-device incident. After the window closes, the incident resolves once the node's
-GPUs are allocatable again; while they are not, it stays open.
+* a drop arms the chain only when trusted (with a fatal XID, after a pod failure that says
+  device, or once it lasted ``drop_persist_seconds``): a plugin re-registering is 8->0->8;
+* a pod joins only if its failure is the device's (its words, its GPU, an exit right after
+  a fatal XID), never an ordinary crash, nor an eviction on a node taken away on purpose.
 
-This page says "cordon, drain, reset or replace the GPU", so both halves must be
-about a device (docs/detection.md, ``device_unhealthy_eviction``):
-
-* **A drop must be trusted** before it arms the chain. A device plugin that
-  restarts (an upgrade, a crash, a kubelet restart) de-registers and
-  re-registers its GPUs: allocatable goes 8 -> 0 -> 8 within seconds, and that is
-  no fault. A drop arms the chain at once only when it comes with a fatal XID
-  (the chain is already armed, or the XID follows while the drop is pending) or
-  with a GPU pod failure at most ``device_fault_near_seconds`` *before* it that
-  says device (the kubelet saw the dead device first: an
-  ``UnexpectedAdmissionError``, a ``DeviceFailed`` eviction; never an ordinary
-  crash, which vouches for nothing). Otherwise it is
-  pending (``NodeState.drop_pending``) and arms when it has lasted
-  ``drop_persist_seconds`` (a timer on the watermark), anchored at the drop
-  itself, so window, look-back and incident id are those of the drop. A drop
-  undone while pending is forgotten: it was the plugin re-registering.
-* **A pod joins only if its failure is the device's.** It joins when its
-  failure says device (``device_failure_patterns`` in its reason or message:
-  ``UnexpectedAdmissionError``, ``DeviceFailed``/``DeviceUnhealthy`` evictions, a
-  CUDA/NVML error in its termination message), or when it was bound to one of
-  the chain's GPUs. When both its binding and the chain's GPUs are known and
-  they differ, it does not join (its GPU is fine). Otherwise (binding unknown, or
-  a drop that does not say which GPU) an eviction or a pod-level failure
-  reason (Kubernetes took the pod off the node: ``Evicted``, ``NodeLost``,
-  ``TaintManagerEviction``...) joins within the window, and an *ordinary crash*
-  (a container's non-zero exit, a pod ``Failed`` with no reason) joins only if
-  it happened within ``device_fault_near_seconds`` *after* a fatal XID: an XID
-  79 kills its process at once, while an application bug crashes whenever it
-  likes. (Measured on the event time of the report of the failure, which the
-  kubelet sends within seconds of the exit.) Against a drop alone an ordinary
-  crash joins only if its words name the GPU (:func:`_may_name_the_gpu`): the
-  drop names no GPU, and a wordless crash does not say device.
-
-An ordinary crash does not make a drop trusted either: a plugin restart a minute
-after an unrelated crash pages nobody.
-
-A node taken away on purpose (:mod:`streams.core.rules.disruption`: Karpenter's or the
-autoscaler's taint, a cordon, a graceful shutdown) arms nothing by losing every GPU, and
-its evictions through the API are no failures (Karpenter's ``Evicted pod: <reason>``
-Event, a deleted pod's exit on such a node): before this, a healthy consolidation paged
-"reset or replace the GPU". A fatal XID there still arms the chain, and a pod that then
-dies on its own (no deletion) still joins it.
-
-Traps: ``CUDA error: out of memory`` contains "CUDA error" but is the workload
-running out of memory (``suspected_cuda_oom``), never the device: texts that
-match ``cuda_oom_patterns`` do not say device. Likewise a text the termination-cause
-table (``schemas/termination_causes.toml``) classes as the workload's or the network's
-(:data:`_NOT_DEVICE`: CUDA OOM, an NCCL timeout) says nothing about the device by its
-words: the crash is judged as an ordinary one (its GPU, its time). A kernel fault
-(``CUDA error: an illegal memory access was encountered`` / ``unspecified launch
-failure``) is in between: the table calls it "sometimes a failing GPU", and "a fatal
-XID (48, 79, 95, 119...) means the GPU". Its words say device against a fault that has
-a fatal XID, unless the pod's own GPU just logged an application XID; against a drop
-alone they say nothing (:func:`_kernel_fault_says_device`). NVIDIA's XID catalog
-calls the XIDs behind a kernel fault (13, 31, 43) application errors
-(https://docs.nvidia.com/deploy/xid-errors/), and the device plugin skips them when
-it marks GPUs unhealthy (NVIDIA/k8s-device-plugin, internal/rm/health.go: 13, 31, 43,
-45 and 68 are "application errors: the GPU should still be healthy"), so a drop does
-not vouch for such a crash on another GPU: it used to join the chain on the words
-"CUDA error" and turn the drop's ``gpu_degraded`` into a page (seen in a
-simulated fleet). An uncorrectable ECC error and a failing NVML do
-say device (``gpu_fault``, ``driver_fault``). A kubelet pressure eviction ("The node
-was low on resource: memory") is the host's, not the GPU's, and does not join unless
-it names the GPU resource. A failure that does not join is still
-remembered for a later trigger's look-back, and still reaches the other rules
-(a crash-loop is then counted toward ``suspected_cuda_oom``).
+Traps: ``CUDA error: out of memory`` says "CUDA error" but is the workload's; a kernel
+fault says device only against a fatal XID. The reasoning: docs/detection.md, design notes.
 """
 
 from __future__ import annotations
