@@ -1,4 +1,4 @@
-"""Benchmark: autoscaler log parsing throughput, lines/s on one core (issue 12).
+"""Benchmark: autoscaler log parsing throughput, lines/s on one core.
 
 The bar: >= 100k lines/s. Input: the corpus's log lines (tests/data/autoscaler: the six
 log files, 167 lines, every one traced to a public source in SOURCES.md) mixed with

@@ -1,4 +1,4 @@
-"""Peak memory of a worker over a backlog where one partition lags (issue 11.3).
+"""Peak memory of a worker over a backlog where one partition lags.
 
 One embedded broker (Tansu, memory storage), ``--events`` generated events over
 ``--nodes`` nodes (1 h of event time, ending days ago), every event keyed to

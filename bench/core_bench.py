@@ -1,6 +1,6 @@
 """Benchmark of the correlation core alone: events/s on one core, decode included.
 
-The acceptance bar (DESIGN §6): on a generated stream of >= 1M events over
+The acceptance bar (the design's target): on a generated stream of >= 1M events over
 >= 5,000 nodes, ``decode_event`` + ``Correlator.ingest`` sustain >= 100k
 events/s on one core, with <= 1 KB of state per tracked pod.
 

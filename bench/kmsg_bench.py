@@ -1,4 +1,4 @@
-"""Benchmark: kernel-log XID parsing throughput, lines/s on one core (issue 5).
+"""Benchmark: kernel-log XID parsing throughput, lines/s on one core.
 
 The bar: >= 200k lines/s on a mixed log of about 1% XID lines. A busy GPU node
 logs container networking, audit and driver chatter continuously; the parser

@@ -1,4 +1,4 @@
-"""Latency under load: the last evidence on Kafka -> the incident on Kafka (issue 14.4).
+"""Latency under load: the last evidence on Kafka -> the incident on Kafka.
 
 One embedded broker (Tansu, memory storage); for every ``--runs`` x ``--rates``, fresh
 topics and one fresh ``gputriage process`` worker (a subprocess, production defaults but

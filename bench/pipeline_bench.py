@@ -1,45 +1,17 @@
-"""The whole live processor against plain aiokafka, in one run (issue 3: Throughput, Latency).
+"""The whole live processor against plain aiokafka, in one run: throughput and latency.
 
-One embedded broker (Tansu, memory storage), one topic layout with a fresh prefix,
-``--events`` generated events (default 400k over 2,000 nodes, shifted so they end
-``--days-ago`` days ago: every window has closed by the wall clock) produced to the
-raw topics. Then, side by side:
+One embedded broker, a fresh topic layout, ``--events`` generated events ending
+``--days-ago`` days ago (every window closed) on the raw topics; then, side by side:
+(a) a plain aiokafka consumer that reads and decodes everything, the baseline, run before
+and after (b); (a') the same consumer feeding :class:`Pipeline` as the worker does, nothing
+written back, its revisions compared with (b)'s; (b) one ``gputriage process`` worker, from
+its first committed progress to every record committed; (c) latency, live events at
+``--rate`` from produce ack to the incident at a consumer.
 
-a. **aiokafka**: a plain consumer (no group) assigned every raw partition reads
-   them all with ``getmany`` and decodes each value (``decode_event``): the
-   baseline. Timed from the first ``getmany`` to the last record; run again after
-   (b), and (b) is also shown against the mean of both (the load of shared cores moves).
-a'. **aiokafka + Pipeline**: the same consumer feeding :class:`Pipeline` as the worker
-   does (busy partitions, the clock, ticks, snapshots encoded once a second, the worker's
-   collector settings), nothing written back: what (b) would reach with a free transport.
-   Its incident revisions are compared with those (b) published: the same, or the bench
-   says how many differ.
-b. **processor**: one ``gputriage process`` worker (a subprocess, fresh app id,
-   so a fresh consumer group) from its first committed progress to every raw
-   record committed. The group's committed offsets are polled with an admin
-   client; the rate counts the records committed after the first progress was
-   seen, so start-up and the group join are excluded. Commits happen every
-   ``snapshot_seconds`` (1 s), so both ends carry up to that much
-   quantisation; the rate from the worker log's ``partitions [`` line (the first
-   batch) to the last commit is shown too.
-c. **latency**: with that worker caught up, ``--rate`` events/s for
-   ``--seconds`` generated with event times equal to the wall-clock time at
-   which they are produced (so the watermark is live). For each incident
-   revision the worker publishes, the *completing* event is the newest (by
-   produce ack) of its evidence events; the latency is from that event's
-   produce ack to the incident's arrival at a consumer of the incident topic
-   (``fetch_max_wait_ms=10``, so the measurement adds ≤ ~10 ms). The headline
-   counts first revisions of incident types an event opens (a container's
-   ``host_oom_kill``, ``suspected_cuda_oom``, ``gpu_node_not_ready``, the XID
-   rules); incidents a timer opens (``gpu_degraded``, ``device_unhealthy_eviction``,
-   a node-level ``host_oom_kill``) wait for their timer by design and are left out.
-
-Run::
-
-    .venv/bin/python bench/pipeline_bench.py            # ~2 minutes
-    .venv/bin/python bench/pipeline_bench.py --json     # machine-readable
-    .venv/bin/python bench/pipeline_bench.py --signed   # records signed as connectors do
-    .venv/bin/python bench/pipeline_bench.py --profile /tmp/worker.prof  # (b) under cProfile
+Traps: shared cores move the load, so (b) is shown against the mean of both (a) runs;
+commits come every ``snapshot_seconds``, so both ends carry up to 1 s of quantisation;
+incidents a timer opens wait for it by design and are left out of the latency headline.
+Each phase and how to run it: bench/README.md, design notes.
 """
 
 from __future__ import annotations
@@ -85,10 +57,10 @@ from streams.config import default_core_config
 
 BAR_EVENTS_PER_S = 20_000
 BAR_PRODUCE_EVENTS_PER_S = 50_000
-"""Issue 14.3: ``EventProducer`` for connectors >= 50k events/s (generated events; the
+"""The bar: ``EventProducer`` for connectors >= 50k events/s (generated events; the
 records, with the cluster key's copies, are about twice as many)."""
 BAR_RATIO = 0.45
-"""Issue 14: one worker >= 0.45x plain aiokafka on the same topics, same run."""
+"""The bar: one worker >= 0.45x plain aiokafka on the same topics, same run."""
 PIPELINE_SECONDS = "gputriage_pipeline_seconds_total"
 BAR_P99_S = 1.0
 EVENT_OPENED = {
@@ -159,7 +131,7 @@ async def produce(
     env: Env, events: Iterable[AnyEvent], batch_bytes: int = BATCH_BYTES, *, signed: bool = False
 ) -> int:
     """Load the raw topics; ``batch_bytes``: the record batches' size (``BATCH_BYTES``,
-    512 KB, is what the connectors write; aiokafka's 16 KB, their size before issue 14,
+    512 KB, is what the connectors write; aiokafka's 16 KB, their size before,
     loads ~2x slower, and its small batches make every consumer, (a) most, slower too).
 
     ``signed``: every record carries a source's id and progress, as the connectors'

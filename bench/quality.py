@@ -1,5 +1,5 @@
 """Detection quality: our incidents against a simulated stream's ground truth, and the
-PromQL baseline on the same stream (issue 15; ``make bench`` runs it as its "quality" step).
+PromQL baseline on the same stream (``make bench`` runs it as its "quality" step).
 
 Three runs, each through the shipped commands a user would type (subprocesses, so the
 report shows exactly what to re-run):

@@ -1,6 +1,6 @@
 """``gputriage replay`` speed: events/s and times real time, on the core bench's stream.
 
-The target (DESIGN §6, issue 14): replay >= 2,000x real time on the 5,000-node bench
+The target (the design's): replay >= 2,000x real time on the 5,000-node bench
 stream. What is timed is the CLI a user runs, as a subprocess, wall clock from start to
 exit: ``python -m gputriage replay -o json --no-progress FILE`` with its output read and
 counted (as ``> /dev/null`` would cost, plus a pipe), interpreter start-up, imports,

@@ -1,6 +1,6 @@
 """Benchmark: slimming raw pod JSON vs decoding it into kubernetes-asyncio models.
 
-The bar (issue 4): >= 10k pods/s on one core for orjson parse + slim of
+The bar: >= 10k pods/s on one core for orjson parse + slim of
 realistic ~10 KB pod objects, ``managedFields`` included.
 
 Input: one realistic object (``tests/data/k8s/pod_crashloop_oom.json``: a GPU

@@ -1,6 +1,6 @@
 """Recorded files as a source: JSON lines from a path or stdin, plain or gzip.
 
-This is the offline seam every connector shares (DESIGN §4, principle 9): what
+This is the offline seam every connector shares (every source reads from a file too): what
 a live connector would publish can be recorded to a file and replayed through
 the same core. It is deliberately synchronous; replay is CPU-bound and has no
 other I/O to overlap.

@@ -109,7 +109,7 @@ class PublishOptions:
     the sources it hears, and a quiet source's (a kmsg reader on a healthy node, a dcgm
     scraper between scrapes) is as old as its last heartbeat. Measured with
     ``bench/latency.py --quiet-sources 20`` at 2k events/s (2 shared cores), p99: 5.8 s
-    at 5 s (the default before issue 14), 1.6 s at 1 s, 1.1 s at 0.5 s, 0.84 s at
+    at 5 s (the old default), 1.6 s at 1 s, 1.1 s at 0.5 s, 0.84 s at
     0.25 s. The price is one tiny record per interval per partition the source has
     used (a node agent: one or two): 0.5 s is ~4 records/s per node for kmsg plus dcgm.
     A busy source heartbeats not at all (it is never quiet)."""

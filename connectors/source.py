@@ -1,8 +1,8 @@
 """One shape for every live source: an async stream of batches, each with its checkpoint.
 
 Modelled on bytewax's ``StatefulSourcePartition`` (``next_batch`` /
-``snapshot`` / ``close``), adapted to "commit after delivery" (DESIGN §4.8):
-the :class:`Source` hands out a :class:`Batch`; the one publish loop
+``snapshot`` / ``close``), adapted to "commit after delivery" (a checkpoint moves only
+once Kafka has the batch): the :class:`Source` hands out a :class:`Batch`; the one publish loop
 (:mod:`connectors.publish`) sends its events and dead letters, waits for every
 acknowledgement, and only then calls :meth:`Source.commit` with that batch,
 which saves the batch's checkpoint (bytewax's ``snapshot``, taken at the

@@ -10,7 +10,7 @@ covers was acknowledged by Kafka. Traps handled here, once:
   leaves half a state file.
 * The temporary file has a unique name (``tempfile.mkstemp``: ``O_CREAT|O_EXCL``,
   mode 0600). A fixed ``.NAME.tmp`` let two writers truncate and rename each
-  other's file (759 of 2,000 saves failed in issue 11's test) and wrote through a
+  other's file (759 of 2,000 saves failed in a test of two writers) and wrote through a
   symlink planted at that name. ``os.replace`` renames over the target path
   itself, never through a symlink there.
 * One writer per state file: :class:`StateLock` takes an advisory ``flock`` on

@@ -1,57 +1,14 @@
 """Builds ``scenario.jsonl``: 45 recorded minutes of a small GPU cluster, eleven incident types.
 
-Run ``python examples/build_scenario.py`` after changing a schema; the file is
-committed so that users (and the tests) can replay it without running this.
-Records are built by :mod:`gputriage.demo.events` (shared with the tests and the
-bench); what stays here is the story, the scenario's id scheme (``k8s:pod-NAME:RV``,
-one resourceVersion counter) and its time unit (minutes after ``START``). The
-output must stay byte-identical to ``gputriage/demo/scenario.jsonl``: the tests
-rebuild it and compare.
-
-Seven GPU nodes of one node group, each showing one node-scoped incident type:
-
-==============  ===========================================================
-gpu-node-01     XID 79 (fell off the bus), allocatable 8 -> 7, three training
-                pods fail or are evicted: ONE device_unhealthy_eviction
-gpu-node-02     an inference container OOMKilled + the node's OOMKilling event
-gpu-node-03     time-sliced GPU; a fine-tune crash-loops with CUDA OOM
-                while a notebook shares its GPU: suspected_cuda_oom
-gpu-node-04     allocatable 8 -> 7 with no pod failure: gpu_degraded
-gpu-node-05     XID 13 twice on a GPU bound to a render pod: gpu_app_fault
-gpu-node-06     XID 119 (GSP RPC timeout) on one GPU, reset each time (the driver's
-                XID 154 asks for a reset, then clears), back four times, 10.5 min
-                apart: five fault episodes, xid_repeat
-gpu-node-07     kubelet stops reporting with serving pods on it:
-                gpu_node_not_ready, later evictions join it
-==============  ===========================================================
-
-and three cluster-scoped ones (issue 12), told after the node stories in :func:`build`
-so that those keep their resourceVersions, hence their ids and their incidents' ids:
-
-==================  =======================================================
-starved_job         the 8-GPU pods of Job ml-train/llama-70b-sft pend while the
-                    GPU node group's ASG fails to grow four times for the vCPU
-                    quota (VcpuLimitExceeded): gpu_pods_starved (page) and
-                    scale_up_failure (quota, page), both still open at the end
-dcgm_everywhere     dcgm-exporter reports every GPU pod's binding, so the counts
-                    agree on every node (gpu-node-03, time-sliced, is left out)
-dcgm_outage         dcgm-exporter on gpu-node-02 and gpu-node-06 loses the pods
-                    for nine minutes: allocation_mismatch naming both, resolved
-==================  =======================================================
-
-and one told last of all (issue 17), for the same reason:
-
-==================  =======================================================
-pcie_node           gpu-node-08 is a PCIe-only box (8 L40S, two sockets: its
-                    ``nvidia-smi topo -m`` shows PIX, NODE and SYS, no NV#);
-                    a 2-GPU DDP pod lands on GPUs 3 and 4, a SYS pair:
-                    multi_gpu_pod_without_nvlink (ticket), resolved when the
-                    pod succeeds. The H100 nodes' snapshots (every pair NV18)
-                    make their 4-GPU replicas give nothing.
-==================  =======================================================
-
-The autoscaler's records are cluster-autoscaler klog lines read by the real parser
-(``connectors.autoscaler``), so they are what the connector would publish.
+Run ``python examples/build_scenario.py`` after changing a schema; the file is committed so
+that users (and the tests) can replay it without running this, and the output must stay
+byte-identical to ``gputriage/demo/scenario.jsonl`` (the tests rebuild it and compare).
+Records are built by :mod:`gputriage.demo.events`; what stays here is the story, the id
+scheme (``k8s:pod-NAME:RV``, one resourceVersion counter) and the time unit (minutes after
+``START``). Seven nodes show one node-scoped type each, then three cluster-scoped stories
+and the PCIe-only node are told after them, so that the node stories keep their
+resourceVersions, hence their ids and their incidents' ids. The autoscaler's records are
+klog lines read by the real parser. Node by node: docs/replay.md, design notes.
 """
 
 from __future__ import annotations
@@ -534,12 +491,12 @@ def build() -> list[Event]:
         )
     node(n7, 24.0, ready="True")
 
-    # --- The cluster key (issue 12): added after the node stories, so that their records
+    # --- The cluster key: added after the node stories, so that their records
     # keep their resourceVersions, hence their ids and their incidents' ids.
     dcgm_everywhere()
     starved_job()
     dcgm_outage()
-    # --- Topology (issue 17): last, for the same reason.
+    # --- Topology: last, for the same reason.
     pcie_node()
 
     # 45 minutes in: the clock has moved on, quiet windows close.
@@ -548,7 +505,7 @@ def build() -> list[Event]:
     return events
 
 
-# --- The cluster key's stories (issue 12) ------------------------------------------------
+# --- The cluster key's stories ----------------------------------------------------------
 
 BUSES = (
     "0000:18:00.0",
@@ -739,7 +696,7 @@ def dcgm_outage() -> None:
     bind_pod(2, 35.2, range(4, 8), f"inference/{INSTRUCT_PODS[2]}/vllm")
 
 
-# --- Topology (issue 17) ---------------------------------------------------------------
+# --- Topology ---------------------------------------------------------------------------
 
 PCIE_NODE = "gpu-node-08"
 PCIE_LABELS = {

@@ -1,55 +1,18 @@
 """``gputriage tail``: follow the incident topic and print each revision as it arrives.
 
-A plain aiokafka consumer with **no consumer group**: it assigns itself every
-partition of the incident topic and seeks, so it commits nothing, never
-rebalances anyone, and any number of people can tail at once. Where it starts:
+A plain aiokafka consumer with **no consumer group**: it assigns itself every partition and
+seeks, so it commits nothing, rebalances no one, and any number of people can tail at once.
+It starts at ``now`` (the end as it is at start), ``beginning``, an RFC 3339 time (by record
+timestamp) or an offset; prints JSON lines (the processor's bytes) or a table row per
+revision, flushed after every batch. Ctrl-C or SIGTERM stops it with status 0 (1 if a record
+failed to decode); a second Ctrl-C is the usual 130.
 
-* ``now`` (default): the end of every partition, as it is when tail starts;
-* ``beginning``: the oldest record still on the topic (on a compacted topic,
-  that is at least the latest revision of every incident retained);
-* an RFC 3339 time (``2026-11-30T10:00:00Z``): the first record at or after it,
-  by Kafka record timestamp (``offsets_for_times``);
-* an offset (``42``): that offset in every partition, clamped to what exists.
-
-Output is JSON lines (``-o json``: each revision encoded by the one codec, the
-same bytes the processor writes) or a table row per revision. Stdout is
-flushed after every batch, so a pipe sees incidents as they arrive.
-
-Ctrl-C (SIGINT) or SIGTERM is the normal way to stop following: the consumer is
-closed and the exit status is 0, or 1 if any record failed to decode (reported
-on stderr with its partition and offset, and skipped: a tombstone, a null
-value on the compacted topic, is skipped silently). A second Ctrl-C while
-closing aborts with the CLI's usual 130.
-
-Traps:
-
-* Interruption does not rely on cancellation alone: aiokafka's ``stop()``
-  awaits its own cancelled tasks with ``except CancelledError: pass``, which
-  swallows *our* cancellation if it lands there (measured: Ctrl-C during
-  connection retries was lost). So the signal sets an event every loop checks
-  (the one helper, :func:`connectors.signals.stop_on_signals`), and a watcher
-  task also cancels the main task so the current wait ends early. The watcher
-  puts the default handlers back first: a second Ctrl-C is a plain
-  ``KeyboardInterrupt``, the CLI's "interrupted" (130).
-* An unreachable broker or a missing topic raises
-  :class:`connectors.kafka.config.KafkaUnreachable`, the one "Kafka is not
-  there" error of every command (defined apart from aiokafka, so cheap to import).
-* The end offsets for ``now`` are read explicitly; ``seek_to_end`` is lazy and
-  would resolve "the end" at the first fetch, a moment later.
-* Some brokers answer ``offsets_for_times`` for "no record at or after this time"
-  with offset 0 and timestamp -1 instead of no offset (Tansu does): both mean
-  "start at the end", never "start at 0". Tansu also indexes time by when it
-  received a record, not by the record's CreateTime.
-* Offsets are looked up before ``assign()``: once partitions are assigned, the
-  fetcher's long-poll holds the connection and each lookup waits ~0.5 s behind it.
-* aiokafka logs every refused connection at ERROR, and Python prints unhandled
-  log records on stderr: each start goes through the one helper,
-  :func:`connectors.kafka.config.start_client`, which keeps them as the reason
-  of the one line instead. Once connected they are not muted: a broker that
-  goes away later should be visible. Unlike the other verbs, tail retries a
-  refused connection until its timeout (``--connect-timeout``, default
-  ``kafka.connect_timeout_seconds``): one waits for the incidents of a cluster
-  that may be starting.
+Traps: aiokafka's ``stop()`` swallows a cancellation, so the signal sets an event every
+loop checks; the end offsets for ``now`` are read at once (``seek_to_end`` is lazy);
+Tansu answers "no record after this time" as offset 0 and timestamp -1, which means "the
+end"; offsets are looked up before ``assign()``; a refused connection is retried until
+``--connect-timeout`` (one waits for a cluster that may be starting), its reason kept for
+the one line. docs/operations.md, design notes.
 """
 
 from __future__ import annotations

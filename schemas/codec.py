@@ -431,7 +431,7 @@ def fitted_dead_letter(letter: DeadLetter, max_bytes: int = MAX_LETTER_BYTES) ->
     Why: a dead letter must always be deliverable. The value is base64 in JSON (+33 %),
     so a raw record of ~800 KB, itself accepted by the broker, became a letter over
     the producer's 1 MB limit; the send failed with ``MessageSizeTooLargeError`` and
-    the worker died on it at every restart (issue 11.1). A letter that would not fit
+    the worker died on it at every restart. A letter that would not fit
     keeps the *head* of its value (what a human reads first: the schema tag, the
     first fields), the original size and a SHA-256 of the whole value; a reason or a
     key too long for the budget is cut the same way (the key is rarely the problem:

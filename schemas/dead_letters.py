@@ -1,6 +1,6 @@
 """The dead-letter record: a Kafka record (or a connector's input) that could not be used, and why.
 
-Errors are values (DESIGN §4, principle 7): a record that does not decode is
+Errors are values, not exceptions: a record that does not decode is
 published here, with its coordinates and the reason, and processing goes on.
 The dead-letter topic's message key is the failed record's key, unchanged.
 

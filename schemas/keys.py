@@ -153,46 +153,17 @@ class Router:
     """Routes each event to its key, and sends the cluster key the facts it needs only
     when they change: the producer remembers what it sent.
 
-    The cluster-scoped rules read little of the node-scoped records: which pod left
-    pending for a node, each running GPU pod's node and GPU count, what dcgm-exporter
-    binds per GPU, whether each GPU node is shared, ready, being removed, and its NVLink
-    domain. Copying every GPU pod update there (as the stateless routing did) made one
-    partition carry half of the engine's events. So a router remembers, per object, the
-    *view* of it it last sent the cluster key, and sends a (slimmed) copy only when the
-    view changes: the input rate of the cluster key grows with placement changes, not
-    with pod updates.
+    The cluster-scoped rules read little of the node-scoped records (a pod's node and GPUs,
+    what dcgm-exporter binds, whether a GPU node is shared, ready, being removed, its NVLink
+    domain); copying every GPU pod update made one partition carry half of the engine's
+    events. So a router remembers, per object, the view it last sent and copies a slimmed
+    record only when that view changes, keeping the original's id and time.
 
-    Traps:
-
-    * One router per producer (per connector process), and one per replay: the copies
-      are a function of the sequence of records it routed, so the replay, routing the
-      same records in the same per-object order, sends the same copies (same ids and
-      times) as the producer did live.
-    * A new router knows nothing, so it sends every object's first record again (a
-      restart, a relist). The cluster key absorbs a copy that changes nothing (its view
-      is the one it holds), so repeats are harmless, and nothing is lost after a restart:
-      a pod the cluster key still holds as pending is released by that first copy.
-    * The copy keeps the original's id and time (evidence names the original record;
-      the engine drops a copy it has seen, e.g. one in a dump of the raw topics) and
-      keeps every field the cluster key reads; the others are emptied.
-    * A pod's own pending records (no node yet) are cluster-keyed as they are; the
-      router remembers them, so the first record with a node is a change (the cluster
-      key learns that the pod was scheduled).
-    * The cluster key drops a copy that sorts behind its position (the engine keeps no
-      per-object versions there): a relisted object comes stamped with its own older
-      time. So a record older than the newest one routed is copied when it is news but
-      not remembered, and the object's next record is copied whatever it says.
-    * The cluster key's state can be lost while producers keep running (a fresh
-      processor state): an unchanged object is copied again after
-      :data:`REFRESH_SECONDS` of its own records.
-    * Memory: one small entry per GPU pod, GPU node and pod-aware GPU binding; a pod's
-      and a node's go with their deletion, and a sweep every few thousand records
-      forgets what was last copied two refresh periods ago (a GPU's source never says
-      that its node is gone).
-    * Why not node summaries derived on the node keys and sent through a repartition
-      topic: as many records (a summary changes with every placement too), plus a
-      second hop, its own progress and changelog (``python -m bench.cluster_share``
-      measures both).
+    Traps: one router per producer and one per replay, so the replay makes the same copies as
+    the producer did live; a new router resends every object's first record (harmless, and
+    nothing is lost after a restart); a record older than the newest routed is copied but not
+    remembered (the cluster key may drop it as stale); an unchanged object is copied again
+    after :data:`REFRESH_SECONDS`. Memory, and why not node summaries: docs/detection.md.
     """
 
     __slots__ = ("_bindings", "_newest", "_nodes", "_pods", "_routed", "copies", "skipped")

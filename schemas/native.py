@@ -1,56 +1,16 @@
 """The compiled hot path (mypyc), and the guard that keeps it honest.
 
-Why: the correlation core and the router are plain, fully typed Python (mypy strict),
-so mypyc can compile the same sources to C extension modules without a line changed;
-on the bench's stream that is ~1.6x the events per second of the interpreter (``make
-bench`` prints which one ran). The Python sources stay the reference: every
-module works uncompiled, and a machine without a C compiler simply runs them.
+The correlation core and the router are fully typed Python, so mypyc compiles the same
+sources to C extensions (~1.6x the events per second); the sources stay the reference and
+run wherever no C compiler is. ``make native`` builds :data:`COMPILED` as one group.
 
-Build it with ``make native`` (``make test``, ``make demo`` and ``make bench`` run it;
-:mod:`streams.native_build`). What is compiled (:data:`COMPILED`): the engine and the
-rules (``streams.core``), and :mod:`schemas.keys`, which every producer, the replay and
-the worker run for each record.
-
-Traps, and what this module does about them:
-
-* **Why the guard lives in schemas.** ``schemas`` is the bottom layer: the connectors
-  import :mod:`schemas.keys` and never ``streams`` (import-linter contracts). So
-  ``schemas/__init__.py`` runs :func:`guard` before anything of the package is imported,
-  whoever imports it first, and this module imports only the standard library.
-  ``streams``, the benches and the tests import it from here.
-* **One group, one stamp, all or nothing.** The core and ``schemas.keys`` are compiled
-  as one mypyc group (:data:`GROUP`, its shared library in ``schemas/``: the connectors
-  load it without importing ``streams``), so the engine calls ``key_node`` as a C call.
-  Modules of one build call each other through native signatures, so they are used
-  together or not at all: a mix of compiled and interpreted modules of one build would
-  call each other through stale native signatures.
-* **A stale extension shadows its source.** Python imports ``keys.cpython-*.so`` before
-  ``keys.py`` from the same directory, so an edit to a compiled module would silently
-  not run. The build writes a stamp (:data:`STAMP`) with the SHA-256 of its inputs
-  (:func:`inputs`: not only the compiled modules, but every module whose types they
-  were compiled against); :func:`guard` recomputes it and, on any difference, makes
-  every compiled module import from source, with a warning.
-* **A module dropped from the build keeps its extension.** The guard looks for extension
-  modules on disk (:func:`extension_modules`), not only for those :data:`COMPILED`
-  names: one left by an earlier build is refused with the rest, and ``native_build
-  clean`` removes it.
-* ``GPUTRIAGE_PURE_PYTHON=1`` forces the sources (a differential test runs both).
-* Compiled code binds calls between its modules early: monkeypatching a core
-  function from a test has no effect on compiled callers. Tests must not do that.
-* mypyc checks declared types at run time: passing a ``str`` where ``float`` is
-  declared raises ``TypeError`` in compiled code where the interpreter would go on.
-  The whole test suite runs on the compiled core in CI, which is what catches that
-  (``.ci/run`` sets ``GPUTRIAGE_REQUIRE_NATIVE=1``: a failed build, or a differential
-  test that would skip for want of a compiled core, fails there instead).
-* A compiled core's state snapshots may be a few bytes longer than the interpreter's:
-  msgspec's ``omit_defaults`` compares a float field with its default by identity, and
-  compiled code boxes a new float where the interpreter reused the default's object.
-  They decode to equal states; nothing compares changelog bytes.
-* Only modules without msgspec ``Struct`` classes are compiled (mypyc cannot compile
-  classes with a foreign metaclass): ``state``, ``config``, ``snapshot`` and the schemas
-  but ``keys`` stay Python, and their objects are used through ordinary attribute access.
-  The compiled :class:`schemas.keys.Router` is a native class: it cannot be subclassed
-  or given new attributes from Python.
+Traps: the guard lives in ``schemas``, the bottom layer, so a producer that never imports
+``streams`` is covered; the modules of one build call each other natively, so they are used
+all together or not at all; a stale extension shadows its source, so the build stamps a
+digest of its inputs and :func:`guard` imports every compiled module from source on any
+difference (or a leftover extension); ``GPUTRIAGE_PURE_PYTHON=1`` forces the sources;
+compiled callers ignore monkeypatching; mypyc checks declared types at run time; classes
+with msgspec's metaclass are not compiled. docs/development.md, the compiled core.
 """
 
 from __future__ import annotations

@@ -1,51 +1,18 @@
 """Source progress on the wire: two Kafka record headers, and how to read them.
 
-Every raw record a connector publishes says *who* sent it and *how far* that
-sender has delivered in event time::
+Every raw record says who sent it (``gputriage-source``) and how far that sender has
+delivered in event time (``gputriage-progress``: integer ms since the epoch, absent for none
+yet, ``end`` once it has ended); a quiet source heartbeats a ``tick.v1`` with the same
+headers. The processor's watermark is the least progress of the sources it hears, so an
+old event delivered slowly meets its own source's watermark, not the worker's clock. Why
+headers, not an event field: progress is a fact of the transport, the events are the core's
+contract, and a consumer that ignores headers pays nothing.
 
-    gputriage-source    b"kmsg:/dev/kmsg@c1/gpu-node-01"   the source id (UTF-8)
-    gputriage-progress  b"1764576000123"                   event time delivered up to,
-                                                           integer ms since the epoch (ASCII);
-                                                           absent: none yet; b"end": the
-                                                           source has ended
-
-A source that has nothing to publish still speaks: every ``heartbeat_seconds``
-it sends a ``tick.v1`` record carrying the same headers to every raw
-topic-partition it has published to (:class:`connectors.publish.Publisher`).
-The processor's watermark is the minimum of these progresses over the sources
-it has heard recently (:class:`streams.app.pipeline.Pipeline`), so an old event
-delivered slowly meets the watermark of its own source, not the worker's clock.
-
-Why headers and not a field of every event: the events' schemas are the
-contract of the correlation core (and of replay files), progress is a fact
-about the transport; a header costs nothing to a consumer that ignores it, and
-older records (an older connector release, a test producing raw records
-directly) simply have none.
-
-Traps:
-
-* **Malformed is header-less, never fatal.** A value that is not ASCII digits
-  (or a source id that is empty or not UTF-8) makes :func:`read` return
-  :data:`MALFORMED`: the processor treats the record as header-less and counts
-  it; the record itself is processed as usual.
-* **Progress is a bound per topic-partition, not per source.** A record on
-  partition *p* vouches only for the records of its source before it on *p*
-  (Kafka orders nothing across partitions); the processor keeps one progress
-  per (source, topic, partition).
-* **A source announces a partition before it vouches for it.** The processor
-  only knows a (source, partition) once it has read a record of it there, and
-  Kafka orders nothing across partitions: a source's first record on a new
-  partition *A* can be read after a later record of it on *B* whose progress
-  covers it (the fetch that read *B* saw *A* before that record landed). So when
-  its acknowledged records reveal a new partition, the publisher first sends a
-  ``tick.v1`` with its old progress and ``gputriage-partitions`` (every raw
-  topic-partition it has used) to all of them, and only then raises its progress:
-  a worker reads the announcement on *B* before any progress that covers *A*'s
-  record, and holds its watermark for *A* until it has heard the source there or
-  read *A* to an end it fetched after the announcement (:mod:`streams.app.announced`).
-* **Integer milliseconds.** Floats would round differently on the two sides;
-  an event time is never finer than that in this project's sources that matter
-  for grace (seconds), and the watermark only has to be a lower bound.
+Traps: a malformed header makes the record header-less, never fatal; progress vouches per
+topic-partition, not per source (Kafka orders nothing across partitions); a source first
+*announces* a new partition (``gputriage-partitions``) at its old progress, so no worker
+finds that partition's first record late; integer milliseconds, since floats round
+differently on the two sides. docs/detection.md, design notes.
 """
 
 from __future__ import annotations

@@ -1,51 +1,18 @@
 """The topic layout as data: every topic's name, partitioning, key and configs.
 
-Topics (with the default prefix ``gputriage``)::
+One raw topic per record type (``<prefix>.raw.pods``, ``.nodes``, ``.k8s-events``,
+``.xids``, ``.gpu-bindings``, ``.topology``, ``.autoscaler``), keyed by correlation key
+(``cluster/node``, or ``cluster``); ``incidents`` (compacted, by incident id);
+``dead-letters``; ``state.<app id>`` (compacted, by key). Every raw topic has the same
+partition count, so one key lands on the same partition number in each and the worker
+owning partition *n* owns every signal about its nodes: that co-partitioning is what lets
+the processor scale out (changing the count re-homes keys: a fresh state, not a reload).
 
-    gputriage.raw.pods           PodEvent          key: correlation key
-    gputriage.raw.nodes          NodeEvent         key: correlation key
-    gputriage.raw.k8s-events     KubeEvent         key: correlation key
-    gputriage.raw.xids           XidEvent          key: correlation key
-    gputriage.raw.gpu-bindings   GpuBindingEvent   key: correlation key
-    gputriage.raw.topology       GpuTopologyEvent  key: correlation key
-    gputriage.raw.autoscaler     AutoscalerEvent   key: correlation key
-    gputriage.incidents          Incident          key: incident id (compacted)
-    gputriage.dead-letters       DeadLetter        key: the failed record's key
-    gputriage.state.<app id>     core key state    key: correlation key (compacted)
-
-The correlation key is ``cluster/node``, or ``cluster`` for cluster-scoped
-records (:func:`schemas.keys.correlation_key`). Every raw topic has the same
-partition count, so one key lands on the same partition number in each, and a
-worker owning partition *n* owns every signal about the nodes that hash there:
-that co-partitioning is what lets the processor scale out (DESIGN §4, principle 3).
-Changing the partition count of a running deployment re-homes keys; it needs a
-fresh state, not a config reload.
-
-The ``[topics]`` table::
-
-    [topics]
-    prefix = "gputriage"
-    partitions = 6
-    replication_factor = 1
-    incident_retention_ms = 2592000000    # 30 days; -1 keeps incidents forever
-    [topics.names]                        # override any name outright
-    xids = "nvidia.xid.events"
-
-Traps:
-
-* ``retention.ms`` does nothing on a topic whose ``cleanup.policy`` is only
-  ``compact``: compaction keeps the latest record of every key forever. So the
-  incident topic gets ``compact,delete`` (latest revision of each incident, and
-  incidents whose last revision is older than the retention go), or plain
-  ``compact`` when the retention is -1.
-* Many brokers auto-create a topic with default settings the first time a
-  client names it: :func:`connectors.kafka.admin.ensure_topics` creates these
-  specs before anything produces.
-* Ticks have no topic: they come from each worker's own clock.
-* The state topic belongs to one processor app id (its consumer group): two apps
-  with different ids on the same raw topics keep separate state. It has the raw
-  topics' partition count, so partition *n* of it holds the state of the keys of
-  raw partition *n*, and a worker restores exactly the partitions it is given.
+Traps: ``retention.ms`` does nothing on a ``compact``-only topic, so the incident topic is
+``compact,delete`` (plain ``compact`` for retention -1); brokers auto-create topics with
+default settings, so :func:`connectors.kafka.admin.ensure_topics` creates these first;
+ticks have no topic; the state topic belongs to one app id and has the raw topics'
+partition count. The layout and ``[topics]`` table: docs/operations.md, design notes.
 """
 
 from __future__ import annotations
@@ -254,7 +221,7 @@ def topic_layout(settings: TopicSettings | None = None) -> TopicLayout:
 STATE_RECORD_MAX_BYTES = 16 << 20
 """The largest state snapshot record (one key's state): the state topic is created with
 this ``max.message.bytes`` and the processors' producers allow it. The cluster key's
-state grows with the cluster (~1.06 MB at 2,000 GPU nodes, measured in issue 14), past
+state grows with the cluster (~1.06 MB at 2,000 GPU nodes, measured), past
 Kafka's 1 MB default, which would refuse it at every flush. Topics that exist already
 are left as they are (``ensure_topics``): raise theirs by hand for big clusters."""
 

@@ -65,7 +65,7 @@ class ExpectedIncident(
     fault: str
     """The simulator's name of the fault (``fatal_xid_eviction``, ``host_oom``...)."""
     type: str
-    """The incident type it must give (DESIGN §2)."""
+    """The incident type it must give (docs/detection.md lists them)."""
     cluster: str
     node: str = ""
     """"" for the cluster-scoped types (:data:`CLUSTER_SCOPED`)."""

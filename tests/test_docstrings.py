@@ -16,7 +16,11 @@ position is what is wrong, so the position is what is checked.
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
 from collections.abc import Iterator
+from fnmatch import fnmatch
 from pathlib import Path
 from typing import Final
 
@@ -99,3 +103,68 @@ def test_every_docstring_sits_under_an_object() -> None:
     assert not found, "strings that document nothing (move each under its object):\n" + "\n".join(
         found
     )
+
+
+# -- pointers a newcomer cannot open -----------------------------------------------------
+_POINTER: Final = re.compile(r"\bDESIGN\b|\b[Ii]ssues? #?\d|(?<!-)\bseeds? \d")
+"""The design document by name, an issue by number, a simulator seed by number (the small
+cases below spell each); not a ``--seed`` option (a command a reader can run) nor
+``owner/repo#151`` (a public issue)."""
+BEING_REWRITTEN: Final = (
+    "gputriage/cli/connect.py",
+    "gputriage/cli/common.py",
+    "gputriage/settings.py",
+    "connectors/bridges/*",
+    "connectors/*/run.py",
+    "streams/app/*",
+    "streams/config.py",
+)
+"""Files other branches rewrite at the same time; empty this once they are merged."""
+
+
+def _pointers(source: str) -> Iterator[tuple[int, str]]:
+    """Line and text of each comment or string statement (docstrings) naming a pointer."""
+    for token in tokenize.generate_tokens(io.StringIO(source).readline):
+        if token.type == tokenize.COMMENT and _POINTER.search(token.string):
+            yield token.start[0], token.string
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Expr)
+            and isinstance(node.value, ast.Constant)
+            and isinstance(node.value.value, str)
+        ):
+            for offset, line in enumerate(node.value.value.splitlines()):
+                if _POINTER.search(line):
+                    yield node.lineno + offset, line.strip()
+
+
+@pytest.mark.parametrize(
+    ("source", "found"),
+    [
+        ('"""Defaults follow DESIGN §2."""\n', 1),
+        ("x = 1  # see DESIGN.md\n", 1),
+        ('def f() -> None:\n    """Why (issue 11.1)."""\n', 1),
+        ("# Issue 14: the old default\n", 1),
+        ('"""Seen on simulator seed 2."""\n', 1),
+        ('"""Run ``gputriage simulate --seed 1``; NVIDIA/dcgm-exporter#151."""\n', 0),
+        ('"""A public issue report says so."""\n', 0),
+        ('DESIGNS = ("a", "b")\nLABEL = "issue 4"\n', 0),
+    ],
+)
+def test_the_pointer_rule_on_small_cases(source: str, found: int) -> None:
+    """Comments and docstrings are read; code and other strings are not."""
+    assert len(list(_pointers(source))) == found
+
+
+def test_no_comment_or_docstring_points_where_a_newcomer_cannot_follow() -> None:
+    sources = _sources()
+    assert len(sources) > 100
+    found = [
+        f"{rel}:{line}: {text}"
+        for path in sources
+        if not any(
+            fnmatch(rel := str(path.relative_to(ROOT)), pattern) for pattern in BEING_REWRITTEN
+        )
+        for line, text in _pointers(path.read_text(encoding="utf-8"))
+    ]
+    assert not found, "say the reason, or name the docs/ page:\n" + "\n".join(found)

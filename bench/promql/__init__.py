@@ -1,4 +1,4 @@
-"""The PromQL baseline (issue 15): the incumbent stack's alerts, evaluated by a real Prometheus.
+"""The PromQL baseline: the incumbent stack's alerts, evaluated by a real Prometheus.
 
 Platform teams run dcgm-exporter + kube-state-metrics + PromQL alerts today. To compare
 gputriage with that on the same stream, the stream is turned into the series those

@@ -1,60 +1,18 @@
 """An event stream as the incumbents would have scraped it: kube-state-metrics and dcgm-exporter
 series, sampled every 30 s, written as OpenMetrics text for ``promtool`` to backfill.
 
-The incumbent stack never sees our events. It sees what two exporters expose at the instant
-Prometheus scrapes them, so this module replays the stream into the *state* each exporter
-holds (kube-state-metrics: the API objects; dcgm-exporter: the GPUs, their pods and the last
-XID) and writes that state at every scrape instant. What happens between two scrapes and is
-undone before the next is lost, exactly as in production.
+The incumbent stack sees only what two exporters expose at the instant Prometheus scrapes
+them, so this module replays the stream into the state each exporter holds (the API objects;
+the GPUs, their pods and the last XID) and writes it at every scrape instant: what happens
+and is undone between two scrapes is lost, as in production. Metric and label names are
+kube-state-metrics' and dcgm-exporter's own.
 
-Metric and label names are kube-state-metrics' own (``docs/pod-metrics.md`` and
-``docs/node-metrics.md`` of kubernetes/kube-state-metrics, v2; the values as
-``internal/store/pod.go`` computes them; every pod series also has ``uid``):
-
-* ``kube_pod_status_phase{namespace,pod,uid,phase}``: one series per phase (Pending, Running,
-  Succeeded, Failed, Unknown), 1 for the current one and **0 for the others**. Trap: a query
-  that multiplies by ``kube_pod_status_phase{phase="Pending"}`` still returns a (zero) row for
-  every pod that is not pending.
-* ``kube_pod_created`` (creation time, Unix seconds), ``kube_pod_info{node,created_by_*}``,
-  ``kube_pod_owner{owner_kind,owner_name,owner_is_controller}``.
-* ``kube_pod_container_resource_requests{namespace,pod,uid,container,node,resource,unit}``: per
-  *container*; extended resources are named with ``.`` and ``/`` turned into ``_``
-  (``nvidia_com_gpu``), unit ``integer``. Our ``pod.v1`` has the requests summed over the
-  containers: they are put on the first container (``main`` when the pod has no container
-  status yet), which changes no sum.
-* ``kube_pod_container_status_restarts_total`` (a counter of ``restartCount``),
-  ``kube_pod_container_status_terminated_reason{reason}`` (1, only while the container's
-  *current* state is terminated) and ``..._last_terminated_reason{reason}`` (1, while it
-  has a ``lastState.terminated``). Trap: a container OOMKilled and restarted is running or
-  waiting again, so the current-state series is gone by the next scrape.
-* ``kube_pod_status_reason{reason}`` for ``NodeLost``, ``Evicted``,
-  ``UnexpectedAdmissionError`` (0/1, :data:`POD_REASONS`).
-* ``kube_node_status_capacity`` / ``kube_node_status_allocatable{node,resource,unit}`` and
-  ``kube_node_status_condition{node,condition,status}`` (true/false/unknown, 0/1).
-
-dcgm-exporter's (NVIDIA/dcgm-exporter, ``etc/default-counters.csv``; label set as in the real
-4.x output kept in ``tests/data/dcgm/rtx4000_k8s.prom``): ``DCGM_FI_DEV_XID_ERRORS`` ("Value of
-the last XID error encountered": a **last-value gauge** holding an XID *code*, never reset,
-NVIDIA/dcgm-exporter#500; two XIDs between scrapes show as the second) and
-``DCGM_FI_DEV_GPU_TEMP`` (what the reference's §10 counts GPUs with), labelled ``gpu``,
-``UUID``, ``pci_bus_id`` (NVML's ``00000000:9B:00.0``), ``device``, ``modelName``,
-``Hostname`` and, from the kubelet's pod-resources socket, ``pod``/``namespace``/``container``
-(one pod per GPU: the first the binding names). The newer ``err_code``/``err_msg`` labels and
-``DCGM_EXP_XID_ERRORS_COUNT`` are not written: the reference's alerts use neither, and
-exporters before 3.3 have neither.
-
-Traps this module handles:
-
-* Empty label values are omitted: Prometheus drops them at ingestion, and ``pod!=""`` must
-  not match an idle GPU.
-* No stale markers can be written in text, so a series that disappears (a deleted pod) would
-  linger for the query lookback; the server is started with a lookback just over one scrape
-  interval (:data:`LOOKBACK_SECONDS`) so a vanished series ends as it does with staleness.
-* ``scope="cluster"`` copies of pod/node/binding records are the same object twice: skipped.
-* MIG instances fold into their parent GPU (one series per GPU, the last binding's pod):
-  the reference's alerts count whole GPUs, and the XID gauge is device-level anyway.
-* Every series is also labelled ``job``/``instance`` as a scrape would label it; one run
-  models one cluster's Prometheus (``cluster`` picks it).
+Traps: ``kube_pod_status_phase`` is 0 (not absent) for the other phases; a restarted
+container's terminated-reason series is gone by the next scrape; ``DCGM_FI_DEV_XID_ERRORS``
+is a last-value gauge that never resets; empty labels are omitted, as Prometheus drops them;
+text has no stale markers, so the lookback is just over one interval; cluster-scoped copies
+are skipped; MIG instances fold into their parent. Each series, with its source:
+bench/README.md, design notes.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ Traps:
 - Latency spans 0.5 s (a healthy worker, the core's grace) to tens of seconds (a worker
   that fell behind), and the loads 500 to 20,000 events/s: both axes are logarithmic.
 - With several runs per load the curve is the median run, the bars the range: a single
-  run on shared cores is an anecdote (DESIGN §6: state figures as a range over runs).
+  run on shared cores is an anecdote: figures are stated as a range over runs.
 """
 
 from __future__ import annotations

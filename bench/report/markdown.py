@@ -42,9 +42,9 @@ if TYPE_CHECKING:
 
 DESIGN_CORE_EVENTS_PER_S = 200_000
 DESIGN_BYTES_PER_POD = 500
-"""DESIGN §6's targets, where they are stricter than the benches' own bars."""
+"""The design's targets, where they are stricter than the benches' own bars."""
 SLIM_BAR_PODS_PER_S = 10_000
-"""bench/slim_bench.py's bar (issue 4); not imported: that module imports
+"""bench/slim_bench.py's bar; not imported: that module imports
 kubernetes-asyncio, which the report needs for nothing else."""
 
 SECTIONS = (

@@ -1,6 +1,6 @@
 """Where a report's figures come from: the machine, the commit, the command, the load.
 
-Every figure and table of the report names these (DESIGN §6: these machines are shared
+Every figure and table of the report names these (these machines are shared
 and noisy, so a figure without its machine and commit cannot be compared with anything).
 
 Traps:

@@ -1,74 +1,17 @@
 """GKE cluster autoscaler visibility events (Cloud Logging) to autoscaler facts.
 
-GKE runs cluster-autoscaler on its control plane: there is no pod whose klog lines
-could be followed (kubernetes/autoscaler#972). What GKE does publish is a Cloud
-Logging log, ``container.googleapis.com/cluster-autoscaler-visibility``, of JSON
-entries (cloud.google.com/kubernetes-engine/docs/how-to/cluster-autoscaler-visibility;
-every shape below is in tests/data/autoscaler/gke_visibility.jsonl, its sources in
-that folder's SOURCES.md). An entry's ``jsonPayload`` holds one of:
+GKE runs cluster-autoscaler on its control plane, so there is no pod log to follow; GKE
+publishes ``container.googleapis.com/cluster-autoscaler-visibility`` entries instead. A
+``decision`` gives ``scale_up_planned`` per MIG or ``scale_down`` per node; a
+``resultInfo`` error gives the failure its ``messageId`` names (quota, a stockout, a
+timeout, the pool's configuration); a ``noScaleUp`` gives ``unschedulable`` per pod group,
+ranked like the ``NotTriggerScaleUp`` Event. Input is one entry per line (a LogEntry, a
+whole ``gcloud`` array, or a bare ``jsonPayload``); nothing here raises.
 
-* ``decision``: ``scaleUp`` (``increasedMigs[]{mig{name,zone,nodepool},
-  requestedNodes}``, ``triggeringPods[]``) -> one ``scale_up_planned`` per MIG;
-  ``scaleDown`` (``nodesToBeRemoved[]{node{name,mig,cpuRatio,memRatio}, evictedPods[]}``)
-  -> one ``scale_down`` per node, its group the node's MIG; ``nodePoolCreated`` /
-  ``nodePoolDeleted`` (node auto-provisioning) -> no record: the scale-up that needs
-  the new pool is its own ``scaleUp`` decision (``triggeringScaleUpId``), and a pool is
-  deleted only once its nodes are gone.
-* ``resultInfo``: ``results[]{eventId, errorMsg{messageId, parameters}}``, the outcome
-  of earlier decisions; a result without ``errorMsg`` is a success (no record). Errors,
-  by ``messageId`` (the parameters name the failing MIG, by name or URL):
-  ``scale.up.error.quota.exceeded`` -> ``scale_up_failed``/``quota``;
-  ``scale.up.error.out.of.resources`` (a GCE stockout, ``ZONE_RESOURCE_POOL_EXHAUSTED``)
-  and ``scale.up.error.reservation.capacity.exceeded`` /
-  ``...any.affinity.reservations.no.capacity`` -> ``capacity``;
-  ``scale.up.error.waiting.for.instances.timeout`` -> ``scale_up_timeout``/``timeout``;
-  ``scale.up.error.ip.space.exhausted`` -> ``other`` (the subnet is full: neither a
-  quota nor a stockout, and cluster-autoscaler's GCE client reports GCE's
-  ``IP_SPACE_EXHAUSTED`` as ``other`` too, so both sources agree); the node pool's own
-  settings (``service.account.deleted``, invalid/missing/incompatible reservations, TPU
-  topology, compact placement) -> ``config``; any other ``scale.up.error.*`` -> ``other``;
-  ``scale.down.error.*`` -> ``scale_down``/``other`` (its parameter is a node; its
-  group is the node's MIG by GKE's naming: node ``<base>-<4 characters>`` of MIG
-  ``<base>-grp``, the base ending in an 8-hex-digit hash, as in node
-  ``gke-leap-cluster-core-pool-1592e1d3-sbmp`` of ``gke-leap-cluster-core-pool-1592e1d3-grp``).
-* ``noDecisionStatus``: ``noScaleUp`` -> one ``unschedulable`` per unhandled pod group
-  (``podGroup.samplePod`` is its pod), its reason from every reason that applies to
-  it: its ``rejectedMigs[].reason``, its ``napFailureReasons[]``, the entry's
-  ``skippedMigs[].reason`` and ``reason``; the same ranking as the ``NotTriggerScaleUp``
-  event (:func:`connectors.autoscaler.classify.not_triggered`): all ``backoff`` ->
-  ``backoff``/``backoff``, all ``max_size`` -> ``max_size_reached``/``max_size``, else
-  ``unschedulable`` with the first of backoff, max_size, capacity, config, other. Per
-  messageId: ``no.scale.up.mig.failing.predicate`` and the node auto-provisioning
-  (``no.scale.up.nap.*``) pod and configuration errors -> ``config``;
-  ``no.scale.up.in.backoff`` -> ``backoff``; ``no.scale.up.mig.skipped`` -> by its
-  parameter (``max node group size reached``, ``max cluster cpu limit reached`` ->
-  ``max_size``; ``in backoff ...`` -> ``backoff``; ``... capacity ...`` -> ``capacity``);
-  ``no.scale.up.nap.pod.zonal.resources.exceeded`` and
-  ``no.scale.up.nap.node.groups.limit.reached`` -> ``max_size``: these are the
-  cluster's autoprovisioning *limits*, not a Compute Engine quota (gcpdiag rule
-  gke/WARN/2024_001). No noScaleUp messageId names a cloud quota; one whose parameters
-  carry a GCE quota code would be ``quota`` (:func:`~connectors.autoscaler.classify.classify`).
-  ``*.unexpected.error``, ``*.unknown.reason``, ``*.other.error`` -> ``other``;
-  ``no.scale.up.not.tried`` gives no reason. A noScaleUp with no pod group but a reason
-  is one record without pods; the record's group is the MIG of its deciding reason.
-  ``noScaleDown`` (nodes the autoscaler chose to keep) and ``status`` snapshots -> no
-  record.
-
-Every record: ``cloud`` ``gce``, ``cloud_code`` the messageId that decided its reason
-(empty for a decision), ``source`` ``cluster-autoscaler``, time the entry's
-``timestamp`` (else ``receiveTimestamp``, else the payload's ``decideTime`` /
-``measureTime`` epoch seconds), ``line`` the entry as read (clipped like every line).
-
-Input, one entry per line: a Cloud Logging ``LogEntry`` (``gcloud logging read
---format=json ... | jq -c '.[]'``, a log sink's NDJSON files), a whole ``gcloud``
-array on one line (``jq -c .``), or a bare ``jsonPayload`` object. ``gcloud``'s default
-YAML and pretty-printed JSON span many lines and are not read (each line alone is no
-entry: counted unrecognised). Unknown shapes give no record; nothing here raises.
-
-Detection (``--format auto``): a JSON object whose ``logName`` ends in
-``cluster-autoscaler-visibility``, or whose ``jsonPayload`` (or itself, bare) has a
-``decision``, ``noDecisionStatus`` or ``resultInfo`` *object* (Karpenter's ``disrupting
-node(s)`` record has ``"decision": "replace"``, a string).
+Traps: autoprovisioning limits are ``max_size``, not a quota; an exhausted subnet is
+``other``, as cluster-autoscaler's GCE client says; ``gcloud``'s default YAML is not
+line-readable; Karpenter's ``"decision": "replace"`` is a string, not this. Every
+messageId and its reading: docs/connectors.md, design notes.
 """
 
 from __future__ import annotations

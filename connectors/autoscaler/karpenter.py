@@ -1,70 +1,17 @@
 """Karpenter log records to autoscaler facts, every generation from v0.5 to v1.x, any provider.
 
-Layouts (tests/data/autoscaler/karpenter_real/SOURCES.md names a real line of each):
+Three layouts: zap's console encoder (v0.5 to v0.31, whose TABs a paste turns into spaces),
+JSON with flat strings (v0.32 to v0.37) and JSON with objects (v1). Messages are read by
+what they say, since the wording changed often: pods waiting (``unschedulable``), a
+scale-up going on (``scale_up_planned``: a launch is a step that did not fail, and the
+rules count only failures), a scale-up failing (its reason from the cloud's words), limits
+(``max_size_reached``), a node that never joined (``scale_up_timeout``) and a node going
+away (``scale_down``, a planned disruption, not a fault). The node group is the NodePool,
+else the NodeClaim's name less ``generateName``'s five characters.
 
-* zap's console encoder, v0.5 to v0.31: ``<time> <LEVEL> <logger> [<file.go:N>] <message>
-  [<context JSON>]``. Fields are TAB-separated, but a terminal or a paste turns TABs into
-  runs of spaces (or one space), the context may follow the message with no separator,
-  the context may nest (``"allocatable": {...}``) and the message may itself hold JSON
-  (``requesting {"cpu":...} from types``); some pastes cut the time off. :func:`console_record`
-  reads all of these; a line with no time is taken only when its logger is Karpenter's
-  (``controller...``, ``webhook``), so a cluster-autoscaler line is never mistaken for one.
-* JSON, v0.32 to v0.37: ``logger: controller.provisioner`` and flat strings (``nodepool``,
-  ``nodeclaim``, ``provisioner``, ``machine``, ``pods``).
-* JSON, v1: ``logger: controller``, ``controller: provisioner|nodeclaim.lifecycle|disruption``,
-  objects (``NodePool: {name}``, ``NodeClaim: {name}``, ``Pod: {name, namespace}``), an
-  ``error`` key, often ``caller``; provider loggers may write ``msg`` instead of ``message``.
-
-Messages, by what they say (kubernetes-sigs/karpenter and aws/karpenter-provider-aws
-``pkg/controllers/...`` at v0.5 to v1.14; the wording changed often):
-
-* pods wait: ``Batched N pods``, ``Found N provisionable pod(s)``, ``found provisionable
-  pod(s)`` -> ``unschedulable``; ``Could not schedule pod, <err>`` / ``could not schedule
-  pod`` + ``error``, ``Unable to schedule pod``, ``Failed to find instance type option(s)``
-  -> ``unschedulable``/``config`` (no NodePool can take the pod as it is). An error that
-  says the NodePool's limits are spent is ``max_size_reached`` instead.
-* a scale-up goes on: ``Computed packing``, ``Computed N new node(s)``, ``computed new
-  node(s)|machine(s)|nodeclaim(s) to fit pod(s)``, ``Created node with``, ``launching
-  machine with``, ``created machine|nodeclaim``, ``Launched instance:`` (v0.5 to v0.18,
-  before Machines), ``launched machine|nodeclaim``, ``registered ...``, ``initialized ...``
-  -> ``scale_up_planned``. The vocabulary has no separate word for a launch or a
-  registration, and none is needed: each is a step of the same scale-up that did not
-  fail, and the rules count only failures. Reading them keeps them out of the
-  unrecognised count and ties the NodePool to the scale-up. Provider lines that only
-  echo the core's launch (Azure ``launched new instance``, GCP ``Created instance``) are
-  not records.
-* a scale-up fails: ``failed launching nodeclaim`` (insufficient capacity, NodeClass not
-  ready), ``Reconciler error`` whose ``error`` starts ``launching nodeclaim|machine``,
-  ``creating instance, ...`` and a bare ``insufficient capacity, ...`` (v0.2x-v0.3x log
-  the error itself), ``Could not launch node, ...`` and ``Failed to launch N EC2
-  instances ...`` (v0.5 to v0.18), ``Provisioning failed, ...`` -> ``scale_up_failed``,
-  its reason from the cloud's code or words (:mod:`connectors.autoscaler.classify`; trap:
-  Karpenter wraps a quota in "insufficient capacity"). A NodePool that can offer no
-  instance type at all (``skipping, no resolved instance types found``, ``skipping,
-  unable to resolve instance types``, ``skipping, nodepool requirements filtered out all
-  instance types``, ``creating scheduler, getting instance types``) is a scale-up that
-  cannot happen: ``scale_up_failed``/``config``.
-* limits: ``... exceed limits for nodepool|provisioner: "X"``, ``N out of M instance types
-  were excluded because they would breach [provisioner] limits``, ``node limits have been
-  exhausted`` -> ``max_size_reached``/``max_size``.
-* a node never came: ``terminating due to registration ttl``, ``terminating machine due to
-  registration ttl``, ``terminating due to timeout`` (``reason`` ``registration_timeout``
-  or ``launch_timeout``), ``Triggering termination for node that failed to join`` (v0.5)
-  -> ``scale_up_timeout``/``timeout``.
-* a node goes away: ``disrupting node(s)`` (v1.3+), ``disrupting nodeclaim(s) via ...``
-  (v1.0-v1.2), ``disrupting via <method> <delete|replace>`` (v0.32-v0.37), ``deprovisioning
-  via ...`` (v0.2x-v0.31), ``triggering termination for expired node``, ``Triggering
-  termination after ... for empty node``, ``cordoned|tainted|deleted node``, ``deleted
-  machine|nodeclaim``, ``annotated nodeclaim`` -> ``scale_down`` with no reason: a planned
-  disruption (consolidation, drift, expiry, emptiness), not a fault. ``failed to disrupt
-  nodes``, ``failed terminating nodes while executing a disruption command`` ->
-  ``scale_down``/``other``.
-
-The node group is the NodePool (or Provisioner): the record's key, else the first
-``incompatible with nodepool "X"`` or ``for nodepool: "X"`` of the text, else the
-NodeClaim's (or Machine's) name less the suffix Kubernetes' ``generateName`` adds: five
-characters from ``bcdfghjklmnpqrstvwxz2456789`` (``default-5b9h6`` in ``default``); a
-disruption names its claims in ``disrupted-nodes``.
+Traps: Karpenter wraps a quota in "insufficient capacity"; a line with no time is taken
+only when its logger is Karpenter's, so a cluster-autoscaler line is never read as one.
+Each message, by release: docs/connectors.md, design notes.
 """
 
 from __future__ import annotations

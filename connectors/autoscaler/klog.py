@@ -1,66 +1,18 @@
 """cluster-autoscaler klog lines to :class:`~schemas.events.AutoscalerEvent`: the pure parser.
 
-A klog line is ``Lmmdd hh:mm:ss.uuuuuu <pid> <file>:<line>] <message>`` (k8s.io/klog
-header; the pid column is space-padded, but pastes collapse it, and pids run from 1
-to 94730 in the corpus). :func:`parse_message` turns one message into the records it
-states, in the vocabulary documented on :class:`AutoscalerEvent` (``action``,
-``reason``); most lines state none and give ``()``. Messages recognised (wording of
-cluster-autoscaler's ``core/scaleup/orchestrator``, ``clusterstate``, the expanders and
-the cloud providers, across releases 0.4 to 1.3x; every shape is a line of
-``tests/data/autoscaler`` or its ``ca_real`` folder, whose SOURCES.md cite it). The
-Events it logs (``Event(v1.ObjectReference{...}): type: ... reason: '...'``) are read by
-:mod:`connectors.autoscaler.kube_events`, as the live Event objects are.
+A klog line is ``Lmmdd hh:mm:ss.uuuuuu <pid> <file>:<line>] <message>``.
+:func:`parse_message` turns one message into the records it states (``action``,
+``reason``), most lines giving none: pods unschedulable, a scale-up planned, failed, timed
+out, backed off or capped at a size, and scale-down. The wording is cluster-autoscaler's
+across releases 0.4 to 1.3x; every shape is a line of ``tests/data/autoscaler`` whose
+SOURCES.md cites it. The Events it logs are read by :mod:`connectors.autoscaler.kube_events`.
 
-* ``unschedulable``: ``Pod ns/x is unschedulable``, ``N other pods are also
-  unschedulable``, ``Found N pods in the cluster: ..., K unschedulable`` (K > 0);
-  ``config`` when no group fits: ``Scale-up predicate failed``, ``Pod x can't be
-  scheduled on G``, ``No pod can fit to G``, ``No expansion options`` (and the 1.21
-  typo ``optiions``); no reason for ``failed to find place for ns/x[: why]`` (the
-  scheduling simulation found no existing node for the pod).
-* ``scale_up_planned``: ``Best option to resize`` (the decision of every expander),
-  ``priority expander: G chosen as the highest available`` (the priority expander's; two
-  lines when groups tie), ``Estimated N nodes needed in G``,
-  ``Final scale-up plan: [{G a->b (max: m)} ...]`` (one record per item), ``Scale-up:
-  setting group G size to N`` and ``Scale-up: group G size set to N``, AWS ``Setting asg
-  G size to N``, AKS ``Current size: a, Target size requested: b``. The least-waste and
-  price expanders' per-option lines (``Expanding Node Group G would waste ...``) weigh
-  options and decide nothing: no record.
-* ``scale_up_failed``: ``Failed adding N nodes ... due to <Class>.<code>``, ``Found N
-  instances with errorCode <Class>.<code>``, AWS ``Instance group G cannot provision any
-  more nodes!`` and ``ASG G scaling failed with description: ...``, Azure
-  ``...#CreateOrUpdate ... failed``, ``Failed to scale up: ...`` and ``failed to increase
-  node group size: <cloud error>``. The reason comes from the code and text
-  (:mod:`connectors.autoscaler.classify`).
-* ``scale_up_timeout``: ``Scale-up timed out for node group G`` (also when a paste cut it
-  after ``for node``: no group), ``Reverting timed-out scale-up`` (2026).
-* ``backoff``: ``Disabling scale-up for node group G until T[; errorClass=C;
-  errorCode=X]`` (``until`` from T: Go's ``time.String()``, its ``m=+...`` monotonic
-  suffix ignored) and ``Node group G is not ready for scaleup[ - backoff[ with status:
-  {true {C X msg}}]]``; reason ``backoff`` only when no cause is given.
-* ``max_size_reached``: ``Skipping node group G - max size reached``, ``Capping size to
-  max cluster total size (N)``, ``Can only add N nodes due to node group limits``, and
-  CA's *own* limits (``due to resource quotas``, ``when balancing: quota exceeded``):
-  ``max_size``, never the cloud's ``quota``.
-* ``scale_down``: ``Scale-down: removing [empty] node X``, ``X is unneeded since``/``was
-  unneeded for``, ``Successfully added ToBeDeletedTaint`` and ``... DeletionCandidateTaint``
-  (the soft taint of an unneeded node), Gardener's ``Error while trying to
-  delete nodes`` and ``Failed to scale down`` (``other``), and ``Problem with empty node
-  deletion in nodegroup G: <cloud error>`` (``other``: the delete failed; AKS, Azure/AKS#3011,
-  where the VMSS refused ``ForceDelete`` under maintenance control). Loop bookkeeping (``Starting
-  scale down``, ``Scale down status: ...``) states no decision and is not a record.
-
-Traps:
-
-* **No year.** klog prints ``mmdd``; the year is the one (of the reference time's year
-  and its neighbours) that puts the line nearest the reference time, so a December
-  line read in January is last year's and a January line with a December reference
-  next year's. A header whose date does not exist (``I1399``) is a ``RecordError``.
-* **Speed.** Most lines are noise (loop starts, node listings, estimator chatter);
-  one ``in`` test per message family rejects them before any regular expression.
-* **Headerless pastes.** ``event.go:209] Event(...)`` and bare messages are parsed like
-  the message of a full line, timed by the wrapper or the reference time.
-* **A group is a URL on GCE** (``https://www.googleapis.com/compute/v1/projects/...``):
-  a group ends at a space or at ``": "``, never at a ``:`` inside it.
+Traps: klog prints no year (the line takes the year nearest the reference time; an
+impossible date is a ``RecordError``); most lines are noise, rejected by one ``in`` test per
+message family before any regular expression; headerless pastes parse like a full line's
+message; a GCE node group is a URL, ended at a space or ``": "``; the autoscaler's own
+resource limits are ``max_size``, never the cloud's ``quota``. Each message:
+docs/connectors.md, design notes.
 """
 
 from __future__ import annotations

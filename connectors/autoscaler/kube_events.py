@@ -1,66 +1,18 @@
 """Autoscaler Kubernetes Events to ``autoscaler.v1`` records: live objects and pasted rows.
 
-cluster-autoscaler and Karpenter record their decisions as Events on the pods they
-could or could not help (and on the ``cluster-autoscaler-status`` ConfigMap, on
-nodes, NodePools and NodeClaims). The k8s connector publishes every GPU-related Event
-as a ``k8s_event.v1``; :func:`autoscaler_event` *also* turns the autoscaler's into an
-:class:`~schemas.events.AutoscalerEvent` (cluster-scoped, ``node`` empty), whatever
-the GPU filter says of the Event: a scale-up that fails for a CPU pool is context for
-the GPU pod next to it. The k8s family does not import this one (independent source
-families): the CLI hands this function to the connector as its ``derive`` hook.
+cluster-autoscaler and Karpenter record their decisions as Events on the pods they could or
+could not help. :func:`autoscaler_event` turns such an Event into an
+:class:`~schemas.events.AutoscalerEvent` whatever the GPU filter says of it (a CPU pool's
+failed scale-up is context for the GPU pod beside it); the CLI hands it to the k8s
+connector as its ``derive`` hook, so the families stay independent. :func:`pasted` reads
+the same Events as people paste them (``kubectl describe`` and ``get events`` rows of every
+layout, the autoscaler's log of its Events, bare messages); both paths end in
+:func:`event_fact`, so a pasted row and the live object give the same record.
 
-The same Events reach ``ingest autoscaler`` as text: :func:`pasted` reads a ``kubectl
-describe`` row (``Warning  FailedToScaleUpGroup  7s (x359 over 60m)  cluster-autoscaler
-...``, also the pre-1.14 layout with FirstSeen/LastSeen/Count columns), a ``kubectl get
-events`` row (with ``-A``, ``-o wide``, or the old layout with a ``{source }`` column),
-the cluster-autoscaler's own log of the Events it emits (``Event(v1.ObjectReference{...}):
-type: 'Normal' reason: 'X' ...``) and a bare message (``pod triggered scale-up: [...]``,
-``Pod should schedule on: nodeclaim/x``): a bare message is recognised by the wording
-its reason always has (:data:`_BARE`). Both paths end in :func:`event_fact`, so a
-pasted row and the live object give the same record.
-
-Event reasons and their messages (kubernetes/autoscaler ``core/scaleup``,
-``clusterstate``, ``core/scaledown``; kubernetes-sigs/karpenter ``pkg/controllers/
-provisioning/scheduling/events.go``, ``nodeclaim/lifecycle/events.go``,
-``disruption/events/events.go``, ``node/termination/terminator/events``; v0.31 to
-v1.14, where ``Deprovisioning*`` became ``Disruption*``; tests/data/autoscaler/ca_real
-cites each):
-
-* cluster-autoscaler: ``TriggeredScaleUp`` and ``ScaledUpGroup`` (planned, sizes),
-  ``NotTriggerScaleUp`` (see below), ``FailedToScaleUpGroup``/``ScaleUpFailed`` (failed,
-  classified by the cloud's error), ``ScaleUpTimedOut``, ``MaxNodesTotalReached``,
-  ``ScaleDown*``.
-* Karpenter: ``Nominated`` (planned; the node group is the NodePool the NodeClaim was
-  generated from: ``nodeclaim/gpu-x7k2p`` is NodePool ``gpu``, Karpenter names a claim
-  ``<nodepool>-`` plus five characters), ``NoCompatibleInstanceTypes`` and
-  ``NodeClassNotReady`` (failed, ``config``), ``InsufficientCapacityError`` (failed, by
-  the cloud's code), ``FailedScheduling`` from karpenter (``incompatible with nodepool
-  "X"``: unschedulable in X; ``exceed limits``: max_size), and disruption, which is
-  planned work and never a fault: ``DisruptionLaunching``/``WaitingReadiness``/
-  ``Terminating``, ``Evicted`` (``Evicted pod: Underutilized``), ``Disrupted`` ->
-  ``scale_down``; ``DisruptionBlocked`` and ``FailedDraining`` -> ``scale_down``/``other``
-  (a removal that does not proceed). ``Unconsolidatable`` says a node is *not* a
-  candidate, Karpenter's steady state for most nodes: no record.
-
-Traps:
-
-* **A node group is a URL on GCE.** ``Scale-up failed for group https://www.googleapis.
-  com/compute/v1/projects/p/zones/z/instanceGroups/g: <error>``: the group ends at the
-  ``": "`` before the error, never at the URL's first ``:`` (else the failure names
-  ``https`` and never meets the pods' TriggeredScaleUp group).
-* ``NotTriggerScaleUp`` lists its reasons with counts (``12 node(s) didn't match Pod's
-  node affinity/selector, 3 max node group size reached``): the record's reason is the
-  most *actionable* class present (backoff, then max_size, then config), never the
-  most frequent: 12 nodes of the wrong kind say nothing, 3 full groups are the news.
-  Old releases say only ``(it wouldn't fit if a new node is added)``: ``config``.
-* A ``Nominated`` naming an existing ``node/`` is Karpenter placing a pod on capacity
-  it already has: not a scale-up, no record.
-* The scheduler's own ``FailedScheduling`` (``default-scheduler``) and the kubelet's
-  ``Evicted`` are not the autoscaler's: no record. A pasted row without a source column
-  is Karpenter's only when its message has Karpenter's wording (``Failed to schedule
-  pod, ...``, ``Evicted pod``).
-* Ids are a hash of the Event's id (``k8s:<uid>:<resourceVersion>``): a relist gives the
-  same record again, which the core skips.
+Traps: a GCE node group is a URL, ended at ``": "``, never at its first ``:``;
+``NotTriggerScaleUp``'s reason is the most actionable class listed, not the most frequent;
+a ``Nominated`` onto an existing node is no scale-up; the scheduler's and the kubelet's
+Events are not the autoscaler's. Each reason, by release: docs/connectors.md, design notes.
 """
 
 from __future__ import annotations

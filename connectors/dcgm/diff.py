@@ -1,58 +1,18 @@
 """The dcgm-exporter state machine: previous scrape + new scrape -> typed events (pure).
 
-A scrape is a snapshot; events are changes. :func:`diff` compares a new
-:class:`~connectors.dcgm.exposition.Scrape` with what the previous one left in
-:class:`DcgmState`, and returns the new state and the events. It reads no clock
-and draws no random number: the caller passes the observation time, so
-``gputriage ingest dcgm`` over the same files gives the same events and ids.
+A scrape is a snapshot; events are changes. :func:`diff` compares a new scrape with what
+the previous one left in :class:`DcgmState` and returns the new state and the events; the
+caller passes the time, so the same scrapes give the same events and ids. XIDs: a count
+``DCGM_EXP_XID_ERRORS_COUNT{xid=C}`` growing by *n* is *n* events (the burst the gauge
+hides), capped per scrape; the gauge changing to a new code is the fallback. Bindings: an
+event when a GPU's pods, bus id, index or MIG profile change, and an empty one when it
+vanishes; a MIG instance is bound on its own, named by (parent, ``gpu_instance``).
 
-**XIDs** (one physical GPU at a time, MIG instances folded into their parent):
-
-* ``DCGM_EXP_XID_ERRORS_COUNT{xid=C}`` growing from *a* to *b* is *b - a* new
-  XIDs with code C, and each becomes its own :class:`XidEvent` (the core counts
-  occurrences for ``xid_repeat``; ``XidEvent`` has no count field). A burst the
-  gauge hides (it stays 79 while four 79s happen) is seen here. A falling count
-  is XIDs ageing out of the exporter's window, or an exporter restart: no event.
-  At most ``max_burst`` events per code and scrape; the rest are counted in
-  :attr:`DiffResult.suppressed` and named in the last event's message.
-* ``DCGM_FI_DEV_XID_ERRORS`` changing to a non-zero code C is one XID, unless
-  the count for C grew in the same scrape (that occurrence is already reported).
-  A change to 0 is an exporter restart, not an error. The gauge alone misses
-  repeats of the same code: it is the fallback for exporters without the count.
-* Trap: the count is a net figure over a sliding window. An XID ageing out while
-  a new one of the same code arrives between two scrapes leaves it unchanged;
-  scrape well inside the window (default 5 min) and keep the kernel-log source,
-  which sees every line, as the primary XID source.
-
-**First sight is a baseline.** The first scrape of a GPU (the first after a
-start without a state file, or a GPU that just appeared) reports *no* XID: a
-non-zero gauge there may be hours old (it never resets, NVIDIA/dcgm-exporter
-#500), and re-reporting it at every restart would stamp an old fatal XID with
-a new time and start a false ``device_unhealthy_eviction`` chain. The cost: an
-XID that happened while the connector was down is not reported by this source;
-run ``connect dcgm --state FILE`` so a restart resumes from the saved scrape
-instead of a baseline. Bindings are absolute state and are always sent on first
-sight (they also carry the bus id <-> uuid <-> index map).
-
-**Bindings.** A :class:`GpuBindingEvent` when a GPU's pods, bus id, index,
-device or MIG profile differ from the previous scrape; a GPU that vanished from
-the scrape while it had pods gets one with empty ``pods``. A MIG instance is
-bound on its own, named as every source names it: ``gpu_uuid``, ``pci_bus_id``
-(when the exporter has the label) and ``gpu_index`` of the *parent* GPU, and
-``gpu_instance`` = ``GPU_I_ID``, ``mig_profile`` = ``GPU_I_PROFILE``
-(``mig_uuid`` stays empty: the exporter has no MIG uuid). The state remembers
-each instance under its own key (``<uuid>/GI<id>``), so instances of one GPU
-never overwrite each other here; a consumer must key them by (parent,
-``gpu_instance``) too. Trap: releases before ``gpu_instance`` existed sent
-``gpu_uuid="<parent uuid>/GI<id>"`` with no bus id and index, and a state file
-they saved remembers that; the first scrape after an upgrade differs from it and
-re-sends every instance's binding in the new spelling (and a vanished instance is
-unbound in the spelling it was bound with).
-
-**Ids** are ``dcgm-`` + a hash of cluster, node, GPU, metric, code, the values
-before and after, the occurrence number, the scrape sequence number and the
-observation time: the same scrapes give the same ids, and two different
-occurrences never share one.
+Traps: the first scrape of a GPU is a baseline that reports no XID (the gauge never resets,
+and re-reporting it at each restart would start a false chain; ``--state`` resumes
+instead); the count is net over a sliding window, so the kernel log stays the primary XID
+source; a state file saved before ``gpu_instance`` existed re-sends every instance once.
+docs/connectors.md, design notes.
 """
 
 from __future__ import annotations

@@ -1,77 +1,17 @@
 """Parse one dcgm-exporter ``/metrics`` scrape into per-GPU samples (pure: no I/O, no clock).
 
-The Prometheus text format is parsed by prometheus-client's own parser
-(:func:`prometheus_client.parser.text_string_to_metric_families`), never by
-regular expressions: label values may hold escaped quotes, commas and braces.
+The text format is parsed by prometheus-client's own parser, never by regular expressions
+(label values may hold escaped quotes, commas and braces). A scrape is reduced, per GPU or
+MIG instance, to its identity labels, the pods the exporter's pod mapper put on its series,
+the ``DCGM_FI_DEV_XID_ERRORS`` gauge and the ``DCGM_EXP_XID_ERRORS_COUNT`` counts.
 
-What a scrape is reduced to, per GPU (or MIG instance): its identity labels,
-the pods the exporter's Kubernetes pod mapper put on its series, the
-``DCGM_FI_DEV_XID_ERRORS`` gauge and the ``DCGM_EXP_XID_ERRORS_COUNT`` counts.
-Every other metric only contributes identity and pod labels.
-
-Traps (all seen in real exporter output, see ``tests/data/dcgm/``):
-
-* **Label names differ between exporter versions and flags.** The uuid is
-  ``UUID`` (default) or ``uuid`` (``--use-old-namespace``); the host is
-  ``Hostname`` (<= 3.x) or ``hostname`` (4.x); the model is ``modelName`` or
-  ``model_name``; the pod mapper writes ``pod``/``namespace``/``container`` or,
-  with the old namespace, ``pod_name``/``pod_namespace``/``container_name``.
-  The bus id (``pci_bus_id``, absent in older exporters) is NVML's spelling
-  ``00000000:9B:00.0``; it is canonicalised with :func:`schemas.pci.canonical_bus_id`.
-* **MIG.** With MIG on, every series carries ``GPU_I_ID``/``GPU_I_PROFILE`` and
-  the *parent's* uuid, index (``gpu``) and bus id: one GPU uuid then has several
-  instances, each a separate GPU for binding purposes (sample key
-  ``<uuid>/GI<id>``, :attr:`GpuSample.gpu_instance` the id). There is no MIG uuid
-  label (the exporter's pod mapper resolves the kubelet's ``MIG-`` device ids to
-  (GPU, GI) through NVML itself). The exporter repeats the device-level XID gauge
-  on each instance; XIDs are a property of the physical GPU, so
-  :mod:`connectors.dcgm.diff` folds them per uuid.
-* **MIG instance 0 exists**: a GPU split as one whole-GPU instance (``all-7g.80gb``)
-  has ``GPU_I_ID="0"`` (NVIDIA/dcgm-exporter#713), so an instance id is tested
-  for presence, never for truth. A ``GPU_I_ID`` that is not a number is not a
-  dcgm-exporter scrape (a :class:`RecordError`).
-* **The profile is decoration, not identity.** DCGM names the same instance
-  ``7g.79gb`` where the MIG manager, NVML and the node's resource name say
-  ``7g.80gb`` (NVIDIA/dcgm-exporter#713, #544), and old DCGM writes
-  ``GPU_I_PROFILE="<<<NULL>>>"`` (NVIDIA/gpu-monitoring-tools#193), DCGM's blank
-  marker: kept as written except the blank markers, which become empty; a MIG
-  instance is identified by (parent, ``GPU_I_ID``) only.
-* **No per-code "active XID" gauge.** The exporter has no
-  ``DCGM_FI_DEV_XID_ERRORS_ACTIVE`` (not in its sources, history or counters
-  file, nor among go-dcgm's field names); per-code information comes only from
-  ``DCGM_EXP_XID_ERRORS_COUNT{xid=…}``. go-dcgm (DCGM 4.6) renames field 230
-  ``DCGM_FI_DEV_XID_ERROR`` and keeps ``DCGM_FI_DEV_XID_ERRORS`` as an alias; the
-  exporter names a metric after its counters-file line, and its own file still
-  says ``DCGM_FI_DEV_XID_ERRORS``.
-* **Extra labels on the XID series.** Newer exporters (seen in 3.3.7 and 4.x
-  output) put ``err_code``/``err_msg`` (the text of the last XID) on the gauge, and the count metric
-  ``xid`` and ``window_size_in_ms``. They are *values*, not identity: a GPU whose
-  last XID changes must stay the same GPU.
-* **Time-slicing / per-process metrics.** Newer exporters emit one series per
-  pod sharing a GPU (with ``pod_uid``); all of those pods hold the GPU, so the
-  pods of a GPU are the union over all its series, never "the last one seen".
-* **Empty pod labels.** Kubernetes mode writes ``pod=""`` on idle GPUs; an
-  empty name is no pod.
-* **Scraped through Prometheus** (a ``/federate`` endpoint, or a recording of
-  stored series). Prometheus attaches its *target* labels to every series; a
-  ServiceMonitor's are ``pod``/``namespace``/``container`` of the *exporter* pod
-  (NVIDIA/dcgm-exporter#27: ``pod="…-dcgm-exporter-vfbhl"`` on every GPU). With
-  ``honor_labels: false`` (the chart's default) a scraped label that clashes is
-  renamed ``exported_<name>``, so the workload is ``exported_pod``/``exported_namespace``/
-  ``exported_container`` (NVIDIA/dcgm-exporter#85) and plain ``pod`` is the exporter.
-  Reading ``pod`` would bind the exporter to every GPU and blame it for the
-  workload's application XIDs. So, label by label, ``exported_<name>`` wins over
-  ``<name>``; it is per label because Prometheus renames only the labels the
-  target also has (a Service-level job that adds ``namespace`` but no ``pod``
-  leaves ``pod`` the workload's and renames only ``namespace``).
-* **Idle GPUs through Prometheus.** Prometheus drops empty labels, so an idle
-  GPU's ``pod=""`` is not renamed: the target's ``pod`` is all that is left, and
-  it looks exactly like a workload. A series that carries both the pod mapper's
-  labels (``exported_pod``, or ``pod_name`` with ``--use-old-namespace``, which
-  never clashes) and a plain ``pod`` reveals the target pod; that pod is dropped
-  from every GPU of the scrape. When *every* GPU of a scrape is idle nothing
-  reveals it and the exporter pod is read as a workload: scrape the exporter
-  itself, or set ``honorLabels: true``.
+Traps (all seen in real output, ``tests/data/dcgm/``): label names differ between exporter
+versions and flags; a MIG instance is (parent uuid, ``GPU_I_ID``), instance 0 exists, and
+the profile is decoration; there is no per-code "active XID" gauge; ``err_code``/``err_msg``
+are values, not identity; a shared GPU's pods are the union over its series; scraped
+through Prometheus, ``exported_pod`` wins over ``pod`` (the exporter's own pod), label by
+label, and an all-idle scrape cannot reveal it. Each trap with its source:
+docs/connectors.md, design notes.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """``gputriage ingest dcgm``: diff saved dcgm-exporter scrapes offline and print the events.
 
-The offline twin of ``connect dcgm`` (DESIGN §4, principle 9): the same parser
+The offline twin of ``connect dcgm`` (every source reads from a file too): the same parser
 and diff, fed from files instead of HTTP, so a user can debug what the
 connector would publish from the scrapes of their own exporter.
 

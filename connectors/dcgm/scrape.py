@@ -345,7 +345,7 @@ class DcgmSource:
     such claim, so nothing it will publish is older. Without this, its progress stayed
     at the last scrape's time for a whole interval (15 s) plus a heartbeat, and since
     every worker's watermark is the least progress of the sources it hears, each dcgm
-    scraper delayed every incident on its worker by that much (issue 14, measured with
+    scraper delayed every incident on its worker by that much (measured with
     ``bench/latency.py --quiet-sources``). Traps: an exposition with its own timestamps
     may say "older than now" next time, so after one the wait is not broken up (the old
     behaviour); nor with a poller on another clock (tests, a replay), because the

@@ -1,99 +1,18 @@
 """Slim raw Kubernetes objects (parsed dicts, or the JSON bytes) into the typed schema events.
 
-Why raw JSON and not kubernetes-asyncio models: a real pod is ~10 KB of JSON,
-most of it ``managedFields``, annotations and volume specs we never read.
-Building the client's model objects for all of it costs far more than reading
-the few keys we need (``bench/slim_bench.py`` measures both), and the models
-raise on shapes the API server happily sends through proxies and old versions.
+Why raw JSON, not kubernetes-asyncio models: a real pod is ~10 KB, mostly fields we never
+read, and the models cost far more and raise on shapes proxies and old servers send. Small
+msgspec views declare only the fields read; what they cannot say (a quantity is ``"8"`` not
+``"500m"``, a time is RFC 3339) is checked here. Errors are values: the event, ``None`` (a
+BOOKMARK) or a :class:`~schemas.codec.RecordError` naming the JSON path; harmless odd shapes
+are tolerated, wrong types in a field we read are not (guessing invents facts).
 
-How the keys are read: small msgspec *views* (the ``_*View`` Structs below)
-declare only the fields we use, in the API's camelCase. ``msgspec.convert``
-(for a dict) or a compiled decoder (for bytes, :func:`slim_watch_line`) fills
-them: unknown fields are skipped without being built, and a wrong type is an
-error whose ``field`` is the JSON path msgspec names. What the views cannot say
-(a name is required, a quantity is ``"8"`` not ``"500m"``, a time is RFC 3339)
-is checked here, in plain code.
-
-Errors are values: every public function returns the typed event, ``None``
-(nothing to emit: a BOOKMARK) or a :class:`~schemas.codec.RecordError` whose
-``field`` is a JSON path (``$.status.containerStatuses[0].restartCount``). Odd
-but harmless shapes are tolerated: a missing ``status``, ``containerStatuses:
-null``, a ``null`` list entry, unknown fields, huge annotations (never read).
-Wrong *types* in a field we read are errors, since guessing would put invented
-facts into incidents.
-
-Traps, each handled here:
-
-* **Event time of pods and nodes.** A pod has no "this change happened at"
-  field. When the caller passes ``observed`` (the live connector's receive
-  time) that is used. Otherwise (offline files) the time is the newest
-  timestamp in the object that a status change writes: container
-  ``startedAt``/``finishedAt``, condition ``lastTransitionTime`` (and for
-  nodes ``lastHeartbeatTime``, which the kubelet refreshes whenever it posts a
-  status change, e.g. an allocatable drop), creation, and deletion. The trap:
-  changes that write no timestamp (a label edit by GPU feature discovery, a
-  ``restartCount`` bump seen before ``finishedAt``) get the time of an
-  *earlier* change, so they can look late to the core. A second trap:
-  ``deletionTimestamp`` is in the *future* (request time + grace period), so
-  we subtract ``deletionGracePeriodSeconds`` before using it.
-* **Ids** are ``k8s:<uid>:<resourceVersion>``: the same object version gives
-  the same id after a relist or a restart, so downstream dedupe works. Both
-  parts are required. Pods and nodes also carry the version as a number
-  (``resource_version``, 0 when it is not a decimal one), so that the core never
-  parses ids; the id keeps the string as the API sent it.
-* **Quantities**: extended resources are integers, but arrive as strings
-  (``"1"``) or, from hand-written files, as numbers. ``"500m"`` is not a valid
-  GPU count and is reported, not rounded. Only GPU resources are checked: the
-  views keep resource maps (and label values) as ``Any``, so a CPU quantity or
-  an odd label never rejects a pod.
-* **Init containers** count as Kubernetes counts them: the pod's effective
-  request is max(sum over app containers, largest init container).
-* **Long free text** (termination messages with FallbackToLogsOnError, event
-  notes) is capped at :data:`MAX_TEXT` characters so one chatty pod cannot
-  bloat every Kafka record.
-* **Times are strings in the views**, parsed here with
-  ``datetime.fromisoformat``, not msgspec ``datetime`` fields: ``""`` means
-  "absent" (old API servers send it), a naive time is an error, and the parser
-  that decides which times are valid (and so which events exist) stays the one
-  the recorded history was slimmed with.
-* **A view validates every field it declares**, read or not on this object's
-  path: a string in ``state.running`` of a terminated container is an error
-  now (the hand-written checks only looked at the state they used). Views are
-  split per kind (pod and node metadata differ) so a field is declared only
-  where it is read; fields read without a type check (``controller``, a
-  condition's ``type``, ``apiVersion``) are ``Any``. Every type error is found
-  before the checks here, so an object with two faults reports its type error.
-* **Part of a GPU** (Run:ai, KAI Scheduler): a pod asks for it with the pod
-  annotations ``gpu-fraction`` (``"0.5"``) or ``gpu-memory`` (MiB, ``"2000"``),
-  plus ``gpu-fraction-num-devices``, and requests *no* GPU resource, so reading
-  resources alone dropped it from the GPU-only stream. It becomes
-  ``PodEvent.gpu_share`` and :func:`is_gpu_pod` keeps it. Traps: the keys carry
-  no domain prefix, so any tool's ``gpu-fraction`` annotation counts (the
-  scheduler name is not checked: Run:ai can be a namespace's default and its
-  name is configurable); a value that is no fraction in (0, 1] or no whole MiB
-  (``"2Gi"``) is an error, like ``"500m"`` GPUs; the annotations are read
-  through a Struct, so the rest (``kubectl apply``'s copy of the object) is
-  still skipped unbuilt, but a pod's ``annotations`` that is not an object is
-  now a type error (the API never sends one). The scheduler's own bookkeeping
-  (``runai-allocated-gpus``) is not read: it is written after the fact.
-* **The container an Event is about** is in its reference's ``fieldPath``
-  (``spec.containers{trainer}``, as the kubelet writes it); other paths (a
-  field of a non-pod object) leave ``container`` empty rather than failing.
-* **Which Event API**: ``apiVersion`` decides; an Event without one (a bare
-  List item) is events.k8s.io/v1 when it has ``regarding`` or ``note`` and no
-  ``involvedObject``, else core/v1. Its component is ``reportingController``,
-  else ``deprecatedSource.component`` (an Event an old client wrote through
-  core/v1, read back as events.k8s.io/v1, has only the latter).
-* **Objects without a kind** are errors here (the API always sends it);
-  :func:`infer_kind` is for offline files, which may lack it.
-* **Values the codec would refuse** are errors here, where they are read: a time
-  before the Unix epoch or past the end of year 9999 UTC (at the object's field), and
-  an event past a bound of :mod:`schemas.types` (a name longer than Kubernetes allows;
-  :func:`schemas.codec.checked`, at the event's field, in the codec's words), so that
-  the watch never publishes what the processor would dead-letter.
-* **Error wording** is ours, not msgspec's (dead letters and ``gputriage
-  ingest`` print it, and users grep for it): :func:`_worded` turns msgspec's
-  "Expected `object | null`, got `str`" into "expected an object, got string".
+Traps: a pod has no "changed at" time (offline, the newest status timestamp, and a
+``deletionTimestamp`` lies in the future by the grace period); ids are
+``k8s:<uid>:<resourceVersion>``; init containers count as Kubernetes counts them; Run:ai's
+``gpu-fraction`` pods request no GPU resource; values the codec would refuse are errors
+here, so the watch never publishes a dead letter. The full list: docs/connectors.md,
+design notes.
 """
 
 from __future__ import annotations

@@ -59,7 +59,7 @@ BATCH_BYTES = 512 << 10
 ``max_batch_size``). At aiokafka's 16 KB a batch held ~40 events, and the per-batch work
 (a future, the accumulator, the produce request's framing) cost more than the events:
 100k generated events took 2.2 s of CPU at 16 KB and 0.94 s at 512 KB, on the same topics
-(issue 14.3). Half of Kafka's default ``max.message.bytes`` (1 MB): a batch is one
+Half of Kafka's default ``max.message.bytes`` (1 MB): a batch is one
 message to the broker, and a full batch must never be refused. The default of every
 :class:`EventProducer` (a live connector's batches fill only as far as ``linger_ms``
 lets them; a backfill's fill up). Memory: up to one batch per partition written."""
@@ -260,7 +260,7 @@ class EventProducer:
         Why not ``producer.send`` per record: each call runs aiokafka's partitioner
         (murmur2 in pure Python) and its accumulator's bookkeeping; building the batches
         ourselves, with the partition of each key computed once per producer, measured
-        3.2-4x the records/s on the same topics (issue 14.3). The partition is the
+        3.2-4x the records/s on the same topics. The partition is the
         default partitioner's (:func:`partition_of`), so keys land where the processor
         expects them. A record without a key (none of ours has one) takes ``send``.
         """

@@ -1,51 +1,17 @@
 """NVML source: the PCI bus id <-> uuid <-> index map and XID critical-error events.
 
-Why NVML at all when the kernel log has every XID: a kernel XID line names the
-GPU by PCI bus id only (``NVRM: Xid (PCI:0000:9b:00): 79, ...``). NVML knows
-which uuid and index sit at that bus id, and a :class:`GpuBindingEvent` per GPU
-hands that map to the core, which then names the uuid (and, via the pod
-bindings, the pods) on kernel XIDs. NVML's own XID events
-(``nvmlEventTypeXidCriticalError``) are a second, driver-level witness.
+Why NVML when the kernel log has every XID: a kernel XID names its GPU by bus id only; NVML
+knows which uuid and index sit there, and a binding per GPU hands that map to the core.
+NVML's XID events are a second, driver-level witness. Every pynvml call goes through
+:class:`Nvml`, a thin adapter over the module (tests hand it a fake of the library's
+interface); :func:`inventory`, :func:`bindings` and :func:`xid_event` are pure.
 
-Structure: every pynvml call goes through :class:`Nvml`, a thin adapter over the
-pynvml *module* (passed in, so tests hand it a fake of the library's interface:
-NVML is an external C library this machine does not have). Everything else --
-:func:`inventory`, :func:`bindings`, :func:`xid_event` -- is pure.
-
-Traps:
-
-* **No driver is normal**, not a crash: on a CPU node, in CI, in a container
-  without the NVIDIA runtime, ``nvmlInit`` raises ``NVMLError_LibraryNotFound``
-  or ``NVMLError_DriverNotLoaded``. :meth:`Nvml.open` turns every init failure
-  into :class:`NvmlUnavailable`, one line naming the NVML error.
-* **Bus ids**: NVML writes ``00000000:9B:00.0`` (32-bit domain, upper case),
-  as bytes in older pynvml; canonicalised with :func:`schemas.pci.canonical_bus_id`.
-* **MIG**: a MIG device is listed under its parent (``nvmlDeviceGetMigDeviceHandleByIndex``)
-  with its own ``MIG-...`` uuid, no bus id of its own and ``nvmlDeviceGetGpuInstanceId``.
-  Its binding names it the way every source does (:class:`GpuBindingEvent`): the
-  *parent's* uuid, bus id and index, ``gpu_instance`` = the GPU instance id (the
-  kernel's ``GPU-I:NN``, dcgm-exporter's ``GPU_I_ID``), the ``MIG-`` uuid in
-  ``mig_uuid`` and the profile from the device name. So (parent, instance) joins
-  the three sources, and a ``MIG-`` uuid (what the kubelet's pod-resources and
-  ``NVIDIA_VISIBLE_DEVICES`` name) resolves to it through this binding. Older
-  releases sent ``gpu_uuid="MIG-..."`` with an empty bus id.
-* **XID events are watched on the parent.** NVML registers events on whole GPUs; on
-  a MIG GPU an XID it can attribute carries ``gpuInstanceId`` (and maybe
-  ``computeInstanceId``), 0xFFFFFFFF when it cannot (NVIDIA/k8s-device-plugin's
-  health check matches MIG devices by exactly these ids on the parent's event). An
-  event whose handle is a MIG device handle (``nvmlDeviceIsMigDeviceHandle``) is
-  resolved to its parent (``nvmlDeviceGetDeviceHandleFromMigDeviceHandle``), the
-  instance ids read from the MIG handle when the event has none. Either way the
-  :class:`XidEvent` names the parent GPU plus ``gpu_instance`` / ``compute_instance``,
-  never a ``MIG-`` uuid.
-* **Bindings from NVML carry no pods** (NVML does not know Kubernetes): they
-  are sent with ``pods_known=False``, which the core reads as "identity only",
-  so they never clear pods a pod-aware source (dcgm-exporter) bound.
-* ``nvmlEventSetWait`` blocks in C: it runs in a worker thread with a short
-  timeout so that Ctrl-C and SIGTERM are honoured within a second.
-* NVML event ids: NVML has no event sequence number and does not replay events
-  from before registration, so a restart cannot re-deliver one; ids hash the
-  uuid, code, observation time and a per-process counter.
+Traps: no driver is normal (one line, :class:`NvmlUnavailable`); NVML's bus ids are
+``00000000:9B:00.0``; a MIG device is named as every source names it, (parent uuid, GPU
+instance id), its ``MIG-`` uuid in ``mig_uuid``; XID events are watched on the parent and
+carry the instance ids; NVML bindings carry no pods (``pods_known=False``: identity only);
+``nvmlEventSetWait`` blocks in C, so it runs in a thread with a short timeout; NVML replays
+no event, so ids hash a per-process counter. docs/connectors.md, design notes.
 """
 
 from __future__ import annotations

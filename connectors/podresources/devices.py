@@ -1,48 +1,17 @@
 """The kubelet's device ids -> GPUs, and two pod-resources snapshots -> ``gpu_binding.v1`` (pure).
 
-The kubelet's pod-resources API (``List``) says which container holds which device id of which
-extended resource; ``GetAllocatableResources`` which device ids the node offers at all. The
-ids are whatever the device plugin advertised, so what one *means* depends on the plugin:
+Pod-resources says which container holds which device id; what an id means depends on the
+device plugin: a uuid, a ``MIG-`` uuid, a time-sliced replica ``<id>::<n>``, an NVML index
+(``deviceIDStrategy=index``) or GKE's ``nvidia<minor>``. Every pod holding a replica of one
+GPU goes on one binding with ``shared=True`` (dcgm-exporter keeps only one of them, which is
+why this source exists). The first snapshot binds every GPU it knows (the ground truth
+clears what another source left); later ones send only changes. Ids hash the poll.
 
-* NVIDIA/k8s-device-plugin, default ``deviceIDStrategy=uuid``: a whole GPU is its uuid
-  (``GPU-8f2c...``); a MIG device (``migStrategy`` single: under ``nvidia.com/gpu``; mixed:
-  under ``nvidia.com/mig-<profile>``) its ``MIG-...`` uuid; drivers before R470 spelled
-  that ``MIG-GPU-<parent uuid>/<gi>/<ci>``, which names its parent and GPU instance itself.
-* **Time-slicing** (and MPS): the plugin advertises N replicas of one GPU, each
-  ``<id>::<n>`` (``NewAnnotatedID`` in the plugin's internal/rm/devices.go), under
-  ``nvidia.com/gpu`` or, with ``renameByDefault``, ``nvidia.com/gpu.shared``. Every pod holding
-  a replica shares the one GPU, so they all go on *one* binding of that GPU with
-  ``shared=True``: a fault on it concerns each of them (dcgm-exporter keeps only one of them,
-  NVIDIA/dcgm-exporter#151, which is why this source exists).
-* ``deviceIDStrategy=index`` (Bottlerocket's default): ids are NVML indices (``3``), MIG
-  devices ``<gpu index>:<mig index>``. A whole GPU is resolved to its uuid through the NVML
-  map when one is given (:class:`GpuMap`); a MIG index is never resolved (the MIG index is
-  not the GPU instance id).
-* GKE's own plugin (GoogleCloudPlatform/container-engine-accelerators): ``nvidia<minor>``,
-  time-shared ``nvidia<minor>/vgpu<n>``. A device minor is not an NVML index, so these are
-  never guessed at.
-
-**Trap: a ``MIG-`` uuid alone does not name its parent GPU.** Every source names a MIG
-instance by (parent GPU, GPU instance id) (:class:`schemas.events.GpuBindingEvent`), and that
-is what an XID carries (``GPU-I:03``). With the node's NVML map (``connect podresources`` reads
-it when a driver is there, :class:`GpuMap`), a ``MIG-`` uuid becomes parent uuid, bus id, index
-and ``gpu_instance``. Without it, the binding carries the ``MIG-`` uuid in ``mig_uuid`` *and*
-``gpu_uuid`` (the spelling NVML records had before ``gpu_instance`` existed, which the core
-keys as a GPU of its own): it can never be merged with another GPU, but an XID naming the
-instance will not find its pod. Ids that resolve to no uuid at all (an index without the map,
-GKE's minors) get no binding (counted: :attr:`Snapshot.unresolved`): a binding without a uuid
-or bus id would name "some GPU" and merge with every other such one.
-
-**Trap: the kubelet lists devices it no longer has.** Pods that ended keep their entries
-until the kubelet's device manager forgets them (kubernetes/kubernetes#119423), so one
-physical device id may appear under two pods. Nothing in the API says which one is gone;
-both are listed (an XID then names both as candidates), never one dropped on a guess.
-
-**Diffing**: the first snapshot binds every GPU it knows (allocated or allocatable, pods or
-none: pod-resources is the ground truth, so an empty binding clears what another source left);
-later ones send a binding only when a GPU's pods, sharing or identity changed, and an empty one
-when a GPU with pods vanished. Ids hash cluster, node, the GPU's key, its pods, the poll number
-and the poll's time: the same polls give the same ids.
+Traps: a ``MIG-`` uuid alone does not name its parent (the node's NVML map resolves it;
+without it the instance cannot meet an XID's ``GPU-I:NN``); ids that resolve to no uuid (an
+index without the map, a GKE minor) get no binding, only a count; the kubelet lists devices
+of pods that ended, so a device under two pods names both, never one dropped on a guess.
+Each plugin's spelling: docs/connectors.md, design notes.
 """
 
 from __future__ import annotations

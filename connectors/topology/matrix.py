@@ -1,43 +1,16 @@
 """``nvidia-smi topo -m`` / ``-mp`` text: the GPU pair links and each GPU's CPU and NUMA affinity.
 
-Why parse text at all when NVML has the same facts: the text is what users paste into
-bug reports and what a node without a usable NVML binding (a driver container that
-ships only ``nvidia-smi``) can still give; ``gputriage ingest topo`` reads it offline and
-the node agent falls back to ``nvidia-smi topo -mp`` (:mod:`connectors.topology.live`).
+Why text when NVML has the same facts: it is what users paste into bug reports and what a
+node whose driver container ships only ``nvidia-smi`` can still give; ``gputriage ingest
+topo`` reads it offline and the node agent falls back to ``nvidia-smi topo -mp``. A parse
+failure is a value (:class:`schemas.codec.RecordError`), never an exception.
 
-The matrix, as printed (tabs) or pasted (spaces)::
-
-            GPU0    GPU1    NIC0    CPU Affinity    NUMA Affinity   GPU NUMA ID
-    GPU0     X      NV12    PXB     48-63,176-191   3               N/A
-    GPU1    NV12     X      PXB     48-63,176-191   3               N/A
-    NIC0    PXB     PXB      X
-
-    Legend: ...
-    NIC Legend: ...
-
-Traps, each seen in a real output (the samples under ``tests/connectors/topology``):
-
-* **Device columns are GPUs and NICs** (``NIC0``.., or ``mlx5_0``.. on older drivers).
-  NIC rows have no affinity columns and are ignored, but their *columns* are counted so
-  that the affinity values after them are found. A row that ends early (a truncated
-  paste) is only an error if it is a GPU row.
-* **Glued header names**: some drivers print ``GPU0GPU1GPU2...mlx5_0`` with no
-  separator (the DGX-1 sample); the header is split on the device-name pattern.
-* **Empty affinity cells**: under Slurm/cgroups the CPU Affinity cell can be empty (the
-  A100 PCIe sample); trailing values are placed from the right, as the NUMA columns
-  always print something (a number or ``N/A``).
-* ``NUMA Affinity`` prints ``N/A`` on one-node boxes and in VMs: ``numa_node`` is then None.
-  ``GPU NUMA ID`` (newer drivers) is the GPU's *own* memory node on coherent systems
-  (Grace Hopper); the record keeps the CPU-side NUMA Affinity, which is what placement
-  and the reference's ``gpu_numa_affinity`` mean.
-* ``SOC`` is the older drivers' word for ``SYS``; kept as printed (the link type is the
-  matrix code as printed), with 0 NVLinks like every non-``NV<n>`` code.
-* The matrix is symmetric in every sample; each unordered pair is read once, from the
-  lower-index GPU's row.
-* ``-mp`` prints the same layout with the PCIe path only (never ``NV<n>``).
-
-A parse failure is a value (:class:`schemas.codec.RecordError` with its reason and
-line), never an exception: arbitrary text is read without raising.
+Traps, each seen in a real output (``tests/connectors/topology/samples``): NIC columns are
+counted but their rows ignored; some drivers glue the header (``GPU0GPU1...``); the CPU
+Affinity cell may be empty under Slurm, so trailing values are placed from the right;
+``NUMA Affinity`` is ``N/A`` on one-node boxes; ``SOC`` is the older ``SYS``; each pair is
+read once, from the lower-index GPU's row; ``-mp`` never prints ``NV<n>``. Details:
+docs/connectors.md, design notes.
 """
 
 from __future__ import annotations

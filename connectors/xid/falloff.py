@@ -1,44 +1,17 @@
 """ "GPU has fallen off the bus" without an Xid number: XID 79 all the same.
 
-The driver reports a GPU that stopped answering on PCIe (every register reads
-``0xFFFFFFFF``) in three ways, and only the first carries the XID number
-(NVIDIA/open-gpu-kernel-modules, ``osHandleGpuLost`` in
-``src/nvidia/arch/nvalloc/unix/src/osinit.c`` and ``RmInitAdapter``'s probe in
-``src/nvidia/arch/nvalloc/unix/src/osapi.c``)::
+The driver reports a GPU that stopped answering on PCIe in three ways, and only one carries
+the XID number: the Xid line, the one-line ``NVRM: GPU <bus id>: GPU has fallen off the
+bus.`` and the three-line probe message ``NVRM: The NVIDIA GPU <bus id> ... fallen off the
+bus and is not responding to commands.`` (gpud and NVSentinel treat them as fatal too). The
+rule: an ``NVRM:`` message that says a **GPU** has fallen off the bus is XID 79 on the GPU
+it names; none, or a redacted one, is an unknown GPU, still XID 79.
 
-    NVRM: Xid (PCI:0000:91:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus.
-    NVRM: GPU 0000:91:00.0: GPU has fallen off the bus.          NV_DEV_PRINTF, same instant
-    NVRM: The NVIDIA GPU 0000:b3:00.0                            one printk, three lines,
-    NVRM: (PCI ID: 10de:26b5) installed in this system has       logged when the GPU is
-    NVRM: fallen off the bus and is not responding to commands.  probed (no Xid at all)
-
-Older drivers split the probe message differently (``... 0000:01:00.0 (PCI ID:
-10de:1e07) installed in this`` / ``NVRM: system has fallen off the bus ...``) and
-the oldest said ``NVRM: GPU at 0000:01:00.0 has fallen off the bus.``. gpud
-(``components/accelerator/nvidia/xid/kmsg.go``) maps both modern shapes to XID 79;
-NVSentinel's syslog monitor (``pkg/gpufallen``, NVIDIA/NVSentinel#155, #195) raises
-a fatal ``GPU_FALLEN_OFF_BUS`` event for the probe message.
-
-The rule here: an ``NVRM:`` message that says a **GPU** has ``fallen off the bus`` is
-XID 79 on the GPU it names. The bus id is the one written after ``GPU`` (``GPU
-0000:29:00.0``, ``GPU at PCI:0000:05:00``, ``The NVIDIA GPU 0000:b3:00.0``); none, or
-one the reporter redacted (``GPU 0000:XX:00.0``, ``The NVIDIA GPU ...``), is an
-unknown GPU (empty bus id), still an XID 79.
-
-Traps:
-
-* **One fault, several lines.** The Xid line and the ``NV_DEV_PRINTF`` line come
-  microseconds apart; they are one fault, and the core's episodes (one code, one GPU,
-  within ``xid_episode_gap_seconds``) count them once. Nothing is dropped here.
-* **The multi-line message arrives whole** from ``/dev/kmsg`` (``\\x0a``), the journal
-  (newlines in ``MESSAGE``) and rsyslog (``#012``), but split into lines by ``dmesg``
-  (continuations indented, no time) and by syslog files of older kernels (each line
-  with its own prefix). Its last line alone names no GPU; :mod:`connectors.xid.reader`
-  joins it to the header line before it. Alone it is still XID 79 of an unknown GPU:
-  the tail ``fallen off the bus and is not responding to commands`` is the driver's.
-* **Not every mention is a GPU.** The driver's ``*** BR04 has fallen off the bus``
-  is a PCIe bridge chip; an agent logging about the fault (gpud, a forum quote) has no
-  ``NVRM:``. Neither is an XID.
+Traps: the Xid line and the fall-off line are one fault, counted once by the core's
+episodes; the probe message arrives whole from kmsg, the journal and rsyslog but split by
+``dmesg`` and old syslogs (:mod:`connectors.xid.reader` joins it); ``BR04 has fallen off
+the bus`` is a PCIe bridge, and a mention without ``NVRM:`` is not the driver's. The driver
+sources, by shape: docs/connectors.md, design notes.
 """
 
 from __future__ import annotations

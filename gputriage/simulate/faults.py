@@ -1,4 +1,4 @@
-"""The injected faults, each with the ground truth the domain gives it (DESIGN §2).
+"""The injected faults, each with the ground truth the domain gives it (docs/detection.md).
 
 Every scenario here tells one fault's chain of events with real delays and tells
 :class:`gputriage.simulate.truth.TruthRecorder` what incident it must give, by the
@@ -16,7 +16,7 @@ domain's rule applied to what it emitted:
 ``fatal_xid``          a fatal XID, usually the device plugin's allocatable drop, and the
                        GPU's pod failing: ``device_unhealthy_eviction``; when no pod
                        fails (no pod on the GPU, or it survives), the GPU still needs an
-                       intervention: ``gpu_degraded`` (DESIGN refinement: a fatal XID
+                       intervention: ``gpu_degraded`` (the domain's rule: a fatal XID
                        with no pod failure still raises a ticket)
 ``flaky_gpu``          one fatal code on one GPU again and again: ``gpu_degraded`` at
                        once, ``xid_repeat`` at the fifth episode (counted by the recorder)
@@ -62,7 +62,7 @@ POLL = 1.0
 TOLERATION_SECONDS = 300.0
 """DefaultTolerationSeconds: pods tolerate a NoExecute not-ready/unreachable taint this long."""
 NOT_READY_GRACE = timedelta(minutes=2)
-"""A NotReady shorter than this with no pod failure does not page (DESIGN refinement)."""
+"""A NotReady shorter than this with no pod failure does not page: Kubernetes waits it out too."""
 
 
 def _pod_key(pod: Pod) -> str:
@@ -179,7 +179,8 @@ class Simulator(Scaling):
             return
         if self.truth.ended(ticket.incident.id, event.time):
             # The ticket is over (its drop recovered) and the chain's window is not: the
-            # core opens the chain's page (seed 2: a crash 61 s after the recovery).
+            # core opens the chain's page (seen in a simulated fleet: a crash 61 s after the
+            # recovery).
             self._expect_chain(found, _pod_key(pod), _owner(pod), event.time)
             return
         if ticket.state != "open" or event.time >= ticket.due:
@@ -299,7 +300,7 @@ class Simulator(Scaling):
         # Someone gives up on the loop: the pod is deleted and replaced. Not "Failed with
         # exit 1": under restartPolicy Always/OnFailure the kubelet restarts the container
         # instead, so a pod never ends a crash loop in phase Failed, and that extra exit 1
-        # was a crash the truth never counted (a 4th crash in 15 min: issue 15).
+        # was a crash the truth never counted (a 4th crash in 15 min).
         yield from self._roll(pod)
 
     def _app_xid(self) -> Step:
@@ -488,7 +489,8 @@ class Simulator(Scaling):
         for k in range(rng.randint(4, 9)):
             event = self._fatal(node, gpu, code, fault)
             # A GPU that logged this code within the repeat window (another fault's, say
-            # a fatal_xid an hour ago) gets no new ticket: the repeat counts it (seed 2).
+            # a fatal_xid an hour ago) gets no new ticket: the repeat counts it (seen in a
+            # simulated fleet).
             recurs = self.truth.recurs(
                 cluster=node.cluster.name, node=node.name, gpu=gpu.uuid, code=code, time=event.time
             )
@@ -574,7 +576,7 @@ class Simulator(Scaling):
         evicted: list[Pod] = []
         gone: list[Pod] = []
         # The core pages at the grace only if a GPU pod still runs then (one that finished
-        # meanwhile lost nothing: seed 3, a job that Succeeded 16 s into the NotReady).
+        # meanwhile lost nothing: a job that Succeeded 16 s into the NotReady).
         grace_at = (first.time + NOT_READY_GRACE - self.spec.start).total_seconds()
         still: list[bool] = []
 

@@ -3,15 +3,15 @@
 Why counted, not one truth per outage: the incident is one ticket per cluster, open
 while the GPUs Kubernetes counts and the GPUs dcgm-exporter binds disagree by more
 than 5 on nodes that have disagreed for 5 min, and resolved once that sum has stayed
-at or below 5 for 5 min (README's cluster-scoped table). An outage is the usual cause,
+at or below 5 for 5 min (docs/detection.md, cluster-scoped types). An outage is the usual cause,
 but what the sum is depends on the pods: a blind node whose only pod ends agrees
 again (0 requested, 0 bound) while its exporter is still broken, and its successor's
 disagreement is a new one that needs its own 5 min. So each outage reports, as it
 goes, how many GPUs running pods hold on its node (:meth:`Blind.held`), and
 :meth:`MismatchTruth.expected` applies the rule to those counts.
 
-The numbers are DESIGN's defaults, not imported from ``streams/core/config.py`` (see
-:mod:`gputriage.simulate.truth`).
+The numbers are the documented defaults (docs/detection.md), not imported from
+``streams/core/config.py`` (see :mod:`gputriage.simulate.truth`).
 """
 
 from __future__ import annotations

@@ -105,8 +105,9 @@ class Noise(Fleet):
 
     def _relist(self) -> AnyEvent | None:
         """A watch that expired (410 Gone) or a restarted k8s connector lists again: the
-        node and its pods come again as they last were, same ids and their own older
-        times (README: an unchanged object gives exactly the same event): stale copies."""
+        node and its pods come again as they last were, same ids and their own older times
+        (docs/connectors.md: an unchanged object gives exactly the same event): stale
+        copies."""
         node = self.nodes[self.rng.randrange(len(self.nodes))]
         again = [node.last]
         for gpu in node.gpus:
@@ -121,8 +122,8 @@ class Noise(Fleet):
 
     def _plugin_blip(self) -> Step:
         """The NVIDIA device plugin restarts (an upgrade, a kubelet restart) and registers
-        its GPUs again: allocatable 8 -> 0 -> 8 within seconds. No fault (DESIGN §2
-        refinements: such a drop does not arm the eviction chain)."""
+        its GPUs again: allocatable 8 -> 0 -> 8 within seconds. No fault: such a drop
+        does not arm the eviction chain."""
         node = self._pick_node()
         if node is None:
             return
@@ -237,7 +238,7 @@ class Noise(Fleet):
         kubernetes.io, "Taints and Tolerations", taint-based evictions), and the scheduler
         places no pod there until it is Ready again: the pod stays pending. Placed on it,
         a rollout's replacement started on a node that was NotReady, and the taint
-        eviction then evicted a pod the NotReady's truth never named (simulator seed 2)."""
+        eviction then evicted a pod the NotReady's truth never named (seen in a simulated fleet)."""
         rng = self.rng
         while node.ready != "True":
             yield 15.0

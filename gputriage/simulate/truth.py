@@ -2,7 +2,7 @@
 
 The recorder watches the scenarios; it never draws from the rng (the stream's bytes
 must not depend on whether truth is written) and never runs the core: each truth is
-the domain's rule (DESIGN §2 and its refinements) applied to what was *emitted*.
+the domain's rule (docs/detection.md) applied to what was *emitted*.
 Three ways a truth is made:
 
 * **at once**, when the scenario emits the event that makes the rule true (the GPU's
@@ -24,11 +24,11 @@ fault's first event and the event that completes the rule, widened by
 :data:`SLACK` for the event-time jitter and the termination times kubelet reports
 a little before the pod update that carries them.
 
-Trap: the thresholds here are the domain's defaults (DESIGN §2), the same numbers as
+Trap: the thresholds here are the domain's defaults (docs/detection.md), the same numbers as
 ``streams/core/config.py`` but deliberately not imported from it: a change of the
 core's configuration must show as a change in the score, not in the truth. The XID
 *episode* gap (a line less than 10 min after the previous line of its code on its
-GPU continues one fault) is the one number DESIGN leaves to configuration; it is the
+GPU continues one fault) is the one number the domain leaves to configuration; it is the
 core's default.
 """
 
@@ -63,7 +63,7 @@ SAME_INCIDENT = {
 """A fault of these types on the subject of an incident still open (its last evidence
 less than this ago) updates that incident (``open`` -> ``updated``): no new truth. The
 horizons are the incidents' quiet periods (``oom_quiet_seconds``,
-``app_fault_quiet_seconds``): DESIGN gives the lifecycle, not the numbers."""
+``app_fault_quiet_seconds``): the domain gives the lifecycle, not the numbers."""
 XID_REPEAT_EPISODES = 5
 XID_REPEAT_WINDOW = timedelta(hours=24)
 XID_EPISODE_GAP = timedelta(minutes=10)
@@ -183,7 +183,7 @@ class TruthRecorder:
         if kind == "gpu_app_fault":
             # The core's quiet hour runs from the incident's *last* line, any source: a
             # dcgm copy scraped up to 30 s after the kmsg line, a second code seconds
-            # later (simulator seed 2: a fault 3,579 s after a copy joined the open one).
+            # later (seen in a simulated fleet: a fault 3,579 s after a copy joined the open one).
             # Those lines are recorded by :meth:`app_line`, not here.
             lines = self._app_lines.get(key[0], ())
             return any(time - horizon < t < time for t in lines)
@@ -226,7 +226,7 @@ class TruthRecorder:
 
     def _joined(self, found: list[ExpectedIncident]) -> list[ExpectedIncident]:
         """Drop the truths that join an incident still open on their subject: one
-        ``gpu_degraded`` per node (README: "One per node"; without an end it stays open
+        ``gpu_degraded`` per node (docs/detection.md: "One per node"; without an end it stays open
         for ``degraded_quiet_seconds``, a day; a drop that joins it ends it when all GPUs
         are allocatable again; a flaky GPU's ends at its ``xid_repeat``).
         ``allocation_mismatch`` (one per cluster) is joined where it is counted
@@ -251,7 +251,7 @@ class TruthRecorder:
             if until is not None and incident.start <= until:
                 if incident.type == "gpu_degraded" and ended is not None and key in quiet:
                     # A drop that joins a ticket its XIDs keep open ends it when it
-                    # recovers (README: "Resolves when all GPUs are allocatable again
+                    # recovers (docs/detection.md: "Resolves when all GPUs are allocatable again
                     # (once a drop was seen)"): the core cannot tell which GPU came back.
                     open_until[key] = ended
                     quiet.discard(key)
@@ -272,7 +272,7 @@ class TruthRecorder:
         return kept
 
     def _supersede(self, repeats: list[ExpectedIncident]) -> None:
-        """A flaky GPU's ``gpu_degraded`` ends when its ``xid_repeat`` opens (README: "an
+        """A flaky GPU's ``gpu_degraded`` ends when its ``xid_repeat`` opens (docs/detection.md: "an
         ``xid_repeat`` of its only GPU supersedes it": the page says RMA, the ticket's one
         reset will not hold), at the episode that makes the repeat; a drop on the node
         after that is a new ticket. Only a ticket of that GPU alone (:meth:`_joined`)."""
@@ -289,7 +289,7 @@ class TruthRecorder:
         """A casualty of the fault joined its ticket after the ticket opened (the core's
         ``chain.escalate``: same incident, the chain's severity). Such a ticket tells
         more than its GPU, so an ``xid_repeat`` no longer supersedes it (the core's
-        ``degraded.on_repeat`` leaves an escalated ticket open; simulator seed 1: a
+        ``degraded.on_repeat`` leaves an escalated ticket open; a simulated fleet: a
         flaky GPU's bound pod crashed 229 s after an XID 48, and a drop hours later
         joined the ticket still open)."""
         known = self._escalated.get(incident_id)
@@ -304,10 +304,10 @@ class TruthRecorder:
         """Move ``not_before`` back to evidence the domain attaches from before the fault:
 
         * ``device_unhealthy_eviction``: a failure of its pods up to
-          :data:`EVICTION_LOOKBACK` before the fault joins the chain (README: "or failed
+          :data:`EVICTION_LOOKBACK` before the fault joins the chain (docs/detection.md: "or failed
           up to 2 min before"), so an unlucky crash just before is its first evidence;
         * ``gpu_degraded`` of a drop: the node's recent XIDs are attached as evidence
-          (DESIGN §2, "XIDs attached as evidence"; up to :data:`DEGRADED_XIDS_BEFORE`
+          (attached as evidence; up to :data:`DEGRADED_XIDS_BEFORE`
           before: a drop names no GPU, so any of them may be the cause).
         """
         earliest = incident.not_before
@@ -357,8 +357,8 @@ class TruthRecorder:
             elif pending.state == "open":
                 # Due within END_MARGIN of the end (or after it): whether the core's
                 # watermark passes the due time depends on the last events' times and
-                # its grace. Neither required nor forbidden (seed 3: a drop 5 min 3 s
-                # before the end opened a ticket the truth had left out).
+                # its grace. Neither required nor forbidden (seen in a simulated fleet: a drop
+                # 5 min 3 s before the end opened a ticket the truth had left out).
                 optional = msgspec.structs.replace(pending.incident, optional=True)
                 found.append(self._widened(optional))
         found.extend(self._cuda_oom())

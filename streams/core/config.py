@@ -37,7 +37,7 @@ class XidRule(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class CoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Every threshold the rules use. Defaults follow DESIGN §2.
+    """Every threshold the rules use; docs/detection.md says what each rule does with them.
 
     Times are seconds of *event time*. ``grace_seconds`` is how far out of order
     events may arrive and still be correlated exactly as if they had arrived in

@@ -1,46 +1,18 @@
 """The event-time engine: watermark, grace, ordering, timers, and keyed state.
 
-How it stays deterministic while events arrive out of order:
+Deterministic while events arrive out of order: every event waits until the watermark
+(``max(event time seen, tick time) - grace``, never going back) passes it, and released
+events are applied in a total order ``(time, schema rank, event id, cluster, node)``, with
+timers on the same timeline after every event at their instant: any arrival order with no
+event more than ``grace`` late gives the same incidents, live or replayed. A key's
+high-water mark skips a redelivery (``stats.stale``) unless its object's resourceVersion
+is newer (a relist's copy, ``stats.late_applied``). :meth:`Correlator.take_released` hands
+back the tokens of every event applied or skipped, so a Kafka caller commits exactly those.
 
-* Every event waits in a buffer until the watermark passes its time. The
-  watermark is ``max(event time seen, tick time) - grace`` and never goes back.
-  **Grace is inclusive**: an event exactly ``grace`` behind the newest time is
-  within it, so the watermark releases (and fires timers due) strictly *before*
-  itself, and an event is late only when its time is strictly before the watermark.
-  Trap: with the old ``<=`` an event exactly ``grace`` late (a stamp at the
-  second on both sides of a 1 s grace) was applied out of order and, behind its
-  key's mark, skipped as stale: lost at the boundary the configuration names.
-* Released events are applied in a total order, ``(time, schema rank, event
-  id, cluster, node)``, which does not depend on arrival order. (The key is in
-  it because ids are unique per source, not across clusters: see ``_Pending``.)
-  So any arrival order in which no event is more than ``grace`` late yields the
-  same state and the same incidents, live or replayed.
-* Timers (windows closing, quiet periods) are merged into the same timeline: a
-  timer due at ``T`` fires after every event with time ``< T`` and before any
-  event with time ``>= T``... except that events at exactly ``T`` go first, so a
-  timer sees everything that happened at its instant.
-* An event later than the watermark (beyond grace) is applied at once and
-  counted in ``stats.late``: its result may then differ from an in-order run,
-  the one place arrival order can matter, and it is visible.
-* Each key remembers the last event it applied (its high-water mark). An event
-  that sorts at or before it is *stale* (a redelivery after a crash: Kafka is
-  at-least-once), skipped and counted in ``stats.stale``, which is what makes
-  redelivery harmless... unless its *object* says it is news: a Kubernetes object
-  whose resourceVersion is newer than the one its key applied (a relist's copy,
-  stamped with the object's own older times) is applied behind the mark and counted
-  in ``stats.late_applied`` (``streams.core.node.admits``); no evidence is lost.
-  An older or equal version of an object is stale even in order.
-
-For a processor on Kafka, ``ingest`` takes an opaque ``token`` per event (the
-consumer's handle on the record) and :meth:`Correlator.take_released` hands
-back the tokens of every event that has been applied or skipped, so the caller
-can acknowledge (commit) exactly those and no event still waiting in the
-buffer. :meth:`Correlator.take_dirty` names the keys whose state changed, for
-writing to a changelog; :meth:`Correlator.restore` adopts a key's state after a
-restart or a rebalance (a worker that loses a partition drops its whole correlator).
-
-State is keyed by correlation key (``cluster/node`` or ``cluster``), so a
-partitioned deployment can hold each key's state next to its partition.
+Traps: grace is inclusive (an event exactly ``grace`` behind is in order; the old ``<=``
+lost it at the boundary); ids are unique per source, not across clusters, hence the key in
+the order; an event beyond grace is applied at once and counted in ``stats.late``, the one
+place arrival order can matter. docs/detection.md, design notes.
 """
 
 from __future__ import annotations

@@ -98,7 +98,7 @@ class KeyStep(Generic[S]):
 
         ``context``: the item is background (an earlier XID on the node attached to a
         drop's ``gpu_degraded``), not part of the fault: it never moves ``first_seen``
-        back, which says when the fault began (issue 15: unrelated XIDs minutes before
+        back, which says when the fault began (unrelated XIDs minutes before
         a drop made its detection look minutes late)."""
         for known in inc.evidence:
             if known.event_id == item.event_id:

@@ -164,8 +164,8 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
 
 
 def _count_unseen_restarts(step: Step, ctr: ContainerTrack, status: ContainerStatus) -> None:
-    """Restarts that ``restartCount`` shows but no update we saw carried (DESIGN §2:
-    restarts are counted from restartCount).
+    """Restarts that ``restartCount`` shows but no update we saw carried (the
+    rule counts restarts from restartCount).
 
     A watch that reconnects, a relist after a connector restart, or an API server that
     coalesces updates shows a container at ``restartCount`` 6 whose previous update we
@@ -195,8 +195,8 @@ def _count_unseen_restarts(step: Step, ctr: ContainerTrack, status: ContainerSta
       ``waiting: CrashLoopBackOff`` at the crashed instance's count with the exit in
       ``lastState`` (the exited container's own restartCount annotation), and bumps the
       count only when it creates the next instance (kubelet ``startContainer``: previous
-      count + 1). Counting that bump too made three crashes "5 restarts" (issue 15,
-      simulator seed 3). Trap: the converse model (the count bumped together with the
+      count + 1). Counting that bump too made three crashes "5 restarts" (seen
+      in a simulated fleet). Trap: the converse model (the count bumped together with the
       new exit, as in the demo scenario) must keep working: there the rise comes with a
       fresh exit, which the delta subtracts.
     """
@@ -251,8 +251,8 @@ def _successor(track: PodTrack, ev: PodEvent) -> bool:
     ``Evicted``...) marks the track failed while the object is still Running: the
     updates that follow (the deletionTimestamp, the SIGTERM's exit) are the same pod.
     Taking them for a successor reset its containers, so the still-shown ``lastState``
-    OOMKilled became a second ``host_oom_kill`` for one kill (issue 15, simulator seed
-    1: every NotReady taint eviction of a pod OOM-killed before). After such an Event
+    OOMKilled became a second ``host_oom_kill`` for one kill (seen in a simulated fleet:
+    every NotReady taint eviction of a pod OOM-killed before). After such an Event
     only a return to Pending (which a pod never does) says a successor; a successor
     first seen Running is then taken for its predecessor until its phase says more.
     """
@@ -305,8 +305,8 @@ def _on_termination(
         # The kill of a pod this very update says failed (Evicted, NodeLost...): the
         # pod's failure, with its reason and message, stands for it (offered below in
         # _on_pod). Offered alone, the SIGKILL of a node-memory-pressure eviction read
-        # as an ordinary crash near a drop and joined the device chain (simulator
-        # seed 2), though the eviction's own words say host memory.
+        # as an ordinary crash near a drop and joined the device chain (seen in a
+        # simulated fleet), though the eviction's own words say host memory.
         return
     item = text.termination(ev, ctr.name, term)
     if _on_pod_failure(step, key, track, item, "failed", ctr.name):
@@ -846,9 +846,9 @@ def _on_topology(step: Step, ev: GpuTopologyEvent) -> None:
 def _on_xid(step: Step, ev: XidEvent) -> None:
     """One XID line: its class, its fault episode, then the rules.
 
-    Episodes (DESIGN §2, issue 10.6): one fault is logged as several lines (one XID 13
-    as three, a hung GSP as an XID 119 every few minutes, one occurrence by the kernel
-    log and by dcgm-exporter). A line less than ``xid_episode_gap_seconds`` (at least
+    Episodes (docs/detection.md, how XIDs are counted): one fault is logged as several
+    lines (one XID 13 as three, a hung GSP as an XID 119 every few minutes, one occurrence
+    by the kernel log and by dcgm-exporter). A line less than ``xid_episode_gap_seconds`` (at least
     ``xid_coalesce_seconds``) after the previous line of its code on its GPU continues
     that episode: evidence, never counted again. ``xid_repeat`` and ``gpu_app_fault``
     count episodes.
@@ -915,7 +915,7 @@ def _workload_xid(
 ) -> bool:
     """Is this XID line the workload's, one the device plugin does not mark its GPU
     unhealthy for? An application-class code (13, 31, 43, 68...), or a cleanup XID 45
-    that follows one on its GPU, or follows nothing (DESIGN §2: a follow-up takes the
+    that follows one on its GPU, or follows nothing (a follow-up takes the
     class of the XID it follows; NVIDIA/k8s-device-plugin internal/rm/health.go skips
     13, 31, 43, 45 and 68 as application errors). A 45 after a fatal XID is that
     fault's. An XID 154 is the driver's recovery action, never the workload's."""
@@ -1041,7 +1041,7 @@ def apply_event(
 def _routine_pod(
     state: NodeState, ev: PodEvent, now: float, version: int, config: CoreConfig
 ) -> bool:
-    """Apply a pod update no rule has anything to read in, if it is one (issue 14.1).
+    """Apply a pod update no rule has anything to read in, if it is one (a shortcut).
 
     Most pod updates on a GPU node are routine: a running pod's conditions or probe
     state moved, nothing else. Then the full path (:func:`_on_pod`) would change only
@@ -1145,7 +1145,7 @@ def _known_container(
 def admits(
     state: NodeState, event: Any, config: CoreConfig, version: int = 0, *, late: bool
 ) -> bool:
-    """Does this event bring news about its own object? (DESIGN §2: no evidence is lost.)
+    """Does this event bring news about its own object? (No evidence is lost to a relist.)
 
     In order, everything is news except an older (or the same) version of an object
     already applied. Behind the key's position (``late``), only a *newer* version is:

@@ -1,6 +1,6 @@
 """The switch of the hot path's shortcuts, for the differential tests.
 
-A shortcut skips work a rule would find to change nothing (issue 14.1); the full path
+A shortcut skips work a rule would find to change nothing; the full path
 is the reference. ``tests/streams/core/test_differential.py`` runs the same streams with
 :data:`ENABLED` false and compares every incident byte for byte.
 

@@ -352,7 +352,7 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     """gpu_node_not_ready in its grace: the event time the node left Ready=True with
     running GPU pods and the condition change that did it (the incident's anchor); None
     when Ready or nothing is pending. One field per node, nothing per pod."""
-    # -- XID episodes and hardware faults (issue 10.6, 10.10): two fields, kept together --
+    # -- XID episodes and hardware faults: two fields, kept together -----------------------
     xid_episodes: tuple[tuple[str, int, float, float], ...] = ()
     """XID codes seen on this node's GPUs within ``xid_episode_gap_seconds``: (GPU key,
     code, event time of the last line of its current fault episode, of its last line

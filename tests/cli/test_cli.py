@@ -283,7 +283,7 @@ def test_a_bad_time_from_the_command_line_or_the_settings_is_one_line(
 
 
 def test_a_second_dcgm_poller_of_one_state_file_is_one_line(tmp_path: Path) -> None:
-    """Issue 11.6: two pollers with one ``--state`` would each diff against the other's
+    """Two pollers with one ``--state`` would each diff against the other's
     last scrape and publish every change twice. Refused before anything connects."""
     from connectors.state import StateLock  # noqa: PLC0415
 

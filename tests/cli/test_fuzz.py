@@ -1,4 +1,4 @@
-"""Issue 11.5: arbitrary settings and arbitrary input give a result or one line, never a traceback.
+"""Arbitrary settings and arbitrary input give a result or one line, never a traceback.
 
 Property tests, in-process (no subprocess per example), a few hundred examples each:
 

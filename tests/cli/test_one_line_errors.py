@@ -1,4 +1,4 @@
-"""Issue 11.5: every cause found of a traceback is one line ``gputriage: error: ...``.
+"""Every cause found of a traceback is one line ``gputriage: error: ...``.
 
 Each test runs the real command in a subprocess, as a user's shell would, and
 asserts the shape: the exit status (2 for a usage mistake, 1 for a runtime

@@ -191,7 +191,7 @@ def test_the_example_file_is_the_defaults() -> None:
 
 
 def test_every_number_of_every_table_has_a_range() -> None:
-    """Issue 11.5: a bound on both sides of every numeric setting (so never inf, never nan)."""
+    """A bound on both sides of every numeric setting (so never inf, never nan)."""
     import msgspec.inspect  # noqa: PLC0415
 
     def numbers(kind: Any, path: str) -> list[tuple[str, Any]]:

@@ -1,4 +1,4 @@
-"""``connectors.signals``: which second signal gives up on a clean stop (issue 11.4).
+"""``connectors.signals``: which second signal gives up on a clean stop.
 
 Each case runs in a subprocess of its own: signal handlers belong to a process's
 main thread, and giving up is ``os._exit``.

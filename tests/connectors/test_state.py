@@ -42,7 +42,7 @@ def test_an_undecodable_state_file_is_an_error_value_not_a_crash(tmp_path: Path)
 
 
 def test_concurrent_writers_never_break_each_others_save(tmp_path: Path) -> None:
-    """Issue 11.6: with a fixed temporary name two writers truncated and renamed each
+    """With a fixed temporary name two writers truncated and renamed each
     other's file (759 of 2,000 saves failed with FileNotFoundError). Unique names:
     every save succeeds, and the file always holds one whole state."""
     path = tmp_path / "state.json"

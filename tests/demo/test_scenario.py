@@ -1,7 +1,7 @@
 """The shipped example: every incident type but a few named ones, each once, with its evidence.
 
-This is the acceptance statement of the foundation issue (the seven node-scoped types),
-of issue 12 (the three cluster-scoped ones) and of issue 17.4 (the pod without NVLink),
+This is the acceptance statement of the scenario: the seven node-scoped types, the three
+cluster-scoped ones and the pod without NVLink,
 checked through the real CLI on the committed file (and the file is checked against its
 builder).
 """

@@ -51,7 +51,7 @@ REQUIRED_PANELS: Final = (
     "Pipeline health",
     "GPU degradation by node",
 )
-"""What the dashboard must show (issue 16): the incidents, their rate, time to detect, the
+"""What the dashboard must show: the incidents, their rate, time to detect, the
 pipeline's health and GPU degradation by node."""
 
 

@@ -1,4 +1,4 @@
-"""Issue 13's acceptance, end to end: each shipped bridge kind, run as a user runs it
+"""The bridges, end to end: each shipped bridge kind, run as a user runs it
 (``python -m gputriage bridge <kind>`` with a TOML configuration and its secret in the
 environment), on the real broker, against its vendor's *validating* receiver: PagerDuty's
 Events API v2 (:mod:`tests.receivers.pagerduty`), Slack's Web API
@@ -96,7 +96,7 @@ CLOUDEVENT_TYPES = {
     "updated": "io.gputriage.incident.updated",
     "resolved": "io.gputriage.incident.resolved",
 }
-"""The types the README promises, written here again (not imported from the module)."""
+"""The types docs/bridges.md promises, written here again (not imported from the module)."""
 AM_SEVERITY = {"page": "critical", "ticket": "warning", "info": "info"}
 
 
@@ -563,7 +563,7 @@ def pd_severity(inc: Incident) -> str:
 
 
 def responder_sees(inc: Incident) -> tuple[Any, ...]:
-    """Part of what a responder reads in PagerDuty (the README's incident table: an update
+    """Part of what a responder reads in PagerDuty (docs/bridges.md, PagerDuty: an update
     that changes any of it is a re-trigger). The endpoint may re-trigger on more (the
     head of the evidence), never on less."""
     pods = sorted((p.namespace, p.name) for p in inc.pods)

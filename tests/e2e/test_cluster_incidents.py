@@ -1,4 +1,4 @@
-"""Issue 12 end to end: the cluster key's incidents through the producer, Tansu and a worker.
+"""End to end: the cluster key's incidents through the producer, Tansu and a worker.
 
 The records go through :class:`connectors.kafka.producer.EventProducer`, which routes
 a scheduled GPU pod, a GPU node and a pod-aware binding to the cluster key as well

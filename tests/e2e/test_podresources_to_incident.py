@@ -1,4 +1,4 @@
-"""Issue 17 end to end: the kubelet's pod-resources -> the node agent -> Kafka -> a worker.
+"""End to end: the kubelet's pod-resources -> the node agent -> Kafka -> a worker.
 
 Everything real but the node: a gRPC server of the kubelet's ``v1.PodResourcesLister`` on
 a Unix socket (tests/connectors/podresources/kubelet.py), the node's NVML map as a fake

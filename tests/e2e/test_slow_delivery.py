@@ -1,4 +1,4 @@
-"""Issue 10.3: live results must not depend on how fast events arrive.
+"""Live results must not depend on how fast events arrive.
 
 A recorded stream (``examples/scenario.jsonl``, moved to end three days ago) is
 delivered slowly, in bursts with pauses, through the real publish loop

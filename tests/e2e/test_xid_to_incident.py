@@ -1,4 +1,4 @@
-"""Issue 5 end to end: a kernel XID 79 line, through ``connect kmsg`` and Kafka, joins the
+"""End to end: a kernel XID 79 line, through ``connect kmsg`` and Kafka, joins the
 node's allocatable drop and the evictions into ONE ``device_unhealthy_eviction``.
 
 Everything real but the node: a fake ``/dev/kmsg`` (a file of kmsg records), the

@@ -112,8 +112,8 @@ def test_unknown_fields_are_ignored_for_forward_compatibility() -> None:
     assert event == decode_event(GOOD_XID)
 
 
-# Encoded by main before issue 10 (``encode`` of tests.sample_records.SAMPLES[:3] then),
-# byte for byte: the fields issue 10 added (PodEvent.gpu_share, ObjectRef.container)
+# Encoded before PodEvent.gpu_share and ObjectRef.container were added (``encode`` of
+# tests.sample_records.SAMPLES[:3] then), byte for byte: those fields
 # are absent, as in every record already on the topics.
 _BEFORE_ISSUE_10 = (
     b'{"schema":"pod.v1","id":"uid-1/100","cluster":"c1","time":"2024-05-01T12:00:00Z",'
@@ -143,7 +143,7 @@ _BEFORE_ISSUE_10 = (
 
 @pytest.mark.parametrize("line", _BEFORE_ISSUE_10, ids=["pod.v1", "node.v1", "k8s_event.v1"])
 def test_records_written_before_issue_10_still_decode(line: bytes) -> None:
-    """Issue 10 added fields with defaults to the same tags: old records decode as before."""
+    """Fields added with defaults to the same tags: old records decode as before."""
     sample = {type(s): s for s in SAMPLES}
     event = decode_event(line)
     assert event == sample[type(event)]
@@ -197,7 +197,7 @@ _OLD_NVML_MIG = (
 
 @pytest.mark.parametrize("line", _BEFORE_MIG_FIELDS, ids=["xid.v1", "gpu_binding.v1"])
 def test_records_written_before_the_mig_fields_still_decode(line: bytes) -> None:
-    """The MIG fields (issue 10, class 12) have defaults: an old record decodes as a whole
+    """The MIG fields have defaults: an old record decodes as a whole
     GPU, with no instance, exactly as the sample without them."""
     sample = {type(s): s for s in SAMPLES}
     event = decode_event(line)

@@ -61,7 +61,7 @@ def test_a_broken_dead_letter_names_the_field() -> None:
     assert caught.value.field == "$.partition"
 
 
-# -- issue 11.1: a dead letter always fits ------------------------------------------------
+# -- a dead letter always fits ---------------------------------------------------------------
 def _letter(value: bytes, key: bytes | None = b"prod/gpu-node-01") -> DeadLetter:
     return DeadLetter(
         topic="gputriage.raw.pods", partition=3, offset=42, reason="not JSON", key=key, value=value

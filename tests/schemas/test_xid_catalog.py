@@ -1,6 +1,6 @@
 """The packaged XID catalog (``schemas/xid_catalog.toml``) as data.
 
-DESIGN §3's table is restated here, independently of the catalog, as the requirement
+The design's code -> class table is restated here, independently of the catalog, as the requirement
 the catalog must meet.
 """
 
@@ -16,7 +16,7 @@ from gputriage.settings import SettingsError
 from schemas.xid_catalog import XidInfo, load_catalog
 from tests.cli_helpers import load_tables
 
-# DESIGN §3: code -> class. Where DESIGN says "app / PCIe" (32) or "app / fatal" (68, 69)
+# The design's code -> class table. Where it says "app / PCIe" (32) or "app / fatal" (68, 69)
 # the first reading is used for 32 and 68; 69 is fatal.
 DESIGN_CLASSES: dict[int, str] = {
     13: "app",

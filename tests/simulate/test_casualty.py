@@ -1,5 +1,6 @@
 """The truth's reading of a crash near a GPU fault (:mod:`gputriage.simulate.casualty`):
-DESIGN §2's chain rule applied to what was emitted, whatever scenario drew the crash."""
+the eviction chain's rule (docs/detection.md) applied to what was emitted, whatever
+scenario drew the crash."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The simulator's ``multi_gpu_no_nvlink`` fault (issue 17): PCIe-only nodes and their truth.
+"""The simulator's ``multi_gpu_no_nvlink`` fault: PCIe-only nodes and their truth.
 
 Some nodes of a stream that opens with the connectors' snapshot are PCIe-only boxes; the
 snapshot tells every node's topology (HGX: every pair NV18; PCIe: PIX / NODE / SYS); every

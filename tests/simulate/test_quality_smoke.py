@@ -4,7 +4,7 @@ A small simulated fleet (100 nodes, 6 h, default fault rates, three seeds: ~30k 
 each, a few seconds in all) replayed through the core and scored against its ground
 truth, and a noise-only stream that must give no incident at all.
 
-The bars are issue 15's: precision and recall >= 0.99 for every type (:data:`BAR`).
+The bars: precision and recall >= 0.99 for every type (:data:`BAR`).
 On these seeds every type scores 1.000 / 1.000 (2026-12-02), so any false page or miss
 the core or the simulator's faults start making fails CI here. Everything is seeded,
 so the figures are the same on every run. Real commands, subprocesses, the shipped
@@ -22,7 +22,7 @@ import pytest
 from tests.cli_helpers import gputriage
 
 BAR = (0.99, 0.99)
-"""Precision, recall per type that no change may go below: issue 15's bar."""
+"""Precision, recall per type that no change may go below."""
 BARS = ("--min-precision", str(BAR[0]), "--min-recall", str(BAR[1]))
 
 

@@ -86,7 +86,7 @@ def test_a_crash_loop_truth_has_more_than_three_restarts_in_15_min(tmp_path: Pat
 def test_a_crash_loop_never_ends_in_phase_failed(tmp_path: Path) -> None:
     """Under restartPolicy Always/OnFailure the kubelet restarts a crashing container: the
     pod stays Running (CrashLoopBackOff) until someone deletes it. The loop used to end
-    "Failed, exit 1" with one exit more than the truth counted (issue 15)."""
+    "Failed, exit 1" with one exit more than the truth counted."""
     events_bytes, _ = simulate(tmp_path, *SMALL, "--seed", "5")
     looping: set[str] = set()
     failed: set[str] = set()

@@ -1,6 +1,6 @@
 """The truth's reading of fatal XIDs across faults: a flaky GPU whose code another fault
 already logged within the repeat window is a recurrence (the core's ``degraded.recurrence``
-opens no ticket for it; the repeat counts it). Simulator seed 2: a fatal_xid XID 48 at
+opens no ticket for it; the repeat counts it). Seen in a simulated fleet: a fatal_xid XID 48 at
 23:26, then a flaky_gpu XID 48 on the same GPU at 00:51, for which the truth wrongly
 expected a new ticket."""
 

@@ -1,81 +1,18 @@
 """``device_unhealthy_eviction``: fatal XID / allocatable drop, then GPU pods fail.
 
-The whole chain is ONE incident: the first trigger (in event time) anchors the
-id, later triggers and every failed pod are added to it. Pods that failed a
-little *before* the first trigger (``eviction_lookback_seconds``) join too: the
-kubelet can report a dead container before the node status shows the drop.
+The whole chain is ONE incident, anchored at the first trigger in event time; pods that
+failed up to ``eviction_lookback_seconds`` before it join too (the kubelet may report a
+dead container before the node shows the drop). It opens only when a pod fails, and
+resolves after the window once the node's GPUs are allocatable again. The page says
+"reset or replace the GPU", so both halves must be about a device:
 
-The incident opens only when a pod fails. A fatal XID on an idle node is left to
-``gpu_degraded`` / ``xid_repeat``; a pod failure without any trigger is not a
-device incident. After the window closes, the incident resolves once the node's
-GPUs are allocatable again; while they are not, it stays open.
+* a drop arms the chain only when trusted (with a fatal XID, after a pod failure that says
+  device, or once it lasted ``drop_persist_seconds``): a plugin re-registering is 8->0->8;
+* a pod joins only if its failure is the device's (its words, its GPU, an exit right after
+  a fatal XID), never an ordinary crash, nor an eviction on a node taken away on purpose.
 
-This page says "cordon, drain, reset or replace the GPU", so both halves must be
-about a device (DESIGN §2 refinements):
-
-* **A drop must be trusted** before it arms the chain. A device plugin that
-  restarts (an upgrade, a crash, a kubelet restart) de-registers and
-  re-registers its GPUs: allocatable goes 8 -> 0 -> 8 within seconds, and that is
-  no fault. A drop arms the chain at once only when it comes with a fatal XID
-  (the chain is already armed, or the XID follows while the drop is pending) or
-  with a GPU pod failure at most ``device_fault_near_seconds`` *before* it that
-  says device (the kubelet saw the dead device first: an
-  ``UnexpectedAdmissionError``, a ``DeviceFailed`` eviction; never an ordinary
-  crash, which vouches for nothing). Otherwise it is
-  pending (``NodeState.drop_pending``) and arms when it has lasted
-  ``drop_persist_seconds`` (a timer on the watermark), anchored at the drop
-  itself, so window, look-back and incident id are those of the drop. A drop
-  undone while pending is forgotten: it was the plugin re-registering.
-* **A pod joins only if its failure is the device's.** It joins when its
-  failure says device (``device_failure_patterns`` in its reason or message:
-  ``UnexpectedAdmissionError``, ``DeviceFailed``/``DeviceUnhealthy`` evictions, a
-  CUDA/NVML error in its termination message), or when it was bound to one of
-  the chain's GPUs. When both its binding and the chain's GPUs are known and
-  they differ, it does not join (its GPU is fine). Otherwise (binding unknown, or
-  a drop that does not say which GPU) an eviction or a pod-level failure
-  reason (Kubernetes took the pod off the node: ``Evicted``, ``NodeLost``,
-  ``TaintManagerEviction``...) joins within the window, and an *ordinary crash*
-  (a container's non-zero exit, a pod ``Failed`` with no reason) joins only if
-  it happened within ``device_fault_near_seconds`` *after* a fatal XID: an XID
-  79 kills its process at once, while an application bug crashes whenever it
-  likes. (Measured on the event time of the report of the failure, which the
-  kubelet sends within seconds of the exit.) Against a drop alone an ordinary
-  crash joins only if its words name the GPU (:func:`_may_name_the_gpu`): the
-  drop names no GPU, and a wordless crash does not say device.
-
-An ordinary crash does not make a drop trusted either: a plugin restart a minute
-after an unrelated crash pages nobody.
-
-A node taken away on purpose (:mod:`streams.core.rules.disruption`: Karpenter's or the
-autoscaler's taint, a cordon, a graceful shutdown) arms nothing by losing every GPU, and
-its evictions through the API are no failures (Karpenter's ``Evicted pod: <reason>``
-Event, a deleted pod's exit on such a node): before this, a healthy consolidation paged
-"reset or replace the GPU". A fatal XID there still arms the chain, and a pod that then
-dies on its own (no deletion) still joins it.
-
-Traps: ``CUDA error: out of memory`` contains "CUDA error" but is the workload
-running out of memory (``suspected_cuda_oom``), never the device: texts that
-match ``cuda_oom_patterns`` do not say device. Likewise a text the termination-cause
-table (``schemas/termination_causes.toml``) classes as the workload's or the network's
-(:data:`_NOT_DEVICE`: CUDA OOM, an NCCL timeout) says nothing about the device by its
-words: the crash is judged as an ordinary one (its GPU, its time). A kernel fault
-(``CUDA error: an illegal memory access was encountered`` / ``unspecified launch
-failure``) is in between: the table calls it "sometimes a failing GPU", and "a fatal
-XID (48, 79, 95, 119...) means the GPU". Its words say device against a fault that has
-a fatal XID, unless the pod's own GPU just logged an application XID; against a drop
-alone they say nothing (:func:`_kernel_fault_says_device`). NVIDIA's XID catalog
-calls the XIDs behind a kernel fault (13, 31, 43) application errors
-(https://docs.nvidia.com/deploy/xid-errors/), and the device plugin skips them when
-it marks GPUs unhealthy (NVIDIA/k8s-device-plugin, internal/rm/health.go: 13, 31, 43,
-45 and 68 are "application errors: the GPU should still be healthy"), so a drop does
-not vouch for such a crash on another GPU: it used to join the chain on the words
-"CUDA error" and turn the drop's ``gpu_degraded`` into a page (issue 15, simulator
-seed 1). An uncorrectable ECC error and a failing NVML do
-say device (``gpu_fault``, ``driver_fault``). A kubelet pressure eviction ("The node
-was low on resource: memory") is the host's, not the GPU's, and does not join unless
-it names the GPU resource. A failure that does not join is still
-remembered for a later trigger's look-back, and still reaches the other rules
-(a crash-loop is then counted toward ``suspected_cuda_oom``).
+Traps: ``CUDA error: out of memory`` says "CUDA error" but is the workload's; a kernel
+fault says device only against a fatal XID. The reasoning: docs/detection.md, design notes.
 """
 
 from __future__ import annotations
@@ -229,7 +166,7 @@ def _ticket_holds_the_old_faults(step: Step, gpu_key: str, gpu: GpuRef | None) -
     of a ticket's GPU still escalates it, :func:`_escalate`), so the new fault is not
     folded into their window. Folded, a flaky GPU's XID 79 nine
     minutes earlier anchored the page of an XID 74 on another GPU and its DeviceFailed
-    eviction, dated from the wrong fault and naming both GPUs (simulator seed 1). A
+    eviction, dated from the wrong fault and naming both GPUs (seen in a simulated fleet). A
     drop among the triggers names no GPU: it may be the new GPU's, and the chain goes
     on as one."""
     state = step.state
@@ -306,7 +243,7 @@ def on_failure(step: Step, info: PodInfo, evidence: Evidence) -> bool:
 
     It joins the chain's incident too while that is still open after its window (the
     GPU is still unallocatable), and, with no chain incident, it escalates the node's
-    open ``gpu_degraded`` (issue 10.11): an eviction that comes after the window closed
+    open ``gpu_degraded``: an eviction that comes after the window closed
     is still the degraded GPU's doing, not a failure floating unattached. A failure
     that is not the open chain's is tried against the ticket too: the two are both open
     when the ticket tells an older fault.
@@ -410,20 +347,20 @@ def _crash_after_a_fatal_xid(when: float, fault_times: Iterable[float], within: 
     their next CUDA call (79: the GPU is gone; 48/95: the driver terminates the
     contexts that touched the bad memory), so an exit right after it is plausibly its
     casualty, while one before its first line is not (it was dead before the driver
-    saw anything; simulator seed 2: an ``NCCL error`` exit 111 s before an XID 48, seed
+    saw anything; a simulated fleet: an ``NCCL error`` exit 111 s before an XID 48, seed
     1: an exit 56 s before a flaky GPU's first XID 79, both made the GPU's ticket a
     page).
 
     Only with a fatal XID (the caller's ``fatal``). Against an allocatable drop alone
     an ordinary crash joins only if its words name the GPU (:func:`_may_name_the_gpu`):
     the drop is the device plugin's bookkeeping (it marks a GPU unhealthy; it kills no
-    process) and names no GPU, so with no such words neither half of DESIGN's rule
+    process) and names no GPU, so with no such words neither half of the rule
     ("a pod joins a device chain only if it ran on the affected GPU or its failure
     says device") holds. By nearness alone, every unrelated crash within a minute of
     a drop (exit 1, 134, 139, an NCCL timeout, a CUDA OOM, a crash loop's next crash,
     an illegal memory access) turned the drop's
-    ``gpu_degraded`` ticket into a page: 4 of 13 false pages on simulator seed 1, 8 of
-    9 on seed 2 (1,000 nodes, 24 h). A failure that says device (``UnexpectedAdmission
+    ``gpu_degraded`` ticket into a page: 4 of 13 false pages on one simulated fleet, 8
+    of 9 on another (1,000 nodes, 24 h). A failure that says device (``UnexpectedAdmission
     Error``, a ``DeviceFailed`` eviction, a CUDA/NVML error) still joins the drop, and
     a drop that comes with a fatal XID has its GPU.
 
@@ -449,7 +386,7 @@ def _bound_crash_is_the_faults(
       and keeps crashing after it is not the XID's), and a message that names another
       cause with no GPU word in it (``ValueError: checkpoint shard ...``, ``KeyError``,
       :func:`_names_other_cause`) died of that. Joined, they made a ticket a page
-      (simulator seed 1, 1,000 nodes 24 h: five XID-only faults whose pod happened to
+      (seen in a simulated fleet, 1,000 nodes 24 h: five XID-only faults whose pod happened to
       crash of its own bug 1-5 min later);
     * then time: it joins only within the chain's window after a fault
       (``eviction_window_seconds``), never before it (:func:`_crash_after_a_fatal_xid`:
@@ -457,7 +394,7 @@ def _bound_crash_is_the_faults(
       window already says so; it matters for a ``gpu_degraded`` ticket, which stays
       open a day after an XID (``degraded_quiet_seconds``): a crash of the GPU's pod
       seven hours later is an application's, not "the degraded GPU evicting workloads"
-      (simulator seed 1: tickets escalated to pages by crashes 45 min and 7 h after
+      (seen in a simulated fleet: tickets escalated to pages by crashes 45 min and 7 h after
       their XID, which then swallowed the next real fault's page).
 
     Trap: no message says nothing and keeps the binding's verdict within the window
@@ -476,7 +413,7 @@ def _app_fault_before(step: Step, gpu_keys: list[str], since: float, until: floa
     ``since`` and ``until``? Then its crash is explained: the workload's kernel faulted
     on that GPU (the XID is the driver's side of the CUDA error the process died of),
     and the device plugin does not mark a GPU unhealthy for such an XID, so a drop
-    that names no GPU does not claim the crash by its nearness (simulator seed 3: XID
+    that names no GPU does not claim the crash by its nearness (seen in a simulated fleet: XID
     13 on a pod's GPU, a drop 7 s later, the pod's "illegal memory access" exit 14 s
     after that)."""
     if not gpu_keys:
@@ -507,8 +444,8 @@ def _may_name_the_gpu(step: Step, evidence: Evidence) -> bool:
     """May an ordinary crash's last words say the GPU failed it, against a drop alone?
 
     A drop names no GPU and kills no process (the device plugin marks a GPU unhealthy),
-    so a crash near it is the drop's only by its words (DESIGN: "its failure says
-    device"): a GPU word in its message (:data:`_GPU_WORDS`: ``Uncorrectable ECC
+    so a crash near it is the drop's only by its words (the rule: "its failure
+    says device"): a GPU word in its message (:data:`_GPU_WORDS`: ``Uncorrectable ECC
     error``, ``GPU is lost``, an Xid, NVML, ``NCCL error: unhandled cuda error``) that
     the cause table does not class as the workload's or the network's (a CUDA OOM, an
     NCCL timeout or remote exit, a kernel fault: :data:`_NOT_DEVICE`), or a message the
@@ -545,7 +482,7 @@ def _names_other_cause(step: Step, evidence: Evidence) -> bool:
     A process a dead GPU kills dies in a CUDA or NVML call, and its last words say so
     (``CUDA error: ...``, ``NVML ...``: ``device_failure_patterns``); one whose last
     words are an application error died of that error, whenever it happened: the
-    nearness of a trigger does not claim it (simulator, 100 nodes 6 h, seeds 2 and 3:
+    nearness of a trigger does not claim it (seen in simulated 100-node fleets, 6 h:
     ``KeyError: 'input_ids'`` 29 s before a drop, ``checkpoint shard ... is truncated``
     57 s before an XID 48). Traps: no message says nothing (the old rule stands), and a
     message the evidence line cut short (it ends in "…") may have lost its CUDA error
@@ -610,7 +547,7 @@ def _kernel_fault_says_device(
     pod's own GPU logged an application XID just before (its kernel faulted: the XID is
     the driver's side of its CUDA error). Against a drop alone (it names no GPU, the
     device plugin also drops GPUs for reasons that are not this pod's) it does not: the
-    crash is judged as an ordinary one (issue 15, simulator seed 1)."""
+    crash is judged as an ordinary one (seen in a simulated fleet)."""
     if not fatal:
         return False
     return not _app_fault_before(step, [k for k, _ in bound], since, until)
@@ -697,7 +634,7 @@ def on_restored(step: Step) -> None:
         # plugin now reports every GPU healthy again, so the device that worried it is
         # back. A pod failing later in the old window is not that drop's casualty, and a
         # new fault (an XID minutes later) starts its own chain, dated from itself, not
-        # from the recovered drop (simulator seed 2: a drop at 02:08:57 that persisted
+        # from the recovered drop (seen in a simulated fleet: a drop at 02:08:57 that persisted
         # 86 s, back at 02:10:23, then an XID 74 and its DeviceFailed eviction at 02:13:42
         # came out as a page first seen at 02:08:57). A fatal XID among the triggers keeps
         # the chain: a GPU reset is invisible to Kubernetes, allocatable says nothing of it.
@@ -792,7 +729,7 @@ def _supersede(step: Step, degraded: OpenIncident, chain: OpenIncident) -> None:
 def _repeat_telling(step: Step) -> OpenIncident | None:
     """The open ``xid_repeat`` that tells the armed chain's fault: the chain's triggers
     are XIDs only, on one GPU, of codes whose repeats are open on it. A pod failing then
-    is a casualty of the failing hardware that page already names (simulator seed 4: an
+    is a casualty of the failing hardware that page already names (seen in a simulated fleet: an
     XID 48 repeat opened at 13:26:43, the GPU's pod crashed at 13:27:22 and paged a
     second time as a new chain). A drop among the triggers, or another GPU, is more
     than the repeat tells: the chain goes on."""
@@ -814,7 +751,7 @@ def older_fault(step: Step, degraded: OpenIncident, first: float) -> bool:
     before that trigger: an XID-only ticket stays open a day (``degraded_quiet_seconds``),
     and a new fatal XID on another GPU an hour later, with a pod failing on it, is a new
     fault that pages as its own chain. Folded into the old ticket it came out as an
-    update of an hour-old incident (simulator seed 1: an XID 74 ticket at 08:50, an XID
+    update of an hour-old incident (seen in a simulated fleet: an XID 74 ticket at 08:50, an XID
     48 and an UnexpectedAdmissionError at 09:56). Within the window (the ticket opened
     for the very XID that armed the chain) it is the same fault: one incident.
 
@@ -826,15 +763,15 @@ def older_fault(step: Step, degraded: OpenIncident, first: float) -> bool:
     chain whose GPU is unknown (a drop) cannot be told apart: it escalates, as before.
     Only the same code is the ticket's fault come back (:func:`_same_fault_code`): an
     XID 48 and its casualty on a GPU whose ticket tells an XID 119 from forty minutes
-    before is a new fault, and pages as its own chain (simulator seed 4: folded into the
+    before is a new fault, and pages as its own chain (seen in a simulated fleet: folded into the
     XID 119 ticket, the page came out as a gpu_degraded dated 22:18 for a 22:55 fault).
     An old drop tells only while it lasts: one that has recovered (a device plugin
     re-registering, 8 -> 0 -> 8, which no longer resolves an XID ticket) is not the
-    new fault's GPU (simulator seed 1: a flaky GPU's ticket, a plugin restart at 01:25,
+    new fault's GPU (seen in a simulated fleet: a flaky GPU's ticket, a plugin restart at 01:25,
     an XID 95 on another GPU and a DeviceFailed eviction at 02:00).
     Only the ticket's fault evidence tells (:func:`fault_evidence`): an application
     XID 13/43 on the new GPU that the ticket attached hours ago, or a pod's crash, is
-    no fault of that GPU (simulator seed 1: an XID 74 ticket at 10:55, an XID 43 on
+    no fault of that GPU (seen in a simulated fleet: an XID 74 ticket at 10:55, an XID 43 on
     another GPU at 19:02, then an XID 74 on that GPU and a DeviceFailed eviction at
     22:10 came out as an update of the 10:55 ticket).
     """
@@ -901,7 +838,7 @@ def _describe(step: Step, inc: OpenIncident) -> None:
         inc.attributes["xids"] = ",".join(str(c) for c in state.chain_codes)
 
 
-# -- a device failure that finds the node's gpu_degraded open (issue 10.11) ----------------
+# -- a device failure that finds the node's gpu_degraded open ----------------------------
 def _escalate(step: Step, info: PodInfo, evidence: Evidence) -> bool:
     """A device failure with no chain to join escalates an open ``gpu_degraded`` it belongs
     to: the chain's test, against the degraded GPUs and the times of their XIDs / drop

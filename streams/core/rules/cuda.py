@@ -1,77 +1,17 @@
 """``suspected_cuda_oom``: a GPU container crash-loops with non-zero exits, never OOMKilled.
 
-CUDA running out of GPU memory is invisible to Kubernetes: the process raises,
-exits 1, and the container restarts. So the rule needs no log source: more than
-``cuda_oom_restarts`` non-zero terminations within ``cuda_oom_window_seconds``,
-none of them ``OOMKilled`` (that is host memory: ``host_oom_kill``).
+CUDA running out of GPU memory is invisible to Kubernetes (the process raises, exits 1,
+the container restarts), so the rule needs no log: more than ``cuda_oom_restarts`` non-zero
+exits within ``cuda_oom_window_seconds``, none ``OOMKilled`` (that is ``host_oom_kill``).
+A termination message saying ``CUDA out of memory`` confirms it; one naming another cause
+(``schemas/termination_causes.toml``) names that cause and its action instead, and a GPU or
+driver cause is a ``gpu_fault_crash_loop`` (or joins the GPU's open hardware incident): a
+pager that reads "CUDA OOM" shrinks a batch while the GPU is broken.
 
-Traps (DESIGN §2 refinements): exit 137 without ``OOMKilled`` and exit 143 are
-signals sent from outside (the kubelet after a failed liveness probe or preStop
-grace, an eviction, a deletion), never CUDA OOM, so :mod:`streams.core.node` does
-not count them here; and restarts are counted from ``restartCount`` too, so crashes
-between two updates we saw (a watch gap, a relist) still count
-(:func:`on_unseen_restarts`). When a
-termination message (``FallbackToLogsOnError``) says ``CUDA out of memory``, the
-incident says the suspicion is confirmed by the log.
-
-**A loop whose message names another cause is not CUDA OOM** (issue 10.8). Every
-exit-1 loop used to say "reduce batch size", even when the message said
-``uncorrectable ECC error encountered`` (the GPU), ``an illegal memory access was
-encountered`` (a kernel fault), ``NVMLError_Unknown`` (the driver) or an NCCL watchdog
-timeout (the network or a peer rank). Which texts name which cause is data:
-``schemas/termination_causes.toml``, each pattern with the public report it comes
-from, compiled once by :mod:`schemas.termination_causes`. It is loaded here as a
-module-level default (``_CAUSES``) because carrying it in :class:`CoreConfig` would
-need a new field in ``streams/core/config.py``; the file is packaged data read at
-import, like the XID catalog, so the core still does no I/O per event and no clock.
-The configuration's ``cuda_oom_patterns`` still confirm OOM as before (matched as
-given); the table's patterns match case-insensitively.
-
-**The type is what an on-call reads first.** A loop whose message names the GPU or
-its driver (a class with ``device = true`` in the table: an uncorrectable ECC or NVLink
-error, ``GPU is lost``, NVML ``Unknown Error``...), or a kernel fault (an illegal memory
-access) within ``device_fault_near_seconds`` after a fatal XID on its own GPU, is not
-typed ``suspected_cuda_oom``: a pager that reads "suspected CUDA OOM" shrinks a batch
-while the GPU is broken. It is typed ``gpu_fault_crash_loop`` (:data:`FAULT_KIND`), or
-joins the GPU's hardware incident when one is open: the eviction chain and an escalated
-``gpu_degraded`` already take it before this rule runs (``chain.on_failure``); an open
-``xid_repeat`` of the pod's GPU, or a ``gpu_degraded`` naming it, takes it here as an
-affected pod (one fault, one incident). Trap: a kernel fault alone stays the workload's
-(``suspected_cuda_oom`` with ``cause``): XID 13/31/43 are application errors.
-
-Otherwise a loop with a named cause keeps the type ``suspected_cuda_oom`` (the finding
-is still "this GPU container crash-loops") as its own incident:
-
-* subject ``<ns>/<pod>/<container>#<class>`` (``#gpu_fault``, ``#kernel_fault``,
-  ``#driver_fault``, ``#nccl_comm``), so its id is as deterministic as the OOM one
-  (type, subject, first crash's event id) and never collides with it;
-* ``attributes``: ``cause`` (the class), ``confidence = "log-named"``,
-  ``restarts_in_window``; summary and action say the named cause and its own action
-  (never "reduce batch size"); a cause that is the GPU or its driver (``names_gpu``)
-  names the pod's bound GPUs (UUID / bus id when a binding told us), and pods sharing
-  them are named ``bound``, not ``candidate`` (no co-tenant took memory);
-* the unnamed loop keeps the old subject ``<ns>/<pod>/<container>``, text and
-  attributes byte for byte (replay ids and output unchanged).
-
-Which cause a crash takes, in order: its own message, classified by the table in
-precedence order (``cuda_oom`` first: a message that also says ``CUDA out of memory``
-is OOM; ``nccl_comm`` last: the watchdog re-raises the CUDA error that killed it); an
-OOM text seen earlier in the window (``ctr.cuda_log``); else the named-cause incident
-already open for the container (a later crash whose message was cut short does not
-un-name the cause); else unnamed, i.e. suspected CUDA OOM. One exception: a crash naming
-the workload's or the network's cause (a kernel fault, NCCL) while the container's
-log-confirmed OOM loop is open is that loop's (:func:`_confirmed_loop`). When a named cause opens
-while an *unconfirmed* suspicion is open, the suspicion is resolved as superseded (the
-text proved it wrong); a log-confirmed OOM stays open beside it. Trap: before an
-incident opens only the current crash's message is classified (the container track
-keeps no per-window cause; ``streams/core/state.py`` is not this rule's), so the crash
-that crosses the threshold names the cause, which in a real loop repeats every time.
-
-On a shared GPU (time-slicing / MPS) a neighbour may have taken the memory: the
-co-tenants are named as candidates, never one guessed culprit.
-
-Windows are inclusive, like the engine's grace: a crash (or an OOM kill) exactly
-``cuda_oom_window_seconds`` before this one is within the window.
+Traps: exit 137 without ``OOMKilled`` and 143 are kills from outside, never crashes;
+restarts count from ``restartCount`` (crashes a watch gap hid still count); the unnamed
+loop keeps its old subject and text byte for byte (replay ids unchanged); windows are
+inclusive. The reasoning: docs/detection.md, design notes.
 """
 
 from __future__ import annotations
@@ -236,7 +176,7 @@ def _confirmed_loop(step: Step, base: str) -> bool:
     proved it out of GPU memory, and such texts are what a dying rank's peers and an
     OOM'ing process's last kernels print (the cause table: the NCCL watchdog re-raises
     the error that killed the rank). Opened as a second incident, first seen at the
-    same crash, one loop was two tickets (simulator seed 2: four loops, an NCCL or an
+    same crash, one loop was two tickets (seen in a simulated fleet: four loops, an NCCL or an
     illegal-memory-access exit among their OOM exits). A device's own words (an ECC
     error, a failing NVML: ``gpu_fault``, ``driver_fault``) still open their own: they
     call for the GPU, not for a smaller batch. An unconfirmed suspicion is superseded by

@@ -1,58 +1,17 @@
 """``gpu_degraded``: a GPU is faulty, and no eviction chain reports it.
 
-Two ways in, one incident per node (subject ``node``):
+One incident per node, two ways in: capacity - allocatable > 0 for longer than
+``degraded_after_seconds`` (the device plugin marked a GPU unhealthy, nobody's pod died),
+or a fatal XID (or an XID 154 asking for a reset) that no eviction chain reported by then
+(drafted in ``NodeState.fault_draft``, never published, until the timer finds no chain).
+It names the GPUs, their pods as candidates, the XIDs and the driver's or catalog's action.
+A device failure while it is open escalates it to the chain's page, same id.
 
-* **Silent degradation**: capacity - allocatable of GPUs > 0 for longer than
-  ``degraded_after_seconds``. The device plugin quietly marked a GPU unhealthy and
-  nobody's pod died (yet).
-* **A hardware fault with no pod failure** (DESIGN §2 refinements, issue 10.10): a
-  fatal XID, or an XID 154 whose recovery action asks for a reset, a drain or a
-  reboot, that no ``device_unhealthy_eviction`` has reported ``degraded_after_seconds``
-  after its first line. An XID 62 (micro-controller halt) with pods still running on
-  the GPU, an XID 79 the device plugin has not noticed, a lone XID 154 "GPU Reset
-  Required": the GPU needs an intervention even though Kubernetes sees nothing. The
-  incident is drafted as the XIDs arrive (``NodeState.fault_draft``: never published)
-  and opens when the timer finds no chain; a chain opening first discards it.
-
-It names the GPU(s) (uuid, bus id), the pods bound to them (``candidate``: nothing
-has failed), the XIDs (``xids``) and the action: the driver's own words when an XID
-154 gave them (``recovery_action``), else the catalog's action for the code.
-
-When a ``device_unhealthy_eviction`` chain already reports the node, this rule stays
-quiet: one root cause, one page. XIDs seen on the node are attached as evidence,
-before and while it is open, as *context*: they never move ``first_seen``, which is
-when the degradation began (the drop, or the fatal XID that anchors the incident), and
-an application XID (13, 31, 43...: the workload's; the device plugin marks no GPU
-unhealthy for one) never names its GPU as degraded. A device failure that comes when
-it is open and no chain incident is (the chain's window closed, or it never armed)
-escalates it to the chain's situation (:func:`streams.core.rules.chain.escalate`):
-page, same id.
-
-Resolution: a drop resolves when all GPUs are allocatable again. An XID-only
-incident resolves after ``degraded_quiet_seconds`` (a day) without another fatal XID
-on the node, or at once when the driver says the GPU needs nothing any more (an XID
-154 whose recovery action changed to ``None``, which it logs after the reset): a GPU
-reset is invisible to Kubernetes, so only the driver or time can say it is over.
-When the fault comes back often enough to be an ``xid_repeat`` (RMA: resets will not
-hold), that page supersedes an XID-only ticket of that GPU alone: it is resolved,
-``superseded_by`` the repeat, and no new ticket opens for that code on the GPU while the
-repeat is open (another fatal code is a fault the repeat does not tell: it opens one).
-Before the repeat opens, a new episode of a code its GPU logged within the repeat window
-opens no ticket either (:func:`recurrence`): the first episode's incident told the fault,
-and the repeat counts it coming back.
-Deleting the node resolves everything.
-
-A drop in allocatable (not a level) is also what arms the eviction chain, once
-it is trusted (see :func:`streams.core.rules.chain.on_drop`).
-
-**Planned disruption is not a degraded GPU** (:mod:`streams.core.rules.disruption`):
-on a node drained, consolidated or scaled down on purpose, every GPU leaving
-allocatable is the device plugin stopping with the node. Such a count is not applied at
-all: no ticket opens, the chain is not armed, and an open ticket keeps saying what it
-said (one GPU of eight, not the teardown's eight). Why: a healthy Karpenter
-consolidation opened this ticket five minutes into its drain, or armed the chain its
-evictions then joined. A partial drop on such a node is one GPU marked unhealthy,
-judged as ever; once the taint goes with the GPUs still gone, the drop counts from then.
+Resolves when all GPUs are allocatable again; an XID-only one after a quiet day, or when the
+driver's recovery action goes back to None (a reset is invisible to Kubernetes). Traps: an
+``xid_repeat`` of its GPU supersedes it; a recurrence of a code opens no second ticket; an
+application XID never names a GPU degraded; on a node under planned disruption an all-GPU
+drop is the teardown, not a fault. docs/detection.md, design notes.
 """
 
 from __future__ import annotations
@@ -139,7 +98,7 @@ def _another_faults_drop(step: Step, inc: OpenIncident) -> bool:
     the ticket tells an older fault): the device plugin marked *that* GPU unhealthy,
     and the chain reports it. Taken
     by the ticket, its recovery resolved the ticket of a flaky GPU that was never
-    reset (simulator seed 2: a flaky GPU's ticket at 10:47, an XID 95 on another GPU
+    reset (seen in a simulated fleet: a flaky GPU's ticket at 10:47, an XID 95 on another GPU
     and its drop at 14:57, the drop's recovery at 15:29 closed the flaky ticket)."""
     state = step.state
     if not state.chain_codes or not chain.armed(step):
@@ -169,7 +128,7 @@ def _xid_deadline(step: Step, inc: OpenIncident) -> float | None:
     A plugin restart's 8 -> 0 -> 8 says nothing of an XID-only ticket's GPU: it was
     allocatable before and is again, and a GPU reset is invisible to Kubernetes. Read
     as "all GPUs allocatable again" it resolved a flaky GPU's ticket, and the GPU's next
-    XID opened a second one for the same fault (simulator seed 1: two on one node).
+    XID opened a second one for the same fault (seen in a simulated fleet: two on one node).
     The chain's doctrine is the same: such a drop is no fault (``drop_persist_seconds``).
     """
     if "xids" not in inc.attributes:
@@ -242,7 +201,7 @@ def recurrence(step: Step, item: Evidence, gpu: GpuTrack, code: int) -> bool:
     Why: a chain's page resolves ten minutes after the fault when every GPU is still
     allocatable (a GPU reset is invisible to Kubernetes), and a ticket when the device
     plugin reports the GPU healthy again; the flaky GPU's next XID, minutes later, then
-    opened a second incident for the one fault it already had (simulator seed 4: an
+    opened a second incident for the one fault it already had (seen in a simulated fleet: an
     XID 48 page at 12:02, a ticket for the same GPU's XID 48 at 12:17; an XID 119 ticket
     at 22:18, resolved by the plugin at 23:09, another at 23:19). Only the same code:
     another fatal code is a fault nothing has told yet, and drafts its own ticket.
@@ -427,7 +386,7 @@ def _repeats_tell(step: Step, suspects: list[str], dropped: Evidence) -> bool:
     """Does an open ``xid_repeat`` already tell the GPU a lasting drop is about? When
     every GPU with a fault XID near the drop has its repeat page open, the device plugin
     marked that failing GPU unhealthy: the page (drain, RMA) says more than a ticket
-    would, and the drop joins it as evidence (simulator seed 4: an XID 74 repeat opened
+    would, and the drop joins it as evidence (seen in a simulated fleet: an XID 74 repeat opened
     at 20:11, the plugin's drop of that GPU made a second, "1 of 8 GPUs unallocatable"
     ticket at 20:17). A drop no XID explains names no GPU, and opens its ticket."""
     if not suspects:

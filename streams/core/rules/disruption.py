@@ -1,63 +1,16 @@
 """Planned disruption: a node drained, consolidated, scaled down or shut down on purpose.
 
-Not an incident type: the signals that say a node is being taken away *on purpose*, so
-that the device rules (``device_unhealthy_eviction``, ``gpu_degraded``,
-``allocation_mismatch``) do not read its teardown as a GPU fault. A healthy Karpenter
-consolidation used to page "reset or replace the GPU": the node was tainted, its pods
-evicted (Karpenter writes an ``Evicted`` Event for each), then the device plugin went
-away with the node and allocatable fell 8 -> 0, which armed the eviction chain, and
-the evictions joined it.
+Not an incident type: the signals that say a node is being taken away on purpose, so the
+device rules do not read its teardown as a GPU fault (a healthy Karpenter consolidation
+used to page "reset or replace the GPU"). The node says it as a level (Karpenter's and
+cluster-autoscaler's disruption taints, a cordon, out-of-service, a graceful shutdown);
+Events say it once (Karpenter's ``Evicted pod: <reason>``, ``ScaleDown``, ``NodeShutdown``).
 
-**The node object says it (a level, read from every update).** Taints:
-
-* ``karpenter.sh/disrupted`` (Karpenter v1: consolidation, drift, expiry, emptiness,
-  interruption; kubernetes-sigs/karpenter pkg/apis/v1/taints.go ``DisruptedTaintKey``)
-  and ``karpenter.sh/disruption=disrupting`` (v0.32-v0.37, v1beta1;
-  pkg/apis/v1beta1/taints.go ``DisruptionTaintKey``, ``DisruptingNoScheduleTaintValue``);
-* ``ToBeDeletedByClusterAutoscaler`` (cluster-autoscaler's scale-down, written before it
-  drains; kubernetes/autoscaler cluster-autoscaler/utils/taints/taints.go
-  ``ToBeDeletedTaint``). Its soft ``DeletionCandidateOfClusterAutoscaler``
-  (PreferNoSchedule) only says the node is unneeded and may stay for hours: it is no
-  disruption by itself;
-* ``node.kubernetes.io/unschedulable``: a cordon (``kubectl cordon``/``drain``, or any
-  tool setting ``spec.unschedulable``; the node lifecycle controller mirrors it as this
-  taint, kubernetes pkg/controller/nodelifecycle, ``TaintNodeUnschedulable``);
-* ``node.kubernetes.io/out-of-service`` (an administrator's mark of a node shut down
-  for good: non-graceful node shutdown, kubernetes.io "Node Shutdowns");
-* a ``Ready`` condition whose message says ``node is shutting down`` (the kubelet's
-  graceful node shutdown: pkg/kubelet/nodeshutdown ``ShutdownStatus``).
-
-**Events say it (one-shot, each good for ``eviction_window_seconds``).** Karpenter's
-terminator writes ``Evicted`` with ``Evicted pod`` (v0.32-v1.1) or ``Evicted pod:
-<Underutilized|Empty|Drifted|...>`` (v1.2+; pkg/controllers/node/termination/terminator/
-events/events.go ``EvictPod``), and ``Disrupted`` when it deletes a pod to meet the
-node's termination time; its disruption controller writes ``DisruptionTerminating``
-("Disrupting Node: Underutilized"; ``DeprovisioningTerminating`` before v0.33).
-cluster-autoscaler writes ``ScaleDown`` ("marked the node as toBeDeleted/unschedulable"
-on the node, "deleting pod for node scale down" on each pod;
-cluster-autoscaler/core/scaledown/actuation/actuator.go and drain.go). The kubelet's
-graceful shutdown fails pods ``Terminated`` ("Pod was terminated in response to
-imminent node shutdown.") and rejects new ones ``NodeShutdown`` (pkg/kubelet/
-nodeshutdown/nodeshutdown_manager_linux.go).
-
-What it changes, and why each is safe:
-
-* An eviction *through the API* is no failure: the evictor (Karpenter, the autoscaler,
-  ``kubectl drain``) asked for it and the pod's controller reschedules it. So
-  Karpenter's ``Evicted pod...`` Event fails no pod (the kubelet's own ``Evicted``, a
-  Warning "The node was low on resource: ...", still does), and on a node under planned
-  disruption a pod being deleted exits as the deletion asked, whatever its code (a
-  trainer that catches SIGTERM exits 1, not 143).
-* A drop of *every* GPU on a node under planned disruption is the node's teardown (the
-  device plugin stops with the node, or the kubelet stops reporting it): it neither
-  arms the chain nor opens ``gpu_degraded``. Trap: a *partial* drop (7 of 8) is the
-  device plugin marking one GPU unhealthy: a fault even on a draining node, judged as
-  ever. And a fatal XID is a fault whatever the node's plans: an XID 79 during a drain
-  still arms the chain, and a pod that then fails on its own (not by its deletion)
-  pages.
-* A cordon alone is weak (a health checker cordons a node *because* its GPU failed):
-  it masks only the all-GPU drop and the deletion's exits, never an XID or a partial
-  drop.
+What it changes: an eviction through the API fails no pod, and a drop of *every* GPU there
+is the teardown. Traps: a partial drop is still a GPU marked unhealthy, a fatal XID is a
+fault whatever the node's plans, and a cordon alone (a health checker cordons *because* a
+GPU failed) masks only the all-GPU drop and the deletion's exits. Each signal's source
+(taint keys, Event reasons, by release): docs/detection.md, design notes.
 """
 
 from __future__ import annotations

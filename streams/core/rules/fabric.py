@@ -1,56 +1,17 @@
 """``nvlink_domain_fault``: one fault in a multi-node NVLink domain is one incident.
 
-On GB200 / GB300 NVL72 racks the GPUs of several nodes (trays) share one NVLink fabric.
-GPU feature discovery labels each such node ``nvidia.com/gpu.clique=<clusterUUID>.<cliqueId>``
-(NVIDIA/k8s-device-plugin ``internal/lm/imex.go``); the nodes whose label has the same
-value are one *domain*: one NVLink partition of one fabric (a rack can be split into
-several partitions, whose traffic never crosses; NVIDIA's follow-up rule below speaks
-of "the partition", so two partitions of one cluster UUID are two domains). When one
-GPU's link goes down, its XID 149 (``NETIR_LINK_EVT`` / ``NETIR_LINK_DOWN``, "Link
-Fatal") is followed within seconds by XIDs 144-148 (mostly 145, ``RLW_*``) on the GPUs
-of the other trays, which lost packets to it: marin-community/marin#9086 saw one GPU
-report XID 149 and the 63 others of its 16-node rack the "downstream Xid 145", and only
-that one node was evicted.
+On GB200/GB300 NVL72 racks the nodes with the same ``nvidia.com/gpu.clique`` label share one
+NVLink partition; one GPU's link going down (XID 149) is followed within seconds by XIDs
+144-148 on the other trays' GPUs, which lost packets to it. NVIDIA's catalog says 149
+originates and 144-148 follow within 30 s (``fabric_window_seconds``); 150 stays its GPU's.
+The cluster key collects every fabric XID and, when the first line's window closes, picks
+one root (originating code, then time, node, GPU, id: the same in any arrival order) and
+pages once. Each node key defers its own incidents of a follow-up code to that page
+(``info``, naming the domain).
 
-Which codes originate and which follow, from NVIDIA's XID catalog (the 144-150 decode
-table): 149 is the link event, with impact "Local: PacketLoss; Remote: PacketLoss" and,
-for several sub-codes, "Other end of link: source of link fatal" (INVESTIGATE_PEER_DEVICE);
-145's investigatory action is CHECK_NVLINK_FAILURE_FLOW: "check telemetry to see if any
-link went down in the partition within that last 30 seconds. If so, this Xid can be
-ignored as it was likely a by-product". So 149 originates and 144-148 follow, and the
-window is NVIDIA's 30 s (``fabric_window_seconds``). 150 (MSE, "Remote: None") is a fault
-of its GPU alone and stays out.
-
-Two halves, because a node's key never sees another node:
-
-* **The cluster key** (:func:`on_node`, :func:`on_xid`, :func:`on_timer`) learns each
-  node's domain from the node copies and receives a copy of every fabric XID
-  (:data:`schemas.keys.FABRIC_XIDS`, routed by the producer whatever the node's labels:
-  it does not know them). A fatal line of a node in a domain starts that domain's fault;
-  lines less than the window apart join it. When the first line's window closes, the
-  root is chosen (an originating code first, then the earliest line, then node, GPU and
-  event id: the same in any arrival order) and one incident opens, ``page``, id from the
-  domain and the root line, naming the domain, the root GPU and every affected node. A
-  fault whose originating line never came (its node's log is missing) still gives one
-  incident, rooted at the earliest follow-up and saying so. Lines of the fault after the
-  window join it; a line after a window-long silence is a new fault, a new incident.
-* **Each node's key** (:func:`defer`) knows only its own domain (:func:`domain_of` of its
-  labels). An eviction chain, a ``gpu_degraded`` or an ``xid_repeat`` of a follow-up
-  code that tells only NVLink fabric faults on a node in a domain is that fault's share:
-  ``info``, naming the domain, never "reset or replace the GPU" (the domain incident
-  says what to do). A node without the label: nothing changes.
-
-Traps:
-
-* Both halves decide "a fatal fabric line" the same way (the catalog's class, the line's
-  own ``Fatal`` / ``Nonfatal`` word, a wordless report just after a ``Nonfatal`` line of
-  the same code being that line): a node deferring to a domain incident the cluster key
-  never opens would hide a page. The cluster key matches a wordless report to a
-  ``Nonfatal`` line by node and code (it has no GPU map), the node key by GPU.
-* A repeat of the originating code (149) on one GPU is not deferred: a link that keeps
-  going down is that GPU's (marin#9086: five days of recovery events on one link first).
-* The root is chosen at the window's end, so the page comes ``fabric_window_seconds``
-  after the first line: the price of one root in any arrival order.
+Traps: both halves must decide "a fatal fabric line" alike, or a deferring node hides a
+page; a repeating 149 on one GPU is that GPU's; the page comes one window after the first
+line, the price of one root. Sources, decode table: docs/detection.md, design notes.
 """
 
 from __future__ import annotations

@@ -1,50 +1,17 @@
 """``allocation_mismatch``: Kubernetes and dcgm-exporter disagree on how many GPUs pods hold.
 
-Reference §10, the cross-source sanity check: GPUs requested by running GPU pods
-(Kubernetes) against GPUs dcgm-exporter reports with a pod label. When they differ,
-pieces disagree silently: dcgm-exporter crashed or lost the kubelet's pod-resources
-socket on some nodes, a GPU fell off the bus under a running pod, a device plugin
-double-allocated. PromQL can only compare the two cluster sums; here the count is
-kept per node, so the incident names the nodes that disagree, which is what makes it
-actionable.
+The cross-source sanity check, per node: GPUs requested by running GPU pods against GPUs
+dcgm-exporter reports with a pod label (a crashed or blind dcgm-exporter, a GPU off the bus
+under a pod, a double allocation). The measure is the sum over nodes of |requested - bound|,
+counting only nodes that have disagreed for ``mismatch_after_seconds`` (a new pod is bound
+at the next scrape); above ``mismatch_threshold`` one ticket per cluster names the nodes,
+and resolves once the sum has stayed at or below it as long (a replaced pod dips it).
+Left out: shared GPUs, NotReady nodes, nodes being removed on purpose, fractional-GPU pods,
+ignored namespaces, and nodes no pod-aware source ever reported. Tallies are kept per
+record, so nothing walks the cluster.
 
-* The measure is the sum over nodes of ``|requested - bound|`` (two nodes erring
-  both ways are two errors, not none), counting only nodes that have disagreed for
-  ``mismatch_after_seconds`` (a pod starts before the next scrape binds it: that
-  is seconds, on one node, and must never add up across a busy cluster). The
-  incident opens when that sum is above ``mismatch_threshold``; it is revised when the
-  set of nodes changes, and resolves once the sum has stayed at or below the
-  threshold for ``mismatch_after_seconds`` too. One ticket per cluster for as long as
-  the disagreement lasts: an outage on a second node while the first is still out is
-  the same problem (the same DaemonSet, usually one upgrade), a revision, not a ticket.
-  Trap: resolving the moment the sum dips is a resolve-and-reopen for one outage: a
-  pod on a blind node that ends and is replaced (8 -> 4 -> 8 for the 40 s its
-  successor starts) dips the sum while nothing came back (the simulator's 1,000-node
-  day had such splits). Prometheus alerting rules have ``keep_firing_for`` for the
-  same "flapping alerts, false resolutions" (prometheus.io, docs/prometheus/latest/
-  configuration/alerting_rules); the 5 min is the opening delay's, so a second
-  outage joins the ticket when it begins before the first one ends. ``first_seen``
-  is when the earliest node still settled at opening began to disagree (one kept for
-  the set outlived its node and dated a later ticket by an outage long over).
-* **Left out**: nodes whose labels say their GPUs are shared (time-slicing, MPS:
-  several pods on one GPU, so the counts cannot agree), nodes that are not ``Ready``
-  (False / Unknown: the kubelet is gone, so is the scrape of its dcgm-exporter, whose
-  last bindings stand while the node controller fails the pods ``NodeLost``: "8 bound,
-  0 requested" is the outage, which ``gpu_node_not_ready`` reports; the simulator found
-  it three times in one 2 h day), nodes being removed on purpose (a Karpenter or
-  cluster-autoscaler disruption taint, out of service, shutting down: their pods are
-  evicted before their dcgm-exporter goes, so "8 bound, 0 requested" is the drain, not a
-  fault; :mod:`streams.core.rules.disruption`), pods asking for a fraction
-  of a GPU, namespaces in ``mismatch_ignore_namespaces``, and nodes no pod-aware
-  binding source has ever reported (no dcgm-exporter there at all: counting them as
-  "nothing bound" would page for every cluster without it).
-* Devices, not resources: a MIG instance is one binding and one requested
-  ``nvidia.com/mig-*`` device, like a whole GPU.
-* The tallies are kept as the records arrive (per pod: its node and devices; per
-  node: the GPU keys bound), so no record walks the cluster.
-* What it cannot see: a dcgm-exporter that is down entirely sends nothing, so its
-  last bindings stand; its scrape failures are the connector's metrics. One that is
-  up but lost the pod mapping reports GPUs without pods: that unbinds them here.
+Trap: a dcgm-exporter that is down entirely sends nothing and is not seen here (its scrape
+errors are the connector's metrics). docs/detection.md, design notes.
 """
 
 from __future__ import annotations

@@ -1,62 +1,16 @@
 """``gpu_node_not_ready``: a node with running GPU pods stays Ready=False/Unknown.
 
-Opens on the *transition* from Ready=True; a node first seen NotReady has no
-running pods we know of. Pods that fail or are evicted while it is open join
-it (unless an eviction chain claims them first). Resolves when Ready=True again.
+Opens on the transition from Ready=True and resolves at Ready=True; pods failing while it
+is open join it. Why a grace (``not_ready_grace_seconds``, 120 s): Kubernetes itself waits
+(40 s to mark Unknown, 300 s before evicting), and paging on a blip that fixes itself trains
+people to ignore the page. So the transition only arms the rule; it pages when the node is
+still not Ready at the grace (a timer on event time: a replay pages at the same instant), or
+when a GPU pod is taken off the node meanwhile. A container's own exit does not count: a
+NotReady kubelet kills no container. A blip shorter than the grace publishes nothing.
 
-Why a grace (``not_ready_grace_seconds``, default 120 s; DESIGN §2 refinements):
-Kubernetes itself waits before it acts on a NotReady node. The node controller
-marks a node Unknown only after the node-monitor grace period (40 s), and pods
-are evicted only after their ``node.kubernetes.io/not-ready`` /
-``unreachable`` NoExecute tolerations run out (300 s by default). A 30 s blip (a
-kubelet restart, an API-server hiccup, a lease renewal lost to a busy control
-plane) evicts nothing and fixes itself, so paging on it trains people to ignore
-the page. So the transition only *arms* the rule (``NodeState.not_ready_pending``);
-it pages when either
-
-* the node is still not Ready ``not_ready_grace_seconds`` later (a timer on the
-  engine's watermark: event time, never a clock, so a replay pages at the same
-  instant as the live run), or
-* a GPU pod on it fails or is evicted meanwhile (the blip is already costing
-  work: no reason to wait). Kubernetes taking the pod off (an eviction, a pod
-  ``Failed`` with a reason: ``NodeLost``, ``Terminated``...) counts; a container's
-  own non-zero exit (:func:`streams.core.rules.chain.ordinary_crash`) does not: a
-  NotReady kubelet (PLEG unhealthy, a lost lease) kills no container, so a crash
-  during a 40 s blip is the application's and the blip is still Kubernetes working
-  (simulator seeds 1 and 2: an NCCL error 37 s into a PLEG blip paged). Past the
-  grace, every failure joins the page.
-
-A blip shorter than the grace publishes *nothing*, not an ``info`` revision: an
-incident opened and resolved within the same minute still lands on the compacted
-topic and in every bridge (Slack, Alertmanager) as a row someone has to read,
-for behaviour that is Kubernetes working as designed; the condition changes stay
-on the raw topic for anyone who wants them. The incident that does open keeps
-the id and ``first_seen`` of the transition that started it (the anchor), so a
-replay with any grace names the same incident.
-
-Traps:
-
-* Ready=False and Ready=Unknown are one episode: False -> Unknown (the kubelet
-  stopped reporting after saying it was unhealthy) neither restarts the grace nor
-  pages twice; both must be in ``not_ready_statuses`` to count at all.
-* A flapping node (True -> Unknown -> True every few seconds) measures each
-  NotReady stretch on its own: the grace restarts from the latest transition,
-  so flaps do not add up to a page, while one stretch past the grace does. (A
-  node that flaps for hours without a failure never pages here; its pods'
-  failures would.)
-* A node deleted while its page is pending pages at once (and resolves as
-  deleted): it never came back, and the pod garbage collector force-deletes
-  every pod bound to a node that no longer exists, so its GPU pods are lost
-  exactly as if they had failed. The deletion wipes the node's state (and the
-  timer) right after, so it cannot page a second time.
-* The pods named are those still running when it pages; if none is left (all
-  finished or deleted during the grace) there is nothing to page about.
-* A node being removed on purpose (Karpenter's or cluster-autoscaler's disruption
-  taint, out of service, a graceful shutdown, or their Events within the eviction
-  window: :func:`streams.core.rules.disruption.removal`) goes NotReady because it is
-  being shut down: no page. Its pods' controllers reschedule them, as the evictor
-  planned. A mere cordon arms as ever (a cordoned node going down is not yet a planned
-  removal).
+Traps: False -> Unknown is one episode; a flapping node measures each stretch alone; a node
+deleted while pending pages at once (its pods are force-deleted); a node being removed on
+purpose pages nothing (a cordon alone does not count). docs/detection.md, design notes.
 """
 
 from __future__ import annotations

@@ -1,53 +1,17 @@
 """``multi_gpu_pod_without_nvlink``: a running pod whose GPUs cannot talk over NVLink.
 
-Reference §4: a multi-GPU job runs at NVLink speed (~900 GB/s per GPU on an HGX H100
-board, every pair ``NV18``) or limps over PCIe and the CPU sockets (``PIX`` ... ``SYS``,
-~64 GB/s at best), and the vanilla scheduler does not know which it gets: the device
-plugin hands out any free GPUs. "Count multi-GPU pods, then cross-reference their GPUs'
-link types: the answers will surprise you." This rule is that cross-reference, as an
-incident: it joins the node's topology snapshot (``gpu_topology.v1``, GPU pairs by NVML
-index), the bindings (``gpu_binding.v1``: which pod holds which GPU, by uuid / bus id /
-index) and the pod (Running, its GPU request).
+A multi-GPU job runs at NVLink speed or limps over PCIe and the CPU sockets, and the
+scheduler does not know which it gets. This rule joins the node's topology snapshot, the
+bindings and the pod. Connected means the pod's own GPUs, with the NVLinks among them, form
+one group (a DGX-1 mesh's 8-GPU job is connected though not every pair is direct). It
+judges once the bindings cover the request (they arrive together; no settle timer, no
+guess). MIG instances ask no link question (no peer-to-peer between MIG devices);
+time-sliced replicas are their physical GPUs. One incident per pod instance, anchored on
+its uid; it resolves when the pod ends or a new topology shows its GPUs connected.
 
-Domain rules, and why:
-
-* **Connected means: joined by NVLinks among the pod's own GPUs.** The GPUs a pod holds,
-  with the NVLink pairs between them, must form one connected group. Not "every pair
-  directly NV": a DGX-1 (V100 hybrid cube-mesh) links each GPU to four of the seven
-  others, and its 8-GPU jobs run NCCL rings over NVLink alone; an every-pair rule would
-  ticket every such job. Not "one NVLink island of the node" either: a 2-GPU pod on the
-  two GPUs of that mesh that no link joins (GPU0 and GPU5) moves its data over PCIe,
-  as NCCL cannot route through a GPU outside the communicator. The node's islands
-  (:attr:`~streams.core.state.NodeTopology.islands`) are kept as a node fact for later
-  rules, and named in the incident's action.
-* **Wait until the bindings cover the request.** The kubelet allocates a container's
-  devices in one ``Allocate`` call at admission, and pod-resources / dcgm-exporter
-  report them in one scrape, so a pod's bindings arrive together, seconds apart at most.
-  Judging at the first two would open an incident on a partial set and revise it GPU by
-  GPU. So the rule judges once the distinct physical GPUs bound to the pod reach its
-  request; on a time-sliced or MPS node (the request counts replicas, several of which
-  may be one GPU) it judges on whatever is bound. No settle timer: a source that never
-  reports one of a pod's GPUs would leave it unjudged, and saying nothing there beats
-  a ticket on a guess.
-* **MIG instances: no link question.** CUDA peer-to-peer (over NVLink or PCIe) is not
-  supported between MIG devices (NVIDIA MIG User Guide, "Deployment Considerations":
-  https://docs.nvidia.com/datacenter/tesla/mig-user-guide/deployment-considerations.html),
-  so a pod of MIG instances never runs at NVLink speed, wherever they are: not this
-  rule's incident. Instances of one GPU are that GPU.
-* **Time-sliced replicas** are judged by their physical GPUs: two replicas of one GPU
-  are one GPU (no link); replicas of two GPUs are two GPUs, and the job's traffic
-  between them takes their link.
-* **Identity:** one incident per pod instance, subject ``namespace/name``, anchored on
-  the pod's uid (the first record of it when it has none), so the topology arriving
-  before or after the bindings and the pod gives the same incident id, and a
-  same-named successor (StatefulSet) on the same GPUs is a new incident.
-* **Resolution:** the pod ends (Succeeded, Failed, deleted, replaced), or a topology
-  snapshot shows its GPUs connected after all (a link came back after a reboot).
-
-Traps: GPUs are matched to the topology by bus id, then NVML index (the topology names
-pairs by index; ``nvidia-smi topo`` prints no uuids, and the state keeps none); a GPU the
-topology cannot place, or a pair it does not list, leaves the pod unjudged rather than
-guessed. Link codes: ``NV#`` is NVLink; ``NODE`` is not (it starts with N, not NV).
+Traps: GPUs are matched to the topology by bus id, then NVML index, and a GPU or pair it
+cannot place leaves the pod unjudged; ``NODE`` is not NVLink (``NV#`` is).
+docs/detection.md, design notes.
 """
 
 from __future__ import annotations

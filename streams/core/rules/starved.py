@@ -1,55 +1,17 @@
 """``gpu_pods_starved`` and ``scale_up_failure``: GPU pods that wait on an autoscaler that fails.
 
-Reference §7.4: a GPU pod pending for more than 10 minutes while the autoscaler has
-tried and failed more than three times is starved, not waiting; out of quota it will
-not heal (page someone), a zone out of capacity usually does (a ticket).
+A GPU pod pending more than 10 minutes while its node group failed to scale up three times
+is starved, not waiting; out of quota it will not heal (page), a zone out of capacity
+usually does (ticket). Attempts are counted, not lines (one failure is several lines, and a
+group at max size is reported every 10 s). A pod a record ties to a group matches that
+group only; an untied pod matches the failing GPU groups that may offer what it asks for.
+A pod the autoscaler says no group can fit is ``gpu_pods_unschedulable``, never blamed on a
+group's quota. One ``scale_up_failure`` per GPU group, named by its most telling reason;
+one starved incident per owner, resolved when none of its pods pends.
 
-* **Attempts, not lines.** One failed scale-up is several lines (cluster-autoscaler:
-  the cloud error, "Disabling scale-up ... until", the status ConfigMap; Karpenter: the
-  launch error and the event), and a group at its max size is reported on every loop
-  (10 s). Records of one group less than ``scale_up_attempt_gap_seconds`` apart count
-  as one attempt; attempts older than ``scale_up_window_seconds`` are forgotten.
-* **Which group is the pod's.** An autoscaler record that names the pod and a group
-  (a TriggeredScaleUp, a plan listing pods) ties them; tied pods are matched by their
-  own groups only (a pod waiting on a healthy group is not starved by another's
-  quota). A pod tied to no group is matched by the failing GPU node groups that may
-  offer what it asks for: the autoscaler failing to grow them is the reason it starves,
-  as far as anyone can tell (the incident says ``match = "cluster"``, not ``"named"``).
-  A group does not match a pod a record said it cannot fit ("can't be scheduled on
-  <group>"), nor one asking for a GPU resource other than those the group is known to
-  offer (the resources of the pods tied to it: a MIG profile is not a whole GPU).
-* **Pending for a reason no group can fix is not starvation** (:func:`_judge`). When
-  the autoscaler's latest word on a pod is that no node group would fit it
-  (``NotTriggerScaleUp`` listing only reasons of configuration: ``didn't match Pod's
-  node affinity/selector`` for a GPU product no group offers, ``had untolerated taint``;
-  no ``in backoff``, no ``max node group size reached``; Karpenter's "could not schedule
-  pod" / "incompatible with nodepool"), growing any group would not place it, so no
-  group's quota or capacity failure is blamed for it. Trap: before this, an untied pod
-  matched every failing GPU group, and a pod asking for an H100 no group offers paged
-  as starved by an unrelated A10 group's quota. Such pods get a ticket of their own,
-  ``gpu_pods_unschedulable`` (one per owner, from ``starved_pending_seconds``), naming
-  the scheduler's and the autoscaler's words: the fix is the pod's spec or a new group,
-  not the cloud. A later record that ties the pod to a group, or says a group is in
-  backoff or at its max size for it, lifts the verdict (some group would fit it).
-* **A GPU node group** is one whose name matches ``gpu_node_group_pattern`` or one an
-  autoscaler record tied to a GPU pod. ``scale_up_failure`` is only about those: a CPU
-  group's failures are not this tool's business.
-* **One scale_up_failure per group**, named by the most telling reason it has shown
-  (one AWS quota failure is also logged as capacity lines).
-* **The reason** is the most telling one a group has shown: quota over capacity over
-  max_size over timeout over other. The cloud's own code is kept (cluster-autoscaler
-  renames GCE codes: anything with QUOTA becomes ``QUOTA_EXCEEDED``, and both classes
-  are ``OutOfResource``, so the class alone cannot tell quota from capacity).
-* One ``gpu_pods_starved`` per owner (Job, JobSet, ReplicaSet, RayCluster...; a bare
-  pod is its own owner): all its pending pods are one page. It resolves when none of
-  them is pending any more (scheduled or deleted), not when the failures stop: the
-  pods are still starved while they wait.
-* Its ``node_groups`` only grow while it is open: every group that failed while its
-  pods starved. Trap: naming only the groups failing *now* rewrote the page's reason
-  away -- a quota failure an hour old ages out of ``scale_up_window_seconds`` while
-  the pods still wait, and the last revision named only the group that failed next
-  (the simulator's 1,000-node day: 34 of 321 such incidents no longer named the group
-  they paged for). Its pods stay named once scheduled for the same reason.
+Traps: cluster-autoscaler renames GCE codes, so the class alone cannot tell quota from
+capacity; a starved incident's groups only grow while it is open (naming only the groups
+failing now rewrote the page's reason away). docs/detection.md, design notes.
 """
 
 from __future__ import annotations

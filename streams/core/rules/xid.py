@@ -140,7 +140,7 @@ def repeating(step: Step, gpu_key: str, code: int | None) -> bool:
     Only the same code: the page tells the fault that came back ("XID 79 in 6 episodes"),
     not another. A GPU whose XID 79 page is open and that logs its first XID 48 (a
     double-bit ECC error) twelve hours later has a new fault that page does not name;
-    suppressed for any code, it was told by nothing (simulator seed 2: a flaky GPU's
+    suppressed for any code, it was told by nothing (seen in a simulated fleet: a flaky GPU's
     XID 79 repeat at 10:02, its XID 48s from 22:40)."""
     return bool(chain.open_repeats(step, gpu_key, code))
 

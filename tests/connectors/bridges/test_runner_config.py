@@ -235,14 +235,12 @@ def test_bridge_settings_defaults_are_sane() -> None:
     assert msgspec.convert({}, BridgeSettings) == defaults
 
 
-# -- the README ----------------------------------------------------------------------
+# -- docs/bridges.md ------------------------------------------------------------------
 def _bridges_section() -> str:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    start = text.index("## Bridges: incidents to people")
-    return text[start : text.index("\n## ", start + 1)]
+    return (ROOT / "docs" / "bridges.md").read_text(encoding="utf-8")
 
 
-def test_the_readme_configuration_loads(tmp_path: Path) -> None:
+def test_the_bridges_page_configuration_loads(tmp_path: Path) -> None:
     section = _bridges_section()
     toml = section.split("```toml\n", 1)[1].split("```", 1)[0]
     path = tmp_path / "readme.toml"
@@ -253,7 +251,7 @@ def test_the_readme_configuration_loads(tmp_path: Path) -> None:
     assert names == ["oncall", "ml-team"]
 
 
-def test_the_readme_names_every_bridge_metric_and_only_those() -> None:
+def test_the_bridges_page_names_every_bridge_metric_and_only_those() -> None:
     from connectors.bridges.metrics import BridgeMetrics  # noqa: PLC0415
 
     named = set(re.findall(r"`(gputriage_bridge_[a-z_]+)", _bridges_section()))
@@ -266,7 +264,7 @@ def test_the_readme_names_every_bridge_metric_and_only_those() -> None:
 
 @pytest.mark.parametrize("kind", ["pagerduty", "slack", "alertmanager", "webhook"])
 def test_each_vendor_subsection_has_a_configuration_that_loads(kind: str, tmp_path: Path) -> None:
-    """The README's per-vendor example: the settings load, the kind's options convert, and
+    """docs/bridges.md's per-vendor example: the settings load, the kind's options convert, and
     every route's target passes the endpoint's own check once its secrets exist."""
     section = _bridges_section()
     blocks = [b.split("```", 1)[0] for b in section.split("```toml\n")[2:]]  # after the first

@@ -293,7 +293,7 @@ def test_old_namespace_labels_through_prometheus_never_clash_but_reveal_the_expo
     }
 
 
-# -- issue 11.5: a timestamp that is not a time leaves its sample out, not the scrape -------
+# -- a timestamp that is not a time leaves its sample out, not the scrape --------------------
 @pytest.mark.parametrize("stamp", ["1e999", "-1e999", "NaN", "+Inf", "-5", "99999999999999999"])
 def test_a_sample_whose_timestamp_is_not_a_time_is_left_out_with_its_reason(stamp: str) -> None:
     text = (

@@ -397,7 +397,7 @@ async def test_run_keeps_scraping_while_kafka_is_down_and_saves_state_only_once_
 async def test_a_sample_with_a_bad_timestamp_is_a_dead_letter_and_the_scrape_is_published(
     kafka: KafkaTestEnv,
 ) -> None:
-    """Issue 11.5: ``1e999`` raised OverflowError in the parser; every round logged a
+    """``1e999`` raised OverflowError in the parser; every round logged a
     traceback and dropped the whole scrape, with no dead letter."""
     await kafka.acreate_topics()
     exporter = Exporter()
@@ -441,7 +441,7 @@ async def rounds_until_a_scrape(source: DcgmSource, limit: float) -> tuple[int, 
 
 @pytest.mark.asyncio
 async def test_between_scrapes_the_source_says_it_is_caught_up(kafka: KafkaTestEnv) -> None:
-    """Issue 14 (latency): waiting out its interval, a dcgm source reports idle batches
+    """Latency: waiting out its interval, a dcgm source reports idle batches
     (the publish loop then claims the wall clock and heartbeats it), instead of one long
     sleep that left its progress at the last scrape's time for the whole interval, and
     every incident of the worker waiting that long. Not after an exposition with its own

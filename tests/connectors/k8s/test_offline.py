@@ -201,7 +201,7 @@ def test_help() -> None:
     assert "ingest" in gputriage("--help").stdout.decode()
 
 
-# -- issue 10: bare List items (no kind, no apiVersion) ----------------------------------
+# -- bare List items (no kind, no apiVersion) --------------------------------------------
 ISSUE_10 = ("pod_runai_fraction", "node_gpu_operator_mig", "event_backoff_v1_deprecated_source")
 
 

@@ -592,7 +592,7 @@ def test_watch_line_envelopes() -> None:
     assert error(slim_watch_line(b"{not json", cluster="c1")).reason.startswith("invalid JSON")
 
 
-# -- issue 10: what slimming dropped ----------------------------------------------------
+# -- what slimming used to drop -----------------------------------------------------------
 def test_fractional_gpu_pod_is_a_gpu_pod_on_a_shared_gpu() -> None:
     """A Run:ai / KAI Scheduler pod asks for part of a GPU by annotation, with no GPU resource.
 

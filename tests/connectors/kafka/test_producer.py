@@ -80,7 +80,7 @@ def test_a_tick_has_no_topic(kafka: KafkaTestEnv) -> None:
 async def test_a_dead_letter_of_a_huge_object_is_cut_to_fit_and_delivered(
     kafka: KafkaTestEnv,
 ) -> None:
-    """Issue 11.1 on the connectors' side: a Kubernetes object may be 1.5 MiB (etcd's
+    """Poison records on the connectors' side: a Kubernetes object may be 1.5 MiB (etcd's
     limit) and a rejected one is dead-lettered whole; base64 makes that ~2 MB, which the
     producer refuses (MessageSizeTooLargeError) and the publish loop would retry forever.
     The letter is cut to its head, with the original size and hash, and delivered."""
@@ -103,7 +103,7 @@ async def test_a_dead_letter_of_a_huge_object_is_cut_to_fit_and_delivered(
 async def test_batches_built_here_keep_the_default_partitioner_and_the_order_per_key(
     kafka: KafkaTestEnv,
 ) -> None:
-    """send_many builds its own batches (issue 14.3): each key must still land where
+    """send_many builds its own batches (for speed): each key must still land where
     aiokafka's (and Java's) default partitioner puts it, which is where the processor
     looks for its state, and records of one key must keep their order across the many
     batches a chunk far over the 16 KB batch size fills."""

@@ -462,7 +462,7 @@ def test_ids_are_deterministic() -> None:
     assert xid(line, other_node).id != first.id
 
 
-# --- pasted prefixes (issue 10) -------------------------------------------------------------
+# --- pasted prefixes ------------------------------------------------------------------------
 
 # [pub] Bumblebee#677 and gpu-operator-style messages, real; the framings below are ours.
 MSG_32 = "NVRM: Xid (PCI:0000:01:00): 32, Channel ID 00000000 intr 00004000"

@@ -71,7 +71,7 @@ def test_ingest_dmesg(tmp_path: Path) -> None:
 
 
 def test_ingest_without_boot_time_reports_relative_lines(tmp_path: Path) -> None:
-    """Issue 10 changed this: relative lines without --boot-time are no longer refused
+    """Relative lines without --boot-time are no longer refused
     (they were 5 "boot time is unknown" errors and no output). They get the file's
     modification time, and ONE warning names the count, the first line and the reason."""
     log = tmp_path / "dmesg.log"
@@ -106,7 +106,7 @@ def public_copy(tmp_path: Path) -> Path:
 
 
 def test_ingest_never_refuses_real_pasted_lines_for_their_prefix(tmp_path: Path) -> None:
-    """The 28 real lines of public_prefixes.log (sources in its header): before issue 10,
+    """The 28 real lines of public_prefixes.log (sources in its header): before the rule,
     26 were refused for their time prefix (23 even with --boot-time); now every one is an
     event, those without a usable time at the file's modification time."""
     log = public_copy(tmp_path)
@@ -490,7 +490,7 @@ def decode_lines(stdout: bytes) -> list[str]:
 
 
 def test_connect_kmsg_refuses_a_state_file_another_reader_holds(tmp_path: Path) -> None:
-    """Issue 11.6: two readers of one device with one state file would move each other's
+    """Two readers of one device with one state file would move each other's
     position. The second is refused at start, in one line, before it reads anything."""
     device, state, boot_id = tmp_path / "kmsg", tmp_path / "state.json", tmp_path / "boot_id"
     device.write_text("3,0,5000000,-;NVRM: Xid (PCI:0000:9b:00): 79, GPU has fallen off the bus.\n")

@@ -11,7 +11,7 @@ No ``(id, revision)`` may appear twice either, and this test makes sure its kill
 would make some: a worker publishes a batch's incident revisions as soon as the batch
 is applied, but writes the key state and commits only at the next flush; killed in
 between, its successor restores the older state, re-reads the records behind it and
-makes the same revisions again (38 to 231 copies per run before issue 11). It must not
+makes the same revisions again (38 to 231 copies per run before the marks). It must not
 publish them: each flush writes a mark of the incident topic's offsets, and a worker
 given a partition scans the incident topic from the mark it inherits
 (:mod:`streams.app.published`). The kill in the restore and the one of a worker that

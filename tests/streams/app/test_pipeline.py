@@ -224,7 +224,7 @@ def test_snapshot_partitions_match_the_producers_partitioner() -> None:
 
 
 def test_an_event_far_ahead_of_the_clock_is_a_dead_letter_and_released() -> None:
-    """Issue 11.2: a record dated 9999 held the watermark (and its partition's commit)
+    """A record dated 9999 held the watermark (and its partition's commit)
     forever. Past ``max_future_seconds`` ahead of the worker's clock it is a dead letter
     naming the field, and its token is released so the partition commits past it; one
     a little ahead (clock skew between nodes) is still an event."""

@@ -1,4 +1,4 @@
-"""The pipeline's source table (issue 10.3): the watermark follows the sources' progress.
+"""The pipeline's source table: the watermark follows the sources' progress.
 
 Every record a connector publishes carries its source id and the event time it
 has delivered up to (schemas/progress.py), and quiet connectors heartbeat with a
@@ -140,7 +140,7 @@ def test_a_silent_source_ages_out_and_with_every_source_gone_the_clock_drives() 
 
 
 def test_the_clock_is_a_limit_a_worker_on_empty_topics_declares_no_past_closed() -> None:
-    """The flaky live-vs-replay test (issue 12): a worker ticking on empty topics took
+    """The flaky live-vs-replay test: a worker ticking on empty topics took
     "now minus grace", and the backfill it was then given was late from its first event,
     applied in arrival order. Now it is correlated in event order, as replay does."""
     p = pipeline()

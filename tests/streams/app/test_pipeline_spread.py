@@ -1,6 +1,6 @@
 """A source's progress counts on its partitions read to an end since (Pipeline.spread).
 
-Issue 14 (latency): a busy source signs every chunk with the progress it had acknowledged
+Latency: a busy source signs every chunk with the progress it had acknowledged
 before it, on the partitions that chunk went to; a partition it writes rarely (one
 node's XIDs) kept the progress of its last record there, and held every incident of the
 worker that long (a busy source never heartbeats: it is never quiet). ``spread`` lends a
@@ -102,7 +102,7 @@ def test_an_end_is_not_lent_and_nothing_goes_back() -> None:
 
 def test_a_busy_partition_still_holds_the_watermark_at_its_newest_event() -> None:
     """Nothing is lent to the busy rule: records left to read may be the first of a
-    source not heard here yet, which nothing vouches for (review of issue 14)."""
+    source not heard here yet, which nothing vouches for (found in review)."""
     p = pipeline()
     pod = first_pod()
     p.process(signed([pod], "k8s", at(0), partition=2), busy=[], now=NOW)
@@ -117,7 +117,7 @@ def test_a_busy_partition_still_holds_the_watermark_at_its_newest_event() -> Non
 
 def test_a_run_after_an_end_is_not_lent_the_old_runs_progress() -> None:
     """A source that ended (``--once``) and runs again starts from nothing: what the old
-    run had vouched for says nothing of the new one's records (review of issue 14)."""
+    run had vouched for says nothing of the new one's records (found in review)."""
     p = pipeline()
     p.process([heartbeat("other", at(10), partition=1)], now=NOW)
     p.process([heartbeat("kmsg", at(400), offset=1)], now=NOW)

@@ -1,4 +1,4 @@
-"""Poison records never stop a partition (issue 11.1, 11.2), on the real broker.
+"""Poison records never stop a partition, on the real broker.
 
 * An undecodable raw record of ~800 KB is accepted by the broker, but its dead letter
   (the value base64-encoded: +33 %) was over the producer's 1 MB limit: the send

@@ -251,7 +251,7 @@ def _value(metrics: str, name: str) -> float:
 def test_buffered_events_stay_under_the_cap_while_one_partition_lags(
     kafka: KafkaTestEnv, incidents: TopicReader, tmp_path: Path
 ) -> None:
-    """Issue 11.3: partition 0's events are two hours older than the others', so every
+    """Partition 0's events are two hours older than the others', so every
     event read from partitions 1 and 2 waits for partition 0 to catch up. Unbounded, the
     worker would buffer about two thirds of the stream; with the cap it pauses the
     partitions ahead, reads the one holding the watermark, and gets the same incidents.

@@ -300,7 +300,7 @@ def test_a_lost_node_is_not_a_dcgm_disagreement() -> None:
     their pods NodeLost: Kubernetes now counts 0 requested there, while dcgm-exporter,
     unreachable on those nodes, last said 8 GPUs bound. That is the outage
     (gpu_node_not_ready's), not dcgm-exporter losing its pod mapping: no
-    allocation_mismatch (the simulator saw three, seed 3). The same pods failing on
+    allocation_mismatch (a simulated fleet had three). The same pods failing on
     Ready nodes with the bindings left standing is still a mismatch."""
 
     def history(ready: str) -> Cluster:
@@ -318,7 +318,7 @@ def test_a_lost_node_is_not_a_dcgm_disagreement() -> None:
 
 
 def test_two_gpus_whose_short_hashes_collided_still_count_as_two_bound() -> None:
-    """Two GPUs of one simulated node (seed 1, 1,000 nodes) had the same 16-bit hash: the
+    """Two GPUs of one simulated node (1,000 nodes) had the same 16-bit hash: the
     node counted 7 of its 8 bound forever and its 1 added to every other disagreement.
     Here that 1 on top of a 5-GPU outage (not more than 5 alone) opened an incident."""
     c = Cluster()

@@ -1,4 +1,4 @@
-"""Issue 10.8: a crash loop whose termination message names another cause is not CUDA OOM.
+"""A crash loop whose termination message names another cause is not CUDA OOM.
 
 Every test that drives the engine builds real-shaped pod updates (tests/factories.py:
 ``restartCount`` rising, ``lastState.terminated`` with exit 1 and the message kubelet
@@ -350,7 +350,7 @@ def test_a_workload_error_inside_a_log_confirmed_oom_loop_is_that_loops_crash() 
     five minutes); its next exits say an NCCL watchdog timeout, then an illegal memory
     access: the workload's and the network's words, typical of a rank dying in an OOM
     loop. One loop, one incident: they are crashes of the open OOM ticket, not a second
-    ticket first seen at the same crash (simulator seed 2: four such pairs). A device's
+    ticket first seen at the same crash (seen in a simulated fleet: four such pairs). A device's
     own words (an uncorrectable ECC error) still open their own: they call for the GPU."""
     c = Cluster()
     loop(c, [MIN, 2 * MIN, 3 * MIN, 4 * MIN], OOM)

@@ -1,4 +1,4 @@
-"""Differential tests of the core's speed-ups (issue 14.1): the same incidents, byte for byte.
+"""Differential tests of the core's speed-ups: the same incidents, byte for byte.
 
 A shortcut on the hot path (skipping work a rule would find to change nothing) must
 never change a result, and neither may compiling the core (:mod:`schemas.native`). Each
@@ -249,7 +249,7 @@ def _edges() -> dict[str, list[AnyEvent]]:
     case(
         "back-off, then the next instance",
         lambda c: [
-            # The kubelet's shape (issue 15): waiting CrashLoopBackOff at the crashed
+            # The kubelet's shape: waiting CrashLoopBackOff at the crashed
             # instance's count k with the exit in lastState, repeated while it backs
             # off, then running at k + 1 behind the same exit, then the next crash.
             c.pod(_N, "p", 0),

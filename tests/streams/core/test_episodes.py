@@ -1,4 +1,4 @@
-"""XIDs are counted as fault episodes, not log lines (issue 10.6, DESIGN §2 refinements).
+"""XIDs are counted as fault episodes, not log lines (docs/detection.md).
 
 The driver logs one fault as several lines: one XID 13 as a Warp, a Global and an ESR
 line in the same second; a hung GSP as an XID 119 every few minutes until the GPU is
@@ -263,7 +263,7 @@ def test_a_repeat_page_of_one_code_does_not_hide_a_new_fault_of_another() -> Non
     """GPU-6's XID 119 came back five times: its ``xid_repeat`` page is open (RMA). Hours
     later the same GPU logs its first XID 48 (a double-bit ECC error): a fault the page
     does not tell ("XID 119 in 5 episodes"). It gets its ticket; the repeat's own code
-    again does not (simulator seed 2: a flaky GPU's XID 79 page, its XID 48s at 22:40
+    again does not (seen in a simulated fleet: a flaky GPU's XID 79 page, its XID 48s at 22:40
     told by nothing)."""
     c = Cluster()
     c.node("n6", 0)

@@ -1,6 +1,6 @@
-"""False pages (issue 10): signals that look like a fault but are Kubernetes working.
+"""False pages: signals that look like a fault but are Kubernetes working.
 
-Each test is a rule of the domain (DESIGN §2 refinements), driven through the real
+Each test is a rule of the domain (docs/detection.md), driven through the real
 engine with real-shaped events from :mod:`tests.factories`; the docstring says why.
 """
 
@@ -234,7 +234,7 @@ def test_a_kernel_fault_on_another_gpu_does_not_join_a_drop_chain() -> None:
     illegal memory access was encountered``, which the cause table classes as a kernel
     fault, the workload's. Its words contain "CUDA error", but they say workload: it
     does not make the drop a device_unhealthy_eviction page (the old rule did: one
-    false page and one missed ticket, simulator seed 1). A failure whose words do say
+    false page and one missed ticket, a simulated fleet). A failure whose words do say
     device (an uncorrectable ECC error) still escalates the drop."""
     c = Cluster()
     healthy(c, "n1", ["a", "b"])
@@ -264,7 +264,7 @@ def test_earlier_unrelated_xids_do_not_move_a_drops_first_seen() -> None:
     drop: first_seen is the drop's time, and the XID 13's GPU is not named degraded (the
     device plugin marks a GPU unhealthy for any XID but the application ones).
     The old rule dated the incident from the earliest XID, minutes before the drop, so
-    its detection delay looked minutes long (simulator, seeds 1 to 3)."""
+    its detection delay looked minutes long (seen in simulated fleets)."""
     c = Cluster()
     healthy(c, "n1", ["a"])
     c.bind("n1", 1, "GPU-20", "0000:20:00.0", ["a"])
@@ -283,9 +283,9 @@ def test_a_crash_loops_next_crash_near_a_drop_is_the_loops() -> None:
     again 30 s before a drop that names no GPU. An ordinary crash near a trigger joins
     the chain because a dead GPU kills its process at once, but this one would have
     crashed anyway: the drop stays a gpu_degraded ticket, the loop stays its own
-    incident. The old rule paged device_unhealthy_eviction for it (simulator seed 1,
+    incident. The old rule paged device_unhealthy_eviction for it (seen in a simulated fleet,
     twice). A pod that fails with no loop behind it joins only if its words name the
-    GPU (issue 15: a drop alone kills no process; a wordless crash says nothing)."""
+    GPU (a drop alone kills no process; a wordless crash says nothing)."""
     c = Cluster()
     healthy(c, "n1", ["a", "b"])
     for k in range(5):
@@ -315,7 +315,7 @@ def test_a_pressure_evictions_sigkill_is_the_eviction_not_a_crash() -> None:
     pod update says ``Failed``/``Evicted`` "low on resource: memory" and its container
     exited 137, the eviction's SIGKILL. That kill is the eviction (the host's, which does
     not join), not an ordinary crash near the drop; the old rule offered the exit alone
-    and paged the drop as a device_unhealthy_eviction (simulator seed 2)."""
+    and paged the drop as a device_unhealthy_eviction (seen in a simulated fleet)."""
     c = Cluster()
     healthy(c, "n1", ["a"])
     c.node("n1", 5 * MIN, alloc=7)
@@ -337,7 +337,7 @@ def test_a_pressure_evictions_sigkill_is_the_eviction_not_a_crash() -> None:
 
 def test_a_loop_whose_job_gives_up_near_a_drop_is_not_the_drops() -> None:
     """A crash loop ends with the pod ``Failed`` (no reason) 40 s after a drop that names
-    no GPU: the pod's failure is the loop's end, not the device's (simulator seed 2)."""
+    no GPU: the pod's failure is the loop's end, not the device's (seen in a simulated fleet)."""
     c = Cluster()
     healthy(c, "n1", ["a"])
     for k in range(5):
@@ -355,8 +355,8 @@ def test_a_crash_right_after_an_app_xid_on_its_gpu_is_the_workloads() -> None:
     """XID 13 on the pod's GPU, a drop naming no GPU 7 s later, the pod's exit 14 s after
     that: the crash is explained by its own GPU's application fault (the device plugin
     marks no GPU unhealthy for an XID 13), so the drop's nearness does not claim it: a
-    gpu_degraded ticket and a gpu_app_fault, no page (simulator seed 3). The same crash
-    with no XID on its GPU does not join either (issue 15): a drop alone claims only a
+    gpu_degraded ticket and a gpu_app_fault, no page (seen in a simulated fleet). The same crash
+    with no XID on its GPU does not join either: a drop alone claims only a
     crash whose words name the GPU, and this one has none."""
 
     def history(app_xid: bool) -> Cluster:
@@ -381,7 +381,7 @@ def test_a_crash_whose_message_names_an_app_error_is_not_claimed_by_nearness() -
     """A container exits 1 with ``KeyError: 'input_ids'`` 30 s before a drop that names
     no GPU: its own last words name an application bug, so the drop's nearness does not
     make it a device casualty (simulator, 100 nodes 6 h). With no message it does not
-    join either (issue 15: a drop alone claims only a crash whose words name the GPU);
+    join either (a drop alone claims only a crash whose words name the GPU);
     with a CUDA error it does."""
 
     def history(message: str) -> Cluster:
@@ -463,7 +463,7 @@ def test_a_crash_on_the_faulty_gpu_that_names_another_cause_does_not_page() -> N
     exits 1 three minutes later of its own bug (``ValueError: checkpoint shard ...``)
     or of ``CUDA out of memory`` (the workload's memory): a GPU that kills its process
     kills it in a CUDA call, and those last words name another cause. The XID is the
-    degraded GPU's ticket, not a page (simulator seed 1, 1,000 nodes 24 h: five such
+    degraded GPU's ticket, not a page (seen in a simulated fleet, 1,000 nodes 24 h: five such
     tickets paged). The same crash with no message, or with a CUDA error, still joins
     by its binding."""
 
@@ -492,7 +492,7 @@ def test_a_crash_hours_after_the_xid_does_not_escalate_the_gpus_ticket() -> None
     """An XID 48 with no pod harmed opens the GPU's ticket, open a day. Its pod's
     container exits 1 (no message) two hours later: an application's crash, not the
     degraded GPU evicting workloads; the chain's test counts from the fault time, so
-    it does not escalate the ticket (simulator seed 1: tickets paged by crashes 45 min
+    it does not escalate the ticket (seen in a simulated fleet: tickets paged by crashes 45 min
     and 7 h after their XID). One within the window still does."""
 
     def history(after: float) -> Cluster:
@@ -516,7 +516,7 @@ def test_an_application_xid_the_ticket_attached_does_not_make_a_new_fault_its_ow
     GPU-21 is attached to it as context; later still an XID 74 on GPU-21 and a
     ``DeviceFailed`` eviction of its pod. The ticket never told a fault of GPU-21 (the
     XID 43 is the application's): the new fault pages as its own chain, from its own
-    XID, instead of updating the hours-old ticket (simulator seed 1)."""
+    XID, instead of updating the hours-old ticket (seen in a simulated fleet)."""
     c = Cluster()
     healthy(c, "n1", ["a", "b"])
     c.bind("n1", 1, "GPU-20", "0000:20:00.0", ["a"])
@@ -541,10 +541,10 @@ def test_a_plugin_restart_does_not_resolve_an_xid_tickets_gpu() -> None:
     invisible to Kubernetes). A device plugin restart then re-registers the GPUs, 8 ->
     0 -> 8 in 8 s: no fault (the chain's ``drop_persist_seconds``), and no sign the
     GPU was reset. The ticket stays open, and the GPU's next XID 119 updates it instead
-    of opening a second one (simulator seed 1: two tickets for one flaky GPU). A drop
+    of opening a second one (seen in a simulated fleet: two tickets for one flaky GPU). A drop
     that lasted is the plugin marking a GPU unhealthy: its recovery still resolves, and
     the GPU's next XID 119 is that fault come back, counted toward its xid_repeat, not a
-    second ticket (simulator seed 4: a ticket at 22:18, resolved by the plugin at 23:09,
+    second ticket (seen in a simulated fleet: a ticket at 22:18, resolved by the plugin at 23:09,
     another for the same GPU's XID 119 at 23:19)."""
 
     def history(back: float) -> Cluster:
@@ -576,7 +576,7 @@ def test_a_wordless_crash_near_a_drop_alone_is_not_the_devices() -> None:
     CUDA OOM. None of them ran on a GPU known to be the faulty one, and none says
     device: the drop is the device plugin marking a GPU unhealthy, it kills no process,
     so nearness alone does not make them its casualties. The drop stays a gpu_degraded
-    ticket (simulator seeds 1 and 2, 1,000 nodes 24 h: 12 false pages). A failure that
+    ticket (seen in simulated fleets, 1,000 nodes 24 h: 12 false pages). A failure that
     says device still escalates it."""
     nccl = (
         "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, "
@@ -602,8 +602,8 @@ def test_a_wordless_crash_near_a_drop_alone_is_not_the_devices() -> None:
 def test_a_crash_before_the_fatal_xid_is_not_its_casualty() -> None:
     """A GPU pod's container exits 1 (no message) 56 s before an XID 79 on its GPU: it
     was dead before the driver saw any fault, and a GPU kills its process after it
-    falls off the bus, not before. It does not make the XID a page (simulator seed 1:
-    a flaky GPU's first XID 79 paged for such a crash; seed 2 the same with an NCCL
+    falls off the bus, not before. It does not make the XID a page (seen in a simulated fleet:
+    a flaky GPU's first XID 79 paged for such a crash; another the same with an NCCL
     error 111 s before an XID 48). The same crash 10 s after the XID is its casualty."""
 
     def history(offset: float) -> Cluster:
@@ -628,7 +628,7 @@ def test_a_recovered_plugin_restart_does_not_fold_a_new_fault_into_an_old_ticket
     """A flaky GPU-20's XID 79 ticket is open; a device plugin restart (8 -> 0 -> 8 in
     10 s) is attached to it and no longer resolves it. An hour later an XID 95 on
     GPU-21 and a DeviceFailed eviction of its pod: a new fault, its own page. The old
-    drop recovered, so it cannot be the new fault's unnamed GPU (simulator seed 1)."""
+    drop recovered, so it cannot be the new fault's unnamed GPU (seen in a simulated fleet)."""
     c = Cluster()
     healthy(c, "n1", ["a", "b"])
     c.bind("n1", 1, "GPU-20", "0000:20:00.0", ["a"])
@@ -653,7 +653,7 @@ def test_a_container_crash_during_a_not_ready_blip_does_not_page() -> None:
     """A 40 s PLEG blip (Ready=False, back to True before the grace) during which a GPU
     pod's container exits 1: the kubelet being slow kills no container, the crash is
     the application's, and the blip is Kubernetes working: nothing is published
-    (simulator seeds 1 and 2: an NCCL error 37 s into a blip paged). A pod Kubernetes
+    (seen in simulated fleets: an NCCL error 37 s into a blip paged). A pod Kubernetes
     takes off the node meanwhile (a ``TaintManagerEviction``) still pages at once."""
 
     def history(evicted: bool) -> Cluster:
@@ -676,7 +676,7 @@ def test_another_gpus_drop_and_recovery_do_not_close_a_flaky_gpus_ticket() -> No
     """GPU-20's XID 79 ticket is open (no reset seen: it stays open a day). Hours later
     an XID 95 on GPU-21, the device plugin drops it, its pod is evicted: a new fault,
     its own chain. The drop is GPU-21's, so its recovery says nothing of GPU-20: the
-    ticket stays open (simulator seed 2: the recovery closed a flaky GPU's ticket and
+    ticket stays open (seen in a simulated fleet: the recovery closed a flaky GPU's ticket and
     its next drop opened a second one)."""
     c = Cluster()
     healthy(c, "n1", ["a", "b"])
@@ -702,10 +702,10 @@ def test_a_crash_after_an_app_xid_on_one_of_its_gpus_does_not_escalate_the_ticke
     """A pod holds GPU-20 (a flaky GPU: XID 79, its ticket open) and GPU-21. GPU-21 logs
     an XID 13 (the workload's kernel faulted) and the pod exits 6 s later with ``an
     illegal memory access was encountered``: its own GPU's application fault explains
-    the crash, even though it also held the flaky GPU (simulator seed 1: the ticket
+    the crash, even though it also held the flaky GPU (seen in a simulated fleet: the ticket
     was escalated to a page: the XID 79 was 69 s before). Without the XID 13 the same
     crash escalates it, and so does one 30 s after the XID 79, XID 13 or not: a GPU that
-    falls off the bus kills its process at once (simulator seed 1: an XID 43 on a
+    falls off the bus kills its process at once (seen in a simulated fleet: an XID 43 on a
     pod's other GPU 6 s before its crash, 34 s after an XID 79 on its first)."""
     msg = "RuntimeError: CUDA error: an illegal memory access was encountered"
 
@@ -734,7 +734,7 @@ def test_a_new_gpus_fault_does_not_join_the_window_of_a_ticketed_one() -> None:
     """A flaky GPU-20 logs XID 79 again and again; its ticket is open. Its latest XID 79
     arms the chain (no pod fails). Nine minutes later an XID 74 on GPU-21 and its pod's
     DeviceFailed eviction: the page is GPU-21's fault, dated from its XID and naming
-    GPU-21 only, not folded into GPU-20's window (simulator seed 1). A casualty of
+    GPU-21 only, not folded into GPU-20's window (seen in a simulated fleet). A casualty of
     GPU-20 would still escalate GPU-20's ticket."""
     c = Cluster()
     healthy(c, "n1", ["a", "b"])
@@ -762,7 +762,7 @@ def test_a_pressure_eviction_of_the_faulty_gpus_pod_is_still_the_hosts() -> None
     host's, wherever the pod ran: it neither opens the chain nor escalates the GPU's
     ticket. Taken as "Kubernetes took it off the faulty GPU", it made a flaky GPU's
     ticket a page that its xid_repeat could no longer supersede, and the GPU's next
-    fault twelve hours later was told by nothing (simulator seed 2)."""
+    fault twelve hours later was told by nothing (seen in a simulated fleet)."""
     pressure = "The node was low on resource: memory. Threshold quantity: 100Mi."
     for after in (2 * MIN, 12 * MIN):  # in the chain's window; against the open ticket
         c = Cluster()
@@ -785,7 +785,7 @@ def test_a_kernel_fault_before_a_fatal_xid_is_not_its_casualty() -> None:
     7 s later; dcgm reports the XID again at its scrape, 20 s after the exit). Half a
     minute later an XID 119 on GPU-17 and pod b's DeviceFailed eviction: the page is
     GPU-17's, first seen at its XID, naming b only. A kernel fault says device only
-    against a fatal XID that came first: it was not there yet (simulator seed 2)."""
+    against a fatal XID that came first: it was not there yet (seen in a simulated fleet)."""
     illegal = "RuntimeError: CUDA error: an illegal memory access was encountered"
     c = Cluster()
     healthy(c, "n1", ["a", "b"])
@@ -808,7 +808,7 @@ def test_a_recovered_drop_does_not_date_a_later_fault() -> None:
     """A drop lasts 86 s (past ``drop_persist_seconds``: trusted, the chain armed) and
     recovers with no pod failing. Three minutes later an XID 74 and its pod's DeviceFailed
     eviction: a new fault, whose page is first seen at its XID, not at the recovered drop
-    (simulator seed 2). The device plugin said the GPUs were healthy again in between."""
+    (seen in a simulated fleet). The device plugin said the GPUs were healthy again in between."""
     c = Cluster()
     healthy(c, "n1", ["a"])
     c.bind("n1", 1, "GPU-18", "0000:18:00.0", ["a"])

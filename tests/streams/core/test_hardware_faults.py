@@ -1,4 +1,4 @@
-"""Hardware faults with no pod failure, and evictions that come late (issue 10.10, 10.11).
+"""Hardware faults with no pod failure, and evictions that come late.
 
 A fatal XID does not always make Kubernetes notice: an XID 62 (micro-controller halt)
 on a GPU whose pods keep running, an XID 79 the device plugin has not noticed yet, a
@@ -320,7 +320,7 @@ def test_a_new_fault_an_hour_after_an_open_ticket_pages_as_its_own_chain() -> No
     """An XID 79 ticket (no pod failed) is open for its day of quiet; an hour later an
     XID 48 on another GPU and, 20 s after it, the pod on that GPU failing
     UnexpectedAdmissionError: a new fault, its own device_unhealthy_eviction page, not
-    an update of the hour-old ticket (simulator seed 1). Within the chain's window the
+    an update of the hour-old ticket (seen in a simulated fleet). Within the chain's window the
     ticket would be the same fault and escalate (the test above)."""
     c = Cluster()
     trainer_node(c, pods=("trainer-0", "trainer-1"))
@@ -364,7 +364,7 @@ def test_a_flaky_gpus_recurring_xid_and_a_failure_escalate_its_ticket() -> None:
     """The converse of the test above: the ticket's own GPU logs its XID 79 again an
     hour later and the pod on it fails: a recurrence of the ticket's fault, so the
     failure escalates the ticket (page, same id) rather than opening a second incident
-    (simulator seed 1: a flaky GPU's XID 74 every twenty minutes)."""
+    (seen in a simulated fleet: a flaky GPU's XID 74 every twenty minutes)."""
     c = Cluster()
     trainer_node(c)
     kmsg(c, "n1", 10 * MIN, OFF_BUS)

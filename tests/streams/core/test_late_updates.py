@@ -1,4 +1,4 @@
-"""Issue 10, class 1: a late Kubernetes update is evidence, not a duplicate.
+"""A late Kubernetes update is evidence, not a duplicate.
 
 After a relist (410 Gone, a connector restart, a reconnect) the objects that changed
 while the watch was down arrive stamped with their *own* times (the newest status

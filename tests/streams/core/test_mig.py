@@ -1,4 +1,4 @@
-"""Issue 10, class 12: MIG instances are GPUs of their own, joined across sources.
+"""MIG instances are GPUs of their own, joined across sources.
 
 A MIG-partitioned GPU is several isolated GPU instances, each bound to its own pod.
 Every source names an instance the same way: its parent GPU (bus id and/or uuid) and

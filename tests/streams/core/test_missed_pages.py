@@ -1,7 +1,7 @@
 """Missed pages: a device fault that kills pods must page, even where a narrower rule
 keeps simulator-shaped workload crashes out of the eviction chain.
 
-Each test is a real-world sequence a review found the core would now miss (issue 15's
+Each test is a real-world sequence a review found the core would now miss (earlier
 exemptions were too broad), driven through the real engine with real-shaped events
 from :mod:`tests.factories`; the docstring says the rule of the domain.
 """
@@ -62,7 +62,7 @@ def test_a_kernel_fault_after_an_app_xid_on_its_own_gpu_is_the_workloads() -> No
 def test_a_cleanup_xid_45_after_an_app_xid_names_no_gpu_degraded() -> None:
     """A drop that names no GPU opens a gpu_degraded ticket; then XID 13 on GPU-20 and
     its cleanup XID 45; then pod a on GPU-20 crashes with an illegal memory access. The
-    45 takes the class of the XID it follows (DESIGN §2), the workload's, and the device
+    45 takes the class of the XID it follows, the workload's, and the device
     plugin skips it too (k8s-device-plugin health.go): it names no GPU degraded and is
     no fault time, so the crash stays the workload's: a ticket, as without the 45."""
 

@@ -1,4 +1,4 @@
-"""``multi_gpu_pod_without_nvlink`` (issue 17.3): a running pod whose GPUs are not NVLink-connected.
+"""``multi_gpu_pod_without_nvlink``: a running pod whose GPUs are not NVLink-connected.
 
 The rule joins three sources on one node: the topology snapshot (``gpu_topology.v1``,
 pairs by NVML index), the bindings (which pod holds which GPU) and the pod (Running,

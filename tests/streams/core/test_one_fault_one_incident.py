@@ -2,7 +2,7 @@
 
 The rules of :mod:`streams.core.rules.degraded` and :mod:`streams.core.rules.chain` that
 keep a fault that comes back from paging again, and a new fault on the same GPU from
-hiding inside the old one's ticket (simulator seed 4, 1,000 nodes 24 h). Driven through
+hiding inside the old one's ticket (seen in a simulated fleet, 1,000 nodes 24 h). Driven through
 the real engine with real-shaped events from :mod:`tests.factories`.
 """
 

@@ -482,7 +482,7 @@ def test_step_and_advance_are_the_same_transition_as_the_engine() -> None:
 
 
 def test_a_taint_eviction_event_does_not_make_the_pods_next_update_a_successor() -> None:
-    """Issue 15: a pod OOM-killed, then marked for deletion by the taint manager (a
+    """A pod OOM-killed, then marked for deletion by the taint manager (a
     failure Event while the object is still Running): its deletionTimestamp update
     still shows the OOMKilled ``lastState``. That update is the same pod, not a new
     one of the same name, so the one kill stays one ``host_oom_kill``."""

@@ -1,4 +1,4 @@
-"""Rules of the domain that earlier versions of the core got wrong (issue 10).
+"""Rules of the domain that earlier versions of the core got wrong.
 
 Each test builds a real-shaped timeline with :mod:`tests.factories` and says, in its
 docstring, which fact of the domain it pins and how the old core broke it.
@@ -391,7 +391,7 @@ def backing_off(crashes: int) -> Cluster:
     """A GPU pod crash-looping as the kubelet reports it: each exit first as
     ``waiting: CrashLoopBackOff`` at the crashed instance's restartCount with the exit in
     ``lastState``, then ``running`` at restartCount + 1 with the same exit (the next
-    instance), as ``gputriage simulate`` writes it (seed 3, train-llama-7b-qs4lr-mxgcl)."""
+    instance), as ``gputriage simulate`` writes it (``train-llama-7b-qs4lr-mxgcl``)."""
     c = Cluster()
     c.node("gpu-node-03", 0)
     c.pod("gpu-node-03", "ft-0", 1, container="trainer")
