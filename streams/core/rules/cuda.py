@@ -21,7 +21,7 @@ encountered`` (a kernel fault), ``NVMLError_Unknown`` (the driver) or an NCCL wa
 timeout (the network or a peer rank). Which texts name which cause is data:
 ``schemas/termination_causes.toml``, each pattern with the public report it comes
 from, compiled once by :mod:`schemas.termination_causes`. It is loaded here as a
-module-level default (``_CAUSES``) because carrying it in :class:`CoreConfig` would
+module-level default (``_CAUSES``) because carrying it in :class:`CoreSettings` would
 need a new field in ``streams/core/config.py``; the file is packaged data read at
 import, like the XID catalog, so the core still does no I/O per event and no clock.
 The configuration's ``cuda_oom_patterns`` still confirm OOM as before (matched as
@@ -96,7 +96,7 @@ _KERNEL_FAULT = "kernel_fault"
 _MAX_RESTARTS = 32
 
 _CAUSES = load_causes()
-"""The packaged termination-cause table (not in CoreConfig: see the module docstring)."""
+"""The packaged termination-cause table (not in CoreSettings: see the module docstring)."""
 _NAMED = tuple(cls for cls in _CAUSES.classes if cls.name != OOM)
 _FATAL_XID_ACTION = (
     "Drain the node and reset the GPU (nvidia-smi -r); check the kernel log for the fatal XID "
