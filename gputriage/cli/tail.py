@@ -73,7 +73,7 @@ class StartType(click.ParamType):
 @brokers_option
 @click.option(
     "--connect-timeout",
-    "connect_timeout_s",
+    "connect_timeout_seconds",
     metavar="SECONDS",
     type=setting_range(KafkaSettings, "connect_timeout_seconds"),
     cls=StructDefault,

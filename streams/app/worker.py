@@ -122,7 +122,7 @@ RESUME_AT = 0.8
 MAX_REQUEST_BYTES = STATE_RECORD_MAX_BYTES
 """The producer's largest record (aiokafka's ``max_request_size``; see ``Worker.__init__``):
 the state topic's ``max.message.bytes`` (:data:`schemas.topics.STATE_RECORD_MAX_BYTES`)."""
-PREFETCH_BACKOFF_S = 0.002
+PREFETCH_BACKOFF_SECONDS = 0.002
 """aiokafka's fetcher's ``prefetch_backoff`` (0.1 s by default; see :meth:`Worker._tune`)."""
 
 
@@ -261,7 +261,7 @@ class Worker:
         """
         fetcher = getattr(consumer, "_fetcher", None)
         if fetcher is not None and hasattr(fetcher, "_prefetch_backoff"):
-            fetcher._prefetch_backoff = PREFETCH_BACKOFF_S
+            fetcher._prefetch_backoff = PREFETCH_BACKOFF_SECONDS
         else:  # pragma: no cover - an aiokafka without it: slower backlogs, same results
             log.warning("aiokafka's fetcher has no _prefetch_backoff: left at its default")
 

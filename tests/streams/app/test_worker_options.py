@@ -49,7 +49,7 @@ def test_the_fetchers_prefetch_backoff_is_tuned_on_a_started_consumer(kafka: Kaf
     argument; ``Worker._tune`` says why): an aiokafka that renames it fails here."""
     from aiokafka import AIOKafkaConsumer  # noqa: PLC0415
 
-    from streams.app.worker import PREFETCH_BACKOFF_S, Worker  # noqa: PLC0415
+    from streams.app.worker import PREFETCH_BACKOFF_SECONDS, Worker  # noqa: PLC0415
 
     async def tuned() -> tuple[float, float]:
         consumer = AIOKafkaConsumer(**kafka.kwargs, group_id=None)
@@ -66,7 +66,7 @@ def test_the_fetchers_prefetch_backoff_is_tuned_on_a_started_consumer(kafka: Kaf
 
     before, after = asyncio.run(tuned())
     assert before == 0.1, "aiokafka's default: the attribute is the one its fetcher reads"
-    assert after == PREFETCH_BACKOFF_S
+    assert after == PREFETCH_BACKOFF_SECONDS
 
 
 def test_the_partition_leaders_are_known_on_a_started_consumer(kafka: KafkaTestEnv) -> None:
