@@ -41,11 +41,18 @@ XidCodes = tuple[Annotated[int, msgspec.Meta(ge=0, le=65535)], ...]
 class XidSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The ``[xid]`` table: codes to move into each class (empty: the catalog's class)."""
 
-    fatal: XidCodes = ()
-    app: XidCodes = ()
-    follow_up: XidCodes = ()
-    info: XidCodes = ()
-    unknown: XidCodes = ()
+    fatal: Annotated[
+        XidCodes, msgspec.Meta(description="XID codes to treat as hardware or driver faults.")
+    ] = ()
+    app: Annotated[XidCodes, msgspec.Meta(description="XID codes to treat as the workload's.")] = ()
+    follow_up: Annotated[
+        XidCodes,
+        msgspec.Meta(description="XID codes that follow an earlier XID or name a recovery action."),
+    ] = ()
+    info: Annotated[XidCodes, msgspec.Meta(description="XID codes recorded as evidence only.")] = ()
+    unknown: Annotated[
+        XidCodes, msgspec.Meta(description="XID codes to treat as not in the catalog.")
+    ] = ()
 
 
 _CLASSES: Final[dict[str, XidClass]] = {

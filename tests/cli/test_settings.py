@@ -212,7 +212,7 @@ def test_every_number_of_every_table_has_a_range() -> None:
         assert kind.le is not None or kind.lt is not None, path
 
 
-@pytest.mark.parametrize("table", ["core", "processor"])
+@pytest.mark.parametrize("table", ["core", "xid", "processor"])
 def test_each_field_of_the_table_is_declared_once_with_a_one_line_description(
     table: str,
 ) -> None:
@@ -221,9 +221,10 @@ def test_each_field_of_the_table_is_declared_once_with_a_one_line_description(
     import msgspec.inspect  # noqa: PLC0415
 
     from streams.app.settings import ProcessorSettings  # noqa: PLC0415
+    from streams.config import XidSettings  # noqa: PLC0415
     from streams.core.config import CoreSettings  # noqa: PLC0415
 
-    owner = {"core": CoreSettings, "processor": ProcessorSettings}[table]
+    owner = {"core": CoreSettings, "xid": XidSettings, "processor": ProcessorSettings}[table]
     assert {f.name: f.type for f in msgspec.structs.fields(Settings)}[table] is owner
     info = msgspec.inspect.type_info(owner)
     assert isinstance(info, msgspec.inspect.StructType)
