@@ -62,10 +62,10 @@ from schemas.keys import (
 )
 from schemas.topics import DEFAULT_PARTITIONS
 from schemas.wellknown import SHUTTING_DOWN
-from streams.core.config import CoreConfig
+from streams.core.config import CoreSettings
 
 DESIGNS = ("every copy", "(a) router", "(b) node summaries", "(b') node settles")
-SETTLE_SECONDS = CoreConfig().mismatch_after_seconds
+SETTLE_SECONDS = CoreSettings().mismatch_after_seconds
 """How long a node's counts must disagree to count (the core's default)."""
 
 

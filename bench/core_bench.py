@@ -49,7 +49,7 @@ from schemas.codec import decode_event
 from schemas.incidents import Incident
 from schemas.keys import Router
 from streams.config import default_core_config
-from streams.core import CoreConfig, Correlator
+from streams.core import CoreSettings, Correlator
 from streams.core.state import NodeState
 
 OUT = Path(__file__).resolve().parent / "out"
@@ -170,7 +170,7 @@ class CoreRun(msgspec.Struct, kw_only=True):
     stats: dict[str, Any]
 
 
-def run_core(lines: list[bytes], config: CoreConfig) -> CoreRun:
+def run_core(lines: list[bytes], config: CoreSettings) -> CoreRun:
     """``decode_event`` + ``Correlator.ingest`` on every line (and on the copy the producer
     routes to the cluster key: :class:`schemas.keys.Router`), then ``flush()``, timed."""
     decode = decode_event
@@ -288,7 +288,7 @@ def state_by_field(keys: Mapping[str, object], exclude: object) -> dict[str, int
     return dict(sizes.most_common())
 
 
-def measure_memory(lines: list[bytes], config: CoreConfig, top: int) -> MemoryRun:
+def measure_memory(lines: list[bytes], config: CoreSettings, top: int) -> MemoryRun:
     """What the Correlator retains after the run, per tracemalloc."""
     gc.collect()
     tracemalloc.start(1)
@@ -327,7 +327,7 @@ def measure_memory(lines: list[bytes], config: CoreConfig, top: int) -> MemoryRu
     )
 
 
-def profile_core(lines: list[bytes], config: CoreConfig, top: int) -> str:
+def profile_core(lines: list[bytes], config: CoreSettings, top: int) -> str:
     """cProfile of the decode + core pass: the functions with the most own time."""
     profiler = cProfile.Profile()
     profiler.enable()

@@ -52,7 +52,7 @@ from schemas.codec import AnyEvent, decode_event, decode_incident
 from schemas.events import Tick
 from schemas.topics import TopicLayout, TopicSettings, topic_layout
 from streams.app.pipeline import Pipeline
-from streams.app.worker import ProcessorOptions
+from streams.app.settings import ProcessorSettings
 from streams.config import default_core_config
 
 BAR_EVENTS_PER_S = 20_000
@@ -243,7 +243,7 @@ async def plain_pipeline(env: Env, count: int, timeout: float = 120.0) -> dict[s
     did less than the worker. The revisions made here are kept (``revisions``) to be
     compared with the worker's (:func:`same_incidents`).
     """
-    options = ProcessorOptions()
+    options = ProcessorSettings()
     pipeline = Pipeline(
         default_core_config(),
         env.layout,

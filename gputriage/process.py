@@ -41,7 +41,8 @@ from gputriage.logs import configure_logging
 from gputriage.settings import Settings, SettingsError
 from schemas.topics import state_topic, topic_layout, validation_text
 from streams.app.metrics import Metrics
-from streams.app.worker import ProcessorOptions, Worker
+from streams.app.settings import ProcessorSettings
+from streams.app.worker import Worker
 
 if TYPE_CHECKING:
     from streams.app.faust_engine import FaustWorker
@@ -54,25 +55,27 @@ ENGINES: Final[tuple[Engine, ...]] = ("aiokafka", "faust")
 pipeline in a faust agent (:class:`~streams.app.faust_engine.FaustWorker`)."""
 
 
-def processor_options(settings: Settings, **overrides: Any) -> ProcessorOptions:
-    """``[processor]`` as :class:`~streams.app.worker.ProcessorOptions`, given options winning.
+def processor_options(settings: Settings, **overrides: Any) -> ProcessorSettings:
+    """``[processor]`` with the given options winning (``None`` is "not given").
 
-    ``None`` overrides are "not given" (the CLI's options default to ``None`` so
-    that the settings own every default). The settings were validated at load.
+    The CLI's options default to ``None`` so that the settings own every default. The
+    settings were validated at load; the overrides are validated here, by the same
+    struct, so a value out of range is refused whichever door it came through.
     """
-    values = {
-        **msgspec.structs.asdict(settings.processor),
-        **{k: v for k, v in overrides.items() if v is not None},
-    }
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if not given:
+        return settings.processor
     try:
-        return msgspec.convert(values, ProcessorOptions)
-    except msgspec.ValidationError as exc:  # an override of the wrong type (a caller's bug)
+        return msgspec.convert(
+            {**msgspec.structs.asdict(settings.processor), **given}, ProcessorSettings
+        )
+    except msgspec.ValidationError as exc:
         raise SettingsError(f"invalid option: {validation_text(exc, 'processor')}") from None
 
 
 def run_worker(
     settings: Settings,
-    options: ProcessorOptions,
+    options: ProcessorSettings,
     brokers: str | None = None,
     engine: Engine = "aiokafka",
 ) -> int:
@@ -112,7 +115,7 @@ def run_worker(
 
 
 async def _run(
-    settings: Settings, brokers: str | None, options: ProcessorOptions, engine: Engine
+    settings: Settings, brokers: str | None, options: ProcessorSettings, engine: Engine
 ) -> int:
     # Bound first: a port in use is found at once, not after Kafka answered.
     metrics = Metrics()

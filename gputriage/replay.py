@@ -29,7 +29,7 @@ from schemas.codec import RecordError, encode
 from schemas.incidents import Incident
 from schemas.keys import Router
 from streams.core import CoreStats, Correlator
-from streams.core.config import CoreConfig
+from streams.core.config import CoreSettings
 from streams.core.timeconv import to_datetime
 
 Output = Literal["table", "wide", "json"]
@@ -91,7 +91,7 @@ def bad_line_message(record: Record, error: RecordError) -> str:
 
 def correlate(
     sources: Sequence[FileSource],
-    config: CoreConfig,
+    config: CoreSettings,
     stderr: TextIO,
     *,
     progress: bool | None = None,
@@ -145,7 +145,7 @@ def _after(moment: datetime, seconds: float) -> datetime:
 
 def replay(
     sources: Sequence[FileSource],
-    config: CoreConfig,
+    config: CoreSettings,
     options: ReplayOptions,
     stdout: BinaryIO,
     stderr: TextIO,
@@ -168,7 +168,7 @@ def replay(
 
 def run_replay(
     sources: Sequence[FileSource],
-    config: CoreConfig,
+    config: CoreSettings,
     options: ReplayOptions,
     stdout: BinaryIO,
     stderr: TextIO,

@@ -1,9 +1,9 @@
 """Settings: ONE typed tree, from a TOML file and ``GPUTRIAGE_<SECTION>__<KEY>`` variables.
 
 :class:`Settings` is a tree of frozen msgspec ``Struct``\\ s, one per table, each
-living with its owner (:class:`~streams.config.CoreSettings`,
+living with its owner (:class:`~streams.core.config.CoreSettings`,
 :class:`~streams.config.XidSettings`, :class:`~connectors.kafka.config.KafkaSettings`,
-:class:`~schemas.topics.TopicSettings`, :class:`ProcessorSettings`,
+:class:`~schemas.topics.TopicSettings`, :class:`~streams.app.settings.ProcessorSettings`,
 :class:`~gputriage.logs.LogSettings`, :class:`ConnectSettings`,
 :class:`~connectors.bridges.config.BridgeSettings`). :func:`load_settings`
 builds it with ONE ``msgspec.convert``, so every value is validated once, at load,
@@ -72,16 +72,15 @@ from schemas.topics import (
     topic_layout,
     validation_text,
 )
-from streams.config import XID_UNDER_CORE, CoreSettings, XidSettings, core_config, xid_table
-from streams.core.config import CoreConfig
+from streams.app.settings import ProcessorSettings
+from streams.config import XID_UNDER_CORE, XidSettings, core_config, xid_table
+from streams.core.config import CoreSettings
 
 ENV_PREFIX: Final = "GPUTRIAGE_"
 CONFIG_ENV: Final = "GPUTRIAGE_CONFIG"
 
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 """A TCP port; 0 picks a free one."""
-Positive = Annotated[float, msgspec.Meta(gt=0, le=86400)]
-"""Seconds of wall-clock time, more than 0 and at most a day (so never inf, never nan)."""
 Heartbeat = Annotated[float, msgspec.Meta(gt=0, le=30)]
 """A connector's ``heartbeat_seconds`` (:attr:`connectors.publish.PublishOptions.heartbeat_seconds`
 says what it bounds and what it costs): at most 30 s, well under the processor's
@@ -98,32 +97,6 @@ class SettingsError(ValueError):
 
     def __init__(self, message: str) -> None:
         super().__init__("".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in message))
-
-
-class ProcessorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The ``[processor]`` table: :class:`streams.app.worker.ProcessorOptions` with ranges.
-
-    Repeated here rather than imported because ``streams.app.worker`` imports
-    aiokafka, and every command (``replay`` too) loads the settings;
-    :func:`gputriage.process.processor_options` converts, and a test holds the
-    two field-for-field and default-for-default alike.
-    """
-
-    app_id: str = "gputriage"
-    batch_max: Annotated[int, msgspec.Meta(ge=1, le=1_000_000)] = 5000
-    tick_seconds: Positive = 0.1
-    metrics_port: Port | None = 9464
-    metrics_addr: str = "0.0.0.0"
-    session_timeout_seconds: Positive = 10.0
-    rebalance_timeout_seconds: Positive = 10.0
-    stop_timeout_seconds: Positive = 15.0
-    startup_hold_seconds: Annotated[float, msgspec.Meta(ge=0, le=86400)] = 10.0
-    snapshot_seconds: Positive = 1.0
-    fetch_max_wait_ms: Annotated[int, msgspec.Meta(ge=0, le=60_000)] = 100
-    restore_timeout_seconds: Positive = 120.0
-    source_idle_seconds: Annotated[float, msgspec.Meta(ge=1.0, le=86_400.0)] = 60.0
-    max_future_seconds: Annotated[float, msgspec.Meta(ge=1.0, le=31_536_000.0)] = 600.0
-    max_buffered_events: Annotated[int, msgspec.Meta(ge=1, le=100_000_000)] = 100_000
 
 
 # -- [connect.<source>]: the connectors' options ---------------------------------------
@@ -335,8 +308,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         value = explicit(getattr(self, name))
         return value if isinstance(value, dict) else {}
 
-    def core_config(self) -> CoreConfig:
-        """The correlation core's configuration (the core's own type, built from two tables)."""
+    def core_config(self) -> CoreSettings:
+        """``[core]`` resolved for the core: its XID policy from ``[xid]`` and the catalog."""
         return core_config(self.core, self.xid)
 
     def kafka_settings(self) -> KafkaSettings:
@@ -504,7 +477,11 @@ def _describe(exc: msgspec.ValidationError) -> str:
         *parents, name = key.split(".")
         table = _struct_at(parents)
         if table is not None:
-            known = ", ".join(f for f in table.__struct_fields__ if f != "sasl_password")
+            known = ", ".join(
+                f
+                for f in table.__struct_fields__
+                if f != "sasl_password" and not (table is CoreSettings and f == "xid")
+            )
             if not parents:
                 return f"unknown section [{name}] (expected one of: {known})"
             if parents[0] == "connect" and len(parents) == 1:

@@ -72,7 +72,7 @@ class TailOptions:
     output: Output = "table"
     evidence: bool = False
     """Table/wide: list each revision's evidence chain under its row."""
-    connect_timeout_s: float | None = None
+    connect_timeout_seconds: float | None = None
     """``None``: the client arguments' own (``kafka.connect_timeout_seconds``)."""
 
 
@@ -100,7 +100,7 @@ def run_tail(
 
     0 after an interruption, 1 if a record failed to decode, and 1 with one
     line on ``stderr`` when the brokers cannot be reached within
-    ``options.connect_timeout_s`` or the topic does not exist
+    ``options.connect_timeout_seconds`` or the topic does not exist
     (:class:`~connectors.kafka.config.KafkaUnreachable`).
     """
     try:
@@ -126,7 +126,7 @@ async def tail(
     watcher = asyncio.create_task(_cancel_on(stop, restore, asyncio.current_task()))
     consumer: AIOKafkaConsumer | None = None
     try:
-        timeout_s = options.connect_timeout_s or connect_timeout(client_kwargs)
+        timeout_s = options.connect_timeout_seconds or connect_timeout(client_kwargs)
         consumer = await _connect(client_kwargs, timeout_s, stop)
         if consumer is None:
             return result

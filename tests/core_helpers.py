@@ -9,15 +9,15 @@ from typing import Any
 from schemas.codec import AnyEvent
 from schemas.incidents import Incident
 from schemas.keys import Router
-from streams.core import CoreConfig, Correlator
+from streams.core import CoreSettings, Correlator
 from tests.cli_helpers import load_tables
 
 
-def config(**core: Any) -> CoreConfig:
+def config(**core: Any) -> CoreSettings:
     return load_tables({"core": core}).core_config()
 
 
-def run(events: Iterable[AnyEvent], cfg: CoreConfig | None = None) -> list[Incident]:
+def run(events: Iterable[AnyEvent], cfg: CoreSettings | None = None) -> list[Incident]:
     """Every revision, in the order the core published them (input ends with ``flush``)."""
     correlator = Correlator(cfg or config())
     router = Router()

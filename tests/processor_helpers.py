@@ -28,7 +28,7 @@ from schemas.incidents import Incident
 from schemas.keys import Router, correlation_key
 from schemas.topics import topic_layout
 from streams.app.pipeline import RawRecord
-from streams.app.worker import ProcessorOptions
+from streams.app.settings import ProcessorSettings
 from streams.core import Correlator
 from tests.core_helpers import config
 from tests.kafka_helpers import KafkaTestEnv, wait_until
@@ -45,11 +45,10 @@ timeout and frees a killed member's partitions after the whole of it
 under ~3 s (the default 10 s would cost 5 s per join, the suite's biggest wait)."""
 
 
+_DEFAULTS = ProcessorSettings()
 DEFAULT_GROUP = {
-    "GPUTRIAGE_PROCESSOR__SESSION_TIMEOUT_SECONDS": str(ProcessorOptions().session_timeout_seconds),
-    "GPUTRIAGE_PROCESSOR__REBALANCE_TIMEOUT_SECONDS": str(
-        ProcessorOptions().rebalance_timeout_seconds
-    ),
+    "GPUTRIAGE_PROCESSOR__SESSION_TIMEOUT_SECONDS": str(_DEFAULTS.session_timeout_seconds),
+    "GPUTRIAGE_PROCESSOR__REBALANCE_TIMEOUT_SECONDS": str(_DEFAULTS.rebalance_timeout_seconds),
 }
 """The group timings a deployment runs with (over :data:`FAST_GROUP`): the kill tests use
 them, so a killed member holds its partitions as long as it would in production."""

@@ -135,6 +135,8 @@ def setting_range(table: type[msgspec.Struct], name: str) -> click.ParamType:
     kind = field.type
     if isinstance(kind, msgspec.inspect.UnionType):
         (kind,) = (t for t in kind.types if not isinstance(t, msgspec.inspect.NoneType))
+    if isinstance(kind, msgspec.inspect.Metadata):  # a field with a description
+        kind = kind.type
     if isinstance(kind, msgspec.inspect.IntType):
         return click.IntRange(
             kind.ge if kind.gt is None else kind.gt + 1,

@@ -1,9 +1,9 @@
 """``gputriage process``: one processor worker (see :mod:`gputriage.process`).
 
-``--app-id``/``--metrics-port`` default to ``None``: ``[processor]`` owns the
-defaults; the worker module (and aiokafka with it) is imported only when run.
-``--engine`` is a command-line choice only (not a ``[processor]`` key): the settings
-mirror :class:`~streams.app.worker.ProcessorOptions` field for field.
+``--app-id``/``--metrics-port`` default to ``None``: ``[processor]``
+(:class:`~streams.app.settings.ProcessorSettings`) owns the defaults, the ranges and
+the help; the worker module (and aiokafka with it) is imported only when run.
+``--engine`` is a command-line choice only, not a ``[processor]`` key.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from gputriage.cli.common import (
     settings_of,
     shown,
 )
-from gputriage.settings import ProcessorSettings, check_app_id
+from gputriage.settings import check_app_id
 from schemas.topics import TopicConfigError
+from streams.app.settings import ProcessorSettings
 
 
 @click.command("process", context_settings=CONTEXT)

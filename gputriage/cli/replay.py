@@ -1,19 +1,25 @@
 """``gputriage replay``: recorded events in, incidents out, offline (no Kafka).
 
 Options default to ``None`` ("not given"): :class:`gputriage.replay.ReplayOptions`
-owns the defaults, and ``--help`` shows them from there.
+owns the defaults (:mod:`gputriage.cli.output`), and ``--help`` shows them from there.
 """
 
 from __future__ import annotations
 
 import sys
-from dataclasses import fields
 from typing import Any
 
 import click
 
 from connectors.files import STDIN
-from gputriage.cli.common import CONTEXT, StructDefault, open_all, settings_of
+from gputriage.cli.common import CONTEXT, open_all, settings_of
+from gputriage.cli.output import (
+    evidence_option,
+    options_of,
+    output_option,
+    progress_option,
+    stats_option,
+)
 from gputriage.replay import OUTPUTS, ReplayOptions, run_replay
 
 _DEFAULTS = ReplayOptions()
@@ -27,20 +33,13 @@ _DEFAULTS = ReplayOptions()
     required=True,
     type=click.Path(exists=True, dir_okay=False, allow_dash=True),
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Choice(OUTPUTS),
-    cls=StructDefault,
-    show_default=_DEFAULTS.output,
-    help="table: one row per incident; wide: more columns; json: every revision as JSON lines.",
+@output_option(
+    OUTPUTS,
+    _DEFAULTS.output,
+    "table: one row per incident; wide: more columns; json: every revision as JSON lines.",
 )
-@click.option(
-    "--evidence/--no-evidence",
-    default=None,
-    cls=StructDefault,
-    show_default=str(_DEFAULTS.evidence).lower(),
-    help="table/wide: list each incident's evidence chain under its row.",
+@evidence_option(
+    _DEFAULTS.evidence, "table/wide: list each incident's evidence chain under its row."
 )
 @click.option(
     "--revisions",
@@ -48,14 +47,8 @@ _DEFAULTS = ReplayOptions()
     default=None,
     help="table/wide: show every revision, not only the latest of each incident.",
 )
-@click.option(
-    "--progress/--no-progress",
-    default=None,
-    help="Progress bar on stderr. Default: only when stderr is a terminal and input is large.",
-)
-@click.option(
-    "--stats", is_flag=True, default=None, help="Print the core's counters on stderr at the end."
-)
+@progress_option
+@stats_option
 @click.pass_context
 def replay_command(ctx: click.Context, /, *, files: tuple[str, ...], **given: Any) -> int:
     """Replay recorded events (JSON lines, plain or gzip; - for stdin) and print incidents.
@@ -73,8 +66,7 @@ def replay_command(ctx: click.Context, /, *, files: tuple[str, ...], **given: An
     settings = settings_of(ctx)
     if files.count(STDIN) > 1:
         raise click.BadParameter("stdin (-) can be read only once", param_hint="FILE...")
-    names = {f.name for f in fields(ReplayOptions)}
-    options = ReplayOptions(**{k: v for k, v in given.items() if k in names and v is not None})
+    options = options_of(ReplayOptions, given)
     return run_replay(
         open_all(files), settings.core_config(), options, sys.stdout.buffer, sys.stderr
     )

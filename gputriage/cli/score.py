@@ -7,12 +7,12 @@ owns the defaults. The core's settings come from ``--config`` as for ``replay``.
 from __future__ import annotations
 
 import sys
-from dataclasses import fields
 from typing import Any
 
 import click
 
-from gputriage.cli.common import CONTEXT, FiniteRange, StructDefault, open_all, settings_of
+from gputriage.cli.common import CONTEXT, FiniteRange, open_all, settings_of
+from gputriage.cli.output import options_of, output_option, progress_option, stats_option
 from gputriage.scoring.run import SCORE_OUTPUTS, ScoreOptions, run_score
 from gputriage.scoring.truth_file import TruthError
 
@@ -25,13 +25,10 @@ _FRACTION = FiniteRange(min=0.0, max=1.0)
     "events", metavar="EVENTS", type=click.Path(exists=True, dir_okay=False, allow_dash=True)
 )
 @click.argument("truth", metavar="TRUTH", type=click.Path(exists=True, dir_okay=False))
-@click.option(
-    "-o",
-    "--output",
-    type=click.Choice(SCORE_OUTPUTS),
-    cls=StructDefault,
-    show_default=_DEFAULTS.output,
-    help="table: per-type scores, confusion, misses; json: one object (see the README).",
+@output_option(
+    SCORE_OUTPUTS,
+    _DEFAULTS.output,
+    "table: per-type scores, confusion, misses; json: one object (see the README).",
 )
 @click.option(
     "--min-precision",
@@ -45,14 +42,8 @@ _FRACTION = FiniteRange(min=0.0, max=1.0)
     metavar="R",
     help="Exit 1 if any type's recall is below R.",
 )
-@click.option(
-    "--progress/--no-progress",
-    default=None,
-    help="Progress bar on stderr. Default: only when stderr is a terminal and input is large.",
-)
-@click.option(
-    "--stats", is_flag=True, default=None, help="Print the core's counters on stderr at the end."
-)
+@progress_option
+@stats_option
 @click.pass_context
 def score_command(ctx: click.Context, /, *, events: str, truth: str, **given: Any) -> int:
     """Replay EVENTS (JSON lines, plain or gzip; - for stdin) and score the incidents
@@ -71,8 +62,7 @@ def score_command(ctx: click.Context, /, *, events: str, truth: str, **given: An
       gputriage score --min-precision 0.9 --min-recall 0.9 events.jsonl truth.jsonl
     """
     settings = settings_of(ctx)
-    names = {f.name for f in fields(ScoreOptions)}
-    options = ScoreOptions(**{k: v for k, v in given.items() if k in names and v is not None})
+    options = options_of(ScoreOptions, given)
     (source,) = open_all([events])
     try:
         return run_score(

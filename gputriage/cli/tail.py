@@ -6,7 +6,6 @@ Options default to ``None``: :class:`gputriage.tail.TailOptions` owns the defaul
 from __future__ import annotations
 
 import sys
-from dataclasses import fields
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +20,7 @@ from gputriage.cli.common import (
     setting_range,
     settings_of,
 )
+from gputriage.cli.output import evidence_option, options_of, output_option
 from gputriage.replay import OUTPUTS
 from gputriage.tail import StartAt, TailOptions, parse_start, run_tail
 from schemas.topics import topic_layout
@@ -55,25 +55,18 @@ class StartType(click.ParamType):
     help="Where to start: the end, the oldest record, an RFC 3339 time "
     "(2026-11-30T10:00:00Z), or an offset in every partition.",
 )
-@click.option(
-    "-o",
-    "--output",
-    type=click.Choice(OUTPUTS),
-    cls=StructDefault,
-    show_default=_DEFAULTS.output,
-    help="table/wide: one row per incident revision; json: each revision as a JSON line.",
+@output_option(
+    OUTPUTS,
+    _DEFAULTS.output,
+    "table/wide: one row per incident revision; json: each revision as a JSON line.",
 )
-@click.option(
-    "--evidence/--no-evidence",
-    default=None,
-    cls=StructDefault,
-    show_default=str(_DEFAULTS.evidence).lower(),
-    help="table/wide: list each revision's evidence chain under its row.",
+@evidence_option(
+    _DEFAULTS.evidence, "table/wide: list each revision's evidence chain under its row."
 )
 @brokers_option
 @click.option(
     "--connect-timeout",
-    "connect_timeout_s",
+    "connect_timeout_seconds",
     metavar="SECONDS",
     type=setting_range(KafkaSettings, "connect_timeout_seconds"),
     cls=StructDefault,
@@ -100,7 +93,6 @@ def tail_command(ctx: click.Context, /, *, brokers: str | None, **given: Any) ->
     """
     settings = settings_of(ctx)
     kwargs = kafka_kwargs(settings, brokers)
-    names = {f.name for f in fields(TailOptions)}
-    options = TailOptions(**{k: v for k, v in given.items() if k in names and v is not None})
+    options = options_of(TailOptions, given)
     topic = topic_layout(settings.topics).incidents.name
     return run_tail(kwargs, topic, options, sys.stdout.buffer, sys.stderr)

@@ -32,7 +32,7 @@ import msgspec
 from connectors.source import Batch
 from schemas.codec import AnyEvent
 from schemas.events import Tick
-from streams.core import CoreConfig
+from streams.core import CoreSettings
 
 IDLE_POLL_S = 0.2
 """How long :meth:`ScenarioSource.next_batch` waits for the next event before saying "idle"."""
@@ -105,7 +105,7 @@ class ScenarioSource:
         """Nothing to close."""
 
 
-def scaled_core_settings(config: CoreConfig, speed: float) -> dict[str, float]:
+def scaled_core_settings(config: CoreSettings, speed: float) -> dict[str, float]:
     """The core's window settings divided by ``speed`` (all but ``grace_seconds``, which is
     about transport delays, not scenario time), as ``[core]`` values."""
     return {

@@ -22,7 +22,7 @@ from gputriage.scoring.metrics import confusion, shortfalls, type_scores
 from gputriage.scoring.report import Score, table, to_json
 from gputriage.scoring.truth_file import read_truth
 from schemas.truth import ExpectedIncident
-from streams.core.config import CoreConfig
+from streams.core.config import CoreSettings
 
 ScoreOutput = Literal["table", "json"]
 SCORE_OUTPUTS: Final[tuple[ScoreOutput, ...]] = ("table", "json")
@@ -52,7 +52,7 @@ def score_replay(truths: list[ExpectedIncident], result: ReplayResult) -> Score:
 def run_score(
     events: FileSource,
     truth_path: str,
-    config: CoreConfig,
+    config: CoreSettings,
     options: ScoreOptions,
     stdout: BinaryIO,
     stderr: TextIO,

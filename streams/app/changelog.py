@@ -67,13 +67,13 @@ class ChangelogReader:
         await self._consumer.stop()
 
     async def read(
-        self, partitions: Iterable[int], timeout_s: float = 60.0
+        self, partitions: Iterable[int], timeout_seconds: float = 60.0
     ) -> tuple[dict[int, list[Any]], dict[int, Offsets]]:
         """The newest decoded state of every key on ``partitions``, by partition (a lane's
         states are on its own partition number), and their marks."""
         starts = {TopicPartition(self.topic, p): None for p in sorted(partitions)}
         latest: dict[tuple[int, bytes], bytes | None] = {}
-        async with aclosing(read_range(self._consumer, starts, timeout_s)) as batches:
+        async with aclosing(read_range(self._consumer, starts, timeout_seconds)) as batches:
             async for records in batches:
                 for record in records:
                     if record.key is not None:

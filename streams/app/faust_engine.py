@@ -100,8 +100,9 @@ from streams.app.metrics import Metrics
 from streams.app.offsets import PartitionOffsets
 from streams.app.pipeline import BatchOutcome, Partition, Pipeline, RawRecord
 from streams.app.published import is_mark
-from streams.app.worker import MAX_REQUEST_BYTES, ProcessorOptions
-from streams.core import CoreConfig
+from streams.app.settings import ProcessorSettings
+from streams.app.worker import MAX_REQUEST_BYTES
+from streams.core import CoreSettings
 from streams.core.snapshot import decode_state
 
 log = logging.getLogger("gputriage.processor")
@@ -130,7 +131,7 @@ engine's reader skips null values), and a NUL-led key, which no correlation key 
 
 
 def faust_app_config(
-    client_kwargs: Mapping[str, Any], options: ProcessorOptions, datadir: str
+    client_kwargs: Mapping[str, Any], options: ProcessorSettings, datadir: str
 ) -> dict[str, Any]:
     """faust ``App`` settings for the processor (module docstring, last trap).
 
@@ -186,11 +187,11 @@ class FaustWorker:
 
     def __init__(
         self,
-        core: CoreConfig,
+        core: CoreSettings,
         client_kwargs: Mapping[str, Any],
         layout: TopicLayout,
         state: TopicSpec,
-        options: ProcessorOptions,
+        options: ProcessorSettings,
         metrics: Metrics | None = None,
     ) -> None:
         self.core = core

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Iterator, Mapping
 import msgspec
 
 from schemas.incidents import Incident
-from streams.core import CoreConfig, CoreStats, Correlator
+from streams.core import CoreSettings, CoreStats, Correlator
 from streams.core.state import KeyState
 
 log = logging.getLogger("gputriage.processor")
@@ -45,7 +45,7 @@ log = logging.getLogger("gputriage.processor")
 class Lanes:
     """The correlators of a worker's partition numbers, created on first use."""
 
-    def __init__(self, config: CoreConfig) -> None:
+    def __init__(self, config: CoreSettings) -> None:
         self.config = config
         self._lanes: dict[int, Correlator] = {}
         self._retired = CoreStats()

@@ -40,7 +40,7 @@ from schemas.keys import correlation_key
 from schemas.timeconv import to_seconds
 from schemas.topics import SOURCE_SCHEMAS, TopicLayout
 from streams.app.lanes import Lanes
-from streams.core import CoreConfig, Correlator
+from streams.core import CoreSettings, Correlator
 from streams.core.snapshot import encode_state
 from streams.core.state import KeyState
 
@@ -170,7 +170,7 @@ class Pipeline:
 
     def __init__(
         self,
-        config: CoreConfig,
+        config: CoreSettings,
         layout: TopicLayout,
         *,
         source_idle_seconds: float = 60.0,

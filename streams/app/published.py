@@ -205,14 +205,14 @@ class Published:
         self,
         marks: Mapping[int, Offsets],
         raw: Iterable[TopicPartition],
-        timeout_s: float,
+        timeout_seconds: float,
     ) -> int:
         """Adopt the marks of gained raw partitions and scan the incident topic from them;
         the number of incident records read. ``raw``: the gained raw topic-partitions."""
         raw = [tp for tp in raw if tp.partition in marks]
         if not raw:
             return 0
-        ends = await self._log_ends(raw, timeout_s)
+        ends = await self._log_ends(raw, timeout_seconds)
         for partition, mark in marks.items():
             self._inherited[partition] = _Inherited(
                 mark, {tp: end for tp, end in ends.items() if tp.partition == partition}
@@ -221,10 +221,10 @@ class Published:
         for mark in marks.values():
             for q, offset in mark.items():
                 starts[q] = min(offset, starts.get(q, offset))
-        return await self._scan(starts, timeout_s)
+        return await self._scan(starts, timeout_seconds)
 
     async def _log_ends(
-        self, tps: list[TopicPartition], timeout_s: float
+        self, tps: list[TopicPartition], timeout_seconds: float
     ) -> dict[TopicPartition, int]:
         """The offset after the last record of each partition, read, not asked: an end
         offset as Tansu answers it (its last batch's base + 1) would end an inheritance
@@ -236,7 +236,7 @@ class Published:
         consumer.assign(list(remaining))
         for tp in remaining:
             consumer.seek(tp, asked[tp] - 1)
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + timeout_seconds
         while remaining and time.monotonic() < deadline:
             batches = await consumer.getmany(*remaining, timeout_ms=200)
             for tp, records in batches.items():
@@ -246,7 +246,7 @@ class Published:
         consumer.assign([])
         if remaining:  # the asked ends, then: a shorter inheritance, never a lost record
             log.warning(
-                "reading the last records of %s took over %g s", sorted(remaining), timeout_s
+                "reading the last records of %s took over %g s", sorted(remaining), timeout_seconds
             )
         return ends
 
@@ -257,14 +257,14 @@ class Published:
         if not self._inherited:
             self._held.clear()
 
-    async def _scan(self, starts: Mapping[int, int], timeout_s: float) -> int:
+    async def _scan(self, starts: Mapping[int, int], timeout_seconds: float) -> int:
         tps: dict[TopicPartition, int | None] = {
             tp: starts[tp.partition] for tp in self._tps if tp.partition in starts
         }
         held = self._held
         read = 0
         try:
-            async with aclosing(read_range(self._consumer, tps, timeout_s)) as batches:
+            async with aclosing(read_range(self._consumer, tps, timeout_seconds)) as batches:
                 async for records in batches:
                     for record in records:
                         if record.key is None or record.value is None:

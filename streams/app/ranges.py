@@ -25,10 +25,10 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 async def read_range(
     consumer: AIOKafkaConsumer,
     starts: Mapping[TopicPartition, int | None],
-    timeout_s: float,
+    timeout_seconds: float,
 ) -> AsyncGenerator[list[Any], None]:
     """Batches of records of ``starts``' partitions, each from its start (None: the
-    beginning) to its end; ``TimeoutError`` past ``timeout_s``. The caller may stop early;
+    beginning) to its end; ``TimeoutError`` past ``timeout_seconds``. The caller may stop early;
     the consumer is unassigned either way."""
     tps = list(starts)
     if not tps:
@@ -43,12 +43,12 @@ async def read_range(
                 await consumer.seek_to_beginning(tp)
             else:
                 consumer.seek(tp, start)
-        deadline = time.monotonic() + timeout_s
+        deadline = time.monotonic() + timeout_seconds
         while remaining:
             if time.monotonic() > deadline:
                 raise TimeoutError(
                     f"reading {sorted((tp.topic, tp.partition) for tp in remaining)} "
-                    f"took over {timeout_s:g} s"
+                    f"took over {timeout_seconds:g} s"
                 )
             batches = await consumer.getmany(*remaining, timeout_ms=200, max_records=10_000)
             for records in batches.values():

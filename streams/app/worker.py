@@ -96,7 +96,6 @@ from collections.abc import Iterable, Mapping
 from functools import partial
 from typing import Any
 
-import msgspec
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
 from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
@@ -113,7 +112,8 @@ from streams.app.metrics import Metrics
 from streams.app.offsets import PartitionOffsets
 from streams.app.pipeline import BatchOutcome, Partition, Pipeline
 from streams.app.published import REFRESH_SECONDS, Offsets, Published, encode_mark, mark_key
-from streams.core import CoreConfig
+from streams.app.settings import ProcessorSettings
+from streams.core import CoreSettings
 
 log = logging.getLogger("gputriage.processor")
 
@@ -122,53 +122,8 @@ RESUME_AT = 0.8
 MAX_REQUEST_BYTES = STATE_RECORD_MAX_BYTES
 """The producer's largest record (aiokafka's ``max_request_size``; see ``Worker.__init__``):
 the state topic's ``max.message.bytes`` (:data:`schemas.topics.STATE_RECORD_MAX_BYTES`)."""
-PREFETCH_BACKOFF_S = 0.002
+PREFETCH_BACKOFF_SECONDS = 0.002
 """aiokafka's fetcher's ``prefetch_backoff`` (0.1 s by default; see :meth:`Worker._tune`)."""
-
-
-class ProcessorOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """The ``[processor]`` settings (an unknown key is an error, not a silent default)."""
-
-    app_id: str = "gputriage"
-    """Consumer group id; workers with the same id share the partitions (and state)."""
-    batch_max: int = 5000
-    """Records per batch at most."""
-    tick_seconds: float = 0.1
-    """How often the worker's clock advances the watermark on quiet keys."""
-    metrics_port: int | None = 9464
-    """``/metrics`` port; ``None`` disables it, 0 picks a free port."""
-    metrics_addr: str = "0.0.0.0"
-    session_timeout_seconds: float = 10.0
-    """Consumer group session timeout: how long a dead worker keeps its partitions."""
-    rebalance_timeout_seconds: float = 10.0
-    """How long a rebalance waits for members. The group coordinator waits this long
-    for members before it completes a join, so it bounds every worker's start-up."""
-    stop_timeout_seconds: float = 15.0
-    """On SIGINT/SIGTERM, exit anyway after this long (see ``gputriage.process``)."""
-    startup_hold_seconds: float = 10.0
-    """After an assignment, how long a partition not yet read holds its lane where its start
-    and end are not known otherwise (the faust engine; an aiokafka that hides them)."""
-    snapshot_seconds: float = 1.0
-    """How often changed key states are written to the state topic. Records are
-    committed only after the snapshot covering them, so this is also the commit
-    cadence; a longer one writes less, and re-reads more after a crash."""
-    fetch_max_wait_ms: int = 100
-    """How long a fetch may wait on the broker for records: the latency floor of a
-    quiet stream (some brokers, Tansu among them, always wait this long)."""
-    restore_timeout_seconds: float = 120.0
-    """How long reading the state of newly assigned partitions may take."""
-    source_idle_seconds: float = 60.0
-    """A source (connector) not heard for this long no longer holds the watermark
-    (:class:`~streams.app.pipeline.Pipeline`). Connectors heartbeat every 0.5 s when
-    quiet; when every source has gone, the worker's clock drives the watermark."""
-    max_future_seconds: float = 600.0
-    """A record whose event time is further than this ahead of the present (the worker's
-    clock, or the sources' progress if ahead of it) is a dead letter: a clock set to
-    9999 would otherwise hold its partition's commit forever."""
-    max_buffered_events: int = 100_000
-    """Events waiting for the watermark at most (the memory of a backlog): at this many,
-    fetching pauses on the partitions ahead of the watermark, and resumes below 80 %.
-    Soft: about two batches (``batch_max``) more at worst (the module's traps say why)."""
 
 
 class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
@@ -187,11 +142,11 @@ class Worker:
 
     def __init__(
         self,
-        core: CoreConfig,
+        core: CoreSettings,
         client_kwargs: Mapping[str, Any],
         layout: TopicLayout,
         state: TopicSpec,
-        options: ProcessorOptions,
+        options: ProcessorSettings,
         metrics: Metrics | None = None,
     ) -> None:
         self.options = options
@@ -306,7 +261,7 @@ class Worker:
         """
         fetcher = getattr(consumer, "_fetcher", None)
         if fetcher is not None and hasattr(fetcher, "_prefetch_backoff"):
-            fetcher._prefetch_backoff = PREFETCH_BACKOFF_S
+            fetcher._prefetch_backoff = PREFETCH_BACKOFF_SECONDS
         else:  # pragma: no cover - an aiokafka without it: slower backlogs, same results
             log.warning("aiokafka's fetcher has no _prefetch_backoff: left at its default")
 

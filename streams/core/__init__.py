@@ -4,11 +4,11 @@ No I/O, no clock, no randomness (an import-linter contract and a test hold this
 line). Time arrives as data: event times and explicit ticks.
 """
 
-from streams.core.config import CoreConfig, XidRule
+from streams.core.config import CoreSettings, XidRule
 from streams.core.engine import CoreStats, Correlator, advance, step
 
 __all__ = [
-    "CoreConfig",
+    "CoreSettings",
     "CoreStats",
     "Correlator",
     "XidRule",

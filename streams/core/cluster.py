@@ -48,7 +48,7 @@ from schemas.events import (
 from schemas.incidents import Incident
 from schemas.keys import finished, gpu_devices, holds_gpus
 from streams.core import evidence, shortcuts
-from streams.core.config import CoreConfig
+from streams.core.config import CoreSettings
 from streams.core.lifecycle import ClusterStep, held_until
 from streams.core.rules import fabric, mismatch, starved
 from streams.core.rules.registry import CLUSTER_RULES
@@ -57,7 +57,7 @@ from streams.core.timeconv import to_seconds
 
 
 def _routine(
-    state: ClusterState, ev: PodEvent, key: str, key_hash: int, config: CoreConfig
+    state: ClusterState, ev: PodEvent, key: str, key_hash: int, config: CoreSettings
 ) -> bool:
     """Is this copy of a scheduled pod's record news to no cluster rule? The router sends
     a copy only when the pod's placement changed, but a producer that restarted sends
@@ -75,7 +75,7 @@ def _routine(
     return mismatch.placed_as(state, key_hash, _scheduled_on(ev, config), devices)
 
 
-def _scheduled_on(ev: PodEvent, config: CoreConfig) -> str:
+def _scheduled_on(ev: PodEvent, config: CoreSettings) -> str:
     """The node a scheduled pod's GPUs count on for the cross-source check: its node while
     it runs with whole GPUs outside the ignored namespaces, else ``""`` (none)."""
     if not holds_gpus(ev) or ev.namespace in config.mismatch_ignore_namespaces:
@@ -83,7 +83,9 @@ def _scheduled_on(ev: PodEvent, config: CoreConfig) -> str:
     return ev.node
 
 
-def apply_event(state: ClusterState, event: Any, now: float, config: CoreConfig) -> list[Incident]:
+def apply_event(
+    state: ClusterState, event: Any, now: float, config: CoreSettings
+) -> list[Incident]:
     """Apply one cluster-scoped record (or a copy routed here) at event time ``now``."""
     # An event at exactly the key's deadline goes before its timer (the engine's order),
     # and the deadline is recomputed after it from ``checked_at``: the rules must do the
@@ -174,7 +176,7 @@ def _on_kube_event(step: ClusterStep, ev: KubeEvent) -> None:
         step.state.starved_dirty = step.state.timers_dirty = True
 
 
-def apply_timer(state: ClusterState, now: float, config: CoreConfig) -> list[Incident]:
+def apply_timer(state: ClusterState, now: float, config: CoreSettings) -> list[Incident]:
     """Fire everything due at or before ``now``: thresholds reached, quiet incidents."""
     step = ClusterStep(state, config, now)
     for rule in CLUSTER_RULES:  # registry order: part of the output
@@ -194,7 +196,7 @@ def apply_timer(state: ClusterState, now: float, config: CoreConfig) -> list[Inc
     return step.finish()
 
 
-def next_deadline(state: ClusterState, config: CoreConfig) -> float:
+def next_deadline(state: ClusterState, config: CoreSettings) -> float:
     """The earliest event time at which :func:`apply_timer` has something to do."""
     found = NEVER
     for rule in CLUSTER_RULES:

@@ -1,16 +1,27 @@
-"""The core's configuration: thresholds and the XID policy, as plain data.
+"""The core's settings: every threshold and the XID policy, as plain data.
 
 The core never reads files or the environment; it is handed a frozen
-:class:`CoreConfig`. :mod:`streams.config` builds one from the packaged XID
-catalog and a user's overrides.
+:class:`CoreSettings`. The ``[core]`` table of the settings tree is this struct;
+:func:`streams.config.core_config` resolves it (the XID policy from ``[xid]`` and
+the packaged catalog, ``[core.severity]`` merged into the defaults), which is the
+one the core must be given.
 """
 
 from __future__ import annotations
+
+from typing import Annotated
 
 import msgspec
 
 from schemas.progress import DEFAULT_GRACE_SECONDS
 from schemas.types import Severity, XidClass
+
+Seconds = Annotated[float, msgspec.Meta(ge=0, le=30 * 86400)]
+"""A duration in seconds of event time (0 allowed: "no window"; at most 30 days)."""
+Count = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
+"""A count that must be reached (at least 1)."""
+Amount = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
+"""A threshold that may be 0 (exceeded, not reached)."""
 
 
 def default_severity() -> dict[str, Severity]:
@@ -36,22 +47,45 @@ class XidRule(msgspec.Struct, frozen=True, kw_only=True):
     ...``): a ``Nonfatal`` line is recorded evidence (``info``), whatever the class."""
 
 
-class CoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """Every threshold the rules use; docs/detection.md says what each rule does with them.
+class CoreSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """Every threshold the rules use, with its range and a one-line description
+    (docs/detection.md says what each rule does with them).
 
     Times are seconds of *event time*. ``grace_seconds`` is how far out of order
     events may arrive and still be correlated exactly as if they had arrived in
     order; it is also the latency the watermark adds before a rule can fire, so
     it trades reordering tolerance against time to page.
+
+    Traps: the struct as loaded from ``[core]`` is not yet the core's (``xid`` empty,
+    ``severity`` only what was set): give the core
+    :meth:`gputriage.settings.Settings.core_config` or
+    :func:`streams.config.core_config` of it. ``xid`` cannot be set from ``[core]``
+    (refused at load, with where XID classes go).
     """
 
-    grace_seconds: float = DEFAULT_GRACE_SECONDS
+    grace_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(description="How far out of order events may arrive and still correlate."),
+    ] = DEFAULT_GRACE_SECONDS
 
-    eviction_window_seconds: float = 600.0
+    eviction_window_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(
+            description="Pod failures this long after a fatal XID or GPU drop join its chain."
+        ),
+    ] = 600.0
     """device_unhealthy_eviction: pod failures this long after a fatal XID / drop join it."""
-    eviction_lookback_seconds: float = 120.0
+    eviction_lookback_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(
+            description="Pod failures this long before a fatal XID or GPU drop join its chain."
+        ),
+    ] = 120.0
     """...and how long *before* it (kubelet may report a failed pod before the node status)."""
-    failure_reasons: tuple[str, ...] = (
+    failure_reasons: Annotated[
+        tuple[str, ...],
+        msgspec.Meta(description="Pod failure reasons that may join an eviction chain."),
+    ] = (
         "Evicted",
         "UnexpectedAdmissionError",
         "DeviceFailed",
@@ -61,14 +95,27 @@ class CoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
         "TaintManagerEviction",
         "Preempting",
     )
-    drop_persist_seconds: float = 60.0
+    drop_persist_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(
+            description="A GPU drop without a fatal XID arms the eviction chain after this long."
+        ),
+    ] = 60.0
     """An allocatable drop with no fatal XID arms the eviction chain only once it has lasted
     this long: a device plugin that restarts re-registers its GPUs (8 -> 0 -> 8 in seconds),
     which is not a fault."""
-    device_fault_near_seconds: float = 60.0
+    device_fault_near_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(
+            description="A plain container crash joins a device chain only this close to it."
+        ),
+    ] = 60.0
     """An ordinary container crash joins a device chain only if it happened this close to
     one of the chain's triggers (the XID killed it, the kubelet saw it before the drop)."""
-    device_failure_patterns: tuple[str, ...] = (
+    device_failure_patterns: Annotated[
+        tuple[str, ...],
+        msgspec.Meta(description="Texts in a pod failure that say the device failed."),
+    ] = (
         "UnexpectedAdmissionError",
         "DeviceFailed",
         "DeviceUnhealthy",
@@ -86,16 +133,35 @@ class CoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
     a device chain wherever its GPU was. (A CUDA *out of memory* text is not one: it matches
     ``cuda_oom_patterns`` and is the workload's, see :mod:`streams.core.rules.chain`.)"""
 
-    oom_join_seconds: float = 60.0
+    oom_join_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(
+            description="A node OOM kill and a container OOMKilled this close are one kill."
+        ),
+    ] = 60.0
     """host_oom_kill: a node OOMKilling event and a container OOMKilled this close are one kill."""
-    oom_quiet_seconds: float = 900.0
-    """host_oom_kill resolves after this long without another OOM kill of the container."""
+    oom_quiet_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(
+            description="host_oom_kill resolves after this long without another OOM kill."
+        ),
+    ] = 900.0
 
-    cuda_oom_restarts: int = 3
+    cuda_oom_restarts: Annotated[
+        Amount,
+        msgspec.Meta(
+            description="suspected_cuda_oom fires at more GPU container restarts than this."
+        ),
+    ] = 3
     """suspected_cuda_oom fires when a GPU container restarts *more* than this often..."""
-    cuda_oom_window_seconds: float = 900.0
+    cuda_oom_window_seconds: Annotated[
+        Seconds, msgspec.Meta(description="suspected_cuda_oom counts restarts within this window.")
+    ] = 900.0
     """...within this window (and resolves after this long without a restart)."""
-    cuda_oom_patterns: tuple[str, ...] = (
+    cuda_oom_patterns: Annotated[
+        tuple[str, ...],
+        msgspec.Meta(description="Texts that say a container ran out of GPU memory."),
+    ] = (
         "CUDA out of memory",
         "OutOfMemoryError",
         "CUDA error: out of memory",
@@ -103,106 +169,216 @@ class CoreConfig(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_field
         "cudaErrorMemoryAllocation",
     )
 
-    degraded_after_seconds: float = 300.0
+    degraded_after_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(
+            description="gpu_degraded opens when GPUs stay missing (or a fatal XID unanswered)."
+        ),
+    ] = 300.0
     """gpu_degraded: capacity - allocatable > 0 for longer than this; or a fatal XID (or an
     XID 154 asking for a reset, drain or reboot) that no eviction chain has reported after
     this long (the chain opening first keeps one root cause, one page)."""
-    degraded_quiet_seconds: float = 86400.0
+    degraded_quiet_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(
+            description="A gpu_degraded of XIDs alone resolves after this long without one."
+        ),
+    ] = 86400.0
     """A gpu_degraded opened by XIDs alone (no allocatable drop) resolves after this long
     without another fatal XID on the node. Nothing else says a GPU that never left the
     allocatable pool was repaired (a reset is invisible to Kubernetes), so it stays open
     for a day: the ``xid_repeat`` window, so a fault that comes back within it is the same
     ticket, not a new one. An allocatable drop, once seen, resolves it only on recovery."""
 
-    app_fault_quiet_seconds: float = 3600.0
-    """gpu_app_fault resolves after this long without another application XID on the GPU."""
-    app_fault_escalate_count: int = 3
+    app_fault_quiet_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(
+            description="gpu_app_fault resolves after this long without an application XID."
+        ),
+    ] = 3600.0
+    app_fault_escalate_count: Annotated[
+        Count, msgspec.Meta(description="gpu_app_fault becomes a ticket at this many XID episodes.")
+    ] = 3
     """gpu_app_fault goes from ``info`` to ``ticket`` at this many XID *episodes* (see
     ``xid_episode_gap_seconds``) in one incident."""
 
-    xid_repeat_count: int = 5
+    xid_repeat_count: Annotated[
+        Count,
+        msgspec.Meta(
+            description="xid_repeat fires at this many episodes of one fatal code on one GPU."
+        ),
+    ] = 5
     """xid_repeat: this many *episodes* of one fatal code on one GPU..."""
-    xid_repeat_window_seconds: float = 86400.0
+    xid_repeat_window_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(
+            description="xid_repeat counts episodes within this window; resolves after it."
+        ),
+    ] = 86400.0
     """...within this window (their first lines), and it resolves after this long quiet."""
-    xid_coalesce_seconds: float = 1.0
+    xid_coalesce_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(
+            description="The same XID on the same GPU within this long is one occurrence."
+        ),
+    ] = 1.0
     """The same code on the same GPU within this long is one occurrence (sources overlap):
     the floor of ``xid_episode_gap_seconds``, so setting that to 0 (count every occurrence)
     still counts a line seen by the kernel log and by dcgm-exporter once."""
-    xid_episode_gap_seconds: float = 600.0
+    xid_episode_gap_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(
+            description="A line of an XID this long after its last one starts a new episode."
+        ),
+    ] = 600.0
     """One fault is logged as many lines (one XID 13 as three, a GSP hang as an XID 119
     every few minutes): a line of a code less than this after the previous line of the same
     code on the same GPU continues that fault's *episode*; at or past it, a new episode
     starts. ``xid_repeat`` and ``gpu_app_fault`` count episodes, not lines, and an XID 45
     follows the XIDs of its GPU this recent."""
 
-    not_ready_statuses: tuple[str, ...] = ("False", "Unknown")
-    not_ready_grace_seconds: float = 120.0
+    not_ready_statuses: Annotated[
+        tuple[str, ...],
+        msgspec.Meta(description="Node Ready condition statuses that count as not ready."),
+    ] = ("False", "Unknown")
+    not_ready_grace_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(
+            description="gpu_node_not_ready pages when a node is NotReady longer than this."
+        ),
+    ] = 120.0
     """gpu_node_not_ready pages only when the node stays NotReady longer than this (event
     time), or a GPU pod on it fails meanwhile. Kubernetes itself waits out blips: the
     node-monitor grace period and the NoExecute tolerations (300 s by default) mean a
     30 s NotReady evicts nothing, so it must not wake anyone. 0 pages at once."""
 
     # -- cluster-scoped (streams.core.cluster) ----------------------------------------
-    starved_pending_seconds: float = 600.0
+    starved_pending_seconds: Annotated[
+        Seconds, msgspec.Meta(description="A GPU pod unschedulable this long counts as starved.")
+    ] = 600.0
     """gpu_pods_starved: how long a GPU pod must have been pending (and found
     unschedulable) before it counts as starved."""
-    starved_failures: int = 3
+    starved_failures: Annotated[
+        Count,
+        msgspec.Meta(description="Failed scale-up attempts that make pending GPU pods starved."),
+    ] = 3
     """gpu_pods_starved: failed scale-up attempts of a matching node group (within
     ``scale_up_window_seconds``) that make pending GPU pods starved, not just waiting."""
-    scale_up_window_seconds: float = 3600.0
-    """Failed scale-up attempts older than this no longer count."""
-    scale_up_attempt_gap_seconds: float = 60.0
+    scale_up_window_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(description="Failed scale-up attempts older than this no longer count."),
+    ] = 3600.0
+    scale_up_attempt_gap_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(
+            description="Failures of one node group less than this apart are one attempt."
+        ),
+    ] = 60.0
     """Failure records of one node group less than this apart are one attempt: one failed
     scale-up is logged as several lines (the error, the backoff, the status), and a
     group at its max size is reported on every autoscaler loop (10 s)."""
-    scale_up_quiet_seconds: float = 1800.0
+    scale_up_quiet_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(
+            description="scale_up_failure resolves after this long without a new failure."
+        ),
+    ] = 1800.0
     """scale_up_failure resolves after this long without a new failure of its group and
     reason."""
-    quota_severity: Severity = "page"
+    quota_severity: Annotated[
+        Severity,
+        msgspec.Meta(
+            description="Severity of starved pods and scale-up failures due to a cloud quota."
+        ),
+    ] = "page"
     """gpu_pods_starved and scale_up_failure when the reason is a cloud quota."""
-    gpu_node_group_pattern: str = (
+    gpu_node_group_pattern: Annotated[
+        str,
+        msgspec.Meta(description="A node group whose name matches this regex is a GPU node group."),
+    ] = (
         r"gpu|nvidia|(?<![a-z0-9])(a100|h100|h200|b200|gb200|l40s?|l4|t4|v100|p4de?|p5e?n?"
         r"|p3dn|p3|g4dn|g5g?|g6e?|a2-|a3-|g2-|nc\d|nd\d|nv\d)"
     )
     """A node group whose name matches this (case-insensitive) is a GPU node group, for
     scale_up_failure; one an autoscaler record ties to a GPU pod is one whatever its name."""
-    mismatch_threshold: int = 5
+    mismatch_threshold: Annotated[
+        Amount, msgspec.Meta(description="GPUs by which Kubernetes and dcgm-exporter may disagree.")
+    ] = 5
     """allocation_mismatch: GPUs by which Kubernetes and dcgm-exporter may disagree, summed
     over nodes (|requested - bound| per node: two nodes that err both ways are two errors)."""
-    mismatch_after_seconds: float = 300.0
+    mismatch_after_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(
+            description="allocation_mismatch opens when the disagreement lasts this long."
+        ),
+    ] = 300.0
     """allocation_mismatch opens when the disagreement stays above the threshold this long
     (a pod starts before the next dcgm-exporter scrape binds it: seconds, not minutes)."""
-    mismatch_ignore_namespaces: tuple[str, ...] = ()
+    mismatch_ignore_namespaces: Annotated[
+        tuple[str, ...],
+        msgspec.Meta(description="Namespaces whose pods allocation_mismatch leaves out."),
+    ] = ()
     """Namespaces whose pods are left out of the count (time-sliced workloads on nodes not
     labelled as shared)."""
 
-    nvlink_cross_numa: bool = False
+    nvlink_cross_numa: Annotated[
+        bool,
+        msgspec.Meta(
+            description="multi_gpu_pod_without_nvlink also fires for GPUs on two NUMA nodes."
+        ),
+    ] = False
     """multi_gpu_pod_without_nvlink also fires when a pod's GPUs, NVLink-connected or
     not, sit on different NUMA nodes (the matrix's ``NUMA Affinity``): its host-side
     traffic (data loading, pinned copies, the NIC) then crosses the socket interconnect.
     Off by default: on an HGX board the two halves of an 8-GPU job are on two NUMA nodes
     by design."""
 
-    revision_interval_seconds: float = 30.0
+    revision_interval_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(description="At most one updated revision of an incident per this long."),
+    ] = 30.0
     """At most one ``updated`` revision of an incident per this long (event time): one
     node's device plugin rejecting 62 pods in a few minutes is one incident, and each
     revision is a PagerDuty re-trigger and a Slack update. The held changes go out in one
     revision when the interval ends, naming every pod. The first ``open``, the
     ``resolved`` and a change of severity are never held. 0 publishes every change."""
-    fabric_window_seconds: float = 30.0
+    fabric_window_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(
+            description="NVLink fabric XIDs of one domain less than this apart are one fault."
+        ),
+    ] = 30.0
     """nvlink_domain_fault: NVLink fabric XIDs (144-149) of the GPUs of one NVLink domain
     less than this apart are one fault. NVIDIA's catalog: a follow-up XID 145 is a
     by-product when any link of the partition went down "within that last 30 seconds"
     (CHECK_NVLINK_FAILURE_FLOW). The root is chosen this long after the first line, so it
     is also the page's delay."""
-    fabric_quiet_seconds: float = 3600.0
+    fabric_quiet_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(
+            description="nvlink_domain_fault resolves after this long without a fabric XID."
+        ),
+    ] = 3600.0
     """nvlink_domain_fault resolves after this long without another fabric XID in its
     fault (a GPU reset is invisible to Kubernetes: only time says it is over)."""
 
-    max_evidence: int = 50
+    max_evidence: Annotated[
+        Count,
+        msgspec.Meta(
+            description="Evidence events kept per incident; further ones are only counted."
+        ),
+    ] = 50
     """Evidence kept per incident; further events are counted in ``evidence_omitted``."""
 
-    severity: dict[str, Severity] = msgspec.field(default_factory=default_severity)
-    xid: dict[int, XidRule] = {}
+    severity: Annotated[
+        dict[str, Severity],
+        msgspec.Meta(description="Severity by incident type, merged into the defaults."),
+    ] = msgspec.field(default_factory=default_severity)
+    xid: Annotated[
+        dict[int, XidRule],
+        msgspec.Meta(
+            description="The XID policy by code, from [xid] and the catalog (not set here)."
+        ),
+    ] = {}
     """The XID policy by code. Empty means every code is ``unknown``: build the config
     with :func:`streams.config.default_core_config` to get the catalog."""

@@ -40,7 +40,7 @@ from schemas.incidents import Incident
 from schemas.keys import key_node, key_of
 from streams.core import cluster as cluster_rules
 from streams.core import node as node_rules
-from streams.core.config import CoreConfig
+from streams.core.config import CoreSettings
 from streams.core.lifecycle import publish_held
 from streams.core.state import NEVER, ClusterState, KeyState, NodeState
 from streams.core.timeconv import to_seconds
@@ -98,7 +98,7 @@ def new_state(event: AnyEvent) -> KeyState:
 def step(
     state: KeyState | None,
     event: AnyEvent,
-    config: CoreConfig,
+    config: CoreSettings,
 ) -> tuple[KeyState, list[Incident]]:
     """The pure transition ``(state, event) -> (state, incidents)`` for one key.
 
@@ -120,7 +120,7 @@ def _transition(
     when: float,
     rank: int,
     event_id: str,
-    config: CoreConfig,
+    config: CoreSettings,
 ) -> tuple[list[Incident] | None, bool]:
     """Apply one event to one key's state at event time ``when`` (``rank``: its schema's,
     ``event_id``: its id).
@@ -159,7 +159,7 @@ def _transition(
     return cluster_rules.apply_event(state, event, when, config), False
 
 
-def advance(state: KeyState, now: float, config: CoreConfig) -> tuple[KeyState, list[Incident]]:
+def advance(state: KeyState, now: float, config: CoreSettings) -> tuple[KeyState, list[Incident]]:
     """Fire the timers of one key that are due at or before event time ``now``."""
     if state.deadline > now:
         return state, []
@@ -168,13 +168,13 @@ def advance(state: KeyState, now: float, config: CoreConfig) -> tuple[KeyState, 
     return state, incidents
 
 
-def _timer(state: KeyState, now: float, config: CoreConfig) -> list[Incident]:
+def _timer(state: KeyState, now: float, config: CoreSettings) -> list[Incident]:
     if isinstance(state, NodeState):
         return node_rules.apply_timer(state, now, config)
     return cluster_rules.apply_timer(state, now, config)
 
 
-def _refresh_deadline(state: KeyState, config: CoreConfig) -> bool:
+def _refresh_deadline(state: KeyState, config: CoreSettings) -> bool:
     """Recompute the key's deadline if a rule touched a timer; True if it changed."""
     if not state.timers_dirty:
         return False
@@ -257,7 +257,7 @@ class Correlator:
     order they happened in event time.
     """
 
-    def __init__(self, config: CoreConfig, *, track_dirty: bool = False) -> None:
+    def __init__(self, config: CoreSettings, *, track_dirty: bool = False) -> None:
         """``track_dirty``: remember changed keys for :meth:`take_dirty` (a processor
         with a changelog wants this; a replay does not, and would only pay for it)."""
         self.config = config

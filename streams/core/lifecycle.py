@@ -18,7 +18,7 @@ import msgspec
 from schemas.ids import incident_id
 from schemas.incidents import Evidence, GpuRef, Incident, PodInfo
 from schemas.types import IncidentStatus
-from streams.core.config import CoreConfig
+from streams.core.config import CoreSettings
 from streams.core.state import NEVER, ClusterState, NodeState, OpenIncident
 from streams.core.timeconv import to_datetime, to_seconds
 
@@ -55,7 +55,7 @@ class KeyStep(Generic[S]):
 
     __slots__ = ("config", "dirty", "now", "out", "state", "version")
 
-    def __init__(self, state: S, config: CoreConfig, now: float) -> None:
+    def __init__(self, state: S, config: CoreSettings, now: float) -> None:
         self.state: S = state
         self.config = config
         self.now = now
@@ -217,7 +217,9 @@ class KeyStep(Generic[S]):
         )
 
 
-def publish_held(state: NodeState | ClusterState, now: float, config: CoreConfig) -> list[Incident]:
+def publish_held(
+    state: NodeState | ClusterState, now: float, config: CoreSettings
+) -> list[Incident]:
     """The held changes of every incident of ``state``, published now (end of input: a
     replay that ends less than the interval after an update still shows it)."""
     step: Step | ClusterStep = (
@@ -231,7 +233,7 @@ def publish_held(state: NodeState | ClusterState, now: float, config: CoreConfig
     return step.finish(hold=False)
 
 
-def held_until(inc: OpenIncident, config: CoreConfig) -> float:
+def held_until(inc: OpenIncident, config: CoreSettings) -> float:
     """When ``inc``'s held changes are due to be published; ``NEVER`` if none are held."""
     return inc.published_at + config.revision_interval_seconds if inc.held else NEVER
 

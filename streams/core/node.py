@@ -29,7 +29,7 @@ from schemas.incidents import Evidence, Incident
 from schemas.keys import POD_RESOURCES
 from streams.core import evidence as text
 from streams.core import shortcuts
-from streams.core.config import CoreConfig, XidRule
+from streams.core.config import CoreSettings, XidRule
 from streams.core.lifecycle import Step, held_until
 from streams.core.rules import (
     chain,
@@ -911,7 +911,7 @@ def _on_xid(step: Step, ev: XidEvent) -> None:
 
 
 def _workload_xid(
-    config: CoreConfig, rule: XidRule, ev: XidEvent, episodes: dict[int, tuple[float, float]]
+    config: CoreSettings, rule: XidRule, ev: XidEvent, episodes: dict[int, tuple[float, float]]
 ) -> bool:
     """Is this XID line the workload's, one the device plugin does not mark its GPU
     unhealthy for? An application-class code (13, 31, 43, 68...), or a cleanup XID 45
@@ -928,7 +928,7 @@ def _workload_xid(
 
 
 def _followed(
-    config: CoreConfig, ev: XidEvent, episodes: dict[int, tuple[float, float]]
+    config: CoreSettings, ev: XidEvent, episodes: dict[int, tuple[float, float]]
 ) -> int | None:
     """The XID a follow-up line follows on its GPU: the one it names (``caused by
     previous Xid 149``) or the latest other XID there within the episode gap."""
@@ -998,7 +998,7 @@ _HANDLERS: dict[type[Any], Callable[[Step, Any], None]] = {
 
 
 def apply_event(
-    state: NodeState, event: Any, now: float, config: CoreConfig, *, late: bool = False
+    state: NodeState, event: Any, now: float, config: CoreSettings, *, late: bool = False
 ) -> list[Incident] | None:
     """Apply one event at event time ``now``; return the incident revisions it caused,
     or None when it is stale: an older copy of its object (see :func:`admits`).
@@ -1039,7 +1039,7 @@ def apply_event(
 
 
 def _routine_pod(
-    state: NodeState, ev: PodEvent, now: float, version: int, config: CoreConfig
+    state: NodeState, ev: PodEvent, now: float, version: int, config: CoreSettings
 ) -> bool:
     """Apply a pod update no rule has anything to read in, if it is one (a shortcut).
 
@@ -1062,7 +1062,7 @@ def _routine_pod(
 
 
 def _routine_track(
-    track: PodTrack, ev: PodEvent, now: float, version: int, config: CoreConfig
+    track: PodTrack, ev: PodEvent, now: float, version: int, config: CoreSettings
 ) -> bool:
     """:func:`_routine_pod` once the pod's track is found (the engine's path).
 
@@ -1104,7 +1104,7 @@ def _routine_track(
 
 
 def _routine_status(
-    ctr: ContainerTrack, status: ContainerStatus, now: float, config: CoreConfig
+    ctr: ContainerTrack, status: ContainerStatus, now: float, config: CoreSettings
 ) -> bool:
     """Does ``status`` show ``ctr`` as the full path left it (see :func:`_routine_pod`)?
     (The crash window is read only for a container with crashes in it.)"""
@@ -1143,7 +1143,7 @@ def _known_container(
 
 
 def admits(
-    state: NodeState, event: Any, config: CoreConfig, version: int = 0, *, late: bool
+    state: NodeState, event: Any, config: CoreSettings, version: int = 0, *, late: bool
 ) -> bool:
     """Does this event bring news about its own object? (No evidence is lost to a relist.)
 
@@ -1221,7 +1221,7 @@ def _seen_since(track: PodTrack, when: float) -> bool:
     return any(ctr.seen_at >= when for ctr in items)
 
 
-def _prune(state: NodeState, now: float, config: CoreConfig) -> None:
+def _prune(state: NodeState, now: float, config: CoreSettings) -> None:
     """Drop look-back memories that can no longer matter (cheap when there are none).
 
     Runs for every event of a node: each memory is read once, and the configuration
@@ -1241,7 +1241,7 @@ def _prune(state: NodeState, now: float, config: CoreConfig) -> None:
         state.recent_xids = tuple(x for x in xids if x[0] >= horizon)
 
 
-def apply_timer(state: NodeState, now: float, config: CoreConfig) -> list[Incident]:
+def apply_timer(state: NodeState, now: float, config: CoreSettings) -> list[Incident]:
     """Fire everything due at or before ``now``, in a fixed order."""
     step = Step(state, config, now)
     for rule in NODE_RULES:  # registry order: part of the output
@@ -1259,7 +1259,7 @@ def apply_timer(state: NodeState, now: float, config: CoreConfig) -> list[Incide
     return step.finish()
 
 
-def next_deadline(state: NodeState, config: CoreConfig) -> float:
+def next_deadline(state: NodeState, config: CoreSettings) -> float:
     """The earliest event time at which :func:`apply_timer` has something to do."""
     found = NEVER
     for rule in NODE_RULES:

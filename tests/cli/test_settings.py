@@ -167,11 +167,9 @@ def test_the_xid_table_accepts_dashes_and_underscores(tmp_path: Path) -> None:
     assert load_settings(path, environ={}).core_config().xid[13].xid_class == "follow-up"
 
 
-def test_the_core_settings_mirror_the_core_config() -> None:
-    from streams.config import _CLASSES, CoreSettings, XidSettings  # noqa: PLC0415
-    from streams.core.config import CoreConfig  # noqa: PLC0415
+def test_the_default_settings_give_the_default_core_and_every_xid_class() -> None:
+    from streams.config import _CLASSES, XidSettings  # noqa: PLC0415
 
-    assert (*CoreSettings.__struct_fields__, "xid") == CoreConfig.__struct_fields__
     assert load_settings(None, environ={}).core_config() == default_core_config()
     assert set(_CLASSES) == set(XidSettings.__struct_fields__)
     assert set(_CLASSES.values()) == set(get_args(XidClass))
@@ -199,6 +197,8 @@ def test_every_number_of_every_table_has_a_range() -> None:
             return [n for f in kind.fields for n in numbers(f.type, f"{path}.{f.name}")]
         if isinstance(kind, msgspec.inspect.UnionType):
             return [n for t in kind.types for n in numbers(t, path)]
+        if isinstance(kind, msgspec.inspect.Metadata):
+            return numbers(kind.type, path)
         if isinstance(kind, msgspec.inspect.VarTupleType | msgspec.inspect.ListType):
             return numbers(kind.item_type, f"{path}[]")
         if isinstance(kind, msgspec.inspect.IntType | msgspec.inspect.FloatType):
@@ -210,3 +210,67 @@ def test_every_number_of_every_table_has_a_range() -> None:
     for path, kind in found:
         assert kind.ge is not None or kind.gt is not None, path
         assert kind.le is not None or kind.lt is not None, path
+
+
+@pytest.mark.parametrize("table", ["core", "xid", "processor"])
+def test_each_field_of_the_table_is_declared_once_with_a_one_line_description(
+    table: str,
+) -> None:
+    """The table is its owner's struct itself (no mirror to keep alike), and each field
+    carries the description that the CLI and the docs show."""
+    import msgspec.inspect  # noqa: PLC0415
+
+    from streams.app.settings import ProcessorSettings  # noqa: PLC0415
+    from streams.config import XidSettings  # noqa: PLC0415
+    from streams.core.config import CoreSettings  # noqa: PLC0415
+
+    owner = {"core": CoreSettings, "xid": XidSettings, "processor": ProcessorSettings}[table]
+    assert {f.name: f.type for f in msgspec.structs.fields(Settings)}[table] is owner
+    info = msgspec.inspect.type_info(owner)
+    assert isinstance(info, msgspec.inspect.StructType)
+    for field in info.fields:
+        kind = field.type
+        if isinstance(kind, msgspec.inspect.UnionType):  # ``X | None``: described inside
+            (kind,) = (t for t in kind.types if not isinstance(t, msgspec.inspect.NoneType))
+        assert isinstance(kind, msgspec.inspect.Metadata), f"{table}.{field.name}"
+        description = (kind.extra_json_schema or {}).get("description", "")
+        assert description.endswith("."), f"{table}.{field.name}: {description!r}"
+        assert "\n" not in description
+        assert len(description) <= 80, f"{table}.{field.name}: {len(description)} characters"
+
+
+def test_the_processor_settings_load_without_the_kafka_client() -> None:
+    """Every command loads the settings (``replay`` too): the ``[processor]`` struct lives
+    apart from the worker so that declaring it never imports aiokafka."""
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    code = (
+        "import sys, streams.app.settings; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'aiokafka'))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
+
+
+def test_a_severity_set_under_core_keeps_the_other_defaults() -> None:
+    from streams.core.config import default_severity  # noqa: PLC0415
+
+    defaults = default_severity()
+    other = next(kind for kind, level in defaults.items() if kind != "host_oom_kill")
+    environ = {"GPUTRIAGE_CORE__SEVERITY__HOST_OOM_KILL": "info"}
+    severity = load_settings(None, environ=environ).core_config().severity
+    assert severity["host_oom_kill"] == "info"
+    assert severity[other] == defaults[other]
+    assert set(severity) == set(defaults)
+
+
+def test_an_unknown_core_key_does_not_offer_the_xid_policy() -> None:
+    """``xid`` is a field of the core's struct but not a key of ``[core]``."""
+    with pytest.raises(SettingsError, match=r"core\.grace_secs: unknown key") as caught:
+        load_settings(None, environ={"GPUTRIAGE_CORE__GRACE_SECS": "1"})
+    known = str(caught.value).split("expected one of: ", 1)[1].rstrip(")").split(", ")
+    assert "grace_seconds" in known
+    assert "xid" not in known

@@ -24,7 +24,7 @@ from typing import Final
 from schemas.events import KubeEvent, NodeEvent, PodEvent, XidEvent
 from schemas.incidents import Evidence, GpuRef, PodInfo
 from schemas.termination_causes import OOM, CauseClass, load_causes
-from streams.core.config import CoreConfig
+from streams.core.config import CoreSettings
 from streams.core.evidence import xid_code_and_class
 from streams.core.lifecycle import Step
 from streams.core.rules.gpuids import split_gpu_key, unpack_uuid
@@ -649,7 +649,7 @@ def on_restored(step: Step) -> None:
         step.resolve(inc, step.now, "all GPUs allocatable again")
 
 
-def deadline(state: NodeState, config: CoreConfig) -> float:
+def deadline(state: NodeState, config: CoreSettings) -> float:
     found = state.chain_until if state.chain_until != -math.inf else NEVER
     if state.drop_pending is not None:
         found = min(found, state.drop_pending[0] + config.drop_persist_seconds)

@@ -36,7 +36,7 @@ _KERNEL_FAULT = "kernel_fault"
 _MAX_RESTARTS = 32
 
 _CAUSES = load_causes()
-"""The packaged termination-cause table (not in CoreConfig: see the module docstring)."""
+"""The packaged termination-cause table (not in CoreSettings: see the module docstring)."""
 _NAMED = tuple(cls for cls in _CAUSES.classes if cls.name != OOM)
 _FATAL_XID_ACTION = (
     "Drain the node and reset the GPU (nvidia-smi -r); check the kernel log for the fatal XID "

@@ -20,7 +20,7 @@ from schemas.events import NodeEvent, XidEvent
 from schemas.ids import incident_id
 from schemas.incidents import Evidence, GpuRef
 from streams.core import evidence as text
-from streams.core.config import CoreConfig
+from streams.core.config import CoreSettings
 from streams.core.lifecycle import Step
 from streams.core.rules import chain, disruption
 from streams.core.rules.pods import pod_info
@@ -402,7 +402,7 @@ def _repeats_tell(step: Step, suspects: list[str], dropped: Evidence) -> bool:
     return True
 
 
-def deadline(state: NodeState, config: CoreConfig) -> float:
+def deadline(state: NodeState, config: CoreSettings) -> float:
     after = config.degraded_after_seconds
     found = NEVER
     if state.degraded_since is not None and not state.degraded_checked:

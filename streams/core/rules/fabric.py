@@ -24,7 +24,7 @@ from schemas.incidents import Evidence, GpuRef
 from schemas.keys import FABRIC_XIDS
 from schemas.wellknown import CLIQUE_LABEL
 from streams.core import evidence as text
-from streams.core.config import CoreConfig
+from streams.core.config import CoreSettings
 from streams.core.lifecycle import ClusterStep, Step
 from streams.core.rules import chain
 from streams.core.rules.spec import ClusterRule
@@ -95,7 +95,7 @@ def _says_nonfatal(item: Evidence) -> bool:
     return any(t.strip(",:;").lower() in ("nonfatal", "non-fatal") for t in item.text.split())
 
 
-def _mark(inc: OpenIncident, domain: str, config: CoreConfig) -> None:
+def _mark(inc: OpenIncident, domain: str, config: CoreSettings) -> None:
     if inc.severity != "info" or _DEFERRED_FROM not in inc.attributes:
         inc.attributes[_DEFERRED_FROM] = inc.severity  # the rule's own, kept to give back
     inc.severity = "info"
@@ -188,7 +188,9 @@ def on_xid(step: ClusterStep, ev: XidEvent) -> None:
         fault.lines.append(line)
 
 
-def _fatal(state: ClusterState, config: CoreConfig, ev: XidEvent, worded: bool, now: float) -> bool:
+def _fatal(
+    state: ClusterState, config: CoreSettings, ev: XidEvent, worded: bool, now: float
+) -> bool:
     """Is this line a fault (as the node key reads it: ``streams.core.node._on_xid``)?"""
     if not worded:
         return True
@@ -329,7 +331,7 @@ def on_timer(step: ClusterStep) -> None:
         step.resolve(inc, inc.resolve_at, "no NVLink fabric XID in the fault for a quiet period")
 
 
-def deadline(state: ClusterState, config: CoreConfig) -> float:
+def deadline(state: ClusterState, config: CoreSettings) -> float:
     """The earliest event time at which :func:`on_timer` has a fault to look at."""
     found = math.inf
     for fault in state.fabric.values():

@@ -22,7 +22,7 @@ from sys import intern
 from schemas.events import GpuBindingEvent, NodeEvent, PodEvent
 from schemas.incidents import Evidence
 from streams.core import evidence
-from streams.core.config import CoreConfig
+from streams.core.config import CoreSettings
 from streams.core.lifecycle import ClusterStep
 from streams.core.rules import disruption
 from streams.core.rules.gpuids import MIG_SEPARATOR
@@ -187,7 +187,7 @@ def on_binding(step: ClusterStep, ev: GpuBindingEvent) -> None:
     _changed(step, ev.node, before, evidence.binding(ev, gpu))
 
 
-def _settle(state: ClusterState, now: float, config: CoreConfig) -> None:
+def _settle(state: ClusterState, now: float, config: CoreSettings) -> None:
     """Move the nodes that have now disagreed for ``mismatch_after_seconds`` to ``settled``."""
     after = config.mismatch_after_seconds
     due = [(node, since) for node, since in state.disagree.items() if now - since >= after]
@@ -278,7 +278,7 @@ def evaluate(step: ClusterStep, *, timer: bool = False) -> None:
     step.touch(inc)
 
 
-def deadline(state: ClusterState, config: CoreConfig) -> float:
+def deadline(state: ClusterState, config: CoreSettings) -> float:
     """When the next disagreeing node has disagreed for ``mismatch_after_seconds``, a
     held-back revision is due, or the open incident's counts have agreed long enough."""
     # Read once: a state or config field is a generic attribute read from compiled code,

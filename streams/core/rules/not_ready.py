@@ -20,7 +20,7 @@ from sys import intern
 from schemas.events import KubeEvent, NodeCondition, NodeEvent, PodEvent
 from schemas.incidents import Evidence, PodInfo
 from streams.core import evidence as text
-from streams.core.config import CoreConfig
+from streams.core.config import CoreSettings
 from streams.core.lifecycle import Step
 from streams.core.rules import disruption
 from streams.core.rules.chain import ordinary_crash
@@ -73,7 +73,7 @@ def on_node_deleted(step: Step) -> None:
         _open(step)
 
 
-def deadline(state: NodeState, config: CoreConfig) -> float:
+def deadline(state: NodeState, config: CoreSettings) -> float:
     pending = state.not_ready_pending
     return NEVER if pending is None else pending[0] + config.not_ready_grace_seconds
 

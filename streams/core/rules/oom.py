@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from schemas.events import KubeEvent, PodEvent
 from schemas.incidents import Evidence, PodInfo
-from streams.core.config import CoreConfig
+from streams.core.config import CoreSettings
 from streams.core.lifecycle import Step
 from streams.core.rules.spec import NodeRule
 from streams.core.state import NEVER, NodeState, OomState, OpenIncident
@@ -90,7 +90,7 @@ def on_timer(step: Step) -> None:
         )
 
 
-def deadline(state: NodeState, config: CoreConfig) -> float:
+def deadline(state: NodeState, config: CoreSettings) -> float:
     window = config.oom_join_seconds
     return min((seen + window for seen, _ in _pending(state)), default=NEVER)
 

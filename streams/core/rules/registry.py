@@ -1,7 +1,7 @@
 """Every rule, in the order its timers fire: add a new rule's ``SPEC`` here, nowhere else.
 
 ``streams.core.node`` and ``streams.core.cluster`` loop over these tuples for timers and
-deadlines; ``CoreConfig.severity`` starts from :data:`DEFAULT_SEVERITY`; the tests count
+deadlines; ``CoreSettings.severity`` starts from :data:`DEFAULT_SEVERITY`; the tests count
 incident types from :data:`INCIDENT_TYPES`.
 
 Why an explicit tuple and not discovery (``pkgutil`` over this package): the order is

@@ -3,7 +3,7 @@
 Every rule module exports ``SPEC``, a :class:`NodeRule` (it runs on a node's key) or a
 :class:`ClusterRule` (the cluster's key), and :mod:`streams.core.rules.registry` lists
 them. From the specs come the incident types and their default severities
-(``registry.DEFAULT_SEVERITY``, which ``CoreConfig.severity`` starts from), the order
+(``registry.DEFAULT_SEVERITY``, which ``CoreSettings.severity`` starts from), the order
 in which timers fire and the earliest deadline of a key (``node.apply_timer`` and
 ``next_deadline``, the same in ``cluster``), and what the tests count.
 
@@ -15,9 +15,9 @@ and the spec names the fields it owns.
 
 Traps:
 
-* ``settings`` names fields of ``streams.core.config.CoreConfig``; their defaults stay
-  there and their ranges in ``streams.config.CoreSettings``. The spec only says which a
-  rule reads (a test checks the names exist and that a rule reads no other).
+* ``settings`` names fields of ``streams.core.config.CoreSettings``, where their
+  defaults and ranges are declared. The spec only says which a rule reads (a test
+  checks the names exist and that a rule reads no other).
 * The order of the registry's tuples is the order timers fire within one key: it decides
   which of two incidents due at the same instant is published first, so it is part of
   the output. Append a new rule; never sort them.
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from schemas.types import Severity
-from streams.core.config import CoreConfig
+from streams.core.config import CoreSettings
 from streams.core.lifecycle import ClusterStep, Step
 from streams.core.state import ClusterState, NodeState
 
@@ -48,8 +48,8 @@ class NodeRule:
     state: tuple[str, ...]
     """The :class:`~streams.core.state.NodeState` fields it owns (no other rule writes them)."""
     settings: tuple[str, ...]
-    """The ``CoreConfig`` fields it reads."""
-    deadline: Callable[[NodeState, CoreConfig], float] | None = None
+    """The ``CoreSettings`` fields it reads."""
+    deadline: Callable[[NodeState, CoreSettings], float] | None = None
     """The earliest event time its ``on_timer`` has something to do (``NEVER`` if none)."""
     on_timer: Callable[[Step], None] | None = None
     """Fires what is due at ``step.now``; called in registry order on every timer."""
@@ -65,7 +65,7 @@ class ClusterRule:
     state: tuple[str, ...]
     """The :class:`~streams.core.state.ClusterState` fields it owns."""
     settings: tuple[str, ...]
-    deadline: Callable[[ClusterState, CoreConfig], float] | None = None
+    deadline: Callable[[ClusterState, CoreSettings], float] | None = None
     on_timer: Callable[[ClusterStep], None] | None = None
     """Fires what is due; called in registry order on every timer."""
     evaluate: Callable[[ClusterStep, bool], None] | None = None

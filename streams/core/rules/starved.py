@@ -24,7 +24,7 @@ from schemas.events import AutoscalerEvent, KubeEvent, PodEvent
 from schemas.incidents import Evidence, PodInfo
 from schemas.types import Severity
 from streams.core import evidence
-from streams.core.config import CoreConfig
+from streams.core.config import CoreSettings
 from streams.core.lifecycle import ClusterStep
 from streams.core.rules.spec import ClusterRule
 from streams.core.state import NEVER, ClusterState, GroupTrack, OpenIncident, PendingPod
@@ -61,7 +61,7 @@ def _pattern(text: str) -> re.Pattern[str]:
     return re.compile(text, re.IGNORECASE)
 
 
-def is_gpu_group(name: str, config: CoreConfig) -> bool:
+def is_gpu_group(name: str, config: CoreSettings) -> bool:
     return bool(_pattern(config.gpu_node_group_pattern).search(name))
 
 
@@ -170,14 +170,14 @@ _SOME_GROUP_FITS = frozenset(("backoff", "max_size", "max_size_reached", "scale_
 configuration), that, naming a pod, say some group would fit it if it could grow now."""
 
 
-def _group(state: ClusterState, name: str, config: CoreConfig) -> GroupTrack:
+def _group(state: ClusterState, name: str, config: CoreSettings) -> GroupTrack:
     group = state.groups.get(name)
     if group is None:
         group = state.groups[name] = GroupTrack(gpu=is_gpu_group(name, config))
     return group
 
 
-def _severity(reason: str, config: CoreConfig, kind: str) -> Severity:
+def _severity(reason: str, config: CoreSettings, kind: str) -> Severity:
     if reason == "quota":
         return config.quota_severity
     return config.severity.get(kind, "ticket")
@@ -264,7 +264,7 @@ def _info(pod: PendingPod, role: str) -> PodInfo:
     )
 
 
-def _starving(pod: PendingPod, now: float, config: CoreConfig) -> bool:
+def _starving(pod: PendingPod, now: float, config: CoreSettings) -> bool:
     return pod.unschedulable is not None and now - pod.since >= config.starved_pending_seconds
 
 
@@ -283,13 +283,13 @@ def _prune(step: ClusterStep) -> None:
         del state.groups[name]
 
 
-def _recent(group: GroupTrack, now: float, config: CoreConfig) -> int:
+def _recent(group: GroupTrack, now: float, config: CoreSettings) -> int:
     """The group's attempts within ``scale_up_window_seconds`` (pruned only on failures)."""
     horizon = now - config.scale_up_window_seconds
     return sum(1 for t in group.attempts if t >= horizon)
 
 
-def _failing(state: ClusterState, now: float, config: CoreConfig) -> dict[str, GroupTrack]:
+def _failing(state: ClusterState, now: float, config: CoreSettings) -> dict[str, GroupTrack]:
     """Groups with ``starved_failures`` attempts within the window, by name."""
     return {
         name: group
@@ -536,7 +536,7 @@ def _describe(
         step.touch(inc)
 
 
-def deadline(state: ClusterState, config: CoreConfig) -> float:
+def deadline(state: ClusterState, config: CoreSettings) -> float:
     """When the next pending, unschedulable pod reaches ``starved_pending_seconds``
     (after the rules last ran: one reached before was seen then)."""
     after, checked = config.starved_pending_seconds, state.checked_at  # read once

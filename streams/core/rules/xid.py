@@ -21,7 +21,7 @@ import math
 
 from schemas.events import XidEvent
 from schemas.incidents import Evidence
-from streams.core.config import CoreConfig
+from streams.core.config import CoreSettings
 from streams.core.lifecycle import Step
 from streams.core.rules import chain, degraded
 from streams.core.rules.gpuids import unpack_uuid
@@ -37,7 +37,7 @@ NO_EPISODE = (-math.inf, -math.inf)
 
 
 # -- episode memory (NodeState.xid_episodes) --------------------------------------------------
-def episode_gap(config: CoreConfig) -> float:
+def episode_gap(config: CoreSettings) -> float:
     """Lines of one code on one GPU closer than this are one episode. The dual-source
     coalescing window is its floor: a gap of 0 still counts a line seen twice once."""
     return max(config.xid_episode_gap_seconds, config.xid_coalesce_seconds)
@@ -62,7 +62,7 @@ def remember(step: Step, gpu_key: str, code: int, last: float, quiet: float) -> 
     state.timers_dirty = True
 
 
-def deadline(state: NodeState, config: CoreConfig) -> float:
+def deadline(state: NodeState, config: CoreSettings) -> float:
     """When the oldest remembered episode's gap has passed (it is forgotten then)."""
     if not state.xid_episodes:
         return NEVER

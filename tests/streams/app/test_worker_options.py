@@ -9,6 +9,7 @@ import pytest
 
 from gputriage.process import processor_options
 from gputriage.settings import SettingsError, load_settings
+from streams.app.settings import ProcessorSettings
 from tests.kafka_helpers import KafkaTestEnv
 from tests.paths import EXAMPLES
 
@@ -16,9 +17,7 @@ EXAMPLE = EXAMPLES / "gputriage.toml"
 
 
 def test_the_example_settings_are_valid_and_match_the_defaults() -> None:
-    from streams.app.worker import ProcessorOptions  # noqa: PLC0415
-
-    assert processor_options(load_settings(str(EXAMPLE), environ={})) == ProcessorOptions()
+    assert processor_options(load_settings(str(EXAMPLE), environ={})) == ProcessorSettings()
 
 
 def test_overrides_and_environment_apply() -> None:
@@ -31,14 +30,6 @@ def test_a_typo_is_an_error_naming_the_key() -> None:
     # Refused when the settings are loaded (one conversion of the whole tree), not later.
     with pytest.raises(SettingsError, match="tick_secondz"):
         processor_options(load_settings(None, environ={"GPUTRIAGE_PROCESSOR__TICK_SECONDZ": "1"}))
-
-
-def test_the_processor_settings_mirror_the_worker_options() -> None:
-    from gputriage.settings import ProcessorSettings  # noqa: PLC0415
-    from streams.app.worker import ProcessorOptions  # noqa: PLC0415
-
-    assert ProcessorSettings.__struct_fields__ == ProcessorOptions.__struct_fields__
-    assert processor_options(load_settings(None, environ={})) == ProcessorOptions()
 
 
 @pytest.mark.parametrize(
@@ -58,7 +49,7 @@ def test_the_fetchers_prefetch_backoff_is_tuned_on_a_started_consumer(kafka: Kaf
     argument; ``Worker._tune`` says why): an aiokafka that renames it fails here."""
     from aiokafka import AIOKafkaConsumer  # noqa: PLC0415
 
-    from streams.app.worker import PREFETCH_BACKOFF_S, Worker  # noqa: PLC0415
+    from streams.app.worker import PREFETCH_BACKOFF_SECONDS, Worker  # noqa: PLC0415
 
     async def tuned() -> tuple[float, float]:
         consumer = AIOKafkaConsumer(**kafka.kwargs, group_id=None)
@@ -75,7 +66,7 @@ def test_the_fetchers_prefetch_backoff_is_tuned_on_a_started_consumer(kafka: Kaf
 
     before, after = asyncio.run(tuned())
     assert before == 0.1, "aiokafka's default: the attribute is the one its fetcher reads"
-    assert after == PREFETCH_BACKOFF_S
+    assert after == PREFETCH_BACKOFF_SECONDS
 
 
 def test_the_partition_leaders_are_known_on_a_started_consumer(kafka: KafkaTestEnv) -> None:

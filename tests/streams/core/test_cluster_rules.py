@@ -11,7 +11,7 @@ import msgspec
 
 from schemas.codec import AnyEvent
 from schemas.incidents import Incident
-from streams.core import CoreConfig, Correlator
+from streams.core import CoreSettings, Correlator
 from streams.core.rules.mismatch import _short as short_key
 from streams.core.rules.mismatch import bound_count
 from streams.core.snapshot import decode_state, encode_state
@@ -26,7 +26,7 @@ SCALE_UP = "scale_up_failure"
 MISMATCH = "allocation_mismatch"
 
 
-def run(events: list[AnyEvent], cfg: CoreConfig | None = None) -> list[Incident]:
+def run(events: list[AnyEvent], cfg: CoreSettings | None = None) -> list[Incident]:
     """The scenario in event-time order (the builders below emit node by node; live, the
     watermark orders records, and this key merges every node's)."""
     return run_in_order(sorted(events, key=lambda e: e.time), cfg)

@@ -32,7 +32,7 @@ from streams.config import default_core_config
 from streams.core import Correlator, shortcuts
 from streams.core import cluster as cluster_rules
 from streams.core import node as node_rules
-from streams.core.config import CoreConfig
+from streams.core.config import CoreSettings
 from streams.core.rules import mismatch
 from streams.core.state import ClusterState, NodeState
 from tests.factories import Cluster, at, term
@@ -379,7 +379,7 @@ def _copy(pod: PodEvent) -> PodEvent:
     return copy
 
 
-def _routine(state: ClusterState, pod: PodEvent, config: CoreConfig) -> bool:
+def _routine(state: ClusterState, pod: PodEvent, config: CoreSettings) -> bool:
     key = f"{pod.namespace}/{pod.name}"
     return cluster_rules._routine(state, pod, key, mismatch.pod_hash(key), config)
 

@@ -2,7 +2,7 @@
 
 A rule module exports ``SPEC``: the types and default severities it emits, the events it
 reads, the state fields it owns, its timer and deadline, the settings it reads. The
-registry lists them; the node and cluster keys loop over it; ``CoreConfig.severity``
+registry lists them; the node and cluster keys loop over it; ``CoreSettings.severity``
 starts from it. These tests keep the declarations honest against the code: a rule that
 reads a setting it does not declare, a state field nobody owns, a module with a ``SPEC``
 that is not registered, or a type declared twice fails here.
@@ -34,7 +34,7 @@ from schemas.events import (
 )
 from schemas.keys import key_of
 from schemas.truth import CLUSTER_SCOPED
-from streams.core import CoreConfig, Correlator
+from streams.core import CoreSettings, Correlator
 from streams.core import node as node_key
 from streams.core.rules import registry
 from streams.core.rules.spec import ClusterRule, NodeRule, Rule
@@ -123,7 +123,7 @@ def test_each_type_is_declared_once_and_the_config_starts_from_the_declarations(
     types = registry.INCIDENT_TYPES
     assert len(set(types)) == len(types), "a type emitted by two rules"
     assert list(registry.DEFAULT_SEVERITY) == list(types)
-    assert CoreConfig().severity == registry.DEFAULT_SEVERITY
+    assert CoreSettings().severity == registry.DEFAULT_SEVERITY
     assert config().severity == registry.DEFAULT_SEVERITY, "the settings' defaults too"
     assert all(re.fullmatch(r"[a-z][a-z0-9_]*", kind) for kind in types)
 
@@ -136,24 +136,24 @@ def test_the_truth_files_cluster_scoped_types_are_the_cluster_rules() -> None:
 
 
 def _reads_of(module: str) -> set[str]:
-    """The ``CoreConfig`` fields a module's source reads (``config.x``, ``step.config.x``)."""
-    fields = set(CoreConfig.__struct_fields__)
+    """The ``CoreSettings`` fields a module's source reads (``config.x``, ``step.config.x``)."""
+    fields = set(CoreSettings.__struct_fields__)
     source = (RULES / f"{module}.py").read_text()
     return {m for m in re.findall(r"config\.([a-z_]+)", source) if m in fields}
 
 
 def test_a_rule_declares_every_setting_it_reads_and_only_real_ones() -> None:
-    fields = set(CoreConfig.__struct_fields__)
+    fields = set(CoreSettings.__struct_fields__)
     for rule in _all_rules():
         declared = set(rule.settings)
-        assert declared <= fields, f"{rule.name}: not CoreConfig fields: {declared - fields}"
+        assert declared <= fields, f"{rule.name}: not CoreSettings fields: {declared - fields}"
         undeclared = _reads_of(rule.name) - declared - ENGINE_SETTINGS - {"severity"}
         assert not undeclared, f"{rule.name} reads undeclared settings: {sorted(undeclared)}"
 
 
 def test_every_setting_belongs_to_a_rule_or_to_the_engine() -> None:
     claimed = {s for rule in _all_rules() for s in rule.settings}
-    orphans = set(CoreConfig.__struct_fields__) - claimed - ENGINE_SETTINGS - {"severity"}
+    orphans = set(CoreSettings.__struct_fields__) - claimed - ENGINE_SETTINGS - {"severity"}
     assert not orphans, f"settings no rule declares: {sorted(orphans)}"
 
 
