@@ -211,8 +211,8 @@ class FaustWorker:
         """The pipeline holds the table's state for the current assignment."""
         self._generation: int | None = None
         self._owned: frozenset[int] = frozenset()
-        self._assigned_at = time.monotonic()
-        self._last_flush = time.monotonic()
+        self._assigned_at = _now()
+        self._last_flush = _now()
         self._gauges_at = 0.0
         self._stale_seen = 0
         self._heard: dict[Partition, float] = {}
@@ -224,7 +224,7 @@ class FaustWorker:
         self._offsets_client: AIOKafkaConsumer | None = None
         self._channel: Any = None
         """The agent's input channel (its queue tells whether records wait)."""
-        self._queue_seen = time.monotonic()
+        self._queue_seen = _now()
         """When the clock last found records waiting in the agent's queue."""
         self._failed = asyncio.Event()
         self._fatal: BaseException | None = None
@@ -354,7 +354,7 @@ class FaustWorker:
                 await self._send(self.pipeline.tick(time.time(), self._busy()), 0.0)
                 self._observe_gauges()
                 await self._check_stalls()
-                if time.monotonic() - self._last_flush >= self.options.snapshot_seconds:
+                if _now() - self._last_flush >= self.options.snapshot_seconds:
                     await self._flush()
         except Exception as exc:
             self._fail(exc)
@@ -383,7 +383,7 @@ class FaustWorker:
                     await self._reread(where, expected, f"record {offset} came next")
                 continue  # below: a copy of a record already handed to the pipeline
             tracker.add(offset)
-            self._heard[where] = time.monotonic()
+            self._heard[where] = _now()
             held[where].append(event)
             stamp = message.timestamp
             if stamp and stamp > newest:
@@ -403,7 +403,7 @@ class FaustWorker:
         if records:
             outcome = self.pipeline.process(records, self._busy(), time.time())
             await self._send(outcome, newest)
-        if time.monotonic() - self._last_flush >= self.options.snapshot_seconds:
+        if _now() - self._last_flush >= self.options.snapshot_seconds:
             await self._flush()
 
     async def _reread(self, where: Partition, offset: int, why: str) -> None:
@@ -411,7 +411,7 @@ class FaustWorker:
         a second per partition: the records already queued behind the skip arrive first)."""
         app = self.app
         assert app is not None
-        now = time.monotonic()
+        now = _now()
         if now - self._reread_at.get(where, -math.inf) < 1.0:
             return
         self._reread_at[where] = now
@@ -445,7 +445,7 @@ class FaustWorker:
         app = self.app
         channel = self._channel
         assert app is not None
-        now = time.monotonic()
+        now = _now()
         if channel is None or not channel.empty():
             self._queue_seen = now
             return
@@ -502,7 +502,7 @@ class FaustWorker:
         what they cover (module docstring, 2)."""
         app = self.app
         assert app is not None
-        self._last_flush = time.monotonic()
+        self._last_flush = _now()
         generation = self._generation
         commits = {}
         for where, tracker in self._trackers.items():
@@ -609,7 +609,7 @@ class FaustWorker:
         for where in raw:
             tracker = self._trackers[where] = PartitionOffsets()
             tracker.next_offset = starts[where]  # the read position: nothing outstanding
-        now = time.monotonic()
+        now = _now()
         self._heard = dict.fromkeys(raw, now)
         self._reread_at = {}
         self._held = {where: deque() for where in raw}
@@ -617,8 +617,8 @@ class FaustWorker:
         kept = len(owned & self._owned)
         self._owned = owned
         self._generation = app.consumer_generation_id
-        self._assigned_at = time.monotonic()
-        self._last_flush = time.monotonic()
+        self._assigned_at = _now()
+        self._last_flush = _now()
         self._ready = True
         log.info(
             "partitions %s: restored %d keys from %s, kept %d, dropped %d buffered events "
@@ -642,7 +642,7 @@ class FaustWorker:
         app = self.app
         assert app is not None
         consumer = app.consumer
-        holding = time.monotonic() - self._assigned_at < self.options.startup_hold_seconds
+        holding = _now() - self._assigned_at < self.options.startup_hold_seconds
         busy = []
         for where, tracker in self._trackers.items():
             try:
@@ -658,7 +658,7 @@ class FaustWorker:
         return busy
 
     def _observe_gauges(self) -> None:
-        now = time.monotonic()
+        now = _now()
         if now - self._gauges_at < 1.0:
             return
         self._gauges_at = now
@@ -680,6 +680,18 @@ class FaustWorker:
         except Exception:  # no consumer yet, or one being rebuilt by a rebalance
             assigned = 0
         metrics.observe_kafka(assigned, None)
+
+
+def _now() -> float:
+    """The running loop's clock (its timers' and ``asyncio.sleep``'s), as the default engine.
+
+    Trap: faust runs aiokafka on a consumer thread with an event loop of its own. Every
+    caller here runs on the app's loop (the agent, the clock timer, the revoke signal, the
+    table's recovery callback); code moved onto that thread would read *its* loop's clock
+    through this (another clock under a test's fake one), and calling the app loop's
+    ``time()`` from there is no better: take the time on the app's loop and pass it.
+    """
+    return asyncio.get_running_loop().time()
 
 
 def _headers(headers: Any) -> Sequence[tuple[str, bytes]]:

@@ -243,11 +243,11 @@ class Worker:
         self._lock = asyncio.Lock()
         self._offsets: dict[TopicPartition, PartitionOffsets] = {}
         self._owned: frozenset[int] = frozenset()
-        self._assigned_at = time.monotonic()
+        self._assigned_at = _now()
         self._pending: list[asyncio.Future[Any]] = []
         self._delivering: asyncio.Task[None] | None = None
         """The last periodic flush's acks and commit, awaited off the loop (:meth:`_flush`)."""
-        self._last_flush = time.monotonic()
+        self._last_flush = _now()
         self._last_tick = 0.0
         self._fatal: BaseException | None = None
         self._stale_seen = 0
@@ -356,7 +356,7 @@ class Worker:
                 await self._send(outcome, newest / 1000)
         if pipeline.has_announced:
             await self._settle_announced()
-        now = time.monotonic()
+        now = _now()
         if now - self._last_tick >= self.options.tick_seconds:
             self._last_tick = now
             started = time.perf_counter()
@@ -490,7 +490,7 @@ class Worker:
                 self._fatal = self._fatal or exc
                 raise
         started = time.perf_counter()
-        self._last_flush = time.monotonic()
+        self._last_flush = _now()
         commits = {}
         for tp, tracker in self._offsets.items():
             offset = tracker.committable()
@@ -638,7 +638,7 @@ class Worker:
         )
         self._receipts.forget(wheres)
         self._owned = owned
-        self._assigned_at = time.monotonic()
+        self._assigned_at = _now()
         log.info(
             "partitions %s: restored %d keys from %s, kept %d, dropped %d buffered events, "
             "read %d incident records past the marks",
@@ -705,7 +705,7 @@ class Worker:
         ``startup_hold_seconds`` after an assignment.
         """
         consumer = self.consumer
-        holding = time.monotonic() - self._assigned_at < self.options.startup_hold_seconds
+        holding = _now() - self._assigned_at < self.options.startup_hold_seconds
         busy = []
         for tp, tracker in self._offsets.items():
             highwater = consumer.highwater(tp)
@@ -725,7 +725,7 @@ class Worker:
     def _observe_gauges(self) -> None:
         """Refresh the gauges, at most once a second (counting open incidents walks
         every key's state)."""
-        now = time.monotonic()
+        now = _now()
         if now - self._gauges_at < 1.0:
             return
         self._gauges_at = now
@@ -775,6 +775,13 @@ class Worker:
 
 _UNKNOWN: Any = object()
 """What :func:`_start_position` says where aiokafka does not show the position."""
+
+
+def _now() -> float:
+    """The running loop's clock (the one its timers and ``asyncio.sleep`` follow), not
+    ``time.monotonic``: flushes, ticks and the start-up hold then move with a test's fake
+    clock (looptime). Event time and the pipeline's clock stay ``time.time()``."""
+    return asyncio.get_running_loop().time()
 
 
 def _start_position(consumer: AIOKafkaConsumer, tp: TopicPartition) -> Any:
