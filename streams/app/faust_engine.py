@@ -100,7 +100,7 @@ from streams.app.metrics import Metrics
 from streams.app.offsets import PartitionOffsets
 from streams.app.pipeline import BatchOutcome, Partition, Pipeline, RawRecord
 from streams.app.published import is_mark
-from streams.app.worker import MAX_REQUEST_BYTES, ProcessorOptions
+from streams.app.worker import MAX_REQUEST_BYTES, ProcessorOptions, new_pipeline
 from streams.core import CoreConfig
 from streams.core.snapshot import decode_state
 
@@ -232,12 +232,7 @@ class FaustWorker:
         self.table: Any = None
 
     def _new_pipeline(self) -> Pipeline:
-        return Pipeline(
-            self.core,
-            self.layout,
-            source_idle_seconds=self.options.source_idle_seconds,
-            max_future_seconds=self.options.max_future_seconds,
-        )
+        return new_pipeline(self.core, self.layout, self.options)
 
     # -- the app -----------------------------------------------------------------------
     def _build(self, datadir: str) -> faust.App:
@@ -474,14 +469,9 @@ class FaustWorker:
             future = await send(topic, incident.id.encode(), encode(incident), None, None, None)
             labels = metrics.incidents_out.labels(incident.type, incident.severity, incident.status)
             pending.append(asyncio.ensure_future(_counted(future, labels, metrics, newest)))
-        dead_topic = self.layout.dead_letters.name
-        send_letter = partial(self._try_send, dead_topic)
-        for dead in outcome.dead_letters:
-            # A task of its own, awaited by the flush like every send: it never raises.
-            pending.append(asyncio.ensure_future(dead_letters.deliver(dead, send_letter, metrics)))
-            dead_letters.note(dead, metrics)
-        for source, count in outcome.events_by_source.items():
-            metrics.events_in.labels(source).inc(count)
+        send_letter = partial(self._try_send, self.layout.dead_letters.name)
+        dead_letters.queue(outcome.dead_letters, send_letter, metrics, pending)
+        metrics.count_events(outcome.events_by_source)
         trackers = self._trackers
         for where, offset in outcome.released:
             tracker = trackers.get(where)
@@ -664,11 +654,8 @@ class FaustWorker:
         self._gauges_at = now
         metrics = self.metrics
         lanes = self.pipeline.lanes
-        metrics.observe_open(lanes.open_incidents_by_type())
+        metrics.observe_lanes(lanes)
         metrics.buffered.set(lanes.pending())
-        reached = lanes.reached()
-        if reached > 0:
-            metrics.watermark_delay.set(max(0.0, time.time() - reached))
         stale = lanes.stats.stale - self._stale_seen
         if stale > 0:
             metrics.stale.inc(stale)

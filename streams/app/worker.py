@@ -197,12 +197,7 @@ class Worker:
         self.options = options
         self.layout = layout
         self.metrics = metrics or Metrics()
-        self.pipeline = Pipeline(
-            core,
-            layout,
-            source_idle_seconds=options.source_idle_seconds,
-            max_future_seconds=options.max_future_seconds,
-        )
+        self.pipeline = new_pipeline(core, layout, options)
         self.state_topic = state.name
         self.partitions = state.partitions
         self._raw_names = frozenset(layout.raw_topics)
@@ -431,14 +426,9 @@ class Worker:
             labels = metrics.incidents_out.labels(incident.type, incident.severity, incident.status)
             future.add_done_callback(_on_incident_acked(labels, metrics, newest, published))
             pending.append(future)
-        dead_topic = self.layout.dead_letters.name
-        send_letter = partial(self._try_send, dead_topic)
-        for dead in outcome.dead_letters:
-            # A task of its own, awaited by the flush like every send: it never raises.
-            pending.append(asyncio.ensure_future(dead_letters.deliver(dead, send_letter, metrics)))
-            dead_letters.note(dead, metrics)
-        for source, count in outcome.events_by_source.items():
-            metrics.events_in.labels(source).inc(count)
+        send_letter = partial(self._try_send, self.layout.dead_letters.name)
+        dead_letters.queue(outcome.dead_letters, send_letter, metrics, pending)
+        metrics.count_events(outcome.events_by_source)
         offsets = self._offsets
         last: Any = None
         release: Any = None
@@ -731,11 +721,7 @@ class Worker:
         self._gauges_at = now
         metrics = self.metrics
         lanes = self.pipeline.lanes
-        metrics.observe_open(lanes.open_incidents_by_type())
-        # The least decided lane; nothing waits behind a clock-made limit.
-        reached = lanes.reached()
-        if reached > 0:
-            metrics.watermark_delay.set(max(0.0, time.time() - reached))
+        metrics.observe_lanes(lanes)  # the least decided lane: no clock-made limit waits
         stats = lanes.stats
         stale = stats.stale - self._stale_seen
         if stale:
@@ -775,6 +761,17 @@ class Worker:
 
 _UNKNOWN: Any = object()
 """What :func:`_start_position` says where aiokafka does not show the position."""
+
+
+def new_pipeline(core: CoreConfig, layout: TopicLayout, options: ProcessorOptions) -> Pipeline:
+    """A :class:`Pipeline` for these options (both engines build theirs here; the faust
+    engine builds one again at every recovery)."""
+    return Pipeline(
+        core,
+        layout,
+        source_idle_seconds=options.source_idle_seconds,
+        max_future_seconds=options.max_future_seconds,
+    )
 
 
 def _now() -> float:
