@@ -213,7 +213,6 @@ class FaustWorker:
         self._owned: frozenset[int] = frozenset()
         self._assigned_at = _now()
         self._last_flush = _now()
-        self._gauges_at = 0.0
         self._stale_seen = 0
         self._heard: dict[Partition, float] = {}
         """Partition -> when its last record reached the agent (or it was assigned)."""
@@ -648,11 +647,9 @@ class FaustWorker:
         return busy
 
     def _observe_gauges(self) -> None:
-        now = _now()
-        if now - self._gauges_at < 1.0:
-            return
-        self._gauges_at = now
         metrics = self.metrics
+        if not metrics.gauges_due(_now()):
+            return
         lanes = self.pipeline.lanes
         metrics.observe_lanes(lanes)
         metrics.buffered.set(lanes.pending())

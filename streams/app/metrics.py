@@ -31,6 +31,7 @@ Sources are counted, never labelled: 5,000 kmsg connectors would be 5,000 series
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
@@ -74,6 +75,7 @@ class Metrics:
             registry=r,
         )
         self._open_types: set[str] = set()
+        self._gauges_at = -math.inf
         self.dead_letters = Counter(
             "gputriage_dead_letters",
             "Records sent to the dead-letter topic.",
@@ -187,6 +189,14 @@ class Metrics:
         for kind, count in counts.items():
             self.open_incidents.labels(kind).set(count)
         self._open_types |= counts.keys()
+
+    def gauges_due(self, now: float) -> bool:
+        """Whether a round of the gauges is due at ``now`` (the caller's loop clock): one a
+        second at most, since counting open incidents walks every key's state."""
+        if now - self._gauges_at < 1.0:
+            return False
+        self._gauges_at = now
+        return True
 
     def observe_lanes(self, lanes: Lanes) -> None:
         """The gauges both engines read off the pipeline's lanes: open incidents by type

@@ -249,7 +249,6 @@ class Worker:
         self._late_applied_seen = 0
         self._late_told = 0
         self._malformed_seen = 0
-        self._gauges_at = 0.0
         self._peak = 0
         self._paused: set[TopicPartition] = set()
         self._receipts = Receipts()
@@ -715,11 +714,9 @@ class Worker:
     def _observe_gauges(self) -> None:
         """Refresh the gauges, at most once a second (counting open incidents walks
         every key's state)."""
-        now = _now()
-        if now - self._gauges_at < 1.0:
-            return
-        self._gauges_at = now
         metrics = self.metrics
+        if not metrics.gauges_due(_now()):
+            return
         lanes = self.pipeline.lanes
         metrics.observe_lanes(lanes)  # the least decided lane: no clock-made limit waits
         stats = lanes.stats
