@@ -9,10 +9,11 @@ STAMP  := $(VENV)/.installed-pyproject
 # setuptools' editable-install notices are warnings, not errors: keep pip quiet.
 PIP    := PYTHONWARNINGS=ignore $(BIN)/python -m pip --disable-pip-version-check -q
 
-.PHONY: venv native tools lint test golden demo schemas proto lock release-pin release-manifests bench bench-quick bench-core bench-replay \
+.PHONY: venv native tools lint check test golden demo schemas proto lock release-pin release-manifests bench bench-quick bench-core bench-replay \
   bench-memory bench-pipeline bench-latency bench-slim bench-faust bench-kmsg bench-autoscaler \
   bench-backlog
 
+# .venv with the project installed editable, its test, demo and bench extras.
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
@@ -37,6 +38,7 @@ $(NATIVE): $(STAMP) $(NATIVE_INPUTS)
 	       echo "make native: compiling the core FAILED: the Python sources run (slower)"; \
 	       test "$$GPUTRIAGE_REQUIRE_NATIVE" != 1; }
 
+# ruff (lint and format check), mypy strict, and the import contracts (pyproject.toml).
 lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
@@ -67,8 +69,16 @@ tools:
 	    done; \
 	else echo "make tools: cannot install$$missing (no apt-get as root): their tests skip"; fi
 
-# The suite in TEST_WORKERS processes, each with its own embedded broker (tests/conftest.py):
-# most of a test's time is waiting (group joins, subprocesses, the broker), so more
+# The quick loop while working: lint, then the tests marked neither e2e (a real broker,
+# Alertmanager or promtool, or a subprocess) nor slow (tests/conftest.py marks both). Under
+# a minute on 2 cores once mypy's cache is warm; `make test` still runs everything.
+CHECK_WORKERS ?= 2
+check: venv native lint
+	$(BIN)/pytest -n $(CHECK_WORKERS) -m "not e2e and not slow"
+
+# Everything, e2e and slow included (the markers only select): the lint, then the suite in
+# TEST_WORKERS processes, each with its own embedded broker (tests/conftest.py): most of a
+# test's time is waiting (group joins, subprocesses, the broker), so more
 # processes than cores pay. worksteal: the long kill tests do not hold up the end.
 # `make test TEST_WORKERS=0` runs it in this process (one broker, plain output).
 TEST_WORKERS ?= 4
@@ -80,9 +90,11 @@ test: venv native lint tools
 golden: venv
 	GPUTRIAGE_UPDATE_GOLDEN=1 $(BIN)/python -m pytest tests/cli/test_help_golden.py -q -n 0
 
+# The bundled scenario through an embedded broker and a worker, incidents printed.
 demo: venv native
 	$(BIN)/gputriage demo
 
+# Rewrites the JSON Schema document of every topic (schemas/jsonschema/) from the record types.
 schemas: venv
 	$(BIN)/gputriage schemas --write
 
@@ -141,6 +153,7 @@ bench-quick: venv native
 bench-core: venv native
 	$(BIN)/python bench/core_bench.py
 
+# `gputriage replay` as a user runs it: events/s and times real time, on the core bench's stream.
 bench-replay: venv native
 	$(BIN)/python -m bench.replay_bench
 
@@ -148,6 +161,7 @@ bench-replay: venv native
 bench-memory: venv native
 	$(BIN)/python -m bench.memory_scale
 
+# The whole live processor against plain aiokafka on the embedded broker (throughput, latency).
 bench-pipeline: venv native
 	$(BIN)/python bench/pipeline_bench.py
 
@@ -155,12 +169,15 @@ bench-pipeline: venv native
 bench-latency: venv native
 	$(BIN)/python -m bench.latency
 
+# Slimming raw pod JSON against decoding it into kubernetes-asyncio models: pods/s, one core.
 bench-slim: venv
 	$(BIN)/python -m bench.slim_bench
 
+# Kernel-log XID parsing: lines/s on one core.
 bench-kmsg: venv
 	$(BIN)/python -m bench.kmsg_bench
 
+# Cluster-autoscaler log parsing: lines/s on one core.
 bench-autoscaler: venv
 	$(BIN)/python -m bench.autoscaler_bench
 

@@ -53,7 +53,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
@@ -137,6 +136,12 @@ class DeliveryMetrics:
         )
 
 
+def _now() -> float:
+    """The running loop's clock, which the backoff's sleeps follow too: a test's fake clock
+    (looptime) moves outages, backpressure and retries alike."""
+    return asyncio.get_running_loop().time()
+
+
 def _one(item: object) -> int:
     return 1
 
@@ -169,7 +174,8 @@ class BoundedDelivery(Generic[T]):
         self.delivered = 0
         """Items (by ``size``: events) acknowledged so far."""
         self.failing_since: float | None = None
-        """``time.monotonic()`` of the first failure of the current outage; None when healthy."""
+        """The loop's time (``loop.time()``) of the first failure of the current outage; None
+        when healthy."""
         self._full_since: float | None = None
         self._closed = False
 
@@ -190,7 +196,7 @@ class BoundedDelivery(Generic[T]):
             queue.put_nowait(item)
             self._weight += self._size(item)
         else:
-            started = time.monotonic()
+            started = _now()
             if self._full_since is None:
                 self._full_since = started
                 log.warning(
@@ -203,7 +209,7 @@ class BoundedDelivery(Generic[T]):
                 self._weight += self._size(item)
             finally:
                 if self.metrics is not None:
-                    self.metrics.backpressure.inc(time.monotonic() - started)
+                    self.metrics.backpressure.inc(_now() - started)
         self._gauge()
 
     def _gauge(self) -> None:
@@ -235,7 +241,7 @@ class BoundedDelivery(Generic[T]):
             if self._full_since is not None and not self._queue.full():
                 log.warning(
                     "delivery buffer has room again after %.1f s of backpressure",
-                    time.monotonic() - self._full_since,
+                    _now() - self._full_since,
                 )
                 self._full_since = None
 
@@ -253,7 +259,7 @@ class BoundedDelivery(Generic[T]):
                         len(batch) + self._queue.qsize(),
                     )
                     raise
-                now = time.monotonic()
+                now = _now()
                 if self.metrics is not None:
                     self.metrics.kafka.set(False, f"produce failed, retrying: {exc!r}")
                 if self.failing_since is None:
@@ -270,9 +276,7 @@ class BoundedDelivery(Generic[T]):
                 await asyncio.sleep(delay)
                 continue
             if self.failing_since is not None:
-                log.warning(
-                    "delivery recovered after %.1f s", time.monotonic() - self.failing_since
-                )
+                log.warning("delivery recovered after %.1f s", _now() - self.failing_since)
                 self.failing_since = None
             if self.metrics is not None:
                 self.metrics.kafka.set(True)

@@ -54,7 +54,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -154,6 +153,12 @@ Outgoing = Batch | Heartbeat
 """An item of the delivery buffer."""
 
 
+def _now() -> float:
+    """The running loop's clock: heartbeats and backoffs follow it, so a test's fake clock
+    (looptime) drives them; in production it is ``time.monotonic``."""
+    return asyncio.get_running_loop().time()
+
+
 def _size(item: Outgoing) -> int:
     return 0 if isinstance(item, Heartbeat) else len(item.events) + len(item.dead)
 
@@ -227,7 +232,8 @@ class Publisher:
         """Announcement rounds sent: one per chunk that revealed a partition not used before."""
         self._announced = 0
         """How many of ``used`` the last acknowledged announcement named."""
-        self._last_out = time.monotonic()
+        self._last_out = 0.0
+        """The loop's time of the last record out (set when :meth:`run` starts)."""
         self._beat_pending = False
         self._caught_up: datetime | None = None
         self._fresh = False
@@ -270,7 +276,7 @@ class Publisher:
         dead = [d for batch in batches for d in batch.dead]
         if events:
             await self.producer.send_many(events, headers=self._headers(), used=self.used)
-            self._last_out = time.monotonic()
+            self._last_out = _now()
         if len(self.used) > self._announced:
             # Also when an earlier try of this chunk grew ``used`` and then failed: the
             # retry must still announce before the progress rises.
@@ -350,7 +356,7 @@ class Publisher:
                 batch.events = [enrich(event) for event in batch.events]
             await self.delivery.put(batch)
             if batch.events:
-                self._last_out = time.monotonic()
+                self._last_out = _now()
                 self._fresh = True
             if batch.progress is not None:
                 self._has_progress = True
@@ -365,7 +371,7 @@ class Publisher:
         if self._fresh and not self._beat_pending:
             self._fresh = False
             self._beat_pending = True
-            self._last_out = time.monotonic()
+            self._last_out = _now()
             await self.delivery.put(Heartbeat(self._caught_up))
 
     async def _beat(self) -> None:
@@ -379,11 +385,11 @@ class Publisher:
             await asyncio.Event().wait()  # never: cancelled with the others
             return
         while True:
-            delay = self._last_out + interval - time.monotonic()
+            delay = self._last_out + interval - _now()
             if delay > 0:
                 await asyncio.sleep(delay)
                 continue
-            self._last_out = time.monotonic()
+            self._last_out = _now()
             if not self._has_progress or self._beat_pending or self.delivery.closed:
                 continue
             self._beat_pending = True
@@ -434,6 +440,7 @@ class Publisher:
         Raises what the source, ``enrich``, a commit or a non-transient send raised
         (after the drain); ``CancelledError`` if cancelled, also after the drain.
         """
+        self._last_out = _now()
         if self.metrics is not None and self.delivery.failing_since is None:
             # The producer is started (it fetched metadata): a source that has nothing to
             # send yet, and so sends no heartbeat either, must not read as "not connected".

@@ -44,7 +44,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -210,7 +209,8 @@ class DcgmPoller:
         an exposition stamped earlier (one that now carries its own timestamps) is taken
         at that time instead, or its events would be older than a claim already made."""
         self._retry_after = None
-        started = time.monotonic()
+        loop_time = asyncio.get_running_loop().time  # the duration as the loop's timers see it
+        started = loop_time()
         try:
             body = await self._fetch(session)
         except _Failed as exc:
@@ -218,7 +218,7 @@ class DcgmPoller:
             log.warning("dcgm scrape of %s failed (%s): %s", self.options.url, exc.outcome, exc)
             return Scraped(exc.outcome)
         parsed = parse_exposition(body.decode("utf-8", errors="replace"))
-        self.metrics.duration.observe(time.monotonic() - started)
+        self.metrics.duration.observe(loop_time() - started)
         if isinstance(parsed, RecordError):
             return Scraped("bad_exposition", letter=self._letter(body, parsed))
         when = parsed.time or self.clock()
@@ -369,7 +369,7 @@ class DcgmSource:
         self._rounds = 0
         self.claim_every_s = claim_every_s
         self._due: float | None = None
-        """When the next scrape is due (monotonic), while waiting for it."""
+        """When the next scrape is due (the loop's time), while waiting for it."""
         self._claims_now = False
         """The last scrape was stamped with the poller's wall clock: see the class."""
         self._claimed: datetime | None = None
@@ -378,12 +378,13 @@ class DcgmSource:
     async def next_batch(self) -> Batch | None:
         poller = self.poller
         if self._rounds:
+            loop_time = asyncio.get_running_loop().time  # the sleeps' own clock (looptime in tests)
             if self._due is None:
-                self._due = time.monotonic() + poller.next_delay()
-            wait = self._due - time.monotonic()
+                self._due = loop_time() + poller.next_delay()
+            wait = self._due - loop_time()
             if wait > 0 and self._claims_now and poller.failures == 0:
                 await asyncio.sleep(min(wait, self.claim_every_s))
-                if self._due - time.monotonic() > 0:
+                if self._due - loop_time() > 0:
                     # Microseconds before the publish loop's own claim (it reads the clock
                     # next): the grace covers that much.
                     self._claimed = poller.clock()

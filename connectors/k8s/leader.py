@@ -13,7 +13,7 @@ client-go's ``leaderelection`` algorithm, reimplemented on raw dicts
   wrote in between (optimistic concurrency), so two candidates cannot both win.
 * **Expiry by observation, not by clocks**: a lease is expired when its record
   (holder, renewTime...) has not *changed* for its ``leaseDurationSeconds`` as
-  measured by our own monotonic clock since we first saw it. Comparing the
+  measured by our event loop's (monotonic) clock since we first saw it. Comparing the
   holder's ``renewTime`` with our wall clock would trust clock sync between nodes.
 * **Renew deadline**: the leader renews every ``retry_period_s``; if no renewal
   succeeds for ``renew_deadline_s`` it steps down *before* the lease can expire
@@ -71,7 +71,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -114,6 +113,12 @@ async def _raw(call: Awaitable[Any]) -> aiohttp.ClientResponse:
     return response
 
 
+def _loop_time() -> float:
+    """The running loop's clock, the one ``asyncio.sleep`` and ``asyncio.timeout`` follow:
+    expiry, deadlines and retries then move together under a test's fake clock (looptime)."""
+    return asyncio.get_running_loop().time()
+
+
 def _micro_time(when: datetime) -> str:
     return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
@@ -127,12 +132,12 @@ class LeaseElector:
         options: LeaseOptions,
         *,
         metrics: ConnectorMetrics | None = None,
-        monotonic: Callable[[], float] = time.monotonic,
+        monotonic: Callable[[], float] | None = None,
     ) -> None:
         self.options = options
         self.metrics = metrics
         self._api = CoordinationV1Api(api)
-        self._monotonic = monotonic
+        self._monotonic = monotonic or _loop_time
         self.is_leader = False
         self.attempts = 0
         """Acquire/renew attempts so far (tests wait on it)."""

@@ -24,7 +24,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -155,12 +154,13 @@ class PodResourcesSource:
 
     async def next_batch(self) -> Batch | None:
         if self._polled:
+            loop_time = asyncio.get_running_loop().time  # the sleeps' own clock (looptime in tests)
             if self._due is None:
-                self._due = time.monotonic() + self._delay()
-            wait = self._due - time.monotonic()
+                self._due = loop_time() + self._delay()
+            wait = self._due - loop_time()
             if wait > 0:
                 await asyncio.sleep(min(wait, self.claim_every_s))
-                if self._due - time.monotonic() > 0:
+                if self._due - loop_time() > 0:
                     return Batch()  # idle: caught up until the next poll
             self._due = None
         self._polled = True

@@ -186,6 +186,8 @@ class EmbeddedBroker:
         if self._process is not None:
             raise BrokerError("the embedded broker is already running")
         binary = self._binary or broker_binary()
+        # The wall clock, not the loop's: this waits on another process, which a test's
+        # fake loop clock (looptime) would declare late before it could start.
         deadline = time.monotonic() + self.startup_timeout_s
         failure = ""
         for _ in range(PORT_ATTEMPTS):

@@ -224,7 +224,8 @@ async def _supervise(
 ) -> int:
     stop = asyncio.Event()
     restore_signals = stop_on_signals(stop)
-    last_seen = [time.monotonic()]
+    loop_time = asyncio.get_running_loop().time
+    last_seen = [loop_time()]
     fed = asyncio.Event()
     feeder = asyncio.create_task(_feed(kwargs, layout, events, options, fed), name="feeder")
     printer = asyncio.create_task(
@@ -237,7 +238,7 @@ async def _supervise(
                     raise DemoFailed(f"the {task.get_name()} stopped: {task.exception()!r}")
             if worker.poll() is not None:
                 raise DemoFailed(f"the processor worker exited with status {worker.returncode}")
-            quiet = time.monotonic() - last_seen[0]
+            quiet = loop_time() - last_seen[0]
             if fed.is_set() and not options.follow and quiet > options.linger_s:
                 break
             with contextlib.suppress(TimeoutError):
@@ -324,7 +325,7 @@ async def _print_incidents(
                 if record.value is None:
                     continue
                 incident = decode_incident(record.value)
-                last_seen[0] = time.monotonic()
+                last_seen[0] = asyncio.get_running_loop().time()
                 if options.output == "json":
                     out.write(encode(incident) + b"\n")
                 else:

@@ -13,8 +13,10 @@ send raised, the worker exited, and every restart died on the same record).
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
 
 from schemas.codec import fitted_dead_letter
 from schemas.dead_letters import DeadLetter
@@ -40,6 +42,16 @@ def note(dead: DeadLetter, metrics: Metrics) -> None:
         dead.reason,
         f" (at {dead.field})" if dead.field else "",
     )
+
+
+def queue(
+    letters: Iterable[DeadLetter], send: Send, metrics: Metrics, pending: list[asyncio.Future[Any]]
+) -> None:
+    """Note each letter and deliver it in a task of its own, put on ``pending`` (the flush
+    awaits every send before it commits; :func:`deliver` never raises)."""
+    for dead in letters:
+        pending.append(asyncio.ensure_future(deliver(dead, send, metrics)))
+        note(dead, metrics)
 
 
 async def deliver(dead: DeadLetter, send: Send, metrics: Metrics) -> None:

@@ -101,7 +101,7 @@ from streams.app.offsets import PartitionOffsets
 from streams.app.pipeline import BatchOutcome, Partition, Pipeline, RawRecord
 from streams.app.published import is_mark
 from streams.app.settings import ProcessorSettings
-from streams.app.worker import MAX_REQUEST_BYTES
+from streams.app.worker import MAX_REQUEST_BYTES, new_pipeline
 from streams.core import CoreSettings
 from streams.core.snapshot import decode_state
 
@@ -212,9 +212,8 @@ class FaustWorker:
         """The pipeline holds the table's state for the current assignment."""
         self._generation: int | None = None
         self._owned: frozenset[int] = frozenset()
-        self._assigned_at = time.monotonic()
-        self._last_flush = time.monotonic()
-        self._gauges_at = 0.0
+        self._assigned_at = _now()
+        self._last_flush = _now()
         self._stale_seen = 0
         self._heard: dict[Partition, float] = {}
         """Partition -> when its last record reached the agent (or it was assigned)."""
@@ -225,7 +224,7 @@ class FaustWorker:
         self._offsets_client: AIOKafkaConsumer | None = None
         self._channel: Any = None
         """The agent's input channel (its queue tells whether records wait)."""
-        self._queue_seen = time.monotonic()
+        self._queue_seen = _now()
         """When the clock last found records waiting in the agent's queue."""
         self._failed = asyncio.Event()
         self._fatal: BaseException | None = None
@@ -233,12 +232,7 @@ class FaustWorker:
         self.table: Any = None
 
     def _new_pipeline(self) -> Pipeline:
-        return Pipeline(
-            self.core,
-            self.layout,
-            source_idle_seconds=self.options.source_idle_seconds,
-            max_future_seconds=self.options.max_future_seconds,
-        )
+        return new_pipeline(self.core, self.layout, self.options)
 
     # -- the app -----------------------------------------------------------------------
     def _build(self, datadir: str) -> faust.App:
@@ -355,7 +349,7 @@ class FaustWorker:
                 await self._send(self.pipeline.tick(time.time(), self._busy()), 0.0)
                 self._observe_gauges()
                 await self._check_stalls()
-                if time.monotonic() - self._last_flush >= self.options.snapshot_seconds:
+                if _now() - self._last_flush >= self.options.snapshot_seconds:
                     await self._flush()
         except Exception as exc:
             self._fail(exc)
@@ -384,7 +378,7 @@ class FaustWorker:
                     await self._reread(where, expected, f"record {offset} came next")
                 continue  # below: a copy of a record already handed to the pipeline
             tracker.add(offset)
-            self._heard[where] = time.monotonic()
+            self._heard[where] = _now()
             held[where].append(event)
             stamp = message.timestamp
             if stamp and stamp > newest:
@@ -404,7 +398,7 @@ class FaustWorker:
         if records:
             outcome = self.pipeline.process(records, self._busy(), time.time())
             await self._send(outcome, newest)
-        if time.monotonic() - self._last_flush >= self.options.snapshot_seconds:
+        if _now() - self._last_flush >= self.options.snapshot_seconds:
             await self._flush()
 
     async def _reread(self, where: Partition, offset: int, why: str) -> None:
@@ -412,7 +406,7 @@ class FaustWorker:
         a second per partition: the records already queued behind the skip arrive first)."""
         app = self.app
         assert app is not None
-        now = time.monotonic()
+        now = _now()
         if now - self._reread_at.get(where, -math.inf) < 1.0:
             return
         self._reread_at[where] = now
@@ -446,7 +440,7 @@ class FaustWorker:
         app = self.app
         channel = self._channel
         assert app is not None
-        now = time.monotonic()
+        now = _now()
         if channel is None or not channel.empty():
             self._queue_seen = now
             return
@@ -475,14 +469,9 @@ class FaustWorker:
             future = await send(topic, incident.id.encode(), encode(incident), None, None, None)
             labels = metrics.incidents_out.labels(incident.type, incident.severity, incident.status)
             pending.append(asyncio.ensure_future(_counted(future, labels, metrics, newest)))
-        dead_topic = self.layout.dead_letters.name
-        send_letter = partial(self._try_send, dead_topic)
-        for dead in outcome.dead_letters:
-            # A task of its own, awaited by the flush like every send: it never raises.
-            pending.append(asyncio.ensure_future(dead_letters.deliver(dead, send_letter, metrics)))
-            dead_letters.note(dead, metrics)
-        for source, count in outcome.events_by_source.items():
-            metrics.events_in.labels(source).inc(count)
+        send_letter = partial(self._try_send, self.layout.dead_letters.name)
+        dead_letters.queue(outcome.dead_letters, send_letter, metrics, pending)
+        metrics.count_events(outcome.events_by_source)
         trackers = self._trackers
         for where, offset in outcome.released:
             tracker = trackers.get(where)
@@ -503,7 +492,7 @@ class FaustWorker:
         what they cover (module docstring, 2)."""
         app = self.app
         assert app is not None
-        self._last_flush = time.monotonic()
+        self._last_flush = _now()
         generation = self._generation
         commits = {}
         for where, tracker in self._trackers.items():
@@ -610,7 +599,7 @@ class FaustWorker:
         for where in raw:
             tracker = self._trackers[where] = PartitionOffsets()
             tracker.next_offset = starts[where]  # the read position: nothing outstanding
-        now = time.monotonic()
+        now = _now()
         self._heard = dict.fromkeys(raw, now)
         self._reread_at = {}
         self._held = {where: deque() for where in raw}
@@ -618,8 +607,8 @@ class FaustWorker:
         kept = len(owned & self._owned)
         self._owned = owned
         self._generation = app.consumer_generation_id
-        self._assigned_at = time.monotonic()
-        self._last_flush = time.monotonic()
+        self._assigned_at = _now()
+        self._last_flush = _now()
         self._ready = True
         log.info(
             "partitions %s: restored %d keys from %s, kept %d, dropped %d buffered events "
@@ -643,7 +632,7 @@ class FaustWorker:
         app = self.app
         assert app is not None
         consumer = app.consumer
-        holding = time.monotonic() - self._assigned_at < self.options.startup_hold_seconds
+        holding = _now() - self._assigned_at < self.options.startup_hold_seconds
         busy = []
         for where, tracker in self._trackers.items():
             try:
@@ -659,17 +648,12 @@ class FaustWorker:
         return busy
 
     def _observe_gauges(self) -> None:
-        now = time.monotonic()
-        if now - self._gauges_at < 1.0:
-            return
-        self._gauges_at = now
         metrics = self.metrics
+        if not metrics.gauges_due(_now()):
+            return
         lanes = self.pipeline.lanes
-        metrics.observe_open(lanes.open_incidents_by_type())
+        metrics.observe_lanes(lanes)
         metrics.buffered.set(lanes.pending())
-        reached = lanes.reached()
-        if reached > 0:
-            metrics.watermark_delay.set(max(0.0, time.time() - reached))
         stale = lanes.stats.stale - self._stale_seen
         if stale > 0:
             metrics.stale.inc(stale)
@@ -681,6 +665,18 @@ class FaustWorker:
         except Exception:  # no consumer yet, or one being rebuilt by a rebalance
             assigned = 0
         metrics.observe_kafka(assigned, None)
+
+
+def _now() -> float:
+    """The running loop's clock (its timers' and ``asyncio.sleep``'s), as the default engine.
+
+    Trap: faust runs aiokafka on a consumer thread with an event loop of its own. Every
+    caller here runs on the app's loop (the agent, the clock timer, the revoke signal, the
+    table's recovery callback); code moved onto that thread would read *its* loop's clock
+    through this (another clock under a test's fake one), and calling the app loop's
+    ``time()`` from there is no better: take the time on the app's loop and pass it.
+    """
+    return asyncio.get_running_loop().time()
 
 
 def _headers(headers: Any) -> Sequence[tuple[str, bytes]]:

@@ -31,10 +31,18 @@ Sources are counted, never labelled: 5,000 kmsg connectors would be 5,000 series
 
 from __future__ import annotations
 
+import math
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from connectors.health import Health, observe_consumer
 from connectors.prometheus import serve_metrics
+
+if TYPE_CHECKING:
+    from streams.app.lanes import Lanes
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0)
 
@@ -67,6 +75,7 @@ class Metrics:
             registry=r,
         )
         self._open_types: set[str] = set()
+        self._gauges_at = -math.inf
         self.dead_letters = Counter(
             "gputriage_dead_letters",
             "Records sent to the dead-letter topic.",
@@ -180,6 +189,27 @@ class Metrics:
         for kind, count in counts.items():
             self.open_incidents.labels(kind).set(count)
         self._open_types |= counts.keys()
+
+    def gauges_due(self, now: float) -> bool:
+        """Whether a round of the gauges is due at ``now`` (the caller's loop clock): one a
+        second at most, since counting open incidents walks every key's state."""
+        if now - self._gauges_at < 1.0:
+            return False
+        self._gauges_at = now
+        return True
+
+    def observe_lanes(self, lanes: Lanes) -> None:
+        """The gauges both engines read off the pipeline's lanes: open incidents by type
+        and how far the least decided lane's watermark trails the wall clock."""
+        self.observe_open(lanes.open_incidents_by_type())
+        reached = lanes.reached()
+        if reached > 0:  # nothing decided yet: no delay to tell
+            self.watermark_delay.set(max(0.0, time.time() - reached))
+
+    def count_events(self, by_source: Mapping[str, int]) -> None:
+        """Count a batch's events in by source (``gputriage_events_in_total``)."""
+        for source, count in by_source.items():
+            self.events_in.labels(source).inc(count)
 
     def observe_kafka(self, assigned: int, fetched_ago_s: float | None) -> None:
         """Set the ``kafka`` condition once a gauge round

@@ -50,9 +50,9 @@ Traps:
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
-import time
 from collections.abc import Iterable, Mapping
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -169,7 +169,7 @@ class Published:
 
     async def refresh(self, *, every: float = 0.0) -> None:
         """Ask the incident partitions' end offsets (at most once per ``every`` seconds)."""
-        now = time.monotonic()
+        now = asyncio.get_running_loop().time()  # the loop's clock (looptime in tests)
         if now - self._asked_at < every:
             return
         ends = await self._consumer.end_offsets(self._tps)
@@ -236,8 +236,9 @@ class Published:
         consumer.assign(list(remaining))
         for tp in remaining:
             consumer.seek(tp, asked[tp] - 1)
-        deadline = time.monotonic() + timeout_seconds
-        while remaining and time.monotonic() < deadline:
+        loop_time = asyncio.get_running_loop().time  # getmany's timeouts follow it too
+        deadline = loop_time() + timeout_seconds
+        while remaining and loop_time() < deadline:
             batches = await consumer.getmany(*remaining, timeout_ms=200)
             for tp, records in batches.items():
                 if records:

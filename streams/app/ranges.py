@@ -15,7 +15,7 @@ Traps:
 
 from __future__ import annotations
 
-import time
+import asyncio
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any
 
@@ -43,9 +43,10 @@ async def read_range(
                 await consumer.seek_to_beginning(tp)
             else:
                 consumer.seek(tp, start)
-        deadline = time.monotonic() + timeout_seconds
+        loop_time = asyncio.get_running_loop().time  # getmany's timeouts follow it too
+        deadline = loop_time() + timeout_seconds
         while remaining:
-            if time.monotonic() > deadline:
+            if loop_time() > deadline:
                 raise TimeoutError(
                     f"reading {sorted((tp.topic, tp.partition) for tp in remaining)} "
                     f"took over {timeout_seconds:g} s"

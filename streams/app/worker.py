@@ -152,12 +152,7 @@ class Worker:
         self.options = options
         self.layout = layout
         self.metrics = metrics or Metrics()
-        self.pipeline = Pipeline(
-            core,
-            layout,
-            source_idle_seconds=options.source_idle_seconds,
-            max_future_seconds=options.max_future_seconds,
-        )
+        self.pipeline = new_pipeline(core, layout, options)
         self.state_topic = state.name
         self.partitions = state.partitions
         self._raw_names = frozenset(layout.raw_topics)
@@ -198,18 +193,17 @@ class Worker:
         self._lock = asyncio.Lock()
         self._offsets: dict[TopicPartition, PartitionOffsets] = {}
         self._owned: frozenset[int] = frozenset()
-        self._assigned_at = time.monotonic()
+        self._assigned_at = _now()
         self._pending: list[asyncio.Future[Any]] = []
         self._delivering: asyncio.Task[None] | None = None
         """The last periodic flush's acks and commit, awaited off the loop (:meth:`_flush`)."""
-        self._last_flush = time.monotonic()
+        self._last_flush = _now()
         self._last_tick = 0.0
         self._fatal: BaseException | None = None
         self._stale_seen = 0
         self._late_applied_seen = 0
         self._late_told = 0
         self._malformed_seen = 0
-        self._gauges_at = 0.0
         self._peak = 0
         self._paused: set[TopicPartition] = set()
         self._receipts = Receipts()
@@ -311,7 +305,7 @@ class Worker:
                 await self._send(outcome, newest / 1000)
         if pipeline.has_announced:
             await self._settle_announced()
-        now = time.monotonic()
+        now = _now()
         if now - self._last_tick >= self.options.tick_seconds:
             self._last_tick = now
             started = time.perf_counter()
@@ -386,14 +380,9 @@ class Worker:
             labels = metrics.incidents_out.labels(incident.type, incident.severity, incident.status)
             future.add_done_callback(_on_incident_acked(labels, metrics, newest, published))
             pending.append(future)
-        dead_topic = self.layout.dead_letters.name
-        send_letter = partial(self._try_send, dead_topic)
-        for dead in outcome.dead_letters:
-            # A task of its own, awaited by the flush like every send: it never raises.
-            pending.append(asyncio.ensure_future(dead_letters.deliver(dead, send_letter, metrics)))
-            dead_letters.note(dead, metrics)
-        for source, count in outcome.events_by_source.items():
-            metrics.events_in.labels(source).inc(count)
+        send_letter = partial(self._try_send, self.layout.dead_letters.name)
+        dead_letters.queue(outcome.dead_letters, send_letter, metrics, pending)
+        metrics.count_events(outcome.events_by_source)
         offsets = self._offsets
         last: Any = None
         release: Any = None
@@ -445,7 +434,7 @@ class Worker:
                 self._fatal = self._fatal or exc
                 raise
         started = time.perf_counter()
-        self._last_flush = time.monotonic()
+        self._last_flush = _now()
         commits = {}
         for tp, tracker in self._offsets.items():
             offset = tracker.committable()
@@ -593,7 +582,7 @@ class Worker:
         )
         self._receipts.forget(wheres)
         self._owned = owned
-        self._assigned_at = time.monotonic()
+        self._assigned_at = _now()
         log.info(
             "partitions %s: restored %d keys from %s, kept %d, dropped %d buffered events, "
             "read %d incident records past the marks",
@@ -660,7 +649,7 @@ class Worker:
         ``startup_hold_seconds`` after an assignment.
         """
         consumer = self.consumer
-        holding = time.monotonic() - self._assigned_at < self.options.startup_hold_seconds
+        holding = _now() - self._assigned_at < self.options.startup_hold_seconds
         busy = []
         for tp, tracker in self._offsets.items():
             highwater = consumer.highwater(tp)
@@ -680,17 +669,11 @@ class Worker:
     def _observe_gauges(self) -> None:
         """Refresh the gauges, at most once a second (counting open incidents walks
         every key's state)."""
-        now = time.monotonic()
-        if now - self._gauges_at < 1.0:
-            return
-        self._gauges_at = now
         metrics = self.metrics
+        if not metrics.gauges_due(_now()):
+            return
         lanes = self.pipeline.lanes
-        metrics.observe_open(lanes.open_incidents_by_type())
-        # The least decided lane; nothing waits behind a clock-made limit.
-        reached = lanes.reached()
-        if reached > 0:
-            metrics.watermark_delay.set(max(0.0, time.time() - reached))
+        metrics.observe_lanes(lanes)  # the least decided lane: no clock-made limit waits
         stats = lanes.stats
         stale = stats.stale - self._stale_seen
         if stale:
@@ -730,6 +713,24 @@ class Worker:
 
 _UNKNOWN: Any = object()
 """What :func:`_start_position` says where aiokafka does not show the position."""
+
+
+def new_pipeline(core: CoreSettings, layout: TopicLayout, options: ProcessorSettings) -> Pipeline:
+    """A :class:`Pipeline` for these options (both engines build theirs here; the faust
+    engine builds one again at every recovery)."""
+    return Pipeline(
+        core,
+        layout,
+        source_idle_seconds=options.source_idle_seconds,
+        max_future_seconds=options.max_future_seconds,
+    )
+
+
+def _now() -> float:
+    """The running loop's clock (the one its timers and ``asyncio.sleep`` follow), not
+    ``time.monotonic``: flushes, ticks and the start-up hold then move with a test's fake
+    clock (looptime). Event time and the pipeline's clock stay ``time.time()``."""
+    return asyncio.get_running_loop().time()
 
 
 def _start_position(consumer: AIOKafkaConsumer, tp: TopicPartition) -> Any:

@@ -14,6 +14,7 @@ import asyncio
 import time
 from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -389,3 +390,43 @@ async def test_a_chunk_retried_after_a_failed_announcement_still_announces_first
     sid = b"test-source@c1/gpu-0"
     assert producer.log[2][1][0] == (sid, float("-inf")), "at the progress of before"
     assert producer.log[3] == ("events", ((sid, event(0).time.timestamp()), ["progress:1"]))
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+async def test_a_quiet_source_heartbeats_every_interval_of_the_loops_clock() -> None:
+    """A minute of quiet on the loop's fake clock (looptime): no broker, no socket, so
+    nothing is on its way while the clock jumps. The heartbeat's timer is the loop's
+    clock, so a heartbeat goes out every ``heartbeat_seconds`` of it, and none sooner."""
+    loop = asyncio.get_running_loop()
+
+    class Timed(Recorder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.beats_at: list[float] = []
+
+        async def send_heartbeats(
+            self, tick: Tick, partitions: Iterable[tuple[str, int]], headers: Headers
+        ) -> int:
+            if not wire.read_partitions(headers):
+                self.beats_at.append(loop.time())
+            return await super().send_heartbeats(tick, partitions, headers)
+
+    producer = Timed()
+    source = Script([batch([0, 1, 2])], idle_s=1.0)  # then an idle poll every second
+    publisher = Publisher(
+        source,
+        producer,
+        options=PublishOptions(heartbeat_seconds=5.0, idle_is_caught_up=False),
+    )
+    started = loop.time()
+    task = await running(publisher)
+    try:
+        await asyncio.sleep(61.0)  # the loop's clock: instant here
+    finally:
+        await stop(task)
+    gaps = [b - a for a, b in pairwise([started, *producer.beats_at])]
+    assert len(producer.beats_at) == 12, producer.beats_at
+    assert all(5.0 <= gap < 5.1 for gap in gaps), gaps
+    assert publisher.heartbeats == 12
+    assert source.idle_polls >= 60, "the source went on being read meanwhile"

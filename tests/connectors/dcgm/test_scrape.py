@@ -29,6 +29,7 @@ from connectors.source import Batch
 from gputriage.demo.broker import EmbeddedBroker
 from schemas.codec import AnyEvent, decode_dead_letter, decode_event
 from schemas.events import GpuBindingEvent, PodRef, XidEvent
+from schemas.topics import TopicSettings, topic_layout
 from tests import paths
 from tests.kafka_helpers import KafkaTestEnv, consume_all, consume_events, eventually, frozen
 
@@ -48,11 +49,14 @@ class Exporter:
         self.queue: list[tuple[int, str, dict[str, str]]] = []
         self.current: tuple[int, str, dict[str, str]] = (200, burst(1), {})
         self.hits = 0
+        self.hits_at: list[float] = []
+        """The loop's time of each request."""
         self.hang = asyncio.Event()  # set() releases a hanging request
         self.hanging = False
 
     async def handle(self, _request: web.Request) -> web.Response:
         self.hits += 1
+        self.hits_at.append(asyncio.get_running_loop().time())
         if self.hanging:
             await self.hang.wait()
         status, body, headers = self.queue.pop(0) if self.queue else self.current
@@ -477,3 +481,33 @@ async def test_between_scrapes_the_source_says_it_is_caught_up(kafka: KafkaTestE
         idle, took, _ = await rounds_until_a_scrape(source, limit=10 * interval)
         assert idle == 0, "after a stamped exposition nothing is claimed"
         assert took >= interval * 0.9
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+@pytest.mark.timeout(30)
+async def test_the_interval_claims_and_retry_after_pass_on_the_loops_clock() -> None:
+    """The exporter is served from this loop (aiohttp on loopback) and no broker is
+    started, so looptime sees every request and answer and moves its clock only while
+    both ends wait. A 15 s interval is 14 claims a second apart, then the scrape; a
+    503 asking ``Retry-After: 30`` is honoured on that clock, not the 1 ms backoff."""
+    loop = asyncio.get_running_loop()
+    exporter = Exporter()
+    exporter.queue = [(200, burst(1), {}), (200, burst(1), {})]
+    exporter.current = (503, "busy", {"Retry-After": "30"})
+    unstarted = EventProducer({}, topic_layout(TopicSettings(prefix="dcgm")))  # never sends
+    async with serving(exporter) as url, aiohttp.ClientSession() as session:
+        poller = DcgmPoller(options(url, interval_s=15.0), unstarted)
+        source = DcgmSource(poller, session, claim_every_s=1.0)
+        started = loop.time()
+        batches = []
+        while len(exporter.hits_at) < 4:  # two answers, two refusals
+            batches.append(await source.next_batch())
+            assert len(batches) < 60, f"scrapes at {exporter.hits_at}"
+    since = [round(at - started, 2) for at in exporter.hits_at]
+    assert since == [0.0, 15.0, 30.0, 60.0], "the interval twice, then the Retry-After"
+    idle = sum(1 for b in batches if b is not None and b.idle)
+    # A claim a second while an interval runs, none while a retry waits; a refused
+    # scrape is an idle batch too.
+    assert idle == 14 + 14 + 2
+    assert poller.failures == 2

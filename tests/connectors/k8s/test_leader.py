@@ -14,8 +14,8 @@ Lease durations, renew deadlines and retry periods pass on the loop's fake
 clock (looptime): kmock serves from this same event loop, so looptime sees
 every request and answer as socket I/O and moves its clock only while both
 ends wait (see tests/connectors/k8s/test_watch.py). Each elector measures
-expiry and deadlines with that same clock (``monotonic=loop.time``), not the
-wall clock, so the timings asserted below are the elector's, exactly.
+expiry and deadlines with that same clock (its default: the running loop's), not
+the wall clock, so the timings asserted below are the elector's, exactly.
 """
 
 from __future__ import annotations
@@ -45,11 +45,9 @@ FAST: dict[str, Any] = {
 def elector(
     cluster: FakeCluster, identity: str, *, metrics: ConnectorMetrics | None = None, **timings: Any
 ) -> LeaseElector:
-    """A candidate whose clock is the running loop's (looptime's fake one in these tests)."""
+    """A candidate on its default clock, the running loop's (looptime's fake one here)."""
     options = LeaseOptions(identity=identity, **{**FAST, **timings})
-    return LeaseElector(
-        cluster.api, options, metrics=metrics, monotonic=asyncio.get_running_loop().time
-    )
+    return LeaseElector(cluster.api, options, metrics=metrics)
 
 
 class EndlessWork:
@@ -159,6 +157,28 @@ async def test_a_crashed_leader_is_replaced_after_the_lease_duration() -> None:
         waited = loop.time() - started
         assert lease_spec(cluster)["holderIdentity"] == "b"
         assert waited >= FAST["lease_duration_s"] * 0.9  # not before the lease expired
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+@pytest.mark.timeout(20)
+async def test_an_abandoned_lease_expires_on_the_loops_clock_by_default() -> None:
+    """No clock passed: the elector measures expiry on the loop's clock, the one its
+    retries sleep on. On the wall clock, b waited out the lease duration in real time
+    while its retries raced through the fake one (5.6 s of it, measured)."""
+    async with fake_cluster() as cluster:
+        options = LeaseOptions(identity="a", **FAST)
+        a = LeaseElector(cluster.api, options)
+        b = LeaseElector(cluster.api, LeaseOptions(identity="b", **FAST))
+        assert await a.try_acquire_or_renew()  # one write, then a dies: never renewed
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await asyncio.wait_for(b.acquire(), 30)
+        waited = loop.time() - started
+        duration, retry = FAST["lease_duration_s"], FAST["retry_period_s"]
+        assert lease_spec(cluster)["holderIdentity"] == "b"
+        assert duration <= waited <= duration + 2 * retry, waited
+        assert b.attempts <= duration / retry + 2, b.attempts
 
 
 @pytest.mark.asyncio

@@ -162,7 +162,7 @@ class FlakySink:
 async def test_delivery_applies_backpressure_and_loses_nothing_while_the_sink_is_down() -> None:
     """The retry backoffs pass on the loop's fake clock (looptime): the sink is in-process,
     there is no socket at all, so nothing can be on its way while the clock jumps. The
-    delivery times its backpressure with ``time.monotonic``: the real time the put waited."""
+    delivery times its backpressure on that clock too: the backoffs the put waited out."""
     sink = FlakySink()
     metrics = ConnectorMetrics()
     delivery: BoundedDelivery[int] = BoundedDelivery(

@@ -7,6 +7,7 @@ ones; only its answers are the test's, and they change between polls as a kubele
 
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -14,12 +15,13 @@ from pathlib import Path
 import pytest
 
 from connectors.backoff import Backoff
-from connectors.podresources.client import Client
+from connectors.podresources._proto import api_pb2
+from connectors.podresources.client import Client, PollFailed
 from connectors.podresources.devices import GpuInfo, GpuMap
 from connectors.podresources.run import PodResourcesCommand, PodResourcesMetrics, PodResourcesSource
 from connectors.source import Batch
 from schemas.events import GpuBindingEvent
-from tests.connectors.podresources.kubelet import serving, target_of
+from tests.connectors.podresources.kubelet import list_response, serving, target_of
 
 GPU_A = "GPU-8f2c1d90-3e5a-4b17-9c2e-5da9abb51763"
 GPU_B = "GPU-0b7e3c55-1d2f-4a8b-9c6d-000000000003"
@@ -138,6 +140,45 @@ async def test_an_unreachable_kubelet_is_a_value_retried_until_it_answers(tmp_pa
             assert metrics.kubelet.state.ok
     finally:
         await client.close()
+
+
+class Restarting:
+    """A kubelet that refuses the first ``down`` polls, then answers; notes when (the loop's
+    clock) each poll came. In-process, no socket: under looptime nothing is on its way
+    while the clock jumps."""
+
+    def __init__(self, down: int) -> None:
+        self.down = down
+        self.polled_at: list[float] = []
+
+    async def list(self) -> api_pb2.ListPodResourcesResponse:
+        self.polled_at.append(asyncio.get_running_loop().time())
+        if len(self.polled_at) <= self.down:
+            raise PollFailed("unreachable", "connection refused")
+        return list_response({"ml/train": {"nvidia.com/gpu": [GPU_B]}})
+
+    async def allocatable(self) -> api_pb2.AllocatableResourcesResponse | None:
+        return None
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+async def test_the_backoff_after_failed_polls_passes_on_the_loops_clock() -> None:
+    """Four refused polls, then an answer: the polls come after the backoff's delays
+    (1, 2, 4, 8 s with the draw at its top) of the loop's fake clock, in a few dozen
+    reads of the source (an idle batch per second between them), and none sooner."""
+    kubelet = Restarting(down=4)
+    retry = replace(command("unused"), backoff=Backoff(initial_s=1.0, max_s=60.0))
+    source = PodResourcesSource(retry, kubelet, NVML, draw=lambda: 1.0)
+    started = asyncio.get_running_loop().time()
+    reads = 0
+    while (batch := await source.next_batch()) is not None and not batch.events:
+        reads += 1
+        assert reads < 40, f"no answer after {reads} reads, polls at {kubelet.polled_at}"
+    assert pods_of(batch) == {(GPU_B, None): (("train",), False)}
+    since = [round(at - started, 3) for at in kubelet.polled_at]
+    assert since == [0.0, 1.0, 3.0, 7.0, 15.0], "each poll after its backoff"
+    assert source.failures == 0
 
 
 @pytest.mark.asyncio
