@@ -14,7 +14,7 @@ The pieces, each in its own module under ``connectors/k8s/``::
   published by the loop every connector uses (:mod:`connectors.publish`): one
   delivery task, one chunk in flight, so order per correlation key is the watch
   order (:mod:`connectors.delivery`). Each watch item is a batch of one, so
-  ``buffer_size`` and ``batch_size`` keep counting events. Nothing is committed
+  ``buffer_size`` and the publish chunk keep counting events. Nothing is committed
   (the checkpoint is the watcher's resourceVersion, held in memory).
 * With ``--leader-election`` only the Lease holder runs all of this
   (:mod:`connectors.k8s.leader`); the other replicas wait as candidates. A
@@ -25,7 +25,7 @@ The pieces, each in its own module under ``connectors/k8s/``::
   correlation core skips (see ``connectors/k8s/watch.py``).
 
 Stopping (SIGINT/SIGTERM): the watchers stop, what is buffered is delivered
-for up to ``drain_timeout_s``, the producer flushes, the Lease is released.
+for up to :data:`PUBLISH`'s ``drain_timeout_s``, the producer flushes, the Lease is released.
 """
 
 from __future__ import annotations
@@ -35,18 +35,18 @@ import logging
 import os
 import socket
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
 from kubernetes_asyncio.client import ApiClient, Configuration
 
-from connectors.backoff import Backoff
 from connectors.delivery import DELIVERY_BACKOFF, BoundedDelivery
 from connectors.k8s.gpu_filter import GpuFilter
 from connectors.k8s.leader import LeadershipLost, LeaseElector, LeaseOptions
 from connectors.k8s.metrics import ConnectorMetrics
-from connectors.k8s.slim import DEFAULT_CONFIG, SlimConfig
+from connectors.k8s.settings import K8sSettings
+from connectors.k8s.slim import SlimConfig
 from connectors.k8s.watch import (
     Derive,
     Derived,
@@ -60,7 +60,8 @@ from connectors.k8s.watch import (
 )
 from connectors.kafka.config import KafkaUnreachable
 from connectors.kafka.producer import EventProducer, start_producer
-from connectors.publish import HEARTBEAT_SECONDS, Outgoing, Publisher, PublishOptions
+from connectors.publish import Outgoing, Publisher, PublishOptions
+from connectors.settings import required
 from connectors.signals import stop_on_signals
 from connectors.source import Batch
 from schemas.topics import TopicLayout
@@ -78,30 +79,16 @@ class ConnectError(RuntimeError):
     """
 
 
-@dataclass(frozen=True)
-class ConnectOptions:
-    """Everything ``gputriage connect k8s`` needs besides the Kafka settings."""
-
-    cluster: str
-    kubeconfig: str | None = None
-    context: str | None = None
-    in_cluster: bool = False
-    gpu_only: bool = True
-    slim: SlimConfig = DEFAULT_CONFIG
-    watch: WatchOptions = field(default_factory=WatchOptions)
-    buffer_size: int = 10_000
-    batch_size: int = 500
-    delivery_backoff: Backoff = DELIVERY_BACKOFF
-    drain_timeout_s: float = 10.0
-    heartbeat_seconds: float = HEARTBEAT_SECONDS
-    lease: LeaseOptions | None = None
-    """Leader election settings; None runs without election (one replica only!)."""
-    derive: Derive | None = None
-    """More records from each Event, past the GPU filter (the CLI passes the autoscaler
-    family's :func:`connectors.autoscaler.kube_events.derive`)."""
+PUBLISH: Final = PublishOptions(chunk=500, backoff=DELIVERY_BACKOFF, drain_timeout_s=10.0)
+"""The publish loop's chunk, delivery backoff and drain bound (capacity and heartbeat: the
+settings')."""
+WATCH: Final = WatchOptions()
+"""How to list and watch; the settings' namespace and silence timeout are laid over it."""
 
 
-async def kube_client(options: ConnectOptions) -> ApiClient:
+async def kube_client(
+    *, in_cluster: bool, kubeconfig: str | None = None, context: str | None = None
+) -> ApiClient:
     """An ApiClient from the in-cluster service account or a kubeconfig (+ context)."""
     from kubernetes_asyncio.config import (  # noqa: PLC0415 - config loading is rarely needed
         ConfigException,
@@ -111,17 +98,17 @@ async def kube_client(options: ConnectOptions) -> ApiClient:
 
     configuration = Configuration()
     try:
-        if options.in_cluster:
+        if in_cluster:
             load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         else:
             await load_kube_config(
-                config_file=options.kubeconfig,
-                context=options.context,
+                config_file=kubeconfig,
+                context=context,
                 client_configuration=configuration,
                 persist_config=False,
             )
     except (ConfigException, OSError, ValueError, KeyError, TypeError) as exc:
-        where = "in-cluster service account" if options.in_cluster else "kubeconfig"
+        where = "in-cluster service account" if in_cluster else "kubeconfig"
         raise ConnectError(f"cannot load the {where}: {exc}") from None
     return ApiClient(configuration)
 
@@ -237,25 +224,39 @@ class Connector:
         self,
         api: ApiClient,
         producer: EventProducer,
-        options: ConnectOptions,
+        settings: K8sSettings,
         metrics: ConnectorMetrics | None = None,
+        *,
+        derive: Derive | None = None,
+        watch: WatchOptions = WATCH,
+        publish: PublishOptions = PUBLISH,
     ) -> None:
+        """``derive``: more records from each Event, past the GPU filter (the CLI passes the
+        autoscaler family's :func:`connectors.autoscaler.kube_events.derive`); ``watch`` and
+        ``publish``: the tuning the settings do not hold (their settings' fields are laid over)."""
         self.api = api
         self.producer = producer
-        self.options = options
+        self.settings = settings
+        cluster = required(settings.cluster, "cluster")
         self.metrics = metrics or ConnectorMetrics()
-        self.gpu_filter = GpuFilter(options.slim) if options.gpu_only else None
+        slim = SlimConfig(gpu_resources=settings.resources, gpu_prefixes=settings.resource_prefixes)
+        watch = replace(
+            watch,
+            namespace=settings.namespace,
+            silence_timeout_seconds=settings.silence_timeout_seconds,
+        )
+        self.gpu_filter = None if settings.keep_all else GpuFilter(slim)
         keep = self.gpu_filter.keep if self.gpu_filter is not None else None
         self.watchers: dict[Resource, ResourceWatcher] = {
             resource: ResourceWatcher(
                 api,
                 resource,
-                cluster=options.cluster,
-                options=options.watch,
-                config=options.slim,
+                cluster=cluster,
+                options=watch,
+                config=slim,
                 keep=keep,
                 metrics=self.metrics,
-                derive=options.derive if resource == "events" else None,
+                derive=derive if resource == "events" else None,
             )
             for resource in ("pods", "nodes", "events")
         }
@@ -264,17 +265,15 @@ class Connector:
         self.publisher = Publisher(
             self.source,
             producer,
-            options=PublishOptions(
-                capacity=options.buffer_size,
-                chunk=options.batch_size,
-                backoff=options.delivery_backoff,
-                drain_timeout_s=options.drain_timeout_s,
-                heartbeat_seconds=options.heartbeat_seconds,
+            options=replace(
+                publish,
+                capacity=settings.buffer_size,
+                heartbeat_seconds=settings.heartbeat_seconds,
             ),
             metrics=self.metrics.delivery,
             # The watch source has no key; the cluster makes its id distinct (two
             # clusters' connectors must not merge into one progress).
-            source_id=f"{self.source.name}@{options.cluster}",
+            source_id=f"{self.source.name}@{cluster}",
         )
         self.delivery: BoundedDelivery[Outgoing] = self.publisher.delivery
 
@@ -287,28 +286,33 @@ class Connector:
 
 
 async def run_connect(
-    options: ConnectOptions,
-    kafka_kwargs: dict[str, Any],
+    settings: K8sSettings,
+    kafka_kwargs: Mapping[str, Any],
     layout: TopicLayout,
     *,
-    metrics_port: int | None,
+    lease: LeaseOptions | None = None,
+    derive: Derive | None = None,
+    watch: WatchOptions = WATCH,
     metrics_addr: str = "0.0.0.0",
     stop: asyncio.Event | None = None,
     metrics: ConnectorMetrics | None = None,
 ) -> int:
     """Create topics, connect, serve metrics, (elect,) watch and deliver; the exit status.
 
-    ``metrics``: the process's metrics and health (default: new ones), given by a caller
-    that reads them while it runs.
+    ``lease``: the leader election's (its namespace and identity resolved by the caller);
+    None runs without election (one replica only!). ``metrics``: the process's metrics
+    and health (default: new ones), given by a caller that reads them while it runs.
     """
 
     metrics = metrics or ConnectorMetrics()
-    if metrics_port is not None:
-        port = metrics.serve(metrics_port, metrics_addr)
+    if settings.metrics_port is not None:
+        port = metrics.serve(settings.metrics_port, metrics_addr)
         log.info("metrics on http://%s:%d/metrics", metrics_addr, port)
     stop = stop or asyncio.Event()
     stop_on_signals(stop)
-    api = await kube_client(options)
+    api = await kube_client(
+        in_cluster=settings.in_cluster, kubeconfig=settings.kubeconfig, context=settings.context
+    )
     try:
         producer = await start_producer(kafka_kwargs, layout)
     except KafkaUnreachable:
@@ -318,15 +322,15 @@ async def run_connect(
     # publish loop while another holds the Lease, must not read as "not connected".
     metrics.delivery.kafka.set(True)
     try:
-        connector = Connector(api, producer, options, metrics)
-        if options.lease is None:  # the only replica: always "the leader"
+        connector = Connector(api, producer, settings, metrics, derive=derive, watch=watch)
+        if lease is None:  # the only replica: always "the leader"
             metrics.leader.set(1)
             try:
                 await connector.run(stop)
             finally:
                 metrics.leader.set(0)
             return 0
-        elector = LeaseElector(api, options.lease, metrics=metrics)
+        elector = LeaseElector(api, lease, metrics=metrics)
         candidate = asyncio.ensure_future(elector.run(lambda: connector.run(stop)))
         stopping = asyncio.ensure_future(stop.wait())
         await asyncio.wait({candidate, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -352,7 +356,6 @@ async def run_connect(
 
 __all__ = [
     "ConnectError",
-    "ConnectOptions",
     "Connector",
     "default_identity",
     "kube_client",

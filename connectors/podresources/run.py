@@ -26,7 +26,6 @@ import logging
 import random
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import IO, Any, Final, Protocol
 
@@ -37,7 +36,6 @@ from connectors.delivery import DeliveryMetrics
 from connectors.kafka.producer import EventProducer, start_producer
 from connectors.podresources._proto import api_pb2
 from connectors.podresources.client import (
-    SOCKET,
     Client,
     Filter,
     PollFailed,
@@ -50,7 +48,9 @@ from connectors.podresources.devices import (
     diff,
     snapshot,
 )
-from connectors.publish import HEARTBEAT_SECONDS, Publisher, PublishOptions
+from connectors.podresources.settings import PodResourcesSettings
+from connectors.publish import Publisher, PublishOptions
+from connectors.settings import required
 from connectors.signals import stop_on_signals
 from connectors.source import Batch
 from schemas.codec import encode
@@ -71,17 +71,8 @@ class Lister(Protocol):
     async def allocatable(self) -> api_pb2.AllocatableResourcesResponse | None: ...
 
 
-@dataclass(frozen=True)
-class PodResourcesCommand:
-    cluster: str
-    node: str
-    socket: str = SOCKET
-    interval_s: float = 10.0
-    timeout_s: float = 10.0
-    gpu: Filter = field(default_factory=Filter)
-    metrics_port: int | None = None
-    heartbeat_seconds: float = HEARTBEAT_SECONDS
-    backoff: Backoff = field(default_factory=lambda: Backoff(initial_s=1.0, max_s=60.0))
+BACKOFF: Final = Backoff(initial_s=1.0, max_s=60.0)
+"""Between failed polls: a kubelet that is restarting is asked again soon, a gone one rarely."""
 
 
 class PodResourcesMetrics:
@@ -122,23 +113,28 @@ class PodResourcesSource:
 
     def __init__(
         self,
-        command: PodResourcesCommand,
+        settings: PodResourcesSettings,
         lister: Lister,
         gpus: GpuMap,
         metrics: PodResourcesMetrics | None = None,
         *,
+        backoff: Backoff = BACKOFF,
         clock: Callable[[], datetime] = _now,
         draw: Callable[[], float] = random.random,
         claim_every_s: float = CLAIM_EVERY_S,
     ) -> None:
-        self.command = command
+        self.settings = settings
+        self.cluster = required(settings.cluster, "cluster")
+        self.node = required(settings.node, "node")
+        self.gpu = Filter(resources=settings.resources, prefixes=settings.resource_prefixes)
+        self.backoff = backoff
         self.lister = lister
         self.gpus = gpus
         self.metrics = metrics or PodResourcesMetrics()
         self.clock = clock
         self.draw = draw
         self.claim_every_s = claim_every_s
-        self.key: bytes | None = key_of(command.cluster, command.node).encode()
+        self.key: bytes | None = key_of(self.cluster, self.node).encode()
         self.state: PodResourcesState | None = None
         """The last poll diffed (not the last acknowledged: every change is sent once)."""
         self.failures = 0
@@ -150,8 +146,8 @@ class PodResourcesSource:
 
     def _delay(self) -> float:
         if self.failures == 0:
-            return self.command.interval_s
-        return self.command.backoff.delay(self.failures - 1, self.draw)
+            return self.settings.interval_seconds
+        return self.backoff.delay(self.failures - 1, self.draw)
 
     async def next_batch(self) -> Batch | None:
         if self._polled:
@@ -169,10 +165,12 @@ class PodResourcesSource:
             outcome = "ok"
         except PollFailed as exc:
             outcome, batch = exc.outcome, Batch()
-            log.warning("pod-resources %s: poll failed (%s): %s", self.command.socket, outcome, exc)
+            log.warning(
+                "pod-resources %s: poll failed (%s): %s", self.settings.socket, outcome, exc
+            )
             self.metrics.kubelet.set(False, f"{outcome}: {exc}")
         except Exception:  # a bug must not end the node's only kubelet witness: log, retry
-            log.exception("pod-resources %s: poll failed", self.command.node)
+            log.exception("pod-resources %s: poll failed", self.node)
             outcome, batch = "internal_error", Batch()
             self.metrics.kubelet.set(False, "internal error (see the log)")
         self.metrics.polls.labels(outcome).inc()
@@ -188,13 +186,11 @@ class PodResourcesSource:
             if allocatable is None:
                 self._allocatable = False
                 log.info("pod-resources: the kubelet has no GetAllocatableResources: List only")
-        gpu = self.command.gpu
+        gpu = self.gpu
         devices = allocatable_devices(allocatable.devices, gpu) if allocatable else []
         snap = snapshot(holdings(response, gpu), devices, self.gpus)
         when = self.clock()
-        result = diff(
-            self.state, snap, cluster=self.command.cluster, node=self.command.node, time=when
-        )
+        result = diff(self.state, snap, cluster=self.cluster, node=self.node, time=when)
         self.state = result.state
         self.metrics.unresolved.set(result.unresolved)
         self.metrics.kubelet.set(True, f"{len(snap.gpus)} GPUs, {len(response.pod_resources)} pods")
@@ -215,18 +211,18 @@ class PodResourcesSource:
 
 
 def connect_podresources(
-    command: PodResourcesCommand,
+    settings: PodResourcesSettings,
     client_kwargs: Mapping[str, Any],
     layout: TopicLayout,
     gpus: GpuMap,
     err: IO[str],
 ) -> int:
     """Poll and publish until SIGINT/SIGTERM (0), or 1 when some events were not delivered."""
-    return asyncio.run(_connect(command, client_kwargs, layout, gpus, err))
+    return asyncio.run(_connect(settings, client_kwargs, layout, gpus, err))
 
 
 async def _connect(
-    command: PodResourcesCommand,
+    settings: PodResourcesSettings,
     client_kwargs: Mapping[str, Any],
     layout: TopicLayout,
     gpus: GpuMap,
@@ -236,19 +232,22 @@ async def _connect(
     stop_on_signals(stop)
     producer = await start_producer(client_kwargs, layout)  # KafkaUnreachable: the CLI's
     metrics = PodResourcesMetrics()
-    if command.metrics_port is not None:
+    if settings.metrics_port is not None:
         from connectors.prometheus import serve_metrics  # noqa: PLC0415
 
-        port = serve_metrics(metrics.registry, command.metrics_port, health=metrics.delivery.health)
+        port = serve_metrics(
+            metrics.registry, settings.metrics_port, health=metrics.delivery.health
+        )
         print(f"{PROG} connect podresources: metrics on http://0.0.0.0:{port}/metrics", file=err)
     print(
-        f"{PROG} connect podresources: polling {command.socket} every {command.interval_s:g} s"
+        f"{PROG} connect podresources: polling {settings.socket} every "
+        f"{settings.interval_seconds:g} s"
         f" ({len(gpus.by_uuid)} NVML devices known)",
         file=err,
     )
-    client = Client(command.socket, timeout_s=command.timeout_s)
+    client = Client(settings.socket, timeout_s=settings.timeout_seconds)
     try:
-        drained = await publish(command, client, gpus, producer, metrics, stop)
+        drained = await publish(settings, client, gpus, producer, metrics, stop)
     finally:
         await client.close()
         await producer.stop()
@@ -256,7 +255,7 @@ async def _connect(
 
 
 async def publish(
-    command: PodResourcesCommand,
+    settings: PodResourcesSettings,
     lister: Lister,
     gpus: GpuMap,
     producer: EventProducer,
@@ -264,19 +263,17 @@ async def publish(
     stop: asyncio.Event,
 ) -> bool:
     """The source under the one publish loop until ``stop``; True when all was delivered."""
-    source = PodResourcesSource(command, lister, gpus, metrics)
-    options = PublishOptions(heartbeat_seconds=command.heartbeat_seconds)
+    source = PodResourcesSource(settings, lister, gpus, metrics)
+    options = PublishOptions(heartbeat_seconds=settings.heartbeat_seconds)
     result = await Publisher(source, producer, options=options, metrics=metrics.delivery).run(stop)
     return result.drained
 
 
 def print_saved_list(
     text: str,
+    settings: PodResourcesSettings,
     *,
-    cluster: str,
-    node: str,
     gpus: GpuMap,
-    gpu: Filter,
     time: datetime,
     out: IO[bytes],
     err: IO[str],
@@ -293,7 +290,9 @@ def print_saved_list(
     except ValueError as exc:
         print(f"{PROG}: error: not a pod-resources List answer: {exc}", file=err)
         return 1
+    gpu = Filter(resources=settings.resources, prefixes=settings.resource_prefixes)
     snap = snapshot(holdings(response, gpu), (), gpus)
+    cluster, node = required(settings.cluster, "cluster"), required(settings.node, "node")
     result = diff(None, snap, cluster=cluster, node=node, time=time)
     for event in result.events:
         out.write(encode(event) + b"\n")

@@ -70,7 +70,7 @@ KNOWN: tuple[tuple[str, ...], ...] = tuple(
 )
 """Every key a settings file may set, as a path: ``("connect", "kmsg", "year")``..."""
 assert ("processor", "batch_max") in KNOWN
-assert ("connect", "dcgm", "interval") in KNOWN
+assert ("connect", "dcgm", "interval_seconds") in KNOWN
 
 _names = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=8)
 paths_ = st.one_of(

@@ -22,7 +22,8 @@ import pytest
 
 from connectors.kafka.producer import start_producer
 from connectors.podresources.devices import GpuInfo, GpuMap
-from connectors.podresources.run import PodResourcesCommand, PodResourcesMetrics, publish
+from connectors.podresources.run import PodResourcesMetrics, publish
+from connectors.podresources.settings import PodResourcesSettings
 from connectors.xid.lines import LineContext, parse_line
 from schemas.codec import decode_event, decode_incident
 from schemas.events import GpuBindingEvent, XidEvent
@@ -94,8 +95,12 @@ async def test_the_kubelets_bindings_name_the_pods_of_a_mig_and_a_time_sliced_xi
                 "nvidia.com/mig-1g.6gb": [MIG_GI3],
             }
             kubelet.pods = {"ml/notebook-a": {"nvidia.com/gpu": [f"{SHARED}::0"]}}
-            command = PodResourcesCommand(
-                cluster=CLUSTER, node=NODE, socket=target, interval_s=0.2, heartbeat_seconds=0.5
+            command = PodResourcesSettings(
+                cluster=CLUSTER,
+                node=NODE,
+                socket=target,
+                interval_seconds=0.2,
+                heartbeat_seconds=0.5,
             )
             producer = await start_producer(kafka.kwargs, kafka.layout)
             agent = asyncio.create_task(

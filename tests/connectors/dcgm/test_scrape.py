@@ -23,7 +23,8 @@ import pytest
 from aiohttp import web
 
 from connectors.backoff import Backoff
-from connectors.dcgm.scrape import DcgmMetrics, DcgmPoller, DcgmSource, PollOptions
+from connectors.dcgm.scrape import DcgmMetrics, DcgmPoller, DcgmSource
+from connectors.dcgm.settings import DcgmSettings
 from connectors.kafka.producer import EventProducer
 from connectors.source import Batch
 from gputriage.demo.broker import EmbeddedBroker
@@ -86,8 +87,10 @@ def sample(metrics: DcgmMetrics, name: str, **labels: str) -> float:
     return metrics.registry.get_sample_value(name, labels) or 0.0
 
 
-def options(url: str, **kw: Any) -> PollOptions:
-    return PollOptions(url=url, cluster="c1", node="gpu-node-1", backoff=FAST, **kw)
+def fast_poller(url: str, producer: Any, **kw: Any) -> DcgmPoller:
+    """A poller of ``url`` with a fast backoff; ``kw``: more of its settings."""
+    settings = DcgmSettings(url=url, cluster="c1", node="gpu-node-1", **kw)
+    return DcgmPoller(settings, producer, backoff=FAST)
 
 
 OUTCOMES = ("ok", "http_error", "unreachable", "timeout", "bad_exposition", "internal_error")
@@ -170,7 +173,7 @@ async def test_burst_and_pod_bindings_reach_kafka_and_a_restart_resumes(
     state = tmp_path / "dcgm-state.json"
     exporter = Exporter()
     async with EventProducer(kafka.kwargs, kafka.layout) as producer, serving(exporter) as url:
-        poller = DcgmPoller(options(url, interval_s=0.01, state_path=state), producer)
+        poller = fast_poller(url, producer, interval_seconds=0.01, state_path=str(state))
         bindings = counted(poller.metrics, "gpu_binding.v1")
         xids = counted(poller.metrics, "xid.v1")
         async with running(poller):
@@ -180,7 +183,7 @@ async def test_burst_and_pod_bindings_reach_kafka_and_a_restart_resumes(
         assert state.exists()
         assert sample(poller.metrics, "gputriage_dcgm_scrapes_total", outcome="ok") >= 2
         # A restart: a new poller reads the saved state, so scrape 3 is no baseline.
-        restarted = DcgmPoller(options(url, interval_s=0.01, state_path=state), producer)
+        restarted = fast_poller(url, producer, interval_seconds=0.01, state_path=str(state))
         assert restarted.state == poller.state
         exporter.current = (200, burst(3), {})
         after = counted(restarted.metrics, "gpu_binding.v1")
@@ -211,7 +214,7 @@ async def test_bad_exposition_is_a_dead_letter_and_the_poller_goes_on(
     html = "<html><body><h1>502 Bad Gateway</h1></body></html>\n"
     exporter.queue = [(200, html, {})]
     async with EventProducer(kafka.kwargs, kafka.layout) as producer, serving(exporter) as url:
-        poller = DcgmPoller(options(url, interval_s=0.01), producer)
+        poller = fast_poller(url, producer, interval_seconds=0.01)
         m = poller.metrics
         bindings = counted(m, "gpu_binding.v1")
         async with running(poller):
@@ -245,7 +248,7 @@ async def test_http_errors_refusals_and_timeouts_are_survived_and_retried(
         EventProducer(kafka.kwargs, kafka.layout) as producer,
         aiohttp.ClientSession() as session,
     ):
-        poller = DcgmPoller(options(url, timeout_s=0.2), producer)
+        poller = fast_poller(url, producer, timeout_seconds=0.2)
         source = DcgmSource(poller, session)
         # Nobody listens yet: connection refused.
         assert await one_round(source) == "unreachable"
@@ -264,7 +267,7 @@ async def test_http_errors_refusals_and_timeouts_are_survived_and_retried(
             assert await one_round(source) == "ok"
             assert poller.failures == 0
             assert poller.metrics.exporter.state.ok
-            assert poller.next_delay() == poller.options.interval_s
+            assert poller.next_delay() == poller.settings.interval_seconds
         assert poller.state is None, "scraped is not acknowledged: only a commit moves the state"
         m = poller.metrics
         assert sample(m, "gputriage_dcgm_scrapes_total", outcome="unreachable") == 1
@@ -280,7 +283,7 @@ async def test_run_loops_through_failures_until_stopped(kafka: KafkaTestEnv) -> 
     exporter = Exporter()
     exporter.queue = [(500, "oops", {}), (500, "oops", {})]
     async with EventProducer(kafka.kwargs, kafka.layout) as producer, serving(exporter) as url:
-        poller = DcgmPoller(options(url, interval_s=0.01), producer)
+        poller = fast_poller(url, producer, interval_seconds=0.01)
         stop = asyncio.Event()
         task = asyncio.create_task(poller.run(stop))
         ok = ("gputriage_dcgm_scrapes_total", "ok")
@@ -307,7 +310,7 @@ async def test_a_failed_publish_is_resent_with_the_same_ids() -> None:
         exporter = Exporter()
         try:
             async with serving(exporter) as url:
-                poller = DcgmPoller(options(url, interval_s=0.01), producer)
+                poller = fast_poller(url, producer, interval_seconds=0.01)
                 bindings = counted(poller.metrics, "gpu_binding.v1")
                 xids = counted(poller.metrics, "xid.v1")
 
@@ -362,7 +365,7 @@ async def test_run_keeps_scraping_while_kafka_is_down_and_saves_state_only_once_
         failures = "gputriage_connector_delivery_failures_total"
         try:
             async with serving(exporter) as url:
-                poller = DcgmPoller(options(url, interval_s=0.01, state_path=state), producer)
+                poller = fast_poller(url, producer, interval_seconds=0.01, state_path=str(state))
 
                 def acked() -> object:  # read anew each time (no narrowing across the outage)
                     return poller.state
@@ -404,7 +407,7 @@ async def test_a_sample_with_a_bad_timestamp_is_a_dead_letter_and_the_scrape_is_
     bad = 'DCGM_FI_DEV_XID_ERRORS{gpu="1",UUID="GPU-bad"} 0 1e999\n'
     exporter.current = (200, burst(1) + bad, {})
     async with EventProducer(kafka.kwargs, kafka.layout) as producer, serving(exporter) as url:
-        poller = DcgmPoller(options(url, interval_s=0.01), producer)
+        poller = fast_poller(url, producer, interval_seconds=0.01)
         m = poller.metrics
         bindings = counted(m, "gpu_binding.v1")
         async with running(poller):
@@ -455,7 +458,7 @@ async def test_between_scrapes_the_source_says_it_is_caught_up(kafka: KafkaTestE
         serving(exporter) as url,
         aiohttp.ClientSession() as session,
     ):
-        poller = DcgmPoller(options(url, interval_s=interval), producer)
+        poller = fast_poller(url, producer, interval_seconds=interval)
         source = DcgmSource(poller, session, claim_every_s=0.05)
         first = await source.next_batch()
         assert first is not None

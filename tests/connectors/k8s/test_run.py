@@ -14,16 +14,19 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from kubernetes_asyncio.client import CoordinationV1Api, V1Lease, V1LeaseSpec, V1ObjectMeta
 
 from connectors.backoff import Backoff
 from connectors.k8s.metrics import ConnectorMetrics
-from connectors.k8s.run import ConnectOptions, Connector, run_connect
+from connectors.k8s.run import PUBLISH, Connector, run_connect
+from connectors.k8s.settings import K8sSettings
 from connectors.kafka.admin import ensure_topics
 from connectors.kafka.producer import EventProducer
 from gputriage.cli import run as cli_run
@@ -65,7 +68,14 @@ async def test_connect_publishes_gpu_objects_and_dead_letters_with_leader_electi
         await ensure_topics(kafka.kwargs, kafka.layout)  # before consuming from them
         stop = asyncio.Event()
         task = asyncio.create_task(
-            run_connect(options, kafka.kwargs, kafka.layout, metrics_port=0, stop=stop)
+            run_connect(
+                msgspec.structs.replace(options.settings, metrics_port=0),
+                kafka.kwargs,
+                kafka.layout,
+                lease=options.lease,
+                watch=FAST_WATCH,
+                stop=stop,
+            )
         )
         layout = kafka.layout
         topics = [*layout.raw_topics, layout.dead_letters.name]
@@ -130,7 +140,13 @@ async def test_a_standby_replica_is_ready_and_live_without_watching(
         stop = asyncio.Event()
         task = asyncio.create_task(
             run_connect(
-                options, kafka.kwargs, kafka.layout, metrics_port=None, stop=stop, metrics=metrics
+                options.settings,
+                kafka.kwargs,
+                kafka.layout,
+                lease=options.lease,
+                watch=FAST_WATCH,
+                stop=stop,
+                metrics=metrics,
             )
         )
         health = metrics.delivery.health
@@ -165,14 +181,11 @@ async def test_broker_outage_backpressures_the_watch_and_delivers_everything_in_
             kwargs, layout, linger_ms=0, request_timeout_ms=400, retry_backoff_ms=20
         )
         await producer.start()
-        options = ConnectOptions(
-            cluster="c1",
-            watch=FAST_WATCH,
-            buffer_size=4,
-            batch_size=2,
-            delivery_backoff=Backoff(initial_s=0.05, max_s=0.1),
+        settings = K8sSettings(
+            cluster="c1", buffer_size=4, silence_timeout_seconds=FAST_WATCH.silence_timeout_seconds
         )
-        connector = Connector(cluster.api, producer, options)
+        publish = replace(PUBLISH, chunk=2, backoff=Backoff(initial_s=0.05, max_s=0.1))
+        connector = Connector(cluster.api, producer, settings, watch=FAST_WATCH, publish=publish)
         probes = f"http://127.0.0.1:{connector.metrics.serve(0, '127.0.0.1')}"
         stop = asyncio.Event()
         task = asyncio.create_task(connector.run(stop))
@@ -243,7 +256,7 @@ async def probe(url: str) -> tuple[int, str]:
 
 def test_cli_mistakes_are_one_line_and_exit_2(capsys: Any) -> None:
     assert cli_run(["connect", "k8s", "--cluster", "c", "--in-cluster", "--context", "x"]) == 2
-    assert "--in-cluster does not go with" in capsys.readouterr().err
+    assert "'--in-cluster': does not go with --kubeconfig/--context" in capsys.readouterr().err
     assert cli_run(["connect", "k8s", "--cluster", "c", "--leader-election"]) == 2
     err = capsys.readouterr().err
     assert "--lease-namespace" in err

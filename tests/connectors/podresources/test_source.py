@@ -8,7 +8,6 @@ ones; only its answers are the test's, and they change between polls as a kubele
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -16,7 +15,8 @@ import pytest
 from connectors.backoff import Backoff
 from connectors.podresources.client import Client
 from connectors.podresources.devices import GpuInfo, GpuMap
-from connectors.podresources.run import PodResourcesCommand, PodResourcesMetrics, PodResourcesSource
+from connectors.podresources.run import PodResourcesMetrics, PodResourcesSource
+from connectors.podresources.settings import PodResourcesSettings
 from connectors.source import Batch
 from schemas.events import GpuBindingEvent
 from tests.connectors.podresources.kubelet import serving, target_of
@@ -35,14 +35,16 @@ NVML = GpuMap.of(
 )
 
 
-def command(target: str) -> PodResourcesCommand:
-    return PodResourcesCommand(
+NO_BACKOFF = Backoff(initial_s=0.0, max_s=0.0)
+
+
+def command(target: str) -> PodResourcesSettings:
+    return PodResourcesSettings(
         cluster="c1",
         node="n1",
         socket=target,
-        interval_s=0.0,  # every next_batch polls: the test decides when
-        timeout_s=2.0,
-        backoff=Backoff(initial_s=0.0, max_s=0.0),
+        interval_seconds=0.0,  # every next_batch polls: the test decides when
+        timeout_seconds=2.0,
     )
 
 
@@ -69,7 +71,7 @@ async def test_the_bindings_follow_the_kubelets_allocations(tmp_path: Path) -> N
         }
         client = Client(target, timeout_s=2.0)
         metrics = PodResourcesMetrics()
-        source = PodResourcesSource(command(target), client, NVML, metrics)
+        source = PodResourcesSource(command(target), client, NVML, metrics, backoff=NO_BACKOFF)
         try:
             first = await source.next_batch()
             assert pods_of(first) == {
@@ -117,8 +119,10 @@ async def test_an_unreachable_kubelet_is_a_value_retried_until_it_answers(tmp_pa
     target = target_of(tmp_path)
     client = Client(target, timeout_s=1.0)
     metrics = PodResourcesMetrics()
-    retry = replace(command(target), backoff=Backoff(initial_s=0.05, max_s=0.2))
-    source = PodResourcesSource(retry, client, GpuMap(), metrics, draw=lambda: 1.0)
+    retry = Backoff(initial_s=0.05, max_s=0.2)
+    source = PodResourcesSource(
+        command(target), client, GpuMap(), metrics, backoff=retry, draw=lambda: 1.0
+    )
     try:
         batch = await source.next_batch()
         assert batch == Batch(), "no records, no crash"
@@ -147,7 +151,7 @@ async def test_a_kubelet_without_get_allocatable_is_listed_only(tmp_path: Path) 
         kubelet.devices = {"nvidia.com/gpu": [GPU_A]}  # never asked for
         kubelet.pods = {"ml/train": {"nvidia.com/gpu": [GPU_B]}}
         client = Client(target, timeout_s=2.0)
-        source = PodResourcesSource(command(target), client, GpuMap())
+        source = PodResourcesSource(command(target), client, GpuMap(), backoff=NO_BACKOFF)
         try:
             assert pods_of(await source.next_batch()) == {(GPU_B, None): (("train",), False)}
             assert not source._allocatable, "it stops asking"

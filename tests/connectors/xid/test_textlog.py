@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from connectors.xid.run import KmsgOptions, run_kmsg
+from connectors.xid.run import run_kmsg
+from connectors.xid.settings import KmsgSettings
 from connectors.xid.textlog import TextLogSource
 from schemas.codec import decode_event
 from schemas.events import XidEvent
@@ -114,10 +115,10 @@ def test_identical_lines_stay_two_events(tmp_path: Path) -> None:
 async def test_connect_kmsg_follows_a_file_into_kafka(kafka: KafkaTestEnv, tmp_path: Path) -> None:
     log, state = tmp_path / "kern.log", tmp_path / "state.json"
     log.write_text(NOISE + xid_line(1) + "Dec  1 01:02:09 n kernel: NVRM: Xid (PCI:zz): 79, x\n")
-    options = KmsgOptions(
+    options = KmsgSettings(
         node="gpu-node-01",
         cluster="c",
-        file=str(log),
+        log_file=str(log),
         state_path=str(state),
         year=2026,
         once=True,
