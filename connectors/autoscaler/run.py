@@ -226,8 +226,8 @@ async def run_connect_autoscaler(
 ) -> int:
     """Serve metrics, follow and deliver until stopped; the exit status.
 
-    ``api`` comes from the caller (the CLI builds it with the k8s family's
-    ``kube_client``: source families do not import each other); it is closed here.
+    ``api`` comes from the caller (the CLI builds it with :func:`connectors.kube.kube_client`,
+    tests with a fake API server); it is closed here.
     """
     try:
         metrics = AutoscalerMetrics()

@@ -36,10 +36,9 @@ import os
 import socket
 from collections.abc import Mapping
 from dataclasses import replace
-from pathlib import Path
 from typing import Any, Final
 
-from kubernetes_asyncio.client import ApiClient, Configuration
+from kubernetes_asyncio.client import ApiClient
 
 from connectors.delivery import DELIVERY_BACKOFF, BoundedDelivery
 from connectors.k8s.gpu_filter import GpuFilter
@@ -60,6 +59,7 @@ from connectors.k8s.watch import (
 )
 from connectors.kafka.config import KafkaUnreachable
 from connectors.kafka.producer import EventProducer, start_producer
+from connectors.kube import kube_client
 from connectors.publish import Outgoing, Publisher, PublishOptions
 from connectors.settings import required
 from connectors.signals import stop_on_signals
@@ -68,17 +68,6 @@ from schemas.topics import TopicLayout
 
 log = logging.getLogger("gputriage.connect.k8s")
 
-SERVICE_ACCOUNT_NAMESPACE: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-
-
-class ConnectError(RuntimeError):
-    """A Kubernetes setup problem worth one line (no kubeconfig, no service account).
-
-    No broker is not one: that is the :class:`~connectors.kafka.config.KafkaUnreachable`
-    every connector raises, reported by the CLI.
-    """
-
-
 PUBLISH: Final = PublishOptions(chunk=500, backoff=DELIVERY_BACKOFF, drain_timeout_s=10.0)
 """The publish loop's chunk, delivery backoff and drain bound (capacity and heartbeat: the
 settings')."""
@@ -86,44 +75,9 @@ WATCH: Final = WatchOptions()
 """How to list and watch; the settings' namespace and silence timeout are laid over it."""
 
 
-async def kube_client(
-    *, in_cluster: bool, kubeconfig: str | None = None, context: str | None = None
-) -> ApiClient:
-    """An ApiClient from the in-cluster service account or a kubeconfig (+ context)."""
-    from kubernetes_asyncio.config import (  # noqa: PLC0415 - config loading is rarely needed
-        ConfigException,
-        load_incluster_config,
-        load_kube_config,
-    )
-
-    configuration = Configuration()
-    try:
-        if in_cluster:
-            load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        else:
-            await load_kube_config(
-                config_file=kubeconfig,
-                context=context,
-                client_configuration=configuration,
-                persist_config=False,
-            )
-    except (ConfigException, OSError, ValueError, KeyError, TypeError) as exc:
-        where = "in-cluster service account" if in_cluster else "kubeconfig"
-        raise ConnectError(f"cannot load the {where}: {exc}") from None
-    return ApiClient(configuration)
-
-
 def default_identity() -> str:
     """This replica's name for the Lease: the pod name ($HOSTNAME) plus the pid."""
     return f"{os.environ.get('HOSTNAME') or socket.gethostname()}_{os.getpid()}"
-
-
-def service_account_namespace() -> str | None:
-    """The namespace the pod runs in (in-cluster only), for the Lease."""
-    try:
-        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or None
-    except OSError:
-        return None
 
 
 class WatchSource:
@@ -355,10 +309,7 @@ async def run_connect(
 
 
 __all__ = [
-    "ConnectError",
     "Connector",
     "default_identity",
-    "kube_client",
     "run_connect",
-    "service_account_namespace",
 ]

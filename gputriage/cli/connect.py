@@ -93,6 +93,7 @@ def connect_k8s_command(ctx: click.Context, /, **given: Any) -> int:
       gputriage connect k8s --cluster dev --context kind-dev --namespace ml
       gputriage connect k8s --cluster prod --in-cluster --leader-election
     """
+    from connectors import kube  # noqa: PLC0415
     from connectors.autoscaler.kube_events import derive  # noqa: PLC0415
     from connectors.k8s import run  # noqa: PLC0415
     from connectors.k8s.leader import LeaseOptions  # noqa: PLC0415
@@ -100,7 +101,7 @@ def connect_k8s_command(ctx: click.Context, /, **given: Any) -> int:
     o: K8sSettings = _table(ctx, "k8s", given)
     lease = None
     if o.leader_election:
-        lease_ns = o.lease_namespace or run.service_account_namespace()
+        lease_ns = o.lease_namespace or kube.service_account_namespace()
         if not lease_ns:
             raise click.UsageError("--leader-election needs --lease-namespace outside a pod")
         identity = o.identity or run.default_identity()
@@ -108,7 +109,7 @@ def connect_k8s_command(ctx: click.Context, /, **given: Any) -> int:
     kwargs, layout = _kafka(ctx, o.brokers)()
     # Autoscaler Events also become autoscaler.v1 records, GPU-related or not.
     main = run.run_connect(o, kwargs, layout, lease=lease, derive=derive)
-    return _run(lambda: asyncio.run(main), run.ConnectError)
+    return _run(lambda: asyncio.run(main), kube.KubeConfigError)
 
 
 @connect_group.command("kmsg", context_settings=CONTEXT)
@@ -246,17 +247,16 @@ def connect_autoscaler_command(ctx: click.Context, /, **given: Any) -> int:
           --namespace karpenter
     """
     from connectors.autoscaler.run import run_connect_autoscaler  # noqa: PLC0415
-    from connectors.k8s.run import ConnectError, kube_client  # noqa: PLC0415
+    from connectors.kube import KubeConfigError, kube_client  # noqa: PLC0415
 
     o: AutoscalerSettings = _table(ctx, "autoscaler", given)
     kwargs, layout = _kafka(ctx, o.brokers)()
 
     async def main() -> int:
-        # The client comes from the k8s family here: source families never import each other.
         api = await kube_client(in_cluster=o.in_cluster, kubeconfig=o.kubeconfig, context=o.context)
         return await run_connect_autoscaler(o, api, kwargs, layout)
 
-    return _run(lambda: asyncio.run(main()), ConnectError, StateInUse)
+    return _run(lambda: asyncio.run(main()), KubeConfigError, StateInUse)
 
 
 @connect_group.command("podresources", context_settings=CONTEXT)
