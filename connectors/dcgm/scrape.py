@@ -49,7 +49,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final
+from typing import IO, Final
 
 import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -59,8 +59,9 @@ from connectors.dcgm.diff import MAX_BURST, DcgmState, DiffResult, diff
 from connectors.dcgm.exposition import BadSample, Scrape, parse_exposition
 from connectors.dcgm.settings import DcgmSettings
 from connectors.delivery import DeliveryMetrics
-from connectors.kafka.producer import EventProducer
-from connectors.publish import Publisher, PublishOptions
+from connectors.kafka.producer import EventProducer, KafkaTarget
+from connectors.publish import PublishOptions
+from connectors.run import Served, run_source
 from connectors.settings import required
 from connectors.source import Batch
 from connectors.state import load_state, save_state
@@ -152,7 +153,6 @@ class DcgmPoller:
     def __init__(
         self,
         settings: DcgmSettings,
-        publisher: EventProducer,
         metrics: DcgmMetrics | None = None,
         *,
         backoff: Backoff = BACKOFF,
@@ -167,7 +167,6 @@ class DcgmPoller:
         self.node = required(settings.node, "node")
         self.state_path = Path(settings.state_path) if settings.state_path else None
         self.backoff, self.max_burst, self.max_bytes = backoff, max_burst, max_bytes
-        self.publisher = publisher
         self.metrics = metrics or DcgmMetrics()
         self.clock = clock
         self.draw = draw
@@ -183,19 +182,27 @@ class DcgmPoller:
             return self.settings.interval_seconds
         return self.backoff.after(self.failures - 1, self._retry_after, self.draw)
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Poll and publish (the one publish loop, :class:`DcgmSource`) until ``stop`` is set."""
+    async def run(
+        self, target: KafkaTarget | EventProducer, err: IO[str], stop: asyncio.Event | None = None
+    ) -> int:
+        """Scrape and publish (:class:`DcgmSource`, through :func:`connectors.run.run_source`)
+        until stopped; the exit status."""
+
+        async def started() -> None:
+            every = self.settings.interval_seconds
+            print(f"gputriage connect dcgm: scraping {self.url} every {every:g} s", file=err)
+
         async with aiohttp.ClientSession() as session:
-            source = DcgmSource(self, session)
-            publisher = Publisher(
-                source,
-                self.publisher,
-                options=PublishOptions(heartbeat_seconds=self.settings.heartbeat_seconds),
-                metrics=self.metrics.delivery,
+            return await run_source(
+                DcgmSource(self, session),
+                target,
+                name="connect dcgm",
+                served=Served(metrics=self.metrics.delivery, port=self.settings.metrics_port),
+                err=err,
+                publish=PublishOptions(heartbeat_seconds=self.settings.heartbeat_seconds),
+                stop=stop,
+                started=started,
             )
-            result = await publisher.run(stop)
-        if not result.drained:
-            log.warning("dcgm %s: scrapes not delivered before the stop", self.node)
 
     async def scrape(
         self,

@@ -27,9 +27,10 @@ from typing import IO, Any
 from prometheus_client import CollectorRegistry
 
 from connectors.delivery import DeliveryMetrics
-from connectors.kafka.producer import KafkaTarget, start_producer
+from connectors.kafka.producer import KafkaTarget
 from connectors.nvml.settings import NvmlSettings
-from connectors.publish import Publisher, PublishOptions
+from connectors.publish import PublishOptions
+from connectors.run import Served, run_source
 from connectors.settings import required
 from connectors.signals import stop_on_signals
 from connectors.source import Batch
@@ -137,29 +138,26 @@ async def _connect_nvml(
 ) -> int:
     stop = asyncio.Event()
     stop_on_signals(stop)
-    producer = None
-    if not settings.print_only:
-        if target is None:
-            raise ValueError("a Kafka target is needed unless print_only")
-        producer = await start_producer(*target)  # KafkaUnreachable: for the CLI to say
-    try:
-        devices = nvml.devices()
-        gpus = sum(1 for d in devices if not d.parent_uuid)
-        print(
-            f"{PROG} connect nvml: driver {nvml.driver_version()}, {gpus} GPU(s), "
-            f"{len(devices) - gpus} MIG device(s)",
-            file=err,
-        )
-        source = NvmlSource(nvml, settings)
-        if producer is None:  # --print: the offline form, JSON lines on ``out``
-            while not stop.is_set() and (batch := await source.next_batch()) is not None:
-                for event in batch.events:
-                    out.write(encode(event) + b"\n")
-                out.flush()
-            return 0
-        options = PublishOptions(heartbeat_seconds=settings.heartbeat_seconds)
-        result = await Publisher(source, producer, options=options, metrics=metrics).run(stop)
-        return 0 if result.drained else 1
-    finally:
-        if producer is not None:
-            await producer.stop()
+    devices = nvml.devices()
+    gpus = sum(1 for d in devices if not d.parent_uuid)
+    print(
+        f"{PROG} connect nvml: driver {nvml.driver_version()}, {gpus} GPU(s), "
+        f"{len(devices) - gpus} MIG device(s)",
+        file=err,
+    )
+    source = NvmlSource(nvml, settings)
+    if target is None:  # --print: the offline form, JSON lines on ``out``
+        while not stop.is_set() and (batch := await source.next_batch()) is not None:
+            for event in batch.events:
+                out.write(encode(event) + b"\n")
+            out.flush()
+        return 0
+    return await run_source(
+        source,
+        target,
+        name="connect nvml",
+        served=Served(metrics=metrics, port=None),
+        err=err,
+        publish=PublishOptions(heartbeat_seconds=settings.heartbeat_seconds),
+        stop=stop,
+    )

@@ -25,15 +25,15 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import IO, Any, Final, Protocol
+from typing import IO, Final, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from connectors.backoff import Backoff
 from connectors.delivery import DeliveryMetrics
-from connectors.kafka.producer import EventProducer, start_producer
+from connectors.kafka.producer import KafkaTarget
 from connectors.podresources._proto import api_pb2
 from connectors.podresources.client import (
     Client,
@@ -49,13 +49,12 @@ from connectors.podresources.devices import (
     snapshot,
 )
 from connectors.podresources.settings import PodResourcesSettings
-from connectors.publish import Publisher, PublishOptions
+from connectors.publish import PublishOptions
+from connectors.run import Served, run_source
 from connectors.settings import required
-from connectors.signals import stop_on_signals
 from connectors.source import Batch
 from schemas.codec import encode
 from schemas.keys import key_of
-from schemas.topics import TopicLayout
 
 log = logging.getLogger("gputriage.podresources")
 PROG: Final = "gputriage"
@@ -211,62 +210,37 @@ class PodResourcesSource:
 
 
 def connect_podresources(
-    settings: PodResourcesSettings,
-    client_kwargs: Mapping[str, Any],
-    layout: TopicLayout,
-    gpus: GpuMap,
-    err: IO[str],
+    settings: PodResourcesSettings, target: KafkaTarget, gpus: GpuMap, err: IO[str]
 ) -> int:
     """Poll and publish until SIGINT/SIGTERM (0), or 1 when some events were not delivered."""
-    return asyncio.run(_connect(settings, client_kwargs, layout, gpus, err))
+    return asyncio.run(_connect(settings, target, gpus, err))
 
 
 async def _connect(
-    settings: PodResourcesSettings,
-    client_kwargs: Mapping[str, Any],
-    layout: TopicLayout,
-    gpus: GpuMap,
-    err: IO[str],
+    settings: PodResourcesSettings, target: KafkaTarget, gpus: GpuMap, err: IO[str]
 ) -> int:
-    stop = asyncio.Event()
-    stop_on_signals(stop)
-    producer = await start_producer(client_kwargs, layout)  # KafkaUnreachable: the CLI's
-    metrics = PodResourcesMetrics()
-    if settings.metrics_port is not None:
-        from connectors.prometheus import serve_metrics  # noqa: PLC0415
-
-        port = serve_metrics(
-            metrics.registry, settings.metrics_port, health=metrics.delivery.health
+    async def started() -> None:
+        every, known = settings.interval_seconds, len(gpus.by_uuid)
+        print(
+            f"{PROG} connect podresources: polling {settings.socket} every {every:g} s"
+            f" ({known} NVML devices known)",
+            file=err,
         )
-        print(f"{PROG} connect podresources: metrics on http://0.0.0.0:{port}/metrics", file=err)
-    print(
-        f"{PROG} connect podresources: polling {settings.socket} every "
-        f"{settings.interval_seconds:g} s"
-        f" ({len(gpus.by_uuid)} NVML devices known)",
-        file=err,
-    )
+
     client = Client(settings.socket, timeout_s=settings.timeout_seconds)
     try:
-        drained = await publish(settings, client, gpus, producer, metrics, stop)
+        metrics = PodResourcesMetrics()
+        return await run_source(
+            PodResourcesSource(settings, client, gpus, metrics),
+            target,
+            name="connect podresources",
+            served=Served(metrics=metrics.delivery, port=settings.metrics_port),
+            err=err,
+            publish=PublishOptions(heartbeat_seconds=settings.heartbeat_seconds),
+            started=started,
+        )
     finally:
         await client.close()
-        await producer.stop()
-    return 0 if drained else 1
-
-
-async def publish(
-    settings: PodResourcesSettings,
-    lister: Lister,
-    gpus: GpuMap,
-    producer: EventProducer,
-    metrics: PodResourcesMetrics,
-    stop: asyncio.Event,
-) -> bool:
-    """The source under the one publish loop until ``stop``; True when all was delivered."""
-    source = PodResourcesSource(settings, lister, gpus, metrics)
-    options = PublishOptions(heartbeat_seconds=settings.heartbeat_seconds)
-    result = await Publisher(source, producer, options=options, metrics=metrics.delivery).run(stop)
-    return result.drained
 
 
 def print_saved_list(

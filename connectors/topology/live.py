@@ -30,8 +30,9 @@ from typing import IO, Any, Final
 from prometheus_client import CollectorRegistry
 
 from connectors.delivery import DeliveryMetrics
-from connectors.kafka.producer import KafkaTarget, start_producer
-from connectors.publish import Publisher, PublishOptions
+from connectors.kafka.producer import KafkaTarget
+from connectors.publish import PublishOptions
+from connectors.run import Served, run_source
 from connectors.settings import required
 from connectors.signals import stop_on_signals
 from connectors.source import Batch, DeadLine
@@ -260,15 +261,12 @@ async def _connect(
                     print(f"{PROG}: warning: {dead.error}", file=err)
             out.flush()
         return 0
-    producer = await start_producer(*target)  # KafkaUnreachable: for the CLI to say
-    if settings.metrics_port is not None:
-        from connectors.prometheus import serve_metrics  # noqa: PLC0415
-
-        port = serve_metrics(metrics.registry, settings.metrics_port, health=metrics.health)
-        print(f"{PROG} connect topo: metrics on http://0.0.0.0:{port}/metrics", file=err)
-    try:
-        options = PublishOptions(heartbeat_seconds=settings.heartbeat_seconds)
-        result = await Publisher(source, producer, options=options, metrics=metrics).run(stop)
-        return 0 if result.drained else 1
-    finally:
-        await producer.stop()
+    return await run_source(
+        source,
+        target,
+        name="connect topo",
+        served=Served(metrics=metrics, port=settings.metrics_port),
+        err=err,
+        publish=PublishOptions(heartbeat_seconds=settings.heartbeat_seconds),
+        stop=stop,
+    )

@@ -60,9 +60,10 @@ from zoneinfo import ZoneInfo
 from prometheus_client import CollectorRegistry, Counter
 
 from connectors.delivery import DeliveryMetrics
-from connectors.kafka.producer import start_producer
+from connectors.kafka.producer import KafkaTarget
 from connectors.prometheus import serve_metrics
-from connectors.publish import Enrich, Publisher, PublishOptions
+from connectors.publish import Enrich, PublishOptions, PublishResult
+from connectors.run import Served, run_source
 from connectors.settings import required
 from connectors.signals import stop_on_signals
 from connectors.source import Batch
@@ -275,45 +276,49 @@ async def run_kmsg(
     stop = stop or asyncio.Event()
     reader = open_reader(settings)  # a missing device or boot id fails here, first
     metrics = metrics or KmsgMetrics(settings.kind)
-    if settings.metrics_port is not None:
-        port = metrics.serve(settings.metrics_port)
-        log.info("metrics on http://0.0.0.0:%d/metrics", port)
     if own_stop and not settings.once:
         stop_on_signals(stop)
-    producer = await start_producer(client_kwargs, layout)
     source = XidSource(reader, settings=settings, stop=stop, metrics=metrics)
     publish = replace(publish, heartbeat_seconds=settings.heartbeat_seconds)
     if settings.once:  # a backfill wants everything delivered: a longer, still finite, drain
         publish = replace(publish, drain_timeout_s=once_drain_timeout_seconds)
-    publisher = Publisher(
-        source, producer, options=publish, metrics=metrics.delivery, enrich=_on_xids(enrich)
-    )
-    try:
+
+    async def started() -> None:
         if isinstance(reader, JournalSource):
             await reader.start()
         log.info("reading %s for node %s", reader.name, settings.node)
-        result = await publisher.run(stop)
-    finally:
-        await producer.stop()
-        await source.close()
-    ended = result.ended
-    stats = reader.stats
-    print(
-        f"{reader.name}: {stats.records} records, {stats.xids} XIDs, {stats.bad} bad, "
-        f"{stats.skipped} lost to the ring buffer, {stats.replayed} already handled",
-        file=stderr,
-    )
-    if not result.drained:
-        log.error(
-            "%d buffered batches were not delivered before the stop; the next start re-reads "
-            "them from the state file",
-            len(publisher.delivery),
+
+    def summary(_: PublishResult) -> str:
+        stats = reader.stats
+        return (
+            f"{reader.name}: {stats.records} records, {stats.xids} XIDs, {stats.bad} bad, "
+            f"{stats.skipped} lost to the ring buffer, {stats.replayed} already handled"
         )
-        return 1
-    if stats.skipped:
-        log.warning("%d kmsg records were overwritten before they could be read", stats.skipped)
-    if ended and isinstance(reader, JournalSource) and (reader.exit_status or not settings.once):
-        # Following never ends by itself: journalctl died. Exit so the pod restarts.
-        log.error("journalctl exited with status %s", reader.exit_status)
-        return 1
-    return 0
+
+    def verdict(result: PublishResult) -> int:
+        if reader.stats.skipped:
+            skipped = reader.stats.skipped
+            log.warning("%d kmsg records were overwritten before they were read", skipped)
+        if (
+            result.ended
+            and isinstance(reader, JournalSource)
+            and (reader.exit_status or not settings.once)
+        ):
+            # Following never ends by itself: journalctl died. Exit so the pod restarts.
+            log.error("journalctl exited with status %s", reader.exit_status)
+            return 1
+        return 0
+
+    return await run_source(
+        source,
+        KafkaTarget(client_kwargs, layout),
+        name="connect kmsg",
+        served=Served(metrics=metrics.delivery, port=settings.metrics_port),
+        err=stderr,
+        publish=publish,
+        stop=stop,
+        enrich=_on_xids(enrich),
+        summary=summary,
+        verdict=verdict,
+        started=started,
+    )

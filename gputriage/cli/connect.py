@@ -177,8 +177,8 @@ def connect_dcgm_command(ctx: click.Context, /, **given: Any) -> int:
 
     o: DcgmSettings = _table(ctx, "dcgm", given)
     http_url(o.url or "")
-    kwargs, layout = _kafka(ctx, o.brokers)()
-    return _run(lambda: connect_dcgm(o, kwargs, layout, sys.stderr), StateInUse)
+    target = _kafka(ctx, o.brokers)()
+    return _run(lambda: connect_dcgm(o, target, sys.stderr), StateInUse)
 
 
 @connect_group.command("nvml", context_settings=CONTEXT)
@@ -295,5 +295,4 @@ def connect_podresources_command(ctx: click.Context, /, **given: Any) -> int:
     if saved is not None:
         now, out = datetime.now(UTC), sys.stdout.buffer
         return print_saved_list(saved.read(), o, gpus=gpus, time=now, out=out, err=sys.stderr)
-    kwargs, layout = _kafka(ctx, o.brokers)()
-    return connect_podresources(o, kwargs, layout, gpus, sys.stderr)
+    return connect_podresources(o, _kafka(ctx, o.brokers)(), gpus, sys.stderr)
