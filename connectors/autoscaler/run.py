@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Final
+from typing import IO, Any, Final
 
 from kubernetes_asyncio.client import ApiClient
 
@@ -34,11 +35,10 @@ from connectors.autoscaler.metrics import AutoscalerMetrics
 from connectors.autoscaler.settings import AutoscalerSettings
 from connectors.autoscaler.status_watch import StatusUpdate, StatusWatcher
 from connectors.backoff import Backoff
-from connectors.kafka.producer import EventProducer, start_producer
-from connectors.prometheus import serve_metrics
-from connectors.publish import Publisher, PublishOptions
+from connectors.kafka.producer import KafkaTarget
+from connectors.publish import PublishOptions
+from connectors.run import Served, run_source
 from connectors.settings import required
-from connectors.signals import stop_on_signals
 from connectors.source import Batch, DeadLine
 from connectors.state import StateFile
 from schemas.codec import RecordError
@@ -146,72 +146,53 @@ class AutoscalerLogSource:
             self.state.save(batch.state, published=bool(batch.events or batch.dead))
 
     async def close(self) -> None:
-        """Stop following."""
+        """Stop following; release the state file."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        if self.state is not None:
+            self.state.close()
 
 
 PUBLISH: Final = PublishOptions(chunk=500, drain_timeout_s=10.0)
 """The publish loop's chunk and drain bound (capacity and heartbeat: the settings')."""
 
 
-class AutoscalerConnector:
-    """The follower, its source and the publish loop; :meth:`run` until stopped."""
+def autoscaler_source(
+    api: ApiClient,
+    settings: AutoscalerSettings,
+    metrics: AutoscalerMetrics,
+    *,
+    backoff: Backoff = BACKOFF,
+) -> AutoscalerLogSource:
+    """The follower, its state file and the status watcher, as one source.
 
-    def __init__(
-        self,
-        api: ApiClient,
-        producer: EventProducer,
-        settings: AutoscalerSettings,
-        metrics: AutoscalerMetrics | None = None,
-        *,
-        backoff: Backoff = BACKOFF,
-    ) -> None:
-        """``settings`` as given: the Karpenter preset is applied here."""
-        settings = settings.preset()
-        cluster = required(settings.cluster, "cluster")
-        self.metrics = metrics = metrics or AutoscalerMetrics()
-        path = settings.state_path
-        self.state = StateFile(Path(path), FollowState) if path else None
-        saved = self.state.load() if self.state is not None else None
-        if self.state is not None and self.state.error is not None:
-            log.warning("%s; following from the start of each container", self.state.error)
-        self.follower = LogFollower(api, settings, saved, metrics=metrics, backoff=backoff)
-        status = None
-        if settings.status_configmap:
-            silence = settings.silence_timeout_seconds
-            status = StatusWatcher(
-                api,
-                cluster=cluster,
-                namespace=settings.namespace,
-                name=settings.status_configmap,
-                backoff=backoff,
-                silence_timeout_seconds=silence,
-                watch_timeout_seconds=max(1, int(silence * 0.8)),
-                metrics=metrics,
-            )
-        self.source = AutoscalerLogSource(self.follower, self.state, status)
-        self.publisher = Publisher(
-            self.source,
-            producer,
-            options=replace(
-                PUBLISH,
-                capacity=settings.buffer_size,
-                heartbeat_seconds=settings.heartbeat_seconds,
-            ),
-            metrics=metrics.delivery,
-            source_id=f"{self.source.name}@{cluster}",
+    ``settings`` as given: the Karpenter preset is applied here. A state file another
+    process holds is :class:`~connectors.state.StateInUse`, before anything starts.
+    """
+    settings = settings.preset()
+    cluster = required(settings.cluster, "cluster")
+    path = settings.state_path
+    state = StateFile(Path(path), FollowState) if path else None
+    saved = state.load() if state is not None else None
+    if state is not None and state.error is not None:
+        log.warning("%s; following from the start of each container", state.error)
+    follower = LogFollower(api, settings, saved, metrics=metrics, backoff=backoff)
+    status = None
+    if settings.status_configmap:
+        silence = settings.silence_timeout_seconds
+        status = StatusWatcher(
+            api,
+            cluster=cluster,
+            namespace=settings.namespace,
+            name=settings.status_configmap,
+            backoff=backoff,
+            silence_timeout_seconds=silence,
+            watch_timeout_seconds=max(1, int(silence * 0.8)),
+            metrics=metrics,
         )
-
-    async def run(self, stop: asyncio.Event) -> None:
-        try:
-            await self.publisher.run(stop)
-        finally:
-            await self.source.close()
-            if self.state is not None:
-                self.state.close()
+    return AutoscalerLogSource(follower, state, status)
 
 
 async def run_connect_autoscaler(
@@ -223,6 +204,7 @@ async def run_connect_autoscaler(
     stop: asyncio.Event | None = None,
     backoff: Backoff = BACKOFF,
     metrics_addr: str = "0.0.0.0",
+    err: IO[str] | None = None,
 ) -> int:
     """Serve metrics, follow and deliver until stopped; the exit status.
 
@@ -231,21 +213,20 @@ async def run_connect_autoscaler(
     """
     try:
         metrics = AutoscalerMetrics()
-        if settings.metrics_port is not None:
-            port = serve_metrics(
-                metrics.registry, settings.metrics_port, metrics_addr, metrics.delivery.health
-            )
-            log.info("metrics on http://%s:%d/metrics", metrics_addr, port)
-        stop = stop or asyncio.Event()
-        stop_on_signals(stop)
-        producer = await start_producer(kafka_kwargs, layout)
-        try:
-            connector = AutoscalerConnector(api, producer, settings, metrics, backoff=backoff)
-            follow = connector.follower.settings
-            log.info("following pods %s in namespace %s", follow.selector, follow.namespace)
-            await connector.run(stop)
-            return 0
-        finally:
-            await producer.stop()
+        source = autoscaler_source(api, settings, metrics, backoff=backoff)
+        follow = source.settings
+        log.info("following pods %s in namespace %s", follow.selector, follow.namespace)
+        return await run_source(
+            source,
+            KafkaTarget(kafka_kwargs, layout),
+            name="connect autoscaler",
+            served=Served(metrics=metrics.delivery, port=settings.metrics_port, addr=metrics_addr),
+            err=err or sys.stderr,
+            publish=replace(
+                PUBLISH, capacity=settings.buffer_size, heartbeat_seconds=settings.heartbeat_seconds
+            ),
+            stop=stop,
+            source_id=f"{source.name}@{source.cluster}",
+        )
     finally:
         await api.close()
