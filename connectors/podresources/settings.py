@@ -16,6 +16,8 @@ from connectors.publish import HEARTBEAT_SECONDS
 from connectors.settings import Brokers, Cluster, HeartbeatSeconds, MetricsPort, Node
 
 SOCKET: Final = "unix:///var/lib/kubelet/pod-resources/kubelet.sock"
+"""The kubelet's default pod-resources endpoint: ``<root-dir>/pod-resources/kubelet.sock``,
+so a kubelet with a non-default ``--root-dir`` (some distributions) has it elsewhere."""
 
 
 class PodResourcesSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
