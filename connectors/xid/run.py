@@ -2,10 +2,10 @@
 
 The click definition lives in :mod:`gputriage.cli.connect`.
 
-The source is ``/dev/kmsg`` (:class:`connectors.xid.kmsg.KmsgSource`), or with
+The source is ``/dev/kmsg`` (:class:`connectors.xid.kmsg.KmsgReader`), or with
 ``--journal`` the journal's kernel entries through ``journalctl``
-(:class:`connectors.xid.journal.JournalSource`), or with ``--file`` a kernel log
-file followed like ``tail -F`` (:class:`connectors.xid.textlog.TextLogSource`);
+(:class:`connectors.xid.journal.JournalReader`), or with ``--file`` a kernel log
+file followed like ``tail -F`` (:class:`connectors.xid.textlog.TextLogReader`);
 all go through one loop.
 
 The loop is every connector's (:class:`connectors.publish.Publisher`): poll the
@@ -67,10 +67,10 @@ from connectors.run import Served, run_source
 from connectors.settings import required
 from connectors.signals import stop_on_signals
 from connectors.source import Batch
-from connectors.xid.journal import JournalSource
-from connectors.xid.kmsg import KmsgSource, ReadStats, read_boot_id, read_boot_time
+from connectors.xid.journal import JournalReader
+from connectors.xid.kmsg import KmsgReader, ReadStats, read_boot_id, read_boot_time
 from connectors.xid.settings import KmsgSettings
-from connectors.xid.textlog import TextLogSource
+from connectors.xid.textlog import TextLogReader
 from schemas.codec import AnyEvent
 from schemas.events import XidEvent
 from schemas.keys import key_of
@@ -131,7 +131,7 @@ class KmsgMetrics:
         return serve_metrics(self.registry, port, addr, self.delivery.health)
 
 
-Reader = KmsgSource | TextLogSource | JournalSource
+Reader = KmsgReader | TextLogReader | JournalReader
 """The three kernel-log readers. Two are polled (``poll``: synchronous, never blocks, an idle
 read is an idle batch); the journal is awaited (``next_batch(wait_s)``: it waits itself, and
 returns None once ``journalctl`` has exited). They share ``stats``, ``context``, ``name`` and
@@ -171,7 +171,7 @@ class XidSource:
 
     async def next_batch(self) -> Batch | None:
         reader = self.reader
-        if isinstance(reader, JournalSource):
+        if isinstance(reader, JournalReader):
             batch = await reader.next_batch(self._poll_seconds)
         else:
             batch = reader.poll(self._limit)
@@ -187,7 +187,7 @@ class XidSource:
         self.reader.commit(batch)
 
     async def close(self) -> None:
-        if isinstance(self.reader, JournalSource):
+        if isinstance(self.reader, JournalReader):
             await self.reader.close()
         else:
             self.reader.close()
@@ -211,7 +211,7 @@ def open_reader(settings: KmsgSettings) -> Reader:
     state_path = settings.state_path
     boot_time = settings.boot_datetime()
     if settings.log_file:
-        text = TextLogSource(
+        text = TextLogReader(
             path=settings.log_file,
             node=node,
             cluster=cluster,
@@ -225,7 +225,7 @@ def open_reader(settings: KmsgSettings) -> Reader:
         return text
     boot_id = read_boot_id(settings.boot_id_file)
     if settings.journal:
-        journal = JournalSource(
+        journal = JournalReader(
             node=node,
             cluster=cluster,
             state_path=state_path,
@@ -237,7 +237,7 @@ def open_reader(settings: KmsgSettings) -> Reader:
         if journal.state_error is not None:
             log.warning("%s; starting at the current boot", journal.state_error)
         return journal
-    source = KmsgSource(
+    source = KmsgReader(
         node=node,
         cluster=cluster,
         state_path=state_path,
@@ -284,7 +284,7 @@ async def run_kmsg(
         publish = replace(publish, drain_timeout_s=once_drain_timeout_seconds)
 
     async def started() -> None:
-        if isinstance(reader, JournalSource):
+        if isinstance(reader, JournalReader):
             await reader.start()
         log.info("reading %s for node %s", reader.name, settings.node)
 
@@ -301,7 +301,7 @@ async def run_kmsg(
             log.warning("%d kmsg records were overwritten before they were read", skipped)
         if (
             result.ended
-            and isinstance(reader, JournalSource)
+            and isinstance(reader, JournalReader)
             and (reader.exit_status or not settings.once)
         ):
             # Following never ends by itself: journalctl died. Exit so the pod restarts.

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import click
 import msgspec
 
-from connectors.files import FileSource
+from connectors.files import FileReader
 from connectors.kafka.config import KafkaConfigError, check_brokers, client_kwargs
 from connectors.times import parse_time
 from gputriage.settings import Settings, load_settings
@@ -32,12 +32,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 CONTEXT: Final[dict[str, Any]] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-def open_all(paths: Sequence[str]) -> list[FileSource]:
+def open_all(paths: Sequence[str]) -> list[FileReader]:
     """Open every path (``-`` is stdin), or none: a missing file is a usage error."""
-    sources: list[FileSource] = []
+    sources: list[FileReader] = []
     try:
         for path in paths:
-            sources.append(FileSource(path))
+            sources.append(FileReader(path))
     except OSError as exc:
         for source in sources:
             source.close()
