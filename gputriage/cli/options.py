@@ -21,9 +21,10 @@ Traps:
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import click
 import msgspec
@@ -100,18 +101,31 @@ def help_of(setting: Setting) -> str:
     return setting.description.removesuffix(".") + " (repeatable)."
 
 
-def _param_type(setting: Setting, where: str) -> click.ParamType | None:
+def _literal_values(hint: Any) -> tuple[Any, ...] | None:
+    if typing.get_origin(hint) is Literal:
+        return typing.get_args(hint)
+    for arg in typing.get_args(hint):
+        found = _literal_values(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def _param_type(
+    struct: type[msgspec.Struct], setting: Setting, where: str
+) -> click.ParamType | None:
     kind = setting.type
     if isinstance(kind, mi.IntType | mi.FloatType):
         return range_of(kind, where)
-    if isinstance(kind, mi.LiteralType):
-        return click.Choice([str(v) for v in kind.values if v != ""])
+    if isinstance(kind, mi.LiteralType):  # in the order declared (msgspec sorts them)
+        values = _literal_values(typing.get_type_hints(struct, include_extras=True)[setting.name])
+        return click.Choice([str(v) for v in values or kind.values if v != ""])
     if "path" in setting.extra:
         return click.Path(**setting.extra["path"])
     return None
 
 
-def option_of(setting: Setting, where: str) -> Callable[[F], F]:
+def option_of(struct: type[msgspec.Struct], setting: Setting) -> Callable[[F], F]:
     """The click option of one setting (see the module for the rules)."""
     kwargs: dict[str, Any] = {"help": help_of(setting), "default": None}
     decls = [setting.option, setting.name]
@@ -123,7 +137,7 @@ def option_of(setting: Setting, where: str) -> Callable[[F], F]:
     if setting.repeatable:
         kwargs["multiple"] = True
         kwargs["default"] = ()
-    param_type = _param_type(setting, where)
+    param_type = _param_type(struct, setting, f"{struct.__name__}.{setting.name}")
     if param_type is not None:
         kwargs["type"] = param_type
     for key in ("metavar", "envvar"):
@@ -143,11 +157,7 @@ def settings_options(
 ) -> Callable[[F], F]:
     """A decorator adding one option per field of ``kind`` (but ``exclude``), in field order."""
     skip = set(exclude)
-    options = [
-        option_of(s, f"{kind.__name__}.{s.name}")
-        for s in settings_fields(kind)
-        if s.name not in skip
-    ]
+    options = [option_of(kind, s) for s in settings_fields(kind) if s.name not in skip]
 
     def decorate(command: F) -> F:
         for option in reversed(options):
