@@ -34,13 +34,14 @@ import asyncio
 import logging
 import os
 import socket
+import sys
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import Any, Final
+from typing import IO, Any, Final
 
 from kubernetes_asyncio.client import ApiClient
 
-from connectors.delivery import DELIVERY_BACKOFF, BoundedDelivery
+from connectors.delivery import DELIVERY_BACKOFF
 from connectors.k8s.gpu_filter import GpuFilter
 from connectors.k8s.leader import LeadershipLost, LeaseElector, LeaseOptions
 from connectors.k8s.metrics import ConnectorMetrics
@@ -60,7 +61,8 @@ from connectors.k8s.watch import (
 from connectors.kafka.config import KafkaUnreachable
 from connectors.kafka.producer import EventProducer, start_producer
 from connectors.kube import kube_client
-from connectors.publish import Outgoing, Publisher, PublishOptions
+from connectors.publish import PublishOptions
+from connectors.run import Served, run_source
 from connectors.settings import required
 from connectors.signals import stop_on_signals
 from connectors.source import Batch
@@ -171,13 +173,12 @@ class WatchSource:
 
 
 class Connector:
-    """The watchers (a :class:`WatchSource`) and the producer, wired through the one publish
-    loop (:class:`connectors.publish.Publisher`); :meth:`run` until stopped."""
+    """The watchers, as one :class:`WatchSource`; :meth:`run` publishes it through the
+    connector runner (:func:`connectors.run.run_source`) until stopped."""
 
     def __init__(
         self,
         api: ApiClient,
-        producer: EventProducer,
         settings: K8sSettings,
         metrics: ConnectorMetrics | None = None,
         *,
@@ -189,7 +190,6 @@ class Connector:
         autoscaler family's :func:`connectors.autoscaler.kube_events.derive`); ``watch`` and
         ``publish``: the tuning the settings do not hold (their settings' fields are laid over)."""
         self.api = api
-        self.producer = producer
         self.settings = settings
         cluster = required(settings.cluster, "cluster")
         self.metrics = metrics or ConnectorMetrics()
@@ -216,27 +216,30 @@ class Connector:
         }
         self.synced: dict[Resource, asyncio.Event] = {r: asyncio.Event() for r in self.watchers}
         self.source = WatchSource(self.watchers, self.synced)
-        self.publisher = Publisher(
+        self.publish = replace(
+            publish, capacity=settings.buffer_size, heartbeat_seconds=settings.heartbeat_seconds
+        )
+        # The watch source has no key; the cluster makes its id distinct (two clusters'
+        # connectors must not merge into one progress).
+        self.source_id = f"{self.source.name}@{cluster}"
+
+    async def run(
+        self, producer: EventProducer, err: IO[str], stop: asyncio.Event | None = None
+    ) -> int:
+        """Watch and deliver until ``stop`` is set (or cancelled), then drain; the exit status.
+
+        ``producer`` is the caller's, started: a standby replica is connected before it leads.
+        """
+        return await run_source(
             self.source,
             producer,
-            options=replace(
-                publish,
-                capacity=settings.buffer_size,
-                heartbeat_seconds=settings.heartbeat_seconds,
-            ),
-            metrics=self.metrics.delivery,
-            # The watch source has no key; the cluster makes its id distinct (two
-            # clusters' connectors must not merge into one progress).
-            source_id=f"{self.source.name}@{cluster}",
+            name="connect k8s",
+            served=Served(metrics=self.metrics.delivery, port=None),
+            err=err,
+            publish=self.publish,
+            stop=stop or asyncio.Event(),
+            source_id=self.source_id,
         )
-        self.delivery: BoundedDelivery[Outgoing] = self.publisher.delivery
-
-    async def run(self, stop: asyncio.Event | None = None) -> None:
-        """Watch and deliver until ``stop`` is set (or cancelled); then drain the buffer."""
-        try:
-            await self.publisher.run(stop or asyncio.Event())
-        finally:
-            await self.source.close()
 
 
 async def run_connect(
@@ -250,6 +253,7 @@ async def run_connect(
     metrics_addr: str = "0.0.0.0",
     stop: asyncio.Event | None = None,
     metrics: ConnectorMetrics | None = None,
+    err: IO[str] | None = None,
 ) -> int:
     """Create topics, connect, serve metrics, (elect,) watch and deliver; the exit status.
 
@@ -276,16 +280,22 @@ async def run_connect(
     # publish loop while another holds the Lease, must not read as "not connected".
     metrics.delivery.kafka.set(True)
     try:
-        connector = Connector(api, producer, settings, metrics, derive=derive, watch=watch)
+        connector = Connector(api, settings, metrics, derive=derive, watch=watch)
+        status = 0
+
+        async def lead() -> None:
+            nonlocal status
+            status = await connector.run(producer, err or sys.stderr, stop)
+
         if lease is None:  # the only replica: always "the leader"
             metrics.leader.set(1)
             try:
-                await connector.run(stop)
+                await lead()
             finally:
                 metrics.leader.set(0)
-            return 0
+            return status
         elector = LeaseElector(api, lease, metrics=metrics)
-        candidate = asyncio.ensure_future(elector.run(lambda: connector.run(stop)))
+        candidate = asyncio.ensure_future(elector.run(lead))
         stopping = asyncio.ensure_future(stop.wait())
         await asyncio.wait({candidate, stopping}, return_when=asyncio.FIRST_COMPLETED)
         if not candidate.done():  # stopped while still a candidate, or stopping the leader
@@ -302,7 +312,7 @@ async def run_connect(
             return 1
         except asyncio.CancelledError:
             pass
-        return 0
+        return status
     finally:
         await producer.stop()
         await api.close()

@@ -12,6 +12,7 @@ from before and after the outage can be checked in one topic.
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import signal
 from dataclasses import replace
@@ -185,10 +186,10 @@ async def test_broker_outage_backpressures_the_watch_and_delivers_everything_in_
             cluster="c1", buffer_size=4, silence_timeout_seconds=FAST_WATCH.silence_timeout_seconds
         )
         publish = replace(PUBLISH, chunk=2, backoff=Backoff(initial_s=0.05, max_s=0.1))
-        connector = Connector(cluster.api, producer, settings, watch=FAST_WATCH, publish=publish)
+        connector = Connector(cluster.api, settings, watch=FAST_WATCH, publish=publish)
         probes = f"http://127.0.0.1:{connector.metrics.serve(0, '127.0.0.1')}"
         stop = asyncio.Event()
-        task = asyncio.create_task(connector.run(stop))
+        task = asyncio.create_task(connector.run(producer, io.StringIO(), stop))
         cluster.nodes.put(node("gpu-1", "1"))
         cluster.nodes.put(node("gpu-2", "2"))
         pods_topic = layout.raw["pods"].name
@@ -218,7 +219,7 @@ async def test_broker_outage_backpressures_the_watch_and_delivers_everything_in_
                 lambda: metrics.value("gputriage_connector_buffered_events") == 4,
                 what="a full buffer",
             )
-            await eventually(lambda: connector.delivery.failing_since is not None)
+            await eventually(lambda: not metrics.delivery.kafka.state.ok, what="kafka failing")
             # Unready at once, still live: a restart would not bring the broker back.
             ready = await probe(f"{probes}/readyz")
             assert ready[0] == 503, ready
@@ -229,12 +230,12 @@ async def test_broker_outage_backpressures_the_watch_and_delivers_everything_in_
         finally:
             os.kill(broker.pid or 0, signal.SIGCONT)  # the outage ends
         total = sum(len(v) for v in sent.values())
-        await eventually(lambda: connector.delivery.delivered >= total, timeout=15)
-        assert (await probe(f"{probes}/readyz"))[0] == 200
         # Each pod record is also routed to the cluster key: twice as many records.
         records = await consume_events(broker.bootstrap, [pods_topic], 2 * total)
+        await eventually(lambda: metrics.delivery.kafka.state.ok, what="kafka ok again")
+        assert (await probe(f"{probes}/readyz"))[0] == 200
         stop.set()
-        await asyncio.wait_for(task, 10)
+        assert await asyncio.wait_for(task, 10) == 0, "everything was delivered"
         await producer.stop()
     arrived: dict[str, list[str]] = {}
     for record in records:  # one partition per key: topic order is key order
