@@ -30,7 +30,7 @@ non-zero gauge there may be hours old (it never resets, NVIDIA/dcgm-exporter
 #500), and re-reporting it at every restart would stamp an old fatal XID with
 a new time and start a false ``device_unhealthy_eviction`` chain. The cost: an
 XID that happened while the connector was down is not reported by this source;
-run ``connect dcgm --state FILE`` so a restart resumes from the saved scrape
+run ``connect dcgm --state-path FILE`` so a restart resumes from the saved scrape
 instead of a baseline. Bindings are absolute state and are always sent on first
 sight (they also carry the bus id <-> uuid <-> index map).
 
@@ -95,7 +95,7 @@ class BindingMemory(msgspec.Struct, frozen=True, kw_only=True):
 
 class DcgmState(msgspec.Struct, kw_only=True):
     """Everything :func:`diff` remembers between scrapes (small, and JSON-serialisable so
-    ``connect dcgm --state FILE`` can persist it)."""
+    ``connect dcgm --state-path FILE`` can persist it)."""
 
     scrapes: int = 0
     """Scrapes diffed so far: part of every event id."""

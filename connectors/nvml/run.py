@@ -146,7 +146,7 @@ async def _connect_nvml(
         file=err,
     )
     source = NvmlSource(nvml, settings)
-    if target is None:  # --print: the offline form, JSON lines on ``out``
+    if target is None:  # --print-only: the offline form, JSON lines on ``out``
         while not stop.is_set() and (batch := await source.next_batch()) is not None:
             for event in batch.events:
                 out.write(encode(event) + b"\n")

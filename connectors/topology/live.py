@@ -242,7 +242,7 @@ async def _connect(
     stop_on_signals(stop)
     print(f"{PROG} connect topo: reading the GPU topology from {reader.source}", file=err)
     source = TopologySource(reader, settings)
-    if target is None:  # --print: the offline form, JSON lines on ``out``
+    if target is None:  # --print-only: the offline form, JSON lines on ``out``
         while not stop.is_set():
             reading = asyncio.ensure_future(source.next_batch())
             stopping = asyncio.ensure_future(stop.wait())

@@ -4,7 +4,7 @@ The click definition lives in :mod:`gputriage.cli.connect`.
 
 The source is ``/dev/kmsg`` (:class:`connectors.xid.kmsg.KmsgReader`), or with
 ``--journal`` the journal's kernel entries through ``journalctl``
-(:class:`connectors.xid.journal.JournalReader`), or with ``--file`` a kernel log
+(:class:`connectors.xid.journal.JournalReader`), or with ``--log-file`` a kernel log
 file followed like ``tail -F`` (:class:`connectors.xid.textlog.TextLogReader`);
 all go through one loop.
 

@@ -420,7 +420,7 @@ def test_a_driver_that_cannot_tell_mig_handles_is_read_as_whole_gpus() -> None:
 
 
 def test_print_shows_mig_bindings_on_the_wire() -> None:
-    """``connect nvml --print``, the offline form: the MIG map as JSON lines."""
+    """``connect nvml --print-only``, the offline form: the MIG map as JSON lines."""
     out, err = io.BytesIO(), io.StringIO()
     command = NvmlSettings(cluster="c1", node="n1", once=True, bindings=True, print_only=True)
     assert connect_nvml(command, _no_kafka, out, err, lib=FakeNvml()) == 0
