@@ -15,7 +15,7 @@ profits from a cache. Passes, best of ``--repeat``, on one core:
 2. **dmesg** -- :func:`connectors.xid.lines.parse_line` over ``[secs] message`` lines
    (``ingest kmsg`` on a saved dmesg);
 3. **kmsg lines** -- ``parse_line`` over ``prio,seq,usec,flags;message`` records;
-4. **kmsg reader** -- :class:`connectors.xid.kmsg.KmsgSource` polling a file of
+4. **kmsg reader** -- :class:`connectors.xid.kmsg.KmsgReader` polling a file of
    those records: reads, splitting, sequence bookkeeping and parsing, i.e. what
    ``connect kmsg`` does per record before Kafka.
 
@@ -37,7 +37,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from connectors.xid.kmsg import KmsgSource
+from connectors.xid.kmsg import KmsgReader
 from connectors.xid.lines import MARKER, LineContext, parse_line
 from schemas.codec import RecordError
 from schemas.events import XidEvent
@@ -141,7 +141,7 @@ def count_events(lines: list[bytes], ctx: LineContext) -> int:
 def reader_pass(path: Path, state_dir: Path) -> int:
     state = state_dir / "state.json"
     state.unlink(missing_ok=True)
-    source = KmsgSource(
+    source = KmsgReader(
         node="bench-node",
         cluster="bench",
         state_path=state,
@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
         "floor": "fast-path check alone (b'Xid' in line)",
         "dmesg": "parse_line, dmesg [secs] lines",
         "kmsg_lines": "parse_line, kmsg records",
-        "kmsg_reader": "KmsgSource over a kmsg file (read+seq+parse)",
+        "kmsg_reader": "KmsgReader over a kmsg file (read+seq+parse)",
     }
     for key, label in labels.items():
         print(f"  {label:<48} {results[key]:>12,.0f} lines/s")

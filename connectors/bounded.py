@@ -1,9 +1,9 @@
 """Bounded reads: the caps every input the CLI reads is held to, and the whole-file read.
 
-Line input goes through :class:`connectors.files.FileSource`, which holds each line
+Line input goes through :class:`connectors.files.FileReader`, which holds each line
 to :data:`MAX_LINE_BYTES`; a file read whole (a settings file, a state file, a
 secret, ``/proc/stat``) goes through :func:`read_small`, which holds it to the
-same. So ``--config /dev/zero``, ``--state /dev/zero`` or a password file that is a
+same. So ``--config /dev/zero``, ``--state-path /dev/zero`` or a password file that is a
 log is one error naming the file, never all of memory.
 
 A module of its own, with nothing but the standard library: the Kafka settings

@@ -23,7 +23,7 @@ Traps this module handles so callers need not:
   ``RecordError`` in its place, counted like any bad line) and reading goes on
   after its line break. The line break is looked for up to ``MAX_INPUT_BYTES``
   from the line's start; an input with none there is not text of lines, and
-  ends with that error. :meth:`FileSource.read` (a scrape, a topology matrix) takes at most
+  ends with that error. :meth:`FileReader.read` (a scrape, a topology matrix) takes at most
   ``MAX_LINE_BYTES`` and refuses a bigger input with ``InputTooLarge``.
 """
 
@@ -80,7 +80,7 @@ class _Prefixed(io.RawIOBase):
         return len(data)
 
 
-class FileSource:
+class FileReader:
     """One recorded file (or stdin), opened for reading lines.
 
     Opening happens in the constructor so that a missing or unreadable file is
@@ -206,7 +206,7 @@ class FileSource:
         if self._owns_raw:
             self._raw.close()
 
-    def __enter__(self) -> FileSource:
+    def __enter__(self) -> FileReader:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -225,8 +225,8 @@ def read_error(exc: OSError | EOFError | zlib.error) -> str:
 
 def read_lines(path: str) -> Iterator[tuple[int, bytes | RecordError]]:
     """Non-blank lines of ``path`` (``-`` for stdin) as ``(line_number, raw_bytes)``; an
-    over-long line as a ``RecordError`` (see :meth:`FileSource.lines`)."""
-    with FileSource(path) as source:
+    over-long line as a ``RecordError`` (see :meth:`FileReader.lines`)."""
+    with FileReader(path) as source:
         yield from source.lines()
 
 
@@ -242,7 +242,7 @@ class Record(NamedTuple):
 
 
 def parse_lines(
-    source: FileSource, parse: Callable[[bytes], R]
+    source: FileReader, parse: Callable[[bytes], R]
 ) -> Iterator[tuple[int, R | RecordError]]:
     """``(line number, parse(line))`` for every line; an over-long line is its
     :class:`RecordError` (never parsed), and a broken stream (truncated gzip, an I/O
@@ -257,7 +257,7 @@ def parse_lines(
         yield last_line + 1, RecordError(reason)
 
 
-def read_records(source: FileSource) -> Iterator[Record]:
+def read_records(source: FileReader) -> Iterator[Record]:
     """Decode every line of ``source``; a broken stream ends it with one error record."""
     for number, event in parse_lines(source, try_decode_event):
         yield Record(source.name, number, event)

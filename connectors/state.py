@@ -115,7 +115,7 @@ class StateLock:
             os.close(fd)
             raise StateInUse(
                 f"state file {path} is in use by another process (pid {holder}): "
-                "give each reader its own --state file"
+                "give each reader its own --state-path file"
             ) from None
         try:
             os.ftruncate(fd, 0)

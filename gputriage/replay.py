@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, BinaryIO, Final, Literal, TextIO
 
-from connectors.files import FileSource, Record, merge_by_time, read_records
+from connectors.files import FileReader, Record, merge_by_time, read_records
 from gputriage import render
 from schemas.codec import RecordError, encode
 from schemas.incidents import Incident
@@ -90,7 +90,7 @@ def bad_line_message(record: Record, error: RecordError) -> str:
 
 
 def correlate(
-    sources: Sequence[FileSource],
+    sources: Sequence[FileReader],
     config: CoreSettings,
     stderr: TextIO,
     *,
@@ -144,7 +144,7 @@ def _after(moment: datetime, seconds: float) -> datetime:
 
 
 def replay(
-    sources: Sequence[FileSource],
+    sources: Sequence[FileReader],
     config: CoreSettings,
     options: ReplayOptions,
     stdout: BinaryIO,
@@ -167,7 +167,7 @@ def replay(
 
 
 def run_replay(
-    sources: Sequence[FileSource],
+    sources: Sequence[FileReader],
     config: CoreSettings,
     options: ReplayOptions,
     stdout: BinaryIO,
@@ -238,7 +238,7 @@ def write_summary(result: ReplayResult, stderr: TextIO, *, stats: bool = False) 
 class _Progress:
     """A tqdm bar over input bytes on stderr (never stdout), or a no-op when hidden."""
 
-    def __init__(self, sources: Sequence[FileSource], show: bool, stderr: TextIO) -> None:
+    def __init__(self, sources: Sequence[FileReader], show: bool, stderr: TextIO) -> None:
         self._sources = sources
         self._stderr = stderr
         sizes = [source.size for source in sources]
@@ -289,7 +289,7 @@ class _Progress:
             self._bar.close()
 
 
-def _progress_bar(sources: Sequence[FileSource], force: bool | None, stderr: TextIO) -> _Progress:
+def _progress_bar(sources: Sequence[FileReader], force: bool | None, stderr: TextIO) -> _Progress:
     if force is None:
         known = sum(source.size or 0 for source in sources)
         show = stderr.isatty() and known >= PROGRESS_MIN_BYTES

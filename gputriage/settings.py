@@ -45,12 +45,15 @@ import math
 import os
 import tomllib
 from collections.abc import Mapping
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final
 
 import msgspec
 
+from connectors.autoscaler.settings import AutoscalerSettings
 from connectors.bounded import read_small
 from connectors.bridges.config import BridgeSettings, bridge_table
+from connectors.dcgm.settings import DcgmSettings
+from connectors.k8s.settings import K8sSettings
 from connectors.kafka.config import (
     PASSWORD_ENV,
     KafkaConfigError,
@@ -61,10 +64,11 @@ from connectors.kafka.config import (
     kafka_table,
     with_password,
 )
-from connectors.publish import HEARTBEAT_SECONDS
-from connectors.xid.paths import BOOT_ID_PATH, DEFAULT_STATE, DEVICE, JOURNALCTL, PROC_STAT
+from connectors.nvml.settings import NvmlSettings
+from connectors.podresources.settings import PodResourcesSettings
+from connectors.topology.settings import TopoSettings
+from connectors.xid.settings import KmsgSettings
 from gputriage.logs import LogSettings
-from gputriage.times import parse_time
 from schemas.topics import (
     TopicConfigError,
     TopicSettings,
@@ -81,10 +85,6 @@ CONFIG_ENV: Final = "GPUTRIAGE_CONFIG"
 
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 """A TCP port; 0 picks a free one."""
-Heartbeat = Annotated[float, msgspec.Meta(gt=0, le=30)]
-"""A connector's ``heartbeat_seconds`` (:attr:`connectors.publish.PublishOptions.heartbeat_seconds`
-says what it bounds and what it costs): at most 30 s, well under the processor's
-``source_idle_seconds`` (60 s by default), past which a quiet source would age out."""
 
 
 class SettingsError(ValueError):
@@ -99,179 +99,20 @@ class SettingsError(ValueError):
         super().__init__("".join(ch if ch.isprintable() else ascii(ch)[1:-1] for ch in message))
 
 
-# -- [connect.<source>]: the connectors' options ---------------------------------------
-# Field names are the click parameter names (``buffer_size`` for ``--buffer``), so a
-# command merges its given options over its table by name. ``None`` where the command
-# line has no default (``cluster``, ``node``: required, checked after the merge).
-
-
-class K8sConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``[connect.k8s]``: defaults of ``gputriage connect k8s``."""
-
-    cluster: str | None = None
-    namespace: str | None = None
-    kubeconfig: str | None = None
-    kube_context: str | None = None
-    in_cluster: bool = False
-    keep_all: bool = False
-    resources: tuple[str, ...] = ()
-    prefixes: tuple[str, ...] = ()
-    brokers: str | None = None
-    heartbeat_seconds: Heartbeat = HEARTBEAT_SECONDS
-    metrics_port: Port = 9466
-    buffer_size: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 10_000
-    silence_timeout: Annotated[float, msgspec.Meta(ge=1.0, le=86400)] = 300.0
-    leader_election: bool = False
-    lease_namespace: str | None = None
-    lease_name: str = "gputriage-connect-k8s"
-    identity: str | None = None
-
-
-class KmsgConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``[connect.kmsg]``: defaults of ``gputriage connect kmsg``."""
-
-    node: str | None = None
-    cluster: str | None = None
-    device: str = DEVICE
-    state_path: str = DEFAULT_STATE
-    boot_id_file: str = BOOT_ID_PATH
-    proc_stat: str = PROC_STAT
-    boot_time: str | None = None
-    """RFC 3339 or epoch seconds, parsed by the command (one parser for both sources)."""
-    brokers: str | None = None
-    heartbeat_seconds: Heartbeat = HEARTBEAT_SECONDS
-    metrics_port: Port = 9465
-    poll_interval: Annotated[float, msgspec.Meta(ge=0.01, le=10.0)] = 0.2
-    journal: bool = False
-    journalctl: str = JOURNALCTL
-    journal_dir: str = ""
-    log_file: str = ""
-    tz: str = "UTC"
-    year: Annotated[int, msgspec.Meta(ge=1970, le=9999)] | None = None
-    nvml: bool = True
-    once: bool = False
-
-    def __post_init__(self) -> None:
-        # Checked at load like every value, not when the connector starts: the message
-        # then names the key (msgspec reports it at $.connect.kmsg; see validation_text).
-        if self.boot_time is not None:
-            try:
-                parse_time(self.boot_time, epoch_seconds=True)
-            except ValueError as exc:
-                raise ValueError(f"boot_time: {exc}") from None
-        if not _is_time_zone(self.tz):
-            raise ValueError(f"tz: unknown time zone {self.tz!r}")
-
-
-def _is_time_zone(name: str) -> bool:
-    from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # noqa: PLC0415 - only when set
-
-    if name == "UTC":
-        return True
-    try:
-        ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, OSError):
-        return False
-    return True
-
-
-class DcgmConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``[connect.dcgm]``: defaults of ``gputriage connect dcgm``."""
-
-    url: str | None = None
-    node: str | None = None
-    cluster: str | None = None
-    interval: Annotated[float, msgspec.Meta(ge=0.1, le=86400)] = 15.0
-    timeout: Annotated[float, msgspec.Meta(ge=0.1, le=3600)] = 10.0
-    state_path: str | None = None
-    brokers: str | None = None
-    heartbeat_seconds: Heartbeat = HEARTBEAT_SECONDS
-    metrics_port: Port = 9467
-
-
-class NvmlConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``[connect.nvml]``: defaults of ``gputriage connect nvml``."""
-
-    node: str | None = None
-    cluster: str | None = None
-    bindings: bool = True
-    once: bool = False
-    print_only: bool = False
-    brokers: str | None = None
-    heartbeat_seconds: Heartbeat = HEARTBEAT_SECONDS
-
-
-class PodResourcesConnectSettings(
-    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
-):
-    """``[connect.podresources]``: defaults of ``gputriage connect podresources``."""
-
-    node: str | None = None
-    cluster: str | None = None
-    socket: str = "unix:///var/lib/kubelet/pod-resources/kubelet.sock"
-    interval: Annotated[float, msgspec.Meta(ge=0.1, le=86400)] = 10.0
-    timeout: Annotated[float, msgspec.Meta(ge=0.1, le=3600)] = 10.0
-    nvml: bool = True
-    """Read the node's NVML map at start (MIG uuids -> parent GPU and instance, indices ->
-    uuids) where a driver is; without one, MIG bindings cannot name their parent."""
-    resources: tuple[str, ...] = ("nvidia.com/gpu", "nvidia.com/gpu.shared")
-    prefixes: tuple[str, ...] = ("nvidia.com/mig-",)
-    brokers: str | None = None
-    heartbeat_seconds: Heartbeat = HEARTBEAT_SECONDS
-    metrics_port: Port = 9469
-
-
-class TopoConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``[connect.topo]``: defaults of ``gputriage connect topo``."""
-
-    node: str | None = None
-    cluster: str | None = None
-    interval: Annotated[float, msgspec.Meta(ge=1.0, le=86400)] = 300.0
-    nvml: bool = True
-    nvidia_smi: str = "nvidia-smi"
-    timeout: Annotated[float, msgspec.Meta(ge=1.0, le=600)] = 30.0
-    metrics_port: Port | None = None
-    """``/metrics``, ``/healthz``, ``/readyz`` (the DaemonSet sets 9471); none by default."""
-    once: bool = False
-    print_only: bool = False
-    brokers: str | None = None
-    heartbeat_seconds: Heartbeat = HEARTBEAT_SECONDS
-
-
-class AutoscalerConnectSettings(
-    msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True
-):
-    """``[connect.autoscaler]``: defaults of ``gputriage connect autoscaler``."""
-
-    cluster: str | None = None
-    namespace: str = "kube-system"
-    selector: str = "app=cluster-autoscaler"
-    container: str = ""
-    format: Literal["auto", "klog", "karpenter"] = "auto"
-    cloud: Literal["", "aws", "gce", "azure"] = ""
-    kubeconfig: str | None = None
-    kube_context: str | None = None
-    in_cluster: bool = False
-    state_path: str | None = None
-    status_configmap: str = "cluster-autoscaler-status"
-    brokers: str | None = None
-    heartbeat_seconds: Heartbeat = HEARTBEAT_SECONDS
-    metrics_port: Port = 9468
-    buffer_size: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 10_000
-    poll_interval: Annotated[float, msgspec.Meta(ge=0.1, le=3600)] = 10.0
-    silence_timeout: Annotated[float, msgspec.Meta(ge=1.0, le=86400)] = 300.0
-
-
 class ConnectSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``[connect]``: one table per connector."""
+    """``[connect]``: one table per connector, each its family's own settings struct.
 
-    k8s: K8sConnectSettings = K8sConnectSettings()
-    kmsg: KmsgConnectSettings = KmsgConnectSettings()
-    dcgm: DcgmConnectSettings = DcgmConnectSettings()
-    nvml: NvmlConnectSettings = NvmlConnectSettings()
-    autoscaler: AutoscalerConnectSettings = AutoscalerConnectSettings()
-    podresources: PodResourcesConnectSettings = PodResourcesConnectSettings()
-    topo: TopoConnectSettings = TopoConnectSettings()
+    A table's keys are its command's options with ``_`` for ``-`` (the CLI is generated
+    from the same structs: :mod:`gputriage.cli.options`).
+    """
+
+    k8s: K8sSettings = K8sSettings()
+    kmsg: KmsgSettings = KmsgSettings()
+    dcgm: DcgmSettings = DcgmSettings()
+    nvml: NvmlSettings = NvmlSettings()
+    autoscaler: AutoscalerSettings = AutoscalerSettings()
+    podresources: PodResourcesSettings = PodResourcesSettings()
+    topo: TopoSettings = TopoSettings()
 
 
 class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

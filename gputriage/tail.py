@@ -32,10 +32,10 @@ from connectors.kafka.config import (
     start_client,
 )
 from connectors.signals import stop_on_signals
+from connectors.times import parse_time
 from gputriage import render
 from gputriage.errors import error
 from gputriage.replay import Output
-from gputriage.times import parse_time
 from schemas.codec import RecordError, decode_incident, encode
 
 if TYPE_CHECKING:

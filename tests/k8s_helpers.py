@@ -27,7 +27,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NamedTuple, TypeVar
 
 import kmock
 from kmock._internal.rendering import Response  # not in kmock.__all__, same class
@@ -35,7 +35,7 @@ from kubernetes_asyncio.client import ApiClient, Configuration
 
 from connectors.backoff import Backoff
 from connectors.k8s.leader import LeaseOptions
-from connectors.k8s.run import ConnectOptions
+from connectors.k8s.settings import K8sSettings
 from connectors.k8s.watch import WatchOptions
 
 T = TypeVar("T")
@@ -46,7 +46,9 @@ END: Final = object()
 GPU: Final = "nvidia.com/gpu"
 CREATED: Final = "2026-11-30T10:00:00Z"
 
-FAST_WATCH: Final = WatchOptions(silence_timeout_s=5.0, backoff=Backoff(initial_s=0.01, max_s=0.05))
+FAST_WATCH: Final = WatchOptions(
+    silence_timeout_seconds=5.0, backoff=Backoff(initial_s=0.01, max_s=0.05)
+)
 """Watch options for tests: tiny backoffs, a silence timeout no test hits by accident."""
 
 
@@ -347,6 +349,13 @@ contexts:
     return path
 
 
+class Elected(NamedTuple):
+    """What ``run_connect`` takes for an elected replica: its settings and its Lease."""
+
+    settings: K8sSettings
+    lease: LeaseOptions
+
+
 def elected_options(
     tmp_path: Path,
     url: str,
@@ -354,19 +363,23 @@ def elected_options(
     retry_period_s: float,
     lease_duration_s: float = 2.0,
     renew_deadline_s: float = 1.0,
-) -> ConnectOptions:
-    """``connect k8s`` options against the test server (kubeconfig context ``kmock``), with
-    fast watches and leader election as ``replica-1`` in namespace ``gputriage``.
+) -> Elected:
+    """``connect k8s`` settings against the test server (kubeconfig context ``kmock``, no
+    metrics port), and leader election as ``replica-1`` in namespace ``gputriage``; pass
+    :data:`FAST_WATCH` beside them for fast watches.
 
     Trap: on the wall clock a 1 s renew deadline is short on a loaded CI machine (the
     release is bounded by it too); a test that needs no failover should pass longer ones.
     """
-    return ConnectOptions(
-        cluster="c1",
-        kubeconfig=str(kubeconfig(tmp_path / "kubeconfig", url)),
-        context="kmock",
-        watch=FAST_WATCH,
-        lease=LeaseOptions(
+    return Elected(
+        K8sSettings(
+            cluster="c1",
+            kubeconfig=str(kubeconfig(tmp_path / "kubeconfig", url)),
+            context="kmock",
+            metrics_port=None,
+            silence_timeout_seconds=FAST_WATCH.silence_timeout_seconds,
+        ),
+        LeaseOptions(
             namespace="gputriage",
             identity="replica-1",
             lease_duration_s=lease_duration_s,

@@ -20,7 +20,7 @@ from bench.promql.match import LATE_SECONDS, score, types_of
 from bench.promql.prometheus import PrometheusError
 from bench.promql.run import RULES, Baseline, evaluate
 from bench.promql.verify import verify as verify_firings
-from connectors.files import FileSource, read_records
+from connectors.files import FileReader, read_records
 from schemas.codec import RecordError, dumps
 from schemas.events import Event
 from schemas.truth import ExpectedIncident, decode_truth
@@ -30,7 +30,7 @@ SHOWN_LABELS = ("node", "Hostname", "namespace", "pod", "container", "gpu", "UUI
 
 def _read_events(path: str) -> list[Event]:
     events: list[Event] = []
-    with FileSource(path) as source:
+    with FileReader(path) as source:
         for record in read_records(source):
             if isinstance(record.event, RecordError):
                 raise click.ClickException(f"{record.source}:{record.line}: {record.event}")
@@ -40,7 +40,7 @@ def _read_events(path: str) -> list[Event]:
 
 def _read_truth(path: str) -> list[ExpectedIncident]:
     expected = []
-    with FileSource(path) as source:
+    with FileReader(path) as source:
         for number, line in source.lines():
             try:
                 if isinstance(line, RecordError):  # over-long

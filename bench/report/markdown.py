@@ -562,7 +562,7 @@ def connectors(ctx: Context) -> list[str]:
             "floor": "fast-path check alone",
             "dmesg": "parse_line, dmesg lines",
             "kmsg_lines": "parse_line, kmsg records",
-            "kmsg_reader": "KmsgSource over a file",
+            "kmsg_reader": "KmsgReader over a file",
         }
         for key, rate in r["lines_per_s"].items():
             bar = ""

@@ -1,7 +1,7 @@
 """Follow the cluster-autoscaler's (or Karpenter's) pod logs through the Kubernetes API.
 
 :class:`LogFollower` finds the pods by namespace and label selector (re-listed every
-``poll_s``) and follows one container of each *running* pod with
+``poll_interval_seconds``) and follows one container of each *running* pod with
 ``GET /api/v1/namespaces/NS/pods/NAME/log?follow=true&timestamps=true``, putting every
 new line, with the cursor after it, on :attr:`LogFollower.queue` (one slot: when the
 publish loop stops reading, the streams stop being read and TCP pushes back).
@@ -24,7 +24,7 @@ Traps:
   kubelet's clock. The request is made with the client's own ``call_api`` on the same
   path, adding ``sinceTime``; authentication and TLS stay the client's.
 * A log stream has no heartbeat: a connection dropped by a NAT stays open for ever. No
-  data for ``silence_timeout_s`` reconnects (which is cheap: the resume skips repeats).
+  data for ``silence_timeout_seconds`` reconnects (which is cheap: the resume skips repeats).
 * The new container's lines carry later kubelet timestamps than the old one's, so the
   position's filter is kept across a restart: a stream opened while the pod's status
   still showed the old ``restartCount`` cannot make the new container's lines repeat.
@@ -37,15 +37,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Final
 
 import aiohttp
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 
 from connectors.autoscaler.cursor import FollowState, LogCursor, Position, since_time
-from connectors.autoscaler.lines import Format
 from connectors.autoscaler.metrics import AutoscalerMetrics
+from connectors.autoscaler.settings import AutoscalerSettings
 from connectors.autoscaler.status_watch import StatusUpdate
 from connectors.autoscaler.streamlines import stream_lines
 from connectors.backoff import Backoff
@@ -57,25 +57,11 @@ log = logging.getLogger("gputriage.connect.autoscaler")
 LOG_PATH: Final = "/api/v1/namespaces/{namespace}/pods/{name}/log"
 
 
-@dataclass(frozen=True)
-class FollowOptions:
-    """Which pods to follow and how; the defaults suit cluster-autoscaler in kube-system."""
-
-    cluster: str
-    namespace: str = "kube-system"
-    selector: str = "app=cluster-autoscaler"
-    container: str = ""
-    """The container to follow; empty: the pod's first container."""
-    fmt: Format = "auto"
-    cloud: str = ""
-    """The cloud to record when a line shows none."""
-    poll_s: float = 10.0
-    """How often the pods are listed again (new replicas, restarts, deletions)."""
-    silence_timeout_s: float = 300.0
-    connect_timeout_s: float = 10.0
-    backoff: Backoff = field(default_factory=Backoff)
-    max_line_bytes: int = 1024 * 1024
-    """A longer line is cut here (the parser reads 64 KiB of it anyway)."""
+BACKOFF: Final = Backoff()
+"""Between failed listings and log streams."""
+CONNECT_TIMEOUT_SECONDS: Final = 10.0
+MAX_LINE_BYTES: Final = 1024 * 1024
+"""A longer line is cut here (the parser reads 64 KiB of it anyway)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,13 +145,19 @@ class LogFollower:
     def __init__(
         self,
         api: ApiClient,
-        options: FollowOptions,
+        settings: AutoscalerSettings,
         saved: FollowState | None = None,
         *,
         metrics: AutoscalerMetrics | None = None,
+        backoff: Backoff = BACKOFF,
+        connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS,
+        max_line_bytes: int = MAX_LINE_BYTES,
     ) -> None:
         self.api = api
-        self.options = options
+        self.settings = settings
+        self.backoff = backoff
+        self.connect_timeout_seconds = connect_timeout_seconds
+        self.max_line_bytes = max_line_bytes
         self.queue: asyncio.Queue[LogLine | Forget | StatusUpdate] = asyncio.Queue(1)
         """Lines and forgotten pods; the source also puts the status watcher's updates here."""
         self.positions: dict[tuple[str, str], Position] = {}
@@ -179,8 +171,8 @@ class LogFollower:
     async def _list(self) -> list[Target] | None:
         try:
             call: Awaitable[Any] = self._core.list_namespaced_pod(
-                self.options.namespace,
-                label_selector=self.options.selector,
+                self.settings.namespace,
+                label_selector=self.settings.selector,
                 _preload_content=False,
                 _request_timeout=aiohttp.ClientTimeout(total=60),
             )
@@ -190,7 +182,7 @@ class LogFollower:
             finally:
                 response.release()
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
-            log.warning("listing %s pods: no answer: %r", self.options.selector, exc)
+            log.warning("listing %s pods: no answer: %r", self.settings.selector, exc)
             self.metrics.api_errors.labels(str(0)).inc()
             return None
         if response.status != 200:
@@ -198,7 +190,7 @@ class LogFollower:
             self.metrics.api_errors.labels(str(response.status)).inc()
             return None
         try:
-            return targets_of(codec.loads(body), self.options.container)
+            return targets_of(codec.loads(body), self.settings.container)
         except RecordError as exc:
             log.warning("listing pods: %s", exc)
             return None
@@ -233,7 +225,7 @@ class LogFollower:
 
     # -- the loop ---------------------------------------------------------------------
     async def run(self) -> None:
-        """List the pods every ``poll_s``; one follow task per (pod uid, container)."""
+        """List the pods every ``poll_interval_seconds``; a follow task per (pod uid, container)."""
         tasks: dict[tuple[str, str, str], asyncio.Task[None]] = {}
         try:
             while True:
@@ -257,7 +249,7 @@ class LogFollower:
                         self.positions.pop(gone, None)
                         self.saved.pop(gone, None)
                         await self.queue.put(Forget(*gone))
-                await asyncio.sleep(self.options.poll_s)
+                await asyncio.sleep(self.settings.poll_interval_seconds)
         finally:
             for task in tasks.values():
                 task.cancel()
@@ -302,7 +294,7 @@ class LogFollower:
                     attempt = 0
             elif current is None or (isinstance(current, Target) and current.uid != target.uid):
                 return  # the pod is gone (the next list forgets it)
-            await asyncio.sleep(self.options.backoff.after(attempt, None))
+            await asyncio.sleep(self.backoff.after(attempt, None))
             attempt += 1
             current = await self._read(target.pod, target.container)
 
@@ -332,7 +324,7 @@ class LogFollower:
                 auth_settings=["BearerToken"],
                 _preload_content=False,
                 _request_timeout=aiohttp.ClientTimeout(
-                    total=None, sock_connect=self.options.connect_timeout_s
+                    total=None, sock_connect=self.connect_timeout_seconds
                 ),
             )
         except (aiohttp.ClientError, OSError, TimeoutError) as exc:
@@ -349,8 +341,8 @@ class LogFollower:
                 return 0
             lines = stream_lines(
                 response,
-                silence_s=self.options.silence_timeout_s,
-                max_line_bytes=self.options.max_line_bytes,
+                silence_s=self.settings.silence_timeout_seconds,
+                max_line_bytes=self.max_line_bytes,
             )
             async for line in lines:
                 received += 1
@@ -359,7 +351,9 @@ class LogFollower:
                     await self.queue.put(LogLine(position.cursor, line, index))
         except TimeoutError:
             log.warning(
-                "%s: log silent for %g s; reconnecting", target.pod, self.options.silence_timeout_s
+                "%s: log silent for %g s; reconnecting",
+                target.pod,
+                self.settings.silence_timeout_seconds,
             )
             reason = "silent"
         except (aiohttp.ClientError, OSError) as exc:

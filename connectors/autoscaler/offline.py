@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from connectors.autoscaler.lines import LineContext, parse_line
-from connectors.files import STDIN, FileSource, Record, parse_lines
+from connectors.files import STDIN, FileReader, Record, parse_lines
 from schemas.codec import RecordError
 
 
@@ -41,7 +41,7 @@ def year_reference(year: int) -> datetime:
     return datetime(year, 7, 2, tzinfo=UTC)
 
 
-def read_autoscaler(source: FileSource, ctx: LineContext, counts: Counts) -> Iterator[Record]:
+def read_autoscaler(source: FileReader, ctx: LineContext, counts: Counts) -> Iterator[Record]:
     """The records and bad lines of ``source``; unrecognised lines are only counted."""
     for number, parsed in parse_lines(source, lambda raw: raw):
         counts.lines += 1
@@ -58,7 +58,7 @@ def read_autoscaler(source: FileSource, ctx: LineContext, counts: Counts) -> Ite
             yield Record(source.name, number, event)
 
 
-def default_reference(source: FileSource) -> datetime:
+def default_reference(source: FileReader) -> datetime:
     """The file's modification time (the log was written before it), else now."""
     try:
         info = os.fstat(sys.stdin.fileno()) if source.path == STDIN else os.stat(source.path)

@@ -19,22 +19,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from dataclasses import dataclass
+import sys
+from collections.abc import Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import IO, Any, Final
 
 from kubernetes_asyncio.client import ApiClient
 
 from connectors.autoscaler.cursor import FollowState, LogCursor, stamp_time
-from connectors.autoscaler.follow import FollowOptions, Forget, LogFollower, LogLine
+from connectors.autoscaler.follow import BACKOFF, Forget, LogFollower, LogLine
 from connectors.autoscaler.lines import LineContext, parse_line
 from connectors.autoscaler.metrics import AutoscalerMetrics
+from connectors.autoscaler.settings import AutoscalerSettings
 from connectors.autoscaler.status_watch import StatusUpdate, StatusWatcher
-from connectors.kafka.producer import EventProducer, start_producer
-from connectors.prometheus import serve_metrics
-from connectors.publish import HEARTBEAT_SECONDS, Publisher, PublishOptions
-from connectors.signals import stop_on_signals
+from connectors.backoff import Backoff
+from connectors.kafka.producer import KafkaTarget
+from connectors.publish import PublishOptions
+from connectors.run import Served, run_source
+from connectors.settings import required
 from connectors.source import Batch, DeadLine
 from connectors.state import StateFile
 from schemas.codec import RecordError
@@ -66,7 +70,8 @@ class AutoscalerLogSource:
     ) -> None:
         self.follower = follower
         self.status = status
-        self.options = follower.options
+        self.settings = follower.settings
+        self.cluster = required(follower.settings.cluster, "cluster")
         self.state = state
         self.metrics = follower.metrics
         self._handed: dict[tuple[str, str], LogCursor] = dict(follower.saved)
@@ -119,11 +124,11 @@ class AutoscalerLogSource:
         self._handed[(cursor.pod, cursor.container)] = cursor
         stamp = stamp_time(cursor.time_ns) if cursor.time_ns else datetime.now(UTC)
         ctx = LineContext(
-            cluster=self.options.cluster,
+            cluster=self.cluster,
             reference=stamp,
             source=f"{cursor.pod}/{cursor.container}",
-            cloud=self.options.cloud,
-            fmt=self.options.fmt,
+            cloud=self.settings.cloud,
+            fmt=self.settings.format,
         )
         result = parse_line(item.raw, ctx, f"{cursor.restart_count}:{cursor.time_ns}:{item.index}")
         if isinstance(result, RecordError):
@@ -141,115 +146,87 @@ class AutoscalerLogSource:
             self.state.save(batch.state, published=bool(batch.events or batch.dead))
 
     async def close(self) -> None:
-        """Stop following."""
+        """Stop following; release the state file."""
         task, self._task = self._task, None
         if task is not None:
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        if self.state is not None:
+            self.state.close()
 
 
-@dataclass(frozen=True)
-class AutoscalerConnectOptions:
-    """Everything ``gputriage connect autoscaler`` needs besides the Kafka settings."""
-
-    follow: FollowOptions
-    state_path: Path | None = None
-    status_configmap: str = "cluster-autoscaler-status"
-    """The status ConfigMap to watch in the pods' namespace; empty: none (Karpenter)."""
-    buffer_size: int = 10_000
-    batch_size: int = 500
-    drain_timeout_s: float = 10.0
-    heartbeat_seconds: float = HEARTBEAT_SECONDS
-    metrics_port: int | None = None
-    metrics_addr: str = "0.0.0.0"
+PUBLISH: Final = PublishOptions(chunk=500, drain_timeout_s=10.0)
+"""The publish loop's chunk and drain bound (capacity and heartbeat: the settings')."""
 
 
-class AutoscalerConnector:
-    """The follower, its source and the publish loop; :meth:`run` until stopped."""
+def autoscaler_source(
+    api: ApiClient,
+    settings: AutoscalerSettings,
+    metrics: AutoscalerMetrics,
+    *,
+    backoff: Backoff = BACKOFF,
+) -> AutoscalerLogSource:
+    """The follower, its state file and the status watcher, as one source.
 
-    def __init__(
-        self,
-        api: ApiClient,
-        producer: EventProducer,
-        options: AutoscalerConnectOptions,
-        metrics: AutoscalerMetrics | None = None,
-    ) -> None:
-        self.metrics = metrics = metrics or AutoscalerMetrics()
-        self.state = (
-            StateFile(options.state_path, FollowState) if options.state_path is not None else None
+    ``settings`` as given: the Karpenter preset is applied here. A state file another
+    process holds is :class:`~connectors.state.StateInUse`, before anything starts.
+    """
+    settings = settings.preset()
+    cluster = required(settings.cluster, "cluster")
+    path = settings.state_path
+    state = StateFile(Path(path), FollowState) if path else None
+    saved = state.load() if state is not None else None
+    if state is not None and state.error is not None:
+        log.warning("%s; following from the start of each container", state.error)
+    follower = LogFollower(api, settings, saved, metrics=metrics, backoff=backoff)
+    status = None
+    if settings.status_configmap:
+        silence = settings.silence_timeout_seconds
+        status = StatusWatcher(
+            api,
+            cluster=cluster,
+            namespace=settings.namespace,
+            name=settings.status_configmap,
+            backoff=backoff,
+            silence_timeout_seconds=silence,
+            watch_timeout_seconds=max(1, int(silence * 0.8)),
+            metrics=metrics,
         )
-        saved = self.state.load() if self.state is not None else None
-        if self.state is not None and self.state.error is not None:
-            log.warning("%s; following from the start of each container", self.state.error)
-        self.follower = LogFollower(api, options.follow, saved, metrics=metrics)
-        status = None
-        if options.status_configmap:
-            status = StatusWatcher(
-                api,
-                cluster=options.follow.cluster,
-                namespace=options.follow.namespace,
-                name=options.status_configmap,
-                backoff=options.follow.backoff,
-                silence_timeout_s=options.follow.silence_timeout_s,
-                watch_timeout_s=max(1, int(options.follow.silence_timeout_s * 0.8)),
-                metrics=metrics,
-            )
-        self.source = AutoscalerLogSource(self.follower, self.state, status)
-        self.publisher = Publisher(
-            self.source,
-            producer,
-            options=PublishOptions(
-                capacity=options.buffer_size,
-                chunk=options.batch_size,
-                drain_timeout_s=options.drain_timeout_s,
-                heartbeat_seconds=options.heartbeat_seconds,
-            ),
-            metrics=metrics.delivery,
-            source_id=f"{self.source.name}@{options.follow.cluster}",
-        )
-
-    async def run(self, stop: asyncio.Event) -> None:
-        try:
-            await self.publisher.run(stop)
-        finally:
-            await self.source.close()
-            if self.state is not None:
-                self.state.close()
+    return AutoscalerLogSource(follower, state, status)
 
 
 async def run_connect_autoscaler(
-    options: AutoscalerConnectOptions,
+    settings: AutoscalerSettings,
     api: ApiClient,
-    kafka_kwargs: dict[str, Any],
+    kafka_kwargs: Mapping[str, Any],
     layout: TopicLayout,
     *,
     stop: asyncio.Event | None = None,
+    backoff: Backoff = BACKOFF,
+    metrics_addr: str = "0.0.0.0",
+    err: IO[str] | None = None,
 ) -> int:
     """Serve metrics, follow and deliver until stopped; the exit status.
 
-    ``api`` comes from the caller (the CLI builds it with the k8s family's
-    ``kube_client``: source families do not import each other); it is closed here.
+    ``api`` comes from the caller (the CLI builds it with :func:`connectors.kube.kube_client`,
+    tests with a fake API server); it is closed here.
     """
     try:
         metrics = AutoscalerMetrics()
-        if options.metrics_port is not None:
-            port = serve_metrics(
-                metrics.registry,
-                options.metrics_port,
-                options.metrics_addr,
-                metrics.delivery.health,
-            )
-            log.info("metrics on http://%s:%d/metrics", options.metrics_addr, port)
-        stop = stop or asyncio.Event()
-        stop_on_signals(stop)
-        producer = await start_producer(kafka_kwargs, layout)
-        try:
-            connector = AutoscalerConnector(api, producer, options, metrics)
-            follow = options.follow
-            log.info("following pods %s in namespace %s", follow.selector, follow.namespace)
-            await connector.run(stop)
-            return 0
-        finally:
-            await producer.stop()
+        source = autoscaler_source(api, settings, metrics, backoff=backoff)
+        follow = source.settings
+        log.info("following pods %s in namespace %s", follow.selector, follow.namespace)
+        return await run_source(
+            source,
+            KafkaTarget(kafka_kwargs, layout),
+            name="connect autoscaler",
+            served=Served(metrics=metrics.delivery, port=settings.metrics_port, addr=metrics_addr),
+            err=err or sys.stderr,
+            publish=replace(
+                PUBLISH, capacity=settings.buffer_size, heartbeat_seconds=settings.heartbeat_seconds
+            ),
+            stop=stop,
+            source_id=f"{source.name}@{source.cluster}",
+        )
     finally:
         await api.close()

@@ -69,8 +69,8 @@ class StatusWatcher:
         namespace: str = "kube-system",
         name: str = CONFIGMAP,
         backoff: Backoff | None = None,
-        watch_timeout_s: int = 240,
-        silence_timeout_s: float = 300.0,
+        watch_timeout_seconds: int = 240,
+        silence_timeout_seconds: float = 300.0,
         metrics: AutoscalerMetrics | None = None,
         clock: Callable[[], datetime] = _now,
         max_line_bytes: int = 16 * 1024 * 1024,
@@ -80,8 +80,8 @@ class StatusWatcher:
         self.namespace = namespace
         self.name = name
         self.backoff = backoff or Backoff()
-        self.watch_timeout_s = watch_timeout_s
-        self.silence_timeout_s = silence_timeout_s
+        self.watch_timeout_seconds = watch_timeout_seconds
+        self.silence_timeout_seconds = silence_timeout_seconds
         self.metrics = metrics or AutoscalerMetrics()
         self.clock = clock
         self.previous: Status | None = None
@@ -142,12 +142,12 @@ class StatusWatcher:
             watch=True,
             allow_watch_bookmarks=True,
             resource_version=self.resource_version,
-            timeout_seconds=self.watch_timeout_s,
+            timeout_seconds=self.watch_timeout_seconds,
             _request_timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
         )
         try:
             lines = stream_lines(
-                response, silence_s=self.silence_timeout_s, max_line_bytes=self.max_line_bytes
+                response, silence_s=self.silence_timeout_seconds, max_line_bytes=self.max_line_bytes
             )
             async for line in lines:
                 self._lines += 1

@@ -9,7 +9,7 @@ event when a GPU's pods, bus id, index or MIG profile change, and an empty one w
 vanishes; a MIG instance is bound on its own, named by (parent, ``gpu_instance``).
 
 Traps: the first scrape of a GPU is a baseline that reports no XID (the gauge never resets,
-and re-reporting it at each restart would start a false chain; ``--state`` resumes
+and re-reporting it at each restart would start a false chain; ``--state-path`` resumes
 instead); the count is net over a sliding window, so the kernel log stays the primary XID
 source; a state file saved before ``gpu_instance`` existed re-sends every instance once.
 docs/connectors.md, design notes.
@@ -55,7 +55,7 @@ class BindingMemory(msgspec.Struct, frozen=True, kw_only=True):
 
 class DcgmState(msgspec.Struct, kw_only=True):
     """Everything :func:`diff` remembers between scrapes (small, and JSON-serialisable so
-    ``connect dcgm --state FILE`` can persist it)."""
+    ``connect dcgm --state-path FILE`` can persist it)."""
 
     scrapes: int = 0
     """Scrapes diffed so far: part of every event id."""

@@ -18,7 +18,7 @@ from typing import IO
 
 from connectors.dcgm.diff import DcgmState, diff
 from connectors.dcgm.exposition import parse_exposition
-from connectors.files import STDIN, FileSource, read_error
+from connectors.files import STDIN, FileReader, read_error
 from schemas.codec import RecordError, encode
 
 PROG = "gputriage"
@@ -27,7 +27,7 @@ PROG = "gputriage"
 def _read(path: str) -> tuple[bytes, datetime]:
     """A scrape file's bytes (gunzipped when gzip) and its time: the file's mtime, so the
     same file always gives the same event times and ids; stdin: now."""
-    with FileSource(path) as source:
+    with FileReader(path) as source:
         data = source.read()
     if path == STDIN:
         return data, datetime.now(UTC)

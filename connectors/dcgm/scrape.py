@@ -45,10 +45,10 @@ import asyncio
 import logging
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Final
+from typing import IO, Final
 
 import aiohttp
 from prometheus_client import CollectorRegistry, Counter, Histogram
@@ -56,9 +56,12 @@ from prometheus_client import CollectorRegistry, Counter, Histogram
 from connectors.backoff import Backoff, retry_after_seconds
 from connectors.dcgm.diff import MAX_BURST, DcgmState, DiffResult, diff
 from connectors.dcgm.exposition import BadSample, Scrape, parse_exposition
+from connectors.dcgm.settings import DcgmSettings
 from connectors.delivery import DeliveryMetrics
-from connectors.kafka.producer import EventProducer
-from connectors.publish import HEARTBEAT_SECONDS, Publisher, PublishOptions
+from connectors.kafka.producer import EventProducer, KafkaTarget
+from connectors.publish import PublishOptions
+from connectors.run import Served, run_source
+from connectors.settings import required
 from connectors.source import Batch
 from connectors.state import load_state, save_state
 from schemas.codec import AnyEvent, RecordError
@@ -118,18 +121,8 @@ class DcgmMetrics:
         rollouts. ``gputriage_dcgm_scrapes_total{outcome}`` alerts on it."""
 
 
-@dataclass(frozen=True)
-class PollOptions:
-    url: str
-    cluster: str
-    node: str
-    interval_s: float = 15.0
-    timeout_s: float = 10.0
-    backoff: Backoff = field(default_factory=lambda: Backoff(initial_s=1.0, max_s=60.0))
-    max_burst: int = MAX_BURST
-    max_bytes: int = MAX_BYTES
-    state_path: Path | None = None
-    heartbeat_seconds: float = HEARTBEAT_SECONDS
+BACKOFF: Final = Backoff(initial_s=1.0, max_s=60.0)
+"""Between failed scrapes (a Retry-After the exporter sends wins)."""
 
 
 class _Failed(Exception):
@@ -158,19 +151,25 @@ class DcgmPoller:
 
     def __init__(
         self,
-        options: PollOptions,
-        publisher: EventProducer,
+        settings: DcgmSettings,
         metrics: DcgmMetrics | None = None,
         *,
+        backoff: Backoff = BACKOFF,
+        max_burst: int = MAX_BURST,
+        max_bytes: int = MAX_BYTES,
         clock: Callable[[], datetime] = _now,
         draw: Callable[[], float] = random.random,
     ) -> None:
-        self.options = options
-        self.publisher = publisher
+        self.settings = settings
+        self.url = required(settings.url, "url")
+        self.cluster = required(settings.cluster, "cluster")
+        self.node = required(settings.node, "node")
+        self.state_path = Path(settings.state_path) if settings.state_path else None
+        self.backoff, self.max_burst, self.max_bytes = backoff, max_burst, max_bytes
         self.metrics = metrics or DcgmMetrics()
         self.clock = clock
         self.draw = draw
-        self.state: DcgmState | None = _load(options.state_path)
+        self.state: DcgmState | None = _load(self.state_path)
         self.attempts = 0
         self.failures = 0
         """Consecutive failed rounds (the backoff exponent)."""
@@ -179,22 +178,30 @@ class DcgmPoller:
     def next_delay(self) -> float:
         """Seconds until the next round: the interval after success, a backoff after failure."""
         if self.failures == 0:
-            return self.options.interval_s
-        return self.options.backoff.after(self.failures - 1, self._retry_after, self.draw)
+            return self.settings.interval_seconds
+        return self.backoff.after(self.failures - 1, self._retry_after, self.draw)
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Poll and publish (the one publish loop, :class:`DcgmSource`) until ``stop`` is set."""
+    async def run(
+        self, target: KafkaTarget | EventProducer, err: IO[str], stop: asyncio.Event | None = None
+    ) -> int:
+        """Scrape and publish (:class:`DcgmSource`, through :func:`connectors.run.run_source`)
+        until stopped; the exit status."""
+
+        async def started() -> None:
+            every = self.settings.interval_seconds
+            print(f"gputriage connect dcgm: scraping {self.url} every {every:g} s", file=err)
+
         async with aiohttp.ClientSession() as session:
-            source = DcgmSource(self, session)
-            publisher = Publisher(
-                source,
-                self.publisher,
-                options=PublishOptions(heartbeat_seconds=self.options.heartbeat_seconds),
-                metrics=self.metrics.delivery,
+            return await run_source(
+                DcgmSource(self, session),
+                target,
+                name="connect dcgm",
+                served=Served(metrics=self.metrics.delivery, port=self.settings.metrics_port),
+                err=err,
+                publish=PublishOptions(heartbeat_seconds=self.settings.heartbeat_seconds),
+                stop=stop,
+                started=started,
             )
-            result = await publisher.run(stop)
-        if not result.drained:
-            log.warning("dcgm %s: scrapes not delivered before the stop", self.options.node)
 
     async def scrape(
         self,
@@ -215,7 +222,7 @@ class DcgmPoller:
             body = await self._fetch(session)
         except _Failed as exc:
             self._retry_after = exc.retry_after
-            log.warning("dcgm scrape of %s failed (%s): %s", self.options.url, exc.outcome, exc)
+            log.warning("dcgm scrape of %s failed (%s): %s", self.url, exc.outcome, exc)
             return Scraped(exc.outcome)
         parsed = parse_exposition(body.decode("utf-8", errors="replace"))
         self.metrics.duration.observe(loop_time() - started)
@@ -234,10 +241,9 @@ class DcgmPoller:
         )
 
     async def _fetch(self, session: aiohttp.ClientSession) -> bytes:
-        opts = self.options
-        timeout = aiohttp.ClientTimeout(total=opts.timeout_s)
+        timeout = aiohttp.ClientTimeout(total=self.settings.timeout_seconds)
         try:
-            async with session.get(opts.url, timeout=timeout) as response:
+            async with session.get(self.url, timeout=timeout) as response:
                 if response.status != 200:
                     retry = retry_after_seconds(response.headers)
                     raise _Failed("http_error", f"HTTP {response.status} {response.reason}", retry)
@@ -246,11 +252,12 @@ class DcgmPoller:
                 async for chunk in response.content.iter_chunked(1 << 16):
                     chunks.append(chunk)
                     size += len(chunk)
-                    if size > opts.max_bytes:
-                        raise _Failed("http_error", f"body larger than {opts.max_bytes} bytes")
+                    if size > self.max_bytes:
+                        raise _Failed("http_error", f"body larger than {self.max_bytes} bytes")
                 body = b"".join(chunks)
         except TimeoutError:
-            raise _Failed("timeout", f"no complete answer within {opts.timeout_s:g} s") from None
+            within = self.settings.timeout_seconds
+            raise _Failed("timeout", f"no complete answer within {within:g} s") from None
         except aiohttp.ClientConnectionError as exc:
             raise _Failed("unreachable", str(exc) or type(exc).__name__) from None
         except aiohttp.ClientError as exc:
@@ -258,14 +265,13 @@ class DcgmPoller:
         return body
 
     def _diff(self, base: DcgmState | None, scrape: Scrape, when: datetime) -> DiffResult:
-        opts = self.options
         result = diff(
             base,
             scrape,
-            cluster=opts.cluster,
-            node=opts.node,
+            cluster=self.cluster,
+            node=self.node,
             time=when,
-            max_burst=opts.max_burst,
+            max_burst=self.max_burst,
         )
         self.metrics.suppressed.inc(result.suppressed)
         self.metrics.baseline.inc(result.baseline)
@@ -273,7 +279,7 @@ class DcgmPoller:
             log.info(
                 "dcgm %s: %d non-zero XID gauge/count values on first sight, not reported "
                 "(a baseline; see connectors.dcgm.diff)",
-                opts.node,
+                self.node,
                 result.baseline,
             )
         return result
@@ -283,33 +289,31 @@ class DcgmPoller:
         self.state = state
         for event in events:
             self.metrics.events.labels(type(event).__struct_config__.tag).inc()
-        _save(self.options.state_path, state)
+        _save(self.state_path, state)
 
     def _sample_letter(self, bad: BadSample) -> DeadLetter:
         """One sample left out of a good scrape (the rest of it is published)."""
-        opts = self.options
-        log.warning("dcgm scrape of %s: sample left out: %s: %s", opts.url, bad.reason, bad.series)
+        log.warning("dcgm scrape of %s: sample left out: %s: %s", self.url, bad.reason, bad.series)
         return DeadLetter(
-            topic=opts.url,
+            topic=self.url,
             partition=-1,
             offset=self.attempts,
             reason=bad.reason,
             field=bad.field,
-            key=key_of(opts.cluster, opts.node).encode(),
+            key=key_of(self.cluster, self.node).encode(),
             value=bad.series.encode()[:DEAD_LETTER_BODY],
             timestamp_ms=int(self.clock().timestamp() * 1000),
         )
 
     def _letter(self, body: bytes, error: RecordError) -> DeadLetter:
-        opts = self.options
-        log.warning("dcgm scrape of %s is not a dcgm-exporter exposition: %s", opts.url, error)
+        log.warning("dcgm scrape of %s is not a dcgm-exporter exposition: %s", self.url, error)
         return DeadLetter(
-            topic=opts.url,
+            topic=self.url,
             partition=-1,
             offset=self.attempts,
             reason=error.reason,
             field=error.field,
-            key=key_of(opts.cluster, opts.node).encode(),
+            key=key_of(self.cluster, self.node).encode(),
             value=body[:DEAD_LETTER_BODY],
             timestamp_ms=int(self.clock().timestamp() * 1000),
         )
@@ -362,9 +366,8 @@ class DcgmSource:
     ) -> None:
         self.poller = poller
         self.session = session
-        self.name = poller.options.url
-        opts = poller.options
-        self.key: bytes | None = key_of(opts.cluster, opts.node).encode()
+        self.name = poller.url
+        self.key: bytes | None = key_of(poller.cluster, poller.node).encode()
         self._base = poller.state
         self._rounds = 0
         self.claim_every_s = claim_every_s
@@ -397,7 +400,7 @@ class DcgmSource:
         try:
             scraped = await poller.scrape(self.session, self._base, not_before=self._claimed)
         except Exception:  # a bug must not end a DaemonSet's only XID witness: log, retry
-            log.exception("dcgm %s: scrape round failed", poller.options.node)
+            log.exception("dcgm %s: scrape round failed", poller.node)
             scraped = Scraped("internal_error")
         poller.metrics.scrapes.labels(scraped.outcome).inc()
         poller.metrics.exporter.set(

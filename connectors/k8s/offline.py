@@ -43,7 +43,7 @@ from datetime import datetime
 from typing import Any, NamedTuple
 
 from connectors.bounded import MAX_INPUT_BYTES, size_text
-from connectors.files import FileSource
+from connectors.files import FileReader
 from connectors.k8s.slim import (
     DEFAULT_CONFIG,
     WATCH_OPS,
@@ -66,7 +66,7 @@ class SlimmedRecord(NamedTuple):
     event: Slimmed
 
 
-def documents(source: FileSource) -> Iterator[tuple[int, Any | RecordError]]:
+def documents(source: FileReader) -> Iterator[tuple[int, Any | RecordError]]:
     """``(line, parsed JSON or RecordError)`` for each document of ``source``."""
     lines = source.lines()
     try:
@@ -157,7 +157,7 @@ def _slim(
 
 
 def slim_documents(
-    source: FileSource,
+    source: FileReader,
     *,
     cluster: str,
     observed: datetime | None = None,

@@ -14,7 +14,7 @@ The pieces, each in its own module under ``connectors/k8s/``::
   published by the loop every connector uses (:mod:`connectors.publish`): one
   delivery task, one chunk in flight, so order per correlation key is the watch
   order (:mod:`connectors.delivery`). Each watch item is a batch of one, so
-  ``buffer_size`` and ``batch_size`` keep counting events. Nothing is committed
+  ``buffer_size`` and the publish chunk keep counting events. Nothing is committed
   (the checkpoint is the watcher's resourceVersion, held in memory).
 * With ``--leader-election`` only the Lease holder runs all of this
   (:mod:`connectors.k8s.leader`); the other replicas wait as candidates. A
@@ -25,7 +25,7 @@ The pieces, each in its own module under ``connectors/k8s/``::
   correlation core skips (see ``connectors/k8s/watch.py``).
 
 Stopping (SIGINT/SIGTERM): the watchers stop, what is buffered is delivered
-for up to ``drain_timeout_s``, the producer flushes, the Lease is released.
+for up to :data:`PUBLISH`'s ``drain_timeout_s``, the producer flushes, the Lease is released.
 """
 
 from __future__ import annotations
@@ -34,19 +34,19 @@ import asyncio
 import logging
 import os
 import socket
+import sys
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Final
+from dataclasses import replace
+from typing import IO, Any, Final
 
-from kubernetes_asyncio.client import ApiClient, Configuration
+from kubernetes_asyncio.client import ApiClient
 
-from connectors.backoff import Backoff
-from connectors.delivery import DELIVERY_BACKOFF, BoundedDelivery
+from connectors.delivery import DELIVERY_BACKOFF
 from connectors.k8s.gpu_filter import GpuFilter
 from connectors.k8s.leader import LeadershipLost, LeaseElector, LeaseOptions
 from connectors.k8s.metrics import ConnectorMetrics
-from connectors.k8s.slim import DEFAULT_CONFIG, SlimConfig
+from connectors.k8s.settings import K8sSettings
+from connectors.k8s.slim import SlimConfig
 from connectors.k8s.watch import (
     Derive,
     Derived,
@@ -60,83 +60,26 @@ from connectors.k8s.watch import (
 )
 from connectors.kafka.config import KafkaUnreachable
 from connectors.kafka.producer import EventProducer, start_producer
-from connectors.publish import HEARTBEAT_SECONDS, Outgoing, Publisher, PublishOptions
+from connectors.kube import kube_client
+from connectors.publish import PublishOptions
+from connectors.run import Served, run_source
+from connectors.settings import required
 from connectors.signals import stop_on_signals
 from connectors.source import Batch
 from schemas.topics import TopicLayout
 
 log = logging.getLogger("gputriage.connect.k8s")
 
-SERVICE_ACCOUNT_NAMESPACE: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
-
-
-class ConnectError(RuntimeError):
-    """A Kubernetes setup problem worth one line (no kubeconfig, no service account).
-
-    No broker is not one: that is the :class:`~connectors.kafka.config.KafkaUnreachable`
-    every connector raises, reported by the CLI.
-    """
-
-
-@dataclass(frozen=True)
-class ConnectOptions:
-    """Everything ``gputriage connect k8s`` needs besides the Kafka settings."""
-
-    cluster: str
-    kubeconfig: str | None = None
-    context: str | None = None
-    in_cluster: bool = False
-    gpu_only: bool = True
-    slim: SlimConfig = DEFAULT_CONFIG
-    watch: WatchOptions = field(default_factory=WatchOptions)
-    buffer_size: int = 10_000
-    batch_size: int = 500
-    delivery_backoff: Backoff = DELIVERY_BACKOFF
-    drain_timeout_s: float = 10.0
-    heartbeat_seconds: float = HEARTBEAT_SECONDS
-    lease: LeaseOptions | None = None
-    """Leader election settings; None runs without election (one replica only!)."""
-    derive: Derive | None = None
-    """More records from each Event, past the GPU filter (the CLI passes the autoscaler
-    family's :func:`connectors.autoscaler.kube_events.derive`)."""
-
-
-async def kube_client(options: ConnectOptions) -> ApiClient:
-    """An ApiClient from the in-cluster service account or a kubeconfig (+ context)."""
-    from kubernetes_asyncio.config import (  # noqa: PLC0415 - config loading is rarely needed
-        ConfigException,
-        load_incluster_config,
-        load_kube_config,
-    )
-
-    configuration = Configuration()
-    try:
-        if options.in_cluster:
-            load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-        else:
-            await load_kube_config(
-                config_file=options.kubeconfig,
-                context=options.context,
-                client_configuration=configuration,
-                persist_config=False,
-            )
-    except (ConfigException, OSError, ValueError, KeyError, TypeError) as exc:
-        where = "in-cluster service account" if options.in_cluster else "kubeconfig"
-        raise ConnectError(f"cannot load the {where}: {exc}") from None
-    return ApiClient(configuration)
+PUBLISH: Final = PublishOptions(chunk=500, backoff=DELIVERY_BACKOFF, drain_timeout_s=10.0)
+"""The publish loop's chunk, delivery backoff and drain bound (capacity and heartbeat: the
+settings')."""
+WATCH: Final = WatchOptions()
+"""How to list and watch; the settings' namespace and silence timeout are laid over it."""
 
 
 def default_identity() -> str:
     """This replica's name for the Lease: the pod name ($HOSTNAME) plus the pid."""
     return f"{os.environ.get('HOSTNAME') or socket.gethostname()}_{os.getpid()}"
-
-
-def service_account_namespace() -> str | None:
-    """The namespace the pod runs in (in-cluster only), for the Lease."""
-    try:
-        return SERVICE_ACCOUNT_NAMESPACE.read_text().strip() or None
-    except OSError:
-        return None
 
 
 class WatchSource:
@@ -230,85 +173,104 @@ class WatchSource:
 
 
 class Connector:
-    """The watchers (a :class:`WatchSource`) and the producer, wired through the one publish
-    loop (:class:`connectors.publish.Publisher`); :meth:`run` until stopped."""
+    """The watchers, as one :class:`WatchSource`; :meth:`run` publishes it through the
+    connector runner (:func:`connectors.run.run_source`) until stopped."""
 
     def __init__(
         self,
         api: ApiClient,
-        producer: EventProducer,
-        options: ConnectOptions,
+        settings: K8sSettings,
         metrics: ConnectorMetrics | None = None,
+        *,
+        derive: Derive | None = None,
+        watch: WatchOptions = WATCH,
+        publish: PublishOptions = PUBLISH,
     ) -> None:
+        """``derive``: more records from each Event, past the GPU filter (the CLI passes the
+        autoscaler family's :func:`connectors.autoscaler.kube_events.derive`); ``watch`` and
+        ``publish``: the tuning the settings do not hold (their settings' fields are laid over)."""
         self.api = api
-        self.producer = producer
-        self.options = options
+        self.settings = settings
+        cluster = required(settings.cluster, "cluster")
         self.metrics = metrics or ConnectorMetrics()
-        self.gpu_filter = GpuFilter(options.slim) if options.gpu_only else None
+        slim = SlimConfig(gpu_resources=settings.resources, gpu_prefixes=settings.resource_prefixes)
+        watch = replace(
+            watch,
+            namespace=settings.namespace,
+            silence_timeout_seconds=settings.silence_timeout_seconds,
+        )
+        self.gpu_filter = None if settings.keep_all else GpuFilter(slim)
         keep = self.gpu_filter.keep if self.gpu_filter is not None else None
         self.watchers: dict[Resource, ResourceWatcher] = {
             resource: ResourceWatcher(
                 api,
                 resource,
-                cluster=options.cluster,
-                options=options.watch,
-                config=options.slim,
+                cluster=cluster,
+                options=watch,
+                config=slim,
                 keep=keep,
                 metrics=self.metrics,
-                derive=options.derive if resource == "events" else None,
+                derive=derive if resource == "events" else None,
             )
             for resource in ("pods", "nodes", "events")
         }
         self.synced: dict[Resource, asyncio.Event] = {r: asyncio.Event() for r in self.watchers}
         self.source = WatchSource(self.watchers, self.synced)
-        self.publisher = Publisher(
+        self.publish = replace(
+            publish, capacity=settings.buffer_size, heartbeat_seconds=settings.heartbeat_seconds
+        )
+        # The watch source has no key; the cluster makes its id distinct (two clusters'
+        # connectors must not merge into one progress).
+        self.source_id = f"{self.source.name}@{cluster}"
+
+    async def run(
+        self, producer: EventProducer, err: IO[str], stop: asyncio.Event | None = None
+    ) -> int:
+        """Watch and deliver until ``stop`` is set (or cancelled), then drain; the exit status.
+
+        ``producer`` is the caller's, started: a standby replica is connected before it leads.
+        """
+        return await run_source(
             self.source,
             producer,
-            options=PublishOptions(
-                capacity=options.buffer_size,
-                chunk=options.batch_size,
-                backoff=options.delivery_backoff,
-                drain_timeout_s=options.drain_timeout_s,
-                heartbeat_seconds=options.heartbeat_seconds,
-            ),
-            metrics=self.metrics.delivery,
-            # The watch source has no key; the cluster makes its id distinct (two
-            # clusters' connectors must not merge into one progress).
-            source_id=f"{self.source.name}@{options.cluster}",
+            name="connect k8s",
+            served=Served(metrics=self.metrics.delivery, port=None),
+            err=err,
+            publish=self.publish,
+            stop=stop or asyncio.Event(),
+            source_id=self.source_id,
         )
-        self.delivery: BoundedDelivery[Outgoing] = self.publisher.delivery
-
-    async def run(self, stop: asyncio.Event | None = None) -> None:
-        """Watch and deliver until ``stop`` is set (or cancelled); then drain the buffer."""
-        try:
-            await self.publisher.run(stop or asyncio.Event())
-        finally:
-            await self.source.close()
 
 
 async def run_connect(
-    options: ConnectOptions,
-    kafka_kwargs: dict[str, Any],
+    settings: K8sSettings,
+    kafka_kwargs: Mapping[str, Any],
     layout: TopicLayout,
     *,
-    metrics_port: int | None,
+    lease: LeaseOptions | None = None,
+    derive: Derive | None = None,
+    watch: WatchOptions = WATCH,
     metrics_addr: str = "0.0.0.0",
     stop: asyncio.Event | None = None,
     metrics: ConnectorMetrics | None = None,
+    err: IO[str] | None = None,
 ) -> int:
     """Create topics, connect, serve metrics, (elect,) watch and deliver; the exit status.
 
-    ``metrics``: the process's metrics and health (default: new ones), given by a caller
-    that reads them while it runs.
+    ``lease``: the leader election's (its namespace and identity resolved by the caller);
+    None runs without election (one replica only!). ``metrics``: the process's metrics
+    and health (default: new ones), given by a caller that reads them while it runs.
     """
 
     metrics = metrics or ConnectorMetrics()
-    if metrics_port is not None:
-        port = metrics.serve(metrics_port, metrics_addr)
+    if settings.metrics_port is not None:
+        port = metrics.serve(settings.metrics_port, metrics_addr)
         log.info("metrics on http://%s:%d/metrics", metrics_addr, port)
     stop = stop or asyncio.Event()
     stop_on_signals(stop)
-    api = await kube_client(options)
+    api = await kube_client(
+        in_cluster=settings.in_cluster, kubeconfig=settings.kubeconfig, context=settings.context
+    )
     try:
         producer = await start_producer(kafka_kwargs, layout)
     except KafkaUnreachable:
@@ -318,16 +280,22 @@ async def run_connect(
     # publish loop while another holds the Lease, must not read as "not connected".
     metrics.delivery.kafka.set(True)
     try:
-        connector = Connector(api, producer, options, metrics)
-        if options.lease is None:  # the only replica: always "the leader"
+        connector = Connector(api, settings, metrics, derive=derive, watch=watch)
+        status = 0
+
+        async def lead() -> None:
+            nonlocal status
+            status = await connector.run(producer, err or sys.stderr, stop)
+
+        if lease is None:  # the only replica: always "the leader"
             metrics.leader.set(1)
             try:
-                await connector.run(stop)
+                await lead()
             finally:
                 metrics.leader.set(0)
-            return 0
-        elector = LeaseElector(api, options.lease, metrics=metrics)
-        candidate = asyncio.ensure_future(elector.run(lambda: connector.run(stop)))
+            return status
+        elector = LeaseElector(api, lease, metrics=metrics)
+        candidate = asyncio.ensure_future(elector.run(lead))
         stopping = asyncio.ensure_future(stop.wait())
         await asyncio.wait({candidate, stopping}, return_when=asyncio.FIRST_COMPLETED)
         if not candidate.done():  # stopped while still a candidate, or stopping the leader
@@ -344,18 +312,14 @@ async def run_connect(
             return 1
         except asyncio.CancelledError:
             pass
-        return 0
+        return status
     finally:
         await producer.stop()
         await api.close()
 
 
 __all__ = [
-    "ConnectError",
-    "ConnectOptions",
     "Connector",
     "default_identity",
-    "kube_client",
     "run_connect",
-    "service_account_namespace",
 ]

@@ -25,6 +25,7 @@ from typing import Any, Final, NoReturn
 
 import msgspec
 
+from connectors.k8s.settings import GPU_PREFIXES, GPU_RESOURCES
 from schemas import codec
 from schemas.codec import RecordError
 from schemas.events import (
@@ -88,9 +89,8 @@ Slimmed = PodEvent | NodeEvent | KubeEvent | RecordError | None
 class SlimConfig:
     """Which extended resources count as GPUs (exact names and name prefixes)."""
 
-    gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",)
-    gpu_prefixes: tuple[str, ...] = ("nvidia.com/mig-",)
-    """MIG resources are named per profile (``nvidia.com/mig-1g.10gb``): match by prefix."""
+    gpu_resources: tuple[str, ...] = GPU_RESOURCES
+    gpu_prefixes: tuple[str, ...] = GPU_PREFIXES
 
     def is_gpu_resource(self, name: str) -> bool:
         """Whether resource ``name`` is a configured GPU resource."""

@@ -25,7 +25,7 @@ How it follows the API (what client-go's reflector does, minus the models):
    resource version") means history was compacted: go back to 1. The diff
    emits what changed while we were away, *deletions included*; nothing is
    silently reset.
-4. **Silence**: no line (not even a bookmark) for ``silence_timeout_s`` means a
+4. **Silence**: no line (not even a bookmark) for ``silence_timeout_seconds`` means a
    dead connection that TCP has not noticed (a NAT or proxy dropped it): close
    and watch again from the checkpoint.
 5. **Errors** (5xx, 429, connection failures, other ERROR events): back off
@@ -119,10 +119,10 @@ class WatchOptions:
 
     namespace: str | None = None
     """One namespace, or None for the whole cluster (nodes are cluster-scoped either way)."""
-    silence_timeout_s: float = 300.0
-    """Reconnect when nothing arrives for this long. Keep it above ``watch_timeout_s``:
+    silence_timeout_seconds: float = 300.0
+    """Reconnect when nothing arrives for this long. Keep it above ``watch_timeout_seconds``:
     then only a dead connection trips it, a quiet cluster does not."""
-    watch_timeout_s: int = 240
+    watch_timeout_seconds: int = 240
     """``timeoutSeconds`` of each watch request: the server ends the watch, we resume."""
     list_page_size: int = 500
     connect_timeout_s: float = 10.0
@@ -134,8 +134,10 @@ class WatchOptions:
     def __post_init__(self) -> None:
         # The server must end a healthy watch before the silence timeout takes it for
         # a dead one; a short silence timeout pulls the watch timeout down with it.
-        if self.silence_timeout_s <= self.watch_timeout_s:
-            object.__setattr__(self, "watch_timeout_s", max(1, int(self.silence_timeout_s * 0.8)))
+        if self.silence_timeout_seconds <= self.watch_timeout_seconds:
+            object.__setattr__(
+                self, "watch_timeout_seconds", max(1, int(self.silence_timeout_seconds * 0.8))
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -454,17 +456,17 @@ class ResourceWatcher:
 
     # -- watch -------------------------------------------------------------------------
     async def _lines(self, response: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-        """Lines of the stream; raises :class:`Silent` after ``silence_timeout_s`` of nothing."""
+        """Lines of the stream; :class:`Silent` after ``silence_timeout_seconds`` of nothing."""
         buffer = bytearray()
         limit = self.options.max_line_bytes
         dropping = False  # inside a line that is already over the limit: skip to its end
         while True:
             try:
                 chunk = await asyncio.wait_for(
-                    response.content.readany(), self.options.silence_timeout_s
+                    response.content.readany(), self.options.silence_timeout_seconds
                 )
             except TimeoutError:
-                raise Silent(f"nothing for {self.options.silence_timeout_s:g} s") from None
+                raise Silent(f"nothing for {self.options.silence_timeout_seconds:g} s") from None
             if not chunk:
                 return
             start = 0
@@ -495,7 +497,7 @@ class ResourceWatcher:
             watch=True,
             allow_watch_bookmarks=True,
             resource_version=self.resource_version,
-            timeout_seconds=self.options.watch_timeout_s,
+            timeout_seconds=self.options.watch_timeout_seconds,
             _request_timeout=timeout,
         )
         kind = KINDS[self.resource]

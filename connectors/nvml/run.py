@@ -21,15 +21,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Any
 
 from prometheus_client import CollectorRegistry
 
 from connectors.delivery import DeliveryMetrics
-from connectors.kafka.producer import KafkaTarget, start_producer
-from connectors.publish import HEARTBEAT_SECONDS, Publisher, PublishOptions
+from connectors.kafka.producer import KafkaTarget
+from connectors.nvml.settings import NvmlSettings
+from connectors.publish import PublishOptions
+from connectors.run import Served, run_source
+from connectors.settings import required
 from connectors.signals import stop_on_signals
 from connectors.source import Batch
 from schemas.codec import AnyEvent, encode
@@ -38,18 +40,8 @@ from schemas.keys import key_of
 PROG = "gputriage"
 
 
-@dataclass(frozen=True)
-class NvmlCommand:
-    cluster: str
-    node: str
-    once: bool
-    bindings: bool
-    print_only: bool
-    heartbeat_seconds: float = HEARTBEAT_SECONDS
-
-
 def connect_nvml(
-    command: NvmlCommand,
+    settings: NvmlSettings,
     target: Callable[[], KafkaTarget],
     out: IO[bytes],
     err: IO[str],
@@ -71,9 +63,9 @@ def connect_nvml(
         print(f"{PROG}: error: {exc}", file=err)
         return 1
     try:
-        kafka = None if command.print_only else target()
+        kafka = None if settings.print_only else target()
         metrics = metrics or DeliveryMetrics(CollectorRegistry())
-        return asyncio.run(_connect_nvml(nvml, command, kafka, out, err, metrics))
+        return asyncio.run(_connect_nvml(nvml, settings, kafka, out, err, metrics))
     except NvmlUnavailable as exc:
         print(f"{PROG}: error: {exc}", file=err)
         return 1
@@ -94,10 +86,12 @@ class NvmlSource:
 
     name = "nvml"
 
-    def __init__(self, nvml: Any, command: NvmlCommand) -> None:
+    def __init__(self, nvml: Any, settings: NvmlSettings) -> None:
         self.nvml = nvml
-        self.command = command
-        self.key: bytes | None = key_of(command.cluster, command.node).encode()
+        self.settings = settings
+        self.cluster = required(settings.cluster, "cluster")
+        self.node = required(settings.node, "node")
+        self.key: bytes | None = key_of(self.cluster, self.node).encode()
         self._started = False
         self._watching = False
         self._serial = 0
@@ -105,17 +99,16 @@ class NvmlSource:
     async def next_batch(self) -> Batch | None:
         from connectors.nvml.devices import bindings, xid_event  # noqa: PLC0415
 
-        command = self.command
         if not self._started:
             self._started = True
-            if command.bindings:
+            if self.settings.bindings:
                 now = datetime.now(UTC)
                 devices = self.nvml.devices()
                 events: list[AnyEvent] = list(
-                    bindings(devices, cluster=command.cluster, node=command.node, time=now)
+                    bindings(devices, cluster=self.cluster, node=self.node, time=now)
                 )
                 return Batch(events=events, records=len(events), progress=now)
-        if command.once:
+        if self.settings.once:
             return None
         if not self._watching:
             self.nvml.watch_xids()
@@ -125,9 +118,7 @@ class NvmlSource:
             return Batch()
         self._serial += 1
         now = datetime.now(UTC)
-        event = xid_event(
-            raw, cluster=command.cluster, node=command.node, time=now, serial=self._serial
-        )
+        event = xid_event(raw, cluster=self.cluster, node=self.node, time=now, serial=self._serial)
         return Batch(events=[event], records=1, progress=now)
 
     def commit(self, batch: Batch) -> None:
@@ -139,7 +130,7 @@ class NvmlSource:
 
 async def _connect_nvml(
     nvml: Any,
-    command: NvmlCommand,
+    settings: NvmlSettings,
     target: KafkaTarget | None,
     out: IO[bytes],
     err: IO[str],
@@ -147,29 +138,26 @@ async def _connect_nvml(
 ) -> int:
     stop = asyncio.Event()
     stop_on_signals(stop)
-    producer = None
-    if not command.print_only:
-        if target is None:
-            raise ValueError("a Kafka target is needed unless print_only")
-        producer = await start_producer(*target)  # KafkaUnreachable: for the CLI to say
-    try:
-        devices = nvml.devices()
-        gpus = sum(1 for d in devices if not d.parent_uuid)
-        print(
-            f"{PROG} connect nvml: driver {nvml.driver_version()}, {gpus} GPU(s), "
-            f"{len(devices) - gpus} MIG device(s)",
-            file=err,
-        )
-        source = NvmlSource(nvml, command)
-        if producer is None:  # --print: the offline form, JSON lines on ``out``
-            while not stop.is_set() and (batch := await source.next_batch()) is not None:
-                for event in batch.events:
-                    out.write(encode(event) + b"\n")
-                out.flush()
-            return 0
-        options = PublishOptions(heartbeat_seconds=command.heartbeat_seconds)
-        result = await Publisher(source, producer, options=options, metrics=metrics).run(stop)
-        return 0 if result.drained else 1
-    finally:
-        if producer is not None:
-            await producer.stop()
+    devices = nvml.devices()
+    gpus = sum(1 for d in devices if not d.parent_uuid)
+    print(
+        f"{PROG} connect nvml: driver {nvml.driver_version()}, {gpus} GPU(s), "
+        f"{len(devices) - gpus} MIG device(s)",
+        file=err,
+    )
+    source = NvmlSource(nvml, settings)
+    if target is None:  # --print-only: the offline form, JSON lines on ``out``
+        while not stop.is_set() and (batch := await source.next_batch()) is not None:
+            for event in batch.events:
+                out.write(encode(event) + b"\n")
+            out.flush()
+        return 0
+    return await run_source(
+        source,
+        target,
+        name="connect nvml",
+        served=Served(metrics=metrics, port=None),
+        err=err,
+        publish=PublishOptions(heartbeat_seconds=settings.heartbeat_seconds),
+        stop=stop,
+    )

@@ -31,11 +31,9 @@ from grpc import aio
 
 from connectors.podresources._proto import api_pb2, api_pb2_grpc
 from connectors.podresources.devices import PREFIXES, RESOURCES, Device, Holding, is_gpu_resource
+from connectors.podresources.settings import SOCKET
 from schemas.events import PodRef
 
-SOCKET: Final = "unix:///var/lib/kubelet/pod-resources/kubelet.sock"
-"""The kubelet's default pod-resources endpoint: ``<root-dir>/pod-resources/kubelet.sock``,
-so a kubelet with a non-default ``--root-dir`` (some distributions) has it elsewhere."""
 MAX_MESSAGE: Final = 16 * 1024 * 1024
 """The most one answer may be. A ``List`` of a node with hundreds of pods is well under
 1 MiB; the client's default cap is 4 MiB, and an answer over the cap fails the poll

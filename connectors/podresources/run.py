@@ -24,19 +24,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import IO, Any, Final, Protocol
+from typing import IO, Final, Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from connectors.backoff import Backoff
 from connectors.delivery import DeliveryMetrics
-from connectors.kafka.producer import EventProducer, start_producer
+from connectors.kafka.producer import KafkaTarget
 from connectors.podresources._proto import api_pb2
 from connectors.podresources.client import (
-    SOCKET,
     Client,
     Filter,
     PollFailed,
@@ -49,12 +47,13 @@ from connectors.podresources.devices import (
     diff,
     snapshot,
 )
-from connectors.publish import HEARTBEAT_SECONDS, Publisher, PublishOptions
-from connectors.signals import stop_on_signals
+from connectors.podresources.settings import PodResourcesSettings
+from connectors.publish import PublishOptions
+from connectors.run import Served, run_source
+from connectors.settings import required
 from connectors.source import Batch
 from schemas.codec import encode
 from schemas.keys import key_of
-from schemas.topics import TopicLayout
 
 log = logging.getLogger("gputriage.podresources")
 PROG: Final = "gputriage"
@@ -70,17 +69,8 @@ class Lister(Protocol):
     async def allocatable(self) -> api_pb2.AllocatableResourcesResponse | None: ...
 
 
-@dataclass(frozen=True)
-class PodResourcesCommand:
-    cluster: str
-    node: str
-    socket: str = SOCKET
-    interval_s: float = 10.0
-    timeout_s: float = 10.0
-    gpu: Filter = field(default_factory=Filter)
-    metrics_port: int | None = None
-    heartbeat_seconds: float = HEARTBEAT_SECONDS
-    backoff: Backoff = field(default_factory=lambda: Backoff(initial_s=1.0, max_s=60.0))
+BACKOFF: Final = Backoff(initial_s=1.0, max_s=60.0)
+"""Between failed polls: a kubelet that is restarting is asked again soon, a gone one rarely."""
 
 
 class PodResourcesMetrics:
@@ -121,23 +111,28 @@ class PodResourcesSource:
 
     def __init__(
         self,
-        command: PodResourcesCommand,
+        settings: PodResourcesSettings,
         lister: Lister,
         gpus: GpuMap,
         metrics: PodResourcesMetrics | None = None,
         *,
+        backoff: Backoff = BACKOFF,
         clock: Callable[[], datetime] = _now,
         draw: Callable[[], float] = random.random,
         claim_every_s: float = CLAIM_EVERY_S,
     ) -> None:
-        self.command = command
+        self.settings = settings
+        self.cluster = required(settings.cluster, "cluster")
+        self.node = required(settings.node, "node")
+        self.gpu = Filter(resources=settings.resources, prefixes=settings.resource_prefixes)
+        self.backoff = backoff
         self.lister = lister
         self.gpus = gpus
         self.metrics = metrics or PodResourcesMetrics()
         self.clock = clock
         self.draw = draw
         self.claim_every_s = claim_every_s
-        self.key: bytes | None = key_of(command.cluster, command.node).encode()
+        self.key: bytes | None = key_of(self.cluster, self.node).encode()
         self.state: PodResourcesState | None = None
         """The last poll diffed (not the last acknowledged: every change is sent once)."""
         self.failures = 0
@@ -149,8 +144,8 @@ class PodResourcesSource:
 
     def _delay(self) -> float:
         if self.failures == 0:
-            return self.command.interval_s
-        return self.command.backoff.delay(self.failures - 1, self.draw)
+            return self.settings.interval_seconds
+        return self.backoff.delay(self.failures - 1, self.draw)
 
     async def next_batch(self) -> Batch | None:
         if self._polled:
@@ -169,10 +164,12 @@ class PodResourcesSource:
             outcome = "ok"
         except PollFailed as exc:
             outcome, batch = exc.outcome, Batch()
-            log.warning("pod-resources %s: poll failed (%s): %s", self.command.socket, outcome, exc)
+            log.warning(
+                "pod-resources %s: poll failed (%s): %s", self.settings.socket, outcome, exc
+            )
             self.metrics.kubelet.set(False, f"{outcome}: {exc}")
         except Exception:  # a bug must not end the node's only kubelet witness: log, retry
-            log.exception("pod-resources %s: poll failed", self.command.node)
+            log.exception("pod-resources %s: poll failed", self.node)
             outcome, batch = "internal_error", Batch()
             self.metrics.kubelet.set(False, "internal error (see the log)")
         self.metrics.polls.labels(outcome).inc()
@@ -188,13 +185,11 @@ class PodResourcesSource:
             if allocatable is None:
                 self._allocatable = False
                 log.info("pod-resources: the kubelet has no GetAllocatableResources: List only")
-        gpu = self.command.gpu
+        gpu = self.gpu
         devices = allocatable_devices(allocatable.devices, gpu) if allocatable else []
         snap = snapshot(holdings(response, gpu), devices, self.gpus)
         when = self.clock()
-        result = diff(
-            self.state, snap, cluster=self.command.cluster, node=self.command.node, time=when
-        )
+        result = diff(self.state, snap, cluster=self.cluster, node=self.node, time=when)
         self.state = result.state
         self.metrics.unresolved.set(result.unresolved)
         self.metrics.kubelet.set(True, f"{len(snap.gpus)} GPUs, {len(response.pod_resources)} pods")
@@ -215,68 +210,44 @@ class PodResourcesSource:
 
 
 def connect_podresources(
-    command: PodResourcesCommand,
-    client_kwargs: Mapping[str, Any],
-    layout: TopicLayout,
-    gpus: GpuMap,
-    err: IO[str],
+    settings: PodResourcesSettings, target: KafkaTarget, gpus: GpuMap, err: IO[str]
 ) -> int:
     """Poll and publish until SIGINT/SIGTERM (0), or 1 when some events were not delivered."""
-    return asyncio.run(_connect(command, client_kwargs, layout, gpus, err))
+    return asyncio.run(_connect(settings, target, gpus, err))
 
 
 async def _connect(
-    command: PodResourcesCommand,
-    client_kwargs: Mapping[str, Any],
-    layout: TopicLayout,
-    gpus: GpuMap,
-    err: IO[str],
+    settings: PodResourcesSettings, target: KafkaTarget, gpus: GpuMap, err: IO[str]
 ) -> int:
-    stop = asyncio.Event()
-    stop_on_signals(stop)
-    producer = await start_producer(client_kwargs, layout)  # KafkaUnreachable: the CLI's
-    metrics = PodResourcesMetrics()
-    if command.metrics_port is not None:
-        from connectors.prometheus import serve_metrics  # noqa: PLC0415
+    async def started() -> None:
+        every, known = settings.interval_seconds, len(gpus.by_uuid)
+        print(
+            f"{PROG} connect podresources: polling {settings.socket} every {every:g} s"
+            f" ({known} NVML devices known)",
+            file=err,
+        )
 
-        port = serve_metrics(metrics.registry, command.metrics_port, health=metrics.delivery.health)
-        print(f"{PROG} connect podresources: metrics on http://0.0.0.0:{port}/metrics", file=err)
-    print(
-        f"{PROG} connect podresources: polling {command.socket} every {command.interval_s:g} s"
-        f" ({len(gpus.by_uuid)} NVML devices known)",
-        file=err,
-    )
-    client = Client(command.socket, timeout_s=command.timeout_s)
+    client = Client(settings.socket, timeout_s=settings.timeout_seconds)
     try:
-        drained = await publish(command, client, gpus, producer, metrics, stop)
+        metrics = PodResourcesMetrics()
+        return await run_source(
+            PodResourcesSource(settings, client, gpus, metrics),
+            target,
+            name="connect podresources",
+            served=Served(metrics=metrics.delivery, port=settings.metrics_port),
+            err=err,
+            publish=PublishOptions(heartbeat_seconds=settings.heartbeat_seconds),
+            started=started,
+        )
     finally:
         await client.close()
-        await producer.stop()
-    return 0 if drained else 1
-
-
-async def publish(
-    command: PodResourcesCommand,
-    lister: Lister,
-    gpus: GpuMap,
-    producer: EventProducer,
-    metrics: PodResourcesMetrics,
-    stop: asyncio.Event,
-) -> bool:
-    """The source under the one publish loop until ``stop``; True when all was delivered."""
-    source = PodResourcesSource(command, lister, gpus, metrics)
-    options = PublishOptions(heartbeat_seconds=command.heartbeat_seconds)
-    result = await Publisher(source, producer, options=options, metrics=metrics.delivery).run(stop)
-    return result.drained
 
 
 def print_saved_list(
     text: str,
+    settings: PodResourcesSettings,
     *,
-    cluster: str,
-    node: str,
     gpus: GpuMap,
-    gpu: Filter,
     time: datetime,
     out: IO[bytes],
     err: IO[str],
@@ -293,7 +264,9 @@ def print_saved_list(
     except ValueError as exc:
         print(f"{PROG}: error: not a pod-resources List answer: {exc}", file=err)
         return 1
+    gpu = Filter(resources=settings.resources, prefixes=settings.resource_prefixes)
     snap = snapshot(holdings(response, gpu), (), gpus)
+    cluster, node = required(settings.cluster, "cluster"), required(settings.node, "node")
     result = diff(None, snap, cluster=cluster, node=node, time=time)
     for event in result.events:
         out.write(encode(event) + b"\n")

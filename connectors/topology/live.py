@@ -24,19 +24,21 @@ import contextlib
 import logging
 import shutil
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import IO, Any, Final
 
 from prometheus_client import CollectorRegistry
 
 from connectors.delivery import DeliveryMetrics
-from connectors.kafka.producer import KafkaTarget, start_producer
-from connectors.publish import HEARTBEAT_SECONDS, Publisher, PublishOptions
+from connectors.kafka.producer import KafkaTarget
+from connectors.publish import PublishOptions
+from connectors.run import Served, run_source
+from connectors.settings import required
 from connectors.signals import stop_on_signals
 from connectors.source import Batch, DeadLine
 from connectors.topology.events import topology_event
 from connectors.topology.matrix import Topology, parse_topology
+from connectors.topology.settings import TopoSettings
 from schemas.codec import AnyEvent, RecordError, encode
 from schemas.events import GpuTopologyEvent
 from schemas.keys import key_of
@@ -44,25 +46,8 @@ from schemas.keys import key_of
 log = logging.getLogger("gputriage.topology")
 
 PROG: Final = "gputriage"
-INTERVAL_SECONDS: Final = 300.0
-TIMEOUT_SECONDS: Final = 30.0
 DEAD_LETTER_BODY: Final = 16_384
 """Bytes of a bad nvidia-smi output kept as evidence."""
-
-
-@dataclass(frozen=True)
-class TopoCommand:
-    cluster: str
-    node: str
-    once: bool = False
-    print_only: bool = False
-    interval_seconds: float = INTERVAL_SECONDS
-    nvidia_smi: str = "nvidia-smi"
-    timeout_seconds: float = TIMEOUT_SECONDS
-    use_nvml: bool = True
-    heartbeat_seconds: float = HEARTBEAT_SECONDS
-    metrics_port: int | None = None
-    """Serve the delivery metrics and ``/healthz`` / ``/readyz`` here (0: a free port)."""
 
 
 class Unavailable(RuntimeError):
@@ -151,18 +136,18 @@ reason it could not, as a string. The CLI builds it from :mod:`connectors.nvml` 
 families must not import each other: the CLI composes them)."""
 
 
-def open_reader(command: TopoCommand, open_nvml: OpenNvml | None = None) -> Reader:
+def open_reader(settings: TopoSettings, open_nvml: OpenNvml | None = None) -> Reader:
     """NVML where it initialises, else nvidia-smi where it exists; raises :class:`Unavailable`."""
-    why = "NVML not used (--no-nvml)" if not command.use_nvml else "no NVML given"
-    if command.use_nvml and open_nvml is not None:
+    why = "NVML not used (--no-nvml)" if not settings.nvml else "no NVML given"
+    if settings.nvml and open_nvml is not None:
         opened = open_nvml()
         if not isinstance(opened, str):
             return NvmlReader(opened)
         why = opened
-    if shutil.which(command.nvidia_smi) is not None:
-        log.info("%s; reading the topology with %s", why, command.nvidia_smi)
-        return SmiReader(command.nvidia_smi, command.timeout_seconds)
-    raise Unavailable(f"{why}, and no {command.nvidia_smi} to run: no GPU topology to read")
+    if shutil.which(settings.nvidia_smi) is not None:
+        log.info("%s; reading the topology with %s", why, settings.nvidia_smi)
+        return SmiReader(settings.nvidia_smi, settings.timeout_seconds)
+    raise Unavailable(f"{why}, and no {settings.nvidia_smi} to run: no GPU topology to read")
 
 
 class TopologySource:
@@ -177,22 +162,24 @@ class TopologySource:
     def __init__(
         self,
         reader: Reader,
-        command: TopoCommand,
+        settings: TopoSettings,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self.reader = reader
-        self.command = command
+        self.settings = settings
+        self.cluster = required(settings.cluster, "cluster")
+        self.node = required(settings.node, "node")
         self.clock = clock
-        self.key: bytes | None = key_of(command.cluster, command.node).encode()
+        self.key: bytes | None = key_of(self.cluster, self.node).encode()
         self.last: GpuTopologyEvent | None = None
         self.polls = 0
         self.published = 0
 
     async def next_batch(self) -> Batch | None:
-        if self.polls and self.command.once:
+        if self.polls and self.settings.once:
             return None
         if self.polls:
-            await asyncio.sleep(self.command.interval_seconds)
+            await asyncio.sleep(self.settings.interval_seconds)
         self.polls += 1
         result = await self.reader.read()
         now = self.clock()
@@ -200,9 +187,8 @@ class TopologySource:
             log.warning("GPU topology not read: %s", result)
             raw = getattr(self.reader, "last_output", b"")[:DEAD_LETTER_BODY]
             return Batch(dead=[DeadLine(raw=raw, error=result, seq=self.polls)], records=1)
-        command = self.command
         event = topology_event(
-            result, cluster=command.cluster, node=command.node, time=now, source=self.reader.source
+            result, cluster=self.cluster, node=self.node, time=now, source=self.reader.source
         )
         if self.last is not None and self.last.id == event.id:
             return Batch(progress=now)  # unchanged: nothing to publish
@@ -219,7 +205,7 @@ class TopologySource:
 
 
 def connect_topo(
-    command: TopoCommand,
+    settings: TopoSettings,
     target: Callable[[], KafkaTarget],
     out: IO[bytes],
     err: IO[str],
@@ -232,21 +218,21 @@ def connect_topo(
     line before Kafka is tried. Status: 0, or 1 (no reader; undelivered at stop).
     """
     try:
-        reader = open_reader(command, open_nvml)
+        reader = open_reader(settings, open_nvml)
     except Unavailable as exc:
         print(f"{PROG}: error: {exc}", file=err)
         return 1
     try:
-        kafka = None if command.print_only else target()
+        kafka = None if settings.print_only else target()
         metrics = metrics or DeliveryMetrics(CollectorRegistry())
-        return asyncio.run(_connect(reader, command, kafka, out, err, metrics))
+        return asyncio.run(_connect(reader, settings, kafka, out, err, metrics))
     finally:
         reader.close()
 
 
 async def _connect(
     reader: Reader,
-    command: TopoCommand,
+    settings: TopoSettings,
     target: KafkaTarget | None,
     out: IO[bytes],
     err: IO[str],
@@ -255,8 +241,8 @@ async def _connect(
     stop = asyncio.Event()
     stop_on_signals(stop)
     print(f"{PROG} connect topo: reading the GPU topology from {reader.source}", file=err)
-    source = TopologySource(reader, command)
-    if target is None:  # --print: the offline form, JSON lines on ``out``
+    source = TopologySource(reader, settings)
+    if target is None:  # --print-only: the offline form, JSON lines on ``out``
         while not stop.is_set():
             reading = asyncio.ensure_future(source.next_batch())
             stopping = asyncio.ensure_future(stop.wait())
@@ -275,15 +261,12 @@ async def _connect(
                     print(f"{PROG}: warning: {dead.error}", file=err)
             out.flush()
         return 0
-    producer = await start_producer(*target)  # KafkaUnreachable: for the CLI to say
-    if command.metrics_port is not None:
-        from connectors.prometheus import serve_metrics  # noqa: PLC0415
-
-        port = serve_metrics(metrics.registry, command.metrics_port, health=metrics.health)
-        print(f"{PROG} connect topo: metrics on http://0.0.0.0:{port}/metrics", file=err)
-    try:
-        options = PublishOptions(heartbeat_seconds=command.heartbeat_seconds)
-        result = await Publisher(source, producer, options=options, metrics=metrics).run(stop)
-        return 0 if result.drained else 1
-    finally:
-        await producer.stop()
+    return await run_source(
+        source,
+        target,
+        name="connect topo",
+        served=Served(metrics=metrics, port=settings.metrics_port),
+        err=err,
+        publish=PublishOptions(heartbeat_seconds=settings.heartbeat_seconds),
+        stop=stop,
+    )

@@ -12,7 +12,7 @@ import zlib
 from datetime import UTC, datetime
 from typing import IO
 
-from connectors.files import STDIN, FileSource, read_error
+from connectors.files import STDIN, FileReader, read_error
 from connectors.topology.events import topology_event
 from connectors.topology.matrix import parse_topology
 from schemas.codec import RecordError, encode
@@ -21,7 +21,7 @@ SOURCE = "nvidia-smi"
 
 
 def _read(path: str) -> tuple[str, datetime | None]:
-    with FileSource(path) as source:
+    with FileReader(path) as source:
         data = source.read()
     when = None if path == STDIN else datetime.fromtimestamp(os.stat(path).st_mtime, UTC)
     return data.decode("utf-8", errors="replace"), when

@@ -78,7 +78,7 @@ def journal_command(
     return command
 
 
-class JournalSource:
+class JournalReader:
     """Kernel entries from ``journalctl``, as batches of events, resuming at the saved cursor."""
 
     def __init__(
@@ -115,7 +115,7 @@ class JournalSource:
         """What ``journalctl`` printed within ``wait_s``; ``None`` once it has exited."""
         process = self._process
         if process is None or process.stdout is None:
-            raise RuntimeError("JournalSource is not started")
+            raise RuntimeError("JournalReader is not started")
         try:
             data = await asyncio.wait_for(process.stdout.read(_CHUNK), wait_s)
         except TimeoutError:

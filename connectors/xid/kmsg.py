@@ -1,10 +1,10 @@
 """Reading ``/dev/kmsg`` exactly once across restarts and reboots.
 
-``gputriage connect kmsg`` runs one reader per GPU node. :class:`KmsgSource`
+``gputriage connect kmsg`` runs one reader per GPU node. :class:`KmsgReader`
 turns the device's records into batches of typed events and dead letters, and
 remembers how far it got in a small state file, so a restarted reader neither
 re-sends nor skips a record. The caller publishes a batch, waits for the
-broker's acknowledgement, and only then calls :meth:`KmsgSource.commit`: a
+broker's acknowledgement, and only then calls :meth:`KmsgReader.commit`: a
 crash between the two re-sends one batch (at-least-once; the ids are
 deterministic, ``kmsg:<node>:<boot id>:<seq>``, so the duplicates are
 harmless downstream), and never loses one.
@@ -190,7 +190,7 @@ class KmsgDevice:
             self._fd = -1
 
 
-class KmsgSource:
+class KmsgReader:
     """Turns the records of one boot's kmsg into batches, resuming from the state file.
 
     Opening the device happens here, so a missing or unreadable device is an

@@ -4,7 +4,7 @@
 typed events a live reader would publish: how users check the parser on their
 own logs. Lines of any framing may be mixed in one
 file (:mod:`connectors.xid.lines`); plain or gzip, or stdin, via
-:class:`connectors.files.FileSource`.
+:class:`connectors.files.FileReader`.
 
 Trap: text framings have no sequence number, so an event's id is a hash of
 the raw line. Identical lines do occur (``dmesg -T`` has one-second
@@ -39,7 +39,7 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 
-from connectors.files import STDIN, FileSource, Record, parse_lines
+from connectors.files import STDIN, FileReader, Record, parse_lines
 from connectors.xid.lines import LineContext, Untimed
 from connectors.xid.reader import LineReader
 from schemas.events import XidEvent
@@ -77,7 +77,7 @@ class AssumedTime:
         )
 
 
-def assumed_time(source: FileSource, given: datetime | None = None) -> AssumedTime:
+def assumed_time(source: FileReader, given: datetime | None = None) -> AssumedTime:
     """The assumption for ``source``: ``given``, else its modification time, else now."""
     if given is not None:
         return AssumedTime(given, "from --default-time")
@@ -92,7 +92,7 @@ def assumed_time(source: FileSource, given: datetime | None = None) -> AssumedTi
 
 
 def read_xids(
-    source: FileSource, ctx: LineContext, assumed: AssumedTime | None = None
+    source: FileReader, ctx: LineContext, assumed: AssumedTime | None = None
 ) -> Iterator[Record]:
     """The XID events and bad XID lines of ``source``; other lines are skipped silently.
 

@@ -2,10 +2,10 @@
 
 The click definition lives in :mod:`gputriage.cli.connect`.
 
-The source is ``/dev/kmsg`` (:class:`connectors.xid.kmsg.KmsgSource`), or with
+The source is ``/dev/kmsg`` (:class:`connectors.xid.kmsg.KmsgReader`), or with
 ``--journal`` the journal's kernel entries through ``journalctl``
-(:class:`connectors.xid.journal.JournalSource`), or with ``--file`` a kernel log
-file followed like ``tail -F`` (:class:`connectors.xid.textlog.TextLogSource`);
+(:class:`connectors.xid.journal.JournalReader`), or with ``--log-file`` a kernel log
+file followed like ``tail -F`` (:class:`connectors.xid.textlog.TextLogReader`);
 all go through one loop.
 
 The loop is every connector's (:class:`connectors.publish.Publisher`): poll the
@@ -17,7 +17,7 @@ and the journal keep the records meanwhile; a ring that overflows shows as
 ``skipped``). A crash before the acknowledgement leaves the state where it
 was, so the restarted pod re-sends that batch (same ids) and loses nothing.
 On a stop, what is buffered is delivered for up to ``drain_timeout_s`` (with
-``--once``: ``once_drain_timeout_s``, 60 s by default, since a backfill wants
+``--once``: ``once_drain_timeout_seconds``, 60 s by default, since a backfill wants
 everything delivered); a reader that could not deliver everything exits 1.
 The ``--once`` bound is finite on purpose: with Kafka down, "until it is
 delivered" was a process that never exited, not even on Ctrl-C (the drain is
@@ -52,30 +52,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass, field, replace
-from datetime import datetime, tzinfo
+from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, TextIO
+from zoneinfo import ZoneInfo
 
 from prometheus_client import CollectorRegistry, Counter
 
 from connectors.delivery import DeliveryMetrics
-from connectors.kafka.producer import start_producer
+from connectors.kafka.producer import KafkaTarget
 from connectors.prometheus import serve_metrics
-from connectors.publish import Enrich, Publisher, PublishOptions
+from connectors.publish import Enrich, PublishOptions, PublishResult
+from connectors.run import Served, run_source
+from connectors.settings import required
 from connectors.signals import stop_on_signals
 from connectors.source import Batch
-from connectors.xid.journal import JOURNALCTL, JournalSource
-from connectors.xid.kmsg import (
-    BOOT_ID_PATH,
-    DEFAULT_STATE,
-    DEVICE,
-    PROC_STAT,
-    KmsgSource,
-    ReadStats,
-    read_boot_id,
-    read_boot_time,
-)
-from connectors.xid.textlog import TextLogSource
+from connectors.xid.journal import JournalReader
+from connectors.xid.kmsg import KmsgReader, ReadStats, read_boot_id, read_boot_time
+from connectors.xid.settings import KmsgSettings
+from connectors.xid.textlog import TextLogReader
 from schemas.codec import AnyEvent
 from schemas.events import XidEvent
 from schemas.keys import key_of
@@ -83,48 +78,12 @@ from schemas.topics import TopicLayout
 
 log = logging.getLogger("gputriage.kmsg")
 
-ONCE_DRAIN_TIMEOUT_S = 60.0
+ONCE_DRAIN_TIMEOUT_SECONDS = 60.0
 """How long ``--once`` waits for what it read to be acknowledged once the source is read."""
-
-
-@dataclass(frozen=True)
-class KmsgOptions:
-    """Everything ``connect kmsg`` needs besides Kafka."""
-
-    node: str
-    cluster: str
-    device: str = DEVICE
-    state_path: str = DEFAULT_STATE
-    boot_id_path: str = BOOT_ID_PATH
-    proc_stat_path: str = PROC_STAT
-    boot_time: datetime | None = None
-    """Override the boot time (default: ``btime`` from ``proc_stat_path``)."""
-    journal: bool = False
-    """Follow the journal's kernel entries (``journalctl``) instead of ``device``."""
-    journalctl: str = JOURNALCTL
-    journal_dir: str = ""
-    """``journalctl -D``: a journal directory (the host's, mounted into the pod)."""
-    poll_s: float = 0.2
-    batch: int = 1000
-    once: bool = False
-    """Read what is there now, publish it, and exit (backfill; tests)."""
-    metrics_port: int | None = None
-    """``/metrics`` port (the CLI's default: ``[connect.kmsg]``); None serves none."""
-    file: str = ""
-    """Follow this kernel log file (dmesg/syslog text) instead of ``device``."""
-    tz: tzinfo | None = None
-    """Time zone of the file's wall-clock times (``dmesg -T``, syslog); default UTC."""
-    year: int | None = None
-    """Year of syslog times, which have none (default: this year)."""
-    publish: PublishOptions = field(default_factory=lambda: PublishOptions(capacity=50))
-    """Buffer (in batches of up to ``batch`` records), retry backoff, drain timeout."""
-    once_drain_timeout_s: float = ONCE_DRAIN_TIMEOUT_S
-    """With ``once``: the drain timeout instead of ``publish.drain_timeout_s`` (see the module)."""
-
-    @property
-    def kind(self) -> str:
-        """The ``source`` label of the metrics."""
-        return "journal" if self.journal else "file" if self.file else "kmsg"
+BATCH = 1000
+"""Records read per batch at most."""
+PUBLISH = PublishOptions(capacity=50)
+"""The buffer (in batches of up to :data:`BATCH` records), retry backoff and drain timeout."""
 
 
 class KmsgMetrics:
@@ -172,7 +131,7 @@ class KmsgMetrics:
         return serve_metrics(self.registry, port, addr, self.delivery.health)
 
 
-Reader = KmsgSource | TextLogSource | JournalSource
+Reader = KmsgReader | TextLogReader | JournalReader
 """The three kernel-log readers. Two are polled (``poll``: synchronous, never blocks, an idle
 read is an idle batch); the journal is awaited (``next_batch(wait_s)``: it waits itself, and
 returns None once ``journalctl`` has exited). They share ``stats``, ``context``, ``name`` and
@@ -183,7 +142,7 @@ class XidSource:
     """A kernel-log :data:`Reader` as a :class:`connectors.source.Source`: the only adapter.
 
     Adds what the publish loop needs and the readers do not know: the idle wait
-    of a polled reader (on ``stop``, so a stop is not delayed by ``poll_s``), the
+    of a polled reader (on ``stop``, so a stop is not delayed by the poll interval), the
     end of ``--once`` (a polled reader is idle: everything there was is read),
     the dead letters' key, and this family's ``gputriage_kmsg_*`` counters,
     advanced to the reader's ``stats`` after every read (only reads move them;
@@ -194,26 +153,33 @@ class XidSource:
     """
 
     def __init__(
-        self, reader: Reader, *, options: KmsgOptions, stop: asyncio.Event, metrics: KmsgMetrics
+        self,
+        reader: Reader,
+        *,
+        settings: KmsgSettings,
+        stop: asyncio.Event,
+        metrics: KmsgMetrics,
+        batch: int = BATCH,
     ) -> None:
         self.reader = reader
         self.name = reader.name
         self.key: bytes | None = key_of(reader.context.cluster, reader.context.node).encode()
-        self._poll_s, self._limit, self._once = options.poll_s, options.batch, options.once
+        self._poll_seconds, self._limit = settings.poll_interval_seconds, batch
+        self._once = settings.once
         self._stop = stop
         self._metrics = metrics
 
     async def next_batch(self) -> Batch | None:
         reader = self.reader
-        if isinstance(reader, JournalSource):
-            batch = await reader.next_batch(self._poll_s)
+        if isinstance(reader, JournalReader):
+            batch = await reader.next_batch(self._poll_seconds)
         else:
             batch = reader.poll(self._limit)
             if batch.idle and self._once:
                 batch = None
             elif batch.idle:
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._stop.wait(), self._poll_s)
+                    await asyncio.wait_for(self._stop.wait(), self._poll_seconds)
         self._metrics.update(reader.stats)
         return batch
 
@@ -221,7 +187,7 @@ class XidSource:
         self.reader.commit(batch)
 
     async def close(self) -> None:
-        if isinstance(self.reader, JournalSource):
+        if isinstance(self.reader, JournalReader):
             await self.reader.close()
         else:
             self.reader.close()
@@ -239,43 +205,45 @@ def _on_xids(enrich: Enrich[XidEvent] | None) -> Enrich[AnyEvent] | None:
     return on_xids
 
 
-def open_reader(options: KmsgOptions) -> Reader:
-    """The source the options name; a missing device or boot id file is an ``OSError`` here."""
-    if options.file:
-        text = TextLogSource(
-            path=options.file,
-            node=options.node,
-            cluster=options.cluster,
-            state_path=options.state_path,
-            boot_time=options.boot_time,
-            tz=options.tz,
-            year=options.year,
+def open_reader(settings: KmsgSettings) -> Reader:
+    """The source the settings name; a missing device or boot id file is an ``OSError`` here."""
+    node, cluster = required(settings.node, "node"), required(settings.cluster, "cluster")
+    state_path = settings.state_path
+    boot_time = settings.boot_datetime()
+    if settings.log_file:
+        text = TextLogReader(
+            path=settings.log_file,
+            node=node,
+            cluster=cluster,
+            state_path=state_path,
+            boot_time=boot_time,
+            tz=None if settings.tz == "UTC" else ZoneInfo(settings.tz),
+            year=settings.year,
         )
         if text.state_error is not None:
-            log.warning("%s; starting at the beginning of %s", text.state_error, options.file)
+            log.warning("%s; starting at the beginning of %s", text.state_error, settings.log_file)
         return text
-    boot_id = read_boot_id(options.boot_id_path)
-    if options.journal:
-        journal = JournalSource(
-            node=options.node,
-            cluster=options.cluster,
-            state_path=options.state_path,
+    boot_id = read_boot_id(settings.boot_id_file)
+    if settings.journal:
+        journal = JournalReader(
+            node=node,
+            cluster=cluster,
+            state_path=state_path,
             boot_id=boot_id,
-            executable=options.journalctl,
-            directory=options.journal_dir,
-            follow=not options.once,
+            executable=settings.journalctl,
+            directory=settings.journal_dir,
+            follow=not settings.once,
         )
         if journal.state_error is not None:
             log.warning("%s; starting at the current boot", journal.state_error)
         return journal
-    boot_time = options.boot_time or read_boot_time(options.proc_stat_path)
-    source = KmsgSource(
-        node=options.node,
-        cluster=options.cluster,
-        state_path=options.state_path,
+    source = KmsgReader(
+        node=node,
+        cluster=cluster,
+        state_path=state_path,
         boot_id=boot_id,
-        boot_time=boot_time,
-        device=options.device,
+        boot_time=boot_time or read_boot_time(settings.proc_stat),
+        device=settings.device,
     )
     if source.state_error is not None:
         log.warning("%s; starting from the oldest record", source.state_error)
@@ -285,66 +253,72 @@ def open_reader(options: KmsgOptions) -> Reader:
 
 
 async def run_kmsg(
-    options: KmsgOptions,
-    client_kwargs: dict[str, Any],
+    settings: KmsgSettings,
+    client_kwargs: Mapping[str, Any],
     layout: TopicLayout,
     stderr: TextIO,
     *,
     stop: asyncio.Event | None = None,
     metrics: KmsgMetrics | None = None,
     enrich: Enrich[XidEvent] | None = None,
+    publish: PublishOptions = PUBLISH,
+    once_drain_timeout_seconds: float = ONCE_DRAIN_TIMEOUT_SECONDS,
 ) -> int:
-    """Run the reader until ``stop`` is set, or once with ``options.once``; 1 if the source died.
+    """Run the reader until ``stop`` is set, or once with ``settings.once``; 1 if the source died.
 
     Without a ``stop`` event of the caller's, SIGINT and SIGTERM stop it (after
     what is buffered is acknowledged and committed, for up to
-    ``options.publish.drain_timeout_s``, or ``options.once_drain_timeout_s`` with
-    ``once``; 1 if something was left). ``enrich`` completes each XID as it is read
-    (the caller's: the xid family knows nothing of NVML); if it raises, so does this.
+    ``publish.drain_timeout_s``, or ``once_drain_timeout_seconds`` with ``once``;
+    1 if something was left). ``enrich`` completes each XID as it is read (the
+    caller's: the xid family knows nothing of NVML); if it raises, so does this.
     """
     own_stop = stop is None
     stop = stop or asyncio.Event()
-    reader = open_reader(options)  # a missing device or boot id fails here, first
-    metrics = metrics or KmsgMetrics(options.kind)
-    if options.metrics_port is not None:
-        port = metrics.serve(options.metrics_port)
-        log.info("metrics on http://0.0.0.0:%d/metrics", port)
-    if own_stop and not options.once:
+    reader = open_reader(settings)  # a missing device or boot id fails here, first
+    metrics = metrics or KmsgMetrics(settings.kind)
+    if own_stop and not settings.once:
         stop_on_signals(stop)
-    producer = await start_producer(client_kwargs, layout)
-    source = XidSource(reader, options=options, stop=stop, metrics=metrics)
-    publish = options.publish
-    if options.once:  # a backfill wants everything delivered: a longer, still finite, drain
-        publish = replace(publish, drain_timeout_s=options.once_drain_timeout_s)
-    publisher = Publisher(
-        source, producer, options=publish, metrics=metrics.delivery, enrich=_on_xids(enrich)
-    )
-    try:
-        if isinstance(reader, JournalSource):
+    source = XidSource(reader, settings=settings, stop=stop, metrics=metrics)
+    publish = replace(publish, heartbeat_seconds=settings.heartbeat_seconds)
+    if settings.once:  # a backfill wants everything delivered: a longer, still finite, drain
+        publish = replace(publish, drain_timeout_s=once_drain_timeout_seconds)
+
+    async def started() -> None:
+        if isinstance(reader, JournalReader):
             await reader.start()
-        log.info("reading %s for node %s", reader.name, options.node)
-        result = await publisher.run(stop)
-    finally:
-        await producer.stop()
-        await source.close()
-    ended = result.ended
-    stats = reader.stats
-    print(
-        f"{reader.name}: {stats.records} records, {stats.xids} XIDs, {stats.bad} bad, "
-        f"{stats.skipped} lost to the ring buffer, {stats.replayed} already handled",
-        file=stderr,
-    )
-    if not result.drained:
-        log.error(
-            "%d buffered batches were not delivered before the stop; the next start re-reads "
-            "them from the state file",
-            len(publisher.delivery),
+        log.info("reading %s for node %s", reader.name, settings.node)
+
+    def summary(_: PublishResult) -> str:
+        stats = reader.stats
+        return (
+            f"{reader.name}: {stats.records} records, {stats.xids} XIDs, {stats.bad} bad, "
+            f"{stats.skipped} lost to the ring buffer, {stats.replayed} already handled"
         )
-        return 1
-    if stats.skipped:
-        log.warning("%d kmsg records were overwritten before they could be read", stats.skipped)
-    if ended and isinstance(reader, JournalSource) and (reader.exit_status or not options.once):
-        # Following never ends by itself: journalctl died. Exit so the pod restarts.
-        log.error("journalctl exited with status %s", reader.exit_status)
-        return 1
-    return 0
+
+    def verdict(result: PublishResult) -> int:
+        if reader.stats.skipped:
+            skipped = reader.stats.skipped
+            log.warning("%d kmsg records were overwritten before they were read", skipped)
+        if (
+            result.ended
+            and isinstance(reader, JournalReader)
+            and (reader.exit_status or not settings.once)
+        ):
+            # Following never ends by itself: journalctl died. Exit so the pod restarts.
+            log.error("journalctl exited with status %s", reader.exit_status)
+            return 1
+        return 0
+
+    return await run_source(
+        source,
+        KafkaTarget(client_kwargs, layout),
+        name="connect kmsg",
+        served=Served(metrics=metrics.delivery, port=settings.metrics_port),
+        err=stderr,
+        publish=publish,
+        stop=stop,
+        enrich=_on_xids(enrich),
+        summary=summary,
+        verdict=verdict,
+        started=started,
+    )

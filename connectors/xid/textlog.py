@@ -2,7 +2,7 @@
 
 Some nodes expose no ``/dev/kmsg`` to containers and no journal, only a log
 file the host's syslog daemon writes (``/var/log/kern.log``, ``/var/log/messages``),
-or a ``dmesg -wT`` redirected to a file. :class:`TextLogSource` follows such a
+or a ``dmesg -wT`` redirected to a file. :class:`TextLogReader` follows such a
 file like ``tail -F``: it reads complete lines as they are appended, parses
 each with :func:`connectors.xid.lines.parse_line` (every framing it knows), and
 remembers in a state file which file (inode) it was reading and how far (byte
@@ -65,7 +65,7 @@ class TextLogState(msgspec.Struct, frozen=True, kw_only=True):
     offset: int
 
 
-class TextLogSource:
+class TextLogReader:
     """Batches of XID events from a growing, rotating text log, resuming from the state file."""
 
     def __init__(

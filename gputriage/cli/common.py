@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 import click
 import msgspec
 
-from connectors.files import FileSource
+from connectors.files import FileReader
 from connectors.kafka.config import KafkaConfigError, check_brokers, client_kwargs
+from connectors.times import parse_time
 from gputriage.settings import Settings, load_settings
-from gputriage.times import parse_time
 
 if TYPE_CHECKING:
     from connectors.k8s.slim import SlimConfig
@@ -32,12 +32,12 @@ F = TypeVar("F", bound=Callable[..., Any])
 CONTEXT: Final[dict[str, Any]] = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
 
 
-def open_all(paths: Sequence[str]) -> list[FileSource]:
+def open_all(paths: Sequence[str]) -> list[FileReader]:
     """Open every path (``-`` is stdin), or none: a missing file is a usage error."""
-    sources: list[FileSource] = []
+    sources: list[FileReader] = []
     try:
         for path in paths:
-            sources.append(FileSource(path))
+            sources.append(FileReader(path))
     except OSError as exc:
         for source in sources:
             source.close()
@@ -85,7 +85,7 @@ def start_logging(settings: Settings) -> None:
 
 
 class TimeType(click.ParamType):
-    """``TIME``: an RFC 3339 time (:func:`gputriage.times.parse_time`) as a click type.
+    """``TIME``: an RFC 3339 time (:func:`connectors.times.parse_time`) as a click type.
 
     A bad value is click's usage error (one line, exit 2), naming the option.
     """
@@ -132,17 +132,24 @@ def setting_range(table: type[msgspec.Struct], name: str) -> click.ParamType:
     info = msgspec.inspect.type_info(table)
     assert isinstance(info, msgspec.inspect.StructType)
     (field,) = (f for f in info.fields if f.name == name)
-    kind = field.type
-    if isinstance(kind, msgspec.inspect.UnionType):
-        (kind,) = (t for t in kind.types if not isinstance(t, msgspec.inspect.NoneType))
-    if isinstance(kind, msgspec.inspect.Metadata):  # a field with a description
-        kind = kind.type
-    if isinstance(kind, msgspec.inspect.IntType):
+    return range_of(field.type, f"{table.__name__}.{name}")
+
+
+def range_of(kind: Any, where: str) -> click.ParamType:
+    """The click range of a number's ``msgspec.inspect`` type (``Metadata``, ``None`` unwrapped)."""
+    import msgspec.inspect as mi  # noqa: PLC0415
+
+    while isinstance(kind, mi.Metadata | mi.UnionType):
+        if isinstance(kind, mi.Metadata):
+            kind = kind.type
+        else:
+            (kind,) = (t for t in kind.types if not isinstance(t, mi.NoneType))
+    if isinstance(kind, mi.IntType):
         return click.IntRange(
             kind.ge if kind.gt is None else kind.gt + 1,
             kind.le if kind.lt is None else kind.lt - 1,
         )
-    assert isinstance(kind, msgspec.inspect.FloatType), f"{table.__name__}.{name} is not a number"
+    assert isinstance(kind, mi.FloatType), f"{where} is not a number"
     return FiniteRange(
         min=kind.ge if kind.gt is None else kind.gt,
         max=kind.le if kind.lt is None else kind.lt,
@@ -152,7 +159,7 @@ def setting_range(table: type[msgspec.Struct], name: str) -> click.ParamType:
 
 
 def time_zone(value: str) -> tzinfo:
-    """``--tz`` / ``connect.kmsg.tz``: an IANA zone name (``BadParameter`` otherwise)."""
+    """``--tz``: an IANA zone name (``BadParameter`` otherwise)."""
     from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # noqa: PLC0415
 
     try:
@@ -203,7 +210,7 @@ class SettingsRequired(click.Option):
     ``required`` stays true for ``--help`` ("[required]") and for tools that read
     the click tree (``tests/deploy`` checks every required option is supplied);
     the check itself runs after the settings are merged
-    (:func:`gputriage.cli.connect._require`), because click's runs before.
+    (:func:`gputriage.cli.options.lay_over`), because click's runs before.
     """
 
     def process_value(self, ctx: click.Context, value: Any) -> Any:
@@ -212,18 +219,6 @@ class SettingsRequired(click.Option):
             return super().process_value(ctx, value)
         finally:
             self.required = required
-
-
-node_option = click.option(
-    "--node",
-    cls=SettingsRequired,
-    required=True,
-    envvar="NODE_NAME",
-    help="This node's name ($NODE_NAME).",
-)
-cluster_option = click.option(
-    "--cluster", cls=SettingsRequired, required=True, help="Cluster name to put on every event."
-)
 
 
 def metrics_port_option(table: type[msgspec.Struct]) -> Callable[[F], F]:

@@ -35,7 +35,7 @@ from typing import IO, Literal
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
 
-from connectors.files import FileSource, read_error
+from connectors.files import FileReader, read_error
 from connectors.kafka.admin import TopicError, ensure_topics
 from connectors.kafka.config import KafkaUnreachable, client_kwargs, error_reason
 from connectors.kafka.producer import EventProducer
@@ -259,7 +259,7 @@ def read_scenario(path: Path) -> list[AnyEvent]:
     the first bad line. Read before anything starts (a bad file costs no broker), through
     the bounded reader: ``--scenario /dev/zero`` ends in ~2 s, in bounded memory."""
     events = []
-    with FileSource(str(path)) as scenario:
+    with FileReader(str(path)) as scenario:
         for number, line in scenario.lines():
             try:
                 if isinstance(line, RecordError):  # over-long

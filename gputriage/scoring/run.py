@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import BinaryIO, Final, Literal, TextIO
 
-from connectors.files import FileSource
+from connectors.files import FileReader
 from gputriage.replay import ReplayResult, correlate, write_summary
 from gputriage.scoring.matching import detections, match
 from gputriage.scoring.metrics import confusion, shortfalls, type_scores
@@ -50,7 +50,7 @@ def score_replay(truths: list[ExpectedIncident], result: ReplayResult) -> Score:
 
 
 def run_score(
-    events: FileSource,
+    events: FileReader,
     truth_path: str,
     config: CoreSettings,
     options: ScoreOptions,

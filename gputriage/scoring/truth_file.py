@@ -15,7 +15,7 @@ fields, time zones), a line is refused when:
 
 from __future__ import annotations
 
-from connectors.files import FileSource, parse_lines
+from connectors.files import FileReader, parse_lines
 from schemas.codec import RecordError
 from schemas.truth import CLUSTER_SCOPED, ExpectedIncident, decode_truth
 
@@ -29,7 +29,7 @@ def read_truth(path: str) -> list[ExpectedIncident]:
     at the first bad line, or ``OSError`` if it cannot be opened."""
     truths: list[ExpectedIncident] = []
     lines: dict[str, int] = {}
-    with FileSource(path) as source:
+    with FileReader(path) as source:
         for number, item in parse_lines(source, _parse):
             if isinstance(item, RecordError):
                 raise TruthError(_where(source.name, number, item))

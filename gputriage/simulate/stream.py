@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, cast
 
-from connectors.files import FileSource
+from connectors.files import FileReader
 from gputriage.simulate.faults import Simulator
 from gputriage.simulate.spec import StreamSpec
 from schemas.codec import AnyEvent, encode
@@ -113,5 +113,5 @@ def read_lines(path: str | Path) -> list[bytes]:
     Uncapped (``read(limit=None)``): the benches' own generated streams run to gigabytes;
     never point this at input a user gives.
     """
-    with FileSource(str(path)) as source:
+    with FileReader(str(path)) as source:
         return source.read(limit=None).splitlines()

@@ -292,7 +292,7 @@ def test_a_second_dcgm_poller_of_one_state_file_is_one_line(tmp_path: Path) -> N
     try:
         result = gputriage(
             "connect", "dcgm", "--node", "n", "--cluster", "c", "--url", "http://n:9400/metrics",
-            "--state", str(state), "--brokers", "127.0.0.1:1",
+            "--state-path", str(state), "--brokers", "127.0.0.1:1",
         )  # fmt: skip
     finally:
         holder.close()

@@ -92,7 +92,7 @@ def test_a_state_file_that_is_dev_zero_is_one_line(tmp_path: Path) -> None:
     log.write_text("[ 1.0] NVRM: Xid (PCI:0000:9b:00): 79, pid=1, GPU has fallen off the bus.\n")
     run = measured(
         *("connect", "kmsg", "--cluster", "c", "--node", "n", "--once", "--no-nvml"),
-        *("--file", str(log), "--state", str(state), "--metrics-port", "0"),
+        *("--log-file", str(log), "--state-path", str(state), "--metrics-port", "0"),
         *("--brokers", "127.0.0.1:1"),
     )
     line = one_line(run, 1)

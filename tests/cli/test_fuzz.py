@@ -30,7 +30,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from connectors.dcgm.offline import ingest_dcgm
-from connectors.files import FileSource
+from connectors.files import FileReader
 from connectors.k8s.gpu_filter import GpuFilter
 from connectors.k8s.offline import slim_documents
 from connectors.k8s.slim import DEFAULT_CONFIG
@@ -70,7 +70,7 @@ KNOWN: tuple[tuple[str, ...], ...] = tuple(
 )
 """Every key a settings file may set, as a path: ``("connect", "kmsg", "year")``..."""
 assert ("processor", "batch_max") in KNOWN
-assert ("connect", "dcgm", "interval") in KNOWN
+assert ("connect", "dcgm", "interval_seconds") in KNOWN
 
 _names = st.text(st.characters(codec="utf-8", exclude_categories=["Cs"]), min_size=1, max_size=8)
 paths_ = st.one_of(
@@ -311,7 +311,7 @@ def test_ingest_kmsg_parsing_never_raises(tmp_path_factory: pytest.TempPathFacto
             tz=tz,
             year=year,
         )
-        with FileSource(str(path)) as source:
+        with FileReader(str(path)) as source:
             assumed = assumed_time(source, None)
             for record in read_xids(source, ctx, assumed):
                 if not isinstance(record.event, RecordError):
@@ -398,7 +398,7 @@ def test_ingest_k8s_parsing_never_raises(tmp_path_factory: pytest.TempPathFactor
             with contextlib.suppress(ValueError):
                 data = json.dumps(json.loads(lines[0]), indent=2).encode()
         path.write_bytes(data)
-        with FileSource(str(path)) as source:
+        with FileReader(str(path)) as source:
             for record in slim_documents(source, cluster="c", config=DEFAULT_CONFIG):
                 event = record.event
                 if event is not None and not isinstance(event, RecordError):

@@ -53,7 +53,7 @@ VERBS = {
     "process": ["process", "--metrics-port", "0"],
     "connect kmsg": [
         *("connect", "kmsg", "--cluster", "c", "--node", "n", "--once", "--no-nvml"),
-        *("--file", "{log}", "--state", "{tmp}/state", "--metrics-port", "0"),
+        *("--log-file", "{log}", "--state-path", "{tmp}/state", "--metrics-port", "0"),
     ],
     "connect dcgm": [
         *("connect", "dcgm", "--cluster", "c", "--node", "n", "--url", "http://127.0.0.1:9/"),

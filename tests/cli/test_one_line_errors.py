@@ -144,7 +144,11 @@ def test_a_metrics_port_taken_is_one_line(
     tmp_path: Path, kernel_log: Path, taken_port: int, args: list[str]
 ) -> None:
     # process: OSError traceback; connect k8s: traceback; connect kmsg: "Could not open file '?'".
-    extra = ["--file", str(kernel_log), "--state", str(tmp_path / "s")] if "kmsg" in args else []
+    extra = (
+        ["--log-file", str(kernel_log), "--state-path", str(tmp_path / "s")]
+        if "kmsg" in args
+        else []
+    )
     result = gputriage(*args, *extra, "--brokers", DEAD_BROKER, "--metrics-port", str(taken_port))
     line = one_line(result, 1)
     assert f"cannot serve metrics on 0.0.0.0:{taken_port}: Address already in use" in line
@@ -179,12 +183,12 @@ def test_tail_connect_timeout_must_be_a_finite_positive_number(value: str) -> No
             "c",
             "--url",
             "http://x/",
-            "--interval",
+            "--interval-seconds",
             "nan",
         ],
-        ["connect", "k8s", "--cluster", "c", "--silence-timeout", "inf"],
-        ["connect", "k8s", "--cluster", "c", "--buffer", "99999999999999999999"],
-        ["connect", "kmsg", "--node", "n", "--cluster", "c", "--poll-interval", "nan"],
+        ["connect", "k8s", "--cluster", "c", "--silence-timeout-seconds", "inf"],
+        ["connect", "k8s", "--cluster", "c", "--buffer-size", "99999999999999999999"],
+        ["connect", "kmsg", "--node", "n", "--cluster", "c", "--poll-interval-seconds", "nan"],
     ],
     ids=lambda args: " ".join(args[:2] + args[-2:-1]),
 )

@@ -70,7 +70,7 @@ def one_page(tmp_path: Path) -> Iterator[Path]:
 def _connect(state: Path, log: Path, brokers: str) -> list[str]:
     return [
         *("connect", "kmsg", "--cluster", "c", "--node", "n", "--once", "--no-nvml"),
-        *("--file", str(log), "--state", str(state), "--metrics-port", "0"),
+        *("--log-file", str(log), "--state-path", str(state), "--metrics-port", "0"),
         *("--brokers", brokers),
     ]
 

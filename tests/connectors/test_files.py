@@ -12,7 +12,7 @@ import pytest
 
 from connectors.bounded import InputTooLarge, read_small
 from connectors.files import (
-    FileSource,
+    FileReader,
     Record,
     merge_by_time,
     parse_lines,
@@ -49,14 +49,14 @@ def test_crlf_and_missing_final_newline(tmp_path: Path) -> None:
 
 def test_gzip_is_detected_by_magic_bytes_not_by_name(tmp_path: Path) -> None:
     path = _write(tmp_path / "events.jsonl", gzip.compress(b"\n".join(LINES)))
-    with FileSource(path) as source:
+    with FileReader(path) as source:
         assert source.compressed
         assert list(source.lines()) == EXPECTED
 
 
 def test_a_plain_file_named_gz_is_read_as_plain(tmp_path: Path) -> None:
     path = _write(tmp_path / "events.jsonl.gz", b"\n".join(LINES))
-    with FileSource(path) as source:
+    with FileReader(path) as source:
         assert not source.compressed
         assert list(source.lines()) == EXPECTED
 
@@ -79,7 +79,7 @@ def test_stdin_pipe_with_gzip_is_sniffed_without_losing_bytes(
         writer.write(gzip.compress(b"\n".join(LINES)))
     with os.fdopen(read_end, "rb") as reader:
         monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(reader))
-        with FileSource("-") as source:
+        with FileReader("-") as source:
             assert source.name == "<stdin>"
             assert source.size is None
             assert source.compressed
@@ -97,7 +97,7 @@ def test_stdin_pipe_plain(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def test_size_and_position_track_bytes_on_disk(tmp_path: Path) -> None:
     data = gzip.compress(b"\n".join(LINES) * 50)
-    with FileSource(_write(tmp_path / "e", data)) as source:
+    with FileReader(_write(tmp_path / "e", data)) as source:
         assert source.size == len(data)
         assert source.position() == 0
         for _ in source.lines():
@@ -107,12 +107,12 @@ def test_size_and_position_track_bytes_on_disk(tmp_path: Path) -> None:
 
 def test_a_missing_file_fails_when_opened() -> None:
     with pytest.raises(FileNotFoundError):
-        FileSource("/nonexistent/events.jsonl")
+        FileReader("/nonexistent/events.jsonl")
 
 
 def test_records_decode_each_line_and_keep_errors_as_values(tmp_path: Path) -> None:
     data = _event("2024-05-01T12:00:00Z", "t1") + b"\n\nnot json\n"
-    with FileSource(_write(tmp_path / "e.jsonl", data)) as source:
+    with FileReader(_write(tmp_path / "e.jsonl", data)) as source:
         first, second = list(read_records(source))
     assert first.line == 1
     assert not isinstance(first.event, RecordError)
@@ -126,7 +126,7 @@ def test_a_truncated_gzip_ends_the_file_with_one_error_record(tmp_path: Path) ->
     whole = gzip.compress(
         b"\n".join(_event(f"2024-05-01T12:00:{s:02}Z", f"t{s}") for s in range(60))
     )
-    with FileSource(_write(tmp_path / "cut.gz", whole[: len(whole) // 2])) as source:
+    with FileReader(_write(tmp_path / "cut.gz", whole[: len(whole) // 2])) as source:
         records = list(read_records(source))
     *good, last = records
     assert all(not isinstance(r.event, RecordError) for r in good)
@@ -203,7 +203,7 @@ def test_no_line_break_within_the_bound_ends_the_input(
 ) -> None:
     cap, bound = small_caps
     data = b"x" * (bound * 3) + b"\nnever read\n"
-    with FileSource(_write(tmp_path / "e", data)) as source:
+    with FileReader(_write(tmp_path / "e", data)) as source:
         ((number, dead),) = list(source.lines())
         assert source.position() <= bound + cap + 200, "it stopped at the bound"
     assert number == 1
@@ -214,7 +214,7 @@ def test_no_line_break_within_the_bound_ends_the_input(
 def test_parse_lines_never_parses_a_dead_line(tmp_path: Path, small_caps: tuple[int, int]) -> None:
     cap, _ = small_caps
     path = _write(tmp_path / "e", b"x" * (cap + 1) + b"\nok\n")
-    with FileSource(path) as source:
+    with FileReader(path) as source:
         parsed = list(parse_lines(source, lambda raw: raw.decode()))
     assert [number for number, _ in parsed] == [1, 2]
     assert isinstance(parsed[0][1], RecordError)
@@ -223,10 +223,10 @@ def test_parse_lines_never_parses_a_dead_line(tmp_path: Path, small_caps: tuple[
 
 def test_a_whole_file_read_over_its_cap_is_input_too_large(tmp_path: Path) -> None:
     path = _write(tmp_path / "scrape", b"x" * 11)
-    with FileSource(path) as source, pytest.raises(InputTooLarge) as refused:
+    with FileReader(path) as source, pytest.raises(InputTooLarge) as refused:
         source.read(limit=10)
     assert (refused.value.strerror, refused.value.filename) == ("larger than 10 bytes", path)
-    with FileSource(path) as source:
+    with FileReader(path) as source:
         assert source.read(limit=11) == b"x" * 11
     assert read_small(path, limit=11) == b"x" * 11
     with pytest.raises(InputTooLarge, match="larger than 10 bytes"):

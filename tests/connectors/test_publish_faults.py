@@ -37,11 +37,13 @@ import connectors.publish
 import connectors.xid.run
 from connectors.backoff import Backoff
 from connectors.delivery import DELIVERY_BACKOFF, BoundedDelivery, DeliveryMetrics, transient
-from connectors.k8s.run import ConnectOptions
+from connectors.k8s.run import PUBLISH as K8S_PUBLISH
 from connectors.kafka.producer import EventProducer
 from connectors.publish import Publisher, PublishOptions
 from connectors.source import Batch
-from connectors.xid.run import KmsgOptions, run_kmsg
+from connectors.xid.run import PUBLISH as KMSG_PUBLISH
+from connectors.xid.run import run_kmsg
+from connectors.xid.settings import KmsgSettings
 from gputriage.demo.broker import EmbeddedBroker
 from schemas.codec import AnyEvent, decode_event
 from schemas.dead_letters import DeadLetter
@@ -231,20 +233,26 @@ async def test_once_with_kafka_down_exits_1_after_its_drain_bound(tmp_path: Path
                 stopped.append(True)
             return xid
 
-        options = KmsgOptions(
+        settings = KmsgSettings(
             node="gpu-node-01",
             cluster="c",
-            file=str(log),
+            log_file=str(log),
             state_path=str(state),
             year=2026,
             once=True,
             metrics_port=None,
-            once_drain_timeout_s=1.0,
-            publish=PublishOptions(capacity=50, backoff=FAST),
         )
         kwargs = {**env.kwargs, "request_timeout_ms": 500, "retry_backoff_ms": 20}
         running = asyncio.create_task(
-            run_kmsg(options, kwargs, env.layout, io.StringIO(), enrich=outage_on_first_xid)
+            run_kmsg(
+                settings,
+                kwargs,
+                env.layout,
+                io.StringIO(),
+                enrich=outage_on_first_xid,
+                publish=PublishOptions(capacity=50, backoff=FAST),
+                once_drain_timeout_seconds=1.0,
+            )
         )
         try:
             # Not wait_for: its cancel on timeout is what this must not need to end.
@@ -380,8 +388,8 @@ def test_one_delivery_backoff_default_for_every_connector() -> None:
 
     assert PublishOptions().backoff is DELIVERY_BACKOFF
     assert BoundedDelivery(send).backoff is DELIVERY_BACKOFF
-    assert ConnectOptions(cluster="c").delivery_backoff is DELIVERY_BACKOFF
-    assert KmsgOptions(node="n", cluster="c").publish.backoff is DELIVERY_BACKOFF
+    assert K8S_PUBLISH.backoff is DELIVERY_BACKOFF
+    assert KMSG_PUBLISH.backoff is DELIVERY_BACKOFF
 
 
 def test_a_drain_without_a_bound_is_refused() -> None:
@@ -396,10 +404,11 @@ def test_connect_nvml_keeps_the_delivery_metrics(kafka: KafkaTestEnv) -> None:
     # Imported here: connectors.kafka.producer's KafkaTarget is being moved (settings work);
     # the rest of this module must not depend on where it lands.
     from connectors.kafka.producer import KafkaTarget  # noqa: PLC0415
-    from connectors.nvml.run import NvmlCommand, connect_nvml  # noqa: PLC0415
+    from connectors.nvml.run import connect_nvml  # noqa: PLC0415
+    from connectors.nvml.settings import NvmlSettings  # noqa: PLC0415
     from tests.connectors.nvml.test_nvml import FakeNvml  # noqa: PLC0415
 
-    command = NvmlCommand(cluster="c", node="n1", once=True, bindings=True, print_only=False)
+    command = NvmlSettings(cluster="c", node="n1", once=True, bindings=True, print_only=False)
     metrics = DeliveryMetrics(CollectorRegistry())
     target = KafkaTarget(client_kwargs=kafka.kwargs, layout=kafka.layout)
     err = io.StringIO()

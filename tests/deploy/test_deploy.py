@@ -15,10 +15,18 @@ import pytest
 import yaml
 
 from gputriage.cli import cli
-from gputriage.cli.connect import connect_defaults
-from gputriage.settings import load_settings
+from gputriage.settings import Settings, explicit, load_settings
 from tests.deploy.rendered import WORKLOADS, render
 from tests.paths import DEPLOY
+
+
+def connect_defaults(settings: Settings) -> dict[str, dict[str, Any]]:
+    """What ``[connect.<source>]`` sets, per source (defaults left out; typos failed at load)."""
+    tables = {
+        source: explicit(getattr(settings.connect, source))
+        for source in settings.connect.__struct_fields__
+    }
+    return {source: table for source, table in tables.items() if table}
 
 
 def documents() -> list[dict[str, Any]]:

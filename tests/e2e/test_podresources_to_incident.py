@@ -14,6 +14,7 @@ the incidents can only have come from the kubelet's records.
 from __future__ import annotations
 
 import asyncio
+import io
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,9 @@ import pytest
 
 from connectors.kafka.producer import start_producer
 from connectors.podresources.devices import GpuInfo, GpuMap
-from connectors.podresources.run import PodResourcesCommand, PodResourcesMetrics, publish
+from connectors.podresources.run import PodResourcesMetrics, PodResourcesSource
+from connectors.podresources.settings import PodResourcesSettings
+from connectors.run import Served, run_source
 from connectors.xid.lines import LineContext, parse_line
 from schemas.codec import decode_event, decode_incident
 from schemas.events import GpuBindingEvent, XidEvent
@@ -94,12 +97,21 @@ async def test_the_kubelets_bindings_name_the_pods_of_a_mig_and_a_time_sliced_xi
                 "nvidia.com/mig-1g.6gb": [MIG_GI3],
             }
             kubelet.pods = {"ml/notebook-a": {"nvidia.com/gpu": [f"{SHARED}::0"]}}
-            command = PodResourcesCommand(
-                cluster=CLUSTER, node=NODE, socket=target, interval_s=0.2, heartbeat_seconds=0.5
+            command = PodResourcesSettings(
+                cluster=CLUSTER,
+                node=NODE,
+                socket=target,
+                interval_seconds=0.2,
+                heartbeat_seconds=0.5,
             )
             producer = await start_producer(kafka.kwargs, kafka.layout)
+            metrics = PodResourcesMetrics()
+            source = PodResourcesSource(command, _lister(target), NVML, metrics)
+            served = Served(metrics=metrics.delivery, port=None)
             agent = asyncio.create_task(
-                publish(command, _lister(target), NVML, producer, PodResourcesMetrics(), stop)
+                run_source(
+                    source, producer, name="e2e", served=served, err=io.StringIO(), stop=stop
+                )
             )
             try:
                 await consume_until(
@@ -143,7 +155,7 @@ async def test_the_kubelets_bindings_name_the_pods_of_a_mig_and_a_time_sliced_xi
                 )
             finally:
                 stop.set()
-                assert await agent, "the agent delivered everything"
+                assert await agent == 0, "the agent delivered everything"
                 await producer.stop()
         by_code = {i.attributes["xids"]: i for i in app_faults(found)}
         mig, sliced = by_code["94"], by_code["31"]

@@ -22,7 +22,8 @@ import pytest
 from connectors.nvml.devices import Device, attribute
 from connectors.state import load_state
 from connectors.xid.kmsg import KmsgState
-from connectors.xid.run import KmsgOptions, run_kmsg
+from connectors.xid.run import run_kmsg
+from connectors.xid.settings import KmsgSettings
 from schemas.codec import decode_event, decode_incident
 from schemas.events import GpuBindingEvent, XidEvent
 from schemas.incidents import Incident
@@ -66,13 +67,13 @@ async def test_a_kernel_xid_79_through_kafka_is_one_eviction_incident_naming_the
     )
     boot_id = tmp_path / "boot_id"
     boot_id.write_text("6a1f0c3e-0000-4000-8000-00000000b007\n")
-    options = KmsgOptions(
+    options = KmsgSettings(
         node=NODE,
         cluster=recorded_xid.cluster,
         device=str(device),
         state_path=str(tmp_path / "state.json"),
-        boot_id_path=str(boot_id),
-        boot_time=recorded_xid.time - timedelta(seconds=UPTIME_S),
+        boot_id_file=str(boot_id),
+        boot_time=(recorded_xid.time - timedelta(seconds=UPTIME_S)).isoformat(),
         once=True,
         metrics_port=None,
     )

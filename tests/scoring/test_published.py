@@ -6,7 +6,7 @@ import io
 from datetime import timedelta
 from pathlib import Path
 
-from connectors.files import FileSource
+from connectors.files import FileReader
 from gputriage.replay import correlate
 from gputriage.settings import load_settings
 from schemas.events import PodEvent, Tick
@@ -20,7 +20,7 @@ def test_an_incident_released_by_an_event_is_published_at_that_events_time(
 ) -> None:
     pod, tick = host_oom_events()
     assert isinstance(tick, Tick)
-    source = FileSource(str(write_jsonl(tmp_path / "e.jsonl", [pod, tick])))
+    source = FileReader(str(write_jsonl(tmp_path / "e.jsonl", [pod, tick])))
     with source:
         result = correlate([source], CONFIG, io.StringIO())
     assert {r.type for r in result.revisions} == {"host_oom_kill"}
@@ -35,7 +35,7 @@ def test_an_incident_only_the_flush_releases_is_published_a_grace_after_the_last
     processor would have released it when its clock passed the grace, not before."""
     pod, _ = host_oom_events()
     assert isinstance(pod, PodEvent)
-    source = FileSource(str(write_jsonl(tmp_path / "e.jsonl", [pod])))
+    source = FileReader(str(write_jsonl(tmp_path / "e.jsonl", [pod])))
     with source:
         result = correlate([source], CONFIG, io.StringIO())
     assert result.revisions, "the flush releases it"

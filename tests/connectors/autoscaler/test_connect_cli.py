@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from connectors.autoscaler.settings import AutoscalerSettings
 from gputriage.cli import run as cli_run
-from gputriage.settings import AutoscalerConnectSettings, load_settings
+from gputriage.settings import load_settings
 
 
 def test_mistakes_are_one_line_and_exit_2(capsys: Any) -> None:
     args = ["connect", "autoscaler", "--cluster", "c", "--in-cluster", "--context", "x"]
     assert cli_run(args) == 2
     err = capsys.readouterr().err
-    assert "--in-cluster does not go with" in err
+    assert "'--in-cluster': does not go with --kubeconfig/--context" in err
     assert err.count("\n") == 1
     assert cli_run(["connect", "autoscaler", "--format", "json"]) == 2
 
@@ -32,36 +33,24 @@ def test_the_settings_table_and_env_vars() -> None:
     environ = {
         "GPUTRIAGE_CONNECT__AUTOSCALER__SELECTOR": "app.kubernetes.io/name=karpenter",
         "GPUTRIAGE_CONNECT__AUTOSCALER__FORMAT": "karpenter",
-        "GPUTRIAGE_CONNECT__AUTOSCALER__POLL_INTERVAL": "2.5",
+        "GPUTRIAGE_CONNECT__AUTOSCALER__POLL_INTERVAL_SECONDS": "2.5",
     }
     table = load_settings(None, environ).connect.autoscaler
-    assert table == AutoscalerConnectSettings(
-        selector="app.kubernetes.io/name=karpenter", format="karpenter", poll_interval=2.5
+    assert table == AutoscalerSettings(
+        selector="app.kubernetes.io/name=karpenter", format="karpenter", poll_interval_seconds=2.5
     )
-    assert AutoscalerConnectSettings().namespace == "kube-system"
+    assert AutoscalerSettings().namespace == "kube-system"
 
 
 def test_the_karpenter_preset_fills_only_what_was_left_default() -> None:
-    from gputriage.cli.connect import autoscaler_options  # noqa: PLC0415
-
-    preset = autoscaler_options(AutoscalerConnectSettings(cluster="c", format="karpenter"))
-    assert preset.follow.selector == "app.kubernetes.io/name=karpenter"
+    preset = AutoscalerSettings(cluster="c", format="karpenter").preset()
+    assert preset.selector == "app.kubernetes.io/name=karpenter"
     assert preset.status_configmap == ""
-    assert preset.follow.fmt == "karpenter"
-    own = autoscaler_options(
-        AutoscalerConnectSettings(cluster="c", format="karpenter", selector="app=mine")
-    )
-    assert own.follow.selector == "app=mine"
-    plain = autoscaler_options(AutoscalerConnectSettings(cluster="c"))
-    assert (plain.follow.selector, plain.status_configmap) == (
+    assert preset.format == "karpenter"
+    own = AutoscalerSettings(cluster="c", format="karpenter", selector="app=mine").preset()
+    assert own.selector == "app=mine"
+    plain = AutoscalerSettings(cluster="c").preset()
+    assert (plain.selector, plain.status_configmap) == (
         "app=cluster-autoscaler",
         "cluster-autoscaler-status",
     )
-
-
-def test_the_heartbeat_setting_reaches_the_connectors_options() -> None:
-    from gputriage.cli.connect import autoscaler_options  # noqa: PLC0415
-
-    assert autoscaler_options(AutoscalerConnectSettings(cluster="c")).heartbeat_seconds == 0.5
-    tuned = autoscaler_options(AutoscalerConnectSettings(cluster="c", heartbeat_seconds=2.0))
-    assert tuned.heartbeat_seconds == 2.0

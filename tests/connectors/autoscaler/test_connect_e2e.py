@@ -6,16 +6,17 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from connectors.autoscaler.cursor import FollowState
-from connectors.autoscaler.run import AutoscalerConnectOptions, run_connect_autoscaler
+from connectors.autoscaler.run import run_connect_autoscaler
 from connectors.kafka.admin import ensure_topics
 from connectors.state import load_state
 from schemas.codec import decode_event
 from schemas.events import AutoscalerEvent
 from tests.connectors.autoscaler.log_server import log_server, stamp
-from tests.connectors.autoscaler.test_follow import NOISE, options, setting
+from tests.connectors.autoscaler.test_follow import FAST, NOISE, options, setting
 from tests.connectors.autoscaler.test_status_watch import YAML, configmap
 from tests.kafka_helpers import KafkaTestEnv, consume_events, eventually
 
@@ -34,9 +35,11 @@ async def test_lines_and_status_facts_reach_the_autoscaler_topic(
         server.configmaps.put(configmap("10", YAML))
         await ensure_topics(kafka.kwargs, kafka.layout)
         stop = asyncio.Event()
-        connect = AutoscalerConnectOptions(follow=options(), state_path=state_path)
+        settings = msgspec.structs.replace(options(), state_path=str(state_path), metrics_port=None)
         task = asyncio.create_task(
-            run_connect_autoscaler(connect, api, kafka.kwargs, kafka.layout, stop=stop)
+            run_connect_autoscaler(
+                settings, api, kafka.kwargs, kafka.layout, stop=stop, backoff=FAST
+            )
         )
         topic = kafka.layout.raw["autoscaler"].name
         records = await consume_events(kafka.bootstrap, [topic], 3)

@@ -11,13 +11,15 @@ import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any, Final
 
 import pytest
 
 from connectors.autoscaler.cursor import FollowState, LogCursor
-from connectors.autoscaler.follow import FollowOptions, LogFollower
+from connectors.autoscaler.follow import LogFollower
 from connectors.autoscaler.metrics import AutoscalerMetrics
 from connectors.autoscaler.run import AutoscalerLogSource
+from connectors.autoscaler.settings import AutoscalerSettings
 from connectors.backoff import Backoff
 from connectors.source import Batch, DeadLine
 from connectors.state import StateFile
@@ -37,13 +39,20 @@ def setting(size: int) -> str:
     return f"{head} Scale-up: setting group {GROUP} size to {size}"
 
 
-def options() -> FollowOptions:
-    return FollowOptions(
+FAST: Final = Backoff(initial_s=0.01, max_s=0.05)
+
+
+def options(silence_timeout_seconds: float = 5.0) -> AutoscalerSettings:
+    return AutoscalerSettings(
         cluster="c1",
-        poll_s=0.05,
-        silence_timeout_s=5.0,
-        backoff=Backoff(initial_s=0.01, max_s=0.05),
+        poll_interval_seconds=0.05,
+        silence_timeout_seconds=silence_timeout_seconds,
     )
+
+
+def fast_follower(api: Any, *args: Any, **kwargs: Any) -> LogFollower:
+    """A :class:`LogFollower` of :func:`options` with a fast backoff."""
+    return LogFollower(api, options(), *args, backoff=FAST, **kwargs)
 
 
 class Collector:
@@ -103,7 +112,7 @@ async def test_drop_and_restart_lose_nothing_and_repeat_nothing(tmp_path: Path) 
         server.write("ca-1", stamp(1, 500_000_000), setting(3))  # sinceTime repeats both
         state = StateFile(state_path, FollowState)
         metrics = AutoscalerMetrics()
-        follower = LogFollower(api, options(), metrics=metrics)
+        follower = fast_follower(api, metrics=metrics)
         source = AutoscalerLogSource(follower, state)
         async with collecting(source) as got:
             await eventually(lambda: got.sizes == [1, 2, 3], what="the first three facts")
@@ -141,7 +150,7 @@ async def test_drop_and_restart_lose_nothing_and_repeat_nothing(tmp_path: Path) 
         assert cursor is not None
         assert [(c.pod, c.restart_count) for c in cursor.cursors] == [("kube-system/ca-1", 1)]
         server.write("ca-1", stamp(6), setting(8))
-        again = AutoscalerLogSource(LogFollower(api, options(), cursor), saved)
+        again = AutoscalerLogSource(fast_follower(api, cursor), saved)
         async with collecting(again) as more:
             await eventually(lambda: more.sizes == [8], what="the line after the restart")
             server.write("ca-1", stamp(7), setting(9))
@@ -154,7 +163,7 @@ async def test_a_new_replica_is_followed_and_a_deleted_one_forgotten(tmp_path: P
     async with log_server() as (server, api):
         server.add("ca-1")
         server.write("ca-1", stamp(0), setting(1))
-        follower = LogFollower(api, options())
+        follower = fast_follower(api)
         source = AutoscalerLogSource(follower)
         async with collecting(source) as got:
             await eventually(lambda: got.sizes == [1])
@@ -176,7 +185,7 @@ async def test_a_saved_cursor_of_a_pod_that_is_gone_leaves_the_state() -> None:
     async with log_server() as (server, api):
         server.add("ca-1")
         server.write("ca-1", stamp(0), setting(1))
-        follower = LogFollower(api, options(), FollowState(cursors=(old,)))
+        follower = fast_follower(api, FollowState(cursors=(old,)))
         async with collecting(AutoscalerLogSource(follower)) as got:
             await eventually(lambda: got.sizes == [1])
 
@@ -195,10 +204,8 @@ async def test_an_unreadable_line_is_a_dead_letter_and_silence_reconnects() -> N
         server.write("ca-1", stamp(0), bad)
         server.write("ca-1", stamp(1), setting(1))
         metrics = AutoscalerMetrics()
-        quiet = FollowOptions(
-            cluster="c1", poll_s=0.05, silence_timeout_s=0.3, backoff=options().backoff
-        )
-        source = AutoscalerLogSource(LogFollower(api, quiet, metrics=metrics))
+        quiet = LogFollower(api, options(0.3), metrics=metrics, backoff=FAST)
+        source = AutoscalerLogSource(quiet)
         async with collecting(source) as got:
             await eventually(lambda: got.sizes == [1])
             await eventually(

@@ -12,11 +12,10 @@ from typing import Any
 import pytest
 import yaml
 
-from connectors.autoscaler.follow import LogFollower
 from connectors.autoscaler.run import AutoscalerLogSource
 from connectors.autoscaler.status_watch import StatusWatcher
 from tests.connectors.autoscaler.log_server import log_server, stamp
-from tests.connectors.autoscaler.test_follow import collecting, options, setting
+from tests.connectors.autoscaler.test_follow import collecting, fast_follower, setting
 from tests.connectors.autoscaler.test_status_watch import TEXT, configmap
 from tests.connectors.k8s.test_rbac import verb
 from tests.kafka_helpers import eventually
@@ -52,7 +51,7 @@ async def test_the_connector_needs_nothing_the_rbac_does_not_grant() -> None:
         server.write("ca-1", stamp(0), setting(1))
         server.configmaps.put(configmap("10", TEXT))
         status = StatusWatcher(api, cluster="c1")
-        source = AutoscalerLogSource(LogFollower(api, options()), status=status)
+        source = AutoscalerLogSource(fast_follower(api), status=status)
         async with collecting(source) as got:
             await eventually(lambda: len(got.events) == 2, what="a line and a status fact")
             server.drop()

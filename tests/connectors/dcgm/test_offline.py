@@ -116,7 +116,7 @@ async def _connect_dcgm(url: str, interval: str, env: dict[str, str]) -> asyncio
         "gpu-node-1",
         "--cluster",
         "c1",
-        "--interval",
+        "--interval-seconds",
         interval,
         "--metrics-port",
         "0",

@@ -11,6 +11,7 @@ that each round's outcome and backoff can be asserted one at a time.
 from __future__ import annotations
 
 import asyncio
+import io
 import socket
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -23,13 +24,13 @@ import pytest
 from aiohttp import web
 
 from connectors.backoff import Backoff
-from connectors.dcgm.scrape import DcgmMetrics, DcgmPoller, DcgmSource, PollOptions
+from connectors.dcgm.scrape import DcgmMetrics, DcgmPoller, DcgmSource
+from connectors.dcgm.settings import DcgmSettings
 from connectors.kafka.producer import EventProducer
 from connectors.source import Batch
 from gputriage.demo.broker import EmbeddedBroker
 from schemas.codec import AnyEvent, decode_dead_letter, decode_event
 from schemas.events import GpuBindingEvent, PodRef, XidEvent
-from schemas.topics import TopicSettings, topic_layout
 from tests import paths
 from tests.kafka_helpers import KafkaTestEnv, consume_all, consume_events, eventually, frozen
 
@@ -90,8 +91,10 @@ def sample(metrics: DcgmMetrics, name: str, **labels: str) -> float:
     return metrics.registry.get_sample_value(name, labels) or 0.0
 
 
-def options(url: str, **kw: Any) -> PollOptions:
-    return PollOptions(url=url, cluster="c1", node="gpu-node-1", backoff=FAST, **kw)
+def fast_poller(url: str, **kw: Any) -> DcgmPoller:
+    """A poller of ``url`` with a fast backoff and no metrics port; ``kw``: more settings."""
+    settings = DcgmSettings(url=url, cluster="c1", node="gpu-node-1", metrics_port=None, **kw)
+    return DcgmPoller(settings, backoff=FAST)
 
 
 OUTCOMES = ("ok", "http_error", "unreachable", "timeout", "bad_exposition", "internal_error")
@@ -113,10 +116,10 @@ async def one_round(source: DcgmSource) -> str:
 
 
 @asynccontextmanager
-async def running(poller: DcgmPoller) -> AsyncIterator[None]:
+async def running(poller: DcgmPoller, producer: EventProducer) -> AsyncIterator[None]:
     """``poller.run`` in a task until the block ends; then stop it and wait (bounded)."""
     stop = asyncio.Event()
-    task = asyncio.create_task(poller.run(stop))
+    task = asyncio.create_task(poller.run(producer, io.StringIO(), stop))
     try:
         yield
     finally:
@@ -174,21 +177,21 @@ async def test_burst_and_pod_bindings_reach_kafka_and_a_restart_resumes(
     state = tmp_path / "dcgm-state.json"
     exporter = Exporter()
     async with EventProducer(kafka.kwargs, kafka.layout) as producer, serving(exporter) as url:
-        poller = DcgmPoller(options(url, interval_s=0.01, state_path=state), producer)
+        poller = fast_poller(url, interval_seconds=0.01, state_path=str(state))
         bindings = counted(poller.metrics, "gpu_binding.v1")
         xids = counted(poller.metrics, "xid.v1")
-        async with running(poller):
+        async with running(poller, producer):
             await eventually(lambda: bindings() >= 1, timeout=10, what="scrape 1 acknowledged")
             exporter.current = (200, burst(2), {})
             await eventually(lambda: xids() >= 3, timeout=10, what="scrape 2 acknowledged")
         assert state.exists()
         assert sample(poller.metrics, "gputriage_dcgm_scrapes_total", outcome="ok") >= 2
         # A restart: a new poller reads the saved state, so scrape 3 is no baseline.
-        restarted = DcgmPoller(options(url, interval_s=0.01, state_path=state), producer)
+        restarted = fast_poller(url, interval_seconds=0.01, state_path=str(state))
         assert restarted.state == poller.state
         exporter.current = (200, burst(3), {})
         after = counted(restarted.metrics, "gpu_binding.v1")
-        async with running(restarted):
+        async with running(restarted, producer):
             await eventually(lambda: after() >= 1, timeout=10, what="scrape 3 acknowledged")
         assert sample(restarted.metrics, "gputriage_dcgm_baseline_xids_total") == 0
         assert sample(poller.metrics, "gputriage_dcgm_baseline_xids_total") == 2
@@ -215,10 +218,10 @@ async def test_bad_exposition_is_a_dead_letter_and_the_poller_goes_on(
     html = "<html><body><h1>502 Bad Gateway</h1></body></html>\n"
     exporter.queue = [(200, html, {})]
     async with EventProducer(kafka.kwargs, kafka.layout) as producer, serving(exporter) as url:
-        poller = DcgmPoller(options(url, interval_s=0.01), producer)
+        poller = fast_poller(url, interval_seconds=0.01)
         m = poller.metrics
         bindings = counted(m, "gpu_binding.v1")
-        async with running(poller):
+        async with running(poller, producer):
             # The next good scrape is used: its binding is published after the dead letter.
             await eventually(lambda: bindings() >= 1, timeout=10, what="the next good scrape")
         assert sample(m, "gputriage_dcgm_scrapes_total", outcome="bad_exposition") == 1
@@ -233,9 +236,7 @@ async def test_bad_exposition_is_a_dead_letter_and_the_poller_goes_on(
 
 
 @pytest.mark.asyncio
-async def test_http_errors_refusals_and_timeouts_are_survived_and_retried(
-    kafka: KafkaTestEnv,
-) -> None:
+async def test_http_errors_refusals_and_timeouts_are_survived_and_retried() -> None:
     """Each round is one :meth:`DcgmSource.next_batch`, the production round (the loop
     only calls it again); a failed scrape is an empty batch, which the loop drops.
 
@@ -245,11 +246,8 @@ async def test_http_errors_refusals_and_timeouts_are_survived_and_retried(
     exporter = Exporter()
     port = free_port()
     url = f"http://127.0.0.1:{port}/metrics"
-    async with (
-        EventProducer(kafka.kwargs, kafka.layout) as producer,
-        aiohttp.ClientSession() as session,
-    ):
-        poller = DcgmPoller(options(url, timeout_s=0.2), producer)
+    async with aiohttp.ClientSession() as session:
+        poller = fast_poller(url, timeout_seconds=0.2)
         source = DcgmSource(poller, session)
         # Nobody listens yet: connection refused.
         assert await one_round(source) == "unreachable"
@@ -268,7 +266,7 @@ async def test_http_errors_refusals_and_timeouts_are_survived_and_retried(
             assert await one_round(source) == "ok"
             assert poller.failures == 0
             assert poller.metrics.exporter.state.ok
-            assert poller.next_delay() == poller.options.interval_s
+            assert poller.next_delay() == poller.settings.interval_seconds
         assert poller.state is None, "scraped is not acknowledged: only a commit moves the state"
         m = poller.metrics
         assert sample(m, "gputriage_dcgm_scrapes_total", outcome="unreachable") == 1
@@ -284,9 +282,9 @@ async def test_run_loops_through_failures_until_stopped(kafka: KafkaTestEnv) -> 
     exporter = Exporter()
     exporter.queue = [(500, "oops", {}), (500, "oops", {})]
     async with EventProducer(kafka.kwargs, kafka.layout) as producer, serving(exporter) as url:
-        poller = DcgmPoller(options(url, interval_s=0.01), producer)
+        poller = fast_poller(url, interval_seconds=0.01)
         stop = asyncio.Event()
-        task = asyncio.create_task(poller.run(stop))
+        task = asyncio.create_task(poller.run(producer, io.StringIO(), stop))
         ok = ("gputriage_dcgm_scrapes_total", "ok")
         await eventually(
             lambda: sample(poller.metrics, ok[0], outcome=ok[1]) >= 2, timeout=10, what="two ok"
@@ -311,14 +309,14 @@ async def test_a_failed_publish_is_resent_with_the_same_ids() -> None:
         exporter = Exporter()
         try:
             async with serving(exporter) as url:
-                poller = DcgmPoller(options(url, interval_s=0.01), producer)
+                poller = fast_poller(url, interval_seconds=0.01)
                 bindings = counted(poller.metrics, "gpu_binding.v1")
                 xids = counted(poller.metrics, "xid.v1")
 
                 def acked() -> object:  # read anew each time (no narrowing across the outage)
                     return poller.state
 
-                async with running(poller):
+                async with running(poller, producer):
                     with frozen(broker):  # the outage begins before the first send
                         await eventually(
                             lambda: any(not ok for _, ok in producer.attempts),
@@ -366,12 +364,12 @@ async def test_run_keeps_scraping_while_kafka_is_down_and_saves_state_only_once_
         failures = "gputriage_connector_delivery_failures_total"
         try:
             async with serving(exporter) as url:
-                poller = DcgmPoller(options(url, interval_s=0.01, state_path=state), producer)
+                poller = fast_poller(url, interval_seconds=0.01, state_path=str(state))
 
                 def acked() -> object:  # read anew each time (no narrowing across the outage)
                     return poller.state
 
-                async with running(poller):
+                async with running(poller, producer):
                     with frozen(broker):  # the outage begins before any send
                         await eventually(
                             lambda: exporter.hits >= 3 and sample(poller.metrics, failures) >= 1,
@@ -408,10 +406,10 @@ async def test_a_sample_with_a_bad_timestamp_is_a_dead_letter_and_the_scrape_is_
     bad = 'DCGM_FI_DEV_XID_ERRORS{gpu="1",UUID="GPU-bad"} 0 1e999\n'
     exporter.current = (200, burst(1) + bad, {})
     async with EventProducer(kafka.kwargs, kafka.layout) as producer, serving(exporter) as url:
-        poller = DcgmPoller(options(url, interval_s=0.01), producer)
+        poller = fast_poller(url, interval_seconds=0.01)
         m = poller.metrics
         bindings = counted(m, "gpu_binding.v1")
-        async with running(poller):
+        async with running(poller, producer):
             await eventually(lambda: bindings() >= 1, timeout=10, what="the scrape's binding")
             await eventually(
                 lambda: sample(m, "gputriage_dcgm_dead_letters_total") >= 1,
@@ -444,7 +442,7 @@ async def rounds_until_a_scrape(source: DcgmSource, limit: float) -> tuple[int, 
 
 
 @pytest.mark.asyncio
-async def test_between_scrapes_the_source_says_it_is_caught_up(kafka: KafkaTestEnv) -> None:
+async def test_between_scrapes_the_source_says_it_is_caught_up() -> None:
     """Latency: waiting out its interval, a dcgm source reports idle batches
     (the publish loop then claims the wall clock and heartbeats it), instead of one long
     sleep that left its progress at the last scrape's time for the whole interval, and
@@ -454,12 +452,8 @@ async def test_between_scrapes_the_source_says_it_is_caught_up(kafka: KafkaTestE
     Real time: the interval elapses while aiohttp talks to the exporter."""
     exporter = Exporter()
     interval = 0.6
-    async with (
-        EventProducer(kafka.kwargs, kafka.layout) as producer,
-        serving(exporter) as url,
-        aiohttp.ClientSession() as session,
-    ):
-        poller = DcgmPoller(options(url, interval_s=interval), producer)
+    async with serving(exporter) as url, aiohttp.ClientSession() as session:
+        poller = fast_poller(url, interval_seconds=interval)
         source = DcgmSource(poller, session, claim_every_s=0.05)
         first = await source.next_batch()
         assert first is not None
@@ -495,9 +489,8 @@ async def test_the_interval_claims_and_retry_after_pass_on_the_loops_clock() -> 
     exporter = Exporter()
     exporter.queue = [(200, burst(1), {}), (200, burst(1), {})]
     exporter.current = (503, "busy", {"Retry-After": "30"})
-    unstarted = EventProducer({}, topic_layout(TopicSettings(prefix="dcgm")))  # never sends
     async with serving(exporter) as url, aiohttp.ClientSession() as session:
-        poller = DcgmPoller(options(url, interval_s=15.0), unstarted)
+        poller = fast_poller(url, interval_seconds=15.0)
         source = DcgmSource(poller, session, claim_every_s=1.0)
         started = loop.time()
         batches = []

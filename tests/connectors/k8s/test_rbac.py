@@ -17,6 +17,7 @@ import yaml
 
 from connectors.k8s.run import run_connect
 from tests.k8s_helpers import (
+    FAST_WATCH,
     elected_options,
     fake_cluster,
     gone,
@@ -83,7 +84,14 @@ async def test_the_connector_needs_nothing_the_rbac_does_not_grant(
         options = elected_options(tmp_path, cluster.url, retry_period_s=0.05)
         stop = asyncio.Event()
         task = asyncio.create_task(
-            run_connect(options, kafka.kwargs, kafka.layout, metrics_port=None, stop=stop)
+            run_connect(
+                options.settings,
+                kafka.kwargs,
+                kafka.layout,
+                lease=options.lease,
+                watch=FAST_WATCH,
+                stop=stop,
+            )
         )
         await consume_events(kafka.bootstrap, list(kafka.layout.raw_topics), 3)
         cluster.pods.send(gone())  # exercise the relist path too

@@ -12,24 +12,28 @@ from before and after the outage can be checked in one topic.
 from __future__ import annotations
 
 import asyncio
+import io
 import os
 import signal
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 from kubernetes_asyncio.client import CoordinationV1Api, V1Lease, V1LeaseSpec, V1ObjectMeta
 
 from connectors.backoff import Backoff
 from connectors.k8s.metrics import ConnectorMetrics
-from connectors.k8s.run import ConnectOptions, Connector, run_connect
+from connectors.k8s.run import PUBLISH, Connector, run_connect
+from connectors.k8s.settings import K8sSettings
 from connectors.kafka.admin import ensure_topics
 from connectors.kafka.producer import EventProducer
 from gputriage.cli import run as cli_run
 from gputriage.demo.broker import EmbeddedBroker
 from schemas.codec import decode_dead_letter, decode_event
-from schemas.events import PodEvent
+from schemas.events import PodEvent, Tick
 from schemas.keys import is_copy
 from tests.http_helpers import http_get
 from tests.k8s_helpers import (
@@ -40,7 +44,7 @@ from tests.k8s_helpers import (
     node,
     pod,
 )
-from tests.kafka_helpers import KafkaTestEnv, consume_events, eventually
+from tests.kafka_helpers import KafkaTestEnv, consume_events, consume_until, eventually
 
 
 @pytest.mark.asyncio
@@ -65,7 +69,14 @@ async def test_connect_publishes_gpu_objects_and_dead_letters_with_leader_electi
         await ensure_topics(kafka.kwargs, kafka.layout)  # before consuming from them
         stop = asyncio.Event()
         task = asyncio.create_task(
-            run_connect(options, kafka.kwargs, kafka.layout, metrics_port=0, stop=stop)
+            run_connect(
+                msgspec.structs.replace(options.settings, metrics_port=0),
+                kafka.kwargs,
+                kafka.layout,
+                lease=options.lease,
+                watch=FAST_WATCH,
+                stop=stop,
+            )
         )
         layout = kafka.layout
         topics = [*layout.raw_topics, layout.dead_letters.name]
@@ -130,7 +141,13 @@ async def test_a_standby_replica_is_ready_and_live_without_watching(
         stop = asyncio.Event()
         task = asyncio.create_task(
             run_connect(
-                options, kafka.kwargs, kafka.layout, metrics_port=None, stop=stop, metrics=metrics
+                options.settings,
+                kafka.kwargs,
+                kafka.layout,
+                lease=options.lease,
+                watch=FAST_WATCH,
+                stop=stop,
+                metrics=metrics,
             )
         )
         health = metrics.delivery.health
@@ -152,6 +169,23 @@ async def test_a_standby_replica_is_ready_and_live_without_watching(
         assert await asyncio.wait_for(task, 10) == 0
 
 
+def versions_of(records: list[Any]) -> dict[str, list[str]]:
+    """Each pod's resource versions in topic order (one partition per key: topic order is
+    key order), a repeat left out (a retried batch may repeat records: at-least-once), and
+    the publish loop's heartbeats, which share the topic."""
+    arrived: dict[str, list[str]] = {}
+    for record in records:
+        event = decode_event(record.value)
+        if isinstance(event, Tick):
+            continue
+        assert isinstance(event, PodEvent)
+        versions = arrived.setdefault(event.uid, [])
+        rv = event.id.rsplit(":", 1)[1]
+        if rv not in versions:
+            versions.append(rv)
+    return arrived
+
+
 @pytest.mark.asyncio
 @pytest.mark.timeout(40)
 async def test_broker_outage_backpressures_the_watch_and_delivers_everything_in_order() -> None:
@@ -165,17 +199,14 @@ async def test_broker_outage_backpressures_the_watch_and_delivers_everything_in_
             kwargs, layout, linger_ms=0, request_timeout_ms=400, retry_backoff_ms=20
         )
         await producer.start()
-        options = ConnectOptions(
-            cluster="c1",
-            watch=FAST_WATCH,
-            buffer_size=4,
-            batch_size=2,
-            delivery_backoff=Backoff(initial_s=0.05, max_s=0.1),
+        settings = K8sSettings(
+            cluster="c1", buffer_size=4, silence_timeout_seconds=FAST_WATCH.silence_timeout_seconds
         )
-        connector = Connector(cluster.api, producer, options)
+        publish = replace(PUBLISH, chunk=2, backoff=Backoff(initial_s=0.05, max_s=0.1))
+        connector = Connector(cluster.api, settings, watch=FAST_WATCH, publish=publish)
         probes = f"http://127.0.0.1:{connector.metrics.serve(0, '127.0.0.1')}"
         stop = asyncio.Event()
-        task = asyncio.create_task(connector.run(stop))
+        task = asyncio.create_task(connector.run(producer, io.StringIO(), stop))
         cluster.nodes.put(node("gpu-1", "1"))
         cluster.nodes.put(node("gpu-2", "2"))
         pods_topic = layout.raw["pods"].name
@@ -205,7 +236,7 @@ async def test_broker_outage_backpressures_the_watch_and_delivers_everything_in_
                 lambda: metrics.value("gputriage_connector_buffered_events") == 4,
                 what="a full buffer",
             )
-            await eventually(lambda: connector.delivery.failing_since is not None)
+            await eventually(lambda: not metrics.delivery.kafka.state.ok, what="kafka failing")
             # Unready at once, still live: a restart would not bring the broker back.
             ready = await probe(f"{probes}/readyz")
             assert ready[0] == 503, ready
@@ -215,23 +246,20 @@ async def test_broker_outage_backpressures_the_watch_and_delivers_everything_in_
             assert connector.watchers["pods"].resource_version != str(version)
         finally:
             os.kill(broker.pid or 0, signal.SIGCONT)  # the outage ends
-        total = sum(len(v) for v in sent.values())
-        await eventually(lambda: connector.delivery.delivered >= total, timeout=15)
+        # Every version, in order per pod (a pod record is also routed to the cluster key).
+        records = await consume_until(
+            broker.bootstrap,
+            [pods_topic],
+            lambda rs: versions_of(rs) == sent,
+            timeout=15,
+            what="every pod version, in order",
+        )
+        await eventually(lambda: metrics.delivery.kafka.state.ok, what="kafka ok again")
         assert (await probe(f"{probes}/readyz"))[0] == 200
-        # Each pod record is also routed to the cluster key: twice as many records.
-        records = await consume_events(broker.bootstrap, [pods_topic], 2 * total)
         stop.set()
-        await asyncio.wait_for(task, 10)
+        assert await asyncio.wait_for(task, 10) == 0, "everything was delivered"
         await producer.stop()
-    arrived: dict[str, list[str]] = {}
-    for record in records:  # one partition per key: topic order is key order
-        event = decode_event(record.value)
-        assert isinstance(event, PodEvent)
-        versions = arrived.setdefault(event.uid, [])
-        rv = event.id.rsplit(":", 1)[1]
-        if rv not in versions:  # a retried batch may repeat records (at-least-once)
-            versions.append(rv)
-    assert arrived == sent
+    assert versions_of(records) == sent
     assert metrics.value("gputriage_connector_backpressure_seconds_total") > 0
     assert metrics.value("gputriage_connector_delivery_failures_total") >= 1
 
@@ -243,7 +271,7 @@ async def probe(url: str) -> tuple[int, str]:
 
 def test_cli_mistakes_are_one_line_and_exit_2(capsys: Any) -> None:
     assert cli_run(["connect", "k8s", "--cluster", "c", "--in-cluster", "--context", "x"]) == 2
-    assert "--in-cluster does not go with" in capsys.readouterr().err
+    assert "'--in-cluster': does not go with --kubeconfig/--context" in capsys.readouterr().err
     assert cli_run(["connect", "k8s", "--cluster", "c", "--leader-election"]) == 2
     err = capsys.readouterr().err
     assert "--lease-namespace" in err

@@ -151,7 +151,7 @@ async def test_a_silent_stream_is_reconnected_from_the_checkpoint(looptime: floa
     """
     async with fake_cluster() as cluster:
         cluster.pods.list_version = "50"
-        w = watcher(cluster, silence_timeout_s=3.0)
+        w = watcher(cluster, silence_timeout_seconds=3.0)
         async with collecting(w.items()) as items:
             await eventually(lambda: len(cluster.pods.watch_requests) == 1)
             cluster.pods.send(bookmark("55"))

@@ -39,7 +39,8 @@ from connectors.nvml.devices import (
     mig_profile,
     xid_event,
 )
-from connectors.nvml.run import NvmlCommand, connect_nvml
+from connectors.nvml.run import connect_nvml
+from connectors.nvml.settings import NvmlSettings
 from schemas.codec import decode_event
 from schemas.events import GpuBindingEvent, XidEvent
 from tests.cli_helpers import gputriage
@@ -280,7 +281,7 @@ def test_no_driver_is_one_line_never_a_traceback() -> None:
         with pytest.raises(NvmlUnavailable, match=r"^" + words.replace("(", r"\(")):
             Nvml(FakeNvml(init_error=code)).open()
         err = io.StringIO()
-        command = NvmlCommand(cluster="c", node="n", once=True, bindings=True, print_only=True)
+        command = NvmlSettings(cluster="c", node="n", once=True, bindings=True, print_only=True)
         status = connect_nvml(command, _no_kafka, io.BytesIO(), err, lib=FakeNvml(init_error=code))
         assert status == 1
         assert err.getvalue().count("\n") == 1
@@ -294,7 +295,7 @@ def _no_kafka() -> Any:
 def test_print_once_writes_the_map_as_json_lines() -> None:
     fake = FakeNvml()
     out, err = io.BytesIO(), io.StringIO()
-    command = NvmlCommand(cluster="c1", node="n1", once=True, bindings=True, print_only=True)
+    command = NvmlSettings(cluster="c1", node="n1", once=True, bindings=True, print_only=True)
     assert connect_nvml(command, _no_kafka, out, err, lib=fake) == 0
     events = [decode_event(line) for line in out.getvalue().splitlines()]
     assert [
@@ -318,7 +319,7 @@ def test_xids_stream_until_sigterm() -> None:
     # Once the queue is drained, the "operator" sends SIGTERM; the command must stop cleanly.
     fake.on_empty = lambda: os.kill(os.getpid(), signal.SIGTERM)
     out, err = io.BytesIO(), io.StringIO()
-    command = NvmlCommand(cluster="c1", node="n1", once=False, bindings=False, print_only=True)
+    command = NvmlSettings(cluster="c1", node="n1", once=False, bindings=False, print_only=True)
     assert connect_nvml(command, _no_kafka, out, err, lib=fake) == 0
     events = [decode_event(line) for line in out.getvalue().splitlines()]
     assert [(type(e), getattr(e, "code", None)) for e in events] == [(XidEvent, 79), (XidEvent, 79)]
@@ -419,9 +420,9 @@ def test_a_driver_that_cannot_tell_mig_handles_is_read_as_whole_gpus() -> None:
 
 
 def test_print_shows_mig_bindings_on_the_wire() -> None:
-    """``connect nvml --print``, the offline form: the MIG map as JSON lines."""
+    """``connect nvml --print-only``, the offline form: the MIG map as JSON lines."""
     out, err = io.BytesIO(), io.StringIO()
-    command = NvmlCommand(cluster="c1", node="n1", once=True, bindings=True, print_only=True)
+    command = NvmlSettings(cluster="c1", node="n1", once=True, bindings=True, print_only=True)
     assert connect_nvml(command, _no_kafka, out, err, lib=FakeNvml()) == 0
     mig = out.getvalue().splitlines()[2]
     assert f'"gpu_uuid":"{A100}","pci_bus_id":"0000:07:00.0","gpu_index":0,'.encode() in mig

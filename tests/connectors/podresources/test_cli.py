@@ -14,7 +14,7 @@ from pathlib import Path
 
 from connectors.podresources.client import Filter
 from connectors.podresources.devices import Device, Holding, diff, snapshot
-from gputriage.cli.connect import _nvml_gpu_map
+from gputriage.cli.compose import nvml_gpu_map
 from schemas.codec import decode_event
 from schemas.events import GpuBindingEvent, PodRef
 from tests.cli_helpers import gputriage
@@ -25,7 +25,7 @@ T0 = datetime(2026, 12, 2, 10, 0, tzinfo=UTC)
 
 
 def test_a_kubelet_mig_uuid_is_named_as_the_kernel_names_its_instance() -> None:
-    gpus = _nvml_gpu_map(a30_nvml())
+    gpus = nvml_gpu_map(a30_nvml())
     held = [Holding(PodRef(namespace="ml", name="serve"), Device("nvidia.com/mig-1g.6gb", MIG_GI3))]
     (binding,) = diff(None, snapshot(held, (), gpus), cluster="c1", node="n1", time=T0).events
     xid = kmsg_xid()
@@ -34,7 +34,7 @@ def test_a_kubelet_mig_uuid_is_named_as_the_kernel_names_its_instance() -> None:
 
 
 def test_no_driver_is_an_empty_map_not_a_failure() -> None:
-    gpus = _nvml_gpu_map(FakeNvml(init_error=9))  # NVML_ERROR_DRIVER_NOT_LOADED
+    gpus = nvml_gpu_map(FakeNvml(init_error=9))  # NVML_ERROR_DRIVER_NOT_LOADED
     assert not gpus.by_uuid
     assert not gpus.by_index
 

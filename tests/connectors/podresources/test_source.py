@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,7 +17,8 @@ from connectors.backoff import Backoff
 from connectors.podresources._proto import api_pb2
 from connectors.podresources.client import Client, PollFailed
 from connectors.podresources.devices import GpuInfo, GpuMap
-from connectors.podresources.run import PodResourcesCommand, PodResourcesMetrics, PodResourcesSource
+from connectors.podresources.run import PodResourcesMetrics, PodResourcesSource
+from connectors.podresources.settings import PodResourcesSettings
 from connectors.source import Batch
 from schemas.events import GpuBindingEvent
 from tests.connectors.podresources.kubelet import list_response, serving, target_of
@@ -37,14 +37,16 @@ NVML = GpuMap.of(
 )
 
 
-def command(target: str) -> PodResourcesCommand:
-    return PodResourcesCommand(
+NO_BACKOFF = Backoff(initial_s=0.0, max_s=0.0)
+
+
+def command(target: str) -> PodResourcesSettings:
+    return PodResourcesSettings(
         cluster="c1",
         node="n1",
         socket=target,
-        interval_s=0.0,  # every next_batch polls: the test decides when
-        timeout_s=2.0,
-        backoff=Backoff(initial_s=0.0, max_s=0.0),
+        interval_seconds=0.0,  # every next_batch polls: the test decides when
+        timeout_seconds=2.0,
     )
 
 
@@ -71,7 +73,7 @@ async def test_the_bindings_follow_the_kubelets_allocations(tmp_path: Path) -> N
         }
         client = Client(target, timeout_s=2.0)
         metrics = PodResourcesMetrics()
-        source = PodResourcesSource(command(target), client, NVML, metrics)
+        source = PodResourcesSource(command(target), client, NVML, metrics, backoff=NO_BACKOFF)
         try:
             first = await source.next_batch()
             assert pods_of(first) == {
@@ -119,8 +121,10 @@ async def test_an_unreachable_kubelet_is_a_value_retried_until_it_answers(tmp_pa
     target = target_of(tmp_path)
     client = Client(target, timeout_s=1.0)
     metrics = PodResourcesMetrics()
-    retry = replace(command(target), backoff=Backoff(initial_s=0.05, max_s=0.2))
-    source = PodResourcesSource(retry, client, GpuMap(), metrics, draw=lambda: 1.0)
+    retry = Backoff(initial_s=0.05, max_s=0.2)
+    source = PodResourcesSource(
+        command(target), client, GpuMap(), metrics, backoff=retry, draw=lambda: 1.0
+    )
     try:
         batch = await source.next_batch()
         assert batch == Batch(), "no records, no crash"
@@ -168,8 +172,8 @@ async def test_the_backoff_after_failed_polls_passes_on_the_loops_clock() -> Non
     (1, 2, 4, 8 s with the draw at its top) of the loop's fake clock, in a few dozen
     reads of the source (an idle batch per second between them), and none sooner."""
     kubelet = Restarting(down=4)
-    retry = replace(command("unused"), backoff=Backoff(initial_s=1.0, max_s=60.0))
-    source = PodResourcesSource(retry, kubelet, NVML, draw=lambda: 1.0)
+    retry = Backoff(initial_s=1.0, max_s=60.0)
+    source = PodResourcesSource(command("unused"), kubelet, NVML, backoff=retry, draw=lambda: 1.0)
     started = asyncio.get_running_loop().time()
     reads = 0
     while (batch := await source.next_batch()) is not None and not batch.events:
@@ -188,7 +192,7 @@ async def test_a_kubelet_without_get_allocatable_is_listed_only(tmp_path: Path) 
         kubelet.devices = {"nvidia.com/gpu": [GPU_A]}  # never asked for
         kubelet.pods = {"ml/train": {"nvidia.com/gpu": [GPU_B]}}
         client = Client(target, timeout_s=2.0)
-        source = PodResourcesSource(command(target), client, GpuMap())
+        source = PodResourcesSource(command(target), client, GpuMap(), backoff=NO_BACKOFF)
         try:
             assert pods_of(await source.next_batch()) == {(GPU_B, None): (("train",), False)}
             assert not source._allocatable, "it stops asking"

@@ -23,7 +23,6 @@ from connectors.source import DeadLine
 from connectors.topology.live import (
     NvmlReader,
     SmiReader,
-    TopoCommand,
     TopologySource,
     Unavailable,
     connect_topo,
@@ -31,7 +30,8 @@ from connectors.topology.live import (
 )
 from connectors.topology.matrix import Topology
 from connectors.topology.nvml import cpu_list, read_topology
-from gputriage.cli.connect import open_nvml
+from connectors.topology.settings import TopoSettings
+from gputriage.cli.compose import open_nvml
 from schemas.codec import decode_event
 from schemas.events import GpuNumaAffinity, GpuPairLink, GpuTopologyEvent
 from tests.cli_helpers import clean_env, gputriage
@@ -161,7 +161,7 @@ def test_cpu_masks_read_as_the_matrix_writes_them() -> None:
 
 def test_published_at_start_and_on_change_only() -> None:
     fake = FakeTopologyNvml()
-    command = TopoCommand(cluster="c1", node="n1", interval_seconds=0.001)
+    command = TopoSettings(cluster="c1", node="n1", interval_seconds=0.001)
     source = TopologySource(NvmlReader(Nvml(fake).open()), command, clock=lambda: T0)
 
     async def polls(n: int) -> list[list[GpuTopologyEvent]]:
@@ -195,7 +195,7 @@ def _fake_smi(tmp_path: Path, body: str) -> Path:
 def test_without_nvml_nvidia_smi_is_run_and_parsed(tmp_path: Path) -> None:
     sample = SAMPLES / "a100_pcie_nv12_pairs.txt"
     smi = _fake_smi(tmp_path, f'[ "$1 $2" = "topo -m" ] && exec cat "{sample}"; exit 3')
-    command = TopoCommand(cluster="c1", node="n1", once=True, print_only=True, nvidia_smi=str(smi))
+    command = TopoSettings(cluster="c1", node="n1", once=True, print_only=True, nvidia_smi=str(smi))
     out, err = io.BytesIO(), io.StringIO()
     no_driver = FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND)
     assert (
@@ -219,7 +219,7 @@ def test_a_failing_or_hung_nvidia_smi_is_a_dead_letter_and_the_poll_goes_on(tmp_
         tmp_path,
         'echo "NVIDIA-SMI has failed because it could not communicate with the driver"; exit 9',
     )
-    source = TopologySource(SmiReader(str(failing), 5.0), TopoCommand(cluster="c", node="n"))
+    source = TopologySource(SmiReader(str(failing), 5.0), TopoSettings(cluster="c", node="n"))
     batch = asyncio.run(source.next_batch())
     assert batch is not None
     assert batch.events == []
@@ -236,7 +236,7 @@ def test_a_failing_or_hung_nvidia_smi_is_a_dead_letter_and_the_poll_goes_on(tmp_
     garbage = tmp_path / "garbage"
     garbage.mkdir()
     text = _fake_smi(garbage, "echo 'No devices were found'")
-    source = TopologySource(SmiReader(str(text), 5.0), TopoCommand(cluster="c", node="n"))
+    source = TopologySource(SmiReader(str(text), 5.0), TopoSettings(cluster="c", node="n"))
     batch = asyncio.run(source.next_batch())
     assert batch is not None
     (dead,) = batch.dead
@@ -246,7 +246,7 @@ def test_a_failing_or_hung_nvidia_smi_is_a_dead_letter_and_the_poll_goes_on(tmp_
 
 
 def test_neither_nvml_nor_nvidia_smi_is_one_line(tmp_path: Path) -> None:
-    command = TopoCommand(cluster="c", node="n", nvidia_smi=str(tmp_path / "absent"))
+    command = TopoSettings(cluster="c", node="n", nvidia_smi=str(tmp_path / "absent"))
     with pytest.raises(Unavailable, match=r"^NVML: driver not found .* and no .*absent to run"):
         open_reader(
             command, lambda: open_nvml(FakeNvml(init_error=pynvml.NVML_ERROR_LIBRARY_NOT_FOUND))
@@ -310,7 +310,16 @@ def test_the_agent_serves_health_and_publishes_again_only_when_the_topology_chan
     args = ["connect", "topo", "--cluster", "c1", "--node", "n1", "--nvidia-smi", str(smi)]
     with stderr.open("wb") as err:
         agent = subprocess.Popen(
-            [sys.executable, "-m", "gputriage", *args, "--interval", "1", "--metrics-port", "0"],
+            [
+                sys.executable,
+                "-m",
+                "gputriage",
+                *args,
+                "--interval-seconds",
+                "1",
+                "--metrics-port",
+                "0",
+            ],
             stdout=subprocess.DEVNULL,
             stderr=err,
             env=clean_env(kafka.env),

@@ -25,11 +25,11 @@ import orjson
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from connectors.files import FileSource
+from connectors.files import FileReader
 from connectors.xid.lines import LineContext, Untimed, XidFields, parse_line, parse_message
 from connectors.xid.offline import read_xids
 from connectors.xid.reader import LineReader
-from connectors.xid.textlog import TextLogSource
+from connectors.xid.textlog import TextLogReader
 from schemas.codec import AnyEvent, RecordError, decode_event, encode
 from schemas.events import XidEvent
 from tests.core_helpers import of_type, run
@@ -59,7 +59,7 @@ def read(text: str, ctx: LineContext = CTX) -> list[AnyEvent | RecordError]:
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "kern.log"
         path.write_text(text)
-        source = FileSource(str(path))
+        source = FileReader(str(path))
         try:
             return [r.event for r in read_xids(source, ctx)]
         finally:
@@ -145,7 +145,7 @@ def test_the_last_line_alone_is_xid_79_of_an_unknown_gpu() -> None:
 def test_the_live_file_follower_joins_the_split_message(tmp_path: Path) -> None:
     log = tmp_path / "dmesg.log"
     log.write_text(PROBE)
-    reader = TextLogSource(
+    reader = TextLogReader(
         path=log, node="n", cluster="c", state_path=tmp_path / "s.json", boot_time=BOOT
     )
     try:

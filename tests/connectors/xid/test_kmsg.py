@@ -2,7 +2,7 @@
 
 The fake device is a regular file (or a FIFO) in kmsg's record format, read
 through the same non-blocking code path as the real device. A "restart" is a
-new :class:`KmsgSource` on the same state file, which reopens the device from
+new :class:`KmsgReader` on the same state file, which reopens the device from
 its oldest record, exactly as a restarted pod reopens ``/dev/kmsg``.
 """
 
@@ -18,10 +18,10 @@ import pytest
 
 from connectors.source import DeadLine
 from connectors.state import load_state, save_state
-from connectors.xid.journal import JournalSource, JournalState
+from connectors.xid.journal import JournalReader, JournalState
 from connectors.xid.kmsg import (
     KmsgDevice,
-    KmsgSource,
+    KmsgReader,
     KmsgState,
     read_boot_id,
     read_boot_time,
@@ -53,8 +53,8 @@ def ring(seqs: range, *, every: int = 3) -> str:
 
 def source(
     device: Path, state: Path, boot_id: str = BOOT_A, boot_time: datetime = T_A
-) -> KmsgSource:
-    return KmsgSource(
+) -> KmsgReader:
+    return KmsgReader(
         node="gpu-node-01",
         cluster="prod",
         state_path=state,
@@ -329,8 +329,8 @@ def fake_journalctl(tmp_path: Path) -> tuple[Path, Path, Path]:
     return script, entries, argv
 
 
-def journal_source(script: Path, state: Path, *, follow: bool = False) -> JournalSource:
-    return JournalSource(
+def journal_source(script: Path, state: Path, *, follow: bool = False) -> JournalReader:
+    return JournalReader(
         node="gpu-node-01",
         cluster="prod",
         state_path=state,
@@ -340,7 +340,7 @@ def journal_source(script: Path, state: Path, *, follow: bool = False) -> Journa
     )
 
 
-async def drain(source: JournalSource) -> list[AnyEvent]:
+async def drain(source: JournalReader) -> list[AnyEvent]:
     """Run a non-following source to its end, committing every batch."""
     await source.start()
     events: list[AnyEvent] = []

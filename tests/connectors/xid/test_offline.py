@@ -21,7 +21,8 @@ import pytest
 from connectors.state import StateLock, load_state
 from connectors.xid.journal import JournalState
 from connectors.xid.kmsg import KmsgState
-from connectors.xid.run import KmsgMetrics, KmsgOptions, run_kmsg
+from connectors.xid.run import KmsgMetrics, run_kmsg
+from connectors.xid.settings import KmsgSettings
 from schemas.codec import decode_dead_letter, decode_event, decode_incident
 from schemas.events import KubeEvent, XidEvent
 from tests import paths
@@ -265,7 +266,7 @@ async def test_connect_kmsg_publishes_resumes_and_reports_reboots(
         (DATA / "kmsg.txt").read_bytes() + b"3,1003,3700000000,-;NVRM: Xid (PCI:0000:66:00): abc\n"
     )
     args = (
-        "connect", "kmsg", "--cluster", "prod", "--device", str(device), "--state", str(state),
+        "connect", "kmsg", "--cluster", "prod", "--device", str(device), "--state-path", str(state),
         "--boot-id-file", str(boot_id), "--proc-stat", str(stat), "--metrics-port", "0", "--once",
     )  # fmt: skip
     env = {**kafka.env, "NODE_NAME": "gpu-node-01"}
@@ -314,7 +315,7 @@ def test_connect_kmsg_missing_device_is_a_usage_error(tmp_path: Path) -> None:
     boot_id.write_text("boot-a\n")
     proc = gputriage(
         "connect", "kmsg", "--node", "n", "--cluster", "c", "--device", str(tmp_path / "nope"),
-        "--boot-id-file", str(boot_id), "--boot-time", BOOT, "--state", str(tmp_path / "s"),
+        "--boot-id-file", str(boot_id), "--boot-time", BOOT, "--state-path", str(tmp_path / "s"),
         "--brokers", "127.0.0.1:1", "--metrics-port", "0", "--once",
     )  # fmt: skip
     assert proc.returncode == 2, proc.stderr
@@ -330,14 +331,14 @@ async def test_reader_follows_the_device_until_stopped(kafka: KafkaTestEnv, tmp_
     device, boot_id = tmp_path / "kmsg", tmp_path / "boot_id"
     boot_id.write_text("boot-a\n")
     device.write_text("6,0,1,-;usb 1-1: new device\n")
-    options = KmsgOptions(
+    options = KmsgSettings(
         node="gpu-node-07",
         cluster="prod",
         device=str(device),
         state_path=str(tmp_path / "state" / "kmsg.json"),
-        boot_id_path=str(boot_id),
-        boot_time=datetime(2026, 11, 30, 8, 0, tzinfo=UTC),
-        poll_s=0.02,
+        boot_id_file=str(boot_id),
+        boot_time=datetime(2026, 11, 30, 8, 0, tzinfo=UTC).isoformat(),
+        poll_interval_seconds=0.02,
         metrics_port=None,
     )
     metrics = KmsgMetrics()
@@ -380,9 +381,9 @@ def test_connect_kmsg_stops_cleanly_on_sigterm(kafka: KafkaTestEnv, tmp_path: Pa
     device.write_bytes((DATA / "kmsg.txt").read_bytes())
     command = [
         sys.executable, "-m", "gputriage", "connect", "kmsg", "--node", "gpu-node-01",
-        "--cluster", "prod", "--device", str(device), "--state", str(state),
+        "--cluster", "prod", "--device", str(device), "--state-path", str(state),
         "--boot-id-file", str(boot_id), "--boot-time", BOOT, "--metrics-port", "0",
-        "--poll-interval", "0.05",
+        "--poll-interval-seconds", "0.05",
     ]  # fmt: skip
     proc = subprocess.Popen(
         command, env=clean_env(kafka.env), stdout=subprocess.PIPE, stderr=subprocess.PIPE
@@ -419,7 +420,7 @@ async def test_connect_journal_once(kafka: KafkaTestEnv, tmp_path: Path) -> None
     boot_id.write_text(BOOT_A)
     args = (
         "connect", "kmsg", "--node", "gpu-node-01", "--cluster", "prod", "--journal",
-        "--journalctl", str(script), "--state", str(state), "--boot-id-file", str(boot_id),
+        "--journalctl", str(script), "--state-path", str(state), "--boot-id-file", str(boot_id),
         "--metrics-port", "0", "--once",
     )  # fmt: skip
     proc = gputriage(*args, env=kafka.env)
@@ -499,7 +500,7 @@ def test_connect_kmsg_refuses_a_state_file_another_reader_holds(tmp_path: Path) 
     try:
         proc = gputriage(
             "connect", "kmsg", "--node", "n", "--cluster", "c", "--device", str(device),
-            "--boot-id-file", str(boot_id), "--boot-time", BOOT, "--state", str(state),
+            "--boot-id-file", str(boot_id), "--boot-time", BOOT, "--state-path", str(state),
             "--brokers", "127.0.0.1:1", "--metrics-port", "0", "--once", "--no-nvml",
         )  # fmt: skip
     finally:

@@ -23,7 +23,7 @@ import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
-from connectors.files import FileSource
+from connectors.files import FileReader
 from connectors.xid.lines import LineContext
 from connectors.xid.offline import read_xids
 from schemas.codec import RecordError
@@ -60,7 +60,7 @@ def read_corpus() -> tuple[list[tuple[str, str, str]], dict[int, str]]:
     with tempfile.TemporaryDirectory() as folder:
         log = Path(folder) / "real.log"
         log.write_text("".join(line + "\n" for _, _, line in rows), encoding="utf-8")
-        source = FileSource(str(log))
+        source = FileReader(str(log))
         try:
             readings = {r.line: _reading(r.event) for r in read_xids(source, CTX)}
         finally:

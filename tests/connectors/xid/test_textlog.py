@@ -1,7 +1,7 @@
 """Following a kernel log file: appends, half-written lines, rotation, truncation, restarts.
 
 The log is a real file that the test appends to, renames and truncates as
-syslog daemons and logrotate do; the reader is :class:`TextLogSource` with its
+syslog daemons and logrotate do; the reader is :class:`TextLogReader` with its
 real state file, opened with ``contextlib.closing`` so that every reader's file is
 closed, also when an assertion fails.
 """
@@ -15,8 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from connectors.xid.run import KmsgOptions, run_kmsg
-from connectors.xid.textlog import TextLogSource
+from connectors.xid.run import run_kmsg
+from connectors.xid.settings import KmsgSettings
+from connectors.xid.textlog import TextLogReader
 from schemas.codec import decode_event
 from schemas.events import XidEvent
 from tests.kafka_helpers import KafkaTestEnv, consume_events
@@ -32,11 +33,11 @@ def xid_line(n: int, code: int = 79) -> str:
     )
 
 
-def source(log: Path, state: Path) -> TextLogSource:
-    return TextLogSource(path=log, node="gpu-node-01", cluster="c", state_path=state, year=2026)
+def source(log: Path, state: Path) -> TextLogReader:
+    return TextLogReader(path=log, node="gpu-node-01", cluster="c", state_path=state, year=2026)
 
 
-def drain(reader: TextLogSource) -> list[XidEvent]:
+def drain(reader: TextLogReader) -> list[XidEvent]:
     """Poll until idle, committing every batch (as the loop does after publishing)."""
     events: list[XidEvent] = []
     while True:
@@ -114,10 +115,10 @@ def test_identical_lines_stay_two_events(tmp_path: Path) -> None:
 async def test_connect_kmsg_follows_a_file_into_kafka(kafka: KafkaTestEnv, tmp_path: Path) -> None:
     log, state = tmp_path / "kern.log", tmp_path / "state.json"
     log.write_text(NOISE + xid_line(1) + "Dec  1 01:02:09 n kernel: NVRM: Xid (PCI:zz): 79, x\n")
-    options = KmsgOptions(
+    options = KmsgSettings(
         node="gpu-node-01",
         cluster="c",
-        file=str(log),
+        log_file=str(log),
         state_path=str(state),
         year=2026,
         once=True,
