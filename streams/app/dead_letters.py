@@ -1,4 +1,4 @@
-"""What both engines do with a batch's dead letters: count, log, deliver (issue 11.1).
+"""What both engines do with a batch's dead letters: count, log, deliver.
 
 One policy, so the default worker and the faust engine cannot drift apart on it: a dead
 letter always fits (:func:`~schemas.codec.fitted_dead_letter` keeps the head of the

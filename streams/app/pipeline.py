@@ -134,7 +134,7 @@ class Pipeline:
     every source gone and nothing to fire) that took "now minus grace" as its
     watermark would find the first backfill it is given late from its first event,
     applied in arrival order, which across partitions is not event order (the flaky
-    live-versus-replay test of issue 12: every event of the slowly delivered stream
+    live-versus-replay test: every event of the slowly delivered stream
     was late, and under load the cluster key's pod and autoscaler records interleaved
     differently).
 
@@ -361,7 +361,7 @@ class Pipeline:
         known, and then nothing is refused. Not the sources' progress when there is a
         clock: one source with a wrong clock would vouch for its own far-future records.
 
-        Why a bound at all (issue 11.2): a valid record dated 9999-12-31 (a node whose
+        Why a bound at all: a valid record dated 9999-12-31 (a node whose
         clock went wrong, a typo in a hand-made file) waits for a watermark that never
         comes, and the commit of its partition stops behind it forever, at every
         restart. Further than ``max_future_seconds`` ahead of the present, it is a

@@ -179,7 +179,7 @@ class Worker:
             max_batch_size=1 << 20,
             # One key's state is one record, and the cluster-scoped key's grows with the
             # nodes (~1.06 MB at 2,000 nodes, measured): at aiokafka's default 1 MB the
-            # send raised and the worker exited, at every restart (issue 14).
+            # send raised and the worker exited, at every restart.
             max_request_size=MAX_REQUEST_BYTES,
         )
         self.changelog = ChangelogReader(client_kwargs, state.name)
@@ -245,7 +245,7 @@ class Worker:
         While the buffer is full the worker reads only the partitions holding the
         watermark (the traps), so the others keep their fetch and every read of the
         holders waited out those 0.1 s: the worker sat in ``epoll`` ~27% of a backlog's
-        time (py-spy, issue 14). 2 ms keeps what the backoff is for (no refetch loop on
+        time (py-spy). 2 ms keeps what the backoff is for (no refetch loop on
         a partition whose records wait) and lets the drained ones be fetched at once.
         (A fetch error parked for a partition uses the same backoff; the next ``getmany``
         raises it either way.)
@@ -409,7 +409,7 @@ class Worker:
         ``wait=False`` (the loop's periodic flush): the acks and the commit are awaited
         in a task of their own, so the loop goes on reading and ticking meanwhile. Before,
         the loop stood still for the acks of a whole second's sends and a commit round
-        trip at every flush, and every incident due in that time waited with it (issue 14,
+        trip at every flush, and every incident due in that time waited with it (it cost
         latency). At most one such task at a time: a flush first awaits the last one's,
         which at one flush a second is long done (so the loop never waits for the acks
         of the flush it is making), and when flushes come faster than the acks (a tiny
