@@ -1,24 +1,21 @@
 """``gputriage process``: one processor worker (see :mod:`gputriage.process`).
 
-``--app-id``/``--metrics-port`` default to ``None``: ``[processor]``
-(:class:`~streams.app.settings.ProcessorSettings`) owns the defaults, the ranges and
-the help; the worker module (and aiokafka with it) is imported only when run.
-``--engine`` is a command-line choice only, not a ``[processor]`` key.
+Every ``[processor]`` setting is an option, generated from
+:class:`~streams.app.settings.ProcessorSettings` (:mod:`gputriage.cli.options`): the
+struct owns the defaults, the ranges and the help; the options default to unset, so the
+file and the environment fill what was not given. The worker module (and aiokafka with
+it) is imported only when run. ``--engine`` and ``--brokers`` are command-line choices,
+not ``[processor]`` keys.
 """
 
 from __future__ import annotations
 
+from typing import Any
+
 import click
 
-from gputriage.cli.common import (
-    CONTEXT,
-    StructDefault,
-    brokers_option,
-    kafka_kwargs,
-    metrics_port_option,
-    settings_of,
-    shown,
-)
+from gputriage.cli.common import CONTEXT, brokers_option, kafka_kwargs, settings_of
+from gputriage.cli.options import settings_options
 from gputriage.settings import check_app_id
 from schemas.topics import TopicConfigError
 from streams.app.settings import ProcessorSettings
@@ -26,13 +23,7 @@ from streams.app.settings import ProcessorSettings
 
 @click.command("process", context_settings=CONTEXT)
 @brokers_option
-@click.option(
-    "--app-id",
-    cls=StructDefault,
-    show_default=shown(ProcessorSettings, "app_id"),
-    help="Consumer group / app id; workers with the same id share work.",
-)
-@metrics_port_option(ProcessorSettings)
+@settings_options(ProcessorSettings)
 @click.option(
     "--engine",
     type=click.Choice(["aiokafka", "faust"]),
@@ -43,12 +34,7 @@ from streams.app.settings import ProcessorSettings
 )
 @click.pass_context
 def process_command(
-    ctx: click.Context,
-    *,
-    brokers: str | None,
-    app_id: str | None,
-    metrics_port: int | None,
-    engine: str,
+    ctx: click.Context, /, *, brokers: str | None, engine: str, **given: Any
 ) -> int:
     """Run a processor worker: raw topics in, incidents out, until Ctrl-C or SIGTERM.
 
@@ -60,12 +46,13 @@ def process_command(
       gputriage process --brokers kafka-0:9092
       GPUTRIAGE_PROCESSOR__APP_ID=prod gputriage --config /etc/gputriage.toml process
       gputriage process --app-id canary --metrics-port 0
-      gputriage process --engine faust --brokers kafka-0:9092
+      gputriage process --engine faust --brokers kafka-0:9092 --snapshot-seconds 5
     """
     from gputriage.process import processor_options, run_worker  # noqa: PLC0415 - aiokafka
 
     settings = settings_of(ctx)
     kafka_kwargs(settings, brokers)  # a configuration mistake is a usage error, before start
+    app_id = given.get("app_id")
     if app_id is not None:
         try:
             check_app_id(app_id, settings.topics, "--app-id")
@@ -73,5 +60,5 @@ def process_command(
             raise click.BadParameter(
                 str(exc).removeprefix("--app-id: "), param_hint="'--app-id'"
             ) from None
-    options = processor_options(settings, app_id=app_id, metrics_port=metrics_port)
+    options = processor_options(settings, **given)
     return run_worker(settings, options, brokers, "faust" if engine == "faust" else "aiokafka")

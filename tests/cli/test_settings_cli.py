@@ -30,6 +30,7 @@ from connectors.xid.settings import KmsgSettings
 from gputriage.cli import cli
 from gputriage.cli.options import lay_over
 from gputriage.settings import ConnectSettings
+from streams.app.settings import ProcessorSettings
 
 COMMANDS: dict[tuple[str, ...], tuple[type[msgspec.Struct], frozenset[str]]] = {
     ("connect", "k8s"): (K8sSettings, frozenset()),
@@ -39,6 +40,7 @@ COMMANDS: dict[tuple[str, ...], tuple[type[msgspec.Struct], frozenset[str]]] = {
     ("connect", "topo"): (TopoSettings, frozenset()),
     ("connect", "autoscaler"): (AutoscalerSettings, frozenset()),
     ("connect", "podresources"): (PodResourcesSettings, frozenset({"from_json"})),
+    ("process",): (ProcessorSettings, frozenset({"brokers", "engine"})),
 }
 """Command path -> its settings struct, and the parameters it has that are no setting."""
 
