@@ -11,7 +11,7 @@ Traps: aiokafka's ``stop()`` swallows a cancellation, so the signal sets an even
 loop checks; the end offsets for ``now`` are read at once (``seek_to_end`` is lazy);
 Tansu answers "no record after this time" as offset 0 and timestamp -1, which means "the
 end"; offsets are looked up before ``assign()``; a refused connection is retried until
-``--connect-timeout`` (one waits for a cluster that may be starting), its reason kept for
+``--connect-timeout-seconds`` (one waits for a cluster that may be starting), its reason kept for
 the one line. docs/operations.md, design notes.
 """
 

@@ -110,7 +110,7 @@ class FiniteRange(click.FloatRange):
     """``click.FloatRange`` that also refuses ``nan`` and ``inf`` (a usage error, one line).
 
     Trap: click's range check compares, and every comparison with ``nan`` is false,
-    so ``FloatRange(min=0)`` lets ``nan`` through (``tail --connect-timeout nan``
+    so ``FloatRange(min=0)`` lets ``nan`` through (``tail --connect-timeout-seconds nan``
     then waited forever); ``inf`` passes any range without a ``max``.
     """
 

@@ -65,7 +65,7 @@ class StartType(click.ParamType):
 )
 @brokers_option
 @click.option(
-    "--connect-timeout",
+    "--connect-timeout-seconds",
     "connect_timeout_seconds",
     metavar="SECONDS",
     type=setting_range(KafkaSettings, "connect_timeout_seconds"),

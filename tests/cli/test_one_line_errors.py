@@ -165,8 +165,8 @@ def test_tail_from_before_1970_is_a_usage_error() -> None:
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "1e9"])
 def test_tail_connect_timeout_must_be_a_finite_positive_number(value: str) -> None:
     # nan passed click's FloatRange (every comparison with nan is false) and waited forever.
-    result = gputriage("tail", "--brokers", DEAD_BROKER, "--connect-timeout", value)
-    assert "'--connect-timeout'" in one_line(result, 2)
+    result = gputriage("tail", "--brokers", DEAD_BROKER, "--connect-timeout-seconds", value)
+    assert "'--connect-timeout-seconds'" in one_line(result, 2)
 
 
 @pytest.mark.parametrize(

@@ -204,7 +204,7 @@ def test_an_unreachable_broker_is_one_line_and_status_1(
     for name in [n for n in os.environ if n.startswith("GPUTRIAGE_")]:
         monkeypatch.delenv(name)
     started = time.monotonic()
-    code = run(["tail", "--brokers", "127.0.0.1:1", "--connect-timeout", "0.5"])
+    code = run(["tail", "--brokers", "127.0.0.1:1", "--connect-timeout-seconds", "0.5"])
     assert code == 1
     assert time.monotonic() - started < 5
     captured = capsys.readouterr()
@@ -226,7 +226,7 @@ def test_ctrl_c_while_connecting_ends_promptly_with_status_0() -> None:
         command = [sys.executable, "-m", "gputriage", "tail", "--brokers", address]
         # As a context manager, Popen closes its pipes and waits, however the test ends.
         with subprocess.Popen(
-            [*command, "--connect-timeout", "60"],
+            [*command, "--connect-timeout-seconds", "60"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             env=clean_env(),
