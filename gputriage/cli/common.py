@@ -240,34 +240,3 @@ def slim_config(resources: tuple[str, ...], prefixes: tuple[str, ...]) -> SlimCo
         gpu_resources=resources or DEFAULT_CONFIG.gpu_resources,
         gpu_prefixes=prefixes or DEFAULT_CONFIG.gpu_prefixes,
     )
-
-
-def gpu_resource_options(command: F) -> F:
-    """``--all``, ``--resource``, ``--resource-prefix``: what counts as a GPU pod or node."""
-    for option in reversed(
-        (
-            click.option(
-                "--all",
-                "keep_all",
-                is_flag=True,
-                help="Keep every pod, node and Event, not only GPU ones and the Events "
-                "involving them.",
-            ),
-            click.option(
-                "--resource",
-                "resources",
-                metavar="NAME",
-                multiple=True,
-                help="Extended resource counted as a GPU (repeatable; default nvidia.com/gpu).",
-            ),
-            click.option(
-                "--resource-prefix",
-                "prefixes",
-                metavar="PREFIX",
-                multiple=True,
-                help="Resource name prefix counted as a GPU (repeatable; default nvidia.com/mig-).",
-            ),
-        )
-    ):
-        command = option(command)
-    return command

@@ -10,22 +10,24 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable, Iterable
-from datetime import datetime, tzinfo
+from datetime import datetime
 from typing import Any, Literal, Protocol, TypeVar
 
 import click
 import msgspec
 
 from connectors.files import STDIN, Record
+from connectors.k8s.settings import K8sSettings
+from connectors.xid.settings import KmsgSettings
 from gputriage.cli.common import (
     CONTEXT,
     TimeType,
-    gpu_resource_options,
     open_all,
     settings_of,
     slim_config,
     time_zone,
 )
+from gputriage.cli.options import settings_options
 from gputriage.errors import PROG
 from schemas.codec import RecordError, encode
 
@@ -65,16 +67,16 @@ def _input_file(help: str) -> Callable[[F], F]:
     "or kubectl get -o json output (List or pretty-printed); plain or gzip; - for stdin."
 )
 @click.option("--cluster", required=True, help="Cluster name to put on every event.")
-@gpu_resource_options
+@settings_options(K8sSettings, only=("keep_all", "resources", "resource_prefixes"))
 @click.pass_context
 def ingest_k8s_command(
     ctx: click.Context,
     *,
     path: str,
     cluster: str,
-    keep_all: bool,
+    keep_all: bool | None,
     resources: tuple[str, ...],
-    prefixes: tuple[str, ...],
+    resource_prefixes: tuple[str, ...],
 ) -> int:
     """Slim recorded Kubernetes objects into typed events, printed as JSON lines.
 
@@ -87,7 +89,7 @@ def ingest_k8s_command(
     \b
     Examples:
       kubectl get pods,nodes -A -o json | gputriage ingest k8s --cluster prod --file -
-      gputriage ingest k8s --cluster prod --all --file watch-events.jsonl.gz
+      gputriage ingest k8s --cluster prod --keep-all --file watch-events.jsonl.gz
     """
     settings_of(ctx)  # an invalid --config is one line here too, as for every verb
     from connectors.autoscaler.kube_events import autoscaler_events  # noqa: PLC0415
@@ -99,7 +101,7 @@ def ingest_k8s_command(
         # As the live connector: an autoscaler's Event is also autoscaler.v1 records.
         return autoscaler_events(event) if isinstance(event, KubeEvent) else ()
 
-    config = slim_config(resources, prefixes)
+    config = slim_config(resources, resource_prefixes)
     gpu_only = None if keep_all else GpuFilter(config)
     (source,) = open_all([path])
     with source:
@@ -131,20 +133,7 @@ def ingest_k8s_command(
     "time of reading. One warning on stderr says which lines got it.",
 )
 @click.option("--boot-id", default="", help="Boot id of kmsg records (ids kmsg:NODE:BOOT:SEQ).")
-@click.option(
-    "--tz",
-    metavar="ZONE",
-    default="UTC",
-    show_default=True,
-    callback=lambda _ctx, _param, value: time_zone(value),
-    help="Time zone of dmesg -T and syslog times (the node's local zone).",
-)
-@click.option(
-    "--year",
-    type=click.IntRange(1970, 9999),
-    default=None,
-    help="Year of syslog times, which have none (default: this year).",
-)
+@settings_options(KmsgSettings, only=("tz", "year"))
 @click.pass_context
 def ingest_kmsg_command(
     ctx: click.Context,
@@ -155,7 +144,7 @@ def ingest_kmsg_command(
     boot_time: datetime | None,
     default_time: datetime | None,
     boot_id: str,
-    tz: tzinfo,
+    tz: str | None,
     year: int | None,
 ) -> int:
     """Parse XID/SXid lines of a saved kernel log into typed events, printed as JSON lines.
@@ -184,7 +173,7 @@ def ingest_kmsg_command(
         cluster=cluster,
         boot_time=boot_time,
         boot_id=boot_id,
-        tz=tz,
+        tz=time_zone(tz or KmsgSettings().tz),
         year=year or datetime.now(UTC).year,
     )
     (source,) = open_all([path])

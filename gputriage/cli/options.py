@@ -153,11 +153,17 @@ def option_of(struct: type[msgspec.Struct], setting: Setting) -> Callable[[F], F
 
 
 def settings_options(
-    kind: type[msgspec.Struct], *, exclude: Iterable[str] = ()
+    kind: type[msgspec.Struct], *, exclude: Iterable[str] = (), only: Iterable[str] = ()
 ) -> Callable[[F], F]:
-    """A decorator adding one option per field of ``kind`` (but ``exclude``), in field order."""
-    skip = set(exclude)
-    options = [option_of(kind, s) for s in settings_fields(kind) if s.name not in skip]
+    """A decorator adding one option per field of ``kind`` (but ``exclude``; or ``only``
+    those, for a command that shares a few of another command's settings), in field order."""
+    skip, keep = set(exclude), set(only)
+    fields = settings_fields(kind)
+    unknown = (skip | keep) - {s.name for s in fields}
+    assert not unknown, f"{kind.__name__} has no field {sorted(unknown)}"
+    options = [
+        option_of(kind, s) for s in fields if s.name not in skip and (not keep or s.name in keep)
+    ]
 
     def decorate(command: F) -> F:
         for option in reversed(options):

@@ -81,7 +81,7 @@ def test_watch_stream_gpu_only_by_default(tmp_path: Path) -> None:
 def test_all_keeps_non_gpu_objects(tmp_path: Path) -> None:
     path = tmp_path / "watch.jsonl"
     path.write_bytes(watch_lines(("MODIFIED", load("pod_plain"))))
-    proc = gputriage("ingest", "k8s", "--file", str(path), "--cluster", "c1", "--all")
+    proc = gputriage("ingest", "k8s", "--file", str(path), "--cluster", "c1", "--keep-all")
     assert proc.returncode == 0, proc.stderr
     (event,) = events_of(proc.stdout)
     assert isinstance(event, PodEvent)
@@ -196,7 +196,7 @@ def test_help() -> None:
     proc = gputriage("ingest", "k8s", "--help")
     assert proc.returncode == 0
     text = proc.stdout.decode()
-    assert "--all" in text
+    assert "--keep-all" in text
     assert "--cluster" in text
     assert "ingest" in gputriage("--help").stdout.decode()
 
@@ -221,7 +221,7 @@ def test_jq_items_of_a_list_slim_as_the_full_objects(tmp_path: Path) -> None:
     )
     full_path = tmp_path / "full.jsonl"
     full_path.write_bytes(b"".join(orjson.dumps(load(name)) + b"\n" for name in names))
-    args = ("ingest", "k8s", "--cluster", "prod", "--all")
+    args = ("ingest", "k8s", "--cluster", "prod", "--keep-all")
     bare_run = gputriage(*args, "--file", str(bare_path))
     full_run = gputriage(*args, "--file", str(full_path))
     assert bare_run.returncode == 0, bare_run.stderr
@@ -287,7 +287,7 @@ def test_event_list_items_are_read_by_their_shape(tmp_path: Path) -> None:
         "-",
         "--cluster",
         "c1",
-        "--all",
+        "--keep-all",
         stdin=orjson.dumps(listing) + b"\n",
     )
     assert proc.returncode == 0, proc.stderr
