@@ -5,7 +5,7 @@ living with its owner (:class:`~streams.config.CoreSettings`,
 :class:`~streams.config.XidSettings`, :class:`~connectors.kafka.config.KafkaSettings`,
 :class:`~schemas.topics.TopicSettings`, :class:`ProcessorSettings`,
 :class:`~gputriage.logs.LogSettings`, :class:`ConnectSettings`,
-:class:`~connectors.bridges.config.BridgeSettings`). :func:`load_settings`
+:class:`~streams.bridges.settings.BridgeSettings`). :func:`load_settings`
 builds it with ONE ``msgspec.convert``, so every value is validated once, at load,
 and an error names its path: ``invalid configuration in FILE: topics.partitions:
 Expected `int`, got `str```. The structs own every default; the CLI's options
@@ -50,7 +50,6 @@ from typing import Annotated, Any, Final, Literal
 import msgspec
 
 from connectors.bounded import read_small
-from connectors.bridges.config import BridgeSettings, bridge_table
 from connectors.kafka.config import (
     PASSWORD_ENV,
     KafkaConfigError,
@@ -72,6 +71,7 @@ from schemas.topics import (
     topic_layout,
     validation_text,
 )
+from streams.bridges.settings import BridgeSettings, bridge_table
 from streams.config import XID_UNDER_CORE, CoreSettings, XidSettings, core_config, xid_table
 from streams.core.config import CoreConfig
 
@@ -318,7 +318,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     log: LogSettings = LogSettings()
     connect: ConnectSettings = ConnectSettings()
     bridge: BridgeSettings = BridgeSettings()
-    """``[bridge]`` and its ``[bridge.<kind>]`` tables (:mod:`connectors.bridges.config`)."""
+    """``[bridge]`` and its ``[bridge.<kind>]`` tables (:mod:`streams.bridges.settings`)."""
     origin: str = ""
     """The file the settings came from, or empty for defaults and environment only."""
     kafka_password: Secret | None = None

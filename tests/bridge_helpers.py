@@ -41,13 +41,14 @@ from connectors.bridges.base import (
     Route,
     read_secret,
 )
-from connectors.bridges.config import BridgeSettings
-from connectors.bridges.ledger import Ledger, ledger_topic
-from connectors.bridges.metrics import BridgeMetrics
-from connectors.bridges.runner import BridgeRunner, Scrubber, route_secrets
+from connectors.bridges.scrub import Scrubber, route_secrets
 from connectors.kafka.admin import ensure_topics
 from schemas.codec import encode
 from schemas.incidents import Evidence, Incident, PodInfo
+from streams.bridges.ledger import Ledger, ledger_topic
+from streams.bridges.metrics import BridgeMetrics
+from streams.bridges.runner import BridgeRunner
+from streams.bridges.settings import BridgeSettings
 from tests.cli_helpers import clean_env
 from tests.kafka_helpers import KafkaTestEnv, produce
 from tests.paths import ROOT
@@ -236,7 +237,7 @@ def incident(
 ) -> Incident:
     """A valid incident revision (``status`` defaults from the revision: open at 1). Each
     incident is on a node of its own unless ``node`` is given: incidents of one node are
-    one storm group (:mod:`connectors.bridges.storms`), and fold past three pages."""
+    one storm group (:mod:`streams.bridges.storms`), and fold past three pages."""
     status = status or ("open" if revision == 1 else "updated")
     node = node or f"node-{id}"
     t = T0 + timedelta(seconds=revision)

@@ -11,7 +11,7 @@ between batches, so quiet keys' windows still close. Delivery is at-least-once:
    is sent to the state topic, then every send since the last flush is
    awaited (all acked), and only then are offsets committed, each partition's
    up to its lowest record the correlator has not released
-   (:class:`~streams.app.offsets.PartitionOffsets`). The acks and the commit are
+   (:mod:`streams.app.group`, shared with the bridges). The acks and the commit are
    awaited in a task of their own, one at a time, while the loop reads on
    (:meth:`Worker._flush`); a revocation or a stop awaits them in line. Records still held for
    the watermark are never committed: after a crash they are read again, and
@@ -97,9 +97,9 @@ from functools import partial
 from typing import Any
 
 import msgspec
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
-from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
 from connectors.health import fetched_ago
@@ -109,6 +109,7 @@ from schemas.topics import STATE_RECORD_MAX_BYTES, TopicLayout, TopicSpec
 from streams.app import dead_letters
 from streams.app.announced import Receipts
 from streams.app.changelog import ChangelogReader
+from streams.app.group import Listener, commit, committable, group_consumer
 from streams.app.metrics import Metrics
 from streams.app.offsets import PartitionOffsets
 from streams.app.pipeline import BatchOutcome, Partition, Pipeline
@@ -171,17 +172,6 @@ class ProcessorOptions(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown
     Soft: about two batches (``batch_max``) more at worst (the module's traps say why)."""
 
 
-class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-
-    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        await self.worker.on_revoked(revoked)
-
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        await self.worker.on_assigned(assigned)
-
-
 class Worker:
     """One processor worker: a consumer group member around one :class:`Pipeline`."""
 
@@ -206,13 +196,10 @@ class Worker:
         self.state_topic = state.name
         self.partitions = state.partitions
         self._raw_names = frozenset(layout.raw_topics)
-        self.consumer = AIOKafkaConsumer(
-            **client_kwargs,
+        self.consumer = group_consumer(
+            client_kwargs,
             group_id=options.app_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            session_timeout_ms=int(options.session_timeout_seconds * 1000),
-            heartbeat_interval_ms=int(min(1.0, options.session_timeout_seconds / 3) * 1000),
+            session_timeout_seconds=options.session_timeout_seconds,
             rebalance_timeout_ms=int(options.rebalance_timeout_seconds * 1000),
             fetch_max_wait_ms=options.fetch_max_wait_ms,
             max_partition_fetch_bytes=4 << 20,
@@ -269,7 +256,7 @@ class Worker:
             await self.published.start()
             await self.consumer.start()
             self._tune(self.consumer)
-            self.consumer.subscribe(topics=list(self.layout.raw_topics), listener=_Listener(self))
+            self.consumer.subscribe(topics=list(self.layout.raw_topics), listener=Listener(self))
             tick_ms = max(1, int(self.options.tick_seconds * 1000))
             while not stop.is_set():
                 batches = await self.consumer.getmany(
@@ -491,11 +478,7 @@ class Worker:
                 raise
         started = time.perf_counter()
         self._last_flush = time.monotonic()
-        commits = {}
-        for tp, tracker in self._offsets.items():
-            offset = tracker.committable()
-            if offset is not None:
-                commits[tp] = OffsetAndMetadata(offset, "")
+        commits = committable(self._offsets)
         await self._send_batched(
             self.state_topic,
             ((key.encode(), data, lane) for key, data, lane in self.pipeline.snapshots()),
@@ -528,17 +511,8 @@ class Worker:
                 "(made again from records re-read after a restore)",
                 self._suppressed_told,
             )
-        if not commits:
-            return
-        try:
-            await self.consumer.commit(commits)
+        if await commit(self.consumer, commits, log):
             self.published.committed({tp: c.offset for tp, c in commits.items()})
-        except (CommitFailedError, IllegalStateError) as exc:
-            # A rebalance took the partitions: their next owner re-reads from the
-            # previous commit, and the key high-water marks skip what is applied.
-            log.warning("commit skipped (%s); the next owner re-reads those records", exc)
-        except KafkaError as exc:
-            log.warning("commit failed (%r); records will be re-read after a restart", exc)
 
     async def _send_batched(self, topic: str, records: Iterable[tuple[bytes, bytes, int]]) -> None:
         """Queue ``(key, value, partition)`` records in batches built here, one open per

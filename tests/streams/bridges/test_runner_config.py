@@ -14,21 +14,21 @@ import msgspec
 import pytest
 
 from connectors.bridges.base import Delivered, Route
-from connectors.bridges.config import (
+from connectors.bridges.registry import KINDS, UnknownKind, load
+from connectors.bridges.scrub import Scrubber, route_secrets
+from connectors.kafka.admin import ensure_topics
+from gputriage.settings import Settings, SettingsError, load_settings
+from schemas.bridges import BridgeDelivery, BridgeGroup
+from schemas.codec import encode, typed_decoder
+from schemas.jsonschema import DOCUMENT_DIR
+from streams.bridges.ledger import Ledger, delivery_key, ledger_topic
+from streams.bridges.settings import (
     BridgeConfigError,
     BridgeSettings,
     group_id,
     kind_options,
     routes_of,
 )
-from connectors.bridges.ledger import Ledger, delivery_key, ledger_topic
-from connectors.bridges.registry import KINDS, UnknownKind, load
-from connectors.bridges.runner import Scrubber, route_secrets
-from connectors.kafka.admin import ensure_topics
-from gputriage.settings import Settings, SettingsError, load_settings
-from schemas.bridges import BridgeDelivery, BridgeGroup
-from schemas.codec import encode, typed_decoder
-from schemas.jsonschema import DOCUMENT_DIR
 from tests.bridge_helpers import Options, bridging, incident, publish, receiving, route
 from tests.cli_helpers import load_tables
 from tests.kafka_helpers import KafkaTestEnv, eventually, produce
@@ -254,7 +254,7 @@ def test_the_readme_configuration_loads(tmp_path: Path) -> None:
 
 
 def test_the_readme_names_every_bridge_metric_and_only_those() -> None:
-    from connectors.bridges.metrics import BridgeMetrics  # noqa: PLC0415
+    from streams.bridges.metrics import BridgeMetrics  # noqa: PLC0415
 
     named = set(re.findall(r"`(gputriage_bridge_[a-z_]+)", _bridges_section()))
     exported = {
