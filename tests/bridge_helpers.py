@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -125,7 +124,7 @@ def build(
 @dataclass(frozen=True)
 class Received:
     at: float
-    """``time.monotonic()`` on arrival."""
+    """The event loop's clock on arrival (looptime's fake clock under looptime)."""
     body: dict[str, Any]
     token: str
     status: int
@@ -161,7 +160,7 @@ class Receiver:
         self.script.extend(answers)
 
     async def _handle(self, request: web.Request) -> web.Response:
-        at = time.monotonic()
+        at = asyncio.get_running_loop().time()
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
         try:
             body = await request.json()
