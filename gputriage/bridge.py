@@ -25,7 +25,7 @@ from types import ModuleType
 from typing import Any
 
 from connectors.bridges.base import Route, SecretError
-from connectors.bridges.registry import UnknownKind, load
+from connectors.bridges.registry import UnknownKind, load, settings_type
 from connectors.bridges.scrub import Scrubber, route_secrets
 from connectors.kafka.admin import ensure_topics
 from connectors.signals import stop_on_signals
@@ -69,7 +69,7 @@ def prepare(
         module = load(kind, settings.modules)
     except UnknownKind as exc:
         raise BridgeConfigError(str(exc)) from None
-    options = kind_options(settings, kind, module.Options)
+    options = kind_options(settings, kind, settings_type(module))
     try:
         routes = tuple(r.route() for r in routes_of(settings, kind))
     except ValueError as exc:  # checked at load already; kept for settings built in code

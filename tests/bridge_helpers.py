@@ -1,7 +1,7 @@
 """A generic JSON-POST bridge endpoint and a scriptable receiver, for the runner's tests.
 
 The endpoint (kind ``jsonpost``) is a real endpoint module as the registry loads them
-(``Options`` + ``build``): ``[bridge] modules = {jsonpost = "tests.bridge_helpers"}``
+(``Settings`` + ``build``): ``[bridge] modules = {jsonpost = "tests.bridge_helpers"}``
 serves it from a ``gputriage bridge jsonpost`` subprocess too. It POSTs each revision
 as JSON to its route's ``target.url`` with ``Authorization: Bearer <token>`` (the token
 from ``target.token_env`` / ``token_file``), and maps the answer onto the outcomes:
@@ -56,7 +56,7 @@ KIND = "jsonpost"
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 
 
-class Options(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``[bridge.jsonpost]``: nothing a test needs but one knob to prove conversion."""
 
     user_agent: str = "gputriage-test"
@@ -68,7 +68,7 @@ class JsonPostEndpoint:
     kind = KIND
 
     def __init__(
-        self, options: Options, http: aiohttp.ClientSession, environ: Mapping[str, str] | None
+        self, options: Settings, http: aiohttp.ClientSession, environ: Mapping[str, str] | None
     ) -> None:
         self.options = options
         self.http = http
@@ -115,7 +115,7 @@ class JsonPostEndpoint:
 
 
 def build(
-    options: Options, http: aiohttp.ClientSession, environ: Mapping[str, str] | None = None
+    options: Settings, http: aiohttp.ClientSession, environ: Mapping[str, str] | None = None
 ) -> JsonPostEndpoint:
     return JsonPostEndpoint(options, http, environ)
 
@@ -321,7 +321,7 @@ async def bridging(
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
         runner = BridgeRunner(
             kind=KIND,
-            endpoint=(wrap or _same)(build(Options(), http, environ)),
+            endpoint=(wrap or _same)(build(Settings(), http, environ)),
             routes=routes,
             settings=settings,
             client_kwargs=kafka.kwargs,

@@ -17,7 +17,7 @@ from connectors.bridges.base import Accepted
 from connectors.bridges.scrub import Scrubber
 from streams.bridges.metrics import BridgeMetrics
 from streams.bridges.runner import BridgeRunner
-from tests.bridge_helpers import FAST, KIND, Options, build, incident, receiving, route
+from tests.bridge_helpers import FAST, KIND, Settings, build, incident, receiving, route
 
 
 @pytest.mark.asyncio
@@ -30,7 +30,7 @@ async def test_a_retry_after_of_30_s_is_waited_on_the_loops_clock_not_the_wall()
         metrics = BridgeMetrics()
         runner = BridgeRunner(
             kind=KIND,
-            endpoint=build(Options(), http, {"TEST_BRIDGE_TOKEN": receiver.token}),
+            endpoint=build(Settings(), http, {"TEST_BRIDGE_TOKEN": receiver.token}),
             routes=[target],
             settings=FAST,
             client_kwargs={"bootstrap_servers": "127.0.0.1:9"},  # never connected

@@ -22,7 +22,7 @@ import pytest
 from aiohttp import web
 
 from connectors.bridges.base import Endpoint, Periodic, Route
-from connectors.bridges.registry import KINDS, load
+from connectors.bridges.registry import KINDS, load, settings_type
 from connectors.bridges.scrub import Scrubber, route_secrets
 from connectors.kafka.admin import ensure_topics
 from streams.bridges.ledger import ledger_topic
@@ -99,7 +99,7 @@ async def test_a_shipped_kind_runs_under_the_runner(kafka: KafkaTestEnv, kind: s
     async with standing_in() as stand_in:
         table, target = setup_of(kind, stand_in.url)
         settings = msgspec.structs.replace(FAST, kinds={kind: table})
-        options = kind_options(settings, kind, module.Options)
+        options = kind_options(settings, kind, settings_type(module))
         route = Route(name="r", target=target)
         layout = kafka.layout
         ledger = ledger_topic(layout, f"kinds-{kind}")
