@@ -1,4 +1,5 @@
-"""Starting one bridge process: the kind's module, its routes, Kafka, ``/metrics``, signals.
+"""Starting one bridge process: the kind's module, its routes, Kafka, ``/metrics``, signals
+(what :mod:`gputriage.process` is to the processor's worker).
 
 :func:`prepare` does everything that can fail on a configuration mistake, before any
 connection (the kind exists, its options convert, it has routes); :func:`serve` then

@@ -8,14 +8,14 @@
     storm_window_seconds = 600     # ... within this window; more fold into the latest
     metrics_port = 9470
 
-    [bridge.pagerduty]             # the kind's own Options (validated when it starts)
+    [bridge.pagerduty]             # the kind's own Settings (validated when it starts)
     routes = [
       { name = "oncall", severities = ["page"], target = { routing_key_env = "PD_KEY" } },
     ]
 
 Routes (:class:`RouteSettings`) are checked when the settings load (a typo in a filter
 fails with its path); the rest of a kind's table is converted to the kind's own
-``Options`` when that bridge starts (:func:`kind_options`), because only then is its
+``Settings`` when that bridge starts (:func:`kind_options`), because only then is its
 module imported.
 
 Traps:
@@ -50,13 +50,26 @@ class BridgeConfigError(ValueError):
 class RouteSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One route: which incidents (every non-empty filter must match) and the target."""
 
-    name: RouteName
-    severities: tuple[Severity, ...] = ()
-    types: tuple[str, ...] = ()
-    namespaces: tuple[str, ...] = ()
-    clusters: tuple[str, ...] = ()
-    statuses: tuple[IncidentStatus, ...] = ()
-    target: dict[str, str] = {}
+    name: Annotated[
+        RouteName, msgspec.Meta(description="The route's name (metric labels, ledger keys).")
+    ]
+    severities: Annotated[
+        tuple[Severity, ...], msgspec.Meta(description="Incident severities; empty: any.")
+    ] = ()
+    types: Annotated[tuple[str, ...], msgspec.Meta(description="Incident types; empty: any.")] = ()
+    namespaces: Annotated[
+        tuple[str, ...],
+        msgspec.Meta(description="Namespaces of an affected pod; empty: any."),
+    ] = ()
+    clusters: Annotated[tuple[str, ...], msgspec.Meta(description="Clusters; empty: any.")] = ()
+    statuses: Annotated[
+        tuple[IncidentStatus, ...],
+        msgspec.Meta(description="Incident statuses (open, updated, resolved); empty: any."),
+    ] = ()
+    target: Annotated[
+        dict[str, str],
+        msgspec.Meta(description="The endpoint's settings for this route (secrets by name)."),
+    ] = {}
 
     def route(self) -> Route:
         return Route(
@@ -263,7 +276,7 @@ def routes_of(
 
 
 def kind_options(settings: BridgeSettings, kind: str, options_type: type[Any]) -> Any:
-    """``[bridge.<kind>]`` without ``routes`` as the kind's ``Options`` (BridgeConfigError)."""
+    """``[bridge.<kind>]`` without ``routes`` as the kind's ``Settings`` (BridgeConfigError)."""
     table = {k: v for k, v in settings.kinds.get(kind, {}).items() if k != "routes"}
     try:
         return msgspec.convert(table, options_type)

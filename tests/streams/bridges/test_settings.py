@@ -11,14 +11,14 @@ import msgspec.inspect as mi
 import pytest
 
 from connectors.bridges.registry import KINDS, UnknownKind, load, settings_type
-from streams.bridges.settings import BridgeSettings
+from streams.bridges.settings import BridgeSettings, RouteSettings
 
 UNDESCRIBED = {(BridgeSettings, "metrics_port")}
 """Read by ``gputriage.cli.common.setting_range``, which does not unwrap a description yet."""
 
 
 def _structs() -> list[type[Any]]:
-    return [BridgeSettings, *(settings_type(load(kind)) for kind in KINDS)]
+    return [BridgeSettings, RouteSettings, *(settings_type(load(kind)) for kind in KINDS)]
 
 
 @pytest.mark.parametrize("struct", _structs(), ids=lambda s: f"{s.__module__}.{s.__name__}")
