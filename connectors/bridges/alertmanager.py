@@ -115,6 +115,7 @@ from connectors.bridges.base import (
     Endpoint,
     Outcome,
     Rejected,
+    RequestSeconds,
     Retry,
     Route,
     SecretError,
@@ -161,9 +162,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
         tuple[str, ...],
         msgspec.Meta(description="Every replica's base URL, a route prefix included."),
     ] = ("http://127.0.0.1:9093",)
-    timeout_seconds: Annotated[
-        float, msgspec.Meta(gt=0, le=300, description="Per POST, connect to answer.")
-    ] = 10.0
+    timeout_seconds: RequestSeconds = 10.0
     resend_interval_seconds: Annotated[
         float,
         msgspec.Meta(

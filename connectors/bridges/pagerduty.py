@@ -81,6 +81,7 @@ from connectors.bridges.base import (
     Endpoint,
     Outcome,
     Rejected,
+    RequestSeconds,
     Retry,
     Route,
     SecretError,
@@ -122,9 +123,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     url: Annotated[
         str, msgspec.Meta(description="Events API v2 enqueue URL (a proxy, or a test receiver).")
     ] = ENQUEUE_URL
-    timeout_seconds: Annotated[
-        float, msgspec.Meta(gt=0, le=300, description="One POST, connect to last byte.")
-    ] = 10.0
+    timeout_seconds: RequestSeconds = 10.0
     client: Annotated[
         str, msgspec.Meta(description="Shown in PagerDuty as the alert's monitoring client.")
     ] = "gputriage"

@@ -99,6 +99,7 @@ from connectors.bridges.base import (
     Endpoint,
     Outcome,
     Rejected,
+    RequestSeconds,
     Retry,
     Route,
     SecretError,
@@ -152,9 +153,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     api_url: Annotated[
         str, msgspec.Meta(description="The Web API's base URL (a proxy, or a test receiver).")
     ] = "https://slack.com/api/"
-    timeout_seconds: Annotated[
-        float, msgspec.Meta(gt=0, le=300, description="One call, connect to last byte.")
-    ] = 10.0
+    timeout_seconds: RequestSeconds = 10.0
     channel_interval_seconds: Annotated[
         float,
         msgspec.Meta(

@@ -121,6 +121,7 @@ from connectors.bridges.base import (
     Endpoint,
     Outcome,
     Rejected,
+    RequestSeconds,
     Retry,
     Route,
     SecretError,
@@ -172,12 +173,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     ``origin`` answers the webhook spec's abuse protection (http-webhook.md, section 4).
     """
 
-    timeout_seconds: Annotated[
-        float,
-        msgspec.Meta(
-            gt=0, le=300, description="The whole request; past it the revision is retried."
-        ),
-    ] = 10.0
+    timeout_seconds: RequestSeconds = 10.0
     user_agent: Annotated[str, msgspec.Meta(description="The User-Agent header.")] = (
         "gputriage-bridge-webhook/1"
     )
