@@ -17,9 +17,7 @@ Traps:
   so the ledger's partition count does not have to match the incident topic's.
 * The topic is read to the ends it had when the restore began, as the processor reads
   its state topic (:func:`streams.app.ranges.read_range`: its traps say why the read
-  stops at the position); records past those ends may come and are kept. The reader
-  lives from :meth:`Ledger.start` to :meth:`Ledger.stop`: a consumer unassigned and
-  stopped at once stalled the next consumer's group join on Tansu (the tests' broker).
+  stops at the position); records past those ends may come and are kept.
 * A ledger record that does not decode is logged and counted, never fatal: a bridge
   that cannot start because of one bad record would page nobody at all. At worst the
   incident it was about is delivered once more.
@@ -76,8 +74,6 @@ class Ledger:
         self.topic = topic
         self._kwargs = dict(client_kwargs)
         self._producer: AIOKafkaProducer | None = None
-        self._reader: AIOKafkaConsumer | None = None
-        """Reads the topic back (no group), from :meth:`start` to :meth:`stop`."""
         self.deliveries: dict[tuple[str, str], BridgeDelivery] = {}
         self.groups: dict[tuple[str, str], BridgeGroup] = {}
         self.corrupt = 0
@@ -87,14 +83,11 @@ class Ledger:
         producer = AIOKafkaProducer(**self._kwargs, acks="all", linger_ms=2)
         await producer.start()
         self._producer = producer
-        self._reader = await self._start_reader()
 
     async def stop(self) -> None:
         producer, self._producer = self._producer, None
-        reader, self._reader = self._reader, None
-        for client in (producer, reader):
-            if client is not None:
-                await client.stop()
+        if producer is not None:
+            await producer.stop()
 
     def get(self, route: str, incident_id: str) -> BridgeDelivery | None:
         return self.deliveries.get((route, incident_id))
@@ -132,7 +125,8 @@ class Ledger:
         else:
             self.groups[(entry.route, entry.group)] = entry
 
-    async def _start_reader(self) -> AIOKafkaConsumer:
+    async def restore(self, timeout_seconds: float = 120.0) -> int:
+        """Read the whole topic to the end it had when this began; entries kept."""
         reader = AIOKafkaConsumer(
             **self._kwargs,
             group_id=None,
@@ -141,12 +135,6 @@ class Ledger:
             fetch_max_wait_ms=50,
         )
         await reader.start()
-        return reader
-
-    async def restore(self, timeout_seconds: float = 120.0) -> int:
-        """Read the whole topic to the end it had when this began; entries kept. A ledger
-        not started (a look at the topic from outside) reads with a reader of its own."""
-        reader = self._reader or await self._start_reader()
         latest: dict[bytes, bytes | None] = {}
         try:
             await reader.topics()
@@ -154,14 +142,15 @@ class Ledger:
                 TopicPartition(self.topic, p): None
                 for p in sorted(reader.partitions_for_topic(self.topic) or ())
             }
-            async with aclosing(read_range(reader, starts, timeout_seconds)) as batches:
+            async with aclosing(
+                read_range(reader, starts, timeout_seconds, release=False)
+            ) as batches:
                 async for records in batches:
                     for record in records:
                         if record.key is not None:
                             latest[record.key] = record.value
         finally:
-            if reader is not self._reader:
-                await reader.stop()
+            await reader.stop()
         self.deliveries.clear()
         self.groups.clear()
         for key, value in latest.items():
