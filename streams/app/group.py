@@ -10,17 +10,20 @@ exactly what was not done. aiokafka calls the member's rebalance callbacks throu
 Traps:
 
 * The callbacks run in aiokafka's coordinator task while the member's loop awaits
-  something else: each member holds one lock over a batch's intake and its callbacks.
-* aiokafka swallows (logs) a callback's exception: a member keeps it and raises it from
-  its own loop, or it would run on with a half-done assignment.
+  something else: the :class:`Listener` runs them under the lock the member also holds
+  over a batch's intake, so the two never interleave.
+* aiokafka swallows (logs) a callback's exception: the :class:`Listener` hands it to the
+  member (``failed``), which raises it from its own loop, or it would run on with a
+  half-done assignment.
 * A commit refused because a rebalance took the partitions is not an error: their next
   owner re-reads from the previous commit. :func:`commit` says so and returns False.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
@@ -32,7 +35,7 @@ from streams.app.offsets import PartitionOffsets
 
 class Member(Protocol):
     """A consumer-group member's rebalance callbacks (aiokafka's eager protocol: all is
-    revoked, then the new assignment arrives)."""
+    revoked, then the new assignment arrives), run under its lock by the :class:`Listener`."""
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None: ...
 
@@ -40,16 +43,29 @@ class Member(Protocol):
 
 
 class Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
-    """Hands aiokafka's rebalance callbacks to the member."""
+    """Hands aiokafka's rebalance callbacks to the member, under ``lock``; a callback's
+    failure goes to ``failed`` and is raised (for aiokafka to log)."""
 
-    def __init__(self, member: Member) -> None:
+    def __init__(
+        self, member: Member, lock: asyncio.Lock, failed: Callable[[BaseException], None]
+    ) -> None:
         self.member = member
+        self.lock = lock
+        self.failed = failed
 
     async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        await self.member.on_revoked(revoked)
+        await self._guarded(self.member.on_revoked(revoked))
 
     async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        await self.member.on_assigned(assigned)
+        await self._guarded(self.member.on_assigned(assigned))
+
+    async def _guarded(self, callback: Awaitable[None]) -> None:
+        try:
+            async with self.lock:
+                await callback
+        except BaseException as exc:
+            self.failed(exc)
+            raise
 
 
 def group_consumer(

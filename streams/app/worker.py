@@ -256,7 +256,10 @@ class Worker:
             await self.published.start()
             await self.consumer.start()
             self._tune(self.consumer)
-            self.consumer.subscribe(topics=list(self.layout.raw_topics), listener=Listener(self))
+            self.consumer.subscribe(
+                topics=list(self.layout.raw_topics),
+                listener=Listener(self, self._lock, self._failed),
+            )
             tick_ms = max(1, int(self.options.tick_seconds * 1000))
             while not stop.is_set():
                 batches = await self.consumer.getmany(
@@ -562,22 +565,17 @@ class Worker:
 
     # -- rebalances ------------------------------------------------------------------------
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
-        """Everything is about to be reassigned: deliver and commit while we own it."""
-        try:
-            async with self._lock:
-                await self._flush()
-        except BaseException as exc:
-            self._fatal = exc
-            raise
+        """Everything is about to be reassigned: deliver and commit while we own it
+        (under the lock, from :class:`~streams.app.group.Listener`)."""
+        await self._flush()
 
     async def on_assigned(self, assigned: set[TopicPartition]) -> None:
         """Forget lost keys, restore gained ones, resume kept partitions where we were."""
-        try:
-            async with self._lock:
-                await self._adopt(assigned)
-        except BaseException as exc:
-            self._fatal = exc
-            raise
+        await self._adopt(assigned)
+
+    def _failed(self, exc: BaseException) -> None:
+        """A rebalance callback failed: the main loop raises it."""
+        self._fatal = exc
 
     async def _adopt(self, assigned: set[TopicPartition]) -> None:
         raw = {tp for tp in assigned if tp.topic in self._raw_names}

@@ -213,7 +213,9 @@ class BridgeRunner:
                 self._restore_periodic()
                 ticker = asyncio.create_task(self._tick(self.endpoint), name="bridge-tick")
             await self.consumer.start()
-            self.consumer.subscribe(topics=[self.incident_topic], listener=Listener(self))
+            self.consumer.subscribe(
+                topics=[self.incident_topic], listener=Listener(self, self._lock, self._failed)
+            )
             loop = asyncio.get_running_loop()
             last_commit = loop.time()
             while not stop.is_set():
@@ -710,14 +712,6 @@ class BridgeRunner:
             self._committed.update((tp, c.offset) for tp, c in commits.items())
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
-        try:
-            async with self._lock:
-                await self._revoke()
-        except BaseException as exc:
-            self._fatal = exc
-            raise
-
-    async def _revoke(self) -> None:
         """Deliveries in flight get ``REVOKE_GRACE_SECONDS`` to finish (fewer re-sends for
         the next owner), then lanes are cancelled and what is done is committed."""
         if not self._partitions and not self._lanes:
@@ -744,21 +738,22 @@ class BridgeRunner:
         self._paused = False
 
     async def on_assigned(self, assigned: set[TopicPartition]) -> None:
-        try:
-            async with self._lock:
-                if self._assignments:  # not the first: another process may have delivered
-                    await self.ledger.restore(self.settings.restore_timeout_seconds)
-                    if isinstance(self.endpoint, Periodic):
-                        self._restore_periodic()
-                self._assignments += 1
-                self._partitions = {tp: PartitionOffsets() for tp in assigned}
-                self._committed = {}
-            log.info(
-                "bridge %s: partitions %s of %s",
-                self.kind,
-                sorted(tp.partition for tp in assigned),
-                self.incident_topic,
-            )
-        except BaseException as exc:
-            self._fatal = exc
-            raise
+        """Read the ledger again (not the first time: another process may have delivered
+        for these partitions) and track the assigned partitions afresh."""
+        if self._assignments:
+            await self.ledger.restore(self.settings.restore_timeout_seconds)
+            if isinstance(self.endpoint, Periodic):
+                self._restore_periodic()
+        self._assignments += 1
+        self._partitions = {tp: PartitionOffsets() for tp in assigned}
+        self._committed = {}
+        log.info(
+            "bridge %s: partitions %s of %s",
+            self.kind,
+            sorted(tp.partition for tp in assigned),
+            self.incident_topic,
+        )
+
+    def _failed(self, exc: BaseException) -> None:
+        """A rebalance callback failed: the main loop raises it."""
+        self._fatal = exc
