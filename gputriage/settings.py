@@ -5,7 +5,7 @@ living with its owner (:class:`~streams.core.config.CoreSettings`,
 :class:`~streams.config.XidSettings`, :class:`~connectors.kafka.config.KafkaSettings`,
 :class:`~schemas.topics.TopicSettings`, :class:`~streams.app.settings.ProcessorSettings`,
 :class:`~gputriage.logs.LogSettings`, :class:`ConnectSettings`,
-:class:`~connectors.bridges.config.BridgeSettings`). :func:`load_settings`
+:class:`~streams.bridges.settings.BridgeSettings`). :func:`load_settings`
 builds it with ONE ``msgspec.convert``, so every value is validated once, at load,
 and an error names its path: ``invalid configuration in FILE: topics.partitions:
 Expected `int`, got `str```. The structs own every default; the CLI's options
@@ -51,7 +51,6 @@ import msgspec
 
 from connectors.autoscaler.settings import AutoscalerSettings
 from connectors.bounded import read_small
-from connectors.bridges.config import BridgeSettings, bridge_table
 from connectors.dcgm.settings import DcgmSettings
 from connectors.k8s.settings import K8sSettings
 from connectors.kafka.config import (
@@ -77,6 +76,7 @@ from schemas.topics import (
     validation_text,
 )
 from streams.app.settings import ProcessorSettings
+from streams.bridges.settings import BridgeSettings, bridge_table
 from streams.config import XID_UNDER_CORE, XidSettings, core_config, xid_table
 from streams.core.config import CoreSettings
 
@@ -132,7 +132,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     log: LogSettings = LogSettings()
     connect: ConnectSettings = ConnectSettings()
     bridge: BridgeSettings = BridgeSettings()
-    """``[bridge]`` and its ``[bridge.<kind>]`` tables (:mod:`connectors.bridges.config`)."""
+    """``[bridge]`` and its ``[bridge.<kind>]`` tables (:mod:`streams.bridges.settings`)."""
     origin: str = ""
     """The file the settings came from, or empty for defaults and environment only."""
     kafka_password: Secret | None = None

@@ -16,7 +16,7 @@ restart that finds an intent for revision *r* sends *r* again ("maybe delivered"
 vendors dedupe by their keys, Slack's endpoint is told by ``previous``) and counts
 it; any revision without an intent is known to be delivered or not sent at all.
 
-:class:`BridgeGroup` is a storm group's state (:mod:`connectors.bridges.storms`), on
+:class:`BridgeGroup` is a storm group's state (:mod:`streams.bridges.storms`), on
 the same topic under ``route NUL "group" NUL group key``: a storm's grouping
 survives a restart.
 """
@@ -64,7 +64,7 @@ class BridgeDelivery(
     """The revision number the endpoint last saw for this incident on this route. Equal
     to ``revision`` unless storm updates were folded in: a merged view is handed over
     with a revision above every one before it, so vendors that key on it (CloudEvents
-    ids) see a new revision (:mod:`connectors.bridges.storms`). 0: as ``revision``."""
+    ids) see a new revision (:mod:`streams.bridges.storms`). 0: as ``revision``."""
     outcome: str = ""
     """How ``revision`` ended: ``accepted``, ``skipped`` or ``rejected``."""
     group: str = ""

@@ -1,7 +1,7 @@
 """A generic JSON-POST bridge endpoint and a scriptable receiver, for the runner's tests.
 
 The endpoint (kind ``jsonpost``) is a real endpoint module as the registry loads them
-(``Options`` + ``build``): ``[bridge] modules = {jsonpost = "tests.bridge_helpers"}``
+(``Settings`` + ``build``): ``[bridge] modules = {jsonpost = "tests.bridge_helpers"}``
 serves it from a ``gputriage bridge jsonpost`` subprocess too. It POSTs each revision
 as JSON to its route's ``target.url`` with ``Authorization: Bearer <token>`` (the token
 from ``target.token_env`` / ``token_file``), and maps the answer onto the outcomes:
@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sys
-import time
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,13 +40,14 @@ from connectors.bridges.base import (
     Route,
     read_secret,
 )
-from connectors.bridges.config import BridgeSettings
-from connectors.bridges.ledger import Ledger, ledger_topic
-from connectors.bridges.metrics import BridgeMetrics
-from connectors.bridges.runner import BridgeRunner, Scrubber, route_secrets
+from connectors.bridges.scrub import Scrubber, route_secrets
 from connectors.kafka.admin import ensure_topics
 from schemas.codec import encode
 from schemas.incidents import Evidence, Incident, PodInfo
+from streams.bridges.ledger import Ledger, ledger_topic
+from streams.bridges.metrics import BridgeMetrics
+from streams.bridges.runner import BridgeRunner
+from streams.bridges.settings import BridgeSettings
 from tests.cli_helpers import clean_env
 from tests.kafka_helpers import KafkaTestEnv, produce
 from tests.paths import ROOT
@@ -56,7 +56,7 @@ KIND = "jsonpost"
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 
 
-class Options(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``[bridge.jsonpost]``: nothing a test needs but one knob to prove conversion."""
 
     user_agent: str = "gputriage-test"
@@ -68,7 +68,7 @@ class JsonPostEndpoint:
     kind = KIND
 
     def __init__(
-        self, options: Options, http: aiohttp.ClientSession, environ: Mapping[str, str] | None
+        self, options: Settings, http: aiohttp.ClientSession, environ: Mapping[str, str] | None
     ) -> None:
         self.options = options
         self.http = http
@@ -115,7 +115,7 @@ class JsonPostEndpoint:
 
 
 def build(
-    options: Options, http: aiohttp.ClientSession, environ: Mapping[str, str] | None = None
+    options: Settings, http: aiohttp.ClientSession, environ: Mapping[str, str] | None = None
 ) -> JsonPostEndpoint:
     return JsonPostEndpoint(options, http, environ)
 
@@ -124,7 +124,7 @@ def build(
 @dataclass(frozen=True)
 class Received:
     at: float
-    """``time.monotonic()`` on arrival."""
+    """The event loop's clock on arrival (looptime's fake clock under looptime)."""
     body: dict[str, Any]
     token: str
     status: int
@@ -160,7 +160,7 @@ class Receiver:
         self.script.extend(answers)
 
     async def _handle(self, request: web.Request) -> web.Response:
-        at = time.monotonic()
+        at = asyncio.get_running_loop().time()
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
         try:
             body = await request.json()
@@ -236,7 +236,7 @@ def incident(
 ) -> Incident:
     """A valid incident revision (``status`` defaults from the revision: open at 1). Each
     incident is on a node of its own unless ``node`` is given: incidents of one node are
-    one storm group (:mod:`connectors.bridges.storms`), and fold past three pages."""
+    one storm group (:mod:`streams.bridges.storms`), and fold past three pages."""
     status = status or ("open" if revision == 1 else "updated")
     node = node or f"node-{id}"
     t = T0 + timedelta(seconds=revision)
@@ -321,7 +321,7 @@ async def bridging(
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as http:
         runner = BridgeRunner(
             kind=KIND,
-            endpoint=(wrap or _same)(build(Options(), http, environ)),
+            endpoint=(wrap or _same)(build(Settings(), http, environ)),
             routes=routes,
             settings=settings,
             client_kwargs=kafka.kwargs,

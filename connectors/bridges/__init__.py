@@ -1,7 +1,9 @@
-"""Bridges: consumers of the incident topic that deliver each incident's lifecycle to people.
+"""Bridge endpoints: the sinks that turn one incident revision into one vendor's request.
 
-One runner (:mod:`connectors.bridges.runner`) owns Kafka, the durable ledger of what
-was delivered, routes, retries, storms, dead letters and metrics; one endpoint per
-vendor (:mod:`connectors.bridges.pagerduty`, ``slack``, ``alertmanager``, ``webhook``)
-owns only the vendor's format and HTTP semantics, behind :mod:`connectors.bridges.base`.
+One module per vendor (:mod:`connectors.bridges.pagerduty`, ``slack``, ``alertmanager``,
+``webhook``) owns only the vendor's format and HTTP semantics, behind
+:mod:`connectors.bridges.base`; :mod:`connectors.bridges.registry` names them, and
+:mod:`connectors.bridges.scrub` keeps the routes' secrets out of every text. The
+application that drives them (consumer group, ledger, storms, retries) is
+:mod:`streams.bridges`: the endpoints never import it.
 """

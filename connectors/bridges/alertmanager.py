@@ -115,6 +115,7 @@ from connectors.bridges.base import (
     Endpoint,
     Outcome,
     Rejected,
+    RequestSeconds,
     Retry,
     Route,
     SecretError,
@@ -148,31 +149,57 @@ TARGET_KEYS: Final = frozenset(
     {"bearer_token_env", "bearer_token_file", "username", "password_env", "password_file"}
 )
 
-Positive = Annotated[float, msgspec.Meta(gt=0)]
 
+class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[bridge.alertmanager]``: where the replicas are and how often to re-send.
 
-class Options(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``[bridge.alertmanager]``: where the replicas are and how often to re-send."""
+    ``urls``: every replica is POSTed separately, never a load balancer in front of several.
+    ``max_firing_seconds``: a resolve may never come (see the module); Alertmanager then
+    ends the alert at its last ``endsAt``.
+    """
 
-    urls: tuple[str, ...] = ("http://127.0.0.1:9093",)
-    """Every replica's base URL (a route prefix included: ``http://am:9093/am``), each
-    POSTed separately; never a load balancer in front of several."""
-    timeout_seconds: Positive = 10.0
-    """Per POST, connect to answer."""
-    resend_interval_seconds: Positive = 60.0
-    """How often firing (and recently resolved) alerts are sent again."""
-    ends_at_intervals: Annotated[int, msgspec.Meta(ge=2)] = 4
-    """A firing alert's ``endsAt`` is this many intervals ahead: the stall it survives."""
-    resolved_resend_seconds: Annotated[float, msgspec.Meta(ge=0)] = 300.0
-    """How long a resolved alert is still sent (Alertmanager keeps alerts in memory)."""
-    generator_url: str = "urn:gputriage:incident:{id}"
-    """The alert's back-link; ``{id}``, ``{type}``, ``{cluster}``, ``{node}`` are filled in.
-    Point it at your incident view (``https://grafana.example/d/gpu?var-incident={id}``)."""
-    runbook_url: str = ""
-    """The ``runbook_url`` annotation, ``{type}`` and ``{alertname}`` filled in; none if empty."""
-    max_firing_seconds: Positive = 7 * 86400.0
-    """A firing alert with no new revision for this long is no longer re-sent (its resolve
-    may never come: see the module); Alertmanager then ends it at its last ``endsAt``."""
+    urls: Annotated[
+        tuple[str, ...],
+        msgspec.Meta(description="Every replica's base URL, a route prefix included."),
+    ] = ("http://127.0.0.1:9093",)
+    timeout_seconds: RequestSeconds = 10.0
+    resend_interval_seconds: Annotated[
+        float,
+        msgspec.Meta(
+            gt=0, le=86400, description="How often firing (and recently resolved) alerts go again."
+        ),
+    ] = 60.0
+    ends_at_intervals: Annotated[
+        int,
+        msgspec.Meta(
+            ge=2, le=1000, description="A firing alert's endsAt is this many intervals ahead."
+        ),
+    ] = 4
+    resolved_resend_seconds: Annotated[
+        float,
+        msgspec.Meta(ge=0, le=86400, description="How long a resolved alert is still sent."),
+    ] = 300.0
+    generator_url: Annotated[
+        str,
+        msgspec.Meta(
+            description="The alert's back-link; {id}, {type}, {cluster}, {node} are filled in."
+        ),
+    ] = "urn:gputriage:incident:{id}"
+    runbook_url: Annotated[
+        str,
+        msgspec.Meta(
+            description="The runbook_url annotation, {type} and {alertname} filled in; "
+            "none if empty."
+        ),
+    ] = ""
+    max_firing_seconds: Annotated[
+        float,
+        msgspec.Meta(
+            gt=0,
+            le=366 * 86400,
+            description="A firing alert with no new revision for this long is no longer sent.",
+        ),
+    ] = 7 * 86400.0
 
 
 class PostableAlert(msgspec.Struct, frozen=True, kw_only=True):
@@ -305,7 +332,7 @@ class AlertmanagerEndpoint:
 
     def __init__(
         self,
-        options: Options,
+        options: Settings,
         http: aiohttp.ClientSession,
         environ: Mapping[str, str] | None = None,
         *,
@@ -627,7 +654,7 @@ def _at(unix: float) -> datetime:
 
 
 def build(
-    options: Options, http: aiohttp.ClientSession, environ: Mapping[str, str] | None = None
+    options: Settings, http: aiohttp.ClientSession, environ: Mapping[str, str] | None = None
 ) -> Endpoint:
     """The endpoint for ``[bridge.alertmanager]``; ValueError for options that cannot work."""
     if not options.urls:

@@ -36,12 +36,24 @@ import os
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Final, Protocol, runtime_checkable
+from typing import Annotated, Final, Protocol, runtime_checkable
 from urllib.parse import quote, quote_plus, urlsplit
+
+import msgspec
 
 from connectors.bounded import read_small
 from connectors.kafka.config import Secret
 from schemas.incidents import Incident
+
+RequestSeconds = Annotated[
+    float,
+    msgspec.Meta(
+        gt=0,
+        le=300,
+        description="One request to the vendor, connect to last byte; past it, a retry.",
+    ),
+]
+"""Every kind's ``timeout_seconds``: one declaration of its range and meaning."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -81,6 +81,7 @@ from connectors.bridges.base import (
     Endpoint,
     Outcome,
     Rejected,
+    RequestSeconds,
     Retry,
     Route,
     SecretError,
@@ -116,23 +117,36 @@ SEVERITY: Final[Mapping[str, str]] = {"page": "critical", "ticket": "warning", "
 Action = Literal["trigger", "resolve"]
 
 
-class Options(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``[bridge.pagerduty]``: every setting defaulted; the routing key is per route."""
 
-    url: str = ENQUEUE_URL
-    """Another host (a proxy), or a local receiver in tests."""
-    timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] = 10.0
-    client: str = "gputriage"
-    """Shown in PagerDuty as the alert's monitoring client."""
-    client_url: str = ""
-    """A link back (a Grafana dashboard); left out of the event when empty."""
-    runbook_url: str = ""
-    """A link for every event, ``{type}`` replaced by the incident type
-    (``https://wiki.example/gpu/{type}``); none when empty."""
-    calls_per_minute: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 100
-    """Our own pace per routing key, below PagerDuty's documented ~120."""
-    rate_limited_retry_seconds: Annotated[float, msgspec.Meta(ge=0)] = 30.0
-    """After a 429: PagerDuty's suggestion is to retry 30 s apart."""
+    url: Annotated[
+        str, msgspec.Meta(description="Events API v2 enqueue URL (a proxy, or a test receiver).")
+    ] = ENQUEUE_URL
+    timeout_seconds: RequestSeconds = 10.0
+    client: Annotated[
+        str, msgspec.Meta(description="Shown in PagerDuty as the alert's monitoring client.")
+    ] = "gputriage"
+    client_url: Annotated[
+        str, msgspec.Meta(description="A link back (a dashboard); left out when empty.")
+    ] = ""
+    runbook_url: Annotated[
+        str,
+        msgspec.Meta(
+            description="A link for every event, {type} replaced by the incident type; "
+            "none when empty."
+        ),
+    ] = ""
+    calls_per_minute: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1, le=1000, description="Our own pace per routing key, below PagerDuty's ~120."
+        ),
+    ] = 100
+    rate_limited_retry_seconds: Annotated[
+        float,
+        msgspec.Meta(ge=0, le=3600, description="After a 429 without Retry-After, wait this long."),
+    ] = 30.0
 
 
 def key_fingerprint(key: Secret) -> str:
@@ -220,7 +234,7 @@ def _evidence_line(incident: Incident, i: int) -> str:
     return f"{e.time.isoformat()} {e.schema} {e.event_id}: {text}"
 
 
-def trigger_body(incident: Incident, key: Secret, options: Options) -> bytes:
+def trigger_body(incident: Incident, key: Secret, options: Settings) -> bytes:
     """The trigger event for this revision, fitted under :data:`BODY_BUDGET` when it can
     be (what is never cut is bounded: ids, a clipped summary and action, the GPUs)."""
     parts = _Details(
@@ -254,7 +268,7 @@ def _most(fits: Callable[[int], bytes], upper: int) -> int:
 
 
 def _renderer(
-    incident: Incident, key: Secret, options: Options
+    incident: Incident, key: Secret, options: Settings
 ) -> Callable[[_Details, int, int, bool], bytes]:
     summary = clip(f"[{incident.cluster}] {incident.summary}", MAX_SUMMARY)
     payload_head: dict[str, Any] = {
@@ -335,7 +349,7 @@ class PagerDutyEndpoint:
 
     def __init__(
         self,
-        options: Options,
+        options: Settings,
         http: aiohttp.ClientSession,
         environ: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,
@@ -482,6 +496,6 @@ def _answer(text: str) -> dict[str, Any]:
 
 
 def build(
-    options: Options, http: aiohttp.ClientSession, environ: Mapping[str, str] | None = None
+    options: Settings, http: aiohttp.ClientSession, environ: Mapping[str, str] | None = None
 ) -> Endpoint:
     return PagerDutyEndpoint(options, http, environ)

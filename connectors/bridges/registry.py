@@ -7,8 +7,9 @@ kind served by a module of the operator's own (the tests' JSON receiver is one).
 
 An endpoint module exposes (see :mod:`connectors.bridges.base`):
 
-* ``Options``: a frozen ``msgspec.Struct`` with ``forbid_unknown_fields``, every field
-  defaulted, holding its ``[bridge.<kind>]`` settings (never a secret);
+* ``Settings``: a frozen ``msgspec.Struct`` with ``forbid_unknown_fields``, every field
+  defaulted, holding its ``[bridge.<kind>]`` settings (never a secret); a module of an
+  operator's own may still call it ``Options``, its earlier name (:func:`settings_type`);
 * ``build(options, http, environ=None) -> Endpoint``: ``http`` is the bridge's shared
   ``aiohttp.ClientSession``, ``environ`` the environment secrets are read from.
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Mapping
 from types import ModuleType
-from typing import Final
+from typing import Any, Final
 
 KINDS: Final[Mapping[str, str]] = {
     "pagerduty": "connectors.bridges.pagerduty",
@@ -39,7 +40,7 @@ def modules(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 def load(kind: str, extra: Mapping[str, str] | None = None) -> ModuleType:
-    """The module of ``kind``, checked to have ``Options`` and ``build``."""
+    """The module of ``kind``, checked to have ``Settings`` and ``build``."""
     known = modules(extra)
     name = known.get(kind)
     if name is None:
@@ -50,7 +51,15 @@ def load(kind: str, extra: Mapping[str, str] | None = None) -> ModuleType:
         if exc.name is not None and name.startswith(exc.name):
             raise UnknownKind(f"bridge kind {kind!r}: module {name} is not installed") from None
         raise
-    for attribute in ("Options", "build"):
-        if not hasattr(module, attribute):
-            raise UnknownKind(f"bridge kind {kind!r}: module {name} has no {attribute}")
+    if not hasattr(module, "Settings") and not hasattr(module, "Options"):
+        raise UnknownKind(f"bridge kind {kind!r}: module {name} has no Settings")
+    if not hasattr(module, "build"):
+        raise UnknownKind(f"bridge kind {kind!r}: module {name} has no build")
     return module
+
+
+def settings_type(module: ModuleType) -> type[Any]:
+    """The struct of a kind's ``[bridge.<kind>]`` table: ``Settings`` (``Options`` in
+    modules written before the name changed)."""
+    found: type[Any] = getattr(module, "Settings", None) or module.Options
+    return found

@@ -99,6 +99,7 @@ from connectors.bridges.base import (
     Endpoint,
     Outcome,
     Rejected,
+    RequestSeconds,
     Retry,
     Route,
     SecretError,
@@ -144,26 +145,37 @@ BURST: Final = 4
 log = logging.getLogger("gputriage.bridge.slack")
 
 
-class Options(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """``[bridge.slack]``; routes give ``channel`` and ``token_env``/``token_file``, or
-    ``webhook_url_env``/``webhook_url_file``."""
+    ``webhook_url_env``/``webhook_url_file``. ``channel_interval_seconds``: Slack allows
+    about one message a second per channel; :data:`BURST` calls may go back to back."""
 
-    api_url: str = "https://slack.com/api/"
-    """The Web API's base (a test receiver, or a proxy, sets another)."""
-    timeout_seconds: Annotated[float, msgspec.Meta(gt=0, le=300)] = 10.0
-    channel_interval_seconds: Annotated[float, msgspec.Meta(ge=0, le=60)] = 1.0
-    """Seconds per call to one channel, on average (Slack: about one message a second);
-    :data:`BURST` calls may go back to back. 0: no pacing."""
-    thread_replies: bool = True
-    """Post what each revision changed into the parent's thread (bot mode)."""
-    budget_chars: Annotated[int, msgspec.Meta(ge=slack_blocks.MIN_BUDGET, le=MAX_BUDGET)] = (
-        slack_blocks.DEFAULT_BUDGET
-    )
-    """Text characters in all blocks of one message (see :mod:`.slack_blocks`)."""
+    api_url: Annotated[
+        str, msgspec.Meta(description="The Web API's base URL (a proxy, or a test receiver).")
+    ] = "https://slack.com/api/"
+    timeout_seconds: RequestSeconds = 10.0
+    channel_interval_seconds: Annotated[
+        float,
+        msgspec.Meta(
+            ge=0, le=60, description="Seconds per call to one channel on average; 0: no pacing."
+        ),
+    ] = 1.0
+    thread_replies: Annotated[
+        bool,
+        msgspec.Meta(description="Post what each revision changed into the parent's thread."),
+    ] = True
+    budget_chars: Annotated[
+        int,
+        msgspec.Meta(
+            ge=slack_blocks.MIN_BUDGET,
+            le=MAX_BUDGET,
+            description="Text characters in all blocks of one message.",
+        ),
+    ] = slack_blocks.DEFAULT_BUDGET
 
 
 def build(
-    options: Options, http: aiohttp.ClientSession, environ: Mapping[str, str] | None = None
+    options: Settings, http: aiohttp.ClientSession, environ: Mapping[str, str] | None = None
 ) -> Endpoint:
     return SlackEndpoint(options, http, environ)
 
@@ -202,7 +214,9 @@ Call = tuple[str, dict[str, Any]]
 """One Web API call: the method and its payload."""
 
 
-def plan(incident: Incident, memo: Mapping[str, str], options: Options, channel: str) -> list[Call]:
+def plan(
+    incident: Incident, memo: Mapping[str, str], options: Settings, channel: str
+) -> list[Call]:
     """The bot-mode calls for one revision, given the ledger's memo (pure: the endpoint
     and ``gputriage demo --bridge slack-stub`` both use it). A memo with the parent's
     ``(channel, ts)``: ``chat.update`` of it, then a reply in its thread when
@@ -226,7 +240,7 @@ class SlackEndpoint:
 
     def __init__(
         self,
-        options: Options,
+        options: Settings,
         http: aiohttp.ClientSession,
         environ: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.monotonic,

@@ -121,6 +121,7 @@ from connectors.bridges.base import (
     Endpoint,
     Outcome,
     Rejected,
+    RequestSeconds,
     Retry,
     Route,
     SecretError,
@@ -164,23 +165,33 @@ _OWNED_HEADERS: Final = frozenset(
 )
 
 
-class Options(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """``[bridge.webhook]``: settings shared by every webhook route (never a secret)."""
+class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
+    """``[bridge.webhook]``: settings shared by every webhook route (never a secret).
 
-    timeout_seconds: Annotated[float, msgspec.Meta(gt=0)] = 10.0
-    """The whole request, connect to last byte; past it the revision is retried."""
-    user_agent: str = "gputriage-bridge-webhook/1"
-    headers: dict[str, str] = {}
-    """Extra static headers (``X-Team: gpu-infra``). Not for secrets: a token goes in
-    the route's ``token_env``/``token_file``. ``ce-*`` and the headers this module sets
-    are refused (see the module's traps)."""
-    source_prefix: str = "/gputriage/clusters/"
-    """``source`` is this plus the cluster name, percent-encoded."""
-    dataschema: str = ""
-    """An absolute URI where ``incident.v1.json`` is published; empty: no ``dataschema``."""
-    origin: str = ""
-    """Sent as ``WebHook-Request-Origin`` when set (a DNS name for this sender, for
-    targets that require the webhook spec's abuse protection, http-webhook.md §4)."""
+    ``headers`` are not for secrets: a token goes in the route's ``token_env`` /
+    ``token_file``; ``ce-*`` and the headers this module sets are refused (see the traps).
+    ``origin`` answers the webhook spec's abuse protection (http-webhook.md, section 4).
+    """
+
+    timeout_seconds: RequestSeconds = 10.0
+    user_agent: Annotated[str, msgspec.Meta(description="The User-Agent header.")] = (
+        "gputriage-bridge-webhook/1"
+    )
+    headers: Annotated[
+        dict[str, str], msgspec.Meta(description="Extra static headers (X-Team: gpu-infra).")
+    ] = {}
+    source_prefix: Annotated[
+        str,
+        msgspec.Meta(description="source is this plus the cluster name, percent-encoded."),
+    ] = "/gputriage/clusters/"
+    dataschema: Annotated[
+        str,
+        msgspec.Meta(description="Absolute URI of incident.v1.json; empty: no dataschema."),
+    ] = ""
+    origin: Annotated[
+        str,
+        msgspec.Meta(description="Sent as WebHook-Request-Origin when set (this sender's name)."),
+    ] = ""
 
     def __post_init__(self) -> None:
         for name, value in self.headers.items():
@@ -231,7 +242,7 @@ def event_time(incident: Incident) -> datetime:
     return incident.last_seen
 
 
-def render(incident: Incident, options: Options) -> bytes:
+def render(incident: Incident, options: Settings) -> bytes:
     """The request body for one revision (pure: same revision, same bytes)."""
     envelope = _CloudEvent(
         specversion=SPECVERSION,
@@ -275,7 +286,7 @@ class WebhookEndpoint:
 
     def __init__(
         self,
-        options: Options,
+        options: Settings,
         http: aiohttp.ClientSession,
         environ: Mapping[str, str] | None = None,
         clock: Callable[[], float] = time.time,
@@ -374,7 +385,7 @@ class WebhookEndpoint:
 
 
 def build(
-    options: Options, http: aiohttp.ClientSession, environ: Mapping[str, str] | None = None
+    options: Settings, http: aiohttp.ClientSession, environ: Mapping[str, str] | None = None
 ) -> Endpoint:
     """The runner's entry point (``connectors.bridges.webhook``)."""
     return WebhookEndpoint(options, http, environ)
@@ -385,7 +396,7 @@ __all__ = [
     "EVENT_TYPES",
     "SIGNATURE_HEADER",
     "TIMESTAMP_HEADER",
-    "Options",
+    "Settings",
     "WebhookEndpoint",
     "build",
     "event_id",

@@ -2,7 +2,7 @@
 
 The kind's module (``connectors.bridges.<kind>``) is imported only when it runs; its
 options and routes come from ``[bridge]`` and ``[bridge.<kind>]``
-(:mod:`connectors.bridges.config`). No option takes a secret: routing keys, tokens,
+(:mod:`streams.bridges.settings`). No option takes a secret: routing keys, tokens,
 webhook URLs and HMAC keys are named by ``*_env`` / ``*_file`` keys of a route's
 ``target`` and read from the environment or a file.
 """
@@ -15,7 +15,6 @@ import os
 
 import click
 
-from connectors.bridges.config import BridgeConfigError, BridgeSettings
 from gputriage.cli.common import (
     CONTEXT,
     brokers_option,
@@ -27,6 +26,7 @@ from gputriage.cli.common import (
 from gputriage.errors import error
 from gputriage.settings import SettingsError
 from schemas.topics import topic_layout
+from streams.bridges.settings import BridgeConfigError, BridgeSettings
 
 log = logging.getLogger("gputriage.bridge")
 
@@ -62,7 +62,7 @@ def bridge_command(
       gputriage --config /etc/gputriage.toml bridge pagerduty
       PD_ROUTING_KEY=... gputriage bridge pagerduty --metrics-port 0
     """
-    from connectors.bridges.serve import install_scrubber, prepare, serve  # noqa: PLC0415
+    from gputriage.bridge import install_scrubber, prepare, serve  # noqa: PLC0415
 
     settings = settings_of(ctx)
     where = f" in {settings.origin}" if settings.origin else ""

@@ -20,7 +20,7 @@ import io
 import json
 from typing import IO, TYPE_CHECKING, Final
 
-from connectors.bridges.slack import Call, Options, memo_of, plan
+from connectors.bridges.slack import Call, Settings, memo_of, plan
 from schemas.codec import decode_incident
 from schemas.incidents import Incident
 
@@ -32,22 +32,22 @@ CHANNEL: Final = "C0DEMOCHAN"
 
 
 def calls(
-    incident: Incident, memo: dict[str, str] | None, options: Options | None = None
+    incident: Incident, memo: dict[str, str] | None, options: Settings | None = None
 ) -> list[Call]:
     """The endpoint's calls for one revision, given the memo the ledger would hold: the
     endpoint's own :func:`~connectors.bridges.slack.plan` (``thread_replies`` and
     ``budget_chars`` honoured)."""
-    return plan(incident, memo or {}, options or Options(), CHANNEL)
+    return plan(incident, memo or {}, options or Settings(), CHANNEL)
 
 
 class SlackStub(io.BytesIO):
     """A binary stream that turns the incident JSON lines written to it into the Slack
     calls they would cause, pretty-printed to ``out``."""
 
-    def __init__(self, out: IO[bytes], options: Options | None = None) -> None:
+    def __init__(self, out: IO[bytes], options: Settings | None = None) -> None:
         super().__init__()
         self._out = out
-        self._options = options or Options()
+        self._options = options or Settings()
         self._pending = b""
         self._memos: dict[str, dict[str, str]] = {}
         self._posted = 0

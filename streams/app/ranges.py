@@ -11,6 +11,9 @@ Traps:
   partition has gaps, and Tansu answers an end offset with its last batch's base + 1
   (a batch of five at 10..14: end 11), while a fetch returns whole batches. So records
   past the asked end may come too; they are on the topic, and the caller gets them.
+* A consumer unassigned and stopped at once (the bridge ledger's reader, which lives for
+  one read) stalled the bridge's group join on the tests' broker: such a caller passes
+  ``release=False``.
 """
 
 from __future__ import annotations
@@ -26,10 +29,13 @@ async def read_range(
     consumer: AIOKafkaConsumer,
     starts: Mapping[TopicPartition, int | None],
     timeout_seconds: float,
+    *,
+    release: bool = True,
 ) -> AsyncGenerator[list[Any], None]:
     """Batches of records of ``starts``' partitions, each from its start (None: the
     beginning) to its end; ``TimeoutError`` past ``timeout_seconds``. The caller may stop early;
-    the consumer is unassigned either way."""
+    the consumer is unassigned either way, unless ``release`` is False (a caller that
+    stops the consumer right after: see the module's traps)."""
     tps = list(starts)
     if not tps:
         return
@@ -59,4 +65,5 @@ async def read_range(
                 if await consumer.position(tp) >= ends[tp]:
                     remaining.discard(tp)
     finally:
-        consumer.assign([])
+        if release:
+            consumer.assign([])

@@ -11,7 +11,7 @@ between batches, so quiet keys' windows still close. Delivery is at-least-once:
    is sent to the state topic, then every send since the last flush is
    awaited (all acked), and only then are offsets committed, each partition's
    up to its lowest record the correlator has not released
-   (:class:`~streams.app.offsets.PartitionOffsets`). The acks and the commit are
+   (:mod:`streams.app.group`, shared with the bridges). The acks and the commit are
    awaited in a task of their own, one at a time, while the loop reads on
    (:meth:`Worker._flush`); a revocation or a stop awaits them in line. Records still held for
    the watermark are never committed: after a crash they are read again, and
@@ -96,9 +96,9 @@ from collections.abc import Iterable, Mapping
 from functools import partial
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRebalanceListener, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.coordinator.assignors.range import RangePartitionAssignor
-from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
+from aiokafka.errors import KafkaError
 from aiokafka.structs import OffsetAndMetadata
 
 from connectors.health import fetched_ago
@@ -108,6 +108,7 @@ from schemas.topics import STATE_RECORD_MAX_BYTES, TopicLayout, TopicSpec
 from streams.app import dead_letters
 from streams.app.announced import Receipts
 from streams.app.changelog import ChangelogReader
+from streams.app.group import Listener, commit, committable, group_consumer
 from streams.app.metrics import Metrics
 from streams.app.offsets import PartitionOffsets
 from streams.app.pipeline import BatchOutcome, Partition, Pipeline
@@ -124,17 +125,6 @@ MAX_REQUEST_BYTES = STATE_RECORD_MAX_BYTES
 the state topic's ``max.message.bytes`` (:data:`schemas.topics.STATE_RECORD_MAX_BYTES`)."""
 PREFETCH_BACKOFF_SECONDS = 0.002
 """aiokafka's fetcher's ``prefetch_backoff`` (0.1 s by default; see :meth:`Worker._tune`)."""
-
-
-class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-
-    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        await self.worker.on_revoked(revoked)
-
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        await self.worker.on_assigned(assigned)
 
 
 class Worker:
@@ -156,13 +146,10 @@ class Worker:
         self.state_topic = state.name
         self.partitions = state.partitions
         self._raw_names = frozenset(layout.raw_topics)
-        self.consumer = AIOKafkaConsumer(
-            **client_kwargs,
+        self.consumer = group_consumer(
+            client_kwargs,
             group_id=options.app_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            session_timeout_ms=int(options.session_timeout_seconds * 1000),
-            heartbeat_interval_ms=int(min(1.0, options.session_timeout_seconds / 3) * 1000),
+            session_timeout_seconds=options.session_timeout_seconds,
             rebalance_timeout_ms=int(options.rebalance_timeout_seconds * 1000),
             fetch_max_wait_ms=options.fetch_max_wait_ms,
             max_partition_fetch_bytes=4 << 20,
@@ -218,7 +205,10 @@ class Worker:
             await self.published.start()
             await self.consumer.start()
             self._tune(self.consumer)
-            self.consumer.subscribe(topics=list(self.layout.raw_topics), listener=_Listener(self))
+            self.consumer.subscribe(
+                topics=list(self.layout.raw_topics),
+                listener=Listener(self, self._lock, self._failed),
+            )
             tick_ms = max(1, int(self.options.tick_seconds * 1000))
             while not stop.is_set():
                 batches = await self.consumer.getmany(
@@ -435,11 +425,7 @@ class Worker:
                 raise
         started = time.perf_counter()
         self._last_flush = _now()
-        commits = {}
-        for tp, tracker in self._offsets.items():
-            offset = tracker.committable()
-            if offset is not None:
-                commits[tp] = OffsetAndMetadata(offset, "")
+        commits = committable(self._offsets)
         await self._send_batched(
             self.state_topic,
             ((key.encode(), data, lane) for key, data, lane in self.pipeline.snapshots()),
@@ -472,17 +458,8 @@ class Worker:
                 "(made again from records re-read after a restore)",
                 self._suppressed_told,
             )
-        if not commits:
-            return
-        try:
-            await self.consumer.commit(commits)
+        if await commit(self.consumer, commits, log):
             self.published.committed({tp: c.offset for tp, c in commits.items()})
-        except (CommitFailedError, IllegalStateError) as exc:
-            # A rebalance took the partitions: their next owner re-reads from the
-            # previous commit, and the key high-water marks skip what is applied.
-            log.warning("commit skipped (%s); the next owner re-reads those records", exc)
-        except KafkaError as exc:
-            log.warning("commit failed (%r); records will be re-read after a restart", exc)
 
     async def _send_batched(self, topic: str, records: Iterable[tuple[bytes, bytes, int]]) -> None:
         """Queue ``(key, value, partition)`` records in batches built here, one open per
@@ -532,22 +509,17 @@ class Worker:
 
     # -- rebalances ------------------------------------------------------------------------
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
-        """Everything is about to be reassigned: deliver and commit while we own it."""
-        try:
-            async with self._lock:
-                await self._flush()
-        except BaseException as exc:
-            self._fatal = exc
-            raise
+        """Everything is about to be reassigned: deliver and commit while we own it
+        (under the lock, from :class:`~streams.app.group.Listener`)."""
+        await self._flush()
 
     async def on_assigned(self, assigned: set[TopicPartition]) -> None:
         """Forget lost keys, restore gained ones, resume kept partitions where we were."""
-        try:
-            async with self._lock:
-                await self._adopt(assigned)
-        except BaseException as exc:
-            self._fatal = exc
-            raise
+        await self._adopt(assigned)
+
+    def _failed(self, exc: BaseException) -> None:
+        """A rebalance callback failed: the main loop raises it."""
+        self._fatal = exc
 
     async def _adopt(self, assigned: set[TopicPartition]) -> None:
         raw = {tp for tp in assigned if tp.topic in self._raw_names}

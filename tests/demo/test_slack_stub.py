@@ -8,7 +8,7 @@ import re
 
 from click.testing import CliRunner
 
-from connectors.bridges.slack import Options
+from connectors.bridges.slack import Settings
 from gputriage.cli.demo import demo_command
 from gputriage.demo.slack_stub import CHANNEL, SlackStub
 from schemas.codec import encode
@@ -66,7 +66,7 @@ def test_the_stub_honours_the_endpoints_options() -> None:
     c.tick(60 * MIN)
     revisions = [r for r in run(c.events) if r.type == "host_oom_kill"]
     out = io.BytesIO()
-    stub = SlackStub(out, Options(thread_replies=False))
+    stub = SlackStub(out, Settings(thread_replies=False))
     stub.write(b"".join(encode(r) + b"\n" for r in revisions))
     titles = re.findall(r"^── r\d \w+ · ([\w.]+)", out.getvalue().decode(), flags=re.M)
     assert titles == ["chat.postMessage"] + ["chat.update"] * (len(revisions) - 1)

@@ -74,11 +74,11 @@ def _promtool() -> str:
 def _exported() -> set[str]:
     """Every sample name gputriage's processes can export."""
     from connectors.autoscaler.metrics import AutoscalerMetrics  # noqa: PLC0415
-    from connectors.bridges.metrics import BridgeMetrics  # noqa: PLC0415
     from connectors.dcgm.scrape import DcgmMetrics  # noqa: PLC0415
     from connectors.k8s.metrics import ConnectorMetrics  # noqa: PLC0415
     from connectors.xid.run import KmsgMetrics  # noqa: PLC0415
     from streams.app.metrics import Metrics  # noqa: PLC0415
+    from streams.bridges.metrics import BridgeMetrics  # noqa: PLC0415
 
     names: set[str] = set()
     every = (

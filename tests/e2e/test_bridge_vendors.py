@@ -57,12 +57,12 @@ import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from prometheus_client.parser import text_string_to_metric_families
 
-from connectors.bridges.ledger import Ledger, ledger_topic
 from connectors.kafka.admin import ensure_topics
 from schemas.bridges import KEY_SEPARATOR, BridgeDelivery
 from schemas.codec import decode_event, encode, loads, typed_decoder
 from schemas.events import Tick
 from schemas.incidents import Incident
+from streams.bridges.ledger import Ledger, ledger_topic
 from streams.core import Correlator
 from tests import alertmanager_helpers
 from tests.alertmanager_helpers import RunningAlertmanager

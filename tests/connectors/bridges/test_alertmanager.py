@@ -28,7 +28,7 @@ import pytest
 import pytest_asyncio
 from aiohttp import web
 
-from connectors.bridges.alertmanager import AlertmanagerEndpoint, Options, alertname, build
+from connectors.bridges.alertmanager import AlertmanagerEndpoint, Settings, alertname, build
 from connectors.bridges.base import (
     Accepted,
     Delivered,
@@ -239,7 +239,7 @@ class Clock:
 def endpoint(
     http: aiohttp.ClientSession, *urls: str, clock: Clock | None = None, **options: Any
 ) -> AlertmanagerEndpoint:
-    opts = Options(urls=urls, **options)
+    opts = Settings(urls=urls, **options)
     ep = build(opts, http)
     assert isinstance(ep, AlertmanagerEndpoint)
     if clock is not None:
@@ -530,7 +530,7 @@ async def test_credentials_come_from_the_route_and_never_show(
     rx = receivers[0]
     token = "tok-3f9a-very-secret"
     env = {"AM_TOKEN": token}
-    opts = Options(urls=(rx.url,))
+    opts = Settings(urls=(rx.url,))
     bearer = Route(name="b", target={"bearer_token_env": "AM_TOKEN"})
     ep = AlertmanagerEndpoint(opts, http, env)
     assert ep.check_route(bearer) is None
@@ -563,19 +563,19 @@ async def test_credentials_come_from_the_route_and_never_show(
 def test_options_that_cannot_work_are_refused_at_build() -> None:
     session: Any = None  # build never touches the session
     for bad, message in [
-        (Options(urls=()), "at least one"),
-        (Options(urls=("am:9093",)), "not an http(s) URL"),
-        (Options(urls=("http://u:pw@am:9093",)), "no credentials in a URL"),
-        (Options(generator_url="/incidents/{id}"), "not an absolute URI"),
-        (Options(generator_url="https://g/{incident}"), "bad template"),
-        (Options(runbook_url="https://r/{nope}"), "bad template"),
+        (Settings(urls=()), "at least one"),
+        (Settings(urls=("am:9093",)), "not an http(s) URL"),
+        (Settings(urls=("http://u:pw@am:9093",)), "no credentials in a URL"),
+        (Settings(generator_url="/incidents/{id}"), "not an absolute URI"),
+        (Settings(generator_url="https://g/{incident}"), "bad template"),
+        (Settings(runbook_url="https://r/{nope}"), "bad template"),
     ]:
         with pytest.raises(ValueError, match=re.escape(message)):
             build(bad, session)
     with pytest.raises(RecordError):
-        convert_as({"url": "http://am:9093"}, Options)
+        convert_as({"url": "http://am:9093"}, Settings)
     with pytest.raises(RecordError):
-        convert_as({"resend_interval_seconds": 0}, Options)
+        convert_as({"resend_interval_seconds": 0}, Settings)
 
 
 def test_alertname_is_the_type_in_camel_case() -> None:
@@ -622,7 +622,7 @@ async def test_a_tick_sends_at_most_256_alerts_a_post_with_each_routes_credentia
     rx = receivers[0]
     t = 1_900_000_000.0
     env = {"TOKEN_A": "a-token"}
-    ep = AlertmanagerEndpoint(Options(urls=(rx.url,)), http, env, clock=Clock(t))
+    ep = AlertmanagerEndpoint(Settings(urls=(rx.url,)), http, env, clock=Clock(t))
     routed = Route(name="a", target={"bearer_token_env": "TOKEN_A"})
     ledger: dict[tuple[str, str], Delivered] = {}
     first = await ep.deliver(opened, None, ROUTE)
@@ -630,7 +630,7 @@ async def test_a_tick_sends_at_most_256_alerts_a_post_with_each_routes_credentia
         ledger[(routed.name, f"{opened.id}-{n}")] = delivered(opened, first)
     rx.batches.clear()
     rx.headers.clear()
-    restarted = AlertmanagerEndpoint(Options(urls=(rx.url,)), http, env, clock=Clock(t))
+    restarted = AlertmanagerEndpoint(Settings(urls=(rx.url,)), http, env, clock=Clock(t))
     assert restarted.check_route(routed) is None
     restarted.restore(ledger)
     await restarted.tick(t + 60)
@@ -694,9 +694,9 @@ async def test_an_alert_without_a_revision_for_max_firing_seconds_is_no_longer_s
 
 
 def test_max_firing_seconds_is_an_option_with_a_week_by_default() -> None:
-    assert Options().max_firing_seconds == 7 * 86400
+    assert Settings().max_firing_seconds == 7 * 86400
     with pytest.raises(msgspec.ValidationError):
-        msgspec.convert({"max_firing_seconds": 0}, Options)
+        msgspec.convert({"max_firing_seconds": 0}, Settings)
 
 
 @pytest.mark.asyncio
@@ -725,7 +725,7 @@ async def test_a_token_with_a_control_character_is_refused_and_never_raises(
     token_file = tmp_path / "token"
     token_file.write_text("tok-3f9a\n\n", encoding="utf-8")
     env = {"AM_TOKEN": "tok-3f9a\n"}
-    ep = AlertmanagerEndpoint(Options(urls=(rx.url,)), http, env, clock=Clock(1_900_000_000.0))
+    ep = AlertmanagerEndpoint(Settings(urls=(rx.url,)), http, env, clock=Clock(1_900_000_000.0))
     for target in ({"bearer_token_file": str(token_file)}, {"bearer_token_env": "AM_TOKEN"}):
         route = Route(name="odd", target=target)
         error = ep.check_route(route)

@@ -34,8 +34,8 @@ from connectors.bridges.base import (
 from connectors.bridges.pagerduty import (
     BODY_BUDGET,
     MAX_DEDUP_KEY,
-    Options,
     PagerDutyEndpoint,
+    Settings,
     build,
     dedup_key,
     key_fingerprint,
@@ -128,7 +128,7 @@ async def bridge(
     environ: dict[str, str] | None = None, **options: Any
 ) -> AsyncIterator[tuple[PagerDutyEndpoint, PagerDutyReceiver]]:
     async with serving() as receiver, aiohttp.ClientSession() as http:
-        endpoint = build(Options(url=receiver.url, **options), http, environ or ENV)
+        endpoint = build(Settings(url=receiver.url, **options), http, environ or ENV)
         assert isinstance(endpoint, PagerDutyEndpoint)
         yield endpoint, receiver
         await endpoint.close()
@@ -158,7 +158,7 @@ async def paced(
     clock = Clock()
     async with serving() as receiver, aiohttp.ClientSession() as http:
         yield (
-            PagerDutyEndpoint(Options(url=receiver.url, **options), http, ENV, clock),
+            PagerDutyEndpoint(Settings(url=receiver.url, **options), http, ENV, clock),
             receiver,
             clock,
         )
@@ -337,7 +337,7 @@ async def test_timeouts_and_network_errors_are_retried() -> None:
     assert timed_out == Retry("timeout after 0.2 s")
     async with aiohttp.ClientSession() as http:
         dead = f"http://127.0.0.1:{free_port()}/v2/enqueue"
-        refused = await build(Options(url=dead), http, ENV).deliver(opened, None, ROUTE)
+        refused = await build(Settings(url=dead), http, ENV).deliver(opened, None, ROUTE)
     assert isinstance(refused, Retry)
     assert refused.reason.startswith("network error")
 
@@ -346,7 +346,7 @@ async def test_timeouts_and_network_errors_are_retried() -> None:
 @pytest.mark.asyncio
 async def test_check_route_names_what_is_missing_never_a_value(tmp_path: Path) -> None:
     async with aiohttp.ClientSession() as http:
-        endpoint = build(Options(), http, ENV)
+        endpoint = build(Settings(), http, ENV)
     key_file = tmp_path / "key"
     key_file.write_text(OTHER_KEY + "\n")
     assert endpoint.check_route(ROUTE) is None
@@ -496,10 +496,10 @@ async def test_a_runbook_link_names_the_incident_type() -> None:
 
 
 def test_options_refuse_what_cannot_work() -> None:
-    assert convert_as({}, Options) == Options()
+    assert convert_as({}, Settings) == Settings()
     for bad in ({"timeout_seconds": 0}, {"calls_per_minute": 0}, {"routing_key": KEY}):
         with pytest.raises(RecordError):
-            convert_as(bad, Options)
+            convert_as(bad, Settings)
 
 
 def test_dedup_key_is_the_id_and_a_long_id_stays_unique_under_255() -> None:

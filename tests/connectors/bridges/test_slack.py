@@ -30,7 +30,7 @@ from connectors.bridges.base import (
     Route,
     Skipped,
 )
-from connectors.bridges.slack import MAX_BUDGET, Options, SlackEndpoint, build
+from connectors.bridges.slack import MAX_BUDGET, Settings, SlackEndpoint, build
 from schemas.incidents import Evidence, Incident, PodInfo
 from tests.core_helpers import of_type, run
 from tests.factories import Cluster, term
@@ -41,7 +41,7 @@ TOKEN = "xoxb-test-token"
 CHANNEL = "C0ALERTS1"
 ENV = {"SLACK_TOKEN": TOKEN}
 ROUTE = Route(name="oncall", target={"channel": CHANNEL, "token_env": "SLACK_TOKEN"})
-FAST = Options(channel_interval_seconds=0.0)
+FAST = Settings(channel_interval_seconds=0.0)
 
 HOSTILE_POD = "<!channel>-*bold*-`zap`"
 """Would mention the channel, bold, and close a code span."""
@@ -107,7 +107,7 @@ class Clock:
 def endpoint(
     slack: SlackReceiver,
     http: aiohttp.ClientSession,
-    options: Options = FAST,
+    options: Settings = FAST,
     clock: Clock | None = None,
 ) -> SlackEndpoint:
     options = msgspec.structs.replace(options, api_url=slack.url)
@@ -459,7 +459,7 @@ async def test_a_refused_token_is_retried_long_and_an_unknown_channel_rejected(
     """A token being rotated must not dead-letter every incident: a long Retry and a
     warning naming the route, never the token."""
     first, *_ = oom_lifecycle()
-    wrong = build(Options(api_url=slack.url), http, {"SLACK_TOKEN": "xoxb-leaked-value"})
+    wrong = build(Settings(api_url=slack.url), http, {"SLACK_TOKEN": "xoxb-leaked-value"})
     outcome = await wrong.deliver(first, None, ROUTE)
     assert outcome == Retry(
         reason="slack chat.postMessage: invalid_auth (credential refused)", after_seconds=60.0
@@ -543,7 +543,7 @@ async def test_a_network_failure_is_retried_and_named_by_class_only(
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     first, *_ = oom_lifecycle()
-    ep = build(Options(api_url=f"http://127.0.0.1:{port}/api/"), http, ENV)
+    ep = build(Settings(api_url=f"http://127.0.0.1:{port}/api/"), http, ENV)
     outcome = await ep.deliver(first, None, ROUTE)
     assert isinstance(outcome, Retry)
     assert outcome.after_seconds is None
@@ -559,7 +559,7 @@ async def test_calls_to_one_channel_are_spaced(
     """About one message a second per channel, a short burst allowed: past it the
     endpoint answers Retry with when to come back (it never sleeps holding the call)."""
     clock = Clock()
-    ep = endpoint(slack, http, Options(channel_interval_seconds=0.25), clock)
+    ep = endpoint(slack, http, Settings(channel_interval_seconds=0.25), clock)
     first, second, third = oom_lifecycle()
     [_, updated] = await deliver_all(ep, [first, second])  # 1 + 2 calls of 4
     assert len(slack.calls) == 3
@@ -681,7 +681,7 @@ async def test_a_storm_fits_a_webhook_message_at_the_highest_budget(
     slack: SlackReceiver, http: aiohttp.ClientSession
 ) -> None:
     route = Route(name="hook", target={"webhook_url_env": "HOOK"})
-    options = Options(channel_interval_seconds=0.0, budget_chars=MAX_BUDGET)
+    options = Settings(channel_interval_seconds=0.0, budget_chars=MAX_BUDGET)
     ep = build(options, http, {"HOOK": slack.webhook_url})
     assert isinstance(await ep.deliver(storm(), None, route), Accepted)
     assert total_text(slack.webhook_posts[0]["blocks"]) <= MAX_BUDGET
@@ -718,10 +718,10 @@ def test_check_route_says_what_is_missing_and_never_the_secret(
 
 def test_options_refuse_unknown_keys_and_hold_no_secret() -> None:
     with pytest.raises(msgspec.ValidationError):
-        msgspec.convert({"token": TOKEN}, Options)
+        msgspec.convert({"token": TOKEN}, Settings)
     with pytest.raises(msgspec.ValidationError):
-        msgspec.convert({"budget_chars": 20_000}, Options)
+        msgspec.convert({"budget_chars": 20_000}, Settings)
     with pytest.raises(msgspec.ValidationError):  # Slack fails near 12k counting structure
-        msgspec.convert({"budget_chars": 11_001}, Options)
-    assert msgspec.convert({"budget_chars": 11_000}, Options).budget_chars == 11_000
-    assert not {"token", "webhook_url"} & set(Options.__struct_fields__)
+        msgspec.convert({"budget_chars": 11_001}, Settings)
+    assert msgspec.convert({"budget_chars": 11_000}, Settings).budget_chars == 11_000
+    assert not {"token", "webhook_url"} & set(Settings.__struct_fields__)

@@ -23,7 +23,7 @@ import pytest
 from connectors.bridges.base import Accepted, Endpoint, Rejected, Retry, Route
 from connectors.bridges.webhook import (
     CONTENT_TYPE,
-    Options,
+    Settings,
     WebhookEndpoint,
     build,
     render,
@@ -64,10 +64,10 @@ def lifecycle() -> list[Incident]:
 
 @asynccontextmanager
 async def endpoint(
-    options: Options | None = None, environ: Mapping[str, str] | None = None
+    options: Settings | None = None, environ: Mapping[str, str] | None = None
 ) -> AsyncIterator[WebhookEndpoint]:
     async with aiohttp.ClientSession() as http:
-        yield WebhookEndpoint(options or Options(), http, environ, clock=lambda: NOW)
+        yield WebhookEndpoint(options or Settings(), http, environ, clock=lambda: NOW)
 
 
 def route(**target: str) -> Route:
@@ -85,7 +85,7 @@ def closed_port() -> int:
 async def test_open_update_resolve_arrive_as_three_valid_cloudevents() -> None:
     revisions = lifecycle()
     async with CloudEventsReceiver() as hook, aiohttp.ClientSession() as http:
-        webhook = build(Options(), http)
+        webhook = build(Settings(), http)
         assert isinstance(webhook, Endpoint)
         assert webhook.check_route(route(url=hook.url + "/events")) is None
         outcomes = [
@@ -129,7 +129,7 @@ async def test_a_retried_revision_is_the_same_event_byte_for_byte() -> None:
     bodies = {seen.body for seen in hook.requests}
     assert len(hook.requests) == 3
     # After a restart (a new endpoint) the revision renders to the very same bytes.
-    assert bodies == {render(inc, Options())}
+    assert bodies == {render(inc, Settings())}
     assert [e["id"] for e in hook.events] == [f"{inc.id}/1"]
 
 
@@ -239,7 +239,7 @@ async def test_network_errors_and_timeouts_are_retried() -> None:
     inc = lifecycle()[0]
     async with (
         CloudEventsReceiver() as hook,
-        endpoint(Options(timeout_seconds=0.3)) as webhook,
+        endpoint(Settings(timeout_seconds=0.3)) as webhook,
     ):
         hook.answer(Answer(204, hold=True))
         slow = await webhook.deliver(inc, None, route(url=hook.url))
@@ -317,7 +317,7 @@ async def test_check_route_names_what_is_missing() -> None:
 
 
 def test_options_refuse_unknown_fields_owned_headers_and_a_relative_dataschema() -> None:
-    assert msgspec.convert({}, Options) == Options()
+    assert msgspec.convert({}, Settings) == Settings()
     for bad in (
         {"timeout": 3},
         {"timeout_seconds": 0},
@@ -331,13 +331,13 @@ def test_options_refuse_unknown_fields_owned_headers_and_a_relative_dataschema()
         {"headers": {"": "gpu"}},
     ):
         with pytest.raises(msgspec.ValidationError):
-            msgspec.convert(bad, Options)
+            msgspec.convert(bad, Settings)
 
 
 @pytest.mark.asyncio
 async def test_options_shape_the_event_and_the_request() -> None:
     inc = lifecycle()[0]
-    options = Options(
+    options = Settings(
         source_prefix="https://triage.example.com/clusters/",
         dataschema="https://triage.example.com/schemas/incident.v1.json",
         headers={"X-Team": "gpu-infra"},
@@ -358,7 +358,7 @@ async def test_options_shape_the_event_and_the_request() -> None:
 
 def test_a_cluster_name_is_percent_encoded_into_the_source() -> None:
     inc = msgspec.structs.replace(lifecycle()[0], cluster="eu west/1")
-    event = json.loads(render(inc, Options()))
+    event = json.loads(render(inc, Settings()))
     assert event["source"] == "/gputriage/clusters/eu%20west%2F1"
     assert validate_event(event) == []
 
@@ -366,7 +366,7 @@ def test_a_cluster_name_is_percent_encoded_into_the_source() -> None:
 def test_the_receiver_catches_what_the_sdk_would_let_through() -> None:
     """The validator itself can fail: a missing id (the SDK invents one), a bare date
     (dateutil parses it), an upper-case extension, a relative dataschema."""
-    good = json.loads(render(lifecycle()[0], Options()))
+    good = json.loads(render(lifecycle()[0], Settings()))
     assert validate_event(good) == []
     bad = {k: v for k, v in good.items() if k != "id"}
     bad |= {"time": "2026-11-30", "clusterName": "c1", "dataschema": "incident.v1.json"}
@@ -412,7 +412,7 @@ async def test_a_secret_with_a_control_character_is_refused_and_deliver_never_ra
 def test_a_bad_static_header_is_refused_when_the_options_are_built() -> None:
     """At start, with the option's name: not a retry of every revision at every send."""
     with pytest.raises(ValueError, match="headers: 'X-Team'"):
-        Options(headers={"X-Team": "gpu\r\ninfra"})
+        Settings(headers={"X-Team": "gpu\r\ninfra"})
 
 
 @pytest.mark.asyncio

@@ -1,10 +1,11 @@
-"""Starting one bridge process: the kind's module, its routes, Kafka, ``/metrics``, signals.
+"""Starting one bridge process: the kind's module, its routes, Kafka, ``/metrics``, signals
+(what :mod:`gputriage.process` is to the processor's worker).
 
 :func:`prepare` does everything that can fail on a configuration mistake, before any
 connection (the kind exists, its options convert, it has routes); :func:`serve` then
 builds the endpoint, checks every route's target and secrets (a missing secret stops
 the process here, with one line naming the variable or file, never a value), creates
-the ledger topic and runs the :class:`~connectors.bridges.runner.BridgeRunner` until
+the ledger topic and runs the :class:`~streams.bridges.runner.BridgeRunner` until
 SIGINT/SIGTERM.
 
 Traps:
@@ -25,20 +26,21 @@ from types import ModuleType
 from typing import Any
 
 from connectors.bridges.base import Route, SecretError
-from connectors.bridges.config import (
+from connectors.bridges.registry import UnknownKind, load, settings_type
+from connectors.bridges.scrub import Scrubber, route_secrets
+from connectors.kafka.admin import ensure_topics
+from connectors.signals import stop_on_signals
+from schemas.topics import TopicLayout
+from streams.bridges.ledger import ledger_topic
+from streams.bridges.metrics import BridgeMetrics
+from streams.bridges.runner import BridgeRunner
+from streams.bridges.settings import (
     BridgeConfigError,
     BridgeSettings,
     group_id,
     kind_options,
     routes_of,
 )
-from connectors.bridges.ledger import ledger_topic
-from connectors.bridges.metrics import BridgeMetrics
-from connectors.bridges.registry import UnknownKind, load
-from connectors.bridges.runner import BridgeRunner, Scrubber, route_secrets
-from connectors.kafka.admin import ensure_topics
-from connectors.signals import stop_on_signals
-from schemas.topics import TopicLayout
 
 log = logging.getLogger("gputriage.bridge")
 
@@ -68,7 +70,7 @@ def prepare(
         module = load(kind, settings.modules)
     except UnknownKind as exc:
         raise BridgeConfigError(str(exc)) from None
-    options = kind_options(settings, kind, module.Options)
+    options = kind_options(settings, kind, settings_type(module))
     try:
         routes = tuple(r.route() for r in routes_of(settings, kind))
     except ValueError as exc:  # checked at load already; kept for settings built in code

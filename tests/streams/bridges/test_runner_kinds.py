@@ -22,12 +22,13 @@ import pytest
 from aiohttp import web
 
 from connectors.bridges.base import Endpoint, Periodic, Route
-from connectors.bridges.config import kind_options
-from connectors.bridges.ledger import ledger_topic
-from connectors.bridges.metrics import BridgeMetrics
-from connectors.bridges.registry import KINDS, load
-from connectors.bridges.runner import BridgeRunner, Scrubber, route_secrets
+from connectors.bridges.registry import KINDS, load, settings_type
+from connectors.bridges.scrub import Scrubber, route_secrets
 from connectors.kafka.admin import ensure_topics
+from streams.bridges.ledger import ledger_topic
+from streams.bridges.metrics import BridgeMetrics
+from streams.bridges.runner import BridgeRunner
+from streams.bridges.settings import kind_options
 from tests.bridge_helpers import FAST, incident, publish
 from tests.kafka_helpers import KafkaTestEnv, eventually
 
@@ -98,7 +99,7 @@ async def test_a_shipped_kind_runs_under_the_runner(kafka: KafkaTestEnv, kind: s
     async with standing_in() as stand_in:
         table, target = setup_of(kind, stand_in.url)
         settings = msgspec.structs.replace(FAST, kinds={kind: table})
-        options = kind_options(settings, kind, module.Options)
+        options = kind_options(settings, kind, settings_type(module))
         route = Route(name="r", target=target)
         layout = kafka.layout
         ledger = ledger_topic(layout, f"kinds-{kind}")

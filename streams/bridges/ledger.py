@@ -15,9 +15,9 @@ Traps:
 * The producer's default partitioner places a key (murmur2): the same key always lands
   on the same partition, which is all compaction needs. Restore reads every partition,
   so the ledger's partition count does not have to match the incident topic's.
-* The end offsets are read *before* reading, and reading stops at the *position*
-  (a compacted partition has gaps; Tansu answers an end with its last batch's base + 1,
-  so records past the asked end may come and are kept: they are on the topic).
+* The topic is read to the ends it had when the restore began, as the processor reads
+  its state topic (:func:`streams.app.ranges.read_range`: its traps say why the read
+  stops at the position); records past those ends may come and are kept.
 * A ledger record that does not decode is logged and counted, never fatal: a bridge
   that cannot start because of one bad record would page nobody at all. At worst the
   incident it was about is delivered once more.
@@ -26,8 +26,8 @@ Traps:
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Iterator, Mapping
+from contextlib import aclosing
 from typing import Any, Final
 
 import msgspec
@@ -36,6 +36,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from schemas.bridges import KEY_SEPARATOR, BridgeDelivery, BridgeGroup
 from schemas.codec import RecordError, encode, typed_decoder
 from schemas.topics import TopicLayout, TopicSpec
+from streams.app.ranges import read_range
 
 log = logging.getLogger("gputriage.bridge")
 
@@ -124,45 +125,32 @@ class Ledger:
         else:
             self.groups[(entry.route, entry.group)] = entry
 
-    async def restore(self, timeout_s: float = 120.0) -> int:
+    async def restore(self, timeout_seconds: float = 120.0) -> int:
         """Read the whole topic to the end it had when this began; entries kept."""
-        consumer = AIOKafkaConsumer(
+        reader = AIOKafkaConsumer(
             **self._kwargs,
             group_id=None,
             enable_auto_commit=False,
             auto_offset_reset="earliest",
             fetch_max_wait_ms=50,
         )
-        await consumer.start()
+        await reader.start()
         latest: dict[bytes, bytes | None] = {}
         try:
-            await consumer.topics()
-            tps = [
-                TopicPartition(self.topic, p)
-                for p in sorted(consumer.partitions_for_topic(self.topic) or ())
-            ]
-            if tps:
-                ends = await consumer.end_offsets(tps)
-                starts = await consumer.beginning_offsets(tps)
-                remaining = {tp for tp in tps if ends[tp] > starts[tp]}
-                consumer.assign(tps)
-                await consumer.seek_to_beginning(*tps)
-                deadline = time.monotonic() + timeout_s
-                while remaining:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(
-                            f"reading the ledger {self.topic} took over {timeout_s:g} s"
-                        )
-                    batches = await consumer.getmany(*remaining, timeout_ms=200, max_records=10_000)
-                    for records in batches.values():
-                        for record in records:
-                            if record.key is not None:
-                                latest[record.key] = record.value
-                    for tp in list(remaining):
-                        if await consumer.position(tp) >= ends[tp]:
-                            remaining.discard(tp)
+            await reader.topics()
+            starts: dict[TopicPartition, int | None] = {
+                TopicPartition(self.topic, p): None
+                for p in sorted(reader.partitions_for_topic(self.topic) or ())
+            }
+            async with aclosing(
+                read_range(reader, starts, timeout_seconds, release=False)
+            ) as batches:
+                async for records in batches:
+                    for record in records:
+                        if record.key is not None:
+                            latest[record.key] = record.value
         finally:
-            await consumer.stop()
+            await reader.stop()
         self.deliveries.clear()
         self.groups.clear()
         for key, value in latest.items():

@@ -14,22 +14,23 @@ import msgspec
 import pytest
 
 from connectors.bridges.base import Delivered, Route
-from connectors.bridges.config import (
+from connectors.bridges.registry import KINDS, UnknownKind, load, settings_type
+from connectors.bridges.scrub import Scrubber, route_secrets
+from connectors.kafka.admin import ensure_topics
+from gputriage.settings import Settings, SettingsError, load_settings
+from schemas.bridges import BridgeDelivery, BridgeGroup
+from schemas.codec import encode, typed_decoder
+from schemas.jsonschema import DOCUMENT_DIR
+from streams.bridges.ledger import Ledger, delivery_key, ledger_topic
+from streams.bridges.settings import (
     BridgeConfigError,
     BridgeSettings,
     group_id,
     kind_options,
     routes_of,
 )
-from connectors.bridges.ledger import Ledger, delivery_key, ledger_topic
-from connectors.bridges.registry import KINDS, UnknownKind, load
-from connectors.bridges.runner import Scrubber, route_secrets
-from connectors.kafka.admin import ensure_topics
-from gputriage.settings import Settings, SettingsError, load_settings
-from schemas.bridges import BridgeDelivery, BridgeGroup
-from schemas.codec import encode, typed_decoder
-from schemas.jsonschema import DOCUMENT_DIR
-from tests.bridge_helpers import Options, bridging, incident, publish, receiving, route
+from tests.bridge_helpers import Settings as JsonPostSettings
+from tests.bridge_helpers import bridging, incident, publish, receiving, route
 from tests.cli_helpers import load_tables
 from tests.kafka_helpers import KafkaTestEnv, eventually, produce
 from tests.paths import ROOT
@@ -49,7 +50,7 @@ def test_kind_tables_and_routes_load_from_file_and_environment() -> None:
     assert bridge.kinds["jsonpost"]["user_agent"] == "x"
     [a] = routes_of(bridge, "jsonpost")
     assert a.route() == Route(name="a", severities=frozenset({"page"}))
-    assert kind_options(bridge, "jsonpost", Options) == Options(user_agent="x")
+    assert kind_options(bridge, "jsonpost", JsonPostSettings) == JsonPostSettings(user_agent="x")
     assert group_id(bridge, "gputriage", "jsonpost") == "gputriage-bridge-jsonpost"
     assert "bridge" in Settings.__struct_fields__
 
@@ -90,16 +91,16 @@ def test_kind_options_are_checked_by_the_kinds_own_struct() -> None:
         },
     ).bridge
     with pytest.raises(BridgeConfigError, match=r"bridge\.jsonpost\.user_agent: Expected `str`"):
-        kind_options(bridge, "jsonpost", Options)
+        kind_options(bridge, "jsonpost", JsonPostSettings)
 
 
 def test_the_registry_loads_by_name_and_says_what_is_missing() -> None:
     assert set(KINDS) == {"pagerduty", "slack", "alertmanager", "webhook"}
     module = load("jsonpost", {"jsonpost": "tests.bridge_helpers"})
-    assert module.Options is Options
+    assert settings_type(module) is JsonPostSettings
     with pytest.raises(UnknownKind, match="expected one of: pagerduty"):
         load("nope")
-    with pytest.raises(UnknownKind, match="has no Options"):
+    with pytest.raises(UnknownKind, match="has no Settings"):
         load("odd", {"odd": "tests.kafka_helpers"})
 
 
@@ -252,7 +253,7 @@ def test_the_bridges_page_configuration_loads(tmp_path: Path) -> None:
 
 
 def test_the_bridges_page_names_every_bridge_metric_and_only_those() -> None:
-    from connectors.bridges.metrics import BridgeMetrics  # noqa: PLC0415
+    from streams.bridges.metrics import BridgeMetrics  # noqa: PLC0415
 
     named = set(re.findall(r"`(gputriage_bridge_[a-z_]+)", _bridges_section()))
     exported = {
@@ -282,7 +283,7 @@ def test_each_vendor_subsection_has_a_configuration_that_loads(kind: str, tmp_pa
     path.write_text(toml, encoding="utf-8")
     bridge = load_settings(str(path), environ={}).bridge
     module = load(kind)
-    options = kind_options(bridge, kind, module.Options)
+    options = kind_options(bridge, kind, settings_type(module))
     environ = dict.fromkeys(re.findall(r'_env = "([A-Z_]+)"', toml), "x" * 32)
     routes = routes_of(bridge, kind)
     assert routes

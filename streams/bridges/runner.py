@@ -8,14 +8,14 @@ incident on one route go out in order, one at a time, while lanes run side by si
 route whose endpoint is down, holds back only its own lanes.
 
 Per lane, before each delivery (:class:`~schemas.bridges.BridgeDelivery` in the ledger,
-:mod:`connectors.bridges.ledger`):
+:mod:`streams.bridges.ledger`):
 
 1. revisions at or below the ledger's are dropped (``duplicate_skipped``);
 2. queued revisions coalesce: only the newest goes, except that the first ``open`` (when
    nothing was delivered yet) and every ``resolved`` are never skipped;
 3. an ``updated`` revision waits until ``min_update_seconds`` after the lane's last
    delivery (what arrives meanwhile coalesces into it); a new incident of a storm group
-   past its page budget folds into the group's page (:mod:`connectors.bridges.storms`);
+   past its page budget folds into the group's page (:mod:`streams.bridges.storms`);
 4. an *intent* (``state = "sending"``) is written and acked, then the endpoint is called;
    ``Retry`` waits (the vendor's ``Retry-After``, else full-jitter backoff) and tries
    again for as long as the process runs; ``Rejected`` goes to the dead-letter topic;
@@ -24,7 +24,10 @@ Per lane, before each delivery (:class:`~schemas.bridges.BridgeDelivery` in the 
 
 An offset is committed (every ``commit_seconds``, on a rebalance and at the stop) up to
 the lowest record of its partition that is not done, so a crash re-reads exactly what
-was not finished, and the ledger drops what was.
+was not finished, and the ledger drops what was: the processor's group discipline
+(:mod:`streams.app.group`). Timers run on the event loop's clock, so tests fast-forward
+retries with looptime; the ledger's timestamps are wall-clock (``clock``: they outlive
+the process).
 
 Traps:
 
@@ -39,8 +42,8 @@ Traps:
   commit, not its partition's other lanes.
 * **Secrets** are never in a reason, a log line, a metric label or a dead letter: the
   routes' secret values are read once at start and scrubbed from every text this module
-  writes (:class:`Scrubber`; the CLI also installs it as a logging filter), as a second
-  line behind the endpoints' own care.
+  writes (:class:`~connectors.bridges.scrub.Scrubber`; the CLI also installs it as a
+  logging filter), as a second line behind the endpoints' own care.
 * aiokafka's rebalance callbacks run in its coordinator task: on revoke every lane is
   cancelled (a delivery cut mid-call keeps its intent: the next owner re-sends it) and
   what is done is committed; on assignment the ledger is read again (another process may
@@ -53,17 +56,15 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import msgspec
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.errors import CommitFailedError, IllegalStateError, KafkaError
-from aiokafka.structs import OffsetAndMetadata
+from aiokafka import TopicPartition
+from aiokafka.errors import KafkaError
 
 from connectors.backoff import Backoff
-from connectors.bounded import read_small
 from connectors.bridges.base import (
     Accepted,
     Delivered,
@@ -74,18 +75,19 @@ from connectors.bridges.base import (
     Retry,
     Route,
     Skipped,
-    mask,
-    url_secrets,
 )
-from connectors.bridges.config import BridgeSettings
-from connectors.bridges.ledger import Ledger
-from connectors.bridges.metrics import BridgeMetrics
-from connectors.bridges.storms import StormPolicy, folded, group_of, merged, paged, with_lead_view
+from connectors.bridges.scrub import Scrubber
 from connectors.health import fetched_ago, observe_consumer
 from schemas.bridges import BridgeDelivery
 from schemas.codec import RecordError, decode_incident, encode, fitted_dead_letter
 from schemas.dead_letters import DeadLetter
 from schemas.incidents import Incident
+from streams.app.group import Listener, commit, committable, group_consumer
+from streams.app.offsets import PartitionOffsets
+from streams.bridges.ledger import Ledger
+from streams.bridges.metrics import BridgeMetrics
+from streams.bridges.settings import BridgeSettings
+from streams.bridges.storms import StormPolicy, folded, group_of, merged, paged, with_lead_view
 
 log = logging.getLogger("gputriage.bridge")
 
@@ -93,52 +95,6 @@ RESUME_AT = 0.8
 FALLBACK_LETTER_BYTES = 64 << 10
 REVOKE_GRACE_SECONDS = 2.0
 """On a revocation, how long deliveries in flight may finish before they are cut."""
-
-
-class Scrubber:
-    """Masks every known secret value in a text (:func:`connectors.bridges.base.mask`: as
-    sent and percent-encoded, longest first). Values under 4 characters are left alone:
-    masking them would mangle ordinary words."""
-
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
-        self.secrets = sorted({s for s in secrets if len(s) >= 4}, key=len, reverse=True)
-
-    def __call__(self, text: str) -> str:
-        return mask(text, self.secrets) if self.secrets else text
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        """A ``logging`` filter: the formatted message, scrubbed (args folded in)."""
-        if not self.secrets:
-            return True
-        message = record.getMessage()
-        scrubbed = self(message)
-        if record.exc_info and record.exc_text is None:
-            record.exc_text = logging.Formatter().formatException(record.exc_info)
-        if record.exc_text:
-            record.exc_text = self(record.exc_text)
-        if scrubbed != message or record.args:
-            record.msg, record.args = scrubbed, None
-        return True
-
-
-def route_secrets(routes: Iterable[Route], environ: Mapping[str, str]) -> list[str]:
-    """The values of every ``*_env`` / ``*_file`` a route's target names (for scrubbing)."""
-    values: list[str] = []
-    for route in routes:
-        for key, name in route.target.items():
-            found: list[str] = []
-            if key.endswith("_env"):
-                value = environ.get(name)
-                if value:
-                    found.append(value)
-            elif key.endswith("_file"):
-                with contextlib.suppress(OSError, UnicodeDecodeError):
-                    text = read_small(name).decode("utf-8")
-                    found.extend(v for v in (text, text.rstrip("\n")) if v)
-            if "url" in key:  # a secret URL's path and query are secrets too
-                found += [part for value in found for part in url_secrets(value.strip())]
-            values.extend(found)
-    return values
 
 
 @dataclass(eq=False, slots=True)
@@ -149,20 +105,6 @@ class _Ticket:
     offset: int
     remaining: int = 0
     generation: int = 0
-
-
-@dataclass(slots=True)
-class _Partition:
-    """Records of one partition read and not done; the committable offset."""
-
-    outstanding: dict[int, _Ticket] = field(default_factory=dict)
-    next_offset: int | None = None
-    committed: int | None = None
-
-    def committable(self) -> int | None:
-        if self.outstanding:
-            return min(self.outstanding)
-        return self.next_offset
 
 
 @dataclass(eq=False, slots=True)
@@ -186,17 +128,6 @@ class _Lane:
     items: list[_Item] = field(default_factory=list)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     task: asyncio.Task[None] | None = None
-
-
-class _Listener(ConsumerRebalanceListener):  # type: ignore[misc]  # aiokafka is untyped
-    def __init__(self, runner: BridgeRunner) -> None:
-        self.runner = runner
-
-    async def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        await self.runner.on_revoked(revoked)
-
-    async def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        await self.runner.on_assigned(assigned)
 
 
 class _Abandoned(Exception):
@@ -239,16 +170,15 @@ class BridgeRunner:
             max_s=settings.retry_max_seconds,
             max_retry_after_s=settings.max_retry_after_seconds,
         )
-        self.consumer = AIOKafkaConsumer(
-            **client_kwargs,
+        self.consumer = group_consumer(
+            client_kwargs,
             group_id=group_id,
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            session_timeout_ms=int(settings.session_timeout_seconds * 1000),
-            heartbeat_interval_ms=int(min(1.0, settings.session_timeout_seconds / 3) * 1000),
+            session_timeout_seconds=settings.session_timeout_seconds,
             fetch_max_wait_ms=100,
         )
-        self._partitions: dict[TopicPartition, _Partition] = {}
+        self._partitions: dict[TopicPartition, PartitionOffsets] = {}
+        """Per partition read: its records not done, so its committable offset."""
+        self._committed: dict[TopicPartition, int] = {}
         self._lanes: dict[tuple[str, str], _Lane] = {}
         self._slots = {r.name: asyncio.Semaphore(settings.max_in_flight) for r in self.routes}
         self._halt = asyncio.Event()
@@ -283,8 +213,11 @@ class BridgeRunner:
                 self._restore_periodic()
                 ticker = asyncio.create_task(self._tick(self.endpoint), name="bridge-tick")
             await self.consumer.start()
-            self.consumer.subscribe(topics=[self.incident_topic], listener=_Listener(self))
-            last_commit = time.monotonic()
+            self.consumer.subscribe(
+                topics=[self.incident_topic], listener=Listener(self, self._lock, self._failed)
+            )
+            loop = asyncio.get_running_loop()
+            last_commit = loop.time()
             while not stop.is_set():
                 self._raise_fatal(ticker)
                 batches = await self.consumer.getmany(timeout_ms=200, max_records=1000)
@@ -295,8 +228,8 @@ class BridgeRunner:
                         for record in records:
                             self._take(tp, record)
                     self._bound()
-                if time.monotonic() - last_commit >= self.settings.commit_seconds:
-                    last_commit = time.monotonic()
+                if loop.time() - last_commit >= self.settings.commit_seconds:
+                    last_commit = loop.time()
                     await self._commit()
             await self._drain()
             await self._commit()
@@ -365,14 +298,13 @@ class BridgeRunner:
 
     # -- records in --------------------------------------------------------------------------
     def _take(self, tp: TopicPartition, record: Any) -> None:
-        partition = self._partitions.get(tp)
-        if partition is None:  # lost in a rebalance since the fetch
+        tracker = self._partitions.get(tp)
+        if tracker is None:  # lost in a rebalance since the fetch
             return
-        if partition.next_offset is not None and record.offset < partition.next_offset:
+        if tracker.next_offset is not None and record.offset < tracker.next_offset:
             return
-        partition.next_offset = record.offset + 1
+        tracker.add(record.offset)
         ticket = _Ticket(tp, record.offset, generation=self._generation)
-        partition.outstanding[record.offset] = ticket
         coordinates = (tp.topic, tp.partition, record.offset, record.key, record.value)
         try:
             if record.value is None:
@@ -419,9 +351,9 @@ class BridgeRunner:
         ticket.remaining -= 1
         if ticket.remaining > 0 or ticket.generation != self._generation:
             return
-        partition = self._partitions.get(ticket.tp)
-        if partition is not None:
-            partition.outstanding.pop(ticket.offset, None)
+        tracker = self._partitions.get(ticket.tp)
+        if tracker is not None:
+            tracker.release(ticket.offset)
 
     def _done(self, item: _Item, outcome: str) -> None:
         self._queued -= 1
@@ -700,7 +632,7 @@ class BridgeRunner:
     def _observe_kafka(self) -> None:
         """The health's ``kafka`` condition, at most once a second. While paused (the
         lanes are full) nothing is fetched, so fetch times say nothing then."""
-        now = time.monotonic()
+        now = asyncio.get_running_loop().time()
         if now - self._health_at < 1.0:
             return
         self._health_at = now
@@ -775,33 +707,11 @@ class BridgeRunner:
 
     # -- offsets and rebalances ------------------------------------------------------------
     async def _commit(self) -> None:
-        commits = {}
-        for tp, partition in self._partitions.items():
-            offset = partition.committable()
-            if offset is not None and offset != partition.committed:
-                commits[tp] = OffsetAndMetadata(offset, "")
-        if not commits:
-            return
-        try:
-            await self.consumer.commit(commits)
-        except (CommitFailedError, IllegalStateError) as exc:
-            log.warning("commit skipped (%s); the next owner re-reads those records", exc)
-            return
-        except KafkaError as exc:
-            log.warning("commit failed (%r); records will be re-read after a restart", exc)
-            return
-        for tp, committed in commits.items():
-            self._partitions[tp].committed = committed.offset
+        commits = committable(self._partitions, self._committed)
+        if await commit(self.consumer, commits, log):
+            self._committed.update((tp, c.offset) for tp, c in commits.items())
 
     async def on_revoked(self, revoked: set[TopicPartition]) -> None:
-        try:
-            async with self._lock:
-                await self._revoke()
-        except BaseException as exc:
-            self._fatal = exc
-            raise
-
-    async def _revoke(self) -> None:
         """Deliveries in flight get ``REVOKE_GRACE_SECONDS`` to finish (fewer re-sends for
         the next owner), then lanes are cancelled and what is done is committed."""
         if not self._partitions and not self._lanes:
@@ -823,24 +733,27 @@ class BridgeRunner:
         self._generation += 1
         self._lanes.clear()
         self._partitions.clear()
+        self._committed.clear()
         self._queued = 0
         self._paused = False
 
     async def on_assigned(self, assigned: set[TopicPartition]) -> None:
-        try:
-            async with self._lock:
-                if self._assignments:  # not the first: another process may have delivered
-                    await self.ledger.restore(self.settings.restore_timeout_seconds)
-                    if isinstance(self.endpoint, Periodic):
-                        self._restore_periodic()
-                self._assignments += 1
-                self._partitions = {tp: _Partition() for tp in assigned}
-            log.info(
-                "bridge %s: partitions %s of %s",
-                self.kind,
-                sorted(tp.partition for tp in assigned),
-                self.incident_topic,
-            )
-        except BaseException as exc:
-            self._fatal = exc
-            raise
+        """Read the ledger again (not the first time: another process may have delivered
+        for these partitions) and track the assigned partitions afresh."""
+        if self._assignments:
+            await self.ledger.restore(self.settings.restore_timeout_seconds)
+            if isinstance(self.endpoint, Periodic):
+                self._restore_periodic()
+        self._assignments += 1
+        self._partitions = {tp: PartitionOffsets() for tp in assigned}
+        self._committed = {}
+        log.info(
+            "bridge %s: partitions %s of %s",
+            self.kind,
+            sorted(tp.partition for tp in assigned),
+            self.incident_topic,
+        )
+
+    def _failed(self, exc: BaseException) -> None:
+        """A rebalance callback failed: the main loop raises it."""
+        self._fatal = exc

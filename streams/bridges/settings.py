@@ -8,14 +8,14 @@
     storm_window_seconds = 600     # ... within this window; more fold into the latest
     metrics_port = 9470
 
-    [bridge.pagerduty]             # the kind's own Options (validated when it starts)
+    [bridge.pagerduty]             # the kind's own Settings (validated when it starts)
     routes = [
       { name = "oncall", severities = ["page"], target = { routing_key_env = "PD_KEY" } },
     ]
 
 Routes (:class:`RouteSettings`) are checked when the settings load (a typo in a filter
 fails with its path); the rest of a kind's table is converted to the kind's own
-``Options`` when that bridge starts (:func:`kind_options`), because only then is its
+``Settings`` when that bridge starts (:func:`kind_options`), because only then is its
 module imported.
 
 Traps:
@@ -40,8 +40,6 @@ from schemas.topics import validation_text
 from schemas.types import IncidentStatus, Severity
 
 Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
-Positive = Annotated[float, msgspec.Meta(gt=0, le=86400)]
-Seconds = Annotated[float, msgspec.Meta(ge=0, le=86400)]
 RouteName = Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
 
 
@@ -52,13 +50,26 @@ class BridgeConfigError(ValueError):
 class RouteSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """One route: which incidents (every non-empty filter must match) and the target."""
 
-    name: RouteName
-    severities: tuple[Severity, ...] = ()
-    types: tuple[str, ...] = ()
-    namespaces: tuple[str, ...] = ()
-    clusters: tuple[str, ...] = ()
-    statuses: tuple[IncidentStatus, ...] = ()
-    target: dict[str, str] = {}
+    name: Annotated[
+        RouteName, msgspec.Meta(description="The route's name (metric labels, ledger keys).")
+    ]
+    severities: Annotated[
+        tuple[Severity, ...], msgspec.Meta(description="Incident severities; empty: any.")
+    ] = ()
+    types: Annotated[tuple[str, ...], msgspec.Meta(description="Incident types; empty: any.")] = ()
+    namespaces: Annotated[
+        tuple[str, ...],
+        msgspec.Meta(description="Namespaces of an affected pod; empty: any."),
+    ] = ()
+    clusters: Annotated[tuple[str, ...], msgspec.Meta(description="Clusters; empty: any.")] = ()
+    statuses: Annotated[
+        tuple[IncidentStatus, ...],
+        msgspec.Meta(description="Incident statuses (open, updated, resolved); empty: any."),
+    ] = ()
+    target: Annotated[
+        dict[str, str],
+        msgspec.Meta(description="The endpoint's settings for this route (secrets by name)."),
+    ] = {}
 
     def route(self) -> Route:
         return Route(
@@ -97,37 +108,113 @@ COMMON: Final = (
 class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """The validated ``[bridge]`` table (a sub-tree of :class:`gputriage.settings.Settings`)."""
 
-    group_id: str = ""
-    """Consumer group of the bridge; empty: ``<processor.app_id>-bridge-<kind>``."""
+    group_id: Annotated[
+        str,
+        msgspec.Meta(
+            max_length=200,
+            description="Consumer group of the bridge; empty: <processor.app_id>-bridge-<kind>.",
+        ),
+    ] = ""
     metrics_port: Port | None = 9470
-    """``/metrics`` port; ``None`` disables it, 0 picks a free one."""
-    metrics_addr: str = "0.0.0.0"
-    min_update_seconds: Seconds = 30.0
-    """An incident's ``updated`` revisions reach a route at most this often (the newest
-    waiting one goes when the time comes); ``open`` and ``resolved`` never wait."""
-    storm_pages: Annotated[int, msgspec.Meta(ge=1, le=10_000)] = 3
-    """New pages per storm group and route within ``storm_window_seconds``; further
-    incidents of the group fold into its latest page."""
-    storm_window_seconds: Seconds = 600.0
-    retry_initial_seconds: Positive = 1.0
-    retry_max_seconds: Positive = 60.0
-    """The backoff's cap (full jitter below it); retries never stop while the bridge runs."""
-    max_retry_after_seconds: Positive = 300.0
-    """The longest ``Retry-After`` honoured; a longer one is cut to this."""
-    http_timeout_seconds: Positive = 30.0
-    max_in_flight: Annotated[int, msgspec.Meta(ge=1, le=1000)] = 16
-    """Incidents delivered at once (each incident's revisions always in order)."""
-    max_queued: Annotated[int, msgspec.Meta(ge=1, le=10_000_000)] = 10_000
-    """Revisions read and not done, at most: past it, fetching pauses."""
-    commit_seconds: Positive = 1.0
-    stop_timeout_seconds: Positive = 15.0
-    """On SIGTERM, deliveries in flight get this long to finish; then the process exits."""
-    session_timeout_seconds: Positive = 10.0
-    restore_timeout_seconds: Positive = 120.0
-    modules: dict[str, str] = {}
-    """Extra kinds: name -> module with ``Options`` and ``build`` (see the registry)."""
-    kinds: dict[str, dict[str, Any]] = {}
-    """``[bridge.<kind>]`` tables as given (``routes`` checked at load)."""
+    """``/metrics`` port; ``None`` disables it, 0 picks a free one. (No ``description``
+    yet: ``gputriage.cli.common.setting_range`` reads this field's range and does not
+    unwrap msgspec's ``Metadata``.)"""
+    metrics_addr: Annotated[
+        str, msgspec.Meta(description="Address the /metrics endpoint listens on.")
+    ] = "0.0.0.0"
+    min_update_seconds: Annotated[
+        float,
+        msgspec.Meta(
+            ge=0,
+            le=86400,
+            description="An incident's updates reach a route at most this often (the newest "
+            "waiting one goes); open and resolved never wait.",
+        ),
+    ] = 30.0
+    storm_pages: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            le=10_000,
+            description="New pages per storm group and route within storm_window_seconds; "
+            "further incidents of the group fold into its latest page.",
+        ),
+    ] = 3
+    storm_window_seconds: Annotated[
+        float,
+        msgspec.Meta(ge=0, le=86400, description="The window storm_pages counts pages in."),
+    ] = 600.0
+    retry_initial_seconds: Annotated[
+        float,
+        msgspec.Meta(gt=0, le=86400, description="The backoff's first cap (full jitter below it)."),
+    ] = 1.0
+    retry_max_seconds: Annotated[
+        float,
+        msgspec.Meta(
+            gt=0,
+            le=86400,
+            description="The backoff's largest cap; retries never stop while the bridge runs.",
+        ),
+    ] = 60.0
+    max_retry_after_seconds: Annotated[
+        float,
+        msgspec.Meta(
+            gt=0, le=86400, description="The longest Retry-After honoured; a longer one is cut."
+        ),
+    ] = 300.0
+    http_timeout_seconds: Annotated[
+        float,
+        msgspec.Meta(gt=0, le=86400, description="Total time of one HTTP call to a vendor."),
+    ] = 30.0
+    max_in_flight: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            le=1000,
+            description="Incidents delivered at once per route (each one's revisions in order).",
+        ),
+    ] = 16
+    max_queued: Annotated[
+        int,
+        msgspec.Meta(
+            ge=1,
+            le=10_000_000,
+            description="Revisions read and not done, at most: past it, fetching pauses.",
+        ),
+    ] = 10_000
+    commit_seconds: Annotated[
+        float, msgspec.Meta(gt=0, le=86400, description="How often finished offsets are committed.")
+    ] = 1.0
+    stop_timeout_seconds: Annotated[
+        float,
+        msgspec.Meta(
+            gt=0,
+            le=86400,
+            description="On SIGTERM, how long deliveries in flight may finish before the exit.",
+        ),
+    ] = 15.0
+    session_timeout_seconds: Annotated[
+        float,
+        msgspec.Meta(
+            gt=0,
+            le=86400,
+            description="Consumer group session: how long a dead bridge keeps its partitions.",
+        ),
+    ] = 10.0
+    restore_timeout_seconds: Annotated[
+        float,
+        msgspec.Meta(gt=0, le=86400, description="How long reading the ledger back may take."),
+    ] = 120.0
+    modules: Annotated[
+        dict[str, str],
+        msgspec.Meta(
+            description="Extra kinds: name -> module with Settings (or Options) and build."
+        ),
+    ] = {}
+    kinds: Annotated[
+        dict[str, dict[str, Any]],
+        msgspec.Meta(description="The [bridge.<kind>] tables as given (routes checked at load)."),
+    ] = {}
 
     def __post_init__(self) -> None:
         known = modules(self.modules)
@@ -189,7 +276,7 @@ def routes_of(
 
 
 def kind_options(settings: BridgeSettings, kind: str, options_type: type[Any]) -> Any:
-    """``[bridge.<kind>]`` without ``routes`` as the kind's ``Options`` (BridgeConfigError)."""
+    """``[bridge.<kind>]`` without ``routes`` as the kind's ``Settings`` (BridgeConfigError)."""
     table = {k: v for k, v in settings.kinds.get(kind, {}).items() if k != "routes"}
     try:
         return msgspec.convert(table, options_type)
