@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from typing import Any
 
 import click
 
@@ -19,10 +20,10 @@ from gputriage.cli.common import (
     CONTEXT,
     brokers_option,
     kafka_kwargs,
-    metrics_port_option,
     settings_of,
     start_logging,
 )
+from gputriage.cli.options import lay_over, settings_options
 from gputriage.errors import error
 from gputriage.settings import SettingsError
 from schemas.topics import topic_layout
@@ -30,25 +31,16 @@ from streams.bridges.settings import BridgeConfigError, BridgeSettings
 
 log = logging.getLogger("gputriage.bridge")
 
+FILE_ONLY = ("modules", "kinds")
+"""``[bridge]`` keys that are tables (extra kinds, each kind's routes): file only."""
+
 
 @click.command("bridge", context_settings=CONTEXT)
 @click.argument("kind", metavar="KIND")
 @brokers_option
-@metrics_port_option(BridgeSettings)
-@click.option(
-    "--group-id",
-    metavar="ID",
-    help="Consumer group (default: bridge.group_id, else <processor.app_id>-bridge-<KIND>).",
-)
+@settings_options(BridgeSettings, exclude=FILE_ONLY)
 @click.pass_context
-def bridge_command(
-    ctx: click.Context,
-    *,
-    kind: str,
-    brokers: str | None,
-    metrics_port: int | None,
-    group_id: str | None,
-) -> int:
+def bridge_command(ctx: click.Context, /, *, kind: str, brokers: str | None, **given: Any) -> int:
     """Deliver incidents to one kind of endpoint until Ctrl-C or SIGTERM.
 
     KIND is one of: pagerduty, slack, alertmanager, webhook (or a kind of
@@ -65,16 +57,16 @@ def bridge_command(
     from gputriage.bridge import install_scrubber, prepare, serve  # noqa: PLC0415
 
     settings = settings_of(ctx)
+    bridge = lay_over(settings.bridge, given, where="bridge")
     where = f" in {settings.origin}" if settings.origin else ""
     environ = dict(os.environ)
     try:
-        prepared = prepare(kind, settings.bridge, settings.processor.app_id, environ, group_id)
+        prepared = prepare(kind, bridge, settings.processor.app_id, environ)
     except BridgeConfigError as exc:
         raise SettingsError(f"invalid configuration{where}: {exc}") from None
     kwargs = kafka_kwargs(settings, brokers)
     start_logging(settings)
     install_scrubber(prepared.scrub)
-    port = metrics_port if metrics_port is not None else settings.bridge.metrics_port
     try:
         return asyncio.run(
             serve(
@@ -82,8 +74,8 @@ def bridge_command(
                 kwargs,
                 topic_layout(settings.topics),
                 environ,
-                metrics_port=port,
-                metrics_addr=settings.bridge.metrics_addr,
+                metrics_port=bridge.metrics_port,
+                metrics_addr=bridge.metrics_addr,
             )
         )
     except BridgeConfigError as exc:

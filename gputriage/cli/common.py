@@ -175,12 +175,6 @@ def http_url(value: str) -> str:
     return value
 
 
-def shown(table: type[msgspec.Struct], name: str) -> str:
-    """A settings field's default, for ``show_default`` (the struct owns the value)."""
-    value = getattr(table(), name)
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
 class StructDefault(click.Option):
     """An option whose default lives in a settings struct and is shown as it is.
 
@@ -219,17 +213,6 @@ class SettingsRequired(click.Option):
             return super().process_value(ctx, value)
         finally:
             self.required = required
-
-
-def metrics_port_option(table: type[msgspec.Struct]) -> Callable[[F], F]:
-    """``--metrics-port``, its default from the command's settings (each process its own port)."""
-    return click.option(
-        "--metrics-port",
-        type=setting_range(table, "metrics_port"),
-        cls=StructDefault,
-        show_default=shown(table, "metrics_port"),
-        help="Port of the Prometheus /metrics endpoint (0 picks a free one).",
-    )
 
 
 def slim_config(resources: tuple[str, ...], prefixes: tuple[str, ...]) -> SlimConfig:

@@ -115,10 +115,18 @@ class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             description="Consumer group of the bridge; empty: <processor.app_id>-bridge-<kind>.",
         ),
     ] = ""
-    metrics_port: Port | None = 9470
-    """``/metrics`` port; ``None`` disables it, 0 picks a free one. (No ``description``
-    yet: ``gputriage.cli.common.setting_range`` reads this field's range and does not
-    unwrap msgspec's ``Metadata``.)"""
+    metrics_port: (
+        Annotated[
+            int,
+            msgspec.Meta(
+                ge=0,
+                le=65535,
+                description="Port of the Prometheus /metrics endpoint (0 picks a free one).",
+            ),
+        ]
+        | None
+    ) = 9470
+    """``None`` (from the file) disables it; the command line can only pick a port."""
     metrics_addr: Annotated[
         str, msgspec.Meta(description="Address the /metrics endpoint listens on.")
     ] = "0.0.0.0"

@@ -31,6 +31,7 @@ from gputriage.cli import cli
 from gputriage.cli.options import lay_over
 from gputriage.settings import ConnectSettings
 from streams.app.settings import ProcessorSettings
+from streams.bridges.settings import BridgeSettings
 
 COMMANDS: dict[tuple[str, ...], tuple[type[msgspec.Struct], frozenset[str]]] = {
     ("connect", "k8s"): (K8sSettings, frozenset()),
@@ -41,8 +42,14 @@ COMMANDS: dict[tuple[str, ...], tuple[type[msgspec.Struct], frozenset[str]]] = {
     ("connect", "autoscaler"): (AutoscalerSettings, frozenset()),
     ("connect", "podresources"): (PodResourcesSettings, frozenset({"from_json"})),
     ("process",): (ProcessorSettings, frozenset({"brokers", "engine"})),
+    ("bridge",): (BridgeSettings, frozenset({"brokers"})),
 }
 """Command path -> its settings struct, and the parameters it has that are no setting."""
+
+FILE_ONLY: dict[type[msgspec.Struct], frozenset[str]] = {
+    BridgeSettings: frozenset({"modules", "kinds"}),
+}
+"""Fields that are tables (a kind's routes, extra modules): the file only, no option."""
 
 
 def command_at(path: tuple[str, ...]) -> click.Command:
@@ -93,6 +100,9 @@ def test_each_field_is_exactly_one_option_and_each_option_a_field(path: tuple[st
     options = {p.name: p for p in command_at(path).params if isinstance(p, click.Option)}
     options.pop("help", None)
     for field, kind, description, extra in fields_of(struct):
+        if field.name in FILE_ONLY.get(struct, frozenset()):
+            assert field.name not in options, f"{' '.join(path)}: {field.name} is file only"
+            continue
         where = f"{' '.join(path)}: {field.name}"
         option = options.pop(field.name, None)
         assert option is not None, f"{where}: no option"
