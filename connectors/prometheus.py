@@ -16,7 +16,9 @@ import contextlib
 import socket
 import threading
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any
+
+import msgspec
 
 if TYPE_CHECKING:  # prometheus-client is imported when serving: the CLI imports this module
     from prometheus_client import CollectorRegistry
@@ -25,6 +27,16 @@ if TYPE_CHECKING:  # prometheus-client is imported when serving: the CLI imports
 
 Start = Callable[[str, list[tuple[str, str]]], Any]
 WsgiApp = Callable[[dict[str, Any], Start], Iterable[bytes]]
+
+
+MetricsPort = Annotated[
+    int,
+    msgspec.Meta(
+        ge=0, le=65535, description="Port of the Prometheus /metrics endpoint (0 picks a free one)."
+    ),
+]
+"""The port a process serves ``/metrics`` on: every settings struct with one uses this type."""
+MetricsAddr = Annotated[str, msgspec.Meta(description="Address the /metrics endpoint listens on.")]
 
 
 class MetricsUnavailable(RuntimeError):

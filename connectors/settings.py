@@ -45,12 +45,6 @@ HeartbeatSeconds = Annotated[
     ),
 ]
 """At most 30 s: a quiet source must never age out of the processor's watermark."""
-MetricsPort = Annotated[
-    int,
-    msgspec.Meta(
-        ge=0, le=65535, description="Port of the Prometheus /metrics endpoint (0 picks a free one)."
-    ),
-]
 Once = Annotated[bool, msgspec.Meta(description="Publish what the source holds now, then exit.")]
 PrintOnly = Annotated[
     bool,

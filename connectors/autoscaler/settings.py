@@ -13,6 +13,7 @@ from typing import Annotated, Final, Literal
 
 import msgspec
 
+from connectors.prometheus import MetricsPort
 from connectors.publish import HEARTBEAT_SECONDS
 from connectors.settings import (
     Brokers,
@@ -22,7 +23,6 @@ from connectors.settings import (
     InCluster,
     Kubeconfig,
     KubeContext,
-    MetricsPort,
     SilenceTimeoutSeconds,
     check_kube_access,
 )

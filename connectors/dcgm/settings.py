@@ -10,8 +10,9 @@ from typing import Annotated
 
 import msgspec
 
+from connectors.prometheus import MetricsPort
 from connectors.publish import HEARTBEAT_SECONDS
-from connectors.settings import Brokers, Cluster, HeartbeatSeconds, MetricsPort, Node
+from connectors.settings import Brokers, Cluster, HeartbeatSeconds, Node
 
 
 class DcgmSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):

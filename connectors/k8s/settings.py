@@ -11,6 +11,7 @@ from typing import Annotated
 
 import msgspec
 
+from connectors.prometheus import MetricsPort
 from connectors.publish import HEARTBEAT_SECONDS
 from connectors.settings import (
     Brokers,
@@ -20,7 +21,6 @@ from connectors.settings import (
     InCluster,
     Kubeconfig,
     KubeContext,
-    MetricsPort,
     SilenceTimeoutSeconds,
     check_kube_access,
 )

@@ -12,8 +12,9 @@ from typing import Annotated, Final
 import msgspec
 
 from connectors.podresources.devices import PREFIXES, RESOURCES
+from connectors.prometheus import MetricsPort
 from connectors.publish import HEARTBEAT_SECONDS
-from connectors.settings import Brokers, Cluster, HeartbeatSeconds, MetricsPort, Node
+from connectors.settings import Brokers, Cluster, HeartbeatSeconds, Node
 
 SOCKET: Final = "unix:///var/lib/kubelet/pod-resources/kubelet.sock"
 """The kubelet's default pod-resources endpoint: ``<root-dir>/pod-resources/kubelet.sock``,

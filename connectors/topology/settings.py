@@ -9,12 +9,12 @@ from typing import Annotated
 
 import msgspec
 
+from connectors.prometheus import MetricsPort
 from connectors.publish import HEARTBEAT_SECONDS
 from connectors.settings import (
     Brokers,
     Cluster,
     HeartbeatSeconds,
-    MetricsPort,
     Node,
     PrintOnly,
 )

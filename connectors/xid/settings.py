@@ -16,8 +16,9 @@ from typing import Annotated
 
 import msgspec
 
+from connectors.prometheus import MetricsPort
 from connectors.publish import HEARTBEAT_SECONDS
-from connectors.settings import Brokers, Cluster, HeartbeatSeconds, MetricsPort, Node, Once
+from connectors.settings import Brokers, Cluster, HeartbeatSeconds, Node, Once
 from connectors.times import parse_time
 from connectors.xid.paths import BOOT_ID_PATH, DEFAULT_STATE, DEVICE, JOURNALCTL, PROC_STAT
 

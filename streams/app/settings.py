@@ -20,6 +20,8 @@ from typing import Annotated
 
 import msgspec
 
+from connectors.prometheus import MetricsAddr, MetricsPort
+
 Positive = Annotated[float, msgspec.Meta(gt=0, le=86400)]
 """Seconds of wall-clock time, more than 0 and at most a day (so never inf, never nan)."""
 
@@ -40,20 +42,8 @@ class ProcessorSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
         msgspec.Meta(description="How often the worker's clock advances the watermark."),
     ] = 0.1
     """The clock closes quiet keys' windows: it ticks the pipeline between batches."""
-    metrics_port: (
-        Annotated[
-            int,
-            msgspec.Meta(
-                ge=0,
-                le=65535,
-                description="Port of the Prometheus /metrics endpoint (0 picks a free one).",
-            ),
-        ]
-        | None
-    ) = 9464
-    metrics_addr: Annotated[
-        str, msgspec.Meta(description="Address the /metrics endpoint listens on.")
-    ] = "0.0.0.0"
+    metrics_port: MetricsPort | None = 9464
+    metrics_addr: MetricsAddr = "0.0.0.0"
     session_timeout_seconds: Annotated[
         Positive,
         msgspec.Meta(description="How long a dead worker keeps its partitions (group session)."),

@@ -35,6 +35,7 @@ import msgspec
 
 from connectors.bridges.base import Route
 from connectors.bridges.registry import modules
+from connectors.prometheus import MetricsAddr, MetricsPort
 from schemas.bridges import KEY_SEPARATOR
 from schemas.topics import validation_text
 from schemas.types import IncidentStatus, Severity
@@ -115,21 +116,9 @@ class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
             description="Consumer group of the bridge; empty: <processor.app_id>-bridge-<kind>.",
         ),
     ] = ""
-    metrics_port: (
-        Annotated[
-            int,
-            msgspec.Meta(
-                ge=0,
-                le=65535,
-                description="Port of the Prometheus /metrics endpoint (0 picks a free one).",
-            ),
-        ]
-        | None
-    ) = 9470
+    metrics_port: MetricsPort | None = 9470
     """``None`` (from the file) disables it; the command line can only pick a port."""
-    metrics_addr: Annotated[
-        str, msgspec.Meta(description="Address the /metrics endpoint listens on.")
-    ] = "0.0.0.0"
+    metrics_addr: MetricsAddr = "0.0.0.0"
     min_update_seconds: Annotated[
         float,
         msgspec.Meta(
