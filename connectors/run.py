@@ -103,4 +103,4 @@ async def run_source(
             "%s: %d buffered batches not delivered at the stop", name, len(publisher.delivery)
         )
         return 1
-    return 0
+    return verdict(result) if verdict is not None else 0

@@ -510,3 +510,23 @@ def test_connect_kmsg_refuses_a_state_file_another_reader_holds(tmp_path: Path) 
     assert b"is in use by another process" in proc.stderr
     assert b"Traceback" not in proc.stderr
     assert not state.exists()
+
+
+def test_a_followed_journal_whose_journalctl_dies_exits_1(
+    kafka: KafkaTestEnv, tmp_path: Path
+) -> None:
+    """Following never ends by itself: when journalctl dies, the connector exits 1 (and says
+    so), so its pod restarts, instead of 0 as if it had been asked to stop."""
+    script = tmp_path / "journalctl"
+    script.write_text(f"#!{sys.executable}\nimport sys\nsys.exit(3)\n")
+    script.chmod(0o755)
+    boot_id = tmp_path / "boot_id"
+    boot_id.write_text(BOOT_A)
+    args = (
+        "connect", "kmsg", "--node", "gpu-node-01", "--cluster", "prod", "--journal",
+        "--journalctl", str(script), "--state-path", str(tmp_path / "state.json"),
+        "--boot-id-file", str(boot_id), "--metrics-port", "0",
+    )  # fmt: skip
+    proc = gputriage(*args, env=kafka.env)
+    assert proc.returncode == 1, proc.stderr
+    assert b"journalctl exited with status" in proc.stderr
