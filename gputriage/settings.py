@@ -45,7 +45,7 @@ import math
 import os
 import tomllib
 from collections.abc import Mapping
-from typing import Annotated, Any, Final
+from typing import Any, Final
 
 import msgspec
 
@@ -82,9 +82,6 @@ from streams.core.config import CoreSettings
 
 ENV_PREFIX: Final = "GPUTRIAGE_"
 CONFIG_ENV: Final = "GPUTRIAGE_CONFIG"
-
-Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
-"""A TCP port; 0 picks a free one."""
 
 
 class SettingsError(ValueError):

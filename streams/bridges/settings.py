@@ -40,7 +40,6 @@ from schemas.bridges import KEY_SEPARATOR
 from schemas.topics import validation_text
 from schemas.types import IncidentStatus, Severity
 
-Port = Annotated[int, msgspec.Meta(ge=0, le=65535)]
 RouteName = Annotated[str, msgspec.Meta(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.-]+$")]
 
 
@@ -82,28 +81,6 @@ class RouteSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fi
             statuses=frozenset(self.statuses),
             target=dict(self.target),
         )
-
-
-COMMON: Final = (
-    "group_id",
-    "metrics_port",
-    "metrics_addr",
-    "min_update_seconds",
-    "storm_pages",
-    "storm_window_seconds",
-    "retry_initial_seconds",
-    "retry_max_seconds",
-    "max_retry_after_seconds",
-    "http_timeout_seconds",
-    "max_in_flight",
-    "max_queued",
-    "commit_seconds",
-    "stop_timeout_seconds",
-    "session_timeout_seconds",
-    "restore_timeout_seconds",
-    "modules",
-)
-"""The keys of ``[bridge]`` itself; every other key is a kind's table."""
 
 
 class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -221,6 +198,11 @@ class BridgeSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_f
                     f"{kind}: unknown bridge kind (expected one of: {', '.join(known)})"
                 )
             routes_of(self, kind, table)
+
+
+COMMON: Final = tuple(name for name in BridgeSettings.__struct_fields__ if name != "kinds")
+"""The keys of ``[bridge]`` itself (its fields, read off the struct); every other key is a
+kind's table."""
 
 
 def bridge_table(table: Mapping[str, Any]) -> dict[str, Any]:
