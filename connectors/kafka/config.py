@@ -72,7 +72,15 @@ _MASK: Final = "********"
 
 CONNECT_TIMEOUT_SECONDS: Final = 10.0
 """``kafka.connect_timeout_seconds``' default: how long a client's start may take."""
-ConnectTimeout = Annotated[float, msgspec.Meta(gt=0, le=3600)]
+ConnectTimeout = Annotated[
+    float,
+    msgspec.Meta(
+        gt=0,
+        le=3600,
+        description="Give up when the brokers cannot be reached within this long.",
+        extra={"metavar": "SECONDS"},
+    ),
+]
 
 
 class KafkaConfigError(ValueError):

@@ -18,12 +18,11 @@ import click
 
 from gputriage.cli.common import (
     CONTEXT,
-    brokers_option,
     kafka_kwargs,
     settings_of,
     start_logging,
 )
-from gputriage.cli.options import lay_over, settings_options
+from gputriage.cli.options import brokers_option, lay_over, settings_options
 from gputriage.errors import error
 from gputriage.settings import SettingsError
 from schemas.topics import topic_layout

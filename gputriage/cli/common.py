@@ -191,13 +191,6 @@ class StructDefault(click.Option):
 
 
 # -- options several commands share (one definition, one help text) -------------------
-brokers_option = click.option(
-    "--brokers",
-    metavar="HOST:PORT[,...]",
-    help="Kafka bootstrap servers (default: kafka.brokers from the settings).",
-)
-
-
 class SettingsRequired(click.Option):
     """A required option that ``[connect.<source>]`` may supply: click must not enforce it.
 

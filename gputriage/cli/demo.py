@@ -18,10 +18,10 @@ from gputriage.cli.common import (
     CONTEXT,
     FiniteRange,
     StructDefault,
-    brokers_option,
     kafka_kwargs,
     settings_of,
 )
+from gputriage.cli.options import brokers_option
 
 # The defaults, repeated for --help only (importing DemoOptions would import aiokafka);
 # tests/cli/test_cli.py holds them equal to DemoOptions'.

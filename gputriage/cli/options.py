@@ -30,6 +30,7 @@ import click
 import msgspec
 import msgspec.inspect as mi
 
+from connectors.settings import Brokers
 from gputriage.cli.common import SettingsRequired, StructDefault, range_of
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -76,7 +77,6 @@ def settings_fields(kind: type[msgspec.Struct]) -> list[Setting]:
                 kind_ = kind_.type
             else:
                 (kind_,) = (t for t in kind_.types if not isinstance(t, mi.NoneType))
-        assert description, f"{kind.__name__}.{field.name} has no description"
         default = None if field.default is msgspec.NODEFAULT else field.default
         found.append(Setting(field.name, kind_, default, description, extra))
     return found
@@ -127,6 +127,7 @@ def _param_type(
 
 def option_of(struct: type[msgspec.Struct], setting: Setting) -> Callable[[F], F]:
     """The click option of one setting (see the module for the rules)."""
+    assert setting.description, f"{struct.__name__}.{setting.name} has no description"
     kwargs: dict[str, Any] = {"help": help_of(setting), "default": None}
     decls = [setting.option, setting.name]
     if isinstance(setting.type, mi.BoolType):
@@ -188,3 +189,14 @@ def lay_over(table: S, given: Mapping[str, Any], *, where: str) -> S:
                 f"Missing option '{setting.option}' (or {where}.{setting.name} in the settings)"
             )
     return merged
+
+
+class _Brokers(msgspec.Struct, frozen=True, kw_only=True):
+    """The ``--brokers`` of the commands whose own table has no ``brokers`` (process,
+    bridge, tail): the same field type as every ``[connect.<source>]`` table's."""
+
+    brokers: Brokers = None
+
+
+brokers_option = settings_options(_Brokers)
+"""``--brokers``, generated like every other option (it overrides ``kafka.brokers``)."""

@@ -14,8 +14,8 @@ from typing import Any
 
 import click
 
-from gputriage.cli.common import CONTEXT, brokers_option, kafka_kwargs, settings_of
-from gputriage.cli.options import settings_options
+from gputriage.cli.common import CONTEXT, kafka_kwargs, settings_of
+from gputriage.cli.options import brokers_option, settings_options
 from gputriage.settings import check_app_id
 from schemas.topics import TopicConfigError
 from streams.app.settings import ProcessorSettings

@@ -11,15 +11,14 @@ from typing import Any
 
 import click
 
-from connectors.kafka.config import CONNECT_TIMEOUT_SECONDS, KafkaSettings
+from connectors.kafka.config import KafkaSettings
 from gputriage.cli.common import (
     CONTEXT,
     StructDefault,
-    brokers_option,
     kafka_kwargs,
-    setting_range,
     settings_of,
 )
+from gputriage.cli.options import brokers_option, settings_options
 from gputriage.cli.output import evidence_option, options_of, output_option
 from gputriage.replay import OUTPUTS
 from gputriage.tail import StartAt, TailOptions, parse_start, run_tail
@@ -64,16 +63,7 @@ class StartType(click.ParamType):
     _DEFAULTS.evidence, "table/wide: list each revision's evidence chain under its row."
 )
 @brokers_option
-@click.option(
-    "--connect-timeout-seconds",
-    "connect_timeout_seconds",
-    metavar="SECONDS",
-    type=setting_range(KafkaSettings, "connect_timeout_seconds"),
-    cls=StructDefault,
-    show_default=f"{CONNECT_TIMEOUT_SECONDS:g}",
-    help="Give up when the brokers cannot be reached within this long "
-    "(kafka.connect_timeout_seconds).",
-)
+@settings_options(KafkaSettings, only=("connect_timeout_seconds",))
 @click.pass_context
 def tail_command(ctx: click.Context, /, *, brokers: str | None, **given: Any) -> int:
     """Follow the incident topic and print each incident revision as it arrives.
