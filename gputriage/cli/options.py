@@ -129,7 +129,8 @@ def option_of(struct: type[msgspec.Struct], setting: Setting) -> Callable[[F], F
     """The click option of one setting (see the module for the rules)."""
     assert setting.description, f"{struct.__name__}.{setting.name} has no description"
     kwargs: dict[str, Any] = {"help": help_of(setting), "default": None}
-    decls = [setting.option, setting.name]
+    short = setting.extra.get("short")  # a one-letter spelling as well (``-o``)
+    decls = [*([short] if short else []), setting.option, setting.name]
     if isinstance(setting.type, mi.BoolType):
         if setting.default is True:
             decls[0] = f"{setting.option}/--no-{setting.option[2:]}"

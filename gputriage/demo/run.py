@@ -11,7 +11,7 @@
    incident topic like any downstream consumer would.
 
 It stops by itself once the scenario has played and the incident topic has been
-quiet for ``--linger`` seconds (or runs on with ``--follow``); Ctrl-C stops it at
+quiet for ``--linger-seconds`` (or runs on with ``--follow``); Ctrl-C stops it at
 any time. Every task is supervised: if the worker or the feeder dies, the demo
 says so and exits 1; the worker and the broker are always stopped.
 """
@@ -28,9 +28,8 @@ import sys
 import tempfile
 import time
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Literal
+from typing import IO
 
 from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.errors import KafkaError
@@ -44,28 +43,18 @@ from connectors.signals import stop_on_signals
 from gputriage import render
 from gputriage.demo.broker import BrokerError, EmbeddedBroker, die_with_parent
 from gputriage.demo.player import ScenarioSource, scaled_core_settings
+from gputriage.demo.settings import DemoSettings
 from gputriage.errors import error
 from gputriage.settings import Settings
 from schemas.codec import AnyEvent, RecordError, decode_event, decode_incident, encode
 from schemas.incidents import Incident
 from schemas.topics import TopicLayout, topic_layout
 
-DEFAULT_SCENARIO = Path(__file__).with_name("scenario.jsonl")
 """The recorded scenario, package data (``examples/scenario.jsonl`` links to it)."""
 WORKER_STOP_S = 20.0
 FEED = PublishOptions(capacity=1000, chunk=50, heartbeat_seconds=0.5)
 """The scenario's publish loop: a heartbeat every half second of scenario silence, so the
 worker's watermark follows the simulated clock closely (its windows are scaled down)."""
-
-
-@dataclass(frozen=True)
-class DemoOptions:
-    scenario: Path = DEFAULT_SCENARIO
-    speed: float = 30.0
-    output: Literal["lines", "json"] = "lines"
-    linger_s: float = 10.0
-    follow: bool = False
-    metrics_port: int = 0
 
 
 class DemoFailed(RuntimeError):
@@ -104,19 +93,19 @@ def _what_changed(incident: Incident, previous: Incident | None) -> str:
     return "; ".join(notes)
 
 
-def run_demo(settings: Settings, options: DemoOptions, out: IO[bytes], err: IO[str]) -> int:
+def run_demo(settings: Settings, options: DemoSettings, out: IO[bytes], err: IO[str]) -> int:
     """Run the demo to its end (or Ctrl-C); the exit status (1: a supervised part died)."""
     return asyncio.run(_run_demo(settings, options, out, err))
 
 
-async def _run_demo(settings: Settings, options: DemoOptions, out: IO[bytes], err: IO[str]) -> int:
+async def _run_demo(settings: Settings, options: DemoSettings, out: IO[bytes], err: IO[str]) -> int:
     try:
-        events = read_scenario(options.scenario)
+        events = read_scenario(options.scenario_path)
     except RecordError as exc:
         error(f"demo: {exc}", err)
         return 1
     except (OSError, EOFError, zlib.error) as exc:  # a broken gzip, a read error
-        error(f"demo: {options.scenario}: {read_error(exc)}", err)
+        error(f"demo: {options.scenario_path}: {read_error(exc)}", err)
         return 1
     kafka = settings.kafka_settings()
     broker: EmbeddedBroker | None = None
@@ -166,7 +155,7 @@ async def _run_demo(settings: Settings, options: DemoOptions, out: IO[bytes], er
 
 
 def _start_worker(
-    settings: Settings, servers: str, options: DemoOptions, log: Path
+    settings: Settings, servers: str, options: DemoSettings, log: Path
 ) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
     for name, value in scaled_core_settings(settings.core_config(), options.speed).items():
@@ -218,7 +207,7 @@ async def _supervise(
     layout: TopicLayout,
     events: list[AnyEvent],
     worker: subprocess.Popen[bytes],
-    options: DemoOptions,
+    options: DemoSettings,
     out: IO[bytes],
     err: IO[str],
 ) -> int:
@@ -239,7 +228,7 @@ async def _supervise(
             if worker.poll() is not None:
                 raise DemoFailed(f"the processor worker exited with status {worker.returncode}")
             quiet = loop_time() - last_seen[0]
-            if fed.is_set() and not options.follow and quiet > options.linger_s:
+            if fed.is_set() and not options.follow and quiet > options.linger_seconds:
                 break
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), 0.2)
@@ -275,7 +264,7 @@ async def _feed(
     kwargs: dict[str, object],
     layout: TopicLayout,
     events: list[AnyEvent],
-    options: DemoOptions,
+    options: DemoSettings,
     fed: asyncio.Event,
 ) -> None:
     """Publish the scenario through the one publish loop (the player is a source: its
@@ -304,7 +293,7 @@ async def _feed(
 async def _print_incidents(
     kwargs: dict[str, object],
     layout: TopicLayout,
-    options: DemoOptions,
+    options: DemoSettings,
     out: IO[bytes],
     last_seen: list[float],
 ) -> None:

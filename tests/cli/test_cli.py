@@ -224,7 +224,7 @@ def test_every_verb_has_examples(command: list[str], capsys: pytest.CaptureFixtu
         (["connect", "k8s"], "[default: 10000;"),
         (["process"], "[default: 9464;"),
         (["replay"], "[default: table]"),
-        (["tail"], "[default: 10;"),
+        (["tail"], "[default: 10.0;"),
     ],
 )
 def test_help_shows_the_defaults_the_settings_own(
@@ -257,14 +257,6 @@ def test_a_required_connector_option_missing_everywhere_is_one_line() -> None:
     line = _one_line_error(gputriage("connect", "dcgm", "--node", "n", "--cluster", "c"))
     assert "Missing option '--url'" in line
     assert "connect.dcgm.url" in line
-
-
-def test_the_demo_help_defaults_are_the_demo_options() -> None:
-    from gputriage.cli.demo import HELP_DEFAULTS  # noqa: PLC0415
-    from gputriage.demo.run import DemoOptions  # noqa: PLC0415
-
-    defaults = DemoOptions()
-    assert {name: getattr(defaults, name) for name in HELP_DEFAULTS} == HELP_DEFAULTS
 
 
 @pytest.mark.parametrize(

@@ -173,7 +173,7 @@ def test_tail_connect_timeout_must_be_a_finite_positive_number(value: str) -> No
     ("args"),
     [
         ["demo", "--speed", "nan"],
-        ["demo", "--linger", "inf"],
+        ["demo", "--linger-seconds", "inf"],
         [
             "connect",
             "dcgm",

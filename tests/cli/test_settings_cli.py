@@ -29,6 +29,7 @@ from connectors.topology.settings import TopoSettings
 from connectors.xid.settings import KmsgSettings
 from gputriage.cli import cli
 from gputriage.cli.options import lay_over
+from gputriage.demo.settings import DemoSettings
 from gputriage.settings import ConnectSettings
 from streams.app.settings import ProcessorSettings
 from streams.bridges.settings import BridgeSettings
@@ -43,6 +44,7 @@ COMMANDS: dict[tuple[str, ...], tuple[type[msgspec.Struct], frozenset[str]]] = {
     ("connect", "podresources"): (PodResourcesSettings, frozenset({"from_json"})),
     ("process",): (ProcessorSettings, frozenset({"brokers", "engine"})),
     ("bridge",): (BridgeSettings, frozenset({"brokers"})),
+    ("demo",): (DemoSettings, frozenset({"brokers", "bridge"})),
 }
 """Command path -> its settings struct, and the parameters it has that are no setting."""
 
@@ -80,7 +82,7 @@ def fields_of(struct: type[msgspec.Struct]) -> list[tuple[mi.Field, Any, str, di
 
 
 def shown(default: Any) -> str | None:
-    if default in (None, False, "", ()):
+    if default is None or default is False or default in ("", ()):  # 0 == False: a port
         return None
     if default is True:
         return "true"
@@ -108,7 +110,7 @@ def test_each_field_is_exactly_one_option_and_each_option_a_field(path: tuple[st
         assert option is not None, f"{where}: no option"
         repeatable = isinstance(kind, mi.VarTupleType)
         name = extra.get("option") or "--" + field.name.replace("_", "-")
-        assert option.opts == [name], where
+        assert option.opts == [*([extra["short"]] if "short" in extra else []), name], where
         if isinstance(kind, mi.BoolType) and field.default is True:
             assert option.secondary_opts == ["--no-" + name[2:]], where
         else:

@@ -49,7 +49,7 @@ def test_demo_shows_every_incident_type_and_stops_by_itself() -> None:
             "demo",
             "--speed",
             "300",  # the scenario's 45 minutes in 9 s
-            "--linger",
+            "--linger-seconds",
             "3",
             "-o",
             "json",

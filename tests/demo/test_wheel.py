@@ -56,7 +56,7 @@ def test_the_installed_wheel_runs_the_demo_from_any_directory(wheel: Path, tmp_p
     elsewhere.mkdir()
     env = {**clean_env(), "PYTHONPATH": str(site)}
     where = subprocess.run(
-        [sys.executable, "-c", "import gputriage.demo.run as d; print(d.DEFAULT_SCENARIO)"],
+        [sys.executable, "-c", "import gputriage.demo.settings as d; print(d.DEFAULT_SCENARIO)"],
         capture_output=True,
         text=True,
         cwd=elsewhere,
