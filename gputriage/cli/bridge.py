@@ -46,7 +46,7 @@ def bridge_command(ctx: click.Context, /, *, kind: str, brokers: str | None, **g
     bridge.modules). Each revision is delivered once per matching route, in order;
     what was delivered is kept in a compacted ledger topic, so after a restart only
     a revision whose delivery was never confirmed is sent again, with the same dedup
-    key (see the README, "Bridges: incidents to people").
+    key (see docs/bridges.md).
 
     \b
     Examples:

@@ -28,7 +28,7 @@ _FRACTION = FiniteRange(min=0.0, max=1.0)
 @output_option(
     SCORE_OUTPUTS,
     _DEFAULTS.output,
-    "table: per-type scores, confusion, misses; json: one object (see the README).",
+    "table: per-type scores, confusion, misses; json: one object (see docs/replay.md).",
 )
 @click.option(
     "--min-precision",

@@ -137,7 +137,7 @@ class Noise(Fleet):
 
     def _cpu_pod(self, node: Node | None = None, *, crashed: bool = False) -> AnyEvent:
         """The node's node-exporter (a DaemonSet pod with no GPU): what the k8s connector
-        publishes only with ``--all``; a CPU pod's crash is never a GPU incident."""
+        publishes only with ``--keep-all``; a CPU pod's crash is never a GPU incident."""
         node = node or self.nodes[self.rng.randrange(len(self.nodes))]
         cluster = node.cluster
         cluster.rv += 1

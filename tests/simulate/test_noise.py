@@ -70,7 +70,7 @@ def test_the_noise_kinds_are_there() -> None:
     assert late > 3  # out of order, within the core's grace
     assert len(set(ids)) < len(ids)
     cpu = [e for e in events if isinstance(e, PodEvent) and not e.gpu_requests]
-    assert cpu  # CPU-only pods (the connector's --all)
+    assert cpu  # CPU-only pods (the connector's --keep-all)
     blips = 0
     zero: dict[str, datetime] = {}
     for e in events:

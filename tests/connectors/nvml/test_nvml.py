@@ -289,7 +289,7 @@ def test_no_driver_is_one_line_never_a_traceback() -> None:
 
 
 def _no_kafka() -> Any:
-    raise AssertionError("Kafka is not needed with --print")
+    raise AssertionError("Kafka is not needed with --print-only")
 
 
 def test_print_once_writes_the_map_as_json_lines() -> None:
