@@ -3,7 +3,7 @@
 One :class:`ResourceWatcher` follows one resource (pods, nodes or core/v1 Events) as
 client-go's reflector does: list (paginated), diff with what was known, watch from the
 list's resourceVersion with bookmarks; on 410 Gone list again (the diff emits deletions
-too); on silence or errors back off and watch again. It yields :class:`Emitted`,
+too); after a silence watch again, after errors back off first. It yields :class:`Emitted`,
 :class:`Rejected` (dead letters) and :class:`Synced`; the checkpoint lives in memory only.
 
 Traps: no client models on the hot path (raw responses, ~15x cheaper); lines are split
