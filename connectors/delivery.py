@@ -1,52 +1,16 @@
 """A bounded buffer between a source and the producer: backpressure, not loss, when Kafka is down.
 
-Every live connector's one "Kafka is down" policy (used through
-:mod:`connectors.publish`; first written for the Kubernetes watch, whose words
-the examples below keep). The source :meth:`~BoundedDelivery.put` items; one delivery task takes
-batches in arrival order, hands them to ``send`` (produce and await every
-acknowledgement) and only then takes the next batch. When ``send`` fails
-because the broker is unreachable (:func:`transient`), the *same* batch is
-retried with backoff, forever: nothing is dropped. The buffer
-fills up, ``put`` blocks, and the watch stops reading its stream: the API
-server's TCP window closes, the checkpoint (resourceVersion) stays where it
-was, and memory stays bounded by ``capacity + batch_size``. When the broker
-comes back, delivery resumes in order. If the API server ends the paused watch
-meanwhile, the watcher resumes from its checkpoint, or relists after a 410.
+One delivery task sends batches in order and awaits every acknowledgement; when the broker
+is unreachable the *same* batch is retried with backoff, forever. The buffer fills, ``put``
+blocks and the source stops reading, so memory stays bounded by ``capacity + batch_size``.
+aiokafka cannot do this itself: on expiry it fails the records and forgets them.
 
-Why not let aiokafka buffer: its accumulator is bounded by bytes, but on
-expiry it *fails* the records (``KafkaTimeoutError``) and forgets them; the
-retry has to live above it, holding the records, which is this class.
-
-Traps:
-
-* **Order per key** holds because there is one batch in flight at a time and a
-  failed batch is re-sent whole, before anything newer. A record of a failed
-  batch may have reached the broker anyway (the ack was lost), so a retry can
-  duplicate: at-least-once. Deterministic ids (``k8s:<uid>:<rv>``) make the
-  duplicate harmless downstream.
-* **Say it once.** A full buffer is logged when it starts and when it ends
-  (with how long), not per item; the metrics carry the rest.
-* Call :meth:`close` to deliver what is buffered on a clean stop; cancelling
-  :meth:`run` loses the buffer (the next start relists, see ``watch.py``; a
-  node-local source re-reads from its saved checkpoint).
-* **Only a transient failure is retried** (:func:`transient`): a broker that is
-  down, slow or electing a leader. Anything else (a ``TypeError`` from routing a
-  tick, an encode error, a bug) would fail the same way on every retry and wedge
-  the connector behind that one batch while it looked like "Kafka is down": it is
-  logged and raised from :meth:`run`, so the process exits non-zero and is
-  restarted (a crash loop, which is loud, instead of a silent stall).
-* **aiokafka's own ``retriable`` flag is not the whole answer.**
-  ``KafkaTimeoutError`` says ``retriable = False``, yet it is what a broker
-  outage looks like from the producer (a batch expired in its accumulator):
-  it is transient here. Conversely ``ProducerClosed`` or
-  ``MessageSizeTooLargeError`` never get better by waiting.
-* **Failing to send may be retried; failing after is not.** ``after`` (the
-  publish loop saves checkpoints there) runs once a chunk is acknowledged; if it
-  raises, :meth:`run` raises: a state file that cannot be written is a broken
-  node, not a slow broker, and retrying the send would only duplicate.
-* ``size`` weighs an item (a batch of events counts its events), so the
-  ``gputriage_connector_buffered_events`` gauge counts events, not batches;
-  ``capacity`` still counts items.
+Traps: order per key holds because one batch is in flight and a failed one is re-sent
+whole (at-least-once); a full buffer is logged when it starts and ends, not per item;
+cancelling :meth:`run` loses the buffer (:meth:`close` delivers it); only a transient
+failure is retried (aiokafka's ``retriable`` flag is wrong both ways), anything else is
+raised; a failure of ``after`` (the checkpoint) is fatal. In full: docs/connectors.md,
+design notes: connectors/delivery.py.
 """
 
 from __future__ import annotations

@@ -1,52 +1,16 @@
 """The one publish loop of every live connector: source → bounded buffer → Kafka → checkpoint.
 
-:class:`Publisher` reads :class:`~connectors.source.Batch`\\es from a
-:class:`~connectors.source.Source` and puts them into a
-:class:`~connectors.delivery.BoundedDelivery`; its delivery task sends a chunk
-of batches (events with :meth:`EventProducer.send_many
-<connectors.kafka.producer.EventProducer.send_many>`, dead letters with
-``send_dead_letters``), waits for every acknowledgement, and only then commits
-each batch's checkpoint, in order (:meth:`Source.commit
-<connectors.source.Source.commit>`). One policy for "Kafka is down", for every
-connector: keep the batch, retry it with backoff, let the buffer fill, and
-stop reading the source (backpressure) -- never drop, never die of it.
+:class:`Publisher` reads batches from a :class:`~connectors.source.Source` into a
+:class:`~connectors.delivery.BoundedDelivery`, sends them, waits for every acknowledgement
+and only then commits each batch's checkpoint, in order. One policy for "Kafka is down":
+keep the batch, retry with backoff, let the buffer fill, stop reading the source; never
+drop, never die of it. Every record is signed with the source's progress, and a quiet
+source heartbeats.
 
-Traps:
-
-* **The checkpoint trails the reads.** The source is read ahead of the broker
-  by at most ``capacity`` batches (plus a chunk in flight), and the state file
-  only moves once a batch is acknowledged. A crash loses nothing: the
-  restarted source re-reads from the state file and re-sends the same ids.
-* **Stopping drains, bounded, always.** On ``stop`` (or when the source
-  ends) the source is no longer read; what is buffered is delivered for up to
-  ``drain_timeout_s``, which is finite in every mode (``--once`` uses a
-  generous one): with Kafka down an unbounded drain is a process that never
-  exits. What is not delivered by then is reported
-  (:attr:`PublishResult.drained`, and the connectors exit 1) and re-read by
-  the next start, since its checkpoint was never saved.
-* **A cancel waits for the drain, then is raised.** Cancelling :meth:`Publisher.run`
-  (the Lease elector does, on lost leadership; ``asyncio.run`` does on Ctrl-C)
-  still runs the bounded drain, and then raises ``CancelledError``: a caller that
-  cancelled must see "cancelled", never a normal :class:`PublishResult` it would
-  take for "finished". Further cancels while draining are absorbed into that one
-  (the drain is bounded anyway); under ``asyncio.run`` a second Ctrl-C raises
-  ``KeyboardInterrupt`` in the loop and skips it.
-* **Enrich once, when read.** ``enrich`` runs as a batch is read, before it is
-  buffered: a retried chunk is not enriched again, and an enrichment that fails
-  is a failure of the source (it ends :meth:`Publisher.run`), not a delivery
-  failure to be retried as if Kafka were down.
-* **Retries duplicate.** A chunk whose acknowledgement was lost is sent again
-  whole: at-least-once. Deterministic event ids make duplicates harmless.
-* **A failed commit is fatal, and so is a send that no retry can fix** (see
-  :mod:`connectors.delivery`): retrying cannot fix a read-only state directory,
-  an event that has no topic (a tick) or one that cannot be encoded. Only an
-  unreachable or busy broker is retried.
-* **Every record is signed with the source's progress**, and a quiet source
-  heartbeats (:class:`Publisher`, :mod:`schemas.progress`): the processor's
-  watermark follows the sources, not its own clock.
-* Four supervised tasks (read, deliver, heartbeat, the stop signal); the first to end
-  decides, the others are cancelled and awaited: a crash of either surfaces
-  as the exception of :meth:`Publisher.run`, after the buffer was drained.
+Traps: the checkpoint trails the reads; stopping drains, bounded, always (``--once`` too);
+a cancel waits for the drain, then is raised; ``enrich`` runs once, when read; retries
+duplicate (ids make it harmless); a failed commit, or a send no retry can fix, is fatal.
+In full: docs/connectors.md, design notes: connectors/publish.py.
 """
 
 from __future__ import annotations

@@ -1,59 +1,16 @@
 """One shape for every live source: an async stream of batches, each with its checkpoint.
 
-Modelled on bytewax's ``StatefulSourcePartition`` (``next_batch`` /
-``snapshot`` / ``close``), adapted to "commit after delivery" (a checkpoint moves only
-once Kafka has the batch): the :class:`Source` hands out a :class:`Batch`; the one publish loop
-(:mod:`connectors.publish`) sends its events and dead letters, waits for every
-acknowledgement, and only then calls :meth:`Source.commit` with that batch,
-which saves the batch's checkpoint (bytewax's ``snapshot``, taken at the
-moment the state is known to be safe rather than at an epoch boundary).
+Modelled on bytewax's ``StatefulSourcePartition``, adapted to "commit after delivery": a
+:class:`Source` hands out a :class:`Batch`, the one publish loop (:mod:`connectors.publish`)
+sends it, waits for every acknowledgement, and only then calls :meth:`Source.commit`.
+:attr:`Batch.progress` is the event time the source has delivered up to: the processor's
+watermark is made of it.
 
-Traps:
-
-* **A source runs ahead of its commits.** With a bounded buffer between the
-  source and the broker, ``next_batch`` is called again before the previous
-  batch was acknowledged. A source must therefore keep its *read* position in
-  memory and put the position to *save* on the batch (``state``), never save
-  it itself. Commits arrive in batch order, one at a time.
-* **Nothing new is not nothing to commit.** A batch of kernel noise publishes
-  nothing but still moves the position (``state``): it goes through the
-  buffer like any other, so its commit cannot overtake an earlier, unacked one.
-  Only a batch with nothing at all (:attr:`Batch.idle` and no state) is dropped.
-* **Event-time progress** (:attr:`Batch.progress`) is the event time up to
-  which this source has delivered: the processor's watermark is made of it. The
-  publish loop signs every raw record with the source's id and the progress
-  acknowledged before it, and heartbeats it when the source is quiet
-  (:class:`connectors.publish.Publisher`, :mod:`schemas.progress`); the
-  processor's watermark is the least progress over the sources it has heard
-  recently (:class:`streams.app.pipeline.Pipeline`). What it means per source:
-
-  ========  ==========================================================================
-  kmsg      the time of the last record read (boot time + its ``usec``)
-  journal   the ``__REALTIME_TIMESTAMP`` of the last entry read
-  file      the time of the last line that carried one (XID lines; others have none)
-  dcgm      the scrape's time (the exposition's timestamp, else the poller's clock)
-  nvml      the clock when the event was read (NVML gives no event time)
-  k8s       the event time of the last event emitted (a watch is not ordered by event
-            time, so this is a hint, not a bound: the processor's grace covers it)
-  autoscal  the kubelet timestamp of the last log line read (several pods are followed
-            at once, so also a hint); status ConfigMap updates claim nothing
-  ========  ==========================================================================
-
-  ``None`` means "no new information" (a batch of dead letters only, a record
-  without a time): a consumer keeps the previous value, it does not go back.
-  An *idle* batch (nothing read) of a live source says more: it has read
-  everything there is, so the publish loop takes the wall clock as its progress
-  (``PublishOptions.idle_is_caught_up``; off for a source replaying the past).
-  The k8s watch reports idle batches only once every resource is listed: a
-  relist under way is not caught up. Trap: a source that never reports idle
-  (blocking in ``next_batch`` while quiet) holds every watermark at its last event;
-  dcgm reports idle while it waits for its next scrape (its events are stamped with
-  the scrape's time, read later than the claim), except after an exposition with its
-  own timestamps, which may be older than now: then its progress trails by up to one
-  scrape interval plus a heartbeat (:class:`connectors.dcgm.scrape.DcgmSource`).
-  Whatever a quiet source claims reaches the processor with its next heartbeat: a
-  quiet source's progress is up to ``heartbeat_seconds`` old, and so is every
-  watermark that hears it.
+Traps: a source runs ahead of its commits, so it keeps its read position in memory and puts
+the position to save on the batch; a batch that publishes nothing still moves the position
+and goes through the buffer; ``None`` progress means no news, not going back; a live source
+must report idle batches, or it holds every watermark at its last event. What progress
+means per source: docs/connectors.md, design notes: connectors/source.py.
 """
 
 from __future__ import annotations

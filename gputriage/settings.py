@@ -1,42 +1,16 @@
 """Settings: ONE typed tree, from a TOML file and ``GPUTRIAGE_<SECTION>__<KEY>`` variables.
 
-:class:`Settings` is a tree of frozen msgspec ``Struct``\\ s, one per table, each
-living with its owner (:class:`~streams.core.config.CoreSettings`,
-:class:`~streams.config.XidSettings`, :class:`~connectors.kafka.config.KafkaSettings`,
-:class:`~schemas.topics.TopicSettings`, :class:`~streams.app.settings.ProcessorSettings`,
-:class:`~gputriage.logs.LogSettings`, :class:`ConnectSettings`,
-:class:`~streams.bridges.settings.BridgeSettings`). :func:`load_settings`
-builds it with ONE ``msgspec.convert``, so every value is validated once, at load,
-and an error names its path: ``invalid configuration in FILE: topics.partitions:
-Expected `int`, got `str```. The structs own every default; the CLI's options
-default to "unset" (``None``) and only override what was typed.
+:class:`Settings` embeds each owner's frozen msgspec ``Struct``; :func:`load_settings`
+builds it with ONE ``msgspec.convert``, so every value is validated once, at load, and an
+error names its path. The structs own every default; CLI options default to unset and only
+override what was typed. Precedence, lowest first: defaults, the file (``--config`` or
+``$GPUTRIAGE_CONFIG``), environment variables.
 
-Precedence, lowest first: the structs' defaults, the file (``--config FILE`` or
-``$GPUTRIAGE_CONFIG``), then environment variables. Environment variables exist
-for containers, where mounting a file for one threshold is a chore.
-
-Traps:
-
-* Environment values are strings, so each is parsed as a TOML value first:
-  ``2`` is an integer, ``0.5`` a float, ``true`` a boolean and ``[13, 31]`` a
-  list; anything that does not parse (``page``, ``Evicted``) stays a string.
-  A string that happens to look like TOML (``2024-01-01`` is a date) must be
-  quoted: ``GPUTRIAGE_X__Y='"2024-01-01"'``. The conversion is strict, so a
-  quoted ``'"2"'`` is a string and refused where a number is wanted.
-* ``__`` separates levels and names are lower-cased, so
-  ``GPUTRIAGE_CORE__SEVERITY__HOST_OOM_KILL=page`` sets ``core.severity.host_oom_kill``
-  and ``GPUTRIAGE_XID__FOLLOW_UP=[45]`` sets ``xid.follow_up`` (the XID table
-  and the ``[connect.<source>]`` tables accept ``-`` for ``_``).
-* Unknown sections and keys are errors, not ignored: a typo such as ``[cor]`` or
-  ``grace_secs`` would otherwise silently run with the defaults. Every struct
-  has ``forbid_unknown_fields``; the message lists the keys that would do.
-* Variables without ``__`` (``GPUTRIAGE_CONFIG`` itself) are not settings.
-* The Kafka SASL password is never a setting: a ``password`` key in ``[kafka]``,
-  from the file or from ``GPUTRIAGE_KAFKA__*``, is refused before the
-  conversion, so no error or ``repr`` can quote it. It is read only from
-  ``$GPUTRIAGE_KAFKA_PASSWORD`` (captured here, masked) or from the file that
-  ``kafka.sasl_password_file`` names (read by :meth:`Settings.kafka_settings`,
-  i.e. only by commands that connect).
+Traps: an environment value is parsed as a TOML value first (quote a string that looks
+like TOML: a date); ``__`` separates levels and names are lower-cased; unknown sections
+and keys are errors, never ignored; variables without ``__`` are not settings; the Kafka
+SASL password is never a setting (refused before the conversion, so no error can quote
+it). In full: docs/configuration.md, design notes: the settings tree.
 """
 
 from __future__ import annotations

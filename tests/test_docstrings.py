@@ -154,3 +154,85 @@ def test_no_comment_or_docstring_points_where_a_newcomer_cannot_follow() -> None
         for line, text in _pointers(path.read_text(encoding="utf-8"))
     ]
     assert not found, "say the reason, or name the docs/ page:\n" + "\n".join(found)
+
+
+# -- length: the reasoning lives in docs/ ------------------------------------------------
+LENGTH_PACKAGES: Final = ("connectors", "streams", "gputriage", "schemas", "bench", "examples")
+MAX_DOCSTRING_LINES: Final = 40
+"""The bound, in source lines from the opening quotes to the closing ones. A docstring says
+what the object is for, why, and names its traps (the aim is 15 lines); the design
+reasoning goes to a docs/ page's "Design notes". Lower the bound as the tree allows."""
+ALLOWED_LONGER: Final[dict[str, int]] = {}
+"""``path:qualified name`` -> its length today, for docstrings not cut yet: each entry may
+not grow, and one that is cut (or gone) must leave this table."""
+
+
+def _docstring_lengths(tree: ast.Module) -> Iterator[tuple[str, int]]:
+    """Qualified name (``<module>``, ``Class.method``) and length in lines of each docstring
+    of a module, its classes and functions, nested ones included."""
+
+    def walk(node: ast.AST, prefix: str) -> Iterator[tuple[str, int]]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                name = f"{prefix}{child.name}"
+                yield from own(child, name)
+                yield from walk(child, name + ".")
+            else:
+                yield from walk(child, prefix)
+
+    def own(node: ast.AST, name: str) -> Iterator[tuple[str, int]]:
+        body = getattr(node, "body", [])
+        if (
+            body
+            and isinstance(body[0], ast.Expr)
+            and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)
+        ):
+            first = body[0]
+            yield name, (first.end_lineno or first.lineno) - first.lineno + 1
+
+    yield from own(tree, "<module>")
+    yield from walk(tree, "")
+
+
+@pytest.mark.parametrize(
+    ("source", "lengths"),
+    [
+        ('"""One line."""\n', [("<module>", 1)]),
+        ('"""Two\nlines."""\n', [("<module>", 2)]),
+        ("class C:\n    '''C.\n\n    More.\n    '''\n", [("C", 4)]),
+        ("def f() -> None:\n    def g() -> None:\n        '''g.'''\n", [("f.g", 1)]),
+        ("async def f() -> None:\n    '''f.'''\nx = '''not\na docstring'''\n", [("f", 1)]),
+        ("def f() -> None:\n    x = 1\n    '''after code: not f's docstring'''\n", []),
+    ],
+)
+def test_the_length_rule_on_small_cases(source: str, lengths: list[tuple[str, int]]) -> None:
+    """Which strings are measured (a definition's first statement only) and how."""
+    assert list(_docstring_lengths(ast.parse(source))) == lengths
+
+
+def test_no_docstring_is_longer_than_the_bound() -> None:
+    """Every docstring of the project's packages fits the bound, but the allowed ones."""
+    sources = sorted(
+        path
+        for package in LENGTH_PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+        if GENERATED not in path.parents
+    )
+    assert len(sources) > 100  # the walk found the tree
+    measured = {
+        f"{path.relative_to(ROOT)}:{name}": length
+        for path in sources
+        for name, length in _docstring_lengths(ast.parse(path.read_bytes(), str(path)))
+    }
+    too_long = [
+        f"{where}: {length} lines"
+        for where, length in sorted(measured.items())
+        if length > max(MAX_DOCSTRING_LINES, ALLOWED_LONGER.get(where, 0))
+    ]
+    assert not too_long, (
+        f"docstrings over {MAX_DOCSTRING_LINES} lines (say why and name the traps; move the "
+        "reasoning to a docs/ page's 'Design notes'):\n" + "\n".join(too_long)
+    )
+    stale = [where for where in ALLOWED_LONGER if measured.get(where, 0) <= MAX_DOCSTRING_LINES]
+    assert not stale, "allowed, but no longer over the bound (remove them):\n" + "\n".join(stale)

@@ -1,42 +1,16 @@
 """Peel the wrappers autoscaler log lines arrive in, down to the line the autoscaler wrote.
 
-:func:`unwrap` takes one raw line and returns an :class:`Unwrapped`: the payload
-(a klog line, a Karpenter console line, or the text of a JSON record), the time the
-wrapper gave (if any), and, for a JSON payload, the decoded object. It never raises.
+:func:`unwrap` takes one raw line and returns an :class:`Unwrapped`: the payload (a klog
+line, a Karpenter console line, or the text of a JSON record), the wrapper's time if any,
+and for a JSON payload the decoded object. It never raises. Wrappers: CRLF, kubectl and
+stern prefixes, ``--timestamps``, log-viewer exports, CRI files, docker/fluent-bit JSON,
+Gardener's and AKS's JSON, klog's JSON format.
 
-Shapes (in the order they are peeled; each may be combined with the ones after it)::
-
-    ...\\r\\n                                   CRLF (Windows clipboards and exports)
-    [pod/<pod>/<container>] <line>            kubectl logs --prefix (k8s.io/kubectl
-                                              pkg/cmd/logs/logs.go addPrefixIfNeeded)
-    <ns>/<pod>[<container>]: <line>           stern/kubetail-style prefix (as pasted in
-                                              linode/cluster-api-provider-linode#251)
-    <pod> <container> <Karpenter line>        stern's default prefix, before a JSON record or
-                                              a console line (kubernetes-sigs/karpenter#1026)
-    <container> <klog line>                   a bare container-name prefix before a klog
-                                              header (``cluster-autoscaler W1123 ...``, as
-                                              pasted in kubernetes/autoscaler#2557; the
-                                              tool is not named there). Peeled only when a
-                                              klog header follows, so its time is kept.
-    2023-05-11T21:29:05.854520117Z <line>     kubectl logs --timestamps (RFC 3339 + space)
-    2026-01-08T22:07:55.350Z<TAB><line>       log-viewer export (aws/karpenter-provider-aws#8536)
-    2019-12-03T10:35:27.111Z: <line>          log-viewer export (kubernetes/autoscaler#5548)
-    2023-03-10 01:54:42.763<TAB><line>        a viewer's local time, no zone (Grafana/Loki rows,
-                                              aws/karpenter-provider-aws#3576): peeled, not kept
-    <RFC 3339> stderr F <line>                CRI log file (/var/log/pods)
-    {"log": "<line>\\n", "time": ...}          docker json-file, fluent-bit (the "log" key)
-    {"log", "pid", "severity", "source"}      Gardener's JSON klog (gardener/autoscaler#330)
-    {"Message": ..., "TimeGenerated": ...}    AKS diagnostics (AKSControlPlane table)
-    {"ts": <epoch ms>, "caller", "msg": ...}  klog --logging-format=json
-                                              (cluster-autoscaler FAQ.md, "log format")
-
-A JSON object whose payload is none of those keys (a Karpenter record) is handed
-back as ``record``. A line that starts with ``{`` but is not valid JSON (pastes
-mangle records) is returned as plain text. Karpenter's console format starts with
-a timestamp too (``<time><TAB>ERROR<TAB>controller...``); that is not a wrapper,
-and is left alone. A console line whose time a paste cut off (``ERROR<TAB>controller...``)
-is decoded here into its ``record`` (:func:`connectors.autoscaler.karpenter.console_record`),
-since nothing else would tell it from plain text.
+Traps: a bare container-name prefix is peeled only when a klog header follows; a viewer's
+zoneless local time is peeled, not kept; a line that starts with ``{`` but is no JSON stays
+text; Karpenter's console time is not a wrapper; a console line whose time a paste cut off
+is decoded here. Each shape with its source: docs/connectors.md, design notes:
+connectors/autoscaler/unwrap.py.
 """
 
 from __future__ import annotations

@@ -1,97 +1,16 @@
 """The Alertmanager endpoint: each incident is an alert POSTed to ``/api/v2/alerts``.
 
-Alertmanager is not a notification API but a store of *current* alerts that its
-clients keep alive: "Clients are expected to continuously re-send alerts as long as
-they are still active (usually on the order of 30 seconds to 3 minutes)"; "the labels
-of each alert are used to identify identical instances of an alert and to perform
-deduplication. The annotations are always set to those received most recently"
-(prometheus.io/docs/alerting/clients). So this endpoint is also :class:`Periodic`:
+Alertmanager stores *current* alerts that clients keep alive, so this endpoint is
+:class:`Periodic`: firing alerts are re-sent every ``resend_interval_seconds`` with
+``endsAt`` four intervals ahead, resolved ones for ``resolved_resend_seconds`` (each HA
+replica needs its copy), and every replica gets every alert. Labels identify the alert and
+never change over its life; everything that changes is an annotation.
 
-* **Firing alerts are re-sent every** ``resend_interval_seconds`` (60 s, Prometheus'
-  ``--rules.alert.resend-delay`` default) with ``endsAt = now + ends_at_intervals *
-  interval`` (4, as Prometheus' ``ValidUntil = ts + 4 * max(interval, resendDelay)``
-  in ``rules/alerting.go``). Alertmanager resolves an alert whose ``endsAt`` passes:
-  a bridge that stalls for less than four intervals never makes a false resolve, one
-  that dies for longer does (as a dead Prometheus does). We always send ``endsAt``,
-  so Alertmanager's ``resolve_timeout`` never applies.
-* **Resolved alerts are re-sent for** ``resolved_resend_seconds`` (300 s) with
-  ``endsAt`` = the resolve time: Alertmanager keeps alerts in memory only, and each
-  replica of an HA pair needs its own copy (replicas gossip silences and the
-  notification log, not alerts), so a replica that restarts or missed the one POST
-  still learns of the resolve. A resolved revision is sent even when the ledger has
-  no earlier delivery: a crash between the firing POST and the ledger write leaves
-  a firing alert behind that only this resolve clears. Trap: a resolved revision takes
-  the alert out of the firing set **whatever its outcome** (it joins the resolved set
-  when accepted): a resolve that is rejected, or retried for a while, must not leave
-  the ticks re-sending the alert firing for ever.
-* **A firing alert without a new revision for** ``max_firing_seconds`` (7 days) is no
-  longer re-sent (a warning names it; Alertmanager ends it at its last ``endsAt``):
-  when the resolve never reaches this endpoint (dead-lettered upstream, a route
-  changed under it), nothing else would ever stop the ticks.
-* **Every replica gets every alert**, never through a load balancer (the Alertmanager
-  README's high-availability section). A revision counts as accepted when at least one
-  replica took it, as Prometheus' notifier counts a batch sent; the replicas that
-  missed it get it at the next tick, which sends the whole current set.
-
-Labels identify the alert and never change over its life; everything that changes is
-an annotation:
-
-* labels: ``alertname`` (the incident type in CamelCase, Prometheus' alert naming
-  style: ``host_oom_kill`` -> ``HostOomKill``), ``severity`` (``page`` -> ``critical``,
-  ``ticket`` -> ``warning``, ``info`` -> ``info``: the values the routing trees of
-  kube-prometheus and ``deploy/monitoring/prometheus-rules.yaml`` already match),
-  ``cluster``, ``node``, ``namespace`` (the one namespace of the affected pods, none
-  when they span several), ``incident_id``. All but ``severity`` are fixed by the
-  first delivered revision and kept in the ledger's memo: a pod joining later in
-  another namespace must not turn the alert into a new one.
-* **Trap: severity can change** (``gpu_app_fault`` goes info -> ticket at three
-  episodes, ``gpu_degraded`` escalates to page) and Alertmanager routes on it. A
-  changed severity is a *new* alert, as in Prometheus when a rule's labels change:
-  the revision sends the old label set resolved (``endsAt`` just past, and re-sends it
-  for ``resolved_resend_seconds``) with the new one firing, so the escalation reaches
-  the critical route and nothing lingers at the old severity. The retired alert's
-  ``endsAt`` is :data:`RETIRE_SKEW_SECONDS` in the past (never before its ``startsAt``):
-  an Alertmanager whose clock runs behind ours would otherwise keep it firing until its
-  own clock reaches our "now".
-* annotations: ``summary``, ``description`` (the action, pods and owners, GPUs),
-  ``evidence`` (one line per event), ``incident_type``, ``runbook_url`` (when the
-  option is set). Each is clipped with a marker so the memo stays a few KiB:
-  Alertmanager documents no limit, but the memo is rewritten on every revision.
-* ``generatorURL``: "a unique back-link which identifies the causing entity of this
-  alert in the client" (prometheus.io/docs/alerting/clients): ``generator_url`` with
-  ``{id}``, ``{type}``, ``{cluster}``, ``{node}`` filled in, URL-quoted. Alertmanager
-  validates it as a URI (422 ``must be of type uri`` otherwise): checked at build.
-
-Answers (checked against Debian's Alertmanager 0.25): 200 (empty body) is accepted;
-400 carries a JSON string (``"start time must be before end time"``) and 422 a
-go-swagger ``{"code", "message"}`` for a body off the OpenAPI schema: both are
-:class:`~connectors.bridges.base.Rejected` with that text. Trap: a 400 for a batch
-still stored its valid alerts (``api/v2/api.go`` validates each alert and puts the
-valid ones before answering). Every other status follows the shared policy of
-:mod:`connectors.bridges.http`: 429 (a proxy in front) and 5xx are retried after
-``Retry-After``; 401/403 (a wrong or rotated token) after a long wait with a warning;
-a redirect is never followed (it would carry the ``Authorization`` header elsewhere)
-and is retried with a warning; 404 (a wrong path prefix) and network errors are
-retried: the configuration's fault, and dead-lettering every incident until someone
-fixes it would lose them.
-
-Secrets per route (``[[bridge.routes]]`` ``target``): ``bearer_token_env`` /
-``bearer_token_file``, or ``username`` with ``password_env`` / ``password_file`` for
-basic auth. URLs carry no credentials (refused at build: they would reach logs).
-
-The ledger's memo (``alert``: the compact JSON of the alert as sent; ``resend_until``
-for a resolved one) is all :meth:`AlertmanagerEndpoint.restore` needs to send the same
-alert again after a restart. Traps: a :class:`~connectors.bridges.base.Skipped` revision
-(only ``last_seen`` moved) must leave the previous memo in place; an alert retired by a
-severity change is not in the memo, so after a restart it is not re-sent resolved and
-Alertmanager ends it at its last ``endsAt`` (within four intervals); a restored route's
-ticks use the credentials :meth:`AlertmanagerEndpoint.check_route` read, so the runner
-checks every route before the first tick. Alertmanager keeps the later of two explicit
-``endsAt`` of one alert (``types.Alert.Merge``): a tick cannot shorten a firing alert.
-
-Trap: :meth:`AlertmanagerEndpoint.tick`'s ``now`` is Unix time (``time.time()``),
-not a monotonic clock: it becomes ``endsAt``, which Alertmanager compares with its
-own wall clock.
+Traps: a resolved revision leaves the firing set whatever its outcome; a changed severity
+is a new alert (the old label set is sent resolved); a 400 for a batch still stored its
+valid alerts; a :class:`Skipped` revision keeps the previous memo; ``tick``'s ``now`` is
+Unix time, since it becomes ``endsAt``. Labels, answers, secrets and the memo:
+docs/bridges.md, design notes: alertmanager.
 """
 
 from __future__ import annotations

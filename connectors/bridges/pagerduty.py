@@ -1,66 +1,16 @@
 """PagerDuty Events API v2: each incident's lifecycle as trigger / re-trigger / resolve.
 
-What PagerDuty documents (the sources of https://developer.pagerduty.com/docs/events-api-v2/
-in https://github.com/PagerDuty/developer-docs, ``docs/events-API-v2/``: ``01-Overview.md``
-(codes, retries, 512 KB), ``02-Trigger-Events.md`` (fields, limits, dedup) and
-``05-Rate-Limits.md``; the 400 example is on
-https://v2.developer.pagerduty.com/docs/send-an-event-events-api-v2; "Events - 120/min/
-integration key" is also PagerDuty's answer on
-https://community.pagerduty.com/forum/t/monitoring-api-rate-limiting/3318):
+``open`` is a ``trigger``; an ``updated`` revision re-triggers with the same ``dedup_key``
+only when what a responder reads changed, else it is :class:`Skipped`; ``resolved`` is a
+``resolve``, always sent (harmless when nothing is open). ``page`` maps to ``critical``,
+and ``error`` stays unused so event rules can tell our pages apart.
 
-* ``POST https://events.pagerduty.com/v2/enqueue``, a JSON body: ``routing_key`` (the
-  32-character integration key), ``event_action`` (``trigger``/``acknowledge``/``resolve``),
-  ``dedup_key`` (at most 255 characters), ``payload`` (``summary`` at most 1024 characters,
-  ``source``, ``severity`` ``critical|error|warning|info``, then optional ``timestamp``,
-  ``component``, ``group``, ``class``, ``custom_details``), ``images``, ``links``, ``client``,
-  ``client_url``. A resolve needs only ``routing_key``, ``dedup_key`` and ``event_action``.
-* 202 ``{"status": "success", "message": "Event processed", "dedup_key": ...}``; 400
-  ``{"status": "invalid event", "message": ..., "errors": [...]}``, never retried; 429 and
-  5xx and network errors "retry after some time". A payload is at most **512 KB**.
-* About **120 calls a minute per integration key**, over a 60 s window looking back; no
-  ``Retry-After`` is documented ("retrying 3 times with each request being 30 seconds
-  apart", "preferably with a backoff of a few minutes").
-
-How an incident maps (the README's incident table): ``open`` is a ``trigger``; an ``updated``
-revision is a re-``trigger`` with the same ``dedup_key`` only when what a responder reads
-changed (summary, severity, action, the pods, the GPUs, the head of the evidence chain),
-else :class:`~connectors.bridges.base.Skipped`; ``resolved`` is a ``resolve``. Severity:
-``page`` is ``critical`` (the one severity we publish that is meant to wake someone gets
-PagerDuty's top one), ``ticket`` is ``warning``, ``info`` is ``info``; ``error`` is left
-unused, so a service's event rules can tell our pages from the rest by severity alone.
-
-Traps:
-
-* **The routing key is in the body.** Never log a body, a request or a response as sent;
-  a 400's error list is scrubbed of the key before it becomes a dead letter's detail.
-* **Follow-ups through another routing key are dropped, silently, with a 202.** PagerDuty
-  applies a follow-up to an open alert only when it comes through the key of the original
-  trigger ("will be dropped"); the API is asynchronous, so the drop happens after the 202
-  that accepted the event. The memo keeps a non-secret fingerprint of the key each
-  trigger went through (:func:`key_fingerprint`); a later revision whose route's key has
-  another fingerprint logs a warning (the fingerprints, never the key) and is sent with the
-  *current* key, as a re-trigger even when nothing else changed: the new service gets the
-  alert, so the resolve that follows closes something. The old service's alert stays
-  open: the warning says to resolve it by hand.
-* **A resolve is harmless when nothing is open** (PagerDuty drops it), so a ``resolved``
-  revision is always sent, even with no previous delivery on this route (a compacted
-  topic may hold only the last revision of an incident).
-* **Our own pacing, per key.** A storm of 200 evictions through one key would spend the
-  minute's budget in seconds, then meet 429s that say nothing about when to come back. A
-  sliding 60 s window per key (``calls_per_minute``, below the documented ~120) answers
-  :class:`~connectors.bridges.base.Retry` with ``after_seconds`` (when the oldest call
-  leaves the window) instead of sending; a 429 closes the key's window for
-  ``rate_limited_retry_seconds``. Why not wait inside :meth:`deliver`: the runner keeps
-  control (shutdown, other routes, commits), and a stall shows in its retry metrics
-  instead of as one slow delivery.
-* **Answers** follow the shared policy of :mod:`connectors.bridges.http` (bounded
-  reads, no redirects followed, 401/403 of a rotated key retried after a long wait with
-  a warning, never dead-lettered); a 429 closes the key's window as above; a
-  ``Retry-After`` is read by :func:`connectors.backoff.parse_retry_after` (finite,
-  non-negative, capped), though PagerDuty documents none.
-* **512 KB per event.** The evidence is cut first (from its tail, with a marker saying how
-  many events were left out), then the pod list, then the attributes; the ids
-  (``dedup_key``, ``incident_id``, ``revision``) and the summary never are.
+Traps: the routing key is in the body (never log one); follow-ups through another key are
+dropped silently after a 202, so the memo keeps a fingerprint of the trigger's key and a
+change is warned about; about 120 calls a minute per key, so a sliding window paces each
+key and answers :class:`Retry` rather than sleeping; 512 KB per event (evidence is cut
+first, ids and summary never). What PagerDuty documents, with sources:
+docs/bridges.md, design notes: pagerduty.
 """
 
 from __future__ import annotations

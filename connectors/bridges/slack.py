@@ -1,84 +1,16 @@
 """The Slack endpoint: one parent message per incident, updated in place, with a thread.
 
-Two modes, chosen per route by the secret its ``target`` names:
+With a bot token the parent is posted once, replaced by ``chat.update`` on each revision
+and what changed goes into its thread (channel id and ``ts`` kept in the ledger's memo);
+an incoming webhook can only post, so each revision a reader would see as news is a new
+whole message. Calls are paced per channel instead of earning 429s.
 
-* **Bot token** (the default; ``token_env``/``token_file`` and ``channel``): open posts
-  the parent with ``chat.postMessage`` and keeps the ``(channel id, ts)`` Slack returns in
-  the ledger's memo; each later revision replaces the parent with ``chat.update`` and
-  posts what changed into its thread (``chat.postMessage`` with ``thread_ts``); resolved
-  does the same, the parent then saying RESOLVED. The memo is durable (the runner's
-  ledger), so the thread survives a restart. A memo without a ``ts`` (an older ledger, or
-  a route that was a webhook) starts a new parent.
-* **Incoming webhook** (``webhook_url_env``/``webhook_url_file``, no ``channel``): post
-  only. A webhook can neither update nor thread, so every revision a reader would see
-  as news is posted as a new whole message, its header saying the status (its answer
-  has no ``ts`` to keep either); one that changed nothing but ``last seen`` is skipped.
-
-Slack facts this relies on (Slack's own docs, cited where used):
-
-* ``chat.update`` takes the channel **id** and the message ``ts``; ``chat.postMessage``
-  answers both (https://docs.slack.dev/reference/methods/chat.update,
-  https://docs.slack.dev/reference/methods/chat.postMessage). A route therefore names
-  its channel by id (``C0123ABCD``): a name would post but could never be updated.
-* The Web API answers errors as **HTTP 200** ``{"ok": false, "error": "..."}``
-  (https://github.com/slackhq/slack-api-docs/blob/master/index_web.md): ``ok`` is what
-  counts, never the status alone. Rate limiting is HTTP 429 with ``Retry-After`` in
-  seconds (https://api.slack.com/docs/rate-limits), answered as :class:`Retry` with it.
-  Incoming webhooks answer ``ok`` as text, errors as 400/403/404/410 with a plain error
-  string (https://api.slack.com/changelog/2016-05-17-changes-to-errors-for-incoming-webhooks).
-* Posting is limited to about one message per second per channel, short bursts allowed
-  (https://api.slack.com/docs/rate-limits): this endpoint paces its calls per channel
-  (:class:`~connectors.bridges.http.Pacer`: at most :data:`BURST` calls in any
-  ``BURST * channel_interval_seconds``), answering :class:`Retry` with ``after_seconds``
-  instead of sleeping inside :meth:`SlackEndpoint.deliver` (the runner keeps control),
-  so an update (two calls) or a storm does not earn 429s in the first place. A 429's
-  ``Retry-After`` closes the channel for that long.
-
-A revision that changed nothing a reader sees but ``last seen`` (the same severity,
-status, pods, evidence, summary, action and attributes as the memo says) updates the
-parent and posts no reply: the thread says what changed, never "nothing changed". In
-webhook mode such a revision is :class:`Skipped` (a webhook can only post a whole new
-message, and a channel filling with identical ones hides the ones that matter).
-
-Outcomes: ``ok: true`` is :class:`Accepted`; ``ok: false`` with a permanent error
-(``invalid_blocks``, ``channel_not_found``, ``not_in_channel``, ``msg_blocks_too_long``
-...) is :class:`Rejected` with Slack's error as the reason; ``ratelimited``, 429, 5xx,
-Slack's transient errors and network failures are :class:`Retry`. A refused token
-(``invalid_auth``, ``token_revoked``, ``account_inactive``, HTTP 401/403) is a
-:class:`Retry` after a long wait with a warning naming the route: a token being rotated
-must not dead-letter every incident. Other statuses follow the shared policy of
-:mod:`connectors.bridges.http`; an incoming webhook's 404 (``no_service``,
-``channel_not_found``) and 410 (``channel_is_archived``) are permanent, as Slack's
-changelog above describes them. A ``chat.update`` whose parent is gone
-(``message_not_found``, deleted by someone) posts a new parent instead.
-
-Traps:
-
-* **A re-sent revision.** After a crash between Slack's answer and the ledger's write,
-  the runner hands the same revision again, with ``previous`` the last *confirmed* one.
-  ``chat.update`` is idempotent (it sets the parent to this revision again), but the
-  thread reply is posted again: a rare duplicate reply, accepted (checking the thread
-  first would cost a ``conversations.replies`` call, a history scope and its tight rate
-  limit on every revision). The same holds for a parent whose ``chat.postMessage``
-  answer was lost: Slack has no idempotency key for it. Each message carries metadata
-  (``gputriage_incident``: incident id, revision) so such duplicates can be told.
-* **Two calls, one outcome.** When the update went through and the reply did not, the
-  revision is :class:`Retry`: the next attempt updates again (harmless) and replies.
-* **Automatic parsing.** ``chat.update`` parses its text as ``parse=client`` unless told
-  otherwise, unlike ``chat.postMessage`` (https://api.slack.com/methods/chat.update):
-  every call says ``parse: none``, and every mrkdwn object ``verbatim: true`` (no
-  auto-linking of URLs, channel names or mentions:
-  https://docs.slack.dev/reference/block-kit/composition-objects/text-object).
-* **Secrets.** The token goes only into the ``Authorization`` header, the webhook URL
-  only to aiohttp; neither is in a reason, a detail, the memo or a log line, and a
-  network error is reported by its class name only (aiohttp's messages can carry the URL,
-  which *is* the webhook's secret). An error body is reduced to Slack's error code (only
-  ``[a-z_]+`` counts: a 404 page may start with the URL it was asked for) and masked
-  (:func:`~connectors.bridges.base.mask`). No request body is ever logged.
-* Hand-written HTTP on the runner's shared aiohttp session, not ``slack_sdk``: its
-  clients raise on ``ok: false`` and retry by sleeping inside the call, where the runner
-  needs each answer as a value and owns retries and backoff; the Web API surface used
-  here is two methods.
+Traps: the Web API answers errors as HTTP 200 ``ok: false``, so ``ok`` counts, never the
+status; a channel is named by id (a name posts but cannot be updated); a re-sent revision
+after a crash may post a thread reply twice (accepted, metadata tells them apart); every
+call says ``parse: none``; the token and webhook URL never reach a reason, memo or log;
+hand-written HTTP, not ``slack_sdk`` (it raises and sleeps inside the call). Slack's
+facts, outcomes and each trap: docs/bridges.md, design notes: slack.
 """
 
 from __future__ import annotations

@@ -3,52 +3,14 @@
 Pure: no I/O, no clock. :mod:`connectors.bridges.slack` sends what this renders;
 ``gputriage demo --bridge slack-stub`` prints it.
 
-The parent message (posted on open, replaced by ``chat.update`` on each revision)::
-
-    header    🔴 PAGE · device_unhealthy_eviction           (plain_text, ≤ 150)
-    section   the summary                                  (plain_text, ≤ 3000)
-    section   fields: Status, Severity, Node, GPU, Pods, Owner, Cluster, Details
-              (the incident's attributes; ≤ 10 fields, each ≤ 2000)
-    section   every affected pod, when more than the Pods field shows
-    section   recommended action                           (plain_text)
-    section*  evidence, oldest first, clipped by the budget (code block or plain_text)
-    context   incident id, revision, first/last seen, resolved at (≤ 10 elements)
-
-Limits (Slack's Block Kit reference, https://docs.slack.dev/reference/block-kit/blocks/):
-50 blocks per message; section ``text`` ≤ 3000 characters, ``fields`` ≤ 10 of ≤ 2000
-(https://api.slack.com/reference/block-kit/blocks#section); header ``plain_text`` ≤ 150
-(https://docs.slack.dev/reference/block-kit/blocks/header-block); context ≤ 10 elements
-(https://docs.slack.dev/reference/block-kit/blocks/context-block). Slack also rejects a
-message whose blocks *together* are too long with ``msg_blocks_too_long``, even when every
-block is within its own limit; the threshold is undocumented and was measured at about
-12-13k characters (https://github.com/slackapi/bolt-js/issues/2509,
-https://github.com/slackapi/bolt-js/issues/2867). Every text here is therefore counted
-against one budget (:data:`DEFAULT_BUDGET`, well under that): the fixed blocks are
-clipped first, the pod list and the evidence get what is left, each with a marker saying
-how much was left out. Nothing is ever dropped silently.
-
-Untrusted text (pod, node, namespace and owner names, evidence lines built from log
-excerpts and termination messages, the summary and action, which quote them) must neither
-mention (``<!channel>``, ``<@U123>``) nor format (``*bold*``, ``_italic_``, ``~strike~``,
-backticks). Slack's formatting guide
-(https://docs.slack.dev/messaging/formatting-message-text#escaping) says ``&``, ``<`` and
-``>`` are its control characters and must be sent as ``&amp;``, ``&lt;``, ``&gt;``, and
-*only* those (other entities are shown literally, so ``'`` is never ``&#39;``):
-:func:`escape` does exactly that, for every text object, plain or not. On top of that:
-
-* prose (the summary, the action) goes in ``plain_text``, which Slack does not parse for
-  mentions or formatting (https://github.com/slackapi/node-slack-sdk/issues/712);
-* a name in a field goes in a code span, where ``*``, ``_`` and ``~`` are literal; evidence
-  lines go in a code block;
-* **trap**: a backtick in the text would close the code span, and what follows would be
-  formatted again. So text with a backtick (or a line break, for a span) is never put in
-  a code span: that field, or that whole evidence section, is ``plain_text`` instead.
-* ``link_names`` is never set (it would turn ``@here`` in a pod name into a mention), and
-  ``unfurl_links``/``unfurl_media`` are off (a URL in a log line must not unfurl).
-
-The plain ``text`` fallback (notifications, screen readers: chat.postMessage's docs,
-https://docs.slack.dev/reference/methods/chat.postMessage) is always set: our own words
-(severity, type, status) plus the node in a code span when that is safe.
+Traps: besides each block's limits Slack rejects a message whose blocks together are too
+long (``msg_blocks_too_long``, undocumented, about 12-13k characters), so every text is
+counted against one budget (:data:`DEFAULT_BUDGET`) and clipped with a marker, never
+dropped silently. Untrusted text must neither mention nor format: :func:`escape` sends
+only ``&``, ``<``, ``>`` as entities, prose goes in ``plain_text``, names in code spans,
+and text with a backtick is never put in one (it would close the span). ``link_names`` is
+never set and unfurling is off. The layout, limits and sources:
+docs/bridges.md, design notes: slack_blocks.
 """
 
 from __future__ import annotations

@@ -1,104 +1,17 @@
 """``gputriage bridge webhook``: each incident revision as one CloudEvents 1.0 event.
 
-Any HTTP receiver that speaks CloudEvents (Knative, Argo Events, an Event Grid topic,
-a team's own service) gets every revision, POSTed in *structured* mode: the body is
-the whole event as JSON, ``Content-Type: application/cloudevents+json; charset=utf-8``
-(CloudEvents HTTP binding §3.2, JSON format §3). The event:
+Any CloudEvents receiver (Knative, Argo Events, a team's own service) gets every revision
+POSTed in structured mode: the body is the whole event as JSON, ``data`` the
+``incident.v1`` record byte for byte. ``id`` is ``<incident id>/<revision>``, the same on
+every retry and after a restart, so a receiver that dedupes on ``(source, id)`` sees each
+revision once; an optional HMAC signature covers the exact body bytes.
 
-============== ==============================================================
-``specversion`` ``1.0``
-``type``        ``io.gputriage.incident.opened`` / ``.updated`` / ``.resolved``
-                (the revision's status; reverse-DNS prefixed, as spec §type asks)
-``source``      ``/gputriage/clusters/<cluster>`` (``source_prefix`` + the cluster
-                name, percent-encoded): a URI-reference naming the cluster. Set
-                ``source_prefix`` to an absolute URI (``https://triage.example.com/
-                clusters/``) where the spec's RECOMMENDED absolute form matters.
-``id``          ``<incident id>/<revision>``: unique per revision and the **same
-                on every retry** and after a restart, so a receiver that dedupes on
-                ``(source, id)`` (spec §id: "Consumers MAY assume that Events with
-                identical source and id are duplicates") sees each revision once
-                under our at-least-once delivery.
-``subject``     the incident id (filter one incident's lifecycle)
-``time``        the revision's time: ``resolved_at`` when resolved, else ``last_seen``
-                (never the send time: a retry must not change the event)
-``datacontenttype`` ``application/json``
-``dataschema``  only when ``dataschema`` is set: an absolute URI (spec type ``URI``)
-                where ``schemas/jsonschema/incident.v1.json`` is published. The
-                repository has no canonical URL for it, so nothing is invented.
-``incidenttype``, ``incidentseverity`` extension attributes (``gpu_degraded``,
-                ``page``): Knative Triggers and other brokers filter on attributes,
-                never on ``data``.
-``data``        the ``incident.v1`` record, encoded by :func:`schemas.codec.encode`
-                (the one codec), byte for byte what the incident topic carries.
-============== ==============================================================
-
-The same revision always renders to the same body bytes; only the signature's
-timestamp header changes between attempts.
-
-Route ``target`` keys (secrets only as ``<name>_env`` / ``<name>_file``, see
-:func:`~connectors.bridges.base.read_secret`):
-
-* ``url`` (plain, when the URL carries no credential) **or** ``url_env`` / ``url_file``
-  (Slack-style URLs embed their token in the path: treat those as secrets).
-* ``hmac_key_env`` / ``hmac_key_file`` (optional): sign each request, below.
-* ``token_env`` / ``token_file`` (optional): ``Authorization: Bearer <token>``, the
-  CloudEvents webhook spec's header method (http-webhook.md §3.1).
-
-Signature and how a receiver verifies it
-----------------------------------------
-With an HMAC key the request carries::
-
-    X-Gputriage-Timestamp: 1764583200              (Unix seconds at send time)
-    X-Gputriage-Signature: sha256=<64 hex digits>
-
-where the hex is ``HMAC-SHA256(key, "<timestamp>." + body)`` over the **exact body
-bytes** (key: the secret's UTF-8 bytes). To verify:
-
-1. read the raw body before any JSON parsing (a re-serialised body never matches);
-2. reject when the timestamp is not all digits or is more than 5 minutes from your
-   clock (a replayed capture is old);
-3. compute ``hmac.new(key, ts.encode() + b"." + body, hashlib.sha256).hexdigest()``
-   and compare it with the header's hex by ``hmac.compare_digest`` (constant time);
-4. dedupe on ``(source, id)``: a retry within the window is a legitimate duplicate.
-
-``tests/receivers/cloudevents.py`` (:func:`verify_signature`) is that recipe as code.
-
-Outcomes
---------
-The shared status policy of :mod:`connectors.bridges.http`, with the webhook spec's
-own permanent answers:
-
-* 2xx: :class:`Accepted` (webhook spec §2.2: 200/201/202/204); no memo.
-* 408, 425, 429, 5xx, a network error, a timeout: :class:`Retry`, after ``Retry-After``
-  (delta-seconds or an HTTP-date, RFC 9110 §10.2.3, read by
-  :func:`connectors.backoff.parse_retry_after`) when given; the webhook spec makes
-  observing it on 429 a MUST.
-* 3xx: :class:`Rejected` (here only: the other endpoints retry a redirect as a
-  misconfiguration). The webhook spec (§2.2) forbids following redirects, and aiohttp
-  follows them by default: a redirect to another host would carry the signed body (and
-  the bearer token) there. ``allow_redirects=False``.
-* 400, 413, 422, and the webhook's own 404, 410 (Gone: "refrain from sending") and 415
-  (the format is not supported): :class:`Rejected` with ``HTTP <code>`` and the first
-  500 characters of the response body (masked) as ``detail``; repeating the same
-  request cannot succeed.
-* 401/403 (a wrong or rotated token): :class:`Retry` after a long wait, with a warning
-  naming the route; any other 4xx: :class:`Retry`.
-
-Traps
------
-* **A secret URL leaks through errors**: aiohttp's exceptions name the URL or its
-  host (``InvalidURL``, ``ClientConnectorError``), and a 404 page often echoes the
-  requested path, token included. Reasons carry the exception's *class* only, and a
-  detail has every secret (the whole URL, its path, its query, the HMAC key, the
-  token) masked before it leaves this module. Nothing here logs a URL or a body.
-* **Secrets are read per delivery**, not once: a Kubernetes Secret mounted as a file
-  is rotated in place. An unreadable secret is a :class:`Retry` (fix it and nothing
-  is lost), and :meth:`WebhookEndpoint.check_route` stops the process at start-up.
-* **No ``ce-`` static headers**: the HTTP binding allows them beside a structured
-  body (§3.2.3), but the cloudevents Python SDK's ``from_http`` reads a request with
-  any ``ce-`` header as *binary* mode and ignores the structured body. ``headers``
-  refuses them, and the headers this module owns (``Content-Type``, ``Authorization``,
-  the signature pair, ``WebHook-Request-Origin``, ``User-Agent``).
+Traps: a secret URL leaks through aiohttp's errors and echoed 404 pages, so reasons carry
+the exception's class only and every detail is masked; secrets are read per delivery (a
+mounted Secret is rotated in place); redirects are never followed (they would carry the
+signed body and token elsewhere); no ``ce-`` static headers (the SDK would read the
+request as binary mode). The event's fields, the verification recipe and each answer:
+docs/bridges.md, design notes: webhook.
 """
 
 from __future__ import annotations

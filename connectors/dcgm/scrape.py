@@ -1,42 +1,16 @@
 """The dcgm-exporter poller: scrape ``/metrics`` with aiohttp, diff, publish, repeat.
 
-One poller per exporter (a DaemonSet next to it, or one per node from a central
-deployment). Each round: GET the URL, parse it
-(:func:`~connectors.dcgm.exposition.parse_exposition`), diff it against the
-previous scrape (:func:`~connectors.dcgm.diff.diff`) and publish the events;
-then wait ``interval_s``.
+Each round: GET the URL, parse it, diff it against the previous scrape and publish the
+events, then wait ``interval_s``. The poller never dies of its source: HTTP errors back
+off (``Retry-After`` wins, capped), a body that is no exposition is one dead letter and a
+backoff, a sample with no valid time is a dead letter of its own.
 
-Failure policy -- the poller never dies of its source:
-
-* HTTP errors (non-200, connection refused, DNS, timeouts, a body over
-  ``max_bytes``) are logged, counted in ``gputriage_dcgm_scrapes_total{outcome}``,
-  and retried after an exponential backoff with full jitter
-  (:class:`connectors.backoff.Backoff`; a 429/503 ``Retry-After`` wins, capped).
-* A body that is not a dcgm-exporter exposition becomes one dead-letter record
-  (reason, field, the body's bytes) and a backoff: a misconfigured URL produces a
-  trickle of dead letters, not a flood. A sample of a good scrape whose timestamp is
-  not a time (``1e999``, ``NaN``) is left out of it and becomes a dead letter of its
-  own, published with the scrape's events: the rest of the scrape stands.
-* Publishing: :meth:`DcgmPoller.run` (``connect dcgm``) is a
-  :class:`DcgmSource` under the one publish loop (:mod:`connectors.publish`),
-  the only publishing path there is (tests drive it too, so they exercise what
-  production runs): each scrape is a batch whose checkpoint is its diff state.
-  While Kafka is down the scrapes go on, each diffed against the *previous
-  scrape* (not the last acknowledged one: every event is reported once), and
-  wait in the bounded buffer; when it is full, scraping pauses. A failed send
-  is retried by the loop with the same batch (same ids) and counts in
-  ``gputriage_connector_delivery_failures_total``, never as a scrape outcome:
-  the scrape itself went fine. Trap: ``gputriage_dcgm_events_total`` and
-  ``gputriage_dcgm_dead_letters_total`` count on acknowledgement
-  (:meth:`DcgmSource.commit`), not when scraped, so they lag the scrapes by
-  the buffer while Kafka is down.
-
-The state (:class:`~connectors.dcgm.diff.DcgmState`) is written to ``state_path``
-(when given) once the scrape it describes was acknowledged, atomically (temp
-file + rename), so a restarted poller diffs against its last delivered scrape
-instead of taking a new baseline (the events of scrapes lost in the buffer are
-found again: counters are cumulative). A state file that does not decode is
-logged and ignored (a baseline).
+Traps: each scrape is diffed against the previous *scrape*, not the last acknowledged one
+(every event reported once); a failed send is the publish loop's retry, never a scrape
+outcome; ``gputriage_dcgm_events_total`` counts on acknowledgement, so it lags while Kafka
+is down; the diff state is saved atomically after acknowledgement, and one that does not
+decode is ignored (a baseline). In full: docs/connectors.md, design notes:
+connectors/dcgm/scrape.py.
 """
 
 from __future__ import annotations

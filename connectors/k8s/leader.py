@@ -1,70 +1,16 @@
 """Leader election over a coordination.k8s.io/v1 Lease: only one replica watches and produces.
 
-Several replicas of ``gputriage connect k8s`` would each produce every change
-(doubling the stream, and the load on the API server). With a Lease, one holds
-it and works; the others poll and take over when it stops renewing. This is
-client-go's ``leaderelection`` algorithm, reimplemented on raw dicts
-(``_preload_content=False``), so it can be read in one go:
+Several replicas of ``gputriage connect k8s`` would each produce every change. client-go's
+``leaderelection`` algorithm, on raw dicts: acquire or renew with a patch carrying the
+``resourceVersion`` read (a race gets 409), judge expiry by observing the record unchanged
+on our monotonic clock (never by comparing clocks), step down before the lease can expire
+for the others, release on a clean stop.
 
-* **Acquire/renew**: read the Lease (create it when absent). If another
-  identity holds it and the lease has not expired, wait. Otherwise write our
-  identity and ``renewTime`` with a strategic-merge patch that carries the
-  ``resourceVersion`` we read: the API server rejects it with 409 if anybody
-  wrote in between (optimistic concurrency), so two candidates cannot both win.
-* **Expiry by observation, not by clocks**: a lease is expired when its record
-  (holder, renewTime...) has not *changed* for its ``leaseDurationSeconds`` as
-  measured by our event loop's (monotonic) clock since we first saw it. Comparing the
-  holder's ``renewTime`` with our wall clock would trust clock sync between nodes.
-* **Renew deadline**: the leader renews every ``retry_period_s``; if no renewal
-  succeeds for ``renew_deadline_s`` it steps down *before* the lease can expire
-  for the others (``renew_deadline_s < lease_duration_s``), so there is no
-  window with two leaders that both believe it. The deadline counts from the
-  *start* of the last successful attempt (the write the others observe came
-  after it), and bounds every attempt: the client sends requests with no
-  timeout at all (``rest.py``: ``aiohttp.ClientTimeout()`` unless
-  ``_request_timeout``), so one hung call would otherwise keep a lease-less
-  leader working for ever.
-* **Release** on a clean stop (bounded by the renew deadline too): the holder
-  is cleared, the next replica takes over at once instead of after the lease
-  duration.
-
-Why not ``kubernetes_asyncio.leaderelection`` (checked in 36.1.0, which does
-ship ``LeaderElection``, ``Config`` and ``resourcelock/leaselock.py``; probed
-against kmock): it lets a replica keep working without the lease, which for
-us means two replicas publishing.
-
-* Cancelling ``LeaderElection.run()`` (its maintainers' advice for stopping,
-  tomplus/kubernetes_asyncio#411) never reaches ``task.cancel()``
-  (leaderelection.py:77): the ``onstarted_leading`` task runs on, unrenewed,
-  and another replica takes over next to it. So does any error other than
-  ``ApiException`` (the only one caught, leaselock.py:54/79/103): a connection
-  error or timeout leaves ``renew_loop`` by exception; a proxy's non-JSON
-  error page dies in ``json.loads`` (leaderelection.py:152).
-* On a lost lease it calls ``task.cancel()`` without awaiting the task, runs
-  ``onstopped_leading`` before the work even sees the cancellation, and
-  returns while the work is still cleaning up.
-* Nothing watches the work: when it returns or raises, ``renew_loop`` renews
-  for ever, so a crashed leader blocks failover (kubernetes-client/python#2075).
-  There is no release at all (no ``ReleaseOnCancel``), so every stop costs
-  the others a full lease duration.
-* Wall clock: deadlines and expiry use ``time.time()`` (leaderelection.py:112,
-  115, 177, 211, 248), so an NTP step stretches or cuts them. ``renewTime`` is
-  naive *local* time (``fromtimestamp``, :131) written with a ``Z``
-  (leaselock.py:163): hours off on a node not set to UTC.
-* ``Config`` refuses any timing under 1 s (electionconfig.py:56-63, so no
-  fast tests); a float ``lease_duration`` (ours are) crashes in
-  ``int("15.0")`` (leaselock.py:120); expiry uses our configured duration
-  (:217), not the holder's ``leaseDurationSeconds``; ``leaseTransitions`` is
-  never written.
-* It renews with PUT (``replace_namespaced_lease``, leaselock.py:99): sound
-  (the object read carries its ``resourceVersion``, a race gets 409), but it
-  needs the ``update`` verb our RBAC does not grant, and kmock 0.8 answers
-  PUT with 404. It logs each lost race with a stack trace.
-
-Trap: a leader that loses the lease must stop producing *immediately*;
-:meth:`LeaseElector.run` cancels the work, and waits for it, when renewal
-fails. Events it produced late are duplicates with deterministic ids, harmless
-downstream. RBAC needs get/create/patch on leases, in the Lease's namespace only.
+Traps: every attempt is bounded by the renew deadline (the client sends with no timeout);
+a leader that loses the lease must stop producing at once (:meth:`LeaseElector.run`
+cancels the work and waits for it); RBAC needs get/create/patch on leases.
+``kubernetes_asyncio.leaderelection`` is not used: it lets a replica keep working without
+the lease. Its faults, by line: docs/connectors.md, design notes: connectors/k8s/leader.py.
 """
 
 from __future__ import annotations

@@ -1,78 +1,17 @@
 """List-then-watch over the Kubernetes API, as an async iterator of typed events with a checkpoint.
 
-One :class:`ResourceWatcher` follows one resource (pods, nodes or core/v1
-Events, in one namespace or cluster-wide) and yields :data:`WatchItem` values:
+One :class:`ResourceWatcher` follows one resource (pods, nodes or core/v1 Events) as
+client-go's reflector does: list (paginated), diff with what was known, watch from the
+list's resourceVersion with bookmarks; on 410 Gone list again (the diff emits deletions
+too); after a silence watch again, after errors back off first. It yields :class:`Emitted`,
+:class:`Rejected` (dead letters) and :class:`Synced`; the checkpoint lives in memory only.
 
-* :class:`Emitted`: a slimmed :class:`~schemas.events.PodEvent`,
-  :class:`~schemas.events.NodeEvent` or :class:`~schemas.events.KubeEvent`;
-* :class:`Rejected`: a line or object that could not be slimmed, with the
-  :class:`~schemas.codec.RecordError` and the raw bytes, for the dead-letter topic;
-* :class:`Synced`: a (re)list is complete; everything up to its
-  resourceVersion has been yielded.
-
-The checkpoint is :attr:`ResourceWatcher.resource_version`: the newest version
-handed out (objects and bookmarks). It lives in memory only; see "Restarts".
-
-How it follows the API (what client-go's reflector does, minus the models):
-
-1. **List** (paginated, ``limit``/``continue``, a consistent read), diff it with
-   what we knew (:func:`connectors.k8s.relist.diff`) and yield the differences.
-   The first list yields everything as ``added``.
-2. **Watch** from the list's resourceVersion with ``allowWatchBookmarks``;
-   bookmarks only advance the checkpoint. When the server ends the watch
-   (``timeoutSeconds``), watch again from the checkpoint.
-3. **410 Gone** (an HTTP 410, or an ``ERROR`` event with code 410: "too old
-   resource version") means history was compacted: go back to 1. The diff
-   emits what changed while we were away, *deletions included*; nothing is
-   silently reset.
-4. **Silence**: no line (not even a bookmark) for ``silence_timeout_seconds`` means a
-   dead connection that TCP has not noticed (a NAT or proxy dropped it): close
-   and watch again from the checkpoint.
-5. **Errors** (5xx, 429, connection failures, other ERROR events): back off
-   exponentially with full jitter, honouring ``Retry-After``
-   (:mod:`connectors.backoff`), then watch again (list again after a 410).
-
-Traps, each handled here:
-
-* **No client models on the hot path.** Requests go through
-  kubernetes-asyncio's API methods with ``_preload_content=False``: we get the
-  raw aiohttp response, parse lines with orjson and slim the dicts. Building the
-  generated models costs ~15x more (``bench/slim_bench.py``) and raises on
-  shapes the server does send.
-* **Long lines.** aiohttp's ``readline`` raises ``LineTooLong`` past twice its
-  read buffer (512 KiB with aiohttp 3.14's defaults, 128 KiB in older ones),
-  and an object may be up to etcd's 1.5 MiB (256 KiB of annotations alone is
-  legal). Lines are split here from raw chunks, up to ``max_line_bytes`` (a
-  longer line becomes a dead letter and the stream resyncs at the next newline).
-* **kubernetes-asyncio sends ``watch=True``** (capital T). The API server
-  parses it with Go's ParseBool, which accepts it; test servers must too.
-* **Event times.** Watched objects are stamped with their receive time
-  (``observed``); *listed* objects with their own newest status timestamp
-  (``observed=None``). The latter is deterministic: the same object version
-  slims to the same event (same id ``k8s:<uid>:<rv>``, same time) on every
-  relist and after every restart, so the core skips it as a duplicate.
-* **Deleted Events** (the API server expiring them after an hour) are not
-  changes and are never emitted, neither from a watch nor from a relist.
-* **Errors are values**: a line that is not JSON, an unknown watch type or an
-  object slim.py rejects is a :class:`Rejected`; the watch goes on.
-* **Repeats are not published**: a pod or node update whose slim record equals the
-  last one published for the object but for its id, version, time and op (a probe, a
-  heartbeat, a version bump: most updates) is dropped and counted in
-  ``gputriage_connector_unchanged_updates_total``; the known set keeps the published
-  record and the newest version (:func:`connectors.k8s.relist.repeated` says why the
-  core loses nothing). The watch and a 410 relist skip alike; a restart remembers
-  nothing and publishes every object again.
-
-Restarts: the checkpoint is not persisted. A restarted connector lists again
-and re-emits every current object; one whose last published version is current is
-the same event as before (same id, same time, see above), which the correlation core
-skips as stale; one whose version moved only by updates not published (repeats) is a
-newer copy with the same facts, which the core applies and nothing changes. Changes
-made while the connector was down are emitted with the objects' own timestamps,
-deletions while down cannot be seen at all (nothing remembers the object).
-
-events.k8s.io/v1 is *not* watched: it serves the same Event objects as core/v1
-(one storage, two views), so watching both would double every Event.
+Traps: no client models on the hot path (raw responses, ~15x cheaper); lines are split
+here from raw chunks (aiohttp's ``readline`` raises on long ones); listed objects are
+stamped with their own newest time, so a relist re-emits the same events; deleted Events
+are never emitted; errors are values; repeats of the last published record are dropped;
+events.k8s.io/v1 is not watched (it would double every Event). In full, with restarts:
+docs/connectors.md, design notes: connectors/k8s/watch.py.
 """
 
 from __future__ import annotations

@@ -1,46 +1,17 @@
 """Kafka connection settings: validated once, then turned into aiokafka arguments.
 
-The ``[kafka]`` table of the settings file::
+The ``[kafka]`` table (brokers, TLS, SASL, ``connect_timeout_seconds``). The SASL password
+comes only from ``$GPUTRIAGE_KAFKA_PASSWORD`` or ``sasl_password_file``, never from the
+settings file, a variable of the tree or the command line, and is held in a masked
+:class:`Secret`.
 
-    [kafka]
-    brokers = ["kafka-0:9093", "kafka-1:9093"]   # or "kafka-0:9093,kafka-1:9093"; empty: embedded
-    security_protocol = "SASL_SSL"               # PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL
-    ssl_cafile = "/etc/kafka/ca.pem"             # TLS: trust these CAs (default: the system's)
-    ssl_certfile = "/etc/kafka/client.pem"       # TLS client certificate (mutual TLS)
-    ssl_keyfile = "/etc/kafka/client.key"
-    sasl_mechanism = "SCRAM-SHA-512"             # PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
-    sasl_username = "gputriage"
-    sasl_password_file = "/var/run/secrets/kafka/password"
-    connect_timeout_seconds = 10                 # a client's start: bootstrap, metadata
-
-The SASL password comes only from ``$GPUTRIAGE_KAFKA_PASSWORD`` or the file named
-by ``sasl_password_file``; never from the settings file, a ``GPUTRIAGE_KAFKA__*``
-variable or the command line, where it would end up in shell history, ``ps``
-output or a committed file. It is held in a :class:`Secret`, whose ``repr`` and
-``str`` are masked, so logging the settings cannot leak it.
-
-Traps:
-
-* aiokafka needs the password in plain text in its keyword arguments:
-  :func:`client_kwargs` returns a :class:`ClientKwargs`, a ``dict`` whose repr
-  masks it, but ``**kwargs`` unpacking into something that logs its arguments
-  would still show it. Never log the individual values.
-* A password file written by ``echo`` ends in a newline that is not part of the
-  password: one trailing line break is removed, nothing else (a password may
-  end in spaces).
-* TLS is on only for ``SSL`` and ``SASL_SSL``; setting ``ssl_*`` files with
-  another protocol is an error rather than a silently unencrypted connection.
-* The ``ssl_context`` is built fresh on every call: an ``SSLContext`` loads the
-  files when it is created, so a rotated certificate needs a new one.
-* aiokafka bounds a client's start only by ``request_timeout_ms`` (40 s) per
-  bootstrap server, so a broker that accepts TCP and never answers held every
-  command 40 s, and aiokafka's own ``ERROR`` lines and the repr of its address
-  tuples came before the one line that mattered. :func:`start_client` starts a
-  client within ``connect_timeout_seconds``, hears aiokafka's complaints instead
-  of printing them, and raises :class:`KafkaUnreachable` naming the brokers and
-  the reason (``Connection refused``, ``no answer within 10 s``). The timeout
-  rides on :class:`ClientKwargs` (not a key: aiokafka refuses unknown ones), so
-  every verb that gets its arguments from :func:`client_kwargs` has it.
+Traps: aiokafka needs the password in plain text, so never log the individual kwargs; one
+trailing newline of a password file is removed, nothing else; ``ssl_*`` files with a
+non-TLS protocol are an error; the ``ssl_context`` is built fresh on every call (rotated
+certificates); aiokafka bounds a start only by 40 s per bootstrap server, so
+:func:`start_client` bounds it by ``connect_timeout_seconds`` and raises
+:class:`KafkaUnreachable`. The table and each trap: docs/connectors.md, design notes:
+connectors/kafka/config.py.
 """
 
 from __future__ import annotations

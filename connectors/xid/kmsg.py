@@ -1,55 +1,16 @@
 """Reading ``/dev/kmsg`` exactly once across restarts and reboots.
 
-``gputriage connect kmsg`` runs one reader per GPU node. :class:`KmsgReader`
-turns the device's records into batches of typed events and dead letters, and
-remembers how far it got in a small state file, so a restarted reader neither
-re-sends nor skips a record. The caller publishes a batch, waits for the
-broker's acknowledgement, and only then calls :meth:`KmsgReader.commit`: a
-crash between the two re-sends one batch (at-least-once; the ids are
-deterministic, ``kmsg:<node>:<boot id>:<seq>``, so the duplicates are
-harmless downstream), and never loses one.
+:class:`KmsgReader` turns the device's records into batches of events and dead letters
+and remembers how far it got in a small state file; the caller commits only after the
+broker acknowledged, so a crash re-sends one batch (ids ``kmsg:<node>:<boot id>:<seq>``
+make that harmless) and never loses one.
 
-How ``/dev/kmsg`` behaves (kernel ``Documentation/ABI/testing/dev-kmsg``), and
-the traps that follow:
-
-* Each ``read()`` returns exactly one record, ``prio,seq,usec,flags;message\\n``,
-  possibly followed by dictionary lines that start with a space
-  (`` SUBSYSTEM=pci``), which we drop. A buffer smaller than the record is
-  ``EINVAL``, so we read 16 KiB at a time.
-* A fresh open starts at the *oldest* record still in the ring buffer, and the
-  device cannot seek to a sequence number. So a restarted reader reads from
-  the start and skips every record whose ``seq`` is not above the saved one.
-* **Sequence gaps.** The ring buffer is small; records overwritten before we
-  read them are gone. When that happens while we read, ``read()`` fails once
-  with ``EPIPE`` and the next read continues at the oldest surviving record.
-  Either way the gap shows as a jump in ``seq``: we count the missing records
-  (:attr:`ReadStats.skipped`) and report them; they cannot be recovered.
-* **Reboots.** ``seq`` restarts at 0 with every boot, so a saved sequence
-  number means nothing without its boot id
-  (``/proc/sys/kernel/random/boot_id``). A state file from another boot means
-  the node rebooted: the reader reads the new boot's ring from the start and
-  reports the reboot as a Kubernetes-style ``Rebooted`` event (the reason and
-  message kubelet itself uses), timed at the new boot.
-* **Event time.** ``usec`` is the kernel's clock since boot; the wall time is
-  the boot time (``btime`` in ``/proc/stat``, whole seconds) plus ``usec``.
-* **Continuation records.** Old kernels split a ``KERN_CONT`` line into
-  fragments (flags ``c`` then ``+``); newer ones merge them. Each record is
-  parsed on its own, so an XID line split that way (never seen from NVRM,
-  which prints whole lines) would be a dead letter, not a silent drop.
-* **Polling.** The device is opened non-blocking and polled when idle (one
-  ``read()`` per interval): the same code then reads a regular file or a FIFO
-  standing in for ``/dev/kmsg`` in tests, which ``epoll`` cannot watch.
-* The state file is replaced atomically (write a temporary file beside it,
-  ``fsync``, ``rename``), so a crash never leaves half a state file. A state
-  file that cannot be read is treated as missing (the reader starts over from
-  the oldest record; ids make the re-sent records harmless) and logged. Its
-  directory is created up front, so a missing one fails at start, not after the
-  first batch was already published.
-* The batch (:class:`connectors.source.Batch`, with :class:`~connectors.source.DeadLine`
-  for bad records) is the shared source shape; both names stay importable from
-  here. Its ``progress`` is the time of the last record read (boot time +
-  ``usec``), whether or not that record published anything: the kernel clock
-  only goes forward within a boot.
+Traps: one ``read()`` is one record (a short buffer is ``EINVAL``); a fresh open starts at
+the oldest record and cannot seek, so a restart skips by ``seq``; overwritten records show
+as ``seq`` gaps (``EPIPE``), counted, not recoverable; ``seq`` restarts each boot, so it
+means nothing without the boot id; the event time is ``btime`` plus ``usec``; the device is
+polled, not ``epoll``-ed; the state file is replaced atomically. The device's behaviour in
+full: docs/connectors.md, design notes: connectors/xid/kmsg.py.
 """
 
 from __future__ import annotations

@@ -1,50 +1,16 @@
 """``gputriage connect kmsg``: one kernel-log reader per GPU node, publishing XIDs to Kafka.
 
-The click definition lives in :mod:`gputriage.cli.connect`.
+The click definition lives in :mod:`gputriage.cli.connect`. The source is ``/dev/kmsg``,
+the journal (``--journal``) or a followed log file (``--log-file``), all under the one
+publish loop (:class:`connectors.publish.Publisher`): the state file is saved only after
+Kafka acknowledged, so a crash re-sends a batch (same ids) and loses nothing.
 
-The source is ``/dev/kmsg`` (:class:`connectors.xid.kmsg.KmsgReader`), or with
-``--journal`` the journal's kernel entries through ``journalctl``
-(:class:`connectors.xid.journal.JournalReader`), or with ``--log-file`` a kernel log
-file followed like ``tail -F`` (:class:`connectors.xid.textlog.TextLogReader`);
-all go through one loop.
-
-The loop is every connector's (:class:`connectors.publish.Publisher`): poll the
-source, publish the batch's events to their raw topics and its bad lines to the
-dead-letter topic, wait for every acknowledgement, *then* save the state file.
-While Kafka is down the batches wait in a bounded buffer and are retried with
-backoff; once it is full the source is no longer read (the kernel's ring buffer
-and the journal keep the records meanwhile; a ring that overflows shows as
-``skipped``). A crash before the acknowledgement leaves the state where it
-was, so the restarted pod re-sends that batch (same ids) and loses nothing.
-On a stop, what is buffered is delivered for up to ``drain_timeout_s`` (with
-``--once``: ``once_drain_timeout_seconds``, 60 s by default, since a backfill wants
-everything delivered); a reader that could not deliver everything exits 1.
-The ``--once`` bound is finite on purpose: with Kafka down, "until it is
-delivered" was a process that never exited, not even on Ctrl-C (the drain is
-shielded from the cancel). A backfill that exits 1 is re-run; its state file
-says where to resume.
-
-Metrics (``/metrics``, default port 9465, so it can share a host network with
-a processor on 9464), each labelled ``source="kmsg"``, ``"journal"`` or ``"file"``:
-
-============================================  =======================================
-``gputriage_kmsg_records_total``              records read from the device
-``gputriage_kmsg_xids_total``                 XID/SXid events published
-``gputriage_kmsg_bad_lines_total``            lines sent to the dead-letter topic
-``gputriage_kmsg_skipped_records_total``      records lost to the ring buffer (seq gaps)
-``gputriage_kmsg_overwritten_total``          EPIPE reads (the ring overwrote unread records)
-``gputriage_kmsg_replayed_records_total``     records already handled before a restart
-``gputriage_kmsg_reboots_total``              reboots detected (new boot id)
-============================================  =======================================
-
-The same endpoint also serves the delivery metrics every connector exports
-(:class:`connectors.delivery.DeliveryMetrics`: ``gputriage_connector_events_out_total``,
-``_buffered_events``, ``_backpressure_seconds_total``, ``_delivery_failures_total``).
-
-Dead letters from this source are not Kafka records: ``topic`` is
-``kmsg:<device path>`` (or ``journal``), ``partition`` is -1 and ``offset`` is
-the record's kmsg sequence number (-1 when unknown: an unreadable prefix, a
-journal entry); ``value`` is the raw record and ``key`` the node's correlation key.
+Traps: while Kafka is down the source is no longer read once the buffer is full (the
+kernel's ring keeps records meanwhile; an overflow shows as ``skipped``); the drain on
+stop is bounded even with ``--once`` (an unbounded one never exited, not even on Ctrl-C),
+and a reader that could not deliver everything exits 1; dead letters from this source are
+not Kafka records (``partition`` -1, ``offset`` the kmsg sequence number). Metrics and the
+dead-letter fields: docs/connectors.md, design notes: connectors/xid/run.py.
 """
 
 from __future__ import annotations

@@ -1,77 +1,17 @@
 """The processor as a faust-streaming app: ``gputriage process --engine faust``.
 
-The same :class:`~streams.app.pipeline.Pipeline` as the default engine
-(:mod:`streams.app.worker`), run inside one faust agent, with every key's state in
-a faust :class:`~faust.Table` whose changelog is the processor's state topic. For
-teams that run faust fleets (its web views, sensors and supervisors); the default
-engine stays the plain aiokafka consumer group, which is several times faster here
-(``bench/faust/engine.py``, README). The Pipeline knows neither engine: this module
-only turns faust events into :class:`RawRecord`\\ s and the outcomes back into sends
-and acks.
+The same :class:`~streams.app.pipeline.Pipeline` as the default engine, in one faust agent,
+each key's state in a faust ``Table`` whose changelog is the processor's state topic, for
+teams that run faust fleets (the default engine is several times faster). Events are
+iterated ``noack``; at each flush states are written, sends awaited, and only then are
+events acked, in offset order, below what the core has released.
 
-How the at-least-once contract holds under faust:
-
-1. The agent iterates ``stream.noack().events()``: faust never acks on its own.
-   Each fetched run of events (up to ``batch_max``, or until the stream's channel
-   is empty) goes through :meth:`Pipeline.process`; incidents and dead letters are
-   sent at once with ``app.producer.send`` (not awaited one by one).
-2. Every ``snapshot_seconds`` (a *flush*, from the agent or the clock's timer): the
-   changed key states go into the table (``table.data``) and to its changelog
-   topic, every send since the last flush is awaited, and only then are events
-   acked, **in offset order, each partition's up to its lowest record the core has
-   not released** (:class:`~streams.app.offsets.PartitionOffsets`); faust's commit
-   timer (every ``snapshot_seconds``) commits what is acked.
-3. A rebalance throws the pipeline away (everything not flushed is re-read from the
-   commit) and, once faust has recovered the table for the new assignment, builds a
-   new one from the table's keys of the owned partitions.
-
-Traps (each was read in faust-streaming 0.15.3's source):
-
-* **Never ack out of order.** faust commits the first run of consecutive acked
-  offsets of a partition, and only checks that it starts right after the committed
-  offset when that offset is truthy, with an off-by-one (``min(acked) - committed >
-  1``): acking offset 11 while 10 waits for the watermark would let it commit 12,
-  and a crash would lose 10. So events are acked only below ``committable()``.
-* **``stream_wait_empty`` must be off**: on a revoke faust would wait until every
-  event handed to the agent is acked, and events the core holds for the watermark
-  are acked only after they are released, which needs more events: a deadlock.
-* **Eager rebalances**: faust forgets its acked offsets, read offsets and
-  committed offsets of every partition at a revoke, then seeks every assigned
-  partition to its committed offset. Events of the old generation
-  (``message.generation_id``) are therefore dropped, never acked, and the core
-  starts again from the table (a kept partition is read again from its commit: what
-  was applied after the last flush comes twice, and the restored key states'
-  high-water marks skip what they hold; incidents made again carry the same ids).
-  Nothing is committed at a revoke: the next owner re-reads at most a flush.
-* **faust can skip records of a partition** (seen: 1,799 records of one partition
-  never reached the agent after a restart, the stream went on past them; its fetch
-  loop drops records in several places and relies on a seek to committed offsets
-  afterwards, which does not always follow). The agent checks every partition's
-  offsets against its own read position (which starts at the group's committed
-  offset): a record past it, or a partition behind its high watermark that has
-  delivered nothing for ``STALL_SECONDS`` while the agent's queue was empty, makes it
-  seek faust back to the position
-  (:meth:`FaustWorker._reread`); copies below the position are dropped. Since only
-  the core's released records are acked, a skipped record can never be committed.
-* **Table writes bypass ``table[key] = value``**: that path sends the changelog
-  one record at a time through faust's ``ProducerBuffer`` (100 messages, a
-  ``wait_for`` per message), measured at 4-8k writes/s and twice stalled for good
-  (FINDINGS.md §3.5). The state is written to ``table.data`` and its changelog
-  topic directly, on the key's own partition (:func:`partition_for`, as the raw
-  records), and faust's recovery reads it back like its own records: raw bytes,
-  key and value.
-* **The changelog is the default engine's state topic** (``<prefix>.state.<app
-  id>``): the engines share a state format and a group id, so a deployment may
-  switch engines (not run both at once: their group protocols differ). Its mark
-  records (:mod:`streams.app.published`) are skipped at restore; this engine
-  writes none, so copies of revisions after a crash are not suppressed here (the
-  ids are deterministic: a reader keeps the latest).
-* **Standby replicas are off** (``table_standby_replicas=0``): the in-memory store
-  would hold another worker's keys beside ours; a takeover reads the changelog.
-* faust's defaults are tuned here for the processor: ``stream_recovery_delay`` 0
-  (3 s per rebalance otherwise), the fetch wait of ``fetch_max_wait_ms`` (faust
-  hard-codes 1.5 s), the batch drain and no per-message monitor
-  (:mod:`streams.app.faust_tuning`); faust's own loggers are kept at WARNING.
+Traps (read in faust-streaming 0.15.3): never ack out of order (faust would commit past a
+held record); ``stream_wait_empty`` must be off (a deadlock at revoke); eager rebalances
+drop the old generation's events; faust can skip records of a partition, so the agent
+checks offsets and seeks back; table writes bypass ``table[key] = value`` (too slow, it
+stalled); the changelog is the default engine's state topic; standby replicas are off.
+In full: docs/operations.md, design notes: the faust engine.
 """
 
 from __future__ import annotations

@@ -98,74 +98,18 @@ SourceStream = tuple[bytes, str, int]
 class Pipeline:
     """One worker's correlators and the checks in front of them.
 
-    **A watermark per lane.** A lane is a raw partition number (:mod:`streams.app.lanes`):
-    every rule below is applied to each lane on its own, from the records and progress
-    read on that number's partitions, and each lane has its own correlator. So a lane
-    this worker gains in a rebalance starts with no watermark, however far the others
-    are, and its backlog is applied in event order, not as late arrivals.
+    A watermark per lane (a raw partition number, :mod:`streams.app.lanes`), made of the
+    sources' signed progress: the least progress over the sources alive on the lane's
+    partitions, minus grace, so live equals replay however fast events arrive. Records without
+    progress headers keep the older rule (the slowest busy partition); when every source has
+    aged out, the clock drives, as a limit, never a promise.
 
-    **The watermark follows the sources.** Every connector signs its records
-    with its source id and the event time it has delivered up to, and heartbeats
-    when quiet (:mod:`schemas.progress`). The pipeline keeps, per source *and*
-    topic-partition (a record vouches only for what precedes it on its own
-    partition), the greatest progress read and when it was last heard; a lane's
-    watermark is the least progress over its entries that are *alive* (heard
-    within ``source_idle_seconds``, or on a partition that still has records to
-    read), minus grace. So an old event delivered slowly meets the watermark of
-    its own source, and live equals replay however fast events arrive.
-
-    **Records without those headers** (an older connector, a test producing raw
-    records directly) keep the rule from before: the slowest *busy* partition's
-    newest event time minus grace (a partition with nothing left to read does not
-    hold it back); with nothing of the lane busy, the lane's newest event time (a
-    batch) or the worker's clock (a tick). When both kinds exist the watermark is the least
-    of both rules.
-
-    **When every known source has aged out, the clock drives again.** Timers must
-    still fire (a quiet GPU's window must close) when every connector is gone; a
-    source that is alive never ages out, because it heartbeats. The price: a source
-    silent for longer than ``source_idle_seconds`` (an outage) that comes back with
-    a backlog finds the watermark moved on by the others or by the clock, and its
-    backlog is late (``stats.late``), as it would be anywhere with an idleness timeout.
-
-    **The clock is a limit, not a promise** (``tight``): it fires and releases what is
-    due up to it, and the watermark moves only as far as the last of those. The clock
-    knows nothing of the events to come: a worker started on empty topics (or with
-    every source gone and nothing to fire) that took "now minus grace" as its
-    watermark would find the first backfill it is given late from its first event,
-    applied in arrival order, which across partitions is not event order (the flaky
-    live-versus-replay test: every event of the slowly delivered stream
-    was late, and under load the cluster key's pod and autoscaler records interleaved
-    differently).
-
-    Traps:
-
-    * **No clock in here.** Ageing needs the time: the transport passes ``now``
-      (wall-clock seconds) in; without it (a caller feeding one batch) nothing ages.
-    * **A malformed header is no header** (counted in ``malformed_headers``), never a
-      lost record; a ``tick.v1`` on a raw topic is a heartbeat: progress only, never
-      ingested, and a dead letter when it carries no source headers (it means nothing).
-    * The watermark never goes back: the correlator ignores a lower one, so a source
-      joining with an older progress holds it where it is, not earlier.
-    * A source that has ended (``--once``) says so (progress ``+inf``): it holds
-      nothing; if it publishes again it has restarted, and its new progress counts.
-    * **A partition a source has not used yet is unknown here**, and its first record
-      there may be read after a newer progress of it on another partition (Kafka
-      orders nothing across partitions; a fetch may see *A* before the record landed
-      and *B* after the progress did). So a source announces new partitions before
-      its progress covers them (:mod:`schemas.progress`): an announcement naming an
-      owned partition where this source is not known yet adds it at ``-inf``, and it
-      holds the watermark until the source is heard there or the worker has read that
-      partition to an end fetched after the announcement (:meth:`settle`). Without
-      an assignment (:meth:`retain` never called: a caller feeding batches) they are
-      ignored: nothing would settle them.
-    * **The least progress is the slowest alive source's**: an event waits until
-      every source on its lane's partitions has vouched for its time, so a quiet
-      source that only heartbeats delays incidents by up to its interval
-      (``PublishOptions.heartbeat_seconds``, 0.5 s).
-    * **A busy source's rarely used partition** keeps the progress of its last record
-      there (a busy source never heartbeats): :meth:`spread` lends it the source's later
-      progress once the worker has read it to an end fetched after that was read.
+    Traps: no clock in here (the transport passes ``now``); a malformed header is no header,
+    never a lost record; the watermark never goes back; an ended source (``+inf``) holds
+    nothing; a partition a source has not used yet is unknown, so sources announce it first;
+    a quiet source delays incidents by up to its heartbeat; a busy source's rarely used
+    partition is lent its later progress (:meth:`spread`). In full: docs/detection.md, design
+    notes: the worker's watermark.
     """
 
     def __init__(

@@ -1,51 +1,17 @@
 """What the incident topic already holds: no revision published twice across a crash.
 
-Delivery from raw records to incidents is at-least-once (:mod:`streams.app.worker`): a
-worker publishes a batch's incident revisions at once, but writes its key state and
-commits only at the next flush. Killed in between, its successor restores the older
-state, re-reads the records behind it and makes the same revisions again. The core is
-deterministic, so they are byte-identical copies; still, a pager bridge reading the
-topic would see them twice, and an on-call would get the page twice. Without broker
-transactions (Tansu has none) the worker makes the copies harmless at the source:
+A worker killed between publishing revisions and its next flush leaves its successor to
+make them again (byte-identical: the core is deterministic), and a pager would page twice.
+Without broker transactions, each flush writes a *mark* per raw partition (an offset at or
+below any incident published later); a worker given a partition scans the incident topic
+from it and does not publish a revision already there or older than one there.
 
-1. **A bound at every flush.** With the key states, the worker writes one *mark* per
-   raw partition it owns to the state topic (same partition number, a key no
-   correlation key can have): for every incident partition, an offset at or below
-   that of any incident it publishes *after* this flush. It is the greater of the end
-   offset after its own last acknowledged revision there (its later sends are appended
-   later) and the partition's end offset as last asked of the broker (anything
-   appended after the asking is above it).
-2. **A scan at every assignment.** A worker given a raw partition reads its mark with
-   the key states, reads every incident partition from the mark to its present end,
-   and keeps, per incident id, the highest revision there and a digest of its bytes.
-3. **No second copy.** Until it has caught up, a revision it makes again is not
-   published when the topic already holds it (same revision, same bytes) or a newer
-   one of the same incident. A same-revision record with *different* bytes is published
-   and logged: that would be a determinism bug, and hiding it would hide a page.
-
-Traps:
-
-* **The mark is inherited.** The successor re-makes revisions its predecessor had
-  published after the predecessor's mark, and does not publish them. Killed itself
-  before it has re-read that far, its own successor must scan from the *older* mark,
-  or it would publish those revisions for the first time after all. So a worker's
-  mark for a gained partition is the least of its own bound and the inherited mark
-  until its commit of every raw topic's partition has passed the end offsets the
-  partition had when it was gained (the predecessor, being gone, read nothing after).
-* **The incident topic is compacted**: a revision superseded by a later one may be gone
-  from the scan; re-publishing it would make it the topic's latest value again, a
-  regression for every reader of the compacted topic. So a revision *below* the
-  highest one held is never published again, whatever its bytes.
-* A partition with no mark (a fresh deployment, or an older release wrote its state)
-  has nothing to inherit: nothing is suppressed for it, at most some copies as before.
-* The scan is bounded (``MAX_SCAN_RECORDS``): past it the worker logs that copies are
-  possible and publishes the rest as before; copies, never a lost revision.
-* Only the incident topic is covered; a dead letter may still be written twice.
-* **Every record fetched counts, even past the end asked at the start**: they are all on
-  the topic. Tansu answers a partition's end offset with the base offset of its last
-  record batch plus one (a batch of five at 10..14: end 11), so a filter on the end
-  would drop the rest of the last batch: the newest revisions, the ones that matter.
-  The loop stops on the consumer's position, which moves past whole batches.
+Traps: the mark is inherited until the successor has re-read past its predecessor's end;
+the incident topic is compacted, so a revision below the highest held is never re-sent; a
+partition without a mark suppresses nothing; the scan is bounded (copies, never a loss);
+dead letters are not covered; Tansu's end offset may fall inside the last batch, so the
+scan stops on the consumer's position. In full: docs/operations.md, design notes: what the
+incident topic already holds.
 """
 
 from __future__ import annotations

@@ -1,88 +1,17 @@
 """The processor worker: raw topics in, incidents out, key state in a compacted topic.
 
-One aiokafka consumer in a consumer group reads every raw topic (they are
-co-partitioned by correlation key) in ``getmany`` batches and feeds a
-:class:`~streams.app.pipeline.Pipeline`. The worker's clock ticks the pipeline
-between batches, so quiet keys' windows still close. Delivery is at-least-once:
+One aiokafka consumer group reads every raw topic (co-partitioned by correlation key) in
+``getmany`` batches into a :class:`~streams.app.pipeline.Pipeline`; the clock ticks it
+between batches so quiet keys' windows still close. At-least-once: each flush sends the
+changed key states, awaits every send, and only then commits up to each partition's lowest
+unreleased record (:mod:`streams.app.group`); copies after a crash are suppressed by
+:mod:`streams.app.published`. Not faust: a plain consumer was ~10x faster here.
 
-1. every batch's incident revisions and dead letters are sent at once (not
-   awaited one by one);
-2. every ``snapshot_seconds`` (a *flush*): the state of every key that changed
-   is sent to the state topic, then every send since the last flush is
-   awaited (all acked), and only then are offsets committed, each partition's
-   up to its lowest record the correlator has not released
-   (:mod:`streams.app.group`, shared with the bridges). The acks and the commit are
-   awaited in a task of their own, one at a time, while the loop reads on
-   (:meth:`Worker._flush`); a revocation or a stop awaits them in line. Records still held for
-   the watermark are never committed: after a crash they are read again, and
-   each key's high-water mark skips what its restored state already holds.
-3. the revisions a successor makes again from the records past the last flush are
-   not published twice: each flush also writes a mark of the incident topic's
-   offsets, and a worker given a partition scans the incident topic from it
-   (:mod:`streams.app.published`).
-
-Why not faust-streaming (the first design): with the same pipeline, one faust
-worker reached ~8k events/s and a plain aiokafka consumer ~84k/s
-(``bench/faust/FINDINGS.md``): faust's per-record Event/Message objects, four
-tasks per record in its drain loop, and its one-record-at-a-time changelog
-path cost ~90% of the time. This module keeps what the worker needed from
-faust, a consumer group, durable state and restore on rebalance, in one module
-of code we can read.
-
-Traps:
-
-* **Rebalances** (aiokafka's eager protocol: everything is revoked, then the new
-  assignment arrives). On revoke the worker flushes (snapshots + commit) while
-  it still owns its partitions. On assignment it forgets the keys of partitions
-  it lost, restores the state of partitions it gained from the state topic,
-  and *seeks the partitions it kept to its own read position*: aiokafka would
-  restart them from the committed offset, and re-deliver records still
-  buffered in the correlator, which would then be ingested twice.
-* The listener's exceptions are swallowed by aiokafka (logged only); a failed
-  restore is therefore kept and raised by the main loop, so the worker exits
-  instead of running with empty state.
-* A batch and a rebalance callback must not interleave (the callback runs in
-  aiokafka's coordinator task while the main loop awaits a send): one lock.
-* A failed send (the broker is gone past the producer's retries) raises out of
-  the flush: the worker exits non-zero and its supervisor restarts it; nothing
-  was committed that was not delivered.
-* **Co-partitioning**: the range assignor gives partition *n* of every raw topic
-  to the same worker; an assignment that does not is refused (the worker exits):
-  processing it would split one node's signals between two correlators.
-* The watermark follows the sources' own progress, read from the records'
-  headers and the connectors' heartbeats (see :class:`Pipeline`); the worker's
-  clock only ages a silent source out (``source_idle_seconds``) and drives the
-  watermark when every source has gone. For records without progress headers it
-  is per partition: "busy" partitions are those with records left to read
-  (position < high watermark), and a partition not read yet holds its lane until the
-  consumer knows where it starts and ends (:meth:`Worker._busy`). The watermark is kept
-  per lane, a raw partition number (:mod:`streams.app.lanes`): a gained partition's
-  backlog is never behind the watermark of the partitions this worker kept.
-* **A bounded buffer** (``max_buffered_events``): in a backlog, events of the
-  partitions ahead in event time wait for the slowest one, in memory. At the cap
-  the worker pauses the busy partitions ahead of the watermark
-  (:meth:`Pipeline.ahead`), never the ones holding it (or nothing would ever move
-  it), and resumes them all below 80 % of the cap; in between it resumes any that
-  has come to hold the watermark. A paused partition still counts as busy (it has
-  records left), so it holds the watermark at its own place, which is ahead.
-* Pausing is ``getmany`` naming the partitions not paused, not aiokafka's
-  ``pause()``: that one discards the paused partition's prefetched records (up to
-  ``max_partition_fetch_bytes``) and refetches them on resume, and the discarded
-  records sit in a reference cycle (a half-consumed generator) that only a full
-  collection frees, rare with this process's raised gc thresholds: pausing 181
-  times at a 20k cap, a worker peaked at 567 MB, more than with no cap. Named
-  partitions leave the others' fetched records in aiokafka's buffer, and aiokafka
-  fetches no more of a partition while it has unconsumed records, so a paused
-  partition holds at most one fetch (it delays its broker's next fetch by at most
-  ``prefetch_backoff``, 2 ms here, after it arrived). Nothing to re-apply after a rebalance:
-  a new assignment starts with nothing paused and the next batch decides.
-* The cap is soft: a batch is ingested before the check, and while full each raw
-  partition read can still bring in a batch (one not read yet holds the watermark
-  at minus infinity until its first batch is in; the slowest ones, read in turn,
-  each overshoot the next by up to a batch). So while anything is paused a batch
-  is ``batch_max`` shared by the assigned raw partitions, and the peak is about
-  ``max_buffered_events + 2 x batch_max`` (plus what the holders bring within
-  grace of the watermark).
+Traps: on an eager rebalance, seek the kept partitions to our own read position (else
+buffered records are ingested twice); aiokafka swallows the listener's exceptions, so a
+failed restore is raised by the main loop; one lock keeps a batch and a callback apart; an
+assignment that is not co-partitioned is refused; pausing is ``getmany`` naming partitions,
+not ``pause()``, and the buffer cap is soft. In full: docs/operations.md, design notes: the worker.
 """
 
 from __future__ import annotations

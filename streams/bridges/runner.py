@@ -1,53 +1,17 @@
 """The bridge runner: the incident topic in, one vendor endpoint out, nothing lost or doubled.
 
-One process serves one kind (:mod:`connectors.bridges.registry`) and several routes.
-It is a Kafka consumer group on the incident topic; every record is decoded, matched
-against every route, and each ``(route, incident)`` pair is a *lane*: revisions of one
-incident on one route go out in order, one at a time, while lanes run side by side
-(``max_in_flight`` per route), so a vendor that answers 429 for one incident, or a
-route whose endpoint is down, holds back only its own lanes.
+One consumer group serves one kind and several routes; each ``(route, incident)`` pair is
+a lane whose revisions go out in order, one at a time, while lanes run side by side, so a
+vendor's 429 or a dead endpoint holds back only its own lanes. Per lane, duplicates are
+dropped by the ledger, queued revisions coalesce, an intent is written before each call and
+a delivered entry after; offsets commit up to the lowest record not done (the processor's
+group discipline, :mod:`streams.app.group`).
 
-Per lane, before each delivery (:class:`~schemas.bridges.BridgeDelivery` in the ledger,
-:mod:`streams.bridges.ledger`):
-
-1. revisions at or below the ledger's are dropped (``duplicate_skipped``);
-2. queued revisions coalesce: only the newest goes, except that the first ``open`` (when
-   nothing was delivered yet) and every ``resolved`` are never skipped;
-3. an ``updated`` revision waits until ``min_update_seconds`` after the lane's last
-   delivery (what arrives meanwhile coalesces into it); a new incident of a storm group
-   past its page budget folds into the group's page (:mod:`streams.bridges.storms`);
-4. an *intent* (``state = "sending"``) is written and acked, then the endpoint is called;
-   ``Retry`` waits (the vendor's ``Retry-After``, else full-jitter backoff) and tries
-   again for as long as the process runs; ``Rejected`` goes to the dead-letter topic;
-   an exception from the endpoint is logged as a bug and retried;
-5. the *delivered* entry is written and acked, and only then is the record done.
-
-An offset is committed (every ``commit_seconds``, on a rebalance and at the stop) up to
-the lowest record of its partition that is not done, so a crash re-reads exactly what
-was not finished, and the ledger drops what was: the processor's group discipline
-(:mod:`streams.app.group`). Timers run on the event loop's clock, so tests fast-forward
-retries with looptime; the ledger's timestamps are wall-clock (``clock``: they outlive
-the process).
-
-Traps:
-
-* **Kill safety is the intent**: a revision is "maybe delivered" only between its
-  intent and its delivered entry. A restart that finds an intent sends that revision
-  again (counted in ``gputriage_bridge_resends_total`` and logged); a revision without
-  one was certainly delivered (skipped) or certainly never sent.
-* Coalescing may commit past an older revision before the newer one is delivered: safe,
-  because revisions of one incident share a key, so the newer one is later on the same
-  partition and is re-read after a crash.
-* A record whose route lane waits (``min_update_seconds``, a retry) holds its partition's
-  commit, not its partition's other lanes.
-* **Secrets** are never in a reason, a log line, a metric label or a dead letter: the
-  routes' secret values are read once at start and scrubbed from every text this module
-  writes (:class:`~connectors.bridges.scrub.Scrubber`; the CLI also installs it as a
-  logging filter), as a second line behind the endpoints' own care.
-* aiokafka's rebalance callbacks run in its coordinator task: on revoke every lane is
-  cancelled (a delivery cut mid-call keeps its intent: the next owner re-sends it) and
-  what is done is committed; on assignment the ledger is read again (another process may
-  have delivered for those partitions).
+Traps: a revision is "maybe delivered" only between its intent and its delivered entry (a
+restart re-sends it); coalescing may commit past an older revision (the newer one shares its
+partition); secrets are scrubbed from every text written; on revoke every lane is
+cancelled, on assignment the ledger is read again. The steps in full:
+docs/bridges.md, design notes: the bridge runner.
 """
 
 from __future__ import annotations
