@@ -50,7 +50,6 @@ from schemas.codec import AnyEvent, RecordError, decode_event, decode_incident, 
 from schemas.incidents import Incident
 from schemas.topics import TopicLayout, topic_layout
 
-"""The recorded scenario, package data (``examples/scenario.jsonl`` links to it)."""
 WORKER_STOP_S = 20.0
 FEED = PublishOptions(capacity=1000, chunk=50, heartbeat_seconds=0.5)
 """The scenario's publish loop: a heartbeat every half second of scenario silence, so the

@@ -13,7 +13,7 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 DEFAULT_SCENARIO: Final = Path(__file__).with_name("scenario.jsonl")
-"""The packaged scenario (the same events as examples/scenario.jsonl)."""
+"""The recorded scenario, package data (``examples/scenario.jsonl`` links to it)."""
 
 
 class DemoSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
