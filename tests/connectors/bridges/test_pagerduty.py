@@ -316,7 +316,7 @@ async def test_a_throttled_key_opens_when_the_loops_clock_has_waited_the_pause()
         outcome = await endpoint.deliver(opened, None, ROUTE)
         assert isinstance(outcome, Retry)
         assert outcome.after_seconds == pytest.approx(30.0)
-        await asyncio.sleep(outcome.after_seconds)
+        await asyncio.sleep(30.0)
         assert isinstance(await endpoint.deliver(opened, None, ROUTE), Accepted)
         assert receiver.requests == 2
 
