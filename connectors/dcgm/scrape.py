@@ -4,7 +4,7 @@ One poller per exporter (a DaemonSet next to it, or one per node from a central
 deployment). Each round: GET the URL, parse it
 (:func:`~connectors.dcgm.exposition.parse_exposition`), diff it against the
 previous scrape (:func:`~connectors.dcgm.diff.diff`) and publish the events;
-then wait ``interval_s``.
+then wait ``interval_seconds``.
 
 Failure policy -- the poller never dies of its source:
 
@@ -121,7 +121,7 @@ class DcgmMetrics:
         rollouts. ``gputriage_dcgm_scrapes_total{outcome}`` alerts on it."""
 
 
-BACKOFF: Final = Backoff(initial_s=1.0, max_s=60.0)
+BACKOFF: Final = Backoff(initial_seconds=1.0, max_seconds=60.0)
 """Between failed scrapes (a Retry-After the exporter sends wins)."""
 
 

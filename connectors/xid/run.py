@@ -16,7 +16,7 @@ backoff; once it is full the source is no longer read (the kernel's ring buffer
 and the journal keep the records meanwhile; a ring that overflows shows as
 ``skipped``). A crash before the acknowledgement leaves the state where it
 was, so the restarted pod re-sends that batch (same ids) and loses nothing.
-On a stop, what is buffered is delivered for up to ``drain_timeout_s`` (with
+On a stop, what is buffered is delivered for up to ``drain_timeout_seconds`` (with
 ``--once``: ``once_drain_timeout_seconds``, 60 s by default, since a backfill wants
 everything delivered); a reader that could not deliver everything exits 1.
 The ``--once`` bound is finite on purpose: with Kafka down, "until it is
@@ -268,7 +268,7 @@ async def run_kmsg(
 
     Without a ``stop`` event of the caller's, SIGINT and SIGTERM stop it (after
     what is buffered is acknowledged and committed, for up to
-    ``publish.drain_timeout_s``, or ``once_drain_timeout_seconds`` with ``once``;
+    ``publish.drain_timeout_seconds``, or ``once_drain_timeout_seconds`` with ``once``;
     1 if something was left). ``enrich`` completes each XID as it is read (the
     caller's: the xid family knows nothing of NVML); if it raises, so does this.
     """
@@ -281,7 +281,7 @@ async def run_kmsg(
     source = XidSource(reader, settings=settings, stop=stop, metrics=metrics)
     publish = replace(publish, heartbeat_seconds=settings.heartbeat_seconds)
     if settings.once:  # a backfill wants everything delivered: a longer, still finite, drain
-        publish = replace(publish, drain_timeout_s=once_drain_timeout_seconds)
+        publish = replace(publish, drain_timeout_seconds=once_drain_timeout_seconds)
 
     async def started() -> None:
         if isinstance(reader, JournalReader):
