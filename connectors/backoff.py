@@ -13,7 +13,7 @@ Traps:
   spread-out draw keeps them from arriving in waves.
 * **Retry-After** comes as delta-seconds (``"1"``, what the API server sends
   with 429 from priority-and-fairness) or as an HTTP date. It wins over our own
-  backoff, but is capped (:attr:`Backoff.max_retry_after_s`): a proxy's
+  backoff, but is capped (:attr:`Backoff.max_retry_after_seconds`): a proxy's
   ``Retry-After: 86400`` must not park the connector for a day.
 * The attempt counter is the caller's: reset it only after a request that did
   real work, or a server that accepts and instantly drops every watch would be
@@ -34,17 +34,18 @@ from typing import Final
 
 @dataclass(frozen=True)
 class Backoff:
-    """Delays after consecutive failures: ``uniform(0, min(max_s, initial_s * factor**n))``."""
+    """Delays after consecutive failures:
+    ``uniform(0, min(max_seconds, initial_seconds * factor**n))``."""
 
-    initial_s: float = 0.5
-    max_s: float = 30.0
+    initial_seconds: float = 0.5
+    max_seconds: float = 30.0
     factor: float = 2.0
-    max_retry_after_s: float = 120.0
+    max_retry_after_seconds: float = 120.0
     """The longest Retry-After honoured; a longer one is cut to this."""
 
     def delay(self, attempt: int, draw: Callable[[], float] = random.random) -> float:
         """Seconds to wait after failure number ``attempt`` (0-based); ``draw`` gives [0, 1)."""
-        ceiling = min(self.max_s, self.initial_s * self.factor ** min(attempt, 64))
+        ceiling = min(self.max_seconds, self.initial_seconds * self.factor ** min(attempt, 64))
         return ceiling * draw()
 
     def after(
@@ -52,7 +53,7 @@ class Backoff:
     ) -> float:
         """The server's Retry-After (capped) when given, else :meth:`delay`."""
         if retry_after is not None:
-            return min(max(retry_after, 0.0), self.max_retry_after_s)
+            return min(max(retry_after, 0.0), self.max_retry_after_seconds)
         return self.delay(attempt, draw)
 
 

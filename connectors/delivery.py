@@ -30,7 +30,7 @@ log = logging.getLogger("gputriage.connect")
 
 T = TypeVar("T")
 
-DELIVERY_BACKOFF = Backoff(initial_s=0.2, max_s=10.0)
+DELIVERY_BACKOFF = Backoff(initial_seconds=0.2, max_seconds=10.0)
 """The retry delays of every connector's delivery (publish loop, k8s ``--delivery-backoff``
 default): short enough that a broker back from a restart is used within seconds, capped so
 that a long outage costs one attempt every few seconds. Frozen, so one instance is shared."""

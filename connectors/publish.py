@@ -60,7 +60,7 @@ class PublishOptions:
     chunk: int = 10
     """Batches sent together (one round of acknowledgements)."""
     backoff: Backoff = DELIVERY_BACKOFF
-    drain_timeout_s: float = 10.0
+    drain_timeout_seconds: float = 10.0
     """On stop (or when the source ends): how long to deliver what is buffered. Finite: an
     unbounded drain with Kafka down never ends (see the module)."""
     heartbeat_seconds: float | None = HEARTBEAT_SECONDS
@@ -83,8 +83,10 @@ class PublishOptions:
     pauses say nothing about the present."""
 
     def __post_init__(self) -> None:
-        if not (math.isfinite(self.drain_timeout_s) and self.drain_timeout_s >= 0):
-            raise ValueError(f"drain_timeout_s must be finite and >= 0: {self.drain_timeout_s}")
+        if not (math.isfinite(self.drain_timeout_seconds) and self.drain_timeout_seconds >= 0):
+            raise ValueError(
+                f"drain_timeout_seconds must be finite and >= 0: {self.drain_timeout_seconds}"
+            )
         beat = self.heartbeat_seconds
         if beat is not None and not (math.isfinite(beat) and beat > 0):
             raise ValueError(f"heartbeat_seconds must be finite and > 0: {beat}")
@@ -366,7 +368,7 @@ class Publisher:
         Waits on the delivery task too: if it dies meanwhile (a failed commit),
         the buffer never drains, and waiting for it alone would hang.
         """
-        closing = asyncio.create_task(self.delivery.close(self.options.drain_timeout_s))
+        closing = asyncio.create_task(self.delivery.close(self.options.drain_timeout_seconds))
         await asyncio.wait({closing, delivering}, return_when=asyncio.FIRST_COMPLETED)
         if not closing.done() and not delivering.cancelled() and delivering.exception() is None:
             # The delivery task returns by itself once closed and empty, possibly one step

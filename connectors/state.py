@@ -31,6 +31,7 @@ covers was acknowledged by Kafka. Traps handled here, once:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import os
@@ -154,14 +155,26 @@ def save_state(path: str | Path, state: msgspec.Struct) -> None:
             os.close(directory)
 
 
+def _loop_time() -> float:
+    """The running loop's clock, the one the publish loop's sleeps follow (a test's fake
+    clock, looptime, moves both); outside a loop (a reader polled by hand) ``time.monotonic``,
+    which is what asyncio's own loop reads in production."""
+    try:
+        return asyncio.get_running_loop().time()
+    except RuntimeError:
+        return time.monotonic()
+
+
 class StateFile(Generic[S]):
     """One source's state file: loaded once at start, saved after each delivered batch.
 
     Saving costs two ``fsync`` calls. A batch that published something is saved
     at once (its records must not be sent again after a restart); a batch of
     records that published nothing (kernel noise, about 99% of a busy node's
-    log) is saved at most every ``quiet_every_s``: after a crash those records
+    log) is saved at most every ``quiet_every_seconds``: after a crash those records
     are read again and dropped again, which costs nothing but a little CPU.
+    Trap: the interval starts at the first save, not here: readers are built before
+    the loop runs, and a clock read now would be another clock than the saves'.
     """
 
     def __init__(
@@ -169,8 +182,8 @@ class StateFile(Generic[S]):
         path: str | Path,
         kind: type[S],
         *,
-        quiet_every_s: float = 5.0,
-        clock: Callable[[], float] = time.monotonic,
+        quiet_every_seconds: float = 5.0,
+        clock: Callable[[], float] = _loop_time,
     ) -> None:
         self.path = Path(path)
         self.lock = StateLock(self.path)  # makes the directory: fails at start, not mid-run
@@ -178,9 +191,9 @@ class StateFile(Generic[S]):
         self.kind = kind
         self.error: RecordError | None = None
         """Why the saved state was unusable (the source starts over), if it was."""
-        self._quiet_every_s = quiet_every_s
+        self._quiet_every_seconds = quiet_every_seconds
         self._clock = clock
-        self._saved_at = clock()
+        self._saved_at: float | None = None
 
     def load(self) -> S | None:
         """The saved state; ``None`` when there is none or it does not decode (``error``).
@@ -201,7 +214,9 @@ class StateFile(Generic[S]):
         if state is None:
             return
         now = self._clock()
-        if published or now - self._saved_at >= self._quiet_every_s:
+        if self._saved_at is None:
+            self._saved_at = now
+        if published or now - self._saved_at >= self._quiet_every_seconds:
             try:
                 save_state(self.path, state)
             except OSError as exc:  # the temporary file's name would only confuse

@@ -126,8 +126,8 @@ async def tail(
     watcher = asyncio.create_task(_cancel_on(stop, restore, asyncio.current_task()))
     consumer: AIOKafkaConsumer | None = None
     try:
-        timeout_s = options.connect_timeout_seconds or connect_timeout(client_kwargs)
-        consumer = await _connect(client_kwargs, timeout_s, stop)
+        timeout_seconds = options.connect_timeout_seconds or connect_timeout(client_kwargs)
+        consumer = await _connect(client_kwargs, timeout_seconds, stop)
         if consumer is None:
             return result
         await _assign_and_seek(consumer, topic, options.start)
@@ -194,16 +194,16 @@ def _print(
 
 
 async def _connect(
-    client_kwargs: Mapping[str, Any], timeout_s: float, stop: asyncio.Event
+    client_kwargs: Mapping[str, Any], timeout_seconds: float, stop: asyncio.Event
 ) -> AIOKafkaConsumer | None:
-    """A started consumer, retrying failed connections until ``timeout_s`` has passed.
+    """A started consumer, retrying failed connections until ``timeout_seconds`` has passed.
 
     ``None`` when ``stop`` was set meanwhile (interrupted while connecting).
     """
     from aiokafka import AIOKafkaConsumer  # noqa: PLC0415 - see the imports
 
     loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout_s
+    deadline = loop.time() + timeout_seconds
     while not stop.is_set():
         consumer = AIOKafkaConsumer(
             **client_kwargs,
@@ -213,14 +213,14 @@ async def _connect(
         )
         remaining = max(deadline - loop.time(), 0.001)
         try:
-            await start_client(consumer, client_kwargs, timeout_s=remaining)
+            await start_client(consumer, client_kwargs, timeout_seconds=remaining)
         except KafkaUnreachable as exc:
             if stop.is_set():
                 break
             if loop.time() + _RETRY_S >= deadline:
                 raise KafkaUnreachable(
                     f"cannot reach Kafka at {brokers_text(client_kwargs)} within "
-                    f"{timeout_s:g} s: {exc.reason}",
+                    f"{timeout_seconds:g} s: {exc.reason}",
                     exc.reason,
                 ) from None
             await asyncio.sleep(_RETRY_S)

@@ -46,10 +46,12 @@ END: Final = object()
 GPU: Final = "nvidia.com/gpu"
 CREATED: Final = "2026-11-30T10:00:00Z"
 
-FAST_WATCH: Final = WatchOptions(
-    silence_timeout_seconds=5.0, backoff=Backoff(initial_s=0.01, max_s=0.05)
-)
-"""Watch options for tests: tiny backoffs, a silence timeout no test hits by accident."""
+FAST_WATCH: Final = WatchOptions(backoff=Backoff(initial_seconds=0.01, max_seconds=0.05))
+"""Watch options for tests: tiny backoffs."""
+SILENCE_SECONDS: Final = 5.0
+"""A silence timeout no test hits by accident, and short enough to show a hang."""
+WATCHED: Final = K8sSettings(cluster="c1", silence_timeout_seconds=SILENCE_SECONDS)
+"""The settings a test's watcher takes: cluster ``c1``, every namespace."""
 
 
 @dataclass
@@ -360,9 +362,9 @@ def elected_options(
     tmp_path: Path,
     url: str,
     *,
-    retry_period_s: float,
-    lease_duration_s: float = 2.0,
-    renew_deadline_s: float = 1.0,
+    retry_period_seconds: float,
+    lease_duration_seconds: float = 2.0,
+    renew_deadline_seconds: float = 1.0,
 ) -> Elected:
     """``connect k8s`` settings against the test server (kubeconfig context ``kmock``, no
     metrics port), and leader election as ``replica-1`` in namespace ``gputriage``; pass
@@ -377,13 +379,14 @@ def elected_options(
             kubeconfig=str(kubeconfig(tmp_path / "kubeconfig", url)),
             context="kmock",
             metrics_port=None,
-            silence_timeout_seconds=FAST_WATCH.silence_timeout_seconds,
+            silence_timeout_seconds=SILENCE_SECONDS,
         ),
         LeaseOptions(
             namespace="gputriage",
+            name=K8sSettings().lease_name,
             identity="replica-1",
-            lease_duration_s=lease_duration_s,
-            renew_deadline_s=renew_deadline_s,
-            retry_period_s=retry_period_s,
+            lease_duration_seconds=lease_duration_seconds,
+            renew_deadline_seconds=renew_deadline_seconds,
+            retry_period_seconds=retry_period_seconds,
         ),
     )

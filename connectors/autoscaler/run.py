@@ -155,7 +155,7 @@ class AutoscalerLogSource:
             self.state.close()
 
 
-PUBLISH: Final = PublishOptions(chunk=500, drain_timeout_s=10.0)
+PUBLISH: Final = PublishOptions(chunk=500, drain_timeout_seconds=10.0)
 """The publish loop's chunk and drain bound (capacity and heartbeat: the settings')."""
 
 
@@ -172,7 +172,7 @@ def autoscaler_source(
     process holds is :class:`~connectors.state.StateInUse`, before anything starts.
     """
     settings = settings.preset()
-    cluster = required(settings.cluster, "cluster")
+    required(settings.cluster, "cluster")  # before the state file is locked
     path = settings.state_path
     state = StateFile(Path(path), FollowState) if path else None
     saved = state.load() if state is not None else None
@@ -181,17 +181,7 @@ def autoscaler_source(
     follower = LogFollower(api, settings, saved, metrics=metrics, backoff=backoff)
     status = None
     if settings.status_configmap:
-        silence = settings.silence_timeout_seconds
-        status = StatusWatcher(
-            api,
-            cluster=cluster,
-            namespace=settings.namespace,
-            name=settings.status_configmap,
-            backoff=backoff,
-            silence_timeout_seconds=silence,
-            watch_timeout_seconds=max(1, int(silence * 0.8)),
-            metrics=metrics,
-        )
+        status = StatusWatcher(api, settings, backoff=backoff, metrics=metrics)
     return AutoscalerLogSource(follower, state, status)
 
 

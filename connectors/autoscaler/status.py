@@ -42,8 +42,6 @@ from schemas.codec import RecordError, time_problem
 from schemas.events import AutoscalerEvent
 from schemas.ids import hashed_id
 
-CONFIGMAP: Final = "cluster-autoscaler-status"
-
 _GO_TIME: Final = re.compile(
     r"(?P<date>\d{4}-\d\d-\d\d)[ T](?P<clock>\d\d:\d\d:\d\d)(?:\.(?P<frac>\d+))?"
     r"\s*(?P<zone>Z|[+-]\d\d:?\d\d)?"

@@ -31,9 +31,11 @@ import aiohttp
 from kubernetes_asyncio.client import ApiClient, CoreV1Api
 
 from connectors.autoscaler.metrics import AutoscalerMetrics
-from connectors.autoscaler.status import CONFIGMAP, Status, new_facts, parse_status
+from connectors.autoscaler.settings import AutoscalerSettings
+from connectors.autoscaler.status import Status, new_facts, parse_status
 from connectors.autoscaler.streamlines import stream_lines
 from connectors.backoff import Backoff
+from connectors.settings import required
 from schemas import codec
 from schemas.codec import RecordError
 from schemas.events import AutoscalerEvent
@@ -59,29 +61,30 @@ def _now() -> datetime:
 
 
 class StatusWatcher:
-    """List-then-watch one ConfigMap; :meth:`items` yields a :class:`StatusUpdate` per change."""
+    """List-then-watch one ConfigMap; :meth:`items` yields a :class:`StatusUpdate` per change.
+
+    The settings give the cluster, the namespace, the ConfigMap (``status_configmap``) and
+    the silence timeout; the server is asked to end each watch at 80% of the latter, so
+    only a dead connection trips it.
+    """
 
     def __init__(
         self,
         api: ApiClient,
+        settings: AutoscalerSettings,
         *,
-        cluster: str,
-        namespace: str = "kube-system",
-        name: str = CONFIGMAP,
         backoff: Backoff | None = None,
-        watch_timeout_seconds: int = 240,
-        silence_timeout_seconds: float = 300.0,
         metrics: AutoscalerMetrics | None = None,
         clock: Callable[[], datetime] = _now,
         max_line_bytes: int = 16 * 1024 * 1024,
     ) -> None:
-        self.cluster = cluster
+        self.cluster = required(settings.cluster, "cluster")
         self.max_line_bytes = max_line_bytes
-        self.namespace = namespace
-        self.name = name
+        self.namespace = settings.namespace
+        self.name = required(settings.status_configmap, "status_configmap")
         self.backoff = backoff or Backoff()
-        self.watch_timeout_seconds = watch_timeout_seconds
-        self.silence_timeout_seconds = silence_timeout_seconds
+        self.silence_timeout_seconds = settings.silence_timeout_seconds
+        self.watch_timeout_seconds = max(1, int(self.silence_timeout_seconds * 0.8))
         self.metrics = metrics or AutoscalerMetrics()
         self.clock = clock
         self.previous: Status | None = None

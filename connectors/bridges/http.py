@@ -40,6 +40,7 @@ Traps:
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import logging
 import time
@@ -205,17 +206,24 @@ def auth_retry(reason: str, route: str, retry_after: float | None = None) -> Ret
     return Retry(f"{reason} (credential refused)", max(retry_after or 0.0, AUTH_RETRY_SECONDS))
 
 
+def loop_time() -> float:
+    """The running loop's clock: the runner waits out a ``Retry`` on it, so a pacer on the
+    same clock opens when that wait ends, under a test's fake clock (looptime) too."""
+    return asyncio.get_running_loop().time()
+
+
 class Pacer:
     """At most ``limit`` calls per key in any ``window_seconds`` (a sliding window).
 
     :meth:`take` answers at once, never sleeps: the caller returns
     ``Retry(after_seconds=...)`` and the runner keeps control (shutdown, other routes,
     commits); a stall shows in its retry metrics instead of as one slow delivery. Keys
-    are never secrets (a routing key's hash, a channel id).
+    are never secrets (a routing key's hash, a channel id). Trap: the default clock is
+    the running loop's, so :meth:`take` and :meth:`close` are called on the loop.
     """
 
     def __init__(
-        self, limit: int, window_seconds: float, clock: Callable[[], float] = time.monotonic
+        self, limit: int, window_seconds: float, clock: Callable[[], float] = loop_time
     ) -> None:
         self.limit = max(1, limit)
         self.window_seconds = window_seconds

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal
@@ -40,7 +39,15 @@ from connectors.bridges.base import (
     mask,
     read_secret,
 )
-from connectors.bridges.http import Answer, Pacer, Verdict, classify, post_bounded, status_outcome
+from connectors.bridges.http import (
+    Answer,
+    Pacer,
+    Verdict,
+    classify,
+    loop_time,
+    post_bounded,
+    status_outcome,
+)
 from connectors.kafka.config import Secret
 from schemas.codec import RecordError, dumps, loads
 from schemas.incidents import GpuRef, Incident, PodInfo
@@ -302,7 +309,7 @@ class PagerDutyEndpoint:
         options: Settings,
         http: aiohttp.ClientSession,
         environ: Mapping[str, str] | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = loop_time,
     ) -> None:
         self.options = options
         self.http = http

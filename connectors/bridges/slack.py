@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Callable, Mapping
 from typing import Annotated, Any, Final
 
@@ -40,7 +39,14 @@ from connectors.bridges.base import (
     read_secret,
     url_secrets,
 )
-from connectors.bridges.http import Answer, Pacer, auth_retry, post_bounded, status_outcome
+from connectors.bridges.http import (
+    Answer,
+    Pacer,
+    auth_retry,
+    loop_time,
+    post_bounded,
+    status_outcome,
+)
 from connectors.kafka.config import Secret
 from schemas.codec import RecordError, dumps, loads
 from schemas.incidents import Incident
@@ -175,7 +181,7 @@ class SlackEndpoint:
         options: Settings,
         http: aiohttp.ClientSession,
         environ: Mapping[str, str] | None = None,
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float] = loop_time,
     ) -> None:
         self._options = options
         self._http = http

@@ -1,7 +1,7 @@
 """The dcgm-exporter poller: scrape ``/metrics`` with aiohttp, diff, publish, repeat.
 
 Each round: GET the URL, parse it, diff it against the previous scrape and publish the
-events, then wait ``interval_s``. The poller never dies of its source: HTTP errors back
+events, then wait ``interval_seconds``. The poller never dies of its source: HTTP errors back
 off (``Retry-After`` wins, capped), a body that is no exposition is one dead letter and a
 backoff, a sample with no valid time is a dead letter of its own.
 
@@ -95,7 +95,7 @@ class DcgmMetrics:
         rollouts. ``gputriage_dcgm_scrapes_total{outcome}`` alerts on it."""
 
 
-BACKOFF: Final = Backoff(initial_s=1.0, max_s=60.0)
+BACKOFF: Final = Backoff(initial_seconds=1.0, max_seconds=60.0)
 """Between failed scrapes (a Retry-After the exporter sends wins)."""
 
 

@@ -33,19 +33,25 @@ log = logging.getLogger("gputriage.connect.k8s.leader")
 
 @dataclass(frozen=True)
 class LeaseOptions:
-    """Which Lease, who we are, and client-go's three timings (defaults: 15/10/2 s)."""
+    """Which Lease (``name``: the settings' ``lease_name``), who we are, and client-go's
+    three timings (defaults: 15/10/2 s)."""
 
     namespace: str
     identity: str
-    name: str = "gputriage-connect-k8s"
-    lease_duration_s: float = 15.0
-    renew_deadline_s: float = 10.0
-    retry_period_s: float = 2.0
+    name: str
+    lease_duration_seconds: float = 15.0
+    renew_deadline_seconds: float = 10.0
+    retry_period_seconds: float = 2.0
 
     def __post_init__(self) -> None:
         if not self.identity:
             raise ValueError("leader election needs a non-empty identity")
-        if not 0 < self.retry_period_s < self.renew_deadline_s < self.lease_duration_s:
+        if (
+            not 0
+            < self.retry_period_seconds
+            < self.renew_deadline_seconds
+            < self.lease_duration_seconds
+        ):
             raise ValueError("need 0 < retry period < renew deadline < lease duration")
 
 
@@ -125,7 +131,7 @@ class LeaseElector:
                     "metadata": {"name": o.name, "namespace": o.namespace},
                     "spec": {
                         "holderIdentity": o.identity,
-                        "leaseDurationSeconds": max(1, round(o.lease_duration_s)),
+                        "leaseDurationSeconds": max(1, round(o.lease_duration_seconds)),
                         "acquireTime": now,
                         "renewTime": now,
                         "leaseTransitions": 0,
@@ -146,13 +152,13 @@ class LeaseElector:
                 self._observed = record
                 self._observed_at = self._monotonic()
             holder = spec.get("holderIdentity") or ""
-            duration = spec.get("leaseDurationSeconds") or o.lease_duration_s
+            duration = spec.get("leaseDurationSeconds") or o.lease_duration_seconds
             if holder and holder != o.identity and self._monotonic() < self._observed_at + duration:
                 return False
             transitions = spec.get("leaseTransitions") or 0
             patch_spec: dict[str, Any] = {
                 "holderIdentity": o.identity,
-                "leaseDurationSeconds": max(1, round(o.lease_duration_s)),
+                "leaseDurationSeconds": max(1, round(o.lease_duration_seconds)),
                 "renewTime": now,
             }
             if holder != o.identity:
@@ -199,33 +205,33 @@ class LeaseElector:
             return False
 
     async def acquire(self) -> None:
-        """Return once we hold the lease (tries every ``retry_period_s``)."""
+        """Return once we hold the lease (tries every ``retry_period_seconds``)."""
         o = self.options
         while True:
             started = self._monotonic()
-            if await self._attempt(o.renew_deadline_s):
+            if await self._attempt(o.renew_deadline_seconds):
                 break
-            await asyncio.sleep(o.retry_period_s)
+            await asyncio.sleep(o.retry_period_seconds)
         self._renewed_at = started
         self._held = True
         self._set_leader(True)
 
     async def hold(self) -> None:
-        """Renew every ``retry_period_s``; raise :class:`LeadershipLost` at the renew deadline.
+        """Renew every ``retry_period_seconds``; :class:`LeadershipLost` at the renew deadline.
 
         The deadline runs from the start of the last successful attempt and cuts
         short an attempt still waiting for the API server when it comes.
         """
         o = self.options
         while True:
-            await asyncio.sleep(o.retry_period_s)
+            await asyncio.sleep(o.retry_period_seconds)
             started = self._monotonic()
-            left = self._renewed_at + o.renew_deadline_s - started
+            left = self._renewed_at + o.renew_deadline_seconds - started
             if left > 0 and await self._attempt(left):
                 self._renewed_at = started
-            elif self._monotonic() >= self._renewed_at + o.renew_deadline_s:
+            elif self._monotonic() >= self._renewed_at + o.renew_deadline_seconds:
                 self._set_leader(False)
-                raise LeadershipLost(f"no renewal for {o.renew_deadline_s:g} s")
+                raise LeadershipLost(f"no renewal for {o.renew_deadline_seconds:g} s")
 
     async def release(self) -> None:
         """Give the lease up (if the record still names us) so another replica takes over at once.
@@ -243,7 +249,9 @@ class LeaseElector:
         self._set_leader(False, "releases")
         self._held = False
         try:
-            async with asyncio.timeout(o.renew_deadline_s):  # a hung API must not block a stop
+            async with asyncio.timeout(
+                o.renew_deadline_seconds
+            ):  # a hung API must not block a stop
                 lease = await self._read()
                 spec = (lease or {}).get("spec") or {}
                 if lease is None or spec.get("holderIdentity") != o.identity:

@@ -25,7 +25,7 @@ The pieces, each in its own module under ``connectors/k8s/``::
   correlation core skips (see ``connectors/k8s/watch.py``).
 
 Stopping (SIGINT/SIGTERM): the watchers stop, what is buffered is delivered
-for up to :data:`PUBLISH`'s ``drain_timeout_s``, the producer flushes, the Lease is released.
+for up to :data:`PUBLISH`'s ``drain_timeout_seconds``, the producer flushes, the Lease is released.
 """
 
 from __future__ import annotations
@@ -70,11 +70,11 @@ from schemas.topics import TopicLayout
 
 log = logging.getLogger("gputriage.connect.k8s")
 
-PUBLISH: Final = PublishOptions(chunk=500, backoff=DELIVERY_BACKOFF, drain_timeout_s=10.0)
+PUBLISH: Final = PublishOptions(chunk=500, backoff=DELIVERY_BACKOFF, drain_timeout_seconds=10.0)
 """The publish loop's chunk, delivery backoff and drain bound (capacity and heartbeat: the
 settings')."""
 WATCH: Final = WatchOptions()
-"""How to list and watch; the settings' namespace and silence timeout are laid over it."""
+"""How to list and watch beyond the settings (which give the namespace and silence timeout)."""
 
 
 def default_identity() -> str:
@@ -188,24 +188,20 @@ class Connector:
     ) -> None:
         """``derive``: more records from each Event, past the GPU filter (the CLI passes the
         autoscaler family's :func:`connectors.autoscaler.kube_events.derive`); ``watch`` and
-        ``publish``: the tuning the settings do not hold (their settings' fields are laid over)."""
+        ``publish``: the tuning the settings do not hold (the publish loop's capacity and
+        heartbeat are the settings', laid over)."""
         self.api = api
         self.settings = settings
         cluster = required(settings.cluster, "cluster")
         self.metrics = metrics or ConnectorMetrics()
         slim = SlimConfig(gpu_resources=settings.resources, gpu_prefixes=settings.resource_prefixes)
-        watch = replace(
-            watch,
-            namespace=settings.namespace,
-            silence_timeout_seconds=settings.silence_timeout_seconds,
-        )
         self.gpu_filter = None if settings.keep_all else GpuFilter(slim)
         keep = self.gpu_filter.keep if self.gpu_filter is not None else None
         self.watchers: dict[Resource, ResourceWatcher] = {
             resource: ResourceWatcher(
                 api,
                 resource,
-                cluster=cluster,
+                settings,
                 options=watch,
                 config=slim,
                 keep=keep,

@@ -30,7 +30,9 @@ from connectors.backoff import Backoff, retry_after_seconds
 from connectors.health import Condition
 from connectors.k8s.metrics import ConnectorMetrics
 from connectors.k8s.relist import Known, deletion, diff, identity, repeated
+from connectors.k8s.settings import K8sSettings
 from connectors.k8s.slim import DEFAULT_CONFIG, WATCH_OPS, SlimConfig, slim_object
+from connectors.settings import required
 from schemas import codec
 from schemas.codec import AnyEvent, RecordError
 from schemas.dead_letters import DeadLetter
@@ -54,29 +56,26 @@ _TOO_LONG: Final = b"\0too long"
 
 @dataclass(frozen=True)
 class WatchOptions:
-    """How to list and watch; the defaults suit a production API server."""
+    """How to list and watch, beyond the settings (:class:`K8sSettings`: the namespace and
+    the silence timeout); the defaults suit a production API server."""
 
-    namespace: str | None = None
-    """One namespace, or None for the whole cluster (nodes are cluster-scoped either way)."""
-    silence_timeout_seconds: float = 300.0
-    """Reconnect when nothing arrives for this long. Keep it above ``watch_timeout_seconds``:
-    then only a dead connection trips it, a quiet cluster does not."""
     watch_timeout_seconds: int = 240
-    """``timeoutSeconds`` of each watch request: the server ends the watch, we resume."""
+    """``timeoutSeconds`` of each watch request: the server ends the watch, we resume. A
+    silence timeout at or below it pulls it down (:func:`watch_timeout`)."""
     list_page_size: int = 500
-    connect_timeout_s: float = 10.0
-    list_timeout_s: float = 120.0
+    connect_timeout_seconds: float = 10.0
+    list_timeout_seconds: float = 120.0
     """Total time for one list page."""
     backoff: Backoff = field(default_factory=Backoff)
     max_line_bytes: int = 16 * 1024 * 1024
 
-    def __post_init__(self) -> None:
-        # The server must end a healthy watch before the silence timeout takes it for
-        # a dead one; a short silence timeout pulls the watch timeout down with it.
-        if self.silence_timeout_seconds <= self.watch_timeout_seconds:
-            object.__setattr__(
-                self, "watch_timeout_seconds", max(1, int(self.silence_timeout_seconds * 0.8))
-            )
+
+def watch_timeout(options: WatchOptions, silence_timeout_seconds: float) -> int:
+    """The ``timeoutSeconds`` to ask for: the server must end a healthy watch before the
+    silence timeout takes it for a dead one, so a short silence timeout pulls it down."""
+    if silence_timeout_seconds <= options.watch_timeout_seconds:
+        return max(1, int(silence_timeout_seconds * 0.8))
+    return options.watch_timeout_seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,8 +188,8 @@ class ResourceWatcher:
         self,
         api: ApiClient,
         resource: Resource,
+        settings: K8sSettings,
         *,
-        cluster: str,
         options: WatchOptions | None = None,
         config: SlimConfig = DEFAULT_CONFIG,
         keep: Callable[[K8sEvent], bool] | None = None,
@@ -201,8 +200,13 @@ class ResourceWatcher:
         self.resource: Resource = resource
         self.derive = derive
         """Records to add for an Event (kept by the GPU filter or not); None: none."""
-        self.cluster = cluster
+        self.cluster = required(settings.cluster, "cluster")
+        self.namespace = settings.namespace
+        """One namespace, or None for the whole cluster (nodes are cluster-scoped either way)."""
+        self.silence_timeout_seconds = settings.silence_timeout_seconds
+        """Reconnect when nothing arrives for this long (a dead connection, not a quiet cluster)."""
         self.options = options or WatchOptions()
+        self.watch_timeout_seconds = watch_timeout(self.options, self.silence_timeout_seconds)
         self.config = config
         self.keep = keep
         """Which events to forward (the GPU-only filter); None: all."""
@@ -220,7 +224,7 @@ class ResourceWatcher:
     # -- requests ---------------------------------------------------------------------
     def _call(self, **params: Any) -> Awaitable[Any]:
         """The API method's coroutine; with ``_preload_content=False`` it gives the raw response."""
-        core, namespace = self._core, self.options.namespace
+        core, namespace = self._core, self.namespace
         params["_preload_content"] = False
         if self.resource == "nodes":
             return core.list_node(**params)
@@ -266,7 +270,8 @@ class ResourceWatcher:
         snapshots must not be mixed.
         """
         timeout = aiohttp.ClientTimeout(
-            total=self.options.list_timeout_s, sock_connect=self.options.connect_timeout_s
+            total=self.options.list_timeout_seconds,
+            sock_connect=self.options.connect_timeout_seconds,
         )
         while True:
             items: list[Any] = []
@@ -402,10 +407,10 @@ class ResourceWatcher:
         while True:
             try:
                 chunk = await asyncio.wait_for(
-                    response.content.readany(), self.options.silence_timeout_seconds
+                    response.content.readany(), self.silence_timeout_seconds
                 )
             except TimeoutError:
-                raise Silent(f"nothing for {self.options.silence_timeout_seconds:g} s") from None
+                raise Silent(f"nothing for {self.silence_timeout_seconds:g} s") from None
             if not chunk:
                 return
             start = 0
@@ -429,14 +434,14 @@ class ResourceWatcher:
     async def _watch(self) -> AsyncIterator[WatchItem]:
         timeout = aiohttp.ClientTimeout(
             total=None,
-            connect=self.options.connect_timeout_s,
-            sock_connect=self.options.connect_timeout_s,
+            connect=self.options.connect_timeout_seconds,
+            sock_connect=self.options.connect_timeout_seconds,
         )
         response = await self._request(
             watch=True,
             allow_watch_bookmarks=True,
             resource_version=self.resource_version,
-            timeout_seconds=self.options.watch_timeout_seconds,
+            timeout_seconds=self.watch_timeout_seconds,
             _request_timeout=timeout,
         )
         kind = KINDS[self.resource]

@@ -273,12 +273,12 @@ def _password(settings: KafkaSettings, password_env: Secret | None) -> Secret:
 class ClientKwargs(dict[str, Any]):
     """aiokafka keyword arguments; the repr masks the password.
 
-    ``connect_timeout_s`` rides along as an attribute, not a key (aiokafka would refuse
+    ``connect_timeout_seconds`` rides along as an attribute, not a key (aiokafka would refuse
     an unknown keyword): :func:`start_client` reads it. Trap: ``dict(kwargs)`` or
     ``{**kwargs}`` copies only the keys; a start given such a copy waits the default.
     """
 
-    connect_timeout_s: float = CONNECT_TIMEOUT_SECONDS
+    connect_timeout_seconds: float = CONNECT_TIMEOUT_SECONDS
 
     def __repr__(self) -> str:
         shown = {k: (_MASK if k == "sasl_plain_password" and v else v) for k, v in self.items()}
@@ -323,7 +323,7 @@ def client_kwargs(
         client_id=settings.client_id,
         security_protocol=settings.security_protocol,
     )
-    kwargs.connect_timeout_s = settings.connect_timeout_seconds
+    kwargs.connect_timeout_seconds = settings.connect_timeout_seconds
     context = ssl_context(settings)
     if context is not None:
         kwargs["ssl_context"] = context
@@ -338,7 +338,7 @@ def client_kwargs(
 def connect_timeout(client_kwargs: Mapping[str, Any]) -> float:
     """The start timeout that ``client_kwargs`` carry (the default for a plain mapping)."""
     if isinstance(client_kwargs, ClientKwargs):
-        return client_kwargs.connect_timeout_s
+        return client_kwargs.connect_timeout_seconds
     return CONNECT_TIMEOUT_SECONDS
 
 
@@ -349,11 +349,11 @@ def brokers_text(client_kwargs: Mapping[str, Any]) -> str:
 
 
 async def start_client(
-    client: Any, client_kwargs: Mapping[str, Any], *, timeout_s: float | None = None
+    client: Any, client_kwargs: Mapping[str, Any], *, timeout_seconds: float | None = None
 ) -> None:
     """Start an aiokafka client (producer, consumer, admin) within the connect timeout.
 
-    ``timeout_s`` defaults to :func:`connect_timeout` of ``client_kwargs``. Any failure
+    ``timeout_seconds`` defaults to :func:`connect_timeout` of ``client_kwargs``. Any failure
     stops the half-started client and raises :class:`KafkaUnreachable`: ``cannot reach
     Kafka at HOST:PORT: <reason>``, the reason heard from aiokafka (``Connection
     refused``) rather than its ``Unable to bootstrap from [('h', 1, <AddressFamily...>)]``.
@@ -361,7 +361,7 @@ async def start_client(
     """
     from aiokafka.errors import KafkaError  # noqa: PLC0415 - this module stays cheap
 
-    timeout = connect_timeout(client_kwargs) if timeout_s is None else timeout_s
+    timeout = connect_timeout(client_kwargs) if timeout_seconds is None else timeout_seconds
     with heard("aiokafka") as complaints:
         try:
             await asyncio.wait_for(client.start(), timeout)

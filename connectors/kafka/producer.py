@@ -120,7 +120,7 @@ class EventProducer:
         **producer_options: Any,
     ) -> None:
         self.layout = layout
-        self._connect_timeout_s = connect_timeout(client_kwargs)
+        self._connect_timeout_seconds = connect_timeout(client_kwargs)
         self._options: dict[str, Any] = {
             **client_kwargs,
             "acks": "all",
@@ -148,7 +148,7 @@ class EventProducer:
         outside one.
         """
         producer = AIOKafkaProducer(**self._options)
-        await start_client(producer, self._options, timeout_s=self._connect_timeout_s)
+        await start_client(producer, self._options, timeout_seconds=self._connect_timeout_seconds)
         self._producer = producer
 
     async def stop(self) -> None:

@@ -31,7 +31,6 @@ from grpc import aio
 
 from connectors.podresources._proto import api_pb2, api_pb2_grpc
 from connectors.podresources.devices import PREFIXES, RESOURCES, Device, Holding, is_gpu_resource
-from connectors.podresources.settings import SOCKET
 from schemas.events import PodRef
 
 MAX_MESSAGE: Final = 16 * 1024 * 1024
@@ -53,10 +52,10 @@ class Filter:
     """Which extended resources are GPUs."""
 
     resources: tuple[str, ...] = RESOURCES
-    prefixes: tuple[str, ...] = PREFIXES
+    resource_prefixes: tuple[str, ...] = PREFIXES
 
     def __call__(self, name: str) -> bool:
-        return is_gpu_resource(name, self.resources, self.prefixes)
+        return is_gpu_resource(name, self.resources, self.resource_prefixes)
 
 
 def holdings(response: api_pb2.ListPodResourcesResponse, gpu: Filter) -> list[Holding]:
@@ -96,9 +95,10 @@ def parse_list_json(text: str) -> api_pb2.ListPodResourcesResponse:
 class Client:
     """One channel to the kubelet; :meth:`list` and :meth:`allocatable` per poll."""
 
-    def __init__(self, target: str = SOCKET, *, timeout_s: float = 10.0) -> None:
+    def __init__(self, target: str, *, timeout_seconds: float) -> None:
+        """``target`` and ``timeout_seconds``: the settings' ``socket`` and ``timeout_seconds``."""
         self.target = target
-        self.timeout_s = timeout_s
+        self.timeout_seconds = timeout_seconds
         self._channel = aio.insecure_channel(
             target,
             options=[("grpc.max_receive_message_length", MAX_MESSAGE)],
@@ -107,7 +107,9 @@ class Client:
 
     async def list(self) -> api_pb2.ListPodResourcesResponse:
         try:
-            return await self._stub.List(api_pb2.ListPodResourcesRequest(), timeout=self.timeout_s)
+            return await self._stub.List(
+                api_pb2.ListPodResourcesRequest(), timeout=self.timeout_seconds
+            )
         except aio.AioRpcError as exc:
             raise _failed(exc) from None
 
@@ -115,7 +117,7 @@ class Client:
         """The node's devices, or None from a kubelet without the call (the module)."""
         try:
             return await self._stub.GetAllocatableResources(
-                api_pb2.AllocatableResourcesRequest(), timeout=self.timeout_s
+                api_pb2.AllocatableResourcesRequest(), timeout=self.timeout_seconds
             )
         except aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.UNIMPLEMENTED:

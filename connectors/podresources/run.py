@@ -3,7 +3,7 @@
 Each round: ``List`` (and ``GetAllocatableResources``, the node's whole device set) over the
 kubelet's Unix socket (:mod:`connectors.podresources.client`), resolved and diffed
 (:mod:`connectors.podresources.devices`) into ``gpu_binding.v1`` records with
-``source="pod-resources"``; then wait ``interval_s``. The click definition lives in
+``source="pod-resources"``; then wait ``interval_seconds``. The click definition lives in
 :mod:`gputriage.cli.connect`.
 
 Failure policy, as the dcgm poller's: the kubelet unreachable (no socket yet, a kubelet
@@ -69,7 +69,7 @@ class Lister(Protocol):
     async def allocatable(self) -> api_pb2.AllocatableResourcesResponse | None: ...
 
 
-BACKOFF: Final = Backoff(initial_s=1.0, max_s=60.0)
+BACKOFF: Final = Backoff(initial_seconds=1.0, max_seconds=60.0)
 """Between failed polls: a kubelet that is restarting is asked again soon, a gone one rarely."""
 
 
@@ -124,7 +124,9 @@ class PodResourcesSource:
         self.settings = settings
         self.cluster = required(settings.cluster, "cluster")
         self.node = required(settings.node, "node")
-        self.gpu = Filter(resources=settings.resources, prefixes=settings.resource_prefixes)
+        self.gpu = Filter(
+            resources=settings.resources, resource_prefixes=settings.resource_prefixes
+        )
         self.backoff = backoff
         self.lister = lister
         self.gpus = gpus
@@ -227,7 +229,7 @@ async def _connect(
             file=err,
         )
 
-    client = Client(settings.socket, timeout_s=settings.timeout_seconds)
+    client = Client(settings.socket, timeout_seconds=settings.timeout_seconds)
     try:
         metrics = PodResourcesMetrics()
         return await run_source(
@@ -264,7 +266,7 @@ def print_saved_list(
     except ValueError as exc:
         print(f"{PROG}: error: not a pod-resources List answer: {exc}", file=err)
         return 1
-    gpu = Filter(resources=settings.resources, prefixes=settings.resource_prefixes)
+    gpu = Filter(resources=settings.resources, resource_prefixes=settings.resource_prefixes)
     snap = snapshot(holdings(response, gpu), (), gpus)
     cluster, node = required(settings.cluster, "cluster"), required(settings.node, "node")
     result = diff(None, snap, cluster=cluster, node=node, time=time)

@@ -234,7 +234,7 @@ async def run_kmsg(
 
     Without a ``stop`` event of the caller's, SIGINT and SIGTERM stop it (after
     what is buffered is acknowledged and committed, for up to
-    ``publish.drain_timeout_s``, or ``once_drain_timeout_seconds`` with ``once``;
+    ``publish.drain_timeout_seconds``, or ``once_drain_timeout_seconds`` with ``once``;
     1 if something was left). ``enrich`` completes each XID as it is read (the
     caller's: the xid family knows nothing of NVML); if it raises, so does this.
     """
@@ -247,7 +247,7 @@ async def run_kmsg(
     source = XidSource(reader, settings=settings, stop=stop, metrics=metrics)
     publish = replace(publish, heartbeat_seconds=settings.heartbeat_seconds)
     if settings.once:  # a backfill wants everything delivered: a longer, still finite, drain
-        publish = replace(publish, drain_timeout_s=once_drain_timeout_seconds)
+        publish = replace(publish, drain_timeout_seconds=once_drain_timeout_seconds)
 
     async def started() -> None:
         if isinstance(reader, JournalReader):

@@ -130,9 +130,9 @@ class BridgeRunner:
         self.ledger = Ledger(client_kwargs, ledger_topic)
         self.storms = StormPolicy(settings.storm_pages, settings.storm_window_seconds)
         self.backoff = Backoff(
-            initial_s=settings.retry_initial_seconds,
-            max_s=settings.retry_max_seconds,
-            max_retry_after_s=settings.max_retry_after_seconds,
+            initial_seconds=settings.retry_initial_seconds,
+            max_seconds=settings.retry_max_seconds,
+            max_retry_after_seconds=settings.max_retry_after_seconds,
         )
         self.consumer = group_consumer(
             client_kwargs,

@@ -106,8 +106,8 @@ async def test_a_broker_outage_is_survived_bounded_and_nothing_is_lost() -> None
             options=PublishOptions(
                 capacity=capacity,
                 chunk=chunk,
-                backoff=Backoff(initial_s=0.05, max_s=0.1),
-                drain_timeout_s=20,
+                backoff=Backoff(initial_seconds=0.05, max_seconds=0.1),
+                drain_timeout_seconds=20,
             ),
             metrics=metrics,
         )

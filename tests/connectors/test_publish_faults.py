@@ -52,7 +52,7 @@ from schemas.topics import SCHEMA_SOURCES, TopicSettings, topic_layout
 from tests.kafka_helpers import KafkaTestEnv, consume_until, eventually
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
-FAST = Backoff(initial_s=0.001, max_s=0.005)
+FAST = Backoff(initial_seconds=0.001, max_seconds=0.005)
 """Retries without noticeable waits (the delay is a wait, not a synchronisation)."""
 
 
@@ -172,7 +172,7 @@ async def test_a_cancel_during_the_drain_finishes_the_drain_then_is_raised() -> 
     producer = FakeProducer(gate=gate)
     source = Batches([[event(n)] for n in range(3)], quiet=True)
     publisher = Publisher(
-        source, producer, options=PublishOptions(capacity=10, chunk=1, drain_timeout_s=30)
+        source, producer, options=PublishOptions(capacity=10, chunk=1, drain_timeout_seconds=30)
     )
     stop = asyncio.Event()
     running = asyncio.create_task(publisher.run(stop))
@@ -394,7 +394,7 @@ def test_one_delivery_backoff_default_for_every_connector() -> None:
 
 def test_a_drain_without_a_bound_is_refused() -> None:
     with pytest.raises(ValueError, match="finite"):
-        PublishOptions(drain_timeout_s=float("inf"))
+        PublishOptions(drain_timeout_seconds=float("inf"))
 
 
 # --- 7. nvml keeps the delivery metrics ------------------------------------------------------

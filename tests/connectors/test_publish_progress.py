@@ -376,7 +376,7 @@ async def test_a_chunk_retried_after_a_failed_announcement_still_announces_first
             chunk=1,
             heartbeat_seconds=None,
             idle_is_caught_up=False,
-            backoff=Backoff(initial_s=0.01, max_s=0.02),
+            backoff=Backoff(initial_seconds=0.01, max_seconds=0.02),
         ),
     )
     task = await running(publisher)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import os
 import stat
@@ -17,7 +18,7 @@ from connectors.xid.kmsg import KmsgState
 def test_published_batches_are_saved_at_once_noise_at_most_every_interval(tmp_path: Path) -> None:
     now = [100.0]
     state = StateFile(
-        tmp_path / "s" / "state.json", KmsgState, quiet_every_s=5.0, clock=lambda: now[0]
+        tmp_path / "s" / "state.json", KmsgState, quiet_every_seconds=5.0, clock=lambda: now[0]
     )
     assert state.path.parent.is_dir(), "the directory exists from the start"
     state.save(KmsgState(boot_id="b", seq=1), published=False)
@@ -30,6 +31,20 @@ def test_published_batches_are_saved_at_once_noise_at_most_every_interval(tmp_pa
     now[0] += 0.2
     state.save(KmsgState(boot_id="b", seq=4), published=False)
     assert load_state(state.path, KmsgState) == KmsgState(boot_id="b", seq=4)
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+@pytest.mark.timeout(20)
+async def test_the_quiet_interval_runs_on_the_loops_clock_by_default(tmp_path: Path) -> None:
+    """No clock given: the publish loop's (fake, under looptime) clock measures the
+    interval, so a quiet stream's position is saved after 5 s of the loop's time."""
+    state = StateFile(tmp_path / "state.json", KmsgState)
+    state.save(KmsgState(boot_id="b", seq=1), published=False)
+    assert load_state(state.path, KmsgState) is None
+    await asyncio.sleep(5.0)
+    state.save(KmsgState(boot_id="b", seq=2), published=False)
+    assert load_state(state.path, KmsgState) == KmsgState(boot_id="b", seq=2)
 
 
 def test_an_undecodable_state_file_is_an_error_value_not_a_crash(tmp_path: Path) -> None:

@@ -171,4 +171,4 @@ async def test_the_kubelets_bindings_name_the_pods_of_a_mig_and_a_time_sliced_xi
 def _lister(target: str) -> Any:
     from connectors.podresources.client import Client  # noqa: PLC0415
 
-    return Client(target, timeout_s=2.0)
+    return Client(target, timeout_seconds=2.0)

@@ -10,7 +10,7 @@ from connectors.k8s.gpu_filter import GpuFilter
 from connectors.k8s.metrics import ConnectorMetrics
 from connectors.k8s.watch import Derived, Emitted, ResourceWatcher
 from schemas.events import AutoscalerEvent, KubeEvent, PodRef
-from tests.k8s_helpers import FAST_WATCH, collecting, fake_cluster, kube_event
+from tests.k8s_helpers import FAST_WATCH, WATCHED, collecting, fake_cluster, kube_event
 from tests.kafka_helpers import eventually
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(20)]
@@ -37,7 +37,7 @@ async def test_autoscaler_events_pass_the_gpu_filter_as_autoscaler_records() -> 
         watcher = ResourceWatcher(
             cluster.api,
             "events",
-            cluster="c1",
+            WATCHED,
             options=FAST_WATCH,
             keep=gpu_filter.keep,
             metrics=ConnectorMetrics(),

@@ -39,7 +39,7 @@ def setting(size: int) -> str:
     return f"{head} Scale-up: setting group {GROUP} size to {size}"
 
 
-FAST: Final = Backoff(initial_s=0.01, max_s=0.05)
+FAST: Final = Backoff(initial_seconds=0.01, max_seconds=0.05)
 
 
 def options(silence_timeout_seconds: float = 5.0) -> AutoscalerSettings:

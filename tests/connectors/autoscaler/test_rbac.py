@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from connectors.autoscaler.run import AutoscalerLogSource
+from connectors.autoscaler.settings import AutoscalerSettings
 from connectors.autoscaler.status_watch import StatusWatcher
 from tests.connectors.autoscaler.log_server import log_server, stamp
 from tests.connectors.autoscaler.test_follow import collecting, fast_follower, setting
@@ -50,7 +51,7 @@ async def test_the_connector_needs_nothing_the_rbac_does_not_grant() -> None:
         server.add("ca-1")
         server.write("ca-1", stamp(0), setting(1))
         server.configmaps.put(configmap("10", TEXT))
-        status = StatusWatcher(api, cluster="c1")
+        status = StatusWatcher(api, AutoscalerSettings(cluster="c1"))
         source = AutoscalerLogSource(fast_follower(api), status=status)
         async with collecting(source) as got:
             await eventually(lambda: len(got.events) == 2, what="a line and a status fact")

@@ -13,6 +13,7 @@ import kmock
 import pytest
 from kubernetes_asyncio.client import ApiClient, Configuration
 
+from connectors.autoscaler.settings import AutoscalerSettings
 from connectors.autoscaler.status_watch import StatusUpdate, StatusWatcher
 from connectors.backoff import Backoff
 from tests.k8s_helpers import ScriptedResource, collecting, gone
@@ -58,8 +59,8 @@ async def test_status_changes_publish_only_new_facts() -> None:
         resource.list_version = "10"
         watcher = StatusWatcher(
             api,
-            cluster="c1",
-            backoff=Backoff(initial_s=0.01, max_s=0.05),
+            AutoscalerSettings(cluster="c1"),
+            backoff=Backoff(initial_seconds=0.01, max_seconds=0.05),
             clock=lambda: datetime(2026, 12, 1, tzinfo=UTC),
         )
         async with collecting(watcher.items()) as items:
@@ -85,3 +86,23 @@ async def test_status_changes_publish_only_new_facts() -> None:
         assert (
             resource.list_requests[0]["fieldSelector"] == "metadata.name=cluster-autoscaler-status"
         )
+
+
+async def test_the_settings_name_the_configmap_its_namespace_and_the_watch_timeout() -> None:
+    """Namespace, ConfigMap and silence timeout come from the settings alone; the server
+    is asked to end each watch at 80% of the silence timeout."""
+    async with configmaps() as (resource, api):
+        status = configmap("10", TEXT)
+        status["metadata"].update(name="ca-status", namespace="ops")
+        resource.put(status)
+        resource.list_version = "10"
+        settings = AutoscalerSettings(
+            cluster="c1", namespace="ops", status_configmap="ca-status", silence_timeout_seconds=10
+        )
+        watcher = StatusWatcher(api, settings, backoff=Backoff(initial_seconds=0.01))
+        async with collecting(watcher.items()) as items:
+            await eventually(lambda: len(resource.watch_requests) == 1, what="a watch")
+            assert facts(items) == [("work-default-eks-spot1", "backoff", "backoff")]
+    listed, watched = resource.list_requests[0], resource.watch_requests[0]
+    assert listed["fieldSelector"] == watched["fieldSelector"] == "metadata.name=ca-status"
+    assert watched["timeoutSeconds"] == "8"

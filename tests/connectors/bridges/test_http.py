@@ -3,6 +3,7 @@ POST with its status policy, the pacer (connectors/bridges/{base,http}.py)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import cast
@@ -240,6 +241,24 @@ def test_pacer_counts_a_sliding_window_with_costs_and_closes() -> None:
     assert pacer.take("c") == pytest.approx(10.0)
     unpaced = Pacer(4, 0.0, lambda: now[0])
     assert all(unpaced.take("c") == 0.0 for _ in range(100))
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+@pytest.mark.timeout(20)
+async def test_the_pacers_default_clock_is_the_loops_the_runner_waits_on() -> None:
+    """The runner waits out a ``Retry`` on the loop's clock: a pacer on the wall clock
+    would still be shut when looptime has fast-forwarded that wait."""
+    pacer = Pacer(1, 60.0)
+    assert pacer.take("c") == 0.0
+    wait = pacer.take("c")
+    assert wait == pytest.approx(60.0)
+    await asyncio.sleep(wait)
+    assert pacer.take("c") == 0.0
+    pacer.close("d", 30.0)  # a 429 on another key
+    assert pacer.take("d") == pytest.approx(30.0)
+    await asyncio.sleep(30.0)
+    assert pacer.take("d") == 0.0
 
 
 class _Trickle:

@@ -9,6 +9,7 @@ the previous delivery is what the ledger would hand back.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import socket
 from collections.abc import AsyncIterator, Iterable
@@ -301,6 +302,23 @@ async def test_429_is_retried_after_our_own_pause_and_closes_the_key_meanwhile()
         assert isinstance(other, Accepted), "another key has its own budget"
         clock.now += 30.0
         assert isinstance(await endpoint.deliver(opened, None, ROUTE), Accepted)
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+@pytest.mark.timeout(20)
+async def test_a_throttled_key_opens_when_the_loops_clock_has_waited_the_pause() -> None:
+    """No clock given: the pause runs on the loop's clock, the one the runner waits on, so
+    a fast-forwarded wait (looptime) finds the key open again."""
+    opened = chain()[0]
+    async with bridge() as (endpoint, receiver):
+        receiver.answer(429)
+        outcome = await endpoint.deliver(opened, None, ROUTE)
+        assert isinstance(outcome, Retry)
+        assert outcome.after_seconds == pytest.approx(30.0)
+        await asyncio.sleep(30.0)
+        assert isinstance(await endpoint.deliver(opened, None, ROUTE), Accepted)
+        assert receiver.requests == 2
 
 
 @pytest.mark.asyncio

@@ -7,6 +7,7 @@ ledger kept of the last one (:class:`Delivered`).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import socket
@@ -214,6 +215,24 @@ async def test_a_deleted_parent_is_posted_again(
     assert outcome.memo is not None
     assert outcome.memo["ts"] == parent.ts != opened.memo["ts"]
     assert parent.current["metadata"]["event_payload"]["revision"] == 2
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+@pytest.mark.timeout(20)
+async def test_a_ratelimited_channel_opens_when_the_loops_clock_has_waited() -> None:
+    """No clock given: the channel's pause runs on the loop's clock, the one the runner
+    waits on, so a fast-forwarded wait (looptime) finds the channel open again."""
+    first = oom_lifecycle()[0]
+    async with serving() as slack, aiohttp.ClientSession() as http:
+        ep = build(msgspec.structs.replace(FAST, api_url=slack.url), http, ENV)
+        slack.answer(429, {"ok": False, "error": "ratelimited"}, {"Retry-After": "3"})
+        outcome = await ep.deliver(first, None, ROUTE)
+        assert isinstance(outcome, Retry)
+        assert outcome.after_seconds == pytest.approx(3.0)
+        await asyncio.sleep(3.0)
+        assert isinstance(await ep.deliver(first, None, ROUTE), Accepted)
+        await ep.close()
 
 
 @pytest.mark.asyncio

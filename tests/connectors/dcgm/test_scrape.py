@@ -36,7 +36,7 @@ from tests.kafka_helpers import KafkaTestEnv, consume_all, consume_events, event
 
 DATA = paths.DATA / "dcgm"
 RTX = "GPU-a8394b51-c086-568a-9f1a-c1e1c934c44c"
-FAST = Backoff(initial_s=0.001, max_s=0.01)
+FAST = Backoff(initial_seconds=0.001, max_seconds=0.01)
 
 
 def burst(n: int) -> str:
@@ -254,7 +254,7 @@ async def test_http_errors_refusals_and_timeouts_are_survived_and_retried() -> N
         assert poller.failures == 1
         exporter_health = poller.metrics.exporter.state
         assert (exporter_health.ok, exporter_health.detail) == (False, "scrape unreachable")
-        assert 0 <= poller.next_delay() <= FAST.initial_s
+        assert 0 <= poller.next_delay() <= FAST.initial_seconds
         async with serving(exporter, port):
             exporter.queue = [(500, "oops", {}), (503, "busy", {"Retry-After": "0"})]
             assert await one_round(source) == "http_error"

@@ -31,14 +31,16 @@ from kubernetes_asyncio.client import CoordinationV1Api
 
 from connectors.k8s.leader import LeadershipLost, LeaseElector, LeaseOptions
 from connectors.k8s.metrics import ConnectorMetrics
+from connectors.k8s.settings import K8sSettings
 from tests.k8s_helpers import Fail, FakeCluster, fake_cluster
 from tests.kafka_helpers import eventually
 
 FAST: dict[str, Any] = {
     "namespace": "gputriage",
-    "lease_duration_s": 1.0,
-    "renew_deadline_s": 0.6,
-    "retry_period_s": 0.05,
+    "name": K8sSettings().lease_name,
+    "lease_duration_seconds": 1.0,
+    "renew_deadline_seconds": 0.6,
+    "retry_period_seconds": 0.05,
 }
 
 
@@ -96,9 +98,15 @@ async def hung_leases(cluster: FakeCluster) -> AsyncIterator[list[str]]:
 
 def test_options_must_order_the_timings() -> None:
     with pytest.raises(ValueError, match="retry period < renew deadline < lease duration"):
-        LeaseOptions(namespace="ns", identity="a", lease_duration_s=5, renew_deadline_s=5)
+        LeaseOptions(
+            namespace="ns",
+            name="l",
+            identity="a",
+            lease_duration_seconds=5,
+            renew_deadline_seconds=5,
+        )
     with pytest.raises(ValueError, match="identity"):
-        LeaseOptions(namespace="ns", identity="")
+        LeaseOptions(namespace="ns", name="l", identity="")
 
 
 @pytest.mark.asyncio
@@ -156,7 +164,7 @@ async def test_a_crashed_leader_is_replaced_after_the_lease_duration() -> None:
         await asyncio.wait_for(b.acquire(), 5)
         waited = loop.time() - started
         assert lease_spec(cluster)["holderIdentity"] == "b"
-        assert waited >= FAST["lease_duration_s"] * 0.9  # not before the lease expired
+        assert waited >= FAST["lease_duration_seconds"] * 0.9  # not before the lease expired
 
 
 @pytest.mark.asyncio
@@ -175,7 +183,7 @@ async def test_an_abandoned_lease_expires_on_the_loops_clock_by_default() -> Non
         started = loop.time()
         await asyncio.wait_for(b.acquire(), 30)
         waited = loop.time() - started
-        duration, retry = FAST["lease_duration_s"], FAST["retry_period_s"]
+        duration, retry = FAST["lease_duration_seconds"], FAST["retry_period_seconds"]
         assert lease_spec(cluster)["holderIdentity"] == "b"
         assert duration <= waited <= duration + 2 * retry, waited
         assert b.attempts <= duration / retry + 2, b.attempts
@@ -212,7 +220,7 @@ async def test_a_leader_whose_api_server_hangs_steps_down_before_the_lease_expir
     lease duration while this one keeps working. The hung request is kmock's handler
     waiting on this loop, so the deadline passes on the fake clock."""
     async with fake_cluster() as cluster:
-        a = elector(cluster, "a", lease_duration_s=3.0)
+        a = elector(cluster, "a", lease_duration_seconds=3.0)
         work = EndlessWork()
         task = asyncio.create_task(a.run(work))
         await asyncio.wait_for(work.working.wait(), 5)
@@ -225,7 +233,7 @@ async def test_a_leader_whose_api_server_hangs_steps_down_before_the_lease_expir
             stepped_down_after = loop.time() - hung_at
         assert work.cancelled.is_set()
         assert not a.is_leader
-        assert stepped_down_after < a.options.lease_duration_s
+        assert stepped_down_after < a.options.lease_duration_seconds
 
 
 @pytest.mark.asyncio
@@ -304,7 +312,7 @@ async def test_a_leader_whose_work_fails_releases_the_lease_and_raises() -> None
         loop = asyncio.get_running_loop()
         started = loop.time()
         await asyncio.wait_for(b.acquire(), 5)
-        assert loop.time() - started < FAST["lease_duration_s"]  # released: no expiry wait
+        assert loop.time() - started < FAST["lease_duration_seconds"]  # released: no expiry wait
 
 
 @pytest.mark.asyncio
@@ -315,7 +323,7 @@ async def test_a_leader_that_stepped_down_on_slow_renewals_still_clears_its_reco
     the leader steps down, but the Lease still names it. Its release must clear that
     record, or the next replica waits out a whole lease duration for nobody."""
     async with fake_cluster() as cluster:
-        a = elector(cluster, "a", lease_duration_s=30.0, renew_deadline_s=0.6)
+        a = elector(cluster, "a", lease_duration_seconds=30.0, renew_deadline_seconds=0.6)
         refused: list[str] = []
         refusing = [True]
 
@@ -341,7 +349,7 @@ async def test_a_leader_that_stepped_down_on_slow_renewals_still_clears_its_reco
         assert work.cancelled.is_set()
         assert lease_spec(cluster)["holderIdentity"] in ("", None)
         refusing[0] = False  # the API server recovers: the next replica's writes go through
-        b = elector(cluster, "b", lease_duration_s=30.0, renew_deadline_s=0.6)
+        b = elector(cluster, "b", lease_duration_seconds=30.0, renew_deadline_seconds=0.6)
         loop = asyncio.get_running_loop()
         started = loop.time()
         await asyncio.wait_for(b.acquire(), 5)

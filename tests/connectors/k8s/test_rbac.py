@@ -81,7 +81,7 @@ async def test_the_connector_needs_nothing_the_rbac_does_not_grant(
         cluster.nodes.put(node("gpu-1", "5"))
         cluster.events.put(kube_event("ev1", "20", reason="Evicted", pod_name="trainer"))
         await kafka.acreate_topics()
-        options = elected_options(tmp_path, cluster.url, retry_period_s=0.05)
+        options = elected_options(tmp_path, cluster.url, retry_period_seconds=0.05)
         stop = asyncio.Event()
         task = asyncio.create_task(
             run_connect(

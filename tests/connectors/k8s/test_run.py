@@ -27,7 +27,6 @@ from kubernetes_asyncio.client import CoordinationV1Api, V1Lease, V1LeaseSpec, V
 from connectors.backoff import Backoff
 from connectors.k8s.metrics import ConnectorMetrics
 from connectors.k8s.run import PUBLISH, Connector, run_connect
-from connectors.k8s.settings import K8sSettings
 from connectors.kafka.admin import ensure_topics
 from connectors.kafka.producer import EventProducer
 from gputriage.cli import run as cli_run
@@ -38,6 +37,7 @@ from schemas.keys import is_copy
 from tests.http_helpers import http_get
 from tests.k8s_helpers import (
     FAST_WATCH,
+    WATCHED,
     elected_options,
     fake_cluster,
     kube_event,
@@ -64,7 +64,11 @@ async def test_connect_publishes_gpu_objects_and_dead_letters_with_leader_electi
         cluster.events.put(kube_event("ev1", "20", reason="Evicted", pod_name="trainer"))
         # No failover here: deadlines a loaded machine meets (the release is bounded by one).
         options = elected_options(
-            tmp_path, cluster.url, retry_period_s=0.1, lease_duration_s=15.0, renew_deadline_s=8.0
+            tmp_path,
+            cluster.url,
+            retry_period_seconds=0.1,
+            lease_duration_seconds=15.0,
+            renew_deadline_seconds=8.0,
         )
         await ensure_topics(kafka.kwargs, kafka.layout)  # before consuming from them
         stop = asyncio.Event()
@@ -126,7 +130,7 @@ async def test_a_standby_replica_is_ready_and_live_without_watching(
     PodDisruptionBudget, and one that fails liveness is restarted forever)."""
     async with fake_cluster() as cluster:
         cluster.pods.put(pod("trainer", "10"))
-        options = elected_options(tmp_path, cluster.url, retry_period_s=0.1)
+        options = elected_options(tmp_path, cluster.url, retry_period_seconds=0.1)
         held = V1Lease(
             metadata=V1ObjectMeta(name="gputriage-connect-k8s"),
             spec=V1LeaseSpec(
@@ -199,10 +203,8 @@ async def test_broker_outage_backpressures_the_watch_and_delivers_everything_in_
             kwargs, layout, linger_ms=0, request_timeout_ms=400, retry_backoff_ms=20
         )
         await producer.start()
-        settings = K8sSettings(
-            cluster="c1", buffer_size=4, silence_timeout_seconds=FAST_WATCH.silence_timeout_seconds
-        )
-        publish = replace(PUBLISH, chunk=2, backoff=Backoff(initial_s=0.05, max_s=0.1))
+        settings = msgspec.structs.replace(WATCHED, buffer_size=4)
+        publish = replace(PUBLISH, chunk=2, backoff=Backoff(initial_seconds=0.05, max_seconds=0.1))
         connector = Connector(cluster.api, settings, watch=FAST_WATCH, publish=publish)
         probes = f"http://127.0.0.1:{connector.metrics.serve(0, '127.0.0.1')}"
         stop = asyncio.Event()

@@ -15,9 +15,18 @@ from typing import Any
 import pytest
 
 from connectors.k8s.metrics import ConnectorMetrics
-from connectors.k8s.watch import Emitted, ResourceWatcher, Synced, WatchOptions
+from connectors.k8s.watch import Emitted, ResourceWatcher, Synced
 from schemas.events import NodeEvent, PodEvent
-from tests.k8s_helpers import FAST_WATCH, FakeCluster, collecting, fake_cluster, gone, node, pod
+from tests.k8s_helpers import (
+    FAST_WATCH,
+    WATCHED,
+    FakeCluster,
+    collecting,
+    fake_cluster,
+    gone,
+    node,
+    pod,
+)
 from tests.kafka_helpers import eventually
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(20)]
@@ -29,8 +38,8 @@ def watcher(cluster: FakeCluster, resource: Any = "pods") -> ResourceWatcher:
     return ResourceWatcher(
         cluster.api,
         resource,
-        cluster="c1",
-        options=WatchOptions(**FAST_WATCH.__dict__),
+        WATCHED,
+        options=FAST_WATCH,
         metrics=ConnectorMetrics(),
     )
 

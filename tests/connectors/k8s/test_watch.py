@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import orjson
 import pytest
 
 from connectors.k8s.gpu_filter import GpuFilter
 from connectors.k8s.metrics import ConnectorMetrics
+from connectors.k8s.settings import K8sSettings
 from connectors.k8s.watch import (
     Emitted,
     Rejected,
@@ -25,6 +27,7 @@ from connectors.k8s.watch import (
 from schemas.events import KubeEvent, PodEvent
 from tests.k8s_helpers import (
     FAST_WATCH,
+    WATCHED,
     Fail,
     FakeCluster,
     bookmark,
@@ -45,9 +48,15 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(20)]
 
 
 def watcher(cluster: FakeCluster, resource: Any = "pods", **options: Any) -> ResourceWatcher:
+    """A watcher on :data:`WATCHED`; ``options``: settings' fields or watch options."""
+    settings = {k: options.pop(k) for k in list(options) if k in K8sSettings.__struct_fields__}
     opts = WatchOptions(**{**FAST.__dict__, **options})
     return ResourceWatcher(
-        cluster.api, resource, cluster="c1", options=opts, metrics=ConnectorMetrics()
+        cluster.api,
+        resource,
+        msgspec.structs.replace(WATCHED, **settings),
+        options=opts,
+        metrics=ConnectorMetrics(),
     )
 
 
@@ -286,8 +295,8 @@ async def test_gpu_filter_keeps_gpu_pods_and_their_events_only() -> None:
         cluster.events.put(kube_event("e1", "20", reason="Evicted", pod_name="trainer"))
         cluster.events.put(kube_event("e2", "21", reason="Pulled", pod_name="web"))
         gpu = GpuFilter()
-        pods = ResourceWatcher(cluster.api, "pods", cluster="c1", options=FAST, keep=gpu.keep)
-        events = ResourceWatcher(cluster.api, "events", cluster="c1", options=FAST, keep=gpu.keep)
+        pods = ResourceWatcher(cluster.api, "pods", WATCHED, options=FAST, keep=gpu.keep)
+        events = ResourceWatcher(cluster.api, "events", WATCHED, options=FAST, keep=gpu.keep)
         async with collecting(pods.items()) as pod_items:
             await eventually(lambda: any(isinstance(i, Synced) for i in pod_items))
             async with collecting(events.items()) as event_items:

@@ -71,14 +71,14 @@ def test_deletion_keeps_the_last_state_with_a_newer_id_and_time() -> None:
 
 # -- backoff ---------------------------------------------------------------------------
 def test_backoff_grows_exponentially_up_to_the_cap_with_full_jitter() -> None:
-    policy = Backoff(initial_s=0.5, max_s=4.0, factor=2.0)
+    policy = Backoff(initial_seconds=0.5, max_seconds=4.0, factor=2.0)
     assert [policy.delay(n, lambda: 1.0) for n in range(6)] == [0.5, 1.0, 2.0, 4.0, 4.0, 4.0]
     assert policy.delay(3, lambda: 0.25) == 1.0
     assert policy.delay(10_000, lambda: 0.5) == 2.0  # no overflow for long outages
 
 
 def test_retry_after_wins_but_is_capped() -> None:
-    policy = Backoff(max_retry_after_s=60.0)
+    policy = Backoff(max_retry_after_seconds=60.0)
     assert policy.after(5, 3.0, lambda: 0.0) == 3.0
     assert policy.after(0, 86_400.0) == 60.0
     assert policy.after(2, None, lambda: 1.0) == policy.delay(2, lambda: 1.0)
@@ -169,7 +169,7 @@ async def test_delivery_applies_backpressure_and_loses_nothing_while_the_sink_is
         sink.send,
         capacity=3,
         batch_size=2,
-        backoff=Backoff(initial_s=0.01, max_s=0.02),
+        backoff=Backoff(initial_seconds=0.01, max_seconds=0.02),
         metrics=metrics.delivery,  # the connector's delivery metrics, on its registry
     )
     runner = asyncio.create_task(delivery.run())

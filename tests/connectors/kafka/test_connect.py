@@ -46,8 +46,8 @@ async def silent() -> AsyncIterator[str]:
         await server.wait_closed()
 
 
-def _kwargs(brokers: str, timeout_s: float) -> ClientKwargs:
-    return client_kwargs(KafkaSettings(brokers=(brokers,), connect_timeout_seconds=timeout_s))
+def _kwargs(brokers: str, timeout_seconds: float) -> ClientKwargs:
+    return client_kwargs(KafkaSettings(brokers=(brokers,), connect_timeout_seconds=timeout_seconds))
 
 
 @pytest.mark.asyncio

@@ -37,7 +37,7 @@ NVML = GpuMap.of(
 )
 
 
-NO_BACKOFF = Backoff(initial_s=0.0, max_s=0.0)
+NO_BACKOFF = Backoff(initial_seconds=0.0, max_seconds=0.0)
 
 
 def command(target: str) -> PodResourcesSettings:
@@ -71,7 +71,7 @@ async def test_the_bindings_follow_the_kubelets_allocations(tmp_path: Path) -> N
             "ml/nb-b": {"nvidia.com/gpu": [f"{GPU_A}::2"]},
             "ml/train": {"nvidia.com/gpu": [GPU_B]},
         }
-        client = Client(target, timeout_s=2.0)
+        client = Client(target, timeout_seconds=2.0)
         metrics = PodResourcesMetrics()
         source = PodResourcesSource(command(target), client, NVML, metrics, backoff=NO_BACKOFF)
         try:
@@ -119,9 +119,9 @@ async def test_an_unreachable_kubelet_is_a_value_retried_until_it_answers(tmp_pa
     """No socket yet (the kubelet restarting): an idle batch, a failing condition, a count,
     and the backoff; once the kubelet listens on the socket, the next polls get through."""
     target = target_of(tmp_path)
-    client = Client(target, timeout_s=1.0)
+    client = Client(target, timeout_seconds=1.0)
     metrics = PodResourcesMetrics()
-    retry = Backoff(initial_s=0.05, max_s=0.2)
+    retry = Backoff(initial_seconds=0.05, max_seconds=0.2)
     source = PodResourcesSource(
         command(target), client, GpuMap(), metrics, backoff=retry, draw=lambda: 1.0
     )
@@ -172,7 +172,7 @@ async def test_the_backoff_after_failed_polls_passes_on_the_loops_clock() -> Non
     (1, 2, 4, 8 s with the draw at its top) of the loop's fake clock, in a few dozen
     reads of the source (an idle batch per second between them), and none sooner."""
     kubelet = Restarting(down=4)
-    retry = Backoff(initial_s=1.0, max_s=60.0)
+    retry = Backoff(initial_seconds=1.0, max_seconds=60.0)
     source = PodResourcesSource(command("unused"), kubelet, NVML, backoff=retry, draw=lambda: 1.0)
     started = asyncio.get_running_loop().time()
     reads = 0
@@ -191,7 +191,7 @@ async def test_a_kubelet_without_get_allocatable_is_listed_only(tmp_path: Path) 
         kubelet.allocatable_implemented = False
         kubelet.devices = {"nvidia.com/gpu": [GPU_A]}  # never asked for
         kubelet.pods = {"ml/train": {"nvidia.com/gpu": [GPU_B]}}
-        client = Client(target, timeout_s=2.0)
+        client = Client(target, timeout_seconds=2.0)
         source = PodResourcesSource(command(target), client, GpuMap(), backoff=NO_BACKOFF)
         try:
             assert pods_of(await source.next_batch()) == {(GPU_B, None): (("train",), False)}
