@@ -74,7 +74,7 @@ COUNTERS = ("gputriage_pipeline_seconds_total", "gputriage_flush_seconds_total")
 """The worker's counters read around each phase (the Pipeline's time, the flushes')."""
 CHUNK_S = 0.005
 """The producer's pacing: what is due is queued every 5 ms at most."""
-IDLE_POLL_S = 0.05
+IDLE_POLL_SECONDS = 0.05
 """How long the bench's source waits for a chunk before it reports idle (caught up)."""
 
 
@@ -109,7 +109,7 @@ class DueSource:
 
     async def next_batch(self) -> Batch | None:
         try:
-            chunk = await asyncio.wait_for(self.queue.get(), IDLE_POLL_S)
+            chunk = await asyncio.wait_for(self.queue.get(), IDLE_POLL_SECONDS)
         except TimeoutError:
             return Batch()
         ended = chunk is None
@@ -153,7 +153,7 @@ class QuietSource:
         first, self._first = self._first, None
         if first is not None:
             return Batch(events=[first], records=1, progress=first.time)
-        await asyncio.sleep(IDLE_POLL_S)  # the poll interval of a kmsg reader
+        await asyncio.sleep(IDLE_POLL_SECONDS)  # the poll interval of a kmsg reader
         return Batch()
 
     def commit(self, batch: Batch) -> None:

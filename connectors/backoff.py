@@ -58,19 +58,19 @@ class Backoff:
 
 
 _DIGITS: Final = re.compile(r"[0-9]+")
-MAX_RETRY_AFTER_S: Final = 3600.0
+MAX_RETRY_AFTER_SECONDS: Final = 3600.0
 """The longest ``Retry-After`` :func:`parse_retry_after` returns: longer ones are cut to it."""
 
 
 def retry_after_seconds(
-    headers: Mapping[str, str], now: datetime | None = None, limit: float = MAX_RETRY_AFTER_S
+    headers: Mapping[str, str], now: datetime | None = None, limit: float = MAX_RETRY_AFTER_SECONDS
 ) -> float | None:
     """The ``Retry-After`` header in seconds (see :func:`parse_retry_after`)."""
     return parse_retry_after(headers.get("Retry-After"), now, limit)
 
 
 def parse_retry_after(
-    value: str | None, now: datetime | None = None, limit: float = MAX_RETRY_AFTER_S
+    value: str | None, now: datetime | None = None, limit: float = MAX_RETRY_AFTER_SECONDS
 ) -> float | None:
     """A ``Retry-After`` value in seconds from ``now``, at most ``limit``; None when absent
     or unreadable (the caller's own backoff applies).

@@ -21,7 +21,7 @@ What each answer means, on purpose different:
   (https://kubernetes.io/docs/concepts/configuration/liveness-readiness-startup-probes/:
   a liveness probe should not fail on a dependency). The body still lists every check.
   A condition made with ``affects="live"`` is the exception, for a failure a restart
-  does fix: failing for ``fail_after_s`` (5 min), it fails liveness too.
+  does fix: failing for ``fail_after_seconds`` (5 min), it fails liveness too.
 * **Ready** (``/readyz``): the loop answers and every condition that affects readiness
   holds *now*. A broker blip makes a process unready at once: the operator sees it, and
   nothing restarts.
@@ -30,7 +30,7 @@ What each answer means, on purpose different:
   against ``maxUnavailable``, so a node whose dcgm-exporter is down would stall every
   rollout of the node agents.
 * **The loop** is probed, not trusted: the HTTP thread hands a no-op to the loop
-  (``call_soon_threadsafe``) and waits ``loop_timeout_s`` for it to run. A loop blocked
+  (``call_soon_threadsafe``) and waits ``loop_timeout_seconds`` for it to run. A loop blocked
   by a runaway computation or a synchronous call never sets a flag saying so.
 
 Threads: conditions are set on the loop and read by the HTTP server's threads. Each
@@ -47,13 +47,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-FAIL_AFTER_S: Final = 300.0
+FAIL_AFTER_SECONDS: Final = 300.0
 """A condition with ``affects="live"`` failing this long makes the process not live."""
 Affects = Literal["live", "ready", "none"]
 """Which answers a failing condition fails (see the module)."""
-LOOP_TIMEOUT_S: Final = 5.0
+LOOP_TIMEOUT_SECONDS: Final = 5.0
 """How long the loop may take to run a no-op before it counts as stalled."""
-FETCH_STALE_S: Final = 30.0
+FETCH_STALE_SECONDS: Final = 30.0
 """No fetch response from any assigned partition for this long: Kafka counts as lost.
 A connected aiokafka consumer gets one per long poll (``fetch_max_wait_ms``, 0.5 s) even
 when nothing is new, so 30 s is an outage, not a quiet topic."""
@@ -114,12 +114,12 @@ class Health:
     def __init__(
         self,
         *,
-        fail_after_s: float = FAIL_AFTER_S,
-        loop_timeout_s: float = LOOP_TIMEOUT_S,
+        fail_after_seconds: float = FAIL_AFTER_SECONDS,
+        loop_timeout_seconds: float = LOOP_TIMEOUT_SECONDS,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.fail_after_s = fail_after_s
-        self.loop_timeout_s = loop_timeout_s
+        self.fail_after_seconds = fail_after_seconds
+        self.loop_timeout_seconds = loop_timeout_seconds
         self._clock = clock
         self._conditions: dict[str, Condition] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -151,10 +151,12 @@ class Health:
 
     def live(self) -> Report:
         """``/healthz``: the loop answers, and no ``affects="live"`` condition has been
-        failing for ``fail_after_s``."""
+        failing for ``fail_after_seconds``."""
         return self._report(
             lambda condition, state, now: (
-                state.ok or condition.affects != "live" or now - state.since < self.fail_after_s
+                state.ok
+                or condition.affects != "live"
+                or now - state.since < self.fail_after_seconds
             )
         )
 
@@ -181,9 +183,9 @@ class Health:
             loop.call_soon_threadsafe(answered.set)
         except RuntimeError:  # closed between the check and the call
             return "[-]loop failed: the event loop is closed"
-        if answered.wait(self.loop_timeout_s):
+        if answered.wait(self.loop_timeout_seconds):
             return "[+]loop ok"
-        return f"[-]loop failed: no answer in {self.loop_timeout_s:g} s (blocked)"
+        return f"[-]loop failed: no answer in {self.loop_timeout_seconds:g} s (blocked)"
 
 
 def _line(name: str, state: State, now: float, good: bool) -> str:
@@ -206,15 +208,17 @@ def fetched_ago(consumer: Any, now: float) -> float | None:
     return None if newest is None else max(0.0, now - newest / 1000)
 
 
-def observe_consumer(condition: Condition, assigned: int, fetched_ago_s: float | None) -> None:
+def observe_consumer(
+    condition: Condition, assigned: int, fetched_ago_seconds: float | None
+) -> None:
     """Set a consumer's ``kafka`` condition: partitions owned, fetch responses fresh.
 
     ``assigned`` 0 (joining, rebalancing) is not ready: no record is being read.
-    ``fetched_ago_s`` None (none yet, or an engine that cannot tell) passes.
+    ``fetched_ago_seconds`` None (none yet, or an engine that cannot tell) passes.
     """
     if not assigned:
         condition.set(False, "no partitions assigned (joining or rebalancing)")
-    elif fetched_ago_s is not None and fetched_ago_s > FETCH_STALE_S:
-        condition.set(False, f"no fetch response for {fetched_ago_s:.0f} s")
+    elif fetched_ago_seconds is not None and fetched_ago_seconds > FETCH_STALE_SECONDS:
+        condition.set(False, f"no fetch response for {fetched_ago_seconds:.0f} s")
     else:
         condition.set(True, f"{assigned} partitions assigned")

@@ -7,7 +7,7 @@ mid-write. Traps:
 
 * ``loop.add_signal_handler`` only works in the main thread of a Unix process;
   elsewhere (an embedding test) it raises, and the default handlers stay.
-* A stop can hang (a broker gone mid-flush): with ``give_up_after_s`` a
+* A stop can hang (a broker gone mid-flush): with ``give_up_after_seconds`` a
   watchdog thread exits the process with status 1 after that long, and a second
   signal *of the same kind* exits at once (Ctrl-C pressed twice; SIGTERM sent
   twice). Nothing is lost by giving up: what was not delivered was not committed
@@ -33,7 +33,7 @@ log = logging.getLogger("gputriage")
 
 
 def stop_on_signals(
-    stop: asyncio.Event, *, give_up_after_s: float | None = None
+    stop: asyncio.Event, *, give_up_after_seconds: float | None = None
 ) -> Callable[[], None]:
     """Set ``stop`` on SIGINT or SIGTERM (call from the running loop's thread).
 
@@ -44,14 +44,14 @@ def stop_on_signals(
     first: list[signal.Signals] = []
 
     def on_signal(signum: signal.Signals) -> None:
-        if first and give_up_after_s is not None:
+        if first and give_up_after_seconds is not None:
             if signum == first[0]:  # the same signal again: the user means it
                 _give_up(0.0)
             return  # the other kind: a parent forwarding the stop (see the module docs)
         first.append(signum)
         stop.set()
-        if give_up_after_s is not None:
-            watchdog = threading.Timer(give_up_after_s, _give_up, [give_up_after_s])
+        if give_up_after_seconds is not None:
+            watchdog = threading.Timer(give_up_after_seconds, _give_up, [give_up_after_seconds])
             watchdog.daemon = True
             watchdog.start()
 

@@ -150,7 +150,7 @@ async def serve(
             scrub=prepared.scrub,
         )
         stop = stop or asyncio.Event()
-        stop_on_signals(stop, give_up_after_s=settings.stop_timeout_seconds + 5.0)
+        stop_on_signals(stop, give_up_after_seconds=settings.stop_timeout_seconds + 5.0)
         log.info(
             "bridge %s starting: group %s, routes %s, ledger %s",
             prepared.kind,

@@ -75,7 +75,7 @@ class JsonFormatter(logging.Formatter):
 
 
 class RepeatFilter(logging.Filter):
-    """Writes a warning or error at most once per ``every_s`` for each kind; the next one
+    """Writes a warning or error at most once per ``every_seconds`` for each kind; the next one
     written after a quiet spell says how many of its kind were held back meanwhile.
 
     The kind of a library's record (:data:`NOISY`) is the library and the level: in an
@@ -90,16 +90,16 @@ class RepeatFilter(logging.Filter):
     """Kinds remembered before the ones quiet for a window are forgotten (and, if a
     storm of different texts fills it within one window, all of them)."""
 
-    def __init__(self, every_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, every_seconds: float, clock: Callable[[], float] = time.monotonic) -> None:
         super().__init__()
-        self.every_s = every_s
+        self.every_seconds = every_seconds
         self._clock = clock
         self._lock = threading.Lock()  # the /metrics thread logs too
         self._seen: dict[tuple[object, ...], list[float]] = {}
         """kind -> [when its last written record was, how many were held since]"""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno < logging.WARNING or self.every_s <= 0:
+        if record.levelno < logging.WARNING or self.every_seconds <= 0:
             return True
         family = record.name.partition(".")[0]
         kind = (
@@ -110,11 +110,13 @@ class RepeatFilter(logging.Filter):
         with self._lock:
             now = self._clock()
             seen = self._seen.get(kind)
-            if seen is not None and now - seen[0] < self.every_s:
+            if seen is not None and now - seen[0] < self.every_seconds:
                 seen[1] += 1
                 return False
             if len(self._seen) >= self._FORGET_AFTER:
-                self._seen = {k: v for k, v in self._seen.items() if now - v[0] < self.every_s}
+                self._seen = {
+                    k: v for k, v in self._seen.items() if now - v[0] < self.every_seconds
+                }
                 if len(self._seen) >= self._FORGET_AFTER:
                     self._seen.clear()
             self._seen[kind] = [now, 0]

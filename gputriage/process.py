@@ -141,7 +141,7 @@ async def _run(
     else:
         worker = Worker(settings.core_config(), kwargs, layout, state, options, metrics)
     stop = asyncio.Event()
-    stop_on_signals(stop, give_up_after_s=options.stop_timeout_seconds)
+    stop_on_signals(stop, give_up_after_seconds=options.stop_timeout_seconds)
     gc.collect()
     gc.freeze()
     gc.set_threshold(50_000, 20, 100)

@@ -48,7 +48,7 @@ StartAt = Literal["now", "beginning"] | datetime | int
 """Where tail starts reading: see the module docs."""
 
 _POLL_MS: Final = 500
-_RETRY_S: Final = 0.25
+_RETRY_SECONDS: Final = 0.25
 _EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -217,13 +217,13 @@ async def _connect(
         except KafkaUnreachable as exc:
             if stop.is_set():
                 break
-            if loop.time() + _RETRY_S >= deadline:
+            if loop.time() + _RETRY_SECONDS >= deadline:
                 raise KafkaUnreachable(
                     f"cannot reach Kafka at {brokers_text(client_kwargs)} within "
                     f"{timeout_seconds:g} s: {exc.reason}",
                     exc.reason,
                 ) from None
-            await asyncio.sleep(_RETRY_S)
+            await asyncio.sleep(_RETRY_SECONDS)
             continue
         return consumer
     return None

@@ -341,7 +341,7 @@ class LogFollower:
                 return 0
             lines = stream_lines(
                 response,
-                silence_s=self.settings.silence_timeout_seconds,
+                silence_seconds=self.settings.silence_timeout_seconds,
                 max_line_bytes=self.max_line_bytes,
             )
             async for line in lines:

@@ -51,7 +51,7 @@ class AutoscalerLogSource:
     """The followed logs (and status updates) as a :class:`connectors.source.Source`: one
     line, one batch, carrying every container's cursor as of that line.
 
-    Trap (caught up): an idle batch (nothing for ``idle_s``) makes the publish loop claim
+    Trap (caught up): an idle batch (nothing for ``idle_seconds``) makes the publish loop claim
     "delivered up to now", also while a stream is reconnecting; a line read after the
     reconnect is then late by up to the backoff (30 s at most) plus the time the kubelet
     took to serve it, which the processor's grace must cover. Unlike a list, a log
@@ -60,7 +60,7 @@ class AutoscalerLogSource:
 
     name = "autoscaler"
     key: bytes | None = None
-    idle_s = 1.0
+    idle_seconds = 1.0
 
     def __init__(
         self,
@@ -81,13 +81,13 @@ class AutoscalerLogSource:
         self._task: asyncio.Task[None] | None = None
 
     async def next_batch(self) -> Batch | None:
-        """The next line as a batch; an idle batch after ``idle_s`` without one."""
+        """The next line as a batch; an idle batch after ``idle_seconds`` without one."""
         if self._task is None:
             self._task = asyncio.create_task(self._run_all(), name="autoscaler-follow")
         get = asyncio.ensure_future(self.follower.queue.get())
         try:
             await asyncio.wait(
-                {get, self._task}, timeout=self.idle_s, return_when="FIRST_COMPLETED"
+                {get, self._task}, timeout=self.idle_seconds, return_when="FIRST_COMPLETED"
             )
         finally:
             if not get.done():

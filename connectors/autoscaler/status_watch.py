@@ -150,7 +150,9 @@ class StatusWatcher:
         )
         try:
             lines = stream_lines(
-                response, silence_s=self.silence_timeout_seconds, max_line_bytes=self.max_line_bytes
+                response,
+                silence_seconds=self.silence_timeout_seconds,
+                max_line_bytes=self.max_line_bytes,
             )
             async for line in lines:
                 self._lines += 1

@@ -9,7 +9,7 @@ Traps:
 * A last line without its newline (the connection dropped mid-line) is *not* handed
   out: a resumed log stream serves it again, whole (its timestamp is not older than
   the last line handed out), so handing out the half would publish a broken line.
-* No data for ``silence_s`` raises ``TimeoutError``: a connection a NAT dropped stays
+* No data for ``silence_seconds`` raises ``TimeoutError``: a connection a NAT dropped stays
   open for ever otherwise.
 """
 
@@ -22,13 +22,13 @@ import aiohttp
 
 
 async def stream_lines(
-    response: aiohttp.ClientResponse, *, silence_s: float, max_line_bytes: int
+    response: aiohttp.ClientResponse, *, silence_seconds: float, max_line_bytes: int
 ) -> AsyncIterator[bytes]:
     """Every non-blank complete line of ``response``'s body, in order."""
     buffer = bytearray()
     skipping = False  # inside a line whose head was already handed out
     while True:
-        chunk = await asyncio.wait_for(response.content.readany(), silence_s)
+        chunk = await asyncio.wait_for(response.content.readany(), silence_seconds)
         if not chunk:
             return
         buffer += chunk

@@ -187,7 +187,7 @@ def _int(value: float, what: str) -> int:
     return int(value)
 
 
-_LATEST_S: Final = 32_503_680_000.0
+_LATEST_SECONDS: Final = 32_503_680_000.0
 """3000-01-01T00:00:00Z in epoch seconds: a sample stamped later is not a real time."""
 
 
@@ -195,7 +195,7 @@ def _timestamp_problem(stamp: float) -> str | None:
     """Why a sample's timestamp (epoch seconds) is not a usable time, or ``None``."""
     if not math.isfinite(stamp):
         return f"sample timestamp {stamp * 1000!r} ms is not a finite number"
-    if not 0 <= stamp < _LATEST_S:
+    if not 0 <= stamp < _LATEST_SECONDS:
         return f"sample timestamp {stamp * 1000:.0f} ms is not a time from 1970 to 2999"
     return None
 

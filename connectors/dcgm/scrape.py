@@ -110,7 +110,7 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-CLAIM_EVERY_S: Final = 1.0
+CLAIM_EVERY_SECONDS: Final = 1.0
 """How often a dcgm source waiting for its next scrape says it is caught up (see
 :class:`DcgmSource`): the heartbeats carry the last such claim."""
 
@@ -318,7 +318,7 @@ class DcgmSource:
     scrape is an empty batch (dropped); a bad exposition a batch of one dead
     letter. ``progress`` is the scrape's time.
 
-    **Between scrapes it says it is caught up** (an idle batch every ``claim_every_s``):
+    **Between scrapes it says it is caught up** (an idle batch every ``claim_every_seconds``):
     the next scrape is stamped with the poller's clock when it is read, later than any
     such claim, so nothing it will publish is older. Without this, its progress stayed
     at the last scrape's time for a whole interval (15 s) plus a heartbeat, and since
@@ -336,7 +336,7 @@ class DcgmSource:
         poller: DcgmPoller,
         session: aiohttp.ClientSession,
         *,
-        claim_every_s: float = CLAIM_EVERY_S,
+        claim_every_seconds: float = CLAIM_EVERY_SECONDS,
     ) -> None:
         self.poller = poller
         self.session = session
@@ -344,7 +344,7 @@ class DcgmSource:
         self.key: bytes | None = key_of(poller.cluster, poller.node).encode()
         self._base = poller.state
         self._rounds = 0
-        self.claim_every_s = claim_every_s
+        self.claim_every_seconds = claim_every_seconds
         self._due: float | None = None
         """When the next scrape is due (the loop's time), while waiting for it."""
         self._claims_now = False
@@ -360,7 +360,7 @@ class DcgmSource:
                 self._due = loop_time() + poller.next_delay()
             wait = self._due - loop_time()
             if wait > 0 and self._claims_now and poller.failures == 0:
-                await asyncio.sleep(min(wait, self.claim_every_s))
+                await asyncio.sleep(min(wait, self.claim_every_seconds))
                 if self._due - loop_time() > 0:
                     # Microseconds before the publish loop's own claim (it reads the clock
                     # next): the grace covers that much.

@@ -194,14 +194,14 @@ class LeaseElector:
         if self.metrics is not None:
             self.metrics.leader.set(1 if value else 0)
 
-    async def _attempt(self, limit_s: float) -> bool:
-        """:meth:`try_acquire_or_renew`, given up (False) after ``limit_s`` seconds."""
+    async def _attempt(self, limit_seconds: float) -> bool:
+        """:meth:`try_acquire_or_renew`, given up (False) after ``limit_seconds`` seconds."""
         try:
-            async with asyncio.timeout(limit_s):
+            async with asyncio.timeout(limit_seconds):
                 return await self.try_acquire_or_renew()
         except TimeoutError:
             o = self.options
-            log.warning("lease %s/%s: no answer in %.3g s", o.namespace, o.name, limit_s)
+            log.warning("lease %s/%s: no answer in %.3g s", o.namespace, o.name, limit_seconds)
             return False
 
     async def acquire(self) -> None:

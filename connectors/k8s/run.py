@@ -99,7 +99,7 @@ class WatchSource:
 
     name = "kubernetes"
     key: bytes | None = None
-    idle_s = 1.0
+    idle_seconds = 1.0
     """With every watch synced, an idle batch after this long without an item."""
 
     def __init__(
@@ -119,7 +119,7 @@ class WatchSource:
         try:
             while True:
                 await asyncio.wait(
-                    {get, watching}, timeout=self.idle_s, return_when=asyncio.FIRST_COMPLETED
+                    {get, watching}, timeout=self.idle_seconds, return_when=asyncio.FIRST_COMPLETED
                 )
                 if get.done() or watching.done():
                     break

@@ -57,7 +57,7 @@ from schemas.keys import key_of
 
 log = logging.getLogger("gputriage.podresources")
 PROG: Final = "gputriage"
-CLAIM_EVERY_S: Final = 1.0
+CLAIM_EVERY_SECONDS: Final = 1.0
 """How often the source, waiting for its next poll, says it is caught up."""
 
 
@@ -119,7 +119,7 @@ class PodResourcesSource:
         backoff: Backoff = BACKOFF,
         clock: Callable[[], datetime] = _now,
         draw: Callable[[], float] = random.random,
-        claim_every_s: float = CLAIM_EVERY_S,
+        claim_every_seconds: float = CLAIM_EVERY_SECONDS,
     ) -> None:
         self.settings = settings
         self.cluster = required(settings.cluster, "cluster")
@@ -133,7 +133,7 @@ class PodResourcesSource:
         self.metrics = metrics or PodResourcesMetrics()
         self.clock = clock
         self.draw = draw
-        self.claim_every_s = claim_every_s
+        self.claim_every_seconds = claim_every_seconds
         self.key: bytes | None = key_of(self.cluster, self.node).encode()
         self.state: PodResourcesState | None = None
         """The last poll diffed (not the last acknowledged: every change is sent once)."""
@@ -156,7 +156,7 @@ class PodResourcesSource:
                 self._due = loop_time() + self._delay()
             wait = self._due - loop_time()
             if wait > 0:
-                await asyncio.sleep(min(wait, self.claim_every_s))
+                await asyncio.sleep(min(wait, self.claim_every_seconds))
                 if self._due - loop_time() > 0:
                     return Batch()  # idle: caught up until the next poll
             self._due = None
@@ -197,7 +197,7 @@ class PodResourcesSource:
         self.metrics.kubelet.set(True, f"{len(snap.gpus)} GPUs, {len(response.pod_resources)} pods")
         if not result.events:
             # Trap: a batch with a record but nothing to send or commit is dropped by the
-            # publish loop, its progress with it; at an interval under CLAIM_EVERY_S no idle
+            # publish loop, its progress with it; at an interval under CLAIM_EVERY_SECONDS no idle
             # batch would ever say "caught up", and every watermark that hears this source
             # would stay at its last change (the e2e test caught exactly that). A poll that
             # changed nothing is caught up: idle.

@@ -111,13 +111,13 @@ class JournalReader:
             *self.command, stdout=asyncio.subprocess.PIPE, stdin=asyncio.subprocess.DEVNULL
         )
 
-    async def next_batch(self, wait_s: float) -> Batch | None:
-        """What ``journalctl`` printed within ``wait_s``; ``None`` once it has exited."""
+    async def next_batch(self, wait_seconds: float) -> Batch | None:
+        """What ``journalctl`` printed within ``wait_seconds``; ``None`` once it has exited."""
         process = self._process
         if process is None or process.stdout is None:
             raise RuntimeError("JournalReader is not started")
         try:
-            data = await asyncio.wait_for(process.stdout.read(_CHUNK), wait_s)
+            data = await asyncio.wait_for(process.stdout.read(_CHUNK), wait_seconds)
         except TimeoutError:
             return Batch()
         if not data:

@@ -99,7 +99,7 @@ class KmsgMetrics:
 
 Reader = KmsgReader | TextLogReader | JournalReader
 """The three kernel-log readers. Two are polled (``poll``: synchronous, never blocks, an idle
-read is an idle batch); the journal is awaited (``next_batch(wait_s)``: it waits itself, and
+read is an idle batch); the journal is awaited (``next_batch(wait_seconds)``: it waits itself, and
 returns None once ``journalctl`` has exited). They share ``stats``, ``context``, ``name`` and
 ``commit``; :class:`XidSource` is the one place that knows the difference."""
 

@@ -43,7 +43,7 @@ class DurationType(click.ParamType):
 )
 @click.option(
     "--duration",
-    "duration_s",
+    "duration_seconds",
     type=DurationType(),
     cls=StructDefault,
     show_default="6h",

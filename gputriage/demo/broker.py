@@ -39,8 +39,8 @@ from typing import Any, Final, Self
 log = logging.getLogger(__name__)
 
 HOST: Final = "127.0.0.1"
-STARTUP_TIMEOUT_S: Final = 20.0
-STOP_TIMEOUT_S: Final = 5.0
+STARTUP_TIMEOUT_SECONDS: Final = 20.0
+STOP_TIMEOUT_SECONDS: Final = 5.0
 STOP_SIGNAL: Final = signal.SIGINT
 """How the broker is asked to stop. Tansu exits on SIGINT at once, but on SIGTERM
 it drains for 5 s whenever a client is still connected (measured: 5.01 s vs
@@ -48,8 +48,8 @@ it drains for 5 s whenever a client is still connected (measured: 5.01 s vs
 its own process group, so it never reaches us."""
 PORT_ATTEMPTS: Final = 5
 """How many ports to try before giving up on a start (each lost race costs one)."""
-_POLL_S: Final = 0.01
-_PROBE_TIMEOUT_S: Final = 2.0
+_POLL_SECONDS: Final = 0.01
+_PROBE_TIMEOUT_SECONDS: Final = 2.0
 _LOG_TAIL_BYTES: Final = 2000
 _PR_SET_PDEATHSIG: Final = 1
 
@@ -130,13 +130,13 @@ class EmbeddedBroker:
         *,
         host: str = HOST,
         log_path: str | Path | None = None,
-        startup_timeout_s: float = STARTUP_TIMEOUT_S,
-        stop_timeout_s: float = STOP_TIMEOUT_S,
+        startup_timeout_seconds: float = STARTUP_TIMEOUT_SECONDS,
+        stop_timeout_seconds: float = STOP_TIMEOUT_SECONDS,
         binary: str | None = None,
     ) -> None:
         self.host = host
-        self.startup_timeout_s = startup_timeout_s
-        self.stop_timeout_s = stop_timeout_s
+        self.startup_timeout_seconds = startup_timeout_seconds
+        self.stop_timeout_seconds = stop_timeout_seconds
         self._binary = binary
         self._keep_log = log_path is not None
         self.log_path: Path | None = Path(log_path) if log_path is not None else None
@@ -188,7 +188,7 @@ class EmbeddedBroker:
         binary = self._binary or broker_binary()
         # The wall clock, not the loop's: this waits on another process, which a test's
         # fake loop clock (looptime) would declare late before it could start.
-        deadline = time.monotonic() + self.startup_timeout_s
+        deadline = time.monotonic() + self.startup_timeout_seconds
         failure = ""
         for _ in range(PORT_ATTEMPTS):
             try:
@@ -257,7 +257,7 @@ class EmbeddedBroker:
             if process.poll() is not None:
                 return self._exit_message(process.returncode)
             if not await self._port_open():
-                await asyncio.sleep(_POLL_S)
+                await asyncio.sleep(_POLL_SECONDS)
                 continue
             # The timeout lives inside _probe: wait_for(self._probe(), ...) made the
             # coroutine before the task ran, and a broker that died at once (its port
@@ -265,7 +265,7 @@ class EmbeddedBroker:
             # awaited (a RuntimeWarning; tests/demo/test_broker.py flaked on it in CI).
             probe = asyncio.ensure_future(self._probe())
             while not probe.done() and process.poll() is None:
-                await asyncio.wait([probe], timeout=_POLL_S * 5)
+                await asyncio.wait([probe], timeout=_POLL_SECONDS * 5)
             if not probe.done():  # the broker died while we asked: stop asking
                 probe.cancel()
                 await asyncio.wait([probe])  # let it close its connection; never raises
@@ -274,25 +274,25 @@ class EmbeddedBroker:
                 cluster = probe.result()
             except Exception as exc:  # any failure here means "not yet"
                 log.debug("embedded broker not ready yet: %r", exc)
-                await asyncio.sleep(_POLL_S)
+                await asyncio.sleep(_POLL_SECONDS)
                 continue
             if cluster.get("cluster_id") != self.cluster_id:
                 return f"port {self.port} is answered by another Kafka cluster"
             if process.poll() is not None:
                 return self._exit_message(process.returncode)
             return ""
-        return f"the embedded broker did not answer within {self.startup_timeout_s:g} s"
+        return f"the embedded broker did not answer within {self.startup_timeout_seconds:g} s"
 
     async def _probe(self) -> dict[str, Any]:
         """One metadata request (what a Kafka client does first): the cluster as it answers,
-        within ``_PROBE_TIMEOUT_S`` (``TimeoutError`` past it)."""
+        within ``_PROBE_TIMEOUT_SECONDS`` (``TimeoutError`` past it)."""
         from aiokafka.admin import AIOKafkaAdminClient  # noqa: PLC0415 - keep import cheap
 
         admin = AIOKafkaAdminClient(
             bootstrap_servers=f"{self.host}:{self.port}",
-            request_timeout_ms=int(_PROBE_TIMEOUT_S * 1000),
+            request_timeout_ms=int(_PROBE_TIMEOUT_SECONDS * 1000),
         )
-        async with asyncio.timeout(_PROBE_TIMEOUT_S):
+        async with asyncio.timeout(_PROBE_TIMEOUT_SECONDS):
             try:
                 await admin.start()
                 cluster: dict[str, Any] = await admin.describe_cluster()
@@ -330,9 +330,9 @@ class EmbeddedBroker:
     # -- stop -----------------------------------------------------------------
 
     def stop(self) -> None:
-        """Signal the broker's process group, SIGKILL it after ``stop_timeout_s``, reap it.
+        """Signal the broker's process group, SIGKILL it after ``stop_timeout_seconds``, reap it.
 
-        Blocks for at most about ``2 * stop_timeout_s`` (Tansu exits on SIGINT in
+        Blocks for at most about ``2 * stop_timeout_seconds`` (Tansu exits on SIGINT in
         milliseconds). Safe to call twice, or on a broker that never started.
         """
         process, self._process = self._process, None
@@ -350,14 +350,14 @@ class EmbeddedBroker:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(process.pid, STOP_SIGNAL)
             try:
-                process.wait(self.stop_timeout_s)
+                process.wait(self.stop_timeout_seconds)
             except subprocess.TimeoutExpired:
                 log.warning("embedded broker ignored SIGINT; sending SIGKILL")
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)  # stragglers in the group, if any
         if process.poll() is None:
             process.kill()
-            process.wait(self.stop_timeout_s)
+            process.wait(self.stop_timeout_seconds)
 
     async def stop_async(self) -> None:
         """:meth:`stop` without blocking the event loop."""

@@ -34,7 +34,7 @@ from schemas.codec import AnyEvent
 from schemas.events import Tick
 from streams.core import CoreSettings
 
-IDLE_POLL_S = 0.2
+IDLE_POLL_SECONDS = 0.2
 """How long :meth:`ScenarioSource.next_batch` waits for the next event before saying "idle"."""
 
 
@@ -87,13 +87,13 @@ class ScenarioSource:
         """The next event once due (the pacing sleep is the simulation's clock), else idle."""
         if not self._queue:
             self.finished.set()
-            await asyncio.sleep(IDLE_POLL_S)
+            await asyncio.sleep(IDLE_POLL_SECONDS)
             return Batch()
         due, event = self._queue[-1]
         delay = due - time.time()
         if delay > 0:
-            await asyncio.sleep(min(delay, IDLE_POLL_S))
-            if delay > IDLE_POLL_S:
+            await asyncio.sleep(min(delay, IDLE_POLL_SECONDS))
+            if delay > IDLE_POLL_SECONDS:
                 return Batch()
         self._queue.pop()
         return Batch(events=[event], records=1, progress=event.time)

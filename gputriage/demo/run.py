@@ -50,7 +50,7 @@ from schemas.codec import AnyEvent, RecordError, decode_event, decode_incident, 
 from schemas.incidents import Incident
 from schemas.topics import TopicLayout, topic_layout
 
-WORKER_STOP_S = 20.0
+WORKER_STOP_SECONDS = 20.0
 FEED = PublishOptions(capacity=1000, chunk=50, heartbeat_seconds=0.5)
 """The scenario's publish loop: a heartbeat every half second of scenario silence, so the
 worker's watermark follows the simulated clock closely (its windows are scaled down)."""
@@ -181,7 +181,7 @@ def _start_worker(
 
 
 def _stop_worker(worker: subprocess.Popen[bytes], err: IO[str]) -> int:
-    """Stop the worker (SIGTERM; SIGKILL after ``WORKER_STOP_S``); its exit status.
+    """Stop the worker (SIGTERM; SIGKILL after ``WORKER_STOP_SECONDS``); its exit status.
 
     Trap: after a terminal Ctrl-C the worker (same process group) has its own SIGINT
     already; this SIGTERM is a second signal, which the worker must not take for the
@@ -191,7 +191,7 @@ def _stop_worker(worker: subprocess.Popen[bytes], err: IO[str]) -> int:
     if worker.poll() is None:
         worker.send_signal(signal.SIGTERM)
         try:
-            worker.wait(WORKER_STOP_S)
+            worker.wait(WORKER_STOP_SECONDS)
         except subprocess.TimeoutExpired:
             print("gputriage demo: the worker did not stop; killing it", file=err)
             worker.kill()

@@ -45,9 +45,9 @@ class SimulateOptions:
     """What one ``gputriage simulate`` writes."""
 
     nodes: int = 50
-    duration_s: float = 6 * 3600.0
+    duration_seconds: float = 6 * 3600.0
     events: int | None = None
-    """Size the stream by an exact event count over ``duration_s`` (the benchmarks' mode)
+    """Size the stream by an exact event count over ``duration_seconds`` (the benchmarks' mode)
     instead of by the fleet's realistic density."""
     seed: int = 1
     clusters: int = 1
@@ -73,8 +73,8 @@ class SimulateOptions:
             "rates": dict(self.rates),
         }
         if self.events is not None:
-            return StreamSpec(events=self.events, hours=self.duration_s / 3600.0, **common)
-        return StreamSpec.for_duration(seconds=self.duration_s, **common)
+            return StreamSpec(events=self.events, hours=self.duration_seconds / 3600.0, **common)
+        return StreamSpec.for_duration(seconds=self.duration_seconds, **common)
 
 
 def run_simulate(options: SimulateOptions, stderr: TextIO = sys.stderr) -> int:

@@ -211,7 +211,7 @@ class Metrics:
         for source, count in by_source.items():
             self.events_in.labels(source).inc(count)
 
-    def observe_kafka(self, assigned: int, fetched_ago_s: float | None) -> None:
+    def observe_kafka(self, assigned: int, fetched_ago_seconds: float | None) -> None:
         """Set the ``kafka`` condition once a gauge round
         (:func:`connectors.health.observe_consumer`)."""
-        observe_consumer(self.kafka, assigned, fetched_ago_s)
+        observe_consumer(self.kafka, assigned, fetched_ago_seconds)

@@ -7,7 +7,7 @@ from email.utils import format_datetime
 
 import pytest
 
-from connectors.backoff import MAX_RETRY_AFTER_S, parse_retry_after, retry_after_seconds
+from connectors.backoff import MAX_RETRY_AFTER_SECONDS, parse_retry_after, retry_after_seconds
 
 NOW = datetime(2026, 11, 30, 10, 0, 0, tzinfo=UTC)
 
@@ -36,10 +36,10 @@ def date(offset_s: float) -> str:
         ("tomorrow", None),
         ("", None),
         (None, None),
-        ("86400", MAX_RETRY_AFTER_S),  # a proxy's day: cut
-        ("9" * 400, MAX_RETRY_AFTER_S),  # float() of this is inf
-        ("9" * 5000, MAX_RETRY_AFTER_S),  # over int()'s digit limit
-        (date(10 * 86400), MAX_RETRY_AFTER_S),
+        ("86400", MAX_RETRY_AFTER_SECONDS),  # a proxy's day: cut
+        ("9" * 400, MAX_RETRY_AFTER_SECONDS),  # float() of this is inf
+        ("9" * 5000, MAX_RETRY_AFTER_SECONDS),  # over int()'s digit limit
+        (date(10 * 86400), MAX_RETRY_AFTER_SECONDS),
     ],
 )
 def test_retry_after_is_finite_non_negative_and_capped(
@@ -47,7 +47,7 @@ def test_retry_after_is_finite_non_negative_and_capped(
 ) -> None:
     got = parse_retry_after(value, NOW)
     assert got == expected
-    assert got is None or 0.0 <= got <= MAX_RETRY_AFTER_S
+    assert got is None or 0.0 <= got <= MAX_RETRY_AFTER_SECONDS
 
 
 def test_the_header_form_reads_the_same_parser_with_its_own_cap() -> None:

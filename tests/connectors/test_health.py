@@ -25,7 +25,7 @@ def test_a_failing_dependency_is_unready_at_once_and_never_unlive() -> None:
     """Kafka down for an hour: unready all along, live all along (a restart would drop
     the connector's buffer and crash-loop it on the unreachable broker)."""
     clock = Clock()
-    health = Health(fail_after_s=300, clock=clock)
+    health = Health(fail_after_seconds=300, clock=clock)
     kafka = health.condition("kafka", detail="not connected yet")
     assert not health.ready().ok  # not shown to work yet
     kafka.set(True)
@@ -46,7 +46,7 @@ def test_a_failing_dependency_is_unready_at_once_and_never_unlive() -> None:
 
 def test_a_condition_a_restart_fixes_fails_liveness_after_fail_after() -> None:
     clock = Clock()
-    health = Health(fail_after_s=300, clock=clock)
+    health = Health(fail_after_seconds=300, clock=clock)
     wedged = health.condition("client", ok=True, detail="", affects="live")
     wedged.set(False, "stuck")
     clock.now += 299
@@ -59,7 +59,7 @@ def test_a_condition_a_restart_fixes_fails_liveness_after_fail_after() -> None:
 
 def test_a_reported_only_condition_fails_no_probe() -> None:
     clock = Clock()
-    health = Health(fail_after_s=10, clock=clock)
+    health = Health(fail_after_seconds=10, clock=clock)
     exporter = health.condition("dcgm-exporter", affects="none")
     exporter.set(False, "scrape unreachable")
     clock.now += 3600
@@ -80,7 +80,7 @@ def test_a_blocked_loop_is_unlive_and_a_turning_one_is_live() -> None:
     runner = threading.Thread(target=loop.run_forever, daemon=True)
     runner.start()
     try:
-        health = Health(loop_timeout_s=0.5)
+        health = Health(loop_timeout_seconds=0.5)
         health.watch_loop(loop)
         assert health.live().lines == ("[+]loop ok",)
         release = threading.Event()

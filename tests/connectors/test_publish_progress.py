@@ -37,14 +37,14 @@ def event(n: int) -> KubeEvent:
 
 class Script:
     """A source of given batches, then idle batches forever (a live source's idle polls),
-    each after ``idle_s`` (the source's own poll interval, not synchronisation)."""
+    each after ``idle_seconds`` (the source's own poll interval, not synchronisation)."""
 
     name = "test-source"
     key: bytes | None = b"c1/gpu-0"
 
-    def __init__(self, batches: Iterable[Batch], idle_s: float = 0.01) -> None:
+    def __init__(self, batches: Iterable[Batch], idle_seconds: float = 0.01) -> None:
         self.batches = list(batches)
-        self.idle_s = idle_s
+        self.idle_seconds = idle_seconds
         self.read = 0
         self.idle_polls = 0
 
@@ -53,7 +53,7 @@ class Script:
             self.read += 1
             await asyncio.sleep(0)
             return self.batches[self.read - 1]
-        await asyncio.sleep(self.idle_s)
+        await asyncio.sleep(self.idle_seconds)
         self.idle_polls += 1
         return Batch()
 
@@ -413,7 +413,7 @@ async def test_a_quiet_source_heartbeats_every_interval_of_the_loops_clock() -> 
             return await super().send_heartbeats(tick, partitions, headers)
 
     producer = Timed()
-    source = Script([batch([0, 1, 2])], idle_s=1.0)  # then an idle poll every second
+    source = Script([batch([0, 1, 2])], idle_seconds=1.0)  # then an idle poll every second
     publisher = Publisher(
         source,
         producer,

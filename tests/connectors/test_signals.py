@@ -17,7 +17,7 @@ from connectors.signals import stop_on_signals
 
 async def main() -> None:
     stop = asyncio.Event()
-    stop_on_signals(stop, give_up_after_s=60)
+    stop_on_signals(stop, give_up_after_seconds=60)
     for name in sys.argv[1:]:
         os.kill(os.getpid(), getattr(signal, name))
         await asyncio.sleep(0)  # let the loop run the handler

@@ -85,7 +85,7 @@ async def test_stopping_with_a_client_still_connected_is_prompt() -> None:
     # Tansu drains for 5 s on SIGTERM while a client is connected; the stop
     # signal must be one it obeys at once. Wall-clock time on purpose: the
     # broker is another process, which no fake loop clock can speed up.
-    broker = await EmbeddedBroker(stop_timeout_s=10).start_async()
+    broker = await EmbeddedBroker(stop_timeout_seconds=10).start_async()
     producer = AIOKafkaProducer(bootstrap_servers=broker.bootstrap)
     await producer.start()
     try:

@@ -43,10 +43,13 @@ async def serving(chunks: list[bytes], *, then_wait: bool = False) -> AsyncItera
         await runner.cleanup()
 
 
-async def lines(url: str, *, silence_s: float = 5.0, limit: int = 1024) -> list[bytes]:
+async def lines(url: str, *, silence_seconds: float = 5.0, limit: int = 1024) -> list[bytes]:
     async with aiohttp.ClientSession() as session, session.get(url) as response:
         return [
-            line async for line in stream_lines(response, silence_s=silence_s, max_line_bytes=limit)
+            line
+            async for line in stream_lines(
+                response, silence_seconds=silence_seconds, max_line_bytes=limit
+            )
         ]
 
 
@@ -63,4 +66,4 @@ async def test_an_over_long_line_gives_its_head_once() -> None:
 async def test_silence_is_a_timeout() -> None:
     async with serving([b"one\n"], then_wait=True) as url:
         with pytest.raises(TimeoutError):
-            await lines(url, silence_s=0.2)
+            await lines(url, silence_seconds=0.2)

@@ -454,7 +454,7 @@ async def test_between_scrapes_the_source_says_it_is_caught_up() -> None:
     interval = 0.6
     async with serving(exporter) as url, aiohttp.ClientSession() as session:
         poller = fast_poller(url, interval_seconds=interval)
-        source = DcgmSource(poller, session, claim_every_s=0.05)
+        source = DcgmSource(poller, session, claim_every_seconds=0.05)
         first = await source.next_batch()
         assert first is not None
         assert first.events, "the first scrape publishes its bindings"
@@ -491,7 +491,7 @@ async def test_the_interval_claims_and_retry_after_pass_on_the_loops_clock() -> 
     exporter.current = (503, "busy", {"Retry-After": "30"})
     async with serving(exporter) as url, aiohttp.ClientSession() as session:
         poller = fast_poller(url, interval_seconds=15.0)
-        source = DcgmSource(poller, session, claim_every_s=1.0)
+        source = DcgmSource(poller, session, claim_every_seconds=1.0)
         started = loop.time()
         batches = []
         while len(exporter.hits_at) < 4:  # two answers, two refusals
