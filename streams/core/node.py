@@ -167,38 +167,15 @@ def _count_unseen_restarts(step: Step, ctr: ContainerTrack, status: ContainerSta
     """Restarts that ``restartCount`` shows but no update we saw carried (the
     rule counts restarts from restartCount).
 
-    A watch that reconnects, a relist after a connector restart, or an API server that
-    coalesces updates shows a container at ``restartCount`` 6 whose previous update we
-    saw at 0: five terminations happened unseen and only the sixth is in
-    ``lastState``. Counting observed terminations alone misses that crash loop.
+    A reconnected watch, a relist or a coalescing API server can show ``restartCount`` 6 after
+    a sighting at 0: five terminations went unseen, and counting observed exits alone misses
+    that crash loop. ``ctr.restart_count`` is what is already accounted for.
 
-    ``ctr.restart_count`` is the restart count already accounted for: the last count
-    seen, plus one when the current state is a termination (the kubelet's next
-    restart is that termination, which is counted when it is handled). The unseen
-    ones are the rest of the delta, less the new ``lastState`` termination this very
-    update carries. Traps:
-
-    * The first sight of a container is a baseline, not a delta: a pod first seen
-      (or seen again after a snapshot without this field) at restartCount 40 has
-      not crashed 40 times in the window.
-    * The unseen restarts take the class of the newest termination the update
-      shows: behind an ``OOMKilled``, a signal kill (137/143) or an exit 0 they are
-      not CUDA OOM crashes; with no termination at all there is nothing to say.
-    * Their times are unknown, only bounded by the previous sighting: they are
-      stamped at it, the earliest they can have happened, so a delta counts only
-      when that sighting is inside the window, and leaves the window first.
-    * A smaller count (a same-named successor we could not tell apart) re-baselines.
-    * **No new termination, no unseen crash.** ``lastState`` always shows the newest
-      termination, so a crash we missed would show there as one newer than the last we
-      handled. A count that rises behind a termination already handled is that
-      termination's own restart: the kubelet reports a crash-looping container as
-      ``waiting: CrashLoopBackOff`` at the crashed instance's count with the exit in
-      ``lastState`` (the exited container's own restartCount annotation), and bumps the
-      count only when it creates the next instance (kubelet ``startContainer``: previous
-      count + 1). Counting that bump too made three crashes "5 restarts" (seen
-      in a simulated fleet). Trap: the converse model (the count bumped together with the
-      new exit, as in the demo scenario) must keep working: there the rise comes with a
-      fresh exit, which the delta subtracts.
+    Traps: the first sight is a baseline, not a delta; unseen restarts take the class of the
+    newest termination shown (none shown, nothing to say); their times are unknown, so they
+    are stamped at the previous sighting; a smaller count re-baselines; no new termination, no
+    unseen crash (the kubelet bumps the count when it starts the next instance, which made
+    three crashes "5 restarts"). docs/detection.md, design notes: `_count_unseen_restarts`.
     """
     count = status.restart_count
     accounted, seen = ctr.restart_count, ctr.seen_at
