@@ -424,30 +424,15 @@ class Pipeline:
         ``caught_up``: partition -> a moment (epoch s, the worker's clock) such that every
         record written there before it has been read (:meth:`Worker._caught_up`).
 
-        Why it is safe: a source signs a chunk with the progress of the batches it had
-        acknowledged *before* sending it (:class:`connectors.publish.Publisher`), on every
-        partition. So once its progress *P* has been read (at ``heard``), all its records
-        that *P* covers are on the broker everywhere; a partition read to an end fetched
-        after ``heard`` holds none of them unread, and the source's entry there may rise
-        to *P*. Without this, a busy source's partition that it writes rarely (one node's
-        XIDs) keeps the progress of its last record there, seconds old, and holds every
-        incident of the worker that long: a busy source never heartbeats (it is never
-        quiet), and it never reports idle between chunks.
+        Safe because a source signs a chunk with the progress of batches acknowledged before it,
+        on every partition: once progress *P* has been read, a partition read to an end fetched
+        after that holds none of its records unread. Without it a busy source's rarely written
+        partition holds every incident at its last record's progress (busy sources never
+        heartbeat).
 
-        Traps: only entries this worker has heard (an announced one settles by its own
-        rule), never past an end (``+inf`` is said on every partition anyway; an end, or
-        a new run after one, forgets what the source had to lend), and never back.
-
-        * It relies on each chunk's events being no older than the progress it carries
-          (less the grace): true of kmsg, journal, nvml and dcgm, whose progress rises
-          with what they read; for a source whose progress is a hint (the k8s watch, the
-          autoscaler's logs: :mod:`connectors.source`) it assumes what the hint already
-          does, that its disorder is within the grace. An event older than that was at
-          the mercy of the other partitions' progress before, and may be late now.
-        * The busy rule is not lent anything: a partition with records left to read
-          still holds the watermark at its newest event time, which also guards the
-          first records of a source not heard here yet (nothing vouches for those), and
-          the buffer's pausing (:meth:`ahead`) must agree with it.
+        Traps: only entries this worker heard, never past an end, never back; it assumes a
+        chunk's events are no older than its progress less the grace; the busy rule is not lent
+        anything. docs/detection.md, design notes: `Pipeline.spread`.
         """
         lendable = self._lendable
         announced = self._announced

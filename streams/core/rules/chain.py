@@ -747,33 +747,17 @@ def _repeat_telling(step: Step) -> OpenIncident | None:
 
 def older_fault(step: Step, degraded: OpenIncident, first: float) -> bool:
     """Does the node's open ``gpu_degraded`` tell an *older* fault than the chain's, whose
-    first trigger is at ``first``? It does when it began more than the chain's window
-    before that trigger: an XID-only ticket stays open a day (``degraded_quiet_seconds``),
-    and a new fatal XID on another GPU an hour later, with a pod failing on it, is a new
-    fault that pages as its own chain. Folded into the old ticket it came out as an
-    update of an hour-old incident (seen in a simulated fleet: an XID 74 ticket at 08:50, an XID
-    48 and an UnexpectedAdmissionError at 09:56). Within the window (the ticket opened
-    for the very XID that armed the chain) it is the same fault: one incident.
+    first trigger is at ``first``? It does when it began more than the chain's window before
+    that trigger: an XID-only ticket stays open a day, and a new fatal XID on another GPU an
+    hour later with a pod failing is a new fault that pages as its own chain (folded in, it
+    came out as an update of an hour-old incident). Within the window it is one incident.
 
-    Trap: a flaky GPU logs the same fault again and again (XID 74 every twenty minutes):
-    a chain armed by a recurrence on a GPU the ticket already told of *before* the
-    window is that ticket's fault, and escalates it. So the ticket is older only when
-    none of the chain's GPUs is named in its evidence from before the window (the
-    ticket's own GPU list does not tell: the new XID was added to it as it came). A
-    chain whose GPU is unknown (a drop) cannot be told apart: it escalates, as before.
-    Only the same code is the ticket's fault come back (:func:`_same_fault_code`): an
-    XID 48 and its casualty on a GPU whose ticket tells an XID 119 from forty minutes
-    before is a new fault, and pages as its own chain (seen in a simulated fleet: folded into the
-    XID 119 ticket, the page came out as a gpu_degraded dated 22:18 for a 22:55 fault).
-    An old drop tells only while it lasts: one that has recovered (a device plugin
-    re-registering, 8 -> 0 -> 8, which no longer resolves an XID ticket) is not the
-    new fault's GPU (seen in a simulated fleet: a flaky GPU's ticket, a plugin restart at 01:25,
-    an XID 95 on another GPU and a DeviceFailed eviction at 02:00).
-    Only the ticket's fault evidence tells (:func:`fault_evidence`): an application
-    XID 13/43 on the new GPU that the ticket attached hours ago, or a pod's crash, is
-    no fault of that GPU (seen in a simulated fleet: an XID 74 ticket at 10:55, an XID 43 on
-    another GPU at 19:02, then an XID 74 on that GPU and a DeviceFailed eviction at
-    22:10 came out as an update of the 10:55 ticket).
+    Traps: a flaky GPU logs one fault again and again, so the ticket is older only when none
+    of the chain's GPUs is named in its evidence from before the window (its GPU list does not
+    tell); a chain whose GPU is unknown (a drop) escalates; only the same code is the ticket's
+    fault come back (:func:`_same_fault_code`); an old drop tells only while it lasts; only
+    the ticket's fault evidence tells (:func:`fault_evidence`), not an application XID or a
+    crash. docs/detection.md, design notes: `older_fault`.
     """
     state = step.state
     cutoff = first - step.config.eviction_window_seconds
