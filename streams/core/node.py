@@ -1124,29 +1124,16 @@ def admits(
 ) -> bool:
     """Does this event bring news about its own object? (No evidence is lost to a relist.)
 
-    In order, everything is news except an older (or the same) version of an object
-    already applied. Behind the key's position (``late``), only a *newer* version is:
-    after a relist (410 Gone, a restart, a reconnect) objects changed meanwhile arrive
-    stamped with their own, older, times, behind events of other pods the node's key
-    has already applied; skipping them would lose the very failures of a device
-    incident. ``version`` is the object's Kubernetes resourceVersion, read from a pod's
-    or node's id by the caller (:func:`schemas.ids.k8s_version`; 0 for other events).
+    In order, everything is news except an older (or the same) version of an applied object.
+    Behind the key's position (``late``), only a newer version is: after a relist, objects
+    changed meanwhile arrive with older times, and skipping them would lose a device
+    incident's failures. ``version`` is the resourceVersion (:func:`schemas.ids.k8s_version`).
 
-    Traps:
-
-    * An unknown version (0: a test's id, a state restored from an older release)
-      orders nothing: in order it applies, late it is stale, as before this rule.
-    * A pod never seen (no track, no tombstone) with a version is news even late: a
-      GPU pod created and failed while the watch was down is seen only in the relist.
-      A pod forgotten lately (``NodeState.gone``) is not: a redelivered copy of a
-      deleted pod must not bring it back.
-    * A late copy of the node object is news only when newer than the node's own
-      version; a late Kubernetes Event only when it reports a failure of a tracked
-      pod that has not failed yet and is newer than the last failure Event applied to
-      it (a repeat or a copy adds nothing; Events have no version of the pod), and not
-      one older than an update already applied that showed the pod
-      (:func:`_seen_since`: its own status would have said so). Late XIDs, bindings and
-      node OOM events stay stale: their sources deliver in order.
+    Traps: an unknown version (0) orders nothing; a pod never seen is news even late, one
+    forgotten lately (``NodeState.gone``) is not; a late node copy is news only when newer than
+    the node's version, a late Event only when it reports a new failure of a tracked pod
+    (:func:`_seen_since`); late XIDs, bindings and node OOMs stay stale (their sources deliver
+    in order). docs/detection.md, design notes: `admits`.
     """
     kind = type(event)
     if kind is PodEvent:
