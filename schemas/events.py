@@ -1,28 +1,16 @@
 """Event records: what connectors publish on the raw topics.
 
-Every event is a frozen, keyword-only ``msgspec.Struct`` tagged by its schema
-name and version (``"pod.v1"``...). The tag is the only type information on the
-wire: never a Python class path. New fields must get defaults so old records
-still decode; a breaking change gets a new tag (``pod.v2``) beside the old one.
+Every event is a frozen, keyword-only ``msgspec.Struct`` tagged by its schema name and
+version (``"pod.v1"``...): the tag is the only type information on the wire, never a
+class path. ``id`` is deterministic at the source (incident ids derive from evidence ids,
+so random ids break replay); ``time`` is event time as the source observed it; ``node``
+(with ``scope``) decides the correlation key (:mod:`schemas.keys`).
 
-Two fields matter to every consumer:
-
-* ``id`` is deterministic at the source (Kubernetes uid + resourceVersion, kmsg
-  boot id + sequence number...). Incident ids are derived from evidence ids, so
-  a source that invents random ids breaks replay. Ids are identity only: a pod's or
-  node's version is also its own field (``resource_version``), so no consumer has
-  to parse it back out of the id.
-* ``time`` is *event time*, as the source observed it, not when we read it.
-
-Names, ids, integers and a GPU's pods are bounded (:mod:`schemas.types` says why):
-a record past a bound is refused as it decodes, like one of the wrong type. The
-bounds only refuse absurd values, so every record ever written by a real source
-still decodes.
-
-``node`` decides the correlation key: ``cluster/node`` for node-scoped records,
-``cluster`` alone when it is empty (pending pods, autoscaler decisions), or when
-``scope`` is ``"cluster"``: the copy of a pod, node, GPU binding or NVLink fabric XID
-that the producer also sends to the cluster key (:class:`schemas.keys.Router`).
+Traps: new fields get defaults so old records still decode, and a breaking change gets a
+new tag beside the old one; ids are identity only (a version is its own field,
+``resource_version``); names, ids and integers are bounded (:mod:`schemas.types`), and a
+record past a bound is refused as it decodes, yet every real source's record still fits.
+docs/detection.md, design notes: event records.
 """
 
 from __future__ import annotations
