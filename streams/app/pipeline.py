@@ -1,24 +1,16 @@
 """From raw Kafka records to incidents, dead letters, state snapshots and acks.
 
 The transport (:mod:`streams.app.worker`) hands in :class:`RawRecord`s in batches and gets
-back a :class:`BatchOutcome` saying what to publish and what may be committed.
-Nothing here does I/O or reads a clock, so every rule of the at-least-once
-contract is testable without a broker:
+back a :class:`BatchOutcome` saying what to publish and what may be committed. Nothing here
+does I/O or reads a clock, so the at-least-once contract is testable without a broker.
 
-* A record that does not decode, carries the wrong schema for its topic, or is
-  keyed by something other than its correlation key becomes a
-  :class:`~schemas.dead_letters.DeadLetter`; its token is released at once
-  (once the dead letter is delivered, the record is done) and processing goes on.
-* A good record's token is released only when the correlator has applied it
-  (events wait for the watermark): the transport must publish the outcome's
-  incidents and the state snapshots taken after the release, await their acks,
-  and only then acknowledge the released tokens. Deterministic incident ids
-  make the redelivery after a crash harmless, and the core skips events it had
-  already applied (``stats.stale``).
-* An exception inside the core (a bug) costs one record, which goes to the
-  dead-letter topic with the exception as its reason; the worker lives on.
-* A mismatched key matters because state is partitioned by key: a record on the
-  wrong partition would be processed by a worker that does not own its state.
+Traps: a record that does not decode, has the wrong schema for its topic, or is keyed by
+something else than its correlation key (state is partitioned by key) becomes a
+:class:`~schemas.dead_letters.DeadLetter`, its token released at once; a good record's
+token is released only once the correlator applied it, and the transport must publish the
+incidents and snapshots taken after that and await their acks before acknowledging; an
+exception inside the core costs one record (dead-lettered with the reason), never the
+worker. docs/operations.md, design notes: the pipeline's contract.
 """
 
 from __future__ import annotations
