@@ -265,21 +265,15 @@ class XidEvent(Event, tag="xid.v1", frozen=True, kw_only=True):
 class GpuBindingEvent(Event, tag="gpu_binding.v1", frozen=True, kw_only=True):
     """Which pods hold one GPU (or MIG instance) now. An empty ``pods`` unbinds it.
 
-    Under time-slicing or MPS several pods share one GPU; all of them are listed.
-    A source that knows a GPU's identity but not its pods (NVML: the bus id <->
-    uuid <-> index map) sets ``pods_known`` false: then ``pods`` is ignored and
-    the binding only names the GPU, so it can never unbind what a pod-aware
-    source (dcgm-exporter) bound.
+    Under time-slicing or MPS all the pods sharing a GPU are listed. A source that knows a
+    GPU but not its pods (NVML) sets ``pods_known`` false: ``pods`` is then ignored, so it can
+    never unbind what a pod-aware source bound. A MIG instance is named alike by every source:
+    the parent GPU's ``gpu_uuid``/``pci_bus_id``/``gpu_index`` plus ``gpu_instance`` (the key an
+    XID's ``GPU-I:NN`` carries), ``mig_uuid`` and ``mig_profile`` when known.
 
-    **A MIG instance** is named the same way by every source: ``gpu_uuid``,
-    ``pci_bus_id`` and ``gpu_index`` are those of its *parent* GPU (whatever of
-    them the source knows), ``gpu_instance`` is its GPU instance id, ``mig_uuid``
-    NVML's ``MIG-...`` uuid when the source knows it, ``mig_profile`` its profile.
-    (parent GPU, ``gpu_instance``) is the key, and it is what an XID naming
-    ``GPU-I:NN`` carries (:attr:`XidEvent.gpu_instance`). Records written before
-    these fields existed spelled a dcgm instance ``gpu_uuid="<parent uuid>/GI<id>"``
-    with an empty bus id, and an NVML one ``gpu_uuid="MIG-..."``: they still decode,
-    with ``gpu_instance`` ``None``.
+    Trap: records written before these fields spelled a MIG instance in ``gpu_uuid``
+    (``<parent>/GI<id>``, ``MIG-...``): they still decode, with ``gpu_instance`` ``None``.
+    docs/detection.md, design notes: `GpuBindingEvent`.
     """
 
     node: Name

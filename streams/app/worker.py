@@ -325,21 +325,14 @@ class Worker:
         """Snapshot changed keys and queue them; once every send so far is acked, commit
         what they cover (:meth:`_deliver`).
 
-        ``wait=False`` (the loop's periodic flush): the acks and the commit are awaited
-        in a task of their own, so the loop goes on reading and ticking meanwhile. Before,
-        the loop stood still for the acks of a whole second's sends and a commit round
-        trip at every flush, and every incident due in that time waited with it (it cost
-        latency). At most one such task at a time: a flush first awaits the last one's,
-        which at one flush a second is long done (so the loop never waits for the acks
-        of the flush it is making), and when flushes come faster than the acks (a tiny
-        ``snapshot_seconds``) the loop is held to the broker's pace, one flush behind:
-        bounded, as before. A failed task is the worker's failure: it is raised by the
-        next flush or by the main loop (``_fatal``), never lost.
-        ``wait=True`` (revocation, stop): the task in flight first, then this one, awaited.
+        ``wait=False`` (the loop's periodic flush): the acks and commit are awaited in a task of
+        their own, so the loop goes on reading and ticking (standing still for them cost
+        latency); at most one such task at a time, so faster flushes are held to the broker's
+        pace, one flush behind. ``wait=True`` (revocation, stop): the task in flight, then this.
 
-        The contract is unchanged: the offsets are taken *before* the snapshots, so they
-        cover only records released by then, whose incidents are in ``_pending`` already;
-        the commit waits for all of it.
+        Traps: a failed task is the worker's failure, raised by the next flush or the main loop
+        (``_fatal``), never lost; the offsets are taken *before* the snapshots, so they cover only
+        records released by then. docs/operations.md, design notes: `Worker._flush`.
         """
         if self._fatal is not None:
             # A delivery failed (raised by a revocation's flush, say): its sends are
