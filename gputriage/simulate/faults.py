@@ -495,19 +495,12 @@ class Simulator(Scaling):
     def _not_ready(self) -> Step:
         """A node goes NotReady and comes back; past the toleration its pods are evicted.
 
-        Timings are Kubernetes' defaults: a kubelet that stops posting (``Unknown``) is
-        marked by the node lifecycle controller after ``--node-monitor-grace-period``
-        (40 s, 50 s in recent releases: kube-controller-manager's reference and
-        kubernetes/kubernetes#127352; the kubelet posts every 10 s,
-        ``nodeStatusUpdateFrequency``), while a kubelet that reports a problem itself
-        (``False``, "PLEG is not healthy") does so at once. The controller taints the
-        node ``node.kubernetes.io/unreachable`` or ``not-ready`` ``NoExecute``, and the
-        DefaultTolerationSeconds admission plugin gives every pod 300 s of toleration
-        (``--default-unreachable-toleration-seconds``, ``--default-not-ready-toleration-
-        seconds``), after which the taint eviction controller marks them for deletion
-        (a ``TaintManagerEviction`` Event, "Marking for deletion Pod ns/name") and their
-        controllers create replacements. On an unreachable node the pods stay
-        terminating until the kubelet is back and deletes them.
+        Timings are Kubernetes' defaults: ``Unknown`` after the node monitor grace period (40 s,
+        50 s in recent releases), ``False`` at once when the kubelet reports it; the ``NoExecute``
+        taint gives every pod 300 s of toleration, then a ``TaintManagerEviction`` marks them for
+        deletion and their controllers create replacements. Trap: on an unreachable node the pods
+        stay terminating until the kubelet is back.
+        docs/replay.md, design notes: `Simulator._not_ready` (the sources).
         """
         node = self._pick_node()
         if node is None:

@@ -24,19 +24,14 @@ Partition = tuple[str, int]
 class Receipts:
     """Per partition, the last two distinct receipt times of fetch responses seen.
 
-    Fed every loop with the client's receipt times (:meth:`observe`); :meth:`after`
-    answers "the latest response answers a request sent after when?": the receipt
-    before it (the traps above: the next fetch of a partition is sent only after the
-    previous response was handled). Two uses:
+    Fed every loop (:meth:`observe`); :meth:`after` answers "the latest response answers a
+    request sent after when?": the receipt before it. Used to settle an announced partition
+    once the position reaches the high watermark, and by
+    :meth:`~streams.app.pipeline.Pipeline.spread` (a partition read to that end holds every
+    record written before ``after``).
 
-    * an announced partition settles once ``after`` is past the announcement's read
-      time and the position has reached the high watermark;
-    * a partition read to that high watermark holds every record written before
-      ``after``: what a source had acknowledged by then is read (the pipeline's
-      :meth:`~streams.app.pipeline.Pipeline.spread`).
-
-    Seen less often than responses arrive, the receipt kept as "before" is an older
-    one: a smaller ``after``, which only ever claims less (safe).
+    Trap: seen less often than responses arrive, "before" is an older receipt: a smaller
+    ``after``, which only ever claims less (safe). docs/operations.md, design notes: `Receipts`.
     """
 
     def __init__(self) -> None:

@@ -211,17 +211,12 @@ class Pipeline:
         ``tp``: the token of a record is ``(tp, its offset)``; None: the record's own
         ``token`` (a :class:`RawRecord`).
 
-        Why by run: the topic's schema and source, the lane's correlator and the
-        partition's newest event time are looked up once a run, not once a record, and the
-        source's count is added once; the happy path of a record (it decodes, its schema is
-        its topic's, its key is its correlation key) is inline, and only the rest takes
-        :meth:`_refuse`. A source signs a whole chunk with one pair of headers: a record
-        whose pair equals the one just heard on this partition (same source, same
-        progress, same ``now``) is signed without :meth:`_hear`, which would change
-        nothing (only the canonical pair: one that announces partitions is heard each
-        time). What the loop decides per record is what it decided before: the
-        order of ingestion, which records are dead letters and why, the newest event time
-        (of the records that passed the checks, ingested or not).
+        Why by run: the topic's schema and source, the lane's correlator and the partition's
+        newest event time are looked up once a run, and the happy path is inline (the rest takes
+        :meth:`_refuse`); a record signed with the pair just heard on this partition skips
+        :meth:`_hear`, which would change nothing. Trap: what is decided per record must not
+        change (order, dead letters, newest event time); a pair that announces partitions is
+        heard each time. docs/operations.md, design notes: `Pipeline._run`.
         """
         expected = self._schemas.get(topic)
         if expected is None:

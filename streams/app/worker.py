@@ -159,18 +159,14 @@ class Worker:
         """Let the fetcher ask again for a drained partition while others still hold
         fetched records.
 
-        aiokafka sends one fetch per broker at a time, and none to a broker while any of
-        its partitions holds records fetched less than ``prefetch_backoff`` (0.1 s) ago.
-        While the buffer is full the worker reads only the partitions holding the
-        watermark (the traps), so the others keep their fetch and every read of the
-        holders waited out those 0.1 s: the worker sat in ``epoll`` ~27% of a backlog's
-        time (py-spy). 2 ms keeps what the backoff is for (no refetch loop on
-        a partition whose records wait) and lets the drained ones be fetched at once.
-        (A fetch error parked for a partition uses the same backoff; the next ``getmany``
-        raises it either way.)
-        The consumer takes no such argument: it is set on the fetcher after ``start``
-        (a test checks the attribute is there, so an aiokafka that renames it fails the
-        test rather than silently slowing a backlog down).
+        aiokafka fetches nothing from a broker while any of its partitions holds records fetched
+        less than ``prefetch_backoff`` (0.1 s) ago; with the buffer full, every read of the
+        partitions holding the watermark waited that out (~27% of a backlog's time in ``epoll``).
+        2 ms keeps what the backoff is for and lets drained partitions be fetched at once.
+
+        Trap: the consumer takes no such argument, so it is set on the fetcher after ``start``;
+        a test checks the attribute exists, so a rename fails the test rather than silently
+        slowing a backlog. docs/operations.md, design notes: `Worker._tune`.
         """
         fetcher = getattr(consumer, "_fetcher", None)
         if fetcher is not None and hasattr(fetcher, "_prefetch_backoff"):

@@ -692,18 +692,13 @@ def _idle_unseen(state: NodeState, ev: GpuBindingEvent) -> str:
     with no entry (forgotten at its last idle binding), after applying what the full
     path would leave of it; "" (nothing done) in every other case.
 
-    The full path makes the entry, lets it imply the uuid -> bus join (dropping the
-    explicit pair that said the same, :func:`_drop_told_pair`), forgets it again (the
-    GPU is idle with no history) and stores the join back as an explicit pair
-    (:func:`_keep_bus`): the net effect is that pair moved to the end of
-    ``gpu_joins`` (at most ``_MAX_GPU_BUSES`` kept), whatever pair the uuid had before.
-    That holds only when the record names both the uuid and the bus, no other entry
-    carries the uuid (it would imply a bus too) and none is keyed by a uuid (the full path
-    would move it under the bus): anything else, or a ``gpu_joins`` that does not walk
-    cleanly, takes the full path. A profile the uuid key had follows the new key
-    (:func:`_moved_profile`), as there. Traps: the binding must leave the GPU idle
-    (no pods, or pods not known: an entry made fresh has no kubelet flag), and a key
-    whose parent would not read back as the bus id (``split_gpu_key``) is left alone.
+    The full path's net effect there is the uuid -> bus pair moved to the end of
+    ``gpu_joins`` (:func:`_drop_told_pair`, :func:`_keep_bus`), a profile following the
+    new key (:func:`_moved_profile`). It holds only when the record names uuid and bus and
+    no other entry carries or is keyed by the uuid: anything else takes the full path.
+    Traps: the binding must leave the GPU idle (no pods, or pods not known), and a key whose
+    parent would not read back as the bus id (``split_gpu_key``) is left alone.
+    docs/detection.md, design notes: `_idle_unseen`.
     """
     if ev.pods_known and ev.pods:
         return ""
@@ -1020,19 +1015,15 @@ def _routine_pod(
 ) -> bool:
     """Apply a pod update no rule has anything to read in, if it is one (a shortcut).
 
-    Most pod updates on a GPU node are routine: a running pod's conditions or probe
-    state moved, nothing else. Then the full path (:func:`_on_pod`) would change only
-    the pod's version and each container's ``seen_at``; this does exactly that and
-    returns True, without a step, the containers' rule checks or an incident walk.
+    Most pod updates are routine (conditions or probes moved): the full path
+    (:func:`_on_pod`) would change only the pod's version and the containers' ``seen_at``;
+    this does exactly that and returns True, without a step or an incident walk.
 
-    Anything a rule reads must send the update down the full path (False, nothing
-    changed): an unknown pod or container (creation, baselines), a phase change, a
-    finished or failed pod, a deletion, a failure reason, a restart count other than
-    the one accounted for, a termination not handled yet, a crash window to free. (A
-    phase other than Pending/Running and a container never sighted go there too,
-    although the full path would change nothing more for them: cheap insurance.) The
-    differential tests (tests/streams/core/test_differential.py: generated streams, and
-    one pod history per guard) hold the two paths to the same incidents and states.
+    Trap: anything a rule reads goes down the full path (False, nothing changed): an unknown
+    pod or container, a phase change, a finished, failed or deleted pod, a failure reason, an
+    unaccounted restart count or termination, a crash window to free. The differential tests
+    (tests/streams/core/test_differential.py) hold the two paths to the same incidents.
+    docs/detection.md, design notes: `_routine_pod`.
     """
     track = state.pods.get(f"{ev.namespace}/{ev.name}")
     return track is not None and _routine_track(track, ev, now, version, config)
