@@ -9,10 +9,9 @@ high-water mark skips a redelivery (``stats.stale``) unless its object's resourc
 is newer (a relist's copy, ``stats.late_applied``). :meth:`Correlator.take_released` hands
 back the tokens of every event applied or skipped, so a Kafka caller commits exactly those.
 
-Traps: grace is inclusive (an event exactly ``grace`` behind is in order; the old ``<=``
-lost it at the boundary); ids are unique per source, not across clusters, hence the key in
-the order; an event beyond grace is applied at once and counted in ``stats.late``, the one
-place arrival order can matter. docs/detection.md, design notes.
+Traps: grace is inclusive (the old ``<=`` lost an event exactly ``grace`` behind); ids are
+unique per source, not across clusters, hence the key in the order; an event beyond grace
+is applied at once, counted in ``stats.late``. docs/detection.md, design notes.
 """
 
 from __future__ import annotations

@@ -1,18 +1,17 @@
 """``device_unhealthy_eviction``: fatal XID / allocatable drop, then GPU pods fail.
 
-The whole chain is ONE incident, anchored at the first trigger in event time; pods that
-failed up to ``eviction_lookback_seconds`` before it join too (the kubelet may report a
-dead container before the node shows the drop). It opens only when a pod fails, and
-resolves after the window once the node's GPUs are allocatable again. The page says
-"reset or replace the GPU", so both halves must be about a device:
+The whole chain is ONE incident, anchored at the first trigger in event time; pods that failed up to
+``eviction_lookback_seconds`` before it join too (the kubelet may see a dead container first). It
+opens only when a pod fails, and resolves after the window once the node's GPUs are allocatable
+again. The page says "reset or replace the GPU", so both halves must be about a device:
 
-* a drop arms the chain only when trusted (with a fatal XID, after a pod failure that says
-  device, or once it lasted ``drop_persist_seconds``): a plugin re-registering is 8->0->8;
-* a pod joins only if its failure is the device's (its words, its GPU, an exit right after
-  a fatal XID), never an ordinary crash, nor an eviction on a node taken away on purpose.
+* a drop arms the chain only when trusted (with a fatal XID, after a pod failure that says device,
+  or once it lasted ``drop_persist_seconds``): a plugin re-registering is 8->0->8;
+* a pod joins only if its failure is the device's (its words, its GPU, an exit right after a fatal
+  XID), never an ordinary crash, nor an eviction on a node taken away on purpose.
 
-Traps: ``CUDA error: out of memory`` says "CUDA error" but is the workload's; a kernel
-fault says device only against a fatal XID. The reasoning: docs/detection.md, design notes.
+Traps: ``CUDA error: out of memory`` is the workload's; a kernel fault says device only against a
+fatal XID. docs/detection.md, design notes.
 """
 
 from __future__ import annotations
