@@ -1,20 +1,13 @@
 """Peak memory of a worker over a backlog where one partition lags.
 
-One embedded broker (Tansu, memory storage), ``--events`` generated events over
-``--nodes`` nodes (1 h of event time, ending days ago), every event keyed to
-partition 0 moved ``--lag-hours`` earlier: all of partitions 1..n-1 are then ahead
-of partition 0 in event time, and an unbounded worker buffers what it reads of them
-until partition 0 catches up. The backlog is produced once; then, for each
-``--caps`` value, one fresh ``gputriage process`` worker (its own consumer group)
-reads it all, until every raw record is committed, and the report gives its peak
-RSS (``VmHWM`` in ``/proc/<pid>/status``, read before it stops), the peak of
-``gputriage_buffered_events`` (``gputriage_buffered_events_peak``), how many times a
-partition was paused, and the time it took. A cap of 0 means "no cap" (100,000,000).
+Every event keyed to partition 0 is moved ``--lag-hours`` earlier, so the other partitions
+run ahead in event time and an unbounded worker buffers them until partition 0 catches
+up. For each ``--caps`` value (0: no cap) a fresh ``gputriage process`` worker reads the
+whole backlog; the report gives its peak RSS (``VmHWM``, read before it stops), the
+buffer's peak, the pauses and the time taken.
+bench/README.md, design notes: backlog_memory.py.
 
-Run::
-
-    .venv/bin/python bench/backlog_memory.py                       # 200k events, ~1 min
-    .venv/bin/python bench/backlog_memory.py --events 500000 --partitions 12 --json
+    .venv/bin/python bench/backlog_memory.py [--events 500000 --partitions 12] [--json]
 """
 
 from __future__ import annotations

@@ -1,36 +1,16 @@
 """How much of the engine's input lands on the cluster key, and on its partition.
 
 The cluster key is one key, so one partition, so one worker: what is routed there is the
-ceiling of a whole deployment. This counts, on a stream, the engine events per key
-(node keys, the cluster key) and per partition, for three ways of feeding the cluster
-key the node-scoped facts its rules read:
+ceiling of a whole deployment. This counts engine events per key and per partition for
+four ways of feeding the cluster key: ``every copy``, ``(a) router`` (what the producer and
+the replay do), and two estimates, ``(b) node summaries`` and ``(b') node settles``.
+Rates are per second of event time; partitions are placed by murmur2, as the producer does.
 
-* ``every copy``: a copy of every GPU pod, GPU node and pod-aware binding record (the
-  stateless routing of earlier releases; also what a producer that restarted sends once);
-* ``(a) router``: :class:`schemas.keys.Router`, the producer remembers per object what it
-  sent and sends a copy only when that changed (what the producer and the replay do);
-* ``(b) node summaries``: an estimate, not an implementation: one record per change of a
-  node's summary (GPUs requested by its running pods, the set of GPUs dcgm-exporter binds,
-  its labels, readiness, taints), the record a node key would emit through a repartition
-  topic, plus the pending pods' own records and the fabric XIDs;
-* ``(b') node settles``: also an estimate: the node key keeps its own count and emits only
-  when its *settled* disagreement changes (``|requested - bound|`` held for
-  ``mismatch_after_seconds``, sampled at the node's records), when a pod that was pending
-  is first seen on it, and when its NVLink domain label changes.
+    python -m bench.cluster_share [--file day.jsonl] [--why]
 
-Rates are per second of event time. Partitions are the default layout's, placed by
-Kafka's default partitioner (murmur2), as the producer places them.
-
-    python -m bench.cluster_share                        # the core bench's stream
-    python -m bench.cluster_share --file day.jsonl       # any stream of raw records
-    python -m bench.cluster_share --why                  # what the router sends, and why
-
-``--why`` breaks the cluster key's input under the router down by schema and reason: the
-cluster key's own records (pending pods: an object's first, a repeat of what the cluster
-rules read of it, a change; autoscaler records, Kubernetes Events) and the copies, by what
-changed since the object's previous copy (a pod left pending, started or stopped holding
-GPUs; a node's readiness, labels, taints; a GPU bound or freed; an object's first copy; an
-unchanged one, refreshed or re-sent after a stale record).
+Trap: (b) and (b') are estimates, not implementations. ``--why`` breaks the router's input
+down by schema and by what changed since the object's previous copy.
+bench/README.md, design notes: cluster_share.py.
 """
 
 from __future__ import annotations

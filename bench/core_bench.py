@@ -1,23 +1,15 @@
 """Benchmark of the correlation core alone: events/s on one core, decode included.
 
-The acceptance bar (the design's target): on a generated stream of >= 1M events over
->= 5,000 nodes, ``decode_event`` + ``Correlator.ingest`` sustain >= 100k
-events/s on one core, with <= 1 KB of state per tracked pod.
+The bar: on a generated stream of >= 1M events over >= 5,000 nodes, ``decode_event`` +
+``Correlator.ingest`` sustain >= 100k events/s on one core, with <= 1 KB of state per
+tracked pod. Passes over one in-memory list of lines: decode only, decode + core, and
+memory (tracemalloc, timed apart since it slows the run several times). The stream comes
+from :mod:`gputriage.simulate`, cached under ``bench/out/``.
 
-Passes, all over the same in-memory list of JSON lines:
+Trap: retained bytes divided by tracked pods is an upper bound (node, GPU, incident and
+timer state are counted too). bench/README.md, design notes: core_bench.py.
 
-1. **decode only**: ``schemas.codec.decode_event`` on every line, the baseline;
-2. **decode + core**: ``decode_event`` then ``Correlator.ingest`` on every line,
-   then ``flush()`` (timed without tracemalloc, which would slow it several times);
-3. **memory**: the same run again under ``tracemalloc``; what is still allocated
-   afterwards, with the input lines and decoded events released, is what the
-   Correlator retains. Divided by the tracked pods it is an *upper bound* of the
-   state per pod, since it also counts node, GPU, incident and timer state.
-
-The stream comes from :mod:`gputriage.simulate` and is cached under ``bench/out/``.
-
-    python -m bench.core_bench                 # the acceptance run (1M events, 5,000 nodes)
-    python -m bench.core_bench --events 200000 --nodes 1000 --json
+    python -m bench.core_bench [--events 200000 --nodes 1000] [--json]
 """
 
 from __future__ import annotations

@@ -1,26 +1,14 @@
 """Benchmark: kernel-log XID parsing throughput, lines/s on one core.
 
-The bar: >= 200k lines/s on a mixed log of about 1% XID lines. A busy GPU node
-logs container networking, audit and driver chatter continuously; the parser
-must keep up with a log storm without a core of its own.
+The bar: >= 200k lines/s on a mixed log of about 1% XID lines: a busy GPU node's kernel
+log must not need a core of its own. ``--lines`` generated lines (~1% XID/SXid of
+assorted shapes, the rest typical GPU-node kernel noise), every line different so no pass
+profits from a cache. Passes, best of ``--repeat``: the ``b"Xid" in line`` floor, dmesg
+lines, kmsg records, and :class:`connectors.xid.kmsg.KmsgReader` polling a file (what
+``connect kmsg`` does per record before Kafka).
+bench/README.md, design notes: kmsg_bench.py.
 
-Input: ``--lines`` generated lines (default 500,000), ~1% XID/SXid lines of
-assorted shapes (modern, quoted pid, no pid, legacy, 32-bit domain, MIG,
-NVLink5, 154, 45, SXid) and the rest typical kernel noise of a Kubernetes GPU
-node (veth/calico interfaces, apparmor audit, overlayfs, nvme, NVRM chatter
-that is not an XID). Every line differs (counters and timestamps), so no pass
-profits from a cache. Passes, best of ``--repeat``, on one core:
-
-1. **floor** -- ``b"Xid" in line`` alone: the fast path every non-XID line takes;
-2. **dmesg** -- :func:`connectors.xid.lines.parse_line` over ``[secs] message`` lines
-   (``ingest kmsg`` on a saved dmesg);
-3. **kmsg lines** -- ``parse_line`` over ``prio,seq,usec,flags;message`` records;
-4. **kmsg reader** -- :class:`connectors.xid.kmsg.KmsgReader` polling a file of
-   those records: reads, splitting, sequence bookkeeping and parsing, i.e. what
-   ``connect kmsg`` does per record before Kafka.
-
-    python -m bench.kmsg_bench                 # 500,000 lines, best of 3
-    python -m bench.kmsg_bench --lines 100000 --json
+    python -m bench.kmsg_bench [--lines 100000] [--json]
 """
 
 from __future__ import annotations

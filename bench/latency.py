@@ -1,34 +1,17 @@
 """Latency under load: the last evidence on Kafka -> the incident on Kafka.
 
-One embedded broker (Tansu, memory storage); for every ``--runs`` x ``--rates``, fresh
-topics and one fresh ``gputriage process`` worker (a subprocess, production defaults but
-for a fast group join), then ``--seconds`` of live events (event time = the wall-clock
-time each is produced at, so the watermark is live) produced at that rate, every
-incident revision read back from the incident topic. A phase starts only once its
-worker has joined, and never inherits another phase's backlog or state.
+For every ``--runs`` x ``--rates``: fresh topics on an embedded broker, one fresh
+``gputriage process`` worker (a subprocess), then ``--seconds`` of live events produced at
+that rate (event time = wall clock), every incident revision read back. The latency runs
+from the produce ack of a revision's newest evidence event to its arrival at a consumer,
+split into ``hold`` (the grace, by design), ``worker`` and ``out``; the headline counts
+first revisions of types an event opens. The floor is the grace plus one fetch wait.
 
-For each incident revision the *completing* event is the newest (by produce ack) of its
-evidence events; the latency is from that ack (the record is on Kafka) to the
-revision's arrival at a consumer of the incident topic (``fetch_max_wait_ms=10``). The
-headline counts first revisions of incident types an event opens (as in
-``pipeline_bench.py``: timer-opened ones wait for their timer by design).
+Trap: a phase starts only once its worker has joined, and never inherits another phase's
+backlog or state; timer-opened types wait for their timer by design.
+bench/README.md, design notes: latency.py.
 
-**How the parts add up**, per headline revision, from times the bench can see (the
-incident record's Kafka timestamp is the worker's ``send``)::
-
-    latency  = hold + worker + out
-    hold     = max(0, event time + grace - ack)   the grace (0.5 s) the core waits by design
-    worker   = incident created - ack - hold      fetch wait + watermark/tick cadence + work
-    out      = incident arrival - created          producer linger + broker + our fetch
-
-The floor is ``hold`` (the grace) plus one fetch wait (``processor.fetch_max_wait_ms``,
-100 ms: Tansu always waits it out) in ``worker``.
-
-Run::
-
-    .venv/bin/python -m bench.latency                      # 3 runs x 2k and 10k events/s
-    .venv/bin/python -m bench.latency --rates 2000 --runs 1 --seconds 10
-    .venv/bin/python -m bench.latency --json
+    .venv/bin/python -m bench.latency [--rates 2000 --runs 1 --seconds 10] [--json]
 """
 
 from __future__ import annotations

@@ -1,29 +1,16 @@
 """The correlation core's memory as the fleet grows: RSS and bytes per tracked pod and GPU.
 
-For each ``--nodes`` value (default 100, 500, 1,000, 2,000, 5,000), a stream of
-``--events-per-node`` x nodes generated events (200: the acceptance stream's density,
-so the 5,000-node row *is* ``core_bench.py``'s stream, from the same cache under
-``bench/out/``, where every size's stream is kept) is ingested by one
-:class:`~streams.core.Correlator`, and measured:
+For each ``--nodes`` value, ``--events-per-node`` x nodes generated events go through one
+:class:`~streams.core.Correlator`: RSS growth (``VmRSS`` after less before, input
+preloaded and frozen) and retained bytes (tracemalloc on a fresh correlator), divided by
+the tracked pods and GPUs (upper bounds: both divide the same total).
 
-- **RSS growth**: the process's resident set (``VmRSS``) after the run less before it,
-  with the input lines already loaded (and ``gc.freeze()``-d) before the first reading,
-  and the correlator still alive at the second: what the state costs the machine,
-  allocator fragmentation and the decoded events' freed blocks included;
-- **retained bytes**: :func:`bench.core_bench.measure_memory` (tracemalloc) on a second,
-  fresh correlator over the same lines: the bytes the state still holds, exactly, and
-  divided by the tracked pods and by the tracked GPUs. Like ``core_bench.py``'s figure,
-  each is an *upper bound*: both divide the same total, node, incident and cluster-key
-  state included.
+Trap: RSS never goes down in a process, so each size runs in a subprocess of its own
+(``--one N``), and the tracemalloc pass comes after the RSS readings (its bookkeeping is
+resident too). One run per size: the same stream is the same allocation sequence.
+bench/README.md, design notes: memory_scale.py.
 
-Trap: RSS never goes down in a process (freed arenas are rarely returned), so each size
-runs in a subprocess of its own (``--one N``), never one after another in one process;
-and the tracemalloc pass comes after the RSS readings, because tracemalloc's own
-bookkeeping is resident too. Each size is one run: memory, unlike time, does not vary
-between runs of the same deterministic stream (it is the same allocation sequence).
-
-    python -m bench.memory_scale                              # 100 .. 5,000 nodes, ~3 min
-    python -m bench.memory_scale --nodes 100,500 --events-per-node 50 --json
+    python -m bench.memory_scale [--nodes 100,500 --events-per-node 50] [--json]
 """
 
 from __future__ import annotations

@@ -1,30 +1,17 @@
 """Detection quality: our incidents against a simulated stream's ground truth, and the
 PromQL baseline on the same stream (``make bench`` runs it as its "quality" step).
 
-Three runs, each through the shipped commands a user would type (subprocesses, so the
-report shows exactly what to re-run):
-
-1. **The day**: ``gputriage simulate`` (``--nodes`` x ``--hours``, default fault rates),
-   then ``gputriage score -o json``: precision, recall and detection delay per type,
-   against the bars (0.99 / 0.99).
-2. **Noise only**: ``gputriage simulate --noise-only`` (healthy restarts, completions,
-   informational XIDs, device-plugin blips, transient pending pods...), scored: every
-   incident on it is a false positive; the bar is zero.
-3. **Side by side**: a smaller stream (``--promql-nodes`` x ``--promql-hours``: the
-   baseline's series are built in pure Python, and only those a rule selects are
-   backfilled: ~2.7M samples, ~70 s, at the default 100 nodes x 6 h), scored by us and by
-   ``python -m bench.promql --truth`` (the reference document's alerts, evaluated by a
-   real Prometheus on 30 s scrapes at a 1 m rule interval). Needs Debian's
-   ``prometheus`` package (``make tools``); without it the section says so.
-
-Trap: the two delays are not measured the same way by construction, and the report
-says so: ours is the stream's clock when the first revision came out (the grace
-included); the baseline's is the first evaluation at which the alert fires (its
-``for:`` included), both minus the fault's first event.
-
-Output: ``--json`` prints ``{"sections": [{"title", "command", "markdown", "metrics"}],
-"bars": {...}}``; the sections have the report's quality-seam shape
+Three runs through the shipped commands (subprocesses, so the report shows what to re-run):
+the day (``simulate`` then ``score -o json`` against the 0.99 bars), noise only (every
+incident is a false positive), and side by side on a smaller stream with
+``python -m bench.promql --truth`` (a real Prometheus; needs ``make tools``, else the
+section says so). ``--json`` prints the report's quality-seam sections
 (:mod:`bench.report.markdown`).
+
+Trap: the two delays differ by construction, and the report says so: ours is the stream's
+clock at the first revision (grace included), the baseline's the first evaluation at which
+the alert fires (``for:`` included), both minus the fault's first event.
+bench/README.md, design notes: quality.py.
 """
 
 from __future__ import annotations

@@ -1,20 +1,15 @@
 """``gputriage replay`` speed: events/s and times real time, on the core bench's stream.
 
-The target (the design's): replay >= 2,000x real time on the 5,000-node bench
-stream. What is timed is the CLI a user runs, as a subprocess, wall clock from start to
-exit: ``python -m gputriage replay -o json --no-progress FILE`` with its output read and
-counted (as ``> /dev/null`` would cost, plus a pipe), interpreter start-up, imports,
-reading and decompressing the file, decoding, routing, the core and encoding every
-revision included. ``FILE`` is the stream ``core_bench.py`` times, from the same cache
-under ``bench/out/`` (generated there first if absent), so the two figures are about
-the same bytes. Speed against real time is the stream's event-time span (``hours``,
-4 h by default) over the wall time.
+The target: replay >= 2,000x real time on the 5,000-node bench stream. What is timed is
+the CLI a user runs, as a subprocess, wall clock from start to exit (start-up, imports,
+decompression, decoding, routing, the core, encoding), on the very stream ``core_bench.py``
+times; speed is the stream's event-time span over the wall time.
 
-The bench pins itself (and so the replay, which inherits it) to one CPU, as the
-core bench does; ``--repeat`` runs, the best counts, all listed.
+Trap: the bench pins itself (and so the replay) to one CPU, as the core bench does;
+``--repeat`` runs, the best counts, all listed. bench/README.md, design notes:
+replay_bench.py.
 
-    python -m bench.replay_bench                      # 1M events, 5,000 nodes, best of 3
-    python -m bench.replay_bench --events 100000 --nodes 500 --repeat 1 --json
+    python -m bench.replay_bench [--events 100000 --nodes 500 --repeat 1] [--json]
 """
 
 from __future__ import annotations

@@ -1,34 +1,15 @@
 """Benchmark: slimming raw pod JSON vs decoding it into kubernetes-asyncio models.
 
-The bar: >= 10k pods/s on one core for orjson parse + slim of
-realistic ~10 KB pod objects, ``managedFields`` included.
+The bar: >= 10k pods/s on one core for orjson parse + slim of realistic ~10 KB pod objects,
+``managedFields`` included. One real object (``tests/data/k8s/pod_crashloop_oom.json``)
+serialised N times with a fresh name, uid and resourceVersion each, so no pass profits
+from an interned string or a cached parse; passes: parse, parse + slim (+ encode), bytes ->
+views + slim, and parse + kubernetes-asyncio models, best of ``--repeat``.
 
-Input: one realistic object (``tests/data/k8s/pod_crashloop_oom.json``: a GPU
-pod with managedFields, env, volumes and a CrashLoopBackOff/OOMKilled status)
-serialised N times with a different name, uid and resourceVersion each, so no
-pass can profit from an interned string or a cached parse. Passes, each over
-the same list of byte strings, best of ``--repeat`` runs:
+Trap: ``ApiClient()`` needs a running event loop, so the model pass runs inside
+``asyncio.run``; the work it times is synchronous. bench/README.md, design notes: slim_bench.py.
 
-1. **parse** -- ``orjson.loads`` alone, the floor of every pass that builds the dicts;
-2. **parse + slim** -- what the connector does: ``orjson.loads`` then
-   :func:`connectors.k8s.slim.slim_watch_event`;
-3. **parse + slim + encode** -- plus ``schemas.codec.encode``, i.e. up to the
-   bytes handed to Kafka;
-4. **bytes -> views + slim** (and **+ encode**) --
-   :func:`connectors.k8s.slim.slim_watch_line`: the line decoded straight into
-   slim's msgspec views, no dict built (the path for a caller that holds the
-   line's bytes and needs nothing else from it);
-5. **parse + models** -- ``orjson.loads`` then kubernetes-asyncio's own
-   deserialiser into ``V1Pod`` (``ApiClient.__deserialize``, the private method
-   its ``deserialize`` wraps around an HTTP response; called directly so no
-   response object or extra ``json.loads`` is timed).
-
-Trap: ``ApiClient()`` needs a running event loop (it builds an aiohttp
-connector), so the model pass runs inside ``asyncio.run``; the work it times is
-synchronous.
-
-    python -m bench.slim_bench               # 20,000 pods, best of 3
-    python -m bench.slim_bench --pods 5000 --json
+    python -m bench.slim_bench [--pods 5000] [--json]
 """
 
 from __future__ import annotations

@@ -2,18 +2,13 @@
 (what :mod:`gputriage.process` is to the processor's worker).
 
 :func:`prepare` does everything that can fail on a configuration mistake, before any
-connection (the kind exists, its options convert, it has routes); :func:`serve` then
-builds the endpoint, checks every route's target and secrets (a missing secret stops
-the process here, with one line naming the variable or file, never a value), creates
-the ledger topic and runs the :class:`~streams.bridges.runner.BridgeRunner` until
-SIGINT/SIGTERM.
+connection; :func:`serve` builds the endpoint, checks every route's target and secrets (a
+missing secret stops the process with one line naming the variable or file, never a
+value), creates the ledger topic and runs the runner until SIGINT/SIGTERM.
 
-Traps:
-
-* The secret values of the routes are read once, here, only to be *scrubbed*: a
-  logging filter on every handler masks them in any line any library logs.
-* The HTTP session is the bridge's, shared by its routes, closed after the runner
-  (which closes the endpoint first).
+Traps: the routes' secret values are read here only to be scrubbed (a filter on every
+handler masks them in any line); the HTTP session is shared by the routes and closed
+after the runner. docs/bridges.md, design notes: starting a bridge.
 """
 
 from __future__ import annotations

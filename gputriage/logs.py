@@ -1,23 +1,15 @@
 """Logging for long-running commands: one line per record, text or JSON.
 
-``[log] format = "json"`` (or ``GPUTRIAGE_LOG__FORMAT=json``) writes one JSON
-object per line (``ts``, ``level``, ``logger``, ``msg`` and, for an exception,
-``exc``), which log shippers parse without a regex; the default ``text`` is
-for people. ``[log] level`` is a standard level name.
+``[log] format = "json"`` writes one JSON object per line (``ts``, ``level``, ``logger``,
+``msg``, ``exc``), which shippers parse without a regex; ``text`` is for people.
 
-Trap: library loggers (aiokafka, kubernetes-asyncio) log reconnect chatter at
-INFO and every produced batch at DEBUG; they are held at WARNING unless the
-level asked for is DEBUG, where everything is wanted.
-
-Trap: during a broker outage aiokafka logs every refused connection, every
-failed metadata update, fetch and coordinator request at ERROR: a 30 s outage
-(refused connections) was ~2,000 lines from one idle processor, measured.
-:class:`RepeatFilter` writes a warning or error at most once
-per ``[log] repeat_seconds`` (30 s) for each kind, the next one written saying
-how many were held back: a whole library counts as one kind (its loggers
-chatter in chorus); one of ours, the same text from the same logger (so a
-per-item warning, one resent incident, one bad sample, is never held back by
-another item's).
+Traps: library loggers (aiokafka, kubernetes-asyncio) are held at WARNING unless the level
+is DEBUG (they chatter at INFO and DEBUG); during a broker outage aiokafka logs every
+refused connection at ERROR (~2,000 lines in 30 s, measured), so :class:`RepeatFilter`
+writes a warning or error at most once per ``[log] repeat_seconds`` for each kind, the
+next saying how many were held back: a whole library is one kind, one of ours is the same
+text from the same logger (one item's warning never hides another's).
+docs/operations.md, design notes: logging.
 """
 
 from __future__ import annotations

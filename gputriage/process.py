@@ -1,25 +1,15 @@
 """``gputriage process``: run one processor worker until stopped.
 
 Start as many as there are partitions to share: workers with the same
-``processor.app_id`` split the raw topics' partitions between them (a Kafka
-consumer group), and each restores the state of the keys it is given from the
-state topic (:mod:`streams.app.worker`).
+``processor.app_id`` split the raw partitions (a consumer group), and each restores its
+keys' state from the state topic (:mod:`streams.app.worker`).
 
-Traps:
-
-* Topics are created (``ensure_topics``) *before* the consumer subscribes: a
-  broker's auto-creation would make one-partition topics.
-* SIGINT/SIGTERM set a stop event: the worker finishes its batch, flushes,
-  commits and leaves the group (so the others take over at once, not after a
-  session timeout). If that hangs (a broker gone mid-stop), a watchdog exits
-  with status 1 after ``stop_timeout_seconds``: nothing is lost, since offsets
-  of undelivered records were never committed.
-* ``--engine faust`` runs the same pipeline as a faust-streaming app
-  (:mod:`streams.app.faust_engine`); faust is an optional extra, imported only
-  then: without it the command says so in one line.
-* The worker holds many long-lived objects (the core's state): the garbage
-  collector's thresholds are raised and the start-up heap frozen, or every full
-  collection walks all of it again.
+Traps: topics are created before subscribing (auto-creation makes one-partition topics);
+SIGINT/SIGTERM finish the batch, flush, commit and leave the group, and a watchdog exits 1
+after ``stop_timeout_seconds`` if that hangs (nothing lost: undelivered offsets were never
+committed); ``--engine faust`` imports the optional faust extra only then; the gc
+thresholds are raised and the start-up heap frozen, or every full collection walks the
+core's state again. docs/operations.md, design notes: ``gputriage process``.
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
 """Replay recorded events through the correlation core and print the incidents.
 
-The same code path as production minus Kafka: decode each line with the one
-codec, feed good events to :class:`streams.core.Correlator` in (merged) event
-time order, flush at the end of input, print what came out.
+The same code path as production minus Kafka: decode each line with the one codec, feed
+good events to :class:`streams.core.Correlator` in (merged) event-time order, flush at
+the end, print what came out.
 
-Contracts worth keeping:
-
-* Errors are values. A bad line is reported on stderr as ``FILE:LINE: reason
-  (at field)`` and the replay goes on; the exit status is 1 if any line was
-  bad, 0 otherwise. Output for the good lines is complete either way.
-* Stdout is a pure function of the input and the settings: no wall clock, no
-  environment, no locale (bytes are written as UTF-8 explicitly), no ordering
-  by hash. Replaying the same files twice gives byte-identical output.
-* Stdout carries only incidents. Progress, bad lines and statistics go to
-  stderr, so ``replay -o json > incidents.jsonl`` is clean.
+Contracts: errors are values (a bad line is ``FILE:LINE: reason (at field)`` on stderr,
+the replay goes on, exit 1); stdout is a pure function of the input and settings (no
+clock, environment, locale or hash order: byte-identical twice); stdout carries only
+incidents, so ``replay -o json > incidents.jsonl`` is clean.
+docs/replay.md, design notes: the replay's contracts.
 """
 
 from __future__ import annotations

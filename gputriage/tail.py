@@ -1,18 +1,17 @@
 """``gputriage tail``: follow the incident topic and print each revision as it arrives.
 
-A plain aiokafka consumer with **no consumer group**: it assigns itself every partition and
-seeks, so it commits nothing, rebalances no one, and any number of people can tail at once.
-It starts at ``now`` (the end as it is at start), ``beginning``, an RFC 3339 time (by record
-timestamp) or an offset; prints JSON lines (the processor's bytes) or a table row per
-revision, flushed after every batch. Ctrl-C or SIGTERM stops it with status 0 (1 if a record
-failed to decode); a second Ctrl-C is the usual 130.
+A plain aiokafka consumer with **no consumer group**: it assigns itself every partition and seeks,
+so it commits nothing, rebalances no one, and any number of people can tail at once. It starts at
+``now`` (the end as it is at start), ``beginning``, an RFC 3339 time (by record timestamp) or an
+offset; prints JSON lines (the processor's bytes) or a table row per revision, flushed after every
+batch. Ctrl-C or SIGTERM stops it with status 0 (1 if a record failed to decode); a second Ctrl-C is
+the usual 130.
 
-Traps: aiokafka's ``stop()`` swallows a cancellation, so the signal sets an event every
-loop checks; the end offsets for ``now`` are read at once (``seek_to_end`` is lazy);
-Tansu answers "no record after this time" as offset 0 and timestamp -1, which means "the
-end"; offsets are looked up before ``assign()``; a refused connection is retried until
-``--connect-timeout-seconds`` (one waits for a cluster that may be starting), its reason kept for
-the one line. docs/operations.md, design notes.
+Traps: aiokafka's ``stop()`` swallows a cancellation, so the signal sets an event every loop checks;
+the end offsets for ``now`` are read at once (``seek_to_end`` is lazy); Tansu answers "no record
+after this time" as offset 0 and timestamp -1, which means "the end"; offsets are looked up before
+``assign()``; a refused connection is retried until ``--connect-timeout-seconds`` (one waits for a
+cluster that may be starting), its reason kept for the one line. docs/operations.md, design notes.
 """
 
 from __future__ import annotations

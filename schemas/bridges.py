@@ -1,24 +1,15 @@
 """The bridge ledger's records: what each bridge delivered, per route and incident.
 
-A bridge (``gputriage bridge <kind>``) keeps one :class:`BridgeDelivery` per
-``(route, incident id)`` on a compacted topic (``<prefix>.bridge.<group>.ledger``, with
-the incident topic's retention), keyed ``route NUL incident id``, and reads it back to
-the end before it consumes.
-It is JSON like every public record, so ``kcat`` shows what a bridge believes it sent.
+One :class:`BridgeDelivery` per ``(route, incident id)`` on a compacted topic, keyed
+``route NUL incident id``, read back to the end before consuming; JSON like every public
+record, so ``kcat`` shows what a bridge believes it sent. :class:`BridgeGroup` is a storm
+group's state, on the same topic under ``route NUL "group" NUL group key``.
 
-The record is versioned by its tag and every field has a default: a ledger written
-by an older bridge (fewer fields) still decodes, and a field is only ever added.
-
-Kill safety (why there is a ``state``): before it calls the vendor, the runner writes
-an *intent* (``state = "sending"``, ``sending_revision`` the revision about to go out)
-and awaits the broker's ack; after the vendor accepted, the *delivered* entry. A
-restart that finds an intent for revision *r* sends *r* again ("maybe delivered":
-vendors dedupe by their keys, Slack's endpoint is told by ``previous``) and counts
-it; any revision without an intent is known to be delivered or not sent at all.
-
-:class:`BridgeGroup` is a storm group's state (:mod:`streams.bridges.storms`), on
-the same topic under ``route NUL "group" NUL group key``: a storm's grouping
-survives a restart.
+Kill safety (why there is a ``state``): before calling the vendor the runner writes an
+intent (``state = "sending"``) and awaits its ack; a restart that finds an intent sends
+that revision again ("maybe delivered": vendors dedupe). Trap: versioned by tag and every
+field has a default, so an older bridge's ledger still decodes: only ever add a field.
+docs/bridges.md, design notes: the ledger records.
 """
 
 from __future__ import annotations

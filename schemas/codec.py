@@ -1,35 +1,17 @@
 """The one codec: msgspec for typed records, orjson for untyped JSON.
 
-Why two libraries: msgspec decodes straight into validated ``Struct``s (about
-450k small events/s here, ~5x orjson followed by building a dataclass), while
-orjson is the fastest general JSON library for things we do not own the shape
-of (raw Kubernetes objects, log lines, ad-hoc output).
+msgspec decodes straight into validated ``Struct``s (~5x orjson plus a dataclass); orjson
+is the fastest general library for shapes we do not own. Every decoding failure (truncated
+JSON, wrong type, unknown tag, naive timestamp, a bound of :mod:`schemas.types`) is one
+:class:`RecordError` naming the field, never an exception: an escaped exception would
+crash a consumer on the same record at every restart.
 
-Decoding failures of any kind (truncated JSON, a wrong type, an unknown schema
-tag, a naive timestamp, a value past a bound of :mod:`schemas.types`) surface as one
-:class:`RecordError` that names the field, so dead-letter records and CLI messages
-say *what* was wrong, not just that something was.
-
-Hostile records are failures like any other, never exceptions: every consumer (the
-processor, ``replay``, ``ingest``, the bridges) decodes here, and an exception that
-escaped would crash it on the same record at every restart. Traps, measured with
-msgspec 0.23 and orjson 3.13:
-
-* **Depth.** msgspec decodes nested arrays and objects by recursion and raises
-  ``RecursionError`` (not a ``MsgspecError``) near Python's recursion limit, *in a
-  field the schema does not have* as well (skipped fields are still parsed), in JSON
-  and MessagePack alike. Where exactly depends on how deep the caller's stack already
-  is (~990 levels from a shallow stack): a record nested just short of it can decode
-  in ``replay`` and not in a worker. A fixed bound of our own would settle that, but
-  counting brackets costs a third of a decode, on every record, for records no source
-  writes. orjson refuses more than 1,024 levels itself (``JSONDecodeError``), but what
-  it returns can be too deep for Python code that walks it (``str()``; ``orjson.dumps``
-  stops at 255 levels).
-* **Text.** A ``str`` with a lone surrogate (``"\\ud800"`` read by Python's ``json``) is
-  not UTF-8: msgspec raises ``UnicodeEncodeError`` on it, decoding or encoding.
-* **Times.** ``Meta`` cannot bound a ``datetime``: :func:`try_decode_event` checks every
-  time of an event against :data:`~schemas.types.TIME_FLOOR` and
-  :data:`~schemas.types.TIME_CEILING` after decoding.
+Traps (msgspec 0.23, orjson 3.13): deep nesting raises ``RecursionError`` near Python's
+limit, even in skipped fields, at a depth that depends on the caller's stack; orjson's
+output can be too deep for code that walks it; a lone surrogate is not UTF-8
+(``UnicodeEncodeError``); ``Meta`` cannot bound a ``datetime``, so
+:func:`try_decode_event` checks times after decoding. docs/detection.md, design notes: the
+codec.
 """
 
 from __future__ import annotations

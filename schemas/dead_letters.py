@@ -1,21 +1,15 @@
 """The dead-letter record: a Kafka record (or a connector's input) that could not be used, and why.
 
-Errors are values, not exceptions: a record that does not decode is
-published here, with its coordinates and the reason, and processing goes on.
-The dead-letter topic's message key is the failed record's key, unchanged.
+Errors are values, not exceptions: a record that does not decode is published here with
+its coordinates and the reason, under its own key, and processing goes on. Connectors use
+it for input that never was a Kafka record: ``topic`` names the source
+(``kubernetes/pods``, ``kmsg:/dev/kmsg``, the scrape URL...), ``partition`` is -1, and
+``offset`` a position in that source, else -1.
 
-Connectors use the same record for input that never was a Kafka record (a
-Kubernetes object, a kernel log line, a scrape): ``topic`` then names the
-source (``kubernetes/pods``, ``kmsg:/dev/kmsg``, ``journal``,
-``file:/var/log/kern.log``, the scrape URL), ``partition`` is -1 and ``offset``
-is a position in that source when it has one (kmsg sequence number, byte
-offset, scrape number), else -1.
-
-The original key and value are kept byte for byte. In JSON, ``bytes`` fields are
-**base64** strings (standard alphabet, with padding; msgspec's encoding of
-``bytes``): a garbage record is often not valid UTF-8, and a text field would
-have to mangle exactly the bytes someone needs to debug. Decode with
-``base64.b64decode(record["value"])`` or :func:`schemas.codec.decode_dead_letter`.
+Trap: key and value are kept byte for byte, so in JSON ``bytes`` fields are base64 (a
+garbage record is often not UTF-8, and a text field would mangle exactly the bytes someone
+needs): decode with :func:`schemas.codec.decode_dead_letter`.
+docs/operations.md, design notes: the dead-letter record.
 """
 
 from __future__ import annotations

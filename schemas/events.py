@@ -1,28 +1,16 @@
 """Event records: what connectors publish on the raw topics.
 
-Every event is a frozen, keyword-only ``msgspec.Struct`` tagged by its schema
-name and version (``"pod.v1"``...). The tag is the only type information on the
-wire: never a Python class path. New fields must get defaults so old records
-still decode; a breaking change gets a new tag (``pod.v2``) beside the old one.
+Every event is a frozen, keyword-only ``msgspec.Struct`` tagged by its schema name and
+version (``"pod.v1"``...): the tag is the only type information on the wire, never a
+class path. ``id`` is deterministic at the source (incident ids derive from evidence ids,
+so random ids break replay); ``time`` is event time as the source observed it; ``node``
+(with ``scope``) decides the correlation key (:mod:`schemas.keys`).
 
-Two fields matter to every consumer:
-
-* ``id`` is deterministic at the source (Kubernetes uid + resourceVersion, kmsg
-  boot id + sequence number...). Incident ids are derived from evidence ids, so
-  a source that invents random ids breaks replay. Ids are identity only: a pod's or
-  node's version is also its own field (``resource_version``), so no consumer has
-  to parse it back out of the id.
-* ``time`` is *event time*, as the source observed it, not when we read it.
-
-Names, ids, integers and a GPU's pods are bounded (:mod:`schemas.types` says why):
-a record past a bound is refused as it decodes, like one of the wrong type. The
-bounds only refuse absurd values, so every record ever written by a real source
-still decodes.
-
-``node`` decides the correlation key: ``cluster/node`` for node-scoped records,
-``cluster`` alone when it is empty (pending pods, autoscaler decisions), or when
-``scope`` is ``"cluster"``: the copy of a pod, node, GPU binding or NVLink fabric XID
-that the producer also sends to the cluster key (:class:`schemas.keys.Router`).
+Traps: new fields get defaults so old records still decode, and a breaking change gets a
+new tag beside the old one; ids are identity only (a version is its own field,
+``resource_version``); names, ids and integers are bounded (:mod:`schemas.types`), and a
+record past a bound is refused as it decodes, yet every real source's record still fits.
+docs/detection.md, design notes: event records.
 """
 
 from __future__ import annotations
@@ -277,21 +265,15 @@ class XidEvent(Event, tag="xid.v1", frozen=True, kw_only=True):
 class GpuBindingEvent(Event, tag="gpu_binding.v1", frozen=True, kw_only=True):
     """Which pods hold one GPU (or MIG instance) now. An empty ``pods`` unbinds it.
 
-    Under time-slicing or MPS several pods share one GPU; all of them are listed.
-    A source that knows a GPU's identity but not its pods (NVML: the bus id <->
-    uuid <-> index map) sets ``pods_known`` false: then ``pods`` is ignored and
-    the binding only names the GPU, so it can never unbind what a pod-aware
-    source (dcgm-exporter) bound.
+    Under time-slicing or MPS all the pods sharing a GPU are listed. A source that knows a
+    GPU but not its pods (NVML) sets ``pods_known`` false: ``pods`` is then ignored, so it can
+    never unbind what a pod-aware source bound. A MIG instance is named alike by every source:
+    the parent GPU's ``gpu_uuid``/``pci_bus_id``/``gpu_index`` plus ``gpu_instance`` (the key an
+    XID's ``GPU-I:NN`` carries), ``mig_uuid`` and ``mig_profile`` when known.
 
-    **A MIG instance** is named the same way by every source: ``gpu_uuid``,
-    ``pci_bus_id`` and ``gpu_index`` are those of its *parent* GPU (whatever of
-    them the source knows), ``gpu_instance`` is its GPU instance id, ``mig_uuid``
-    NVML's ``MIG-...`` uuid when the source knows it, ``mig_profile`` its profile.
-    (parent GPU, ``gpu_instance``) is the key, and it is what an XID naming
-    ``GPU-I:NN`` carries (:attr:`XidEvent.gpu_instance`). Records written before
-    these fields existed spelled a dcgm instance ``gpu_uuid="<parent uuid>/GI<id>"``
-    with an empty bus id, and an NVML one ``gpu_uuid="MIG-..."``: they still decode,
-    with ``gpu_instance`` ``None``.
+    Trap: records written before these fields spelled a MIG instance in ``gpu_uuid``
+    (``<parent>/GI<id>``, ``MIG-...``): they still decode, with ``gpu_instance`` ``None``.
+    docs/detection.md, design notes: `GpuBindingEvent`.
     """
 
     node: Name

@@ -1,37 +1,17 @@
 """Correlation keys: which records must meet in one worker (part of the topic contract).
 
-Every raw record is keyed by its correlation key, and every raw topic has the
-same partition count, so all signals about one node hash to the same partition
-number of every topic and meet in the worker that owns it. Producers (the
-connectors) and the processor must agree on this function byte for byte, which is
-why it lives with the schemas and not in either of them.
+Every raw record is keyed ``cluster/node`` (node-scoped) or ``cluster`` (cluster-scoped),
+and every raw topic has the same partition count, so all signals about one node meet in
+one worker. Producers and the processor must agree byte for byte, hence it lives with the
+schemas. The cluster rules need node-scoped facts, so the producer sends the cluster key a
+slimmed copy (``scope = "cluster"``) of records that change them (:class:`Router`); the
+replay routes the same way.
 
-* node-scoped records (pods, nodes, XIDs, GPU bindings, node Events): ``cluster/node``;
-* cluster-scoped records (autoscaler decisions, pending pods, and the copies a
-  :class:`Router` makes): ``cluster``.
-
-**Routing.** The cluster-scoped rules need facts that are node-scoped: a pending
-GPU pod has no node (its records go to the cluster key anyway) until it is
-scheduled, and from then on its records go to its node's key; the cross-source
-GPU count compares running pods' requests with the pods dcgm-exporter binds to
-GPUs, node by node. The cluster key may live on another worker than the node's,
-so the *producer* sends the cluster key a slimmed copy with ``scope = "cluster"``
-of the records that change one of those facts (:class:`Router`, which remembers
-what it sent per object). The replay routes the same way, so live equals replay;
-a copy that is already in the input (a dump of the raw topics) is a duplicate the
-engine drops.
-
-Traps:
-
-* changing this function, or the partition count of a running deployment,
-  re-homes keys; it needs a fresh processor state, not a rolling upgrade;
-* the copy keeps the original's id and time: the engine tells the two apart by
-  the key (``key_node``), never by the id;
-* only GPU pods, GPU nodes, pod-aware GPU bindings (not the kubelet's) and NVLink fabric
-  XIDs (:data:`FABRIC_XIDS`, rare: Blackwell NVLink faults only) are copied, and the
-  first three only when what the cluster key reads of them changed: every copy lands
-  on one partition (the cluster's), so what is copied must stay a small share of the
-  stream.
+Traps: changing this function or a running deployment's partition count re-homes keys
+(fresh state, no rolling upgrade); a copy keeps the original's id and time, so the engine
+tells them apart by key, never id; only GPU pods, GPU nodes, pod-aware bindings and fabric
+XIDs are copied, and only on change: every copy lands on the cluster's one partition.
+docs/detection.md, design notes: correlation keys.
 """
 
 from __future__ import annotations

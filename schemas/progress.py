@@ -1,18 +1,17 @@
 """Source progress on the wire: two Kafka record headers, and how to read them.
 
-Every raw record says who sent it (``gputriage-source``) and how far that sender has
-delivered in event time (``gputriage-progress``: integer ms since the epoch, absent for none
-yet, ``end`` once it has ended); a quiet source heartbeats a ``tick.v1`` with the same
-headers. The processor's watermark is the least progress of the sources it hears, so an
-old event delivered slowly meets its own source's watermark, not the worker's clock. Why
-headers, not an event field: progress is a fact of the transport, the events are the core's
-contract, and a consumer that ignores headers pays nothing.
+Every raw record says who sent it (``gputriage-source``) and how far that sender has delivered in
+event time (``gputriage-progress``: integer ms since the epoch, absent for none yet, ``end`` once it
+has ended); a quiet source heartbeats a ``tick.v1`` with the same headers. The processor's watermark
+is the least progress of the sources it hears, so an old event delivered slowly meets its own
+source's watermark, not the worker's clock. Why headers, not an event field: progress is a fact of
+the transport, the events are the core's contract, and a consumer that ignores headers pays nothing.
 
 Traps: a malformed header makes the record header-less, never fatal; progress vouches per
-topic-partition, not per source (Kafka orders nothing across partitions); a source first
-*announces* a new partition (``gputriage-partitions``) at its old progress, so no worker
-finds that partition's first record late; integer milliseconds, since floats round
-differently on the two sides. docs/detection.md, design notes.
+topic-partition, not per source (Kafka orders nothing across partitions); a source first *announces*
+a new partition (``gputriage-partitions``) at its old progress, so no worker finds that partition's
+first record late; integer milliseconds, since floats round differently on the two sides.
+docs/detection.md, design notes.
 """
 
 from __future__ import annotations

@@ -1,18 +1,17 @@
 """The topic layout as data: every topic's name, partitioning, key and configs.
 
-One raw topic per record type (``<prefix>.raw.pods``, ``.nodes``, ``.k8s-events``,
-``.xids``, ``.gpu-bindings``, ``.topology``, ``.autoscaler``), keyed by correlation key
-(``cluster/node``, or ``cluster``); ``incidents`` (compacted, by incident id);
-``dead-letters``; ``state.<app id>`` (compacted, by key). Every raw topic has the same
-partition count, so one key lands on the same partition number in each and the worker
-owning partition *n* owns every signal about its nodes: that co-partitioning is what lets
-the processor scale out (changing the count re-homes keys: a fresh state, not a reload).
+One raw topic per record type (``<prefix>.raw.pods``, ``.nodes``, ``.k8s-events``, ``.xids``,
+``.gpu-bindings``, ``.topology``, ``.autoscaler``), keyed by correlation key (``cluster/node``, or
+``cluster``); ``incidents`` (compacted, by incident id); ``dead-letters``; ``state.<app id>``
+(compacted, by key). Every raw topic has the same partition count, so one key lands on the same
+partition number in each and the worker owning partition *n* owns every signal about its nodes: that
+co-partitioning is what lets the processor scale out (changing the count re-homes keys: a fresh
+state, not a reload).
 
 Traps: ``retention.ms`` does nothing on a ``compact``-only topic, so the incident topic is
-``compact,delete`` (plain ``compact`` for retention -1); brokers auto-create topics with
-default settings, so :func:`connectors.kafka.admin.ensure_topics` creates these first;
-ticks have no topic; the state topic belongs to one app id and has the raw topics'
-partition count. The layout and ``[topics]`` table: docs/operations.md, design notes.
+``compact,delete`` (plain ``compact`` for retention -1); brokers auto-create topics with default
+settings, so ``ensure_topics`` creates these first; ticks have no topic; the state topic belongs to
+one app id and has the raw topics' partition count. docs/operations.md, design notes.
 """
 
 from __future__ import annotations

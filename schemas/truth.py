@@ -1,34 +1,15 @@
 """Ground truth: the incidents a simulated stream must give, written by ``gputriage simulate``.
 
-``gputriage simulate --truth TRUTH.jsonl`` writes one :class:`ExpectedIncident` per
-fault it injects, and ``gputriage score EVENTS TRUTH`` matches the incidents a replay
-gives against them (precision, recall, detection delay per type). Noise (healthy
-restarts, informational XIDs, device-plugin blips, pods that get scheduled...) writes
-nothing: an incident that matches no expectation is a false positive.
+``--truth TRUTH.jsonl`` writes one :class:`ExpectedIncident` per injected fault, and
+``gputriage score EVENTS TRUTH`` matches a replay's incidents against them (by type,
+cluster, node, pods, GPUs, node group and a ``first_seen`` window). Noise writes nothing,
+so an unmatched incident is a false positive. The simulator says what to expect, never the
+core: a core that drifts from the domain shows as a drop in recall, not as a new truth.
 
-Why the simulator says what to expect, and never the core: the truth is the domain's
-rule applied to the fault it injected ("a fatal XID, then the pods on that GPU
-evicted, is one ``device_unhealthy_eviction`` naming that GPU and those pods"), so a
-core that drifts from the domain shows as a drop in recall, not as a new truth.
-
-The matching key, by scope (``gputriage score`` documents the rule in full):
-
-* every type: ``type`` and ``cluster``;
-* node-scoped types (every type but those in :data:`CLUSTER_SCOPED`): ``node``;
-* ``pods``: at least one of them among the incident's pods, where the truth names any;
-* ``gpus``: at least one of them (a GPU UUID) among the incident's GPUs, where the
-  truth names any;
-* ``node_group``: the incident's ``node_group`` attribute (``scale_up_failure``);
-* the time: the incident's ``first_seen`` within ``[not_before, not_after]``.
-
-Traps:
-
-* ``not_before``/``not_after`` bound the incident's ``first_seen`` (its earliest
-  evidence), not the moment it is published; the detection delay is measured from
-  ``start`` (the fault's first event) to the event time at which the core published
-  the first revision.
-* Versioned like the wire records (``truth.v1``): a file written by an older
-  simulator must still decode, so a new field gets a default.
+Traps: ``not_before``/``not_after`` bound ``first_seen`` (earliest evidence), not the
+publication; the delay is measured from ``start`` to the first revision's event time;
+versioned like the wire (``truth.v1``): a new field gets a default.
+docs/replay.md, design notes: the truth records.
 """
 
 from __future__ import annotations

@@ -1,27 +1,15 @@
 """The ``[xid]`` settings, and the core's :class:`CoreSettings` resolved with them.
 
-This module may read packaged data (the XID catalog); the core itself may not,
-which is why the two are apart. ``[core]`` is the core's own
-:class:`~streams.core.config.CoreSettings`; :class:`XidSettings` is ``[xid]``;
-:func:`core_config` makes of the two the struct the core is given::
+This module may read packaged data (the XID catalog); the core itself may not, which is
+why the two are apart. ``[core]`` is the core's own
+:class:`~streams.core.config.CoreSettings`, :class:`XidSettings` is ``[xid]`` (codes moved
+between classes), and :func:`core_config` makes of the two the struct the core is given.
 
-    [core]
-    grace_seconds = 1.0
-    xid_repeat_count = 3
-
-    [xid]            # move codes between classes
-    fatal = [13]
-    info = [79]
-
-Traps:
-
-* ``[core.severity]`` *merges* into the defaults: setting one incident type must
-  keep the others' severities.
-* ``[xid]`` keys are XID classes with ``_`` for ``-`` (``follow_up``). A code
-  listed under two classes ends in the later one, in the order
-  ``fatal, app, follow_up, info, unknown`` (the field order, not the file's).
-* XID classes belong in ``[xid]``, never ``[core] xid``: that is refused with a
-  message saying where they go (:func:`gputriage.settings.load_settings`).
+Traps: ``[core.severity]`` merges into the defaults; ``[xid]`` keys use ``_`` for ``-``
+(``follow_up``), and a code under two classes ends in the later one in field order
+(``fatal, app, follow_up, info, unknown``), not the file's; XID classes under ``[core]
+xid`` are refused with a message saying where they go.
+docs/configuration.md, design notes: the ``[xid]`` settings.
 """
 
 from __future__ import annotations

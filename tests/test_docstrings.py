@@ -158,11 +158,56 @@ def test_no_comment_or_docstring_points_where_a_newcomer_cannot_follow() -> None
 
 # -- length: the reasoning lives in docs/ ------------------------------------------------
 LENGTH_PACKAGES: Final = ("connectors", "streams", "gputriage", "schemas", "bench", "examples")
-MAX_DOCSTRING_LINES: Final = 40
+MAX_DOCSTRING_LINES: Final = 15
 """The bound, in source lines from the opening quotes to the closing ones. A docstring says
-what the object is for, why, and names its traps (the aim is 15 lines); the design
-reasoning goes to a docs/ page's "Design notes". Lower the bound as the tree allows."""
-ALLOWED_LONGER: Final[dict[str, int]] = {}
+what the object is for, why, and names its traps; the design reasoning goes to a docs/
+page's "Design notes"."""
+ALLOWED_LONGER: Final[dict[str, int]] = {
+    "connectors/autoscaler/classify.py:<module>": 24,
+    "connectors/autoscaler/cursor.py:<module>": 23,
+    "connectors/autoscaler/follow.py:<module>": 33,
+    "connectors/autoscaler/klog.py:<module>": 16,
+    "connectors/autoscaler/kube_events.py:<module>": 16,
+    "connectors/autoscaler/lines.py:<module>": 31,
+    "connectors/autoscaler/run.py:<module>": 16,
+    "connectors/autoscaler/status.py:<module>": 29,
+    "connectors/autoscaler/status_watch.py:<module>": 19,
+    "connectors/backoff.py:<module>": 21,
+    "connectors/bridges/base.py:<module>": 31,
+    "connectors/bridges/http.py:<module>": 39,
+    "connectors/dcgm/diff.py:<module>": 16,
+    "connectors/dcgm/scrape.py:DcgmSource": 21,
+    "connectors/files.py:<module>": 28,
+    "connectors/health.py:<module>": 39,
+    "connectors/k8s/gpu_filter.py:<module>": 20,
+    "connectors/k8s/metrics.py:<module>": 20,
+    "connectors/k8s/offline.py:<module>": 34,
+    "connectors/k8s/relist.py:<module>": 29,
+    "connectors/k8s/relist.py:repeated": 34,
+    "connectors/k8s/run.py:<module>": 29,
+    "connectors/k8s/slim.py:<module>": 16,
+    "connectors/k8s/slim.py:infer_kind": 22,
+    "connectors/kafka/producer.py:<module>": 26,
+    "connectors/nvml/run.py:<module>": 18,
+    "connectors/podresources/client.py:<module>": 20,
+    "connectors/podresources/run.py:<module>": 20,
+    "connectors/publish.py:Publisher": 28,
+    "connectors/run.py:<module>": 17,
+    "connectors/signals.py:<module>": 19,
+    "connectors/state.py:<module>": 30,
+    "connectors/topology/live.py:<module>": 18,
+    "connectors/topology/nvml.py:<module>": 25,
+    "connectors/xid/journal.py:<module>": 34,
+    "connectors/xid/lines.py:<module>": 16,
+    "connectors/xid/offline.py:<module>": 29,
+    "connectors/xid/reader.py:<module>": 21,
+    "connectors/xid/textlog.py:<module>": 36,
+    # a citation list of real log lines
+    "examples/build_scenario.py:starved_job": 40,
+    # click shows these as the verb's --help (golden-tested): cut them with the golden files
+    "gputriage/cli/connect.py:connect_autoscaler_command": 17,
+    "gputriage/cli/ingest.py:ingest_autoscaler_command": 19,
+}
 """``path:qualified name`` -> its length today, for docstrings not cut yet: each entry may
 not grow, and one that is cut (or gone) must leave this table."""
 

@@ -1,24 +1,15 @@
 """The faust engine against the default engine and plain aiokafka, on one topic, in one run.
 
-One embedded broker, one backlog (``--events`` generated events over ``--nodes``
-nodes, ending days ago) on the raw topics; then, ``--runs`` times, side by side:
+One embedded broker and one backlog; then, ``--runs`` times, side by side: a plain
+aiokafka consumer, one ``gputriage process`` worker (committed records/s after its first
+commit), and the same with ``--engine faust``. Each run's workers get fresh groups and
+state topics and read the whole backlog.
 
-a. **aiokafka**: a plain consumer reading and decoding every raw record
-   (:func:`bench.pipeline_bench.plain_aiokafka`);
-b. **default engine**: one ``gputriage process`` worker
-   (:func:`bench.pipeline_bench.processor_throughput`: committed records per second
-   after its first commit, start-up and group join excluded);
-c. **faust engine**: the same, with ``--engine faust``.
+Traps: the order of the two workers alternates between runs; read the range over runs,
+not one figure (2 shared cores: single figures vary by tens of percent).
+bench/README.md, design notes: faust/engine.py.
 
-Each run's workers get fresh app ids (fresh groups, fresh state topics) and read the
-whole backlog; the order of (b) and (c) alternates between runs. The ratios of each
-run are of figures measured minutes apart on the same topic and broker; the range over
-the runs is what to read (2 shared cores: single figures vary by tens of percent).
-
-Run::
-
-    .venv/bin/python -m bench.faust.engine                 # 3 runs, ~4 minutes
-    .venv/bin/python -m bench.faust.engine --events 50000 --runs 1
+    .venv/bin/python -m bench.faust.engine [--events 50000 --runs 1]
 """
 
 from __future__ import annotations

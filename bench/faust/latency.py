@@ -1,19 +1,12 @@
 """End-to-end latency through a faust agent at a steady produce rate (default 2k events/s).
 
-    .venv/bin/python bench/faust/latency.py                      # 2k/s for 20 s, best config
-    .venv/bin/python bench/faust/latency.py --rate 2000 --seconds 30 --variant best-take
+    .venv/bin/python bench/faust/latency.py [--rate 2000 --seconds 30 --variant best-take]
 
-What is measured, per record: from the moment the *input* record's produce
-future completes (broker ack, ``acks=1``, ``linger_ms=0``) to the moment the
-faust agent has the broker's ack for the *derived* record it produced for it
-(``app.producer.send`` + ``await`` of the future, before the input is acked).
-Both stamps are ``time.time()`` on the same machine. The agent also does the
-decode, the per-key state update and the changelog write of the throughput
-benchmark's best variant.
-
-The worker starts first (fresh app id, short session timeout); warm-up records
-go out every 50 ms until the agent has processed one, then the steady phase
-starts and is the only one reported.
+Per record: from the input's produce ack to the agent's ack for the record it derived
+(both ``time.time()`` on one machine); the agent does the throughput benchmark's best
+variant's work. Trap: warm-up records go out every 50 ms until the agent has processed
+one; only the steady phase after is reported.
+bench/README.md, design notes: faust/latency.py.
 """
 
 from __future__ import annotations

@@ -1,23 +1,15 @@
 """faust agent vs plain aiokafka on the same topic, in the same run, on the embedded broker.
 
-    .venv/bin/python bench/faust/throughput.py                  # 200k records, every variant
-    .venv/bin/python bench/faust/throughput.py -n 100000 -v naive,best
-    .venv/bin/python bench/faust/throughput.py -v naive --profile naive   # + py-spy
+    .venv/bin/python bench/faust/throughput.py [-n 100000] [-v naive,best] [--profile naive]
 
-Starts Tansu (memory storage) on a free port, creates a 6-partition topic,
-produces N ~250-byte JSON records keyed over 5,000 ``cluster/node`` keys, then
-reads the whole topic once per variant, each with a fresh consumer group from
-the earliest offset:
+N ~250-byte records keyed over 5,000 keys on a 6-partition topic, read once per variant
+with a fresh group: plain ``getmany`` (first and last) and each faust variant in a worker
+subprocess. Every variant does the same work per record; records/s runs from the first
+record to the N-th, so start-up is reported apart.
 
-- ``aiokafka``: plain ``AIOKafkaConsumer.getmany`` (run first and last);
-- every faust variant: a worker subprocess (``worker.py``) with a fresh app id.
-
-Every variant does the same work per record (``orjson.loads`` + a per-key
-update). records/s is measured from the first record processed to the N-th,
-so group join and start-up are excluded (and reported separately as start-up).
-Each faust worker has a deadline (``--deadline``); a late one is killed and
-reported with what it had done. Results go to stdout and
-``bench/out/faust/throughput.json``.
+Trap: each faust worker has a ``--deadline``; a late one is killed and reported with what
+it had done. Results go to stdout and ``bench/out/faust/throughput.json``.
+bench/README.md, design notes: faust/throughput.py.
 """
 
 from __future__ import annotations

@@ -1,26 +1,15 @@
 """Alert firings from a rule's expression evaluated at every rule-evaluation instant.
 
-Prometheus evaluates each rule's expression (the server does it here, through
-``query_range`` at the group's 1 m interval); what is left is the alert's state machine,
-the one part of this bench not run by Prometheus itself, done as ``rules/alerting.go``
-(``AlertingRule.Eval``) does it:
+Prometheus evaluates each expression (``query_range`` at the group's 1 m interval); the
+alert state machine is done here as ``rules/alerting.go`` does it: a new series is
+pending, firing once ``t - activeAt >= for``, ended by an evaluation that does not return
+it. Not Prometheus itself because its rule manager evaluates at the wall clock only and
+backfilling ignores alerts; ``promtool test rules`` checks this module against Prometheus
+(``tests/bench/test_promql.py``).
 
-* a series the expression returns at instant ``t`` and did not return at the evaluation
-  before becomes *pending*, ``activeAt = t``;
-* it becomes *firing* at the first evaluation ``t`` with ``t - activeAt >= for`` (``for: 0``:
-  at ``activeAt`` itself);
-* an evaluation that does not return it ends it (pending: forgotten; firing: resolved at
-  that instant). A gap of one evaluation therefore restarts ``for`` from zero.
-
-Why not Prometheus itself: its rule manager evaluates at the wall clock only, and
-``promtool tsdb create-blocks-from rules`` evaluates *recording* rules over history ("Alerts
-are currently ignored if they are in the recording rule file", prometheus/prometheus
-``docs/storage.md``, Backfilling for Recording Rules). ``promtool test rules`` does evaluate
-alerting rules over given series, ``for:`` included, but only answers pass/fail for alerts
-expected at chosen instants: the tests use it to check this module against Prometheus on a
-small stream (``tests/bench/test_promql.py``). Alert labels are the series' labels
-(``__name__`` dropped) plus the rule's; ``keep_firing_for`` is not supported (the baseline
-rules do not use it).
+Traps: a gap of one evaluation restarts ``for`` from zero; alert labels are the series'
+(``__name__`` dropped) plus the rule's; ``keep_firing_for`` is not supported.
+bench/README.md, design notes: promql/alerts.py.
 """
 
 from __future__ import annotations

@@ -1,28 +1,16 @@
 """The PromQL firings against a truth file: what the incumbent's alerts catch, late or not,
 what they miss and what they raise falsely, per incident type.
 
-Deliberately small (``gputriage score`` is the full matcher for our own incidents; this one
-does not depend on it). The rule, for a firing ``f`` of alert ``A`` and an expected incident
-``x`` (``schemas.truth.ExpectedIncident``):
+Deliberately small and independent of ``gputriage score``. A firing of alert ``A`` matches
+an expected incident when its type is one ``A`` answers, the subject agrees (pod, else
+node and GPU; a firing naming neither agrees with anything in its cluster), and it fired
+within ``[x.start, x.not_after + late]``. Delay is from ``x.start`` to the earliest match.
 
-* ``x.type`` is one of the types ``A`` answers (its ``gputriage_types`` annotation);
-* the subject agrees: when both name pods (``namespace``/``pod`` labels; ``x.pods``), ``f``'s
-  pod is one of ``x``'s; otherwise when both name a node (``node`` or dcgm-exporter's
-  ``Hostname`` label; ``x.node``), it is the same node, and the same GPU when both name
-  GPUs (dcgm-exporter's ``UUID``; ``x.gpus``); a firing naming neither (a
-  cluster-wide sum, §10) agrees with anything in its cluster, and so does an ``x`` naming
-  neither;
-* ``f`` *fired* within ``[x.start, x.not_after + late]``: an alert already firing before the
-  fault began is no detection of it (it sends no new notification). ``late`` (default
-  15 min) allows for the ``for:`` clauses and the scrape and evaluation intervals.
-
-Delay is ``f.start - x.start`` for the earliest matching firing. A firing that matches no
-``x`` of its own types is **false**; one of those that does match (same subject, same
-window) an ``x`` of another type is a **confusion**: the alert saw something, and could not
-tell what (a restart alert on a host-OOM pod, an XID alert on an application fault). The
-cluster is not matched: one run is one cluster's Prometheus. An alert that answers several
-types (the XID gauge) counts for each of them: generous to the incumbent, which cannot
-tell them apart; its confusions show where that generosity ends.
+Traps: an alert already firing before the fault began is no detection of it; a firing that
+matches an expected incident of another type is a confusion, not a hit; an alert answering
+several types counts for each (generous to the incumbent, which cannot tell them apart);
+the cluster is not matched (one run is one cluster's Prometheus).
+bench/README.md, design notes: promql/match.py.
 """
 
 from __future__ import annotations

@@ -1,31 +1,15 @@
 """The real Prometheus: ``promtool`` backfills the scraped series, ``prometheus`` serves them.
 
-Nothing here evaluates PromQL: the server does, through ``/api/v1/query_range``, and the
-rules are read back from the server (``/api/v1/rules``: each rule's expression as Prometheus
-parsed it, its ``for:`` in seconds, its labels and annotations), so the rules file is parsed
-by Prometheus too.
+Nothing here evaluates PromQL: the server does (``/api/v1/query_range``), and the rules
+are read back from it (``/api/v1/rules``), so the rules file is parsed by Prometheus too.
 
-Traps:
-
-* **Retention vs old timestamps.** Backfilled blocks are ordinary blocks: the TSDB deletes
-  those beyond ``--storage.tsdb.retention.time`` when it opens the directory (the default is
-  15 d). Prometheus measures time retention from the newest *block*, not from the wall clock
-  (``BeyondTimeRetention`` in prometheus/prometheus ``tsdb/db.go``: a block goes when the
-  newest block's end is more than the retention past its end), so a stream's age does not
-  matter but its span does, and a head written at wall-clock time would make every old block
-  deletable: :data:`RETENTION` is a century (the tests' streams start in 1970).
-* **Lookback.** No stale markers can be backfilled from text, so the server runs with
-  ``--query.lookback-delta`` just over one scrape interval
-  (:data:`bench.promql.series.LOOKBACK_SECONDS`; ``series`` says why); range functions
-  (``increase(x[15m])``) do not depend on it.
-* **Port race.** The port is found by binding port 0 and closing the socket, so another
-  process may take it; the server then exits ("address already in use") and another port
-  is tried. A server of someone else's on that port would answer ``/-/ready`` too: the
-  server is only believed once ``/api/v1/status/flags`` shows *our* storage path.
-* **Query limits.** One ``query_range`` returns at most 11,000 points per series; longer
-  spans are queried in chunks (:data:`MAX_POINTS` steps each).
-* The rule manager loads the rules file and evaluates the rules at wall-clock *now*, over
-  no data; it is loaded only so that Prometheus parses it and lists the rules.
+Traps: retention is measured from the newest block, so a stream's span matters, not its
+age (:data:`RETENTION` is a century); no stale markers can be backfilled, so the lookback
+is just over one scrape interval; the port from binding port 0 may be taken, so the server
+is believed only once ``/api/v1/status/flags`` shows our storage path; one ``query_range``
+returns at most 11,000 points per series (:data:`MAX_POINTS` chunks); the rule manager
+evaluates at wall-clock now over no data, loaded only so Prometheus lists the rules.
+bench/README.md, design notes: promql/prometheus.py.
 """
 
 from __future__ import annotations

@@ -1,33 +1,16 @@
 """Which scraped series the alerting rules can read: the rest need not be backfilled.
 
-kube-state-metrics and dcgm-exporter expose far more than the reference document's alerts
-select: ``kube_pod_info``, ``kube_pod_owner``, the status reasons, node conditions, and
-four of the five ``kube_pod_status_phase`` series of every pod (only ``phase="Pending"`` is
-queried). Writing them made the 100-node, 6 h side-by-side stream a 1.7 GB OpenMetrics file
-that ``promtool`` took ~56 s to backfill. A series that no selector of any rule matches
-cannot change any rule's result, so :func:`of_expressions` keeps exactly the series some
-selector matches, and the baseline's firings are unchanged
-(``tests/bench/test_promql_selection.py`` compares them with and without the selection).
+The exporters expose far more than the reference alerts select (a 1.7 GB OpenMetrics file
+that ``promtool`` took ~56 s to backfill). A series no selector matches cannot change a
+rule's result, so :func:`of_expressions` keeps exactly the matched series; the test
+compares the baseline's firings with and without the selection. Expressions are parsed by
+a real PromQL parser (``promql-parser``), never a regex: ``by (pod)`` names labels.
 
-The expressions are parsed by a real PromQL parser (``promql-parser``, the Rust
-``promql-parser`` crate's binding), never by a regular expression over the text: ``by
-(pod)`` and ``on(pod, namespace)`` name labels, not metrics, and a metric name inside a
-string literal is not a selector.
-
-Traps:
-
-* A selector without a metric name (``{__name__=~"kube_.*"}``), a node of the syntax
-  tree this module does not know, a function that reads series it does not name
-  (``info()``: ``target_info``), or an expression this parser rejects (Prometheus, which
-  loads the same file, is the judge of that) selects *everything*: the selection is
-  meant to be conservative, never lossy.
-* A label a series does not carry matches as the empty string, as in Prometheus
-  (``pod!=""`` does not match an idle GPU's series, which has no ``pod`` label).
-* Regex matchers are anchored (``=~"a.*"`` is ``^(?:a.*)$``). RE2 and Python's ``re`` agree
-  on the common syntax; a pattern Python cannot compile, or compiles with a warning (a
-  POSIX class such as ``[[:alpha:]]``, which ``re`` reads as a set of characters), keeps
-  every series of its metric.
-* ``or`` between matcher groups (``{a="x" or b="y"}``) selects a series any group matches.
+Traps: anything not understood (a selector without a metric name, an unknown syntax node,
+``info()``, a rejected expression, a regex Python cannot compile as RE2 would) selects
+everything: conservative, never lossy. A missing label matches as the empty string;
+regex matchers are anchored; ``or`` between matcher groups selects what any group matches.
+bench/README.md, design notes: promql/selection.py.
 """
 
 from __future__ import annotations

@@ -1,18 +1,17 @@
 """An event stream as the incumbents would have scraped it: kube-state-metrics and dcgm-exporter
 series, sampled every 30 s, written as OpenMetrics text for ``promtool`` to backfill.
 
-The incumbent stack sees only what two exporters expose at the instant Prometheus scrapes
-them, so this module replays the stream into the state each exporter holds (the API objects;
-the GPUs, their pods and the last XID) and writes it at every scrape instant: what happens
-and is undone between two scrapes is lost, as in production. Metric and label names are
-kube-state-metrics' and dcgm-exporter's own.
+The incumbent stack sees only what two exporters expose at the instant Prometheus scrapes them, so
+this module replays the stream into the state each exporter holds (the API objects; the GPUs, their
+pods and the last XID) and writes it at every scrape instant: what happens and is undone between two
+scrapes is lost, as in production. Metric and label names are kube-state-metrics' and
+dcgm-exporter's own.
 
-Traps: ``kube_pod_status_phase`` is 0 (not absent) for the other phases; a restarted
-container's terminated-reason series is gone by the next scrape; ``DCGM_FI_DEV_XID_ERRORS``
-is a last-value gauge that never resets; empty labels are omitted, as Prometheus drops them;
-text has no stale markers, so the lookback is just over one interval; cluster-scoped copies
-are skipped; MIG instances fold into their parent. Each series, with its source:
-bench/README.md, design notes.
+Traps: ``kube_pod_status_phase`` is 0 (not absent) for the other phases; a restarted container's
+terminated-reason series is gone by the next scrape; ``DCGM_FI_DEV_XID_ERRORS`` is a last-value
+gauge that never resets; empty labels are omitted, as Prometheus drops them; text has no stale
+markers, so the lookback is just over one interval; cluster-scoped copies are skipped; MIG instances
+fold into their parent. Each series, with its source: bench/README.md, design notes.
 """
 
 from __future__ import annotations

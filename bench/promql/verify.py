@@ -1,23 +1,15 @@
 """Prometheus' own rule manager as the judge of :mod:`bench.promql.alerts` (``--verify``).
 
-The one part of the baseline Prometheus does not do itself is the ``for:`` state machine over
-``query_range`` results. ``promtool test rules`` runs the real rule manager (``for:``
-included) over given series, from time 0, and checks the alerts firing at chosen
-instants. So: move the stream to 1970 (its first event within the first minute), evaluate it
-as usual, write a unit-test file whose input is every scraped sample and whose expectation,
-at every rule evaluation and for every alert, is what this bench says is firing, and let
-promtool pass or fail it.
+``promtool test rules`` runs the real rule manager over given series from time 0, so the
+stream is moved to 1970, evaluated as usual, and written as a unit-test file whose
+expectation at every evaluation is what this bench says is firing; promtool passes or
+fails it.
 
-Traps:
-
-* promtool evaluates with the default 5 m lookback and has no flag for it, so the
-  verification run's server uses 5 m too (:data:`PROMTOOL_LOOKBACK`); its firings can
-  differ from the main run's where a series vanishes (a deleted pod lingers 5 m). It checks
-  the state machine, not the lookback.
-* Moved to 1970, ``time()`` is small: the reference's §7.4 as written (``time() - 0`` for a
-  running pod) fires only after 600 s there. Both sides see the same, so they still agree.
-* The unit-test file holds every sample as text: meant for simulated streams (thousands of
-  series over hours), not for the 1M-event bench stream.
+Traps: promtool's lookback is a fixed 5 m, so the verification server uses it too
+(:data:`PROMTOOL_LOOKBACK`) and checks the state machine, not the lookback; in 1970
+``time()`` is small, which both sides see alike; the file holds every sample as text:
+simulated streams only, not the 1M-event stream.
+bench/README.md, design notes: promql/verify.py.
 """
 
 from __future__ import annotations

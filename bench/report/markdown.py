@@ -1,20 +1,12 @@
 """``bench/REPORT.md`` from the steps' JSON results: one section per benchmark, always.
 
-Every section is written whether or not its step ran: a step that was not run (``--only``
-/ ``--skip``) or failed says so, with the command to run it and, for a failure, the tail
-of its log, so a reader never mistakes a missing figure for a good one. The figures are
-drawn here too (:mod:`bench.report.figures`), each with its provenance caption below it.
+Trap: every section is written whether or not its step ran: one not run or failed says so,
+with the command to run it (and a failure's log tail), so a reader never mistakes a
+missing figure for a good one. Figures are drawn here too, each with its provenance.
 
-"Detection quality" is a seam for later steps (``gputriage score``, the PromQL baseline):
-every ``*.json`` under the quality directory (``bench/out/quality/``) becomes a
-subsection, in file-name order. Its shape::
-
-    {"title": "...",                 # the subsection's heading (required)
-     "command": "...",               # what produced it (required: stated under the title)
-     "markdown": "...",              # optional: included verbatim (tables, notes)
-     "metrics": {"name": value}}     # optional: a two-column table
-
-Without any, the section says "not run" and how to fill it.
+"Detection quality" is a seam: every ``*.json`` under ``bench/out/quality/`` becomes a
+subsection (``title``, ``command``, optional ``markdown`` and ``metrics``), in file-name
+order. bench/README.md, design notes: report/markdown.py.
 """
 
 from __future__ import annotations

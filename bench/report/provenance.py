@@ -1,21 +1,13 @@
 """Where a report's figures come from: the machine, the commit, the command, the load.
 
-Every figure and table of the report names these (these machines are shared
-and noisy, so a figure without its machine and commit cannot be compared with anything).
+Every figure and table names these: these machines are shared and noisy, so a figure
+without its machine and commit cannot be compared with anything.
 
-Traps:
-
-- ``platform.processor()`` is empty on most Linux systems: the CPU model is read from
-  ``/proc/cpuinfo`` (``model name``), falling back to ``platform.machine()``.
-- Cores: ``os.cpu_count()`` is the machine's; ``os.sched_getaffinity`` what this process
-  may use (a container's cpuset); both are stated.
-- The dirty flag ignores the report's own outputs (``bench/REPORT.md``,
-  ``bench/figures/``): once a report is committed, the run that regenerates it would
-  otherwise call every later tree dirty. It is read when the run *starts*, before
-  anything is written, and untracked files do not count (``bench/out/`` is ignored;
-  a new untracked module is the one case this misses, which is said in the report).
-- The load average at the start and at the end: a 1-minute load above the core count
-  means the figures were shared with something else.
+Traps: ``platform.processor()`` is empty on most Linux (read ``/proc/cpuinfo``); both the
+machine's and this process's usable cores are stated; the dirty flag ignores the report's
+own outputs, is read at the start, and ignores untracked files (a new untracked module is
+the case it misses, said in the report); a 1-minute load above the core count at start or
+end means the figures were shared. bench/README.md, design notes: report/provenance.py.
 """
 
 from __future__ import annotations

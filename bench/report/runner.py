@@ -1,25 +1,15 @@
 """``python -m bench.report`` (``make bench``): run every benchmark, write the report.
 
-Runs the steps of :mod:`bench.report.steps` one after another (never a timed step beside
-another: they would measure each other; the untimed ones, whose figures are bytes, counts
-and event-time delays, together on the two cores: ``steps.batches``), keeps each one's
-JSON under ``--raw-dir`` (``bench/out/report/``, git-ignored), then writes ``--report``
-(``bench/REPORT.md``) and its figures (``bench/figures/*.png``, beside the report). A
-progress bar on stderr (when it is a terminal) advances by each step's estimated seconds
-and shows the running bench's last log line; each finished step and the total elapsed
-time are printed.
+Runs the steps of :mod:`bench.report.steps` (never a timed step beside another; the
+untimed ones together, ``steps.batches``), keeps each JSON under ``--raw-dir``, then
+writes ``--report`` and its figures, with a progress bar on stderr. Exit status: 0 when
+every step gave a result, 1 when one failed (the report is written anyway), 2 for a usage
+mistake.
 
-Exit status: 0 when every step that ran gave a result, 1 when one failed (the report is
-written anyway, saying which and why), 2 for a usage mistake.
-
-Traps:
-
-- A run starts by deleting the last run's raw results: a report mixing two runs (two
-  commits, two machines' loads) would caption each figure wrongly. ``--render-only``
-  redraws from them instead, measuring nothing.
-- The default sizes are meant to finish well under 15 minutes on a quiet 2-core machine
-  (the steps' estimates add up to ~15 min at most, most steps finish early); the
-  elapsed time is printed and written, and a default run over 15 minutes says so.
+Traps: a run first deletes the last run's raw results (a report mixing two runs would
+caption figures wrongly; ``--render-only`` redraws instead); the default sizes aim well
+under 15 minutes on a quiet 2-core machine, and a longer default run says so.
+bench/README.md, design notes: report/runner.py.
 """
 
 from __future__ import annotations

@@ -1,32 +1,16 @@
 """The benchmarks the report runs, at which sizes, and how one is run and recorded.
 
-Each step is one bench module run as ``python -m MODULE ARGS --json`` in a subprocess
-of its own, its JSON on stdout kept as the step's result (the report never re-measures
-what a bench measures: it only chooses sizes and renders). Subprocesses because the
-benches pin themselves to one CPU, ``gc.freeze()`` their input and start brokers and
-workers: none of that may leak into the next one, and RSS (memory_scale) only grows.
+Each step is one bench module run as ``python -m MODULE ARGS --json`` in a subprocess of
+its own (benches pin CPUs, freeze their input, start brokers, and RSS only grows: none of
+that may leak); its JSON is the result, never re-measured. ``default`` sizes keep the
+whole run under 15 minutes on a quiet 2-core machine (the estimates are a fresh clone's
+measured times); ``quick`` is a few seconds per step and its figures mean nothing.
 
-Sizes: ``default`` is the report's (the whole run under 15 minutes on a quiet 2-core
-machine; the estimates below are each step's measured time, rounded up). The first full
-run (2026-12-02, three repeats of the core and replay benches, two latency runs per
-load, 200 records per node in the memory scan) took 18 min 16 s: those are one repeat,
-one run and 100 records per node now, since a figure's range over runs belongs in the
-notes of several ``make bench`` runs, not in one report. The 2026-12-03 fresh clone took
-15 min 41 s, then 11 min 53 s once the PromQL baseline backfilled only the series its
-rules select, memory and quality ran side by side, and the autoscaler parsed 400k lines;
-the estimates are that run's times (fresh: every stream generated into the cache).
-``quick`` is a few seconds per step, for development and the test, and its figures mean
-nothing.
-
-Steps run one at a time, except the *untimed* ones (:attr:`Step.timed`: memory and
-quality, whose figures are bytes, counts and event-time delays), which run together, one
-per core (:func:`batches`): that saves the shorter one's ~3 minutes, and moves none of
-their figures.
-
-A bench's stderr (its progress lines) goes to ``<raw dir>/<step>.log`` and its last line
-to the progress bar; a step that exits non-zero without JSON, or runs past its limit
-(``LIMIT_FACTOR`` x its estimate + ``LIMIT_SLACK_S``), is recorded as failed with the
-tail of that log, and the report goes on with the next one.
+Steps run one at a time, except the untimed ones (:attr:`Step.timed`), which run together
+(:func:`batches`). Trap: a step that exits non-zero without JSON, or runs past
+``LIMIT_FACTOR`` x its estimate + ``LIMIT_SLACK_S``, is recorded as failed with the tail of
+its log (``<raw dir>/<step>.log``), and the report goes on.
+bench/README.md, design notes: report/steps.py.
 """
 
 from __future__ import annotations

@@ -1,27 +1,16 @@
 """The ``gputriage`` command line: the root group and the error policy; one module per verb.
 
-Click runs with ``standalone_mode=False`` so that this module, not click, decides
-what a failure looks like. The rule: a user mistake (an unknown option, a
-missing file, a bad configuration value) is ONE line on stderr,
-``gputriage: error: <message>`` (:func:`gputriage.errors.error`, the one
-printer), and exit status 2 -- never a traceback and never a screenful of
-usage. Exit status 1 means the command ran but found a problem (bad input
-lines, drifted schema documents, Kafka unreachable, a state file that cannot
-be written, output that cannot be written); 130 means interrupted
-(:mod:`gputriage.errors` declares the three).
+Click runs with ``standalone_mode=False`` so that this module decides what a failure looks
+like: a user mistake is ONE line on stderr, ``gputriage: error: <message>``
+(:func:`gputriage.errors.error`), and status 2, never a traceback or a screen of usage;
+status 1 means the command ran but found a problem; 130 means interrupted. Each verb's
+module builds one options value and calls one ``run_*`` that returns the status.
 
-Each verb lives in its own module (:mod:`gputriage.cli.replay`, ``tail``,
-``process``, ``demo``, ``schemas``, ``ingest``, ``connect``, ``simulate``, ``score``): it
-builds ONE
-options value from its arguments over the settings and calls ONE ``run_*``
-that returns the exit status.
-
-Trap: click's own ``main`` calls ``sys.exit`` on a broken pipe even in
-non-standalone mode, and Python prints an ``Exception ignored`` message if
-stdout is closed at exit; :func:`main` handles both so ``gputriage replay ... |
-head`` stays quiet. A write that fails otherwise (``> /dev/full``: ENOSPC) is an
-``OSError`` from deep inside a command, or from the last flush: both are one
+Trap: click's ``main`` calls ``sys.exit`` on a broken pipe even in non-standalone mode,
+and Python prints ``Exception ignored`` if stdout is closed at exit: :func:`main` handles
+both (``gputriage replay ... | head`` stays quiet); a failed write (``> /dev/full``) is one
 line, ``write error: No space left on device``, and status 1.
+docs/development.md, design notes: the command line's error policy.
 """
 
 from __future__ import annotations

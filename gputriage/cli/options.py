@@ -1,22 +1,16 @@
 """Click options generated from a settings struct: each setting is declared once, in its owner.
 
-:func:`settings_options` turns every field of a frozen msgspec settings struct into
-one option: ``--`` + the field name with ``_`` -> ``-``; the help is the field's
-``Meta(description=...)``; numbers get the ``Meta`` range; a ``Literal`` is a choice;
-a tuple is repeatable; a ``bool`` defaulting to False is a flag, one defaulting to True
-a ``--x/--no-x`` pair. ``Meta(extra=...)`` carries what only the command line needs
-(:mod:`connectors.settings` lists the keys). :func:`lay_over` then lays the options
-that were given over the command's settings table: the command line wins.
+:func:`settings_options` turns every field of a frozen msgspec settings struct into one
+option: ``--`` + the field name with ``_`` -> ``-``, help from ``Meta(description=...)``,
+the ``Meta`` range, a ``Literal`` as a choice, a tuple repeatable, a ``bool`` a flag (or a
+``--x/--no-x`` pair when it defaults to True); ``Meta(extra=...)`` carries what only the
+command line needs. :func:`lay_over` lays the given options over the settings table.
 
-Traps:
-
-* Every option defaults to ``None`` ("not given"), so a value from the file or the
-  environment is not overwritten by a default; the default *shown* is the struct's.
-* A ``required`` field is not required to click (the settings may supply it): the
-  check runs in :func:`lay_over`, with click's "Missing option" wording.
-* A flag can only be given (``--once``), never given "off": a table that sets it is
-  overridden only by a ``--x/--no-x`` pair, so a field meant to be turned off from the
-  command line must default to True.
+Traps: every option defaults to ``None`` (a file or environment value is not overwritten;
+the default shown is the struct's); a ``required`` field is checked in :func:`lay_over`,
+not by click; a flag can only be given, never "off", so a field meant to be turned off
+from the command line must default to True.
+docs/configuration.md, design notes: the generated options.
 """
 
 from __future__ import annotations

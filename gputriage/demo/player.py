@@ -1,22 +1,15 @@
 """A simulated cluster: a recorded scenario played back live, at a chosen speed.
 
-This is the demo's source. Each event is re-timed so the scenario's first event
-happens "now" and the rest follow at ``speed`` times real pace; *every*
-timestamp in the event (a termination's ``finished_at`` too) goes through the
-same mapping, so intervals inside the scenario keep their proportions.
+The demo's source: each event is re-timed so the scenario's first event happens "now" and
+the rest follow at ``speed`` times real pace, every timestamp in it (``finished_at``
+too) through the same mapping.
 
-Traps:
-
-* At 30x, five minutes of scenario time are ten seconds of event time, so
-  the core's windows must shrink by the same factor (:func:`scaled_core_settings`)
-  or no ``gpu_degraded`` (5 min) would ever fire. The demo does that; a real
-  deployment never re-times events.
-* **The player is a source like any connector** (:class:`ScenarioSource`, published
-  by :class:`connectors.publish.Publisher`): its records carry its progress and it
-  heartbeats, because the processor's watermark follows the sources. Between
-  events it reports idle batches (it is caught up: its clock is the present), and
-  after the last one it stays on, idle, so the scenario's last windows close on the
-  simulated clock instead of waiting for the source to age out.
+Traps: at 30x the core's windows must shrink by the same factor
+(:func:`scaled_core_settings`) or no 5-minute rule would fire (a real deployment never
+re-times events); the player is a source like any connector (:class:`ScenarioSource`):
+its records carry progress and it heartbeats, reports idle between events, and stays on
+after the last one so the last windows close on the simulated clock.
+docs/development.md, design notes: the scenario player.
 """
 
 from __future__ import annotations

@@ -1,19 +1,14 @@
 """``gputriage demo``: the whole live pipeline on one machine, on a simulated cluster.
 
-1. Starts the embedded Kafka-compatible broker (Tansu, memory storage, loopback)
-   unless ``kafka.brokers`` is configured.
-2. Creates the topics and starts one processor worker (``gputriage process``,
-   a child process that dies with this one).
-3. Plays the packaged scenario (``examples/scenario.jsonl``) into the raw topics
-   at ``--speed`` times real pace (default 30x: its 45 minutes in about 90 s),
-   with the core's windows scaled by the same factor (see :mod:`gputriage.demo.player`).
-4. Prints every incident revision as the worker publishes it, read back from the
-   incident topic like any downstream consumer would.
+Starts the embedded broker (unless ``kafka.brokers`` is set), creates the topics, starts
+one processor worker (a child that dies with this one), plays the packaged scenario at
+``--speed`` (30x: 45 minutes in ~90 s, windows scaled alike, :mod:`gputriage.demo.player`)
+and prints every incident revision read back from the incident topic.
 
-It stops by itself once the scenario has played and the incident topic has been
-quiet for ``--linger-seconds`` (or runs on with ``--follow``); Ctrl-C stops it at
-any time. Every task is supervised: if the worker or the feeder dies, the demo
-says so and exits 1; the worker and the broker are always stopped.
+It stops once the scenario has played and the incident topic has been quiet for
+``--linger-seconds`` (or not, with ``--follow``). Trap: every task is supervised: if the
+worker or the feeder dies the demo says so and exits 1; worker and broker always stop.
+docs/development.md, design notes: ``gputriage demo``.
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
 """Per-type precision, recall and detection delay, and the confusion table, of a matching.
 
-Definitions (what ``gputriage score`` prints):
-
-* ``tp``: truths of the type matched by an incident; ``fn``: truths of the type left
-  unmatched; ``fp``: incidents of the type that matched no truth. A truth reported as
-  another type (confusion) is an ``fn`` of its type *and* an ``fp`` of the other.
-* ``precision = tp / (tp + fp)``, ``null`` when the core raised no incident of the type;
-  ``recall = tp / (tp + fn)``, ``null`` when the truth expects none. ``null``, not 1.0:
-  "nothing to be right about" is not a perfect score, and a reader (or ``jq``) must be
-  able to tell the two apart. The other figure still speaks (a type with truths and no
-  incidents has recall 0).
-* delays: first publication minus the truth's ``start``, over the type's ``tp`` pairs,
-  in seconds; p50/p95 by the nearest-rank method (:func:`percentile`), so each is a
-  delay that was measured, not an interpolation; ``null`` with no ``tp``.
-* the confusion table: ``{truth type or "none": {incident type or "none": count}}``.
-  The diagonal is ``tp``; ``[T]["none"]`` counts truths of ``T`` nothing was reported
-  for; ``[T][U]`` truths of ``T`` reported as ``U`` (:func:`~gputriage.scoring.matching.
-  same_subject`); ``["none"][U]`` incidents of ``U`` with no truth at all. Cells that
-  are 0 are left out, and so are rows with no cell.
-
+``tp``, ``fn`` and ``fp`` per type (a confusion is an ``fn`` of its type and an ``fp`` of
+the other); delays from the truth's ``start`` to the first publication, p50/p95 by nearest
+rank (:func:`percentile`: a delay that was measured, not an interpolation); the confusion
+table ``{truth type or "none": {incident type or "none": count}}`` without zero cells.
 Types that neither file names are left out; every table is ordered by type name.
+
+Trap: precision with no incident, or recall with no truth, is ``null``, not 1.0: "nothing
+to be right about" is not a perfect score, and a reader (or ``jq``) must tell them apart.
+docs/replay.md, design notes: the scoring metrics.
 """
 
 from __future__ import annotations

@@ -1,23 +1,12 @@
 """How a score is shown: a kubectl-like table (people) or one JSON object (CI, ``jq``).
 
-The JSON object (``-o json``), one line, keys in this order::
+The JSON object (``-o json``) is one line with ``types``, ``confusion``, ``misses``,
+``false_positives`` and ``excused`` (incidents that matched only an optional truth,
+counted neither way); its shape is in docs/replay.md, design notes: the score's output.
+:mod:`gputriage.scoring.metrics` defines each figure.
 
-    {"types": {TYPE: {"precision": 0.5 | null, "recall": 1.0 | null,
-                      "delay_p50_s": 12.0 | null, "delay_p95_s": 30.0 | null,
-                      "tp": 1, "fp": 1, "fn": 0}},
-     "confusion": {TRUTH_TYPE | "none": {INCIDENT_TYPE | "none": COUNT}},
-     "misses": [{"id", "fault", "type", "cluster", "node", "start",
-                 "reported_as": INCIDENT_ID | null, "reported_type": TYPE | null}],
-     "false_positives": [{"id", "type", "cluster", "node", "first_seen",
-                          "truth": TRUTH_ID | null}],
-     "excused": [{"id", "type", "cluster", "node", "first_seen", "truth": TRUTH_ID}]}
-
-"excused": incidents that matched only an optional truth (one due where the stream
-ends, :attr:`schemas.truth.ExpectedIncident.optional`), counted neither way.
-
-(:mod:`gputriage.scoring.metrics` defines each figure.) The lists are complete in JSON;
-the table lists at most :data:`MAX_ROWS` of each, since a long simulation can miss
-thousands and a terminal is for the first few. Times are RFC 3339 UTC
+Traps: the lists are complete in JSON, but the table lists at most :data:`MAX_ROWS` of
+each (a long simulation can miss thousands); times are RFC 3339 UTC
 (:func:`gputriage.render.format_time`), as everywhere in the CLI.
 """
 

@@ -1,31 +1,16 @@
 """The simulated autoscaler: its node groups and its records, as the connectors make them.
 
-Records are never built here: a cluster-autoscaler log line (klog) or a Karpenter JSON
-line is written as the autoscaler writes it and read by the autoscaler connector's own
-parser (:func:`connectors.autoscaler.lines.parse_line`, what ``connect autoscaler`` and
-``ingest autoscaler`` run), and an autoscaler Kubernetes Event (``TriggeredScaleUp``,
-``NotTriggerScaleUp``) becomes both the ``k8s_event.v1`` the k8s connector publishes and
-the ``autoscaler.v1`` its ``derive`` hook adds
-(:func:`connectors.autoscaler.kube_events.derive`). So the stream holds what the
-connectors would publish, and a parser change shows in the stream.
+Records are never built here: a cluster-autoscaler klog line or a Karpenter JSON line is
+written as the autoscaler writes it and read by the connector's own parser
+(:func:`connectors.autoscaler.lines.parse_line`), and an autoscaler Kubernetes Event
+becomes both its ``k8s_event.v1`` and the ``autoscaler.v1`` its ``derive`` hook adds. So the
+stream holds what the connectors would publish, and a parser change shows in it. The
+lines follow real ones (cited in ``tests/data/autoscaler/SOURCES.md``); the timings follow
+the cluster-autoscaler FAQ (10 s scan, 5 min back-off doubling to 30 min).
 
-The lines follow real ones quoted in ``tests/data/autoscaler`` (its SOURCES.md) and in
-``examples/build_scenario.py`` (``starved_job``): ``Pod ns/x is unschedulable``
-(klogx.go:87), ``Final scale-up plan: [{G a->b (max: m)}]``, ``Scale-up: setting group G
-size to N`` (executor.go:147), ``ASG G scaling failed with description: ...``
-(auto_scaling_groups.go:555; AWS's ``Could not launch ... Instances. <Code> - <text>``
-shape, kubernetes/autoscaler#3241), ``Disabling scale-up for node group G until T``
-(clusterstate.go), ``Node group G is not ready for scaleup - backoff`` (orchestrator.go),
-and Karpenter's ``failed launching nodeclaim`` (``karpenter.jsonl`` L7).
-
-Timing facts (cluster-autoscaler FAQ, kubernetes/autoscaler
-cluster-autoscaler/FAQ.md): the main loop runs every ``--scan-interval`` (10 s by
-default); a node group whose scale-up failed is backed off for
-``--initial-node-group-backoff-duration`` (5 min), doubling up to
-``--max-node-group-backoff-duration`` (30 min).
-
-Trap: a line that states no fact (the parser returns nothing) is a bug in the story,
-so :func:`klog_records` raises instead of emitting nothing.
+Trap: a line that states no fact (the parser returns nothing) is a bug in the story, so
+:func:`klog_records` raises instead of emitting nothing.
+docs/replay.md, design notes: the simulated autoscaler.
 """
 
 from __future__ import annotations

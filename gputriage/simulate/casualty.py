@@ -1,27 +1,16 @@
 """Which crash the domain calls a GPU fault's casualty, whatever made it in the simulator.
 
-A scenario knows why a pod crashed: a random application crash, a crash loop, the GPU's
-fault. The core does not, and must not: the eviction chain (docs/detection.md) is "a
-fatal XID ... followed (within 10 min) by GPU pods on that node failing", and "a pod joins a
-device chain only if it ran on the affected GPU or its failure says device". So a pod
-that holds a GPU which logged a fatal XID, and whose container exits non-zero within
-the chain's window after one of that fault's lines, *is* that fault's casualty to an
-on-call engineer and to the core (a GPU with a double-bit ECC error or a hung GSP kills
-the CUDA process on it; an NCCL watchdog on its peers fires minutes later). The truth is
-the domain's rule applied to what was emitted (:mod:`gputriage.simulate.truth`), so such
-a crash makes the fault a ``device_unhealthy_eviction`` instead of its ``gpu_degraded``
-ticket, whichever scenario drew it (seen in a simulated fleet: three faults whose bound pod
-happened to crash, or crash-loop, 10 s to 4 min after the XID, scored as misses of
-the ticket and false pages). While the chain holds the pod, its crashes are the chain's,
-not a ``suspected_cuda_oom`` loop (the core's ``holds_pod``).
+A scenario knows why a pod crashed; the core does not and must not. By the domain's rule
+("a pod joins a device chain only if it ran on the affected GPU or its failure says
+device"), a pod holding a GPU that logged a fatal XID, whose container exits non-zero
+within the chain's window after one of the fault's lines, is that fault's casualty, so the
+fault is a ``device_unhealthy_eviction``, whichever scenario drew the crash; while the
+chain holds the pod its crashes are not a ``suspected_cuda_oom`` loop.
 
-The exceptions are the domain's, as the core states them (``streams/core/rules/chain.py``):
-a crash whose last words are the workload's (``CUDA out of memory``, or a message with no
-GPU word in it: ``ValueError: checkpoint shard ...``), a signal (137, 143: killed from
-outside), an ``OOMKilled``, and a crash right after an application XID on the pod's own
-GPU (its kernel faulted) unless the fatal line is as near. Trap: the numbers are the
-domain's defaults (docs/detection.md), not imported from the core's configuration, as in
-:mod:`gputriage.simulate.truth`.
+Exceptions, as the core states them: the workload's own last words, a signal (137, 143),
+an ``OOMKilled``, a crash right after an application XID on its own GPU. Trap: the numbers
+are the domain's defaults, not imported from the core's configuration.
+docs/replay.md, design notes: the casualty rule.
 """
 
 from __future__ import annotations

@@ -1,38 +1,16 @@
 """Ground truth for the cluster-scoped autoscaler types: ``scale_up_failure`` and
 ``gpu_pods_starved`` (docs/detection.md), counted at the end from what was emitted.
 
-Why counted, not told by the scenario: a pending GPU pod that waits on anything (a
-replacement pod waiting for a GPU reset, a Job the autoscaler cannot grow a group for)
-is starved by the rule as soon as it has pended 10 min while some GPU node group failed
-3 times, whichever story made it pend. So the recorder keeps what every scenario
-emitted (pending GPU pods, their ``Unschedulable`` word, the autoscaler records that tie
-a pod to a group, the records that say a scale-up failed) and applies the rule to it.
-
-The rule (docs/detection.md, cluster-scoped types; the numbers are the documented defaults, not
-imported from ``streams/core/config.py``, see :mod:`gputriage.simulate.truth`):
-
-* **an attempt** is a failure record of a group (``scale_up_failed``,
-  ``scale_up_timeout``, ``max_size_reached``, or a ``backoff`` that names a cause) at
-  least 60 s after the group's previous attempt: one failure is logged as several lines;
-* ``scale_up_failure``: one per GPU node group from its first failure record, closed
-  after 30 min without a new one (a later failure is a new incident);
-* ``gpu_pods_starved``: one per owner from the first moment one of its pods has been
-  pending *and* called unschedulable (condition or ``FailedScheduling``) for 10 min
-  (counted from its ``creationTimestamp``) while a matching group has had >= 3 attempts
-  within the hour; a pod tied to a group (``TriggeredScaleUp``, a plan naming it) is
-  matched by its own groups only, an untied one by every failing GPU node group (the
-  simulator never says that no group can fit a pod, nor mixes MIG and whole-GPU pods:
-  the core's narrower match, ``streams.core.rules.starved``, then agrees). Open
-  until none of the owner's pods pends. Its ``first_seen`` is its earliest evidence:
-  the earliest creation time among the pods starving when it opens, or one of the
-  failure lines that made it (the groups' recent lines are its evidence), so the window
-  runs from the earliest failure line of the hour to that creation time. A group that
-  starts failing while it is open joins it (its ``node_groups`` only grow) with its
-  recent lines: they widen the window back too.
+Counted, not told by the scenario: any pending GPU pod is starved by the rule once it has
+pended 10 min while some GPU node group failed 3 times, whichever story made it pend. So
+the recorder keeps what every scenario emitted and applies the rule (an attempt is a
+group's failure record >= 60 s after its previous one; one ``scale_up_failure`` per group,
+closed after 30 min quiet; one ``gpu_pods_starved`` per owner), with the documented
+defaults, not imported from the core.
 
 Trap: the records are the connector's own parse of the lines (``connectors.autoscaler``),
-so a failure is whatever the parser says it is; the recorder reads ``action`` and
-``reason`` of the records, never the text.
+so the recorder reads ``action`` and ``reason``, never the text.
+docs/replay.md, design notes: the cluster-scoped truth.
 """
 
 from __future__ import annotations

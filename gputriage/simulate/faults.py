@@ -1,36 +1,15 @@
 """The injected faults, each with the ground truth the domain gives it (docs/detection.md).
 
-Every scenario here tells one fault's chain of events with real delays and tells
+Every scenario tells one fault's chain of events with real delays and tells
 :class:`gputriage.simulate.truth.TruthRecorder` what incident it must give, by the
-domain's rule applied to what it emitted:
+domain's rule applied to what it emitted: ``host_oom``, ``crash_loop``, ``app_xid``,
+``fatal_xid``, ``flaky_gpu``, ``not_ready``, ``allocatable_drop``, ``exporter_outage`` and
+``scale_up`` (:mod:`.scaling`).
 
-=====================  ===============================================================
-``host_oom``           node ``OOMKilling`` + container ``OOMKilled`` exit 137:
-                       ``host_oom_kill``
-``crash_loop``         a GPU container exits 1 again and again with back-off (half the
-                       time with a ``CUDA out of memory`` termination message):
-                       ``suspected_cuda_oom`` only if > 3 restarts fall within 15 min
-                       (counted by the recorder from the restarts emitted)
-``app_xid``            XID 13/31/43 (sometimes a 45 after it) on a GPU bound to a pod:
-                       ``gpu_app_fault``
-``fatal_xid``          a fatal XID, usually the device plugin's allocatable drop, and the
-                       GPU's pod failing: ``device_unhealthy_eviction``; when no pod
-                       fails (no pod on the GPU, or it survives), the GPU still needs an
-                       intervention: ``gpu_degraded`` (the domain's rule: a fatal XID
-                       with no pod failure still raises a ticket)
-``flaky_gpu``          one fatal code on one GPU again and again: ``gpu_degraded`` at
-                       once, ``xid_repeat`` at the fifth episode (counted by the recorder)
-``not_ready``          a node with running GPU pods goes NotReady/Unknown:
-                       ``gpu_node_not_ready`` when it lasts past the 2 min grace or a pod
-                       is lost meanwhile (a shorter blip is noise and writes nothing)
-``allocatable_drop``   allocatable 8 -> 7 with no XID: ``gpu_degraded`` when it lasts
-                       more than 5 min (a shorter drop writes nothing)
-``exporter_outage``    dcgm-exporter loses the pod mapping on a full node (8 GPUs held,
-                       none bound): ``allocation_mismatch`` past 5 min
-``scale_up``           a GPU node group the autoscaler cannot grow (quota or zone
-                       capacity) while a Job's pods pend: ``scale_up_failure``, and
-                       ``gpu_pods_starved`` by the third attempt (:mod:`.scaling`)
-=====================  ===============================================================
+Traps: a fault's truth follows what was emitted, not what was meant (a crash loop that never
+reaches 4 restarts in 15 min, a NotReady blip under 2 min or an allocatable drop under
+5 min gives nothing; a fatal XID with no pod failure is ``gpu_degraded``).
+docs/replay.md, design notes: the injected faults (the table of faults and truths).
 """
 
 from __future__ import annotations
@@ -516,19 +495,12 @@ class Simulator(Scaling):
     def _not_ready(self) -> Step:
         """A node goes NotReady and comes back; past the toleration its pods are evicted.
 
-        Timings are Kubernetes' defaults: a kubelet that stops posting (``Unknown``) is
-        marked by the node lifecycle controller after ``--node-monitor-grace-period``
-        (40 s, 50 s in recent releases: kube-controller-manager's reference and
-        kubernetes/kubernetes#127352; the kubelet posts every 10 s,
-        ``nodeStatusUpdateFrequency``), while a kubelet that reports a problem itself
-        (``False``, "PLEG is not healthy") does so at once. The controller taints the
-        node ``node.kubernetes.io/unreachable`` or ``not-ready`` ``NoExecute``, and the
-        DefaultTolerationSeconds admission plugin gives every pod 300 s of toleration
-        (``--default-unreachable-toleration-seconds``, ``--default-not-ready-toleration-
-        seconds``), after which the taint eviction controller marks them for deletion
-        (a ``TaintManagerEviction`` Event, "Marking for deletion Pod ns/name") and their
-        controllers create replacements. On an unreachable node the pods stay
-        terminating until the kubelet is back and deletes them.
+        Timings are Kubernetes' defaults: ``Unknown`` after the node monitor grace period (40 s,
+        50 s in recent releases), ``False`` at once when the kubelet reports it; the ``NoExecute``
+        taint gives every pod 300 s of toleration, then a ``TaintManagerEviction`` marks them for
+        deletion and their controllers create replacements. Trap: on an unreachable node the pods
+        stay terminating until the kubelet is back.
+        docs/replay.md, design notes: `Simulator._not_ready` (the sources).
         """
         node = self._pick_node()
         if node is None:

@@ -1,32 +1,17 @@
 """The simulated fleet, its record builders and the event loop.
 
-How it works: background draws, one per time slot (slots are evenly spread over
-``hours``): a routine update or the start of a new *scenario* (a generator that
-yields events and delays: "fatal XID, 20 s later allocatable drops, then the pod on
-that GPU fails..."). A scenario's events are emitted at their own due times, between
-the slots, so a story keeps its timings (a toleration of 300 s is 300 s) however many
-stories run at once; records that share one moment (a scrape's bindings, a burst of
-evictions, an Event and the record the connector derives from it) follow each other
-with nothing in between (:meth:`Fleet._burst`). Event times get a small jitter
-(``jitter`` seconds, far below the core's grace period). With ``exact_count`` (the
-benchmarks) the stream stops at ``events`` records, a little before ``hours``.
+Background draws, one per time slot: a routine update or the start of a scenario (a
+generator of events and delays), whose events are emitted at their own due times so a
+story keeps its timings however many run at once; records of one moment follow each other
+(:meth:`Fleet._burst`). The builders of :mod:`gputriage.demo.events` make most records;
+the three hot ones (pod, node, binding updates, ~96 % of the stream) are built here from
+the struct, since the shared builders cost too much at this volume: keep them in step by
+hand.
 
-Records and :mod:`gputriage.demo.events`: the builders shared with the tests and
-the demo scenario make this stream's Kubernetes events, XIDs, container statuses,
-terminations and ``Ready`` conditions, and give it the GPU resource name, a pod's
-GPU request and a GPU's device name. The three hot records (pod, node and GPU
-binding updates: about 96 % of the stream) are still built here, straight from the
-struct, because the shared builders cost too much at this volume: a keyword
-wrapper doubles a ``PodEvent``'s construction time, and the binding builder's
-bus-id check (a regex) made the whole generator ~5 % slower; so they reuse cached
-per-count resource dicts and conditions instead, and must be kept in step with the
-shared builders by hand.
-
-Traps, all about the bytes being a function of the seed: keep every rng draw in the
-order it had (compute arguments into locals rather than reorder a call); keep ids and
-the start time as they are (they are this stream's own scheme, part of its cached file
-names); never draw from the rng to write ground truth (:class:`TruthRecorder` only
-watches); bump :data:`gputriage.simulate.spec.GENERATOR_VERSION` if the bytes change.
+Traps, all about the bytes being a function of the seed: keep every rng draw in its order;
+keep ids and the start time (part of cached file names); never draw to write ground truth;
+bump :data:`gputriage.simulate.spec.GENERATOR_VERSION` if the bytes change.
+docs/replay.md, design notes: the simulated fleet.
 """
 
 from __future__ import annotations

@@ -1,23 +1,14 @@
 """Ground truth for ``multi_gpu_pod_without_nvlink``: watched, pod by pod, on PCIe-only nodes.
 
-The fault ``multi_gpu_no_nvlink`` is the fleet itself: some nodes are PCIe-only boxes
-(:data:`gputriage.simulate.catalogue.PCIE_PRODUCT`, their share scaled by the fault's
-rate), and the default scheduler, which does not read the topology (reference §4.3),
-places multi-GPU pods on them as on any node. Every such pod is a pod without NVLink,
-by the domain's rule: a Running pod holding more than one GPU, none of them NVLink-joined.
-So the truth is not injected but watched, from the records the fleet emits (no rng
-draw: the stream is the same with or without it):
-
-* a multi-GPU pod on a PCIe-only node becomes *Running* (its first Running record), and
-* the bindings dcgm-exporter reported name it on every GPU it holds (the core judges
-  once the bindings cover the request);
-
-when both hold, one expectation for the pod (its uid: a replacement is another pod, and
-another incident), ``first_seen`` between the two moments. The topology itself is in the
-stream's opening snapshot (``Fleet._snapshot``), before any pod.
+The fault is the fleet itself: some nodes are PCIe-only boxes, and the default scheduler,
+which does not read the topology, places multi-GPU pods there. So the truth is watched, not
+injected (no rng draw): when a multi-GPU pod on a PCIe-only node is Running and the
+bindings name it on every GPU it holds, one expectation for the pod (its uid),
+``first_seen`` between the two moments.
 
 Trap: a pod whose own records say it failed or is being deleted before its bindings are
 complete gives no incident (the core does not judge a failed pod): no truth then.
+docs/replay.md, design notes: the NVLink truth.
 """
 
 from __future__ import annotations

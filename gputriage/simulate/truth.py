@@ -1,35 +1,16 @@
 """Ground truth: the incidents the simulated faults must give (``schemas/truth.py``).
 
-The recorder watches the scenarios; it never draws from the rng (the stream's bytes
-must not depend on whether truth is written) and never runs the core: each truth is
-the domain's rule (docs/detection.md) applied to what was *emitted*.
-Three ways a truth is made:
+The recorder watches the scenarios; it never draws from the rng (the stream's bytes must
+not depend on whether truth is written) and never runs the core: each truth is the
+domain's rule applied to what was *emitted*, made at once, pending (a condition that must
+last; kept at the end only if the stream ran past its due time) or counted at the end
+(restarts, XID episodes, :mod:`gputriage.simulate.cluster_truth`). Windows bound
+``first_seen``, widened by :data:`SLACK` for jitter.
 
-* **at once**, when the scenario emits the event that makes the rule true (the GPU's
-  pod fails after a fatal XID: ``device_unhealthy_eviction``);
-* **pending**, when the rule needs a condition to *last* (an allocatable drop for
-  5 min: ``gpu_degraded``; a NotReady past its 2 min grace: ``gpu_node_not_ready``):
-  the scenario confirms or cancels it, and one still open at the end of the stream
-  is kept only if the stream ran past its due time (else no replay could see it);
-* **counted**, at the end, from what every scenario emitted: restarts per container
-  (``suspected_cuda_oom``: more than 3 non-zero, non-signal restarts within 15 min,
-  none ``OOMKilled``: random healthy restarts that happen to bunch up count too, and
-  a crash loop that never reaches 4 restarts in 15 min gives nothing) and fatal XID
-  episodes per GPU (``xid_repeat``: 5 episodes of one code within 24 h); pending GPU
-  pods and autoscaler records per cluster (``scale_up_failure``, ``gpu_pods_starved``:
-  :mod:`gputriage.simulate.cluster_truth`).
-
-Windows bound the incident's ``first_seen`` (its earliest evidence) between the
-fault's first event and the event that completes the rule, widened by
-:data:`SLACK` for the event-time jitter and the termination times kubelet reports
-a little before the pod update that carries them.
-
-Trap: the thresholds here are the domain's defaults (docs/detection.md), the same numbers as
-``streams/core/config.py`` but deliberately not imported from it: a change of the
-core's configuration must show as a change in the score, not in the truth. The XID
-*episode* gap (a line less than 10 min after the previous line of its code on its
-GPU continues one fault) is the one number the domain leaves to configuration; it is the
-core's default.
+Trap: the thresholds are the domain's defaults, deliberately not imported from
+``streams/core/config.py``: a change of the core's configuration must show in the score,
+not in the truth. The XID episode gap is the one number taken from the core's default.
+docs/replay.md, design notes: the truth recorder.
 """
 
 from __future__ import annotations

@@ -1,29 +1,16 @@
 """When a partition has been read to an end fetched after a given moment: two fetches after.
 
-First needed for announcements (below); the same rule lets a source's progress read on
-one partition count for its other partitions (:meth:`Pipeline.spread`).
-
 A source announces a partition before its progress covers its first record there
-(:mod:`schemas.progress`); the worker then holds its watermark for that source on
-that partition until it hears the source there, or knows there is nothing of it
-left to read. "Nothing left" needs a fetch response *built after* the
-announcement was written, and only the client's receipt times are visible
-(``AIOKafkaConsumer.last_poll_timestamp``).
+(:mod:`schemas.progress`); the worker holds its watermark for that source there until it
+hears the source, or knows nothing of it is left to read, which needs a fetch response
+built after the announcement (only receipt times are visible). The same rule lets one
+partition's progress count for others (:meth:`Pipeline.spread`).
 
-Traps:
-
-* **One response after is not enough.** The response received first after the
-  announcement was read may answer a request sent before (a long poll, or the
-  very response that carried the announcement for another partition), read from
-  the log before the record landed. The client sends a partition's next fetch
-  only after the previous response was handled, so the *second* response
-  received after the announcement answers a request made after it: its high
-  watermark includes everything the source had published there.
-* **Then the position must reach that end**: records fetched but not yet
-  consumed are not read. aiokafka does not fetch a partition again while it has
-  buffered records, so the receipt time stands still until they are consumed.
-* Receipt times are milliseconds and the announcement's read time is seconds: a
-  response in the same millisecond does not count (conservative: one more poll).
+Traps: one response after is not enough (it may answer a request sent before); the second
+is, since the client fetches a partition again only after handling the previous response;
+the position must then reach that end (aiokafka does not refetch while records are
+buffered); a response in the same millisecond does not count.
+docs/operations.md, design notes: announced partitions.
 """
 
 from __future__ import annotations
@@ -37,19 +24,14 @@ Partition = tuple[str, int]
 class Receipts:
     """Per partition, the last two distinct receipt times of fetch responses seen.
 
-    Fed every loop with the client's receipt times (:meth:`observe`); :meth:`after`
-    answers "the latest response answers a request sent after when?": the receipt
-    before it (the traps above: the next fetch of a partition is sent only after the
-    previous response was handled). Two uses:
+    Fed every loop (:meth:`observe`); :meth:`after` answers "the latest response answers a
+    request sent after when?": the receipt before it. Used to settle an announced partition
+    once the position reaches the high watermark, and by
+    :meth:`~streams.app.pipeline.Pipeline.spread` (a partition read to that end holds every
+    record written before ``after``).
 
-    * an announced partition settles once ``after`` is past the announcement's read
-      time and the position has reached the high watermark;
-    * a partition read to that high watermark holds every record written before
-      ``after``: what a source had acknowledged by then is read (the pipeline's
-      :meth:`~streams.app.pipeline.Pipeline.spread`).
-
-    Seen less often than responses arrive, the receipt kept as "before" is an older
-    one: a smaller ``after``, which only ever claims less (safe).
+    Trap: seen less often than responses arrive, "before" is an older receipt: a smaller
+    ``after``, which only ever claims less (safe). docs/operations.md, design notes: `Receipts`.
     """
 
     def __init__(self) -> None:

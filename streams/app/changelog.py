@@ -1,25 +1,16 @@
 """The state topic: where a worker writes key snapshots, and reads them back.
 
-Every ``snapshot_seconds`` the worker writes the state of each key that changed
-(``Pipeline.snapshots()``: msgpack bytes) to the compacted state topic, keyed by
-the correlation key, on the partition the key's raw records use
-(:func:`partition_for`). When a worker is given raw partitions, it reads the
-same partition numbers of the state topic from the beginning to their end and
-adopts the newest snapshot of every key.
+Every ``snapshot_seconds`` the worker writes each changed key's state (msgpack) to the
+compacted state topic, on the partition its raw records use (:func:`partition_for`); a
+worker given raw partitions reads the same state partitions to their end and adopts the
+newest snapshot of every key.
 
-Traps:
-
-* The end offset is read *before* reading starts, and reading stops there:
-  nobody else writes a partition we were just given (the previous owner
-  flushed before it let go), and chasing a moving end would never finish.
-* A compacted partition has gaps in its offsets, and may begin above 0: the
-  loop ends on the consumer *position*, not on "the last record's offset + 1".
-* A tombstone (null value) deletes the key; a snapshot that does not decode is
-  logged and counted and the key starts empty, instead of the worker dying on
-  every restart (a crash loop would lose far more than one node's history).
-* The topic also holds one *mark* per raw partition (:mod:`streams.app.published`),
-  under a key no correlation key can have: it is returned apart, never decoded as
-  a state.
+Traps: the end offset is read before reading starts, and reading stops there; offsets have
+gaps and may begin above 0, so the loop ends on the consumer position; a tombstone deletes
+the key, and a snapshot that does not decode is logged and counted (the key starts empty,
+never a crash loop); the topic also holds one mark per raw partition
+(:mod:`streams.app.published`), returned apart, never decoded as a state.
+docs/operations.md, design notes: the state topic.
 """
 
 from __future__ import annotations

@@ -1,38 +1,16 @@
-"""The faust-streaming tuning the issue-3 investigation found, for ``--engine faust``.
+"""The faust-streaming tuning for ``--engine faust`` (the default engine is plain aiokafka).
 
-The processor's default engine is a plain aiokafka consumer group
-(:mod:`streams.app.worker`); the faust engine (:mod:`streams.app.faust_engine`)
-and ``bench/faust`` install what is here. Out of the box a faust agent read ~4k of
-our records/s from the embedded broker where plain aiokafka reads >300k/s, and its
-fetches wait up to 1.5 s. Where the time goes is in ``bench/faust/FINDINGS.md``.
-What is here, and why:
+Out of the box a faust agent read ~4k of our records/s where aiokafka reads >300k/s; where
+the time goes is in ``bench/faust/FINDINGS.md``. Installed here: :class:`NoopMonitor` (no
+per-message counters), :func:`quiet_spinner` (faust's spinner sets the root logger to
+DEBUG), :func:`install_batch_drain` (one race per fetched batch, not four tasks per record)
+and :func:`install_fetch_max_wait` (faust hard-codes a 1.5 s fetch wait).
 
-* :class:`NoopMonitor` (a public setting, ``conf.Monitor``): faust's default
-  ``Monitor`` keeps counters, deques and a dict per message and per event. The
-  processor has its own Prometheus metrics.
-* :func:`quiet_spinner` (public attribute): ``faust.Worker`` at a log level of
-  WARN or above keeps a terminal spinner, and ``Worker._setup_spinner_handler``
-  then sets the **root logger to DEBUG** for good: every ``log.debug`` in
-  aiokafka (one per produced record) builds a ``LogRecord``.
-* :func:`install_batch_drain` (private, version-checked): faust's
-  ``Consumer._drain_messages`` hands every fetched record over with
-  ``wait_first(callback(message), suspend_flow.wait())``: four tasks, an
-  ``asyncio.wait`` and three cancellations *per record*, the largest single cost
-  in a profile of the worker. The patch races the whole fetched batch against
-  ``suspend_flow`` once.
-* :func:`install_fetch_max_wait` (private, version-checked): faust's aiokafka
-  driver hard-codes ``fetch_max_wait_ms=1500``. Tansu (and Kafka, when a fetch
-  has less than ``fetch_min_bytes``) holds a Fetch that long, which is the
-  latency floor of every hop; the processor wants ~100 ms.
-
-Every patch of a faust private names the faust-streaming version it was written
-against (:data:`FAUST_VERSION`); on any other version it is **not** installed and a
-warning says so. For bench/faust that means faust as shipped (slower); ``gputriage
-process --engine faust`` refuses to start instead, since the batch drain is also what
-keeps faust from committing past records it skipped (see ``deliver`` below), and the
-engine relies on more of faust's internals than these patches (its ack and commit
-bookkeeping, ``message.generation_id``, ``table.data``). Re-check all of that against a
-new version, then bump the constant.
+Trap: every patch of a faust private names the version it was written against
+(:data:`FAUST_VERSION`); on another version it is not installed: bench/faust runs faust as
+shipped, ``gputriage process --engine faust`` refuses to start (the batch drain also keeps
+faust from committing past skipped records). Re-check, then bump the constant.
+docs/operations.md, design notes: the faust tuning.
 """
 
 from __future__ import annotations

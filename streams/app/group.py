@@ -1,22 +1,15 @@
 """One consumer-group discipline for the applications on Kafka: the processor's worker and
 the bridges (:mod:`streams.bridges`).
 
-A member reads with auto-commit off and commits, per partition, only up to the lowest
-record it has not finished (:func:`committable`, from a
-:class:`~streams.app.offsets.PartitionOffsets` per partition), so a crash re-reads
-exactly what was not done. aiokafka calls the member's rebalance callbacks through one
-:class:`Listener`, and :func:`commit` is the one commit and its failure policy.
+Auto-commit off; a member commits per partition only up to its lowest unfinished record
+(:func:`committable`), so a crash re-reads exactly what was not done. Rebalance callbacks
+go through one :class:`Listener`; :func:`commit` is the one commit and failure policy.
 
-Traps:
-
-* The callbacks run in aiokafka's coordinator task while the member's loop awaits
-  something else: the :class:`Listener` runs them under the lock the member also holds
-  over a batch's intake, so the two never interleave.
-* aiokafka swallows (logs) a callback's exception: the :class:`Listener` hands it to the
-  member (``failed``), which raises it from its own loop, or it would run on with a
-  half-done assignment.
-* A commit refused because a rebalance took the partitions is not an error: their next
-  owner re-reads from the previous commit. :func:`commit` says so and returns False.
+Traps: the callbacks run in aiokafka's coordinator task, so the :class:`Listener` holds
+the lock the member holds over a batch's intake; aiokafka swallows a callback's exception,
+so it is handed to the member (``failed``) to raise from its own loop; a commit refused
+because a rebalance took the partitions is not an error (:func:`commit` returns False).
+docs/operations.md, design notes: the consumer-group discipline.
 """
 
 from __future__ import annotations

@@ -1,30 +1,16 @@
 """One correlator per raw partition number: a worker's state, watermark and timers, by lane.
 
-Every record of a correlation key lands on the same partition number of every raw topic
-(:mod:`schemas.keys`), and the core's rules read one key's state only, so what a key
-decides depends on the order of that key's own events and timers, never on another
-partition's. A *lane* is that partition number: its own buffer, watermark and timers,
-fed only by its own partitions' records and progress.
+Every record of a key lands on the same partition number of every raw topic, and the
+rules read one key's state only, so a lane (that partition number) has its own buffer,
+watermark and timers, fed only by its own partitions' records and progress. Why not one
+watermark per worker: a worker that gains a partition had moved its watermark on, so the
+gained backlog was applied late in arrival order and thousands were skipped as stale. A
+gained lane starts with no watermark and moves only as its own sources vouch.
 
-Why not one watermark for the whole worker (the first design): a worker that *gains*
-a partition (a survivor taking over from a dead member, a restarted worker given more
-partitions once the old member's session ends) had long moved its watermark on with the
-partitions it kept; the gained partition's backlog, the records its last owner read but
-never committed, was then behind it, applied at once in arrival order (late), and across
-the raw topics that order is not event order, so thousands were skipped as stale and
-incidents were lost or changed. A gained lane starts from its restored states with no
-watermark at all, and moves only as its own records and sources vouch: the same
-incidents as a replay, while the kept lanes go on live.
-
-Traps:
-
-* A lane exists once it is given a state, an event or a heartbeat; before that it has
-  nothing to release or fire, and nothing is kept for it.
-* The state of a key is written to, and restored from, the state-topic partition of its
-  lane (the partition its records came on), not one hashed from the key: the worker that
-  owns those records is the one that reads the state back.
-* ``stats`` counts since the start, dropped lanes included (the worker turns their growth
-  into Prometheus counters, which must never go down); ``pending`` is what is held now.
+Traps: a lane exists once given a state, an event or a heartbeat; a key's state is written
+to and restored from its lane's state-topic partition, not one hashed from the key;
+``stats`` counts since the start, dropped lanes included (Prometheus counters never go
+down); ``pending`` is what is held now. docs/operations.md, design notes: lanes.
 """
 
 from __future__ import annotations

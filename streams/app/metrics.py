@@ -1,32 +1,11 @@
 """The processor's Prometheus metrics (names follow Prometheus conventions).
 
-One :class:`Metrics` per worker, on its own registry (tests can run several
-workers in one process without the default registry's duplicate-name errors).
+One :class:`Metrics` per worker, on its own registry (tests can run several workers in
+one process without the default registry's duplicate-name errors). The families, each
+with a line of what it counts, are listed in docs/operations.md, design notes: the
+processor's metrics.
 
-=====================================================  ==================================
-``gputriage_events_in_total{source}``                  decoded events, by raw topic source
-``gputriage_incidents_out_total{type,severity,status}``  incident revisions published
-``gputriage_open_incidents{type}``                     incidents open in this worker, by type
-``gputriage_dead_letters_total{topic}``                records sent to the dead-letter topic
-``gputriage_dead_letter_failures_total``               dead letters refused even cut small
-``gputriage_consumer_lag{topic,partition}``            high watermark - position, in records
-``gputriage_watermark_delay_seconds``                  wall clock - event-time watermark
-``gputriage_buffered_events``                          events waiting for the watermark
-``gputriage_buffered_events_peak``                     the most there were, since the start
-``gputriage_buffered_events_cap``                      max_buffered_events: pausing starts here
-``gputriage_paused_partitions``                        partitions paused: ahead of the watermark
-``gputriage_partition_pauses_total``                   times a partition was paused
-``gputriage_stale_events_total``                       redelivered/late events skipped
-``gputriage_late_applied_events_total``                late events applied: newer object versions
-``gputriage_processing_latency_seconds``               record on Kafka -> its incident acked
-``gputriage_sources_alive``                            sources heard within the idle timeout
-``gputriage_sources_idle``                             sources known but aged out
-``gputriage_malformed_progress_headers_total``         records whose progress headers were bad
-``gputriage_pipeline_seconds_total``                   time spent in the Pipeline (decode, core)
-``gputriage_flush_seconds_total``                      time the loop spent flushing (see worker)
-=====================================================  ==================================
-
-Sources are counted, never labelled: 5,000 kmsg connectors would be 5,000 series.
+Trap: sources are counted, never labelled: 5,000 kmsg connectors would be 5,000 series.
 """
 
 from __future__ import annotations

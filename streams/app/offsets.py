@@ -1,33 +1,16 @@
 """Which offset of a partition may be committed, when records finish out of order.
 
-The correlator releases records in event-time order, not in offset order: a
-record held for the watermark can sit behind later offsets that are already
-done. Kafka commits one number per partition ("everything below this is
-done"), so the committable offset is the *lowest offset not yet released*,
-or the next offset to read when nothing is outstanding.
+The correlator releases records in event-time order, so a held record can sit behind
+later offsets already done; Kafka commits one number per partition, so the committable
+offset is the lowest offset not yet released (or the next to read). Pure bookkeeping: one
+byte per offset from the lowest uncommittable one to the read position, a release one
+store, the committable offset one ``find`` (no hashing, no object per record).
 
-Pure bookkeeping, no I/O: the worker adds every record it hands to the
-pipeline, releases what the pipeline releases, and commits
-:meth:`PartitionOffsets.committable` once the effects of those releases are
-delivered.
-
-How: one byte per offset from the lowest one not committable yet to the read position
-(0: read and not released, 1: released, or not a record at all: a gap in the log). A
-release is one store, a fetched batch of consecutive offsets one ``extend`` of zeros, and
-the committable offset one ``find`` of the first zero: no hashing and no object per
-record (a set of released offsets and a deque of outstanding ones cost the worker two of
-each per record, for the same answer).
-
-Traps:
-
-* The same offset may be added twice when a partition is re-read after a seek (it is
-  then a new outstanding record); :meth:`add` ignores offsets below the last one added,
-  so a re-read before the read position is never counted twice.
-* A gap (offsets the log does not hold: a compacted topic, transaction markers) is
-  marked done, so it never holds the commit; a gap behind nothing outstanding costs
-  nothing (the bytes start again at the new offset).
-* ``next_offset`` may be set from outside with nothing outstanding (the faust engine sets
-  the read position it starts from): the bytes then start at the first offset added.
+Traps: an offset re-read after a seek is ignored below the last one added, so it is never
+counted twice; a gap in the log (compaction, transaction markers) is marked done, so it
+never holds the commit; ``next_offset`` may be set from outside with nothing outstanding
+(the faust engine): the bytes then start at the first offset added.
+docs/operations.md, design notes: committable offsets.
 """
 
 from __future__ import annotations

@@ -1,24 +1,16 @@
 """From raw Kafka records to incidents, dead letters, state snapshots and acks.
 
 The transport (:mod:`streams.app.worker`) hands in :class:`RawRecord`s in batches and gets
-back a :class:`BatchOutcome` saying what to publish and what may be committed.
-Nothing here does I/O or reads a clock, so every rule of the at-least-once
-contract is testable without a broker:
+back a :class:`BatchOutcome` saying what to publish and what may be committed. Nothing here
+does I/O or reads a clock, so the at-least-once contract is testable without a broker.
 
-* A record that does not decode, carries the wrong schema for its topic, or is
-  keyed by something other than its correlation key becomes a
-  :class:`~schemas.dead_letters.DeadLetter`; its token is released at once
-  (once the dead letter is delivered, the record is done) and processing goes on.
-* A good record's token is released only when the correlator has applied it
-  (events wait for the watermark): the transport must publish the outcome's
-  incidents and the state snapshots taken after the release, await their acks,
-  and only then acknowledge the released tokens. Deterministic incident ids
-  make the redelivery after a crash harmless, and the core skips events it had
-  already applied (``stats.stale``).
-* An exception inside the core (a bug) costs one record, which goes to the
-  dead-letter topic with the exception as its reason; the worker lives on.
-* A mismatched key matters because state is partitioned by key: a record on the
-  wrong partition would be processed by a worker that does not own its state.
+Traps: a record that does not decode, has the wrong schema for its topic, or is keyed by
+something else than its correlation key (state is partitioned by key) becomes a
+:class:`~schemas.dead_letters.DeadLetter`, its token released at once; a good record's
+token is released only once the correlator applied it, and the transport must publish the
+incidents and snapshots taken after that and await their acks before acknowledging; an
+exception inside the core costs one record (dead-lettered with the reason), never the
+worker. docs/operations.md, design notes: the pipeline's contract.
 """
 
 from __future__ import annotations
@@ -219,17 +211,12 @@ class Pipeline:
         ``tp``: the token of a record is ``(tp, its offset)``; None: the record's own
         ``token`` (a :class:`RawRecord`).
 
-        Why by run: the topic's schema and source, the lane's correlator and the
-        partition's newest event time are looked up once a run, not once a record, and the
-        source's count is added once; the happy path of a record (it decodes, its schema is
-        its topic's, its key is its correlation key) is inline, and only the rest takes
-        :meth:`_refuse`. A source signs a whole chunk with one pair of headers: a record
-        whose pair equals the one just heard on this partition (same source, same
-        progress, same ``now``) is signed without :meth:`_hear`, which would change
-        nothing (only the canonical pair: one that announces partitions is heard each
-        time). What the loop decides per record is what it decided before: the
-        order of ingestion, which records are dead letters and why, the newest event time
-        (of the records that passed the checks, ingested or not).
+        Why by run: the topic's schema and source, the lane's correlator and the partition's
+        newest event time are looked up once a run, and the happy path is inline (the rest takes
+        :meth:`_refuse`); a record signed with the pair just heard on this partition skips
+        :meth:`_hear`, which would change nothing. Trap: what is decided per record must not
+        change (order, dead letters, newest event time); a pair that announces partitions is
+        heard each time. docs/operations.md, design notes: `Pipeline._run`.
         """
         expected = self._schemas.get(topic)
         if expected is None:
@@ -424,30 +411,15 @@ class Pipeline:
         ``caught_up``: partition -> a moment (epoch s, the worker's clock) such that every
         record written there before it has been read (:meth:`Worker._caught_up`).
 
-        Why it is safe: a source signs a chunk with the progress of the batches it had
-        acknowledged *before* sending it (:class:`connectors.publish.Publisher`), on every
-        partition. So once its progress *P* has been read (at ``heard``), all its records
-        that *P* covers are on the broker everywhere; a partition read to an end fetched
-        after ``heard`` holds none of them unread, and the source's entry there may rise
-        to *P*. Without this, a busy source's partition that it writes rarely (one node's
-        XIDs) keeps the progress of its last record there, seconds old, and holds every
-        incident of the worker that long: a busy source never heartbeats (it is never
-        quiet), and it never reports idle between chunks.
+        Safe because a source signs a chunk with the progress of batches acknowledged before it,
+        on every partition: once progress *P* has been read, a partition read to an end fetched
+        after that holds none of its records unread. Without it a busy source's rarely written
+        partition holds every incident at its last record's progress (busy sources never
+        heartbeat).
 
-        Traps: only entries this worker has heard (an announced one settles by its own
-        rule), never past an end (``+inf`` is said on every partition anyway; an end, or
-        a new run after one, forgets what the source had to lend), and never back.
-
-        * It relies on each chunk's events being no older than the progress it carries
-          (less the grace): true of kmsg, journal, nvml and dcgm, whose progress rises
-          with what they read; for a source whose progress is a hint (the k8s watch, the
-          autoscaler's logs: :mod:`connectors.source`) it assumes what the hint already
-          does, that its disorder is within the grace. An event older than that was at
-          the mercy of the other partitions' progress before, and may be late now.
-        * The busy rule is not lent anything: a partition with records left to read
-          still holds the watermark at its newest event time, which also guards the
-          first records of a source not heard here yet (nothing vouches for those), and
-          the buffer's pausing (:meth:`ahead`) must agree with it.
+        Traps: only entries this worker heard, never past an end, never back; it assumes a
+        chunk's events are no older than its progress less the grace; the busy rule is not lent
+        anything. docs/detection.md, design notes: `Pipeline.spread`.
         """
         lendable = self._lendable
         announced = self._announced

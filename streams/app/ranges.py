@@ -1,19 +1,14 @@
 """Reading partitions from given offsets to their end, without a consumer group.
 
-Both the state topic's restore (:mod:`streams.app.changelog`) and the incident topic's
-scan past the marks (:mod:`streams.app.published`) read a set of partitions from a
-start to the end they had when the read began, then hand the consumer back unassigned.
+The state topic's restore (:mod:`streams.app.changelog`) and the incident topic's scan
+(:mod:`streams.app.published`) read partitions from a start to the end they had when the
+read began, then hand the consumer back unassigned.
 
-Traps:
-
-* The ends are asked *before* reading: chasing a moving end would never finish.
-* The loop ends on the consumer's *position*, not on "the last offset + 1": a compacted
-  partition has gaps, and Tansu answers an end offset with its last batch's base + 1
-  (a batch of five at 10..14: end 11), while a fetch returns whole batches. So records
-  past the asked end may come too; they are on the topic, and the caller gets them.
-* A consumer unassigned and stopped at once (the bridge ledger's reader, which lives for
-  one read) stalled the bridge's group join on the tests' broker: such a caller passes
-  ``release=False``.
+Traps: the ends are asked before reading (a moving end is never reached); the loop ends on
+the consumer's position, not the last offset + 1 (gaps, and Tansu's end is its last
+batch's base + 1), so records past the end may come and the caller gets them; a consumer
+unassigned and stopped at once stalled a group join on the tests' broker: pass
+``release=False`` then. docs/operations.md, design notes: reading to the end.
 """
 
 from __future__ import annotations

@@ -159,18 +159,14 @@ class Worker:
         """Let the fetcher ask again for a drained partition while others still hold
         fetched records.
 
-        aiokafka sends one fetch per broker at a time, and none to a broker while any of
-        its partitions holds records fetched less than ``prefetch_backoff`` (0.1 s) ago.
-        While the buffer is full the worker reads only the partitions holding the
-        watermark (the traps), so the others keep their fetch and every read of the
-        holders waited out those 0.1 s: the worker sat in ``epoll`` ~27% of a backlog's
-        time (py-spy). 2 ms keeps what the backoff is for (no refetch loop on
-        a partition whose records wait) and lets the drained ones be fetched at once.
-        (A fetch error parked for a partition uses the same backoff; the next ``getmany``
-        raises it either way.)
-        The consumer takes no such argument: it is set on the fetcher after ``start``
-        (a test checks the attribute is there, so an aiokafka that renames it fails the
-        test rather than silently slowing a backlog down).
+        aiokafka fetches nothing from a broker while any of its partitions holds records fetched
+        less than ``prefetch_backoff`` (0.1 s) ago; with the buffer full, every read of the
+        partitions holding the watermark waited that out (~27% of a backlog's time in ``epoll``).
+        2 ms keeps what the backoff is for and lets drained partitions be fetched at once.
+
+        Trap: the consumer takes no such argument, so it is set on the fetcher after ``start``;
+        a test checks the attribute exists, so a rename fails the test rather than silently
+        slowing a backlog. docs/operations.md, design notes: `Worker._tune`.
         """
         fetcher = getattr(consumer, "_fetcher", None)
         if fetcher is not None and hasattr(fetcher, "_prefetch_backoff"):
@@ -325,21 +321,14 @@ class Worker:
         """Snapshot changed keys and queue them; once every send so far is acked, commit
         what they cover (:meth:`_deliver`).
 
-        ``wait=False`` (the loop's periodic flush): the acks and the commit are awaited
-        in a task of their own, so the loop goes on reading and ticking meanwhile. Before,
-        the loop stood still for the acks of a whole second's sends and a commit round
-        trip at every flush, and every incident due in that time waited with it (it cost
-        latency). At most one such task at a time: a flush first awaits the last one's,
-        which at one flush a second is long done (so the loop never waits for the acks
-        of the flush it is making), and when flushes come faster than the acks (a tiny
-        ``snapshot_seconds``) the loop is held to the broker's pace, one flush behind:
-        bounded, as before. A failed task is the worker's failure: it is raised by the
-        next flush or by the main loop (``_fatal``), never lost.
-        ``wait=True`` (revocation, stop): the task in flight first, then this one, awaited.
+        ``wait=False`` (the loop's periodic flush): the acks and commit are awaited in a task of
+        their own, so the loop goes on reading and ticking (standing still for them cost
+        latency); at most one such task at a time, so faster flushes are held to the broker's
+        pace, one flush behind. ``wait=True`` (revocation, stop): the task in flight, then this.
 
-        The contract is unchanged: the offsets are taken *before* the snapshots, so they
-        cover only records released by then, whose incidents are in ``_pending`` already;
-        the commit waits for all of it.
+        Traps: a failed task is the worker's failure, raised by the next flush or the main loop
+        (``_fatal``), never lost; the offsets are taken *before* the snapshots, so they cover only
+        records released by then. docs/operations.md, design notes: `Worker._flush`.
         """
         if self._fatal is not None:
             # A delivery failed (raised by a revocation's flush, say): its sends are

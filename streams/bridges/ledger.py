@@ -1,26 +1,15 @@
 """The bridge ledger: what was delivered, per route and incident, on a compacted topic.
 
 One :class:`~schemas.bridges.BridgeDelivery` per ``(route, incident id)`` and one
-:class:`~schemas.bridges.BridgeGroup` per storm group, keyed so that compaction keeps
-the newest of each. The bridge reads the whole topic back before it consumes
-(:meth:`Ledger.restore`) and holds it in memory: a bridge handles people-scale
-traffic (incidents, not events), so that is small.
+:class:`~schemas.bridges.BridgeGroup` per storm group, keyed for compaction, read back
+whole before consuming (:meth:`Ledger.restore`) and held in memory (people-scale traffic).
 
-Traps:
-
-* **A write is only a write once acked**: :meth:`Ledger.write` returns after the
-  broker acknowledged (``acks="all"``). The runner's kill safety rests on it: the
-  intent is on the topic before the vendor is called, and an offset is committed only
-  after the delivered entry is.
-* The producer's default partitioner places a key (murmur2): the same key always lands
-  on the same partition, which is all compaction needs. Restore reads every partition,
-  so the ledger's partition count does not have to match the incident topic's.
-* The topic is read to the ends it had when the restore began, as the processor reads
-  its state topic (:func:`streams.app.ranges.read_range`: its traps say why the read
-  stops at the position); records past those ends may come and are kept.
-* A ledger record that does not decode is logged and counted, never fatal: a bridge
-  that cannot start because of one bad record would page nobody at all. At worst the
-  incident it was about is delivered once more.
+Traps: a write is a write only once acked (``acks="all"``): the intent is on the topic
+before the vendor is called, and an offset is committed only after the delivered entry;
+the default partitioner suffices, since restore reads every partition; the topic is read
+to the ends it had when the restore began (:func:`streams.app.ranges.read_range`); a
+record that does not decode is logged and counted, never fatal (at worst one incident is
+delivered once more). docs/bridges.md, design notes: the bridge ledger.
 """
 
 from __future__ import annotations

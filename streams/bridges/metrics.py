@@ -1,24 +1,11 @@
 """A bridge's Prometheus metrics (one registry per bridge process; names as Prometheus wants).
 
-=====================================================  =========================================
-``gputriage_bridge_deliveries_total{bridge,route,outcome}``  revisions handled, by outcome:
-                                                       ``accepted``, ``skipped`` (the endpoint
-                                                       said nothing changed), ``rejected``
-                                                       (dead-lettered), ``duplicate_skipped``
-                                                       (at or below the ledger's revision),
-                                                       ``coalesced`` (a newer one was queued),
-                                                       ``folded`` (into a storm group's page)
-``gputriage_bridge_retries_total{bridge,route}``       deliveries tried again (429, 5xx, errors)
-``gputriage_bridge_dead_letters_total{bridge}``        records sent to the dead-letter topic
-``gputriage_bridge_resends_total{bridge}``             revisions sent again after a restart
-                                                       found their intent unconfirmed
-``gputriage_bridge_delivery_latency_seconds{bridge}``  incident record on Kafka -> accepted
-``gputriage_bridge_queued_revisions{bridge}``          revisions read and not yet done
-``gputriage_bridge_endpoint_errors_total{bridge}``     exceptions out of the endpoint (bugs)
-=====================================================  =========================================
+The families (deliveries by outcome, retries, dead letters, resends after a restart,
+delivery latency, queued revisions, endpoint errors), each with what it counts, are
+listed in docs/bridges.md, design notes: the bridge metrics.
 
-Labels are the bridge kind and the route *name* (the operator's word, from the settings),
-never a target: a channel, a URL or a routing key could be a secret.
+Trap: labels are the bridge kind and the route *name* (the operator's word), never a
+target: a channel, a URL or a routing key could be a secret.
 """
 
 from __future__ import annotations

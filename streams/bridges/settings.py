@@ -1,29 +1,15 @@
 """The ``[bridge]`` settings: options every bridge shares, one table per kind, routes.
 
-::
+``[bridge]`` holds ``min_update_seconds``, ``storm_pages``, ``storm_window_seconds`` and
+``metrics_port``; ``[bridge.<kind>]`` holds the kind's own settings and its ``routes``
+(an example is in docs/bridges.md, design notes: the bridge settings). Routes
+(:class:`RouteSettings`) are checked when the settings load (a typo fails with its path);
+the rest of a kind's table becomes the kind's ``Settings`` when that bridge starts
+(:func:`kind_options`), because only then is its module imported.
 
-    [bridge]
-    min_update_seconds = 30        # an incident's updates at most this often per route
-    storm_pages = 3                # new pages per storm group and route ...
-    storm_window_seconds = 600     # ... within this window; more fold into the latest
-    metrics_port = 9470
-
-    [bridge.pagerduty]             # the kind's own Settings (validated when it starts)
-    routes = [
-      { name = "oncall", severities = ["page"], target = { routing_key_env = "PD_KEY" } },
-    ]
-
-Routes (:class:`RouteSettings`) are checked when the settings load (a typo in a filter
-fails with its path); the rest of a kind's table is converted to the kind's own
-``Settings`` when that bridge starts (:func:`kind_options`), because only then is its
-module imported.
-
-Traps:
-
-* A route's ``target`` holds *names* of secrets (``routing_key_env``,
-  ``token_file``), never values: the endpoints read them with
-  :func:`connectors.bridges.base.read_secret`, which refuses a bare ``routing_key``.
-* Route names go into metric labels and ledger keys: short, no NUL (checked).
+Traps: a route's ``target`` holds *names* of secrets (``routing_key_env``, ``token_file``),
+never values (:func:`connectors.bridges.base.read_secret` refuses a bare ``routing_key``);
+route names go into metric labels and ledger keys: short, no NUL (checked).
 """
 
 from __future__ import annotations

@@ -1,33 +1,17 @@
 """Storms: many incidents of one chain on one route become at most a few pages.
 
-What the core emits for a storm (measured, ``tests/connectors/bridges/test_runner_storm.py``):
-200 pods evicted after an XID 79 on one node are ONE ``device_unhealthy_eviction``
-incident (the chain: the XID anchors its id) with 200 revisions, each adding a pod; its
-``pods`` lists every one of them (the evidence is capped, the pods are not). So the
-storm a bridge must absorb is first a storm of *revisions*, which the runner's
-coalescing and ``min_update_seconds`` turn into an open and a few updates; and then,
-when other incidents of the same node open in the same minutes (a ``gpu_degraded``,
-per-pod incidents), a storm of *pages*, which this module limits.
+A storm is first one of revisions (200 evicted pods are one chain incident with 200
+revisions), which the runner's coalescing turns into a few updates, then one of pages
+when other incidents of the same node open in the same minutes: this module limits those.
+Per route and group (``cluster/node``, or ``cluster/type`` for cluster-scoped types), at
+most ``storm_pages`` incidents page within ``storm_window_seconds``; a further one is folded
+into the group's latest page (its lead), re-delivered with the union of the pods.
 
-The group of an incident is its chain's place: ``cluster/node`` for node-scoped
-incidents (the chain and everything else on that node), ``cluster/type`` for
-cluster-scoped ones. Per route and group, at most ``storm_pages`` incidents open as
-pages of their own within ``storm_window_seconds``; a further one is *folded* into
-the group's latest page (its *lead*): the lead is delivered again as an update whose
-``pods`` are the union of its own and every folded incident's, and whose
-``attributes`` name what was folded. The endpoint sees a normal incident.
-
-Traps:
-
-* The merged view must be deterministic (a restart rebuilds it from the ledger and
-  sends the same thing): pods are unioned in a fixed order (the lead's first, then the
-  folded ones sorted by namespace and name), never by arrival.
-* A merged view is a new revision for the endpoint (CloudEvents ids, Slack's update
-  check key on it) although the lead's own revision did not move: it is handed over
-  as ``max(lead revision, last handed + 1)`` (``endpoint_revision`` in the ledger).
-* A resolved lead takes no more folds: the next incident of the group pages.
-* The group's state is a ledger record (:class:`~schemas.bridges.BridgeGroup`), so a
-  restart neither forgets the rate limit nor pages again for what was folded.
+Traps: the merged view is deterministic (pods in a fixed order, never by arrival), since
+a restart rebuilds it from the ledger; it is a new revision for the endpoint
+(``max(lead revision, last handed + 1)``); a resolved lead takes no more folds; the group's
+state is a ledger record, so a restart neither forgets the limit nor pages again.
+docs/bridges.md, design notes: storms.
 """
 
 from __future__ import annotations

@@ -1,35 +1,17 @@
 """The cluster key's rules: pending GPU pods, the autoscaler, the cross-source GPU count.
 
-A pending pod has no node, so its records are keyed by the cluster; once scheduled,
-they go to its node's key, and the producer sends a slimmed copy here of each record
-that changes what this key reads (:class:`schemas.keys.Router`), which is how this key
-learns that a pod it holds as pending got a node. The same copies of GPU pods, GPU
-nodes and dcgm-exporter bindings keep the per-node count of
-:mod:`streams.core.rules.mismatch`: one per placement change, not one per update. Autoscaler
-records (cluster-autoscaler and Karpenter logs, their Kubernetes Events, the status
-ConfigMap) are cluster-scoped at the source.
+A pending pod has no node, so its records are keyed by the cluster; once scheduled, the
+producer sends a slimmed copy here of each record that changes what this key reads
+(:class:`schemas.keys.Router`). Autoscaler records are cluster-scoped at the source. Five
+types: ``gpu_pods_starved``, ``gpu_pods_unschedulable``, ``scale_up_failure``
+(:mod:`streams.core.rules.starved`), ``allocation_mismatch``
+(:mod:`streams.core.rules.mismatch`), ``nvlink_domain_fault``
+(:mod:`streams.core.rules.fabric`).
 
-Five incident types:
-
-* ``gpu_pods_starved`` (:mod:`streams.core.rules.starved`): GPU pods pending and
-  unschedulable for ``starved_pending_seconds`` while a matching node group failed to
-  scale up ``starved_failures`` times; one incident per owner.
-* ``gpu_pods_unschedulable`` (same module): GPU pods pending that the autoscaler says no
-  node group can fit; one ticket per owner.
-* ``scale_up_failure`` (same module): a GPU node group's failed scale-ups, by reason.
-* ``allocation_mismatch`` (:mod:`streams.core.rules.mismatch`).
-* ``nvlink_domain_fault`` (:mod:`streams.core.rules.fabric`): one fault of a multi-node
-  NVLink domain, from the copies of the NVLink fabric XIDs (144-149) and of the nodes'
-  ``nvidia.com/gpu.clique`` labels.
-
-Traps:
-
-* Only the engine's key position orders this key (no per-object versions as on the
-  node keys): the copies and the pending records of one pod come from one watch, in
-  order.
-* A pod is pending here only while its records have no node; one record with a node
-  (the copy) ends it, whatever its phase. A deleted or finished pending pod ends it
-  too (a Job cancelled while it waited).
+Traps: only the engine's key position orders this key (no per-object versions); a pod is
+pending here only while its records have no node: one record with a node ends it, and so
+does a deleted or finished pending pod. docs/detection.md, design notes: the cluster key's
+rules.
 """
 
 from __future__ import annotations

@@ -9,10 +9,9 @@ high-water mark skips a redelivery (``stats.stale``) unless its object's resourc
 is newer (a relist's copy, ``stats.late_applied``). :meth:`Correlator.take_released` hands
 back the tokens of every event applied or skipped, so a Kafka caller commits exactly those.
 
-Traps: grace is inclusive (an event exactly ``grace`` behind is in order; the old ``<=``
-lost it at the boundary); ids are unique per source, not across clusters, hence the key in
-the order; an event beyond grace is applied at once and counted in ``stats.late``, the one
-place arrival order can matter. docs/detection.md, design notes.
+Traps: grace is inclusive (the old ``<=`` lost an event exactly ``grace`` behind); ids are
+unique per source, not across clusters, hence the key in the order; an event beyond grace
+is applied at once, counted in ``stats.late``. docs/detection.md, design notes.
 """
 
 from __future__ import annotations
@@ -198,20 +197,15 @@ class _Pending:
     """A buffered event, ordered by ``(time, schema rank, event id, cluster, node, arrival
     seq)``.
 
-    The event's key (cluster, node) is part of its identity in the buffer: event ids are
-    unique per source, not across clusters (two clusters' kmsg readers, or two test
-    factories, can both say ``xid-000001`` at the same instant for a node both call
-    ``gpu-node-01``). Sorting by the key before the arrival number keeps a redelivered
-    copy next to its original, so the duplicate check below compares whole identities
-    and never drops another cluster's (or node's) event that merely shares the id.
+    The key is part of its identity: event ids are unique per source, not across clusters, so
+    sorting by key before the arrival number keeps a redelivered copy next to its original
+    and the duplicate check never drops another cluster's event that shares the id. A class,
+    not a tuple: compiled, :meth:`__lt__` compares the fields as machine values, while a
+    tuple compares element by element through the generic rich comparison.
 
-    Why a class and not the tuple it was: every event is pushed into and popped from a
-    heap (a few comparisons each way), and a tuple compares element by element through
-    the generic rich comparison, twice per element (equal? then less?); compiled,
-    :meth:`__lt__` compares the fields as machine values. Same order as the tuple's
-    (event times are never NaN; the arrival number is unique, so the event itself is
-    never compared). Trap: interpreted (the Python sources), ``__lt__`` is a Python call
-    and the heap is slower than with the tuple; the compiled core is the one that counts.
+    Trap: interpreted, ``__lt__`` is a Python call and the heap is slower than with the
+    tuple; the compiled core is the one that counts. docs/detection.md, design notes:
+    `_Pending`.
     """
 
     __slots__ = ("cluster", "event", "event_id", "node", "rank", "seq", "token", "when")

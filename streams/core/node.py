@@ -167,38 +167,15 @@ def _count_unseen_restarts(step: Step, ctr: ContainerTrack, status: ContainerSta
     """Restarts that ``restartCount`` shows but no update we saw carried (the
     rule counts restarts from restartCount).
 
-    A watch that reconnects, a relist after a connector restart, or an API server that
-    coalesces updates shows a container at ``restartCount`` 6 whose previous update we
-    saw at 0: five terminations happened unseen and only the sixth is in
-    ``lastState``. Counting observed terminations alone misses that crash loop.
+    A reconnected watch, a relist or a coalescing API server can show ``restartCount`` 6 after
+    a sighting at 0: five terminations went unseen, and counting observed exits alone misses
+    that crash loop. ``ctr.restart_count`` is what is already accounted for.
 
-    ``ctr.restart_count`` is the restart count already accounted for: the last count
-    seen, plus one when the current state is a termination (the kubelet's next
-    restart is that termination, which is counted when it is handled). The unseen
-    ones are the rest of the delta, less the new ``lastState`` termination this very
-    update carries. Traps:
-
-    * The first sight of a container is a baseline, not a delta: a pod first seen
-      (or seen again after a snapshot without this field) at restartCount 40 has
-      not crashed 40 times in the window.
-    * The unseen restarts take the class of the newest termination the update
-      shows: behind an ``OOMKilled``, a signal kill (137/143) or an exit 0 they are
-      not CUDA OOM crashes; with no termination at all there is nothing to say.
-    * Their times are unknown, only bounded by the previous sighting: they are
-      stamped at it, the earliest they can have happened, so a delta counts only
-      when that sighting is inside the window, and leaves the window first.
-    * A smaller count (a same-named successor we could not tell apart) re-baselines.
-    * **No new termination, no unseen crash.** ``lastState`` always shows the newest
-      termination, so a crash we missed would show there as one newer than the last we
-      handled. A count that rises behind a termination already handled is that
-      termination's own restart: the kubelet reports a crash-looping container as
-      ``waiting: CrashLoopBackOff`` at the crashed instance's count with the exit in
-      ``lastState`` (the exited container's own restartCount annotation), and bumps the
-      count only when it creates the next instance (kubelet ``startContainer``: previous
-      count + 1). Counting that bump too made three crashes "5 restarts" (seen
-      in a simulated fleet). Trap: the converse model (the count bumped together with the
-      new exit, as in the demo scenario) must keep working: there the rise comes with a
-      fresh exit, which the delta subtracts.
+    Traps: the first sight is a baseline, not a delta; unseen restarts take the class of the
+    newest termination shown (none shown, nothing to say); their times are unknown, so they
+    are stamped at the previous sighting; a smaller count re-baselines; no new termination, no
+    unseen crash (the kubelet bumps the count when it starts the next instance, which made
+    three crashes "5 restarts"). docs/detection.md, design notes: `_count_unseen_restarts`.
     """
     count = status.restart_count
     accounted, seen = ctr.restart_count, ctr.seen_at
@@ -715,18 +692,13 @@ def _idle_unseen(state: NodeState, ev: GpuBindingEvent) -> str:
     with no entry (forgotten at its last idle binding), after applying what the full
     path would leave of it; "" (nothing done) in every other case.
 
-    The full path makes the entry, lets it imply the uuid -> bus join (dropping the
-    explicit pair that said the same, :func:`_drop_told_pair`), forgets it again (the
-    GPU is idle with no history) and stores the join back as an explicit pair
-    (:func:`_keep_bus`): the net effect is that pair moved to the end of
-    ``gpu_joins`` (at most ``_MAX_GPU_BUSES`` kept), whatever pair the uuid had before.
-    That holds only when the record names both the uuid and the bus, no other entry
-    carries the uuid (it would imply a bus too) and none is keyed by a uuid (the full path
-    would move it under the bus): anything else, or a ``gpu_joins`` that does not walk
-    cleanly, takes the full path. A profile the uuid key had follows the new key
-    (:func:`_moved_profile`), as there. Traps: the binding must leave the GPU idle
-    (no pods, or pods not known: an entry made fresh has no kubelet flag), and a key
-    whose parent would not read back as the bus id (``split_gpu_key``) is left alone.
+    The full path's net effect there is the uuid -> bus pair moved to the end of
+    ``gpu_joins`` (:func:`_drop_told_pair`, :func:`_keep_bus`), a profile following the
+    new key (:func:`_moved_profile`). It holds only when the record names uuid and bus and
+    no other entry carries or is keyed by the uuid: anything else takes the full path.
+    Traps: the binding must leave the GPU idle (no pods, or pods not known), and a key whose
+    parent would not read back as the bus id (``split_gpu_key``) is left alone.
+    docs/detection.md, design notes: `_idle_unseen`.
     """
     if ev.pods_known and ev.pods:
         return ""
@@ -1043,19 +1015,15 @@ def _routine_pod(
 ) -> bool:
     """Apply a pod update no rule has anything to read in, if it is one (a shortcut).
 
-    Most pod updates on a GPU node are routine: a running pod's conditions or probe
-    state moved, nothing else. Then the full path (:func:`_on_pod`) would change only
-    the pod's version and each container's ``seen_at``; this does exactly that and
-    returns True, without a step, the containers' rule checks or an incident walk.
+    Most pod updates are routine (conditions or probes moved): the full path
+    (:func:`_on_pod`) would change only the pod's version and the containers' ``seen_at``;
+    this does exactly that and returns True, without a step or an incident walk.
 
-    Anything a rule reads must send the update down the full path (False, nothing
-    changed): an unknown pod or container (creation, baselines), a phase change, a
-    finished or failed pod, a deletion, a failure reason, a restart count other than
-    the one accounted for, a termination not handled yet, a crash window to free. (A
-    phase other than Pending/Running and a container never sighted go there too,
-    although the full path would change nothing more for them: cheap insurance.) The
-    differential tests (tests/streams/core/test_differential.py: generated streams, and
-    one pod history per guard) hold the two paths to the same incidents and states.
+    Trap: anything a rule reads goes down the full path (False, nothing changed): an unknown
+    pod or container, a phase change, a finished, failed or deleted pod, a failure reason, an
+    unaccounted restart count or termination, a crash window to free. The differential tests
+    (tests/streams/core/test_differential.py) hold the two paths to the same incidents.
+    docs/detection.md, design notes: `_routine_pod`.
     """
     track = state.pods.get(f"{ev.namespace}/{ev.name}")
     return track is not None and _routine_track(track, ev, now, version, config)
@@ -1147,29 +1115,16 @@ def admits(
 ) -> bool:
     """Does this event bring news about its own object? (No evidence is lost to a relist.)
 
-    In order, everything is news except an older (or the same) version of an object
-    already applied. Behind the key's position (``late``), only a *newer* version is:
-    after a relist (410 Gone, a restart, a reconnect) objects changed meanwhile arrive
-    stamped with their own, older, times, behind events of other pods the node's key
-    has already applied; skipping them would lose the very failures of a device
-    incident. ``version`` is the object's Kubernetes resourceVersion, read from a pod's
-    or node's id by the caller (:func:`schemas.ids.k8s_version`; 0 for other events).
+    In order, everything is news except an older (or the same) version of an applied object.
+    Behind the key's position (``late``), only a newer version is: after a relist, objects
+    changed meanwhile arrive with older times, and skipping them would lose a device
+    incident's failures. ``version`` is the resourceVersion (:func:`schemas.ids.k8s_version`).
 
-    Traps:
-
-    * An unknown version (0: a test's id, a state restored from an older release)
-      orders nothing: in order it applies, late it is stale, as before this rule.
-    * A pod never seen (no track, no tombstone) with a version is news even late: a
-      GPU pod created and failed while the watch was down is seen only in the relist.
-      A pod forgotten lately (``NodeState.gone``) is not: a redelivered copy of a
-      deleted pod must not bring it back.
-    * A late copy of the node object is news only when newer than the node's own
-      version; a late Kubernetes Event only when it reports a failure of a tracked
-      pod that has not failed yet and is newer than the last failure Event applied to
-      it (a repeat or a copy adds nothing; Events have no version of the pod), and not
-      one older than an update already applied that showed the pod
-      (:func:`_seen_since`: its own status would have said so). Late XIDs, bindings and
-      node OOM events stay stale: their sources deliver in order.
+    Traps: an unknown version (0) orders nothing; a pod never seen is news even late, one
+    forgotten lately (``NodeState.gone``) is not; a late node copy is news only when newer than
+    the node's version, a late Event only when it reports a new failure of a tracked pod
+    (:func:`_seen_since`); late XIDs, bindings and node OOMs stay stale (their sources deliver
+    in order). docs/detection.md, design notes: `admits`.
     """
     kind = type(event)
     if kind is PodEvent:

@@ -1,18 +1,16 @@
 """The core's state, as msgspec Structs so it can live in a changelog-backed table.
 
-Size matters: a 5,000-node cluster tracks ~150k pods, and the bar is 1 KB of
-state per tracked pod. Hence: only GPU pods are tracked; per-container history
-is a few floats, not copies of events; evidence is kept only once an incident
-exists (plus a handful of recent XIDs per node, for an hour); strings that
-repeat across events (pod keys, owner names, GPU uuids and bus ids) are
-stored once (assigned only when they change, interned when many records
-share them: owners, phases, reasons), however often they arrive;
-collections that are usually empty are tuples defaulting to the shared ``()``,
-replaced (not mutated) on the rare change; leaf structs skip the GC header.
+Size matters: a 5,000-node cluster tracks ~150k pods, and the bar is 1 KB of state per tracked pod.
+Hence: only GPU pods are tracked; per-container history is a few floats, not copies of events;
+evidence is kept only once an incident exists (plus a handful of recent XIDs per node, for an hour);
+strings that repeat across events (pod keys, owner names, GPU uuids and bus ids) are stored once
+(assigned only when they change, interned when many records share them: owners, phases, reasons),
+however often they arrive; collections that are usually empty are tuples defaulting to the shared
+``()``, replaced (not mutated) on the rare change; leaf structs skip the GC header.
 
-Trap: never iterate a ``set`` of strings when producing output. String hashing
-is randomised per process, so set order differs between two replays of the same
-file; every collection here that is iterated is a ``dict`` or a ``list``.
+Trap: never iterate a ``set`` of strings when producing output. String hashing is randomised per
+process, so set order differs between two replays of the same file; every collection here that is
+iterated is a ``dict`` or a ``list``.
 """
 
 from __future__ import annotations

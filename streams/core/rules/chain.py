@@ -1,18 +1,17 @@
 """``device_unhealthy_eviction``: fatal XID / allocatable drop, then GPU pods fail.
 
-The whole chain is ONE incident, anchored at the first trigger in event time; pods that
-failed up to ``eviction_lookback_seconds`` before it join too (the kubelet may report a
-dead container before the node shows the drop). It opens only when a pod fails, and
-resolves after the window once the node's GPUs are allocatable again. The page says
-"reset or replace the GPU", so both halves must be about a device:
+The whole chain is ONE incident, anchored at the first trigger in event time; pods that failed up to
+``eviction_lookback_seconds`` before it join too (the kubelet may see a dead container first). It
+opens only when a pod fails, and resolves after the window once the node's GPUs are allocatable
+again. The page says "reset or replace the GPU", so both halves must be about a device:
 
-* a drop arms the chain only when trusted (with a fatal XID, after a pod failure that says
-  device, or once it lasted ``drop_persist_seconds``): a plugin re-registering is 8->0->8;
-* a pod joins only if its failure is the device's (its words, its GPU, an exit right after
-  a fatal XID), never an ordinary crash, nor an eviction on a node taken away on purpose.
+* a drop arms the chain only when trusted (with a fatal XID, after a pod failure that says device,
+  or once it lasted ``drop_persist_seconds``): a plugin re-registering is 8->0->8;
+* a pod joins only if its failure is the device's (its words, its GPU, an exit right after a fatal
+  XID), never an ordinary crash, nor an eviction on a node taken away on purpose.
 
-Traps: ``CUDA error: out of memory`` says "CUDA error" but is the workload's; a kernel
-fault says device only against a fatal XID. The reasoning: docs/detection.md, design notes.
+Traps: ``CUDA error: out of memory`` is the workload's; a kernel fault says device only against a
+fatal XID. docs/detection.md, design notes.
 """
 
 from __future__ import annotations
@@ -342,31 +341,16 @@ NTP-synced, seconds apart at worst. Nothing more: the process dies after the fau
 
 def _crash_after_a_fatal_xid(when: float, fault_times: Iterable[float], within: float) -> bool:
     """May an ordinary crash at ``when`` (no binding to compare, no words that say
-    device) be the doing of a fault at one of ``fault_times``? Only if it came *after*
-    one, within ``within`` seconds: a fatal XID kills the CUDA processes on its GPU in
-    their next CUDA call (79: the GPU is gone; 48/95: the driver terminates the
-    contexts that touched the bad memory), so an exit right after it is plausibly its
-    casualty, while one before its first line is not (it was dead before the driver
-    saw anything; a simulated fleet: an ``NCCL error`` exit 111 s before an XID 48, seed
-    1: an exit 56 s before a flaky GPU's first XID 79, both made the GPU's ticket a
-    page).
+    device) be the doing of a fault at one of ``fault_times``? Only if it came *after* one,
+    within ``within`` seconds: a fatal XID kills the CUDA processes on its GPU in their next
+    CUDA call, so an exit right after it is plausibly its casualty; one before is not.
 
-    Only with a fatal XID (the caller's ``fatal``). Against an allocatable drop alone
-    an ordinary crash joins only if its words name the GPU (:func:`_may_name_the_gpu`):
-    the drop is the device plugin's bookkeeping (it marks a GPU unhealthy; it kills no
-    process) and names no GPU, so with no such words neither half of the rule
-    ("a pod joins a device chain only if it ran on the affected GPU or its failure
-    says device") holds. By nearness alone, every unrelated crash within a minute of
-    a drop (exit 1, 134, 139, an NCCL timeout, a CUDA OOM, a crash loop's next crash,
-    an illegal memory access) turned the drop's
-    ``gpu_degraded`` ticket into a page: 4 of 13 false pages on one simulated fleet, 8
-    of 9 on another (1,000 nodes, 24 h). A failure that says device (``UnexpectedAdmission
-    Error``, a ``DeviceFailed`` eviction, a CUDA/NVML error) still joins the drop, and
-    a drop that comes with a fatal XID has its GPU.
-
-    The kubelet reporting a dead container before the node status shows the drop
-    (the chain's look-back) is about failures that say device; for them time does not
-    decide.
+    Only with a fatal XID (the caller's ``fatal``). Trap: against an allocatable drop alone an
+    ordinary crash joins only if its words name the GPU (:func:`_may_name_the_gpu`): the drop
+    is the device plugin's bookkeeping and names no GPU, and joining by nearness alone turned
+    drop tickets into false pages (4 of 13 on one simulated fleet). A failure that says device
+    still joins the drop; for those, time does not decide.
+    docs/detection.md, design notes: `_crash_after_a_fatal_xid`.
     """
     return any(t - _CLOCK_SKEW_SECONDS <= when <= t + within for t in fault_times)
 
@@ -375,31 +359,16 @@ def _bound_crash_is_the_faults(
     step: Step, evidence: Evidence, when: float, fault_times: Iterable[float]
 ) -> bool:
     """Is an ordinary crash (a container's own non-zero exit) of a pod that ran on the
-    faulty GPU the fault's doing? Its GPU says *where*, not *why*: a GPU that falls off
-    the bus (79), loses memory to a double-bit ECC error (48) or hangs its GSP (119)
-    kills the CUDA process on it in its next CUDA call, and that process dies in a
-    CUDA or NVML call (NVIDIA's XID catalog, https://docs.nvidia.com/deploy/xid-errors/:
-    79 "GPU has fallen off the bus", 48 "the application ... will be terminated"). So:
+    faulty GPU the fault's doing? Its GPU says *where*, not *why*: a fatal XID kills the CUDA
+    process on it in its next CUDA or NVML call (NVIDIA's XID catalog). So its own last words
+    decide first (a ``CUDA out of memory`` is the workload's memory; a message naming another
+    cause with no GPU word, :func:`_names_other_cause`, died of that), then time: it joins
+    only within the chain's window after a fault, never before it
+    (:func:`_crash_after_a_fatal_xid`), which matters for a ``gpu_degraded`` ticket open a day.
 
-    * its own last words decide first: a ``CUDA out of memory`` is the workload's
-      memory (``suspected_cuda_oom``: a crash loop that ran on the GPU before the XID
-      and keeps crashing after it is not the XID's), and a message that names another
-      cause with no GPU word in it (``ValueError: checkpoint shard ...``, ``KeyError``,
-      :func:`_names_other_cause`) died of that. Joined, they made a ticket a page
-      (seen in a simulated fleet, 1,000 nodes 24 h: five XID-only faults whose pod happened to
-      crash of its own bug 1-5 min later);
-    * then time: it joins only within the chain's window after a fault
-      (``eviction_window_seconds``), never before it (:func:`_crash_after_a_fatal_xid`:
-      a process is not killed by a fault yet to come). The chain's own armed
-      window already says so; it matters for a ``gpu_degraded`` ticket, which stays
-      open a day after an XID (``degraded_quiet_seconds``): a crash of the GPU's pod
-      seven hours later is an application's, not "the degraded GPU evicting workloads"
-      (seen in a simulated fleet: tickets escalated to pages by crashes 45 min and 7 h after
-      their XID, which then swallowed the next real fault's page).
-
-    Trap: no message says nothing and keeps the binding's verdict within the window
-    (most containers write no termination message: the kubelet reads
-    ``/dev/termination-log``, empty unless the application writes it).
+    Trap: no message says nothing and keeps the binding's verdict within the window (most
+    containers write no termination message).
+    docs/detection.md, design notes: `_bound_crash_is_the_faults`.
     """
     config = step.config
     words = evidence.text
@@ -747,33 +716,17 @@ def _repeat_telling(step: Step) -> OpenIncident | None:
 
 def older_fault(step: Step, degraded: OpenIncident, first: float) -> bool:
     """Does the node's open ``gpu_degraded`` tell an *older* fault than the chain's, whose
-    first trigger is at ``first``? It does when it began more than the chain's window
-    before that trigger: an XID-only ticket stays open a day (``degraded_quiet_seconds``),
-    and a new fatal XID on another GPU an hour later, with a pod failing on it, is a new
-    fault that pages as its own chain. Folded into the old ticket it came out as an
-    update of an hour-old incident (seen in a simulated fleet: an XID 74 ticket at 08:50, an XID
-    48 and an UnexpectedAdmissionError at 09:56). Within the window (the ticket opened
-    for the very XID that armed the chain) it is the same fault: one incident.
+    first trigger is at ``first``? It does when it began more than the chain's window before
+    that trigger: an XID-only ticket stays open a day, and a new fatal XID on another GPU an
+    hour later with a pod failing is a new fault that pages as its own chain (folded in, it
+    came out as an update of an hour-old incident). Within the window it is one incident.
 
-    Trap: a flaky GPU logs the same fault again and again (XID 74 every twenty minutes):
-    a chain armed by a recurrence on a GPU the ticket already told of *before* the
-    window is that ticket's fault, and escalates it. So the ticket is older only when
-    none of the chain's GPUs is named in its evidence from before the window (the
-    ticket's own GPU list does not tell: the new XID was added to it as it came). A
-    chain whose GPU is unknown (a drop) cannot be told apart: it escalates, as before.
-    Only the same code is the ticket's fault come back (:func:`_same_fault_code`): an
-    XID 48 and its casualty on a GPU whose ticket tells an XID 119 from forty minutes
-    before is a new fault, and pages as its own chain (seen in a simulated fleet: folded into the
-    XID 119 ticket, the page came out as a gpu_degraded dated 22:18 for a 22:55 fault).
-    An old drop tells only while it lasts: one that has recovered (a device plugin
-    re-registering, 8 -> 0 -> 8, which no longer resolves an XID ticket) is not the
-    new fault's GPU (seen in a simulated fleet: a flaky GPU's ticket, a plugin restart at 01:25,
-    an XID 95 on another GPU and a DeviceFailed eviction at 02:00).
-    Only the ticket's fault evidence tells (:func:`fault_evidence`): an application
-    XID 13/43 on the new GPU that the ticket attached hours ago, or a pod's crash, is
-    no fault of that GPU (seen in a simulated fleet: an XID 74 ticket at 10:55, an XID 43 on
-    another GPU at 19:02, then an XID 74 on that GPU and a DeviceFailed eviction at
-    22:10 came out as an update of the 10:55 ticket).
+    Traps: a flaky GPU logs one fault again and again, so the ticket is older only when none
+    of the chain's GPUs is named in its evidence from before the window (its GPU list does not
+    tell); a chain whose GPU is unknown (a drop) escalates; only the same code is the ticket's
+    fault come back (:func:`_same_fault_code`); an old drop tells only while it lasts; only
+    the ticket's fault evidence tells (:func:`fault_evidence`), not an application XID or a
+    crash. docs/detection.md, design notes: `older_fault`.
     """
     state = step.state
     cutoff = first - step.config.eviction_window_seconds

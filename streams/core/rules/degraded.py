@@ -193,23 +193,17 @@ def on_fault(
 
 def recurrence(step: Step, item: Evidence, gpu: GpuTrack, code: int) -> bool:
     """Is this fatal line a new episode of a fault its GPU logged within
-    ``xid_repeat_window_seconds``? Its first episode's incident told it (a chain, or
-    this rule's ticket), so it opens
-    no ticket of its own: the fault came back, which is what ``xid_repeat`` counts
-    (its page, RMA, opens at ``xid_repeat_count`` episodes, every line as evidence).
+    ``xid_repeat_window_seconds``? Its first episode's incident told it, so it opens no
+    ticket of its own: the fault came back, which is what ``xid_repeat`` counts.
 
-    Why: a chain's page resolves ten minutes after the fault when every GPU is still
-    allocatable (a GPU reset is invisible to Kubernetes), and a ticket when the device
-    plugin reports the GPU healthy again; the flaky GPU's next XID, minutes later, then
-    opened a second incident for the one fault it already had (seen in a simulated fleet: an
-    XID 48 page at 12:02, a ticket for the same GPU's XID 48 at 12:17; an XID 119 ticket
-    at 22:18, resolved by the plugin at 23:09, another at 23:19). Only the same code:
-    another fatal code is a fault nothing has told yet, and drafts its own ticket.
-    Trap: an XID 154 (the driver's request, never in ``GpuTrack.fatal``) is no
-    recurrence; and the episode's own first line (in ``GpuTrack.fatal`` already, by
-    ``xid.on_fatal``) is not an earlier one. Left as it is: a first episode whose draft
-    the driver called recovered (XID 154, action None) told nobody, and its recurrence is
-    counted too."""
+    Why: a chain's page resolves ten minutes after the fault, and a ticket when the plugin
+    reports the GPU healthy; the flaky GPU's next XID then opened a second incident for the
+    one fault. Only the same code: another fatal code drafts its own ticket.
+
+    Traps: an XID 154 (the driver's request) is no recurrence; the episode's own first line is
+    not an earlier one; a first episode the driver called recovered told nobody, yet its
+    recurrence is counted too. docs/detection.md, design notes: `recurrence`.
+    """
     if gpu.fatal is None:
         return False
     horizon = step.now - step.config.xid_repeat_window_seconds

@@ -1,26 +1,16 @@
 """The one shape of a rule: what it emits, reads, owns and waits for, declared once.
 
-Every rule module exports ``SPEC``, a :class:`NodeRule` (it runs on a node's key) or a
-:class:`ClusterRule` (the cluster's key), and :mod:`streams.core.rules.registry` lists
-them. From the specs come the incident types and their default severities
-(``registry.DEFAULT_SEVERITY``, which ``CoreSettings.severity`` starts from), the order
-in which timers fire and the earliest deadline of a key (``node.apply_timer`` and
-``next_deadline``, the same in ``cluster``), and what the tests count.
+Every rule module exports ``SPEC``, a :class:`NodeRule` or a :class:`ClusterRule`, listed
+by :mod:`streams.core.rules.registry`; from the specs come the incident types, their
+default severities, the timer order and each key's earliest deadline. Plain frozen
+dataclasses holding plain functions, because mypyc compiles them (msgspec Structs would
+keep a module out of the compiled build); a rule's state slice lives in
+``streams.core.state``.
 
-Why plain frozen dataclasses holding plain functions: the rules are compiled with mypyc,
-which compiles these too (no metaclass, no attribute tricks), and a function stored in a
-field is called like any other. msgspec Structs would keep a module out of the compiled
-build (:mod:`schemas.native`), so a rule's state slice lives in ``streams.core.state``
-and the spec names the fields it owns.
-
-Traps:
-
-* ``settings`` names fields of ``streams.core.config.CoreSettings``, where their
-  defaults and ranges are declared. The spec only says which a rule reads (a test
-  checks the names exist and that a rule reads no other).
-* The order of the registry's tuples is the order timers fire within one key: it decides
-  which of two incidents due at the same instant is published first, so it is part of
-  the output. Append a new rule; never sort them.
+Traps: ``settings`` names fields of ``CoreSettings``, where defaults and ranges live (a
+test checks a rule reads no other); the registry's order is the order timers fire within a
+key, so it is part of the output: append a new rule, never sort them.
+docs/detection.md, design notes: the shape of a rule.
 """
 
 from __future__ import annotations

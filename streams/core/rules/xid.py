@@ -1,8 +1,7 @@
 """``gpu_app_fault`` and ``xid_repeat``: what XID fault *episodes* say on their own.
 
-An episode (see :func:`streams.core.node._on_xid`) is one fault however many lines it
-is logged as: lines of one code on one GPU less than ``xid_episode_gap_seconds`` apart.
-Both rules count episodes; every line is still evidence.
+An episode (:func:`streams.core.node._on_xid`): lines of one code on one GPU less than
+``xid_episode_gap_seconds`` apart. Both rules count episodes; every line is evidence.
 
 * Application-class XIDs (13, 31, 43, 94...) on a GPU are the workload's fault,
   not the hardware's: one incident per GPU, naming the pod(s) bound to it, going
