@@ -174,11 +174,9 @@ ALLOWED_LONGER: Final[dict[str, int]] = {
     "connectors/autoscaler/status_watch.py:<module>": 19,
     "connectors/backoff.py:<module>": 21,
     "connectors/bridges/base.py:<module>": 31,
-    "connectors/bridges/http.py:<module>": 39,
     "connectors/dcgm/diff.py:<module>": 16,
     "connectors/dcgm/scrape.py:DcgmSource": 21,
     "connectors/files.py:<module>": 28,
-    "connectors/health.py:<module>": 39,
     "connectors/k8s/gpu_filter.py:<module>": 20,
     "connectors/k8s/metrics.py:<module>": 20,
     "connectors/k8s/offline.py:<module>": 34,
@@ -201,7 +199,6 @@ ALLOWED_LONGER: Final[dict[str, int]] = {
     "connectors/xid/lines.py:<module>": 16,
     "connectors/xid/offline.py:<module>": 29,
     "connectors/xid/reader.py:<module>": 21,
-    "connectors/xid/textlog.py:<module>": 36,
     # a citation list of real log lines
     "examples/build_scenario.py:starved_job": 40,
     # click shows these as the verb's --help (golden-tested): cut them with the golden files
