@@ -1,31 +1,16 @@
 """What changed while we were not watching: the known set versus a fresh list, as changes.
 
-A watch that ends with ``410 Gone`` ("too old resource version") has missed an
-unknown number of changes: etcd compacted the history we would have resumed
-from. The only way back is a new list. Simply emitting that list as ``added``
-(what a naive informer restart does) hides the two things that matter most for
-incidents: objects that were *deleted* while we were away (an evicted GPU pod
-that is already gone) and objects that did *not* change (which must not be
-re-emitted as if something happened). :func:`diff` makes that explicit.
+A watch ending with ``410 Gone`` has missed an unknown number of changes, and only a new
+list brings them back. Emitting it as ``added`` (a naive informer restart) hides what
+matters most: objects *deleted* while away, and objects that did *not* change.
+:func:`diff` makes both explicit. The known set is ``uid -> Known`` (last resourceVersion,
+and the last slim event, since a deletion seen by absence has no object to slim).
 
-The known set is ``uid -> Known``: the last resourceVersion we emitted for the
-object and, for pods and nodes, the last slimmed event (a few hundred bytes,
-not the 10 KB raw object), because a deletion seen only by its absence has no
-object to slim: the ``deleted`` event is the last known state with ``op``
-changed (see :func:`deletion`).
-
-Traps:
-
-* Identity is the **uid**, not namespace/name: a StatefulSet pod deleted and
-  recreated under the same name while we were away is a deletion *and* an
-  addition, and both must be emitted.
-* resourceVersions are opaque strings: compare them for equality only, never
-  order them (the API conventions say so, even though etcd's are integers).
-* A deletion needs a deterministic, *newer* id: the object's own final
-  resourceVersion is unknown, so the id uses the list's resourceVersion
-  (``k8s:<uid>:<listRV>``), which is newer than anything in that list.
-* Items without a usable uid cannot be diffed; they are returned as ``added``
-  so that slimming reports them as dead letters instead of dropping them.
+Traps: identity is the uid, not the name (a StatefulSet pod recreated under its name is a
+deletion and an addition); resourceVersions are compared for equality only, never
+ordered; a deletion's id uses the list's resourceVersion, newer than anything in it; items
+without a usable uid are returned as ``added`` so slimming dead-letters them.
+In full: docs/connectors.md, design notes: connectors/k8s/relist.py.
 """
 
 from __future__ import annotations
