@@ -163,27 +163,21 @@ MAX_DOCSTRING_LINES: Final = 15
 what the object is for, why, and names its traps; the design reasoning goes to a docs/
 page's "Design notes"."""
 ALLOWED_LONGER: Final[dict[str, int]] = {
-    "connectors/autoscaler/classify.py:<module>": 24,
-    "connectors/autoscaler/cursor.py:<module>": 23,
     "connectors/autoscaler/klog.py:<module>": 16,
     "connectors/autoscaler/kube_events.py:<module>": 16,
     "connectors/autoscaler/run.py:<module>": 16,
     "connectors/autoscaler/status_watch.py:<module>": 19,
-    "connectors/backoff.py:<module>": 21,
     "connectors/dcgm/diff.py:<module>": 16,
     "connectors/dcgm/scrape.py:DcgmSource": 21,
     "connectors/k8s/gpu_filter.py:<module>": 20,
     "connectors/k8s/metrics.py:<module>": 20,
     "connectors/k8s/slim.py:<module>": 16,
-    "connectors/k8s/slim.py:infer_kind": 22,
-    "connectors/kafka/producer.py:<module>": 26,
     "connectors/nvml/run.py:<module>": 18,
     "connectors/podresources/client.py:<module>": 20,
     "connectors/podresources/run.py:<module>": 20,
     "connectors/run.py:<module>": 17,
     "connectors/signals.py:<module>": 19,
     "connectors/topology/live.py:<module>": 18,
-    "connectors/topology/nvml.py:<module>": 25,
     "connectors/xid/lines.py:<module>": 16,
     "connectors/xid/reader.py:<module>": 21,
     # a citation list of real log lines
