@@ -168,18 +168,12 @@ ALLOWED_LONGER: Final[dict[str, int]] = {
     "connectors/autoscaler/run.py:<module>": 16,
     "connectors/autoscaler/status_watch.py:<module>": 19,
     "connectors/dcgm/diff.py:<module>": 16,
-    "connectors/dcgm/scrape.py:DcgmSource": 21,
-    "connectors/k8s/gpu_filter.py:<module>": 20,
-    "connectors/k8s/metrics.py:<module>": 20,
     "connectors/k8s/slim.py:<module>": 16,
     "connectors/nvml/run.py:<module>": 18,
-    "connectors/podresources/client.py:<module>": 20,
-    "connectors/podresources/run.py:<module>": 20,
     "connectors/run.py:<module>": 17,
     "connectors/signals.py:<module>": 19,
     "connectors/topology/live.py:<module>": 18,
     "connectors/xid/lines.py:<module>": 16,
-    "connectors/xid/reader.py:<module>": 21,
     # a citation list of real log lines
     "examples/build_scenario.py:starved_job": 40,
     # click shows these as the verb's --help (golden-tested): cut them with the golden files
