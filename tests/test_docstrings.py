@@ -166,13 +166,8 @@ ALLOWED_LONGER: Final[dict[str, int]] = {
     "connectors/autoscaler/klog.py:<module>": 16,
     "connectors/autoscaler/kube_events.py:<module>": 16,
     "connectors/autoscaler/run.py:<module>": 16,
-    "connectors/autoscaler/status_watch.py:<module>": 19,
     "connectors/dcgm/diff.py:<module>": 16,
     "connectors/k8s/slim.py:<module>": 16,
-    "connectors/nvml/run.py:<module>": 18,
-    "connectors/run.py:<module>": 17,
-    "connectors/signals.py:<module>": 19,
-    "connectors/topology/live.py:<module>": 18,
     "connectors/xid/lines.py:<module>": 16,
     # a citation list of real log lines
     "examples/build_scenario.py:starved_job": 40,
