@@ -163,12 +163,6 @@ MAX_DOCSTRING_LINES: Final = 15
 what the object is for, why, and names its traps; the design reasoning goes to a docs/
 page's "Design notes"."""
 ALLOWED_LONGER: Final[dict[str, int]] = {
-    "connectors/autoscaler/klog.py:<module>": 16,
-    "connectors/autoscaler/kube_events.py:<module>": 16,
-    "connectors/autoscaler/run.py:<module>": 16,
-    "connectors/dcgm/diff.py:<module>": 16,
-    "connectors/k8s/slim.py:<module>": 16,
-    "connectors/xid/lines.py:<module>": 16,
     # a citation list of real log lines
     "examples/build_scenario.py:starved_job": 40,
     # click shows these as the verb's --help (golden-tested): cut them with the golden files

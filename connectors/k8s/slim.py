@@ -11,8 +11,7 @@ Traps: a pod has no "changed at" time (offline, the newest status timestamp, and
 ``deletionTimestamp`` lies in the future by the grace period); ids are
 ``k8s:<uid>:<resourceVersion>``; init containers count as Kubernetes counts them; Run:ai's
 ``gpu-fraction`` pods request no GPU resource; values the codec would refuse are errors
-here, so the watch never publishes a dead letter. The full list: docs/connectors.md,
-design notes.
+here, so the watch never publishes a dead letter. In full: docs/connectors.md, design notes.
 """
 
 from __future__ import annotations
