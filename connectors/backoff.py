@@ -1,23 +1,14 @@
 """Retry delays for every connector: exponential backoff with full jitter, Retry-After.
 
-Why a small function and not a library: neither ``backoff`` nor ``tenacity`` is a
-dependency, and a watch loop needs exactly two things from one: "how long after
-the n-th failure in a row" and "what the server asked for". Both are pure here
-(the random source is a parameter), so tests pin them down exactly.
+A small pure function, not a library: a loop needs "how long after the n-th failure" and
+"what the server asked for", and tests pin both down (the random source is a parameter).
 
-Traps:
-
-* **Full jitter** (a uniform draw in ``[0, min(cap, base * 2**n)]``), not
-  "delay plus a little noise": after an API-server restart every connector
-  replica and every controller in the cluster retries at once, and only a
-  spread-out draw keeps them from arriving in waves.
-* **Retry-After** comes as delta-seconds (``"1"``, what the API server sends
-  with 429 from priority-and-fairness) or as an HTTP date. It wins over our own
-  backoff, but is capped (:attr:`Backoff.max_retry_after_seconds`): a proxy's
-  ``Retry-After: 86400`` must not park the connector for a day.
-* The attempt counter is the caller's: reset it only after a request that did
-  real work, or a server that accepts and instantly drops every watch would be
-  retried in a tight loop.
+Traps: full jitter (a uniform draw up to ``min(cap, base * 2**n)``), so the replicas a
+restarted API server drops do not come back in waves; ``Retry-After`` (seconds or an HTTP
+date) wins but is capped, so a proxy's ``86400`` cannot park the connector for a day; the
+attempt counter is the caller's, reset only after a request that did real work, or a
+server that drops every watch at once is retried in a tight loop.
+In full: docs/connectors.md, design notes: connectors/backoff.py.
 """
 
 from __future__ import annotations

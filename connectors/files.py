@@ -1,30 +1,16 @@
 """Recorded files as a source: JSON lines from a path or stdin, plain or gzip.
 
-This is the offline seam every connector shares (every source reads from a file too): what
-a live connector would publish can be recorded to a file and replayed through
-the same core. It is deliberately synchronous; replay is CPU-bound and has no
-other I/O to overlap.
+The offline seam every connector shares: what a live connector would publish is recorded
+and replayed through the same core. Synchronous on purpose: replay is CPU-bound.
 
-Traps this module handles so callers need not:
-
-* Compression is detected by the gzip magic bytes, never by the file name: a
-  rotated ``events.log.1`` may be gzip and a ``.gz`` may have been unpacked in
-  place. Concatenated gzip members (``cat a.gz b.gz``) read as one stream.
-* Stdin cannot seek, so the two magic bytes read to sniff it are put back in
-  front of the stream rather than lost.
-* Line numbers are physical: blank lines are skipped but still counted, so
-  ``FILE:LINE`` in an error message is what an editor shows.
-* A truncated or corrupt gzip stream, or a read error half-way, ends that file
-  with an error *value* (a :class:`Record` holding a ``RecordError``) instead of
-  an exception, so merging several files does not lose the others.
-* Every read is bounded, whatever the input (the caps: :mod:`connectors.bounded`):
-  ``/dev/zero``, a binary file or a log with no line break never grows memory.
-  A line holds at most ``MAX_LINE_BYTES``; a longer one is a dead line (a
-  ``RecordError`` in its place, counted like any bad line) and reading goes on
-  after its line break. The line break is looked for up to ``MAX_INPUT_BYTES``
-  from the line's start; an input with none there is not text of lines, and
-  ends with that error. :meth:`FileReader.read` (a scrape, a topology matrix) takes at most
-  ``MAX_LINE_BYTES`` and refuses a bigger input with ``InputTooLarge``.
+Traps handled here: gzip is detected by magic bytes, never by name, and concatenated
+members read as one stream; stdin cannot seek, so the sniffed bytes are put back; line
+numbers are physical (blank lines counted), as an editor shows; a corrupt gzip or a read
+error ends that file with an error *value*, so a merge keeps the others; every read is
+bounded (:mod:`connectors.bounded`): a line over ``MAX_LINE_BYTES`` is a dead line, no line
+break within ``MAX_INPUT_BYTES`` ends the input, and :meth:`FileReader.read` refuses a
+bigger input with ``InputTooLarge``.
+In full: docs/connectors.md, design notes: connectors/files.py.
 """
 
 from __future__ import annotations

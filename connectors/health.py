@@ -1,41 +1,16 @@
 """What ``/healthz`` and ``/readyz`` answer: named conditions a process keeps, and its loop.
 
-Every long-running process (the processor, each connector, each bridge) keeps a
-:class:`Health`: a few named :class:`Condition`\\s its own code sets as things happen
-(``kafka``: the last delivery was acknowledged, or partitions are assigned and fetches
-fresh; ``watch-pods``: the API server's watch is streaming; ``endpoint-<route>``: the
-vendor answers), plus a check that its asyncio loop still turns.
-:func:`connectors.prometheus.serve_metrics` serves them next to ``/metrics``, in the form
-the Kubernetes API server uses for its own endpoints (one ``[+]name ok`` /
-``[-]name failing for N s: reason`` line per check, then a verdict), so
-``curl :9464/readyz`` reads like ``kubectl get --raw /readyz?verbose``.
+Each long-running process keeps a :class:`Health` of named :class:`Condition` objects its code
+sets, served beside ``/metrics`` in the API server's own ``[+]name ok`` form. Live: the
+loop answers (nothing outside the process fails liveness by default: a restart fixes no
+broker outage and drops the connectors' buffers); ``affects="live"`` is for a failure a
+restart does fix. Ready: every readiness condition holds now. ``affects="none"``: listed,
+failing neither (an unready DaemonSet pod would stall rollouts).
 
-What each answer means, on purpose different:
-
-* **Live** (``/healthz``, also ``/livez``): the loop answers. Nothing outside the process
-  fails liveness by default: a liveness probe that depends on Kafka or the API server
-  restarts every connector and worker of the fleet during one outage, which fixes
-  nothing, drops the connectors' in-memory buffers (their promise is backpressure, not
-  loss), and leaves them crash-looping on an unreachable broker at start, recovering
-  only after the kubelet's back-off once it is back
-  (https://kubernetes.io/docs/concepts/configuration/liveness-readiness-startup-probes/:
-  a liveness probe should not fail on a dependency). The body still lists every check.
-  A condition made with ``affects="live"`` is the exception, for a failure a restart
-  does fix: failing for ``fail_after_seconds`` (5 min), it fails liveness too.
-* **Ready** (``/readyz``): the loop answers and every condition that affects readiness
-  holds *now*. A broker blip makes a process unready at once: the operator sees it, and
-  nothing restarts.
-* **Reported only** (``affects="none"``): listed in both bodies, failing neither. For a
-  dependency that must not hold up a rollout either: an unready DaemonSet pod counts
-  against ``maxUnavailable``, so a node whose dcgm-exporter is down would stall every
-  rollout of the node agents.
-* **The loop** is probed, not trusted: the HTTP thread hands a no-op to the loop
-  (``call_soon_threadsafe``) and waits ``loop_timeout_seconds`` for it to run. A loop blocked
-  by a runaway computation or a synchronous call never sets a flag saying so.
-
-Threads: conditions are set on the loop and read by the HTTP server's threads. Each
-:meth:`Condition.set` replaces one immutable :class:`State` in a single assignment, so a
-reader sees the old state or the new one, never half of each; nothing else is shared.
+Traps: the loop is probed, not trusted (a no-op handed over with
+``call_soon_threadsafe``; a blocked loop sets no flag); conditions are set on the loop and
+read by HTTP threads, so each set replaces one immutable :class:`State` in one assignment.
+In full: docs/connectors.md, design notes: connectors/health.py.
 """
 
 from __future__ import annotations

@@ -140,31 +140,14 @@ def default_source_id(source: Source) -> str:
 class Publisher:
     """Publish one :class:`~connectors.source.Source` until it ends or ``stop`` is set.
 
-    Every raw record carries the source's id and progress (:mod:`schemas.progress`),
-    and a quiet source heartbeats: that is what the processor's watermark is made of
-    (live results must not depend on how fast events arrive). Traps:
-
-    * **A heartbeat never overtakes a batch.** It goes through the same ordered
-      buffer, and is sent on its own once everything before it is acknowledged: a
-      progress on the log ahead of an unacked (perhaps retried) batch would let the
-      processor's watermark pass that batch's events.
-    * **Progress is acknowledged progress**, and never goes back. A chunk's records
-      carry the progress of the batches acknowledged *before* the chunk, not their
-      own: a record vouches for what is ahead of it on its partition, and the rest
-      of its own batch is behind it (a catch-up batch may span minutes of event
-      time). A busy source's progress therefore trails by one chunk; a quiet one's
-      heartbeat carries all of it.
-    * **No progress, no heartbeat.** A source that has not delivered an event time
-      yet has nothing to vouch for: its records carry only the source id (the
-      processor holds its watermark for it), and it sends no heartbeat.
-    * Heartbeats go to every raw topic-partition the source has published to since
-      it started (from the acks), so every worker that owns one of its keys hears it.
-    * **A new partition is announced before the progress covers it** (:meth:`_announce`):
-      otherwise a worker can read a later progress of this source on another partition
-      before the first record on the new one, and find that record late.
-    * **A source that ends says so** (``--once`` read everything): a last heartbeat
-      with :data:`~schemas.progress.END`, else every worker would hold its watermark
-      at that source's last progress until it ages out.
+    Every raw record carries the source's id and progress, and a quiet source heartbeats: the
+    processor's watermark is made of them. Traps: a heartbeat never overtakes a batch (same
+    ordered buffer, sent once everything before it is acknowledged); progress is acknowledged
+    progress and never goes back (a chunk carries what was acked *before* it, so a busy
+    source's trails by one chunk); no progress, no heartbeat; heartbeats go to every raw
+    partition the source has published to; a new partition is announced before the progress
+    covers it; a source that ends sends a last heartbeat with
+    :data:`~schemas.progress.END`. In full: docs/connectors.md, design notes: Publisher.
     """
 
     def __init__(

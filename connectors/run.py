@@ -1,19 +1,15 @@
 """One connector runner: a ``connect`` verb builds its source, then calls :func:`run_source`.
 
-What every connector did for itself lives here once: the stop event and the signals,
-the ``/metrics`` server, the producer's start-up, the publish loop with its bounded
-drain (:class:`connectors.publish.Publisher`), the one summary line and the exit status
-(0: everything read was delivered; 1: something was left at the stop).
+What every connector did for itself lives here once: signals, the ``/metrics`` server,
+the producer's start-up, the publish loop with its bounded drain, the one summary line and
+the exit status (0: everything read was delivered; 1: something was left at the stop).
 
-Traps:
-
-* The metrics server starts before the producer, so a port already taken is the one
-  line a misconfigured pod prints, not hidden behind a broker timeout.
-* A caller that passes its own ``stop`` gets no signal handlers (tests, an embedding
-  loop); one that passes a started producer keeps it (it is neither started nor
-  stopped here).
-* Kafka unreachable at start is :class:`~connectors.kafka.config.KafkaUnreachable`,
-  raised for the CLI to report; the source is closed either way.
+Traps: the metrics server starts before the producer, so a port already taken is the one
+line printed, not hidden behind a broker timeout; a caller passing its own ``stop`` gets
+no signal handlers, and a passed started producer is neither started nor stopped here;
+Kafka unreachable at start is :class:`~connectors.kafka.config.KafkaUnreachable`, raised
+for the CLI, and the source is closed either way.
+In full: docs/connectors.md, design notes: connectors/run.py.
 """
 
 from __future__ import annotations

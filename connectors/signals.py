@@ -1,21 +1,15 @@
 """Stopping long-running commands on SIGINT/SIGTERM, in one place.
 
-Every long-running command (``process``, ``demo``, the ``connect`` sources)
-turns both signals into an :class:`asyncio.Event` its loop checks, so it can
-finish the batch in flight, deliver, commit and say goodbye instead of dying
-mid-write. Traps:
+Every long-running command turns both signals into an :class:`asyncio.Event` its loop
+checks, so it finishes the batch in flight, delivers and commits instead of dying
+mid-write.
 
-* ``loop.add_signal_handler`` only works in the main thread of a Unix process;
-  elsewhere (an embedding test) it raises, and the default handlers stay.
-* A stop can hang (a broker gone mid-flush): with ``give_up_after_seconds`` a
-  watchdog thread exits the process with status 1 after that long, and a second
-  signal *of the same kind* exits at once (Ctrl-C pressed twice; SIGTERM sent
-  twice). Nothing is lost by giving up: what was not delivered was not committed
-  either, and is read again by the next start.
-* A signal of the other kind is not "the user means it": a terminal's Ctrl-C
-  sends SIGINT to the whole process group, and a parent (``gputriage demo``, a
-  supervisor) then stops its child with SIGTERM. Counting that SIGTERM as a
-  second Ctrl-C made the demo's worker skip its clean stop every time.
+Traps: ``loop.add_signal_handler`` works only in a Unix main thread (elsewhere the default
+handlers stay); a stop can hang, so ``give_up_after_seconds`` exits 1 after that long, and
+a second signal *of the same kind* exits at once (nothing undelivered was committed); a
+signal of the other kind is not "the user means it": Ctrl-C reaches the whole process
+group and a parent then sends SIGTERM, which, counted as a second Ctrl-C, made the demo's
+worker skip its clean stop. In full: docs/connectors.md, design notes: connectors/signals.py.
 """
 
 from __future__ import annotations

@@ -1,32 +1,15 @@
 """Small state files that let a node-local connector resume where it stopped.
 
-The kmsg reader (boot id + sequence number), the journal follower (cursor),
-the log-file follower (inode + offset) and the dcgm poller (the last scrape)
-each keep one msgspec struct as JSON in a file, written only after what it
-covers was acknowledged by Kafka. Traps handled here, once:
-
-* The file is replaced atomically (a temporary file beside it, ``fsync``,
-  ``rename``, then ``fsync`` of the directory), so a crash or a power cut never
-  leaves half a state file.
-* The temporary file has a unique name (``tempfile.mkstemp``: ``O_CREAT|O_EXCL``,
-  mode 0600). A fixed ``.NAME.tmp`` let two writers truncate and rename each
-  other's file (759 of 2,000 saves failed in a test of two writers) and wrote through a
-  symlink planted at that name. ``os.replace`` renames over the target path
-  itself, never through a symlink there.
-* One writer per state file: :class:`StateLock` takes an advisory ``flock`` on
-  ``NAME.lock`` (opened with ``O_NOFOLLOW``, 0600) for the life of the source; a
-  second reader of the same device or log with the same state file is refused
-  with :class:`StateInUse` (one line, naming the file and the holder's pid) instead
-  of silently moving the first one's position back and forth.
-* A file that does not decode raises :class:`~schemas.codec.RecordError`; the
-  caller decides what starting over means for its source (and logs it).
-* A file that cannot be used at all (its directory cannot be made, a file stands
-  where a directory should, no permission, a full disk, a "state file" that is
-  a device) raises :class:`StateError`: one line naming the file and the OS's
-  reason, never an ``OSError`` whose ``filename`` is the lock or a temporary
-  file (or none: a failed ``write`` names no file). At start it ends the
-  command; mid-run too, since a reader that cannot record where it is would
-  re-send all it read since, at its next start.
+Each node-local reader keeps one msgspec struct as JSON, written only after what it covers
+was acknowledged by Kafka. Traps handled here, once: the file is replaced atomically
+(temp file, ``fsync``, ``rename``, ``fsync`` of the directory); the temp file has a unique
+name (``mkstemp``: a fixed name let two writers clobber each other and wrote through a
+planted symlink); one writer per file (:class:`StateLock`, an ``flock`` on ``NAME.lock``,
+else :class:`StateInUse` naming the holder's pid); a file that does not decode raises
+:class:`~schemas.codec.RecordError` and the caller decides; a file that cannot be used at
+all raises :class:`StateError`, one line naming the file and the OS's reason (never an
+``OSError`` naming the lock or temp file), at start and mid-run alike.
+In full: docs/connectors.md, design notes: connectors/state.py.
 """
 
 from __future__ import annotations

@@ -1,26 +1,15 @@
 """The reason vocabulary: which cloud error means quota, which means capacity.
 
-Shared by the cluster-autoscaler (:mod:`connectors.autoscaler.klog`) and Karpenter
-(:mod:`connectors.autoscaler.karpenter`) parsers. Always classify by the *code* or the
-cloud's own words, never by the error class alone:
+Shared by the cluster-autoscaler and Karpenter parsers. Always classify by the *code* or
+the cloud's own words, never by the error class alone. Quota codes are looked for first,
+so a quota inside a capacity message wins.
 
-* cluster-autoscaler's GCE client renames codes: any code containing ``QUOTA`` becomes
-  ``QUOTA_EXCEEDED``, ``ZONE_RESOURCE_POOL_EXHAUSTED[_WITH_DETAILS]`` becomes
-  ``RESOURCE_POOL_EXHAUSTED``, and all of them get errorClass ``OutOfResource``
-  (kubernetes/autoscaler ``cloudprovider/gce/autoscaling_gce_client.go`` ``GetErrorInfo``;
-  older releases said ``STOCKOUT``, PR #2521). The class cannot tell quota from stockout.
-* AWS: cluster-autoscaler reports every failed ASG activity as
-  ``placeholder-cannot-be-fulfilled`` (``cloudprovider/aws/auto_scaling_groups.go``); the EC2
-  cause (``InsufficientInstanceCapacity``, or ``VcpuLimitExceeded``, a quota) is only in
-  the ``ASG ... scaling failed with description`` line. Without it: ``capacity``.
-* Azure: asynchronous failures are ``provisioning-state-failed`` whatever the cause
-  (``cloudprovider/azure/azure_scale_set.go``): ``capacity``; synchronous ones carry the
-  ARM code and text (``Code="OperationNotAllowed" ... exceeding quota limit``).
-* Karpenter (aws/karpenter-provider-aws ``pkg/errors/errors.go``) counts
-  ``VcpuLimitExceeded``, ``MaxSpotInstanceCountExceeded`` ... as "insufficient capacity":
-  a quota code inside a capacity wrapper is ``quota``.
-
-Quota codes are looked for first, so a quota inside a capacity message wins.
+Traps: cluster-autoscaler's GCE client renames codes and gives quota and stockout the same
+class; on AWS every failed ASG activity is ``placeholder-cannot-be-fulfilled``, the cause
+only in the ``scaling failed with description`` line (without it: ``capacity``); Azure's
+asynchronous failures are ``provisioning-state-failed`` whatever the cause; Karpenter
+counts quota codes as "insufficient capacity".
+In full: docs/connectors.md, design notes: connectors/autoscaler/classify.py.
 """
 
 from __future__ import annotations

@@ -1,25 +1,14 @@
 """Where a followed container log stands: the last kubelet timestamp and the lines at it.
 
-Pure (no I/O): :mod:`connectors.autoscaler.follow` keeps one :class:`Position` per
-followed container and saves :class:`FollowState` in the connector's state file.
+Pure: :mod:`connectors.autoscaler.follow` keeps one :class:`Position` per container and
+saves :class:`FollowState`. Why a timestamp *and* hashes: lines carry nanosecond times but a
+reconnect's ``sinceTime`` is whole seconds, so a resumed stream repeats up to a second.
+Older lines are skipped; lines at exactly the last timestamp are skipped once per
+remembered hash (a multiset: two identical lines at one instant are two lines).
 
-Why a timestamp *and* hashes: ``GET .../pods/NAME/log?timestamps=true`` prefixes every
-line with the kubelet's RFC 3339 timestamp at nanosecond precision, but a reconnect can
-only ask for ``sinceTime`` in whole seconds (``metav1.Time`` is serialised to the
-second; the kubelet compares each line's time with it). A resumed stream therefore
-starts up to a second *before* the last line handed out and repeats it. Every line
-older than the remembered timestamp is skipped; lines at exactly that timestamp are
-skipped once for each remembered hash (a multiset: two identical lines at one instant
-are two lines), and everything after is new.
-
-Traps:
-
-* RFC 3339 "nano" drops trailing zeros of the fraction (``...:05.1Z``, ``...:05Z``):
-  timestamps are compared as integer nanoseconds, never as strings.
-* A line without a leading timestamp (cannot happen with ``timestamps=true``, but a
-  proxy may add one) is handed out and not tracked: nothing can be said about it.
-* A new container (``restartCount`` changed, or another pod uid) starts from nothing:
-  its log is a new file on the node, read from its start.
+Traps: RFC 3339 "nano" drops trailing zeros, so times are compared as integer
+nanoseconds; a line without a timestamp is handed out untracked; a new container starts
+from nothing. In full: docs/connectors.md, design notes: connectors/autoscaler/cursor.py.
 """
 
 from __future__ import annotations

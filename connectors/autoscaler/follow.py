@@ -1,35 +1,16 @@
 """Follow the cluster-autoscaler's (or Karpenter's) pod logs through the Kubernetes API.
 
-:class:`LogFollower` finds the pods by namespace and label selector (re-listed every
-``poll_interval_seconds``) and follows one container of each *running* pod with
-``GET /api/v1/namespaces/NS/pods/NAME/log?follow=true&timestamps=true``, putting every
-new line, with the cursor after it, on :attr:`LogFollower.queue` (one slot: when the
-publish loop stops reading, the streams stop being read and TCP pushes back).
+:class:`LogFollower` follows one container of every *running* pod the selector finds (only
+the leader logs decisions, so a leader change needs nothing), onto a one-slot queue: a
+stalled publish loop stops the reads and TCP pushes back. Reconnects resume at
+``sinceTime`` and skip repeats; a restarted container's tail is read once with
+``previous=true``, so a drop just before a crash loses nothing.
 
-Why every running replica: only the leader logs decisions, the others log that they
-are waiting for the lease; following all of them means a leader change needs nothing.
-
-Reconnects (a dropped connection, a silent one, the API server ending the stream) ask
-for ``sinceTime`` = the last line's second and skip what was already handed out
-(:class:`connectors.autoscaler.cursor.Position`). A new container (``restartCount``
-changed) is read from its start; if lines of the old one were handed out, its tail is
-first read once with ``previous=true`` (the kubelet keeps exactly one previous
-container's log), so a drop just before a crash loses nothing.
-
-Traps:
-
-* kubernetes-asyncio's ``read_namespaced_pod_log`` has no ``since_time`` (the API's
-  OpenAPI document lists only ``sinceSeconds`` for ``pods/log``, although
-  ``PodLogOptions`` has ``sinceTime``), and ``sinceSeconds`` is relative to the
-  kubelet's clock. The request is made with the client's own ``call_api`` on the same
-  path, adding ``sinceTime``; authentication and TLS stay the client's.
-* A log stream has no heartbeat: a connection dropped by a NAT stays open for ever. No
-  data for ``silence_timeout_seconds`` reconnects (which is cheap: the resume skips repeats).
-* The new container's lines carry later kubelet timestamps than the old one's, so the
-  position's filter is kept across a restart: a stream opened while the pod's status
-  still showed the old ``restartCount`` cannot make the new container's lines repeat.
-* A container that is not running (waiting, CrashLoopBackOff) is not followed: the API
-  answers 400 for it. It is looked at again at the next poll.
+Traps: kubernetes-asyncio's log call has no ``since_time``, so the request goes through
+the client's ``call_api`` on the same path; a log stream has no heartbeat (a NAT-dropped
+one stays open), so silence reconnects; the position's filter is kept across a container
+restart; a container not running answers 400 and waits for the next poll.
+In full: docs/connectors.md, design notes: connectors/autoscaler/follow.py.
 """
 
 from __future__ import annotations

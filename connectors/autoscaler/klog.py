@@ -11,8 +11,7 @@ Traps: klog prints no year (the line takes the year nearest the reference time; 
 impossible date is a ``RecordError``); most lines are noise, rejected by one ``in`` test per
 message family before any regular expression; headerless pastes parse like a full line's
 message; a GCE node group is a URL, ended at a space or ``": "``; the autoscaler's own
-resource limits are ``max_size``, never the cloud's ``quota``. Each message:
-docs/connectors.md, design notes.
+limits are ``max_size``, never ``quota``. Each message: docs/connectors.md, design notes.
 """
 
 from __future__ import annotations

@@ -5,9 +5,8 @@ could not help. :func:`autoscaler_event` turns such an Event into an
 :class:`~schemas.events.AutoscalerEvent` whatever the GPU filter says of it (a CPU pool's
 failed scale-up is context for the GPU pod beside it); the CLI hands it to the k8s
 connector as its ``derive`` hook, so the families stay independent. :func:`pasted` reads
-the same Events as people paste them (``kubectl describe`` and ``get events`` rows of every
-layout, the autoscaler's log of its Events, bare messages); both paths end in
-:func:`event_fact`, so a pasted row and the live object give the same record.
+the same Events as people paste them (``kubectl describe`` and ``get events`` rows, the
+autoscaler's log of its Events, bare messages); both end in :func:`event_fact`.
 
 Traps: a GCE node group is a URL, ended at ``": "``, never at its first ``:``;
 ``NotTriggerScaleUp``'s reason is the most actionable class listed, not the most frequent;

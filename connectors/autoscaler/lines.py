@@ -1,33 +1,16 @@
 """One raw autoscaler log line to its ``autoscaler.v1`` records: unwrap, tell the format, parse.
 
-:func:`parse_line` never raises. It returns a tuple of records (most often empty:
-the line states no fact in the vocabulary, an *unrecognised* line the caller
-counts), or a :class:`~schemas.codec.RecordError` for a line that is plainly a
-klog record but cannot be read (an impossible date): a dead letter.
+:func:`parse_line` never raises: a tuple of records (most often empty: an unrecognised
+line), or a :class:`~schemas.codec.RecordError` for a klog record that cannot be read.
+Formats ``klog``, ``karpenter``, ``gke`` or ``auto`` (per line, by content); wrappers are
+peeled first and ``line`` keeps the original. Time: the klog header's, else the record's,
+else the wrapper's, else the reference time. Ids hash source, position, text and index.
 
-Formats (``fmt``): ``klog`` (cluster-autoscaler), ``karpenter`` (JSON or console),
-``gke`` (GKE's cluster autoscaler visibility entries from Cloud Logging,
-:mod:`connectors.autoscaler.gke`), ``auto`` (per line, by content: a visibility entry
-is GKE, a JSON record with Karpenter's keys or a console line is Karpenter, anything
-else is read as klog). Wrappers are peeled first (:mod:`connectors.autoscaler.unwrap`);
-the record's ``line`` keeps the original.
-
-Time: the klog header's (year from :attr:`LineContext.reference`, see
-:func:`connectors.autoscaler.klog.klog_time`), else the Karpenter record's or the GKE
-entry's, else the wrapper's, else the reference time itself (a headerless paste).
-
-Length: a line is cut at 64 KiB before parsing (the evidence keeps the cut line),
-except a line that starts like JSON and is at most 256 KiB (Cloud Logging's limit on
-one entry, :data:`connectors.autoscaler.gke.MAX_ENTRY`): it is decoded whole when it is
-a visibility entry, so a scale-down naming many evicted pods is not lost.
-
-Speed: a few substring tests (:data:`ANCHORS`) reject a line that can state no fact
-before anything is unwrapped or decoded (most lines of a real log). Trap: the words
-are searched in the raw line, so a JSON wrapper that escaped ASCII in them (``\\u0027``
-for ``'``) would hide the line; docker, CRI and zap do not.
-
-Ids are deterministic: a hash of the source, the line's position and its text, and the
-record's index within the line (a final plan names several groups).
+Traps: a line is cut at 64 KiB, except a JSON line up to 256 KiB (Cloud Logging's limit)
+that is a visibility entry, so a scale-down naming many pods is not lost; the
+:data:`ANCHORS` prefilter searches the raw line, so a wrapper that escaped ASCII in the
+words would hide it (docker, CRI and zap do not).
+In full: docs/connectors.md, design notes: connectors/autoscaler/lines.py.
 """
 
 from __future__ import annotations

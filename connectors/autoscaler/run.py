@@ -1,18 +1,15 @@
 """``gputriage connect autoscaler``: the autoscaler's pod logs into the ``autoscaler.v1`` topic.
 
-::
+A :class:`~connectors.autoscaler.follow.LogFollower` feeds an :class:`AutoscalerLogSource` under
+the one publish loop. Each line goes through
+:func:`connectors.autoscaler.lines.parse_line`: its records are published, a line stating
+no fact is counted (``outcome="unrecognised"``) and dropped, a
+:class:`~schemas.codec.RecordError` becomes a dead letter.
 
-    LogFollower (pods/log, follow) ─► AutoscalerLogSource ─► Publisher ─► raw topics
-                                       parse_line per line    (the one publish loop)
-
-Each line goes through :func:`connectors.autoscaler.lines.parse_line`: its records are
-published; a line stating no fact is counted (``outcome="unrecognised"``) and dropped;
-a :class:`~schemas.codec.RecordError` becomes a dead letter. Every line is one batch
-carrying the cursors after it (:class:`~connectors.autoscaler.cursor.FollowState`),
-saved in the state file once the batch is acknowledged, so a restarted connector
-resumes after the last delivered line (lines read but not delivered are read again).
-
-The click definition lives in :mod:`gputriage.cli.connect`.
+Trap: every line is one batch carrying the cursors after it, saved once the batch is
+acknowledged, so a restart resumes after the last *delivered* line (lines read but not
+delivered are read again). In full: docs/connectors.md, design notes:
+connectors/autoscaler/run.py.
 """
 
 from __future__ import annotations

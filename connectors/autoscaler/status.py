@@ -1,31 +1,16 @@
 """The ``cluster-autoscaler-status`` ConfigMap (``data.status``) to ``autoscaler.v1`` records.
 
-Pure: :func:`parse_status` reads either format into a :class:`Status`;
-:func:`new_facts` turns it into records, *minus* the facts the previous parse already
-had, so a resync (the same state written again every scan, ~10 s) publishes nothing.
+Pure: :func:`parse_status` reads either format (text up to 1.28, YAML from 1.29) into a
+:class:`Status`; :func:`new_facts` turns it into records *minus* the facts the previous
+parse had, so a resync every scan publishes nothing. Facts per node group: ``backoff``,
+``scale_up_planned``, ``max_size_reached``, ``unhealthy``.
 
-Formats (cluster-autoscaler ``clusterstate/api``, ``clusterstate/utils/status.go``):
-
-* **Text** (up to 1.28): ``Cluster-autoscaler status at <Go time>:``, then
-  ``Cluster-wide:`` and ``NodeGroups:`` sections of condition lines
-  (``  ScaleUp:     Backoff (ready=1 cloudProviderTarget=1)``), each followed by
-  ``LastProbeTime`` / ``LastTransitionTime`` lines; a group starts at ``  Name:``.
-  Sizes (``minSize``, ``maxSize``, ``cloudProviderTarget``) are in the Health message.
-  It never says *why* a group is in backoff (that is why the YAML format came,
-  kubernetes/autoscaler#6318): ``reason="backoff"``.
-* **YAML** (1.29+, ``yaml.Marshal`` of ``ClusterAutoscalerStatus``): ``nodeGroups[]``
-  with ``health.{status,cloudProviderTarget,minSize,maxSize}`` and
-  ``scaleUp.{status,backoffInfo.{errorCode,errorMessage}}``; the cause is classified
-  like a log line's (:func:`connectors.autoscaler.classify.classify`).
-
-Facts per node group: ``backoff`` (scale-up status ``Backoff``), ``scale_up_planned``
-(``InProgress``, ``size_to`` the cloud target), ``max_size_reached`` (target at max
-size), and ``unhealthy`` (health ``Unhealthy``: too many unready nodes, the autoscaler
-stops scaling the group). Traps: the status carries no until-time for a backoff
-(``until`` stays empty); Go times carry a monotonic suffix (``m=+238.23``) and a zone
-name after the offset; unquoted YAML timestamps may come back as ``datetime``.
-Ids hash the fact and its ``lastTransitionTime``: the same state re-read (after a
-restart, say) gives the same id, a group entering backoff again gives a new one.
+Traps: the text format never says why a group is in backoff (``reason="backoff"``); the
+status carries no until-time for a backoff; Go times carry a monotonic suffix
+(``m=+238.23``) and a zone name; unquoted YAML timestamps may come back as ``datetime``.
+Ids hash the fact and its ``lastTransitionTime``: a re-read gives the same id, a group
+entering backoff again a new one.
+In full: docs/connectors.md, design notes: connectors/autoscaler/status.py.
 """
 
 from __future__ import annotations

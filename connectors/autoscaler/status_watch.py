@@ -1,21 +1,16 @@
 """Watch the ``cluster-autoscaler-status`` ConfigMap; each change's *new* facts as records.
 
-List (``fieldSelector=metadata.name=...``), then watch from the list's resourceVersion
-with bookmarks; 410 Gone (HTTP or an ``ERROR`` event) lists again; a stream the server
-ends is watched again from the last version; other errors back off. Each ADDED or
-MODIFIED object is parsed (:func:`connectors.autoscaler.status.parse_status`) and only
-what the previous parse did not state is yielded (:func:`~connectors.autoscaler.status.
-new_facts`): cluster-autoscaler rewrites the ConfigMap every scan (its
-``last-updated`` annotation), and a resync must not publish the same backoff again.
+List by name, then watch from the list's resourceVersion with bookmarks; 410 Gone lists
+again, an ended stream is watched again, other errors back off. Only what the previous
+parse did not state is yielded: cluster-autoscaler rewrites the ConfigMap every scan, and
+a resync must not publish the same backoff again. A small loop of its own, not the k8s
+family's ``ResourceWatcher``: families do not import each other, and one object needs no
+relist diff.
 
-A ``data.status`` that is neither format is a :class:`StatusUpdate` with an ``error``
-(the source makes it a dead letter); the previous parse is kept, so the next good one
-is compared with the last good one.
-
-This is a small, separate loop rather than the k8s family's ``ResourceWatcher``: source
-families do not import each other, and one named object needs no relist diff. After
-a restart nothing is remembered: the current state is published again with the same
-ids (they hash the content), which the core skips.
+Traps: a ``data.status`` in neither format is a :class:`StatusUpdate` with an ``error`` (a
+dead letter) and the previous good parse is kept; after a restart the current state is
+published again with the same ids, which the core skips.
+In full: docs/connectors.md, design notes: connectors/autoscaler/status_watch.py.
 """
 
 from __future__ import annotations

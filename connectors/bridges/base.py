@@ -1,33 +1,17 @@
 """The seam between the bridge runner and one vendor endpoint.
 
-The runner (Kafka, ledger, routes, retries, storms) hands an endpoint one incident
-revision at a time, with what was last delivered for that incident on that route; the
-endpoint renders the vendor's payload, sends it and says how it went, as a value:
+The runner hands an endpoint one incident revision at a time, with what was last delivered
+for it on that route; the endpoint renders, sends, and answers with a value:
+:class:`Accepted` (``memo`` replaces what the ledger keeps, e.g. Slack's message ts),
+:class:`Retry` (after ``after_seconds`` when the vendor said so), :class:`Rejected` (dead
+letter, never a retry loop) or :class:`Skipped` (nothing a responder would see changed).
 
-* :class:`Accepted`: the vendor took it (PagerDuty 202, Slack ``ok: true``, ...).
-  ``memo`` replaces what the ledger keeps for this incident and route (Slack's channel
-  id and message ts, so later revisions update the same message after a restart).
-* :class:`Retry`: try again later (429, 5xx, a network error), after ``after_seconds``
-  when the vendor said (``Retry-After``), else after the runner's backoff.
-* :class:`Rejected`: the vendor will never take it (400 with its error list): the
-  runner dead-letters it and goes on. Never a retry loop.
-* :class:`Skipped`: nothing a responder would see changed (an update that only moved
-  ``last_seen``): the runner records the revision as delivered, sends nothing.
-
-Traps:
-
-* **An endpoint never raises for a vendor's answer**: errors are values. An exception
-  out of :meth:`Endpoint.deliver` is a bug; the runner treats it as :class:`Retry`
-  after logging it (never as delivered, never as a dead letter).
-* **No secret in a reason, a detail, a log line or a memo**: reasons and details
-  reach logs, metrics and the dead-letter topic. PagerDuty's routing key is *in the
-  request body*: never log a body. Secrets come from :func:`read_secret` as
-  :class:`~connectors.kafka.config.Secret`, which prints a mask.
-* **Revisions arrive in order per incident and route, at least once**: the runner
-  never hands an endpoint a revision at or below the ledger's, but a crash between
-  the vendor's acceptance and the ledger's write hands the same revision again after
-  a restart. Vendors with a dedup key (PagerDuty's ``dedup_key``, Alertmanager's
-  labels, CloudEvents' ``id``) make that harmless; Slack is told by ``previous``.
+Traps: an endpoint never raises for a vendor's answer (an exception is a bug, treated as
+:class:`Retry`); no secret in a reason, detail, log line or memo (PagerDuty's routing key
+is in the body: never log a body; :func:`read_secret` gives a masked
+:class:`~connectors.kafka.config.Secret`); revisions arrive in order but at least once (a
+crash before the ledger's write sends one again: dedup keys make it harmless, Slack is told
+by ``previous``). docs/bridges.md, design notes: base.
 """
 
 from __future__ import annotations

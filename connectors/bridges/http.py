@@ -1,41 +1,17 @@
 """What every bridge endpoint does the same way over HTTP: one POST, one status policy,
 one pacer.
 
-* :func:`post_bounded`: one POST on the runner's shared aiohttp session, never following
-  a redirect, reading at most :data:`MAX_READ` bytes of the answer, and turning every
-  failure to send into :class:`~connectors.bridges.base.Retry` named by the exception's
-  class only.
-* :func:`classify` and :func:`status_outcome`: the one policy for status classes.
-* :class:`Pacer`: a sliding window of calls per key (a routing key, a channel), answered
-  as ``Retry(after_seconds=...)`` instead of a sleep inside ``deliver``.
+:func:`post_bounded` posts on the runner's shared session, never following a redirect
+(it would carry the body, a routing key or a token to another host) and reading at most
+:data:`MAX_READ` bytes; :func:`classify` and :func:`status_outcome` are the one status
+policy (2xx accepted; 400/413/422 rejected; 401/403 and 3xx retried after
+:data:`AUTH_RETRY_SECONDS` with a warning; 408/425/429/5xx retried); :class:`Pacer` answers
+a full window with ``Retry(after_seconds=...)`` instead of sleeping in ``deliver``.
 
-The status policy (every endpoint; vendor-specific permanent codes are the caller's
-``permanent`` set, documented in its module):
-
-======================== =====================================================================
-2xx                      accepted
-400, 413, 422            rejected: the request itself is wrong, repeating it cannot succeed
-401, 403                 retried after :data:`AUTH_RETRY_SECONDS` with a warning naming the
-                         route: a token being rotated or revoked is the configuration's
-                         fault, and dead-lettering every incident until someone fixes it
-                         would lose them all
-3xx                      never followed (``allow_redirects=False``: a redirect would carry
-                         the body, a routing key or a bearer token to another host);
-                         retried after :data:`AUTH_RETRY_SECONDS` with a warning (a moved
-                         endpoint is a misconfiguration), or rejected where the vendor's
-                         spec says so (the CloudEvents webhook spec)
-408, 425, 429, 5xx       retried, after ``Retry-After`` when given
-any other 4xx            retried (a wrong path prefix or a proxy's answer), unless the
-                         vendor lists it as permanent
-======================== =====================================================================
-
-Traps:
-
-* **aiohttp raises more than** ``ClientError``: a header value with a newline or a
-  malformed URL is a ``ValueError`` raised by ``post`` itself; both are caught here, and
-  never shown: aiohttp's messages name the URL (a webhook's secret) or the header value.
-* **An answer body is read bounded** (64 KiB): a misbehaving proxy's endless error page
-  must not fill the bridge's memory; a detail is cut far below that anyway.
+Traps: aiohttp raises more than ``ClientError`` (a header with a newline is a
+``ValueError`` from ``post``), and its messages name the URL or header, so a failure is
+named by its class only; an answer body is read bounded. docs/bridges.md, design notes:
+http.
 """
 
 from __future__ import annotations

@@ -11,8 +11,7 @@ vanishes; a MIG instance is bound on its own, named by (parent, ``gpu_instance``
 Traps: the first scrape of a GPU is a baseline that reports no XID (the gauge never resets,
 and re-reporting it at each restart would start a false chain; ``--state-path`` resumes
 instead); the count is net over a sliding window, so the kernel log stays the primary XID
-source; a state file saved before ``gpu_instance`` existed re-sends every instance once.
-docs/connectors.md, design notes.
+source; an old state file re-sends every MIG instance once. docs/connectors.md, design notes.
 """
 
 from __future__ import annotations

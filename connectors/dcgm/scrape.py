@@ -311,24 +311,16 @@ class Scraped:
 class DcgmSource:
     """A :class:`DcgmPoller` as a :class:`connectors.source.Source`: one scrape per batch.
 
-    Waits the poller's interval (or its backoff after a failed scrape) before
-    every scrape but the first. Diffs against the previous *scrape*, since the
-    publish loop reads ahead of the acknowledgements; the poller's own
-    ``state`` (and the state file) advance only on :meth:`commit`. A failed
-    scrape is an empty batch (dropped); a bad exposition a batch of one dead
-    letter. ``progress`` is the scrape's time.
+    Waits the interval (or the backoff) before every scrape but the first, and diffs against
+    the previous *scrape*, since the publish loop reads ahead of the acks; ``state`` advances
+    only on :meth:`commit`. A failed scrape is an empty batch, a bad exposition one dead letter.
 
-    **Between scrapes it says it is caught up** (an idle batch every ``claim_every_seconds``):
-    the next scrape is stamped with the poller's clock when it is read, later than any
-    such claim, so nothing it will publish is older. Without this, its progress stayed
-    at the last scrape's time for a whole interval (15 s) plus a heartbeat, and since
-    every worker's watermark is the least progress of the sources it hears, each dcgm
-    scraper delayed every incident on its worker by that much (measured with
-    ``bench/latency.py --quiet-sources``). Traps: an exposition with its own timestamps
-    may say "older than now" next time, so after one the wait is not broken up (the old
-    behaviour); nor with a poller on another clock (tests, a replay), because the
-    claim is the publish loop's wall clock; nor after a failed scrape (its idle batch
-    already says it, and the backoff's wait is short).
+    Between scrapes it says it is caught up (an idle batch every ``claim_every_seconds``):
+    otherwise its progress stays a whole interval behind, and every worker's watermark, the
+    least progress of its sources, delays every incident by that much. Traps: not after an
+    exposition with its own timestamps (it may say "older than now" next), nor with a poller on
+    another clock (the claim is the loop's wall clock), nor after a failed scrape.
+    docs/connectors.md, design notes: DcgmSource.
     """
 
     def __init__(

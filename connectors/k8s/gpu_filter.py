@@ -1,22 +1,15 @@
 """The GPU-only filter, live (a connector that runs for months) and offline (a file).
 
-It keeps GPU pods, GPU nodes, and the Events that involve them or name a GPU
-resource (``Insufficient nvidia.com/gpu``), and forgets a pod or node
-``forget_after`` after its deletion: remembering every name ever seen would be
-a slow leak in a live connector.
+Keeps GPU pods, GPU nodes, and the Events that involve them or name a GPU resource, and
+forgets a pod or node ``forget_after`` after its deletion (remembering every name would
+leak).
 
-Traps:
-
-* Forget *late*, not at deletion: the Events about a pod (``Killing``,
-  ``Evicted``, ``FailedKillPod``) keep arriving after its DELETED, and the API
-  server keeps Events for an hour by default; the default here is two hours.
-* Time is the events' own time (the receive time for live pods and nodes), not
-  a clock read here, so the filter is deterministic in tests.
-* A name re-added before its forget time is live again: a StatefulSet pod
-  recreated under the same name must not be forgotten by its predecessor's timer.
-* Pods and nodes must be seen before the Events about them (the connector
-  lists pods and nodes first); an Event about a pod not yet seen is dropped
-  unless its message names a GPU resource.
+Traps: forget late (Events about a pod keep coming after its DELETED; the API server keeps
+them an hour, the default here is two); time is the events' own, so tests are
+deterministic; a name re-added before its forget time is live again (a recreated
+StatefulSet pod); pods and nodes must be seen before their Events, and an Event about an
+unseen pod is dropped unless it names a GPU resource.
+In full: docs/connectors.md, design notes: connectors/k8s/gpu_filter.py.
 """
 
 from __future__ import annotations

@@ -1,22 +1,13 @@
 """The Kubernetes connector's Prometheus metrics (one registry per connector, like the processor).
 
-=======================================================  ====================================
-``gputriage_connector_events_out_total{source}``         events acknowledged by the broker
-``gputriage_connector_dead_letters_total{resource}``     objects/lines sent to the dead-letter topic
-``gputriage_connector_buffered_events``                  items waiting between watch and producer
-``gputriage_connector_backpressure_seconds_total``       time the watch waited on a full buffer
-``gputriage_connector_delivery_failures_total``          failed produce attempts (each retried)
-``gputriage_connector_relists_total{resource}``          lists after the first (410 Gone)
-``gputriage_connector_unchanged_updates_total{resource}``  pod/node updates equal to the last sent
-``gputriage_connector_watch_restarts_total{resource,reason}``  watches re-opened, by reason
-``gputriage_connector_api_errors_total{resource,code}``  API answers that were errors (0: no answer)
-``gputriage_connector_leader``                           1 while this replica holds the Lease
-=======================================================  ====================================
+Events out, dead letters, buffered events, backpressure, delivery failures, relists,
+unchanged updates, watch restarts, API errors and the leader flag, each
+``gputriage_connector_*``.
 
-Lives in ``connectors/`` (not ``streams/app/metrics.py``): the layer contract
-forbids connectors from importing the processor's modules. The four delivery
-metrics (events out, buffered, backpressure, delivery failures) are defined once,
-in :class:`connectors.delivery.DeliveryMetrics`, which every connector exports.
+Lives in ``connectors/`` (not ``streams/app/metrics.py``): the layer contract forbids
+connectors from importing the processor's modules. Trap: the four delivery metrics are
+defined once, in :class:`connectors.delivery.DeliveryMetrics`, never here.
+The table: docs/connectors.md, design notes: connectors/k8s/metrics.py.
 """
 
 from __future__ import annotations

@@ -1,36 +1,16 @@
 """Offline ingest: recorded watch streams and ``kubectl get -o json`` output to typed events.
 
-Accepted inputs, told apart by content, never by file name:
+Accepted, told apart by content, never by file name: JSON lines of watch events or of
+plain objects, ``List`` objects, and pretty-printed concatenated documents. An object
+without a ``kind`` takes it from its typed List's name, else from its shape
+(:func:`connectors.k8s.slim.infer_kind`); one no shape decides stays an error at
+``$.kind``. The live watch never infers: the API server always sends ``kind``.
 
-* JSON lines of watch events, ``{"type": "MODIFIED", "object": {...}}`` (the API's
-  watch stream, or ``kubectl get -w -o json --output-watch-events`` squeezed
-  with ``jq -c``);
-* JSON lines of plain objects (``op`` is then ``added``);
-* ``List`` objects (``kubectl get pods -o json``), one per line or pretty-printed;
-* pretty-printed, concatenated documents (what ``kubectl get -w -o json`` prints).
-
-Objects without a ``kind`` (absent, ``null`` or ``""``), anywhere in these inputs:
-
-* **Items of a typed List** (``PodList``, ``NodeList``, ``EventList``): the API
-  server elides the items' kind, the List's name says it.
-* **Anything else** (items of a plain ``List``, bare objects such as
-  ``kubectl get pods -o json | jq '.items[]'`` prints, a watch event's object):
-  the kind is inferred from the shape by :func:`connectors.k8s.slim.infer_kind`
-  (a pod has ``spec.containers``; a node ``status.nodeInfo``, ``spec.podCIDR``,
-  ``spec.providerID`` or ``status.capacity`` without containers; an Event
-  ``reason`` with ``involvedObject``/``regarding``). An object no shape decides,
-  or two shapes at once, stays an "object without a kind" error at ``$.kind``.
-  A bare Event's API group (core/v1 or events.k8s.io/v1) is read from its shape
-  as well. The live watch never infers: the API server always sends ``kind``.
-
-Trap: pretty-printed input cannot be read line by line, so when the first
-non-blank line is not a complete JSON document the whole input is read into
-memory (at most :data:`~connectors.bounded.MAX_INPUT_BYTES`) and split with
-:func:`schemas.codec.split_documents`; one syntax error there ends the input (there is
-no line boundary to resync on), while a document it can delimit but not accept (a lone
-surrogate, nesting too deep) is one bad record, as the same document on one line would
-be. Line numbers always point at the first line of the document (for List items, the
-List's line); a syntax error's, at the line where it was found.
+Trap: pretty-printed input cannot be read line by line, so it is read whole (bounded) and
+split with :func:`schemas.codec.split_documents`; one syntax error there ends the input
+(no line boundary to resync on), while a document it can delimit but not accept is one bad
+record. Line numbers point at the document's first line (a List item: the List's).
+In full: docs/connectors.md, design notes: connectors/k8s/offline.py.
 """
 
 from __future__ import annotations

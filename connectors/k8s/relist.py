@@ -1,31 +1,16 @@
 """What changed while we were not watching: the known set versus a fresh list, as changes.
 
-A watch that ends with ``410 Gone`` ("too old resource version") has missed an
-unknown number of changes: etcd compacted the history we would have resumed
-from. The only way back is a new list. Simply emitting that list as ``added``
-(what a naive informer restart does) hides the two things that matter most for
-incidents: objects that were *deleted* while we were away (an evicted GPU pod
-that is already gone) and objects that did *not* change (which must not be
-re-emitted as if something happened). :func:`diff` makes that explicit.
+A watch ending with ``410 Gone`` has missed an unknown number of changes, and only a new
+list brings them back. Emitting it as ``added`` (a naive informer restart) hides what
+matters most: objects *deleted* while away, and objects that did *not* change.
+:func:`diff` makes both explicit. The known set is ``uid -> Known`` (last resourceVersion,
+and the last slim event, since a deletion seen by absence has no object to slim).
 
-The known set is ``uid -> Known``: the last resourceVersion we emitted for the
-object and, for pods and nodes, the last slimmed event (a few hundred bytes,
-not the 10 KB raw object), because a deletion seen only by its absence has no
-object to slim: the ``deleted`` event is the last known state with ``op``
-changed (see :func:`deletion`).
-
-Traps:
-
-* Identity is the **uid**, not namespace/name: a StatefulSet pod deleted and
-  recreated under the same name while we were away is a deletion *and* an
-  addition, and both must be emitted.
-* resourceVersions are opaque strings: compare them for equality only, never
-  order them (the API conventions say so, even though etcd's are integers).
-* A deletion needs a deterministic, *newer* id: the object's own final
-  resourceVersion is unknown, so the id uses the list's resourceVersion
-  (``k8s:<uid>:<listRV>``), which is newer than anything in that list.
-* Items without a usable uid cannot be diffed; they are returned as ``added``
-  so that slimming reports them as dead letters instead of dropping them.
+Traps: identity is the uid, not the name (a StatefulSet pod recreated under its name is a
+deletion and an addition); resourceVersions are compared for equality only, never
+ordered; a deletion's id uses the list's resourceVersion, newer than anything in it; items
+without a usable uid are returned as ``added`` so slimming dead-letters them.
+In full: docs/connectors.md, design notes: connectors/k8s/relist.py.
 """
 
 from __future__ import annotations
@@ -105,37 +90,17 @@ def diff(known: Mapping[str, Known], items: Sequence[Any]) -> list[Change]:
 def repeated(last: Known | None, event: PodEvent | NodeEvent) -> PodEvent | NodeEvent | None:
     """The record last published for the object when ``event`` only repeats it; else None.
 
-    Most updates of a GPU pod or node change nothing slimming keeps (a readiness probe,
-    a condition heartbeat, ``managedFields``, a version bump), so their slim record
-    differs from the last one published only in ``id`` (its version part),
-    ``resource_version``, ``time`` and ``op``: such an update is not published. Those
-    four say "a newer copy", nothing more: ``time`` is the receive time (watch) or the
-    newest status timestamp (list), and every timestamp that is a fact of its own is a
-    field too (``created_at``, ``deleted_at``, ``finished_at``); ``op`` is read only as
-    "deleted or not", and a deletion never gets here. Every other field is compared.
+    Most updates of a GPU pod or node change nothing slimming keeps (a probe, a heartbeat,
+    ``managedFields``), so their slim record differs from the last published one only in
+    ``id``, ``resource_version``, ``time`` and ``op``: such an update is not published. Every
+    other field is compared; every timestamp that is a fact of its own is a field too.
 
     Why the core loses nothing: a skipped update is a watch event never received, which
-    Kubernetes allows anyway (a relist yields only the newest version), so the core's
-    pod is the same; only what the update would have *moved* is missing:
-
-    * the applied version (``PodTrack.version``, ``node_version``): versions the core
-      compares are those of published records, so a copy it applied stays stale, and a
-      tombstone keeps the deleted pod's last version (a deletion always publishes). A
-      restart's relist can now bring a newer copy with the same facts: applied, it
-      changes nothing, as after any relist of an object bumped while away;
-    * containers' ``seen_at``, which stops a late failure Event of a *predecessor* of
-      the same name (``streams.core.node._seen_since``): the successor has a new uid,
-      so its first record with containers is published, after the predecessor's
-      Events. A late failure Event of the pod itself is at worst applied as it would
-      have been in order;
-    * a pod status saying its node shuts down (``streams.core.rules.disruption.note``)
-      is noted at the record that first says it; a repeat would only have moved the
-      word later than the kubelet said it;
-    * the key's event time: quiet keys move with the connector's heartbeats.
-
-    ``last`` is the known set's entry, which holds the last *published* record anyway
-    (for deletions seen only by absence, :func:`deletion`): no memory added, and an
-    exact comparison (no digest to collide).
+    Kubernetes allows anyway. Traps: only what it would have *moved* is missing: the applied
+    version (a tombstone keeps the last published one), containers' ``seen_at`` (a successor
+    has a new uid, so its first record is published), a shutdown note, and the key's event
+    time (heartbeats move it). ``last`` is the known set's entry: no memory added, an exact
+    comparison. docs/connectors.md, design notes: repeated (connectors/k8s/relist.py).
     """
     previous = None if last is None else last.event
     if previous is None or type(previous) is not type(event):

@@ -1,31 +1,15 @@
 """``gputriage connect k8s``: pods, nodes and Events from the Kubernetes API into the raw topics.
 
-The pieces, each in its own module under ``connectors/k8s/``::
+Three watchers (pods, nodes, Events) are one :class:`WatchSource`, published by the one
+loop (:mod:`connectors.publish`): one chunk in flight, so order per key is the watch order.
+Nothing is committed (the checkpoint is the resourceVersion, in memory); a restart relists,
+and unchanged objects give the same events, which the core skips.
 
-    ResourceWatcher (pods) ─┐
-    ResourceWatcher (nodes) ├─► WatchSource ─► Publisher ─► EventProducer ─► raw topics (keyed)
-    ResourceWatcher (events)┘   (a Source)   (bounded,    └─► dead-letter topic (Rejected)
-                                              backpressure)
-
-* Pods and nodes are listed first; the Events watcher starts once both have
-  synced, so the GPU-only filter knows the GPU pods and nodes before the Events
-  about them arrive (:mod:`connectors.k8s.gpu_filter`).
-* The watchers are one :class:`connectors.source.Source` (:class:`WatchSource`),
-  published by the loop every connector uses (:mod:`connectors.publish`): one
-  delivery task, one chunk in flight, so order per correlation key is the watch
-  order (:mod:`connectors.delivery`). Each watch item is a batch of one, so
-  ``buffer_size`` and the publish chunk keep counting events. Nothing is committed
-  (the checkpoint is the watcher's resourceVersion, held in memory).
-* With ``--leader-election`` only the Lease holder runs all of this
-  (:mod:`connectors.k8s.leader`); the other replicas wait as candidates. A
-  leader that loses the Lease exits with status 1 (the Deployment restarts it
-  as a candidate): simpler and safer than trying to resume in-process.
-* Restarts: nothing is persisted; a restarted connector relists, and every
-  unchanged object gives the same event (id and time) as before, which the
-  correlation core skips (see ``connectors/k8s/watch.py``).
-
-Stopping (SIGINT/SIGTERM): the watchers stop, what is buffered is delivered
-for up to :data:`PUBLISH`'s ``drain_timeout_seconds``, the producer flushes, the Lease is released.
+Traps: the Events watcher starts once pods and nodes have synced, so the GPU filter knows
+them first; with ``--leader-election`` a leader that loses the Lease exits 1 and restarts
+as a candidate (simpler than resuming in-process). Stopping: the watchers stop, the buffer
+drains for ``drain_timeout_seconds``, the producer flushes, the Lease is released.
+In full: docs/connectors.md, design notes: connectors/k8s/run.py.
 """
 
 from __future__ import annotations

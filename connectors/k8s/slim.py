@@ -11,8 +11,7 @@ Traps: a pod has no "changed at" time (offline, the newest status timestamp, and
 ``deletionTimestamp`` lies in the future by the grace period); ids are
 ``k8s:<uid>:<resourceVersion>``; init containers count as Kubernetes counts them; Run:ai's
 ``gpu-fraction`` pods request no GPU resource; values the codec would refuse are errors
-here, so the watch never publishes a dead letter. The full list: docs/connectors.md,
-design notes.
+here, so the watch never publishes a dead letter. In full: docs/connectors.md, design notes.
 """
 
 from __future__ import annotations
@@ -889,25 +888,15 @@ def _kube_event(view: _EventView, cluster: str) -> KubeEvent:
 def infer_kind(obj: dict[str, Any]) -> str | RecordError:
     """The kind of an object that has none, from its shape; a RecordError if no shape decides.
 
-    For objects printed without ``kind``/``apiVersion``, as ``kubectl get --raw``
-    or ``jq '.items[]'`` over an API List prints them. What decides:
+    For objects printed without ``kind`` (``jq '.items[]'`` over a List). Pod:
+    ``spec.containers`` (workloads nest it under ``template``). Node: ``status.nodeInfo``,
+    ``spec.podCIDR``, ``spec.providerID``, or ``status.capacity`` without containers. Event:
+    ``reason`` with ``involvedObject`` or ``regarding``.
 
-    * **Pod**: ``spec.containers`` (required on every pod). Workloads (Deployment,
-      Job, StatefulSet...) have ``spec.template.spec.containers`` instead, so they
-      never read as pods.
-    * **Node**: ``status.nodeInfo``, ``spec.podCIDR``, ``spec.providerID``, or
-      ``status.capacity`` without ``spec.containers``. Trap: a PersistentVolumeClaim
-      has ``status.capacity`` too (``storage``), so capacity with
-      ``spec.accessModes`` decides nothing.
-    * **Event**: ``reason`` together with ``involvedObject`` (core/v1) or
-      ``regarding`` (events.k8s.io/v1; which of the two is read from the shape
-      too, see :func:`_is_modern`).
-
-    What stays an error (at ``$.kind``, wording starting "object without a kind"
-    as before): no shape above (a ConfigMap, a Deployment, an Event without a
-    reason), or two of them at once (``spec.containers`` with ``status.nodeInfo``):
-    guessing would put invented facts into incidents. Only the presence of keys
-    is looked at; their types are checked by the view, as for any object.
+    Traps: a PersistentVolumeClaim has ``status.capacity`` too, so capacity with
+    ``spec.accessModes`` decides nothing; no shape, or two at once, stays an "object without a
+    kind" error at ``$.kind``: guessing would put invented facts into incidents. Only the
+    presence of keys is looked at. docs/connectors.md, design notes: infer_kind.
     """
     spec = obj.get("spec")
     status = obj.get("status")

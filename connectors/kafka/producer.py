@@ -1,28 +1,15 @@
 """Producing typed events to their raw topics: the demo's scenario feeder and the tests use it.
 
-Each event is encoded with the one codec (:func:`schemas.codec.encode`), sent to
-the raw topic of its schema (:class:`schemas.topics.TopicLayout`) and keyed by
-its correlation key (:func:`schemas.keys.correlation_key`), so every event
-about one node lands on the same partition number of every raw topic.
+Each event is encoded with the one codec, sent to its schema's raw topic and keyed by its
+correlation key, so every event about one node lands on the same partition number.
 
-Traps:
-
-* ``send`` returns once the broker acknowledged the record (``acks="all"``);
-  :meth:`EventProducer.send_many` enqueues a whole batch first and then awaits
-  every acknowledgement, which is what makes it fast (one round trip per batch,
-  not per record). aiokafka keeps records of one partition in order.
-* The Kafka record timestamp is left to the producer's clock, *not* set to the
-  event time: a replay of month-old events stamped with their event times would
-  fall straight out of a topic's time-based retention on a real cluster.
-* **Headers are progress, not payload** (:mod:`schemas.progress`): the publish
-  loop passes its source's id and progress for every record it sends, and
-  heartbeats go to explicit partitions (:meth:`EventProducer.send_heartbeats`),
-  the ones the acks of earlier sends named (``used``): a heartbeat keyed like an
-  event would reach one partition, not every one the source's keys hash to.
-* No idempotent producer: the embedded Tansu does not support it, and
-  deterministic incident ids already make a duplicate harmless downstream.
-* Create the topics first (:func:`connectors.kafka.admin.ensure_topics`); many
-  brokers would otherwise auto-create each one with a single partition.
+Traps: :meth:`EventProducer.send_many` enqueues a batch and then awaits every ack (one
+round trip per batch); the record timestamp is the producer's clock, not the event time (a
+replay of old events would fall out of retention); headers are progress, not payload, and
+heartbeats go to the explicit partitions earlier acks named (one keyed like an event would
+reach one partition only); no idempotent producer (the embedded Tansu lacks it; incident
+ids make duplicates harmless); create the topics first, or brokers auto-create each with
+one partition. In full: docs/connectors.md, design notes: connectors/kafka/producer.py.
 """
 
 from __future__ import annotations

@@ -1,20 +1,14 @@
 """``gputriage connect nvml``: publish the GPU map and NVML XID critical-error events.
 
-The click definition lives in :mod:`gputriage.cli.connect`; this does the work
-and returns the exit status (0 fine, 1 NVML or Kafka unavailable). NVML is
-opened first, so a node without a driver fails in one line before anything
-else is tried. Publishing is the one publish loop (:mod:`connectors.publish`)
-over :class:`NvmlSource`: while Kafka is down the events wait in its bounded
-buffer and are retried; a stop that leaves some undelivered exits 1.
+Returns the exit status (0 fine, 1 NVML or Kafka unavailable). NVML is opened first, so a
+node without a driver fails in one line. Publishing is the one publish loop over
+:class:`NvmlSource`: while Kafka is down events wait in its bounded buffer; a stop that
+leaves some undelivered exits 1.
 
-Delivery metrics: the loop keeps the same :class:`connectors.delivery.DeliveryMetrics`
-as every other connector (events out, buffered, backpressure, delivery
-failures), on a registry of its own. Nothing serves that registry yet (this
-connector has no ``/metrics`` port), so the connector alerts in
-``deploy/monitoring`` do not see nvml: a broker outage shows only in its log.
-Exposing them is one ``serve_metrics(metrics.registry, port)`` once a port is
-allotted; until then keeping them costs nothing and keeps the loop on the same
-code path as the connectors that are scraped.
+Trap: it keeps the same :class:`connectors.delivery.DeliveryMetrics` as every connector,
+but nothing serves that registry yet (no ``/metrics`` port), so the connector alerts do not
+see nvml: a broker outage shows only in its log.
+In full: docs/connectors.md, design notes: connectors/nvml/run.py.
 """
 
 from __future__ import annotations

@@ -1,22 +1,15 @@
 """The kubelet's pod-resources v1 API over its Unix socket (grpc.aio); its answers as plain data.
 
-``List`` and ``GetAllocatableResources`` of ``v1.PodResourcesLister``, through the stubs
-generated from the upstream proto (:mod:`connectors.podresources._proto`). Every failure is
-a :class:`PollFailed` value with an outcome (``unreachable``, ``timeout``, ``error``) for the
-poller's metrics and backoff; nothing here retries.
+``List`` and ``GetAllocatableResources`` through the stubs generated from the upstream
+proto. Every failure is a :class:`PollFailed` value with an outcome for the poller's
+metrics and backoff; nothing here retries.
 
-Traps:
-
-* **The socket is root's**: the kubelet (running as root) creates
-  ``/var/lib/kubelet/pod-resources/kubelet.sock`` with the default umask, so only root may
-  write to it, and connecting to a Unix socket needs write permission on it: a reader runs as
-  uid 0 (deploy/base/node-agents.yaml says why that is all it gets).
-* ``GetAllocatableResources`` was behind the ``KubeletPodResourcesGetAllocatable`` gate (beta
-  and on from 1.23, GA in 1.28); an older or gated kubelet answers ``UNIMPLEMENTED``. That
-  is not a failure: the allocated devices are then all that is known (:meth:`allocatable`
-  returns None, and the poller stops asking).
-* The channel is made once and reused: grpc reconnects by itself with its own backoff, and a
-  kubelet restart (which recreates the socket) is just an ``UNAVAILABLE`` or two.
+Traps: the socket is root's (created with the default umask, and connecting needs write
+permission), so a reader runs as uid 0; an older or gated kubelet answers
+``UNIMPLEMENTED`` to ``GetAllocatableResources``, which is no failure (:meth:`allocatable`
+returns None and the poller stops asking); the channel is made once, since grpc reconnects
+by itself and a kubelet restart is an ``UNAVAILABLE`` or two.
+In full: docs/connectors.md, design notes: connectors/podresources/client.py.
 """
 
 from __future__ import annotations

@@ -1,22 +1,15 @@
 """``gputriage connect podresources``: poll the kubelet's pod-resources API, publish GPU bindings.
 
-Each round: ``List`` (and ``GetAllocatableResources``, the node's whole device set) over the
-kubelet's Unix socket (:mod:`connectors.podresources.client`), resolved and diffed
-(:mod:`connectors.podresources.devices`) into ``gpu_binding.v1`` records with
-``source="pod-resources"``; then wait ``interval_seconds``. The click definition lives in
-:mod:`gputriage.cli.connect`.
+Each round: ``List`` (and the allocatable set) over the kubelet's socket, resolved and
+diffed into ``gpu_binding.v1`` records with ``source="pod-resources"``; then wait
+``interval_seconds``. A kubelet out of reach is a value: logged, counted, shown on the
+``kubelet-pod-resources`` health condition and retried after a jittered backoff; Kafka
+down is the publish loop's.
 
-Failure policy, as the dcgm poller's: the kubelet unreachable (no socket yet, a kubelet
-restart, a timeout) is a value (:class:`~connectors.podresources.client.PollFailed`),
-logged, counted in ``gputriage_podresources_polls_total{outcome}``, shown on the
-``kubelet-pod-resources`` health condition, and retried after
-:class:`connectors.backoff.Backoff` (full jitter); the connector never dies of it. Kafka
-down is the publish loop's (:mod:`connectors.publish`): bounded buffer, retries.
-
-**No state file**: bindings are absolute state, and the first poll after a start binds every
-GPU again (:func:`~connectors.podresources.devices.diff`), so nothing is lost by forgetting.
-Between polls the source says it is caught up (idle batches, as the dcgm source does): its next
-bindings are stamped with the clock when read, later than any such claim.
+Traps: no state file, on purpose (bindings are absolute state, and the first poll after a
+start binds every GPU again); between polls the source says it is caught up (idle
+batches), else its progress would hold back every worker's watermark.
+In full: docs/connectors.md, design notes: connectors/podresources/run.py.
 """
 
 from __future__ import annotations

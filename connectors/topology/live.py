@@ -1,20 +1,14 @@
 """``gputriage connect topo``: the node's GPU topology, published at start and on change only.
 
-Topology changes with reboots and link failures, not per scrape: the source polls
-(``interval`` seconds, 5 minutes by default) and publishes a ``gpu_topology.v1``
-snapshot only when it differs from the last one published (and once at start, so a
-restarted agent re-states it; the same snapshot has the same id, so that costs the
-core nothing).
+Topology changes with reboots and link failures, not per scrape: the source polls and
+publishes a snapshot only when it differs (and once at start; the same snapshot has the
+same id). It reads NVML where a driver is, else ``nvidia-smi topo -m``, else ``topo -mp``;
+neither: one line, exit 1. Progress is the clock of each read; an idle poll is caught up.
 
-Where it reads, in order: NVML (:mod:`connectors.topology.nvml`) where a driver is;
-else, when the binary exists, ``nvidia-smi topo -m`` (with NVLinks), and ``topo -mp``
-(PCIe paths only) if ``-m`` fails -- each an asyncio subprocess under a timeout (a hung
-driver makes nvidia-smi hang, and the agent must not). A run that fails or prints no
-readable matrix is a dead letter with its reason and the output as evidence; the poll
-goes on. Neither NVML nor nvidia-smi: one line, exit 1 (as ``connect nvml``).
-
-Progress: the clock of each read (a topology has no event time of its own); an idle
-poll is caught up, as dcgm's (:mod:`connectors.source`).
+Traps: each nvidia-smi run is a subprocess under a timeout (a hung driver hangs
+nvidia-smi, and the agent must not); a run that fails or prints no readable matrix is a
+dead letter with its output as evidence, and the poll goes on.
+In full: docs/connectors.md, design notes: connectors/topology/live.py.
 """
 
 from __future__ import annotations

@@ -1,27 +1,15 @@
 """The node's GPU topology from NVML, in the words of the ``nvidia-smi topo -m`` matrix.
 
 Every call goes through the pynvml *module* passed in (tests hand it a fake of the
-library, as :mod:`connectors.nvml.devices` does); everything else is pure.
+library); everything else is pure. Each cell is made as nvidia-smi makes it: the PCIe
+common ancestor's level (``PIX``/``PXB``/``PHB``/``NODE``/``SYS``, else ``N/A``), or
+``NV<n>`` for ``n`` active NVLinks, counted toward the peer GPU a link names or toward the
+NVSwitch fabric (two GPUs on it are joined by the smaller switch-link count); plus CPU and
+NUMA affinity.
 
-How each cell is made, as nvidia-smi makes it:
-
-* **PCIe path**: ``nvmlDeviceGetTopologyCommonAncestor`` gives the level of the two GPUs'
-  common ancestor; the matrix codes are the same levels (NVML's ``nvmlGpuTopologyLevel_t``:
-  INTERNAL and SINGLE -> ``PIX``, MULTIPLE -> ``PXB``, HOSTBRIDGE -> ``PHB``, NODE ->
-  ``NODE``, SYSTEM -> ``SYS``). A pair NVML cannot place reads ``N/A``.
-* **NVLink**: a pair joined by ``n > 0`` active links prints ``NV<n>`` instead. Each of a
-  GPU's links (``NVML_NVLINK_MAX_LINKS``) is counted when ``nvmlDeviceGetNvLinkState`` says
-  it is active: toward the peer GPU whose bus id ``nvmlDeviceGetNvLinkRemotePciInfo``
-  names (direct links, NVLink bridges), or, when ``nvmlDeviceGetNvLinkRemoteDeviceType``
-  says the far end is an NVSwitch, toward the switch fabric. Two GPUs on the fabric
-  (HGX: all 18 links of an H100 go to NVSwitches) are joined by the smaller of their
-  switch-link counts: NV18 between every pair, NV17 for pairs of a GPU that lost one.
-  Trap: a link NVML cannot query (``NVMLError_NotSupported`` on a GPU without NVLink, an
-  invalid link number) is not active; a remote that is neither a GPU of this node nor a
-  switch (a POWER9 CPU's NPU) joins no pair.
-* **Affinity**: ``nvmlDeviceGetCpuAffinity`` (a bitmask, written as the matrix writes
-  it: ``0-47,96-143``) and ``nvmlDeviceGetMemoryAffinity`` at NODE scope (the NUMA node
-  nearest the GPU: the matrix's NUMA Affinity); None when NVML gives no single node.
+Traps: a link NVML cannot query is not active; a remote that is neither a GPU of this
+node nor a switch (a POWER9 NPU) joins no pair.
+In full: docs/connectors.md, design notes: connectors/topology/nvml.py.
 """
 
 from __future__ import annotations

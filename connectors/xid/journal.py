@@ -1,36 +1,16 @@
 """Following kernel messages in the systemd journal, where ``/dev/kmsg`` is out of reach.
 
-``gputriage connect kmsg --journal`` runs ``journalctl -o json --follow
-_TRANSPORT=kernel`` and parses its JSON lines with the same parser as every
-other framing (:func:`connectors.xid.lines.parse_line`; ids are
-``journal:<node>:<hash of the entry's cursor>``). The journal's own cursor is
-the position: it is saved (with the boot id) after the broker acknowledged a
-batch and passed back as ``--after-cursor`` on restart, so a restarted reader
-neither re-sends nor skips an entry.
+Runs ``journalctl -o json --follow _TRANSPORT=kernel`` and parses its lines with the one
+parser (:func:`connectors.xid.lines.parse_line`). The journal's cursor is the position,
+saved with the boot id after acknowledgement and passed back as ``--after-cursor``.
 
-Traps:
-
-* ``journalctl -k`` implies ``-b`` (this boot only). Resuming with
-  ``--after-cursor`` after a reboot would then silently skip the end of the
-  previous boot, which is exactly where the XIDs that led to the reboot are.
-  So we match ``_TRANSPORT=kernel`` instead; only a first start (no cursor)
-  uses ``-b``, to begin at the current boot rather than at the journal's
-  oldest entry.
-* journald writes ``_BOOT_ID`` as 32 hex digits, ``/proc`` as a dashed UUID:
-  both are normalised (:func:`connectors.xid.kmsg.canonical_boot_id`). An entry
-  from another boot than the last one seen is a reboot, reported as a
-  ``Rebooted`` event timed at that boot's first kernel entry.
-* ``journalctl -o json`` separates keys and values with ``" : "`` in some
-  systemd versions and ``":"`` in others; nothing here assumes either.
-* Decoding the JSON of every entry would cost more than the parsing: only
-  entries that contain ``Xid`` are decoded (by the parser's fast path), the
-  boot id is found by a substring search, and only the last entry of each
-  chunk is decoded for its cursor.
-* A batch's ``progress`` (event time delivered so far) is the
-  ``__REALTIME_TIMESTAMP`` of its last entry; one more JSON decode per chunk.
-* If ``journalctl`` exits (missing binary, journal vacuumed under it), the
-  source ends; ``connect kmsg`` then exits non-zero and the DaemonSet restarts
-  it from the saved cursor. Its stderr is passed through to ours.
+Traps: ``journalctl -k`` implies ``-b``, and resuming after a reboot would skip the end of
+the previous boot, where the XIDs that led to it are: so ``_TRANSPORT=kernel`` (``-b`` only
+on a first start); ``_BOOT_ID`` is undashed hex, ``/proc``'s a UUID (both normalised; a new
+boot is a ``Rebooted`` event); the key/value separator differs between systemd versions;
+only entries containing ``Xid`` are decoded, and one last entry per chunk for its cursor;
+if ``journalctl`` exits, the source ends and the DaemonSet restarts it from the cursor.
+In full: docs/connectors.md, design notes: connectors/xid/journal.py.
 """
 
 from __future__ import annotations

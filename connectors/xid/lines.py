@@ -11,8 +11,7 @@ Traps: speed (``b"Xid" in raw`` rejects most lines before any decoding); a line 
 like an XID but does not parse is a dead letter, never dropped (a new driver's format must
 show); kmsg escapes bytes as ``\\xNN``; relative times need a boot time, syslog a year; MIG
 ``GPU-I:NN`` names an instance under the parent's bus id; a redacted bus id is an unknown
-GPU, not a dead letter. Each framing and message shape, with its source:
-docs/connectors.md, design notes.
+GPU, not a dead letter. Each framing and shape: docs/connectors.md, design notes.
 """
 
 from __future__ import annotations

@@ -1,31 +1,16 @@
 """Offline ingest: a saved kernel log (dmesg, syslog, journal JSON, kmsg dump) to XID events.
 
-``gputriage ingest kmsg --file dmesg.log --node N`` uses this to print the
-typed events a live reader would publish: how users check the parser on their
-own logs. Lines of any framing may be mixed in one
-file (:mod:`connectors.xid.lines`); plain or gzip, or stdin, via
-:class:`connectors.files.FileReader`.
+``gputriage ingest kmsg --file dmesg.log --node N`` prints the typed events a live reader
+would publish: how users check the parser on their own logs. Framings may be mixed.
 
-Trap: text framings have no sequence number, so an event's id is a hash of
-the raw line. Identical lines do occur (``dmesg -T`` has one-second
-resolution, and a burst of XID 13 repeats the same text), so the n-th
-repetition of such an id within one input gets ``:<n>`` appended. Reading the
-same file again therefore gives the same ids, and so does a longer copy of the
-same log (the earlier lines keep theirs). The other side of the trade: two
-overlapping captures concatenated into one file give the overlap twice, with
-distinct ids. kmsg (``--boot-id``) and journal ids name the record itself and
-are never suffixed, so there a repeated record keeps its id and deduplicates.
-
-Trap: lines copied from bug reports and chat often carry no usable time (no
-prefix at all, ``[...]``, dmesg's relative ``[secs]`` without ``--boot-time``).
-Offline such a line is never refused for its prefix: it is stamped with an
-*assumed* time, stated once on stderr with how many lines it applied to and the
-first one (:class:`AssumedTime`). The assumption is ``--default-time`` when given,
-else the file's modification time (stdin redirected from a file has one too),
-else, for a pipe, the time of reading. Not ``now`` for a file: reading the same
-file twice must give the same events, times included (the ids never depend on
-the time). The live readers never assume: a live line without a time is a
-``RecordError`` (:mod:`connectors.xid.lines`).
+Traps: text framings have no sequence number, so an id hashes the raw line, and the n-th
+repeat within one input gets ``:<n>`` (the same file, or a longer copy, gives the same ids;
+two overlapping captures concatenated give the overlap twice); kmsg and journal ids are
+never suffixed. Lines pasted from reports often carry no usable time: offline they are
+stamped with an *assumed* time (``--default-time``, else the file's mtime, else the time of
+reading a pipe; never ``now`` for a file), stated once on stderr (:class:`AssumedTime`).
+Live readers never assume. In full: docs/connectors.md, design notes:
+connectors/xid/offline.py.
 """
 
 from __future__ import annotations

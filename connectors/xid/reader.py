@@ -1,23 +1,14 @@
 """Kernel-log lines read in order: :func:`~connectors.xid.lines.parse_line_or_untimed`
 plus the one kernel message the text tools split over lines.
 
-The driver's probe message for a GPU that fell off the bus is one ``printk`` of three
-lines (:mod:`connectors.xid.falloff`). ``/dev/kmsg`` and the journal keep it whole; a
-text log does not::
+The driver's "fallen off the bus" probe message is one ``printk`` of three lines;
+``/dev/kmsg`` and the journal keep it whole, a text log does not. Only the last line says
+what happened, and only the first names the GPU and (dmesg) the time. A
+:class:`LineReader` remembers a header line for the next few lines and parses the fall-off
+line that names no GPU joined with them, so its record has the header's bus id and time.
 
-    [ 1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0                   dmesg: the header,
-                   NVRM: (PCI ID: 10de:26b5) installed in this system has  then indented
-                   NVRM: fallen off the bus and is not responding to commands.  lines
-
-    Jan 16 14:04:39 host kernel: [1843.308145] NVRM: The NVIDIA GPU 0000:b3:00.0
-    Jan 16 14:04:39 host kernel: [1843.308145] NVRM: fallen off the bus and is ...
-
-Only the last line says what happened, and only the first names the GPU and (for
-dmesg) the time. A :class:`LineReader` remembers a header line for the next few
-lines; the fall-off line that names no GPU of its own is parsed as the header and
-every line since joined (``\\n``), so its record has the header's bus id and time. Any
-other line is parsed alone, as :func:`parse_line_or_untimed` would. One reader per
-stream of lines (one file): the memory is that stream's order.
+Trap: one reader per stream of lines (one file): its memory is that stream's order.
+In full: docs/connectors.md, design notes: connectors/xid/reader.py.
 """
 
 from __future__ import annotations

@@ -1,38 +1,17 @@
 """Following a kernel log *file* (dmesg, syslog, ``dmesg --ctime`` output) exactly once.
 
-Some nodes expose no ``/dev/kmsg`` to containers and no journal, only a log
-file the host's syslog daemon writes (``/var/log/kern.log``, ``/var/log/messages``),
-or a ``dmesg -wT`` redirected to a file. :class:`TextLogReader` follows such a
-file like ``tail -F``: it reads complete lines as they are appended, parses
-each with :func:`connectors.xid.lines.parse_line` (every framing it knows), and
-remembers in a state file which file (inode) it was reading and how far (byte
-offset), saved only after the caller published the batch. A restarted reader
-continues at that offset: nothing re-sent, nothing skipped.
+For nodes with no ``/dev/kmsg`` nor journal, only a file (``/var/log/kern.log``).
+:class:`TextLogReader` follows it like ``tail -F``, parses complete lines with
+:func:`connectors.xid.lines.parse_line`, and saves inode and byte offset only after the
+batch was published: a restart re-sends nothing and skips nothing.
 
-Traps, each handled here:
-
-* **Rotation by rename** (logrotate's default): the path now names a new file
-  while the old one may still get its last lines. When the inode behind the
-  path changes, the old file is read to its end first, then the new one from
-  its start.
-* **Rotation by truncation** (``copytruncate``): same inode, size below our
-  offset. Reading restarts at 0; whatever was appended between our last read
-  and the truncation is lost (counted in ``stats.skipped`` as one gap).
-* **Restart after a rotation**: the saved inode is not the path's any more;
-  the old file cannot be found by inode, so the new file is read from its start
-  (its lines are all newer than our offset in the old one).
-* **A half-written line** (the writer's last ``write`` ended mid-line) is left
-  for the next poll: only lines ending in ``\\n`` are parsed.
-* **Ids** are positions, ``file:<node>:<inode>:<offset>``: a re-sent batch gets
-  the same ids, and two identical lines (a burst of the same XID within one
-  second of ``dmesg -T`` resolution) stay two events.
-* **Times**: text framings carry their own (wall clock for ``-T``/syslog, with
-  ``tz``; ``[secs]`` since boot needs ``boot_time``). Syslog times have no
-  year: unless one is given, a follower reading live lines uses the current one.
-* **A message split over lines** (the driver's "fallen off the bus" probe message in
-  ``dmesg`` output) is joined by :class:`~connectors.xid.reader.LineReader`: the record
-  of its last line has the first line's GPU and time. A rotation or a restart between
-  its lines loses the join, not the record (XID 79 of an unknown GPU).
+Traps: rotation by rename (read the old inode to its end first); by truncation (restart at
+0, the lost tail counted as one gap); a restart after a rotation (the new file from its
+start); a half-written line waits for the next poll; ids are positions, so a re-sent batch
+keeps them and two identical lines stay two; syslog times have no year; a message split
+over lines is joined by :class:`~connectors.xid.reader.LineReader`, and a rotation between
+its lines loses the join, not the record. In full: docs/connectors.md, design notes:
+connectors/xid/textlog.py.
 """
 
 from __future__ import annotations

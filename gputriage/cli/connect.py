@@ -232,11 +232,9 @@ def connect_autoscaler_command(ctx: click.Context, /, **given: Any) -> int:
     """Follow the cluster-autoscaler's (or Karpenter's) pod logs and publish autoscaler.v1
     records, until Ctrl-C or SIGTERM.
 
-    Follows every running pod matching the selector (only the leader logs decisions)
-    through the API's pods/log; reconnects resume after the last line handed out, a
-    restarted container is read from its start (and the old one's tail first). Lines
-    that state no fact are counted, not sent; unreadable ones go to the dead-letter topic.
-    Also watches the cluster-autoscaler-status ConfigMap and publishes its new facts.
+    Follows the cluster-autoscaler-status ConfigMap and every running pod the selector matches
+    (only the leader logs decisions); reconnects resume after the last line, a restarted
+    container's old tail first. Lines stating no fact are counted, unreadable ones dead-lettered.
     Needs get/list on pods, get on pods/log, get/list/watch on configmaps there.
 
     \b

@@ -276,11 +276,8 @@ def ingest_autoscaler_command(
 ) -> int:
     """Parse a saved autoscaler log into autoscaler.v1 records, printed as JSON lines.
 
-    Events of cluster-autoscaler and Karpenter pasted from kubectl describe or kubectl
-    get events (any of its layouts), or their bare messages, are read as the Event
-    objects are. Lines that state no scale-up, backoff, limit or scale-down fact are counted as
-    unrecognised (one line on stderr). A klog line that cannot be read is reported
-    as FILE:LINE on stderr; the exit status is then 1.
+    Also reads Events as pasted (kubectl describe, get events, bare messages). Lines stating
+    no fact are counted on stderr; an unreadable klog line is FILE:LINE on stderr, exit 1.
 
     \b
     Examples:
@@ -289,8 +286,7 @@ def ingest_autoscaler_command(
       gputriage ingest autoscaler --cluster prod --file ca.log --year 2026
       gputriage ingest autoscaler --cluster prod --format karpenter --file karpenter.jsonl
       gcloud logging read --format=json \\
-          'log_id("container.googleapis.com/cluster-autoscaler-visibility")' | \\
-          jq -c '.[]' | \\
+          'log_id("container.googleapis.com/cluster-autoscaler-visibility")' | jq -c '.[]' | \\
         gputriage ingest autoscaler --cluster prod --format gke --file -
     """
     settings_of(ctx)  # an invalid --config is one line here too, as for every verb
