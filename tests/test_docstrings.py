@@ -166,7 +166,7 @@ ALLOWED_LONGER: Final[dict[str, int]] = {
     # a citation list of real log lines
     "examples/build_scenario.py:starved_job": 40,
 }
-"""``path:qualified name`` -> its length today, for docstrings not cut yet: each entry may
+"""``path:qualified name`` -> its length today, for a docstring that is kept long on purpose: each entry may
 not grow, and one that is cut (or gone) must leave this table."""
 
 
