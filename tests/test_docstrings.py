@@ -166,8 +166,8 @@ ALLOWED_LONGER: Final[dict[str, int]] = {
     # a citation list of real log lines
     "examples/build_scenario.py:starved_job": 40,
 }
-"""``path:qualified name`` -> its length today, for a docstring that is kept long on purpose: each entry may
-not grow, and one that is cut (or gone) must leave this table."""
+"""``path:qualified name`` -> its length today, for a docstring kept long on purpose: an
+entry may not grow, and one that is cut (or gone) must leave this table."""
 
 
 def _docstring_lengths(tree: ast.Module) -> Iterator[tuple[str, int]]:
