@@ -14,7 +14,7 @@ than msgspec: every command loads the settings.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Final
 
 import msgspec
 
@@ -67,6 +67,23 @@ BufferSize = Annotated[int, msgspec.Meta(ge=1, le=10_000_000)]
 """Its description is the family's: what is held (events, lines) differs."""
 SilenceTimeoutSeconds = Annotated[float, msgspec.Meta(ge=1.0, le=86400)]
 """Its description is the family's: what is reconnected differs."""
+MIG_PREFIXES: Final = ("nvidia.com/mig-",)
+"""Resource name prefixes of MIG devices (the mixed strategy: ``nvidia.com/mig-1g.10gb``)."""
+GpuResources = Annotated[
+    tuple[str, ...],
+    msgspec.Meta(
+        description="Extended resource counted as a GPU.",
+        extra={"option": "--resource", "metavar": "NAME"},
+    ),
+]
+"""Its default is the family's: the kubelet lists time-sliced replicas under their own name."""
+GpuResourcePrefixes = Annotated[
+    tuple[str, ...],
+    msgspec.Meta(
+        description="Resource name prefix counted as a GPU.",
+        extra={"option": "--resource-prefix", "metavar": "PREFIX"},
+    ),
+]
 
 
 def required(value: str | None, name: str) -> str:

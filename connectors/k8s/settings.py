@@ -14,9 +14,12 @@ import msgspec
 from connectors.prometheus import MetricsPort
 from connectors.publish import HEARTBEAT_SECONDS
 from connectors.settings import (
+    MIG_PREFIXES,
     Brokers,
     BufferSize,
     Cluster,
+    GpuResourcePrefixes,
+    GpuResources,
     HeartbeatSeconds,
     InCluster,
     Kubeconfig,
@@ -27,8 +30,7 @@ from connectors.settings import (
 
 GPU_RESOURCES = ("nvidia.com/gpu",)
 """The extended resources counted as GPUs unless told otherwise."""
-GPU_PREFIXES = ("nvidia.com/mig-",)
-"""MIG resources are named per profile (``nvidia.com/mig-1g.10gb``): matched by prefix."""
+GPU_PREFIXES = MIG_PREFIXES
 
 
 class K8sSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
@@ -49,20 +51,8 @@ class K8sSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
             "involving them."
         ),
     ] = False
-    resources: Annotated[
-        tuple[str, ...],
-        msgspec.Meta(
-            description="Extended resource counted as a GPU.",
-            extra={"option": "--resource", "metavar": "NAME"},
-        ),
-    ] = GPU_RESOURCES
-    resource_prefixes: Annotated[
-        tuple[str, ...],
-        msgspec.Meta(
-            description="Resource name prefix counted as a GPU.",
-            extra={"option": "--resource-prefix", "metavar": "PREFIX"},
-        ),
-    ] = GPU_PREFIXES
+    resources: GpuResources = GPU_RESOURCES
+    resource_prefixes: GpuResourcePrefixes = GPU_PREFIXES
     brokers: Brokers = None
     metrics_port: MetricsPort | None = 9466
     heartbeat_seconds: HeartbeatSeconds = HEARTBEAT_SECONDS

@@ -24,6 +24,7 @@ from typing import Final
 
 import msgspec
 
+from connectors.settings import MIG_PREFIXES
 from schemas.events import GpuBindingEvent, PodRef
 from schemas.ids import hashed_id
 from schemas.keys import POD_RESOURCES
@@ -32,8 +33,8 @@ SOURCE: Final = POD_RESOURCES
 """The ``source`` of every binding this module makes (:attr:`GpuBindingEvent.source`)."""
 RESOURCES: Final = ("nvidia.com/gpu", "nvidia.com/gpu.shared")
 """Extended resources whose devices are GPUs (``gpu.shared``: time-slicing renamed)."""
-PREFIXES: Final = ("nvidia.com/mig-",)
-"""Resource name prefixes of MIG devices (the mixed strategy: ``nvidia.com/mig-1g.10gb``)."""
+PREFIXES: Final = MIG_PREFIXES
+"""Resource name prefixes of MIG devices (one spelling for every family)."""
 REPLICA: Final = "::"
 """NVIDIA's time-slicing replica separator (``<uuid>::<n>``)."""
 

@@ -14,7 +14,14 @@ import msgspec
 from connectors.podresources.devices import PREFIXES, RESOURCES
 from connectors.prometheus import MetricsPort
 from connectors.publish import HEARTBEAT_SECONDS
-from connectors.settings import Brokers, Cluster, HeartbeatSeconds, Node
+from connectors.settings import (
+    Brokers,
+    Cluster,
+    GpuResourcePrefixes,
+    GpuResources,
+    HeartbeatSeconds,
+    Node,
+)
 
 SOCKET: Final = "unix:///var/lib/kubelet/pod-resources/kubelet.sock"
 """The kubelet's default pod-resources endpoint: ``<root-dir>/pod-resources/kubelet.sock``,
@@ -47,20 +54,8 @@ class PodResourcesSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unk
             "their parent GPU and GPU instance (as XIDs do) and index ids their uuid."
         ),
     ] = True
-    resources: Annotated[
-        tuple[str, ...],
-        msgspec.Meta(
-            description="Extended resource whose devices are GPUs.",
-            extra={"option": "--resource", "metavar": "NAME"},
-        ),
-    ] = RESOURCES
-    resource_prefixes: Annotated[
-        tuple[str, ...],
-        msgspec.Meta(
-            description="Resource name prefix of GPU devices.",
-            extra={"option": "--resource-prefix", "metavar": "PREFIX"},
-        ),
-    ] = PREFIXES
+    resources: GpuResources = RESOURCES
+    resource_prefixes: GpuResourcePrefixes = PREFIXES
     brokers: Brokers = None
     metrics_port: MetricsPort | None = 9469
     heartbeat_seconds: HeartbeatSeconds = HEARTBEAT_SECONDS
