@@ -36,6 +36,8 @@ from schemas.events import (
     KubeEvent,
     NodeEvent,
     PodEvent,
+    ResourceClaimEvent,
+    ResourceSliceEvent,
     Tick,
     XidEvent,
 )
@@ -50,6 +52,8 @@ AnyEvent = (
     | GpuBindingEvent
     | GpuTopologyEvent
     | AutoscalerEvent
+    | ResourceSliceEvent
+    | ResourceClaimEvent
     | Tick
 )
 """The tagged union of every event schema; the decoder picks the type by ``schema``."""
@@ -182,6 +186,8 @@ def _plain_times(event: AnyEvent) -> bool:
         return True
     if type(event) is AutoscalerEvent:
         return _plain(event.until)
+    if type(event) is ResourceSliceEvent:
+        return all(_plain(t.time_added) for d in event.devices for t in d.taints)
     return not _EVENT_TIMES[type(event)]
 
 

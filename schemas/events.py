@@ -68,6 +68,25 @@ class Termination(msgspec.Struct, frozen=True, kw_only=True):
     message: str = ""
 
 
+class DeviceHealth(msgspec.Struct, frozen=True, kw_only=True):
+    """One device the kubelet allocated to a container, with its health, from the
+    container status's ``allocatedResourcesStatus`` (device-plugin resources and DRA
+    claims alike).
+
+    Trap: ``Unknown`` is the normal value where the plugin or DRA driver reports no
+    health to the kubelet (NVIDIA's DRA driver does not): it says nothing is wrong.
+    """
+
+    resource: str
+    """The resource as the kubelet names it: ``nvidia.com/gpu``, or ``claim:<pod claim
+    name>/<request>`` for a DRA claim."""
+    device: str = ""
+    """The kubelet's resource id: a device-plugin id (a GPU uuid) or, for DRA,
+    ``<CDI vendor/class>=<claim uid>-<device>``."""
+    health: str = ""
+    """``Healthy``, ``Unhealthy`` or ``Unknown``."""
+
+
 class ContainerStatus(msgspec.Struct, frozen=True, kw_only=True):
     """The slimmed status of one container."""
 
@@ -79,6 +98,10 @@ class ContainerStatus(msgspec.Struct, frozen=True, kw_only=True):
     """Reason of the current state, e.g. ``CrashLoopBackOff``."""
     terminated: Termination | None = None
     last_terminated: Termination | None = None
+    devices: tuple[DeviceHealth, ...] = ()
+    """Its GPU devices and their health (``allocatedResourcesStatus``), GPU resources and
+    GPU claims only; empty where the kubelet reports none (before Kubernetes 1.31, or the
+    ``ResourceHealthStatus`` feature gate off)."""
 
 
 class GpuShare(msgspec.Struct, frozen=True, kw_only=True):
@@ -97,8 +120,30 @@ class GpuShare(msgspec.Struct, frozen=True, kw_only=True):
     """How many GPUs the share applies to (``gpu-fraction-num-devices``, 1 when absent)."""
 
 
+class PodClaim(msgspec.Struct, frozen=True, kw_only=True):
+    """One of a pod's DRA claims (``spec.resourceClaims`` with its status).
+
+    ``gpus`` is the connector's join: the GPU devices the claim asks for, read from the
+    ResourceClaim (or, before it exists, its ResourceClaimTemplate) whose requests name a
+    GPU device class. It makes a pod that holds GPUs only through claims a GPU pod.
+    """
+
+    name: Label
+    """The pod's name for the claim (``spec.resourceClaims[].name``)."""
+    claim: Name = ""
+    """The ResourceClaim object (``status.resourceClaimStatuses`` or
+    ``resourceClaimName``); empty until the claim controller has made it."""
+    template: Name = ""
+    """The ResourceClaimTemplate it is made from, if any."""
+    gpus: Int32 = 0
+    """GPU devices the claim asks for (0: not a GPU claim, or not known yet)."""
+    device_class: Name = ""
+    """The GPU device class of its first GPU request (``gpu.nvidia.com``)."""
+
+
 class PodCondition(msgspec.Struct, frozen=True, kw_only=True):
-    """The ``PodScheduled`` condition, which carries ``Unschedulable`` messages."""
+    """The ``PodScheduled`` condition, which carries ``Unschedulable`` messages, or the
+    ``DisruptionTarget`` condition, which says who is deleting the pod and why."""
 
     status: str
     reason: str = ""
@@ -149,6 +194,13 @@ class PodEvent(Event, tag="pod.v1", frozen=True, kw_only=True):
     not a decimal number, a record of a release before this field). The core orders
     copies of the pod by it, and reads the id only when it is 0
     (:func:`schemas.ids.k8s_version`)."""
+    claims: tuple[PodClaim, ...] = ()
+    """Its DRA claims (Kubernetes 1.34+ ``resource.k8s.io/v1``); a pod holds GPUs by
+    claim when one has ``gpus``."""
+    disruption: PodCondition | None = None
+    """The ``DisruptionTarget`` condition when set: ``DeletionByTaintManager``,
+    ``DeletionByDeviceTaintManager``, ``EvictionByEvictionAPI``,
+    ``PreemptionByScheduler``, ``TerminationByKubelet``..."""
 
 
 class NodeCondition(msgspec.Struct, frozen=True, kw_only=True):
@@ -315,11 +367,15 @@ class GpuBindingEvent(Event, tag="gpu_binding.v1", frozen=True, kw_only=True):
     expected, and a fault on it concerns every one of them. Records written before
     this field decode as ``False`` (a source that did not know says nothing)."""
     source: str = ""
-    """Which source bound it: ``dcgm-exporter``, ``nvml`` or ``pod-resources`` (the
-    kubelet's own record of which pod holds which device: the ground truth). Empty on
-    records written before this field. Trap: ``allocation_mismatch`` compares the
-    Kubernetes requests with what *DCGM* reports, so kubelet bindings must not count
-    as DCGM's."""
+    """Which source bound it: ``dcgm-exporter``, ``nvml``, ``pod-resources`` (the
+    kubelet's own record of which pod holds which device: the ground truth) or ``dra``
+    (the API server's: allocated ResourceClaims reserved for pods, joined with the
+    ResourceSlice that names the device's uuid and bus). Empty on records written
+    before this field. Trap: ``allocation_mismatch`` compares the Kubernetes requests
+    with what *DCGM* reports, so kubelet and DRA bindings must not count as DCGM's."""
+    claims: tuple[Name, ...] = ()
+    """For ``dra``: the ResourceClaims (``namespace/name``) through which ``pods`` hold
+    it. ``device`` is then the DRA device name (``gpu-2``)."""
 
 
 class GpuPairLink(msgspec.Struct, frozen=True, kw_only=True):
@@ -424,6 +480,123 @@ class AutoscalerEvent(Event, tag="autoscaler.v1", frozen=True, kw_only=True):
     """The original line, wrappers included: the evidence."""
 
 
+MAX_SLICE_DEVICES: Final = 128
+"""``resource.k8s.io/v1`` allows at most 128 devices in one ResourceSlice."""
+
+
+class DeviceTaint(msgspec.Struct, frozen=True, kw_only=True):
+    """A DRA device taint: from the slice itself (the driver's) or a DeviceTaintRule."""
+
+    key: str
+    value: str = ""
+    effect: str = ""
+    """``NoSchedule`` (no new claims get it) or ``NoExecute`` (pods holding it are
+    evicted by the device taint eviction controller)."""
+    time_added: Time | None = None
+    rule: Name = ""
+    """The DeviceTaintRule it comes from; empty when the slice itself carries it."""
+
+
+class SliceDevice(msgspec.Struct, frozen=True, kw_only=True):
+    """One device of a ResourceSlice, slimmed to its identity and taints.
+
+    Trap: NVIDIA's driver names full GPUs ``gpu-<minor>`` and MIG devices
+    ``gpu-<minor>-mig-<profile>-<placement>``; a MIG device's ``uuid`` is the ``MIG-``
+    one and ``parent_uuid`` the GPU's, and it publishes no GPU-instance id.
+    """
+
+    name: Label
+    uuid: str = ""
+    """The ``uuid`` attribute (``GPU-...`` or ``MIG-...``)."""
+    pci_bus_id: str = ""
+    """Canonical (:func:`schemas.pci.canonical_bus_id`), from the standard
+    ``resource.kubernetes.io/pciBusID`` attribute (older drivers: ``pcieBusID``)."""
+    product: str = ""
+    """The ``productName`` attribute."""
+    type: str = ""
+    """The ``type`` attribute: ``gpu``, ``mig``, ``vfio``..."""
+    parent_uuid: str = ""
+    """For a MIG device: the ``parentUUID`` attribute."""
+    mig_profile: str = ""
+    """For a MIG device: the ``profile`` attribute (``1g.12gb``)."""
+    taints: tuple[DeviceTaint, ...] = ()
+
+
+class ResourceSliceEvent(Event, tag="resource_slice.v1", frozen=True, kw_only=True):
+    """A ResourceSlice (``resource.k8s.io``): one driver's devices in one pool.
+
+    The cluster-wide GPU inventory and the uuid <-> bus map, with no node agent. A
+    snapshot of the slice: ``taints`` include those of the DeviceTaintRules that select a
+    device (the connector applies them), so a rule added or removed re-emits the slice.
+    Traps: a pool may span several slices (``slice_count``); a slice of an older pool
+    ``generation`` is stale and is superseded by the newer ones.
+    """
+
+    node: Name = ""
+    """``spec.nodeName``: empty for slices of network-attached devices."""
+    op: Op = "modified"
+    name: Name
+    driver: Name
+    pool: Name
+    generation: ResourceVersion = 0
+    """The pool's generation."""
+    slice_count: Int32 = 1
+    """``pool.resourceSliceCount``: the pool is complete once this many slices of its
+    generation are seen."""
+    devices: Annotated[tuple[SliceDevice, ...], msgspec.Meta(max_length=MAX_SLICE_DEVICES)] = ()
+    resource_version: ResourceVersion = 0
+    scope: Scope = "node"
+
+
+class ClaimRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """One request of a claim: which device class, and how many."""
+
+    name: Label
+    device_class: Name = ""
+    count: Int32 = 1
+    """``ExactCount``'s count; 0 for ``allocationMode: All``."""
+
+
+class ClaimDevice(msgspec.Struct, frozen=True, kw_only=True):
+    """One allocated device (``status.allocation.devices.results``)."""
+
+    request: str
+    """The request it satisfies (``gpu``, or ``<request>/<subrequest>``)."""
+    driver: Name
+    pool: Name
+    device: Label
+
+
+class ClaimDeviceStatus(msgspec.Struct, frozen=True, kw_only=True):
+    """The driver's own word on one allocated device (``status.devices``)."""
+
+    driver: Name
+    pool: Name
+    device: Label
+    conditions: tuple[NodeCondition, ...] = ()
+
+
+class ResourceClaimEvent(Event, tag="resource_claim.v1", frozen=True, kw_only=True):
+    """A ResourceClaim: what it asks for, what it was given, and for which pods."""
+
+    node: Name = ""
+    """The node its allocation is bound to (the ``metadata.name`` of its
+    ``nodeSelector``); empty while it is not allocated."""
+    op: Op = "modified"
+    namespace: Label
+    name: Name
+    uid: str = ""
+    requests: tuple[ClaimRequest, ...] = ()
+    devices: tuple[ClaimDevice, ...] = ()
+    reserved_for: Annotated[tuple[PodRef, ...], msgspec.Meta(max_length=MAX_NODE_PODS)] = ()
+    """``status.reservedFor``, pods only."""
+    device_status: tuple[ClaimDeviceStatus, ...] = ()
+    gpus: Int32 = 0
+    """Devices its requests ask of GPU device classes (as on :class:`PodClaim`)."""
+    resource_version: ResourceVersion = 0
+    scope: Scope = "node"
+
+
 class Tick(Event, tag="tick.v1", frozen=True, kw_only=True):
     """A clock reading: lets the watermark advance on keys that have gone quiet."""
 
@@ -438,5 +611,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     GpuBindingEvent,
     GpuTopologyEvent,
     AutoscalerEvent,
+    ResourceSliceEvent,
+    ResourceClaimEvent,
     Tick,
 )

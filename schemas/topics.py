@@ -1,9 +1,9 @@
 """The topic layout as data: every topic's name, partitioning, key and configs.
 
-One raw topic per record type (``<prefix>.raw.pods``, ``.nodes``, ``.k8s-events``, ``.xids``,
-``.gpu-bindings``, ``.topology``, ``.autoscaler``), keyed by correlation key (``cluster/node``, or
-``cluster``); ``incidents`` (compacted, by incident id); ``dead-letters``; ``state.<app id>``
-(compacted, by key). Every raw topic has the same partition count, so one key lands on the same
+One raw topic per record type (``<prefix>.raw.pods``, ``.nodes``, ``.xids``...: see
+:data:`SOURCE_SCHEMAS`), keyed by correlation key (``cluster/node``, or ``cluster``);
+``incidents`` (compacted, by incident id); ``dead-letters``; ``state.<app id>`` (compacted,
+by key). Every raw topic has the same partition count, so one key lands on the same
 partition number in each and the worker owning partition *n* owns every signal about its nodes: that
 co-partitioning is what lets the processor scale out (changing the count re-homes keys: a fresh
 state, not a reload).
@@ -31,6 +31,8 @@ from schemas.events import (
     KubeEvent,
     NodeEvent,
     PodEvent,
+    ResourceClaimEvent,
+    ResourceSliceEvent,
     XidEvent,
 )
 
@@ -46,6 +48,8 @@ SOURCE_SCHEMAS: Final[Mapping[str, type[Event]]] = {
     "gpu-bindings": GpuBindingEvent,
     "topology": GpuTopologyEvent,
     "autoscaler": AutoscalerEvent,
+    "resource-slices": ResourceSliceEvent,
+    "resource-claims": ResourceClaimEvent,
 }
 """Each source's raw topic suffix and the one schema it carries."""
 SCHEMA_SOURCES: Final[Mapping[type[Event], str]] = {t: s for s, t in SOURCE_SCHEMAS.items()}

@@ -36,6 +36,7 @@ from schemas.events import (
     NodeEvent,
     PodEvent,
     PodRef,
+    ResourceSliceEvent,
     XidEvent,
 )
 from schemas.types import MAX_ID_LENGTH, MAX_NODE_PODS, MAX_XID_CODE
@@ -278,6 +279,7 @@ def test_the_fast_time_check_covers_every_time_field_of_every_schema() -> None:
             ("deleted_at",),
         ),
         AutoscalerEvent: (("until",),),
+        ResourceSliceEvent: (("devices", "[]", "taints", "[]", "time_added"),),
     }
 
 

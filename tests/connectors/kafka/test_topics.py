@@ -21,6 +21,8 @@ from schemas.events import (
     KubeEvent,
     NodeEvent,
     PodEvent,
+    ResourceClaimEvent,
+    ResourceSliceEvent,
     Tick,
     XidEvent,
 )
@@ -46,6 +48,8 @@ def test_default_names_keys_and_partitions() -> None:
         "gputriage.raw.gpu-bindings",
         "gputriage.raw.topology",
         "gputriage.raw.autoscaler",
+        "gputriage.raw.resource-slices",
+        "gputriage.raw.resource-claims",
     )
     assert layout.incidents.name == "gputriage.incidents"
     assert layout.dead_letters.name == "gputriage.dead-letters"
@@ -68,6 +72,8 @@ def test_every_event_schema_but_tick_has_its_raw_topic() -> None:
         GpuBindingEvent: "gputriage.raw.gpu-bindings",
         GpuTopologyEvent: "gputriage.raw.topology",
         AutoscalerEvent: "gputriage.raw.autoscaler",
+        ResourceSliceEvent: "gputriage.raw.resource-slices",
+        ResourceClaimEvent: "gputriage.raw.resource-claims",
     }
     assert {t: layout.raw_topic(t) for t in EVENT_TYPES if t is not Tick} == expected
     assert set(SOURCE_SCHEMAS.values()) == set(expected)
