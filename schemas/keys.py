@@ -22,7 +22,7 @@ from typing import Any, Final
 import msgspec
 
 from schemas.codec import AnyEvent
-from schemas.events import GpuBindingEvent, NodeEvent, PodEvent, Taint, XidEvent
+from schemas.events import GpuBindingEvent, NodeEvent, PodClaim, PodEvent, Taint, XidEvent
 from schemas.progress import DEFAULT_GRACE_SECONDS
 from schemas.timeconv import to_seconds
 from schemas.wellknown import (
@@ -73,16 +73,27 @@ _NVIDIA_MIG: Final = "nvidia.com/mig-"
 _FINISHED: Final = frozenset(("Succeeded", "Failed"))
 
 
-def gpu_devices(requests: dict[str, int]) -> tuple[int, str]:
-    """``(devices, first resource)`` of NVIDIA GPU requests: whole GPUs and MIG devices,
-    which dcgm-exporter binds one by one."""
+def gpu_devices(requests: dict[str, int], claims: tuple[PodClaim, ...] = ()) -> tuple[int, str]:
+    """``(devices, first resource)`` of a pod's NVIDIA GPUs, which dcgm-exporter binds one by
+    one: whole GPUs and MIG devices requested, plus the GPU devices its DRA claims ask for
+    (``resource`` is then the claim's device class when no resource is requested)."""
     count, resource = 0, ""
     for name, value in requests.items():
         if name == _NVIDIA_GPU or name.startswith(_NVIDIA_MIG):
             count += value
             if not resource or name < resource:
                 resource = name
+    for claim in claims:
+        if claim.gpus > 0:
+            count += claim.gpus
+            if not resource:
+                resource = claim.device_class
     return count, resource
+
+
+def claim_gpus(claims: tuple[PodClaim, ...]) -> int:
+    """GPU devices a pod asks for through its DRA claims."""
+    return sum(c.gpus for c in claims if c.gpus > 0)
 
 
 def finished(ev: PodEvent) -> bool:
@@ -249,9 +260,9 @@ class Router:
             and ev.deleted_at is None
             and ev.gpu_share is None
         ):  # holds_gpus(ev), inline; the usual pod asks for one resource: no walk
-            held = requests.get(_NVIDIA_GPU, 0) if len(requests) == 1 else 0
+            held = requests.get(_NVIDIA_GPU, 0) if len(requests) == 1 and not ev.claims else 0
             if held <= 0:
-                held = gpu_devices(requests)[0]
+                held = gpu_devices(requests, ev.claims)[0]
         news = self._news(self._pods, key, (node, held), ev, gone)
         if not node or not news:  # pending: this record is the cluster key's own
             return None
@@ -260,6 +271,7 @@ class Router:
             scope="cluster",
             containers=(),
             scheduled=None,
+            disruption=None,
             gpu_limits={},
             created_at=None,
             reason="",

@@ -53,7 +53,7 @@ def _routine(
     generated streams and the scenario (tests/streams/core/test_differential.py)."""
     if key in state.pending:
         return False
-    devices, _ = gpu_devices(ev.gpu_requests)
+    devices, _ = gpu_devices(ev.gpu_requests, ev.claims)
     return mismatch.placed_as(state, key_hash, _scheduled_on(ev, config), devices)
 
 
@@ -114,7 +114,7 @@ def apply_event(
 
 def _on_pod(step: ClusterStep, ev: PodEvent, key: str, key_hash: int) -> None:
     state = step.state
-    devices, resource = gpu_devices(ev.gpu_requests)
+    devices, resource = gpu_devices(ev.gpu_requests, ev.claims)
     done = finished(ev)
     if ev.node:  # scheduled: the copy of a node-scoped record
         if key in state.pending:

@@ -26,7 +26,7 @@ from schemas.events import (
 )
 from schemas.ids import k8s_version
 from schemas.incidents import Evidence, Incident
-from schemas.keys import POD_RESOURCES
+from schemas.keys import POD_RESOURCES, claim_gpus
 from streams.core import evidence as text
 from streams.core import shortcuts
 from streams.core.config import CoreSettings, XidRule
@@ -109,7 +109,7 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
         _forget_pod(step, key, "pod replaced by a new pod of the same name")
         track = None
     if track is None:
-        gpus = sum(ev.gpu_requests.values()) or sum(ev.gpu_limits.values())
+        gpus = sum(ev.gpu_requests.values()) or sum(ev.gpu_limits.values()) or claim_gpus(ev.claims)
         if gpus <= 0:
             return
         track = PodTrack(

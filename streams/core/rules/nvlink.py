@@ -23,6 +23,7 @@ import msgspec
 from schemas.events import GpuBindingEvent, GpuTopologyEvent, PodEvent
 from schemas.ids import hashed_id
 from schemas.incidents import Evidence, GpuRef
+from schemas.keys import claim_gpus
 from streams.core.lifecycle import Step
 from streams.core.rules.gpuids import split_gpu_key
 from streams.core.rules.pods import pod_info
@@ -195,7 +196,11 @@ def on_pod(step: Step, key: str, ev: PodEvent) -> None:
             track.multi = legacy
             forget(state, key)
         else:
-            requested = sum(ev.gpu_requests.values()) or sum(ev.gpu_limits.values())
+            requested = (
+                sum(ev.gpu_requests.values())
+                or sum(ev.gpu_limits.values())
+                or claim_gpus(ev.claims)
+            )
             if requested <= 1:
                 return
             track.multi = _packed(requested, ev)
