@@ -35,6 +35,10 @@ from schemas.wellknown import (
 
 POD_RESOURCES: Final = "pod-resources"
 """The ``source`` of the kubelet's bindings (:attr:`GpuBindingEvent.source`)."""
+DRA: Final = "dra"
+"""The ``source`` of the bindings the k8s connector joins from allocated ResourceClaims and
+ResourceSlices: like the kubelet's, they are not dcgm-exporter's, and are not copied to
+the cluster key (``allocation_mismatch`` counts DCGM's alone)."""
 
 FABRIC_XIDS: Final = frozenset(range(144, 150))
 """The NVLink5 XIDs a fault in a multi-node NVLink domain spreads as: 144 (SAW), 145
@@ -321,7 +325,7 @@ class Router:
         # The cluster key's only binding reader is allocation_mismatch, which compares the
         # requests with what *DCGM* reports: the kubelet's own bindings (pod-resources) agree
         # with the requests by construction and would hide every DCGM outage it exists for.
-        if ev.scope == "cluster" or not ev.pods_known or ev.source == POD_RESOURCES:
+        if ev.scope == "cluster" or not ev.pods_known or ev.source in (POD_RESOURCES, DRA):
             return None
         key = (ev.cluster, ev.node, ev.gpu_uuid or ev.pci_bus_id, ev.gpu_instance)
         if not self._news(self._bindings, key, bool(ev.pods), ev, False):
