@@ -774,6 +774,16 @@ _UNHEALTHY = "Unhealthy (allocatedResourcesStatus)"
 """How a device-health evidence line ends (``streams.core.evidence.device_unhealthy``)."""
 
 
+def _claimed(inc: OpenIncident) -> str:
+    """The DRA devices and claims an incident names (``dra.name_devices``), in words."""
+    devices = inc.attributes.get("dra_devices", "")
+    if not devices:
+        return ""
+    claims = inc.attributes.get("claims", "")
+    held = f", held by claim {claims.replace(',', ', ')}" if claims else ""
+    return f"; DRA device {devices.replace(',', ', ')}{held}"
+
+
 def _describe(step: Step, inc: OpenIncident) -> None:
     state, config = step.state, step.config
     causes = [f"XID {code}" for code in state.chain_codes]
@@ -790,7 +800,7 @@ def _describe(step: Step, inc: OpenIncident) -> None:
     inc.summary = (
         f"{cause} on {state.node} ({where}), then {pods} GPU pod{'s' if pods != 1 else ''} "
         "failed or were evicted"
-    )
+    ) + _claimed(inc)
     nvidia = ""
     for code in state.chain_codes:
         rule = config.xid.get(code)
@@ -873,7 +883,7 @@ def describe_escalated(step: Step, inc: OpenIncident) -> None:
     inc.summary = (
         f"{cause} on {state.node} ({where}) degraded the node, then {n} GPU "
         f"pod{'s' if n != 1 else ''} failed or were evicted: the eviction chain's situation"
-    )
+    ) + _claimed(inc)
     told = inc.attributes.get("recovery_action", "")
     nvidia = f" The driver asks: {told}." if told else ""
     for code in codes:
