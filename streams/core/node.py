@@ -942,7 +942,11 @@ def _on_xid(step: Step, ev: XidEvent) -> None:
     state, config = step.state, step.config
     # SXid codes are NVSwitch codes, a different catalog: never read as GPU XIDs.
     rule = _UNKNOWN_XID if ev.sxid else config.xid.get(ev.code, _UNKNOWN_XID)
-    key, gpu = _gpu(state, ev.pci_bus_id, ev.gpu_uuid, ev.gpu_index, ev.gpu_instance)
+    bus, uuid = ev.pci_bus_id, ev.gpu_uuid
+    if state.dra is not None and not ev.sxid and (not bus or not uuid):
+        # The slices map uuid <-> bus id with no node agent: the kernel names the bus.
+        bus, uuid = dra.identity(state, bus, uuid)
+    key, gpu = _gpu(state, bus, uuid, ev.gpu_index, ev.gpu_instance)
     item = text.xid(ev, rule, unpack_uuid(gpu.uuid))
     if all(x.event_id != item.event_id for _, x in state.recent_xids):
         state.recent_xids = (*state.recent_xids[-_RECENT_XIDS + 1 :], (step.now, item))

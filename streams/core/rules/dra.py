@@ -171,6 +171,22 @@ def postpone(state: NodeState, name: str, now: float) -> None:
         dev.since = now
 
 
+def identity(state: NodeState, bus: str, uuid: str) -> tuple[str, str]:
+    """``(bus, uuid)`` of a GPU a record names by one of them, the other from the slices
+    (a whole GPU's device, or a MIG device's parent); unchanged when they do not say."""
+    dra = state.dra
+    if dra is None:
+        return bus, uuid
+    packed = pack_uuid(uuid)
+    for dev in dra.devices.values():
+        gpu = physical(dev)
+        if bus and not uuid and dev.bus == bus and gpu:
+            return bus, unpack_uuid(gpu)
+        if uuid and not bus and gpu == packed and dev.bus:
+            return dev.bus, uuid
+    return bus, uuid
+
+
 # -- the kubelet's device health --------------------------------------------------------
 def device_id(health: DeviceHealth) -> str:
     """The device a report names: the DRA device name for a claim's device (the kubelet's

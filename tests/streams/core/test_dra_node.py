@@ -340,6 +340,17 @@ def test_an_xid_by_bus_names_the_pod_whose_claim_holds_the_gpu() -> None:
     assert inc.attributes["claims"] == f"{NS}/{CLAIM}"
 
 
+def test_the_slice_names_the_uuid_of_a_gpu_the_kernel_names_by_bus() -> None:
+    c = Dra("prod")
+    c.dra_node(0)
+    c.slice(1)
+    c.xid(NODE, 10 * MIN, 79, bus=GPUS["gpu-3"][1])
+    c.tick(30 * MIN)
+    [inc] = of_type(run(c.events), "gpu_degraded")
+    assert [(g.uuid, g.pci_bus_id) for g in inc.gpus] == [GPUS["gpu-3"]]
+    assert inc.attributes["dra_devices"] == "gpu-3"
+
+
 def test_dcgm_exporter_leaving_the_claimed_pod_out_does_not_unbind_it() -> None:
     """dcgm-exporter reads pod-resources, which may not list DRA devices: its binding of
     the GPU says no pod. The API server's allocation stands."""
@@ -397,6 +408,16 @@ def test_two_mig_devices_of_one_parent_keep_their_own_pods() -> None:
     c.xid(MIG_NODE, 10 * MIN, 13, bus=MIG_BUS)
     [inc] = of_type(run(c.events), "gpu_app_fault")
     assert set(pods_of(inc)) == {f"{NS}/infer-0", f"{NS}/infer-1"}
+
+
+def test_an_xid_naming_an_instance_dra_cannot_place_names_its_siblings_as_candidates() -> None:
+    """The kernel's ``GPU-I:05`` names an instance id DRA never says: which MIG device it
+    is cannot be told, so the pods of the parent's MIG devices are candidates, not none."""
+    c = _mig_stream()
+    ev = c.xid(MIG_NODE, 10 * MIN, 13, bus=MIG_BUS)
+    c.events[-1] = msgspec.structs.replace(ev, gpu_instance=5)
+    [inc] = of_type(run(c.events), "gpu_app_fault")
+    assert pods_of(inc) == {f"{NS}/infer-0": "candidate", f"{NS}/infer-1": "candidate"}
 
 
 def test_a_fatal_xid_of_the_mig_parent_names_every_mig_devices_pods() -> None:
