@@ -94,6 +94,7 @@ class CoreSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         "Terminated",
         "TaintManagerEviction",
         "Preempting",
+        "DeviceTaintManagerEviction",
     )
     drop_persist_seconds: Annotated[
         Seconds,
@@ -189,6 +190,18 @@ class CoreSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     allocatable pool was repaired (a reset is invisible to Kubernetes), so it stays open
     for a day: the ``xid_repeat`` window, so a fault that comes back within it is the same
     ticket, not a new one. An allocatable drop, once seen, resolves it only on recovery."""
+
+    # -- Dynamic Resource Allocation (ResourceSlices, DRA bindings) --------------------------
+    dra_absent_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(
+            description="gpu_degraded opens when a DRA GPU is gone from its slices this long."
+        ),
+    ] = 300.0
+    """gpu_degraded: a GPU (a DRA device, or every MIG device of it) gone from its node's
+    ResourceSlices this long, while the node is not being removed, is a fault. A DRA
+    plugin that restarts deletes its slices and publishes them again within seconds:
+    noise, which this window absorbs."""
 
     app_fault_quiet_seconds: Annotated[
         Seconds,

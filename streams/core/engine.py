@@ -32,6 +32,8 @@ from schemas.events import (
     KubeEvent,
     NodeEvent,
     PodEvent,
+    ResourceClaimEvent,
+    ResourceSliceEvent,
     Tick,
     XidEvent,
 )
@@ -49,6 +51,8 @@ RANK: Final[dict[type[Any], int]] = {
     NodeEvent: 1,
     GpuBindingEvent: 2,
     GpuTopologyEvent: 2,
+    ResourceSliceEvent: 2,
+    ResourceClaimEvent: 2,
     KubeEvent: 3,
     PodEvent: 4,
     AutoscalerEvent: 5,
@@ -56,9 +60,10 @@ RANK: Final[dict[type[Any], int]] = {
 }
 """Order of schemas at the same instant: hardware first, then what Kubernetes made of it.
 
-A topology shares the bindings' rank (ties sort by id, the same in every delivery): a new
-rank in between would renumber the ones after it, and a restored key state's
-``applied_rank`` would then mean another schema."""
+A topology, a ResourceSlice and a ResourceClaim share the bindings' rank (ties sort by
+id, the same in every delivery): a new rank in between would renumber the ones after it,
+and a restored key state's ``applied_rank`` would then mean another schema. A slice's
+device taint thus arms the eviction chain before a pod failure of the same instant."""
 
 
 class CoreStats(msgspec.Struct):

@@ -117,3 +117,44 @@ def kube_event(ev: KubeEvent) -> Evidence:
     if ev.message:
         text += f": {_clip(ev.message, 120)}"
     return Evidence(event_id=ev.id, schema="k8s_event.v1", time=ev.time, text=text)
+
+
+def device_taint(
+    event_id: str, ev_time: datetime, slice_name: str, device: str, where: str, taints: str
+) -> Evidence:
+    """A ResourceSlice lists a device with a NoSchedule/NoExecute taint (the driver's,
+    or a DeviceTaintRule's). ``event_id`` names the record and the device: one record
+    may taint several devices, and an incident keeps one item per id."""
+    text = f"ResourceSlice {slice_name}: device {device} ({where}) tainted {taints}"
+    return Evidence(event_id=event_id, schema="resource_slice.v1", time=ev_time, text=text)
+
+
+def device_gone(
+    event_id: str, ev_time: datetime, slice_name: str, device: str, where: str, deleted: bool
+) -> Evidence:
+    """A device left its node's ResourceSlices (its slice deleted, or republished
+    without it)."""
+    if deleted:
+        text = f"ResourceSlice {slice_name} deleted, with device {device} ({where})"
+    else:
+        text = f"ResourceSlice {slice_name} no longer lists device {device} ({where})"
+    return Evidence(event_id=event_id, schema="resource_slice.v1", time=ev_time, text=text)
+
+
+def device_unhealthy(
+    ev: PodEvent, container: str, resource: str, device: str, event_id: str
+) -> Evidence:
+    """A container's ``allocatedResourcesStatus`` reports one of its devices Unhealthy."""
+    text = (
+        f"pod {ev.namespace}/{ev.name}/{container}: {resource} device "
+        f"{_clip(device, 100)} Unhealthy (allocatedResourcesStatus)"
+    )
+    return Evidence(event_id=event_id, schema="pod.v1", time=ev.time, text=text)
+
+
+def pod_disruption(ev: PodEvent, cond: PodCondition) -> Evidence:
+    """The pod's ``DisruptionTarget`` condition: who is deleting it, and why."""
+    text = f"pod {ev.namespace}/{ev.name} {ev.phase or 'Running'}: {cond.reason}"
+    if cond.message:
+        text += f": {_clip(cond.message, 100)}"
+    return Evidence(event_id=ev.id, schema="pod.v1", time=ev.time, text=text)

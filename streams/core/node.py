@@ -21,12 +21,13 @@ from schemas.events import (
     KubeEvent,
     NodeEvent,
     PodEvent,
+    ResourceSliceEvent,
     Termination,
     XidEvent,
 )
 from schemas.ids import k8s_version
 from schemas.incidents import Evidence, Incident
-from schemas.keys import POD_RESOURCES, claim_gpus
+from schemas.keys import DRA, POD_RESOURCES, claim_gpus
 from streams.core import evidence as text
 from streams.core import shortcuts
 from streams.core.config import CoreSettings, XidRule
@@ -36,6 +37,7 @@ from streams.core.rules import (
     cuda,
     degraded,
     disruption,
+    dra,
     fabric,
     not_ready,
     nvlink,
@@ -44,6 +46,7 @@ from streams.core.rules import (
 )
 from streams.core.rules.gpuids import (
     MIG_SEPARATOR,
+    dra_instance,
     join_blob,
     join_lookup,
     join_pair,
@@ -62,6 +65,7 @@ from streams.core.state import (
     GpuTrack,
     NodeState,
     PodTrack,
+    bound_pods,
     gpu_ref,
 )
 from streams.core.timeconv import to_seconds
@@ -72,7 +76,21 @@ _RECENT_XID_SECONDS: Final = 1800.0
 _RESET_WORDS: Final = ("reset", "reboot", "drain")
 _LIVE_PHASES: Final = ("Pending", "Running")
 _TERMINAL_PHASES: Final = ("Succeeded", "Failed")
-_EVICTION_REASONS: Final = ("Evicted", "TaintManagerEviction", "Preempting")
+_EVICTION_REASONS: Final = (
+    "Evicted",
+    "TaintManagerEviction",
+    "Preempting",
+    "DeviceTaintManagerEviction",
+    "DeletionByDeviceTaintManager",
+    "DeletionByTaintManager",
+)
+_TAINT_DELETIONS: Final = ("DeletionByDeviceTaintManager", "DeletionByTaintManager")
+"""``DisruptionTarget`` reasons of the taint eviction controllers (a device's
+``NoExecute`` taint, a node's): the pod is being evicted, as their ``...Eviction`` Event
+says; the condition is written first and stays until the pod is gone."""
+_CANCELLED: Final = "Cancelling deletion"
+"""The taint eviction controllers' Event when a taint is lifted or tolerated in time
+(same reason as the eviction): no failure."""
 TOMBSTONE_SECONDS: Final = 3600.0
 """How long (event time) a forgotten pod's last version is remembered in
 ``NodeState.gone``: longer than any redelivery after a crash (the uncommitted tail of
@@ -141,9 +159,13 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
             ctr.last_finished = finished
             _on_termination(step, ev, key, track, ctr, term, finished, deleting)
     disruption.note(step, disruption.of_pod_status(ev.reason, ev.message))
+    _on_device_health(step, key, ev)
     reason = ""
+    cond = ev.disruption
     if ev.reason in step.config.failure_reasons:
         reason = ev.reason
+    elif cond is not None and cond.status == "True" and cond.reason in _TAINT_DELETIONS:
+        reason = cond.reason  # a taint eviction controller is deleting it: evicted
     elif ev.phase == "Failed" and not deleting:
         # A deleted pod's kubelet moves it to a terminal phase (Failed once its
         # containers exit 143) before it goes: that is the deletion, not a failure.
@@ -152,15 +174,41 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
     if reason and not track.failed:
         track.failed = True
         role = "evicted" if reason in _EVICTION_REASONS else "failed"
-        _on_pod_failure(
-            step, key, track, text.pod_status(ev, f"{ev.phase or 'failed'}: {reason}"), role
-        )
+        if cond is not None and reason == cond.reason:
+            item = text.pod_disruption(ev, cond)
+        else:
+            item = text.pod_status(ev, f"{ev.phase or 'failed'}: {reason}")
+        _on_pod_failure(step, key, track, item, role)
     if ev.op == "deleted":
         _forget_pod(step, key, "pod deleted")
     elif ev.phase == "Succeeded":
         _resolve_pod_incidents(step, key, "pod succeeded")
     else:
         nvlink.on_pod(step, key, ev)
+
+
+def _on_device_health(step: Step, key: str, ev: PodEvent) -> None:
+    """What the pod's containers say of their devices' health (``allocatedResourcesStatus``):
+    a device first reported Unhealthy arms the eviction chain and waits for
+    ``gpu_degraded``; a report that ends may end a fault."""
+    state = step.state
+    started, ended = dra.apply_health(state, key, ev, step.now)
+    if started or ended:
+        state.timers_dirty = True
+        _device_faults(step, dra.UNHEALTHY, started)
+    if ended:
+        degraded.on_device_recovered(step, "no container reports the device Unhealthy any more")
+
+
+def _device_faults(step: Step, kind: str, names: list[str]) -> None:
+    """Device faults that just began (a taint, an Unhealthy report): each arms the
+    eviction chain on its GPU, and joins an open ``gpu_degraded``."""
+    if not names:
+        return
+    for fault in dra.faults(step.state, step.config):
+        if fault.kind == kind and fault.ident in names:
+            chain.arm(step, fault.item, fault.key, fault.ref)
+            degraded.on_device_fault(step, fault)
 
 
 def _count_unseen_restarts(step: Step, ctr: ContainerTrack, status: ContainerStatus) -> None:
@@ -317,6 +365,9 @@ def _resolve_pod_incidents(step: Step, key: str, note: str) -> None:
 
 def _forget_pod(step: Step, key: str, note: str) -> None:
     _resolve_pod_incidents(step, key, note)
+    if dra.forget_pod(step.state, key):
+        step.state.timers_dirty = True
+        degraded.on_device_recovered(step, "no container reports the device Unhealthy any more")
     nvlink.forget(step.state, key)
     pods = step.state.pods
     track = pods.pop(key, None)
@@ -453,6 +504,8 @@ def _on_kube_event(step: Step, ev: KubeEvent) -> None:
     obj = ev.involved
     if obj.kind != "Pod" or ev.reason not in step.config.failure_reasons:
         return
+    if ev.message.startswith(_CANCELLED):
+        return  # the taint was lifted or tolerated in time: the pod stays
     key = f"{obj.namespace}/{obj.name}"
     track = step.state.pods.get(key)
     if track is None:
@@ -758,6 +811,9 @@ def _moved_last(blob: bytes, packed: bytes, bus_id: str) -> bytes | None:
 
 def _on_binding(step: Step, ev: GpuBindingEvent) -> None:
     state = step.state
+    if ev.source == DRA:
+        _on_dra_binding(step, ev)
+        return
     if shortcuts.ENABLED:
         idle = _idle_unseen(state, ev)
         if idle:
@@ -780,10 +836,58 @@ def _on_binding(step: Step, ev: GpuBindingEvent) -> None:
         # container's devices) are one pod, not a shared GPU.
         keys = tuple(dict.fromkeys(_pod_key(state, f"{p.namespace}/{p.name}") for p in ev.pods))
         pods: str | tuple[str, ...] = keys[0] if len(keys) == 1 else keys
+        if state.dra is not None and state.dra.holds:
+            # What DRA holds stays: this source's word is about its own allocations.
+            held = dra.held_pods(state, gpu.uuid, split_gpu_key(key)[1])
+            if held:
+                merged = tuple(dict.fromkeys((*keys, *held)))
+                pods = merged[0] if len(merged) == 1 else merged
         if pods != gpu.pods:
             gpu.pods = pods
         if kubelet and not gpu.kubelet:
             gpu.kubelet = True
+    _forget_idle(step, key, gpu)
+    if before or gpu.pods:
+        nvlink.on_binding(step, before, gpu.pods)
+
+
+def _on_dra_binding(step: Step, ev: GpuBindingEvent) -> None:
+    """A ``dra`` binding: the API server's record of which pods hold a device (allocated
+    claims reserved for pods, joined with the slice that names its uuid and bus).
+
+    Authoritative like the kubelet's, and kept apart (:attr:`DraState.holds`): another
+    source's binding of the GPU that leaves these pods out does not unbind them, and this
+    one replaces only the pods it bound itself. A MIG device, which DRA names by its
+    ``MIG-`` uuid alone (no instance id), is a GPU key of its own under its parent
+    (:func:`~streams.core.rules.gpuids.dra_instance`): two of one parent never overwrite
+    each other, and an XID of the whole parent names both."""
+    state = step.state
+    instance = ev.gpu_instance
+    if instance is None and ev.mig_uuid:
+        instance = dra_instance(ev.mig_uuid)
+    key, gpu = _gpu(state, ev.pci_bus_id, ev.gpu_uuid, ev.gpu_index, instance)
+    if ev.mig_profile:
+        profiles = _resources(state).profiles
+        if profiles.get(key) != ev.mig_profile:
+            _resources(state).profiles = {**profiles, key: intern(ev.mig_profile)}
+    before = gpu.pods
+    if ev.pods_known:
+        keys = tuple(dict.fromkeys(_pod_key(state, f"{p.namespace}/{p.name}") for p in ev.pods))
+        claims = tuple(intern(c) for c in ev.claims)
+        dropped = dra.hold(state, ev.device or key, gpu.uuid, instance, keys, claims)
+        others = tuple(p for p in bound_pods(gpu) if p not in dropped)
+        merged = tuple(dict.fromkeys((*others, *dra.held_pods(state, gpu.uuid, instance))))
+        pods: str | tuple[str, ...] = merged[0] if len(merged) == 1 else merged
+        if pods != gpu.pods:
+            gpu.pods = pods
+    _forget_idle(step, key, gpu)
+    if before or gpu.pods:
+        nvlink.on_binding(step, before, gpu.pods)
+
+
+def _forget_idle(step: Step, key: str, gpu: GpuTrack) -> None:
+    """Forget the entry of a GPU no pod holds and with no recent history."""
+    state = step.state
     history = gpu.xid
     if not gpu.pods and (
         history is None or (history.fatal is None and history.last < step.now - _RECENT_XID_SECONDS)
@@ -797,8 +901,18 @@ def _on_binding(step: Step, ev: GpuBindingEvent) -> None:
         state.gpus = dict(state.gpus.items())  # the smallest table (_forget_pod)
         if told:
             _keep_bus(state, uuid, told)
-    if before or gpu.pods:
-        nvlink.on_binding(step, before, gpu.pods)
+
+
+def _on_slice(step: Step, ev: ResourceSliceEvent) -> None:
+    """A ResourceSlice of a GPU driver on this node: the DRA inventory. A taint that
+    begins arms the eviction chain; a taint lifted or a gone GPU listed again may end a
+    fault; a device gone waits ``dra_absent_seconds`` (``gpu_degraded``'s timer)."""
+    state = step.state
+    tainted, ended = dra.apply_slice(state, ev, step.now)
+    state.timers_dirty = True
+    _device_faults(step, dra.TAINT, tainted)
+    if ended:
+        degraded.on_device_recovered(step, "the device is untainted and listed in its slice")
 
 
 def _on_topology(step: Step, ev: GpuTopologyEvent) -> None:
@@ -828,7 +942,11 @@ def _on_xid(step: Step, ev: XidEvent) -> None:
     state, config = step.state, step.config
     # SXid codes are NVSwitch codes, a different catalog: never read as GPU XIDs.
     rule = _UNKNOWN_XID if ev.sxid else config.xid.get(ev.code, _UNKNOWN_XID)
-    key, gpu = _gpu(state, ev.pci_bus_id, ev.gpu_uuid, ev.gpu_index, ev.gpu_instance)
+    bus, uuid = ev.pci_bus_id, ev.gpu_uuid
+    if state.dra is not None and not ev.sxid and (not bus or not uuid):
+        # The slices map uuid <-> bus id with no node agent: the kernel names the bus.
+        bus, uuid = dra.identity(state, bus, uuid)
+    key, gpu = _gpu(state, bus, uuid, ev.gpu_index, ev.gpu_instance)
     item = text.xid(ev, rule, unpack_uuid(gpu.uuid))
     if all(x.event_id != item.event_id for _, x in state.recent_xids):
         state.recent_xids = (*state.recent_xids[-_RECENT_XIDS + 1 :], (step.now, item))
@@ -966,6 +1084,7 @@ _HANDLERS: dict[type[Any], Callable[[Step, Any], None]] = {
     XidEvent: _on_xid,
     GpuBindingEvent: _on_binding,
     GpuTopologyEvent: _on_topology,
+    ResourceSliceEvent: _on_slice,
 }
 
 
@@ -990,6 +1109,7 @@ def apply_event(
         if (
             track is not None
             and shortcuts.ENABLED
+            and not _reports_pending(state)
             and _routine_track(track, event, now, version, config)
         ):
             return []
@@ -1026,6 +1146,8 @@ def _routine_pod(
     docs/detection.md, design notes: `_routine_pod`.
     """
     track = state.pods.get(f"{ev.namespace}/{ev.name}")
+    if _reports_pending(state):
+        return False
     return track is not None and _routine_track(track, ev, now, version, config)
 
 
@@ -1045,6 +1167,7 @@ def _routine_track(
         or ev.reason
         or ev.op == "deleted"
         or ev.deleted_at is not None
+        or ev.disruption is not None
     ):
         return False
     known = track.containers
@@ -1056,6 +1179,8 @@ def _routine_track(
         ctr = _known_container(known, status.name)
         if ctr is None or not _routine_status(ctr, status, now, config):
             return False
+        if status.devices and _reports_unhealthy(status):
+            return False
         track.version = max(track.version, version)
         ctr.seen_at = max(ctr.seen_at, now)
         return True
@@ -1064,11 +1189,25 @@ def _routine_track(
         ctr = _known_container(known, status.name)
         if ctr is None or not _routine_status(ctr, status, now, config):
             return False
+        if status.devices and _reports_unhealthy(status):
+            return False
         seen.append(ctr)
     track.version = max(track.version, version)
     for ctr in seen:
         ctr.seen_at = max(ctr.seen_at, now)
     return True
+
+
+def _reports_pending(state: NodeState) -> bool:
+    """Does a container of the node report a device Unhealthy? Then every pod update
+    takes the full path: one that no longer reports it ends the report."""
+    reports = state.dra
+    return reports is not None and bool(reports.unhealthy)
+
+
+def _reports_unhealthy(status: ContainerStatus) -> bool:
+    """Does the container report a device Unhealthy (a rule reads that: the full path)?"""
+    return any(health.health == "Unhealthy" for health in status.devices)
 
 
 def _routine_status(

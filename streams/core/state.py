@@ -22,7 +22,12 @@ import msgspec
 
 from schemas.incidents import Evidence, GpuRef, PodInfo
 from schemas.types import Severity
-from streams.core.rules.gpuids import MIG_SEPARATOR, split_gpu_key, unpack_uuid
+from streams.core.rules.gpuids import (
+    MIG_SEPARATOR,
+    is_dra_instance,
+    split_gpu_key,
+    unpack_uuid,
+)
 
 NEVER = math.inf
 """A deadline that never comes."""
@@ -194,8 +199,22 @@ def pods_on(state: NodeState, key: str, gpu: GpuTrack) -> tuple[str, ...]:
     isolated slices.
     """
     pods = bound_pods(gpu)
-    if split_gpu_key(key)[1] is not None:
-        return pods
+    parent, instance = split_gpu_key(key)
+    if instance is not None:
+        if pods or state.dra is None or is_dra_instance(instance):
+            return pods
+        # An instance no source bound, on a GPU whose MIG devices DRA names by uuid alone
+        # (no instance id): which of them the XID's ``GPU-I:NN`` is cannot be told, so each
+        # of their pods is a candidate.
+        prefix = parent + MIG_SEPARATOR
+        return tuple(
+            dict.fromkeys(
+                p
+                for k, g in state.gpus.items()
+                if k.startswith(prefix) and is_dra_instance(split_gpu_key(k)[1])
+                for p in bound_pods(g)
+            )
+        )
     prefix = key + MIG_SEPARATOR
     more = [
         p
@@ -219,7 +238,7 @@ def gpu_ref(key: str, gpu: GpuTrack, state: NodeState | None = None) -> GpuRef:
         uuid=unpack_uuid(gpu.uuid),
         pci_bus_id=bus,
         index=gpu.index,
-        gpu_instance=instance,
+        gpu_instance=None if is_dra_instance(instance) else instance,
         mig_profile=resources.profiles.get(key, "") if resources is not None else "",
     )
 
@@ -301,6 +320,87 @@ class OomState(msgspec.Struct, gc=False, omit_defaults=True):
 
     pending: tuple[tuple[float, Evidence], ...] = ()
     """Node ``OOMKilling`` events not yet matched to a container: (event time, the Event)."""
+
+
+class DraDevice(msgspec.Struct, gc=False, omit_defaults=True):
+    """One GPU-driver device of the node's ResourceSlices, as the newest slice listing it
+    said (:mod:`streams.core.rules.dra`). Kept after it leaves the slices, with ``gone``
+    set, until its GPU is listed again: a DRA plugin restart deletes and republishes its
+    slices, and only a GPU gone longer than ``dra_absent_seconds`` is a fault."""
+
+    uuid: bytes = b""
+    """Its ``uuid`` attribute, packed (:func:`streams.core.rules.gpuids.pack_uuid`):
+    ``GPU-...``, or ``MIG-...`` for a MIG device."""
+    parent: bytes = b""
+    """A MIG device's ``parentUUID``, packed; empty for a whole GPU."""
+    bus: str = ""
+    product: str = ""
+    type: str = ""
+    profile: str = ""
+    taints: tuple[str, ...] = ()
+    """Its effective ``NoSchedule``/``NoExecute`` taints in words (``key=value:Effect``,
+    ``(rule <name>)`` added for a DeviceTaintRule's); a taint of effect ``None`` is none.
+    Empty for a healthy device."""
+    slice: str = ""
+    """The slice that lists it (its name)."""
+    seen: float = -math.inf
+    """Event time of the newest slice record that listed it."""
+    gone: float | None = None
+    """Event time it left the node's slices; None while listed."""
+    fault: Evidence | None = None
+    """The record that tainted it, or that it left the slices in (the incident's
+    evidence); None while it is listed untainted."""
+    since: float = -math.inf
+    """Event time its taint began."""
+    checked: bool = False
+    """``gpu_degraded`` has judged its current fault (told it, or left it to a chain)."""
+
+
+class DraHold(msgspec.Struct, gc=False, omit_defaults=True):
+    """Which pods hold one DRA device, by the connector's ``dra`` binding of it: the API
+    server's allocation, kept apart from the other sources' pods so that a binding of
+    dcgm-exporter or the kubelet that leaves them out does not unbind them."""
+
+    uuid: bytes
+    """The GPU it is part of (packed; the parent's for a MIG device)."""
+    instance: int | None = None
+    """The instance of its GPU key (:data:`streams.core.rules.dra.PSEUDO_BASE` and up for
+    a MIG device, which DRA names by uuid alone); None for a whole GPU."""
+    pods: tuple[str, ...] = ()
+    claims: tuple[str, ...] = ()
+    """``namespace/name`` of the ResourceClaims through which ``pods`` hold it."""
+
+
+class DeviceReport(msgspec.Struct, gc=False, omit_defaults=True):
+    """A device some container's ``allocatedResourcesStatus`` reports ``Unhealthy``."""
+
+    pods: tuple[str, ...]
+    """The pods (``namespace/name``) whose containers report it so now."""
+    since: float
+    item: Evidence
+    resource: str = ""
+    """The kubelet's resource name (``nvidia.com/gpu``, ``claim:gpu/gpu``)."""
+    checked: bool = False
+    """``gpu_degraded`` has judged it (as :attr:`DraDevice.checked`)."""
+
+
+class DraState(msgspec.Struct, omit_defaults=True):
+    """What the node's ResourceSlices, DRA bindings and the kubelet's device health say
+    (:mod:`streams.core.rules.dra`). On :attr:`NodeState.dra`, None on a node none of
+    them ever named: a device-plugin node pays one slot."""
+
+    devices: dict[str, DraDevice] = {}
+    """By device name (``gpu-2``, ``gpu-0-mig-1g12gb-19-0``). Trap: names are unique
+    within one driver's pool; a node has one GPU driver pool (its own name)."""
+    slices: dict[str, tuple[str, int]] = {}
+    """Slice name -> (``driver/pool``, pool generation) of the slices applied."""
+    pools: dict[str, int] = {}
+    """``driver/pool`` -> the newest generation seen: a slice of an older one is stale."""
+    holds: dict[str, DraHold] = {}
+    """By DRA device name: the pods and claims holding it (``dra`` bindings)."""
+    unhealthy: dict[str, DeviceReport] = {}
+    """Devices reported ``Unhealthy``, by the kubelet's id: the DRA device name for a
+    claim's device, the GPU uuid (or ``MIG-`` uuid) for a device plugin's."""
 
 
 class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defaults=True):
@@ -409,6 +509,10 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     (a pair and its uuid cost ~100 bytes per GPU): each pair is the packed uuid and the
     bus id, each behind its length in one byte
     (:func:`streams.core.rules.gpuids.join_pairs`). Bounded; last, with a default."""
+    dra: DraState | None = None
+    """The node's DRA devices, who holds them, and the devices containers report
+    Unhealthy (:mod:`streams.core.rules.dra`); None on a node none of them named. Last,
+    with a default: snapshots written before it restore with None."""
 
     def __post_init__(self) -> None:
         # msgspec runs this after decoding a snapshot too: the one migration of a field

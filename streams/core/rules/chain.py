@@ -20,12 +20,13 @@ import math
 from collections.abc import Iterable
 from typing import Final
 
-from schemas.events import KubeEvent, NodeEvent, PodEvent, XidEvent
+from schemas.events import KubeEvent, NodeEvent, PodEvent, ResourceSliceEvent, XidEvent
 from schemas.incidents import Evidence, GpuRef, PodInfo
 from schemas.termination_causes import OOM, CauseClass, load_causes
 from streams.core.config import CoreSettings
 from streams.core.evidence import xid_code_and_class
 from streams.core.lifecycle import Step
+from streams.core.rules import dra
 from streams.core.rules.gpuids import split_gpu_key, unpack_uuid
 from streams.core.rules.spec import NodeRule
 from streams.core.state import NEVER, GpuTrack, NodeState, OpenIncident, bound_pods
@@ -96,7 +97,9 @@ _KERNEL = "kernel"
 
 
 def degraded(state: NodeState) -> bool:
-    return state.capacity >= 0 and state.allocatable < state.capacity
+    """A GPU is out of service: allocatable below capacity, or (on a DRA node, where
+    nothing is counted) a device tainted or reported Unhealthy."""
+    return (state.capacity >= 0 and state.allocatable < state.capacity) or dra.faulty(state)
 
 
 def armed(step: Step) -> bool:
@@ -590,9 +593,10 @@ def on_timer(step: Step) -> None:
         step.resolve(inc, closed_at, "window closed and all GPUs allocatable")
 
 
-def on_restored(step: Step) -> None:
-    """All GPUs allocatable again: a chain whose window has closed can resolve, and a
-    pending drop was a device plugin re-registering (8 -> 0 -> 8): forget it."""
+def on_restored(step: Step, note: str = "all GPUs allocatable again") -> None:
+    """All GPUs allocatable again (and no DRA device faulty): a chain whose window has
+    closed can resolve, and a pending drop was a device plugin re-registering
+    (8 -> 0 -> 8): forget it. ``note``: the resolution's words."""
     state = step.state
     if state.drop_pending is not None:
         _forget_drop(state)
@@ -615,7 +619,7 @@ def on_restored(step: Step) -> None:
         return
     if inc is not None and state.chain_until < step.now:
         _disarm(step.state)
-        step.resolve(inc, step.now, "all GPUs allocatable again")
+        step.resolve(inc, step.now, note)
 
 
 def deadline(state: NodeState, config: CoreSettings) -> float:
@@ -765,18 +769,38 @@ def _same_fault_code(item: Evidence, codes: tuple[int, ...]) -> bool:
     return read[0] in codes or read[0] == _RECOVERY_XID
 
 
+_SLICE = "resource_slice.v1"
+_UNHEALTHY = "Unhealthy (allocatedResourcesStatus)"
+"""How a device-health evidence line ends (``streams.core.evidence.device_unhealthy``)."""
+
+
+def _claimed(inc: OpenIncident) -> str:
+    """The DRA devices and claims an incident names (``dra.name_devices``), in words."""
+    devices = inc.attributes.get("dra_devices", "")
+    if not devices:
+        return ""
+    claims = inc.attributes.get("claims", "")
+    held = f", held by claim {claims.replace(',', ', ')}" if claims else ""
+    return f"; DRA device {devices.replace(',', ', ')}{held}"
+
+
 def _describe(step: Step, inc: OpenIncident) -> None:
     state, config = step.state, step.config
     causes = [f"XID {code}" for code in state.chain_codes]
     if any(t.schema == "node.v1" for t in state.chain_triggers):
         causes.append("GPU allocatable drop")
+    if any(t.schema == _SLICE for t in state.chain_triggers):
+        causes.append("DRA device taint")
+    if any(t.text.endswith(_UNHEALTHY) for t in state.chain_triggers):
+        causes.append("device reported Unhealthy")
+    dra.name_devices(state, inc.attributes, list(inc.gpus.values()))
     cause = " + ".join(causes) or "device failure"
     pods = len({(p.namespace, p.name) for p in inc.pods.values()})
     where = ", ".join(g.uuid or g.pci_bus_id for g in inc.gpus.values()) or "a GPU"
     inc.summary = (
         f"{cause} on {state.node} ({where}), then {pods} GPU pod{'s' if pods != 1 else ''} "
         "failed or were evicted"
-    )
+    ) + _claimed(inc)
     nvidia = ""
     for code in state.chain_codes:
         rule = config.xid.get(code)
@@ -821,8 +845,8 @@ def fault_evidence(item: Evidence) -> bool:
     alone) it is the workload's teardown (the device plugin skips 45 too:
     NVIDIA/k8s-device-plugin internal/rm/health.go). An XID 154 is a recovery action
     and keeps counting."""
-    if item.schema == "node.v1":
-        return True
+    if item.schema in ("node.v1", _SLICE):
+        return True  # a drop, or a DRA device tainted or gone from its slices
     read = xid_code_and_class(item)
     if read is None:
         return False
@@ -847,6 +871,11 @@ def describe_escalated(step: Step, inc: OpenIncident) -> None:
     causes = [f"XID {c}" for c in codes]
     if any(e.schema == "node.v1" for e in inc.evidence):
         causes.append("GPU allocatable drop")
+    if any(e.schema == _SLICE for e in inc.evidence):
+        causes.append("DRA device fault")
+    if any(e.text.endswith(_UNHEALTHY) for e in inc.evidence):
+        causes.append("device reported Unhealthy")
+    dra.name_devices(state, inc.attributes, list(inc.gpus.values()))
     cause = " + ".join(causes) or "device failure"
     failed = {(p.namespace, p.name) for p in inc.pods.values() if p.role in ("evicted", "failed")}
     where = ", ".join(g.uuid or g.pci_bus_id for g in inc.gpus.values()) or "a GPU"
@@ -854,7 +883,7 @@ def describe_escalated(step: Step, inc: OpenIncident) -> None:
     inc.summary = (
         f"{cause} on {state.node} ({where}) degraded the node, then {n} GPU "
         f"pod{'s' if n != 1 else ''} failed or were evicted: the eviction chain's situation"
-    )
+    ) + _claimed(inc)
     told = inc.attributes.get("recovery_action", "")
     nvidia = f" The driver asks: {told}." if told else ""
     for code in codes:
@@ -870,7 +899,7 @@ def describe_escalated(step: Step, inc: OpenIncident) -> None:
 SPEC: NodeRule = NodeRule(
     name="chain",
     emits=((KIND, "page"),),
-    reads=(XidEvent, NodeEvent, PodEvent, KubeEvent),
+    reads=(XidEvent, NodeEvent, PodEvent, KubeEvent, ResourceSliceEvent),
     state=(
         "recent_failures",
         "chain_until",

@@ -16,13 +16,13 @@ drop is the teardown, not a fault. docs/detection.md, design notes.
 
 from __future__ import annotations
 
-from schemas.events import NodeEvent, XidEvent
+from schemas.events import NodeEvent, PodEvent, ResourceSliceEvent, XidEvent
 from schemas.ids import incident_id
 from schemas.incidents import Evidence, GpuRef
 from streams.core import evidence as text
 from streams.core.config import CoreSettings
 from streams.core.lifecycle import Step
-from streams.core.rules import chain, disruption
+from streams.core.rules import chain, disruption, dra
 from streams.core.rules.pods import pod_info
 from streams.core.rules.spec import NodeRule
 from streams.core.state import (
@@ -84,11 +84,14 @@ def on_capacity(step: Step, ev: NodeEvent, capacity: int, allocatable: int) -> N
             if held:
                 step.add_evidence(inc, change)
             quiet = _xid_deadline(step, inc) if _blip(step, since) or not held else None
-            if quiet is None:
+            if _told_devices(step, inc):
+                _describe(step, inc)  # a DRA device fault it tells stands
+            elif quiet is None:
                 step.resolve(inc, step.now, "all GPUs allocatable again")
             else:
                 step.set_deadline(inc, quiet)
-    chain.on_restored(step)
+    if not dra.faulty(state):
+        chain.on_restored(step)
 
 
 def _another_faults_drop(step: Step, inc: OpenIncident) -> bool:
@@ -312,6 +315,7 @@ def on_timer(step: Step) -> None:
         _open_fault(step)
     if drop_due:
         _open_drop(step)
+    _open_devices(step)
 
 
 def _open_fault(step: Step) -> None:
@@ -403,7 +407,97 @@ def deadline(state: NodeState, config: CoreSettings) -> float:
         found = state.degraded_since + after
     if state.fault_draft is not None:
         found = min(found, state.fault_draft.first_seen + after)
+    if state.dra is not None:
+        found = min(found, dra.next_due(state, config))
     return found
+
+
+# -- DRA device faults (streams.core.rules.dra) ----------------------------------------------
+def on_device_fault(step: Step, fault: dra.Fault) -> None:
+    """A device's taint or Unhealthy report just began. An open ticket takes it at once
+    (as it takes a drop); otherwise it waits ``degraded_after_seconds`` for a chain."""
+    step.state.timers_dirty = True
+    inc = step.find(KIND, SUBJECT)
+    if inc is not None and step.find(chain.KIND, chain.SUBJECT) is None:
+        dra.mark_checked(step.state, fault)
+        _tell_device(step, inc, fault)
+        step.set_deadline(inc, NEVER)
+        _describe(step, inc)
+
+
+def _open_devices(step: Step) -> None:
+    """Device faults due now: each opens the node's ticket or joins it, unless the
+    eviction chain's page names its GPU (it tells the fault), or, for a GPU gone from
+    the slices, the node is being removed (its teardown: judged again a window later)."""
+    state = step.state
+    due = [f for f in dra.faults(state, step.config) if not f.checked and f.due <= step.now]
+    if not due:
+        return
+    state.timers_dirty = True
+    page = step.find(chain.KIND, chain.SUBJECT)
+    told = False
+    for fault in due:
+        if fault.kind == dra.ABSENT and disruption.removal(step):
+            dra.postpone(state, fault.ident, step.now)
+            continue
+        dra.mark_checked(state, fault)
+        if page is not None and any(
+            fault.key == key or (fault.ref.uuid and fault.ref.uuid == ref.uuid)
+            for key, ref in page.gpus.items()
+        ):
+            continue
+        inc = step.find(KIND, SUBJECT)
+        if inc is None:
+            inc = step.open(KIND, SUBJECT, fault.item.event_id, fault.since)
+        _tell_device(step, inc, fault)
+        step.set_deadline(inc, NEVER)
+        told = True
+    inc = step.find(KIND, SUBJECT)
+    if told and inc is not None:
+        _describe(step, inc)
+
+
+def _tell_device(step: Step, inc: OpenIncident, fault: dra.Fault) -> None:
+    """The ticket names the device's GPU, the fault's record, and who holds it."""
+    state = step.state
+    step.add_evidence(inc, fault.item)
+    step.add_gpu(inc, fault.key, fault.ref)
+    for key in fault.pods:
+        step.add_pod(inc, pod_info(key, state.pods.get(key), "candidate"))
+    inc.attributes["device_faults"] = "yes"
+
+
+def _told_devices(step: Step, inc: OpenIncident) -> list[dra.Fault]:
+    """The device faults the ticket tells that still stand."""
+    if "device_faults" not in inc.attributes:
+        return []
+    ids = {e.event_id for e in inc.evidence}
+    return [f for f in dra.faults(step.state, step.config) if f.item.event_id in ids]
+
+
+def on_device_recovered(step: Step, note: str) -> None:
+    """A device fault ended (a taint lifted, a report healthy again, a GPU listed again).
+    The ticket resolves once none it tells stands, unless a drop or fatal XIDs keep it;
+    a chain resolves as when the GPUs are allocatable again."""
+    state = step.state
+    state.timers_dirty = True
+    inc = step.find(KIND, SUBJECT)
+    if inc is not None and "device_faults" in inc.attributes:
+        if _told_devices(step, inc):
+            _describe(step, inc)
+        elif state.degraded_since is not None:
+            del inc.attributes["device_faults"]
+            _describe(step, inc)
+        else:
+            quiet = _xid_deadline(step, inc)
+            if quiet is None:
+                step.resolve(inc, step.now, note)
+            else:
+                del inc.attributes["device_faults"]
+                step.set_deadline(inc, quiet)
+                _describe(step, inc)
+    if not chain.degraded(state):
+        chain.on_restored(step, note)
 
 
 def _gap(state: NodeState) -> str:
@@ -413,6 +507,7 @@ def _gap(state: NodeState) -> str:
 
 
 def _describe(step: Step, inc: OpenIncident) -> None:
+    dra.name_devices(step.state, inc.attributes, list(inc.gpus.values()))
     if "escalated" in inc.attributes:
         chain.describe_escalated(step, inc)
         return
@@ -423,6 +518,12 @@ def _describe(step: Step, inc: OpenIncident) -> None:
         inc.attributes["capacity"] = str(state.capacity)
         inc.attributes["allocatable"] = str(state.allocatable)
     codes = [c for c in inc.attributes.get("xids", "").split(",") if c]
+    devices = _told_devices(step, inc)
+    if devices:
+        inc.attributes["device_faults"] = "; ".join(f.words for f in devices)
+    if devices and not codes and not dropped:
+        _describe_devices(step, inc, devices)
+        return
     if not codes:
         inc.summary = (
             f"{_gap(state)} on {state.node} unallocatable for more than "
@@ -455,6 +556,8 @@ def _describe(step: Step, inc: OpenIncident) -> None:
     else:
         inc.summary += " (no allocatable drop, no pod failure)"
     inc.summary += f"; pods on it: {who}"
+    if devices:
+        inc.summary += "; DRA device " + "; ".join(f.words for f in devices)
     first = f"The driver asks: {told}." if told else inc.attributes.get("xid_action", "")
     inc.action = (
         f"{first} Cordon {state.node} and move the pods off {where} ({who}) before the "
@@ -463,13 +566,42 @@ def _describe(step: Step, inc: OpenIncident) -> None:
     ).strip()
 
 
+def _describe_devices(step: Step, inc: OpenIncident, devices: list[dra.Fault]) -> None:
+    """The summary of a ticket that only DRA device faults made (no drop, no XID)."""
+    node = step.state.node
+    what = "; ".join(
+        f"{f.words} ({f.ref.uuid or f.key}"
+        + (f" / {f.ref.pci_bus_id})" if f.ref.pci_bus_id and f.ref.uuid else ")")
+        for f in devices
+    )
+    pods = [f"{p.namespace}/{p.name}" for p in inc.pods.values()]
+    claims = inc.attributes.get("claims", "")
+    who = ", ".join(pods) if pods else "none"
+    held = f"; claims: {claims.replace(',', ', ')}" if claims else ""
+    inc.summary = f"GPU device fault on {node}: {what}; no pod failure yet{held}; pods: {who}"
+    inc.action = (
+        f"Check the GPU (nvidia-smi -q, the node's XIDs), then cordon {node} or keep the "
+        "device tainted, and move the pods holding it before a GPU reset or node reboot. "
+        "A taint that evicts (NoExecute) comes from a DeviceTaintRule: remove it once the "
+        "GPU is repaired."
+    )
+
+
 SPEC: NodeRule = NodeRule(
     name="degraded",
     emits=((KIND, "ticket"),),
-    reads=(NodeEvent, XidEvent),
-    state=("recent_xids", "degraded_since", "degraded_evidence", "degraded_checked", "fault_draft"),
+    reads=(NodeEvent, XidEvent, ResourceSliceEvent, PodEvent),
+    state=(
+        "recent_xids",
+        "degraded_since",
+        "degraded_evidence",
+        "degraded_checked",
+        "fault_draft",
+        "dra",
+    ),
     settings=(
         "degraded_after_seconds",
+        "dra_absent_seconds",
         "degraded_quiet_seconds",
         "drop_persist_seconds",
         "eviction_lookback_seconds",

@@ -8,6 +8,7 @@ cost. Import them from here (``streams.core.state`` imports only what it uses it
 
 from __future__ import annotations
 
+import zlib
 from typing import Final
 
 _PREFIXES: Final = ("GPU", "MIG")
@@ -110,3 +111,23 @@ def split_gpu_key(key: str) -> tuple[str, int | None]:
         return key, None
     tail = key[at + len(MIG_SEPARATOR) :]
     return (key[:at], int(tail)) if tail.isdigit() else (key, None)
+
+
+DRA_MIG_BASE: Final = 1 << 20
+"""The first instance id of a MIG device known from DRA alone (``<parent>/GI<id>``, id at
+or above this). NVIDIA's DRA driver names a MIG device by its ``MIG-`` uuid and
+publishes no GPU-instance id, so its binding cannot take the key an XID's ``GPU-I:NN``
+names: it takes this base plus a hash of the uuid (:func:`dra_instance`), no real
+instance id comes near it, and the published :class:`~schemas.incidents.GpuRef` says no
+instance for it (:func:`streams.core.state.gpu_ref`)."""
+
+
+def dra_instance(mig_uuid: str) -> int:
+    """The instance id of a MIG device DRA names by ``mig_uuid`` alone: stable for the
+    uuid, in every process (a CRC, not ``hash``: string hashing is randomised)."""
+    return DRA_MIG_BASE + (zlib.crc32(mig_uuid.encode()) & 0xFFFFF)
+
+
+def is_dra_instance(instance: int | None) -> bool:
+    """Is this a MIG instance id made by :func:`dra_instance`?"""
+    return instance is not None and instance >= DRA_MIG_BASE

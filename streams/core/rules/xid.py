@@ -22,7 +22,7 @@ from schemas.events import XidEvent
 from schemas.incidents import Evidence
 from streams.core.config import CoreSettings
 from streams.core.lifecycle import Step
-from streams.core.rules import chain, degraded
+from streams.core.rules import chain, degraded, dra
 from streams.core.rules.gpuids import unpack_uuid
 from streams.core.rules.pods import pod_info
 from streams.core.rules.spec import NodeRule
@@ -104,6 +104,7 @@ def on_app(
         inc.count += 1
     step.add_gpu(inc, gpu_key, gpu_ref(gpu_key, gpu, step.state))
     step.add_evidence(inc, item)
+    dra.name_devices(state, inc.attributes, list(inc.gpus.values()))
     codes = inc.attributes.get("xids", "")
     if str(code) not in codes.split(","):
         inc.attributes["xids"] = f"{codes},{code}" if codes else str(code)
@@ -188,6 +189,7 @@ def on_fatal(
     inc.count += 1
     step.add_evidence(inc, item)
     step.add_gpu(inc, gpu_key, gpu_ref(gpu_key, gpu, step.state))
+    dra.name_devices(step.state, inc.attributes, list(inc.gpus.values()))
     step.set_deadline(inc, step.now + config.xid_repeat_window_seconds)
     rule = config.xid.get(code)
     name = rule.mnemonic if rule and rule.mnemonic else "fatal XID"
