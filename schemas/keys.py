@@ -111,7 +111,7 @@ def holds_gpus(ev: PodEvent) -> bool:
     return ev.phase == "Running" and not finished(ev) and ev.gpu_share is None
 
 
-_PodView = tuple[str, int]
+_PodView = tuple[str, int] | tuple[str, int, tuple[PodClaim, ...]]
 _NodeView = tuple[bool, dict[str, str], tuple[tuple[str, bool], ...], tuple[Taint, ...]]
 _PENDING: Final = ("", 0)
 
@@ -249,9 +249,12 @@ class Router:
                 del memory[key]
 
     def _pod(self, ev: PodEvent) -> PodEvent | None:
-        """Runs for every GPU pod record (most of a stream): kept to a few lookups."""
+        """Runs for every GPU pod record (most of a stream): kept to a few lookups. A pod
+        holding GPUs only through DRA claims is a GPU pod; its view (and copy) keeps its
+        claims, so the cluster key counts a claim's GPUs and sees a claim change."""
         requests = ev.gpu_requests
-        if not (requests or ev.gpu_share) or ev.scope == "cluster":
+        claims = ev.claims
+        if not (requests or ev.gpu_share or claims) or ev.scope == "cluster":
             return None
         key = (ev.cluster, ev.namespace, ev.name)
         node = ev.node
@@ -264,10 +267,12 @@ class Router:
             and ev.deleted_at is None
             and ev.gpu_share is None
         ):  # holds_gpus(ev), inline; the usual pod asks for one resource: no walk
-            held = requests.get(_NVIDIA_GPU, 0) if len(requests) == 1 and not ev.claims else 0
+            held = requests.get(_NVIDIA_GPU, 0) if len(requests) == 1 and not claims else 0
             if held <= 0:
-                held = gpu_devices(requests, ev.claims)[0]
-        news = self._news(self._pods, key, (node, held), ev, gone)
+                held = gpu_devices(requests, claims)[0]
+        # A DRA pod's view names its claims: which pods share a claim is counted there.
+        view: _PodView = (node, held, claims) if claims else (node, held)
+        news = self._news(self._pods, key, view, ev, gone)
         if not node or not news:  # pending: this record is the cluster key's own
             return None
         return msgspec.structs.replace(

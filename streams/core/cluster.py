@@ -54,7 +54,7 @@ def _routine(
     if key in state.pending:
         return False
     devices, _ = gpu_devices(ev.gpu_requests, ev.claims)
-    return mismatch.placed_as(state, key_hash, _scheduled_on(ev, config), devices)
+    return mismatch.placed_as(state, key_hash, _scheduled_on(ev, config), devices, ev)
 
 
 def _scheduled_on(ev: PodEvent, config: CoreSettings) -> str:

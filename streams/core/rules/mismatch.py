@@ -8,10 +8,12 @@ at the next scrape); above ``mismatch_threshold`` one ticket per cluster names t
 and resolves once the sum has stayed at or below it as long (a replaced pod dips it).
 Left out: shared GPUs, NotReady nodes, nodes being removed on purpose, fractional-GPU pods,
 ignored namespaces, and nodes no pod-aware source ever reported. Tallies are kept per
-record, so nothing walks the cluster.
+record, so nothing walks the cluster. On DRA nodes a pod's GPUs are those its claims ask
+for; a ResourceClaim several pods reserve (one GPU, two pods) counts once (:func:`place`).
 
-Trap: a dcgm-exporter that is down entirely sends nothing and is not seen here (its scrape
-errors are the connector's metrics). docs/detection.md, design notes.
+Traps: a dcgm-exporter that is down entirely sends nothing and is not seen here (its scrape
+errors are the connector's metrics); only dcgm-exporter's bindings count as bound: the
+kubelet's and DRA's agree with the requests by construction. docs/detection.md.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from sys import intern
 
 from schemas.events import GpuBindingEvent, NodeEvent, PodEvent
 from schemas.incidents import Evidence
+from schemas.keys import DRA, POD_RESOURCES
 from streams.core import evidence
 from streams.core.config import CoreSettings
 from streams.core.lifecycle import ClusterStep
@@ -114,14 +117,95 @@ def _forget(state: ClusterState, node: str) -> None:
         state.settled_changed = state.timers_dirty = True
 
 
-def placed_as(state: ClusterState, key_hash: int, node: str, devices: int) -> bool:
+def placed_as(state: ClusterState, key_hash: int, node: str, devices: int, ev: PodEvent) -> bool:
     """Would :func:`place` with these arguments change nothing?"""
-    return state.placed.get(key_hash) == ((node, devices) if node and devices else None)
+    own = max(0, devices - shared_gpus(ev)) if ev.claims else devices
+    if state.placed.get(key_hash) != ((node, own) if node and own else None):
+        return False
+    return not ev.claims or all(
+        _holds(state, claim, ev.name) == (node if node and gpus > 0 else "")
+        for claim, gpus in shared_claims(ev)
+    )
+
+
+def shared_claims(ev: PodEvent) -> tuple[tuple[str, int], ...]:
+    """``(namespace/claim, GPUs)`` of the pod's claims other pods may reserve too: a
+    ResourceClaim its spec names (``resourceClaimName``), not one made for it alone from a
+    template. NVIDIA's driver shows the pattern: two pods naming one claim, one GPU."""
+    return tuple(
+        (f"{ev.namespace}/{c.claim}", c.gpus) for c in ev.claims if c.claim and not c.template
+    )
+
+
+def shared_gpus(ev: PodEvent) -> int:
+    """GPUs of :func:`shared_claims` (``gpu_devices`` counts them in the pod's own)."""
+    return sum(gpus for _, gpus in shared_claims(ev) if gpus > 0)
+
+
+def _holder_key(claim: str, pod: str) -> int:
+    """``placed`` key of one pod's hold on a shared claim (a pod name has no ``|``)."""
+    return pod_hash(f"{claim}|{pod}")
+
+
+def _count_keys(claim: str, node: str) -> tuple[int, int]:
+    """``placed`` keys of a shared claim on a node: its holders, its GPUs counted."""
+    return pod_hash(f"{claim}|@holders@{node}"), pod_hash(f"{claim}|@gpus@{node}")
+
+
+def _holds(state: ClusterState, claim: str, pod: str) -> str:
+    held = state.placed.get(_holder_key(claim, pod))
+    return held[0] if held is not None else ""
+
+
+def _hold(step: ClusterStep, claim: str, gpus: int, node: str, ev: PodEvent) -> None:
+    """The pod now reserves the shared ``claim`` (of ``gpus`` GPUs) on ``node`` (""
+    none). Its GPUs count on the node once, from its first holder until its last."""
+    state = step.state
+    key = _holder_key(claim, ev.name)
+    was = state.placed.get(key)
+    want = node if node and gpus > 0 else ""
+    if (was[0] if was is not None else "") == want:
+        return
+    item = evidence.pod_status(ev, ev.phase.lower() or ev.op)
+    if was is not None:  # release
+        del state.placed[key]
+        holders_key, gpus_key = _count_keys(claim, was[0])
+        holders = state.placed.get(holders_key)
+        if holders is not None and holders[1] > 1:
+            state.placed[holders_key] = (holders[0], holders[1] - 1)
+        else:
+            state.placed.pop(holders_key, None)
+            counted = state.placed.pop(gpus_key, None)
+            tally = state.tallies.get(was[0])
+            if counted is not None and tally is not None:
+                before = contribution(tally)
+                tally.requested -= counted[1]
+                _changed(step, was[0], before, item)
+    if want:  # reserve
+        at = intern(want)
+        state.placed[key] = (at, gpus)
+        holders_key, gpus_key = _count_keys(claim, want)
+        holders = state.placed.get(holders_key)
+        state.placed[holders_key] = (at, 1 if holders is None else holders[1] + 1)
+        if holders is None:
+            state.placed[gpus_key] = (at, gpus)
+            tally = _tally(state, want)
+            before = contribution(tally)
+            tally.requested += gpus
+            _changed(step, want, before, item)
 
 
 def place(step: ClusterStep, key_hash: int, node: str, devices: int, ev: PodEvent) -> None:
     """The pod (its :func:`pod_hash`) now holds ``devices`` GPUs on ``node`` ("": none,
-    anywhere)."""
+    anywhere). The GPUs of its :func:`shared_claims` are not its own: each such claim is
+    held on the node while any pod reserves it (two pods naming one claim hold one GPU,
+    which dcgm-exporter binds once), so ``placed`` also keeps each hold and each claim's
+    holders and GPUs, under keys no pod's hash can have."""
+    if ev.claims:
+        shared = shared_claims(ev)
+        for claim, gpus in shared:
+            _hold(step, claim, gpus, node, ev)
+        devices = max(0, devices - sum(gpus for _, gpus in shared if gpus > 0))
     state = step.state
     was = state.placed.get(key_hash)
     # The node's name interned: every pod on it shares one string (a record's own copy
@@ -165,7 +249,11 @@ def on_node(step: ClusterStep, ev: NodeEvent) -> None:
 
 
 def on_binding(step: ClusterStep, ev: GpuBindingEvent) -> None:
-    if not ev.pods_known:
+    """dcgm-exporter's word on one GPU. The kubelet's (``pod-resources``) and the API
+    server's (``dra``: allocated claims) bindings are the requests themselves: counted as
+    bound they would hide the very outages this rule exists for. The router never copies
+    them here; a record written by another router must not count either."""
+    if not ev.pods_known or ev.source in (POD_RESOURCES, DRA):
         return
     state = step.state
     gpu = ev.gpu_uuid or ev.pci_bus_id
