@@ -322,3 +322,67 @@ def test_claims_of_other_drivers_hold_no_gpu() -> None:
     dcgm_bind(c, node, 30, device[1], device[2], ["pod1"])
     c.tick(3000)
     assert of_type(run(c.events, config(mismatch_threshold=0)), MISMATCH) == []
+
+
+def _cluster_incidents(revisions: list[Incident]) -> list[Incident]:
+    return [r for r in revisions if r.node == ""]
+
+
+def test_claims_allocated_and_released_as_pods_come_and_go_give_nothing() -> None:
+    """Three hours of one-GPU jobs on a DRA node: each pod waits seconds for its claim,
+    which is then allocated and reserved (bound by DRA at once, by dcgm-exporter at its
+    next scrape) and released when the pod ends; the next pod takes the device."""
+    c = Cluster()
+    node = "gpu-a100-node-01"
+    devices = slice_gpus(node, 4)
+    c.node(node, 0, capacity=0, alloc=0)
+    for k, device in enumerate(devices):
+        for run_no in range(12):
+            t = 10 + 900 * run_no + 7 * k
+            pod = f"job-{k}-{run_no}"
+            claim = f"{pod}-gpu-h6vrt"
+            pending_dra_pod(c, pod, t + 1, (template_claim(pod, created=False),), "", created=t)
+            dra_pod(c, node, pod, t + 3, (template_claim(pod),), phase="Pending")
+            dra_bind(c, node, t + 3, device, [pod], claim)
+            dra_pod(c, node, pod, t + 5, (template_claim(pod),))
+            dcgm_bind(c, node, t + 30, device[1], device[2], [pod])
+            end = t + 880
+            dra_pod(c, node, pod, end, (template_claim(pod),), phase="Succeeded")
+            dra_bind(c, node, end + 1, device, [], claim)
+            dra_pod(c, node, pod, end + 2, (template_claim(pod),), phase="Succeeded", op="deleted")
+            dcgm_bind(c, node, end + 15, device[1], device[2], [])
+    c.tick(12 * 900 + 3600)
+    assert _cluster_incidents(run(c.events, config(mismatch_threshold=0))) == []
+
+
+def test_a_dra_plugin_restart_and_a_mixed_cluster_in_steady_state_give_nothing() -> None:
+    """A device-plugin node (nvidia.com/gpu 8/8, pods requesting it, the kubelet's and
+    dcgm-exporter's bindings) beside two DRA nodes (nvidia.com/gpu 0/0, pods holding GPUs
+    by claim). The DRA plugin of one restarts with its dcgm-exporter: the slice goes to
+    the node's key, and here the claims' DRA bindings are sent again as the slice returns,
+    and dcgm-exporter reports the GPUs without pods for a minute."""
+    c = Cluster()
+    legacy = "gpu-node-dp-0"
+    c.node(legacy, 0, capacity=8, alloc=8)
+    for g in range(8):
+        c.pod(legacy, f"dp-{g}", 1)
+        uuid, bus = f"GPU-dp0-{g}", f"0000:{0x10 + g:02x}:00.0"
+        dcgm_bind(c, legacy, 30, uuid, bus, [f"dp-{g}"], "ns")
+        kubelet = c.bind(legacy, 2, uuid, bus, [f"dp-{g}"])
+        c.events[-1] = msgspec.structs.replace(kubelet, source="pod-resources")
+    for node in ("gpu-a100-node-01", "gpu-a100-node-02"):
+        dra_node_running(c, node, 0, 4)
+    node = "gpu-a100-node-01"
+    devices = slice_gpus(node, 4)
+    for _name, uuid, bus in devices:
+        dcgm_bind(c, node, 3001, uuid, bus, [])
+    for k, device in enumerate(devices):
+        pod = f"worker-01-{k}"
+        dra_bind(c, node, 3030, device, [pod], f"{pod}-gpu-h6vrt")
+        dcgm_bind(c, node, 3060, device[1], device[2], [pod])
+    for t in range(600, 14400, 600):  # hours of steady state: nodes and pods relisted
+        c.node(legacy, t, capacity=8, alloc=8)
+        for n in ("gpu-a100-node-01", "gpu-a100-node-02"):
+            c.node(n, t, capacity=0, alloc=0)
+    c.tick(14400)
+    assert _cluster_incidents(run(c.events, config(mismatch_threshold=0))) == []
