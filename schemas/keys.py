@@ -27,6 +27,7 @@ from schemas.progress import DEFAULT_GRACE_SECONDS
 from schemas.timeconv import to_seconds
 from schemas.wellknown import (
     CLIQUE_LABEL,
+    GPU_PRESENT_LABEL,
     REMOVAL_TAINTS,
     REPLICAS_LABEL,
     SHARING_LABEL,
@@ -297,12 +298,14 @@ class Router:
         """The view of a GPU node: deleted or not, the labels in :data:`CLUSTER_LABELS`,
         Ready's status and whether its message says the node shuts down, the taints in
         :data:`REMOVAL_TAINTS`; the copy carries exactly these (and the whole Ready
-        condition), so what the cluster key reads of it is what the view compared."""
+        condition), so what the cluster key reads of it is what the view compared. A GPU
+        node: one with a GPU resource, or, on a DRA node (no device plugin: no
+        ``nvidia.com/gpu`` at all), the GPU operator's :data:`GPU_PRESENT_LABEL`."""
         if ev.scope == "cluster":
             return None
         key = (ev.cluster, ev.node)
         gone = ev.op == "deleted"
-        if not ev.capacity:  # not (or no longer) a GPU node: nothing to copy
+        if not ev.capacity and GPU_PRESENT_LABEL not in ev.labels:  # not a GPU node
             if gone:
                 self._nodes.pop(key, None)
             return None

@@ -22,6 +22,7 @@ from schemas.events import (
     ContainerStatus,
     DeviceHealth,
     GpuBindingEvent,
+    NodeEvent,
     PodClaim,
     PodCondition,
     PodEvent,
@@ -386,3 +387,28 @@ def test_a_dra_plugin_restart_and_a_mixed_cluster_in_steady_state_give_nothing()
             c.node(n, t, capacity=0, alloc=0)
     c.tick(14400)
     assert _cluster_incidents(run(c.events, config(mismatch_threshold=0))) == []
+
+
+def test_a_lost_dra_node_is_not_a_dcgm_disagreement() -> None:
+    """DRA nodes have no ``nvidia.com/gpu`` at all; the GPU operator's ``gpu.present``
+    label makes them GPU nodes to the cluster key. Two go NotReady (the kubelet gone)
+    and their pods are failed NodeLost while dcgm-exporter, unreachable, last said 8
+    bound: the outage is gpu_node_not_ready's, not an allocation_mismatch."""
+    c = Cluster()
+    present = {"nvidia.com/gpu.present": "true"}
+    nodes = ("gpu-a100-node-01", "gpu-a100-node-02")
+    for node in nodes:
+        dra_node_running(c, node, 0, 4)
+        for k, ev in enumerate(c.events):
+            if isinstance(ev, NodeEvent) and ev.node == node:
+                c.events[k] = msgspec.structs.replace(
+                    ev, capacity={}, allocatable={}, labels=present
+                )
+    for node in nodes:
+        lost = c.node(node, 100, ready="Unknown", labels=present)
+        c.events[-1] = msgspec.structs.replace(lost, capacity={}, allocatable={})
+        for k in range(4):
+            pod = f"worker-{node[-2:]}-{k}"
+            dra_pod(c, node, pod, 400, (template_claim(pod),), phase="Failed")
+    c.tick(5000)
+    assert of_type(run(c.events), MISMATCH) == []
