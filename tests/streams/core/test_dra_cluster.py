@@ -17,7 +17,7 @@ from pathlib import Path
 
 import msgspec
 
-from schemas.codec import AnyEvent
+from schemas.codec import AnyEvent, encode
 from schemas.events import (
     ContainerStatus,
     DeviceHealth,
@@ -31,8 +31,9 @@ from schemas.events import (
 from schemas.incidents import Incident
 from schemas.keys import DRA
 from schemas.types import Op
-from streams.core import CoreSettings
-from tests.core_helpers import config, of_type
+from streams.core import CoreSettings, Correlator
+from streams.core.snapshot import decode_state, encode_state
+from tests.core_helpers import config, feed, of_type
 from tests.core_helpers import run as run_in_order
 from tests.factories import Cluster, at
 
@@ -412,3 +413,39 @@ def test_a_lost_dra_node_is_not_a_dcgm_disagreement() -> None:
             dra_pod(c, node, pod, 400, (template_claim(pod),), phase="Failed")
     c.tick(5000)
     assert of_type(run(c.events), MISMATCH) == []
+
+
+def test_shared_claim_holds_survive_a_snapshot_and_restore() -> None:
+    """A worker restored from its snapshot mid-stream (a claim two pods reserve, held by
+    both) ends with the incident the uninterrupted one makes: the holds and each claim's
+    holders and GPUs are in the cluster key's state, not in memory beside it."""
+    c = Cluster()
+    ns = "gpu-test3"
+    node = "gpu-a100-node-01"
+    device = slice_gpus(node, 1)[0]
+    c.node(node, 0, capacity=0, alloc=0)
+    for pod in ("pod1", "pod2"):
+        dra_pod(c, node, pod, 1, (shared_claim(),), namespace=ns)
+    dcgm_bind(c, node, 30, device[1], device[2], ["pod1", "pod2"], ns)
+    c.tick(600)
+    cut = len(c.events)
+    dra_pod(c, node, "pod1", 1000, (shared_claim(),), namespace=ns, op="deleted")
+    dcgm_bind(c, node, 1100, device[1], device[2], [], ns)  # dcgm-exporter loses pod2
+    c.tick(3000)
+    cfg = config(mismatch_threshold=0)
+    whole = run(c.events, cfg)
+    (ticket,) = of_type(whole, MISMATCH)
+    assert f"{node} (1 requested, 0 bound)" in ticket.summary
+
+    before = Correlator(cfg, track_dirty=True)
+    for event in c.events[:cut]:
+        feed(before, event)
+    before.flush()
+    after = Correlator(cfg)
+    for _, state in before.take_dirty():
+        after.restore(decode_state(encode_state(state)))
+    resumed: list[Incident] = []
+    for event in c.events[cut:]:
+        resumed.extend(feed(after, event))
+    resumed.extend(after.flush())
+    assert [encode(i) for i in resumed] == [encode(i) for i in whole]
