@@ -96,6 +96,13 @@ def shortage(message: str) -> bool:
     return CLAIM_ON_ITS_WAY.search(message) is None
 
 
+def by_claim(pod: PendingPod) -> bool:
+    """Does the pod ask for its GPUs by DRA claim? Its resource is then the claim's device
+    class (``gpu.nvidia.com``: a DNS name), never an extended resource (``nvidia.com/gpu``:
+    always ``<domain>/<name>``)."""
+    return bool(pod.resource) and "/" not in pod.resource
+
+
 def is_gpu_group(name: str, config: CoreSettings) -> bool:
     return bool(_pattern(config.gpu_node_group_pattern).search(name))
 
@@ -497,6 +504,12 @@ def _unschedulable(step: ClusterStep, owner: str, pods: list[PendingPod]) -> Non
         "that offers it (a group scaling from zero must advertise its GPUs in its node "
         'template, or the autoscaler reads "Insufficient nvidia.com/gpu").'
     )
+    if any(by_claim(p) for p in stuck):
+        inc.action += (
+            " For pods that ask by DRA claim: a group scales up from zero nodes only where "
+            "the cloud provider supports its DRA driver; elsewhere keep one node in it, so "
+            "the autoscaler sees its ResourceSlices."
+        )
     inc.attributes = {
         "pending_pods": str(len(stuck)),
         "gpus_requested": str(sum(p.gpus for p in stuck)),

@@ -8,6 +8,9 @@ resource controller to create the resourceclaim %q``), not captured from a clust
 
 from __future__ import annotations
 
+import msgspec
+
+from schemas.events import PodRef
 from tests.core_helpers import of_type
 from tests.factories import Cluster
 from tests.streams.core.test_dra_cluster import (
@@ -98,3 +101,58 @@ def test_a_pod_pending_on_a_claim_of_another_driver_is_not_a_gpu_pod() -> None:
     _failures(c, [60, 400, 750])
     c.tick(3600)
     assert of_type(run(c.events), STARVED) == []
+
+
+DP_GROUP = "eks-gpu-p4d-dp-7a1b2c"
+
+
+def test_a_mixed_cluster_starves_each_pods_own_pool_only() -> None:
+    """A DRA pool and a device-plugin pool. The autoscaler ties each pending pod to its
+    pool; the DRA pool hits its NodePool limits three times: the DRA pods starve (a ticket
+    naming max size), the device-plugin pod, tied to a pool that grows, does not."""
+    c = Cluster()
+    for k in range(2):
+        pod = f"trainer-{k}"
+        pending_dra_pod(c, pod, 5, (template_claim(pod, 8),), NO_ROOM, owner=OWNER, created=0)
+    c.pending("dp-0", 5, gpus=8, namespace="gpu-test1", owner=("Job", "dp"), created=0)
+    c.autoscaler(20, "scale_up_planned", GROUP, pods=("trainer-0",), namespace="gpu-test1")
+    c.autoscaler(20, "scale_up_planned", DP_GROUP, pods=("dp-0",), namespace="gpu-test1")
+    for t in (60, 400, 750):
+        c.autoscaler(t, "max_size_reached", GROUP, reason="max_size")
+    c.tick(3600)
+    revisions = run(c.events)
+    (starved,) = of_type(revisions, STARVED)
+    assert {(p.owner_name, p.namespace) for p in starved.pods} == {("trainer", "gpu-test1")}
+    assert (starved.severity, starved.attributes["reason"]) == ("ticket", "max_size")
+    assert starved.attributes["node_groups"] == GROUP
+    assert starved.attributes["resource"] == "gpu.nvidia.com"
+
+
+def test_a_dra_pod_is_not_starved_by_a_pool_known_to_offer_nvidia_com_gpu() -> None:
+    """An untied DRA pod matches the failing GPU pools that may offer its device class:
+    not the one whose pending pods ask for ``nvidia.com/gpu`` (a device-plugin pool has
+    no ResourceSlices to allocate a claim from)."""
+    c = Cluster()
+    pending_dra_pod(c, "trainer-0", 5, (template_claim("trainer-0"),), NO_ROOM, owner=OWNER)
+    c.pending("dp-0", 5, gpus=1, namespace="gpu-test1", owner=("Job", "dp"), created=0)
+    c.autoscaler(20, "scale_up_planned", DP_GROUP, pods=("dp-0",), namespace="gpu-test1")
+    for t in (60, 400, 750):
+        c.autoscaler(t, "scale_up_failed", DP_GROUP, reason="quota", code="VcpuLimitExceeded")
+    c.tick(3600)
+    (starved,) = of_type(run(c.events), STARVED)
+    assert [p.name for p in starved.pods] == ["dp-0"]
+
+
+def test_dra_pods_no_pool_can_fit_are_told_how_a_dra_pool_scales_from_zero() -> None:
+    c = Cluster()
+    pending_dra_pod(c, "trainer-0", 5, (template_claim("trainer-0"),), NO_ROOM, owner=OWNER)
+    verdict = "pod didn't trigger scale-up: 1 node(s) didn't match Pod's node affinity"
+    record = c.autoscaler(20, "unschedulable", "", reason="config", pods=("trainer-0",))
+    c.events[-1] = msgspec.structs.replace(
+        record, message=verdict, pods=(PodRef(namespace="gpu-test1", name="trainer-0"),)
+    )
+    c.tick(3600)
+    (unfit,) = of_type(run(c.events), "gpu_pods_unschedulable")
+    assert "cannot allocate all claims" in unfit.attributes["scheduler"]
+    assert "DRA claim" in unfit.action
+    assert "ResourceSlices" in unfit.action
