@@ -11,6 +11,7 @@ from __future__ import annotations
 import msgspec
 
 from schemas.events import PodRef
+from streams.core.rules.starved import CLAIM_SHORTAGE, shortage
 from tests.core_helpers import of_type
 from tests.factories import Cluster
 from tests.streams.core.test_dra_cluster import (
@@ -156,3 +157,15 @@ def test_dra_pods_no_pool_can_fit_are_told_how_a_dra_pool_scales_from_zero() -> 
     assert "cannot allocate all claims" in unfit.attributes["scheduler"]
     assert "DRA claim" in unfit.action
     assert "ResourceSlices" in unfit.action
+
+
+def test_the_schedulers_dra_words_for_no_room_are_a_shortage_and_a_claim_on_its_way_not() -> None:
+    for words in CLAIM_SHORTAGE:
+        assert shortage(f"0/3 nodes are available: 3 {words}. preemption: 0/3 nodes are available")
+    waiting = (
+        NOT_MADE.format(pod="pod1"),
+        '0/3 nodes are available: resourceclaim "pod1-gpu-h6vrt" is being deleted.',
+        "0/3 nodes are available: resourceclaim in use.",
+    )
+    assert [shortage(m) for m in waiting] == [False, False, False]
+    assert shortage("0/4 nodes are available: 4 Insufficient nvidia.com/gpu.")
