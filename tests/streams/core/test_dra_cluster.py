@@ -449,3 +449,27 @@ def test_shared_claim_holds_survive_a_snapshot_and_restore() -> None:
         resumed.extend(feed(after, event))
     resumed.extend(after.flush())
     assert [encode(i) for i in resumed] == [encode(i) for i in whole]
+
+
+def test_a_dcgm_exporter_that_does_not_map_claims_is_not_a_disagreement() -> None:
+    """dcgm-exporter ties claim-held GPUs to pods only with ``--kubernetes-enable-dra``
+    (off by default): on gpu-a100-node-02 it reports the four GPUs without pods from its
+    first scrape, as it does there forever. That is its configuration, not an outage: no
+    ticket for it. On gpu-a100-node-01 it did tie them, then lost them: that is one."""
+    c = Cluster()
+    dra_node_running(c, "gpu-a100-node-01", 0, 4)
+    blind = "gpu-a100-node-02"
+    c.node(blind, 0, capacity=0, alloc=0)
+    for k, device in enumerate(slice_gpus(blind, 4)):
+        pod = f"worker-02-{k}"
+        dra_pod(c, blind, pod, 1, (template_claim(pod),))
+        dra_bind(c, blind, 2, device, [pod], f"{pod}-gpu-h6vrt")
+        dcgm_bind(c, blind, 30, device[1], device[2], [])
+    c.tick(3000)
+    assert of_type(run(c.events, config(mismatch_threshold=0)), MISMATCH) == []
+    for _name, uuid, bus in slice_gpus("gpu-a100-node-01", 4):
+        dcgm_bind(c, "gpu-a100-node-01", 3000, uuid, bus, [])
+    c.tick(5000)
+    (ticket,) = of_type(run(c.events, config(mismatch_threshold=0)), MISMATCH)
+    assert ticket.attributes["nodes"] == "gpu-a100-node-01"
+    assert "gpu-a100-node-01 (4 requested, 0 bound)" in ticket.summary
