@@ -394,6 +394,7 @@ def evaluate(step: ClusterStep, *, timer: bool = False) -> None:
     inc.action = (
         "On each node named: is dcgm-exporter running and does it see the kubelet's "
         "pod-resources socket (kubectl -n gpu-operator get ds nvidia-dcgm-exporter)? "
+        "On DRA nodes it also needs --kubernetes-enable-dra (KUBERNETES_ENABLE_DRA). "
         "A GPU that fell off the bus under a running pod shows here too."
     )
     for name, _ in tallies[:_NODES_SHOWN]:

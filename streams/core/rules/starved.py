@@ -74,7 +74,8 @@ selector leaves the node out (``excluded by device class node filter``), an allo
 claim is bound to another node (``resourceclaim not available on the node``). Counted per
 node in ``0/3 nodes are available: 3 cannot allocate all claims.`` like ``Insufficient
 nvidia.com/gpu``: a shortage of GPUs, as any ``Unschedulable`` message is, when the pod's
-claims ask for GPUs. Listed for the reader: the rule needs no match on them."""
+claims ask for GPUs. No rule matches them (:func:`shortage` rules out the others); a test
+holds each to it."""
 CLAIM_ON_ITS_WAY = re.compile(
     r"waiting for dynamic resource controller to create the resourceclaim"
     r'|resourceclaim "[^"]*" is being deleted'
