@@ -27,6 +27,7 @@ from schemas.progress import DEFAULT_GRACE_SECONDS
 from schemas.timeconv import to_seconds
 from schemas.wellknown import (
     CLIQUE_LABEL,
+    GPU_PRESENT_LABEL,
     REMOVAL_TAINTS,
     REPLICAS_LABEL,
     SHARING_LABEL,
@@ -111,7 +112,7 @@ def holds_gpus(ev: PodEvent) -> bool:
     return ev.phase == "Running" and not finished(ev) and ev.gpu_share is None
 
 
-_PodView = tuple[str, int]
+_PodView = tuple[str, int] | tuple[str, int, tuple[PodClaim, ...]]
 _NodeView = tuple[bool, dict[str, str], tuple[tuple[str, bool], ...], tuple[Taint, ...]]
 _PENDING: Final = ("", 0)
 
@@ -249,9 +250,12 @@ class Router:
                 del memory[key]
 
     def _pod(self, ev: PodEvent) -> PodEvent | None:
-        """Runs for every GPU pod record (most of a stream): kept to a few lookups."""
+        """Runs for every GPU pod record (most of a stream): kept to a few lookups. A pod
+        holding GPUs only through DRA claims is a GPU pod; its view (and copy) keeps its
+        claims, so the cluster key counts a claim's GPUs and sees a claim change."""
         requests = ev.gpu_requests
-        if not (requests or ev.gpu_share) or ev.scope == "cluster":
+        claims = ev.claims
+        if not (requests or ev.gpu_share or claims) or ev.scope == "cluster":
             return None
         key = (ev.cluster, ev.namespace, ev.name)
         node = ev.node
@@ -264,10 +268,12 @@ class Router:
             and ev.deleted_at is None
             and ev.gpu_share is None
         ):  # holds_gpus(ev), inline; the usual pod asks for one resource: no walk
-            held = requests.get(_NVIDIA_GPU, 0) if len(requests) == 1 and not ev.claims else 0
+            held = requests.get(_NVIDIA_GPU, 0) if len(requests) == 1 and not claims else 0
             if held <= 0:
-                held = gpu_devices(requests, ev.claims)[0]
-        news = self._news(self._pods, key, (node, held), ev, gone)
+                held = gpu_devices(requests, claims)[0]
+        # A DRA pod's view names its claims: which pods share a claim is counted there.
+        view: _PodView = (node, held, claims) if claims else (node, held)
+        news = self._news(self._pods, key, view, ev, gone)
         if not node or not news:  # pending: this record is the cluster key's own
             return None
         return msgspec.structs.replace(
@@ -292,12 +298,14 @@ class Router:
         """The view of a GPU node: deleted or not, the labels in :data:`CLUSTER_LABELS`,
         Ready's status and whether its message says the node shuts down, the taints in
         :data:`REMOVAL_TAINTS`; the copy carries exactly these (and the whole Ready
-        condition), so what the cluster key reads of it is what the view compared."""
+        condition), so what the cluster key reads of it is what the view compared. A GPU
+        node: one with a GPU resource, or, on a DRA node (no device plugin: no
+        ``nvidia.com/gpu`` at all), the GPU operator's :data:`GPU_PRESENT_LABEL`."""
         if ev.scope == "cluster":
             return None
         key = (ev.cluster, ev.node)
         gone = ev.op == "deleted"
-        if not ev.capacity:  # not (or no longer) a GPU node: nothing to copy
+        if not ev.capacity and GPU_PRESENT_LABEL not in ev.labels:  # not a GPU node
             if gone:
                 self._nodes.pop(key, None)
             return None

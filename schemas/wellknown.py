@@ -12,6 +12,9 @@ from typing import Final
 
 CLIQUE_LABEL: Final = "nvidia.com/gpu.clique"
 """GPU feature discovery's NVLink domain of a node (``<cluster uuid>.<clique id>``)."""
+GPU_PRESENT_LABEL: Final = "nvidia.com/gpu.present"
+"""The GPU operator's mark of a node with an NVIDIA GPU, whatever advertises it: a DRA node
+has no ``nvidia.com/gpu`` capacity (no device plugin), and is a GPU node by this."""
 SHARING_LABEL: Final = "nvidia.com/gpu.sharing-strategy"
 """The device plugin's sharing strategy (``time-slicing``, ``mps``, ``none``)."""
 REPLICAS_LABEL: Final = "nvidia.com/gpu.replicas"

@@ -54,7 +54,7 @@ def _routine(
     if key in state.pending:
         return False
     devices, _ = gpu_devices(ev.gpu_requests, ev.claims)
-    return mismatch.placed_as(state, key_hash, _scheduled_on(ev, config), devices)
+    return mismatch.placed_as(state, key_hash, _scheduled_on(ev, config), devices, ev)
 
 
 def _scheduled_on(ev: PodEvent, config: CoreSettings) -> str:
@@ -140,7 +140,12 @@ def _on_pod(step: ClusterStep, ev: PodEvent, key: str, key_hash: int) -> None:
         )
     pod.gpus, pod.resource = devices, resource
     cond = ev.scheduled
-    unschedulable = cond is not None and cond.status == "False" and cond.reason == "Unschedulable"
+    unschedulable = (
+        cond is not None
+        and cond.status == "False"
+        and cond.reason == "Unschedulable"
+        and starved.shortage(cond.message)
+    )
     item = evidence.pod_unschedulable(ev, cond) if unschedulable and cond is not None else None
     if item is not None and (pod.unschedulable is None or pod.unschedulable.text != item.text):
         state.timers_dirty = state.timers_dirty or pod.unschedulable is None
@@ -148,12 +153,13 @@ def _on_pod(step: ClusterStep, ev: PodEvent, key: str, key_hash: int) -> None:
 
 
 def _on_kube_event(step: ClusterStep, ev: KubeEvent) -> None:
-    """``FailedScheduling`` on a pending GPU pod: the scheduler's word that it cannot fit."""
+    """``FailedScheduling`` on a pending GPU pod: the scheduler's word that it cannot fit
+    (not that its DRA claim is still being made: :func:`starved.shortage`)."""
     obj = ev.involved
     if obj.kind != "Pod" or ev.reason != "FailedScheduling":
         return
     pod = step.state.pending.get(f"{obj.namespace}/{obj.name}")
-    if pod is not None and pod.unschedulable is None:
+    if pod is not None and pod.unschedulable is None and starved.shortage(ev.message):
         pod.unschedulable = evidence.kube_event(ev)
         step.state.starved_dirty = step.state.timers_dirty = True
 

@@ -9,13 +9,14 @@ incidents with a copy of every record).
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import msgspec
 import pytest
 
 from connectors.kafka.producer import EventProducer
 from schemas.codec import AnyEvent
-from schemas.events import PodEvent, Taint
+from schemas.events import NodeEvent, PodClaim, PodEvent, Taint
 from schemas.keys import POD_RESOURCES, REFRESH_SECONDS, Router, correlation_key, is_copy
 from schemas.topics import topic_layout
 from tests.factories import Cluster, term
@@ -192,3 +193,50 @@ def test_the_routers_memory_forgets_objects_not_seen_for_two_refresh_periods() -
     for pod in pods:
         router.route(pod)
     assert len(router) == 50  # the bindings of nodes long gone are forgotten
+
+
+def test_a_pod_holding_gpus_by_claim_is_copied_and_again_when_its_claims_change() -> None:
+    """A DRA pod requests no GPU resource: its claims make it a GPU pod. The copy keeps
+    them (the cluster key counts their GPUs), and a change of them is news: the
+    connector learns a claim's GPUs from the claim (or its template) after the pod."""
+    c = Cluster()
+    router = Router()
+    unknown = PodClaim(name="gpu", claim="pod1-gpu-h6vrt", template="single-gpu")
+    known = msgspec.structs.replace(unknown, gpus=1, device_class="gpu.nvidia.com")
+
+    def claimed(t: float, claim: PodClaim, **kw: Any) -> PodEvent:
+        pod = c.pod(N, "pod1", t, gpus=0, namespace="gpu-test1", **kw)
+        return msgspec.structs.replace(pod, claims=(claim,))
+
+    first = claimed(0, unknown)
+    routed = router.route(first)
+    assert len(routed) == 2
+    copy = routed[1]
+    assert isinstance(copy, PodEvent)
+    assert copy.claims == (unknown,)
+    assert copies(
+        router,
+        claimed(10, unknown),  # same
+        claimed(20, known),  # its claim's GPUs are known now
+        claimed(30, known, restarts=1, last=term(29)),  # a restart: same
+        claimed(40, known, phase="Succeeded"),  # holds none
+    ) == [False, True, False, True]
+
+
+def test_a_dra_node_without_gpu_capacity_is_a_gpu_node_by_the_operators_label() -> None:
+    """No device plugin, no ``nvidia.com/gpu``: the GPU operator's ``gpu.present`` label
+    says it is a GPU node, and the cluster key hears when it goes NotReady."""
+    c = Cluster()
+    router = Router()
+
+    def dra_node(t: float, ready: str = "True", present: bool = True) -> NodeEvent:
+        labels = {"nvidia.com/gpu.present": "true"} if present else {}
+        node = c.node(N, t, ready=ready, labels=labels)
+        return msgspec.structs.replace(node, capacity={}, allocatable={})
+
+    assert copies(router, dra_node(0), dra_node(10), dra_node(20, "Unknown")) == [
+        True,
+        False,
+        True,
+    ]
+    assert copies(Router(), dra_node(30, present=False)) == [False]

@@ -8,10 +8,13 @@ at the next scrape); above ``mismatch_threshold`` one ticket per cluster names t
 and resolves once the sum has stayed at or below it as long (a replaced pod dips it).
 Left out: shared GPUs, NotReady nodes, nodes being removed on purpose, fractional-GPU pods,
 ignored namespaces, and nodes no pod-aware source ever reported. Tallies are kept per
-record, so nothing walks the cluster.
+record, so nothing walks the cluster. On DRA nodes a pod's GPUs are those its claims ask
+for; a ResourceClaim several pods reserve (one GPU, two pods) counts once (:func:`place`),
+and only where dcgm-exporter ties claim-held GPUs to pods (:func:`on_binding`).
 
-Trap: a dcgm-exporter that is down entirely sends nothing and is not seen here (its scrape
-errors are the connector's metrics). docs/detection.md, design notes.
+Traps: a dcgm-exporter that is down entirely sends nothing and is not seen here (its scrape
+errors are the connector's metrics); only dcgm-exporter's bindings count as bound: the
+kubelet's and DRA's agree with the requests by construction. docs/detection.md.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from sys import intern
 
 from schemas.events import GpuBindingEvent, NodeEvent, PodEvent
 from schemas.incidents import Evidence
+from schemas.keys import DRA, POD_RESOURCES, claim_gpus
 from streams.core import evidence
 from streams.core.config import CoreSettings
 from streams.core.lifecycle import ClusterStep
@@ -114,14 +118,121 @@ def _forget(state: ClusterState, node: str) -> None:
         state.settled_changed = state.timers_dirty = True
 
 
-def placed_as(state: ClusterState, key_hash: int, node: str, devices: int) -> bool:
+def placed_as(state: ClusterState, key_hash: int, node: str, devices: int, ev: PodEvent) -> bool:
     """Would :func:`place` with these arguments change nothing?"""
-    return state.placed.get(key_hash) == ((node, devices) if node and devices else None)
+    if not ev.claims:
+        return state.placed.get(key_hash) == ((node, devices) if node and devices else None)
+    own = max(0, devices - claim_gpus(ev.claims))
+    if state.placed.get(key_hash) != ((node, own) if node and own else None):
+        return False
+    return all(
+        _holds(state, claim, ev.name) == (node if node and gpus > 0 else "")
+        for claim, gpus, _ in claims_of(ev)
+    )
+
+
+def claims_of(ev: PodEvent) -> list[tuple[str, int, bool]]:
+    """``(claim key, GPUs, shared)`` of each of the pod's claims. Shared: a ResourceClaim
+    its spec names (``resourceClaimName``), which other pods may name too (NVIDIA's
+    quickstart: two pods, one claim, one GPU), not one made for it alone from a template.
+    A claim not made yet is keyed by the pod's own name for it."""
+    ns = ev.namespace
+    return [
+        (f"{ns}/{c.claim}" if c.claim else f"{ns}/{ev.name}/{c.name}", c.gpus, not c.template)
+        for c in ev.claims
+    ]
+
+
+def _holder_key(claim: str, pod: str) -> int:
+    """``placed`` key of one pod's hold on a claim (no pod name has a ``|``)."""
+    return pod_hash(f"{claim}|{pod}")
+
+
+def _count_keys(claim: str, node: str) -> tuple[int, int]:
+    """``placed`` keys of a shared claim on a node: its holders, its GPUs counted."""
+    return pod_hash(f"{claim}|@holders@{node}"), pod_hash(f"{claim}|@gpus@{node}")
+
+
+def _node_key(what: str, node: str) -> int:
+    """``placed`` key of a fact of the node's (no pod key has an ``@``)."""
+    return pod_hash(f"@{what}@{node}")
+
+
+def _holds(state: ClusterState, claim: str, pod: str) -> str:
+    held = state.placed.get(_holder_key(claim, pod))
+    return held[0] if held is not None else ""
+
+
+def _claimed(step: ClusterStep, node: str, delta: int, item: Evidence) -> None:
+    """``delta`` GPUs held by claim on ``node``: requested there once its dcgm-exporter
+    has tied a GPU to a pod (it maps DRA claims), else kept aside (:func:`on_binding`)."""
+    state = step.state
+    if _node_key("ties", node) in state.placed:
+        tally = _tally(state, node)
+        before = contribution(tally)
+        tally.requested += delta
+        _changed(step, node, before, item)
+        return
+    key = _node_key("untied", node)
+    held = state.placed.get(key)
+    left = (held[1] if held is not None else 0) + delta
+    if left > 0:
+        state.placed[key] = (intern(node), left)
+    else:
+        state.placed.pop(key, None)
+
+
+def _hold(step: ClusterStep, claim: str, gpus: int, shared: bool, node: str, ev: PodEvent) -> None:
+    """The pod now holds ``claim`` (of ``gpus`` GPUs) on ``node`` ("": none). A shared
+    claim's GPUs count once on the node, from its first holder until its last."""
+    state = step.state
+    key = _holder_key(claim, ev.name)
+    was = state.placed.get(key)
+    want = node if node and gpus > 0 else ""
+    if (was[0] if was is not None else "") == want:
+        return
+    item = evidence.pod_status(ev, ev.phase.lower() or ev.op)
+    if was is not None:  # released
+        del state.placed[key]
+        counted = was[1]
+        if shared:
+            holders_key, gpus_key = _count_keys(claim, was[0])
+            holders = state.placed.get(holders_key)
+            if holders is not None and holders[1] > 1:
+                state.placed[holders_key] = (holders[0], holders[1] - 1)
+                counted = 0
+            else:
+                state.placed.pop(holders_key, None)
+                first = state.placed.pop(gpus_key, None)
+                counted = first[1] if first is not None else 0
+        if counted:
+            _claimed(step, was[0], -counted, item)
+    if want:  # held
+        at = intern(want)
+        state.placed[key] = (at, gpus)
+        added = gpus
+        if shared:
+            holders_key, gpus_key = _count_keys(claim, want)
+            holders = state.placed.get(holders_key)
+            state.placed[holders_key] = (at, 1 if holders is None else holders[1] + 1)
+            if holders is None:
+                state.placed[gpus_key] = (at, gpus)
+            else:
+                added = 0
+        if added:
+            _claimed(step, want, added, item)
 
 
 def place(step: ClusterStep, key_hash: int, node: str, devices: int, ev: PodEvent) -> None:
     """The pod (its :func:`pod_hash`) now holds ``devices`` GPUs on ``node`` ("": none,
-    anywhere)."""
+    anywhere). Those of its DRA claims are held by claim (:func:`claims_of`): a shared
+    claim counts once however many pods hold it (two pods naming one claim hold one GPU,
+    which dcgm-exporter binds once), so ``placed`` also keeps each hold, each shared
+    claim's holders and GPUs, and two facts per node, under keys no pod's hash can have."""
+    if ev.claims:
+        for claim, gpus, shared in claims_of(ev):
+            _hold(step, claim, gpus, shared, node, ev)
+        devices = max(0, devices - claim_gpus(ev.claims))
     state = step.state
     was = state.placed.get(key_hash)
     # The node's name interned: every pod on it shares one string (a record's own copy
@@ -165,7 +276,16 @@ def on_node(step: ClusterStep, ev: NodeEvent) -> None:
 
 
 def on_binding(step: ClusterStep, ev: GpuBindingEvent) -> None:
-    if not ev.pods_known:
+    """dcgm-exporter's word on one GPU. The kubelet's (``pod-resources``) and the API
+    server's (``dra``: allocated claims) bindings are the requests themselves: counted as
+    bound they would hide the very outages this rule exists for. The router never copies
+    them here; a record written by another router must not count either.
+
+    Trap: dcgm-exporter ties claim-held GPUs to pods only with ``--kubernetes-enable-dra``
+    (``KUBERNETES_ENABLE_DRA``, off by default): without it every DRA node would disagree
+    by all its claims, forever. A node's claims count from the first GPU it ties to a pod
+    there (a node mixing device-plugin and DRA pods counts them from the first of either)."""
+    if not ev.pods_known or ev.source in (POD_RESOURCES, DRA):
         return
     state = step.state
     gpu = ev.gpu_uuid or ev.pci_bus_id
@@ -174,6 +294,12 @@ def on_binding(step: ClusterStep, ev: GpuBindingEvent) -> None:
     tally = _tally(state, ev.node)
     before = contribution(tally)
     tally.reported = True
+    if ev.pods and _node_key("ties", ev.node) not in state.placed:
+        # dcgm-exporter ties GPUs to pods here: from now on the claims' GPUs count.
+        state.placed[_node_key("ties", ev.node)] = (intern(ev.node), 1)
+        untied = state.placed.pop(_node_key("untied", ev.node), None)
+        if untied is not None:
+            tally.requested += untied[1]
     if not tally.bound:
         tally.digits = _DIGITS  # an old snapshot's 4-digit tally, empty: widen it now
     width = tally.digits
@@ -268,6 +394,7 @@ def evaluate(step: ClusterStep, *, timer: bool = False) -> None:
     inc.action = (
         "On each node named: is dcgm-exporter running and does it see the kubelet's "
         "pod-resources socket (kubectl -n gpu-operator get ds nvidia-dcgm-exporter)? "
+        "On DRA nodes it also needs --kubernetes-enable-dra (KUBERNETES_ENABLE_DRA). "
         "A GPU that fell off the bus under a running pod shows here too."
     )
     for name, _ in tallies[:_NODES_SHOWN]:

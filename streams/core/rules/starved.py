@@ -61,6 +61,49 @@ def _pattern(text: str) -> re.Pattern[str]:
     return re.compile(text, re.IGNORECASE)
 
 
+CLAIM_SHORTAGE = (
+    "cannot allocate all claims",
+    "timed out trying to allocate devices",
+    "excluded by device class node filter",
+    "resourceclaim not available on the node",
+)
+"""The scheduler's DRA words (plugin ``DynamicResources``) for a node that cannot give a
+pod the devices its claims ask for: no free device fits (``cannot allocate all claims``),
+the allocator gave up (``timed out trying to allocate devices``), the device class's node
+selector leaves the node out (``excluded by device class node filter``), an allocated
+claim is bound to another node (``resourceclaim not available on the node``). Counted per
+node in ``0/3 nodes are available: 3 cannot allocate all claims.`` like ``Insufficient
+nvidia.com/gpu``: a shortage of GPUs, as any ``Unschedulable`` message is, when the pod's
+claims ask for GPUs. No rule matches them (:func:`shortage` rules out the others); a test
+holds each to it."""
+CLAIM_ON_ITS_WAY = re.compile(
+    r"waiting for dynamic resource controller to create the resourceclaim"
+    r'|resourceclaim "[^"]*" is being deleted'
+    r"|resourceclaim in use",
+    re.IGNORECASE,
+)
+"""The scheduler's DRA words for a pod waiting on its claim object, not on GPUs: the claim
+controller has not made it from its template yet (``waiting for dynamic resource controller
+to create the resourceclaim %q``, seconds after the pod is created), it is being deleted
+(``resourceclaim %q is being deleted``), or other pods hold it and it cannot be shared
+(``resourceclaim in use``). No node group could help; such a pod is waiting, not
+unschedulable (a later shortage message makes it so)."""
+
+
+def shortage(message: str) -> bool:
+    """Does an ``Unschedulable`` message say the pod lacks room (GPUs, nodes), rather than
+    that its claim is on its way (:data:`CLAIM_ON_ITS_WAY`; these come from PreFilter,
+    alone in the message)?"""
+    return CLAIM_ON_ITS_WAY.search(message) is None
+
+
+def by_claim(pod: PendingPod) -> bool:
+    """Does the pod ask for its GPUs by DRA claim? Its resource is then the claim's device
+    class (``gpu.nvidia.com``: a DNS name), never an extended resource (``nvidia.com/gpu``:
+    always ``<domain>/<name>``)."""
+    return bool(pod.resource) and "/" not in pod.resource
+
+
 def is_gpu_group(name: str, config: CoreSettings) -> bool:
     return bool(_pattern(config.gpu_node_group_pattern).search(name))
 
@@ -462,6 +505,12 @@ def _unschedulable(step: ClusterStep, owner: str, pods: list[PendingPod]) -> Non
         "that offers it (a group scaling from zero must advertise its GPUs in its node "
         'template, or the autoscaler reads "Insufficient nvidia.com/gpu").'
     )
+    if any(by_claim(p) for p in stuck):
+        inc.action += (
+            " For pods that ask by DRA claim: a group scales up from zero nodes only where "
+            "the cloud provider supports its DRA driver; elsewhere keep one node in it, so "
+            "the autoscaler sees its ResourceSlices."
+        )
     inc.attributes = {
         "pending_pods": str(len(stuck)),
         "gpus_requested": str(sum(p.gpus for p in stuck)),

@@ -17,6 +17,7 @@ import hashlib
 import os
 import subprocess
 import sys
+import zlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -26,7 +27,7 @@ import pytest
 from gputriage.simulate import StreamSpec, generate_lines
 from schemas import native
 from schemas.codec import AnyEvent, decode_event, encode
-from schemas.events import CORDON_TAINT, NodeEvent, PodEvent, Taint
+from schemas.events import CORDON_TAINT, NodeEvent, PodClaim, PodEvent, Taint
 from schemas.keys import Router
 from streams.config import default_core_config
 from streams.core import Correlator, shortcuts
@@ -98,6 +99,34 @@ def _churned(lines: list[bytes]) -> list[bytes]:
     return out
 
 
+def _claimed(lines: list[bytes]) -> list[bytes]:
+    """``lines`` with most GPU pods asking for their GPUs by DRA claim instead (a mixed
+    cluster): a claim made for the pod from a template, or, for a quarter of them, one
+    ResourceClaim the pods of an owner all name (a claim several pods reserve)."""
+    out = []
+    for line in lines:
+        event = decode_event(line)
+        if isinstance(event, PodEvent) and event.gpu_requests:
+            kind = zlib.crc32(event.name.encode()) % 4
+            gpus = sum(event.gpu_requests.values())
+            if kind == 1:  # a device-plugin pod
+                out.append(line)
+                continue
+            if kind == 0:
+                owner = event.owner_name or event.name
+                claim = PodClaim(name="gpu", claim=f"{owner}-shared", gpus=gpus)
+            else:
+                claim = PodClaim(
+                    name="gpu", claim=f"{event.name}-gpu-h6vrt", template="single-gpu", gpus=gpus
+                )
+            claim = msgspec.structs.replace(claim, device_class="gpu.nvidia.com")
+            event = msgspec.structs.replace(event, gpu_requests={}, gpu_limits={}, claims=(claim,))
+            out.append(encode(event))
+        else:
+            out.append(line)
+    return out
+
+
 STREAMS = {
     "generated, 200 nodes, 2 clusters": lambda: _generated(40_000, 200, 3),
     "generated, 50 nodes, 1 cluster": lambda: _generated(40_000, 50, 11, clusters=1),
@@ -105,6 +134,9 @@ STREAMS = {
         _generated(40_000, 50, 11, clusters=1)
     ),
     "the example scenario": lambda: (EXAMPLES / "scenario.jsonl").read_bytes().splitlines(),
+    "generated, 50 nodes, 1 cluster, GPUs by DRA claim": lambda: _claimed(
+        _generated(40_000, 50, 11, clusters=1)
+    ),
 }
 
 _N = "gpu-node-01"
