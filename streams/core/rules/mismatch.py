@@ -1,20 +1,16 @@
 """``allocation_mismatch``: Kubernetes and dcgm-exporter disagree on how many GPUs pods hold.
 
 The cross-source sanity check, per node: GPUs requested by running GPU pods against GPUs
-dcgm-exporter reports with a pod label (a crashed or blind dcgm-exporter, a GPU off the bus
-under a pod, a double allocation). The measure is the sum over nodes of |requested - bound|,
-counting only nodes that have disagreed for ``mismatch_after_seconds`` (a new pod is bound
-at the next scrape); above ``mismatch_threshold`` one ticket per cluster names the nodes,
-and resolves once the sum has stayed at or below it as long (a replaced pod dips it).
-Left out: shared GPUs, NotReady nodes, nodes being removed on purpose, fractional-GPU pods,
-ignored namespaces, and nodes no pod-aware source ever reported. Tallies are kept per
-record, so nothing walks the cluster. On DRA nodes a pod's GPUs are those its claims ask
-for; a ResourceClaim several pods reserve (one GPU, two pods) counts once (:func:`place`),
-and only where dcgm-exporter ties claim-held GPUs to pods (:func:`on_binding`).
+dcgm-exporter reports with a pod label (a blind dcgm-exporter, a GPU off the bus under a
+pod). The sum over nodes of |requested - bound|, of nodes that disagreed for
+``mismatch_after_seconds``, above ``mismatch_threshold`` is one ticket per cluster. Left out: shared GPUs, NotReady nodes, nodes being
+removed, fractional-GPU pods, ignored namespaces, nodes no pod-aware source reported. On
+DRA nodes a pod's GPUs are those its claims ask for; a claim several pods reserve counts
+once (:func:`place`), and only where dcgm-exporter ties claim-held GPUs to pods.
 
-Traps: a dcgm-exporter that is down entirely sends nothing and is not seen here (its scrape
-errors are the connector's metrics); only dcgm-exporter's bindings count as bound: the
-kubelet's and DRA's agree with the requests by construction. docs/detection.md.
+Traps: a dcgm-exporter that is down entirely sends nothing and is not seen here; only
+dcgm-exporter's bindings count as bound: the kubelet's and DRA's agree with the requests
+by construction. docs/detection.md, design notes: allocation_mismatch.
 """
 
 from __future__ import annotations
