@@ -94,6 +94,8 @@ CANNOT_ALLOCATE: Final = "cannot allocate all claims"
 """The scheduler's DynamicResources filter (tests/data/dra/messages.md, 1)."""
 NODE_STORIES: Final = ("taint_eviction", "fatal_xid", "device_gone", "plugin_restart")
 """The per-node stories of one round, in order; the last is noise."""
+NOISE_STORIES: Final = ("plugin_restart", "plugin_restart")
+"""The per-node stories of a round with no faults (``fault_rate`` 0)."""
 ROUND_HOURS: Final = 2.0
 """One round of stories per this much stream time (at least one round)."""
 
@@ -327,6 +329,9 @@ class DraPool:
     def _churn(self, node: DraNode, t: float, until: float) -> None:
         """Pods come and go on ``node`` from ``t`` to ``until``; node status now and then."""
         rng = self.rng
+        for gpu in node.gpus:  # a pod due during a story ends after it
+            if gpu.pod is not None and gpu.pod.ends_at < t:
+                gpu.pod.ends_at = t + rng.uniform(1.0, 60.0)
         arrival = t + rng.expovariate(1 / 1500.0)
         status = t + rng.uniform(600.0, 1800.0)
         while True:
@@ -359,26 +364,28 @@ class DraPool:
         rng = self.rng
         rounds = max(1, round(self.spec.hours / ROUND_HOURS))
         span = self.seconds / rounds
-        if self.spec.fault_rate <= 0:
-            plan: dict[str, list[tuple[float, str]]] = {}
-        else:
-            plan = self._plan(rounds, span)
+        faults = self.spec.fault_rate > 0
+        plan = self._plan(rounds, span, NODE_STORIES if faults else NOISE_STORIES)
         for node in self.nodes:
             t = 0.0
             for start, story in sorted(plan.get(node.name, [])):
                 self._churn(node, t, start)
                 t = self._story(story)(node, start)
             self._churn(node, t, self.seconds)
-        if self.spec.fault_rate > 0:
+        if faults:
             for k in range(rounds):
                 self._pending_claims(k * span + rng.uniform(0.1, 0.3) * span)
 
-    def _plan(self, rounds: int, span: float) -> dict[str, list[tuple[float, str]]]:
+    def _plan(
+        self, rounds: int, span: float, stories: tuple[str, ...]
+    ) -> dict[str, list[tuple[float, str]]]:
+        """Each round's ``stories`` at random times, each on a node no other story holds
+        then (one that finds none is left out)."""
         rng = self.rng
         plan: dict[str, list[tuple[float, str]]] = {}
         busy: dict[str, float] = {}
         for k in range(rounds):
-            for story in NODE_STORIES:
+            for story in stories:
                 low, high = k * span + 300.0, (k + 1) * span - 2700.0
                 if high <= low:
                     high = low + 60.0

@@ -124,6 +124,8 @@ class DraPod:
     disruption: PodCondition | None = None
     deleting: datetime | None = None
     ends_at: float = float("inf")
+    term: Termination | None = None
+    """The main container's termination, once it has terminated (kept by later records)."""
     """Stream seconds when it completes, unless a story ends it first."""
 
     @property
@@ -246,6 +248,10 @@ def pod_event(
     """The pod as the connector slims it: no GPU request, its claim, its devices' health
     (``Unknown``: NVIDIA's DRA driver reports none to the kubelet)."""
     node = pod.node
+    if terminated is not None:
+        pod.term = terminated
+    elif state == "terminated":
+        terminated = pod.term
     devices = (
         tuple(
             DeviceHealth(
