@@ -8,7 +8,8 @@ every type by pool kind, :data:`DRA` or :data:`DEVICE_PLUGIN`:
   starts with ``dra_``, :data:`DRA_FAULT_PREFIX`);
 * an incident is DRA's when it is about a DRA node (one that publishes a GPU driver's
   ResourceSlice in the events, or one a DRA truth names), or, cluster-scoped, names a
-  pod or the node group of a DRA truth.
+  pod or the node group of a DRA truth, or lists a DRA node among its ``nodes``
+  (``allocation_mismatch``: a false "0 requested, 8 bound" on a DRA node is the pool's).
 
 A confusion is split by its truth's pool. The figures are those of
 :func:`gputriage.scoring.metrics.type_scores` on each part, so the parts of a type add
@@ -95,6 +96,9 @@ def incident_pool(incident: Incident, dra: DraSubjects) -> str:
     if incident.node:
         return DRA if (cluster, incident.node) in dra.nodes else DEVICE_PLUGIN
     if any((cluster, f"{p.namespace}/{p.name}") in dra.pods for p in incident.pods):
+        return DRA
+    named = incident.attributes.get("nodes", "").split(",")
+    if any((cluster, n) in dra.nodes for n in named if n):
         return DRA
     groups = {incident.attributes.get("node_group", "")}
     groups.update(incident.attributes.get("node_groups", "").split(","))

@@ -53,6 +53,11 @@ def test_a_truth_is_dras_by_its_fault_and_an_incident_by_its_node_pod_or_group()
         node="", pods=(), type="scale_up_failure", attributes={"node_groups": "a,eks-gpu-dra"}
     )
     assert incident_pool(grouped, dra) == DRA
+    mismatch = incident(
+        node="", pods=(), type="allocation_mismatch", attributes={"nodes": "dp-1,dra-2"}
+    )
+    assert incident_pool(mismatch, dra) == DRA
+    assert incident_pool(replace(mismatch, attributes={"nodes": "dp-1"}), dra) == DEVICE_PLUGIN
     assert incident_pool(incident(node="", pods=("ml/other",)), dra) == DEVICE_PLUGIN
 
 
