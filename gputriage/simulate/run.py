@@ -107,7 +107,8 @@ def run_simulate(options: SimulateOptions, stderr: TextIO = sys.stderr) -> int:
     if optional:
         summary += f" (and {optional} optional, due where the stream ends)"
     print(
-        f"gputriage: simulated {sum(sim.counts.values())} events, {spec.nodes} nodes, "
+        f"gputriage: simulated {sum(sim.counts.values())} events, {spec.nodes} nodes"
+        f"{f' and {spec.dra_nodes} DRA nodes' if spec.dra_nodes else ''}, "
         f"{spec.hours:g} h; expected incidents: {summary}",
         file=stderr,
     )
