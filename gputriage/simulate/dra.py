@@ -10,7 +10,8 @@ Each node lives one timeline: churn (claims allocated and released as pods come 
 dcgm-exporter's scrapes, node status), interrupted by at most one story at a time: a
 NoExecute DeviceTaintRule whose pod the device taint eviction controller evicts, a
 fatal XID whose pod fails, a device gone from its slice past the 5 min window, or a
-DRA-plugin restart (its slice deleted and republished within two minutes: noise). Pods
+DRA-plugin restart (its slice deleted and republished within two minutes: noise), or
+an XID the driver answers with its own NoSchedule taint on an idle GPU. Pods
 whose claims cannot be allocated pend while the pool's node group hits its vCPU quota.
 
 Truth follows the domain's rules on DRA nodes, whatever the core does today: a fault
@@ -78,6 +79,9 @@ DEGRADED_AFTER: Final = timedelta(minutes=5)
 """gpu_degraded: a device gone from its node's slice this long (the domain's default)."""
 SCRAPE_INTERVAL: Final = 30.0
 """dcgm-exporter's scrape interval, as on the device-plugin nodes."""
+DRIVER_XID_KEY: Final = "gpu.nvidia.com/xid"
+"""The taint NVIDIA's kubelet plugin puts on a device after an XID (value: the XID in
+decimal, effect NoSchedule; tests/data/dra/messages.md, 3)."""
 RULE_TAINT_KEY: Final = "example.com/gpu-fault"
 """A DeviceTaintRule's key is the operator's choice (this one is the fixture's)."""
 EVICTION_REASON: Final = "DeviceTaintManagerEviction"
@@ -92,7 +96,13 @@ EVICTION_SOURCE: Final = "device-taint-eviction-controller"
 """The controller's name in kube-controller-manager."""
 CANNOT_ALLOCATE: Final = "cannot allocate all claims"
 """The scheduler's DynamicResources filter (tests/data/dra/messages.md, 1)."""
-NODE_STORIES: Final = ("taint_eviction", "fatal_xid", "device_gone", "plugin_restart")
+NODE_STORIES: Final = (
+    "taint_eviction",
+    "fatal_xid",
+    "device_gone",
+    "driver_taint",
+    "plugin_restart",
+)
 """The per-node stories of one round, in order; the last is noise."""
 NOISE_STORIES: Final = ("plugin_restart", "plugin_restart")
 """The per-node stories of a round with no faults (``fault_rate`` 0)."""
@@ -403,6 +413,7 @@ class DraPool:
             "taint_eviction": self._taint_eviction,
             "fatal_xid": self._fatal_xid,
             "device_gone": self._device_gone,
+            "driver_taint": self._driver_taint,
             "plugin_restart": self._plugin_restart,
         }
         self.stories.append(f"{DRA_FAULT_PREFIX}{name}")
@@ -553,6 +564,53 @@ class DraPool:
         t += rng.uniform(600.0, 1500.0)
         gpu.gone = False
         node.generation += 1
+        back = self._emit(t, slice_event(node, self._at(t)))
+        self.truth.ends(f"{fault}/gpu_degraded", back.time)
+        pending.confirm()
+        return t
+
+    def _driver_taint(self, node: DraNode, t: float) -> float:
+        """NVIDIA's plugin (its device health check on) taints an idle GPU NoSchedule after
+        a fatal XID: no pod to evict, the GPU is unusable until the taint goes (a reset,
+        10 to 30 minutes later): a ticket."""
+        rng = self.rng
+        free = node.free()
+        if not free:
+            return t
+        gpu = free[rng.randrange(len(free))]
+        fault = self.truth.fault_id(f"{DRA_FAULT_PREFIX}driver_taint")
+        self._emit(
+            t,
+            xid_event(
+                id=f"kmsg/{node.uid}/{self._suffix(8)}",
+                cluster=node.cluster,
+                time=self._at(t),
+                node=node.name,
+                code=79,
+                bus=gpu.bus,
+                message=XID_TEXT[79],
+            ),
+        )
+        xid_at = self._at(t)
+        t += rng.uniform(0.5, 3.0)
+        gpu.taint = DeviceTaint(
+            key=DRIVER_XID_KEY, value="79", effect="NoSchedule", time_added=self._at(t)
+        )
+        tainted = self._emit(t, slice_event(node, self._at(t)))
+        pending = self.truth.expect(
+            fault_id=fault,
+            kind="gpu_degraded",
+            cluster=node.cluster,
+            start=xid_at,
+            first=xid_at,
+            last=tainted.time,
+            due=xid_at + DEGRADED_AFTER,
+            node=node.name,
+            gpus=(gpu.uuid,),
+            severity="ticket",
+        )
+        t += rng.uniform(600.0, 1800.0)
+        gpu.taint = None
         back = self._emit(t, slice_event(node, self._at(t)))
         self.truth.ends(f"{fault}/gpu_degraded", back.time)
         pending.confirm()

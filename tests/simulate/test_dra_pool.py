@@ -165,6 +165,7 @@ def test_every_dra_truth_names_what_its_records_show() -> None:
         ("dra_taint_eviction", "device_unhealthy_eviction"),
         ("dra_fatal_xid", "device_unhealthy_eviction"),
         ("dra_device_gone", "gpu_degraded"),
+        ("dra_driver_taint", "gpu_degraded"),
         ("dra_pending_claims", "scale_up_failure"),
         ("dra_pending_claims", "gpu_pods_starved"),
     }
@@ -189,6 +190,8 @@ def test_every_dra_truth_names_what_its_records_show() -> None:
             assert window[0] <= failed[0].time <= window[1]
         if truth.fault == "dra_taint_eviction":
             _assert_taint_eviction(events, truth)
+        if truth.fault == "dra_driver_taint":
+            _assert_driver_taint(events, truth)
         if truth.fault == "dra_device_gone":
             _assert_device_gone(events, truth)
         if truth.type == "gpu_pods_starved":
@@ -201,6 +204,7 @@ def _assert_taint_eviction(events: tuple[AnyEvent, ...], truth: ExpectedIncident
         for e in events
         if isinstance(e, ResourceSliceEvent)
         and e.node == truth.node
+        and e.time >= truth.not_before
         and any(d.uuid in truth.gpus and d.taints for d in e.devices)
     ]
     assert tainted
@@ -225,6 +229,30 @@ def _assert_taint_eviction(events: tuple[AnyEvent, ...], truth: ExpectedIncident
     assert marked
     assert marked[0].disruption == DISRUPTION
     assert marked[0].deleted_at is not None
+
+
+def _assert_driver_taint(events: tuple[AnyEvent, ...], truth: ExpectedIncident) -> None:
+    """The kernel's XID names the GPU by its bus; the driver's taint follows it."""
+    slices = [e for e in events if isinstance(e, ResourceSliceEvent) and e.node == truth.node]
+    device = next(d for s in slices for d in s.devices if d.uuid in truth.gpus)
+    (xid,) = (
+        e
+        for e in events
+        if isinstance(e, XidEvent) and e.time == truth.start and e.node == truth.node
+    )
+    assert xid.pci_bus_id == device.pci_bus_id
+    assert not xid.gpu_uuid, "the kernel log knows the bus alone"
+    taints = [
+        t
+        for s in slices
+        if truth.not_before <= s.time <= truth.not_after
+        for d in s.devices
+        if d.uuid in truth.gpus
+        for t in d.taints
+    ]
+    assert [(t.key, t.value, t.effect, t.rule) for t in taints] == [
+        ("gpu.nvidia.com/xid", "79", "NoSchedule", "")
+    ]
 
 
 def _assert_device_gone(events: tuple[AnyEvent, ...], truth: ExpectedIncident) -> None:
