@@ -1,21 +1,15 @@
 """The score of each node pool kind: DRA nodes apart from device-plugin ones.
 
-On a mixed cluster one figure per type hides which kind of node it measures: a recall
-of 0.9 may be all device-plugin incidents and none of the DRA ones. So the score splits
-every type by pool kind, :data:`DRA` or :data:`DEVICE_PLUGIN`:
+On a mixed cluster one figure per type hides which nodes it measures, so the score
+splits every type by pool kind, :data:`DRA` or :data:`DEVICE_PLUGIN`. A truth is DRA's
+when the simulator's DRA pool made it (``fault`` starts with :data:`DRA_FAULT_PREFIX`);
+an incident is DRA's when its node is a DRA node (it publishes a ResourceSlice in the
+events, or a DRA truth names it), or, cluster-scoped, it names a pod or node group of a
+DRA truth or lists a DRA node among its ``nodes`` (a false "0 requested, 8 bound").
+A confusion goes with its truth. The parts of a type add up to its whole.
 
-* a truth is DRA's when the simulator's fault on a DRA node pool made it (its ``fault``
-  starts with ``dra_``, :data:`DRA_FAULT_PREFIX`);
-* an incident is DRA's when it is about a DRA node (one that publishes a GPU driver's
-  ResourceSlice in the events, or one a DRA truth names), or, cluster-scoped, names a
-  pod or the node group of a DRA truth, or lists a DRA node among its ``nodes``
-  (``allocation_mismatch``: a false "0 requested, 8 bound" on a DRA node is the pool's).
-
-A confusion is split by its truth's pool. The figures are those of
-:func:`gputriage.scoring.metrics.type_scores` on each part, so the parts of a type add
-up to its whole. Trap: a stream read from stdin cannot be scanned twice, so there only
-the truths say which nodes are DRA's (a false positive on a DRA node no truth names
-counts as device-plugin).
+Trap: a stream read from stdin cannot be scanned twice: there only the truths say which
+nodes are DRA's (a false positive on a DRA node no truth names counts as device-plugin).
 """
 
 from __future__ import annotations

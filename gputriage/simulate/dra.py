@@ -1,27 +1,17 @@
 """A DRA node pool beside the device-plugin fleet: a mixed cluster, its faults and noise.
 
-The pool's nodes advertise no ``nvidia.com/gpu`` (absent, or 0/0 where a device plugin
-is left installed): their GPUs are the devices of one ResourceSlice per node, and their
-pods hold GPUs only through ResourceClaims. The pool runs on its own random stream, so
-the device-plugin fleet's bytes do not depend on it, and its records are merged into the
-stream by time (:class:`gputriage.simulate.stream.Simulation`).
+Its nodes advertise no ``nvidia.com/gpu`` (absent, or 0/0): their GPUs are the devices of
+one ResourceSlice each, held only through ResourceClaims. It runs on its own random
+stream (the fleet's bytes do not depend on it); its records join the stream by time. Each
+node lives one timeline of churn (claims allocated and released, dcgm scrapes, status)
+with at most one story at a time: a NoExecute DeviceTaintRule and its eviction, a fatal
+XID whose pod fails, a device gone from its slice past 5 min, the driver's NoSchedule
+taint on an idle GPU, or a DRA-plugin restart (noise). Claims that cannot be allocated
+pend while the pool's group hits its quota. Truth is the domain's rule on DRA nodes, not
+today's core; the cluster-scoped types are counted by the fleet's own ClusterTruth, so both
+pools share one rule. Fault names start with :data:`DRA_FAULT_PREFIX` (the score reads it).
 
-Each node lives one timeline: churn (claims allocated and released as pods come and go,
-dcgm-exporter's scrapes, node status), interrupted by at most one story at a time: a
-NoExecute DeviceTaintRule whose pod the device taint eviction controller evicts, a
-fatal XID whose pod fails, a device gone from its slice past the 5 min window, or a
-DRA-plugin restart (its slice deleted and republished within two minutes: noise), or
-an XID the driver answers with its own NoSchedule taint on an idle GPU. Pods
-whose claims cannot be allocated pend while the pool's node group hits its vCPU quota.
-
-Truth follows the domain's rules on DRA nodes, whatever the core does today: a fault
-story names its node, GPU and pods; ``scale_up_failure`` and ``gpu_pods_starved`` are
-counted by the fleet's own :class:`~gputriage.simulate.cluster_truth.ClusterTruth`, so
-the pool's pending pods and the fleet's share one rule. Fault names start with
-:data:`DRA_FAULT_PREFIX` (the score's pool breakdown reads it).
-
-Traps: never draw from the fleet's rng here (its bytes would change); story windows
-never overlap on a node (``free_at``), so no two stories tell one incident.
+Traps: never draw from the fleet's rng here; stories never overlap on a node (``_plan``).
 """
 
 from __future__ import annotations

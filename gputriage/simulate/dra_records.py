@@ -15,6 +15,7 @@ its claim's version (:data:`CLAIM_RV`), filled in the same pass.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Final
@@ -123,10 +124,10 @@ class DraPod:
     scheduled: PodCondition | None = None
     disruption: PodCondition | None = None
     deleting: datetime | None = None
-    ends_at: float = float("inf")
+    ends_at: float = math.inf
+    """Stream seconds when it completes, unless a story ends it first."""
     term: Termination | None = None
     """The main container's termination, once it has terminated (kept by later records)."""
-    """Stream seconds when it completes, unless a story ends it first."""
 
     @property
     def key(self) -> str:
