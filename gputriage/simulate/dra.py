@@ -420,6 +420,24 @@ class DraPool:
         pod = self._start(node, t, (free[0],))
         return pod, free[0], t + 120.0
 
+    def _idle(self, node: DraNode, t: float) -> tuple[DraGpu | None, float]:
+        """An idle GPU of ``node`` and when the story may use it: a running pod completes
+        first if every GPU is held (None: none can be had)."""
+        free = node.free()
+        if not free:
+            running = sorted(
+                {g.pod.uid: g.pod for g in node.gpus if g.pod is not None}.values(),
+                key=lambda p: (p.ends_at, p.uid),
+            )
+            live = [p for p in running if p.phase == "Running"]
+            if not live:
+                return None, t
+            t = self._finish(live[0], t) + 60.0
+            free = node.free()
+            if not free:
+                return None, t
+        return free[self.rng.randrange(len(free))], t
+
     def _owner(self, pod: DraPod) -> str:
         return f"{pod.owner_kind}/{pod.owner}"
 
@@ -531,10 +549,9 @@ class DraPool:
     def _device_gone(self, node: DraNode, t: float) -> float:
         """An idle GPU drops out of the node's slice for 10 to 25 minutes."""
         rng = self.rng
-        free = node.free()
-        if not free:
+        gpu, t = self._idle(node, t)
+        if gpu is None:
             return t
-        gpu = free[rng.randrange(len(free))]
         fault = self.truth.fault_id(f"{DRA_FAULT_PREFIX}device_gone")
         gpu.gone = True
         node.generation += 1
@@ -564,10 +581,9 @@ class DraPool:
         a fatal XID: no pod to evict, the GPU is unusable until the taint goes (a reset,
         10 to 30 minutes later): a ticket."""
         rng = self.rng
-        free = node.free()
-        if not free:
+        gpu, t = self._idle(node, t)
+        if gpu is None:
             return t
-        gpu = free[rng.randrange(len(free))]
         fault = self.truth.fault_id(f"{DRA_FAULT_PREFIX}driver_taint")
         self._emit(
             t,
