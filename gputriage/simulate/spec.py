@@ -76,7 +76,8 @@ class StreamSpec:
     dra_nodes: int = 0
     """Nodes of a DRA node pool beside the device-plugin fleet, in the first cluster
     (:mod:`gputriage.simulate.dra`): GPUs held through ResourceClaims, its own faults and
-    noise. 0: none, and the stream is byte for byte the same as without the option."""
+    noise. 0: none, and the stream is byte for byte the same as without the option. Its
+    records come besides ``events`` (an exact count is the fleet's)."""
 
     @classmethod
     def for_duration(cls, *, seconds: float, nodes: int, **rest: object) -> StreamSpec:
