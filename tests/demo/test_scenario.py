@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from schemas.codec import decode_incident
+from schemas.codec import decode_incident, encode
 from schemas.incidents import Incident
 from streams.core.rules import registry
 from tests.cli_helpers import gputriage
@@ -179,9 +179,12 @@ def test_the_dra_nodes_tainted_device_is_one_page_naming_the_gpu_and_its_claims_
     assert final.severity == "page"
     assert [(p.namespace, p.name) for p in final.pods] == [("inference", "guard-serve-6d4c9-q7k2m")]
     assert [g.uuid for g in final.gpus] == ["GPU-0902d1e7-3c5a-4b8e-a2f4-000000090002"]
+    assert final.gpus[0].pci_bus_id == "0000:3a:00.0", "the bus, from the slice"
     schemas = {e.schema for e in final.evidence}
-    assert "resource_slice.v1" in schemas, "the taint, from the slice"
-    assert "pod.v1" in schemas or "k8s_event.v1" in schemas, "the eviction"
+    assert schemas & {"pod.v1", "k8s_event.v1"}, "the eviction"
+    named = encode(final).decode()
+    assert "guard-serve-6d4c9-q7k2m-gpu-8xk2p" in named, "the claim is named"
+    assert "gpu-2" in named, "the device is named"
     assert not [
         r for r in _revisions() if r.type == "allocation_mismatch" and DRA_NODE in r.summary
     ]
