@@ -63,6 +63,8 @@ from gputriage.simulate.truth import TruthRecorder
 from schemas.codec import AnyEvent
 from schemas.events import AutoscalerEvent, DeviceTaint, KubeEvent, NodeEvent, PodCondition
 
+GPU_PRESENT: Final = "nvidia.com/gpu.present"
+"""The GPU operator's label of a node with an NVIDIA GPU, whatever advertises it."""
 DRA_FAULT_PREFIX: Final = "dra_"
 """Every fault of the DRA pool is named ``dra_<story>``."""
 DEGRADED_AFTER: Final = timedelta(minutes=5)
@@ -173,6 +175,7 @@ class DraPool:
             "nvidia.com/gpu.memory": product.memory,
             "node.kubernetes.io/instance-type": product.instance_type,
             "topology.kubernetes.io/zone": f"{self.cluster.region}{rng.choice('abcd')}",
+            GPU_PRESENT: "true",
         }
         node = DraNode(
             cluster=self.cluster.name,
@@ -181,6 +184,7 @@ class DraPool:
             product=product_name(product.name),
             labels=labels,
             zero=i % 3 == 2,
+            dcgm_maps_claims=i % 2 == 0,
             slice_uid=self._uuid(),
             slice_name=f"{name}-gpu.nvidia.com-{self._suffix().lower()}",
         )

@@ -88,6 +88,9 @@ class DraNode:
     otherwise the resource is absent."""
     slice_uid: str
     slice_name: str
+    dcgm_maps_claims: bool = True
+    """dcgm-exporter runs with ``--kubernetes-enable-dra`` (off by default): without it,
+    its bindings name no pod for a GPU held by claim."""
     gpus: list[DraGpu] = field(default_factory=list)
     generation: int = 1
     scrape_seq: int = 0
@@ -218,10 +221,10 @@ def dra_binding(
 
 
 def dcgm_binding(node: DraNode, gpu: DraGpu, time: datetime) -> GpuBindingEvent:
-    """dcgm-exporter's scrape of one GPU: the same record as on a device-plugin node (its
-    pod mapping comes from the kubelet's pod-resources API, which lists DRA claims too)."""
+    """dcgm-exporter's scrape of one GPU: the same record as on a device-plugin node, naming
+    the claim's pod only where the exporter maps DRA claims (:attr:`DraNode.dcgm_maps_claims`)."""
     node.scrape_seq += 1
-    pod = gpu.pod
+    pod = gpu.pod if node.dcgm_maps_claims else None
     return GpuBindingEvent(
         id=f"dcgm/{node.uid}/{gpu.minor}/{node.scrape_seq}",
         cluster=node.cluster,
