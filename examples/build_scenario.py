@@ -926,7 +926,7 @@ def dra_node() -> None:
             time=at(0),
             node=DRA_NODE,
             conditions=(build_event.ready_condition("True", "KubeletReady"),),
-            labels=LABELS,
+            labels={**LABELS, "nvidia.com/gpu.present": "true"},
         )
     )
     dra_slice(0.1)
