@@ -45,6 +45,7 @@ from gputriage.simulate.catalogue import (
     XID_TEXT,
 )
 from gputriage.simulate.dra_records import (
+    DRIVER,
     RV,
     DraGpu,
     DraNode,
@@ -672,6 +673,7 @@ class DraPool:
                 created=pod.created,
                 at=event.time,
                 unschedulable=True,
+                resource=DRIVER,
             )
             self._emit(t + 0.1, self._scheduler_event(pod, t + 0.1, message))
         t += rng.uniform(1.0, SCAN_INTERVAL)
