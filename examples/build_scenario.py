@@ -5,8 +5,9 @@ that users (and the tests) can replay it without running this, and the output mu
 byte-identical to ``gputriage/demo/scenario.jsonl`` (the tests rebuild it and compare).
 Records are built by :mod:`gputriage.demo.events`; what stays here is the story, the id
 scheme (``k8s:pod-NAME:RV``, one resourceVersion counter) and the time unit (minutes after
-``START``). Seven nodes show one node-scoped type each, then three cluster-scoped stories
-and the PCIe-only node are told after them, so that the node stories keep their
+``START``). Seven nodes show one node-scoped type each, then three cluster-scoped stories,
+the PCIe-only node and a DRA node (GPUs by ResourceClaim, a NoExecute device taint that
+evicts its pod) are told after them, so that the earlier stories keep their
 resourceVersions, hence their ids and their incidents' ids. The autoscaler's records are
 klog lines read by the real parser. Node by node: docs/replay.md, design notes.
 """
@@ -18,11 +19,30 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from connectors.autoscaler.lines import LineContext, parse_line
 from gputriage.demo import events as build_event
 from gputriage.demo.events import T0
 from schemas.codec import RecordError, encode
-from schemas.events import Event, PodCondition, PodRef, Termination, Tick
+from schemas.events import (
+    ClaimDevice,
+    ClaimRequest,
+    DeviceHealth,
+    DeviceTaint,
+    Event,
+    GpuBindingEvent,
+    NodeEvent,
+    PodClaim,
+    PodCondition,
+    PodRef,
+    ResourceClaimEvent,
+    ResourceSliceEvent,
+    SliceDevice,
+    Termination,
+    Tick,
+)
+from schemas.keys import DRA
 from schemas.types import Op
 
 CLUSTER = "prod-us-east"
@@ -498,6 +518,8 @@ def build() -> list[Event]:
     dcgm_outage()
     # --- Topology: last, for the same reason.
     pcie_node()
+    # --- The DRA node: after everything else, for the same reason.
+    dra_node()
 
     # 45 minutes in: the clock has moved on, quiet windows close.
     events.append(Tick(id="tick:45m", cluster=CLUSTER, time=at(45)))
@@ -746,6 +768,207 @@ def pcie_node() -> None:
         current=done,
     )
     bind_pod(8, 31.1, (3, 4), "")
+
+
+# --- The DRA node ---------------------------------------------------------------------
+
+DRA_NODE = "gpu-node-09"
+DRIVER = "gpu.nvidia.com"
+DRA_POD = "guard-serve-6d4c9-q7k2m"
+DRA_OWNER = ("ReplicaSet", "guard-serve-6d4c9")
+DRA_CLAIM = f"{DRA_POD}-gpu-8xk2p"
+DRA_CLAIM_UID = "5f0c2b7e-9a41-4d3c-8e6f-1b2a3c4d5e09"
+DRA_RULE = "evict-gpu-node-09-gpu-2"
+DISRUPTION = PodCondition(
+    status="True",
+    reason="DeletionByDeviceTaintManager",
+    message="Device Taint manager: deleting due to NoExecute taint",
+)
+
+
+def dra_gpu(index: int) -> tuple[str, str]:
+    """``(uuid, bus)`` of GPU ``index`` of the DRA node."""
+    return f"GPU-09{index:02d}d1e7-3c5a-4b8e-a2f4-00000009{index:04d}", BUSES[index]
+
+
+def dra_slice(minutes: float, taint: DeviceTaint | None = None) -> None:
+    """The node's ResourceSlice as the connector publishes it: taints are the effective
+    ones (a DeviceTaintRule's included, ``rule`` naming it)."""
+    devices = []
+    for index in range(8):
+        uuid, bus = dra_gpu(index)
+        taints = (taint,) if taint is not None and index == 2 else ()
+        devices.append(
+            SliceDevice(
+                name=f"gpu-{index}",
+                uuid=uuid,
+                pci_bus_id=bus,
+                product="NVIDIA H100 80GB HBM3",
+                type="gpu",
+                taints=taints,
+            )
+        )
+    version = rv()
+    events.append(
+        ResourceSliceEvent(
+            id=f"k8s:slice-{DRA_NODE}:{version}",
+            cluster=CLUSTER,
+            time=at(minutes),
+            node=DRA_NODE,
+            name=f"{DRA_NODE}-{DRIVER}-x7k2p",
+            driver=DRIVER,
+            pool=DRA_NODE,
+            generation=1,
+            devices=tuple(devices),
+            resource_version=int(version),
+        )
+    )
+
+
+def dra_claim(minutes: float, *, held: bool, op: Op = "modified") -> None:
+    """The pod's claim (from its template): allocated on gpu-2 and reserved for the pod, or
+    released; the connector's DRA binding of gpu-2 follows it (bind, or unbind)."""
+    version = rv()
+    events.append(
+        ResourceClaimEvent(
+            id=f"k8s:claim-{DRA_CLAIM}:{version}",
+            cluster=CLUSTER,
+            time=at(minutes),
+            node=DRA_NODE if held else "",
+            op=op,
+            namespace="inference",
+            name=DRA_CLAIM,
+            uid=DRA_CLAIM_UID,
+            requests=(ClaimRequest(name="gpu", device_class=DRIVER, count=1),),
+            devices=(ClaimDevice(request="gpu", driver=DRIVER, pool=DRA_NODE, device="gpu-2"),)
+            if held
+            else (),
+            reserved_for=(PodRef(namespace="inference", name=DRA_POD),) if held else (),
+            gpus=1,
+            resource_version=int(version),
+        )
+    )
+    if op == "deleted":
+        return
+    uuid, bus = dra_gpu(2)
+    events.append(
+        GpuBindingEvent(
+            id=f"dra:{DRA_NODE}:gpu-2:{DRA_CLAIM_UID}:{version}",
+            cluster=CLUSTER,
+            time=at(minutes),
+            node=DRA_NODE,
+            gpu_uuid=uuid,
+            pci_bus_id=bus,
+            device="gpu-2",
+            pods=(PodRef(namespace="inference", name=DRA_POD),) if held else (),
+            claims=(f"inference/{DRA_CLAIM}",) if held else (),
+            source=DRA,
+        )
+    )
+
+
+def dra_pod(
+    minutes: float,
+    *,
+    node_name: str = DRA_NODE,
+    phase: str = "Running",
+    op: Op = "modified",
+    current: Termination | None = None,
+    disruption: PodCondition | None = None,
+    deleted: float | None = None,
+) -> None:
+    """The pod: no GPU request, its GPU by claim (its device's health ``Unknown``: NVIDIA's
+    DRA driver reports none to the kubelet)."""
+    state = "terminated" if current else "running"
+    devices = (
+        DeviceHealth(
+            resource="claim:gpu/gpu",
+            device=f"k8s.gpu.nvidia.com/claim={DRA_CLAIM_UID}-gpu-2",
+            health="Unknown",
+        ),
+    )
+    base = build_event.pod_event(
+        id=f"k8s:pod-{DRA_POD}:{rv()}",
+        cluster=CLUSTER,
+        time=at(minutes),
+        node=node_name,
+        op=op,
+        namespace="inference",
+        name=DRA_POD,
+        phase=phase,
+        gpus=0,
+        owner=DRA_OWNER,
+        containers=(
+            msgspec.structs.replace(
+                build_event.container("guard", state=state, current=current),
+                devices=devices if node_name else (),
+            ),
+        ),
+        deleted_at=at(deleted) if deleted is not None else None,
+    )
+    claim = PodClaim(
+        name="gpu", claim=DRA_CLAIM, template="guard-serve-gpu", gpus=1, device_class=DRIVER
+    )
+    events.append(msgspec.structs.replace(base, claims=(claim,), disruption=disruption))
+
+
+def dra_node() -> None:
+    """A DRA node of a mixed cluster: no ``nvidia.com/gpu`` at all, its eight GPUs the
+    devices of its ResourceSlice, and one inference pod holding gpu-2 through a claim. At
+    minute 12 an operator's DeviceTaintRule taints gpu-2 NoExecute; the device taint
+    eviction controller evicts the pod (its Event, the pod's DisruptionTarget condition),
+    the claim is released. One page naming the GPU, the device and the pod; the rule is
+    deleted at minute 25 (the GPU was looked at)."""
+    events.append(
+        NodeEvent(
+            id=f"k8s:node-{DRA_NODE}:{rv()}",
+            cluster=CLUSTER,
+            time=at(0),
+            node=DRA_NODE,
+            conditions=(build_event.ready_condition("True", "KubeletReady"),),
+            labels={**LABELS, "nvidia.com/gpu.present": "true"},
+        )
+    )
+    dra_slice(0.1)
+    dra_pod(0.5, node_name="", phase="Pending", op="added")
+    dra_claim(0.52, held=True)
+    dra_pod(0.6)
+    uuid, bus = dra_gpu(2)
+    binding(DRA_NODE, 0.8, uuid, bus, 2, [("inference", DRA_POD, "guard")])
+    taint = DeviceTaint(
+        key="example.com/gpu-fault",
+        value="xid-79",
+        effect="NoExecute",
+        time_added=at(12.0),
+        rule=DRA_RULE,
+    )
+    dra_slice(12.0, taint)
+    events.append(
+        build_event.kube_event(
+            id=f"k8s-event:DeviceTaintManagerEviction-{DRA_POD}:{rv()}",
+            cluster=CLUSTER,
+            time=at(12.02),
+            node=DRA_NODE,
+            reason="DeviceTaintManagerEviction",
+            message="Marking for deletion",
+            warning=False,
+            kind="Pod",
+            name=DRA_POD,
+            namespace="inference",
+            uid=f"uid-{DRA_POD}",
+            source="device-taint-eviction-controller",
+        )
+    )
+    dra_pod(12.03, disruption=DISRUPTION, deleted=12.03)
+    killed = term(12.5, "Error", 143)
+    dra_pod(12.5, phase="Failed", current=killed, disruption=DISRUPTION, deleted=12.03)
+    dra_claim(12.55, held=False)
+    binding(DRA_NODE, 12.8, uuid, bus, 2, [])
+    dra_pod(
+        13.0, phase="Failed", op="deleted", current=killed, disruption=DISRUPTION, deleted=12.03
+    )
+    dra_claim(13.05, held=False, op="deleted")
+    dra_slice(25.0)
 
 
 def main(argv: list[str]) -> int:

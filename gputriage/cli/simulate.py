@@ -92,6 +92,14 @@ class DurationType(click.ParamType):
     "often for 15 min from the middle of the stream: a storm that must raise nothing.",
 )
 @click.option(
+    "--dra-nodes",
+    type=click.IntRange(min=0, max=2_000),
+    cls=StructDefault,
+    show_default=str(_DEFAULTS.dra_nodes),
+    help="Nodes of a DRA node pool in the first cluster, beside the device-plugin nodes: "
+    "GPUs held through ResourceClaims, with faults and noise of their own.",
+)
+@click.option(
     "--out",
     metavar="FILE",
     cls=StructDefault,

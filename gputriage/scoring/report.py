@@ -12,7 +12,7 @@ each (a long simulation can miss thousands); times are RFC 3339 UTC
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from gputriage import render
@@ -41,6 +41,9 @@ class Score:
     types: dict[str, TypeScore]
     confusion: Confusion
     matching: Matching
+    pools: dict[str, dict[str, TypeScore]] = field(default_factory=dict)
+    """Per pool kind (``dra``, ``device-plugin``), per type (:mod:`gputriage.scoring.pools`);
+    empty when the stream has no DRA node, so such a score reads as it always did."""
 
 
 def to_json(score: Score) -> bytes:
@@ -48,18 +51,7 @@ def to_json(score: Score) -> bytes:
     reported = {pair.truth.id: pair.detected.incident for pair in score.matching.confused}
     truth_of = {pair.detected.incident.id: pair.truth.id for pair in score.matching.confused}
     obj: dict[str, Any] = {
-        "types": {
-            kind: {
-                "precision": s.precision,
-                "recall": s.recall,
-                "delay_p50_s": s.delay_p50_s,
-                "delay_p95_s": s.delay_p95_s,
-                "tp": s.tp,
-                "fp": s.fp,
-                "fn": s.fn,
-            }
-            for kind, s in score.types.items()
-        },
+        "types": {kind: _type_json(s) for kind, s in score.types.items()},
         "confusion": score.confusion,
         "misses": [
             {
@@ -97,7 +89,24 @@ def to_json(score: Score) -> bytes:
             for pair in score.matching.excused
         ],
     }
+    if score.pools:
+        obj["pools"] = {
+            pool: {kind: _type_json(s) for kind, s in types.items()}
+            for pool, types in score.pools.items()
+        }
     return dumps(obj) + b"\n"
+
+
+def _type_json(s: TypeScore) -> dict[str, Any]:
+    return {
+        "precision": s.precision,
+        "recall": s.recall,
+        "delay_p50_s": s.delay_p50_s,
+        "delay_p95_s": s.delay_p95_s,
+        "tp": s.tp,
+        "fp": s.fp,
+        "fn": s.fn,
+    }
 
 
 def table(score: Score) -> str:
@@ -105,6 +114,14 @@ def table(score: Score) -> str:
     sections separated by a blank line, empty ones left out; "" when nothing to score."""
     sections = [
         render.columns(SCORE_HEADERS, [_score_row(k, s) for k, s in score.types.items()]),
+        render.columns(
+            ("POOL", *SCORE_HEADERS),
+            [
+                [pool, *_score_row(k, s)]
+                for pool, types in score.pools.items()
+                for k, s in types.items()
+            ],
+        ),
         render.columns(
             ("TRUTH", "REPORTED AS", "COUNT"),
             [

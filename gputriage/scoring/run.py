@@ -12,6 +12,7 @@ to stderr, so ``score -o json ... | jq`` is clean.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import BinaryIO, Final, Literal, TextIO
 
@@ -19,6 +20,7 @@ from connectors.files import FileReader
 from gputriage.replay import ReplayResult, correlate, write_summary
 from gputriage.scoring.matching import detections, match
 from gputriage.scoring.metrics import confusion, shortfalls, type_scores
+from gputriage.scoring.pools import pool_scores, slice_nodes, subjects
 from gputriage.scoring.report import Score, table, to_json
 from gputriage.scoring.truth_file import read_truth
 from schemas.truth import ExpectedIncident
@@ -43,10 +45,17 @@ class ScoreOptions:
     """As ``gputriage replay --progress``."""
 
 
-def score_replay(truths: list[ExpectedIncident], result: ReplayResult) -> Score:
-    """The score of a replay's incidents against ``truths`` (pure)."""
+def score_replay(
+    truths: list[ExpectedIncident],
+    result: ReplayResult,
+    dra_nodes: Iterable[tuple[str, str]] = (),
+) -> Score:
+    """The score of a replay's incidents against ``truths`` (pure); ``dra_nodes``: the
+    (cluster, node) pairs the events show as DRA nodes, besides those the truths name."""
     matching = match(truths, detections(result.revisions, result.first_published))
-    return Score(type_scores(matching), confusion(matching), matching)
+    dra = subjects(truths, dra_nodes)
+    pools = pool_scores(matching, dra) if dra else {}
+    return Score(type_scores(matching), confusion(matching), matching, pools)
 
 
 def run_score(
@@ -60,10 +69,11 @@ def run_score(
     """Score and report (the module docstring's contract); closes ``events``."""
     try:
         truths = read_truth(truth_path)  # first: a bad truth must not cost a replay
+        dra_nodes = slice_nodes(events.name)
         result = correlate([events], config, stderr, progress=options.progress)
     finally:
         events.close()
-    report = score_replay(truths, result)
+    report = score_replay(truths, result, dra_nodes)
     if options.output == "json":
         stdout.write(to_json(report))
     else:

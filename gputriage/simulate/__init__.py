@@ -5,7 +5,8 @@ H200), its workloads and their churn, healthy noise, and injected faults, each w
 incident the domain says it must give (``schemas/truth.py``). Modules: ``spec`` (what to
 simulate, ``GENERATOR_VERSION``), ``catalogue``, ``model`` (the mutable cluster),
 ``fleet`` (record builders, the event loop), ``noise``, ``faults`` and ``scaling`` (the
-injected faults), ``autoscaler`` (records read by the connector's parser), ``truth`` and
+injected faults), ``autoscaler`` (records read by the connector's parser), ``dra`` and
+``dra_records`` (a DRA node pool beside the fleet, ``--dra-nodes``), ``truth`` and
 ``cluster_truth`` (the recorders), ``stream`` (the API) and ``run`` (the command).
 docs/replay.md, design notes: the simulator's modules.
 """

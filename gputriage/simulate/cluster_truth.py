@@ -47,6 +47,8 @@ class _PendingPod:
     unschedulable: datetime | None = None
     left: datetime | None = None
     ties: dict[str, datetime] = field(default_factory=dict)
+    resource: str = ""
+    """What it asks for: ``nvidia.com/gpu``, or its claims' device class (``gpu.nvidia.com``)."""
 
     def pending(self, at: datetime) -> bool:
         return self.seen <= at and (self.left is None or at < self.left)
@@ -67,6 +69,8 @@ class ClusterTruth:
         self._pods: dict[tuple[str, str], _PendingPod] = {}
         self._groups: dict[tuple[str, str], _Group] = defaultdict(_Group)
         self._claims: dict[tuple[str, str], list[tuple[datetime, str]]] = defaultdict(list)
+        self._offers: dict[tuple[str, str], list[tuple[datetime, str]]] = defaultdict(list)
+        """(time, resource) of each pod a record tied to the group: what it is known to offer."""
 
     def claim(self, *, cluster: str, group: str, fault: str, at: datetime) -> None:
         """A fault story starts making ``group`` fail at ``at`` (names its truths)."""
@@ -86,11 +90,15 @@ class ClusterTruth:
         created: datetime,
         at: datetime,
         unschedulable: bool,
+        resource: str = "",
     ) -> None:
-        """A GPU pod was emitted pending (``pod`` is ``namespace/name``)."""
+        """A GPU pod was emitted pending (``pod`` is ``namespace/name``) asking for
+        ``resource``."""
         known = self._pods.get((cluster, pod))
         if known is None or (known.left is not None and known.left <= at):
-            known = self._pods[(cluster, pod)] = _PendingPod(owner, owner_label, created, at)
+            known = self._pods[(cluster, pod)] = _PendingPod(
+                owner, owner_label, created, at, resource=resource
+            )
         if unschedulable and known.unschedulable is None:
             known.unschedulable = at
 
@@ -114,6 +122,7 @@ class ClusterTruth:
             known = self._pods.get((cluster, f"{ref.namespace}/{ref.name}"))
             if known is not None and known.pending(record.time):
                 known.ties.setdefault(group, record.time)
+                self._offers[(cluster, group)].append((record.time, known.resource))
         failure = record.action in FAILURES or (
             record.action == "backoff" and record.reason in CAUSES
         )
@@ -208,7 +217,8 @@ class ClusterTruth:
                     continue
                 failing = self._failing(cluster, at)
                 tied = {g for _, p in starving for g, t in p.ties.items() if t <= at}
-                named = sorted(tied & failing.keys()) if tied else sorted(failing)
+                untied = self._may_offer(cluster, failing, starving, at)
+                named = sorted(tied & failing.keys()) if tied else untied
                 if not named:
                     continue
                 first = min(p.created for _, p in starving)
@@ -242,6 +252,24 @@ class ClusterTruth:
                 open_until = until
                 if open_until is None:
                     break
+        return found
+
+    def _may_offer(
+        self,
+        cluster: str,
+        groups: dict[str, _Group],
+        pods: list[tuple[str, _PendingPod]],
+        at: datetime,
+    ) -> list[str]:
+        """The failing groups untied ``pods`` may be waiting on: not one known (by the pods
+        tied to it so far) to offer only other resources than theirs (a DRA pool does not
+        starve a pod that asks for ``nvidia.com/gpu``, nor the other way round)."""
+        wanted = {p.resource for _, p in pods}
+        found = []
+        for group in sorted(groups):
+            known = {r for t, r in self._offers.get((cluster, group), ()) if t <= at and r}
+            if not known or "" in wanted or known & wanted:
+                found.append(group)
         return found
 
     def _joining_lines(

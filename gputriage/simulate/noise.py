@@ -218,6 +218,7 @@ class Noise(Fleet):
             created=pod.created_at,
             at=event.time,
             unschedulable=unschedulable,
+            resource=GPU,
         )
         return event
 

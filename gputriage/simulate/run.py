@@ -57,6 +57,8 @@ class SimulateOptions:
     storm: float = 1.0
     """Healthy churn this many times as often for 15 min from the middle (no fault)."""
     rates: dict[str, float] = field(default_factory=dict)
+    dra_nodes: int = 0
+    """Nodes of a DRA node pool beside the device-plugin nodes (:mod:`gputriage.simulate.dra`)."""
     out: str = "-"
     truth: str | None = None
     progress: bool | None = None
@@ -71,6 +73,7 @@ class SimulateOptions:
             "fault_rate": fault_rate,
             "storm": self.storm,
             "rates": dict(self.rates),
+            "dra_nodes": self.dra_nodes,
         }
         if self.events is not None:
             return StreamSpec(events=self.events, hours=self.duration_seconds / 3600.0, **common)
@@ -104,7 +107,8 @@ def run_simulate(options: SimulateOptions, stderr: TextIO = sys.stderr) -> int:
     if optional:
         summary += f" (and {optional} optional, due where the stream ends)"
     print(
-        f"gputriage: simulated {sum(sim.counts.values())} events, {spec.nodes} nodes, "
+        f"gputriage: simulated {sum(sim.counts.values())} events, {spec.nodes} nodes"
+        f"{f' and {spec.dra_nodes} DRA nodes' if spec.dra_nodes else ''}, "
         f"{spec.hours:g} h; expected incidents: {summary}",
         file=stderr,
     )

@@ -73,6 +73,11 @@ class StreamSpec:
     bindings, a burst of evictions), so the stream covers all of ``hours``."""
     rates: dict[str, float] = field(default_factory=dict, compare=False, hash=False)
     """Per-fault multipliers (names of :data:`FAULTS`) on top of ``fault_rate``."""
+    dra_nodes: int = 0
+    """Nodes of a DRA node pool beside the device-plugin fleet, in the first cluster
+    (:mod:`gputriage.simulate.dra`): GPUs held through ResourceClaims, its own faults and
+    noise. 0: none, and the stream is byte for byte the same as without the option. Its
+    records come besides ``events`` (an exact count is the fleet's)."""
 
     @classmethod
     def for_duration(cls, *, seconds: float, nodes: int, **rest: object) -> StreamSpec:
@@ -109,6 +114,8 @@ class StreamSpec:
             name += "-snap"
         if self.storm != 1.0:
             name += f"-storm{self.storm:g}"
+        if self.dra_nodes:
+            name += f"-dra{self.dra_nodes}"
         if self.fault_rate != 1.0 or self.rates:
             extra = "".join(f"-{k}{v:g}" for k, v in sorted(self.rates.items()))
             name += f"-f{self.fault_rate:g}{extra}"

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import IO, cast
 
 from connectors.files import FileReader
+from gputriage.simulate.dra import DraPool
 from gputriage.simulate.faults import Simulator
 from gputriage.simulate.spec import StreamSpec
 from schemas.codec import AnyEvent, encode
+from schemas.jsonschema import wire_tag
 from schemas.truth import ExpectedIncident
 
 
@@ -31,13 +33,34 @@ class Simulation:
         self._sim = Simulator(spec)
         self.counts: Counter[str] = self._sim.counts
         """Events emitted so far, by schema tag."""
+        self.dra: DraPool | None = (
+            DraPool(spec, self._sim.clusters[0], self._sim.truth) if spec.dra_nodes > 0 else None
+        )
+        """The DRA node pool (``spec.dra_nodes``), whose records join the stream by time."""
 
     def events(self) -> Iterator[AnyEvent]:
-        return self._sim.events()
+        if self.dra is None:
+            return self._sim.events()
+        return self._merged(self.dra.events)
+
+    def _merged(self, pool: list[AnyEvent]) -> Iterator[AnyEvent]:
+        """The fleet's stream with the pool's records, each before the first fleet record
+        later than it (the fleet's own order is kept, jitter and all)."""
+        k = 0
+        counts = self.counts
+        for event in self._sim.events():
+            while k < len(pool) and pool[k].time <= event.time:
+                counts[wire_tag(type(pool[k]))] += 1
+                yield pool[k]
+                k += 1
+            yield event
+        for rest in pool[k:]:
+            counts[wire_tag(type(rest))] += 1
+            yield rest
 
     def lines(self) -> Iterator[bytes]:
         """The stream as encoded JSON lines (no trailing newline)."""
-        for event in self._sim.events():
+        for event in self.events():
             yield encode(event)
 
     @property
@@ -48,7 +71,7 @@ class Simulation:
 
 def generate_events(spec: StreamSpec) -> Iterator[AnyEvent]:
     """The typed events of the stream ``spec`` describes."""
-    return Simulator(spec).events()
+    return Simulation(spec).events()
 
 
 def generate_lines(spec: StreamSpec, counts: Counter[str] | None = None) -> Iterator[bytes]:

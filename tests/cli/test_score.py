@@ -35,10 +35,17 @@ def write_truth(path: Path, items: list[ExpectedIncident]) -> Path:
 
 
 def changed(kind: str, **changes: Any) -> list[ExpectedIncident]:
-    """The scenario's truth with the expectation of type ``kind`` changed."""
+    """The scenario's truth with the device-plugin nodes' expectation of type ``kind``
+    changed (the DRA node's stays)."""
     return [
-        msgspec.structs.replace(item, **changes) if item.type == kind else item for item in truths()
+        msgspec.structs.replace(item, **changes) if item.type == kind and not dra(item) else item
+        for item in truths()
     ]
+
+
+def dra(item: ExpectedIncident) -> bool:
+    """The DRA node's expectation (its fault is ``dra_...``)."""
+    return item.fault.startswith("dra_")
 
 
 def score_json(*args: str) -> tuple[dict[str, Any], int, str]:
@@ -51,16 +58,23 @@ def score_json(*args: str) -> tuple[dict[str, Any], int, str]:
 def test_the_scenario_scores_every_type_once_and_right() -> None:
     score, code, stderr = score_json(str(SCENARIO), str(TRUTH))
     assert code == 0, stderr
-    assert list(score) == ["types", "confusion", "misses", "false_positives", "excused"]
+    assert list(score) == ["types", "confusion", "misses", "false_positives", "excused", "pools"]
     assert score["excused"] == []
     assert set(score["types"]) == ALL_TYPES
-    for kind, figures in score["types"].items():
+    assert list(score["pools"]) == ["device-plugin", "dra"]
+    dra_figures = score["pools"]["dra"]["device_unhealthy_eviction"]
+    assert (dra_figures["tp"], dra_figures["fp"], dra_figures["fn"]) == (1, 0, 0)
+    assert set(score["pools"]["dra"]) == {"device_unhealthy_eviction"}
+    for kind, figures in score["pools"]["device-plugin"].items():
         assert set(figures) == REQUIRED
         assert (figures["tp"], figures["fp"], figures["fn"]) == (1, 0, 0), kind
         assert (figures["precision"], figures["recall"]) == (1.0, 1.0), kind
         assert figures["delay_p50_s"] == figures["delay_p95_s"], "one delay: both are it"
         assert figures["delay_p50_s"] >= 0, kind
-    assert score["confusion"] == {kind: {kind: 1} for kind in sorted(ALL_TYPES)}
+    twice = {"device_unhealthy_eviction"}  # a device-plugin node's and the DRA node's
+    assert score["confusion"] == {
+        kind: {kind: 2 if kind in twice else 1} for kind in sorted(ALL_TYPES)
+    }
     assert score["misses"] == []
     assert score["false_positives"] == []
 
@@ -69,8 +83,9 @@ def test_the_delay_runs_from_the_fault_to_the_first_revision_on_the_stream_clock
     """The XID 79 at minute 5, the pods fail by 5.6; the first revision comes out at the
     event that releases it from the grace (stream time 10:05:30): 30 s."""
     score, _, _ = score_json(str(SCENARIO), str(TRUTH))
-    assert score["types"]["device_unhealthy_eviction"]["delay_p50_s"] == 30.0
-    assert score["types"]["scale_up_failure"]["delay_p50_s"] == 12.0
+    device_plugin = score["pools"]["device-plugin"]
+    assert device_plugin["device_unhealthy_eviction"]["delay_p50_s"] == 30.0
+    assert device_plugin["scale_up_failure"]["delay_p50_s"] == 12.0
 
 
 def test_the_table_lists_scores_then_confusion() -> None:
@@ -84,7 +99,8 @@ def test_the_table_lists_scores_then_confusion() -> None:
         "allocation_mismatch", "1", "0", "0", "1.000", "1.000", "390s", "390s",
     ]  # fmt: skip
     assert lines[len(ALL_TYPES) + 1] == "", "a blank line between sections"
-    assert lines[len(ALL_TYPES) + 2].split() == ["TRUTH", "REPORTED", "AS", "COUNT"]
+    assert lines[len(ALL_TYPES) + 2].split()[:2] == ["POOL", "TYPE"], "a mixed cluster's pools"
+    assert any(line.split() == ["TRUTH", "REPORTED", "AS", "COUNT"] for line in lines)
     assert "MISSED" not in result.stdout.decode(), "no misses: no section"
 
 
@@ -122,13 +138,16 @@ def test_an_optional_truth_counts_its_incident_neither_way(tmp_path: Path) -> No
 
 
 def test_a_window_that_excludes_first_seen_is_a_miss(tmp_path: Path) -> None:
-    (eviction,) = (t for t in truths() if t.type == "device_unhealthy_eviction")
+    (eviction,) = (t for t in truths() if t.type == "device_unhealthy_eviction" and not dra(t))
     late = eviction.not_before.replace(minute=6)  # first_seen is 10:05:00
     items = changed("device_unhealthy_eviction", not_before=late, not_after=late.replace(minute=9))
     score, _, _ = score_json(str(SCENARIO), str(write_truth(tmp_path / "t.jsonl", items)))
-    figures = score["types"]["device_unhealthy_eviction"]
+    figures = score["pools"]["device-plugin"]["device_unhealthy_eviction"]
     assert (figures["tp"], figures["fp"], figures["fn"]) == (0, 1, 1)
-    assert score["confusion"]["device_unhealthy_eviction"] == {"none": 1}
+    assert score["confusion"]["device_unhealthy_eviction"] == {
+        "device_unhealthy_eviction": 1,
+        "none": 1,
+    }
     assert score["confusion"]["none"] == {"device_unhealthy_eviction": 1}
     assert score["types"]["host_oom_kill"]["tp"] == 1, "the others still match"
 
@@ -139,11 +158,11 @@ def test_a_truth_of_the_wrong_type_shows_what_it_was_reported_as(tmp_path: Path)
     items = changed("host_oom_kill", type="device_unhealthy_eviction")
     score, _, _ = score_json(str(SCENARIO), str(write_truth(tmp_path / "t.jsonl", items)))
     assert score["confusion"]["device_unhealthy_eviction"] == {
-        "device_unhealthy_eviction": 1,
+        "device_unhealthy_eviction": 2,
         "host_oom_kill": 1,
     }
     assert "none" not in score["confusion"], "the false positive is explained by the confusion"
-    device = score["types"]["device_unhealthy_eviction"]
+    device = score["pools"]["device-plugin"]["device_unhealthy_eviction"]
     assert (device["tp"], device["fp"], device["fn"], device["recall"]) == (1, 0, 1, 0.5)
     oom = score["types"]["host_oom_kill"]
     assert (oom["tp"], oom["fp"], oom["fn"]) == (0, 1, 0)

@@ -1,9 +1,9 @@
 """The shipped example: every incident type but a few named ones, each once, with its evidence.
 
 This is the acceptance statement of the scenario: the seven node-scoped types, the three
-cluster-scoped ones and the pod without NVLink,
-checked through the real CLI on the committed file (and the file is checked against its
-builder).
+cluster-scoped ones and the pod without NVLink on the device-plugin nodes, and the DRA
+node's one page, checked through the real CLI on the committed file (and the file is
+checked against its builder).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from schemas.codec import decode_incident
+from schemas.codec import decode_incident, encode
 from schemas.incidents import Incident
 from streams.core.rules import registry
 from tests.cli_helpers import gputriage
@@ -30,6 +30,8 @@ ALL_TYPES = set(registry.INCIDENT_TYPES) - set(NOT_IN_SCENARIO)
 CLUSTER_TYPES = ALL_TYPES & set(registry.CLUSTER_TYPES)
 NODE_TYPES = ALL_TYPES - CLUSTER_TYPES
 GROUP = "eks-gpu-p5-48xlarge-5ac6f1d2-3b7e-9c41-a8d0-6e2f4b19c7d5"
+DRA_NODE = "gpu-node-09"
+"""The DRA node: its GPUs by ResourceClaim; its one incident is told apart."""
 
 
 def _revisions() -> list[Incident]:
@@ -57,7 +59,7 @@ def test_each_type_left_out_is_a_real_type_shown_elsewhere() -> None:
 
 
 def test_every_type_once_with_evidence() -> None:
-    last = {r.id: r for r in _revisions()}
+    last = {r.id: r for r in _revisions() if r.node != DRA_NODE}
     types = sorted(r.type for r in last.values())
     assert types == sorted(ALL_TYPES), types
     assert all(r.evidence for r in last.values())
@@ -117,7 +119,7 @@ def test_the_dcgm_outage_is_one_mismatch_naming_both_nodes_and_resolved() -> Non
 
 
 def test_the_xid79_chain_is_one_incident_in_causal_order() -> None:
-    revisions = _revisions()
+    revisions = [r for r in _revisions() if r.node != DRA_NODE]
     chain = [r for r in revisions if r.type == "device_unhealthy_eviction"]
     assert len({r.id for r in chain}) == 1
     final = chain[-1]
@@ -139,9 +141,9 @@ def test_the_table_lists_each_incident_with_its_evidence_chain() -> None:
     assert result.returncode == 0
     text = result.stdout.decode()
     rows = [line for line in text.splitlines() if line.startswith("inc-")]
-    assert len(rows) == len(ALL_TYPES)
+    assert len(rows) == len(ALL_TYPES) + 1, "and the DRA node's page"
     evidence = [line for line in text.splitlines() if line.startswith("    ")]
-    assert len(evidence) >= 2 * len(ALL_TYPES)
+    assert len(evidence) >= 2 * len(rows)
 
 
 def test_the_ddp_pod_on_the_pcie_node_is_one_ticket_and_the_hgx_pods_give_nothing() -> None:
@@ -163,3 +165,26 @@ def test_the_ddp_pod_on_the_pcie_node_is_one_ticket_and_the_hgx_pods_give_nothin
     assert "GPU3-GPU4 SYS" in opened.summary
     assert final.status == "resolved"
     assert final.attributes["resolution"] == "pod succeeded"
+
+
+def test_the_dra_nodes_tainted_device_is_one_page_naming_the_gpu_and_its_claims_pod() -> None:
+    """gpu-node-09 advertises no ``nvidia.com/gpu``: its pod holds gpu-2 through a claim.
+    A DeviceTaintRule taints gpu-2 NoExecute at minute 12 and the device taint eviction
+    controller evicts the pod: one page naming the GPU (uuid from the slice) and the pod,
+    with the taint and the eviction in its evidence."""
+    revisions = [r for r in _revisions() if r.node == DRA_NODE]
+    pages = [r for r in revisions if r.type == "device_unhealthy_eviction"]
+    assert len({r.id for r in pages}) == 1, [(r.type, r.id) for r in revisions]
+    final = pages[-1]
+    assert final.severity == "page"
+    assert [(p.namespace, p.name) for p in final.pods] == [("inference", "guard-serve-6d4c9-q7k2m")]
+    assert [g.uuid for g in final.gpus] == ["GPU-0902d1e7-3c5a-4b8e-a2f4-000000090002"]
+    assert final.gpus[0].pci_bus_id == "0000:3a:00.0", "the bus, from the slice"
+    schemas = {e.schema for e in final.evidence}
+    assert schemas & {"pod.v1", "k8s_event.v1"}, "the eviction"
+    named = encode(final).decode()
+    assert "guard-serve-6d4c9-q7k2m-gpu-8xk2p" in named, "the claim is named"
+    assert "gpu-2" in named, "the device is named"
+    assert not [
+        r for r in _revisions() if r.type == "allocation_mismatch" and DRA_NODE in r.summary
+    ]
