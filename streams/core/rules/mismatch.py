@@ -3,8 +3,9 @@
 The cross-source sanity check, per node: GPUs requested by running GPU pods against GPUs
 dcgm-exporter reports with a pod label (a blind dcgm-exporter, a GPU off the bus under a
 pod). The sum over nodes of |requested - bound|, of nodes that disagreed for
-``mismatch_after_seconds``, above ``mismatch_threshold`` is one ticket per cluster. Left out: shared GPUs, NotReady nodes, nodes being
-removed, fractional-GPU pods, ignored namespaces, nodes no pod-aware source reported. On
+``mismatch_after_seconds``, above ``mismatch_threshold`` is one ticket per cluster. Left
+out: shared GPUs, NotReady nodes, nodes being removed, fractional-GPU pods, ignored
+namespaces, nodes no pod-aware source reported. On
 DRA nodes a pod's GPUs are those its claims ask for; a claim several pods reserve counts
 once (:func:`place`), and only where dcgm-exporter ties claim-held GPUs to pods.
 
