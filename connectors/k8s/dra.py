@@ -110,6 +110,11 @@ def _version_text(event: ResourceClaimEvent | ResourceSliceEvent) -> str:
     return str(event.resource_version) if event.resource_version else event.id.rpartition(":")[2]
 
 
+def is_gpu_claim(claim: ResourceClaimEvent, drivers: Iterable[str]) -> bool:
+    """Asks for GPUs (``gpus``: a GPU class) or was allocated a GPU driver's device."""
+    return claim.gpus > 0 or any(d.driver in drivers for d in claim.devices)
+
+
 def gpu_request(requests: Iterable[ClaimRequest], classes: frozenset[str]) -> ClaimRequest | None:
     """The first request of a GPU device class."""
     return next((r for r in requests if r.device_class in classes), None)
@@ -165,7 +170,7 @@ class DraJoin:
 
     def is_gpu_claim(self, claim: ResourceClaimEvent) -> bool:
         """Asks for GPUs (a GPU class) or was allocated a GPU driver's device."""
-        return claim.gpus > 0 or any(d.driver in self._drivers for d in claim.devices)
+        return is_gpu_claim(claim, self._drivers)
 
     # -- pods ----------------------------------------------------------------------------
     def pod(self, event: PodEvent) -> PodEvent:

@@ -24,31 +24,70 @@ from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 import aiohttp
-from kubernetes_asyncio.client import ApiClient, CoreV1Api
+from kubernetes_asyncio.client import (
+    ApiClient,
+    CoreV1Api,
+    ResourceV1alpha3Api,
+    ResourceV1Api,
+    ResourceV1beta2Api,
+)
 
 from connectors.backoff import Backoff, retry_after_seconds
 from connectors.health import Condition
+from connectors.k8s.dra import ClaimTemplate, DraJoin, TaintRule
 from connectors.k8s.metrics import ConnectorMetrics
-from connectors.k8s.relist import Known, deletion, diff, identity, repeated
+from connectors.k8s.relist import Known, Tracked, deletion, diff, identity, repeated
 from connectors.k8s.settings import K8sSettings
-from connectors.k8s.slim import DEFAULT_CONFIG, WATCH_OPS, SlimConfig, slim_object
+from connectors.k8s.slim import DEFAULT_CONFIG, WATCH_OPS, SlimConfig, Slimmed, slim_object
 from connectors.settings import required
 from schemas import codec
 from schemas.codec import AnyEvent, RecordError
 from schemas.dead_letters import DeadLetter
-from schemas.events import KubeEvent, NodeEvent, PodEvent
+from schemas.events import (
+    KubeEvent,
+    NodeEvent,
+    PodEvent,
+    ResourceClaimEvent,
+    ResourceSliceEvent,
+)
 from schemas.types import Op
 
 log = logging.getLogger("gputriage.connect.k8s")
 
-Resource = Literal["pods", "nodes", "events"]
-KINDS: Final[dict[Resource, str]] = {"pods": "Pod", "nodes": "Node", "events": "Event"}
+Resource = Literal[
+    "pods",
+    "nodes",
+    "events",
+    "resourceslices",
+    "resourceclaims",
+    "resourceclaimtemplates",
+    "devicetaintrules",
+]
+KINDS: Final[dict[Resource, str]] = {
+    "pods": "Pod",
+    "nodes": "Node",
+    "events": "Event",
+    "resourceslices": "ResourceSlice",
+    "resourceclaims": "ResourceClaim",
+    "resourceclaimtemplates": "ResourceClaimTemplate",
+    "devicetaintrules": "DeviceTaintRule",
+}
 """List items come without ``kind``; slimming needs it."""
+DRA_RESOURCES: Final[tuple[Resource, ...]] = (
+    "resourceslices",
+    "resourceclaims",
+    "resourceclaimtemplates",
+    "devicetaintrules",
+)
+"""The ``resource.k8s.io`` resources: served from Kubernetes 1.34 (``v1``); DeviceTaintRules
+only with the ``DRADeviceTaints`` gate (``v1alpha3`` on 1.33-1.35, ``v1beta2`` from 1.36)."""
+RULE_VERSIONS: Final = ("v1beta2", "v1alpha3")
+"""The DeviceTaintRule API versions tried, newest first."""
 
 MAX_DEAD_LETTER_BYTES: Final = 512 * 1024
 """Raw bytes kept in a dead letter; a longer value is cut (and the reason says so)."""
 
-K8sEvent = PodEvent | NodeEvent | KubeEvent
+K8sEvent = PodEvent | NodeEvent | KubeEvent | ResourceSliceEvent | ResourceClaimEvent
 
 _TOO_LONG: Final = b"\0too long"
 """Marker line for an over-long line (a real line never starts with NUL: JSON cannot)."""
@@ -68,6 +107,9 @@ class WatchOptions:
     """Total time for one list page."""
     backoff: Backoff = field(default_factory=Backoff)
     max_line_bytes: int = 16 * 1024 * 1024
+    unserved_retry_seconds: float = 600.0
+    """A DRA resource the API server does not serve (404) is asked for again this long
+    after: a cluster upgraded to serve it is seen without a restart."""
 
 
 def watch_timeout(options: WatchOptions, silence_timeout_seconds: float) -> int:
@@ -90,7 +132,8 @@ class Emitted:
 
 @dataclass(frozen=True, slots=True)
 class Derived:
-    """Records derived from an Event the GPU filter did not keep (autoscaler decisions)."""
+    """Records derived from an object the GPU filter did not keep or that is never published
+    itself: autoscaler decisions from an Event, slices a DeviceTaintRule re-emits."""
 
     resource: Resource
     events: tuple[AnyEvent, ...]
@@ -115,6 +158,8 @@ class Synced:
     resource: Resource
     resource_version: str
     relist: bool
+    served: bool = True
+    """False: the API server does not serve the resource (404); nothing to wait for."""
 
 
 WatchItem = Emitted | Derived | Rejected | Synced
@@ -196,8 +241,12 @@ class ResourceWatcher:
         metrics: ConnectorMetrics | None = None,
         clock: Callable[[], datetime] = _now,
         derive: Derive | None = None,
+        join: DraJoin | None = None,
     ) -> None:
         self.resource: Resource = resource
+        self.join = join
+        """The DRA join, shared by the watchers of one connector (None: records as slimmed,
+        DRA cache records dropped)."""
         self.derive = derive
         """Records to add for an Event (kept by the GPU filter or not); None: none."""
         self.cluster = required(settings.cluster, "cluster")
@@ -217,6 +266,11 @@ class ResourceWatcher:
         self.resource_version = ""
         """The checkpoint: the newest version handed out; the next watch starts here."""
         self._core = CoreV1Api(api)
+        self._resource = ResourceV1Api(api)
+        self._rule_apis = (ResourceV1beta2Api(api), ResourceV1alpha3Api(api))
+        self._rule_api = 0
+        """Index in :data:`RULE_VERSIONS` of the version asked for."""
+        self._served = True
         self._lists = 0
         self._lines_seen = 0
         """Lines received by the current watch: what counts as progress for the backoff."""
@@ -226,6 +280,8 @@ class ResourceWatcher:
         """The API method's coroutine; with ``_preload_content=False`` it gives the raw response."""
         core, namespace = self._core, self.namespace
         params["_preload_content"] = False
+        if self.resource in DRA_RESOURCES:
+            return self._call_dra(**params)
         if self.resource == "nodes":
             return core.list_node(**params)
         if self.resource == "pods":
@@ -235,6 +291,26 @@ class ResourceWatcher:
         if namespace:
             return core.list_namespaced_event(namespace, **params)
         return core.list_event_for_all_namespaces(**params)
+
+    def _call_dra(self, **params: Any) -> Awaitable[Any]:
+        api, namespace = self._resource, self.namespace
+        if self.resource == "resourceslices":
+            return api.list_resource_slice(**params)
+        if self.resource == "devicetaintrules":
+            return self._rule_apis[self._rule_api].list_device_taint_rule(**params)
+        if self.resource == "resourceclaims":
+            if namespace:
+                return api.list_namespaced_resource_claim(namespace, **params)
+            return api.list_resource_claim_for_all_namespaces(**params)
+        if namespace:
+            return api.list_namespaced_resource_claim_template(namespace, **params)
+        return api.list_resource_claim_template_for_all_namespaces(**params)
+
+    def api_version(self) -> str:
+        """``group/version`` asked for (for logs)."""
+        if self.resource == "devicetaintrules":
+            return f"resource.k8s.io/{RULE_VERSIONS[self._rule_api]}"
+        return "resource.k8s.io/v1" if self.resource in DRA_RESOURCES else "v1"
 
     async def _request(self, **params: Any) -> aiohttp.ClientResponse:
         """Send one list/watch request; raise :class:`ApiError`/:class:`Gone` unless 2xx."""
@@ -325,9 +401,12 @@ class ResourceWatcher:
                 # Only forwarded objects have a last event to turn into a deletion.
                 if last is not None and last.event is not None:
                     gone = deletion(last.event, change.uid, list_version, observed)
-                    if self.keep is not None:
-                        self.keep(gone)  # the GPU filter schedules forgetting the name
-                    yield Emitted(self.resource, gone)
+                    kept = not isinstance(gone, ClaimTemplate | TaintRule) and (
+                        self.keep is None or self.keep(gone)  # the filter forgets it later
+                    )
+                    item = self._publish(gone, kept or isinstance(gone, PodEvent | NodeEvent))
+                    if item is not None:
+                        yield item
                 continue
             obj = change.obj or {}
             obj.setdefault("kind", kind)
@@ -349,7 +428,7 @@ class ResourceWatcher:
     # -- one object --------------------------------------------------------------------
     def _accept(
         self,
-        result: K8sEvent | RecordError | None,
+        result: Slimmed,
         op: Op,
         uid: str,
         version: str,
@@ -369,14 +448,20 @@ class ResourceWatcher:
                     self.known[uid] = Known(version)
             data = raw if isinstance(raw, bytes) else codec.dumps(raw)
             return self._reject(_prefixed(result, prefix), data, _key(raw_obj(raw)), observed)
-        kept = self.keep is None or self.keep(result)
+        if self.join is not None and isinstance(result, PodEvent):
+            result = self.join.pod(result)  # before the filter: claims make GPU pods
+        cached, kept = True, False
+        if not isinstance(result, ClaimTemplate | TaintRule):
+            cached, kept = False, self.keep is None or self.keep(result)
         derived: tuple[AnyEvent, ...] = ()
         if op == "deleted":
             self.known.pop(uid, None)
             if isinstance(result, KubeEvent):
                 return None  # an Event expiring is not a change
         else:
-            remembered = result if kept and not isinstance(result, KubeEvent) else None
+            remembered: Tracked | None = None
+            if (kept or cached) and not isinstance(result, KubeEvent):
+                remembered = result
             if remembered is not None:
                 published = repeated(self.known.get(uid), remembered)
                 if published is not None:
@@ -389,9 +474,30 @@ class ResourceWatcher:
             self.known[uid] = Known(version, remembered)
             if self.derive is not None and isinstance(result, KubeEvent):
                 derived = self.derive(result)
-        if kept:
-            return Emitted(self.resource, result, derived)
-        return Derived(self.resource, derived) if derived else None
+                if kept:
+                    return Emitted(self.resource, result, derived)
+                return Derived(self.resource, derived) if derived else None
+        return self._publish(result, kept)
+
+    def _publish(
+        self, result: K8sEvent | ClaimTemplate | TaintRule, kept: bool
+    ) -> WatchItem | None:
+        """What to yield for a record: itself if kept, with what the DRA join adds."""
+        if isinstance(result, PodEvent | NodeEvent | KubeEvent):
+            return Emitted(self.resource, result) if kept else None
+        if self.join is None:
+            if kept and not isinstance(result, ClaimTemplate | TaintRule):
+                return Emitted(self.resource, result)
+            return None
+        out = self.join.on(result)
+        if isinstance(result, ClaimTemplate | TaintRule):
+            return Derived(self.resource, tuple(out)) if out else None
+        if not out:
+            return None
+        main, *rest = out
+        if kept and isinstance(main, ResourceSliceEvent | ResourceClaimEvent):
+            return Emitted(self.resource, main, tuple(rest))
+        return Derived(self.resource, tuple(rest)) if rest else None
 
     def _reject(self, error: RecordError, raw: bytes, key: str, observed: datetime) -> Rejected:
         if self.metrics is not None:
@@ -521,6 +627,31 @@ class ResourceWatcher:
             if watching is not None:  # lost the lease, or stopping: no longer ours to judge
                 watching.set(True, "not watching (standby or stopping)")
 
+    async def _unserved(self, watching: Condition | None, status: int) -> AsyncIterator[WatchItem]:
+        """The API server does not serve this DRA resource (404), or the RBAC does not grant
+        it (403: a manifest older than the connector): try the older version of
+        DeviceTaintRules, else say so once, yield an unserved :class:`Synced` (nothing to
+        wait for) and ask again after ``unserved_retry_seconds``: never a crash loop."""
+        if self.resource == "devicetaintrules" and self._rule_api + 1 < len(RULE_VERSIONS):
+            self._rule_api += 1
+            return
+        if self._served:
+            log.warning(
+                "%s: not served, going on without it: resource=%s api=%s status=%d "
+                "(resource.k8s.io/v1 needs Kubernetes 1.34+, DeviceTaintRules the "
+                "DRADeviceTaints feature gate; 403: the RBAC does not grant it)",
+                self.resource,
+                self.resource,
+                self.api_version(),
+                status,
+            )
+            self._served = False
+        if watching is not None:
+            watching.set(True, f"{self.api_version()} not served")
+        yield Synced(self.resource, "", relist=False, served=False)
+        self._rule_api = 0
+        await asyncio.sleep(self.options.unserved_retry_seconds)
+
     async def _items(self, watching: Condition | None) -> AsyncGenerator[WatchItem, None]:
         attempt = 0
         need_list = True
@@ -534,6 +665,9 @@ class ResourceWatcher:
                     async for item in self._relist():
                         yield item
                     need_list = False
+                    if not self._served:
+                        log.info("%s: served again (%s)", self.resource, self.api_version())
+                        self._served = True
                     if watching is not None:
                         watching.set(True, "listed, watching")
                 async for item in self._watch():
@@ -548,6 +682,10 @@ class ResourceWatcher:
                 log.warning("%s: watch silent (%s); reconnecting", self.resource, exc)
                 reason = "silent"
             except ApiError as exc:
+                if need_list and exc.status in (403, 404) and self.resource in DRA_RESOURCES:
+                    async for item in self._unserved(watching, exc.status):
+                        yield item
+                    continue
                 if self.metrics is not None:
                     self.metrics.api_errors.labels(self.resource, str(exc.status)).inc()
                 log.warning("%s: API error %s", self.resource, exc)
