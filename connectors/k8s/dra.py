@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, Final
 
 import msgspec
 
-from schemas.codec import AnyEvent
 from schemas.events import (
     ClaimRequest,
     DeviceHealth,
@@ -96,6 +95,8 @@ class TaintRule(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
+Joined = PodEvent | ResourceSliceEvent | ResourceClaimEvent | GpuBindingEvent
+"""What the join publishes."""
 DeviceKey = tuple[str, str, str]
 """(driver, pool, device): a DRA device's identity."""
 
@@ -155,7 +156,7 @@ class DraJoin:
     # -- the entry point ---------------------------------------------------------------
     def on(
         self, record: PodEvent | ResourceSliceEvent | ResourceClaimEvent | ClaimTemplate | TaintRule
-    ) -> list[AnyEvent]:
+    ) -> list[Joined]:
         """The records to publish for one watched object (a pod: itself, resolved)."""
         if isinstance(record, PodEvent):
             return [self.pod(record)]
@@ -220,7 +221,7 @@ class DraJoin:
         self._templates[key] = template
 
     # -- slices ------------------------------------------------------------------------
-    def slice(self, event: ResourceSliceEvent) -> list[AnyEvent]:
+    def slice(self, event: ResourceSliceEvent) -> list[Joined]:
         """The slice with its effective taints, and the bindings it completes."""
         if event.driver not in self._drivers:
             return []
@@ -235,7 +236,7 @@ class DraJoin:
             return [self._effective(event)]
         self._slices[_uid(event)] = event
         self._pools.setdefault(pool, set()).add(_uid(event))
-        out: list[AnyEvent] = [self._effective(event)]
+        out: list[Joined] = [self._effective(event)]
         for device in event.devices:
             key = (event.driver, event.pool, device.name)
             if key in self._holders:
@@ -311,7 +312,7 @@ class DraJoin:
         return out
 
     # -- claims and bindings ---------------------------------------------------------------
-    def claim(self, event: ResourceClaimEvent) -> list[AnyEvent]:
+    def claim(self, event: ResourceClaimEvent) -> list[Joined]:
         """The claim, and the bindings its change makes (bind, rebind, unbind)."""
         old = self._claims.pop(event.uid, None)
         if old is not None:
@@ -324,7 +325,7 @@ class DraJoin:
         touched = set(self._gpu_devices(event))
         if old is not None:
             touched.update(self._gpu_devices(old))
-        out: list[AnyEvent] = [event]
+        out: list[Joined] = [event]
         for key in sorted(touched):
             out.extend(self._rebind(key, event.cluster, event.uid, event))
         return out

@@ -17,9 +17,16 @@ from __future__ import annotations
 import heapq
 from datetime import datetime, timedelta
 
-from connectors.k8s.dra import is_gpu_claim
+from connectors.k8s.dra import ClaimTemplate, TaintRule, is_gpu_claim
 from connectors.k8s.slim import DEFAULT_CONFIG, SlimConfig, is_gpu_node, is_gpu_pod
-from schemas.events import KubeEvent, NodeEvent, PodEvent, ResourceClaimEvent, ResourceSliceEvent
+from schemas.events import (
+    GpuBindingEvent,
+    KubeEvent,
+    NodeEvent,
+    PodEvent,
+    ResourceClaimEvent,
+    ResourceSliceEvent,
+)
 
 FORGET_AFTER = timedelta(hours=2)
 
@@ -59,14 +66,24 @@ class GpuFilter:
 
     def keep(
         self,
-        event: PodEvent | NodeEvent | KubeEvent | ResourceSliceEvent | ResourceClaimEvent,
+        event: PodEvent
+        | NodeEvent
+        | KubeEvent
+        | ResourceSliceEvent
+        | ResourceClaimEvent
+        | GpuBindingEvent
+        | ClaimTemplate
+        | TaintRule,
     ) -> bool:
         """Whether ``event`` belongs in the GPU-only stream (and remember GPU pods/nodes).
 
-        Slices are GPU drivers' only (slimming drops the others); claims are kept when
-        they ask a GPU class or were allocated a GPU driver's device.
+        Slices and DRA bindings are GPU drivers' only (the others give none); claims are
+        kept when they ask a GPU class or were allocated a GPU driver's device; the DRA
+        join's cache records (templates, rules) are never published.
         """
-        if isinstance(event, ResourceSliceEvent):
+        if isinstance(event, ClaimTemplate | TaintRule):
+            return False
+        if isinstance(event, ResourceSliceEvent | GpuBindingEvent):
             return True
         if isinstance(event, ResourceClaimEvent):
             return is_gpu_claim(event, self._config.gpu_drivers)

@@ -1077,10 +1077,10 @@ def slim_object(
     else:
         return _not_an_object(obj, "an object")
     view_type = _VIEWS.get(kind) if isinstance(kind, str) else None
-    if view_type is None and kind in DRA_KINDS and isinstance(obj, dict):
+    if view_type is None and isinstance(kind, str) and kind in DRA_KINDS and isinstance(obj, dict):
         from connectors.k8s.dra_slim import slim_dra  # noqa: PLC0415 - it builds on this module
 
-        return slim_dra(obj, str(kind), op, cluster=cluster, observed=observed, config=config)
+        return slim_dra(obj, kind, op, cluster=cluster, observed=observed, config=config)
     if view_type is None:
         if kind is None:
             return RecordError("object without a kind", "$.kind")

@@ -15,9 +15,8 @@ import msgspec
 import orjson
 import pytest
 
-from connectors.k8s.dra import DraJoin
+from connectors.k8s.dra import DraJoin, Joined
 from connectors.k8s.slim import DEFAULT_CONFIG, is_gpu_pod, slim_object
-from schemas.codec import AnyEvent
 from schemas.events import GpuBindingEvent, PodEvent, PodRef, ResourceSliceEvent
 from schemas.keys import DRA
 from tests.paths import DATA
@@ -46,11 +45,11 @@ def version(obj: dict[str, Any], rv: int) -> dict[str, Any]:
     return changed
 
 
-def bindings(records: list[AnyEvent]) -> list[GpuBindingEvent]:
+def bindings(records: list[Joined]) -> list[GpuBindingEvent]:
     return [r for r in records if isinstance(r, GpuBindingEvent)]
 
 
-def fold(records: list[AnyEvent]) -> dict[str, tuple[Any, ...]]:
+def fold(records: list[Joined]) -> dict[str, tuple[Any, ...]]:
     """device -> what a consumer believes holds it, from the binding records in order."""
     state: dict[str, tuple[Any, ...]] = {}
     for b in bindings(records):
@@ -256,7 +255,7 @@ def test_any_interleaving_of_the_same_objects_ends_in_the_same_bindings(seed: in
     results = []
     for order in (interleavings(streams, seed), [item for s in streams for item in s]):
         join = DraJoin(DEFAULT_CONFIG)
-        records: list[AnyEvent] = []
+        records: list[Joined] = []
         for op, obj in order:
             records += join.on(slim(obj, op))
         results.append(fold(records))

@@ -13,9 +13,12 @@ from typing import Any
 
 import orjson
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from connectors.k8s.dra import ClaimTemplate, TaintRule
 from connectors.k8s.slim import SlimConfig, slim_object
+from schemas import codec
 from schemas.codec import RecordError
 from schemas.events import (
     ClaimRequest,
@@ -285,3 +288,45 @@ def test_bad_objects_are_errors_naming_the_field(
     result = slim(raw)
     assert isinstance(result, RecordError)
     assert result.field.startswith(field), result
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**64), 2**64) | st.text(max_size=8),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+_OBJECTS = [
+    "resourceslice_mig",
+    "resourceclaim_allocated",
+    "resourceclaimtemplate",
+    "devicetaintrule",
+]
+
+
+def _paths(value: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+    """Every path to a value inside ``value`` (dict keys and list indexes)."""
+    out = [prefix]
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            out += _paths(inner, (*prefix, key))
+    elif isinstance(value, list):
+        for index, inner in enumerate(value[:3]):
+            out += _paths(inner, (*prefix, index))
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_any_value_anywhere_in_a_dra_object_is_a_record_or_an_error(data: st.DataObject) -> None:
+    raw = load(data.draw(st.sampled_from(_OBJECTS)))
+    path = data.draw(st.sampled_from(_paths(raw)[1:]))
+    parent = raw
+    for key in path[:-1]:
+        parent = parent[key]
+    parent[path[-1]] = data.draw(_JSON)
+    result = slim(raw)
+    if result is None or isinstance(result, RecordError | ClaimTemplate | TaintRule):
+        return
+    assert codec.decode_event(codec.encode(result)) == result
