@@ -1,10 +1,9 @@
 """The DRA join: ResourceSlices, ResourceClaims, their templates and DeviceTaintRules, as the
 records the core reads (effective slice taints, pods' claims resolved, DRA bindings).
 
-The core never re-joins claims: this class, fed every watched object in watch order, says
-what to publish for it. It is pure and deterministic (no clock, no I/O): the same objects
-in the same order give the same records, and any order of the same objects ends in the
-same bindings. Memory holds GPU objects only, and forgets deleted ones.
+The core never re-joins claims: fed every watched object in watch order, this class says
+what to publish for it. Pure and deterministic (no clock, no I/O); any order of the same
+objects ends in the same bindings. It holds GPU objects only, and forgets deleted ones.
 
 Traps: a device is named by (driver, pool, device), never by its name alone; a slice may
 be missing while its claims hold devices (a DRA plugin restart republishes it), so a

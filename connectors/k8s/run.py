@@ -1,9 +1,8 @@
 """``gputriage connect k8s``: pods, nodes and Events from the Kubernetes API into the raw topics.
 
-The watchers (pods, nodes, Events, and the DRA kinds: ResourceSlices, ResourceClaims,
-their templates, DeviceTaintRules, joined by one :class:`~connectors.k8s.dra.DraJoin`) are
-one :class:`WatchSource`, published by the one loop (:mod:`connectors.publish`): one chunk
-in flight, so order per key is the watch order.
+The watchers (pods, nodes, Events, the DRA kinds joined by one
+:class:`~connectors.k8s.dra.DraJoin`) are one :class:`WatchSource`, published by the one
+loop (:mod:`connectors.publish`): one chunk in flight, so order per key is watch order.
 Nothing is committed (the checkpoint is the resourceVersion, in memory); a restart relists,
 and unchanged objects give the same events, which the core skips.
 

@@ -85,19 +85,17 @@ def ingest_k8s_command(
 ) -> int:
     """Slim recorded Kubernetes objects into typed events, printed as JSON lines.
 
-    Pods and nodes are stamped with the newest status timestamp in the object
-    (a recording has no receive time). The autoscalers' Events (TriggeredScaleUp,
-    NotTriggerScaleUp, Karpenter's...) are also printed as autoscaler.v1 records.
-    DRA objects (ResourceSlices, ResourceClaims, their templates, DeviceTaintRules)
-    are joined as the live connector joins them: pods' claims, effective device
-    taints and DRA bindings (list them before the pods). A bad line or object is
-    reported as FILE:LINE on stderr and skipped; the exit status is then 1.
+    Pods and nodes are stamped with the newest status timestamp in the object (a
+    recording has no receive time). The autoscalers' Events (TriggeredScaleUp,
+    NotTriggerScaleUp, Karpenter's...) are also printed as autoscaler.v1 records,
+    and DRA objects joined as the live connector joins them (list them before the
+    pods). A bad line or object is reported as FILE:LINE on stderr and skipped;
+    the exit status is then 1.
 
     \b
     Examples:
       kubectl get pods,nodes -A -o json | gputriage ingest k8s --cluster prod --file -
-      kubectl get resourceslices,resourceclaimtemplates,resourceclaims,pods -A -o json \\
-        | gputriage ingest k8s --cluster prod --file -
+      kubectl get resourceclaims,pods -A -o json | gputriage ingest k8s --cluster prod --file -
       gputriage ingest k8s --cluster prod --keep-all --file watch-events.jsonl.gz
     """
     settings_of(ctx)  # an invalid --config is one line here too, as for every verb
