@@ -693,6 +693,10 @@ class ResourceWatcher:
                 reason = "error"
                 if watching is not None:
                     watching.set(False, f"API error {exc}")
+                if need_list and self.resource in DRA_RESOURCES and not self._lists:
+                    # Nothing to wait for while it fails: the pods and the idle batches
+                    # (the publish loop's clock) must not wait on a DRA resource.
+                    yield Synced(self.resource, "", relist=False, served=False)
             if self.metrics is not None:
                 self.metrics.watch_restarts.labels(self.resource, reason).inc()
             # Progress is "the watch delivered lines", bookmarks and the 410 ERROR included:

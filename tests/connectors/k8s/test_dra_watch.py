@@ -38,6 +38,7 @@ from schemas.events import (
 from tests.k8s_helpers import (
     FAST_WATCH,
     WATCHED,
+    Fail,
     FakeCluster,
     collecting,
     fake_cluster,
@@ -174,6 +175,19 @@ async def test_device_taint_rules_fall_back_to_v1alpha3_then_go_on_without_them(
         assert len(lines) == 1, lines  # said once, however often it asks again
         assert "status=404" in lines[0]
         assert "api=resource.k8s.io/v1alpha3" in lines[0]
+
+
+async def test_a_failing_dra_list_is_retried_and_holds_nothing_back() -> None:
+    async with fake_cluster(dra=True) as cluster:
+        claims = cluster.resource("resourceclaims")
+        claims.list_answers.extend([Fail(500), Fail(500)])
+        claims.put(load("resourceclaim_allocated"))
+        w = watcher(cluster, "resourceclaims")
+        async with collecting(w.items()) as items:
+            await eventually(lambda: len(published(items)) == 1, what="the claim, at last")
+        synced = [i for i in items if isinstance(i, Synced)]
+        assert [s.served for s in synced] == [False, False, True]
+        assert len(claims.list_requests) == 3
 
 
 async def gather(connector: Connector, done: Any, limit: int = 200) -> list[AnyEvent]:
