@@ -140,6 +140,8 @@ class DraJoin:
         self._rules: dict[str, TaintRule] = {}
         self._bound: dict[DeviceKey, GpuBindingEvent] = {}
         """device -> the last binding published with pods (an unbind removes it)."""
+        self._published: dict[str, int] = {}
+        """slice uid -> the newest version published of it (rules re-emit it newer)."""
 
     def __len__(self) -> int:
         """Objects held (slices, claims, templates, rules, bindings): for bounds in tests."""
@@ -150,6 +152,7 @@ class DraJoin:
             + len(self._rules)
             + len(self._bound)
             + len(self._holders)
+            + len(self._published)
         )
 
     # -- the entry point ---------------------------------------------------------------
@@ -227,19 +230,22 @@ class DraJoin:
         pool = (event.driver, event.pool)
         if event.op == "deleted":
             self._slices.pop(_uid(event), None)
+            self._published.pop(_uid(event), None)
             uids = self._pools.get(pool)
             if uids is not None:
                 uids.discard(_uid(event))
                 if not uids:
                     del self._pools[pool]
             return [self._effective(event)]
-        self._slices[_uid(event)] = event
-        self._pools.setdefault(pool, set()).add(_uid(event))
+        uid = _uid(event)
+        self._slices[uid] = event
+        self._published[uid] = max(self._published.get(uid, 0), event.resource_version)
+        self._pools.setdefault(pool, set()).add(uid)
         out: list[Joined] = [self._effective(event)]
         for device in event.devices:
             key = (event.driver, event.pool, device.name)
             if key in self._holders:
-                out.extend(self._rebind(key, event.cluster, _uid(event), event))
+                out.extend(self._rebind(key, event.cluster, uid, event))
         return out
 
     def _find(self, key: DeviceKey) -> _Found | None:
@@ -280,8 +286,10 @@ class DraJoin:
         """The slices whose effective taints the rule's change touches, re-emitted.
 
         A re-emitted slice's version is the newer of its own and the rule's (etcd's
-        revision counts across objects, so it is newer than any record of the slice
-        before, and older than its next change), and its time the rule's.
+        revision counts across objects: a rule written after the slice makes it newer
+        than any record of the slice before, and older than its next change), and its
+        time the rule's. Trap: a rule older than the slice (seen late, as in a file)
+        keeps the newest version published, so the id names the rule too.
         """
         old = self._rules.pop(rule.uid, None)
         if rule.op != "deleted" and rule.exact and rule.driver in ("", *self._drivers):
@@ -297,12 +305,17 @@ class DraJoin:
                 touched.append(event)
         out: list[ResourceSliceEvent] = []
         for event in touched:
-            version = max(event.resource_version, rule.resource_version)
-            effective = self._effective(event)
+            uid = _uid(event)
+            before = max(event.resource_version, self._published.get(uid, 0))
+            version = max(before, rule.resource_version)
+            record_id = k8s_event_id(uid, str(version))
+            if version == before:  # an older rule: that version's id is taken
+                record_id = f"{record_id}:rule:{rule.uid}:{rule.resource_version}"
+            self._published[uid] = version
             out.append(
                 msgspec.structs.replace(
-                    effective,
-                    id=k8s_event_id(_uid(event), str(version)),
+                    self._effective(event),
+                    id=record_id,
                     time=max(event.time, rule.time),
                     op="modified",
                     resource_version=version,

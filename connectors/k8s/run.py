@@ -64,8 +64,8 @@ PUBLISH: Final = PublishOptions(chunk=500, backoff=DELIVERY_BACKOFF, drain_timeo
 settings')."""
 DRA_CLAIM_SOURCES: Final[tuple[Resource, ...]] = ("resourceclaims", "resourceclaimtemplates")
 DRA_SYNC_WAIT_SECONDS: Final = 60.0
-"""The longest the pod watch waits for the claims and templates to be listed (an API
-server that fails them must not stop the pods and nodes)."""
+"""The longest the pod (slice) watch waits for the claims and templates (rules) to be listed:
+an API server that fails them must not stop the rest."""
 WATCH: Final = WatchOptions()
 """How to list and watch beyond the settings (which give the namespace and silence timeout)."""
 
@@ -155,19 +155,26 @@ class WatchSource:
         finally:
             await stream.aclose()
 
+    async def _pump_after(self, first: tuple[Resource, ...], resource: Resource) -> None:
+        """Pump ``resource`` once ``first`` are listed, or :data:`DRA_SYNC_WAIT_SECONDS` on."""
+        waits = [self.synced[r].wait() for r in first if r in self.synced]
+        if waits:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*waits), DRA_SYNC_WAIT_SECONDS)
+        await self._pump(resource)
+
     async def _watch_all(self) -> None:
         async with asyncio.TaskGroup() as group:
-            for resource in DRA_RESOURCES:
+            for resource in ("devicetaintrules", "resourceclaimtemplates", "resourceclaims"):
                 if resource in self.watchers:
                     group.create_task(self._pump(resource))
+            if "resourceslices" in self.watchers:
+                # After the rules: a slice's first record carries their taints.
+                group.create_task(self._pump_after(("devicetaintrules",), "resourceslices"))
             group.create_task(self._pump("nodes"))
-            # Pods after the claims and templates (a pod holding GPUs by claim only is a
-            # GPU pod once they are known), but never held back long by them.
-            claims = [self.synced[r].wait() for r in DRA_CLAIM_SOURCES if r in self.synced]
-            if claims:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.gather(*claims), DRA_SYNC_WAIT_SECONDS)
-            group.create_task(self._pump("pods"))
+            # After the claims and templates: a pod holding GPUs by claim only is a GPU
+            # pod once they are known.
+            group.create_task(self._pump_after(DRA_CLAIM_SOURCES, "pods"))
             # Events after pods and nodes: the GPU filter must know them first.
             await self.synced["pods"].wait()
             await self.synced["nodes"].wait()

@@ -152,9 +152,10 @@ def test_devices_of_other_drivers_are_never_bound() -> None:
     claim = load("resourceclaim_allocated")
     claim["status"]["allocation"]["devices"]["results"][0]["driver"] = "nic.example.com"
     claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "nic.example.com"
+    held = len(join)
     out = join.on(slim(claim))
     assert bindings(out) == []
-    assert len(join) == 1  # the slice only: a claim of no GPU is not held
+    assert len(join) == held  # a claim of no GPU is not held
 
 
 def test_a_plugin_restart_republishing_its_slice_changes_no_binding() -> None:
@@ -196,6 +197,13 @@ def test_device_taint_rules_add_their_taint_and_re_emit_the_slices_they_touch() 
     gpu_2 = next(d for d in cleared.devices if d.name == "gpu-2")
     assert [t.rule for t in gpu_2.taints] == [""]
     assert cleared.resource_version == 540000
+    # A rule older than the slice (seen late): the slice's version, an id of its own.
+    older = version(load("devicetaintrule"), 100)
+    older["metadata"]["uid"] = "older-rule"
+    (late,) = join.on(slim(older))
+    assert isinstance(late, ResourceSliceEvent)
+    assert late.resource_version == 540000  # the slice keeps the newest version it had
+    assert late.id not in {re_emitted.id, tainted.id, cleared.id}
     # A rule selecting nothing held re-emits nothing.
     elsewhere = load("devicetaintrule")
     elsewhere["spec"]["deviceSelector"]["pool"] = "another-node"
