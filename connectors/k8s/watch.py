@@ -80,9 +80,38 @@ DRA_RESOURCES: Final[tuple[Resource, ...]] = (
     "devicetaintrules",
 )
 """The ``resource.k8s.io`` resources: served from Kubernetes 1.34 (``v1``); DeviceTaintRules
-only with the ``DRADeviceTaints`` gate (``v1alpha3`` on 1.33-1.35, ``v1beta2`` from 1.36)."""
-RULE_VERSIONS: Final = ("v1beta2", "v1alpha3")
+with the ``DRADeviceTaints`` gate (``v1alpha3`` on 1.33-1.35, ``v1beta2`` on 1.36) or from
+1.37 (``v1``, GA)."""
+RULE_VERSIONS: Final = ("v1", "v1beta2", "v1alpha3")
 """The DeviceTaintRule API versions tried, newest first."""
+_QUERY: Final = {
+    "limit": "limit",
+    "_continue": "continue",
+    "watch": "watch",
+    "allow_watch_bookmarks": "allowWatchBookmarks",
+    "resource_version": "resourceVersion",
+    "timeout_seconds": "timeoutSeconds",
+}
+"""The list/watch parameters sent, by the client's name for them."""
+
+
+def list_v1_device_taint_rules(api: ApiClient, **params: Any) -> Awaitable[Any]:
+    """``GET /apis/resource.k8s.io/v1/devicetaintrules`` (Kubernetes 1.37), which the client's
+    generated APIs (36.x) do not have; the same parameters as theirs."""
+    query = [(_QUERY[k], v) for k, v in params.items() if k in _QUERY and v is not None]
+    result: Awaitable[Any] = api.call_api(
+        "/apis/resource.k8s.io/v1/devicetaintrules",
+        "GET",
+        {},
+        query,
+        {"Accept": "application/json"},
+        response_types_map={200: None},
+        auth_settings=["BearerToken"],
+        _preload_content=params.get("_preload_content", True),
+        _request_timeout=params.get("_request_timeout"),
+    )
+    return result
+
 
 MAX_DEAD_LETTER_BYTES: Final = 512 * 1024
 """Raw bytes kept in a dead letter; a longer value is cut (and the reason says so)."""
@@ -267,6 +296,7 @@ class ResourceWatcher:
         """The checkpoint: the newest version handed out; the next watch starts here."""
         self._core = CoreV1Api(api)
         self._resource = ResourceV1Api(api)
+        self._api = api
         self._rule_apis = (ResourceV1beta2Api(api), ResourceV1alpha3Api(api))
         self._rule_api = 0
         """Index in :data:`RULE_VERSIONS` of the version asked for."""
@@ -297,7 +327,9 @@ class ResourceWatcher:
         if self.resource == "resourceslices":
             return api.list_resource_slice(**params)
         if self.resource == "devicetaintrules":
-            return self._rule_apis[self._rule_api].list_device_taint_rule(**params)
+            if self._rule_api == 0:
+                return list_v1_device_taint_rules(self._api, **params)
+            return self._rule_apis[self._rule_api - 1].list_device_taint_rule(**params)
         if self.resource == "resourceclaims":
             if namespace:
                 return api.list_namespaced_resource_claim(namespace, **params)

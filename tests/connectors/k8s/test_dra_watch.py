@@ -157,6 +157,28 @@ async def test_claims_bind_on_list_and_unbind_on_a_relist_that_misses_them() -> 
         assert (last.op, last.resource_version) == ("deleted", 520700)
 
 
+async def test_device_taint_rules_on_v1beta2_are_listed_and_watched_there() -> None:
+    async with fake_cluster(dra=True) as cluster:  # Kubernetes 1.36: v1beta2, not v1
+        rules = cluster.resource("devicetaintrules")
+        rules.put(load("devicetaintrule"))
+        join = DraJoin(DEFAULT_CONFIG)
+        join.on(slim_object(load("resourceslice_gpu_node"), cluster="c1"))  # type: ignore[arg-type]
+        w = watcher(cluster, "devicetaintrules", join)
+        async with collecting(w.items()) as items:
+            await eventually(lambda: len(rules.watch_requests) == 1, what="a watch")
+            rules.event("DELETED", load("devicetaintrule", "540000"))
+            await eventually(lambda: len(published(items)) == 2, what="the slice, twice")
+        paths = [r.url.path for r in cluster.requests() if "devicetaintrules" in r.url.path]
+        assert paths[0] == "/apis/resource.k8s.io/v1/devicetaintrules"
+        assert set(paths[1:]) == {"/apis/resource.k8s.io/v1beta2/devicetaintrules"}
+        tainted, cleared = published(items)
+        assert isinstance(tainted, ResourceSliceEvent)
+        assert isinstance(cleared, ResourceSliceEvent)
+        assert [t.rule for d in tainted.devices for t in d.taints] == ["evict-gpu-2-xid-79"]
+        assert [t for d in cleared.devices for t in d.taints] == []
+        assert cleared.resource_version == 540000
+
+
 async def test_device_taint_rules_fall_back_to_v1alpha3_then_go_on_without_them(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
@@ -168,10 +190,13 @@ async def test_device_taint_rules_fall_back_to_v1alpha3_then_go_on_without_them(
                     lambda: len([i for i in items if isinstance(i, Synced)]) >= 2,
                     what="two rounds",
                 )
+                await eventually(lambda: len(cluster.requests()) >= 4, what="a fourth ask")
         paths = [r.url.path for r in cluster.requests() if "devicetaintrules" in r.url.path]
-        assert paths[:2] == [
+        assert paths[:4] == [
+            "/apis/resource.k8s.io/v1/devicetaintrules",
             "/apis/resource.k8s.io/v1beta2/devicetaintrules",
             "/apis/resource.k8s.io/v1alpha3/devicetaintrules",
+            "/apis/resource.k8s.io/v1/devicetaintrules",  # asked again later, newest first
         ]
         synced = [i for i in items if isinstance(i, Synced)]
         assert all(not s.served for s in synced)
