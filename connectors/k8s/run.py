@@ -17,7 +17,6 @@ In full: docs/connectors.md, design notes: connectors/k8s/run.py.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import os
 import socket
@@ -156,11 +155,16 @@ class WatchSource:
             await stream.aclose()
 
     async def _pump_after(self, first: tuple[Resource, ...], resource: Resource) -> None:
-        """Pump ``resource`` once ``first`` are listed, or :data:`DRA_SYNC_WAIT_SECONDS` on."""
-        waits = [self.synced[r].wait() for r in first if r in self.synced]
-        if waits:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.gather(*waits), DRA_SYNC_WAIT_SECONDS)
+        """Pump ``resource`` once ``first`` are listed, or :data:`DRA_SYNC_WAIT_SECONDS` on.
+
+        Trap: not ``asyncio.wait_for``, which on Python 3.11 can swallow a cancellation
+        that comes as the wait ends, and the pump would then outlive its TaskGroup.
+        """
+        waits = asyncio.gather(*(self.synced[r].wait() for r in first if r in self.synced))
+        try:
+            await asyncio.wait({waits}, timeout=DRA_SYNC_WAIT_SECONDS)
+        finally:
+            waits.cancel()
         await self._pump(resource)
 
     async def _watch_all(self) -> None:

@@ -715,6 +715,8 @@ class ResourceWatcher:
                 reason = "silent"
             except ApiError as exc:
                 if need_list and exc.status in (403, 404) and self.resource in DRA_RESOURCES:
+                    if exc.status == 403 and self.metrics is not None:  # a fault, unlike 404
+                        self.metrics.api_errors.labels(self.resource, "403").inc()
                     async for item in self._unserved(watching, exc.status):
                         yield item
                     continue

@@ -299,3 +299,25 @@ async def test_non_gpu_claims_are_filtered_and_kept_with_keep_all() -> None:
                 await eventually(lambda: any(isinstance(i, Synced) for i in items))
             names = sorted(r.name for r in published(items) if isinstance(r, ResourceClaimEvent))
             assert names == expected
+
+
+async def test_a_manifest_without_the_dra_grant_is_said_once_and_asked_again_later(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async with fake_cluster(dra=True) as cluster:
+        slices = cluster.resource("resourceslices")
+        slices.list_answers.extend([Fail(403, reason="Forbidden"), Fail(403, reason="Forbidden")])
+        slices.put(load("resourceslice_gpu_node"))
+        w = watcher(cluster, "resourceslices", unserved_retry_seconds=0.05)
+        with caplog.at_level(logging.WARNING, logger="gputriage.connect.k8s"):
+            async with collecting(w.items()) as items:
+                await eventually(lambda: len(published(items)) == 1, what="the slice, once granted")
+        lines = [r.getMessage() for r in caplog.records if "not served" in r.getMessage()]
+        assert len(lines) == 1, lines
+        assert "status=403" in lines[0]
+        assert [s.served for s in items if isinstance(s, Synced)][:2] == [False, False]
+        assert w.metrics is not None
+        errors = w.metrics.value(
+            "gputriage_connector_api_errors_total", resource="resourceslices", code="403"
+        )
+        assert errors == 2  # a missing grant is a fault to alert on, unlike a 404
