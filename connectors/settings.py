@@ -85,6 +85,26 @@ GpuResourcePrefixes = Annotated[
     ),
 ]
 
+GPU_DRIVERS: Final = ("gpu.nvidia.com",)
+"""The DRA drivers whose devices are GPUs unless told otherwise (NVIDIA's DRA driver)."""
+GPU_DEVICE_CLASSES: Final = ("gpu.nvidia.com", "mig.nvidia.com")
+"""The DRA device classes whose devices are GPUs unless told otherwise: NVIDIA's driver
+installs one class for whole GPUs and one for MIG devices."""
+GpuDrivers = Annotated[
+    tuple[str, ...],
+    msgspec.Meta(
+        description="DRA driver whose devices are GPUs (ResourceSlices, claim allocations).",
+        extra={"option": "--gpu-driver", "metavar": "DRIVER"},
+    ),
+]
+GpuDeviceClasses = Annotated[
+    tuple[str, ...],
+    msgspec.Meta(
+        description="DRA device class whose requests ask for GPUs (ResourceClaims, templates).",
+        extra={"option": "--gpu-device-class", "metavar": "CLASS"},
+    ),
+]
+
 
 def required(value: str | None, name: str) -> str:
     """A field the CLI requires (``cluster``, ``node``, ``url``), for code that takes the settings

@@ -79,11 +79,13 @@ def _is_watch(request: kmock.Request) -> bool:
 
 
 class ScriptedResource:
-    """List and watch answers for one core/v1 resource, scripted by the test."""
+    """List and watch answers for one resource (core/v1 or ``group/version``), scripted by
+    the test."""
 
-    def __init__(self, plural: str, kind: str) -> None:
+    def __init__(self, plural: str, kind: str, api_version: str = "v1") -> None:
         self.plural = plural
         self.kind = kind
+        self.api_version = api_version
         self.objects: dict[str, dict[str, Any]] = {}
         """uid -> current object, what a list returns."""
         self.list_version = "1000"
@@ -138,7 +140,7 @@ class ScriptedResource:
         ]
         body = {
             "kind": f"{self.kind}List",
-            "apiVersion": "v1",
+            "apiVersion": self.api_version,
             "metadata": {"resourceVersion": self.list_version},
             "items": items,
         }
@@ -162,9 +164,21 @@ class ScriptedResource:
             yield step
 
 
+DRA_GROUP: Final = "resource.k8s.io"
+DRA_SCRIPTED: Final = {
+    "resourceslices": ("ResourceSlice", "v1"),
+    "resourceclaims": ("ResourceClaim", "v1"),
+    "resourceclaimtemplates": ("ResourceClaimTemplate", "v1"),
+    "devicetaintrules": ("DeviceTaintRule", "v1beta2"),
+}
+"""The DRA resources a :func:`fake_cluster` with ``dra=True`` serves, at the version served
+(DeviceTaintRules: v1beta2, as Kubernetes 1.36 serves them)."""
+
+
 @dataclass
 class FakeCluster:
-    """A kmock server with scripted pods, nodes and events, and an ApiClient for it."""
+    """A kmock server with scripted pods, nodes and events (and DRA resources when asked for),
+    and an ApiClient for it."""
 
     server: kmock.KubernetesEmulator
     url: str
@@ -172,10 +186,13 @@ class FakeCluster:
     pods: ScriptedResource
     nodes: ScriptedResource
     events: ScriptedResource
+    dra: dict[str, ScriptedResource] = field(default_factory=dict)
+    """Plural -> scripted DRA resource; empty: the server serves no resource.k8s.io."""
 
     def resource(self, plural: str) -> ScriptedResource:
         """The scripted resource by plural name."""
-        return {"pods": self.pods, "nodes": self.nodes, "events": self.events}[plural]
+        core = {"pods": self.pods, "nodes": self.nodes, "events": self.events}
+        return core[plural] if plural in core else self.dra[plural]
 
     def requests(self) -> list[kmock.Request]:
         """Every request the server received, in order."""
@@ -183,8 +200,10 @@ class FakeCluster:
 
 
 @asynccontextmanager
-async def fake_cluster() -> AsyncIterator[FakeCluster]:
-    """Start kmock with scripted core/v1 pods, nodes and events; yield it with a client."""
+async def fake_cluster(*, dra: bool = False) -> AsyncIterator[FakeCluster]:
+    """Start kmock with scripted core/v1 pods, nodes and events, and with ``dra`` the
+    resource.k8s.io resources (:data:`DRA_SCRIPTED`); yield it with a client. Without
+    ``dra``, requests for them are answered 404, as by a cluster before Kubernetes 1.34."""
     async with kmock.KubernetesEmulator() as server, kmock.Server(server) as running:
         scripted = {
             "pods": ScriptedResource("pods", "Pod"),
@@ -193,6 +212,12 @@ async def fake_cluster() -> AsyncIterator[FakeCluster]:
         }
         for plural, resource in scripted.items():
             server[kmock.resource("", "v1", plural)] << resource.handle
+        dra_scripted: dict[str, ScriptedResource] = {}
+        if dra:
+            for plural, (kind, version) in DRA_SCRIPTED.items():
+                dra_scripted[plural] = ScriptedResource(plural, kind, f"{DRA_GROUP}/{version}")
+                route = kmock.resource(DRA_GROUP, version, plural)
+                server[route] << dra_scripted[plural].handle
         url = str(running.url).rstrip("/")
         async with ApiClient(Configuration(host=url)) as api:
             yield FakeCluster(
@@ -202,6 +227,7 @@ async def fake_cluster() -> AsyncIterator[FakeCluster]:
                 pods=scripted["pods"],
                 nodes=scripted["nodes"],
                 events=scripted["events"],
+                dra=dra_scripted,
             )
 
 

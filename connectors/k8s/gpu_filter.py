@@ -1,8 +1,8 @@
 """The GPU-only filter, live (a connector that runs for months) and offline (a file).
 
-Keeps GPU pods, GPU nodes, and the Events that involve them or name a GPU resource, and
-forgets a pod or node ``forget_after`` after its deletion (remembering every name would
-leak).
+Keeps GPU pods (by resource, share or DRA claim), GPU nodes, GPU claims, and the Events
+that involve them or name a GPU resource, and forgets a pod or node ``forget_after`` after
+its deletion (remembering every name would leak).
 
 Traps: forget late (Events about a pod keep coming after its DELETED; the API server keeps
 them an hour, the default here is two); time is the events' own, so tests are
@@ -17,8 +17,16 @@ from __future__ import annotations
 import heapq
 from datetime import datetime, timedelta
 
+from connectors.k8s.dra import ClaimTemplate, TaintRule, is_gpu_claim
 from connectors.k8s.slim import DEFAULT_CONFIG, SlimConfig, is_gpu_node, is_gpu_pod
-from schemas.events import KubeEvent, NodeEvent, PodEvent
+from schemas.events import (
+    GpuBindingEvent,
+    KubeEvent,
+    NodeEvent,
+    PodEvent,
+    ResourceClaimEvent,
+    ResourceSliceEvent,
+)
 
 FORGET_AFTER = timedelta(hours=2)
 
@@ -56,8 +64,29 @@ class GpuFilter:
             if self._names.get(key) == due:
                 del self._names[key]
 
-    def keep(self, event: PodEvent | NodeEvent | KubeEvent) -> bool:
-        """Whether ``event`` belongs in the GPU-only stream (and remember GPU pods/nodes)."""
+    def keep(
+        self,
+        event: PodEvent
+        | NodeEvent
+        | KubeEvent
+        | ResourceSliceEvent
+        | ResourceClaimEvent
+        | GpuBindingEvent
+        | ClaimTemplate
+        | TaintRule,
+    ) -> bool:
+        """Whether ``event`` belongs in the GPU-only stream (and remember GPU pods/nodes).
+
+        Slices and DRA bindings are GPU drivers' only (the others give none); claims are
+        kept when they ask a GPU class or were allocated a GPU driver's device; the DRA
+        join's cache records (templates, rules) are never published.
+        """
+        if isinstance(event, ClaimTemplate | TaintRule):
+            return False
+        if isinstance(event, ResourceSliceEvent | GpuBindingEvent):
+            return True
+        if isinstance(event, ResourceClaimEvent):
+            return is_gpu_claim(event, self._config.gpu_drivers)
         self._purge(event.time)
         if isinstance(event, PodEvent):
             if is_gpu_pod(event):

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 
 from connectors.bounded import MAX_INPUT_BYTES, size_text
 from connectors.files import FileReader
+from connectors.k8s.dra import ClaimTemplate, DraJoin, TaintRule
 from connectors.k8s.slim import (
     DEFAULT_CONFIG,
     WATCH_OPS,
@@ -35,6 +36,7 @@ from connectors.k8s.slim import (
 )
 from schemas import codec
 from schemas.codec import RecordError
+from schemas.events import GpuBindingEvent, PodEvent, ResourceClaimEvent, ResourceSliceEvent
 from schemas.types import Op
 
 
@@ -43,7 +45,8 @@ class SlimmedRecord(NamedTuple):
 
     source: str
     line: int
-    event: Slimmed
+    event: Slimmed | GpuBindingEvent
+    """A DRA binding only from :func:`joined`."""
 
 
 def documents(source: FileReader) -> Iterator[tuple[int, Any | RecordError]]:
@@ -178,3 +181,23 @@ def slim_documents(
                 yield SlimmedRecord(source.name, line, _prefixed(result, f"$.items[{index}]"))
             continue
         yield SlimmedRecord(source.name, line, _slim(doc, "added", None, cluster, observed, config))
+
+
+def joined(records: Iterator[SlimmedRecord], join: DraJoin) -> Iterator[SlimmedRecord]:
+    """``records`` through the DRA join, as the live connector does: pods with their claims
+    resolved, slices with their effective taints, and the records the join adds (DRA
+    bindings, slices a DeviceTaintRule re-emits) after the object that made them, on its
+    line. Templates and rules give only what they add.
+
+    Trap: the join sees objects in file order; a pod before its claim and template
+    (``kubectl get pods,resourceclaims``) stays without GPUs: list the DRA kinds first.
+    """
+    for record in records:
+        event = record.event
+        if not isinstance(
+            event, PodEvent | ResourceSliceEvent | ResourceClaimEvent | ClaimTemplate | TaintRule
+        ):
+            yield record
+            continue
+        for out in join.on(event):
+            yield record._replace(event=out)

@@ -22,9 +22,14 @@ from typing import Any
 
 import msgspec
 
-from schemas.events import NodeEvent, PodEvent
+from connectors.k8s.dra import ClaimTemplate, TaintRule
+from schemas.events import NodeEvent, PodEvent, ResourceClaimEvent, ResourceSliceEvent
 from schemas.ids import k8s_event_id, resource_version_number
 from schemas.types import Op
+
+Tracked = PodEvent | NodeEvent | ResourceSliceEvent | ResourceClaimEvent | ClaimTemplate | TaintRule
+"""What the known set remembers of an object: its last slimmed record (a DRA template or
+rule too, which is never published, so that its deletion still reaches the DRA join)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +37,7 @@ class Known:
     """What we last emitted for one object: its resourceVersion and slimmed state."""
 
     resource_version: str
-    event: PodEvent | NodeEvent | None = None
+    event: Tracked | None = None
     """The last slimmed pod/node (for deletions seen only by absence); None for Events
     and for objects we do not forward (filtered out, or not slimmable)."""
 
@@ -87,7 +92,7 @@ def diff(known: Mapping[str, Known], items: Sequence[Any]) -> list[Change]:
     return changes
 
 
-def repeated(last: Known | None, event: PodEvent | NodeEvent) -> PodEvent | NodeEvent | None:
+def repeated(last: Known | None, event: Tracked) -> Tracked | None:
     """The record last published for the object when ``event`` only repeats it; else None.
 
     Most updates of a GPU pod or node change nothing slimming keeps (a probe, a heartbeat,
@@ -115,9 +120,7 @@ def repeated(last: Known | None, event: PodEvent | NodeEvent) -> PodEvent | Node
     return previous if blanked == previous else None
 
 
-def deletion(
-    last: PodEvent | NodeEvent, uid: str, list_version: str, when: datetime
-) -> PodEvent | NodeEvent:
+def deletion(last: Tracked, uid: str, list_version: str, when: datetime) -> Tracked:
     """The ``deleted`` event for an object that vanished: its last state, a newer id, version
     and time."""
     return msgspec.structs.replace(

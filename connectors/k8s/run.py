@@ -1,14 +1,16 @@
 """``gputriage connect k8s``: pods, nodes and Events from the Kubernetes API into the raw topics.
 
-Three watchers (pods, nodes, Events) are one :class:`WatchSource`, published by the one
-loop (:mod:`connectors.publish`): one chunk in flight, so order per key is the watch order.
+The watchers (pods, nodes, Events, the DRA kinds joined by one
+:class:`~connectors.k8s.dra.DraJoin`) are one :class:`WatchSource`, published by the one
+loop (:mod:`connectors.publish`): one chunk in flight, so order per key is watch order.
 Nothing is committed (the checkpoint is the resourceVersion, in memory); a restart relists,
 and unchanged objects give the same events, which the core skips.
 
 Traps: the Events watcher starts once pods and nodes have synced, so the GPU filter knows
-them first; with ``--leader-election`` a leader that loses the Lease exits 1 and restarts
-as a candidate (simpler than resuming in-process). Stopping: the watchers stop, the buffer
-drains for ``drain_timeout_seconds``, the producer flushes, the Lease is released.
+them first, and pods once claims and templates have (or a minute has passed); with
+``--leader-election`` a leader that loses the Lease exits 1 and restarts as a candidate
+(simpler than resuming in-process). Stopping: the watchers stop, the buffer drains for
+``drain_timeout_seconds``, the producer flushes, the Lease is released.
 In full: docs/connectors.md, design notes: connectors/k8s/run.py.
 """
 
@@ -26,12 +28,14 @@ from typing import IO, Any, Final
 from kubernetes_asyncio.client import ApiClient
 
 from connectors.delivery import DELIVERY_BACKOFF
+from connectors.k8s.dra import DraJoin
 from connectors.k8s.gpu_filter import GpuFilter
 from connectors.k8s.leader import LeadershipLost, LeaseElector, LeaseOptions
 from connectors.k8s.metrics import ConnectorMetrics
 from connectors.k8s.settings import K8sSettings
 from connectors.k8s.slim import SlimConfig
 from connectors.k8s.watch import (
+    DRA_RESOURCES,
     Derive,
     Derived,
     Emitted,
@@ -57,6 +61,10 @@ log = logging.getLogger("gputriage.connect.k8s")
 PUBLISH: Final = PublishOptions(chunk=500, backoff=DELIVERY_BACKOFF, drain_timeout_seconds=10.0)
 """The publish loop's chunk, delivery backoff and drain bound (capacity and heartbeat: the
 settings')."""
+DRA_CLAIM_SOURCES: Final[tuple[Resource, ...]] = ("resourceclaims", "resourceclaimtemplates")
+DRA_SYNC_WAIT_SECONDS: Final = 60.0
+"""The longest the pod (slice) watch waits for the claims and templates (rules) to be listed:
+an API server that fails them must not stop the rest."""
 WATCH: Final = WatchOptions()
 """How to list and watch beyond the settings (which give the namespace and silence timeout)."""
 
@@ -67,7 +75,7 @@ def default_identity() -> str:
 
 
 class WatchSource:
-    """The pods, nodes and Events watchers as one :class:`connectors.source.Source`.
+    """The watchers (pods, nodes, Events, DRA kinds) as one :class:`connectors.source.Source`.
 
     Each watcher runs in its own task (supervised: a crash of one is raised by
     the next :meth:`next_batch`), handing items over through a one-slot queue,
@@ -146,10 +154,31 @@ class WatchSource:
         finally:
             await stream.aclose()
 
+    async def _pump_after(self, first: tuple[Resource, ...], resource: Resource) -> None:
+        """Pump ``resource`` once ``first`` are listed, or :data:`DRA_SYNC_WAIT_SECONDS` on.
+
+        Trap: not ``asyncio.wait_for``, which on Python 3.11 can swallow a cancellation
+        that comes as the wait ends, and the pump would then outlive its TaskGroup.
+        """
+        waits = asyncio.gather(*(self.synced[r].wait() for r in first if r in self.synced))
+        try:
+            await asyncio.wait({waits}, timeout=DRA_SYNC_WAIT_SECONDS)
+        finally:
+            waits.cancel()
+        await self._pump(resource)
+
     async def _watch_all(self) -> None:
         async with asyncio.TaskGroup() as group:
-            group.create_task(self._pump("pods"))
+            for resource in ("devicetaintrules", "resourceclaimtemplates", "resourceclaims"):
+                if resource in self.watchers:
+                    group.create_task(self._pump(resource))
+            if "resourceslices" in self.watchers:
+                # After the rules: a slice's first record carries their taints.
+                group.create_task(self._pump_after(("devicetaintrules",), "resourceslices"))
             group.create_task(self._pump("nodes"))
+            # After the claims and templates: a pod holding GPUs by claim only is a GPU
+            # pod once they are known.
+            group.create_task(self._pump_after(DRA_CLAIM_SOURCES, "pods"))
             # Events after pods and nodes: the GPU filter must know them first.
             await self.synced["pods"].wait()
             await self.synced["nodes"].wait()
@@ -178,9 +207,16 @@ class Connector:
         self.settings = settings
         cluster = required(settings.cluster, "cluster")
         self.metrics = metrics or ConnectorMetrics()
-        slim = SlimConfig(gpu_resources=settings.resources, gpu_prefixes=settings.resource_prefixes)
+        slim = SlimConfig(
+            gpu_resources=settings.resources,
+            gpu_prefixes=settings.resource_prefixes,
+            gpu_drivers=settings.gpu_drivers,
+            gpu_classes=settings.gpu_device_classes,
+        )
         self.gpu_filter = None if settings.keep_all else GpuFilter(slim)
         keep = self.gpu_filter.keep if self.gpu_filter is not None else None
+        self.join = DraJoin(slim)
+        """One join for every watcher: pods, claims, templates, slices and rules meet here."""
         self.watchers: dict[Resource, ResourceWatcher] = {
             resource: ResourceWatcher(
                 api,
@@ -191,8 +227,9 @@ class Connector:
                 keep=keep,
                 metrics=self.metrics,
                 derive=derive if resource == "events" else None,
+                join=self.join,
             )
-            for resource in ("pods", "nodes", "events")
+            for resource in ("pods", "nodes", "events", *DRA_RESOURCES)
         }
         self.synced: dict[Resource, asyncio.Event] = {r: asyncio.Event() for r in self.watchers}
         self.source = WatchSource(self.watchers, self.synced)

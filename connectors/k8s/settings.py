@@ -14,10 +14,14 @@ import msgspec
 from connectors.prometheus import MetricsPort
 from connectors.publish import HEARTBEAT_SECONDS
 from connectors.settings import (
+    GPU_DEVICE_CLASSES,
+    GPU_DRIVERS,
     MIG_PREFIXES,
     Brokers,
     BufferSize,
     Cluster,
+    GpuDeviceClasses,
+    GpuDrivers,
     GpuResourcePrefixes,
     GpuResources,
     HeartbeatSeconds,
@@ -34,7 +38,7 @@ GPU_PREFIXES = MIG_PREFIXES
 
 
 class K8sSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
-    """What ``connect k8s`` watches (pods, nodes, Events) and how."""
+    """What ``connect k8s`` watches (pods, nodes, Events, DRA objects) and how."""
 
     cluster: Cluster = None
     namespace: Annotated[
@@ -53,6 +57,8 @@ class K8sSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     ] = False
     resources: GpuResources = GPU_RESOURCES
     resource_prefixes: GpuResourcePrefixes = GPU_PREFIXES
+    gpu_drivers: GpuDrivers = GPU_DRIVERS
+    gpu_device_classes: GpuDeviceClasses = GPU_DEVICE_CLASSES
     brokers: Brokers = None
     metrics_port: MetricsPort | None = 9466
     heartbeat_seconds: HeartbeatSeconds = HEARTBEAT_SECONDS

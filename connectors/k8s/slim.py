@@ -24,19 +24,25 @@ from typing import Any, Final, NoReturn
 
 import msgspec
 
+from connectors.k8s.dra import CLAIM_RESOURCE, ClaimTemplate, TaintRule
 from connectors.k8s.settings import GPU_PREFIXES, GPU_RESOURCES
+from connectors.settings import GPU_DEVICE_CLASSES, GPU_DRIVERS
 from schemas import codec
 from schemas.codec import RecordError
 from schemas.events import (
     CORDON_TAINT,
     ContainerStatus,
+    DeviceHealth,
     GpuShare,
     KubeEvent,
     NodeCondition,
     NodeEvent,
     ObjectRef,
+    PodClaim,
     PodCondition,
     PodEvent,
+    ResourceClaimEvent,
+    ResourceSliceEvent,
     Taint,
     Termination,
 )
@@ -78,18 +84,37 @@ _LEGACY_LABELS: Final = {
 }
 """Deprecated labels still set on old clusters, mapped to the current name (if absent)."""
 
+DRA_KINDS: Final = frozenset(
+    {"ResourceSlice", "ResourceClaim", "ResourceClaimTemplate", "DeviceTaintRule"}
+)
+"""The ``resource.k8s.io`` kinds read (:mod:`connectors.k8s.dra_slim`)."""
+
 WATCH_OPS: Final[dict[str, Op]] = {"ADDED": "added", "MODIFIED": "modified", "DELETED": "deleted"}
 
-Slimmed = PodEvent | NodeEvent | KubeEvent | RecordError | None
-"""What slimming gives: an event, an error value, or ``None`` for nothing to emit."""
+Slimmed = (
+    PodEvent
+    | NodeEvent
+    | KubeEvent
+    | ResourceSliceEvent
+    | ResourceClaimEvent
+    | ClaimTemplate
+    | TaintRule
+    | RecordError
+    | None
+)
+"""What slimming gives: an event, a DRA cache record (never published), an error value,
+or ``None`` for nothing to emit."""
 
 
 @dataclass(frozen=True)
 class SlimConfig:
-    """Which extended resources count as GPUs (exact names and name prefixes)."""
+    """What counts as a GPU: extended resources (exact names and name prefixes), DRA
+    drivers (slices, allocations) and DRA device classes (claim requests)."""
 
     gpu_resources: tuple[str, ...] = GPU_RESOURCES
     gpu_prefixes: tuple[str, ...] = GPU_PREFIXES
+    gpu_drivers: tuple[str, ...] = GPU_DRIVERS
+    gpu_classes: tuple[str, ...] = GPU_DEVICE_CLASSES
 
     def is_gpu_resource(self, name: str) -> bool:
         """Whether resource ``name`` is a configured GPU resource."""
@@ -165,10 +190,19 @@ class _ContainerView(_View):
     resources: _ResourcesView | None = None
 
 
+class _PodClaimView(_View):
+    """``spec.resourceClaims[]`` (and ``status.resourceClaimStatuses[]``: name and claim)."""
+
+    name: str | None = None
+    resource_claim_name: str | None = None
+    resource_claim_template_name: str | None = None
+
+
 class _PodSpecView(_View):
     node_name: str | None = None
     containers: list[_ContainerView | None] | None = None
     init_containers: list[_ContainerView | None] | None = None
+    resource_claims: list[_PodClaimView | None] | None = None
 
 
 class _TerminatedView(_View):
@@ -197,11 +231,24 @@ class _LastStateView(_View):
     terminated: _TerminatedView | None = None
 
 
+class _ResourceHealthView(_View, rename={"resource_id": "resourceID"}):
+    resource_id: str | None = None
+    health: str | None = None
+
+
+class _ResourceStatusView(_View):
+    """One entry of ``allocatedResourcesStatus``: a resource name and its devices."""
+
+    name: str | None = None
+    resources: list[_ResourceHealthView | None] | None = None
+
+
 class _ContainerStatusView(_View):
     name: str | None = None
     restart_count: int | None = None
     state: _StateView | None = None
     last_state: _LastStateView | None = None
+    allocated_resources_status: list[_ResourceStatusView | None] | None = None
 
 
 class _PodConditionView(_View):
@@ -219,6 +266,7 @@ class _PodStatusView(_View):
     conditions: list[_PodConditionView | None] | None = None
     init_container_statuses: list[_ContainerStatusView | None] | None = None
     container_statuses: list[_ContainerStatusView | None] | None = None
+    resource_claim_statuses: list[_PodClaimView | None] | None = None
 
 
 class _PodView(_View, tag_field="kind", tag="Pod"):
@@ -601,8 +649,32 @@ def _termination(term: _TerminatedView) -> tuple[Termination, datetime | None]:
     )
 
 
+def _devices(status: _ContainerStatusView, config: SlimConfig) -> tuple[DeviceHealth, ...]:
+    """Its GPU resources' and DRA claims' devices with their health.
+
+    Every ``claim:`` entry is kept here: which claims hold GPUs is the DRA join's to
+    say (:meth:`connectors.k8s.dra.DraJoin.pod` drops the others).
+    """
+    devices: list[DeviceHealth] = []
+    for entry in status.allocated_resources_status or ():
+        if entry is None or not entry.name:
+            continue
+        name = entry.name
+        if not (name.startswith(CLAIM_RESOURCE) or config.is_gpu_resource(name)):
+            continue
+        for device in entry.resources or ():
+            if device is None:
+                continue
+            devices.append(
+                DeviceHealth(
+                    resource=name, device=device.resource_id or "", health=device.health or ""
+                )
+            )
+    return tuple(devices)
+
+
 def _container_status(
-    status: _ContainerStatusView | None,
+    status: _ContainerStatusView | None, config: SlimConfig = DEFAULT_CONFIG
 ) -> tuple[ContainerStatus, datetime | None]:
     """Field paths of its errors are relative to the container status."""
     status = status or _EMPTY_STATUS
@@ -644,6 +716,7 @@ def _container_status(
             reason=reason,
             terminated=terminated,
             last_terminated=last_terminated,
+            devices=_devices(status, config),
         ),
         newest,
     )
@@ -678,12 +751,13 @@ def _pod(
     ):
         for index, raw in enumerate(statuses or ()):
             try:
-                container, when = _container_status(raw)
+                container, when = _container_status(raw, config)
             except _Bad as bad:
                 raise bad.within(f"$.status.{key}[{index}]") from None
             containers.append(container)
             newest = _newest(newest, when)
     scheduled: PodCondition | None = None
+    disruption: PodCondition | None = None
     for index, cond in enumerate(status.conditions or ()):
         if cond is None:
             continue  # an empty condition: no time, not PodScheduled
@@ -692,12 +766,16 @@ def _pod(
         except _Bad as bad:
             raise bad.within(f"$.status.conditions[{index}]") from None
         newest = _newest(newest, changed)
-        if cond.type == "PodScheduled":
-            scheduled = PodCondition(
+        if cond.type in ("PodScheduled", "DisruptionTarget"):
+            condition = PodCondition(
                 status=cond.status or "",
                 reason=cond.reason or "",
                 message=_text(cond.message),
             )
+            if cond.type == "PodScheduled":
+                scheduled = condition
+            else:
+                disruption = condition
     owner_kind, owner_name = _owner(metadata)
     return PodEvent(
         id=meta.id,
@@ -721,7 +799,33 @@ def _pod(
         deleted_at=meta.deleted,
         gpu_share=_gpu_share(metadata),
         resource_version=meta.version,
+        claims=_pod_claims(spec, status),
+        disruption=disruption,
     )
+
+
+def _pod_claims(spec: _PodSpecView, status: _PodStatusView) -> tuple[PodClaim, ...]:
+    """The pod's DRA claims with their object names; ``gpus`` is the DRA join's to fill.
+
+    The claim object is ``status.resourceClaimStatuses`` (made from a template by the
+    claim controller, named ``<pod>-<claim>-<random>``) or ``resourceClaimName``.
+    """
+    made: dict[str, str] = {}
+    for entry in status.resource_claim_statuses or ():
+        if entry is not None and entry.name and entry.resource_claim_name:
+            made[entry.name] = entry.resource_claim_name
+    claims: list[PodClaim] = []
+    for entry in spec.resource_claims or ():
+        if entry is None or not entry.name:
+            continue
+        claims.append(
+            PodClaim(
+                name=entry.name,
+                claim=entry.resource_claim_name or made.get(entry.name, ""),
+                template=entry.resource_claim_template_name or "",
+            )
+        )
+    return tuple(claims)
 
 
 # -- nodes -------------------------------------------------------------------------
@@ -959,7 +1063,7 @@ def slim_object(
     observed: datetime | None = None,
     config: SlimConfig = DEFAULT_CONFIG,
 ) -> Slimmed:
-    """One raw Pod, Node or Event object to its typed event, or a RecordError.
+    """One raw Pod, Node, Event or DRA object to its typed record, or a RecordError.
 
     ``observed`` (aware datetime) is the live connector's receive time; pass
     ``None`` offline to take the newest change timestamp in the object (see the
@@ -973,6 +1077,10 @@ def slim_object(
     else:
         return _not_an_object(obj, "an object")
     view_type = _VIEWS.get(kind) if isinstance(kind, str) else None
+    if view_type is None and isinstance(kind, str) and kind in DRA_KINDS and isinstance(obj, dict):
+        from connectors.k8s.dra_slim import slim_dra  # noqa: PLC0415 - it builds on this module
+
+        return slim_dra(obj, kind, op, cluster=cluster, observed=observed, config=config)
     if view_type is None:
         if kind is None:
             return RecordError("object without a kind", "$.kind")
@@ -1068,12 +1176,19 @@ def slim_watch_line(
 
 # -- GPU-only filters --------------------------------------------------------------
 def is_gpu_pod(event: PodEvent) -> bool:
-    """A pod that requests (or only limits) any configured GPU resource, or part of a GPU.
+    """A pod that requests (or only limits) any configured GPU resource, part of a GPU,
+    or GPUs through its DRA claims.
 
     Part of a GPU: a fractional-GPU scheduler annotation (``gpu_share``); such a
-    pod requests no GPU resource at all, so the resources alone would drop it.
+    pod requests no GPU resource at all, so the resources alone would drop it. Claims:
+    only once the DRA join has resolved them (``PodClaim.gpus``).
     """
-    return bool(event.gpu_requests or event.gpu_limits or event.gpu_share is not None)
+    return bool(
+        event.gpu_requests
+        or event.gpu_limits
+        or event.gpu_share is not None
+        or any(claim.gpus > 0 for claim in event.claims)
+    )
 
 
 def is_gpu_node(event: NodeEvent) -> bool:

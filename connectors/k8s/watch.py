@@ -24,31 +24,99 @@ from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 import aiohttp
-from kubernetes_asyncio.client import ApiClient, CoreV1Api
+from kubernetes_asyncio.client import (
+    ApiClient,
+    CoreV1Api,
+    ResourceV1alpha3Api,
+    ResourceV1Api,
+    ResourceV1beta2Api,
+)
 
 from connectors.backoff import Backoff, retry_after_seconds
 from connectors.health import Condition
+from connectors.k8s.dra import ClaimTemplate, DraJoin, TaintRule
 from connectors.k8s.metrics import ConnectorMetrics
-from connectors.k8s.relist import Known, deletion, diff, identity, repeated
+from connectors.k8s.relist import Known, Tracked, deletion, diff, identity, repeated
 from connectors.k8s.settings import K8sSettings
-from connectors.k8s.slim import DEFAULT_CONFIG, WATCH_OPS, SlimConfig, slim_object
+from connectors.k8s.slim import DEFAULT_CONFIG, WATCH_OPS, SlimConfig, Slimmed, slim_object
 from connectors.settings import required
 from schemas import codec
 from schemas.codec import AnyEvent, RecordError
 from schemas.dead_letters import DeadLetter
-from schemas.events import KubeEvent, NodeEvent, PodEvent
+from schemas.events import (
+    KubeEvent,
+    NodeEvent,
+    PodEvent,
+    ResourceClaimEvent,
+    ResourceSliceEvent,
+)
 from schemas.types import Op
 
 log = logging.getLogger("gputriage.connect.k8s")
 
-Resource = Literal["pods", "nodes", "events"]
-KINDS: Final[dict[Resource, str]] = {"pods": "Pod", "nodes": "Node", "events": "Event"}
+Resource = Literal[
+    "pods",
+    "nodes",
+    "events",
+    "resourceslices",
+    "resourceclaims",
+    "resourceclaimtemplates",
+    "devicetaintrules",
+]
+KINDS: Final[dict[Resource, str]] = {
+    "pods": "Pod",
+    "nodes": "Node",
+    "events": "Event",
+    "resourceslices": "ResourceSlice",
+    "resourceclaims": "ResourceClaim",
+    "resourceclaimtemplates": "ResourceClaimTemplate",
+    "devicetaintrules": "DeviceTaintRule",
+}
 """List items come without ``kind``; slimming needs it."""
+DRA_RESOURCES: Final[tuple[Resource, ...]] = (
+    "resourceslices",
+    "resourceclaims",
+    "resourceclaimtemplates",
+    "devicetaintrules",
+)
+"""The ``resource.k8s.io`` resources: served from Kubernetes 1.34 (``v1``); DeviceTaintRules
+with the ``DRADeviceTaints`` gate (``v1alpha3`` on 1.33-1.35, ``v1beta2`` on 1.36) or from
+1.37 (``v1``, GA)."""
+RULE_VERSIONS: Final = ("v1", "v1beta2", "v1alpha3")
+"""The DeviceTaintRule API versions tried, newest first."""
+_QUERY: Final = {
+    "limit": "limit",
+    "_continue": "continue",
+    "watch": "watch",
+    "allow_watch_bookmarks": "allowWatchBookmarks",
+    "resource_version": "resourceVersion",
+    "timeout_seconds": "timeoutSeconds",
+}
+"""The list/watch parameters sent, by the client's name for them."""
+
+
+def list_v1_device_taint_rules(api: ApiClient, **params: Any) -> Awaitable[Any]:
+    """``GET /apis/resource.k8s.io/v1/devicetaintrules`` (Kubernetes 1.37), which the client's
+    generated APIs (36.x) do not have; the same parameters as theirs."""
+    query = [(_QUERY[k], v) for k, v in params.items() if k in _QUERY and v is not None]
+    result: Awaitable[Any] = api.call_api(
+        "/apis/resource.k8s.io/v1/devicetaintrules",
+        "GET",
+        {},
+        query,
+        {"Accept": "application/json"},
+        response_types_map={200: None},
+        auth_settings=["BearerToken"],
+        _preload_content=params.get("_preload_content", True),
+        _request_timeout=params.get("_request_timeout"),
+    )
+    return result
+
 
 MAX_DEAD_LETTER_BYTES: Final = 512 * 1024
 """Raw bytes kept in a dead letter; a longer value is cut (and the reason says so)."""
 
-K8sEvent = PodEvent | NodeEvent | KubeEvent
+K8sEvent = PodEvent | NodeEvent | KubeEvent | ResourceSliceEvent | ResourceClaimEvent
 
 _TOO_LONG: Final = b"\0too long"
 """Marker line for an over-long line (a real line never starts with NUL: JSON cannot)."""
@@ -68,6 +136,9 @@ class WatchOptions:
     """Total time for one list page."""
     backoff: Backoff = field(default_factory=Backoff)
     max_line_bytes: int = 16 * 1024 * 1024
+    unserved_retry_seconds: float = 600.0
+    """A DRA resource the API server does not serve (404) is asked for again this long
+    after: a cluster upgraded to serve it is seen without a restart."""
 
 
 def watch_timeout(options: WatchOptions, silence_timeout_seconds: float) -> int:
@@ -90,7 +161,8 @@ class Emitted:
 
 @dataclass(frozen=True, slots=True)
 class Derived:
-    """Records derived from an Event the GPU filter did not keep (autoscaler decisions)."""
+    """Records derived from an object the GPU filter did not keep or that is never published
+    itself: autoscaler decisions from an Event, slices a DeviceTaintRule re-emits."""
 
     resource: Resource
     events: tuple[AnyEvent, ...]
@@ -115,6 +187,8 @@ class Synced:
     resource: Resource
     resource_version: str
     relist: bool
+    served: bool = True
+    """False: the API server does not serve the resource (404); nothing to wait for."""
 
 
 WatchItem = Emitted | Derived | Rejected | Synced
@@ -196,8 +270,12 @@ class ResourceWatcher:
         metrics: ConnectorMetrics | None = None,
         clock: Callable[[], datetime] = _now,
         derive: Derive | None = None,
+        join: DraJoin | None = None,
     ) -> None:
         self.resource: Resource = resource
+        self.join = join
+        """The DRA join, shared by the watchers of one connector (None: records as slimmed,
+        DRA cache records dropped)."""
         self.derive = derive
         """Records to add for an Event (kept by the GPU filter or not); None: none."""
         self.cluster = required(settings.cluster, "cluster")
@@ -217,6 +295,12 @@ class ResourceWatcher:
         self.resource_version = ""
         """The checkpoint: the newest version handed out; the next watch starts here."""
         self._core = CoreV1Api(api)
+        self._resource = ResourceV1Api(api)
+        self._api = api
+        self._rule_apis = (ResourceV1beta2Api(api), ResourceV1alpha3Api(api))
+        self._rule_api = 0
+        """Index in :data:`RULE_VERSIONS` of the version asked for."""
+        self._served = True
         self._lists = 0
         self._lines_seen = 0
         """Lines received by the current watch: what counts as progress for the backoff."""
@@ -226,6 +310,8 @@ class ResourceWatcher:
         """The API method's coroutine; with ``_preload_content=False`` it gives the raw response."""
         core, namespace = self._core, self.namespace
         params["_preload_content"] = False
+        if self.resource in DRA_RESOURCES:
+            return self._call_dra(**params)
         if self.resource == "nodes":
             return core.list_node(**params)
         if self.resource == "pods":
@@ -235,6 +321,28 @@ class ResourceWatcher:
         if namespace:
             return core.list_namespaced_event(namespace, **params)
         return core.list_event_for_all_namespaces(**params)
+
+    def _call_dra(self, **params: Any) -> Awaitable[Any]:
+        api, namespace = self._resource, self.namespace
+        if self.resource == "resourceslices":
+            return api.list_resource_slice(**params)
+        if self.resource == "devicetaintrules":
+            if self._rule_api == 0:
+                return list_v1_device_taint_rules(self._api, **params)
+            return self._rule_apis[self._rule_api - 1].list_device_taint_rule(**params)
+        if self.resource == "resourceclaims":
+            if namespace:
+                return api.list_namespaced_resource_claim(namespace, **params)
+            return api.list_resource_claim_for_all_namespaces(**params)
+        if namespace:
+            return api.list_namespaced_resource_claim_template(namespace, **params)
+        return api.list_resource_claim_template_for_all_namespaces(**params)
+
+    def api_version(self) -> str:
+        """``group/version`` asked for (for logs)."""
+        if self.resource == "devicetaintrules":
+            return f"resource.k8s.io/{RULE_VERSIONS[self._rule_api]}"
+        return "resource.k8s.io/v1" if self.resource in DRA_RESOURCES else "v1"
 
     async def _request(self, **params: Any) -> aiohttp.ClientResponse:
         """Send one list/watch request; raise :class:`ApiError`/:class:`Gone` unless 2xx."""
@@ -325,9 +433,12 @@ class ResourceWatcher:
                 # Only forwarded objects have a last event to turn into a deletion.
                 if last is not None and last.event is not None:
                     gone = deletion(last.event, change.uid, list_version, observed)
-                    if self.keep is not None:
-                        self.keep(gone)  # the GPU filter schedules forgetting the name
-                    yield Emitted(self.resource, gone)
+                    kept = not isinstance(gone, ClaimTemplate | TaintRule) and (
+                        self.keep is None or self.keep(gone)  # the filter forgets it later
+                    )
+                    item = self._publish(gone, kept or isinstance(gone, PodEvent | NodeEvent))
+                    if item is not None:
+                        yield item
                 continue
             obj = change.obj or {}
             obj.setdefault("kind", kind)
@@ -349,7 +460,7 @@ class ResourceWatcher:
     # -- one object --------------------------------------------------------------------
     def _accept(
         self,
-        result: K8sEvent | RecordError | None,
+        result: Slimmed,
         op: Op,
         uid: str,
         version: str,
@@ -369,14 +480,20 @@ class ResourceWatcher:
                     self.known[uid] = Known(version)
             data = raw if isinstance(raw, bytes) else codec.dumps(raw)
             return self._reject(_prefixed(result, prefix), data, _key(raw_obj(raw)), observed)
-        kept = self.keep is None or self.keep(result)
+        if self.join is not None and isinstance(result, PodEvent):
+            result = self.join.pod(result)  # before the filter: claims make GPU pods
+        cached, kept = True, False
+        if not isinstance(result, ClaimTemplate | TaintRule):
+            cached, kept = False, self.keep is None or self.keep(result)
         derived: tuple[AnyEvent, ...] = ()
         if op == "deleted":
             self.known.pop(uid, None)
             if isinstance(result, KubeEvent):
                 return None  # an Event expiring is not a change
         else:
-            remembered = result if kept and not isinstance(result, KubeEvent) else None
+            remembered: Tracked | None = None
+            if (kept or cached) and not isinstance(result, KubeEvent):
+                remembered = result
             if remembered is not None:
                 published = repeated(self.known.get(uid), remembered)
                 if published is not None:
@@ -389,9 +506,30 @@ class ResourceWatcher:
             self.known[uid] = Known(version, remembered)
             if self.derive is not None and isinstance(result, KubeEvent):
                 derived = self.derive(result)
-        if kept:
-            return Emitted(self.resource, result, derived)
-        return Derived(self.resource, derived) if derived else None
+                if kept:
+                    return Emitted(self.resource, result, derived)
+                return Derived(self.resource, derived) if derived else None
+        return self._publish(result, kept)
+
+    def _publish(
+        self, result: K8sEvent | ClaimTemplate | TaintRule, kept: bool
+    ) -> WatchItem | None:
+        """What to yield for a record: itself if kept, with what the DRA join adds."""
+        if isinstance(result, PodEvent | NodeEvent | KubeEvent):
+            return Emitted(self.resource, result) if kept else None
+        if self.join is None:
+            if kept and not isinstance(result, ClaimTemplate | TaintRule):
+                return Emitted(self.resource, result)
+            return None
+        out = self.join.on(result)
+        if isinstance(result, ClaimTemplate | TaintRule):
+            return Derived(self.resource, tuple(out)) if out else None
+        if not out:
+            return None
+        main, *rest = out
+        if kept and isinstance(main, ResourceSliceEvent | ResourceClaimEvent):
+            return Emitted(self.resource, main, tuple(rest))
+        return Derived(self.resource, tuple(rest)) if rest else None
 
     def _reject(self, error: RecordError, raw: bytes, key: str, observed: datetime) -> Rejected:
         if self.metrics is not None:
@@ -521,6 +659,31 @@ class ResourceWatcher:
             if watching is not None:  # lost the lease, or stopping: no longer ours to judge
                 watching.set(True, "not watching (standby or stopping)")
 
+    async def _unserved(self, watching: Condition | None, status: int) -> AsyncIterator[WatchItem]:
+        """The API server does not serve this DRA resource (404), or the RBAC does not grant
+        it (403: a manifest older than the connector): try the older version of
+        DeviceTaintRules, else say so once, yield an unserved :class:`Synced` (nothing to
+        wait for) and ask again after ``unserved_retry_seconds``: never a crash loop."""
+        if self.resource == "devicetaintrules" and self._rule_api + 1 < len(RULE_VERSIONS):
+            self._rule_api += 1
+            return
+        if self._served:
+            log.warning(
+                "%s: not served, going on without it: resource=%s api=%s status=%d "
+                "(resource.k8s.io/v1 needs Kubernetes 1.34+, DeviceTaintRules the "
+                "DRADeviceTaints feature gate; 403: the RBAC does not grant it)",
+                self.resource,
+                self.resource,
+                self.api_version(),
+                status,
+            )
+            self._served = False
+        if watching is not None:
+            watching.set(True, f"{self.api_version()} not served")
+        yield Synced(self.resource, "", relist=False, served=False)
+        self._rule_api = 0
+        await asyncio.sleep(self.options.unserved_retry_seconds)
+
     async def _items(self, watching: Condition | None) -> AsyncGenerator[WatchItem, None]:
         attempt = 0
         need_list = True
@@ -534,6 +697,9 @@ class ResourceWatcher:
                     async for item in self._relist():
                         yield item
                     need_list = False
+                    if not self._served:
+                        log.info("%s: served again (%s)", self.resource, self.api_version())
+                        self._served = True
                     if watching is not None:
                         watching.set(True, "listed, watching")
                 async for item in self._watch():
@@ -548,6 +714,12 @@ class ResourceWatcher:
                 log.warning("%s: watch silent (%s); reconnecting", self.resource, exc)
                 reason = "silent"
             except ApiError as exc:
+                if need_list and exc.status in (403, 404) and self.resource in DRA_RESOURCES:
+                    if exc.status == 403 and self.metrics is not None:  # a fault, unlike 404
+                        self.metrics.api_errors.labels(self.resource, "403").inc()
+                    async for item in self._unserved(watching, exc.status):
+                        yield item
+                    continue
                 if self.metrics is not None:
                     self.metrics.api_errors.labels(self.resource, str(exc.status)).inc()
                 log.warning("%s: API error %s", self.resource, exc)
@@ -555,6 +727,10 @@ class ResourceWatcher:
                 reason = "error"
                 if watching is not None:
                     watching.set(False, f"API error {exc}")
+                if need_list and self.resource in DRA_RESOURCES and not self._lists:
+                    # Nothing to wait for while it fails: the pods and the idle batches
+                    # (the publish loop's clock) must not wait on a DRA resource.
+                    yield Synced(self.resource, "", relist=False, served=False)
             if self.metrics is not None:
                 self.metrics.watch_restarts.labels(self.resource, reason).inc()
             # Progress is "the watch delivered lines", bookmarks and the 410 ERROR included:

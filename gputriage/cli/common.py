@@ -208,11 +208,19 @@ class SettingsRequired(click.Option):
             self.required = required
 
 
-def slim_config(resources: tuple[str, ...], prefixes: tuple[str, ...]) -> SlimConfig:
-    """What ``--resource``/``--resource-prefix`` say counts as a GPU (defaults if not given)."""
+def slim_config(
+    resources: tuple[str, ...],
+    prefixes: tuple[str, ...],
+    drivers: tuple[str, ...] = (),
+    classes: tuple[str, ...] = (),
+) -> SlimConfig:
+    """What ``--resource``/``--resource-prefix``/``--gpu-driver``/``--gpu-device-class`` say
+    counts as a GPU (defaults if not given)."""
     from connectors.k8s.slim import DEFAULT_CONFIG, SlimConfig  # noqa: PLC0415
 
     return SlimConfig(
         gpu_resources=resources or DEFAULT_CONFIG.gpu_resources,
         gpu_prefixes=prefixes or DEFAULT_CONFIG.gpu_prefixes,
+        gpu_drivers=drivers or DEFAULT_CONFIG.gpu_drivers,
+        gpu_classes=classes or DEFAULT_CONFIG.gpu_classes,
     )

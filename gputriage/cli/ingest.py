@@ -67,7 +67,10 @@ def _input_file(help: str) -> Callable[[F], F]:
     "or kubectl get -o json output (List or pretty-printed); plain or gzip; - for stdin."
 )
 @click.option("--cluster", required=True, help="Cluster name to put on every event.")
-@settings_options(K8sSettings, only=("keep_all", "resources", "resource_prefixes"))
+@settings_options(
+    K8sSettings,
+    only=("keep_all", "resources", "resource_prefixes", "gpu_drivers", "gpu_device_classes"),
+)
 @click.pass_context
 def ingest_k8s_command(
     ctx: click.Context,
@@ -77,35 +80,40 @@ def ingest_k8s_command(
     keep_all: bool | None,
     resources: tuple[str, ...],
     resource_prefixes: tuple[str, ...],
+    gpu_drivers: tuple[str, ...],
+    gpu_device_classes: tuple[str, ...],
 ) -> int:
     """Slim recorded Kubernetes objects into typed events, printed as JSON lines.
 
-    Pods and nodes are stamped with the newest status timestamp in the object
-    (a recording has no receive time). The autoscalers' Events (TriggeredScaleUp,
-    NotTriggerScaleUp, Karpenter's...) are also printed as autoscaler.v1 records.
-    A bad line or object is reported as FILE:LINE on stderr and skipped; the exit
-    status is then 1.
+    Pods and nodes are stamped with the newest status timestamp in the object (a
+    recording has no receive time). The autoscalers' Events (TriggeredScaleUp,
+    NotTriggerScaleUp, Karpenter's...) are also printed as autoscaler.v1 records,
+    and DRA objects joined as the live connector joins them (list them before the
+    pods). A bad line or object is reported as FILE:LINE on stderr and skipped;
+    the exit status is then 1.
 
     \b
     Examples:
       kubectl get pods,nodes -A -o json | gputriage ingest k8s --cluster prod --file -
+      kubectl get resourceclaims,pods -A -o json | gputriage ingest k8s --cluster prod --file -
       gputriage ingest k8s --cluster prod --keep-all --file watch-events.jsonl.gz
     """
     settings_of(ctx)  # an invalid --config is one line here too, as for every verb
     from connectors.autoscaler.kube_events import autoscaler_events  # noqa: PLC0415
+    from connectors.k8s.dra import DraJoin  # noqa: PLC0415
     from connectors.k8s.gpu_filter import GpuFilter  # noqa: PLC0415
-    from connectors.k8s.offline import slim_documents  # noqa: PLC0415
+    from connectors.k8s.offline import joined, slim_documents  # noqa: PLC0415
     from schemas.events import KubeEvent  # noqa: PLC0415
 
     def derive(event: Any) -> tuple[Any, ...]:
         # As the live connector: an autoscaler's Event is also autoscaler.v1 records.
         return autoscaler_events(event) if isinstance(event, KubeEvent) else ()
 
-    config = slim_config(resources, resource_prefixes)
+    config = slim_config(resources, resource_prefixes, gpu_drivers, gpu_device_classes)
     gpu_only = None if keep_all else GpuFilter(config)
     (source,) = open_all([path])
     with source:
-        records = slim_documents(source, cluster=cluster, config=config)
+        records = joined(slim_documents(source, cluster=cluster, config=config), DraJoin(config))
         keep = gpu_only.keep if gpu_only is not None else None
         return _print_events(records, "object", keep, derive)
 

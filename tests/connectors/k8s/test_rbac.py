@@ -17,6 +17,8 @@ import yaml
 
 from connectors.k8s.run import run_connect
 from tests.k8s_helpers import (
+    DRA_GROUP,
+    DRA_SCRIPTED,
     FAST_WATCH,
     elected_options,
     fake_cluster,
@@ -76,7 +78,7 @@ def load() -> list[dict[str, Any]]:
 async def test_the_connector_needs_nothing_the_rbac_does_not_grant(
     kafka: KafkaTestEnv, tmp_path: Path
 ) -> None:
-    async with fake_cluster() as cluster:
+    async with fake_cluster(dra=True) as cluster:
         cluster.pods.put(pod("trainer", "10"))
         cluster.nodes.put(node("gpu-1", "5"))
         cluster.events.put(kube_event("ev1", "20", reason="Evicted", pod_name="trainer"))
@@ -96,6 +98,8 @@ async def test_the_connector_needs_nothing_the_rbac_does_not_grant(
         await consume_events(kafka.bootstrap, list(kafka.layout.raw_topics), 3)
         cluster.pods.send(gone())  # exercise the relist path too
         await eventually(lambda: len(cluster.pods.list_requests) == 2, what="relist")
+        dra = [cluster.resource(plural) for plural in DRA_SCRIPTED]
+        await eventually(lambda: all(s.watch_requests for s in dra), what="the DRA watches")
         stop.set()
         assert await asyncio.wait_for(task, 10) == 0
         requests: list[Any] = cluster.requests()  # kmock types group/plural as optional
@@ -110,6 +114,7 @@ async def test_the_connector_needs_nothing_the_rbac_does_not_grant(
     cluster_grants, role_grants = granted(load())
     # The session really exercised every path (or this test would prove little).
     assert {("", "pods", "list"), ("", "pods", "watch"), ("", "events", "watch")} <= used
+    assert {(DRA_GROUP, r, v) for r in DRA_SCRIPTED for v in ("list", "watch")} <= used
     assert {("coordination.k8s.io", "leases", v) for v in ("get", "create")} <= used
     assert ("coordination.k8s.io", "leases", "patch") in used  # the release
     missing = used - cluster_grants - set(role_grants)
@@ -125,10 +130,17 @@ async def test_the_connector_needs_nothing_the_rbac_does_not_grant(
 def test_the_rbac_grants_nothing_beyond_reading_and_its_lease() -> None:
     documents = load()
     cluster_grants, role_grants = granted(documents)
+    read = (
+        ("", "pods"),
+        ("", "nodes"),
+        ("", "events"),
+        ("resource.k8s.io", "resourceslices"),
+        ("resource.k8s.io", "resourceclaims"),
+        ("resource.k8s.io", "resourceclaimtemplates"),
+        ("resource.k8s.io", "devicetaintrules"),
+    )
     assert cluster_grants == {
-        (group, resource, v)
-        for group, resource in (("", "pods"), ("", "nodes"), ("", "events"))
-        for v in ("get", "list", "watch")
+        (group, resource, v) for group, resource in read for v in ("get", "list", "watch")
     }
     assert set(role_grants) == {
         ("coordination.k8s.io", "leases", v) for v in ("get", "create", "patch")
