@@ -42,6 +42,10 @@ class GpuFilter:
         self._names: dict[str, datetime | None] = {}
         """``pod:ns/name`` or ``node:name`` -> when to forget it (None while it exists)."""
         self._due: list[tuple[datetime, str]] = []
+        self._slice_nodes: set[str] = set()
+        """Nodes a GPU driver's ResourceSlice names: GPU nodes with no GPU capacity (DRA)
+        and perhaps no feature-discovery label. Trap: a node seen before its slice is kept
+        from its next changed record on."""
         """A heap: event times are not monotonic (listed objects carry their own times)."""
 
     def __len__(self) -> int:
@@ -83,7 +87,11 @@ class GpuFilter:
         """
         if isinstance(event, ClaimTemplate | TaintRule):
             return False
-        if isinstance(event, ResourceSliceEvent | GpuBindingEvent):
+        if isinstance(event, ResourceSliceEvent):
+            if event.node and event.op != "deleted":
+                self._slice_nodes.add(event.node)
+            return True
+        if isinstance(event, GpuBindingEvent):
             return True
         if isinstance(event, ResourceClaimEvent):
             return is_gpu_claim(event, self._config.gpu_drivers)
@@ -94,7 +102,10 @@ class GpuFilter:
                 return True
             return False
         if isinstance(event, NodeEvent):
-            if is_gpu_node(event):
+            dra = event.node in self._slice_nodes
+            if event.op == "deleted":
+                self._slice_nodes.discard(event.node)
+            if is_gpu_node(event) or dra:
                 self._remember(f"node:{event.node}", event)
                 return True
             return False

@@ -48,6 +48,7 @@ from schemas.events import (
 )
 from schemas.ids import k8s_event_id, resource_version_number
 from schemas.types import Op
+from schemas.wellknown import GPU_PRESENT_LABEL
 
 MAX_TEXT: Final = 4096
 """Longest message/note kept, in characters; longer text is cut and marked with ``…``."""
@@ -1192,5 +1193,10 @@ def is_gpu_pod(event: PodEvent) -> bool:
 
 
 def is_gpu_node(event: NodeEvent) -> bool:
-    """A node with any GPU capacity (a node whose GPUs all went unhealthy still qualifies)."""
-    return any(count > 0 for count in event.capacity.values())
+    """A node with any GPU capacity (a node whose GPUs all went unhealthy still qualifies),
+    or labelled ``nvidia.com/gpu.present=true`` by GPU feature discovery: a DRA node has no
+    ``nvidia.com/gpu`` at all (its GPUs are in its ResourceSlices)."""
+    return (
+        any(count > 0 for count in event.capacity.values())
+        or event.labels.get(GPU_PRESENT_LABEL) == "true"
+    )
