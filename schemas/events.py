@@ -20,6 +20,8 @@ from typing import Annotated, Final
 import msgspec
 
 from schemas.types import (
+    MAX_LABEL_LENGTH,
+    MAX_NAME_LENGTH,
     MAX_NODE_PODS,
     Id,
     Int32,
@@ -31,6 +33,9 @@ from schemas.types import (
     Time,
     XidCode,
 )
+
+ClaimRef = Annotated[str, msgspec.Meta(max_length=MAX_LABEL_LENGTH + 1 + MAX_NAME_LENGTH)]
+"""A namespaced object named ``namespace/name``: a label, a slash, a name."""
 
 
 class PodRef(msgspec.Struct, frozen=True, kw_only=True):
@@ -373,7 +378,7 @@ class GpuBindingEvent(Event, tag="gpu_binding.v1", frozen=True, kw_only=True):
     ResourceSlice that names the device's uuid and bus). Empty on records written
     before this field. Trap: ``allocation_mismatch`` compares the Kubernetes requests
     with what *DCGM* reports, so kubelet and DRA bindings must not count as DCGM's."""
-    claims: tuple[Name, ...] = ()
+    claims: tuple[ClaimRef, ...] = ()
     """For ``dra``: the ResourceClaims (``namespace/name``) through which ``pods`` hold
     it. ``device`` is then the DRA device name (``gpu-2``)."""
 

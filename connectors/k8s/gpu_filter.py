@@ -42,11 +42,11 @@ class GpuFilter:
         self._names: dict[str, datetime | None] = {}
         """``pod:ns/name`` or ``node:name`` -> when to forget it (None while it exists)."""
         self._due: list[tuple[datetime, str]] = []
+        """A heap: event times are not monotonic (listed objects carry their own times)."""
         self._slice_nodes: set[str] = set()
         """Nodes a GPU driver's ResourceSlice names: GPU nodes with no GPU capacity (DRA)
         and perhaps no feature-discovery label. Trap: a node seen before its slice is kept
         from its next changed record on."""
-        """A heap: event times are not monotonic (listed objects carry their own times)."""
 
     def __len__(self) -> int:
         return len(self._names)

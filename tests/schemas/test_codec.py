@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import msgspec
 import pytest
 
@@ -255,3 +257,18 @@ def test_a_mig_instance_is_on_the_wire_with_its_parent_and_instance_id() -> None
     xid = SAMPLES[3]
     assert isinstance(xid, XidEvent)
     assert b'"gpu_instance":5,"compute_instance":0,' in encode(xid)
+
+
+def test_a_dra_binding_names_a_claim_of_the_longest_namespace_and_name() -> None:
+    """A claim is ``namespace/name``: 63 + 1 + 253 characters at most, past a name's bound."""
+    longest = f"{'n' * 63}/{'c' * 253}"
+    binding = GpuBindingEvent(
+        id="dra:n1:gpu-2:uid:1",
+        cluster="c1",
+        time=datetime(2026, 12, 1, tzinfo=UTC),
+        node="n1",
+        gpu_uuid="GPU-3f5e8a12-6b4c-4d8e-9a17-0c2b7e91d4a6",
+        source="dra",
+        claims=(longest,),
+    )
+    assert decode_event(encode(binding)) == binding

@@ -79,13 +79,19 @@ def apply_slice(state: NodeState, ev: ResourceSliceEvent, now: float) -> tuple[l
         if ev.name not in slices:
             return [], False
         dra.slices = {n: s for n, s in slices.items() if n != ev.name}
-        if all(p != pool for p, _ in dra.slices.values()):
-            # Every slice of the pool is gone: a new plugin may start at generation 1.
-            dra.pools = {p: g for p, g in dra.pools.items() if p != pool}
+        left = [g for p, g in dra.slices.values() if p == pool]
+        # The pool's generation is its remaining slices' newest (none: forgotten).
+        dra.pools = {p: g for p, g in dra.pools.items() if p != pool}
+        if left:
+            dra.pools[pool] = max(left)
     else:
         newest = dra.pools.get(pool, -1)
-        if ev.generation < newest:
-            return [], False  # superseded by a newer generation of its pool
+        known = slices.get(ev.name)
+        if known is not None and ev.generation < known[1]:
+            return [], False  # an older copy of this very slice
+        # Trap: a slice of another name with an older generation is a restarted plugin
+        # (it starts its pool again at 1) whose predecessor's deletion is not seen yet
+        # (a relist stamps both alike; after a connector restart, never): it is applied.
         if ev.generation > newest:
             dra.pools = {**dra.pools, pool: ev.generation}
             old = [n for n, (p, g) in slices.items() if p == pool and g < ev.generation]

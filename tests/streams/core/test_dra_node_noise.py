@@ -9,6 +9,7 @@ snapshot: restored mid-fault, the incident opens as in one uninterrupted run.
 
 from __future__ import annotations
 
+import msgspec
 import pytest
 
 from gputriage.demo.events import at
@@ -134,3 +135,37 @@ def test_the_pod_shortcut_never_skips_a_device_health_report(
     assert any(i.type == "gpu_degraded" for i in fast)
     assert {p.name for i in fast for p in i.pods} == {POD}
     assert {p.namespace for i in fast for p in i.pods} == {NS}
+
+
+@pytest.mark.parametrize("deleted_first", [True, False])
+def test_a_plugin_restart_seen_by_a_relist_gives_nothing_in_either_order(
+    deleted_first: bool,
+) -> None:
+    """A relist stamps the old slice's deletion and the restarted plugin's new slice
+    (another name, generation 1) with one time: their order is the ids'. Either order is
+    the same node: its GPUs listed, nothing gone."""
+    c = dra_node()
+    c.slice(10 * MIN, generation=4)
+    old = c.slice(20 * MIN, op="deleted", generation=4)
+    new = c.slice(20 * MIN, generation=1, name="restarted-slice")
+    first, second = ("k8s:a-slice", "k8s:b-slice")[:: 1 if deleted_first else -1]
+    c.events[-2:] = [
+        msgspec.structs.replace(old, id=first),
+        msgspec.structs.replace(new, id=second),
+    ]
+    c.tick(60 * MIN)
+    assert run(c.events) == []
+
+
+def test_a_taint_on_a_restarted_plugins_slice_pages_before_the_old_slice_is_deleted() -> None:
+    """After a connector restart the old slice's deletion is never seen: the restarted
+    plugin's slice (generation 1, another name) is applied all the same, so its taint is a
+    fault and not ignored as older than the old slice's generation."""
+    c = dra_node()
+    c.slice(10 * MIN, generation=4)
+    c.slice(20 * MIN, generation=1, name="restarted-slice")
+    c.slice(25 * MIN, generation=2, name="restarted-slice", taints={"gpu-2": (XID_TAINT,)})
+    c.tick(60 * MIN)
+    out = run(c.events)
+    assert [(i.type, i.status) for i in out] == [("gpu_degraded", "open")]
+    assert out[0].first_seen == at(25 * MIN)
