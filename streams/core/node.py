@@ -197,7 +197,11 @@ def _on_device_health(step: Step, key: str, ev: PodEvent) -> None:
         state.timers_dirty = True
         _device_faults(step, dra.UNHEALTHY, started)
     if ended:
-        degraded.on_device_recovered(step, "no container reports the device Unhealthy any more")
+        degraded.on_device_recovered(
+            step,
+            "no container reports the device Unhealthy any more",
+            healthy=ev.op != "deleted",
+        )
 
 
 def _device_faults(step: Step, kind: str, names: list[str]) -> None:
@@ -367,7 +371,9 @@ def _forget_pod(step: Step, key: str, note: str) -> None:
     _resolve_pod_incidents(step, key, note)
     if dra.forget_pod(step.state, key):
         step.state.timers_dirty = True
-        degraded.on_device_recovered(step, "no container reports the device Unhealthy any more")
+        degraded.on_device_recovered(
+            step, "no container reports the device Unhealthy any more", healthy=False
+        )
     nvlink.forget(step.state, key)
     pods = step.state.pods
     track = pods.pop(key, None)

@@ -568,6 +568,10 @@ class GroupTrack(msgspec.Struct, omit_defaults=True):
     """The latest failure lines (a few)."""
     last: float = -math.inf
     """The last failure record's time (any, counted or not)."""
+    offers: tuple[str, ...] = ()
+    """The GPU resources (``nvidia.com/gpu``, a MIG profile, a DRA device class) of every
+    pod an autoscaler record tied to the group while it was tracked: what its nodes give.
+    A few at most (bounded by ``streams.core.rules.starved``)."""
 
 
 class NodeTally(msgspec.Struct, omit_defaults=True, array_like=True):

@@ -475,10 +475,17 @@ def _told_devices(step: Step, inc: OpenIncident) -> list[dra.Fault]:
     return [f for f in dra.faults(step.state, step.config) if f.item.event_id in ids]
 
 
-def on_device_recovered(step: Step, note: str) -> None:
+def on_device_recovered(step: Step, note: str, *, healthy: bool = True) -> None:
     """A device fault ended (a taint lifted, a report healthy again, a GPU listed again).
-    The ticket resolves once none it tells stands, unless a drop or fatal XIDs keep it;
-    a chain resolves as when the GPUs are allocatable again."""
+    The ticket resolves once none it tells stands, unless a drop keeps it; a chain
+    resolves as when the GPUs are allocatable again.
+
+    ``healthy``: the device itself says so (its driver lifted its taint, the slice lists
+    it again, the kubelet's report changed). That is a DRA node's allocatable coming back,
+    and resolves a ticket its fatal XIDs made too, as a lasting drop's recovery does
+    (:func:`on_capacity`): else the XID's quiet day kept it open and the node's next
+    fault joined it. Trap: a report that ends with its pod (deleted, forgotten) says
+    nothing of the GPU, so such a ticket keeps its XIDs' quiet deadline."""
     state = step.state
     state.timers_dirty = True
     inc = step.find(KIND, SUBJECT)
@@ -489,7 +496,7 @@ def on_device_recovered(step: Step, note: str) -> None:
             del inc.attributes["device_faults"]
             _describe(step, inc)
         else:
-            quiet = _xid_deadline(step, inc)
+            quiet = None if healthy else _xid_deadline(step, inc)
             if quiet is None:
                 step.resolve(inc, step.now, note)
             else:

@@ -131,8 +131,12 @@ def on_autoscaler(step: ClusterStep, ev: AutoscalerEvent) -> None:
     if not failure:
         return
     group = _group(state, group_name, config)
-    if not group.gpu and any(group_name in p.groups for p in state.pending.values()):
-        group.gpu = True
+    for pod in state.pending.values():
+        if group_name in pod.groups:
+            # A group is only tracked from its failures on (a tie alone is pruned):
+            # what the pods tied to it ask for is learned again now.
+            group.gpu = True
+            _learn(group, pod.resource)
     now = step.now
     reason = _reason_of(ev)
     counted = not group.attempts or now - group.attempts[-1] >= config.scale_up_attempt_gap_seconds
@@ -201,7 +205,9 @@ def _judge(step: ClusterStep, ev: AutoscalerEvent) -> None:
         elif group_name:
             pod.unfit = None
             pod.unfit_groups = tuple(g for g in pod.unfit_groups if g != group_name)
-            _group(state, group_name, config).gpu = True
+            group = _group(state, group_name, config)
+            group.gpu = True
+            _learn(group, pod.resource)
             if group_name not in pod.groups:
                 pod.groups = (*pod.groups, group_name)
         elif ev.action in _SOME_GROUP_FITS or ev.reason in _SOME_GROUP_FITS:
@@ -211,6 +217,19 @@ def _judge(step: ClusterStep, ev: AutoscalerEvent) -> None:
 _SOME_GROUP_FITS = frozenset(("backoff", "max_size", "max_size_reached", "scale_up_planned"))
 """Actions, or reasons (a ``NotTriggerScaleUp`` listing "in backoff" among reasons of
 configuration), that, naming a pod, say some group would fit it if it could grow now."""
+
+
+_OFFERS_KEPT = 8
+"""Resources a group is remembered to offer (a node group's nodes give one or two)."""
+
+
+def _learn(group: GroupTrack, resource: str) -> None:
+    """The group offers ``resource``: a pod asking for it was tied to the group. Kept
+    past that pod (deleted by its owner, scheduled) so an untied pod asking for another
+    resource is not blamed on the group's failures later, e.g. a DRA pool's quota
+    blamed for a pod asking ``nvidia.com/gpu`` once the pool's own pods are gone."""
+    if resource and resource not in group.offers:
+        group.offers = (*group.offers, resource)[-_OFFERS_KEPT:]
 
 
 def _group(state: ClusterState, name: str, config: CoreSettings) -> GroupTrack:
@@ -364,6 +383,9 @@ def evaluate(step: ClusterStep) -> None:
         return  # nothing fails, no verdict, nothing is open: no pod to walk
     by_owner: dict[str, list[PendingPod]] = {}
     offers: dict[str, set[str]] = {}
+    for name, track in failing.items():
+        if track.offers:
+            offers[name] = set(track.offers)
     for pod in state.pending.values():
         by_owner.setdefault(_owner(pod), []).append(pod)
         for group in pod.groups:
@@ -457,8 +479,9 @@ def _unchanged(
 def _offers(offers: dict[str, set[str]], name: str, pod: PendingPod) -> bool:
     """Can an untied pod be waiting on group ``name``? Not when a record said the group
     cannot fit it, nor when the group is known to offer other GPU resources than the one
-    the pod asks for (``offers``: the resources of the pending pods tied to each group; a
-    MIG profile is not a whole GPU). A group nothing is known of may offer anything."""
+    the pod asks for (``offers``: the resources of the pods ever tied to each group while
+    it is tracked, pending now or not; a MIG profile is not a whole GPU, a DRA device
+    class is not ``nvidia.com/gpu``). A group nothing is known of may offer anything."""
     if name in pod.unfit_groups:
         return False
     known = offers.get(name)

@@ -169,3 +169,59 @@ def test_the_schedulers_dra_words_for_no_room_are_a_shortage_and_a_claim_on_its_
     )
     assert [shortage(m) for m in waiting] == [False, False, False]
     assert shortage("0/4 nodes are available: 4 Insufficient nvidia.com/gpu.")
+
+
+def test_a_dra_pools_quota_is_not_blamed_for_a_device_plugin_pod_after_its_pods_left() -> None:
+    """A mixed cluster, as the simulator found it: the autoscaler ties pending claim pods to
+    the DRA pool (a plan naming them), the pool fails on quota, their owner deletes them.
+    A device-plugin pod then pends, untied, while the pool still fails: the pool gives
+    ``gpu.nvidia.com`` devices, not ``nvidia.com/gpu``, so it starves nobody. What a pool
+    offers outlives the pods it was learned from."""
+    c = Cluster()
+    for k in range(2):
+        pod = f"trainer-{k}"
+        pending_dra_pod(c, pod, 5, (template_claim(pod, 8),), NO_ROOM, owner=OWNER)
+    # The plan comes before the pool's first failure: a group is tracked from its failures.
+    c.autoscaler(20, "scale_up_planned", GROUP, pods=("trainer-0",), namespace="gpu-test1")
+    _failures(c, [60, 400])
+    for k in range(2):
+        c.pending(f"trainer-{k}", 500, gpus=0, namespace="gpu-test1", owner=OWNER, op="deleted")
+    c.pending("vllm-0", 600, gpus=2, namespace="inference", owner=("ReplicaSet", "vllm"))
+    _failures(c, [750, 1100, 1450, 1800])
+    c.tick(3600)
+    revisions = run(c.events)
+    assert of_type(revisions, STARVED) == []
+    assert [i.attributes["node_group"] for i in of_type(revisions, SCALE_UP)] == [GROUP]
+
+
+def test_a_dra_pod_is_not_blamed_on_a_device_plugin_pool_after_its_pods_left() -> None:
+    """The converse: a device-plugin pool's pods were tied to it and left; an untied claim
+    pod pending while that pool fails is not starved by it."""
+    c = Cluster()
+    c.pending("dp-0", 5, gpus=8, namespace="gpu-test1", owner=("Job", "dp"), created=0)
+    c.autoscaler(20, "scale_up_planned", DP_GROUP, pods=("dp-0",), namespace="gpu-test1")
+    for t in (60, 400):
+        c.autoscaler(t, "scale_up_failed", DP_GROUP, reason="quota", code="VcpuLimitExceeded")
+    c.pending("dp-0", 500, gpus=8, namespace="gpu-test1", owner=("Job", "dp"), op="deleted")
+    pending_dra_pod(c, "trainer-0", 600, (template_claim("trainer-0"),), NO_ROOM, owner=OWNER)
+    for t in (750, 1100, 1450, 1800):
+        c.autoscaler(t, "scale_up_failed", DP_GROUP, reason="quota", code="VcpuLimitExceeded")
+    c.tick(3600)
+    assert of_type(run(c.events), STARVED) == []
+
+
+def test_an_untied_pod_asking_what_a_failing_pool_offered_still_starves_by_it() -> None:
+    """What a pool offers rules out other resources only: a later untied claim pod asking
+    for the same device class is starved by the DRA pool's quota."""
+    c = Cluster()
+    pending_dra_pod(c, "trainer-0", 5, (template_claim("trainer-0", 8),), NO_ROOM, owner=OWNER)
+    c.autoscaler(20, "scale_up_planned", GROUP, pods=("trainer-0",), namespace="gpu-test1")
+    _failures(c, [60, 400])
+    c.pending("trainer-0", 500, gpus=0, namespace="gpu-test1", owner=OWNER, op="deleted")
+    late = ("Job", "late")
+    pending_dra_pod(c, "late-0", 600, (template_claim("late-0", 8),), NO_ROOM, owner=late)
+    _failures(c, [750, 1100, 1450, 1800])
+    c.tick(3600)
+    (starved,) = of_type(run(c.events), STARVED)
+    assert [p.name for p in starved.pods] == ["late-0"]
+    assert starved.attributes["node_groups"] == GROUP

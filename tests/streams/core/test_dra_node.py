@@ -543,6 +543,61 @@ def test_a_gpu_gone_from_the_slices_for_five_minutes_is_degraded_until_it_is_bac
     assert inc.resolved_at == at(30 * MIN)
 
 
+def _xid_and_taint(c: Dra, t: float, device: str, generation: int) -> None:
+    """An XID 79 on an idle GPU, then the driver's own health check taints its device
+    (``gpu.nvidia.com/xid=79``, NoSchedule) a second later."""
+    c.xid(NODE, t, 79, bus=GPUS[device][1])
+    c.slice(t + 1, generation=generation, taints={device: (XID_TAINT,)})
+
+
+def test_the_driver_lifting_its_taint_resolves_the_ticket_its_xid_opened() -> None:
+    """On a DRA node the driver's taint is its health check: lifted, the GPU is healthy
+    again, as allocatable coming back is on a device-plugin node (which resolves a ticket
+    its fatal XID opened). Kept open for the XID's quiet day instead, the node's next
+    fault joined it and opened no ticket of its own."""
+    c = dra_node()
+    _xid_and_taint(c, 10 * MIN, "gpu-3", generation=2)
+    c.tick(16 * MIN)
+    c.slice(24 * MIN, generation=3)
+    c.tick(25 * MIN)
+    _xid_and_taint(c, 120 * MIN, "gpu-0", generation=4)
+    c.tick(126 * MIN)
+    out = run(c.events)
+    first, second = sorted(of_type(out, "gpu_degraded"), key=lambda i: i.first_seen)
+    assert (first.status, first.resolved_at) == ("resolved", at(24 * MIN))
+    assert "untainted" in first.attributes["resolution"]
+    assert [g.pci_bus_id for g in first.gpus] == [GPUS["gpu-3"][1]]
+    assert second.status != "resolved"
+    assert second.first_seen == at(120 * MIN)
+    assert [g.pci_bus_id for g in second.gpus] == [GPUS["gpu-0"][1]]
+    assert "tainted gpu.nvidia.com/xid=79:NoSchedule" in second.attributes["device_faults"]
+
+
+def test_a_gpu_listed_again_resolves_the_ticket_its_xid_opened() -> None:
+    c = dra_node()
+    c.xid(NODE, 10 * MIN, 79, bus=GPUS["gpu-3"][1])
+    c.slice(10 * MIN + 1, generation=2, devices=("gpu-0", "gpu-1", "gpu-2"))
+    c.tick(16 * MIN)
+    c.slice(30 * MIN, generation=3)
+    c.tick(31 * MIN)
+    [inc] = of_type(run(c.events), "gpu_degraded")
+    assert (inc.status, inc.resolved_at) == ("resolved", at(30 * MIN))
+
+
+def test_a_report_that_ends_with_its_pod_keeps_the_xids_ticket_open() -> None:
+    """An Unhealthy report ends when its pod is deleted: that says nothing of the GPU, so
+    the ticket its fatal XID opened keeps the XID's quiet deadline."""
+    c = dra_node()
+    c.xid(NODE, 10 * MIN, 79, bus=GPUS["gpu-2"][1])
+    c.dra_pod(10 * MIN + 1, health="Unhealthy")
+    c.tick(16 * MIN)
+    c.dra_pod(20 * MIN, health="Unhealthy", op="deleted", deleted=20 * MIN)
+    c.tick(30 * MIN)
+    [inc] = of_type(run(c.events), "gpu_degraded")
+    assert inc.status != "resolved"
+    assert inc.attributes["xids"] == "79"
+
+
 def test_a_gpu_gone_from_a_node_being_removed_is_its_teardown() -> None:
     c = dra_node()
     c.node(NODE, 9 * MIN, capacity=0, alloc=0, taints=(Taint(key="karpenter.sh/disrupted"),))
