@@ -348,6 +348,7 @@ async def test_a_noexecute_device_taint_on_a_dra_node_is_one_page_naming_device_
     assert (disruption.status, disruption.reason) == ("True", "DeletionByDeviceTaintManager")
     [event] = [e for e in decoded(after) if isinstance(e, KubeEvent)]
     assert (event.reason, event.involved.name) == ("DeviceTaintManagerEviction", "pod1")
+    assert event.node == NODE, "a controller's Event names no host: the pod's node"
 
     # One page, naming the device, the claim and the pod; nothing else.
     assert [(i.type, i.node) for i in out] == [("device_unhealthy_eviction", NODE)], out
@@ -359,7 +360,7 @@ async def test_a_noexecute_device_taint_on_a_dra_node_is_one_page_naming_device_
     assert [(f"{p.namespace}/{p.name}", p.role) for p in page.pods] == [(POD_NAME, "evicted")]
     texts = [e.text for e in page.evidence]
     assert any(RULE_NAME in t and "NoExecute" in t for t in texts), texts
-    assert any("DeletionByDeviceTaintManager" in t for t in texts), texts
+    assert any("DeviceTaintManagerEviction" in t for t in texts), texts
 
 
 async def wait_committed(kafka: KafkaTestEnv, group: str, end: int, timeout: float = 20) -> None:
