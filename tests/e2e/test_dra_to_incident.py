@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import io
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -49,7 +50,7 @@ from schemas.keys import is_copy
 from tests.k8s_helpers import FAST_WATCH, WATCHED, FakeCluster, fake_cluster, node
 from tests.kafka_helpers import KafkaTestEnv, consume_until, eventually, without_heartbeats
 from tests.paths import DATA
-from tests.processor_helpers import Worker, fetch_committed, final, raw_records
+from tests.processor_helpers import Worker, final, raw_partitions
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(60)]
 
@@ -317,13 +318,14 @@ async def test_a_noexecute_device_taint_on_a_dra_node_is_one_page_naming_device_
                     timeout=10,
                     what="the claim's deletion",
                 )
+                # Every raw record so far applied, its incidents out: nothing else is on its
+                # way. While the connector runs: its idle heartbeats move the worker's
+                # watermark past the last records (a stopped one's would only age out).
+                await wait_committed(kafka, group)
             finally:
                 stop.set()
                 assert await agent == 0, "the connector delivered everything"
                 await producer.stop()
-        # Every raw record in, every incident out: nothing else is on its way.
-        end = await raw_records(kafka)
-        await wait_committed(kafka, group, end)
         out = incidents(await everything(kafka, layout.incidents.name))
     finally:
         assert worker.stop() == 0, worker.log()
@@ -370,9 +372,28 @@ async def test_a_noexecute_device_taint_on_a_dra_node_is_one_page_naming_device_
     assert any("DeviceTaintManagerEviction" in t for t in texts), texts
 
 
-async def wait_committed(kafka: KafkaTestEnv, group: str, end: int, timeout: float = 20) -> None:
-    """Until the worker's group has committed every raw record (``end`` in all)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while (done := await fetch_committed(kafka, group)) < end:
-        assert loop.time() < deadline, f"the worker committed {done} of {end} raw records"
+async def wait_committed(kafka: KafkaTestEnv, group: str, timeout: float = 20) -> None:
+    """Until the worker's group has committed every record on the raw topics now (polled);
+    on timeout, name the partitions it has not."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=kafka.bootstrap, group_id=group, enable_auto_commit=False
+    )
+    await consumer.start()
+    try:
+        tps = raw_partitions(kafka)
+        ends = await consumer.end_offsets(tps)
+        deadline = time.monotonic() + timeout
+        while True:
+            committed = await asyncio.gather(*(consumer.committed(tp) for tp in tps))
+            done = dict(zip(tps, committed, strict=True))
+            behind = {
+                f"{tp.topic}/{tp.partition}": (done[tp], end)
+                for tp, end in ends.items()
+                if (done[tp] or 0) < end
+            }
+            if not behind:
+                return
+            assert time.monotonic() < deadline, f"not committed (committed, end): {behind}"
+            await asyncio.sleep(0.05)
+    finally:
+        await consumer.stop()
