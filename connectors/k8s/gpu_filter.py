@@ -8,7 +8,9 @@ Traps: forget late (Events about a pod keep coming after its DELETED; the API se
 them an hour, the default here is two); time is the events' own, so tests are
 deterministic; a name re-added before its forget time is live again (a recreated
 StatefulSet pod); pods and nodes must be seen before their Events, and an Event about an
-unseen pod is dropped unless it names a GPU resource.
+unseen pod is dropped unless it names a GPU resource. An Event's node is its source's host,
+which only the kubelet gives: :meth:`GpuFilter.place` puts a controller's Event about a pod
+on the pod's node.
 In full: docs/connectors.md, design notes: connectors/k8s/gpu_filter.py.
 """
 
@@ -16,6 +18,8 @@ from __future__ import annotations
 
 import heapq
 from datetime import datetime, timedelta
+
+import msgspec
 
 from connectors.k8s.dra import ClaimTemplate, TaintRule, is_gpu_claim
 from connectors.k8s.slim import DEFAULT_CONFIG, SlimConfig, is_gpu_node, is_gpu_pod
@@ -41,6 +45,8 @@ class GpuFilter:
         self._forget_after = forget_after
         self._names: dict[str, datetime | None] = {}
         """``pod:ns/name`` or ``node:name`` -> when to forget it (None while it exists)."""
+        self._pod_nodes: dict[str, str] = {}
+        """``pod:ns/name`` -> its node, forgotten with its name (:meth:`place`)."""
         self._due: list[tuple[datetime, str]] = []
         """A heap: event times are not monotonic (listed objects carry their own times)."""
         self._slice_nodes: set[str] = set()
@@ -67,6 +73,7 @@ class GpuFilter:
             due, key = heapq.heappop(self._due)
             if self._names.get(key) == due:
                 del self._names[key]
+                self._pod_nodes.pop(key, None)
 
     def keep(
         self,
@@ -98,7 +105,10 @@ class GpuFilter:
         self._purge(event.time)
         if isinstance(event, PodEvent):
             if is_gpu_pod(event):
-                self._remember(f"pod:{event.namespace}/{event.name}", event)
+                key = f"pod:{event.namespace}/{event.name}"
+                self._remember(key, event)
+                if event.node:
+                    self._pod_nodes[key] = event.node
                 return True
             return False
         if isinstance(event, NodeEvent):
@@ -118,3 +128,19 @@ class GpuFilter:
         return any(name in event.message for name in config.gpu_resources) or any(
             prefix in event.message for prefix in config.gpu_prefixes
         )
+
+    def place(self, event: KubeEvent) -> KubeEvent:
+        """``event`` on the node of the GPU pod it is about, when its source named none.
+
+        Why: an Event's node is its source's host, and only the kubelet gives one. The
+        controllers' Events about a pod (the device taint and node taint eviction
+        controllers' ``DeviceTaintManagerEviction`` / ``TaintManagerEviction``) would
+        otherwise reach the cluster key, not the node whose pods the core follows. Trap: a
+        pending pod has no node, so the scheduler's Events about it stay cluster-scoped,
+        where the cluster rules read them.
+        """
+        ref = event.involved
+        if event.node or ref.kind != "Pod":
+            return event
+        node = self._pod_nodes.get(f"pod:{ref.namespace}/{ref.name}")
+        return event if node is None else msgspec.structs.replace(event, node=node)

@@ -215,6 +215,7 @@ class Connector:
         )
         self.gpu_filter = None if settings.keep_all else GpuFilter(slim)
         keep = self.gpu_filter.keep if self.gpu_filter is not None else None
+        place = self.gpu_filter.place if self.gpu_filter is not None else None
         self.join = DraJoin(slim)
         """One join for every watcher: pods, claims, templates, slices and rules meet here."""
         self.watchers: dict[Resource, ResourceWatcher] = {
@@ -228,6 +229,7 @@ class Connector:
                 metrics=self.metrics,
                 derive=derive if resource == "events" else None,
                 join=self.join,
+                place=place if resource == "events" else None,
             )
             for resource in ("pods", "nodes", "events", *DRA_RESOURCES)
         }

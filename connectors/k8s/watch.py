@@ -271,6 +271,7 @@ class ResourceWatcher:
         clock: Callable[[], datetime] = _now,
         derive: Derive | None = None,
         join: DraJoin | None = None,
+        place: Callable[[KubeEvent], KubeEvent] | None = None,
     ) -> None:
         self.resource: Resource = resource
         self.join = join
@@ -288,6 +289,9 @@ class ResourceWatcher:
         self.config = config
         self.keep = keep
         """Which events to forward (the GPU-only filter); None: all."""
+        self.place = place
+        """A kept Event about a pod, on the pod's node when its source named none
+        (:meth:`~connectors.k8s.gpu_filter.GpuFilter.place`); None: as slimmed."""
         self.metrics = metrics
         self.clock = clock
         self.known: dict[str, Known] = {}
@@ -485,6 +489,8 @@ class ResourceWatcher:
         cached, kept = True, False
         if not isinstance(result, ClaimTemplate | TaintRule):
             cached, kept = False, self.keep is None or self.keep(result)
+            if kept and self.place is not None and isinstance(result, KubeEvent):
+                result = self.place(result)
         derived: tuple[AnyEvent, ...] = ()
         if op == "deleted":
             self.known.pop(uid, None)
