@@ -22,16 +22,24 @@ from typing import Any, Final
 import msgspec
 
 from schemas.codec import AnyEvent
-from schemas.events import GpuBindingEvent, NodeEvent, PodClaim, PodEvent, Taint, XidEvent
+from schemas.events import (
+    GpuBindingEvent,
+    NodeEvent,
+    PodClaim,
+    PodEvent,
+    ResourceSliceEvent,
+    Taint,
+    XidEvent,
+)
 from schemas.progress import DEFAULT_GRACE_SECONDS
 from schemas.timeconv import to_seconds
 from schemas.wellknown import (
     CLIQUE_LABEL,
-    GPU_PRESENT_LABEL,
     REMOVAL_TAINTS,
     REPLICAS_LABEL,
     SHARING_LABEL,
     SHUTTING_DOWN,
+    labelled_gpu_node,
 )
 
 POD_RESOURCES: Final = "pod-resources"
@@ -143,6 +151,10 @@ dropped and not copied again until the object's view changes or its refresh is d
 _SWEEP_EVERY: Final = 1 << 16
 """Records between sweeps of the router's memory (entries not copied for two refresh
 periods go: a node that left the fleet, a GPU no source names any more)."""
+MAX_SLICE_NODES: Final = 1 << 16
+"""Nodes named by GPU drivers' ResourceSlices remembered at most (the least recently
+named go first): a node's deletion forgets it, this bounds the ones whose deletion was
+never routed (a producer down meanwhile). Far above a cluster's node count."""
 
 
 class Router:
@@ -162,12 +174,26 @@ class Router:
     after :data:`REFRESH_SECONDS`. Memory, and why not node summaries: docs/detection.md.
     """
 
-    __slots__ = ("_bindings", "_newest", "_nodes", "_pods", "_routed", "copies", "skipped")
+    __slots__ = (
+        "_bindings",
+        "_newest",
+        "_nodes",
+        "_pods",
+        "_routed",
+        "_slice_nodes",
+        "copies",
+        "skipped",
+    )
 
     def __init__(self) -> None:
         self._pods: dict[tuple[str, str, str], tuple[_PodView, float]] = {}
         self._nodes: dict[tuple[str, str], tuple[_NodeView, float]] = {}
         self._bindings: dict[tuple[str, str, str, int | None], tuple[bool, float]] = {}
+        self._slice_nodes: dict[tuple[str, str], None] = {}
+        """``(cluster, node)`` of the nodes a GPU driver's ResourceSlice named: GPU nodes
+        with no GPU capacity (DRA) and perhaps no GPU label. Forgotten on the node's
+        deletion, not its slices' (a DRA plugin restart deletes and re-creates them), as
+        the k8s connector's GPU filter keeps such a node (``GpuFilter._slice_nodes``)."""
         self._newest = -math.inf
         """The newest event time routed: a record behind it may reach the cluster key
         behind that key's position, where the engine drops it as stale."""
@@ -197,6 +223,9 @@ class Router:
             copy = self._binding(event)  # type: ignore[arg-type]
         elif kind is XidEvent:
             copy = self._xid(event)  # type: ignore[arg-type]
+        elif kind is ResourceSliceEvent:
+            self._slice(event)  # type: ignore[arg-type]
+            return (event,)
         else:
             return (event,)
         if copy is None:
@@ -294,18 +323,39 @@ class Router:
             return None
         return msgspec.structs.replace(ev, scope="cluster")
 
+    def _slice(self, ev: ResourceSliceEvent) -> None:
+        """A GPU driver's ResourceSlice (the connector publishes no other driver's) names
+        a GPU node: remember it, as the most recently named (:data:`MAX_SLICE_NODES`)."""
+        if not ev.node or ev.op == "deleted" or ev.scope == "cluster":
+            return
+        memory = self._slice_nodes
+        key = (ev.cluster, ev.node)
+        memory.pop(key, None)  # re-inserted last: the least recently named go first
+        memory[key] = None
+        if len(memory) > MAX_SLICE_NODES:
+            del memory[next(iter(memory))]
+
     def _node(self, ev: NodeEvent) -> NodeEvent | None:
         """The view of a GPU node: deleted or not, the labels in :data:`CLUSTER_LABELS`,
         Ready's status and whether its message says the node shuts down, the taints in
         :data:`REMOVAL_TAINTS`; the copy carries exactly these (and the whole Ready
-        condition), so what the cluster key reads of it is what the view compared. A GPU
-        node: one with a GPU resource, or, on a DRA node (no device plugin: no
-        ``nvidia.com/gpu`` at all), the GPU operator's :data:`GPU_PRESENT_LABEL`."""
+        condition), so what the cluster key reads of it is what the view compared.
+
+        A GPU node: one with a GPU resource, labelled as one (the GPU operator's
+        ``gpu.present=true``, NFD's NVIDIA PCI label:
+        :func:`~schemas.wellknown.labelled_gpu_node`), or named by a GPU driver's
+        ResourceSlice (a DRA node has no ``nvidia.com/gpu`` at all, and without the GPU
+        operator no ``gpu.present``), as the k8s connector's GPU filter keeps it. Trap:
+        a node routed before its first slice is copied from its next record on (the
+        connector lists slices before nodes)."""
         if ev.scope == "cluster":
             return None
         key = (ev.cluster, ev.node)
         gone = ev.op == "deleted"
-        if not ev.capacity and GPU_PRESENT_LABEL not in ev.labels:  # not a GPU node
+        named = key in self._slice_nodes
+        if gone and named:
+            del self._slice_nodes[key]
+        if not (ev.capacity or named or labelled_gpu_node(ev.labels)):  # not a GPU node
             if gone:
                 self._nodes.pop(key, None)
             return None

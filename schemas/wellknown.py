@@ -14,7 +14,19 @@ CLIQUE_LABEL: Final = "nvidia.com/gpu.clique"
 """GPU feature discovery's NVLink domain of a node (``<cluster uuid>.<clique id>``)."""
 GPU_PRESENT_LABEL: Final = "nvidia.com/gpu.present"
 """The GPU operator's mark of a node with an NVIDIA GPU, whatever advertises it: a DRA node
-has no ``nvidia.com/gpu`` capacity (no device plugin), and is a GPU node by this."""
+has no ``nvidia.com/gpu`` capacity (no device plugin), and is a GPU node by this. The
+operator writes ``"false"`` on a node whose GPUs left: only ``"true"`` says GPU."""
+NFD_GPU_LABELS: Final = (
+    "feature.node.kubernetes.io/pci-10de.present",
+    "feature.node.kubernetes.io/pci-0302_10de.present",
+    "feature.node.kubernetes.io/pci-0300_10de.present",
+)
+"""Node Feature Discovery's marks of an NVIDIA PCI display or 3D controller (10de is
+NVIDIA's PCI vendor id; the class-qualified forms are NFD's default label fields, the
+vendor-only one the GPU operator's configuration). The GPU operator labels exactly these
+nodes ``gpu.present=true``, and NVIDIA's DRA driver chart schedules its kubelet plugin on
+them first: a cluster with NFD and the DRA driver but no operator has GPU nodes that no
+other label marks. Citations: tests/data/dra/SOURCES.md."""
 SHARING_LABEL: Final = "nvidia.com/gpu.sharing-strategy"
 """The device plugin's sharing strategy (``time-slicing``, ``mps``, ``none``)."""
 REPLICAS_LABEL: Final = "nvidia.com/gpu.replicas"
@@ -38,3 +50,13 @@ value ``disrupting``). A cordon or a health controller's taint is not one of the
 
 SHUTTING_DOWN: Final = "node is shutting down"
 """The kubelet's Ready message during a graceful node shutdown (compared lower-cased)."""
+
+
+def labelled_gpu_node(labels: dict[str, str]) -> bool:
+    """Do a node's labels say it has an NVIDIA GPU, whatever advertises it (the GPU
+    operator's ``gpu.present=true``, or NFD's PCI label)? The router and the k8s
+    connector's GPU filter decide a GPU node by this one test, so the cluster key hears
+    of every node the connector keeps."""
+    if labels.get(GPU_PRESENT_LABEL) == "true":
+        return True
+    return any(labels.get(name) == "true" for name in NFD_GPU_LABELS)

@@ -51,8 +51,9 @@ class GpuFilter:
         """A heap: event times are not monotonic (listed objects carry their own times)."""
         self._slice_nodes: set[str] = set()
         """Nodes a GPU driver's ResourceSlice names: GPU nodes with no GPU capacity (DRA)
-        and perhaps no feature-discovery label. Trap: a node seen before its slice is kept
-        from its next changed record on."""
+        and perhaps no GPU label, as the router (:class:`schemas.keys.Router`) takes them.
+        Trap: a node seen before its slice is kept from its next changed record on (the
+        connector lists slices before nodes)."""
 
     def __len__(self) -> int:
         return len(self._names)

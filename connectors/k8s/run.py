@@ -63,8 +63,8 @@ PUBLISH: Final = PublishOptions(chunk=500, backoff=DELIVERY_BACKOFF, drain_timeo
 settings')."""
 DRA_CLAIM_SOURCES: Final[tuple[Resource, ...]] = ("resourceclaims", "resourceclaimtemplates")
 DRA_SYNC_WAIT_SECONDS: Final = 60.0
-"""The longest the pod (slice) watch waits for the claims and templates (rules) to be listed:
-an API server that fails them must not stop the rest."""
+"""The longest the pod (slice, node) watch waits for the claims and templates (rules,
+slices) to be listed: an API server that fails them must not stop the rest."""
 WATCH: Final = WatchOptions()
 """How to list and watch beyond the settings (which give the namespace and silence timeout)."""
 
@@ -175,7 +175,9 @@ class WatchSource:
             if "resourceslices" in self.watchers:
                 # After the rules: a slice's first record carries their taints.
                 group.create_task(self._pump_after(("devicetaintrules",), "resourceslices"))
-            group.create_task(self._pump("nodes"))
+            # After the slices: a DRA node that no label marks is a GPU node by its GPU
+            # slice (the GPU filter and the router), so its first record is kept and copied.
+            group.create_task(self._pump_after(("resourceslices",), "nodes"))
             # After the claims and templates: a pod holding GPUs by claim only is a GPU
             # pod once they are known.
             group.create_task(self._pump_after(DRA_CLAIM_SOURCES, "pods"))

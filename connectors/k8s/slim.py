@@ -48,7 +48,7 @@ from schemas.events import (
 )
 from schemas.ids import k8s_event_id, resource_version_number
 from schemas.types import Op
-from schemas.wellknown import GPU_PRESENT_LABEL
+from schemas.wellknown import NFD_GPU_LABELS, labelled_gpu_node
 
 MAX_TEXT: Final = 4096
 """Longest message/note kept, in characters; longer text is cut and marked with ``…``."""
@@ -67,6 +67,7 @@ GPU_LABELS: Final = (
     "nvidia.com/gpu.clique",
     "node.kubernetes.io/instance-type",
     "topology.kubernetes.io/zone",
+    *NFD_GPU_LABELS,
 )
 """Node labels kept on :class:`NodeEvent` (GPU feature discovery + well-known labels).
 
@@ -76,7 +77,9 @@ one ``nvidia.com/mig-<profile>`` resource per profile); the gpu-operator writes
 ``gpu.present`` (the node has an NVIDIA PCI device, even before any device plugin
 advertises ``nvidia.com/gpu``). GPU feature discovery also writes ``gpu.clique``
 (``<clusterUUID>.<cliqueId>``) on nodes whose GPUs share a multi-node NVLink fabric
-(GB200 / GB300 NVL72): the core's NVLink domain. Kept as strings, not interpreted here.
+(GB200 / GB300 NVL72): the core's NVLink domain. Node Feature Discovery's NVIDIA PCI
+labels (:data:`~schemas.wellknown.NFD_GPU_LABELS`) mark a GPU node where no operator
+writes ``gpu.present`` (NVIDIA's DRA driver alone). Kept as strings, not interpreted here.
 """
 
 _LEGACY_LABELS: Final = {
@@ -1194,9 +1197,7 @@ def is_gpu_pod(event: PodEvent) -> bool:
 
 def is_gpu_node(event: NodeEvent) -> bool:
     """A node with any GPU capacity (a node whose GPUs all went unhealthy still qualifies),
-    or labelled ``nvidia.com/gpu.present=true`` by GPU feature discovery: a DRA node has no
-    ``nvidia.com/gpu`` at all (its GPUs are in its ResourceSlices)."""
-    return (
-        any(count > 0 for count in event.capacity.values())
-        or event.labels.get(GPU_PRESENT_LABEL) == "true"
-    )
+    or labelled as one (the GPU operator's ``nvidia.com/gpu.present=true``, NFD's NVIDIA
+    PCI label: :func:`~schemas.wellknown.labelled_gpu_node`, the router's test too): a DRA
+    node has no ``nvidia.com/gpu`` at all (its GPUs are in its ResourceSlices)."""
+    return any(count > 0 for count in event.capacity.values()) or labelled_gpu_node(event.labels)

@@ -141,6 +141,10 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
     track.version = max(track.version, step.version)
     if track.phase != ev.phase:
         track.phase = intern(ev.phase)
+    if ev.claims or track.other_claims:
+        other = _other_claims(ev)
+        if other != track.other_claims:
+            track.other_claims = other
     deleting = _deleting(ev)
     window = step.config.cuda_oom_window_seconds
     for status in ev.containers:
@@ -178,13 +182,19 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
             item = text.pod_disruption(ev, cond)
         else:
             item = text.pod_status(ev, f"{ev.phase or 'failed'}: {reason}")
-        _on_pod_failure(step, key, track, item, role)
+        _on_pod_failure(step, key, track, item, role, taint=reason in chain.DEVICE_TAINT_EVICTIONS)
     if ev.op == "deleted":
         _forget_pod(step, key, "pod deleted")
     elif ev.phase == "Succeeded":
         _resolve_pod_incidents(step, key, "pod succeeded")
     else:
         nvlink.on_pod(step, key, ev)
+
+
+def _other_claims(ev: PodEvent) -> tuple[str, ...]:
+    """The pod's claims that ask for no GPU (:attr:`PodTrack.other_claims`), made ones
+    only: a claim not made yet holds no device."""
+    return tuple(f"{ev.namespace}/{c.claim}" for c in ev.claims if c.gpus <= 0 and c.claim)
 
 
 def _on_device_health(step: Step, key: str, ev: PodEvent) -> None:
@@ -346,14 +356,26 @@ def _on_termination(
 
 
 def _on_pod_failure(
-    step: Step, key: str, track: PodTrack | None, item: Evidence, role: str, container: str = ""
+    step: Step,
+    key: str,
+    track: PodTrack | None,
+    item: Evidence,
+    role: str,
+    container: str = "",
+    *,
+    taint: bool = False,
 ) -> bool:
     """Offer a GPU pod failure to the chain, then to a NotReady incident.
 
+    ``taint``: the device taint eviction controller evicts it, which is a device fault
+    of its own where no known one claims it (:func:`chain.arm_on_eviction`).
     Returns True when the failure joined a device chain (so it is not a CUDA OOM).
     """
     info = pod_info(key, track, role, container)
     if chain.on_failure(step, info, item):
+        return True
+    others = track.other_claims if track is not None else ()
+    if taint and chain.arm_on_eviction(step, key, item, others):
         return True
     not_ready.on_failure(step, info, item)
     return False
@@ -519,7 +541,8 @@ def _on_kube_event(step: Step, ev: KubeEvent) -> None:
     track.failed = True
     track.failure_at = max(track.failure_at, step.now)
     role = "evicted" if ev.reason in _EVICTION_REASONS else "failed"
-    _on_pod_failure(step, key, track, text.kube_event(ev), role)
+    taint = ev.reason in chain.DEVICE_TAINT_EVICTIONS
+    _on_pod_failure(step, key, track, text.kube_event(ev), role, taint=taint)
 
 
 # -- GPUs --------------------------------------------------------------------------
@@ -1174,6 +1197,7 @@ def _routine_track(
         or ev.op == "deleted"
         or ev.deleted_at is not None
         or ev.disruption is not None
+        or ((ev.claims or track.other_claims) and _other_claims(ev) != track.other_claims)
     ):
         return False
     known = track.containers

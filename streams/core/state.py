@@ -139,6 +139,12 @@ class PodTrack(msgspec.Struct, gc=False, omit_defaults=True):
     not in a per-node dict by pod key: a dict entry cost ~65 bytes per multi-GPU pod,
     this slot 8 per pod. Last, with a default: older snapshots restore with 0 (and
     their :attr:`NodeState.multi_gpu`)."""
+    other_claims: tuple[str, ...] = ()
+    """``namespace/name`` of the pod's ResourceClaims that ask for no GPU (another
+    driver's device: a NIC, a compute domain's channel; or a GPU class the connector
+    does not know, which its DRA bindings then name). A device taint eviction of the pod
+    may be such a device's taint, not its GPUs' (``chain.arm_on_eviction``). Last, with
+    a default: older snapshots restore with none."""
 
 
 class GpuXid(msgspec.Struct, gc=False, omit_defaults=True):

@@ -16,10 +16,11 @@ import pytest
 
 from connectors.kafka.producer import EventProducer
 from schemas.codec import AnyEvent
-from schemas.events import NodeEvent, PodClaim, PodEvent, Taint
+from schemas.events import NodeEvent, PodClaim, PodEvent, ResourceSliceEvent, SliceDevice, Taint
 from schemas.keys import POD_RESOURCES, REFRESH_SECONDS, Router, correlation_key, is_copy
 from schemas.topics import topic_layout
-from tests.factories import Cluster, term
+from schemas.types import Op
+from tests.factories import Cluster, at, term
 
 N = "gpu-node-01"
 
@@ -240,3 +241,59 @@ def test_a_dra_node_without_gpu_capacity_is_a_gpu_node_by_the_operators_label() 
         True,
     ]
     assert copies(Router(), dra_node(30, present=False)) == [False]
+
+
+def _bare_dra_node(
+    c: Cluster, t: float, labels: dict[str, str] | None = None, **kw: Any
+) -> NodeEvent:
+    """A DRA node's record with no GPU capacity and, unless ``labels``, no GPU label (NFD
+    and NVIDIA's DRA driver, no GPU operator)."""
+    node = c.node(N, t, labels=labels or {}, **kw)
+    return msgspec.structs.replace(node, capacity={}, allocatable={})
+
+
+def _gpu_slice(c: Cluster, t: float, node: str = N, op: Op = "modified") -> ResourceSliceEvent:
+    """The one slice of NVIDIA's DRA driver on ``node`` (tests/data/dra's shape)."""
+    return ResourceSliceEvent(
+        id=f"k8s:uid-slice-{node}:{int(t) + 1}",
+        cluster=c.name,
+        time=at(t),
+        node=node,
+        op=op,
+        name=f"{node}-gpu.nvidia.com-x7k2p",
+        driver="gpu.nvidia.com",
+        pool=node,
+        devices=(SliceDevice(name="gpu-0", uuid="GPU-3f5e8a12-6b4c-4d8e-9a17-0c2b7e91d4a6"),),
+    )
+
+
+def test_a_dra_node_a_gpu_slice_names_is_a_gpu_node_until_it_is_deleted() -> None:
+    """No capacity, no label: the slice of a GPU driver says it is a GPU node (as the
+    connector's GPU filter keeps it), and its NotReady and deletion reach the cluster key.
+    A slice deleted (a DRA plugin restart) does not unmake it; the node's deletion does."""
+    c = Cluster()
+    router = Router()
+    assert copies(router, _bare_dra_node(c, 0)) == [False], "nothing says GPU yet"
+    assert copies(router, _gpu_slice(c, 1)) == [False], "a slice is the node key's alone"
+    assert copies(
+        router,
+        _bare_dra_node(c, 10),
+        _bare_dra_node(c, 20),
+        _gpu_slice(c, 25, op="deleted"),
+        _bare_dra_node(c, 30, ready="Unknown"),
+        _bare_dra_node(c, 40, ready="Unknown", op="deleted"),
+        _bare_dra_node(c, 50),  # a new node of the same name, no slice yet
+    ) == [True, False, False, True, True, False]
+
+
+def test_nfd_marks_a_gpu_node_and_the_operators_false_does_not() -> None:
+    """Node Feature Discovery's NVIDIA PCI label (10de: NVIDIA's vendor id) is what
+    NVIDIA's DRA driver chart schedules on; the GPU operator writes ``gpu.present=false``
+    on a node whose GPUs left."""
+    c = Cluster()
+    nfd = {"feature.node.kubernetes.io/pci-10de.present": "true"}
+    classed = {"feature.node.kubernetes.io/pci-0302_10de.present": "true"}
+    gone = {"nvidia.com/gpu.present": "false"}
+    assert copies(Router(), _bare_dra_node(c, 0, nfd)) == [True]
+    assert copies(Router(), _bare_dra_node(c, 0, classed)) == [True]
+    assert copies(Router(), _bare_dra_node(c, 0, gone)) == [False]

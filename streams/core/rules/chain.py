@@ -160,6 +160,38 @@ def arm(
     state.recent_failures = tuple(kept)
 
 
+DEVICE_TAINT_EVICTIONS: Final = ("DeviceTaintManagerEviction", "DeletionByDeviceTaintManager")
+"""The device taint eviction controller's words on a pod it evicts: its Event's reason
+(``Marking for deletion``) and its ``DisruptionTarget`` condition's. Not the node taint
+manager's (``TaintManagerEviction``, ``DeletionByTaintManager``): a node's taint."""
+_DEVICE_TAINT_WORD: Final = "DeviceTaintManager"
+"""In the evidence line of either (``streams.core.evidence``): a trigger that is one."""
+
+
+def arm_on_eviction(step: Step, pod: str, trigger: Evidence, other_claims: tuple[str, ...]) -> bool:
+    """The device taint eviction controller evicts ``pod`` and no known fault claimed
+    it: arm the chain on the GPUs the pod holds by DRA binding, the eviction the trigger.
+    True when armed (the failure, in the look-back, then joins).
+
+    Why: the controller evicts only for a ``NoExecute`` taint on a device the pod's
+    claims hold, so its word is a device fault even when the taint never reached this
+    key (a v1alpha3 DeviceTaintRule with a CEL selector, which the connector does not
+    apply; a slice record lost). Traps: it does not say which device, so every GPU the
+    pod holds is named; a pod that also holds a claim no GPU binding names (a NIC, a
+    compute domain's channel: ``other_claims``) may have lost that device instead, and
+    no GPU is blamed; a pod whose holds are unknown arms nothing.
+    """
+    held = dra.held_gpus(step.state, pod)
+    if not held:
+        return False
+    claims = {claim for *_, named in held for claim in named}
+    if any(claim not in claims for claim in other_claims):
+        return False
+    for _device, gpu_key, ref, _claims in held:
+        arm(step, trigger, gpu_key, ref)
+    return True
+
+
 def _ticket_holds_the_old_faults(step: Step, gpu_key: str, gpu: GpuRef | None) -> bool:
     """Does a fatal XID on a new GPU start a chain of its own while an armed one has
     no incident yet? It does when every trigger armed so far is a fatal XID on other
@@ -791,6 +823,8 @@ def _describe(step: Step, inc: OpenIncident) -> None:
         causes.append("GPU allocatable drop")
     if any(t.schema == _SLICE for t in state.chain_triggers):
         causes.append("DRA device taint")
+    elif any(_DEVICE_TAINT_WORD in t.text for t in state.chain_triggers):
+        causes.append("NoExecute device taint (its eviction controller's word)")
     if any(t.text.endswith(_UNHEALTHY) for t in state.chain_triggers):
         causes.append("device reported Unhealthy")
     dra.name_devices(state, inc.attributes, list(inc.gpus.values()))

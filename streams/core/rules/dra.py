@@ -25,7 +25,7 @@ from schemas.events import DeviceHealth, PodEvent, ResourceSliceEvent, SliceDevi
 from schemas.incidents import Evidence, GpuRef
 from streams.core import evidence as text
 from streams.core.config import CoreSettings
-from streams.core.rules.gpuids import pack_uuid, unpack_uuid
+from streams.core.rules.gpuids import pack_uuid, split_gpu_key, unpack_uuid
 from streams.core.state import DeviceReport, DraDevice, DraHold, DraState, NodeState
 
 TAINT: Final = "taint"
@@ -286,6 +286,38 @@ def hold(
         holds[device] = DraHold(uuid=uuid, instance=instance, pods=pods, claims=claims)
     dra.holds = holds
     return before
+
+
+def held_gpus(state: NodeState, pod: str) -> list[tuple[str, str, GpuRef, tuple[str, ...]]]:
+    """``(device, GPU key, GPU identity, claims)`` of each DRA device the pod holds by
+    binding: the device's GPU as its slice names it (a MIG device's parent, as a taint
+    names it: :func:`gpu_of`), else as the binding did (the slice unseen)."""
+    dra = state.dra
+    if dra is None or not dra.holds:
+        return []
+    out = []
+    for name, held in dra.holds.items():
+        if pod not in held.pods:
+            continue
+        dev = dra.devices.get(name)
+        if dev is not None:
+            key, ref = gpu_of(name, dev)
+        else:
+            key, ref = _bound_gpu(state, name, held)
+        out.append((name, key, ref, held.claims))
+    return out
+
+
+def _bound_gpu(state: NodeState, name: str, held: DraHold) -> tuple[str, GpuRef]:
+    """The GPU key and identity of a held device no slice lists: the GPU its binding
+    made (:attr:`NodeState.gpus`), by the binding's uuid and instance."""
+    uuid = unpack_uuid(held.uuid)
+    for key, gpu in state.gpus.items():
+        parent, instance = split_gpu_key(key)
+        if held.uuid and gpu.uuid == held.uuid and instance == held.instance:
+            bus = "" if parent.startswith("uuid:") else parent
+            return parent, GpuRef(uuid=uuid, pci_bus_id=bus)
+    return (f"uuid:{uuid}" if uuid else f"dra:{name}"), GpuRef(uuid=uuid)
 
 
 def held_pods(state: NodeState, uuid: bytes, instance: int | None) -> tuple[str, ...]:

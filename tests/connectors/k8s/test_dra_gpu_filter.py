@@ -34,6 +34,18 @@ def test_a_dra_node_labelled_gpu_present_is_kept() -> None:
     assert GpuFilter().keep(event)
 
 
+def test_a_dra_node_nfd_marks_nvidia_is_kept_from_its_first_record() -> None:
+    """NFD with NVIDIA's DRA driver and no GPU operator: ``pci-10de.present`` (10de is
+    NVIDIA's PCI vendor id; the chart schedules the kubelet plugin on it) is the node's
+    one GPU label. It is kept in the record, so the router reads it too."""
+    obj = dra_node(present=False)
+    obj["metadata"]["labels"]["feature.node.kubernetes.io/pci-10de.present"] = "true"
+    event = slim(obj)
+    assert isinstance(event, NodeEvent)
+    assert event.labels["feature.node.kubernetes.io/pci-10de.present"] == "true"
+    assert GpuFilter().keep(event)
+
+
 def test_a_dra_node_without_the_label_is_kept_once_a_gpu_slice_names_it() -> None:
     gpu_filter = GpuFilter()
     bare = slim(dra_node(present=False))

@@ -281,6 +281,25 @@ async def test_a_pod_holding_its_gpu_by_claim_only_is_published_with_its_binding
         )
 
 
+async def test_a_dra_node_no_label_marks_is_listed_after_its_slice_and_kept() -> None:
+    """No GPU capacity, no GPU label (NVIDIA's DRA driver, no GPU operator): the GPU
+    filter and the router know it for a GPU node by its slice only, so the nodes are
+    listed once the slices are; listed first, its record was dropped until its next
+    change (the kubelet's status report, minutes on)."""
+    async with fake_cluster(dra=True) as cluster:
+        cluster.nodes.put(node("gpu-a100-node-01", "5", gpus=0))
+        cluster.resource("resourceslices").put(load("resourceslice_gpu_node"))
+        connector = Connector(cluster.api, WATCHED, watch=FAST_WATCH)
+        try:
+            records = await gather(
+                connector, lambda rs: any(isinstance(r, NodeEvent) for r in rs), limit=20
+            )
+        finally:
+            await connector.source.close()
+        kinds = [type(r) for r in records if isinstance(r, NodeEvent | ResourceSliceEvent)]
+        assert kinds == [ResourceSliceEvent, NodeEvent]
+
+
 async def test_non_gpu_claims_are_filtered_and_kept_with_keep_all() -> None:
     nic = load("resourceclaim_allocated")
     nic["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = "nic.example.com"

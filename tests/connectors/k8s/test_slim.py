@@ -705,7 +705,7 @@ def test_gpu_operator_node_labels_are_kept() -> None:
     assert labels["nvidia.com/mig.config"] == "custom-mixed"
     assert not any(key.startswith("nvidia.com/gpu.deploy.") for key in labels)
     assert "nvidia.com/mig-1g.5gb.count" not in labels
-    assert "feature.node.kubernetes.io/pci-10de.present" not in labels
+    assert labels["feature.node.kubernetes.io/pci-10de.present"] == "true"  # NFD's: a GPU node
     assert result.capacity == {"nvidia.com/mig-1g.5gb": 14, "nvidia.com/mig-3g.20gb": 2}
     assert is_gpu_node(result)
 

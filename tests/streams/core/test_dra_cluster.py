@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from schemas.codec import AnyEvent, encode
 from schemas.events import (
@@ -27,12 +28,15 @@ from schemas.events import (
     PodCondition,
     PodEvent,
     PodRef,
+    ResourceSliceEvent,
+    SliceDevice,
 )
 from schemas.incidents import Incident
 from schemas.keys import DRA
 from schemas.types import Op
 from streams.core import CoreSettings, Correlator
 from streams.core.snapshot import decode_state, encode_state
+from streams.core.state import ClusterState
 from tests.core_helpers import config, feed, of_type
 from tests.core_helpers import run as run_in_order
 from tests.factories import Cluster, at
@@ -413,6 +417,72 @@ def test_a_lost_dra_node_is_not_a_dcgm_disagreement() -> None:
             dra_pod(c, node, pod, 400, (template_claim(pod),), phase="Failed")
     c.tick(5000)
     assert of_type(run(c.events), MISMATCH) == []
+
+
+def gpu_slice(c: Cluster, node: str, t: float) -> ResourceSliceEvent:
+    """The node's one slice of NVIDIA's DRA driver (pool = node name), its four GPUs."""
+    ev = ResourceSliceEvent(
+        id=f"k8s:uid-slice-{node}:{len(c.events) + 1}",
+        cluster=c.name,
+        time=at(t),
+        node=node,
+        name=f"{node}-gpu.nvidia.com-x7k2p",
+        driver=GPU_CLASS,
+        pool=node,
+        devices=tuple(
+            SliceDevice(name=name, uuid=uuid, pci_bus_id=bus, type="gpu")
+            for name, uuid, bus in slice_gpus(node, 4)
+        ),
+    )
+    c.events.append(ev)
+    return ev
+
+
+NFD_NVIDIA = {"feature.node.kubernetes.io/pci-10de.present": "true"}
+"""Node Feature Discovery's mark of an NVIDIA PCI device, which NVIDIA's DRA driver chart
+schedules its kubelet plugin on (tests/data/dra/SOURCES.md)."""
+
+
+@pytest.mark.parametrize("mark", ["slice", "nfd"])
+def test_a_lost_dra_node_no_operator_labels_is_not_a_dcgm_disagreement(mark: str) -> None:
+    """NVIDIA's DRA driver with NFD and no GPU operator: no ``gpu.present`` label. Its GPU
+    slice (or NFD's NVIDIA label) makes it a GPU node to the cluster key: lost, it is
+    gpu_node_not_ready's outage, not an allocation_mismatch; deleted, the cluster key
+    forgets its count (an autoscaled fleet's nodes come and go for months)."""
+    c = Cluster()
+    labels = NFD_NVIDIA if mark == "nfd" else {}
+    nodes = ("gpu-a100-node-01", "gpu-a100-node-02")
+    for node in nodes:
+        if mark == "slice":
+            gpu_slice(c, node, 0)
+        dra_node_running(c, node, 0, 4)
+        for k, ev in enumerate(c.events):
+            if isinstance(ev, NodeEvent) and ev.node == node:
+                c.events[k] = msgspec.structs.replace(
+                    ev, capacity={}, allocatable={}, labels=labels
+                )
+    for node in nodes:
+        lost = c.node(node, 100, ready="Unknown", labels=labels)
+        c.events[-1] = msgspec.structs.replace(lost, capacity={}, allocatable={})
+        for k in range(4):
+            pod = f"worker-{node[-2:]}-{k}"
+            dra_pod(c, node, pod, 400, (template_claim(pod),), phase="Failed")
+    c.tick(5000)
+    out = run(c.events)
+    assert of_type(out, MISMATCH) == []
+    assert sorted(i.node for i in of_type(out, "gpu_node_not_ready")) == list(nodes)
+
+    for node in nodes:
+        gone = c.node(node, 6000, ready="Unknown", labels=labels, op="deleted")
+        c.events[-1] = msgspec.structs.replace(gone, capacity={}, allocatable={})
+    correlator = Correlator(config())
+    for ev in sorted(c.events, key=lambda e: e.time):
+        feed(correlator, ev)
+    correlator.flush()
+    cluster = correlator.keys[c.name]
+    assert isinstance(cluster, ClusterState)
+    assert not set(nodes) & set(cluster.tallies), "a deleted node's count is dropped"
+    assert not any(n in nodes for n, _ in cluster.placed.values())
 
 
 def test_shared_claim_holds_survive_a_snapshot_and_restore() -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 import msgspec
+import pytest
 
 from gputriage.demo.events import at
 from schemas.events import (
@@ -647,6 +648,111 @@ def test_the_disruption_condition_alone_joins_the_chain() -> None:
     [inc] = of_type(run(c.events), "device_unhealthy_eviction")
     assert pods_of(inc) == {f"{NS}/{POD}": "evicted"}
     assert any(EVICTED in e.text for e in inc.evidence)
+
+
+COND = PodCondition(status="True", reason="DeletionByDeviceTaintManager", message=EVICTED)
+"""The device taint eviction controller's DisruptionTarget condition (messages.md §2)."""
+
+
+def _evicted(c: Dra, t: float, *, event: bool = True, name: str = POD) -> None:
+    """The device taint eviction controller evicts the pod: its Event (unless not
+    ``event``), the DisruptionTarget condition with the deletion, the pod gone, its claim
+    released."""
+    device = "gpu-2" if name == POD else "gpu-0"
+    if event:
+        c.taint_eviction(t, name=name)
+    c.dra_pod(t + 1, name=name, device=device, disruption=COND, deleted=t + 1)
+    c.dra_pod(t + 30, name=name, device=device, disruption=COND, deleted=t + 1, op="deleted")
+    claim = CLAIM if name == POD else f"{name}-gpu"
+    c.claim(t + 31, device, (), name=claim)
+
+
+@pytest.mark.parametrize("event", [True, False], ids=["event", "condition"])
+def test_an_eviction_whose_taint_the_core_never_saw_pages_the_pods_gpu(event: bool) -> None:
+    """A v1alpha3 DeviceTaintRule with a CEL selector (the connector cannot apply it),
+    or a slice record lost: no taint reaches the node key, but the device taint eviction
+    controller evicts only for a NoExecute taint of a device the pod's claims hold. Its
+    word arms the chain on the GPUs the pod holds by DRA binding: one page, naming the
+    device, the claim and the pod."""
+    c = dra_node()
+    _evicted(c, 10 * MIN, event=event)
+    c.tick(40 * MIN)
+    out = run(c.events)
+    assert types(out) == ["device_unhealthy_eviction"], "one page, no second ticket"
+    [inc] = of_type(out, "device_unhealthy_eviction")
+    assert inc.severity == "page"
+    assert pods_of(inc) == {f"{NS}/{POD}": "evicted"}
+    assert [(g.uuid, g.pci_bus_id) for g in inc.gpus] == [GPUS["gpu-2"]]
+    assert inc.attributes["dra_devices"] == "gpu-2"
+    assert inc.attributes["claims"] == f"{NS}/{CLAIM}"
+    assert inc.first_seen == at(10 * MIN if event else 10 * MIN + 1)
+    assert "NoExecute device taint" in inc.summary
+    assert "gpu-2" in inc.summary
+    assert inc.status == "resolved", "no fault known: the page ends with its window"
+
+
+def test_one_unseen_rule_evicting_two_pods_is_one_page_naming_both_devices() -> None:
+    """A rule that selects two devices (pod1's gpu-2, pod2's gpu-0): each eviction names
+    its own pod's device, and the two are one page."""
+    c = dra_node()
+    c.dra_pod(9, name="pod2", device="gpu-0")
+    c.claim(9, "gpu-0", ("pod2",), name="pod2-gpu")
+    _evicted(c, 10 * MIN)
+    _evicted(c, 10 * MIN + 2, name="pod2")
+    c.tick(40 * MIN)
+    events = sorted(c.events, key=lambda e: e.time)  # the two evictions interleave
+    [inc] = of_type(run(events), "device_unhealthy_eviction")
+    assert pods_of(inc) == {f"{NS}/{POD}": "evicted", f"{NS}/pod2": "evicted"}
+    assert sorted(g.pci_bus_id for g in inc.gpus) == sorted((GPUS["gpu-0"][1], GPUS["gpu-2"][1]))
+    assert sorted(inc.attributes["dra_devices"].split(",")) == ["gpu-0", "gpu-2"]
+
+
+@pytest.mark.parametrize("delay", [-1.0, 3.0, 45.0])
+def test_a_taint_seen_near_its_eviction_gives_exactly_one_page(delay: float) -> None:
+    """The rule's taint reaches the node key a second before the eviction, or after it
+    (the slice and the pod are separate watches): one page either way."""
+    c = dra_node()
+    c.slice(10 * MIN + delay, generation=2, taints={"gpu-2": (RULE_TAINT,)})
+    _evicted(c, 10 * MIN)
+    c.slice(20 * MIN, generation=3)
+    c.tick(60 * MIN)
+    out = run(sorted(c.events, key=lambda e: e.time))
+    assert types(out) == ["device_unhealthy_eviction"]
+    [inc] = of_type(out, "device_unhealthy_eviction")
+    assert pods_of(inc) == {f"{NS}/{POD}": "evicted"}
+    assert [(g.uuid, g.pci_bus_id) for g in inc.gpus] == [GPUS["gpu-2"]]
+    assert any("evict-gpu-2-xid-79" in e.text for e in inc.evidence)
+    assert "DRA device taint" in inc.summary
+
+
+def test_the_node_taint_managers_eviction_of_a_claim_pod_is_no_device_fault() -> None:
+    """``TaintManagerEviction`` / ``DeletionByTaintManager`` are the node's taints (a
+    NotReady node's ``node.kubernetes.io/unreachable``): the pod's GPUs are not blamed."""
+    c = dra_node()
+    marking = f"Marking for deletion Pod {NS}/{POD}"  # the node's (messages.md §2)
+    c.kube(NODE, 10 * MIN, "TaintManagerEviction", name=POD, namespace=NS, message=marking)
+    node_taint = PodCondition(
+        status="True",
+        reason="DeletionByTaintManager",
+        message="Taint manager: deleting due to NoExecute taint",
+    )
+    c.dra_pod(10 * MIN + 1, disruption=node_taint, deleted=10 * MIN + 1)
+    c.dra_pod(10 * MIN + 30, disruption=node_taint, deleted=10 * MIN + 1, op="deleted")
+    c.tick(40 * MIN)
+    assert of_type(run(c.events), "device_unhealthy_eviction") == []
+
+
+def test_a_device_taint_eviction_of_a_pod_holding_another_drivers_device_blames_no_gpu() -> None:
+    """The pod also holds a NIC by claim (another driver: no binding, no slice here). The
+    eviction says one of its devices is tainted, not which: the GPU is not paged."""
+    c = dra_node()
+    nic = PodClaim(name="nic", claim="pod1-nic-9xk2q", template="rdma-nic")
+    _evicted(c, 10 * MIN)
+    for k, ev in enumerate(c.events):
+        if isinstance(ev, PodEvent):
+            c.events[k] = msgspec.structs.replace(ev, claims=(*ev.claims, nic))
+    c.tick(40 * MIN)
+    assert of_type(run(c.events), "device_unhealthy_eviction") == []
 
 
 def test_a_cancelled_taint_eviction_fails_nobody() -> None:
