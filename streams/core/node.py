@@ -1144,7 +1144,8 @@ def apply_event(
             return []
         handler: Callable[[Step, Any], None] = _on_pod
     else:
-        version = (event.resource_version or k8s_version(event.id)) if kind is NodeEvent else 0
+        versioned = kind is NodeEvent or kind is ResourceSliceEvent
+        version = (event.resource_version or k8s_version(event.id)) if versioned else 0
         if not admits(state, event, config, version, late=late):
             return None
         found = _HANDLERS.get(kind)
@@ -1304,6 +1305,14 @@ def admits(
             return version > state.node_version
         # Late and unversioned: news only if this key never saw the node object.
         return not late or (version > 0 and state.capacity < 0 and not state.ready)
+    if kind is ResourceSliceEvent:
+        # A slice is a snapshot from a watch that relists, like a node: a newer version
+        # is news even late (its taint must not be lost to a pod record read first).
+        dra_state = state.dra
+        known = dra_state.versions.get(event.name, 0) if dra_state is not None else 0
+        if version and known:
+            return version > known
+        return not late or version > 0
     if not late:
         return True
     if kind is KubeEvent and event.involved.kind == "Pod":

@@ -402,6 +402,9 @@ class DraState(msgspec.Struct, omit_defaults=True):
     """Slice name -> (``driver/pool``, pool generation) of the slices applied."""
     pools: dict[str, int] = {}
     """``driver/pool`` -> the newest generation seen: a slice of an older one is stale."""
+    versions: dict[str, int] = {}
+    """Slice name -> the resourceVersion applied: an older or equal copy is stale, a newer
+    one is news even late (:func:`streams.core.node.admits`)."""
     holds: dict[str, DraHold] = {}
     """By DRA device name: the pods and claims holding it (``dra`` bindings)."""
     unhealthy: dict[str, DeviceReport] = {}

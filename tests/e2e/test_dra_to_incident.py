@@ -242,7 +242,14 @@ async def test_a_noexecute_device_taint_on_a_dra_node_is_one_page_naming_device_
     raw = {kind: layout.raw_topic(kind) for kind in (ResourceSliceEvent, PodEvent, KubeEvent)}
     dra = sorted({layout.raw_topic(ResourceClaimEvent), layout.raw_topic(GpuBindingEvent)})
     group = f"{kafka.prefix}-app"
-    worker = Worker(kafka, group, tmp_path / "worker.log")
+    # Every revision published (no 30 s hold): the Event's time is whole seconds, so it may
+    # sort before the taint, which then joins the page in a later revision.
+    worker = Worker(
+        kafka,
+        group,
+        tmp_path / "worker.log",
+        extra_env={"GPUTRIAGE_CORE__REVISION_INTERVAL_SECONDS": "0"},
+    )
     stop = asyncio.Event()
     try:
         async with fake_cluster(dra=True) as cluster:

@@ -79,6 +79,7 @@ def apply_slice(state: NodeState, ev: ResourceSliceEvent, now: float) -> tuple[l
         if ev.name not in slices:
             return [], False
         dra.slices = {n: s for n, s in slices.items() if n != ev.name}
+        _remember_version(dra, ev.name, ev.resource_version)  # a tombstone
         left = [g for p, g in dra.slices.values() if p == pool]
         # The pool's generation is its remaining slices' newest (none: forgotten).
         dra.pools = {p: g for p, g in dra.pools.items() if p != pool}
@@ -98,6 +99,7 @@ def apply_slice(state: NodeState, ev: ResourceSliceEvent, now: float) -> tuple[l
             leaving.update(old)
         dra.slices = {n: s for n, s in slices.items() if n not in leaving}
         dra.slices[ev.name] = (pool, ev.generation)
+        _remember_version(dra, ev.name, ev.resource_version)
         listed = {d.name: d for d in ev.devices}
     tainted: list[str] = []
     ended = False
@@ -118,6 +120,22 @@ def apply_slice(state: NodeState, ev: ResourceSliceEvent, now: float) -> tuple[l
             del devices[name]
     dra.devices = devices
     return tainted, ended
+
+
+_MAX_VERSIONS: Final = 32
+"""Slice versions kept per node: every slice applied, and the newest deletions (a
+restarted plugin names its slices anew, so deleted names would pile up)."""
+
+
+def _remember_version(dra: DraState, name: str, version: int) -> None:
+    if not version:
+        return
+    versions = {**dra.versions, name: version}
+    if len(versions) > _MAX_VERSIONS:
+        gone = [n for n in versions if n not in dra.slices and n != name]
+        for n in gone[: len(versions) - _MAX_VERSIONS]:
+            del versions[n]
+    dra.versions = versions
 
 
 def _list(

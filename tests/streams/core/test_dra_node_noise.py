@@ -16,7 +16,7 @@ from gputriage.demo.events import at
 from schemas.incidents import Incident
 from streams.core import Correlator, shortcuts
 from streams.core.snapshot import decode_state, encode_state
-from tests.core_helpers import config, feed, run
+from tests.core_helpers import config, feed, final, run
 from tests.streams.core.test_dra_node import (
     MIN,
     NODE,
@@ -169,3 +169,22 @@ def test_a_taint_on_a_restarted_plugins_slice_pages_before_the_old_slice_is_dele
     out = run(c.events)
     assert [(i.type, i.status) for i in out] == [("gpu_degraded", "open")]
     assert out[0].first_seen == at(25 * MIN)
+
+
+def test_a_late_slice_of_a_newer_version_is_applied_and_an_older_copy_is_not() -> None:
+    """A slice's watch relists like a node's: a tainted copy read after later records (a
+    pod's topic fetched first) is news by its version and its taint pages; a copy of the
+    same version read again, or an older one, is stale."""
+    c = dra_node()
+    c.dra_pod(10 * MIN)
+    c.tick(11 * MIN)
+    tainted = c.slice(9 * MIN, generation=1, taints={"gpu-2": (XID_TAINT,)})
+    c.events.append(tainted)  # the same copy read again: nothing new
+    older = msgspec.structs.replace(tainted, id="k8s:older", resource_version=1, devices=())
+    c.events.append(older)  # an older copy listing nothing: stale, no GPU gone
+    c.tick(40 * MIN)
+    out = final(run(c.events))
+    assert [(i.type, i.attributes.get("dra_devices")) for i in out.values()] == [
+        ("gpu_degraded", "gpu-2")
+    ]
+    assert "gone" not in next(iter(out.values())).attributes.get("device_faults", "")
