@@ -903,7 +903,8 @@ def _on_dra_binding(step: Step, ev: GpuBindingEvent) -> None:
     if ev.pods_known:
         keys = tuple(dict.fromkeys(_pod_key(state, f"{p.namespace}/{p.name}") for p in ev.pods))
         claims = tuple(intern(c) for c in ev.claims)
-        dropped = dra.hold(state, ev.device or key, gpu.uuid, instance, keys, claims)
+        version = dra.binding_version(ev.id)
+        dropped = dra.hold(state, ev.device or key, gpu.uuid, instance, keys, claims, version)
         others = tuple(p for p in bound_pods(gpu) if p not in dropped)
         merged = tuple(dict.fromkeys((*others, *dra.held_pods(state, gpu.uuid, instance))))
         pods: str | tuple[str, ...] = merged[0] if len(merged) == 1 else merged
@@ -1315,6 +1316,8 @@ def admits(
         return not late or version > 0
     if not late:
         return True
+    if kind is GpuBindingEvent and event.source == DRA:
+        return dra.admits_late_binding(state, event.device, event.id)
     if kind is KubeEvent and event.involved.kind == "Pod":
         if event.reason not in config.failure_reasons:
             return False

@@ -405,6 +405,9 @@ class DraState(msgspec.Struct, omit_defaults=True):
     versions: dict[str, int] = {}
     """Slice name -> the resourceVersion applied: an older or equal copy is stale, a newer
     one is news even late (:func:`streams.core.node.admits`)."""
+    bound: dict[str, int] = {}
+    """Device name -> the version (etcd revision, the last part of its id) of the ``dra``
+    binding applied, kept after a release: a late binding is news only when newer."""
     holds: dict[str, DraHold] = {}
     """By DRA device name: the pods and claims holding it (``dra`` bindings)."""
     unhealthy: dict[str, DeviceReport] = {}

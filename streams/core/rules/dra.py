@@ -293,9 +293,10 @@ def hold(
     instance: int | None,
     pods: tuple[str, ...],
     claims: tuple[str, ...],
+    version: int = 0,
 ) -> tuple[str, ...]:
     """A ``dra`` binding: ``pods`` (through ``claims``) hold ``device`` now (none: it is
-    released). Returns the pods it held before."""
+    released). Returns the pods it held before. ``version``: :func:`binding_version`."""
     dra = of(state)
     known = dra.holds.get(device)
     before = known.pods if known is not None else ()
@@ -303,7 +304,37 @@ def hold(
     if pods:
         holds[device] = DraHold(uuid=uuid, instance=instance, pods=pods, claims=claims)
     dra.holds = holds
+    if version:
+        bound = {**dra.bound, device: version}
+        if len(bound) > _MAX_BOUND:
+            gone = [d for d in bound if d not in holds and d != device]
+            for d in gone[: len(bound) - _MAX_BOUND]:
+                del bound[d]
+        dra.bound = bound
     return before
+
+
+_MAX_BOUND: Final = 256
+"""Binding versions kept per node: every device held, and the newest released ones."""
+
+
+def binding_version(event_id: str) -> int:
+    """The version a ``dra`` binding's id ends with (``dra:<node>:<device>:<uid>:<rv>``,
+    the etcd revision of the claim or slice that caused it); 0 when it names none."""
+    tail = event_id.rpartition(":")[2]
+    return int(tail) if tail.isdigit() and len(tail) < 19 else 0
+
+
+def admits_late_binding(state: NodeState, device: str, event_id: str) -> bool:
+    """Is a ``dra`` binding read behind its key's position news? One ``connect k8s``
+    publishes to several topics, and a worker may read one ahead of another: a binding
+    newer than the device's last is applied, as a late pod or slice is."""
+    version = binding_version(event_id)
+    if not version:
+        return False
+    dra = state.dra
+    known = dra.bound.get(device, 0) if dra is not None else 0
+    return version > known
 
 
 def held_gpus(state: NodeState, pod: str) -> list[tuple[str, str, GpuRef, tuple[str, ...]]]:

@@ -16,7 +16,7 @@ from gputriage.demo.events import at
 from schemas.incidents import Incident
 from streams.core import Correlator, shortcuts
 from streams.core.snapshot import decode_state, encode_state
-from tests.core_helpers import config, feed, final, run
+from tests.core_helpers import config, feed, final, of_type, run
 from tests.streams.core.test_dra_node import (
     MIN,
     NODE,
@@ -188,3 +188,33 @@ def test_a_late_slice_of_a_newer_version_is_applied_and_an_older_copy_is_not() -
         ("gpu_degraded", "gpu-2")
     ]
     assert "gone" not in next(iter(out.values())).attributes.get("device_faults", "")
+
+
+def _late_binding(version: str) -> list[Incident]:
+    """pod1's binding of gpu-2 read after the node key applied a later pod record (the
+    connector's gpu-bindings topic read behind its pods topic), its id ending in
+    ``version``; then an application XID on gpu-2. The pods carry no
+    allocatedResourcesStatus, so the binding is the only word on who holds gpu-2."""
+    c = Dra("prod")
+    c.dra_node(0)
+    c.slice(1)
+    for t in (5, 3 * MIN):
+        pod = c.dra_pod(t)
+        c.events[-1] = msgspec.structs.replace(
+            pod, containers=tuple(msgspec.structs.replace(x, devices=()) for x in pod.containers)
+        )
+    c.tick(4 * MIN)  # the later pod record is applied: the key's position is past 6 s
+    bound = c.dra_bind(6, "gpu-2", (POD,), claims=(f"{NS}/pod1-gpu-h6vrt",))
+    c.events[-1] = msgspec.structs.replace(bound, id=f"dra:{NODE}:gpu-2:uid:{version}")
+    c.xid(NODE, 10 * MIN, 13, bus=bound.pci_bus_id)
+    return run(c.events)
+
+
+def test_a_dra_binding_read_late_still_names_the_pod_holding_the_gpu() -> None:
+    [inc] = of_type(_late_binding("520214"), "gpu_app_fault")
+    assert [f"{p.namespace}/{p.name}" for p in inc.pods] == [f"{NS}/{POD}"]
+
+
+def test_a_late_dra_binding_that_names_no_version_stays_stale() -> None:
+    [inc] = of_type(_late_binding("rv-1"), "gpu_app_fault")
+    assert inc.pods == ()
