@@ -23,12 +23,14 @@ from connectors.k8s.dra import ClaimTemplate, TaintRule
 from connectors.k8s.slim import (
     SlimConfig,
     _Bad,
+    _conditions,
     _event_time,
     _identity,
     _MetaView,
     _newest,
     _no_metadata,
-    _text,
+    _NodeConditionView,
+    _TaintView,
     _time,
     _View,
     _worded,
@@ -41,7 +43,6 @@ from schemas.events import (
     ClaimDeviceStatus,
     ClaimRequest,
     DeviceTaint,
-    NodeCondition,
     PodRef,
     ResourceClaimEvent,
     ResourceSliceEvent,
@@ -64,10 +65,7 @@ class _AttributeView(_View, rename={"text": "string", "number": "int", "flag": "
     version: Any = None
 
 
-class _DeviceTaintView(_View):
-    key: str | None = None
-    value: str | None = None
-    effect: str | None = None
+class _DeviceTaintView(_TaintView):
     time_added: str | None = None
 
 
@@ -161,19 +159,11 @@ class _ConsumerView(_View):
     name: str | None = None
 
 
-class _ConditionView(_View):
-    type: str | None = None
-    status: str | None = None
-    reason: str | None = None
-    message: str | None = None
-    last_transition_time: str | None = None
-
-
 class _DeviceStatusView(_View):
     driver: str | None = None
     pool: str | None = None
     device: str | None = None
-    conditions: list[_ConditionView | None] | None = None
+    conditions: list[_NodeConditionView | None] | None = None
 
 
 class _ClaimStatusView(_View):
@@ -408,29 +398,14 @@ def _claim(
     for index, raw in enumerate(status.devices or ()):
         if raw is None:
             continue
-        conditions: list[NodeCondition] = []
-        for number, cond in enumerate(raw.conditions or ()):
-            if cond is None:
-                continue
-            try:
-                changed = _time(cond.last_transition_time, ".lastTransitionTime")
-            except _Bad as bad:
-                raise bad.within(f"$.status.devices[{index}].conditions[{number}]") from None
-            newest = _newest(newest, changed)
-            conditions.append(
-                NodeCondition(
-                    type=cond.type or "",
-                    status=cond.status or "",
-                    reason=cond.reason or "",
-                    message=_text(cond.message),
-                )
-            )
+        conditions, changed = _conditions(raw.conditions, f"$.status.devices[{index}].conditions")
+        newest = _newest(newest, changed)
         statuses.append(
             ClaimDeviceStatus(
                 driver=raw.driver or "",
                 pool=raw.pool or "",
                 device=raw.device or "",
-                conditions=tuple(conditions),
+                conditions=conditions,
             )
         )
     allocated = sum(1 for d in devices if d.driver in config.gpu_drivers)

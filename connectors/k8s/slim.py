@@ -841,17 +841,15 @@ def _gpu_map(raw: dict[str, Any] | None, path: str, config: SlimConfig) -> dict[
     return amounts
 
 
-def _node(
-    view: _NodeView, op: Op, cluster: str, observed: datetime | None, config: SlimConfig
-) -> NodeEvent:
-    metadata = view.metadata or _no_metadata()
-    meta = _identity(metadata)
-    spec = view.spec or _EMPTY_NODE_SPEC
-    status = view.status or _EMPTY_NODE_STATUS
+def _conditions(
+    raw: list[_NodeConditionView | None] | None, where: str
+) -> tuple[tuple[NodeCondition, ...], datetime | None]:
+    """Conditions of the node's shape (a node's, a claim device's) and the newest time
+    they carry; a bad time is an error at ``where[index]``."""
     newest: datetime | None = None
     conditions: list[NodeCondition] = []
-    for index, raw in enumerate(status.conditions or ()):
-        cond = raw or _EMPTY_NODE_CONDITION
+    for index, entry in enumerate(raw or ()):
+        cond = entry or _EMPTY_NODE_CONDITION
         try:
             newest = _newest(
                 newest,
@@ -859,7 +857,7 @@ def _node(
                 _time(cond.last_heartbeat_time, ".lastHeartbeatTime"),
             )
         except _Bad as bad:
-            raise bad.within(f"$.status.conditions[{index}]") from None
+            raise bad.within(f"{where}[{index}]") from None
         conditions.append(
             NodeCondition(
                 type=cond.type or "",
@@ -868,6 +866,17 @@ def _node(
                 message=_text(cond.message),
             )
         )
+    return tuple(conditions), newest
+
+
+def _node(
+    view: _NodeView, op: Op, cluster: str, observed: datetime | None, config: SlimConfig
+) -> NodeEvent:
+    metadata = view.metadata or _no_metadata()
+    meta = _identity(metadata)
+    spec = view.spec or _EMPTY_NODE_SPEC
+    status = view.status or _EMPTY_NODE_STATUS
+    conditions, newest = _conditions(status.conditions, "$.status.conditions")
     raw_labels = metadata.labels or {}
     labels: dict[str, str] = {}
     for key in GPU_LABELS:
@@ -896,7 +905,7 @@ def _node(
         op=op,
         capacity=_gpu_map(status.capacity, "$.status.capacity", config),
         allocatable=_gpu_map(status.allocatable, "$.status.allocatable", config),
-        conditions=tuple(conditions),
+        conditions=conditions,
         labels=dict(sorted(labels.items())),
         taints=tuple(taints),
         resource_version=meta.version,
