@@ -62,7 +62,15 @@ from gputriage.simulate.model import Cluster
 from gputriage.simulate.spec import StreamSpec
 from gputriage.simulate.truth import TruthRecorder
 from schemas.codec import AnyEvent
-from schemas.events import AutoscalerEvent, DeviceTaint, KubeEvent, NodeEvent, PodCondition
+from schemas.events import (
+    AutoscalerEvent,
+    DeviceTaint,
+    Event,
+    KubeEvent,
+    NodeEvent,
+    PodCondition,
+    Termination,
+)
 
 GPU_PRESENT: Final = "nvidia.com/gpu.present"
 """The GPU operator's label of a node with an NVIDIA GPU, whatever advertises it."""
@@ -467,17 +475,29 @@ class DraPool:
         pod.deleting = self._at(t + 0.05)
         self._emit(t + 0.05, pod_event(pod, self._at(t + 0.05), state="running"))
         t += rng.uniform(1.0, 30.0)
+        self._pod_fails(fault, pod, gpu, t, termination(self._at(t), "Error", 143), tainted)
+        t += rng.uniform(1200.0, 2400.0)
+        gpu.taint = None
+        self._emit(t, slice_event(node, self._at(t)))
+        return t
+
+    def _pod_fails(
+        self, fault: str, pod: DraPod, gpu: DraGpu, t: float, ended: Termination, cause: Event
+    ) -> None:
+        """The pod on the faulty GPU ends (``ended``) at ``t``: the eviction chain's page,
+        from ``cause`` to this failure, then its claim is released."""
+        node = pod.node
+        assert node is not None
         pod.phase = "Failed"
-        killed = termination(self._at(t), "Error", 143)
         failed = self._emit(
-            t, pod_event(pod, self._at(t), state="terminated", reason="Error", terminated=killed)
+            t, pod_event(pod, self._at(t), state="terminated", reason="Error", terminated=ended)
         )
         self.truth.expect(
             fault_id=fault,
             kind="device_unhealthy_eviction",
             cluster=node.cluster,
-            start=tainted.time,
-            first=tainted.time,
+            start=cause.time,
+            first=cause.time,
             last=failed.time,
             node=node.name,
             gpus=(gpu.uuid,),
@@ -486,10 +506,6 @@ class DraPool:
             severity="page",
         )
         self._release(pod, t)
-        t += rng.uniform(1200.0, 2400.0)
-        gpu.taint = None
-        self._emit(t, slice_event(node, self._at(t)))
-        return t
 
     def _pod_event_kube(self, pod: DraPod, t: float) -> KubeEvent:
         node = pod.node
@@ -528,25 +544,7 @@ class DraPool:
             ),
         )
         t += rng.uniform(1.0, 20.0)
-        pod.phase = "Failed"
-        crash = termination(self._at(t), "Error", 1, CUDA_LOST)
-        failed = self._emit(
-            t, pod_event(pod, self._at(t), state="terminated", reason="Error", terminated=crash)
-        )
-        self.truth.expect(
-            fault_id=fault,
-            kind="device_unhealthy_eviction",
-            cluster=node.cluster,
-            start=xid.time,
-            first=xid.time,
-            last=failed.time,
-            node=node.name,
-            gpus=(gpu.uuid,),
-            pods=(pod.key,),
-            owner=self._owner(pod),
-            severity="page",
-        )
-        self._release(pod, t)
+        self._pod_fails(fault, pod, gpu, t, termination(self._at(t), "Error", 1, CUDA_LOST), xid)
         t += rng.uniform(1200.0, 2400.0)
         gpu.broken = False  # reset: no record (the slice did not change)
         return t
