@@ -616,16 +616,13 @@ def test_a_deleted_node_takes_its_devices_with_it() -> None:
 
 
 # -- the eviction chain ------------------------------------------------------------------------
-def test_a_noexecute_rule_evicts_the_claims_pod_one_page_names_device_claim_and_pod() -> None:
-    c = dra_node()
-    c.slice(10 * MIN, generation=2, taints={"gpu-2": (RULE_TAINT,)})
-    c.taint_eviction(10 * MIN + 1)
-    cond = PodCondition(status="True", reason="DeletionByDeviceTaintManager", message=EVICTED)
-    c.dra_pod(10 * MIN + 2, disruption=cond, deleted=10 * MIN + 2)
-    c.dra_pod(10 * MIN + 40, disruption=cond, deleted=10 * MIN + 2, op="deleted")
-    c.claim(10 * MIN + 41, "gpu-2", ())
-    c.tick(40 * MIN)
-    out = run(c.events)
+COND = PodCondition(status="True", reason="DeletionByDeviceTaintManager", message=EVICTED)
+"""The device taint eviction controller's DisruptionTarget condition (messages.md §2)."""
+
+
+def _one_page_on_gpu2(out: list[Incident]) -> Incident:
+    """The one incident of ``out``: the chain's page naming pod1 evicted, gpu-2 (uuid and
+    bus) and the claim holding it."""
     assert types(out) == ["device_unhealthy_eviction"], "one page, no second ticket"
     [inc] = of_type(out, "device_unhealthy_eviction")
     assert inc.severity == "page"
@@ -633,6 +630,18 @@ def test_a_noexecute_rule_evicts_the_claims_pod_one_page_names_device_claim_and_
     assert [(g.uuid, g.pci_bus_id) for g in inc.gpus] == [GPUS["gpu-2"]]
     assert inc.attributes["dra_devices"] == "gpu-2"
     assert inc.attributes["claims"] == f"{NS}/{CLAIM}"
+    return inc
+
+
+def test_a_noexecute_rule_evicts_the_claims_pod_one_page_names_device_claim_and_pod() -> None:
+    c = dra_node()
+    c.slice(10 * MIN, generation=2, taints={"gpu-2": (RULE_TAINT,)})
+    c.taint_eviction(10 * MIN + 1)
+    c.dra_pod(10 * MIN + 2, disruption=COND, deleted=10 * MIN + 2)
+    c.dra_pod(10 * MIN + 40, disruption=COND, deleted=10 * MIN + 2, op="deleted")
+    c.claim(10 * MIN + 41, "gpu-2", ())
+    c.tick(40 * MIN)
+    inc = _one_page_on_gpu2(run(c.events))
     texts = [e.text for e in inc.evidence]
     assert any("evict-gpu-2-xid-79" in t and "NoExecute" in t for t in texts)
     assert any("DeviceTaintManagerEviction" in t for t in texts)
@@ -643,15 +652,10 @@ def test_a_noexecute_rule_evicts_the_claims_pod_one_page_names_device_claim_and_
 def test_the_disruption_condition_alone_joins_the_chain() -> None:
     c = dra_node()
     c.slice(10 * MIN, generation=2, taints={"gpu-2": (RULE_TAINT,)})
-    cond = PodCondition(status="True", reason="DeletionByDeviceTaintManager", message=EVICTED)
-    c.dra_pod(10 * MIN + 2, disruption=cond, deleted=10 * MIN + 2)
+    c.dra_pod(10 * MIN + 2, disruption=COND, deleted=10 * MIN + 2)
     [inc] = of_type(run(c.events), "device_unhealthy_eviction")
     assert pods_of(inc) == {f"{NS}/{POD}": "evicted"}
     assert any(EVICTED in e.text for e in inc.evidence)
-
-
-COND = PodCondition(status="True", reason="DeletionByDeviceTaintManager", message=EVICTED)
-"""The device taint eviction controller's DisruptionTarget condition (messages.md §2)."""
 
 
 def _evicted(c: Dra, t: float, *, event: bool = True, name: str = POD) -> None:
@@ -677,14 +681,7 @@ def test_an_eviction_whose_taint_the_core_never_saw_pages_the_pods_gpu(event: bo
     c = dra_node()
     _evicted(c, 10 * MIN, event=event)
     c.tick(40 * MIN)
-    out = run(c.events)
-    assert types(out) == ["device_unhealthy_eviction"], "one page, no second ticket"
-    [inc] = of_type(out, "device_unhealthy_eviction")
-    assert inc.severity == "page"
-    assert pods_of(inc) == {f"{NS}/{POD}": "evicted"}
-    assert [(g.uuid, g.pci_bus_id) for g in inc.gpus] == [GPUS["gpu-2"]]
-    assert inc.attributes["dra_devices"] == "gpu-2"
-    assert inc.attributes["claims"] == f"{NS}/{CLAIM}"
+    inc = _one_page_on_gpu2(run(c.events))
     assert inc.first_seen == at(10 * MIN if event else 10 * MIN + 1)
     assert "NoExecute device taint" in inc.summary
     assert "gpu-2" in inc.summary
