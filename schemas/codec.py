@@ -188,6 +188,8 @@ def _plain_times(event: AnyEvent) -> bool:
         return _plain(event.until)
     if type(event) is ResourceSliceEvent:
         return all(_plain(t.time_added) for d in event.devices for t in d.taints)
+    if type(event) is Tick:
+        return _plain(event.read_at)
     return not _EVENT_TIMES[type(event)]
 
 

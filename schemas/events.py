@@ -206,6 +206,11 @@ class PodEvent(Event, tag="pod.v1", frozen=True, kw_only=True):
     """The ``DisruptionTarget`` condition when set: ``DeletionByTaintManager``,
     ``DeletionByDeviceTaintManager``, ``EvictionByEvictionAPI``,
     ``PreemptionByScheduler``, ``TerminationByKubelet``..."""
+    monitor: Label = ""
+    """The GPU monitoring component this pod is (:data:`schemas.wellknown.MONITOR_ROLES`:
+    ``dcgm-exporter``, ``device-plugin``, ``dra-plugin``, ``node-agent``); empty for a
+    workload. A monitoring pod holds no GPU, yet is published so that the core sees its
+    crash loops and liveness kills (``monitoring_gap``); it is never a GPU pod."""
 
 
 class NodeCondition(msgspec.Struct, frozen=True, kw_only=True):
@@ -603,9 +608,24 @@ class ResourceClaimEvent(Event, tag="resource_claim.v1", frozen=True, kw_only=Tr
 
 
 class Tick(Event, tag="tick.v1", frozen=True, kw_only=True):
-    """A clock reading: lets the watermark advance on keys that have gone quiet."""
+    """A clock reading: lets the watermark advance on keys that have gone quiet.
+
+    A node agent's heartbeat also says the agent is alive: ``node`` and ``source`` set,
+    the core records when it last heard each monitoring source of the node
+    (``monitoring_gap``). Trap: ``time`` is the source's *progress*, which a live source
+    advances even while its input fails (a dcgm-exporter scrape that is refused is an
+    idle batch, "caught up"); ``read_at`` is when it last read its input successfully.
+    """
 
     node: Name = ""
+    source: Label = ""
+    """The monitoring source family (:data:`schemas.wellknown.SOURCE_FAMILIES`: ``kmsg``,
+    ``journal``, ``dcgm``, ``nvml``, ``pod-resources``); empty on a tick that vouches only
+    for progress (every tick written before this field)."""
+    read_at: Time | None = None
+    """When the source last read its input successfully (a dcgm-exporter scrape that
+    answered, an NVML poll); None: as ``time`` (a kernel-log reader blocked on a quiet
+    node is reading)."""
 
 
 EVENT_TYPES: tuple[type[Event], ...] = (

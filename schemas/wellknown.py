@@ -48,6 +48,33 @@ REMOVAL_TAINTS: Final = frozenset(
 (``streams.core.rules.disruption`` words each; ``karpenter.sh/disruption`` only with the
 value ``disrupting``). A cordon or a health controller's taint is not one of them."""
 
+POOL_LABELS: Final = (
+    "karpenter.sh/nodepool",
+    "eks.amazonaws.com/nodegroup",
+    "cloud.google.com/gke-nodepool",
+    "kubernetes.azure.com/agentpool",
+    "agentpool",
+    "alpha.eksctl.io/nodegroup-name",
+)
+"""The labels that name a node's pool, first present wins: Karpenter's NodePool, an EKS
+managed node group, a GKE node pool, an AKS agent pool (both spellings), an eksctl group.
+The fleet view groups GPUs and incidents by it; a node with none is in pool ``""``."""
+PRODUCT_LABEL: Final = "nvidia.com/gpu.product"
+"""GPU feature discovery's product name (``NVIDIA-H100-80GB-HBM3``)."""
+
+GPU_HEALTH_CONDITION: Final = "GPUHealthy"
+"""The node condition ``gputriage writeback`` sets by default (opt-in): ``True`` while no
+page-level GPU hardware incident is open on the node, ``False`` while one is (the polarity
+of EKS's ``AcceleratedHardwareReady``, which repair systems read); the core's
+``remediation_stalled`` reads it as a mark like any other tool's."""
+
+MONITOR_ROLES: Final = ("dcgm-exporter", "device-plugin", "dra-plugin", "node-agent")
+"""The GPU monitoring components whose pods the k8s connector publishes
+(:attr:`schemas.events.PodEvent.monitor`): without them running the node is blind, or
+its GPUs are not advertised."""
+SOURCE_FAMILIES: Final = ("kmsg", "journal", "dcgm", "nvml", "pod-resources")
+"""The node sources whose heartbeats say they are alive (:attr:`schemas.events.Tick.source`)."""
+
 SHUTTING_DOWN: Final = "node is shutting down"
 """The kubelet's Ready message during a graceful node shutdown (compared lower-cased)."""
 

@@ -37,6 +37,7 @@ from schemas.events import (
     PodEvent,
     PodRef,
     ResourceSliceEvent,
+    Tick,
     XidEvent,
 )
 from schemas.types import MAX_ID_LENGTH, MAX_NODE_PODS, MAX_XID_CODE
@@ -280,6 +281,7 @@ def test_the_fast_time_check_covers_every_time_field_of_every_schema() -> None:
         ),
         AutoscalerEvent: (("until",),),
         ResourceSliceEvent: (("devices", "[]", "taints", "[]", "time_added"),),
+        Tick: (("read_at",),),
     }
 
 
