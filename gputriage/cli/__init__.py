@@ -36,6 +36,7 @@ from gputriage.cli.replay import replay_command
 from gputriage.cli.schemas import schemas_command
 from gputriage.cli.score import score_command
 from gputriage.cli.simulate import simulate_command
+from gputriage.cli.status import status_command
 from gputriage.cli.tail import tail_command
 from gputriage.errors import FAILED, INTERRUPTED, PROG, USAGE_ERROR, error, os_error_text
 from gputriage.settings import CONFIG_ENV, SettingsError
@@ -74,6 +75,7 @@ def cli(ctx: click.Context, config_path: str | None) -> int:
 for _command in (
     replay_command,
     tail_command,
+    status_command,
     process_command,
     demo_command,
     schemas_command,

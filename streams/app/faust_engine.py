@@ -408,6 +408,7 @@ class FaustWorker:
         for incident in outcome.incidents:
             future = await send(topic, incident.id.encode(), encode(incident), None, None, None)
             labels = metrics.incidents_out.labels(incident.type, incident.severity, incident.status)
+            metrics.observe_published(incident)
             pending.append(asyncio.ensure_future(_counted(future, labels, metrics, newest)))
         send_letter = partial(self._try_send, self.layout.dead_letters.name)
         dead_letters.queue(outcome.dead_letters, send_letter, metrics, pending)

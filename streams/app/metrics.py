@@ -19,11 +19,28 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from connectors.health import Health, observe_consumer
 from connectors.prometheus import serve_metrics
+from schemas.incidents import Incident
+from streams.app.fleet import GpuKey, IncidentKey, Tally, tally
 
 if TYPE_CHECKING:
     from streams.app.lanes import Lanes
 
 LATENCY_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 1.0, 2.0, 5.0, 10.0, 30.0)
+DAY = 86400.0
+RESOLUTION_BUCKETS = (
+    60.0,
+    300.0,
+    900.0,
+    1800.0,
+    3600.0,
+    7200.0,
+    14400.0,
+    43200.0,
+    DAY,
+    3 * DAY,
+    7 * DAY,
+)
+"""Minutes (a blip) to a week (an RMA)."""
 
 
 class Metrics:
@@ -49,11 +66,28 @@ class Metrics:
         )
         self.open_incidents = Gauge(
             "gputriage_open_incidents",
-            "Incidents open in this worker, by type.",
-            ["type"],
+            "Incidents open in this worker, by cluster, type and severity.",
+            ["cluster", "type", "severity"],
             registry=r,
         )
-        self._open_types: set[str] = set()
+        self._open_keys: set[IncidentKey] = set()
+        self.fleet_gpus = Gauge(
+            "gputriage_fleet_gpus",
+            "GPUs of the nodes this worker holds, by cluster, pool, product and state: "
+            "healthy (in a Ready node's capacity, named by no open page-level hardware "
+            "incident) or unhealthy.",
+            ["cluster", "pool", "product", "state"],
+            registry=r,
+        )
+        self._fleet_keys: set[GpuKey] = set()
+        self.resolution = Histogram(
+            "gputriage_incident_resolution_seconds",
+            "From an incident's first_seen to its resolved_at, observed once per resolved "
+            "incident published, by type (the mean time to resolve).",
+            ["type"],
+            buckets=RESOLUTION_BUCKETS,
+            registry=r,
+        )
         self._gauges_at = -math.inf
         self.dead_letters = Counter(
             "gputriage_dead_letters",
@@ -160,14 +194,29 @@ class Metrics:
         one); the port."""
         return serve_metrics(self.registry, port, addr, self.health)
 
-    def observe_open(self, counts: dict[str, int]) -> None:
-        """Set ``gputriage_open_incidents{type}``; a type whose last incident closed goes
-        to 0 rather than keeping its last value (a labelled gauge is never unset here)."""
-        for kind in self._open_types - counts.keys():
-            self.open_incidents.labels(kind).set(0)
-        for kind, count in counts.items():
-            self.open_incidents.labels(kind).set(count)
-        self._open_types |= counts.keys()
+    def observe_tally(self, counts: Tally) -> None:
+        """Set ``gputriage_open_incidents`` and ``gputriage_fleet_gpus`` from one round.
+        An incident series whose last incident closed goes to 0 rather than keeping its
+        last value (as it always did: alerts may read the 0); a fleet series no longer
+        counted (a pool emptied, a node deleted) is removed, so a gone pool disappears."""
+        for key in self._open_keys - counts.incidents.keys():
+            self.open_incidents.labels(*key).set(0)
+        for key, count in counts.incidents.items():
+            self.open_incidents.labels(*key).set(count)
+        self._open_keys |= counts.incidents.keys()
+        for gone in self._fleet_keys - counts.gpus.keys():
+            self.fleet_gpus.remove(*gone)
+        for series, count in counts.gpus.items():
+            self.fleet_gpus.labels(*series).set(count)
+        self._fleet_keys = set(counts.gpus)
+
+    def observe_published(self, incident: Incident) -> None:
+        """Observe a published revision: a ``resolved`` one adds its time to resolve. Call it
+        once per revision actually sent (not for one suppressed as already held after a
+        restore), so each resolved incident id is observed once."""
+        if incident.status == "resolved" and incident.resolved_at is not None:
+            seconds = (incident.resolved_at - incident.first_seen).total_seconds()
+            self.resolution.labels(incident.type).observe(max(0.0, seconds))
 
     def gauges_due(self, now: float) -> bool:
         """Whether a round of the gauges is due at ``now`` (the caller's loop clock): one a
@@ -178,9 +227,10 @@ class Metrics:
         return True
 
     def observe_lanes(self, lanes: Lanes) -> None:
-        """The gauges both engines read off the pipeline's lanes: open incidents by type
-        and how far the least decided lane's watermark trails the wall clock."""
-        self.observe_open(lanes.open_incidents_by_type())
+        """The gauges both engines read off the pipeline's lanes: open incidents, the
+        fleet's GPUs (one walk over every key's state: :func:`streams.app.fleet.tally`) and
+        how far the least decided lane's watermark trails the wall clock."""
+        self.observe_tally(tally(lanes.keys.values()))
         reached = lanes.reached()
         if reached > 0:  # nothing decided yet: no delay to tell
             self.watermark_delay.set(max(0.0, time.time() - reached))

@@ -292,6 +292,7 @@ class Worker:
                 metrics.suppressed.inc()
                 continue
             future = await producer.send(incidents_topic, value, incident.id.encode())
+            metrics.observe_published(incident)  # past the check: once per resolved id
             labels = metrics.incidents_out.labels(incident.type, incident.severity, incident.status)
             future.add_done_callback(_on_incident_acked(labels, metrics, newest, published))
             pending.append(future)

@@ -53,6 +53,17 @@ REQUIRED_PANELS: Final = (
 )
 """What the dashboard must show: the incidents, their rate, time to detect, the
 pipeline's health and GPU degradation by node."""
+FLEET_PANELS: Final = (
+    "Fleet: healthy GPUs",
+    "Fleet: GPUs out of service",
+    "Fleet: open pages",
+    "Fleet: open incidents by severity",
+    "Fleet: mean time to resolve",
+)
+"""The dashboard's "Fleet" row: one panel per fleet gauge and recording rule."""
+WRITTEN_ELSEWHERE: Final = frozenset({"gputriage_writeback_breaker_tripped"})
+"""Metrics of ``gputriage writeback``, whose metrics class is not on this list of
+processes yet: the breaker alert names its gauge (0/1)."""
 
 
 def _rule_groups() -> list[dict[str, Any]]:
@@ -108,10 +119,16 @@ def _dashboard_exprs() -> list[tuple[str, str]]:
     ]
 
 
+def _recorded() -> set[str]:
+    """The series our recording rules write: the dashboard and alerts may read them."""
+    return {r["record"] for g in _rule_groups() for r in g["rules"] if "record" in r}
+
+
 def test_the_rules_and_the_dashboard_parse_and_name_only_metrics_that_exist() -> None:
-    exprs = [(r["alert"], r["expr"]) for g in _rule_groups() for r in g["rules"]]
+    exprs = [(r.get("alert") or r["record"], r["expr"]) for g in _rule_groups() for r in g["rules"]]
     exprs += _dashboard_exprs()
-    exported = _exported()
+    exported = _exported() | WRITTEN_ELSEWHERE
+    recorded = _recorded()
     used: set[str] = set()
     for where, expr in exprs:
         try:
@@ -126,13 +143,31 @@ def test_the_rules_and_the_dashboard_parse_and_name_only_metrics_that_exist() ->
     ours = {n for n in used if n.startswith("gputriage_")}
     assert ours, "the rules name gputriage metrics"
     assert not ours - exported, f"metrics nobody exports: {sorted(ours - exported)}"
-    assert not used - ours - EXTERNAL, f"unknown metrics: {sorted(used - ours - EXTERNAL)}"
+    unknown = used - ours - EXTERNAL - recorded
+    assert not unknown, f"unknown metrics: {sorted(unknown)}"
+    assert recorded <= used, f"recorded, never read: {sorted(recorded - used)}"
 
 
 def test_the_dashboard_shows_what_an_on_call_needs() -> None:
     titles = {title for title, _ in _dashboard_exprs()}
-    for wanted in REQUIRED_PANELS:
+    for wanted in REQUIRED_PANELS + FLEET_PANELS:
         assert any(title.startswith(wanted) for title in titles), f"no panel {wanted!r}"
+
+
+def test_the_fleet_row_reads_every_fleet_series() -> None:
+    """The "Fleet" row exists and its panels read each fleet gauge or its recording."""
+    dashboard = json.loads((MONITORING / "grafana-dashboard.json").read_text(encoding="utf-8"))
+    rows = [p["title"] for p in dashboard["panels"] if p.get("type") == "row"]
+    assert "Fleet" in rows
+    fleet = " ".join(expr for title, expr in _dashboard_exprs() if title.startswith("Fleet"))
+    for name in (
+        "gputriage:fleet_gpus_healthy:ratio",
+        "gputriage:fleet_gpus:sum",
+        "gputriage:open_pages:sum",
+        "gputriage_open_incidents",
+        "gputriage:incident_resolution_seconds:mean1d",
+    ):
+        assert name in fleet, name
 
 
 def test_our_health_alerts_cover_lag_dead_letters_watches_silence_and_bridges() -> None:
@@ -172,7 +207,7 @@ def test_promtool_accepts_every_rule(tmp_path: Path) -> None:
         [promtool, "check", "rules", str(rules)], capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert "SUCCESS: 21 rules found" in done.stdout, done.stdout
+    assert "SUCCESS: 27 rules found" in done.stdout, done.stdout
 
 
 GPU_REQUEST = (
@@ -341,6 +376,158 @@ def test_each_baseline_alert_fires_on_its_case_and_stays_silent_on_the_other(
     tests = tmp_path / "baseline.test.yaml"
     tests.write_text(
         yaml.safe_dump({"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": cases}),
+        encoding="utf-8",
+    )
+    done = subprocess.run(
+        [promtool, "test", "rules", str(tests)], capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "SUCCESS" in done.stdout, done.stdout
+
+
+def _fleet_alert(name: str, labels: dict[str, str], summary: str) -> dict[str, Any]:
+    [fleet] = [g for g in _rule_groups() if g["name"] == "gputriage.fleet"]
+    [rule] = [r for r in fleet["rules"] if r.get("alert") == name]
+    return {
+        "exp_labels": {**rule["labels"], **labels},
+        "exp_annotations": {**rule["annotations"], "summary": summary},
+    }
+
+
+def _fleet_cases() -> list[dict[str, Any]]:
+    """The fleet group: each recording over series of two workers (each counts the
+    nodes it holds), and each alert firing on its case and silent on the other."""
+    pool = 'cluster="c1",pool="p1",product="H100"'
+
+    def gpus(worker: str, state: str) -> str:
+        return f'gputriage_fleet_gpus{{{pool},state="{state}",instance="{worker}"}}'
+
+    def half_sick(steps: int) -> dict[str, str]:
+        """Two workers' nodes: 6 of 8 GPUs healthy."""
+        counts = {("w1", "healthy"): 4, ("w1", "unhealthy"): 2, ("w2", "healthy"): 2}
+        counts[("w2", "unhealthy")] = 0
+        return {gpus(w, state): f"{n}x{steps}" for (w, state), n in counts.items()}
+
+    well = {gpus("w1", "healthy"): "8x60", gpus("w1", "unhealthy"): "0x60"}
+    resolution = "gputriage_incident_resolution_seconds"
+    pages = "gputriage_open_incidents"
+    page, ticket = 'severity="page"', 'severity="ticket"'
+    recorded = {
+        "name": "fleet recordings",
+        "interval": "1h",
+        "input_series": [
+            {
+                "series": f'{resolution}_sum{{type="xid_repeat",instance="w1"}}',
+                "values": "0+300x30",
+            },
+            {
+                "series": f'{resolution}_count{{type="xid_repeat",instance="w1"}}',
+                "values": "0+1x30",
+            },
+            {"series": f'{resolution}_sum{{type="gpu_degraded",instance="w1"}}', "values": "0x30"},
+            {
+                "series": f'{resolution}_count{{type="gpu_degraded",instance="w1"}}',
+                "values": "0x30",
+            },
+            *({"series": s, "values": v} for s, v in half_sick(30).items()),
+            {
+                "series": f'{pages}{{cluster="c1",type="xid_repeat",{page},instance="w1"}}',
+                "values": "2x30",
+            },
+            {
+                "series": f'{pages}{{cluster="c1",type="xid_repeat",{page},instance="w2"}}',
+                "values": "1x30",
+            },
+            {
+                "series": f'{pages}{{cluster="c1",type="gpu_degraded",{ticket},instance="w1"}}',
+                "values": "5x30",
+            },
+        ],
+        "promql_expr_test": [
+            {
+                "expr": "gputriage:fleet_gpus_healthy:ratio",
+                "eval_time": "1d",
+                "exp_samples": [
+                    {"labels": f"gputriage:fleet_gpus_healthy:ratio{{{pool}}}", "value": 0.75}
+                ],
+            },
+            {
+                "expr": 'gputriage:fleet_gpus:sum{state="unhealthy"}',
+                "eval_time": "1d",
+                "exp_samples": [
+                    {"labels": f'gputriage:fleet_gpus:sum{{{pool},state="unhealthy"}}', "value": 2}
+                ],
+            },
+            {
+                # A type that resolved nothing in the day has no mean (not 0, not NaN).
+                "expr": "gputriage:incident_resolution_seconds:mean1d",
+                "eval_time": "1d",
+                "exp_samples": [
+                    {
+                        "labels": 'gputriage:incident_resolution_seconds:mean1d{type="xid_repeat"}',
+                        "value": 300,
+                    }
+                ],
+            },
+            {
+                "expr": "gputriage:open_pages:sum",
+                "eval_time": "1d",
+                "exp_samples": [
+                    {
+                        "labels": 'gputriage:open_pages:sum{cluster="c1",type="xid_repeat"}',
+                        "value": 3,
+                    }
+                ],
+            },
+        ],
+    }
+
+    def case(alert: str, series: dict[str, str], fired: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "name": f"{alert} {'fires' if fired else 'stays silent'}",
+            "interval": "1m",
+            "input_series": [{"series": s, "values": v} for s, v in series.items()],
+            "alert_rule_test": [{"eval_time": "40m", "alertname": alert, "exp_alerts": fired}],
+        }
+
+    unhealthy = "GputriageFleetUnhealthy"
+    breaker = "GputriageWritebackBreakerTripped"
+    tripped = 'gputriage_writeback_breaker_tripped{instance="wb"}'
+    summary = "Only 75% of the H100 GPUs of pool p1 in c1 are in service."
+    return [
+        recorded,
+        case(
+            unhealthy,
+            half_sick(60),
+            [_fleet_alert(unhealthy, {"cluster": "c1", "pool": "p1", "product": "H100"}, summary)],
+        ),
+        case(unhealthy, well, []),
+        case(
+            breaker,
+            {tripped: "0x5 1x55"},
+            [
+                _fleet_alert(
+                    breaker,
+                    {},
+                    "The write-back breaker tripped; nodes with GPU faults are no longer "
+                    "being marked.",
+                )
+            ],
+        ),
+        case(breaker, {tripped: "0x60"}, []),
+    ]
+
+
+def test_the_fleet_rules_record_and_alert_on_their_series(tmp_path: Path) -> None:
+    promtool = _promtool()
+    (tmp_path / "rules.yaml").write_text(
+        yaml.safe_dump({"groups": _rule_groups()}), encoding="utf-8"
+    )
+    tests = tmp_path / "fleet.test.yaml"
+    tests.write_text(
+        yaml.safe_dump(
+            {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": _fleet_cases()}
+        ),
         encoding="utf-8",
     )
     done = subprocess.run(

@@ -79,6 +79,16 @@ def test_raw_events_become_the_expected_incidents(
             "gputriage_late_applied_events_total",
         ):
             assert name in metrics, name
+        # Each resolved incident's time to resolve, observed once by the worker that sent it.
+        resolved = sum(1 for i in expected.values() if i.status == "resolved")
+        observed = [
+            float(line.split()[-1])
+            for line in metrics.splitlines()
+            if line.startswith("gputriage_incident_resolution_seconds_count{")
+        ]
+        assert resolved > 0
+        assert sum(observed) == resolved
+        assert "gputriage_fleet_gpus{" in metrics
         pods_in = [
             line
             for line in metrics.splitlines()
