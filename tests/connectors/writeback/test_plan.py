@@ -204,8 +204,10 @@ def test_resolved_node_event_is_normal_and_distinct() -> None:
     incident = eviction()
     open_ = node_event(incident)
     done = node_event(resolved(incident))
-    assert open_ is not None and done is not None
-    assert done.type == "Normal" and done.reason == "GPUIncidentResolved"
+    assert open_ is not None
+    assert done is not None
+    assert done.type == "Normal"
+    assert done.reason == "GPUIncidentResolved"
     assert done.name != open_.name
     assert done.namespace == open_.namespace == "default"
 
@@ -234,6 +236,8 @@ def test_breaker_bounds_nodes_and_pool_share_and_keeps_what_is_marked() -> None:
     assert verdict.withheld == ("a2", "b1")
     assert verdict.tripped
     kept = judge(["a5", "a0"], ["a0", "a1"], pools, sizes, max_nodes=10, max_fraction=0.2)
-    assert kept.allowed == () and kept.withheld == ("a5",)
+    assert kept.allowed == ()
+    assert kept.withheld == ("a5",)
     capped = judge(["a0", "b0"], [], pools, sizes, max_nodes=1, max_fraction=1.0)
-    assert capped.allowed == ("a0",) and capped.withheld == ("b0",)
+    assert capped.allowed == ("a0",)
+    assert capped.withheld == ("b0",)
