@@ -177,6 +177,13 @@ class NodeMarker:
             await self.apply(by_name[name], self.settings.fault_status, incidents)
         for name in plan.clear:
             await self.apply(by_name[name], _healthy(self.settings.fault_status), [])
+        if self.settings.taint:  # a taint patch lost to a race (409) is retried here
+            for name, node in by_name.items():
+                if name in plan.mark or name in plan.clear:
+                    continue
+                want = name in desired and name not in plan.verdict.withheld
+                if tainted(node) != want:
+                    await self.set_taint(node, want)
         self.metrics.marked.set(plan.marked_after)
         return plan
 
@@ -240,7 +247,9 @@ class NodeMarker:
         if answer is not None:  # the gate counted the dry run
             self.metrics.wrote("condition", outcome)
         if self.settings.taint and outcome in ("applied", "cleared", "dry_run"):
-            await self.set_taint(node, bool(incidents))
+            # the apply's answer carries the new resourceVersion the taint patch is guarded by
+            fresh = answer[1] if answer is not None and isinstance(answer[1], dict) else node
+            await self.set_taint(fresh, bool(incidents))
         return outcome
 
     async def set_taint(self, node: Mapping[str, Any], on: bool) -> str:
