@@ -23,7 +23,11 @@ from typing import Any, TextIO
 
 from kubernetes_asyncio.client import ApiClient
 
+from connectors.k8s.leader import LeadershipLost, LeaseElector, LeaseOptions
 from connectors.kafka.config import start_client
+from connectors.kube import kube_client
+from connectors.prometheus import serve_metrics
+from connectors.signals import stop_on_signals
 from connectors.writeback.api import ApiError, Gate, Kube
 from connectors.writeback.events import EventWriter
 from connectors.writeback.marks import NodeMarker
@@ -270,3 +274,53 @@ def build(
     events = EventWriter(kube, gate, metrics, identity=identity)
     marker = NodeMarker(kube, gate, metrics, settings)
     return Writeback(settings, events, marker, metrics)
+
+
+async def serve(
+    settings: WritebackSettings,
+    client_kwargs: Mapping[str, Any],
+    topic: str,
+    *,
+    identity: str,
+    lease: LeaseOptions | None,
+    out: TextIO | None = None,
+) -> int:
+    """Run until SIGINT/SIGTERM: converge, then follow the incident topic (as the Lease's
+    holder when ``lease`` is given; a follower waits for it). Answers the exit status."""
+    metrics = WritebackMetrics()
+    if settings.metrics_port is not None:
+        serve_metrics(metrics.registry, settings.metrics_port, settings.metrics_addr)
+    api = await kube_client(
+        in_cluster=settings.in_cluster, kubeconfig=settings.kubeconfig, context=settings.context
+    )
+    stop = asyncio.Event()
+    stop_on_signals(stop, give_up_after_seconds=30.0)
+    async with api:
+        writeback = build(settings, api, identity=identity, metrics=metrics, out=out)
+
+        async def work() -> None:
+            metrics.leader.set(1)
+            try:
+                await follow(writeback, client_kwargs, topic)
+            finally:
+                metrics.leader.set(0)
+
+        running: asyncio.Future[None]
+        if lease is None:
+            running = asyncio.ensure_future(work())
+        else:
+            running = asyncio.ensure_future(LeaseElector(api, lease).run(work))
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            running.cancel()
+            stopping.cancel()
+            results = await asyncio.gather(running, stopping, return_exceptions=True)
+        failure = results[0]
+        if isinstance(failure, LeadershipLost):
+            log.error("lost the lease: %s; exiting", failure)
+            return 1
+        if isinstance(failure, BaseException) and not isinstance(failure, asyncio.CancelledError):
+            raise failure
+    return 0

@@ -16,7 +16,7 @@ from typing import Annotated, Final, Literal
 import msgspec
 
 from connectors.prometheus import MetricsAddr, MetricsPort
-from connectors.settings import InCluster, Kubeconfig, KubeContext
+from connectors.settings import InCluster, Kubeconfig, KubeContext, check_kube_access
 from schemas.wellknown import GPU_HEALTH_CONDITION
 
 HARDWARE_TYPES: Final = (
@@ -79,7 +79,10 @@ class WritebackSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     ] = "False"
     hardware_types: Annotated[
         tuple[str, ...],
-        msgspec.Meta(description="Incident types that mark a node (page severity only)."),
+        msgspec.Meta(
+            description="Incident type that marks a node (page severity only).",
+            extra={"option": "--hardware-type", "metavar": "TYPE"},
+        ),
     ] = HARDWARE_TYPES
     taint: Annotated[
         Literal["", "NoSchedule", "NoExecute"],
@@ -133,5 +136,4 @@ class WritebackSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     metrics_addr: MetricsAddr = "0.0.0.0"
 
     def __post_init__(self) -> None:
-        if self.in_cluster and (self.kubeconfig or self.context):
-            raise ValueError("in_cluster excludes kubeconfig and context")
+        check_kube_access(self.in_cluster, self.kubeconfig, self.context)
