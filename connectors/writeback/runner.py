@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 from kubernetes_asyncio.client import ApiClient
 
+from connectors.health import Health
 from connectors.k8s.leader import LeadershipLost, LeaseElector, LeaseOptions
 from connectors.kafka.config import start_client
 from connectors.kube import kube_client
@@ -288,8 +289,10 @@ async def serve(
     """Run until SIGINT/SIGTERM: converge, then follow the incident topic (as the Lease's
     holder when ``lease`` is given; a follower waits for it). Answers the exit status."""
     metrics = WritebackMetrics()
+    health = Health()  # /healthz: the loop answers; a standby replica is ready too
+    health.watch_loop()
     if settings.metrics_port is not None:
-        serve_metrics(metrics.registry, settings.metrics_port, settings.metrics_addr)
+        serve_metrics(metrics.registry, settings.metrics_port, settings.metrics_addr, health)
     api = await kube_client(
         in_cluster=settings.in_cluster, kubeconfig=settings.kubeconfig, context=settings.context
     )
