@@ -1,4 +1,5 @@
-"""Incident revisions for the write-back tests: an XID 79 eviction chain on one node."""
+"""Incident revisions for the write-back tests (an XID 79 eviction chain on one node), and
+Flyte's parse rule to read our notes back."""
 
 from __future__ import annotations
 
@@ -54,3 +55,17 @@ def resolved(incident: Incident) -> Incident:
         revision=incident.revision + 1,
         resolved_at=incident.last_seen + timedelta(minutes=30),
     )
+
+
+def flyte_parse(note: str) -> dict[str, str] | None:
+    """Flyte's parse rule (FLYTE GF/message.go:113-183, as messages.md states it): the prefix
+    anywhere, then ` xid=` else ` sxid=`, the rest split on whitespace into k=v."""
+    if "[gpu-health]" not in note:
+        return None
+    at = note.find(" xid=")
+    at = at if at >= 0 else note.find(" sxid=")
+    if at < 0:
+        return None
+    pairs = dict(part.split("=", 1) for part in note[at + 1 :].split() if "=" in part)
+    key = "xid" if "xid" in pairs else "sxid"
+    return pairs if pairs.get(key, "").isdigit() else None

@@ -25,24 +25,10 @@ from connectors.writeback.plan import (
 )
 from connectors.writeback.settings import HARDWARE_TYPES
 from schemas.incidents import GpuRef, PodInfo
-from tests.connectors.writeback.incidents import eviction, resolved
+from tests.connectors.writeback.incidents import eviction, flyte_parse, resolved
 from tests.paths import DATA
 
 WRITEBACK = DATA / "writeback"
-
-
-def flyte_parse(note: str) -> dict[str, str] | None:
-    """Flyte's parse rule (FLYTE GF/message.go:113-183, as messages.md states it): the prefix
-    anywhere, then ` xid=` else ` sxid=`, the rest split on whitespace into k=v."""
-    if "[gpu-health]" not in note:
-        return None
-    at = note.find(" xid=")
-    at = at if at >= 0 else note.find(" sxid=")
-    if at < 0:
-        return None
-    pairs = dict(part.split("=", 1) for part in note[at + 1 :].split() if "=" in part)
-    key = "xid" if "xid" in pairs else "sxid"
-    return pairs if pairs.get(key, "").isdigit() else None
 
 
 def test_the_tail_keeps_flytes_order_and_leaves_out_what_is_unknown() -> None:
