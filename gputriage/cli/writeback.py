@@ -37,13 +37,11 @@ def default_identity() -> str:
 def writeback_command(ctx: click.Context, /, *, brokers: str | None, **given: Any) -> int:
     """Write incidents back into Kubernetes until Ctrl-C or SIGTERM.
 
-    Each pod an incident names as hit by a GPU fault gets one Event (events.k8s.io/v1,
-    reasons GPUXidError/GPUSXidError in the note format Flyte reads; our own reason
-    otherwise), bumped rather than repeated, and deleted when the incident resolves;
-    node-level incidents get an Event on the node. With --mark-nodes, a node with an
-    open page-level hardware incident gets a condition by server-side apply (never
-    forced), bounded by a breaker. Each start reads the incident topic to its end and
-    converges: no leftover marks, none applied twice (see docs/writeback.md).
+    Each pod hit by a GPU fault gets one Event (the GPUXidError format Flyte reads),
+    bumped, not repeated, deleted on resolve; node-level incidents one on the node.
+    --mark-nodes sets a node condition (server-side apply, never forced, bounded by a
+    breaker) while a page-level hardware incident is open. Each start reads the
+    incident topic to its end and converges (see docs/writeback.md).
 
     \b
     Examples:
