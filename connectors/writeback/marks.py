@@ -27,6 +27,7 @@ from connectors.writeback.metrics import WritebackMetrics
 from connectors.writeback.plan import (
     CLEAR_REASON,
     FIELD_MANAGER,
+    REASONS,
     TAINT_KEY,
     condition_message,
     condition_reason,
@@ -38,6 +39,7 @@ from schemas.wellknown import POOL_LABELS
 log = logging.getLogger("gputriage.writeback")
 
 CLEAR_MESSAGE: Final = "No page-level GPU hardware incident is open on this node."
+OUR_REASONS: Final = frozenset((*REASONS.values(), "GPUIncident"))
 
 
 def pool_of(node: Mapping[str, Any]) -> str:
@@ -64,7 +66,7 @@ def owned_by_us(node: Mapping[str, Any], kind: str) -> bool:
             return True
     condition = condition_of(node, kind)
     reason = str((condition or {}).get("reason") or "")
-    return reason == CLEAR_REASON or reason.startswith(("GPUXid", "GPUDevice"))
+    return reason == CLEAR_REASON or reason.startswith("GPUXid") or reason in OUR_REASONS
 
 
 def tainted(node: Mapping[str, Any]) -> bool:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from connectors.writeback.marks import owned_by_us
 from connectors.writeback.runner import Writeback, build
 from connectors.writeback.settings import WritebackSettings
 from tests.connectors.writeback.cluster import Cluster, cluster, gpu_node
@@ -192,3 +193,27 @@ async def test_marking_off_never_touches_a_node() -> None:
         w = writer(c, WritebackSettings(pod_events=False, node_events=False))
         await w.handle(eviction())
         assert c.node_writes() == []
+
+
+def test_ours_by_managed_fields_else_by_a_reason_we_write() -> None:
+    """A server (or a copy) without managedFields: the reason decides, never a stranger's."""
+    node = gpu_node("gpu-1")
+    for reason, ours in (
+        ("GPUXid79", True),
+        ("GPUNVLinkDomainFault", True),
+        ("NoOpenIncident", True),
+        ("NvidiaXID79Error", False),
+        ("SysLogsXIDErrorIsNotHealthy", False),
+    ):
+        node["status"]["conditions"][1:] = [
+            {"type": "GPUHealthy", "status": "False", "reason": reason}
+        ]
+        assert owned_by_us(node, "GPUHealthy") is ours, reason
+    node["metadata"]["managedFields"] = [
+        {
+            "manager": "gputriage-writeback",
+            "operation": "Apply",
+            "fieldsV1": {"f:status": {"f:conditions": {'k:{"type":"GPUHealthy"}': {}}}},
+        }
+    ]
+    assert owned_by_us(node, "GPUHealthy")
