@@ -11,6 +11,7 @@ write-back has acted on the open incident.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -100,6 +101,6 @@ async def test_an_xid_79_chain_is_written_back_and_cleared_on_resolve(
             assert [e["regarding"]["name"] for e in resolved] == [NODE]
         finally:
             writeback.terminate()
-            code = writeback.wait(20)
+            code = await asyncio.to_thread(writeback.wait, 20)  # the loop serves kmock
             assert worker.stop() == 0, worker.log()
         assert code == 0, (tmp_path / "writeback.log").read_text(errors="replace")

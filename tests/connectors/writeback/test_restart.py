@@ -1,4 +1,5 @@
-"""``gputriage writeback`` as a process: SIGKILLed mid-write, restarted, one Event per pod.
+"""``gputriage writeback`` as a process: SIGKILLed mid-write, restarted, one Event per pod;
+two replicas under leader election, only the Lease holder writes.
 
 The incident topic is the real broker's (Tansu), the API server kmock's; the subprocess
 uses the real kubernetes-asyncio client through a kubeconfig. The first Event create is
@@ -25,14 +26,21 @@ from tests.k8s_helpers import kubeconfig
 from tests.kafka_helpers import KafkaTestEnv, eventually, produce
 
 
-def start(kafka: KafkaTestEnv, c: Cluster, tmp_path: Path, log: str) -> subprocess.Popen[bytes]:
+def start(
+    kafka: KafkaTestEnv,
+    c: Cluster,
+    tmp_path: Path,
+    log: str,
+    *more: str,
+    pod: str = "gputriage-writeback-0",
+) -> subprocess.Popen[bytes]:
     config = kubeconfig(tmp_path / "kubeconfig", c.url)
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith("GPUTRIAGE_")},
         **kafka.env,
-        "POD_NAME": "gputriage-writeback-0",
+        "POD_NAME": pod,
     }
-    args = ["--kubeconfig", str(config), "--context", "kmock", "--metrics-port", "0"]
+    args = ["--kubeconfig", str(config), "--context", "kmock", "--metrics-port", "0", *more]
     with (tmp_path / log).open("wb") as out:
         return subprocess.Popen(
             [sys.executable, "-m", "gputriage", "writeback", *args],
@@ -76,7 +84,7 @@ async def test_one_event_per_pod_across_a_sigkill_mid_write(
         try:
             await asyncio.wait_for(first_create.wait(), 30)
             process.kill()
-            process.wait(10)
+            await asyncio.to_thread(process.wait, 10)
         finally:
             hang.set()
             if process.poll() is None:
@@ -100,7 +108,7 @@ async def test_one_event_per_pod_across_a_sigkill_mid_write(
             )
         finally:
             restarted.terminate()
-            code = restarted.wait(20)
+            code = await asyncio.to_thread(restarted.wait, 20)
         log = (tmp_path / "second.log").read_text(errors="replace")
         assert code == 0, log
         assert len(pod_event_names(c)) == 2, "updated, not duplicated"
@@ -108,3 +116,41 @@ async def test_one_event_per_pod_across_a_sigkill_mid_write(
         assert history[0]["metadata"]["annotations"]["gputriage.io/revision"] == "1"
         assert history[-1]["series"]["count"] == 2
         assert history[-1]["metadata"]["annotations"]["gputriage.io/revision"] == "2"
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(60)
+async def test_only_the_leader_writes_and_the_other_takes_over(
+    kafka: KafkaTestEnv, tmp_path: Path
+) -> None:
+    await kafka.acreate_topics()
+    async with cluster() as c:
+        c.add_pod("ml", "train-0")
+        c.add_pod("ml", "train-1")
+        c.add_node(gpu_node("gpu-1"))
+        await publish(kafka, eviction())
+        elected = ("--leader-election", "--lease-namespace", "gputriage")
+        a = start(kafka, c, tmp_path, "a.log", *elected, pod="writeback-a")
+        await eventually(lambda: len(pod_event_names(c)) == 2, timeout=30, what="a's Events")
+        b = start(kafka, c, tmp_path, "b.log", *elected, pod="writeback-b")
+        try:
+            instances = {e["reportingInstance"] for e in c.events()}
+            assert instances == {"writeback-a"}
+            a.terminate()  # a clean stop releases the Lease at once (kmock must answer: no
+            # blocking wait on this loop, which serves kmock)
+            code = await asyncio.to_thread(a.wait, 20)
+            assert code == 0, (tmp_path / "a.log").read_text(errors="replace")
+            [name, _] = pod_event_names(c)
+            await publish(kafka, eviction(revision=2))
+            await eventually(
+                lambda: len(c.event_history("ml", name)) == 2,
+                timeout=30,
+                what="b, now the leader, bumping the Event",
+            )
+        finally:
+            for process in (a, b):
+                if process.poll() is None:
+                    process.terminate()
+                    await asyncio.to_thread(process.wait, 20)
+        assert len(pod_event_names(c)) == 2
+        assert {e["reportingInstance"] for e in c.events()} == {"writeback-a"}
