@@ -63,10 +63,6 @@ class Writeback:
         self.marker = marker
         self.metrics = metrics
         self.latest: dict[str, Incident] = {}
-        self.converged = asyncio.Event()
-        """Set once the start's convergence is done (tests wait on it)."""
-        self.handled = 0
-        """Live revisions handled (tests wait on it)."""
 
     def wanted(self, incident: Incident) -> bool:
         return not self.settings.cluster or incident.cluster == self.settings.cluster
@@ -107,7 +103,6 @@ class Writeback:
             elif kind == "Node" and owner is not None:
                 await self._node_event(owner)
         await self._reconcile()
-        self.converged.set()
 
     # -- live ---------------------------------------------------------------------------
     async def handle(self, incident: Incident) -> None:
@@ -124,7 +119,6 @@ class Writeback:
             await self._open(incident)
         if self._marks_changed(previous, incident):
             await self._reconcile()
-        self.handled += 1
 
     async def forget(self, incident_id: str) -> None:
         """A tombstone: the incident is gone from the topic (its marks go too)."""
