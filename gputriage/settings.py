@@ -40,6 +40,7 @@ from connectors.kafka.config import (
 from connectors.nvml.settings import NvmlSettings
 from connectors.podresources.settings import PodResourcesSettings
 from connectors.topology.settings import TopoSettings
+from connectors.writeback.settings import WritebackSettings
 from connectors.xid.settings import KmsgSettings
 from gputriage.logs import LogSettings
 from schemas.topics import (
@@ -104,6 +105,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=
     connect: ConnectSettings = ConnectSettings()
     bridge: BridgeSettings = BridgeSettings()
     """``[bridge]`` and its ``[bridge.<kind>]`` tables (:mod:`streams.bridges.settings`)."""
+    writeback: WritebackSettings = WritebackSettings()
+    """``[writeback]``: what ``gputriage writeback`` writes to Kubernetes."""
     origin: str = ""
     """The file the settings came from, or empty for defaults and environment only."""
     kafka_password: Secret | None = None

@@ -38,6 +38,7 @@ from gputriage.cli.score import score_command
 from gputriage.cli.simulate import simulate_command
 from gputriage.cli.status import status_command
 from gputriage.cli.tail import tail_command
+from gputriage.cli.writeback import writeback_command
 from gputriage.errors import FAILED, INTERRUPTED, PROG, USAGE_ERROR, error, os_error_text
 from gputriage.settings import CONFIG_ENV, SettingsError
 
@@ -82,6 +83,7 @@ for _command in (
     ingest_group,
     connect_group,
     bridge_command,
+    writeback_command,
     simulate_command,
     score_command,
 ):

@@ -50,7 +50,8 @@ def _render(overlay: str) -> tuple[dict[str, Any], ...]:
             kustomization = tree / "overlays" / "production" / "kustomization.yaml"
             text = kustomization.read_text(encoding="utf-8")
             kustomization.write_text(
-                text + "components: [../../components/bridges]\n", encoding="utf-8"
+                text.replace("components:\n", "components:\n  - ../../components/bridges\n", 1),
+                encoding="utf-8",
             )
             target = tree / "overlays" / "production"
         return tuple(kustomize(target, binary))

@@ -32,6 +32,18 @@ CLUSTER_SCOPED = frozenset(
 )
 READ_VERBS = frozenset({"get", "list", "watch"})
 LEASE_VERBS = frozenset({"get", "create", "patch", "update"})
+WRITEBACK_WRITES = {
+    ("gputriage-writeback", "events.k8s.io", "events"): {
+        "create",
+        "get",
+        "list",
+        "patch",
+        "delete",
+    },
+    ("gputriage-writeback-marking", "", "nodes/status"): {"patch"},
+}
+"""The only writes granted cluster-wide: the write-back's Events (and, opt-in, its node
+condition); tests/connectors/writeback/test_rbac.py checks them against its requests."""
 ALLOWED_ROOT = {
     ("gputriage-node", "gputriage-node-agents", "connect-kmsg"),
     ("gputriage-node", "gputriage-node-agents", "connect-podresources"),
@@ -274,7 +286,12 @@ def test_rbac_is_read_only_with_no_wildcards(docs: list[dict[str, Any]]) -> None
                 assert "*" not in rule.get(field, []), f"wildcard {field}: {where}"
             verbs = set(rule["verbs"])
             resources = set(rule["resources"])
-            if role["kind"] == "ClusterRole":
+            writes = WRITEBACK_WRITES.get(
+                (role["metadata"]["name"], *rule["apiGroups"], *rule["resources"])
+            )
+            if role["kind"] == "ClusterRole" and writes is not None:
+                assert verbs <= writes, where
+            elif role["kind"] == "ClusterRole":
                 assert verbs <= READ_VERBS, where
             elif resources == {"leases"}:
                 assert verbs <= LEASE_VERBS, where

@@ -29,10 +29,15 @@ PRINCIPALS = {
     "connect-topo": "gputriage-connector",
     "processor": "gputriage-processor",
     "bridge": "gputriage-bridges",
+    "writeback": "gputriage-writeback",
 }
 """Each container's Kafka user: one principal per role, whose ACLs
 docs/deploy-security.md lists (connectors write raw records, the processor incidents...)."""
-API_SERVER_CLIENTS = {"gputriage-connect-k8s", "gputriage-connect-autoscaler"}
+API_SERVER_CLIENTS = {
+    "gputriage-connect-k8s",
+    "gputriage-connect-autoscaler",
+    "gputriage-writeback",
+}
 PRIVATE = [
     ipaddress.IPv4Network(n)
     for n in ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16")

@@ -1,0 +1,323 @@
+"""The write-back loop: read the compacted incident topic to its end, converge, then follow it.
+
+Why no consumer group: what Kubernetes should show is a function of the latest revision
+of every incident, which is what the compacted topic holds, so each start (and each new
+leader) reads it from the beginning, converges once (Events of open incidents created or
+found, leftovers of resolved ones deleted, marks applied or cleared), then follows live.
+Nothing to commit, nothing lost to a crash: the next start converges again.
+
+Traps: a revision at or below the one seen is a duplicate (a rebalance, a re-read) and
+writes nothing; a tombstone (``None`` value) forgets the incident; with leader election
+only the Lease holder reads and writes, and a leader that loses the Lease stops at once
+(:meth:`connectors.k8s.leader.LeaseElector.run`); node marks are reconciled by listing
+the nodes again whenever the set of marking incidents changes, never from memory alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Mapping
+from typing import Any, TextIO
+
+from kubernetes_asyncio.client import ApiClient
+
+from connectors.health import Health
+from connectors.k8s.leader import LeadershipLost, LeaseElector, LeaseOptions
+from connectors.kafka.config import start_client
+from connectors.kube import kube_client
+from connectors.prometheus import serve_metrics
+from connectors.signals import stop_on_signals
+from connectors.writeback.api import ApiError, Gate, Kube
+from connectors.writeback.events import EventWriter
+from connectors.writeback.marks import NodeMarker
+from connectors.writeback.metrics import WritebackMetrics
+from connectors.writeback.plan import (
+    INCIDENT_ANNOTATION,
+    condition_reason,
+    desired_marks,
+    marking,
+    node_event,
+    pod_events,
+)
+from connectors.writeback.settings import WritebackSettings
+from schemas.codec import RecordError, decode_incident
+from schemas.incidents import Incident
+
+log = logging.getLogger("gputriage.writeback")
+
+
+class Writeback:
+    """The state (latest revision of each incident) and what each revision writes."""
+
+    def __init__(
+        self,
+        settings: WritebackSettings,
+        events: EventWriter,
+        marker: NodeMarker,
+        metrics: WritebackMetrics,
+    ) -> None:
+        self.settings = settings
+        self.events = events
+        self.marker = marker
+        self.metrics = metrics
+        self.latest: dict[str, Incident] = {}
+
+    def wanted(self, incident: Incident) -> bool:
+        return not self.settings.cluster or incident.cluster == self.settings.cluster
+
+    def remember(self, incident: Incident) -> Incident | None:
+        """Keep ``incident`` if newer; answers the previous revision (None: first), or raises
+        :class:`_Stale` for a duplicate."""
+        previous = self.latest.get(incident.id)
+        if previous is not None and previous.revision >= incident.revision:
+            raise _Stale
+        self.latest[incident.id] = incident
+        self.metrics.incidents.inc()
+        return previous
+
+    def desired(self) -> dict[str, list[Incident]]:
+        return desired_marks(self.latest.values(), self.settings.hardware_types)
+
+    # -- start: converge ------------------------------------------------------------------
+    async def converge(self) -> None:
+        """Make Kubernetes match :attr:`latest` once: Events of open incidents, leftovers of
+        resolved ones, and the node marks."""
+        for incident in sorted(self.latest.values(), key=lambda i: (i.first_seen, i.id)):
+            if incident.status != "resolved":
+                await self._open(incident)
+        try:
+            leftovers = await self.events.leftovers()
+        except ApiError as exc:
+            log.warning("%s", exc)
+            leftovers = []
+        for event in leftovers:
+            meta = event.get("metadata") or {}
+            owner = self.latest.get(str((meta.get("annotations") or {}).get(INCIDENT_ANNOTATION)))
+            if owner is not None and owner.status != "resolved":
+                continue
+            kind = (event.get("regarding") or {}).get("kind")
+            if kind == "Pod" and not self.settings.keep_events:
+                await self.events.delete_named(str(meta.get("namespace")), str(meta.get("name")))
+            elif kind == "Node" and owner is not None:
+                await self._node_event(owner)
+        await self._reconcile()
+
+    # -- live ---------------------------------------------------------------------------
+    async def handle(self, incident: Incident) -> None:
+        """One revision read live."""
+        if not self.wanted(incident):
+            return
+        try:
+            previous = self.remember(incident)
+        except _Stale:
+            return
+        if incident.status == "resolved":
+            await self._resolved(incident, previous)
+        else:
+            await self._open(incident)
+        if self._marks_changed(previous, incident):
+            await self._reconcile()
+
+    async def forget(self, incident_id: str) -> None:
+        """A tombstone: the incident is gone from the topic (its marks go too)."""
+        previous = self.latest.pop(incident_id, None)
+        if previous is not None and marking(previous, self.settings.hardware_types):
+            await self._reconcile()
+
+    def _marks_changed(self, previous: Incident | None, incident: Incident) -> bool:
+        kinds = self.settings.hardware_types
+        was = previous is not None and marking(previous, kinds)
+        now = marking(incident, kinds)
+        if was != now:
+            return True
+        return now and (
+            previous is None or condition_reason([previous]) != condition_reason([incident])
+        )
+
+    async def _open(self, incident: Incident) -> None:
+        if self.settings.pod_events:
+            for write in pod_events(incident):
+                await self.events.apply(write)
+        await self._node_event(incident)
+
+    async def _node_event(self, incident: Incident) -> None:
+        if self.settings.node_events:
+            write = node_event(incident)
+            if write is not None:
+                await self.events.apply(write)
+
+    async def _resolved(self, incident: Incident, previous: Incident | None) -> None:
+        if self.settings.pod_events and not self.settings.keep_events:
+            writes = {w.name: w for w in pod_events(incident)}
+            if previous is not None:
+                writes.update({w.name: w for w in pod_events(previous)})
+            for write in writes.values():
+                await self.events.delete(write)
+        await self._node_event(incident)
+
+    async def _reconcile(self) -> None:
+        if not self.settings.mark_nodes:
+            return
+        try:
+            await self.marker.reconcile(self.desired())
+        except ApiError as exc:
+            log.warning("node marks not reconciled: %s", exc)
+
+
+class _Stale(Exception):
+    """A revision at or below the one already handled."""
+
+
+CAUGHT_UP: Any = (None, None)
+"""What :func:`read_topic` yields once: every record present at the start has been read."""
+
+
+async def read_topic(
+    client_kwargs: Mapping[str, Any], topic: str
+) -> AsyncIterator[tuple[bytes | None, bytes | None]]:
+    """Every record of ``topic`` from the beginning as (key, value), :data:`CAUGHT_UP` once
+    the records there at the start were all yielded, then the new ones as they come."""
+    from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: PLC0415 - heavy import
+
+    consumer = AIOKafkaConsumer(
+        **client_kwargs, group_id=None, enable_auto_commit=False, auto_offset_reset="earliest"
+    )
+    await start_client(consumer, client_kwargs)
+    try:
+        partitions = consumer.partitions_for_topic(topic) or set()
+        while not partitions:
+            await consumer.topics()  # refresh the metadata: the processor may create it later
+            partitions = consumer.partitions_for_topic(topic) or set()
+            if not partitions:
+                await asyncio.sleep(1.0)
+        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
+        ends = await consumer.end_offsets(tps)
+        firsts = await consumer.beginning_offsets(tps)
+        consumer.assign(tps)
+        for tp in tps:
+            consumer.seek(tp, firsts[tp])
+        behind = {tp for tp in tps if ends[tp] > firsts[tp]}
+        caught_up = not behind
+        if caught_up:
+            yield CAUGHT_UP
+        while True:
+            batches = await consumer.getmany(timeout_ms=500, max_records=500)
+            for records in batches.values():
+                for record in records:
+                    yield record.key, record.value
+            if not caught_up:
+                behind = {tp for tp in behind if await consumer.position(tp) < ends[tp]}
+                if not behind:
+                    caught_up = True
+                    yield CAUGHT_UP
+    finally:
+        await consumer.stop()
+
+
+async def follow(writeback: Writeback, client_kwargs: Mapping[str, Any], topic: str) -> None:
+    """Read to the end, converge, then handle each new revision until cancelled."""
+    live = False
+    async for key, value in read_topic(client_kwargs, topic):
+        if key is None and value is None:
+            live = True
+            await writeback.converge()
+            continue
+        if value is None:
+            if key is not None:
+                await _tombstone(writeback, key, live)
+            continue
+        try:
+            incident = decode_incident(value)
+        except RecordError as exc:
+            log.warning("undecodable incident record skipped: %s", exc)
+            continue
+        if live:
+            await writeback.handle(incident)
+        elif writeback.wanted(incident):
+            with contextlib.suppress(_Stale):
+                writeback.remember(incident)
+
+
+async def _tombstone(writeback: Writeback, key: bytes, live: bool) -> None:
+    incident_id = key.decode(errors="replace")
+    if live:
+        await writeback.forget(incident_id)
+    else:
+        writeback.latest.pop(incident_id, None)
+
+
+def build(
+    settings: WritebackSettings,
+    api: ApiClient,
+    *,
+    identity: str,
+    metrics: WritebackMetrics | None = None,
+    out: TextIO | None = None,
+) -> Writeback:
+    """The write-back on ``api``: its gate (rate, dry run), Event writer and node marker."""
+    metrics = metrics or WritebackMetrics()
+    kube = Kube(api, timeout_seconds=settings.request_timeout_seconds)
+    gate = Gate(
+        writes_per_second=settings.writes_per_second,
+        burst=settings.write_burst,
+        dry_run=settings.dry_run,
+        metrics=metrics,
+        out=out,
+    )
+    events = EventWriter(kube, gate, metrics, identity=identity)
+    marker = NodeMarker(kube, gate, metrics, settings)
+    return Writeback(settings, events, marker, metrics)
+
+
+async def serve(
+    settings: WritebackSettings,
+    client_kwargs: Mapping[str, Any],
+    topic: str,
+    *,
+    identity: str,
+    lease: LeaseOptions | None,
+    out: TextIO | None = None,
+) -> int:
+    """Run until SIGINT/SIGTERM: converge, then follow the incident topic (as the Lease's
+    holder when ``lease`` is given; a follower waits for it). Answers the exit status."""
+    metrics = WritebackMetrics()
+    health = Health()  # /healthz: the loop answers; a standby replica is ready too
+    health.watch_loop()
+    if settings.metrics_port is not None:
+        serve_metrics(metrics.registry, settings.metrics_port, settings.metrics_addr, health)
+    api = await kube_client(
+        in_cluster=settings.in_cluster, kubeconfig=settings.kubeconfig, context=settings.context
+    )
+    stop = asyncio.Event()
+    stop_on_signals(stop, give_up_after_seconds=30.0)
+    async with api:
+        writeback = build(settings, api, identity=identity, metrics=metrics, out=out)
+
+        async def work() -> None:
+            metrics.leader.set(1)
+            try:
+                await follow(writeback, client_kwargs, topic)
+            finally:
+                metrics.leader.set(0)
+
+        running: asyncio.Future[None]
+        if lease is None:
+            running = asyncio.ensure_future(work())
+        else:
+            running = asyncio.ensure_future(LeaseElector(api, lease).run(work))
+        stopping = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            running.cancel()
+            stopping.cancel()
+            results = await asyncio.gather(running, stopping, return_exceptions=True)
+        failure = results[0]
+        if isinstance(failure, LeadershipLost):
+            log.error("lost the lease: %s; exiting", failure)
+            return 1
+        if isinstance(failure, BaseException) and not isinstance(failure, asyncio.CancelledError):
+            raise failure
+    return 0

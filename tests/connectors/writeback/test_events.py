@@ -1,0 +1,152 @@
+"""Pod and node Events through the real kubernetes-asyncio client and kmock's API server.
+
+What kmock records is what the API server would have received: the tests count Event
+objects and write requests there, never in the writer.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from typing import Any
+
+import pytest
+
+from connectors.writeback.runner import Writeback, build
+from connectors.writeback.settings import WritebackSettings
+from tests.connectors.writeback.cluster import Cluster, cluster, gpu_node
+from tests.connectors.writeback.incidents import eviction, resolved
+from tests.paths import DATA
+
+FAST = WritebackSettings(writes_per_second=1000, write_burst=1000, metrics_port=None)
+
+
+def writer(c: Cluster, settings: WritebackSettings = FAST, out: Any = None) -> Writeback:
+    return build(settings, c.api, identity="gputriage-writeback-7c9d8f6b5-x2k4q", out=out)
+
+
+def seeded(c: Cluster) -> None:
+    c.add_pod("ml", "train-0")
+    c.add_pod("ml", "train-1")
+    c.add_node(gpu_node("gpu-1"))
+
+
+def pod_events(c: Cluster) -> list[dict[str, Any]]:
+    return [e for e in c.events() if e["regarding"]["kind"] == "Pod"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(20)
+async def test_one_event_per_pod_in_the_flyte_contract() -> None:
+    [fixture] = json.loads((DATA / "writeback" / "flyte_event_xid79_eventsv1.json").read_text())[
+        "items"
+    ]
+    async with cluster() as c:
+        seeded(c)
+        await writer(c).handle(eviction())
+        events = sorted(pod_events(c), key=lambda e: e["regarding"]["name"])
+        assert [e["regarding"]["name"] for e in events] == ["train-0", "train-1"]
+        for event in events:
+            assert event["regarding"]["uid"] == f"uid-{event['regarding']['name']}"
+            assert set(event) == set(fixture) - {"series"}, "the fixture's fields, no more"
+            for key in ("reportingController", "reportingInstance", "action", "reason", "type"):
+                assert event[key] == fixture[key]
+            assert event["note"].startswith("[gpu-health] [CRITICAL] Xid 79 ")
+            assert event["metadata"]["namespace"] == "ml"
+        [node] = [e for e in c.events() if e["regarding"]["kind"] == "Node"]
+        assert node["regarding"] == {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "name": "gpu-1",
+            "uid": "uid-gpu-1",
+            "resourceVersion": "1",
+        }
+        assert node["metadata"]["namespace"] == "default"
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(20)
+async def test_a_newer_revision_bumps_the_series_and_a_restart_writes_nothing() -> None:
+    async with cluster() as c:
+        seeded(c)
+        first = eviction()
+        await writer(c).handle(first)
+        [event] = [e for e in pod_events(c) if e["regarding"]["name"] == "train-0"]
+        name = event["metadata"]["name"]
+        before = len(c.event_writes())
+
+        restarted = writer(c)  # a new process: nothing in memory, same revision again
+        restarted.latest = {first.id: first}
+        await restarted.converge()
+        assert len(c.event_writes()) - before == 3, "three creates answered 409, nothing else"
+        assert len(c.event_history("ml", name)) == 1
+
+        await restarted.handle(eviction(revision=2))
+        assert len(pod_events(c)) == 2, "updated, not duplicated"
+        history = c.event_history("ml", name)
+        assert len(history) == 2
+        assert history[-1]["series"]["count"] == 2
+        assert history[-1]["metadata"]["annotations"]["gputriage.io/revision"] == "2"
+        assert history[-1]["note"] == event["note"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(20)
+async def test_resolve_deletes_the_pod_events_and_says_so_on_the_node() -> None:
+    async with cluster() as c:
+        seeded(c)
+        w = writer(c)
+        incident = eviction()
+        await w.handle(incident)
+        await w.handle(resolved(incident))
+        assert pod_events(c) == []
+        nodes = [e for e in c.events() if e["regarding"]["kind"] == "Node"]
+        assert sorted(e["reason"] for e in nodes) == ["GPUIncidentResolved", "GPUXidError"]
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(20)
+async def test_keep_events_keeps_them_and_a_gone_pod_gets_none() -> None:
+    async with cluster() as c:
+        c.add_pod("ml", "train-0")  # train-1 is gone
+        c.add_node(gpu_node("gpu-1"))
+        w = writer(c, WritebackSettings(keep_events=True, metrics_port=None))
+        incident = eviction()
+        await w.handle(incident)
+        await w.handle(resolved(incident))
+        assert [e["regarding"]["name"] for e in pod_events(c)] == ["train-0"]
+        assert w.metrics.writes.labels("event", "skipped")._value.get() == 1
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(20)
+async def test_changed_words_replace_the_event_under_the_same_name() -> None:
+    """events.k8s.io makes note and reason immutable: a ticket escalated to a page is a
+    new Event, not a patch the API server would refuse."""
+    async with cluster() as c:
+        seeded(c)
+        w = writer(c)
+        await w.handle(eviction(attributes={}, summary="GPU 2 left allocatable"))
+        await w.handle(eviction(revision=2))
+        names = sorted(e["metadata"]["name"] for e in pod_events(c))
+        assert len(names) == 2
+        assert all(e["reason"] == "GPUXidError" for e in pod_events(c))
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(20)
+async def test_dry_run_prints_each_write_and_writes_nothing() -> None:
+    out = io.StringIO()
+    async with cluster() as c:
+        seeded(c)
+        settings = WritebackSettings(dry_run=True, mark_nodes=True, metrics_port=None)
+        w = writer(c, settings, out)
+        incident = eviction()
+        w.latest = {incident.id: incident}
+        await w.converge()
+        await w.handle(resolved(incident))
+        assert c.writes() == []
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("event/pod ml/train-0 reason=GPUXidError note=[gpu-health] [CRIT")
+    assert "condition/node gpu-1 GPUHealthy=False reason=GPUXid79" in lines
+    assert any(line.startswith("delete event/pod ml/train-0.") for line in lines)

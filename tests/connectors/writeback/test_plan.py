@@ -1,0 +1,229 @@
+"""The pure planner: Flyte's gpufault note, reasons, roles, names, desired marks, the breaker.
+
+The expected notes are Flyte's own rendered test lines (tests/data/writeback/messages.md,
+FLYTE GF/message_test.go), so a drift from the contract fails here.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import msgspec
+import pytest
+
+from connectors.writeback.breaker import judge, pool_allowance
+from connectors.writeback.plan import (
+    NOTE_LIMIT,
+    XID_REASON,
+    desired_marks,
+    event_name,
+    fault_note,
+    node_event,
+    pod_events,
+    tail,
+)
+from connectors.writeback.settings import HARDWARE_TYPES
+from schemas.incidents import GpuRef, PodInfo
+from tests.connectors.writeback.incidents import eviction, flyte_parse, resolved
+from tests.paths import DATA
+
+WRITEBACK = DATA / "writeback"
+
+
+def test_the_tail_keeps_flytes_order_and_leaves_out_what_is_unknown() -> None:
+    """FLYTE GF/message_test.go:26-27 and :46-47, rendered by our tail."""
+    gpu = GpuRef(uuid="GPU-6f3c1234-5678-90ab-cdef-1234567890ab", index=0)
+    assert tail(
+        xid=79,
+        label="CRITICAL",
+        gpu=gpu,
+        pci="0000:3b:00.0",
+        node="ip-10-0-0-1",
+        pid=1234,
+        process="python",
+    ) == (
+        "xid=79 severity=critical gpu_uuid=GPU-6f3c1234-5678-90ab-cdef-1234567890ab gpu_index=0 "
+        "pci=0000:3b:00.0 node=ip-10-0-0-1 pid=1234 process=python"
+    )
+    assert tail(xid=48, label="CRITICAL", pci="0000:af:00.0", node="gke-node-1") == (
+        "xid=48 severity=critical pci=0000:af:00.0 node=gke-node-1"
+    )
+    assert tail(sxid=12028, label="CRITICAL", pci="0000:05:00.0", node="n") == (
+        "sxid=12028 severity=critical pci=0000:05:00.0 node=n"
+    )
+    assert "pid=" not in tail(xid=13, label="USER", pid=0)
+    assert tail(xid=13, label="USER", process="my proc=1\tx").endswith("process=my_proc_1_x")
+
+
+def test_an_xid_79_eviction_renders_the_note_of_the_flyte_fixture() -> None:
+    """The fixture's note without its pid/process (an incident names no process)."""
+    [fixture] = json.loads((WRITEBACK / "flyte_event_xid79_eventsv1.json").read_text())["items"]
+    incident = eviction(node="ip-10-0-12-34.ec2.internal")
+    reason, note = fault_note(incident)
+    assert reason == fixture["reason"] == XID_REASON
+    assert fixture["note"].startswith(note + " pid=")
+    assert flyte_parse(note) == {
+        "xid": "79",
+        "severity": "critical",
+        "gpu_uuid": "GPU-3f8a1c52-7d0e-4b9a-8c61-0e2f5d7b9a14",
+        "gpu_index": "2",
+        "pci": "0000:53:00.0",
+        "node": "ip-10-0-12-34.ec2.internal",
+    }
+
+
+def test_an_application_xid_is_a_user_fault() -> None:
+    """FLYTE GF/message_test.go:36-37's line, from a gpu_app_fault naming XID 13."""
+    gpu = GpuRef(uuid="GPU-6f3c1234-5678-90ab-cdef-1234567890ab", index=3, pci_bus_id="0000:3B:00")
+    incident = eviction(
+        node="ip-10-0-0-1",
+        type="gpu_app_fault",
+        severity="ticket",
+        gpus=(gpu,),
+        attributes={"xid": "13"},
+    )
+    assert fault_note(incident) == (
+        XID_REASON,
+        "[gpu-health] [USER] Xid 13 (Graphics Engine Exception) on GPU 3 "
+        "GPU-6f3c1234-5678-90ab-cdef-1234567890ab. xid=13 severity=user "
+        "gpu_uuid=GPU-6f3c1234-5678-90ab-cdef-1234567890ab gpu_index=3 pci=0000:3b:00.0 "
+        "node=ip-10-0-0-1",
+    )
+
+
+def test_a_gpu_known_only_by_bus_and_an_sxid() -> None:
+    """FLYTE GF/message_test.go:46-47 (PCI phrase) and :56-57 (NVSwitch)."""
+    incident = eviction(
+        node="gke-node-1", gpus=(GpuRef(pci_bus_id="0000:af:00.0"),), attributes={"xids": "48"}
+    )
+    _, note = fault_note(incident)
+    assert note.endswith(
+        "on GPU at PCI 0000:af:00.0. xid=48 severity=critical pci=0000:af:00.0 node=gke-node-1"
+    )
+    switch = eviction(
+        node="ip-10-0-0-1", gpus=(GpuRef(pci_bus_id="0000:05:00.0"),), attributes={"sxid": "12028"}
+    )
+    assert fault_note(switch) == (
+        "GPUSXidError",
+        "[gpu-health] [CRITICAL] SXid 12028 on NVSwitch 0000:05:00.0. sxid=12028 "
+        "severity=critical pci=0000:05:00.0 node=ip-10-0-0-1",
+    )
+
+
+def test_without_an_xid_our_own_reason_and_no_xid_key() -> None:
+    incident = eviction(attributes={}, summary="GPU 2 left allocatable; 2 pods failed")
+    reason, note = fault_note(incident)
+    assert reason == "GPUDeviceUnhealthy"
+    assert note.startswith("[gpu-health] [CRITICAL] GPU 2 left allocatable; 2 pods failed. ")
+    assert flyte_parse(note) is None, "Flyte must not read a fault it has no code for"
+
+
+def test_several_gpus_name_no_gpu_and_a_fatal_code_wins() -> None:
+    incident = eviction(
+        gpus=(GpuRef(uuid="GPU-a", index=0), GpuRef(uuid="GPU-b", index=1)),
+        attributes={"xids": "13,79"},
+    )
+    _, note = fault_note(incident)
+    assert "Xid 79 (GPU has fallen off the bus)." in note
+    assert "gpu_uuid" not in note
+
+
+def test_a_candidate_is_told_so_and_only_warned() -> None:
+    """A shared GPU: Flyte attaches a WARN, never reclassifies the pod's own failure."""
+    pods = (
+        PodInfo(namespace="ml", name="a", role="candidate"),
+        PodInfo(namespace="ml", name="b", role="running"),
+    )
+    [write] = pod_events(eviction(type="gpu_degraded", pods=pods))
+    assert write.object_name == "a"
+    assert write.note.startswith("[gpu-health] [WARN] Xid 79")
+    assert "may not be the one affected" in write.note
+    assert flyte_parse(write.note) is not None
+    assert flyte_parse(write.note)["severity"] == "warn"  # type: ignore[index]
+
+
+def test_the_note_fits_the_api_limit_and_keeps_its_tail() -> None:
+    incident = eviction(attributes={}, summary="x" * 5000)
+    _, note = fault_note(incident)
+    assert len(note) == NOTE_LIMIT
+    assert note.endswith("node=gpu-1")
+
+
+@pytest.mark.parametrize(
+    ("type_", "pod_events_", "node_events_"),
+    [
+        ("device_unhealthy_eviction", True, True),
+        ("gpu_degraded", True, True),
+        ("xid_repeat", True, True),
+        ("gpu_app_fault", True, False),
+        ("suspected_cuda_oom", False, False),
+        ("host_oom_kill", False, False),
+        ("gpu_node_not_ready", False, True),
+        ("monitoring_gap", False, True),
+        ("remediation_stalled", False, True),
+        ("gpu_pods_starved", False, False),
+    ],
+)
+def test_which_incidents_write_which_events(
+    type_: str, pod_events_: bool, node_events_: bool
+) -> None:
+    incident = eviction(type=type_)
+    assert bool(pod_events(incident)) is pod_events_
+    assert (node_event(incident) is not None) is node_events_
+
+
+def test_names_are_deterministic_valid_and_per_incident_and_object() -> None:
+    incident = eviction()
+    first = [w.name for w in pod_events(incident)]
+    again = [w.name for w in pod_events(msgspec.structs.replace(incident, revision=7))]
+    assert first == again
+    assert len(set(first)) == 2
+    other = event_name("another", "Pod", "ml", "train-0")
+    assert other not in first
+    long = event_name("i", "Pod", "ml", "p" * 253)
+    assert len(long) <= 253
+    assert all(re.fullmatch(r"[a-z0-9]([-a-z0-9.]*[a-z0-9])?", n) for n in [*first, long])
+
+
+def test_resolved_node_event_is_normal_and_distinct() -> None:
+    incident = eviction()
+    open_ = node_event(incident)
+    done = node_event(resolved(incident))
+    assert open_ is not None
+    assert done is not None
+    assert done.type == "Normal"
+    assert done.reason == "GPUIncidentResolved"
+    assert done.name != open_.name
+    assert done.namespace == open_.namespace == "default"
+
+
+def test_desired_marks_only_open_pages_of_hardware_types() -> None:
+    incidents = [
+        eviction("n1"),
+        eviction("n2", severity="ticket", id="b"),
+        resolved(eviction("n3", id="c")),
+        eviction("n4", type="host_oom_kill", id="d"),
+        eviction("n1", id="e", minutes=-5),
+    ]
+    marks = desired_marks(incidents, HARDWARE_TYPES)
+    assert list(marks) == ["n1"]
+    assert [i.id for i in marks["n1"]] == ["e", "c1/n1/device_unhealthy_eviction/1"]
+
+
+def test_breaker_bounds_nodes_and_pool_share_and_keeps_what_is_marked() -> None:
+    assert [pool_allowance(n, 0.2) for n in (0, 1, 3, 5, 6, 10)] == [0, 1, 1, 1, 2, 2]
+    pools = {f"a{i}": "a" for i in range(10)} | {f"b{i}": "b" for i in range(3)}
+    sizes = {"a": 10, "b": 3}
+    verdict = judge(
+        ["a0", "a1", "a2", "b0", "b1"], [], pools, sizes, max_nodes=10, max_fraction=0.2
+    )
+    assert verdict.allowed == ("a0", "a1", "b0")
+    assert verdict.withheld == ("a2", "b1")
+    assert verdict.tripped
+    kept = judge(["a5", "a0"], ["a0", "a1"], pools, sizes, max_nodes=10, max_fraction=0.2)
+    assert kept.allowed == ()
+    assert kept.withheld == ("a5",)
+    capped = judge(["a0", "b0"], [], pools, sizes, max_nodes=1, max_fraction=1.0)
+    assert capped.allowed == ("a0",)
+    assert capped.withheld == ("b0",)
