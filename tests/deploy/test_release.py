@@ -47,7 +47,9 @@ def _pinned_copy(tmp_path: Path, *, bridges: bool) -> list[dict[str, Any]]:
     path = tree / "overlays" / "production" / "kustomization.yaml"
     text = release.pin(path.read_text(encoding="utf-8"), DIGEST)
     if bridges:
-        text += "components: [../../components/bridges]\n"
+        # Into the overlay's one components list: a second ``components:`` key would
+        # replace it (YAML keeps the last), dropping the write-back.
+        text = text.replace("components:\n", "components:\n  - ../../components/bridges\n", 1)
     path.write_text(text, encoding="utf-8")
     return kustomize(path.parent)
 
