@@ -125,7 +125,8 @@ def step(
         # A heartbeat: a node key's side channel only (nothing else reads a tick).
         found: list[Incident] | None = None
         if isinstance(state, NodeState) and event.source:
-            found = node_rules.apply_heartbeat(state, event, when, config)
+            applied = node_rules.apply_heartbeat(state, event, when, config)
+            found = applied[0] if applied is not None else None
             _refresh_deadline(state, config)
         return state if state is not None else new_state(event), found or []
     if state is None:
@@ -541,10 +542,13 @@ class Correlator:
         state = nodes.get(node) if nodes is not None else None
         if state is None or not isinstance(state, NodeState):
             return
-        incidents = node_rules.apply_heartbeat(state, tick, when, self.config)
-        if incidents is None:
+        applied = node_rules.apply_heartbeat(state, tick, when, self.config)
+        if applied is None:
             return
-        if self._track_dirty:
+        incidents, news = applied
+        if self._track_dirty and (news or incidents):
+            # Not every beat: its time alone is written down now and then (the rule says
+            # when), not once a second for every node of the fleet.
             self._dirty[(cluster, node)] = state
         if incidents:
             self._n_revisions += len(incidents)

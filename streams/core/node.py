@@ -1222,15 +1222,17 @@ def _monitor_pod(
 
 def apply_heartbeat(
     state: NodeState, tick: Tick, now: float, config: CoreSettings
-) -> list[Incident] | None:
+) -> tuple[list[Incident], bool] | None:
     """A node agent's heartbeat at event time ``now`` (the engine's side channel: the
-    key's position does not move); None when it changed nothing."""
+    key's position does not move): the revisions it caused and whether the state is
+    worth writing down (``watchers.on_heartbeat``); None when it changed nothing."""
     read = tick.read_at
     heard = to_seconds(read) if read is not None else now
     step = Step(state, config, now)
-    if not watchers.on_heartbeat(step, tick, heard):
+    said = watchers.on_heartbeat(step, tick, heard)
+    if said == watchers.UNCHANGED:
         return None
-    return step.finish()
+    return step.finish(), said == watchers.NEWS
 
 
 def _routine_pod(

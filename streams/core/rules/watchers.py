@@ -109,9 +109,23 @@ def on_node(step: Step, was: bool) -> None:
 
 
 # -- heartbeats (the engine's side channel) -----------------------------------------------
-def on_heartbeat(step: Step, tick: Tick, heard: float) -> bool:
+UNCHANGED: Final = 0
+MOVED: Final = 1
+"""The heartbeat moved a family's time, not far enough to be worth writing down."""
+NEWS: Final = 2
+"""The heartbeat is worth a snapshot of the node's state: a new family, a silence closed,
+or the family's time past the next multiple of :func:`_persist_span`."""
+
+
+def on_heartbeat(step: Step, tick: Tick, heard: float) -> int:
     """A node agent says its ``tick.source`` last read its input at ``heard``: keep the
-    latest (rounded down), and close that family's silence. False when nothing changed."""
+    latest (rounded down), and close that family's silence. Returns :data:`UNCHANGED`,
+    :data:`MOVED` or :data:`NEWS`.
+
+    Trap: a state written at every beat is every node's state rewritten every few seconds
+    on the changelog; written when the time passes a multiple of a quarter of the
+    silence, a restored state is at most that much behind, and the beats that follow a
+    restart catch up long before a silence is due."""
     state = step.state
     family = tick.source
     heard = _floor(heard, step.config)
@@ -123,9 +137,11 @@ def on_heartbeat(step: Step, tick: Tick, heard: float) -> bool:
             break
     else:
         if len(known) >= _MAX_FAMILIES:
-            return False
+            return UNCHANGED
     if heard <= old:
-        return False
+        return UNCHANGED
+    span = _persist_span(step.config)
+    said = NEWS if old == -math.inf or heard // span != old // span else MOVED
     if old == -math.inf:
         state.heard = (*known, (intern(family), heard))
     else:
@@ -141,7 +157,12 @@ def on_heartbeat(step: Step, tick: Tick, heard: float) -> bool:
         )
         step.add_evidence(inc, item, context=True)
         step.resolve(inc, max(step.now, inc.last_seen), f"{family} heard again")
-    return True
+        return NEWS
+    return said
+
+
+def _persist_span(config: CoreSettings) -> float:
+    return max(config.monitoring_resolution_seconds, config.monitoring_silence_seconds / 4, 1.0)
 
 
 def _floor(when: float, config: CoreSettings) -> float:

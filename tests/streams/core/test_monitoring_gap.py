@@ -12,6 +12,7 @@ connector's own slimming, then placed on this test's timeline.
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 
@@ -524,6 +525,31 @@ def test_a_heartbeat_never_makes_a_late_real_event_stale() -> None:
     plain = stream(False)
     assert [i.type for i in final(plain).values()] == ["gpu_degraded"]
     assert stream(True) == plain
+
+
+def test_a_heartbeat_is_written_down_now_and_then_not_at_every_beat() -> None:
+    """A processor writes each changed key's state to its changelog every second: a
+    node's beats alone must not rewrite every node of the fleet that often. Its time
+    is written often enough that a restored state is well inside the silence."""
+    s = Stream()
+    _watched_node(s)
+    s.c.tick(5)
+    correlator = Correlator(config(), track_dirty=True)
+    for ev in s.c.events:
+        feed(correlator, ev)
+    correlator.take_dirty()
+    written: list[float] = []
+    for k in range(1, 121):
+        feed(correlator, s.beat(10.0 * k, "dcgm"))
+        feed(correlator, s.c.tick(10.0 * k + 1))
+        for key, state in correlator.take_dirty():
+            assert isinstance(state, NodeState)
+            assert key == key_of("c1", N)
+            written.append(dict(state.heard)["dcgm"] - T0.timestamp())
+    silence = config().monitoring_silence_seconds
+    assert 1 <= len(written) <= 120 / 4
+    assert written[-1] >= 1200 - silence / 2, "a restored state is well inside the silence"
+    assert all(b - a <= silence / 2 for a, b in itertools.pairwise(written))
 
 
 def test_any_arrival_order_and_repeated_heartbeats_give_the_same_incidents() -> None:
