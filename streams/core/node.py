@@ -1211,8 +1211,10 @@ def _monitor_pod(
     late: bool,
 ) -> list[Incident] | None:
     """A GPU monitoring pod's record (``PodEvent.monitor``): never a GPU pod, whatever it
-    requests; ``monitoring_gap`` alone reads it (:mod:`streams.core.rules.watchers`)."""
-    if not watchers.admits_pod(state, key, version, late):
+    requests; ``monitoring_gap`` alone reads it (:mod:`streams.core.rules.watchers`).
+    No version is kept for it (a few bytes on every GPU node): one behind the key's
+    position is stale, and an older copy in order cannot lower its restart count."""
+    if late:
         return None
     step = Step(state, config, now)
     step.version = version

@@ -418,19 +418,17 @@ class DraState(msgspec.Struct, omit_defaults=True):
 class MonitorPod(msgspec.Struct, gc=False, omit_defaults=True):
     """A GPU monitoring pod on the node (dcgm-exporter, device plugin, DRA plugin, node
     agent): never a GPU pod (:attr:`NodeState.pods` never holds one), only what its
-    crash loops and liveness kills need (:mod:`streams.core.rules.watchers`)."""
+    crash loops need (:mod:`streams.core.rules.watchers`). Three slots, two of them shared
+    objects in the usual case: every GPU node runs a few of these for ever."""
 
     role: str
     """Its :data:`schemas.wellknown.MONITOR_ROLES` name (interned)."""
-    version: int = 0
-    """The newest resourceVersion applied; an older copy is stale (as for a GPU pod)."""
     restarts: int = -1
-    """Its containers' ``restartCount`` summed, as last seen; -1 before the first sight
-    (a baseline, not a rise)."""
+    """The highest sum of its containers' ``restartCount`` seen; -1 before the first
+    sight (a baseline, not a rise). The highest, not the last: a copy of an older version
+    (a redelivery) shows fewer, and must not make the next one look like a restart."""
     crashes: tuple[float, ...] = ()
     """Event times its restart count rose, within ``monitoring_restart_window_seconds``."""
-    running: float = -math.inf
-    """Since when every container runs with no restart since; -inf while not so."""
 
 
 class WatchState(msgspec.Struct, omit_defaults=True):
@@ -438,8 +436,10 @@ class WatchState(msgspec.Struct, omit_defaults=True):
     failed starts (:mod:`streams.core.rules.watchers`); None on a node with neither, so a
     node pays one slot for it."""
 
-    monitors: dict[str, MonitorPod] = {}
-    """The node's monitoring pods by ``namespace/name``."""
+    monitors: dict[int, MonitorPod] = {}
+    """The node's monitoring pods by a 64-bit hash of ``namespace/name``
+    (``streams.core.rules.mismatch.pod_hash``: stable across processes): a pod's key
+    string cost twice its track, on every GPU node, for good."""
     start_errors: tuple[tuple[float, str, bool, Evidence], ...] = ()
     """GPU container starts that failed (``StartError``, ``ContainerCannotRun``) within
     ``monitoring_start_error_window_seconds``, or while their burst's incident is open:

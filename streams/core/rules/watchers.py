@@ -25,6 +25,7 @@ from schemas.incidents import Evidence, PodInfo
 from streams.core import evidence as text
 from streams.core.config import CoreSettings
 from streams.core.lifecycle import Step
+from streams.core.rules.mismatch import pod_hash
 from streams.core.rules.spec import NodeRule
 from streams.core.state import NEVER, MonitorPod, NodeState, WatchState
 from streams.core.timeconv import to_datetime
@@ -171,34 +172,23 @@ def _floor(when: float, config: CoreSettings) -> float:
 
 
 # -- monitoring pods ------------------------------------------------------------------------
-def admits_pod(state: NodeState, key: str, version: int, late: bool) -> bool:
-    """Is this monitoring pod record news (as ``streams.core.node.admits`` for a GPU pod)?"""
-    watch = state.watch
-    track = watch.monitors.get(key) if watch is not None else None
-    if not version:
-        return not late
-    if track is not None and track.version:
-        return version > track.version
-    return True
-
-
 def on_pod(step: Step, ev: PodEvent, key: str) -> None:
     """A monitoring pod's record: count its restarts, see it loop or run again."""
     state, config = step.state, step.config
+    ident = pod_hash(key)
     if ev.op == "deleted":
         watch = state.watch
-        if watch is not None and key in watch.monitors:
+        if watch is not None and ident in watch.monitors:
             monitors = dict(watch.monitors)
-            del monitors[key]
+            del monitors[ident]
             watch.monitors = monitors
             _drop_if_empty(state)
         return  # a gap stays open: a node whose exporter is gone is still blind
     watch = _watch(state)
-    track = watch.monitors.get(key)
+    track = watch.monitors.get(ident)
     if track is None:
         track = MonitorPod(role=intern(ev.monitor))
-        watch.monitors = {**watch.monitors, key: track}
-    track.version = max(track.version, step.version)
+        watch.monitors = {**watch.monitors, ident: track}
     count = sum(c.restart_count for c in ev.containers)
     horizon = step.now - config.monitoring_restart_window_seconds
     crashes = tuple(t for t in track.crashes if t > horizon)
@@ -208,20 +198,14 @@ def on_pod(step: Step, ev: PodEvent, key: str) -> None:
         crashes = (*crashes, *([step.now] * more))[-config.monitoring_restarts :]
     if crashes != track.crashes:
         track.crashes = crashes
-    if count != track.restarts:
-        track.restarts = count
-    running = _running(ev)
-    if rose or not running:
-        track.running = -math.inf
-    elif track.running == -math.inf:
-        track.running = step.now
+    track.restarts = max(track.restarts, count)
     looping = _looping(ev.containers)
     if looping is not None or len(crashes) >= config.monitoring_restarts:
         what = f"{looping.name} {looping.reason}" if looping is not None else "restarting"
         item = text.pod_status(ev, f"({ev.monitor}) {what}, {count} restarts")
         _fail(step, ev.monitor, _info(ev, looping), item, CRASH_LOOP)
         return
-    _maybe_recovered(step, ev, key, track)
+    _maybe_recovered(step, ev, key, track.role, rose)
 
 
 def on_kube_event(step: Step, ev: KubeEvent) -> None:
@@ -229,9 +213,6 @@ def on_kube_event(step: Step, ev: KubeEvent) -> None:
     watch = step.state.watch
     obj = ev.involved
     if watch is None or obj.kind != "Pod":
-        return
-    track = watch.monitors.get(f"{obj.namespace}/{obj.name}")
-    if track is None:
         return
     reason, message = ev.reason, ev.message
     killed = reason == "Killing" and _KILLED in message
@@ -242,7 +223,9 @@ def on_kube_event(step: Step, ev: KubeEvent) -> None:
         why = CRASH_LOOP
     else:
         return
-    track.running = -math.inf
+    track = watch.monitors.get(pod_hash(f"{obj.namespace}/{obj.name}"))
+    if track is None:
+        return
     info = PodInfo(
         namespace=obj.namespace, name=obj.name, container=obj.container, role="restarting"
     )
@@ -278,16 +261,19 @@ def _fail(step: Step, role: str, info: PodInfo, item: Evidence, why: str) -> Non
     )
 
 
-def _maybe_recovered(step: Step, ev: PodEvent, key: str, track: MonitorPod) -> None:
+def _maybe_recovered(step: Step, ev: PodEvent, key: str, role: str, rose: bool) -> None:
     """A running monitoring pod ends its role's gap: at once when it replaces the pod that
-    failed, after ``monitoring_recovered_seconds`` without a restart when it is that pod."""
-    inc = step.find(KIND, track.role)
+    failed, after ``monitoring_recovered_seconds`` without a restart when it is that pod
+    (the clock starts at the record that shows it running after its last restart: a
+    healthy pod sends no record after it, so no later one may be waited for)."""
+    inc = step.find(KIND, role)
     if inc is None:
         return
-    if track.running == -math.inf:
+    if not _running(ev):
         step.set_deadline(inc, NEVER)
     elif key in inc.pods:
-        step.set_deadline(inc, track.running + step.config.monitoring_recovered_seconds)
+        if rose or inc.resolve_at == NEVER:
+            step.set_deadline(inc, step.now + step.config.monitoring_recovered_seconds)
     else:
         step.add_evidence(inc, text.pod_status(ev, f"({ev.monitor}) running"), context=True)
         step.resolve(inc, max(step.now, inc.last_seen), f"replaced by {key}, running")

@@ -330,6 +330,21 @@ def test_a_crash_looping_dcgm_exporter_opens_and_resolves_after_running_again() 
     assert resolved.resolved_at == at(300 + 7200)
 
 
+def test_a_monitor_restarted_and_running_in_one_record_recovers_with_no_record_after() -> None:
+    """A healthy pod sends no record: the one that shows it restarted and running starts
+    the recovery clock, and nothing after it is waited for."""
+    s = Stream()
+    _watched_node(s)
+    pod = "nvidia-dcgm-exporter-7xw9p"
+    s.monitor(pod, 0)
+    s.monitor(pod, 210, restarts=1, state="waiting", reason="CrashLoopBackOff")
+    s.monitor(pod, 250, restarts=2)
+    s.c.tick(250 + 7200 + 1)
+    [gap] = _gaps(s.c.events)
+    assert gap.status == "resolved"
+    assert gap.resolved_at == at(250 + 7200)
+
+
 def test_monitoring_pod_restarts_past_the_threshold_are_a_loop() -> None:
     """No ``CrashLoopBackOff`` caught (the watch saw it running each time): the count."""
     s = Stream()
