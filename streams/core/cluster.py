@@ -77,6 +77,8 @@ def apply_event(
     key = ""
     key_hash = 0
     if kind is PodEvent:  # its key and hash, once: the shortcut and the handler read them
+        if event.monitor:
+            return []  # a GPU monitoring pod is never a GPU pod (the node key watches it)
         key = f"{event.namespace}/{event.name}"
         key_hash = mismatch.pod_hash(key)
         routine = not due and event.node and shortcuts.ENABLED

@@ -22,6 +22,10 @@ Count = Annotated[int, msgspec.Meta(ge=1, le=1_000_000)]
 """A count that must be reached (at least 1)."""
 Amount = Annotated[int, msgspec.Meta(ge=0, le=1_000_000)]
 """A threshold that may be 0 (exceeded, not reached)."""
+ConditionMark = Annotated[
+    str, msgspec.Meta(pattern=r"^[A-Za-z0-9._/-]+=(True|False|Unknown)$", max_length=320)
+]
+"""A node condition and the status that marks the node: ``AcceleratedHardwareReady=False``."""
 
 
 def default_severity() -> dict[str, Severity]:
@@ -374,6 +378,115 @@ class CoreSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     ] = 3600.0
     """nvlink_domain_fault resolves after this long without another fabric XID in its
     fault (a GPU reset is invisible to Kubernetes: only time says it is over)."""
+
+    # -- monitoring_gap (streams.core.rules.watchers) -------------------------------------
+    monitoring_resolution_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(description="A node source's heartbeat is recorded to this resolution."),
+    ] = 10.0
+    """When a node's source was last heard is kept rounded down to this step (the processor
+    forwards a heartbeat only when the step rises): a node agent beats every 0.5 s, and one
+    state write per beat would cost more than the silence it measures. 0 keeps every beat."""
+    monitoring_silence_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(description="monitoring_gap opens when a node source is silent this long."),
+    ] = 300.0
+    """monitoring_gap (``silent``): a source heard on a Ready node, silent this long. Five
+    times the worker's ``source_idle_seconds`` (60 s: a source slow to reconnect is back
+    well within), twenty dcgm-exporter scrapes at the connector's 15 s, and longer than a
+    rolling update of the exporter's DaemonSet (the new pod is scraped within a minute or
+    two): a gap this long is a source that stopped, not one that hiccuped."""
+    monitoring_restarts: Annotated[
+        Count,
+        msgspec.Meta(description="A monitoring pod restarting this often in the window loops."),
+    ] = 3
+    """monitoring_gap (``crash_loop``): a monitoring pod (dcgm-exporter, device plugin, DRA
+    plugin, node agent) whose containers restart this often within
+    ``monitoring_restart_window_seconds`` crash-loops (so does one the kubelet shows in
+    ``CrashLoopBackOff`` or backs off, whatever the count)."""
+    monitoring_restart_window_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(description="Monitoring pod restarts are counted within this window."),
+    ] = 900.0
+    monitoring_recovered_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(
+            description="A failing monitoring pod counts as back after running this long."
+        ),
+    ] = 7200.0
+    """monitoring_gap of a monitoring pod resolves when it has run this long without a
+    restart (or a new pod of its role runs). The kubelet calls a container well after 10 min
+    (its back-off reset), but a monitor stalled by a degrading GPU is liveness-killed about
+    every 90 min (NVIDIA/NVSentinel#1748: 49 kills in 3 days): 2 h keeps such a loop one
+    ticket instead of one a kill."""
+    monitoring_start_errors: Annotated[
+        Count,
+        msgspec.Meta(description="GPU containers failing to start (StartError) that are a burst."),
+    ] = 3
+    """monitoring_gap (``start_error_burst``): this many GPU container starts failing with
+    ``StartError`` / ``ContainerCannotRun`` (exit 128: the runtime could not start it,
+    e.g. ``nvidia-container-cli: initialization error: nvml error: driver/library version
+    mismatch``) within ``monitoring_start_error_window_seconds`` on one node, of at least
+    two pods or naming the NVIDIA container stack (one pod's own broken spec is its own)."""
+    monitoring_start_error_window_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(description="StartErrors of GPU pods are counted within this window."),
+    ] = 600.0
+    monitoring_start_error_quiet_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(
+            description="A StartError burst resolves after this long without another one."
+        ),
+    ] = 3600.0
+    """...and resolves when a GPU container runs on the node afterwards, or after this long
+    without another StartError (the node may get no GPU pod to prove it)."""
+
+    # -- remediation_stalled (streams.core.rules.stalled) ----------------------------------
+    repair_conditions: Annotated[
+        tuple[ConditionMark, ...],
+        msgspec.Meta(description="Node conditions (Type=Status) that mark a node for repair."),
+    ] = (
+        "GPUHealthy=False",
+        "AcceleratedHardwareReady=False",
+        "SysLogsXIDError=True",
+        "SysLogsSXIDError=True",
+        "SysLogsGPUFallenOff=True",
+        "NVSwitchFatalError=True",
+        "NVSwitchDown=True",
+        "GpuMemWatch=True",
+        "GpuNvlinkWatch=True",
+        "GpuPcieWatch=True",
+        "GpuInforomWatch=True",
+        "GpuSmWatch=True",
+        "GpuThermalWatch=True",
+        "GpuPowerWatch=True",
+        "GpuMcuWatch=True",
+        "GpuPmuWatch=True",
+        "GpuDriverWatch=True",
+        "XIDError=True",
+        "FabricManagerDown=True",
+    )
+    """remediation_stalled: the conditions by which a tool marks a node's GPUs unhealthy
+    (tests/data/writeback/messages.md cites each): gputriage's own ``GPUHealthy=False``
+    (``schemas.wellknown.GPU_HEALTH_CONDITION``, opt-in write-back); EKS's node monitoring
+    agent's ``AcceleratedHardwareReady=False`` (what Karpenter and EKS repair read);
+    NVSentinel's fatal health checks, status ``True`` = faulty (``SysLogsXIDError``,
+    ``SysLogsGPUFallenOff``, the DCGM ``Gpu*Watch`` types, NVSwitch); NPD's on AKS
+    (``XIDError=True``) and its Fabric Manager check (``FabricManagerDown=True``). Not
+    ``Ready``: ``gpu_node_not_ready`` says that, and a monitor's own failure (NVSentinel's
+    ``DCGMError``) is blindness, not a GPU to repair."""
+    remediation_stalled_seconds: Annotated[
+        Seconds,
+        msgspec.Meta(description="remediation_stalled pages when a repair mark stands this long."),
+    ] = 1800.0
+    """remediation_stalled: a node marked unhealthy this long (counted from when the core
+    first saw the mark, never the condition's ``lastTransitionTime``, which aggregating
+    agents reset: kubernetes-sigs/karpenter#2833) and neither repaired nor being removed.
+    Karpenter repairs ``AcceleratedHardwareReady=False`` after 10 min and its other
+    conditions after 30 min; 30 min is three times the first, so a repair that works has
+    begun (the node tainted for removal) long before, and a node still marked then is one
+    no repair will reach (a blocked NodePool above 20 % unhealthy:
+    kubernetes-sigs/karpenter#2134, a tripped breaker, no policy for the condition)."""
 
     max_evidence: Annotated[
         Count,

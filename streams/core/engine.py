@@ -64,6 +64,10 @@ A topology, a ResourceSlice and a ResourceClaim share the bindings' rank (ties s
 id, the same in every delivery): a new rank in between would renumber the ones after it,
 and a restored key state's ``applied_rank`` would then mean another schema. A slice's
 device taint thus arms the eviction chain before a pod failure of the same instant."""
+_TICK_RANK: Final = RANK[Tick]
+"""A node agent's heartbeat (a :class:`Tick` with ``node`` and ``source``) is buffered
+and released in event order like any event, then applied as a side channel
+(:func:`streams.core.node.apply_heartbeat`): it never moves its key's position."""
 
 
 class CoreStats(msgspec.Struct):
@@ -85,6 +89,12 @@ class CoreStats(msgspec.Struct):
     or a reconnect: objects changed meanwhile come stamped with their own older times)."""
     revisions: int = 0
     timers: int = 0
+
+
+def _heartbeat_of_a_node(tick: Any) -> bool:
+    """Is this tick a node agent's heartbeat (``node`` and ``source`` set), not a mere
+    clock reading?"""
+    return bool(tick.node and tick.source)
 
 
 def _state_key(state: KeyState) -> tuple[str, str]:
@@ -110,9 +120,17 @@ def step(
     (the :class:`Correlator` does). The state object is updated in place and
     returned, which avoids copying ~1 KB per pod on every event.
     """
+    when = to_seconds(event.time)
+    if type(event) is Tick:
+        # A heartbeat: a node key's side channel only (nothing else reads a tick).
+        found: list[Incident] | None = None
+        if isinstance(state, NodeState) and event.source:
+            applied = node_rules.apply_heartbeat(state, event, when, config)
+            found = applied[0] if applied is not None else None
+            _refresh_deadline(state, config)
+        return state if state is not None else new_state(event), found or []
     if state is None:
         state = new_state(event)
-    when = to_seconds(event.time)
     incidents, _ = _transition(state, event, when, RANK[type(event)], event.id, config)
     _refresh_deadline(state, config)
     return state, incidents or []
@@ -303,7 +321,7 @@ class Correlator:
             self._last_stamp = stamp
         self._n_events += 1
         kind = type(event)
-        if kind is Tick:
+        if kind is Tick and not _heartbeat_of_a_node(event):
             if token is not None:
                 self._released.append(token)
             self._advance_to(when - self.grace, out)
@@ -488,6 +506,9 @@ class Correlator:
         """Apply ``event`` to its key's state (``rank``: its schema's, ``event_id``,
         ``cluster``: its own, ``node``: its key's node part; the buffer's entry has them
         all, read off the event once)."""
+        if rank == _TICK_RANK:
+            self._heartbeat(event, when, cluster, node, out)  # type: ignore[arg-type]
+            return
         nodes = self._states.get(cluster)
         if nodes is None:
             cluster = intern(cluster)
@@ -502,6 +523,32 @@ class Correlator:
         if late:
             self._n_late_applied += 1
         if self._track_dirty:
+            self._dirty[(cluster, node)] = state
+        if incidents:
+            self._n_revisions += len(incidents)
+            out.extend(incidents)
+        if state.timers_dirty and _refresh_deadline(state, self.config) and state.deadline < NEVER:
+            self._schedule(state)
+
+    def _heartbeat(
+        self, tick: Tick, when: float, cluster: str, node: str, out: list[Incident]
+    ) -> None:
+        """A node agent's heartbeat, released in event order: its node key's side channel.
+
+        Never creates a key (a node the core knows nothing of has nothing to be blind
+        to) and never moves a key's position: a tick must not make a real event of the
+        same instant or earlier, arriving later, stale."""
+        nodes = self._states.get(cluster)
+        state = nodes.get(node) if nodes is not None else None
+        if state is None or not isinstance(state, NodeState):
+            return
+        applied = node_rules.apply_heartbeat(state, tick, when, self.config)
+        if applied is None:
+            return
+        incidents, news = applied
+        if self._track_dirty and (news or incidents):
+            # Not every beat: its time alone is written down now and then (the rule says
+            # when), not once a second for every node of the fleet.
             self._dirty[(cluster, node)] = state
         if incidents:
             self._n_revisions += len(incidents)

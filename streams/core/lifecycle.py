@@ -196,6 +196,15 @@ class KeyStep(Generic[S]):
     ) -> Incident:
         inc.revision += 1
         evidence = tuple(sorted(inc.evidence, key=_evidence_key))
+        attributes = dict(inc.attributes)
+        state = self.state
+        if isinstance(state, NodeState) and (state.pool or state.product):
+            # Where the node is, for the fleet view and the people paged: named when
+            # its labels say it, nothing added otherwise.
+            if state.pool:
+                attributes["pool"] = state.pool
+            if state.product:
+                attributes["gpu_product"] = state.product
         return Incident(
             id=inc.id,
             type=inc.type,
@@ -213,7 +222,7 @@ class KeyStep(Generic[S]):
             action=inc.action,
             evidence=evidence,
             evidence_omitted=inc.evidence_omitted,
-            attributes=dict(inc.attributes),
+            attributes=attributes,
         )
 
 

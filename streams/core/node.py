@@ -23,11 +23,13 @@ from schemas.events import (
     PodEvent,
     ResourceSliceEvent,
     Termination,
+    Tick,
     XidEvent,
 )
 from schemas.ids import k8s_version
 from schemas.incidents import Evidence, Incident
 from schemas.keys import DRA, POD_RESOURCES, claim_gpus
+from schemas.wellknown import POOL_LABELS, PRODUCT_LABEL
 from streams.core import evidence as text
 from streams.core import shortcuts
 from streams.core.config import CoreSettings, XidRule
@@ -42,6 +44,8 @@ from streams.core.rules import (
     not_ready,
     nvlink,
     oom,
+    stalled,
+    watchers,
     xid,
 )
 from streams.core.rules.gpuids import (
@@ -126,6 +130,7 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
         failure_at = track.failure_at
         _forget_pod(step, key, "pod replaced by a new pod of the same name")
         track = None
+    fresh = track is None
     if track is None:
         gpus = sum(ev.gpu_requests.values()) or sum(ev.gpu_limits.values()) or claim_gpus(ev.claims)
         if gpus <= 0:
@@ -162,6 +167,7 @@ def _on_pod(step: Step, ev: PodEvent) -> None:
                 continue
             ctr.last_finished = finished
             _on_termination(step, ev, key, track, ctr, term, finished, deleting)
+    watchers.on_gpu_running(step, ev, key, fresh)
     disruption.note(step, disruption.of_pod_status(ev.reason, ev.message))
     _on_device_health(step, key, ev)
     reason = ""
@@ -270,7 +276,10 @@ def _is_fresh(term: Termination | None, ctr: ContainerTrack) -> bool:
 def _is_crash(term: Termination) -> bool:
     """The process failed on its own: non-zero, not OOMKilled, not a signal from outside."""
     return (
-        term.exit_code != 0 and term.reason != "OOMKilled" and term.exit_code not in _SIGNAL_EXITS
+        term.exit_code != 0
+        and term.reason != "OOMKilled"
+        and term.exit_code not in _SIGNAL_EXITS
+        and not watchers.start_error(term)
     )
 
 
@@ -348,10 +357,15 @@ def _on_termination(
         # simulated fleet), though the eviction's own words say host memory.
         return
     item = text.termination(ev, ctr.name, term)
+    never_ran = watchers.start_error(term)
+    if never_ran:
+        watchers.on_start_error(step, ev, key, ctr.name, term)
     if _on_pod_failure(step, key, track, item, "failed", ctr.name):
         return
-    if signal is not None:
-        return  # killed from outside (probe, preStop, eviction): not CUDA OOM
+    if signal is not None or never_ran:
+        # Killed from outside (probe, preStop, eviction), or never started (the runtime
+        # failed it: exit 128): not the process running out of GPU memory.
+        return
     cuda.on_crash(step, key, track, ctr, term, ev, finished)
 
 
@@ -435,6 +449,7 @@ one of its pods cannot bring them back. (``deadline`` is the engine's, recompute
 def _on_node(step: Step, ev: NodeEvent) -> None:
     state = step.state
     state.node_version = max(state.node_version, step.version)
+    was = watchers.watchable(state)
     if ev.op == "deleted":
         not_ready.on_node_deleted(step)
         for inc in list(state.incidents.values()):
@@ -461,6 +476,10 @@ def _on_node(step: Step, ev: NodeEvent) -> None:
     clique = fabric.domain_of(labels)
     if clique != state.clique:
         state.clique = clique
+    if labels:
+        _pool_and_product(state, labels)
+    elif state.pool or state.product:
+        state.pool = state.product = ""
     capacity = ev.capacity
     if capacity:
         allocatable = ev.allocatable
@@ -471,6 +490,23 @@ def _on_node(step: Step, ev: NodeEvent) -> None:
     for cond in ev.conditions:
         if cond.type == "Ready":
             not_ready.on_ready(step, ev, cond)
+    watchers.on_node(step, was)
+    stalled.on_node(step, ev)
+
+
+def _pool_and_product(state: NodeState, labels: dict[str, str]) -> None:
+    """The node's pool (the first of ``POOL_LABELS`` present) and GPU product, written
+    only when they change (interned: a pool's nodes share the strings)."""
+    pool = ""
+    for name in POOL_LABELS:
+        pool = labels.get(name, "")
+        if pool:
+            break
+    if pool != state.pool:
+        state.pool = intern(pool)
+    product = labels.get(PRODUCT_LABEL, "")
+    if product != state.product:
+        state.product = intern(product)
 
 
 _MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
@@ -528,7 +564,9 @@ def _on_kube_event(step: Step, ev: KubeEvent) -> None:
     planned = disruption.of_event(ev)
     if planned:
         disruption.note(step, planned)  # an eviction through the API: no failure
+        stalled.on_event(step)
         return
+    watchers.on_kube_event(step, ev)
     obj = ev.involved
     if obj.kind != "Pod" or ev.reason not in step.config.failure_reasons:
         return
@@ -1132,6 +1170,8 @@ def apply_event(
         # check and the routine shortcut both.
         version = event.resource_version or k8s_version(event.id)
         key = f"{event.namespace}/{event.name}"
+        if event.monitor:
+            return _monitor_pod(state, event, key, now, version, config, late)
         track = state.pods.get(key)
         if not _admits_pod(state, key, track, version, late):
             return None
@@ -1159,6 +1199,42 @@ def apply_event(
     handler(step, event)
     fabric.defer(step)
     return step.finish()
+
+
+def _monitor_pod(
+    state: NodeState,
+    ev: PodEvent,
+    key: str,
+    now: float,
+    version: int,
+    config: CoreSettings,
+    late: bool,
+) -> list[Incident] | None:
+    """A GPU monitoring pod's record (``PodEvent.monitor``): never a GPU pod, whatever it
+    requests; ``monitoring_gap`` alone reads it (:mod:`streams.core.rules.watchers`).
+    No version is kept for it (a few bytes on every GPU node): one behind the key's
+    position is stale, and an older copy in order cannot lower its restart count."""
+    if late:
+        return None
+    step = Step(state, config, now)
+    step.version = version
+    watchers.on_pod(step, ev, key)
+    return step.finish()
+
+
+def apply_heartbeat(
+    state: NodeState, tick: Tick, now: float, config: CoreSettings
+) -> tuple[list[Incident], bool] | None:
+    """A node agent's heartbeat at event time ``now`` (the engine's side channel: the
+    key's position does not move): the revisions it caused and whether the state is
+    worth writing down (``watchers.on_heartbeat``); None when it changed nothing."""
+    read = tick.read_at
+    heard = to_seconds(read) if read is not None else now
+    step = Step(state, config, now)
+    said = watchers.on_heartbeat(step, tick, heard)
+    if said == watchers.UNCHANGED:
+        return None
+    return step.finish(), said == watchers.NEWS
 
 
 def _routine_pod(
@@ -1231,10 +1307,13 @@ def _routine_track(
 
 
 def _reports_pending(state: NodeState) -> bool:
-    """Does a container of the node report a device Unhealthy? Then every pod update
-    takes the full path: one that no longer reports it ends the report."""
+    """Does a container of the node report a device Unhealthy, or are GPU containers
+    failing to start there? Then every pod update takes the full path: one that no
+    longer reports it ends the report, one that runs ends the failed starts."""
     reports = state.dra
-    return reports is not None and bool(reports.unhealthy)
+    if reports is not None and reports.unhealthy:
+        return True
+    return state.watch is not None and watchers.starting(state)
 
 
 def _reports_unhealthy(status: ContainerStatus) -> bool:

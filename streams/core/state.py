@@ -415,6 +415,37 @@ class DraState(msgspec.Struct, omit_defaults=True):
     claim's device, the GPU uuid (or ``MIG-`` uuid) for a device plugin's."""
 
 
+class MonitorPod(msgspec.Struct, gc=False, omit_defaults=True):
+    """A GPU monitoring pod on the node (dcgm-exporter, device plugin, DRA plugin, node
+    agent): never a GPU pod (:attr:`NodeState.pods` never holds one), only what its
+    crash loops need (:mod:`streams.core.rules.watchers`). Three slots, two of them shared
+    objects in the usual case: every GPU node runs a few of these for ever."""
+
+    role: str
+    """Its :data:`schemas.wellknown.MONITOR_ROLES` name (interned)."""
+    restarts: int = -1
+    """The highest sum of its containers' ``restartCount`` seen; -1 before the first
+    sight (a baseline, not a rise). The highest, not the last: a copy of an older version
+    (a redelivery) shows fewer, and must not make the next one look like a restart."""
+    crashes: tuple[float, ...] = ()
+    """Event times its restart count rose, within ``monitoring_restart_window_seconds``."""
+
+
+class WatchState(msgspec.Struct, omit_defaults=True):
+    """What ``monitoring_gap`` keeps of the node's monitoring pods and of its GPU pods'
+    failed starts (:mod:`streams.core.rules.watchers`); None on a node with neither, so a
+    node pays one slot for it."""
+
+    monitors: dict[int, MonitorPod] = {}
+    """The node's monitoring pods by a 64-bit hash of ``namespace/name``
+    (``streams.core.rules.mismatch.pod_hash``: stable across processes): a pod's key
+    string cost twice its track, on every GPU node, for good."""
+    start_errors: tuple[tuple[float, str, bool, Evidence], ...] = ()
+    """GPU container starts that failed (``StartError``, ``ContainerCannotRun``) within
+    ``monitoring_start_error_window_seconds``, or while their burst's incident is open:
+    (event time, pod key, the message names the NVIDIA container stack, the line)."""
+
+
 class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defaults=True):
     """Everything the core knows about one ``cluster/node`` key."""
 
@@ -525,6 +556,27 @@ class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defa
     """The node's DRA devices, who holds them, and the devices containers report
     Unhealthy (:mod:`streams.core.rules.dra`); None on a node none of them named. Last,
     with a default: snapshots written before it restore with None."""
+
+    pool: str = ""
+    """The node's pool: the first of :data:`schemas.wellknown.POOL_LABELS` its labels
+    carry (interned); empty for none. Node incidents name it (``pool``), the fleet view
+    groups by it. Last, with a default: older snapshots restore with none."""
+    product: str = ""
+    """Its GPU product (:data:`schemas.wellknown.PRODUCT_LABEL`, interned); empty when
+    unlabelled. Node incidents name it (``gpu_product``)."""
+    heard: tuple[tuple[str, float], ...] = ()
+    """``monitoring_gap``: each monitoring source family heard on this node (a node
+    agent's heartbeat, :class:`schemas.events.Tick` with ``source``) and when, rounded
+    down to ``monitoring_resolution_seconds``; restarted when the node becomes watchable
+    again. Empty on a node no heartbeat named: a family never heard gives nothing. A few
+    pairs, replaced (not mutated) as they move."""
+    watch: WatchState | None = None
+    """``monitoring_gap``'s monitoring pods and failed GPU starts; None while it has none."""
+    repair: tuple[tuple[str, float, Evidence], ...] = ()
+    """``remediation_stalled``: the ``core.repair_conditions`` the node carries now
+    (``Type=Status``), each with the event time the core first saw it so (never the
+    condition's own transition time) and the record that showed it. Empty on a healthy
+    node, and while it is being removed."""
 
     def __post_init__(self) -> None:
         # msgspec runs this after decoding a snapshot too: the one migration of a field

@@ -23,6 +23,8 @@ NOT_IN_SCENARIO = {
     "gpu_fault_crash_loop": "tests/streams/core/test_gpu_fault_loops.py",
     "gpu_pods_unschedulable": "tests/streams/core/test_starvation_scope.py",
     "nvlink_domain_fault": "tests/streams/core/test_nvlink_domain.py",
+    "monitoring_gap": "tests/streams/core/test_monitoring_gap.py",
+    "remediation_stalled": "tests/streams/core/test_remediation_stalled.py",
 }
 """Types the scenario does not show, each with the test file that shows it instead. A new
 rule's type is in the scenario or here: ``ALL_TYPES`` comes from the registry."""

@@ -24,7 +24,9 @@ from streams.core.rules import (
     not_ready,
     nvlink,
     oom,
+    stalled,
     starved,
+    watchers,
     xid,
 )
 from streams.core.rules.spec import ClusterRule, NodeRule, emitted, types_of
@@ -37,8 +39,11 @@ NODE_RULES: tuple[NodeRule, ...] = (
     xid.SPEC,
     cuda.SPEC,
     nvlink.SPEC,
+    watchers.SPEC,
+    stalled.SPEC,
 )
-"""The node key's rules. The first five have timers, in the order they always fired."""
+"""The node key's rules. The first five have timers, in the order they always fired; the
+rules appended since fire after them."""
 
 CLUSTER_RULES: tuple[ClusterRule, ...] = (
     starved.SPEC,

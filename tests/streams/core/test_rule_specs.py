@@ -76,6 +76,8 @@ NODE_KEY_FIELDS = frozenset(
         "disruption",
         "disruption_seen",
         "clique",
+        "pool",
+        "product",
     )
 )
 """What the node key itself keeps (the objects as last seen, the engine's position):
@@ -199,7 +201,7 @@ def test_timers_fire_in_the_order_they_always_did() -> None:
     it): the node rules' timers in the order ``apply_timer`` named them before the
     registry, the cluster's likewise. A new rule is appended, never sorted in."""
     node = [r.name for r in registry.NODE_RULES if r.on_timer is not None]
-    assert node == ["chain", "degraded", "oom", "not_ready", "xid"]
+    assert node == ["chain", "degraded", "oom", "not_ready", "xid", "watchers", "stalled"]
     assert all(r.deadline is not None for r in registry.NODE_RULES if r.on_timer is not None)
     cluster = [
         r.name for r in registry.CLUSTER_RULES if r.on_timer is not None or r.evaluate is not None
