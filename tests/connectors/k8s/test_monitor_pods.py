@@ -17,6 +17,7 @@ from typing import Any
 import msgspec
 import pytest
 
+from connectors.k8s.dra import DraJoin
 from connectors.k8s.gpu_filter import GpuFilter
 from connectors.k8s.run import Connector
 from connectors.k8s.settings import (
@@ -28,10 +29,11 @@ from connectors.k8s.settings import (
 from connectors.k8s.slim import SlimConfig, is_gpu_pod, slim_object
 from connectors.k8s.watch import Emitted, Synced
 from schemas.codec import decode_event
-from schemas.events import KubeEvent, PodEvent
+from schemas.events import GpuBindingEvent, KubeEvent, PodEvent, ResourceClaimEvent
 from schemas.wellknown import MONITOR_ROLES
 from tests import paths
 from tests.cli_helpers import gputriage
+from tests.connectors.k8s.test_dra_join import load, slim
 from tests.k8s_helpers import FAST_WATCH, WATCHED, collecting, fake_cluster
 from tests.kafka_helpers import eventually
 
@@ -139,3 +141,31 @@ def test_the_selectors_are_settings_and_name_only_known_roles() -> None:
     ):
         with pytest.raises(ValueError, match=says):
             msgspec.convert({"monitor_selectors": [bad]}, K8sSettings)
+
+
+def admin_claim(admin: bool) -> dict[str, Any]:
+    """The allocated claim of tests/data/dra, as the GPU operator's DRA dcgm-exporter asks it:
+    administrative access (GPUOP ``manifests/state-dcgm-exporter/0400_resourceclaimtemplate.yaml``),
+    reserved for the exporter's pod."""
+    claim = load("resourceclaim_allocated")
+    [request] = claim["spec"]["devices"]["requests"]
+    [result] = claim["status"]["allocation"]["devices"]["results"]
+    if admin:
+        request["exactly"]["adminAccess"] = True
+        result["adminAccess"] = True
+    claim["status"]["reservedFor"] = [{"resource": "pods", "name": "nvidia-dcgm-exporter-dra-x"}]
+    return claim
+
+
+def test_an_admin_access_claim_holds_no_gpu() -> None:
+    """A monitor's admin claim on every GPU must not bind the GPUs to the monitor: an XID
+    there would name the exporter as an affected pod, and the cluster count it as a holder."""
+    outcomes = {}
+    for admin in (False, True):
+        join = DraJoin(SlimConfig())
+        join.on(slim(load("resourceslice_gpu_node")))
+        claim = slim(admin_claim(admin))
+        assert isinstance(claim, ResourceClaimEvent)
+        bound = [r for r in join.on(claim) if isinstance(r, GpuBindingEvent)]
+        outcomes[admin] = (claim.gpus, len(claim.devices), GpuFilter().keep(claim), len(bound))
+    assert outcomes == {False: (1, 1, True, 1), True: (0, 0, False, 0)}
