@@ -26,7 +26,7 @@ from typing import Any, Final, TypeVar
 from connectors.backoff import Backoff
 from connectors.delivery import DELIVERY_BACKOFF, BoundedDelivery, DeliveryMetrics
 from connectors.kafka.producer import EventProducer
-from connectors.source import Batch, Source, dead_letters
+from connectors.source import Batch, Source, dead_letters, liveness
 from schemas import progress as wire
 from schemas.codec import AnyEvent
 from schemas.events import Tick
@@ -168,7 +168,8 @@ class Publisher:
         self.source_id = source_id or default_source_id(source)
         self._source_header = (wire.SOURCE_HEADER, self.source_id.encode())
         key = (source.key or b"").decode(errors="replace")
-        self._cluster = key.split("/", 1)[0]
+        self._cluster, _, self._node = key.partition("/")
+        """A node source's key is ``cluster/node``: its heartbeats name the node."""
         self.progress: datetime | None = None
         """The event time delivered up to: the greatest progress of the batches acknowledged
         so far (see the class)."""
@@ -249,12 +250,32 @@ class Publisher:
         Once per new partition in the source's life, so cheap; the caller raises the
         progress only after this is acknowledged."""
         when = self.progress or datetime.now(UTC)  # the headers, not this, carry progress
-        tick = Tick(id=f"heartbeat:{self.source_id}", cluster=self._cluster, time=when)
+        tick = self._tick(when)
         used = sorted(self.used)
         signed = [*self._headers(), (wire.PARTITIONS_HEADER, wire.encode_partitions(used))]
         await self.producer.send_heartbeats(tick, used, signed)
         self._announced = len(used)
         self.announcements += 1
+
+    def _tick(self, when: datetime) -> Tick:
+        """The heartbeat record: a clock reading, and for a node source who is alive.
+
+        A node source (a ``cluster/node`` key and a ``family``, :func:`connectors.source.liveness`)
+        names its node and family, and when it last read its input. Trap: ``read_at`` is read
+        now, so it may be a read still in the buffer behind this heartbeat: it is capped at
+        ``when`` (a tick never says it heard later than it vouches for).
+        """
+        family, read_at = liveness(self.source) if self._node else ("", None)
+        if read_at is not None and read_at > when:
+            read_at = when
+        return Tick(
+            id=f"heartbeat:{self.source_id}",
+            cluster=self._cluster,
+            time=when,
+            node=self._node if family else "",
+            source=family,
+            read_at=read_at,
+        )
 
     async def _send_heartbeat(self, item: Heartbeat) -> None:
         try:
@@ -263,7 +284,7 @@ class Publisher:
                 progress = item.caught_up
             if (progress is not None or item.end) and self.used:
                 when = progress or datetime.now(UTC)
-                tick = Tick(id=f"heartbeat:{self.source_id}", cluster=self._cluster, time=when)
+                tick = self._tick(when)
                 value = wire.END if item.end else wire.encode_progress(when)
                 signed = [self._source_header, (wire.PROGRESS_HEADER, value)]
                 await self.producer.send_heartbeats(tick, sorted(self.used), signed)

@@ -91,6 +91,10 @@ class Source(Protocol):
     Implementations: ``connectors.xid.run.XidSource`` (kmsg, journal, file),
     ``connectors.dcgm.scrape.DcgmSource``, ``connectors.nvml.run.NvmlSource``,
     ``connectors.k8s.run.WatchSource``, ``connectors.autoscaler.run.AutoscalerLogSource``.
+
+    A node agent's source may also have ``family`` (a :data:`schemas.wellknown.SOURCE_FAMILIES`
+    name) and ``read_at() -> datetime | None``: optional, read by :func:`liveness`, so its
+    heartbeats say it is alive (``Tick.source``, ``Tick.read_at``).
     """
 
     name: str
@@ -112,3 +116,26 @@ def dead_letters(
 ) -> list[DeadLetter]:
     """Every dead record of a batch as a :class:`DeadLetter` (see :meth:`DeadLine.letter`)."""
     return [d.letter(source_name, key) if isinstance(d, DeadLine) else d for d in dead]
+
+
+def liveness(source: object) -> tuple[str, datetime | None]:
+    """``(family, read_at)`` a node source's heartbeats carry; ``("", None)``: progress only.
+
+    ``family``: the source's optional ``family`` attribute (a cluster-wide source has none).
+    ``read_at``: its optional ``read_at()``, when it last read its input successfully. No
+    such method means "reading whenever progressing" (a kernel-log reader blocked on a
+    quiet node is reading): None, and the tick's time stands for it. Trap: a method that
+    returns None means "never read successfully yet" (a dcgm-exporter that has refused
+    every scrape): then the heartbeat vouches for progress only, no family, because a
+    live source whose input fails still advances its progress (an idle batch).
+    """
+    family = getattr(source, "family", "")
+    if not isinstance(family, str) or not family:
+        return "", None
+    reader = getattr(source, "read_at", None)
+    if reader is None:
+        return family, None
+    read_at = reader()
+    if not isinstance(read_at, datetime):
+        return "", None
+    return family, read_at

@@ -343,6 +343,17 @@ class DcgmSource:
         """The last scrape was stamped with the poller's wall clock: see the class."""
         self._claimed: datetime | None = None
         """When this source last said it was caught up (the poller's clock)."""
+        self._read_at: datetime | None = None
+        self.family = "dcgm"
+        """Its heartbeats' ``Tick.source`` (see :meth:`read_at`)."""
+
+    def read_at(self) -> datetime | None:
+        """The time of the last scrape that answered ok (None: none yet).
+
+        Why: a failed scrape is an idle batch, so this source's progress (its heartbeats'
+        time) keeps advancing while the exporter refuses; this is what says it is blind.
+        A bad exposition is no ok scrape either."""
+        return self._read_at
 
     async def next_batch(self) -> Batch | None:
         poller = self.poller
@@ -378,6 +389,7 @@ class DcgmSource:
         if scraped.result is None:
             return Batch()
         result = scraped.result
+        self._read_at = scraped.time
         self._base = result.state
         self._claims_now = not scraped.stamped and poller.clock is _now
         return Batch(

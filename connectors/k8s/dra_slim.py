@@ -102,6 +102,8 @@ class _ExactView(_View):
     device_class_name: str | None = None
     allocation_mode: str | None = None
     count: int | None = None
+    admin_access: Any = None
+    """``True``: administrative access (a monitor's), which holds nothing (:func:`_request`)."""
 
 
 class _SubRequestView(_ExactView):
@@ -128,6 +130,8 @@ class _ResultView(_View):
     driver: str | None = None
     pool: str | None = None
     device: str | None = None
+    admin_access: Any = None
+    """``True``: allocated for administrative access, not held (:func:`_claim`)."""
 
 
 class _FieldRequirementView(_View):
@@ -330,6 +334,11 @@ def _request(raw: _RequestView, index: int, classes: tuple[str, ...]) -> ClaimRe
         gpu = [s for s in options if s.device_class_name in classes]
         chosen = (gpu or options or [raw])[0]
     count = 0 if chosen.allocation_mode == "All" else chosen.count or 1
+    if chosen.admin_access is True:
+        # Administrative access "for monitoring or other management services", which
+        # ignores every ordinary claim to the device (resource.k8s.io/v1): the GPU
+        # operator's DRA dcgm-exporter asks every GPU of its node so. It holds no GPU.
+        count = 0
     return ClaimRequest(name=raw.name, device_class=chosen.device_class_name or "", count=count)
 
 
@@ -375,8 +384,8 @@ def _claim(
         node = _allocated_node(allocation)
         results = None if allocation.devices is None else allocation.devices.results
         for index, result in enumerate(results or ()):
-            if result is None:
-                continue
+            if result is None or result.admin_access is True:
+                continue  # administrative access holds nothing (see _request)
             if not (result.driver and result.pool and result.device):
                 field = f"$.status.allocation.devices.results[{index}]"
                 raise _Bad("allocation result without driver, pool and device", field)

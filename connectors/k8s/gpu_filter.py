@@ -1,8 +1,9 @@
 """The GPU-only filter, live (a connector that runs for months) and offline (a file).
 
-Keeps GPU pods (by resource, share or DRA claim), GPU nodes, GPU claims, and the Events
-that involve them or name a GPU resource, and forgets a pod or node ``forget_after`` after
-its deletion (remembering every name would leak).
+Keeps GPU pods (by resource, share or DRA claim), GPU monitoring pods (``monitor`` set by
+their labels: a crash-looping dcgm-exporter makes a node blind), GPU nodes, GPU claims, and
+the Events that involve them or name a GPU resource, and forgets a pod or node
+``forget_after`` after its deletion (remembering every name would leak).
 
 Traps: forget late (Events about a pod keep coming after its DELETED; the API server keeps
 them an hour, the default here is two); time is the events' own, so tests are
@@ -105,7 +106,7 @@ class GpuFilter:
             return is_gpu_claim(event, self._config.gpu_drivers)
         self._purge(event.time)
         if isinstance(event, PodEvent):
-            if is_gpu_pod(event):
+            if event.monitor or is_gpu_pod(event):
                 key = f"pod:{event.namespace}/{event.name}"
                 self._remember(key, event)
                 if event.node:
@@ -131,7 +132,8 @@ class GpuFilter:
         )
 
     def place(self, event: KubeEvent) -> KubeEvent:
-        """``event`` on the node of the GPU pod it is about, when its source named none.
+        """``event`` on the node of the GPU (or monitoring) pod it is about, when its source
+        named none.
 
         Why: an Event's node is its source's host, and only the kubelet gives one. The
         controllers' Events about a pod (the device taint and node taint eviction

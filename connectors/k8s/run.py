@@ -32,7 +32,7 @@ from connectors.k8s.dra import DraJoin
 from connectors.k8s.gpu_filter import GpuFilter
 from connectors.k8s.leader import LeadershipLost, LeaseElector, LeaseOptions
 from connectors.k8s.metrics import ConnectorMetrics
-from connectors.k8s.settings import K8sSettings
+from connectors.k8s.settings import K8sSettings, parse_monitor_selectors
 from connectors.k8s.slim import SlimConfig
 from connectors.k8s.watch import (
     DRA_RESOURCES,
@@ -214,6 +214,7 @@ class Connector:
             gpu_prefixes=settings.resource_prefixes,
             gpu_drivers=settings.gpu_drivers,
             gpu_classes=settings.gpu_device_classes,
+            monitors=parse_monitor_selectors(settings.monitor_selectors),
         )
         self.gpu_filter = None if settings.keep_all else GpuFilter(slim)
         keep = self.gpu_filter.keep if self.gpu_filter is not None else None

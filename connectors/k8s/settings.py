@@ -7,7 +7,7 @@ is imported: every command loads the settings.
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Final
 
 import msgspec
 
@@ -36,6 +36,51 @@ GPU_RESOURCES = ("nvidia.com/gpu",)
 """The extended resources counted as GPUs unless told otherwise."""
 GPU_PREFIXES = MIG_PREFIXES
 
+MONITOR_ROLE_NAMES: Final = ("dcgm-exporter", "device-plugin", "dra-plugin", "node-agent")
+""":data:`schemas.wellknown.MONITOR_ROLES`, repeated here because this module imports only
+msgspec (a test holds the two equal)."""
+
+MONITOR_SELECTORS: Final = (
+    "dcgm-exporter:app=nvidia-dcgm-exporter",
+    "dcgm-exporter:app=nvidia-dcgm-exporter-dra",
+    "dcgm-exporter:app.kubernetes.io/name=dcgm-exporter",
+    "device-plugin:app=nvidia-device-plugin-daemonset",
+    "device-plugin:app.kubernetes.io/name=nvidia-device-plugin",
+    "dra-plugin:app=nvidia-dra-driver-kubelet-plugin",
+    "dra-plugin:dra-driver-nvidia-gpu-component=kubelet-plugin",
+    "dra-plugin:nvidia-dra-driver-gpu-component=kubelet-plugin",
+    "node-agent:app.kubernetes.io/name=gputriage,app.kubernetes.io/component=node-agents",
+    "node-agent:app.kubernetes.io/name=gputriage,app.kubernetes.io/component=gpu-agents",
+)
+"""The pod labels of the GPU monitoring components, ``ROLE:KEY=VALUE[,KEY=VALUE...]`` (every
+pair must match; the first entry that matches names the role). The GPU operator's
+dcgm-exporter (plain and DRA), device plugin and DRA kubelet plugin; the standalone Helm
+charts of dcgm-exporter, k8s-device-plugin and the DRA driver (its current and its legacy
+component label); our own node agents (deploy/base/node-agents.yaml). Sources:
+tests/data/monitors/SOURCES.md. Trap: the k8s-device-plugin chart gives its GPU feature
+discovery and MPS daemon pods the device plugin's labels, so they read as ``device-plugin``."""
+
+MonitorSelector = tuple[str, tuple[tuple[str, str], ...]]
+"""A role and the label pairs a pod must all carry to be that role's."""
+
+
+def parse_monitor_selectors(entries: tuple[str, ...]) -> tuple[MonitorSelector, ...]:
+    """``ROLE:KEY=VALUE[,KEY=VALUE...]`` entries parsed; ``ValueError`` names the bad one."""
+    parsed: list[MonitorSelector] = []
+    for entry in entries:
+        role, colon, labels = entry.partition(":")
+        if not colon or role not in MONITOR_ROLE_NAMES:
+            roles = ", ".join(MONITOR_ROLE_NAMES)
+            raise ValueError(f"{entry!r} does not start with a role ({roles}) and ':'")
+        pairs: list[tuple[str, str]] = []
+        for pair in labels.split(","):
+            key, equals, value = (part.strip() for part in pair.partition("="))
+            if not equals or not key:
+                raise ValueError(f"{entry!r}: {pair!r} is not KEY=VALUE")
+            pairs.append((key, value))
+        parsed.append((role, tuple(pairs)))
+    return tuple(parsed)
+
 
 class K8sSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fields=True):
     """What ``connect k8s`` watches (pods, nodes, Events, DRA objects) and how."""
@@ -59,6 +104,15 @@ class K8sSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
     resource_prefixes: GpuResourcePrefixes = GPU_PREFIXES
     gpu_drivers: GpuDrivers = GPU_DRIVERS
     gpu_device_classes: GpuDeviceClasses = GPU_DEVICE_CLASSES
+    monitor_selectors: Annotated[
+        tuple[str, ...],
+        msgspec.Meta(
+            description="Labels of a GPU monitoring pod, published with its role although it "
+            "holds no GPU: ROLE:KEY=VALUE[,KEY=VALUE...] (roles: dcgm-exporter, device-plugin, "
+            "dra-plugin, node-agent).",
+            extra={"option": "--monitor-selector", "metavar": "ROLE:LABELS"},
+        ),
+    ] = MONITOR_SELECTORS
     brokers: Brokers = None
     metrics_port: MetricsPort | None = 9466
     heartbeat_seconds: HeartbeatSeconds = HEARTBEAT_SECONDS
@@ -96,3 +150,7 @@ class K8sSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fiel
 
     def __post_init__(self) -> None:
         check_kube_access(self.in_cluster, self.kubeconfig, self.context)
+        try:
+            parse_monitor_selectors(self.monitor_selectors)
+        except ValueError as exc:
+            raise ValueError(f"monitor_selectors: {exc}") from None

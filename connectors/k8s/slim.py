@@ -25,7 +25,13 @@ from typing import Any, Final, NoReturn
 import msgspec
 
 from connectors.k8s.dra import CLAIM_RESOURCE, ClaimTemplate, TaintRule
-from connectors.k8s.settings import GPU_PREFIXES, GPU_RESOURCES
+from connectors.k8s.settings import (
+    GPU_PREFIXES,
+    GPU_RESOURCES,
+    MONITOR_SELECTORS,
+    MonitorSelector,
+    parse_monitor_selectors,
+)
 from connectors.settings import GPU_DEVICE_CLASSES, GPU_DRIVERS
 from schemas import codec
 from schemas.codec import RecordError
@@ -48,7 +54,7 @@ from schemas.events import (
 )
 from schemas.ids import k8s_event_id, resource_version_number
 from schemas.types import Op
-from schemas.wellknown import NFD_GPU_LABELS, labelled_gpu_node
+from schemas.wellknown import NFD_GPU_LABELS, POOL_LABELS, labelled_gpu_node
 
 MAX_TEXT: Final = 4096
 """Longest message/note kept, in characters; longer text is cut and marked with ``…``."""
@@ -68,8 +74,10 @@ GPU_LABELS: Final = (
     "node.kubernetes.io/instance-type",
     "topology.kubernetes.io/zone",
     *NFD_GPU_LABELS,
+    *POOL_LABELS,
 )
-"""Node labels kept on :class:`NodeEvent` (GPU feature discovery + well-known labels).
+"""Node labels kept on :class:`NodeEvent` (GPU feature discovery + well-known labels, and
+the node pool's: :data:`~schemas.wellknown.POOL_LABELS`, which the fleet view groups by).
 
 GPU feature discovery writes ``gpu.product/count/memory/machine``, ``mig.capable``
 and ``mig.strategy`` (``single``: ``nvidia.com/gpu`` counts MIG devices, ``mixed``:
@@ -119,6 +127,8 @@ class SlimConfig:
     gpu_prefixes: tuple[str, ...] = GPU_PREFIXES
     gpu_drivers: tuple[str, ...] = GPU_DRIVERS
     gpu_classes: tuple[str, ...] = GPU_DEVICE_CLASSES
+    monitors: tuple[MonitorSelector, ...] = parse_monitor_selectors(MONITOR_SELECTORS)
+    """GPU monitoring pods' roles by label (:data:`connectors.k8s.settings.MONITOR_SELECTORS`)."""
 
     def is_gpu_resource(self, name: str) -> bool:
         """Whether resource ``name`` is a configured GPU resource."""
@@ -178,6 +188,9 @@ class _SharedGpuView(
 class _PodMetaView(_MetaView):
     owner_references: list[_OwnerRefView | None] | None = None
     annotations: _SharedGpuView | None = None
+    labels: Any = None
+    """``Any``: only compared to the monitor selectors (:func:`_monitor_role`); a pod's odd
+    labels must not cost the pod, as they cost nothing before they were read."""
 
 
 class _NodeMetaView(_MetaView):
@@ -740,6 +753,19 @@ def _owner(meta: _PodMetaView) -> tuple[str, str]:
     return chosen.kind or "", chosen.name or ""
 
 
+def _monitor_role(labels: Any, config: SlimConfig) -> str:
+    """The role of the first monitor selector whose every label the pod carries, or ``""``.
+
+    Compared as strings: the API only sends strings, a hand-written file may hold a number.
+    """
+    if not labels or not isinstance(labels, dict):
+        return ""
+    for role, pairs in config.monitors:
+        if all(key in labels and str(labels[key]) == value for key, value in pairs):
+            return role
+    return ""
+
+
 def _pod(
     view: _PodView, op: Op, cluster: str, observed: datetime | None, config: SlimConfig
 ) -> PodEvent:
@@ -805,6 +831,7 @@ def _pod(
         resource_version=meta.version,
         claims=_pod_claims(spec, status),
         disruption=disruption,
+        monitor=_monitor_role(metadata.labels, config),
     )
 
 
@@ -1190,13 +1217,15 @@ def slim_watch_line(
 # -- GPU-only filters --------------------------------------------------------------
 def is_gpu_pod(event: PodEvent) -> bool:
     """A pod that requests (or only limits) any configured GPU resource, part of a GPU,
-    or GPUs through its DRA claims.
+    or GPUs through its DRA claims; never a GPU monitoring pod (``monitor`` set).
 
     Part of a GPU: a fractional-GPU scheduler annotation (``gpu_share``); such a
     pod requests no GPU resource at all, so the resources alone would drop it. Claims:
-    only once the DRA join has resolved them (``PodClaim.gpus``).
+    only once the DRA join has resolved them (``PodClaim.gpus``). A monitor is not a
+    workload even where it claims GPUs (the GPU operator's DRA dcgm-exporter takes an
+    admin-access claim on every GPU of its node).
     """
-    return bool(
+    return not event.monitor and bool(
         event.gpu_requests
         or event.gpu_limits
         or event.gpu_share is not None

@@ -89,6 +89,14 @@ class NvmlSource:
         self._started = False
         self._watching = False
         self._serial = 0
+        self._read_at: datetime | None = None
+        self.family = "nvml"
+        """Its heartbeats' ``Tick.source`` (see :meth:`read_at`)."""
+
+    def read_at(self) -> datetime | None:
+        """When NVML last answered: the GPU map read, or an XID wait that returned (an event
+        or its timeout); None before either. A wait that raises ends the source."""
+        return self._read_at
 
     async def next_batch(self) -> Batch | None:
         from connectors.nvml.devices import bindings, xid_event  # noqa: PLC0415
@@ -101,6 +109,7 @@ class NvmlSource:
                 events: list[AnyEvent] = list(
                     bindings(devices, cluster=self.cluster, node=self.node, time=now)
                 )
+                self._read_at = now
                 return Batch(events=events, records=len(events), progress=now)
         if self.settings.once:
             return None
@@ -108,10 +117,11 @@ class NvmlSource:
             self.nvml.watch_xids()
             self._watching = True
         raw = await asyncio.to_thread(self.nvml.wait_xid)
+        now = datetime.now(UTC)
+        self._read_at = now
         if raw is None:
             return Batch()
         self._serial += 1
-        now = datetime.now(UTC)
         event = xid_event(raw, cluster=self.cluster, node=self.node, time=now, serial=self._serial)
         return Batch(events=[event], records=1, progress=now)
 

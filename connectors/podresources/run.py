@@ -136,6 +136,14 @@ class PodResourcesSource:
         self._due: float | None = None
         self._allocatable = True
         """False once the kubelet said it has no GetAllocatableResources."""
+        self._read_at: datetime | None = None
+        self.family = "pod-resources"
+        """Its heartbeats' ``Tick.source`` (see :meth:`read_at`)."""
+
+    def read_at(self) -> datetime | None:
+        """When the kubelet last answered a whole poll (None: never yet). A failed poll is an
+        idle batch, so the heartbeats' time advances while the kubelet refuses: this does not."""
+        return self._read_at
 
     def _delay(self) -> float:
         if self.failures == 0:
@@ -184,6 +192,7 @@ class PodResourcesSource:
         devices = allocatable_devices(allocatable.devices, gpu) if allocatable else []
         snap = snapshot(holdings(response, gpu), devices, self.gpus)
         when = self.clock()
+        self._read_at = when
         result = diff(self.state, snap, cluster=self.cluster, node=self.node, time=when)
         self.state = result.state
         self.metrics.unresolved.set(result.unresolved)

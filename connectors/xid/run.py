@@ -130,6 +130,9 @@ class XidSource:
         self.reader = reader
         self.name = reader.name
         self.key: bytes | None = key_of(reader.context.cluster, reader.context.node).encode()
+        self.family = "journal" if isinstance(reader, JournalReader) else "kmsg"
+        """Its heartbeats' ``Tick.source``: a kernel-log file is the kernel log too. No
+        ``read_at``: a reader blocked on a quiet node is reading (its heartbeat's time)."""
         self._poll_seconds, self._limit = settings.poll_interval_seconds, batch
         self._once = settings.once
         self._stop = stop

@@ -139,6 +139,13 @@ class Pipeline:
         """Source -> (when read, progress): each rise of its finite progress on any
         partition, both ascending, the last ``LENDABLE`` kept; what :meth:`spread` lends
         its other partitions."""
+        self.monitoring_resolution_seconds = float(
+            getattr(config, "monitoring_resolution_seconds", 10.0)
+        )
+        """How finely the core keeps when a node's monitoring source was last heard: a
+        heartbeat in a bucket already forwarded changes nothing there (:meth:`_heard`)."""
+        self._heard: dict[tuple[str, str, str, int], int] = {}
+        """(cluster, node, source family, lane) -> the last bucket of ``heard`` forwarded."""
         self._schemas: dict[str, tuple[str, type[Event]]] = {}
         for source, spec in layout.raw.items():
             self._schemas[spec.name] = (source, SOURCE_SCHEMAS[source])
@@ -250,11 +257,11 @@ class Pipeline:
             value = record.value
             event = try_decode_event(value) if value is not None else None
             if type(event) is not schema:
-                refuse(record, token, outcome, signed, event)
+                refuse(record, token, outcome, signed, event, latest)
                 continue
             key = record.key
             if key is None or key != correlation_key(event).encode():
-                refuse(record, token, outcome, signed, event)
+                refuse(record, token, outcome, signed, event, latest)
                 continue
             when = to_seconds(event.time)
             if when > latest:
@@ -562,6 +569,8 @@ class Pipeline:
         numbers = {number for _, number in keep}
         for number in [n for n in self._unsigned_newest if n not in numbers]:
             del self._unsigned_newest[number]
+        for subject in [s for s in self._heard if s[3] not in numbers]:
+            del self._heard[subject]
         return self.lanes.keep(numbers)
 
     def restore(self, snapshots: Iterable[KeyState], lane: int) -> None:
@@ -583,11 +592,18 @@ class Pipeline:
         return outcome
 
     def _refuse(
-        self, record: Any, token: Any, outcome: BatchOutcome, signed: bool, event: Any
+        self,
+        record: Any,
+        token: Any,
+        outcome: BatchOutcome,
+        signed: bool,
+        event: Any,
+        latest: float = math.inf,
     ) -> None:
         """A record off the happy path of :meth:`_run` (``event``: what its value decoded
         to, a :class:`RecordError`, or None for a tombstone): a heartbeat (its progress is
-        noted, it is done), or a dead letter saying why."""
+        noted, a node source's is handed to the core, :meth:`_heard`; it is done), or a
+        dead letter saying why."""
         if event is None:
             return self._dead(record, token, outcome, RecordError("tombstone (null value)"))
         if isinstance(event, RecordError):
@@ -597,9 +613,15 @@ class Pipeline:
             if not signed:
                 error = RecordError(f"tick.v1 on {record.topic} without progress")
                 return self._dead(record, token, outcome, error)
+            correlator = self.lanes.lane(record.partition)  # its lane's watermark moves with it
+            try:
+                self._heard_from(event, record.partition, correlator, outcome, latest)
+            except Exception as exc:  # a bug must cost one record, not the worker
+                log.exception("correlating %s[%d]@%d failed", *_where(record))
+                error = RecordError(f"processing failed: {exc!r}")
+                return self._dead(record, token, outcome, error)
             if token is not None:  # a heartbeat: its progress is noted, it is done
                 outcome.released.append(token)
-            self.lanes.lane(record.partition)  # its lane's watermark moves with it
             return None
         expected = self._schemas[record.topic][1]
         if schema is not expected:
@@ -611,6 +633,33 @@ class Pipeline:
         shown = record.key.decode(errors="replace") if record.key is not None else None
         error = RecordError(f"record key {shown!r} is not the correlation key {key!r}")
         return self._dead(record, token, outcome, error)
+
+    def _heard_from(
+        self, tick: Tick, lane: int, correlator: Correlator, outcome: BatchOutcome, latest: float
+    ) -> None:
+        """Hand a node source's heartbeat (``node`` and ``source`` set) to the core, which
+        records when it last heard that source of that node (``monitoring_gap``).
+
+        Only when ``floor(heard / monitoring_resolution_seconds)`` rose for that node's
+        source in this lane (heard: ``read_at``, else ``time``): the core keeps no finer, so
+        a heartbeat every half second costs one ingest per bucket. Per lane, because a
+        source heartbeats to every partition it used (its node key's, and the cluster key's
+        for routed copies) and only the lane holding the node's key can use it. The token
+        stays the pipeline's (``token=None``): the core must neither hold nor release it.
+        Traps: a heard time past the present's bound (a node clock gone wrong) is not
+        forwarded, it would hide the source's silence; a progress-only tick never is.
+        """
+        if not (tick.node and tick.source):
+            return
+        heard = to_seconds(tick.read_at or tick.time)
+        if not heard <= latest:
+            return
+        bucket = math.floor(heard / self.monitoring_resolution_seconds)
+        subject = (tick.cluster, tick.node, tick.source, lane)
+        if bucket <= self._heard.get(subject, -math.inf):
+            return
+        outcome.incidents += correlator.ingest(tick, token=None, hold=True)
+        self._heard[subject] = bucket
 
     @staticmethod
     def _dead(record: Any, token: Any, outcome: BatchOutcome, error: RecordError) -> None:
