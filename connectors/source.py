@@ -88,13 +88,11 @@ class Source(Protocol):
     await (on stop): a batch read but not yet returned is then simply not
     committed, and is read again by the next start.
 
-    Implementations: ``connectors.xid.run.XidSource`` (kmsg, journal, file),
-    ``connectors.dcgm.scrape.DcgmSource``, ``connectors.nvml.run.NvmlSource``,
-    ``connectors.k8s.run.WatchSource``, ``connectors.autoscaler.run.AutoscalerLogSource``.
+    Implementations: ``XidSource`` (kmsg, journal, file), ``DcgmSource``, ``NvmlSource``,
+    ``WatchSource``, ``AutoscalerLogSource`` (each in its ``connectors`` package).
 
-    A node agent's source may also have ``family`` (a :data:`schemas.wellknown.SOURCE_FAMILIES`
-    name) and ``read_at() -> datetime | None``: optional, read by :func:`liveness`, so its
-    heartbeats say it is alive (``Tick.source``, ``Tick.read_at``).
+    Optional, read by :func:`liveness`: a node agent's ``family`` (``SOURCE_FAMILIES``) and
+    ``read_at() -> datetime | None``, so its heartbeats say it is alive (``Tick.source``).
     """
 
     name: str

@@ -23,6 +23,7 @@ from typing import Any, Final, Literal
 import msgspec
 
 from gputriage import render
+from schemas.codec import encode
 from schemas.incidents import Incident
 from streams.app.fleet import gpu_identity, out_of_service
 
@@ -194,7 +195,7 @@ def render_text(shown: Status, now: datetime, *, wide: bool = False) -> str:
 
 def render_json(shown: Status) -> bytes:
     """``-o json``: one JSON object, ``fleet`` and ``incidents`` (see :class:`Status`)."""
-    return msgspec.json.encode(shown) + b"\n"
+    return encode(shown) + b"\n"
 
 
 def totals_from(vectors: Mapping[str, Any]) -> Totals:

@@ -8,11 +8,9 @@ the Events that involve them or name a GPU resource, and forgets a pod or node
 Traps: forget late (Events about a pod keep coming after its DELETED; the API server keeps
 them an hour, the default here is two); time is the events' own, so tests are
 deterministic; a name re-added before its forget time is live again (a recreated
-StatefulSet pod); pods and nodes must be seen before their Events, and an Event about an
-unseen pod is dropped unless it names a GPU resource. An Event's node is its source's host,
-which only the kubelet gives: :meth:`GpuFilter.place` puts a controller's Event about a pod
-on the pod's node.
-In full: docs/connectors.md, design notes: connectors/k8s/gpu_filter.py.
+StatefulSet pod); pods and nodes must be seen before their Events (an Event about an unseen
+pod is dropped unless it names a GPU resource); only the kubelet gives an Event's host, so
+:meth:`GpuFilter.place` puts a controller's Event about a pod on the pod's node. In full: docs/connectors.md, design notes: connectors/k8s/gpu_filter.py.
 """
 
 from __future__ import annotations

@@ -23,7 +23,6 @@ from datetime import UTC, datetime
 from typing import IO, Any, Final
 
 import click
-import msgspec
 
 from connectors.kafka.config import KafkaSettings, KafkaUnreachable, connect_timeout, heard
 from gputriage import render
@@ -42,7 +41,7 @@ from gputriage.status import (
     totals_from,
 )
 from gputriage.tail import _connect
-from schemas.codec import RecordError, decode_incident
+from schemas.codec import RecordError, decode_incident, loads
 from schemas.incidents import Incident
 from schemas.topics import topic_layout
 
@@ -199,9 +198,9 @@ def query_totals(base: str, timeout_seconds: float) -> Totals:
         url = f"{base.rstrip('/')}/api/v1/query?{urllib.parse.urlencode({'query': query})}"
         try:
             with urllib.request.urlopen(url, timeout=timeout_seconds) as response:
-                answer = msgspec.json.decode(response.read())
+                answer = loads(response.read())
             vectors[name] = answer["data"]["result"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+        except (OSError, RecordError, ValueError, KeyError, TypeError) as exc:
             reason = getattr(exc, "reason", None) or exc
             raise PrometheusUnavailable(
                 f"cannot query Prometheus at {base}: {render.one_line(str(reason))}; "

@@ -93,8 +93,8 @@ def unhealthy_gpus(state: NodeState, total: int) -> int:
 
 
 def tally(states: Iterable[object]) -> Tally:
-    """Count every key's GPUs and open incidents. Pool and product are read with
-    ``getattr``: key states of releases without them count under ``""``."""
+    """Count every key's GPUs and open incidents (a node without pool or product
+    labels counts under ``""``)."""
     out = Tally(gpus={}, incidents={})
     gpus, incidents = out.gpus, out.incidents
     for state in states:
@@ -107,8 +107,7 @@ def tally(states: Iterable[object]) -> Tally:
         total = node_gpus(state)
         if total <= 0:
             continue
-        pool: str = getattr(state, "pool", "")
-        product: str = getattr(state, "product", "")
+        pool, product = state.pool, state.product
         bad = unhealthy_gpus(state, total)
         for health, count in (("healthy", total - bad), ("unhealthy", bad)):
             key4 = (cluster, pool, product, health)

@@ -143,14 +143,6 @@ class Lanes:
             out.update(correlator.keys)
         return out
 
-    def open_incidents_by_type(self) -> dict[str, int]:
-        """Open incidents per type, over the lanes (walks every key: sample it)."""
-        counts: dict[str, int] = {}
-        for correlator in self._lanes.values():
-            for kind, n in correlator.open_incidents_by_type().items():
-                counts[kind] = counts.get(kind, 0) + n
-        return counts
-
 
 def _add(total: CoreStats, stats: CoreStats) -> None:
     """Add ``stats`` into ``total``, field by field."""

@@ -139,9 +139,7 @@ class Pipeline:
         """Source -> (when read, progress): each rise of its finite progress on any
         partition, both ascending, the last ``LENDABLE`` kept; what :meth:`spread` lends
         its other partitions."""
-        self.monitoring_resolution_seconds = float(
-            getattr(config, "monitoring_resolution_seconds", 10.0)
-        )
+        self.monitoring_resolution_seconds = config.monitoring_resolution_seconds
         """How finely the core keeps when a node's monitoring source was last heard: a
         heartbeat in a bucket already forwarded changes nothing there (:meth:`_heard`)."""
         self._heard: dict[tuple[str, str, str, int], int] = {}

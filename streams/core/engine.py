@@ -440,15 +440,6 @@ class Correlator:
     def tracked_pods(self) -> int:
         return sum(len(s.pods) for s in self._node_states())
 
-    def open_incidents_by_type(self) -> dict[str, int]:
-        """Open incidents per type (the ``gputriage_open_incidents{type}`` gauge); walks
-        every key's state, so callers sample it (the workers: once a second at most)."""
-        counts: dict[str, int] = {}
-        for state in self._all_states():
-            for incident in state.incidents.values():
-                counts[incident.type] = counts.get(incident.type, 0) + 1
-        return counts
-
     # -- internals -------------------------------------------------------------------
     def _advance_to(self, watermark: float, out: list[Incident], *, tight: bool = False) -> None:
         if watermark <= self.watermark:

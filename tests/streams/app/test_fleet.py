@@ -6,8 +6,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
-
 from schemas.incidents import GpuRef, Incident
 from schemas.topics import topic_layout
 from streams.app.fleet import Tally, tally
@@ -17,8 +15,6 @@ from streams.core.state import ClusterState, DraDevice, DraState, NodeState, Ope
 from tests.core_helpers import config
 from tests.factories import Cluster
 from tests.processor_helpers import records
-
-HAS_POOL = "pool" in NodeState.__struct_fields__
 
 
 def node(name: str, **fields: Any) -> NodeState:
@@ -103,7 +99,6 @@ def test_cluster_incidents_count_under_their_cluster() -> None:
     assert counts.gpus == {}
 
 
-@pytest.mark.skipif(not HAS_POOL, reason="NodeState has no pool and product yet")
 def test_gpus_are_counted_per_pool_and_product() -> None:
     states = [
         node("a", capacity=8, ready="True", pool="p1", product="H100"),
