@@ -10,7 +10,8 @@ them an hour, the default here is two); time is the events' own, so tests are
 deterministic; a name re-added before its forget time is live again (a recreated
 StatefulSet pod); pods and nodes must be seen before their Events (an Event about an unseen
 pod is dropped unless it names a GPU resource); only the kubelet gives an Event's host, so
-:meth:`GpuFilter.place` puts a controller's Event about a pod on the pod's node. In full: docs/connectors.md, design notes: connectors/k8s/gpu_filter.py.
+:meth:`GpuFilter.place` puts a controller's Event about a pod on the pod's node.
+In full: docs/connectors.md, design notes: connectors/k8s/gpu_filter.py.
 """
 
 from __future__ import annotations
