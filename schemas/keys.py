@@ -284,8 +284,8 @@ class Router:
         claims, so the cluster key counts a claim's GPUs and sees a claim change."""
         requests = ev.gpu_requests
         claims = ev.claims
-        if not (requests or ev.gpu_share or claims) or ev.scope == "cluster":
-            return None
+        if not (requests or ev.gpu_share or claims) or ev.scope == "cluster" or ev.monitor:
+            return None  # a monitoring pod (an exporter's admin claim included) holds no GPU
         key = (ev.cluster, ev.namespace, ev.name)
         node = ev.node
         gone = ev.op == "deleted"

@@ -224,6 +224,19 @@ def test_a_pod_holding_gpus_by_claim_is_copied_and_again_when_its_claims_change(
     ) == [False, True, False, True]
 
 
+def test_a_monitoring_pod_is_never_copied_to_the_cluster_key() -> None:
+    """The GPU operator's DRA dcgm-exporter claims every GPU with admin access: its pod has
+    claims, yet holds no GPU a cluster rule may count, whatever its claims say."""
+    c = Cluster()
+    router = Router()
+    claim = PodClaim(name="gpus", claim="dcgm-exporter-gpus", gpus=8, device_class="gpu.nvidia.com")
+    workload = msgspec.structs.replace(c.pod(N, "train", 0, gpus=0), claims=(claim,))
+    exporter = msgspec.structs.replace(
+        workload, name="nvidia-dcgm-exporter-x7k2p", monitor="dcgm-exporter"
+    )
+    assert copies(router, workload, exporter) == [True, False]
+
+
 def test_a_dra_node_without_gpu_capacity_is_a_gpu_node_by_the_operators_label() -> None:
     """No device plugin, no ``nvidia.com/gpu``: the GPU operator's ``gpu.present`` label
     says it is a GPU node, and the cluster key hears when it goes NotReady."""
