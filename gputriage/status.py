@@ -2,15 +2,15 @@
 
 Pure: given every revision read (and, optionally, each pool's GPU totals from
 Prometheus), keep the latest revision per id, keep the open ones, and render the FLEET
-lines (GPUs out of service per cluster and pool) and the open incidents grouped by pool.
-GPUs out of service are those an open page-level hardware incident names
-(:func:`streams.app.fleet.out_of_service`), counted once per node and GPU; the total and
-the healthy share come only from the processors' ``gputriage_fleet_gpus`` gauge, so
-without Prometheus they are "unknown", never guessed. Traps: a node incident's pool is
-its ``pool`` attribute, ``(none)`` when the node has no pool label; a cluster incident
-has no node, so it goes under its node group (``node_group``, ``node_groups``) or
-``(cluster)``. Ages are from ``now`` (a parameter: tests pass one); the JSON carries
-``first_seen``, not an age, so its keys and values are stable.
+lines and the open incidents grouped by pool. Out of service, by the gauge's rule
+(:func:`streams.app.fleet.gpus_taken`): the GPUs open page-level hardware incidents name,
+once per node and GPU, and the nodes whose every GPU is (such an incident naming none, or
+``gpu_node_not_ready``), counted as nodes: the topic does not say how many GPUs a node
+has. Totals and healthy share come only from the ``gputriage_fleet_gpus`` gauge ("unknown"
+without Prometheus). Traps: a NotReady node without ``gpu_node_not_ready`` open is only in
+those totals; a node incident's pool is its ``pool`` attribute (``(none)`` without); a
+cluster incident goes under ``node_group``, ``node_groups`` or ``(cluster)``. Ages are
+from ``now`` (a parameter); the JSON carries ``first_seen``, not an age (stable values).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import msgspec
 from gputriage import render
 from schemas.codec import encode
 from schemas.incidents import Incident
-from streams.app.fleet import gpu_identity, out_of_service
+from streams.app.fleet import GpuId, gpus_taken
 
 StatusOutput = Literal["table", "wide", "json"]
 OUTPUTS: Final[tuple[StatusOutput, ...]] = ("table", "wide", "json")
@@ -80,23 +80,45 @@ def open_latest(revisions: Iterable[Incident]) -> list[Incident]:
     return render.display_order(i for i in latest if i.status != "resolved")
 
 
-def out_of_service_by_pool(incidents: Iterable[Incident]) -> dict[PoolKey, int]:
-    """GPUs named by open page-level hardware incidents, per ``(cluster, pool)``; a GPU
-    two incidents name counts once."""
-    named: dict[PoolKey, set[tuple[str, str, int | None]]] = {}
+@dataclass(frozen=True)
+class OutOfService:
+    """One pool's GPUs out of service: ``gpus`` named, and ``nodes`` whose every GPU is."""
+
+    gpus: int = 0
+    nodes: int = 0
+
+
+def out_of_service_by_pool(incidents: Iterable[Incident]) -> dict[PoolKey, OutOfService]:
+    """GPUs and whole nodes that open incidents take out of service, per ``(cluster,
+    pool)``; a GPU two incidents name counts once, and a GPU of a whole node not again."""
+    taken: dict[PoolKey, dict[str, set[GpuId] | None]] = {}
     for incident in incidents:
-        if incident.node and out_of_service(incident.type, incident.severity):
-            gpus = named.setdefault((incident.cluster, pool_of(incident)), set())
-            gpus.update((incident.node, *gpu_identity(ref)) for ref in incident.gpus)
-    return {key: len(gpus) for key, gpus in named.items()}
+        gpus = gpus_taken(incident.type, incident.severity, incident.gpus)
+        if not incident.node or gpus == frozenset():
+            continue
+        nodes = taken.setdefault((incident.cluster, pool_of(incident)), {})
+        named = nodes.setdefault(incident.node, set())
+        if gpus is None or named is None:
+            nodes[incident.node] = None
+        else:
+            named |= gpus
+    return {
+        key: OutOfService(
+            gpus=sum(len(named) for named in nodes.values() if named is not None),
+            nodes=sum(named is None for named in nodes.values()),
+        )
+        for key, nodes in taken.items()
+    }
 
 
 class FleetRow(msgspec.Struct, frozen=True, kw_only=True):
-    """One FLEET line: ``gpus`` and ``healthy_ratio`` are None when unknown."""
+    """One FLEET line: ``gpus`` and ``healthy_ratio`` are None when unknown;
+    ``nodes_out_of_service`` counts nodes whose every GPU is out (not in ``out_of_service``)."""
 
     cluster: str
     pool: str
     out_of_service: int
+    nodes_out_of_service: int = 0
     gpus: int | None = None
     healthy_ratio: float | None = None
 
@@ -134,7 +156,13 @@ def status(revisions: Iterable[Incident], totals: Totals | None, filters: Filter
         gpus = totals.gpus.get(key) if totals is not None else None
         healthy = totals.healthy.get(key, 0) if totals is not None else 0
         ratio = healthy / gpus if gpus else None
-        row = FleetRow(cluster=key[0], pool=key[1], out_of_service=out.get(key, 0))
+        taken = out.get(key, OutOfService())
+        row = FleetRow(
+            cluster=key[0],
+            pool=key[1],
+            out_of_service=taken.gpus,
+            nodes_out_of_service=taken.nodes,
+        )
         fleet.append(msgspec.structs.replace(row, gpus=gpus, healthy_ratio=ratio))
     shown = [i for i in opened if filters.keeps(i)]
     shown.sort(key=lambda i: (i.cluster, pool_of(i)))  # stable: display order within a pool
@@ -167,13 +195,15 @@ def age(since: datetime, now: datetime) -> str:
 
 
 def fleet_line(row: FleetRow) -> str:
-    """``FLEET c1/pool-a: 2 GPUs out of service; total 16, healthy 87.5%``."""
+    """``FLEET c1/pool-a: 2 GPUs out of service; total 16, healthy 87.5%``, with
+    ``2 GPUs and every GPU of 1 node out of service`` when whole nodes are out."""
     total = UNKNOWN if row.gpus is None else str(row.gpus)
     ratio = UNKNOWN if row.healthy_ratio is None else f"{row.healthy_ratio:.1%}"
-    return (
-        f"FLEET {row.cluster}/{row.pool}: {row.out_of_service} GPUs out of service; "
-        f"total {total}, healthy {ratio}"
-    )
+    out = f"{row.out_of_service} GPUs"
+    if row.nodes_out_of_service:
+        out += f" and every GPU of {row.nodes_out_of_service} node"
+        out += "s" if row.nodes_out_of_service > 1 else ""
+    return f"FLEET {row.cluster}/{row.pool}: {out} out of service; total {total}, healthy {ratio}"
 
 
 def render_text(shown: Status, now: datetime, *, wide: bool = False) -> str:

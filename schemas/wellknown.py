@@ -68,6 +68,18 @@ page-level GPU hardware incident is open on the node, ``False`` while one is (th
 of EKS's ``AcceleratedHardwareReady``, which repair systems read); the core's
 ``remediation_stalled`` reads it as a mark like any other tool's."""
 
+GPU_FAULT_TYPES: Final = (
+    "device_unhealthy_eviction",
+    "gpu_degraded",
+    "xid_repeat",
+    "gpu_fault_crash_loop",
+)
+"""The node incident types that say a GPU itself is faulty: a page of these takes the
+GPUs it names out of service (one that names none, every GPU of its node: which GPU could
+not be told). The fleet gauge and ``gputriage status`` count by it; ``gputriage
+writeback`` marks nodes for these and the fabric's ``nvlink_domain_fault``, which is
+cluster-scoped and says the NVLink fabric, not a GPU, is at fault."""
+
 MONITOR_ROLES: Final = ("dcgm-exporter", "device-plugin", "dra-plugin", "node-agent")
 """The GPU monitoring components whose pods the k8s connector publishes
 (:attr:`schemas.events.PodEvent.monitor`): without them running the node is blind, or

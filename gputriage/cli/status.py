@@ -93,11 +93,11 @@ def status_command(
 ) -> int:
     """Show the fleet's health and the open incidents by node pool.
 
-    Reads the incident topic to its end (nothing committed), latest revision
-    per incident. FLEET lines count per cluster and pool the GPUs named by open
-    page-level hardware incidents; --prometheus adds the pool's GPUs and share
-    healthy. An unreachable broker is one line and status 1; an unreachable
-    Prometheus a warning, the rest still printed.
+    Reads the incident topic to its end. FLEET lines count per cluster and pool
+    the GPUs open page-level hardware incidents name, and the nodes all out (one
+    naming no GPU, or gpu_node_not_ready; other NotReady nodes are only in the
+    totals --prometheus adds: the pool's GPUs and share healthy). No broker: one
+    line, status 1; no Prometheus: a warning, the rest still printed.
 
     \b
     Examples:
@@ -135,13 +135,14 @@ def status_command(
 async def read_to_end(
     client_kwargs: Mapping[str, Any], topic: str, timeout_seconds: float, stderr: IO[str]
 ) -> list[Incident]:
-    """Every incident revision on ``topic`` up to its end offsets at start; a record that
-    does not decode is one line on ``stderr`` and skipped."""
+    """Every incident revision on ``topic`` up to its end offsets at start, less those of
+    an id a later tombstone deleted; a record that does not decode is one line on
+    ``stderr`` and skipped."""
     from aiokafka.errors import KafkaError  # noqa: PLC0415 - aiokafka costs ~0.2 s to import
 
     consumer = await _connect(client_kwargs, timeout_seconds, asyncio.Event())
     assert consumer is not None  # no stop event is ever set
-    revisions: list[Incident] = []
+    revisions: dict[str, list[Incident]] = {}
     try:
         left = await _assign_all(consumer, topic)
         while left:
@@ -155,7 +156,7 @@ async def read_to_end(
     finally:
         with heard("aiokafka"), contextlib.suppress(KafkaError, OSError):
             await consumer.stop()
-    return revisions
+    return [revision for kept in revisions.values() for revision in kept]
 
 
 async def _assign_all(consumer: Any, topic: str) -> dict[Any, int]:
@@ -174,17 +175,23 @@ async def _assign_all(consumer: Any, topic: str) -> dict[Any, int]:
     return {tp: ends[tp] for tp in tps if begins[tp] < ends[tp]}
 
 
-def _keep(record: Any, revisions: list[Incident], stderr: IO[str]) -> None:
+def _keep(record: Any, revisions: dict[str, list[Incident]], stderr: IO[str]) -> None:
+    """Add a revision under its id; a tombstone (null value) forgets its key's id: the
+    incident was deleted, and its earlier revisions stay on the topic until compaction."""
     if record.value is None:
-        return  # a tombstone: the incident was deleted from the compacted topic
+        if record.key is not None:
+            revisions.pop(record.key.decode("utf-8", "replace"), None)
+        return
     try:
-        revisions.append(decode_incident(record.value))
+        incident = decode_incident(record.value)
     except RecordError as bad:
         reason = render.one_line(bad.reason) or "invalid record"
         print(
             f"{record.topic} partition {record.partition} offset {record.offset}: {reason}",
             file=stderr,
         )
+        return
+    revisions.setdefault(incident.id, []).append(incident)
 
 
 class PrometheusUnavailable(Exception):

@@ -2,16 +2,16 @@
 incidents per cluster, type and severity, from the core's key states (pure: no clock).
 
 A GPU is **healthy** when it is in the capacity of a Ready node and no open page-level
-hardware incident of that node names it (:data:`HARDWARE_TYPES`, severity ``page``).
-Every GPU of a node whose Ready condition is ``False`` or ``Unknown`` is unhealthy.
-Traps: a DRA node advertises no ``nvidia.com/gpu`` (capacity 0 or unknown): its GPUs
-are its listed DRA devices, one per physical GPU (a MIG device counts as its parent).
-A MIG node under the device plugin's mixed strategy advertises instances, not GPUs:
-its capacity, and a fault naming one instance, count instances; a fault of the whole
-GPU counts one, never more than the node has. An allocatable drop that only a ticket
-names (a ``gpu_degraded`` not escalated) leaves the GPU healthy here: the gauge says
-"no page took it out of service", kube-state-metrics says "allocatable". The walk is
-O(keys): callers sample it (the workers, once a second at most).
+hardware incident of that node takes it (:func:`gpus_taken`: those it names, or, naming
+none, every GPU of the node: which one could not be told). Every GPU of a node whose Ready
+is ``False`` or ``Unknown`` is unhealthy. Traps: a DRA node advertises no
+``nvidia.com/gpu``: its GPUs are its listed DRA devices, one per physical GPU (a MIG device
+counts as its parent). A MIG node under the mixed strategy advertises instances: its
+capacity, and a fault naming one instance, count instances; a fault of the whole GPU
+counts one, never more than the node has. An allocatable drop only a ticket names (a
+``gpu_degraded`` not escalated) leaves the GPU healthy: the gauge says "no page took it
+out of service", kube-state-metrics says "allocatable". The walk is O(keys): callers
+sample it (the workers, once a second at most).
 """
 
 from __future__ import annotations
@@ -22,25 +22,20 @@ from typing import Final
 import msgspec
 
 from schemas.incidents import GpuRef
+from schemas.wellknown import GPU_FAULT_TYPES
 from streams.core.state import NodeState
 
-HARDWARE_TYPES: Final = (
-    "device_unhealthy_eviction",
-    "gpu_degraded",
-    "xid_repeat",
-    "gpu_fault_crash_loop",
-)
-"""Node incident types that say a GPU itself is faulty: at severity ``page`` the GPUs
-they name are out of service (``gpu_fault_crash_loop`` only where configured a page).
-``gpu_node_not_ready`` takes the whole node through its Ready condition instead; the
-cluster-scoped ``nvlink_domain_fault`` names GPUs of many nodes whose own incidents say
-it (as ``info``: the fabric, not the GPU)."""
 PAGE: Final = "page"
+NODE_NOT_READY: Final = "gpu_node_not_ready"
+"""Takes the whole node through its Ready condition (the gauge reads Ready itself;
+``gputriage status`` has only the incident)."""
 NOT_READY: Final = frozenset(("False", "Unknown"))
 """Ready condition statuses that take all of a node's GPUs out of service."""
 
 GpuKey = tuple[str, str, str, str]
 """``(cluster, pool, product, state)``: a ``gputriage_fleet_gpus`` series."""
+GpuId = tuple[str, int | None]
+"""One GPU or MIG instance: see :func:`gpu_identity`."""
 IncidentKey = tuple[str, str, str]
 """``(cluster, type, severity)``: a ``gputriage_open_incidents`` series."""
 
@@ -54,10 +49,10 @@ class Tally(msgspec.Struct):
 
 def out_of_service(kind: str, severity: str) -> bool:
     """Does an open incident of this type and severity take the GPUs it names out of service?"""
-    return severity == PAGE and kind in HARDWARE_TYPES
+    return severity == PAGE and kind in GPU_FAULT_TYPES
 
 
-def gpu_identity(ref: GpuRef) -> tuple[str, int | None]:
+def gpu_identity(ref: GpuRef) -> GpuId:
     """One GPU (or MIG instance) however many identifiers a record gave: the first known
     of uuid, bus id, index, with the MIG instance. Two refs of one GPU, one with a uuid
     and one without, still count twice: records rarely name a GPU both ways."""
@@ -81,14 +76,30 @@ def node_gpus(state: NodeState) -> int:
     return len(physical)
 
 
+def gpus_taken(kind: str, severity: str, refs: Iterable[GpuRef]) -> frozenset[GpuId] | None:
+    """The GPUs an open incident takes out of service: those it names (empty: none), or
+    None for every GPU of its node. None for ``gpu_node_not_ready``, and for a page-level
+    hardware incident that names no GPU: the fault is on the node, which GPU could not be
+    told (a ref without uuid, bus id or index names none either). The one rule of both
+    the fleet gauge and ``gputriage status``."""
+    if kind == NODE_NOT_READY:
+        return None
+    if not out_of_service(kind, severity):
+        return frozenset()
+    named = frozenset(gpu_identity(ref) for ref in refs) - {("", None)}
+    return named or None
+
+
 def unhealthy_gpus(state: NodeState, total: int) -> int:
     """GPUs of the node out of service (at most ``total``)."""
     if state.ready in NOT_READY:
         return total
-    named: set[tuple[str, int | None]] = set()
+    named: set[GpuId] = set()
     for incident in state.incidents.values():
-        if out_of_service(incident.type, incident.severity):
-            named.update(gpu_identity(ref) for ref in incident.gpus.values())
+        taken = gpus_taken(incident.type, incident.severity, incident.gpus.values())
+        if taken is None:
+            return total
+        named |= taken
     return min(total, len(named))
 
 

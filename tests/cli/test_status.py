@@ -83,7 +83,17 @@ REVISIONS = [
         attributes={"node_group": "gpu-group"},
     ),
     incident("inc-f", cluster="c2", node="m1", gpus=(GpuRef(uuid="GPU-1"),)),
+    incident(
+        "inc-g",
+        type="xid_repeat",
+        node="n5",
+        summary="XID 79 repeated on n5 (bus id not resolved)",
+        attributes={"pool": "p1"},
+    ),
+    incident("inc-deleted", node="n6", gpus=(GpuRef(pci_bus_id=BUS_A),), attributes={"pool": "p3"}),
 ]
+DELETED = "inc-deleted"
+"""Its one revision is followed by a tombstone: deleted, never shown."""
 
 
 @pytest.fixture
@@ -93,7 +103,8 @@ def topic(kafka: KafkaTestEnv, monkeypatch: pytest.MonkeyPatch) -> str:
     records: list[tuple[bytes | None, bytes | None]] = [
         (i.id.encode(), encode(i)) for i in REVISIONS
     ]
-    records.append((b"inc-gone", None))  # a tombstone
+    records.append((b"inc-gone", None))  # a tombstone of an id never seen
+    records.append((DELETED.encode(), None))  # deletes inc-deleted
     asyncio.run(produce(kafka.bootstrap, name, records))
     for key, value in kafka.env.items():
         monkeypatch.setenv(key, value)
@@ -113,7 +124,10 @@ def test_the_table_shows_the_fleet_and_the_open_incidents_by_pool(
     assert (code, err) == (0, "")
     fleet, table = out.split("\n\n")
     assert fleet.splitlines() == [
-        "FLEET c1/p1: 2 GPUs out of service; total unknown, healthy unknown",
+        "FLEET c1/(none): 0 GPUs and every GPU of 1 node out of service; "
+        "total unknown, healthy unknown",
+        "FLEET c1/p1: 2 GPUs and every GPU of 1 node out of service; "
+        "total unknown, healthy unknown",
         "FLEET c2/(none): 1 GPUs out of service; total unknown, healthy unknown",
     ]
     rows = [line.split()[:5] for line in table.splitlines()]
@@ -123,10 +137,24 @@ def test_the_table_shows_the_fleet_and_the_open_incidents_by_pool(
         ["gpu-group", "scale_up_failure", "ticket", "<none>", "2h"],
         ["p1", "device_unhealthy_eviction", "page", "n1", "2h"],
         ["p1", "gpu_degraded", "ticket", "n2", "2h"],
+        ["p1", "xid_repeat", "page", "n5", "2h"],
         ["(none)", "device_unhealthy_eviction", "page", "m1", "2h"],
     ]
     assert "XID 79 on n1 then 2 GPU pods evicted" in table, "the latest revision"
-    assert "xid_repeat" not in out, "inc-c is resolved: not open"
+    assert "n3" not in out, "inc-c is resolved: not open"
+
+
+def test_a_tombstone_deletes_the_revisions_of_its_id(
+    topic: str, capfd: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = status(capfd, "-o", "json")
+    assert code == 0
+    shown = json.loads(out)
+    assert DELETED not in {i["id"] for i in shown["incidents"]}
+    assert "p3" not in {row["pool"] for row in shown["fleet"]}, "its GPU is not out either"
+    assert {i["id"] for i in shown["incidents"]} == {
+        "inc-a", "inc-b", "inc-d", "inc-e", "inc-f", "inc-g",
+    }  # fmt: skip
 
 
 def test_wide_adds_id_gpus_and_pods_and_filters_narrow_both_parts(
@@ -135,12 +163,15 @@ def test_wide_adds_id_gpus_and_pods_and_filters_narrow_both_parts(
     code, out, _ = status(capfd, "-o", "wide", "--pool", "p1", "--cluster", "c1")
     assert code == 0
     fleet, table = out.split("\n\n")
-    assert fleet == "FLEET c1/p1: 2 GPUs out of service; total unknown, healthy unknown"
+    assert fleet == (
+        "FLEET c1/p1: 2 GPUs and every GPU of 1 node out of service; total unknown, healthy unknown"
+    )
     header, *rows = table.splitlines()
     assert header.split()[5:8] == ["ID", "GPUS", "PODS"]
     assert [r.split()[5:8] for r in rows] == [
         ["inc-a", f"{BUS_A},{BUS_B}", "ml/trainer-0"],
         ["inc-b", BUS_A, "<none>"],
+        ["inc-g", "<none>", "<none>"],
     ]
     code, out, _ = status(capfd, "--type", "gpu_degraded")
     assert [line.split()[1] for line in out.split("\n\n")[1].splitlines()[1:]] == ["gpu_degraded"]
@@ -156,12 +187,27 @@ def test_json_has_stable_keys_and_the_totals_from_prometheus(
     shown = json.loads(out)
     assert set(shown) == {"fleet", "incidents"}
     assert shown["fleet"] == [
-        {"cluster": "c1", "pool": "(none)", "out_of_service": 0, "gpus": 8, "healthy_ratio": 0.0},
-        {"cluster": "c1", "pool": "p1", "out_of_service": 2, "gpus": 16, "healthy_ratio": 0.875},
+        {
+            "cluster": "c1",
+            "pool": "(none)",
+            "out_of_service": 0,
+            "nodes_out_of_service": 1,
+            "gpus": 8,
+            "healthy_ratio": 0.0,
+        },
+        {
+            "cluster": "c1",
+            "pool": "p1",
+            "out_of_service": 2,
+            "nodes_out_of_service": 1,
+            "gpus": 16,
+            "healthy_ratio": 0.875,
+        },
         {
             "cluster": "c2",
             "pool": "(none)",
             "out_of_service": 1,
+            "nodes_out_of_service": 0,
             "gpus": None,
             "healthy_ratio": None,
         },
@@ -177,7 +223,9 @@ def test_json_has_stable_keys_and_the_totals_from_prometheus(
         'sum by (cluster, pool) (gputriage_fleet_gpus{state="healthy"})',
     ]
     code, out, _ = status(capfd, "--prometheus", prometheus.url, "--pool", "p1")
-    assert out.splitlines()[0] == "FLEET c1/p1: 2 GPUs out of service; total 16, healthy 87.5%"
+    assert out.splitlines()[0] == (
+        "FLEET c1/p1: 2 GPUs and every GPU of 1 node out of service; total 16, healthy 87.5%"
+    )
 
 
 def test_an_unreachable_prometheus_is_a_warning_and_the_rest_is_printed(
@@ -189,7 +237,7 @@ def test_an_unreachable_prometheus_is_a_warning_and_the_rest_is_printed(
     [line] = err.splitlines()
     assert line.startswith(f"gputriage: warning: cannot query Prometheus at {url}: "), line
     assert line.endswith("; GPU totals unknown"), line
-    assert out.startswith("FLEET c1/p1: 2 GPUs out of service; total unknown")
+    assert out.splitlines()[1].startswith("FLEET c1/p1: 2 GPUs and every GPU of 1 node out")
 
 
 def test_one_line_errors_for_a_bad_output_and_an_unreachable_broker(

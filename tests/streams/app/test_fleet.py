@@ -53,6 +53,24 @@ def test_a_gpu_named_by_two_incidents_counts_once_and_never_more_than_the_node_h
     assert (gpus(counts, "healthy"), gpus(counts, "unhealthy")) == (0, 2)
 
 
+def test_a_hardware_page_that_names_no_gpu_takes_every_gpu_of_its_node() -> None:
+    """Which GPU could not be told (a kernel XID whose bus id did not resolve, a ref
+    without any identifier): every GPU of the node is suspect. A ticket naming none is
+    still healthy, and the node beside it is untouched."""
+    unnamed = incident("xid_repeat", "page")
+    blank = OpenIncident(
+        id="blank", type="device_unhealthy_eviction", subject="m", severity="page",
+        first_seen=0.0, last_seen=0.0, gpus={"x": GpuRef()},
+    )  # fmt: skip
+    states = [
+        node("n", capacity=8, ready="True", incidents={"a": unnamed}),
+        node("m", capacity=4, ready="True", incidents={"b": blank}),
+        node("t", capacity=4, ready="True", incidents={"c": incident("gpu_degraded", "ticket")}),
+    ]
+    counts = tally(states)
+    assert (gpus(counts, "healthy"), gpus(counts, "unhealthy")) == (4, 12)
+
+
 def test_tickets_and_software_incidents_leave_the_gpus_healthy() -> None:
     opened = {
         "a": incident("gpu_degraded", "ticket", "0000:9b:00.0"),
