@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
@@ -29,7 +29,7 @@ from connectors.kafka.producer import EventProducer
 from connectors.source import Batch, Source, dead_letters, liveness
 from schemas import progress as wire
 from schemas.codec import AnyEvent
-from schemas.events import Tick
+from schemas.events import Event, GpuBindingEvent, Tick, XidEvent
 from schemas.topics import SCHEMA_SOURCES
 
 log = logging.getLogger("gputriage.connect")
@@ -51,6 +51,22 @@ HEARTBEAT_SECONDS: Final = 0.5
 ``heartbeat_seconds`` setting."""
 
 
+NODE_SOURCE_SCHEMAS: Final[Mapping[str, tuple[type[Event], ...]]] = {
+    "kmsg": (XidEvent,),
+    "journal": (XidEvent,),
+    "dcgm": (XidEvent, GpuBindingEvent),
+    "nvml": (GpuBindingEvent, XidEvent),
+    "pod-resources": (GpuBindingEvent,),
+}
+"""A node source's family (``schemas.wellknown.SOURCE_FAMILIES``) -> the schemas it publishes:
+the raw topics whose partition of its own key it announces at start, so it heartbeats from
+the first interval even if it never publishes a record (a kernel-log reader on a healthy
+node, a dcgm scraper on an idle one). Without that, a quiet node agent is never heard, and
+one restarted after it once published is heard no more: ``monitoring_gap`` would call it
+silent. A rare record of another schema (a kmsg reader's reboot record) is announced when
+it is first sent, as any new partition is. A family not named here announces nothing."""
+
+
 @dataclass(frozen=True)
 class PublishOptions:
     """How much to hold while Kafka is down, how to retry, how long to drain on stop."""
@@ -65,7 +81,8 @@ class PublishOptions:
     unbounded drain with Kafka down never ends (see the module)."""
     heartbeat_seconds: float | None = HEARTBEAT_SECONDS
     """After this long without publishing, send the source's progress as a heartbeat (a
-    ``tick.v1``) to every raw partition it has published to; None: never. Keep it well
+    ``tick.v1``) to every raw partition it has published to (a node source: and its own
+    key's, :data:`NODE_SOURCE_SCHEMAS`); None: never. Keep it well
     under the processor's ``source_idle_seconds`` (60 s), or a quiet source ages out.
 
     It bounds every incident's latency: a worker's watermark is the least progress of
@@ -145,7 +162,8 @@ class Publisher:
     ordered buffer, sent once everything before it is acknowledged); progress is acknowledged
     progress and never goes back (a chunk carries what was acked *before* it, so a busy
     source's trails by one chunk); no progress, no heartbeat; heartbeats go to every raw
-    partition the source has published to; a new partition is announced before the progress
+    partition the source has published to, and a node source's to its own key's from the
+    start (:data:`NODE_SOURCE_SCHEMAS`); a new partition is announced before the progress
     covers it; a source that ends sends a last heartbeat with
     :data:`~schemas.progress.END`. In full: docs/connectors.md, design notes: Publisher.
     """
@@ -175,7 +193,11 @@ class Publisher:
         so far (see the class)."""
         self._has_progress = False
         self.used: set[tuple[str, int]] = set()
-        """Raw ``(topic, partition)`` this source has published to (acknowledged)."""
+        """Raw ``(topic, partition)`` this source has published to (acknowledged), and a node
+        source's own key's partitions (:data:`NODE_SOURCE_SCHEMAS`), from its first send."""
+        self._own: tuple[str, ...] = self._own_topics()
+        """The raw topics whose partition of its own key a node source claims (see
+        :meth:`_claim_own`); emptied once claimed."""
         self.heartbeats = 0
         """Heartbeats acknowledged (one per round, however many partitions it went to)."""
         self.announcements = 0
@@ -198,6 +220,24 @@ class Publisher:
             after=self._commit,
         )
 
+    def _own_topics(self) -> tuple[str, ...]:
+        family = getattr(self.source, "family", "")
+        if not (self._node and self.source.key and isinstance(family, str)):
+            return ()
+        return tuple(
+            self.producer.layout.raw_topic(schema) for schema in NODE_SOURCE_SCHEMAS.get(family, ())
+        )
+
+    async def _claim_own(self) -> None:
+        """Add a node source's own key's partitions to :attr:`used` (the producer's
+        partitioner: where its records would go), once, before its first send; they are
+        announced before anything that follows, so a quiet node agent heartbeats from the
+        first interval and is heard by the lane holding its node. Trap: the partition
+        lookup may fail (metadata): it raises, and the chunk is retried like any send."""
+        if self._own and self.source.key:
+            self.used |= await self.producer.partitions_of(self.source.key, self._own)
+        self._own = ()
+
     def _headers(self) -> list[tuple[str, bytes]]:
         progress = self.progress
         if progress is None:
@@ -211,6 +251,8 @@ class Publisher:
         *before* this chunk; a heartbeat waits for the acks of everything before it
         in the chunk, then goes out on its own (see the class).
         """
+        if self._own:
+            await self._claim_own()
         batches: list[Batch] = []
         for item in chunk:
             if isinstance(item, Heartbeat):
@@ -283,6 +325,8 @@ class Publisher:
             if item.caught_up is not None and (progress is None or item.caught_up > progress):
                 progress = item.caught_up
             if (progress is not None or item.end) and self.used:
+                if len(self.used) > self._announced:  # a node source's own partitions
+                    await self._announce()
                 when = progress or datetime.now(UTC)
                 tick = self._tick(when)
                 value = wire.END if item.end else wire.encode_progress(when)

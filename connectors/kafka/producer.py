@@ -287,6 +287,13 @@ class EventProducer:
             results = await asyncio.gather(*pending, return_exceptions=True)
         return self._settled(results, used, counts)
 
+    async def partitions_of(self, key: bytes, topics: Iterable[str]) -> set[tuple[str, int]]:
+        """The ``(topic, partition)`` a record keyed ``key`` goes to on each topic: the
+        partitioner :meth:`send_many` uses, so a node source's own key's partitions are
+        where its records would land (:class:`connectors.publish.Publisher` announces them
+        at start). Fetches the topics' metadata once; raises what that raises."""
+        return {(topic, await self._partition(topic, key)) for topic in topics}
+
     async def _partition(self, topic: str, key: bytes) -> int:
         """The default partitioner's partition of ``key`` (cached: keys repeat, per node)."""
         cached = self._partitions.get((topic, key))

@@ -144,6 +144,16 @@ class Pipeline:
         heartbeat in a bucket already forwarded changes nothing there (:meth:`_heard`)."""
         self._heard: dict[tuple[str, str, str, int], int] = {}
         """(cluster, node, source family, lane) -> the last bucket of ``heard`` forwarded."""
+        self._silent_buckets = math.ceil(
+            config.monitoring_silence_seconds / config.monitoring_resolution_seconds
+        )
+        self._newest_heard = -math.inf
+        """The newest bucket forwarded: the present of :meth:`_forget_heard`."""
+        self._heard_kept = 0
+        """Entries kept by the last :meth:`_forget_heard` (it runs again at twice as many)."""
+        self.heard_limit = 4096
+        """How many entries of ``_heard`` are let grow before the ones silent for longer than
+        ``monitoring_silence_seconds`` are forgotten (:meth:`_forget_heard`)."""
         self._schemas: dict[str, tuple[str, type[Event]]] = {}
         for source, spec in layout.raw.items():
             self._schemas[spec.name] = (source, SOURCE_SCHEMAS[source])
@@ -657,7 +667,29 @@ class Pipeline:
         if bucket <= self._heard.get(subject, -math.inf):
             return
         outcome.incidents += correlator.ingest(tick, token=None, hold=True)
-        self._heard[subject] = bucket
+        heard_buckets = self._heard
+        heard_buckets[subject] = bucket
+        self._newest_heard = max(self._newest_heard, bucket)
+        if len(heard_buckets) > max(self.heard_limit, 2 * self._heard_kept):
+            self._forget_heard()
+
+    def _forget_heard(self) -> None:
+        """Forget the sources last forwarded longer than ``monitoring_silence_seconds``
+        before the newest one: a node gone (Karpenter churn names thousands a day) or an
+        agent silent that long. Why it is safe: forgetting only costs one more forward,
+        the next time that source beats (the core keeps the greatest ``heard``). Run when
+        the table doubles, so amortized O(1) a forward; no clock (the newest bucket is
+        the present)."""
+        oldest = self._newest_heard - self._silent_buckets
+        heard_buckets = self._heard
+        for subject in [s for s, bucket in heard_buckets.items() if bucket < oldest]:
+            del heard_buckets[subject]
+        self._heard_kept = len(heard_buckets)
+
+    @property
+    def heard_sources(self) -> int:
+        """Node sources whose last forwarded heartbeat bucket is remembered (bounded)."""
+        return len(self._heard)
 
     @staticmethod
     def _dead(record: Any, token: Any, outcome: BatchOutcome, error: RecordError) -> None:

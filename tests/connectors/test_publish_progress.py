@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from connectors.backoff import Backoff
-from connectors.kafka.producer import EventProducer
+from connectors.kafka.producer import EventProducer, partition_of
 from connectors.publish import Publisher, PublishOptions
 from connectors.source import Batch
 from schemas import progress as wire
@@ -112,6 +112,10 @@ class Recorder(EventProducer):
         else:
             self.log.append(("heartbeat", (tick.time, wire.read(headers), targets)))
         return len(targets)
+
+    async def partitions_of(self, key: bytes, topics: Iterable[str]) -> set[tuple[str, int]]:
+        """As three partitions would give them (no broker to ask)."""
+        return {(topic, partition_of(key, 3)) for topic in topics}
 
     def heartbeats(self) -> list[Any]:
         return [what for kind, what in self.log if kind == "heartbeat"]
