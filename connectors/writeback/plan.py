@@ -142,15 +142,23 @@ def named_sxid(incident: Incident) -> int | None:
     return codes[0] if codes else None
 
 
-def label_of(incident: Incident, xid: int | None) -> Label:
-    """CRITICAL for a fatal (hardware) XID or a page, USER for an application XID, else WARN."""
+FLYTE_USER_XIDS: Final = frozenset((13, 31, 43, 45))
+"""XIDs Flyte's ``gpufault`` calls the workload's own (FLYTE GF/xid.go ``userXids``)."""
+FLYTE_CRITICAL_XIDS: Final = frozenset((48, 62, 63, 64, 74, 79, 94, 95, 109, 119, 120, 140))
+"""XIDs Flyte's ``gpufault`` calls critical (FLYTE GF/xid.go ``criticalXids``); every other
+XID is ``warn`` there, and every SXid ``critical``."""
+
+
+def label_of(incident: Incident, xid: int | None, sxid: int | None = None) -> Label:
+    """The ``[LABEL]``/``severity=`` Flyte would give the code itself (its own table, so the
+    consumer and we agree on what is the user's fault); without a code, CRITICAL for a page,
+    else WARN. Our catalog still names the code in the sentence."""
     if xid is not None:
-        info = load_catalog().get(xid)
-        if info is not None and info.xid_class == "fatal":
-            return "CRITICAL"
-        if info is not None and info.xid_class == "app":
+        if xid in FLYTE_USER_XIDS:
             return "USER"
-        return "CRITICAL" if incident.severity == "page" else "WARN"
+        return "CRITICAL" if xid in FLYTE_CRITICAL_XIDS else "WARN"
+    if sxid is not None:
+        return "CRITICAL"
     return "CRITICAL" if incident.severity == "page" else "WARN"
 
 
@@ -223,7 +231,7 @@ def fault_note(incident: Incident, *, candidate: bool = False) -> tuple[str, str
     xid, sxid = named_xid(incident), named_sxid(incident)
     gpu = _gpu(incident)
     pci = canonical_bus_id(gpu.pci_bus_id) if gpu is not None else ""
-    label: Label = "WARN" if candidate else label_of(incident, xid)
+    label: Label = "WARN" if candidate else label_of(incident, xid, sxid)
     if xid is not None:
         name = (load_catalog().get(xid) or _Unnamed()).mnemonic or f"Xid {xid}"
         sentence = f"Xid {xid} ({name}){_gpu_phrase(gpu, pci)}."

@@ -227,3 +227,36 @@ def test_breaker_bounds_nodes_and_pool_share_and_keeps_what_is_marked() -> None:
     capped = judge(["a0", "b0"], [], pools, sizes, max_nodes=1, max_fraction=1.0)
     assert capped.allowed == ("a0",)
     assert capped.withheld == ("b0",)
+
+
+def _flyte_severity_table() -> dict[str, set[int]]:
+    """Flyte's XID severity table as messages.md quotes it (FLYTE GF/xid.go:36-66)."""
+    text = " ".join((WRITEBACK / "messages.md").read_text().split())
+    found = re.search(r"user = ([\d, ]+); critical = ([\d, ]+); warn = ([\d, ]+) and", text)
+    assert found is not None, "messages.md quotes Flyte's severity table"
+    user, critical, warn = (set(map(int, re.findall(r"\d+", g))) for g in found.groups())
+    return {"user": user, "critical": critical, "warn": warn}
+
+
+FLYTE_TABLE = _flyte_severity_table()
+
+
+@pytest.mark.parametrize("xid", range(1, 160))
+def test_the_label_and_severity_are_flytes_own_for_every_xid(xid: int) -> None:
+    """Flyte reads ``severity=`` over its own table: an XID 94 (contained ECC, hardware)
+    said to be USER would burn the user's retries. Our catalog only names the code."""
+    expected = next((k for k, codes in FLYTE_TABLE.items() if xid in codes), "warn")
+    for severity in ("page", "ticket"):
+        _, note = fault_note(eviction(attributes={"xid": str(xid)}, severity=severity))
+        parsed = flyte_parse(note)
+        assert parsed is not None
+        assert parsed["severity"] == expected
+        assert note.startswith(f"[gpu-health] [{expected.upper()}] Xid {xid} ")
+    _, shared = fault_note(eviction(attributes={"xid": str(xid)}), candidate=True)
+    assert (flyte_parse(shared) or {})["severity"] == "warn", "a candidate stays WARN"
+
+
+def test_every_sxid_is_critical_as_flyte_says() -> None:
+    for severity in ("page", "ticket", "info"):
+        _, note = fault_note(eviction(attributes={"sxid": "12028"}, severity=severity))
+        assert (flyte_parse(note) or {})["severity"] == "critical"
