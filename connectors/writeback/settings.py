@@ -38,7 +38,9 @@ class WritebackSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     cluster: Annotated[
         str,
         msgspec.Meta(
-            max_length=253, description="Act only on incidents of this cluster (empty: every one)."
+            max_length=253,
+            description="Act only on incidents of this cluster (default: [connect.k8s] "
+            "cluster; required with --mark-nodes).",
         ),
     ] = ""
     kubeconfig: Kubeconfig = None
