@@ -36,6 +36,18 @@ class WritebackMetrics:
             "Nodes carrying our fault condition after the last reconciliation.",
             registry=r,
         )
+        self.unexplained = Gauge(
+            "gputriage_writeback_unexplained_marks",
+            "Nodes carrying our fault condition that no incident in the topic explains (kept: "
+            "the incident may have left a time-retained topic while the GPU is still broken).",
+            registry=r,
+        )
+        self.resyncs = Counter(
+            "gputriage_writeback_mark_resyncs",
+            "Periodic and retried reconciliations of the node marks, by result (ok, failed).",
+            ["result"],
+            registry=r,
+        )
         self.incidents = Counter(
             "gputriage_writeback_incident_revisions",
             "Incident revisions read from the incident topic (new ones only).",

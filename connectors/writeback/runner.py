@@ -10,7 +10,11 @@ Traps: a revision at or below the one seen is a duplicate (a rebalance, a re-rea
 writes nothing; a tombstone (``None`` value) forgets the incident; with leader election
 only the Lease holder reads and writes, and a leader that loses the Lease stops at once
 (:meth:`connectors.k8s.leader.LeaseElector.run`); node marks are reconciled by listing
-the nodes again whenever the set of marking incidents changes, never from memory alone.
+the nodes again whenever the set of marking incidents changes, never from memory alone,
+and again every ``resync_seconds`` (a failed clear, a condition removed by hand) or,
+after a pass with a failed write, sooner with backoff. A mark of ours that no incident in
+the topic explains (its incident aged out of a time-retained topic) is kept, not cleared:
+only a resolved revision or a tombstone clears.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any, TextIO
 
 from kubernetes_asyncio.client import ApiClient
 
+from connectors.backoff import Backoff
 from connectors.health import Health
 from connectors.k8s.leader import LeadershipLost, LeaseElector, LeaseOptions
 from connectors.kafka.config import start_client
@@ -63,6 +68,13 @@ class Writeback:
         self.marker = marker
         self.metrics = metrics
         self.latest: dict[str, Incident] = {}
+        self.gone: dict[str, str] = {}
+        """Tombstoned incident id -> its node: a mark there is explained (and cleared)."""
+        self.failing = False
+        """The last reconciliation had a write fail (or meet a conflict): retry soon."""
+        self._failed = asyncio.Event()
+        self._marking = asyncio.Lock()
+        self.backoff = Backoff(initial_seconds=1.0, max_seconds=settings.resync_seconds)
 
     def wanted(self, incident: Incident) -> bool:
         return not self.settings.cluster or incident.cluster == self.settings.cluster
@@ -80,10 +92,18 @@ class Writeback:
     def desired(self) -> dict[str, list[Incident]]:
         return desired_marks(self.latest.values(), self.settings.hardware_types)
 
+    def explained(self) -> set[str]:
+        """Nodes where an incident we know (any status, or tombstoned) could have put our
+        mark: only there is a mark without an open incident cleared."""
+        kinds = set(self.settings.hardware_types)
+        known = {i.node for i in self.latest.values() if i.type in kinds and i.node}
+        return known | set(self.gone.values())
+
     # -- start: converge ------------------------------------------------------------------
     async def converge(self) -> None:
         """Make Kubernetes match :attr:`latest` once: Events of open incidents, leftovers of
-        resolved ones, and the node marks."""
+        resolved (or tombstoned) ones, and the node marks. What an unknown incident left
+        is kept: absent from the topic is not resolved."""
         for incident in sorted(self.latest.values(), key=lambda i: (i.first_seen, i.id)):
             if incident.status != "resolved":
                 await self._open(incident)
@@ -94,7 +114,10 @@ class Writeback:
             leftovers = []
         for event in leftovers:
             meta = event.get("metadata") or {}
-            owner = self.latest.get(str((meta.get("annotations") or {}).get(INCIDENT_ANNOTATION)))
+            owner_id = str((meta.get("annotations") or {}).get(INCIDENT_ANNOTATION))
+            owner = self.latest.get(owner_id)
+            if owner is None and owner_id not in self.gone:
+                continue  # unknown: aged out of the topic, not resolved; kept
             if owner is not None and owner.status != "resolved":
                 continue
             kind = (event.get("regarding") or {}).get("kind")
@@ -121,9 +144,16 @@ class Writeback:
             await self._reconcile()
 
     async def forget(self, incident_id: str) -> None:
-        """A tombstone: the incident is gone from the topic (its marks go too)."""
+        """A tombstone: the incident is deleted (its pod Events and its marks go too)."""
         previous = self.latest.pop(incident_id, None)
-        if previous is not None and marking(previous, self.settings.hardware_types):
+        if previous is None:
+            return
+        if previous.node:
+            self.gone[incident_id] = previous.node
+        if self.settings.pod_events and not self.settings.keep_events:
+            for write in pod_events(previous):
+                await self.events.delete(write)
+        if marking(previous, self.settings.hardware_types):
             await self._reconcile()
 
     def _marks_changed(self, previous: Incident | None, incident: Incident) -> bool:
@@ -160,10 +190,37 @@ class Writeback:
     async def _reconcile(self) -> None:
         if not self.settings.mark_nodes:
             return
-        try:
-            await self.marker.reconcile(self.desired())
-        except ApiError as exc:
-            log.warning("node marks not reconciled: %s", exc)
+        async with self._marking:  # the resync and a live revision never interleave
+            try:
+                explained = self.explained()
+                await self.marker.reconcile(self.desired(), explained.__contains__)
+            except ApiError as exc:
+                log.warning("node marks not reconciled: %s", exc)
+                failed = True
+            else:
+                failed = self.marker.failures > 0
+        self.failing = failed
+        self.metrics.resyncs.labels("failed" if failed else "ok").inc()
+        if failed:
+            self._failed.set()
+
+    async def keep_marks(self) -> None:
+        """Reconcile the marks every ``resync_seconds``, and after a failed pass again with
+        backoff (on the loop's clock) until one succeeds; runs until cancelled."""
+        attempt = 0
+        while True:
+            if self.failing:
+                await asyncio.sleep(self.backoff.delay(attempt))
+                attempt += 1
+            else:
+                attempt = 0
+                self._failed.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.settings.resync_seconds):
+                        await self._failed.wait()  # a live pass failed: back off, then retry
+                if self._failed.is_set():
+                    continue
+            await self._reconcile()
 
 
 class _Stale(Exception):
@@ -217,27 +274,37 @@ async def read_topic(
 
 
 async def follow(writeback: Writeback, client_kwargs: Mapping[str, Any], topic: str) -> None:
-    """Read to the end, converge, then handle each new revision until cancelled."""
+    """Read to the end, converge, then handle each new revision until cancelled (and, when
+    marking, keep the node marks in step meanwhile: :meth:`Writeback.keep_marks`)."""
     live = False
-    async for key, value in read_topic(client_kwargs, topic):
-        if key is None and value is None:
-            live = True
-            await writeback.converge()
-            continue
-        if value is None:
-            if key is not None:
-                await _tombstone(writeback, key, live)
-            continue
-        try:
-            incident = decode_incident(value)
-        except RecordError as exc:
-            log.warning("undecodable incident record skipped: %s", exc)
-            continue
-        if live:
-            await writeback.handle(incident)
-        elif writeback.wanted(incident):
-            with contextlib.suppress(_Stale):
-                writeback.remember(incident)
+    resync: asyncio.Task[None] | None = None
+    try:
+        async for key, value in read_topic(client_kwargs, topic):
+            if key is None and value is None:
+                live = True
+                await writeback.converge()
+                if writeback.settings.mark_nodes and resync is None:
+                    resync = asyncio.create_task(writeback.keep_marks())
+                continue
+            if value is None:
+                if key is not None:
+                    await _tombstone(writeback, key, live)
+                continue
+            try:
+                incident = decode_incident(value)
+            except RecordError as exc:
+                log.warning("undecodable incident record skipped: %s", exc)
+                continue
+            if live:
+                await writeback.handle(incident)
+            elif writeback.wanted(incident):
+                with contextlib.suppress(_Stale):
+                    writeback.remember(incident)
+    finally:
+        if resync is not None:
+            resync.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await resync
 
 
 async def _tombstone(writeback: Writeback, key: bytes, live: bool) -> None:
@@ -245,7 +312,9 @@ async def _tombstone(writeback: Writeback, key: bytes, live: bool) -> None:
     if live:
         await writeback.forget(incident_id)
     else:
-        writeback.latest.pop(incident_id, None)
+        previous = writeback.latest.pop(incident_id, None)
+        if previous is not None and previous.node:
+            writeback.gone[incident_id] = previous.node
 
 
 def build(

@@ -110,6 +110,15 @@ class WritebackSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     write_burst: Annotated[
         int, msgspec.Meta(ge=1, le=10_000, description="API writes allowed in a burst.")
     ] = 10
+    resync_seconds: Annotated[
+        float,
+        msgspec.Meta(
+            gt=0,
+            le=86_400,
+            description="Reconcile the node marks this often (a failed clear, a mark removed "
+            "by hand); a failed pass retries sooner, with backoff.",
+        ),
+    ] = 60.0
     dry_run: Annotated[
         bool, msgspec.Meta(description="Print each write (one line) and write nothing.")
     ] = False
