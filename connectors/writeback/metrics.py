@@ -17,7 +17,7 @@ class WritebackMetrics:
         self.writes = Counter(
             "gputriage_writeback_writes",
             "API writes by kind (event, condition, taint) and outcome (created, updated, "
-            "replaced, unchanged, deleted, cleared, conflict, skipped, dry_run, error).",
+            "replaced, unchanged, deleted, cleared, conflict, skipped, recreated, dry_run, error).",
             ["kind", "outcome"],
             registry=r,
         )

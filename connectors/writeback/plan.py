@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Final, Literal
 
 import msgspec
@@ -110,6 +111,9 @@ class EventWrite(msgspec.Struct, frozen=True, kw_only=True):
     action: str
     incident_id: str
     revision: int
+    not_after: datetime | None = None
+    """A pod created after this (the incident's last evidence) is a namesake recreated
+    since (a StatefulSet's, a training job's): it gets no Event."""
 
 
 def event_name(incident_id: str, kind: str, namespace: str, name: str, phase: str = "") -> str:
@@ -282,6 +286,7 @@ def pod_events(incident: Incident) -> list[EventWrite]:
                 action=FAULT_ACTION,
                 incident_id=incident.id,
                 revision=incident.revision,
+                not_after=incident.last_seen,
             )
         )
     return out

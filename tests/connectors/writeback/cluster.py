@@ -134,11 +134,15 @@ class Cluster:
     api: ApiClient
     nodes: Nodes
 
-    def add_pod(self, namespace: str, name: str, uid: str = "") -> None:
+    def add_pod(self, namespace: str, name: str, uid: str = "", created: str = "") -> None:
+        """A pod (``created``: its creationTimestamp, RFC 3339; absent when empty)."""
+        meta = {"name": name, "namespace": namespace, "uid": uid or f"uid-{name}"}
+        if created:
+            meta["creationTimestamp"] = created
         self.server.objects["v1/pods", namespace, name] = {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "uid": uid or f"uid-{name}"},
+            "metadata": meta,
             "spec": {"nodeName": "gpu-1"},
         }
 

@@ -150,3 +150,48 @@ async def test_dry_run_prints_each_write_and_writes_nothing() -> None:
     assert lines[0].startswith("event/pod ml/train-0 reason=GPUXidError note=[gpu-health] [CRIT")
     assert "condition/node gpu-1 GPUHealthy=False reason=GPUXid79" in lines
     assert any(line.startswith("delete event/pod ml/train-0.") for line in lines)
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(20)
+async def test_a_pod_recreated_under_the_same_name_gets_no_event() -> None:
+    """A StatefulSet or training job recreates ``train-0`` after the XID (the incident's
+    last evidence is 14:00:30): the new pod is healthy and must not be told it was hit."""
+    async with cluster() as c:
+        c.add_pod("ml", "train-0", uid="uid-new", created="2026-11-30T14:05:00Z")
+        c.add_pod("ml", "train-1", created="2026-11-30T13:10:00Z")
+        c.add_node(gpu_node("gpu-1"))
+        w = writer(c)
+        await w.handle(eviction())
+        assert [e["regarding"]["name"] for e in pod_events(c)] == ["train-1"]
+        assert w.metrics.writes.labels("event", "recreated")._value.get() == 1
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(20)
+async def test_a_tombstone_deletes_the_pod_events_live() -> None:
+    async with cluster() as c:
+        seeded(c)
+        w = writer(c)
+        incident = eviction()
+        await w.handle(incident)
+        assert len(pod_events(c)) == 2
+        await w.forget(incident.id)
+        assert pod_events(c) == []
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(20)
+async def test_a_restart_keeps_the_events_of_an_incident_absent_from_the_topic() -> None:
+    """Absent is not resolved (a time-retained topic drops a quiet open incident); a
+    resolved revision or a tombstone deletes."""
+    async with cluster() as c:
+        seeded(c)
+        incident = eviction()
+        await writer(c).handle(incident)
+        restarted = writer(c)  # reads a topic without the incident
+        await restarted.converge()
+        assert len(pod_events(c)) == 2
+        restarted.gone[incident.id] = incident.node  # its tombstone was read
+        await restarted.converge()
+        assert pod_events(c) == []
