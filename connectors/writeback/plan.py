@@ -117,11 +117,12 @@ class EventWrite(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def event_name(incident_id: str, kind: str, namespace: str, name: str, phase: str = "") -> str:
-    """``<object>.<16 hex>``: deterministic per (incident, object[, phase]), a valid name."""
+    """``<object>.<16 hex>``: deterministic per (incident, object[, phase]), a valid
+    DNS-1123 subdomain (a long name cut where it leaves ``-`` or ``.`` is trimmed)."""
     digest = hashlib.sha256(
         "\0".join((incident_id, kind, namespace, name, phase)).encode()
     ).hexdigest()[:16]
-    return f"{name[: 253 - 17]}.{digest}"
+    return f"{name[: 253 - 17].rstrip('-.')}.{digest}"
 
 
 def _codes(value: str) -> list[int]:
@@ -223,10 +224,13 @@ def tail(
 
 
 def _fit(sentence: str, rest: str) -> str:
-    """Shorten the free sentence (never the tail) so the note fits the API's 1024 characters."""
-    room = NOTE_LIMIT - len(rest) - 1
-    if len(sentence) > room:
-        sentence = sentence[: max(room - 1, 0)].rstrip() + "…"
+    """Shorten the free sentence (never the tail) so the note fits the API's 1024 *bytes*
+    (a summary may carry non-ASCII pod or termination text); cut with ASCII ``...``."""
+    room = NOTE_LIMIT - len(rest.encode()) - 1
+    encoded = sentence.encode()
+    if len(encoded) > room:
+        cut = encoded[: max(room - 3, 0)].decode(errors="ignore")  # never half a character
+        sentence = cut.rstrip() + "..."
     return f"{sentence} {rest}"
 
 

@@ -260,3 +260,30 @@ def test_every_sxid_is_critical_as_flyte_says() -> None:
     for severity in ("page", "ticket", "info"):
         _, note = fault_note(eviction(attributes={"sxid": "12028"}, severity=severity))
         assert (flyte_parse(note) or {})["severity"] == "critical"
+
+
+@pytest.mark.parametrize("summary", ["é" * 2000, "pod ml/trainé-0 OOM " * 200, "€" * 341])
+def test_the_note_fits_1024_bytes_even_with_non_ascii_text(summary: str) -> None:
+    """The API bounds ``note`` in bytes: an ``é`` is two, a ``…`` would be three."""
+    for node in (None, node_event(eviction(attributes={}, summary=summary, status="resolved"))):
+        note = (
+            fault_note(eviction(attributes={}, summary=summary))[1] if node is None else node.note
+        )
+        assert len(note.encode()) <= NOTE_LIMIT
+        assert note.isascii() or "..." in note
+        assert note.endswith("node=gpu-1")
+
+
+DNS_1123_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+
+
+@pytest.mark.parametrize("cut_at", ["-", ".", "-.", ".-"])
+def test_a_long_pod_name_cut_where_a_dash_or_dot_falls_still_names_a_valid_event(
+    cut_at: str,
+) -> None:
+    """236 characters are kept: a name whose 236th is ``-`` or ``.`` must not leave
+    ``-.`` before the hash."""
+    name = "p" * (236 - len(cut_at)) + cut_at + "q" * 16
+    event = event_name("i", "Pod", "ml", name)
+    assert len(event) <= 253
+    assert re.fullmatch(DNS_1123_SUBDOMAIN, event), event
