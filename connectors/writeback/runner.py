@@ -1,20 +1,15 @@
 """The write-back loop: read the compacted incident topic to its end, converge, then follow it.
 
 Why no consumer group: what Kubernetes should show is a function of the latest revision
-of every incident, which is what the compacted topic holds, so each start (and each new
-leader) reads it from the beginning, converges once (Events of open incidents created or
-found, leftovers of resolved ones deleted, marks applied or cleared), then follows live.
-Nothing to commit, nothing lost to a crash: the next start converges again.
+of every incident, which the compacted topic holds, so each start (and each new leader)
+reads it from the beginning, converges once, then follows live (docs/writeback.md).
 
-Traps: a revision at or below the one seen is a duplicate (a rebalance, a re-read) and
-writes nothing; a tombstone (``None`` value) forgets the incident; with leader election
-only the Lease holder reads and writes, and a leader that loses the Lease stops at once
-(:meth:`connectors.k8s.leader.LeaseElector.run`); node marks are reconciled by listing
-the nodes again whenever the set of marking incidents changes, never from memory alone,
-and again every ``resync_seconds`` (a failed clear, a condition removed by hand) or,
-after a pass with a failed write, sooner with backoff. A mark of ours that no incident in
-the topic explains (its incident aged out of a time-retained topic) is kept, not cleared:
-only a resolved revision or a tombstone clears.
+Traps: a revision at or below the one seen is a duplicate and writes nothing; a tombstone
+deletes the incident's pod Events and marks; only the Lease holder reads and writes
+(:meth:`connectors.k8s.leader.LeaseElector.run`); marks are reconciled from a fresh node
+list when the marking incidents change, every ``resync_seconds`` and, after a failed
+write, sooner with backoff; a mark or Event no incident in the topic explains (aged out of
+a time-retained topic) is kept: absent is not resolved.
 """
 
 from __future__ import annotations
@@ -68,6 +63,8 @@ class Writeback:
         self.marker = marker
         self.metrics = metrics
         self.latest: dict[str, Incident] = {}
+        self.written: dict[str, float] = {}
+        """Incident id -> loop time its Events were last written live."""
         self.gone: dict[str, str] = {}
         """Tombstoned incident id -> its node: a mark there is explained (and cleared)."""
         self.failing = False
@@ -137,15 +134,18 @@ class Writeback:
         except _Stale:
             return
         if incident.status == "resolved":
+            self.written.pop(incident.id, None)
             await self._resolved(incident, previous)
-        else:
+        elif self._events_due(previous, incident):
             await self._open(incident)
+            self.written[incident.id] = asyncio.get_running_loop().time()
         if self._marks_changed(previous, incident):
             await self._reconcile()
 
     async def forget(self, incident_id: str) -> None:
         """A tombstone: the incident is deleted (its pod Events and its marks go too)."""
         previous = self.latest.pop(incident_id, None)
+        self.written.pop(incident_id, None)
         if previous is None:
             return
         if previous.node:
@@ -155,6 +155,18 @@ class Writeback:
                 await self.events.delete(write)
         if marking(previous, self.settings.hardware_types):
             await self._reconcile()
+
+    def _events_due(self, previous: Incident | None, incident: Incident) -> bool:
+        """Whether a live open revision writes its Events: new words or pods always; the
+        same ones (a repeat XID, a new last_seen) only every ``event_refresh_seconds``, as
+        each bump costs a pod read, a create, an Event read and a patch per pod."""
+        if previous is None or previous.status == "resolved":
+            return True
+        if _words(previous) != _words(incident):
+            return True
+        last = self.written.get(incident.id)
+        now = asyncio.get_running_loop().time()
+        return last is None or now - last >= self.settings.event_refresh_seconds
 
     def _marks_changed(self, previous: Incident | None, incident: Incident) -> bool:
         kinds = self.settings.hardware_types
@@ -221,6 +233,12 @@ class Writeback:
                 if self._failed.is_set():
                     continue
             await self._reconcile()
+
+
+def _words(incident: Incident) -> set[tuple[str, str, str]]:
+    """What an incident's Events say, and on which objects (not its revision)."""
+    writes = [*pod_events(incident), node_event(incident)]
+    return {(w.name, w.reason, w.note) for w in writes if w is not None}
 
 
 class _Stale(Exception):

@@ -56,6 +56,15 @@ class WritebackSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
         bool,
         msgspec.Meta(description="Keep an incident's pod Events after it resolves (else deleted)."),
     ] = False
+    event_refresh_seconds: Annotated[
+        float,
+        msgspec.Meta(
+            ge=0,
+            le=86_400,
+            description="A revision that changes neither an Event's words nor its pods bumps "
+            "the Events at most this often (0: every revision).",
+        ),
+    ] = 600.0
     mark_nodes: Annotated[
         bool,
         msgspec.Meta(
@@ -105,7 +114,11 @@ class WritebackSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     ] = 0.2
     writes_per_second: Annotated[
         float,
-        msgspec.Meta(gt=0, le=10_000, description="API writes per second (sustained)."),
+        msgspec.Meta(
+            gt=0,
+            le=10_000,
+            description="API writes per second (sustained; Events and node marks each).",
+        ),
     ] = 5.0
     write_burst: Annotated[
         int, msgspec.Meta(ge=1, le=10_000, description="API writes allowed in a burst.")

@@ -6,14 +6,18 @@ objects and write requests there, never in the writer.
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 from typing import Any
 
 import pytest
 
+from connectors.writeback.api import Gate
+from connectors.writeback.metrics import WritebackMetrics
 from connectors.writeback.runner import Writeback, build
 from connectors.writeback.settings import WritebackSettings
+from schemas.incidents import PodInfo
 from tests.connectors.writeback.cluster import Cluster, cluster, gpu_node
 from tests.connectors.writeback.incidents import eviction, resolved
 from tests.paths import DATA
@@ -195,3 +199,53 @@ async def test_a_restart_keeps_the_events_of_an_incident_absent_from_the_topic()
         restarted.gone[incident.id] = incident.node  # its tombstone was read
         await restarted.converge()
         assert pod_events(c) == []
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+@pytest.mark.timeout(20)
+async def test_a_revision_with_the_same_words_and_pods_bumps_at_most_every_refresh() -> None:
+    """A fleet-wide XID wave is many revisions that say nothing new: each bump costs four
+    API calls per pod. New pods or words are written at once."""
+    async with cluster() as c:
+        seeded(c)
+        c.add_pod("ml", "train-2")
+        w = writer(c, WritebackSettings(event_refresh_seconds=600, metrics_port=None))
+        await w.handle(eviction())
+        before = len(list(c.server))
+        await w.handle(eviction(revision=2))
+        assert len(list(c.server)) == before, "nothing read, nothing written"
+
+        more = (*eviction().pods, PodInfo(namespace="ml", name="train-2", role="failed"))
+        await w.handle(eviction(revision=3, pods=more))
+        assert sorted(e["regarding"]["name"] for e in pod_events(c)) == [
+            "train-0",
+            "train-1",
+            "train-2",
+        ]
+        writes = len(c.event_writes())
+        await w.handle(eviction(revision=4, pods=more))
+        assert len(c.event_writes()) == writes
+
+        await asyncio.sleep(601)
+        await w.handle(eviction(revision=5, pods=more))
+        [event] = [e for e in pod_events(c) if e["regarding"]["name"] == "train-0"]
+        assert event["metadata"]["annotations"]["gputriage.io/revision"] == "5"
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+async def test_node_marks_are_not_queued_behind_event_writes() -> None:
+    """One write a second, a burst of one: an Event took the token, a clear goes at once."""
+    gate = Gate(writes_per_second=1, burst=1, dry_run=False, metrics=WritebackMetrics())
+    loop = asyncio.get_running_loop()
+
+    async def send() -> tuple[int, Any]:
+        return 200, None
+
+    await gate.write("event", "event 1", send)
+    started = loop.time()
+    await gate.write("condition", "clear", send)
+    assert loop.time() - started < 0.01
+    await gate.write("event", "event 2", send)
+    assert loop.time() - started >= 0.5, "Events still keep their rate"
