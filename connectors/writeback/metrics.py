@@ -44,7 +44,8 @@ class WritebackMetrics:
         )
         self.resyncs = Counter(
             "gputriage_writeback_mark_resyncs",
-            "Periodic and retried reconciliations of the node marks, by result (ok, failed).",
+            "Reconciliations of the node marks (on a change, periodic, retried), by result "
+            "(ok, failed: a write failed or met a conflict, or the nodes could not be listed).",
             ["result"],
             registry=r,
         )

@@ -301,7 +301,8 @@ async def follow(writeback: Writeback, client_kwargs: Mapping[str, Any], topic: 
             if key is None and value is None:
                 live = True
                 await writeback.converge()
-                if writeback.settings.mark_nodes and resync is None:
+                marking_live = writeback.settings.mark_nodes and not writeback.settings.dry_run
+                if marking_live and resync is None:  # a dry run prints each write once
                     resync = asyncio.create_task(writeback.keep_marks())
                 continue
             if value is None:
