@@ -6,7 +6,8 @@ write-back decides by status (404 gone, 409 exists/conflict) and keeps the serve
 
 Traps: the client sends with no timeout, so each call is bounded here; a dry run still
 reads (pods, nodes, Events) so its lines say what a real run would do, but never writes;
-the limiter (aiolimiter, a leaky bucket on the loop's clock) holds writes only, not reads.
+the limiters (aiolimiter, leaky buckets on the loop's clock) hold writes only, not reads,
+and node marks have a bucket of their own, so a clear is never queued behind Event bumps.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ log = logging.getLogger("gputriage.writeback")
 
 MERGE_PATCH = "application/merge-patch+json"
 APPLY_PATCH = "application/apply-patch+yaml"
+MARK_KINDS = frozenset(("condition", "taint"))
 
 
 def raw(content_type: str = "") -> dict[str, Any]:
@@ -99,6 +101,8 @@ class Gate:
         self.metrics = metrics
         self.out = out
         self.limiter = AsyncLimiter(burst, burst / writes_per_second)
+        self.mark_limiter = AsyncLimiter(burst, burst / writes_per_second)
+        """Node marks' own bucket: a storm of Event bumps never delays a clear."""
         self.sent = 0
         """Writes sent to the API so far (tests wait on it)."""
 
@@ -117,6 +121,6 @@ class Gate:
         if self.dry_run:
             self.metrics.wrote(kind, "dry_run")
             return None
-        async with self.limiter:
+        async with self.mark_limiter if kind in MARK_KINDS else self.limiter:
             self.sent += 1
             return await send()

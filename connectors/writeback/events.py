@@ -3,8 +3,9 @@
 Create first; 409 means a run before us (or before a SIGKILL) made it: read it, and bump
 its ``series`` (count, lastObservedTime) only when our revision is newer than the one its
 annotation records, so a restart re-applying the same revision writes nothing. The pod is
-read first: ``regarding.uid`` must be set (Flyte rejects an Event without it) and a pod
-that is gone gets no Event.
+read first: ``regarding.uid`` must be set (Flyte rejects an Event without it), a pod
+that is gone gets no Event, and neither does a pod created after the incident's last
+evidence (a namesake recreated by its StatefulSet or job: the fault was not its own).
 
 Traps: events.k8s.io makes ``note``, ``reason``, ``type`` and ``action`` immutable, so a
 revision that changes the words (a ticket escalated to a page) deletes and recreates the
@@ -41,6 +42,21 @@ def _revision(event: Any) -> int:
         return int(event["metadata"]["annotations"][REVISION_ANNOTATION])
     except (KeyError, TypeError, ValueError):
         return -1
+
+
+class _Namesake(Exception):
+    """The pod of that name was created after the incident's evidence: another pod."""
+
+
+def _time(value: Any) -> datetime | None:
+    """A Kubernetes Time (``2026-11-30T14:00:00Z``), or None when absent or unreadable."""
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
 
 
 class EventWriter:
@@ -84,6 +100,9 @@ class EventWriter:
         if status == 404 or not isinstance(obj, dict):
             return None
         meta = obj.get("metadata") or {}
+        created = _time(meta.get("creationTimestamp"))
+        if write.not_after is not None and created is not None and created > write.not_after:
+            raise _Namesake
         ref: dict[str, Any] = {"apiVersion": "v1", "kind": write.kind, "name": write.object_name}
         if write.object_namespace:
             ref["namespace"] = write.object_namespace
@@ -126,7 +145,16 @@ class EventWriter:
 
     async def _apply(self, write: EventWrite) -> str:
         try:
-            regarding = await self._regarding(write)
+            try:
+                regarding = await self._regarding(write)
+            except _Namesake:
+                log.info(
+                    "pod %s/%s was created after the incident's last evidence (a namesake): "
+                    "no Event",
+                    write.object_namespace,
+                    write.object_name,
+                )
+                return "recreated"
             if regarding is None:
                 log.info("%s %s is gone: no Event", write.kind.lower(), write.object_name)
                 return "skipped"

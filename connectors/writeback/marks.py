@@ -84,18 +84,24 @@ class Plan:
     clear: tuple[str, ...]
     verdict: Verdict
     marked_after: int
+    unexplained: tuple[str, ...] = ()
+    """Nodes carrying our fault mark that no incident we know explains: kept, never cleared."""
 
 
 def reconcile_plan(
     desired: Mapping[str, list[Incident]],
     nodes: Sequence[Mapping[str, Any]],
     settings: WritebackSettings,
+    explained: Callable[[str], bool] = lambda _: True,
 ) -> Plan:
     """Pure: from the open incidents per node and the listed nodes, what to write.
 
     A node already carrying our fault status for the same reason is left alone (no second
-    apply); a node carrying ours without an open incident is cleared; a deleted node is
-    neither. The breaker admits new marks in order of their oldest incident.
+    apply); a node carrying ours without an open incident is cleared when ``explained``
+    says an incident we know (a resolved revision, a tombstone) accounts for it, and kept
+    otherwise (its incident may be gone from a time-retained topic while the GPU is still
+    broken); a deleted node is neither. Kept marks count against the breaker. The breaker
+    admits new marks in order of their oldest incident.
     """
     kind, fault = settings.condition_type, settings.fault_status
     by_name = {str((n.get("metadata") or {}).get("name")): n for n in nodes}
@@ -110,6 +116,8 @@ def reconcile_plan(
             condition is not None and condition.get("status") == fault and owned_by_us(node, kind)
         )
 
+    stale = sorted(name for name, n in by_name.items() if marked(n) and name not in desired)
+    unexplained = tuple(name for name in stale if not explained(name))
     already = [name for name, n in by_name.items() if marked(n) and name in desired]
     wanted = sorted(
         (name for name in desired if name in by_name),
@@ -117,7 +125,7 @@ def reconcile_plan(
     )
     verdict = judge(
         wanted,
-        already,
+        [*already, *unexplained],
         pools,
         sizes,
         max_nodes=settings.max_marked_nodes,
@@ -128,9 +136,13 @@ def reconcile_plan(
         condition = condition_of(by_name[name], kind) or {}
         if condition.get("reason") != condition_reason(desired[name]):
             mark[name] = desired[name]
-    clear = tuple(sorted(name for name, n in by_name.items() if marked(n) and name not in desired))
+    clear = tuple(name for name in stale if name not in unexplained)
     return Plan(
-        mark=mark, clear=clear, verdict=verdict, marked_after=len(already) + len(verdict.allowed)
+        mark=mark,
+        clear=clear,
+        verdict=verdict,
+        marked_after=len(already) + len(unexplained) + len(verdict.allowed),
+        unexplained=unexplained,
     )
 
 
@@ -151,20 +163,51 @@ class NodeMarker:
         self.metrics = metrics
         self.settings = settings
         self.clock = clock
+        self.page_size = 500
+        """Nodes per list request."""
+        self.failures = 0
+        """Writes of the last reconciliation that failed or met a conflict (to retry)."""
 
     async def list_nodes(self) -> list[dict[str, Any]]:
-        status, body = await self.kube.call(
-            self.kube.core.list_node(_preload_content=False), "listing nodes"
-        )
-        if status != 200 or not isinstance(body, dict):
-            raise ApiError(f"listing nodes: HTTP {status}")
-        return [n for n in body.get("items") or [] if isinstance(n, dict)]
+        """Every node, :attr:`page_size` at a time (``limit``/``continue``): one list of a
+        large fleet's full Node objects would not fit the container's memory in one piece."""
+        nodes: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            page: dict[str, Any] = {"limit": self.page_size}
+            if token:
+                page["_continue"] = token
+            status, body = await self.kube.call(
+                self.kube.core.list_node(_preload_content=False, **page), "listing nodes"
+            )
+            if status != 200 or not isinstance(body, dict):
+                raise ApiError(f"listing nodes: HTTP {status}")
+            nodes.extend(n for n in body.get("items") or [] if isinstance(n, dict))
+            token = str((body.get("metadata") or {}).get("continue") or "")
+            if not token:
+                return nodes
 
-    async def reconcile(self, desired: Mapping[str, list[Incident]]) -> Plan:
-        """List the nodes, then mark and clear what :func:`reconcile_plan` says, once."""
+    async def reconcile(
+        self,
+        desired: Mapping[str, list[Incident]],
+        explained: Callable[[str], bool] = lambda _: True,
+    ) -> Plan:
+        """List the nodes, then clear and mark what :func:`reconcile_plan` says, once.
+
+        Clears go first, so one pass never has more nodes marked than the breaker allows.
+        :attr:`failures` counts the writes of this pass that failed or met a conflict.
+        """
+        self.failures = 0
         nodes = await self.list_nodes()
-        plan = reconcile_plan(desired, nodes, self.settings)
+        plan = reconcile_plan(desired, nodes, self.settings, explained)
         by_name = {str((n.get("metadata") or {}).get("name")): n for n in nodes}
+        self.metrics.unexplained.set(len(plan.unexplained))
+        if plan.unexplained:
+            log.warning(
+                "%d node(s) carry our fault mark that no incident in the topic explains; kept: %s",
+                len(plan.unexplained),
+                ", ".join(plan.unexplained[:10]),
+            )
         self.metrics.breaker_tripped.set(1 if plan.verdict.tripped else 0)
         if plan.verdict.tripped:
             self.metrics.withheld.inc(len(plan.verdict.withheld))
@@ -175,13 +218,13 @@ class NodeMarker:
                 self.settings.max_pool_fraction * 100,
                 ", ".join(plan.verdict.withheld[:10]),
             )
-        for name, incidents in plan.mark.items():
-            await self.apply(by_name[name], self.settings.fault_status, incidents)
         for name in plan.clear:
             await self.apply(by_name[name], _healthy(self.settings.fault_status), [])
+        for name, incidents in plan.mark.items():
+            await self.apply(by_name[name], self.settings.fault_status, incidents)
         if self.settings.taint:  # a taint patch lost to a race (409) is retried here
             for name, node in by_name.items():
-                if name in plan.mark or name in plan.clear:
+                if name in plan.mark or name in plan.clear or name in plan.unexplained:
                     continue
                 want = name in desired and name not in plan.verdict.withheld
                 if tainted(node) != want:
@@ -230,6 +273,7 @@ class NodeMarker:
         except ApiError as exc:
             log.warning("%s", exc)
             self.metrics.wrote("condition", "error")
+            self.failures += 1
             return "error"
         if answer is None:
             outcome = "dry_run"
@@ -248,6 +292,8 @@ class NodeMarker:
             outcome = "error"
         if answer is not None:  # the gate counted the dry run
             self.metrics.wrote("condition", outcome)
+        if outcome in ("error", "conflict"):
+            self.failures += 1
         if self.settings.taint and outcome in ("applied", "cleared", "dry_run"):
             # the apply's answer carries the new resourceVersion the taint patch is guarded by
             fresh = answer[1] if answer is not None and isinstance(answer[1], dict) else node
@@ -288,6 +334,8 @@ class NodeMarker:
             return "dry_run"
         outcome = {200: "applied", 409: "conflict"}.get(answer[0], "error")
         self.metrics.wrote("taint", outcome)
+        if outcome != "applied":
+            self.failures += 1
         return outcome
 
 

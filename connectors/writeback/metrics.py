@@ -17,7 +17,7 @@ class WritebackMetrics:
         self.writes = Counter(
             "gputriage_writeback_writes",
             "API writes by kind (event, condition, taint) and outcome (created, updated, "
-            "replaced, unchanged, deleted, cleared, conflict, skipped, dry_run, error).",
+            "replaced, unchanged, deleted, cleared, conflict, skipped, recreated, dry_run, error).",
             ["kind", "outcome"],
             registry=r,
         )
@@ -34,6 +34,19 @@ class WritebackMetrics:
         self.marked = Gauge(
             "gputriage_writeback_marked_nodes",
             "Nodes carrying our fault condition after the last reconciliation.",
+            registry=r,
+        )
+        self.unexplained = Gauge(
+            "gputriage_writeback_unexplained_marks",
+            "Nodes carrying our fault condition that no incident in the topic explains (kept: "
+            "the incident may have left a time-retained topic while the GPU is still broken).",
+            registry=r,
+        )
+        self.resyncs = Counter(
+            "gputriage_writeback_mark_resyncs",
+            "Reconciliations of the node marks (on a change, periodic, retried), by result "
+            "(ok, failed: a write failed or met a conflict, or the nodes could not be listed).",
+            ["result"],
             registry=r,
         )
         self.incidents = Counter(

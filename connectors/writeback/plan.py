@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections.abc import Iterable, Mapping
+from datetime import datetime
 from typing import Final, Literal
 
 import msgspec
@@ -110,14 +111,18 @@ class EventWrite(msgspec.Struct, frozen=True, kw_only=True):
     action: str
     incident_id: str
     revision: int
+    not_after: datetime | None = None
+    """A pod created after this (the incident's last evidence) is a namesake recreated
+    since (a StatefulSet's, a training job's): it gets no Event."""
 
 
 def event_name(incident_id: str, kind: str, namespace: str, name: str, phase: str = "") -> str:
-    """``<object>.<16 hex>``: deterministic per (incident, object[, phase]), a valid name."""
+    """``<object>.<16 hex>``: deterministic per (incident, object[, phase]), a valid
+    DNS-1123 subdomain (a long name cut where it leaves ``-`` or ``.`` is trimmed)."""
     digest = hashlib.sha256(
         "\0".join((incident_id, kind, namespace, name, phase)).encode()
     ).hexdigest()[:16]
-    return f"{name[: 253 - 17]}.{digest}"
+    return f"{name[: 253 - 17].rstrip('-.')}.{digest}"
 
 
 def _codes(value: str) -> list[int]:
@@ -142,15 +147,23 @@ def named_sxid(incident: Incident) -> int | None:
     return codes[0] if codes else None
 
 
-def label_of(incident: Incident, xid: int | None) -> Label:
-    """CRITICAL for a fatal (hardware) XID or a page, USER for an application XID, else WARN."""
+FLYTE_USER_XIDS: Final = frozenset((13, 31, 43, 45))
+"""XIDs Flyte's ``gpufault`` calls the workload's own (FLYTE GF/xid.go ``userXids``)."""
+FLYTE_CRITICAL_XIDS: Final = frozenset((48, 62, 63, 64, 74, 79, 94, 95, 109, 119, 120, 140))
+"""XIDs Flyte's ``gpufault`` calls critical (FLYTE GF/xid.go ``criticalXids``); every other
+XID is ``warn`` there, and every SXid ``critical``."""
+
+
+def label_of(incident: Incident, xid: int | None, sxid: int | None = None) -> Label:
+    """The ``[LABEL]``/``severity=`` Flyte would give the code itself (its own table, so the
+    consumer and we agree on what is the user's fault); without a code, CRITICAL for a page,
+    else WARN. Our catalog still names the code in the sentence."""
     if xid is not None:
-        info = load_catalog().get(xid)
-        if info is not None and info.xid_class == "fatal":
-            return "CRITICAL"
-        if info is not None and info.xid_class == "app":
+        if xid in FLYTE_USER_XIDS:
             return "USER"
-        return "CRITICAL" if incident.severity == "page" else "WARN"
+        return "CRITICAL" if xid in FLYTE_CRITICAL_XIDS else "WARN"
+    if sxid is not None:
+        return "CRITICAL"
     return "CRITICAL" if incident.severity == "page" else "WARN"
 
 
@@ -211,10 +224,13 @@ def tail(
 
 
 def _fit(sentence: str, rest: str) -> str:
-    """Shorten the free sentence (never the tail) so the note fits the API's 1024 characters."""
-    room = NOTE_LIMIT - len(rest) - 1
-    if len(sentence) > room:
-        sentence = sentence[: max(room - 1, 0)].rstrip() + "…"
+    """Shorten the free sentence (never the tail) so the note fits the API's 1024 *bytes*
+    (a summary may carry non-ASCII pod or termination text); cut with ASCII ``...``."""
+    room = NOTE_LIMIT - len(rest.encode()) - 1
+    encoded = sentence.encode()
+    if len(encoded) > room:
+        cut = encoded[: max(room - 3, 0)].decode(errors="ignore")  # never half a character
+        sentence = cut.rstrip() + "..."
     return f"{sentence} {rest}"
 
 
@@ -223,7 +239,7 @@ def fault_note(incident: Incident, *, candidate: bool = False) -> tuple[str, str
     xid, sxid = named_xid(incident), named_sxid(incident)
     gpu = _gpu(incident)
     pci = canonical_bus_id(gpu.pci_bus_id) if gpu is not None else ""
-    label: Label = "WARN" if candidate else label_of(incident, xid)
+    label: Label = "WARN" if candidate else label_of(incident, xid, sxid)
     if xid is not None:
         name = (load_catalog().get(xid) or _Unnamed()).mnemonic or f"Xid {xid}"
         sentence = f"Xid {xid} ({name}){_gpu_phrase(gpu, pci)}."
@@ -274,6 +290,7 @@ def pod_events(incident: Incident) -> list[EventWrite]:
                 action=FAULT_ACTION,
                 incident_id=incident.id,
                 revision=incident.revision,
+                not_after=incident.last_seen,
             )
         )
     return out

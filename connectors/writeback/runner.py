@@ -1,16 +1,15 @@
 """The write-back loop: read the compacted incident topic to its end, converge, then follow it.
 
 Why no consumer group: what Kubernetes should show is a function of the latest revision
-of every incident, which is what the compacted topic holds, so each start (and each new
-leader) reads it from the beginning, converges once (Events of open incidents created or
-found, leftovers of resolved ones deleted, marks applied or cleared), then follows live.
-Nothing to commit, nothing lost to a crash: the next start converges again.
+of every incident, which the compacted topic holds, so each start (and each new leader)
+reads it from the beginning, converges once, then follows live (docs/writeback.md).
 
-Traps: a revision at or below the one seen is a duplicate (a rebalance, a re-read) and
-writes nothing; a tombstone (``None`` value) forgets the incident; with leader election
-only the Lease holder reads and writes, and a leader that loses the Lease stops at once
-(:meth:`connectors.k8s.leader.LeaseElector.run`); node marks are reconciled by listing
-the nodes again whenever the set of marking incidents changes, never from memory alone.
+Traps: a revision at or below the one seen is a duplicate and writes nothing; a tombstone
+deletes the incident's pod Events and marks; only the Lease holder reads and writes
+(:meth:`connectors.k8s.leader.LeaseElector.run`); marks are reconciled from a fresh node
+list when the marking incidents change, every ``resync_seconds`` and, after a failed
+write, sooner with backoff; a mark or Event no incident in the topic explains (aged out of
+a time-retained topic) is kept: absent is not resolved.
 """
 
 from __future__ import annotations
@@ -23,6 +22,7 @@ from typing import Any, TextIO
 
 from kubernetes_asyncio.client import ApiClient
 
+from connectors.backoff import Backoff
 from connectors.health import Health
 from connectors.k8s.leader import LeadershipLost, LeaseElector, LeaseOptions
 from connectors.kafka.config import start_client
@@ -63,6 +63,15 @@ class Writeback:
         self.marker = marker
         self.metrics = metrics
         self.latest: dict[str, Incident] = {}
+        self.written: dict[str, float] = {}
+        """Incident id -> loop time its Events were last written live."""
+        self.gone: dict[str, str] = {}
+        """Tombstoned incident id -> its node: a mark there is explained (and cleared)."""
+        self.failing = False
+        """The last reconciliation had a write fail (or meet a conflict): retry soon."""
+        self._failed = asyncio.Event()
+        self._marking = asyncio.Lock()
+        self.backoff = Backoff(initial_seconds=1.0, max_seconds=settings.resync_seconds)
 
     def wanted(self, incident: Incident) -> bool:
         return not self.settings.cluster or incident.cluster == self.settings.cluster
@@ -80,10 +89,18 @@ class Writeback:
     def desired(self) -> dict[str, list[Incident]]:
         return desired_marks(self.latest.values(), self.settings.hardware_types)
 
+    def explained(self) -> set[str]:
+        """Nodes where an incident we know (any status, or tombstoned) could have put our
+        mark: only there is a mark without an open incident cleared."""
+        kinds = set(self.settings.hardware_types)
+        known = {i.node for i in self.latest.values() if i.type in kinds and i.node}
+        return known | set(self.gone.values())
+
     # -- start: converge ------------------------------------------------------------------
     async def converge(self) -> None:
         """Make Kubernetes match :attr:`latest` once: Events of open incidents, leftovers of
-        resolved ones, and the node marks."""
+        resolved (or tombstoned) ones, and the node marks. What an unknown incident left
+        is kept: absent from the topic is not resolved."""
         for incident in sorted(self.latest.values(), key=lambda i: (i.first_seen, i.id)):
             if incident.status != "resolved":
                 await self._open(incident)
@@ -94,7 +111,10 @@ class Writeback:
             leftovers = []
         for event in leftovers:
             meta = event.get("metadata") or {}
-            owner = self.latest.get(str((meta.get("annotations") or {}).get(INCIDENT_ANNOTATION)))
+            owner_id = str((meta.get("annotations") or {}).get(INCIDENT_ANNOTATION))
+            owner = self.latest.get(owner_id)
+            if owner is None and owner_id not in self.gone:
+                continue  # unknown: aged out of the topic, not resolved; kept
             if owner is not None and owner.status != "resolved":
                 continue
             kind = (event.get("regarding") or {}).get("kind")
@@ -114,17 +134,39 @@ class Writeback:
         except _Stale:
             return
         if incident.status == "resolved":
+            self.written.pop(incident.id, None)
             await self._resolved(incident, previous)
-        else:
+        elif self._events_due(previous, incident):
             await self._open(incident)
+            self.written[incident.id] = asyncio.get_running_loop().time()
         if self._marks_changed(previous, incident):
             await self._reconcile()
 
     async def forget(self, incident_id: str) -> None:
-        """A tombstone: the incident is gone from the topic (its marks go too)."""
+        """A tombstone: the incident is deleted (its pod Events and its marks go too)."""
         previous = self.latest.pop(incident_id, None)
-        if previous is not None and marking(previous, self.settings.hardware_types):
+        self.written.pop(incident_id, None)
+        if previous is None:
+            return
+        if previous.node:
+            self.gone[incident_id] = previous.node
+        if self.settings.pod_events and not self.settings.keep_events:
+            for write in pod_events(previous):
+                await self.events.delete(write)
+        if marking(previous, self.settings.hardware_types):
             await self._reconcile()
+
+    def _events_due(self, previous: Incident | None, incident: Incident) -> bool:
+        """Whether a live open revision writes its Events: new words or pods always; the
+        same ones (a repeat XID, a new last_seen) only every ``event_refresh_seconds``, as
+        each bump costs a pod read, a create, an Event read and a patch per pod."""
+        if previous is None or previous.status == "resolved":
+            return True
+        if _words(previous) != _words(incident):
+            return True
+        last = self.written.get(incident.id)
+        now = asyncio.get_running_loop().time()
+        return last is None or now - last >= self.settings.event_refresh_seconds
 
     def _marks_changed(self, previous: Incident | None, incident: Incident) -> bool:
         kinds = self.settings.hardware_types
@@ -160,10 +202,43 @@ class Writeback:
     async def _reconcile(self) -> None:
         if not self.settings.mark_nodes:
             return
-        try:
-            await self.marker.reconcile(self.desired())
-        except ApiError as exc:
-            log.warning("node marks not reconciled: %s", exc)
+        async with self._marking:  # the resync and a live revision never interleave
+            try:
+                explained = self.explained()
+                await self.marker.reconcile(self.desired(), explained.__contains__)
+            except ApiError as exc:
+                log.warning("node marks not reconciled: %s", exc)
+                failed = True
+            else:
+                failed = self.marker.failures > 0
+        self.failing = failed
+        self.metrics.resyncs.labels("failed" if failed else "ok").inc()
+        if failed:
+            self._failed.set()
+
+    async def keep_marks(self) -> None:
+        """Reconcile the marks every ``resync_seconds``, and after a failed pass again with
+        backoff (on the loop's clock) until one succeeds; runs until cancelled."""
+        attempt = 0
+        while True:
+            if self.failing:
+                await asyncio.sleep(self.backoff.delay(attempt))
+                attempt += 1
+            else:
+                attempt = 0
+                self._failed.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(self.settings.resync_seconds):
+                        await self._failed.wait()  # a live pass failed: back off, then retry
+                if self._failed.is_set():
+                    continue
+            await self._reconcile()
+
+
+def _words(incident: Incident) -> set[tuple[str, str, str]]:
+    """What an incident's Events say, and on which objects (not its revision)."""
+    writes = [*pod_events(incident), node_event(incident)]
+    return {(w.name, w.reason, w.note) for w in writes if w is not None}
 
 
 class _Stale(Exception):
@@ -217,27 +292,38 @@ async def read_topic(
 
 
 async def follow(writeback: Writeback, client_kwargs: Mapping[str, Any], topic: str) -> None:
-    """Read to the end, converge, then handle each new revision until cancelled."""
+    """Read to the end, converge, then handle each new revision until cancelled (and, when
+    marking, keep the node marks in step meanwhile: :meth:`Writeback.keep_marks`)."""
     live = False
-    async for key, value in read_topic(client_kwargs, topic):
-        if key is None and value is None:
-            live = True
-            await writeback.converge()
-            continue
-        if value is None:
-            if key is not None:
-                await _tombstone(writeback, key, live)
-            continue
-        try:
-            incident = decode_incident(value)
-        except RecordError as exc:
-            log.warning("undecodable incident record skipped: %s", exc)
-            continue
-        if live:
-            await writeback.handle(incident)
-        elif writeback.wanted(incident):
-            with contextlib.suppress(_Stale):
-                writeback.remember(incident)
+    resync: asyncio.Task[None] | None = None
+    try:
+        async for key, value in read_topic(client_kwargs, topic):
+            if key is None and value is None:
+                live = True
+                await writeback.converge()
+                marking_live = writeback.settings.mark_nodes and not writeback.settings.dry_run
+                if marking_live and resync is None:  # a dry run prints each write once
+                    resync = asyncio.create_task(writeback.keep_marks())
+                continue
+            if value is None:
+                if key is not None:
+                    await _tombstone(writeback, key, live)
+                continue
+            try:
+                incident = decode_incident(value)
+            except RecordError as exc:
+                log.warning("undecodable incident record skipped: %s", exc)
+                continue
+            if live:
+                await writeback.handle(incident)
+            elif writeback.wanted(incident):
+                with contextlib.suppress(_Stale):
+                    writeback.remember(incident)
+    finally:
+        if resync is not None:
+            resync.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await resync
 
 
 async def _tombstone(writeback: Writeback, key: bytes, live: bool) -> None:
@@ -245,7 +331,9 @@ async def _tombstone(writeback: Writeback, key: bytes, live: bool) -> None:
     if live:
         await writeback.forget(incident_id)
     else:
-        writeback.latest.pop(incident_id, None)
+        previous = writeback.latest.pop(incident_id, None)
+        if previous is not None and previous.node:
+            writeback.gone[incident_id] = previous.node
 
 
 def build(

@@ -38,7 +38,9 @@ class WritebackSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     cluster: Annotated[
         str,
         msgspec.Meta(
-            max_length=253, description="Act only on incidents of this cluster (empty: every one)."
+            max_length=253,
+            description="Act only on incidents of this cluster (default: [connect.k8s] "
+            "cluster; required with --mark-nodes).",
         ),
     ] = ""
     kubeconfig: Kubeconfig = None
@@ -54,6 +56,15 @@ class WritebackSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
         bool,
         msgspec.Meta(description="Keep an incident's pod Events after it resolves (else deleted)."),
     ] = False
+    event_refresh_seconds: Annotated[
+        float,
+        msgspec.Meta(
+            ge=0,
+            le=86_400,
+            description="A revision that changes neither an Event's words nor its pods bumps "
+            "the Events at most this often (0: every revision).",
+        ),
+    ] = 600.0
     mark_nodes: Annotated[
         bool,
         msgspec.Meta(
@@ -103,11 +114,24 @@ class WritebackSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknow
     ] = 0.2
     writes_per_second: Annotated[
         float,
-        msgspec.Meta(gt=0, le=10_000, description="API writes per second (sustained)."),
+        msgspec.Meta(
+            gt=0,
+            le=10_000,
+            description="API writes per second (sustained; Events and node marks each).",
+        ),
     ] = 5.0
     write_burst: Annotated[
         int, msgspec.Meta(ge=1, le=10_000, description="API writes allowed in a burst.")
     ] = 10
+    resync_seconds: Annotated[
+        float,
+        msgspec.Meta(
+            gt=0,
+            le=86_400,
+            description="Reconcile the node marks this often (a failed clear, a mark removed "
+            "by hand); a failed pass retries sooner, with backoff.",
+        ),
+    ] = 60.0
     dry_run: Annotated[
         bool, msgspec.Meta(description="Print each write (one line) and write nothing.")
     ] = False

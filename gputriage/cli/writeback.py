@@ -1,7 +1,9 @@
 """``gputriage writeback``: incidents back into Kubernetes (Events; node marks when asked).
 
 Options are generated from :class:`connectors.writeback.settings.WritebackSettings`
-(``[writeback]`` in the settings file). Kubernetes and Kafka problems are one line and
+(``[writeback]`` in the settings file). The cluster defaults to ``[connect.k8s] cluster``:
+pod and node names repeat across clusters that share an incident topic, so marking nodes
+with no cluster is refused. Kubernetes and Kafka problems are one line and
 status 1; a settings mistake is status 2 (:mod:`gputriage.cli`).
 """
 
@@ -15,6 +17,7 @@ import sys
 from typing import Any
 
 import click
+import msgspec
 
 from connectors.writeback.settings import WritebackSettings
 from gputriage.cli.common import CONTEXT, kafka_kwargs, settings_of, start_logging
@@ -46,14 +49,22 @@ def writeback_command(ctx: click.Context, /, *, brokers: str | None, **given: An
     \b
     Examples:
       gputriage writeback --in-cluster --leader-election
-      gputriage writeback --dry-run --mark-nodes --context staging
-      gputriage writeback --mark-nodes --condition-type AcceleratedHardwareReady \\
+      gputriage writeback --dry-run --mark-nodes --context staging --cluster staging
+      gputriage writeback --mark-nodes --cluster prod --condition-type AcceleratedHardwareReady \\
           --max-marked-nodes 3 --max-pool-fraction 0.1
     """
     from connectors.kube import KubeConfigError, service_account_namespace  # noqa: PLC0415
 
     settings = settings_of(ctx)
     options = lay_over(settings.writeback, given, where="writeback")
+    # one cluster's names only: pod and node names repeat across clusters sharing a topic
+    cluster = options.cluster or settings.connect.k8s.cluster or ""
+    if options.mark_nodes and not cluster:
+        raise click.UsageError(
+            "--mark-nodes needs --cluster (the cluster whose nodes it marks; default: "
+            "[connect.k8s] cluster)"
+        )
+    options = msgspec.structs.replace(options, cluster=cluster)
     identity = options.identity or default_identity()
     lease = None
     if options.leader_election:

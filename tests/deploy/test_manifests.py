@@ -464,3 +464,29 @@ def test_the_pod_monitor_scrapes_every_metrics_port() -> None:
         "gputriage",
         "gputriage-node",
     }
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_writeback_acts_on_its_own_cluster_only(overlay: str) -> None:
+    """Pod and node names repeat across clusters sharing an incident topic: the write-back's
+    cluster is set, and is the cluster the connectors stamp."""
+    docs = render(overlay)
+    maps = {d["metadata"]["name"]: d.get("data") or {} for d in docs if d["kind"] == "ConfigMap"}
+    for config in maps.values():
+        if "GPUTRIAGE_CONNECT__K8S__CLUSTER" in config:
+            assert (
+                config.get("GPUTRIAGE_WRITEBACK__CLUSTER")
+                == (config["GPUTRIAGE_CONNECT__K8S__CLUSTER"])
+            )
+    seen = 0
+    for doc, spec in pod_specs(docs):
+        for container in spec["containers"]:
+            if "writeback" not in container.get("args", []):
+                continue
+            seen += 1
+            env: dict[str, Any] = {}
+            for source in container.get("envFrom", []):
+                env.update(maps[source["configMapRef"]["name"]])
+            env.update({e["name"]: e.get("value") for e in container.get("env", [])})
+            assert env.get("GPUTRIAGE_WRITEBACK__CLUSTER"), name_of(doc)
+    assert seen == (1 if overlay.startswith("production") else 0)

@@ -67,7 +67,16 @@ async def test_an_xid_79_chain_is_written_back_and_cleared_on_resolve(
         args = ["--kubeconfig", str(config), "--context", "kmock", "--metrics-port", "0"]
         with (tmp_path / "writeback.log").open("wb") as out:
             writeback = subprocess.Popen(
-                [sys.executable, "-m", "gputriage", "writeback", "--mark-nodes", *args],
+                [
+                    sys.executable,
+                    "-m",
+                    "gputriage",
+                    "writeback",
+                    "--mark-nodes",
+                    "--cluster",
+                    "prod-us-east",
+                    *args,
+                ],
                 env=env,
                 stdout=out,
                 stderr=subprocess.STDOUT,

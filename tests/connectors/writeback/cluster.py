@@ -37,6 +37,8 @@ class Nodes:
     objects: dict[str, dict[str, Any]] = field(default_factory=dict)
     applies: list[tuple[str, str, dict[str, Any], dict[str, str]]] = field(default_factory=list)
     """(node, field manager, body, query) of each apply."""
+    failures: list[int] = field(default_factory=list)
+    """Statuses the next applies answer instead of applying (a 500, a 429), oldest first."""
     _version: int = 100
 
     def put(self, node: dict[str, Any]) -> None:
@@ -74,9 +76,13 @@ class Nodes:
     async def handle(self, request: kmock.Request) -> Response:
         method = str(request.method.value if hasattr(request.method, "value") else request.method)
         name = request.name
-        if method == "GET" and name is None:
-            items = [copy.deepcopy(n) for n in self.objects.values()]
-            body = {"kind": "NodeList", "apiVersion": "v1", "metadata": {}, "items": items}
+        if method == "GET" and name is None:  # a page of ``limit`` from ``continue``
+            items = [copy.deepcopy(self.objects[n]) for n in sorted(self.objects)]
+            start = int(request.params.get("continue") or 0)
+            limit = int(request.params.get("limit") or len(items) or 1)
+            meta = {"continue": str(start + limit)} if start + limit < len(items) else {}
+            body: dict[str, Any] = {"kind": "NodeList", "apiVersion": "v1", "metadata": meta}
+            body["items"] = items[start : start + limit]
             return Response(status=200, payload=body)
         if name is None or name not in self.objects:
             return status(404, "NotFound", f'nodes "{name}" not found')
@@ -92,6 +98,9 @@ class Nodes:
             self.applies.append((name, manager, copy.deepcopy(data), query))
             if not manager:
                 return status(422, "Invalid", "fieldManager is required for apply")
+            if self.failures:
+                code = self.failures.pop(0)
+                return status(code, "InternalError", "etcdserver: request timed out")
             force = str(query.get("force", "")).lower() == "true"
             conditions = self.objects[name]["status"].setdefault("conditions", [])
             for wanted in data.get("status", {}).get("conditions", []):
@@ -125,11 +134,15 @@ class Cluster:
     api: ApiClient
     nodes: Nodes
 
-    def add_pod(self, namespace: str, name: str, uid: str = "") -> None:
+    def add_pod(self, namespace: str, name: str, uid: str = "", created: str = "") -> None:
+        """A pod (``created``: its creationTimestamp, RFC 3339; absent when empty)."""
+        meta = {"name": name, "namespace": namespace, "uid": uid or f"uid-{name}"}
+        if created:
+            meta["creationTimestamp"] = created
         self.server.objects["v1/pods", namespace, name] = {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": name, "namespace": namespace, "uid": uid or f"uid-{name}"},
+            "metadata": meta,
             "spec": {"nodeName": "gpu-1"},
         }
 

@@ -41,3 +41,19 @@ def test_no_broker_is_one_line_and_status_1(
     assert run(["writeback", *args, "--context", "kmock"]) == 1
     err = capsys.readouterr().err
     assert err == "gputriage: error: cannot reach Kafka at 127.0.0.1:1: Connection refused\n"
+
+
+def test_marking_nodes_needs_a_cluster_and_takes_the_connectors_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pod and node names repeat across clusters that share an incident topic."""
+    config = kubeconfig(tmp_path / "kubeconfig", "http://127.0.0.1:1")
+    args = ["--brokers", "127.0.0.1:1", "--metrics-port", "0", "--kubeconfig", str(config)]
+    assert run(["writeback", *args, "--mark-nodes"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "--mark-nodes needs --cluster" in err
+    monkeypatch.setenv("GPUTRIAGE_KAFKA__CONNECT_TIMEOUT_SECONDS", "2")
+    monkeypatch.setenv("GPUTRIAGE_CONNECT__K8S__CLUSTER", "c1")
+    assert run(["writeback", *args, "--mark-nodes"]) == 1, "past the check: no broker"
+    assert "cannot reach Kafka" in capsys.readouterr().err

@@ -3,6 +3,7 @@ real client and kmock (nodes answered with apply's ownership rules: cluster.py).
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -116,14 +117,15 @@ async def test_the_breaker_stops_at_its_bound() -> None:
 @pytest.mark.asyncio
 @pytest.mark.timeout(20)
 async def test_a_restart_converges_once() -> None:
-    """gpu-1 still faulty (left alone: no second apply), gpu-2 our leftover (cleared),
-    gpu-3 new (marked), gpu-4 another tool's False condition of our type (left alone)."""
+    """gpu-1 still faulty (left alone: no second apply), gpu-2 our leftover of a resolved
+    incident (cleared), gpu-3 new (marked), gpu-4 another tool's False condition of our
+    type (left alone), gpu-5 our mark whose incident is not in the topic (kept)."""
     ours = {"type": "GPUHealthy", "status": "False", "reason": "GPUXid79", "message": "old"}
     ours["lastTransitionTime"] = "2026-11-30T14:00:00Z"
     async with cluster() as c:
-        for name in ("gpu-1", "gpu-2", "gpu-3", "gpu-4"):
+        for name in ("gpu-1", "gpu-2", "gpu-3", "gpu-4", "gpu-5"):
             c.add_node(gpu_node(name, pool=""))
-        for name in ("gpu-1", "gpu-2"):
+        for name in ("gpu-1", "gpu-2", "gpu-5"):
             c.nodes.objects[name]["status"]["conditions"].append(dict(ours))
             c.nodes.own(name, "GPUHealthy", "gputriage-writeback")
         theirs = {"type": "GPUHealthy", "status": "False", "reason": "SomeoneElse"}
@@ -131,7 +133,8 @@ async def test_a_restart_converges_once() -> None:
         c.nodes.own("gpu-4", "GPUHealthy", "node-problem-detector")
         settings = WritebackSettings(mark_nodes=True, pod_events=False, max_pool_fraction=1.0)
         w = writer(c, settings)
-        for incident in (eviction("gpu-1"), eviction("gpu-3", minutes=1)):
+        known = (eviction("gpu-1"), resolved(eviction("gpu-2")), eviction("gpu-3", minutes=1))
+        for incident in known:
             w.latest[incident.id] = incident
         await w.converge()
         applied = [node for node, *_ in c.nodes.applies]
@@ -139,11 +142,36 @@ async def test_a_restart_converges_once() -> None:
         assert (c.nodes.condition("gpu-2", "GPUHealthy") or {})["status"] == "True"
         assert (c.nodes.condition("gpu-3", "GPUHealthy") or {})["status"] == "False"
         assert c.nodes.condition("gpu-4", "GPUHealthy") == theirs
+        assert (c.nodes.condition("gpu-5", "GPUHealthy") or {})["status"] == "False"
+        assert value(w.metrics.unexplained) == 1
 
         again = writer(c, settings)
         again.latest = dict(w.latest)
         await again.converge()
         assert len(c.nodes.applies) == 2, "a second restart writes nothing"
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(20)
+async def test_a_mark_whose_incident_left_the_topic_is_kept() -> None:
+    """The topic is compacted and time-retained: an incident open for longer than the
+    retention, with no new revision, is absent at the next start while the GPU is still
+    broken. Absent is not resolved: its mark stays (logged, counted); a tombstone clears."""
+    ours = {"type": "GPUHealthy", "status": "False", "reason": "GPUXid79", "message": "old"}
+    async with cluster() as c:
+        c.add_node(gpu_node("gpu-1", pool=""))
+        c.nodes.objects["gpu-1"]["status"]["conditions"].append(ours)
+        c.nodes.own("gpu-1", "GPUHealthy", "gputriage-writeback")
+        w = writer(c)
+        await w.converge()
+        assert c.nodes.applies == []
+        assert (c.nodes.condition("gpu-1", "GPUHealthy") or {})["status"] == "False"
+        assert value(w.metrics.unexplained) == 1
+
+        w.gone["c1/gpu-1/device_unhealthy_eviction/1"] = "gpu-1"  # its tombstone was read
+        await w.converge()
+        assert (c.nodes.condition("gpu-1", "GPUHealthy") or {})["status"] == "True"
+        assert value(w.metrics.unexplained) == 0
 
 
 @pytest.mark.asyncio
@@ -217,3 +245,93 @@ def test_ours_by_managed_fields_else_by_a_reason_we_write() -> None:
         }
     ]
     assert owned_by_us(node, "GPUHealthy")
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+@pytest.mark.timeout(20)
+async def test_a_failed_clear_is_retried_within_the_resync() -> None:
+    """One 500 on the clear at resolve must not leave a healthy node marked (a repair
+    system would replace it): the marks are reconciled again, on the loop's clock."""
+    settings = WritebackSettings(
+        mark_nodes=True, pod_events=False, node_events=False, resync_seconds=60
+    )
+    async with cluster() as c:
+        c.add_node(gpu_node("gpu-1"))
+        w = writer(c, settings)
+        incident = eviction()
+        await w.handle(incident)
+        c.nodes.failures.append(500)
+        await w.handle(resolved(incident))
+        assert (c.nodes.condition("gpu-1", "GPUHealthy") or {})["status"] == "False"
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        resync = asyncio.create_task(w.keep_marks())
+        try:
+            while (c.nodes.condition("gpu-1", "GPUHealthy") or {})["status"] != "True":
+                assert loop.time() - started <= 60, "not cleared within the resync"
+                await asyncio.sleep(0.5)
+        finally:
+            resync.cancel()
+        assert value(w.metrics.resyncs.labels("failed")) == 1
+        assert value(w.metrics.resyncs.labels("ok")) >= 1
+
+
+@pytest.mark.asyncio
+@pytest.mark.looptime
+@pytest.mark.timeout(20)
+async def test_a_mark_removed_by_hand_comes_back_at_the_resync() -> None:
+    settings = WritebackSettings(mark_nodes=True, pod_events=False, resync_seconds=60)
+    async with cluster() as c:
+        c.add_node(gpu_node("gpu-1"))
+        w = writer(c, settings)
+        await w.handle(eviction())
+        c.nodes.objects["gpu-1"]["status"]["conditions"] = [
+            x for x in c.nodes.objects["gpu-1"]["status"]["conditions"] if x["type"] == "Ready"
+        ]
+        resync = asyncio.create_task(w.keep_marks())
+        try:
+            await asyncio.sleep(61)
+        finally:
+            resync.cancel()
+        assert (c.nodes.condition("gpu-1", "GPUHealthy") or {}).get("status") == "False"
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(20)
+async def test_clears_go_before_marks_so_the_bound_holds_within_a_pass() -> None:
+    """At most one node marked: gpu-1's incident resolved and gpu-2's opened while we were
+    away; the restart clears gpu-1 before it marks gpu-2, never two at once."""
+    ours = {"type": "GPUHealthy", "status": "False", "reason": "GPUXid79", "message": "old"}
+    settings = WritebackSettings(mark_nodes=True, pod_events=False, max_marked_nodes=1)
+    async with cluster() as c:
+        for name in ("gpu-1", "gpu-2"):
+            c.add_node(gpu_node(name, pool=""))
+        c.nodes.objects["gpu-1"]["status"]["conditions"].append(ours)
+        c.nodes.own("gpu-1", "GPUHealthy", "gputriage-writeback")
+        w = writer(c, settings)
+        for incident in (resolved(eviction("gpu-1")), eviction("gpu-2", minutes=1)):
+            w.latest[incident.id] = incident
+        await w.converge()
+        order = [
+            (node, body["status"]["conditions"][0]["status"])
+            for node, _, body, _ in c.nodes.applies
+        ]
+        assert order == [("gpu-1", "True"), ("gpu-2", "False")]
+
+
+@pytest.mark.asyncio
+@pytest.mark.timeout(20)
+async def test_nodes_are_listed_a_page_at_a_time() -> None:
+    async with cluster() as c:
+        for i in range(5):
+            c.add_node(gpu_node(f"gpu-{i}", pool=""))
+        w = writer(c, WritebackSettings(mark_nodes=True, pod_events=False, max_pool_fraction=1))
+        w.marker.page_size = 2
+        for i in range(5):
+            incident = eviction(f"gpu-{i}", minutes=i)
+            w.latest[incident.id] = incident
+        await w.converge()
+        assert sorted(node for node, *_ in c.nodes.applies) == [f"gpu-{i}" for i in range(5)]
+        lists = [r for r in c.server if r.url.path == "/api/v1/nodes"]
+        assert [r.params.get("limit") for r in lists] == ["2", "2", "2"]

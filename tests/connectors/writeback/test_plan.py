@@ -227,3 +227,63 @@ def test_breaker_bounds_nodes_and_pool_share_and_keeps_what_is_marked() -> None:
     capped = judge(["a0", "b0"], [], pools, sizes, max_nodes=1, max_fraction=1.0)
     assert capped.allowed == ("a0",)
     assert capped.withheld == ("b0",)
+
+
+def _flyte_severity_table() -> dict[str, set[int]]:
+    """Flyte's XID severity table as messages.md quotes it (FLYTE GF/xid.go:36-66)."""
+    text = " ".join((WRITEBACK / "messages.md").read_text().split())
+    found = re.search(r"user = ([\d, ]+); critical = ([\d, ]+); warn = ([\d, ]+) and", text)
+    assert found is not None, "messages.md quotes Flyte's severity table"
+    user, critical, warn = (set(map(int, re.findall(r"\d+", g))) for g in found.groups())
+    return {"user": user, "critical": critical, "warn": warn}
+
+
+FLYTE_TABLE = _flyte_severity_table()
+
+
+@pytest.mark.parametrize("xid", range(1, 160))
+def test_the_label_and_severity_are_flytes_own_for_every_xid(xid: int) -> None:
+    """Flyte reads ``severity=`` over its own table: an XID 94 (contained ECC, hardware)
+    said to be USER would burn the user's retries. Our catalog only names the code."""
+    expected = next((k for k, codes in FLYTE_TABLE.items() if xid in codes), "warn")
+    for severity in ("page", "ticket"):
+        _, note = fault_note(eviction(attributes={"xid": str(xid)}, severity=severity))
+        parsed = flyte_parse(note)
+        assert parsed is not None
+        assert parsed["severity"] == expected
+        assert note.startswith(f"[gpu-health] [{expected.upper()}] Xid {xid} ")
+    _, shared = fault_note(eviction(attributes={"xid": str(xid)}), candidate=True)
+    assert (flyte_parse(shared) or {})["severity"] == "warn", "a candidate stays WARN"
+
+
+def test_every_sxid_is_critical_as_flyte_says() -> None:
+    for severity in ("page", "ticket", "info"):
+        _, note = fault_note(eviction(attributes={"sxid": "12028"}, severity=severity))
+        assert (flyte_parse(note) or {})["severity"] == "critical"
+
+
+@pytest.mark.parametrize("summary", ["é" * 2000, "pod ml/trainé-0 OOM " * 200, "€" * 341])
+def test_the_note_fits_1024_bytes_even_with_non_ascii_text(summary: str) -> None:
+    """The API bounds ``note`` in bytes: an ``é`` is two, a ``…`` would be three."""
+    for node in (None, node_event(eviction(attributes={}, summary=summary, status="resolved"))):
+        note = (
+            fault_note(eviction(attributes={}, summary=summary))[1] if node is None else node.note
+        )
+        assert len(note.encode()) <= NOTE_LIMIT
+        assert note.isascii() or "..." in note
+        assert note.endswith("node=gpu-1")
+
+
+DNS_1123_SUBDOMAIN = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*"
+
+
+@pytest.mark.parametrize("cut_at", ["-", ".", "-.", ".-"])
+def test_a_long_pod_name_cut_where_a_dash_or_dot_falls_still_names_a_valid_event(
+    cut_at: str,
+) -> None:
+    """236 characters are kept: a name whose 236th is ``-`` or ``.`` must not leave
+    ``-.`` before the hash."""
+    name = "p" * (236 - len(cut_at)) + cut_at + "q" * 16
+    event = event_name("i", "Pod", "ml", name)
+    assert len(event) <= 253
+    assert re.fullmatch(DNS_1123_SUBDOMAIN, event), event
