@@ -17,17 +17,13 @@ import msgspec
 
 from connectors.prometheus import MetricsAddr, MetricsPort
 from connectors.settings import InCluster, Kubeconfig, KubeContext, check_kube_access
-from schemas.wellknown import GPU_HEALTH_CONDITION
+from schemas.wellknown import GPU_FAULT_TYPES, GPU_HEALTH_CONDITION
 
-HARDWARE_TYPES: Final = (
-    "device_unhealthy_eviction",
-    "gpu_degraded",
-    "xid_repeat",
-    "gpu_fault_crash_loop",
-    "nvlink_domain_fault",
-)
-"""The incident types that say a node's GPU hardware is at fault (docs/detection.md);
-a node is marked only while one of them is open at page severity."""
+HARDWARE_TYPES: Final = (*GPU_FAULT_TYPES, "nvlink_domain_fault")
+"""The incident types that say a node's GPU hardware is at fault: the node fault types
+(:data:`~schemas.wellknown.GPU_FAULT_TYPES`, the fleet gauge's too) and the NVLink domain's
+(its nodes' GPUs cannot reach each other); a node is marked only while one of them is open
+at page severity."""
 
 ConditionStatus = Literal["True", "False"]
 
