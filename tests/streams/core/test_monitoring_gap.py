@@ -22,10 +22,10 @@ import pytest
 from connectors.k8s.slim import slim_object
 from schemas.codec import AnyEvent, encode
 from schemas.events import KubeEvent, PodEvent, Termination, Tick
-from schemas.incidents import Incident
+from schemas.incidents import Evidence, Incident
 from schemas.keys import key_of
 from streams.core import Correlator, step
-from streams.core.state import ClusterState, NodeState
+from streams.core.state import ClusterState, FailedStart, NodeState, WatchState
 from tests.core_helpers import config, feed, final, of_type, run, within_grace
 from tests.disruption_streams import CORDON, KARPENTER_V1
 from tests.factories import T0, Cluster, at, term
@@ -619,6 +619,22 @@ def test_two_workloads_failing_to_start_are_the_nodes(
     [gap] = _gaps(s.c.events)
     assert gap.attributes["reason"] == "start_error_burst"
     assert gap.first_seen == at(100)
+
+
+def test_a_snapshot_of_failed_starts_written_before_owners_still_decodes() -> None:
+    """A node state written when a failed start was four items (no owner) restores, the
+    owner empty: a pod without one counts as its own."""
+    from streams.core.snapshot import decode_state, encode_state  # noqa: PLC0415
+
+    line = Evidence(event_id="k8s:uid-p:1", schema="pod.v1", time=at(100), text="StartError")
+    now = FailedStart(when=100.0, pod="ml/p-1", gpu=False, line=line, owner="ml/Job/a")
+    state = NodeState(cluster="c1", node=N, watch=WatchState(start_errors=(now,)))
+    raw = msgspec.msgpack.decode(encode_state(state))
+    raw["watch"]["start_errors"] = [item[:4] for item in raw["watch"]["start_errors"]]
+    old = decode_state(msgspec.msgpack.encode(raw))
+    assert isinstance(old, NodeState)
+    assert old.watch is not None
+    assert old.watch.start_errors == (msgspec.structs.replace(now, owner=""),)
 
 
 def test_no_start_error_burst_on_a_cordoned_node() -> None:
