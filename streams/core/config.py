@@ -427,7 +427,8 @@ class CoreSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     ``StartError`` / ``ContainerCannotRun`` (exit 128: the runtime could not start it,
     e.g. ``nvidia-container-cli: initialization error: nvml error: driver/library version
     mismatch``) within ``monitoring_start_error_window_seconds`` on one node, of at least
-    two pods or naming the NVIDIA container stack (one pod's own broken spec is its own)."""
+    two workloads (owners; a pod without one is its own) or naming the NVIDIA container
+    stack: the replicas of one workload share its broken spec, which is theirs."""
     monitoring_start_error_window_seconds: Annotated[
         Seconds,
         msgspec.Meta(description="StartErrors of GPU pods are counted within this window."),
@@ -446,7 +447,6 @@ class CoreSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         tuple[ConditionMark, ...],
         msgspec.Meta(description="Node conditions (Type=Status) that mark a node for repair."),
     ] = (
-        "GPUHealthy=False",
         "AcceleratedHardwareReady=False",
         "SysLogsXIDError=True",
         "SysLogsSXIDError=True",
@@ -467,14 +467,19 @@ class CoreSettings(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         "FabricManagerDown=True",
     )
     """remediation_stalled: the conditions by which a tool marks a node's GPUs unhealthy
-    (tests/data/writeback/messages.md cites each): gputriage's own ``GPUHealthy=False``
-    (``schemas.wellknown.GPU_HEALTH_CONDITION``, opt-in write-back); EKS's node monitoring
-    agent's ``AcceleratedHardwareReady=False`` (what Karpenter and EKS repair read);
+    for a repair system to act on (tests/data/writeback/messages.md cites each): EKS's
+    node monitoring agent's ``AcceleratedHardwareReady=False`` (what Karpenter and EKS
+    repair read; also what gputriage's write-back writes when told
+    ``--condition-type AcceleratedHardwareReady``);
     NVSentinel's fatal health checks, status ``True`` = faulty (``SysLogsXIDError``,
     ``SysLogsGPUFallenOff``, the DCGM ``Gpu*Watch`` types, NVSwitch); NPD's on AKS
     (``XIDError=True``) and its Fabric Manager check (``FabricManagerDown=True``). Not
     ``Ready``: ``gpu_node_not_ready`` says that, and a monitor's own failure (NVSentinel's
-    ``DCGMError``) is blindness, not a GPU to repair."""
+    ``DCGMError``) is blindness, not a GPU to repair. Not gputriage's own
+    ``GPUHealthy=False`` (``schemas.wellknown.GPU_HEALTH_CONDITION``): nothing reads it
+    unless told to, so a stall on it would be a second page for every page-level hardware
+    incident left open; a cluster whose repair system reads it adds it here (the incident
+    then says ``marked_by=gputriage``)."""
     remediation_stalled_seconds: Annotated[
         Seconds,
         msgspec.Meta(description="remediation_stalled pages when a repair mark stands this long."),

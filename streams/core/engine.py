@@ -113,22 +113,25 @@ def step(
     state: KeyState | None,
     event: AnyEvent,
     config: CoreSettings,
-) -> tuple[KeyState, list[Incident]]:
+) -> tuple[KeyState | None, list[Incident]]:
     """The pure transition ``(state, event) -> (state, incidents)`` for one key.
 
     The caller owns ``state`` and must apply events of one key in event-time order
     (the :class:`Correlator` does). The state object is updated in place and
     returned, which avoids copying ~1 KB per pod on every event.
+
+    Trap: a :class:`Tick` never creates a key (a heartbeat is a node key's side
+    channel; a clock reading is no key's), so ``step(None, tick)`` is ``(None, [])``:
+    the state is None only then.
     """
     when = to_seconds(event.time)
     if type(event) is Tick:
-        # A heartbeat: a node key's side channel only (nothing else reads a tick).
         found: list[Incident] | None = None
         if isinstance(state, NodeState) and event.source:
             applied = node_rules.apply_heartbeat(state, event, when, config)
             found = applied[0] if applied is not None else None
             _refresh_deadline(state, config)
-        return state if state is not None else new_state(event), found or []
+        return state, found or []
     if state is None:
         state = new_state(event)
     incidents, _ = _transition(state, event, when, RANK[type(event)], event.id, config)

@@ -431,6 +431,21 @@ class MonitorPod(msgspec.Struct, gc=False, omit_defaults=True):
     """Event times its restart count rose, within ``monitoring_restart_window_seconds``."""
 
 
+class FailedStart(msgspec.Struct, array_like=True, gc=False):
+    """A GPU container start that failed (``StartError``, ``ContainerCannotRun``). An
+    array, so a snapshot written before ``owner`` existed (four items) still decodes."""
+
+    when: float
+    """Event time."""
+    pod: str
+    """``namespace/name``."""
+    gpu: bool
+    """The message names the NVIDIA container stack."""
+    line: Evidence
+    owner: str = ""
+    """``Kind/name`` of the pod's controller; empty for a pod without one (its own)."""
+
+
 class WatchState(msgspec.Struct, omit_defaults=True):
     """What ``monitoring_gap`` keeps of the node's monitoring pods and of its GPU pods'
     failed starts (:mod:`streams.core.rules.watchers`); None on a node with neither, so a
@@ -440,10 +455,9 @@ class WatchState(msgspec.Struct, omit_defaults=True):
     """The node's monitoring pods by a 64-bit hash of ``namespace/name``
     (``streams.core.rules.mismatch.pod_hash``: stable across processes): a pod's key
     string cost twice its track, on every GPU node, for good."""
-    start_errors: tuple[tuple[float, str, bool, Evidence], ...] = ()
-    """GPU container starts that failed (``StartError``, ``ContainerCannotRun``) within
-    ``monitoring_start_error_window_seconds``, or while their burst's incident is open:
-    (event time, pod key, the message names the NVIDIA container stack, the line)."""
+    start_errors: tuple[FailedStart, ...] = ()
+    """GPU container starts that failed within ``monitoring_start_error_window_seconds``,
+    or while their burst's incident is open."""
 
 
 class NodeState(msgspec.Struct, tag_field="kind", tag="node_state.v1", omit_defaults=True):

@@ -6,12 +6,12 @@ EKS auto repair, NVSentinel's remediation) should then drain and replace it. Whe
 mark stands ``remediation_stalled_seconds`` and the node is still there, not being
 removed, the repair is not coming: page (one per node).
 
-Traps: the clock is the core's first sight of the mark, never the condition's
-``lastTransitionTime``, which an agent aggregating several faults kept resetting, so
-Karpenter's toleration was never met (kubernetes-sigs/karpenter#2833); a node being removed
-(Karpenter's or the autoscaler's taint, out of service, shutting down) is the repair at
-work, while a cordon is not: a quarantine cordons the node it marks. A deleted node's
-incidents close with it. docs/detection.md, design notes.
+Traps: the clock is the core's first sight of the mark, never ``lastTransitionTime``,
+which aggregating agents reset (kubernetes-sigs/karpenter#2833); a node being removed
+(Karpenter's or the autoscaler's taint, out of service) is the repair at work, a cordon
+is not: a quarantine cordons the node it marks. gputriage's own ``GPUHealthy=False`` is
+no default mark (nothing reads it unless told to: every page-level hardware incident
+would page twice); added, its page says ``marked_by=gputriage``. docs/detection.md.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from streams.core.config import CoreSettings
 from streams.core.lifecycle import Step
 from streams.core.rules.mismatch import pod_hash
 from streams.core.rules.spec import NodeRule
-from streams.core.state import NEVER, MonitorPod, NodeState, WatchState
+from streams.core.state import NEVER, FailedStart, MonitorPod, NodeState, WatchState
 from streams.core.timeconv import to_datetime
 
 KIND: Final = "monitoring_gap"
@@ -65,6 +65,17 @@ _COVERS: Final = {
 }
 """The monitoring pod a source family is read through: its crash loop already says the
 family is blind (one cause, one ticket), so the family's silence is not told again."""
+_READERS: Final = {
+    "dcgm": ("dcgm-exporter", "node-agent"),
+    "kmsg": ("node-agent",),
+    "journal": ("node-agent",),
+    "nvml": ("node-agent",),
+    "pod-resources": ("node-agent",),
+}
+"""The monitoring roles a source family needs (dcgm: the exporter, and our agent that
+scrapes it): the last pod of one deleted from the node, the family is gone on purpose."""
+_SUBSTITUTES: Final = {"kmsg": "journal", "journal": "kmsg"}
+"""Two readers of the same kernel log: one heard, the other's silence blinds nothing."""
 _ACTIONS: Final = {
     "dcgm": "Check dcgm-exporter on {node} (its pod, its logs) and the dcgm connector's "
     "scrape errors: until it answers, DCGM's XIDs and GPU bindings there are not seen.",
@@ -148,6 +159,12 @@ def on_heartbeat(step: Step, tick: Tick, heard: float) -> int:
     else:
         state.heard = tuple((n, heard if n == family else w) for n, w in known)
     state.timers_dirty = True
+    other = _SUBSTITUTES.get(family)
+    silence = step.config.monitoring_silence_seconds
+    for name, when in known:
+        if name == other and when + silence <= heard:
+            _forget(step, name, f"the kernel log is read through {family} now")
+            said = NEWS
     inc = step.find(KIND, family)
     if inc is not None and inc.attributes.get("reason") == SILENT:
         item = Evidence(
@@ -160,6 +177,36 @@ def on_heartbeat(step: Step, tick: Tick, heard: float) -> int:
         step.resolve(inc, max(step.now, inc.last_seen), f"{family} heard again")
         return NEWS
     return said
+
+
+def _forget(step: Step, family: str, why: str) -> None:
+    """The family is no longer read on this node: drop its time, close its silence."""
+    state = step.state
+    state.heard = tuple((n, w) for n, w in state.heard if n != family)
+    state.timers_dirty = True
+    inc = step.find(KIND, family)
+    if inc is not None and inc.attributes.get("reason") == SILENT:
+        step.resolve(inc, max(step.now, inc.last_seen), why)
+
+
+def _forget_read_by(step: Step, role: str, pod: str) -> None:
+    """The node's last ``role`` pod was deleted: the families it reads are gone on
+    purpose (uninstalled, moved off the node), not silent; heard again, they count anew."""
+    for family, _ in step.state.heard:
+        if role in _READERS.get(family, ()):
+            _forget(step, family, f"its {role} pod {pod} was removed from the node")
+
+
+def _replaced(state: NodeState, family: str, since: float, now: float, silence: float) -> str:
+    """The substitute reading the same input as ``family`` (kmsg or journal), when it
+    has been heard after ``family`` went quiet and within the silence; else ``""``."""
+    other = _SUBSTITUTES.get(family)
+    if other is None:
+        return ""
+    for name, when in state.heard:
+        if name == other and when > since and when + silence > now:
+            return other
+    return ""
 
 
 def _persist_span(config: CoreSettings) -> float:
@@ -180,10 +227,12 @@ def on_pod(step: Step, ev: PodEvent, key: str) -> None:
         watch = state.watch
         if watch is not None and ident in watch.monitors:
             monitors = dict(watch.monitors)
-            del monitors[ident]
+            role = monitors.pop(ident).role
             watch.monitors = monitors
             _drop_if_empty(state)
-        return  # a gap stays open: a node whose exporter is gone is still blind
+            if all(m.role != role for m in monitors.values()):
+                _forget_read_by(step, role, f"{ev.namespace}/{ev.name}")
+        return  # its own crash-loop gap stays open: a node whose exporter is gone is blind
     watch = _watch(state)
     track = watch.monitors.get(ident)
     if track is None:
@@ -328,11 +377,13 @@ def on_start_error(step: Step, ev: PodEvent, key: str, container: str, term: Ter
     inc = step.find(KIND, RUNTIME)
     horizon = step.now - config.monitoring_start_error_window_seconds
     kept = watch.start_errors if inc is not None else _recent(watch, horizon)
-    if any(entry[3].event_id == item.event_id for entry in kept):
+    if any(entry.line.event_id == item.event_id for entry in kept):
         return
     words = term.message.lower()
     gpu = any(w in words for w in _GPU_RUNTIME_WORDS)
-    watch.start_errors = (*kept, (step.now, key, gpu, item))[-_MAX_START_ERRORS:]
+    owner = f"{ev.namespace}/{ev.owner_kind}/{ev.owner_name}" if ev.owner_name else ""
+    failed_start = FailedStart(when=step.now, pod=key, gpu=gpu, line=item, owner=owner)
+    watch.start_errors = (*kept, failed_start)[-_MAX_START_ERRORS:]
     info = PodInfo(
         namespace=ev.namespace,
         name=ev.name,
@@ -342,22 +393,19 @@ def on_start_error(step: Step, ev: PodEvent, key: str, container: str, term: Ter
         role="failed",
     )
     if inc is None:
-        burst = [e for e in watch.start_errors if e[0] > horizon]
-        pods = {e[1] for e in burst}
-        if len(burst) < config.monitoring_start_errors or not (
-            len(pods) > 1 or any(e[2] for e in burst)
-        ):
+        burst = [e for e in watch.start_errors if e.when > horizon]
+        if len(burst) < config.monitoring_start_errors or not _the_nodes(burst):
             return
         if not watchable(state):
             return
         first = burst[0]
-        inc = step.open(KIND, RUNTIME, first[3].event_id, first[0])
+        inc = step.open(KIND, RUNTIME, first.line.event_id, first.when)
         inc.attributes["source"] = RUNTIME
         inc.attributes["reason"] = START_ERRORS
-        inc.attributes["since"] = _iso(first[0])
+        inc.attributes["since"] = _iso(first.when)
         for entry in burst:
-            step.add_evidence(inc, entry[3])
-            namespace, _, name = entry[1].partition("/")
+            step.add_evidence(inc, entry.line)
+            namespace, _, name = entry.pod.partition("/")
             step.add_pod(inc, PodInfo(namespace=namespace, name=name, role="failed"))
         inc.count = len(burst)
     else:
@@ -365,7 +413,7 @@ def on_start_error(step: Step, ev: PodEvent, key: str, container: str, term: Ter
         inc.count += 1
     step.add_pod(inc, info)
     step.set_deadline(inc, step.now + config.monitoring_start_error_quiet_seconds)
-    failed = len({e[1] for e in watch.start_errors})
+    failed = len({e.pod for e in watch.start_errors})
     inc.summary = (
         f"we are blind on {state.node} since {_clock(inc.first_seen)}: GPU containers fail "
         f"to start there ({inc.count} StartErrors, {failed} pod{'s' if failed != 1 else ''})"
@@ -385,7 +433,7 @@ def on_gpu_running(step: Step, ev: PodEvent, key: str, fresh: bool) -> None:
         return
     if not any(c.state == "running" for c in ev.containers) or ev.op == "deleted":
         return
-    if not fresh and all(entry[1] != key for entry in watch.start_errors):
+    if not fresh and all(entry.pod != key for entry in watch.start_errors):
         return
     watch.start_errors = ()
     _drop_if_empty(step.state)
@@ -395,8 +443,20 @@ def on_gpu_running(step: Step, ev: PodEvent, key: str, fresh: bool) -> None:
         step.resolve(inc, max(step.now, inc.last_seen), f"a GPU container runs: {key}")
 
 
-def _recent(watch: WatchState, horizon: float) -> tuple[tuple[float, str, bool, Evidence], ...]:
-    return tuple(e for e in watch.start_errors if e[0] > horizon)
+def _recent(watch: WatchState, horizon: float) -> tuple[FailedStart, ...]:
+    return tuple(e for e in watch.start_errors if e.when > horizon)
+
+
+def _the_nodes(burst: list[FailedStart]) -> bool:
+    """Is a burst of failed starts the node's, not one workload's? It is when the message
+    names the NVIDIA container stack (even one pod restarting on it), or when at least two
+    workloads fail (two owners; a pod without one is its own). Trap: the replicas of one
+    Deployment or Job share its broken command (``exec: "pythn": executable file not
+    found``) and fail together on any node: counted by pod, they looked like the node's."""
+    if any(e.gpu for e in burst):
+        return True
+    owners = {e.owner or e.pod for e in burst}
+    return len(owners) > 1
 
 
 # -- timers --------------------------------------------------------------------------------
@@ -406,7 +466,7 @@ def deadline(state: NodeState, config: CoreSettings) -> float:
     found = NEVER
     watch = state.watch
     if watch is not None and watch.start_errors and f"{KIND}|{RUNTIME}" not in state.incidents:
-        found = watch.start_errors[0][0] + config.monitoring_start_error_window_seconds
+        found = watch.start_errors[0].when + config.monitoring_start_error_window_seconds
     if not state.heard or not watchable(state):
         return found
     silence = config.monitoring_silence_seconds
@@ -435,7 +495,7 @@ def on_timer(step: Step) -> None:
     watch = state.watch
     if watch is not None and watch.start_errors and step.find(KIND, RUNTIME) is None:
         horizon = now - step.config.monitoring_start_error_window_seconds
-        kept = tuple(e for e in watch.start_errors if e[0] > horizon)
+        kept = _recent(watch, horizon)
         if kept != watch.start_errors:
             watch.start_errors = kept
             _drop_if_empty(state)
@@ -445,7 +505,11 @@ def on_timer(step: Step) -> None:
     silence = step.config.monitoring_silence_seconds
     for family, heard in state.heard:
         if heard + silence <= now and not _told(state, family):
-            _open_silence(step, family, heard)
+            other = _replaced(state, family, heard, now, silence)
+            if other:
+                _forget(step, family, f"the kernel log is read through {other} now")
+            else:
+                _open_silence(step, family, heard)
 
 
 def _told(state: NodeState, family: str) -> bool:

@@ -22,10 +22,10 @@ import pytest
 from connectors.k8s.slim import slim_object
 from schemas.codec import AnyEvent, encode
 from schemas.events import KubeEvent, PodEvent, Termination, Tick
-from schemas.incidents import Incident
+from schemas.incidents import Evidence, Incident
 from schemas.keys import key_of
-from streams.core import Correlator
-from streams.core.state import ClusterState, NodeState
+from streams.core import Correlator, step
+from streams.core.state import ClusterState, FailedStart, NodeState, WatchState
 from tests.core_helpers import config, feed, final, of_type, run, within_grace
 from tests.disruption_streams import CORDON, KARPENTER_V1
 from tests.factories import T0, Cluster, at, term
@@ -143,8 +143,17 @@ class Stream:
         self.c.events[-1] = ev
         return ev
 
-    def start_error(self, pod: str, t: float, message: str, *, restarts: int = 0) -> PodEvent:
-        """A GPU pod whose container the runtime could not start (exit 128)."""
+    def start_error(
+        self,
+        pod: str,
+        t: float,
+        message: str,
+        *,
+        restarts: int = 0,
+        owner: tuple[str, str] = ("Job", "job"),
+    ) -> PodEvent:
+        """A GPU pod whose container the runtime could not start (exit 128), of ``owner``
+        (``("", "")``: a bare pod)."""
         failed = Termination(
             reason="StartError", exit_code=128, finished_at=at(t - 1), message=message
         )
@@ -157,6 +166,7 @@ class Stream:
             last=failed if restarts else None,
             current=None if restarts else failed,
             phase="Running" if restarts else "Failed",
+            owner=owner,
         )
 
 
@@ -303,6 +313,82 @@ def test_an_open_silence_closes_when_the_node_goes_not_ready_and_waits_after_rea
         ("open", at(2000)),
     ]
     assert gaps[1].attributes["resolution"] == "node Ready=Unknown"
+
+
+def test_a_long_silence_alone_is_never_forgotten() -> None:
+    """A source silent for 20 days (a Fabric Manager broken unnoticed that long:
+    NVIDIA/NVSentinel#889) with its agent's pod still there: the ticket stays open."""
+    s = Stream()
+    _watched_node(s)
+    s.monitor("gputriage-gpu-agents-4kq2n", 0, "node-agent")
+    s.beats(0, 600, "nvml")
+    s.c.tick(20 * 24 * HOUR)
+    [gap] = final(_revisions(s.c.events)).values()
+    assert (gap.type, gap.status, gap.attributes["source"]) == (GAP, "open", "nvml")
+
+
+@pytest.mark.parametrize("removed_at", [650, 1500], ids=["before_due", "while_open"])
+def test_a_source_whose_last_reader_pod_is_removed_is_forgotten(removed_at: float) -> None:
+    """The node's dcgm-exporter uninstalled (its last pod deleted, none replacing it): dcgm
+    is gone on purpose, not silent; an open silence resolves and none opens again."""
+    s = Stream()
+    _watched_node(s)
+    s.monitor("nvidia-dcgm-exporter-7xw9p", 0)
+    s.beats(0, 600, "dcgm")
+    s.beats(0, 6 * HOUR, "kmsg", every=60)
+    s.monitor("nvidia-dcgm-exporter-7xw9p", removed_at, op="deleted")
+    s.c.tick(6 * HOUR)
+    gaps = [i for i in _revisions(s.c.events) if i.type == GAP]
+    if removed_at < 900:
+        assert gaps == []
+        return
+    assert [(g.status, g.attributes["source"]) for g in gaps] == [
+        ("open", "dcgm"),
+        ("resolved", "dcgm"),
+    ]
+    assert gaps[-1].resolved_at == at(removed_at)
+    assert "removed from the node" in gaps[-1].attributes["resolution"]
+
+
+def test_a_replaced_reader_pod_with_its_source_still_failing_is_silent_again() -> None:
+    """A rollout deletes the exporter's pod before its successor runs: dcgm is forgotten,
+    but a dcgm source alive and failing beats on with its old ``read_at``, so the
+    silence comes back at once, counted from the last good scrape."""
+    s = Stream()
+    _watched_node(s)
+    s.monitor("nvidia-dcgm-exporter-7xw9p", 0)
+    for k in range(200):
+        t = 10.0 * k
+        s.beat(t, "dcgm", read=min(t, 400))
+    s.monitor("nvidia-dcgm-exporter-7xw9p", 650, op="deleted")
+    s.monitor("nvidia-dcgm-exporter-q8w2z", 660)
+    s.c.tick(2500)
+    gaps = _gaps(s.c.events)
+    assert gaps[-1].status == "open"
+    assert gaps[-1].attributes["since"] == at(400).isoformat()
+
+
+@pytest.mark.parametrize("journal_from", [700, 1200], ids=["before_due", "while_open"])
+def test_the_kernel_log_read_through_journal_instead_of_kmsg_is_no_gap(
+    journal_from: float,
+) -> None:
+    """The node agent moved from /dev/kmsg to the journal: the same kernel lines are read,
+    so kmsg's silence blinds nothing; an open one resolves."""
+    s = Stream()
+    _watched_node(s)
+    s.beats(0, 600, "kmsg")
+    s.beats(journal_from, 4 * HOUR, "journal", every=60)
+    s.c.tick(4 * HOUR)
+    gaps = [i for i in _revisions(s.c.events) if i.type == GAP]
+    if journal_from < 900:
+        assert gaps == []
+        return
+    assert [(g.status, g.attributes["source"]) for g in gaps] == [
+        ("open", "kmsg"),
+        ("resolved", "kmsg"),
+    ]
+    assert gaps[-1].resolved_at == at(journal_from)
+    assert gaps[-1].attributes["resolution"] == "the kernel log is read through journal now"
 
 
 # -- monitoring pods ---------------------------------------------------------------------
@@ -499,6 +585,58 @@ def test_one_pods_own_broken_start_is_no_burst_and_no_cuda_oom() -> None:
     assert [i.type for i in final(_revisions(s.c.events)).values()] == []
 
 
+def test_the_replicas_of_one_workload_failing_to_start_are_no_burst() -> None:
+    """Three pods of one ReplicaSet share its broken spec: one workload's failure, not
+    the node's runtime, however many replicas land there."""
+    s = Stream()
+    _watched_node(s)
+    for k in range(1, 4):
+        s.start_error(
+            f"serve-7d9f8-{k}", 100 * k, SPEC_MESSAGE, owner=("ReplicaSet", "serve-7d9f8")
+        )
+    s.c.tick(2 * HOUR)
+    assert _gaps(s.c.events) == []
+
+
+@pytest.mark.parametrize(
+    ("owners", "message"),
+    [
+        ((("Job", "train-a"), ("Job", "train-b"), ("Job", "train-a")), BURST_MESSAGE),
+        ((("Job", "train-a"), ("Job", "train-b"), ("Job", "train-a")), SPEC_MESSAGE),
+        ((("", ""), ("", ""), ("", "")), SPEC_MESSAGE),
+    ],
+    ids=["two_owners_nvidia_hook", "two_owners_own_spec", "bare_pods"],
+)
+def test_two_workloads_failing_to_start_are_the_nodes(
+    owners: tuple[tuple[str, str], ...], message: str
+) -> None:
+    """Two owners (a pod without one is its own) failing to start on one node: the node."""
+    s = Stream()
+    _watched_node(s)
+    for k, owner in enumerate(owners, start=1):
+        s.start_error(f"p-{k}", 100 * k, message, owner=owner)
+    s.c.tick(HOUR)
+    [gap] = _gaps(s.c.events)
+    assert gap.attributes["reason"] == "start_error_burst"
+    assert gap.first_seen == at(100)
+
+
+def test_a_snapshot_of_failed_starts_written_before_owners_still_decodes() -> None:
+    """A node state written when a failed start was four items (no owner) restores, the
+    owner empty: a pod without one counts as its own."""
+    from streams.core.snapshot import decode_state, encode_state  # noqa: PLC0415
+
+    line = Evidence(event_id="k8s:uid-p:1", schema="pod.v1", time=at(100), text="StartError")
+    now = FailedStart(when=100.0, pod="ml/p-1", gpu=False, line=line, owner="ml/Job/a")
+    state = NodeState(cluster="c1", node=N, watch=WatchState(start_errors=(now,)))
+    raw = msgspec.msgpack.decode(encode_state(state))
+    raw["watch"]["start_errors"] = [item[:4] for item in raw["watch"]["start_errors"]]
+    old = decode_state(msgspec.msgpack.encode(raw))
+    assert isinstance(old, NodeState)
+    assert old.watch is not None
+    assert old.watch.start_errors == (msgspec.structs.replace(now, owner=""),)
+
+
 def test_no_start_error_burst_on_a_cordoned_node() -> None:
     s = Stream()
     s.c.node(N, 0, taints=CORDON)
@@ -517,6 +655,17 @@ def test_a_heartbeat_never_creates_a_key() -> None:
         feed(correlator, ev)
     assert correlator.flush() == []
     assert correlator.keys == {}
+
+
+def test_step_on_no_state_with_a_tick_creates_no_state() -> None:
+    """The per-key API holds the engine's rule: a tick (a heartbeat, a clock reading)
+    creates no key."""
+    s = Stream()
+    cfg = config()
+    heartbeat = s.beat(0, "dcgm")
+    clock = s.c.tick(10)
+    assert step(None, heartbeat, cfg) == (None, [])
+    assert step(None, clock, cfg) == (None, [])
 
 
 def test_a_heartbeat_never_makes_a_late_real_event_stale() -> None:

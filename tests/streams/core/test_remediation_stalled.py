@@ -215,6 +215,9 @@ def test_a_quarantine_cordon_is_no_repair() -> None:
 
 
 def test_npds_healthy_condition_is_no_mark_and_our_own_mark_is_ours() -> None:
+    """Our own ``GPUHealthy=False`` is no repair mark by default (nothing reads it unless
+    told to: it would page twice for every page-level hardware incident left open); a
+    cluster whose repair system reads it adds it, and the page says it is ours."""
     npd = Stream(_node("node_aks_npd_gpu_conditions.json"))
     npd.every_minute(0, 2 * DELAY)
     assert of_type(run(npd.c.events), STALLED) == []
@@ -222,10 +225,26 @@ def test_npds_healthy_condition_is_no_mark_and_our_own_mark_is_ours() -> None:
         type=GPU_HEALTH_CONDITION, status="False", reason="OpenIncident", message="xid 79"
     )
     s = Stream(npd.base)
-    s.every_minute(0, DELAY + MIN, conditions=(*npd.base.conditions, ours))
-    [inc] = of_type(run(s.c.events), STALLED)
+    s.every_minute(0, 2 * DELAY, conditions=(*npd.base.conditions, ours))
+    assert of_type(run(s.c.events), STALLED) == [], "our own mark pages nothing by default"
+    marks = (f"{GPU_HEALTH_CONDITION}=False", *config().repair_conditions)
+    [inc] = of_type(run(s.c.events, config(repair_conditions=list(marks))), STALLED)
     assert inc.attributes["condition"] == "GPUHealthy=False"
     assert inc.attributes["marked_by"] == "gputriage"
+
+
+def test_the_write_backs_accelerated_hardware_mark_is_a_default_mark() -> None:
+    """The write-back told ``--condition-type AcceleratedHardwareReady`` (what Karpenter
+    and EKS repair read) is counted by the default entry, and named another tool's."""
+    npd = Stream(_node("node_aks_npd_gpu_conditions.json"))
+    ours = NodeCondition(
+        type="AcceleratedHardwareReady", status="False", reason="OpenIncident", message="xid 79"
+    )
+    s = Stream(npd.base)
+    s.every_minute(0, DELAY + MIN, conditions=(*npd.base.conditions, ours))
+    [inc] = of_type(run(s.c.events), STALLED)
+    assert inc.attributes["condition"] == "AcceleratedHardwareReady=False"
+    assert inc.attributes["marked_by"] == "other"
 
 
 def test_the_repair_conditions_are_a_setting() -> None:
