@@ -67,6 +67,12 @@ SLOW: frozenset[str] = frozenset(
 )
 """Tests (path::name, parameters dropped) that took over a second on 2 shared cores (a
 ``--durations`` run of the whole suite) and are neither e2e nor property-based."""
+FIRST: frozenset[str] = frozenset({"tests/streams/app/test_kills.py"})
+"""Files whose tests run first: the longest of the suite (the kill tests, about 220 s of
+one worker on 2 shared cores). ``--dist worksteal`` first splits the collection into equal
+runs, one a worker, and idle workers steal from the others' queues: a long test at the head
+of one run starts at once and the rest of that run is stolen, where one deep in a run
+started late and ended the whole suite after the others (measured: ~40 s of tail)."""
 
 Uses = Callable[[set[str], Mapping[str, object]], bool]
 """Whether code naming ``used`` (its globals and attributes) with ``names`` as its globals
@@ -149,6 +155,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         given = getattr(getattr(item, "obj", None), "is_hypothesis_test", False)
         if name in SLOW or given or _item_does(item, _runs_examples):
             item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: str(Path(item.path).relative_to(root)) not in FIRST)
 
 
 @pytest.fixture(scope="session")
