@@ -26,6 +26,7 @@ from connectors.backoff import Backoff
 from connectors.health import Health
 from connectors.k8s.leader import LeadershipLost, LeaseElector, LeaseOptions
 from connectors.kafka.config import start_client
+from connectors.kafka.reading import assign_from_beginning
 from connectors.kube import kube_client
 from connectors.prometheus import serve_metrics
 from connectors.signals import stop_on_signals
@@ -254,7 +255,7 @@ async def read_topic(
 ) -> AsyncIterator[tuple[bytes | None, bytes | None]]:
     """Every record of ``topic`` from the beginning as (key, value), :data:`CAUGHT_UP` once
     the records there at the start were all yielded, then the new ones as they come."""
-    from aiokafka import AIOKafkaConsumer, TopicPartition  # noqa: PLC0415 - heavy import
+    from aiokafka import AIOKafkaConsumer  # noqa: PLC0415 - heavy import
 
     consumer = AIOKafkaConsumer(
         **client_kwargs, group_id=None, enable_auto_commit=False, auto_offset_reset="earliest"
@@ -267,13 +268,8 @@ async def read_topic(
             partitions = consumer.partitions_for_topic(topic) or set()
             if not partitions:
                 await asyncio.sleep(1.0)
-        tps = [TopicPartition(topic, p) for p in sorted(partitions)]
-        ends = await consumer.end_offsets(tps)
-        firsts = await consumer.beginning_offsets(tps)
-        consumer.assign(tps)
-        for tp in tps:
-            consumer.seek(tp, firsts[tp])
-        behind = {tp for tp in tps if ends[tp] > firsts[tp]}
+        ends = await assign_from_beginning(consumer, topic)
+        behind = set(ends)
         caught_up = not behind
         if caught_up:
             yield CAUGHT_UP

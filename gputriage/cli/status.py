@@ -25,6 +25,7 @@ from typing import IO, Any, Final
 import click
 
 from connectors.kafka.config import KafkaSettings, KafkaUnreachable, connect_timeout, heard
+from connectors.kafka.reading import assign_from_beginning
 from gputriage import render
 from gputriage.cli.common import CONTEXT, kafka_kwargs, settings_of
 from gputriage.cli.options import brokers_option, settings_options
@@ -161,18 +162,10 @@ async def read_to_end(
 
 async def _assign_all(consumer: Any, topic: str) -> dict[Any, int]:
     """Assign every partition of ``topic`` from its beginning; the end offset of each that
-    holds records. Offsets are looked up before ``assign()`` (as :mod:`gputriage.tail`)."""
-    from aiokafka import TopicPartition  # noqa: PLC0415 - see read_to_end
-
+    holds records. A topic that does not exist is one line, not a wait."""
     if topic not in await consumer.topics():
         raise KafkaUnreachable(f"topic {topic} does not exist (is the processor running?)")
-    tps = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
-    ends = await consumer.end_offsets(tps)
-    begins = await consumer.beginning_offsets(tps)
-    consumer.assign(tps)
-    for tp in tps:
-        consumer.seek(tp, begins[tp])
-    return {tp: ends[tp] for tp in tps if begins[tp] < ends[tp]}
+    return await assign_from_beginning(consumer, topic)
 
 
 def _keep(record: Any, revisions: dict[str, list[Incident]], stderr: IO[str]) -> None:
