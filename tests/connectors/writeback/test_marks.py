@@ -289,12 +289,16 @@ async def test_a_mark_removed_by_hand_comes_back_at_the_resync() -> None:
         c.nodes.objects["gpu-1"]["status"]["conditions"] = [
             x for x in c.nodes.objects["gpu-1"]["status"]["conditions"] if x["type"] == "Ready"
         ]
+        loop = asyncio.get_running_loop()
+        started = loop.time()
         resync = asyncio.create_task(w.keep_marks())
         try:
-            await asyncio.sleep(61)
+            while (c.nodes.condition("gpu-1", "GPUHealthy") or {}).get("status") != "False":
+                assert loop.time() - started <= 61, "not marked again within the resync"
+                await asyncio.sleep(0.5)
         finally:
             resync.cancel()
-        assert (c.nodes.condition("gpu-1", "GPUHealthy") or {}).get("status") == "False"
+        assert loop.time() - started >= 60, "put back by the resync, not at once"
 
 
 @pytest.mark.asyncio
